@@ -1,0 +1,1 @@
+//! The kubelet: pod sources, per-pod workers reconciling against a CRI runtime, and its servers.

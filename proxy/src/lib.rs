@@ -1,0 +1,1 @@
+//! kube-proxy: Services and EndpointSlices rendered into kernel NAT rules.
