@@ -1,1 +1,30 @@
 //! The kubelet: pod sources, per-pod workers reconciling against a CRI runtime, and its servers.
+//!
+//! Data flows one way: sources ([`pod::static_pods`]) → [`sync_loop`] → one [`worker`] per pod
+//! UID → [`runtime`] (CRI). Observations come back on one path: [`pleg`] relists wake workers,
+//! workers compute status ([`status`]) and hand it to the [`status_manager`].
+
+pub mod app;
+pub mod cgroups;
+pub mod config;
+pub mod duration;
+pub mod flags;
+pub mod metrics;
+pub mod pleg;
+pub mod pod;
+pub mod quantity;
+pub mod runtime;
+pub mod server;
+pub mod spec;
+pub mod status;
+pub mod status_manager;
+pub mod sync_loop;
+pub mod worker;
+
+/// The upstream Kubernetes release whose kubelet this agent stands in for.
+pub const KUBERNETES_VERSION: &str = "v1.36.0";
+
+/// Tells systemd the agent is up (no-op without NOTIFY_SOCKET).
+pub fn systemd_notify_ready() {
+    node_systemd::notify_ready();
+}

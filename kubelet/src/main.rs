@@ -1,1 +1,79 @@
-fn main() {}
+//! `kubelet`: parse flags, load config, run until SIGTERM/SIGINT.
+
+use clap::Parser;
+use kubelet::{app, config, flags::Flags};
+use tokio_util::sync::CancellationToken;
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+fn main() -> std::process::ExitCode {
+    let flags = match Flags::try_parse() {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { std::process::ExitCode::from(1) } else { std::process::ExitCode::SUCCESS };
+        }
+    };
+    if let Some(v) = &flags.version {
+        if v == "raw" {
+            println!("gitVersion: {}\nplatform: linux/{}", kubelet::KUBERNETES_VERSION, std::env::consts::ARCH);
+        } else {
+            println!("Kubernetes {}", kubelet::KUBERNETES_VERSION);
+        }
+        return std::process::ExitCode::SUCCESS;
+    }
+    let level = match flags.verbosity.unwrap_or(0) {
+        0..=1 => "info",
+        2..=4 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = match config::load(&flags, &hostname()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kubelet: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let ignored = flags.ignored();
+    if !ignored.is_empty() {
+        tracing::info!(flags = ?ignored, "accepted flags this agent does not act on");
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kubelet: starting the async runtime: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let result = rt.block_on(async {
+        let cancel = CancellationToken::new();
+        let signal_cancel = cancel.clone();
+        tokio::spawn(async move {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            signal_cancel.cancel();
+        });
+        app::run(cfg, cancel).await
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "kubelet failed");
+            eprintln!("kubelet: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Assembles the kubelet from a validated [`Config`]: runtime connection, servers, pod sources,
+//! PLEG and the sync loop, all owned by one [`JoinSet`] and stopped by one token.
+
+use crate::cgroups::{CgroupNamer, Cgroups, FsCgroups};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::pleg::{self, PlegHealth};
+use crate::runtime::Runtime;
+use crate::runtime::cri::CriRuntime;
+use crate::server::{self, AppState};
+use crate::spec::{self, NodeSettings};
+use crate::status_manager::StatusManager;
+use crate::sync_loop::SyncLoop;
+use crate::worker::Env;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// Why the kubelet could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("container runtime endpoint: {0}")]
+    Runtime(#[from] cri_proto::Error),
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+    #[error("kubeconfig {0}: cluster mode is not available in this build yet; run without --kubeconfig for standalone mode")]
+    ClusterMode(String),
+}
+
+/// Total memory of the node in bytes, from /proc/meminfo.
+pub fn memory_capacity() -> i64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<i64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// The node's first non-loopback IPv4 address as the kernel would pick for an outgoing route,
+/// used when `--node-ip` is not given.
+fn default_node_ip() -> Option<std::net::IpAddr> {
+    // A UDP "connect" picks a source address without sending anything.
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    sock.connect("192.0.2.1:9").ok()?;
+    sock.local_addr().ok().map(|a| a.ip()).filter(|ip| !ip.is_loopback())
+}
+
+/// Runs the kubelet until `cancel` fires.
+pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
+    if let Some(k) = &cfg.kubeconfig
+        && (k.exists() || cfg.bootstrap_kubeconfig.is_some())
+    {
+        return Err(AppError::ClusterMode(k.display().to_string()));
+    }
+    tracing::info!(node = %cfg.node_name, runtime = %cfg.container_runtime_endpoint, "starting kubelet in standalone mode");
+    let metrics = Metrics::new(&cfg.node_name);
+    let statuses = Arc::new(StatusManager::new());
+    let pleg_health = Arc::new(PlegHealth::default());
+    let configz = Arc::new(serde_json::to_value(&cfg).unwrap_or_default());
+    let state = AppState {
+        statuses: statuses.clone(),
+        pleg: pleg_health.clone(),
+        metrics: metrics.clone(),
+        configz,
+    };
+    let mut tasks = JoinSet::new();
+
+    // Servers first, so kubeadm's health check and operators can reach the agent at once.
+    if cfg.healthz_port != 0 {
+        let l = server::bind(SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port)).await?;
+        tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "healthz server listening");
+        tasks.spawn(server::serve_http(l, server::healthz_router(state.clone()), cancel.clone()));
+    }
+    let tls = server::serving_tls(
+        cfg.tls_cert_file.as_deref(),
+        cfg.tls_private_key_file.as_deref(),
+        &cfg.cert_dir,
+        &cfg.node_name,
+        &cfg.node_ips,
+    )?;
+    let l = server::bind(SocketAddr::new(cfg.address, cfg.port)).await?;
+    tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API server listening (HTTPS)");
+    tasks.spawn(server::serve_https(l, tls, server::api_router(state.clone()), cancel.clone()));
+
+    let runtime_ch = cri_proto::connect_lazy(&cfg.container_runtime_endpoint, Duration::from_secs(5))?;
+    let image_ch = if cfg.image_service_endpoint == cfg.container_runtime_endpoint {
+        runtime_ch.clone()
+    } else {
+        cri_proto::connect_lazy(&cfg.image_service_endpoint, Duration::from_secs(5))?
+    };
+    let runtime: Arc<dyn Runtime> = Arc::new(CriRuntime::new(runtime_ch, image_ch, cfg.runtime_request_timeout));
+    // The runtime's name goes into every containerID; wait until it answers.
+    let version = loop {
+        match runtime.version().await {
+            Ok(v) => break v,
+            Err(e) => {
+                tracing::warn!(error = %e, "container runtime not ready; retrying in 2s");
+                tokio::select! {
+                    _ = cancel.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                }
+            }
+        }
+    };
+    tracing::info!(name = %version.runtime_name, version = %version.runtime_version, api = %version.runtime_api_version, "container runtime ready");
+
+    let cgroups: Arc<dyn Cgroups> = Arc::new(FsCgroups::discover());
+    let namer = CgroupNamer {
+        driver: cfg.cgroup_driver,
+        root: cfg.cgroup_root.clone(),
+        per_qos: cfg.cgroups_per_qos,
+    };
+    let host_dns = cfg
+        .resolv_conf
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .map(|t| spec::parse_resolv_conf(&t))
+        .unwrap_or_default();
+    let node_ips = if cfg.node_ips.is_empty() {
+        default_node_ip().into_iter().collect()
+    } else {
+        cfg.node_ips.clone()
+    };
+    let env = Arc::new(Env {
+        runtime: runtime.clone(),
+        cgroups,
+        namer,
+        node: NodeSettings {
+            node_name: cfg.node_name.clone(),
+            host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
+            cluster_dns: cfg.cluster_dns.iter().map(|i| i.to_string()).collect(),
+            cluster_domain: cfg.cluster_domain.clone(),
+            host_dns,
+            pod_logs_dir: cfg.pod_logs_dir.clone(),
+            root_dir: cfg.root_dir.clone(),
+            memory_capacity: memory_capacity(),
+        },
+        runtime_name: version.runtime_name.clone(),
+        statuses: statuses.clone(),
+        pull_lock: tokio::sync::Mutex::new(()),
+        resync: cfg.sync_frequency,
+    });
+
+    let (pods_tx, pods_rx) = mpsc::channel(8);
+    match &cfg.static_pod_path {
+        Some(dir) => {
+            tasks.spawn(crate::pod::static_pods::run(
+                dir.clone(),
+                cfg.node_name.clone(),
+                Duration::from_secs(1),
+                cfg.file_check_frequency,
+                pods_tx,
+                cancel.clone(),
+            ));
+        }
+        None => {
+            tracing::warn!("no staticPodPath and no apiserver: this node runs no pods");
+            let _ = pods_tx.send(Vec::new()).await;
+        }
+    }
+    let (pleg_tx, pleg_rx) = mpsc::channel(8);
+    tasks.spawn(pleg::run(runtime, Duration::from_secs(1), pleg_tx, pleg_health, metrics, cancel.clone()));
+    let sync_loop = SyncLoop::new(env, cancel.clone());
+    tasks.spawn(sync_loop.run(pods_rx, pleg_rx));
+    crate::systemd_notify_ready();
+
+    cancel.cancelled().await;
+    tracing::info!("shutting down: pods keep running");
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(10), drain).await.is_err() {
+        tracing::warn!("tasks did not stop within 10s; exiting anyway");
+    }
+    Ok(())
+}

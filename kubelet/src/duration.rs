@@ -1,0 +1,132 @@
+//! Go-style durations (`1m30s`, `300ms`, `2h`) as they appear in KubeletConfiguration and flags.
+
+use std::time::Duration;
+
+/// A duration string that Go's `time.ParseDuration` would reject.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid duration {0:?}: want a Go duration such as \"10s\", \"1m30s\" or \"250ms\"")]
+pub struct DurationError(pub String);
+
+/// Parses a Go duration string. Negative durations are rejected: no kubelet setting accepts them.
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
+    let err = || DurationError(text.to_string());
+    let s = text.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() || s.starts_with('-') {
+        return Err(err());
+    }
+    let s = s.strip_prefix('+').unwrap_or(s);
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(err)?;
+        if num_len == 0 {
+            return Err(err());
+        }
+        let value: f64 = rest[..num_len].parse().map_err(|_| err())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(err()),
+        };
+        total += value * scale;
+        rest = &rest[unit_len..];
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// Formats a duration the way Go prints it (`1m0s`, `10s`, `300ms`), for /configz and logs.
+pub fn format(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".into();
+    }
+    let total_ms = d.as_millis();
+    if total_ms < 1000 {
+        return format!("{total_ms}ms");
+    }
+    let secs = d.as_secs_f64();
+    let h = (secs / 3600.0).floor() as u64;
+    let m = ((secs - h as f64 * 3600.0) / 60.0).floor() as u64;
+    let s = secs - h as f64 * 3600.0 - m as f64 * 60.0;
+    let s = if (s - s.round()).abs() < 1e-9 {
+        format!("{}s", s.round() as u64)
+    } else {
+        format!("{s}s")
+    };
+    match (h, m) {
+        (0, 0) => s,
+        (0, m) => format!("{m}m{s}"),
+        (h, m) => format!("{h}h{m}m{s}"),
+    }
+}
+
+/// Serde adapter for optional Go durations in config files.
+pub mod serde_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let raw: Option<String> = Option::deserialize(d)?;
+        raw.map(|s| super::parse(&s).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+
+    pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(d) => s.serialize_str(&super::format(*d)),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_go_forms() {
+        assert_eq!(parse("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse("1m0s").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse("1h2m3s").unwrap(), Duration::from_secs(3723));
+        assert_eq!(parse("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse("0").unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for bad in ["", "10", "s", "10x", "-1s", "1m-2s"] {
+            assert!(parse(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn formats_like_go() {
+        assert_eq!(format(Duration::from_secs(60)), "1m0s");
+        assert_eq!(format(Duration::from_secs(10)), "10s");
+        assert_eq!(format(Duration::from_secs(3723)), "1h2m3s");
+        assert_eq!(format(Duration::from_millis(300)), "300ms");
+    }
+}
+
+/// Serde adapter for plain durations, written as Go duration strings.
+pub mod serde_opt_plain {
+    use serde::Serializer;
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::format(*v))
+    }
+}

@@ -1,0 +1,292 @@
+//! The kubelet's command line: upstream's flag names, pflag-style booleans (`--x`, `--x=false`).
+//!
+//! Flags only carry what the operator typed; [`crate::config::load`] merges them over the
+//! `--config` file and validates the result.
+
+use clap::Parser;
+use std::collections::BTreeMap;
+
+/// Parses a boolean the way Go's `strconv.ParseBool` does (pflag uses it).
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!("strconv.ParseBool: parsing {s:?}: invalid syntax")),
+    }
+}
+
+/// Parses `k1=v1,k2=v2` (the form of `--node-labels`, `--eviction-hard`, `--feature-gates`).
+pub fn parse_map(s: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{item:?} is not of the form key=value"))?;
+        out.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(out)
+}
+
+
+/// Every flag kubeadm, systemd drop-ins and common installers pass to upstream's kubelet.
+/// Flags this agent accepts but does not act on are listed in [`Flags::ignored`] and logged.
+#[derive(Debug, Parser, Default, Clone)]
+#[command(
+    name = "kubelet",
+    about = "The node agent: runs the pods bound to this node on a CRI runtime.",
+    long_about = None,
+    disable_version_flag = true
+)]
+pub struct Flags {
+    /// Print version information and quit (`--version=raw` prints the full build info).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub version: Option<String>,
+
+    /// Path to a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file.
+    #[arg(long)]
+    pub config: Option<String>,
+    /// Path to a kubeconfig for the apiserver; absent means standalone mode.
+    #[arg(long)]
+    pub kubeconfig: Option<String>,
+    /// Kubeconfig used to get a client certificate when --kubeconfig does not exist yet.
+    #[arg(long = "bootstrap-kubeconfig")]
+    pub bootstrap_kubeconfig: Option<String>,
+    /// Directory holding TLS certificates (default /var/lib/kubelet/pki).
+    #[arg(long = "cert-dir")]
+    pub cert_dir: Option<String>,
+    /// Directory for kubelet state (default /var/lib/kubelet).
+    #[arg(long = "root-dir")]
+    pub root_dir: Option<String>,
+    /// The CRI endpoint, e.g. unix:///run/containerd/containerd.sock.
+    #[arg(long = "container-runtime-endpoint")]
+    pub container_runtime_endpoint: Option<String>,
+    /// The CRI image endpoint (defaults to the runtime endpoint).
+    #[arg(long = "image-service-endpoint")]
+    pub image_service_endpoint: Option<String>,
+    /// IP address(es) of the node (comma-separated for dual-stack).
+    #[arg(long = "node-ip")]
+    pub node_ip: Option<String>,
+    /// Use this name instead of the hostname.
+    #[arg(long = "hostname-override")]
+    pub hostname_override: Option<String>,
+    /// Taints to register the node with: key=value:Effect,...
+    #[arg(long = "register-with-taints")]
+    pub register_with_taints: Option<String>,
+    /// Labels to register the node with: key=value,...
+    #[arg(long = "node-labels", value_parser = parse_map)]
+    pub node_labels: Option<BTreeMap<String, String>>,
+    /// Sandbox image; the runtime's own setting wins (deprecated upstream, still accepted).
+    #[arg(long = "pod-infra-container-image")]
+    pub pod_infra_container_image: Option<String>,
+    /// Static pod manifest directory (deprecated: use staticPodPath in --config).
+    #[arg(long = "pod-manifest-path")]
+    pub pod_manifest_path: Option<String>,
+    /// Log verbosity.
+    #[arg(short = 'v', long = "v")]
+    pub verbosity: Option<u8>,
+    /// Comma-separated pattern=N settings for file-filtered logging.
+    #[arg(long)]
+    pub vmodule: Option<String>,
+    /// Log format: text or json.
+    #[arg(long = "logging-format")]
+    pub logging_format: Option<String>,
+
+    #[arg(long = "fail-swap-on", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub fail_swap_on: Option<bool>,
+    /// cgroupfs or systemd.
+    #[arg(long = "cgroup-driver")]
+    pub cgroup_driver: Option<String>,
+    /// Root cgroup for pods (default /).
+    #[arg(long = "cgroup-root")]
+    pub cgroup_root: Option<String>,
+    #[arg(long = "cgroups-per-qos", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub cgroups_per_qos: Option<bool>,
+    /// Cluster DNS server IPs (comma-separated).
+    #[arg(long = "cluster-dns")]
+    pub cluster_dns: Option<String>,
+    #[arg(long = "cluster-domain")]
+    pub cluster_domain: Option<String>,
+    #[arg(long = "resolv-conf")]
+    pub resolv_conf: Option<String>,
+    #[arg(long = "max-pods")]
+    pub max_pods: Option<i32>,
+    /// Port of the authenticated HTTPS server.
+    #[arg(long)]
+    pub port: Option<i32>,
+    /// Bind address of the HTTPS server.
+    #[arg(long)]
+    pub address: Option<String>,
+    #[arg(long = "healthz-port")]
+    pub healthz_port: Option<i32>,
+    #[arg(long = "healthz-bind-address")]
+    pub healthz_bind_address: Option<String>,
+    #[arg(long = "read-only-port")]
+    pub read_only_port: Option<i32>,
+    #[arg(long = "tls-cert-file")]
+    pub tls_cert_file: Option<String>,
+    #[arg(long = "tls-private-key-file")]
+    pub tls_private_key_file: Option<String>,
+    #[arg(long = "runtime-request-timeout")]
+    pub runtime_request_timeout: Option<String>,
+    #[arg(long = "node-status-update-frequency")]
+    pub node_status_update_frequency: Option<String>,
+    #[arg(long = "file-check-frequency")]
+    pub file_check_frequency: Option<String>,
+    #[arg(long = "sync-frequency")]
+    pub sync_frequency: Option<String>,
+    #[arg(long = "register-node", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub register_node: Option<bool>,
+    #[arg(long = "rotate-certificates", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub rotate_certificates: Option<bool>,
+    #[arg(long = "serialize-image-pulls", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub serialize_image_pulls: Option<bool>,
+    #[arg(long = "anonymous-auth", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub anonymous_auth: Option<bool>,
+    #[arg(long = "authentication-token-webhook", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub authentication_token_webhook: Option<bool>,
+    #[arg(long = "authorization-mode")]
+    pub authorization_mode: Option<String>,
+    #[arg(long = "client-ca-file")]
+    pub client_ca_file: Option<String>,
+    #[arg(long = "provider-id")]
+    pub provider_id: Option<String>,
+    #[arg(long = "cloud-provider")]
+    pub cloud_provider: Option<String>,
+    #[arg(long = "pod-cidr")]
+    pub pod_cidr: Option<String>,
+    #[arg(long = "kube-api-qps")]
+    pub kube_api_qps: Option<i32>,
+    #[arg(long = "kube-api-burst")]
+    pub kube_api_burst: Option<i32>,
+    #[arg(long = "feature-gates", value_parser = parse_map)]
+    pub feature_gates: Option<BTreeMap<String, String>>,
+    #[arg(long = "eviction-hard", value_parser = parse_map)]
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    #[arg(long = "kube-reserved", value_parser = parse_map)]
+    pub kube_reserved: Option<BTreeMap<String, String>>,
+    #[arg(long = "system-reserved", value_parser = parse_map)]
+    pub system_reserved: Option<BTreeMap<String, String>>,
+    #[arg(long = "runtime-cgroups")]
+    pub runtime_cgroups: Option<String>,
+    #[arg(long = "kubelet-cgroups")]
+    pub kubelet_cgroups: Option<String>,
+    #[arg(long = "enforce-node-allocatable")]
+    pub enforce_node_allocatable: Option<String>,
+    #[arg(long = "volume-plugin-dir")]
+    pub volume_plugin_dir: Option<String>,
+    #[arg(long = "image-gc-high-threshold")]
+    pub image_gc_high_threshold: Option<i32>,
+    #[arg(long = "image-gc-low-threshold")]
+    pub image_gc_low_threshold: Option<i32>,
+    #[arg(long = "image-credential-provider-config")]
+    pub image_credential_provider_config: Option<String>,
+    #[arg(long = "image-credential-provider-bin-dir")]
+    pub image_credential_provider_bin_dir: Option<String>,
+    #[arg(long = "container-log-max-size")]
+    pub container_log_max_size: Option<String>,
+    #[arg(long = "container-log-max-files")]
+    pub container_log_max_files: Option<i32>,
+    #[arg(long = "tls-cipher-suites")]
+    pub tls_cipher_suites: Option<String>,
+    #[arg(long = "tls-min-version")]
+    pub tls_min_version: Option<String>,
+    #[arg(long = "hairpin-mode")]
+    pub hairpin_mode: Option<String>,
+    #[arg(long = "node-status-max-images")]
+    pub node_status_max_images: Option<i32>,
+    #[arg(long = "max-open-files")]
+    pub max_open_files: Option<i64>,
+    #[arg(long = "streaming-connection-idle-timeout")]
+    pub streaming_connection_idle_timeout: Option<String>,
+    #[arg(long = "lock-file")]
+    pub lock_file: Option<String>,
+    #[arg(long = "exit-on-lock-contention", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub exit_on_lock_contention: Option<bool>,
+    #[arg(long = "protect-kernel-defaults", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub protect_kernel_defaults: Option<bool>,
+    #[arg(long = "seccomp-default", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub seccomp_default: Option<bool>,
+    #[arg(long = "local-storage-capacity-isolation", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub local_storage_capacity_isolation: Option<bool>,
+    #[arg(long = "log-flush-frequency")]
+    pub log_flush_frequency: Option<String>,
+}
+
+impl Flags {
+    /// Names of flags that were given but that this agent accepts without acting on them, so the
+    /// operator sees in the log that they had no effect.
+    pub fn ignored(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let mut note = |set: bool, name: &'static str| {
+            if set {
+                out.push(name)
+            }
+        };
+        note(self.vmodule.is_some(), "--vmodule");
+        note(self.provider_id.is_some(), "--provider-id");
+        note(self.cloud_provider.is_some(), "--cloud-provider");
+        note(self.feature_gates.is_some(), "--feature-gates");
+        note(self.kube_reserved.is_some(), "--kube-reserved");
+        note(self.system_reserved.is_some(), "--system-reserved");
+        note(self.runtime_cgroups.is_some(), "--runtime-cgroups");
+        note(self.kubelet_cgroups.is_some(), "--kubelet-cgroups");
+        note(self.volume_plugin_dir.is_some(), "--volume-plugin-dir");
+        note(
+            self.image_credential_provider_config.is_some(),
+            "--image-credential-provider-config",
+        );
+        note(self.tls_cipher_suites.is_some(), "--tls-cipher-suites");
+        note(self.lock_file.is_some(), "--lock-file");
+        note(self.max_open_files.is_some(), "--max-open-files");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Flags, clap::Error> {
+        Flags::try_parse_from(std::iter::once("kubelet").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn kubeadm_command_line_parses() {
+        // The command systemd builds from kubeadm's 10-kubeadm.conf and kubeadm-flags.env.
+        let f = parse(&[
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--config=/var/lib/kubelet/config.yaml",
+            "--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock",
+            "--node-ip=10.0.0.5",
+            "--hostname-override=worker-1",
+            "--register-with-taints=dedicated=infra:NoSchedule",
+            "--node-labels=role=worker,zone=a",
+            "--pod-infra-container-image=registry.k8s.io/pause:3.10",
+        ])
+        .unwrap();
+        assert_eq!(f.kubeconfig.as_deref(), Some("/etc/kubernetes/kubelet.conf"));
+        assert_eq!(f.node_labels.unwrap().get("zone").map(String::as_str), Some("a"));
+        assert_eq!(f.hostname_override.as_deref(), Some("worker-1"));
+    }
+
+    #[test]
+    fn pflag_booleans() {
+        assert_eq!(parse(&["--fail-swap-on=false"]).unwrap().fail_swap_on, Some(false));
+        assert_eq!(parse(&["--fail-swap-on"]).unwrap().fail_swap_on, Some(true));
+        assert_eq!(parse(&["--fail-swap-on=T"]).unwrap().fail_swap_on, Some(true));
+        assert!(parse(&["--fail-swap-on=maybe"]).is_err());
+    }
+
+    #[test]
+    fn verbosity_both_forms() {
+        assert_eq!(parse(&["--v=4"]).unwrap().verbosity, Some(4));
+        assert_eq!(parse(&["-v", "2"]).unwrap().verbosity, Some(2));
+    }
+
+    #[test]
+    fn unknown_flag_is_an_error() {
+        let err = parse(&["--no-such-flag=1"]).unwrap_err();
+        assert!(err.to_string().contains("--no-such-flag"), "{err}");
+    }
+}

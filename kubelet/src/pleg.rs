@@ -1,0 +1,205 @@
+//! Pod lifecycle event generator: relists the runtime every period, compares with the previous
+//! relist and reports which pods changed (and which pods exist at all).
+
+use crate::runtime::{ContainerState, LABEL_POD_UID, Runtime, SandboxState};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The outcome of one relist.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Relist {
+    /// Pods with a container or sandbox that appeared, changed state or vanished.
+    pub changed: BTreeSet<String>,
+    /// Every pod UID the runtime has anything for.
+    pub present: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    Container(ContainerState),
+    Sandbox(bool),
+}
+
+/// Keeps the last snapshot and diffs new ones against it.
+#[derive(Debug, Default)]
+pub struct Pleg {
+    last: BTreeMap<String, (String, Seen)>,
+}
+
+impl Pleg {
+    /// One relist. Errors leave the snapshot untouched.
+    pub async fn relist(&mut self, rt: &dyn Runtime) -> crate::runtime::Result<Relist> {
+        let sandboxes = rt.list_sandboxes().await?;
+        let containers = rt.list_containers().await?;
+        let mut now = BTreeMap::new();
+        for s in sandboxes {
+            now.insert(s.id, (s.pod_uid, Seen::Sandbox(s.state == SandboxState::Ready)));
+        }
+        for c in containers {
+            let uid = c.labels.get(LABEL_POD_UID).cloned().unwrap_or_default();
+            now.insert(c.id, (uid, Seen::Container(c.state)));
+        }
+        let mut out = Relist::default();
+        for (id, (uid, seen)) in &now {
+            if self.last.get(id).map(|(_, s)| s) != Some(seen) {
+                out.changed.insert(uid.clone());
+            }
+        }
+        for (id, (uid, _)) in &self.last {
+            if !now.contains_key(id) {
+                out.changed.insert(uid.clone());
+            }
+        }
+        out.present = now.values().map(|(u, _)| u.clone()).filter(|u| !u.is_empty()).collect();
+        out.changed.remove("");
+        self.last = now;
+        Ok(out)
+    }
+}
+
+/// Health of the relist loop: the unix time of the last successful relist.
+#[derive(Debug, Default)]
+pub struct PlegHealth {
+    pub last_ok_unix: AtomicI64,
+}
+
+impl PlegHealth {
+    /// Upstream reports PLEG unhealthy when no relist succeeded for 3 minutes.
+    pub fn healthy(&self, now_unix: i64) -> bool {
+        let last = self.last_ok_unix.load(Ordering::Relaxed);
+        last > 0 && now_unix - last <= 180
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Relists every `period` and sends each result.
+pub async fn run(
+    rt: Arc<dyn Runtime>,
+    period: Duration,
+    tx: mpsc::Sender<Relist>,
+    health: Arc<PlegHealth>,
+    metrics: crate::metrics::Metrics,
+    cancel: CancellationToken,
+) {
+    let mut pleg = Pleg::default();
+    let mut failing = false;
+    loop {
+        let started = std::time::Instant::now();
+        match pleg.relist(rt.as_ref()).await {
+            Ok(r) => {
+                metrics.pleg_relist_duration.observe(started.elapsed().as_secs_f64());
+                health.last_ok_unix.store(unix_now(), Ordering::Relaxed);
+                if failing {
+                    tracing::info!("container runtime is reachable again");
+                    failing = false;
+                }
+                if tx.send(r).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(error = %e, "relisting the container runtime failed; retrying every period");
+                    failing = true;
+                }
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::fake::FakeRuntime;
+    use crate::runtime::{ContainerConfig, LinuxResources, SandboxConfig};
+
+    fn sandbox(uid: &str) -> SandboxConfig {
+        SandboxConfig {
+            name: "p".into(),
+            namespace: "default".into(),
+            uid: uid.into(),
+            attempt: 0,
+            hostname: "p".into(),
+            log_directory: String::new(),
+            dns: None,
+            port_mappings: vec![],
+            labels: [(LABEL_POD_UID.to_string(), uid.to_string())].into(),
+            annotations: Default::default(),
+            cgroup_parent: String::new(),
+            host_network: false,
+            host_pid: false,
+            host_ipc: false,
+            sysctls: Default::default(),
+            resources: None,
+        }
+    }
+
+    fn container(uid: &str) -> ContainerConfig {
+        ContainerConfig {
+            name: "c".into(),
+            attempt: 0,
+            image: "i".into(),
+            command: vec![],
+            args: vec![],
+            working_dir: String::new(),
+            envs: vec![],
+            mounts: vec![],
+            labels: [(LABEL_POD_UID.to_string(), uid.to_string())].into(),
+            annotations: Default::default(),
+            log_path: String::new(),
+            stdin: false,
+            tty: false,
+            resources: LinuxResources::default(),
+            run_as_user: None,
+            run_as_group: None,
+            privileged: false,
+            readonly_rootfs: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn reports_changes_per_pod() {
+        let rt = FakeRuntime::new();
+        let mut pleg = Pleg::default();
+        assert_eq!(pleg.relist(&rt).await.unwrap(), Relist::default());
+        let sb = rt.run_sandbox(&sandbox("a")).await.unwrap();
+        let sb_cfg = sandbox("a");
+        let c = rt.create_container(&sb, &container("a"), &sb_cfg).await.unwrap();
+        let r = pleg.relist(&rt).await.unwrap();
+        assert_eq!(r.changed, BTreeSet::from(["a".to_string()]));
+        assert_eq!(r.present, BTreeSet::from(["a".to_string()]));
+        // Nothing changed: nothing reported, but the pod is still present.
+        let r = pleg.relist(&rt).await.unwrap();
+        assert!(r.changed.is_empty());
+        assert_eq!(r.present.len(), 1);
+        rt.start_container(&c).await.unwrap();
+        assert_eq!(pleg.relist(&rt).await.unwrap().changed.len(), 1);
+        rt.remove_sandbox(&sb).await.unwrap();
+        let r = pleg.relist(&rt).await.unwrap();
+        assert_eq!(r.changed, BTreeSet::from(["a".to_string()]));
+        assert!(r.present.is_empty());
+    }
+
+    #[test]
+    fn health_window() {
+        let h = PlegHealth::default();
+        assert!(!h.healthy(1000));
+        h.last_ok_unix.store(1000, Ordering::Relaxed);
+        assert!(h.healthy(1100));
+        assert!(!h.healthy(1181));
+    }
+}

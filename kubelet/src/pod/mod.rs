@@ -1,0 +1,286 @@
+//! Pods as the kubelet handles them: defaulting and validation of specs, QoS class, the
+//! per-container hash, and the sources that produce desired pods.
+
+pub mod static_pods;
+
+use crate::quantity;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+
+/// A pod spec the kubelet refuses, naming the offending field like upstream's validation.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+fn field_err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Annotation keys upstream's kubelet sets on pods it reads from files.
+pub const ANN_CONFIG_SOURCE: &str = "kubernetes.io/config.source";
+pub const ANN_CONFIG_HASH: &str = "kubernetes.io/config.hash";
+pub const ANN_CONFIG_SEEN: &str = "kubernetes.io/config.seen";
+pub const ANN_CONFIG_MIRROR: &str = "kubernetes.io/config.mirror";
+
+/// Applies the defaults the apiserver would (pods from files never went through it).
+pub fn apply_defaults(pod: &mut Pod) {
+    let spec = pod.spec.get_or_insert_with(PodSpec::default);
+    spec.restart_policy.get_or_insert_with(|| "Always".into());
+    spec.termination_grace_period_seconds.get_or_insert(30);
+    spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
+    spec.scheduler_name.get_or_insert_with(|| "default-scheduler".into());
+    spec.security_context.get_or_insert_with(Default::default);
+    spec.enable_service_links.get_or_insert(true);
+    let default_container = |c: &mut Container| {
+        c.termination_message_path.get_or_insert_with(|| "/dev/termination-log".into());
+        c.termination_message_policy.get_or_insert_with(|| "File".into());
+        if c.image_pull_policy.is_none() {
+            c.image_pull_policy = Some(default_pull_policy(c.image.as_deref().unwrap_or("")).into());
+        }
+        for p in c.ports.iter_mut().flatten() {
+            p.protocol.get_or_insert_with(|| "TCP".into());
+        }
+    };
+    spec.containers.iter_mut().for_each(default_container);
+    spec.init_containers.iter_mut().flatten().for_each(default_container);
+}
+
+/// `Always` for `:latest` or untagged images, `IfNotPresent` otherwise (upstream's rule).
+pub fn default_pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.rsplit_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// Checks what the kubelet relies on. Not the apiserver's full validation, but every rule here
+/// is one of upstream's, and the message names the field.
+pub fn validate(pod: &Pod) -> Result<(), FieldError> {
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    if name.is_empty() {
+        return Err(field_err("metadata.name", "Required value: name or generateName is required"));
+    }
+    if !is_dns_subdomain(name) {
+        return Err(field_err(
+            "metadata.name",
+            format!("Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"),
+        ));
+    }
+    if let Some(ns) = pod.metadata.namespace.as_deref()
+        && !is_dns_label(ns)
+    {
+        return Err(field_err("metadata.namespace", format!("Invalid value: {ns:?}")));
+    }
+    let spec = pod
+        .spec
+        .as_ref()
+        .ok_or_else(|| field_err("spec", "Required value"))?;
+    if spec.containers.is_empty() {
+        return Err(field_err("spec.containers", "Required value"));
+    }
+    match spec.restart_policy.as_deref() {
+        None | Some("Always" | "OnFailure" | "Never") => {}
+        Some(other) => {
+            return Err(field_err(
+                "spec.restartPolicy",
+                format!("Unsupported value: {other:?}: supported values: \"Always\", \"OnFailure\", \"Never\""),
+            ));
+        }
+    }
+    if let Some(g) = spec.termination_grace_period_seconds
+        && g < 0
+    {
+        return Err(field_err("spec.terminationGracePeriodSeconds", "must be greater than or equal to 0"));
+    }
+    let mut names = BTreeSet::new();
+    let all = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| ("spec.initContainers", c))
+        .chain(spec.containers.iter().map(|c| ("spec.containers", c)));
+    let mut index = std::collections::HashMap::<&str, usize>::new();
+    for (path, c) in all {
+        let i = index.entry(path).or_default();
+        let at = format!("{path}[{i}]");
+        *i += 1;
+        if !is_dns_label(&c.name) {
+            return Err(field_err(format!("{at}.name"), format!("Invalid value: {:?}", c.name)));
+        }
+        if !names.insert(c.name.clone()) {
+            return Err(field_err(format!("{at}.name"), format!("Duplicate value: {:?}", c.name)));
+        }
+        if c.image.as_deref().unwrap_or("").trim().is_empty() {
+            return Err(field_err(format!("{at}.image"), "Required value"));
+        }
+        if let Some(p) = c.image_pull_policy.as_deref()
+            && !matches!(p, "Always" | "IfNotPresent" | "Never")
+        {
+            return Err(field_err(format!("{at}.imagePullPolicy"), format!("Unsupported value: {p:?}")));
+        }
+        for (j, p) in c.ports.iter().flatten().enumerate() {
+            if !(1..=65535).contains(&p.container_port) {
+                return Err(field_err(
+                    format!("{at}.ports[{j}].containerPort"),
+                    format!("Invalid value: {}: must be between 1 and 65535, inclusive", p.container_port),
+                ));
+            }
+            if let Some(hp) = p.host_port
+                && !(0..=65535).contains(&hp)
+            {
+                return Err(field_err(format!("{at}.ports[{j}].hostPort"), format!("Invalid value: {hp}")));
+            }
+        }
+        if let Some(res) = &c.resources {
+            for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
+                for (k, q) in map.iter().flatten() {
+                    quantity::milli(q).map_err(|e| field_err(format!("{at}.resources.{kind}[{k}]"), e.to_string()))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Pod QoS class as upstream computes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Qos {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+impl Qos {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Qos::Guaranteed => "Guaranteed",
+            Qos::Burstable => "Burstable",
+            Qos::BestEffort => "BestEffort",
+        }
+    }
+}
+
+/// Computes the QoS class from the containers' cpu/memory requests and limits.
+pub fn qos_class(spec: &PodSpec) -> Qos {
+    let mut any = false;
+    let mut guaranteed = true;
+    let containers = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+    for c in containers {
+        let res = c.resources.clone().unwrap_or_default();
+        let limits = res.limits.unwrap_or_default();
+        let requests = res.requests.unwrap_or_default();
+        for r in ["cpu", "memory"] {
+            let req = requests.get(r).and_then(|q| quantity::milli(q).ok()).filter(|v| *v > 0);
+            let lim = limits.get(r).and_then(|q| quantity::milli(q).ok()).filter(|v| *v > 0);
+            if req.is_some() || lim.is_some() {
+                any = true;
+            }
+            // A missing request defaults to the limit.
+            match (req.or(lim), lim) {
+                (Some(a), Some(b)) if a == b => {}
+                _ => guaranteed = false,
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => Qos::BestEffort,
+        (true, true) => Qos::Guaranteed,
+        (true, false) => Qos::Burstable,
+    }
+}
+
+/// A stable hash of a container's spec; a change means the container must be recreated.
+pub fn container_hash(c: &Container) -> String {
+    let json = serde_json::to_vec(c).unwrap_or_default();
+    let digest = Sha256::digest(&json);
+    hex::encode(&digest[..4])
+}
+
+/// `namespace/name` for logs.
+pub fn full_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn pull_policy_defaults() {
+        assert_eq!(default_pull_policy("busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox:latest"), "Always");
+        assert_eq!(default_pull_policy("docker.io/library/busybox:1.35"), "IfNotPresent");
+        assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox@sha256:abcd"), "IfNotPresent");
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let p = pod(serde_json::json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "a", "image": "x:1"}, {"name": "a", "image": "y:1"}]}}));
+        assert_eq!(validate(&p).unwrap_err().field, "spec.containers[1].name");
+        let p = pod(serde_json::json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "a"}]}}));
+        assert_eq!(validate(&p).unwrap_err().field, "spec.containers[0].image");
+        let p = pod(serde_json::json!({"metadata": {"name": "Web_1"}, "spec": {"containers": [{"name": "a", "image": "x"}]}}));
+        assert_eq!(validate(&p).unwrap_err().field, "metadata.name");
+        let p = pod(serde_json::json!({"metadata": {"name": "w"}, "spec": {"restartPolicy": "Sometimes", "containers": [{"name": "a", "image": "x"}]}}));
+        assert_eq!(validate(&p).unwrap_err().field, "spec.restartPolicy");
+        let p = pod(serde_json::json!({"metadata": {"name": "w"}, "spec": {"containers": [{"name": "a", "image": "x", "resources": {"limits": {"cpu": "lots"}}}]}}));
+        assert_eq!(validate(&p).unwrap_err().field, "spec.containers[0].resources.limits[cpu]");
+    }
+
+    #[test]
+    fn qos_classes() {
+        let mut spec = PodSpec {
+            containers: vec![Container {
+                name: "a".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(qos_class(&spec), Qos::BestEffort);
+        let q = |s: &str| Quantity(s.into());
+        spec.containers[0].resources = Some(ResourceRequirements {
+            limits: Some([("cpu".into(), q("1")), ("memory".into(), q("64Mi"))].into()),
+            ..Default::default()
+        });
+        assert_eq!(qos_class(&spec), Qos::Guaranteed);
+        spec.containers[0].resources = Some(ResourceRequirements {
+            requests: Some([("cpu".into(), q("100m"))].into()),
+            ..Default::default()
+        });
+        assert_eq!(qos_class(&spec), Qos::Burstable);
+    }
+}

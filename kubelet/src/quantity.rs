@@ -1,0 +1,108 @@
+//! Kubernetes resource quantities ("100m", "1.5", "128Mi", "1G", "1e3") as integers.
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// A quantity string that does not follow the Kubernetes quantity grammar.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}")]
+pub struct QuantityError(pub String);
+
+/// The value in thousandths ("milli" units): "100m" → 100, "2" → 2000, "1Ki" → 1_024_000.
+pub fn parse_milli(q: &str) -> Result<i128, QuantityError> {
+    let err = || QuantityError(q.to_string());
+    let s = q.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    if num.is_empty() || num == "+" || num == "-" {
+        return Err(err());
+    }
+    let negative = num.starts_with('-');
+    let digits = num.strip_prefix(['+', '-']).unwrap_or(num);
+    let (int_part, frac_part) = digits.split_once('.').unwrap_or((digits, ""));
+    if int_part.is_empty() && frac_part.is_empty() {
+        return Err(err());
+    }
+    if !(int_part.bytes().all(|c| c.is_ascii_digit()) && frac_part.bytes().all(|c| c.is_ascii_digit())) {
+        return Err(err());
+    }
+    // value = int.frac × multiplier, computed in thousandths without floating point.
+    let (mul_num, mul_den): (i128, i128) = match suffix {
+        "" => (1, 1),
+        "m" => (1, 1000),
+        "u" => (1, 1_000_000),
+        "n" => (1, 1_000_000_000),
+        "k" => (1_000, 1),
+        "M" => (1_000_000, 1),
+        "G" => (1_000_000_000, 1),
+        "T" => (1_000_000_000_000, 1),
+        "P" => (1_000_000_000_000_000, 1),
+        "E" => (1_000_000_000_000_000_000, 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
+        "Ei" => (1 << 60, 1),
+        e if e.starts_with(['e', 'E']) => {
+            let exp: i32 = e[1..].parse().map_err(|_| err())?;
+            if exp >= 0 {
+                (10i128.checked_pow(exp as u32).ok_or_else(err)?, 1)
+            } else {
+                (1, 10i128.checked_pow((-exp) as u32).ok_or_else(err)?)
+            }
+        }
+        _ => return Err(err()),
+    };
+    let frac_den = 10i128.pow(frac_part.len().min(30) as u32);
+    let mantissa: i128 = format!("{int_part}{}", &frac_part[..frac_part.len().min(30)])
+        .trim_start_matches('0')
+        .parse()
+        .unwrap_or(0);
+    // Round up like Kubernetes does when a value is not representable.
+    let numer = mantissa * mul_num * 1000;
+    let denom = frac_den * mul_den;
+    let v = (numer + denom - 1) / denom;
+    Ok(if negative { -v } else { v })
+}
+
+/// Whole units, rounded up ("100m" → 1, "128Mi" → 134217728).
+pub fn parse_value(q: &str) -> Result<i128, QuantityError> {
+    let m = parse_milli(q)?;
+    Ok((m + 999).div_euclid(1000))
+}
+
+/// Reads a k8s-openapi quantity as milli units.
+pub fn milli(q: &Quantity) -> Result<i128, QuantityError> {
+    parse_milli(&q.0)
+}
+
+/// Reads a k8s-openapi quantity as whole units.
+pub fn value(q: &Quantity) -> Result<i128, QuantityError> {
+    parse_value(&q.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_and_memory_forms() {
+        assert_eq!(parse_milli("100m").unwrap(), 100);
+        assert_eq!(parse_milli("2").unwrap(), 2000);
+        assert_eq!(parse_milli("0.5").unwrap(), 500);
+        assert_eq!(parse_value("128Mi").unwrap(), 128 << 20);
+        assert_eq!(parse_value("1G").unwrap(), 1_000_000_000);
+        assert_eq!(parse_value("1e3").unwrap(), 1000);
+        assert_eq!(parse_value("1.5Gi").unwrap(), 3 << 29);
+        assert_eq!(parse_value("100m").unwrap(), 1);
+    }
+
+    #[test]
+    fn garbage_rejected() {
+        for bad in ["", "abc", "1x", "--1", "1.2.3", "Mi"] {
+            assert!(parse_milli(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! [`Runtime`] over the CRI v1 gRPC API (containerd, CRI-O) on a unix socket.
+
+use super::*;
+use cri_proto::v1 as pb;
+use cri_proto::{Channel, ImageServiceClient, RuntimeServiceClient};
+use std::collections::HashMap;
+
+/// A CRI runtime reached through one gRPC channel (tonic reconnects it after a runtime restart).
+#[derive(Clone)]
+pub struct CriRuntime {
+    runtime: RuntimeServiceClient<Channel>,
+    image: ImageServiceClient<Channel>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for CriRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CriRuntime").field("timeout", &self.timeout).finish()
+    }
+}
+
+impl CriRuntime {
+    /// Wraps channels to the runtime and image services; every call gets `timeout`.
+    pub fn new(runtime: Channel, image: Channel, timeout: Duration) -> Self {
+        Self {
+            runtime: cri_proto::runtime_client(runtime),
+            image: cri_proto::image_client(image),
+            timeout,
+        }
+    }
+
+    fn req<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        r.set_timeout(self.timeout);
+        r
+    }
+}
+
+fn err(op: &'static str, s: tonic::Status) -> RuntimeError {
+    match s.code() {
+        tonic::Code::NotFound => RuntimeError::NotFound {
+            op,
+            message: s.message().to_string(),
+        },
+        tonic::Code::Unavailable => RuntimeError::Unavailable(format!("{op}: {}", s.message())),
+        _ => RuntimeError::Call {
+            op,
+            message: format!("{:?}: {}", s.code(), s.message()),
+        },
+    }
+}
+
+fn btree(m: HashMap<String, String>) -> BTreeMap<String, String> {
+    m.into_iter().collect()
+}
+
+fn hash(m: &BTreeMap<String, String>) -> HashMap<String, String> {
+    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn container_state(s: i32) -> ContainerState {
+    match pb::ContainerState::try_from(s) {
+        Ok(pb::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(pb::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(pb::ContainerState::ContainerExited) => ContainerState::Exited,
+        _ => ContainerState::Unknown,
+    }
+}
+
+fn sandbox_state(s: i32) -> SandboxState {
+    if s == pb::PodSandboxState::SandboxReady as i32 {
+        SandboxState::Ready
+    } else {
+        SandboxState::NotReady
+    }
+}
+
+fn namespaces(host_network: bool, host_pid: bool, host_ipc: bool) -> pb::NamespaceOption {
+    let mode = |host: bool, otherwise: pb::NamespaceMode| {
+        if host { pb::NamespaceMode::Node as i32 } else { otherwise as i32 }
+    };
+    pb::NamespaceOption {
+        network: mode(host_network, pb::NamespaceMode::Pod),
+        pid: mode(host_pid, pb::NamespaceMode::Container),
+        ipc: mode(host_ipc, pb::NamespaceMode::Pod),
+        ..Default::default()
+    }
+}
+
+fn resources(r: &LinuxResources) -> pb::LinuxContainerResources {
+    pb::LinuxContainerResources {
+        cpu_period: r.cpu_period,
+        cpu_quota: r.cpu_quota,
+        cpu_shares: r.cpu_shares,
+        memory_limit_in_bytes: r.memory_limit_in_bytes,
+        oom_score_adj: r.oom_score_adj,
+        ..Default::default()
+    }
+}
+
+/// The protobuf sandbox config the runtime gets for `c`.
+pub fn sandbox_pb(c: &SandboxConfig) -> pb::PodSandboxConfig {
+    pb::PodSandboxConfig {
+        metadata: Some(pb::PodSandboxMetadata {
+            name: c.name.clone(),
+            uid: c.uid.clone(),
+            namespace: c.namespace.clone(),
+            attempt: c.attempt,
+        }),
+        hostname: c.hostname.clone(),
+        log_directory: c.log_directory.clone(),
+        dns_config: c.dns.as_ref().map(|d| pb::DnsConfig {
+            servers: d.servers.clone(),
+            searches: d.searches.clone(),
+            options: d.options.clone(),
+        }),
+        port_mappings: c
+            .port_mappings
+            .iter()
+            .map(|p| pb::PortMapping {
+                protocol: match p.protocol {
+                    Protocol::Tcp => pb::Protocol::Tcp,
+                    Protocol::Udp => pb::Protocol::Udp,
+                    Protocol::Sctp => pb::Protocol::Sctp,
+                } as i32,
+                container_port: p.container_port,
+                host_port: p.host_port,
+                host_ip: p.host_ip.clone(),
+            })
+            .collect(),
+        labels: hash(&c.labels),
+        annotations: hash(&c.annotations),
+        linux: Some(pb::LinuxPodSandboxConfig {
+            cgroup_parent: c.cgroup_parent.clone(),
+            security_context: Some(pb::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespaces(c.host_network, c.host_pid, c.host_ipc)),
+                ..Default::default()
+            }),
+            sysctls: hash(&c.sysctls),
+            resources: c.resources.as_ref().map(resources),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::ContainerConfig {
+    pb::ContainerConfig {
+        metadata: Some(pb::ContainerMetadata {
+            name: c.name.clone(),
+            attempt: c.attempt,
+        }),
+        image: Some(pb::ImageSpec {
+            image: c.image.clone(),
+            user_specified_image: c.image.clone(),
+            ..Default::default()
+        }),
+        command: c.command.clone(),
+        args: c.args.clone(),
+        working_dir: c.working_dir.clone(),
+        envs: c
+            .envs
+            .iter()
+            .map(|(k, v)| pb::KeyValue {
+                key: k.clone(),
+                value: v.clone(),
+            })
+            .collect(),
+        mounts: c
+            .mounts
+            .iter()
+            .map(|m| pb::Mount {
+                container_path: m.container_path.clone(),
+                host_path: m.host_path.clone(),
+                readonly: m.readonly,
+                ..Default::default()
+            })
+            .collect(),
+        labels: hash(&c.labels),
+        annotations: hash(&c.annotations),
+        log_path: c.log_path.clone(),
+        stdin: c.stdin,
+        tty: c.tty,
+        linux: Some(pb::LinuxContainerConfig {
+            resources: Some(resources(&c.resources)),
+            security_context: Some(pb::LinuxContainerSecurityContext {
+                privileged: c.privileged,
+                readonly_rootfs: c.readonly_rootfs,
+                run_as_user: c.run_as_user.map(|value| pb::Int64Value { value }),
+                run_as_group: c.run_as_group.map(|value| pb::Int64Value { value }),
+                namespace_options: Some(namespaces(sandbox.host_network, sandbox.host_pid, sandbox.host_ipc)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[async_trait::async_trait]
+impl Runtime for CriRuntime {
+    async fn version(&self) -> Result<VersionInfo> {
+        let r = self
+            .runtime
+            .clone()
+            .version(self.req(pb::VersionRequest {
+                version: cri_proto::CRI_API_VERSION.into(),
+            }))
+            .await
+            .map_err(|s| err("Version", s))?
+            .into_inner();
+        Ok(VersionInfo {
+            runtime_name: r.runtime_name,
+            runtime_version: r.runtime_version,
+            runtime_api_version: r.runtime_api_version,
+        })
+    }
+
+    async fn list_sandboxes(&self) -> Result<Vec<Sandbox>> {
+        let r = self
+            .runtime
+            .clone()
+            .list_pod_sandbox(self.req(pb::ListPodSandboxRequest { filter: None }))
+            .await
+            .map_err(|s| err("ListPodSandbox", s))?
+            .into_inner();
+        Ok(r.items
+            .into_iter()
+            .map(|s| {
+                let md = s.metadata.unwrap_or_default();
+                Sandbox {
+                    id: s.id,
+                    pod_name: md.name,
+                    pod_namespace: md.namespace,
+                    pod_uid: md.uid,
+                    attempt: md.attempt,
+                    state: sandbox_state(s.state),
+                    created_at: s.created_at,
+                    labels: btree(s.labels),
+                    annotations: btree(s.annotations),
+                }
+            })
+            .collect())
+    }
+
+    async fn sandbox_status(&self, id: &str) -> Result<SandboxStatus> {
+        let r = self
+            .runtime
+            .clone()
+            .pod_sandbox_status(self.req(pb::PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: false,
+            }))
+            .await
+            .map_err(|s| err("PodSandboxStatus", s))?
+            .into_inner();
+        let s = r.status.unwrap_or_default();
+        let mut ips = Vec::new();
+        if let Some(n) = s.network {
+            if !n.ip.is_empty() {
+                ips.push(n.ip);
+            }
+            ips.extend(n.additional_ips.into_iter().map(|p| p.ip).filter(|ip| !ip.is_empty()));
+        }
+        Ok(SandboxStatus {
+            id: s.id,
+            state: sandbox_state(s.state),
+            ips,
+            created_at: s.created_at,
+        })
+    }
+
+    async fn run_sandbox(&self, config: &SandboxConfig) -> Result<String> {
+        let r = self
+            .runtime
+            .clone()
+            .run_pod_sandbox(self.req(pb::RunPodSandboxRequest {
+                config: Some(sandbox_pb(config)),
+                runtime_handler: String::new(),
+            }))
+            .await
+            .map_err(|s| err("RunPodSandbox", s))?;
+        Ok(r.into_inner().pod_sandbox_id)
+    }
+
+    async fn stop_sandbox(&self, id: &str) -> Result<()> {
+        self.runtime
+            .clone()
+            .stop_pod_sandbox(self.req(pb::StopPodSandboxRequest { pod_sandbox_id: id.into() }))
+            .await
+            .map_err(|s| err("StopPodSandbox", s))?;
+        Ok(())
+    }
+
+    async fn remove_sandbox(&self, id: &str) -> Result<()> {
+        self.runtime
+            .clone()
+            .remove_pod_sandbox(self.req(pb::RemovePodSandboxRequest { pod_sandbox_id: id.into() }))
+            .await
+            .map_err(|s| err("RemovePodSandbox", s))?;
+        Ok(())
+    }
+
+    async fn list_containers(&self) -> Result<Vec<Container>> {
+        let r = self
+            .runtime
+            .clone()
+            .list_containers(self.req(pb::ListContainersRequest { filter: None }))
+            .await
+            .map_err(|s| err("ListContainers", s))?
+            .into_inner();
+        Ok(r.containers
+            .into_iter()
+            .map(|c| {
+                let md = c.metadata.unwrap_or_default();
+                Container {
+                    id: c.id,
+                    sandbox_id: c.pod_sandbox_id,
+                    name: md.name,
+                    attempt: md.attempt,
+                    image: c.image.map(|i| i.image).unwrap_or_default(),
+                    image_ref: c.image_ref,
+                    state: container_state(c.state),
+                    created_at: c.created_at,
+                    labels: btree(c.labels),
+                    annotations: btree(c.annotations),
+                }
+            })
+            .collect())
+    }
+
+    async fn container_status(&self, id: &str) -> Result<ContainerStatus> {
+        let r = self
+            .runtime
+            .clone()
+            .container_status(self.req(pb::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            }))
+            .await
+            .map_err(|s| err("ContainerStatus", s))?
+            .into_inner();
+        let s = r.status.ok_or_else(|| RuntimeError::NotFound {
+            op: "ContainerStatus",
+            message: id.into(),
+        })?;
+        let md = s.metadata.unwrap_or_default();
+        Ok(ContainerStatus {
+            id: s.id,
+            name: md.name,
+            attempt: md.attempt,
+            state: container_state(s.state),
+            created_at: s.created_at,
+            started_at: s.started_at,
+            finished_at: s.finished_at,
+            exit_code: s.exit_code,
+            image: s.image.map(|i| i.image).unwrap_or_default(),
+            image_ref: s.image_ref,
+            reason: s.reason,
+            message: s.message,
+            labels: btree(s.labels),
+            annotations: btree(s.annotations),
+        })
+    }
+
+    async fn create_container(&self, sandbox_id: &str, config: &ContainerConfig, sandbox: &SandboxConfig) -> Result<String> {
+        let r = self
+            .runtime
+            .clone()
+            .create_container(self.req(pb::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                config: Some(container_pb(config, sandbox)),
+                sandbox_config: Some(sandbox_pb(sandbox)),
+            }))
+            .await
+            .map_err(|s| err("CreateContainer", s))?;
+        Ok(r.into_inner().container_id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<()> {
+        self.runtime
+            .clone()
+            .start_container(self.req(pb::StartContainerRequest { container_id: id.into() }))
+            .await
+            .map_err(|s| err("StartContainer", s))?;
+        Ok(())
+    }
+
+    async fn stop_container(&self, id: &str, timeout: Duration) -> Result<()> {
+        let mut req = tonic::Request::new(pb::StopContainerRequest {
+            container_id: id.into(),
+            timeout: timeout.as_secs() as i64,
+        });
+        // The call lasts as long as the grace period, plus the usual allowance.
+        req.set_timeout(timeout + self.timeout);
+        self.runtime
+            .clone()
+            .stop_container(req)
+            .await
+            .map_err(|s| err("StopContainer", s))?;
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        self.runtime
+            .clone()
+            .remove_container(self.req(pb::RemoveContainerRequest { container_id: id.into() }))
+            .await
+            .map_err(|s| err("RemoveContainer", s))?;
+        Ok(())
+    }
+
+    async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult> {
+        let mut req = tonic::Request::new(pb::ExecSyncRequest {
+            container_id: id.into(),
+            cmd: cmd.to_vec(),
+            timeout: timeout.as_secs() as i64,
+        });
+        req.set_timeout(timeout + self.timeout);
+        let r = self
+            .runtime
+            .clone()
+            .exec_sync(req)
+            .await
+            .map_err(|s| err("ExecSync", s))?
+            .into_inner();
+        Ok(ExecResult {
+            exit_code: r.exit_code,
+            stdout: r.stdout,
+            stderr: r.stderr,
+        })
+    }
+
+    async fn image_status(&self, image: &str) -> Result<Option<String>> {
+        let r = self
+            .image
+            .clone()
+            .image_status(self.req(pb::ImageStatusRequest {
+                image: Some(pb::ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            }))
+            .await
+            .map_err(|s| err("ImageStatus", s))?
+            .into_inner();
+        Ok(r.image.map(|i| i.id))
+    }
+
+    async fn pull_image(&self, image: &str, sandbox: &SandboxConfig) -> Result<String> {
+        let mut req = tonic::Request::new(pb::PullImageRequest {
+            image: Some(pb::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            auth: None,
+            sandbox_config: Some(sandbox_pb(sandbox)),
+        });
+        // Pulls may take long; upstream gives them no deadline beyond progress checks.
+        req.set_timeout(self.timeout.max(Duration::from_secs(600)));
+        let r = self
+            .image
+            .clone()
+            .pull_image(req)
+            .await
+            .map_err(|s| err("PullImage", s))?
+            .into_inner();
+        Ok(r.image_ref)
+    }
+}

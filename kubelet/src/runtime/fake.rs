@@ -1,0 +1,317 @@
+//! An in-memory runtime that records every call and lets tests inject errors and container
+//! exits. State transitions follow containerd's: created → running → exited.
+
+use super::*;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+#[derive(Debug, Default)]
+struct State {
+    next_id: u64,
+    clock: i64,
+    sandboxes: BTreeMap<String, (Sandbox, SandboxConfig)>,
+    containers: BTreeMap<String, ContainerStatus>,
+    container_sandbox: HashMap<String, String>,
+    images: BTreeMap<String, String>,
+    calls: Vec<String>,
+    fail_next: HashMap<&'static str, Vec<RuntimeError>>,
+    exec_results: Vec<ExecResult>,
+}
+
+/// A recording fake of [`Runtime`].
+#[derive(Debug, Default)]
+pub struct FakeRuntime {
+    state: Mutex<State>,
+}
+
+impl FakeRuntime {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes `image` present in the store.
+    pub fn add_image(&self, image: &str) {
+        let mut s = self.state.lock().unwrap();
+        let digest = format!("sha256:{:064x}", s.images.len() + 1);
+        s.images.insert(image.to_string(), digest);
+    }
+
+    /// The next call of `op` (e.g. "StartContainer") fails with `err`.
+    pub fn fail_next(&self, op: &'static str, err: RuntimeError) {
+        self.state.lock().unwrap().fail_next.entry(op).or_default().push(err);
+    }
+
+    /// The next ExecSync returns this result.
+    pub fn push_exec_result(&self, r: ExecResult) {
+        self.state.lock().unwrap().exec_results.push(r);
+    }
+
+    /// Simulates the container's process exiting with `code`.
+    pub fn exit_container(&self, id: &str, code: i32) {
+        let mut s = self.state.lock().unwrap();
+        s.clock += 1_000_000_000;
+        let now = s.clock;
+        if let Some(c) = s.containers.get_mut(id) {
+            c.state = ContainerState::Exited;
+            c.exit_code = code;
+            c.finished_at = now;
+            c.reason = if code == 0 { "Completed".into() } else { "Error".into() };
+        }
+    }
+
+    /// Names of the calls made so far, in order (`"RunPodSandbox"`, `"StartContainer"`, ...).
+    pub fn calls(&self) -> Vec<String> {
+        self.state.lock().unwrap().calls.clone()
+    }
+
+    pub fn clear_calls(&self) {
+        self.state.lock().unwrap().calls.clear();
+    }
+
+    /// How many times `op` was called.
+    pub fn count(&self, op: &str) -> usize {
+        self.state.lock().unwrap().calls.iter().filter(|c| *c == op).count()
+    }
+
+    /// IDs of running containers named `name`.
+    pub fn running(&self, name: &str) -> Vec<String> {
+        let s = self.state.lock().unwrap();
+        s.containers
+            .values()
+            .filter(|c| c.name == name && c.state == ContainerState::Running)
+            .map(|c| c.id.clone())
+            .collect()
+    }
+
+    /// Number of sandboxes still known to the runtime.
+    pub fn sandbox_count(&self) -> usize {
+        self.state.lock().unwrap().sandboxes.len()
+    }
+
+    /// The config the sandbox was created with.
+    pub fn sandbox_config(&self, id: &str) -> Option<SandboxConfig> {
+        self.state.lock().unwrap().sandboxes.get(id).map(|(_, c)| c.clone())
+    }
+
+    fn enter(&self, op: &'static str) -> Result<std::sync::MutexGuard<'_, State>> {
+        let mut s = self.state.lock().unwrap();
+        s.calls.push(op.to_string());
+        s.clock += 1_000_000;
+        if let Some(errs) = s.fail_next.get_mut(op)
+            && !errs.is_empty()
+        {
+            return Err(errs.remove(0));
+        }
+        Ok(s)
+    }
+}
+
+fn not_found(op: &'static str, id: &str) -> RuntimeError {
+    RuntimeError::NotFound {
+        op,
+        message: id.to_string(),
+    }
+}
+
+#[async_trait::async_trait]
+impl Runtime for FakeRuntime {
+    async fn version(&self) -> Result<VersionInfo> {
+        let _guard = self.enter("Version")?;
+        Ok(VersionInfo {
+            runtime_name: "fake".into(),
+            runtime_version: "0.0.1".into(),
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    async fn list_sandboxes(&self) -> Result<Vec<Sandbox>> {
+        let s = self.enter("ListPodSandbox")?;
+        Ok(s.sandboxes.values().map(|(sb, _)| sb.clone()).collect())
+    }
+
+    async fn sandbox_status(&self, id: &str) -> Result<SandboxStatus> {
+        let s = self.enter("PodSandboxStatus")?;
+        let (sb, cfg) = s.sandboxes.get(id).ok_or_else(|| not_found("PodSandboxStatus", id))?;
+        Ok(SandboxStatus {
+            id: sb.id.clone(),
+            state: sb.state,
+            ips: if cfg.host_network { vec![] } else { vec![format!("10.88.0.{}", 2 + sb.id.len())] },
+            created_at: sb.created_at,
+        })
+    }
+
+    async fn run_sandbox(&self, config: &SandboxConfig) -> Result<String> {
+        let mut s = self.enter("RunPodSandbox")?;
+        s.next_id += 1;
+        let id = format!("sb{}", s.next_id);
+        let sb = Sandbox {
+            id: id.clone(),
+            pod_name: config.name.clone(),
+            pod_namespace: config.namespace.clone(),
+            pod_uid: config.uid.clone(),
+            attempt: config.attempt,
+            state: SandboxState::Ready,
+            created_at: s.clock,
+            labels: config.labels.clone(),
+            annotations: config.annotations.clone(),
+        };
+        s.sandboxes.insert(id.clone(), (sb, config.clone()));
+        Ok(id)
+    }
+
+    async fn stop_sandbox(&self, id: &str) -> Result<()> {
+        let mut s = self.enter("StopPodSandbox")?;
+        let now = s.clock;
+        let ids: Vec<String> = s
+            .container_sandbox
+            .iter()
+            .filter(|(_, sb)| *sb == id)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for cid in ids {
+            if let Some(c) = s.containers.get_mut(&cid)
+                && c.state == ContainerState::Running
+            {
+                c.state = ContainerState::Exited;
+                c.exit_code = 137;
+                c.finished_at = now;
+            }
+        }
+        if let Some((sb, _)) = s.sandboxes.get_mut(id) {
+            sb.state = SandboxState::NotReady;
+        }
+        Ok(())
+    }
+
+    async fn remove_sandbox(&self, id: &str) -> Result<()> {
+        let mut s = self.enter("RemovePodSandbox")?;
+        s.sandboxes.remove(id);
+        let ids: Vec<String> = s
+            .container_sandbox
+            .iter()
+            .filter(|(_, sb)| *sb == id)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for cid in ids {
+            s.containers.remove(&cid);
+            s.container_sandbox.remove(&cid);
+        }
+        Ok(())
+    }
+
+    async fn list_containers(&self) -> Result<Vec<Container>> {
+        let s = self.enter("ListContainers")?;
+        Ok(s.containers
+            .values()
+            .map(|c| Container {
+                id: c.id.clone(),
+                sandbox_id: s.container_sandbox[&c.id].clone(),
+                name: c.name.clone(),
+                attempt: c.attempt,
+                image: c.image.clone(),
+                image_ref: c.image_ref.clone(),
+                state: c.state,
+                created_at: c.created_at,
+                labels: c.labels.clone(),
+                annotations: c.annotations.clone(),
+            })
+            .collect())
+    }
+
+    async fn container_status(&self, id: &str) -> Result<ContainerStatus> {
+        let s = self.enter("ContainerStatus")?;
+        s.containers.get(id).cloned().ok_or_else(|| not_found("ContainerStatus", id))
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: &ContainerConfig,
+        _sandbox: &SandboxConfig,
+    ) -> Result<String> {
+        let mut s = self.enter("CreateContainer")?;
+        if !s.sandboxes.contains_key(sandbox_id) {
+            return Err(not_found("CreateContainer", sandbox_id));
+        }
+        s.next_id += 1;
+        let id = format!("c{}", s.next_id);
+        let image_ref = s.images.get(&config.image).cloned().unwrap_or_default();
+        let status = ContainerStatus {
+            id: id.clone(),
+            name: config.name.clone(),
+            attempt: config.attempt,
+            state: ContainerState::Created,
+            created_at: s.clock,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            image: config.image.clone(),
+            image_ref,
+            reason: String::new(),
+            message: String::new(),
+            labels: config.labels.clone(),
+            annotations: config.annotations.clone(),
+        };
+        s.containers.insert(id.clone(), status);
+        s.container_sandbox.insert(id.clone(), sandbox_id.to_string());
+        Ok(id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<()> {
+        let mut s = self.enter("StartContainer")?;
+        let now = s.clock;
+        let c = s.containers.get_mut(id).ok_or_else(|| not_found("StartContainer", id))?;
+        c.state = ContainerState::Running;
+        c.started_at = now;
+        Ok(())
+    }
+
+    async fn stop_container(&self, id: &str, _timeout: Duration) -> Result<()> {
+        let mut s = self.enter("StopContainer")?;
+        let now = s.clock;
+        if let Some(c) = s.containers.get_mut(id)
+            && c.state == ContainerState::Running
+        {
+            c.state = ContainerState::Exited;
+            c.exit_code = 143;
+            c.finished_at = now;
+            c.reason = "Error".into();
+        }
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        let mut s = self.enter("RemoveContainer")?;
+        s.containers.remove(id);
+        s.container_sandbox.remove(id);
+        Ok(())
+    }
+
+    async fn exec_sync(&self, id: &str, _cmd: &[String], _timeout: Duration) -> Result<ExecResult> {
+        let mut s = self.enter("ExecSync")?;
+        if !s.containers.contains_key(id) {
+            return Err(not_found("ExecSync", id));
+        }
+        Ok(if s.exec_results.is_empty() {
+            ExecResult {
+                exit_code: 0,
+                stdout: vec![],
+                stderr: vec![],
+            }
+        } else {
+            s.exec_results.remove(0)
+        })
+    }
+
+    async fn image_status(&self, image: &str) -> Result<Option<String>> {
+        let s = self.enter("ImageStatus")?;
+        Ok(s.images.get(image).cloned())
+    }
+
+    async fn pull_image(&self, image: &str, _sandbox: &SandboxConfig) -> Result<String> {
+        let mut s = self.enter("PullImage")?;
+        let digest = format!("sha256:{:064x}", s.images.len() + 100);
+        s.images.insert(image.to_string(), digest.clone());
+        Ok(digest)
+    }
+}

@@ -1,0 +1,244 @@
+//! The container runtime as the kubelet sees it: a narrow trait over the CRI with plain domain
+//! types. [`cri::CriRuntime`] talks gRPC to containerd or CRI-O; [`fake::FakeRuntime`] records
+//! calls for unit tests.
+
+pub mod cri;
+pub mod fake;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Labels every CRI object of ours carries, so other tools (and we, after a restart) can map it
+/// back to its pod.
+pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
+pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
+pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
+/// Annotations upstream's kubelet puts on containers.
+pub const ANN_CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+pub const ANN_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+pub const ANN_TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+pub const ANN_TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+pub const ANN_POD_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+pub const ANN_CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
+
+/// A failed runtime call.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum RuntimeError {
+    #[error("runtime unavailable: {0}")]
+    Unavailable(String),
+    #[error("{op}: not found: {message}")]
+    NotFound { op: &'static str, message: String },
+    #[error("{op} failed: {message}")]
+    Call { op: &'static str, message: String },
+}
+
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+/// Sandbox state as the runtime reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxState {
+    Ready,
+    NotReady,
+}
+
+/// Container state as the runtime reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+/// A pod sandbox as listed by the runtime.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sandbox {
+    pub id: String,
+    pub pod_name: String,
+    pub pod_namespace: String,
+    pub pod_uid: String,
+    pub attempt: u32,
+    pub state: SandboxState,
+    /// Nanoseconds since the epoch.
+    pub created_at: i64,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A container as listed by the runtime.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Container {
+    pub id: String,
+    pub sandbox_id: String,
+    pub name: String,
+    pub attempt: u32,
+    pub image: String,
+    pub image_ref: String,
+    pub state: ContainerState,
+    pub created_at: i64,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Detailed status of one container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerStatus {
+    pub id: String,
+    pub name: String,
+    pub attempt: u32,
+    pub state: ContainerState,
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub image: String,
+    pub image_ref: String,
+    pub reason: String,
+    pub message: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Detailed status of one sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxStatus {
+    pub id: String,
+    pub state: SandboxState,
+    pub ips: Vec<String>,
+    pub created_at: i64,
+}
+
+/// DNS settings written into the sandbox's resolv.conf.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DnsConfig {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
+
+/// A host port mapping.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortMapping {
+    pub protocol: Protocol,
+    pub container_port: i32,
+    pub host_port: i32,
+    pub host_ip: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+/// Everything RunPodSandbox needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxConfig {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub attempt: u32,
+    pub hostname: String,
+    pub log_directory: String,
+    pub dns: Option<DnsConfig>,
+    pub port_mappings: Vec<PortMapping>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub cgroup_parent: String,
+    pub host_network: bool,
+    pub host_pid: bool,
+    pub host_ipc: bool,
+    pub sysctls: BTreeMap<String, String>,
+    /// Pod-level overhead plus container limits, for runtimes that size the sandbox.
+    pub resources: Option<LinuxResources>,
+}
+
+/// Linux resources of a container, already converted to cgroup units.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LinuxResources {
+    pub cpu_period: i64,
+    pub cpu_quota: i64,
+    pub cpu_shares: i64,
+    pub memory_limit_in_bytes: i64,
+    pub oom_score_adj: i64,
+}
+
+/// A bind mount into a container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mount {
+    pub container_path: String,
+    pub host_path: String,
+    pub readonly: bool,
+}
+
+/// Everything CreateContainer needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerConfig {
+    pub name: String,
+    pub attempt: u32,
+    pub image: String,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub working_dir: String,
+    pub envs: Vec<(String, String)>,
+    pub mounts: Vec<Mount>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Relative to the sandbox's log directory.
+    pub log_path: String,
+    pub stdin: bool,
+    pub tty: bool,
+    pub resources: LinuxResources,
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub privileged: bool,
+    pub readonly_rootfs: bool,
+}
+
+/// What ExecSync returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// Runtime name and version, for logs and the Node's nodeInfo.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionInfo {
+    pub runtime_name: String,
+    pub runtime_version: String,
+    pub runtime_api_version: String,
+}
+
+/// The CRI as the kubelet uses it. Every call is one RPC; no call retries on its own.
+#[async_trait::async_trait]
+pub trait Runtime: Send + Sync + 'static {
+    async fn version(&self) -> Result<VersionInfo>;
+
+    async fn list_sandboxes(&self) -> Result<Vec<Sandbox>>;
+    async fn sandbox_status(&self, id: &str) -> Result<SandboxStatus>;
+    async fn run_sandbox(&self, config: &SandboxConfig) -> Result<String>;
+    async fn stop_sandbox(&self, id: &str) -> Result<()>;
+    async fn remove_sandbox(&self, id: &str) -> Result<()>;
+
+    async fn list_containers(&self) -> Result<Vec<Container>>;
+    async fn container_status(&self, id: &str) -> Result<ContainerStatus>;
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: &ContainerConfig,
+        sandbox: &SandboxConfig,
+    ) -> Result<String>;
+    async fn start_container(&self, id: &str) -> Result<()>;
+    /// Stops with SIGTERM (or the image's stop signal), then SIGKILL after `timeout`.
+    async fn stop_container(&self, id: &str, timeout: Duration) -> Result<()>;
+    async fn remove_container(&self, id: &str) -> Result<()>;
+    async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult>;
+
+    /// The image's ID (digest) when present in the runtime's store.
+    async fn image_status(&self, image: &str) -> Result<Option<String>>;
+    async fn pull_image(&self, image: &str, sandbox: &SandboxConfig) -> Result<String>;
+}

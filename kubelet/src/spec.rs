@@ -1,0 +1,580 @@
+//! Turning a pod spec into what the runtime is asked for: the sandbox config (hostname, DNS,
+//! ports, cgroup parent, labels) and each container's config (command, env, mounts, resources).
+
+use crate::pod::{self, Qos};
+use crate::quantity;
+use crate::runtime::*;
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Node-wide settings the specs are rendered with.
+#[derive(Debug, Clone, Default)]
+pub struct NodeSettings {
+    pub node_name: String,
+    pub host_ips: Vec<String>,
+    pub cluster_dns: Vec<String>,
+    pub cluster_domain: String,
+    /// The host's resolv.conf, already parsed.
+    pub host_dns: DnsConfig,
+    pub pod_logs_dir: PathBuf,
+    pub root_dir: PathBuf,
+    pub memory_capacity: i64,
+}
+
+/// Why a container config could not be built (reported as `CreateContainerConfigError`).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Parses resolv.conf text into servers, searches and options.
+pub fn parse_resolv_conf(text: &str) -> DnsConfig {
+    let mut d = DnsConfig::default();
+    for line in text.lines() {
+        let line = line.split(['#', ';']).next().unwrap_or("");
+        let mut f = line.split_whitespace();
+        match f.next() {
+            Some("nameserver") => d.servers.extend(f.next().map(str::to_string)),
+            Some("search") | Some("domain") => d.searches = f.map(str::to_string).collect(),
+            Some("options") => d.options.extend(f.map(str::to_string)),
+            _ => {}
+        }
+    }
+    d
+}
+
+/// The pod's log directory: `<podLogsDir>/<namespace>_<name>_<uid>`.
+pub fn pod_log_dir(node: &NodeSettings, pod: &Pod) -> PathBuf {
+    node.pod_logs_dir.join(format!(
+        "{}_{}_{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or(""),
+        pod.metadata.uid.as_deref().unwrap_or("")
+    ))
+}
+
+/// The pod's state directory: `<root-dir>/pods/<uid>`.
+pub fn pod_dir(node: &NodeSettings, uid: &str) -> PathBuf {
+    node.root_dir.join("pods").join(uid)
+}
+
+/// DNS for the sandbox following the pod's dnsPolicy (upstream's rules), or None to let the
+/// runtime use its own (never the case for pods we build).
+pub fn dns_config(node: &NodeSettings, pod: &Pod) -> DnsConfig {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let host_net = spec.host_network.unwrap_or(false);
+    let policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
+    let use_cluster = match policy {
+        "ClusterFirstWithHostNet" => true,
+        "ClusterFirst" => !host_net,
+        _ => false,
+    } && !node.cluster_dns.is_empty();
+    let mut d = match policy {
+        "None" => DnsConfig::default(),
+        _ if use_cluster => {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let domain = &node.cluster_domain;
+            let mut searches = if domain.is_empty() {
+                Vec::new()
+            } else {
+                vec![format!("{ns}.svc.{domain}"), format!("svc.{domain}"), domain.clone()]
+            };
+            searches.extend(node.host_dns.searches.iter().cloned());
+            DnsConfig {
+                servers: node.cluster_dns.clone(),
+                searches,
+                options: vec!["ndots:5".into()],
+            }
+        }
+        _ => node.host_dns.clone(),
+    };
+    if let Some(extra) = spec.dns_config {
+        d.servers.extend(extra.nameservers.unwrap_or_default());
+        d.searches.extend(extra.searches.unwrap_or_default());
+        for o in extra.options.unwrap_or_default() {
+            let opt = match o.value {
+                Some(v) => format!("{}:{v}", o.name.clone().unwrap_or_default()),
+                None => o.name.clone().unwrap_or_default(),
+            };
+            let key = opt.split(':').next().unwrap_or("").to_string();
+            d.options.retain(|x| x.split(':').next() != Some(key.as_str()));
+            d.options.push(opt);
+        }
+    }
+    // Upstream caps searches at 32 entries.
+    d.searches.dedup();
+    d.searches.truncate(32);
+    d
+}
+
+fn protocol(p: Option<&str>) -> Protocol {
+    match p {
+        Some("UDP") => Protocol::Udp,
+        Some("SCTP") => Protocol::Sctp,
+        _ => Protocol::Tcp,
+    }
+}
+
+/// The sandbox config for `pod`.
+pub fn sandbox_config(node: &NodeSettings, pod: &Pod, attempt: u32, cgroup_parent: String) -> SandboxConfig {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let host_network = spec.host_network.unwrap_or(false);
+    // hostNetwork pods share the node's UTS namespace: the runtime refuses a hostname there.
+    let hostname = if host_network {
+        String::new()
+    } else {
+        let h = spec.hostname.clone().unwrap_or_else(|| name.clone());
+        h.chars().take(63).collect::<String>().trim_end_matches(['-', '.']).to_string()
+    };
+    let mut labels = pod.metadata.labels.clone().unwrap_or_default();
+    labels.insert(LABEL_POD_NAME.into(), name.clone());
+    labels.insert(LABEL_POD_NAMESPACE.into(), namespace.clone());
+    labels.insert(LABEL_POD_UID.into(), uid.clone());
+    let port_mappings = spec
+        .containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.host_port.unwrap_or(0) > 0)
+        .map(|p| PortMapping {
+            protocol: protocol(p.protocol.as_deref()),
+            container_port: p.container_port,
+            host_port: p.host_port.unwrap_or(0),
+            host_ip: p.host_ip.clone().unwrap_or_default(),
+        })
+        .collect();
+    let sysctls = spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.sysctls.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| (s.name, s.value))
+        .collect();
+    SandboxConfig {
+        log_directory: pod_log_dir(node, pod).display().to_string(),
+        name,
+        namespace,
+        uid,
+        attempt,
+        hostname,
+        dns: Some(dns_config(node, pod)),
+        port_mappings,
+        labels,
+        annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+        cgroup_parent,
+        host_network,
+        host_pid: spec.host_pid.unwrap_or(false),
+        host_ipc: spec.host_ipc.unwrap_or(false),
+        sysctls,
+        resources: None,
+    }
+}
+
+/// Linux resources from requests and limits, with upstream's conversions.
+pub fn linux_resources(c: &Container, qos: Qos, memory_capacity: i64) -> LinuxResources {
+    let res = c.resources.clone().unwrap_or_default();
+    let limits = res.limits.unwrap_or_default();
+    let requests = res.requests.unwrap_or_default();
+    let milli = |m: &BTreeMap<String, _>, k: &str| m.get(k).and_then(|q| quantity::milli(q).ok());
+    let cpu_limit = milli(&limits, "cpu");
+    let cpu_request = milli(&requests, "cpu").or(cpu_limit);
+    let mem_limit = limits.get("memory").and_then(|q| quantity::value(q).ok());
+    let mem_request = requests.get("memory").and_then(|q| quantity::value(q).ok()).or(mem_limit);
+    const PERIOD: i64 = 100_000;
+    let shares = match cpu_request {
+        Some(m) if m > 0 => ((m as i64) * 1024 / 1000).max(2),
+        _ => 2,
+    };
+    let quota = cpu_limit.map(|m| ((m as i64) * PERIOD / 1000).max(1000)).unwrap_or(0);
+    let oom = match qos {
+        Qos::Guaranteed => -997,
+        Qos::BestEffort => 1000,
+        Qos::Burstable => {
+            let req = mem_request.unwrap_or(0) as i64;
+            let cap = memory_capacity.max(1);
+            (1000 - (1000 * req) / cap).clamp(2, 999)
+        }
+    };
+    LinuxResources {
+        cpu_period: if quota > 0 { PERIOD } else { 0 },
+        cpu_quota: quota,
+        cpu_shares: shares,
+        memory_limit_in_bytes: mem_limit.unwrap_or(0) as i64,
+        oom_score_adj: oom,
+    }
+}
+
+/// Expands `$(VAR)` references like upstream (`$$` escapes; unknown references stay as written).
+pub fn expand(input: &str, vars: &BTreeMap<String, String>) -> String {
+    let mut out = String::with_capacity(input.len());
+    let b = input.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'$' && i + 1 < b.len() {
+            match b[i + 1] {
+                b'$' => {
+                    out.push('$');
+                    i += 2;
+                    continue;
+                }
+                b'(' => {
+                    if let Some(end) = input[i + 2..].find(')') {
+                        let name = &input[i + 2..i + 2 + end];
+                        match vars.get(name) {
+                            Some(v) => out.push_str(v),
+                            None => out.push_str(&input[i..i + 3 + end]),
+                        }
+                        i += 3 + end;
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let ch = input[i..].chars().next().unwrap_or('\0');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out
+}
+
+fn field_ref(pod: &Pod, path: &str, pod_ips: &[String], host_ips: &[String]) -> Result<String, ConfigError> {
+    let m = &pod.metadata;
+    let spec = pod.spec.clone().unwrap_or_default();
+    let keyed = |prefix: &str, map: &Option<BTreeMap<String, String>>| {
+        path.strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix("']"))
+            .map(|k| map.as_ref().and_then(|m| m.get(k)).cloned().unwrap_or_default())
+    };
+    if let Some(v) = keyed("metadata.labels['", &m.labels) {
+        return Ok(v);
+    }
+    if let Some(v) = keyed("metadata.annotations['", &m.annotations) {
+        return Ok(v);
+    }
+    Ok(match path {
+        "metadata.name" => m.name.clone().unwrap_or_default(),
+        "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
+        "metadata.uid" => m.uid.clone().unwrap_or_default(),
+        "spec.nodeName" => spec.node_name.unwrap_or_default(),
+        "spec.serviceAccountName" => spec.service_account_name.unwrap_or_default(),
+        "status.podIP" => pod_ips.first().cloned().unwrap_or_default(),
+        "status.podIPs" => pod_ips.join(","),
+        "status.hostIP" => host_ips.first().cloned().unwrap_or_default(),
+        "status.hostIPs" => host_ips.join(","),
+        other => return Err(ConfigError(format!("unsupported fieldRef path {other:?}"))),
+    })
+}
+
+fn env_value(pod: &Pod, c: &Container, e: &EnvVar, pod_ips: &[String], host_ips: &[String], vars: &BTreeMap<String, String>) -> Result<String, ConfigError> {
+    if let Some(v) = &e.value {
+        return Ok(expand(v, vars));
+    }
+    let Some(from) = &e.value_from else { return Ok(String::new()) };
+    if let Some(f) = &from.field_ref {
+        return field_ref(pod, &f.field_path, pod_ips, host_ips);
+    }
+    if let Some(r) = &from.resource_field_ref {
+        let res = c.resources.clone().unwrap_or_default();
+        let (map, key) = match r.resource.split_once('.') {
+            Some(("limits", k)) => (res.limits.unwrap_or_default(), k.to_string()),
+            Some(("requests", k)) => (res.requests.unwrap_or_default(), k.to_string()),
+            _ => return Err(ConfigError(format!("unsupported resourceFieldRef {:?}", r.resource))),
+        };
+        let divisor = r.divisor.as_ref().and_then(|d| quantity::milli(d).ok()).filter(|d| *d > 0).unwrap_or(1000);
+        let v = map.get(&key).and_then(|q| quantity::milli(q).ok()).unwrap_or(0);
+        return Ok(((v + divisor - 1) / divisor).to_string());
+    }
+    if let Some(s) = &from.secret_key_ref {
+        return Err(ConfigError(format!("secret \"{}\" not found", s.name)));
+    }
+    if let Some(cm) = &from.config_map_key_ref {
+        return Err(ConfigError(format!("configmap \"{}\" not found", cm.name)));
+    }
+    Ok(String::new())
+}
+
+/// Host paths of the pod's volumes, creating emptyDir and DirectoryOrCreate directories.
+pub fn prepare_volumes(node: &NodeSettings, pod: &Pod) -> Result<BTreeMap<String, PathBuf>, ConfigError> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for v in pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default() {
+        let path = if v.empty_dir.is_some() {
+            let p = pod_dir(node, &uid).join("volumes/kubernetes.io~empty-dir").join(&v.name);
+            std::fs::create_dir_all(&p).map_err(|e| ConfigError(format!("emptyDir {}: {e}", v.name)))?;
+            p
+        } else if let Some(h) = &v.host_path {
+            let p = PathBuf::from(&h.path);
+            match h.type_.as_deref() {
+                Some("DirectoryOrCreate") => std::fs::create_dir_all(&p)
+                    .map_err(|e| ConfigError(format!("hostPath {}: {e}", h.path)))?,
+                Some("Directory") if !p.is_dir() => {
+                    return Err(ConfigError(format!("hostPath type check failed: {} is not a directory", h.path)));
+                }
+                Some("File") if !p.is_file() => {
+                    return Err(ConfigError(format!("hostPath type check failed: {} is not a file", h.path)));
+                }
+                _ => {}
+            }
+            p
+        } else {
+            // Volume kinds served by the apiserver (secret, configMap, projected) arrive with
+            // cluster mode; until then a container mounting one cannot start.
+            continue;
+        };
+        out.insert(v.name.clone(), path);
+    }
+    Ok(out)
+}
+
+/// Writes the pod's managed /etc/hosts (not for hostNetwork pods) and returns its path.
+pub fn write_etc_hosts(node: &NodeSettings, pod: &Pod, pod_ips: &[String]) -> std::io::Result<Option<PathBuf>> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    if spec.host_network.unwrap_or(false) {
+        return Ok(None);
+    }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let hostname = spec.hostname.clone().unwrap_or_else(|| pod.metadata.name.clone().unwrap_or_default());
+    let mut text = String::from(
+        "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
+    );
+    let fqdn = match (&spec.subdomain, pod.metadata.namespace.as_deref()) {
+        (Some(sub), Some(ns)) if !sub.is_empty() => {
+            Some(format!("{hostname}.{sub}.{ns}.svc.cluster.local"))
+        }
+        _ => None,
+    };
+    for ip in pod_ips {
+        match &fqdn {
+            Some(f) => text.push_str(&format!("{ip}\t{f}\t{hostname}\n")),
+            None => text.push_str(&format!("{ip}\t{hostname}\n")),
+        }
+    }
+    for ha in spec.host_aliases.unwrap_or_default() {
+        text.push_str(&format!("\n# Entries added by HostAliases.\n{}\t{}\n", ha.ip, ha.hostnames.unwrap_or_default().join("\t")));
+    }
+    let dir = pod_dir(node, &uid);
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("etc-hosts");
+    std::fs::write(&path, text)?;
+    Ok(Some(path))
+}
+
+/// The container's config for attempt `restart_count`.
+#[allow(clippy::too_many_arguments)]
+pub fn container_config(
+    node: &NodeSettings,
+    pod: &Pod,
+    c: &Container,
+    restart_count: u32,
+    pod_ips: &[String],
+    volumes: &BTreeMap<String, PathBuf>,
+    etc_hosts: Option<&Path>,
+) -> Result<ContainerConfig, ConfigError> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let qos = pod::qos_class(&spec);
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut vars = BTreeMap::new();
+    let mut envs = Vec::new();
+    for e in c.env.iter().flatten() {
+        let v = env_value(pod, c, e, pod_ips, &node.host_ips, &vars)?;
+        vars.insert(e.name.clone(), v.clone());
+        envs.push((e.name.clone(), v));
+    }
+    let mut mounts = Vec::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let host = volumes.get(&m.name).ok_or_else(|| {
+            ConfigError(format!("cannot find volume {:?} to mount into container {:?}", m.name, c.name))
+        })?;
+        let host = match &m.sub_path {
+            Some(sp) if !sp.is_empty() => {
+                if sp.contains("..") || sp.starts_with('/') {
+                    return Err(ConfigError(format!("invalid subPath {sp:?}")));
+                }
+                let p = host.join(sp);
+                std::fs::create_dir_all(&p).map_err(|e| ConfigError(e.to_string()))?;
+                p
+            }
+            _ => host.clone(),
+        };
+        mounts.push(Mount {
+            container_path: m.mount_path.clone(),
+            host_path: host.display().to_string(),
+            readonly: m.read_only.unwrap_or(false),
+        });
+    }
+    if let Some(h) = etc_hosts
+        && !mounts.iter().any(|m| m.container_path == "/etc/hosts")
+    {
+        mounts.push(Mount {
+            container_path: "/etc/hosts".into(),
+            host_path: h.display().to_string(),
+            readonly: false,
+        });
+    }
+    // The termination message file: a fresh host file per container instance.
+    let term_path = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
+    if !term_path.is_empty() {
+        let dir = pod_dir(node, &uid).join("containers").join(&c.name);
+        std::fs::create_dir_all(&dir).map_err(|e| ConfigError(format!("termination log dir: {e}")))?;
+        let file = dir.join(format!("{restart_count}"));
+        std::fs::write(&file, b"").map_err(|e| ConfigError(format!("termination log: {e}")))?;
+        mounts.push(Mount {
+            container_path: term_path.clone(),
+            host_path: file.display().to_string(),
+            readonly: false,
+        });
+    }
+    let mut labels = BTreeMap::new();
+    labels.insert(LABEL_POD_NAME.to_string(), pod.metadata.name.clone().unwrap_or_default());
+    labels.insert(LABEL_POD_NAMESPACE.to_string(), pod.metadata.namespace.clone().unwrap_or_default());
+    labels.insert(LABEL_POD_UID.to_string(), uid.clone());
+    labels.insert(LABEL_CONTAINER_NAME.to_string(), c.name.clone());
+    let mut annotations = BTreeMap::new();
+    annotations.insert(ANN_CONTAINER_HASH.to_string(), pod::container_hash(c));
+    annotations.insert(ANN_RESTART_COUNT.to_string(), restart_count.to_string());
+    annotations.insert(ANN_TERMINATION_MESSAGE_PATH.to_string(), term_path);
+    annotations.insert(
+        ANN_TERMINATION_MESSAGE_POLICY.to_string(),
+        c.termination_message_policy.clone().unwrap_or_else(|| "File".into()),
+    );
+    annotations.insert(
+        ANN_POD_GRACE_PERIOD.to_string(),
+        spec.termination_grace_period_seconds.unwrap_or(30).to_string(),
+    );
+    if let Some(ports) = &c.ports
+        && !ports.is_empty()
+    {
+        let ports: Vec<serde_json::Value> = ports
+            .iter()
+            .map(|p| {
+                let mut o = serde_json::json!({"containerPort": p.container_port, "protocol": p.protocol.clone().unwrap_or_else(|| "TCP".into())});
+                if let Some(n) = &p.name {
+                    o["name"] = n.clone().into();
+                }
+                if let Some(hp) = p.host_port {
+                    o["hostPort"] = hp.into();
+                }
+                o
+            })
+            .collect();
+        annotations.insert(ANN_CONTAINER_PORTS.to_string(), serde_json::to_string(&ports).unwrap_or_default());
+    }
+    let sc = c.security_context.clone().unwrap_or_default();
+    let psc = spec.security_context.clone().unwrap_or_default();
+    Ok(ContainerConfig {
+        name: c.name.clone(),
+        attempt: restart_count,
+        image: c.image.clone().unwrap_or_default(),
+        command: c.command.iter().flatten().map(|s| expand(s, &vars)).collect(),
+        args: c.args.iter().flatten().map(|s| expand(s, &vars)).collect(),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs,
+        mounts,
+        labels,
+        annotations,
+        log_path: format!("{}/{restart_count}.log", c.name),
+        stdin: c.stdin.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
+        resources: linux_resources(c, qos, node.memory_capacity),
+        run_as_user: sc.run_as_user.or(psc.run_as_user),
+        run_as_group: sc.run_as_group.or(psc.run_as_group),
+        privileged: sc.privileged.unwrap_or(false),
+        readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        let mut p: Pod = serde_json::from_value(json).unwrap();
+        crate::pod::apply_defaults(&mut p);
+        p
+    }
+
+    fn node() -> NodeSettings {
+        NodeSettings {
+            node_name: "n1".into(),
+            host_ips: vec!["192.0.2.10".into()],
+            cluster_dns: vec!["10.96.0.10".into()],
+            cluster_domain: "cluster.local".into(),
+            host_dns: parse_resolv_conf("nameserver 1.1.1.1\nsearch example.com\noptions edns0\n"),
+            pod_logs_dir: "/var/log/pods".into(),
+            root_dir: std::env::temp_dir().join("kubelet-spec-test"),
+            memory_capacity: 8 << 30,
+        }
+    }
+
+    #[test]
+    fn dns_follows_policy() {
+        let p = pod(serde_json::json!({"metadata": {"name": "a", "namespace": "prod", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}));
+        let d = dns_config(&node(), &p);
+        assert_eq!(d.servers, vec!["10.96.0.10"]);
+        assert_eq!(d.searches, vec!["prod.svc.cluster.local", "svc.cluster.local", "cluster.local", "example.com"]);
+        assert_eq!(d.options, vec!["ndots:5"]);
+        let host = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"}, "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "i:1"}]}}));
+        assert_eq!(dns_config(&node(), &host).servers, vec!["1.1.1.1"]);
+        let mut standalone = node();
+        standalone.cluster_dns.clear();
+        assert_eq!(dns_config(&standalone, &p).servers, vec!["1.1.1.1"]);
+    }
+
+    #[test]
+    fn sandbox_carries_identity_and_ports() {
+        let p = pod(serde_json::json!({"metadata": {"name": "web", "namespace": "ns", "uid": "u1", "labels": {"app": "w"}}, "spec": {"containers": [{"name": "c", "image": "i:1", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}}));
+        let sb = sandbox_config(&node(), &p, 0, "/kubepods/besteffort/podu1".into());
+        assert_eq!(sb.labels[LABEL_POD_NAME], "web");
+        assert_eq!(sb.labels[LABEL_POD_UID], "u1");
+        assert_eq!(sb.labels["app"], "w");
+        assert_eq!(sb.hostname, "web");
+        assert_eq!(sb.log_directory, "/var/log/pods/ns_web_u1");
+        assert_eq!(sb.port_mappings[0].host_port, 8080);
+    }
+
+    #[test]
+    fn resources_convert_like_upstream() {
+        let c: Container = serde_json::from_value(serde_json::json!({"name": "c", "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}})).unwrap();
+        let r = linux_resources(&c, Qos::Guaranteed, 1 << 33);
+        assert_eq!(r.cpu_shares, 512);
+        assert_eq!(r.cpu_quota, 50_000);
+        assert_eq!(r.cpu_period, 100_000);
+        assert_eq!(r.memory_limit_in_bytes, 64 << 20);
+        assert_eq!(r.oom_score_adj, -997);
+        let none: Container = serde_json::from_value(serde_json::json!({"name": "c"})).unwrap();
+        let r = linux_resources(&none, Qos::BestEffort, 1 << 33);
+        assert_eq!((r.cpu_shares, r.cpu_quota, r.oom_score_adj), (2, 0, 1000));
+    }
+
+    #[test]
+    fn env_expansion_and_field_refs() {
+        let p = pod(serde_json::json!({"metadata": {"name": "web", "namespace": "ns", "uid": "u1"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i:1",
+            "env": [{"name": "A", "value": "x"}, {"name": "B", "value": "$(A)-$$(A)-$(NOPE)"},
+                    {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "command": ["echo", "$(POD)"]}]}}));
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let cfg = container_config(&node(), &p, c, 2, &["10.88.0.5".into()], &BTreeMap::new(), None).unwrap();
+        let env: BTreeMap<_, _> = cfg.envs.iter().cloned().collect();
+        assert_eq!(env["B"], "x-$(A)-$(NOPE)");
+        assert_eq!(env["POD"], "web");
+        assert_eq!(env["IP"], "10.88.0.5");
+        assert_eq!(cfg.command, vec!["echo", "web"]);
+        assert_eq!(cfg.log_path, "c/2.log");
+        assert_eq!(cfg.annotations[ANN_RESTART_COUNT], "2");
+        assert_eq!(cfg.labels[LABEL_CONTAINER_NAME], "c");
+    }
+
+    #[test]
+    fn missing_secret_is_a_config_error() {
+        let p = pod(serde_json::json!({"metadata": {"name": "w", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1",
+            "env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}]}}));
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let err = container_config(&node(), &p, c, 0, &[], &BTreeMap::new(), None).unwrap_err();
+        assert!(err.0.contains("secret \"db\" not found"));
+    }
+}

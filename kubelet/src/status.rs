@@ -1,0 +1,344 @@
+//! Pod status as upstream's kubelet computes it: phase, conditions and container statuses from
+//! what the runtime reports plus the worker's own knowledge (waiting reasons, readiness).
+
+use crate::runtime::{ContainerState, ContainerStatus as RtStatus};
+use k8s_openapi::api::core::v1::{
+    ContainerState as K8sState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Pod, PodCondition, PodIP, PodStatus, HostIP,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
+
+/// Why a container is not running, as the worker last saw it (e.g. `CrashLoopBackOff`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub reason: String,
+    pub message: String,
+}
+
+/// Everything status computation needs besides the pod spec.
+#[derive(Debug, Default, Clone)]
+pub struct Observation<'a> {
+    /// All containers of the pod the runtime knows, any sandbox, newest first per name.
+    pub containers: Vec<&'a RtStatus>,
+    pub sandbox_ready: bool,
+    pub pod_ips: Vec<String>,
+    pub host_ips: Vec<String>,
+    pub waiting: BTreeMap<String, Waiting>,
+    /// Readiness results by container ID (from probes); absent means "ready when running".
+    pub readiness: BTreeMap<String, bool>,
+    /// Containers whose startup probe has not succeeded yet.
+    pub not_started: Vec<String>,
+    pub runtime_name: String,
+    pub start_time: Option<Timestamp>,
+    pub qos_class: String,
+    pub terminating: bool,
+}
+
+fn time_ns(ns: i64) -> Option<Time> {
+    (ns > 0).then(|| Time(Timestamp::from_nanosecond(ns as i128).unwrap_or(Timestamp::UNIX_EPOCH)))
+}
+
+fn time_s(ns: i64) -> Option<Time> {
+    // The API carries second precision; truncate so repeated computations compare equal.
+    (ns > 0).then(|| Time(Timestamp::from_second(ns / 1_000_000_000).unwrap_or(Timestamp::UNIX_EPOCH)))
+}
+
+fn terminated(c: &RtStatus, runtime: &str) -> ContainerStateTerminated {
+    let reason = if !c.reason.is_empty() {
+        c.reason.clone()
+    } else if c.exit_code == 0 {
+        "Completed".into()
+    } else {
+        "Error".into()
+    };
+    ContainerStateTerminated {
+        exit_code: c.exit_code,
+        reason: Some(reason),
+        message: Some(c.message.clone()).filter(|m| !m.is_empty()),
+        started_at: time_s(c.started_at),
+        finished_at: time_s(c.finished_at),
+        container_id: Some(format!("{runtime}://{}", c.id)),
+        signal: None,
+    }
+}
+
+/// The API status of one container from its newest and previous runtime instances.
+pub fn container_status(
+    spec: &k8s_openapi::api::core::v1::Container,
+    obs: &Observation<'_>,
+) -> ContainerStatus {
+    let mut of_name = obs.containers.iter().filter(|c| c.name == spec.name);
+    let latest = of_name.next();
+    let previous = of_name.find(|c| c.state == ContainerState::Exited);
+    let restart_count = latest
+        .and_then(|c| c.annotations.get(crate::runtime::ANN_RESTART_COUNT))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let waiting = obs.waiting.get(&spec.name);
+    let image = spec.image.clone().unwrap_or_default();
+    let mut st = ContainerStatus {
+        name: spec.name.clone(),
+        image: image.clone(),
+        restart_count,
+        ..Default::default()
+    };
+    match latest {
+        Some(c) => {
+            st.container_id = Some(format!("{}://{}", obs.runtime_name, c.id));
+            st.image_id = c.image_ref.clone();
+            let state = match (c.state, waiting) {
+                (ContainerState::Running, _) => K8sState {
+                    running: Some(ContainerStateRunning {
+                        started_at: time_s(c.started_at),
+                    }),
+                    ..Default::default()
+                },
+                (ContainerState::Exited, Some(w)) => {
+                    // In back-off: waiting now, the exit moves to lastState.
+                    st.last_state = Some(K8sState {
+                        terminated: Some(terminated(c, &obs.runtime_name)),
+                        ..Default::default()
+                    });
+                    K8sState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some(w.reason.clone()),
+                            message: Some(w.message.clone()).filter(|m| !m.is_empty()),
+                        }),
+                        ..Default::default()
+                    }
+                }
+                (ContainerState::Exited, None) => K8sState {
+                    terminated: Some(terminated(c, &obs.runtime_name)),
+                    ..Default::default()
+                },
+                (ContainerState::Created | ContainerState::Unknown, _) => K8sState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(waiting.map(|w| w.reason.clone()).unwrap_or_else(|| "ContainerCreating".into())),
+                        message: waiting.map(|w| w.message.clone()).filter(|m| !m.is_empty()),
+                    }),
+                    ..Default::default()
+                },
+            };
+            if st.last_state.is_none()
+                && let Some(p) = previous
+            {
+                st.last_state = Some(K8sState {
+                    terminated: Some(terminated(p, &obs.runtime_name)),
+                    ..Default::default()
+                });
+            }
+            let running = c.state == ContainerState::Running;
+            st.started = Some(running && !obs.not_started.contains(&spec.name));
+            st.ready = running
+                && !obs.terminating
+                && st.started == Some(true)
+                && obs.readiness.get(&c.id).copied().unwrap_or(true);
+            st.state = Some(state);
+        }
+        None => {
+            st.state = Some(K8sState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(waiting.map(|w| w.reason.clone()).unwrap_or_else(|| "ContainerCreating".into())),
+                    message: waiting.map(|w| w.message.clone()).filter(|m| !m.is_empty()),
+                }),
+                ..Default::default()
+            });
+            st.started = Some(false);
+            st.ready = false;
+        }
+    }
+    st
+}
+
+/// Pod phase by upstream's rules (getPhase in kubelet_pods.go).
+pub fn phase(
+    restart_policy: &str,
+    init: &[ContainerStatus],
+    containers: &[ContainerStatus],
+) -> &'static str {
+    let mut pending_init = 0;
+    let mut failed_init = false;
+    for s in init {
+        let st = s.state.clone().unwrap_or_default();
+        match (&st.terminated, &st.waiting) {
+            (Some(t), _) if t.exit_code == 0 => {}
+            (Some(_), _) => {
+                pending_init += 1;
+                failed_init = true;
+            }
+            (None, Some(_)) if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some_and(|t| t.exit_code != 0) => {
+                pending_init += 1;
+                failed_init = true;
+            }
+            _ => pending_init += 1,
+        }
+    }
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in containers {
+        let st = s.state.clone().unwrap_or_default();
+        if st.running.is_some() {
+            running += 1;
+        } else if let Some(t) = &st.terminated {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if st.waiting.is_some() {
+            if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+                stopped += 1;
+            } else {
+                waiting += 1;
+            }
+        }
+    }
+    if failed_init && restart_policy == "Never" {
+        return "Failed";
+    }
+    if pending_init > 0 {
+        return "Pending";
+    }
+    if waiting > 0 {
+        return "Pending";
+    }
+    if running > 0 {
+        return "Running";
+    }
+    if stopped > 0 {
+        return match restart_policy {
+            "Always" => "Running",
+            _ if stopped == succeeded => "Succeeded",
+            "Never" => "Failed",
+            _ => "Running",
+        };
+    }
+    "Pending"
+}
+
+fn condition(type_: &str, ok: bool, reason: &str, message: String, prev: Option<&PodStatus>, now: &Time) -> PodCondition {
+    let status = if ok { "True" } else { "False" };
+    // Keep the transition time while the status stays the same.
+    let last = prev
+        .and_then(|p| p.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+        .filter(|c| c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    PodCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: (!ok && !reason.is_empty()).then(|| reason.into()),
+        message: (!ok && !message.is_empty()).then_some(message),
+        last_transition_time: Some(last),
+        last_probe_time: None,
+        observed_generation: None,
+    }
+}
+
+/// The full API status of `pod`. `prev` keeps transition times and terminal phases stable.
+pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) -> PodStatus {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let now = Time(Timestamp::now());
+    let init: Vec<ContainerStatus> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| {
+            let mut s = container_status(c, obs);
+            // An init container that finished successfully counts as ready.
+            if s.state.as_ref().and_then(|st| st.terminated.as_ref()).is_some_and(|t| t.exit_code == 0) {
+                s.ready = true;
+            }
+            s
+        })
+        .collect();
+    let mut containers: Vec<ContainerStatus> = spec.containers.iter().map(|c| container_status(c, obs)).collect();
+    let init_done = init.iter().all(|s| s.ready);
+    if !init_done {
+        for c in &mut containers {
+            if let Some(w) = c.state.as_mut().and_then(|s| s.waiting.as_mut())
+                && w.reason.as_deref() == Some("ContainerCreating")
+            {
+                w.reason = Some("PodInitializing".into());
+            }
+        }
+    }
+    let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let mut phase = phase(restart_policy, &init, &containers);
+    // A pod never leaves a terminal phase.
+    if let Some(p) = prev.and_then(|p| p.phase.as_deref())
+        && (p == "Succeeded" || p == "Failed")
+    {
+        phase = if p == "Succeeded" { "Succeeded" } else { "Failed" };
+    }
+    let terminal = phase == "Succeeded" || phase == "Failed";
+
+    let unready: Vec<&str> = containers.iter().filter(|c| !c.ready).map(|c| c.name.as_str()).collect();
+    let uninit: Vec<&str> = init.iter().filter(|c| !c.ready).map(|c| c.name.as_str()).collect();
+    let containers_ready = unready.is_empty();
+    let (ready_reason, ready_msg) = if terminal {
+        ("PodCompleted", String::new())
+    } else {
+        ("ContainersNotReady", format!("containers with unready status: [{}]", unready.join(" ")))
+    };
+    let gates_ok = spec.readiness_gates.iter().flatten().all(|g| {
+        prev.and_then(|p| p.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == g.condition_type))
+            .is_some_and(|c| c.status == "True")
+    });
+    let mut conditions = vec![
+        condition(
+            "PodReadyToStartContainers",
+            obs.sandbox_ready,
+            "",
+            String::new(),
+            prev,
+            &now,
+        ),
+        condition(
+            "Initialized",
+            init_done || (terminal && uninit.is_empty()),
+            if terminal { "PodCompleted" } else { "ContainersNotInitialized" },
+            if terminal { String::new() } else { format!("containers with incomplete status: [{}]", uninit.join(" ")) },
+            prev,
+            &now,
+        ),
+        condition(
+            "Ready",
+            containers_ready && !terminal && gates_ok,
+            if containers_ready && !gates_ok { "ReadinessGatesNotReady" } else { ready_reason },
+            if containers_ready && !gates_ok { "corresponding condition of pod readiness gate is not ready".into() } else { ready_msg.clone() },
+            prev,
+            &now,
+        ),
+        condition("ContainersReady", containers_ready && !terminal, ready_reason, ready_msg, prev, &now),
+        condition("PodScheduled", true, "", String::new(), prev, &now),
+    ];
+    // Conditions owned by others (readiness gates, DisruptionTarget) are carried over.
+    for c in prev.and_then(|p| p.conditions.clone()).unwrap_or_default() {
+        if !conditions.iter().any(|k| k.type_ == c.type_) {
+            conditions.push(c);
+        }
+    }
+
+    let pod_ip = obs.pod_ips.first().cloned();
+    PodStatus {
+        phase: Some(phase.into()),
+        conditions: Some(conditions),
+        container_statuses: Some(containers),
+        init_container_statuses: (!init.is_empty()).then_some(init),
+        host_ip: obs.host_ips.first().cloned(),
+        host_ips: (!obs.host_ips.is_empty()).then(|| obs.host_ips.iter().map(|ip| HostIP { ip: ip.clone() }).collect()),
+        pod_ip,
+        pod_ips: (!obs.pod_ips.is_empty()).then(|| obs.pod_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
+        start_time: obs.start_time.map(|t| Time(Timestamp::from_second(t.as_second()).unwrap_or(t))),
+        qos_class: Some(obs.qos_class.clone()),
+        ..Default::default()
+    }
+}
+
+/// A unix-nanosecond timestamp as RFC 3339, for messages.
+pub fn ns_to_rfc3339(ns: i64) -> String {
+    time_ns(ns).map(|t| t.0.to_string()).unwrap_or_default()
+}

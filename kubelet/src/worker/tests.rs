@@ -1,0 +1,336 @@
+use super::*;
+use crate::cgroups::FakeCgroups;
+use crate::config::CgroupDriver;
+use crate::runtime::fake::FakeRuntime;
+
+const IMAGE: &str = "docker.io/library/busybox:1.35";
+
+struct Rig {
+    rt: Arc<FakeRuntime>,
+    cg: Arc<FakeCgroups>,
+    env: Arc<Env>,
+    _dir: tempfile::TempDir,
+}
+
+fn rig() -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Arc::new(FakeRuntime::new());
+    rt.add_image(IMAGE);
+    let cg = Arc::new(FakeCgroups::default());
+    let env = Arc::new(Env {
+        runtime: rt.clone(),
+        cgroups: cg.clone(),
+        namer: CgroupNamer {
+            driver: CgroupDriver::Cgroupfs,
+            root: "/".into(),
+            per_qos: true,
+        },
+        node: NodeSettings {
+            node_name: "n1".into(),
+            host_ips: vec!["192.0.2.1".into()],
+            pod_logs_dir: dir.path().join("logs"),
+            root_dir: dir.path().join("root"),
+            memory_capacity: 1 << 30,
+            ..Default::default()
+        },
+        runtime_name: "containerd".into(),
+        statuses: Arc::new(StatusManager::new()),
+        pull_lock: tokio::sync::Mutex::new(()),
+        resync: Duration::from_secs(60),
+    });
+    Rig { rt, cg, env, _dir: dir }
+}
+
+fn pod(policy: &str, extra: serde_json::Value) -> Pod {
+    let mut spec = serde_json::json!({
+        "restartPolicy": policy,
+        "terminationGracePeriodSeconds": 5,
+        "containers": [{"name": "app", "image": IMAGE, "command": ["sleep", "3600"]}]
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    let mut p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": "uid-1"},
+        "spec": spec
+    }))
+    .unwrap();
+    crate::pod::apply_defaults(&mut p);
+    p
+}
+
+fn status(r: &Rig) -> PodStatus {
+    r.env.statuses.get("uid-1").unwrap().status.unwrap()
+}
+
+fn app_status(r: &Rig) -> k8s_openapi::api::core::v1::ContainerStatus {
+    status(r).container_statuses.unwrap().remove(0)
+}
+
+fn condition(st: &PodStatus, t: &str) -> String {
+    st.conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap().status.clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn starts_sandbox_then_container_and_reports_running() {
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    w.sync().await;
+    let calls = r.rt.calls();
+    let pos = |op: &str| calls.iter().position(|c| c == op).unwrap();
+    assert!(pos("RunPodSandbox") < pos("CreateContainer"));
+    assert!(pos("CreateContainer") < pos("StartContainer"));
+    assert_eq!(r.rt.count("PullImage"), 0, "IfNotPresent with the image present must not pull");
+    let st = status(&r);
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert_eq!(condition(&st, "Ready"), "True");
+    assert_eq!(condition(&st, "PodReadyToStartContainers"), "True");
+    let cs = app_status(&r);
+    assert!(cs.state.unwrap().running.is_some());
+    assert!(cs.container_id.unwrap().starts_with("containerd://"));
+    assert!(cs.ready);
+    assert_eq!(st.qos_class.as_deref(), Some("BestEffort"));
+    assert_eq!(r.cg.live.lock().unwrap().len(), 1, "pod cgroup created");
+    // A second pass with nothing changed does nothing.
+    r.rt.clear_calls();
+    w.sync().await;
+    assert_eq!(r.rt.count("RunPodSandbox") + r.rt.count("CreateContainer"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn crash_loop_backs_off_10s_then_20s() {
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    w.sync().await;
+    let first = r.rt.running("app")[0].clone();
+    r.rt.exit_container(&first, 1);
+    // First exit: restarted at once.
+    w.sync().await;
+    assert_eq!(r.rt.running("app").len(), 1);
+    assert_eq!(app_status(&r).restart_count, 1);
+    let second = r.rt.running("app")[0].clone();
+    r.rt.exit_container(&second, 1);
+    let wake = w.sync().await;
+    assert!(r.rt.running("app").is_empty(), "second restart waits for the back-off");
+    assert_eq!(wake, Duration::from_secs(10));
+    let cs = app_status(&r);
+    let waiting = cs.state.unwrap().waiting.unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("CrashLoopBackOff"));
+    assert!(waiting.message.unwrap().starts_with("back-off 10s restarting failed container=app pod=web_default(uid-1)"));
+    assert_eq!(cs.last_state.unwrap().terminated.unwrap().exit_code, 1);
+    assert_eq!(status(&r).phase.as_deref(), Some("Running"));
+    tokio::time::advance(Duration::from_secs(10)).await;
+    w.sync().await;
+    assert_eq!(r.rt.running("app").len(), 1);
+    assert_eq!(app_status(&r).restart_count, 2);
+    let third = r.rt.running("app")[0].clone();
+    r.rt.exit_container(&third, 1);
+    assert_eq!(w.sync().await, Duration::from_secs(20));
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_failure_success_completes_the_pod() {
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), pod("OnFailure", serde_json::json!({})), None);
+    w.sync().await;
+    let id = r.rt.running("app")[0].clone();
+    r.rt.exit_container(&id, 0);
+    w.sync().await;
+    let st = status(&r);
+    assert_eq!(st.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(condition(&st, "Ready"), "False");
+    assert_eq!(r.rt.count("CreateContainer"), 1, "a successful container is not restarted");
+    assert_eq!(r.rt.count("StopPodSandbox"), 1, "the finished pod's sandbox is stopped");
+    w.sync().await;
+    assert_eq!(r.rt.count("RunPodSandbox"), 1, "no new sandbox for a finished pod");
+    let t = app_status(&r).state.unwrap().terminated.unwrap();
+    assert_eq!(t.reason.as_deref(), Some("Completed"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn never_policy_failure_fails_the_pod() {
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), pod("Never", serde_json::json!({})), None);
+    w.sync().await;
+    let id = r.rt.running("app")[0].clone();
+    r.rt.exit_container(&id, 3);
+    w.sync().await;
+    w.sync().await;
+    assert_eq!(status(&r).phase.as_deref(), Some("Failed"));
+    assert_eq!(app_status(&r).state.unwrap().terminated.unwrap().exit_code, 3);
+    assert_eq!(r.rt.count("CreateContainer"), 1);
+    assert_eq!(r.rt.count("RunPodSandbox"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_worker_adopts_running_containers() {
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    w.sync().await;
+    let before = r.rt.running("app");
+    r.rt.clear_calls();
+    // The agent restarted: a fresh worker with no memory of the pod.
+    let fresh_env = Arc::new(Env {
+        runtime: r.rt.clone(),
+        cgroups: r.cg.clone(),
+        namer: r.env.namer.clone(),
+        node: r.env.node.clone(),
+        runtime_name: "containerd".into(),
+        statuses: Arc::new(StatusManager::new()),
+        pull_lock: tokio::sync::Mutex::new(()),
+        resync: Duration::from_secs(60),
+    });
+    let mut w2 = Worker::new(fresh_env.clone(), pod("Always", serde_json::json!({})), None);
+    w2.sync().await;
+    assert_eq!(r.rt.running("app"), before);
+    for op in ["RunPodSandbox", "CreateContainer", "StartContainer", "StopContainer"] {
+        assert_eq!(r.rt.count(op), 0, "{op} must not be called on adoption");
+    }
+    let st = fresh_env.statuses.get("uid-1").unwrap().status.unwrap();
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert!(st.pod_ip.is_some(), "the pod IP is read back from the sandbox");
+}
+
+#[tokio::test(start_paused = true)]
+async fn spec_change_replaces_the_container() {
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    w.sync().await;
+    let old = r.rt.running("app")[0].clone();
+    let mut changed = pod("Always", serde_json::json!({}));
+    changed.spec.as_mut().unwrap().containers[0].command = Some(vec!["sleep".into(), "10".into()]);
+    w.pod = changed;
+    w.sync().await;
+    let now = r.rt.running("app");
+    assert_eq!(now.len(), 1);
+    assert_ne!(now[0], old);
+    assert_eq!(app_status(&r).restart_count, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn terminate_stops_and_removes_everything() {
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    w.sync().await;
+    assert!(w.terminate(5).await);
+    assert_eq!(r.rt.count("StopContainer"), 1);
+    assert_eq!(r.rt.sandbox_count(), 0);
+    assert!(r.rt.running("app").is_empty());
+    assert!(r.cg.live.lock().unwrap().is_empty(), "pod cgroup removed");
+    assert!(r.env.statuses.get("uid-1").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn terminate_retries_when_the_runtime_fails() {
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    w.sync().await;
+    r.rt.fail_next("RemovePodSandbox", RuntimeError::Unavailable("socket closed".into()));
+    assert!(!w.terminate(5).await);
+    assert!(w.terminate(5).await);
+    assert_eq!(r.rt.sandbox_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn image_policies() {
+    let r = rig();
+    let mut p = pod("Always", serde_json::json!({}));
+    p.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Always".into());
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    assert_eq!(r.rt.count("PullImage"), 1);
+
+    let r = rig();
+    let mut p = pod("Always", serde_json::json!({}));
+    p.spec.as_mut().unwrap().containers[0].image = Some("example.org/missing:1".into());
+    p.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Never".into());
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    let waiting = app_status(&r).state.unwrap().waiting.unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("ErrImageNeverPull"));
+    assert_eq!(status(&r).phase.as_deref(), Some("Pending"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_pull_backs_off() {
+    let r = rig();
+    let mut p = pod("Always", serde_json::json!({}));
+    p.spec.as_mut().unwrap().containers[0].image = Some("example.org/absent:1".into());
+    let mut w = Worker::new(r.env.clone(), p, None);
+    r.rt.fail_next("PullImage", RuntimeError::Call { op: "PullImage", message: "no registry".into() });
+    w.sync().await;
+    assert_eq!(app_status(&r).state.unwrap().waiting.unwrap().reason.as_deref(), Some("ErrImagePull"));
+    w.sync().await;
+    assert_eq!(app_status(&r).state.unwrap().waiting.unwrap().reason.as_deref(), Some("ImagePullBackOff"));
+    assert_eq!(r.rt.count("PullImage"), 1, "no pull during the back-off");
+    tokio::time::advance(Duration::from_secs(10)).await;
+    w.sync().await;
+    assert_eq!(r.rt.count("PullImage"), 2);
+    assert!(app_status(&r).state.unwrap().running.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn init_containers_run_first_and_in_order() {
+    let r = rig();
+    let p = pod(
+        "Always",
+        serde_json::json!({"initContainers": [
+            {"name": "init-a", "image": IMAGE},
+            {"name": "init-b", "image": IMAGE}
+        ]}),
+    );
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    assert_eq!(r.rt.running("init-a").len(), 1);
+    assert!(r.rt.running("app").is_empty());
+    let st = status(&r);
+    assert_eq!(condition(&st, "Initialized"), "False");
+    assert_eq!(
+        app_status(&r).state.unwrap().waiting.unwrap().reason.as_deref(),
+        Some("PodInitializing")
+    );
+    let a = r.rt.running("init-a")[0].clone();
+    r.rt.exit_container(&a, 0);
+    w.sync().await;
+    let b = r.rt.running("init-b")[0].clone();
+    r.rt.exit_container(&b, 0);
+    w.sync().await;
+    assert_eq!(r.rt.running("app").len(), 1);
+    assert_eq!(condition(&status(&r), "Initialized"), "True");
+    assert_eq!(status(&r).phase.as_deref(), Some("Running"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn sandbox_failure_is_retried() {
+    let r = rig();
+    r.rt.fail_next("RunPodSandbox", RuntimeError::Call { op: "RunPodSandbox", message: "cni failed".into() });
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    let wake = w.sync().await;
+    assert!(wake <= Duration::from_secs(2));
+    let waiting = app_status(&r).state.unwrap().waiting.unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
+    assert!(waiting.message.unwrap().contains("cni failed"));
+    w.sync().await;
+    assert_eq!(r.rt.running("app").len(), 1);
+}
+
+#[test]
+fn backoff_sequence_and_reset() {
+    let mut b = Backoff::default();
+    let t0 = Instant::now();
+    assert!(b.check("c", "1", Duration::from_secs(1), t0).is_ok());
+    assert_eq!(b.check("c", "2", Duration::from_secs(1), t0).unwrap_err().1, Duration::from_secs(10));
+    assert_eq!(b.check("c", "3", Duration::from_secs(1), t0).unwrap_err().1, Duration::from_secs(20));
+    // A container that ran for 10 minutes restarts at once.
+    assert!(b.check("c", "4", Duration::from_secs(600), t0).is_ok());
+    let mut cap = Backoff::default();
+    let mut last = Duration::ZERO;
+    for i in 0..12 {
+        if let Err((_, d)) = cap.check("c", &i.to_string(), Duration::ZERO, t0) {
+            last = d;
+        }
+    }
+    assert_eq!(last, BACKOFF_MAX);
+}

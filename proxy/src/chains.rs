@@ -1,0 +1,168 @@
+//! Chain names: the fixed top-level chains and the hashed per-service ones.
+//!
+//! Per-service names are `PREFIX + first 16 chars of base32(sha256(s))`, where `s` is the
+//! service port name (`ns/name:port`) followed by the lower-case protocol, plus `ip:port` for
+//! endpoint chains — exactly as upstream, so names survive a switch between implementations.
+
+use sha2::{Digest, Sha256};
+
+pub const KUBE_SERVICES: &str = "KUBE-SERVICES";
+pub const KUBE_EXTERNAL_SERVICES: &str = "KUBE-EXTERNAL-SERVICES";
+pub const KUBE_NODEPORTS: &str = "KUBE-NODEPORTS";
+pub const KUBE_POSTROUTING: &str = "KUBE-POSTROUTING";
+pub const KUBE_MARK_MASQ: &str = "KUBE-MARK-MASQ";
+pub const KUBE_FORWARD: &str = "KUBE-FORWARD";
+pub const KUBE_PROXY_FIREWALL: &str = "KUBE-PROXY-FIREWALL";
+pub const KUBE_PROXY_CANARY: &str = "KUBE-PROXY-CANARY";
+/// Shared with kubelet: carries the anti-martian rule for localhost node ports.
+pub const KUBE_FIREWALL: &str = "KUBE-FIREWALL";
+
+pub const SVC_PREFIX: &str = "KUBE-SVC-";
+pub const SVL_PREFIX: &str = "KUBE-SVL-";
+pub const FW_PREFIX: &str = "KUBE-FW-";
+pub const EXT_PREFIX: &str = "KUBE-EXT-";
+pub const SEP_PREFIX: &str = "KUBE-SEP-";
+
+/// True for chains kube-proxy creates per service or endpoint (and may garbage-collect).
+pub fn is_service_chain(name: &str) -> bool {
+    [SVC_PREFIX, SVL_PREFIX, FW_PREFIX, EXT_PREFIX, SEP_PREFIX]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+const BASE32_ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+/// RFC 4648 base32 with the standard alphabet; padding is irrelevant since we truncate.
+fn base32(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(5) * 8);
+    let mut buffer: u64 = 0;
+    let mut bits = 0u32;
+    for &b in data {
+        buffer = (buffer << 8) | u64::from(b);
+        bits += 8;
+        while bits >= 5 {
+            bits -= 5;
+            out.push(BASE32_ALPHABET[((buffer >> bits) & 0x1f) as usize] as char);
+        }
+    }
+    if bits > 0 {
+        out.push(BASE32_ALPHABET[((buffer << (5 - bits)) & 0x1f) as usize] as char);
+    }
+    out
+}
+
+fn hash16(input: &str) -> String {
+    let digest = Sha256::digest(input.as_bytes());
+    let mut s = base32(&digest);
+    s.truncate(16);
+    s
+}
+
+fn port_proto_hash(service_port_name: &str, protocol: &str) -> String {
+    hash16(&format!("{service_port_name}{protocol}"))
+}
+
+/// `KUBE-SVC-…`: dispatch to endpoints under "Cluster" traffic policy.
+pub fn service_cluster_chain(service_port_name: &str, protocol: &str) -> String {
+    format!(
+        "{SVC_PREFIX}{}",
+        port_proto_hash(service_port_name, protocol)
+    )
+}
+
+/// `KUBE-SVL-…`: dispatch to node-local endpoints under "Local" traffic policy.
+pub fn service_local_chain(service_port_name: &str, protocol: &str) -> String {
+    format!(
+        "{SVL_PREFIX}{}",
+        port_proto_hash(service_port_name, protocol)
+    )
+}
+
+/// `KUBE-FW-…`: loadBalancerSourceRanges filtering.
+pub fn service_firewall_chain(service_port_name: &str, protocol: &str) -> String {
+    format!(
+        "{FW_PREFIX}{}",
+        port_proto_hash(service_port_name, protocol)
+    )
+}
+
+/// `KUBE-EXT-…`: entry for external (node port, external IP, LB) traffic.
+pub fn service_external_chain(service_port_name: &str, protocol: &str) -> String {
+    format!(
+        "{EXT_PREFIX}{}",
+        port_proto_hash(service_port_name, protocol)
+    )
+}
+
+/// `KUBE-SEP-…`: one endpoint (`endpoint` is `ip:port`).
+pub fn service_endpoint_chain(service_port_name: &str, protocol: &str, endpoint: &str) -> String {
+    format!(
+        "{SEP_PREFIX}{}",
+        hash16(&format!("{service_port_name}{protocol}{endpoint}"))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base32_matches_rfc4648_vectors() {
+        assert_eq!(base32(b""), "");
+        assert_eq!(base32(b"f"), "MY");
+        assert_eq!(base32(b"fo"), "MZXQ");
+        assert_eq!(base32(b"foo"), "MZXW6");
+        assert_eq!(base32(b"foob"), "MZXW6YQ");
+        assert_eq!(base32(b"fooba"), "MZXW6YTB");
+        assert_eq!(base32(b"foobar"), "MZXW6YTBOI");
+    }
+
+    /// Names taken from the expected dumps in upstream's pkg/proxy/iptables/proxier_test.go.
+    #[test]
+    fn chain_names_match_upstream_test_vectors() {
+        assert_eq!(
+            service_cluster_chain("ns1/svc1:p80", "tcp"),
+            "KUBE-SVC-XPGD46QRK7WJZT7O"
+        );
+        assert_eq!(
+            service_cluster_chain("ns2/svc2:p80", "tcp"),
+            "KUBE-SVC-GNZBNJ2PO5MGZ6GT"
+        );
+        assert_eq!(
+            service_external_chain("ns2/svc2:p80", "tcp"),
+            "KUBE-EXT-GNZBNJ2PO5MGZ6GT"
+        );
+        assert_eq!(
+            service_local_chain("ns2/svc2:p80", "tcp"),
+            "KUBE-SVL-GNZBNJ2PO5MGZ6GT"
+        );
+        assert_eq!(
+            service_firewall_chain("ns2/svc2:p80", "tcp"),
+            "KUBE-FW-GNZBNJ2PO5MGZ6GT"
+        );
+        assert_eq!(
+            service_cluster_chain("ns3/svc3:p80", "tcp"),
+            "KUBE-SVC-X27LE4BHSL4DOUIK"
+        );
+        assert_eq!(
+            service_cluster_chain("ns4/svc4:p80", "tcp"),
+            "KUBE-SVC-4SW47YFZTEDKD3PK"
+        );
+        assert_eq!(
+            service_firewall_chain("ns5/svc5:p80", "tcp"),
+            "KUBE-FW-NUKIZ6OKUXPJNT4C"
+        );
+        assert_eq!(
+            service_endpoint_chain("ns1/svc1:p80", "tcp", "10.180.0.1:80"),
+            "KUBE-SEP-SXIVWICOYRO3J4NJ"
+        );
+        assert_eq!(
+            service_endpoint_chain("ns2/svc2:p80", "tcp", "10.180.0.2:80"),
+            "KUBE-SEP-RS4RBKLTHTF2IUXJ"
+        );
+        assert_eq!(
+            service_endpoint_chain("ns4/svc4:p80", "tcp", "10.180.0.5:80"),
+            "KUBE-SEP-C6EBXVWJJZMIWKLZ"
+        );
+    }
+}

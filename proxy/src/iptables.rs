@@ -1,0 +1,678 @@
+//! The OS edge: running iptables, iptables-save and iptables-restore.
+//!
+//! `IptablesRunner` is the narrow trait the syncer uses; `ExecRunner` implements it with
+//! `tokio::process` (optionally prefixed, e.g. `ip netns exec NS`, for tests), and
+//! `test_util::FakeRunner` records calls and can inject failures.
+
+use std::future::Future;
+use std::process::Stdio;
+
+use thiserror::Error;
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use crate::model::IpFamily;
+use crate::render::TableName;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("failed to run {cmd}: {source}")]
+    Spawn {
+        cmd: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{cmd} exited with {status}: {stderr}")]
+    Failed {
+        cmd: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("cannot parse iptables version from {0:?}")]
+    Version(String),
+    #[error("injected failure: {0}")]
+    Injected(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which kernel interface the iptables binaries drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Nft,
+    Legacy,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IptablesVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+    /// From the `(nf_tables)` / `(legacy)` suffix, when present.
+    pub backend: Option<Backend>,
+}
+
+impl IptablesVersion {
+    /// Parses `iptables v1.8.9 (nf_tables)` (or `... v1.6.0`).
+    pub fn parse(output: &str) -> Result<IptablesVersion> {
+        let err = || Error::Version(output.trim().to_string());
+        let start = output.find(" v").ok_or_else(err)? + 2;
+        let rest = &output[start..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let mut parts = rest[..end].split('.').map(|p| p.parse::<u32>());
+        let major = parts.next().and_then(|r| r.ok()).ok_or_else(err)?;
+        let minor = parts.next().and_then(|r| r.ok()).unwrap_or(0);
+        let patch = parts.next().and_then(|r| r.ok()).unwrap_or(0);
+        let backend = if output.contains("(nf_tables)") {
+            Some(Backend::Nft)
+        } else if output.contains("(legacy)") {
+            Some(Backend::Legacy)
+        } else {
+            None
+        };
+        Ok(IptablesVersion {
+            major,
+            minor,
+            patch,
+            backend,
+        })
+    }
+
+    fn at_least(&self, major: u32, minor: u32, patch: u32) -> bool {
+        (self.major, self.minor, self.patch) >= (major, minor, patch)
+    }
+
+    /// `MASQUERADE --random-fully` exists from 1.6.2.
+    pub fn has_random_fully(&self) -> bool {
+        self.at_least(1, 6, 2)
+    }
+
+    /// Wait flags for `iptables` (upstream's getIPTablesWaitFlag).
+    pub fn wait_flags(&self) -> Vec<String> {
+        if self.at_least(1, 6, 1) {
+            vec!["-w".into(), "5".into(), "-W".into(), "100000".into()]
+        } else if self.at_least(1, 4, 22) {
+            vec!["-w".into(), "5".into()]
+        } else if self.at_least(1, 4, 20) {
+            vec!["-w".into()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Wait flags for `iptables-restore` (supported from 1.6.2).
+    pub fn restore_wait_flags(&self) -> Vec<String> {
+        if self.at_least(1, 6, 2) {
+            vec!["-w".into(), "5".into(), "-W".into(), "100000".into()]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// Where `ensure_rule` puts a missing rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Position {
+    Prepend,
+    Append,
+}
+
+/// The iptables operations kube-proxy needs, for one IP family.
+pub trait IptablesRunner: Send + Sync + 'static {
+    fn family(&self) -> IpFamily;
+
+    /// `iptables --version`.
+    fn version(&self) -> impl Future<Output = Result<IptablesVersion>> + Send;
+
+    /// Feeds `data` (one or more `*table … COMMIT` blocks) to `iptables-restore`;
+    /// `noflush` keeps chains not mentioned in `data`. Counters are never restored.
+    fn restore(&self, data: &str, noflush: bool) -> impl Future<Output = Result<()>> + Send;
+
+    /// `iptables-save -t table`.
+    fn save(&self, table: TableName) -> impl Future<Output = Result<String>> + Send;
+
+    /// Creates `chain` if missing; returns true if it already existed.
+    fn ensure_chain(
+        &self,
+        table: TableName,
+        chain: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Whether `chain` exists (used to notice that someone flushed our tables).
+    fn chain_exists(
+        &self,
+        table: TableName,
+        chain: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Adds the rule `args` to `chain` unless an identical one exists (`-C`, then `-I`/`-A`);
+    /// returns true if it already existed.
+    fn ensure_rule(
+        &self,
+        position: Position,
+        table: TableName,
+        chain: &str,
+        args: &[String],
+    ) -> impl Future<Output = Result<bool>> + Send;
+}
+
+/// Real runner: spawns the iptables binaries of one backend and family.
+#[derive(Clone, Debug)]
+pub struct ExecRunner {
+    family: IpFamily,
+    /// e.g. `["ip", "netns", "exec", "test-ns"]`; empty in production.
+    prefix: Vec<String>,
+    iptables: String,
+    save: String,
+    restore: String,
+    wait: Vec<String>,
+    restore_wait: Vec<String>,
+}
+
+struct Output {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl ExecRunner {
+    /// Runner using the default binaries (`iptables`, `iptables-save`, `iptables-restore` or
+    /// their ip6 forms) with the newest wait flags. Call `with_version` after probing.
+    pub fn new(family: IpFamily) -> Self {
+        let base = match family {
+            IpFamily::V4 => "iptables",
+            IpFamily::V6 => "ip6tables",
+        };
+        let v = IptablesVersion {
+            major: 1,
+            minor: 8,
+            patch: 0,
+            backend: None,
+        };
+        ExecRunner {
+            family,
+            prefix: Vec::new(),
+            iptables: base.to_string(),
+            save: format!("{base}-save"),
+            restore: format!("{base}-restore"),
+            wait: v.wait_flags(),
+            restore_wait: v.restore_wait_flags(),
+        }
+    }
+
+    /// Uses the explicit `-nft`/`-legacy` binaries (e.g. `iptables-nft-restore`).
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        let base = match self.family {
+            IpFamily::V4 => "iptables",
+            IpFamily::V6 => "ip6tables",
+        };
+        let suffix = match backend {
+            Backend::Nft => "nft",
+            Backend::Legacy => "legacy",
+        };
+        self.iptables = format!("{base}-{suffix}");
+        self.save = format!("{base}-{suffix}-save");
+        self.restore = format!("{base}-{suffix}-restore");
+        self
+    }
+
+    /// Runs every command through `prefix` (e.g. `ip netns exec NS`).
+    pub fn with_prefix(mut self, prefix: Vec<String>) -> Self {
+        self.prefix = prefix;
+        self
+    }
+
+    /// Adjusts wait flags to what the installed version supports.
+    pub fn with_version(mut self, v: &IptablesVersion) -> Self {
+        self.wait = v.wait_flags();
+        self.restore_wait = v.restore_wait_flags();
+        self
+    }
+
+    async fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output> {
+        let (bin, all_args): (&str, Vec<&str>) = match self.prefix.split_first() {
+            Some((first, rest)) => {
+                let mut a: Vec<&str> = rest.iter().map(String::as_str).collect();
+                a.push(program);
+                a.extend(args.iter().map(String::as_str));
+                (first.as_str(), a)
+            }
+            None => (program, args.iter().map(String::as_str).collect()),
+        };
+        let cmd_line = format!("{bin} {}", all_args.join(" "));
+        let spawn_err = |source| Error::Spawn {
+            cmd: cmd_line.clone(),
+            source,
+        };
+        let mut cmd = Command::new(bin);
+        cmd.args(&all_args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(spawn_err)?;
+        if let Some(data) = stdin {
+            let mut pipe = child.stdin.take().expect("stdin was piped");
+            pipe.write_all(data.as_bytes()).await.map_err(spawn_err)?;
+            drop(pipe);
+        }
+        let out = child.wait_with_output().await.map_err(spawn_err)?;
+        Ok(Output {
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    async fn run_ok(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<String> {
+        let out = self.run(program, args, stdin).await?;
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            Err(Error::Failed {
+                cmd: format!("{program} {}", args.join(" ")),
+                status: out.status.to_string(),
+                stderr: out.stderr.trim().to_string(),
+            })
+        }
+    }
+
+    fn table_args(&self, table: TableName, op: &str, chain: &str) -> Vec<String> {
+        let mut a = self.wait.clone();
+        a.extend([
+            "-t".to_string(),
+            table.as_str().to_string(),
+            op.to_string(),
+            chain.to_string(),
+        ]);
+        a
+    }
+}
+
+impl IptablesRunner for ExecRunner {
+    fn family(&self) -> IpFamily {
+        self.family
+    }
+
+    async fn version(&self) -> Result<IptablesVersion> {
+        let out = self
+            .run_ok(&self.iptables, &["--version".to_string()], None)
+            .await?;
+        IptablesVersion::parse(&out)
+    }
+
+    async fn restore(&self, data: &str, noflush: bool) -> Result<()> {
+        let mut args = self.restore_wait.clone();
+        if noflush {
+            args.push("--noflush".into());
+        }
+        self.run_ok(&self.restore, &args, Some(data))
+            .await
+            .map(|_| ())
+    }
+
+    async fn save(&self, table: TableName) -> Result<String> {
+        self.run_ok(
+            &self.save,
+            &["-t".to_string(), table.as_str().to_string()],
+            None,
+        )
+        .await
+    }
+
+    async fn ensure_chain(&self, table: TableName, chain: &str) -> Result<bool> {
+        let out = self
+            .run(&self.iptables, &self.table_args(table, "-N", chain), None)
+            .await?;
+        if out.status.success() {
+            return Ok(false);
+        }
+        // Exit status 1 with "Chain already exists" is the "it was there" answer.
+        if out.status.code() == Some(1) && out.stderr.contains("already exists") {
+            return Ok(true);
+        }
+        Err(Error::Failed {
+            cmd: format!("{} -t {} -N {chain}", self.iptables, table.as_str()),
+            status: out.status.to_string(),
+            stderr: out.stderr.trim().to_string(),
+        })
+    }
+
+    async fn chain_exists(&self, table: TableName, chain: &str) -> Result<bool> {
+        let out = self
+            .run(&self.iptables, &self.table_args(table, "-S", chain), None)
+            .await?;
+        Ok(out.status.success())
+    }
+
+    async fn ensure_rule(
+        &self,
+        position: Position,
+        table: TableName,
+        chain: &str,
+        args: &[String],
+    ) -> Result<bool> {
+        let mut check = self.table_args(table, "-C", chain);
+        check.extend(args.iter().cloned());
+        let out = self.run(&self.iptables, &check, None).await?;
+        if out.status.success() {
+            return Ok(true);
+        }
+        let op = match position {
+            Position::Prepend => "-I",
+            Position::Append => "-A",
+        };
+        let mut add = self.table_args(table, op, chain);
+        add.extend(args.iter().cloned());
+        self.run_ok(&self.iptables, &add, None).await.map(|_| false)
+    }
+}
+
+/// How the system's iptables backend was chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendDecision {
+    pub backend: Backend,
+    pub reason: &'static str,
+}
+
+fn has_kubelet_chains(save_output: &str) -> bool {
+    save_output
+        .lines()
+        .any(|l| l.starts_with(":KUBE-IPTABLES-HINT") || l.starts_with(":KUBE-KUBELET-CANARY"))
+}
+
+fn rule_count(save_output: &str) -> usize {
+    save_output.lines().filter(|l| l.starts_with('-')).count()
+}
+
+/// The choice upstream's iptables-wrapper makes, as a pure function of save outputs (None =
+/// that binary failed or is missing): kubelet's hint chains in the nft mangle table win, then
+/// the hint chains in legacy, then whichever backend holds more rules (ties go to nft).
+pub fn decide_backend(
+    nft_mangle: Option<&str>,
+    legacy_all: Option<&str>,
+    nft_all: Option<&str>,
+) -> BackendDecision {
+    if nft_mangle.is_some_and(has_kubelet_chains) {
+        return BackendDecision {
+            backend: Backend::Nft,
+            reason: "kubelet hint chains in iptables-nft",
+        };
+    }
+    if legacy_all.is_some_and(has_kubelet_chains) {
+        return BackendDecision {
+            backend: Backend::Legacy,
+            reason: "kubelet hint chains in iptables-legacy",
+        };
+    }
+    let legacy = legacy_all.map_or(0, rule_count);
+    let nft = nft_all.map_or(0, rule_count);
+    if legacy > nft {
+        BackendDecision {
+            backend: Backend::Legacy,
+            reason: "more rules in iptables-legacy",
+        }
+    } else {
+        BackendDecision {
+            backend: Backend::Nft,
+            reason: "default (nft has at least as many rules)",
+        }
+    }
+}
+
+/// Probes the system like iptables-wrapper. `prefix` as in `ExecRunner::with_prefix`.
+/// Never writes: legacy-save is run without `-t` so it does not create the mangle table.
+pub async fn detect_backend(family: IpFamily, prefix: Vec<String>) -> BackendDecision {
+    let nft = ExecRunner::new(family)
+        .with_backend(Backend::Nft)
+        .with_prefix(prefix.clone());
+    let legacy = ExecRunner::new(family)
+        .with_backend(Backend::Legacy)
+        .with_prefix(prefix);
+    let nft_mangle = nft.save(TableName::Mangle).await.ok();
+    if nft_mangle.as_deref().is_some_and(has_kubelet_chains) {
+        return decide_backend(nft_mangle.as_deref(), None, None);
+    }
+    let legacy_all = legacy.run_ok(&legacy.save, &[], None).await.ok();
+    let nft_all = nft.run_ok(&nft.save, &[], None).await.ok();
+    decide_backend(
+        nft_mangle.as_deref(),
+        legacy_all.as_deref(),
+        nft_all.as_deref(),
+    )
+}
+
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util {
+    //! A recording `IptablesRunner` that can be told to fail.
+
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// One call seen by the fake.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub enum Call {
+        Restore { data: String, noflush: bool },
+        Save(TableName),
+        EnsureChain(TableName, String),
+        ChainExists(TableName, String),
+        EnsureRule(Position, TableName, String, Vec<String>),
+        Version,
+    }
+
+    #[derive(Debug, Default)]
+    struct Inner {
+        calls: Vec<Call>,
+        fail_restores: usize,
+        /// Chains the fake believes exist, per table (fed by restores and ensure_chain).
+        chains: BTreeSet<(TableName, String)>,
+        rules: BTreeSet<(TableName, String, Vec<String>)>,
+        save_output: Option<String>,
+    }
+
+    #[derive(Clone, Debug)]
+    pub struct FakeRunner {
+        family: IpFamily,
+        inner: Arc<Mutex<Inner>>,
+    }
+
+    impl Default for FakeRunner {
+        fn default() -> Self {
+            Self::new(IpFamily::V4)
+        }
+    }
+
+    impl FakeRunner {
+        pub fn new(family: IpFamily) -> Self {
+            FakeRunner {
+                family,
+                inner: Arc::default(),
+            }
+        }
+
+        /// Makes the next `n` restores fail.
+        pub fn fail_next_restores(&self, n: usize) {
+            self.inner.lock().unwrap().fail_restores = n;
+        }
+
+        /// What `save` returns (default: the declared chains of that table).
+        pub fn set_save_output(&self, s: Option<String>) {
+            self.inner.lock().unwrap().save_output = s;
+        }
+
+        /// Forgets a chain, as if an admin had flushed it away.
+        pub fn remove_chain(&self, table: TableName, chain: &str) {
+            self.inner
+                .lock()
+                .unwrap()
+                .chains
+                .remove(&(table, chain.to_string()));
+        }
+
+        pub fn calls(&self) -> Vec<Call> {
+            self.inner.lock().unwrap().calls.clone()
+        }
+
+        pub fn clear_calls(&self) {
+            self.inner.lock().unwrap().calls.clear();
+        }
+
+        /// The data of every successful or failed restore, in order.
+        pub fn restores(&self) -> Vec<String> {
+            self.calls()
+                .into_iter()
+                .filter_map(|c| match c {
+                    Call::Restore { data, .. } => Some(data),
+                    _ => None,
+                })
+                .collect()
+        }
+    }
+
+    impl IptablesRunner for FakeRunner {
+        fn family(&self) -> IpFamily {
+            self.family
+        }
+
+        async fn version(&self) -> Result<IptablesVersion> {
+            self.inner.lock().unwrap().calls.push(Call::Version);
+            Ok(IptablesVersion {
+                major: 1,
+                minor: 8,
+                patch: 9,
+                backend: Some(Backend::Nft),
+            })
+        }
+
+        async fn restore(&self, data: &str, noflush: bool) -> Result<()> {
+            let mut inner = self.inner.lock().unwrap();
+            inner.calls.push(Call::Restore {
+                data: data.to_string(),
+                noflush,
+            });
+            if inner.fail_restores > 0 {
+                inner.fail_restores -= 1;
+                return Err(Error::Injected("iptables-restore: line 3 failed".into()));
+            }
+            let mut table = TableName::Filter;
+            for line in data.lines() {
+                if let Some(t) = line.strip_prefix('*') {
+                    table = match t {
+                        "nat" => TableName::Nat,
+                        "mangle" => TableName::Mangle,
+                        _ => TableName::Filter,
+                    };
+                } else if let Some(rest) = line.strip_prefix(':') {
+                    let name = rest.split_whitespace().next().unwrap_or_default();
+                    inner.chains.insert((table, name.to_string()));
+                } else if let Some(name) = line.strip_prefix("-X ") {
+                    inner.chains.remove(&(table, name.trim().to_string()));
+                }
+            }
+            Ok(())
+        }
+
+        async fn save(&self, table: TableName) -> Result<String> {
+            let mut inner = self.inner.lock().unwrap();
+            inner.calls.push(Call::Save(table));
+            if let Some(s) = &inner.save_output {
+                return Ok(s.clone());
+            }
+            let mut out = format!("*{}\n", table.as_str());
+            for (t, c) in &inner.chains {
+                if *t == table {
+                    out.push_str(&format!(":{c} - [0:0]\n"));
+                }
+            }
+            out.push_str("COMMIT\n");
+            Ok(out)
+        }
+
+        async fn ensure_chain(&self, table: TableName, chain: &str) -> Result<bool> {
+            let mut inner = self.inner.lock().unwrap();
+            inner
+                .calls
+                .push(Call::EnsureChain(table, chain.to_string()));
+            Ok(!inner.chains.insert((table, chain.to_string())))
+        }
+
+        async fn chain_exists(&self, table: TableName, chain: &str) -> Result<bool> {
+            let mut inner = self.inner.lock().unwrap();
+            inner
+                .calls
+                .push(Call::ChainExists(table, chain.to_string()));
+            Ok(inner.chains.contains(&(table, chain.to_string())))
+        }
+
+        async fn ensure_rule(
+            &self,
+            position: Position,
+            table: TableName,
+            chain: &str,
+            args: &[String],
+        ) -> Result<bool> {
+            let mut inner = self.inner.lock().unwrap();
+            inner.calls.push(Call::EnsureRule(
+                position,
+                table,
+                chain.to_string(),
+                args.to_vec(),
+            ));
+            Ok(!inner
+                .rules
+                .insert((table, chain.to_string(), args.to_vec())))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_versions() {
+        let v = IptablesVersion::parse("iptables v1.8.9 (nf_tables)\n").unwrap();
+        assert_eq!(
+            (v.major, v.minor, v.patch, v.backend),
+            (1, 8, 9, Some(Backend::Nft))
+        );
+        assert!(v.has_random_fully());
+        let v = IptablesVersion::parse("iptables v1.6.0").unwrap();
+        assert_eq!(v.backend, None);
+        assert!(!v.has_random_fully());
+        assert_eq!(v.wait_flags(), vec!["-w", "5"]);
+        assert!(v.restore_wait_flags().is_empty());
+        let v = IptablesVersion::parse("ip6tables v1.8.7 (legacy)").unwrap();
+        assert_eq!(v.backend, Some(Backend::Legacy));
+        assert!(IptablesVersion::parse("garbage").is_err());
+    }
+
+    #[test]
+    fn backend_decision_follows_iptables_wrapper() {
+        let hint = "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n";
+        let canary = "*mangle\n:KUBE-KUBELET-CANARY - [0:0]\nCOMMIT\n";
+        assert_eq!(decide_backend(Some(hint), None, None).backend, Backend::Nft);
+        assert_eq!(
+            decide_backend(Some("*mangle\nCOMMIT\n"), Some(canary), None).backend,
+            Backend::Legacy
+        );
+        let many = "-A INPUT -j ACCEPT\n-A OUTPUT -j ACCEPT\n";
+        assert_eq!(
+            decide_backend(None, Some(many), Some("")).backend,
+            Backend::Legacy
+        );
+        assert_eq!(
+            decide_backend(None, Some(""), Some("")).backend,
+            Backend::Nft
+        );
+        assert_eq!(decide_backend(None, None, None).backend, Backend::Nft);
+    }
+}

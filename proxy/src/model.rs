@@ -1,0 +1,604 @@
+//! Internal view of Services and EndpointSlices, per service port, for one IP family.
+//!
+//! `ServiceState` is the change tracker: the watch feeds it whole objects, it keeps the
+//! per-port view the renderer needs and records which services changed since the last
+//! sync (`take_changes`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use thiserror::Error;
+
+/// Label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// Default `sessionAffinityConfig.clientIP.timeoutSeconds` (3 hours).
+pub const DEFAULT_STICKY_SECONDS: u32 = 10800;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("invalid CIDR {0:?}")]
+    InvalidCidr(String),
+}
+
+/// The IP family one proxier instance handles (iptables vs ip6tables).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub fn matches(self, ip: &IpAddr) -> bool {
+        matches!(
+            (self, ip),
+            (IpFamily::V4, IpAddr::V4(_)) | (IpFamily::V6, IpAddr::V6(_))
+        )
+    }
+
+    /// Value of the `ip_family` metric label, as upstream spells it.
+    pub fn label(self) -> &'static str {
+        match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        }
+    }
+
+    pub fn host_prefix(self) -> u8 {
+        match self {
+            IpFamily::V4 => 32,
+            IpFamily::V6 => 128,
+        }
+    }
+}
+
+/// An address range such as `10.0.0.0/8`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Cidr {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    pub fn contains(&self, ip: &IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - u32::from(self.prefix))
+                };
+                u32::from(net) & mask == u32::from(*ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(self.prefix))
+                };
+                u128::from(net) & mask == u128::from(*ip) & mask
+            }
+            _ => false,
+        }
+    }
+
+    pub fn family(&self) -> IpFamily {
+        if self.addr.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        }
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || Error::InvalidCidr(s.to_string());
+        let (addr, prefix) = match s.trim().split_once('/') {
+            Some((a, p)) => {
+                let addr: IpAddr = a.parse().map_err(|_| bad())?;
+                (addr, p.parse::<u8>().map_err(|_| bad())?)
+            }
+            None => {
+                let addr: IpAddr = s.trim().parse().map_err(|_| bad())?;
+                (addr, if addr.is_ipv4() { 32 } else { 128 })
+            }
+        };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err(bad());
+        }
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// Parses the API spelling (`TCP`, `UDP`, `SCTP`); absent means TCP.
+    pub fn from_api(s: Option<&str>) -> Option<Protocol> {
+        match s.unwrap_or("TCP") {
+            "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name used in chain hashes and in `-m tcp -p tcp`.
+    pub fn lower(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NamespacedName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl NamespacedName {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        NamespacedName {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for NamespacedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One port of one service: the unit that gets a KUBE-SVC chain.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServicePortName {
+    pub service: NamespacedName,
+    pub port: String,
+    pub protocol: Protocol,
+}
+
+impl fmt::Display for ServicePortName {
+    /// `ns/name:port`, or `ns/name` for an unnamed port (upstream's ServicePortName.String).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.port.is_empty() {
+            write!(f, "{}", self.service)
+        } else {
+            write!(f, "{}:{}", self.service, self.port)
+        }
+    }
+}
+
+/// Everything the renderer needs about one service port, already filtered to one family.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePortInfo {
+    pub name: ServicePortName,
+    pub cluster_ip: IpAddr,
+    pub port: u16,
+    /// 0 when the port has no node port.
+    pub node_port: u16,
+    pub external_ips: Vec<IpAddr>,
+    pub load_balancer_vips: Vec<IpAddr>,
+    pub load_balancer_source_ranges: Vec<Cidr>,
+    /// `Some(timeout_seconds)` for sessionAffinity ClientIP.
+    pub session_affinity_seconds: Option<u32>,
+    pub external_policy_local: bool,
+    pub internal_policy_local: bool,
+    /// 0 unless externalTrafficPolicy is Local on an externally reachable service.
+    pub health_check_node_port: u16,
+}
+
+impl ServicePortInfo {
+    pub fn externally_accessible(&self) -> bool {
+        self.node_port != 0 || !self.load_balancer_vips.is_empty() || !self.external_ips.is_empty()
+    }
+
+    /// Whether any traffic to this port goes to endpoints chosen by "Cluster" policy.
+    pub fn uses_cluster_endpoints(&self) -> bool {
+        !self.internal_policy_local || (self.externally_accessible() && !self.external_policy_local)
+    }
+
+    /// Whether any traffic to this port goes to endpoints chosen by "Local" policy.
+    pub fn uses_local_endpoints(&self) -> bool {
+        self.internal_policy_local || (self.external_policy_local && self.externally_accessible())
+    }
+}
+
+/// One backend of a service port, merged from all the service's slices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointInfo {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    /// Whether the endpoint's nodeName is this node.
+    pub is_local: bool,
+    pub node_name: Option<String>,
+    pub zone: Option<String>,
+}
+
+impl fmt::Display for EndpointInfo {
+    /// `ip:port` (`[ip]:port` for IPv6), as Go's net.JoinHostPort.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ip {
+            IpAddr::V4(ip) => write!(f, "{ip}:{}", self.port),
+            IpAddr::V6(ip) => write!(f, "[{ip}]:{}", self.port),
+        }
+    }
+}
+
+fn parse_ip(s: &str) -> Option<IpAddr> {
+    s.trim().parse().ok()
+}
+
+fn service_type_externally_accessible(svc: &Service) -> bool {
+    let spec = match &svc.spec {
+        Some(s) => s,
+        None => return false,
+    };
+    match spec.type_.as_deref() {
+        Some("LoadBalancer") | Some("NodePort") => true,
+        Some("ClusterIP") | None => spec.external_ips.as_ref().is_some_and(|v| !v.is_empty()),
+        _ => false,
+    }
+}
+
+/// Converts a Service to its per-port infos for `family`. Returns an empty list for services
+/// kube-proxy ignores (headless, ExternalName, no cluster IP of this family).
+pub fn service_ports(svc: &Service, family: IpFamily) -> Vec<ServicePortInfo> {
+    let Some(spec) = &svc.spec else {
+        return Vec::new();
+    };
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return Vec::new();
+    }
+    let primary = spec.cluster_ip.as_deref().unwrap_or("");
+    if primary.is_empty() || primary == "None" {
+        return Vec::new();
+    }
+    let cluster_ips: Vec<&str> = match &spec.cluster_ips {
+        Some(v) if !v.is_empty() => v.iter().map(String::as_str).collect(),
+        _ => vec![primary],
+    };
+    let Some(cluster_ip) = cluster_ips
+        .iter()
+        .filter_map(|s| parse_ip(s))
+        .find(|ip| family.matches(ip))
+    else {
+        return Vec::new();
+    };
+    let namespace = svc.metadata.namespace.clone().unwrap_or_default();
+    let name = svc.metadata.name.clone().unwrap_or_default();
+
+    let external_ips: Vec<IpAddr> = spec
+        .external_ips
+        .iter()
+        .flatten()
+        .filter_map(|s| parse_ip(s))
+        .filter(|ip| family.matches(ip))
+        .collect();
+    let mut load_balancer_vips = Vec::new();
+    if spec.type_.as_deref() == Some("LoadBalancer") {
+        let ingress = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref());
+        for ing in ingress.into_iter().flatten() {
+            // ipMode Proxy means the load balancer does not deliver packets with the VIP as
+            // destination, so kube-proxy must not capture it.
+            if ing.ip_mode.as_deref() == Some("Proxy") {
+                continue;
+            }
+            if let Some(ip) = ing.ip.as_deref().and_then(parse_ip)
+                && family.matches(&ip)
+            {
+                load_balancer_vips.push(ip);
+            }
+        }
+    }
+    let load_balancer_source_ranges: Vec<Cidr> = spec
+        .load_balancer_source_ranges
+        .iter()
+        .flatten()
+        .filter_map(|s| s.parse::<Cidr>().ok())
+        .filter(|c| c.family() == family)
+        .collect();
+    let session_affinity_seconds = if spec.session_affinity.as_deref() == Some("ClientIP") {
+        let t = spec
+            .session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds)
+            .filter(|t| *t > 0)
+            .map(|t| t as u32);
+        Some(t.unwrap_or(DEFAULT_STICKY_SECONDS))
+    } else {
+        None
+    };
+    let external_policy_local = service_type_externally_accessible(svc)
+        && spec.external_traffic_policy.as_deref() == Some("Local");
+    let internal_policy_local = spec.internal_traffic_policy.as_deref() == Some("Local");
+    let health_check_node_port =
+        if external_policy_local && spec.type_.as_deref() == Some("LoadBalancer") {
+            spec.health_check_node_port.unwrap_or(0).clamp(0, 65535) as u16
+        } else {
+            0
+        };
+
+    let mut out = Vec::new();
+    for p in spec.ports.iter().flatten() {
+        let Some(protocol) = Protocol::from_api(p.protocol.as_deref()) else {
+            continue;
+        };
+        if !(1..=65535).contains(&p.port) {
+            continue;
+        }
+        out.push(ServicePortInfo {
+            name: ServicePortName {
+                service: NamespacedName::new(namespace.clone(), name.clone()),
+                port: p.name.clone().unwrap_or_default(),
+                protocol,
+            },
+            cluster_ip,
+            port: p.port as u16,
+            node_port: p.node_port.unwrap_or(0).clamp(0, 65535) as u16,
+            external_ips: external_ips.clone(),
+            load_balancer_vips: load_balancer_vips.clone(),
+            load_balancer_source_ranges: load_balancer_source_ranges.clone(),
+            session_affinity_seconds,
+            external_policy_local,
+            internal_policy_local,
+            health_check_node_port,
+        });
+    }
+    out
+}
+
+/// What one EndpointSlice contributes: per (port name, protocol, port number), its endpoints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct SliceData {
+    ports: Vec<(String, Protocol, u16)>,
+    endpoints: Vec<EndpointInfo>,
+}
+
+fn slice_data(slice: &EndpointSlice, family: IpFamily, node_name: &str) -> SliceData {
+    let mut ports = Vec::new();
+    for p in slice.ports.iter().flatten() {
+        // Upstream ignores ports with a nil name or a nil/zero number.
+        let (Some(name), Some(port)) = (&p.name, p.port) else {
+            continue;
+        };
+        if !(1..=65535).contains(&port) {
+            continue;
+        }
+        let Some(protocol) = Protocol::from_api(p.protocol.as_deref()) else {
+            continue;
+        };
+        ports.push((name.clone(), protocol, port as u16));
+    }
+    let mut endpoints = Vec::new();
+    for ep in slice.endpoints.iter().flatten() {
+        let Some(ip) = ep.addresses.first().and_then(|a| parse_ip(a)) else {
+            continue;
+        };
+        if !family.matches(&ip) {
+            continue;
+        }
+        let cond = ep.conditions.as_ref();
+        let ready = cond.and_then(|c| c.ready).unwrap_or(true);
+        let serving = cond.and_then(|c| c.serving).unwrap_or(true);
+        let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
+        endpoints.push(EndpointInfo {
+            ip,
+            port: 0,
+            ready,
+            serving,
+            terminating,
+            is_local: ep.node_name.as_deref() == Some(node_name),
+            node_name: ep.node_name.clone(),
+            zone: ep.zone.clone(),
+        });
+    }
+    SliceData { ports, endpoints }
+}
+
+/// Desired-state store and change tracker for one IP family.
+#[derive(Debug)]
+pub struct ServiceState {
+    family: IpFamily,
+    node_name: String,
+    service_ports: BTreeMap<NamespacedName, Vec<ServicePortInfo>>,
+    slices: BTreeMap<NamespacedName, BTreeMap<String, SliceData>>,
+    ports: BTreeMap<ServicePortName, ServicePortInfo>,
+    endpoints: BTreeMap<ServicePortName, Vec<EndpointInfo>>,
+    changed: BTreeSet<NamespacedName>,
+}
+
+impl ServiceState {
+    pub fn new(family: IpFamily, node_name: impl Into<String>) -> Self {
+        ServiceState {
+            family,
+            node_name: node_name.into(),
+            service_ports: BTreeMap::new(),
+            slices: BTreeMap::new(),
+            ports: BTreeMap::new(),
+            endpoints: BTreeMap::new(),
+            changed: BTreeSet::new(),
+        }
+    }
+
+    pub fn family(&self) -> IpFamily {
+        self.family
+    }
+
+    /// Adds or updates a Service. Returns true if anything kube-proxy renders changed.
+    pub fn upsert_service(&mut self, svc: &Service) -> bool {
+        let nn = NamespacedName::new(
+            svc.metadata.namespace.clone().unwrap_or_default(),
+            svc.metadata.name.clone().unwrap_or_default(),
+        );
+        let ports = service_ports(svc, self.family);
+        if self
+            .service_ports
+            .get(&nn)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+            == ports.as_slice()
+        {
+            return false;
+        }
+        if ports.is_empty() {
+            self.service_ports.remove(&nn);
+        } else {
+            self.service_ports.insert(nn.clone(), ports);
+        }
+        self.recompute_ports(&nn);
+        self.changed.insert(nn);
+        true
+    }
+
+    pub fn delete_service(&mut self, namespace: &str, name: &str) -> bool {
+        let nn = NamespacedName::new(namespace, name);
+        if self.service_ports.remove(&nn).is_none() {
+            return false;
+        }
+        self.recompute_ports(&nn);
+        self.changed.insert(nn);
+        true
+    }
+
+    /// Adds or updates an EndpointSlice. Returns true if the merged endpoints changed.
+    pub fn upsert_endpoint_slice(&mut self, slice: &EndpointSlice) -> bool {
+        let Some((nn, slice_name)) = slice_key(slice) else {
+            return false;
+        };
+        let data = slice_data(slice, self.family, &self.node_name);
+        let slices = self.slices.entry(nn.clone()).or_default();
+        if slices.get(&slice_name) == Some(&data) {
+            return false;
+        }
+        slices.insert(slice_name, data);
+        self.recompute_endpoints(&nn)
+    }
+
+    pub fn delete_endpoint_slice(&mut self, slice: &EndpointSlice) -> bool {
+        let Some((nn, slice_name)) = slice_key(slice) else {
+            return false;
+        };
+        let Some(slices) = self.slices.get_mut(&nn) else {
+            return false;
+        };
+        if slices.remove(&slice_name).is_none() {
+            return false;
+        }
+        if slices.is_empty() {
+            self.slices.remove(&nn);
+        }
+        self.recompute_endpoints(&nn)
+    }
+
+    /// Services changed since the last call.
+    pub fn take_changes(&mut self) -> BTreeSet<NamespacedName> {
+        std::mem::take(&mut self.changed)
+    }
+
+    pub fn has_changes(&self) -> bool {
+        !self.changed.is_empty()
+    }
+
+    pub fn service_port_map(&self) -> &BTreeMap<ServicePortName, ServicePortInfo> {
+        &self.ports
+    }
+
+    pub fn endpoints_map(&self) -> &BTreeMap<ServicePortName, Vec<EndpointInfo>> {
+        &self.endpoints
+    }
+
+    fn recompute_ports(&mut self, nn: &NamespacedName) {
+        self.ports.retain(|k, _| &k.service != nn);
+        for p in self.service_ports.get(nn).into_iter().flatten() {
+            self.ports.insert(p.name.clone(), p.clone());
+        }
+    }
+
+    fn recompute_endpoints(&mut self, nn: &NamespacedName) -> bool {
+        let mut merged: BTreeMap<ServicePortName, Vec<EndpointInfo>> = BTreeMap::new();
+        for data in self.slices.get(nn).into_iter().flat_map(|m| m.values()) {
+            for (port_name, protocol, port) in &data.ports {
+                let key = ServicePortName {
+                    service: nn.clone(),
+                    port: port_name.clone(),
+                    protocol: *protocol,
+                };
+                let list = merged.entry(key).or_default();
+                for ep in &data.endpoints {
+                    let ep = EndpointInfo {
+                        port: *port,
+                        ..ep.clone()
+                    };
+                    // The same address may briefly appear in two slices; prefer a ready copy.
+                    match list.iter_mut().find(|e| e.ip == ep.ip && e.port == ep.port) {
+                        Some(existing) => {
+                            if ep.ready && !existing.ready {
+                                *existing = ep;
+                            }
+                        }
+                        None => list.push(ep),
+                    }
+                }
+            }
+        }
+        merged.retain(|_, v| !v.is_empty());
+        for list in merged.values_mut() {
+            // Upstream sorts by the endpoint's "ip:port" string.
+            list.sort_by_key(|e| e.to_string());
+        }
+        let old: BTreeMap<&ServicePortName, &Vec<EndpointInfo>> = self
+            .endpoints
+            .iter()
+            .filter(|(k, _)| &k.service == nn)
+            .collect();
+        let new: BTreeMap<&ServicePortName, &Vec<EndpointInfo>> = merged.iter().collect();
+        if old == new {
+            return false;
+        }
+        self.endpoints.retain(|k, _| &k.service != nn);
+        self.endpoints.extend(merged);
+        self.changed.insert(nn.clone());
+        true
+    }
+}
+
+fn slice_key(slice: &EndpointSlice) -> Option<(NamespacedName, String)> {
+    let svc = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+    let ns = slice.metadata.namespace.clone().unwrap_or_default();
+    let name = slice.metadata.name.clone()?;
+    if slice.address_type == "FQDN" {
+        return None;
+    }
+    Some((NamespacedName::new(ns, svc.clone()), name))
+}

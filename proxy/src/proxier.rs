@@ -1,0 +1,650 @@
+//! The sync loop: render the desired ruleset, apply it (full or minimal delta) through an
+//! `IptablesRunner`, remember what was applied, and run that on a debounced schedule.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use prometheus::Registry;
+use thiserror::Error;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::chains::*;
+use crate::iptables::{self, IptablesRunner, Position};
+use crate::metrics::Metrics;
+use crate::model::ServiceState;
+use crate::render::{self, RenderConfig, Ruleset, TableName};
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("ensuring {table} {chain}: {source}")]
+    Jump {
+        table: &'static str,
+        chain: String,
+        #[source]
+        source: iptables::Error,
+    },
+    #[error("iptables-restore failed ({kind} sync): {source}")]
+    Restore {
+        kind: &'static str,
+        #[source]
+        source: iptables::Error,
+    },
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Timing of the loop (upstream defaults: minSyncPeriod 1 s, syncPeriod 30 s, and a forced
+/// full resync at least every hour).
+#[derive(Clone, Copy, Debug)]
+pub struct SyncConfig {
+    /// No two syncs closer than this; changes arriving meanwhile are batched.
+    pub min_sync_period: Duration,
+    /// A sync runs at least this often; each periodic run also checks the canary chain
+    /// and does a full resync if someone flushed our tables.
+    pub sync_period: Duration,
+    /// Longest time between full resyncs (drift repair).
+    pub full_sync_period: Duration,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        SyncConfig {
+            min_sync_period: Duration::from_secs(1),
+            sync_period: Duration::from_secs(30),
+            full_sync_period: Duration::from_secs(3600),
+        }
+    }
+}
+
+struct Shared {
+    state: Mutex<ServiceState>,
+    notify: Notify,
+    services_synced: AtomicBool,
+    slices_synced: AtomicBool,
+    force_full: AtomicBool,
+}
+
+/// Cheap, cloneable entry point for the watchers: feed objects in, the loop wakes up.
+#[derive(Clone)]
+pub struct ProxyHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ProxyHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyHandle").finish_non_exhaustive()
+    }
+}
+
+impl ProxyHandle {
+    pub fn new(state: ServiceState) -> Self {
+        ProxyHandle {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                notify: Notify::new(),
+                services_synced: AtomicBool::new(false),
+                slices_synced: AtomicBool::new(false),
+                force_full: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, ServiceState> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Read access to the current desired state (e.g. for a health-check server).
+    pub fn with_state<T>(&self, f: impl FnOnce(&ServiceState) -> T) -> T {
+        f(&self.state())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn state_for_test(&self) -> MutexGuard<'_, ServiceState> {
+        self.state()
+    }
+
+    fn changed(&self, changed: bool) -> bool {
+        if changed {
+            self.shared.notify.notify_one();
+        }
+        changed
+    }
+
+    /// Service added or modified. Returns true if the rules will change.
+    pub fn on_service_upsert(&self, svc: &Service) -> bool {
+        let c = self.state().upsert_service(svc);
+        self.changed(c)
+    }
+
+    pub fn on_service_delete(&self, svc: &Service) -> bool {
+        let ns = svc.metadata.namespace.as_deref().unwrap_or_default();
+        let name = svc.metadata.name.as_deref().unwrap_or_default();
+        let c = self.state().delete_service(ns, name);
+        self.changed(c)
+    }
+
+    pub fn on_endpoint_slice_upsert(&self, slice: &EndpointSlice) -> bool {
+        let c = self.state().upsert_endpoint_slice(slice);
+        self.changed(c)
+    }
+
+    pub fn on_endpoint_slice_delete(&self, slice: &EndpointSlice) -> bool {
+        let c = self.state().delete_endpoint_slice(slice);
+        self.changed(c)
+    }
+
+    /// The initial Service list has been delivered.
+    pub fn on_services_synced(&self) {
+        self.shared.services_synced.store(true, Ordering::SeqCst);
+        self.shared.notify.notify_one();
+    }
+
+    /// The initial EndpointSlice list has been delivered.
+    pub fn on_endpoint_slices_synced(&self) {
+        self.shared.slices_synced.store(true, Ordering::SeqCst);
+        self.shared.notify.notify_one();
+    }
+
+    /// Forces the next sync to rewrite everything (e.g. node topology changed).
+    pub fn request_full_sync(&self) {
+        self.shared.force_full.store(true, Ordering::SeqCst);
+        self.shared.notify.notify_one();
+    }
+
+    /// Rules are not written until both initial lists arrived (as upstream), so a restart
+    /// never programs a half-known state.
+    pub fn initialized(&self) -> bool {
+        self.shared.services_synced.load(Ordering::SeqCst)
+            && self.shared.slices_synced.load(Ordering::SeqCst)
+    }
+
+    async fn notified(&self) {
+        self.shared.notify.notified().await
+    }
+}
+
+/// What one `sync` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SyncOutcome {
+    /// Initial lists not received yet.
+    NotInitialized,
+    /// Partial sync with nothing to write.
+    Unchanged,
+    Applied {
+        full: bool,
+        changed_services: usize,
+        bytes: usize,
+    },
+}
+
+/// One jump from a built-in chain into ours (upstream's iptablesJumpChains).
+struct Jump {
+    table: TableName,
+    target: &'static str,
+    from: &'static str,
+    comment: &'static str,
+    extra: &'static [&'static str],
+}
+
+const NEW: &[&str] = &["-m", "conntrack", "--ctstate", "NEW"];
+
+const JUMPS: &[Jump] = &[
+    Jump {
+        table: TableName::Filter,
+        target: KUBE_EXTERNAL_SERVICES,
+        from: "INPUT",
+        comment: "kubernetes externally-visible service portals",
+        extra: NEW,
+    },
+    Jump {
+        table: TableName::Filter,
+        target: KUBE_EXTERNAL_SERVICES,
+        from: "FORWARD",
+        comment: "kubernetes externally-visible service portals",
+        extra: NEW,
+    },
+    Jump {
+        table: TableName::Filter,
+        target: KUBE_NODEPORTS,
+        from: "INPUT",
+        comment: "kubernetes health check service ports",
+        extra: &[],
+    },
+    Jump {
+        table: TableName::Filter,
+        target: KUBE_SERVICES,
+        from: "FORWARD",
+        comment: "kubernetes service portals",
+        extra: NEW,
+    },
+    Jump {
+        table: TableName::Filter,
+        target: KUBE_SERVICES,
+        from: "OUTPUT",
+        comment: "kubernetes service portals",
+        extra: NEW,
+    },
+    Jump {
+        table: TableName::Filter,
+        target: KUBE_FORWARD,
+        from: "FORWARD",
+        comment: "kubernetes forwarding rules",
+        extra: &[],
+    },
+    Jump {
+        table: TableName::Filter,
+        target: KUBE_PROXY_FIREWALL,
+        from: "INPUT",
+        comment: "kubernetes load balancer firewall",
+        extra: NEW,
+    },
+    Jump {
+        table: TableName::Filter,
+        target: KUBE_PROXY_FIREWALL,
+        from: "OUTPUT",
+        comment: "kubernetes load balancer firewall",
+        extra: NEW,
+    },
+    Jump {
+        table: TableName::Filter,
+        target: KUBE_PROXY_FIREWALL,
+        from: "FORWARD",
+        comment: "kubernetes load balancer firewall",
+        extra: NEW,
+    },
+    Jump {
+        table: TableName::Nat,
+        target: KUBE_SERVICES,
+        from: "OUTPUT",
+        comment: "kubernetes service portals",
+        extra: &[],
+    },
+    Jump {
+        table: TableName::Nat,
+        target: KUBE_SERVICES,
+        from: "PREROUTING",
+        comment: "kubernetes service portals",
+        extra: &[],
+    },
+    Jump {
+        table: TableName::Nat,
+        target: KUBE_POSTROUTING,
+        from: "POSTROUTING",
+        comment: "kubernetes postrouting rules",
+        extra: &[],
+    },
+    // Duplicates of kubelet's jumps; never removed by kube-proxy.
+    Jump {
+        table: TableName::Filter,
+        target: KUBE_FIREWALL,
+        from: "INPUT",
+        comment: "",
+        extra: &[],
+    },
+    Jump {
+        table: TableName::Filter,
+        target: KUBE_FIREWALL,
+        from: "OUTPUT",
+        comment: "",
+        extra: &[],
+    },
+];
+
+/// Owns the last-applied ruleset and turns desired state into iptables transactions.
+pub struct Proxier<R: IptablesRunner> {
+    runner: R,
+    cfg: RenderConfig,
+    handle: ProxyHandle,
+    metrics: Metrics,
+    full_sync_period: Duration,
+    /// What the kernel holds, as far as we know; `None` = unknown (start, or after a failure).
+    applied: Option<Ruleset>,
+    need_full: bool,
+    last_full: Option<Instant>,
+}
+
+impl<R: IptablesRunner> std::fmt::Debug for Proxier<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxier")
+            .field("need_full", &self.need_full)
+            .field("applied", &self.applied.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: IptablesRunner> Proxier<R> {
+    /// `registry` receives the sync metrics.
+    pub fn new(
+        runner: R,
+        cfg: RenderConfig,
+        handle: ProxyHandle,
+        sync: SyncConfig,
+        registry: &Registry,
+    ) -> Result<Self> {
+        Ok(Proxier {
+            runner,
+            cfg,
+            handle,
+            metrics: Metrics::new(registry)?,
+            full_sync_period: sync.full_sync_period,
+            applied: None,
+            need_full: true,
+            last_full: None,
+        })
+    }
+
+    pub fn handle(&self) -> &ProxyHandle {
+        &self.handle
+    }
+
+    pub fn runner(&self) -> &R {
+        &self.runner
+    }
+
+    /// The ruleset believed to be in the kernel (None when unknown).
+    pub fn applied(&self) -> Option<&Ruleset> {
+        self.applied.as_ref()
+    }
+
+    /// True if the next sync will be full.
+    pub fn needs_full_sync(&self) -> bool {
+        self.need_full || self.applied.is_none()
+    }
+
+    /// Checks upstream's canary chain; if someone flushed our tables, schedule a full sync.
+    pub async fn check_canary(&mut self) {
+        match self
+            .runner
+            .chain_exists(TableName::Mangle, KUBE_PROXY_CANARY)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                info!("canary chain gone, iptables were flushed: next sync is full");
+                self.need_full = true;
+            }
+            Err(e) => warn!(error = %e, "cannot check canary chain"),
+        }
+    }
+
+    /// Renders and applies. `full` forces a full rewrite; otherwise a partial sync writes only
+    /// what differs from the last applied state (full anyway if that state is unknown).
+    pub async fn sync(&mut self, full: bool) -> Result<SyncOutcome> {
+        if !self.handle.initialized() {
+            debug!("not syncing iptables until Services and EndpointSlices are synced");
+            return Ok(SyncOutcome::NotInitialized);
+        }
+        let started = std::time::Instant::now();
+        let forced = self.handle.shared.force_full.swap(false, Ordering::SeqCst);
+        let stale_full = self
+            .last_full
+            .is_none_or(|t| t.elapsed() >= self.full_sync_period);
+        let do_full = full || forced || stale_full || self.needs_full_sync();
+
+        let (desired, changed) = {
+            let mut state = self.handle.state();
+            let changed: BTreeSet<_> = state.take_changes();
+            let desired =
+                render::render(state.service_port_map(), state.endpoints_map(), &self.cfg);
+            (desired, changed)
+        };
+        debug!(
+            full = do_full,
+            changed = changed.len(),
+            "syncing iptables rules"
+        );
+
+        let result = self.apply(&desired, do_full).await;
+        let fam = self.cfg.family.label();
+        let secs = started.elapsed().as_secs_f64();
+        self.metrics
+            .sync_duration
+            .with_label_values(&[fam])
+            .observe(secs);
+        if do_full {
+            self.metrics
+                .sync_full_duration
+                .with_label_values(&[fam])
+                .observe(secs);
+        } else {
+            self.metrics
+                .sync_partial_duration
+                .with_label_values(&[fam])
+                .observe(secs);
+        }
+
+        match result {
+            Ok(text) => {
+                for (t, table) in [("filter", &desired.filter), ("nat", &desired.nat)] {
+                    self.metrics
+                        .iptables_total
+                        .with_label_values(&[t, fam])
+                        .set(table.rule_count() as f64);
+                    self.metrics
+                        .iptables_last
+                        .with_label_values(&[t, fam])
+                        .set(count_appends(&text, t) as f64);
+                }
+                let s = &desired.stats;
+                self.metrics
+                    .no_local_endpoints
+                    .with_label_values(&["internal", fam])
+                    .set(s.no_local_endpoints_internal as f64);
+                self.metrics
+                    .no_local_endpoints
+                    .with_label_values(&["external", fam])
+                    .set(s.no_local_endpoints_external as f64);
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default();
+                self.metrics
+                    .last_timestamp
+                    .with_label_values(&[fam])
+                    .set(now.as_secs_f64());
+                self.applied = Some(desired);
+                self.need_full = false;
+                if do_full {
+                    self.last_full = Some(Instant::now());
+                }
+                if text.is_empty() {
+                    return Ok(SyncOutcome::Unchanged);
+                }
+                info!(
+                    full = do_full,
+                    bytes = text.len(),
+                    elapsed = secs,
+                    "synced iptables rules"
+                );
+                Ok(SyncOutcome::Applied {
+                    full: do_full,
+                    changed_services: changed.len(),
+                    bytes: text.len(),
+                })
+            }
+            Err(e) => {
+                error!(error = %e, "sync failed; next sync will be full");
+                if matches!(e, Error::Restore { .. }) {
+                    self.metrics
+                        .restore_failures
+                        .with_label_values(&[fam])
+                        .inc();
+                    if !do_full {
+                        self.metrics
+                            .partial_restore_failures
+                            .with_label_values(&[fam])
+                            .inc();
+                    }
+                }
+                // The change set is consumed and the kernel may hold a mix: forget it.
+                self.applied = None;
+                self.need_full = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes `desired`; returns the restore text (empty when nothing needed writing).
+    async fn apply(&mut self, desired: &Ruleset, full: bool) -> Result<String> {
+        let text = if full {
+            self.ensure_jumps().await?;
+            let stale = self.stale_nat_chains(desired).await;
+            desired.full_text(&stale)
+        } else {
+            match &self.applied {
+                Some(applied) => render::delta(applied, desired),
+                None => desired.full_text(&[]),
+            }
+        };
+        if text.is_empty() {
+            return Ok(text);
+        }
+        let kind = if full { "full" } else { "partial" };
+        self.runner
+            .restore(&text, true)
+            .await
+            .map_err(|source| Error::Restore { kind, source })?;
+        Ok(text)
+    }
+
+    /// Jump rules from the built-in chains, plus the canary chains. Only on full syncs:
+    /// they exist otherwise, and each costs an iptables invocation.
+    async fn ensure_jumps(&self) -> Result<()> {
+        for t in [TableName::Mangle, TableName::Nat, TableName::Filter] {
+            self.runner
+                .ensure_chain(t, KUBE_PROXY_CANARY)
+                .await
+                .map_err(|source| Error::Jump {
+                    table: t.as_str(),
+                    chain: KUBE_PROXY_CANARY.into(),
+                    source,
+                })?;
+        }
+        for j in JUMPS {
+            let err = |source| Error::Jump {
+                table: j.table.as_str(),
+                chain: j.target.into(),
+                source,
+            };
+            self.runner
+                .ensure_chain(j.table, j.target)
+                .await
+                .map_err(err)?;
+            let mut args: Vec<String> = j.extra.iter().map(|s| s.to_string()).collect();
+            if !j.comment.is_empty() {
+                args.extend([
+                    "-m".into(),
+                    "comment".into(),
+                    "--comment".into(),
+                    j.comment.into(),
+                ]);
+            }
+            args.extend(["-j".into(), j.target.into()]);
+            self.runner
+                .ensure_rule(Position::Prepend, j.table, j.from, &args)
+                .await
+                .map_err(|source| Error::Jump {
+                    table: j.table.as_str(),
+                    chain: j.from.into(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Per-service nat chains present in the kernel (or in our last applied state) that the
+    /// desired state no longer has.
+    async fn stale_nat_chains(&self, desired: &Ruleset) -> Vec<String> {
+        let mut found = BTreeSet::new();
+        match self.runner.save(TableName::Nat).await {
+            Ok(dump) => {
+                for line in dump.lines() {
+                    if let Some(rest) = line.strip_prefix(':') {
+                        let name = rest.split_whitespace().next().unwrap_or_default();
+                        found.insert(name.to_string());
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "iptables-save failed: stale chains not deleted this time"),
+        }
+        if let Some(applied) = &self.applied {
+            found.extend(applied.nat.chains().iter().map(|c| c.name.clone()));
+        }
+        found
+            .into_iter()
+            .filter(|c| is_service_chain(c) && desired.nat.chain(c).is_none())
+            .collect()
+    }
+}
+
+fn count_appends(text: &str, table: &str) -> usize {
+    let mut in_table = false;
+    let mut n = 0;
+    for line in text.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            in_table = t == table;
+        } else if in_table && line.starts_with("-A ") {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Runs syncs until `shutdown`: at most one per `min_sync_period`, woken by changes from the
+/// handle, and at least one per `sync_period` (which also checks the canary chain).
+/// A failed sync is retried at the next periodic run, fully.
+pub async fn run<R: IptablesRunner>(
+    mut proxier: Proxier<R>,
+    cfg: SyncConfig,
+    shutdown: CancellationToken,
+) -> Proxier<R> {
+    let handle = proxier.handle.clone();
+    let mut last_run: Option<Instant> = None;
+    let mut next_periodic = Instant::now() + cfg.sync_period;
+    let mut pending = true;
+    loop {
+        let wake = if pending {
+            let earliest = last_run.map_or_else(Instant::now, |t| t + cfg.min_sync_period);
+            earliest.min(next_periodic)
+        } else {
+            next_periodic
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return proxier,
+            _ = handle.notified() => {
+                let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+                proxier
+                    .metrics
+                    .last_queued_timestamp
+                    .with_label_values(&[proxier.cfg.family.label()])
+                    .set(now.as_secs_f64());
+                pending = true;
+                continue;
+            }
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+        let now = Instant::now();
+        if now >= next_periodic {
+            proxier.check_canary().await;
+        }
+        match proxier.sync(false).await {
+            // Nothing was written: the first real sync need not wait for minSyncPeriod.
+            Ok(SyncOutcome::NotInitialized) => {}
+            Ok(_) => last_run = Some(now),
+            Err(e) => {
+                warn!(error = %e, retry_in = ?cfg.sync_period, "sync failed");
+                last_run = Some(now);
+            }
+        }
+        pending = false;
+        next_periodic = now + cfg.sync_period;
+    }
+}

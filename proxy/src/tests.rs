@@ -1,0 +1,731 @@
+//! Golden, failure and loop tests against the fake runner.
+//! Golden files live in `proxy/tests/golden/`; regenerate with `UPDATE_GOLDEN=1`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    ClientIPConfig, LoadBalancerIngress, LoadBalancerStatus, Service, ServicePort, ServiceSpec,
+    ServiceStatus, SessionAffinityConfig,
+};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use prometheus::Registry;
+use tokio_util::sync::CancellationToken;
+
+use crate::iptables::test_util::{Call, FakeRunner};
+use crate::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
+use crate::proxier::{self, Proxier, ProxyHandle, SyncConfig, SyncOutcome};
+use crate::render::{self, RenderConfig, TableName};
+
+const NODE: &str = "node1";
+
+fn meta(ns: &str, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        namespace: Some(ns.into()),
+        name: Some(name.into()),
+        ..Default::default()
+    }
+}
+
+fn port(name: &str, proto: &str, port: i32, node_port: Option<i32>) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        protocol: Some(proto.into()),
+        port,
+        node_port,
+        ..Default::default()
+    }
+}
+
+fn svc(ns: &str, name: &str, ty: &str, ip: &str, ports: Vec<ServicePort>) -> Service {
+    Service {
+        metadata: meta(ns, name),
+        spec: Some(ServiceSpec {
+            type_: Some(ty.into()),
+            cluster_ip: Some(ip.into()),
+            cluster_ips: Some(vec![ip.into()]),
+            ports: Some(ports),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+struct Ep<'a> {
+    ip: &'a str,
+    node: &'a str,
+    ready: bool,
+    terminating: bool,
+}
+
+fn ep<'a>(ip: &'a str, node: &'a str) -> Ep<'a> {
+    Ep {
+        ip,
+        node,
+        ready: true,
+        terminating: false,
+    }
+}
+
+fn slice(
+    ns: &str,
+    svc: &str,
+    name: &str,
+    ports: &[(&str, &str, i32)],
+    eps: &[Ep],
+) -> EndpointSlice {
+    let mut m = meta(ns, name);
+    m.labels = Some(BTreeMap::from([(
+        SERVICE_NAME_LABEL.to_string(),
+        svc.to_string(),
+    )]));
+    EndpointSlice {
+        metadata: m,
+        address_type: "IPv4".into(),
+        endpoints: Some(
+            eps.iter()
+                .map(|e| Endpoint {
+                    addresses: vec![e.ip.into()],
+                    node_name: Some(e.node.into()),
+                    conditions: Some(EndpointConditions {
+                        ready: Some(e.ready),
+                        serving: Some(e.ready || e.terminating),
+                        terminating: Some(e.terminating),
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ports: Some(
+            ports
+                .iter()
+                .map(|(n, p, num)| EndpointPort {
+                    name: Some((*n).into()),
+                    protocol: Some((*p).into()),
+                    port: Some(*num),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Five services covering ClusterIP, LB with ETP Local + source ranges + external IP,
+/// NodePort with ClientIP affinity, no endpoints, and UDP with a terminating endpoint.
+fn fixture() -> (Vec<Service>, Vec<EndpointSlice>) {
+    let svc1 = svc(
+        "ns1",
+        "svc1",
+        "ClusterIP",
+        "172.30.0.41",
+        vec![port("p80", "TCP", 80, None)],
+    );
+
+    let mut svc2 = svc(
+        "ns2",
+        "svc2",
+        "LoadBalancer",
+        "172.30.0.42",
+        vec![port("p80", "TCP", 80, Some(3001))],
+    );
+    {
+        let spec = svc2.spec.as_mut().unwrap();
+        spec.external_traffic_policy = Some("Local".into());
+        spec.health_check_node_port = Some(30000);
+        spec.external_ips = Some(vec!["192.168.99.22".into()]);
+        spec.load_balancer_source_ranges = Some(vec!["203.0.113.0/25".into()]);
+        svc2.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(vec![LoadBalancerIngress {
+                    ip: Some("1.2.3.4".into()),
+                    ..Default::default()
+                }]),
+            }),
+            ..Default::default()
+        });
+    }
+
+    let mut svc3 = svc(
+        "ns3",
+        "svc3",
+        "NodePort",
+        "172.30.0.43",
+        vec![port("p80", "TCP", 80, Some(3003))],
+    );
+    {
+        let spec = svc3.spec.as_mut().unwrap();
+        spec.session_affinity = Some("ClientIP".into());
+        spec.session_affinity_config = Some(SessionAffinityConfig {
+            client_ip: Some(ClientIPConfig {
+                timeout_seconds: Some(600),
+            }),
+        });
+    }
+
+    let svc4 = svc(
+        "ns4",
+        "svc4",
+        "ClusterIP",
+        "172.30.0.44",
+        vec![port("p80", "TCP", 80, None)],
+    );
+    let svc5 = svc(
+        "ns5",
+        "dns",
+        "ClusterIP",
+        "172.30.0.10",
+        vec![port("dns", "UDP", 53, None)],
+    );
+
+    let slices = vec![
+        slice(
+            "ns1",
+            "svc1",
+            "svc1-a",
+            &[("p80", "TCP", 80)],
+            &[ep("10.180.0.1", "node2")],
+        ),
+        slice(
+            "ns2",
+            "svc2",
+            "svc2-a",
+            &[("p80", "TCP", 80)],
+            &[ep("10.180.0.2", "node2"), ep("10.180.0.22", NODE)],
+        ),
+        slice(
+            "ns3",
+            "svc3",
+            "svc3-a",
+            &[("p80", "TCP", 8080)],
+            &[ep("10.180.0.3", NODE), ep("10.180.0.4", "node2")],
+        ),
+        slice(
+            "ns5",
+            "dns",
+            "dns-a",
+            &[("dns", "UDP", 5353)],
+            &[
+                ep("10.180.1.1", "node2"),
+                ep("10.180.1.2", "node3"),
+                Ep {
+                    ip: "10.180.1.3",
+                    node: NODE,
+                    ready: false,
+                    terminating: true,
+                },
+            ],
+        ),
+        slice(
+            "ns5",
+            "dns",
+            "dns-b",
+            &[("dns", "UDP", 5353)],
+            &[ep("10.180.1.4", NODE)],
+        ),
+    ];
+    (vec![svc1, svc2, svc3, svc4, svc5], slices)
+}
+
+fn render_cfg() -> RenderConfig {
+    let mut cfg = RenderConfig::new(IpFamily::V4, NODE);
+    cfg.node_ips = vec!["192.168.0.2".parse().unwrap()];
+    cfg.cluster_cidr = Some("10.0.0.0/8".parse().unwrap());
+    cfg
+}
+
+fn loaded_state() -> ServiceState {
+    let mut st = ServiceState::new(IpFamily::V4, NODE);
+    let (svcs, slices) = fixture();
+    for s in &svcs {
+        assert!(st.upsert_service(s));
+    }
+    for s in &slices {
+        assert!(st.upsert_endpoint_slice(s));
+    }
+    st
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
+    assert_eq!(actual, expected, "golden file {} differs", path.display());
+}
+
+/// Changes applied on top of the fixture for the partial-sync golden: one endpoint more for
+/// svc1, svc3 deleted, a new svc6.
+fn apply_changes(st: &mut ServiceState) {
+    assert!(st.upsert_endpoint_slice(&slice(
+        "ns1",
+        "svc1",
+        "svc1-a",
+        &[("p80", "TCP", 80)],
+        &[ep("10.180.0.1", "node2"), ep("10.180.0.5", NODE)],
+    )));
+    assert!(st.delete_service("ns3", "svc3"));
+    assert!(st.upsert_service(&svc(
+        "ns6",
+        "svc6",
+        "ClusterIP",
+        "172.30.0.46",
+        vec![port("", "TCP", 443, None)]
+    )));
+    assert!(st.upsert_endpoint_slice(&slice(
+        "ns6",
+        "svc6",
+        "svc6-a",
+        &[("", "TCP", 8443)],
+        &[ep("10.180.0.6", "node2")]
+    )));
+}
+
+#[test]
+fn golden_full_ruleset() {
+    let st = loaded_state();
+    let rs = render::render(st.service_port_map(), st.endpoints_map(), &render_cfg());
+    golden("full.txt", &rs.full_text(&[]));
+}
+
+#[test]
+fn golden_partial_delta() {
+    let mut st = loaded_state();
+    let cfg = render_cfg();
+    let before = render::render(st.service_port_map(), st.endpoints_map(), &cfg);
+    st.take_changes();
+    apply_changes(&mut st);
+    let changed: Vec<String> = st.take_changes().iter().map(|n| n.to_string()).collect();
+    assert_eq!(changed, ["ns1/svc1", "ns3/svc3", "ns6/svc6"]);
+    let after = render::render(st.service_port_map(), st.endpoints_map(), &cfg);
+    let d = render::delta(&before, &after);
+    golden("partial.txt", &d);
+    // Top-level chains are patched, never redeclared.
+    assert!(!d.contains(":KUBE-SERVICES "), "{d}");
+    assert!(!d.contains(":KUBE-NODEPORTS "), "{d}");
+    // The nodeports jump is moved behind the appended service rules.
+    let lines: Vec<&str> = d.lines().collect();
+    let last_services_add = lines
+        .iter()
+        .rposition(|l| l.starts_with("-A KUBE-SERVICES "))
+        .unwrap();
+    assert!(lines[last_services_add].contains("-j KUBE-NODEPORTS"));
+    // Unchanged services are not touched.
+    assert!(!d.contains("ns2/svc2") && !d.contains("ns5/dns"), "{d}");
+    // No change → nothing to write.
+    assert_eq!(render::delta(&after, &after), "");
+}
+
+#[test]
+fn endpoint_merging_and_categorizing() {
+    let st = loaded_state();
+    let eps = st.endpoints_map();
+    let dns = eps.iter().find(|(k, _)| k.service.name == "dns").unwrap().1;
+    let ips: Vec<String> = dns.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        ips,
+        [
+            "10.180.1.1:5353",
+            "10.180.1.2:5353",
+            "10.180.1.3:5353",
+            "10.180.1.4:5353"
+        ]
+    );
+    assert!(dns[2].terminating && !dns[2].ready && dns[2].is_local);
+    let svc3 = st
+        .service_port_map()
+        .values()
+        .find(|p| p.name.service.name == "svc3")
+        .unwrap();
+    assert_eq!(svc3.session_affinity_seconds, Some(600));
+    // Re-applying the same object is not a change.
+    let (svcs, slices) = fixture();
+    let mut st = st;
+    st.take_changes();
+    assert!(!st.upsert_service(&svcs[0]));
+    assert!(!st.upsert_endpoint_slice(&slices[0]));
+    assert!(!st.has_changes());
+}
+
+fn proxier_with(runner: FakeRunner, st: ServiceState) -> Proxier<FakeRunner> {
+    let handle = ProxyHandle::new(st);
+    handle.on_services_synced();
+    handle.on_endpoint_slices_synced();
+    Proxier::new(
+        runner,
+        render_cfg(),
+        handle,
+        SyncConfig::default(),
+        &Registry::new(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn first_sync_is_full_then_partial_and_jumps_only_on_full() {
+    let runner = FakeRunner::default();
+    let mut p = proxier_with(runner.clone(), loaded_state());
+    let out = p.sync(false).await.unwrap();
+    assert!(
+        matches!(out, SyncOutcome::Applied { full: true, .. }),
+        "{out:?}"
+    );
+    let calls = runner.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| matches!(c, Call::EnsureRule(_, TableName::Nat, ch, _) if ch == "PREROUTING"))
+    );
+    let restores = runner.restores();
+    assert_eq!(restores.len(), 1);
+    golden("full.txt", &restores[0]);
+
+    runner.clear_calls();
+    assert_eq!(p.sync(false).await.unwrap(), SyncOutcome::Unchanged);
+    assert!(
+        runner
+            .calls()
+            .iter()
+            .all(|c| !matches!(c, Call::Restore { .. } | Call::EnsureRule(..)))
+    );
+
+    apply_changes(&mut p.handle().clone().state_for_test());
+    let out = p.sync(false).await.unwrap();
+    assert!(
+        matches!(
+            out,
+            SyncOutcome::Applied {
+                full: false,
+                changed_services: 3,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    golden("partial.txt", &runner.restores()[0]);
+}
+
+#[tokio::test]
+async fn failed_restore_keeps_nothing_and_forces_full_sync() {
+    let runner = FakeRunner::default();
+    let registry = Registry::new();
+    let handle = ProxyHandle::new(loaded_state());
+    handle.on_services_synced();
+    handle.on_endpoint_slices_synced();
+    let mut p = Proxier::new(
+        runner.clone(),
+        render_cfg(),
+        handle.clone(),
+        SyncConfig::default(),
+        &registry,
+    )
+    .unwrap();
+    p.sync(false).await.unwrap();
+    let before = p.applied().cloned().unwrap();
+
+    apply_changes(&mut handle.state_for_test());
+    runner.fail_next_restores(1);
+    runner.clear_calls();
+    assert!(p.sync(false).await.is_err());
+    // The failed attempt was a partial delta; state is now unknown and the next sync is full.
+    assert!(!runner.restores()[0].contains(":KUBE-SERVICES - [0:0]"));
+    assert!(p.applied().is_none() && p.needs_full_sync());
+    assert_ne!(Some(&before), p.applied());
+
+    runner.clear_calls();
+    let out = p.sync(false).await.unwrap();
+    assert!(
+        matches!(out, SyncOutcome::Applied { full: true, .. }),
+        "{out:?}"
+    );
+    let text = &runner.restores()[0];
+    assert!(text.contains(":KUBE-SERVICES - [0:0]") && text.contains("ns6/svc6"));
+    // The failed partial left svc3's chains behind as far as we know: the full sync deletes
+    // them (found through iptables-save).
+    assert!(text.contains("-X KUBE-SVC-X27LE4BHSL4DOUIK"), "{text}");
+
+    let metrics = prometheus::TextEncoder::new()
+        .encode_to_string(&registry.gather())
+        .unwrap();
+    assert!(metrics.contains(
+        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv4\"} 1"
+    ));
+    assert!(metrics.contains(
+        "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total{ip_family=\"IPv4\"} 1"
+    ));
+    assert!(
+        metrics.contains(
+            "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 2"
+        )
+    );
+}
+
+#[tokio::test]
+async fn not_initialized_means_no_writes() {
+    let runner = FakeRunner::default();
+    let handle = ProxyHandle::new(loaded_state());
+    handle.on_services_synced();
+    let mut p = Proxier::new(
+        runner.clone(),
+        render_cfg(),
+        handle,
+        SyncConfig::default(),
+        &Registry::new(),
+    )
+    .unwrap();
+    assert_eq!(p.sync(true).await.unwrap(), SyncOutcome::NotInitialized);
+    assert!(runner.calls().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_debounces_and_resyncs_periodically() {
+    let runner = FakeRunner::default();
+    let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, NODE));
+    let p = Proxier::new(
+        runner.clone(),
+        render_cfg(),
+        handle.clone(),
+        SyncConfig::default(),
+        &Registry::new(),
+    )
+    .unwrap();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(proxier::run(p, SyncConfig::default(), stop.clone()));
+
+    // Nothing is written before both initial lists are in.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(runner.restores().is_empty());
+    handle.on_services_synced();
+    handle.on_endpoint_slices_synced();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(runner.restores().len(), 1, "initial full sync");
+
+    // A burst of changes within minSyncPeriod becomes one partial sync.
+    let (svcs, slices) = fixture();
+    for s in &svcs {
+        handle.on_service_upsert(s);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for s in &slices {
+        handle.on_endpoint_slice_upsert(s);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(runner.restores().len(), 1, "still inside minSyncPeriod");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let restores = runner.restores();
+    assert_eq!(restores.len(), 2, "one debounced sync");
+    assert!(restores[1].contains("ns5/dns") && !restores[1].contains(":KUBE-SERVICES - [0:0]"));
+
+    // Quiet period: the periodic run checks the canary and writes nothing.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(runner.restores().len(), 2);
+    assert!(
+        runner
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::ChainExists(TableName::Mangle, _)))
+    );
+
+    // Someone flushes our tables: the next periodic run is a full sync.
+    runner.remove_chain(TableName::Mangle, crate::chains::KUBE_PROXY_CANARY);
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let restores = runner.restores();
+    assert_eq!(restores.len(), 3);
+    assert!(restores[2].contains(":KUBE-SERVICES - [0:0]"));
+
+    stop.cancel();
+    task.await.unwrap();
+}
+
+/// Deletes the network namespace it names when dropped.
+struct NetnsGuard(String);
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .status();
+    }
+}
+
+fn skip_reason() -> Option<String> {
+    let uid = std::process::Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not root".into());
+    }
+    for bin in [
+        "ip",
+        "iptables-nft-restore",
+        "iptables-nft-save",
+        "iptables-nft",
+    ] {
+        let found = std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {bin}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !found {
+            return Some(format!("{bin} not installed"));
+        }
+    }
+    None
+}
+
+/// Real iptables, inside a network namespace created (and deleted) by this test only.
+#[tokio::test]
+async fn real_iptables_in_private_netns() {
+    if let Some(why) = skip_reason() {
+        println!("skipping real_iptables_in_private_netns: {why}");
+        return;
+    }
+    for backend in [
+        crate::iptables::Backend::Nft,
+        crate::iptables::Backend::Legacy,
+    ] {
+        let ns = format!("kp-proxy-test-{}-{:?}", std::process::id(), backend).to_lowercase();
+        let st = std::process::Command::new("ip")
+            .args(["netns", "add", &ns])
+            .status()
+            .unwrap();
+        if !st.success() {
+            println!("skipping: cannot create netns {ns}");
+            return;
+        }
+        let _guard = NetnsGuard(ns.clone());
+        let prefix: Vec<String> = ["ip", "netns", "exec", &ns]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let probe = crate::iptables::ExecRunner::new(IpFamily::V4)
+            .with_backend(backend)
+            .with_prefix(prefix.clone());
+        let version = match crate::iptables::IptablesRunner::version(&probe).await {
+            Ok(v) => v,
+            Err(e) => {
+                println!("skipping {backend:?}: {e}");
+                continue;
+            }
+        };
+        let runner = probe.with_version(&version);
+        if backend == crate::iptables::Backend::Legacy
+            && crate::iptables::IptablesRunner::save(&runner, TableName::Nat)
+                .await
+                .is_err()
+        {
+            println!("skipping legacy backend: kernel has no ip_tables nat support");
+            continue;
+        }
+        let mut cfg = render_cfg();
+        cfg.random_fully = version.has_random_fully();
+        let handle = ProxyHandle::new(loaded_state());
+        handle.on_services_synced();
+        handle.on_endpoint_slices_synced();
+        let mut p = Proxier::new(
+            runner.clone(),
+            cfg,
+            handle.clone(),
+            SyncConfig::default(),
+            &Registry::new(),
+        )
+        .unwrap();
+
+        let out = p
+            .sync(false)
+            .await
+            .unwrap_or_else(|e| panic!("{backend:?} full sync: {e}"));
+        assert!(matches!(out, SyncOutcome::Applied { full: true, .. }));
+        let nat = crate::iptables::IptablesRunner::save(&runner, TableName::Nat)
+            .await
+            .unwrap();
+        for chain in [
+            "KUBE-SERVICES",
+            "KUBE-SVC-XPGD46QRK7WJZT7O",
+            "KUBE-SEP-SXIVWICOYRO3J4NJ",
+            "KUBE-SVC-X27LE4BHSL4DOUIK",
+            "KUBE-FW-GNZBNJ2PO5MGZ6GT",
+        ] {
+            assert!(
+                nat.contains(&format!(":{chain} ")),
+                "{backend:?}: {chain} missing:\n{nat}"
+            );
+        }
+        assert!(
+            nat.contains(
+                "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"
+            ),
+            "{nat}"
+        );
+        assert!(
+            nat.lines().any(
+                |l| l.starts_with("-A KUBE-SEP-SXIVWICOYRO3J4NJ -s 10.180.0.1/32 ")
+                    && l.ends_with("-j KUBE-MARK-MASQ")
+            ),
+            "{nat}"
+        );
+        let filter = crate::iptables::IptablesRunner::save(&runner, TableName::Filter)
+            .await
+            .unwrap();
+        assert!(filter.contains("ns4/svc4:p80 has no endpoints"), "{filter}");
+
+        // Partial delta: svc1 gains an endpoint, svc3 goes away, svc6 appears.
+        apply_changes(&mut handle.state_for_test());
+        let out = p
+            .sync(false)
+            .await
+            .unwrap_or_else(|e| panic!("{backend:?} partial sync: {e}"));
+        assert!(
+            matches!(out, SyncOutcome::Applied { full: false, .. }),
+            "{out:?}"
+        );
+        let nat = crate::iptables::IptablesRunner::save(&runner, TableName::Nat)
+            .await
+            .unwrap();
+        assert!(
+            !nat.contains("KUBE-SVC-X27LE4BHSL4DOUIK"),
+            "svc3 still there:\n{nat}"
+        );
+        assert!(nat.contains(":KUBE-SEP-OHD3E2PRRJIPDPQA "), "{nat}");
+        assert!(nat.contains("ns6/svc6 cluster IP"), "{nat}");
+        let services: Vec<&str> = nat
+            .lines()
+            .filter(|l| l.starts_with("-A KUBE-SERVICES "))
+            .collect();
+        assert!(
+            services.last().unwrap().contains("-j KUBE-NODEPORTS"),
+            "{services:#?}"
+        );
+        assert_eq!(
+            services
+                .iter()
+                .filter(|l| l.contains("-j KUBE-NODEPORTS"))
+                .count(),
+            1
+        );
+
+        // A forced full sync over the same state is accepted too (idempotent).
+        let out = p
+            .sync(true)
+            .await
+            .unwrap_or_else(|e| panic!("{backend:?} resync: {e}"));
+        assert!(matches!(out, SyncOutcome::Applied { full: true, .. }));
+        let again = crate::iptables::IptablesRunner::save(&runner, TableName::Nat)
+            .await
+            .unwrap();
+        let count = |s: &str| s.lines().filter(|l| l.starts_with("-A ")).count();
+        assert_eq!(
+            count(&nat),
+            count(&again),
+            "{backend:?}: full resync changed the rule count"
+        );
+        println!(
+            "{backend:?} ({}.{}.{}): full + partial + resync OK",
+            version.major, version.minor, version.patch
+        );
+    }
+}
