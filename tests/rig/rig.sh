@@ -102,6 +102,7 @@ INSTALL_SPEC=(
 	"libc6-dev:/usr/include/stdio.h"
 	"binutils:readelf"
 	"tar:tar" "gzip:gzip" "coreutils:sha256sum"
+	"curl:curl"
 )
 
 busybox_is_static() {

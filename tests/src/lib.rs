@@ -1,1 +1,3 @@
-//! End-to-end tests and their helpers: the node rig and (later) a test control plane.
+//! End-to-end tests and their helpers: the node rig and a test control plane.
+
+pub mod controlplane;

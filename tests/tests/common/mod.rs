@@ -1,0 +1,313 @@
+//! Harness for end-to-end tests on the node rig: a private containerd in a network namespace
+//! (tests/rig/rig.sh) and our kubelet binary started inside that namespace.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Repository root (this crate lives in `<root>/tests`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn rig_sh() -> PathBuf {
+    repo_root().join("tests/rig/rig.sh")
+}
+
+/// Why these tests cannot run here, if they cannot.
+pub fn skip_reason() -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not root: the node rig needs root (network namespaces, containerd)".into());
+    }
+    for bin in ["containerd", "runc", "nsenter", "curl", "ip"] {
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {bin}"))
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !ok {
+            return Some(format!(
+                "{bin} is not installed: run `tests/rig/rig.sh install` first"
+            ));
+        }
+    }
+    None
+}
+
+/// Skips the calling test (with the reason printed) when the rig cannot run here.
+#[macro_export]
+macro_rules! require_rig {
+    () => {
+        if let Some(reason) = common::skip_reason() {
+            eprintln!("SKIPPED: {reason}");
+            return;
+        }
+    };
+}
+
+/// A started rig; torn down on drop.
+pub struct Rig {
+    pub name: String,
+    pub env: BTreeMap<String, String>,
+}
+
+impl Rig {
+    pub fn up(name: &str) -> Rig {
+        // A rig of the same name left by a crashed run goes first.
+        let _ = Command::new(rig_sh()).args(["down", name]).output();
+        let out = Command::new(rig_sh())
+            .args(["up", name])
+            .output()
+            .expect("run rig.sh");
+        assert!(
+            out.status.success(),
+            "rig.sh up {name} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let env = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Rig {
+            name: name.into(),
+            env,
+        }
+    }
+
+    pub fn get(&self, k: &str) -> &str {
+        self.env
+            .get(k)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("rig env has no {k}"))
+    }
+
+    pub fn netns_path(&self) -> &str {
+        self.get("RIG_NETNS_PATH")
+    }
+
+    /// Runs a command inside the rig's network namespace.
+    pub fn sh(&self, script: &str) -> std::process::Output {
+        Command::new("nsenter")
+            .arg(format!("--net={}", self.netns_path()))
+            .args(["sh", "-c", script])
+            .output()
+            .expect("nsenter")
+    }
+
+    pub fn restart_containerd(&mut self) {
+        let out = Command::new(rig_sh())
+            .args(["restart-containerd", &self.name])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "restart-containerd: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for l in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some((k, v)) = l.split_once('=') {
+                self.env.insert(k.into(), v.into());
+            }
+        }
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = Command::new(rig_sh()).args(["down", &self.name]).output();
+    }
+}
+
+/// Path of a workspace binary, built before the tests run (`cargo build --bins`).
+pub fn bin(name: &str) -> PathBuf {
+    if let Ok(p) = std::env::var(format!("{}_BIN", name.to_uppercase().replace('-', "_"))) {
+        return p.into();
+    }
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let p = exe.parent().and_then(|d| d.parent()).unwrap().join(name);
+    assert!(
+        p.exists(),
+        "{} not found: build it first with `cargo build --bins`",
+        p.display()
+    );
+    p
+}
+
+/// Our kubelet running in standalone mode inside a rig.
+pub struct Agent {
+    pub dir: tempfile::TempDir,
+    child: Option<Child>,
+    netns: String,
+    endpoint: String,
+    cgroup_root: String,
+    pub log: PathBuf,
+    starts: u32,
+}
+
+impl Agent {
+    pub fn manifests(&self) -> PathBuf {
+        self.dir.path().join("manifests")
+    }
+
+    pub fn start(rig: &Rig) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
+        let mut a = Agent {
+            log: dir.path().join("kubelet.log"),
+            dir,
+            child: None,
+            netns: rig.netns_path().to_string(),
+            endpoint: rig.get("CRI_ENDPOINT").to_string(),
+            cgroup_root: rig.get("RIG_CGROUP_ROOT").to_string(),
+            starts: 0,
+        };
+        a.launch();
+        a
+    }
+
+    fn launch(&mut self) {
+        let d = self.dir.path();
+        let config = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\npodLogsDir: {}\ncgroupRoot: {}\nfileCheckFrequency: 20s\n",
+            d.join("manifests").display(),
+            d.join("logs").display(),
+            self.cgroup_root
+        );
+        std::fs::write(d.join("config.yaml"), config).unwrap();
+        self.starts += 1;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new("nsenter")
+            .arg(format!("--net={}", self.netns))
+            .arg(bin("kubelet"))
+            .arg(format!("--config={}", d.join("config.yaml").display()))
+            .arg(format!("--container-runtime-endpoint={}", self.endpoint))
+            .arg(format!("--root-dir={}", d.join("root").display()))
+            .arg("--hostname-override=rig-node")
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start kubelet");
+        self.child = Some(child);
+        wait_for("kubelet healthz", Duration::from_secs(30), || {
+            let out = self.curl("http://127.0.0.1:10248/healthz");
+            (out == "ok").then_some(())
+        });
+    }
+
+    /// Stops the agent the way systemd does (SIGTERM), leaving pods running.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if c.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Kills the agent outright (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+
+    pub fn curl(&self, url: &str) -> String {
+        let out = Command::new("nsenter")
+            .arg(format!("--net={}", self.netns))
+            .args(["curl", "-sk", "--max-time", "5", url])
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// The PodList served on :10250/pods.
+    pub fn pods(&self) -> Vec<Value> {
+        let body = self.curl("https://127.0.0.1:10250/pods");
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn pod(&self, name_prefix: &str) -> Option<Value> {
+        self.pods().into_iter().find(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(name_prefix))
+        })
+    }
+
+    pub fn write_manifest(&self, file: &str, text: &str) {
+        // Write then rename, so the agent never reads half a file.
+        let tmp = self.dir.path().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.manifests().join(file)).unwrap();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("---- kubelet log ----\n{}", self.log_text());
+        }
+    }
+}
+
+/// Polls `f` every 200 ms until it returns Some, or panics after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The status of container `name` in a pod object.
+pub fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}

@@ -1,0 +1,213 @@
+//! The kubelet in standalone mode on real containerd: static pods start, restart, stop, survive
+//! agent and runtime restarts, and a bad manifest does not disturb good ones.
+
+mod common;
+
+use common::{Agent, Rig, container, wait_for};
+use std::time::{Duration, Instant};
+
+const WEB: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  terminationGracePeriodSeconds: 3
+  containers:
+  - name: httpd
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "echo hello-from-$(hostname) > /tmp/index.html; trap 'exit 0' TERM; httpd -f -p 8080 -h /tmp & wait"]
+    ports: [{containerPort: 8080}]
+"#;
+
+fn running(agent: &Agent, prefix: &str) -> Option<serde_json::Value> {
+    agent
+        .pod(prefix)
+        .filter(|p| p["status"]["phase"] == "Running" && p["status"]["podIP"].is_string())
+}
+
+#[test]
+fn static_pod_runs_serves_survives_agent_restart_and_stops_on_removal() {
+    require_rig!();
+    let rig = Rig::up("e2e-static");
+    let mut agent = Agent::start(&rig);
+    agent.write_manifest("web.yaml", WEB);
+    // A broken manifest next to it must not disturb the good one.
+    agent.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: broken\nspec:\n  containers: 7\n",
+    );
+
+    let pod = wait_for("web pod Running", Duration::from_secs(60), || {
+        running(&agent, "web-")
+    });
+    assert_eq!(pod["metadata"]["name"], "web-rig-node");
+    assert_eq!(
+        pod["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "file"
+    );
+    let c = container(&pod, "httpd");
+    assert_eq!(c["ready"], true);
+    assert!(
+        c["containerID"]
+            .as_str()
+            .unwrap()
+            .starts_with("containerd://")
+    );
+    assert!(c["imageID"].as_str().unwrap().starts_with("sha256:"));
+    let ip = pod["status"]["podIP"].as_str().unwrap().to_string();
+    let body = wait_for(
+        "HTTP answer from the pod IP",
+        Duration::from_secs(20),
+        || {
+            let b = agent.curl(&format!("http://{ip}:8080/index.html"));
+            (!b.is_empty()).then_some(b)
+        },
+    );
+    assert_eq!(body.trim(), "hello-from-web-rig-node");
+    assert!(agent.pod("broken").is_none());
+    let log = agent.log_text();
+    assert!(
+        log.contains("broken.yaml") && log.contains("spec.containers"),
+        "the bad manifest is named with its field in the log:\n{log}"
+    );
+
+    // Agent restart (SIGTERM, then a crash): the same containers keep running.
+    let id = c["containerID"].clone();
+    agent.restart();
+    let after = wait_for(
+        "pod reported after restart",
+        Duration::from_secs(30),
+        || running(&agent, "web-"),
+    );
+    assert_eq!(
+        container(&after, "httpd")["containerID"],
+        id,
+        "graceful restart must adopt, not recreate"
+    );
+    assert_eq!(container(&after, "httpd")["restartCount"], 0);
+    agent.kill();
+    agent.restart();
+    let after = wait_for("pod reported after crash", Duration::from_secs(30), || {
+        running(&agent, "web-")
+    });
+    assert_eq!(
+        container(&after, "httpd")["containerID"],
+        id,
+        "restart after a crash must adopt too"
+    );
+
+    // Removing the manifest stops the pod within its grace period (3 s) plus a sync.
+    std::fs::remove_file(agent.manifests().join("web.yaml")).unwrap();
+    let t = Instant::now();
+    wait_for("pod gone", Duration::from_secs(20), || {
+        agent.pod("web-").is_none().then_some(())
+    });
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "stopped in {:?}",
+        t.elapsed()
+    );
+    let out = rig.sh(&format!("curl -s --max-time 2 http://{ip}:8080/index.html"));
+    assert!(out.stdout.is_empty(), "nothing answers on the old pod IP");
+    let sandboxes = std::process::Command::new(common::bin("cri"))
+        .args(["--endpoint", rig.get("CRI_ENDPOINT"), "pods", "-q"])
+        .output()
+        .unwrap();
+    assert!(
+        sandboxes.stdout.is_empty(),
+        "sandbox removed: {}",
+        String::from_utf8_lossy(&sandboxes.stdout)
+    );
+}
+
+const CRASHER: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: crasher
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "sleep 1; exit 3"]
+"#;
+
+#[test]
+fn crashing_container_restarts_with_backoff() {
+    require_rig!();
+    let rig = Rig::up("e2e-crash");
+    let agent = Agent::start(&rig);
+    agent.write_manifest("crasher.yaml", CRASHER);
+    // First restart is immediate, the second waits 10 s: within 40 s we see restartCount ≥ 2
+    // and, in between, CrashLoopBackOff with the previous exit in lastState.
+    let backoff = wait_for("CrashLoopBackOff", Duration::from_secs(40), || {
+        let p = agent.pod("crasher-")?;
+        let c = container(&p, "app").clone();
+        (c["state"]["waiting"]["reason"] == "CrashLoopBackOff").then_some(c)
+    });
+    assert!(backoff["restartCount"].as_i64().unwrap() >= 1);
+    assert_eq!(backoff["lastState"]["terminated"]["exitCode"], 3);
+    assert_eq!(backoff["lastState"]["terminated"]["reason"], "Error");
+    assert!(
+        backoff["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(
+                "back-off 10s restarting failed container=app pod=crasher-rig-node_default("
+            ),
+        "{backoff}"
+    );
+    let p = agent.pod("crasher-").unwrap();
+    assert_eq!(
+        p["status"]["phase"], "Running",
+        "restartPolicy Always keeps the pod Running"
+    );
+    wait_for("restartCount 2", Duration::from_secs(30), || {
+        let p = agent.pod("crasher-")?;
+        (container(&p, "app")["restartCount"].as_i64()? >= 2).then_some(())
+    });
+}
+
+const ONESHOT: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: oneshot
+spec:
+  restartPolicy: Never
+  containers:
+  - name: job
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "echo done; exit 0"]
+"#;
+
+#[test]
+fn containerd_restart_is_survived_and_run_to_completion_pods_succeed() {
+    require_rig!();
+    let mut rig = Rig::up("e2e-runtime");
+    let agent = Agent::start(&rig);
+    agent.write_manifest("web.yaml", WEB);
+    let before = wait_for("web Running", Duration::from_secs(60), || {
+        running(&agent, "web-")
+    });
+    let id = container(&before, "httpd")["containerID"].clone();
+
+    rig.restart_containerd();
+    // The agent reconnects: new work is done and old pods are untouched.
+    agent.write_manifest("oneshot.yaml", ONESHOT);
+    let done = wait_for("oneshot Succeeded", Duration::from_secs(60), || {
+        agent
+            .pod("oneshot-")
+            .filter(|p| p["status"]["phase"] == "Succeeded")
+    });
+    let t = &container(&done, "job")["state"]["terminated"];
+    assert_eq!(t["exitCode"], 0);
+    assert_eq!(t["reason"], "Completed");
+    let web = agent.pod("web-").unwrap();
+    assert_eq!(container(&web, "httpd")["containerID"], id);
+    assert_eq!(container(&web, "httpd")["restartCount"], 0);
+    let logs = std::fs::read_dir(agent.dir.path().join("logs"))
+        .unwrap()
+        .count();
+    assert!(logs >= 2, "each pod has a log directory");
+}
