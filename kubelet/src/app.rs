@@ -10,7 +10,7 @@ use crate::runtime::cri::CriRuntime;
 use crate::server::{self, AppState};
 use crate::spec::{self, NodeSettings};
 use crate::status_manager::StatusManager;
-use crate::sync_loop::SyncLoop;
+use crate::sync_loop::{Source, SourceUpdate, SyncLoop};
 use crate::worker::Env;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -129,7 +129,12 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     } else {
         cfg.node_ips.clone()
     };
+    let prober_metrics = probes::ProberMetrics::new(&metrics.registry).expect("prober metrics register once");
+    let (probe_manager, probe_rx) = probes::ProbeManager::new(probes::ManagerConfig::default(), prober_metrics);
+    let probe_manager = Arc::new(probe_manager);
     let env = Arc::new(Env {
+        probes: probe_manager.clone(),
+        exec: Arc::new(crate::probing::CriExec(runtime.clone())),
         runtime: runtime.clone(),
         cgroups,
         namer,
@@ -152,24 +157,32 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let (pods_tx, pods_rx) = mpsc::channel(8);
     match &cfg.static_pod_path {
         Some(dir) => {
+            let (file_tx, mut file_rx) = mpsc::channel(4);
             tasks.spawn(crate::pod::static_pods::run(
                 dir.clone(),
                 cfg.node_name.clone(),
                 Duration::from_secs(1),
                 cfg.file_check_frequency,
-                pods_tx,
+                file_tx,
                 cancel.clone(),
             ));
+            tasks.spawn(async move {
+                while let Some(pods) = file_rx.recv().await {
+                    if pods_tx.send(SourceUpdate { source: Source::File, pods }).await.is_err() {
+                        return;
+                    }
+                }
+            });
         }
         None => {
             tracing::warn!("no staticPodPath and no apiserver: this node runs no pods");
-            let _ = pods_tx.send(Vec::new()).await;
+            let _ = pods_tx.send(SourceUpdate { source: Source::File, pods: Vec::new() }).await;
         }
     }
     let (pleg_tx, pleg_rx) = mpsc::channel(8);
     tasks.spawn(pleg::run(runtime, Duration::from_secs(1), pleg_tx, pleg_health, metrics, cancel.clone()));
-    let sync_loop = SyncLoop::new(env, cancel.clone());
-    tasks.spawn(sync_loop.run(pods_rx, pleg_rx));
+    let sync_loop = SyncLoop::new(env, &[Source::File], cancel.clone());
+    tasks.spawn(sync_loop.run(pods_rx, pleg_rx, probe_rx));
     crate::systemd_notify_ready();
 
     cancel.cancelled().await;
@@ -178,5 +191,6 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     if tokio::time::timeout(Duration::from_secs(10), drain).await.is_err() {
         tracing::warn!("tasks did not stop within 10s; exiting anyway");
     }
+    probe_manager.shutdown().await;
     Ok(())
 }

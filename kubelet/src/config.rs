@@ -127,6 +127,19 @@ pub struct Config {
     pub fail_swap_on: bool,
     pub pod_infra_container_image: Option<String>,
     pub verbosity: u8,
+    /// Cluster mode: `nodeStatusReportFrequency` (default 5m).
+    #[serde(with = "duration::serde_opt_plain")]
+    pub node_status_report_frequency: Duration,
+    /// Cluster mode: `nodeLeaseDurationSeconds` (default 40).
+    pub node_lease_duration_seconds: i32,
+    /// Cluster mode: `kubeAPIQPS` / `kubeAPIBurst` (default 50 / 100).
+    #[serde(rename = "kubeAPIQPS")]
+    pub kube_api_qps: i32,
+    pub kube_api_burst: i32,
+    /// Cluster mode: `registerNode` (default true).
+    pub register_node: bool,
+    /// Cluster mode: taints to register the Node with (`--register-with-taints` or the file's list).
+    pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -202,6 +215,46 @@ fn dur(name: &str, flag: &Option<String>, file: Option<Duration>, default: Durat
         // A zero duration in the file means "unset" (kubeadm writes `0s` for defaults).
         None => Ok(file.filter(|d| !d.is_zero()).unwrap_or(default)),
     }
+}
+
+/// `--register-with-taints=k=v:Effect,k2:Effect` or the file's `registerWithTaints` list.
+fn register_taints(flags: &Flags, file: &KubeletConfiguration) -> Result<Vec<k8s_openapi::api::core::v1::Taint>, ConfigError> {
+    use k8s_openapi::api::core::v1::Taint;
+    if let Some(list) = &flags.register_with_taints {
+        return list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|spec| {
+                let (kv, effect) = spec
+                    .rsplit_once(':')
+                    .ok_or_else(|| invalid(format!("--register-with-taints: {spec:?} has no effect (key=value:Effect)")))?;
+                if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+                    return Err(invalid(format!("--register-with-taints: invalid taint effect {effect:?}")));
+                }
+                let (key, value) = match kv.split_once('=') {
+                    Some((k, v)) => (k.to_string(), Some(v.to_string()).filter(|v| !v.is_empty())),
+                    None => (kv.to_string(), None),
+                };
+                if key.is_empty() {
+                    return Err(invalid(format!("--register-with-taints: {spec:?} has an empty key")));
+                }
+                Ok(Taint {
+                    key,
+                    value,
+                    effect: effect.to_string(),
+                    time_added: None,
+                })
+            })
+            .collect();
+    }
+    file.register_with_taints
+        .iter()
+        .flatten()
+        .map(|v| {
+            serde_json::from_value::<Taint>(v.clone()).map_err(|e| invalid(format!("registerWithTaints: {e}")))
+        })
+        .collect()
 }
 
 /// Merges flags over the file and applies upstream's defaults.
@@ -356,6 +409,17 @@ pub fn merge(flags: &Flags, file: KubeletConfiguration, hostname: &str) -> Resul
         fail_swap_on: flags.fail_swap_on.or(file.fail_swap_on).unwrap_or(true),
         pod_infra_container_image: flags.pod_infra_container_image.clone(),
         verbosity: flags.verbosity.unwrap_or(0),
+        node_status_report_frequency: dur(
+            "nodeStatusReportFrequency",
+            &None,
+            file.node_status_report_frequency,
+            Duration::from_secs(300),
+        )?,
+        node_lease_duration_seconds: file.node_lease_duration_seconds.filter(|d| *d > 0).unwrap_or(40),
+        kube_api_qps: flags.kube_api_qps.or(file.kube_api_qps).filter(|q| *q > 0).unwrap_or(50),
+        kube_api_burst: flags.kube_api_burst.or(file.kube_api_burst).filter(|b| *b > 0).unwrap_or(100),
+        register_node: flags.register_node.or(file.register_node).unwrap_or(true),
+        register_with_taints: register_taints(flags, &file)?,
     })
 }
 
@@ -440,6 +504,23 @@ volumeStatsAggPeriod: 0s
         assert_eq!(cfg.container_runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
         assert_eq!(cfg.cgroup_driver, CgroupDriver::Cgroupfs);
         assert!(cfg.cgroups_per_qos);
+        assert_eq!(cfg.node_status_report_frequency, Duration::from_secs(300));
+        assert_eq!((cfg.kube_api_qps, cfg.kube_api_burst, cfg.node_lease_duration_seconds), (50, 100, 40));
+        assert!(cfg.register_node);
+    }
+
+    #[test]
+    fn register_with_taints_flag() {
+        let cfg = merge(
+            &flags(&["--register-with-taints=dedicated=infra:NoSchedule,gpu:NoExecute"]),
+            KubeletConfiguration::default(),
+            "n",
+        )
+        .unwrap();
+        assert_eq!(cfg.register_with_taints.len(), 2);
+        assert_eq!(cfg.register_with_taints[0].value.as_deref(), Some("infra"));
+        assert_eq!(cfg.register_with_taints[1].key, "gpu");
+        assert!(merge(&flags(&["--register-with-taints=x=y:Sometimes"]), KubeletConfiguration::default(), "n").is_err());
     }
 
     #[test]

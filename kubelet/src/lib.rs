@@ -12,6 +12,7 @@ pub mod flags;
 pub mod metrics;
 pub mod pleg;
 pub mod pod;
+pub mod probing;
 pub mod quantity;
 pub mod runtime;
 pub mod server;

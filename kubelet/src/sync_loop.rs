@@ -7,15 +7,39 @@ use crate::pleg::Relist;
 use crate::pod::ANN_CONFIG_SEEN;
 use crate::worker::{Env, Msg, Worker};
 use k8s_openapi::api::core::v1::Pod;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+/// Where a desired pod comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Static pod manifests (`staticPodPath`).
+    File,
+    /// Pods bound to this node on the apiserver.
+    Api,
+}
+
+/// A source's complete, current set of pods.
+#[derive(Debug, Clone)]
+pub struct SourceUpdate {
+    pub source: Source,
+    pub pods: Vec<Pod>,
+}
+
+/// A pod whose containers and sandbox are all gone (sent after a termination finished).
+#[derive(Debug, Clone)]
+pub struct Terminated {
+    pub source: Option<Source>,
+    pub pod: Pod,
+}
+
 struct Handle {
     tx: mpsc::UnboundedSender<Msg>,
     pod: Pod,
+    source: Option<Source>,
     terminating: bool,
 }
 
@@ -26,7 +50,9 @@ pub struct SyncLoop {
     tasks: JoinSet<()>,
     done_tx: mpsc::UnboundedSender<String>,
     done_rx: mpsc::UnboundedReceiver<String>,
-    sources_ready: bool,
+    ready: HashSet<Source>,
+    expected: HashSet<Source>,
+    on_terminated: Option<mpsc::UnboundedSender<Terminated>>,
     cancel: CancellationToken,
 }
 
@@ -46,7 +72,9 @@ fn same_intent(a: &Pod, b: &Pod) -> bool {
 }
 
 impl SyncLoop {
-    pub fn new(env: Arc<Env>, cancel: CancellationToken) -> Self {
+    /// `sources` are the sources that must each report once before pods that no source wants
+    /// are stopped (so that a restart does not kill pods the apiserver has not listed yet).
+    pub fn new(env: Arc<Env>, sources: &[Source], cancel: CancellationToken) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Self {
             env,
@@ -54,12 +82,23 @@ impl SyncLoop {
             tasks: JoinSet::new(),
             done_tx,
             done_rx,
-            sources_ready: false,
+            ready: HashSet::new(),
+            expected: sources.iter().copied().collect(),
+            on_terminated: None,
             cancel,
         }
     }
 
-    fn spawn(&mut self, pod: Pod, terminate: Option<i64>) {
+    /// Pods whose termination finished are sent here (the apiserver writer deletes them).
+    pub fn on_terminated(&mut self, tx: mpsc::UnboundedSender<Terminated>) {
+        self.on_terminated = Some(tx);
+    }
+
+    fn sources_ready(&self) -> bool {
+        self.expected.iter().all(|s| self.ready.contains(s))
+    }
+
+    fn spawn(&mut self, pod: Pod, source: Option<Source>, terminate: Option<i64>) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let (tx, rx) = mpsc::unbounded_channel();
         if let Some(g) = terminate {
@@ -72,18 +111,31 @@ impl SyncLoop {
             Handle {
                 tx,
                 pod,
+                source,
                 terminating: terminate.is_some(),
             },
         );
     }
 
     /// A source's complete set of pods.
-    pub fn set_pods(&mut self, pods: Vec<Pod>) {
-        self.sources_ready = true;
-        let mut wanted = std::collections::HashSet::new();
+    pub fn set_pods(&mut self, source: Source, pods: Vec<Pod>) {
+        self.ready.insert(source);
+        let mut wanted = HashSet::new();
         for pod in pods {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
+            // Mirror pods only reflect static pods on the apiserver: never run them.
+            let mirror = pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::pod::ANN_CONFIG_MIRROR));
+            if uid.is_empty() || mirror {
+                continue;
+            }
             wanted.insert(uid.clone());
+            // A pod being deleted on the apiserver stops with the grace period it was given.
+            let deleting = pod.metadata.deletion_timestamp.is_some().then(|| {
+                pod.metadata
+                    .deletion_grace_period_seconds
+                    .or(pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+                    .unwrap_or(30)
+            });
             match self.workers.get_mut(&uid) {
                 Some(h) if h.terminating => {}
                 Some(h) => {
@@ -91,15 +143,20 @@ impl SyncLoop {
                         h.pod = pod.clone();
                         let _ = h.tx.send(Msg::Update(Box::new(pod)));
                     }
+                    if let Some(g) = deleting {
+                        tracing::info!(pod = %crate::pod::full_name(&h.pod), %uid, grace = g, "pod deleted; stopping");
+                        h.terminating = true;
+                        let _ = h.tx.send(Msg::Terminate(g));
+                    }
                 }
                 None => {
                     tracing::info!(pod = %crate::pod::full_name(&pod), %uid, "new pod");
-                    self.spawn(pod, None);
+                    self.spawn(pod, Some(source), deleting);
                 }
             }
         }
         for (uid, h) in self.workers.iter_mut() {
-            if !wanted.contains(uid) && !h.terminating {
+            if h.source == Some(source) && !wanted.contains(uid) && !h.terminating {
                 let grace = h
                     .pod
                     .spec
@@ -120,7 +177,7 @@ impl SyncLoop {
                 let _ = h.tx.send(Msg::Wake);
             }
         }
-        if !self.sources_ready {
+        if !self.sources_ready() {
             return;
         }
         for uid in r.present {
@@ -129,7 +186,7 @@ impl SyncLoop {
                 let mut pod = Pod::default();
                 pod.metadata.uid = Some(uid);
                 // Grace comes from the containers' annotations (see Worker::terminate).
-                self.spawn(pod, Some(-1));
+                self.spawn(pod, None, Some(-1));
             }
         }
     }
@@ -140,17 +197,152 @@ impl SyncLoop {
     }
 
     /// Runs until cancelled. Workers are left to finish their current step; pods keep running.
-    pub async fn run(mut self, mut pods_rx: mpsc::Receiver<Vec<Pod>>, mut pleg_rx: mpsc::Receiver<Relist>) {
+    pub async fn run(
+        mut self,
+        mut pods_rx: mpsc::Receiver<SourceUpdate>,
+        mut pleg_rx: mpsc::Receiver<Relist>,
+        mut probe_rx: mpsc::Receiver<probes::ProbeUpdate>,
+    ) {
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
-                Some(pods) = pods_rx.recv() => self.set_pods(pods),
+                Some(u) = probe_rx.recv() => {
+                    if let Some(h) = self.workers.get(&u.pod_uid) {
+                        let _ = h.tx.send(Msg::Probe(Box::new(u)));
+                    }
+                }
+                Some(u) = pods_rx.recv() => self.set_pods(u.source, u.pods),
                 Some(r) = pleg_rx.recv() => self.on_relist(r),
                 Some(uid) = self.done_rx.recv() => {
-                    self.workers.remove(&uid);
+                    if let Some(h) = self.workers.remove(&uid)
+                        && let Some(tx) = &self.on_terminated
+                    {
+                        let _ = tx.send(Terminated { source: h.source, pod: h.pod });
+                    }
                 }
             }
         }
         while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroups::{CgroupNamer, FakeCgroups};
+    use crate::config::CgroupDriver;
+    use crate::runtime::fake::FakeRuntime;
+    use crate::spec::NodeSettings;
+    use crate::status_manager::StatusManager;
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    fn env(rt: Arc<FakeRuntime>, dir: &std::path::Path) -> Arc<Env> {
+        Arc::new(Env {
+            probes: crate::worker::test_probes().0,
+            exec: Arc::new(crate::probing::CriExec(rt.clone())),
+            runtime: rt,
+            cgroups: Arc::new(FakeCgroups::default()),
+            namer: CgroupNamer {
+                driver: CgroupDriver::Cgroupfs,
+                root: "/".into(),
+                per_qos: true,
+            },
+            node: NodeSettings {
+                pod_logs_dir: dir.join("logs"),
+                root_dir: dir.join("root"),
+                ..Default::default()
+            },
+            runtime_name: "containerd".into(),
+            statuses: Arc::new(StatusManager::new()),
+            pull_lock: tokio::sync::Mutex::new(()),
+            resync: Duration::from_secs(60),
+        })
+    }
+
+    fn pod(uid: &str, extra_meta: serde_json::Value) -> Pod {
+        let mut meta = serde_json::json!({"name": uid, "namespace": "default", "uid": uid});
+        for (k, v) in extra_meta.as_object().unwrap() {
+            meta[k] = v.clone();
+        }
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": meta,
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "busybox:1.35"}]}
+        }))
+        .unwrap();
+        crate::pod::apply_defaults(&mut p);
+        p
+    }
+
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    #[tokio::test]
+    async fn sources_merge_mirrors_are_ignored_and_deletions_stop_pods() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = Arc::new(FakeRuntime::new());
+        rt.add_image("busybox:1.35");
+        let cancel = CancellationToken::new();
+        let mut sl = SyncLoop::new(env(rt.clone(), dir.path()), &[Source::File, Source::Api], cancel.clone());
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        sl.on_terminated(tx);
+        sl.set_pods(Source::File, vec![pod("static", serde_json::json!({}))]);
+        sl.set_pods(
+            Source::Api,
+            vec![
+                pod("api", serde_json::json!({})),
+                pod("mirror", serde_json::json!({"annotations": {"kubernetes.io/config.mirror": "x"}})),
+            ],
+        );
+        assert_eq!(sl.workers(), 2, "the mirror pod is not run");
+        settle().await;
+        assert_eq!(rt.running("c").len(), 2);
+        // The apiserver marks the API pod deleted: it stops, and is reported terminated.
+        let deleted = pod("api", serde_json::json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "deletionGracePeriodSeconds": 1}));
+        sl.set_pods(Source::Api, vec![deleted]);
+        // The file source's own update must not touch API pods.
+        sl.set_pods(Source::File, vec![pod("static", serde_json::json!({}))]);
+        let done = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                tokio::select! {
+                    Some(uid) = sl.done_rx.recv() => {
+                        if let Some(h) = sl.workers.remove(&uid) && let Some(tx) = &sl.on_terminated {
+                            let _ = tx.send(Terminated { source: h.source, pod: h.pod });
+                        }
+                    }
+                    Some(t) = rx.recv() => break t,
+                }
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(done.pod.metadata.uid.as_deref(), Some("api"));
+        assert_eq!(done.source, Some(Source::Api));
+        assert_eq!(rt.running("c").len(), 1, "the static pod keeps running");
+        cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn orphans_are_stopped_only_after_every_source_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = Arc::new(FakeRuntime::new());
+        let cancel = CancellationToken::new();
+        let mut sl = SyncLoop::new(env(rt.clone(), dir.path()), &[Source::File, Source::Api], cancel.clone());
+        let relist = Relist {
+            changed: BTreeSet::new(),
+            present: BTreeSet::from(["left-over".to_string()]),
+        };
+        sl.on_relist(relist.clone());
+        sl.set_pods(Source::File, vec![]);
+        sl.on_relist(relist.clone());
+        assert_eq!(sl.workers(), 0, "the apiserver has not listed yet: the pod may still be wanted");
+        sl.set_pods(Source::Api, vec![]);
+        sl.on_relist(relist);
+        assert_eq!(sl.workers(), 1, "now the unknown pod is stopped");
+        cancel.cancel();
     }
 }

@@ -36,6 +36,10 @@ pub struct Env {
     /// `containerd` in `containerd://<id>`.
     pub runtime_name: String,
     pub statuses: Arc<StatusManager>,
+    /// Liveness, readiness and startup probes of every container.
+    pub probes: Arc<probes::ProbeManager>,
+    /// How exec probes reach the runtime.
+    pub exec: Arc<dyn probes::ExecRunner>,
     /// Held while pulling when `serializeImagePulls` is on.
     pub pull_lock: tokio::sync::Mutex<()>,
     pub resync: Duration,
@@ -50,6 +54,8 @@ pub enum Msg {
     Terminate(i64),
     /// Something changed in the runtime: sync now.
     Wake,
+    /// A probe result changed.
+    Probe(Box<probes::ProbeUpdate>),
 }
 
 /// Per-container-name restart back-off.
@@ -365,6 +371,10 @@ pub struct Worker {
     start_time: Option<Timestamp>,
     last_status: Option<PodStatus>,
     sandbox_ips: (String, Vec<String>),
+    /// Container name → the instance whose probes are running.
+    probed: HashMap<String, String>,
+    /// Containers to kill because a liveness or startup probe failed: (id, grace).
+    probe_kills: Vec<(String, Duration)>,
 }
 
 impl Worker {
@@ -381,6 +391,8 @@ impl Worker {
             start_time,
             last_status: previous,
             sandbox_ips: (String::new(), Vec::new()),
+            probed: HashMap::new(),
+            probe_kills: Vec::new(),
         }
     }
 
@@ -404,6 +416,12 @@ impl Worker {
             }
         };
         let now = Instant::now();
+        let killed_for_probes = self.kill_for_probes(&obs).await;
+        let obs = if killed_for_probes {
+            observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
+        } else {
+            obs
+        };
         let p = plan(&self.pod, &obs, &mut self.backoff, now);
         let acted = p.kill_pod || p.create_sandbox.is_some() || !p.start.is_empty() || !p.kill.is_empty() || !p.remove.is_empty();
         let mut wake = p.wake_after;
@@ -476,6 +494,7 @@ impl Worker {
         };
         let mut waiting = self.errors.clone();
         waiting.extend(p.waiting.clone());
+        self.update_probes(&obs);
         self.publish(&obs, waiting, false);
         wake.unwrap_or(self.env.resync).min(self.env.resync)
     }
@@ -527,6 +546,9 @@ impl Worker {
             .cloned()
             .expect("planned containers come from the spec");
         let wait = |reason: &str, message: String, retry: Duration| (Waiting { reason: reason.into(), message }, retry);
+        if let Err(e) = probes::ContainerProbes::from_container(&c) {
+            return Err(wait("CreateContainerConfigError", format!("invalid probe: {e}"), Duration::from_secs(30)));
+        }
         self.ensure_image(&c, sandbox).await?;
         let pod_ips = self.sandbox_ips.1.clone();
         let volumes = spec::prepare_volumes(&self.env.node, &self.pod)
@@ -596,7 +618,99 @@ impl Worker {
         }
     }
 
+    /// Starts probes for containers that began running and tells the manager about exits.
+    fn update_probes(&mut self, obs: &Observed) {
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        let sandbox = obs.sandboxes.first().filter(|s| s.state == SandboxState::Ready).map(|s| s.id.as_str());
+        let pod_ref = probes::PodRef {
+            uid: self.uid.clone(),
+            name: self.pod.metadata.name.clone().unwrap_or_default(),
+            namespace: self.pod.metadata.namespace.clone().unwrap_or_default(),
+        };
+        let never = spec.restart_policy.as_deref() == Some("Never");
+        for c in &spec.containers {
+            let Some(latest) = obs.newest(&c.name, sandbox) else { continue };
+            let known = self.probed.get(&c.name) == Some(&latest.id);
+            match latest.state {
+                ContainerState::Running if !known => {
+                    let Ok(specs) = probes::ContainerProbes::from_container(c) else { continue };
+                    if specs.is_empty() {
+                        continue;
+                    }
+                    let started = std::time::UNIX_EPOCH + Duration::from_nanos(latest.started_at.max(0) as u64);
+                    self.env.probes.add_container(
+                        &pod_ref,
+                        probes::ContainerRef {
+                            name: c.name.clone(),
+                            id: latest.id.clone(),
+                            started_at: probes::instant_from_system_time(started),
+                        },
+                        specs,
+                        self.sandbox_ips.1.first().map(String::as_str).unwrap_or(""),
+                        self.env.exec.clone(),
+                    );
+                    self.probed.insert(c.name.clone(), latest.id.clone());
+                }
+                ContainerState::Exited if known => {
+                    if never {
+                        self.env.probes.remove_container(&self.uid, &c.name);
+                        self.probed.remove(&c.name);
+                    } else {
+                        self.env.probes.container_exited(&self.uid, &c.name);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A probe result changed. Liveness and startup failures kill the container (it restarts
+    /// per the restart policy); readiness changes only show in the next status.
+    fn on_probe(&mut self, u: probes::ProbeUpdate) {
+        if u.kind == probes::ProbeKind::Readiness || u.result != probes::ProbeStatus::Failure {
+            return;
+        }
+        if self.probed.get(&u.container_name) != Some(&u.container_id) {
+            return;
+        }
+        let grace = u
+            .termination_grace_period_seconds
+            .map(|g| Duration::from_secs(g.max(0) as u64).max(MIN_GRACE))
+            .unwrap_or_else(|| self.grace());
+        tracing::info!(
+            container = %u.container_name,
+            probe = u.kind.as_str(),
+            message = %u.message,
+            "Container failed {} probe, will be restarted",
+            u.kind.as_str().to_lowercase()
+        );
+        self.probe_kills.push((u.container_id, grace));
+    }
+
+    async fn kill_for_probes(&mut self, obs: &Observed) -> bool {
+        let kills = std::mem::take(&mut self.probe_kills);
+        let mut any = false;
+        for (id, grace) in kills {
+            let running = obs.containers.iter().any(|(_, c)| c.id == id && c.state == ContainerState::Running);
+            if running {
+                if let Err(e) = self.env.runtime.stop_container(&id, grace).await {
+                    tracing::warn!(error = %e, container = %id, "StopContainer after probe failure failed");
+                }
+                any = true;
+            }
+        }
+        any
+    }
+
     fn publish(&mut self, obs: &Observed, waiting: BTreeMap<String, Waiting>, terminating: bool) {
+        let mut readiness = BTreeMap::new();
+        let mut not_started = Vec::new();
+        for (name, id) in &self.probed {
+            readiness.insert(id.clone(), self.env.probes.is_ready(&self.uid, name, id));
+            if !self.env.probes.is_started(&self.uid, name, id) {
+                not_started.push(name.clone());
+            }
+        }
         let sandbox_ready = obs.sandboxes.first().is_some_and(|s| s.state == SandboxState::Ready);
         let o = Observation {
             containers: obs.containers.iter().map(|(_, c)| c).collect(),
@@ -604,8 +718,8 @@ impl Worker {
             pod_ips: if sandbox_ready { self.sandbox_ips.1.clone() } else { Vec::new() },
             host_ips: self.env.node.host_ips.clone(),
             waiting,
-            readiness: BTreeMap::new(),
-            not_started: Vec::new(),
+            readiness,
+            not_started,
             runtime_name: self.env.runtime_name.clone(),
             start_time: self.start_time,
             qos_class: self.qos().as_str().into(),
@@ -621,7 +735,6 @@ impl Worker {
     /// Stops and removes everything of the pod. Returns false if something must be retried.
     pub async fn terminate(&mut self, grace_seconds: i64) -> bool {
         let rt = self.env.runtime.clone();
-        let grace = Duration::from_secs(grace_seconds.max(0) as u64).max(MIN_GRACE);
         let obs = match observe(rt.as_ref(), &self.uid).await {
             Ok(o) => o,
             Err(e) => {
@@ -629,6 +742,27 @@ impl Worker {
                 return false;
             }
         };
+        // A pod no source knows (found in the runtime after a restart): its identity and grace
+        // period come from what we recorded on its sandbox and containers.
+        if self.pod.metadata.name.is_none()
+            && let Some(sb) = obs.sandboxes.first()
+        {
+            self.pod.metadata.name = Some(sb.pod_name.clone());
+            self.pod.metadata.namespace = Some(sb.pod_namespace.clone());
+        }
+        let grace_seconds = if grace_seconds >= 0 {
+            grace_seconds
+        } else {
+            obs.containers
+                .iter()
+                .filter_map(|(_, c)| c.annotations.get(ANN_POD_GRACE_PERIOD)?.parse::<i64>().ok())
+                .max()
+                .unwrap_or(30)
+        };
+        let grace = Duration::from_secs(grace_seconds.max(0) as u64).max(MIN_GRACE);
+        // A terminating pod is not probed for liveness; its readiness no longer matters.
+        self.env.probes.remove_pod(&self.uid);
+        self.probed.clear();
         self.stop_containers(&obs, grace).await;
         let mut clean = true;
         for sb in &obs.sandboxes {
@@ -699,6 +833,7 @@ impl Worker {
                                 Msg::Update(p) => self.pod = *p,
                                 Msg::Terminate(g) => terminating = Some(terminating.map_or(g, |t| t.min(g))),
                                 Msg::Wake => {}
+                                Msg::Probe(u) => self.on_probe(*u),
                             }
                         }
                     }
@@ -718,6 +853,20 @@ impl Worker {
         .instrument(span)
         .await
     }
+}
+
+/// A probe manager for tests, without start-up jitter.
+#[cfg(test)]
+pub(crate) fn test_probes() -> (Arc<probes::ProbeManager>, mpsc::Receiver<probes::ProbeUpdate>) {
+    let metrics = probes::ProberMetrics::new(&prometheus::Registry::new()).expect("fresh registry");
+    let (m, rx) = probes::ProbeManager::new(
+        probes::ManagerConfig {
+            jitter: false,
+            ..Default::default()
+        },
+        metrics,
+    );
+    (Arc::new(m), rx)
 }
 
 #[cfg(test)]

@@ -154,6 +154,9 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
                 return Err(field_err(format!("{at}.ports[{j}].hostPort"), format!("Invalid value: {hp}")));
             }
         }
+        if let Err(e) = probes::ContainerProbes::from_container(c) {
+            return Err(field_err(at.clone(), format!("invalid probe: {e}")));
+        }
         if let Some(res) = &c.resources {
             for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
                 for (k, q) in map.iter().flatten() {
@@ -259,6 +262,10 @@ mod tests {
         assert_eq!(validate(&p).unwrap_err().field, "spec.restartPolicy");
         let p = pod(serde_json::json!({"metadata": {"name": "w"}, "spec": {"containers": [{"name": "a", "image": "x", "resources": {"limits": {"cpu": "lots"}}}]}}));
         assert_eq!(validate(&p).unwrap_err().field, "spec.containers[0].resources.limits[cpu]");
+        let p = pod(serde_json::json!({"metadata": {"name": "w"}, "spec": {"containers": [{"name": "a", "image": "x", "readinessProbe": {"periodSeconds": 1}}]}}));
+        let e = validate(&p).unwrap_err();
+        assert_eq!(e.field, "spec.containers[0]");
+        assert!(e.message.contains("probe"), "{e}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ struct Rig {
     rt: Arc<FakeRuntime>,
     cg: Arc<FakeCgroups>,
     env: Arc<Env>,
+    probe_rx: mpsc::Receiver<probes::ProbeUpdate>,
     _dir: tempfile::TempDir,
 }
 
@@ -17,7 +18,10 @@ fn rig() -> Rig {
     let rt = Arc::new(FakeRuntime::new());
     rt.add_image(IMAGE);
     let cg = Arc::new(FakeCgroups::default());
+    let (probes, probe_rx) = test_probes();
     let env = Arc::new(Env {
+        probes,
+        exec: Arc::new(crate::probing::CriExec(rt.clone())),
         runtime: rt.clone(),
         cgroups: cg.clone(),
         namer: CgroupNamer {
@@ -38,7 +42,13 @@ fn rig() -> Rig {
         pull_lock: tokio::sync::Mutex::new(()),
         resync: Duration::from_secs(60),
     });
-    Rig { rt, cg, env, _dir: dir }
+    Rig {
+        rt,
+        cg,
+        env,
+        probe_rx,
+        _dir: dir,
+    }
 }
 
 fn pod(policy: &str, extra: serde_json::Value) -> Pod {
@@ -173,6 +183,8 @@ async fn a_new_worker_adopts_running_containers() {
     r.rt.clear_calls();
     // The agent restarted: a fresh worker with no memory of the pod.
     let fresh_env = Arc::new(Env {
+        probes: test_probes().0,
+        exec: r.env.exec.clone(),
         runtime: r.rt.clone(),
         cgroups: r.cg.clone(),
         namer: r.env.namer.clone(),
@@ -333,4 +345,93 @@ fn backoff_sequence_and_reset() {
         }
     }
     assert_eq!(last, BACKOFF_MAX);
+}
+
+async fn next_update(r: &mut Rig, kind: probes::ProbeKind, result: probes::ProbeStatus) -> probes::ProbeUpdate {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let u = r.probe_rx.recv().await.unwrap();
+            if u.kind == kind && u.result == result {
+                return u;
+            }
+        }
+    })
+    .await
+    .expect("probe update")
+}
+
+#[tokio::test(start_paused = true)]
+async fn liveness_failure_kills_and_restarts_the_container() {
+    let mut r = rig();
+    let p = pod(
+        "Always",
+        serde_json::json!({"containers": [{"name": "app", "image": IMAGE,
+            "livenessProbe": {"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 2}}]}),
+    );
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    let first = r.rt.running("app")[0].clone();
+    // Two failing execs in a row reach the threshold.
+    for _ in 0..2 {
+        r.rt.push_exec_result(ExecResult { exit_code: 1, stdout: vec![], stderr: b"unhealthy".to_vec() });
+    }
+    let u = next_update(&mut r, probes::ProbeKind::Liveness, probes::ProbeStatus::Failure).await;
+    assert_eq!(u.container_id, first);
+    w.on_probe(u);
+    w.sync().await;
+    assert_eq!(r.rt.count("StopContainer"), 1, "the unhealthy container is killed");
+    let now = r.rt.running("app");
+    assert_eq!(now.len(), 1, "and restarted at once (first restart has no back-off)");
+    assert_ne!(now[0], first);
+    let cs = app_status(&r);
+    assert_eq!(cs.restart_count, 1);
+    assert!(cs.last_state.unwrap().terminated.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_probe_gates_ready_and_startup_gates_started() {
+    let mut r = rig();
+    let p = pod(
+        "Always",
+        serde_json::json!({"containers": [{"name": "app", "image": IMAGE,
+            "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1},
+            "startupProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}}]}),
+    );
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    let cs = app_status(&r);
+    assert!(!cs.ready, "not ready before the readiness probe succeeds");
+    assert_eq!(cs.started, Some(false), "not started before the startup probe succeeds");
+    assert_eq!(condition(&status(&r), "Ready"), "False");
+    next_update(&mut r, probes::ProbeKind::Startup, probes::ProbeStatus::Success).await;
+    next_update(&mut r, probes::ProbeKind::Readiness, probes::ProbeStatus::Success).await;
+    w.sync().await;
+    let cs = app_status(&r);
+    assert_eq!(cs.started, Some(true));
+    assert!(cs.ready);
+    assert_eq!(condition(&status(&r), "Ready"), "True");
+    // Readiness failing again flips it back.
+    for _ in 0..3 {
+        r.rt.push_exec_result(ExecResult { exit_code: 1, stdout: vec![], stderr: vec![] });
+    }
+    next_update(&mut r, probes::ProbeKind::Readiness, probes::ProbeStatus::Failure).await;
+    w.sync().await;
+    assert!(!app_status(&r).ready);
+    assert_eq!(condition(&status(&r), "ContainersReady"), "False");
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_probe_is_reported_not_started() {
+    let r = rig();
+    let p = pod(
+        "Always",
+        serde_json::json!({"containers": [{"name": "app", "image": IMAGE,
+            "livenessProbe": {"httpGet": {"port": "web"}}}]}),
+    );
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    let waiting = app_status(&r).state.unwrap().waiting.unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("CreateContainerConfigError"));
+    assert!(waiting.message.unwrap().contains("web"));
+    assert_eq!(r.rt.count("CreateContainer"), 0);
 }
