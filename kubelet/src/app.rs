@@ -135,6 +135,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let env = Arc::new(Env {
         probes: probe_manager.clone(),
         exec: Arc::new(crate::probing::CriExec(runtime.clone())),
+        pod_start_duration: Some(metrics.pod_start_duration.clone()),
         runtime: runtime.clone(),
         cgroups,
         namer,

@@ -342,3 +342,77 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
 pub fn ns_to_rfc3339(ns: i64) -> String {
     time_ns(ns).map(|t| t.0.to_string()).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running() -> ContainerStatus {
+        ContainerStatus {
+            state: Some(K8sState {
+                running: Some(ContainerStateRunning::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn exited(code: i32) -> ContainerStatus {
+        ContainerStatus {
+            state: Some(K8sState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn backing_off(code: i32) -> ContainerStatus {
+        ContainerStatus {
+            state: Some(K8sState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some("CrashLoopBackOff".into()),
+                    message: None,
+                }),
+                ..Default::default()
+            }),
+            last_state: exited(code).state,
+            ..Default::default()
+        }
+    }
+
+    fn creating() -> ContainerStatus {
+        ContainerStatus {
+            state: Some(K8sState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some("ContainerCreating".into()),
+                    message: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn phases_follow_upstream() {
+        assert_eq!(phase("Always", &[], &[creating()]), "Pending");
+        assert_eq!(phase("Always", &[], &[running(), creating()]), "Pending");
+        assert_eq!(phase("Always", &[], &[running()]), "Running");
+        assert_eq!(phase("Always", &[], &[backing_off(1)]), "Running");
+        assert_eq!(phase("Always", &[], &[exited(0)]), "Running");
+        assert_eq!(phase("OnFailure", &[], &[exited(0), exited(0)]), "Succeeded");
+        assert_eq!(phase("OnFailure", &[], &[exited(1)]), "Running");
+        assert_eq!(phase("Never", &[], &[exited(0), exited(2)]), "Failed");
+        assert_eq!(phase("Never", &[], &[exited(0)]), "Succeeded");
+        assert_eq!(phase("Never", &[], &[running(), exited(2)]), "Running");
+        // Init containers: pending until they succeed; a failed one fails a Never pod.
+        assert_eq!(phase("Always", &[running()], &[creating()]), "Pending");
+        assert_eq!(phase("Always", &[exited(0)], &[running()]), "Running");
+        assert_eq!(phase("Never", &[exited(1)], &[creating()]), "Failed");
+        assert_eq!(phase("OnFailure", &[backing_off(1)], &[creating()]), "Pending");
+    }
+}

@@ -241,6 +241,7 @@ mod tests {
         Arc::new(Env {
             probes: crate::worker::test_probes().0,
             exec: Arc::new(crate::probing::CriExec(rt.clone())),
+            pod_start_duration: None,
             runtime: rt,
             cgroups: Arc::new(FakeCgroups::default()),
             namer: CgroupNamer {

@@ -40,6 +40,8 @@ pub struct Env {
     pub probes: Arc<probes::ProbeManager>,
     /// How exec probes reach the runtime.
     pub exec: Arc<dyn probes::ExecRunner>,
+    /// `kubelet_pod_start_duration_seconds`, when metrics are kept.
+    pub pod_start_duration: Option<prometheus::Histogram>,
     /// Held while pulling when `serializeImagePulls` is on.
     pub pull_lock: tokio::sync::Mutex<()>,
     pub resync: Duration,
@@ -375,6 +377,8 @@ pub struct Worker {
     probed: HashMap<String, String>,
     /// Containers to kill because a liveness or startup probe failed: (id, grace).
     probe_kills: Vec<(String, Duration)>,
+    /// When this worker first saw the pod, until every container has run once.
+    first_seen: Option<std::time::Instant>,
 }
 
 impl Worker {
@@ -393,6 +397,7 @@ impl Worker {
             sandbox_ips: (String::new(), Vec::new()),
             probed: HashMap::new(),
             probe_kills: Vec::new(),
+            first_seen: Some(std::time::Instant::now()),
         }
     }
 
@@ -726,9 +731,26 @@ impl Worker {
             terminating,
         };
         let st = status::pod_status(&self.pod, &o, self.last_status.as_ref());
+        self.note_started(&st);
         if self.last_status.as_ref() != Some(&st) {
             self.env.statuses.set(&self.pod, st.clone());
             self.last_status = Some(st);
+        }
+    }
+
+    /// Records the pod's start latency (first seen → every container running) once.
+    fn note_started(&mut self, st: &PodStatus) {
+        let Some(seen) = self.first_seen else { return };
+        let statuses = st.container_statuses.as_deref().unwrap_or_default();
+        let all_running = !statuses.is_empty()
+            && statuses.iter().all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+        if all_running {
+            let took = seen.elapsed();
+            self.first_seen = None;
+            if let Some(m) = &self.env.pod_start_duration {
+                m.observe(took.as_secs_f64());
+            }
+            tracing::info!(pod_start_ms = took.as_secs_f64() * 1000.0, "all containers running");
         }
     }
 

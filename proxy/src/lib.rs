@@ -2,14 +2,24 @@
 //!
 //! Data flow: watch → [`model::ServiceState`] (change tracker) → [`proxier::run`] (debounced
 //! loop) → [`proxier::Proxier::sync`] → [`render::render`] (pure) → full text or minimal
-//! [`render::delta`] → [`iptables::IptablesRunner`] (`iptables-restore --noflush`).
+//! [`render::delta`] → [`iptables::IptablesRunner`] (`iptables-restore --noflush`); after each
+//! successful sync: [`health`] (healthz state, healthCheckNodePort servers) and
+//! [`conntrack`] (stale UDP flows). [`config`] turns flags + KubeProxyConfiguration into a
+//! validated config, [`app`] assembles the role (used by the `kube-proxy` binary), [`source`]
+//! reads Services/EndpointSlices from a directory (`--static-services-dir`).
 
+pub mod app;
 pub mod chains;
+pub mod cleanup;
+pub mod config;
+pub mod conntrack;
+pub mod health;
 pub mod iptables;
 pub mod metrics;
 pub mod model;
 pub mod proxier;
 pub mod render;
+pub mod source;
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 //! The sync loop: render the desired ruleset, apply it (full or minimal delta) through an
 //! `IptablesRunner`, remember what was applied, and run that on a debounced schedule.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -16,9 +16,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::chains::*;
+use crate::conntrack::{self, Conntrack, NoConntrack, UdpTarget};
+use crate::health::{ProxierHealth, ServiceHealthServer};
 use crate::iptables::{self, IptablesRunner, Position};
 use crate::metrics::Metrics;
-use crate::model::ServiceState;
+use crate::model::{NamespacedName, ServiceState};
 use crate::render::{self, RenderConfig, Ruleset, TableName};
 
 #[derive(Debug, Error)]
@@ -71,6 +73,7 @@ struct Shared {
     services_synced: AtomicBool,
     slices_synced: AtomicBool,
     force_full: AtomicBool,
+    health: ProxierHealth,
 }
 
 /// Cheap, cloneable entry point for the watchers: feed objects in, the loop wakes up.
@@ -94,6 +97,7 @@ impl ProxyHandle {
                 services_synced: AtomicBool::new(false),
                 slices_synced: AtomicBool::new(false),
                 force_full: AtomicBool::new(false),
+                health: ProxierHealth::default(),
             }),
         }
     }
@@ -112,8 +116,15 @@ impl ProxyHandle {
         self.state()
     }
 
+    /// The health state `/healthz` reports: queued on every change, updated on every
+    /// successful sync.
+    pub fn health(&self) -> &ProxierHealth {
+        &self.shared.health
+    }
+
     fn changed(&self, changed: bool) -> bool {
         if changed {
+            self.shared.health.queued_update();
             self.shared.notify.notify_one();
         }
         changed
@@ -300,8 +311,10 @@ const JUMPS: &[Jump] = &[
 ];
 
 /// Owns the last-applied ruleset and turns desired state into iptables transactions.
-pub struct Proxier<R: IptablesRunner> {
+pub struct Proxier<R: IptablesRunner, C: Conntrack = NoConntrack> {
     runner: R,
+    conntrack: C,
+    service_health: Option<ServiceHealthServer>,
     cfg: RenderConfig,
     handle: ProxyHandle,
     metrics: Metrics,
@@ -312,7 +325,7 @@ pub struct Proxier<R: IptablesRunner> {
     last_full: Option<Instant>,
 }
 
-impl<R: IptablesRunner> std::fmt::Debug for Proxier<R> {
+impl<R: IptablesRunner, C: Conntrack> std::fmt::Debug for Proxier<R, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Proxier")
             .field("need_full", &self.need_full)
@@ -332,6 +345,8 @@ impl<R: IptablesRunner> Proxier<R> {
     ) -> Result<Self> {
         Ok(Proxier {
             runner,
+            conntrack: NoConntrack,
+            service_health: None,
             cfg,
             handle,
             metrics: Metrics::new(registry)?,
@@ -340,6 +355,34 @@ impl<R: IptablesRunner> Proxier<R> {
             need_full: true,
             last_full: None,
         })
+    }
+}
+
+impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
+    /// Cleans stale UDP conntrack entries after each successful sync.
+    pub fn with_conntrack<C2: Conntrack>(self, conntrack: C2) -> Proxier<R, C2> {
+        Proxier {
+            runner: self.runner,
+            conntrack,
+            service_health: self.service_health,
+            cfg: self.cfg,
+            handle: self.handle,
+            metrics: self.metrics,
+            full_sync_period: self.full_sync_period,
+            applied: self.applied,
+            need_full: self.need_full,
+            last_full: self.last_full,
+        }
+    }
+
+    /// Serves healthCheckNodePorts of externalTrafficPolicy=Local services.
+    pub fn with_service_health(mut self, server: ServiceHealthServer) -> Self {
+        self.service_health = Some(server);
+        self
+    }
+
+    pub fn conntrack(&self) -> &C {
+        &self.conntrack
     }
 
     pub fn handle(&self) -> &ProxyHandle {
@@ -390,12 +433,15 @@ impl<R: IptablesRunner> Proxier<R> {
             .is_none_or(|t| t.elapsed() >= self.full_sync_period);
         let do_full = full || forced || stale_full || self.needs_full_sync();
 
-        let (desired, changed) = {
+        let want_hc = self.service_health.is_some();
+        let (desired, changed, udp, hc) = {
             let mut state = self.handle.state();
             let changed: BTreeSet<_> = state.take_changes();
             let desired =
                 render::render(state.service_port_map(), state.endpoints_map(), &self.cfg);
-            (desired, changed)
+            let udp = conntrack::udp_targets(state.service_port_map(), state.endpoints_map());
+            let hc = want_hc.then(|| health_check_state(&state));
+            (desired, changed, udp, hc)
         };
         debug!(
             full = do_full,
@@ -455,6 +501,12 @@ impl<R: IptablesRunner> Proxier<R> {
                 if do_full {
                     self.last_full = Some(Instant::now());
                 }
+                self.handle.shared.health.updated();
+                if let (Some(server), Some((ports, counts))) = (&self.service_health, &hc) {
+                    server.sync_services(ports).await;
+                    server.sync_endpoints(counts);
+                }
+                self.clean_conntrack(&udp).await;
                 if text.is_empty() {
                     return Ok(SyncOutcome::Unchanged);
                 }
@@ -490,6 +542,10 @@ impl<R: IptablesRunner> Proxier<R> {
                 Err(e)
             }
         }
+    }
+
+    async fn clean_conntrack(&self, udp: &[UdpTarget]) {
+        conntrack::clean_stale_entries(&self.conntrack, self.cfg.family, udp).await;
     }
 
     /// Writes `desired`; returns the restore text (empty when nothing needed writing).
@@ -585,6 +641,30 @@ impl<R: IptablesRunner> Proxier<R> {
     }
 }
 
+/// Health-check node ports by service, and each service's number of distinct ready local
+/// endpoint IPs (upstream's HealthCheckNodePorts and LocalReadyEndpoints).
+type HealthCheckState = (
+    BTreeMap<NamespacedName, u16>,
+    BTreeMap<NamespacedName, usize>,
+);
+
+fn health_check_state(state: &ServiceState) -> HealthCheckState {
+    let mut ports = BTreeMap::new();
+    for (name, info) in state.service_port_map() {
+        if info.health_check_node_port != 0 {
+            ports.insert(name.service.clone(), info.health_check_node_port);
+        }
+    }
+    let mut ips: BTreeMap<NamespacedName, BTreeSet<std::net::IpAddr>> = BTreeMap::new();
+    for (name, eps) in state.endpoints_map() {
+        for e in eps.iter().filter(|e| e.ready && e.is_local) {
+            ips.entry(name.service.clone()).or_default().insert(e.ip);
+        }
+    }
+    let counts = ips.into_iter().map(|(k, v)| (k, v.len())).collect();
+    (ports, counts)
+}
+
 fn count_appends(text: &str, table: &str) -> usize {
     let mut in_table = false;
     let mut n = 0;
@@ -601,11 +681,11 @@ fn count_appends(text: &str, table: &str) -> usize {
 /// Runs syncs until `shutdown`: at most one per `min_sync_period`, woken by changes from the
 /// handle, and at least one per `sync_period` (which also checks the canary chain).
 /// A failed sync is retried at the next periodic run, fully.
-pub async fn run<R: IptablesRunner>(
-    mut proxier: Proxier<R>,
+pub async fn run<R: IptablesRunner, C: Conntrack>(
+    mut proxier: Proxier<R, C>,
     cfg: SyncConfig,
     shutdown: CancellationToken,
-) -> Proxier<R> {
+) -> Proxier<R, C> {
     let handle = proxier.handle.clone();
     let mut last_run: Option<Instant> = None;
     let mut next_periodic = Instant::now() + cfg.sync_period;

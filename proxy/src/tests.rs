@@ -729,3 +729,169 @@ async fn real_iptables_in_private_netns() {
         );
     }
 }
+
+/// UDP conntrack cleanup after syncs: stale endpoint flows and never-DNATed flows go, flows
+/// to serving endpoints and of TCP services stay.
+#[tokio::test]
+async fn udp_conntrack_cleanup_after_sync() {
+    use crate::conntrack::FlowEntry;
+    use crate::conntrack::test_util::FakeConntrack;
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    let flow = |d: &str, p: u16, r: &str| FlowEntry {
+        orig_dst: ip(d),
+        orig_dst_port: p,
+        reply_src: ip(r),
+    };
+    let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, NODE));
+    let dns = svc(
+        "kube-system",
+        "dns",
+        "NodePort",
+        "172.30.0.10",
+        vec![
+            port("dns", "UDP", 53, Some(30053)),
+            port("dns-tcp", "TCP", 53, None),
+        ],
+    );
+    handle.on_service_upsert(&dns);
+    handle.on_services_synced();
+    handle.on_endpoint_slices_synced();
+    let ct = FakeConntrack::default();
+    let mut p = Proxier::new(
+        FakeRunner::default(),
+        render_cfg(),
+        handle.clone(),
+        SyncConfig::default(),
+        &Registry::new(),
+    )
+    .unwrap()
+    .with_conntrack(ct.clone());
+
+    // No endpoints: nothing to clean, conntrack not even listed.
+    ct.set_entries(vec![flow("172.30.0.10", 53, "172.30.0.10")]);
+    p.sync(false).await.unwrap();
+    assert!(ct.calls().is_empty(), "{:?}", ct.calls());
+
+    // First endpoint: the un-DNATed flow to the cluster IP goes.
+    let s1 = slice(
+        "kube-system",
+        "dns",
+        "dns-a",
+        &[("dns", "UDP", 5353), ("dns-tcp", "TCP", 5353)],
+        &[ep("10.180.0.1", NODE), ep("10.180.0.2", "node2")],
+    );
+    handle.on_endpoint_slice_upsert(&s1);
+    p.sync(false).await.unwrap();
+    assert!(ct.entries().is_empty());
+    assert_eq!(ct.deletions().len(), 1);
+
+    // Endpoint 10.180.0.2 removed: its flows (cluster IP and node port) go; others stay.
+    ct.set_entries(vec![
+        flow("172.30.0.10", 53, "10.180.0.1"),
+        flow("172.30.0.10", 53, "10.180.0.2"),
+        flow("192.168.1.5", 30053, "10.180.0.2"),
+        flow("172.30.0.99", 53, "10.180.0.2"),
+    ]);
+    let s1b = slice(
+        "kube-system",
+        "dns",
+        "dns-a",
+        &[("dns", "UDP", 5353), ("dns-tcp", "TCP", 5353)],
+        &[ep("10.180.0.1", NODE)],
+    );
+    handle.on_endpoint_slice_upsert(&s1b);
+    p.sync(false).await.unwrap();
+    assert_eq!(
+        ct.entries(),
+        vec![
+            flow("172.30.0.10", 53, "10.180.0.1"),
+            flow("172.30.0.99", 53, "10.180.0.2"),
+        ]
+    );
+}
+
+/// healthCheckNodePort servers follow the services and local ready endpoint counts.
+#[tokio::test]
+async fn service_health_servers_follow_syncs() {
+    use crate::health::ServiceHealthServer;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hc_port = free.local_addr().unwrap().port();
+    drop(free);
+
+    let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, NODE));
+    let mut lb = svc(
+        "web",
+        "front",
+        "LoadBalancer",
+        "172.30.0.50",
+        vec![port("http", "TCP", 80, Some(30080))],
+    );
+    let spec = lb.spec.as_mut().unwrap();
+    spec.external_traffic_policy = Some("Local".into());
+    spec.health_check_node_port = Some(i32::from(hc_port));
+    handle.on_service_upsert(&lb);
+    handle.on_services_synced();
+    handle.on_endpoint_slices_synced();
+    let server =
+        ServiceHealthServer::new(vec!["127.0.0.1".parse().unwrap()], handle.health().clone());
+    let mut p = Proxier::new(
+        FakeRunner::default(),
+        render_cfg(),
+        handle.clone(),
+        SyncConfig::default(),
+        &Registry::new(),
+    )
+    .unwrap()
+    .with_service_health(server.clone());
+
+    async fn get(port: u16) -> Option<String> {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.ok()?;
+        Some(out)
+    }
+
+    p.sync(false).await.unwrap();
+    let r = get(hc_port).await.expect("health check server listening");
+    assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+    assert!(r.contains("\"localEndpoints\": 0"), "{r}");
+
+    // Two ports of one local pod count once; a remote endpoint does not count.
+    handle.on_endpoint_slice_upsert(&slice(
+        "web",
+        "front",
+        "front-a",
+        &[("http", "TCP", 8080)],
+        &[ep("10.180.0.7", NODE), ep("10.180.1.7", "node2")],
+    ));
+    p.sync(false).await.unwrap();
+    let r = get(hc_port).await.unwrap();
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let lower = r.to_ascii_lowercase();
+    assert!(lower.contains("content-type: application/json"), "{r}");
+    assert!(lower.contains("x-content-type-options: nosniff"), "{r}");
+    assert!(lower.contains("x-load-balancing-endpoint-weight: 1"), "{r}");
+    assert!(r.contains("\"namespace\": \"web\""), "{r}");
+    assert!(r.contains("\"serviceProxyHealthy\": true"), "{r}");
+
+    // Service gone: server closed.
+    handle.on_service_delete(&lb);
+    p.sync(false).await.unwrap();
+    assert!(server.ports().is_empty());
+    let mut closed = false;
+    for _ in 0..50 {
+        if get(hc_port).await.is_none() {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(closed, "health check port still answering");
+}

@@ -47,6 +47,16 @@ pub fn apply_defaults(pod: &mut Pod) {
         for p in c.ports.iter_mut().flatten() {
             p.protocol.get_or_insert_with(|| "TCP".into());
         }
+        for probe in [&mut c.liveness_probe, &mut c.readiness_probe, &mut c.startup_probe].into_iter().flatten() {
+            probe.timeout_seconds.get_or_insert(1);
+            probe.period_seconds.get_or_insert(10);
+            probe.success_threshold.get_or_insert(1);
+            probe.failure_threshold.get_or_insert(3);
+            if let Some(h) = probe.http_get.as_mut() {
+                h.scheme.get_or_insert_with(|| "HTTP".into());
+                h.path.get_or_insert_with(|| "/".into());
+            }
+        }
     };
     spec.containers.iter_mut().for_each(default_container);
     spec.init_containers.iter_mut().flatten().for_each(default_container);

@@ -16,6 +16,7 @@ struct State {
     calls: Vec<String>,
     fail_next: HashMap<&'static str, Vec<RuntimeError>>,
     exec_results: Vec<ExecResult>,
+    stop_timeouts: Vec<Duration>,
 }
 
 /// A recording fake of [`Runtime`].
@@ -81,6 +82,11 @@ impl FakeRuntime {
             .filter(|c| c.name == name && c.state == ContainerState::Running)
             .map(|c| c.id.clone())
             .collect()
+    }
+
+    /// The grace periods StopContainer was called with, in order.
+    pub fn stop_timeouts(&self) -> Vec<Duration> {
+        self.state.lock().unwrap().stop_timeouts.clone()
     }
 
     /// Number of sandboxes still known to the runtime.
@@ -266,8 +272,9 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
-    async fn stop_container(&self, id: &str, _timeout: Duration) -> Result<()> {
+    async fn stop_container(&self, id: &str, timeout: Duration) -> Result<()> {
         let mut s = self.enter("StopContainer")?;
+        s.stop_timeouts.push(timeout);
         let now = s.clock;
         if let Some(c) = s.containers.get_mut(id)
             && c.state == ContainerState::Running

@@ -22,6 +22,7 @@ fn rig() -> Rig {
     let env = Arc::new(Env {
         probes,
         exec: Arc::new(crate::probing::CriExec(rt.clone())),
+        pod_start_duration: None,
         runtime: rt.clone(),
         cgroups: cg.clone(),
         namer: CgroupNamer {
@@ -185,6 +186,7 @@ async fn a_new_worker_adopts_running_containers() {
     let fresh_env = Arc::new(Env {
         probes: test_probes().0,
         exec: r.env.exec.clone(),
+        pod_start_duration: None,
         runtime: r.rt.clone(),
         cgroups: r.cg.clone(),
         namer: r.env.namer.clone(),
@@ -228,6 +230,7 @@ async fn terminate_stops_and_removes_everything() {
     w.sync().await;
     assert!(w.terminate(5).await);
     assert_eq!(r.rt.count("StopContainer"), 1);
+    assert_eq!(r.rt.stop_timeouts(), vec![Duration::from_secs(5)], "SIGKILL comes at the grace deadline");
     assert_eq!(r.rt.sandbox_count(), 0);
     assert!(r.rt.running("app").is_empty());
     assert!(r.cg.live.lock().unwrap().is_empty(), "pod cgroup removed");
@@ -434,4 +437,24 @@ async fn invalid_probe_is_reported_not_started() {
     assert_eq!(waiting.reason.as_deref(), Some("CreateContainerConfigError"));
     assert!(waiting.message.unwrap().contains("web"));
     assert_eq!(r.rt.count("CreateContainer"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn zero_grace_still_gets_the_minimum_and_orphans_use_recorded_grace() {
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({"terminationGracePeriodSeconds": 7})), None);
+    w.sync().await;
+    // An agent restart lost the spec: the pod is only known by UID; its grace period was
+    // recorded on the container.
+    let mut orphan = Pod::default();
+    orphan.metadata.uid = Some("uid-1".into());
+    let mut o = Worker::new(r.env.clone(), orphan, None);
+    assert!(o.terminate(-1).await);
+    assert_eq!(r.rt.stop_timeouts(), vec![Duration::from_secs(7)]);
+
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    w.sync().await;
+    assert!(w.terminate(0).await);
+    assert_eq!(r.rt.stop_timeouts(), vec![MIN_GRACE], "upstream never kills with less than 2 s");
 }

@@ -1,0 +1,260 @@
+//! Pod start latency of the agent next to the raw CRI cost, measured in one run on the node
+//! rig (real containerd in a network namespace), plus the agent's memory.
+//!
+//! `cargo bench -p kubelet --bench pod_start [-- N...]` (root; default N = 1 and 30). Prints:
+//! - raw: RunPodSandbox + CreateContainer + StartContainer per pod, issued directly;
+//! - agent: manifest seen → every container running, as the agent reports it
+//!   (`pod_start_ms` in its log; the same value feeds kubelet_pod_start_duration_seconds);
+//! - the ratio of the medians, and the agent's RSS idle and with N pods.
+
+use kubelet::runtime::cri::CriRuntime;
+use kubelet::runtime::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const IMAGE: &str = "docker.io/library/busybox:1.35";
+
+fn rig_sh() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/rig/rig.sh")
+}
+
+struct Rig {
+    name: String,
+    env: BTreeMap<String, String>,
+}
+
+impl Rig {
+    fn up(name: &str) -> Rig {
+        let _ = Command::new(rig_sh()).args(["down", name]).output();
+        let out = Command::new(rig_sh()).args(["up", name]).output().expect("rig.sh");
+        assert!(out.status.success(), "rig up: {}", String::from_utf8_lossy(&out.stderr));
+        let env = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        Rig { name: name.into(), env }
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = Command::new(rig_sh()).args(["down", &self.name]).output();
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn sandbox(i: usize, tag: &str, logs: &Path, cgroup_root: &str) -> SandboxConfig {
+    let uid = format!("raw-{tag}-{i}");
+    let name = format!("raw-{tag}-{i}");
+    SandboxConfig {
+        name: name.clone(),
+        namespace: "default".into(),
+        uid: uid.clone(),
+        attempt: 0,
+        hostname: name.clone(),
+        log_directory: logs.join(&uid).display().to_string(),
+        dns: Some(DnsConfig::default()),
+        port_mappings: vec![],
+        labels: [(LABEL_POD_UID.to_string(), uid.clone()), (LABEL_POD_NAME.to_string(), name)].into(),
+        annotations: BTreeMap::new(),
+        cgroup_parent: format!("{cgroup_root}/kubepods/besteffort/pod{uid}"),
+        host_network: false,
+        host_pid: false,
+        host_ipc: false,
+        sysctls: BTreeMap::new(),
+        resources: None,
+    }
+}
+
+fn container(sb: &SandboxConfig) -> ContainerConfig {
+    ContainerConfig {
+        name: "app".into(),
+        attempt: 0,
+        image: IMAGE.into(),
+        command: vec!["sleep".into(), "3600".into()],
+        args: vec![],
+        working_dir: String::new(),
+        envs: vec![],
+        mounts: vec![],
+        labels: sb.labels.clone(),
+        annotations: BTreeMap::new(),
+        log_path: "app/0.log".into(),
+        stdin: false,
+        tty: false,
+        resources: LinuxResources {
+            cpu_shares: 2,
+            oom_score_adj: 1000,
+            ..Default::default()
+        },
+        run_as_user: None,
+        run_as_group: None,
+        privileged: false,
+        readonly_rootfs: false,
+    }
+}
+
+/// Starts `n` pods at once straight through the CRI; per-pod latencies in ms.
+async fn raw(rt: Arc<CriRuntime>, n: usize, tag: &str, logs: &Path, cgroup_root: &str) -> Vec<f64> {
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let rt = rt.clone();
+        let sb = sandbox(i, tag, logs, cgroup_root);
+        std::fs::create_dir_all(&sb.log_directory).unwrap();
+        set.spawn(async move {
+            let t = Instant::now();
+            let id = rt.run_sandbox(&sb).await.expect("RunPodSandbox");
+            let c = rt.create_container(&id, &container(&sb), &sb).await.expect("CreateContainer");
+            rt.start_container(&c).await.expect("StartContainer");
+            (t.elapsed().as_secs_f64() * 1000.0, id)
+        });
+    }
+    let mut out = Vec::new();
+    let mut ids = Vec::new();
+    while let Some(r) = set.join_next().await {
+        let (ms, id) = r.unwrap();
+        out.push(ms);
+        ids.push(id);
+    }
+    for id in ids {
+        let _ = rt.stop_sandbox(&id).await;
+        let _ = rt.remove_sandbox(&id).await;
+    }
+    out
+}
+
+struct Agent {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_agent(rig: &Rig) -> Agent {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("manifests")).unwrap();
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nstaticPodPath: {}\npodLogsDir: {}\ncgroupRoot: {}\n",
+            d.join("manifests").display(),
+            d.join("logs").display(),
+            rig.env["RIG_CGROUP_ROOT"]
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(d.join("kubelet.log")).unwrap();
+    let child = Command::new("nsenter")
+        .arg(format!("--net={}", rig.env["RIG_NETNS_PATH"]))
+        .arg(env!("CARGO_BIN_EXE_kubelet"))
+        .arg(format!("--config={}", d.join("config.yaml").display()))
+        .arg(format!("--container-runtime-endpoint={}", rig.env["CRI_ENDPOINT"]))
+        .arg(format!("--root-dir={}", d.join("root").display()))
+        .arg("--hostname-override=bench")
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("kubelet");
+    Agent { child, dir }
+}
+
+fn agent_starts(agent: &Agent) -> Vec<f64> {
+    let log = std::fs::read_to_string(agent.dir.path().join("kubelet.log")).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("all containers running"))
+        .filter_map(|l| l.split("pod_start_ms=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+fn manifest(i: usize, tag: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {tag}-{i}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    image: {IMAGE}\n    command: [sleep, \"3600\"]\n"
+    )
+}
+
+fn main() {
+    if Command::new("id").arg("-u").output().map(|o| o.stdout != b"0\n").unwrap_or(true) {
+        println!("pod_start bench skipped: needs root (node rig)");
+        return;
+    }
+    let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let sizes = if sizes.is_empty() { vec![1, 30] } else { sizes };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rig = Rig::up("bench-podstart");
+    let cgroup_root = rig.env["RIG_CGROUP_ROOT"].clone();
+    let logs = tempfile::tempdir().unwrap();
+    let cri = rt.block_on(async {
+        let ch = cri_proto::connect(&rig.env["CRI_ENDPOINT"], Duration::from_secs(5)).await.expect("connect");
+        Arc::new(CriRuntime::new(ch.clone(), ch, Duration::from_secs(120)))
+    });
+    // Warm-up: the first sandbox after containerd starts is slower for everyone.
+    rt.block_on(raw(cri.clone(), 1, "warm", logs.path(), &cgroup_root));
+
+    let agent = start_agent(&rig);
+    std::thread::sleep(Duration::from_secs(3));
+    let idle_rss = rss_kib(agent.child.id());
+    println!("| pods | raw CRI p50 (ms) | agent p50 (ms) | agent/raw | agent RSS (MiB) |");
+    println!("|---:|---:|---:|---:|---:|");
+    println!("| 0 | - | - | - | {:.1} |", idle_rss as f64 / 1024.0);
+    let mut seen = 0;
+    for (round, &n) in sizes.iter().enumerate() {
+        let tag = format!("r{round}");
+        let mut raw_ms = rt.block_on(raw(cri.clone(), n, &tag, logs.path(), &cgroup_root));
+        let manifests = agent.dir.path().join("manifests");
+        for i in 0..n {
+            let tmp = agent.dir.path().join(format!(".{tag}-{i}"));
+            std::fs::write(&tmp, manifest(i, &format!("pod{tag}"))).unwrap();
+            std::fs::rename(&tmp, manifests.join(format!("{tag}-{i}.yaml"))).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(120 + 4 * n as u64);
+        let mut agent_ms;
+        loop {
+            agent_ms = agent_starts(&agent);
+            if agent_ms.len() >= seen + n || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let mut mine: Vec<f64> = agent_ms[seen.min(agent_ms.len())..].to_vec();
+        seen = agent_ms.len();
+        let rss = rss_kib(agent.child.id());
+        let (r, a) = (median(&mut raw_ms), median(&mut mine));
+        println!("| {n} | {r:.0} | {a:.0} | {:.2} | {:.1} |", a / r, rss as f64 / 1024.0);
+        // Remove this round's pods before the next one.
+        for i in 0..n {
+            let _ = std::fs::remove_file(manifests.join(format!("{tag}-{i}.yaml")));
+        }
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(60) {
+            let listed = rt.block_on(cri.list_sandboxes()).map(|s| s.len()).unwrap_or(0);
+            if listed == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    drop(agent);
+    drop(rig);
+}

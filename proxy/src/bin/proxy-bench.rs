@@ -1,0 +1,254 @@
+//! proxy-bench: the proxier's sync times against raw `iptables-restore` of its own output.
+//!
+//! For each iptables backend installed (nft, legacy): synthetic Services × 2 endpoints, a fresh
+//! network namespace for the proxier (first full sync, then partial syncs after one changed
+//! EndpointSlice and one new Service) and another fresh namespace for a raw
+//! `iptables-restore --noflush` of the same rendered text. Prints figures; asserts nothing.
+//!
+//! Usage: proxy-bench [--services N] (default 1000). Needs root; touches only namespaces it
+//! creates and deletes.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use prometheus::Registry;
+use proxy::iptables::{Backend, ExecRunner, IptablesRunner};
+use proxy::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
+use proxy::proxier::{Proxier, ProxyHandle, SyncConfig};
+use proxy::render::RenderConfig;
+
+struct Netns(String);
+
+impl Netns {
+    fn new(name: String) -> anyhow::Result<Netns> {
+        let st = Command::new("ip").args(["netns", "add", &name]).status()?;
+        if !st.success() {
+            bail!("ip netns add {name} failed");
+        }
+        Ok(Netns(name))
+    }
+
+    fn prefix(&self) -> Vec<String> {
+        ["ip", "netns", "exec", &self.0]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .status();
+    }
+}
+
+fn ip_of(i: usize, base: [u8; 2]) -> String {
+    format!("{}.{}.{}.{}", base[0], base[1], (i >> 8) & 0xff, i & 0xff)
+}
+
+fn service(i: usize) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            namespace: Some(format!("ns{}", i % 50)),
+            name: Some(format!("svc{i}")),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            cluster_ip: Some(ip_of(i, [172, 30])),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                protocol: Some("TCP".into()),
+                port: 80,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn slice(i: usize, generation: usize) -> EndpointSlice {
+    let ep = |k: usize| Endpoint {
+        addresses: vec![ip_of(2 * i + k + generation * 7919, [10, 128])],
+        node_name: Some(format!("node{}", k)),
+        ..Default::default()
+    };
+    EndpointSlice {
+        metadata: ObjectMeta {
+            namespace: Some(format!("ns{}", i % 50)),
+            name: Some(format!("svc{i}-abcde")),
+            labels: Some(BTreeMap::from([(
+                SERVICE_NAME_LABEL.to_string(),
+                format!("svc{i}"),
+            )])),
+            ..Default::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints: Some(vec![ep(0), ep(1)]),
+        ports: Some(vec![EndpointPort {
+            name: Some("http".into()),
+            protocol: Some("TCP".into()),
+            port: Some(8080),
+            ..Default::default()
+        }]),
+    }
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|v| v.parse().unwrap_or(0)))
+        })
+        .unwrap_or(0)
+}
+
+fn have(bin: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+struct Row {
+    backend: Backend,
+    full: Duration,
+    raw: Duration,
+    bytes: usize,
+    partial_change: Duration,
+    partial_new: Duration,
+    rss_kib: u64,
+}
+
+async fn bench(backend: Backend, n: usize) -> anyhow::Result<Row> {
+    let tag = format!("kpbench{}-{:?}", std::process::id(), backend).to_lowercase();
+    let ns_proxy = Netns::new(format!("{tag}-p"))?;
+    let ns_raw = Netns::new(format!("{tag}-r"))?;
+
+    let runner = ExecRunner::new(IpFamily::V4)
+        .with_backend(backend)
+        .with_prefix(ns_proxy.prefix());
+    let v = runner.version().await.context("iptables version")?;
+    let runner = runner.with_version(&v);
+    let mut cfg = RenderConfig::new(IpFamily::V4, "node0");
+    cfg.random_fully = v.has_random_fully();
+    cfg.cluster_cidr = Some("10.128.0.0/9".parse()?);
+
+    let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "node0"));
+    for i in 0..n {
+        handle.on_service_upsert(&service(i));
+        handle.on_endpoint_slice_upsert(&slice(i, 0));
+    }
+    handle.on_services_synced();
+    handle.on_endpoint_slices_synced();
+    let mut p = Proxier::new(
+        runner,
+        cfg,
+        handle.clone(),
+        SyncConfig::default(),
+        &Registry::new(),
+    )?;
+
+    let t = Instant::now();
+    p.sync(false).await.context("first full sync")?;
+    let full = t.elapsed();
+    let text = p.applied().context("applied ruleset")?.full_text(&[]);
+
+    let raw_runner = ExecRunner::new(IpFamily::V4)
+        .with_backend(backend)
+        .with_prefix(ns_raw.prefix())
+        .with_version(&v);
+    let t = Instant::now();
+    raw_runner
+        .restore(&text, true)
+        .await
+        .context("raw restore")?;
+    let raw = t.elapsed();
+
+    // One changed EndpointSlice → rules in the kernel (median of 5).
+    let mut changes = Vec::new();
+    for g in 1..=5 {
+        let t = Instant::now();
+        handle.on_endpoint_slice_upsert(&slice(n / 2, g));
+        p.sync(false).await.context("partial sync")?;
+        changes.push(t.elapsed());
+    }
+    changes.sort();
+    // One new Service with its slice.
+    let t = Instant::now();
+    handle.on_service_upsert(&service(n));
+    handle.on_endpoint_slice_upsert(&slice(n, 0));
+    p.sync(false).await.context("partial sync (new service)")?;
+    let partial_new = t.elapsed();
+
+    Ok(Row {
+        backend,
+        full,
+        raw,
+        bytes: text.len(),
+        partial_change: changes[2],
+        partial_new,
+        rss_kib: rss_kib(),
+    })
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let mut n = 1000usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--services" => n = args.next().context("--services N")?.parse()?,
+            s if s.starts_with("--services=") => n = s["--services=".len()..].parse()?,
+            other => bail!("unknown argument {other:?} (usage: proxy-bench [--services N])"),
+        }
+    }
+    let uid = Command::new("id").arg("-u").output()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        println!("proxy-bench needs root (network namespaces); not running");
+        return Ok(());
+    }
+    let mut rows = Vec::new();
+    for (backend, bin) in [
+        (Backend::Nft, "iptables-nft-restore"),
+        (Backend::Legacy, "iptables-legacy-restore"),
+    ] {
+        if !have(bin) {
+            println!("{bin} not installed: {backend:?} skipped");
+            continue;
+        }
+        match bench(backend, n).await {
+            Ok(r) => rows.push(r),
+            Err(e) => println!("{backend:?}: {e:#}"),
+        }
+    }
+    println!(
+        "\n{n} services x 2 endpoints\n{:<8} {:>10} {:>10} {:>7} {:>9} {:>12} {:>12} {:>9}",
+        "backend", "full", "raw", "ratio", "text", "ep change", "new svc", "RSS"
+    );
+    for r in rows {
+        println!(
+            "{:<8} {:>9.3}s {:>9.3}s {:>6.2}x {:>7}kB {:>11.1}ms {:>11.1}ms {:>7}MB",
+            format!("{:?}", r.backend),
+            r.full.as_secs_f64(),
+            r.raw.as_secs_f64(),
+            r.full.as_secs_f64() / r.raw.as_secs_f64(),
+            r.bytes / 1024,
+            r.partial_change.as_secs_f64() * 1000.0,
+            r.partial_new.as_secs_f64() * 1000.0,
+            r.rss_kib / 1024,
+        );
+    }
+    Ok(())
+}

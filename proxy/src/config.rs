@@ -1,0 +1,856 @@
+//! kube-proxy's command line and `KubeProxyConfiguration` (kubeproxy.config.k8s.io/v1alpha1),
+//! resolved by one pure function into a validated [`ProxyConfig`].
+//!
+//! Flag names, config field names and defaults are upstream's. One deliberate difference:
+//! upstream ignores most flags when `--config` is given; here a flag that is given explicitly
+//! overrides the file's value (a superset: kubeadm only passes `--config` and
+//! `--hostname-override`, which behave the same either way).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::model::{Cidr, IpFamily};
+
+pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
+pub const KIND: &str = "KubeProxyConfiguration";
+/// `ports.ProxyHealthzPort`.
+pub const HEALTHZ_PORT: u16 = 10256;
+/// `ports.ProxyStatusPort`.
+pub const METRICS_PORT: u16 = 10249;
+/// What `--version` prints.
+pub const VERSION_STRING: &str = "Kubernetes v1.36.0";
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("failed to decode config file: {0}")]
+    Decode(String),
+    #[error("config file: {0}")]
+    Kind(String),
+    #[error("invalid configuration: {field}: {message}")]
+    Invalid { field: String, message: String },
+    #[error("proxy mode {0:?} is not supported yet (only \"iptables\")")]
+    ModeNotSupported(String),
+    #[error("detectLocalMode {0:?} is not supported yet (only \"ClusterCIDR\")")]
+    DetectLocalNotSupported(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn invalid(field: &str, message: impl Into<String>) -> Error {
+    Error::Invalid {
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+/// Command-line flags, spelled as upstream's. Flags that upstream has but this proxy does not
+/// act on are accepted (so existing manifests start) and listed as "accepted, ignored".
+#[derive(Clone, Debug, Default, Parser)]
+#[command(
+    name = "kube-proxy",
+    disable_version_flag = true,
+    about = "The Kubernetes network proxy runs on each node (iptables mode)."
+)]
+pub struct Flags {
+    /// The path to the configuration file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Print version information and quit (`--version`, `--version=raw`).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub version: Option<String>,
+    /// If true cleanup iptables rules and exit.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub cleanup: Option<bool>,
+    /// Path to kubeconfig file with authorization information.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The address of the Kubernetes API server (overrides any value in kubeconfig).
+    #[arg(long)]
+    pub master: Option<String>,
+    /// QPS to use while talking with kubernetes apiserver.
+    #[arg(long = "kube-api-qps")]
+    pub kube_api_qps: Option<f32>,
+    /// Burst to use while talking with kubernetes apiserver.
+    #[arg(long = "kube-api-burst")]
+    pub kube_api_burst: Option<i32>,
+    /// Content type of requests sent to apiserver (accepted, ignored).
+    #[arg(long = "kube-api-content-type")]
+    pub kube_api_content_type: Option<String>,
+    /// Name of this Node (default: the hostname, lower-cased).
+    #[arg(long = "hostname-override")]
+    pub hostname_override: Option<String>,
+    /// kube-proxy's idea of its node's primary IP.
+    #[arg(long = "bind-address")]
+    pub bind_address: Option<String>,
+    /// IP:port of the health check server (default 0.0.0.0:10256).
+    #[arg(long = "healthz-bind-address")]
+    pub healthz_bind_address: Option<String>,
+    /// IP:port of the metrics server (default 127.0.0.1:10249); empty disables it.
+    #[arg(long = "metrics-bind-address")]
+    pub metrics_bind_address: Option<String>,
+    /// Which proxy mode to use: 'iptables' (default); 'ipvs' and 'nftables' are not
+    /// supported yet.
+    #[arg(long = "proxy-mode")]
+    pub proxy_mode: Option<String>,
+    /// The CIDR range(s) of the pods in the cluster (comma-separated dual-stack pair).
+    #[arg(long = "cluster-cidr")]
+    pub cluster_cidr: Option<String>,
+    /// CIDRs (or 'primary') on which NodePorts are served; default all local addresses.
+    #[arg(long = "nodeport-addresses", value_delimiter = ',')]
+    pub nodeport_addresses: Option<Vec<String>>,
+    /// SNAT all traffic sent via Service cluster IPs.
+    #[arg(long = "masquerade-all", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub masquerade_all: Option<bool>,
+    /// Bit of the fwmark space that marks packets requiring SNAT, [0, 31].
+    #[arg(long = "iptables-masquerade-bit")]
+    pub iptables_masquerade_bit: Option<i32>,
+    /// Allow NodePort services to be reached via localhost (IPv4 only).
+    #[arg(long = "iptables-localhost-nodeports", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub iptables_localhost_nodeports: Option<bool>,
+    /// How often a periodic resync runs (e.g. '5s', '1m', '2h22m').
+    #[arg(long = "iptables-sync-period")]
+    pub iptables_sync_period: Option<String>,
+    /// The minimum period between rule resyncs; 0 means sync on every change.
+    #[arg(long = "iptables-min-sync-period")]
+    pub iptables_min_sync_period: Option<String>,
+    /// Mode to detect local traffic: ClusterCIDR (default).
+    #[arg(long = "detect-local-mode")]
+    pub detect_local_mode: Option<String>,
+    /// Bridge for detect-local-mode BridgeInterface.
+    #[arg(long = "pod-bridge-interface")]
+    pub pod_bridge_interface: Option<String>,
+    /// Interface prefix for detect-local-mode InterfaceNamePrefix.
+    #[arg(long = "pod-interface-name-prefix")]
+    pub pod_interface_name_prefix: Option<String>,
+    /// Maximum NAT connections to track per CPU core (accepted; sysctls are not set).
+    #[arg(long = "conntrack-max-per-core")]
+    pub conntrack_max_per_core: Option<i32>,
+    /// Minimum conntrack entries to allocate (accepted; sysctls are not set).
+    #[arg(long = "conntrack-min")]
+    pub conntrack_min: Option<i32>,
+    /// Idle timeout for established TCP connections (accepted; sysctls are not set).
+    #[arg(long = "conntrack-tcp-timeout-established")]
+    pub conntrack_tcp_timeout_established: Option<String>,
+    /// NAT timeout for TCP connections in CLOSE_WAIT (accepted; sysctls are not set).
+    #[arg(long = "conntrack-tcp-timeout-close-wait")]
+    pub conntrack_tcp_timeout_close_wait: Option<String>,
+    /// Log verbosity.
+    #[arg(long = "v", short = 'v')]
+    pub v: Option<u8>,
+    /// Accepted, ignored.
+    #[arg(long = "feature-gates")]
+    pub feature_gates: Option<String>,
+    /// Accepted, ignored.
+    #[arg(long = "oom-score-adj")]
+    pub oom_score_adj: Option<i32>,
+    /// Accepted, ignored.
+    #[arg(long = "config-sync-period")]
+    pub config_sync_period: Option<String>,
+    /// Accepted, ignored.
+    #[arg(long = "profiling", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub profiling: Option<bool>,
+    /// Accepted, ignored.
+    #[arg(long = "bind-address-hard-fail", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub bind_address_hard_fail: Option<bool>,
+    /// Accepted, ignored.
+    #[arg(long = "logging-format")]
+    pub logging_format: Option<String>,
+    /// Not upstream: read Services and EndpointSlices (YAML/JSON, one or more documents per
+    /// file, `List` kinds allowed) from this directory instead of an apiserver. The directory
+    /// is re-read periodically; removed objects are deleted.
+    #[arg(long = "static-services-dir")]
+    pub static_services_dir: Option<PathBuf>,
+}
+
+/// `clientConnection` (component-base ClientConnectionConfiguration).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientConnectionFile {
+    pub kubeconfig: Option<String>,
+    pub qps: Option<f32>,
+    pub burst: Option<i32>,
+    pub content_type: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IptablesFile {
+    pub masquerade_bit: Option<i32>,
+    pub masquerade_all: Option<bool>,
+    pub localhost_node_ports: Option<bool>,
+    pub sync_period: Option<String>,
+    pub min_sync_period: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConntrackFile {
+    pub max_per_core: Option<i32>,
+    pub min: Option<i32>,
+    pub tcp_established_timeout: Option<String>,
+    pub tcp_close_wait_timeout: Option<String>,
+    pub tcp_be_liberal: Option<bool>,
+    pub udp_timeout: Option<String>,
+    pub udp_stream_timeout: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DetectLocalFile {
+    pub bridge_interface: Option<String>,
+    pub interface_name_prefix: Option<String>,
+}
+
+/// The file as written (v1alpha1). Unknown fields are tolerated; absent and null fields take
+/// upstream's defaults in [`resolve`].
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeProxyConfiguration {
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
+    pub client_connection: Option<ClientConnectionFile>,
+    pub hostname_override: Option<String>,
+    pub bind_address: Option<String>,
+    pub healthz_bind_address: Option<String>,
+    pub metrics_bind_address: Option<String>,
+    pub mode: Option<String>,
+    pub iptables: Option<IptablesFile>,
+    pub detect_local_mode: Option<String>,
+    pub detect_local: Option<DetectLocalFile>,
+    #[serde(rename = "clusterCIDR")]
+    pub cluster_cidr: Option<String>,
+    pub node_port_addresses: Option<Vec<String>>,
+    pub conntrack: Option<ConntrackFile>,
+}
+
+impl KubeProxyConfiguration {
+    /// Parses YAML or JSON and checks apiVersion/kind.
+    pub fn parse(text: &str) -> Result<Self> {
+        let cfg: KubeProxyConfiguration = serde_saphyr::from_str_with_options(
+            text,
+            serde_saphyr::options! { legacy_octal_numbers: true },
+        )
+        .map_err(|e| Error::Decode(e.to_string()))?;
+        match (cfg.api_version.as_deref(), cfg.kind.as_deref()) {
+            (Some(API_VERSION), Some(KIND)) => Ok(cfg),
+            (None, _) | (_, None) => Err(Error::Kind(format!(
+                "apiVersion and kind must be set ({API_VERSION}, {KIND})"
+            ))),
+            (Some(v), Some(k)) => Err(Error::Kind(format!(
+                "unsupported {v}/{k}; expected {API_VERSION}, kind {KIND}"
+            ))),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyMode {
+    Iptables,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConntrackConfig {
+    pub max_per_core: i32,
+    pub min: i32,
+    pub tcp_established_timeout: Duration,
+    pub tcp_close_wait_timeout: Duration,
+}
+
+/// Validated, defaulted configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProxyConfig {
+    pub node_name: String,
+    pub bind_address: IpAddr,
+    /// None: disabled.
+    pub healthz_bind_address: Option<SocketAddr>,
+    /// None: disabled.
+    pub metrics_bind_address: Option<SocketAddr>,
+    pub mode: ProxyMode,
+    /// At most one per family.
+    pub cluster_cidrs: Vec<Cidr>,
+    pub node_port_addresses: Vec<String>,
+    pub masquerade_all: bool,
+    pub masquerade_bit: u8,
+    pub localhost_node_ports: bool,
+    pub sync_period: Duration,
+    pub min_sync_period: Duration,
+    pub conntrack: ConntrackConfig,
+    pub kubeconfig: Option<PathBuf>,
+    pub master: Option<String>,
+    pub qps: f32,
+    pub burst: i32,
+    pub verbosity: u8,
+    pub static_services_dir: Option<PathBuf>,
+    pub cleanup: bool,
+}
+
+impl ProxyConfig {
+    /// The primary IP family (that of `bindAddress`, upstream's rule when no Node IP is known).
+    pub fn primary_family(&self) -> IpFamily {
+        if self.bind_address.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        }
+    }
+
+    pub fn cluster_cidr(&self, family: IpFamily) -> Option<Cidr> {
+        self.cluster_cidrs
+            .iter()
+            .copied()
+            .find(|c| c.family() == family)
+    }
+
+    /// Upstream's healthTimeout for /healthz: twice the sync period.
+    pub fn health_timeout(&self) -> Duration {
+        self.sync_period * 2
+    }
+}
+
+/// Parses a Go `time.ParseDuration` string ("1h2m3.5s", "250ms", "0").
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let s = s.strip_prefix('+').unwrap_or(s);
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    if s.is_empty() || s.starts_with('-') {
+        return None;
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_end == 0 {
+            return None;
+        }
+        let n: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += n * unit;
+        rest = &rest[unit_end..];
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+fn duration(field: &str, v: Option<&str>, default: Duration) -> Result<Duration> {
+    match v.map(str::trim) {
+        None | Some("") => Ok(default),
+        Some(s) => parse_go_duration(s)
+            .ok_or_else(|| invalid(field, format!("{s:?} is not a valid non-negative duration"))),
+    }
+}
+
+/// Upstream's AppendPortIfNeeded + IP:port validation. Empty means "use the default".
+fn host_port(field: &str, v: &str, default_ip: IpAddr, default_port: u16) -> Result<SocketAddr> {
+    let v = v.trim();
+    if v.is_empty() {
+        return Ok(SocketAddr::new(default_ip, default_port));
+    }
+    if let Ok(sa) = v.parse::<SocketAddr>() {
+        return Ok(sa);
+    }
+    let bare = v.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, default_port));
+    }
+    Err(invalid(
+        field,
+        format!("{v:?} must be IP:port (e.g. 0.0.0.0:{default_port}) or an IP"),
+    ))
+}
+
+fn cidrs(field: &str, v: &str) -> Result<Vec<Cidr>> {
+    let mut out: Vec<Cidr> = Vec::new();
+    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let c: Cidr = part
+            .parse()
+            .map_err(|_| invalid(field, format!("{part:?} is not a valid CIDR")))?;
+        if !part.contains('/') {
+            return Err(invalid(field, format!("{part:?} is not a valid CIDR")));
+        }
+        if out.iter().any(|o| o.family() == c.family()) {
+            return Err(invalid(
+                field,
+                "at most one CIDR per IP family (a dual-stack pair)",
+            ));
+        }
+        out.push(c);
+    }
+    Ok(out)
+}
+
+fn flag_or<T: Clone>(flag: &Option<T>, file: Option<T>) -> Option<T> {
+    flag.clone().or(file)
+}
+
+/// The pure core: flags + the config file's text (if `--config` was given and read) + the
+/// machine's hostname → validated config with upstream defaults. Explicit flags override the
+/// file.
+pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result<ProxyConfig> {
+    let file = match file_text {
+        Some(t) => KubeProxyConfiguration::parse(t)?,
+        None => KubeProxyConfiguration::default(),
+    };
+    let ipt = file.iptables.clone().unwrap_or_default();
+    let ct = file.conntrack.clone().unwrap_or_default();
+    let cc = file.client_connection.clone().unwrap_or_default();
+
+    let mode = flag_or(&flags.proxy_mode, file.mode.clone()).unwrap_or_default();
+    let mode = match mode.trim() {
+        "" | "iptables" => ProxyMode::Iptables,
+        m @ ("nftables" | "ipvs") => return Err(Error::ModeNotSupported(m.to_string())),
+        m => {
+            return Err(invalid(
+                "mode",
+                format!("{m:?} is not a valid proxy mode (iptables, ipvs, nftables)"),
+            ));
+        }
+    };
+
+    let bind = flag_or(&flags.bind_address, file.bind_address.clone()).unwrap_or_default();
+    let bind_address: IpAddr = if bind.trim().is_empty() {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    } else {
+        bind.trim()
+            .parse()
+            .map_err(|_| invalid("bindAddress", format!("{bind:?} is not a valid IP")))?
+    };
+    let (healthz_ip, metrics_ip) = if bind_address.is_ipv4() {
+        (
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+        )
+    } else {
+        (
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+        )
+    };
+    let healthz_bind_address = Some(host_port(
+        "healthzBindAddress",
+        &flag_or(
+            &flags.healthz_bind_address,
+            file.healthz_bind_address.clone(),
+        )
+        .unwrap_or_default(),
+        healthz_ip,
+        HEALTHZ_PORT,
+    )?);
+    // An explicitly empty --metrics-bind-address disables the server (upstream's flag help).
+    let metrics_bind_address = match flags.metrics_bind_address.as_deref().map(str::trim) {
+        Some("") => None,
+        _ => Some(host_port(
+            "metricsBindAddress",
+            &flag_or(
+                &flags.metrics_bind_address,
+                file.metrics_bind_address.clone(),
+            )
+            .unwrap_or_default(),
+            metrics_ip,
+            METRICS_PORT,
+        )?),
+    };
+
+    let node_name = match flag_or(&flags.hostname_override, file.hostname_override.clone()) {
+        Some(h) if !h.trim().is_empty() => h.trim().to_lowercase(),
+        Some(_) if flags.hostname_override.is_some() => {
+            return Err(invalid(
+                "hostnameOverride",
+                "empty hostname-override is invalid",
+            ));
+        }
+        _ => hostname.trim().to_lowercase(),
+    };
+    if node_name.is_empty() {
+        return Err(invalid("hostnameOverride", "node name is empty"));
+    }
+
+    let cluster_cidrs = cidrs(
+        "clusterCIDR",
+        &flag_or(&flags.cluster_cidr, file.cluster_cidr.clone()).unwrap_or_default(),
+    )?;
+
+    let detect =
+        flag_or(&flags.detect_local_mode, file.detect_local_mode.clone()).unwrap_or_default();
+    match detect.trim() {
+        "" | "ClusterCIDR" => {}
+        m @ ("NodeCIDR" | "BridgeInterface" | "InterfaceNamePrefix") => {
+            return Err(Error::DetectLocalNotSupported(m.to_string()));
+        }
+        m => {
+            return Err(invalid(
+                "detectLocalMode",
+                format!(
+                    "{m:?} is not valid (ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix)"
+                ),
+            ));
+        }
+    }
+
+    let node_port_addresses: Vec<String> =
+        flag_or(&flags.nodeport_addresses, file.node_port_addresses.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+    for a in &node_port_addresses {
+        let ok = a == "primary"
+            || a == "all"
+            || a == "localhost"
+            || (a.contains('/') && a.parse::<Cidr>().is_ok());
+        if !ok {
+            return Err(invalid(
+                "nodePortAddresses",
+                format!("{a:?} must be a CIDR or one of primary, localhost, all"),
+            ));
+        }
+    }
+
+    let bit = flag_or(&flags.iptables_masquerade_bit, ipt.masquerade_bit).unwrap_or(14);
+    if !(0..=31).contains(&bit) {
+        return Err(invalid(
+            "iptables.masqueradeBit",
+            format!("{bit} must be within the range [0, 31]"),
+        ));
+    }
+    let sync_period = duration(
+        "iptables.syncPeriod",
+        flag_or(&flags.iptables_sync_period, ipt.sync_period.clone()).as_deref(),
+        Duration::from_secs(30),
+    )?;
+    if sync_period.is_zero() {
+        return Err(invalid("iptables.syncPeriod", "must be greater than 0"));
+    }
+    // Upstream defaults a zero minSyncPeriod in the file to 1s; an explicit flag of 0 means
+    // "sync on every change".
+    let min_sync_period = match flags.iptables_min_sync_period.as_deref() {
+        Some(s) => duration("iptables.minSyncPeriod", Some(s), Duration::from_secs(1))?,
+        None => {
+            let d = duration(
+                "iptables.minSyncPeriod",
+                ipt.min_sync_period.as_deref(),
+                Duration::from_secs(1),
+            )?;
+            if d.is_zero() {
+                Duration::from_secs(1)
+            } else {
+                d
+            }
+        }
+    };
+
+    let max_per_core = flag_or(&flags.conntrack_max_per_core, ct.max_per_core).unwrap_or(32768);
+    let min = flag_or(&flags.conntrack_min, ct.min).unwrap_or(131072);
+    if max_per_core < 0 {
+        return Err(invalid(
+            "conntrack.maxPerCore",
+            "must be greater than or equal to 0",
+        ));
+    }
+    if min < 0 {
+        return Err(invalid(
+            "conntrack.min",
+            "must be greater than or equal to 0",
+        ));
+    }
+    let conntrack = ConntrackConfig {
+        max_per_core,
+        min,
+        tcp_established_timeout: duration(
+            "conntrack.tcpEstablishedTimeout",
+            flag_or(
+                &flags.conntrack_tcp_timeout_established,
+                ct.tcp_established_timeout.clone(),
+            )
+            .as_deref(),
+            Duration::from_secs(24 * 3600),
+        )?,
+        tcp_close_wait_timeout: duration(
+            "conntrack.tcpCloseWaitTimeout",
+            flag_or(
+                &flags.conntrack_tcp_timeout_close_wait,
+                ct.tcp_close_wait_timeout.clone(),
+            )
+            .as_deref(),
+            Duration::from_secs(3600),
+        )?,
+    };
+
+    let qps = flag_or(&flags.kube_api_qps, cc.qps).unwrap_or(0.0);
+    let qps = if qps == 0.0 { 5.0 } else { qps };
+    if qps < 0.0 {
+        return Err(invalid("clientConnection.qps", "must be >= 0"));
+    }
+    let burst = flag_or(&flags.kube_api_burst, cc.burst).unwrap_or(0);
+    let burst = if burst == 0 { 10 } else { burst };
+    if burst < 0 {
+        return Err(invalid("clientConnection.burst", "must be >= 0"));
+    }
+    let kubeconfig = flags.kubeconfig.clone().or(cc
+        .kubeconfig
+        .filter(|k| !k.trim().is_empty())
+        .map(PathBuf::from));
+
+    Ok(ProxyConfig {
+        node_name,
+        bind_address,
+        healthz_bind_address,
+        metrics_bind_address,
+        mode,
+        cluster_cidrs,
+        node_port_addresses,
+        masquerade_all: flag_or(&flags.masquerade_all, ipt.masquerade_all).unwrap_or(false),
+        masquerade_bit: bit as u8,
+        localhost_node_ports: flag_or(
+            &flags.iptables_localhost_nodeports,
+            ipt.localhost_node_ports,
+        )
+        .unwrap_or(true),
+        sync_period,
+        min_sync_period,
+        conntrack,
+        kubeconfig,
+        master: flags.master.clone(),
+        qps,
+        burst,
+        verbosity: flags.v.unwrap_or(0),
+        static_services_dir: flags.static_services_dir.clone(),
+        cleanup: flags.cleanup.unwrap_or(false),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> Flags {
+        let mut all = vec!["kube-proxy"];
+        all.extend_from_slice(args);
+        Flags::try_parse_from(all).unwrap()
+    }
+
+    #[test]
+    fn defaults_match_upstream() {
+        let c = resolve(&flags(&[]), None, "Node-A").unwrap();
+        assert_eq!(c.node_name, "node-a");
+        assert_eq!(
+            c.healthz_bind_address,
+            Some("0.0.0.0:10256".parse().unwrap())
+        );
+        assert_eq!(
+            c.metrics_bind_address,
+            Some("127.0.0.1:10249".parse().unwrap())
+        );
+        assert_eq!(c.mode, ProxyMode::Iptables);
+        assert_eq!(c.masquerade_bit, 14);
+        assert!(!c.masquerade_all);
+        assert!(c.localhost_node_ports);
+        assert_eq!(c.sync_period, Duration::from_secs(30));
+        assert_eq!(c.min_sync_period, Duration::from_secs(1));
+        assert_eq!(c.health_timeout(), Duration::from_secs(60));
+        assert_eq!(c.conntrack.max_per_core, 32768);
+        assert_eq!(c.conntrack.min, 131072);
+        assert_eq!(
+            c.conntrack.tcp_established_timeout,
+            Duration::from_secs(86400)
+        );
+        assert_eq!(
+            c.conntrack.tcp_close_wait_timeout,
+            Duration::from_secs(3600)
+        );
+        assert_eq!((c.qps, c.burst), (5.0, 10));
+        assert!(c.cluster_cidrs.is_empty());
+        assert!(!c.cleanup);
+    }
+
+    #[test]
+    fn ipv6_bind_address_moves_default_servers() {
+        let c = resolve(&flags(&["--bind-address", "fd00::1"]), None, "n").unwrap();
+        assert_eq!(c.healthz_bind_address, Some("[::]:10256".parse().unwrap()));
+        assert_eq!(c.metrics_bind_address, Some("[::1]:10249".parse().unwrap()));
+        assert_eq!(c.primary_family(), IpFamily::V6);
+    }
+
+    const FILE: &str = r#"
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+bindAddress: 0.0.0.0
+clientConnection:
+  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
+  qps: 0
+  burst: 0
+  acceptContentTypes: ""
+clusterCIDR: 10.244.0.0/16,fd00:10:244::/56
+conntrack:
+  maxPerCore: null
+  min: 0
+  tcpCloseWaitTimeout: 1h0m0s
+  tcpEstablishedTimeout: 2h
+detectLocalMode: ""
+healthzBindAddress: ""
+hostnameOverride: "Worker-1"
+iptables:
+  masqueradeAll: true
+  masqueradeBit: 15
+  minSyncPeriod: 0s
+  syncPeriod: 1m30s
+ipvs:
+  scheduler: ""
+metricsBindAddress: 0.0.0.0
+mode: ""
+nodePortAddresses: ["192.168.0.0/16", "primary"]
+someFutureField: {a: 1}
+"#;
+
+    #[test]
+    fn file_fields_and_unknown_fields() {
+        let c = resolve(&flags(&[]), Some(FILE), "host").unwrap();
+        assert_eq!(c.node_name, "worker-1");
+        assert_eq!(
+            c.kubeconfig,
+            Some(PathBuf::from("/var/lib/kube-proxy/kubeconfig.conf"))
+        );
+        assert_eq!(c.cluster_cidrs.len(), 2);
+        assert_eq!(
+            c.cluster_cidr(IpFamily::V4).unwrap().to_string(),
+            "10.244.0.0/16"
+        );
+        assert_eq!(c.conntrack.max_per_core, 32768);
+        assert_eq!(c.conntrack.min, 0);
+        assert_eq!(
+            c.conntrack.tcp_established_timeout,
+            Duration::from_secs(7200)
+        );
+        assert!(c.masquerade_all);
+        assert_eq!(c.masquerade_bit, 15);
+        assert_eq!(c.min_sync_period, Duration::from_secs(1));
+        assert_eq!(c.sync_period, Duration::from_secs(90));
+        assert_eq!(
+            c.metrics_bind_address,
+            Some("0.0.0.0:10249".parse().unwrap())
+        );
+        assert_eq!(c.node_port_addresses, vec!["192.168.0.0/16", "primary"]);
+        assert_eq!(
+            c.kubeconfig.as_deref(),
+            Some(std::path::Path::new("/var/lib/kube-proxy/kubeconfig.conf"))
+        );
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let f = flags(&[
+            "--config=/etc/kp.yaml",
+            "--hostname-override=Other",
+            "--masquerade-all=false",
+            "--iptables-sync-period=10s",
+            "--iptables-min-sync-period=0",
+            "--cluster-cidr=10.0.0.0/8",
+            "--nodeport-addresses=10.1.0.0/16,10.2.0.0/16",
+            "--metrics-bind-address=",
+            "--healthz-bind-address=127.0.0.1:12345",
+            "--kubeconfig",
+            "/k",
+            "--v=4",
+            "--cleanup",
+        ]);
+        let c = resolve(&f, Some(FILE), "host").unwrap();
+        assert_eq!(c.node_name, "other");
+        assert!(!c.masquerade_all);
+        assert_eq!(c.sync_period, Duration::from_secs(10));
+        assert_eq!(c.min_sync_period, Duration::ZERO);
+        assert_eq!(c.cluster_cidrs.len(), 1);
+        assert_eq!(c.node_port_addresses, vec!["10.1.0.0/16", "10.2.0.0/16"]);
+        assert_eq!(c.metrics_bind_address, None);
+        assert_eq!(
+            c.healthz_bind_address,
+            Some("127.0.0.1:12345".parse().unwrap())
+        );
+        assert_eq!(c.kubeconfig, Some(PathBuf::from("/k")));
+        assert_eq!(c.verbosity, 4);
+        assert!(c.cleanup);
+        assert_eq!(c.masquerade_bit, 15, "untouched file value stays");
+    }
+
+    #[test]
+    fn version_flag_forms() {
+        assert_eq!(flags(&["--version"]).version.as_deref(), Some("true"));
+        assert_eq!(flags(&["--version=raw"]).version.as_deref(), Some("raw"));
+        assert_eq!(flags(&[]).version, None);
+    }
+
+    #[test]
+    fn rejects_bad_values_clearly() {
+        let bad = |args: &[&str]| resolve(&flags(args), None, "n").unwrap_err().to_string();
+        assert!(bad(&["--proxy-mode=nftables"]).contains("not supported yet"));
+        assert!(bad(&["--proxy-mode=ipvs"]).contains("not supported yet"));
+        assert!(bad(&["--proxy-mode=userspace"]).contains("not a valid proxy mode"));
+        assert!(bad(&["--iptables-masquerade-bit=32"]).contains("[0, 31]"));
+        assert!(bad(&["--iptables-sync-period=0s"]).contains("greater than 0"));
+        assert!(bad(&["--iptables-sync-period=5 minutes"]).contains("duration"));
+        assert!(bad(&["--cluster-cidr=10.0.0.0/33"]).contains("clusterCIDR"));
+        assert!(bad(&["--cluster-cidr=10.0.0.0/8,11.0.0.0/8"]).contains("one CIDR per IP family"));
+        assert!(bad(&["--healthz-bind-address=localhost:1"]).contains("healthzBindAddress"));
+        assert!(bad(&["--nodeport-addresses=eth0"]).contains("nodePortAddresses"));
+        assert!(bad(&["--conntrack-min=-1"]).contains("conntrack.min"));
+        assert!(bad(&["--detect-local-mode=NodeCIDR"]).contains("not supported yet"));
+        assert!(bad(&["--hostname-override= "]).contains("empty hostname-override"));
+        let wrong_kind = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        assert!(
+            resolve(&flags(&[]), Some(wrong_kind), "n")
+                .unwrap_err()
+                .to_string()
+                .contains("unsupported")
+        );
+        let bad_yaml = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\niptables: [1\n";
+        assert!(matches!(
+            resolve(&flags(&[]), Some(bad_yaml), "n"),
+            Err(Error::Decode(_))
+        ));
+        let bad_field = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\niptables:\n  masqueradeBit: many\n";
+        assert!(matches!(
+            resolve(&flags(&[]), Some(bad_field), "n"),
+            Err(Error::Decode(_))
+        ));
+        assert!(Flags::try_parse_from(["kube-proxy", "--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn json_config_is_accepted() {
+        let json = r#"{"apiVersion":"kubeproxy.config.k8s.io/v1alpha1","kind":"KubeProxyConfiguration","mode":"iptables","iptables":{"syncPeriod":"45s"}}"#;
+        let c = resolve(&flags(&[]), Some(json), "n").unwrap();
+        assert_eq!(c.sync_period, Duration::from_secs(45));
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_go_duration("1h0m0s"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_go_duration("2h22m"), Some(Duration::from_secs(8520)));
+        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("-1s"), None);
+        assert_eq!(parse_go_duration("10"), None);
+        assert_eq!(parse_go_duration("s"), None);
+        assert_eq!(parse_go_duration("3d"), None);
+    }
+}

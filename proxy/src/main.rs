@@ -1,0 +1,95 @@
+//! `kube-proxy`: parse flags and config, then run the proxy role (or clean up and exit).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use proxy::app::{self, Environment};
+use proxy::config::{self, Flags};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn init_logging(verbosity: u8) {
+    let level = match verbosity {
+        0..=1 => "info",
+        2..=5 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+async fn shutdown_signal(token: CancellationToken) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+    tracing::info!("shutting down");
+    token.cancel();
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    if flags.version.is_some() && flags.version.as_deref() != Some("false") {
+        println!("{}", config::VERSION_STRING);
+        return ExitCode::SUCCESS;
+    }
+    let file_text = match &flags.config {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("Error: failed to read {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    let cfg = match config::resolve(&flags, file_text.as_deref(), &hostname()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    init_logging(cfg.verbosity);
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("Error: tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result: anyhow::Result<()> = rt.block_on(async {
+        if cfg.cleanup {
+            app::cleanup(&cfg, &Environment::default()).await?;
+            return Ok(());
+        }
+        let token = CancellationToken::new();
+        tokio::spawn(shutdown_signal(token.clone()));
+        app::run(cfg, Environment::default(), token).await?;
+        Ok(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "kube-proxy failed");
+            eprintln!("Error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
