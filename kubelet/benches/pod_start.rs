@@ -29,14 +29,24 @@ struct Rig {
 impl Rig {
     fn up(name: &str) -> Rig {
         let _ = Command::new(rig_sh()).args(["down", name]).output();
-        let out = Command::new(rig_sh()).args(["up", name]).output().expect("rig.sh");
-        assert!(out.status.success(), "rig up: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(rig_sh())
+            .args(["up", name])
+            .output()
+            .expect("rig.sh");
+        assert!(
+            out.status.success(),
+            "rig up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let env = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| l.split_once('='))
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
-        Rig { name: name.into(), env }
+        Rig {
+            name: name.into(),
+            env,
+        }
     }
 }
 
@@ -48,13 +58,21 @@ impl Drop for Rig {
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
 }
 
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -70,7 +88,11 @@ fn sandbox(i: usize, tag: &str, logs: &Path, cgroup_root: &str) -> SandboxConfig
         log_directory: logs.join(&uid).display().to_string(),
         dns: Some(DnsConfig::default()),
         port_mappings: vec![],
-        labels: [(LABEL_POD_UID.to_string(), uid.clone()), (LABEL_POD_NAME.to_string(), name)].into(),
+        labels: [
+            (LABEL_POD_UID.to_string(), uid.clone()),
+            (LABEL_POD_NAME.to_string(), name),
+        ]
+        .into(),
         annotations: BTreeMap::new(),
         cgroup_parent: format!("{cgroup_root}/kubepods/besteffort/pod{uid}"),
         host_network: false,
@@ -118,7 +140,10 @@ async fn raw(rt: Arc<CriRuntime>, n: usize, tag: &str, logs: &Path, cgroup_root:
         set.spawn(async move {
             let t = Instant::now();
             let id = rt.run_sandbox(&sb).await.expect("RunPodSandbox");
-            let c = rt.create_container(&id, &container(&sb), &sb).await.expect("CreateContainer");
+            let c = rt
+                .create_container(&id, &container(&sb), &sb)
+                .await
+                .expect("CreateContainer");
             rt.start_container(&c).await.expect("StartContainer");
             (t.elapsed().as_secs_f64() * 1000.0, id)
         });
@@ -168,7 +193,10 @@ fn start_agent(rig: &Rig) -> Agent {
         .arg(format!("--net={}", rig.env["RIG_NETNS_PATH"]))
         .arg(env!("CARGO_BIN_EXE_kubelet"))
         .arg(format!("--config={}", d.join("config.yaml").display()))
-        .arg(format!("--container-runtime-endpoint={}", rig.env["CRI_ENDPOINT"]))
+        .arg(format!(
+            "--container-runtime-endpoint={}",
+            rig.env["CRI_ENDPOINT"]
+        ))
         .arg(format!("--root-dir={}", d.join("root").display()))
         .arg("--hostname-override=bench")
         .env("NO_COLOR", "1")
@@ -184,7 +212,14 @@ fn agent_starts(agent: &Agent) -> Vec<f64> {
     let log = std::fs::read_to_string(agent.dir.path().join("kubelet.log")).unwrap_or_default();
     log.lines()
         .filter(|l| l.contains("all containers running"))
-        .filter_map(|l| l.split("pod_start_ms=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .filter_map(|l| {
+            l.split("pod_start_ms=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect()
 }
 
@@ -195,18 +230,31 @@ fn manifest(i: usize, tag: &str) -> String {
 }
 
 fn main() {
-    if Command::new("id").arg("-u").output().map(|o| o.stdout != b"0\n").unwrap_or(true) {
+    if Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout != b"0\n")
+        .unwrap_or(true)
+    {
         println!("pod_start bench skipped: needs root (node rig)");
         return;
     }
-    let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let sizes = if sizes.is_empty() { vec![1, 30] } else { sizes };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let rig = Rig::up("bench-podstart");
     let cgroup_root = rig.env["RIG_CGROUP_ROOT"].clone();
     let logs = tempfile::tempdir().unwrap();
     let cri = rt.block_on(async {
-        let ch = cri_proto::connect(&rig.env["CRI_ENDPOINT"], Duration::from_secs(5)).await.expect("connect");
+        let ch = cri_proto::connect(&rig.env["CRI_ENDPOINT"], Duration::from_secs(5))
+            .await
+            .expect("connect");
         Arc::new(CriRuntime::new(ch.clone(), ch, Duration::from_secs(120)))
     });
     // Warm-up: the first sandbox after containerd starts is slower for everyone.
@@ -241,14 +289,21 @@ fn main() {
         seen = agent_ms.len();
         let rss = rss_kib(agent.child.id());
         let (r, a) = (median(&mut raw_ms), median(&mut mine));
-        println!("| {n} | {r:.0} | {a:.0} | {:.2} | {:.1} |", a / r, rss as f64 / 1024.0);
+        println!(
+            "| {n} | {r:.0} | {a:.0} | {:.2} | {:.1} |",
+            a / r,
+            rss as f64 / 1024.0
+        );
         // Remove this round's pods before the next one.
         for i in 0..n {
             let _ = std::fs::remove_file(manifests.join(format!("{tag}-{i}.yaml")));
         }
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(60) {
-            let listed = rt.block_on(cri.list_sandboxes()).map(|s| s.len()).unwrap_or(0);
+            let listed = rt
+                .block_on(cri.list_sandboxes())
+                .map(|s| s.len())
+                .unwrap_or(0);
             if listed == 0 {
                 break;
             }

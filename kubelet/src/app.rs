@@ -26,8 +26,8 @@ pub enum AppError {
     Runtime(#[from] cri_proto::Error),
     #[error(transparent)]
     Server(#[from] server::ServerError),
-    #[error("kubeconfig {0}: cluster mode is not available in this build yet; run without --kubeconfig for standalone mode")]
-    ClusterMode(String),
+    #[error("cluster mode: {0}")]
+    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 /// Total memory of the node in bytes, from /proc/meminfo.
@@ -50,17 +50,29 @@ fn default_node_ip() -> Option<std::net::IpAddr> {
     // A UDP "connect" picks a source address without sending anything.
     let sock = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
     sock.connect("192.0.2.1:9").ok()?;
-    sock.local_addr().ok().map(|a| a.ip()).filter(|ip| !ip.is_loopback())
+    sock.local_addr()
+        .ok()
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_loopback())
 }
 
 /// Runs the kubelet until `cancel` fires.
 pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
-    if let Some(k) = &cfg.kubeconfig
-        && (k.exists() || cfg.bootstrap_kubeconfig.is_some())
-    {
-        return Err(AppError::ClusterMode(k.display().to_string()));
-    }
-    tracing::info!(node = %cfg.node_name, runtime = %cfg.container_runtime_endpoint, "starting kubelet in standalone mode");
+    // Cluster mode when there is a kubeconfig, or a bootstrap kubeconfig to get one (TLS bootstrap
+    // happens before anything else, as upstream).
+    let cluster = match &cfg.kubeconfig {
+        Some(k) if k.exists() || cfg.bootstrap_kubeconfig.is_some() => {
+            tracing::info!(node = %cfg.node_name, kubeconfig = %k.display(), runtime = %cfg.container_runtime_endpoint, "starting kubelet in cluster mode");
+            match crate::cluster::connect(&cfg, &cancel).await? {
+                Some(c) => Some(c),
+                None => return Ok(()),
+            }
+        }
+        _ => {
+            tracing::info!(node = %cfg.node_name, runtime = %cfg.container_runtime_endpoint, "starting kubelet in standalone mode");
+            None
+        }
+    };
     let metrics = Metrics::new(&cfg.node_name);
     let statuses = Arc::new(StatusManager::new());
     let pleg_health = Arc::new(PlegHealth::default());
@@ -77,7 +89,11 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     if cfg.healthz_port != 0 {
         let l = server::bind(SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port)).await?;
         tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "healthz server listening");
-        tasks.spawn(server::serve_http(l, server::healthz_router(state.clone()), cancel.clone()));
+        tasks.spawn(server::serve_http(
+            l,
+            server::healthz_router(state.clone()),
+            cancel.clone(),
+        ));
     }
     let tls = server::serving_tls(
         cfg.tls_cert_file.as_deref(),
@@ -88,15 +104,25 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     )?;
     let l = server::bind(SocketAddr::new(cfg.address, cfg.port)).await?;
     tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API server listening (HTTPS)");
-    tasks.spawn(server::serve_https(l, tls, server::api_router(state.clone()), cancel.clone()));
+    tasks.spawn(server::serve_https(
+        l,
+        tls,
+        server::api_router(state.clone()),
+        cancel.clone(),
+    ));
 
-    let runtime_ch = cri_proto::connect_lazy(&cfg.container_runtime_endpoint, Duration::from_secs(5))?;
+    let runtime_ch =
+        cri_proto::connect_lazy(&cfg.container_runtime_endpoint, Duration::from_secs(5))?;
     let image_ch = if cfg.image_service_endpoint == cfg.container_runtime_endpoint {
         runtime_ch.clone()
     } else {
         cri_proto::connect_lazy(&cfg.image_service_endpoint, Duration::from_secs(5))?
     };
-    let runtime: Arc<dyn Runtime> = Arc::new(CriRuntime::new(runtime_ch, image_ch, cfg.runtime_request_timeout));
+    let runtime: Arc<dyn Runtime> = Arc::new(CriRuntime::new(
+        runtime_ch,
+        image_ch,
+        cfg.runtime_request_timeout,
+    ));
     // The runtime's name goes into every containerID; wait until it answers.
     let version = loop {
         match runtime.version().await {
@@ -129,8 +155,10 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     } else {
         cfg.node_ips.clone()
     };
-    let prober_metrics = probes::ProberMetrics::new(&metrics.registry).expect("prober metrics register once");
-    let (probe_manager, probe_rx) = probes::ProbeManager::new(probes::ManagerConfig::default(), prober_metrics);
+    let prober_metrics =
+        probes::ProberMetrics::new(&metrics.registry).expect("prober metrics register once");
+    let (probe_manager, probe_rx) =
+        probes::ProbeManager::new(probes::ManagerConfig::default(), prober_metrics);
     let probe_manager = Arc::new(probe_manager);
     let env = Arc::new(Env {
         probes: probe_manager.clone(),
@@ -156,6 +184,9 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     });
 
     let (pods_tx, pods_rx) = mpsc::channel(8);
+    // The current static pods, for mirror pods in cluster mode.
+    let (static_tx, static_rx) = tokio::sync::watch::channel(Vec::new());
+    let api_pods_tx = pods_tx.clone();
     match &cfg.static_pod_path {
         Some(dir) => {
             let (file_tx, mut file_rx) = mpsc::channel(4);
@@ -169,27 +200,86 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             ));
             tasks.spawn(async move {
                 while let Some(pods) = file_rx.recv().await {
-                    if pods_tx.send(SourceUpdate { source: Source::File, pods }).await.is_err() {
+                    static_tx.send_replace(pods.clone());
+                    if pods_tx
+                        .send(SourceUpdate {
+                            source: Source::File,
+                            pods,
+                        })
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }
             });
         }
         None => {
-            tracing::warn!("no staticPodPath and no apiserver: this node runs no pods");
-            let _ = pods_tx.send(SourceUpdate { source: Source::File, pods: Vec::new() }).await;
+            if cluster.is_none() {
+                tracing::warn!("no staticPodPath and no apiserver: this node runs no pods");
+            }
+            let _ = pods_tx
+                .send(SourceUpdate {
+                    source: Source::File,
+                    pods: Vec::new(),
+                })
+                .await;
         }
     }
+    if cfg.cgroup_driver == crate::config::CgroupDriver::Systemd
+        && !std::path::Path::new("/run/systemd/system").exists()
+    {
+        tracing::warn!(
+            "cgroupDriver is systemd but systemd is not running here (no /run/systemd/system): pod cgroups get systemd slice names; \
+             the container runtime must use the systemd driver too, or set cgroupDriver: cgroupfs (--cgroup-driver=cgroupfs)"
+        );
+    }
+    let mut terminated_tx = None;
+    if let Some(conn) = cluster {
+        let started = crate::cluster::start(
+            &cfg,
+            conn,
+            crate::cluster::Parts {
+                node_ips: node_ips.clone(),
+                runtime: runtime.clone(),
+                pleg: pleg_health.clone(),
+                statuses: statuses.clone(),
+                pods_tx: api_pods_tx,
+                static_rx,
+            },
+            &mut tasks,
+            &cancel,
+        );
+        terminated_tx = Some(started.terminated_tx);
+    }
     let (pleg_tx, pleg_rx) = mpsc::channel(8);
-    tasks.spawn(pleg::run(runtime, Duration::from_secs(1), pleg_tx, pleg_health, metrics, cancel.clone()));
-    let sync_loop = SyncLoop::new(env, &[Source::File], cancel.clone());
+    tasks.spawn(pleg::run(
+        runtime,
+        Duration::from_secs(1),
+        pleg_tx,
+        pleg_health,
+        metrics,
+        cancel.clone(),
+    ));
+    let sources: &[Source] = if terminated_tx.is_some() {
+        &[Source::File, Source::Api]
+    } else {
+        &[Source::File]
+    };
+    let mut sync_loop = SyncLoop::new(env, sources, cancel.clone());
+    if let Some(tx) = terminated_tx {
+        sync_loop.on_terminated(tx);
+    }
     tasks.spawn(sync_loop.run(pods_rx, pleg_rx, probe_rx));
     crate::systemd_notify_ready();
 
     cancel.cancelled().await;
     tracing::info!("shutting down: pods keep running");
     let drain = async { while tasks.join_next().await.is_some() {} };
-    if tokio::time::timeout(Duration::from_secs(10), drain).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(10), drain)
+        .await
+        .is_err()
+    {
         tracing::warn!("tasks did not stop within 10s; exiting anyway");
     }
     probe_manager.shutdown().await;

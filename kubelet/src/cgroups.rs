@@ -88,7 +88,9 @@ impl FsCgroups {
         let mut v1 = Vec::new();
         let mut v2 = Vec::new();
         for line in text.lines() {
-            let Some((left, right)) = line.split_once(" - ") else { continue };
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
             let mount_point = left.split(' ').nth(4).unwrap_or("");
             let mut r = right.split(' ');
             let fstype = r.next().unwrap_or("");
@@ -183,9 +185,15 @@ mod tests {
             root: "/".into(),
             per_qos: true,
         };
-        assert_eq!(fs.pod_parent(Qos::Burstable, "u1"), "/kubepods/burstable/podu1");
+        assert_eq!(
+            fs.pod_parent(Qos::Burstable, "u1"),
+            "/kubepods/burstable/podu1"
+        );
         assert_eq!(fs.pod_parent(Qos::Guaranteed, "u1"), "/kubepods/podu1");
-        assert_eq!(fs.pod_parent(Qos::BestEffort, "u1"), "/kubepods/besteffort/podu1");
+        assert_eq!(
+            fs.pod_parent(Qos::BestEffort, "u1"),
+            "/kubepods/besteffort/podu1"
+        );
         let sd = CgroupNamer {
             driver: CgroupDriver::Systemd,
             root: "/".into(),
@@ -200,7 +208,10 @@ mod tests {
             root: "/rig".into(),
             per_qos: true,
         };
-        assert_eq!(rooted.pod_parent(Qos::BestEffort, "u"), "/rig/kubepods/besteffort/podu");
+        assert_eq!(
+            rooted.pod_parent(Qos::BestEffort, "u"),
+            "/rig/kubepods/besteffort/podu"
+        );
     }
 
     #[test]

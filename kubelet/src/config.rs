@@ -209,7 +209,12 @@ fn ip(name: &str, v: &str) -> Result<IpAddr, ConfigError> {
         .map_err(|_| invalid(format!("{name}: {v:?} is not a valid IP address")))
 }
 
-fn dur(name: &str, flag: &Option<String>, file: Option<Duration>, default: Duration) -> Result<Duration, ConfigError> {
+fn dur(
+    name: &str,
+    flag: &Option<String>,
+    file: Option<Duration>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
     match flag {
         Some(s) => duration::parse(s).map_err(|e| invalid(format!("{name}: {e}"))),
         // A zero duration in the file means "unset" (kubeadm writes `0s` for defaults).
@@ -218,7 +223,10 @@ fn dur(name: &str, flag: &Option<String>, file: Option<Duration>, default: Durat
 }
 
 /// `--register-with-taints=k=v:Effect,k2:Effect` or the file's `registerWithTaints` list.
-fn register_taints(flags: &Flags, file: &KubeletConfiguration) -> Result<Vec<k8s_openapi::api::core::v1::Taint>, ConfigError> {
+fn register_taints(
+    flags: &Flags,
+    file: &KubeletConfiguration,
+) -> Result<Vec<k8s_openapi::api::core::v1::Taint>, ConfigError> {
     use k8s_openapi::api::core::v1::Taint;
     if let Some(list) = &flags.register_with_taints {
         return list
@@ -226,18 +234,24 @@ fn register_taints(flags: &Flags, file: &KubeletConfiguration) -> Result<Vec<k8s
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .map(|spec| {
-                let (kv, effect) = spec
-                    .rsplit_once(':')
-                    .ok_or_else(|| invalid(format!("--register-with-taints: {spec:?} has no effect (key=value:Effect)")))?;
+                let (kv, effect) = spec.rsplit_once(':').ok_or_else(|| {
+                    invalid(format!(
+                        "--register-with-taints: {spec:?} has no effect (key=value:Effect)"
+                    ))
+                })?;
                 if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
-                    return Err(invalid(format!("--register-with-taints: invalid taint effect {effect:?}")));
+                    return Err(invalid(format!(
+                        "--register-with-taints: invalid taint effect {effect:?}"
+                    )));
                 }
                 let (key, value) = match kv.split_once('=') {
                     Some((k, v)) => (k.to_string(), Some(v.to_string()).filter(|v| !v.is_empty())),
                     None => (kv.to_string(), None),
                 };
                 if key.is_empty() {
-                    return Err(invalid(format!("--register-with-taints: {spec:?} has an empty key")));
+                    return Err(invalid(format!(
+                        "--register-with-taints: {spec:?} has an empty key"
+                    )));
                 }
                 Ok(Taint {
                     key,
@@ -252,13 +266,18 @@ fn register_taints(flags: &Flags, file: &KubeletConfiguration) -> Result<Vec<k8s
         .iter()
         .flatten()
         .map(|v| {
-            serde_json::from_value::<Taint>(v.clone()).map_err(|e| invalid(format!("registerWithTaints: {e}")))
+            serde_json::from_value::<Taint>(v.clone())
+                .map_err(|e| invalid(format!("registerWithTaints: {e}")))
         })
         .collect()
 }
 
 /// Merges flags over the file and applies upstream's defaults.
-pub fn merge(flags: &Flags, file: KubeletConfiguration, hostname: &str) -> Result<Config, ConfigError> {
+pub fn merge(
+    flags: &Flags,
+    file: KubeletConfiguration,
+    hostname: &str,
+) -> Result<Config, ConfigError> {
     let node_name = flags
         .hostname_override
         .clone()
@@ -276,7 +295,12 @@ pub fn merge(flags: &Flags, file: KubeletConfiguration, hostname: &str) -> Resul
             .collect::<Result<Vec<_>, _>>()?,
         None => Vec::new(),
     };
-    let root_dir = PathBuf::from(flags.root_dir.clone().unwrap_or_else(|| "/var/lib/kubelet".into()));
+    let root_dir = PathBuf::from(
+        flags
+            .root_dir
+            .clone()
+            .unwrap_or_else(|| "/var/lib/kubelet".into()),
+    );
     let cert_dir = flags
         .cert_dir
         .clone()
@@ -336,7 +360,9 @@ pub fn merge(flags: &Flags, file: KubeletConfiguration, hostname: &str) -> Resul
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "/".into());
     if !cgroup_root.starts_with('/') {
-        return Err(invalid(format!("cgroupRoot: {cgroup_root:?} must be an absolute path")));
+        return Err(invalid(format!(
+            "cgroupRoot: {cgroup_root:?} must be an absolute path"
+        )));
     }
     let resolv_conf = flags
         .resolv_conf
@@ -353,23 +379,47 @@ pub fn merge(flags: &Flags, file: KubeletConfiguration, hostname: &str) -> Resul
         root_dir,
         cert_dir,
         static_pod_path,
-        sync_frequency: dur("syncFrequency", &flags.sync_frequency, file.sync_frequency, Duration::from_secs(60))?,
+        sync_frequency: dur(
+            "syncFrequency",
+            &flags.sync_frequency,
+            file.sync_frequency,
+            Duration::from_secs(60),
+        )?,
         file_check_frequency: dur(
             "fileCheckFrequency",
             &flags.file_check_frequency,
             file.file_check_frequency,
             Duration::from_secs(20),
         )?,
-        address: ip("address", flags.address.as_deref().or(file.address.as_deref()).unwrap_or("0.0.0.0"))?,
+        address: ip(
+            "address",
+            flags
+                .address
+                .as_deref()
+                .or(file.address.as_deref())
+                .unwrap_or("0.0.0.0"),
+        )?,
         port: port("port", flags.port.or(file.port).unwrap_or(10250), false)?,
-        read_only_port: port("readOnlyPort", flags.read_only_port.or(file.read_only_port).unwrap_or(0), true)?,
-        tls_cert_file: flags.tls_cert_file.clone().or(file.tls_cert_file.clone()).map(PathBuf::from),
+        read_only_port: port(
+            "readOnlyPort",
+            flags.read_only_port.or(file.read_only_port).unwrap_or(0),
+            true,
+        )?,
+        tls_cert_file: flags
+            .tls_cert_file
+            .clone()
+            .or(file.tls_cert_file.clone())
+            .map(PathBuf::from),
         tls_private_key_file: flags
             .tls_private_key_file
             .clone()
             .or(file.tls_private_key_file.clone())
             .map(PathBuf::from),
-        healthz_port: port("healthzPort", flags.healthz_port.or(file.healthz_port).unwrap_or(10248), true)?,
+        healthz_port: port(
+            "healthzPort",
+            flags.healthz_port.or(file.healthz_port).unwrap_or(10248),
+            true,
+        )?,
         healthz_bind_address: ip(
             "healthzBindAddress",
             flags
@@ -384,12 +434,21 @@ pub fn merge(flags: &Flags, file: KubeletConfiguration, hostname: &str) -> Resul
             .clone()
             .or(file.cluster_domain.clone())
             .unwrap_or_default(),
-        resolv_conf: Some(resolv_conf).filter(|s| !s.is_empty()).map(PathBuf::from),
+        resolv_conf: Some(resolv_conf)
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from),
         cgroup_driver,
         cgroup_root,
-        cgroups_per_qos: flags.cgroups_per_qos.or(file.cgroups_per_qos).unwrap_or(true),
+        cgroups_per_qos: flags
+            .cgroups_per_qos
+            .or(file.cgroups_per_qos)
+            .unwrap_or(true),
         max_pods: max_pods as u32,
-        pod_logs_dir: PathBuf::from(file.pod_logs_dir.clone().unwrap_or_else(|| "/var/log/pods".into())),
+        pod_logs_dir: PathBuf::from(
+            file.pod_logs_dir
+                .clone()
+                .unwrap_or_else(|| "/var/log/pods".into()),
+        ),
         container_runtime_endpoint: runtime_endpoint,
         image_service_endpoint: image_endpoint,
         runtime_request_timeout: dur(
@@ -398,8 +457,14 @@ pub fn merge(flags: &Flags, file: KubeletConfiguration, hostname: &str) -> Resul
             file.runtime_request_timeout,
             Duration::from_secs(120),
         )?,
-        serialize_image_pulls: flags.serialize_image_pulls.or(file.serialize_image_pulls).unwrap_or(true),
-        rotate_certificates: flags.rotate_certificates.or(file.rotate_certificates).unwrap_or(false),
+        serialize_image_pulls: flags
+            .serialize_image_pulls
+            .or(file.serialize_image_pulls)
+            .unwrap_or(true),
+        rotate_certificates: flags
+            .rotate_certificates
+            .or(file.rotate_certificates)
+            .unwrap_or(false),
         node_status_update_frequency: dur(
             "nodeStatusUpdateFrequency",
             &flags.node_status_update_frequency,
@@ -415,9 +480,20 @@ pub fn merge(flags: &Flags, file: KubeletConfiguration, hostname: &str) -> Resul
             file.node_status_report_frequency,
             Duration::from_secs(300),
         )?,
-        node_lease_duration_seconds: file.node_lease_duration_seconds.filter(|d| *d > 0).unwrap_or(40),
-        kube_api_qps: flags.kube_api_qps.or(file.kube_api_qps).filter(|q| *q > 0).unwrap_or(50),
-        kube_api_burst: flags.kube_api_burst.or(file.kube_api_burst).filter(|b| *b > 0).unwrap_or(100),
+        node_lease_duration_seconds: file
+            .node_lease_duration_seconds
+            .filter(|d| *d > 0)
+            .unwrap_or(40),
+        kube_api_qps: flags
+            .kube_api_qps
+            .or(file.kube_api_qps)
+            .filter(|q| *q > 0)
+            .unwrap_or(50),
+        kube_api_burst: flags
+            .kube_api_burst
+            .or(file.kube_api_burst)
+            .filter(|b| *b > 0)
+            .unwrap_or(100),
         register_node: flags.register_node.or(file.register_node).unwrap_or(true),
         register_with_taints: register_taints(flags, &file)?,
     })
@@ -483,11 +559,22 @@ volumeStatsAggPeriod: 0s
     fn kubeadm_written_config_parses() {
         let file = parse_file("config.yaml", KUBEADM_CONFIG).unwrap();
         assert_eq!(file.cgroup_driver.as_deref(), Some("systemd"));
-        assert_eq!(file.static_pod_path.as_deref(), Some("/etc/kubernetes/manifests"));
-        let cfg = merge(&flags(&["--container-runtime-endpoint=unix:///run/x.sock"]), file, "Node-A").unwrap();
+        assert_eq!(
+            file.static_pod_path.as_deref(),
+            Some("/etc/kubernetes/manifests")
+        );
+        let cfg = merge(
+            &flags(&["--container-runtime-endpoint=unix:///run/x.sock"]),
+            file,
+            "Node-A",
+        )
+        .unwrap();
         assert_eq!(cfg.node_name, "node-a");
         assert_eq!(cfg.cgroup_driver, CgroupDriver::Systemd);
-        assert_eq!(cfg.cluster_dns, vec!["10.96.0.10".parse::<IpAddr>().unwrap()]);
+        assert_eq!(
+            cfg.cluster_dns,
+            vec!["10.96.0.10".parse::<IpAddr>().unwrap()]
+        );
         assert!(cfg.rotate_certificates);
         assert_eq!(cfg.container_runtime_endpoint, "unix:///run/x.sock");
     }
@@ -505,7 +592,14 @@ volumeStatsAggPeriod: 0s
         assert_eq!(cfg.cgroup_driver, CgroupDriver::Cgroupfs);
         assert!(cfg.cgroups_per_qos);
         assert_eq!(cfg.node_status_report_frequency, Duration::from_secs(300));
-        assert_eq!((cfg.kube_api_qps, cfg.kube_api_burst, cfg.node_lease_duration_seconds), (50, 100, 40));
+        assert_eq!(
+            (
+                cfg.kube_api_qps,
+                cfg.kube_api_burst,
+                cfg.node_lease_duration_seconds
+            ),
+            (50, 100, 40)
+        );
         assert!(cfg.register_node);
     }
 
@@ -520,7 +614,14 @@ volumeStatsAggPeriod: 0s
         assert_eq!(cfg.register_with_taints.len(), 2);
         assert_eq!(cfg.register_with_taints[0].value.as_deref(), Some("infra"));
         assert_eq!(cfg.register_with_taints[1].key, "gpu");
-        assert!(merge(&flags(&["--register-with-taints=x=y:Sometimes"]), KubeletConfiguration::default(), "n").is_err());
+        assert!(
+            merge(
+                &flags(&["--register-with-taints=x=y:Sometimes"]),
+                KubeletConfiguration::default(),
+                "n"
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -535,12 +636,21 @@ volumeStatsAggPeriod: 0s
     fn invalid_values_are_named() {
         let file = parse_file("c", "cgroupDriver: upstart\n").unwrap();
         let err = merge(&flags(&[]), file, "n").unwrap_err().to_string();
-        assert!(err.contains("cgroupDriver") && err.contains("upstart"), "{err}");
-        let err = merge(&flags(&["--port=70000"]), KubeletConfiguration::default(), "n")
+        assert!(
+            err.contains("cgroupDriver") && err.contains("upstart"),
+            "{err}"
+        );
+        let err = merge(
+            &flags(&["--port=70000"]),
+            KubeletConfiguration::default(),
+            "n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("port") && err.contains("70000"), "{err}");
+        let err = parse_file("c", "syncFrequency: soon\n")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("port") && err.contains("70000"), "{err}");
-        let err = parse_file("c", "syncFrequency: soon\n").unwrap_err().to_string();
         assert!(err.contains("soon"), "{err}");
     }
 

@@ -27,7 +27,6 @@ pub fn parse_map(s: &str) -> Result<BTreeMap<String, String>, String> {
     Ok(out)
 }
 
-
 /// Every flag kubeadm, systemd drop-ins and common installers pass to upstream's kubelet.
 /// Flags this agent accepts but does not act on are listed in [`Flags::ignored`] and logged.
 #[derive(Debug, Parser, Default, Clone)]
@@ -265,16 +264,28 @@ mod tests {
             "--pod-infra-container-image=registry.k8s.io/pause:3.10",
         ])
         .unwrap();
-        assert_eq!(f.kubeconfig.as_deref(), Some("/etc/kubernetes/kubelet.conf"));
-        assert_eq!(f.node_labels.unwrap().get("zone").map(String::as_str), Some("a"));
+        assert_eq!(
+            f.kubeconfig.as_deref(),
+            Some("/etc/kubernetes/kubelet.conf")
+        );
+        assert_eq!(
+            f.node_labels.unwrap().get("zone").map(String::as_str),
+            Some("a")
+        );
         assert_eq!(f.hostname_override.as_deref(), Some("worker-1"));
     }
 
     #[test]
     fn pflag_booleans() {
-        assert_eq!(parse(&["--fail-swap-on=false"]).unwrap().fail_swap_on, Some(false));
+        assert_eq!(
+            parse(&["--fail-swap-on=false"]).unwrap().fail_swap_on,
+            Some(false)
+        );
         assert_eq!(parse(&["--fail-swap-on"]).unwrap().fail_swap_on, Some(true));
-        assert_eq!(parse(&["--fail-swap-on=T"]).unwrap().fail_swap_on, Some(true));
+        assert_eq!(
+            parse(&["--fail-swap-on=T"]).unwrap().fail_swap_on,
+            Some(true)
+        );
         assert!(parse(&["--fail-swap-on=maybe"]).is_err());
     }
 

@@ -3,9 +3,15 @@
 //! Data flows one way: sources ([`pod::static_pods`]) → [`sync_loop`] → one [`worker`] per pod
 //! UID → [`runtime`] (CRI). Observations come back on one path: [`pleg`] relists wake workers,
 //! workers compute status ([`status`]) and hand it to the [`status_manager`].
+//!
+//! In cluster mode (`--kubeconfig`), [`cluster`] adds the apiserver: TLS bootstrap and
+//! certificate rotation, the Node object and its Lease, pods bound to this node as a second
+//! source, mirror pods, events, and the status writer that copies the [`status_manager`] to the
+//! apiserver.
 
 pub mod app;
 pub mod cgroups;
+pub mod cluster;
 pub mod config;
 pub mod duration;
 pub mod flags;

@@ -15,12 +15,20 @@ fn main() -> std::process::ExitCode {
         Ok(f) => f,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { std::process::ExitCode::from(1) } else { std::process::ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                std::process::ExitCode::from(1)
+            } else {
+                std::process::ExitCode::SUCCESS
+            };
         }
     };
     if let Some(v) = &flags.version {
         if v == "raw" {
-            println!("gitVersion: {}\nplatform: linux/{}", kubelet::KUBERNETES_VERSION, std::env::consts::ARCH);
+            println!(
+                "gitVersion: {}\nplatform: linux/{}",
+                kubelet::KUBERNETES_VERSION,
+                std::env::consts::ARCH
+            );
         } else {
             println!("Kubernetes {}", kubelet::KUBERNETES_VERSION);
         }
@@ -33,10 +41,14 @@ fn main() -> std::process::ExitCode {
     };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none())
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none(),
+        )
         .init();
     let cfg = match config::load(&flags, &hostname()) {
         Ok(c) => c,
@@ -49,7 +61,11 @@ fn main() -> std::process::ExitCode {
     if !ignored.is_empty() {
         tracing::info!(flags = ?ignored, "accepted flags this agent does not act on");
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("kubelet: starting the async runtime: {e}");
@@ -60,7 +76,9 @@ fn main() -> std::process::ExitCode {
         let cancel = CancellationToken::new();
         let signal_cancel = cancel.clone();
         tokio::spawn(async move {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("signal handler");
             tokio::select! {
                 _ = term.recv() => {}
                 _ = tokio::signal::ctrl_c() => {}

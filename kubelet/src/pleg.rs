@@ -37,7 +37,10 @@ impl Pleg {
         let containers = rt.list_containers().await?;
         let mut now = BTreeMap::new();
         for s in sandboxes {
-            now.insert(s.id, (s.pod_uid, Seen::Sandbox(s.state == SandboxState::Ready)));
+            now.insert(
+                s.id,
+                (s.pod_uid, Seen::Sandbox(s.state == SandboxState::Ready)),
+            );
         }
         for c in containers {
             let uid = c.labels.get(LABEL_POD_UID).cloned().unwrap_or_default();
@@ -54,7 +57,11 @@ impl Pleg {
                 out.changed.insert(uid.clone());
             }
         }
-        out.present = now.values().map(|(u, _)| u.clone()).filter(|u| !u.is_empty()).collect();
+        out.present = now
+            .values()
+            .map(|(u, _)| u.clone())
+            .filter(|u| !u.is_empty())
+            .collect();
         out.changed.remove("");
         self.last = now;
         Ok(out)
@@ -97,7 +104,9 @@ pub async fn run(
         let started = std::time::Instant::now();
         match pleg.relist(rt.as_ref()).await {
             Ok(r) => {
-                metrics.pleg_relist_duration.observe(started.elapsed().as_secs_f64());
+                metrics
+                    .pleg_relist_duration
+                    .observe(started.elapsed().as_secs_f64());
                 health.last_ok_unix.store(unix_now(), Ordering::Relaxed);
                 if failing {
                     tracing::info!("container runtime is reachable again");
@@ -178,7 +187,10 @@ mod tests {
         assert_eq!(pleg.relist(&rt).await.unwrap(), Relist::default());
         let sb = rt.run_sandbox(&sandbox("a")).await.unwrap();
         let sb_cfg = sandbox("a");
-        let c = rt.create_container(&sb, &container("a"), &sb_cfg).await.unwrap();
+        let c = rt
+            .create_container(&sb, &container("a"), &sb_cfg)
+            .await
+            .unwrap();
         let r = pleg.relist(&rt).await.unwrap();
         assert_eq!(r.changed, BTreeSet::from(["a".to_string()]));
         assert_eq!(r.present, BTreeSet::from(["a".to_string()]));

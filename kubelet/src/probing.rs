@@ -10,7 +10,12 @@ use std::time::Duration;
 pub struct CriExec(pub Arc<dyn Runtime>);
 
 impl ExecRunner for CriExec {
-    fn exec_sync(&self, container_id: &str, cmd: &[String], timeout: Duration) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
+    fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
         let id = container_id.to_string();
         let cmd = cmd.to_vec();
         Box::pin(async move {
@@ -21,8 +26,12 @@ impl ExecRunner for CriExec {
                     stderr: r.stderr,
                 }),
                 // The runtime enforces the timeout and reports it as DeadlineExceeded.
-                Err(RuntimeError::Call { message, .. }) if message.starts_with("DeadlineExceeded") => {
-                    Err(ExecError::Timeout { command: cmd.join(" ") })
+                Err(RuntimeError::Call { message, .. })
+                    if message.starts_with("DeadlineExceeded") =>
+                {
+                    Err(ExecError::Timeout {
+                        command: cmd.join(" "),
+                    })
                 }
                 Err(e) => Err(ExecError::Runtime(e.to_string())),
             }

@@ -4,7 +4,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// A quantity string that does not follow the Kubernetes quantity grammar.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}")]
+#[error(
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}"
+)]
 pub struct QuantityError(pub String);
 
 /// The value in thousandths ("milli" units): "100m" → 100, "2" → 2000, "1Ki" → 1_024_000.
@@ -24,7 +26,9 @@ pub fn parse_milli(q: &str) -> Result<i128, QuantityError> {
     if int_part.is_empty() && frac_part.is_empty() {
         return Err(err());
     }
-    if !(int_part.bytes().all(|c| c.is_ascii_digit()) && frac_part.bytes().all(|c| c.is_ascii_digit())) {
+    if !(int_part.bytes().all(|c| c.is_ascii_digit())
+        && frac_part.bytes().all(|c| c.is_ascii_digit()))
+    {
         return Err(err());
     }
     // value = int.frac × multiplier, computed in thousandths without floating point.

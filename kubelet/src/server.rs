@@ -22,7 +22,10 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("listening on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("TLS material {path}: {message}")]
     Tls { path: String, message: String },
 }
@@ -67,7 +70,11 @@ async fn pods(State(s): State<AppState>) -> Response {
         "metadata": {},
         "items": s.statuses.pods(),
     });
-    ([(header::CONTENT_TYPE, "application/json")], list.to_string()).into_response()
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        list.to_string(),
+    )
+        .into_response()
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
@@ -79,12 +86,18 @@ async fn metrics(State(s): State<AppState>) -> Response {
             p.status
                 .as_ref()
                 .and_then(|st| st.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodReadyToStartContainers" && c.status == "True"))
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "PodReadyToStartContainers" && c.status == "True")
+                })
         })
         .count();
     s.metrics.running_pods.set(running as f64);
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         s.metrics.render(),
     )
         .into_response()
@@ -92,7 +105,11 @@ async fn metrics(State(s): State<AppState>) -> Response {
 
 async fn configz(State(s): State<AppState>) -> Response {
     let body = serde_json::json!({ "kubeletconfig": s.configz.as_ref() });
-    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// Routes of the :10250 server.
@@ -120,7 +137,9 @@ pub fn healthz_router(state: AppState) -> Router {
 
 /// Binds a TCP listener with a clear error.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
 }
 
 /// Serves plain HTTP until cancelled.
@@ -153,13 +172,21 @@ pub fn serving_tls(
                 let mut names = vec![hostname.to_string(), "localhost".to_string()];
                 names.extend(ips.iter().map(|i| i.to_string()));
                 names.push("127.0.0.1".into());
-                let params = rcgen::CertificateParams::new(names).map_err(|e| tls_err(&c, e.to_string()))?;
+                let params =
+                    rcgen::CertificateParams::new(names).map_err(|e| tls_err(&c, e.to_string()))?;
                 let mut params = params;
-                params.distinguished_name.push(rcgen::DnType::CommonName, format!("{hostname}@{}", unix_now()));
-                let key_pair = rcgen::KeyPair::generate().map_err(|e| tls_err(&k, e.to_string()))?;
-                let cert = params.self_signed(&key_pair).map_err(|e| tls_err(&c, e.to_string()))?;
+                params.distinguished_name.push(
+                    rcgen::DnType::CommonName,
+                    format!("{hostname}@{}", unix_now()),
+                );
+                let key_pair =
+                    rcgen::KeyPair::generate().map_err(|e| tls_err(&k, e.to_string()))?;
+                let cert = params
+                    .self_signed(&key_pair)
+                    .map_err(|e| tls_err(&c, e.to_string()))?;
                 std::fs::write(&c, cert.pem()).map_err(|e| tls_err(&c, e.to_string()))?;
-                write_private(&k, key_pair.serialize_pem().as_bytes()).map_err(|e| tls_err(&k, e.to_string()))?;
+                write_private(&k, key_pair.serialize_pem().as_bytes())
+                    .map_err(|e| tls_err(&k, e.to_string()))?;
                 tracing::info!(cert = %c.display(), "generated a self-signed serving certificate");
             }
             (c, k)
@@ -189,12 +216,22 @@ pub fn serving_tls(
 fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
     f.write_all(data)
 }
 
 /// Serves HTTPS until cancelled; each connection runs in its own task.
-pub async fn serve_https(listener: TcpListener, tls: rustls::ServerConfig, router: Router, cancel: CancellationToken) {
+pub async fn serve_https(
+    listener: TcpListener,
+    tls: rustls::ServerConfig,
+    router: Router,
+    cancel: CancellationToken,
+) {
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let mut conns = tokio::task::JoinSet::new();
     loop {
@@ -212,10 +249,18 @@ pub async fn serve_https(listener: TcpListener, tls: rustls::ServerConfig, route
         let acceptor = acceptor.clone();
         let router = router.clone();
         conns.spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else { return };
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
             let svc = hyper::service::service_fn(move |req| {
                 let router = router.clone();
-                async move { Ok::<_, std::convert::Infallible>(tower::ServiceExt::oneshot(router, req).await.into_response()) }
+                async move {
+                    Ok::<_, std::convert::Infallible>(
+                        tower::ServiceExt::oneshot(router, req)
+                            .await
+                            .into_response(),
+                    )
+                }
             });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection_with_upgrades(TokioIo::new(tls), svc)

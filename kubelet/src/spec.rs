@@ -77,7 +77,11 @@ pub fn dns_config(node: &NodeSettings, pod: &Pod) -> DnsConfig {
             let mut searches = if domain.is_empty() {
                 Vec::new()
             } else {
-                vec![format!("{ns}.svc.{domain}"), format!("svc.{domain}"), domain.clone()]
+                vec![
+                    format!("{ns}.svc.{domain}"),
+                    format!("svc.{domain}"),
+                    domain.clone(),
+                ]
             };
             searches.extend(node.host_dns.searches.iter().cloned());
             DnsConfig {
@@ -97,7 +101,8 @@ pub fn dns_config(node: &NodeSettings, pod: &Pod) -> DnsConfig {
                 None => o.name.clone().unwrap_or_default(),
             };
             let key = opt.split(':').next().unwrap_or("").to_string();
-            d.options.retain(|x| x.split(':').next() != Some(key.as_str()));
+            d.options
+                .retain(|x| x.split(':').next() != Some(key.as_str()));
             d.options.push(opt);
         }
     }
@@ -116,10 +121,19 @@ fn protocol(p: Option<&str>) -> Protocol {
 }
 
 /// The sandbox config for `pod`.
-pub fn sandbox_config(node: &NodeSettings, pod: &Pod, attempt: u32, cgroup_parent: String) -> SandboxConfig {
+pub fn sandbox_config(
+    node: &NodeSettings,
+    pod: &Pod,
+    attempt: u32,
+    cgroup_parent: String,
+) -> SandboxConfig {
     let spec = pod.spec.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let host_network = spec.host_network.unwrap_or(false);
     // hostNetwork pods share the node's UTS namespace: the runtime refuses a hostname there.
@@ -127,7 +141,11 @@ pub fn sandbox_config(node: &NodeSettings, pod: &Pod, attempt: u32, cgroup_paren
         String::new()
     } else {
         let h = spec.hostname.clone().unwrap_or_else(|| name.clone());
-        h.chars().take(63).collect::<String>().trim_end_matches(['-', '.']).to_string()
+        h.chars()
+            .take(63)
+            .collect::<String>()
+            .trim_end_matches(['-', '.'])
+            .to_string()
     };
     let mut labels = pod.metadata.labels.clone().unwrap_or_default();
     labels.insert(LABEL_POD_NAME.into(), name.clone());
@@ -182,13 +200,18 @@ pub fn linux_resources(c: &Container, qos: Qos, memory_capacity: i64) -> LinuxRe
     let cpu_limit = milli(&limits, "cpu");
     let cpu_request = milli(&requests, "cpu").or(cpu_limit);
     let mem_limit = limits.get("memory").and_then(|q| quantity::value(q).ok());
-    let mem_request = requests.get("memory").and_then(|q| quantity::value(q).ok()).or(mem_limit);
+    let mem_request = requests
+        .get("memory")
+        .and_then(|q| quantity::value(q).ok())
+        .or(mem_limit);
     const PERIOD: i64 = 100_000;
     let shares = match cpu_request {
         Some(m) if m > 0 => ((m as i64) * 1024 / 1000).max(2),
         _ => 2,
     };
-    let quota = cpu_limit.map(|m| ((m as i64) * PERIOD / 1000).max(1000)).unwrap_or(0);
+    let quota = cpu_limit
+        .map(|m| ((m as i64) * PERIOD / 1000).max(1000))
+        .unwrap_or(0);
     let oom = match qos {
         Qos::Guaranteed => -997,
         Qos::BestEffort => 1000,
@@ -241,13 +264,23 @@ pub fn expand(input: &str, vars: &BTreeMap<String, String>) -> String {
     out
 }
 
-fn field_ref(pod: &Pod, path: &str, pod_ips: &[String], host_ips: &[String]) -> Result<String, ConfigError> {
+fn field_ref(
+    pod: &Pod,
+    path: &str,
+    pod_ips: &[String],
+    host_ips: &[String],
+) -> Result<String, ConfigError> {
     let m = &pod.metadata;
     let spec = pod.spec.clone().unwrap_or_default();
     let keyed = |prefix: &str, map: &Option<BTreeMap<String, String>>| {
         path.strip_prefix(prefix)
             .and_then(|r| r.strip_suffix("']"))
-            .map(|k| map.as_ref().and_then(|m| m.get(k)).cloned().unwrap_or_default())
+            .map(|k| {
+                map.as_ref()
+                    .and_then(|m| m.get(k))
+                    .cloned()
+                    .unwrap_or_default()
+            })
     };
     if let Some(v) = keyed("metadata.labels['", &m.labels) {
         return Ok(v);
@@ -269,11 +302,20 @@ fn field_ref(pod: &Pod, path: &str, pod_ips: &[String], host_ips: &[String]) -> 
     })
 }
 
-fn env_value(pod: &Pod, c: &Container, e: &EnvVar, pod_ips: &[String], host_ips: &[String], vars: &BTreeMap<String, String>) -> Result<String, ConfigError> {
+fn env_value(
+    pod: &Pod,
+    c: &Container,
+    e: &EnvVar,
+    pod_ips: &[String],
+    host_ips: &[String],
+    vars: &BTreeMap<String, String>,
+) -> Result<String, ConfigError> {
     if let Some(v) = &e.value {
         return Ok(expand(v, vars));
     }
-    let Some(from) = &e.value_from else { return Ok(String::new()) };
+    let Some(from) = &e.value_from else {
+        return Ok(String::new());
+    };
     if let Some(f) = &from.field_ref {
         return field_ref(pod, &f.field_path, pod_ips, host_ips);
     }
@@ -282,10 +324,23 @@ fn env_value(pod: &Pod, c: &Container, e: &EnvVar, pod_ips: &[String], host_ips:
         let (map, key) = match r.resource.split_once('.') {
             Some(("limits", k)) => (res.limits.unwrap_or_default(), k.to_string()),
             Some(("requests", k)) => (res.requests.unwrap_or_default(), k.to_string()),
-            _ => return Err(ConfigError(format!("unsupported resourceFieldRef {:?}", r.resource))),
+            _ => {
+                return Err(ConfigError(format!(
+                    "unsupported resourceFieldRef {:?}",
+                    r.resource
+                )));
+            }
         };
-        let divisor = r.divisor.as_ref().and_then(|d| quantity::milli(d).ok()).filter(|d| *d > 0).unwrap_or(1000);
-        let v = map.get(&key).and_then(|q| quantity::milli(q).ok()).unwrap_or(0);
+        let divisor = r
+            .divisor
+            .as_ref()
+            .and_then(|d| quantity::milli(d).ok())
+            .filter(|d| *d > 0)
+            .unwrap_or(1000);
+        let v = map
+            .get(&key)
+            .and_then(|q| quantity::milli(q).ok())
+            .unwrap_or(0);
         return Ok(((v + divisor - 1) / divisor).to_string());
     }
     if let Some(s) = &from.secret_key_ref {
@@ -298,13 +353,24 @@ fn env_value(pod: &Pod, c: &Container, e: &EnvVar, pod_ips: &[String], host_ips:
 }
 
 /// Host paths of the pod's volumes, creating emptyDir and DirectoryOrCreate directories.
-pub fn prepare_volumes(node: &NodeSettings, pod: &Pod) -> Result<BTreeMap<String, PathBuf>, ConfigError> {
+pub fn prepare_volumes(
+    node: &NodeSettings,
+    pod: &Pod,
+) -> Result<BTreeMap<String, PathBuf>, ConfigError> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let mut out = BTreeMap::new();
-    for v in pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default() {
+    for v in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.clone())
+        .unwrap_or_default()
+    {
         let path = if v.empty_dir.is_some() {
-            let p = pod_dir(node, &uid).join("volumes/kubernetes.io~empty-dir").join(&v.name);
-            std::fs::create_dir_all(&p).map_err(|e| ConfigError(format!("emptyDir {}: {e}", v.name)))?;
+            let p = pod_dir(node, &uid)
+                .join("volumes/kubernetes.io~empty-dir")
+                .join(&v.name);
+            std::fs::create_dir_all(&p)
+                .map_err(|e| ConfigError(format!("emptyDir {}: {e}", v.name)))?;
             p
         } else if let Some(h) = &v.host_path {
             let p = PathBuf::from(&h.path);
@@ -312,10 +378,16 @@ pub fn prepare_volumes(node: &NodeSettings, pod: &Pod) -> Result<BTreeMap<String
                 Some("DirectoryOrCreate") => std::fs::create_dir_all(&p)
                     .map_err(|e| ConfigError(format!("hostPath {}: {e}", h.path)))?,
                 Some("Directory") if !p.is_dir() => {
-                    return Err(ConfigError(format!("hostPath type check failed: {} is not a directory", h.path)));
+                    return Err(ConfigError(format!(
+                        "hostPath type check failed: {} is not a directory",
+                        h.path
+                    )));
                 }
                 Some("File") if !p.is_file() => {
-                    return Err(ConfigError(format!("hostPath type check failed: {} is not a file", h.path)));
+                    return Err(ConfigError(format!(
+                        "hostPath type check failed: {} is not a file",
+                        h.path
+                    )));
                 }
                 _ => {}
             }
@@ -331,13 +403,20 @@ pub fn prepare_volumes(node: &NodeSettings, pod: &Pod) -> Result<BTreeMap<String
 }
 
 /// Writes the pod's managed /etc/hosts (not for hostNetwork pods) and returns its path.
-pub fn write_etc_hosts(node: &NodeSettings, pod: &Pod, pod_ips: &[String]) -> std::io::Result<Option<PathBuf>> {
+pub fn write_etc_hosts(
+    node: &NodeSettings,
+    pod: &Pod,
+    pod_ips: &[String],
+) -> std::io::Result<Option<PathBuf>> {
     let spec = pod.spec.clone().unwrap_or_default();
     if spec.host_network.unwrap_or(false) {
         return Ok(None);
     }
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let hostname = spec.hostname.clone().unwrap_or_else(|| pod.metadata.name.clone().unwrap_or_default());
+    let hostname = spec
+        .hostname
+        .clone()
+        .unwrap_or_else(|| pod.metadata.name.clone().unwrap_or_default());
     let mut text = String::from(
         "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
     );
@@ -354,7 +433,11 @@ pub fn write_etc_hosts(node: &NodeSettings, pod: &Pod, pod_ips: &[String]) -> st
         }
     }
     for ha in spec.host_aliases.unwrap_or_default() {
-        text.push_str(&format!("\n# Entries added by HostAliases.\n{}\t{}\n", ha.ip, ha.hostnames.unwrap_or_default().join("\t")));
+        text.push_str(&format!(
+            "\n# Entries added by HostAliases.\n{}\t{}\n",
+            ha.ip,
+            ha.hostnames.unwrap_or_default().join("\t")
+        ));
     }
     let dir = pod_dir(node, &uid);
     std::fs::create_dir_all(&dir)?;
@@ -387,7 +470,10 @@ pub fn container_config(
     let mut mounts = Vec::new();
     for m in c.volume_mounts.iter().flatten() {
         let host = volumes.get(&m.name).ok_or_else(|| {
-            ConfigError(format!("cannot find volume {:?} to mount into container {:?}", m.name, c.name))
+            ConfigError(format!(
+                "cannot find volume {:?} to mount into container {:?}",
+                m.name, c.name
+            ))
         })?;
         let host = match &m.sub_path {
             Some(sp) if !sp.is_empty() => {
@@ -416,10 +502,14 @@ pub fn container_config(
         });
     }
     // The termination message file: a fresh host file per container instance.
-    let term_path = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
+    let term_path = c
+        .termination_message_path
+        .clone()
+        .unwrap_or_else(|| "/dev/termination-log".into());
     if !term_path.is_empty() {
         let dir = pod_dir(node, &uid).join("containers").join(&c.name);
-        std::fs::create_dir_all(&dir).map_err(|e| ConfigError(format!("termination log dir: {e}")))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| ConfigError(format!("termination log dir: {e}")))?;
         let file = dir.join(format!("{restart_count}"));
         std::fs::write(&file, b"").map_err(|e| ConfigError(format!("termination log: {e}")))?;
         mounts.push(Mount {
@@ -429,8 +519,14 @@ pub fn container_config(
         });
     }
     let mut labels = BTreeMap::new();
-    labels.insert(LABEL_POD_NAME.to_string(), pod.metadata.name.clone().unwrap_or_default());
-    labels.insert(LABEL_POD_NAMESPACE.to_string(), pod.metadata.namespace.clone().unwrap_or_default());
+    labels.insert(
+        LABEL_POD_NAME.to_string(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    );
+    labels.insert(
+        LABEL_POD_NAMESPACE.to_string(),
+        pod.metadata.namespace.clone().unwrap_or_default(),
+    );
     labels.insert(LABEL_POD_UID.to_string(), uid.clone());
     labels.insert(LABEL_CONTAINER_NAME.to_string(), c.name.clone());
     let mut annotations = BTreeMap::new();
@@ -439,11 +535,15 @@ pub fn container_config(
     annotations.insert(ANN_TERMINATION_MESSAGE_PATH.to_string(), term_path);
     annotations.insert(
         ANN_TERMINATION_MESSAGE_POLICY.to_string(),
-        c.termination_message_policy.clone().unwrap_or_else(|| "File".into()),
+        c.termination_message_policy
+            .clone()
+            .unwrap_or_else(|| "File".into()),
     );
     annotations.insert(
         ANN_POD_GRACE_PERIOD.to_string(),
-        spec.termination_grace_period_seconds.unwrap_or(30).to_string(),
+        spec.termination_grace_period_seconds
+            .unwrap_or(30)
+            .to_string(),
     );
     if let Some(ports) = &c.ports
         && !ports.is_empty()
@@ -461,7 +561,10 @@ pub fn container_config(
                 o
             })
             .collect();
-        annotations.insert(ANN_CONTAINER_PORTS.to_string(), serde_json::to_string(&ports).unwrap_or_default());
+        annotations.insert(
+            ANN_CONTAINER_PORTS.to_string(),
+            serde_json::to_string(&ports).unwrap_or_default(),
+        );
     }
     let sc = c.security_context.clone().unwrap_or_default();
     let psc = spec.security_context.clone().unwrap_or_default();
@@ -469,7 +572,12 @@ pub fn container_config(
         name: c.name.clone(),
         attempt: restart_count,
         image: c.image.clone().unwrap_or_default(),
-        command: c.command.iter().flatten().map(|s| expand(s, &vars)).collect(),
+        command: c
+            .command
+            .iter()
+            .flatten()
+            .map(|s| expand(s, &vars))
+            .collect(),
         args: c.args.iter().flatten().map(|s| expand(s, &vars)).collect(),
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs,
@@ -512,12 +620,24 @@ mod tests {
 
     #[test]
     fn dns_follows_policy() {
-        let p = pod(serde_json::json!({"metadata": {"name": "a", "namespace": "prod", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}));
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "a", "namespace": "prod", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}),
+        );
         let d = dns_config(&node(), &p);
         assert_eq!(d.servers, vec!["10.96.0.10"]);
-        assert_eq!(d.searches, vec!["prod.svc.cluster.local", "svc.cluster.local", "cluster.local", "example.com"]);
+        assert_eq!(
+            d.searches,
+            vec![
+                "prod.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local",
+                "example.com"
+            ]
+        );
         assert_eq!(d.options, vec!["ndots:5"]);
-        let host = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"}, "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "i:1"}]}}));
+        let host = pod(
+            serde_json::json!({"metadata": {"name": "a", "uid": "u"}, "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "i:1"}]}}),
+        );
         assert_eq!(dns_config(&node(), &host).servers, vec!["1.1.1.1"]);
         let mut standalone = node();
         standalone.cluster_dns.clear();
@@ -526,7 +646,9 @@ mod tests {
 
     #[test]
     fn sandbox_carries_identity_and_ports() {
-        let p = pod(serde_json::json!({"metadata": {"name": "web", "namespace": "ns", "uid": "u1", "labels": {"app": "w"}}, "spec": {"containers": [{"name": "c", "image": "i:1", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}}));
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "web", "namespace": "ns", "uid": "u1", "labels": {"app": "w"}}, "spec": {"containers": [{"name": "c", "image": "i:1", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}}),
+        );
         let sb = sandbox_config(&node(), &p, 0, "/kubepods/besteffort/podu1".into());
         assert_eq!(sb.labels[LABEL_POD_NAME], "web");
         assert_eq!(sb.labels[LABEL_POD_UID], "u1");
@@ -552,13 +674,24 @@ mod tests {
 
     #[test]
     fn env_expansion_and_field_refs() {
-        let p = pod(serde_json::json!({"metadata": {"name": "web", "namespace": "ns", "uid": "u1"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i:1",
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "web", "namespace": "ns", "uid": "u1"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i:1",
             "env": [{"name": "A", "value": "x"}, {"name": "B", "value": "$(A)-$$(A)-$(NOPE)"},
                     {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-            "command": ["echo", "$(POD)"]}]}}));
+            "command": ["echo", "$(POD)"]}]}}),
+        );
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let cfg = container_config(&node(), &p, c, 2, &["10.88.0.5".into()], &BTreeMap::new(), None).unwrap();
+        let cfg = container_config(
+            &node(),
+            &p,
+            c,
+            2,
+            &["10.88.0.5".into()],
+            &BTreeMap::new(),
+            None,
+        )
+        .unwrap();
         let env: BTreeMap<_, _> = cfg.envs.iter().cloned().collect();
         assert_eq!(env["B"], "x-$(A)-$(NOPE)");
         assert_eq!(env["POD"], "web");
@@ -571,8 +704,10 @@ mod tests {
 
     #[test]
     fn missing_secret_is_a_config_error() {
-        let p = pod(serde_json::json!({"metadata": {"name": "w", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1",
-            "env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}]}}));
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "w", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1",
+            "env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}]}}),
+        );
         let c = &p.spec.as_ref().unwrap().containers[0];
         let err = container_config(&node(), &p, c, 0, &[], &BTreeMap::new(), None).unwrap_err();
         assert!(err.0.contains("secret \"db\" not found"));

@@ -3,8 +3,8 @@
 
 use crate::runtime::{ContainerState, ContainerStatus as RtStatus};
 use k8s_openapi::api::core::v1::{
-    ContainerState as K8sState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, Pod, PodCondition, PodIP, PodStatus, HostIP,
+    ContainerState as K8sState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -42,7 +42,8 @@ fn time_ns(ns: i64) -> Option<Time> {
 
 fn time_s(ns: i64) -> Option<Time> {
     // The API carries second precision; truncate so repeated computations compare equal.
-    (ns > 0).then(|| Time(Timestamp::from_second(ns / 1_000_000_000).unwrap_or(Timestamp::UNIX_EPOCH)))
+    (ns > 0)
+        .then(|| Time(Timestamp::from_second(ns / 1_000_000_000).unwrap_or(Timestamp::UNIX_EPOCH)))
 }
 
 fn terminated(c: &RtStatus, runtime: &str) -> ContainerStateTerminated {
@@ -115,7 +116,11 @@ pub fn container_status(
                 },
                 (ContainerState::Created | ContainerState::Unknown, _) => K8sState {
                     waiting: Some(ContainerStateWaiting {
-                        reason: Some(waiting.map(|w| w.reason.clone()).unwrap_or_else(|| "ContainerCreating".into())),
+                        reason: Some(
+                            waiting
+                                .map(|w| w.reason.clone())
+                                .unwrap_or_else(|| "ContainerCreating".into()),
+                        ),
                         message: waiting.map(|w| w.message.clone()).filter(|m| !m.is_empty()),
                     }),
                     ..Default::default()
@@ -140,7 +145,11 @@ pub fn container_status(
         None => {
             st.state = Some(K8sState {
                 waiting: Some(ContainerStateWaiting {
-                    reason: Some(waiting.map(|w| w.reason.clone()).unwrap_or_else(|| "ContainerCreating".into())),
+                    reason: Some(
+                        waiting
+                            .map(|w| w.reason.clone())
+                            .unwrap_or_else(|| "ContainerCreating".into()),
+                    ),
                     message: waiting.map(|w| w.message.clone()).filter(|m| !m.is_empty()),
                 }),
                 ..Default::default()
@@ -168,7 +177,12 @@ pub fn phase(
                 pending_init += 1;
                 failed_init = true;
             }
-            (None, Some(_)) if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some_and(|t| t.exit_code != 0) => {
+            (None, Some(_))
+                if s.last_state
+                    .as_ref()
+                    .and_then(|l| l.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code != 0) =>
+            {
                 pending_init += 1;
                 failed_init = true;
             }
@@ -186,7 +200,11 @@ pub fn phase(
                 succeeded += 1;
             }
         } else if st.waiting.is_some() {
-            if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+            if s.last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .is_some()
+            {
                 stopped += 1;
             } else {
                 waiting += 1;
@@ -216,7 +234,14 @@ pub fn phase(
     "Pending"
 }
 
-fn condition(type_: &str, ok: bool, reason: &str, message: String, prev: Option<&PodStatus>, now: &Time) -> PodCondition {
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    prev: Option<&PodStatus>,
+    now: &Time,
+) -> PodCondition {
     let status = if ok { "True" } else { "False" };
     // Keep the transition time while the status stays the same.
     let last = prev
@@ -247,13 +272,21 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         .map(|c| {
             let mut s = container_status(c, obs);
             // An init container that finished successfully counts as ready.
-            if s.state.as_ref().and_then(|st| st.terminated.as_ref()).is_some_and(|t| t.exit_code == 0) {
+            if s.state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0)
+            {
                 s.ready = true;
             }
             s
         })
         .collect();
-    let mut containers: Vec<ContainerStatus> = spec.containers.iter().map(|c| container_status(c, obs)).collect();
+    let mut containers: Vec<ContainerStatus> = spec
+        .containers
+        .iter()
+        .map(|c| container_status(c, obs))
+        .collect();
     let init_done = init.iter().all(|s| s.ready);
     if !init_done {
         for c in &mut containers {
@@ -270,17 +303,32 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
     if let Some(p) = prev.and_then(|p| p.phase.as_deref())
         && (p == "Succeeded" || p == "Failed")
     {
-        phase = if p == "Succeeded" { "Succeeded" } else { "Failed" };
+        phase = if p == "Succeeded" {
+            "Succeeded"
+        } else {
+            "Failed"
+        };
     }
     let terminal = phase == "Succeeded" || phase == "Failed";
 
-    let unready: Vec<&str> = containers.iter().filter(|c| !c.ready).map(|c| c.name.as_str()).collect();
-    let uninit: Vec<&str> = init.iter().filter(|c| !c.ready).map(|c| c.name.as_str()).collect();
+    let unready: Vec<&str> = containers
+        .iter()
+        .filter(|c| !c.ready)
+        .map(|c| c.name.as_str())
+        .collect();
+    let uninit: Vec<&str> = init
+        .iter()
+        .filter(|c| !c.ready)
+        .map(|c| c.name.as_str())
+        .collect();
     let containers_ready = unready.is_empty();
     let (ready_reason, ready_msg) = if terminal {
         ("PodCompleted", String::new())
     } else {
-        ("ContainersNotReady", format!("containers with unready status: [{}]", unready.join(" ")))
+        (
+            "ContainersNotReady",
+            format!("containers with unready status: [{}]", unready.join(" ")),
+        )
     };
     let gates_ok = spec.readiness_gates.iter().flatten().all(|g| {
         prev.and_then(|p| p.conditions.as_ref())
@@ -299,20 +347,43 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         condition(
             "Initialized",
             init_done || (terminal && uninit.is_empty()),
-            if terminal { "PodCompleted" } else { "ContainersNotInitialized" },
-            if terminal { String::new() } else { format!("containers with incomplete status: [{}]", uninit.join(" ")) },
+            if terminal {
+                "PodCompleted"
+            } else {
+                "ContainersNotInitialized"
+            },
+            if terminal {
+                String::new()
+            } else {
+                format!("containers with incomplete status: [{}]", uninit.join(" "))
+            },
             prev,
             &now,
         ),
         condition(
             "Ready",
             containers_ready && !terminal && gates_ok,
-            if containers_ready && !gates_ok { "ReadinessGatesNotReady" } else { ready_reason },
-            if containers_ready && !gates_ok { "corresponding condition of pod readiness gate is not ready".into() } else { ready_msg.clone() },
+            if containers_ready && !gates_ok {
+                "ReadinessGatesNotReady"
+            } else {
+                ready_reason
+            },
+            if containers_ready && !gates_ok {
+                "corresponding condition of pod readiness gate is not ready".into()
+            } else {
+                ready_msg.clone()
+            },
             prev,
             &now,
         ),
-        condition("ContainersReady", containers_ready && !terminal, ready_reason, ready_msg, prev, &now),
+        condition(
+            "ContainersReady",
+            containers_ready && !terminal,
+            ready_reason,
+            ready_msg,
+            prev,
+            &now,
+        ),
         condition("PodScheduled", true, "", String::new(), prev, &now),
     ];
     // Conditions owned by others (readiness gates, DisruptionTarget) are carried over.
@@ -329,10 +400,22 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         container_statuses: Some(containers),
         init_container_statuses: (!init.is_empty()).then_some(init),
         host_ip: obs.host_ips.first().cloned(),
-        host_ips: (!obs.host_ips.is_empty()).then(|| obs.host_ips.iter().map(|ip| HostIP { ip: ip.clone() }).collect()),
+        host_ips: (!obs.host_ips.is_empty()).then(|| {
+            obs.host_ips
+                .iter()
+                .map(|ip| HostIP { ip: ip.clone() })
+                .collect()
+        }),
         pod_ip,
-        pod_ips: (!obs.pod_ips.is_empty()).then(|| obs.pod_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
-        start_time: obs.start_time.map(|t| Time(Timestamp::from_second(t.as_second()).unwrap_or(t))),
+        pod_ips: (!obs.pod_ips.is_empty()).then(|| {
+            obs.pod_ips
+                .iter()
+                .map(|ip| PodIP { ip: ip.clone() })
+                .collect()
+        }),
+        start_time: obs
+            .start_time
+            .map(|t| Time(Timestamp::from_second(t.as_second()).unwrap_or(t))),
         qos_class: Some(obs.qos_class.clone()),
         ..Default::default()
     }
@@ -404,7 +487,10 @@ mod tests {
         assert_eq!(phase("Always", &[], &[running()]), "Running");
         assert_eq!(phase("Always", &[], &[backing_off(1)]), "Running");
         assert_eq!(phase("Always", &[], &[exited(0)]), "Running");
-        assert_eq!(phase("OnFailure", &[], &[exited(0), exited(0)]), "Succeeded");
+        assert_eq!(
+            phase("OnFailure", &[], &[exited(0), exited(0)]),
+            "Succeeded"
+        );
         assert_eq!(phase("OnFailure", &[], &[exited(1)]), "Running");
         assert_eq!(phase("Never", &[], &[exited(0), exited(2)]), "Failed");
         assert_eq!(phase("Never", &[], &[exited(0)]), "Succeeded");
@@ -413,6 +499,9 @@ mod tests {
         assert_eq!(phase("Always", &[running()], &[creating()]), "Pending");
         assert_eq!(phase("Always", &[exited(0)], &[running()]), "Running");
         assert_eq!(phase("Never", &[exited(1)], &[creating()]), "Failed");
-        assert_eq!(phase("OnFailure", &[backing_off(1)], &[creating()]), "Pending");
+        assert_eq!(
+            phase("OnFailure", &[backing_off(1)], &[creating()]),
+            "Pending"
+        );
     }
 }

@@ -11,6 +11,8 @@ use tokio::sync::watch;
 pub struct StatusManager {
     pods: RwLock<BTreeMap<String, Pod>>,
     version: watch::Sender<u64>,
+    /// Last status of removed pods, kept for the apiserver writer when enabled.
+    removed: RwLock<Option<BTreeMap<String, Pod>>>,
 }
 
 impl Default for StatusManager {
@@ -18,6 +20,7 @@ impl Default for StatusManager {
         Self {
             pods: RwLock::new(BTreeMap::new()),
             version: watch::channel(0).0,
+            removed: RwLock::new(None),
         }
     }
 }
@@ -38,8 +41,29 @@ impl StatusManager {
 
     /// Forgets a pod that is gone.
     pub fn remove(&self, uid: &str) {
-        self.pods.write().unwrap().remove(uid);
+        let gone = self.pods.write().unwrap().remove(uid);
+        if let (Some(p), Some(kept)) = (gone, self.removed.write().unwrap().as_mut()) {
+            kept.insert(uid.to_string(), p);
+        }
         self.version.send_modify(|v| *v += 1);
+    }
+
+    /// From now on, keep the last status of removed pods until [`take_removed`](Self::take_removed)
+    /// (cluster mode: the final status is written to the apiserver after the worker is gone).
+    pub fn keep_removed(&self) {
+        self.removed
+            .write()
+            .unwrap()
+            .get_or_insert_with(BTreeMap::new);
+    }
+
+    /// The last status of a removed pod, if kept.
+    pub fn take_removed(&self, uid: &str) -> Option<Pod> {
+        self.removed
+            .write()
+            .unwrap()
+            .as_mut()
+            .and_then(|m| m.remove(uid))
     }
 
     pub fn get(&self, uid: &str) -> Option<Pod> {

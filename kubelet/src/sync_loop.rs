@@ -105,7 +105,8 @@ impl SyncLoop {
             let _ = tx.send(Msg::Terminate(g));
         }
         let worker = Worker::new(self.env.clone(), pod.clone(), None);
-        self.tasks.spawn(worker.run(rx, self.done_tx.clone(), self.cancel.child_token()));
+        self.tasks
+            .spawn(worker.run(rx, self.done_tx.clone(), self.cancel.child_token()));
         self.workers.insert(
             uid,
             Handle {
@@ -124,7 +125,11 @@ impl SyncLoop {
         for pod in pods {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             // Mirror pods only reflect static pods on the apiserver: never run them.
-            let mirror = pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::pod::ANN_CONFIG_MIRROR));
+            let mirror = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(crate::pod::ANN_CONFIG_MIRROR));
             if uid.is_empty() || mirror {
                 continue;
             }
@@ -133,7 +138,10 @@ impl SyncLoop {
             let deleting = pod.metadata.deletion_timestamp.is_some().then(|| {
                 pod.metadata
                     .deletion_grace_period_seconds
-                    .or(pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+                    .or(pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.termination_grace_period_seconds))
                     .unwrap_or(30)
             });
             match self.workers.get_mut(&uid) {
@@ -288,7 +296,11 @@ mod tests {
         let rt = Arc::new(FakeRuntime::new());
         rt.add_image("busybox:1.35");
         let cancel = CancellationToken::new();
-        let mut sl = SyncLoop::new(env(rt.clone(), dir.path()), &[Source::File, Source::Api], cancel.clone());
+        let mut sl = SyncLoop::new(
+            env(rt.clone(), dir.path()),
+            &[Source::File, Source::Api],
+            cancel.clone(),
+        );
         let (tx, mut rx) = mpsc::unbounded_channel();
         sl.on_terminated(tx);
         sl.set_pods(Source::File, vec![pod("static", serde_json::json!({}))]);
@@ -296,14 +308,20 @@ mod tests {
             Source::Api,
             vec![
                 pod("api", serde_json::json!({})),
-                pod("mirror", serde_json::json!({"annotations": {"kubernetes.io/config.mirror": "x"}})),
+                pod(
+                    "mirror",
+                    serde_json::json!({"annotations": {"kubernetes.io/config.mirror": "x"}}),
+                ),
             ],
         );
         assert_eq!(sl.workers(), 2, "the mirror pod is not run");
         settle().await;
         assert_eq!(rt.running("c").len(), 2);
         // The apiserver marks the API pod deleted: it stops, and is reported terminated.
-        let deleted = pod("api", serde_json::json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "deletionGracePeriodSeconds": 1}));
+        let deleted = pod(
+            "api",
+            serde_json::json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "deletionGracePeriodSeconds": 1}),
+        );
         sl.set_pods(Source::Api, vec![deleted]);
         // The file source's own update must not touch API pods.
         sl.set_pods(Source::File, vec![pod("static", serde_json::json!({}))]);
@@ -332,7 +350,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rt = Arc::new(FakeRuntime::new());
         let cancel = CancellationToken::new();
-        let mut sl = SyncLoop::new(env(rt.clone(), dir.path()), &[Source::File, Source::Api], cancel.clone());
+        let mut sl = SyncLoop::new(
+            env(rt.clone(), dir.path()),
+            &[Source::File, Source::Api],
+            cancel.clone(),
+        );
         let relist = Relist {
             changed: BTreeSet::new(),
             present: BTreeSet::from(["left-over".to_string()]),
@@ -340,7 +362,11 @@ mod tests {
         sl.on_relist(relist.clone());
         sl.set_pods(Source::File, vec![]);
         sl.on_relist(relist.clone());
-        assert_eq!(sl.workers(), 0, "the apiserver has not listed yet: the pod may still be wanted");
+        assert_eq!(
+            sl.workers(),
+            0,
+            "the apiserver has not listed yet: the pod may still be wanted"
+        );
         sl.set_pods(Source::Api, vec![]);
         sl.on_relist(relist);
         assert_eq!(sl.workers(), 1, "now the unknown pod is stopped");

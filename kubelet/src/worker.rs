@@ -77,13 +77,22 @@ struct BackoffEntry {
 impl Backoff {
     /// For a container instance `exit_id` that exited and should restart: `Ok(())` when it may
     /// restart now, `Err(remaining, current delay)` while backing off.
-    pub fn check(&mut self, name: &str, exit_id: &str, ran_for: Duration, now: Instant) -> Result<(), (Duration, Duration)> {
-        let entry = self.entries.entry(name.to_string()).or_insert(BackoffEntry {
-            exit_id: String::new(),
-            restart_at: now,
-            delay: Duration::ZERO,
-            next: Duration::ZERO,
-        });
+    pub fn check(
+        &mut self,
+        name: &str,
+        exit_id: &str,
+        ran_for: Duration,
+        now: Instant,
+    ) -> Result<(), (Duration, Duration)> {
+        let entry = self
+            .entries
+            .entry(name.to_string())
+            .or_insert(BackoffEntry {
+                exit_id: String::new(),
+                restart_at: now,
+                delay: Duration::ZERO,
+                next: Duration::ZERO,
+            });
         if entry.exit_id != exit_id {
             // A new exit: schedule the restart after the current back-off, then double it.
             if ran_for >= BACKOFF_RESET_AFTER {
@@ -92,7 +101,11 @@ impl Backoff {
             entry.exit_id = exit_id.to_string();
             entry.delay = entry.next;
             entry.restart_at = now + entry.next;
-            entry.next = if entry.next.is_zero() { BACKOFF_INITIAL } else { (entry.next * 2).min(BACKOFF_MAX) };
+            entry.next = if entry.next.is_zero() {
+                BACKOFF_INITIAL
+            } else {
+                (entry.next * 2).min(BACKOFF_MAX)
+            };
         }
         if now >= entry.restart_at {
             Ok(())
@@ -147,7 +160,10 @@ pub struct Plan {
 }
 
 fn restart_count_of(c: &ContainerStatus) -> u32 {
-    c.annotations.get(ANN_RESTART_COUNT).and_then(|v| v.parse().ok()).unwrap_or(0)
+    c.annotations
+        .get(ANN_RESTART_COUNT)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 fn ran_for(c: &ContainerStatus) -> Duration {
@@ -191,12 +207,19 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
 
     let sandbox = obs.sandboxes.first();
     let ready = sandbox.filter(|s| s.state == SandboxState::Ready);
-    let next_count = |name: &str| obs.newest(name, None).map(|c| restart_count_of(c) + 1).unwrap_or(0);
+    let next_count = |name: &str| {
+        obs.newest(name, None)
+            .map(|c| restart_count_of(c) + 1)
+            .unwrap_or(0)
+    };
     let Some(sandbox) = ready else {
         // No usable sandbox: a new one, unless the pod has run and must not restart.
         let attempt = sandbox.map(|s| s.attempt + 1).unwrap_or(0);
         if sandbox.is_some() {
-            p.kill_pod = obs.containers.iter().any(|(_, c)| c.state == ContainerState::Running);
+            p.kill_pod = obs
+                .containers
+                .iter()
+                .any(|(_, c)| c.state == ContainerState::Running);
         }
         if policy == "Never" && attempt != 0 && !obs.containers.is_empty() {
             return p;
@@ -212,7 +235,9 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
                 .iter()
                 .filter(|c| {
                     !(policy == "OnFailure"
-                        && obs.newest(&c.name, None).is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0))
+                        && obs
+                            .newest(&c.name, None)
+                            .is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0))
                 })
                 .map(|c| Start {
                     name: c.name.clone(),
@@ -273,7 +298,10 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
                 restart_count: next_count(&c.name),
             }),
             Some(s) if s.state == ContainerState::Running => {
-                if s.annotations.get(ANN_CONTAINER_HASH).is_some_and(|h| *h != pod::container_hash(c)) {
+                if s.annotations
+                    .get(ANN_CONTAINER_HASH)
+                    .is_some_and(|h| *h != pod::container_hash(c))
+                {
                     // The spec changed: replace the container.
                     p.kill.push((s.id.clone(), c.name.clone()));
                     p.start.push(Start {
@@ -308,7 +336,14 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
     p
 }
 
-fn restart_or_wait(p: &mut Plan, backoff: &mut Backoff, pod: &Pod, c: &K8sContainer, s: &ContainerStatus, now: Instant) {
+fn restart_or_wait(
+    p: &mut Plan,
+    backoff: &mut Backoff,
+    pod: &Pod,
+    c: &K8sContainer,
+    s: &ContainerStatus,
+    now: Instant,
+) {
     match backoff.check(&c.name, &s.id, ran_for(s), now) {
         Ok(()) => p.start.push(Start {
             name: c.name.clone(),
@@ -335,8 +370,13 @@ fn restart_or_wait(p: &mut Plan, backoff: &mut Backoff, pod: &Pod, c: &K8sContai
 
 /// Reads the pod's sandboxes and containers from the runtime, newest first.
 pub async fn observe(rt: &dyn Runtime, uid: &str) -> Result<Observed> {
-    let mut sandboxes: Vec<Sandbox> = rt.list_sandboxes().await?.into_iter().filter(|s| s.pod_uid == uid).collect();
-    sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    let mut sandboxes: Vec<Sandbox> = rt
+        .list_sandboxes()
+        .await?
+        .into_iter()
+        .filter(|s| s.pod_uid == uid)
+        .collect();
+    sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
     let listed: Vec<Container> = rt
         .list_containers()
         .await?
@@ -351,8 +391,11 @@ pub async fn observe(rt: &dyn Runtime, uid: &str) -> Result<Observed> {
             Err(e) => return Err(e),
         }
     }
-    containers.sort_by(|a, b| b.1.created_at.cmp(&a.1.created_at));
-    Ok(Observed { sandboxes, containers })
+    containers.sort_by_key(|c| std::cmp::Reverse(c.1.created_at));
+    Ok(Observed {
+        sandboxes,
+        containers,
+    })
 }
 
 /// Image back-off state, per image.
@@ -384,7 +427,10 @@ pub struct Worker {
 impl Worker {
     pub fn new(env: Arc<Env>, pod: Pod, previous: Option<PodStatus>) -> Self {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let start_time = previous.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
+        let start_time = previous
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(|t| t.0);
         Self {
             env,
             pod,
@@ -428,7 +474,11 @@ impl Worker {
             obs
         };
         let p = plan(&self.pod, &obs, &mut self.backoff, now);
-        let acted = p.kill_pod || p.create_sandbox.is_some() || !p.start.is_empty() || !p.kill.is_empty() || !p.remove.is_empty();
+        let acted = p.kill_pod
+            || p.create_sandbox.is_some()
+            || !p.start.is_empty()
+            || !p.kill.is_empty()
+            || !p.remove.is_empty();
         let mut wake = p.wake_after;
         let grace = self.grace();
         if p.kill_pod {
@@ -449,7 +499,11 @@ impl Worker {
                 tracing::debug!(error = %e, container = %id, "RemoveContainer failed");
             }
         }
-        let mut sandbox = obs.sandboxes.first().filter(|s| s.state == SandboxState::Ready).map(|s| (s.id.clone(), s.attempt));
+        let mut sandbox = obs
+            .sandboxes
+            .first()
+            .filter(|s| s.state == SandboxState::Ready)
+            .map(|s| (s.id.clone(), s.attempt));
         if let Some(attempt) = p.create_sandbox {
             match self.create_sandbox(attempt).await {
                 Ok(id) => sandbox = Some((id, attempt)),
@@ -471,7 +525,11 @@ impl Worker {
         }
         if let Some((sandbox_id, attempt)) = &sandbox {
             if self.sandbox_ips.0 != *sandbox_id {
-                let ips = rt.sandbox_status(sandbox_id).await.map(|s| s.ips).unwrap_or_default();
+                let ips = rt
+                    .sandbox_status(sandbox_id)
+                    .await
+                    .map(|s| s.ips)
+                    .unwrap_or_default();
                 self.sandbox_ips = (sandbox_id.clone(), ips);
             }
             let sandbox_cfg = self.sandbox_config(*attempt);
@@ -505,7 +563,12 @@ impl Worker {
     }
 
     fn grace(&self) -> Duration {
-        let g = self.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+        let g = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
         Duration::from_secs(g.max(0) as u64).max(MIN_GRACE)
     }
 
@@ -531,8 +594,14 @@ impl Worker {
         {
             tracing::warn!(error = %e, "cannot create pod cgroup; the runtime will create it");
         }
-        std::fs::create_dir_all(&cfg.log_directory).map_err(|e| format!("creating {}: {e}", cfg.log_directory))?;
-        let id = self.env.runtime.run_sandbox(&cfg).await.map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&cfg.log_directory)
+            .map_err(|e| format!("creating {}: {e}", cfg.log_directory))?;
+        let id = self
+            .env
+            .runtime
+            .run_sandbox(&cfg)
+            .await
+            .map_err(|e| e.to_string())?;
         tracing::info!(sandbox = %id, attempt, "sandbox started");
         self.start_time.get_or_insert_with(Timestamp::now);
         Ok(id)
@@ -540,7 +609,12 @@ impl Worker {
 
     /// Pulls if needed, creates and starts one container. On failure: the waiting reason and
     /// when to retry.
-    async fn start_container(&mut self, sandbox_id: &str, sandbox: &SandboxConfig, s: &Start) -> Result<(), (Waiting, Duration)> {
+    async fn start_container(
+        &mut self,
+        sandbox_id: &str,
+        sandbox: &SandboxConfig,
+        s: &Start,
+    ) -> Result<(), (Waiting, Duration)> {
         let spec = self.pod.spec.clone().unwrap_or_default();
         let c = spec
             .init_containers
@@ -550,25 +624,56 @@ impl Worker {
             .find(|c| c.name == s.name)
             .cloned()
             .expect("planned containers come from the spec");
-        let wait = |reason: &str, message: String, retry: Duration| (Waiting { reason: reason.into(), message }, retry);
+        let wait = |reason: &str, message: String, retry: Duration| {
+            (
+                Waiting {
+                    reason: reason.into(),
+                    message,
+                },
+                retry,
+            )
+        };
         if let Err(e) = probes::ContainerProbes::from_container(&c) {
-            return Err(wait("CreateContainerConfigError", format!("invalid probe: {e}"), Duration::from_secs(30)));
+            return Err(wait(
+                "CreateContainerConfigError",
+                format!("invalid probe: {e}"),
+                Duration::from_secs(30),
+            ));
         }
         self.ensure_image(&c, sandbox).await?;
         let pod_ips = self.sandbox_ips.1.clone();
         let volumes = spec::prepare_volumes(&self.env.node, &self.pod)
             .map_err(|e| wait("CreateContainerConfigError", e.0, Duration::from_secs(10)))?;
-        let hosts = spec::write_etc_hosts(&self.env.node, &self.pod, &pod_ips)
-            .map_err(|e| wait("CreateContainerConfigError", e.to_string(), Duration::from_secs(10)))?;
-        let cfg = spec::container_config(&self.env.node, &self.pod, &c, s.restart_count, &pod_ips, &volumes, hosts.as_deref())
-            .map_err(|e| wait("CreateContainerConfigError", e.0, Duration::from_secs(10)))?;
+        let hosts = spec::write_etc_hosts(&self.env.node, &self.pod, &pod_ips).map_err(|e| {
+            wait(
+                "CreateContainerConfigError",
+                e.to_string(),
+                Duration::from_secs(10),
+            )
+        })?;
+        let cfg = spec::container_config(
+            &self.env.node,
+            &self.pod,
+            &c,
+            s.restart_count,
+            &pod_ips,
+            &volumes,
+            hosts.as_deref(),
+        )
+        .map_err(|e| wait("CreateContainerConfigError", e.0, Duration::from_secs(10)))?;
         let log_dir = std::path::Path::new(&sandbox.log_directory).join(&c.name);
         let _ = std::fs::create_dir_all(&log_dir);
         let rt = &self.env.runtime;
         let id = rt
             .create_container(sandbox_id, &cfg, sandbox)
             .await
-            .map_err(|e| wait("CreateContainerError", e.to_string(), Duration::from_secs(10)))?;
+            .map_err(|e| {
+                wait(
+                    "CreateContainerError",
+                    e.to_string(),
+                    Duration::from_secs(10),
+                )
+            })?;
         rt.start_container(&id)
             .await
             .map_err(|e| wait("RunContainerError", e.to_string(), Duration::from_secs(10)))?;
@@ -576,16 +681,37 @@ impl Worker {
         Ok(())
     }
 
-    async fn ensure_image(&mut self, c: &K8sContainer, sandbox: &SandboxConfig) -> Result<(), (Waiting, Duration)> {
+    async fn ensure_image(
+        &mut self,
+        c: &K8sContainer,
+        sandbox: &SandboxConfig,
+    ) -> Result<(), (Waiting, Duration)> {
         let image = c.image.clone().unwrap_or_default();
-        let policy = c.image_pull_policy.clone().unwrap_or_else(|| pod::default_pull_policy(&image).into());
-        let wait = |reason: &str, message: String, retry: Duration| (Waiting { reason: reason.into(), message }, retry);
+        let policy = c
+            .image_pull_policy
+            .clone()
+            .unwrap_or_else(|| pod::default_pull_policy(&image).into());
+        let wait = |reason: &str, message: String, retry: Duration| {
+            (
+                Waiting {
+                    reason: reason.into(),
+                    message,
+                },
+                retry,
+            )
+        };
         let present = self
             .env
             .runtime
             .image_status(&image)
             .await
-            .map_err(|e| wait("ErrImageInspect", format!("Failed to inspect image {image:?}: {e}"), Duration::from_secs(5)))?
+            .map_err(|e| {
+                wait(
+                    "ErrImageInspect",
+                    format!("Failed to inspect image {image:?}: {e}"),
+                    Duration::from_secs(5),
+                )
+            })?
             .is_some();
         match policy.as_str() {
             "Never" if !present => {
@@ -603,7 +729,11 @@ impl Worker {
         if let Some((until, _)) = self.pulls.until.get(&image)
             && now < *until
         {
-            return Err(wait("ImagePullBackOff", format!("Back-off pulling image {image:?}"), *until - now));
+            return Err(wait(
+                "ImagePullBackOff",
+                format!("Back-off pulling image {image:?}"),
+                *until - now,
+            ));
         }
         tracing::info!(%image, "Pulling image");
         let guard = self.env.pull_lock.lock().await;
@@ -616,9 +746,18 @@ impl Worker {
                 Ok(())
             }
             Err(e) => {
-                let delay = self.pulls.until.get(&image).map(|(_, d)| (*d * 2).min(BACKOFF_MAX)).unwrap_or(BACKOFF_INITIAL);
+                let delay = self
+                    .pulls
+                    .until
+                    .get(&image)
+                    .map(|(_, d)| (*d * 2).min(BACKOFF_MAX))
+                    .unwrap_or(BACKOFF_INITIAL);
                 self.pulls.until.insert(image.clone(), (now + delay, delay));
-                Err(wait("ErrImagePull", format!("failed to pull image {image:?}: {e}"), delay))
+                Err(wait(
+                    "ErrImagePull",
+                    format!("failed to pull image {image:?}: {e}"),
+                    delay,
+                ))
             }
         }
     }
@@ -626,7 +765,11 @@ impl Worker {
     /// Starts probes for containers that began running and tells the manager about exits.
     fn update_probes(&mut self, obs: &Observed) {
         let spec = self.pod.spec.clone().unwrap_or_default();
-        let sandbox = obs.sandboxes.first().filter(|s| s.state == SandboxState::Ready).map(|s| s.id.as_str());
+        let sandbox = obs
+            .sandboxes
+            .first()
+            .filter(|s| s.state == SandboxState::Ready)
+            .map(|s| s.id.as_str());
         let pod_ref = probes::PodRef {
             uid: self.uid.clone(),
             name: self.pod.metadata.name.clone().unwrap_or_default(),
@@ -634,15 +777,20 @@ impl Worker {
         };
         let never = spec.restart_policy.as_deref() == Some("Never");
         for c in &spec.containers {
-            let Some(latest) = obs.newest(&c.name, sandbox) else { continue };
+            let Some(latest) = obs.newest(&c.name, sandbox) else {
+                continue;
+            };
             let known = self.probed.get(&c.name) == Some(&latest.id);
             match latest.state {
                 ContainerState::Running if !known => {
-                    let Ok(specs) = probes::ContainerProbes::from_container(c) else { continue };
+                    let Ok(specs) = probes::ContainerProbes::from_container(c) else {
+                        continue;
+                    };
                     if specs.is_empty() {
                         continue;
                     }
-                    let started = std::time::UNIX_EPOCH + Duration::from_nanos(latest.started_at.max(0) as u64);
+                    let started = std::time::UNIX_EPOCH
+                        + Duration::from_nanos(latest.started_at.max(0) as u64);
                     self.env.probes.add_container(
                         &pod_ref,
                         probes::ContainerRef {
@@ -696,7 +844,10 @@ impl Worker {
         let kills = std::mem::take(&mut self.probe_kills);
         let mut any = false;
         for (id, grace) in kills {
-            let running = obs.containers.iter().any(|(_, c)| c.id == id && c.state == ContainerState::Running);
+            let running = obs
+                .containers
+                .iter()
+                .any(|(_, c)| c.id == id && c.state == ContainerState::Running);
             if running {
                 if let Err(e) = self.env.runtime.stop_container(&id, grace).await {
                     tracing::warn!(error = %e, container = %id, "StopContainer after probe failure failed");
@@ -716,11 +867,18 @@ impl Worker {
                 not_started.push(name.clone());
             }
         }
-        let sandbox_ready = obs.sandboxes.first().is_some_and(|s| s.state == SandboxState::Ready);
+        let sandbox_ready = obs
+            .sandboxes
+            .first()
+            .is_some_and(|s| s.state == SandboxState::Ready);
         let o = Observation {
             containers: obs.containers.iter().map(|(_, c)| c).collect(),
             sandbox_ready,
-            pod_ips: if sandbox_ready { self.sandbox_ips.1.clone() } else { Vec::new() },
+            pod_ips: if sandbox_ready {
+                self.sandbox_ips.1.clone()
+            } else {
+                Vec::new()
+            },
             host_ips: self.env.node.host_ips.clone(),
             waiting,
             readiness,
@@ -743,14 +901,19 @@ impl Worker {
         let Some(seen) = self.first_seen else { return };
         let statuses = st.container_statuses.as_deref().unwrap_or_default();
         let all_running = !statuses.is_empty()
-            && statuses.iter().all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+            && statuses
+                .iter()
+                .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
         if all_running {
             let took = seen.elapsed();
             self.first_seen = None;
             if let Some(m) = &self.env.pod_start_duration {
                 m.observe(took.as_secs_f64());
             }
-            tracing::info!(pod_start_ms = took.as_secs_f64() * 1000.0, "all containers running");
+            tracing::info!(
+                pod_start_ms = took.as_secs_f64() * 1000.0,
+                "all containers running"
+            );
         }
     }
 
@@ -830,7 +993,12 @@ impl Worker {
 
     /// Runs until terminated (then reports on `done`) or cancelled (agent shutdown leaves the
     /// pod running, as upstream does).
-    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>, done: mpsc::UnboundedSender<String>, cancel: CancellationToken) {
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Msg>,
+        done: mpsc::UnboundedSender<String>,
+        cancel: CancellationToken,
+    ) {
         let span = tracing::info_span!(
             "pod",
             namespace = self.pod.metadata.namespace.as_deref().unwrap_or(""),
@@ -879,7 +1047,10 @@ impl Worker {
 
 /// A probe manager for tests, without start-up jitter.
 #[cfg(test)]
-pub(crate) fn test_probes() -> (Arc<probes::ProbeManager>, mpsc::Receiver<probes::ProbeUpdate>) {
+pub(crate) fn test_probes() -> (
+    Arc<probes::ProbeManager>,
+    mpsc::Receiver<probes::ProbeUpdate>,
+) {
     let metrics = probes::ProberMetrics::new(&prometheus::Registry::new()).expect("fresh registry");
     let (m, rx) = probes::ProbeManager::new(
         probes::ManagerConfig {

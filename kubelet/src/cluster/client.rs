@@ -113,7 +113,11 @@ where
                 }
                 self.sleep = None;
             }
-            let taken = self.bucket.lock().unwrap_or_else(|p| p.into_inner()).try_take(Instant::now());
+            let taken = self
+                .bucket
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .try_take(Instant::now());
             match taken {
                 Ok(()) => self.reserved = true,
                 Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
@@ -135,9 +139,10 @@ pub async fn load_config(path: &Path) -> Result<kube::Config, ClientError> {
         message,
     };
     let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .map_err(|e| err(e.to_string()))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| err(e.to_string()))?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.write_timeout = Some(REQUEST_TIMEOUT);
     Ok(config)
@@ -151,13 +156,12 @@ pub async fn build(path: &Path, limiter: &RateLimitLayer) -> Result<kube::Client
 }
 
 /// The current apiserver client; replaced when the client certificate rotates.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientHandle {
     rx: watch::Receiver<kube::Client>,
 }
 
 /// Publishes new clients to every [`ClientHandle`].
-#[derive(Debug)]
 pub struct ClientPublisher {
     tx: watch::Sender<kube::Client>,
 }
@@ -221,7 +225,10 @@ mod tests {
             assert!(b.try_take(now).is_ok());
         }
         let wait = b.try_take(now).unwrap_err();
-        assert!(wait <= Duration::from_millis(21) && wait >= Duration::from_millis(19), "{wait:?}");
+        assert!(
+            wait <= Duration::from_millis(21) && wait >= Duration::from_millis(19),
+            "{wait:?}"
+        );
         assert!(b.try_take(now + Duration::from_millis(20)).is_ok());
         // After a long pause the bucket holds `burst`, not more.
         let later = now + Duration::from_secs(3600);
@@ -233,7 +240,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn layer_delays_requests_beyond_the_burst() {
-        use tower::{Layer, ServiceExt};
+        use tower::{Layer, Service, ServiceExt};
         let layer = RateLimitLayer::new(10.0, 2);
         let svc = tower::service_fn(|_: ()| async { Ok::<_, std::convert::Infallible>(()) });
         let mut svc = layer.layer(svc);
@@ -243,6 +250,9 @@ mod tests {
         }
         // Two from the burst, then two at 10/s.
         let took = start.elapsed();
-        assert!(took >= Duration::from_millis(195) && took < Duration::from_millis(260), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(195) && took < Duration::from_millis(260),
+            "{took:?}"
+        );
     }
 }

@@ -35,19 +35,30 @@ pub fn apply_defaults(pod: &mut Pod) {
     spec.restart_policy.get_or_insert_with(|| "Always".into());
     spec.termination_grace_period_seconds.get_or_insert(30);
     spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
-    spec.scheduler_name.get_or_insert_with(|| "default-scheduler".into());
+    spec.scheduler_name
+        .get_or_insert_with(|| "default-scheduler".into());
     spec.security_context.get_or_insert_with(Default::default);
     spec.enable_service_links.get_or_insert(true);
     let default_container = |c: &mut Container| {
-        c.termination_message_path.get_or_insert_with(|| "/dev/termination-log".into());
-        c.termination_message_policy.get_or_insert_with(|| "File".into());
+        c.termination_message_path
+            .get_or_insert_with(|| "/dev/termination-log".into());
+        c.termination_message_policy
+            .get_or_insert_with(|| "File".into());
         if c.image_pull_policy.is_none() {
-            c.image_pull_policy = Some(default_pull_policy(c.image.as_deref().unwrap_or("")).into());
+            c.image_pull_policy =
+                Some(default_pull_policy(c.image.as_deref().unwrap_or("")).into());
         }
         for p in c.ports.iter_mut().flatten() {
             p.protocol.get_or_insert_with(|| "TCP".into());
         }
-        for probe in [&mut c.liveness_probe, &mut c.readiness_probe, &mut c.startup_probe].into_iter().flatten() {
+        for probe in [
+            &mut c.liveness_probe,
+            &mut c.readiness_probe,
+            &mut c.startup_probe,
+        ]
+        .into_iter()
+        .flatten()
+        {
             probe.timeout_seconds.get_or_insert(1);
             probe.period_seconds.get_or_insert(10);
             probe.success_threshold.get_or_insert(1);
@@ -59,7 +70,10 @@ pub fn apply_defaults(pod: &mut Pod) {
         }
     };
     spec.containers.iter_mut().for_each(default_container);
-    spec.init_containers.iter_mut().flatten().for_each(default_container);
+    spec.init_containers
+        .iter_mut()
+        .flatten()
+        .for_each(default_container);
 }
 
 /// `Always` for `:latest` or untagged images, `IfNotPresent` otherwise (upstream's rule).
@@ -77,7 +91,8 @@ pub fn default_pull_policy(image: &str) -> &'static str {
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -91,18 +106,26 @@ fn is_dns_subdomain(s: &str) -> bool {
 pub fn validate(pod: &Pod) -> Result<(), FieldError> {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     if name.is_empty() {
-        return Err(field_err("metadata.name", "Required value: name or generateName is required"));
+        return Err(field_err(
+            "metadata.name",
+            "Required value: name or generateName is required",
+        ));
     }
     if !is_dns_subdomain(name) {
         return Err(field_err(
             "metadata.name",
-            format!("Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"),
+            format!(
+                "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
+            ),
         ));
     }
     if let Some(ns) = pod.metadata.namespace.as_deref()
         && !is_dns_label(ns)
     {
-        return Err(field_err("metadata.namespace", format!("Invalid value: {ns:?}")));
+        return Err(field_err(
+            "metadata.namespace",
+            format!("Invalid value: {ns:?}"),
+        ));
     }
     let spec = pod
         .spec
@@ -116,14 +139,19 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
         Some(other) => {
             return Err(field_err(
                 "spec.restartPolicy",
-                format!("Unsupported value: {other:?}: supported values: \"Always\", \"OnFailure\", \"Never\""),
+                format!(
+                    "Unsupported value: {other:?}: supported values: \"Always\", \"OnFailure\", \"Never\""
+                ),
             ));
         }
     }
     if let Some(g) = spec.termination_grace_period_seconds
         && g < 0
     {
-        return Err(field_err("spec.terminationGracePeriodSeconds", "must be greater than or equal to 0"));
+        return Err(field_err(
+            "spec.terminationGracePeriodSeconds",
+            "must be greater than or equal to 0",
+        ));
     }
     let mut names = BTreeSet::new();
     let all = spec
@@ -138,10 +166,16 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
         let at = format!("{path}[{i}]");
         *i += 1;
         if !is_dns_label(&c.name) {
-            return Err(field_err(format!("{at}.name"), format!("Invalid value: {:?}", c.name)));
+            return Err(field_err(
+                format!("{at}.name"),
+                format!("Invalid value: {:?}", c.name),
+            ));
         }
         if !names.insert(c.name.clone()) {
-            return Err(field_err(format!("{at}.name"), format!("Duplicate value: {:?}", c.name)));
+            return Err(field_err(
+                format!("{at}.name"),
+                format!("Duplicate value: {:?}", c.name),
+            ));
         }
         if c.image.as_deref().unwrap_or("").trim().is_empty() {
             return Err(field_err(format!("{at}.image"), "Required value"));
@@ -149,19 +183,28 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
         if let Some(p) = c.image_pull_policy.as_deref()
             && !matches!(p, "Always" | "IfNotPresent" | "Never")
         {
-            return Err(field_err(format!("{at}.imagePullPolicy"), format!("Unsupported value: {p:?}")));
+            return Err(field_err(
+                format!("{at}.imagePullPolicy"),
+                format!("Unsupported value: {p:?}"),
+            ));
         }
         for (j, p) in c.ports.iter().flatten().enumerate() {
             if !(1..=65535).contains(&p.container_port) {
                 return Err(field_err(
                     format!("{at}.ports[{j}].containerPort"),
-                    format!("Invalid value: {}: must be between 1 and 65535, inclusive", p.container_port),
+                    format!(
+                        "Invalid value: {}: must be between 1 and 65535, inclusive",
+                        p.container_port
+                    ),
                 ));
             }
             if let Some(hp) = p.host_port
                 && !(0..=65535).contains(&hp)
             {
-                return Err(field_err(format!("{at}.ports[{j}].hostPort"), format!("Invalid value: {hp}")));
+                return Err(field_err(
+                    format!("{at}.ports[{j}].hostPort"),
+                    format!("Invalid value: {hp}"),
+                ));
             }
         }
         if let Err(e) = probes::ContainerProbes::from_container(c) {
@@ -170,7 +213,9 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
         if let Some(res) = &c.resources {
             for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
                 for (k, q) in map.iter().flatten() {
-                    quantity::milli(q).map_err(|e| field_err(format!("{at}.resources.{kind}[{k}]"), e.to_string()))?;
+                    quantity::milli(q).map_err(|e| {
+                        field_err(format!("{at}.resources.{kind}[{k}]"), e.to_string())
+                    })?;
                 }
             }
         }
@@ -200,14 +245,23 @@ impl Qos {
 pub fn qos_class(spec: &PodSpec) -> Qos {
     let mut any = false;
     let mut guaranteed = true;
-    let containers = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
     for c in containers {
         let res = c.resources.clone().unwrap_or_default();
         let limits = res.limits.unwrap_or_default();
         let requests = res.requests.unwrap_or_default();
         for r in ["cpu", "memory"] {
-            let req = requests.get(r).and_then(|q| quantity::milli(q).ok()).filter(|v| *v > 0);
-            let lim = limits.get(r).and_then(|q| quantity::milli(q).ok()).filter(|v| *v > 0);
+            let req = requests
+                .get(r)
+                .and_then(|q| quantity::milli(q).ok())
+                .filter(|v| *v > 0);
+            let lim = limits
+                .get(r)
+                .and_then(|q| quantity::milli(q).ok())
+                .filter(|v| *v > 0);
             if req.is_some() || lim.is_some() {
                 any = true;
             }
@@ -255,24 +309,42 @@ mod tests {
     fn pull_policy_defaults() {
         assert_eq!(default_pull_policy("busybox"), "Always");
         assert_eq!(default_pull_policy("busybox:latest"), "Always");
-        assert_eq!(default_pull_policy("docker.io/library/busybox:1.35"), "IfNotPresent");
+        assert_eq!(
+            default_pull_policy("docker.io/library/busybox:1.35"),
+            "IfNotPresent"
+        );
         assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
         assert_eq!(default_pull_policy("busybox@sha256:abcd"), "IfNotPresent");
     }
 
     #[test]
     fn validation_names_the_field() {
-        let p = pod(serde_json::json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "a", "image": "x:1"}, {"name": "a", "image": "y:1"}]}}));
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "a", "image": "x:1"}, {"name": "a", "image": "y:1"}]}}),
+        );
         assert_eq!(validate(&p).unwrap_err().field, "spec.containers[1].name");
-        let p = pod(serde_json::json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "a"}]}}));
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "a"}]}}),
+        );
         assert_eq!(validate(&p).unwrap_err().field, "spec.containers[0].image");
-        let p = pod(serde_json::json!({"metadata": {"name": "Web_1"}, "spec": {"containers": [{"name": "a", "image": "x"}]}}));
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "Web_1"}, "spec": {"containers": [{"name": "a", "image": "x"}]}}),
+        );
         assert_eq!(validate(&p).unwrap_err().field, "metadata.name");
-        let p = pod(serde_json::json!({"metadata": {"name": "w"}, "spec": {"restartPolicy": "Sometimes", "containers": [{"name": "a", "image": "x"}]}}));
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "w"}, "spec": {"restartPolicy": "Sometimes", "containers": [{"name": "a", "image": "x"}]}}),
+        );
         assert_eq!(validate(&p).unwrap_err().field, "spec.restartPolicy");
-        let p = pod(serde_json::json!({"metadata": {"name": "w"}, "spec": {"containers": [{"name": "a", "image": "x", "resources": {"limits": {"cpu": "lots"}}}]}}));
-        assert_eq!(validate(&p).unwrap_err().field, "spec.containers[0].resources.limits[cpu]");
-        let p = pod(serde_json::json!({"metadata": {"name": "w"}, "spec": {"containers": [{"name": "a", "image": "x", "readinessProbe": {"periodSeconds": 1}}]}}));
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "w"}, "spec": {"containers": [{"name": "a", "image": "x", "resources": {"limits": {"cpu": "lots"}}}]}}),
+        );
+        assert_eq!(
+            validate(&p).unwrap_err().field,
+            "spec.containers[0].resources.limits[cpu]"
+        );
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "w"}, "spec": {"containers": [{"name": "a", "image": "x", "readinessProbe": {"periodSeconds": 1}}]}}),
+        );
         let e = validate(&p).unwrap_err();
         assert_eq!(e.field, "spec.containers[0]");
         assert!(e.message.contains("probe"), "{e}");

@@ -35,11 +35,16 @@ pub fn parse_manifest(path: &Path, text: &str, node: &str) -> Result<Pod, Manife
         serde_json::from_str(text).map_err(|e| fail(format!("invalid JSON: {e}")))?
     } else {
         let opts = serde_saphyr::options! { legacy_octal_numbers: true };
-        serde_saphyr::from_str_with_options(text, opts).map_err(|e| fail(format!("invalid YAML: {e}")))?
+        serde_saphyr::from_str_with_options(text, opts)
+            .map_err(|e| fail(format!("invalid YAML: {e}")))?
     };
     match value.get("kind").and_then(|k| k.as_str()) {
         Some("Pod") => {}
-        Some(other) => return Err(fail(format!("kind: unsupported value {other:?}: want \"Pod\""))),
+        Some(other) => {
+            return Err(fail(format!(
+                "kind: unsupported value {other:?}: want \"Pod\""
+            )));
+        }
         None => return Err(fail("kind: Required value: want \"Pod\"".into())),
     }
     let mut pod: Pod = serde_path_to_error::deserialize(&value).map_err(|e| {
@@ -65,16 +70,19 @@ pub fn parse_manifest(path: &Path, text: &str, node: &str) -> Result<Pod, Manife
     let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
     ann.insert(ANN_CONFIG_SOURCE.into(), "file".into());
     ann.insert(ANN_CONFIG_HASH.into(), uid);
-    ann.entry(ANN_CONFIG_SEEN.into()).or_insert_with(now_rfc3339);
+    ann.entry(ANN_CONFIG_SEEN.into())
+        .or_insert_with(now_rfc3339);
     apply_defaults(&mut pod);
     let spec = pod.spec.as_mut().expect("validated");
     spec.node_name = Some(node.to_lowercase());
     // Static pods tolerate every NoExecute taint.
-    spec.tolerations.get_or_insert_with(Vec::new).push(Toleration {
-        operator: Some("Exists".into()),
-        effect: Some("NoExecute".into()),
-        ..Default::default()
-    });
+    spec.tolerations
+        .get_or_insert_with(Vec::new)
+        .push(Toleration {
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            ..Default::default()
+        });
     Ok(pod)
 }
 
@@ -167,7 +175,10 @@ pub async fn run(
             for pod in &mut result.pods {
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
                 let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
-                let t = seen.get(&uid).cloned().unwrap_or_else(|| ann[ANN_CONFIG_SEEN].clone());
+                let t = seen
+                    .get(&uid)
+                    .cloned()
+                    .unwrap_or_else(|| ann[ANN_CONFIG_SEEN].clone());
                 ann.insert(ANN_CONFIG_SEEN.into(), t.clone());
                 next_seen.insert(uid, t);
             }
@@ -202,24 +213,63 @@ mod tests {
         assert_eq!(ann[ANN_CONFIG_HASH], uid);
         // Same content (even re-formatted), same UID; other content or node, other UID.
         let json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web"},"spec":{"containers":[{"name":"httpd","image":"docker.io/library/busybox:1.35","command":["httpd","-f"]}]}}"#;
-        assert_eq!(parse_manifest(p, json, "Node-1").unwrap().metadata.uid.unwrap(), uid);
-        assert_ne!(parse_manifest(p, WEB, "node-2").unwrap().metadata.uid.unwrap(), uid);
+        assert_eq!(
+            parse_manifest(p, json, "Node-1")
+                .unwrap()
+                .metadata
+                .uid
+                .unwrap(),
+            uid
+        );
+        assert_ne!(
+            parse_manifest(p, WEB, "node-2")
+                .unwrap()
+                .metadata
+                .uid
+                .unwrap(),
+            uid
+        );
         let changed = WEB.replace("-f", "-vf");
-        assert_ne!(parse_manifest(p, &changed, "node-1").unwrap().metadata.uid.unwrap(), uid);
+        assert_ne!(
+            parse_manifest(p, &changed, "node-1")
+                .unwrap()
+                .metadata
+                .uid
+                .unwrap(),
+            uid
+        );
         let spec = pod.spec.unwrap();
         assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
         assert_eq!(spec.node_name.as_deref(), Some("node-1"));
-        assert_eq!(spec.containers[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
-        assert!(spec.tolerations.unwrap().iter().any(|t| t.effect.as_deref() == Some("NoExecute")));
+        assert_eq!(
+            spec.containers[0].image_pull_policy.as_deref(),
+            Some("IfNotPresent")
+        );
+        assert!(
+            spec.tolerations
+                .unwrap()
+                .iter()
+                .any(|t| t.effect.as_deref() == Some("NoExecute"))
+        );
     }
 
     #[test]
     fn errors_name_file_and_field() {
         let p = Path::new("/m/bad.yaml");
-        let e = parse_manifest(p, "kind: Pod\nmetadata:\n  name: x\nspec:\n  containers: 7\n", "n").unwrap_err();
+        let e = parse_manifest(
+            p,
+            "kind: Pod\nmetadata:\n  name: x\nspec:\n  containers: 7\n",
+            "n",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("/m/bad.yaml"), "{e}");
         assert!(e.message.contains("spec.containers"), "{e}");
-        let e = parse_manifest(p, "kind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: a}]}\n", "n").unwrap_err();
+        let e = parse_manifest(
+            p,
+            "kind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: a}]}\n",
+            "n",
+        )
+        .unwrap_err();
         assert!(e.message.contains("spec.containers[0].image"), "{e}");
         let e = parse_manifest(p, "kind: Pod\n  : : [\n", "n").unwrap_err();
         assert!(e.message.contains("YAML"), "{e}");

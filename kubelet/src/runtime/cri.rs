@@ -15,7 +15,9 @@ pub struct CriRuntime {
 
 impl std::fmt::Debug for CriRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CriRuntime").field("timeout", &self.timeout).finish()
+        f.debug_struct("CriRuntime")
+            .field("timeout", &self.timeout)
+            .finish()
     }
 }
 
@@ -77,7 +79,11 @@ fn sandbox_state(s: i32) -> SandboxState {
 
 fn namespaces(host_network: bool, host_pid: bool, host_ipc: bool) -> pb::NamespaceOption {
     let mode = |host: bool, otherwise: pb::NamespaceMode| {
-        if host { pb::NamespaceMode::Node as i32 } else { otherwise as i32 }
+        if host {
+            pb::NamespaceMode::Node as i32
+        } else {
+            otherwise as i32
+        }
     };
     pb::NamespaceOption {
         network: mode(host_network, pb::NamespaceMode::Pod),
@@ -188,10 +194,13 @@ fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::ContainerCo
                 readonly_rootfs: c.readonly_rootfs,
                 run_as_user: c.run_as_user.map(|value| pb::Int64Value { value }),
                 run_as_group: c.run_as_group.map(|value| pb::Int64Value { value }),
-                namespace_options: Some(namespaces(sandbox.host_network, sandbox.host_pid, sandbox.host_ipc)),
+                namespace_options: Some(namespaces(
+                    sandbox.host_network,
+                    sandbox.host_pid,
+                    sandbox.host_ipc,
+                )),
                 ..Default::default()
             }),
-            ..Default::default()
         }),
         ..Default::default()
     }
@@ -260,7 +269,12 @@ impl Runtime for CriRuntime {
             if !n.ip.is_empty() {
                 ips.push(n.ip);
             }
-            ips.extend(n.additional_ips.into_iter().map(|p| p.ip).filter(|ip| !ip.is_empty()));
+            ips.extend(
+                n.additional_ips
+                    .into_iter()
+                    .map(|p| p.ip)
+                    .filter(|ip| !ip.is_empty()),
+            );
         }
         Ok(SandboxStatus {
             id: s.id,
@@ -286,7 +300,9 @@ impl Runtime for CriRuntime {
     async fn stop_sandbox(&self, id: &str) -> Result<()> {
         self.runtime
             .clone()
-            .stop_pod_sandbox(self.req(pb::StopPodSandboxRequest { pod_sandbox_id: id.into() }))
+            .stop_pod_sandbox(self.req(pb::StopPodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            }))
             .await
             .map_err(|s| err("StopPodSandbox", s))?;
         Ok(())
@@ -295,7 +311,9 @@ impl Runtime for CriRuntime {
     async fn remove_sandbox(&self, id: &str) -> Result<()> {
         self.runtime
             .clone()
-            .remove_pod_sandbox(self.req(pb::RemovePodSandboxRequest { pod_sandbox_id: id.into() }))
+            .remove_pod_sandbox(self.req(pb::RemovePodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            }))
             .await
             .map_err(|s| err("RemovePodSandbox", s))?;
         Ok(())
@@ -363,7 +381,12 @@ impl Runtime for CriRuntime {
         })
     }
 
-    async fn create_container(&self, sandbox_id: &str, config: &ContainerConfig, sandbox: &SandboxConfig) -> Result<String> {
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: &ContainerConfig,
+        sandbox: &SandboxConfig,
+    ) -> Result<String> {
         let r = self
             .runtime
             .clone()
@@ -380,7 +403,9 @@ impl Runtime for CriRuntime {
     async fn start_container(&self, id: &str) -> Result<()> {
         self.runtime
             .clone()
-            .start_container(self.req(pb::StartContainerRequest { container_id: id.into() }))
+            .start_container(self.req(pb::StartContainerRequest {
+                container_id: id.into(),
+            }))
             .await
             .map_err(|s| err("StartContainer", s))?;
         Ok(())
@@ -404,7 +429,9 @@ impl Runtime for CriRuntime {
     async fn remove_container(&self, id: &str) -> Result<()> {
         self.runtime
             .clone()
-            .remove_container(self.req(pb::RemoveContainerRequest { container_id: id.into() }))
+            .remove_container(self.req(pb::RemoveContainerRequest {
+                container_id: id.into(),
+            }))
             .await
             .map_err(|s| err("RemoveContainer", s))?;
         Ok(())

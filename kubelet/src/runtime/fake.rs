@@ -39,7 +39,13 @@ impl FakeRuntime {
 
     /// The next call of `op` (e.g. "StartContainer") fails with `err`.
     pub fn fail_next(&self, op: &'static str, err: RuntimeError) {
-        self.state.lock().unwrap().fail_next.entry(op).or_default().push(err);
+        self.state
+            .lock()
+            .unwrap()
+            .fail_next
+            .entry(op)
+            .or_default()
+            .push(err);
     }
 
     /// The next ExecSync returns this result.
@@ -56,7 +62,11 @@ impl FakeRuntime {
             c.state = ContainerState::Exited;
             c.exit_code = code;
             c.finished_at = now;
-            c.reason = if code == 0 { "Completed".into() } else { "Error".into() };
+            c.reason = if code == 0 {
+                "Completed".into()
+            } else {
+                "Error".into()
+            };
         }
     }
 
@@ -71,7 +81,13 @@ impl FakeRuntime {
 
     /// How many times `op` was called.
     pub fn count(&self, op: &str) -> usize {
-        self.state.lock().unwrap().calls.iter().filter(|c| *c == op).count()
+        self.state
+            .lock()
+            .unwrap()
+            .calls
+            .iter()
+            .filter(|c| *c == op)
+            .count()
     }
 
     /// IDs of running containers named `name`.
@@ -96,7 +112,12 @@ impl FakeRuntime {
 
     /// The config the sandbox was created with.
     pub fn sandbox_config(&self, id: &str) -> Option<SandboxConfig> {
-        self.state.lock().unwrap().sandboxes.get(id).map(|(_, c)| c.clone())
+        self.state
+            .lock()
+            .unwrap()
+            .sandboxes
+            .get(id)
+            .map(|(_, c)| c.clone())
     }
 
     fn enter(&self, op: &'static str) -> Result<std::sync::MutexGuard<'_, State>> {
@@ -137,11 +158,18 @@ impl Runtime for FakeRuntime {
 
     async fn sandbox_status(&self, id: &str) -> Result<SandboxStatus> {
         let s = self.enter("PodSandboxStatus")?;
-        let (sb, cfg) = s.sandboxes.get(id).ok_or_else(|| not_found("PodSandboxStatus", id))?;
+        let (sb, cfg) = s
+            .sandboxes
+            .get(id)
+            .ok_or_else(|| not_found("PodSandboxStatus", id))?;
         Ok(SandboxStatus {
             id: sb.id.clone(),
             state: sb.state,
-            ips: if cfg.host_network { vec![] } else { vec![format!("10.88.0.{}", 2 + sb.id.len())] },
+            ips: if cfg.host_network {
+                vec![]
+            } else {
+                vec![format!("10.88.0.{}", 2 + sb.id.len())]
+            },
             created_at: sb.created_at,
         })
     }
@@ -226,7 +254,10 @@ impl Runtime for FakeRuntime {
 
     async fn container_status(&self, id: &str) -> Result<ContainerStatus> {
         let s = self.enter("ContainerStatus")?;
-        s.containers.get(id).cloned().ok_or_else(|| not_found("ContainerStatus", id))
+        s.containers
+            .get(id)
+            .cloned()
+            .ok_or_else(|| not_found("ContainerStatus", id))
     }
 
     async fn create_container(
@@ -259,14 +290,18 @@ impl Runtime for FakeRuntime {
             annotations: config.annotations.clone(),
         };
         s.containers.insert(id.clone(), status);
-        s.container_sandbox.insert(id.clone(), sandbox_id.to_string());
+        s.container_sandbox
+            .insert(id.clone(), sandbox_id.to_string());
         Ok(id)
     }
 
     async fn start_container(&self, id: &str) -> Result<()> {
         let mut s = self.enter("StartContainer")?;
         let now = s.clock;
-        let c = s.containers.get_mut(id).ok_or_else(|| not_found("StartContainer", id))?;
+        let c = s
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| not_found("StartContainer", id))?;
         c.state = ContainerState::Running;
         c.started_at = now;
         Ok(())

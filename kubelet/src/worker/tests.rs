@@ -81,7 +81,14 @@ fn app_status(r: &Rig) -> k8s_openapi::api::core::v1::ContainerStatus {
 }
 
 fn condition(st: &PodStatus, t: &str) -> String {
-    st.conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap().status.clone()
+    st.conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == t)
+        .unwrap()
+        .status
+        .clone()
 }
 
 #[tokio::test(start_paused = true)]
@@ -93,7 +100,11 @@ async fn starts_sandbox_then_container_and_reports_running() {
     let pos = |op: &str| calls.iter().position(|c| c == op).unwrap();
     assert!(pos("RunPodSandbox") < pos("CreateContainer"));
     assert!(pos("CreateContainer") < pos("StartContainer"));
-    assert_eq!(r.rt.count("PullImage"), 0, "IfNotPresent with the image present must not pull");
+    assert_eq!(
+        r.rt.count("PullImage"),
+        0,
+        "IfNotPresent with the image present must not pull"
+    );
     let st = status(&r);
     assert_eq!(st.phase.as_deref(), Some("Running"));
     assert_eq!(condition(&st, "Ready"), "True");
@@ -107,7 +118,10 @@ async fn starts_sandbox_then_container_and_reports_running() {
     // A second pass with nothing changed does nothing.
     r.rt.clear_calls();
     w.sync().await;
-    assert_eq!(r.rt.count("RunPodSandbox") + r.rt.count("CreateContainer"), 0);
+    assert_eq!(
+        r.rt.count("RunPodSandbox") + r.rt.count("CreateContainer"),
+        0
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -124,12 +138,20 @@ async fn crash_loop_backs_off_10s_then_20s() {
     let second = r.rt.running("app")[0].clone();
     r.rt.exit_container(&second, 1);
     let wake = w.sync().await;
-    assert!(r.rt.running("app").is_empty(), "second restart waits for the back-off");
+    assert!(
+        r.rt.running("app").is_empty(),
+        "second restart waits for the back-off"
+    );
     assert_eq!(wake, Duration::from_secs(10));
     let cs = app_status(&r);
     let waiting = cs.state.unwrap().waiting.unwrap();
     assert_eq!(waiting.reason.as_deref(), Some("CrashLoopBackOff"));
-    assert!(waiting.message.unwrap().starts_with("back-off 10s restarting failed container=app pod=web_default(uid-1)"));
+    assert!(
+        waiting
+            .message
+            .unwrap()
+            .starts_with("back-off 10s restarting failed container=app pod=web_default(uid-1)")
+    );
     assert_eq!(cs.last_state.unwrap().terminated.unwrap().exit_code, 1);
     assert_eq!(status(&r).phase.as_deref(), Some("Running"));
     tokio::time::advance(Duration::from_secs(10)).await;
@@ -152,10 +174,22 @@ async fn on_failure_success_completes_the_pod() {
     let st = status(&r);
     assert_eq!(st.phase.as_deref(), Some("Succeeded"));
     assert_eq!(condition(&st, "Ready"), "False");
-    assert_eq!(r.rt.count("CreateContainer"), 1, "a successful container is not restarted");
-    assert_eq!(r.rt.count("StopPodSandbox"), 1, "the finished pod's sandbox is stopped");
+    assert_eq!(
+        r.rt.count("CreateContainer"),
+        1,
+        "a successful container is not restarted"
+    );
+    assert_eq!(
+        r.rt.count("StopPodSandbox"),
+        1,
+        "the finished pod's sandbox is stopped"
+    );
     w.sync().await;
-    assert_eq!(r.rt.count("RunPodSandbox"), 1, "no new sandbox for a finished pod");
+    assert_eq!(
+        r.rt.count("RunPodSandbox"),
+        1,
+        "no new sandbox for a finished pod"
+    );
     let t = app_status(&r).state.unwrap().terminated.unwrap();
     assert_eq!(t.reason.as_deref(), Some("Completed"));
 }
@@ -170,7 +204,10 @@ async fn never_policy_failure_fails_the_pod() {
     w.sync().await;
     w.sync().await;
     assert_eq!(status(&r).phase.as_deref(), Some("Failed"));
-    assert_eq!(app_status(&r).state.unwrap().terminated.unwrap().exit_code, 3);
+    assert_eq!(
+        app_status(&r).state.unwrap().terminated.unwrap().exit_code,
+        3
+    );
     assert_eq!(r.rt.count("CreateContainer"), 1);
     assert_eq!(r.rt.count("RunPodSandbox"), 1);
 }
@@ -196,15 +233,27 @@ async fn a_new_worker_adopts_running_containers() {
         pull_lock: tokio::sync::Mutex::new(()),
         resync: Duration::from_secs(60),
     });
-    let mut w2 = Worker::new(fresh_env.clone(), pod("Always", serde_json::json!({})), None);
+    let mut w2 = Worker::new(
+        fresh_env.clone(),
+        pod("Always", serde_json::json!({})),
+        None,
+    );
     w2.sync().await;
     assert_eq!(r.rt.running("app"), before);
-    for op in ["RunPodSandbox", "CreateContainer", "StartContainer", "StopContainer"] {
+    for op in [
+        "RunPodSandbox",
+        "CreateContainer",
+        "StartContainer",
+        "StopContainer",
+    ] {
         assert_eq!(r.rt.count(op), 0, "{op} must not be called on adoption");
     }
     let st = fresh_env.statuses.get("uid-1").unwrap().status.unwrap();
     assert_eq!(st.phase.as_deref(), Some("Running"));
-    assert!(st.pod_ip.is_some(), "the pod IP is read back from the sandbox");
+    assert!(
+        st.pod_ip.is_some(),
+        "the pod IP is read back from the sandbox"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -230,7 +279,11 @@ async fn terminate_stops_and_removes_everything() {
     w.sync().await;
     assert!(w.terminate(5).await);
     assert_eq!(r.rt.count("StopContainer"), 1);
-    assert_eq!(r.rt.stop_timeouts(), vec![Duration::from_secs(5)], "SIGKILL comes at the grace deadline");
+    assert_eq!(
+        r.rt.stop_timeouts(),
+        vec![Duration::from_secs(5)],
+        "SIGKILL comes at the grace deadline"
+    );
     assert_eq!(r.rt.sandbox_count(), 0);
     assert!(r.rt.running("app").is_empty());
     assert!(r.cg.live.lock().unwrap().is_empty(), "pod cgroup removed");
@@ -242,7 +295,10 @@ async fn terminate_retries_when_the_runtime_fails() {
     let r = rig();
     let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
     w.sync().await;
-    r.rt.fail_next("RemovePodSandbox", RuntimeError::Unavailable("socket closed".into()));
+    r.rt.fail_next(
+        "RemovePodSandbox",
+        RuntimeError::Unavailable("socket closed".into()),
+    );
     assert!(!w.terminate(5).await);
     assert!(w.terminate(5).await);
     assert_eq!(r.rt.sandbox_count(), 0);
@@ -274,11 +330,35 @@ async fn failed_pull_backs_off() {
     let mut p = pod("Always", serde_json::json!({}));
     p.spec.as_mut().unwrap().containers[0].image = Some("example.org/absent:1".into());
     let mut w = Worker::new(r.env.clone(), p, None);
-    r.rt.fail_next("PullImage", RuntimeError::Call { op: "PullImage", message: "no registry".into() });
+    r.rt.fail_next(
+        "PullImage",
+        RuntimeError::Call {
+            op: "PullImage",
+            message: "no registry".into(),
+        },
+    );
     w.sync().await;
-    assert_eq!(app_status(&r).state.unwrap().waiting.unwrap().reason.as_deref(), Some("ErrImagePull"));
+    assert_eq!(
+        app_status(&r)
+            .state
+            .unwrap()
+            .waiting
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("ErrImagePull")
+    );
     w.sync().await;
-    assert_eq!(app_status(&r).state.unwrap().waiting.unwrap().reason.as_deref(), Some("ImagePullBackOff"));
+    assert_eq!(
+        app_status(&r)
+            .state
+            .unwrap()
+            .waiting
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("ImagePullBackOff")
+    );
     assert_eq!(r.rt.count("PullImage"), 1, "no pull during the back-off");
     tokio::time::advance(Duration::from_secs(10)).await;
     w.sync().await;
@@ -303,7 +383,13 @@ async fn init_containers_run_first_and_in_order() {
     let st = status(&r);
     assert_eq!(condition(&st, "Initialized"), "False");
     assert_eq!(
-        app_status(&r).state.unwrap().waiting.unwrap().reason.as_deref(),
+        app_status(&r)
+            .state
+            .unwrap()
+            .waiting
+            .unwrap()
+            .reason
+            .as_deref(),
         Some("PodInitializing")
     );
     let a = r.rt.running("init-a")[0].clone();
@@ -320,7 +406,13 @@ async fn init_containers_run_first_and_in_order() {
 #[tokio::test(start_paused = true)]
 async fn sandbox_failure_is_retried() {
     let r = rig();
-    r.rt.fail_next("RunPodSandbox", RuntimeError::Call { op: "RunPodSandbox", message: "cni failed".into() });
+    r.rt.fail_next(
+        "RunPodSandbox",
+        RuntimeError::Call {
+            op: "RunPodSandbox",
+            message: "cni failed".into(),
+        },
+    );
     let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
     let wake = w.sync().await;
     assert!(wake <= Duration::from_secs(2));
@@ -336,8 +428,14 @@ fn backoff_sequence_and_reset() {
     let mut b = Backoff::default();
     let t0 = Instant::now();
     assert!(b.check("c", "1", Duration::from_secs(1), t0).is_ok());
-    assert_eq!(b.check("c", "2", Duration::from_secs(1), t0).unwrap_err().1, Duration::from_secs(10));
-    assert_eq!(b.check("c", "3", Duration::from_secs(1), t0).unwrap_err().1, Duration::from_secs(20));
+    assert_eq!(
+        b.check("c", "2", Duration::from_secs(1), t0).unwrap_err().1,
+        Duration::from_secs(10)
+    );
+    assert_eq!(
+        b.check("c", "3", Duration::from_secs(1), t0).unwrap_err().1,
+        Duration::from_secs(20)
+    );
     // A container that ran for 10 minutes restarts at once.
     assert!(b.check("c", "4", Duration::from_secs(600), t0).is_ok());
     let mut cap = Backoff::default();
@@ -350,7 +448,11 @@ fn backoff_sequence_and_reset() {
     assert_eq!(last, BACKOFF_MAX);
 }
 
-async fn next_update(r: &mut Rig, kind: probes::ProbeKind, result: probes::ProbeStatus) -> probes::ProbeUpdate {
+async fn next_update(
+    r: &mut Rig,
+    kind: probes::ProbeKind,
+    result: probes::ProbeStatus,
+) -> probes::ProbeUpdate {
     tokio::time::timeout(Duration::from_secs(120), async {
         loop {
             let u = r.probe_rx.recv().await.unwrap();
@@ -376,15 +478,32 @@ async fn liveness_failure_kills_and_restarts_the_container() {
     let first = r.rt.running("app")[0].clone();
     // Two failing execs in a row reach the threshold.
     for _ in 0..2 {
-        r.rt.push_exec_result(ExecResult { exit_code: 1, stdout: vec![], stderr: b"unhealthy".to_vec() });
+        r.rt.push_exec_result(ExecResult {
+            exit_code: 1,
+            stdout: vec![],
+            stderr: b"unhealthy".to_vec(),
+        });
     }
-    let u = next_update(&mut r, probes::ProbeKind::Liveness, probes::ProbeStatus::Failure).await;
+    let u = next_update(
+        &mut r,
+        probes::ProbeKind::Liveness,
+        probes::ProbeStatus::Failure,
+    )
+    .await;
     assert_eq!(u.container_id, first);
     w.on_probe(u);
     w.sync().await;
-    assert_eq!(r.rt.count("StopContainer"), 1, "the unhealthy container is killed");
+    assert_eq!(
+        r.rt.count("StopContainer"),
+        1,
+        "the unhealthy container is killed"
+    );
     let now = r.rt.running("app");
-    assert_eq!(now.len(), 1, "and restarted at once (first restart has no back-off)");
+    assert_eq!(
+        now.len(),
+        1,
+        "and restarted at once (first restart has no back-off)"
+    );
     assert_ne!(now[0], first);
     let cs = app_status(&r);
     assert_eq!(cs.restart_count, 1);
@@ -404,10 +523,24 @@ async fn readiness_probe_gates_ready_and_startup_gates_started() {
     w.sync().await;
     let cs = app_status(&r);
     assert!(!cs.ready, "not ready before the readiness probe succeeds");
-    assert_eq!(cs.started, Some(false), "not started before the startup probe succeeds");
+    assert_eq!(
+        cs.started,
+        Some(false),
+        "not started before the startup probe succeeds"
+    );
     assert_eq!(condition(&status(&r), "Ready"), "False");
-    next_update(&mut r, probes::ProbeKind::Startup, probes::ProbeStatus::Success).await;
-    next_update(&mut r, probes::ProbeKind::Readiness, probes::ProbeStatus::Success).await;
+    next_update(
+        &mut r,
+        probes::ProbeKind::Startup,
+        probes::ProbeStatus::Success,
+    )
+    .await;
+    next_update(
+        &mut r,
+        probes::ProbeKind::Readiness,
+        probes::ProbeStatus::Success,
+    )
+    .await;
     w.sync().await;
     let cs = app_status(&r);
     assert_eq!(cs.started, Some(true));
@@ -415,9 +548,18 @@ async fn readiness_probe_gates_ready_and_startup_gates_started() {
     assert_eq!(condition(&status(&r), "Ready"), "True");
     // Readiness failing again flips it back.
     for _ in 0..3 {
-        r.rt.push_exec_result(ExecResult { exit_code: 1, stdout: vec![], stderr: vec![] });
+        r.rt.push_exec_result(ExecResult {
+            exit_code: 1,
+            stdout: vec![],
+            stderr: vec![],
+        });
     }
-    next_update(&mut r, probes::ProbeKind::Readiness, probes::ProbeStatus::Failure).await;
+    next_update(
+        &mut r,
+        probes::ProbeKind::Readiness,
+        probes::ProbeStatus::Failure,
+    )
+    .await;
     w.sync().await;
     assert!(!app_status(&r).ready);
     assert_eq!(condition(&status(&r), "ContainersReady"), "False");
@@ -434,7 +576,10 @@ async fn invalid_probe_is_reported_not_started() {
     let mut w = Worker::new(r.env.clone(), p, None);
     w.sync().await;
     let waiting = app_status(&r).state.unwrap().waiting.unwrap();
-    assert_eq!(waiting.reason.as_deref(), Some("CreateContainerConfigError"));
+    assert_eq!(
+        waiting.reason.as_deref(),
+        Some("CreateContainerConfigError")
+    );
     assert!(waiting.message.unwrap().contains("web"));
     assert_eq!(r.rt.count("CreateContainer"), 0);
 }
@@ -442,7 +587,14 @@ async fn invalid_probe_is_reported_not_started() {
 #[tokio::test(start_paused = true)]
 async fn zero_grace_still_gets_the_minimum_and_orphans_use_recorded_grace() {
     let r = rig();
-    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({"terminationGracePeriodSeconds": 7})), None);
+    let mut w = Worker::new(
+        r.env.clone(),
+        pod(
+            "Always",
+            serde_json::json!({"terminationGracePeriodSeconds": 7}),
+        ),
+        None,
+    );
     w.sync().await;
     // An agent restart lost the spec: the pod is only known by UID; its grace period was
     // recorded on the container.
@@ -456,5 +608,9 @@ async fn zero_grace_still_gets_the_minimum_and_orphans_use_recorded_grace() {
     let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
     w.sync().await;
     assert!(w.terminate(0).await);
-    assert_eq!(r.rt.stop_timeouts(), vec![MIN_GRACE], "upstream never kills with less than 2 s");
+    assert_eq!(
+        r.rt.stop_timeouts(),
+        vec![MIN_GRACE],
+        "upstream never kills with less than 2 s"
+    );
 }

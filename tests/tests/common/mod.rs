@@ -311,3 +311,287 @@ pub fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
         .and_then(|cs| cs.iter().find(|c| c["name"] == name))
         .unwrap_or(&Value::Null)
 }
+
+/// The condition of `type_` in a pod object (`Value::Null` when absent).
+pub fn pod_condition<'a>(pod: &'a Value, type_: &str) -> &'a Value {
+    pod["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&Value::Null)
+}
+
+/// The offline image of `src/bin/grpc-health-server.rs` (`registry.local/grpc-health:1`),
+/// built by `tests/rig/build-test-images.sh` into `$RIG_HOME/test-images/` (shared and
+/// stamped, so parallel tests build it once) and imported into this rig's containerd.
+pub fn import_grpc_health_image(rig: &Rig) -> &'static str {
+    let script = repo_root().join("tests/rig/build-test-images.sh");
+    let dir = Path::new(rig.get("RIG_IMAGES"))
+        .parent()
+        .unwrap()
+        .join("test-images");
+    let tar = dir.join("grpc-health.tar");
+    let out = Command::new(&script)
+        .arg("grpc-health")
+        .arg(bin("grpc-health-server"))
+        .arg(&tar)
+        .output()
+        .expect("run build-test-images.sh");
+    assert!(
+        out.status.success(),
+        "build-test-images.sh grpc-health failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&script)
+        .arg("import")
+        .arg(&tar)
+        .arg(rig.get("CONTAINERD_SOCK"))
+        .output()
+        .expect("run build-test-images.sh import");
+    assert!(
+        out.status.success(),
+        "importing {} failed:\n{}",
+        tar.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    "registry.local/grpc-health:1"
+}
+
+impl Agent {
+    /// PID of the running kubelet (nsenter execs it, so it is the child's PID).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+// ---- cluster mode: a test control plane reachable from inside a rig ------------------------
+
+/// Moves the calling thread into the network namespace at `path` (setns(2) on this thread only;
+/// the process and the root namespace are untouched).
+#[allow(unsafe_code)]
+fn enter_netns(path: &str) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+    // SAFETY: setns only reads the descriptor, which stays open for the call.
+    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns({path}): {}", std::io::Error::last_os_error());
+}
+
+/// A [`node_tests::controlplane::TestControlPlane`] listening on 127.0.0.1 *inside* a rig's
+/// network namespace, so the agent (which runs there) reaches it, while the test reads and
+/// writes its store directly in-process.
+///
+/// How: a throwaway thread enters the netns with setns(2) and builds a multi-threaded tokio
+/// runtime; the runtime's worker threads are created by that thread and so live in the netns
+/// too. Anything that binds a listener (start, resume) runs as a task on those workers.
+pub struct NetnsControlPlane {
+    pub cp: std::sync::Arc<node_tests::controlplane::TestControlPlane>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl NetnsControlPlane {
+    pub fn start(rig: &Rig, opts: node_tests::controlplane::Options) -> NetnsControlPlane {
+        let netns = rig.netns_path().to_string();
+        let rt = std::thread::spawn(move || {
+            enter_netns(&netns);
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("tokio runtime")
+        })
+        .join()
+        .expect("netns thread");
+        let cp = rt
+            .block_on(async {
+                tokio::spawn(node_tests::controlplane::TestControlPlane::start(opts))
+                    .await
+                    .expect("start task")
+            })
+            .expect("start control plane");
+        NetnsControlPlane {
+            cp: std::sync::Arc::new(cp),
+            rt: Some(rt),
+        }
+    }
+
+    /// Runs `f(cp)` as a task on the netns runtime and waits for it.
+    pub fn run<T, F, Fut>(&self, f: F) -> T
+    where
+        F: FnOnce(std::sync::Arc<node_tests::controlplane::TestControlPlane>) -> Fut,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let rt = self.rt.as_ref().unwrap();
+        let fut = f(self.cp.clone());
+        rt.block_on(async { tokio::spawn(fut).await.expect("task") })
+    }
+
+    /// Stops serving (an outage); data is kept.
+    pub fn stop(&self) {
+        self.run(|cp| async move { cp.stop().await })
+    }
+
+    /// Serves again on the same address (inside the netns).
+    pub fn resume(&self) {
+        self.run(|cp| async move { cp.resume().await })
+            .expect("resume control plane")
+    }
+}
+
+impl std::ops::Deref for NetnsControlPlane {
+    type Target = node_tests::controlplane::TestControlPlane;
+    fn deref(&self) -> &Self::Target {
+        &self.cp
+    }
+}
+
+impl Drop for NetnsControlPlane {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+    }
+}
+
+/// Parses systemd `EnvironmentFile` text (`KEY=value`, `KEY="value"`, comments).
+pub fn parse_env_file(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| {
+            let v = v.trim();
+            let v = v
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(v);
+            (k.trim().to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// The kubelet command line systemd builds from kubeadm's `10-kubeadm.conf` drop-in:
+/// `$KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS`,
+/// the first two from the drop-in's `Environment=` lines, the others from the environment files.
+pub fn kubeadm_command_line(env: &BTreeMap<String, String>) -> Vec<String> {
+    [
+        "KUBELET_KUBECONFIG_ARGS",
+        "KUBELET_CONFIG_ARGS",
+        "KUBELET_KUBEADM_ARGS",
+        "KUBELET_EXTRA_ARGS",
+    ]
+    .iter()
+    .filter_map(|k| env.get(*k))
+    .flat_map(|v| v.split_whitespace().map(str::to_string))
+    .collect()
+}
+
+/// A kubelet process started with an explicit command line inside a rig's netns.
+pub struct KubeletProc {
+    child: Option<Child>,
+    netns: String,
+    args: Vec<String>,
+    pub log: PathBuf,
+}
+
+impl KubeletProc {
+    pub fn start(rig: &Rig, args: Vec<String>, log: PathBuf) -> KubeletProc {
+        let mut k = KubeletProc {
+            child: None,
+            netns: rig.netns_path().to_string(),
+            args,
+            log,
+        };
+        k.launch();
+        k
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new("nsenter")
+            .arg(format!("--net={}", self.netns))
+            .arg(bin("kubelet"))
+            .args(&self.args)
+            .env("RUST_LOG", "info,kube=warn")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start kubelet");
+        self.child = Some(child);
+    }
+
+    /// SIGTERM (as systemd stops it), then SIGKILL after 15 s.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if c.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+
+    /// The kubelet's pid (nsenter execs it, so it is the child's).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    pub fn curl(&self, url: &str) -> (String, String) {
+        let out = Command::new("nsenter")
+            .arg(format!("--net={}", self.netns))
+            .args([
+                "curl",
+                "-sk",
+                "--max-time",
+                "5",
+                "-w",
+                "\n%{http_code}",
+                url,
+            ])
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or((&text, ""));
+        (body.to_string(), code.to_string())
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for KubeletProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- kubelet log ----\n{}", self.log_text());
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The kubelet's events as core/v1 Events (`source.component: kubelet`), with client-go's
+//! habits simplified: a repeat of the same event on the same object bumps `count` and
+//! `lastTimestamp` instead of creating a new object, and a per-object token bucket (burst 25,
+//! one more every 5 minutes) drops floods.
+
+use super::client::{self, ClientHandle};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// `Normal` or `Warning`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// Records events about objects. Cheap and non-blocking: events are dropped rather than delay
+/// the caller.
+pub trait EventRecorder: Send + Sync {
+    fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str);
+}
+
+/// The reference upstream's kubelet uses for its Node (UID = node name).
+pub fn node_ref(node: &str) -> ObjectReference {
+    ObjectReference {
+        kind: Some("Node".into()),
+        name: Some(node.into()),
+        uid: Some(node.into()),
+        ..Default::default()
+    }
+}
+
+/// A reference to a pod.
+pub fn pod_ref(pod: &Pod) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: pod.metadata.namespace.clone(),
+        name: pod.metadata.name.clone(),
+        uid: pod.metadata.uid.clone(),
+        resource_version: pod.metadata.resource_version.clone(),
+        ..Default::default()
+    }
+}
+
+/// A reference to one container of a pod (`fieldPath: spec.containers{name}`).
+pub fn container_ref(pod: &Pod, container: &str) -> ObjectReference {
+    let init = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.name == container));
+    ObjectReference {
+        field_path: Some(format!(
+            "spec.{}{{{container}}}",
+            if init { "initContainers" } else { "containers" }
+        )),
+        ..pod_ref(pod)
+    }
+}
+
+/// One event to write.
+#[derive(Debug, Clone)]
+struct Pending {
+    object: ObjectReference,
+    event_type: EventType,
+    reason: String,
+    message: String,
+    at: jiff::Timestamp,
+}
+
+/// Sends events to an [`EventSink`].
+#[derive(Debug, Clone)]
+pub struct ApiRecorder {
+    tx: mpsc::Sender<Pending>,
+}
+
+impl EventRecorder for ApiRecorder {
+    fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str) {
+        let p = Pending {
+            object: object.clone(),
+            event_type,
+            reason: reason.into(),
+            message: message.into(),
+            at: jiff::Timestamp::now(),
+        };
+        if self.tx.try_send(p).is_err() {
+            tracing::debug!(reason, "event queue full; event dropped");
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    last: jiff::Timestamp,
+}
+
+#[derive(Debug, Clone)]
+struct Written {
+    name: String,
+    count: i32,
+}
+
+/// Writes events to the apiserver.
+pub struct EventSink {
+    host: String,
+    rx: mpsc::Receiver<Pending>,
+    seen: HashMap<String, Written>,
+    buckets: HashMap<String, Bucket>,
+}
+
+const BURST: f64 = 25.0;
+const REFILL_PER_SEC: f64 = 1.0 / 300.0;
+const CACHE_MAX: usize = 4096;
+
+/// A recorder and the sink that writes what it records (queue of 1000, like client-go).
+pub fn channel(host: &str) -> (ApiRecorder, EventSink) {
+    let (tx, rx) = mpsc::channel(1000);
+    (
+        ApiRecorder { tx },
+        EventSink {
+            host: host.into(),
+            rx,
+            seen: HashMap::new(),
+            buckets: HashMap::new(),
+        },
+    )
+}
+
+fn object_key(o: &ObjectReference) -> String {
+    format!(
+        "{}/{}/{}/{}/{}",
+        o.kind.as_deref().unwrap_or(""),
+        o.namespace.as_deref().unwrap_or(""),
+        o.name.as_deref().unwrap_or(""),
+        o.uid.as_deref().unwrap_or(""),
+        o.field_path.as_deref().unwrap_or("")
+    )
+}
+
+impl EventSink {
+    /// Whether the per-object spam filter lets this event through.
+    fn allow(&mut self, key: &str, now: jiff::Timestamp) -> bool {
+        let b = self.buckets.entry(key.to_string()).or_insert(Bucket {
+            tokens: BURST,
+            last: now,
+        });
+        let elapsed = now.duration_since(b.last).as_secs_f64().max(0.0);
+        b.tokens = (b.tokens + elapsed * REFILL_PER_SEC).min(BURST);
+        b.last = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn event(
+        &self,
+        p: &Pending,
+        name: &str,
+        namespace: &str,
+        count: i32,
+        first: jiff::Timestamp,
+    ) -> Event {
+        Event {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(namespace.into()),
+                ..Default::default()
+            },
+            involved_object: p.object.clone(),
+            reason: Some(p.reason.clone()),
+            message: Some(p.message.clone()),
+            type_: Some(p.event_type.as_str().into()),
+            source: Some(EventSource {
+                component: Some("kubelet".into()),
+                host: Some(self.host.clone()),
+            }),
+            first_timestamp: Some(Time(first)),
+            last_timestamp: Some(Time(p.at)),
+            count: Some(count),
+            reporting_component: Some("kubelet".into()),
+            reporting_instance: Some(self.host.clone()),
+            ..Default::default()
+        }
+    }
+
+    async fn write(&mut self, client: kube::Client, p: Pending) {
+        let okey = object_key(&p.object);
+        if !self.allow(&okey, p.at) {
+            tracing::debug!(reason = %p.reason, object = %okey, "event rate limit; dropped");
+            return;
+        }
+        let key = format!(
+            "{okey}/{}/{}/{}",
+            p.event_type.as_str(),
+            p.reason,
+            p.message
+        );
+        let namespace = p
+            .object
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".into());
+        let api: Api<Event> = Api::namespaced(client, &namespace);
+        if let Some(w) = self.seen.get(&key).cloned() {
+            let count = w.count + 1;
+            let patch = serde_json::json!({"count": count, "lastTimestamp": Time(p.at), "message": p.message});
+            match client::timed(api.patch(&w.name, &PatchParams::default(), &Patch::Merge(&patch)))
+                .await
+            {
+                Ok(_) => {
+                    self.seen.insert(key, Written { count, ..w });
+                    return;
+                }
+                Err(e) if client::status_code(&e) == Some(404) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "updating an event failed; dropped");
+                    return;
+                }
+            }
+        }
+        let nanos = p.at.as_nanosecond();
+        let name = format!(
+            "{}.{:x}",
+            p.object.name.as_deref().unwrap_or("unknown"),
+            nanos
+        );
+        let ev = self.event(&p, &name, &namespace, 1, p.at);
+        match client::timed(api.create(&PostParams::default(), &ev)).await {
+            Ok(_) => {
+                if self.seen.len() >= CACHE_MAX {
+                    self.seen.clear();
+                }
+                self.seen.insert(key, Written { name, count: 1 });
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, reason = %p.reason, "writing an event failed; dropped")
+            }
+        }
+        if self.buckets.len() > CACHE_MAX {
+            self.buckets.clear();
+        }
+    }
+
+    pub async fn run(mut self, client: ClientHandle, cancel: CancellationToken) {
+        loop {
+            let p = tokio::select! {
+                _ = cancel.cancelled() => return,
+                p = self.rx.recv() => match p { Some(p) => p, None => return },
+            };
+            // An event write never blocks shutdown for long.
+            let _ = tokio::time::timeout(Duration::from_secs(35), self.write(client.current(), p))
+                .await;
+        }
+    }
+}
+
+/// Records events in memory, for tests.
+#[derive(Debug, Default)]
+pub struct FakeRecorder {
+    events: Mutex<Vec<String>>,
+}
+
+impl FakeRecorder {
+    /// Every recorded event as `"<Type> <Reason> <message>"`.
+    pub fn events(&self) -> Vec<String> {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl EventRecorder for FakeRecorder {
+    fn record(
+        &self,
+        _object: &ObjectReference,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(format!("{} {reason} {message}", event_type.as_str()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spam_filter_allows_burst_then_drops() {
+        let (_r, mut sink) = channel("n");
+        let now = jiff::Timestamp::now();
+        for _ in 0..25 {
+            assert!(sink.allow("k", now));
+        }
+        assert!(!sink.allow("k", now));
+        assert!(sink.allow("other", now));
+        assert!(sink.allow("k", now + jiff::SignedDuration::from_secs(300)));
+    }
+
+    #[test]
+    fn references() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"initContainers": [{"name": "i"}], "containers": [{"name": "c"}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            container_ref(&pod, "c").field_path.as_deref(),
+            Some("spec.containers{c}")
+        );
+        assert_eq!(
+            container_ref(&pod, "i").field_path.as_deref(),
+            Some("spec.initContainers{i}")
+        );
+        assert_eq!(node_ref("n1").uid.as_deref(), Some("n1"));
+        let f = FakeRecorder::default();
+        f.record(
+            &pod_ref(&pod),
+            EventType::Warning,
+            "BackOff",
+            "Back-off restarting failed container",
+        );
+        assert_eq!(
+            f.events(),
+            ["Warning BackOff Back-off restarting failed container"]
+        );
+    }
+}

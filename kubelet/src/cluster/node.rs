@@ -1,0 +1,829 @@
+//! The Node object: registration, status every `nodeStatusUpdateFrequency` (written when it
+//! changed, and at least every `nodeStatusReportFrequency`), and the node Lease
+//! (`kube-node-lease/<node>`, renewed every quarter of its duration). Host facts come through
+//! [`HostFacts`], runtime health through [`RuntimeHealth`], so the status logic is unit-tested.
+
+use super::client::{self, ClientHandle};
+use super::events::{EventRecorder, EventType, node_ref};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo, Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Facts about the host that go into the Node's status.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostInfo {
+    pub machine_id: String,
+    pub system_uuid: String,
+    pub boot_id: String,
+    pub kernel_version: String,
+    pub os_image: String,
+    pub cpus: i64,
+    pub memory_bytes: i64,
+    /// Capacity of the filesystem holding the kubelet's root dir.
+    pub ephemeral_storage_bytes: Option<i64>,
+}
+
+/// Where host facts come from.
+pub trait HostFacts: Send + Sync {
+    fn host_info(&self) -> HostInfo;
+}
+
+/// The real host: /etc, /proc, /sys and `df` for the root dir's filesystem.
+#[derive(Debug, Clone)]
+pub struct LinuxHost {
+    pub root_dir: std::path::PathBuf,
+}
+
+fn read_trim(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// `PRETTY_NAME` from os-release text (upstream's osImage).
+pub fn os_image(os_release: &str) -> String {
+    os_release
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .unwrap_or_else(|| "Linux".into())
+}
+
+impl HostFacts for LinuxHost {
+    fn host_info(&self) -> HostInfo {
+        let os = std::fs::read_to_string("/etc/os-release")
+            .or_else(|_| std::fs::read_to_string("/usr/lib/os-release"))
+            .unwrap_or_default();
+        let dir = if self.root_dir.exists() {
+            self.root_dir.clone()
+        } else {
+            "/".into()
+        };
+        let storage = std::process::Command::new("df")
+            .args(["-P", "-B1"])
+            .arg(&dir)
+            .output()
+            .ok()
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .nth(1)
+                    .and_then(|l| {
+                        l.split_whitespace()
+                            .nth(1)
+                            .and_then(|v| v.parse::<i64>().ok())
+                    })
+            });
+        HostInfo {
+            machine_id: read_trim("/etc/machine-id"),
+            system_uuid: read_trim("/sys/class/dmi/id/product_uuid"),
+            boot_id: read_trim("/proc/sys/kernel/random/boot_id"),
+            kernel_version: read_trim("/proc/sys/kernel/osrelease"),
+            os_image: os_image(&os),
+            cpus: std::thread::available_parallelism()
+                .map(|n| n.get() as i64)
+                .unwrap_or(1),
+            memory_bytes: crate::app::memory_capacity(),
+            ephemeral_storage_bytes: storage,
+        }
+    }
+}
+
+/// Whether the container runtime can run pods; each error goes into the Ready condition.
+#[async_trait::async_trait]
+pub trait RuntimeHealth: Send + Sync {
+    /// `(runtime_name, version)` when the runtime answers.
+    async fn version(&self) -> Option<(String, String)>;
+    /// Errors that make the node NotReady (empty when healthy).
+    async fn errors(&self) -> Vec<String>;
+}
+
+/// Health from the CRI runtime and the PLEG.
+pub struct CriHealth {
+    pub runtime: Arc<dyn crate::runtime::Runtime>,
+    pub pleg: Arc<crate::pleg::PlegHealth>,
+    pub started_unix: i64,
+}
+
+#[async_trait::async_trait]
+impl RuntimeHealth for CriHealth {
+    async fn version(&self) -> Option<(String, String)> {
+        let v = self.runtime.version().await.ok()?;
+        Some((v.runtime_name, v.runtime_version))
+    }
+    async fn errors(&self) -> Vec<String> {
+        let mut errs = Vec::new();
+        if self.runtime.version().await.is_err() {
+            errs.push("container runtime is down".to_string());
+        }
+        let now = super::now_unix();
+        // The PLEG gets three minutes from start before it counts as unhealthy, as upstream.
+        if now - self.started_unix > 180 && !self.pleg.healthy(now) {
+            let last = self
+                .pleg
+                .last_ok_unix
+                .load(std::sync::atomic::Ordering::Relaxed);
+            errs.push(format!(
+                "PLEG is not healthy: pleg was last seen active {}s ago; threshold is 3m0s",
+                now - last
+            ));
+        }
+        errs
+    }
+}
+
+/// Node settings from the configuration.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub node_ips: Vec<IpAddr>,
+    pub hostname: String,
+    pub port: u16,
+    pub max_pods: u32,
+    pub update_frequency: Duration,
+    pub report_frequency: Duration,
+    pub lease_duration_seconds: i32,
+    pub register_node: bool,
+}
+
+/// `amd64`/`arm64`/... for Rust's architecture names (Go's GOARCH).
+pub fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        "s390x" => "s390x",
+        "riscv64" => "riscv64",
+        other => other,
+    }
+}
+
+/// The Node object registered with the apiserver (upstream's `initialNode`).
+pub fn initial_node(cfg: &NodeConfig) -> Node {
+    let mut labels = cfg.labels.clone();
+    labels.extend(default_labels(cfg));
+    Node {
+        metadata: ObjectMeta {
+            name: Some(cfg.name.clone()),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([(
+                "volumes.kubernetes.io/controller-managed-attach-detach".to_string(),
+                "true".to_string(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(cfg.taints.clone()).filter(|t| !t.is_empty()),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// Labels the kubelet keeps on its Node.
+pub fn default_labels(cfg: &NodeConfig) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("kubernetes.io/hostname".to_string(), cfg.hostname.clone()),
+        ("kubernetes.io/os".to_string(), "linux".to_string()),
+        ("kubernetes.io/arch".to_string(), go_arch().to_string()),
+        ("beta.kubernetes.io/os".to_string(), "linux".to_string()),
+        ("beta.kubernetes.io/arch".to_string(), go_arch().to_string()),
+    ])
+}
+
+fn quantity_bytes(b: i64) -> Quantity {
+    if b % 1024 == 0 {
+        Quantity(format!("{}Ki", b / 1024))
+    } else {
+        Quantity(b.to_string())
+    }
+}
+
+/// A condition transition worth an event: `(type, reason)` of the new state.
+pub type Transition = (EventType, &'static str);
+
+fn set_pressure(
+    conds: &mut Vec<NodeCondition>,
+    now: &Time,
+    ty: &str,
+    reason: &'static str,
+    message: &str,
+    event: &'static str,
+    out: &mut Vec<Transition>,
+) {
+    let pos = conds.iter().position(|c| c.type_ == ty);
+    let c = match pos {
+        Some(i) => &mut conds[i],
+        None => {
+            conds.push(NodeCondition {
+                type_: ty.into(),
+                status: "Unknown".into(),
+                ..Default::default()
+            });
+            conds.last_mut().expect("just pushed")
+        }
+    };
+    c.last_heartbeat_time = Some(now.clone());
+    if c.status != "False" {
+        c.status = "False".into();
+        c.reason = Some(reason.into());
+        c.message = Some(message.into());
+        c.last_transition_time = Some(now.clone());
+        out.push((EventType::Normal, event));
+    }
+}
+
+/// Computes the node's status from the previous one (upstream's setters): conditions keep
+/// their `lastTransitionTime` unless their status changes. Returns the transitions to report.
+pub fn compute_status(
+    prev: Option<&NodeStatus>,
+    cfg: &NodeConfig,
+    host: &HostInfo,
+    runtime: Option<&(String, String)>,
+    runtime_errors: &[String],
+    now: jiff::Timestamp,
+) -> (NodeStatus, Vec<Transition>) {
+    let now_t = Time(now);
+    let mut events = Vec::new();
+    let mut capacity = BTreeMap::new();
+    capacity.insert("cpu".to_string(), Quantity(host.cpus.to_string()));
+    capacity.insert("memory".to_string(), quantity_bytes(host.memory_bytes));
+    capacity.insert("pods".to_string(), Quantity(cfg.max_pods.to_string()));
+    capacity.insert("hugepages-1Gi".to_string(), Quantity("0".into()));
+    capacity.insert("hugepages-2Mi".to_string(), Quantity("0".into()));
+    let mut allocatable = capacity.clone();
+    // Allocatable subtracts the hard eviction thresholds (memory.available<100Mi, nodefs.available<10%).
+    allocatable.insert(
+        "memory".to_string(),
+        quantity_bytes((host.memory_bytes - 100 * 1024 * 1024).max(0)),
+    );
+    if let Some(s) = host.ephemeral_storage_bytes {
+        capacity.insert("ephemeral-storage".to_string(), quantity_bytes(s));
+        allocatable.insert(
+            "ephemeral-storage".to_string(),
+            Quantity((s - s / 10).to_string()),
+        );
+    }
+
+    let mut conds: Vec<NodeCondition> = prev.and_then(|s| s.conditions.clone()).unwrap_or_default();
+    conds.retain(|c| {
+        matches!(
+            c.type_.as_str(),
+            "MemoryPressure" | "DiskPressure" | "PIDPressure" | "Ready"
+        )
+    });
+    set_pressure(
+        &mut conds,
+        &now_t,
+        "MemoryPressure",
+        "KubeletHasSufficientMemory",
+        "kubelet has sufficient memory available",
+        "NodeHasSufficientMemory",
+        &mut events,
+    );
+    set_pressure(
+        &mut conds,
+        &now_t,
+        "DiskPressure",
+        "KubeletHasNoDiskPressure",
+        "kubelet has no disk pressure",
+        "NodeHasNoDiskPressure",
+        &mut events,
+    );
+    set_pressure(
+        &mut conds,
+        &now_t,
+        "PIDPressure",
+        "KubeletHasSufficientPID",
+        "kubelet has sufficient PID available",
+        "NodeHasSufficientPID",
+        &mut events,
+    );
+    let mut ready = if runtime_errors.is_empty() {
+        NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: Some("KubeletReady".into()),
+            message: Some("kubelet is posting ready status".into()),
+            ..Default::default()
+        }
+    } else {
+        NodeCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: Some("KubeletNotReady".into()),
+            message: Some(runtime_errors.join(",")),
+            ..Default::default()
+        }
+    };
+    ready.last_heartbeat_time = Some(now_t.clone());
+    match conds.iter().position(|c| c.type_ == "Ready") {
+        Some(i) => {
+            if conds[i].status == ready.status {
+                ready.last_transition_time = conds[i].last_transition_time.clone();
+            } else {
+                ready.last_transition_time = Some(now_t.clone());
+                events.push((
+                    EventType::Normal,
+                    if ready.status == "True" {
+                        "NodeReady"
+                    } else {
+                        "NodeNotReady"
+                    },
+                ));
+            }
+            // Ready goes last (old clients read the last condition).
+            conds.remove(i);
+        }
+        None => {
+            ready.last_transition_time = Some(now_t.clone());
+            if ready.status == "True" {
+                events.push((EventType::Normal, "NodeReady"));
+            }
+        }
+    }
+    conds.push(ready);
+
+    let mut addresses: Vec<NodeAddress> = cfg
+        .node_ips
+        .iter()
+        .map(|ip| NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip.to_string(),
+        })
+        .collect();
+    addresses.push(NodeAddress {
+        type_: "Hostname".into(),
+        address: cfg.hostname.clone(),
+    });
+
+    let runtime_version = runtime
+        .map(|(n, v)| format!("{n}://{v}"))
+        .or_else(|| {
+            prev.and_then(|s| s.node_info.as_ref())
+                .map(|i| i.container_runtime_version.clone())
+        })
+        .unwrap_or_default();
+    let status = NodeStatus {
+        capacity: Some(capacity),
+        allocatable: Some(allocatable),
+        conditions: Some(conds),
+        addresses: Some(addresses),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint {
+                port: i32::from(cfg.port),
+            }),
+        }),
+        node_info: Some(NodeSystemInfo {
+            machine_id: host.machine_id.clone(),
+            system_uuid: host.system_uuid.clone(),
+            boot_id: host.boot_id.clone(),
+            kernel_version: host.kernel_version.clone(),
+            os_image: host.os_image.clone(),
+            container_runtime_version: runtime_version,
+            kubelet_version: crate::KUBERNETES_VERSION.to_string(),
+            // kubeProxyVersion is no longer set by the kubelet (DisableNodeKubeProxyVersion, GA).
+            kube_proxy_version: String::new(),
+            operating_system: "linux".into(),
+            architecture: go_arch().into(),
+            ..Default::default()
+        }),
+        ..prev.cloned().unwrap_or_default()
+    };
+    (status, events)
+}
+
+/// The status fields this agent owns, as JSON, heartbeat times removed (for change detection).
+fn comparable(s: &NodeStatus) -> serde_json::Value {
+    let mut v = status_patch(s);
+    if let Some(cs) = v.get_mut("conditions").and_then(|c| c.as_array_mut()) {
+        for c in cs {
+            if let Some(o) = c.as_object_mut() {
+                o.remove("lastHeartbeatTime");
+            }
+        }
+    }
+    v
+}
+
+/// The status fields this agent owns, as a JSON merge patch body.
+pub fn status_patch(s: &NodeStatus) -> serde_json::Value {
+    let full = serde_json::to_value(s).unwrap_or_default();
+    let mut out = serde_json::Map::new();
+    for k in [
+        "capacity",
+        "allocatable",
+        "conditions",
+        "addresses",
+        "daemonEndpoints",
+        "nodeInfo",
+    ] {
+        if let Some(v) = full.get(k) {
+            out.insert(k.to_string(), v.clone());
+        }
+    }
+    serde_json::Value::Object(out)
+}
+
+/// Registers the node and keeps its status current.
+pub struct NodeStatusLoop {
+    pub cfg: NodeConfig,
+    pub client: ClientHandle,
+    pub host: Arc<dyn HostFacts>,
+    pub health: Arc<dyn RuntimeHealth>,
+    pub events: Arc<dyn EventRecorder>,
+    /// The registered Node's UID and labels, for the lease, mirror pods and admission.
+    pub node_tx: watch::Sender<Option<Node>>,
+}
+
+impl NodeStatusLoop {
+    async fn register(&self, api: &Api<Node>) -> Result<Node, kube::Error> {
+        let node = initial_node(&self.cfg);
+        match client::timed(api.create(&PostParams::default(), &node)).await {
+            Ok(n) => {
+                tracing::info!(node = %self.cfg.name, "node registered");
+                Ok(n)
+            }
+            Err(e) if client::status_code(&e) == Some(409) => {
+                // Already registered (an agent restart or a re-join): keep the default labels current.
+                let patch = serde_json::json!({"metadata": {"labels": default_labels(&self.cfg)}});
+                let n = client::timed(api.patch(
+                    &self.cfg.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                ))
+                .await?;
+                tracing::info!(node = %self.cfg.name, "node was already registered");
+                Ok(n)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn run(self, cancel: CancellationToken) {
+        let name = self.cfg.name.clone();
+        let nref = node_ref(&name);
+        let mut registered: Option<Node> = None;
+        let mut last_written: Option<(serde_json::Value, tokio::time::Instant)> = None;
+        let mut backoff = Duration::from_millis(500);
+        let mut started_event = false;
+        loop {
+            let api: Api<Node> = Api::all(self.client.current());
+            let mut wait = self.cfg.update_frequency;
+            if registered.is_none() {
+                match self.register(&api).await {
+                    Ok(n) => {
+                        registered = Some(n.clone());
+                        last_written = None;
+                        self.node_tx.send_replace(Some(n));
+                        backoff = Duration::from_millis(500);
+                        wait = Duration::ZERO;
+                    }
+                    Err(e) => {
+                        tracing::warn!(node = %name, error = %e, retry_in = ?backoff, "registering the node failed");
+                        wait = backoff;
+                        backoff = (backoff * 2).min(Duration::from_secs(7));
+                    }
+                }
+            } else {
+                match self.update_once(&api, &mut last_written, &nref).await {
+                    Ok(n) => {
+                        self.node_tx.send_if_modified(|cur| {
+                            let changed =
+                                cur.as_ref().map(|c| (&c.metadata.uid, &c.metadata.labels))
+                                    != Some((&n.metadata.uid, &n.metadata.labels));
+                            if changed {
+                                *cur = Some(n.clone());
+                            }
+                            changed
+                        });
+                        registered = Some(n);
+                    }
+                    Err(e) if client::status_code(&e) == Some(404) => {
+                        tracing::warn!(node = %name, "the Node object is gone; registering again");
+                        registered = None;
+                        wait = Duration::ZERO;
+                    }
+                    Err(e) => {
+                        tracing::warn!(node = %name, error = %e, "updating node status failed; retrying next period")
+                    }
+                }
+            }
+            if registered.is_some() && !started_event {
+                started_event = true;
+                self.events
+                    .record(&nref, EventType::Normal, "Starting", "Starting kubelet.");
+            }
+            if wait > Duration::ZERO {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            } else if cancel.is_cancelled() {
+                return;
+            }
+        }
+    }
+
+    async fn update_once(
+        &self,
+        api: &Api<Node>,
+        last_written: &mut Option<(serde_json::Value, tokio::time::Instant)>,
+        nref: &k8s_openapi::api::core::v1::ObjectReference,
+    ) -> Result<Node, kube::Error> {
+        let current = client::timed(api.get(&self.cfg.name)).await?;
+        let host = self.host.host_info();
+        let version = self.health.version().await;
+        let errors = self.health.errors().await;
+        let (status, transitions) = compute_status(
+            current.status.as_ref(),
+            &self.cfg,
+            &host,
+            version.as_ref(),
+            &errors,
+            jiff::Timestamp::now(),
+        );
+        let cmp = comparable(&status);
+        let due = match last_written {
+            Some((prev, at)) => *prev != cmp || at.elapsed() >= self.cfg.report_frequency,
+            None => true,
+        };
+        // Someone else changed what we own (or it is gone): write too.
+        let drifted = current.status.as_ref().map(comparable) != Some(cmp.clone());
+        if !due && !drifted {
+            return Ok(current);
+        }
+        let patch = serde_json::json!({"status": status_patch(&status)});
+        let node = client::timed(api.patch_status(
+            &self.cfg.name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        ))
+        .await?;
+        *last_written = Some((cmp, tokio::time::Instant::now()));
+        for (ty, reason) in transitions {
+            self.events.record(
+                nref,
+                ty,
+                reason,
+                &format!("Node {} status is now: {reason}", self.cfg.name),
+            );
+        }
+        Ok(node)
+    }
+}
+
+/// Keeps `kube-node-lease/<node>` renewed (upstream's node lease controller).
+pub struct LeaseLoop {
+    pub node_name: String,
+    pub lease_duration_seconds: i32,
+    pub client: ClientHandle,
+    pub node_rx: watch::Receiver<Option<Node>>,
+}
+
+/// The namespace node leases live in.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+impl LeaseLoop {
+    fn desired(&self, base: Option<Lease>) -> Lease {
+        let mut lease = base.unwrap_or_else(|| Lease {
+            metadata: ObjectMeta {
+                name: Some(self.node_name.clone()),
+                namespace: Some(LEASE_NAMESPACE.into()),
+                ..Default::default()
+            },
+            spec: None,
+        });
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        spec.holder_identity = Some(self.node_name.clone());
+        spec.lease_duration_seconds = Some(self.lease_duration_seconds);
+        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+        if let Some(node) = self.node_rx.borrow().as_ref()
+            && let Some(uid) = &node.metadata.uid
+        {
+            let owner = OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: self.node_name.clone(),
+                uid: uid.clone(),
+                ..Default::default()
+            };
+            let owners = lease.metadata.owner_references.get_or_insert_with(Vec::new);
+            if !owners.iter().any(|o| o.uid == owner.uid) {
+                owners.retain(|o| o.kind != "Node");
+                owners.push(owner);
+            }
+        }
+        lease
+    }
+
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let interval = Duration::from_secs_f64(f64::from(self.lease_duration_seconds) * 0.25);
+        let mut cached: Option<Lease> = None;
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let api: Api<Lease> = Api::namespaced(self.client.current(), LEASE_NAMESPACE);
+            let result = match cached.take() {
+                Some(l) => {
+                    client::timed(api.replace(
+                        &self.node_name,
+                        &PostParams::default(),
+                        &self.desired(Some(l)),
+                    ))
+                    .await
+                }
+                None => match client::timed(api.get_opt(&self.node_name)).await {
+                    Ok(Some(l)) => {
+                        client::timed(api.replace(
+                            &self.node_name,
+                            &PostParams::default(),
+                            &self.desired(Some(l)),
+                        ))
+                        .await
+                    }
+                    Ok(None) => {
+                        client::timed(api.create(&PostParams::default(), &self.desired(None))).await
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            let wait = match result {
+                Ok(l) => {
+                    cached = Some(l);
+                    backoff = Duration::from_millis(200);
+                    interval
+                }
+                Err(e) => {
+                    // Conflicts and errors: re-read next time.
+                    tracing::warn!(node = %self.node_name, error = %e, retry_in = ?backoff, "renewing the node lease failed");
+                    let w = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(7));
+                    w
+                }
+            };
+            let owned = cached.as_ref().is_some_and(|l| {
+                l.metadata
+                    .owner_references
+                    .as_ref()
+                    .is_some_and(|o| !o.is_empty())
+            });
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+                // The Node appeared (or was re-registered): set the owner reference right away.
+                r = self.node_rx.changed(), if !owned || cached.is_none() => {
+                    if r.is_err() {
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> NodeConfig {
+        NodeConfig {
+            name: "n1".into(),
+            labels: BTreeMap::from([("role".to_string(), "worker".to_string())]),
+            taints: vec![],
+            node_ips: vec!["10.0.0.5".parse().unwrap()],
+            hostname: "n1".into(),
+            port: 10250,
+            max_pods: 110,
+            update_frequency: Duration::from_secs(10),
+            report_frequency: Duration::from_secs(300),
+            lease_duration_seconds: 40,
+            register_node: true,
+        }
+    }
+
+    fn host() -> HostInfo {
+        HostInfo {
+            machine_id: "m".into(),
+            system_uuid: "u".into(),
+            boot_id: "b".into(),
+            kernel_version: "6.1".into(),
+            os_image: "Debian GNU/Linux 12 (bookworm)".into(),
+            cpus: 2,
+            memory_bytes: 4 * 1024 * 1024 * 1024,
+            ephemeral_storage_bytes: Some(100 * 1024 * 1024 * 1024),
+        }
+    }
+
+    #[test]
+    fn initial_node_has_default_and_configured_labels() {
+        let n = initial_node(&cfg());
+        let l = n.metadata.labels.unwrap();
+        assert_eq!(l["kubernetes.io/hostname"], "n1");
+        assert_eq!(l["beta.kubernetes.io/os"], "linux");
+        assert_eq!(l["kubernetes.io/arch"], go_arch());
+        assert_eq!(l["role"], "worker");
+    }
+
+    #[test]
+    fn ready_status_and_transitions() {
+        let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let rt = ("containerd".to_string(), "1.6.20".to_string());
+        let (s, ev) = compute_status(None, &cfg(), &host(), Some(&rt), &[], t0);
+        let conds = s.conditions.clone().unwrap();
+        let types: Vec<_> = conds.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+        );
+        assert_eq!(conds[3].reason.as_deref(), Some("KubeletReady"));
+        assert_eq!(
+            conds[0].reason.as_deref(),
+            Some("KubeletHasSufficientMemory")
+        );
+        let reasons: Vec<_> = ev.iter().map(|e| e.1).collect();
+        assert_eq!(
+            reasons,
+            [
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID",
+                "NodeReady"
+            ]
+        );
+        let info = s.node_info.clone().unwrap();
+        assert_eq!(info.container_runtime_version, "containerd://1.6.20");
+        assert_eq!(info.kubelet_version, crate::KUBERNETES_VERSION);
+        let cap = s.capacity.clone().unwrap();
+        assert_eq!(cap["pods"].0, "110");
+        assert_eq!(cap["memory"].0, "4194304Ki");
+        assert_eq!(s.allocatable.as_ref().unwrap()["memory"].0, "4091904Ki");
+        assert_eq!(
+            s.daemon_endpoints
+                .as_ref()
+                .unwrap()
+                .kubelet_endpoint
+                .as_ref()
+                .unwrap()
+                .port,
+            10250
+        );
+
+        // Later, runtime down: NotReady with upstream's message, transition time moves.
+        let t1: jiff::Timestamp = "2026-01-01T00:00:10Z".parse().unwrap();
+        let (s2, ev2) = compute_status(
+            Some(&s),
+            &cfg(),
+            &host(),
+            None,
+            &["container runtime is down".into()],
+            t1,
+        );
+        let ready = s2
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap()
+            .clone();
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason.as_deref(), Some("KubeletNotReady"));
+        assert_eq!(ready.message.as_deref(), Some("container runtime is down"));
+        assert_eq!(ready.last_transition_time, Some(Time(t1)));
+        assert_eq!(ev2, vec![(EventType::Normal, "NodeNotReady")]);
+        // Pressure conditions kept their transition time; heartbeat moved; runtime version kept.
+        let mem = &s2.conditions.as_ref().unwrap()[0];
+        assert_eq!(mem.last_transition_time, Some(Time(t0)));
+        assert_eq!(mem.last_heartbeat_time, Some(Time(t1)));
+        assert_eq!(
+            s2.node_info.unwrap().container_runtime_version,
+            "containerd://1.6.20"
+        );
+        // Only heartbeats differ between two healthy evaluations: nothing to write.
+        let (s3, _) = compute_status(Some(&s), &cfg(), &host(), Some(&rt), &[], t1);
+        assert_eq!(comparable(&s3), comparable(&s));
+    }
+
+    #[test]
+    fn os_image_from_os_release() {
+        assert_eq!(
+            os_image("NAME=\"Debian\"\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n"),
+            "Debian GNU/Linux 12 (bookworm)"
+        );
+        assert_eq!(os_image(""), "Linux");
+    }
+}

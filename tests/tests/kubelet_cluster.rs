@@ -1,0 +1,720 @@
+//! Cluster mode on real containerd: the `kubeadm join` flow against the test control plane.
+//!
+//! The control plane serves inside the rig's network namespace (see
+//! `common::NetnsControlPlane`), the agent is started with the command line systemd builds from
+//! kubeadm's `10-kubeadm.conf` and the files kubeadm writes, and the test checks the apiserver's
+//! view through direct store access.
+//!
+//! cgroup driver: kubeadm writes `cgroupDriver: systemd`; the rig's containerd uses cgroupfs
+//! (no systemd here), so the operator's override goes where kubeadm tells operators to put
+//! it, `/etc/default/kubelet` (`KUBELET_EXTRA_ARGS=--cgroup-driver=cgroupfs`), and the agent logs
+//! a warning about the file's setting.
+
+mod common;
+
+use common::{KubeletProc, NetnsControlPlane, Rig, kubeadm_command_line, parse_env_file, wait_for};
+use node_tests::controlplane::Options;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const NODE: &str = "rig-node";
+const BUSYBOX: &str = "docker.io/library/busybox:1.35";
+const NODE_IP: &str = "10.250.0.5";
+
+/// What kubeadm leaves on a joining node, under `root` instead of `/`.
+struct JoinedNode {
+    root: tempfile::TempDir,
+}
+
+impl JoinedNode {
+    fn p(&self, rel: &str) -> std::path::PathBuf {
+        self.root.path().join(rel)
+    }
+
+    fn write(cp: &NetnsControlPlane, rig: &Rig) -> JoinedNode {
+        let n = JoinedNode {
+            root: tempfile::tempdir().unwrap(),
+        };
+        for d in [
+            "etc/kubernetes/pki",
+            "etc/kubernetes/manifests",
+            "etc/default",
+            "var/lib/kubelet/pki",
+            "var/log/pods",
+        ] {
+            std::fs::create_dir_all(n.p(d)).unwrap();
+        }
+        cp.bootstrap_kubeconfig(n.p("etc/kubernetes/bootstrap-kubelet.conf"))
+            .unwrap();
+        cp.write_ca(n.p("etc/kubernetes/pki/ca.crt")).unwrap();
+        // kubeadm's KubeletConfiguration (from the kubelet-config ConfigMap), plus the rig's
+        // log dir and cgroup root so that the test stays inside its sandbox.
+        let config = format!(
+            r#"apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: {ca}
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: ""
+cpuManagerReconcilePeriod: 0s
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+  verbosity: 0
+memorySwap: {{}}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: {manifests}
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+podLogsDir: {logs}
+cgroupRoot: {cgroot}
+"#,
+            ca = n.p("etc/kubernetes/pki/ca.crt").display(),
+            manifests = n.p("etc/kubernetes/manifests").display(),
+            logs = n.p("var/log/pods").display(),
+            cgroot = rig.get("RIG_CGROUP_ROOT"),
+        );
+        std::fs::write(n.p("var/lib/kubelet/config.yaml"), config).unwrap();
+        std::fs::write(
+            n.p("var/lib/kubelet/kubeadm-flags.env"),
+            format!(
+                "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint={} --node-ip={NODE_IP} --hostname-override={NODE} --node-labels=node.example.com/pool=e2e --register-with-taints=example.com/dedicated=e2e:PreferNoSchedule --pod-infra-container-image=registry.k8s.io/pause:3.10\"\n",
+                rig.get("CRI_ENDPOINT")
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            n.p("etc/default/kubelet"),
+            format!(
+                "KUBELET_EXTRA_ARGS=\"--root-dir={} --cgroup-driver=cgroupfs\"\n",
+                n.p("var/lib/kubelet").display()
+            ),
+        )
+        .unwrap();
+        n
+    }
+
+    /// The command line systemd builds from 10-kubeadm.conf and the environment files.
+    fn command_line(&self) -> Vec<String> {
+        let mut env = BTreeMap::new();
+        env.insert(
+            "KUBELET_KUBECONFIG_ARGS".to_string(),
+            format!(
+                "--bootstrap-kubeconfig={} --kubeconfig={}",
+                self.p("etc/kubernetes/bootstrap-kubelet.conf").display(),
+                self.p("etc/kubernetes/kubelet.conf").display()
+            ),
+        );
+        env.insert(
+            "KUBELET_CONFIG_ARGS".to_string(),
+            format!(
+                "--config={}",
+                self.p("var/lib/kubelet/config.yaml").display()
+            ),
+        );
+        for f in ["var/lib/kubelet/kubeadm-flags.env", "etc/default/kubelet"] {
+            env.extend(parse_env_file(
+                &std::fs::read_to_string(self.p(f)).unwrap_or_default(),
+            ));
+        }
+        kubeadm_command_line(&env)
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+fn condition<'a>(obj: &'a Value, ty: &str) -> &'a Value {
+    obj.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == ty))
+        .unwrap_or(&Value::Null)
+}
+
+fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    common::container(pod, name)
+}
+
+fn api_pod(name: &str, command: &str, grace: i64) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "command": ["sh", "-c", command]
+            }]
+        }
+    })
+}
+
+/// Rigs are heavy (containerd each) and this machine has two cores: one test at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn kubeadm_join_simulation() {
+    require_rig!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let rig = Rig::up("e2e-cluster");
+    // The node's address (kubeadm passes the advertise address as --node-ip): the rig's netns
+    // has only loopback, so give it one.
+    let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cp = NetnsControlPlane::start(&rig, Options::default());
+    let node = JoinedNode::write(&cp, &rig);
+    let args = node.command_line();
+    assert!(
+        args.iter()
+            .any(|a| a.starts_with("--bootstrap-kubeconfig="))
+    );
+    let t0 = Instant::now();
+    let mut kubelet = KubeletProc::start(&rig, args, node.p("kubelet.log"));
+
+    // kubeadm polls healthz, then waits for kubelet.conf to work.
+    wait_for("healthz 200", Duration::from_secs(60), || {
+        if let Some(st) = kubelet.exited() {
+            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+        }
+        let (body, code) = kubelet.curl("http://127.0.0.1:10248/healthz");
+        (code == "200" && body == "ok").then_some(())
+    });
+    let healthy_at = t0.elapsed();
+
+    // TLS bootstrap: one CSR from the bootstrap token, approved and used.
+    let csrs = cp.list("certificatesigningrequests.certificates.k8s.io", None);
+    let csr = csrs
+        .iter()
+        .find(|c| {
+            c["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("node-csr-")
+        })
+        .unwrap_or_else(|| panic!("no node-csr-* CSR: {csrs:#?}"));
+    assert_eq!(
+        csr["spec"]["signerName"],
+        "kubernetes.io/kube-apiserver-client-kubelet"
+    );
+    assert_eq!(csr["spec"]["username"], "system:bootstrap:abcdef");
+    assert_eq!(
+        csr["spec"]["usages"],
+        json!(["digital signature", "client auth"])
+    );
+    assert!(csr["status"]["certificate"].is_string());
+    let kubeconfig = node.p("etc/kubernetes/kubelet.conf");
+    assert_eq!(mode(&kubeconfig), 0o600);
+    let current = node.p("var/lib/kubelet/pki/kubelet-client-current.pem");
+    let target = std::fs::read_link(&current).expect("kubelet-client-current.pem is a symlink");
+    assert!(
+        target
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("kubelet-client-20"),
+        "{target:?}"
+    );
+    assert_eq!(mode(&target), 0o600);
+    let kc = std::fs::read_to_string(&kubeconfig).unwrap();
+    assert!(
+        kc.contains(&format!("client-certificate: {}", current.display())),
+        "{kc}"
+    );
+    let pem = std::fs::read_to_string(&current).unwrap();
+    let (cn, orgs, _) = node_tests::controlplane::subject_of_pem(&pem).unwrap();
+    assert_eq!(cn, "system:node:rig-node");
+    assert_eq!(orgs, ["system:nodes"]);
+
+    // Node registered and Ready with the right facts, within 10 s of the agent being healthy.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ready = rt
+        .block_on(
+            cp.wait_for("nodes", "", NODE, Duration::from_secs(10), |n| {
+                n.is_some_and(|n| condition(n, "Ready")["status"] == "True")
+            }),
+        )
+        .unwrap_or_else(|| {
+            panic!(
+                "node not Ready in 10 s: {:#?}\n{}",
+                cp.get("nodes", "", NODE),
+                kubelet.log_text()
+            )
+        });
+    eprintln!(
+        "healthz after {healthy_at:?}, Node Ready after {:?}",
+        t0.elapsed()
+    );
+    let info = &ready["status"]["nodeInfo"];
+    assert_eq!(info["kubeletVersion"], "v1.36.0");
+    assert!(
+        info["containerRuntimeVersion"]
+            .as_str()
+            .unwrap()
+            .starts_with("containerd://")
+    );
+    assert_eq!(info["operatingSystem"], "linux");
+    assert!(matches!(
+        info["architecture"].as_str(),
+        Some("amd64") | Some("arm64")
+    ));
+    assert!(!info["bootID"].as_str().unwrap_or("").is_empty());
+    assert!(!info["kernelVersion"].as_str().unwrap_or("").is_empty());
+    assert_eq!(condition(&ready, "Ready")["reason"], "KubeletReady");
+    assert_eq!(
+        condition(&ready, "Ready")["message"],
+        "kubelet is posting ready status"
+    );
+    assert_eq!(
+        condition(&ready, "MemoryPressure")["reason"],
+        "KubeletHasSufficientMemory"
+    );
+    assert_eq!(
+        condition(&ready, "DiskPressure")["reason"],
+        "KubeletHasNoDiskPressure"
+    );
+    assert_eq!(
+        condition(&ready, "PIDPressure")["reason"],
+        "KubeletHasSufficientPID"
+    );
+    let labels = &ready["metadata"]["labels"];
+    assert_eq!(labels["kubernetes.io/hostname"], NODE);
+    assert_eq!(labels["beta.kubernetes.io/os"], "linux");
+    assert_eq!(labels["node.example.com/pool"], "e2e");
+    assert_eq!(ready["spec"]["taints"][0]["key"], "example.com/dedicated");
+    assert_eq!(ready["status"]["capacity"]["pods"], "110");
+    assert!(ready["status"]["capacity"]["ephemeral-storage"].is_string());
+    assert_eq!(
+        ready["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
+        10250
+    );
+    assert!(
+        ready["status"]["addresses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["type"] == "Hostname" && a["address"] == NODE)
+    );
+    assert_eq!(
+        ready["status"]["addresses"][0],
+        json!({"type": "InternalIP", "address": NODE_IP})
+    );
+    let node_uid = ready["metadata"]["uid"].as_str().unwrap().to_string();
+
+    // The lease: held by the node, owned by the Node, renewed.
+    let lease = wait_for(
+        "node lease owned by the Node",
+        Duration::from_secs(10),
+        || {
+            cp.get("leases.coordination.k8s.io", "kube-node-lease", NODE)
+                .filter(|l| l["metadata"]["ownerReferences"][0]["uid"].is_string())
+        },
+    );
+    assert_eq!(lease["spec"]["holderIdentity"], NODE);
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+    assert_eq!(
+        lease["metadata"]["ownerReferences"][0]["uid"],
+        node_uid.as_str()
+    );
+    let renew0 = lease["spec"]["renewTime"].clone();
+    wait_for("lease renewed", Duration::from_secs(15), || {
+        let l = cp.get("leases.coordination.k8s.io", "kube-node-lease", NODE)?;
+        (l["spec"]["renewTime"] != renew0).then_some(())
+    });
+    let events = cp.list("events", Some("default"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "Starting" && e["source"]["component"] == "kubelet"),
+        "no Starting event: {events:#?}"
+    );
+
+    // A pod from the API runs, with full status; the scheduler's condition is kept.
+    cp.create(
+        "pods",
+        api_pod("web", "trap 'exit 0' TERM; while true; do sleep 1; done", 5),
+    )
+    .unwrap();
+    cp.patch_status(
+        "pods",
+        "default",
+        "web",
+        "application/merge-patch+json",
+        &json!({"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}),
+    )
+    .unwrap();
+    let created = Instant::now();
+    let web = rt
+        .block_on(
+            cp.wait_for("pods", "default", "web", Duration::from_secs(60), |p| {
+                p.is_some_and(|p| {
+                    p["status"]["phase"] == "Running" && container(p, "main")["ready"] == true
+                })
+            }),
+        )
+        .unwrap_or_else(|| {
+            panic!(
+                "web not Running: {:#?}\n{}",
+                cp.get("pods", "default", "web"),
+                kubelet.log_text()
+            )
+        });
+    eprintln!(
+        "pod created → Running on the apiserver: {:?}",
+        created.elapsed()
+    );
+    assert!(web["status"]["podIP"].is_string(), "{web:#}");
+    assert_eq!(web["status"]["hostIP"], NODE_IP, "{web:#}");
+    assert_eq!(web["status"]["hostIPs"][0]["ip"], NODE_IP);
+    assert_eq!(web["status"]["qosClass"], "BestEffort");
+    assert!(web["status"]["startTime"].is_string());
+    assert_eq!(condition(&web, "PodScheduled")["status"], "True", "{web:#}");
+    assert_eq!(condition(&web, "Ready")["status"], "True");
+    assert_eq!(condition(&web, "ContainersReady")["status"], "True");
+    assert_eq!(condition(&web, "Initialized")["status"], "True");
+    let c = container(&web, "main");
+    assert!(
+        c["containerID"]
+            .as_str()
+            .unwrap()
+            .starts_with("containerd://")
+    );
+    assert!(c["state"]["running"]["startedAt"].is_string());
+    assert_eq!(c["restartCount"], 0);
+
+    // A crashing container: restartCount and lastState reach the apiserver.
+    cp.create("pods", api_pod("crash", "sleep 1; exit 3", 1))
+        .unwrap();
+    let crash = rt
+        .block_on(
+            cp.wait_for("pods", "default", "crash", Duration::from_secs(60), |p| {
+                p.is_some_and(|p| container(p, "main")["restartCount"].as_i64().unwrap_or(0) >= 1)
+            }),
+        )
+        .unwrap_or_else(|| {
+            panic!(
+                "no restart recorded: {:#?}",
+                cp.get("pods", "default", "crash")
+            )
+        });
+    assert_eq!(
+        container(&crash, "main")["lastState"]["terminated"]["exitCode"],
+        3,
+        "{crash:#}"
+    );
+
+    // A pod for another node delivered by the watch is never run (nodeName re-checked): the
+    // apiserver filters by field selector, so this checks no stray pod shows up locally.
+    let mut other = api_pod("elsewhere", "sleep 3600", 1);
+    other["spec"]["nodeName"] = json!("other-node");
+    cp.create("pods", other).unwrap();
+
+    // A static pod gets a mirror pod owned by the Node, with the static pod's status.
+    std::fs::write(
+        node.p("etc/kubernetes/manifests/static.yaml"),
+        format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: static\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {BUSYBOX}\n    command: [\"sleep\", \"3600\"]\n"),
+    )
+    .unwrap();
+    let mirror = rt
+        .block_on(cp.wait_for(
+            "pods",
+            "default",
+            "static-rig-node",
+            Duration::from_secs(60),
+            |p| p.is_some_and(|p| p["status"]["phase"] == "Running"),
+        ))
+        .unwrap_or_else(|| {
+            panic!(
+                "no running mirror pod: {:#?}\n{}",
+                cp.get("pods", "default", "static-rig-node"),
+                kubelet.log_text()
+            )
+        });
+    assert!(mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string());
+    assert_eq!(mirror["metadata"]["ownerReferences"][0]["kind"], "Node");
+    assert_eq!(
+        mirror["metadata"]["ownerReferences"][0]["uid"],
+        node_uid.as_str()
+    );
+    // Deleting the mirror pod does not stop the static pod; the mirror comes back.
+    let mirror_uid = mirror["metadata"]["uid"].clone();
+    cp.remove("pods", "default", "static-rig-node").unwrap();
+    rt.block_on(cp.wait_for(
+        "pods",
+        "default",
+        "static-rig-node",
+        Duration::from_secs(30),
+        |p| p.is_some_and(|p| p["metadata"]["uid"] != mirror_uid),
+    ))
+    .expect("mirror pod recreated");
+
+    // Deleting the API pod: containers stop within the grace period, the object goes away.
+    let deleted = Instant::now();
+    cp.delete("pods", "default", "web", Some(5)).unwrap();
+    rt.block_on(
+        cp.wait_for("pods", "default", "web", Duration::from_secs(15), |p| {
+            p.is_none()
+        }),
+    )
+    .unwrap_or_else(|| {
+        panic!(
+            "web still there: {:#?}\n{}",
+            cp.get("pods", "default", "web"),
+            kubelet.log_text()
+        )
+    });
+    eprintln!(
+        "pod deleted (grace 5 s, handles TERM) → API object gone: {:?}",
+        deleted.elapsed()
+    );
+    let (pods, _) = kubelet.curl("https://127.0.0.1:10250/pods");
+    assert!(
+        !pods.contains("\"web\""),
+        "web still known to the kubelet: {pods}"
+    );
+    assert!(
+        !pods.contains("\"elsewhere\""),
+        "another node's pod must never run here"
+    );
+
+    // Agent restart: nothing restarts, nothing regresses.
+    let crash_before = cp.get("pods", "default", "crash").unwrap();
+    let static_before = container(&mirror, "main")["containerID"].clone();
+    let node_ready_since =
+        condition(&cp.get("nodes", "", NODE).unwrap(), "Ready")["lastTransitionTime"].clone();
+    kubelet.restart();
+    wait_for("healthz after restart", Duration::from_secs(30), || {
+        (kubelet.curl("http://127.0.0.1:10248/healthz").1 == "200").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    let mirror_now = cp.get("pods", "default", "static-rig-node").unwrap();
+    assert_eq!(
+        container(&mirror_now, "main")["containerID"],
+        static_before,
+        "the static pod was not restarted"
+    );
+    let crash_now = cp.get("pods", "default", "crash").unwrap();
+    assert!(
+        container(&crash_now, "main")["restartCount"].as_i64()
+            >= container(&crash_before, "main")["restartCount"].as_i64(),
+        "restartCount went backwards"
+    );
+    assert_eq!(
+        condition(&cp.get("nodes", "", NODE).unwrap(), "Ready")["lastTransitionTime"],
+        node_ready_since,
+        "Ready did not flap across the restart"
+    );
+    let csr_count = cp
+        .list("certificatesigningrequests.certificates.k8s.io", None)
+        .len();
+    assert_eq!(
+        csr_count,
+        csrs.len(),
+        "the restart reused kubelet.conf: no new CSR"
+    );
+
+    // Apiserver outage: pods keep running; on return the lease resumes and status converges.
+    cp.stop();
+    std::thread::sleep(Duration::from_secs(12));
+    let (pods, code) = kubelet.curl("https://127.0.0.1:10250/pods");
+    assert_eq!(code, "200");
+    assert!(
+        pods.contains("static-rig-node"),
+        "pods keep running without the apiserver"
+    );
+    let renew_before = cp
+        .get("leases.coordination.k8s.io", "kube-node-lease", NODE)
+        .unwrap()["spec"]["renewTime"]
+        .clone();
+    cp.resume();
+    wait_for(
+        "lease renewed after the outage",
+        Duration::from_secs(30),
+        || {
+            let l = cp.get("leases.coordination.k8s.io", "kube-node-lease", NODE)?;
+            (l["spec"]["renewTime"] != renew_before).then_some(())
+        },
+    );
+    // A pod created right after the outage runs: the watch came back.
+    cp.create("pods", api_pod("after-outage", "sleep 3600", 1))
+        .unwrap();
+    rt.block_on(cp.wait_for(
+        "pods",
+        "default",
+        "after-outage",
+        Duration::from_secs(60),
+        |p| p.is_some_and(|p| p["status"]["phase"] == "Running"),
+    ))
+    .unwrap_or_else(|| panic!("pod after the outage not Running\n{}", kubelet.log_text()));
+
+    // Garbage from the apiserver: logged, retried, nothing else disturbed.
+    cp.inject_watch_garbage(Some("pods"));
+    cp.fail_next("/api/v1/namespaces/default/pods", 2, 500);
+    cp.create("pods", api_pod("after-garbage", "sleep 3600", 1))
+        .unwrap();
+    rt.block_on(cp.wait_for(
+        "pods",
+        "default",
+        "after-garbage",
+        Duration::from_secs(60),
+        |p| p.is_some_and(|p| p["status"]["phase"] == "Running"),
+    ))
+    .unwrap_or_else(|| panic!("pod after garbage not Running\n{}", kubelet.log_text()));
+    // Quiet node, quiet agent: no status is rewritten when nothing changed.
+    std::thread::sleep(Duration::from_secs(3));
+    cp.clear_requests();
+    std::thread::sleep(Duration::from_secs(8));
+    let writes: Vec<_> = cp
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" || r.method == "PUT")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    // (The crash-looping pod's status really does change.)
+    let pod_status_writes = writes
+        .iter()
+        .filter(|w| w.contains("/pods/") && !w.contains("/pods/crash/"))
+        .count();
+    let node_status_writes = writes.iter().filter(|w| w.contains("/nodes/")).count();
+    assert!(
+        pod_status_writes == 0 && node_status_writes <= 1,
+        "writes while idle: {writes:#?}"
+    );
+    let mirror_end = cp.get("pods", "default", "static-rig-node").unwrap();
+    assert_eq!(container(&mirror_end, "main")["containerID"], static_before);
+    assert!(kubelet.exited().is_none(), "the agent survived");
+    kubelet.stop();
+}
+
+#[test]
+fn client_certificate_rotates_without_dropping_pods() {
+    require_rig!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let rig = Rig::up("e2e-rotate");
+    let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
+    assert!(out.status.success());
+    // 40 s certificates, not backdated: rotation is due 28–36 s after issue.
+    let cp = NetnsControlPlane::start(
+        &rig,
+        Options {
+            cluster_signing_duration: Duration::from_secs(40),
+            min_signing_duration: Duration::from_secs(1),
+            cert_backdate: Duration::ZERO,
+            ..Options::default()
+        },
+    );
+    let node = JoinedNode::write(&cp, &rig);
+    let mut kubelet = KubeletProc::start(&rig, node.command_line(), node.p("kubelet.log"));
+    wait_for("healthz 200", Duration::from_secs(60), || {
+        (kubelet.curl("http://127.0.0.1:10248/healthz").1 == "200").then_some(())
+    });
+    let current = node.p("var/lib/kubelet/pki/kubelet-client-current.pem");
+    let first = std::fs::read_link(&current).unwrap();
+    cp.create("pods", api_pod("steady", "sleep 3600", 1))
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let steady = rt
+        .block_on(
+            cp.wait_for("pods", "default", "steady", Duration::from_secs(60), |p| {
+                p.is_some_and(|p| p["status"]["phase"] == "Running")
+            }),
+        )
+        .unwrap_or_else(|| panic!("steady not Running\n{}", kubelet.log_text()));
+    let cid = container(&steady, "main")["containerID"].clone();
+
+    // The rotation CSR: generateName csr-, sent with the node's own credentials.
+    let csr = wait_for("rotation CSR", Duration::from_secs(45), || {
+        cp.list("certificatesigningrequests.certificates.k8s.io", None)
+            .into_iter()
+            .find(|c| {
+                c["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("csr-")
+                    && c["status"]["certificate"].is_string()
+            })
+    });
+    assert_eq!(csr["spec"]["username"], format!("system:node:{NODE}"));
+    wait_for(
+        "new pair behind kubelet-client-current.pem",
+        Duration::from_secs(10),
+        || (std::fs::read_link(&current).ok()? != first).then_some(()),
+    );
+    assert!(first.exists(), "the previous pair is kept");
+    // Past the first certificate's expiry the agent still talks to the apiserver: the lease is
+    // renewed and a new pod runs (the watch switched clients too).
+    std::thread::sleep(Duration::from_secs(12));
+    let renew = cp
+        .get("leases.coordination.k8s.io", "kube-node-lease", NODE)
+        .unwrap()["spec"]["renewTime"]
+        .clone();
+    wait_for(
+        "lease renewed with the new certificate",
+        Duration::from_secs(15),
+        || {
+            let l = cp.get("leases.coordination.k8s.io", "kube-node-lease", NODE)?;
+            (l["spec"]["renewTime"] != renew).then_some(())
+        },
+    );
+    cp.create("pods", api_pod("after-rotation", "sleep 3600", 1))
+        .unwrap();
+    rt.block_on(cp.wait_for(
+        "pods",
+        "default",
+        "after-rotation",
+        Duration::from_secs(60),
+        |p| p.is_some_and(|p| p["status"]["phase"] == "Running"),
+    ))
+    .unwrap_or_else(|| panic!("pod after rotation not Running\n{}", kubelet.log_text()));
+    let steady_now = cp.get("pods", "default", "steady").unwrap();
+    assert_eq!(
+        container(&steady_now, "main")["containerID"],
+        cid,
+        "pods were not disturbed"
+    );
+    assert!(kubelet.exited().is_none());
+    kubelet.stop();
+}

@@ -1,0 +1,128 @@
+//! Cluster-mode figures on real containerd (ignored by default; run with
+//! `cargo test -p node-tests --test kubelet_cluster_bench -- --ignored --nocapture`):
+//! pod created on the apiserver → `Running` status written back, for 100 pods created at once,
+//! and the agent's RSS with 110 pods (maxPods).
+
+mod common;
+
+use common::{KubeletProc, NetnsControlPlane, Rig, wait_for};
+use node_tests::controlplane::Options;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const NODE: &str = "bench-node";
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[test]
+#[ignore = "benchmark: run explicitly"]
+fn pod_start_latency_and_rss() {
+    require_rig!();
+    let rig = Rig::up("e2e-cbench");
+    let out = rig.sh("ip addr add 10.250.0.7/32 dev lo");
+    assert!(out.status.success());
+    let cp = NetnsControlPlane::start(&rig, Options::default());
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubelet.conf");
+    cp.node_kubeconfig(&kubeconfig, NODE, Duration::from_secs(3600))
+        .unwrap();
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npodLogsDir: {}\ncgroupRoot: {}\n",
+            dir.path().join("logs").display(),
+            rig.get("RIG_CGROUP_ROOT")
+        ),
+    )
+    .unwrap();
+    let args = vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--config={}", dir.path().join("config.yaml").display()),
+        format!("--root-dir={}", dir.path().join("root").display()),
+        format!("--container-runtime-endpoint={}", rig.get("CRI_ENDPOINT")),
+        format!("--hostname-override={NODE}"),
+        "--node-ip=10.250.0.7".to_string(),
+    ];
+    let kubelet = KubeletProc::start(&rig, args, dir.path().join("kubelet.log"));
+    wait_for("node registered", Duration::from_secs(30), || {
+        cp.get("nodes", "", NODE)
+    });
+    let pid = kubelet.pid().unwrap();
+    let idle_rss = rss_kib(pid);
+
+    let pod = |name: &str| {
+        json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": "docker.io/library/busybox:1.35",
+                                     "command": ["sleep", "3600"]}]}
+        })
+    };
+    // Warm-up: one pod, so image and CNI first-use costs are not counted.
+    cp.create("pods", pod("warm")).unwrap();
+    wait_for("warm-up pod Running", Duration::from_secs(60), || {
+        let p = cp.get("pods", "default", "warm")?;
+        (p["status"]["phase"] == "Running").then_some(())
+    });
+
+    let n = 100;
+    let mut created = Vec::new();
+    let start = Instant::now();
+    for i in 0..n {
+        let name = format!("p{i:03}");
+        cp.create("pods", pod(&name)).unwrap();
+        created.push((name, Instant::now()));
+    }
+    let mut latencies: Vec<Option<Duration>> = vec![None; n];
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while latencies.iter().any(Option::is_none) && Instant::now() < deadline {
+        for (i, (name, at)) in created.iter().enumerate() {
+            if latencies[i].is_none()
+                && cp
+                    .get("pods", "default", name)
+                    .is_some_and(|p| p["status"]["phase"] == "Running")
+            {
+                latencies[i] = Some(at.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let total = start.elapsed();
+    let mut lat: Vec<Duration> = latencies.into_iter().flatten().collect();
+    assert_eq!(lat.len(), n, "not every pod reached Running within 300 s");
+    lat.sort();
+    // Up to maxPods (110) for the RSS figure.
+    for i in n..109 {
+        cp.create("pods", pod(&format!("q{i:03}"))).unwrap();
+    }
+    wait_for("110 pods Running", Duration::from_secs(120), || {
+        let running = cp
+            .list("pods", Some("default"))
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .count();
+        (running >= 110).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    let rss = rss_kib(pid);
+    eprintln!(
+        "cluster bench: {n} pods created at once → Running on the apiserver: p50 {:?}, p90 {:?}, max {:?}, all in {total:?}",
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.9),
+        lat[n - 1]
+    );
+    eprintln!("cluster bench: agent RSS idle {idle_rss} KiB, with 110 pods {rss} KiB");
+}
