@@ -3,6 +3,7 @@
 
 use crate::cgroups::{CgroupNamer, Cgroups, FsCgroups};
 use crate::config::Config;
+use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::pleg::{self, PlegHealth};
 use crate::runtime::Runtime;
@@ -160,7 +161,16 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let (probe_manager, probe_rx) =
         probes::ProbeManager::new(probes::ManagerConfig::default(), prober_metrics);
     let probe_manager = Arc::new(probe_manager);
+    // Cluster mode writes events to the apiserver; standalone logs them.
+    let (events, event_sink): (Arc<dyn EventRecorder>, _) = if cluster.is_some() {
+        let (recorder, sink) = crate::cluster::events::channel(&cfg.node_name);
+        (Arc::new(recorder), Some(sink))
+    } else {
+        (Arc::new(crate::events::LogRecorder), None)
+    };
+    probe_manager.set_events(Arc::new(crate::probing::ProbeEvents(events.clone())));
     let env = Arc::new(Env {
+        events: events.clone(),
         probes: probe_manager.clone(),
         exec: Arc::new(crate::probing::CriExec(runtime.clone())),
         pod_start_duration: Some(metrics.pod_start_duration.clone()),
@@ -235,7 +245,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         );
     }
     let mut terminated_tx = None;
-    if let Some(conn) = cluster {
+    if let (Some(conn), Some(sink)) = (cluster, event_sink) {
         let started = crate::cluster::start(
             &cfg,
             conn,
@@ -246,6 +256,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
                 statuses: statuses.clone(),
                 pods_tx: api_pods_tx,
                 static_rx,
+                events: (events, sink),
             },
             &mut tasks,
             &cancel,

@@ -14,6 +14,7 @@ pub mod cgroups;
 pub mod cluster;
 pub mod config;
 pub mod duration;
+pub mod events;
 pub mod flags;
 pub mod metrics;
 pub mod pleg;

@@ -247,6 +247,7 @@ mod tests {
 
     fn env(rt: Arc<FakeRuntime>, dir: &std::path::Path) -> Arc<Env> {
         Arc::new(Env {
+            events: Arc::new(crate::events::FakeRecorder::default()),
             probes: crate::worker::test_probes().0,
             exec: Arc::new(crate::probing::CriExec(rt.clone())),
             pod_start_duration: None,

@@ -4,6 +4,7 @@
 //! every trace of it (containers, sandbox, cgroup, directories) is removed.
 
 use crate::cgroups::{CgroupNamer, Cgroups};
+use crate::events::{EventRecorder, EventType};
 use crate::pod::{self, Qos};
 use crate::runtime::*;
 use crate::spec::{self, NodeSettings};
@@ -36,6 +37,8 @@ pub struct Env {
     /// `containerd` in `containerd://<id>`.
     pub runtime_name: String,
     pub statuses: Arc<StatusManager>,
+    /// Pulling, Pulled, Created, Started, Killing, BackOff, ... events.
+    pub events: Arc<dyn EventRecorder>,
     /// Liveness, readiness and startup probes of every container.
     pub probes: Arc<probes::ProbeManager>,
     /// How exec probes reach the runtime.
@@ -419,7 +422,8 @@ pub struct Worker {
     /// Container name → the instance whose probes are running.
     probed: HashMap<String, String>,
     /// Containers to kill because a liveness or startup probe failed: (id, grace).
-    probe_kills: Vec<(String, Duration)>,
+    /// Containers to kill after a liveness/startup failure: (ID, name, probe kind, grace).
+    probe_kills: Vec<(String, String, probes::ProbeKind, Duration)>,
     /// When this worker first saw the pod, until every container has run once.
     first_seen: Option<std::time::Instant>,
 }
@@ -445,6 +449,15 @@ impl Worker {
             probe_kills: Vec::new(),
             first_seen: Some(std::time::Instant::now()),
         }
+    }
+
+    /// Records an event about the pod, or about one of its containers.
+    fn event(&self, container: Option<&str>, event_type: EventType, reason: &str, message: &str) {
+        let object = match container {
+            Some(c) => crate::events::container_ref(&self.pod, c),
+            None => crate::events::pod_ref(&self.pod),
+        };
+        self.env.events.record(&object, event_type, reason, message);
     }
 
     fn qos(&self) -> Qos {
@@ -479,6 +492,15 @@ impl Worker {
             || !p.start.is_empty()
             || !p.kill.is_empty()
             || !p.remove.is_empty();
+        for (name, w) in &p.waiting {
+            if w.reason == "CrashLoopBackOff" {
+                let message = format!(
+                    "Back-off restarting failed container {name} in pod {}",
+                    pod_ref(&self.pod)
+                );
+                self.event(Some(name), EventType::Warning, "BackOff", &message);
+            }
+        }
         let mut wake = p.wake_after;
         let grace = self.grace();
         if p.kill_pod {
@@ -492,6 +514,12 @@ impl Worker {
         }
         for (id, name) in &p.kill {
             tracing::info!(container = %name, "container spec changed, will be restarted");
+            self.event(
+                Some(name),
+                EventType::Normal,
+                "Killing",
+                &format!("Container {name} definition changed, will be restarted"),
+            );
             let _ = rt.stop_container(id, grace).await;
         }
         for id in &p.remove {
@@ -509,6 +537,12 @@ impl Worker {
                 Ok(id) => sandbox = Some((id, attempt)),
                 Err(e) => {
                     tracing::warn!(error = %e, "FailedCreatePodSandBox");
+                    self.event(
+                        None,
+                        EventType::Warning,
+                        "FailedCreatePodSandBox",
+                        &format!("Failed to create pod sandbox: {e}"),
+                    );
                     for s in &p.start {
                         self.errors.insert(
                             s.name.clone(),
@@ -540,6 +574,19 @@ impl Worker {
                     }
                     Err((w, retry)) => {
                         tracing::warn!(container = %s.name, reason = %w.reason, message = %w.message, "cannot start container");
+                        // Image errors carry their reason ("Error: ErrImagePull"); the others
+                        // the runtime's message, as upstream.
+                        let detail = if w.reason.contains("Image") {
+                            &w.reason
+                        } else {
+                            &w.message
+                        };
+                        self.event(
+                            Some(&s.name),
+                            EventType::Warning,
+                            "Failed",
+                            &format!("Error: {detail}"),
+                        );
                         self.errors.insert(s.name.clone(), w);
                         wake = Some(wake.map_or(retry, |x| x.min(retry)));
                         // Init containers run in order: stop at the first failure.
@@ -579,6 +626,12 @@ impl Worker {
             .iter()
             .filter(|(_, c)| c.state == ContainerState::Running)
             .map(|(_, c)| async move {
+                self.event(
+                    Some(&c.name),
+                    EventType::Normal,
+                    "Killing",
+                    &format!("Stopping container {}", c.name),
+                );
                 tracing::info!(container = %c.name, grace_seconds = grace.as_secs(), "Killing container with a grace period");
                 if let Err(e) = rt.stop_container(&c.id, grace).await {
                     tracing::warn!(container = %c.name, error = %e, "StopContainer failed");
@@ -674,9 +727,21 @@ impl Worker {
                     Duration::from_secs(10),
                 )
             })?;
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Created",
+            "Container created",
+        );
         rt.start_container(&id)
             .await
             .map_err(|e| wait("RunContainerError", e.to_string(), Duration::from_secs(10)))?;
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Started",
+            "Container started",
+        );
         tracing::info!(container = %c.name, id = %id, restart_count = s.restart_count, "Started container");
         Ok(())
     }
@@ -700,49 +765,84 @@ impl Worker {
                 retry,
             )
         };
-        let present = self
-            .env
-            .runtime
-            .image_status(&image)
-            .await
-            .map_err(|e| {
-                wait(
-                    "ErrImageInspect",
-                    format!("Failed to inspect image {image:?}: {e}"),
-                    Duration::from_secs(5),
-                )
-            })?
-            .is_some();
+        let present = self.env.runtime.image_status(&image).await.map_err(|e| {
+            wait(
+                "ErrImageInspect",
+                format!("Failed to inspect image {image:?}: {e}"),
+                Duration::from_secs(5),
+            )
+        })?;
+        let name = c.name.as_str();
+        let already_present = || {
+            self.event(
+                Some(name),
+                EventType::Normal,
+                "Pulled",
+                &format!(
+                    "Container image {image:?} already present on machine and can be accessed by the pod"
+                ),
+            )
+        };
         match policy.as_str() {
-            "Never" if !present => {
-                return Err(wait(
+            "Never" if present.is_none() => {
+                let message =
+                    format!("Container image {image:?} is not present with pull policy of Never");
+                self.event(
+                    Some(name),
+                    EventType::Warning,
                     "ErrImageNeverPull",
-                    format!("Container image {image:?} is not present with pull policy of Never"),
-                    Duration::from_secs(10),
-                ));
+                    &message,
+                );
+                return Err(wait("ErrImageNeverPull", message, Duration::from_secs(10)));
             }
-            "Never" => return Ok(()),
-            "IfNotPresent" if present => return Ok(()),
+            "Never" => {
+                already_present();
+                return Ok(());
+            }
+            "IfNotPresent" if present.is_some() => {
+                already_present();
+                return Ok(());
+            }
             _ => {}
         }
         let now = Instant::now();
         if let Some((until, _)) = self.pulls.until.get(&image)
             && now < *until
         {
-            return Err(wait(
-                "ImagePullBackOff",
-                format!("Back-off pulling image {image:?}"),
-                *until - now,
-            ));
+            let message = format!("Back-off pulling image {image:?}");
+            self.event(Some(name), EventType::Normal, "BackOff", &message);
+            return Err(wait("ImagePullBackOff", message, *until - now));
         }
         tracing::info!(%image, "Pulling image");
+        self.event(
+            Some(name),
+            EventType::Normal,
+            "Pulling",
+            &format!("Pulling image {image:?}"),
+        );
+        let waited = std::time::Instant::now();
         let guard = self.env.pull_lock.lock().await;
+        let pulling = std::time::Instant::now();
         let result = self.env.runtime.pull_image(&image, sandbox).await;
         drop(guard);
         match result {
             Ok(_) => {
                 self.pulls.until.remove(&image);
                 tracing::info!(%image, "Successfully pulled image");
+                let size = match self.env.runtime.image_status(&image).await {
+                    Ok(Some(i)) => i.size,
+                    _ => 0,
+                };
+                // Go's Duration printing, truncated to milliseconds as upstream does.
+                let ms = |d: Duration| {
+                    crate::duration::format(Duration::from_millis(d.as_millis() as u64))
+                };
+                let message = format!(
+                    "Successfully pulled image {image:?} in {} ({} including waiting). Image size: {size} bytes.",
+                    ms(pulling.elapsed()),
+                    ms(waited.elapsed()),
+                );
+                self.event(Some(name), EventType::Normal, "Pulled", &message);
                 Ok(())
             }
             Err(e) => {
@@ -753,6 +853,12 @@ impl Worker {
                     .map(|(_, d)| (*d * 2).min(BACKOFF_MAX))
                     .unwrap_or(BACKOFF_INITIAL);
                 self.pulls.until.insert(image.clone(), (now + delay, delay));
+                self.event(
+                    Some(name),
+                    EventType::Warning,
+                    "Failed",
+                    &format!("Failed to pull image {image:?}: {e}"),
+                );
                 Err(wait(
                     "ErrImagePull",
                     format!("failed to pull image {image:?}: {e}"),
@@ -837,18 +943,24 @@ impl Worker {
             "Container failed {} probe, will be restarted",
             u.kind.as_str().to_lowercase()
         );
-        self.probe_kills.push((u.container_id, grace));
+        self.probe_kills
+            .push((u.container_id, u.container_name, u.kind, grace));
     }
 
     async fn kill_for_probes(&mut self, obs: &Observed) -> bool {
         let kills = std::mem::take(&mut self.probe_kills);
         let mut any = false;
-        for (id, grace) in kills {
+        for (id, name, kind, grace) in kills {
             let running = obs
                 .containers
                 .iter()
                 .any(|(_, c)| c.id == id && c.state == ContainerState::Running);
             if running {
+                let message = format!(
+                    "Container {name} failed {} probe, will be restarted",
+                    kind.as_str().to_lowercase()
+                );
+                self.event(Some(&name), EventType::Normal, "Killing", &message);
                 if let Err(e) = self.env.runtime.stop_container(&id, grace).await {
                     tracing::warn!(error = %e, container = %id, "StopContainer after probe failure failed");
                 }

@@ -31,6 +31,7 @@ pub use metrics::ProberMetrics;
 pub use outcome::{ProbeOutcome, ProbeResult};
 pub use results::{ProbeStatus, ResultsCache};
 pub use spec::{Handler, HttpGetSpec, ProbeKind, ProbeSpec, Scheme, SpecError};
+pub use worker::ProbeEvents;
 
 /// The major.minor of upstream Kubernetes this agent speaks for; used in `kube-probe/<ver>`.
 pub const KUBE_VERSION_MAJOR_MINOR: &str = "1.36";

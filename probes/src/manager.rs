@@ -24,7 +24,7 @@ use crate::http::HttpProber;
 use crate::metrics::ProberMetrics;
 use crate::results::{ProbeStatus, ResultsCache};
 use crate::spec::{ProbeKind, ProbeSpec, SpecError};
-use crate::worker::{ContainerState, Shared, Worker};
+use crate::worker::{ContainerState, ProbeEvents, Shared, Worker};
 
 /// A change of a container probe's result, sent to the kubelet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +170,7 @@ impl ProbeManager {
             results: ResultsCache::new(),
             updates: tx,
             http: HttpProber::new(),
+            events: std::sync::OnceLock::new(),
         });
         let manager = ProbeManager {
             config,
@@ -180,6 +181,11 @@ impl ProbeManager {
             inner: Mutex::new(Inner::default()),
         };
         (manager, rx)
+    }
+
+    /// Where every failed probe and warning is reported (once; later calls are ignored).
+    pub fn set_events(&self, events: Arc<dyn ProbeEvents>) {
+        let _ = self.shared.events.set(events);
     }
 
     /// The results cache the workers write to.

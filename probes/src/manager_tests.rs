@@ -49,6 +49,22 @@ fn container(id: &str, started_at: Instant) -> ContainerRef {
     }
 }
 
+/// Failed probes and warnings as `"<pod>/<container> <kind> failed|warning: <output>"`.
+#[derive(Default)]
+struct RecordedEvents(std::sync::Mutex<Vec<String>>);
+
+impl ProbeEvents for RecordedEvents {
+    fn probe_failed(&self, pod: &PodRef, container: &str, kind: ProbeKind, output: &str) {
+        let line = format!("{}/{container} {kind} failed: {output}", pod.name);
+        self.0.lock().unwrap().push(line);
+    }
+
+    fn probe_warning(&self, pod: &PodRef, container: &str, kind: ProbeKind, output: &str) {
+        let line = format!("{}/{container} {kind} warning: {output}", pod.name);
+        self.0.lock().unwrap().push(line);
+    }
+}
+
 struct Rig {
     m: ProbeManager,
     rx: mpsc::Receiver<ProbeUpdate>,
@@ -172,6 +188,8 @@ async fn readiness_honours_initial_delay() {
 #[tokio::test(start_paused = true)]
 async fn liveness_needs_failure_threshold_then_holds_until_new_container() {
     let mut r = rig();
+    let events = Arc::new(RecordedEvents::default());
+    r.m.set_events(events.clone());
     let t0 = Instant::now();
     r.fake.set_default(LIVE, exit(1, "boom"));
     let probes = ContainerProbes {
@@ -197,6 +215,11 @@ async fn liveness_needs_failure_threshold_then_holds_until_new_container() {
     assert_eq!(t0.elapsed(), Duration::from_secs(20));
     assert_eq!(offsets(&r.fake.calls(), t0), vec![0, 10, 20]);
     assert_eq!(r.counter("Liveness", "failed"), 3);
+    assert_eq!(
+        *events.0.lock().unwrap(),
+        ["web-0/app Liveness failed: boom"; 3],
+        "every failed probe is reported, below the threshold too"
+    );
 
     // On hold: no more probes while the container ID stays the same.
     r.quiet_for(Duration::from_secs(100)).await;

@@ -30,11 +30,19 @@ pub(crate) struct ContainerState {
     pub pod_ip: String,
 }
 
+/// Told about every failed probe and every warning, below the thresholds too (upstream records
+/// an `Unhealthy` / `ProbeWarning` event each time).
+pub trait ProbeEvents: Send + Sync {
+    fn probe_failed(&self, pod: &PodRef, container: &str, kind: ProbeKind, output: &str);
+    fn probe_warning(&self, pod: &PodRef, container: &str, kind: ProbeKind, output: &str);
+}
+
 /// Things every worker shares with the manager.
 pub(crate) struct Shared {
     pub results: ResultsCache,
     pub updates: mpsc::Sender<ProbeUpdate>,
     pub http: HttpProber,
+    pub events: std::sync::OnceLock<Arc<dyn ProbeEvents>>,
 }
 
 pub(crate) struct Worker {
@@ -152,10 +160,16 @@ impl Worker {
             ProbeResult::Success => ProbeStatus::Success,
             ProbeResult::Warning => {
                 tracing::warn!(pod_uid = %self.pod.uid, container = %self.container_name, %kind, output = %outcome.output, "probe warning");
+                if let Some(e) = self.shared.events.get() {
+                    e.probe_warning(&self.pod, &self.container_name, kind, &outcome.output);
+                }
                 ProbeStatus::Success
             }
             ProbeResult::Failure | ProbeResult::Unknown => {
                 tracing::info!(pod_uid = %self.pod.uid, pod = %self.pod.name, container = %self.container_name, %kind, output = %outcome.output, "probe failed");
+                if let Some(e) = self.shared.events.get() {
+                    e.probe_failed(&self.pod, &self.container_name, kind, &outcome.output);
+                }
                 ProbeStatus::Failure
             }
         };

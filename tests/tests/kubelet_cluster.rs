@@ -442,6 +442,53 @@ fn kubeadm_join_simulation() {
         3,
         "{crash:#}"
     );
+    // Its lifecycle is told in Events on the apiserver, as `kubectl describe pod` shows them.
+    let crash_events = |cp: &NetnsControlPlane| -> Vec<String> {
+        cp.list("events", Some("default"))
+            .into_iter()
+            .filter(|e| e["involvedObject"]["name"] == "crash")
+            .map(|e| {
+                format!(
+                    "{} {} {} {}",
+                    e["type"].as_str().unwrap_or(""),
+                    e["reason"].as_str().unwrap_or(""),
+                    e["involvedObject"]["fieldPath"].as_str().unwrap_or(""),
+                    e["message"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    };
+    let want = [
+        "Normal Created spec.containers{main} Container created",
+        "Normal Started spec.containers{main} Container started",
+    ];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !want
+        .iter()
+        .all(|w| crash_events(&cp).iter().any(|e| e == w))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "events missing: {:#?}",
+            crash_events(&cp)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        crash_events(&cp).iter().any(|e| e
+            .starts_with("Normal Pulled spec.containers{main} Container image")
+            && e.ends_with("already present on machine and can be accessed by the pod")),
+        "{:#?}",
+        crash_events(&cp)
+    );
+    let started = cp
+        .list("events", Some("default"))
+        .into_iter()
+        .find(|e| e["involvedObject"]["name"] == "crash" && e["reason"] == "Started")
+        .unwrap();
+    assert_eq!(started["source"]["component"], "kubelet", "{started:#}");
+    assert_eq!(started["source"]["host"], NODE, "{started:#}");
+    assert_eq!(started["involvedObject"]["kind"], "Pod");
 
     // A pod for another node delivered by the watch is never run (nodeName re-checked): the
     // apiserver filters by field selector, so this checks no stray pod shows up locally.

@@ -1,78 +1,18 @@
-//! The kubelet's events as core/v1 Events (`source.component: kubelet`), with client-go's
+//! Writes the kubelet's events ([`crate::events`]) as core/v1 Events (`source.component:
+//! kubelet`), with client-go's
 //! habits simplified: a repeat of the same event on the same object bumps `count` and
 //! `lastTimestamp` instead of creating a new object, and a per-object token bucket (burst 25,
 //! one more every 5 minutes) drops floods.
 
 use super::client::{self, ClientHandle};
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use crate::events::{EventRecorder, EventType};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-
-/// `Normal` or `Warning`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
-    }
-}
-
-/// Records events about objects. Cheap and non-blocking: events are dropped rather than delay
-/// the caller.
-pub trait EventRecorder: Send + Sync {
-    fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str);
-}
-
-/// The reference upstream's kubelet uses for its Node (UID = node name).
-pub fn node_ref(node: &str) -> ObjectReference {
-    ObjectReference {
-        kind: Some("Node".into()),
-        name: Some(node.into()),
-        uid: Some(node.into()),
-        ..Default::default()
-    }
-}
-
-/// A reference to a pod.
-pub fn pod_ref(pod: &Pod) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        namespace: pod.metadata.namespace.clone(),
-        name: pod.metadata.name.clone(),
-        uid: pod.metadata.uid.clone(),
-        resource_version: pod.metadata.resource_version.clone(),
-        ..Default::default()
-    }
-}
-
-/// A reference to one container of a pod (`fieldPath: spec.containers{name}`).
-pub fn container_ref(pod: &Pod, container: &str) -> ObjectReference {
-    let init = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.name == container));
-    ObjectReference {
-        field_path: Some(format!(
-            "spec.{}{{{container}}}",
-            if init { "initContainers" } else { "containers" }
-        )),
-        ..pod_ref(pod)
-    }
-}
 
 /// One event to write.
 #[derive(Debug, Clone)]
@@ -275,37 +215,6 @@ impl EventSink {
     }
 }
 
-/// Records events in memory, for tests.
-#[derive(Debug, Default)]
-pub struct FakeRecorder {
-    events: Mutex<Vec<String>>,
-}
-
-impl FakeRecorder {
-    /// Every recorded event as `"<Type> <Reason> <message>"`.
-    pub fn events(&self) -> Vec<String> {
-        self.events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
-
-impl EventRecorder for FakeRecorder {
-    fn record(
-        &self,
-        _object: &ObjectReference,
-        event_type: EventType,
-        reason: &str,
-        message: &str,
-    ) {
-        self.events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(format!("{} {reason} {message}", event_type.as_str()));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,34 +229,5 @@ mod tests {
         assert!(!sink.allow("k", now));
         assert!(sink.allow("other", now));
         assert!(sink.allow("k", now + jiff::SignedDuration::from_secs(300)));
-    }
-
-    #[test]
-    fn references() {
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-            "spec": {"initContainers": [{"name": "i"}], "containers": [{"name": "c"}]}
-        }))
-        .unwrap();
-        assert_eq!(
-            container_ref(&pod, "c").field_path.as_deref(),
-            Some("spec.containers{c}")
-        );
-        assert_eq!(
-            container_ref(&pod, "i").field_path.as_deref(),
-            Some("spec.initContainers{i}")
-        );
-        assert_eq!(node_ref("n1").uid.as_deref(), Some("n1"));
-        let f = FakeRecorder::default();
-        f.record(
-            &pod_ref(&pod),
-            EventType::Warning,
-            "BackOff",
-            "Back-off restarting failed container",
-        );
-        assert_eq!(
-            f.events(),
-            ["Warning BackOff Back-off restarting failed container"]
-        );
     }
 }

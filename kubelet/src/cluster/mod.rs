@@ -19,6 +19,7 @@ pub mod pods;
 pub mod status_writer;
 
 use crate::config::Config;
+use crate::events::EventRecorder;
 use crate::pleg::PlegHealth;
 use crate::runtime::Runtime;
 use crate::status_manager::StatusManager;
@@ -100,11 +101,12 @@ pub struct Parts {
     pub pods_tx: mpsc::Sender<SourceUpdate>,
     /// The current static pods (for mirror pods and the maxPods count).
     pub static_rx: watch::Receiver<Vec<Pod>>,
+    /// The recorder the workers got and the sink that writes what it records ([`events::channel`]).
+    pub events: (Arc<dyn EventRecorder>, events::EventSink),
 }
 
 /// Handles the rest of the kubelet keeps.
 pub struct Started {
-    pub events: Arc<dyn events::EventRecorder>,
     /// Give this to `SyncLoop::on_terminated`.
     pub terminated_tx: mpsc::UnboundedSender<Terminated>,
 }
@@ -117,8 +119,7 @@ pub fn start(
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Started {
-    let (recorder, sink) = events::channel(&cfg.node_name);
-    let recorder: Arc<dyn events::EventRecorder> = Arc::new(recorder);
+    let (recorder, sink) = parts.events;
     tasks.spawn(sink.run(conn.client.clone(), cancel.clone()));
 
     let (node_tx, node_rx) = watch::channel(None);
@@ -224,8 +225,5 @@ pub fn start(
             .run(cancel.clone()),
         );
     }
-    Started {
-        events: recorder,
-        terminated_tx,
-    }
+    Started { terminated_tx }
 }

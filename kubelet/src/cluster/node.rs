@@ -4,7 +4,7 @@
 //! [`HostFacts`], runtime health through [`RuntimeHealth`], so the status logic is unit-tested.
 
 use super::client::{self, ClientHandle};
-use super::events::{EventRecorder, EventType, node_ref};
+use crate::events::{EventRecorder, EventType, node_ref};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,

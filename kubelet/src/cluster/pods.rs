@@ -5,7 +5,7 @@
 
 use super::changed;
 use super::client::{ClientHandle, WATCH_TIMEOUT_SECS};
-use super::events::{EventRecorder, EventType, pod_ref};
+use crate::events::{EventRecorder, EventType, pod_ref};
 use crate::status_manager::StatusManager;
 use crate::sync_loop::{Source, SourceUpdate, Terminated};
 use futures::StreamExt;

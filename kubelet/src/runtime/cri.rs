@@ -458,7 +458,7 @@ impl Runtime for CriRuntime {
         })
     }
 
-    async fn image_status(&self, image: &str) -> Result<Option<String>> {
+    async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
         let r = self
             .image
             .clone()
@@ -472,7 +472,10 @@ impl Runtime for CriRuntime {
             .await
             .map_err(|s| err("ImageStatus", s))?
             .into_inner();
-        Ok(r.image.map(|i| i.id))
+        Ok(r.image.map(|i| ImageInfo {
+            id: i.id,
+            size: i.size,
+        }))
     }
 
     async fn pull_image(&self, image: &str, sandbox: &SandboxConfig) -> Result<String> {

@@ -140,6 +140,9 @@ fn not_found(op: &'static str, id: &str) -> RuntimeError {
     }
 }
 
+/// The size every fake image reports.
+pub const FAKE_IMAGE_SIZE: u64 = 4096;
+
 #[async_trait::async_trait]
 impl Runtime for FakeRuntime {
     async fn version(&self) -> Result<VersionInfo> {
@@ -345,9 +348,12 @@ impl Runtime for FakeRuntime {
         })
     }
 
-    async fn image_status(&self, image: &str) -> Result<Option<String>> {
+    async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
         let s = self.enter("ImageStatus")?;
-        Ok(s.images.get(image).cloned())
+        Ok(s.images.get(image).map(|id| ImageInfo {
+            id: id.clone(),
+            size: FAKE_IMAGE_SIZE,
+        }))
     }
 
     async fn pull_image(&self, image: &str, _sandbox: &SandboxConfig) -> Result<String> {

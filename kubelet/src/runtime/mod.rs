@@ -214,6 +214,15 @@ pub struct VersionInfo {
 }
 
 /// The CRI as the kubelet uses it. Every call is one RPC; no call retries on its own.
+/// An image in the runtime's store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// The image ID (`sha256:...`).
+    pub id: String,
+    /// Size in bytes as the runtime reports it.
+    pub size: u64,
+}
+
 #[async_trait::async_trait]
 pub trait Runtime: Send + Sync + 'static {
     async fn version(&self) -> Result<VersionInfo>;
@@ -238,7 +247,7 @@ pub trait Runtime: Send + Sync + 'static {
     async fn remove_container(&self, id: &str) -> Result<()>;
     async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult>;
 
-    /// The image's ID (digest) when present in the runtime's store.
-    async fn image_status(&self, image: &str) -> Result<Option<String>>;
+    /// The image when present in the runtime's store.
+    async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>>;
     async fn pull_image(&self, image: &str, sandbox: &SandboxConfig) -> Result<String>;
 }

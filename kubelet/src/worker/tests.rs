@@ -1,7 +1,8 @@
 use super::*;
 use crate::cgroups::FakeCgroups;
 use crate::config::CgroupDriver;
-use crate::runtime::fake::FakeRuntime;
+use crate::events::FakeRecorder;
+use crate::runtime::fake::{FAKE_IMAGE_SIZE, FakeRuntime};
 
 const IMAGE: &str = "docker.io/library/busybox:1.35";
 
@@ -9,6 +10,7 @@ struct Rig {
     rt: Arc<FakeRuntime>,
     cg: Arc<FakeCgroups>,
     env: Arc<Env>,
+    events: Arc<FakeRecorder>,
     probe_rx: mpsc::Receiver<probes::ProbeUpdate>,
     _dir: tempfile::TempDir,
 }
@@ -19,7 +21,9 @@ fn rig() -> Rig {
     rt.add_image(IMAGE);
     let cg = Arc::new(FakeCgroups::default());
     let (probes, probe_rx) = test_probes();
+    let events = Arc::new(FakeRecorder::default());
     let env = Arc::new(Env {
+        events: events.clone(),
         probes,
         exec: Arc::new(crate::probing::CriExec(rt.clone())),
         pod_start_duration: None,
@@ -47,6 +51,7 @@ fn rig() -> Rig {
         rt,
         cg,
         env,
+        events,
         probe_rx,
         _dir: dir,
     }
@@ -115,6 +120,16 @@ async fn starts_sandbox_then_container_and_reports_running() {
     assert!(cs.ready);
     assert_eq!(st.qos_class.as_deref(), Some("BestEffort"));
     assert_eq!(r.cg.live.lock().unwrap().len(), 1, "pod cgroup created");
+    assert_eq!(
+        r.events.events(),
+        [
+            format!(
+                "Normal Pulled Container image {IMAGE:?} already present on machine and can be accessed by the pod"
+            ),
+            "Normal Created Container created".into(),
+            "Normal Started Container started".into(),
+        ]
+    );
     // A second pass with nothing changed does nothing.
     r.rt.clear_calls();
     w.sync().await;
@@ -154,6 +169,10 @@ async fn crash_loop_backs_off_10s_then_20s() {
     );
     assert_eq!(cs.last_state.unwrap().terminated.unwrap().exit_code, 1);
     assert_eq!(status(&r).phase.as_deref(), Some("Running"));
+    assert_eq!(
+        r.events.events().last().unwrap(),
+        "Warning BackOff Back-off restarting failed container app in pod web_default(uid-1)"
+    );
     tokio::time::advance(Duration::from_secs(10)).await;
     w.sync().await;
     assert_eq!(r.rt.running("app").len(), 1);
@@ -221,6 +240,7 @@ async fn a_new_worker_adopts_running_containers() {
     r.rt.clear_calls();
     // The agent restarted: a fresh worker with no memory of the pod.
     let fresh_env = Arc::new(Env {
+        events: r.env.events.clone(),
         probes: test_probes().0,
         exec: r.env.exec.clone(),
         pod_start_duration: None,
@@ -312,6 +332,17 @@ async fn image_policies() {
     let mut w = Worker::new(r.env.clone(), p, None);
     w.sync().await;
     assert_eq!(r.rt.count("PullImage"), 1);
+    let ev = r.events.events();
+    assert_eq!(ev[0], format!("Normal Pulling Pulling image {IMAGE:?}"));
+    assert!(
+        ev[1].starts_with(&format!(
+            "Normal Pulled Successfully pulled image {IMAGE:?} in "
+        )) && ev[1].ends_with(&format!(
+            " including waiting). Image size: {FAKE_IMAGE_SIZE} bytes."
+        )),
+        "{}",
+        ev[1]
+    );
 
     let r = rig();
     let mut p = pod("Always", serde_json::json!({}));
@@ -322,6 +353,13 @@ async fn image_policies() {
     let waiting = app_status(&r).state.unwrap().waiting.unwrap();
     assert_eq!(waiting.reason.as_deref(), Some("ErrImageNeverPull"));
     assert_eq!(status(&r).phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        r.events.events(),
+        [
+            "Warning ErrImageNeverPull Container image \"example.org/missing:1\" is not present with pull policy of Never",
+            "Warning Failed Error: ErrImageNeverPull",
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -360,6 +398,16 @@ async fn failed_pull_backs_off() {
         Some("ImagePullBackOff")
     );
     assert_eq!(r.rt.count("PullImage"), 1, "no pull during the back-off");
+    assert_eq!(
+        r.events.events(),
+        [
+            "Normal Pulling Pulling image \"example.org/absent:1\"",
+            "Warning Failed Failed to pull image \"example.org/absent:1\": PullImage failed: no registry",
+            "Warning Failed Error: ErrImagePull",
+            "Normal BackOff Back-off pulling image \"example.org/absent:1\"",
+            "Warning Failed Error: ImagePullBackOff",
+        ]
+    );
     tokio::time::advance(Duration::from_secs(10)).await;
     w.sync().await;
     assert_eq!(r.rt.count("PullImage"), 2);
@@ -419,6 +467,13 @@ async fn sandbox_failure_is_retried() {
     let waiting = app_status(&r).state.unwrap().waiting.unwrap();
     assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
     assert!(waiting.message.unwrap().contains("cni failed"));
+    assert!(
+        r.events
+            .events()
+            .contains(&"Warning FailedCreatePodSandBox Failed to create pod sandbox: RunPodSandbox failed: cni failed".to_string()),
+        "{:?}",
+        r.events.events()
+    );
     w.sync().await;
     assert_eq!(r.rt.running("app").len(), 1);
 }
@@ -508,6 +563,13 @@ async fn liveness_failure_kills_and_restarts_the_container() {
     let cs = app_status(&r);
     assert_eq!(cs.restart_count, 1);
     assert!(cs.last_state.unwrap().terminated.is_some());
+    assert!(
+        r.events.events().contains(
+            &"Normal Killing Container app failed liveness probe, will be restarted".to_string()
+        ),
+        "{:?}",
+        r.events.events()
+    );
 }
 
 #[tokio::test(start_paused = true)]
