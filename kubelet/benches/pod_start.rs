@@ -6,6 +6,9 @@
 //! - agent: manifest seen → every container running, as the agent reports it
 //!   (`pod_start_ms` in its log; the same value feeds kubelet_pod_start_duration_seconds);
 //! - the ratio of the medians, and the agent's RSS idle and with N pods.
+//!
+//! Raw and agent rounds alternate (7 rounds for N = 1, 2 otherwise), so that both see the same
+//! machine; the agent is stopped during raw rounds and restarted on its own state after.
 
 use kubelet::runtime::cri::CriRuntime;
 use kubelet::runtime::*;
@@ -164,7 +167,22 @@ async fn raw(rt: Arc<CriRuntime>, n: usize, tag: &str, logs: &Path, cgroup_root:
 
 struct Agent {
     child: Child,
-    dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Agent {
+    /// Stops the agent (its pods, if any, keep running) and hands back its directory.
+    fn stop(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.dir
+            .take()
+            .expect("an agent has its directory until stopped")
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.as_ref().expect("running agent").path()
+    }
 }
 
 impl Drop for Agent {
@@ -174,8 +192,10 @@ impl Drop for Agent {
     }
 }
 
-fn start_agent(rig: &Rig) -> Agent {
-    let dir = tempfile::tempdir().unwrap();
+/// Starts the agent in `dir` (a fresh one when `None`; reusing one keeps its state, as a
+/// restarted agent on a node would).
+fn start_agent(rig: &Rig, dir: Option<tempfile::TempDir>) -> Agent {
+    let dir = dir.unwrap_or_else(|| tempfile::tempdir().unwrap());
     let d = dir.path();
     std::fs::create_dir_all(d.join("manifests")).unwrap();
     std::fs::write(
@@ -188,7 +208,11 @@ fn start_agent(rig: &Rig) -> Agent {
         ),
     )
     .unwrap();
-    let log = std::fs::File::create(d.join("kubelet.log")).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(d.join("kubelet.log"))
+        .unwrap();
     let child = Command::new("nsenter")
         .arg(format!("--net={}", rig.env["RIG_NETNS_PATH"]))
         .arg(env!("CARGO_BIN_EXE_kubelet"))
@@ -205,11 +229,14 @@ fn start_agent(rig: &Rig) -> Agent {
         .stderr(log)
         .spawn()
         .expect("kubelet");
-    Agent { child, dir }
+    Agent {
+        child,
+        dir: Some(dir),
+    }
 }
 
 fn agent_starts(agent: &Agent) -> Vec<f64> {
-    let log = std::fs::read_to_string(agent.dir.path().join("kubelet.log")).unwrap_or_default();
+    let log = std::fs::read_to_string(agent.dir().join("kubelet.log")).unwrap_or_default();
     log.lines()
         .filter(|l| l.contains("all containers running"))
         .filter_map(|l| {
@@ -260,56 +287,62 @@ fn main() {
     // Warm-up: the first sandbox after containerd starts is slower for everyone.
     rt.block_on(raw(cri.clone(), 1, "warm", logs.path(), &cgroup_root));
 
-    let agent = start_agent(&rig);
+    println!("| pods | rounds | raw CRI p50 (ms) | agent p50 (ms) | agent/raw | agent RSS (MiB) |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let agent = start_agent(&rig, None);
     std::thread::sleep(Duration::from_secs(3));
     let idle_rss = rss_kib(agent.child.id());
-    println!("| pods | raw CRI p50 (ms) | agent p50 (ms) | agent/raw | agent RSS (MiB) |");
-    println!("|---:|---:|---:|---:|---:|");
-    println!("| 0 | - | - | - | {:.1} |", idle_rss as f64 / 1024.0);
-    let mut seen = 0;
-    for (round, &n) in sizes.iter().enumerate() {
-        let tag = format!("r{round}");
-        let mut raw_ms = rt.block_on(raw(cri.clone(), n, &tag, logs.path(), &cgroup_root));
-        let manifests = agent.dir.path().join("manifests");
-        for i in 0..n {
-            let tmp = agent.dir.path().join(format!(".{tag}-{i}"));
-            std::fs::write(&tmp, manifest(i, &format!("pod{tag}"))).unwrap();
-            std::fs::rename(&tmp, manifests.join(format!("{tag}-{i}.yaml"))).unwrap();
-        }
-        let deadline = Instant::now() + Duration::from_secs(120 + 4 * n as u64);
-        let mut agent_ms;
-        loop {
-            agent_ms = agent_starts(&agent);
-            if agent_ms.len() >= seen + n || Instant::now() > deadline {
-                break;
+    println!("| 0 | - | - | - | - | {:.1} |", idle_rss as f64 / 1024.0);
+    let mut agent_dir = Some(agent.stop());
+    for &n in &sizes {
+        // Raw and agent rounds alternate so that both see the same machine. The agent is
+        // stopped during raw rounds: it would rightly stop sandboxes it does not own.
+        let rounds = if n == 1 { 7 } else { 2 };
+        let (mut raw_all, mut agent_all, mut rss) = (Vec::new(), Vec::new(), 0);
+        for round in 0..rounds {
+            let tag = format!("n{n}r{round}");
+            raw_all.extend(rt.block_on(raw(cri.clone(), n, &tag, logs.path(), &cgroup_root)));
+            let agent = start_agent(&rig, agent_dir.take());
+            std::thread::sleep(Duration::from_secs(2));
+            let seen = agent_starts(&agent).len();
+            let manifests = agent.dir().join("manifests");
+            for i in 0..n {
+                let tmp = agent.dir().join(format!(".{tag}-{i}"));
+                std::fs::write(&tmp, manifest(i, &format!("pod{tag}"))).unwrap();
+                std::fs::rename(&tmp, manifests.join(format!("{tag}-{i}.yaml"))).unwrap();
             }
-            std::thread::sleep(Duration::from_millis(200));
+            let deadline = Instant::now() + Duration::from_secs(120 + 4 * n as u64);
+            let mut started = agent_starts(&agent);
+            while started.len() < seen + n && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(200));
+                started = agent_starts(&agent);
+            }
+            agent_all.extend_from_slice(&started[seen.min(started.len())..]);
+            rss = rss.max(rss_kib(agent.child.id()));
+            // Remove this round's pods and wait until the runtime has none left.
+            for i in 0..n {
+                let _ = std::fs::remove_file(manifests.join(format!("{tag}-{i}.yaml")));
+            }
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(60) {
+                let listed = rt
+                    .block_on(cri.list_sandboxes())
+                    .map(|s| s.len())
+                    .unwrap_or(0);
+                if listed == 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            agent_dir = Some(agent.stop());
         }
-        let mut mine: Vec<f64> = agent_ms[seen.min(agent_ms.len())..].to_vec();
-        seen = agent_ms.len();
-        let rss = rss_kib(agent.child.id());
-        let (r, a) = (median(&mut raw_ms), median(&mut mine));
+        let (r, a) = (median(&mut raw_all), median(&mut agent_all));
         println!(
-            "| {n} | {r:.0} | {a:.0} | {:.2} | {:.1} |",
+            "| {n} | {rounds} | {r:.0} | {a:.0} | {:.2} | {:.1} |",
             a / r,
             rss as f64 / 1024.0
         );
-        // Remove this round's pods before the next one.
-        for i in 0..n {
-            let _ = std::fs::remove_file(manifests.join(format!("{tag}-{i}.yaml")));
-        }
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(60) {
-            let listed = rt
-                .block_on(cri.list_sandboxes())
-                .map(|s| s.len())
-                .unwrap_or(0);
-            if listed == 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
     }
-    drop(agent);
+    drop(agent_dir);
     drop(rig);
 }

@@ -1,8 +1,10 @@
 //! Assembles the proxy role from a validated [`ProxyConfig`]: backend detection, proxier,
-//! sync loop, health/metrics servers and the Service source. Used by the `kube-proxy` binary
-//! and meant to be hosted by the kubelet binary later.
+//! sync loop, health/metrics servers and the Service source (the apiserver watch, or
+//! `--static-services-dir`). Used by the `kube-proxy` binary; [`run_with_client`] lets another
+//! process (the kubelet) host the proxy role with its own apiserver client.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use prometheus::Registry;
@@ -17,7 +19,7 @@ use crate::iptables::{self, ExecRunner, IptablesRunner};
 use crate::model::{IpFamily, ServiceState};
 use crate::proxier::{self, Proxier, ProxyHandle, SyncConfig};
 use crate::render::RenderConfig;
-use crate::{cleanup, source};
+use crate::{apiserver, cleanup, source};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -27,8 +29,10 @@ pub enum Error {
     Health(#[from] health::Error),
     #[error("iptables: {0}")]
     Iptables(#[from] iptables::Error),
+    #[error(transparent)]
+    Client(#[from] apiserver::Error),
     #[error(
-        "no Service source: the apiserver watch (--kubeconfig) is not implemented yet; use --static-services-dir"
+        "no Service source: give --kubeconfig (or clientConnection.kubeconfig, or --master) to watch the apiserver, or --static-services-dir to read Services and EndpointSlices from files"
     )]
     NoSource,
 }
@@ -71,13 +75,90 @@ pub async fn cleanup(cfg: &ProxyConfig, env: &Environment) -> Result<()> {
     Ok(())
 }
 
-/// Runs the proxy until `shutdown`.
+/// Where Services and EndpointSlices come from.
+#[derive(Clone)]
+pub enum Source {
+    /// List+watch the apiserver with this client.
+    Apiserver(kube::Client),
+    /// `--static-services-dir`.
+    StaticDir(PathBuf),
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Apiserver(_) => f.write_str("Apiserver"),
+            Source::StaticDir(d) => f.debug_tuple("StaticDir").field(d).finish(),
+        }
+    }
+}
+
+/// The apiserver client settings, when the configuration asks for the apiserver
+/// (`--kubeconfig` / `clientConnection.kubeconfig`, or `--master`).
+pub fn client_options(cfg: &ProxyConfig) -> Option<apiserver::ClientOptions> {
+    let master = cfg.master.clone().filter(|m| !m.trim().is_empty());
+    if cfg.kubeconfig.is_none() && master.is_none() {
+        return None;
+    }
+    Some(apiserver::ClientOptions {
+        kubeconfig: cfg.kubeconfig.clone(),
+        master,
+        qps: cfg.qps,
+        burst: cfg.burst,
+    })
+}
+
+/// Runs the proxy until `shutdown`, with the apiserver as the source when a kubeconfig (or
+/// `--master`) is configured, else `--static-services-dir`; [`Error::NoSource`] for neither.
 pub async fn run(cfg: ProxyConfig, env: Environment, shutdown: CancellationToken) -> Result<()> {
-    let ProxyMode::Iptables = cfg.mode;
-    // The apiserver watch (--kubeconfig) is not implemented yet.
-    let Some(dir) = cfg.static_services_dir.clone() else {
-        return Err(Error::NoSource);
+    let source = match (client_options(&cfg), cfg.static_services_dir.clone()) {
+        (Some(opts), dir) => {
+            if let Some(dir) = dir {
+                info!(
+                    static_services_dir = %dir.display(),
+                    "both an apiserver and --static-services-dir are configured; using the apiserver"
+                );
+            }
+            let server = match (&opts.master, &opts.kubeconfig) {
+                (Some(m), _) => Some(m.clone()),
+                (None, Some(k)) => apiserver::kubeconfig_server(k),
+                (None, None) => None,
+            };
+            info!(
+                kubeconfig = ?opts.kubeconfig,
+                server = server.as_deref().unwrap_or("?"),
+                qps = opts.qps,
+                burst = opts.burst,
+                "Service source: apiserver"
+            );
+            Source::Apiserver(apiserver::build_client(&opts).await?)
+        }
+        (None, Some(dir)) => Source::StaticDir(dir),
+        (None, None) => return Err(Error::NoSource),
     };
+    run_source(cfg, env, source, shutdown).await
+}
+
+/// Runs the proxy role with an apiserver client owned by the caller (e.g. the kubelet hosting
+/// the proxy in its own process); `cfg.kubeconfig`, `master` and `static_services_dir` are
+/// ignored.
+pub async fn run_with_client(
+    cfg: ProxyConfig,
+    env: Environment,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    run_source(cfg, env, Source::Apiserver(client), shutdown).await
+}
+
+/// Runs the proxy until `shutdown` with the given source.
+pub async fn run_source(
+    cfg: ProxyConfig,
+    env: Environment,
+    source: Source,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let ProxyMode::Iptables = cfg.mode;
     let c = &cfg.conntrack;
     info!(
         max_per_core = c.max_per_core,
@@ -133,15 +214,86 @@ pub async fn run(cfg: ProxyConfig, env: Environment, shutdown: CancellationToken
         .await?;
     }
 
-    let source_task = tokio::spawn(source::run_static_dir(
-        dir,
-        handle.clone(),
-        STATIC_DIR_INTERVAL,
-        shutdown.clone(),
-    ));
+    let source_task = match source {
+        Source::Apiserver(client) => tokio::spawn(apiserver::run(
+            client,
+            handle.clone(),
+            cfg.node_name.clone(),
+            shutdown.clone(),
+        )),
+        Source::StaticDir(dir) => {
+            info!(dir = %dir.display(), "Service source: static directory");
+            tokio::spawn(source::run_static_dir(
+                dir,
+                handle.clone(),
+                STATIC_DIR_INTERVAL,
+                shutdown.clone(),
+            ))
+        }
+    };
 
     info!(node = %cfg.node_name, "kube-proxy running (iptables mode)");
     proxier::run(proxier, sync, shutdown.clone()).await;
     let _ = source_task.await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Flags, resolve};
+    use clap::Parser;
+
+    fn cfg(args: &[&str]) -> ProxyConfig {
+        let mut all = vec!["kube-proxy"];
+        all.extend_from_slice(args);
+        resolve(&Flags::try_parse_from(all).unwrap(), None, "node-a").unwrap()
+    }
+
+    #[test]
+    fn client_options_from_flags_and_file() {
+        assert_eq!(client_options(&cfg(&[])), None);
+        assert_eq!(client_options(&cfg(&["--static-services-dir=/x"])), None);
+        let o = client_options(&cfg(&["--kubeconfig=/k", "--kube-api-qps=20"])).unwrap();
+        assert_eq!(o.kubeconfig, Some(PathBuf::from("/k")));
+        assert_eq!((o.qps, o.burst), (20.0, 10));
+        let o = client_options(&cfg(&["--master=https://10.0.0.1:6443"])).unwrap();
+        assert_eq!(o.kubeconfig, None);
+        assert_eq!(o.master.as_deref(), Some("https://10.0.0.1:6443"));
+        let file = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclientConnection:\n  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf\n  qps: 7\n  burst: 3\n";
+        let c = resolve(&Flags::default(), Some(file), "n").unwrap();
+        let o = client_options(&c).unwrap();
+        assert_eq!(
+            o.kubeconfig,
+            Some(PathBuf::from("/var/lib/kube-proxy/kubeconfig.conf"))
+        );
+        assert_eq!((o.qps, o.burst), (7.0, 3));
+    }
+
+    #[tokio::test]
+    async fn no_source_is_a_clear_error() {
+        let e = run(cfg(&[]), Environment::default(), CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::NoSource));
+        assert!(e.to_string().contains("--kubeconfig"), "{e}");
+        assert!(e.to_string().contains("--static-services-dir"), "{e}");
+
+        // A kubeconfig that cannot be read fails before anything touches the kernel.
+        let e = run(
+            cfg(&[
+                "--kubeconfig=/nonexistent/kube-proxy.conf",
+                "--static-services-dir=/x",
+            ]),
+            Environment::default(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, Error::Client(_)), "{e}");
+        assert!(
+            e.to_string().contains("/nonexistent/kube-proxy.conf"),
+            "{e}"
+        );
+    }
 }

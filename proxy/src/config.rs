@@ -162,7 +162,8 @@ pub struct Flags {
     pub logging_format: Option<String>,
     /// Not upstream: read Services and EndpointSlices (YAML/JSON, one or more documents per
     /// file, `List` kinds allowed) from this directory instead of an apiserver. The directory
-    /// is re-read periodically; removed objects are deleted.
+    /// is re-read periodically; removed objects are deleted. Ignored (logged) when an
+    /// apiserver is configured (--kubeconfig, clientConnection.kubeconfig or --master).
     #[arg(long = "static-services-dir")]
     pub static_services_dir: Option<PathBuf>,
 }

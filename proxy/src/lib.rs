@@ -5,9 +5,11 @@
 //! [`render::delta`] → [`iptables::IptablesRunner`] (`iptables-restore --noflush`); after each
 //! successful sync: [`health`] (healthz state, healthCheckNodePort servers) and
 //! [`conntrack`] (stale UDP flows). [`config`] turns flags + KubeProxyConfiguration into a
-//! validated config, [`app`] assembles the role (used by the `kube-proxy` binary), [`source`]
-//! reads Services/EndpointSlices from a directory (`--static-services-dir`).
+//! validated config, [`app`] assembles the role (used by the `kube-proxy` binary), [`apiserver`]
+//! list+watches Services/EndpointSlices (and this Node) from the apiserver, [`source`] reads
+//! them from a directory instead (`--static-services-dir`).
 
+pub mod apiserver;
 pub mod app;
 pub mod chains;
 pub mod cleanup;

@@ -601,8 +601,20 @@ fn kubeadm_join_simulation() {
     );
 
     // Apiserver outage: pods keep running; on return the lease resumes and status converges.
+    // A pod that finishes during the outage: its status on the apiserver is stale on return.
+    let mut finishes = api_pod("finishes", "sleep 15", 1);
+    finishes["spec"]["restartPolicy"] = json!("Never");
+    cp.create("pods", finishes).unwrap();
+    rt.block_on(cp.wait_for(
+        "pods",
+        "default",
+        "finishes",
+        Duration::from_secs(60),
+        |p| p.is_some_and(|p| p["status"]["phase"] == "Running"),
+    ))
+    .unwrap_or_else(|| panic!("finishes not Running\n{}", kubelet.log_text()));
     cp.stop();
-    std::thread::sleep(Duration::from_secs(12));
+    std::thread::sleep(Duration::from_secs(60));
     let (pods, code) = kubelet.curl("https://127.0.0.1:10250/pods");
     assert_eq!(code, "200");
     assert!(
@@ -614,6 +626,19 @@ fn kubeadm_join_simulation() {
         .unwrap()["spec"]["renewTime"]
         .clone();
     cp.resume();
+    let back = Instant::now();
+    wait_for(
+        "pod status converged after the outage",
+        Duration::from_secs(10),
+        || {
+            let p = cp.get("pods", "default", "finishes")?;
+            (p["status"]["phase"] == "Succeeded").then_some(())
+        },
+    );
+    eprintln!(
+        "status converged {:?} after the apiserver came back",
+        back.elapsed()
+    );
     wait_for(
         "lease renewed after the outage",
         Duration::from_secs(30),

@@ -1,0 +1,771 @@
+//! The apiserver source: list+watch Services and `discovery.k8s.io/v1` EndpointSlices in all
+//! namespaces (with upstream kube-proxy's label selector) into a [`ProxyHandle`], and this
+//! proxy's Node (logged; nothing renders from it yet).
+//!
+//! Each kind runs one `kube::runtime::watcher` whose events drive a [`Mirror`]: a plain-data
+//! record of what was delivered to the handle. A (re-)list is buffered until it is complete and
+//! then diffed against the mirror, so objects that vanished while the watch was down are
+//! deleted, unchanged ones are not re-delivered, and the handle is marked synced once. Objects
+//! are decoded one by one, so a malformed object is logged and skipped without failing the
+//! list; watch errors are logged and retried with the watcher's backoff.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::proxier::ProxyHandle;
+
+/// `apis.LabelServiceProxyName`: Services (and their slices) carrying it belong to another proxy.
+pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
+/// `v1.IsHeadlessService`: set on the EndpointSlices of headless Services.
+pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
+
+/// Server-side timeout of each watch request (kube's default idle timeout is ~295 s).
+pub const WATCH_TIMEOUT_SECS: u32 = 60;
+/// Upper bound for connecting to the apiserver.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("reading kubeconfig {path}: {message}")]
+    Kubeconfig { path: PathBuf, message: String },
+    #[error("invalid --master {master:?}: {message}")]
+    Master { master: String, message: String },
+    #[error("building the apiserver client: {0}")]
+    Build(#[from] kube::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The label selector of upstream's Service and EndpointSlice informers (both use the same
+/// one: `labels.Selector.String()` sorts requirements by key).
+pub fn label_selector() -> String {
+    let mut keys = [LABEL_SERVICE_PROXY_NAME, LABEL_HEADLESS];
+    keys.sort_unstable();
+    keys.iter()
+        .map(|k| format!("!{k}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The field selector of the Node watch (upstream watches only its own Node).
+pub fn node_field_selector(node_name: &str) -> String {
+    format!("metadata.name={node_name}")
+}
+
+// ---------------------------------------------------------------------------------------
+// Client.
+
+/// Where the client comes from: `--kubeconfig` / `clientConnection.kubeconfig`, `--master`
+/// (overrides the kubeconfig's server, as upstream's `BuildConfigFromFlags`), and the
+/// client-side rate limit (`clientConnection.qps` / `burst`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientOptions {
+    pub kubeconfig: Option<PathBuf>,
+    pub master: Option<String>,
+    pub qps: f32,
+    pub burst: i32,
+}
+
+fn parse_master(master: &str) -> Result<http::Uri> {
+    let err = |message: String| Error::Master {
+        master: master.to_string(),
+        message,
+    };
+    let uri: http::Uri = master.trim().parse().map_err(|e| err(format!("{e}")))?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.host().is_some() => Ok(uri),
+        _ => Err(err("must be an http(s) URL with a host".into())),
+    }
+}
+
+async fn load_config(opts: &ClientOptions) -> Result<kube::Config> {
+    let mut config = match &opts.kubeconfig {
+        Some(path) => {
+            let err = |message: String| Error::Kubeconfig {
+                path: path.clone(),
+                message,
+            };
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| err(e.to_string()))?
+        }
+        None => {
+            let master = opts.master.as_deref().unwrap_or_default();
+            kube::Config::new(parse_master(master)?)
+        }
+    };
+    if let Some(master) = opts.master.as_deref().filter(|m| !m.trim().is_empty()) {
+        config.cluster_url = parse_master(master)?;
+    }
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    Ok(config)
+}
+
+/// The fixed-window approximation of client-go's token bucket: at most `burst` requests per
+/// `burst / qps` seconds (5 QPS / burst 10 → 10 requests per 2 s).
+pub fn rate_window(qps: f32, burst: i32) -> (u64, Duration) {
+    let burst = u64::try_from(burst.max(1)).unwrap_or(1);
+    let qps = if qps.is_finite() && qps > 0.0 {
+        f64::from(qps)
+    } else {
+        5.0
+    };
+    let per = Duration::from_secs_f64(burst as f64 / qps).max(Duration::from_millis(1));
+    (burst, per)
+}
+
+/// Builds a rate-limited client (client certificates and tokens as kube supports them:
+/// inline or file certificates, `token`, `tokenFile`, exec plugins).
+pub async fn build_client(opts: &ClientOptions) -> Result<kube::Client> {
+    let config = load_config(opts).await?;
+    let (num, per) = rate_window(opts.qps, opts.burst);
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(builder
+        .with_layer(&tower::limit::RateLimitLayer::new(num, per))
+        .build())
+}
+
+/// Reads a kubeconfig just to report which server it points at (for logs).
+pub fn kubeconfig_server(path: &Path) -> Option<String> {
+    let kc = kube::config::Kubeconfig::read_from(path).ok()?;
+    let ctx_name = kc.current_context.clone()?;
+    let ctx = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == ctx_name)?
+        .context
+        .clone()?;
+    kc.clusters
+        .iter()
+        .find(|c| c.name == ctx.cluster)?
+        .cluster
+        .as_ref()?
+        .server
+        .clone()
+}
+
+// ---------------------------------------------------------------------------------------
+// What was delivered: the re-list diff, as plain data.
+
+/// namespace/name ("" namespace for cluster-scoped objects).
+pub type Key = (String, String);
+
+/// One change to deliver to a sink.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change<K> {
+    Upsert(K),
+    Delete(K),
+}
+
+/// What one kind's watcher has delivered so far, and the list being received.
+#[derive(Debug)]
+pub struct Mirror<K> {
+    delivered: BTreeMap<Key, K>,
+    /// Some while a (re-)list is in progress.
+    listing: Option<BTreeMap<Key, K>>,
+    /// Listed objects that could not be decoded: their last delivered version is kept.
+    kept: BTreeSet<Key>,
+    synced: bool,
+}
+
+impl<K> Default for Mirror<K> {
+    fn default() -> Self {
+        Mirror {
+            delivered: BTreeMap::new(),
+            listing: None,
+            kept: BTreeSet::new(),
+            synced: false,
+        }
+    }
+}
+
+impl<K: Clone + PartialEq> Mirror<K> {
+    /// A (re-)list starts.
+    pub fn init(&mut self) {
+        self.listing = Some(BTreeMap::new());
+        self.kept.clear();
+    }
+
+    /// One listed object.
+    pub fn init_apply(&mut self, key: Key, obj: K) {
+        self.listing.get_or_insert_default().insert(key, obj);
+    }
+
+    /// A listed object that could not be decoded: keep whatever was delivered for it.
+    pub fn init_keep(&mut self, key: Key) {
+        self.kept.insert(key);
+    }
+
+    /// The list is complete: deletes for what vanished, upserts for what is new or changed.
+    /// Returns the changes and whether this was the first complete list.
+    pub fn init_done(&mut self) -> (Vec<Change<K>>, bool) {
+        let listed = self.listing.take().unwrap_or_default();
+        let kept = std::mem::take(&mut self.kept);
+        let mut changes = Vec::new();
+        let old = std::mem::take(&mut self.delivered);
+        for (key, obj) in old {
+            if listed.contains_key(&key) || kept.contains(&key) {
+                self.delivered.insert(key, obj);
+            } else {
+                changes.push(Change::Delete(obj));
+            }
+        }
+        for (key, obj) in listed {
+            if self.delivered.get(&key) != Some(&obj) {
+                changes.push(Change::Upsert(obj.clone()));
+            }
+            self.delivered.insert(key, obj);
+        }
+        let first = !self.synced;
+        self.synced = true;
+        (changes, first)
+    }
+
+    /// An object was added or modified (outside a list).
+    pub fn apply(&mut self, key: Key, obj: K) -> Option<Change<K>> {
+        if self.delivered.get(&key) == Some(&obj) {
+            return None;
+        }
+        self.delivered.insert(key, obj.clone());
+        Some(Change::Upsert(obj))
+    }
+
+    /// An object was deleted: the delete carries the version that was delivered.
+    pub fn delete(&mut self, key: &Key) -> Option<Change<K>> {
+        self.delivered.remove(key).map(Change::Delete)
+    }
+
+    pub fn len(&self) -> usize {
+        self.delivered.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.delivered.is_empty()
+    }
+
+    pub fn get(&self, key: &Key) -> Option<&K> {
+        self.delivered.get(key)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sinks.
+
+/// Where one kind's changes go.
+pub trait Sink: Send + 'static {
+    type Obj: Clone + PartialEq + Send + 'static;
+    /// For logs: "Service", "EndpointSlice", "Node".
+    const KIND: &'static str;
+    /// Decodes one object; `Err` is logged and the object skipped.
+    fn decode(&self, obj: DynamicObject) -> Result<Self::Obj, String>;
+    fn upsert(&mut self, obj: &Self::Obj);
+    fn delete(&mut self, obj: &Self::Obj);
+    /// The first complete list was delivered.
+    fn synced(&mut self);
+}
+
+fn key_of(obj: &DynamicObject) -> Key {
+    (
+        obj.metadata.namespace.clone().unwrap_or_default(),
+        obj.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn check_name(obj: &DynamicObject) -> Result<(), String> {
+    if obj.metadata.name.as_deref().unwrap_or_default().is_empty() {
+        return Err("object without metadata.name".into());
+    }
+    Ok(())
+}
+
+/// Services into the handle.
+#[derive(Debug)]
+pub struct ServiceSink(pub ProxyHandle);
+
+impl Sink for ServiceSink {
+    type Obj = Service;
+    const KIND: &'static str = "Service";
+
+    fn decode(&self, obj: DynamicObject) -> Result<Service, String> {
+        check_name(&obj)?;
+        let mut svc: Service = obj.try_parse().map_err(|e| e.to_string())?;
+        svc.metadata.managed_fields = None;
+        Ok(svc)
+    }
+    fn upsert(&mut self, obj: &Service) {
+        self.0.on_service_upsert(obj);
+    }
+    fn delete(&mut self, obj: &Service) {
+        self.0.on_service_delete(obj);
+    }
+    fn synced(&mut self) {
+        self.0.on_services_synced();
+    }
+}
+
+/// EndpointSlices into the handle.
+#[derive(Debug)]
+pub struct EndpointSliceSink(pub ProxyHandle);
+
+impl Sink for EndpointSliceSink {
+    type Obj = EndpointSlice;
+    const KIND: &'static str = "EndpointSlice";
+
+    fn decode(&self, obj: DynamicObject) -> Result<EndpointSlice, String> {
+        check_name(&obj)?;
+        let mut slice: EndpointSlice = obj.try_parse().map_err(|e| e.to_string())?;
+        slice.metadata.managed_fields = None;
+        Ok(slice)
+    }
+    fn upsert(&mut self, obj: &EndpointSlice) {
+        self.0.on_endpoint_slice_upsert(obj);
+    }
+    fn delete(&mut self, obj: &EndpointSlice) {
+        self.0.on_endpoint_slice_delete(obj);
+    }
+    fn synced(&mut self) {
+        self.0.on_endpoint_slices_synced();
+    }
+}
+
+/// What the proxy looks at in its Node (addresses and labels; nothing renders from them yet,
+/// they are logged when they change).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub name: String,
+    /// `type=address`, in the Node's order.
+    pub addresses: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+    pub pod_cidrs: Vec<String>,
+}
+
+impl NodeInfo {
+    pub fn from_node(node: &Node) -> NodeInfo {
+        let status = node.status.as_ref();
+        let spec = node.spec.as_ref();
+        NodeInfo {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            addresses: status
+                .and_then(|s| s.addresses.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|a| format!("{}={}", a.type_, a.address))
+                .collect(),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            pod_cidrs: spec
+                .and_then(|s| s.pod_cidrs.clone())
+                .or_else(|| spec.and_then(|s| s.pod_cidr.clone()).map(|c| vec![c]))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// This proxy's Node: changes are logged.
+#[derive(Debug, Default)]
+pub struct NodeSink {
+    pub current: Option<NodeInfo>,
+}
+
+impl Sink for NodeSink {
+    type Obj = NodeInfo;
+    const KIND: &'static str = "Node";
+
+    fn decode(&self, obj: DynamicObject) -> Result<NodeInfo, String> {
+        check_name(&obj)?;
+        let node: Node = obj.try_parse().map_err(|e| e.to_string())?;
+        Ok(NodeInfo::from_node(&node))
+    }
+    fn upsert(&mut self, obj: &NodeInfo) {
+        match &self.current {
+            None => info!(
+                node = %obj.name,
+                addresses = ?obj.addresses,
+                pod_cidrs = ?obj.pod_cidrs,
+                labels = obj.labels.len(),
+                "node seen"
+            ),
+            Some(old) => {
+                if old.addresses != obj.addresses {
+                    info!(node = %obj.name, old = ?old.addresses, new = ?obj.addresses, "node addresses changed");
+                }
+                if old.labels != obj.labels {
+                    info!(node = %obj.name, labels = ?obj.labels, "node labels changed");
+                }
+                if old.pod_cidrs != obj.pod_cidrs {
+                    info!(node = %obj.name, old = ?old.pod_cidrs, new = ?obj.pod_cidrs, "node pod CIDRs changed");
+                }
+            }
+        }
+        self.current = Some(obj.clone());
+    }
+    fn delete(&mut self, obj: &NodeInfo) {
+        warn!(node = %obj.name, "node deleted");
+        self.current = None;
+    }
+    fn synced(&mut self) {
+        if self.current.is_none() {
+            info!("node not registered (yet)");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The loop.
+
+/// Feeds one watcher event into `mirror` and `sink`. Pure with respect to I/O (logs only),
+/// so tests drive it with hand-made events.
+pub fn handle_event<S: Sink>(mirror: &mut Mirror<S::Obj>, sink: &mut S, ev: Event<DynamicObject>) {
+    let deliver = |sink: &mut S, change: Change<S::Obj>| match change {
+        Change::Upsert(o) => sink.upsert(&o),
+        Change::Delete(o) => sink.delete(&o),
+    };
+    match ev {
+        Event::Init => {
+            debug!(kind = S::KIND, "list started");
+            mirror.init();
+        }
+        Event::InitApply(obj) => {
+            let key = key_of(&obj);
+            match sink.decode(obj) {
+                Ok(o) => mirror.init_apply(key, o),
+                Err(e) => {
+                    warn!(kind = S::KIND, namespace = %key.0, name = %key.1, error = %e, "skipping malformed object");
+                    mirror.init_keep(key);
+                }
+            }
+        }
+        Event::InitDone => {
+            let (changes, first) = mirror.init_done();
+            let deleted = changes
+                .iter()
+                .filter(|c| matches!(c, Change::Delete(_)))
+                .count();
+            info!(
+                kind = S::KIND,
+                objects = mirror.len(),
+                changed = changes.len() - deleted,
+                deleted,
+                "listed"
+            );
+            for c in changes {
+                deliver(sink, c);
+            }
+            if first {
+                sink.synced();
+            }
+        }
+        Event::Apply(obj) => {
+            let key = key_of(&obj);
+            match sink.decode(obj) {
+                Ok(o) => {
+                    if let Some(c) = mirror.apply(key, o) {
+                        deliver(sink, c);
+                    }
+                }
+                Err(e) => {
+                    warn!(kind = S::KIND, namespace = %key.0, name = %key.1, error = %e, "skipping malformed object")
+                }
+            }
+        }
+        Event::Delete(obj) => {
+            if let Some(c) = mirror.delete(&key_of(&obj)) {
+                deliver(sink, c);
+            }
+        }
+    }
+}
+
+/// List+watches one kind into `sink` until `shutdown`. Errors are logged; the watcher retries
+/// them with its default backoff (and re-lists after 410 Gone). Should the stream ever end, a
+/// new watcher starts after a pause and its first list is diffed against what was delivered.
+pub async fn run_watch<S: Sink>(
+    api: Api<DynamicObject>,
+    cfg: watcher::Config,
+    mut sink: S,
+    shutdown: CancellationToken,
+) {
+    let mut mirror: Mirror<S::Obj> = Mirror::default();
+    loop {
+        let mut stream = watcher::watcher(api.clone(), cfg.clone())
+            .default_backoff()
+            .boxed();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                ev = stream.next() => match ev {
+                    Some(Ok(ev)) => handle_event(&mut mirror, &mut sink, ev),
+                    Some(Err(e)) => warn!(kind = S::KIND, error = %e, "watch failed; retrying with backoff"),
+                    None => break,
+                }
+            }
+        }
+        warn!(kind = S::KIND, "watch stream ended; restarting");
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// Runs the Service, EndpointSlice and Node watches until `shutdown`.
+pub async fn run(
+    client: kube::Client,
+    handle: ProxyHandle,
+    node_name: String,
+    shutdown: CancellationToken,
+) {
+    let selector = label_selector();
+    info!(label_selector = %selector, node = %node_name, "watching Services, EndpointSlices and this Node");
+    let base = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
+    let services = run_watch(
+        Api::all_with(client.clone(), &ApiResource::erase::<Service>(&())),
+        base.clone().labels(&selector),
+        ServiceSink(handle.clone()),
+        shutdown.clone(),
+    );
+    let slices = run_watch(
+        Api::all_with(client.clone(), &ApiResource::erase::<EndpointSlice>(&())),
+        base.clone().labels(&selector),
+        EndpointSliceSink(handle),
+        shutdown.clone(),
+    );
+    let node = run_watch(
+        Api::all_with(client, &ApiResource::erase::<Node>(&())),
+        base.fields(&node_field_selector(&node_name)),
+        NodeSink::default(),
+        shutdown.clone(),
+    );
+    tokio::join!(services, slices, node);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{IpFamily, ServiceState};
+    use serde_json::json;
+
+    #[test]
+    fn selectors_match_upstream() {
+        assert_eq!(
+            label_selector(),
+            "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name"
+        );
+        assert_eq!(node_field_selector("node-a"), "metadata.name=node-a");
+    }
+
+    #[test]
+    fn rate_window_defaults() {
+        assert_eq!(rate_window(5.0, 10), (10, Duration::from_secs(2)));
+        assert_eq!(rate_window(0.0, 0), (1, Duration::from_millis(200)));
+        assert_eq!(rate_window(50.0, 100), (100, Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn master_must_be_a_url() {
+        assert!(parse_master("https://10.0.0.1:6443").is_ok());
+        assert!(parse_master("http://h").is_ok());
+        assert!(matches!(
+            parse_master("10.0.0.1:6443"),
+            Err(Error::Master { .. })
+        ));
+        assert!(matches!(parse_master(""), Err(Error::Master { .. })));
+    }
+
+    fn k(name: &str) -> Key {
+        ("default".into(), name.into())
+    }
+
+    #[test]
+    fn relist_deletes_vanished_and_skips_unchanged() {
+        let mut m: Mirror<u32> = Mirror::default();
+        m.init();
+        m.init_apply(k("a"), 1);
+        m.init_apply(k("b"), 1);
+        let (c, first) = m.init_done();
+        assert!(first);
+        assert_eq!(c, vec![Change::Upsert(1), Change::Upsert(1)]);
+        assert_eq!(m.apply(k("a"), 1), None, "unchanged apply is dropped");
+        assert_eq!(m.apply(k("a"), 2), Some(Change::Upsert(2)));
+        assert_eq!(m.apply(k("c"), 7), Some(Change::Upsert(7)));
+
+        // Re-list: a unchanged, b changed, c vanished, d new.
+        m.init();
+        m.init_apply(k("a"), 2);
+        m.init_apply(k("b"), 3);
+        m.init_apply(k("d"), 4);
+        let (c, first) = m.init_done();
+        assert!(!first);
+        assert_eq!(
+            c,
+            vec![Change::Delete(7), Change::Upsert(3), Change::Upsert(4)]
+        );
+        assert_eq!(m.len(), 3);
+
+        // Deletes carry the delivered version; unknown deletes are dropped.
+        assert_eq!(m.delete(&k("b")), Some(Change::Delete(3)));
+        assert_eq!(m.delete(&k("b")), None);
+
+        // A malformed object in a re-list keeps its delivered version.
+        m.init();
+        m.init_keep(k("a"));
+        let (c, _) = m.init_done();
+        assert_eq!(c, vec![Change::Delete(4)]);
+        assert_eq!(m.get(&k("a")), Some(&2));
+    }
+
+    fn dyn_obj(v: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn svc(name: &str, ip: &str) -> DynamicObject {
+        dyn_obj(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"namespace": "default", "name": name, "resourceVersion": "1",
+                         "managedFields": [{"manager": "x"}]},
+            "spec": {"clusterIP": ip, "clusterIPs": [ip], "type": "ClusterIP",
+                     "ports": [{"name": "p", "port": 80, "protocol": "TCP"}]}
+        }))
+    }
+
+    fn slice(name: &str, svc: &str, ips: &[&str]) -> DynamicObject {
+        dyn_obj(json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"namespace": "default", "name": name,
+                         "labels": {"kubernetes.io/service-name": svc}},
+            "addressType": "IPv4",
+            "endpoints": ips.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}})).collect::<Vec<_>>(),
+            "ports": [{"name": "p", "port": 8080, "protocol": "TCP"}]
+        }))
+    }
+
+    #[test]
+    fn events_drive_the_handle_and_relist_deletes() {
+        let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "n"));
+        let mut svcs = ServiceSink(handle.clone());
+        let mut sm = Mirror::default();
+        let mut slices = EndpointSliceSink(handle.clone());
+        let mut em = Mirror::default();
+
+        handle_event(&mut sm, &mut svcs, Event::Init);
+        handle_event(&mut sm, &mut svcs, Event::InitApply(svc("a", "10.96.0.1")));
+        handle_event(&mut sm, &mut svcs, Event::InitApply(svc("b", "10.96.0.2")));
+        // Malformed: a port that is not a number. Skipped, the rest of the list is kept.
+        let bad = dyn_obj(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"namespace": "default", "name": "bad"},
+            "spec": {"ports": [{"port": "eighty"}]}
+        }));
+        handle_event(&mut sm, &mut svcs, Event::InitApply(bad.clone()));
+        assert!(!handle.initialized());
+        handle_event(&mut sm, &mut svcs, Event::InitDone);
+        assert_eq!(sm.len(), 2);
+        assert!(
+            sm.get(&k("a")).unwrap().metadata.managed_fields.is_none(),
+            "managedFields stripped"
+        );
+        handle_event(&mut em, &mut slices, Event::Init);
+        handle_event(
+            &mut em,
+            &mut slices,
+            Event::InitApply(slice("a-1", "a", &["10.244.0.2", "10.244.1.2"])),
+        );
+        handle_event(&mut em, &mut slices, Event::InitDone);
+        assert!(handle.initialized());
+        assert_eq!(handle.with_state(|s| s.service_port_map().len()), 2);
+        assert_eq!(
+            handle.with_state(|s| s.endpoints_map().values().map(Vec::len).sum::<usize>()),
+            2
+        );
+
+        // Watch events: a malformed update is skipped (the old version stays).
+        handle_event(&mut sm, &mut svcs, Event::Apply(bad));
+        let mut bad_a = svc("a", "10.96.0.1");
+        bad_a.data["spec"]["ports"] = json!("not a list");
+        handle_event(&mut sm, &mut svcs, Event::Apply(bad_a));
+        assert_eq!(handle.with_state(|s| s.service_port_map().len()), 2);
+        handle_event(
+            &mut em,
+            &mut slices,
+            Event::Apply(slice("a-1", "a", &["10.244.0.2"])),
+        );
+        assert_eq!(
+            handle.with_state(|s| s.endpoints_map().values().map(Vec::len).sum::<usize>()),
+            1
+        );
+
+        // Re-list after an outage: b and the slice vanished meanwhile.
+        handle_event(&mut sm, &mut svcs, Event::Init);
+        handle_event(&mut sm, &mut svcs, Event::InitApply(svc("a", "10.96.0.1")));
+        handle_event(&mut sm, &mut svcs, Event::InitDone);
+        handle_event(&mut em, &mut slices, Event::Init);
+        handle_event(&mut em, &mut slices, Event::InitDone);
+        assert_eq!(handle.with_state(|s| s.service_port_map().len()), 1);
+        assert!(handle.with_state(|s| s.endpoints_map().is_empty()));
+
+        // Delete events.
+        handle_event(&mut sm, &mut svcs, Event::Delete(svc("a", "10.96.0.1")));
+        assert!(handle.with_state(|s| s.service_port_map().is_empty()));
+        assert!(sm.is_empty());
+    }
+
+    #[test]
+    fn node_info_and_sink() {
+        let node = dyn_obj(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1"}},
+            "spec": {"podCIDR": "10.244.1.0/24"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.2"}]}
+        }));
+        let mut sink = NodeSink::default();
+        let mut m = Mirror::default();
+        handle_event(&mut m, &mut sink, Event::Init);
+        handle_event(&mut m, &mut sink, Event::InitApply(node));
+        handle_event(&mut m, &mut sink, Event::InitDone);
+        let cur = sink.current.clone().unwrap();
+        assert_eq!(cur.addresses, vec!["InternalIP=192.168.0.2"]);
+        assert_eq!(cur.pod_cidrs, vec!["10.244.1.0/24"]);
+        assert_eq!(cur.labels["topology.kubernetes.io/zone"], "z1");
+        handle_event(&mut m, &mut sink, Event::Init);
+        handle_event(&mut m, &mut sink, Event::InitDone);
+        assert!(sink.current.is_none(), "node gone after re-list");
+    }
+
+    #[tokio::test]
+    async fn kubeconfig_errors_are_clear() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing.conf");
+        let opts = ClientOptions {
+            kubeconfig: Some(path.clone()),
+            master: None,
+            qps: 5.0,
+            burst: 10,
+        };
+        let e = build_client(&opts)
+            .await
+            .err()
+            .expect("missing kubeconfig must fail");
+        assert!(matches!(e, Error::Kubeconfig { .. }), "{e}");
+        assert!(e.to_string().contains("missing.conf"), "{e}");
+
+        // --master alone: an unauthenticated client to that URL.
+        let opts = ClientOptions {
+            kubeconfig: None,
+            master: Some("http://127.0.0.1:1".into()),
+            qps: 5.0,
+            burst: 10,
+        };
+        assert!(build_client(&opts).await.is_ok());
+    }
+}

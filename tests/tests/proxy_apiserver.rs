@@ -1,0 +1,747 @@
+//! The real `kube-proxy` binary watching the test control plane, with real traffic, in network
+//! namespaces this test creates (`pxapi-<pid>-*`) and deletes; the root namespace's rules,
+//! routes and links are never touched.
+//!
+//! Topology: `client` —veth— `node` —veth— `pod0`, `pod1`. The control plane listens on
+//! 127.0.0.1 *inside* `node` (a thread enters it with setns(2) and builds the runtime there),
+//! and kube-proxy runs there too (`ip netns exec`) with `--kubeconfig` pointing at it.
+//! Backends and the client are this test binary re-executed in their namespace (`helper`,
+//! driven by `PXAPI_HELPER`).
+//!
+//! Needs root and the binaries: `cargo build --bins` first.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use node_tests::controlplane::{Options, TestControlPlane};
+use serde_json::json;
+
+const NODE_IP: &str = "10.100.0.1";
+const CLIENT_IP: &str = "10.100.0.2";
+const BACKEND_PORT: u16 = 8080;
+const NODE_NAME: &str = "pxapi-node";
+
+// ---------------------------------------------------------------------------------------
+// Helper processes (run inside a namespace).
+
+/// Not a test on its own: does nothing unless `PXAPI_HELPER` is set.
+#[test]
+fn helper() {
+    let Ok(spec) = std::env::var("PXAPI_HELPER") else {
+        return;
+    };
+    let args: Vec<&str> = spec.split_whitespace().collect();
+    match args.as_slice() {
+        ["server", name] => run_server(name),
+        ["client", addr, count] => run_client(addr, count.parse().unwrap()),
+        _ => panic!("bad PXAPI_HELPER {spec:?}"),
+    }
+}
+
+/// Answers its name on TCP 8080; exits by itself after 180 s at the latest.
+fn run_server(name: &str) {
+    let tcp = TcpListener::bind(("0.0.0.0", BACKEND_PORT)).unwrap();
+    let reply = format!("{name}\n");
+    std::thread::spawn(move || {
+        for mut s in tcp.incoming().flatten() {
+            let _ = s.write_all(reply.as_bytes());
+        }
+    });
+    println!("\nREADY");
+    std::thread::sleep(Duration::from_secs(180));
+}
+
+/// Makes `count` TCP connections; prints one `R <answer>` line each (`R ERR <kind>` on failure).
+fn run_client(addr: &str, count: usize) {
+    println!();
+    let sa = addr.parse().unwrap();
+    for _ in 0..count {
+        let answer = match TcpStream::connect_timeout(&sa, Duration::from_millis(700)) {
+            Ok(mut s) => {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                let mut out = String::new();
+                match s.read_to_string(&mut out) {
+                    Ok(_) if !out.trim().is_empty() => out.trim().to_string(),
+                    _ => "ERR empty".into(),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "ERR refused".into(),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => "ERR timeout".into(),
+            Err(e) => format!("ERR {:?}", e.kind()),
+        };
+        println!("R {answer}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Namespaces.
+
+fn sh(args: &[&str]) -> Result<(), String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{args:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn have(bin: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// `KUBE-` lines in the root namespace's iptables (read only).
+fn root_kube_rules() -> usize {
+    ["iptables-save", "iptables-legacy-save"]
+        .iter()
+        .filter(|b| have(b))
+        .filter_map(|b| Command::new(b).output().ok())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.contains("KUBE-"))
+                .count()
+        })
+        .sum()
+}
+
+/// The namespaces and helper processes; everything is removed on drop.
+struct Topology {
+    node: String,
+    client: String,
+    pods: Vec<String>,
+    children: Vec<Child>,
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in self.pods.iter().chain([&self.client, &self.node]) {
+            let _ = Command::new("ip").args(["netns", "delete", ns]).status();
+        }
+    }
+}
+
+impl Topology {
+    fn build(prefix: &str, pods: usize) -> Result<Topology, String> {
+        let mut t = Topology {
+            node: format!("{prefix}-node"),
+            client: format!("{prefix}-client"),
+            pods: Vec::new(),
+            children: Vec::new(),
+        };
+        sh(&["ip", "netns", "add", &t.node])?;
+        sh(&["ip", "netns", "add", &t.client])?;
+        for i in 0..pods {
+            let p = format!("{prefix}-pod{i}");
+            sh(&["ip", "netns", "add", &p])?;
+            t.pods.push(p);
+        }
+        let node = t.node.clone();
+        let client = t.client.clone();
+        for ns in t.pods.iter().chain([&t.client, &t.node]) {
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+        }
+        // Links are created inside the node namespace and the peer moved straight on.
+        let veth = |dev: &str, peer_ns: &str| {
+            sh(&[
+                "ip", "-n", &node, "link", "add", dev, "type", "veth", "peer", "name", "eth0",
+                "netns", peer_ns,
+            ])
+        };
+        let addr = |ns: &str, cidr: &str, dev: &str| {
+            sh(&["ip", "-n", ns, "addr", "add", cidr, "dev", dev])?;
+            sh(&["ip", "-n", ns, "link", "set", dev, "up"])
+        };
+        veth("c0", &client)?;
+        addr(&node, &format!("{NODE_IP}/24"), "c0")?;
+        addr(&client, &format!("{CLIENT_IP}/24"), "eth0")?;
+        sh(&[
+            "ip", "-n", &client, "route", "add", "default", "via", NODE_IP,
+        ])?;
+        // An uplink of sorts, so a service IP without rules is routed (not "unreachable").
+        sh(&[
+            "ip", "-n", &node, "route", "add", "default", "via", CLIENT_IP,
+        ])?;
+        for (i, p) in t.pods.iter().enumerate() {
+            let dev = format!("p{i}");
+            veth(&dev, p)?;
+            addr(&node, &format!("10.244.{i}.1/24"), &dev)?;
+            addr(p, &format!("10.244.{i}.2/24"), "eth0")?;
+            sh(&[
+                "ip",
+                "-n",
+                p,
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("10.244.{i}.1"),
+            ])?;
+        }
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &node,
+            "sysctl",
+            "-qw",
+            "net.ipv4.ip_forward=1",
+            "net.ipv4.conf.all.send_redirects=0",
+            "net.ipv4.conf.c0.send_redirects=0",
+        ])?;
+        Ok(t)
+    }
+
+    fn helper_cmd(ns: &str, spec: &str) -> Command {
+        let exe = std::env::current_exe().unwrap();
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns])
+            .arg(exe)
+            .args(["helper", "--exact", "--nocapture", "--test-threads=1"])
+            .env("PXAPI_HELPER", spec);
+        c
+    }
+
+    fn start_backends(&mut self) -> Result<(), String> {
+        for (i, p) in self.pods.clone().iter().enumerate() {
+            let mut child = Self::helper_cmd(p, &format!("server pod{i}"))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| e.to_string())?;
+            let mut out = child.stdout.take().unwrap();
+            self.children.push(child);
+            let mut seen = String::new();
+            let mut buf = [0u8; 256];
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !seen.contains("READY") && Instant::now() < deadline {
+                match out.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+                }
+            }
+            if !seen.contains("READY") {
+                return Err(format!("backend pod{i} did not start: {seen:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// `count` connections from the client namespace; their answers.
+    fn client(&self, addr: &str, count: usize) -> Vec<String> {
+        let out = Self::helper_cmd(&self.client, &format!("client {addr} {count}"))
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix("R "))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The node namespace's nat and filter tables, whichever iptables backend holds them.
+    fn node_rules(&self) -> String {
+        let mut all = String::new();
+        for bin in ["iptables-nft-save", "iptables-legacy-save", "iptables-save"] {
+            if !have(bin) {
+                continue;
+            }
+            if let Ok(o) = Command::new("ip")
+                .args(["netns", "exec", &self.node, bin])
+                .output()
+            {
+                all.push_str(&String::from_utf8_lossy(&o.stdout));
+            }
+        }
+        all
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The control plane inside the node namespace.
+
+/// Moves the calling thread into the network namespace at `path` (this thread only).
+#[allow(unsafe_code)]
+fn enter_netns(path: &str) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+    // SAFETY: setns only reads the descriptor, which stays open for the call.
+    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns({path}): {}", std::io::Error::last_os_error());
+}
+
+/// A [`TestControlPlane`] whose listener lives in a netns: the runtime's worker threads are
+/// spawned by a thread that entered the namespace, so they (and the listener) live there.
+struct NsControlPlane {
+    cp: Arc<TestControlPlane>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl NsControlPlane {
+    fn start(netns: &str) -> NsControlPlane {
+        let path = format!("/run/netns/{netns}");
+        let rt = std::thread::spawn(move || {
+            enter_netns(&path);
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("tokio runtime")
+        })
+        .join()
+        .expect("netns thread");
+        let cp = rt
+            .block_on(async {
+                tokio::spawn(TestControlPlane::start(Options::default()))
+                    .await
+                    .expect("start task")
+            })
+            .expect("start control plane");
+        NsControlPlane {
+            cp: Arc::new(cp),
+            rt: Some(rt),
+        }
+    }
+
+    /// Runs `f(cp)` on the namespace's runtime and waits for it.
+    fn run<T, Fut>(&self, f: impl FnOnce(Arc<TestControlPlane>) -> Fut) -> T
+    where
+        Fut: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let rt = self.rt.as_ref().unwrap();
+        let fut = f(self.cp.clone());
+        rt.block_on(async { tokio::spawn(fut).await.expect("task") })
+    }
+}
+
+impl std::ops::Deref for NsControlPlane {
+    type Target = TestControlPlane;
+    fn deref(&self) -> &TestControlPlane {
+        &self.cp
+    }
+}
+
+impl Drop for NsControlPlane {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// kube-proxy.
+
+struct KubeProxy {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl KubeProxy {
+    fn start(netns: &str, kubeconfig: &Path, log: PathBuf) -> KubeProxy {
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", netns])
+            .arg(common::bin("kube-proxy"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--hostname-override={NODE_NAME}"))
+            .arg(format!("--bind-address={NODE_IP}"))
+            .arg("--cluster-cidr=10.244.0.0/16")
+            .arg("--healthz-bind-address=127.0.0.1:10256")
+            .arg("--metrics-bind-address=127.0.0.1:10249")
+            .arg("--iptables-min-sync-period=0")
+            .env("RUST_LOG", "info,kube=warn")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start kube-proxy");
+        KubeProxy {
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s.
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if c.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for KubeProxy {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- kube-proxy log ----\n{}", self.log_text());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// API objects.
+
+fn meta(name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
+    ObjectMeta {
+        namespace: Some("default".into()),
+        name: Some(name.into()),
+        labels: (!labels.is_empty()).then(|| {
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        }),
+        ..Default::default()
+    }
+}
+
+fn service(name: &str, ip: &str, labels: &[(&str, &str)]) -> Service {
+    Service {
+        metadata: meta(name, labels),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            cluster_ip: Some(ip.into()),
+            cluster_ips: Some(vec![ip.into()]),
+            ports: Some(vec![ServicePort {
+                name: Some("p".into()),
+                protocol: Some("TCP".into()),
+                port: 80,
+                target_port: Some(IntOrString::Int(i32::from(BACKEND_PORT))),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn slice(svc: &str, pods: &[usize], extra_labels: &[(&str, &str)]) -> EndpointSlice {
+    let mut labels = vec![("kubernetes.io/service-name", svc)];
+    labels.extend_from_slice(extra_labels);
+    EndpointSlice {
+        metadata: meta(&format!("{svc}-abc"), &labels),
+        address_type: "IPv4".into(),
+        endpoints: Some(
+            pods.iter()
+                .map(|i| Endpoint {
+                    addresses: vec![format!("10.244.{i}.2")],
+                    node_name: Some("other".into()),
+                    conditions: Some(EndpointConditions {
+                        ready: Some(true),
+                        serving: Some(true),
+                        terminating: Some(false),
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ports: Some(vec![EndpointPort {
+            name: Some("p".into()),
+            protocol: Some("TCP".into()),
+            port: Some(i32::from(BACKEND_PORT)),
+            ..Default::default()
+        }]),
+    }
+}
+
+fn distinct(answers: &[String]) -> BTreeSet<&str> {
+    answers.iter().map(String::as_str).collect()
+}
+
+/// Polls `check` every 300 ms until it returns Ok, or panics with its last Err after `timeout`.
+fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> Result<(), String>) -> Duration {
+    let start = Instant::now();
+    loop {
+        match check() {
+            Ok(()) => return start.elapsed(),
+            Err(last) => assert!(
+                start.elapsed() < timeout,
+                "timed out after {timeout:?} waiting for {what}; last: {last}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn skip_reason() -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("needs root (network namespaces, iptables)".into());
+    }
+    for bin in ["ip", "iptables-save", "sysctl", "kill"] {
+        if !have(bin) {
+            return Some(format!("{bin} not installed"));
+        }
+    }
+    if !have("iptables-nft-restore") && !have("iptables-legacy-restore") {
+        return Some("neither iptables-nft-restore nor iptables-legacy-restore installed".into());
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------------------
+// The test.
+
+#[test]
+fn kube_proxy_follows_the_apiserver() {
+    if std::env::var("PXAPI_HELPER").is_ok() {
+        return;
+    }
+    if let Some(why) = skip_reason() {
+        println!("skipping kube_proxy_follows_the_apiserver: {why}");
+        return;
+    }
+    let started = Instant::now();
+    let root_before = root_kube_rules();
+    let prefix = format!("pxapi-{}", std::process::id());
+    let mut topo = Topology::build(&prefix, 2).expect("topology");
+    topo.start_backends().expect("backends");
+
+    let cp = NsControlPlane::start(&topo.node);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kube-proxy.conf");
+    cp.admin_kubeconfig(&kubeconfig).unwrap();
+    cp.create(
+        "nodes",
+        json!({"metadata": {"name": NODE_NAME, "labels": {"topology.kubernetes.io/zone": "z1"}},
+               "status": {"addresses": [{"type": "InternalIP", "address": NODE_IP}]}}),
+    )
+    .unwrap();
+
+    // web: two endpoints. other: claimed by another proxy (label selector excludes it).
+    cp.create_typed(&service("web", "10.96.0.10", &[])).unwrap();
+    cp.create_typed(&slice("web", &[0, 1], &[])).unwrap();
+    let other_label = [("service.kubernetes.io/service-proxy-name", "someone-else")];
+    cp.create_typed(&service("other", "10.96.0.11", &other_label))
+        .unwrap();
+    cp.create_typed(&slice("other", &[0], &other_label))
+        .unwrap();
+    // A malformed Service (a port that is not a number): logged and skipped, no crash.
+    let malformed = cp.create(
+        "services",
+        json!({"metadata": {"namespace": "default", "name": "broken"},
+               "spec": {"clusterIP": "10.96.0.99", "ports": [{"port": "eighty"}]}}),
+    );
+    println!("malformed Service stored: {}", malformed.is_ok());
+
+    let mut kp = KubeProxy::start(&topo.node, &kubeconfig, dir.path().join("kube-proxy.log"));
+
+    // 1. The ClusterIP reaches both backends.
+    let t = until(
+        "web to reach pod0 and pod1",
+        Duration::from_secs(40),
+        || {
+            let a = topo.client("10.96.0.10:80", 20);
+            if distinct(&a) == BTreeSet::from(["pod0", "pod1"]) {
+                Ok(())
+            } else {
+                Err(format!("{a:?}"))
+            }
+        },
+    );
+    println!("both backends reachable after {t:?}");
+    let rules = topo.node_rules();
+    assert!(rules.contains("default/web:p"), "web rules:\n{rules}");
+    assert!(
+        !rules.contains("default/other"),
+        "a Service labelled service-proxy-name must be ignored:\n{rules}"
+    );
+    assert!(
+        !rules.contains("10.96.0.99"),
+        "malformed Service rendered:\n{rules}"
+    );
+    let log = kp.log_text();
+    assert!(log.contains("node seen"), "node watch:\n{log}");
+    assert!(
+        malformed.is_err() || log.contains("skipping malformed object"),
+        "malformed Service not reported:\n{log}"
+    );
+
+    // 2. One endpoint removed through the API: only pod1 answers after the next sync.
+    let mut s = cp.get_typed::<EndpointSlice>("default", "web-abc").unwrap();
+    s.endpoints = slice("web", &[1], &[]).endpoints;
+    cp.update_typed(&s).unwrap();
+    let t = until("web to reach only pod1", Duration::from_secs(20), || {
+        let a = topo.client("10.96.0.10:80", 20);
+        if a.len() == 20 && distinct(&a) == BTreeSet::from(["pod1"]) {
+            Ok(())
+        } else {
+            Err(format!("{a:?}"))
+        }
+    });
+    println!("endpoint removal applied after {t:?}");
+
+    // 3. Re-list after an outage: objects deleted meanwhile (history expired, so the watch
+    //    must re-list) are deleted from the proxy.
+    cp.create_typed(&service("gone", "10.96.0.12", &[]))
+        .unwrap();
+    cp.create_typed(&slice("gone", &[0], &[])).unwrap();
+    until("gone to reach pod0", Duration::from_secs(20), || {
+        let a = topo.client("10.96.0.12:80", 3);
+        if a.iter().all(|x| x == "pod0") && !a.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{a:?}"))
+        }
+    });
+    cp.run(|cp| async move { cp.stop().await });
+    cp.remove("endpointslices.discovery.k8s.io", "default", "gone-abc")
+        .unwrap();
+    cp.remove("services", "default", "gone").unwrap();
+    cp.expire_history();
+    std::thread::sleep(Duration::from_secs(1));
+    cp.run(|cp| async move { cp.resume().await })
+        .expect("resume control plane");
+    // Both kinds re-list (their watches resume at different times) and delete what vanished.
+    let relisted = |log: &str, kind: &str| {
+        log.lines().any(|l| {
+            l.contains("listed")
+                && l.contains(&format!("kind=\"{kind}\""))
+                && l.contains("deleted=1")
+        })
+    };
+    let t = until(
+        "re-lists deleting gone's Service and slice, and its rules gone",
+        Duration::from_secs(60),
+        || {
+            let log = kp.log_text();
+            for kind in ["Service", "EndpointSlice"] {
+                if !relisted(&log, kind) {
+                    return Err(format!(
+                        "no re-list of {kind} deleting the vanished object yet"
+                    ));
+                }
+            }
+            if topo.node_rules().contains("default/gone") {
+                return Err("gone's rules still present".into());
+            }
+            Ok(())
+        },
+    );
+    println!("re-list after outage applied after {t:?}");
+    let a = topo.client("10.96.0.10:80", 5);
+    assert_eq!(
+        distinct(&a),
+        BTreeSet::from(["pod1"]),
+        "web after outage: {a:?}"
+    );
+
+    // 4. The slice deleted: the Service has no endpoints, connections are rejected.
+    cp.delete(
+        "endpointslices.discovery.k8s.io",
+        "default",
+        "web-abc",
+        None,
+    )
+    .unwrap();
+    until("web to reject", Duration::from_secs(20), || {
+        let a = topo.client("10.96.0.10:80", 1);
+        if a == ["ERR refused"] {
+            Ok(())
+        } else {
+            Err(format!("{a:?}"))
+        }
+    });
+
+    // 5. The Service deleted: no rule mentions it any more, nothing answers.
+    cp.delete("services", "default", "web", None).unwrap();
+    until("web's rules to disappear", Duration::from_secs(20), || {
+        let rules = topo.node_rules();
+        if rules.contains("default/web") || rules.contains("10.96.0.10") {
+            Err("rules still present".into())
+        } else {
+            Ok(())
+        }
+    });
+    let a = topo.client("10.96.0.10:80", 1);
+    assert!(
+        a.len() == 1 && a[0].starts_with("ERR"),
+        "deleted Service still answers: {a:?}"
+    );
+
+    assert!(kp.running(), "kube-proxy exited:\n{}", kp.log_text());
+    let log = kp.log_text();
+    assert!(
+        log.contains("Service source: apiserver"),
+        "source not logged:\n{log}"
+    );
+    if std::env::var_os("PXAPI_SHOW_LOG").is_some() {
+        println!("---- kube-proxy log ----\n{log}");
+    }
+    kp.stop();
+    drop(kp);
+    drop(cp);
+    drop(topo);
+    let leftover: Vec<String> = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .lines()
+    .filter(|l| l.starts_with(&format!("{prefix}-")))
+    .map(str::to_string)
+    .collect();
+    assert!(leftover.is_empty(), "namespaces left behind: {leftover:?}");
+    assert_eq!(
+        root_kube_rules(),
+        root_before,
+        "root namespace KUBE- rules changed"
+    );
+    println!(
+        "kube_proxy_follows_the_apiserver passed in {:?}",
+        started.elapsed()
+    );
+}
