@@ -29,6 +29,8 @@ pub enum AppError {
     Server(#[from] server::ServerError),
     #[error("cluster mode: {0}")]
     Cluster(#[from] crate::cluster::ClusterError),
+    #[error(transparent)]
+    ProxyRole(#[from] crate::proxy_role::ProxyRoleError),
 }
 
 /// Total memory of the node in bytes, from /proc/meminfo.
@@ -59,6 +61,10 @@ fn default_node_ip() -> Option<std::net::IpAddr> {
 
 /// Runs the kubelet until `cancel` fires.
 pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
+    let proxy_cfg = match &cfg.proxy_config {
+        Some(path) => Some(crate::proxy_role::load(path, &cfg.node_name)?),
+        None => None,
+    };
     // Cluster mode when there is a kubeconfig, or a bootstrap kubeconfig to get one (TLS bootstrap
     // happens before anything else, as upstream).
     let cluster = match &cfg.kubeconfig {
@@ -243,6 +249,11 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             "cgroupDriver is systemd but systemd is not running here (no /run/systemd/system): pod cgroups get systemd slice names; \
              the container runtime must use the systemd driver too, or set cgroupDriver: cgroupfs (--cgroup-driver=cgroupfs)"
         );
+    }
+    if let Some(proxy_cfg) = proxy_cfg {
+        tracing::info!("hosting the kube-proxy role in this process");
+        let client = cluster.as_ref().map(|c| c.client.clone());
+        tasks.spawn(crate::proxy_role::run(proxy_cfg, client, cancel.clone()));
     }
     let mut terminated_tx = None;
     if let (Some(conn), Some(sink)) = (cluster, event_sink) {

@@ -96,6 +96,9 @@ pub struct Config {
     pub root_dir: PathBuf,
     pub cert_dir: PathBuf,
     pub static_pod_path: Option<PathBuf>,
+    /// `--proxy-config`: run the kube-proxy role in-process with this KubeProxyConfiguration.
+    #[serde(skip)]
+    pub proxy_config: Option<PathBuf>,
     #[serde(with = "duration::serde_opt_plain")]
     pub sync_frequency: Duration,
     #[serde(with = "duration::serde_opt_plain")]
@@ -379,6 +382,11 @@ pub fn merge(
         root_dir,
         cert_dir,
         static_pod_path,
+        proxy_config: flags
+            .proxy_config
+            .clone()
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from),
         sync_frequency: dur(
             "syncFrequency",
             &flags.sync_frequency,

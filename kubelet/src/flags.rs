@@ -80,6 +80,10 @@ pub struct Flags {
     /// Static pod manifest directory (deprecated: use staticPodPath in --config).
     #[arg(long = "pod-manifest-path")]
     pub pod_manifest_path: Option<String>,
+    /// Host the kube-proxy role in this process with this KubeProxyConfiguration file (ours,
+    /// not upstream's). In cluster mode it shares the kubelet's apiserver connection.
+    #[arg(long = "proxy-config")]
+    pub proxy_config: Option<String>,
     /// Log verbosity.
     #[arg(short = 'v', long = "v")]
     pub verbosity: Option<u8>,

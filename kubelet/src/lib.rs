@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod pleg;
 pub mod pod;
 pub mod probing;
+pub mod proxy_role;
 pub mod quantity;
 pub mod runtime;
 pub mod server;

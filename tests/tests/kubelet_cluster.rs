@@ -43,6 +43,7 @@ impl JoinedNode {
             "etc/kubernetes/manifests",
             "etc/default",
             "var/lib/kubelet/pki",
+            "var/lib/kube-proxy",
             "var/log/pods",
         ] {
             std::fs::create_dir_all(n.p(d)).unwrap();
@@ -114,11 +115,18 @@ cgroupRoot: {cgroot}
             ),
         )
         .unwrap();
+        // The kube-proxy role hosted in the agent (our --proxy-config), on the shared client.
+        std::fs::write(
+            n.p("var/lib/kube-proxy/config.conf"),
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: iptables\nclusterCIDR: 10.88.0.0/16\nhealthzBindAddress: 127.0.0.1:10256\nmetricsBindAddress: 127.0.0.1:10249\n",
+        )
+        .unwrap();
         std::fs::write(
             n.p("etc/default/kubelet"),
             format!(
-                "KUBELET_EXTRA_ARGS=\"--root-dir={} --cgroup-driver=cgroupfs\"\n",
-                n.p("var/lib/kubelet").display()
+                "KUBELET_EXTRA_ARGS=\"--root-dir={} --cgroup-driver=cgroupfs --proxy-config={}\"\n",
+                n.p("var/lib/kubelet").display(),
+                n.p("var/lib/kube-proxy/config.conf").display()
             ),
         )
         .unwrap();
@@ -421,6 +429,41 @@ fn kubeadm_join_simulation() {
     );
     assert!(c["state"]["running"]["startedAt"].is_string());
     assert_eq!(c["restartCount"], 0);
+
+    // The hosted kube-proxy role programs a Service from the same apiserver into the node's
+    // namespace (here the rig's), and answers its healthz.
+    cp.create(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"namespace": "default", "name": "hosted"},
+               "spec": {"clusterIP": "10.96.7.7", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}),
+    )
+    .unwrap();
+    let pod_ip = web["status"]["podIP"].as_str().unwrap().to_string();
+    cp.create(
+        "endpointslices.discovery.k8s.io",
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"namespace": "default", "name": "hosted-1",
+                            "labels": {"kubernetes.io/service-name": "hosted"}},
+               "addressType": "IPv4",
+               "endpoints": [{"addresses": [pod_ip], "conditions": {"ready": true}, "nodeName": NODE}],
+               "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}),
+    )
+    .unwrap();
+    let rules = wait_for(
+        "the hosted proxy to program default/hosted",
+        Duration::from_secs(30),
+        || {
+            let out = rig.sh("(iptables-nft-save -t nat; iptables-legacy-save -t nat) 2>/dev/null");
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            (text.contains("-d 10.96.7.7/32")
+                && text.contains(&format!("--to-destination {pod_ip}:8080")))
+            .then_some(text)
+        },
+    );
+    assert!(rules.contains("default/hosted:http cluster IP"), "{rules}");
+    let (body, code) = kubelet.curl("http://127.0.0.1:10256/healthz");
+    assert_eq!(code, "200", "{body}");
 
     // A crashing container: restartCount and lastState reach the apiserver.
     cp.create("pods", api_pod("crash", "sleep 1; exit 3", 1))

@@ -139,6 +139,10 @@ fn api_object(local: &Pod, store: &PodStore) -> Option<Pod> {
     }
 }
 
+/// The longest wait between two attempts to write a pod's status (upstream's status manager
+/// retries on its 10 s batch sync).
+const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(8);
+
 #[derive(Debug)]
 struct Retry {
     at: Instant,
@@ -312,7 +316,7 @@ impl StatusWriter {
                         Err(e) => {
                             let backoff =
                                 retries.get(&uid).map_or(Duration::from_millis(500), |r| {
-                                    (r.backoff * 2).min(Duration::from_secs(30))
+                                    (r.backoff * 2).min(MAX_RETRY_BACKOFF)
                                 });
                             tracing::warn!(pod = %crate::pod::full_name(local), %uid, error = %e, retry_in = ?backoff, "writing pod status failed");
                             retries.insert(
@@ -334,7 +338,8 @@ impl StatusWriter {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = super::changed(&mut status_rx) => {}
-                _ = super::changed(&mut store_rx) => {}
+                // News from the pod watch: the apiserver answers again, retry everything now.
+                _ = super::changed(&mut store_rx) => retries.clear(),
                 Some(t) = self.terminated_rx.recv() => self.finish(t, &mut written).await,
                 _ = async {
                     match next_retry {
