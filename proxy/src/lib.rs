@@ -1,8 +1,9 @@
 //! kube-proxy: Services and EndpointSlices rendered into kernel NAT rules.
 //!
 //! Data flow: watch → [`model::ServiceState`] (change tracker) → [`proxier::run`] (debounced
-//! loop) → [`proxier::Proxier::sync`] → [`render::render`] (pure) → full text or minimal
-//! [`render::delta`] → [`iptables::IptablesRunner`] (`iptables-restore --noflush`); after each
+//! loop) → [`proxier::Proxier::sync`] → [`render::Rendered`] (pure; partial syncs re-render
+//! only the changed services with `Rendered::update`) → full text or minimal delta →
+//! [`iptables::IptablesRunner`] (`iptables-restore --noflush`); after each
 //! successful sync: [`health`] (healthz state, healthCheckNodePort servers) and
 //! [`conntrack`] (stale UDP flows). [`config`] turns flags + KubeProxyConfiguration into a
 //! validated config, [`app`] assembles the role (used by the `kube-proxy` binary), [`apiserver`]

@@ -215,9 +215,11 @@ impl ServicePortInfo {
         self.node_port != 0 || !self.load_balancer_vips.is_empty() || !self.external_ips.is_empty()
     }
 
-    /// Whether any traffic to this port goes to endpoints chosen by "Cluster" policy.
+    /// Whether any traffic to this port goes to endpoints chosen by "Cluster" policy: with
+    /// internal policy Cluster, or whenever the port is externally reachable (even under
+    /// external policy Local, the short-circuit rules of KUBE-EXT jump to KUBE-SVC).
     pub fn uses_cluster_endpoints(&self) -> bool {
-        !self.internal_policy_local || (self.externally_accessible() && !self.external_policy_local)
+        !self.internal_policy_local || self.externally_accessible()
     }
 
     /// Whether any traffic to this port goes to endpoints chosen by "Local" policy.
@@ -521,7 +523,9 @@ impl ServiceState {
         self.recompute_endpoints(&nn)
     }
 
-    /// Services changed since the last call.
+    /// Services changed since the last call: every service whose ports (`service_port_map`)
+    /// or merged endpoints (`endpoints_map`) differ in any way, deleted ones included. The
+    /// affected service ports are that service's entries before and after the change.
     pub fn take_changes(&mut self) -> BTreeSet<NamespacedName> {
         std::mem::take(&mut self.changed)
     }
@@ -539,7 +543,10 @@ impl ServiceState {
     }
 
     fn recompute_ports(&mut self, nn: &NamespacedName) {
-        self.ports.retain(|k, _| &k.service != nn);
+        let old: Vec<ServicePortName> = ports_of(&self.ports, nn).map(|(k, _)| k.clone()).collect();
+        for k in &old {
+            self.ports.remove(k);
+        }
         for p in self.service_ports.get(nn).into_iter().flatten() {
             self.ports.insert(p.name.clone(), p.clone());
         }
@@ -577,20 +584,35 @@ impl ServiceState {
             // Upstream sorts by the endpoint's "ip:port" string.
             list.sort_by_key(|e| e.to_string());
         }
-        let old: BTreeMap<&ServicePortName, &Vec<EndpointInfo>> = self
-            .endpoints
-            .iter()
-            .filter(|(k, _)| &k.service == nn)
-            .collect();
+        let old: BTreeMap<&ServicePortName, &Vec<EndpointInfo>> =
+            ports_of(&self.endpoints, nn).collect();
         let new: BTreeMap<&ServicePortName, &Vec<EndpointInfo>> = merged.iter().collect();
         if old == new {
             return false;
         }
-        self.endpoints.retain(|k, _| &k.service != nn);
+        let old: Vec<ServicePortName> = old.into_keys().cloned().collect();
+        for k in &old {
+            self.endpoints.remove(k);
+        }
         self.endpoints.extend(merged);
         self.changed.insert(nn.clone());
         true
     }
+}
+
+/// The entries of `map` that belong to service `nn`, found by range (ports sort by service
+/// first), so a change costs O(log n) rather than a scan of every service.
+pub fn ports_of<'m, V>(
+    map: &'m BTreeMap<ServicePortName, V>,
+    nn: &NamespacedName,
+) -> impl Iterator<Item = (&'m ServicePortName, &'m V)> {
+    let lowest = ServicePortName {
+        service: nn.clone(),
+        port: String::new(),
+        protocol: Protocol::Tcp,
+    };
+    map.range(lowest..)
+        .take_while(move |(k, _)| &k.service == nn)
 }
 
 fn slice_key(slice: &EndpointSlice) -> Option<(NamespacedName, String)> {

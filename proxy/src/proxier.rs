@@ -1,7 +1,8 @@
 //! The sync loop: render the desired ruleset, apply it (full or minimal delta) through an
 //! `IptablesRunner`, remember what was applied, and run that on a debounced schedule.
+//! Partial syncs re-render only the services changed since the last sync (`Rendered::update`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -21,7 +22,7 @@ use crate::health::{ProxierHealth, ServiceHealthServer};
 use crate::iptables::{self, IptablesRunner, Position};
 use crate::metrics::Metrics;
 use crate::model::{NamespacedName, ServiceState};
-use crate::render::{self, RenderConfig, Ruleset, TableName};
+use crate::render::{RenderConfig, Rendered, TableName};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -319,8 +320,9 @@ pub struct Proxier<R: IptablesRunner, C: Conntrack = NoConntrack> {
     handle: ProxyHandle,
     metrics: Metrics,
     full_sync_period: Duration,
-    /// What the kernel holds, as far as we know; `None` = unknown (start, or after a failure).
-    applied: Option<Ruleset>,
+    /// What the kernel holds, as far as we know, kept per service so that a partial sync
+    /// re-renders only what changed; `None` = unknown (start, or after a failure).
+    applied: Option<Rendered>,
     need_full: bool,
     last_full: Option<Instant>,
 }
@@ -394,7 +396,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
     }
 
     /// The ruleset believed to be in the kernel (None when unknown).
-    pub fn applied(&self) -> Option<&Ruleset> {
+    pub fn applied(&self) -> Option<&Rendered> {
         self.applied.as_ref()
     }
 
@@ -434,14 +436,30 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         let do_full = full || forced || stale_full || self.needs_full_sync();
 
         let want_hc = self.service_health.is_some();
-        let (desired, changed, udp, hc) = {
+        // A partial sync works on the last applied state in place: only the changed services
+        // are re-rendered and diffed. On failure the state is dropped (next sync is full).
+        let previous = if do_full { None } else { self.applied.take() };
+        let (desired, delta, changed, udp, hc) = {
             let mut state = self.handle.state();
             let changed: BTreeSet<_> = state.take_changes();
-            let desired =
-                render::render(state.service_port_map(), state.endpoints_map(), &self.cfg);
+            let (desired, delta) = match previous {
+                Some(mut r) => {
+                    let text = r.update(
+                        state.service_port_map(),
+                        state.endpoints_map(),
+                        &changed,
+                        &self.cfg,
+                    );
+                    (r, Some(text))
+                }
+                None => (
+                    Rendered::build(state.service_port_map(), state.endpoints_map(), &self.cfg),
+                    None,
+                ),
+            };
             let udp = conntrack::udp_targets(state.service_port_map(), state.endpoints_map());
             let hc = want_hc.then(|| health_check_state(&state));
-            (desired, changed, udp, hc)
+            (desired, delta, changed, udp, hc)
         };
         debug!(
             full = do_full,
@@ -449,7 +467,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             "syncing iptables rules"
         );
 
-        let result = self.apply(&desired, do_full).await;
+        let result = self.apply(&desired, delta).await;
         let fam = self.cfg.family.label();
         let secs = started.elapsed().as_secs_f64();
         self.metrics
@@ -470,17 +488,18 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
 
         match result {
             Ok(text) => {
-                for (t, table) in [("filter", &desired.filter), ("nat", &desired.nat)] {
+                for t in [TableName::Filter, TableName::Nat] {
+                    let (count, t) = (desired.rule_count(t), t.as_str());
                     self.metrics
                         .iptables_total
                         .with_label_values(&[t, fam])
-                        .set(table.rule_count() as f64);
+                        .set(count as f64);
                     self.metrics
                         .iptables_last
                         .with_label_values(&[t, fam])
                         .set(count_appends(&text, t) as f64);
                 }
-                let s = &desired.stats;
+                let s = desired.stats();
                 self.metrics
                     .no_local_endpoints
                     .with_label_values(&["internal", fam])
@@ -548,16 +567,16 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         conntrack::clean_stale_entries(&self.conntrack, self.cfg.family, udp).await;
     }
 
-    /// Writes `desired`; returns the restore text (empty when nothing needed writing).
-    async fn apply(&mut self, desired: &Ruleset, full: bool) -> Result<String> {
-        let text = if full {
-            self.ensure_jumps().await?;
-            let stale = self.stale_nat_chains(desired).await;
-            desired.full_text(&stale)
-        } else {
-            match &self.applied {
-                Some(applied) => render::delta(applied, desired),
-                None => desired.full_text(&[]),
+    /// Writes `desired`: the partial-sync `delta` when given, else everything. Returns the
+    /// restore text (empty when nothing needed writing).
+    async fn apply(&mut self, desired: &Rendered, delta: Option<String>) -> Result<String> {
+        let full = delta.is_none();
+        let text = match delta {
+            Some(text) => text,
+            None => {
+                self.ensure_jumps().await?;
+                let stale = self.stale_nat_chains(desired).await;
+                desired.full_text(&stale)
             }
         };
         if text.is_empty() {
@@ -618,7 +637,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
 
     /// Per-service nat chains present in the kernel (or in our last applied state) that the
     /// desired state no longer has.
-    async fn stale_nat_chains(&self, desired: &Ruleset) -> Vec<String> {
+    async fn stale_nat_chains(&self, desired: &Rendered) -> Vec<String> {
         let mut found = BTreeSet::new();
         match self.runner.save(TableName::Nat).await {
             Ok(dump) => {
@@ -632,11 +651,12 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             Err(e) => warn!(error = %e, "iptables-save failed: stale chains not deleted this time"),
         }
         if let Some(applied) = &self.applied {
-            found.extend(applied.nat.chains().iter().map(|c| c.name.clone()));
+            found.extend(applied.nat_chain_names().map(str::to_string));
         }
+        let wanted: HashSet<&str> = desired.nat_chain_names().collect();
         found
             .into_iter()
-            .filter(|c| is_service_chain(c) && desired.nat.chain(c).is_none())
+            .filter(|c| is_service_chain(c) && !wanted.contains(c.as_str()))
             .collect()
     }
 }

@@ -4,13 +4,22 @@
 //! The result is structured (`Ruleset`: tables → chains → rules) so that the syncer can both
 //! print a full `iptables-restore` input and compute a minimal delta against what it applied
 //! last time (see `delta`).
+//!
+//! The syncer keeps the rules per service port (`Rendered`: each service's own chains and its
+//! rules in the top-level chains, around the fixed top-level rules). A partial sync then
+//! re-renders only the services the change tracker reports and diffs only those
+//! (`Rendered::update`), producing exactly the text `delta(old, render(..))` would, at a cost
+//! proportional to the change rather than to the cluster. `render` + `delta` stay as the
+//! reference the tests compare against.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use crate::chains::*;
-use crate::model::{Cidr, EndpointInfo, IpFamily, ServicePortInfo, ServicePortName};
+use crate::model::{
+    Cidr, EndpointInfo, IpFamily, NamespacedName, ServicePortInfo, ServicePortName, ports_of,
+};
 
 /// Above this many endpoints, rules stop carrying per-service comments (upstream's
 /// "large cluster mode"), which shrinks the ruleset noticeably.
@@ -112,16 +121,6 @@ impl TableRules {
                 rules: Vec::new(),
             });
         }
-    }
-
-    fn push(&mut self, chain: &str, args: String) {
-        self.push_rule(
-            chain,
-            Rule {
-                args,
-                pinned_last: false,
-            },
-        );
     }
 
     fn push_rule(&mut self, chain: &str, rule: Rule) {
@@ -434,6 +433,626 @@ struct ChainNames {
     external: String,
 }
 
+/// Node- and flag-level values shared by every service's rules.
+struct Ctx<'a> {
+    cfg: &'a RenderConfig,
+    large_cluster: bool,
+    if_local: Option<String>,
+    if_not_local: Option<String>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(cfg: &'a RenderConfig, large_cluster: bool) -> Self {
+        Ctx {
+            cfg,
+            large_cluster,
+            if_local: cfg.cluster_cidr.map(|c| format!("-s {c}")),
+            if_not_local: cfg.cluster_cidr.map(|c| format!("! -s {c}")),
+        }
+    }
+
+    /// " -m comment --comment X", or "" in large-cluster mode.
+    fn comment(&self, text: &str) -> String {
+        if self.large_cluster {
+            String::new()
+        } else {
+            format!(" -m comment --comment {text}")
+        }
+    }
+}
+
+fn is_large_cluster(total_endpoints: usize) -> bool {
+    total_endpoints > LARGE_CLUSTER_ENDPOINTS_THRESHOLD
+}
+
+/// Everything one service port contributes to the ruleset: its rules in the top-level chains
+/// and its own nat chains. Rule texts embed the service port name, so no two services share
+/// a rule or a chain; that is what lets a partial sync diff changed services only.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct ServiceRules {
+    /// Rules in top-level filter chains, in render order.
+    filter_top: Vec<(&'static str, String)>,
+    /// Rules in top-level nat chains, in render order.
+    nat_top: Vec<(&'static str, String)>,
+    /// The service's own nat chains (EXT, FW, SVC, SVL, SEPs), in declaration order.
+    chains: Vec<Chain>,
+    endpoints: usize,
+    no_local_internal: bool,
+    no_local_external: bool,
+}
+
+impl ServiceRules {
+    fn top(&self, t: TableName) -> &[(&'static str, String)] {
+        match t {
+            TableName::Filter => &self.filter_top,
+            _ => &self.nat_top,
+        }
+    }
+
+    fn top_rules(&self, t: TableName, chain: &str) -> Vec<&str> {
+        self.top(t)
+            .iter()
+            .filter(|(ch, _)| *ch == chain)
+            .map(|(_, a)| a.as_str())
+            .collect()
+    }
+
+    fn declare(&mut self, name: &str) {
+        if !self.chains.iter().any(|c| c.name == name) {
+            self.declare_new(name.to_string());
+        }
+    }
+
+    /// Declares a chain known not to exist yet (endpoint chains: endpoints are unique).
+    fn declare_new(&mut self, name: String) {
+        debug_assert!(!self.chains.iter().any(|c| c.name == name));
+        self.chains.push(Chain {
+            name,
+            service_owned: true,
+            rules: Vec::new(),
+        });
+    }
+
+    fn push(&mut self, chain: &str, args: String) {
+        let rule = Rule {
+            args,
+            pinned_last: false,
+        };
+        match self.chains.iter().rposition(|c| c.name == chain) {
+            Some(i) => self.chains[i].rules.push(rule),
+            None => self.chains.push(Chain {
+                name: chain.to_string(),
+                service_owned: is_service_chain(chain),
+                rules: vec![rule],
+            }),
+        }
+    }
+
+    /// Appends to the chain declared last.
+    fn push_last(&mut self, args: String) {
+        if let Some(c) = self.chains.last_mut() {
+            c.rules.push(Rule {
+                args,
+                pinned_last: false,
+            });
+        }
+    }
+
+    fn nat_rule_count(&self) -> usize {
+        self.nat_top.len() + self.chains.iter().map(|c| c.rules.len()).sum::<usize>()
+    }
+}
+
+/// A top-level chain: fixed rules around the services' rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct BaseChain {
+    name: &'static str,
+    head: Vec<Rule>,
+    tail: Vec<Rule>,
+}
+
+impl BaseChain {
+    fn new(name: &'static str) -> Self {
+        BaseChain {
+            name,
+            head: Vec::new(),
+            tail: Vec::new(),
+        }
+    }
+
+    fn rules(&self) -> impl Iterator<Item = &Rule> {
+        self.head.iter().chain(&self.tail)
+    }
+}
+
+/// The top-level chains of both tables, which depend on the configuration only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Base {
+    filter: Vec<BaseChain>,
+    nat: Vec<BaseChain>,
+}
+
+impl Base {
+    fn new(cfg: &RenderConfig) -> Self {
+        let mark = cfg.masquerade_mark();
+        let npa = NodePortAddresses::new(cfg);
+        let is_v6 = cfg.family == IpFamily::V6;
+        let localhost_node_ports =
+            cfg.localhost_node_ports && !is_v6 && npa.contains_ipv4_loopback();
+        let plain = |args: String| Rule {
+            args,
+            pinned_last: false,
+        };
+
+        let mut filter: Vec<BaseChain> = [
+            KUBE_SERVICES,
+            KUBE_EXTERNAL_SERVICES,
+            KUBE_FORWARD,
+            KUBE_NODEPORTS,
+            KUBE_PROXY_FIREWALL,
+        ]
+        .into_iter()
+        .map(BaseChain::new)
+        .collect();
+        let mut nat: Vec<BaseChain> = [
+            KUBE_SERVICES,
+            KUBE_NODEPORTS,
+            KUBE_POSTROUTING,
+            KUBE_MARK_MASQ,
+        ]
+        .into_iter()
+        .map(BaseChain::new)
+        .collect();
+
+        let postrouting = &mut nat[2].head;
+        postrouting.push(plain(format!("-m mark ! --mark {mark}/{mark} -j RETURN")));
+        postrouting.push(plain(format!("-j MARK --xor-mark {mark}")));
+        let mut masq = format!(
+            "-m comment --comment {} -j MASQUERADE",
+            q("kubernetes service traffic requiring SNAT")
+        );
+        if cfg.random_fully {
+            masq.push_str(" --random-fully");
+        }
+        postrouting.push(plain(masq));
+        nat[3].head.push(plain(format!("-j MARK --or-mark {mark}")));
+
+        if localhost_node_ports {
+            // Mitigates the route_localnet hole (upstream issue 90259); kubelet keeps an
+            // identical copy of this rule.
+            let mut fw = BaseChain::new(KUBE_FIREWALL);
+            fw.head.push(plain(format!(
+                "-m comment --comment {} -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP",
+                q("block incoming localnet connections")
+            )));
+            filter.push(fw);
+        }
+
+        // The jump to KUBE-NODEPORTS must stay the last rule of nat KUBE-SERVICES.
+        let np_comment =
+            q("kubernetes service nodeports; NOTE: this must be the last rule in this chain");
+        let pinned = |args: String| Rule {
+            args,
+            pinned_last: true,
+        };
+        let services_tail = &mut nat[0].tail;
+        if npa.match_all {
+            let mut dest = String::from("-m addrtype --dst-type LOCAL");
+            if is_v6 {
+                dest.push_str(" ! -d ::1/128");
+            } else if !localhost_node_ports {
+                dest.push_str(" ! -d 127.0.0.0/8");
+            }
+            services_tail.push(pinned(format!(
+                "-m comment --comment {np_comment} {dest} -j {KUBE_NODEPORTS}"
+            )));
+        } else {
+            for ip in cfg
+                .node_ips
+                .iter()
+                .filter(|ip| npa.cidrs.iter().any(|c| c.contains(ip)))
+            {
+                if ip.is_loopback() && (is_v6 || !localhost_node_ports) {
+                    continue;
+                }
+                services_tail.push(pinned(format!(
+                    "-m comment --comment {np_comment} -d {ip} -j {KUBE_NODEPORTS}"
+                )));
+            }
+        }
+
+        let forward = &mut filter[2].tail;
+        if !cfg.conntrack_tcp_liberal {
+            forward.push(plain("-m conntrack --ctstate INVALID -j DROP".to_string()));
+        }
+        forward.push(plain(format!(
+            "-m comment --comment {} -m mark --mark {mark}/{mark} -j ACCEPT",
+            q("kubernetes forwarding rules")
+        )));
+        forward.push(plain(format!(
+            "-m comment --comment {} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+            q("kubernetes forwarding conntrack rule")
+        )));
+        Base { filter, nat }
+    }
+
+    fn table(&self, t: TableName) -> &[BaseChain] {
+        match t {
+            TableName::Filter => &self.filter,
+            _ => &self.nat,
+        }
+    }
+
+    fn rule_count(&self, t: TableName) -> usize {
+        self.table(t).iter().map(|c| c.rules().count()).sum()
+    }
+}
+
+/// The desired ruleset kept per service port, so that a partial sync re-renders and diffs
+/// only the services that changed (`update`) while a full sync prints everything
+/// (`full_text`). `to_ruleset` assembles the plain `Ruleset` (same result as `render`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rendered {
+    base: Base,
+    large_cluster: bool,
+    services: BTreeMap<ServicePortName, ServiceRules>,
+    stats: RenderStats,
+    filter_rules: usize,
+    nat_rules: usize,
+}
+
+impl Rendered {
+    /// Renders every service.
+    pub fn build(
+        services: &BTreeMap<ServicePortName, ServicePortInfo>,
+        endpoints: &BTreeMap<ServicePortName, Vec<EndpointInfo>>,
+        cfg: &RenderConfig,
+    ) -> Rendered {
+        let base = Base::new(cfg);
+        let total_endpoints: usize = services
+            .keys()
+            .map(|k| endpoints.get(k).map_or(0, Vec::len))
+            .sum();
+        let large_cluster = is_large_cluster(total_endpoints);
+        let ctx = Ctx::new(cfg, large_cluster);
+        let no_eps: Vec<EndpointInfo> = Vec::new();
+        let mut r = Rendered {
+            filter_rules: base.rule_count(TableName::Filter),
+            nat_rules: base.rule_count(TableName::Nat),
+            base,
+            large_cluster,
+            services: BTreeMap::new(),
+            stats: RenderStats::default(),
+        };
+        for (name, svc) in services {
+            let eps = endpoints.get(name).unwrap_or(&no_eps);
+            let s = render_service(name, svc, eps, &ctx);
+            r.count(&s, true);
+            r.services.insert(name.clone(), s);
+        }
+        r
+    }
+
+    fn count(&mut self, s: &ServiceRules, add: bool) {
+        let (f, n) = (s.filter_top.len(), s.nat_rule_count());
+        let st = &mut self.stats;
+        let (ni, ne) = (
+            usize::from(s.no_local_internal),
+            usize::from(s.no_local_external),
+        );
+        if add {
+            self.filter_rules += f;
+            self.nat_rules += n;
+            st.total_endpoints += s.endpoints;
+            st.no_local_endpoints_internal += ni;
+            st.no_local_endpoints_external += ne;
+        } else {
+            self.filter_rules -= f;
+            self.nat_rules -= n;
+            st.total_endpoints -= s.endpoints;
+            st.no_local_endpoints_internal -= ni;
+            st.no_local_endpoints_external -= ne;
+        }
+    }
+
+    pub fn stats(&self) -> &RenderStats {
+        &self.stats
+    }
+
+    /// Number of rules of table `t` (0 for mangle).
+    pub fn rule_count(&self, t: TableName) -> usize {
+        match t {
+            TableName::Filter => self.filter_rules,
+            TableName::Nat => self.nat_rules,
+            TableName::Mangle => 0,
+        }
+    }
+
+    /// Names of all desired nat chains.
+    pub fn nat_chain_names(&self) -> impl Iterator<Item = &str> {
+        self.base.nat.iter().map(|c| c.name).chain(
+            self.services
+                .values()
+                .flat_map(|s| s.chains.iter().map(|c| c.name.as_str())),
+        )
+    }
+
+    /// The plain ruleset (identical to `render` over the same inputs).
+    pub fn to_ruleset(&self) -> Ruleset {
+        let mut filter = TableRules::default();
+        let mut nat = TableRules::default();
+        for (t, table) in [(TableName::Filter, &mut filter), (TableName::Nat, &mut nat)] {
+            let base = self.base.table(t);
+            for c in base {
+                table.declare(c.name, false);
+            }
+            for c in base {
+                for r in &c.head {
+                    table.push_rule(c.name, r.clone());
+                }
+                for s in self.services.values() {
+                    for (ch, args) in s.top(t) {
+                        if *ch == c.name {
+                            table.push_rule(
+                                ch,
+                                Rule {
+                                    args: args.clone(),
+                                    pinned_last: false,
+                                },
+                            );
+                        }
+                    }
+                }
+                for r in &c.tail {
+                    table.push_rule(c.name, r.clone());
+                }
+            }
+        }
+        for s in self.services.values() {
+            for c in &s.chains {
+                nat.declare(&c.name, c.service_owned);
+                for r in &c.rules {
+                    nat.push_rule(&c.name, r.clone());
+                }
+            }
+        }
+        Ruleset {
+            filter,
+            nat,
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// Full `iptables-restore --noflush` input; the same text as
+    /// `self.to_ruleset().full_text(stale_nat_chains)`, written without building it.
+    pub fn full_text(&self, stale_nat_chains: &[String]) -> String {
+        let mut out = String::with_capacity(self.nat_rules * 96 + self.filter_rules * 128);
+        let line = |out: &mut String, parts: &[&str]| {
+            for p in parts {
+                out.push_str(p);
+            }
+            out.push('\n');
+        };
+        for t in [TableName::Filter, TableName::Nat] {
+            let base = self.base.table(t);
+            line(&mut out, &["*", t.as_str()]);
+            for c in base {
+                line(&mut out, &[":", c.name, " - [0:0]"]);
+            }
+            if t == TableName::Nat {
+                for s in self.services.values() {
+                    for c in &s.chains {
+                        line(&mut out, &[":", &c.name, " - [0:0]"]);
+                    }
+                }
+                for c in stale_nat_chains {
+                    line(&mut out, &[":", c, " - [0:0]"]);
+                }
+            }
+            for c in base {
+                for r in &c.head {
+                    line(&mut out, &["-A ", c.name, " ", &r.args]);
+                }
+                for s in self.services.values() {
+                    for (ch, args) in s.top(t) {
+                        if *ch == c.name {
+                            line(&mut out, &["-A ", ch, " ", args]);
+                        }
+                    }
+                }
+                for r in &c.tail {
+                    line(&mut out, &["-A ", c.name, " ", &r.args]);
+                }
+            }
+            if t == TableName::Nat {
+                for s in self.services.values() {
+                    for c in &s.chains {
+                        for r in &c.rules {
+                            line(&mut out, &["-A ", &c.name, " ", &r.args]);
+                        }
+                    }
+                }
+                for c in stale_nat_chains {
+                    line(&mut out, &["-X ", c]);
+                }
+            }
+            out.push_str("COMMIT\n");
+        }
+        out
+    }
+
+    /// Brings the rendered state up to date after the services in `changed` (and only those)
+    /// changed, and returns the minimal `iptables-restore --noflush` input from the previous
+    /// state to the new one: the same text as `delta(&old.to_ruleset(), &new.to_ruleset())`,
+    /// at a cost proportional to the changed services. (If the change flips large-cluster
+    /// mode, every rule's comments change: then everything is re-rendered and diffed.)
+    /// `cfg` must be the configuration `build` was given.
+    pub fn update(
+        &mut self,
+        services: &BTreeMap<ServicePortName, ServicePortInfo>,
+        endpoints: &BTreeMap<ServicePortName, Vec<EndpointInfo>>,
+        changed: &BTreeSet<NamespacedName>,
+        cfg: &RenderConfig,
+    ) -> String {
+        let mut affected: BTreeSet<ServicePortName> = BTreeSet::new();
+        for nn in changed {
+            affected.extend(ports_of(&self.services, nn).map(|(k, _)| k.clone()));
+            affected.extend(ports_of(services, nn).map(|(k, _)| k.clone()));
+        }
+        if affected.is_empty() {
+            return String::new();
+        }
+        let mut total = self.stats.total_endpoints;
+        for k in &affected {
+            if let Some(old) = self.services.get(k) {
+                total -= old.endpoints;
+            }
+            if services.contains_key(k) {
+                total += endpoints.get(k).map_or(0, Vec::len);
+            }
+        }
+        if is_large_cluster(total) != self.large_cluster {
+            let new = Rendered::build(services, endpoints, cfg);
+            let text = delta(&self.to_ruleset(), &new.to_ruleset());
+            *self = new;
+            return text;
+        }
+
+        let ctx = Ctx::new(cfg, self.large_cluster);
+        let no_eps: Vec<EndpointInfo> = Vec::new();
+        let renewed: Vec<(ServicePortName, Option<ServiceRules>)> = affected
+            .into_iter()
+            .map(|k| {
+                let s = services
+                    .get(&k)
+                    .map(|svc| render_service(&k, svc, endpoints.get(&k).unwrap_or(&no_eps), &ctx));
+                (k, s)
+            })
+            .collect();
+        let empty = ServiceRules::default();
+        let pairs: Vec<(&ServiceRules, &ServiceRules)> = renewed
+            .iter()
+            .map(|(k, s)| {
+                (
+                    self.services.get(k).unwrap_or(&empty),
+                    s.as_ref().unwrap_or(&empty),
+                )
+            })
+            .collect();
+
+        let mut out = String::new();
+        for t in [TableName::Filter, TableName::Nat] {
+            let body = self.partial_table_delta(t, &pairs);
+            if !body.is_empty() {
+                let _ = writeln!(out, "*{}", t.as_str());
+                out.push_str(&body);
+                out.push_str("COMMIT\n");
+            }
+        }
+
+        for (k, s) in renewed {
+            if let Some(old) = self.services.remove(&k) {
+                self.count(&old, false);
+            }
+            if let Some(s) = s {
+                self.count(&s, true);
+                self.services.insert(k, s);
+            }
+        }
+        out
+    }
+
+    /// `table_delta` restricted to the (old, new) rules of the changed services; the same
+    /// text, since unchanged services contribute identical rules on both sides and no rule
+    /// or chain is shared between services.
+    fn partial_table_delta(
+        &self,
+        t: TableName,
+        pairs: &[(&ServiceRules, &ServiceRules)],
+    ) -> String {
+        let mut decl = String::new();
+        let mut dels = String::new();
+        let mut adds = String::new();
+        let mut xs = String::new();
+
+        // Top-level chains: rule-level patch, as `patch_chain`.
+        for c in self.base.table(t) {
+            let mut added: Vec<&str> = Vec::new();
+            for (old, new) in pairs {
+                let (o, n) = (old.top_rules(t, c.name), new.top_rules(t, c.name));
+                if o == n {
+                    continue;
+                }
+                let mut remaining: HashMap<&str, usize> = HashMap::new();
+                for a in &o {
+                    *remaining.entry(a).or_default() += 1;
+                }
+                for a in &n {
+                    match remaining.get_mut(a) {
+                        Some(k) if *k > 0 => *k -= 1,
+                        _ => added.push(a),
+                    }
+                }
+                for a in &o {
+                    if let Some(k) = remaining.get_mut(a)
+                        && *k > 0
+                    {
+                        *k -= 1;
+                        let _ = writeln!(dels, "-D {} {a}", c.name);
+                    }
+                }
+            }
+            if added.is_empty() {
+                continue;
+            }
+            // New rules are appended; move the pinned rules back behind them.
+            let pinned: Vec<&Rule> = c.rules().filter(|r| r.pinned_last).collect();
+            for r in &pinned {
+                let _ = writeln!(dels, "-D {} {}", c.name, r.args);
+            }
+            for a in &added {
+                let _ = writeln!(adds, "-A {} {a}", c.name);
+            }
+            for r in &pinned {
+                let _ = writeln!(adds, "-A {} {}", c.name, r.args);
+            }
+        }
+
+        if t == TableName::Nat {
+            // The services' own chains: rewritten whole when new or different.
+            for (old, new) in pairs {
+                let prev: HashMap<&str, &Chain> =
+                    old.chains.iter().map(|c| (c.name.as_str(), c)).collect();
+                for c in &new.chains {
+                    if prev
+                        .get(c.name.as_str())
+                        .is_some_and(|p| p.rules == c.rules)
+                    {
+                        continue;
+                    }
+                    let _ = writeln!(decl, ":{} - [0:0]", c.name);
+                    for r in &c.rules {
+                        let _ = writeln!(adds, "-A {} {}", c.name, r.args);
+                    }
+                }
+            }
+            // Unused ones: flushed, then deleted after every jump to them is gone.
+            for (old, new) in pairs {
+                let keep: HashSet<&str> = new.chains.iter().map(|c| c.name.as_str()).collect();
+                for c in old
+                    .chains
+                    .iter()
+                    .filter(|c| !keep.contains(c.name.as_str()))
+                {
+                    let _ = writeln!(decl, ":{} - [0:0]", c.name);
+                    let _ = writeln!(xs, "-X {}", c.name);
+                }
+            }
+        }
+        decl + &dels + &adds + &xs
+    }
+}
+
 /// Renders the desired ruleset. Services are visited in `ServicePortName` order, so the
 /// output is deterministic.
 pub fn render(
@@ -441,416 +1060,298 @@ pub fn render(
     endpoints: &BTreeMap<ServicePortName, Vec<EndpointInfo>>,
     cfg: &RenderConfig,
 ) -> Ruleset {
-    let mut filter = TableRules::default();
-    let mut nat = TableRules::default();
-    let mut stats = RenderStats::default();
-    let mark = cfg.masquerade_mark();
-    let npa = NodePortAddresses::new(cfg);
-    let is_v6 = cfg.family == IpFamily::V6;
-    let localhost_node_ports = cfg.localhost_node_ports && !is_v6 && npa.contains_ipv4_loopback();
+    Rendered::build(services, endpoints, cfg).to_ruleset()
+}
 
-    for c in [
-        KUBE_SERVICES,
-        KUBE_EXTERNAL_SERVICES,
-        KUBE_FORWARD,
-        KUBE_NODEPORTS,
-        KUBE_PROXY_FIREWALL,
-    ] {
-        filter.declare(c, false);
-    }
-    for c in [
-        KUBE_SERVICES,
-        KUBE_NODEPORTS,
-        KUBE_POSTROUTING,
-        KUBE_MARK_MASQ,
-    ] {
-        nat.declare(c, false);
-    }
-
-    nat.push(
-        KUBE_POSTROUTING,
-        format!("-m mark ! --mark {mark}/{mark} -j RETURN"),
-    );
-    nat.push(KUBE_POSTROUTING, format!("-j MARK --xor-mark {mark}"));
-    let mut masq = format!(
-        "-m comment --comment {} -j MASQUERADE",
-        q("kubernetes service traffic requiring SNAT")
-    );
-    if cfg.random_fully {
-        masq.push_str(" --random-fully");
-    }
-    nat.push(KUBE_POSTROUTING, masq);
-    nat.push(KUBE_MARK_MASQ, format!("-j MARK --or-mark {mark}"));
-
-    if localhost_node_ports {
-        // Mitigates the route_localnet hole (upstream issue 90259); kubelet keeps an
-        // identical copy of this rule.
-        filter.declare(KUBE_FIREWALL, false);
-        filter.push(
-            KUBE_FIREWALL,
-            format!(
-                "-m comment --comment {} -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP",
-                q("block incoming localnet connections")
-            ),
-        );
-    }
-
-    let total_endpoints: usize = services
-        .keys()
-        .map(|k| endpoints.get(k).map_or(0, Vec::len))
-        .sum();
-    stats.total_endpoints = total_endpoints;
-    let large_cluster = total_endpoints > LARGE_CLUSTER_ENDPOINTS_THRESHOLD;
-    let comment = |text: &str| -> String {
-        if large_cluster {
-            String::new()
-        } else {
-            format!(" -m comment --comment {text}")
-        }
+/// One service port's rules (upstream's per-service part of syncProxyRules).
+fn render_service(
+    name: &ServicePortName,
+    svc: &ServicePortInfo,
+    eps: &[EndpointInfo],
+    ctx: &Ctx<'_>,
+) -> ServiceRules {
+    let cfg = ctx.cfg;
+    let mut out = ServiceRules {
+        endpoints: eps.len(),
+        ..ServiceRules::default()
     };
-    let if_local = cfg.cluster_cidr.map(|c| format!("-s {c}"));
-    let if_not_local = cfg.cluster_cidr.map(|c| format!("! -s {c}"));
+    let proto = name.protocol.lower();
+    let spn = name.to_string();
+    let names = ChainNames {
+        cluster: service_cluster_chain(&spn, proto),
+        local: service_local_chain(&spn, proto),
+        firewall: service_firewall_chain(&spn, proto),
+        external: service_external_chain(&spn, proto),
+    };
+    let cat = categorize(eps, svc);
 
-    let no_eps: Vec<EndpointInfo> = Vec::new();
-    for (name, svc) in services {
-        let proto = name.protocol.lower();
-        let spn = name.to_string();
-        let names = ChainNames {
-            cluster: service_cluster_chain(&spn, proto),
-            local: service_local_chain(&spn, proto),
-            firewall: service_firewall_chain(&spn, proto),
-            external: service_external_chain(&spn, proto),
-        };
-        let eps = endpoints.get(name).unwrap_or(&no_eps);
-        let cat = categorize(eps, svc);
+    let uses_cluster_chain = !cat.cluster.is_empty() && svc.uses_cluster_endpoints();
+    let uses_local_chain = !cat.local.is_empty() && svc.uses_local_endpoints();
 
-        let uses_cluster_chain = !cat.cluster.is_empty() && svc.uses_cluster_endpoints();
-        let uses_local_chain = !cat.local.is_empty() && svc.uses_local_endpoints();
-
-        let mut internal_chain = &names.cluster;
-        let mut has_internal = cat.has_any;
-        if svc.internal_policy_local {
-            internal_chain = &names.local;
-            if cat.local.is_empty() {
-                has_internal = false;
-            }
+    let mut internal_chain = &names.cluster;
+    let mut has_internal = cat.has_any;
+    if svc.internal_policy_local {
+        internal_chain = &names.local;
+        if cat.local.is_empty() {
+            has_internal = false;
         }
-        let mut external_policy_chain = &names.cluster;
-        let mut has_external = cat.has_any;
-        if svc.external_policy_local {
-            external_policy_chain = &names.local;
-            if cat.local.is_empty() {
-                has_external = false;
-            }
+    }
+    let mut external_policy_chain = &names.cluster;
+    let mut has_external = cat.has_any;
+    if svc.external_policy_local {
+        external_policy_chain = &names.local;
+        if cat.local.is_empty() {
+            has_external = false;
         }
-        let uses_external_chain = cat.has_any && svc.externally_accessible();
-        let uses_fw_chain = cat.has_any
-            && !svc.load_balancer_vips.is_empty()
-            && !svc.load_balancer_source_ranges.is_empty();
-        let lb_chain = if uses_fw_chain {
-            &names.firewall
-        } else {
-            &names.external
-        };
+    }
+    let uses_external_chain = cat.has_any && svc.externally_accessible();
+    let uses_fw_chain = cat.has_any
+        && !svc.load_balancer_vips.is_empty()
+        && !svc.load_balancer_source_ranges.is_empty();
+    let lb_chain = if uses_fw_chain {
+        &names.firewall
+    } else {
+        &names.external
+    };
 
-        let (mut internal_filter, mut external_filter) = (None, None);
-        if !cat.has_any {
-            let c = q(&format!("{spn} has no endpoints"));
-            internal_filter = Some(("REJECT", c.clone()));
-            external_filter = Some(("REJECT", c));
-        } else {
-            if !has_internal {
-                internal_filter = Some(("DROP", q(&format!("{spn} has no local endpoints"))));
-                stats.no_local_endpoints_internal += 1;
-            }
-            if !has_external {
-                external_filter = Some(("DROP", q(&format!("{spn} has no local endpoints"))));
-                stats.no_local_endpoints_external += 1;
-            }
+    let (mut internal_filter, mut external_filter) = (None, None);
+    if !cat.has_any {
+        let c = q(&format!("{spn} has no endpoints"));
+        internal_filter = Some(("REJECT", c.clone()));
+        external_filter = Some(("REJECT", c));
+    } else {
+        if !has_internal {
+            internal_filter = Some(("DROP", q(&format!("{spn} has no local endpoints"))));
+            out.no_local_internal = true;
         }
+        if !has_external {
+            external_filter = Some(("DROP", q(&format!("{spn} has no local endpoints"))));
+            out.no_local_external = true;
+        }
+    }
 
-        let port = svc.port;
-        let cip = svc.cluster_ip;
-        // Cluster IP.
-        if has_internal {
-            nat.push(
+    let port = svc.port;
+    let cip = svc.cluster_ip;
+    // Cluster IP.
+    if has_internal {
+        out.nat_top.push((
+            KUBE_SERVICES,
+            format!(
+                "-m comment --comment {} -m {proto} -p {proto} -d {cip} --dport {port} -j {internal_chain}",
+                q(&format!("{spn} cluster IP"))
+            ),
+        ));
+    } else if let Some((target, c)) = &internal_filter {
+        out.filter_top.push((
+            KUBE_SERVICES,
+            format!(
+                "-m comment --comment {c} -m {proto} -p {proto} -d {cip} --dport {port} -j {target}"
+            ),
+        ));
+    }
+    // External IPs.
+    for eip in &svc.external_ips {
+        if cat.has_any {
+            out.nat_top.push((
                 KUBE_SERVICES,
                 format!(
-                    "-m comment --comment {} -m {proto} -p {proto} -d {cip} --dport {port} -j {internal_chain}",
-                    q(&format!("{spn} cluster IP"))
+                    "-m comment --comment {} -m {proto} -p {proto} -d {eip} --dport {port} -j {}",
+                    q(&format!("{spn} external IP")),
+                    names.external
                 ),
-            );
-        } else if let Some((target, c)) = &internal_filter {
-            filter.push(
-                KUBE_SERVICES,
-                format!("-m comment --comment {c} -m {proto} -p {proto} -d {cip} --dport {port} -j {target}"),
-            );
-        }
-        // External IPs.
-        for eip in &svc.external_ips {
-            if cat.has_any {
-                nat.push(
-                    KUBE_SERVICES,
-                    format!(
-                        "-m comment --comment {} -m {proto} -p {proto} -d {eip} --dport {port} -j {}",
-                        q(&format!("{spn} external IP")),
-                        names.external
-                    ),
-                );
-            }
-            if let (false, Some((target, c))) = (has_external, &external_filter) {
-                filter.push(
-                    KUBE_EXTERNAL_SERVICES,
-                    format!("-m comment --comment {c} -m {proto} -p {proto} -d {eip} --dport {port} -j {target}"),
-                );
-            }
-        }
-        // Load-balancer ingress.
-        for lbip in &svc.load_balancer_vips {
-            if cat.has_any {
-                nat.push(
-                    KUBE_SERVICES,
-                    format!(
-                        "-m comment --comment {} -m {proto} -p {proto} -d {lbip} --dport {port} -j {lb_chain}",
-                        q(&format!("{spn} loadbalancer IP"))
-                    ),
-                );
-            }
-            if uses_fw_chain {
-                filter.push(
-                    KUBE_PROXY_FIREWALL,
-                    format!(
-                        "-m comment --comment {} -m {proto} -p {proto} -d {lbip} --dport {port} -j DROP",
-                        q(&format!("{spn} traffic not accepted by {}", names.firewall))
-                    ),
-                );
-            }
+            ));
         }
         if let (false, Some((target, c))) = (has_external, &external_filter) {
-            for lbip in &svc.load_balancer_vips {
-                filter.push(
-                    KUBE_EXTERNAL_SERVICES,
-                    format!("-m comment --comment {c} -m {proto} -p {proto} -d {lbip} --dport {port} -j {target}"),
-                );
-            }
+            out.filter_top.push((
+                KUBE_EXTERNAL_SERVICES,
+                format!("-m comment --comment {c} -m {proto} -p {proto} -d {eip} --dport {port} -j {target}"),
+            ));
         }
-        // Node ports.
-        if svc.node_port != 0 {
-            let np = svc.node_port;
-            if cat.has_any {
-                // (The localhost variant of this rule needs an nfacct counter, which we do
-                // not manage; upstream skips it in that case too.)
-                nat.push(
-                    KUBE_NODEPORTS,
-                    format!(
-                        "-m comment --comment {spn} -m {proto} -p {proto} --dport {np} -j {}",
-                        names.external
-                    ),
-                );
-            }
-            if let (false, Some((target, c))) = (has_external, &external_filter) {
-                filter.push(
-                    KUBE_EXTERNAL_SERVICES,
-                    format!("-m comment --comment {c} -m addrtype --dst-type LOCAL -m {proto} -p {proto} --dport {np} -j {target}"),
-                );
-            }
-        }
-        if svc.health_check_node_port != 0 {
-            filter.push(
-                KUBE_NODEPORTS,
+    }
+    // Load-balancer ingress.
+    for lbip in &svc.load_balancer_vips {
+        if cat.has_any {
+            out.nat_top.push((
+                KUBE_SERVICES,
                 format!(
-                    "-m comment --comment {} -m tcp -p tcp --dport {} -j ACCEPT",
-                    q(&format!("{spn} health check node port")),
-                    svc.health_check_node_port
+                    "-m comment --comment {} -m {proto} -p {proto} -d {lbip} --dport {port} -j {lb_chain}",
+                    q(&format!("{spn} loadbalancer IP"))
                 ),
-            );
-        }
-
-        // Per-service chains, declared in upstream's order: EXT, FW, SVC, SVL, SEPs.
-        if uses_external_chain {
-            nat.declare(&names.external, true);
+            ));
         }
         if uses_fw_chain {
-            nat.declare(&names.firewall, true);
+            out.filter_top.push((
+                KUBE_PROXY_FIREWALL,
+                format!(
+                    "-m comment --comment {} -m {proto} -p {proto} -d {lbip} --dport {port} -j DROP",
+                    q(&format!("{spn} traffic not accepted by {}", names.firewall))
+                ),
+            ));
         }
-        if uses_cluster_chain {
-            nat.declare(&names.cluster, true);
+    }
+    if let (false, Some((target, c))) = (has_external, &external_filter) {
+        for lbip in &svc.load_balancer_vips {
+            out.filter_top.push((
+                KUBE_EXTERNAL_SERVICES,
+                format!("-m comment --comment {c} -m {proto} -p {proto} -d {lbip} --dport {port} -j {target}"),
+            ));
         }
-        if uses_local_chain {
-            nat.declare(&names.local, true);
+    }
+    // Node ports.
+    if svc.node_port != 0 {
+        let np = svc.node_port;
+        if cat.has_any {
+            // (The localhost variant of this rule needs an nfacct counter, which we do
+            // not manage; upstream skips it in that case too.)
+            out.nat_top.push((
+                KUBE_NODEPORTS,
+                format!(
+                    "-m comment --comment {spn} -m {proto} -p {proto} --dport {np} -j {}",
+                    names.external
+                ),
+            ));
         }
+        if let (false, Some((target, c))) = (has_external, &external_filter) {
+            out.filter_top.push((
+                KUBE_EXTERNAL_SERVICES,
+                format!("-m comment --comment {c} -m addrtype --dst-type LOCAL -m {proto} -p {proto} --dport {np} -j {target}"),
+            ));
+        }
+    }
+    if svc.health_check_node_port != 0 {
+        out.filter_top.push((
+            KUBE_NODEPORTS,
+            format!(
+                "-m comment --comment {} -m tcp -p tcp --dport {} -j ACCEPT",
+                q(&format!("{spn} health check node port")),
+                svc.health_check_node_port
+            ),
+        ));
+    }
 
-        if has_internal {
-            let base = format!(
-                "-m comment --comment {} -m {proto} -p {proto} -d {cip} --dport {port}",
-                q(&format!("{spn} cluster IP"))
+    // Per-service chains, declared in upstream's order: EXT, FW, SVC, SVL, SEPs.
+    if uses_external_chain {
+        out.declare(&names.external);
+    }
+    if uses_fw_chain {
+        out.declare(&names.firewall);
+    }
+    if uses_cluster_chain {
+        out.declare(&names.cluster);
+    }
+    if uses_local_chain {
+        out.declare(&names.local);
+    }
+
+    if has_internal {
+        let base = format!(
+            "-m comment --comment {} -m {proto} -p {proto} -d {cip} --dport {port}",
+            q(&format!("{spn} cluster IP"))
+        );
+        if cfg.masquerade_all {
+            out.push(internal_chain, format!("{base} -j {KUBE_MARK_MASQ}"));
+        } else if let Some(nl) = &ctx.if_not_local {
+            // Off-cluster traffic to a service VIP may bounce off-node: masquerade it.
+            out.push(internal_chain, format!("{base} {nl} -j {KUBE_MARK_MASQ}"));
+        }
+    }
+
+    if uses_external_chain {
+        let ext = &names.external;
+        if !svc.external_policy_local {
+            out.push(
+                ext,
+                format!(
+                    "-m comment --comment {} -j {KUBE_MARK_MASQ}",
+                    q(&format!(
+                        "masquerade traffic for {spn} external destinations"
+                    ))
+                ),
             );
-            if cfg.masquerade_all {
-                nat.push(internal_chain, format!("{base} -j {KUBE_MARK_MASQ}"));
-            } else if let Some(nl) = &if_not_local {
-                // Off-cluster traffic to a service VIP may bounce off-node: masquerade it.
-                nat.push(internal_chain, format!("{base} {nl} -j {KUBE_MARK_MASQ}"));
-            }
-        }
-
-        if uses_external_chain {
-            let ext = &names.external;
-            if !svc.external_policy_local {
-                nat.push(
+        } else {
+            if let Some(l) = &ctx.if_local {
+                out.push(
                     ext,
                     format!(
-                        "-m comment --comment {} -j {KUBE_MARK_MASQ}",
-                        q(&format!(
-                            "masquerade traffic for {spn} external destinations"
-                        ))
-                    ),
-                );
-            } else {
-                if let Some(l) = &if_local {
-                    nat.push(
-                        ext,
-                        format!(
-                            "-m comment --comment {} {l} -j {}",
-                            q(&format!("pod traffic for {spn} external destinations")),
-                            names.cluster
-                        ),
-                    );
-                }
-                nat.push(
-                    ext,
-                    format!(
-                        "-m comment --comment {} -m addrtype --src-type LOCAL -j {KUBE_MARK_MASQ}",
-                        q(&format!(
-                            "masquerade LOCAL traffic for {spn} external destinations"
-                        ))
-                    ),
-                );
-                nat.push(
-                    ext,
-                    format!(
-                        "-m comment --comment {} -m addrtype --src-type LOCAL -j {}",
-                        q(&format!(
-                            "route LOCAL traffic for {spn} external destinations"
-                        )),
+                        "-m comment --comment {} {l} -j {}",
+                        q(&format!("pod traffic for {spn} external destinations")),
                         names.cluster
                     ),
                 );
             }
-            if has_external {
-                nat.push(ext, format!("-j {external_policy_chain}"));
-            }
-        }
-
-        if uses_fw_chain {
-            let fw = &names.firewall;
-            let head = format!(
-                "-m comment --comment {}",
-                q(&format!("{spn} loadbalancer IP"))
-            );
-            let mut allow_from_node = false;
-            for cidr in &svc.load_balancer_source_ranges {
-                nat.push(fw, format!("{head} -s {cidr} -j {}", names.external));
-                if cfg.node_ips.first().is_some_and(|ip| cidr.contains(ip)) {
-                    allow_from_node = true;
-                }
-            }
-            if allow_from_node {
-                for lbip in &svc.load_balancer_vips {
-                    nat.push(fw, format!("{head} -s {lbip} -j {}", names.external));
-                }
-            }
-            nat.push(
-                fw,
+            out.push(
+                ext,
                 format!(
-                    "-m comment --comment {}",
+                    "-m comment --comment {} -m addrtype --src-type LOCAL -j {KUBE_MARK_MASQ}",
                     q(&format!(
-                        "other traffic to {spn} will be dropped by KUBE-PROXY-FIREWALL"
+                        "masquerade LOCAL traffic for {spn} external destinations"
                     ))
                 ),
             );
-        }
-
-        if uses_cluster_chain {
-            service_to_endpoint_rules(&mut nat, &spn, svc, &names.cluster, &cat.cluster, &comment);
-        }
-        if uses_local_chain {
-            service_to_endpoint_rules(&mut nat, &spn, svc, &names.local, &cat.local, &comment);
-        }
-        for ep in &cat.all_reachable {
-            let sep = service_endpoint_chain(&spn, proto, &ep.to_string());
-            nat.declare(&sep, true);
-            let head = comment(&spn);
-            nat.push(
-                &sep,
-                format!("{}-s {} -j {KUBE_MARK_MASQ}", trim_lead(&head), ep.ip),
-            );
-            let mut dnat = trim_lead(&head).to_string();
-            if svc.session_affinity_seconds.is_some() {
-                let _ = write!(dnat, "-m recent --name {sep} --set ");
-            }
-            let _ = write!(dnat, "-m {proto} -p {proto} -j DNAT --to-destination {ep}");
-            nat.push(&sep, dnat);
-        }
-    }
-
-    // The jump to KUBE-NODEPORTS must stay the last rule of nat KUBE-SERVICES.
-    let np_comment =
-        q("kubernetes service nodeports; NOTE: this must be the last rule in this chain");
-    if npa.match_all {
-        let mut dest = String::from("-m addrtype --dst-type LOCAL");
-        if is_v6 {
-            dest.push_str(" ! -d ::1/128");
-        } else if !localhost_node_ports {
-            dest.push_str(" ! -d 127.0.0.0/8");
-        }
-        nat.push_rule(
-            KUBE_SERVICES,
-            Rule {
-                args: format!("-m comment --comment {np_comment} {dest} -j {KUBE_NODEPORTS}"),
-                pinned_last: true,
-            },
-        );
-    } else {
-        for ip in cfg
-            .node_ips
-            .iter()
-            .filter(|ip| npa.cidrs.iter().any(|c| c.contains(ip)))
-        {
-            if ip.is_loopback() && (is_v6 || !localhost_node_ports) {
-                continue;
-            }
-            nat.push_rule(
-                KUBE_SERVICES,
-                Rule {
-                    args: format!("-m comment --comment {np_comment} -d {ip} -j {KUBE_NODEPORTS}"),
-                    pinned_last: true,
-                },
+            out.push(
+                ext,
+                format!(
+                    "-m comment --comment {} -m addrtype --src-type LOCAL -j {}",
+                    q(&format!(
+                        "route LOCAL traffic for {spn} external destinations"
+                    )),
+                    names.cluster
+                ),
             );
         }
+        if has_external {
+            out.push(ext, format!("-j {external_policy_chain}"));
+        }
     }
 
-    if !cfg.conntrack_tcp_liberal {
-        filter.push(
-            KUBE_FORWARD,
-            "-m conntrack --ctstate INVALID -j DROP".to_string(),
+    if uses_fw_chain {
+        let fw = &names.firewall;
+        let head = format!(
+            "-m comment --comment {}",
+            q(&format!("{spn} loadbalancer IP"))
+        );
+        let mut allow_from_node = false;
+        for cidr in &svc.load_balancer_source_ranges {
+            out.push(fw, format!("{head} -s {cidr} -j {}", names.external));
+            if cfg.node_ips.first().is_some_and(|ip| cidr.contains(ip)) {
+                allow_from_node = true;
+            }
+        }
+        if allow_from_node {
+            for lbip in &svc.load_balancer_vips {
+                out.push(fw, format!("{head} -s {lbip} -j {}", names.external));
+            }
+        }
+        out.push(
+            fw,
+            format!(
+                "-m comment --comment {}",
+                q(&format!(
+                    "other traffic to {spn} will be dropped by KUBE-PROXY-FIREWALL"
+                ))
+            ),
         );
     }
-    filter.push(
-        KUBE_FORWARD,
-        format!(
-            "-m comment --comment {} -m mark --mark {mark}/{mark} -j ACCEPT",
-            q("kubernetes forwarding rules")
-        ),
-    );
-    filter.push(
-        KUBE_FORWARD,
-        format!(
-            "-m comment --comment {} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-            q("kubernetes forwarding conntrack rule")
-        ),
-    );
 
-    Ruleset { filter, nat, stats }
+    if uses_cluster_chain {
+        service_to_endpoint_rules(&mut out, &spn, svc, &names.cluster, &cat.cluster, ctx);
+    }
+    if uses_local_chain {
+        service_to_endpoint_rules(&mut out, &spn, svc, &names.local, &cat.local, ctx);
+    }
+    let head = trim_lead(&ctx.comment(&spn));
+    for ep in &cat.all_reachable {
+        let sep = service_endpoint_chain(&spn, proto, &ep.to_string());
+        let mut dnat = head.clone();
+        if svc.session_affinity_seconds.is_some() {
+            let _ = write!(dnat, "-m recent --name {sep} --set ");
+        }
+        let _ = write!(dnat, "-m {proto} -p {proto} -j DNAT --to-destination {ep}");
+        out.declare_new(sep);
+        out.push_last(format!("{head}-s {} -j {KUBE_MARK_MASQ}", ep.ip));
+        out.push_last(dnat);
+    }
+    out
 }
 
 /// `comment()` yields " -m comment --comment X" (or ""); rules are built as
@@ -864,19 +1365,19 @@ fn trim_lead(head: &str) -> String {
 }
 
 fn service_to_endpoint_rules(
-    nat: &mut TableRules,
+    out: &mut ServiceRules,
     spn: &str,
     svc: &ServicePortInfo,
     chain: &str,
     eps: &[&EndpointInfo],
-    comment: &dyn Fn(&str) -> String,
+    ctx: &Ctx<'_>,
 ) {
     let proto = svc.name.protocol.lower();
     if let Some(seconds) = svc.session_affinity_seconds {
         for ep in eps {
             let sep = service_endpoint_chain(spn, proto, &ep.to_string());
-            let head = trim_lead(&comment(&q(&format!("{spn} -> {ep}"))));
-            nat.push(
+            let head = trim_lead(&ctx.comment(&q(&format!("{spn} -> {ep}"))));
+            out.push(
                 chain,
                 format!(
                     "{head}-m recent --name {sep} --rcheck --seconds {seconds} --reap -j {sep}"
@@ -887,9 +1388,9 @@ fn service_to_endpoint_rules(
     let n = eps.len();
     for (i, ep) in eps.iter().enumerate() {
         let sep = service_endpoint_chain(spn, proto, &ep.to_string());
-        let head = trim_lead(&comment(&q(&format!("{spn} -> {ep}"))));
+        let head = trim_lead(&ctx.comment(&q(&format!("{spn} -> {ep}"))));
         if i + 1 < n {
-            nat.push(
+            out.push(
                 chain,
                 format!(
                     "{head}-m statistic --mode random --probability {} -j {sep}",
@@ -897,7 +1398,7 @@ fn service_to_endpoint_rules(
                 ),
             );
         } else {
-            nat.push(chain, format!("{head}-j {sep}"));
+            out.push(chain, format!("{head}-j {sep}"));
         }
     }
 }

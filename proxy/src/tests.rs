@@ -895,3 +895,542 @@ async fn service_health_servers_follow_syncs() {
     }
     assert!(closed, "health check port still answering");
 }
+
+// ---------------------------------------------------------------------------------------
+// Incremental partial sync (`Rendered::update`) against the whole-render + `delta` oracle.
+// ---------------------------------------------------------------------------------------
+
+/// A toy `iptables-restore --noflush`: tables → chains → rules, applying `:`/`-A`/`-D`/`-X`
+/// in order and refusing what the kernel would refuse (appending to or deleting from a
+/// missing chain, deleting a missing rule, deleting a non-empty or still referenced chain).
+#[derive(Debug, Default, PartialEq)]
+struct SimTables(BTreeMap<String, BTreeMap<String, Vec<String>>>);
+
+impl SimTables {
+    fn apply(&mut self, text: &str) {
+        let mut table = String::new();
+        for line in text.lines() {
+            if let Some(t) = line.strip_prefix('*') {
+                table = t.to_string();
+                continue;
+            }
+            if line == "COMMIT" {
+                // Every jump to one of our chains must land on an existing chain.
+                let chains = &self.0[&table];
+                for (name, rules) in chains {
+                    for r in rules {
+                        if let Some(target) = r.split(" -j ").nth(1).or(r.strip_prefix("-j "))
+                            && let Some(target) = target.split(' ').next()
+                            && target.starts_with("KUBE-")
+                        {
+                            assert!(
+                                chains.contains_key(target),
+                                "{table} {name}: jump to missing chain {target}: {r}"
+                            );
+                        }
+                    }
+                }
+                continue;
+            }
+            let chains = self.0.entry(table.clone()).or_default();
+            if let Some(rest) = line.strip_prefix(':') {
+                let name = rest.split(' ').next().unwrap();
+                chains.entry(name.to_string()).or_default().clear();
+            } else if let Some(rest) = line.strip_prefix("-A ") {
+                let (c, args) = rest.split_once(' ').unwrap();
+                chains
+                    .get_mut(c)
+                    .unwrap_or_else(|| panic!("append to missing chain: {line}"))
+                    .push(args.to_string());
+            } else if let Some(rest) = line.strip_prefix("-D ") {
+                let (c, args) = rest.split_once(' ').unwrap();
+                let rules = chains
+                    .get_mut(c)
+                    .unwrap_or_else(|| panic!("delete from missing chain: {line}"));
+                let i = rules
+                    .iter()
+                    .position(|r| r == args)
+                    .unwrap_or_else(|| panic!("delete of missing rule: {line}"));
+                rules.remove(i);
+            } else if let Some(c) = line.strip_prefix("-X ") {
+                let rules = chains
+                    .remove(c)
+                    .unwrap_or_else(|| panic!("-X of missing chain: {line}"));
+                assert!(rules.is_empty(), "-X of non-empty chain: {line}");
+                let jump = format!("-j {c}");
+                for (name, rules) in chains.iter() {
+                    assert!(
+                        !rules
+                            .iter()
+                            .any(|r| r.ends_with(&jump) || r.contains(&format!("{jump} "))),
+                        "-X of {c} still referenced from {name}"
+                    );
+                }
+            } else {
+                panic!("unexpected restore line: {line}");
+            }
+        }
+    }
+
+    fn from_text(text: &str) -> Self {
+        let mut s = SimTables::default();
+        s.apply(text);
+        s
+    }
+
+    /// Top-level chains are patched rule by rule, so new rules land at their end rather
+    /// than where a full render puts them; order matters only for the pinned KUBE-NODEPORTS
+    /// jump, which must stay last. Checks that and returns the tables with top-level chains
+    /// sorted.
+    fn normalized(mut self) -> Self {
+        for (table, chains) in self.0.iter_mut() {
+            for (name, rules) in chains.iter_mut() {
+                if table == "nat" && name == "KUBE-SERVICES" {
+                    let first_pinned = rules.iter().position(|r| r.ends_with("-j KUBE-NODEPORTS"));
+                    if let Some(i) = first_pinned {
+                        assert!(
+                            rules[i..].iter().all(|r| r.ends_with("-j KUBE-NODEPORTS")),
+                            "KUBE-NODEPORTS jump not last: {rules:#?}"
+                        );
+                    }
+                }
+                if !crate::chains::is_service_chain(name) {
+                    rules.sort();
+                }
+            }
+        }
+        self
+    }
+}
+
+/// Checks one step: `before` is the state rendered before the change, `st` holds the change.
+/// The incremental partial sync must write exactly what the whole-render + `delta` path
+/// writes, leave the same state as a fresh render, and turn the old rules into the new ones.
+fn check_incremental_step(
+    before: &render::Rendered,
+    st: &mut ServiceState,
+    cfg: &RenderConfig,
+    what: &str,
+) -> render::Rendered {
+    let changed = st.take_changes();
+    let full_after = render::render(st.service_port_map(), st.endpoints_map(), cfg);
+    let oracle = render::delta(&before.to_ruleset(), &full_after);
+
+    let mut inc = before.clone();
+    let text = inc.update(st.service_port_map(), st.endpoints_map(), &changed, cfg);
+    assert_eq!(
+        text, oracle,
+        "{what}: incremental delta differs from the oracle"
+    );
+
+    let fresh = render::Rendered::build(st.service_port_map(), st.endpoints_map(), cfg);
+    assert_eq!(
+        inc, fresh,
+        "{what}: updated state differs from a fresh render"
+    );
+    assert_eq!(inc.to_ruleset(), full_after, "{what}");
+    let full_text = full_after.full_text(&[]);
+    assert_eq!(inc.full_text(&[]), full_text, "{what}");
+    assert_eq!(
+        inc.rule_count(TableName::Nat),
+        full_after.nat.rule_count(),
+        "{what}"
+    );
+    assert_eq!(
+        inc.rule_count(TableName::Filter),
+        full_after.filter.rule_count(),
+        "{what}"
+    );
+    assert_eq!(inc.stats(), &full_after.stats, "{what}");
+
+    let mut sim = SimTables::from_text(&before.full_text(&[]));
+    sim.apply(&text);
+    assert_eq!(
+        sim.normalized(),
+        SimTables::from_text(&full_text).normalized(),
+        "{what}: delta applied ≠ full render"
+    );
+    inc
+}
+
+fn sticky(s: &mut Service, seconds: Option<i32>) {
+    let spec = s.spec.as_mut().unwrap();
+    match seconds {
+        Some(t) => {
+            spec.session_affinity = Some("ClientIP".into());
+            spec.session_affinity_config = Some(SessionAffinityConfig {
+                client_ip: Some(ClientIPConfig {
+                    timeout_seconds: Some(t),
+                }),
+            });
+        }
+        None => {
+            spec.session_affinity = Some("None".into());
+            spec.session_affinity_config = None;
+        }
+    }
+}
+
+#[test]
+fn incremental_update_matches_oracle_for_single_changes() {
+    let cfg = render_cfg();
+    let (svcs, _) = fixture();
+    type Change = Box<dyn Fn(&mut ServiceState)>;
+    let svcs2 = svcs.clone();
+    let cases: Vec<(&str, Change)> = vec![
+        ("nothing", Box::new(|_st| {})),
+        ("same object again", {
+            let s = svcs[0].clone();
+            Box::new(move |st| assert!(!st.upsert_service(&s)))
+        }),
+        (
+            "endpoint added",
+            Box::new(|st| {
+                assert!(st.upsert_endpoint_slice(&slice(
+                    "ns1",
+                    "svc1",
+                    "svc1-a",
+                    &[("p80", "TCP", 80)],
+                    &[ep("10.180.0.1", "node2"), ep("10.180.0.9", NODE)],
+                )))
+            }),
+        ),
+        (
+            "endpoint removed",
+            Box::new(|st| {
+                assert!(st.upsert_endpoint_slice(&slice(
+                    "ns5",
+                    "dns",
+                    "dns-a",
+                    &[("dns", "UDP", 5353)],
+                    &[ep("10.180.1.2", "node3")],
+                )))
+            }),
+        ),
+        (
+            "local endpoint terminating",
+            Box::new(|st| {
+                assert!(st.upsert_endpoint_slice(&slice(
+                    "ns2",
+                    "svc2",
+                    "svc2-a",
+                    &[("p80", "TCP", 80)],
+                    &[
+                        ep("10.180.0.2", "node2"),
+                        Ep {
+                            ip: "10.180.0.22",
+                            node: NODE,
+                            ready: false,
+                            terminating: true,
+                        },
+                    ],
+                )))
+            }),
+        ),
+        (
+            "last slice deleted",
+            Box::new(|st| {
+                assert!(st.delete_endpoint_slice(&slice("ns2", "svc2", "svc2-a", &[], &[])))
+            }),
+        ),
+        (
+            "first endpoint of a service",
+            Box::new(|st| {
+                assert!(st.upsert_endpoint_slice(&slice(
+                    "ns4",
+                    "svc4",
+                    "svc4-a",
+                    &[("p80", "TCP", 80)],
+                    &[ep("10.180.0.44", NODE)],
+                )))
+            }),
+        ),
+        (
+            "service added without endpoints",
+            Box::new(|st| {
+                assert!(st.upsert_service(&svc(
+                    "ns0",
+                    "svc0",
+                    "NodePort",
+                    "172.30.0.40",
+                    vec![port("a", "TCP", 80, Some(3010))],
+                )))
+            }),
+        ),
+        (
+            "service deleted",
+            Box::new(|st| assert!(st.delete_service("ns3", "svc3"))),
+        ),
+        (
+            "LB service with firewall deleted",
+            Box::new(|st| assert!(st.delete_service("ns2", "svc2"))),
+        ),
+        ("port number changed", {
+            let mut s = svcs2[0].clone();
+            s.spec.as_mut().unwrap().ports = Some(vec![port("p80", "TCP", 8080, None)]);
+            Box::new(move |st| assert!(st.upsert_service(&s)))
+        }),
+        ("port renamed (new chains)", {
+            let mut s = svcs2[2].clone();
+            s.spec.as_mut().unwrap().ports = Some(vec![port("web", "TCP", 80, Some(3003))]);
+            Box::new(move |st| assert!(st.upsert_service(&s)))
+        }),
+        ("port added", {
+            let mut s = svcs2[2].clone();
+            s.spec.as_mut().unwrap().ports = Some(vec![
+                port("p80", "TCP", 80, Some(3003)),
+                port("p81", "UDP", 81, Some(3004)),
+            ]);
+            Box::new(move |st| assert!(st.upsert_service(&s)))
+        }),
+        ("ETP Local -> Cluster", {
+            let mut s = svcs2[1].clone();
+            let spec = s.spec.as_mut().unwrap();
+            spec.external_traffic_policy = Some("Cluster".into());
+            spec.health_check_node_port = None;
+            Box::new(move |st| assert!(st.upsert_service(&s)))
+        }),
+        ("ETP Cluster -> Local", {
+            let mut s = svcs2[2].clone();
+            s.spec.as_mut().unwrap().external_traffic_policy = Some("Local".into());
+            Box::new(move |st| assert!(st.upsert_service(&s)))
+        }),
+        ("ITP Local", {
+            let mut s = svcs2[0].clone();
+            s.spec.as_mut().unwrap().internal_traffic_policy = Some("Local".into());
+            Box::new(move |st| assert!(st.upsert_service(&s)))
+        }),
+        ("sessionAffinity on", {
+            let mut s = svcs2[0].clone();
+            sticky(&mut s, Some(300));
+            Box::new(move |st| assert!(st.upsert_service(&s)))
+        }),
+        ("sessionAffinity off", {
+            let mut s = svcs2[2].clone();
+            sticky(&mut s, None);
+            Box::new(move |st| assert!(st.upsert_service(&s)))
+        }),
+        ("source ranges dropped", {
+            let mut s = svcs2[1].clone();
+            s.spec.as_mut().unwrap().load_balancer_source_ranges = None;
+            Box::new(move |st| assert!(st.upsert_service(&s)))
+        }),
+        (
+            "the fixture's multi-service change",
+            Box::new(apply_changes),
+        ),
+        (
+            "large-cluster mode switched on",
+            Box::new(|st| {
+                let ips: Vec<String> = (0..1000)
+                    .map(|i| format!("10.181.{}.{}", i / 250, i % 250 + 1))
+                    .collect();
+                let eps: Vec<Ep> = ips.iter().map(|ip| ep(ip, "node2")).collect();
+                assert!(st.upsert_endpoint_slice(&slice(
+                    "ns4",
+                    "svc4",
+                    "svc4-big",
+                    &[("p80", "TCP", 80)],
+                    &eps,
+                )))
+            }),
+        ),
+    ];
+    for (what, change) in cases {
+        let mut st = loaded_state();
+        let before = render::Rendered::build(st.service_port_map(), st.endpoints_map(), &cfg);
+        st.take_changes();
+        change(&mut st);
+        check_incremental_step(&before, &mut st, &cfg, what);
+    }
+}
+
+/// Tiny deterministic generator (xorshift), so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn coin(&mut self) -> bool {
+        self.below(2) == 0
+    }
+}
+
+fn random_service(rng: &mut Rng, k: u64) -> Service {
+    let ty = ["ClusterIP", "NodePort", "LoadBalancer"][rng.below(3) as usize];
+    let np = |i: i32| (ty != "ClusterIP").then_some(30000 + (k as i32) * 4 + i);
+    let mut ports = vec![port("p80", "TCP", 80 + rng.below(2) as i32, np(0))];
+    if rng.coin() {
+        ports.push(port("dns", "UDP", 53, np(1)));
+    }
+    let mut s = svc(
+        &format!("ns{}", k % 3),
+        &format!("svc{k}"),
+        ty,
+        &format!("172.30.1.{}", k + 1),
+        ports,
+    );
+    let spec = s.spec.as_mut().unwrap();
+    if rng.coin() {
+        spec.external_traffic_policy = Some("Local".into());
+        if ty == "LoadBalancer" {
+            spec.health_check_node_port = Some(31000 + k as i32);
+        }
+    }
+    if rng.below(4) == 0 {
+        spec.internal_traffic_policy = Some("Local".into());
+    }
+    if rng.below(3) == 0 {
+        spec.external_ips = Some(vec![format!("192.168.99.{}", k + 1)]);
+    }
+    if ty == "LoadBalancer" {
+        if rng.coin() {
+            let ranges = if rng.coin() {
+                vec!["203.0.113.0/25".to_string()]
+            } else {
+                vec!["203.0.113.0/25".to_string(), "192.168.0.0/24".to_string()]
+            };
+            spec.load_balancer_source_ranges = Some(ranges);
+        }
+        s.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(vec![LoadBalancerIngress {
+                    ip: Some(format!("1.2.3.{}", k + 1)),
+                    ..Default::default()
+                }]),
+            }),
+            ..Default::default()
+        });
+    }
+    if rng.below(3) == 0 {
+        sticky(&mut s, Some(60 + rng.below(3) as i32));
+    }
+    s
+}
+
+fn random_slice(rng: &mut Rng, k: u64, part: u64) -> EndpointSlice {
+    let ips: Vec<String> = (0..4)
+        .map(|i| format!("10.180.{k}.{}", part * 4 + i + 1))
+        .collect();
+    let mut eps = Vec::new();
+    for ip in &ips {
+        if rng.below(3) == 0 {
+            continue;
+        }
+        let node = if rng.coin() { NODE } else { "node2" };
+        let (ready, terminating) = match rng.below(4) {
+            0 => (false, true),
+            1 => (false, false),
+            _ => (true, false),
+        };
+        eps.push(Ep {
+            ip,
+            node,
+            ready,
+            terminating,
+        });
+    }
+    let mut ports = vec![("p80", "TCP", 8080)];
+    if rng.coin() {
+        ports.push(("dns", "UDP", 5353));
+    }
+    let name = format!("svc{k}-{part}");
+    slice(
+        &format!("ns{}", k % 3),
+        &format!("svc{k}"),
+        &name,
+        &ports,
+        &eps,
+    )
+}
+
+#[test]
+fn incremental_update_matches_oracle_over_random_changes() {
+    for (seed, local_ports_cfg) in [
+        (0x9e37_79b9_7f4a_7c15u64, false),
+        (0xdead_beef_1234_5678, true),
+    ] {
+        let mut rng = Rng(seed);
+        let mut cfg = render_cfg();
+        if local_ports_cfg {
+            cfg.node_port_addresses = vec!["192.168.0.0/24".into(), "127.0.0.0/8".into()];
+            cfg.masquerade_all = true;
+        }
+        let mut st = ServiceState::new(IpFamily::V4, NODE);
+        let mut rendered = render::Rendered::build(st.service_port_map(), st.endpoints_map(), &cfg);
+        for step in 0..400 {
+            let k = rng.below(8);
+            let part = rng.below(2);
+            let what = match rng.below(5) {
+                0 | 1 => {
+                    let s = random_service(&mut rng, k);
+                    st.upsert_service(&s);
+                    "service upsert"
+                }
+                2 => {
+                    st.delete_service(&format!("ns{}", k % 3), &format!("svc{k}"));
+                    "service delete"
+                }
+                3 => {
+                    let s = random_slice(&mut rng, k, part);
+                    st.upsert_endpoint_slice(&s);
+                    "slice upsert"
+                }
+                _ => {
+                    let s = random_slice(&mut rng, k, part);
+                    st.delete_endpoint_slice(&s);
+                    "slice delete"
+                }
+            };
+            let what = format!("seed {seed:#x} step {step}: {what} svc{k}");
+            rendered = check_incremental_step(&rendered, &mut st, &cfg, &what);
+        }
+    }
+}
+
+/// The proxier's partial syncs write what the whole-render + delta path would.
+#[tokio::test]
+async fn proxier_partial_syncs_match_oracle() {
+    let runner = FakeRunner::default();
+    let mut p = proxier_with(runner.clone(), loaded_state());
+    p.sync(false).await.unwrap();
+    let cfg = render_cfg();
+    let mut rng = Rng(42);
+    for step in 0..30 {
+        let handle = p.handle().clone();
+        let before = {
+            let st = handle.state_for_test();
+            render::render(st.service_port_map(), st.endpoints_map(), &cfg)
+        };
+        let k = rng.below(6);
+        if rng.coin() {
+            handle.on_service_upsert(&random_service(&mut rng, k));
+        } else {
+            handle.on_endpoint_slice_upsert(&random_slice(&mut rng, k, 0));
+        }
+        let after = {
+            let st = handle.state_for_test();
+            render::render(st.service_port_map(), st.endpoints_map(), &cfg)
+        };
+        runner.clear_calls();
+        let out = p.sync(false).await.unwrap();
+        let expected = render::delta(&before, &after);
+        let written = runner.restores().first().cloned().unwrap_or_default();
+        assert_eq!(written, expected, "step {step}");
+        assert_eq!(
+            out == SyncOutcome::Unchanged,
+            expected.is_empty(),
+            "step {step}"
+        );
+        assert_eq!(p.applied().unwrap().to_ruleset(), after, "step {step}");
+    }
+}

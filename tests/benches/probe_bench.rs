@@ -1,7 +1,7 @@
 //! Probe overhead bench on the node rig (root; prints figures, asserts nothing about time).
 //!
 //! ```text
-//! cargo bench --profile dev -p node-tests --bench probe_bench -- [--pods N] [--measure SECS] [--settle SECS] [--phase idle|probes|both]
+//! cargo bench --profile dev -p node-tests --bench probe_bench -- [--pods N] [--measure SECS] [--settle SECS] [--phase idle|probes|both] [--no-exec]
 //! ```
 //!
 //! For each phase a fresh rig (`pe2e-bench-idle`, `pe2e-bench-probes`) and a fresh kubelet run
@@ -27,11 +27,13 @@ struct Opts {
     measure: u64,
     settle: u64,
     phases: Vec<&'static str>,
+    /// Liveness by tcpSocket instead of exec: the kubelet's own probing cost without ExecSync.
+    no_exec: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: probe_bench -- [--pods N] [--measure SECS] [--settle SECS] [--phase idle|probes|both]"
+        "usage: probe_bench -- [--pods N] [--measure SECS] [--settle SECS] [--phase idle|probes|both] [--no-exec]"
     );
     std::process::exit(2)
 }
@@ -42,6 +44,7 @@ fn parse() -> Opts {
         measure: 30,
         settle: 10,
         phases: vec!["idle", "probes"],
+        no_exec: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -49,6 +52,7 @@ fn parse() -> Opts {
         match a.as_str() {
             // `cargo bench` passes --bench to harness = false targets.
             "--bench" => {}
+            "--no-exec" => o.no_exec = true,
             "--pods" => o.pods = v().parse().unwrap_or_else(|_| usage()),
             "--measure" => o.measure = v().parse().unwrap_or_else(|_| usage()),
             "--settle" => o.settle = v().parse().unwrap_or_else(|_| usage()),
@@ -69,20 +73,31 @@ fn parse() -> Opts {
     o
 }
 
-fn manifest(i: usize, probes: bool) -> String {
-    let (web_probes, side_probes) = if probes {
-        (
-            r#"
+fn manifest(i: usize, probes: bool, no_exec: bool) -> String {
+    let liveness = if no_exec {
+        r#"
+    livenessProbe:
+      tcpSocket:
+        port: 8080
+      periodSeconds: 1"#
+    } else {
+        r#"
     livenessProbe:
       exec:
         command: ["true"]
       periodSeconds: 1
-      timeoutSeconds: 5
+      timeoutSeconds: 5"#
+    };
+    let (web_probes, side_probes) = if probes {
+        (
+            format!(
+                r#"{liveness}
     readinessProbe:
       httpGet:
         path: /healthz
         port: 8080
-      periodSeconds: 1"#,
+      periodSeconds: 1"#
+            ),
             r#"
     readinessProbe:
       tcpSocket:
@@ -90,7 +105,7 @@ fn manifest(i: usize, probes: bool) -> String {
       periodSeconds: 1"#,
         )
     } else {
-        ("", "")
+        (String::new(), "")
     };
     format!(
         r#"apiVersion: v1
@@ -216,7 +231,10 @@ fn run_phase(o: &Opts, phase: &str) -> Figures {
     );
     let t0 = Instant::now();
     for i in 0..o.pods {
-        agent.write_manifest(&format!("bench-{i:04}.yaml"), &manifest(i, probes));
+        agent.write_manifest(
+            &format!("bench-{i:04}.yaml"),
+            &manifest(i, probes, o.no_exec),
+        );
     }
     let timeout = Duration::from_secs(60 + 4 * o.pods as u64);
     let mut last_report = Instant::now();

@@ -3,13 +3,16 @@
 //! For each iptables backend installed (nft, legacy): synthetic Services × 2 endpoints, a fresh
 //! network namespace for the proxier (first full sync, then partial syncs after one changed
 //! EndpointSlice and one new Service) and another fresh namespace for a raw
-//! `iptables-restore --noflush` of the same rendered text. Prints figures; asserts nothing.
+//! `iptables-restore --noflush` of the same rendered text. Also prints the CPU cost of
+//! computing one partial-sync delta, incremental (`Rendered::update`) vs the whole render +
+//! `render::delta` it replaces (no root needed for that line). Prints figures; asserts nothing.
 //!
 //! Usage: proxy-bench [--services N] (default 1000). Needs root; touches only namespaces it
 //! creates and deletes.
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -18,9 +21,11 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prometheus::Registry;
 use proxy::iptables::{Backend, ExecRunner, IptablesRunner};
+use proxy::iptables::{IptablesVersion, Position};
 use proxy::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
 use proxy::proxier::{Proxier, ProxyHandle, SyncConfig};
-use proxy::render::RenderConfig;
+use proxy::render::TableName;
+use proxy::render::{self, RenderConfig, Rendered};
 
 struct Netns(String);
 
@@ -46,6 +51,83 @@ impl Drop for Netns {
         let _ = Command::new("ip")
             .args(["netns", "delete", &self.0])
             .status();
+    }
+}
+
+/// The proxier's jumps from the built-in chains (its `ensure_jumps`), for the raw namespace.
+const RAW_JUMPS: &str = "*filter
+-I INPUT -j KUBE-PROXY-FIREWALL
+-I OUTPUT -j KUBE-PROXY-FIREWALL
+-I FORWARD -j KUBE-PROXY-FIREWALL
+-I FORWARD -j KUBE-FORWARD
+-I OUTPUT -j KUBE-SERVICES
+-I FORWARD -j KUBE-SERVICES
+-I INPUT -j KUBE-NODEPORTS
+-I FORWARD -j KUBE-EXTERNAL-SERVICES
+-I INPUT -j KUBE-EXTERNAL-SERVICES
+COMMIT
+*nat
+-I OUTPUT -j KUBE-SERVICES
+-I PREROUTING -j KUBE-SERVICES
+-I POSTROUTING -j KUBE-POSTROUTING
+COMMIT
+";
+
+/// Passes everything to `ExecRunner`, remembering the last restore text.
+struct Recording {
+    inner: ExecRunner,
+    last: Arc<Mutex<String>>,
+}
+
+impl Recording {
+    fn new(inner: ExecRunner) -> Self {
+        Recording {
+            inner,
+            last: Arc::default(),
+        }
+    }
+
+    fn last_restore(&self) -> String {
+        self.last.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl IptablesRunner for Recording {
+    fn family(&self) -> IpFamily {
+        self.inner.family()
+    }
+
+    async fn version(&self) -> proxy::iptables::Result<IptablesVersion> {
+        self.inner.version().await
+    }
+
+    async fn restore(&self, data: &str, noflush: bool) -> proxy::iptables::Result<()> {
+        if let Ok(mut last) = self.last.lock() {
+            *last = data.to_owned();
+        }
+        self.inner.restore(data, noflush).await
+    }
+
+    async fn save(&self, table: TableName) -> proxy::iptables::Result<String> {
+        self.inner.save(table).await
+    }
+
+    async fn ensure_chain(&self, table: TableName, chain: &str) -> proxy::iptables::Result<bool> {
+        self.inner.ensure_chain(table, chain).await
+    }
+
+    async fn chain_exists(&self, table: TableName, chain: &str) -> proxy::iptables::Result<bool> {
+        self.inner.chain_exists(table, chain).await
+    }
+
+    async fn ensure_rule(
+        &self,
+        position: Position,
+        table: TableName,
+        chain: &str,
+        args: &[String],
+    ) -> proxy::iptables::Result<bool> {
+        self.inner.ensure_rule(position, table, chain, args).await
     }
 }
 
@@ -127,6 +209,8 @@ struct Row {
     raw: Duration,
     bytes: usize,
     partial_change: Duration,
+    /// Raw `iptables-restore` of the first change's delta text alone (the floor for it).
+    raw_change: Duration,
     partial_new: Duration,
     rss_kib: u64,
 }
@@ -140,7 +224,7 @@ async fn bench(backend: Backend, n: usize) -> anyhow::Result<Row> {
         .with_backend(backend)
         .with_prefix(ns_proxy.prefix());
     let v = runner.version().await.context("iptables version")?;
-    let runner = runner.with_version(&v);
+    let runner = Recording::new(runner.with_version(&v));
     let mut cfg = RenderConfig::new(IpFamily::V4, "node0");
     cfg.random_fully = v.has_random_fully();
     cfg.cluster_cidr = Some("10.128.0.0/9".parse()?);
@@ -178,13 +262,39 @@ async fn bench(backend: Backend, n: usize) -> anyhow::Result<Row> {
 
     // One changed EndpointSlice → rules in the kernel (median of 5).
     let mut changes = Vec::new();
+    let mut deltas = Vec::new();
     for g in 1..=5 {
         let t = Instant::now();
         handle.on_endpoint_slice_upsert(&slice(n / 2, g));
         p.sync(false).await.context("partial sync")?;
         changes.push(t.elapsed());
+        deltas.push(p.runner().last_restore());
     }
     changes.sort();
+    // The raw namespace holds the same initial rules: hook them up as the proxier does (the
+    // kernel validates chains reachable from the built-in ones on every commit), then replay
+    // the same deltas there.
+    raw_runner
+        .restore(RAW_JUMPS, true)
+        .await
+        .context("raw jump rules")?;
+    let mut raw_changes = Vec::new();
+    for d in &deltas {
+        let t = Instant::now();
+        raw_runner
+            .restore(d, true)
+            .await
+            .context("raw restore of a delta")?;
+        raw_changes.push(t.elapsed());
+    }
+    raw_changes.sort();
+    let raw_change = raw_changes[2];
+    if std::env::var_os("PROXY_BENCH_VERBOSE").is_some() {
+        println!(
+            "{backend:?} ep change: proxier {changes:?}\n  raw {raw_changes:?}\n  delta:\n{}",
+            deltas[0]
+        );
+    }
     // One new Service with its slice.
     let t = Instant::now();
     handle.on_service_upsert(&service(n));
@@ -198,9 +308,54 @@ async fn bench(backend: Backend, n: usize) -> anyhow::Result<Row> {
         raw,
         bytes: text.len(),
         partial_change: changes[2],
+        raw_change,
         partial_new,
         rss_kib: rss_kib(),
     })
+}
+
+/// CPU time to compute the delta for one changed EndpointSlice: the whole-render + diff path
+/// and the incremental one (medians of 5).
+fn delta_cpu(n: usize) -> (Duration, Duration) {
+    let mut st = ServiceState::new(IpFamily::V4, "node0");
+    for i in 0..n {
+        st.upsert_service(&service(i));
+        st.upsert_endpoint_slice(&slice(i, 0));
+    }
+    st.take_changes();
+    let mut cfg = RenderConfig::new(IpFamily::V4, "node0");
+    cfg.cluster_cidr = "10.128.0.0/9".parse().ok();
+    let mut rendered = Rendered::build(st.service_port_map(), st.endpoints_map(), &cfg);
+    let mut applied = rendered.to_ruleset();
+    let (mut whole, mut inc) = (Vec::new(), Vec::new());
+    for g in 1..=5 {
+        st.upsert_endpoint_slice(&slice(n / 2, g));
+        let changed = st.take_changes();
+        let t = Instant::now();
+        let desired = render::render(st.service_port_map(), st.endpoints_map(), &cfg);
+        let a = render::delta(&applied, &desired);
+        whole.push(t.elapsed());
+        let t = Instant::now();
+        let b = rendered.update(st.service_port_map(), st.endpoints_map(), &changed, &cfg);
+        inc.push(t.elapsed());
+        assert_eq!(
+            a, b,
+            "incremental delta differs from the whole-render delta"
+        );
+        applied = desired;
+    }
+    whole.sort();
+    inc.sort();
+    (whole[2], inc[2])
+}
+
+fn print_delta_cpu(n: usize) {
+    let (whole, inc) = delta_cpu(n);
+    println!(
+        "one-slice delta CPU: whole render + delta {:.2} ms, incremental {:.3} ms",
+        whole.as_secs_f64() * 1000.0,
+        inc.as_secs_f64() * 1000.0
+    );
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -216,7 +371,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let uid = Command::new("id").arg("-u").output()?;
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        println!("proxy-bench needs root (network namespaces); not running");
+        println!("proxy-bench needs root (network namespaces); only the CPU figures follow");
+        print_delta_cpu(n);
         return Ok(());
     }
     let mut rows = Vec::new();
@@ -234,21 +390,24 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     println!(
-        "\n{n} services x 2 endpoints\n{:<8} {:>10} {:>10} {:>7} {:>9} {:>12} {:>12} {:>9}",
-        "backend", "full", "raw", "ratio", "text", "ep change", "new svc", "RSS"
+        "\n{n} services x 2 endpoints\n{:<8} {:>10} {:>10} {:>7} {:>9} {:>12} {:>12} {:>12} {:>9}",
+        "backend", "full", "raw", "ratio", "text", "ep change", "(raw delta)", "new svc", "RSS"
     );
     for r in rows {
         println!(
-            "{:<8} {:>9.3}s {:>9.3}s {:>6.2}x {:>7}kB {:>11.1}ms {:>11.1}ms {:>7}MB",
+            "{:<8} {:>9.3}s {:>9.3}s {:>6.2}x {:>7}kB {:>11.1}ms {:>11.1}ms {:>11.1}ms {:>7}MB",
             format!("{:?}", r.backend),
             r.full.as_secs_f64(),
             r.raw.as_secs_f64(),
             r.full.as_secs_f64() / r.raw.as_secs_f64(),
             r.bytes / 1024,
             r.partial_change.as_secs_f64() * 1000.0,
+            r.raw_change.as_secs_f64() * 1000.0,
             r.partial_new.as_secs_f64() * 1000.0,
             r.rss_kib / 1024,
         );
     }
+    // Last, so that its extra copies of the state do not count in the RSS figures above.
+    print_delta_cpu(n);
     Ok(())
 }
