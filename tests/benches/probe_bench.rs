@@ -148,6 +148,14 @@ fn cpu_ticks(pid: u32, children: bool) -> Option<u64> {
     Some(t)
 }
 
+/// utime alone: the process's own code, without the kernel work (TCP handshakes, packets
+/// into the pods' namespaces) its system calls cause.
+fn user_ticks(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    rest.split_whitespace().nth(14 - 3)?.parse().ok()
+}
+
 fn status_kb(pid: u32, key: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
@@ -210,6 +218,7 @@ fn busy_cpu_ticks() -> Option<u64> {
 struct Figures {
     start_secs: f64,
     kubelet_cpu: f64,
+    kubelet_user_cpu: f64,
     containerd_cpu: f64,
     shims_cpu: f64,
     machine_busy: f64,
@@ -276,6 +285,7 @@ fn run_phase(o: &Opts, phase: &str) -> Figures {
             .filter_map(|p| cpu_ticks(*p, true))
             .sum::<u64>()
     };
+    let u0 = user_ticks(pid).unwrap();
     let (k0, c0, s0, m0, p0) = (
         cpu_ticks(pid, true).unwrap(),
         cpu_ticks(containerd, true).unwrap(),
@@ -285,6 +295,7 @@ fn run_phase(o: &Opts, phase: &str) -> Figures {
     );
     let w0 = Instant::now();
     std::thread::sleep(Duration::from_secs(o.measure));
+    let u1 = user_ticks(pid).unwrap();
     let (k1, c1, s1, m1, p1) = (
         cpu_ticks(pid, true).unwrap(),
         cpu_ticks(containerd, true).unwrap(),
@@ -298,6 +309,7 @@ fn run_phase(o: &Opts, phase: &str) -> Figures {
     let f = Figures {
         start_secs,
         kubelet_cpu: pct(k0, k1),
+        kubelet_user_cpu: pct(u0, u1),
         containerd_cpu: pct(c0, c1),
         shims_cpu: pct(s0, s1),
         machine_busy: (m1 - m0) as f64 / tck / secs / cores * 100.0,
@@ -333,10 +345,11 @@ fn main() {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     println!(
-        "{:<7} {:>9} {:>13} {:>11} {:>12} {:>10} {:>12} {:>9} {:>11}",
+        "{:<7} {:>9} {:>13} {:>11} {:>11} {:>12} {:>10} {:>12} {:>9} {:>11}",
         "phase",
         "start(s)",
         "kubelet %cpu",
+        "(user)",
         "containerd",
         "shims+runc",
         "machine %",
@@ -346,10 +359,11 @@ fn main() {
     );
     for (phase, f) in &results {
         println!(
-            "{:<7} {:>9.1} {:>13.1} {:>11.1} {:>12.1} {:>10.1} {:>9.1} MB {:>6.1} MB {:>11}",
+            "{:<7} {:>9.1} {:>13.1} {:>11.1} {:>11.1} {:>12.1} {:>10.1} {:>9.1} MB {:>6.1} MB {:>11}",
             phase,
             f.start_secs,
             f.kubelet_cpu,
+            f.kubelet_user_cpu,
             f.containerd_cpu,
             f.shims_cpu,
             f.machine_busy,
