@@ -1,16 +1,12 @@
 //! Real traffic through the proxier's rules, in network namespaces this test creates and
 //! deletes (never the root namespace's rules, routes or links).
 //!
-//! Topology: `client` —veth— `node` —veth— `pod0`, `pod1`, `pod2`. The node namespace holds
-//! the rules (the proxier runs in this process, its iptables and conntrack commands prefixed
-//! with `ip netns exec node`) and forwards between its veths. Backends and the client are
-//! this same test binary re-executed inside their namespace (`helper` below, driven by the
-//! `KP_HELPER` environment variable).
+//! Topology (`support/netns.rs`): `client` —veth— `node` —veth— `pod0`, `pod1`, `pod2`. The
+//! node namespace holds the rules (the proxier runs in this process, its iptables and
+//! conntrack commands prefixed with `ip netns exec node`) and forwards between its veths.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
@@ -26,317 +22,23 @@ use proxy::model::{Cidr, IpFamily, SERVICE_NAME_LABEL, ServiceState};
 use proxy::proxier::{Proxier, ProxyHandle, SyncConfig};
 use proxy::render::RenderConfig;
 
-const NODE_IP: &str = "10.100.0.1";
-const CLIENT_IP: &str = "10.100.0.2";
-const TCP_PORT: u16 = 8080;
-const UDP_PORT: u16 = 8081;
+#[path = "support/netns.rs"]
+mod netns;
+use netns::{NODE_IP, TCP_PORT, Topology, UDP_PORT, answers, have, root_kube_rules};
 
-// ---------------------------------------------------------------------------------------
-// Helper processes (run inside a namespace).
-
-/// Not a test on its own: does nothing unless `KP_HELPER` is set.
+/// Not a test on its own: the backends and the client (see `support/netns.rs`).
 #[test]
 fn helper() {
-    let Ok(spec) = std::env::var("KP_HELPER") else {
-        return;
-    };
-    let args: Vec<&str> = spec.split_whitespace().collect();
-    match args.as_slice() {
-        ["server", name] => run_server(name),
-        ["client", proto, addr, count, sport] => {
-            run_client(proto, addr, count.parse().unwrap(), sport.parse().unwrap())
-        }
-        _ => panic!("bad KP_HELPER {spec:?}"),
-    }
+    netns::helper_main("KP_HELPER");
 }
 
-/// Answers its name on TCP 8080 and UDP 8081; exits by itself after 120 s at the latest.
-fn run_server(name: &str) {
-    let tcp = TcpListener::bind(("0.0.0.0", TCP_PORT)).unwrap();
-    let udp = UdpSocket::bind(("0.0.0.0", UDP_PORT)).unwrap();
-    let reply = format!("{name}\n");
-    let r2 = reply.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 512];
-        while let Ok((_, from)) = udp.recv_from(&mut buf) {
-            let _ = udp.send_to(r2.as_bytes(), from);
-        }
-    });
-    std::thread::spawn(move || {
-        for mut s in tcp.incoming().flatten() {
-            let _ = s.write_all(reply.as_bytes());
-        }
-    });
-    println!("\nREADY");
-    std::thread::sleep(Duration::from_secs(120));
-}
-
-/// Makes `count` requests and prints one `R <answer>` line each (`R ERR <kind>` on failure).
-fn run_client(proto: &str, addr: &str, count: usize, sport: u16) {
-    // libtest may have written "test helper ... " without a newline.
-    println!();
-    for _ in 0..count {
-        let answer = match proto {
-            "tcp" => tcp_once(addr),
-            _ => udp_once(addr, sport),
-        };
-        println!("R {answer}");
-    }
-}
-
-fn tcp_once(addr: &str) -> String {
-    let sa = addr.parse().unwrap();
-    match TcpStream::connect_timeout(&sa, Duration::from_secs(1)) {
-        Ok(mut s) => {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-            let mut out = String::new();
-            match s.read_to_string(&mut out) {
-                Ok(_) if !out.trim().is_empty() => out.trim().to_string(),
-                _ => "ERR empty".into(),
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "ERR refused".into(),
-        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => "ERR timeout".into(),
-        Err(e) => format!("ERR {:?}", e.kind()),
-    }
-}
-
-fn udp_once(addr: &str, sport: u16) -> String {
-    let s = UdpSocket::bind(("0.0.0.0", sport)).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(700)))
+/// Runs the client helper without blocking the proxier's runtime; returns its answers.
+async fn client(topo: &Topology, proto: &str, addr: &str, count: usize, sport: u16) -> Vec<String> {
+    let out = tokio::process::Command::from(topo.client_cmd(proto, addr, count, sport))
+        .output()
+        .await
         .unwrap();
-    s.send_to(b"hi", addr).unwrap();
-    let mut buf = [0u8; 512];
-    match s.recv_from(&mut buf) {
-        Ok((n, _)) => String::from_utf8_lossy(&buf[..n]).trim().to_string(),
-        Err(_) => "ERR timeout".into(),
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Topology.
-
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{args:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn have(bin: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {bin}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-fn root_kube_rules() -> usize {
-    let out = Command::new("iptables-save").output();
-    match out {
-        Ok(o) => String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter(|l| l.contains("KUBE-"))
-            .count(),
-        Err(_) => 0,
-    }
-}
-
-/// Owns the namespaces and helper processes; tears everything down on drop.
-struct Topology {
-    node: String,
-    client: String,
-    pods: Vec<String>,
-    children: Vec<Child>,
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for ns in self.pods.iter().chain([&self.client, &self.node]) {
-            let _ = Command::new("ip").args(["netns", "delete", ns]).status();
-        }
-    }
-}
-
-impl Topology {
-    fn build(prefix: &str, pods: usize) -> Result<Topology, String> {
-        let mut t = Topology {
-            node: format!("{prefix}-node"),
-            client: format!("{prefix}-client"),
-            pods: Vec::new(),
-            children: Vec::new(),
-        };
-        sh(&["ip", "netns", "add", &t.node])?;
-        sh(&["ip", "netns", "add", &t.client])?;
-        for i in 0..pods {
-            let p = format!("{prefix}-pod{i}");
-            sh(&["ip", "netns", "add", &p])?;
-            t.pods.push(p);
-        }
-        let node = t.node.clone();
-        for ns in t.pods.iter().chain([&t.client, &t.node]) {
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
-        }
-        // client <-> node (created inside the node namespace, peer moved straight to client).
-        sh(&[
-            "ip", "-n", &node, "link", "add", "c0", "type", "veth", "peer", "name", "eth0",
-            "netns", &t.client,
-        ])?;
-        sh(&[
-            "ip",
-            "-n",
-            &node,
-            "addr",
-            "add",
-            &format!("{NODE_IP}/24"),
-            "dev",
-            "c0",
-        ])?;
-        sh(&["ip", "-n", &node, "link", "set", "c0", "up"])?;
-        sh(&[
-            "ip",
-            "-n",
-            &t.client,
-            "addr",
-            "add",
-            &format!("{CLIENT_IP}/24"),
-            "dev",
-            "eth0",
-        ])?;
-        sh(&["ip", "-n", &t.client, "link", "set", "eth0", "up"])?;
-        sh(&[
-            "ip", "-n", &t.client, "route", "add", "default", "via", NODE_IP,
-        ])?;
-        // A node has an uplink; without any route, packets to a service IP without endpoints
-        // would fail routing (net unreachable) before reaching the REJECT rule.
-        sh(&[
-            "ip", "-n", &node, "route", "add", "default", "via", CLIENT_IP,
-        ])?;
-        for (i, p) in t.pods.iter().enumerate() {
-            let dev = format!("p{i}");
-            sh(&[
-                "ip", "-n", &node, "link", "add", &dev, "type", "veth", "peer", "name", "eth0",
-                "netns", p,
-            ])?;
-            sh(&[
-                "ip",
-                "-n",
-                &node,
-                "addr",
-                "add",
-                &format!("10.244.{i}.1/24"),
-                "dev",
-                &dev,
-            ])?;
-            sh(&["ip", "-n", &node, "link", "set", &dev, "up"])?;
-            sh(&[
-                "ip",
-                "-n",
-                p,
-                "addr",
-                "add",
-                &format!("10.244.{i}.2/24"),
-                "dev",
-                "eth0",
-            ])?;
-            sh(&["ip", "-n", p, "link", "set", "eth0", "up"])?;
-            sh(&[
-                "ip",
-                "-n",
-                p,
-                "route",
-                "add",
-                "default",
-                "via",
-                &format!("10.244.{i}.1"),
-            ])?;
-        }
-        // Forwarding on; redirects off (the default route leaves by the interface the client
-        // is on, and a redirect would use up the ICMP rate limit the REJECT answer needs).
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &node,
-            "sysctl",
-            "-qw",
-            "net.ipv4.ip_forward=1",
-            "net.ipv4.conf.all.send_redirects=0",
-            "net.ipv4.conf.c0.send_redirects=0",
-        ])?;
-        Ok(t)
-    }
-
-    fn prefix(&self) -> Vec<String> {
-        ["ip", "netns", "exec", &self.node]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    }
-
-    fn helper_cmd(ns: &str, spec: &str) -> Command {
-        let exe = std::env::current_exe().unwrap();
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns])
-            .arg(exe)
-            .args(["helper", "--exact", "--nocapture", "--test-threads=1"])
-            .env("KP_HELPER", spec);
-        c
-    }
-
-    fn start_backends(&mut self) -> Result<(), String> {
-        for (i, p) in self.pods.clone().iter().enumerate() {
-            let mut child = Self::helper_cmd(p, &format!("server pod{i}"))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| e.to_string())?;
-            // Wait for READY (bounded by the helper's own startup).
-            let mut out = child.stdout.take().unwrap();
-            let mut seen = String::new();
-            let mut buf = [0u8; 256];
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !seen.contains("READY") && Instant::now() < deadline {
-                match out.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
-                }
-            }
-            self.children.push(child);
-            if !seen.contains("READY") {
-                return Err(format!("backend pod{i} did not start: {seen:?}"));
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs the client helper; returns its answers.
-    async fn client(&self, proto: &str, addr: &str, count: usize, sport: u16) -> Vec<String> {
-        let spec = format!("client {proto} {addr} {count} {sport}");
-        let cmd = Self::helper_cmd(&self.client, &spec);
-        let out = tokio::process::Command::from(cmd)
-            .stderr(Stdio::null())
-            .output()
-            .await
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix("R "))
-            .map(str::to_string)
-            .collect()
-    }
+    answers(&out.stdout)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -449,7 +151,7 @@ async fn traffic_through_proxier_rules() {
     let started = Instant::now();
     let root_before = root_kube_rules();
     let prefix = format!("kpt{}", std::process::id());
-    let mut topo = match Topology::build(&prefix, 3) {
+    let mut topo = match Topology::build(&prefix, 3, "KP_HELPER") {
         Ok(t) => t,
         Err(e) => {
             println!("skipping traffic_through_proxier_rules: cannot build topology: {e}");
@@ -519,7 +221,7 @@ async fn traffic_through_proxier_rules() {
     p.sync(false).await.expect("first sync");
 
     // 1. ClusterIP spreads over all backends.
-    let a = topo.client("tcp", "10.96.0.10:80", 40, 0).await;
+    let a = client(&topo, "tcp", "10.96.0.10:80", 40, 0).await;
     assert_eq!(a.len(), 40, "{a:?}");
     assert_eq!(
         distinct(&a),
@@ -528,20 +230,20 @@ async fn traffic_through_proxier_rules() {
     );
 
     // 2. NodePort on the node's address.
-    let a = topo.client("tcp", &format!("{NODE_IP}:30080"), 5, 0).await;
+    let a = client(&topo, "tcp", &format!("{NODE_IP}:30080"), 5, 0).await;
     assert!(
         a.iter().all(|x| x.starts_with("pod")),
         "node port answers: {a:?}"
     );
 
     // 3. Session affinity: one backend for this client.
-    let a = topo.client("tcp", "10.96.0.11:80", 15, 0).await;
+    let a = client(&topo, "tcp", "10.96.0.11:80", 15, 0).await;
     assert_eq!(distinct(&a).len(), 1, "sticky answers: {a:?}");
     assert!(a[0].starts_with("pod"), "{a:?}");
 
     // 4. No endpoints: rejected, quickly.
     let t = Instant::now();
-    let a = topo.client("tcp", "10.96.0.12:80", 1, 0).await;
+    let a = client(&topo, "tcp", "10.96.0.12:80", 1, 0).await;
     if a != vec!["ERR refused"] {
         let f = p
             .runner()
@@ -570,7 +272,7 @@ async fn traffic_through_proxier_rules() {
     // 6. Removing an endpoint stops traffic to it after the next sync.
     handle.on_endpoint_slice_upsert(&slice("web", "TCP", &[0, 1], &[]));
     p.sync(false).await.unwrap();
-    let a = topo.client("tcp", "10.96.0.10:80", 40, 0).await;
+    let a = client(&topo, "tcp", "10.96.0.10:80", 40, 0).await;
     assert_eq!(a.len(), 40, "{a:?}");
     assert_eq!(
         distinct(&a),
@@ -580,11 +282,11 @@ async fn traffic_through_proxier_rules() {
 
     // 7. UDP: a flow pinned to pod0 by conntrack moves to pod1 after the endpoint change.
     if with_conntrack {
-        let a = topo.client("udp", "10.96.0.14:80", 3, 40000).await;
+        let a = client(&topo, "udp", "10.96.0.14:80", 3, 40000).await;
         assert_eq!(a, vec!["pod0"; 3], "udp before");
         handle.on_endpoint_slice_upsert(&slice("dns", "UDP", &[1], &[]));
         p.sync(false).await.unwrap();
-        let a = topo.client("udp", "10.96.0.14:80", 2, 40000).await;
+        let a = client(&topo, "udp", "10.96.0.14:80", 2, 40000).await;
         assert_eq!(a, vec!["pod1"; 2], "udp after endpoint change");
     } else {
         println!("conntrack not installed: UDP cleanup part skipped");

@@ -2,357 +2,38 @@
 //! namespaces this test creates (`pxapi-<pid>-*`) and deletes; the root namespace's rules,
 //! routes and links are never touched.
 //!
-//! Topology: `client` —veth— `node` —veth— `pod0`, `pod1`. The control plane listens on
-//! 127.0.0.1 *inside* `node` (a thread enters it with setns(2) and builds the runtime there),
-//! and kube-proxy runs there too (`ip netns exec`) with `--kubeconfig` pointing at it.
-//! Backends and the client are this test binary re-executed in their namespace (`helper`,
-//! driven by `PXAPI_HELPER`).
+//! Topology (`proxy/tests/support/netns.rs`): `client` —veth— `node` —veth— `pod0`, `pod1`.
+//! The control plane listens on 127.0.0.1 *inside* `node` (a thread enters it with setns(2)
+//! and builds the runtime there), and kube-proxy runs there too (`ip netns exec`) with
+//! `--kubeconfig` pointing at it.
 //!
 //! Needs root and the binaries: `cargo build --bins` first.
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::NetnsControlPlane;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use node_tests::controlplane::{Options, TestControlPlane};
+use node_tests::controlplane::Options;
 use serde_json::json;
 
-const NODE_IP: &str = "10.100.0.1";
-const CLIENT_IP: &str = "10.100.0.2";
-const BACKEND_PORT: u16 = 8080;
 const NODE_NAME: &str = "pxapi-node";
 
-// ---------------------------------------------------------------------------------------
-// Helper processes (run inside a namespace).
+#[path = "../../proxy/tests/support/netns.rs"]
+mod netns;
+use netns::{NODE_IP, TCP_PORT, Topology, have, root_kube_rules};
 
-/// Not a test on its own: does nothing unless `PXAPI_HELPER` is set.
+/// Not a test on its own: the backends and the client (see `proxy/tests/support/netns.rs`).
 #[test]
 fn helper() {
-    let Ok(spec) = std::env::var("PXAPI_HELPER") else {
-        return;
-    };
-    let args: Vec<&str> = spec.split_whitespace().collect();
-    match args.as_slice() {
-        ["server", name] => run_server(name),
-        ["client", addr, count] => run_client(addr, count.parse().unwrap()),
-        _ => panic!("bad PXAPI_HELPER {spec:?}"),
-    }
-}
-
-/// Answers its name on TCP 8080; exits by itself after 180 s at the latest.
-fn run_server(name: &str) {
-    let tcp = TcpListener::bind(("0.0.0.0", BACKEND_PORT)).unwrap();
-    let reply = format!("{name}\n");
-    std::thread::spawn(move || {
-        for mut s in tcp.incoming().flatten() {
-            let _ = s.write_all(reply.as_bytes());
-        }
-    });
-    println!("\nREADY");
-    std::thread::sleep(Duration::from_secs(180));
-}
-
-/// Makes `count` TCP connections; prints one `R <answer>` line each (`R ERR <kind>` on failure).
-fn run_client(addr: &str, count: usize) {
-    println!();
-    let sa = addr.parse().unwrap();
-    for _ in 0..count {
-        let answer = match TcpStream::connect_timeout(&sa, Duration::from_millis(700)) {
-            Ok(mut s) => {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-                let mut out = String::new();
-                match s.read_to_string(&mut out) {
-                    Ok(_) if !out.trim().is_empty() => out.trim().to_string(),
-                    _ => "ERR empty".into(),
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "ERR refused".into(),
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => "ERR timeout".into(),
-            Err(e) => format!("ERR {:?}", e.kind()),
-        };
-        println!("R {answer}");
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Namespaces.
-
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{args:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn have(bin: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {bin}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-/// `KUBE-` lines in the root namespace's iptables (read only).
-fn root_kube_rules() -> usize {
-    ["iptables-save", "iptables-legacy-save"]
-        .iter()
-        .filter(|b| have(b))
-        .filter_map(|b| Command::new(b).output().ok())
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| l.contains("KUBE-"))
-                .count()
-        })
-        .sum()
-}
-
-/// The namespaces and helper processes; everything is removed on drop.
-struct Topology {
-    node: String,
-    client: String,
-    pods: Vec<String>,
-    children: Vec<Child>,
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for ns in self.pods.iter().chain([&self.client, &self.node]) {
-            let _ = Command::new("ip").args(["netns", "delete", ns]).status();
-        }
-    }
-}
-
-impl Topology {
-    fn build(prefix: &str, pods: usize) -> Result<Topology, String> {
-        let mut t = Topology {
-            node: format!("{prefix}-node"),
-            client: format!("{prefix}-client"),
-            pods: Vec::new(),
-            children: Vec::new(),
-        };
-        sh(&["ip", "netns", "add", &t.node])?;
-        sh(&["ip", "netns", "add", &t.client])?;
-        for i in 0..pods {
-            let p = format!("{prefix}-pod{i}");
-            sh(&["ip", "netns", "add", &p])?;
-            t.pods.push(p);
-        }
-        let node = t.node.clone();
-        let client = t.client.clone();
-        for ns in t.pods.iter().chain([&t.client, &t.node]) {
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
-        }
-        // Links are created inside the node namespace and the peer moved straight on.
-        let veth = |dev: &str, peer_ns: &str| {
-            sh(&[
-                "ip", "-n", &node, "link", "add", dev, "type", "veth", "peer", "name", "eth0",
-                "netns", peer_ns,
-            ])
-        };
-        let addr = |ns: &str, cidr: &str, dev: &str| {
-            sh(&["ip", "-n", ns, "addr", "add", cidr, "dev", dev])?;
-            sh(&["ip", "-n", ns, "link", "set", dev, "up"])
-        };
-        veth("c0", &client)?;
-        addr(&node, &format!("{NODE_IP}/24"), "c0")?;
-        addr(&client, &format!("{CLIENT_IP}/24"), "eth0")?;
-        sh(&[
-            "ip", "-n", &client, "route", "add", "default", "via", NODE_IP,
-        ])?;
-        // An uplink of sorts, so a service IP without rules is routed (not "unreachable").
-        sh(&[
-            "ip", "-n", &node, "route", "add", "default", "via", CLIENT_IP,
-        ])?;
-        for (i, p) in t.pods.iter().enumerate() {
-            let dev = format!("p{i}");
-            veth(&dev, p)?;
-            addr(&node, &format!("10.244.{i}.1/24"), &dev)?;
-            addr(p, &format!("10.244.{i}.2/24"), "eth0")?;
-            sh(&[
-                "ip",
-                "-n",
-                p,
-                "route",
-                "add",
-                "default",
-                "via",
-                &format!("10.244.{i}.1"),
-            ])?;
-        }
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &node,
-            "sysctl",
-            "-qw",
-            "net.ipv4.ip_forward=1",
-            "net.ipv4.conf.all.send_redirects=0",
-            "net.ipv4.conf.c0.send_redirects=0",
-        ])?;
-        Ok(t)
-    }
-
-    fn helper_cmd(ns: &str, spec: &str) -> Command {
-        let exe = std::env::current_exe().unwrap();
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns])
-            .arg(exe)
-            .args(["helper", "--exact", "--nocapture", "--test-threads=1"])
-            .env("PXAPI_HELPER", spec);
-        c
-    }
-
-    fn start_backends(&mut self) -> Result<(), String> {
-        for (i, p) in self.pods.clone().iter().enumerate() {
-            let mut child = Self::helper_cmd(p, &format!("server pod{i}"))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| e.to_string())?;
-            let mut out = child.stdout.take().unwrap();
-            self.children.push(child);
-            let mut seen = String::new();
-            let mut buf = [0u8; 256];
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !seen.contains("READY") && Instant::now() < deadline {
-                match out.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
-                }
-            }
-            if !seen.contains("READY") {
-                return Err(format!("backend pod{i} did not start: {seen:?}"));
-            }
-        }
-        Ok(())
-    }
-
-    /// `count` connections from the client namespace; their answers.
-    fn client(&self, addr: &str, count: usize) -> Vec<String> {
-        let out = Self::helper_cmd(&self.client, &format!("client {addr} {count}"))
-            .stderr(Stdio::null())
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix("R "))
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// The node namespace's nat and filter tables, whichever iptables backend holds them.
-    fn node_rules(&self) -> String {
-        let mut all = String::new();
-        for bin in ["iptables-nft-save", "iptables-legacy-save", "iptables-save"] {
-            if !have(bin) {
-                continue;
-            }
-            if let Ok(o) = Command::new("ip")
-                .args(["netns", "exec", &self.node, bin])
-                .output()
-            {
-                all.push_str(&String::from_utf8_lossy(&o.stdout));
-            }
-        }
-        all
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// The control plane inside the node namespace.
-
-/// Moves the calling thread into the network namespace at `path` (this thread only).
-#[allow(unsafe_code)]
-fn enter_netns(path: &str) {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {path}: {e}"));
-    // SAFETY: setns only reads the descriptor, which stays open for the call.
-    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(rc, 0, "setns({path}): {}", std::io::Error::last_os_error());
-}
-
-/// A [`TestControlPlane`] whose listener lives in a netns: the runtime's worker threads are
-/// spawned by a thread that entered the namespace, so they (and the listener) live there.
-struct NsControlPlane {
-    cp: Arc<TestControlPlane>,
-    rt: Option<tokio::runtime::Runtime>,
-}
-
-impl NsControlPlane {
-    fn start(netns: &str) -> NsControlPlane {
-        let path = format!("/run/netns/{netns}");
-        let rt = std::thread::spawn(move || {
-            enter_netns(&path);
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("tokio runtime")
-        })
-        .join()
-        .expect("netns thread");
-        let cp = rt
-            .block_on(async {
-                tokio::spawn(TestControlPlane::start(Options::default()))
-                    .await
-                    .expect("start task")
-            })
-            .expect("start control plane");
-        NsControlPlane {
-            cp: Arc::new(cp),
-            rt: Some(rt),
-        }
-    }
-
-    /// Runs `f(cp)` on the namespace's runtime and waits for it.
-    fn run<T, Fut>(&self, f: impl FnOnce(Arc<TestControlPlane>) -> Fut) -> T
-    where
-        Fut: std::future::Future<Output = T> + Send + 'static,
-        T: Send + 'static,
-    {
-        let rt = self.rt.as_ref().unwrap();
-        let fut = f(self.cp.clone());
-        rt.block_on(async { tokio::spawn(fut).await.expect("task") })
-    }
-}
-
-impl std::ops::Deref for NsControlPlane {
-    type Target = TestControlPlane;
-    fn deref(&self) -> &TestControlPlane {
-        &self.cp
-    }
-}
-
-impl Drop for NsControlPlane {
-    fn drop(&mut self) {
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_timeout(Duration::from_secs(2));
-        }
-    }
+    netns::helper_main("PXAPI_HELPER");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -457,7 +138,7 @@ fn service(name: &str, ip: &str, labels: &[(&str, &str)]) -> Service {
                 name: Some("p".into()),
                 protocol: Some("TCP".into()),
                 port: 80,
-                target_port: Some(IntOrString::Int(i32::from(BACKEND_PORT))),
+                target_port: Some(IntOrString::Int(i32::from(TCP_PORT))),
                 ..Default::default()
             }]),
             ..Default::default()
@@ -489,7 +170,7 @@ fn slice(svc: &str, pods: &[usize], extra_labels: &[(&str, &str)]) -> EndpointSl
         ports: Some(vec![EndpointPort {
             name: Some("p".into()),
             protocol: Some("TCP".into()),
-            port: Some(i32::from(BACKEND_PORT)),
+            port: Some(i32::from(TCP_PORT)),
             ..Default::default()
         }]),
     }
@@ -545,10 +226,10 @@ fn kube_proxy_follows_the_apiserver() {
     let started = Instant::now();
     let root_before = root_kube_rules();
     let prefix = format!("pxapi-{}", std::process::id());
-    let mut topo = Topology::build(&prefix, 2).expect("topology");
+    let mut topo = Topology::build(&prefix, 2, "PXAPI_HELPER").expect("topology");
     topo.start_backends().expect("backends");
 
-    let cp = NsControlPlane::start(&topo.node);
+    let cp = NetnsControlPlane::start_in(&format!("/run/netns/{}", topo.node), Options::default());
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kube-proxy.conf");
     cp.admin_kubeconfig(&kubeconfig).unwrap();
@@ -582,7 +263,7 @@ fn kube_proxy_follows_the_apiserver() {
         "web to reach pod0 and pod1",
         Duration::from_secs(40),
         || {
-            let a = topo.client("10.96.0.10:80", 20);
+            let a = topo.client("tcp", "10.96.0.10:80", 20, 0);
             if distinct(&a) == BTreeSet::from(["pod0", "pod1"]) {
                 Ok(())
             } else {
@@ -613,7 +294,7 @@ fn kube_proxy_follows_the_apiserver() {
     s.endpoints = slice("web", &[1], &[]).endpoints;
     cp.update_typed(&s).unwrap();
     let t = until("web to reach only pod1", Duration::from_secs(20), || {
-        let a = topo.client("10.96.0.10:80", 20);
+        let a = topo.client("tcp", "10.96.0.10:80", 20, 0);
         if a.len() == 20 && distinct(&a) == BTreeSet::from(["pod1"]) {
             Ok(())
         } else {
@@ -628,21 +309,20 @@ fn kube_proxy_follows_the_apiserver() {
         .unwrap();
     cp.create_typed(&slice("gone", &[0], &[])).unwrap();
     until("gone to reach pod0", Duration::from_secs(20), || {
-        let a = topo.client("10.96.0.12:80", 3);
+        let a = topo.client("tcp", "10.96.0.12:80", 3, 0);
         if a.iter().all(|x| x == "pod0") && !a.is_empty() {
             Ok(())
         } else {
             Err(format!("{a:?}"))
         }
     });
-    cp.run(|cp| async move { cp.stop().await });
+    cp.stop();
     cp.remove("endpointslices.discovery.k8s.io", "default", "gone-abc")
         .unwrap();
     cp.remove("services", "default", "gone").unwrap();
     cp.expire_history();
     std::thread::sleep(Duration::from_secs(1));
-    cp.run(|cp| async move { cp.resume().await })
-        .expect("resume control plane");
+    cp.resume();
     // Both kinds re-list (their watches resume at different times) and delete what vanished.
     let relisted = |log: &str, kind: &str| {
         log.lines().any(|l| {
@@ -670,7 +350,7 @@ fn kube_proxy_follows_the_apiserver() {
         },
     );
     println!("re-list after outage applied after {t:?}");
-    let a = topo.client("10.96.0.10:80", 5);
+    let a = topo.client("tcp", "10.96.0.10:80", 5, 0);
     assert_eq!(
         distinct(&a),
         BTreeSet::from(["pod1"]),
@@ -686,7 +366,7 @@ fn kube_proxy_follows_the_apiserver() {
     )
     .unwrap();
     until("web to reject", Duration::from_secs(20), || {
-        let a = topo.client("10.96.0.10:80", 1);
+        let a = topo.client("tcp", "10.96.0.10:80", 1, 0);
         if a == ["ERR refused"] {
             Ok(())
         } else {
@@ -704,7 +384,7 @@ fn kube_proxy_follows_the_apiserver() {
             Ok(())
         }
     });
-    let a = topo.client("10.96.0.10:80", 1);
+    let a = topo.client("tcp", "10.96.0.10:80", 1, 0);
     assert!(
         a.len() == 1 && a[0].starts_with("ERR"),
         "deleted Service still answers: {a:?}"

@@ -390,7 +390,15 @@ pub struct NetnsControlPlane {
 
 impl NetnsControlPlane {
     pub fn start(rig: &Rig, opts: node_tests::controlplane::Options) -> NetnsControlPlane {
-        let netns = rig.netns_path().to_string();
+        Self::start_in(rig.netns_path(), opts)
+    }
+
+    /// Starts it inside the network namespace at `netns_path` (`/run/netns/NAME`).
+    pub fn start_in(
+        netns_path: &str,
+        opts: node_tests::controlplane::Options,
+    ) -> NetnsControlPlane {
+        let netns = netns_path.to_string();
         let rt = std::thread::spawn(move || {
             enter_netns(&netns);
             tokio::runtime::Builder::new_multi_thread()
