@@ -10,15 +10,15 @@
 //! Raw and agent rounds alternate (7 rounds for N = 1, 2 otherwise), so that both see the same
 //! machine; the agent is stopped during raw rounds and restarted on its own state after.
 
+use kubelet::runtime::Runtime;
 use kubelet::runtime::cri::CriRuntime;
-use kubelet::runtime::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const IMAGE: &str = "docker.io/library/busybox:1.35";
+use kubelet::runtime::raw::{self, IMAGE};
 
 fn rig_sh() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/rig/rig.sh")
@@ -77,92 +77,6 @@ fn rss_kib(pid: u32) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
-}
-
-fn sandbox(i: usize, tag: &str, logs: &Path, cgroup_root: &str) -> SandboxConfig {
-    let uid = format!("raw-{tag}-{i}");
-    let name = format!("raw-{tag}-{i}");
-    SandboxConfig {
-        name: name.clone(),
-        namespace: "default".into(),
-        uid: uid.clone(),
-        attempt: 0,
-        hostname: name.clone(),
-        log_directory: logs.join(&uid).display().to_string(),
-        dns: Some(DnsConfig::default()),
-        port_mappings: vec![],
-        labels: [
-            (LABEL_POD_UID.to_string(), uid.clone()),
-            (LABEL_POD_NAME.to_string(), name),
-        ]
-        .into(),
-        annotations: BTreeMap::new(),
-        cgroup_parent: format!("{cgroup_root}/kubepods/besteffort/pod{uid}"),
-        host_network: false,
-        host_pid: false,
-        host_ipc: false,
-        sysctls: BTreeMap::new(),
-        resources: None,
-    }
-}
-
-fn container(sb: &SandboxConfig) -> ContainerConfig {
-    ContainerConfig {
-        name: "app".into(),
-        attempt: 0,
-        image: IMAGE.into(),
-        command: vec!["sleep".into(), "3600".into()],
-        args: vec![],
-        working_dir: String::new(),
-        envs: vec![],
-        mounts: vec![],
-        labels: sb.labels.clone(),
-        annotations: BTreeMap::new(),
-        log_path: "app/0.log".into(),
-        stdin: false,
-        tty: false,
-        resources: LinuxResources {
-            cpu_shares: 2,
-            oom_score_adj: 1000,
-            ..Default::default()
-        },
-        run_as_user: None,
-        run_as_group: None,
-        privileged: false,
-        readonly_rootfs: false,
-    }
-}
-
-/// Starts `n` pods at once straight through the CRI; per-pod latencies in ms.
-async fn raw(rt: Arc<CriRuntime>, n: usize, tag: &str, logs: &Path, cgroup_root: &str) -> Vec<f64> {
-    let mut set = tokio::task::JoinSet::new();
-    for i in 0..n {
-        let rt = rt.clone();
-        let sb = sandbox(i, tag, logs, cgroup_root);
-        std::fs::create_dir_all(&sb.log_directory).unwrap();
-        set.spawn(async move {
-            let t = Instant::now();
-            let id = rt.run_sandbox(&sb).await.expect("RunPodSandbox");
-            let c = rt
-                .create_container(&id, &container(&sb), &sb)
-                .await
-                .expect("CreateContainer");
-            rt.start_container(&c).await.expect("StartContainer");
-            (t.elapsed().as_secs_f64() * 1000.0, id)
-        });
-    }
-    let mut out = Vec::new();
-    let mut ids = Vec::new();
-    while let Some(r) = set.join_next().await {
-        let (ms, id) = r.unwrap();
-        out.push(ms);
-        ids.push(id);
-    }
-    for id in ids {
-        let _ = rt.stop_sandbox(&id).await;
-        let _ = rt.remove_sandbox(&id).await;
-    }
-    out
 }
 
 struct Agent {
@@ -278,14 +192,20 @@ fn main() {
     let rig = Rig::up("bench-podstart");
     let cgroup_root = rig.env["RIG_CGROUP_ROOT"].clone();
     let logs = tempfile::tempdir().unwrap();
-    let cri = rt.block_on(async {
+    let cri: Arc<dyn Runtime> = rt.block_on(async {
         let ch = cri_proto::connect(&rig.env["CRI_ENDPOINT"], Duration::from_secs(5))
             .await
             .expect("connect");
         Arc::new(CriRuntime::new(ch.clone(), ch, Duration::from_secs(120)))
     });
     // Warm-up: the first sandbox after containerd starts is slower for everyone.
-    rt.block_on(raw(cri.clone(), 1, "warm", logs.path(), &cgroup_root));
+    rt.block_on(raw::pod_starts(
+        cri.clone(),
+        1,
+        "warm",
+        logs.path(),
+        &cgroup_root,
+    ));
 
     println!("| pods | rounds | raw CRI p50 (ms) | agent p50 (ms) | agent/raw | agent RSS (MiB) |");
     println!("|---:|---:|---:|---:|---:|---:|");
@@ -301,7 +221,13 @@ fn main() {
         let (mut raw_all, mut agent_all, mut rss) = (Vec::new(), Vec::new(), 0);
         for round in 0..rounds {
             let tag = format!("n{n}r{round}");
-            raw_all.extend(rt.block_on(raw(cri.clone(), n, &tag, logs.path(), &cgroup_root)));
+            raw_all.extend(rt.block_on(raw::pod_starts(
+                cri.clone(),
+                n,
+                &tag,
+                logs.path(),
+                &cgroup_root,
+            )));
             let agent = start_agent(&rig, agent_dir.take());
             std::thread::sleep(Duration::from_secs(2));
             let seen = agent_starts(&agent).len();

@@ -1,11 +1,14 @@
 //! Cluster-mode figures on real containerd (ignored by default; run with
 //! `cargo test -p node-tests --test kubelet_cluster_bench -- --ignored --nocapture`):
 //! pod created on the apiserver → `Running` status written back, for 100 pods created at once,
-//! and the agent's RSS with 110 pods (maxPods).
+//! next to 100 raw CRI pod starts (RunPodSandbox + CreateContainer + StartContainer, issued
+//! at once) on the same containerd in the same run, and the agent's RSS with 110 pods
+//! (maxPods).
 
 mod common;
 
 use common::{KubeletProc, NetnsControlPlane, Rig, wait_for};
+use kubelet::runtime::raw;
 use node_tests::controlplane::Options;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -56,6 +59,26 @@ fn pod_start_latency_and_rss() {
         format!("--hostname-override={NODE}"),
         "--node-ip=10.250.0.7".to_string(),
     ];
+    // The raw baseline first, while no agent runs (it would stop these sandboxes as orphans).
+    let n = 100;
+    let raw_p50 = {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let cgroup_root = rig.get("RIG_CGROUP_ROOT").to_string();
+        let logs = dir.path().join("raw-logs");
+        rt.block_on(async {
+            let ch = cri_proto::connect(rig.get("CRI_ENDPOINT"), Duration::from_secs(5))
+                .await
+                .expect("connect to containerd");
+            let cri: std::sync::Arc<dyn kubelet::runtime::Runtime> = std::sync::Arc::new(
+                kubelet::runtime::cri::CriRuntime::new(ch.clone(), ch, Duration::from_secs(120)),
+            );
+            // Warm-up, as for the agent below.
+            raw::pod_starts(cri.clone(), 1, "warm", &logs, &cgroup_root).await;
+            let mut ms = raw::pod_starts(cri, n, "raw", &logs, &cgroup_root).await;
+            ms.sort_by(f64::total_cmp);
+            Duration::from_secs_f64(ms[ms.len() / 2] / 1000.0)
+        })
+    };
     let kubelet = KubeletProc::start(&rig, args, dir.path().join("kubelet.log"));
     wait_for("node registered", Duration::from_secs(30), || {
         cp.get("nodes", "", NODE)
@@ -78,7 +101,6 @@ fn pod_start_latency_and_rss() {
         (p["status"]["phase"] == "Running").then_some(())
     });
 
-    let n = 100;
     let mut created = Vec::new();
     let start = Instant::now();
     for i in 0..n {
@@ -123,6 +145,10 @@ fn pod_start_latency_and_rss() {
         percentile(&lat, 0.5),
         percentile(&lat, 0.9),
         lat[n - 1]
+    );
+    eprintln!(
+        "cluster bench: {n} raw CRI pod starts at once: p50 {raw_p50:?}; agent p50 / raw p50 = {:.2}",
+        percentile(&lat, 0.5).as_secs_f64() / raw_p50.as_secs_f64()
     );
     eprintln!("cluster bench: agent RSS idle {idle_rss} KiB, with 110 pods {rss} KiB");
 }

@@ -4,6 +4,7 @@
 
 pub mod cri;
 pub mod fake;
+pub mod raw;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
