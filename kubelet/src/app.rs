@@ -80,6 +80,9 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             None
         }
     };
+    if let (Some(p), Some(path), None) = (&proxy_cfg, &cfg.proxy_config, &cluster) {
+        crate::proxy_role::check_standalone(path, p)?;
+    }
     let metrics = Metrics::new(&cfg.node_name);
     let statuses = Arc::new(StatusManager::new());
     let pleg_health = Arc::new(PlegHealth::default());

@@ -3,7 +3,7 @@
 //! In cluster mode the proxy shares the kubelet's apiserver client: when the client
 //! certificate rotates, the role restarts on the new client (its first sync after a restart is
 //! a full one, as after any kube-proxy restart). Standalone, the proxy uses its own source
-//! (`clientConnection.kubeconfig` or its static Services directory).
+//! (`clientConnection.kubeconfig`).
 
 use crate::cluster::client::ClientHandle;
 use proxy::app::Environment;
@@ -27,6 +27,18 @@ pub enum ProxyRoleError {
         #[source]
         source: proxy::config::Error,
     },
+    #[error(
+        "--proxy-config {0}: without an apiserver (standalone kubelet) the proxy role needs its own clientConnection.kubeconfig"
+    )]
+    NoSource(PathBuf),
+}
+
+/// Standalone, the hosted proxy has no kubelet client to share: it needs a source of its own.
+pub fn check_standalone(path: &Path, cfg: &ProxyConfig) -> Result<(), ProxyRoleError> {
+    if proxy::app::client_options(cfg).is_none() {
+        return Err(ProxyRoleError::NoSource(path.into()));
+    }
+    Ok(())
 }
 
 /// Reads and validates the KubeProxyConfiguration; the proxy's node is the kubelet's node.
@@ -136,5 +148,26 @@ mod tests {
         .unwrap();
         let e = load(&p, "n").unwrap_err().to_string();
         assert!(e.contains("ipvs"), "{e}");
+    }
+
+    #[test]
+    fn standalone_needs_a_source_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("proxy.yaml");
+        std::fs::write(
+            &p,
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n",
+        )
+        .unwrap();
+        let cfg = load(&p, "n").unwrap();
+        let e = check_standalone(&p, &cfg).unwrap_err().to_string();
+        assert!(e.contains("clientConnection.kubeconfig"), "{e}");
+        std::fs::write(
+            &p,
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclientConnection:\n  kubeconfig: /etc/kubernetes/proxy.conf\n",
+        )
+        .unwrap();
+        let cfg = load(&p, "n").unwrap();
+        assert!(check_standalone(&p, &cfg).is_ok());
     }
 }
