@@ -1,5 +1,5 @@
 //! The apiserver source: list+watch Services and `discovery.k8s.io/v1` EndpointSlices in all
-//! namespaces (with upstream kube-proxy's label selector) into a [`ProxyHandle`], and this
+//! namespaces (with upstream kube-proxy's label selector) into the [`ProxyHandles`] of the proxiers, and this
 //! proxy's Node (logged; nothing renders from it yet).
 //!
 //! Each kind runs one `kube::runtime::watcher` whose events drive a [`Mirror`]: a plain-data
@@ -23,7 +23,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::proxier::ProxyHandle;
+use crate::proxier::ProxyHandles;
 
 /// `apis.LabelServiceProxyName`: Services (and their slices) carrying it belong to another proxy.
 pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
@@ -290,9 +290,9 @@ fn check_name(obj: &DynamicObject) -> Result<(), String> {
     Ok(())
 }
 
-/// Services into the handle.
+/// Services into the handles.
 #[derive(Debug)]
-pub struct ServiceSink(pub ProxyHandle);
+pub struct ServiceSink(pub ProxyHandles);
 
 impl Sink for ServiceSink {
     type Obj = Service;
@@ -315,9 +315,9 @@ impl Sink for ServiceSink {
     }
 }
 
-/// EndpointSlices into the handle.
+/// EndpointSlices into the handles.
 #[derive(Debug)]
-pub struct EndpointSliceSink(pub ProxyHandle);
+pub struct EndpointSliceSink(pub ProxyHandles);
 
 impl Sink for EndpointSliceSink {
     type Obj = EndpointSlice;
@@ -522,7 +522,7 @@ pub async fn run_watch<S: Sink>(
 /// Runs the Service, EndpointSlice and Node watches until `shutdown`.
 pub async fn run(
     client: kube::Client,
-    handle: ProxyHandle,
+    handle: ProxyHandles,
     node_name: String,
     shutdown: CancellationToken,
 ) {
@@ -554,6 +554,7 @@ pub async fn run(
 mod tests {
     use super::*;
     use crate::model::{IpFamily, ServiceState};
+    use crate::proxier::ProxyHandle;
     use serde_json::json;
 
     #[test]
@@ -653,9 +654,9 @@ mod tests {
     #[test]
     fn events_drive_the_handle_and_relist_deletes() {
         let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "n"));
-        let mut svcs = ServiceSink(handle.clone());
+        let mut svcs = ServiceSink(handle.clone().into());
         let mut sm = Mirror::default();
-        let mut slices = EndpointSliceSink(handle.clone());
+        let mut slices = EndpointSliceSink(handle.clone().into());
         let mut em = Mirror::default();
 
         handle_event(&mut sm, &mut svcs, Event::Init);

@@ -14,11 +14,12 @@ use tracing::{info, warn};
 
 use crate::config::{ProxyConfig, ProxyMode};
 use crate::conntrack::ExecConntrack;
-use crate::health::{self, ServiceHealthServer};
+use crate::health::{self, ProxierHealth, ServiceHealthServer};
 use crate::iptables::{self, ExecRunner, IptablesRunner};
+use crate::metrics::Metrics;
 use crate::model::{IpFamily, ServiceState};
-use crate::proxier::{self, Proxier, ProxyHandle, SyncConfig};
-use crate::render::RenderConfig;
+use crate::proxier::{self, Proxier, ProxyHandle, ProxyHandles, SyncConfig};
+use crate::render::{RenderConfig, TableName};
 use crate::{apiserver, cleanup, source};
 
 #[derive(Debug, Error)]
@@ -67,11 +68,19 @@ async fn runner_for(cfg: &ProxyConfig, env: &Environment) -> (ExecRunner, bool) 
     }
 }
 
-/// `--cleanup`: removes kube-proxy's chains and exits.
+/// `--cleanup`: removes kube-proxy's chains (both IP families) and exits.
 pub async fn cleanup(cfg: &ProxyConfig, env: &Environment) -> Result<()> {
     let (runner, _) = runner_for(cfg, env).await;
+    let other = runner.for_family(match runner.family() {
+        IpFamily::V4 => IpFamily::V6,
+        IpFamily::V6 => IpFamily::V4,
+    });
     let n = cleanup::cleanup(&runner).await?;
-    info!(tables = n, "cleanup done");
+    let mut m = 0;
+    if family_present(&other).await {
+        m = cleanup::cleanup(&other).await?;
+    }
+    info!(tables = n + m, "cleanup done");
     Ok(())
 }
 
@@ -151,7 +160,20 @@ pub async fn run_with_client(
     run_source(cfg, env, Source::Apiserver(client), shutdown).await
 }
 
-/// Runs the proxy until `shutdown` with the given source.
+/// Upstream's `Present()` check: the family's iptables answers for the nat table.
+async fn family_present(runner: &ExecRunner) -> bool {
+    matches!(
+        runner.chain_exists(TableName::Nat, "POSTROUTING").await,
+        Ok(true)
+    )
+}
+
+/// One family's proxier, ready to run.
+type FamilyProxier = Proxier<ExecRunner, ExecConntrack>;
+
+/// Runs the proxy until `shutdown` with the given source: one proxier per IP family the host
+/// supports (dual-stack when ip6tables works beside iptables, as upstream decides), fed by
+/// one source, sharing `/healthz` and the metrics.
 pub async fn run_source(
     cfg: ProxyConfig,
     env: Environment,
@@ -167,42 +189,74 @@ pub async fn run_source(
         tcp_close_wait_timeout = ?c.tcp_close_wait_timeout,
         "conntrack settings accepted but not applied: this kube-proxy does not set conntrack sysctls"
     );
-    let family = cfg.primary_family();
+    let primary = cfg.primary_family();
     let (runner, random_fully) = runner_for(&cfg, &env).await;
-
-    let mut render = RenderConfig::new(family, cfg.node_name.clone());
-    render.masquerade_all = cfg.masquerade_all;
-    render.masquerade_bit = cfg.masquerade_bit;
-    render.cluster_cidr = cfg.cluster_cidr(family);
-    render.node_port_addresses = cfg.node_port_addresses.clone();
-    render.localhost_node_ports = cfg.localhost_node_ports;
-    render.random_fully = random_fully;
-    if !cfg.bind_address.is_unspecified() {
-        render.node_ips = vec![cfg.bind_address];
-    }
-    if render.cluster_cidr.is_none() {
-        info!("no cluster CIDR: traffic is not classified as pod-local");
+    let secondary = match primary {
+        IpFamily::V4 => IpFamily::V6,
+        IpFamily::V6 => IpFamily::V4,
+    };
+    // The same backend for both families: never mix nft and legacy.
+    let second = runner.for_family(secondary);
+    let mut runners = vec![runner];
+    if family_present(&second).await {
+        info!(
+            primary_ip_family = primary.label(),
+            "kube-proxy running in dual-stack mode"
+        );
+        runners.push(second);
+    } else {
+        info!(
+            ip_family = primary.label(),
+            "kube-proxy running in single-stack mode"
+        );
     }
 
     let registry = Registry::new();
-    let handle = ProxyHandle::new(ServiceState::new(family, cfg.node_name.clone()));
-    handle.health().set_timeout(cfg.health_timeout());
-    let any_ip = match family {
-        IpFamily::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-    };
-    let service_health = ServiceHealthServer::new(vec![any_ip], handle.health().clone());
+    let metrics = Metrics::new(&registry).map_err(proxier::Error::from)?;
+    let health = ProxierHealth::new(cfg.health_timeout());
     let sync = SyncConfig {
         min_sync_period: cfg.min_sync_period,
         sync_period: cfg.sync_period,
         ..SyncConfig::default()
     };
-    let proxier = Proxier::new(runner, render, handle.clone(), sync, &registry)?
-        .with_conntrack(ExecConntrack::new().with_prefix(env.command_prefix.clone()))
-        .with_service_health(service_health);
+    let mut proxiers: Vec<FamilyProxier> = Vec::new();
+    for runner in runners {
+        let family = runner.family();
+        let mut render = RenderConfig::new(family, cfg.node_name.clone());
+        render.masquerade_all = cfg.masquerade_all;
+        render.masquerade_bit = cfg.masquerade_bit;
+        render.cluster_cidr = cfg.cluster_cidr(family);
+        render.node_port_addresses = cfg.node_port_addresses.clone();
+        render.localhost_node_ports = cfg.localhost_node_ports;
+        render.random_fully = random_fully;
+        if !cfg.bind_address.is_unspecified() && family.matches(&cfg.bind_address) {
+            render.node_ips = vec![cfg.bind_address];
+        }
+        if render.cluster_cidr.is_none() {
+            info!(
+                ip_family = family.label(),
+                "no cluster CIDR: traffic is not classified as pod-local"
+            );
+        }
+        let handle = ProxyHandle::with_health(
+            ServiceState::new(family, cfg.node_name.clone()),
+            health.clone(),
+        );
+        let any_ip = match family {
+            IpFamily::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        };
+        let service_health = ServiceHealthServer::new(vec![any_ip], health.clone());
+        proxiers.push(
+            Proxier::with_metrics(runner, render, handle, sync, metrics.clone())
+                .with_conntrack(ExecConntrack::new().with_prefix(env.command_prefix.clone()))
+                .with_service_health(service_health),
+        );
+    }
+    let handles = ProxyHandles::new(proxiers.iter().map(|p| p.handle().clone()).collect());
 
     if let Some(addr) = cfg.healthz_bind_address {
-        let router = health::healthz_router(handle.health().clone(), &registry)?;
+        let router = health::healthz_router(health.clone(), &registry)?;
         health::serve(addr, router, shutdown.clone()).await?;
     }
     if let Some(addr) = cfg.metrics_bind_address {
@@ -217,7 +271,7 @@ pub async fn run_source(
     let source_task = match source {
         Source::Apiserver(client) => tokio::spawn(apiserver::run(
             client,
-            handle.clone(),
+            handles,
             cfg.node_name.clone(),
             shutdown.clone(),
         )),
@@ -225,7 +279,7 @@ pub async fn run_source(
             info!(dir = %dir.display(), "Service source: static directory");
             tokio::spawn(source::run_static_dir(
                 dir,
-                handle.clone(),
+                handles,
                 STATIC_DIR_INTERVAL,
                 shutdown.clone(),
             ))
@@ -233,7 +287,12 @@ pub async fn run_source(
     };
 
     info!(node = %cfg.node_name, "kube-proxy running (iptables mode)");
-    proxier::run(proxier, sync, shutdown.clone()).await;
+    futures::future::join_all(
+        proxiers
+            .into_iter()
+            .map(|p| proxier::run(p, sync, shutdown.clone())),
+    )
+    .await;
     let _ = source_task.await;
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! Health and metrics HTTP servers, with upstream's semantics:
 //!
 //! - `/healthz` and `/livez` on the healthz address (default 0.0.0.0:10256): healthy while no
-//!   queued change has waited longer than `healthTimeout` (2 × syncPeriod) for a sync;
+//!   queued change has waited longer than `healthTimeout` (2 × syncPeriod) for a sync of its
+//!   IP family;
 //!   `/healthz` is also 503 once the Node is being deleted or carries the autoscaler's
 //!   ToBeDeleted taint.
 //! - `/metrics` (plus `/proxyMode` and `/healthz` "ok") on the metrics address (default
@@ -26,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use crate::model::NamespacedName;
+use crate::model::{IpFamily, NamespacedName};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -47,12 +48,12 @@ pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
 #[derive(Debug, Default)]
 struct HealthInner {
-    last_updated: Option<SystemTime>,
-    oldest_pending_queued: Option<SystemTime>,
+    last_updated: BTreeMap<IpFamily, SystemTime>,
+    oldest_pending_queued: BTreeMap<IpFamily, SystemTime>,
 }
 
-/// Upstream's proxierHealthServer state: `queued_update` on each change, `updated` after each
-/// successful sync.
+/// Upstream's proxy health server state, shared by the proxiers of both IP families:
+/// `queued_update` on each change, `updated` after each successful sync, per family.
 #[derive(Clone, Debug)]
 pub struct ProxierHealth {
     inner: Arc<Mutex<HealthInner>>,
@@ -92,27 +93,27 @@ impl ProxierHealth {
         *self.timeout.lock().unwrap_or_else(|e| e.into_inner()) = t;
     }
 
-    /// A change arrived that needs a sync (keeps the oldest such time).
-    pub fn queued_update(&self) {
-        self.queued_update_at(SystemTime::now());
+    /// A change for `family`'s proxier arrived that needs a sync (keeps the oldest such time).
+    pub fn queued_update(&self, family: IpFamily) {
+        self.queued_update_at(family, SystemTime::now());
     }
 
-    pub fn queued_update_at(&self, now: SystemTime) {
+    pub fn queued_update_at(&self, family: IpFamily, now: SystemTime) {
+        self.lock()
+            .oldest_pending_queued
+            .entry(family)
+            .or_insert(now);
+    }
+
+    /// `family`'s rules now reflect the state.
+    pub fn updated(&self, family: IpFamily) {
+        self.updated_at(family, SystemTime::now());
+    }
+
+    pub fn updated_at(&self, family: IpFamily, now: SystemTime) {
         let mut g = self.lock();
-        if g.oldest_pending_queued.is_none() {
-            g.oldest_pending_queued = Some(now);
-        }
-    }
-
-    /// The rules now reflect the state.
-    pub fn updated(&self) {
-        self.updated_at(SystemTime::now());
-    }
-
-    pub fn updated_at(&self, now: SystemTime) {
-        let mut g = self.lock();
-        g.oldest_pending_queued = None;
-        g.last_updated = Some(now);
+        g.oldest_pending_queued.remove(&family);
+        g.last_updated.insert(family, now);
     }
 
     /// Upstream's SyncNode: ineligible when deleted or tainted ToBeDeletedByClusterAutoscaler.
@@ -125,18 +126,28 @@ impl ProxierHealth {
         self.node_eligible.load(Ordering::SeqCst)
     }
 
+    /// Upstream's rule: unhealthy when a family that has synced before has had a change
+    /// pending for longer than the timeout (a proxier that never synced yet counts as
+    /// starting up). `last_updated` is the newest sync of any family, or, when unhealthy,
+    /// the last sync of the late family.
     pub fn report_at(&self, now: SystemTime) -> HealthReport {
         let g = self.lock();
         let timeout = *self.timeout.lock().unwrap_or_else(|e| e.into_inner());
-        let healthy = match g.oldest_pending_queued {
-            None => true,
-            Some(q) => now.duration_since(q).unwrap_or_default() < timeout,
-        };
-        HealthReport {
-            healthy,
-            last_updated: g.last_updated,
+        let mut report = HealthReport {
+            healthy: true,
+            last_updated: g.last_updated.values().max().copied(),
             current_time: now,
+        };
+        for (family, last) in &g.last_updated {
+            if let Some(q) = g.oldest_pending_queued.get(family)
+                && now.duration_since(*q).unwrap_or_default() >= timeout
+            {
+                report.healthy = false;
+                report.last_updated = Some(*last);
+                break;
+            }
         }
+        report
     }
 
     pub fn is_healthy(&self) -> bool {
@@ -311,11 +322,40 @@ pub fn metrics_router(registry: Registry, mode: &'static str) -> Router {
         .with_state(registry)
 }
 
-/// Binds `addr` and serves `router` until `shutdown`.
+fn listen(addr: SocketAddr, only_v6: bool) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(only_v6)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
+}
+
+/// A listener for one family's health-check server: an IPv6 one is IPv6-only, so that the
+/// IPv6 proxier's `[::]:port` sits beside the IPv4 proxier's `0.0.0.0:port`.
+pub fn bind_family(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    listen(addr, true)
+}
+
+/// A listener as Go's `net.Listen("tcp", addr)` makes it: a wildcard address (`0.0.0.0` or
+/// `::`) gets one socket for both families where the host has IPv6.
+pub fn bind_any(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    if addr.ip().is_unspecified() {
+        let v6 = SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), addr.port());
+        if let Ok(l) = listen(v6, false) {
+            return Ok(l);
+        }
+    }
+    listen(addr, true)
+}
+
+/// Binds `addr` (see [`bind_any`]) and serves `router` until `shutdown`.
 pub async fn serve(addr: SocketAddr, router: Router, shutdown: CancellationToken) -> Result<()> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Listen { addr, source })?;
+    let listener = bind_any(addr).map_err(|source| Error::Listen { addr, source })?;
     info!(address = %addr, "serving HTTP");
     tokio::spawn(async move {
         let r = axum::serve(listener, router)
@@ -410,7 +450,7 @@ impl ServiceHealthServer {
             let mut failed = None;
             for ip in &self.bind_ips {
                 let addr = SocketAddr::new(*ip, *port);
-                match TcpListener::bind(addr).await {
+                match bind_family(addr) {
                     Ok(l) => bound.push(l),
                     Err(e) => {
                         failed = Some((addr, e));
@@ -501,25 +541,32 @@ mod tests {
     fn healthz_follows_queued_updates() {
         let h = ProxierHealth::new(Duration::from_secs(60));
         let t0 = UNIX_EPOCH + Duration::from_secs(1_000_000);
-        // Starting up: healthy.
+        let v4 = IpFamily::V4;
+        // Starting up: healthy, even with a change queued before the first sync.
         assert_eq!(healthz_body(&h, t0).0, StatusCode::OK);
-        h.queued_update_at(t0);
-        h.queued_update_at(t0 + Duration::from_secs(50)); // keeps the oldest
+        h.queued_update_at(v4, t0);
         assert_eq!(
-            healthz_body(&h, t0 + Duration::from_secs(59)).0,
+            healthz_body(&h, t0 + Duration::from_secs(100)).0,
+            StatusCode::OK
+        );
+        h.updated_at(v4, t0);
+        h.queued_update_at(v4, t0 + Duration::from_secs(1));
+        h.queued_update_at(v4, t0 + Duration::from_secs(50)); // keeps the oldest
+        assert_eq!(
+            healthz_body(&h, t0 + Duration::from_secs(60)).0,
             StatusCode::OK
         );
         let (status, body) = healthz_body(&h, t0 + Duration::from_secs(61));
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(
             body,
-            "{\"lastUpdated\": \"0001-01-01 00:00:00 +0000 UTC\",\"currentTime\": \"1970-01-12 13:47:41 +0000 UTC\", \"nodeEligible\": true}"
+            "{\"lastUpdated\": \"1970-01-12 13:46:40 +0000 UTC\",\"currentTime\": \"1970-01-12 13:47:41 +0000 UTC\", \"nodeEligible\": true}"
         );
         assert_eq!(
             livez_body(&h, t0 + Duration::from_secs(61)).0,
             StatusCode::SERVICE_UNAVAILABLE
         );
-        h.updated_at(t0 + Duration::from_secs(62));
+        h.updated_at(v4, t0 + Duration::from_secs(62));
         let (status, body) = healthz_body(&h, t0 + Duration::from_secs(63));
         assert_eq!(status, StatusCode::OK);
         assert!(body.starts_with("{\"lastUpdated\": \"1970-01-12 13:47:43 +0000 UTC\""));
@@ -532,6 +579,24 @@ mod tests {
             livez_body(&h, t0 + Duration::from_secs(63)).0,
             StatusCode::OK
         );
+    }
+
+    #[test]
+    fn dual_stack_health_needs_both_families() {
+        let h = ProxierHealth::new(Duration::from_secs(60));
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        h.updated_at(IpFamily::V4, t0);
+        h.updated_at(IpFamily::V6, t0 + Duration::from_secs(5));
+        // The IPv6 proxier falls behind while the IPv4 one keeps syncing.
+        h.queued_update_at(IpFamily::V6, t0 + Duration::from_secs(10));
+        h.updated_at(IpFamily::V4, t0 + Duration::from_secs(70));
+        let r = h.report_at(t0 + Duration::from_secs(71));
+        assert!(!r.healthy);
+        assert_eq!(r.last_updated, Some(t0 + Duration::from_secs(5)));
+        h.updated_at(IpFamily::V6, t0 + Duration::from_secs(72));
+        let r = h.report_at(t0 + Duration::from_secs(73));
+        assert!(r.healthy);
+        assert_eq!(r.last_updated, Some(t0 + Duration::from_secs(72)));
     }
 
     #[test]

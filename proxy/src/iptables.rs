@@ -218,6 +218,28 @@ impl ExecRunner {
         self
     }
 
+    /// The same runner (backend, wait flags, prefix) for the other family's binaries, e.g.
+    /// `ip6tables-nft-restore` beside `iptables-nft-restore`.
+    pub fn for_family(&self, family: IpFamily) -> ExecRunner {
+        let base = |f: IpFamily| match f {
+            IpFamily::V4 => "iptables",
+            IpFamily::V6 => "ip6tables",
+        };
+        let swap = |bin: &str| {
+            let rest = bin.strip_prefix(base(self.family)).unwrap_or(bin);
+            format!("{}{rest}", base(family))
+        };
+        ExecRunner {
+            family,
+            prefix: self.prefix.clone(),
+            iptables: swap(&self.iptables),
+            save: swap(&self.save),
+            restore: swap(&self.restore),
+            wait: self.wait.clone(),
+            restore_wait: self.restore_wait.clone(),
+        }
+    }
+
     /// Runs every command through `prefix` (e.g. `ip netns exec NS`).
     pub fn with_prefix(mut self, prefix: Vec<String>) -> Self {
         self.prefix = prefix;
@@ -653,6 +675,33 @@ mod tests {
         let v = IptablesVersion::parse("ip6tables v1.8.7 (legacy)").unwrap();
         assert_eq!(v.backend, Some(Backend::Legacy));
         assert!(IptablesVersion::parse("garbage").is_err());
+    }
+
+    #[test]
+    fn other_family_keeps_backend_and_prefix() {
+        let prefix = vec!["ip".to_string(), "netns".into(), "exec".into(), "n".into()];
+        let v4 = ExecRunner::new(IpFamily::V4)
+            .with_backend(Backend::Legacy)
+            .with_prefix(prefix.clone());
+        let v6 = v4.for_family(IpFamily::V6);
+        assert_eq!(v6.family, IpFamily::V6);
+        assert_eq!(
+            (v6.iptables.as_str(), v6.save.as_str(), v6.restore.as_str()),
+            (
+                "ip6tables-legacy",
+                "ip6tables-legacy-save",
+                "ip6tables-legacy-restore"
+            )
+        );
+        assert_eq!(v6.prefix, prefix);
+        let back = v6.for_family(IpFamily::V4);
+        assert_eq!(back.restore, "iptables-legacy-restore");
+        assert_eq!(
+            ExecRunner::new(IpFamily::V4)
+                .for_family(IpFamily::V6)
+                .restore,
+            "ip6tables-restore"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::conntrack::{self, Conntrack, NoConntrack, UdpTarget};
 use crate::health::{ProxierHealth, ServiceHealthServer};
 use crate::iptables::{self, IptablesRunner, Position};
 use crate::metrics::Metrics;
-use crate::model::{NamespacedName, ServiceState};
+use crate::model::{IpFamily, NamespacedName, ServiceState};
 use crate::render::{RenderConfig, Rendered, TableName};
 
 #[derive(Debug, Error)]
@@ -69,6 +69,7 @@ impl Default for SyncConfig {
 }
 
 struct Shared {
+    family: IpFamily,
     state: Mutex<ServiceState>,
     notify: Notify,
     services_synced: AtomicBool,
@@ -91,16 +92,27 @@ impl std::fmt::Debug for ProxyHandle {
 
 impl ProxyHandle {
     pub fn new(state: ServiceState) -> Self {
+        Self::with_health(state, ProxierHealth::default())
+    }
+
+    /// A handle reporting to `health`, which the proxiers of both families share.
+    pub fn with_health(state: ServiceState, health: ProxierHealth) -> Self {
         ProxyHandle {
             shared: Arc::new(Shared {
+                family: state.family(),
                 state: Mutex::new(state),
                 notify: Notify::new(),
                 services_synced: AtomicBool::new(false),
                 slices_synced: AtomicBool::new(false),
                 force_full: AtomicBool::new(false),
-                health: ProxierHealth::default(),
+                health,
             }),
         }
+    }
+
+    /// The IP family of this handle's proxier.
+    pub fn family(&self) -> IpFamily {
+        self.shared.family
     }
 
     fn state(&self) -> MutexGuard<'_, ServiceState> {
@@ -125,7 +137,7 @@ impl ProxyHandle {
 
     fn changed(&self, changed: bool) -> bool {
         if changed {
-            self.shared.health.queued_update();
+            self.shared.health.queued_update(self.shared.family);
             self.shared.notify.notify_one();
         }
         changed
@@ -181,6 +193,70 @@ impl ProxyHandle {
 
     async fn notified(&self) {
         self.shared.notify.notified().await
+    }
+}
+
+/// The proxiers of a node, one per IP family, fed by one source (upstream's meta-proxier):
+/// every event goes to each family's handle, which keeps what concerns its family.
+#[derive(Clone, Debug)]
+pub struct ProxyHandles(Vec<ProxyHandle>);
+
+impl ProxyHandles {
+    pub fn new(handles: Vec<ProxyHandle>) -> Self {
+        ProxyHandles(handles)
+    }
+
+    pub fn handles(&self) -> &[ProxyHandle] {
+        &self.0
+    }
+
+    /// Returns true if the rules of any family will change.
+    pub fn on_service_upsert(&self, svc: &Service) -> bool {
+        self.0
+            .iter()
+            .fold(false, |c, h| h.on_service_upsert(svc) | c)
+    }
+
+    pub fn on_service_delete(&self, svc: &Service) -> bool {
+        self.0
+            .iter()
+            .fold(false, |c, h| h.on_service_delete(svc) | c)
+    }
+
+    pub fn on_endpoint_slice_upsert(&self, slice: &EndpointSlice) -> bool {
+        self.0
+            .iter()
+            .fold(false, |c, h| h.on_endpoint_slice_upsert(slice) | c)
+    }
+
+    pub fn on_endpoint_slice_delete(&self, slice: &EndpointSlice) -> bool {
+        self.0
+            .iter()
+            .fold(false, |c, h| h.on_endpoint_slice_delete(slice) | c)
+    }
+
+    pub fn on_services_synced(&self) {
+        self.0.iter().for_each(ProxyHandle::on_services_synced);
+    }
+
+    pub fn on_endpoint_slices_synced(&self) {
+        self.0
+            .iter()
+            .for_each(ProxyHandle::on_endpoint_slices_synced);
+    }
+
+    pub fn request_full_sync(&self) {
+        self.0.iter().for_each(ProxyHandle::request_full_sync);
+    }
+
+    pub fn initialized(&self) -> bool {
+        self.0.iter().all(ProxyHandle::initialized)
+    }
+}
+
+impl From<ProxyHandle> for ProxyHandles {
+    fn from(h: ProxyHandle) -> Self {
+        ProxyHandles(vec![h])
     }
 }
 
@@ -345,18 +421,36 @@ impl<R: IptablesRunner> Proxier<R> {
         sync: SyncConfig,
         registry: &Registry,
     ) -> Result<Self> {
-        Ok(Proxier {
+        Ok(Self::with_metrics(
+            runner,
+            cfg,
+            handle,
+            sync,
+            Metrics::new(registry)?,
+        ))
+    }
+
+    /// As `new`, reporting to metrics already registered (shared by the proxiers of both
+    /// families; every series carries an `ip_family` label).
+    pub fn with_metrics(
+        runner: R,
+        cfg: RenderConfig,
+        handle: ProxyHandle,
+        sync: SyncConfig,
+        metrics: Metrics,
+    ) -> Self {
+        Proxier {
             runner,
             conntrack: NoConntrack,
             service_health: None,
             cfg,
             handle,
-            metrics: Metrics::new(registry)?,
+            metrics,
             full_sync_period: sync.full_sync_period,
             applied: None,
             need_full: true,
             last_full: None,
-        })
+        }
     }
 }
 
@@ -520,7 +614,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
                 if do_full {
                     self.last_full = Some(Instant::now());
                 }
-                self.handle.shared.health.updated();
+                self.handle.shared.health.updated(self.cfg.family);
                 if let (Some(server), Some((ports, counts))) = (&self.service_health, &hc) {
                     server.sync_services(ports).await;
                     server.sync_endpoints(counts);

@@ -14,7 +14,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::proxier::ProxyHandle;
+use crate::proxier::ProxyHandles;
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -120,7 +120,7 @@ pub fn load_dir(dir: &Path) -> Result<Objects> {
 }
 
 /// Delivers the difference between `old` and `new` to `handle`; returns the number of events.
-pub fn apply_diff(handle: &ProxyHandle, old: &Objects, new: &Objects) -> usize {
+pub fn apply_diff(handle: &ProxyHandles, old: &Objects, new: &Objects) -> usize {
     let mut n = 0;
     for (k, s) in &old.slices {
         if !new.slices.contains_key(k) {
@@ -153,7 +153,7 @@ pub fn apply_diff(handle: &ProxyHandle, old: &Objects, new: &Objects) -> usize {
 /// initial lists as synced. A read that fails keeps the previous state.
 pub async fn run_static_dir(
     dir: PathBuf,
-    handle: ProxyHandle,
+    handle: ProxyHandles,
     interval: Duration,
     shutdown: CancellationToken,
 ) {
@@ -192,6 +192,7 @@ pub async fn run_static_dir(
 mod tests {
     use super::*;
     use crate::model::{IpFamily, ServiceState};
+    use crate::proxier::ProxyHandle;
 
     const FILE: &str = r#"
 apiVersion: v1
@@ -231,10 +232,11 @@ items:
         );
 
         let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "n"));
-        assert_eq!(apply_diff(&handle, &Objects::default(), &objs), 2);
+        let handles = ProxyHandles::from(handle.clone());
+        assert_eq!(apply_diff(&handles, &Objects::default(), &objs), 2);
         assert_eq!(handle.with_state(|s| s.endpoints_map().len()), 1);
-        assert_eq!(apply_diff(&handle, &objs, &objs), 0);
-        assert_eq!(apply_diff(&handle, &objs, &Objects::default()), 2);
+        assert_eq!(apply_diff(&handles, &objs, &objs), 0);
+        assert_eq!(apply_diff(&handles, &objs, &Objects::default()), 2);
         assert_eq!(handle.with_state(|s| s.service_port_map().len()), 0);
 
         std::fs::write(

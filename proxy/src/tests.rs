@@ -1434,3 +1434,120 @@ async fn proxier_partial_syncs_match_oracle() {
         assert_eq!(p.applied().unwrap().to_ruleset(), after, "step {step}");
     }
 }
+
+/// Dual-stack: one source feeds a proxier per family through `ProxyHandles`; each family's
+/// proxier programs only its own cluster IPs and endpoints, and both report to one set of
+/// metrics under their `ip_family` label.
+#[tokio::test]
+async fn dual_stack_proxiers_split_families() {
+    use crate::health::ProxierHealth;
+    use crate::metrics::Metrics;
+    use crate::proxier::ProxyHandles;
+
+    let registry = Registry::new();
+    let metrics = Metrics::new(&registry).unwrap();
+    let health = ProxierHealth::default();
+    let mut proxiers = Vec::new();
+    let mut runners = Vec::new();
+    for (family, node_ip, cidr) in [
+        (IpFamily::V4, "192.168.0.2", "10.0.0.0/8"),
+        (IpFamily::V6, "fd00:192::2", "fd00:10::/64"),
+    ] {
+        let runner = FakeRunner::new(family);
+        let mut cfg = RenderConfig::new(family, NODE);
+        cfg.node_ips = vec![node_ip.parse().unwrap()];
+        cfg.cluster_cidr = Some(cidr.parse().unwrap());
+        let handle = ProxyHandle::with_health(ServiceState::new(family, NODE), health.clone());
+        proxiers.push(Proxier::with_metrics(
+            runner.clone(),
+            cfg,
+            handle,
+            SyncConfig::default(),
+            metrics.clone(),
+        ));
+        runners.push(runner);
+    }
+    let handles = ProxyHandles::new(proxiers.iter().map(|p| p.handle().clone()).collect());
+
+    let mut web = svc(
+        "ns1",
+        "web",
+        "NodePort",
+        "172.30.0.10",
+        vec![port("http", "TCP", 80, Some(30080))],
+    );
+    {
+        let spec = web.spec.as_mut().unwrap();
+        spec.cluster_ips = Some(vec!["172.30.0.10".into(), "fd00:30::10".into()]);
+        spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+    }
+    let v4only = svc(
+        "ns1",
+        "legacy",
+        "ClusterIP",
+        "172.30.0.11",
+        vec![port("http", "TCP", 80, None)],
+    );
+    let v4 = slice(
+        "ns1",
+        "web",
+        "web-v4",
+        &[("http", "TCP", 8080)],
+        &[ep("10.1.0.5", NODE)],
+    );
+    let mut v6 = slice(
+        "ns1",
+        "web",
+        "web-v6",
+        &[("http", "TCP", 8080)],
+        &[ep("fd00:10::5", NODE)],
+    );
+    v6.address_type = "IPv6".into();
+    assert!(handles.on_service_upsert(&web));
+    assert!(handles.on_service_upsert(&v4only));
+    assert!(handles.on_endpoint_slice_upsert(&v4));
+    assert!(handles.on_endpoint_slice_upsert(&v6));
+    assert!(!handles.initialized());
+    handles.on_services_synced();
+    handles.on_endpoint_slices_synced();
+    assert!(handles.initialized());
+    for p in &mut proxiers {
+        p.sync(false).await.unwrap();
+    }
+
+    let text4 = runners[0].restores().concat();
+    let text6 = runners[1].restores().concat();
+    assert!(text4.contains("-d 172.30.0.10 ") && text4.contains("10.1.0.5:8080"));
+    assert!(text4.contains("ns1/legacy:http"), "{text4}");
+    assert!(!text4.contains("fd00:"), "IPv6 in the IPv4 rules:\n{text4}");
+    assert!(!text6.contains("172.30.") && !text6.contains("10.1.0.5"));
+    assert!(
+        !text6.contains("ns1/legacy"),
+        "an IPv4-only Service in the IPv6 rules:\n{text6}"
+    );
+    golden("full-ipv6.txt", &text6);
+
+    // A change of one family's slice touches only that family's proxier.
+    let mut v6b = v6.clone();
+    v6b.endpoints.as_mut().unwrap()[0].addresses = vec!["fd00:10::6".into()];
+    assert!(handles.on_endpoint_slice_upsert(&v6b));
+    runners[0].clear_calls();
+    runners[1].clear_calls();
+    for p in &mut proxiers {
+        p.sync(false).await.unwrap();
+    }
+    assert!(runners[0].restores().is_empty());
+    let d6 = runners[1].restores().concat();
+    assert!(d6.contains("[fd00:10::6]:8080"), "{d6}");
+
+    let families: Vec<String> = registry
+        .gather()
+        .iter()
+        .filter(|m| m.name() == "kubeproxy_sync_proxy_rules_last_timestamp_seconds")
+        .flat_map(|m| m.get_metric().iter())
+        .flat_map(|m| m.get_label().iter())
+        .map(|l| l.value().to_string())
+        .collect();
+    assert_eq!(families, ["IPv4", "IPv6"]);
+    assert!(health.is_healthy());
+}

@@ -28,7 +28,7 @@ const NODE_NAME: &str = "pxapi-node";
 
 #[path = "../../proxy/tests/support/netns.rs"]
 mod netns;
-use netns::{NODE_IP, TCP_PORT, Topology, have, root_kube_rules};
+use netns::{NODE_IP, TCP_PORT, Topology, have, pod_ip, pod_ip6, root_kube_rules};
 
 /// Not a test on its own: the backends and the client (see `proxy/tests/support/netns.rs`).
 #[test]
@@ -53,7 +53,7 @@ impl KubeProxy {
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--hostname-override={NODE_NAME}"))
             .arg(format!("--bind-address={NODE_IP}"))
-            .arg("--cluster-cidr=10.244.0.0/16")
+            .arg("--cluster-cidr=10.244.0.0/16,fd00:244::/48")
             .arg("--healthz-bind-address=127.0.0.1:10256")
             .arg("--metrics-bind-address=127.0.0.1:10249")
             .arg("--iptables-min-sync-period=0")
@@ -147,16 +147,41 @@ fn service(name: &str, ip: &str, labels: &[(&str, &str)]) -> Service {
     }
 }
 
+/// A dual-stack Service (`ipFamilies: [IPv4, IPv6]`, one cluster IP of each family).
+fn dual_stack_service(name: &str, ip4: &str, ip6: &str) -> Service {
+    let mut svc = service(name, ip4, &[]);
+    let spec = svc.spec.as_mut().unwrap();
+    spec.cluster_ips = Some(vec![ip4.into(), ip6.into()]);
+    spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+    spec.ip_family_policy = Some("RequireDualStack".into());
+    svc
+}
+
 fn slice(svc: &str, pods: &[usize], extra_labels: &[(&str, &str)]) -> EndpointSlice {
+    slice_of(svc, "abc", "IPv4", pods, extra_labels)
+}
+
+/// An EndpointSlice `<svc>-<suffix>` of `address_type` ("IPv4" or "IPv6") over the pods.
+fn slice_of(
+    svc: &str,
+    suffix: &str,
+    address_type: &str,
+    pods: &[usize],
+    extra_labels: &[(&str, &str)],
+) -> EndpointSlice {
     let mut labels = vec![("kubernetes.io/service-name", svc)];
     labels.extend_from_slice(extra_labels);
     EndpointSlice {
-        metadata: meta(&format!("{svc}-abc"), &labels),
-        address_type: "IPv4".into(),
+        metadata: meta(&format!("{svc}-{suffix}"), &labels),
+        address_type: address_type.into(),
         endpoints: Some(
             pods.iter()
-                .map(|i| Endpoint {
-                    addresses: vec![format!("10.244.{i}.2")],
+                .map(|&i| Endpoint {
+                    addresses: vec![if address_type == "IPv6" {
+                        pod_ip6(i)
+                    } else {
+                        pod_ip(i)
+                    }],
                     node_name: Some("other".into()),
                     conditions: Some(EndpointConditions {
                         ready: Some(true),
@@ -288,6 +313,72 @@ fn kube_proxy_follows_the_apiserver() {
         malformed.is_err() || log.contains("skipping malformed object"),
         "malformed Service not reported:\n{log}"
     );
+
+    // 1b. Dual-stack: where ip6tables works, a second proxier programs the IPv6 family.
+    //     Each family of one Service has its own slice (pod0 over IPv4, pod1 over IPv6), so
+    //     an answer proves which family's rules carried the connection.
+    if topo.ipv6 && log.contains("dual-stack mode") {
+        cp.create_typed(&dual_stack_service("dual", "10.96.0.20", "fd00:96::20"))
+            .unwrap();
+        cp.create_typed(&slice_of("dual", "v4", "IPv4", &[0], &[]))
+            .unwrap();
+        cp.create_typed(&slice_of("dual", "v6", "IPv6", &[1], &[]))
+            .unwrap();
+        let t = until(
+            "the dual-stack Service to answer on both families",
+            Duration::from_secs(20),
+            || {
+                let a6 = topo.client("tcp", "[fd00:96::20]:80", 5, 0);
+                let a4 = topo.client("tcp", "10.96.0.20:80", 5, 0);
+                if a6 == vec!["pod1"; 5] && a4 == vec!["pod0"; 5] {
+                    Ok(())
+                } else {
+                    Err(format!("IPv6 {a6:?}, IPv4 {a4:?}"))
+                }
+            },
+        );
+        println!("dual-stack Service reachable on both families after {t:?}");
+        let rules6 = topo.node_rules6();
+        assert!(
+            rules6.contains("default/dual:p") && rules6.contains("fd00:96::20"),
+            "ip6tables rules:\n{rules6}"
+        );
+        assert!(
+            !rules6.contains("10.96.0.20") && !topo.node_rules().contains("fd00:96::20"),
+            "a family's rules leaked into the other's table"
+        );
+        // No IPv6 endpoints: the IPv6 cluster IP rejects while IPv4 keeps working.
+        cp.delete(
+            "endpointslices.discovery.k8s.io",
+            "default",
+            "dual-v6",
+            None,
+        )
+        .unwrap();
+        until(
+            "the IPv6 cluster IP to reject",
+            Duration::from_secs(20),
+            || {
+                let a6 = topo.client("tcp", "[fd00:96::20]:80", 1, 0);
+                if a6 == ["ERR refused"] {
+                    Ok(())
+                } else {
+                    Err(format!("{a6:?}; ip6tables:\n{}", topo.node_rules6()))
+                }
+            },
+        );
+        let a4 = topo.client("tcp", "10.96.0.20:80", 3, 0);
+        assert_eq!(a4, vec!["pod0"; 3], "IPv4 after the IPv6 slice went");
+    } else {
+        println!(
+            "dual-stack part skipped: {}",
+            if topo.ipv6 {
+                "kube-proxy runs single-stack here (ip6tables not usable)"
+            } else {
+                "the topology has no IPv6"
+            }
+        );
+    }
 
     // 2. One endpoint removed through the API: only pod1 answers after the next sync.
     let mut s = cp.get_typed::<EndpointSlice>("default", "web-abc").unwrap();

@@ -3,7 +3,8 @@
 //! by path). Standard library only.
 //!
 //! Topology: `client` —veth— `node` —veth— `pod0` … `podN`, all namespaces named after a
-//! prefix the test picks and deleted on drop; the root namespace's rules, routes and links are
+//! prefix the test picks and deleted on drop; every link has an IPv4 address and, where the
+//! kernel has IPv6, an IPv6 one (`Topology::ipv6`); the root namespace's rules, routes and links are
 //! never touched. Backends and the client are the test binary re-executed inside their
 //! namespace: each test file has a `#[test] fn helper()` that calls [`helper_main`] with the
 //! environment variable it passed to [`Topology::build`].
@@ -16,6 +17,17 @@ use std::time::{Duration, Instant};
 
 pub const NODE_IP: &str = "10.100.0.1";
 pub const CLIENT_IP: &str = "10.100.0.2";
+pub const NODE_IP6: &str = "fd00:100::1";
+pub const CLIENT_IP6: &str = "fd00:100::2";
+
+/// Pod `i`'s addresses: `10.244.<i>.2` and `fd00:244:<i>::2`.
+pub fn pod_ip(i: usize) -> String {
+    format!("10.244.{i}.2")
+}
+
+pub fn pod_ip6(i: usize) -> String {
+    format!("fd00:244:{i}::2")
+}
 /// Every backend answers its name on this TCP port and on [`UDP_PORT`].
 pub const TCP_PORT: u16 = 8080;
 pub const UDP_PORT: u16 = 8081;
@@ -38,10 +50,15 @@ pub fn helper_main(var: &str) {
     }
 }
 
-/// Answers its name on TCP and UDP; exits by itself after 180 s at the latest.
+/// Answers its name on TCP and UDP (one dual-stack socket each where the kernel has IPv6);
+/// exits by itself after 180 s at the latest.
 fn run_server(name: &str) {
-    let tcp = TcpListener::bind(("0.0.0.0", TCP_PORT)).unwrap();
-    let udp = UdpSocket::bind(("0.0.0.0", UDP_PORT)).unwrap();
+    let tcp = TcpListener::bind(("::", TCP_PORT))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", TCP_PORT)))
+        .unwrap();
+    let udp = UdpSocket::bind(("::", UDP_PORT))
+        .or_else(|_| UdpSocket::bind(("0.0.0.0", UDP_PORT)))
+        .unwrap();
     let reply = format!("{name}\n");
     let r2 = reply.clone();
     std::thread::spawn(move || {
@@ -73,8 +90,11 @@ fn run_client(proto: &str, addr: &str, count: usize, sport: u16) {
 }
 
 fn tcp_once(addr: &str) -> String {
-    let sa = addr.parse().unwrap();
-    match TcpStream::connect_timeout(&sa, Duration::from_secs(1)) {
+    let sa: std::net::SocketAddr = addr.parse().unwrap();
+    // An IPv6 connect ignores the ICMPv6 error answering its first SYN (seen on 6.x kernels)
+    // and fails on the one answering the retransmission, 1 s later: wait past that.
+    let timeout = Duration::from_secs(if sa.is_ipv6() { 3 } else { 1 });
+    match TcpStream::connect_timeout(&sa, timeout) {
         Ok(mut s) => {
             let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
             let mut out = String::new();
@@ -90,7 +110,12 @@ fn tcp_once(addr: &str) -> String {
 }
 
 fn udp_once(addr: &str, sport: u16) -> String {
-    let s = UdpSocket::bind(("0.0.0.0", sport)).unwrap();
+    let any = if addr.starts_with('[') {
+        "::"
+    } else {
+        "0.0.0.0"
+    };
+    let s = UdpSocket::bind((any, sport)).unwrap();
     s.set_read_timeout(Some(Duration::from_millis(700)))
         .unwrap();
     s.send_to(b"hi", addr).unwrap();
@@ -136,19 +161,24 @@ pub fn have(bin: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// `KUBE-` lines in the root namespace's iptables, both backends (read only).
+/// `KUBE-` lines in the root namespace's iptables and ip6tables, both backends (read only).
 pub fn root_kube_rules() -> usize {
-    ["iptables-save", "iptables-legacy-save"]
-        .iter()
-        .filter(|b| have(b))
-        .filter_map(|b| Command::new(b).output().ok())
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| l.contains("KUBE-"))
-                .count()
-        })
-        .sum()
+    [
+        "iptables-save",
+        "iptables-legacy-save",
+        "ip6tables-save",
+        "ip6tables-legacy-save",
+    ]
+    .iter()
+    .filter(|b| have(b))
+    .filter_map(|b| Command::new(b).output().ok())
+    .map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains("KUBE-"))
+            .count()
+    })
+    .sum()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -159,6 +189,8 @@ pub struct Topology {
     pub node: String,
     pub client: String,
     pub pods: Vec<String>,
+    /// The IPv6 addresses and routes are in place.
+    pub ipv6: bool,
     children: Vec<Child>,
     helper_var: &'static str,
 }
@@ -183,6 +215,7 @@ impl Topology {
             node: format!("{prefix}-node"),
             client: format!("{prefix}-client"),
             pods: Vec::new(),
+            ipv6: false,
             children: Vec::new(),
             helper_var,
         };
@@ -224,7 +257,7 @@ impl Topology {
             let dev = format!("p{i}");
             veth(&dev, p)?;
             addr(&node, &format!("10.244.{i}.1/24"), &dev)?;
-            addr(p, &format!("10.244.{i}.2/24"), "eth0")?;
+            addr(p, &format!("{}/24", pod_ip(i)), "eth0")?;
             sh(&[
                 "ip",
                 "-n",
@@ -249,7 +282,51 @@ impl Topology {
             "net.ipv4.conf.all.send_redirects=0",
             "net.ipv4.conf.c0.send_redirects=0",
         ])?;
+        t.ipv6 = match t.add_ipv6() {
+            Ok(()) => true,
+            Err(e) => {
+                println!("topology {prefix}: no IPv6 ({e}); IPv6 checks will skip");
+                false
+            }
+        };
         Ok(t)
+    }
+
+    /// The IPv6 twin of the IPv4 addressing (no duplicate address detection, so the
+    /// addresses are usable at once).
+    fn add_ipv6(&self) -> Result<(), String> {
+        let node = &self.node;
+        let addr6 = |ns: &str, cidr: &str, dev: &str| {
+            sh(&[
+                "ip", "-n", ns, "-6", "addr", "add", cidr, "dev", dev, "nodad",
+            ])
+        };
+        let route6 = |ns: &str, via: &str| {
+            sh(&["ip", "-n", ns, "-6", "route", "add", "default", "via", via])
+        };
+        addr6(node, &format!("{NODE_IP6}/64"), "c0")?;
+        addr6(&self.client, &format!("{CLIENT_IP6}/64"), "eth0")?;
+        route6(&self.client, NODE_IP6)?;
+        for (i, p) in self.pods.iter().enumerate() {
+            addr6(node, &format!("fd00:244:{i}::1/64"), &format!("p{i}"))?;
+            addr6(p, &format!("{}/64", pod_ip6(i)), "eth0")?;
+            route6(p, &format!("fd00:244:{i}::1"))?;
+        }
+        // The node's IPv6 uplink is pod0's link, not the client's: IPv6 has no sysctl to turn
+        // redirects off, and a redirect to the client draws on the same per-peer ICMP rate
+        // limit as the REJECT answer.
+        if !self.pods.is_empty() {
+            route6(node, &pod_ip6(0))?;
+        }
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            node,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.forwarding=1",
+        ])
     }
 
     /// The command prefix that runs something in the node namespace.
@@ -317,8 +394,21 @@ impl Topology {
 
     /// The node namespace's nat and filter tables, whichever iptables backend holds them.
     pub fn node_rules(&self) -> String {
+        self.node_save(&["iptables-nft-save", "iptables-legacy-save", "iptables-save"])
+    }
+
+    /// The same for ip6tables.
+    pub fn node_rules6(&self) -> String {
+        self.node_save(&[
+            "ip6tables-nft-save",
+            "ip6tables-legacy-save",
+            "ip6tables-save",
+        ])
+    }
+
+    fn node_save(&self, bins: &[&str]) -> String {
         let mut all = String::new();
-        for bin in ["iptables-nft-save", "iptables-legacy-save", "iptables-save"] {
+        for &bin in bins {
             if !have(bin) {
                 continue;
             }
