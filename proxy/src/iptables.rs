@@ -497,6 +497,8 @@ pub mod test_util {
         /// Chains the fake believes exist, per table (fed by restores and ensure_chain).
         chains: BTreeSet<(TableName, String)>,
         rules: BTreeSet<(TableName, String, Vec<String>)>,
+        /// Rules restored with `-I` (the jump rules), shown by `save` as `-A` lines.
+        inserted: Vec<(TableName, String)>,
         save_output: Option<String>,
     }
 
@@ -547,8 +549,25 @@ pub mod test_util {
             self.inner.lock().unwrap().calls.clear();
         }
 
-        /// The data of every successful or failed restore, in order.
+        /// The data of every successful or failed restore of rules, in order; not the
+        /// restores of jump rules and canary chains (see `jump_restores`).
         pub fn restores(&self) -> Vec<String> {
+            self.all_restores()
+                .into_iter()
+                .filter(|r| !is_jump_restore(r))
+                .collect()
+        }
+
+        /// The restores that only declare chains and insert (`-I`) jump rules.
+        pub fn jump_restores(&self) -> Vec<String> {
+            self.all_restores()
+                .into_iter()
+                .filter(|r| is_jump_restore(r))
+                .collect()
+        }
+
+        /// Every restore, in order.
+        pub fn all_restores(&self) -> Vec<String> {
             self.calls()
                 .into_iter()
                 .filter_map(|c| match c {
@@ -557,6 +576,12 @@ pub mod test_util {
                 })
                 .collect()
         }
+    }
+
+    fn is_jump_restore(text: &str) -> bool {
+        !text
+            .lines()
+            .any(|l| l.starts_with("-A ") || l.starts_with("-D ") || l.starts_with("-X "))
     }
 
     impl IptablesRunner for FakeRunner {
@@ -597,6 +622,8 @@ pub mod test_util {
                     inner.chains.insert((table, name.to_string()));
                 } else if let Some(name) = line.strip_prefix("-X ") {
                     inner.chains.remove(&(table, name.trim().to_string()));
+                } else if let Some(rule) = line.strip_prefix("-I ") {
+                    inner.inserted.push((table, format!("-A {rule}")));
                 }
             }
             Ok(())
@@ -612,6 +639,12 @@ pub mod test_util {
             for (t, c) in &inner.chains {
                 if *t == table {
                     out.push_str(&format!(":{c} - [0:0]\n"));
+                }
+            }
+            for (t, r) in &inner.inserted {
+                if *t == table {
+                    out.push_str(r);
+                    out.push('\n');
                 }
             }
             out.push_str("COMMIT\n");

@@ -3,6 +3,7 @@
 //! Partial syncs re-render only the services changed since the last sync (`Rendered::update`).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -668,8 +669,8 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         let text = match delta {
             Some(text) => text,
             None => {
-                self.ensure_jumps().await?;
-                let stale = self.stale_nat_chains(desired).await;
+                let nat_dump = self.ensure_jumps().await?;
+                let stale = self.stale_nat_chains(desired, nat_dump).await;
                 desired.full_text(&stale)
             }
         };
@@ -685,8 +686,40 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
     }
 
     /// Jump rules from the built-in chains, plus the canary chains. Only on full syncs:
-    /// they exist otherwise, and each costs an iptables invocation.
-    async fn ensure_jumps(&self) -> Result<()> {
+    /// they exist otherwise. One `iptables-save` per table shows what is there; whatever is
+    /// missing goes in one `iptables-restore --noflush` (chains declared only when absent, so
+    /// none is flushed; jumps prepended in upstream's order). Returns the nat dump for the
+    /// stale-chain check. Without a dump, falls back to one command per chain and rule.
+    async fn ensure_jumps(&self) -> Result<Option<String>> {
+        let mut dumps = Vec::new();
+        for t in [TableName::Mangle, TableName::Nat, TableName::Filter] {
+            match self.runner.save(t).await {
+                Ok(d) => dumps.push((t, d)),
+                Err(e) => {
+                    warn!(error = %e, table = t.as_str(), "iptables-save failed: ensuring jumps one by one");
+                    self.ensure_jumps_one_by_one().await?;
+                    return Ok(None);
+                }
+            }
+        }
+        let text = missing_jumps(&dumps);
+        if !text.is_empty() {
+            self.runner
+                .restore(&text, true)
+                .await
+                .map_err(|source| Error::Jump {
+                    table: "all",
+                    chain: "jump rules".into(),
+                    source,
+                })?;
+        }
+        Ok(dumps
+            .into_iter()
+            .find(|(t, _)| *t == TableName::Nat)
+            .map(|(_, d)| d))
+    }
+
+    async fn ensure_jumps_one_by_one(&self) -> Result<()> {
         for t in [TableName::Mangle, TableName::Nat, TableName::Filter] {
             self.runner
                 .ensure_chain(t, KUBE_PROXY_CANARY)
@@ -707,18 +740,8 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
                 .ensure_chain(j.table, j.target)
                 .await
                 .map_err(err)?;
-            let mut args: Vec<String> = j.extra.iter().map(|s| s.to_string()).collect();
-            if !j.comment.is_empty() {
-                args.extend([
-                    "-m".into(),
-                    "comment".into(),
-                    "--comment".into(),
-                    j.comment.into(),
-                ]);
-            }
-            args.extend(["-j".into(), j.target.into()]);
             self.runner
-                .ensure_rule(Position::Prepend, j.table, j.from, &args)
+                .ensure_rule(Position::Prepend, j.table, j.from, &j.args())
                 .await
                 .map_err(|source| Error::Jump {
                     table: j.table.as_str(),
@@ -729,11 +752,16 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         Ok(())
     }
 
-    /// Per-service nat chains present in the kernel (or in our last applied state) that the
-    /// desired state no longer has.
-    async fn stale_nat_chains(&self, desired: &Rendered) -> Vec<String> {
+    /// Per-service nat chains present in the kernel (`nat_dump`, when there is one; else a
+    /// fresh `iptables-save`) or in our last applied state that the desired state no longer
+    /// has.
+    async fn stale_nat_chains(&self, desired: &Rendered, nat_dump: Option<String>) -> Vec<String> {
         let mut found = BTreeSet::new();
-        match self.runner.save(TableName::Nat).await {
+        let dump = match nat_dump {
+            Some(d) => Ok(d),
+            None => self.runner.save(TableName::Nat).await,
+        };
+        match dump {
             Ok(dump) => {
                 for line in dump.lines() {
                     if let Some(rest) = line.strip_prefix(':') {
@@ -753,6 +781,77 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             .filter(|c| is_service_chain(c) && !wanted.contains(c.as_str()))
             .collect()
     }
+}
+
+impl Jump {
+    /// The rule's arguments after `-A <from>`, as `ensure_rule` takes them.
+    fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = self.extra.iter().map(|s| s.to_string()).collect();
+        if !self.comment.is_empty() {
+            args.extend([
+                "-m".into(),
+                "comment".into(),
+                "--comment".into(),
+                self.comment.into(),
+            ]);
+        }
+        args.extend(["-j".into(), self.target.into()]);
+        args
+    }
+
+    /// The rule as `iptables-save` prints it.
+    fn save_line(&self) -> String {
+        let mut line = format!("-A {}", self.from);
+        for a in self.extra {
+            line.push(' ');
+            line.push_str(a);
+        }
+        if !self.comment.is_empty() {
+            line.push_str(&format!(" -m comment --comment \"{}\"", self.comment));
+        }
+        line.push_str(&format!(" -j {}", self.target));
+        line
+    }
+}
+
+/// The `iptables-restore --noflush` input that adds the canary chains, jump targets and jump
+/// rules missing from `dumps` (`iptables-save` output per table); empty when nothing is.
+fn missing_jumps(dumps: &[(TableName, String)]) -> String {
+    let mut out = String::new();
+    for (t, dump) in dumps {
+        let chains: HashSet<&str> = dump
+            .lines()
+            .filter_map(|l| l.strip_prefix(':'))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        let rules: HashSet<&str> = dump
+            .lines()
+            .map(str::trim_end)
+            .filter(|l| l.starts_with("-A "))
+            .collect();
+        let mut wanted: Vec<&str> = vec![KUBE_PROXY_CANARY];
+        for j in JUMPS.iter().filter(|j| j.table == *t) {
+            if !wanted.contains(&j.target) {
+                wanted.push(j.target);
+            }
+        }
+        let mut body = String::new();
+        for c in wanted.iter().filter(|c| !chains.contains(*c)) {
+            let _ = writeln!(body, ":{c} - [0:0]");
+        }
+        for j in JUMPS.iter().filter(|j| j.table == *t) {
+            let line = j.save_line();
+            if !rules.contains(line.as_str()) {
+                let _ = writeln!(body, "-I{}", &line["-A".len()..]);
+            }
+        }
+        if !body.is_empty() {
+            let _ = writeln!(out, "*{}", t.as_str());
+            out.push_str(&body);
+            out.push_str("COMMIT\n");
+        }
+    }
+    out
 }
 
 /// Health-check node ports by service, and each service's number of distinct ready local

@@ -376,11 +376,28 @@ async fn first_sync_is_full_then_partial_and_jumps_only_on_full() {
         matches!(out, SyncOutcome::Applied { full: true, .. }),
         "{out:?}"
     );
-    let calls = runner.calls();
+    let jumps = runner.jump_restores();
+    assert_eq!(jumps.len(), 1, "{jumps:?}");
     assert!(
-        calls
+        jumps[0].contains(
+            "*nat\n:KUBE-PROXY-CANARY - [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-POSTROUTING - [0:0]\n"
+        ),
+        "{}",
+        jumps[0]
+    );
+    assert!(jumps[0].contains(
+        "-I PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n"
+    ));
+    assert!(jumps[0].contains("-I INPUT -m conntrack --ctstate NEW -m comment --comment \"kubernetes load balancer firewall\" -j KUBE-PROXY-FIREWALL\n"));
+    // A forced full sync finds every jump in place: nothing more is inserted.
+    runner.clear_calls();
+    p.sync(true).await.unwrap();
+    assert!(runner.jump_restores().is_empty());
+    assert!(
+        runner
+            .calls()
             .iter()
-            .any(|c| matches!(c, Call::EnsureRule(_, TableName::Nat, ch, _) if ch == "PREROUTING"))
+            .all(|c| !matches!(c, Call::EnsureRule(..) | Call::EnsureChain(..)))
     );
     let restores = runner.restores();
     assert_eq!(restores.len(), 1);
@@ -708,7 +725,27 @@ async fn real_iptables_in_private_netns() {
             1
         );
 
-        // A forced full sync over the same state is accepted too (idempotent).
+        // A forced full sync over the same state is accepted too (idempotent): the jump
+        // rules from the built-in chains, found by iptables-save, are not inserted twice.
+        let filter = crate::iptables::IptablesRunner::save(&runner, TableName::Filter)
+            .await
+            .unwrap();
+        let jumps = |s: &str| {
+            s.lines()
+                .filter(|l| {
+                    [
+                        "-A INPUT ",
+                        "-A OUTPUT ",
+                        "-A FORWARD ",
+                        "-A PREROUTING ",
+                        "-A POSTROUTING ",
+                    ]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+                })
+                .count()
+        };
+        assert_eq!(jumps(&filter), 11, "{backend:?}: filter jumps:\n{filter}");
         let out = p
             .sync(true)
             .await
@@ -723,6 +760,11 @@ async fn real_iptables_in_private_netns() {
             count(&again),
             "{backend:?}: full resync changed the rule count"
         );
+        let filter_again = crate::iptables::IptablesRunner::save(&runner, TableName::Filter)
+            .await
+            .unwrap();
+        assert_eq!(jumps(&filter_again), 11, "{backend:?}:\n{filter_again}");
+        assert_eq!(jumps(&again), 3, "{backend:?}:\n{again}");
         println!(
             "{backend:?} ({}.{}.{}): full + partial + resync OK",
             version.major, version.minor, version.patch
