@@ -133,6 +133,17 @@ pub trait IptablesRunner: Send + Sync + 'static {
     /// `iptables-save -t table`.
     fn save(&self, table: TableName) -> impl Future<Output = Result<String>> + Send;
 
+    /// Every table, as plain `iptables-save` prints them (one run where a runner can).
+    fn save_all(&self) -> impl Future<Output = Result<String>> + Send {
+        async move {
+            let mut all = String::new();
+            for t in [TableName::Mangle, TableName::Nat, TableName::Filter] {
+                all.push_str(&self.save(t).await?);
+            }
+            Ok(all)
+        }
+    }
+
     /// Creates `chain` if missing; returns true if it already existed.
     fn ensure_chain(
         &self,
@@ -346,6 +357,10 @@ impl IptablesRunner for ExecRunner {
             None,
         )
         .await
+    }
+
+    async fn save_all(&self) -> Result<String> {
+        self.run_ok(&self.save, &[], None).await
     }
 
     async fn ensure_chain(&self, table: TableName, chain: &str) -> Result<bool> {

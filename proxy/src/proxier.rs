@@ -686,22 +686,20 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
     }
 
     /// Jump rules from the built-in chains, plus the canary chains. Only on full syncs:
-    /// they exist otherwise. One `iptables-save` per table shows what is there; whatever is
-    /// missing goes in one `iptables-restore --noflush` (chains declared only when absent, so
-    /// none is flushed; jumps prepended in upstream's order). Returns the nat dump for the
+    /// they exist otherwise. One `iptables-save` shows what is there; whatever is missing
+    /// goes in one `iptables-restore --noflush` (chains declared only when absent, so none is
+    /// flushed; jumps prepended in upstream's order). Returns the nat table's dump for the
     /// stale-chain check. Without a dump, falls back to one command per chain and rule.
     async fn ensure_jumps(&self) -> Result<Option<String>> {
-        let mut dumps = Vec::new();
-        for t in [TableName::Mangle, TableName::Nat, TableName::Filter] {
-            match self.runner.save(t).await {
-                Ok(d) => dumps.push((t, d)),
-                Err(e) => {
-                    warn!(error = %e, table = t.as_str(), "iptables-save failed: ensuring jumps one by one");
-                    self.ensure_jumps_one_by_one().await?;
-                    return Ok(None);
-                }
+        let dump = match self.runner.save_all().await {
+            Ok(d) => d,
+            Err(e) => {
+                warn!(error = %e, "iptables-save failed: ensuring jumps one by one");
+                self.ensure_jumps_one_by_one().await?;
+                return Ok(None);
             }
-        }
+        };
+        let dumps = split_tables(&dump);
         let text = missing_jumps(&dumps);
         if !text.is_empty() {
             self.runner
@@ -812,6 +810,25 @@ impl Jump {
         line.push_str(&format!(" -j {}", self.target));
         line
     }
+}
+
+/// Splits plain `iptables-save` output into the tables kube-proxy uses (mangle, nat, filter;
+/// one absent from the dump gets an empty entry, so that its chains count as missing).
+fn split_tables(dump: &str) -> Vec<(TableName, String)> {
+    let mut out: Vec<(TableName, String)> = [TableName::Mangle, TableName::Nat, TableName::Filter]
+        .into_iter()
+        .map(|t| (t, String::new()))
+        .collect();
+    let mut current: Option<usize> = None;
+    for line in dump.lines() {
+        if let Some(name) = line.strip_prefix('*') {
+            current = out.iter().position(|(t, _)| t.as_str() == name.trim());
+        } else if let Some(i) = current {
+            out[i].1.push_str(line);
+            out[i].1.push('\n');
+        }
+    }
+    out
 }
 
 /// The `iptables-restore --noflush` input that adds the canary chains, jump targets and jump

@@ -54,8 +54,15 @@ impl Drop for Netns {
     }
 }
 
-/// The proxier's jumps from the built-in chains (its `ensure_jumps`), for the raw namespace.
+/// The proxier's jumps from the built-in chains (its `ensure_jumps`), for the raw namespace:
+/// loaded before the raw restore, so that both namespaces' loads are checked by the kernel
+/// against the same hooked-up chains.
 const RAW_JUMPS: &str = "*filter
+:KUBE-PROXY-FIREWALL - [0:0]
+:KUBE-FORWARD - [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-NODEPORTS - [0:0]
+:KUBE-EXTERNAL-SERVICES - [0:0]
 -I INPUT -j KUBE-PROXY-FIREWALL
 -I OUTPUT -j KUBE-PROXY-FIREWALL
 -I FORWARD -j KUBE-PROXY-FIREWALL
@@ -67,6 +74,8 @@ const RAW_JUMPS: &str = "*filter
 -I INPUT -j KUBE-EXTERNAL-SERVICES
 COMMIT
 *nat
+:KUBE-SERVICES - [0:0]
+:KUBE-POSTROUTING - [0:0]
 -I OUTPUT -j KUBE-SERVICES
 -I PREROUTING -j KUBE-SERVICES
 -I POSTROUTING -j KUBE-POSTROUTING
@@ -110,6 +119,10 @@ impl IptablesRunner for Recording {
 
     async fn save(&self, table: TableName) -> proxy::iptables::Result<String> {
         self.inner.save(table).await
+    }
+
+    async fn save_all(&self) -> proxy::iptables::Result<String> {
+        self.inner.save_all().await
     }
 
     async fn ensure_chain(&self, table: TableName, chain: &str) -> proxy::iptables::Result<bool> {
@@ -253,6 +266,10 @@ async fn bench(backend: Backend, n: usize) -> anyhow::Result<Row> {
         .with_backend(backend)
         .with_prefix(ns_raw.prefix())
         .with_version(&v);
+    raw_runner
+        .restore(RAW_JUMPS, true)
+        .await
+        .context("raw jump rules")?;
     let t = Instant::now();
     raw_runner
         .restore(&text, true)
@@ -271,13 +288,8 @@ async fn bench(backend: Backend, n: usize) -> anyhow::Result<Row> {
         deltas.push(p.runner().last_restore());
     }
     changes.sort();
-    // The raw namespace holds the same initial rules: hook them up as the proxier does (the
-    // kernel validates chains reachable from the built-in ones on every commit), then replay
-    // the same deltas there.
-    raw_runner
-        .restore(RAW_JUMPS, true)
-        .await
-        .context("raw jump rules")?;
+    // The raw namespace holds the same initial rules, hooked up as the proxier's: replay the
+    // same deltas there.
     let mut raw_changes = Vec::new();
     for d in &deltas {
         let t = Instant::now();
