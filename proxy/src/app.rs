@@ -71,10 +71,7 @@ async fn runner_for(cfg: &ProxyConfig, env: &Environment) -> (ExecRunner, bool) 
 /// `--cleanup`: removes kube-proxy's chains (both IP families) and exits.
 pub async fn cleanup(cfg: &ProxyConfig, env: &Environment) -> Result<()> {
     let (runner, _) = runner_for(cfg, env).await;
-    let other = runner.for_family(match runner.family() {
-        IpFamily::V4 => IpFamily::V6,
-        IpFamily::V6 => IpFamily::V4,
-    });
+    let other = runner.for_family(runner.family().other());
     let n = cleanup::cleanup(&runner).await?;
     let mut m = 0;
     if family_present(&other).await {
@@ -191,12 +188,8 @@ pub async fn run_source(
     );
     let primary = cfg.primary_family();
     let (runner, random_fully) = runner_for(&cfg, &env).await;
-    let secondary = match primary {
-        IpFamily::V4 => IpFamily::V6,
-        IpFamily::V6 => IpFamily::V4,
-    };
     // The same backend for both families: never mix nft and legacy.
-    let second = runner.for_family(secondary);
+    let second = runner.for_family(primary.other());
     let mut runners = vec![runner];
     if family_present(&second).await {
         info!(

@@ -53,6 +53,14 @@ impl IpFamily {
             IpFamily::V6 => 128,
         }
     }
+
+    /// The other family (the secondary one of a dual-stack node).
+    pub fn other(self) -> IpFamily {
+        match self {
+            IpFamily::V4 => IpFamily::V6,
+            IpFamily::V6 => IpFamily::V4,
+        }
+    }
 }
 
 /// An address range such as `10.0.0.0/8`.

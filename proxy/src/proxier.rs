@@ -207,10 +207,6 @@ impl ProxyHandles {
         ProxyHandles(handles)
     }
 
-    pub fn handles(&self) -> &[ProxyHandle] {
-        &self.0
-    }
-
     /// Returns true if the rules of any family will change.
     pub fn on_service_upsert(&self, svc: &Service) -> bool {
         self.0
@@ -244,10 +240,6 @@ impl ProxyHandles {
         self.0
             .iter()
             .for_each(ProxyHandle::on_endpoint_slices_synced);
-    }
-
-    pub fn request_full_sync(&self) {
-        self.0.iter().for_each(ProxyHandle::request_full_sync);
     }
 
     pub fn initialized(&self) -> bool {
