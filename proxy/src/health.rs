@@ -337,13 +337,13 @@ fn listen(addr: SocketAddr, only_v6: bool) -> std::io::Result<TcpListener> {
 
 /// A listener for one family's health-check server: an IPv6 one is IPv6-only, so that the
 /// IPv6 proxier's `[::]:port` sits beside the IPv4 proxier's `0.0.0.0:port`.
-pub fn bind_family(addr: SocketAddr) -> std::io::Result<TcpListener> {
+fn bind_family(addr: SocketAddr) -> std::io::Result<TcpListener> {
     listen(addr, true)
 }
 
 /// A listener as Go's `net.Listen("tcp", addr)` makes it: a wildcard address (`0.0.0.0` or
 /// `::`) gets one socket for both families where the host has IPv6.
-pub fn bind_any(addr: SocketAddr) -> std::io::Result<TcpListener> {
+fn bind_any(addr: SocketAddr) -> std::io::Result<TcpListener> {
     if addr.ip().is_unspecified() {
         let v6 = SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), addr.port());
         if let Ok(l) = listen(v6, false) {
@@ -353,7 +353,7 @@ pub fn bind_any(addr: SocketAddr) -> std::io::Result<TcpListener> {
     listen(addr, true)
 }
 
-/// Binds `addr` (see [`bind_any`]) and serves `router` until `shutdown`.
+/// Binds `addr` (as `bind_any` does) and serves `router` until `shutdown`.
 pub async fn serve(addr: SocketAddr, router: Router, shutdown: CancellationToken) -> Result<()> {
     let listener = bind_any(addr).map_err(|source| Error::Listen { addr, source })?;
     info!(address = %addr, "serving HTTP");

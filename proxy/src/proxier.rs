@@ -789,18 +789,20 @@ impl Jump {
         args
     }
 
-    /// The rule as `iptables-save` prints it.
+    /// The rule as `iptables-save` prints it (`args`, with the spaced comment quoted).
     fn save_line(&self) -> String {
-        let mut line = format!("-A {}", self.from);
-        for a in self.extra {
-            line.push(' ');
-            line.push_str(a);
-        }
-        if !self.comment.is_empty() {
-            line.push_str(&format!(" -m comment --comment \"{}\"", self.comment));
-        }
-        line.push_str(&format!(" -j {}", self.target));
-        line
+        let args: Vec<String> = self
+            .args()
+            .into_iter()
+            .map(|a| {
+                if a.contains(' ') {
+                    format!("\"{a}\"")
+                } else {
+                    a
+                }
+            })
+            .collect();
+        format!("-A {} {}", self.from, args.join(" "))
     }
 }
 
