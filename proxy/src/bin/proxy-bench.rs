@@ -7,8 +7,10 @@
 //! computing one partial-sync delta, incremental (`Rendered::update`) vs the whole render +
 //! `render::delta` it replaces (no root needed for that line). Prints figures; asserts nothing.
 //!
-//! Usage: proxy-bench [--services N] (default 1000). Needs root; touches only namespaces it
-//! creates and deletes.
+//! Usage: proxy-bench [--services N] (default 1000) [--backend nft|legacy]. Needs root;
+//! touches only namespaces it creates and deletes. `PROXY_BENCH_DUMP=FILE` writes the full
+//! restore text there (for experiments with the raw tools); `PROXY_BENCH_VERBOSE` prints the
+//! deltas.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -261,6 +263,9 @@ async fn bench(backend: Backend, n: usize) -> anyhow::Result<Row> {
     p.sync(false).await.context("first full sync")?;
     let full = t.elapsed();
     let text = p.applied().context("applied ruleset")?.full_text(&[]);
+    if let Some(path) = std::env::var_os("PROXY_BENCH_DUMP") {
+        std::fs::write(path, &text)?;
+    }
 
     let raw_runner = ExecRunner::new(IpFamily::V4)
         .with_backend(backend)
@@ -337,6 +342,25 @@ fn delta_cpu(n: usize) -> (Duration, Duration) {
     st.take_changes();
     let mut cfg = RenderConfig::new(IpFamily::V4, "node0");
     cfg.cluster_cidr = "10.128.0.0/9".parse().ok();
+    let mut builds = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let r = Rendered::build(st.service_port_map(), st.endpoints_map(), &cfg);
+        let b = t.elapsed();
+        let t = Instant::now();
+        let text = r.full_text(&[]);
+        builds.push((b, t.elapsed(), text.len()));
+    }
+    let cold = builds[0];
+    builds.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "full render CPU: build {:.1} ms (first {:.1} ms), text {:.1} ms ({} kB)",
+        ms(builds[2].0),
+        ms(cold.0),
+        ms(builds[2].1),
+        builds[2].2 / 1024
+    );
     let mut rendered = Rendered::build(st.service_port_map(), st.endpoints_map(), &cfg);
     let mut applied = rendered.to_ruleset();
     let (mut whole, mut inc) = (Vec::new(), Vec::new());
@@ -373,12 +397,22 @@ fn print_delta_cpu(n: usize) {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let mut n = 1000usize;
+    let mut only: Option<Backend> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--services" => n = args.next().context("--services N")?.parse()?,
             s if s.starts_with("--services=") => n = s["--services=".len()..].parse()?,
-            other => bail!("unknown argument {other:?} (usage: proxy-bench [--services N])"),
+            "--backend" => {
+                only = match args.next().as_deref() {
+                    Some("nft") => Some(Backend::Nft),
+                    Some("legacy") => Some(Backend::Legacy),
+                    other => bail!("--backend nft|legacy, got {other:?}"),
+                }
+            }
+            other => bail!(
+                "unknown argument {other:?} (usage: proxy-bench [--services N] [--backend nft|legacy])"
+            ),
         }
     }
     let uid = Command::new("id").arg("-u").output()?;
@@ -392,6 +426,9 @@ async fn main() -> anyhow::Result<()> {
         (Backend::Nft, "iptables-nft-restore"),
         (Backend::Legacy, "iptables-legacy-restore"),
     ] {
+        if only.is_some_and(|o| o != backend) {
+            continue;
+        }
         if !have(bin) {
             println!("{bin} not installed: {backend:?} skipped");
             continue;
