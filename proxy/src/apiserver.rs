@@ -1,6 +1,7 @@
 //! The apiserver source: list+watch Services and `discovery.k8s.io/v1` EndpointSlices in all
-//! namespaces (with upstream kube-proxy's label selector) into the [`ProxyHandles`] of the proxiers, and this
-//! proxy's Node (logged; nothing renders from it yet).
+//! namespaces (with upstream kube-proxy's label selector) into the [`ProxyHandles`] of the
+//! proxiers, and this proxy's Node (zone and addresses for the rules, deletion state for
+//! `/healthz`).
 //!
 //! Each kind runs one `kube::runtime::watcher` whose events drive a [`Mirror`]: a plain-data
 //! record of what was delivered to the handle. A (re-)list is buffered until it is complete and
@@ -23,6 +24,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::model::NodeFacts;
 use crate::proxier::ProxyHandles;
 
 /// `apis.LabelServiceProxyName`: Services (and their slices) carrying it belong to another proxy.
@@ -340,14 +342,17 @@ impl Sink for EndpointSliceSink {
     }
 }
 
-/// What the proxy looks at in its Node (addresses and labels; nothing renders from them yet,
-/// they are logged when they change).
+/// What the proxy looks at in its Node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeInfo {
     pub name: String,
-    /// `type=address`, in the Node's order.
-    pub addresses: Vec<String>,
-    pub labels: BTreeMap<String, String>,
+    /// Zone label and addresses, for the rules.
+    pub facts: NodeFacts,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// Keys of `spec.taints`.
+    pub taint_keys: Vec<String>,
+    /// `spec.podCIDRs` (logged only).
     pub pod_cidrs: Vec<String>,
 }
 
@@ -355,27 +360,67 @@ impl NodeInfo {
     pub fn from_node(node: &Node) -> NodeInfo {
         let status = node.status.as_ref();
         let spec = node.spec.as_ref();
+        let addresses = status.and_then(|s| s.addresses.as_ref());
+        // InternalIPs first, then ExternalIPs (upstream's GetNodeHostIPs).
+        let ips = ["InternalIP", "ExternalIP"]
+            .iter()
+            .flat_map(|kind| {
+                addresses
+                    .into_iter()
+                    .flatten()
+                    .filter(move |a| a.type_ == *kind)
+                    .filter_map(|a| a.address.trim().parse().ok())
+            })
+            .collect();
         NodeInfo {
             name: node.metadata.name.clone().unwrap_or_default(),
-            addresses: status
-                .and_then(|s| s.addresses.as_ref())
+            facts: NodeFacts {
+                zone: node
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(ZONE_LABEL))
+                    .cloned(),
+                ips,
+            },
+            deleting: node.metadata.deletion_timestamp.is_some(),
+            taint_keys: spec
+                .and_then(|s| s.taints.as_ref())
                 .into_iter()
                 .flatten()
-                .map(|a| format!("{}={}", a.type_, a.address))
+                .map(|t| t.key.clone())
                 .collect(),
-            labels: node.metadata.labels.clone().unwrap_or_default(),
             pod_cidrs: spec
                 .and_then(|s| s.pod_cidrs.clone())
                 .or_else(|| spec.and_then(|s| s.pod_cidr.clone()).map(|c| vec![c]))
                 .unwrap_or_default(),
         }
     }
+
+    fn sync(&self, handles: &ProxyHandles) {
+        let taints: Vec<&str> = self.taint_keys.iter().map(String::as_str).collect();
+        handles.on_node(&self.facts, self.deleting, &taints);
+    }
 }
 
-/// This proxy's Node: changes are logged.
-#[derive(Debug, Default)]
+/// The node label topology hints are matched against.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// This proxy's Node: its zone and addresses go to the proxiers, its deletion state to the
+/// health server; changes are logged.
+#[derive(Debug)]
 pub struct NodeSink {
+    handles: ProxyHandles,
     pub current: Option<NodeInfo>,
+}
+
+impl NodeSink {
+    pub fn new(handles: ProxyHandles) -> Self {
+        NodeSink {
+            handles,
+            current: None,
+        }
+    }
 }
 
 impl Sink for NodeSink {
@@ -391,27 +436,30 @@ impl Sink for NodeSink {
         match &self.current {
             None => info!(
                 node = %obj.name,
-                addresses = ?obj.addresses,
+                zone = ?obj.facts.zone,
+                ips = ?obj.facts.ips,
                 pod_cidrs = ?obj.pod_cidrs,
-                labels = obj.labels.len(),
                 "node seen"
             ),
             Some(old) => {
-                if old.addresses != obj.addresses {
-                    info!(node = %obj.name, old = ?old.addresses, new = ?obj.addresses, "node addresses changed");
-                }
-                if old.labels != obj.labels {
-                    info!(node = %obj.name, labels = ?obj.labels, "node labels changed");
+                if old.facts != obj.facts {
+                    info!(node = %obj.name, old = ?old.facts, new = ?obj.facts, "node zone or addresses changed");
                 }
                 if old.pod_cidrs != obj.pod_cidrs {
                     info!(node = %obj.name, old = ?old.pod_cidrs, new = ?obj.pod_cidrs, "node pod CIDRs changed");
                 }
+                if (old.deleting, &old.taint_keys) != (obj.deleting, &obj.taint_keys) {
+                    info!(node = %obj.name, deleting = obj.deleting, taints = ?obj.taint_keys, "node deletion state or taints changed");
+                }
             }
         }
+        obj.sync(&self.handles);
         self.current = Some(obj.clone());
     }
     fn delete(&mut self, obj: &NodeInfo) {
         warn!(node = %obj.name, "node deleted");
+        // As upstream: the health server judges the deleted Node's last state.
+        obj.sync(&self.handles);
         self.current = None;
     }
     fn synced(&mut self) {
@@ -538,13 +586,13 @@ pub async fn run(
     let slices = run_watch(
         Api::all_with(client.clone(), &ApiResource::erase::<EndpointSlice>(&())),
         base.clone().labels(&selector),
-        EndpointSliceSink(handle),
+        EndpointSliceSink(handle.clone()),
         shutdown.clone(),
     );
     let node = run_watch(
         Api::all_with(client, &ApiResource::erase::<Node>(&())),
         base.fields(&node_field_selector(&node_name)),
-        NodeSink::default(),
+        NodeSink::new(handle),
         shutdown.clone(),
     );
     tokio::join!(services, slices, node);
@@ -554,7 +602,7 @@ pub async fn run(
 mod tests {
     use super::*;
     use crate::model::{IpFamily, ServiceState};
-    use crate::proxier::ProxyHandle;
+    use crate::proxier::{ProxyHandle, ProxyHandles};
     use serde_json::json;
 
     #[test]
@@ -722,22 +770,59 @@ mod tests {
     }
 
     #[test]
-    fn node_info_and_sink() {
-        let node = dyn_obj(json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1"}},
-            "spec": {"podCIDR": "10.244.1.0/24"},
-            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.2"}]}
-        }));
-        let mut sink = NodeSink::default();
+    fn node_facts_reach_the_proxiers_and_health() {
+        let node = |taints: serde_json::Value, deleting: bool| {
+            let mut meta =
+                json!({"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1"}});
+            if deleting {
+                meta["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            }
+            dyn_obj(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": meta,
+                "spec": {"podCIDR": "10.244.1.0/24", "taints": taints},
+                "status": {"addresses": [
+                    {"type": "Hostname", "address": "node-a"},
+                    {"type": "ExternalIP", "address": "203.0.113.7"},
+                    {"type": "InternalIP", "address": "fd00::2"},
+                    {"type": "InternalIP", "address": "192.168.0.2"}
+                ]}
+            }))
+        };
+        let v4 = ProxyHandle::new(ServiceState::new(IpFamily::V4, "node-a"));
+        let v6 = ProxyHandle::with_health(
+            ServiceState::new(IpFamily::V6, "node-a"),
+            v4.health().clone(),
+        );
+        let handles = ProxyHandles::new(vec![v4.clone(), v6.clone()]);
+        let mut sink = NodeSink::new(handles);
         let mut m = Mirror::default();
         handle_event(&mut m, &mut sink, Event::Init);
-        handle_event(&mut m, &mut sink, Event::InitApply(node));
+        handle_event(&mut m, &mut sink, Event::InitApply(node(json!([]), false)));
         handle_event(&mut m, &mut sink, Event::InitDone);
+
         let cur = sink.current.clone().unwrap();
-        assert_eq!(cur.addresses, vec!["InternalIP=192.168.0.2"]);
         assert_eq!(cur.pod_cidrs, vec!["10.244.1.0/24"]);
-        assert_eq!(cur.labels["topology.kubernetes.io/zone"], "z1");
+        let facts = v4.with_state(|s| s.node().clone());
+        assert_eq!(facts.zone.as_deref(), Some("z1"));
+        // InternalIPs before ExternalIPs; one per family for each proxier.
+        assert_eq!(
+            facts.ip_of(IpFamily::V4),
+            Some("192.168.0.2".parse().unwrap())
+        );
+        let facts6 = v6.with_state(|s| s.node().clone());
+        assert_eq!(facts6.ip_of(IpFamily::V6), Some("fd00::2".parse().unwrap()));
+        assert!(v4.health().node_eligible());
+
+        // The autoscaler's taint, then deletion, make the node ineligible for /healthz.
+        let tainted = json!([{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]);
+        handle_event(&mut m, &mut sink, Event::Apply(node(tainted, false)));
+        assert!(!v4.health().node_eligible());
+        handle_event(&mut m, &mut sink, Event::Apply(node(json!([]), false)));
+        assert!(v4.health().node_eligible());
+        handle_event(&mut m, &mut sink, Event::Apply(node(json!([]), true)));
+        assert!(!v4.health().node_eligible());
+
         handle_event(&mut m, &mut sink, Event::Init);
         handle_event(&mut m, &mut sink, Event::InitDone);
         assert!(sink.current.is_none(), "node gone after re-list");

@@ -248,6 +248,11 @@ pub struct EndpointInfo {
     pub is_local: bool,
     pub node_name: Option<String>,
     pub zone: Option<String>,
+    /// `hints.forZones`: zones whose nodes should prefer this endpoint (topology-aware
+    /// routing, trafficDistribution PreferSameZone / PreferClose).
+    pub zone_hints: Vec<String>,
+    /// `hints.forNodes` (trafficDistribution PreferSameNode).
+    pub node_hints: Vec<String>,
 }
 
 impl fmt::Display for EndpointInfo {
@@ -431,9 +436,56 @@ fn slice_data(slice: &EndpointSlice, family: IpFamily, node_name: &str) -> Slice
             is_local: ep.node_name.as_deref() == Some(node_name),
             node_name: ep.node_name.clone(),
             zone: ep.zone.clone(),
+            zone_hints: hint_names(ep.hints.as_ref().and_then(|h| h.for_zones.as_ref())),
+            node_hints: hint_names(ep.hints.as_ref().and_then(|h| h.for_nodes.as_ref())),
         });
     }
     SliceData { ports, endpoints }
+}
+
+fn hint_names<T: HintName>(hints: Option<&Vec<T>>) -> Vec<String> {
+    let mut names: Vec<String> = hints
+        .into_iter()
+        .flatten()
+        .map(|h| h.name().to_string())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// `forZones` and `forNodes` entries both carry just a name.
+trait HintName {
+    fn name(&self) -> &str;
+}
+
+impl HintName for k8s_openapi::api::discovery::v1::ForZone {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl HintName for k8s_openapi::api::discovery::v1::ForNode {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// What the rules take from this proxy's own Node object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// The `topology.kubernetes.io/zone` label (topology-aware routing).
+    pub zone: Option<String>,
+    /// `status.addresses`, InternalIPs first then ExternalIPs (upstream's GetNodeHostIPs
+    /// order); the first of a family is the node's IP of that family.
+    pub ips: Vec<IpAddr>,
+}
+
+impl NodeFacts {
+    /// The node's IP of `family`, if the Node lists one.
+    pub fn ip_of(&self, family: IpFamily) -> Option<IpAddr> {
+        self.ips.iter().copied().find(|ip| family.matches(ip))
+    }
 }
 
 /// Desired-state store and change tracker for one IP family.
@@ -446,6 +498,7 @@ pub struct ServiceState {
     ports: BTreeMap<ServicePortName, ServicePortInfo>,
     endpoints: BTreeMap<ServicePortName, Vec<EndpointInfo>>,
     changed: BTreeSet<NamespacedName>,
+    node: NodeFacts,
 }
 
 impl ServiceState {
@@ -458,7 +511,22 @@ impl ServiceState {
             ports: BTreeMap::new(),
             endpoints: BTreeMap::new(),
             changed: BTreeSet::new(),
+            node: NodeFacts::default(),
         }
+    }
+
+    /// Records what the Node says. Returns true if it differs from what was known (the
+    /// proxier then re-renders everything: topology and node IPs touch every service).
+    pub fn set_node(&mut self, node: NodeFacts) -> bool {
+        if self.node == node {
+            return false;
+        }
+        self.node = node;
+        true
+    }
+
+    pub fn node(&self) -> &NodeFacts {
+        &self.node
     }
 
     pub fn family(&self) -> IpFamily {

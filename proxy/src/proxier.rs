@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,7 +23,7 @@ use crate::conntrack::{self, Conntrack, NoConntrack, UdpTarget};
 use crate::health::{ProxierHealth, ServiceHealthServer};
 use crate::iptables::{self, IptablesRunner, Position};
 use crate::metrics::Metrics;
-use crate::model::{IpFamily, NamespacedName, ServiceState};
+use crate::model::{IpFamily, NamespacedName, NodeFacts, ServiceState};
 use crate::render::{RenderConfig, Rendered, TableName};
 
 #[derive(Debug, Error)]
@@ -179,7 +180,14 @@ impl ProxyHandle {
         self.shared.notify.notify_one();
     }
 
-    /// Forces the next sync to rewrite everything (e.g. node topology changed).
+    /// What this proxy's Node says (zone, addresses). Returns true if the rules will be
+    /// re-rendered.
+    pub fn on_node(&self, node: NodeFacts) -> bool {
+        let c = self.state().set_node(node);
+        self.changed(c)
+    }
+
+    /// Forces the next sync to rewrite everything.
     pub fn request_full_sync(&self) {
         self.shared.force_full.store(true, Ordering::SeqCst);
         self.shared.notify.notify_one();
@@ -230,6 +238,18 @@ impl ProxyHandles {
         self.0
             .iter()
             .fold(false, |c, h| h.on_endpoint_slice_delete(slice) | c)
+    }
+
+    /// This proxy's Node was added, changed or deleted: `facts` for the rules, and the
+    /// health server's node eligibility (upstream's SyncNode: ineligible once the Node has
+    /// a deletionTimestamp or the ToBeDeletedByClusterAutoscaler taint).
+    pub fn on_node(&self, facts: &NodeFacts, deleting: bool, taint_keys: &[&str]) -> bool {
+        let mut changed = false;
+        for h in &self.0 {
+            h.shared.health.sync_node(deleting, taint_keys);
+            changed |= h.on_node(facts.clone());
+        }
+        changed
     }
 
     pub fn on_services_synced(&self) {
@@ -389,6 +409,8 @@ pub struct Proxier<R: IptablesRunner, C: Conntrack = NoConntrack> {
     handle: ProxyHandle,
     metrics: Metrics,
     full_sync_period: Duration,
+    /// No node IP configured (`--bind-address` unset): take it from the Node object.
+    node_ips_from_node: bool,
     /// What the kernel holds, as far as we know, kept per service so that a partial sync
     /// re-renders only what changed; `None` = unknown (start, or after a failure).
     applied: Option<Rendered>,
@@ -436,6 +458,7 @@ impl<R: IptablesRunner> Proxier<R> {
             runner,
             conntrack: NoConntrack,
             service_health: None,
+            node_ips_from_node: cfg.node_ips.is_empty(),
             cfg,
             handle,
             metrics,
@@ -458,6 +481,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             handle: self.handle,
             metrics: self.metrics,
             full_sync_period: self.full_sync_period,
+            node_ips_from_node: self.node_ips_from_node,
             applied: self.applied,
             need_full: self.need_full,
             last_full: self.last_full,
@@ -520,7 +544,9 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         let stale_full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= self.full_sync_period);
-        let do_full = full || forced || stale_full || self.needs_full_sync();
+        let node = self.handle.state().node().clone();
+        let node_changed = self.adopt_node(&node);
+        let do_full = full || forced || stale_full || node_changed || self.needs_full_sync();
 
         let want_hc = self.service_health.is_some();
         // A partial sync works on the last applied state in place: only the changed services
@@ -648,6 +674,27 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
                 Err(e)
             }
         }
+    }
+
+    /// Takes the Node's zone (topology hints) and, when no node IP was configured, its IP
+    /// into the render configuration. Returns true if either changed: they touch every
+    /// service, so the sync is a full one (upstream's OnTopologyChange).
+    fn adopt_node(&mut self, node: &NodeFacts) -> bool {
+        let mut changed = false;
+        if self.cfg.zone != node.zone {
+            info!(zone = ?node.zone, "node topology zone changed");
+            self.cfg.zone = node.zone.clone();
+            changed = true;
+        }
+        if self.node_ips_from_node {
+            let ips: Vec<IpAddr> = node.ip_of(self.cfg.family).into_iter().collect();
+            if self.cfg.node_ips != ips {
+                info!(node_ips = ?ips, "node IPs taken from the Node object");
+                self.cfg.node_ips = ips;
+                changed = true;
+            }
+        }
+        changed
     }
 
     async fn clean_conntrack(&self, udp: &[UdpTarget]) {

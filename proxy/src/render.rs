@@ -63,6 +63,8 @@ pub struct RenderConfig {
     pub random_fully: bool,
     /// nf_conntrack_tcp_be_liberal is set: skip the INVALID drop rule.
     pub conntrack_tcp_liberal: bool,
+    /// This node's `topology.kubernetes.io/zone` label, for endpoints' zone hints.
+    pub zone: Option<String>,
 }
 
 impl RenderConfig {
@@ -78,6 +80,7 @@ impl RenderConfig {
             localhost_node_ports: true,
             random_fully: true,
             conntrack_tcp_liberal: false,
+            zone: None,
         }
     }
 
@@ -320,14 +323,55 @@ struct Categorized<'a> {
     has_any: bool,
 }
 
-fn categorize<'a>(eps: &'a [EndpointInfo], svc: &ServicePortInfo) -> Categorized<'a> {
+/// Which topology hints the cluster endpoints are chosen by (upstream's topologyModeFromHints).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TopologyMode {
+    /// Every ready endpoint.
+    None,
+    /// Endpoints hinted for this node (PreferSameNode).
+    SameNode,
+    /// Endpoints hinted for this node's zone (PreferSameZone / PreferClose).
+    SameZone,
+}
+
+/// Node hints win when every ready endpoint has some and one is for this node; else zone
+/// hints when every ready endpoint has some and one is for this node's zone; else none
+/// (hints are all-or-nothing, so a half-hinted service never loses endpoints).
+fn topology_mode(eps: &[EndpointInfo], node_name: &str, zone: Option<&str>) -> TopologyMode {
+    let ready = || eps.iter().filter(|e| e.ready);
+    let has = |hints: &[String], name: &str| hints.iter().any(|h| h == name);
+    if ready().all(|e| !e.node_hints.is_empty()) && ready().any(|e| has(&e.node_hints, node_name)) {
+        return TopologyMode::SameNode;
+    }
+    if let Some(zone) = zone
+        && ready().all(|e| !e.zone_hints.is_empty())
+        && ready().any(|e| has(&e.zone_hints, zone))
+    {
+        return TopologyMode::SameZone;
+    }
+    TopologyMode::None
+}
+
+fn categorize<'a>(
+    eps: &'a [EndpointInfo],
+    svc: &ServicePortInfo,
+    node_name: &str,
+    zone: Option<&str>,
+) -> Categorized<'a> {
     let mut cluster = Vec::new();
     let mut local = Vec::new();
     let mut has_any = false;
     if svc.uses_cluster_endpoints() {
-        cluster = eps.iter().filter(|e| e.ready).collect();
+        let mode = topology_mode(eps, node_name, zone);
+        let wanted = |e: &EndpointInfo| match mode {
+            TopologyMode::None => true,
+            TopologyMode::SameNode => e.node_hints.iter().any(|h| h == node_name),
+            TopologyMode::SameZone => zone.is_some_and(|z| e.zone_hints.iter().any(|h| h == z)),
+        };
+        cluster = eps.iter().filter(|e| e.ready && wanted(e)).collect();
         if cluster.is_empty() {
-            // No ready endpoints anywhere: fall back to serving-but-terminating ones.
+            // No ready endpoints anywhere (a topology mode is only chosen when one is
+            // ready here): fall back to serving-but-terminating ones.
             cluster = eps.iter().filter(|e| e.serving && e.terminating).collect();
         }
         has_any = !cluster.is_empty();
@@ -1083,7 +1127,7 @@ fn render_service(
         firewall: service_firewall_chain(&spn, proto),
         external: service_external_chain(&spn, proto),
     };
-    let cat = categorize(eps, svc);
+    let cat = categorize(eps, svc, &cfg.node_name, cfg.zone.as_deref());
 
     let uses_cluster_chain = !cat.cluster.is_empty() && svc.uses_cluster_endpoints();
     let uses_local_chain = !cat.local.is_empty() && svc.uses_local_endpoints();

@@ -1593,3 +1593,152 @@ async fn dual_stack_proxiers_split_families() {
     assert_eq!(families, ["IPv4", "IPv6"]);
     assert!(health.is_healthy());
 }
+
+/// Backends of `web` (10.180.0.x:8080) that the applied rules DNAT to.
+fn dnat_backends(p: &Proxier<FakeRunner>) -> Vec<String> {
+    let text = p.applied().unwrap().full_text(&[]);
+    let mut out: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split("--to-destination ").nth(1))
+        .filter(|d| d.starts_with("10.180.0."))
+        .map(|d| d.trim_end_matches(":8080").to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+/// `web`'s slice with per-endpoint (zone hints, node hints).
+fn hinted_slice(hints: &[(&[&str], &[&str])]) -> EndpointSlice {
+    use k8s_openapi::api::discovery::v1::{EndpointHints, ForNode, ForZone};
+    let ips: Vec<String> = (1..=hints.len()).map(|i| format!("10.180.0.{i}")).collect();
+    let eps: Vec<Ep> = ips.iter().map(|ip| ep(ip, "other-node")).collect();
+    let mut s = slice("default", "web", "web-1", &[("http", "TCP", 8080)], &eps);
+    for (e, (zones, nodes)) in s.endpoints.iter_mut().flatten().zip(hints) {
+        e.hints = Some(EndpointHints {
+            for_zones: Some(
+                zones
+                    .iter()
+                    .map(|z| ForZone { name: (*z).into() })
+                    .collect(),
+            ),
+            for_nodes: Some(
+                nodes
+                    .iter()
+                    .map(|n| ForNode { name: (*n).into() })
+                    .collect(),
+            ),
+        });
+    }
+    s
+}
+
+#[tokio::test]
+async fn topology_hints_follow_the_node() {
+    use crate::model::NodeFacts;
+    let mut st = ServiceState::new(IpFamily::V4, NODE);
+    st.upsert_service(&svc(
+        "default",
+        "web",
+        "ClusterIP",
+        "172.30.0.50",
+        vec![port("http", "TCP", 80, None)],
+    ));
+    st.upsert_endpoint_slice(&hinted_slice(&[
+        (&["z1"], &[]),
+        (&["z2"], &[]),
+        (&["z1"], &[]),
+    ]));
+    let runner = FakeRunner::default();
+    let mut p = proxier_with(runner, st);
+    let handle = p.handle().clone();
+    let zone = |z: &str| NodeFacts {
+        zone: Some(z.into()),
+        ips: vec![],
+    };
+    p.sync(false).await.unwrap();
+    assert_eq!(
+        dnat_backends(&p),
+        ["10.180.0.1", "10.180.0.2", "10.180.0.3"]
+    );
+
+    // The Node's zone arrives: only endpoints hinted for it, in a full sync.
+    assert!(handle.on_node(zone("z1")));
+    let out = p.sync(false).await.unwrap();
+    assert!(
+        matches!(out, SyncOutcome::Applied { full: true, .. }),
+        "{out:?}"
+    );
+    assert_eq!(dnat_backends(&p), ["10.180.0.1", "10.180.0.3"]);
+    assert!(!handle.on_node(zone("z1")), "same facts are no change");
+
+    // No endpoint hinted for this zone: every endpoint.
+    handle.on_node(zone("z9"));
+    p.sync(false).await.unwrap();
+    assert_eq!(
+        dnat_backends(&p),
+        ["10.180.0.1", "10.180.0.2", "10.180.0.3"]
+    );
+
+    // One ready endpoint without hints: hints are ignored (partial sync of the slice).
+    handle.on_node(zone("z1"));
+    p.sync(false).await.unwrap();
+    handle.on_endpoint_slice_upsert(&hinted_slice(&[(&["z1"], &[]), (&[], &[])]));
+    p.sync(false).await.unwrap();
+    assert_eq!(dnat_backends(&p), ["10.180.0.1", "10.180.0.2"]);
+
+    // Node hints (PreferSameNode) win over zone hints when every endpoint has one.
+    handle.on_endpoint_slice_upsert(&hinted_slice(&[(&["z1"], &["node9"]), (&["z2"], &[NODE])]));
+    p.sync(false).await.unwrap();
+    assert_eq!(dnat_backends(&p), ["10.180.0.2"]);
+}
+
+#[tokio::test]
+async fn node_ip_comes_from_the_node_when_not_configured() {
+    use crate::model::NodeFacts;
+    let mut st = ServiceState::new(IpFamily::V4, NODE);
+    st.upsert_service(&svc(
+        "default",
+        "np",
+        "NodePort",
+        "172.30.0.51",
+        vec![port("http", "TCP", 80, Some(30080))],
+    ));
+    let handle = ProxyHandle::new(st);
+    handle.on_services_synced();
+    handle.on_endpoint_slices_synced();
+    let mut cfg = RenderConfig::new(IpFamily::V4, NODE);
+    cfg.node_port_addresses = vec!["primary".into()];
+    let runner = FakeRunner::default();
+    let mut p = Proxier::new(
+        runner,
+        cfg,
+        handle.clone(),
+        SyncConfig::default(),
+        &Registry::new(),
+    )
+    .unwrap();
+    let nodeports_jump = |p: &Proxier<FakeRunner>| {
+        let text = p.applied().unwrap().full_text(&[]);
+        text.lines()
+            .filter(|l| l.starts_with("-A KUBE-SERVICES") && l.contains("-j KUBE-NODEPORTS"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    p.sync(false).await.unwrap();
+    let jumps = nodeports_jump(&p);
+    assert!(
+        jumps.len() == 1 && jumps[0].contains("--dst-type LOCAL"),
+        "no node IP known yet: every local address, {jumps:?}"
+    );
+    handle.on_node(NodeFacts {
+        zone: None,
+        ips: vec!["fd00::5".parse().unwrap(), "192.168.7.5".parse().unwrap()],
+    });
+    p.sync(false).await.unwrap();
+    let jumps = nodeports_jump(&p);
+    assert_eq!(jumps.len(), 1, "{jumps:?}");
+    assert!(
+        jumps[0].contains("-d 192.168.7.5 -j KUBE-NODEPORTS"),
+        "{jumps:?}"
+    );
+}

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use common::NetnsControlPlane;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::api::discovery::v1::{
+    Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice, ForZone,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use node_tests::controlplane::Options;
@@ -379,6 +381,94 @@ fn kube_proxy_follows_the_apiserver() {
             }
         );
     }
+
+    // 1c. Topology: the Node's zone label picks the endpoints hinted for that zone, and the
+    //     proxy follows a relabelled Node; the autoscaler's ToBeDeleted taint turns /healthz
+    //     503 (upstream's node eligibility) while /livez stays 200.
+    let mut zonal = slice("zonal", &[0, 1], &[]);
+    for (e, zone) in zonal.endpoints.iter_mut().flatten().zip(["z2", "z1"]) {
+        e.hints = Some(EndpointHints {
+            for_zones: Some(vec![ForZone { name: zone.into() }]),
+            for_nodes: None,
+        });
+    }
+    cp.create_typed(&service("zonal", "10.96.0.30", &[]))
+        .unwrap();
+    cp.create_typed(&zonal).unwrap();
+    let topo_ref = &topo;
+    let only = |want: &'static str| {
+        move || {
+            let a = topo_ref.client("tcp", "10.96.0.30:80", 10, 0);
+            if a.len() == 10 && distinct(&a) == BTreeSet::from([want]) {
+                Ok(())
+            } else {
+                Err(format!("{a:?}"))
+            }
+        }
+    };
+    until(
+        "zone z1 to reach only pod1",
+        Duration::from_secs(20),
+        only("pod1"),
+    );
+    let merge = "application/merge-patch+json";
+    cp.patch(
+        "nodes",
+        "",
+        NODE_NAME,
+        merge,
+        &json!({"metadata": {"labels": {"topology.kubernetes.io/zone": "z2"}}}),
+    )
+    .unwrap();
+    until(
+        "zone z2 to reach only pod0",
+        Duration::from_secs(20),
+        only("pod0"),
+    );
+    let health = |path: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &topo.node, "curl", "-s", "--max-time", "5"])
+            .args(["-w", "\n%{http_code}"])
+            .arg(format!("http://127.0.0.1:10256{path}"))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    assert!(
+        health("/healthz").ends_with("\n200"),
+        "{}",
+        health("/healthz")
+    );
+    let taint = |taints: serde_json::Value| {
+        cp.patch(
+            "nodes",
+            "",
+            NODE_NAME,
+            merge,
+            &json!({"spec": {"taints": taints}}),
+        )
+        .unwrap();
+    };
+    taint(json!([{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]));
+    until(
+        "/healthz to report the node ineligible",
+        Duration::from_secs(20),
+        || {
+            let h = health("/healthz");
+            if h.ends_with("\n503") && h.contains("\"nodeEligible\": false") {
+                Ok(())
+            } else {
+                Err(h)
+            }
+        },
+    );
+    assert!(health("/livez").ends_with("\n200"), "{}", health("/livez"));
+    taint(json!([]));
+    until("/healthz to recover", Duration::from_secs(20), || {
+        let h = health("/healthz");
+        if h.ends_with("\n200") { Ok(()) } else { Err(h) }
+    });
+    println!("zone hints and node eligibility followed the Node");
 
     // 2. One endpoint removed through the API: only pod1 answers after the next sync.
     let mut s = cp.get_typed::<EndpointSlice>("default", "web-abc").unwrap();
