@@ -35,7 +35,7 @@ pub enum ProxyRoleError {
 
 /// Standalone, the hosted proxy has no kubelet client to share: it needs a source of its own.
 pub fn check_standalone(path: &Path, cfg: &ProxyConfig) -> Result<(), ProxyRoleError> {
-    if proxy::app::client_options(cfg).is_none() {
+    if proxy::app::client_options(cfg, proxy::app::in_cluster_env()).is_none() {
         return Err(ProxyRoleError::NoSource(path.into()));
     }
     Ok(())

@@ -43,6 +43,10 @@ pub enum Error {
     Kubeconfig { path: PathBuf, message: String },
     #[error("invalid --master {master:?}: {message}")]
     Master { master: String, message: String },
+    #[error(
+        "neither --kubeconfig nor --master given, and the in-cluster configuration (KUBERNETES_SERVICE_HOST/PORT, /var/run/secrets/kubernetes.io/serviceaccount) failed: {0}"
+    )]
+    InCluster(String),
     #[error("building the apiserver client: {0}")]
     Build(#[from] kube::Error),
 }
@@ -69,7 +73,8 @@ pub fn node_field_selector(node_name: &str) -> String {
 // Client.
 
 /// Where the client comes from: `--kubeconfig` / `clientConnection.kubeconfig`, `--master`
-/// (overrides the kubeconfig's server, as upstream's `BuildConfigFromFlags`), and the
+/// (overrides the kubeconfig's server, as upstream's `BuildConfigFromFlags`), or, with
+/// neither, the in-cluster configuration (a DaemonSet pod's service account); and the
 /// client-side rate limit (`clientConnection.qps` / `burst`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClientOptions {
@@ -103,10 +108,15 @@ async fn load_config(opts: &ClientOptions) -> Result<kube::Config> {
                 .await
                 .map_err(|e| err(e.to_string()))?
         }
-        None => {
-            let master = opts.master.as_deref().unwrap_or_default();
-            kube::Config::new(parse_master(master)?)
-        }
+        None => match opts.master.as_deref().filter(|m| !m.trim().is_empty()) {
+            Some(master) => kube::Config::new(parse_master(master)?),
+            None => {
+                info!(
+                    "neither --kubeconfig nor --master given: using the in-cluster configuration"
+                );
+                kube::Config::incluster().map_err(|e| Error::InCluster(e.to_string()))?
+            }
+        },
     };
     if let Some(master) = opts.master.as_deref().filter(|m| !m.trim().is_empty()) {
         config.cluster_url = parse_master(master)?;
@@ -853,5 +863,18 @@ mod tests {
             burst: 10,
         };
         assert!(build_client(&opts).await.is_ok());
+
+        // Neither: the in-cluster configuration, which outside a pod fails clearly.
+        if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+            let opts = ClientOptions {
+                kubeconfig: None,
+                master: None,
+                qps: 5.0,
+                burst: 10,
+            };
+            let e = build_client(&opts).await.err().expect("not in a pod");
+            assert!(matches!(e, Error::InCluster(_)), "{e}");
+            assert!(e.to_string().contains("KUBERNETES_SERVICE_HOST"), "{e}");
+        }
     }
 }

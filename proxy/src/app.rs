@@ -33,7 +33,7 @@ pub enum Error {
     #[error(transparent)]
     Client(#[from] apiserver::Error),
     #[error(
-        "no Service source: give --kubeconfig (or clientConnection.kubeconfig, or --master) to watch the apiserver, or --static-services-dir to read Services and EndpointSlices from files"
+        "no Service source: give --kubeconfig (or clientConnection.kubeconfig, or --master) to watch the apiserver, or --static-services-dir to read Services and EndpointSlices from files (in a pod, KUBERNETES_SERVICE_HOST/PORT select the in-cluster configuration)"
     )]
     NoSource,
 }
@@ -99,11 +99,24 @@ impl std::fmt::Debug for Source {
     }
 }
 
+/// Whether this process runs in a pod (`KUBERNETES_SERVICE_HOST` and `_PORT` set), where
+/// the in-cluster configuration applies.
+pub fn in_cluster_env() -> bool {
+    ["KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"]
+        .iter()
+        .all(|v| std::env::var(v).is_ok_and(|s| !s.is_empty()))
+}
+
 /// The apiserver client settings, when the configuration asks for the apiserver
-/// (`--kubeconfig` / `clientConnection.kubeconfig`, or `--master`).
-pub fn client_options(cfg: &ProxyConfig) -> Option<apiserver::ClientOptions> {
+/// (`--kubeconfig` / `clientConnection.kubeconfig`, or `--master`), or, with neither and no
+/// `--static-services-dir`, when running in a pod (`in_cluster`: upstream's fallback to the
+/// in-cluster configuration, as kubeadm's kube-proxy DaemonSet relies on).
+pub fn client_options(cfg: &ProxyConfig, in_cluster: bool) -> Option<apiserver::ClientOptions> {
     let master = cfg.master.clone().filter(|m| !m.trim().is_empty());
-    if cfg.kubeconfig.is_none() && master.is_none() {
+    if cfg.kubeconfig.is_none()
+        && master.is_none()
+        && (cfg.static_services_dir.is_some() || !in_cluster)
+    {
         return None;
     }
     Some(apiserver::ClientOptions {
@@ -117,7 +130,10 @@ pub fn client_options(cfg: &ProxyConfig) -> Option<apiserver::ClientOptions> {
 /// Runs the proxy until `shutdown`, with the apiserver as the source when a kubeconfig (or
 /// `--master`) is configured, else `--static-services-dir`; [`Error::NoSource`] for neither.
 pub async fn run(cfg: ProxyConfig, env: Environment, shutdown: CancellationToken) -> Result<()> {
-    let source = match (client_options(&cfg), cfg.static_services_dir.clone()) {
+    let source = match (
+        client_options(&cfg, in_cluster_env()),
+        cfg.static_services_dir.clone(),
+    ) {
         (Some(opts), dir) => {
             if let Some(dir) = dir {
                 info!(
@@ -128,7 +144,7 @@ pub async fn run(cfg: ProxyConfig, env: Environment, shutdown: CancellationToken
             let server = match (&opts.master, &opts.kubeconfig) {
                 (Some(m), _) => Some(m.clone()),
                 (None, Some(k)) => apiserver::kubeconfig_server(k),
-                (None, None) => None,
+                (None, None) => Some("in-cluster".into()),
             };
             info!(
                 kubeconfig = ?opts.kubeconfig,
@@ -304,17 +320,28 @@ mod tests {
 
     #[test]
     fn client_options_from_flags_and_file() {
-        assert_eq!(client_options(&cfg(&[])), None);
-        assert_eq!(client_options(&cfg(&["--static-services-dir=/x"])), None);
-        let o = client_options(&cfg(&["--kubeconfig=/k", "--kube-api-qps=20"])).unwrap();
+        assert_eq!(client_options(&cfg(&[]), false), None);
+        assert_eq!(
+            client_options(&cfg(&["--static-services-dir=/x"]), false),
+            None
+        );
+        // In a pod with nothing configured: the in-cluster configuration.
+        let o = client_options(&cfg(&[]), true).unwrap();
+        assert_eq!((o.kubeconfig, o.master), (None, None));
+        assert_eq!(
+            client_options(&cfg(&["--static-services-dir=/x"]), true),
+            None,
+            "an explicit static dir wins over the in-cluster fallback"
+        );
+        let o = client_options(&cfg(&["--kubeconfig=/k", "--kube-api-qps=20"]), false).unwrap();
         assert_eq!(o.kubeconfig, Some(PathBuf::from("/k")));
         assert_eq!((o.qps, o.burst), (20.0, 10));
-        let o = client_options(&cfg(&["--master=https://10.0.0.1:6443"])).unwrap();
+        let o = client_options(&cfg(&["--master=https://10.0.0.1:6443"]), false).unwrap();
         assert_eq!(o.kubeconfig, None);
         assert_eq!(o.master.as_deref(), Some("https://10.0.0.1:6443"));
         let file = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclientConnection:\n  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf\n  qps: 7\n  burst: 3\n";
         let c = resolve(&Flags::default(), Some(file), "n").unwrap();
-        let o = client_options(&c).unwrap();
+        let o = client_options(&c, false).unwrap();
         assert_eq!(
             o.kubeconfig,
             Some(PathBuf::from("/var/lib/kube-proxy/kubeconfig.conf"))
