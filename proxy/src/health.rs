@@ -269,19 +269,19 @@ async fn livez(State(s): State<HealthzState>) -> Response {
     json_response(status, body)
 }
 
-/// The router of the healthz server; registers `kubeproxy_healthz_total` and
-/// `kubeproxy_livez_total` in `registry`.
+/// The router of the healthz server; registers `kubeproxy_proxy_healthz_total` and
+/// `kubeproxy_proxy_livez_total` in `registry` (upstream's names).
 pub fn healthz_router(health: ProxierHealth, registry: &Registry) -> Result<Router> {
     let healthz_total = IntCounterVec::new(
         Opts::new(
-            "kubeproxy_healthz_total",
+            "kubeproxy_proxy_healthz_total",
             "Cumulative proxy healthz HTTP status",
         ),
         &["code"],
     )?;
     let livez_total = IntCounterVec::new(
         Opts::new(
-            "kubeproxy_livez_total",
+            "kubeproxy_proxy_livez_total",
             "Cumulative proxy livez HTTP status",
         ),
         &["code"],

@@ -1,6 +1,8 @@
 //! Sync metrics, named as upstream kube-proxy names them (subsystem `kubeproxy`).
 
-use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry};
+use prometheus::{
+    Counter, CounterVec, Gauge, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry,
+};
 
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -14,6 +16,21 @@ pub struct Metrics {
     pub restore_failures: CounterVec,
     pub partial_restore_failures: CounterVec,
     pub no_local_endpoints: GaugeVec,
+    pub network_programming: HistogramVec,
+    pub endpoint_changes_pending: Gauge,
+    pub endpoint_changes_total: Counter,
+    pub service_changes_pending: Gauge,
+    pub service_changes_total: Counter,
+}
+
+/// Upstream's network-programming buckets: 0.25 s, 0.5 s, then every second to 59 s, every
+/// 5 s to 115 s, every 30 s to 5 min.
+fn programming_buckets() -> Vec<f64> {
+    let mut b = vec![0.25, 0.5];
+    b.extend((1..=59).map(f64::from));
+    b.extend((0..12).map(|i| 60.0 + 5.0 * f64::from(i)));
+    b.extend((0..7).map(|i| 120.0 + 30.0 * f64::from(i)));
+    b
 }
 
 /// Exponential buckets 1 ms × 2^k, 15 of them, as upstream.
@@ -93,6 +110,30 @@ impl Metrics {
                 ),
                 &["traffic_policy", "ip_family"],
             )?,
+            network_programming: HistogramVec::new(
+                HistogramOpts::new(
+                    "kubeproxy_network_programming_duration_seconds",
+                    "In Cluster Network Programming Latency in seconds",
+                )
+                .buckets(programming_buckets()),
+                &["ip_family"],
+            )?,
+            endpoint_changes_pending: Gauge::new(
+                "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+                "Pending proxy rules Endpoint changes",
+            )?,
+            endpoint_changes_total: Counter::new(
+                "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+                "Cumulative proxy rules Endpoint changes",
+            )?,
+            service_changes_pending: Gauge::new(
+                "kubeproxy_sync_proxy_rules_service_changes_pending",
+                "Pending proxy rules Service changes",
+            )?,
+            service_changes_total: Counter::new(
+                "kubeproxy_sync_proxy_rules_service_changes_total",
+                "Cumulative proxy rules Service changes",
+            )?,
         };
         registry.register(Box::new(m.sync_duration.clone()))?;
         registry.register(Box::new(m.sync_full_duration.clone()))?;
@@ -104,6 +145,28 @@ impl Metrics {
         registry.register(Box::new(m.restore_failures.clone()))?;
         registry.register(Box::new(m.partial_restore_failures.clone()))?;
         registry.register(Box::new(m.no_local_endpoints.clone()))?;
+        registry.register(Box::new(m.network_programming.clone()))?;
+        registry.register(Box::new(m.endpoint_changes_pending.clone()))?;
+        registry.register(Box::new(m.endpoint_changes_total.clone()))?;
+        registry.register(Box::new(m.service_changes_pending.clone()))?;
+        registry.register(Box::new(m.service_changes_total.clone()))?;
         Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programming_buckets_match_upstream() {
+        let b = programming_buckets();
+        assert_eq!(b.len(), 2 + 59 + 12 + 7);
+        assert_eq!(&b[..4], &[0.25, 0.5, 1.0, 2.0]);
+        assert_eq!(b[60], 59.0);
+        assert_eq!(&b[61..63], &[60.0, 65.0]);
+        assert_eq!(b[72], 115.0);
+        assert_eq!(b[73], 120.0);
+        assert_eq!(*b.last().unwrap(), 300.0);
     }
 }

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
+use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -15,6 +16,9 @@ use thiserror::Error;
 
 /// Label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// Annotation the EndpointSlice controller sets to when the change it reflects began
+/// (`v1.EndpointsLastChangeTriggerTime`); the network-programming latency starts there.
+pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 /// Default `sessionAffinityConfig.clientIP.timeoutSeconds` (3 hours).
 pub const DEFAULT_STICKY_SECONDS: u32 = 10800;
 
@@ -497,7 +501,14 @@ pub struct ServiceState {
     slices: BTreeMap<NamespacedName, BTreeMap<String, SliceData>>,
     ports: BTreeMap<ServicePortName, ServicePortInfo>,
     endpoints: BTreeMap<ServicePortName, Vec<EndpointInfo>>,
-    changed: BTreeSet<NamespacedName>,
+    /// Services whose ports changed since the last `take_changes`.
+    changed_services: BTreeSet<NamespacedName>,
+    /// Services whose endpoints changed since the last `take_changes`.
+    changed_endpoints: BTreeSet<NamespacedName>,
+    /// Per service, the `last-change-trigger-time`s of the slice changes not synced yet.
+    trigger_times: BTreeMap<NamespacedName, Vec<SystemTime>>,
+    /// Trigger times before this (changes made before the proxy started) are not measured.
+    started: SystemTime,
     node: NodeFacts,
 }
 
@@ -510,7 +521,10 @@ impl ServiceState {
             slices: BTreeMap::new(),
             ports: BTreeMap::new(),
             endpoints: BTreeMap::new(),
-            changed: BTreeSet::new(),
+            changed_services: BTreeSet::new(),
+            changed_endpoints: BTreeSet::new(),
+            trigger_times: BTreeMap::new(),
+            started: SystemTime::now(),
             node: NodeFacts::default(),
         }
     }
@@ -555,7 +569,7 @@ impl ServiceState {
             self.service_ports.insert(nn.clone(), ports);
         }
         self.recompute_ports(&nn);
-        self.changed.insert(nn);
+        self.changed_services.insert(nn);
         true
     }
 
@@ -565,7 +579,7 @@ impl ServiceState {
             return false;
         }
         self.recompute_ports(&nn);
-        self.changed.insert(nn);
+        self.changed_services.insert(nn);
         true
     }
 
@@ -580,7 +594,11 @@ impl ServiceState {
             return false;
         }
         slices.insert(slice_name, data);
-        self.recompute_endpoints(&nn)
+        let changed = self.recompute_endpoints(&nn);
+        if changed && let Some(t) = trigger_time(slice).filter(|t| *t > self.started) {
+            self.trigger_times.entry(nn).or_default().push(t);
+        }
+        changed
     }
 
     pub fn delete_endpoint_slice(&mut self, slice: &EndpointSlice) -> bool {
@@ -596,6 +614,9 @@ impl ServiceState {
         if slices.is_empty() {
             self.slices.remove(&nn);
         }
+        // A deleted slice's trigger time is that of its last update: not measured (as
+        // upstream), and the service's pending ones are dropped.
+        self.trigger_times.remove(&nn);
         self.recompute_endpoints(&nn)
     }
 
@@ -603,11 +624,28 @@ impl ServiceState {
     /// or merged endpoints (`endpoints_map`) differ in any way, deleted ones included. The
     /// affected service ports are that service's entries before and after the change.
     pub fn take_changes(&mut self) -> BTreeSet<NamespacedName> {
-        std::mem::take(&mut self.changed)
+        let mut all = std::mem::take(&mut self.changed_services);
+        all.append(&mut self.changed_endpoints);
+        all
     }
 
     pub fn has_changes(&self) -> bool {
-        !self.changed.is_empty()
+        !self.changed_services.is_empty() || !self.changed_endpoints.is_empty()
+    }
+
+    /// Services with changed ports / with changed endpoints, not synced yet (upstream's
+    /// `service_changes_pending` / `endpoint_changes_pending`).
+    pub fn pending(&self) -> (usize, usize) {
+        (self.changed_services.len(), self.changed_endpoints.len())
+    }
+
+    /// The trigger times of the endpoint changes since the last call (what a successful sync
+    /// turns into network-programming latencies).
+    pub fn take_trigger_times(&mut self) -> Vec<(NamespacedName, SystemTime)> {
+        std::mem::take(&mut self.trigger_times)
+            .into_iter()
+            .flat_map(|(nn, ts)| ts.into_iter().map(move |t| (nn.clone(), t)))
+            .collect()
     }
 
     pub fn service_port_map(&self) -> &BTreeMap<ServicePortName, ServicePortInfo> {
@@ -671,7 +709,7 @@ impl ServiceState {
             self.endpoints.remove(k);
         }
         self.endpoints.extend(merged);
-        self.changed.insert(nn.clone());
+        self.changed_endpoints.insert(nn.clone());
         true
     }
 }
@@ -689,6 +727,16 @@ pub fn ports_of<'m, V>(
     };
     map.range(lowest..)
         .take_while(move |(k, _)| &k.service == nn)
+}
+
+/// The slice's `last-change-trigger-time` (RFC 3339, fractional seconds allowed).
+fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
+    let v = slice
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(LAST_CHANGE_TRIGGER_TIME)?;
+    v.parse::<jiff::Timestamp>().ok().map(SystemTime::from)
 }
 
 fn slice_key(slice: &EndpointSlice) -> Option<(NamespacedName, String)> {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Service;
@@ -78,6 +78,8 @@ struct Shared {
     slices_synced: AtomicBool,
     force_full: AtomicBool,
     health: ProxierHealth,
+    /// Set once the proxier exists: the change counters are counted where changes arrive.
+    metrics: OnceLock<Metrics>,
 }
 
 /// Cheap, cloneable entry point for the watchers: feed objects in, the loop wakes up.
@@ -108,6 +110,7 @@ impl ProxyHandle {
                 slices_synced: AtomicBool::new(false),
                 force_full: AtomicBool::new(false),
                 health,
+                metrics: OnceLock::new(),
             }),
         }
     }
@@ -139,33 +142,59 @@ impl ProxyHandle {
 
     fn changed(&self, changed: bool) -> bool {
         if changed {
-            self.shared.health.queued_update(self.shared.family);
+            let family = self.shared.family;
+            self.shared.health.queued_update(family);
+            if let Some(m) = self.shared.metrics.get() {
+                m.last_queued_timestamp
+                    .with_label_values(&[family.label()])
+                    .set(unix_now());
+            }
             self.shared.notify.notify_one();
         }
         changed
     }
 
+    /// Applies one Service event to the state and counts it (upstream counts every Service
+    /// event, and only the EndpointSlice events that change something).
+    fn service_event(&self, f: impl FnOnce(&mut ServiceState) -> bool) -> bool {
+        let mut st = self.state();
+        let c = f(&mut st);
+        if let Some(m) = self.shared.metrics.get() {
+            m.service_changes_total.inc();
+            set_pending(m, &st);
+        }
+        drop(st);
+        self.changed(c)
+    }
+
+    fn slice_event(&self, f: impl FnOnce(&mut ServiceState) -> bool) -> bool {
+        let mut st = self.state();
+        let c = f(&mut st);
+        if let (true, Some(m)) = (c, self.shared.metrics.get()) {
+            m.endpoint_changes_total.inc();
+            set_pending(m, &st);
+        }
+        drop(st);
+        self.changed(c)
+    }
+
     /// Service added or modified. Returns true if the rules will change.
     pub fn on_service_upsert(&self, svc: &Service) -> bool {
-        let c = self.state().upsert_service(svc);
-        self.changed(c)
+        self.service_event(|st| st.upsert_service(svc))
     }
 
     pub fn on_service_delete(&self, svc: &Service) -> bool {
         let ns = svc.metadata.namespace.as_deref().unwrap_or_default();
         let name = svc.metadata.name.as_deref().unwrap_or_default();
-        let c = self.state().delete_service(ns, name);
-        self.changed(c)
+        self.service_event(|st| st.delete_service(ns, name))
     }
 
     pub fn on_endpoint_slice_upsert(&self, slice: &EndpointSlice) -> bool {
-        let c = self.state().upsert_endpoint_slice(slice);
-        self.changed(c)
+        self.slice_event(|st| st.upsert_endpoint_slice(slice))
     }
 
     pub fn on_endpoint_slice_delete(&self, slice: &EndpointSlice) -> bool {
-        let c = self.state().delete_endpoint_slice(slice);
-        self.changed(c)
+        self.slice_event(|st| st.delete_endpoint_slice(slice))
     }
 
     /// The initial Service list has been delivered.
@@ -203,6 +232,20 @@ impl ProxyHandle {
     async fn notified(&self) {
         self.shared.notify.notified().await
     }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+/// The pending-change gauges (one series for both families, as upstream's).
+fn set_pending(m: &Metrics, st: &ServiceState) {
+    let (services, endpoints) = st.pending();
+    m.service_changes_pending.set(services as f64);
+    m.endpoint_changes_pending.set(endpoints as f64);
 }
 
 /// The proxiers of a node, one per IP family, fed by one source (upstream's meta-proxier):
@@ -454,6 +497,7 @@ impl<R: IptablesRunner> Proxier<R> {
         sync: SyncConfig,
         metrics: Metrics,
     ) -> Self {
+        let _ = handle.shared.metrics.set(metrics.clone());
         Proxier {
             runner,
             conntrack: NoConntrack,
@@ -552,9 +596,11 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         // A partial sync works on the last applied state in place: only the changed services
         // are re-rendered and diffed. On failure the state is dropped (next sync is full).
         let previous = if do_full { None } else { self.applied.take() };
-        let (desired, delta, changed, udp, hc) = {
+        let (desired, delta, changed, udp, hc, triggers) = {
             let mut state = self.handle.state();
             let changed: BTreeSet<_> = state.take_changes();
+            let triggers = state.take_trigger_times();
+            set_pending(&self.metrics, &state);
             let (desired, delta) = match previous {
                 Some(mut r) => {
                     let text = r.update(
@@ -572,7 +618,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             };
             let udp = conntrack::udp_targets(state.service_port_map(), state.endpoints_map());
             let hc = want_hc.then(|| health_check_state(&state));
-            (desired, delta, changed, udp, hc)
+            (desired, delta, changed, udp, hc, triggers)
         };
         debug!(
             full = do_full,
@@ -621,13 +667,19 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
                     .no_local_endpoints
                     .with_label_values(&["external", fam])
                     .set(s.no_local_endpoints_external as f64);
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap_or_default();
                 self.metrics
                     .last_timestamp
                     .with_label_values(&[fam])
-                    .set(now.as_secs_f64());
+                    .set(unix_now());
+                let now = SystemTime::now();
+                for (service, t) in &triggers {
+                    let latency = now.duration_since(*t).unwrap_or_default().as_secs_f64();
+                    self.metrics
+                        .network_programming
+                        .with_label_values(&[fam])
+                        .observe(latency);
+                    debug!(%service, elapsed = latency, "network programming");
+                }
                 self.applied = Some(desired);
                 self.need_full = false;
                 if do_full {

@@ -1742,3 +1742,129 @@ async fn node_ip_comes_from_the_node_when_not_configured() {
         "{jumps:?}"
     );
 }
+
+fn scrape(registry: &Registry) -> String {
+    use prometheus::Encoder;
+    let mut buf = Vec::new();
+    prometheus::TextEncoder::new()
+        .encode(&registry.gather(), &mut buf)
+        .unwrap();
+    String::from_utf8(buf).unwrap()
+}
+
+/// The value of the sample line starting with `series ` (e.g. `name{label="v"}`).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn change_counters_and_network_programming_latency() {
+    use crate::model::LAST_CHANGE_TRIGGER_TIME;
+    let registry = Registry::new();
+    let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, NODE));
+    let mut p = Proxier::new(
+        FakeRunner::default(),
+        render_cfg(),
+        handle.clone(),
+        SyncConfig::default(),
+        &registry,
+    )
+    .unwrap();
+    handle.on_services_synced();
+    handle.on_endpoint_slices_synced();
+    let annotated = |name: &str, svc_name: &str, when: String| {
+        let mut s = slice(
+            "default",
+            svc_name,
+            name,
+            &[("http", "TCP", 8080)],
+            &[ep("10.180.0.1", NODE)],
+        );
+        s.metadata.annotations = Some(BTreeMap::from([(
+            LAST_CHANGE_TRIGGER_TIME.to_string(),
+            when,
+        )]));
+        s
+    };
+    for name in ["a", "b"] {
+        handle.on_service_upsert(&svc(
+            "default",
+            name,
+            "ClusterIP",
+            if name == "a" {
+                "172.30.0.60"
+            } else {
+                "172.30.0.61"
+            },
+            vec![port("http", "TCP", 80, None)],
+        ));
+    }
+    // a: changed after the proxy started (measured); b: before it (not measured).
+    handle.on_endpoint_slice_upsert(&annotated("a-1", "a", jiff::Timestamp::now().to_string()));
+    handle.on_endpoint_slice_upsert(&annotated("b-1", "b", "2020-01-01T00:00:00Z".into()));
+    let m = scrape(&registry);
+    assert_eq!(
+        sample(&m, "kubeproxy_sync_proxy_rules_service_changes_total"),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&m, "kubeproxy_sync_proxy_rules_endpoint_changes_total"),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&m, "kubeproxy_sync_proxy_rules_service_changes_pending"),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&m, "kubeproxy_sync_proxy_rules_endpoint_changes_pending"),
+        Some(2.0)
+    );
+    assert!(
+        sample(
+            &m,
+            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family=\"IPv4\"}"
+        )
+        .is_some_and(|t| t > 1.7e9),
+        "{m}"
+    );
+
+    p.sync(false).await.unwrap();
+    let m = scrape(&registry);
+    assert_eq!(
+        sample(&m, "kubeproxy_sync_proxy_rules_service_changes_pending"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&m, "kubeproxy_sync_proxy_rules_endpoint_changes_pending"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"}"
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.25\"}"
+        ),
+        Some(1.0),
+        "a change synced at once lands in the first bucket"
+    );
+    // Re-applying the same slice is no change: nothing counted, nothing measured.
+    handle.on_endpoint_slice_upsert(&annotated("a-1", "a", jiff::Timestamp::now().to_string()));
+    p.sync(false).await.unwrap();
+    let m = scrape(&registry);
+    assert_eq!(
+        sample(
+            &m,
+            "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"}"
+        ),
+        Some(1.0)
+    );
+}

@@ -392,6 +392,12 @@ fn kube_proxy_follows_the_apiserver() {
             for_nodes: None,
         });
     }
+    // The EndpointSlice controller's trigger time: the proxy measures network programming
+    // latency from it.
+    zonal.metadata.annotations = Some(BTreeMap::from([(
+        "endpoints.kubernetes.io/last-change-trigger-time".to_string(),
+        jiff::Timestamp::now().to_string(),
+    )]));
     cp.create_typed(&service("zonal", "10.96.0.30", &[]))
         .unwrap();
     cp.create_typed(&zonal).unwrap();
@@ -425,15 +431,16 @@ fn kube_proxy_follows_the_apiserver() {
         Duration::from_secs(20),
         only("pod0"),
     );
-    let health = |path: &str| {
+    let get = |url: &str| {
         let out = Command::new("ip")
             .args(["netns", "exec", &topo.node, "curl", "-s", "--max-time", "5"])
             .args(["-w", "\n%{http_code}"])
-            .arg(format!("http://127.0.0.1:10256{path}"))
+            .arg(url)
             .output()
             .expect("curl");
         String::from_utf8_lossy(&out.stdout).to_string()
     };
+    let health = |path: &str| get(&format!("http://127.0.0.1:10256{path}"));
     assert!(
         health("/healthz").ends_with("\n200"),
         "{}",
@@ -469,6 +476,21 @@ fn kube_proxy_follows_the_apiserver() {
         if h.ends_with("\n200") { Ok(()) } else { Err(h) }
     });
     println!("zone hints and node eligibility followed the Node");
+    let metrics = get("http://127.0.0.1:10249/metrics");
+    for series in [
+        "kubeproxy_proxy_healthz_total{code=\"503\"}",
+        "kubeproxy_proxy_livez_total{code=\"200\"}",
+        "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"}",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+        "kubeproxy_sync_proxy_rules_service_changes_total",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l
+                .strip_prefix(series)
+                .is_some_and(|v| { v.trim().parse::<f64>().is_ok_and(|n| n >= 1.0) })),
+            "{series} missing or zero in /metrics:\n{metrics}"
+        );
+    }
 
     // 2. One endpoint removed through the API: only pod1 answers after the next sync.
     let mut s = cp.get_typed::<EndpointSlice>("default", "web-abc").unwrap();
