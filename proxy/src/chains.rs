@@ -32,9 +32,8 @@ pub fn is_service_chain(name: &str) -> bool {
 
 const BASE32_ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
-/// RFC 4648 base32 with the standard alphabet; padding is irrelevant since we truncate.
-fn base32(data: &[u8]) -> String {
-    let mut out = String::with_capacity(data.len().div_ceil(5) * 8);
+/// Appends RFC 4648 base32 (standard alphabet, no padding) of `data` to `out`.
+fn push_base32(out: &mut String, data: &[u8]) {
     let mut buffer: u64 = 0;
     let mut bits = 0u32;
     for &b in data {
@@ -48,63 +47,81 @@ fn base32(data: &[u8]) -> String {
     if bits > 0 {
         out.push(BASE32_ALPHABET[((buffer << (5 - bits)) & 0x1f) as usize] as char);
     }
-    out
 }
 
-fn hash16(input: &str) -> String {
-    let digest = Sha256::digest(input.as_bytes());
-    let mut s = base32(&digest);
-    s.truncate(16);
-    s
+/// `prefix` + the first 16 characters of base32(sha256(the concatenation of `parts`)).
+/// The parts are hashed one after the other, which digests the same bytes as their
+/// concatenation without building it; 16 base32 characters are exactly the digest's first
+/// 10 bytes.
+fn hashed_name(prefix: &str, parts: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for p in parts {
+        hasher.update(p.as_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut name = String::with_capacity(prefix.len() + 16);
+    name.push_str(prefix);
+    push_base32(&mut name, &digest[..10]);
+    name
 }
 
-fn port_proto_hash(service_port_name: &str, protocol: &str) -> String {
-    hash16(&format!("{service_port_name}{protocol}"))
+/// The KUBE-SVC/SVL/FW/EXT chain names of one service port. They share one hash, computed
+/// once here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceChainNames {
+    pub cluster: String,
+    pub local: String,
+    pub firewall: String,
+    pub external: String,
+}
+
+impl ServiceChainNames {
+    pub fn new(service_port_name: &str, protocol: &str) -> Self {
+        let cluster = hashed_name(SVC_PREFIX, &[service_port_name, protocol]);
+        let hash = &cluster[SVC_PREFIX.len()..];
+        ServiceChainNames {
+            local: [SVL_PREFIX, hash].concat(),
+            firewall: [FW_PREFIX, hash].concat(),
+            external: [EXT_PREFIX, hash].concat(),
+            cluster,
+        }
+    }
 }
 
 /// `KUBE-SVC-…`: dispatch to endpoints under "Cluster" traffic policy.
 pub fn service_cluster_chain(service_port_name: &str, protocol: &str) -> String {
-    format!(
-        "{SVC_PREFIX}{}",
-        port_proto_hash(service_port_name, protocol)
-    )
+    hashed_name(SVC_PREFIX, &[service_port_name, protocol])
 }
 
 /// `KUBE-SVL-…`: dispatch to node-local endpoints under "Local" traffic policy.
 pub fn service_local_chain(service_port_name: &str, protocol: &str) -> String {
-    format!(
-        "{SVL_PREFIX}{}",
-        port_proto_hash(service_port_name, protocol)
-    )
+    hashed_name(SVL_PREFIX, &[service_port_name, protocol])
 }
 
 /// `KUBE-FW-…`: loadBalancerSourceRanges filtering.
 pub fn service_firewall_chain(service_port_name: &str, protocol: &str) -> String {
-    format!(
-        "{FW_PREFIX}{}",
-        port_proto_hash(service_port_name, protocol)
-    )
+    hashed_name(FW_PREFIX, &[service_port_name, protocol])
 }
 
 /// `KUBE-EXT-…`: entry for external (node port, external IP, LB) traffic.
 pub fn service_external_chain(service_port_name: &str, protocol: &str) -> String {
-    format!(
-        "{EXT_PREFIX}{}",
-        port_proto_hash(service_port_name, protocol)
-    )
+    hashed_name(EXT_PREFIX, &[service_port_name, protocol])
 }
 
 /// `KUBE-SEP-…`: one endpoint (`endpoint` is `ip:port`).
 pub fn service_endpoint_chain(service_port_name: &str, protocol: &str, endpoint: &str) -> String {
-    format!(
-        "{SEP_PREFIX}{}",
-        hash16(&format!("{service_port_name}{protocol}{endpoint}"))
-    )
+    hashed_name(SEP_PREFIX, &[service_port_name, protocol, endpoint])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn base32(data: &[u8]) -> String {
+        let mut s = String::new();
+        push_base32(&mut s, data);
+        s
+    }
 
     #[test]
     fn base32_matches_rfc4648_vectors() {
@@ -164,5 +181,14 @@ mod tests {
             service_endpoint_chain("ns4/svc4:p80", "tcp", "10.180.0.5:80"),
             "KUBE-SEP-C6EBXVWJJZMIWKLZ"
         );
+    }
+
+    #[test]
+    fn service_chain_names_share_one_hash() {
+        let n = ServiceChainNames::new("ns2/svc2:p80", "tcp");
+        assert_eq!(n.cluster, service_cluster_chain("ns2/svc2:p80", "tcp"));
+        assert_eq!(n.local, service_local_chain("ns2/svc2:p80", "tcp"));
+        assert_eq!(n.firewall, service_firewall_chain("ns2/svc2:p80", "tcp"));
+        assert_eq!(n.external, service_external_chain("ns2/svc2:p80", "tcp"));
     }
 }

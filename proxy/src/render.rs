@@ -12,6 +12,9 @@
 //! proportional to the change rather than to the cluster. `render` + `delta` stay as the
 //! reference the tests compare against.
 
+use std::borrow::Cow;
+use std::cell::OnceCell;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -470,19 +473,15 @@ impl NodePortAddresses {
     }
 }
 
-struct ChainNames {
-    cluster: String,
-    local: String,
-    firewall: String,
-    external: String,
-}
-
 /// Node- and flag-level values shared by every service's rules.
 struct Ctx<'a> {
     cfg: &'a RenderConfig,
     large_cluster: bool,
     if_local: Option<String>,
     if_not_local: Option<String>,
+    /// `probability(n)` at index n, filled on demand: float formatting is slow, and the
+    /// services of a cluster mostly need the same few values.
+    probabilities: Vec<String>,
 }
 
 impl<'a> Ctx<'a> {
@@ -492,17 +491,59 @@ impl<'a> Ctx<'a> {
             large_cluster,
             if_local: cfg.cluster_cidr.map(|c| format!("-s {c}")),
             if_not_local: cfg.cluster_cidr.map(|c| format!("! -s {c}")),
+            probabilities: Vec::new(),
         }
     }
 
-    /// " -m comment --comment X", or "" in large-cluster mode.
-    fn comment(&self, text: &str) -> String {
+    /// `probability(n)`, formatted once per render.
+    fn probability(&mut self, n: usize) -> &str {
+        while self.probabilities.len() <= n {
+            let p = probability(self.probabilities.len());
+            self.probabilities.push(p);
+        }
+        &self.probabilities[n]
+    }
+
+    /// `-m comment --comment "<spn> -> <ip:port>" ` heading an endpoint's jump rule in the
+    /// SVC/SVL chain; nothing in large-cluster mode.
+    fn endpoint_jump_comment(&self, spn: &str, addr: &str) -> String {
         if self.large_cluster {
             String::new()
         } else {
-            format!(" -m comment --comment {text}")
+            format!("-m comment --comment \"{spn} -> {addr}\" ")
         }
     }
+
+    /// `-m comment --comment <spn> ` (unquoted, as upstream) heading the rules of an endpoint
+    /// chain; nothing in large-cluster mode.
+    fn endpoint_chain_comment(&self, spn: &str) -> String {
+        if self.large_cluster {
+            String::new()
+        } else {
+            format!("-m comment --comment {spn} ")
+        }
+    }
+}
+
+/// Each service port with its endpoints. Both maps are sorted by name, so one walk pairs them
+/// (at thousands of services, cheaper than a map lookup per service).
+fn with_endpoints<'m>(
+    services: &'m BTreeMap<ServicePortName, ServicePortInfo>,
+    endpoints: &'m BTreeMap<ServicePortName, Vec<EndpointInfo>>,
+) -> impl Iterator<Item = (&'m ServicePortName, &'m ServicePortInfo, &'m [EndpointInfo])> {
+    let mut eps = endpoints.iter().peekable();
+    services.iter().map(move |(name, svc)| {
+        // Skips the endpoints of ports that have no service (one key comparison per step:
+        // at this scale they show in a profile).
+        while let Some((k, v)) = eps.peek() {
+            match k.cmp(&name) {
+                Ordering::Less => eps.next(),
+                Ordering::Equal => return (name, svc, v.as_slice()),
+                Ordering::Greater => break,
+            };
+        }
+        (name, svc, &[][..])
+    })
 }
 
 fn is_large_cluster(total_endpoints: usize) -> bool {
@@ -753,13 +794,10 @@ impl Rendered {
         cfg: &RenderConfig,
     ) -> Rendered {
         let base = Base::new(cfg);
-        let total_endpoints: usize = services
-            .keys()
-            .map(|k| endpoints.get(k).map_or(0, Vec::len))
-            .sum();
+        let inputs: Vec<_> = with_endpoints(services, endpoints).collect();
+        let total_endpoints: usize = inputs.iter().map(|(_, _, eps)| eps.len()).sum();
         let large_cluster = is_large_cluster(total_endpoints);
-        let ctx = Ctx::new(cfg, large_cluster);
-        let no_eps: Vec<EndpointInfo> = Vec::new();
+        let mut ctx = Ctx::new(cfg, large_cluster);
         let mut r = Rendered {
             filter_rules: base.rule_count(TableName::Filter),
             nat_rules: base.rule_count(TableName::Nat),
@@ -768,12 +806,15 @@ impl Rendered {
             services: BTreeMap::new(),
             stats: RenderStats::default(),
         };
-        for (name, svc) in services {
-            let eps = endpoints.get(name).unwrap_or(&no_eps);
-            let s = render_service(name, svc, eps, &ctx);
+        let mut rendered = Vec::with_capacity(inputs.len());
+        for (name, svc, eps) in inputs {
+            let s = render_service(name, svc, eps, &mut ctx);
             r.count(&s, true);
-            r.services.insert(name.clone(), s);
+            rendered.push((name.clone(), s));
         }
+        // Already in key order: collecting builds the map in one pass, without a search per
+        // insertion.
+        r.services = rendered.into_iter().collect();
         r
     }
 
@@ -962,14 +1003,15 @@ impl Rendered {
             return text;
         }
 
-        let ctx = Ctx::new(cfg, self.large_cluster);
+        let mut ctx = Ctx::new(cfg, self.large_cluster);
         let no_eps: Vec<EndpointInfo> = Vec::new();
         let renewed: Vec<(ServicePortName, Option<ServiceRules>)> = affected
             .into_iter()
             .map(|k| {
-                let s = services
-                    .get(&k)
-                    .map(|svc| render_service(&k, svc, endpoints.get(&k).unwrap_or(&no_eps), &ctx));
+                let s = services.get(&k).map(|svc| {
+                    let eps = endpoints.get(&k).unwrap_or(&no_eps);
+                    render_service(&k, svc, eps, &mut ctx)
+                });
                 (k, s)
             })
             .collect();
@@ -1112,22 +1154,19 @@ fn render_service(
     name: &ServicePortName,
     svc: &ServicePortInfo,
     eps: &[EndpointInfo],
-    ctx: &Ctx<'_>,
+    ctx: &mut Ctx<'_>,
 ) -> ServiceRules {
     let cfg = ctx.cfg;
+    let cat = categorize(eps, svc, &cfg.node_name, cfg.zone.as_deref());
     let mut out = ServiceRules {
         endpoints: eps.len(),
+        // EXT, FW, SVC and SVL at most, then one chain per endpoint.
+        chains: Vec::with_capacity(4 + cat.all_reachable.len()),
         ..ServiceRules::default()
     };
     let proto = name.protocol.lower();
-    let spn = name.to_string();
-    let names = ChainNames {
-        cluster: service_cluster_chain(&spn, proto),
-        local: service_local_chain(&spn, proto),
-        firewall: service_firewall_chain(&spn, proto),
-        external: service_external_chain(&spn, proto),
-    };
-    let cat = categorize(eps, svc, &cfg.node_name, cfg.zone.as_deref());
+    let spn = service_port_text(name);
+    let names = ServiceChainNames::new(&spn, proto);
 
     let uses_cluster_chain = !cat.cluster.is_empty() && svc.uses_cluster_endpoints();
     let uses_local_chain = !cat.local.is_empty() && svc.uses_local_endpoints();
@@ -1176,15 +1215,21 @@ fn render_service(
 
     let port = svc.port;
     let cip = svc.cluster_ip;
-    // Cluster IP.
-    if has_internal {
-        out.nat_top.push((
-            KUBE_SERVICES,
-            format!(
-                "-m comment --comment {} -m {proto} -p {proto} -d {cip} --dport {port} -j {internal_chain}",
-                q(&format!("{spn} cluster IP"))
-            ),
-        ));
+    // Cluster IP. Its match is shared by the jump here and the masquerade rule below.
+    let cluster_ip_match = has_internal.then(|| {
+        // Room for the longest address and port.
+        let mut m = String::with_capacity(spn.len() + 112);
+        let _ = write!(
+            m,
+            "-m comment --comment \"{spn} cluster IP\" -m {proto} -p {proto} -d "
+        );
+        push_ip(&mut m, cip);
+        let _ = write!(m, " --dport {port}");
+        m
+    });
+    if let Some(m) = &cluster_ip_match {
+        out.nat_top
+            .push((KUBE_SERVICES, [m, " -j ", internal_chain].concat()));
     } else if let Some((target, c)) = &internal_filter {
         out.filter_top.push((
             KUBE_SERVICES,
@@ -1287,16 +1332,15 @@ fn render_service(
         out.declare(&names.local);
     }
 
-    if has_internal {
-        let base = format!(
-            "-m comment --comment {} -m {proto} -p {proto} -d {cip} --dport {port}",
-            q(&format!("{spn} cluster IP"))
-        );
+    if let Some(m) = &cluster_ip_match {
         if cfg.masquerade_all {
-            out.push(internal_chain, format!("{base} -j {KUBE_MARK_MASQ}"));
+            out.push(internal_chain, [m, " -j ", KUBE_MARK_MASQ].concat());
         } else if let Some(nl) = &ctx.if_not_local {
             // Off-cluster traffic to a service VIP may bounce off-node: masquerade it.
-            out.push(internal_chain, format!("{base} {nl} -j {KUBE_MARK_MASQ}"));
+            out.push(
+                internal_chain,
+                [m, " ", nl, " -j ", KUBE_MARK_MASQ].concat(),
+            );
         }
     }
 
@@ -1377,50 +1421,175 @@ fn render_service(
         );
     }
 
+    let seps = ServiceEndpoints::new(&spn, proto, &cat.all_reachable);
     if uses_cluster_chain {
-        service_to_endpoint_rules(&mut out, &spn, svc, &names.cluster, &cat.cluster, ctx);
+        service_to_endpoint_rules(&mut out, svc, &names.cluster, &cat.cluster, &seps, ctx);
     }
     if uses_local_chain {
-        service_to_endpoint_rules(&mut out, &spn, svc, &names.local, &cat.local, ctx);
+        service_to_endpoint_rules(&mut out, svc, &names.local, &cat.local, &seps, ctx);
     }
-    let head = trim_lead(&ctx.comment(&spn));
-    for ep in &cat.all_reachable {
-        let sep = service_endpoint_chain(&spn, proto, &ep.to_string());
-        let mut dnat = head.clone();
-        if svc.session_affinity_seconds.is_some() {
-            let _ = write!(dnat, "-m recent --name {sep} --set ");
-        }
-        let _ = write!(dnat, "-m {proto} -p {proto} -j DNAT --to-destination {ep}");
-        out.declare_new(sep);
-        out.push_last(format!("{head}-s {} -j {KUBE_MARK_MASQ}", ep.ip));
+    let head = ctx.endpoint_chain_comment(&spn);
+    for e in seps.entries {
+        let affinity = if svc.session_affinity_seconds.is_some() {
+            ["-m recent --name ", &e.chain, " --set "].concat()
+        } else {
+            String::new()
+        };
+        let masq = [&head, "-s ", &e.ip, " -j ", KUBE_MARK_MASQ].concat();
+        let dnat = [
+            &head,
+            &affinity,
+            "-m ",
+            proto,
+            " -p ",
+            proto,
+            " -j DNAT --to-destination ",
+            &e.addr,
+        ]
+        .concat();
+        out.declare_new(e.chain);
+        out.push_last(masq);
         out.push_last(dnat);
     }
     out
 }
 
-/// `comment()` yields " -m comment --comment X" (or ""); rules are built as
-/// "<comment> <rest>", so strip the leading space and keep a trailing one.
-fn trim_lead(head: &str) -> String {
-    if head.is_empty() {
-        String::new()
-    } else {
-        format!("{} ", head.trim_start())
+/// `name`'s text (`ns/name:port`, or `ns/name` for an unnamed port) as its Display, assembled
+/// without the formatting machinery: once per service, it showed in profiles.
+fn service_port_text(name: &ServicePortName) -> String {
+    let nn = &name.service;
+    let mut s = String::with_capacity(nn.namespace.len() + nn.name.len() + name.port.len() + 2);
+    s.push_str(&nn.namespace);
+    s.push('/');
+    s.push_str(&nn.name);
+    if !name.port.is_empty() {
+        s.push(':');
+        s.push_str(&name.port);
+    }
+    debug_assert_eq!(s, name.to_string());
+    s
+}
+
+/// What the rules of one endpoint of a service need, formatted once per service: the SVC and
+/// SVL jump rules and the endpoint's own KUBE-SEP chain all use them.
+#[derive(Clone)]
+struct EndpointStrings<'a> {
+    ep: &'a EndpointInfo,
+    /// The address alone (`-s <ip>`).
+    ip: String,
+    /// `ip:port` (`[ip]:port` for IPv6), as `EndpointInfo`'s Display.
+    addr: String,
+    /// `KUBE-SEP-…`.
+    chain: String,
+}
+
+impl<'a> EndpointStrings<'a> {
+    fn new(spn: &str, proto: &str, ep: &'a EndpointInfo) -> Self {
+        // Sized for the longest address text (`to_string` grows the string step by step).
+        let mut ip = String::with_capacity(45);
+        push_ip(&mut ip, ep.ip);
+        let mut addr = String::with_capacity(ip.len() + 8);
+        match ep.ip {
+            IpAddr::V4(_) => addr.push_str(&ip),
+            IpAddr::V6(_) => {
+                addr.push('[');
+                addr.push_str(&ip);
+                addr.push(']');
+            }
+        }
+        let _ = write!(addr, ":{}", ep.port);
+        debug_assert_eq!(addr, ep.to_string());
+        let chain = service_endpoint_chain(spn, proto, &addr);
+        EndpointStrings {
+            ep,
+            ip,
+            addr,
+            chain,
+        }
     }
 }
 
-fn service_to_endpoint_rules(
+/// Appends `ip` as its Display does. IPv4 addresses are written digit by digit: `Ipv4Addr`'s
+/// Display runs the formatting machinery for each octet, a tenth of a full render's time when
+/// formatting every endpoint of a large cluster.
+fn push_ip(out: &mut String, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                if octet >= 100 {
+                    out.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    out.push(char::from(b'0' + octet / 10 % 10));
+                }
+                out.push(char::from(b'0' + octet % 10));
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+/// The `EndpointStrings` of every endpoint a service reaches (`all_reachable`, in order).
+struct ServiceEndpoints<'a> {
+    spn: &'a str,
+    proto: &'a str,
+    entries: Vec<EndpointStrings<'a>>,
+    /// Position of each (ip, port) in `entries`, built on first need (see `get`).
+    index: OnceCell<HashMap<(IpAddr, u16), usize>>,
+}
+
+impl<'a> ServiceEndpoints<'a> {
+    fn new(spn: &'a str, proto: &'a str, all_reachable: &[&'a EndpointInfo]) -> Self {
+        ServiceEndpoints {
+            spn,
+            proto,
+            entries: all_reachable
+                .iter()
+                .map(|ep| EndpointStrings::new(spn, proto, ep))
+                .collect(),
+            index: OnceCell::new(),
+        }
+    }
+
+    /// The strings of `ep`, the `i`-th endpoint of the cluster or local endpoints. Both lists
+    /// are part of `all_reachable`; usually `ep` also sits at position `i` there (a service
+    /// using one policy only, or `all_reachable`'s cluster endpoints coming first), otherwise
+    /// it is looked up by address. An endpoint missing from `all_reachable` is formatted
+    /// afresh.
+    fn get(&self, i: usize, ep: &'a EndpointInfo) -> Cow<'_, EndpointStrings<'a>> {
+        let same = |e: &EndpointStrings<'_>| e.ep.ip == ep.ip && e.ep.port == ep.port;
+        if let Some(e) = self.entries.get(i).filter(|e| same(e)) {
+            return Cow::Borrowed(e);
+        }
+        let index = self.index.get_or_init(|| {
+            let addrs = self.entries.iter().map(|e| (e.ep.ip, e.ep.port));
+            addrs.enumerate().map(|(i, a)| (a, i)).collect()
+        });
+        match index.get(&(ep.ip, ep.port)) {
+            Some(&i) => Cow::Borrowed(&self.entries[i]),
+            None => Cow::Owned(EndpointStrings::new(self.spn, self.proto, ep)),
+        }
+    }
+}
+
+/// The jumps from a service's SVC or SVL `chain` to its endpoints' chains.
+fn service_to_endpoint_rules<'a>(
     out: &mut ServiceRules,
-    spn: &str,
     svc: &ServicePortInfo,
     chain: &str,
-    eps: &[&EndpointInfo],
-    ctx: &Ctx<'_>,
+    eps: &[&'a EndpointInfo],
+    seps: &ServiceEndpoints<'a>,
+    ctx: &mut Ctx<'_>,
 ) {
-    let proto = svc.name.protocol.lower();
     if let Some(seconds) = svc.session_affinity_seconds {
-        for ep in eps {
-            let sep = service_endpoint_chain(spn, proto, &ep.to_string());
-            let head = trim_lead(&ctx.comment(&q(&format!("{spn} -> {ep}"))));
+        for (i, ep) in eps.iter().enumerate() {
+            let e = seps.get(i, ep);
+            let (head, sep) = (ctx.endpoint_jump_comment(seps.spn, &e.addr), &e.chain);
             out.push(
                 chain,
                 format!(
@@ -1431,19 +1600,21 @@ fn service_to_endpoint_rules(
     }
     let n = eps.len();
     for (i, ep) in eps.iter().enumerate() {
-        let sep = service_endpoint_chain(spn, proto, &ep.to_string());
-        let head = trim_lead(&ctx.comment(&q(&format!("{spn} -> {ep}"))));
-        if i + 1 < n {
-            out.push(
-                chain,
-                format!(
-                    "{head}-m statistic --mode random --probability {} -j {sep}",
-                    probability(n - i)
-                ),
-            );
+        let e = seps.get(i, ep);
+        let head = ctx.endpoint_jump_comment(seps.spn, &e.addr);
+        let rule = if i + 1 < n {
+            [
+                &head,
+                "-m statistic --mode random --probability ",
+                ctx.probability(n - i),
+                " -j ",
+                &e.chain,
+            ]
+            .concat()
         } else {
-            out.push(chain, format!("{head}-j {sep}"));
-        }
+            [&head, "-j ", &e.chain].concat()
+        };
+        out.push(chain, rule);
     }
 }
 
@@ -1462,6 +1633,30 @@ mod tests {
         assert_eq!(probability(3), "0.3333333333");
         assert_eq!(probability(1), "1.0000000000");
         assert_eq!(probability(7), "0.1428571429");
+    }
+
+    #[test]
+    fn push_ip_matches_display() {
+        for s in [
+            "0.0.0.0",
+            "9.10.99.100",
+            "255.254.200.109",
+            "10.128.0.1",
+            "::1",
+            "fd00::10:180:0:12",
+            "::ffff:1.2.3.4",
+        ] {
+            let ip: IpAddr = s.parse().unwrap();
+            let mut out = String::from("x");
+            push_ip(&mut out, ip);
+            assert_eq!(out, format!("x{ip}"));
+        }
+        for octet in 0..=255u8 {
+            let ip = IpAddr::V4(std::net::Ipv4Addr::new(octet, 0, 255 - octet, octet));
+            let mut out = String::new();
+            push_ip(&mut out, ip);
+            assert_eq!(out, ip.to_string());
+        }
     }
 
     #[test]
