@@ -596,7 +596,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         // A partial sync works on the last applied state in place: only the changed services
         // are re-rendered and diffed. On failure the state is dropped (next sync is full).
         let previous = if do_full { None } else { self.applied.take() };
-        let (desired, delta, changed, udp, hc, triggers) = {
+        let render = async {
             let mut state = self.handle.state();
             let changed: BTreeSet<_> = state.take_changes();
             let triggers = state.take_trigger_times();
@@ -620,13 +620,25 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             let hc = want_hc.then(|| health_check_state(&state));
             (desired, delta, changed, udp, hc, triggers)
         };
+        // A full sync checks the jump rules first: iptables runs while this thread renders.
+        let (rendered, jumps) = if do_full {
+            let (jumps, rendered) = futures::join!(self.ensure_jumps(), render);
+            (rendered, Some(jumps))
+        } else {
+            (render.await, None)
+        };
+        let (desired, delta, changed, udp, hc, triggers) = rendered;
         debug!(
             full = do_full,
             changed = changed.len(),
             "syncing iptables rules"
         );
 
-        let result = self.apply(&desired, delta).await;
+        let result = match jumps {
+            Some(Err(e)) => Err(e),
+            Some(Ok(nat_dump)) => self.apply(&desired, delta, nat_dump).await,
+            None => self.apply(&desired, delta, None).await,
+        };
         let fam = self.cfg.family.label();
         let secs = started.elapsed().as_secs_f64();
         self.metrics
@@ -753,14 +765,19 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         conntrack::clean_stale_entries(&self.conntrack, self.cfg.family, udp).await;
     }
 
-    /// Writes `desired`: the partial-sync `delta` when given, else everything. Returns the
+    /// Writes `desired`: the partial-sync `delta` when given, else everything (deleting the
+    /// stale chains found in `nat_dump`, the full sync's `ensure_jumps` dump). Returns the
     /// restore text (empty when nothing needed writing).
-    async fn apply(&mut self, desired: &Rendered, delta: Option<String>) -> Result<String> {
+    async fn apply(
+        &mut self,
+        desired: &Rendered,
+        delta: Option<String>,
+        nat_dump: Option<String>,
+    ) -> Result<String> {
         let full = delta.is_none();
         let text = match delta {
             Some(text) => text,
             None => {
-                let nat_dump = self.ensure_jumps().await?;
                 let stale = self.stale_nat_chains(desired, nat_dump).await;
                 desired.full_text(&stale)
             }
@@ -864,10 +881,15 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         if let Some(applied) = &self.applied {
             found.extend(applied.nat_chain_names().map(str::to_string));
         }
+        found.retain(|c| is_service_chain(c));
+        if found.is_empty() {
+            // A fresh table: no need to index the desired chains.
+            return Vec::new();
+        }
         let wanted: HashSet<&str> = desired.nat_chain_names().collect();
         found
             .into_iter()
-            .filter(|c| is_service_chain(c) && !wanted.contains(c.as_str()))
+            .filter(|c| !wanted.contains(c.as_str()))
             .collect()
     }
 }
