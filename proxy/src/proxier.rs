@@ -330,6 +330,14 @@ pub enum SyncOutcome {
     },
 }
 
+/// What a full sync's jump check found: the restore lines adding the missing jump rules
+/// and chains, per table, and the nat table's `iptables-save` dump.
+#[derive(Debug, Default)]
+struct JumpCheck {
+    missing: Vec<(TableName, String)>,
+    nat_dump: Option<String>,
+}
+
 /// One jump from a built-in chain into ours (upstream's iptablesJumpChains).
 struct Jump {
     table: TableName,
@@ -622,7 +630,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         };
         // A full sync checks the jump rules first: iptables runs while this thread renders.
         let (rendered, jumps) = if do_full {
-            let (jumps, rendered) = futures::join!(self.ensure_jumps(), render);
+            let (jumps, rendered) = futures::join!(self.check_jumps(), render);
             (rendered, Some(jumps))
         } else {
             (render.await, None)
@@ -634,10 +642,9 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             "syncing iptables rules"
         );
 
-        let result = match jumps {
-            Some(Err(e)) => Err(e),
-            Some(Ok(nat_dump)) => self.apply(&desired, delta, nat_dump).await,
-            None => self.apply(&desired, delta, None).await,
+        let result = match jumps.transpose() {
+            Ok(jumps) => self.apply(&desired, delta, jumps.unwrap_or_default()).await,
+            Err(e) => Err(e),
         };
         let fam = self.cfg.family.label();
         let secs = started.elapsed().as_secs_f64();
@@ -765,21 +772,21 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         conntrack::clean_stale_entries(&self.conntrack, self.cfg.family, udp).await;
     }
 
-    /// Writes `desired`: the partial-sync `delta` when given, else everything (deleting the
-    /// stale chains found in `nat_dump`, the full sync's `ensure_jumps` dump). Returns the
-    /// restore text (empty when nothing needed writing).
+    /// Writes `desired`: the partial-sync `delta` when given, else everything, with the jump
+    /// rules `jumps` found missing and deletion of the stale chains its nat dump shows.
+    /// Returns the restore text (empty when nothing needed writing).
     async fn apply(
         &mut self,
         desired: &Rendered,
         delta: Option<String>,
-        nat_dump: Option<String>,
+        jumps: JumpCheck,
     ) -> Result<String> {
         let full = delta.is_none();
         let text = match delta {
             Some(text) => text,
             None => {
-                let stale = self.stale_nat_chains(desired, nat_dump).await;
-                desired.full_text(&stale)
+                let stale = self.stale_nat_chains(desired, jumps.nat_dump).await;
+                desired.full_text_with_heads(&stale, &jumps.missing)
             }
         };
         if text.is_empty() {
@@ -794,35 +801,28 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
     }
 
     /// Jump rules from the built-in chains, plus the canary chains. Only on full syncs:
-    /// they exist otherwise. One `iptables-save` shows what is there; whatever is missing
-    /// goes in one `iptables-restore --noflush` (chains declared only when absent, so none is
-    /// flushed; jumps prepended in upstream's order). Returns the nat table's dump for the
-    /// stale-chain check. Without a dump, falls back to one command per chain and rule.
-    async fn ensure_jumps(&self) -> Result<Option<String>> {
+    /// they exist otherwise. One `iptables-save` shows what is there; whatever is missing is
+    /// returned, per table, for the full restore to add first (chains declared only when
+    /// absent, so none is flushed; jumps prepended in upstream's order), along with the nat
+    /// table's dump for the stale-chain check. Without a dump, falls back to one command per
+    /// chain and rule.
+    async fn check_jumps(&self) -> Result<JumpCheck> {
         let dump = match self.runner.save_all().await {
             Ok(d) => d,
             Err(e) => {
                 warn!(error = %e, "iptables-save failed: ensuring jumps one by one");
                 self.ensure_jumps_one_by_one().await?;
-                return Ok(None);
+                return Ok(JumpCheck::default());
             }
         };
         let dumps = split_tables(&dump);
-        let text = missing_jumps(&dumps);
-        if !text.is_empty() {
-            self.runner
-                .restore(&text, true)
-                .await
-                .map_err(|source| Error::Jump {
-                    table: "all",
-                    chain: "jump rules".into(),
-                    source,
-                })?;
-        }
-        Ok(dumps
-            .into_iter()
-            .find(|(t, _)| *t == TableName::Nat)
-            .map(|(_, d)| d))
+        Ok(JumpCheck {
+            missing: missing_jumps(&dumps),
+            nat_dump: dumps
+                .into_iter()
+                .find(|(t, _)| *t == TableName::Nat)
+                .map(|(_, d)| d),
+        })
     }
 
     async fn ensure_jumps_one_by_one(&self) -> Result<()> {
@@ -946,10 +946,11 @@ fn split_tables(dump: &str) -> Vec<(TableName, String)> {
     out
 }
 
-/// The `iptables-restore --noflush` input that adds the canary chains, jump targets and jump
-/// rules missing from `dumps` (`iptables-save` output per table); empty when nothing is.
-fn missing_jumps(dumps: &[(TableName, String)]) -> String {
-    let mut out = String::new();
+/// Per table, the `iptables-restore --noflush` lines that add the canary chains, jump
+/// targets and jump rules missing from `dumps` (`iptables-save` output per table); only the
+/// tables that miss something.
+fn missing_jumps(dumps: &[(TableName, String)]) -> Vec<(TableName, String)> {
+    let mut out = Vec::new();
     for (t, dump) in dumps {
         let chains: HashSet<&str> = dump
             .lines()
@@ -978,9 +979,7 @@ fn missing_jumps(dumps: &[(TableName, String)]) -> String {
             }
         }
         if !body.is_empty() {
-            let _ = writeln!(out, "*{}", t.as_str());
-            out.push_str(&body);
-            out.push_str("COMMIT\n");
+            out.push((*t, body));
         }
     }
     out

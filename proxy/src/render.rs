@@ -911,6 +911,17 @@ impl Rendered {
     /// Full `iptables-restore --noflush` input; the same text as
     /// `self.to_ruleset().full_text(stale_nat_chains)`, written without building it.
     pub fn full_text(&self, stale_nat_chains: &[String]) -> String {
+        self.full_text_with_heads(stale_nat_chains, &[])
+    }
+
+    /// `full_text` with, in each table, `heads`' lines for that table first (a table the
+    /// rules do not use gets a block of its own). The syncer puts the missing jump rules
+    /// there, so that they go in the same transaction as the rules.
+    pub fn full_text_with_heads(
+        &self,
+        stale_nat_chains: &[String],
+        heads: &[(TableName, String)],
+    ) -> String {
         let mut out = String::with_capacity(self.nat_rules * 96 + self.filter_rules * 128);
         let line = |out: &mut String, parts: &[&str]| {
             for p in parts {
@@ -918,9 +929,18 @@ impl Rendered {
             }
             out.push('\n');
         };
-        for t in [TableName::Filter, TableName::Nat] {
+        let tables = [TableName::Filter, TableName::Nat];
+        for (t, head) in heads.iter().filter(|(t, _)| !tables.contains(t)) {
+            line(&mut out, &["*", t.as_str()]);
+            out.push_str(head);
+            out.push_str("COMMIT\n");
+        }
+        for t in tables {
             let base = self.base.table(t);
             line(&mut out, &["*", t.as_str()]);
+            for (_, head) in heads.iter().filter(|(h, _)| *h == t) {
+                out.push_str(head);
+            }
             for c in base {
                 line(&mut out, &[":", c.name, " - [0:0]"]);
             }
