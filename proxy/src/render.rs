@@ -214,9 +214,9 @@ fn write_full_table(out: &mut String, t: TableName, table: &TableRules, stale: &
 /// (never redeclared: on iptables-nft that costs 100× more at scale). Returns an empty string
 /// when nothing changed.
 ///
-/// Ordering inside each table: declarations, then `-D`, then `-A`, then `-X`; so rules that
-/// jump to a doomed chain are gone before it is deleted, and a pinned-last rule (the
-/// KUBE-NODEPORTS jump) is deleted and re-appended after any rule added to its chain.
+/// Ordering inside each table: declarations, then `-D`, then `-A`/`-I`, then `-X`; so rules
+/// that jump to a doomed chain are gone before it is deleted. Rules added to a chain whose
+/// last rule must stay last (the KUBE-NODEPORTS jump) are inserted at its head.
 pub fn delta(applied: &Ruleset, desired: &Ruleset) -> String {
     let mut out = String::new();
     for t in [TableName::Filter, TableName::Nat] {
@@ -294,23 +294,31 @@ fn patch_chain(name: &str, old: &[Rule], new: &[Rule], dels: &mut String, adds: 
             let _ = writeln!(dels, "-D {name} {}", r.args);
         }
     }
-    let adds_unpinned = added.iter().any(|r| !r.pinned_last);
-    if adds_unpinned {
-        // New rules are appended; move the pinned rules back behind them.
-        for r in &kept_pinned {
-            let _ = writeln!(dels, "-D {name} {}", r.args);
-        }
-    }
-    for r in added.iter().filter(|r| !r.pinned_last) {
-        let _ = writeln!(adds, "-A {name} {}", r.args);
-    }
-    if adds_unpinned {
-        for r in &kept_pinned {
-            let _ = writeln!(adds, "-A {name} {}", r.args);
-        }
-    }
+    let unpinned: Vec<&str> = added
+        .iter()
+        .filter(|r| !r.pinned_last)
+        .map(|r| r.args.as_str())
+        .collect();
+    push_added(name, &unpinned, !kept_pinned.is_empty(), adds);
     for r in added.iter().filter(|r| r.pinned_last) {
         let _ = writeln!(adds, "-A {name} {}", r.args);
+    }
+}
+
+/// Adds `rules` to top-level chain `name`: appended, or, when the chain keeps a rule that
+/// must stay last (`pinned`), inserted at its head in their order. (Moving the pinned rule
+/// instead would take a `-D`, for which iptables-nft reads every rule of the chain: ~3×
+/// the cost of the whole change at 5k services. The order of service rules among
+/// themselves does not matter: each matches its own address and port.)
+fn push_added(name: &str, rules: &[&str], pinned: bool, adds: &mut String) {
+    if pinned {
+        for r in rules.iter().rev() {
+            let _ = writeln!(adds, "-I {name} {r}");
+        }
+    } else {
+        for r in rules {
+            let _ = writeln!(adds, "-A {name} {r}");
+        }
     }
 }
 
@@ -1108,20 +1116,8 @@ impl Rendered {
                     }
                 }
             }
-            if added.is_empty() {
-                continue;
-            }
-            // New rules are appended; move the pinned rules back behind them.
-            let pinned: Vec<&Rule> = c.rules().filter(|r| r.pinned_last).collect();
-            for r in &pinned {
-                let _ = writeln!(dels, "-D {} {}", c.name, r.args);
-            }
-            for a in &added {
-                let _ = writeln!(adds, "-A {} {a}", c.name);
-            }
-            for r in &pinned {
-                let _ = writeln!(adds, "-A {} {}", c.name, r.args);
-            }
+            let pinned = c.rules().any(|r| r.pinned_last);
+            push_added(c.name, &added, pinned, &mut adds);
         }
 
         if t == TableName::Nat {

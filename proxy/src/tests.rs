@@ -309,13 +309,15 @@ fn golden_partial_delta() {
     // Top-level chains are patched, never redeclared.
     assert!(!d.contains(":KUBE-SERVICES "), "{d}");
     assert!(!d.contains(":KUBE-NODEPORTS "), "{d}");
-    // The nodeports jump is moved behind the appended service rules.
-    let lines: Vec<&str> = d.lines().collect();
-    let last_services_add = lines
-        .iter()
-        .rposition(|l| l.starts_with("-A KUBE-SERVICES "))
-        .unwrap();
-    assert!(lines[last_services_add].contains("-j KUBE-NODEPORTS"));
+    // The new service's rule goes in at the head: the nodeports jump stays last, untouched.
+    assert!(
+        d.contains("-I KUBE-SERVICES -m comment --comment \"ns6/svc6 cluster IP\""),
+        "{d}"
+    );
+    assert!(
+        !d.contains("-j KUBE-NODEPORTS\n"),
+        "nodeports jump moved:\n{d}"
+    );
     // Unchanged services are not touched.
     assert!(!d.contains("ns2/svc2") && !d.contains("ns5/dns"), "{d}");
     // No change → nothing to write.
@@ -354,17 +356,19 @@ fn endpoint_merging_and_categorizing() {
 }
 
 fn proxier_with(runner: FakeRunner, st: ServiceState) -> Proxier<FakeRunner> {
+    proxier_with_cfg(runner, st, render_cfg())
+}
+
+/// A proxier over `st` (initial lists delivered) writing through `runner`.
+fn proxier_with_cfg(
+    runner: FakeRunner,
+    st: ServiceState,
+    cfg: RenderConfig,
+) -> Proxier<FakeRunner> {
     let handle = ProxyHandle::new(st);
     handle.on_services_synced();
     handle.on_endpoint_slices_synced();
-    Proxier::new(
-        runner,
-        render_cfg(),
-        handle,
-        SyncConfig::default(),
-        &Registry::new(),
-    )
-    .unwrap()
+    Proxier::new(runner, cfg, handle, SyncConfig::default(), &Registry::new()).unwrap()
 }
 
 #[tokio::test]
@@ -953,7 +957,7 @@ async fn service_health_servers_follow_syncs() {
 // Incremental partial sync (`Rendered::update`) against the whole-render + `delta` oracle.
 // ---------------------------------------------------------------------------------------
 
-/// A toy `iptables-restore --noflush`: tables → chains → rules, applying `:`/`-A`/`-D`/`-X`
+/// A toy `iptables-restore --noflush`: tables → chains → rules, applying `:`/`-A`/`-I`/`-D`/`-X`
 /// in order and refusing what the kernel would refuse (appending to or deleting from a
 /// missing chain, deleting a missing rule, deleting a non-empty or still referenced chain).
 #[derive(Debug, Default, PartialEq)]
@@ -995,6 +999,12 @@ impl SimTables {
                     .get_mut(c)
                     .unwrap_or_else(|| panic!("append to missing chain: {line}"))
                     .push(args.to_string());
+            } else if let Some(rest) = line.strip_prefix("-I ") {
+                let (c, args) = rest.split_once(' ').unwrap();
+                chains
+                    .get_mut(c)
+                    .unwrap_or_else(|| panic!("insert into missing chain: {line}"))
+                    .insert(0, args.to_string());
             } else if let Some(rest) = line.strip_prefix("-D ") {
                 let (c, args) = rest.split_once(' ').unwrap();
                 let rules = chains
@@ -1717,20 +1727,10 @@ async fn node_ip_comes_from_the_node_when_not_configured() {
         "172.30.0.51",
         vec![port("http", "TCP", 80, Some(30080))],
     ));
-    let handle = ProxyHandle::new(st);
-    handle.on_services_synced();
-    handle.on_endpoint_slices_synced();
     let mut cfg = RenderConfig::new(IpFamily::V4, NODE);
     cfg.node_port_addresses = vec!["primary".into()];
-    let runner = FakeRunner::default();
-    let mut p = Proxier::new(
-        runner,
-        cfg,
-        handle.clone(),
-        SyncConfig::default(),
-        &Registry::new(),
-    )
-    .unwrap();
+    let mut p = proxier_with_cfg(FakeRunner::default(), st, cfg);
+    let handle = p.handle().clone();
     let nodeports_jump = |p: &Proxier<FakeRunner>| {
         let text = p.applied().unwrap().full_text(&[]);
         text.lines()
@@ -1818,22 +1818,20 @@ async fn change_counters_and_network_programming_latency() {
     // a: changed after the proxy started (measured); b: before it (not measured).
     handle.on_endpoint_slice_upsert(&annotated("a-1", "a", jiff::Timestamp::now().to_string()));
     handle.on_endpoint_slice_upsert(&annotated("b-1", "b", "2020-01-01T00:00:00Z".into()));
+    let expect = |m: &str, want: &[(&str, f64)]| {
+        for (series, v) in want {
+            assert_eq!(sample(m, series), Some(*v), "{series} in\n{m}");
+        }
+    };
     let m = scrape(&registry);
-    assert_eq!(
-        sample(&m, "kubeproxy_sync_proxy_rules_service_changes_total"),
-        Some(2.0)
-    );
-    assert_eq!(
-        sample(&m, "kubeproxy_sync_proxy_rules_endpoint_changes_total"),
-        Some(2.0)
-    );
-    assert_eq!(
-        sample(&m, "kubeproxy_sync_proxy_rules_service_changes_pending"),
-        Some(2.0)
-    );
-    assert_eq!(
-        sample(&m, "kubeproxy_sync_proxy_rules_endpoint_changes_pending"),
-        Some(2.0)
+    expect(
+        &m,
+        &[
+            ("kubeproxy_sync_proxy_rules_service_changes_total", 2.0),
+            ("kubeproxy_sync_proxy_rules_endpoint_changes_total", 2.0),
+            ("kubeproxy_sync_proxy_rules_service_changes_pending", 2.0),
+            ("kubeproxy_sync_proxy_rules_endpoint_changes_pending", 2.0),
+        ],
     );
     assert!(
         sample(
@@ -1846,39 +1844,22 @@ async fn change_counters_and_network_programming_latency() {
 
     p.sync(false).await.unwrap();
     let m = scrape(&registry);
-    assert_eq!(
-        sample(&m, "kubeproxy_sync_proxy_rules_service_changes_pending"),
-        Some(0.0)
-    );
-    assert_eq!(
-        sample(&m, "kubeproxy_sync_proxy_rules_endpoint_changes_pending"),
-        Some(0.0)
-    );
-    assert_eq!(
-        sample(
-            &m,
-            "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"}"
-        ),
-        Some(1.0),
-        "{m}"
-    );
-    assert_eq!(
-        sample(
-            &m,
-            "kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.25\"}"
-        ),
-        Some(1.0),
-        "a change synced at once lands in the first bucket"
+    let count = "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"}";
+    expect(
+        &m,
+        &[
+            ("kubeproxy_sync_proxy_rules_service_changes_pending", 0.0),
+            ("kubeproxy_sync_proxy_rules_endpoint_changes_pending", 0.0),
+            (count, 1.0),
+            // A change synced at once lands in the first bucket.
+            (
+                "kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.25\"}",
+                1.0,
+            ),
+        ],
     );
     // Re-applying the same slice is no change: nothing counted, nothing measured.
     handle.on_endpoint_slice_upsert(&annotated("a-1", "a", jiff::Timestamp::now().to_string()));
     p.sync(false).await.unwrap();
-    let m = scrape(&registry);
-    assert_eq!(
-        sample(
-            &m,
-            "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"}"
-        ),
-        Some(1.0)
-    );
+    expect(&scrape(&registry), &[(count, 1.0)]);
 }
