@@ -431,6 +431,7 @@ fn slice_data(slice: &EndpointSlice, family: IpFamily, node_name: &str) -> Slice
         let ready = cond.and_then(|c| c.ready).unwrap_or(true);
         let serving = cond.and_then(|c| c.serving).unwrap_or(true);
         let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
+        let hints = ep.hints.iter();
         endpoints.push(EndpointInfo {
             ip,
             port: 0,
@@ -440,39 +441,25 @@ fn slice_data(slice: &EndpointSlice, family: IpFamily, node_name: &str) -> Slice
             is_local: ep.node_name.as_deref() == Some(node_name),
             node_name: ep.node_name.clone(),
             zone: ep.zone.clone(),
-            zone_hints: hint_names(ep.hints.as_ref().and_then(|h| h.for_zones.as_ref())),
-            node_hints: hint_names(ep.hints.as_ref().and_then(|h| h.for_nodes.as_ref())),
+            zone_hints: hint_names(
+                hints
+                    .clone()
+                    .flat_map(|h| h.for_zones.iter().flatten().map(|z| &z.name)),
+            ),
+            node_hints: hint_names(
+                hints.flat_map(|h| h.for_nodes.iter().flatten().map(|n| &n.name)),
+            ),
         });
     }
     SliceData { ports, endpoints }
 }
 
-fn hint_names<T: HintName>(hints: Option<&Vec<T>>) -> Vec<String> {
-    let mut names: Vec<String> = hints
-        .into_iter()
-        .flatten()
-        .map(|h| h.name().to_string())
-        .collect();
+/// Hint names, sorted and without duplicates.
+fn hint_names<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
+    let mut names: Vec<String> = names.cloned().collect();
     names.sort();
     names.dedup();
     names
-}
-
-/// `forZones` and `forNodes` entries both carry just a name.
-trait HintName {
-    fn name(&self) -> &str;
-}
-
-impl HintName for k8s_openapi::api::discovery::v1::ForZone {
-    fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-impl HintName for k8s_openapi::api::discovery::v1::ForNode {
-    fn name(&self) -> &str {
-        &self.name
-    }
 }
 
 /// What the rules take from this proxy's own Node object.
