@@ -69,9 +69,13 @@ fn hashed_name(prefix: &str, parts: &[&str]) -> String {
 /// once here.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceChainNames {
+    /// `KUBE-SVC-…`: dispatch to endpoints under "Cluster" traffic policy.
     pub cluster: String,
+    /// `KUBE-SVL-…`: dispatch to node-local endpoints under "Local" traffic policy.
     pub local: String,
+    /// `KUBE-FW-…`: loadBalancerSourceRanges filtering.
     pub firewall: String,
+    /// `KUBE-EXT-…`: entry for external (node port, external IP, LB) traffic.
     pub external: String,
 }
 
@@ -86,26 +90,6 @@ impl ServiceChainNames {
             cluster,
         }
     }
-}
-
-/// `KUBE-SVC-…`: dispatch to endpoints under "Cluster" traffic policy.
-pub fn service_cluster_chain(service_port_name: &str, protocol: &str) -> String {
-    hashed_name(SVC_PREFIX, &[service_port_name, protocol])
-}
-
-/// `KUBE-SVL-…`: dispatch to node-local endpoints under "Local" traffic policy.
-pub fn service_local_chain(service_port_name: &str, protocol: &str) -> String {
-    hashed_name(SVL_PREFIX, &[service_port_name, protocol])
-}
-
-/// `KUBE-FW-…`: loadBalancerSourceRanges filtering.
-pub fn service_firewall_chain(service_port_name: &str, protocol: &str) -> String {
-    hashed_name(FW_PREFIX, &[service_port_name, protocol])
-}
-
-/// `KUBE-EXT-…`: entry for external (node port, external IP, LB) traffic.
-pub fn service_external_chain(service_port_name: &str, protocol: &str) -> String {
-    hashed_name(EXT_PREFIX, &[service_port_name, protocol])
 }
 
 /// `KUBE-SEP-…`: one endpoint (`endpoint` is `ip:port`).
@@ -137,38 +121,16 @@ mod tests {
     /// Names taken from the expected dumps in upstream's pkg/proxy/iptables/proxier_test.go.
     #[test]
     fn chain_names_match_upstream_test_vectors() {
-        assert_eq!(
-            service_cluster_chain("ns1/svc1:p80", "tcp"),
-            "KUBE-SVC-XPGD46QRK7WJZT7O"
-        );
-        assert_eq!(
-            service_cluster_chain("ns2/svc2:p80", "tcp"),
-            "KUBE-SVC-GNZBNJ2PO5MGZ6GT"
-        );
-        assert_eq!(
-            service_external_chain("ns2/svc2:p80", "tcp"),
-            "KUBE-EXT-GNZBNJ2PO5MGZ6GT"
-        );
-        assert_eq!(
-            service_local_chain("ns2/svc2:p80", "tcp"),
-            "KUBE-SVL-GNZBNJ2PO5MGZ6GT"
-        );
-        assert_eq!(
-            service_firewall_chain("ns2/svc2:p80", "tcp"),
-            "KUBE-FW-GNZBNJ2PO5MGZ6GT"
-        );
-        assert_eq!(
-            service_cluster_chain("ns3/svc3:p80", "tcp"),
-            "KUBE-SVC-X27LE4BHSL4DOUIK"
-        );
-        assert_eq!(
-            service_cluster_chain("ns4/svc4:p80", "tcp"),
-            "KUBE-SVC-4SW47YFZTEDKD3PK"
-        );
-        assert_eq!(
-            service_firewall_chain("ns5/svc5:p80", "tcp"),
-            "KUBE-FW-NUKIZ6OKUXPJNT4C"
-        );
+        let names = |spn: &str| ServiceChainNames::new(spn, "tcp");
+        assert_eq!(names("ns1/svc1:p80").cluster, "KUBE-SVC-XPGD46QRK7WJZT7O");
+        let svc2 = names("ns2/svc2:p80");
+        assert_eq!(svc2.cluster, "KUBE-SVC-GNZBNJ2PO5MGZ6GT");
+        assert_eq!(svc2.external, "KUBE-EXT-GNZBNJ2PO5MGZ6GT");
+        assert_eq!(svc2.local, "KUBE-SVL-GNZBNJ2PO5MGZ6GT");
+        assert_eq!(svc2.firewall, "KUBE-FW-GNZBNJ2PO5MGZ6GT");
+        assert_eq!(names("ns3/svc3:p80").cluster, "KUBE-SVC-X27LE4BHSL4DOUIK");
+        assert_eq!(names("ns4/svc4:p80").cluster, "KUBE-SVC-4SW47YFZTEDKD3PK");
+        assert_eq!(names("ns5/svc5:p80").firewall, "KUBE-FW-NUKIZ6OKUXPJNT4C");
         assert_eq!(
             service_endpoint_chain("ns1/svc1:p80", "tcp", "10.180.0.1:80"),
             "KUBE-SEP-SXIVWICOYRO3J4NJ"
@@ -181,14 +143,5 @@ mod tests {
             service_endpoint_chain("ns4/svc4:p80", "tcp", "10.180.0.5:80"),
             "KUBE-SEP-C6EBXVWJJZMIWKLZ"
         );
-    }
-
-    #[test]
-    fn service_chain_names_share_one_hash() {
-        let n = ServiceChainNames::new("ns2/svc2:p80", "tcp");
-        assert_eq!(n.cluster, service_cluster_chain("ns2/svc2:p80", "tcp"));
-        assert_eq!(n.local, service_local_chain("ns2/svc2:p80", "tcp"));
-        assert_eq!(n.firewall, service_firewall_chain("ns2/svc2:p80", "tcp"));
-        assert_eq!(n.external, service_external_chain("ns2/svc2:p80", "tcp"));
     }
 }

@@ -76,7 +76,6 @@ struct Shared {
     notify: Notify,
     services_synced: AtomicBool,
     slices_synced: AtomicBool,
-    force_full: AtomicBool,
     health: ProxierHealth,
     /// Set once the proxier exists: the change counters are counted where changes arrive.
     metrics: OnceLock<Metrics>,
@@ -108,7 +107,6 @@ impl ProxyHandle {
                 notify: Notify::new(),
                 services_synced: AtomicBool::new(false),
                 slices_synced: AtomicBool::new(false),
-                force_full: AtomicBool::new(false),
                 health,
                 metrics: OnceLock::new(),
             }),
@@ -216,12 +214,6 @@ impl ProxyHandle {
         self.changed(c)
     }
 
-    /// Forces the next sync to rewrite everything.
-    pub fn request_full_sync(&self) {
-        self.shared.force_full.store(true, Ordering::SeqCst);
-        self.shared.notify.notify_one();
-    }
-
     /// Rules are not written until both initial lists arrived (as upstream), so a restart
     /// never programs a half-known state.
     pub fn initialized(&self) -> bool {
@@ -287,12 +279,13 @@ impl ProxyHandles {
     /// health server's node eligibility (upstream's SyncNode: ineligible once the Node has
     /// a deletionTimestamp or the ToBeDeletedByClusterAutoscaler taint).
     pub fn on_node(&self, facts: &NodeFacts, deleting: bool, taint_keys: &[&str]) -> bool {
-        let mut changed = false;
-        for h in &self.0 {
+        // One health state serves both families.
+        if let Some(h) = self.0.first() {
             h.shared.health.sync_node(deleting, taint_keys);
-            changed |= h.on_node(facts.clone());
         }
-        changed
+        self.0
+            .iter()
+            .fold(false, |c, h| h.on_node(facts.clone()) | c)
     }
 
     pub fn on_services_synced(&self) {
@@ -592,13 +585,12 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             return Ok(SyncOutcome::NotInitialized);
         }
         let started = std::time::Instant::now();
-        let forced = self.handle.shared.force_full.swap(false, Ordering::SeqCst);
         let stale_full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= self.full_sync_period);
         let node = self.handle.state().node().clone();
         let node_changed = self.adopt_node(&node);
-        let do_full = full || forced || stale_full || node_changed || self.needs_full_sync();
+        let do_full = full || stale_full || node_changed || self.needs_full_sync();
 
         let want_hc = self.service_health.is_some();
         // A partial sync works on the last applied state in place: only the changed services
