@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::model::{IpFamily, ServiceState};
 use crate::proxier::{self, Proxier, ProxyHandle, ProxyHandles, SyncConfig};
 use crate::render::{RenderConfig, TableName};
+use crate::xtables_lock::{Gated, XtablesGate};
 use crate::{apiserver, cleanup, source};
 
 #[derive(Debug, Error)]
@@ -51,12 +52,19 @@ pub struct Environment {
 
 async fn runner_for(cfg: &ProxyConfig, env: &Environment) -> (ExecRunner, bool) {
     let family = cfg.primary_family();
-    let decision = iptables::detect_backend(family, env.command_prefix.clone()).await;
+    let decision = {
+        // Saves only (no lock file needed), but not beside another role's restore.
+        let _turn = XtablesGate::process().enter(false).await;
+        iptables::detect_backend(family, env.command_prefix.clone()).await
+    };
     info!(backend = ?decision.backend, reason = decision.reason, "iptables backend");
     let runner = ExecRunner::new(family)
         .with_backend(decision.backend)
         .with_prefix(env.command_prefix.clone());
-    match runner.version().await {
+    match Gated::new(runner.clone(), XtablesGate::process())
+        .version()
+        .await
+    {
         Ok(v) => {
             let random_fully = v.has_random_fully();
             (runner.with_version(&v), random_fully)
@@ -71,7 +79,8 @@ async fn runner_for(cfg: &ProxyConfig, env: &Environment) -> (ExecRunner, bool) 
 /// `--cleanup`: removes kube-proxy's chains (both IP families) and exits.
 pub async fn cleanup(cfg: &ProxyConfig, env: &Environment) -> Result<()> {
     let (runner, _) = runner_for(cfg, env).await;
-    let other = runner.for_family(runner.family().other());
+    let other = gated(runner.for_family(runner.family().other()));
+    let runner = gated(runner);
     let n = cleanup::cleanup(&runner).await?;
     let mut m = 0;
     if family_present(&other).await {
@@ -173,8 +182,16 @@ pub async fn run_with_client(
     run_source(cfg, env, Source::Apiserver(client), shutdown).await
 }
 
+/// Every iptables command of this process takes its turn at one gate, which also holds the
+/// node's xtables lock where the binary does not take it itself.
+fn gated(runner: ExecRunner) -> GatedRunner {
+    Gated::new(runner, XtablesGate::process())
+}
+
+type GatedRunner = Gated<ExecRunner>;
+
 /// Upstream's `Present()` check: the family's iptables answers for the nat table.
-async fn family_present(runner: &ExecRunner) -> bool {
+async fn family_present(runner: &GatedRunner) -> bool {
     matches!(
         runner.chain_exists(TableName::Nat, "POSTROUTING").await,
         Ok(true)
@@ -182,7 +199,7 @@ async fn family_present(runner: &ExecRunner) -> bool {
 }
 
 /// One family's proxier, ready to run.
-type FamilyProxier = Proxier<ExecRunner, ExecConntrack>;
+type FamilyProxier = Proxier<GatedRunner, ExecConntrack>;
 
 /// Runs the proxy until `shutdown` with the given source: one proxier per IP family the host
 /// supports (dual-stack when ip6tables works beside iptables, as upstream decides), fed by
@@ -205,8 +222,8 @@ pub async fn run_source(
     let primary = cfg.primary_family();
     let (runner, random_fully) = runner_for(&cfg, &env).await;
     // The same backend for both families: never mix nft and legacy.
-    let second = runner.for_family(primary.other());
-    let mut runners = vec![runner];
+    let second = gated(runner.for_family(primary.other()));
+    let mut runners = vec![gated(runner)];
     if family_present(&second).await {
         info!(
             primary_ip_family = primary.label(),

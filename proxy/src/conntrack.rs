@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::IpAddr;
 use std::process::Stdio;
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::process::Command;
@@ -36,11 +37,17 @@ pub enum Error {
         status: String,
         stderr: String,
     },
+    #[error("{cmd} did not finish within {after:?}; it was killed")]
+    Timeout { cmd: String, after: Duration },
     #[error("injected failure: {0}")]
     Injected(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How long one conntrack command may run before it is killed (a listing of a full table of
+/// ~1M flows takes seconds).
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The part of a UDP conntrack entry the cleanup looks at.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -254,6 +261,7 @@ pub fn parse_list(output: &str) -> Vec<FlowEntry> {
 pub struct ExecConntrack {
     prefix: Vec<String>,
     binary: String,
+    timeout: Duration,
 }
 
 impl Default for ExecConntrack {
@@ -261,6 +269,7 @@ impl Default for ExecConntrack {
         ExecConntrack {
             prefix: Vec::new(),
             binary: "conntrack".into(),
+            timeout: COMMAND_TIMEOUT,
         }
     }
 }
@@ -283,6 +292,12 @@ impl ExecConntrack {
         self
     }
 
+    /// Kills a command still running after `after` (default [`COMMAND_TIMEOUT`]).
+    pub fn with_timeout(mut self, after: Duration) -> Self {
+        self.timeout = after;
+        self
+    }
+
     async fn run(&self, args: &[String]) -> Result<std::process::Output> {
         let mut all: Vec<String> = self.prefix.clone();
         all.push(self.binary.clone());
@@ -294,10 +309,17 @@ impl ExecConntrack {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        cmd.output().await.map_err(|source| Error::Spawn {
-            cmd: cmd_line,
-            source,
-        })
+        // kill_on_drop: the child is killed when the timeout drops the future.
+        match tokio::time::timeout(self.timeout, cmd.output()).await {
+            Ok(out) => out.map_err(|source| Error::Spawn {
+                cmd: cmd_line,
+                source,
+            }),
+            Err(_) => Err(Error::Timeout {
+                cmd: cmd_line,
+                after: self.timeout,
+            }),
+        }
     }
 }
 
@@ -485,5 +507,27 @@ mod tests {
                 "10.244.0.9"
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod exec_tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_hung_conntrack_is_killed_after_its_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let hang = dir.path().join("hang");
+        std::fs::write(&hang, "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(&hang, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let ct = ExecConntrack::new()
+            .with_prefix(vec![hang.display().to_string()])
+            .with_timeout(Duration::from_millis(200));
+        let started = std::time::Instant::now();
+        let e = ct.list_udp(IpFamily::V4).await.unwrap_err();
+        assert!(matches!(e, Error::Timeout { .. }), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

@@ -6,10 +6,12 @@
 
 use std::future::Future;
 use std::process::Stdio;
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
+use tracing::info;
 
 use crate::model::IpFamily;
 use crate::render::TableName;
@@ -30,6 +32,10 @@ pub enum Error {
     },
     #[error("cannot parse iptables version from {0:?}")]
     Version(String),
+    #[error("{cmd} did not finish within {after:?}; it was killed")]
+    Timeout { cmd: String, after: Duration },
+    #[error("cannot take the xtables lock {path}: {reason}")]
+    Lock { path: String, reason: String },
     #[error("injected failure: {0}")]
     Injected(String),
 }
@@ -123,6 +129,12 @@ pub enum Position {
 pub trait IptablesRunner: Send + Sync + 'static {
     fn family(&self) -> IpFamily;
 
+    /// Whether the binaries take the node's xtables lock themselves (iptables-legacy with
+    /// `-w`), so a caller must not hold it around them (see [`crate::xtables_lock`]).
+    fn takes_xtables_lock(&self) -> bool {
+        false
+    }
+
     /// `iptables --version`.
     fn version(&self) -> impl Future<Output = Result<IptablesVersion>> + Send;
 
@@ -173,6 +185,8 @@ pub trait IptablesRunner: Send + Sync + 'static {
 #[derive(Clone, Debug)]
 pub struct ExecRunner {
     family: IpFamily,
+    /// None for the plain `iptables` binaries until `with_version` reads the backend.
+    backend: Option<Backend>,
     /// e.g. `["ip", "netns", "exec", "test-ns"]`; empty in production.
     prefix: Vec<String>,
     iptables: String,
@@ -180,6 +194,8 @@ pub struct ExecRunner {
     restore: String,
     wait: Vec<String>,
     restore_wait: Vec<String>,
+    /// Overrides [`command_timeout`] (tests).
+    timeout: Option<Duration>,
 }
 
 struct Output {
@@ -204,12 +220,14 @@ impl ExecRunner {
         };
         ExecRunner {
             family,
+            backend: None,
             prefix: Vec::new(),
             iptables: base.to_string(),
             save: format!("{base}-save"),
             restore: format!("{base}-restore"),
             wait: v.wait_flags(),
             restore_wait: v.restore_wait_flags(),
+            timeout: None,
         }
     }
 
@@ -223,6 +241,7 @@ impl ExecRunner {
             Backend::Nft => "nft",
             Backend::Legacy => "legacy",
         };
+        self.backend = Some(backend);
         self.iptables = format!("{base}-{suffix}");
         self.save = format!("{base}-{suffix}-save");
         self.restore = format!("{base}-{suffix}-restore");
@@ -242,12 +261,14 @@ impl ExecRunner {
         };
         ExecRunner {
             family,
+            backend: self.backend,
             prefix: self.prefix.clone(),
             iptables: swap(&self.iptables),
             save: swap(&self.save),
             restore: swap(&self.restore),
             wait: self.wait.clone(),
             restore_wait: self.restore_wait.clone(),
+            timeout: self.timeout,
         }
     }
 
@@ -257,13 +278,21 @@ impl ExecRunner {
         self
     }
 
+    /// Kills any command still running after `after` (default: [`command_timeout`]).
+    pub fn with_timeout(mut self, after: Duration) -> Self {
+        self.timeout = Some(after);
+        self
+    }
+
     /// Adjusts wait flags to what the installed version supports.
     pub fn with_version(mut self, v: &IptablesVersion) -> Self {
+        self.backend = self.backend.or(v.backend);
         self.wait = v.wait_flags();
         self.restore_wait = v.restore_wait_flags();
         self
     }
 
+    /// Runs `program`, killing it if it has not finished within [`command_timeout`].
     async fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output> {
         let (bin, all_args): (&str, Vec<&str>) = match self.prefix.split_first() {
             Some((first, rest)) => {
@@ -289,13 +318,25 @@ impl ExecRunner {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(spawn_err)?;
-        if let Some(data) = stdin {
-            let mut pipe = child.stdin.take().expect("stdin was piped");
-            pipe.write_all(data.as_bytes()).await.map_err(spawn_err)?;
-            drop(pipe);
-        }
-        let out = child.wait_with_output().await.map_err(spawn_err)?;
+        let after = self
+            .timeout
+            .unwrap_or_else(|| command_timeout(stdin.map_or(0, str::len)));
+        // kill_on_drop: a child still running when the timeout drops this future is killed.
+        let work = async {
+            let mut child = cmd.spawn().map_err(spawn_err)?;
+            if let Some(data) = stdin {
+                let mut pipe = child.stdin.take().expect("stdin was piped");
+                pipe.write_all(data.as_bytes()).await.map_err(spawn_err)?;
+                drop(pipe);
+            }
+            child.wait_with_output().await.map_err(spawn_err)
+        };
+        let out = tokio::time::timeout(after, work)
+            .await
+            .map_err(|_| Error::Timeout {
+                cmd: cmd_line.clone(),
+                after,
+            })??;
         Ok(Output {
             status: out.status,
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -340,14 +381,32 @@ impl IptablesRunner for ExecRunner {
         IptablesVersion::parse(&out)
     }
 
+    fn takes_xtables_lock(&self) -> bool {
+        // Unknown backend: assume it may lock, since holding the lock around a binary that
+        // waits for it would stall every command.
+        self.backend != Some(Backend::Nft) && !self.restore_wait.is_empty()
+    }
+
     async fn restore(&self, data: &str, noflush: bool) -> Result<()> {
         let mut args = self.restore_wait.clone();
         if noflush {
             args.push("--noflush".into());
         }
-        self.run_ok(&self.restore, &args, Some(data))
-            .await
-            .map(|_| ())
+        match self.run_ok(&self.restore, &args, Some(data)).await {
+            // iptables-nft-restore that lost a commit race with another process retries
+            // internally and then fails on the chains it declared; the transaction was
+            // aborted as a whole, so running it once more is safe.
+            Err(Error::Failed { stderr, .. }) if is_lost_commit_race(&stderr) => {
+                info!(
+                    cmd = %self.restore,
+                    "restore lost a commit race with another process (chain exists); retrying once"
+                );
+                self.run_ok(&self.restore, &args, Some(data))
+                    .await
+                    .map(|_| ())
+            }
+            other => other.map(|_| ()),
+        }
     }
 
     async fn save(&self, table: TableName) -> Result<String> {
@@ -409,6 +468,18 @@ impl IptablesRunner for ExecRunner {
         add.extend(args.iter().cloned());
         self.run_ok(&self.iptables, &add, None).await.map(|_| false)
     }
+}
+
+/// How long one command may run: a minute, plus half a minute per MiB fed to a restore
+/// (iptables-nft-restore loads ~10 MiB, 10k services, in under two minutes here).
+pub fn command_timeout(stdin_bytes: usize) -> Duration {
+    const MIB: u64 = 1 << 20;
+    Duration::from_secs(60 + 30 * (stdin_bytes as u64).div_ceil(MIB))
+}
+
+/// iptables-nft-restore's failure after it lost a race with another process's commit.
+fn is_lost_commit_race(stderr: &str) -> bool {
+    stderr.contains("CHAIN_USER_ADD failed (File exists)")
 }
 
 /// How the system's iptables backend was chosen.
@@ -490,6 +561,7 @@ pub mod test_util {
     //! A recording `IptablesRunner` that can be told to fail.
 
     use std::collections::BTreeSet;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
     use super::*;
@@ -521,6 +593,34 @@ pub mod test_util {
     pub struct FakeRunner {
         family: IpFamily,
         inner: Arc<Mutex<Inner>>,
+        slow: Option<(OverlapProbe, Duration)>,
+    }
+
+    /// Shared by fakes to see whether their calls ever run at the same time.
+    #[derive(Clone, Debug, Default)]
+    pub struct OverlapProbe {
+        running: Arc<AtomicUsize>,
+        most: Arc<AtomicUsize>,
+        calls: Arc<AtomicUsize>,
+    }
+
+    impl OverlapProbe {
+        /// The most calls that were running at once.
+        pub fn most_at_once(&self) -> usize {
+            self.most.load(Ordering::SeqCst)
+        }
+
+        pub fn calls(&self) -> usize {
+            self.calls.load(Ordering::SeqCst)
+        }
+
+        async fn during(&self, delay: Duration) {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(delay).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     impl Default for FakeRunner {
@@ -534,6 +634,19 @@ pub mod test_util {
             FakeRunner {
                 family,
                 inner: Arc::default(),
+                slow: None,
+            }
+        }
+
+        /// Every restore and save takes `delay`, recorded in `probe` as it runs.
+        pub fn slow(mut self, probe: OverlapProbe, delay: Duration) -> Self {
+            self.slow = Some((probe, delay));
+            self
+        }
+
+        async fn take_time(&self) {
+            if let Some((probe, delay)) = &self.slow {
+                probe.during(*delay).await;
             }
         }
 
@@ -615,6 +728,7 @@ pub mod test_util {
         }
 
         async fn restore(&self, data: &str, noflush: bool) -> Result<()> {
+            self.take_time().await;
             let mut inner = self.inner.lock().unwrap();
             inner.calls.push(Call::Restore {
                 data: data.to_string(),
@@ -645,6 +759,7 @@ pub mod test_util {
         }
 
         async fn save(&self, table: TableName) -> Result<String> {
+            self.take_time().await;
             let mut inner = self.inner.lock().unwrap();
             inner.calls.push(Call::Save(table));
             if let Some(s) = &inner.save_output {
@@ -771,5 +886,123 @@ mod tests {
             Backend::Nft
         );
         assert_eq!(decide_backend(None, None, None).backend, Backend::Nft);
+    }
+}
+
+#[cfg(test)]
+mod exec_tests {
+    //! `ExecRunner` against stand-in scripts (through its prefix): no iptables, no root.
+
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    use super::*;
+
+    /// A stand-in for the binaries: `prefix` runs it with the real command line as arguments.
+    fn script(dir: &Path, name: &str, body: &str) -> Vec<String> {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        vec![path.display().to_string()]
+    }
+
+    #[tokio::test]
+    async fn a_hung_restore_is_killed_after_its_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let hang = script(
+            dir.path(),
+            "hang",
+            &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
+        );
+        let runner = ExecRunner::new(IpFamily::V4)
+            .with_backend(Backend::Nft)
+            .with_prefix(hang)
+            .with_timeout(Duration::from_millis(300));
+        let started = std::time::Instant::now();
+        let e = runner.restore("*nat\nCOMMIT\n", true).await.unwrap_err();
+        assert!(matches!(e, Error::Timeout { .. }), "{e}");
+        assert!(e.to_string().contains("iptables-nft-restore"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        // The child is gone, not left running.
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        let proc_dir = format!("/proc/{}", pid.trim());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while Path::new(&proc_dir).exists()
+            && std::fs::read_to_string(format!("{proc_dir}/stat"))
+                .is_ok_and(|s| !s.contains(") Z "))
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let alive =
+            std::fs::read_to_string(format!("{proc_dir}/stat")).is_ok_and(|s| !s.contains(") Z "));
+        assert!(!alive, "the hung restore ({proc_dir}) was not killed");
+    }
+
+    #[tokio::test]
+    async fn a_restore_that_lost_a_commit_race_runs_once_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let count = dir.path().join("count");
+        // Fails like iptables-nft-restore beside another process's commit, the first time only.
+        let flaky = script(
+            dir.path(),
+            "flaky",
+            &format!(
+                "cat > /dev/null; echo x >> {c}; if [ $(wc -l < {c}) -eq 1 ]; then \
+                 echo 'iptables-nft-restore: line 23: CHAIN_USER_ADD failed (File exists): chain KUBE-SERVICES' >&2; exit 4; fi",
+                c = count.display()
+            ),
+        );
+        let runner = ExecRunner::new(IpFamily::V4)
+            .with_backend(Backend::Nft)
+            .with_prefix(flaky.clone());
+        runner.restore("*nat\nCOMMIT\n", true).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 2);
+
+        // Any other failure is reported as it is, without a second run.
+        let failing = script(
+            dir.path(),
+            "failing",
+            &format!(
+                "cat > /dev/null; echo x >> {c}; echo 'line 3: RULE_APPEND failed (No such file or directory)' >&2; exit 4",
+                c = count.display()
+            ),
+        );
+        std::fs::remove_file(&count).unwrap();
+        let runner = runner.with_prefix(failing);
+        let e = runner.restore("*nat\nCOMMIT\n", true).await.unwrap_err();
+        assert!(e.to_string().contains("RULE_APPEND"), "{e}");
+        assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1);
+    }
+
+    #[test]
+    fn timeouts_grow_with_the_restore_text() {
+        assert_eq!(command_timeout(0), Duration::from_secs(60));
+        assert_eq!(command_timeout(1), Duration::from_secs(90));
+        // 10k services: an ~11.6 MB restore.
+        assert_eq!(
+            command_timeout(11_600_000),
+            Duration::from_secs(60 + 30 * 12)
+        );
+    }
+
+    #[test]
+    fn who_takes_the_xtables_lock() {
+        let nft = ExecRunner::new(IpFamily::V4).with_backend(Backend::Nft);
+        assert!(
+            !nft.takes_xtables_lock(),
+            "iptables-nft ignores the lock file"
+        );
+        let legacy = ExecRunner::new(IpFamily::V4).with_backend(Backend::Legacy);
+        assert!(
+            legacy.takes_xtables_lock(),
+            "iptables-legacy -w locks by itself"
+        );
+        let old = IptablesVersion::parse("iptables v1.6.0").unwrap();
+        assert!(
+            !legacy.with_version(&old).takes_xtables_lock(),
+            "restore without -w: the caller must lock, as upstream does"
+        );
     }
 }

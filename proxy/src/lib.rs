@@ -3,7 +3,8 @@
 //! Data flow: watch → [`model::ServiceState`] (change tracker) → [`proxier::run`] (debounced
 //! loop) → [`proxier::Proxier::sync`] → [`render::Rendered`] (pure; partial syncs re-render
 //! only the changed services with `Rendered::update`) → full text or minimal delta →
-//! [`iptables::IptablesRunner`] (`iptables-restore --noflush`); after each
+//! [`iptables::IptablesRunner`] (`iptables-restore --noflush`, one command of the process at a
+//! time through [`xtables_lock`]); after each
 //! successful sync: [`health`] (healthz state, healthCheckNodePort servers) and
 //! [`conntrack`] (stale UDP flows). [`config`] turns flags + KubeProxyConfiguration into a
 //! validated config, [`app`] assembles the role (used by the `kube-proxy` binary), [`apiserver`]
@@ -23,6 +24,7 @@ pub mod model;
 pub mod proxier;
 pub mod render;
 pub mod source;
+pub mod xtables_lock;
 
 #[cfg(test)]
 mod tests;

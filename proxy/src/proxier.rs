@@ -1016,7 +1016,7 @@ fn count_appends(text: &str, table: &str) -> usize {
 
 /// Runs syncs until `shutdown`: at most one per `min_sync_period`, woken by changes from the
 /// handle, and at least one per `sync_period` (which also checks the canary chain).
-/// A failed sync is retried at the next periodic run, fully.
+/// A failed sync is retried, fully, after [`RetryBackoff`]: 1 s, doubling up to `sync_period`.
 pub async fn run<R: IptablesRunner, C: Conntrack>(
     mut proxier: Proxier<R, C>,
     cfg: SyncConfig,
@@ -1026,12 +1026,14 @@ pub async fn run<R: IptablesRunner, C: Conntrack>(
     let mut last_run: Option<Instant> = None;
     let mut next_periodic = Instant::now() + cfg.sync_period;
     let mut pending = true;
+    let mut retry = RetryBackoff::new(cfg.sync_period);
+    let mut retry_at: Option<Instant> = None;
     loop {
         let wake = if pending {
             let earliest = last_run.map_or_else(Instant::now, |t| t + cfg.min_sync_period);
             earliest.min(next_periodic)
         } else {
-            next_periodic
+            retry_at.map_or(next_periodic, |t| t.min(next_periodic))
         };
         tokio::select! {
             _ = shutdown.cancelled() => return proxier,
@@ -1054,13 +1056,49 @@ pub async fn run<R: IptablesRunner, C: Conntrack>(
         match proxier.sync(false).await {
             // Nothing was written: the first real sync need not wait for minSyncPeriod.
             Ok(SyncOutcome::NotInitialized) => {}
-            Ok(_) => last_run = Some(now),
-            Err(e) => {
-                warn!(error = %e, retry_in = ?cfg.sync_period, "sync failed");
+            Ok(_) => {
                 last_run = Some(now);
+                retry.reset();
+                retry_at = None;
+            }
+            Err(e) => {
+                let after = retry.next_delay();
+                warn!(error = %e, retry_in = ?after, "sync failed");
+                last_run = Some(now);
+                retry_at = Some(Instant::now() + after);
             }
         }
         pending = false;
         next_periodic = now + cfg.sync_period;
+    }
+}
+
+/// Delay before retrying a failed sync: 1 s, doubling up to a cap (`syncPeriod`); back to
+/// 1 s after a success.
+#[derive(Clone, Copy, Debug)]
+pub struct RetryBackoff {
+    next: Duration,
+    cap: Duration,
+}
+
+impl RetryBackoff {
+    pub const FIRST: Duration = Duration::from_secs(1);
+
+    pub fn new(cap: Duration) -> Self {
+        RetryBackoff {
+            next: Self::FIRST.min(cap),
+            cap,
+        }
+    }
+
+    /// The delay for this failure; the one after it doubles.
+    pub fn next_delay(&mut self) -> Duration {
+        let now = self.next;
+        self.next = (now * 2).min(self.cap);
+        now
+    }
+
+    pub fn reset(&mut self) {
+        self.next = Self::FIRST.min(self.cap);
     }
 }

@@ -1863,3 +1863,129 @@ async fn change_counters_and_network_programming_latency() {
     p.sync(false).await.unwrap();
     expect(&scrape(&registry), &[(count, 1.0)]);
 }
+
+/// A failed sync is retried after 1 s, then 2 s, 4 s ... (capped at syncPeriod), not only at
+/// the next periodic sync; a success resets the delay.
+#[tokio::test(start_paused = true)]
+async fn failed_sync_is_retried_with_backoff() {
+    let runner = FakeRunner::default();
+    let p = proxier_with(runner.clone(), loaded_state());
+    let handle = p.handle().clone();
+    runner.fail_next_restores(3);
+    let stop = CancellationToken::new();
+    let start = tokio::time::Instant::now();
+    let task = tokio::spawn(proxier::run(p, SyncConfig::default(), stop.clone()));
+    let attempts_at = |secs: u64| {
+        let runner = runner.clone();
+        async move {
+            tokio::time::sleep_until(start + Duration::from_millis(secs * 1000 + 100)).await;
+            runner.restores().len()
+        }
+    };
+    assert_eq!(attempts_at(0).await, 1, "first sync (fails)");
+    assert_eq!(attempts_at(1).await, 2, "retried after 1 s (fails)");
+    assert_eq!(attempts_at(2).await, 2);
+    assert_eq!(attempts_at(3).await, 3, "then after 2 s more (fails)");
+    assert_eq!(attempts_at(6).await, 3);
+    assert_eq!(attempts_at(7).await, 4, "then after 4 s more: succeeds");
+    assert!(
+        runner.restores()[3].contains(":KUBE-SERVICES - [0:0]"),
+        "a full sync"
+    );
+    // Success: nothing more until a change or the periodic sync.
+    assert_eq!(attempts_at(20).await, 4);
+
+    // The next failure starts again at 1 s.
+    runner.fail_next_restores(1);
+    handle.on_service_upsert(&svc(
+        "ns9",
+        "late",
+        "ClusterIP",
+        "172.30.9.9",
+        vec![port("p", "TCP", 80, None)],
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        runner.restores().len(),
+        5,
+        "the change is synced at once (fails)"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(runner.restores().len(), 5);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(runner.restores().len(), 6, "retried after 1 s");
+    stop.cancel();
+    task.await.unwrap();
+}
+
+/// Both families' proxiers share one gate: their iptables calls never run at the same time
+/// (concurrent nft commits into one namespace make one restore fail). Without the gate the
+/// same setup overlaps, so the probe does see overlap when it happens.
+#[tokio::test]
+async fn two_families_never_run_iptables_at_once() {
+    use crate::iptables::IptablesRunner;
+    use crate::iptables::test_util::OverlapProbe;
+    use crate::proxier::ProxyHandles;
+    use crate::xtables_lock::{Gated, XtablesGate};
+
+    async fn run_both<R: IptablesRunner>(make: impl Fn(FakeRunner) -> R) -> OverlapProbe {
+        let probe = OverlapProbe::default();
+        let stop = CancellationToken::new();
+        let sync = SyncConfig {
+            min_sync_period: Duration::from_millis(10),
+            ..SyncConfig::default()
+        };
+        let mut handles = Vec::new();
+        let mut tasks = Vec::new();
+        for family in [IpFamily::V4, IpFamily::V6] {
+            let runner = FakeRunner::new(family).slow(probe.clone(), Duration::from_millis(15));
+            let handle = ProxyHandle::new(ServiceState::new(family, NODE));
+            let p = Proxier::new(
+                make(runner),
+                RenderConfig::new(family, NODE),
+                handle.clone(),
+                sync,
+                &Registry::new(),
+            )
+            .unwrap();
+            handles.push(handle);
+            tasks.push(tokio::spawn(proxier::run(p, sync, stop.clone())));
+        }
+        let handles = ProxyHandles::new(handles);
+        let mut dual = svc(
+            "ns1",
+            "web",
+            "ClusterIP",
+            "172.30.0.10",
+            vec![port("http", "TCP", 80, None)],
+        );
+        let spec = dual.spec.as_mut().unwrap();
+        spec.cluster_ips = Some(vec!["172.30.0.10".into(), "fd00:30::10".into()]);
+        spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+        handles.on_service_upsert(&dual);
+        // Both initial full syncs start at the same instant, as on a fresh node.
+        handles.on_services_synced();
+        handles.on_endpoint_slices_synced();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while probe.calls() < 8 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        stop.cancel();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        probe
+    }
+
+    let gate = XtablesGate::new(None, Duration::from_secs(1));
+    let gated = run_both(|r| Gated::new(r, gate.clone())).await;
+    assert!(gated.calls() >= 8, "both full syncs ran: {}", gated.calls());
+    assert_eq!(gated.most_at_once(), 1, "calls overlapped through the gate");
+
+    let bare = run_both(|r| r).await;
+    assert_eq!(
+        bare.most_at_once(),
+        2,
+        "the probe sees overlap without a gate"
+    );
+}
