@@ -1096,8 +1096,22 @@ impl Worker {
                 tracing::warn!(error = %e, "cannot remove pod cgroup");
             }
         }
-        let _ = std::fs::remove_dir_all(spec::pod_dir(&self.env.node, &self.uid));
-        let _ = std::fs::remove_dir_all(spec::pod_log_dir(&self.env.node, &self.pod));
+        // Only a UID that is one path component names a directory of ours (a runtime's
+        // label or a manifest could say `..`); removal walks the disk, off the async workers.
+        if crate::pod::is_safe_uid(&self.uid) {
+            let dirs = [
+                spec::pod_dir(&self.env.node, &self.uid),
+                spec::pod_log_dir(&self.env.node, &self.pod),
+            ];
+            let _ = tokio::task::spawn_blocking(move || {
+                for d in dirs {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            })
+            .await;
+        } else {
+            tracing::warn!(uid = %self.uid, "not removing pod directories: the UID is not a safe path component");
+        }
         self.env.statuses.remove(&self.uid);
         tracing::info!("pod stopped and removed");
         true

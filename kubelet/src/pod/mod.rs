@@ -103,6 +103,16 @@ fn is_dns_subdomain(s: &str) -> bool {
 
 /// Checks what the kubelet relies on. Not the apiserver's full validation, but every rule here
 /// is one of upstream's, and the message names the field.
+/// A UID that can be one path component: what the apiserver hands out (UUIDs) and what
+/// static manifests hash to, never `..`, `/` or anything a shell or path would read twice.
+pub fn is_safe_uid(uid: &str) -> bool {
+    (1..=128).contains(&uid.len())
+        && !uid.starts_with('.')
+        && uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 pub fn validate(pod: &Pod) -> Result<(), FieldError> {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     if name.is_empty() {
@@ -116,6 +126,17 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
             "metadata.name",
             format!(
                 "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
+            ),
+        ));
+    }
+    if let Some(uid) = pod.metadata.uid.as_deref()
+        && !uid.is_empty()
+        && !is_safe_uid(uid)
+    {
+        return Err(field_err(
+            "metadata.uid",
+            format!(
+                "Invalid value: {uid:?}: at most 128 of 'A-Z', 'a-z', '0-9', '-', '_' and '.', not starting with '.' (it names directories on the node)"
             ),
         ));
     }

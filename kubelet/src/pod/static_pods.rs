@@ -90,48 +90,110 @@ fn now_rfc3339() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
-/// Directory entries that are manifests: regular files not starting with '.'.
+/// What one manifest file gave: its pod, or why it gave none.
+#[derive(Debug, Clone)]
+enum FileResult {
+    Pod(Box<Pod>),
+    /// The file could not be read (permissions, I/O): its last good pod stays.
+    Unreadable(ManifestError),
+    /// The file was read and is not a valid pod: it has no pod, as upstream.
+    Invalid(ManifestError),
+}
+
+/// Directory entries that are manifests: names not starting with '.' that are (or link to)
+/// regular files. An entry that cannot be looked at (a dangling symlink, an entry removed
+/// meanwhile, such as an editor's temp file) is skipped; only failing to list the directory
+/// itself is an error.
 fn manifest_paths(dir: &Path) -> std::io::Result<Vec<(PathBuf, std::fs::Metadata)>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
+        let Ok(entry) = entry else { continue };
         if entry.file_name().to_string_lossy().starts_with('.') {
             continue;
         }
-        let meta = std::fs::metadata(entry.path())?;
-        if meta.is_file() {
-            out.push((entry.path(), meta));
+        match std::fs::metadata(entry.path()) {
+            Ok(meta) if meta.is_file() => out.push((entry.path(), meta)),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(path = %entry.path().display(), error = %e, "skipping static pod dir entry")
+            }
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 
-/// Reads every manifest in `dir`. A missing directory is an empty set, as upstream.
-pub fn scan(dir: &Path, node: &str) -> Scan {
-    let mut out = Scan::default();
+/// Largest manifest read; a bigger file is refused rather than read into memory.
+pub const MAX_MANIFEST_BYTES: u64 = 10 << 20;
+
+fn read_manifest(path: &Path, node: &str) -> FileResult {
+    let err = |message: String| ManifestError {
+        path: path.to_path_buf(),
+        message,
+    };
+    let read = std::fs::File::open(path).and_then(|f| {
+        use std::io::Read;
+        let mut text = String::new();
+        f.take(MAX_MANIFEST_BYTES + 1).read_to_string(&mut text)?;
+        Ok(text)
+    });
+    match read {
+        Ok(text) if text.len() as u64 > MAX_MANIFEST_BYTES => {
+            FileResult::Invalid(err(format!("larger than {MAX_MANIFEST_BYTES} bytes")))
+        }
+        Ok(text) => match parse_manifest(path, &text, node) {
+            Ok(pod) => FileResult::Pod(Box::new(pod)),
+            Err(e) => FileResult::Invalid(e),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            FileResult::Invalid(err(format!("not UTF-8 text: {e}")))
+        }
+        Err(e) => FileResult::Unreadable(err(format!("reading: {e}"))),
+    }
+}
+
+/// One read of the directory, file by file.
+#[derive(Debug, Clone, Default)]
+struct DirRead {
+    files: BTreeMap<PathBuf, FileResult>,
+}
+
+/// Reads every manifest in `dir`: None for a missing directory (no static pods, as
+/// upstream), an error when the directory cannot be listed (nothing is known then).
+fn read_dir(dir: &Path, node: &str) -> Result<Option<DirRead>, ManifestError> {
     let entries = match manifest_paths(dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
-            out.errors.push(ManifestError {
+            return Err(ManifestError {
                 path: dir.to_path_buf(),
                 message: format!("reading directory: {e}"),
             });
-            return out;
         }
     };
+    let mut out = DirRead::default();
     for (path, _) in entries {
-        let parsed = std::fs::read_to_string(&path)
-            .map_err(|e| ManifestError {
-                path: path.clone(),
-                message: format!("reading: {e}"),
-            })
-            .and_then(|text| parse_manifest(&path, &text, node));
-        match parsed {
-            Ok(pod) => out.pods.push(pod),
-            Err(e) => out.errors.push(e),
+        let result = read_manifest(&path, node);
+        out.files.insert(path, result);
+    }
+    Ok(Some(out))
+}
+
+/// Reads every manifest in `dir` into pods and per-file errors. A missing directory is an
+/// empty set, as upstream.
+pub fn scan(dir: &Path, node: &str) -> Scan {
+    let mut out = Scan::default();
+    match read_dir(dir, node) {
+        Ok(None) => {}
+        Ok(Some(read)) => {
+            for (_, r) in read.files {
+                match r {
+                    FileResult::Pod(pod) => out.pods.push(*pod),
+                    FileResult::Unreadable(e) | FileResult::Invalid(e) => out.errors.push(e),
+                }
+            }
         }
+        Err(e) => out.errors.push(e),
     }
     out
 }
@@ -145,8 +207,34 @@ fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
         .collect()
 }
 
+/// The pods of one read, with the last good pod kept for each file that could not be read
+/// this time (a read failure never removes a pod); the errors to report.
+fn pods_of(read: &DirRead, last_good: &mut BTreeMap<PathBuf, Pod>) -> Scan {
+    let mut out = Scan::default();
+    let mut next_good = BTreeMap::new();
+    for (path, r) in &read.files {
+        match r {
+            FileResult::Pod(pod) => {
+                next_good.insert(path.clone(), (**pod).clone());
+            }
+            FileResult::Unreadable(e) => {
+                if let Some(pod) = last_good.get(path) {
+                    next_good.insert(path.clone(), pod.clone());
+                }
+                out.errors.push(e.clone());
+            }
+            FileResult::Invalid(e) => out.errors.push(e.clone()),
+        }
+    }
+    out.pods = next_good.values().cloned().collect();
+    *last_good = next_good;
+    out
+}
+
 /// Watches `dir`: sends the full set of static pods whenever a file changes (checked every
 /// `poll`) and at least every `resync`. Keeps the `config.seen` time of pods it already sent.
+/// One bad file is logged and skipped; when the directory cannot be read at all, nothing is
+/// sent (the pods stay as they are).
 pub async fn run(
     dir: PathBuf,
     node: String,
@@ -159,15 +247,48 @@ pub async fn run(
     let mut last_scan = tokio::time::Instant::now();
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let mut last_errors: Vec<ManifestError> = Vec::new();
+    let mut last_good: BTreeMap<PathBuf, Pod> = BTreeMap::new();
     loop {
-        let fp = fingerprint(&dir);
+        // Directory reads block: off the async workers.
+        let (d, n) = (dir.clone(), node.clone());
+        let fp = tokio::task::spawn_blocking(move || fingerprint(&d))
+            .await
+            .unwrap_or_default();
         if last_fp.as_ref() != Some(&fp) || last_scan.elapsed() >= resync {
             last_scan = tokio::time::Instant::now();
             last_fp = Some(fp);
-            let mut result = scan(&dir, &node);
+            let d = dir.clone();
+            let read = tokio::task::spawn_blocking(move || read_dir(&d, &n))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(ManifestError {
+                        path: dir.clone(),
+                        message: format!("reading panicked: {e}"),
+                    })
+                });
+            let mut result = match read {
+                Ok(Some(read)) => pods_of(&read, &mut last_good),
+                Ok(None) => {
+                    last_good.clear();
+                    Scan::default()
+                }
+                Err(e) => {
+                    if last_errors != [e.clone()] {
+                        tracing::error!(path = %e.path.display(), error = %e.message, "cannot read the static pod directory; static pods stay as they are");
+                        last_errors = vec![e];
+                    }
+                    // Read again at the next poll; send nothing meanwhile.
+                    last_fp = None;
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(poll) => {}
+                    }
+                    continue;
+                }
+            };
             if result.errors != last_errors {
                 for e in &result.errors {
-                    tracing::error!(path = %e.path.display(), error = %e.message, "skipping invalid static pod manifest");
+                    tracing::error!(path = %e.path.display(), error = %e.message, "skipping static pod manifest");
                 }
                 last_errors = result.errors.clone();
             }
@@ -288,6 +409,109 @@ mod tests {
         assert_eq!(s.errors.len(), 1);
         assert!(s.errors[0].path.ends_with("broken.yaml"));
         assert!(scan(&dir.path().join("missing"), "n1").pods.is_empty());
+    }
+
+    /// A dangling symlink, an editor's temp file, a malformed manifest, a non-UTF-8 file and
+    /// a subdirectory beside a good manifest: the good pod is kept, each bad file is an error.
+    #[test]
+    fn bad_entries_never_hide_the_good_pods() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("web.yaml"), WEB).unwrap();
+        std::os::unix::fs::symlink(d.join("gone.yaml"), d.join("dangling.yaml")).unwrap();
+        std::fs::write(d.join("4913"), "").unwrap();
+        std::fs::write(d.join("broken.yaml"), "kind: Pod\nspec: [").unwrap();
+        std::fs::write(d.join("binary.yaml"), [0xff, 0xfe, 0x00, 0x41]).unwrap();
+        std::fs::create_dir(d.join("subdir")).unwrap();
+        let s = scan(d, "n1");
+        assert_eq!(s.pods.len(), 1, "{:?}", s.errors);
+        assert_eq!(s.pods[0].metadata.name.as_deref(), Some("web-n1"));
+        let bad: Vec<String> = s
+            .errors
+            .iter()
+            .map(|e| e.path.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            bad,
+            ["4913", "binary.yaml", "broken.yaml"],
+            "{:?}",
+            s.errors
+        );
+    }
+
+    #[test]
+    fn a_manifest_that_cannot_be_read_keeps_its_last_pod() {
+        let dir = tempfile::tempdir().unwrap();
+        let web = dir.path().join("web.yaml");
+        std::fs::write(&web, WEB).unwrap();
+        let mut last_good = BTreeMap::new();
+        let first = read_dir(dir.path(), "n1").unwrap().unwrap();
+        assert_eq!(pods_of(&first, &mut last_good).pods.len(), 1);
+        // The same file now fails to read (EACCES, EIO): its pod stays, with an error.
+        let mut unreadable = first.clone();
+        unreadable.files.insert(
+            web.clone(),
+            FileResult::Unreadable(ManifestError {
+                path: web.clone(),
+                message: "reading: Permission denied".into(),
+            }),
+        );
+        let s = pods_of(&unreadable, &mut last_good);
+        assert_eq!(s.pods.len(), 1);
+        assert_eq!(s.errors.len(), 1);
+        // Read and invalid: the pod goes, as upstream.
+        let mut invalid = first.clone();
+        invalid.files.insert(
+            web.clone(),
+            FileResult::Invalid(ManifestError {
+                path: web,
+                message: "kind: Required value".into(),
+            }),
+        );
+        assert!(pods_of(&invalid, &mut last_good).pods.is_empty());
+    }
+
+    /// When the directory cannot be listed, nothing is sent: the static pods stay.
+    #[tokio::test]
+    async fn an_unreadable_directory_sends_nothing() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("manifests");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("web.yaml"), WEB).unwrap();
+        let (tx, mut rx) = mpsc::channel(4);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run(
+            dir.clone(),
+            "n1".into(),
+            Duration::from_millis(20),
+            Duration::from_millis(50),
+            tx,
+            cancel.clone(),
+        ));
+        assert_eq!(rx.recv().await.unwrap().len(), 1);
+        // Not a directory any more (ENOTDIR): a read error, not "no static pods".
+        std::fs::rename(&dir, parent.path().join("aside")).unwrap();
+        std::fs::write(&dir, "not a directory").unwrap();
+        let quiet = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
+        assert!(quiet.is_err(), "sent {:?}", quiet.unwrap().map(|p| p.len()));
+        std::fs::remove_file(&dir).unwrap();
+        std::fs::rename(parent.path().join("aside"), &dir).unwrap();
+        assert_eq!(rx.recv().await.unwrap().len(), 1);
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    #[test]
+    fn a_hostile_uid_is_refused() {
+        let p = Path::new("/m/evil.yaml");
+        for uid in ["../../etc", "a/b", "..", ".", "x\n", &"a".repeat(200)] {
+            let text = WEB.replace("  name: web\n", &format!("  name: web\n  uid: {uid:?}\n"));
+            let e = parse_manifest(p, &text, "n1").unwrap_err();
+            assert!(e.message.contains("metadata.uid"), "{uid}: {e}");
+        }
+        let text = WEB.replace("  name: web\n", "  name: web\n  uid: 1f0c-ab_9.x\n");
+        let pod = parse_manifest(p, &text, "n1").unwrap();
+        assert_eq!(pod.metadata.uid.as_deref(), Some("1f0c-ab_9.x"));
     }
 
     #[tokio::test]
