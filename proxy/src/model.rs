@@ -311,6 +311,22 @@ pub fn service_ports(svc: &Service, family: IpFamily) -> Vec<ServicePortInfo> {
     };
     let namespace = svc.metadata.namespace.clone().unwrap_or_default();
     let name = svc.metadata.name.clone().unwrap_or_default();
+    // Names end up in rule comments and chain hashes: what the apiserver would never accept
+    // (a file under --static-services-dir, a non-validating apiserver) is not programmed.
+    let bad_port = spec.ports.iter().flatten().find(|p| {
+        p.name
+            .as_deref()
+            .is_some_and(|n| !n.is_empty() && !is_dns_label(n))
+    });
+    if !is_dns_label(&namespace) || !is_dns_label(&name) || bad_port.is_some() {
+        tracing::warn!(
+            namespace = %namespace.escape_debug(),
+            name = %name.escape_debug(),
+            port = ?bad_port.and_then(|p| p.name.as_deref()),
+            "ignoring Service: namespace, name and port names must be RFC 1123 labels"
+        );
+        return Vec::new();
+    }
 
     let external_ips: Vec<IpAddr> = spec
         .external_ips
@@ -411,6 +427,9 @@ fn slice_data(slice: &EndpointSlice, family: IpFamily, node_name: &str) -> Slice
         let (Some(name), Some(port)) = (&p.name, p.port) else {
             continue;
         };
+        if !name.is_empty() && !is_dns_label(name) {
+            continue;
+        }
         if !(1..=65535).contains(&port) {
             continue;
         }
@@ -717,6 +736,16 @@ pub fn ports_of<'m, V>(
 }
 
 /// The slice's `last-change-trigger-time` (RFC 3339, fractional seconds allowed).
+/// An RFC 1123 label: 1 to 63 of `a-z`, `0-9` and `-`, alphanumeric at both ends.
+pub fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    (1..=63).contains(&b.len())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
 fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
     let v = slice
         .metadata
@@ -731,6 +760,14 @@ fn slice_key(slice: &EndpointSlice) -> Option<(NamespacedName, String)> {
     let ns = slice.metadata.namespace.clone().unwrap_or_default();
     let name = slice.metadata.name.clone()?;
     if slice.address_type == "FQDN" {
+        return None;
+    }
+    if !is_dns_label(&ns) || !is_dns_label(svc) {
+        tracing::warn!(
+            namespace = %ns.escape_debug(),
+            service = %svc.escape_debug(),
+            "ignoring EndpointSlice: its namespace and service name must be RFC 1123 labels"
+        );
         return None;
     }
     Some((NamespacedName::new(ns, svc.clone()), name))

@@ -1989,3 +1989,94 @@ async fn two_families_never_run_iptables_at_once() {
         "the probe sees overlap without a gate"
     );
 }
+
+/// Names from `--static-services-dir` (or an apiserver that does not validate) reach rule
+/// comments: one with a quote and newlines must not add a rule. Such objects are ignored,
+/// and the valid ones beside them are programmed.
+#[tokio::test]
+async fn hostile_names_cannot_inject_rules() {
+    let text = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: "web\" -j ACCEPT\n-A KUBE-SERVICES -j ACCEPT\n#", namespace: default}
+spec:
+  clusterIP: 172.30.0.66
+  ports: [{name: http, port: 80, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ok, namespace: "x\n-A KUBE-FORWARD -j ACCEPT"}
+spec:
+  clusterIP: 172.30.0.67
+  ports: [{name: http, port: 80, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: porty, namespace: default}
+spec:
+  clusterIP: 172.30.0.68
+  ports: [{name: "p\"\n-A KUBE-NODEPORTS -j ACCEPT", port: 80, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: good, namespace: default}
+spec:
+  clusterIP: 172.30.0.69
+  ports: [{name: http, port: 80, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: evil-1
+  namespace: default
+  labels: {kubernetes.io/service-name: "good\n-A KUBE-SERVICES -j ACCEPT"}
+addressType: IPv4
+endpoints: [{addresses: [10.1.0.9]}]
+ports: [{name: http, port: 8080, protocol: TCP}]
+"#;
+    let mut objs = crate::source::Objects::default();
+    crate::source::parse_text(text, std::path::Path::new("/x/evil.yaml"), &mut objs).unwrap();
+    let runner = FakeRunner::default();
+    let mut st = ServiceState::new(IpFamily::V4, NODE);
+    for s in objs.services.values() {
+        st.upsert_service(s);
+    }
+    for s in objs.slices.values() {
+        st.upsert_endpoint_slice(s);
+    }
+    let mut p = proxier_with(runner.clone(), st);
+    p.sync(true).await.unwrap();
+    let all = runner.restores().join("\n");
+    assert!(all.contains("default/good:http"), "{all}");
+    for line in all.lines() {
+        assert!(
+            !line.contains("-j ACCEPT\"") && line != "-A KUBE-SERVICES -j ACCEPT",
+            "injected: {line}"
+        );
+        assert!(
+            !line.starts_with("-A KUBE-FORWARD -j ACCEPT"),
+            "injected: {line}"
+        );
+        assert!(
+            !line.starts_with("-A KUBE-NODEPORTS -j ACCEPT"),
+            "injected: {line}"
+        );
+    }
+    assert!(!all.contains("172.30.0.66") && !all.contains("172.30.0.67"));
+    assert!(
+        !all.contains("172.30.0.68"),
+        "a Service with a bad port name"
+    );
+    assert!(!all.contains("10.1.0.9"), "a slice with a bad service name");
+}
+
+#[test]
+fn dns_labels() {
+    use crate::model::is_dns_label;
+    for ok in ["a", "web-1", "0x", &"a".repeat(63)] {
+        assert!(is_dns_label(ok), "{ok}");
+    }
+    for bad in ["", "-a", "a-", "A", "a.b", "a\"", "a\nb", &"a".repeat(64)] {
+        assert!(!is_dns_label(bad), "{bad:?}");
+    }
+}
