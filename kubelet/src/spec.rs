@@ -230,8 +230,32 @@ pub fn linux_resources(c: &Container, qos: Qos, memory_capacity: i64) -> LinuxRe
     }
 }
 
+/// How many bytes `$(VAR)` references may add to one container's env, command and args:
+/// ARG_MAX with the default 8 MiB stack, past which execve would refuse the container anyway.
+/// It stops a manifest whose variables reference each other from growing without bound.
+pub const MAX_EXPANSION_BYTES: usize = 2 << 20;
+
+/// What is left of a container's [`MAX_EXPANSION_BYTES`].
+#[derive(Debug)]
+pub struct ExpandBudget {
+    left: usize,
+}
+
+impl Default for ExpandBudget {
+    fn default() -> Self {
+        ExpandBudget {
+            left: MAX_EXPANSION_BYTES,
+        }
+    }
+}
+
 /// Expands `$(VAR)` references like upstream (`$$` escapes; unknown references stay as written).
-pub fn expand(input: &str, vars: &BTreeMap<String, String>) -> String {
+/// Substituted bytes count against `budget`; past it, an error names the variable.
+pub fn expand(
+    input: &str,
+    vars: &BTreeMap<String, String>,
+    budget: &mut ExpandBudget,
+) -> Result<String, ConfigError> {
     let mut out = String::with_capacity(input.len());
     let b = input.as_bytes();
     let mut i = 0;
@@ -247,7 +271,14 @@ pub fn expand(input: &str, vars: &BTreeMap<String, String>) -> String {
                     if let Some(end) = input[i + 2..].find(')') {
                         let name = &input[i + 2..i + 2 + end];
                         match vars.get(name) {
-                            Some(v) => out.push_str(v),
+                            Some(v) => {
+                                budget.left = budget.left.checked_sub(v.len()).ok_or_else(|| {
+                                    ConfigError(format!(
+                                        "expanding $({name}): variable references expand to more than {MAX_EXPANSION_BYTES} bytes"
+                                    ))
+                                })?;
+                                out.push_str(v);
+                            }
                             None => out.push_str(&input[i..i + 3 + end]),
                         }
                         i += 3 + end;
@@ -261,7 +292,7 @@ pub fn expand(input: &str, vars: &BTreeMap<String, String>) -> String {
         out.push(ch);
         i += ch.len_utf8();
     }
-    out
+    Ok(out)
 }
 
 fn field_ref(
@@ -309,9 +340,10 @@ fn env_value(
     pod_ips: &[String],
     host_ips: &[String],
     vars: &BTreeMap<String, String>,
+    budget: &mut ExpandBudget,
 ) -> Result<String, ConfigError> {
     if let Some(v) = &e.value {
-        return Ok(expand(v, vars));
+        return expand(v, vars, budget);
     }
     let Some(from) = &e.value_from else {
         return Ok(String::new());
@@ -462,8 +494,9 @@ pub fn container_config(
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let mut vars = BTreeMap::new();
     let mut envs = Vec::new();
+    let mut budget = ExpandBudget::default();
     for e in c.env.iter().flatten() {
-        let v = env_value(pod, c, e, pod_ips, &node.host_ips, &vars)?;
+        let v = env_value(pod, c, e, pod_ips, &node.host_ips, &vars, &mut budget)?;
         vars.insert(e.name.clone(), v.clone());
         envs.push((e.name.clone(), v));
     }
@@ -568,17 +601,20 @@ pub fn container_config(
     }
     let sc = c.security_context.clone().unwrap_or_default();
     let psc = spec.security_context.clone().unwrap_or_default();
+    let mut expand_all = |list: &Option<Vec<String>>| {
+        list.iter()
+            .flatten()
+            .map(|s| expand(s, &vars, &mut budget))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let command = expand_all(&c.command)?;
+    let args = expand_all(&c.args)?;
     Ok(ContainerConfig {
         name: c.name.clone(),
         attempt: restart_count,
         image: c.image.clone().unwrap_or_default(),
-        command: c
-            .command
-            .iter()
-            .flatten()
-            .map(|s| expand(s, &vars))
-            .collect(),
-        args: c.args.iter().flatten().map(|s| expand(s, &vars)).collect(),
+        command,
+        args,
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs,
         mounts,
@@ -700,6 +736,39 @@ mod tests {
         assert_eq!(cfg.log_path, "c/2.log");
         assert_eq!(cfg.annotations[ANN_RESTART_COUNT], "2");
         assert_eq!(cfg.labels[LABEL_CONTAINER_NAME], "c");
+    }
+
+    /// Variables that double each other: 40 levels would be 2^40 bytes. The expansion stops
+    /// at its budget with an error naming the variable, before allocating past it.
+    #[test]
+    fn an_env_bomb_is_a_config_error() {
+        let mut env = vec![serde_json::json!({"name": "V0", "value": "x".repeat(1024)})];
+        for i in 1..40 {
+            env.push(serde_json::json!({"name": format!("V{i}"), "value": format!("$(V{p})$(V{p})", p = i - 1)}));
+        }
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "w", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1", "env": env}]}}),
+        );
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let err = container_config(&node(), &p, c, 0, &[], &BTreeMap::new(), None).unwrap_err();
+        assert!(err.0.contains("more than 2097152 bytes"), "{}", err.0);
+        assert!(err.0.contains("$(V"), "{}", err.0);
+
+        // The same through command arguments.
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "w", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1",
+            "env": [{"name": "A", "value": "y".repeat(100_000)}],
+            "args": vec!["$(A)$(A)$(A)$(A)$(A)"; 5]}]}}),
+        );
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let err = container_config(&node(), &p, c, 0, &[], &BTreeMap::new(), None).unwrap_err();
+        assert!(err.0.contains("$(A)"), "{}", err.0);
+
+        // Large but within budget: expanded as written.
+        let mut b = ExpandBudget::default();
+        let vars = BTreeMap::from([("A".to_string(), "z".repeat(1 << 20))]);
+        assert_eq!(expand("$(A)", &vars, &mut b).unwrap().len(), 1 << 20);
+        assert!(expand("$(A)$(A)", &vars, &mut b).is_err());
     }
 
     #[test]
