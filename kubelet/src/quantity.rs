@@ -2,16 +2,30 @@
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-/// A quantity string that does not follow the Kubernetes quantity grammar.
+/// A quantity the kubelet cannot use.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error(
-    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}"
-)]
-pub struct QuantityError(pub String);
+pub enum QuantityError {
+    /// Not the Kubernetes quantity grammar.
+    #[error(
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}"
+    )]
+    Syntax(String),
+    /// Its value in thousandths does not fit in 64 bits (upstream's MilliValue).
+    #[error(
+        "quantity {0:?} is too large: its value in thousandths must fit in a signed 64-bit integer"
+    )]
+    TooLarge(String),
+}
+
+/// The largest magnitude [`parse_milli`] returns: an int64 of thousandths, as upstream's
+/// MilliValue; whatever is computed from it in i128 cannot overflow.
+pub const MAX_MILLI: i128 = i64::MAX as i128;
 
 /// The value in thousandths ("milli" units): "100m" → 100, "2" → 2000, "1Ki" → 1_024_000.
+/// Its magnitude is at most [`MAX_MILLI`].
 pub fn parse_milli(q: &str) -> Result<i128, QuantityError> {
-    let err = || QuantityError(q.to_string());
+    let err = || QuantityError::Syntax(q.to_string());
+    let too_large = || QuantityError::TooLarge(q.to_string());
     let s = q.trim();
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
@@ -52,22 +66,36 @@ pub fn parse_milli(q: &str) -> Result<i128, QuantityError> {
         e if e.starts_with(['e', 'E']) => {
             let exp: i32 = e[1..].parse().map_err(|_| err())?;
             if exp >= 0 {
-                (10i128.checked_pow(exp as u32).ok_or_else(err)?, 1)
+                (10i128.checked_pow(exp as u32).ok_or_else(too_large)?, 1)
             } else {
-                (1, 10i128.checked_pow((-exp) as u32).ok_or_else(err)?)
+                (
+                    1,
+                    10i128
+                        .checked_pow(exp.unsigned_abs())
+                        .ok_or_else(too_large)?,
+                )
             }
         }
         _ => return Err(err()),
     };
     let frac_den = 10i128.pow(frac_part.len().min(30) as u32);
-    let mantissa: i128 = format!("{int_part}{}", &frac_part[..frac_part.len().min(30)])
-        .trim_start_matches('0')
-        .parse()
-        .unwrap_or(0);
+    let digits = format!("{int_part}{}", &frac_part[..frac_part.len().min(30)]);
+    let digits = digits.trim_start_matches('0');
+    let mantissa: i128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| too_large())?
+    };
     // Round up like Kubernetes does when a value is not representable.
-    let numer = mantissa * mul_num * 1000;
-    let denom = frac_den * mul_den;
-    let v = (numer + denom - 1) / denom;
+    let numer = mantissa
+        .checked_mul(mul_num)
+        .and_then(|n| n.checked_mul(1000))
+        .ok_or_else(too_large)?;
+    let denom = frac_den.checked_mul(mul_den).ok_or_else(too_large)?;
+    let v = numer.checked_add(denom - 1).ok_or_else(too_large)? / denom;
+    if v > MAX_MILLI {
+        return Err(too_large());
+    }
     Ok(if negative { -v } else { v })
 }
 
@@ -101,6 +129,31 @@ mod tests {
         assert_eq!(parse_value("1e3").unwrap(), 1000);
         assert_eq!(parse_value("1.5Gi").unwrap(), 3 << 29);
         assert_eq!(parse_value("100m").unwrap(), 1);
+    }
+
+    /// Values past an int64 of thousandths are an error, never a panic or a wrapped number.
+    #[test]
+    fn overflow_is_an_error() {
+        for big in [
+            "99999999999999999999999999999999Ei",
+            "1e40",
+            "1e-100000",
+            "9223372036854775808m",
+            "10000000000000000",
+            "123456789012345678901234567890.123456789012345678901234567890P",
+        ] {
+            assert!(
+                matches!(parse_milli(big), Err(QuantityError::TooLarge(_))),
+                "{big}: {:?}",
+                parse_milli(big)
+            );
+        }
+        assert_eq!(parse_milli("9223372036854775807m").unwrap(), MAX_MILLI);
+        assert_eq!(parse_milli("-1Ki").unwrap(), -1_024_000);
+        assert!(matches!(
+            parse_milli("-8Ei"),
+            Err(QuantityError::TooLarge(_))
+        ));
     }
 
     #[test]

@@ -204,28 +204,32 @@ pub fn linux_resources(c: &Container, qos: Qos, memory_capacity: i64) -> LinuxRe
         .get("memory")
         .and_then(|q| quantity::value(q).ok())
         .or(mem_limit);
-    const PERIOD: i64 = 100_000;
+    // Quantities are at most an int64 of thousandths (quantity::MAX_MILLI), so this i128
+    // arithmetic cannot overflow; results are clamped into the kernel's ranges.
+    const PERIOD: i128 = 100_000;
+    let to_i64 = |v: i128| v.clamp(0, i64::MAX as i128) as i64;
+    // Upstream's MilliCPUToShares: MinShares 2, MaxShares 262144.
     let shares = match cpu_request {
-        Some(m) if m > 0 => ((m as i64) * 1024 / 1000).max(2),
+        Some(m) if m > 0 => (m * 1024 / 1000).clamp(2, 262_144),
         _ => 2,
     };
     let quota = cpu_limit
-        .map(|m| ((m as i64) * PERIOD / 1000).max(1000))
+        .map(|m| (m * PERIOD / 1000).max(1000))
         .unwrap_or(0);
     let oom = match qos {
         Qos::Guaranteed => -997,
         Qos::BestEffort => 1000,
         Qos::Burstable => {
-            let req = mem_request.unwrap_or(0) as i64;
-            let cap = memory_capacity.max(1);
-            (1000 - (1000 * req) / cap).clamp(2, 999)
+            let req = mem_request.unwrap_or(0).max(0);
+            let cap = i128::from(memory_capacity.max(1));
+            (1000 - (1000 * req) / cap).clamp(2, 999) as i64
         }
     };
     LinuxResources {
-        cpu_period: if quota > 0 { PERIOD } else { 0 },
-        cpu_quota: quota,
-        cpu_shares: shares,
-        memory_limit_in_bytes: mem_limit.unwrap_or(0) as i64,
+        cpu_period: if quota > 0 { PERIOD as i64 } else { 0 },
+        cpu_quota: to_i64(quota),
+        cpu_shares: shares as i64,
+        memory_limit_in_bytes: to_i64(mem_limit.unwrap_or(0)),
         oom_score_adj: oom,
     }
 }
@@ -706,6 +710,32 @@ mod tests {
         let none: Container = serde_json::from_value(serde_json::json!({"name": "c"})).unwrap();
         let r = linux_resources(&none, Qos::BestEffort, 1 << 33);
         assert_eq!((r.cpu_shares, r.cpu_quota, r.oom_score_adj), (2, 0, 1000));
+    }
+
+    /// The largest quantities the parser accepts convert without overflow (this panicked in
+    /// debug builds and wrapped in release ones), clamped as upstream clamps them.
+    #[test]
+    fn extreme_resources_clamp_instead_of_overflowing() {
+        let c: Container = serde_json::from_value(serde_json::json!({"name": "c", "resources": {
+            "limits": {"cpu": "9223372036854775807m", "memory": "9223372036854775807m"},
+            "requests": {"cpu": "9223372036854775807m", "memory": "9223372036854775807m"}}}))
+        .unwrap();
+        let r = linux_resources(&c, Qos::Guaranteed, 1 << 33);
+        assert_eq!(r.cpu_shares, 262_144, "upstream's MaxShares");
+        assert_eq!(
+            r.cpu_quota,
+            922_337_203_685_477_580_700_i128.min(i64::MAX as i128) as i64
+        );
+        assert_eq!(r.memory_limit_in_bytes, 9_223_372_036_854_776);
+        let r = linux_resources(&c, Qos::Burstable, 1);
+        assert_eq!(r.oom_score_adj, 2);
+        // Past an int64 of thousandths: the pod is refused at validation, not run.
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "w", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1",
+            "resources": {"limits": {"memory": "1e40"}}}]}}),
+        );
+        let e = crate::pod::validate(&p).unwrap_err();
+        assert!(e.to_string().contains("too large"), "{e}");
     }
 
     #[test]
