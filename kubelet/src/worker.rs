@@ -10,9 +10,11 @@ use crate::runtime::*;
 use crate::spec::{self, NodeSettings};
 use crate::status::{self, Observation, Waiting};
 use crate::status_manager::StatusManager;
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Container as K8sContainer, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -1132,6 +1134,7 @@ impl Worker {
             uid = %self.uid
         );
         async move {
+            let mut panics = StepPanics::default();
             let mut terminating: Option<i64> = None;
             let mut next = Instant::now();
             loop {
@@ -1155,19 +1158,56 @@ impl Worker {
                     }
                     _ = tokio::time::sleep_until(next) => {}
                 }
+                // A panic in one step (a bug) is contained here: logged, and the step runs
+                // again after a back-off. The step is level-triggered (it re-reads the
+                // runtime), so whatever it left half done is seen and finished next time.
                 if let Some(g) = terminating {
-                    if self.terminate(g).await {
-                        let _ = done.send(self.uid.clone());
-                        return;
+                    match AssertUnwindSafe(self.terminate(g)).catch_unwind().await {
+                        Ok(true) => {
+                            let _ = done.send(self.uid.clone());
+                            return;
+                        }
+                        Ok(false) => next = Instant::now() + Duration::from_secs(1),
+                        Err(p) => next = Instant::now() + panics.record("terminate", p.as_ref()),
                     }
-                    next = Instant::now() + Duration::from_secs(1);
                     continue;
                 }
-                next = Instant::now() + self.sync().await;
+                next = match AssertUnwindSafe(self.sync()).catch_unwind().await {
+                    Ok(after) => {
+                        panics.reset();
+                        Instant::now() + after
+                    }
+                    Err(p) => Instant::now() + panics.record("sync", p.as_ref()),
+                };
             }
         }
         .instrument(span)
         .await
+    }
+}
+
+/// Panics of a worker's steps in a row, and the wait before the next try: 1 s doubling to
+/// 5 min (the crash-loop cap), back to 1 s after a step that completes.
+#[derive(Debug, Default)]
+struct StepPanics {
+    in_a_row: u32,
+}
+
+impl StepPanics {
+    fn record(&mut self, step: &str, payload: &(dyn std::any::Any + Send)) -> Duration {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        let wait = Duration::from_secs(1u64 << self.in_a_row.min(8)).min(Duration::from_secs(300));
+        self.in_a_row = self.in_a_row.saturating_add(1);
+        tracing::error!(step, panic = %message, retry_in = ?wait, "pod worker step panicked; the pod stays managed and the step runs again");
+        wait
+    }
+
+    fn reset(&mut self) {
+        self.in_a_row = 0;
     }
 }
 

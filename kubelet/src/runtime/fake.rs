@@ -15,6 +15,7 @@ struct State {
     images: BTreeMap<String, String>,
     calls: Vec<String>,
     fail_next: HashMap<&'static str, Vec<RuntimeError>>,
+    panic_next: HashMap<&'static str, usize>,
     exec_results: Vec<ExecResult>,
     stop_timeouts: Vec<Duration>,
 }
@@ -46,6 +47,11 @@ impl FakeRuntime {
             .entry(op)
             .or_default()
             .push(err);
+    }
+
+    /// The next `n` calls of `op` panic (a bug stand-in: workers must survive it).
+    pub fn panic_next(&self, op: &'static str, n: usize) {
+        self.state.lock().unwrap().panic_next.insert(op, n);
     }
 
     /// The next ExecSync returns this result.
@@ -123,6 +129,13 @@ impl FakeRuntime {
     fn enter(&self, op: &'static str) -> Result<std::sync::MutexGuard<'_, State>> {
         let mut s = self.state.lock().unwrap();
         s.calls.push(op.to_string());
+        if let Some(n) = s.panic_next.get_mut(op)
+            && *n > 0
+        {
+            *n -= 1;
+            drop(s);
+            panic!("injected panic in {op}");
+        }
         s.clock += 1_000_000;
         if let Some(errs) = s.fail_next.get_mut(op)
             && !errs.is_empty()

@@ -676,3 +676,46 @@ async fn zero_grace_still_gets_the_minimum_and_orphans_use_recorded_grace() {
         "upstream never kills with less than 2 s"
     );
 }
+
+/// A panic inside one pod's sync (a bug) is caught: the worker keeps running, retries after
+/// a back-off, and the pod gets started; another pod's worker is untouched meanwhile.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_step_is_retried_and_other_pods_keep_going() {
+    let r = rig();
+    let (done_tx, _done_rx) = mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    // Another pod, running first.
+    let mut other = pod("Always", serde_json::json!({}));
+    other.metadata.uid = Some("uid-2".into());
+    other.metadata.name = Some("other".into());
+    let (_tx2, rx2) = mpsc::unbounded_channel();
+    let w2 = Worker::new(r.env.clone(), other, None);
+    let task2 = tokio::spawn(w2.run(rx2, done_tx.clone(), cancel.clone()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(r.rt.running("app").len(), 1);
+
+    r.rt.panic_next("RunPodSandbox", 2);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    let task = tokio::spawn(w.run(rx, done_tx, cancel.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!task.is_finished(), "the worker survived its panic");
+    assert!(!task2.is_finished());
+    assert_eq!(
+        r.rt.count("RunPodSandbox"),
+        2,
+        "uid-2's, then uid-1's that panicked"
+    );
+    // 1 s, then 2 s after the second panic: the third try starts the pod.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(r.rt.count("RunPodSandbox"), 4);
+    assert_eq!(r.rt.running("app").len(), 2, "both pods run");
+    assert!(app_status(&r).state.unwrap().running.is_some());
+    // Still managed: termination works.
+    tx.send(Msg::Terminate(5)).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(task.is_finished());
+    assert_eq!(r.rt.running("app").len(), 1);
+    cancel.cancel();
+    task2.await.unwrap();
+}
