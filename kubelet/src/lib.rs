@@ -10,6 +10,7 @@
 //! apiserver.
 
 pub mod app;
+pub mod atomic_file;
 pub mod cgroups;
 pub mod cluster;
 pub mod config;

@@ -3,6 +3,7 @@
 //! follow when the agent joins a cluster; standalone it behaves like upstream's defaults
 //! (anonymous allowed, AlwaysAllow).
 
+use crate::atomic_file;
 use crate::metrics::Metrics;
 use crate::pleg::PlegHealth;
 use crate::status_manager::StatusManager;
@@ -150,7 +151,9 @@ pub async fn serve_http(listener: TcpListener, router: Router, cancel: Cancellat
 }
 
 /// Loads the serving certificate, or creates and stores a self-signed one in `cert_dir`
-/// (`kubelet.crt` / `kubelet.key`, as upstream does when no tlsCertFile is configured).
+/// (`kubelet.crt` / `kubelet.key`, as upstream does when no tlsCertFile is configured). A
+/// half-present or mismatched self-signed pair is replaced by a new one; a configured pair is
+/// used as is (and a broken one is an error).
 pub fn serving_tls(
     cert: Option<&Path>,
     key: Option<&Path>,
@@ -167,27 +170,11 @@ pub fn serving_tls(
         _ => {
             let c = cert_dir.join("kubelet.crt");
             let k = cert_dir.join("kubelet.key");
-            if !(c.exists() && k.exists()) {
-                std::fs::create_dir_all(cert_dir).map_err(|e| tls_err(cert_dir, e.to_string()))?;
-                let mut names = vec![hostname.to_string(), "localhost".to_string()];
-                names.extend(ips.iter().map(|i| i.to_string()));
-                names.push("127.0.0.1".into());
-                let params =
-                    rcgen::CertificateParams::new(names).map_err(|e| tls_err(&c, e.to_string()))?;
-                let mut params = params;
-                params.distinguished_name.push(
-                    rcgen::DnType::CommonName,
-                    format!("{hostname}@{}", unix_now()),
-                );
-                let key_pair =
-                    rcgen::KeyPair::generate().map_err(|e| tls_err(&k, e.to_string()))?;
-                let cert = params
-                    .self_signed(&key_pair)
-                    .map_err(|e| tls_err(&c, e.to_string()))?;
-                std::fs::write(&c, cert.pem()).map_err(|e| tls_err(&c, e.to_string()))?;
-                write_private(&k, key_pair.serialize_pem().as_bytes())
-                    .map_err(|e| tls_err(&k, e.to_string()))?;
-                tracing::info!(cert = %c.display(), "generated a self-signed serving certificate");
+            if let Some(why) = self_signed_problem(&c, &k) {
+                if c.exists() || k.exists() {
+                    tracing::warn!(cert = %c.display(), key = %k.display(), reason = %why, "the self-signed serving certificate is unusable; generating a new pair");
+                }
+                generate_self_signed(&c, &k, cert_dir, hostname, ips)?;
             }
             (c, k)
         }
@@ -213,16 +200,52 @@ pub fn serving_tls(
     Ok(cfg)
 }
 
-fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(data)
+/// Why the self-signed pair in the cert dir cannot be served (`None`: it can): a file is
+/// missing or unreadable, or the key does not belong to the certificate (say, a crash between
+/// writing the two). Either way both are generated anew.
+fn self_signed_problem(cert: &Path, key: &Path) -> Option<String> {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    match (read(cert), read(key)) {
+        (Ok(c), Ok(k)) => crate::cluster::bootstrap::check_key_pair(&c, &k)
+            .err()
+            .map(|e| format!("{} and {}: {e}", cert.display(), key.display())),
+        (Err(e), _) | (_, Err(e)) => Some(e),
+    }
+}
+
+/// Creates a self-signed serving pair for `hostname` and `ips` (each file written atomically,
+/// the key 0600).
+fn generate_self_signed(
+    c: &Path,
+    k: &Path,
+    cert_dir: &Path,
+    hostname: &str,
+    ips: &[std::net::IpAddr],
+) -> Result<(), ServerError> {
+    let tls_err = |path: &Path, message: String| ServerError::Tls {
+        path: path.display().to_string(),
+        message,
+    };
+    std::fs::create_dir_all(cert_dir).map_err(|e| tls_err(cert_dir, e.to_string()))?;
+    let mut names = vec![hostname.to_string(), "localhost".to_string()];
+    names.extend(ips.iter().map(|i| i.to_string()));
+    names.push("127.0.0.1".into());
+    let mut params = rcgen::CertificateParams::new(names).map_err(|e| tls_err(c, e.to_string()))?;
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("{hostname}@{}", unix_now()),
+    );
+    let key_pair = rcgen::KeyPair::generate().map_err(|e| tls_err(k, e.to_string()))?;
+    let cert = params
+        .self_signed(&key_pair)
+        .map_err(|e| tls_err(c, e.to_string()))?;
+    // Key first: a crash in between leaves a mismatched pair, which the next start replaces.
+    atomic_file::write_private_atomic(k, key_pair.serialize_pem().as_bytes())
+        .map_err(|e| tls_err(k, e.to_string()))?;
+    atomic_file::write_public_atomic(c, cert.pem().as_bytes())
+        .map_err(|e| tls_err(c, e.to_string()))?;
+    tracing::info!(cert = %c.display(), "generated a self-signed serving certificate");
+    Ok(())
 }
 
 /// Serves HTTPS until cancelled; each connection runs in its own task.
@@ -268,4 +291,96 @@ pub async fn serve_https(
         });
     }
     conns.abort_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::bootstrap::check_key_pair;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn serve(dir: &Path) -> Result<rustls::ServerConfig, ServerError> {
+        serving_tls(None, None, dir, "worker-1", &["10.0.0.5".parse().unwrap()])
+    }
+
+    #[test]
+    fn self_signed_pair_is_written_privately_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("pki");
+        serve(&pki).unwrap();
+        let (crt, key) = (pki.join("kubelet.crt"), pki.join("kubelet.key"));
+        assert_eq!(mode(&key), 0o600);
+        assert_eq!(mode(&crt), 0o644);
+        assert_eq!(
+            names(&pki),
+            ["kubelet.crt", "kubelet.key"],
+            "no temp file left"
+        );
+        let (c1, k1) = (std::fs::read(&crt).unwrap(), std::fs::read(&key).unwrap());
+        check_key_pair(&c1, &k1).unwrap();
+        // A usable pair is served again, not replaced.
+        serve(&pki).unwrap();
+        assert_eq!(std::fs::read(&crt).unwrap(), c1);
+        assert_eq!(std::fs::read(&key).unwrap(), k1);
+    }
+
+    #[test]
+    fn half_present_or_mismatched_self_signed_pair_is_regenerated() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path();
+        let (crt, key) = (pki.join("kubelet.crt"), pki.join("kubelet.key"));
+        serve(pki).unwrap();
+        let old_cert = std::fs::read(&crt).unwrap();
+
+        // Only the certificate is left (say, a crash after the key was removed).
+        std::fs::remove_file(&key).unwrap();
+        serve(pki).unwrap();
+        let (c, k) = (std::fs::read(&crt).unwrap(), std::fs::read(&key).unwrap());
+        assert_ne!(c, old_cert);
+        check_key_pair(&c, &k).unwrap();
+        assert_eq!(mode(&key), 0o600);
+
+        // The key belongs to another certificate: both are replaced, nothing fails.
+        let other = rcgen::KeyPair::generate().unwrap();
+        std::fs::write(&key, other.serialize_pem()).unwrap();
+        assert!(check_key_pair(&c, &std::fs::read(&key).unwrap()).is_err());
+        serve(pki).unwrap();
+        let (c2, k2) = (std::fs::read(&crt).unwrap(), std::fs::read(&key).unwrap());
+        assert_ne!(c2, c);
+        check_key_pair(&c2, &k2).unwrap();
+        assert_eq!(mode(&key), 0o600);
+        assert_eq!(names(pki), ["kubelet.crt", "kubelet.key"]);
+    }
+
+    #[test]
+    fn configured_mismatched_pair_is_an_error_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        serve(dir.path()).unwrap();
+        let crt = dir.path().join("kubelet.crt");
+        let key = dir.path().join("other.key");
+        std::fs::write(&key, rcgen::KeyPair::generate().unwrap().serialize_pem()).unwrap();
+        let before = std::fs::read(&crt).unwrap();
+        let r = serving_tls(
+            Some(&crt),
+            Some(&key),
+            &dir.path().join("unused"),
+            "worker-1",
+            &[],
+        );
+        assert!(matches!(r, Err(ServerError::Tls { .. })));
+        assert_eq!(std::fs::read(&crt).unwrap(), before);
+    }
 }

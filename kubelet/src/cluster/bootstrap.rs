@@ -7,18 +7,23 @@
 //! `<cert-dir>/kubelet-client-<timestamp>.pem` (mode 0600) behind the symlink
 //! `kubelet-client-current.pem`, and write `--kubeconfig` pointing at the symlink.
 //!
+//! An existing `--kubeconfig` is used only if its credentials work (upstream's
+//! `isClientConfigStillValid`): it parses, every client certificate in it is within its validity
+//! period, and the client key belongs to the certificate. Otherwise bootstrap runs again.
+//!
 //! Rotation: at a random point in 70–90 % of the certificate's lifetime, send a new CSR with the
-//! current credentials, store the new pair the same way and publish a rebuilt client.
+//! current credentials, store the new pair the same way and publish a rebuilt client. Once the
+//! current certificate has expired (rotation failed for long, the machine slept) the CSR is sent
+//! with the bootstrap kubeconfig's credentials instead, as upstream's certificate manager does.
 
 use super::client::{self, ClientPublisher, RateLimitLayer};
+use crate::atomic_file;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };
 use kube::api::{Api, PostParams};
 use sha2::Digest;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
@@ -33,8 +38,8 @@ pub const CSR_WAIT: Duration = Duration::from_secs(3600);
 /// Why bootstrap or rotation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BootstrapError {
-    #[error("no usable kubeconfig at {0} and no --bootstrap-kubeconfig to get one")]
-    NoCredentials(String),
+    #[error("no usable kubeconfig at {path} ({reason}) and no --bootstrap-kubeconfig to get one")]
+    NoCredentials { path: String, reason: Unusable },
     #[error("bootstrap kubeconfig {path}: {message}")]
     BootstrapConfig { path: String, message: String },
     #[error("generating the key or CSR: {0}")]
@@ -88,42 +93,228 @@ fn now_unix() -> i64 {
         .unwrap_or(0)
 }
 
-/// Whether the kubeconfig at `path` can be used as is: it parses, and a client certificate it
-/// names (file or inline) has not expired. Token credentials are taken on trust.
-pub fn kubeconfig_usable(path: &Path) -> bool {
-    let Ok(kc) = kube::config::Kubeconfig::read_from(path) else {
-        return false;
+/// Why a certificate and a private key cannot serve as one TLS identity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PairError {
+    #[error("no certificate found")]
+    NoCertificate,
+    #[error("no private key found")]
+    NoKey,
+    #[error("unreadable PEM: {0}")]
+    Pem(String),
+    #[error("unsupported private key: {0}")]
+    UnsupportedKey(String),
+    #[error("the certificate cannot be parsed: {0}")]
+    BadCertificate(String),
+    #[error("the certificate's public key does not belong to the private key")]
+    Mismatch,
+}
+
+/// Whether `key_pem` holds the private key of the first certificate in `cert_pem` (the check
+/// Go's `tls.X509KeyPair` makes): the certificate's SubjectPublicKeyInfo is compared with the
+/// one derived from the private key. RSA, ECDSA and Ed25519 keys in PKCS#1, SEC1 or PKCS#8.
+pub fn check_key_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), PairError> {
+    let certs = rustls_pemfile::certs(&mut &*cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PairError::Pem(e.to_string()))?;
+    let leaf = certs.into_iter().next().ok_or(PairError::NoCertificate)?;
+    let key = rustls_pemfile::private_key(&mut &*key_pem)
+        .map_err(|e| PairError::Pem(e.to_string()))?
+        .ok_or(PairError::NoKey)?;
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key)
+        .map_err(|e| PairError::UnsupportedKey(e.to_string()))?;
+    match rustls::sign::CertifiedKey::new(vec![leaf], signing).keys_match() {
+        Ok(()) => Ok(()),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(PairError::Mismatch)
+        }
+        // ring derives the public key of every key type it loads; "unknown" does not occur.
+        Err(rustls::Error::InconsistentKeys(_)) => Ok(()),
+        Err(e) => Err(PairError::BadCertificate(e.to_string())),
+    }
+}
+
+/// Why a kubeconfig (or a stored cert+key pair) cannot be used as client credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum Unusable {
+    #[error("{0} does not exist")]
+    Missing(String),
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+    #[error("client certificate {cert} expired at {not_after}")]
+    Expired { cert: String, not_after: String },
+    #[error("client certificate {cert} does not match client key {key}")]
+    KeyMismatch { cert: String, key: String },
+}
+
+fn unix_to_string(t: i64) -> String {
+    jiff::Timestamp::from_second(t)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| t.to_string())
+}
+
+/// Checks a client cert+key pair: every certificate in `cert_pem` is valid at `now` (unix
+/// seconds) and the key belongs to the first one. `cert_name`/`key_name` name the sources in
+/// the answer (a file, or a kubeconfig field).
+pub fn check_client_pair(
+    cert_pem: &[u8],
+    cert_name: &str,
+    key_pem: &[u8],
+    key_name: &str,
+    now: i64,
+) -> Result<(), Unusable> {
+    let invalid = |path: &str, message: String| Unusable::Invalid {
+        path: path.to_string(),
+        message,
     };
+    let mut seen = false;
+    for p in x509_parser::pem::Pem::iter_from_buffer(cert_pem) {
+        let p = p.map_err(|e| invalid(cert_name, format!("unreadable PEM: {e}")))?;
+        if p.label != "CERTIFICATE" {
+            continue;
+        }
+        let cert = p
+            .parse_x509()
+            .map_err(|e| invalid(cert_name, format!("unparsable certificate: {e}")))?;
+        let v = cert.validity();
+        let (nb, na) = (v.not_before.timestamp(), v.not_after.timestamp());
+        // Not yet valid: upstream checks expiry only (a node clock a little behind the CA's
+        // must not throw away a certificate it was just issued); said, not acted on.
+        if nb > now {
+            tracing::warn!(
+                cert = %cert_name,
+                not_before = %unix_to_string(nb),
+                "client certificate is not valid yet: is this node's clock behind?"
+            );
+        }
+        if na <= now {
+            return Err(Unusable::Expired {
+                cert: cert_name.to_string(),
+                not_after: unix_to_string(na),
+            });
+        }
+        seen = true;
+    }
+    if !seen {
+        return Err(invalid(cert_name, "no certificate found".into()));
+    }
+    match check_key_pair(cert_pem, key_pem) {
+        Ok(()) => Ok(()),
+        Err(PairError::Mismatch) => Err(Unusable::KeyMismatch {
+            cert: cert_name.to_string(),
+            key: key_name.to_string(),
+        }),
+        Err(e @ (PairError::NoKey | PairError::UnsupportedKey(_))) => {
+            Err(invalid(key_name, e.to_string()))
+        }
+        Err(e) => Err(invalid(cert_name, e.to_string())),
+    }
+}
+
+/// Reads one credential of a kubeconfig user: inline base64 data (preferred, as client-go and
+/// kube do) or a file. `None`: neither is set. The name says where it came from.
+fn load_credential(
+    kubeconfig: &Path,
+    data: Option<&str>,
+    data_field: &str,
+    file: Option<&str>,
+) -> Option<Result<(Vec<u8>, String), Unusable>> {
+    use base64::Engine as _;
+    if let Some(data) = data {
+        let name = format!("{data_field} in {}", kubeconfig.display());
+        let compact: String = data.split_whitespace().collect();
+        return Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(compact)
+                .map(|b| (b, name.clone()))
+                .map_err(|e| Unusable::Invalid {
+                    path: name,
+                    message: format!("bad base64: {e}"),
+                }),
+        );
+    }
+    let file = file?;
+    Some(
+        std::fs::read(file)
+            .map(|b| (b, file.to_string()))
+            .map_err(|e| Unusable::Invalid {
+                path: file.to_string(),
+                message: e.to_string(),
+            }),
+    )
+}
+
+/// Whether the kubeconfig at `path` can be used as is (upstream's `isClientConfigStillValid`):
+/// it parses, and a client certificate it names (file or inline) is within its validity period
+/// and matches the client key. Token credentials are taken on trust.
+pub fn check_kubeconfig(path: &Path) -> Result<(), Unusable> {
+    let invalid = |message: String| Unusable::Invalid {
+        path: path.display().to_string(),
+        message,
+    };
+    if !path.exists() {
+        return Err(Unusable::Missing(path.display().to_string()));
+    }
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| invalid(e.to_string()))?;
     let ctx_name = kc.current_context.clone().unwrap_or_default();
     let user = kc
         .contexts
         .iter()
         .find(|c| c.name == ctx_name)
         .and_then(|c| c.context.as_ref())
-        .map(|c| c.user.clone().unwrap_or_default());
-    let Some(auth) = kc
+        .and_then(|c| c.user.clone())
+        .ok_or_else(|| invalid(format!("current context {ctx_name:?} names no user")))?;
+    let auth = kc
         .auth_infos
         .iter()
-        .find(|a| Some(&a.name) == user.as_ref())
+        .find(|a| a.name == user)
         .and_then(|a| a.auth_info.as_ref())
-    else {
-        return false;
-    };
-    let pem = if let Some(file) = &auth.client_certificate {
-        match std::fs::read(file) {
-            Ok(b) => b,
-            Err(_) => return false,
+        .ok_or_else(|| invalid(format!("user {user:?} not found")))?;
+    // `client-key-data` is a secret string in kube's types; its serialized form is the value.
+    let key_data = serde_json::to_value(auth)
+        .ok()
+        .and_then(|v| v.get("client-key-data")?.as_str().map(str::to_string));
+    let cert = load_credential(
+        path,
+        auth.client_certificate_data.as_deref(),
+        "client-certificate-data",
+        auth.client_certificate.as_deref(),
+    );
+    let key = load_credential(
+        path,
+        key_data.as_deref(),
+        "client-key-data",
+        auth.client_key.as_deref(),
+    );
+    match (cert, key) {
+        (Some(cert), Some(key)) => {
+            let ((cert, cert_name), (key, key_name)) = (cert?, key?);
+            check_client_pair(&cert, &cert_name, &key, &key_name, now_unix())
         }
-    } else if let Some(data) = &auth.client_certificate_data {
-        use base64::Engine as _;
-        match base64::engine::general_purpose::STANDARD.decode(data.trim()) {
-            Ok(b) => b,
-            Err(_) => return false,
-        }
-    } else {
-        return auth.token.is_some() || auth.token_file.is_some();
-    };
-    cert_validity(&pem).is_some_and(|(_, not_after)| not_after > now_unix())
+        (Some(_), None) => Err(invalid("client certificate without a client key".into())),
+        (None, Some(_)) => Err(invalid("client key without a client certificate".into())),
+        (None, None) if auth.token.is_some() || auth.token_file.is_some() => Ok(()),
+        (None, None) => Err(invalid(format!("user {user:?} has no credentials"))),
+    }
+}
+
+/// Whether [`check_kubeconfig`] finds nothing wrong.
+pub fn kubeconfig_usable(path: &Path) -> bool {
+    check_kubeconfig(path).is_ok()
+}
+
+/// Checks the stored `kubelet-client-current.pem` (cert and key in one file).
+pub fn check_current_pair(cert_dir: &Path) -> Result<(), Unusable> {
+    let current = cert_dir.join(CURRENT_PEM);
+    let name = current.display().to_string();
+    match std::fs::read(&current) {
+        Ok(pem) => check_client_pair(&pem, &name, &pem, &name, now_unix()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Unusable::Missing(name)),
+        Err(e) => Err(Unusable::Invalid {
+            path: name,
+            message: e.to_string(),
+        }),
+    }
 }
 
 /// The upstream bootstrap CSR name: `node-csr-` + base64url(sha512/256 over the public key,
@@ -258,24 +449,17 @@ pub fn store_pair(
         file = cert_dir.join(format!("kubelet-client-{ts}-{n}.pem"));
         n += 1;
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&file)
-        .map_err(io_err("creating", &file))?;
     let mut body = cert_pem.trim_end().to_string();
     body.push('\n');
     body.push_str(key_pem.trim_end());
     body.push('\n');
-    f.write_all(body.as_bytes())
-        .and_then(|_| f.sync_all())
-        .map_err(io_err("writing", &file))?;
+    atomic_file::write_private_atomic(&file, body.as_bytes()).map_err(io_err("writing", &file))?;
     let current = cert_dir.join(CURRENT_PEM);
     let tmp = cert_dir.join(format!(".{CURRENT_PEM}.tmp"));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(&file, &tmp).map_err(io_err("linking", &tmp))?;
     std::fs::rename(&tmp, &current).map_err(io_err("renaming", &current))?;
+    atomic_file::sync_dir(cert_dir).map_err(io_err("syncing", cert_dir))?;
     Ok(current)
 }
 
@@ -330,22 +514,12 @@ fn kubeconfig_text(c: &BootstrapCluster, pem: &Path) -> String {
     )
 }
 
-fn write_private(path: &Path, text: &str) -> Result<(), BootstrapError> {
-    if let Some(dir) = path.parent() {
+/// Writes the kubeconfig: atomically and 0600, like every file with credentials.
+fn write_kubeconfig(path: &Path, text: &str) -> Result<(), BootstrapError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
     }
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err("creating", &tmp))?;
-    f.write_all(text.as_bytes())
-        .and_then(|_| f.sync_all())
-        .map_err(io_err("writing", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err("renaming", path))
+    atomic_file::write_private_atomic(path, text.as_bytes()).map_err(io_err("writing", path))
 }
 
 /// What bootstrap needs to know.
@@ -362,27 +536,37 @@ pub async fn ensure_kubeconfig(
     s: &BootstrapSettings,
     cancel: &CancellationToken,
 ) -> Result<(), BootstrapError> {
-    if kubeconfig_usable(&s.kubeconfig) {
-        tracing::info!(kubeconfig = %s.kubeconfig.display(), "using existing kubeconfig");
-        return Ok(());
-    }
+    let reason = match check_kubeconfig(&s.kubeconfig) {
+        Ok(()) => {
+            tracing::info!(kubeconfig = %s.kubeconfig.display(), "using existing kubeconfig");
+            return Ok(());
+        }
+        Err(why @ Unusable::Missing(_)) => why,
+        Err(why) => {
+            tracing::warn!(kubeconfig = %s.kubeconfig.display(), reason = %why, "the existing kubeconfig is unusable");
+            why
+        }
+    };
     let Some(bootstrap) = &s.bootstrap_kubeconfig else {
-        return Err(BootstrapError::NoCredentials(
-            s.kubeconfig.display().to_string(),
-        ));
+        return Err(BootstrapError::NoCredentials {
+            path: s.kubeconfig.display().to_string(),
+            reason,
+        });
     };
     let cluster = bootstrap_cluster(bootstrap)?;
     // A still-valid pair from an earlier bootstrap is reused without a new CSR.
     let current = s.cert_dir.join(CURRENT_PEM);
-    if std::fs::read(&current)
-        .ok()
-        .and_then(|b| cert_validity(&b))
-        .is_some_and(|(_, na)| na > now_unix())
-    {
-        tracing::info!(cert = %current.display(), "reusing the existing client certificate");
-        return write_private(&s.kubeconfig, &kubeconfig_text(&cluster, &current));
+    match check_current_pair(&s.cert_dir) {
+        Ok(()) => {
+            tracing::info!(cert = %current.display(), "reusing the existing client certificate");
+            return write_kubeconfig(&s.kubeconfig, &kubeconfig_text(&cluster, &current));
+        }
+        Err(Unusable::Missing(_)) => {}
+        Err(why) => {
+            tracing::warn!(reason = %why, "the stored client certificate is unusable; requesting a new one")
+        }
     }
-    tracing::info!(bootstrap = %bootstrap.display(), "no usable kubeconfig; requesting a client certificate (TLS bootstrap)");
+    tracing::info!(bootstrap = %bootstrap.display(), "requesting a client certificate with the bootstrap kubeconfig (TLS bootstrap)");
     let config = client::load_config(bootstrap).await?;
     let bclient = kube::Client::try_from(config)?;
     let kc = new_key_and_csr(&s.node_name)?;
@@ -421,7 +605,7 @@ pub async fn ensure_kubeconfig(
         ));
     }
     let current = store_pair(&s.cert_dir, &cert, &kc.key_pem)?;
-    write_private(&s.kubeconfig, &kubeconfig_text(&cluster, &current))?;
+    write_kubeconfig(&s.kubeconfig, &kubeconfig_text(&cluster, &current))?;
     tracing::info!(kubeconfig = %s.kubeconfig.display(), cert = %current.display(), "TLS bootstrap done");
     Ok(())
 }
@@ -437,6 +621,8 @@ pub fn rotation_deadline(not_before: i64, not_after: i64, jitter: f64) -> i64 {
 pub struct Rotator {
     pub node_name: String,
     pub kubeconfig: PathBuf,
+    /// Credentials for the CSR once the current certificate has expired.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
     pub cert_dir: PathBuf,
     pub limiter: RateLimitLayer,
     pub publisher: ClientPublisher,
@@ -482,10 +668,34 @@ impl Rotator {
         }
     }
 
+    /// The client to send the CSR with: the current one while its certificate is valid, the
+    /// bootstrap kubeconfig's once it has expired (client-go's certificate manager falls back to
+    /// its bootstrap client the same way); an expired certificate is refused by the apiserver.
+    async fn csr_client(&self) -> Result<kube::Client, BootstrapError> {
+        let current = self.cert_dir.join(CURRENT_PEM);
+        let expired = std::fs::read(&current)
+            .ok()
+            .and_then(|b| cert_validity(&b))
+            .is_some_and(|(_, not_after)| not_after <= now_unix());
+        if !expired {
+            return Ok(self.handle.current());
+        }
+        match &self.bootstrap_kubeconfig {
+            Some(bootstrap) => {
+                tracing::warn!(cert = %current.display(), bootstrap = %bootstrap.display(), "the client certificate has expired; requesting a new one with the bootstrap kubeconfig's credentials");
+                Ok(client::build(bootstrap, &self.limiter).await?)
+            }
+            None => {
+                tracing::warn!(cert = %current.display(), "the client certificate has expired and there is no --bootstrap-kubeconfig; the apiserver will likely refuse the renewal");
+                Ok(self.handle.current())
+            }
+        }
+    }
+
     async fn rotate(&self, cancel: &CancellationToken) -> Result<(), BootstrapError> {
         let kc = new_key_and_csr(&self.node_name)?;
         let cert = request_certificate(
-            self.handle.current(),
+            self.csr_client().await?,
             None,
             &kc.csr_pem,
             Duration::from_secs(900),
@@ -594,5 +804,407 @@ mod tests {
         std::fs::write(dir.path().join("kc"), &text).unwrap();
         assert!(!kubeconfig_usable(&dir.path().join("kc")));
         assert!(text.contains("client-key: ") && text.contains("certificate-authority-data: Q0E="));
+    }
+
+    /// An ECDSA pair valid from `nb` to `na` (unix seconds), PEM.
+    fn pair_between(nb: i64, na: i64) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "system:node:worker-1");
+        // Whole days (UTC) are precise enough for these tests.
+        let day_of = |t: i64| {
+            let d = jiff::Timestamp::from_second(t)
+                .unwrap()
+                .to_zoned(jiff::tz::TimeZone::UTC)
+                .date();
+            rcgen::date_time_ymd(d.year().into(), d.month() as u8, d.day() as u8)
+        };
+        params.not_before = day_of(nb);
+        params.not_after = day_of(na);
+        (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+    }
+
+    fn kubeconfig_with(user: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: https://127.0.0.1:6443\n  name: c\ncontexts:\n- context:\n    cluster: c\n    user: u\n  name: ctx\ncurrent-context: ctx\nusers:\n- name: u\n  user:\n{user}"
+        )
+    }
+
+    fn b64(s: &str) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    const DAY: i64 = 86400;
+
+    /// Expired: unusable. Not valid yet: usable, as upstream (only expiry is checked).
+    #[test]
+    fn expired_certificate_is_unusable() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = now_unix();
+        for (name, nb, na) in [
+            ("expired", now - 30 * DAY, now - 2 * DAY),
+            ("future", now + 2 * DAY, now + 30 * DAY),
+        ] {
+            let (cert, key) = pair_between(nb, na);
+            let pem = dir.path().join(format!("{name}.pem"));
+            std::fs::write(&pem, format!("{cert}{key}")).unwrap();
+            let kc = dir.path().join(format!("{name}.conf"));
+            let p = pem.display();
+            std::fs::write(
+                &kc,
+                kubeconfig_with(&format!(
+                    "    client-certificate: {p}\n    client-key: {p}\n"
+                )),
+            )
+            .unwrap();
+            if name == "future" {
+                assert!(
+                    kubeconfig_usable(&kc),
+                    "only expiry makes a certificate unusable"
+                );
+                continue;
+            }
+            let why = check_kubeconfig(&kc).unwrap_err();
+            assert!(matches!(why, Unusable::Expired { .. }), "{why}");
+            assert!(why.to_string().contains(&p.to_string()), "{why}");
+            assert!(!kubeconfig_usable(&kc));
+        }
+    }
+
+    #[test]
+    fn mismatched_pair_is_unusable_and_matching_pair_is_usable() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = now_unix();
+        let (cert_a, key_a) = pair_between(now - DAY, now + 300 * DAY);
+        let (_, key_b) = pair_between(now - DAY, now + 300 * DAY);
+        let (crt, good, bad) = (
+            dir.path().join("a.crt"),
+            dir.path().join("a.key"),
+            dir.path().join("b.key"),
+        );
+        std::fs::write(&crt, &cert_a).unwrap();
+        std::fs::write(&good, &key_a).unwrap();
+        std::fs::write(&bad, &key_b).unwrap();
+        let kc = dir.path().join("kubelet.conf");
+
+        // Files: the pair matches.
+        let files = |key: &Path| {
+            kubeconfig_with(&format!(
+                "    client-certificate: {}\n    client-key: {}\n",
+                crt.display(),
+                key.display()
+            ))
+        };
+        std::fs::write(&kc, files(&good)).unwrap();
+        check_kubeconfig(&kc).unwrap();
+        // Files: another key. The answer names both files.
+        std::fs::write(&kc, files(&bad)).unwrap();
+        let why = check_kubeconfig(&kc).unwrap_err();
+        assert!(matches!(why, Unusable::KeyMismatch { .. }), "{why}");
+        let msg = why.to_string();
+        assert!(
+            msg.contains(&crt.display().to_string()) && msg.contains(&bad.display().to_string()),
+            "{msg}"
+        );
+
+        // Inline data, as `kubeadm init` writes it.
+        let inline = |key: &str| {
+            kubeconfig_with(&format!(
+                "    client-certificate-data: {}\n    client-key-data: {}\n",
+                b64(&cert_a),
+                b64(key)
+            ))
+        };
+        std::fs::write(&kc, inline(&key_a)).unwrap();
+        check_kubeconfig(&kc).unwrap();
+        std::fs::write(&kc, inline(&key_b)).unwrap();
+        let why = check_kubeconfig(&kc).unwrap_err();
+        assert!(matches!(why, Unusable::KeyMismatch { .. }), "{why}");
+        assert!(why.to_string().contains("client-key-data in "), "{why}");
+
+        // A certificate without a key, and a token user.
+        std::fs::write(
+            &kc,
+            kubeconfig_with(&format!("    client-certificate: {}\n", crt.display())),
+        )
+        .unwrap();
+        assert!(!kubeconfig_usable(&kc));
+        std::fs::write(&kc, kubeconfig_with("    token: abc\n")).unwrap();
+        assert!(kubeconfig_usable(&kc));
+
+        // The key-pair check on its own.
+        assert_eq!(check_key_pair(cert_a.as_bytes(), key_a.as_bytes()), Ok(()));
+        assert_eq!(
+            check_key_pair(cert_a.as_bytes(), key_b.as_bytes()),
+            Err(PairError::Mismatch)
+        );
+        assert_eq!(
+            check_key_pair(cert_a.as_bytes(), b""),
+            Err(PairError::NoKey)
+        );
+    }
+
+    /// An apiserver serving only the CSR API over plain HTTP: it accepts the bootstrap token
+    /// (`Bearer boot-token`) and nothing else, signs each CSR at once with its own CA, and
+    /// records (Authorization, CSR name) of every create.
+    #[derive(Clone)]
+    struct FakeApi {
+        ca_key: std::sync::Arc<rcgen::KeyPair>,
+        csrs: std::sync::Arc<
+            std::sync::Mutex<std::collections::HashMap<String, CertificateSigningRequest>>,
+        >,
+        created: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    }
+
+    const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+
+    struct CsrPublicKey(Vec<u8>);
+
+    impl rcgen::PublicKeyData for CsrPublicKey {
+        fn der_bytes(&self) -> &[u8] {
+            &self.0
+        }
+        fn algorithm(&self) -> &'static rcgen::SignatureAlgorithm {
+            &rcgen::PKCS_ECDSA_P256_SHA256
+        }
+    }
+
+    impl FakeApi {
+        async fn start() -> (String, FakeApi) {
+            use axum::routing::{get, post};
+            let api = FakeApi {
+                ca_key: std::sync::Arc::new(rcgen::KeyPair::generate().unwrap()),
+                csrs: Default::default(),
+                created: Default::default(),
+            };
+            let app = axum::Router::new()
+                .route(CSR_PATH, post(Self::create))
+                .route(&format!("{CSR_PATH}/{{name}}"), get(Self::get))
+                .with_state(api.clone());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            (format!("http://{addr}"), api)
+        }
+
+        fn authorized(h: &http::HeaderMap) -> bool {
+            h.get(http::header::AUTHORIZATION)
+                .is_some_and(|v| v == "Bearer boot-token")
+        }
+
+        fn unauthorized() -> axum::response::Response {
+            use axum::response::IntoResponse as _;
+            let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": "Unauthorized", "reason": "Unauthorized", "code": 401});
+            (http::StatusCode::UNAUTHORIZED, axum::Json(status)).into_response()
+        }
+
+        fn sign(&self, csr_pem: &[u8]) -> String {
+            use x509_parser::prelude::FromDer;
+            let (_, pem) = x509_parser::pem::parse_x509_pem(csr_pem).unwrap();
+            let (_, csr) = x509_parser::certification_request::X509CertificationRequest::from_der(
+                &pem.contents,
+            )
+            .unwrap();
+            let public = CsrPublicKey(
+                csr.certification_request_info
+                    .subject_pki
+                    .subject_public_key
+                    .data
+                    .to_vec(),
+            );
+            let mut ca = rcgen::CertificateParams::new(vec![]).unwrap();
+            ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            let issuer = rcgen::Issuer::new(ca, &*self.ca_key);
+            let mut leaf = rcgen::CertificateParams::new(vec![]).unwrap();
+            leaf.distinguished_name.push(
+                rcgen::DnType::CommonName,
+                csr.certification_request_info.subject.to_string(),
+            );
+            leaf.signed_by(&public, &issuer).unwrap().pem()
+        }
+
+        async fn create(
+            axum::extract::State(api): axum::extract::State<FakeApi>,
+            headers: http::HeaderMap,
+            axum::Json(mut csr): axum::Json<CertificateSigningRequest>,
+        ) -> axum::response::Response {
+            use axum::response::IntoResponse as _;
+            let auth = headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("<none>")
+                .to_string();
+            let name = csr.metadata.name.clone().unwrap_or_else(|| {
+                let prefix = csr.metadata.generate_name.clone().unwrap_or_default();
+                format!("{prefix}{}", api.csrs.lock().unwrap().len())
+            });
+            api.created.lock().unwrap().push((auth, name.clone()));
+            if !Self::authorized(&headers) {
+                return Self::unauthorized();
+            }
+            csr.metadata.name = Some(name.clone());
+            let cert = api.sign(&csr.spec.request.0);
+            csr.status = Some(
+                k8s_openapi::api::certificates::v1::CertificateSigningRequestStatus {
+                    certificate: Some(ByteString(cert.into_bytes())),
+                    ..Default::default()
+                },
+            );
+            api.csrs.lock().unwrap().insert(name, csr.clone());
+            (http::StatusCode::CREATED, axum::Json(csr)).into_response()
+        }
+
+        async fn get(
+            axum::extract::State(api): axum::extract::State<FakeApi>,
+            axum::extract::Path(name): axum::extract::Path<String>,
+            headers: http::HeaderMap,
+        ) -> axum::response::Response {
+            use axum::response::IntoResponse as _;
+            if !Self::authorized(&headers) {
+                return Self::unauthorized();
+            }
+            match api.csrs.lock().unwrap().get(&name) {
+                Some(csr) => axum::Json(csr.clone()).into_response(),
+                None => http::StatusCode::NOT_FOUND.into_response(),
+            }
+        }
+
+        fn created(&self) -> Vec<(String, String)> {
+            self.created.lock().unwrap().clone()
+        }
+    }
+
+    /// `<dir>/bootstrap.conf` for `server` with the bootstrap token, and the settings using it.
+    fn bootstrap_settings(dir: &Path, server: &str) -> BootstrapSettings {
+        let boot = dir.join("bootstrap.conf");
+        std::fs::write(
+            &boot,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {server}\n  name: c\ncontexts:\n- context:\n    cluster: c\n    user: boot\n  name: boot\ncurrent-context: boot\nusers:\n- name: boot\n  user:\n    token: boot-token\n"
+            ),
+        )
+        .unwrap();
+        BootstrapSettings {
+            node_name: "worker-1".into(),
+            kubeconfig: dir.join("kubelet.conf"),
+            bootstrap_kubeconfig: Some(boot),
+            cert_dir: dir.join("pki"),
+        }
+    }
+
+    async fn ensure(s: &BootstrapSettings) -> Result<(), BootstrapError> {
+        let cancel = CancellationToken::new();
+        tokio::time::timeout(Duration::from_secs(60), ensure_kubeconfig(s, &cancel))
+            .await
+            .expect("bootstrap hung")
+    }
+
+    #[tokio::test]
+    async fn expired_kubeconfig_is_replaced_through_bootstrap() {
+        let dir = tempfile::tempdir().unwrap();
+        let (server, api) = FakeApi::start().await;
+        let s = bootstrap_settings(dir.path(), &server);
+        let now = now_unix();
+        let (old_cert, old_key) = pair_between(now - 60 * DAY, now - DAY);
+        let current = store_pair(&s.cert_dir, &old_cert, &old_key).unwrap();
+        let cluster = bootstrap_cluster(s.bootstrap_kubeconfig.as_ref().unwrap()).unwrap();
+        write_kubeconfig(&s.kubeconfig, &kubeconfig_text(&cluster, &current)).unwrap();
+        assert!(matches!(
+            check_kubeconfig(&s.kubeconfig),
+            Err(Unusable::Expired { .. })
+        ));
+
+        ensure(&s).await.unwrap();
+
+        // One bootstrap CSR (the digested name), sent with the bootstrap token.
+        let created = api.created();
+        assert_eq!(created.len(), 1, "{created:?}");
+        assert_eq!(created[0].0, "Bearer boot-token");
+        assert!(created[0].1.starts_with("node-csr-"), "{created:?}");
+        // The kubeconfig now holds a valid, matching pair that is not the old one.
+        check_kubeconfig(&s.kubeconfig).unwrap();
+        let pem = std::fs::read_to_string(&current).unwrap();
+        assert!(!pem.contains(old_cert.trim()));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&s.kubeconfig), 0o600);
+        assert_eq!(mode(&current), 0o600);
+        // Nothing left to do on the next start.
+        ensure(&s).await.unwrap();
+        assert_eq!(api.created().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn mismatched_kubeconfig_and_stored_pair_are_replaced_through_bootstrap() {
+        let dir = tempfile::tempdir().unwrap();
+        let (server, api) = FakeApi::start().await;
+        let s = bootstrap_settings(dir.path(), &server);
+        let now = now_unix();
+        let (cert_a, _) = pair_between(now - DAY, now + 300 * DAY);
+        let (_, key_b) = pair_between(now - DAY, now + 300 * DAY);
+        // Both the kubeconfig and the stored pair hold a certificate with someone else's key
+        // (which a plain validity check would take for usable).
+        let current = store_pair(&s.cert_dir, &cert_a, &key_b).unwrap();
+        let cluster = bootstrap_cluster(s.bootstrap_kubeconfig.as_ref().unwrap()).unwrap();
+        write_kubeconfig(&s.kubeconfig, &kubeconfig_text(&cluster, &current)).unwrap();
+        assert!(matches!(
+            check_kubeconfig(&s.kubeconfig),
+            Err(Unusable::KeyMismatch { .. })
+        ));
+        assert!(matches!(
+            check_current_pair(&s.cert_dir),
+            Err(Unusable::KeyMismatch { .. })
+        ));
+
+        ensure(&s).await.unwrap();
+
+        let created = api.created();
+        assert_eq!(created.len(), 1, "{created:?}");
+        assert_eq!(created[0].0, "Bearer boot-token");
+        check_kubeconfig(&s.kubeconfig).unwrap();
+        check_current_pair(&s.cert_dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn expired_certificate_is_rotated_with_the_bootstrap_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let (server, api) = FakeApi::start().await;
+        let s = bootstrap_settings(dir.path(), &server);
+        let now = now_unix();
+        // The agent ran on while the certificate expired (rotation kept failing, or the
+        // machine slept): the apiserver refuses it, so the renewal must use the bootstrap token.
+        let (old_cert, old_key) = pair_between(now - 60 * DAY, now - DAY);
+        let current = store_pair(&s.cert_dir, &old_cert, &old_key).unwrap();
+        let cluster = bootstrap_cluster(s.bootstrap_kubeconfig.as_ref().unwrap()).unwrap();
+        write_kubeconfig(&s.kubeconfig, &kubeconfig_text(&cluster, &current)).unwrap();
+        let limiter = RateLimitLayer::new(50.0, 100);
+        let (handle, publisher) =
+            client::ClientHandle::new(client::build(&s.kubeconfig, &limiter).await.unwrap());
+        let rotator = Rotator {
+            node_name: s.node_name.clone(),
+            kubeconfig: s.kubeconfig.clone(),
+            bootstrap_kubeconfig: s.bootstrap_kubeconfig.clone(),
+            cert_dir: s.cert_dir.clone(),
+            limiter,
+            publisher,
+            handle,
+        };
+        let cancel = CancellationToken::new();
+        tokio::time::timeout(Duration::from_secs(60), rotator.rotate(&cancel))
+            .await
+            .expect("rotation hung")
+            .unwrap();
+
+        // A rotation CSR (generateName), sent with the bootstrap token.
+        let created = api.created();
+        assert_eq!(created.len(), 1, "{created:?}");
+        assert_eq!(created[0].0, "Bearer boot-token");
+        assert!(created[0].1.starts_with("csr-"), "{created:?}");
+        check_current_pair(&s.cert_dir).unwrap();
+        check_kubeconfig(&s.kubeconfig).unwrap();
     }
 }

@@ -217,6 +217,7 @@ pub fn start(
             bootstrap::Rotator {
                 node_name: cfg.node_name.clone(),
                 kubeconfig,
+                bootstrap_kubeconfig: cfg.bootstrap_kubeconfig.clone(),
                 cert_dir: cfg.cert_dir.clone(),
                 limiter: conn.limiter,
                 publisher: conn.publisher,
