@@ -200,6 +200,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         statuses: statuses.clone(),
         pull_lock: tokio::sync::Mutex::new(()),
         resync: cfg.sync_frequency,
+        binder: Arc::new(crate::volume::subpath::KernelBinder),
     });
 
     let (pods_tx, pods_rx) = mpsc::channel(8);

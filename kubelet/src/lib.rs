@@ -29,6 +29,7 @@ pub mod spec;
 pub mod status;
 pub mod status_manager;
 pub mod sync_loop;
+pub mod volume;
 pub mod worker;
 
 /// The upstream Kubernetes release whose kubelet this agent stands in for.

@@ -4,6 +4,7 @@
 use crate::pod::{self, Qos};
 use crate::quantity;
 use crate::runtime::*;
+use crate::volume::subpath::{self, Binder, SubpathMount};
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -482,7 +483,8 @@ pub fn write_etc_hosts(
     Ok(Some(path))
 }
 
-/// The container's config for attempt `restart_count`.
+/// The container's config for attempt `restart_count`. subPath mounts are resolved beneath
+/// their volume and bound through `binder` (see [`crate::volume::subpath`]).
 #[allow(clippy::too_many_arguments)]
 pub fn container_config(
     node: &NodeSettings,
@@ -492,6 +494,7 @@ pub fn container_config(
     pod_ips: &[String],
     volumes: &BTreeMap<String, PathBuf>,
     etc_hosts: Option<&Path>,
+    binder: &dyn Binder,
 ) -> Result<ContainerConfig, ConfigError> {
     let spec = pod.spec.clone().unwrap_or_default();
     let qos = pod::qos_class(&spec);
@@ -505,7 +508,7 @@ pub fn container_config(
         envs.push((e.name.clone(), v));
     }
     let mut mounts = Vec::new();
-    for m in c.volume_mounts.iter().flatten() {
+    for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
         let host = volumes.get(&m.name).ok_or_else(|| {
             ConfigError(format!(
                 "cannot find volume {:?} to mount into container {:?}",
@@ -513,14 +516,18 @@ pub fn container_config(
             ))
         })?;
         let host = match &m.sub_path {
-            Some(sp) if !sp.is_empty() => {
-                if sp.contains("..") || sp.starts_with('/') {
-                    return Err(ConfigError(format!("invalid subPath {sp:?}")));
-                }
-                let p = host.join(sp);
-                std::fs::create_dir_all(&p).map_err(|e| ConfigError(e.to_string()))?;
-                p
-            }
+            Some(sp) if !sp.is_empty() => subpath::prepare(
+                binder,
+                &pod_dir(node, &uid),
+                &SubpathMount {
+                    volume_path: host,
+                    volume_name: &m.name,
+                    subpath: sp,
+                    container: &c.name,
+                    index,
+                },
+            )
+            .map_err(|e| ConfigError(e.to_string()))?,
             _ => host.clone(),
         };
         mounts.push(Mount {
@@ -638,6 +645,7 @@ pub fn container_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::volume::subpath::test_util::FakeBinder;
 
     fn pod(json: serde_json::Value) -> Pod {
         let mut p: Pod = serde_json::from_value(json).unwrap();
@@ -756,6 +764,7 @@ mod tests {
             &["10.88.0.5".into()],
             &BTreeMap::new(),
             None,
+            &FakeBinder::default(),
         )
         .unwrap();
         let env: BTreeMap<_, _> = cfg.envs.iter().cloned().collect();
@@ -780,7 +789,17 @@ mod tests {
             serde_json::json!({"metadata": {"name": "w", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1", "env": env}]}}),
         );
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let err = container_config(&node(), &p, c, 0, &[], &BTreeMap::new(), None).unwrap_err();
+        let err = container_config(
+            &node(),
+            &p,
+            c,
+            0,
+            &[],
+            &BTreeMap::new(),
+            None,
+            &FakeBinder::default(),
+        )
+        .unwrap_err();
         assert!(err.0.contains("more than 2097152 bytes"), "{}", err.0);
         assert!(err.0.contains("$(V"), "{}", err.0);
 
@@ -791,7 +810,17 @@ mod tests {
             "args": vec!["$(A)$(A)$(A)$(A)$(A)"; 5]}]}}),
         );
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let err = container_config(&node(), &p, c, 0, &[], &BTreeMap::new(), None).unwrap_err();
+        let err = container_config(
+            &node(),
+            &p,
+            c,
+            0,
+            &[],
+            &BTreeMap::new(),
+            None,
+            &FakeBinder::default(),
+        )
+        .unwrap_err();
         assert!(err.0.contains("$(A)"), "{}", err.0);
 
         // Large but within budget: expanded as written.
@@ -808,7 +837,17 @@ mod tests {
             "env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}]}}),
         );
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let err = container_config(&node(), &p, c, 0, &[], &BTreeMap::new(), None).unwrap_err();
+        let err = container_config(
+            &node(),
+            &p,
+            c,
+            0,
+            &[],
+            &BTreeMap::new(),
+            None,
+            &FakeBinder::default(),
+        )
+        .unwrap_err();
         assert!(err.0.contains("secret \"db\" not found"));
     }
 }

@@ -267,6 +267,7 @@ mod tests {
             statuses: Arc::new(StatusManager::new()),
             pull_lock: tokio::sync::Mutex::new(()),
             resync: Duration::from_secs(60),
+            binder: Arc::new(crate::volume::subpath::test_util::FakeBinder::default()),
         })
     }
 

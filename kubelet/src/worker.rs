@@ -50,6 +50,8 @@ pub struct Env {
     /// Held while pulling when `serializeImagePulls` is on.
     pub pull_lock: tokio::sync::Mutex<()>,
     pub resync: Duration,
+    /// Bind mounts for subPath volume mounts.
+    pub binder: Arc<dyn crate::volume::subpath::Binder>,
 }
 
 /// Messages from the sync loop to a worker.
@@ -696,28 +698,32 @@ impl Worker {
             ));
         }
         self.ensure_image(&c, sandbox).await?;
-        let pod_ips = self.sandbox_ips.1.clone();
-        let volumes = spec::prepare_volumes(&self.env.node, &self.pod)
-            .map_err(|e| wait("CreateContainerConfigError", e.0, Duration::from_secs(10)))?;
-        let hosts = spec::write_etc_hosts(&self.env.node, &self.pod, &pod_ips).map_err(|e| {
-            wait(
-                "CreateContainerConfigError",
-                e.to_string(),
-                Duration::from_secs(10),
-            )
-        })?;
-        let cfg = spec::container_config(
-            &self.env.node,
-            &self.pod,
-            &c,
-            s.restart_count,
-            &pod_ips,
-            &volumes,
-            hosts.as_deref(),
-        )
-        .map_err(|e| wait("CreateContainerConfigError", e.0, Duration::from_secs(10)))?;
+        // Volume directories, /etc/hosts, subPath mounts and the log directory touch the
+        // disk: off the async workers.
+        let (env, pod, container) = (self.env.clone(), self.pod.clone(), c.clone());
+        let (restart_count, pod_ips) = (s.restart_count, self.sandbox_ips.1.clone());
         let log_dir = std::path::Path::new(&sandbox.log_directory).join(&c.name);
-        let _ = std::fs::create_dir_all(&log_dir);
+        let prepared = tokio::task::spawn_blocking(move || {
+            let volumes = spec::prepare_volumes(&env.node, &pod)?;
+            let hosts = spec::write_etc_hosts(&env.node, &pod, &pod_ips)
+                .map_err(|e| spec::ConfigError(e.to_string()))?;
+            let cfg = spec::container_config(
+                &env.node,
+                &pod,
+                &container,
+                restart_count,
+                &pod_ips,
+                &volumes,
+                hosts.as_deref(),
+                env.binder.as_ref(),
+            )?;
+            let _ = std::fs::create_dir_all(&log_dir);
+            Ok::<_, spec::ConfigError>(cfg)
+        })
+        .await
+        .unwrap_or_else(|e| Err(spec::ConfigError(format!("preparing the container: {e}"))));
+        let cfg = prepared
+            .map_err(|e| wait("CreateContainerConfigError", e.0, Duration::from_secs(10)))?;
         let rt = &self.env.runtime;
         let id = rt
             .create_container(sandbox_id, &cfg, sandbox)
@@ -1101,16 +1107,22 @@ impl Worker {
         // Only a UID that is one path component names a directory of ours (a runtime's
         // label or a manifest could say `..`); removal walks the disk, off the async workers.
         if crate::pod::is_safe_uid(&self.uid) {
-            let dirs = [
-                spec::pod_dir(&self.env.node, &self.uid),
-                spec::pod_log_dir(&self.env.node, &self.pod),
-            ];
-            let _ = tokio::task::spawn_blocking(move || {
-                for d in dirs {
-                    let _ = std::fs::remove_dir_all(d);
-                }
+            let pod_dir = spec::pod_dir(&self.env.node, &self.uid);
+            let log_dir = spec::pod_log_dir(&self.env.node, &self.pod);
+            let binder = self.env.binder.clone();
+            // Mounts go first: removing the directory through a bind mount would delete the
+            // volume's (a hostPath's) files. While one is left, the directory stays.
+            let removed = tokio::task::spawn_blocking(move || {
+                binder.unmount_below(&pod_dir)?;
+                let _ = std::fs::remove_dir_all(&pod_dir);
+                let _ = std::fs::remove_dir_all(&log_dir);
+                Ok::<_, std::io::Error>(())
             })
             .await;
+            if let Ok(Err(e)) = removed {
+                tracing::warn!(error = %e, "cannot unmount the pod's subPath mounts; retrying");
+                return false;
+            }
         } else {
             tracing::warn!(uid = %self.uid, "not removing pod directories: the UID is not a safe path component");
         }

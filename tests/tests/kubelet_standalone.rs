@@ -211,3 +211,67 @@ fn containerd_restart_is_survived_and_run_to_completion_pods_succeed() {
         .count();
     assert!(logs >= 2, "each pod has a log directory");
 }
+
+/// The subPath escape: a container replaces its subPath directory in an emptyDir with a
+/// symlink to `/` and exits. The restarted container must not get the host's `/`: the kubelet
+/// refuses the mount (CreateContainerConfigError, naming the escape), and the first run shows
+/// a legitimate subPath works (written through the subPath, read through the whole volume).
+const ESCAPE: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: escape
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: scratch, emptyDir: {}}]
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "echo inside > /sub/f && [ \"$(cat /data/escape/f)\" = inside ] || exit 3; rm -rf /data/escape; ln -s / /data/escape; exit 1"]
+    volumeMounts:
+    - {name: scratch, mountPath: /data}
+    - {name: scratch, mountPath: /sub, subPath: escape}
+"#;
+
+#[test]
+fn subpath_symlink_escape_is_refused() {
+    require_rig!();
+    let rig = Rig::up("e2e-subpath");
+    let agent = Agent::start(&rig);
+    agent.write_manifest("escape.yaml", ESCAPE);
+    let pod = wait_for(
+        "the restarted container refused",
+        Duration::from_secs(90),
+        || {
+            agent.pod("escape-").filter(|p| {
+                container(p, "app")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+            })
+        },
+    );
+    let c = container(&pod, "app");
+    let message = c["state"]["waiting"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("escapes the volume"),
+        "waiting message: {message}"
+    );
+    // The first run exited 1 (not 3): the subPath worked before it was swapped.
+    assert_eq!(
+        c["lastState"]["terminated"]["exitCode"], 1,
+        "first run: {c}"
+    );
+    // Removing the pod unmounts its subPath mounts before its directory goes.
+    let mounts = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&*agent.dir.path().to_string_lossy()))
+            .count()
+    };
+    assert!(mounts() > 0, "the first run's subPath mount is in place");
+    std::fs::remove_file(agent.manifests().join("escape.yaml")).unwrap();
+    wait_for("escape pod removed", Duration::from_secs(60), || {
+        agent.pod("escape-").is_none().then_some(())
+    });
+    wait_for("its mounts gone", Duration::from_secs(10), || {
+        (mounts() == 0).then_some(())
+    });
+}

@@ -46,6 +46,7 @@ fn rig() -> Rig {
         statuses: Arc::new(StatusManager::new()),
         pull_lock: tokio::sync::Mutex::new(()),
         resync: Duration::from_secs(60),
+        binder: Arc::new(crate::volume::subpath::test_util::FakeBinder::default()),
     });
     Rig {
         rt,
@@ -252,6 +253,7 @@ async fn a_new_worker_adopts_running_containers() {
         statuses: Arc::new(StatusManager::new()),
         pull_lock: tokio::sync::Mutex::new(()),
         resync: Duration::from_secs(60),
+        binder: Arc::new(crate::volume::subpath::test_util::FakeBinder::default()),
     });
     let mut w2 = Worker::new(
         fresh_env.clone(),

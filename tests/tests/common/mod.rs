@@ -286,6 +286,25 @@ impl Drop for Agent {
         if std::thread::panicking() {
             eprintln!("---- kubelet log ----\n{}", self.log_text());
         }
+        // Pods left running keep their subPath bind mounts: unmount them before the
+        // directory is removed (removal would go through them).
+        unmount_below(self.dir.path());
+    }
+}
+
+/// Lazily unmounts every mount at or below `dir` (deepest first), from /proc/self/mountinfo.
+pub fn unmount_below(dir: &Path) {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let mut mounts: Vec<&str> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in mounts {
+        let _ = std::process::Command::new("umount").args(["-l", m]).status();
     }
 }
 

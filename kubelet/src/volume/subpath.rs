@@ -1,0 +1,453 @@
+//! `volumeMounts[].subPath`, resolved beneath its volume as upstream's subpath_linux.go does.
+//!
+//! A container can write symlinks into its volumes. A subPath resolved by path (following
+//! them) could name anything on the host, and the runtime would bind-mount it into the next
+//! container. So the path is walked one component at a time from a file descriptor of the
+//! volume (each step opened through `/proc/self/fd/<dir>/<name>` with `O_NOFOLLOW`, the
+//! equivalent of `openat`), symlinks are followed by hand only while they stay inside the
+//! volume, missing directories are created the same way, and the object reached is bound by
+//! its descriptor onto `<pod dir>/volume-subpaths/<volume>/<container>/<index>`: that mount,
+//! not a path a container could swap meanwhile, is what the runtime gets.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use thiserror::Error;
+
+/// Directory of the per-container subPath bind mounts in a pod's directory.
+pub const SUBPATHS_DIR: &str = "volume-subpaths";
+
+/// Most symlinks followed while resolving one subPath (the kernel's ELOOP limit).
+const MAX_SYMLINKS: usize = 40;
+
+#[derive(Debug, Error)]
+pub enum SubpathError {
+    #[error("invalid subPath {0:?}: must be a relative path without '..'")]
+    Invalid(String),
+    #[error("subPath {subpath:?} of volume {volume:?} escapes the volume through symlinks")]
+    Escapes { volume: String, subpath: String },
+    #[error("subPath {subpath:?} of volume {volume:?}: too many levels of symbolic links")]
+    Loop { volume: String, subpath: String },
+    #[error("subPath {subpath:?} of volume {volume:?}: {op}: {source}")]
+    Io {
+        volume: String,
+        subpath: String,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What a container mount of a subPath needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubpathMount<'a> {
+    /// The volume's directory on the host.
+    pub volume_path: &'a Path,
+    pub volume_name: &'a str,
+    pub subpath: &'a str,
+    pub container: &'a str,
+    /// The mount's index in the container's `volumeMounts`.
+    pub index: usize,
+}
+
+/// The OS edge of subPath mounts: bind-mounting a resolved descriptor, and unmounting.
+pub trait Binder: Send + Sync + std::fmt::Debug {
+    /// Bind-mounts the object open as `fd` onto `target` (which exists), replacing a mount
+    /// already there.
+    fn bind_fd(&self, fd: &File, target: &Path) -> std::io::Result<()>;
+    /// Unmounts every mount at or below `dir` (deepest first); Ok once none is left.
+    fn unmount_below(&self, dir: &Path) -> std::io::Result<()>;
+}
+
+/// Resolves `m.subpath` beneath `m.volume_path` (creating missing directories) and binds it
+/// onto its place under `pod_dir`; returns that place, the host path to give the runtime.
+pub fn prepare(
+    binder: &dyn Binder,
+    pod_dir: &Path,
+    m: &SubpathMount<'_>,
+) -> Result<PathBuf, SubpathError> {
+    let io = |op: &'static str| {
+        move |source| SubpathError::Io {
+            volume: m.volume_name.to_string(),
+            subpath: m.subpath.to_string(),
+            op,
+            source,
+        }
+    };
+    let target_dir = pod_dir
+        .join(SUBPATHS_DIR)
+        .join(m.volume_name)
+        .join(m.container);
+    let target = target_dir.join(m.index.to_string());
+    let object = open_beneath(m.volume_path, m.volume_name, m.subpath)?;
+    let is_dir = object.metadata().map_err(io("stat"))?.is_dir();
+    std::fs::create_dir_all(&target_dir).map_err(io("creating the mount point"))?;
+    // A mount left from an earlier start of this container goes first.
+    binder
+        .unmount_below(&target)
+        .map_err(io("unmounting the previous subPath mount"))?;
+    match std::fs::symlink_metadata(&target) {
+        Ok(meta) if meta.is_dir() == is_dir && !meta.file_type().is_symlink() => {}
+        Ok(meta) => {
+            if meta.is_dir() {
+                std::fs::remove_dir(&target)
+            } else {
+                std::fs::remove_file(&target)
+            }
+            .map_err(io("replacing the mount point"))?;
+            create_mount_point(&target, is_dir).map_err(io("creating the mount point"))?;
+        }
+        Err(_) => create_mount_point(&target, is_dir).map_err(io("creating the mount point"))?,
+    }
+    binder.bind_fd(&object, &target).map_err(io("bind mount"))?;
+    Ok(target)
+}
+
+fn create_mount_point(target: &Path, is_dir: bool) -> std::io::Result<()> {
+    if is_dir {
+        std::fs::DirBuilder::new().mode(0o750).create(target)
+    } else {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .open(target)
+            .map(drop)
+    }
+}
+
+/// Opens `path` without following a symlink in its last component (`O_PATH | O_NOFOLLOW`).
+fn open_nofollow(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// `<dir fd>/<name>` through procfs: the kernel starts from the open directory itself, as
+/// `openat(dirfd, name)` would, whatever happened to the path that led there.
+fn at(dir: &File, name: &str) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
+}
+
+/// Walks `subpath` from `base`, one component at a time, never leaving `base`: symlinks are
+/// followed by hand (relative ones only, and `..` only back up to `base`), missing
+/// directories are created. Returns the object reached, open with `O_PATH`.
+pub fn open_beneath(base: &Path, volume: &str, subpath: &str) -> Result<File, SubpathError> {
+    let invalid = || SubpathError::Invalid(subpath.to_string());
+    let err = |op: &'static str| {
+        move |source| SubpathError::Io {
+            volume: volume.to_string(),
+            subpath: subpath.to_string(),
+            op,
+            source,
+        }
+    };
+    let mut todo: Vec<String> = Vec::new();
+    for c in Path::new(subpath).components().rev() {
+        match c {
+            Component::Normal(n) => todo.push(n.to_str().ok_or_else(invalid)?.to_string()),
+            Component::CurDir => {}
+            _ => return Err(invalid()),
+        }
+    }
+    let root = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(base)
+        .map_err(err("opening the volume"))?;
+    // The directories walked so far, the volume first: `..` pops one.
+    let mut dirs: Vec<File> = vec![root];
+    let mut links = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            if dirs.len() == 1 {
+                return Err(SubpathError::Escapes {
+                    volume: volume.into(),
+                    subpath: subpath.into(),
+                });
+            }
+            dirs.pop();
+            continue;
+        }
+        let dir = dirs.last().expect("the volume is never popped");
+        let path = at(dir, &name);
+        let opened = match open_nofollow(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Upstream creates what is missing as directories.
+                match std::fs::DirBuilder::new().mode(0o750).create(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(err("creating a directory")(e)),
+                }
+                open_nofollow(&path).map_err(err("opening"))?
+            }
+            Err(e) => return Err(err("opening")(e)),
+        };
+        let meta = opened.metadata().map_err(err("stat"))?;
+        if meta.file_type().is_symlink() {
+            links += 1;
+            if links > MAX_SYMLINKS {
+                return Err(SubpathError::Loop {
+                    volume: volume.into(),
+                    subpath: subpath.into(),
+                });
+            }
+            let target = std::fs::read_link(&path).map_err(err("reading a symlink"))?;
+            if target.is_absolute() {
+                return Err(SubpathError::Escapes {
+                    volume: volume.into(),
+                    subpath: subpath.into(),
+                });
+            }
+            for c in target.components().rev() {
+                match c {
+                    Component::Normal(n) => todo.push(n.to_string_lossy().into_owned()),
+                    Component::ParentDir => todo.push("..".into()),
+                    Component::CurDir => {}
+                    _ => {
+                        return Err(SubpathError::Escapes {
+                            volume: volume.into(),
+                            subpath: subpath.into(),
+                        });
+                    }
+                }
+            }
+            continue;
+        }
+        if !todo.is_empty() && !meta.is_dir() {
+            return Err(err("walking")(std::io::Error::from(
+                std::io::ErrorKind::NotADirectory,
+            )));
+        }
+        dirs.push(opened);
+    }
+    Ok(dirs.pop().expect("at least the volume"))
+}
+
+/// Real bind mounts, through mount(2) on `/proc/self/fd/<fd>` (the object itself, not a path).
+#[derive(Debug, Default)]
+pub struct KernelBinder;
+
+impl Binder for KernelBinder {
+    fn bind_fd(&self, fd: &File, target: &Path) -> std::io::Result<()> {
+        use nix::mount::{MsFlags, mount};
+        use std::os::fd::AsRawFd;
+        let source = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        mount(
+            Some(&source),
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(std::io::Error::from)
+    }
+
+    fn unmount_below(&self, dir: &Path) -> std::io::Result<()> {
+        use nix::mount::{MntFlags, umount2};
+        // Repeat: mounts can be stacked on one point; bounded so a mount that keeps coming
+        // back cannot hold this step forever.
+        for _ in 0..16 {
+            let mut mounts = mounts_below(dir)?;
+            if mounts.is_empty() {
+                return Ok(());
+            }
+            mounts.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+            for m in mounts {
+                match umount2(&m, MntFlags::MNT_DETACH) {
+                    Ok(()) | Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "mounts below {} keep reappearing",
+            dir.display()
+        )))
+    }
+}
+
+/// Mount points at or below `dir`, from `/proc/self/mountinfo`.
+pub fn mounts_below(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(parse_mountinfo_below(&info, dir))
+}
+
+fn parse_mountinfo_below(info: &str, dir: &Path) -> Vec<PathBuf> {
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape_mountinfo)
+        .map(PathBuf::from)
+        .filter(|p| p.starts_with(dir))
+        .collect()
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+pub mod test_util {
+    //! A [`Binder`] that mounts nothing: it records what would be bound.
+
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Debug, Default)]
+    pub struct FakeBinder {
+        /// (the object's real path, the mount point), per bind.
+        pub binds: Mutex<Vec<(PathBuf, PathBuf)>>,
+    }
+
+    impl Binder for FakeBinder {
+        fn bind_fd(&self, fd: &File, target: &Path) -> std::io::Result<()> {
+            use std::os::fd::AsRawFd;
+            let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+            self.binds
+                .lock()
+                .unwrap()
+                .push((real, target.to_path_buf()));
+            Ok(())
+        }
+
+        fn unmount_below(&self, _dir: &Path) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_util::FakeBinder;
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn real(f: &File) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap()
+    }
+
+    /// The attack: a container leaves `escape -> /` (or `-> ../../..`) in its emptyDir and
+    /// is restarted with `subPath: escape`. It is refused; the host's `/` is never opened.
+    #[test]
+    fn symlinks_out_of_the_volume_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        std::fs::create_dir(&vol).unwrap();
+        symlink("/", vol.join("abs")).unwrap();
+        symlink("../..", vol.join("up")).unwrap();
+        std::fs::create_dir(vol.join("a")).unwrap();
+        symlink("../../outside", vol.join("a/deep")).unwrap();
+        symlink("a/deep", vol.join("chained")).unwrap();
+        std::fs::create_dir(d.path().join("outside")).unwrap();
+        for sp in ["abs", "up", "a/deep", "chained", "abs/etc", "chained/x"] {
+            let e = open_beneath(&vol, "v", sp).unwrap_err();
+            assert!(matches!(e, SubpathError::Escapes { .. }), "{sp}: {e}");
+        }
+        for sp in ["../x", "/etc", "a/../../x"] {
+            let e = open_beneath(&vol, "v", sp).unwrap_err();
+            assert!(matches!(e, SubpathError::Invalid(_)), "{sp}: {e}");
+        }
+        symlink("loop", vol.join("loop")).unwrap();
+        let e = open_beneath(&vol, "v", "loop").unwrap_err();
+        assert!(matches!(e, SubpathError::Loop { .. }), "{e}");
+        assert!(!d.path().join("outside/x").exists());
+    }
+
+    /// Symlinks that stay inside the volume work, as a configMap volume's keys
+    /// (`key -> ..data/key`, `..data -> ..2024_01_01`) need.
+    #[test]
+    fn symlinks_inside_the_volume_resolve() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        std::fs::create_dir_all(vol.join("..2024_01_01")).unwrap();
+        std::fs::write(vol.join("..2024_01_01/app.conf"), "x=1").unwrap();
+        symlink("..2024_01_01", vol.join("..data")).unwrap();
+        symlink("..data/app.conf", vol.join("app.conf")).unwrap();
+        std::fs::create_dir(vol.join("sub")).unwrap();
+        symlink("../app.conf", vol.join("sub/up")).unwrap();
+        for sp in ["app.conf", "sub/up", "./app.conf"] {
+            let f = open_beneath(&vol, "cfg", sp).unwrap();
+            assert_eq!(
+                real(&f),
+                vol.join("..2024_01_01/app.conf").canonicalize().unwrap()
+            );
+        }
+        // Missing directories are created, inside the volume.
+        let f = open_beneath(&vol, "cfg", "new/dir").unwrap();
+        assert!(f.metadata().unwrap().is_dir());
+        assert!(vol.join("new/dir").is_dir());
+        // A file in the middle of the path is an error, not a mount of something else.
+        let e = open_beneath(&vol, "cfg", "app.conf/x").unwrap_err();
+        assert!(e.to_string().contains("walking"), "{e}");
+    }
+
+    #[test]
+    fn prepare_binds_the_resolved_object_under_the_pod_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        std::fs::create_dir_all(vol.join("data")).unwrap();
+        std::fs::write(vol.join("data/f"), "x").unwrap();
+        let pod_dir = d.path().join("pod");
+        let binder = FakeBinder::default();
+        let m = SubpathMount {
+            volume_path: &vol,
+            volume_name: "v",
+            subpath: "data/f",
+            container: "app",
+            index: 2,
+        };
+        let target = prepare(&binder, &pod_dir, &m).unwrap();
+        assert_eq!(target, pod_dir.join("volume-subpaths/v/app/2"));
+        assert!(target.is_file(), "a file mount point for a file");
+        let binds = binder.binds.lock().unwrap().clone();
+        assert_eq!(
+            binds,
+            vec![(vol.join("data/f").canonicalize().unwrap(), target.clone())]
+        );
+        // A later start where the subPath is now a directory: the mount point follows.
+        std::fs::remove_file(vol.join("data/f")).unwrap();
+        std::fs::create_dir(vol.join("data/f")).unwrap();
+        let target = prepare(&binder, &pod_dir, &m).unwrap();
+        assert!(target.is_dir());
+    }
+
+    #[test]
+    fn mountinfo_lines_below_a_dir() {
+        let info = "\
+36 35 98:0 /mnt1 /mnt/parent rw,noatime master:1 - ext3 /dev/root rw
+37 36 98:0 / /var/lib/kubelet/pods/u1/volume-subpaths/v/c/0 rw - ext4 /dev/sda rw
+38 36 98:0 / /var/lib/kubelet/pods/u1/volume-subpaths/with\\040space rw - ext4 /dev/sda rw
+39 36 98:0 / /var/lib/kubelet/pods/u10/x rw - ext4 /dev/sda rw
+";
+        let got = parse_mountinfo_below(info, Path::new("/var/lib/kubelet/pods/u1"));
+        assert_eq!(
+            got,
+            vec![
+                PathBuf::from("/var/lib/kubelet/pods/u1/volume-subpaths/v/c/0"),
+                PathBuf::from("/var/lib/kubelet/pods/u1/volume-subpaths/with space"),
+            ]
+        );
+    }
+}
