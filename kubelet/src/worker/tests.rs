@@ -16,6 +16,12 @@ struct Rig {
 }
 
 fn rig() -> Rig {
+    rig_with_binder(Arc::new(
+        crate::volume::subpath::test_util::FakeBinder::default(),
+    ))
+}
+
+fn rig_with_binder(binder: Arc<dyn crate::volume::subpath::Binder>) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let rt = Arc::new(FakeRuntime::new());
     rt.add_image(IMAGE);
@@ -46,7 +52,7 @@ fn rig() -> Rig {
         statuses: Arc::new(StatusManager::new()),
         pull_lock: tokio::sync::Mutex::new(()),
         resync: Duration::from_secs(60),
-        binder: Arc::new(crate::volume::subpath::test_util::FakeBinder::default()),
+        binder,
     });
     Rig {
         rt,
@@ -720,4 +726,99 @@ async fn a_panicking_step_is_retried_and_other_pods_keep_going() {
     assert_eq!(r.rt.running("app").len(), 1);
     cancel.cancel();
     task2.await.unwrap();
+}
+
+/// A bind mount that hangs until the test lets it go, as on a stuck disk.
+#[derive(Debug, Default)]
+struct StuckBinder {
+    released: std::sync::Mutex<bool>,
+    wake: std::sync::Condvar,
+}
+
+impl StuckBinder {
+    fn release(&self) {
+        *self.released.lock().unwrap() = true;
+        self.wake.notify_all();
+    }
+}
+
+impl crate::volume::subpath::Binder for StuckBinder {
+    fn bind_fd(&self, _fd: &std::fs::File, _target: &std::path::Path) -> std::io::Result<()> {
+        let mut released = self.released.lock().unwrap();
+        while !*released {
+            released = self.wake.wait(released).unwrap();
+        }
+        Ok(())
+    }
+
+    fn unmount_below(&self, _dir: &std::path::Path) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One pod's stuck filesystem work (a subPath bind that hangs) runs off the async workers:
+/// with a single worker thread, another pod still starts while it hangs (were the bind on
+/// the worker thread, the other pod could never start and the bounded wait would fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_stuck_disk_for_one_pod_does_not_stall_the_others() {
+    let binder = Arc::new(StuckBinder::default());
+    let r = rig_with_binder(binder.clone());
+    let slow = pod(
+        "Always",
+        serde_json::json!({
+            "volumes": [{"name": "v", "emptyDir": {}}],
+            "containers": [{"name": "app", "image": IMAGE, "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": "v", "mountPath": "/x", "subPath": "data"}]}]
+        }),
+    );
+    let mut quick = pod("Always", serde_json::json!({}));
+    quick.metadata.uid = Some("uid-2".into());
+    quick.metadata.name = Some("quick".into());
+    let (done_tx, _done_rx) = mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let (_tx1, rx1) = mpsc::unbounded_channel();
+    let (_tx2, rx2) = mpsc::unbounded_channel();
+    let t1 = tokio::spawn(Worker::new(r.env.clone(), slow, None).run(
+        rx1,
+        done_tx.clone(),
+        cancel.clone(),
+    ));
+    // The slow pod reaches its bind and hangs there.
+    let stuck = async {
+        while r.rt.count("PullImage") + r.rt.count("ImageStatus") == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    stuck.await;
+    let t2 =
+        tokio::spawn(Worker::new(r.env.clone(), quick, None).run(rx2, done_tx, cancel.clone()));
+    let running = |uid: &str| {
+        r.env
+            .statuses
+            .get(uid)
+            .and_then(|s| s.status)
+            .is_some_and(|s| {
+                s.container_statuses
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
+            })
+    };
+    let quick_running = async {
+        while !running("uid-2") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let ok = tokio::time::timeout(Duration::from_secs(20), quick_running).await;
+    let slow_was_running = running("uid-1");
+    binder.release();
+    assert!(
+        ok.is_ok(),
+        "the quick pod never started beside the stuck one"
+    );
+    assert!(!slow_was_running, "the slow pod was held at its bind");
+    cancel.cancel();
+    let _ = t1.await;
+    let _ = t2.await;
 }
