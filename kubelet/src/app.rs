@@ -12,7 +12,7 @@ use crate::server::{self, AppState};
 use crate::spec::{self, NodeSettings};
 use crate::status_manager::StatusManager;
 use crate::sync_loop::{Source, SourceUpdate, SyncLoop};
-use crate::worker::Env;
+use crate::pod_worker::Env;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

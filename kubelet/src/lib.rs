@@ -1,6 +1,6 @@
 //! The kubelet: pod sources, per-pod workers reconciling against a CRI runtime, and its servers.
 //!
-//! Data flows one way: sources ([`pod::static_pods`]) → [`sync_loop`] → one [`worker`] per pod
+//! Data flows one way: sources ([`pod::static_pods`]) → [`sync_loop`] → one [`pod_worker`] per pod
 //! UID → [`runtime`] (CRI). Observations come back on one path: [`pleg`] relists wake workers,
 //! workers compute status ([`status`]) and hand it to the [`status_manager`].
 //!
@@ -20,6 +20,7 @@ pub mod flags;
 pub mod metrics;
 pub mod pleg;
 pub mod pod;
+pub mod pod_worker;
 pub mod probing;
 pub mod proxy_role;
 pub mod quantity;
@@ -30,7 +31,6 @@ pub mod status;
 pub mod status_manager;
 pub mod sync_loop;
 pub mod volume;
-pub mod worker;
 
 /// The upstream Kubernetes release whose kubelet this agent stands in for.
 pub const KUBERNETES_VERSION: &str = "v1.36.0";

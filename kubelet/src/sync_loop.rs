@@ -5,7 +5,7 @@
 
 use crate::pleg::Relist;
 use crate::pod::ANN_CONFIG_SEEN;
-use crate::worker::{Env, Msg, Worker};
+use crate::pod_worker::{Env, Msg, Worker};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -248,7 +248,7 @@ mod tests {
     fn env(rt: Arc<FakeRuntime>, dir: &std::path::Path) -> Arc<Env> {
         Arc::new(Env {
             events: Arc::new(crate::events::FakeRecorder::default()),
-            probes: crate::worker::test_probes().0,
+            probes: crate::pod_worker::test_probes().0,
             exec: Arc::new(crate::probing::CriExec(rt.clone())),
             pod_start_duration: None,
             runtime: rt,
