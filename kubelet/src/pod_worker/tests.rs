@@ -11,7 +11,7 @@ struct Rig {
     cg: Arc<FakeCgroups>,
     env: Arc<Env>,
     events: Arc<FakeRecorder>,
-    probe_rx: mpsc::Receiver<probes::ProbeUpdate>,
+    probe_rx: mpsc::Receiver<::probes::ProbeUpdate>,
     _dir: tempfile::TempDir,
 }
 
@@ -513,9 +513,9 @@ fn backoff_sequence_and_reset() {
 
 async fn next_update(
     r: &mut Rig,
-    kind: probes::ProbeKind,
-    result: probes::ProbeStatus,
-) -> probes::ProbeUpdate {
+    kind: ::probes::ProbeKind,
+    result: ::probes::ProbeStatus,
+) -> ::probes::ProbeUpdate {
     tokio::time::timeout(Duration::from_secs(120), async {
         loop {
             let u = r.probe_rx.recv().await.unwrap();
@@ -549,8 +549,8 @@ async fn liveness_failure_kills_and_restarts_the_container() {
     }
     let u = next_update(
         &mut r,
-        probes::ProbeKind::Liveness,
-        probes::ProbeStatus::Failure,
+        ::probes::ProbeKind::Liveness,
+        ::probes::ProbeStatus::Failure,
     )
     .await;
     assert_eq!(u.container_id, first);
@@ -601,14 +601,14 @@ async fn readiness_probe_gates_ready_and_startup_gates_started() {
     assert_eq!(condition(&status(&r), "Ready"), "False");
     next_update(
         &mut r,
-        probes::ProbeKind::Startup,
-        probes::ProbeStatus::Success,
+        ::probes::ProbeKind::Startup,
+        ::probes::ProbeStatus::Success,
     )
     .await;
     next_update(
         &mut r,
-        probes::ProbeKind::Readiness,
-        probes::ProbeStatus::Success,
+        ::probes::ProbeKind::Readiness,
+        ::probes::ProbeStatus::Success,
     )
     .await;
     w.sync().await;
@@ -626,8 +626,8 @@ async fn readiness_probe_gates_ready_and_startup_gates_started() {
     }
     next_update(
         &mut r,
-        probes::ProbeKind::Readiness,
-        probes::ProbeStatus::Failure,
+        ::probes::ProbeKind::Readiness,
+        ::probes::ProbeStatus::Failure,
     )
     .await;
     w.sync().await;

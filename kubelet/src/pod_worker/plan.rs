@@ -1,0 +1,316 @@
+//! The pure part of a pass: what to do for a pod given what the runtime has ([`plan`]), and
+//! the per-container restart back-off (CrashLoopBackOff).
+
+use super::*;
+
+/// Per-container-name restart back-off.
+#[derive(Debug, Clone, Default)]
+pub struct Backoff {
+    entries: HashMap<String, BackoffEntry>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct BackoffEntry {
+    exit_id: String,
+    restart_at: Instant,
+    delay: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// For a container instance `exit_id` that exited and should restart: `Ok(())` when it may
+    /// restart now, `Err(remaining, current delay)` while backing off.
+    pub fn check(
+        &mut self,
+        name: &str,
+        exit_id: &str,
+        ran_for: Duration,
+        now: Instant,
+    ) -> Result<(), (Duration, Duration)> {
+        let entry = self
+            .entries
+            .entry(name.to_string())
+            .or_insert(BackoffEntry {
+                exit_id: String::new(),
+                restart_at: now,
+                delay: Duration::ZERO,
+                next: Duration::ZERO,
+            });
+        if entry.exit_id != exit_id {
+            // A new exit: schedule the restart after the current back-off, then double it.
+            if ran_for >= BACKOFF_RESET_AFTER {
+                entry.next = Duration::ZERO;
+            }
+            entry.exit_id = exit_id.to_string();
+            entry.delay = entry.next;
+            entry.restart_at = now + entry.next;
+            entry.next = if entry.next.is_zero() {
+                BACKOFF_INITIAL
+            } else {
+                (entry.next * 2).min(BACKOFF_MAX)
+            };
+        }
+        if now >= entry.restart_at {
+            Ok(())
+        } else {
+            Err((entry.restart_at - now, entry.delay))
+        }
+    }
+}
+
+/// The runtime's view of one pod.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// Newest first.
+    pub sandboxes: Vec<Sandbox>,
+    /// Newest first. Paired with their sandbox IDs.
+    pub containers: Vec<(String, ContainerStatus)>,
+}
+
+impl Observed {
+    pub(super) fn newest<'a>(
+        &'a self,
+        name: &str,
+        sandbox: Option<&str>,
+    ) -> Option<&'a ContainerStatus> {
+        self.containers
+            .iter()
+            .filter(|(sb, c)| c.name == name && sandbox.is_none_or(|s| s == sb))
+            .map(|(_, c)| c)
+            .next()
+    }
+}
+
+/// A container to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Start {
+    pub name: String,
+    pub init: bool,
+    pub restart_count: u32,
+}
+
+/// What one pass decides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Stop every container and the current sandbox.
+    pub kill_pod: bool,
+    /// Create a sandbox with this attempt number.
+    pub create_sandbox: Option<u32>,
+    /// Containers to stop (ID, name) before starting replacements.
+    pub kill: Vec<(String, String)>,
+    /// Dead instances to remove (older than the last two per name, or never started).
+    pub remove: Vec<String>,
+    pub start: Vec<Start>,
+    /// Waiting reasons for containers that are not started now.
+    pub waiting: BTreeMap<String, Waiting>,
+    pub wake_after: Option<Duration>,
+}
+
+pub(super) fn restart_count_of(c: &ContainerStatus) -> u32 {
+    c.annotations
+        .get(ANN_RESTART_COUNT)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+pub(super) fn ran_for(c: &ContainerStatus) -> Duration {
+    Duration::from_nanos((c.finished_at - c.started_at).max(0) as u64)
+}
+
+pub(super) fn should_restart(policy: &str, exit_code: i32) -> bool {
+    match policy {
+        "Always" => true,
+        "OnFailure" => exit_code != 0,
+        _ => false,
+    }
+}
+
+/// `name_namespace(uid)`, as upstream prints pods in back-off messages.
+pub(super) fn pod_ref(pod: &Pod) -> String {
+    format!(
+        "{}_{}({})",
+        pod.metadata.name.as_deref().unwrap_or(""),
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.uid.as_deref().unwrap_or("")
+    )
+}
+
+/// Decides what to do for `pod` given what the runtime has. Pure apart from the back-off table.
+pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Plan {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let inits: Vec<&K8sContainer> = spec.init_containers.iter().flatten().collect();
+    let mut p = Plan::default();
+
+    // Garbage: keep the newest two instances of each name.
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (_, c) in &obs.containers {
+        let n = seen.entry(c.name.as_str()).or_default();
+        *n += 1;
+        if *n > 2 && c.state == ContainerState::Exited {
+            p.remove.push(c.id.clone());
+        }
+    }
+
+    let sandbox = obs.sandboxes.first();
+    let ready = sandbox.filter(|s| s.state == SandboxState::Ready);
+    let next_count = |name: &str| {
+        obs.newest(name, None)
+            .map(|c| restart_count_of(c) + 1)
+            .unwrap_or(0)
+    };
+    let Some(sandbox) = ready else {
+        // No usable sandbox: a new one, unless the pod has run and must not restart.
+        let attempt = sandbox.map(|s| s.attempt + 1).unwrap_or(0);
+        if sandbox.is_some() {
+            p.kill_pod = obs
+                .containers
+                .iter()
+                .any(|(_, c)| c.state == ContainerState::Running);
+        }
+        if policy == "Never" && attempt != 0 && !obs.containers.is_empty() {
+            return p;
+        }
+        let to_start: Vec<Start> = if let Some(first) = inits.first() {
+            vec![Start {
+                name: first.name.clone(),
+                init: true,
+                restart_count: next_count(&first.name),
+            }]
+        } else {
+            spec.containers
+                .iter()
+                .filter(|c| {
+                    !(policy == "OnFailure"
+                        && obs
+                            .newest(&c.name, None)
+                            .is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0))
+                })
+                .map(|c| Start {
+                    name: c.name.clone(),
+                    init: false,
+                    restart_count: next_count(&c.name),
+                })
+                .collect()
+        };
+        if to_start.is_empty() {
+            return p;
+        }
+        p.kill_pod = sandbox.is_some();
+        p.create_sandbox = Some(attempt);
+        p.start = to_start;
+        return p;
+    };
+    let sb = Some(sandbox.id.as_str());
+
+    // Init containers run one at a time, in order; each must succeed before the next.
+    for c in &inits {
+        match obs.newest(&c.name, sb) {
+            None => {
+                p.start.push(Start {
+                    name: c.name.clone(),
+                    init: true,
+                    restart_count: next_count(&c.name),
+                });
+                return p;
+            }
+            Some(s) if s.state == ContainerState::Running => return p,
+            Some(s) if s.state == ContainerState::Exited && s.exit_code == 0 => continue,
+            Some(s) if s.state == ContainerState::Exited => {
+                if policy == "Never" {
+                    p.kill_pod = true;
+                    return p;
+                }
+                restart_or_wait(&mut p, backoff, pod, c, s, now);
+                return p;
+            }
+            Some(s) => {
+                p.remove.push(s.id.clone());
+                p.start.push(Start {
+                    name: c.name.clone(),
+                    init: true,
+                    restart_count: restart_count_of(s),
+                });
+                return p;
+            }
+        }
+    }
+
+    let mut running = 0;
+    for c in &spec.containers {
+        match obs.newest(&c.name, sb) {
+            None => p.start.push(Start {
+                name: c.name.clone(),
+                init: false,
+                restart_count: next_count(&c.name),
+            }),
+            Some(s) if s.state == ContainerState::Running => {
+                if s.annotations
+                    .get(ANN_CONTAINER_HASH)
+                    .is_some_and(|h| *h != pod::container_hash(c))
+                {
+                    // The spec changed: replace the container.
+                    p.kill.push((s.id.clone(), c.name.clone()));
+                    p.start.push(Start {
+                        name: c.name.clone(),
+                        init: false,
+                        restart_count: restart_count_of(s) + 1,
+                    });
+                } else {
+                    running += 1;
+                }
+            }
+            Some(s) if s.state == ContainerState::Exited => {
+                if should_restart(policy, s.exit_code) {
+                    restart_or_wait(&mut p, backoff, pod, c, s, now);
+                }
+            }
+            Some(s) => {
+                // Created but never started (a failed start): clear it and try again.
+                p.remove.push(s.id.clone());
+                p.start.push(Start {
+                    name: c.name.clone(),
+                    init: false,
+                    restart_count: restart_count_of(s),
+                });
+            }
+        }
+    }
+    if running == 0 && p.start.is_empty() && p.waiting.is_empty() {
+        // Every container is done for good: the sandbox goes too.
+        p.kill_pod = true;
+    }
+    p
+}
+
+pub(super) fn restart_or_wait(
+    p: &mut Plan,
+    backoff: &mut Backoff,
+    pod: &Pod,
+    c: &K8sContainer,
+    s: &ContainerStatus,
+    now: Instant,
+) {
+    match backoff.check(&c.name, &s.id, ran_for(s), now) {
+        Ok(()) => p.start.push(Start {
+            name: c.name.clone(),
+            init: false,
+            restart_count: restart_count_of(s) + 1,
+        }),
+        Err((remaining, delay)) => {
+            p.waiting.insert(
+                c.name.clone(),
+                Waiting {
+                    reason: "CrashLoopBackOff".into(),
+                    message: format!(
+                        "back-off {} restarting failed container={} pod={}",
+                        crate::duration::format(delay),
+                        c.name,
+                        pod_ref(pod)
+                    ),
+                },
+            );
+            p.wake_after = Some(p.wake_after.map_or(remaining, |w| w.min(remaining)));
+        }
+    }
+}

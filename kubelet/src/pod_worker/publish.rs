@@ -1,0 +1,69 @@
+//! The pod's API status, computed from what was observed and handed to the status manager.
+
+use super::*;
+
+impl Worker {
+    pub(super) fn publish(
+        &mut self,
+        obs: &Observed,
+        waiting: BTreeMap<String, Waiting>,
+        terminating: bool,
+    ) {
+        let mut readiness = BTreeMap::new();
+        let mut not_started = Vec::new();
+        for (name, id) in &self.probed {
+            readiness.insert(id.clone(), self.env.probes.is_ready(&self.uid, name, id));
+            if !self.env.probes.is_started(&self.uid, name, id) {
+                not_started.push(name.clone());
+            }
+        }
+        let sandbox_ready = obs
+            .sandboxes
+            .first()
+            .is_some_and(|s| s.state == SandboxState::Ready);
+        let o = Observation {
+            containers: obs.containers.iter().map(|(_, c)| c).collect(),
+            sandbox_ready,
+            pod_ips: if sandbox_ready {
+                self.sandbox_ips.1.clone()
+            } else {
+                Vec::new()
+            },
+            host_ips: self.env.node.host_ips.clone(),
+            waiting,
+            readiness,
+            not_started,
+            runtime_name: self.env.runtime_name.clone(),
+            start_time: self.start_time,
+            qos_class: self.qos().as_str().into(),
+            terminating,
+        };
+        let st = status::pod_status(&self.pod, &o, self.last_status.as_ref());
+        self.note_started(&st);
+        if self.last_status.as_ref() != Some(&st) {
+            self.env.statuses.set(&self.pod, st.clone());
+            self.last_status = Some(st);
+        }
+    }
+
+    /// Records the pod's start latency (first seen → every container running) once.
+    pub(super) fn note_started(&mut self, st: &PodStatus) {
+        let Some(seen) = self.first_seen else { return };
+        let statuses = st.container_statuses.as_deref().unwrap_or_default();
+        let all_running = !statuses.is_empty()
+            && statuses
+                .iter()
+                .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+        if all_running {
+            let took = seen.elapsed();
+            self.first_seen = None;
+            if let Some(m) = &self.env.pod_start_duration {
+                m.observe(took.as_secs_f64());
+            }
+            tracing::info!(
+                pod_start_ms = took.as_secs_f64() * 1000.0,
+                "all containers running"
+            );
+        }
+    }
+}

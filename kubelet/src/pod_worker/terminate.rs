@@ -1,0 +1,110 @@
+//! Stopping a pod: its containers with the grace period, then its sandbox, cgroup and
+//! directories, as upstream's SyncTerminatingPod / SyncTerminatedPod.
+
+use super::*;
+
+impl Worker {
+    pub(super) fn grace(&self) -> Duration {
+        let g = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
+        Duration::from_secs(g.max(0) as u64).max(MIN_GRACE)
+    }
+
+    /// Stops and removes everything of the pod. Returns false if something must be retried.
+    pub async fn terminate(&mut self, grace_seconds: i64) -> bool {
+        let rt = self.env.runtime.clone();
+        let obs = match observe(rt.as_ref(), &self.uid).await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the pod's containers to stop them; will retry");
+                return false;
+            }
+        };
+        // A pod no source knows (found in the runtime after a restart): its identity and grace
+        // period come from what we recorded on its sandbox and containers.
+        if self.pod.metadata.name.is_none()
+            && let Some(sb) = obs.sandboxes.first()
+        {
+            self.pod.metadata.name = Some(sb.pod_name.clone());
+            self.pod.metadata.namespace = Some(sb.pod_namespace.clone());
+        }
+        let grace_seconds = if grace_seconds >= 0 {
+            grace_seconds
+        } else {
+            obs.containers
+                .iter()
+                .filter_map(|(_, c)| c.annotations.get(ANN_POD_GRACE_PERIOD)?.parse::<i64>().ok())
+                .max()
+                .unwrap_or(30)
+        };
+        let grace = Duration::from_secs(grace_seconds.max(0) as u64).max(MIN_GRACE);
+        // A terminating pod is not probed for liveness; its readiness no longer matters.
+        self.env.probes.remove_pod(&self.uid);
+        self.probed.clear();
+        self.stop_containers(&obs, grace).await;
+        let mut clean = true;
+        for sb in &obs.sandboxes {
+            if let Err(e) = rt.stop_sandbox(&sb.id).await {
+                tracing::warn!(error = %e, sandbox = %sb.id, "StopPodSandbox failed");
+                clean = false;
+            }
+        }
+        if let Ok(after) = observe(rt.as_ref(), &self.uid).await {
+            self.publish(&after, BTreeMap::new(), true);
+        }
+        for (_, c) in &obs.containers {
+            if let Err(e) = rt.remove_container(&c.id).await
+                && !matches!(e, RuntimeError::NotFound { .. })
+            {
+                clean = false;
+            }
+        }
+        for sb in &obs.sandboxes {
+            if let Err(e) = rt.remove_sandbox(&sb.id).await
+                && !matches!(e, RuntimeError::NotFound { .. })
+            {
+                tracing::warn!(error = %e, sandbox = %sb.id, "RemovePodSandbox failed");
+                clean = false;
+            }
+        }
+        if !clean {
+            return false;
+        }
+        for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
+            if let Some(path) = self.env.namer.pod_path(qos, &self.uid)
+                && let Err(e) = self.env.cgroups.remove(&path)
+            {
+                tracing::warn!(error = %e, "cannot remove pod cgroup");
+            }
+        }
+        // Only a UID that is one path component names a directory of ours (a runtime's
+        // label or a manifest could say `..`); removal walks the disk, off the async workers.
+        if crate::pod::is_safe_uid(&self.uid) {
+            let pod_dir = spec::pod_dir(&self.env.node, &self.uid);
+            let log_dir = spec::pod_log_dir(&self.env.node, &self.pod);
+            let binder = self.env.binder.clone();
+            // Mounts go first: removing the directory through a bind mount would delete the
+            // volume's (a hostPath's) files. While one is left, the directory stays.
+            let removed = tokio::task::spawn_blocking(move || {
+                binder.unmount_below(&pod_dir)?;
+                let _ = std::fs::remove_dir_all(&pod_dir);
+                let _ = std::fs::remove_dir_all(&log_dir);
+                Ok::<_, std::io::Error>(())
+            })
+            .await;
+            if let Ok(Err(e)) = removed {
+                tracing::warn!(error = %e, "cannot unmount the pod's subPath mounts; retrying");
+                return false;
+            }
+        } else {
+            tracing::warn!(uid = %self.uid, "not removing pod directories: the UID is not a safe path component");
+        }
+        self.env.statuses.remove(&self.uid);
+        tracing::info!("pod stopped and removed");
+        true
+    }
+}
