@@ -17,6 +17,7 @@ pub mod config;
 pub mod duration;
 pub mod events;
 pub mod flags;
+pub mod images;
 pub mod metrics;
 pub mod pleg;
 pub mod pod;

@@ -5,6 +5,7 @@
 
 use crate::cgroups::{CgroupNamer, Cgroups};
 use crate::events::{EventRecorder, EventType};
+use crate::images;
 use crate::pod::{self, Qos};
 use crate::runtime::*;
 use crate::spec::{self, NodeSettings};
@@ -75,8 +76,7 @@ mod terminate;
 
 use plan::pod_ref;
 pub use plan::{Backoff, Observed, Plan, Start, plan};
-use sync::PullBackoff;
-pub use sync::observe;
+pub use sync::{StartError, observe};
 
 /// The state a worker keeps between passes.
 pub struct Worker {
@@ -84,7 +84,7 @@ pub struct Worker {
     pod: Pod,
     uid: String,
     backoff: Backoff,
-    pulls: PullBackoff,
+    pulls: images::PullBackoff,
     /// Errors from the last attempt to start each container.
     errors: BTreeMap<String, Waiting>,
     start_time: Option<Timestamp>,
@@ -111,7 +111,7 @@ impl Worker {
             pod,
             uid,
             backoff: Backoff::default(),
-            pulls: PullBackoff::default(),
+            pulls: images::PullBackoff::default(),
             errors: BTreeMap::new(),
             start_time,
             last_status: previous,

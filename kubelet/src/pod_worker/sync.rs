@@ -33,10 +33,61 @@ pub async fn observe(rt: &dyn Runtime, uid: &str) -> Result<Observed> {
     })
 }
 
-/// Image back-off state, per image.
-#[derive(Debug, Default)]
-pub(super) struct PullBackoff {
-    until: HashMap<String, (Instant, Duration)>,
+/// Why a container did not start: upstream's waiting reasons, each with its retry delay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartError {
+    /// ErrImagePull, ImagePullBackOff, ErrImageNeverPull, ImageInspectError.
+    Image(images::PullError),
+    CreateContainerConfig {
+        message: String,
+        retry_after: Duration,
+    },
+    CreateContainer(String),
+    RunContainer(String),
+}
+
+impl StartError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StartError::Image(e) => e.reason.as_str(),
+            StartError::CreateContainerConfig { .. } => "CreateContainerConfigError",
+            StartError::CreateContainer(_) => "CreateContainerError",
+            StartError::RunContainer(_) => "RunContainerError",
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            StartError::Image(e) => &e.message,
+            StartError::CreateContainerConfig { message, .. } => message,
+            StartError::CreateContainer(m) | StartError::RunContainer(m) => m,
+        }
+    }
+
+    /// When to try again.
+    pub fn retry_after(&self) -> Duration {
+        match self {
+            StartError::Image(e) => e.retry_after,
+            StartError::CreateContainerConfig { retry_after, .. } => *retry_after,
+            _ => Duration::from_secs(10),
+        }
+    }
+
+    /// The detail of the `Failed` event: image errors give their reason ("Error:
+    /// ErrImagePull"), the others the runtime's message, as upstream.
+    pub fn event_detail(&self) -> &str {
+        match self {
+            StartError::Image(_) => self.reason(),
+            _ => self.message(),
+        }
+    }
+
+    pub fn waiting(&self) -> Waiting {
+        Waiting {
+            reason: self.reason().into(),
+            message: self.message().into(),
+        }
+    }
 }
 
 impl Worker {
@@ -143,22 +194,16 @@ impl Worker {
                     Ok(()) => {
                         self.errors.remove(&s.name);
                     }
-                    Err((w, retry)) => {
-                        tracing::warn!(container = %s.name, reason = %w.reason, message = %w.message, "cannot start container");
-                        // Image errors carry their reason ("Error: ErrImagePull"); the others
-                        // the runtime's message, as upstream.
-                        let detail = if w.reason.contains("Image") {
-                            &w.reason
-                        } else {
-                            &w.message
-                        };
+                    Err(e) => {
+                        tracing::warn!(container = %s.name, reason = e.reason(), message = e.message(), "cannot start container");
                         self.event(
                             Some(&s.name),
                             EventType::Warning,
                             "Failed",
-                            &format!("Error: {detail}"),
+                            &format!("Error: {}", e.event_detail()),
                         );
-                        self.errors.insert(s.name.clone(), w);
+                        self.errors.insert(s.name.clone(), e.waiting());
+                        let retry = e.retry_after();
                         wake = Some(wake.map_or(retry, |x| x.min(retry)));
                         // Init containers run in order: stop at the first failure.
                         if s.init {
@@ -228,7 +273,7 @@ impl Worker {
         sandbox_id: &str,
         sandbox: &SandboxConfig,
         s: &Start,
-    ) -> Result<(), (Waiting, Duration)> {
+    ) -> Result<(), StartError> {
         let spec = self.pod.spec.clone().unwrap_or_default();
         let c = spec
             .init_containers
@@ -238,23 +283,29 @@ impl Worker {
             .find(|c| c.name == s.name)
             .cloned()
             .expect("planned containers come from the spec");
-        let wait = |reason: &str, message: String, retry: Duration| {
-            (
-                Waiting {
-                    reason: reason.into(),
-                    message,
-                },
-                retry,
-            )
-        };
         if let Err(e) = ::probes::ContainerProbes::from_container(&c) {
-            return Err(wait(
-                "CreateContainerConfigError",
-                format!("invalid probe: {e}"),
-                Duration::from_secs(30),
-            ));
+            return Err(StartError::CreateContainerConfig {
+                message: format!("invalid probe: {e}"),
+                retry_after: Duration::from_secs(30),
+            });
         }
-        self.ensure_image(&c, sandbox).await?;
+        let (pod_ref, events) = (&self.pod, self.env.events.clone());
+        let event = move |t: EventType, reason: &str, message: &str| {
+            events.record(
+                &crate::events::container_ref(pod_ref, &s.name),
+                t,
+                reason,
+                message,
+            );
+        };
+        let puller = images::Puller {
+            runtime: self.env.runtime.as_ref(),
+            pull_lock: &self.env.pull_lock,
+            event: &event,
+        };
+        images::ensure_image(&puller, &mut self.pulls, &c, sandbox)
+            .await
+            .map_err(StartError::Image)?;
         // Volume directories, /etc/hosts, subPath mounts and the log directory touch the
         // disk: off the async workers.
         let (env, pod, container) = (self.env.clone(), self.pod.clone(), c.clone());
@@ -279,19 +330,15 @@ impl Worker {
         })
         .await
         .unwrap_or_else(|e| Err(spec::ConfigError(format!("preparing the container: {e}"))));
-        let cfg = prepared
-            .map_err(|e| wait("CreateContainerConfigError", e.0, Duration::from_secs(10)))?;
+        let cfg = prepared.map_err(|e| StartError::CreateContainerConfig {
+            message: e.0,
+            retry_after: Duration::from_secs(10),
+        })?;
         let rt = &self.env.runtime;
         let id = rt
             .create_container(sandbox_id, &cfg, sandbox)
             .await
-            .map_err(|e| {
-                wait(
-                    "CreateContainerError",
-                    e.to_string(),
-                    Duration::from_secs(10),
-                )
-            })?;
+            .map_err(|e| StartError::CreateContainer(e.to_string()))?;
         self.event(
             Some(&c.name),
             EventType::Normal,
@@ -300,7 +347,7 @@ impl Worker {
         );
         rt.start_container(&id)
             .await
-            .map_err(|e| wait("RunContainerError", e.to_string(), Duration::from_secs(10)))?;
+            .map_err(|e| StartError::RunContainer(e.to_string()))?;
         self.event(
             Some(&c.name),
             EventType::Normal,
@@ -309,127 +356,5 @@ impl Worker {
         );
         tracing::info!(container = %c.name, id = %id, restart_count = s.restart_count, "Started container");
         Ok(())
-    }
-
-    pub(super) async fn ensure_image(
-        &mut self,
-        c: &K8sContainer,
-        sandbox: &SandboxConfig,
-    ) -> Result<(), (Waiting, Duration)> {
-        let image = c.image.clone().unwrap_or_default();
-        let policy = c
-            .image_pull_policy
-            .clone()
-            .unwrap_or_else(|| pod::default_pull_policy(&image).into());
-        let wait = |reason: &str, message: String, retry: Duration| {
-            (
-                Waiting {
-                    reason: reason.into(),
-                    message,
-                },
-                retry,
-            )
-        };
-        let present = self.env.runtime.image_status(&image).await.map_err(|e| {
-            wait(
-                "ErrImageInspect",
-                format!("Failed to inspect image {image:?}: {e}"),
-                Duration::from_secs(5),
-            )
-        })?;
-        let name = c.name.as_str();
-        let already_present = || {
-            self.event(
-                Some(name),
-                EventType::Normal,
-                "Pulled",
-                &format!(
-                    "Container image {image:?} already present on machine and can be accessed by the pod"
-                ),
-            )
-        };
-        match policy.as_str() {
-            "Never" if present.is_none() => {
-                let message =
-                    format!("Container image {image:?} is not present with pull policy of Never");
-                self.event(
-                    Some(name),
-                    EventType::Warning,
-                    "ErrImageNeverPull",
-                    &message,
-                );
-                return Err(wait("ErrImageNeverPull", message, Duration::from_secs(10)));
-            }
-            "Never" => {
-                already_present();
-                return Ok(());
-            }
-            "IfNotPresent" if present.is_some() => {
-                already_present();
-                return Ok(());
-            }
-            _ => {}
-        }
-        let now = Instant::now();
-        if let Some((until, _)) = self.pulls.until.get(&image)
-            && now < *until
-        {
-            let message = format!("Back-off pulling image {image:?}");
-            self.event(Some(name), EventType::Normal, "BackOff", &message);
-            return Err(wait("ImagePullBackOff", message, *until - now));
-        }
-        tracing::info!(%image, "Pulling image");
-        self.event(
-            Some(name),
-            EventType::Normal,
-            "Pulling",
-            &format!("Pulling image {image:?}"),
-        );
-        let waited = std::time::Instant::now();
-        let guard = self.env.pull_lock.lock().await;
-        let pulling = std::time::Instant::now();
-        let result = self.env.runtime.pull_image(&image, sandbox).await;
-        drop(guard);
-        match result {
-            Ok(_) => {
-                self.pulls.until.remove(&image);
-                tracing::info!(%image, "Successfully pulled image");
-                let size = match self.env.runtime.image_status(&image).await {
-                    Ok(Some(i)) => i.size,
-                    _ => 0,
-                };
-                // Go's Duration printing, truncated to milliseconds as upstream does.
-                let ms = |d: Duration| {
-                    crate::duration::format(Duration::from_millis(d.as_millis() as u64))
-                };
-                let message = format!(
-                    "Successfully pulled image {image:?} in {} ({} including waiting). Image size: {size} bytes.",
-                    ms(pulling.elapsed()),
-                    ms(waited.elapsed()),
-                );
-                self.event(Some(name), EventType::Normal, "Pulled", &message);
-                Ok(())
-            }
-            Err(e) => {
-                let delay = self
-                    .pulls
-                    .until
-                    .get(&image)
-                    .map(|(_, d)| (*d * 2).min(BACKOFF_MAX))
-                    .unwrap_or(BACKOFF_INITIAL);
-                self.pulls.until.insert(image.clone(), (now + delay, delay));
-                self.event(
-                    Some(name),
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Failed to pull image {image:?}: {e}"),
-                );
-                Err(wait(
-                    "ErrImagePull",
-                    format!("failed to pull image {image:?}: {e}"),
-                    delay,
-                ))
-            }
-        }
     }
 }

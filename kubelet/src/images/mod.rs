@@ -1,0 +1,176 @@
+//! Images for containers: the pull policy, pulls (one at a time with `serializeImagePulls`)
+//! and the per-image pull back-off, with upstream's events and waiting reasons. Pull
+//! credentials and image garbage collection grow here.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Container;
+use tokio::time::Instant;
+
+use crate::events::EventType;
+use crate::pod;
+use crate::runtime::{Runtime, SandboxConfig};
+
+/// Pull back-off: 10 s doubling up to 5 min, per image (upstream's image back-off uses the
+/// container back-off's period and cap).
+pub const PULL_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+pub const PULL_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// Why a container's image is not there yet: upstream's waiting reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullReason {
+    ErrImagePull,
+    ImagePullBackOff,
+    ErrImageNeverPull,
+    ImageInspectError,
+}
+
+impl PullReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullReason::ErrImagePull => "ErrImagePull",
+            PullReason::ImagePullBackOff => "ImagePullBackOff",
+            PullReason::ErrImageNeverPull => "ErrImageNeverPull",
+            PullReason::ImageInspectError => "ErrImageInspect",
+        }
+    }
+}
+
+/// A container's image cannot be had (yet), and when to try again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullError {
+    pub reason: PullReason,
+    pub message: String,
+    pub retry_after: Duration,
+}
+
+/// Image back-off state, per image.
+#[derive(Debug, Default)]
+pub struct PullBackoff {
+    until: HashMap<String, (Instant, Duration)>,
+}
+
+/// What [`ensure_image`] needs from the node.
+pub struct Puller<'a> {
+    pub runtime: &'a dyn Runtime,
+    /// Held while pulling when `serializeImagePulls` is on.
+    pub pull_lock: &'a tokio::sync::Mutex<()>,
+    /// Records an event about the container.
+    pub event: &'a (dyn Fn(EventType, &str, &str) + Send + Sync),
+}
+
+/// Makes `c`'s image present as its pull policy says: checks the store first (upstream does,
+/// and containerd's PullImage always asks the registry), honours `Never` and `IfNotPresent`,
+/// pulls otherwise, and backs off per image after a failed pull.
+pub async fn ensure_image(
+    p: &Puller<'_>,
+    backoff: &mut PullBackoff,
+    c: &Container,
+    sandbox: &SandboxConfig,
+) -> Result<(), PullError> {
+    let image = c.image.clone().unwrap_or_default();
+    let policy = c
+        .image_pull_policy
+        .clone()
+        .unwrap_or_else(|| pod::default_pull_policy(&image).into());
+    let fail = |reason: PullReason, message: String, retry_after: Duration| PullError {
+        reason,
+        message,
+        retry_after,
+    };
+    let present = p.runtime.image_status(&image).await.map_err(|e| {
+        fail(
+            PullReason::ImageInspectError,
+            format!("Failed to inspect image {image:?}: {e}"),
+            Duration::from_secs(5),
+        )
+    })?;
+    let already_present = || {
+        (p.event)(
+            EventType::Normal,
+            "Pulled",
+            &format!(
+                "Container image {image:?} already present on machine and can be accessed by the pod"
+            ),
+        )
+    };
+    match policy.as_str() {
+        "Never" if present.is_none() => {
+            let message =
+                format!("Container image {image:?} is not present with pull policy of Never");
+            (p.event)(EventType::Warning, "ErrImageNeverPull", &message);
+            return Err(fail(
+                PullReason::ErrImageNeverPull,
+                message,
+                Duration::from_secs(10),
+            ));
+        }
+        "Never" => {
+            already_present();
+            return Ok(());
+        }
+        "IfNotPresent" if present.is_some() => {
+            already_present();
+            return Ok(());
+        }
+        _ => {}
+    }
+    let now = Instant::now();
+    if let Some((until, _)) = backoff.until.get(&image)
+        && now < *until
+    {
+        let message = format!("Back-off pulling image {image:?}");
+        (p.event)(EventType::Normal, "BackOff", &message);
+        return Err(fail(PullReason::ImagePullBackOff, message, *until - now));
+    }
+    tracing::info!(%image, "Pulling image");
+    (p.event)(
+        EventType::Normal,
+        "Pulling",
+        &format!("Pulling image {image:?}"),
+    );
+    let waited = std::time::Instant::now();
+    let guard = p.pull_lock.lock().await;
+    let pulling = std::time::Instant::now();
+    let result = p.runtime.pull_image(&image, sandbox).await;
+    drop(guard);
+    match result {
+        Ok(_) => {
+            backoff.until.remove(&image);
+            tracing::info!(%image, "Successfully pulled image");
+            let size = match p.runtime.image_status(&image).await {
+                Ok(Some(i)) => i.size,
+                _ => 0,
+            };
+            // Go's Duration printing, truncated to milliseconds as upstream does.
+            let ms =
+                |d: Duration| crate::duration::format(Duration::from_millis(d.as_millis() as u64));
+            let message = format!(
+                "Successfully pulled image {image:?} in {} ({} including waiting). Image size: {size} bytes.",
+                ms(pulling.elapsed()),
+                ms(waited.elapsed()),
+            );
+            (p.event)(EventType::Normal, "Pulled", &message);
+            Ok(())
+        }
+        Err(e) => {
+            let delay = backoff
+                .until
+                .get(&image)
+                .map(|(_, d)| (*d * 2).min(PULL_BACKOFF_MAX))
+                .unwrap_or(PULL_BACKOFF_INITIAL);
+            backoff.until.insert(image.clone(), (now + delay, delay));
+            (p.event)(
+                EventType::Warning,
+                "Failed",
+                &format!("Failed to pull image {image:?}: {e}"),
+            );
+            Err(fail(
+                PullReason::ErrImagePull,
+                format!("failed to pull image {image:?}: {e}"),
+                delay,
+            ))
+        }
+    }
+}
