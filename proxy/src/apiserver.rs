@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::model::NodeFacts;
-use crate::proxier::ProxyHandles;
+use crate::tracker::ProxyHandles;
 
 /// `apis.LabelServiceProxyName`: Services (and their slices) carrying it belong to another proxy.
 pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
@@ -612,7 +612,7 @@ pub async fn run(
 mod tests {
     use super::*;
     use crate::model::{IpFamily, ServiceState};
-    use crate::proxier::{ProxyHandle, ProxyHandles};
+    use crate::tracker::{ProxyHandle, ProxyHandles};
     use serde_json::json;
 
     #[test]

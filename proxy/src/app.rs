@@ -18,8 +18,10 @@ use crate::health::{self, ProxierHealth, ServiceHealthServer};
 use crate::iptables::{self, ExecRunner, IptablesRunner};
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, ServiceState};
-use crate::proxier::{self, Proxier, ProxyHandle, ProxyHandles, SyncConfig};
+use crate::proxier::{self, Proxier};
 use crate::render::{RenderConfig, TableName};
+use crate::sync_loop::{self, SyncConfig};
+use crate::tracker::{ProxyHandle, ProxyHandles};
 use crate::xtables_lock::{Gated, XtablesGate};
 use crate::{apiserver, cleanup, source};
 
@@ -316,7 +318,7 @@ pub async fn run_source(
     futures::future::join_all(
         proxiers
             .into_iter()
-            .map(|p| proxier::run(p, sync, shutdown.clone())),
+            .map(|p| sync_loop::run(p, sync, shutdown.clone())),
     )
     .await;
     let _ = source_task.await;

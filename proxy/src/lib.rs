@@ -21,9 +21,13 @@ pub mod health;
 pub mod iptables;
 pub mod metrics;
 pub mod model;
+pub mod nodeport;
 pub mod proxier;
 pub mod render;
 pub mod source;
+pub mod sync_loop;
+pub mod topology;
+pub mod tracker;
 pub mod xtables_lock;
 
 #[cfg(test)]

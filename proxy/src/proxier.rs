@@ -1,30 +1,32 @@
-//! The sync loop: render the desired ruleset, apply it (full or minimal delta) through an
-//! `IptablesRunner`, remember what was applied, and run that on a debounced schedule.
-//! Partial syncs re-render only the services changed since the last sync (`Rendered::update`).
+//! The iptables proxier: render the desired ruleset, apply it (full or minimal delta) through
+//! an `IptablesRunner`, and remember what was applied. Partial syncs re-render only the
+//! services changed since the last sync (`Rendered::update`). It runs on the debounced
+//! schedule of [`crate::sync_loop`], as a [`Backend`].
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use prometheus::Registry;
 use thiserror::Error;
-use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::chains::*;
 use crate::conntrack::{self, Conntrack, NoConntrack, UdpTarget};
-use crate::health::{ProxierHealth, ServiceHealthServer};
+use crate::health::ServiceHealthServer;
 use crate::iptables::{self, IptablesRunner, Position};
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, NamespacedName, NodeFacts, ServiceState};
 use crate::render::{RenderConfig, Rendered, TableName};
+use crate::sync_loop::Backend;
+use crate::tracker::{set_pending, unix_now};
+
+// The handles, the loop and its types lived here before they became backend-neutral; their
+// old paths keep working.
+pub use crate::sync_loop::{RetryBackoff, SyncConfig, SyncOutcome, run};
+pub use crate::tracker::{ProxyHandle, ProxyHandles};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -46,282 +48,6 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Timing of the loop (upstream defaults: minSyncPeriod 1 s, syncPeriod 30 s, and a forced
-/// full resync at least every hour).
-#[derive(Clone, Copy, Debug)]
-pub struct SyncConfig {
-    /// No two syncs closer than this; changes arriving meanwhile are batched.
-    pub min_sync_period: Duration,
-    /// A sync runs at least this often; each periodic run also checks the canary chain
-    /// and does a full resync if someone flushed our tables.
-    pub sync_period: Duration,
-    /// Longest time between full resyncs (drift repair).
-    pub full_sync_period: Duration,
-}
-
-impl Default for SyncConfig {
-    fn default() -> Self {
-        SyncConfig {
-            min_sync_period: Duration::from_secs(1),
-            sync_period: Duration::from_secs(30),
-            full_sync_period: Duration::from_secs(3600),
-        }
-    }
-}
-
-struct Shared {
-    family: IpFamily,
-    state: Mutex<ServiceState>,
-    notify: Notify,
-    services_synced: AtomicBool,
-    slices_synced: AtomicBool,
-    health: ProxierHealth,
-    /// Set once the proxier exists: the change counters are counted where changes arrive.
-    metrics: OnceLock<Metrics>,
-}
-
-/// Cheap, cloneable entry point for the watchers: feed objects in, the loop wakes up.
-#[derive(Clone)]
-pub struct ProxyHandle {
-    shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for ProxyHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProxyHandle").finish_non_exhaustive()
-    }
-}
-
-impl ProxyHandle {
-    pub fn new(state: ServiceState) -> Self {
-        Self::with_health(state, ProxierHealth::default())
-    }
-
-    /// A handle reporting to `health`, which the proxiers of both families share.
-    pub fn with_health(state: ServiceState, health: ProxierHealth) -> Self {
-        ProxyHandle {
-            shared: Arc::new(Shared {
-                family: state.family(),
-                state: Mutex::new(state),
-                notify: Notify::new(),
-                services_synced: AtomicBool::new(false),
-                slices_synced: AtomicBool::new(false),
-                health,
-                metrics: OnceLock::new(),
-            }),
-        }
-    }
-
-    /// The IP family of this handle's proxier.
-    pub fn family(&self) -> IpFamily {
-        self.shared.family
-    }
-
-    fn state(&self) -> MutexGuard<'_, ServiceState> {
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Read access to the current desired state (e.g. for a health-check server).
-    pub fn with_state<T>(&self, f: impl FnOnce(&ServiceState) -> T) -> T {
-        f(&self.state())
-    }
-
-    #[cfg(test)]
-    pub(crate) fn state_for_test(&self) -> MutexGuard<'_, ServiceState> {
-        self.state()
-    }
-
-    /// The health state `/healthz` reports: queued on every change, updated on every
-    /// successful sync.
-    pub fn health(&self) -> &ProxierHealth {
-        &self.shared.health
-    }
-
-    fn changed(&self, changed: bool) -> bool {
-        if changed {
-            let family = self.shared.family;
-            self.shared.health.queued_update(family);
-            if let Some(m) = self.shared.metrics.get() {
-                m.last_queued_timestamp
-                    .with_label_values(&[family.label()])
-                    .set(unix_now());
-            }
-            self.shared.notify.notify_one();
-        }
-        changed
-    }
-
-    /// Applies one Service event to the state and counts it (upstream counts every Service
-    /// event, and only the EndpointSlice events that change something).
-    fn service_event(&self, f: impl FnOnce(&mut ServiceState) -> bool) -> bool {
-        let mut st = self.state();
-        let c = f(&mut st);
-        if let Some(m) = self.shared.metrics.get() {
-            m.service_changes_total.inc();
-            set_pending(m, &st);
-        }
-        drop(st);
-        self.changed(c)
-    }
-
-    fn slice_event(&self, f: impl FnOnce(&mut ServiceState) -> bool) -> bool {
-        let mut st = self.state();
-        let c = f(&mut st);
-        if let (true, Some(m)) = (c, self.shared.metrics.get()) {
-            m.endpoint_changes_total.inc();
-            set_pending(m, &st);
-        }
-        drop(st);
-        self.changed(c)
-    }
-
-    /// Service added or modified. Returns true if the rules will change.
-    pub fn on_service_upsert(&self, svc: &Service) -> bool {
-        self.service_event(|st| st.upsert_service(svc))
-    }
-
-    pub fn on_service_delete(&self, svc: &Service) -> bool {
-        let ns = svc.metadata.namespace.as_deref().unwrap_or_default();
-        let name = svc.metadata.name.as_deref().unwrap_or_default();
-        self.service_event(|st| st.delete_service(ns, name))
-    }
-
-    pub fn on_endpoint_slice_upsert(&self, slice: &EndpointSlice) -> bool {
-        self.slice_event(|st| st.upsert_endpoint_slice(slice))
-    }
-
-    pub fn on_endpoint_slice_delete(&self, slice: &EndpointSlice) -> bool {
-        self.slice_event(|st| st.delete_endpoint_slice(slice))
-    }
-
-    /// The initial Service list has been delivered.
-    pub fn on_services_synced(&self) {
-        self.shared.services_synced.store(true, Ordering::SeqCst);
-        self.shared.notify.notify_one();
-    }
-
-    /// The initial EndpointSlice list has been delivered.
-    pub fn on_endpoint_slices_synced(&self) {
-        self.shared.slices_synced.store(true, Ordering::SeqCst);
-        self.shared.notify.notify_one();
-    }
-
-    /// What this proxy's Node says (zone, addresses). Returns true if the rules will be
-    /// re-rendered.
-    pub fn on_node(&self, node: NodeFacts) -> bool {
-        let c = self.state().set_node(node);
-        self.changed(c)
-    }
-
-    /// Rules are not written until both initial lists arrived (as upstream), so a restart
-    /// never programs a half-known state.
-    pub fn initialized(&self) -> bool {
-        self.shared.services_synced.load(Ordering::SeqCst)
-            && self.shared.slices_synced.load(Ordering::SeqCst)
-    }
-
-    async fn notified(&self) {
-        self.shared.notify.notified().await
-    }
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs_f64()
-}
-
-/// The pending-change gauges (one series for both families, as upstream's).
-fn set_pending(m: &Metrics, st: &ServiceState) {
-    let (services, endpoints) = st.pending();
-    m.service_changes_pending.set(services as f64);
-    m.endpoint_changes_pending.set(endpoints as f64);
-}
-
-/// The proxiers of a node, one per IP family, fed by one source (upstream's meta-proxier):
-/// every event goes to each family's handle, which keeps what concerns its family.
-#[derive(Clone, Debug)]
-pub struct ProxyHandles(Vec<ProxyHandle>);
-
-impl ProxyHandles {
-    pub fn new(handles: Vec<ProxyHandle>) -> Self {
-        ProxyHandles(handles)
-    }
-
-    /// Returns true if the rules of any family will change.
-    pub fn on_service_upsert(&self, svc: &Service) -> bool {
-        self.0
-            .iter()
-            .fold(false, |c, h| h.on_service_upsert(svc) | c)
-    }
-
-    pub fn on_service_delete(&self, svc: &Service) -> bool {
-        self.0
-            .iter()
-            .fold(false, |c, h| h.on_service_delete(svc) | c)
-    }
-
-    pub fn on_endpoint_slice_upsert(&self, slice: &EndpointSlice) -> bool {
-        self.0
-            .iter()
-            .fold(false, |c, h| h.on_endpoint_slice_upsert(slice) | c)
-    }
-
-    pub fn on_endpoint_slice_delete(&self, slice: &EndpointSlice) -> bool {
-        self.0
-            .iter()
-            .fold(false, |c, h| h.on_endpoint_slice_delete(slice) | c)
-    }
-
-    /// This proxy's Node was added, changed or deleted: `facts` for the rules, and the
-    /// health server's node eligibility (upstream's SyncNode: ineligible once the Node has
-    /// a deletionTimestamp or the ToBeDeletedByClusterAutoscaler taint).
-    pub fn on_node(&self, facts: &NodeFacts, deleting: bool, taint_keys: &[&str]) -> bool {
-        // One health state serves both families.
-        if let Some(h) = self.0.first() {
-            h.shared.health.sync_node(deleting, taint_keys);
-        }
-        self.0
-            .iter()
-            .fold(false, |c, h| h.on_node(facts.clone()) | c)
-    }
-
-    pub fn on_services_synced(&self) {
-        self.0.iter().for_each(ProxyHandle::on_services_synced);
-    }
-
-    pub fn on_endpoint_slices_synced(&self) {
-        self.0
-            .iter()
-            .for_each(ProxyHandle::on_endpoint_slices_synced);
-    }
-
-    pub fn initialized(&self) -> bool {
-        self.0.iter().all(ProxyHandle::initialized)
-    }
-}
-
-impl From<ProxyHandle> for ProxyHandles {
-    fn from(h: ProxyHandle) -> Self {
-        ProxyHandles(vec![h])
-    }
-}
-
-/// What one `sync` did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SyncOutcome {
-    /// Initial lists not received yet.
-    NotInitialized,
-    /// Partial sync with nothing to write.
-    Unchanged,
-    Applied {
-        full: bool,
-        changed_services: usize,
-        bytes: usize,
-    },
-}
 
 /// What a full sync's jump check found: the restore lines adding the missing jump rules
 /// and chains, per table, and the nat table's `iptables-save` dump.
@@ -498,7 +224,7 @@ impl<R: IptablesRunner> Proxier<R> {
         sync: SyncConfig,
         metrics: Metrics,
     ) -> Self {
-        let _ = handle.shared.metrics.set(metrics.clone());
+        handle.set_metrics(metrics.clone());
         Proxier {
             runner,
             conntrack: NoConntrack,
@@ -696,7 +422,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
                 if do_full {
                     self.last_full = Some(Instant::now());
                 }
-                self.handle.shared.health.updated(self.cfg.family);
+                self.handle.health().updated(self.cfg.family);
                 if let (Some(server), Some((ports, counts))) = (&self.service_health, &hc) {
                     server.sync_services(ports).await;
                     server.sync_endpoints(counts);
@@ -886,6 +612,30 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
     }
 }
 
+impl<R: IptablesRunner, C: Conntrack> Backend for Proxier<R, C> {
+    type Error = Error;
+
+    fn handle(&self) -> &ProxyHandle {
+        &self.handle
+    }
+
+    fn family(&self) -> IpFamily {
+        self.cfg.family
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    async fn check_canary(&mut self) {
+        Proxier::check_canary(self).await
+    }
+
+    async fn sync(&mut self, full: bool) -> Result<SyncOutcome> {
+        Proxier::sync(self, full).await
+    }
+}
+
 impl Jump {
     /// The rule's arguments after `-A <from>`, as `ensure_rule` takes them.
     fn args(&self) -> Vec<String> {
@@ -1012,93 +762,4 @@ fn count_appends(text: &str, table: &str) -> usize {
         }
     }
     n
-}
-
-/// Runs syncs until `shutdown`: at most one per `min_sync_period`, woken by changes from the
-/// handle, and at least one per `sync_period` (which also checks the canary chain).
-/// A failed sync is retried, fully, after [`RetryBackoff`]: 1 s, doubling up to `sync_period`.
-pub async fn run<R: IptablesRunner, C: Conntrack>(
-    mut proxier: Proxier<R, C>,
-    cfg: SyncConfig,
-    shutdown: CancellationToken,
-) -> Proxier<R, C> {
-    let handle = proxier.handle.clone();
-    let mut last_run: Option<Instant> = None;
-    let mut next_periodic = Instant::now() + cfg.sync_period;
-    let mut pending = true;
-    let mut retry = RetryBackoff::new(cfg.sync_period);
-    let mut retry_at: Option<Instant> = None;
-    loop {
-        let wake = if pending {
-            let earliest = last_run.map_or_else(Instant::now, |t| t + cfg.min_sync_period);
-            earliest.min(next_periodic)
-        } else {
-            retry_at.map_or(next_periodic, |t| t.min(next_periodic))
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => return proxier,
-            _ = handle.notified() => {
-                let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-                proxier
-                    .metrics
-                    .last_queued_timestamp
-                    .with_label_values(&[proxier.cfg.family.label()])
-                    .set(now.as_secs_f64());
-                pending = true;
-                continue;
-            }
-            _ = tokio::time::sleep_until(wake) => {}
-        }
-        let now = Instant::now();
-        if now >= next_periodic {
-            proxier.check_canary().await;
-        }
-        match proxier.sync(false).await {
-            // Nothing was written: the first real sync need not wait for minSyncPeriod.
-            Ok(SyncOutcome::NotInitialized) => {}
-            Ok(_) => {
-                last_run = Some(now);
-                retry.reset();
-                retry_at = None;
-            }
-            Err(e) => {
-                let after = retry.next_delay();
-                warn!(error = %e, retry_in = ?after, "sync failed");
-                last_run = Some(now);
-                retry_at = Some(Instant::now() + after);
-            }
-        }
-        pending = false;
-        next_periodic = now + cfg.sync_period;
-    }
-}
-
-/// Delay before retrying a failed sync: 1 s, doubling up to a cap (`syncPeriod`); back to
-/// 1 s after a success.
-#[derive(Clone, Copy, Debug)]
-pub struct RetryBackoff {
-    next: Duration,
-    cap: Duration,
-}
-
-impl RetryBackoff {
-    pub const FIRST: Duration = Duration::from_secs(1);
-
-    pub fn new(cap: Duration) -> Self {
-        RetryBackoff {
-            next: Self::FIRST.min(cap),
-            cap,
-        }
-    }
-
-    /// The delay for this failure; the one after it doubles.
-    pub fn next_delay(&mut self) -> Duration {
-        let now = self.next;
-        self.next = (now * 2).min(self.cap);
-        now
-    }
-
-    pub fn reset(&mut self) {
-        self.next = Self::FIRST.min(self.cap);
-    }
 }

@@ -23,6 +23,8 @@ use crate::chains::*;
 use crate::model::{
     Cidr, EndpointInfo, IpFamily, NamespacedName, ServicePortInfo, ServicePortName, ports_of,
 };
+use crate::nodeport::NodePortAddresses;
+use crate::topology::categorize;
 
 /// Above this many endpoints, rules stop carrying per-service comments (upstream's
 /// "large cluster mode"), which shrinks the ruleset noticeably.
@@ -326,161 +328,6 @@ fn q(s: &str) -> String {
     format!("\"{s}\"")
 }
 
-/// Endpoints split by traffic policy (upstream's CategorizeEndpoints, without topology hints).
-struct Categorized<'a> {
-    cluster: Vec<&'a EndpointInfo>,
-    local: Vec<&'a EndpointInfo>,
-    all_reachable: Vec<&'a EndpointInfo>,
-    has_any: bool,
-}
-
-/// Which topology hints the cluster endpoints are chosen by (upstream's topologyModeFromHints).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TopologyMode {
-    /// Every ready endpoint.
-    None,
-    /// Endpoints hinted for this node (PreferSameNode).
-    SameNode,
-    /// Endpoints hinted for this node's zone (PreferSameZone / PreferClose).
-    SameZone,
-}
-
-/// Node hints win when every ready endpoint has some and one is for this node; else zone
-/// hints when every ready endpoint has some and one is for this node's zone; else none
-/// (hints are all-or-nothing, so a half-hinted service never loses endpoints).
-fn topology_mode(eps: &[EndpointInfo], node_name: &str, zone: Option<&str>) -> TopologyMode {
-    let ready = || eps.iter().filter(|e| e.ready);
-    let has = |hints: &[String], name: &str| hints.iter().any(|h| h == name);
-    if ready().all(|e| !e.node_hints.is_empty()) && ready().any(|e| has(&e.node_hints, node_name)) {
-        return TopologyMode::SameNode;
-    }
-    if let Some(zone) = zone
-        && ready().all(|e| !e.zone_hints.is_empty())
-        && ready().any(|e| has(&e.zone_hints, zone))
-    {
-        return TopologyMode::SameZone;
-    }
-    TopologyMode::None
-}
-
-fn categorize<'a>(
-    eps: &'a [EndpointInfo],
-    svc: &ServicePortInfo,
-    node_name: &str,
-    zone: Option<&str>,
-) -> Categorized<'a> {
-    let mut cluster = Vec::new();
-    let mut local = Vec::new();
-    let mut has_any = false;
-    if svc.uses_cluster_endpoints() {
-        let mode = topology_mode(eps, node_name, zone);
-        let wanted = |e: &EndpointInfo| match mode {
-            TopologyMode::None => true,
-            TopologyMode::SameNode => e.node_hints.iter().any(|h| h == node_name),
-            TopologyMode::SameZone => zone.is_some_and(|z| e.zone_hints.iter().any(|h| h == z)),
-        };
-        cluster = eps.iter().filter(|e| e.ready && wanted(e)).collect();
-        if cluster.is_empty() {
-            // No ready endpoints anywhere (a topology mode is only chosen when one is
-            // ready here): fall back to serving-but-terminating ones.
-            cluster = eps.iter().filter(|e| e.serving && e.terminating).collect();
-        }
-        has_any = !cluster.is_empty();
-    }
-    if !svc.uses_local_endpoints() {
-        let all_reachable = cluster.clone();
-        return Categorized {
-            cluster,
-            local,
-            all_reachable,
-            has_any,
-        };
-    }
-    let mut local_ready = false;
-    let mut local_serving_terminating = false;
-    for e in eps {
-        if e.ready {
-            has_any = true;
-            local_ready |= e.is_local;
-        } else if e.serving && e.terminating {
-            has_any = true;
-            local_serving_terminating |= e.is_local;
-        }
-    }
-    if local_ready {
-        local = eps.iter().filter(|e| e.is_local && e.ready).collect();
-    } else if local_serving_terminating {
-        local = eps
-            .iter()
-            .filter(|e| e.is_local && e.serving && e.terminating)
-            .collect();
-    }
-    if !svc.uses_cluster_endpoints() {
-        let all_reachable = local.clone();
-        return Categorized {
-            cluster,
-            local,
-            all_reachable,
-            has_any,
-        };
-    }
-    let mut all_reachable = cluster.clone();
-    for e in &local {
-        if !all_reachable
-            .iter()
-            .any(|x| x.ip == e.ip && x.port == e.port)
-        {
-            all_reachable.push(e);
-        }
-    }
-    Categorized {
-        cluster,
-        local,
-        all_reachable,
-        has_any,
-    }
-}
-
-/// Parsed `--nodeport-addresses` for one family.
-struct NodePortAddresses {
-    cidrs: Vec<Cidr>,
-    match_all: bool,
-}
-
-impl NodePortAddresses {
-    fn new(cfg: &RenderConfig) -> Self {
-        let mut cidrs = Vec::new();
-        for s in &cfg.node_port_addresses {
-            if s == "primary" {
-                if let Some(ip) = cfg.node_ips.first() {
-                    cidrs.push(Cidr {
-                        addr: *ip,
-                        prefix: cfg.family.host_prefix(),
-                    });
-                }
-            } else if let Ok(c) = s.parse::<Cidr>()
-                && c.family() == cfg.family
-            {
-                cidrs.push(c);
-            }
-        }
-        if cidrs.is_empty() {
-            let zero = match cfg.family {
-                IpFamily::V4 => "0.0.0.0/0",
-                IpFamily::V6 => "::/0",
-            };
-            cidrs.push(zero.parse().expect("constant CIDR"));
-        }
-        let match_all = cidrs.iter().any(|c| c.prefix == 0);
-        NodePortAddresses { cidrs, match_all }
-    }
-
-    fn contains_ipv4_loopback(&self) -> bool {
-        let lo: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-        self.cidrs.iter().any(|c| c.contains(&lo))
-    }
-}
-
 /// Node- and flag-level values shared by every service's rules.
 struct Ctx<'a> {
     cfg: &'a RenderConfig,
@@ -668,7 +515,7 @@ struct Base {
 impl Base {
     fn new(cfg: &RenderConfig) -> Self {
         let mark = cfg.masquerade_mark();
-        let npa = NodePortAddresses::new(cfg);
+        let npa = NodePortAddresses::new(cfg.family, &cfg.node_port_addresses, &cfg.node_ips);
         let is_v6 = cfg.family == IpFamily::V6;
         let localhost_node_ports =
             cfg.localhost_node_ports && !is_v6 && npa.contains_ipv4_loopback();
@@ -729,7 +576,7 @@ impl Base {
             pinned_last: true,
         };
         let services_tail = &mut nat[0].tail;
-        if npa.match_all {
+        if npa.match_all() {
             let mut dest = String::from("-m addrtype --dst-type LOCAL");
             if is_v6 {
                 dest.push_str(" ! -d ::1/128");
@@ -740,11 +587,7 @@ impl Base {
                 "-m comment --comment {np_comment} {dest} -j {KUBE_NODEPORTS}"
             )));
         } else {
-            for ip in cfg
-                .node_ips
-                .iter()
-                .filter(|ip| npa.cidrs.iter().any(|c| c.contains(ip)))
-            {
+            for ip in cfg.node_ips.iter().filter(|ip| npa.contains(ip)) {
                 if ip.is_loopback() && (is_v6 || !localhost_node_ports) {
                     continue;
                 }

@@ -14,7 +14,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::proxier::ProxyHandles;
+use crate::tracker::ProxyHandles;
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -192,7 +192,7 @@ pub async fn run_static_dir(
 mod tests {
     use super::*;
     use crate::model::{IpFamily, ServiceState};
-    use crate::proxier::ProxyHandle;
+    use crate::tracker::ProxyHandle;
 
     const FILE: &str = r#"
 apiVersion: v1
