@@ -9,6 +9,7 @@ use crate::pod_worker::{Env, Msg, Worker};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -98,11 +99,13 @@ impl SyncLoop {
         self.expected.iter().all(|s| self.ready.contains(s))
     }
 
-    fn spawn(&mut self, pod: Pod, source: Option<Source>, terminate: Option<i64>) {
+    /// A worker for `pod`; `terminate` Some makes it stop the pod at once (with that grace, or
+    /// the one recorded on its containers when None).
+    fn spawn(&mut self, pod: Pod, source: Option<Source>, terminate: Option<Option<Duration>>) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let (tx, rx) = mpsc::unbounded_channel();
-        if let Some(g) = terminate {
-            let _ = tx.send(Msg::Terminate(g));
+        if let Some(grace) = terminate {
+            let _ = tx.send(Msg::Terminate { grace });
         }
         let worker = Worker::new(self.env.clone(), pod.clone(), None);
         self.tasks
@@ -135,15 +138,7 @@ impl SyncLoop {
             }
             wanted.insert(uid.clone());
             // A pod being deleted on the apiserver stops with the grace period it was given.
-            let deleting = pod.metadata.deletion_timestamp.is_some().then(|| {
-                pod.metadata
-                    .deletion_grace_period_seconds
-                    .or(pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.termination_grace_period_seconds))
-                    .unwrap_or(30)
-            });
+            let deleting = crate::pod::deletion_grace(&pod);
             match self.workers.get_mut(&uid) {
                 Some(h) if h.terminating => {}
                 Some(h) => {
@@ -151,29 +146,24 @@ impl SyncLoop {
                         h.pod = pod.clone();
                         let _ = h.tx.send(Msg::Update(Box::new(pod)));
                     }
-                    if let Some(g) = deleting {
-                        tracing::info!(pod = %crate::pod::full_name(&h.pod), %uid, grace = g, "pod deleted; stopping");
+                    if let Some(grace) = deleting {
+                        tracing::info!(pod = %crate::pod::full_name(&h.pod), %uid, ?grace, "pod deleted; stopping");
                         h.terminating = true;
-                        let _ = h.tx.send(Msg::Terminate(g));
+                        let _ = h.tx.send(Msg::Terminate { grace: Some(grace) });
                     }
                 }
                 None => {
                     tracing::info!(pod = %crate::pod::full_name(&pod), %uid, "new pod");
-                    self.spawn(pod, Some(source), deleting);
+                    self.spawn(pod, Some(source), deleting.map(Some));
                 }
             }
         }
         for (uid, h) in self.workers.iter_mut() {
             if h.source == Some(source) && !wanted.contains(uid) && !h.terminating {
-                let grace = h
-                    .pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-                    .unwrap_or(30);
-                tracing::info!(pod = %crate::pod::full_name(&h.pod), %uid, grace, "pod removed from its source; stopping");
+                let grace = crate::pod::kill_grace(crate::pod::spec_grace_seconds(&h.pod));
+                tracing::info!(pod = %crate::pod::full_name(&h.pod), %uid, ?grace, "pod removed from its source; stopping");
                 h.terminating = true;
-                let _ = h.tx.send(Msg::Terminate(grace));
+                let _ = h.tx.send(Msg::Terminate { grace: Some(grace) });
             }
         }
     }
@@ -194,7 +184,7 @@ impl SyncLoop {
                 let mut pod = Pod::default();
                 pod.metadata.uid = Some(uid);
                 // Grace comes from the containers' annotations (see Worker::terminate).
-                self.spawn(pod, None, Some(-1));
+                self.spawn(pod, None, Some(None));
             }
         }
     }

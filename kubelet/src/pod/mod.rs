@@ -7,6 +7,7 @@ use crate::quantity;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 /// A pod spec the kubelet refuses, naming the offending field like upstream's validation.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -29,11 +30,42 @@ pub const ANN_CONFIG_HASH: &str = "kubernetes.io/config.hash";
 pub const ANN_CONFIG_SEEN: &str = "kubernetes.io/config.seen";
 pub const ANN_CONFIG_MIRROR: &str = "kubernetes.io/config.mirror";
 
+/// Upstream's default `terminationGracePeriodSeconds`.
+pub const DEFAULT_GRACE_SECONDS: i64 = 30;
+/// Upstream never kills with less than 2 s of grace, even when asked for 0.
+pub const MIN_GRACE: Duration = Duration::from_secs(2);
+
+/// The pod's own grace period in seconds (`terminationGracePeriodSeconds`, defaulted).
+pub fn spec_grace_seconds(pod: &Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(DEFAULT_GRACE_SECONDS)
+}
+
+/// A grace period in seconds as the time a kill waits: negative is 0, and at least
+/// [`MIN_GRACE`].
+pub fn kill_grace(seconds: i64) -> Duration {
+    Duration::from_secs(seconds.max(0) as u64).max(MIN_GRACE)
+}
+
+/// For a pod being deleted on the apiserver, the grace it was given
+/// (`deletionGracePeriodSeconds`, else its own); None while it is not being deleted.
+pub fn deletion_grace(pod: &Pod) -> Option<Duration> {
+    pod.metadata.deletion_timestamp.as_ref()?;
+    let seconds = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .unwrap_or_else(|| spec_grace_seconds(pod));
+    Some(kill_grace(seconds))
+}
+
 /// Applies the defaults the apiserver would (pods from files never went through it).
 pub fn apply_defaults(pod: &mut Pod) {
     let spec = pod.spec.get_or_insert_with(PodSpec::default);
     spec.restart_policy.get_or_insert_with(|| "Always".into());
-    spec.termination_grace_period_seconds.get_or_insert(30);
+    spec.termination_grace_period_seconds
+        .get_or_insert(DEFAULT_GRACE_SECONDS);
     spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
     spec.scheduler_name
         .get_or_insert_with(|| "default-scheduler".into());

@@ -28,8 +28,7 @@ pub const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// A container that ran this long before exiting starts its back-off afresh.
 pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(600);
-/// Upstream never kills with less than 2 s of grace, even when asked for 0.
-pub const MIN_GRACE: Duration = Duration::from_secs(2);
+pub use crate::pod::MIN_GRACE;
 
 /// What every worker shares.
 pub struct Env {
@@ -60,8 +59,9 @@ pub struct Env {
 pub enum Msg {
     /// The desired spec (same UID) changed.
     Update(Box<Pod>),
-    /// Stop the pod with this grace period (seconds) and remove it.
-    Terminate(i64),
+    /// Stop the pod and remove it, with this grace period (None: the one recorded on its
+    /// containers, for a pod found only in the runtime). [`MIN_GRACE`] applies.
+    Terminate { grace: Option<Duration> },
     /// Something changed in the runtime: sync now.
     Wake,
     /// A probe result changed.
@@ -156,7 +156,7 @@ impl Worker {
         );
         async move {
             let mut panics = StepPanics::default();
-            let mut terminating: Option<i64> = None;
+            let mut terminating: Option<Option<Duration>> = None;
             let mut next = Instant::now();
             loop {
                 tokio::select! {
@@ -171,7 +171,7 @@ impl Worker {
                         for m in msgs {
                             match m {
                                 Msg::Update(p) => self.pod = *p,
-                                Msg::Terminate(g) => terminating = Some(terminating.map_or(g, |t| t.min(g))),
+                                Msg::Terminate { grace } => terminating = Some(shortest_grace(terminating.flatten(), grace)),
                                 Msg::Wake => {}
                                 Msg::Probe(u) => self.on_probe(*u),
                             }
@@ -204,6 +204,14 @@ impl Worker {
         }
         .instrument(span)
         .await
+    }
+}
+
+/// Of two termination requests, the shorter known grace wins.
+fn shortest_grace(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
     }
 }
 

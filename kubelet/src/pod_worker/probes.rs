@@ -70,7 +70,7 @@ impl Worker {
         }
         let grace = u
             .termination_grace_period_seconds
-            .map(|g| Duration::from_secs(g.max(0) as u64).max(MIN_GRACE))
+            .map(pod::kill_grace)
             .unwrap_or_else(|| self.grace());
         tracing::info!(
             container = %u.container_name,

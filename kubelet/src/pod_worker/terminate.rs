@@ -5,17 +5,12 @@ use super::*;
 
 impl Worker {
     pub(super) fn grace(&self) -> Duration {
-        let g = self
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds)
-            .unwrap_or(30);
-        Duration::from_secs(g.max(0) as u64).max(MIN_GRACE)
+        pod::kill_grace(pod::spec_grace_seconds(&self.pod))
     }
 
-    /// Stops and removes everything of the pod. Returns false if something must be retried.
-    pub async fn terminate(&mut self, grace_seconds: i64) -> bool {
+    /// Stops and removes everything of the pod, with `grace` (None: the grace recorded on its
+    /// containers). Returns false if something must be retried.
+    pub async fn terminate(&mut self, grace: Option<Duration>) -> bool {
         let rt = self.env.runtime.clone();
         let obs = match observe(rt.as_ref(), &self.uid).await {
             Ok(o) => o,
@@ -32,16 +27,18 @@ impl Worker {
             self.pod.metadata.name = Some(sb.pod_name.clone());
             self.pod.metadata.namespace = Some(sb.pod_namespace.clone());
         }
-        let grace_seconds = if grace_seconds >= 0 {
-            grace_seconds
-        } else {
-            obs.containers
-                .iter()
-                .filter_map(|(_, c)| c.annotations.get(ANN_POD_GRACE_PERIOD)?.parse::<i64>().ok())
-                .max()
-                .unwrap_or(30)
-        };
-        let grace = Duration::from_secs(grace_seconds.max(0) as u64).max(MIN_GRACE);
+        let grace = grace
+            .unwrap_or_else(|| {
+                let recorded = obs
+                    .containers
+                    .iter()
+                    .filter_map(|(_, c)| {
+                        c.annotations.get(ANN_POD_GRACE_PERIOD)?.parse::<i64>().ok()
+                    })
+                    .max();
+                pod::kill_grace(recorded.unwrap_or(pod::DEFAULT_GRACE_SECONDS))
+            })
+            .max(MIN_GRACE);
         // A terminating pod is not probed for liveness; its readiness no longer matters.
         self.env.probes.remove_pod(&self.uid);
         self.probed.clear();

@@ -305,7 +305,7 @@ async fn terminate_stops_and_removes_everything() {
     let r = rig();
     let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
     w.sync().await;
-    assert!(w.terminate(5).await);
+    assert!(w.terminate(Some(Duration::from_secs(5))).await);
     assert_eq!(r.rt.count("StopContainer"), 1);
     assert_eq!(
         r.rt.stop_timeouts(),
@@ -327,8 +327,8 @@ async fn terminate_retries_when_the_runtime_fails() {
         "RemovePodSandbox",
         RuntimeError::Unavailable("socket closed".into()),
     );
-    assert!(!w.terminate(5).await);
-    assert!(w.terminate(5).await);
+    assert!(!w.terminate(Some(Duration::from_secs(5))).await);
+    assert!(w.terminate(Some(Duration::from_secs(5))).await);
     assert_eq!(r.rt.sandbox_count(), 0);
 }
 
@@ -671,13 +671,13 @@ async fn zero_grace_still_gets_the_minimum_and_orphans_use_recorded_grace() {
     let mut orphan = Pod::default();
     orphan.metadata.uid = Some("uid-1".into());
     let mut o = Worker::new(r.env.clone(), orphan, None);
-    assert!(o.terminate(-1).await);
+    assert!(o.terminate(None).await);
     assert_eq!(r.rt.stop_timeouts(), vec![Duration::from_secs(7)]);
 
     let r = rig();
     let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
     w.sync().await;
-    assert!(w.terminate(0).await);
+    assert!(w.terminate(Some(Duration::ZERO)).await);
     assert_eq!(
         r.rt.stop_timeouts(),
         vec![MIN_GRACE],
@@ -720,7 +720,10 @@ async fn a_panicking_step_is_retried_and_other_pods_keep_going() {
     assert_eq!(r.rt.running("app").len(), 2, "both pods run");
     assert!(app_status(&r).state.unwrap().running.is_some());
     // Still managed: termination works.
-    tx.send(Msg::Terminate(5)).unwrap();
+    tx.send(Msg::Terminate {
+        grace: Some(Duration::from_secs(5)),
+    })
+    .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(task.is_finished());
     assert_eq!(r.rt.running("app").len(), 1);
