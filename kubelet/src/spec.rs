@@ -457,9 +457,15 @@ pub fn write_etc_hosts(
     let mut text = String::from(
         "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
     );
+    // Upstream: `<hostname>.<subdomain>.<namespace>.svc.<clusterDomain>`.
     let fqdn = match (&spec.subdomain, pod.metadata.namespace.as_deref()) {
         (Some(sub), Some(ns)) if !sub.is_empty() => {
-            Some(format!("{hostname}.{sub}.{ns}.svc.cluster.local"))
+            let domain = &node.cluster_domain;
+            Some(if domain.is_empty() {
+                format!("{hostname}.{sub}.{ns}.svc")
+            } else {
+                format!("{hostname}.{sub}.{ns}.svc.{domain}")
+            })
         }
         _ => None,
     };
@@ -585,9 +591,7 @@ pub fn container_config(
     );
     annotations.insert(
         ANN_POD_GRACE_PERIOD.to_string(),
-        spec.termination_grace_period_seconds
-            .unwrap_or(30)
-            .to_string(),
+        pod::spec_grace_seconds(pod).to_string(),
     );
     if let Some(ports) = &c.ports
         && !ports.is_empty()
@@ -828,6 +832,28 @@ mod tests {
         let vars = BTreeMap::from([("A".to_string(), "z".repeat(1 << 20))]);
         assert_eq!(expand("$(A)", &vars, &mut b).unwrap().len(), 1 << 20);
         assert!(expand("$(A)$(A)", &vars, &mut b).is_err());
+    }
+
+    /// The pod's FQDN in its /etc/hosts follows clusterDomain (it was always cluster.local).
+    #[test]
+    fn etc_hosts_fqdn_uses_the_cluster_domain() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut n = node();
+        n.root_dir = dir.path().to_path_buf();
+        n.cluster_domain = "corp.example".into();
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "web-0", "namespace": "shop", "uid": "u"}, "spec": {
+            "hostname": "web-0", "subdomain": "web", "containers": [{"name": "c", "image": "i:1"}]}}),
+        );
+        let path = write_etc_hosts(&n, &p, &["10.88.0.7".into()])
+            .unwrap()
+            .unwrap();
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(
+            text.contains("10.88.0.7\tweb-0.web.shop.svc.corp.example\tweb-0\n"),
+            "{text}"
+        );
+        assert!(!text.contains("cluster.local"), "{text}");
     }
 
     #[test]

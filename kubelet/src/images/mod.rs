@@ -32,7 +32,7 @@ impl PullReason {
             PullReason::ErrImagePull => "ErrImagePull",
             PullReason::ImagePullBackOff => "ImagePullBackOff",
             PullReason::ErrImageNeverPull => "ErrImageNeverPull",
-            PullReason::ImageInspectError => "ErrImageInspect",
+            PullReason::ImageInspectError => "ImageInspectError",
         }
     }
 }
