@@ -17,6 +17,7 @@ mod outcome;
 pub mod results;
 pub mod spec;
 pub mod tcp;
+mod types;
 mod worker;
 
 #[cfg(any(test, feature = "test-util"))]

@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::exec::{self, ExecRunner};
 use crate::http::HttpProber;
-use crate::manager::{PodRef, ProbeUpdate};
 use crate::metrics::{RESULT_FAILED, RESULT_SUCCESSFUL, WorkerMetrics};
 use crate::outcome::{ProbeOutcome, ProbeResult};
 use crate::results::{ProbeStatus, ResultsCache};
 use crate::spec::{Handler, ProbeKind, ProbeSpec};
+use crate::types::{PodRef, ProbeUpdate};
 use crate::{grpc, tcp};
 
 /// Upstream `maxProbeRetries`: a probe that errors is retried this many times in a row.
