@@ -1,5 +1,5 @@
 //! Kubernetes Events about pods and the node: the recorder every part of the kubelet reports
-//! through. In cluster mode [`crate::cluster::events`] writes them to the apiserver; standalone,
+//! through. In cluster mode the cluster module's event sink writes them to the apiserver; standalone,
 //! [`LogRecorder`] writes them to the log (upstream's standalone kubelet has no event sink
 //! either).
 
