@@ -24,7 +24,9 @@
 
 mod patch;
 pub mod pki;
+mod random;
 pub mod resources;
+pub mod selectors;
 mod server;
 pub mod status;
 mod store;

@@ -10,6 +10,8 @@ use rcgen::{
 use time::OffsetDateTime;
 use x509_parser::prelude::{FromDer, ParsedExtension, X509Certificate};
 
+use super::random::random_u64;
+
 /// A test CA (ECDSA P-256) that also signs the apiserver's serving certificate.
 pub struct Authority {
     params: CertificateParams,
@@ -36,8 +38,8 @@ fn odt(t: SystemTime) -> OffsetDateTime {
 }
 
 fn random_serial() -> SerialNumber {
-    let a = super::store::random_u64().to_be_bytes();
-    let b = super::store::random_u64().to_be_bytes();
+    let a = random_u64().to_be_bytes();
+    let b = random_u64().to_be_bytes();
     let mut bytes = [a, b].concat();
     bytes[0] &= 0x7f;
     bytes[0] |= 0x01;

@@ -22,7 +22,8 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use super::pki::{Authority, identity_of};
-use super::resources::{self, FieldSelector, LabelSelector, RESOURCES, ResourceDef};
+use super::resources::{self, RESOURCES, ResourceDef};
+use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 use super::store::{DeleteOpts, RequestRecord, Store, Subresource, UserInfo, WatchMsg};
 

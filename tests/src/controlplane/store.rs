@@ -3,10 +3,7 @@
 //! selector-aware event translation, the type-specific create/update/delete
 //! semantics the node agent depends on, and the CSR approver + signer.
 
-use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
@@ -17,7 +14,9 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::patch;
 use super::pki::{Authority, inspect_csr};
-use super::resources::{FieldSelector, LabelSelector, RESOURCES, ResourceDef};
+use super::random::random_u64;
+use super::resources::{RESOURCES, ResourceDef};
+use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 
 /// An authenticated caller.
@@ -38,21 +37,6 @@ impl UserInfo {
     pub fn in_group(&self, g: &str) -> bool {
         self.groups.iter().any(|x| x == g)
     }
-}
-
-static COUNTER: AtomicU64 = AtomicU64::new(1);
-
-/// A random u64 (std's randomly keyed SipHash over a counter and the clock).
-pub fn random_u64() -> u64 {
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
 }
 
 fn new_uid() -> String {
