@@ -15,15 +15,15 @@ use tracing::{info, warn};
 use crate::config::{ProxyConfig, ProxyMode};
 use crate::conntrack::ExecConntrack;
 use crate::health::{self, ProxierHealth, ServiceHealthServer};
-use crate::iptables::{self, ExecRunner, IptablesRunner};
+use crate::iptables::proxier::{self, Proxier};
+use crate::iptables::{
+    self, ExecRunner, Gated, IptablesRunner, RenderConfig, TableName, XtablesGate, cleanup,
+};
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, ServiceState};
-use crate::proxier::{self, Proxier};
-use crate::render::{RenderConfig, TableName};
 use crate::sync_loop::{self, SyncConfig};
 use crate::tracker::{ProxyHandle, ProxyHandles};
-use crate::xtables_lock::{Gated, XtablesGate};
-use crate::{apiserver, cleanup, source};
+use crate::{apiserver, source};
 
 #[derive(Debug, Error)]
 pub enum Error {

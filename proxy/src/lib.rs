@@ -13,8 +13,6 @@
 
 pub mod apiserver;
 pub mod app;
-pub mod chains;
-pub mod cleanup;
 pub mod config;
 pub mod conntrack;
 pub mod health;
@@ -22,17 +20,16 @@ pub mod iptables;
 pub mod metrics;
 pub mod model;
 pub mod nodeport;
-pub mod proxier;
-pub mod render;
 pub mod source;
 pub mod sync_loop;
 pub mod topology;
 pub mod tracker;
-pub mod xtables_lock;
 
 #[cfg(test)]
 mod tests;
 
+// The old paths of modules that moved into `iptables/`.
+pub use iptables::{proxier, render, xtables_lock};
 pub use iptables::{Backend, ExecRunner, IptablesRunner};
 pub use model::{IpFamily, ServiceState};
 pub use proxier::{Proxier, ProxyHandle, SyncConfig};

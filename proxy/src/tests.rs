@@ -14,10 +14,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
+use crate::iptables::Proxier;
+use crate::iptables::render::{self, RenderConfig, TableName};
 use crate::iptables::test_util::{Call, FakeRunner};
 use crate::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
-use crate::proxier::{self, Proxier, ProxyHandle, SyncConfig, SyncOutcome};
-use crate::render::{self, RenderConfig, TableName};
+use crate::sync_loop::{self, SyncConfig, SyncOutcome};
+use crate::tracker::ProxyHandle;
 
 const NODE: &str = "node1";
 
@@ -528,7 +530,7 @@ async fn loop_debounces_and_resyncs_periodically() {
     )
     .unwrap();
     let stop = CancellationToken::new();
-    let task = tokio::spawn(proxier::run(p, SyncConfig::default(), stop.clone()));
+    let task = tokio::spawn(sync_loop::run(p, SyncConfig::default(), stop.clone()));
 
     // Nothing is written before both initial lists are in.
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -565,7 +567,10 @@ async fn loop_debounces_and_resyncs_periodically() {
     );
 
     // Someone flushes our tables: the next periodic run is a full sync.
-    runner.remove_chain(TableName::Mangle, crate::chains::KUBE_PROXY_CANARY);
+    runner.remove_chain(
+        TableName::Mangle,
+        crate::iptables::chains::KUBE_PROXY_CANARY,
+    );
     tokio::time::sleep(Duration::from_secs(31)).await;
     let restores = runner.restores();
     assert_eq!(restores.len(), 3);
@@ -1057,7 +1062,7 @@ impl SimTables {
                         );
                     }
                 }
-                if !crate::chains::is_service_chain(name) {
+                if !crate::iptables::chains::is_service_chain(name) {
                     rules.sort();
                 }
             }
@@ -1505,7 +1510,7 @@ async fn proxier_partial_syncs_match_oracle() {
 async fn dual_stack_proxiers_split_families() {
     use crate::health::ProxierHealth;
     use crate::metrics::Metrics;
-    use crate::proxier::ProxyHandles;
+    use crate::tracker::ProxyHandles;
 
     let registry = Registry::new();
     let metrics = Metrics::new(&registry).unwrap();
@@ -1874,7 +1879,7 @@ async fn failed_sync_is_retried_with_backoff() {
     runner.fail_next_restores(3);
     let stop = CancellationToken::new();
     let start = tokio::time::Instant::now();
-    let task = tokio::spawn(proxier::run(p, SyncConfig::default(), stop.clone()));
+    let task = tokio::spawn(sync_loop::run(p, SyncConfig::default(), stop.clone()));
     let attempts_at = |secs: u64| {
         let runner = runner.clone();
         async move {
@@ -1925,8 +1930,8 @@ async fn failed_sync_is_retried_with_backoff() {
 async fn two_families_never_run_iptables_at_once() {
     use crate::iptables::IptablesRunner;
     use crate::iptables::test_util::OverlapProbe;
-    use crate::proxier::ProxyHandles;
-    use crate::xtables_lock::{Gated, XtablesGate};
+    use crate::iptables::xtables_lock::{Gated, XtablesGate};
+    use crate::tracker::ProxyHandles;
 
     async fn run_both<R: IptablesRunner>(make: impl Fn(FakeRunner) -> R) -> OverlapProbe {
         let probe = OverlapProbe::default();
@@ -1949,7 +1954,7 @@ async fn two_families_never_run_iptables_at_once() {
             )
             .unwrap();
             handles.push(handle);
-            tasks.push(tokio::spawn(proxier::run(p, sync, stop.clone())));
+            tasks.push(tokio::spawn(sync_loop::run(p, sync, stop.clone())));
         }
         let handles = ProxyHandles::new(handles);
         let mut dual = svc(

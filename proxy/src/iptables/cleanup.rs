@@ -6,8 +6,7 @@ use std::fmt::Write as _;
 
 use tracing::info;
 
-use crate::iptables::{self, IptablesRunner};
-use crate::render::TableName;
+use super::runner::{self, IptablesRunner, TableName};
 
 /// Chains named KUBE-* that belong to kubelet, not to kube-proxy.
 const KUBELET_CHAINS: &[&str] = &["KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"];
@@ -63,7 +62,7 @@ pub fn cleanup_text(table: TableName, save_output: &str) -> String {
 
 /// Removes our chains from the nat, filter and mangle tables. Returns the number of tables
 /// changed.
-pub async fn cleanup<R: IptablesRunner>(runner: &R) -> iptables::Result<usize> {
+pub async fn cleanup<R: IptablesRunner>(runner: &R) -> runner::Result<usize> {
     let mut changed = 0;
     for t in [TableName::Nat, TableName::Filter, TableName::Mangle] {
         let saved = runner.save(t).await?;

@@ -13,13 +13,13 @@ use thiserror::Error;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use crate::chains::*;
+use super::chains::*;
+use super::render::{RenderConfig, Rendered};
+use super::runner::{self, IptablesRunner, Position, TableName};
 use crate::conntrack::{self, Conntrack, NoConntrack, UdpTarget};
 use crate::health::ServiceHealthServer;
-use crate::iptables::{self, IptablesRunner, Position};
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, NamespacedName, NodeFacts, ServiceState};
-use crate::render::{RenderConfig, Rendered, TableName};
 use crate::sync_loop::Backend;
 use crate::tracker::{set_pending, unix_now};
 
@@ -35,13 +35,13 @@ pub enum Error {
         table: &'static str,
         chain: String,
         #[source]
-        source: iptables::Error,
+        source: runner::Error,
     },
     #[error("iptables-restore failed ({kind} sync): {source}")]
     Restore {
         kind: &'static str,
         #[source]
-        source: iptables::Error,
+        source: runner::Error,
     },
     #[error("registering metrics: {0}")]
     Metrics(#[from] prometheus::Error),

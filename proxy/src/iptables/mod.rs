@@ -1,0 +1,34 @@
+//! The iptables backend (upstream's pkg/proxy/iptables, with the runner of pkg/util/iptables).
+//!
+//! - [`runner`]: the OS edge, `IptablesRunner` (iptables, iptables-save, iptables-restore)
+//!   and its `ExecRunner`, backend detection (nft or legacy);
+//! - [`xtables_lock`]: one command of the process at a time, holding the node's xtables lock
+//!   where the binary does not;
+//! - [`chains`]: chain names, fixed and hashed per service;
+//! - [`ruleset`]: the rules as data, printed whole or as a minimal delta;
+//! - [`render`]: desired state → rules, kept per service (`Rendered`) for partial syncs;
+//! - [`proxier`]: the `Proxier`, which renders, applies and remembers; the
+//!   [`crate::sync_loop::Backend`] of this backend;
+//! - [`cleanup`]: what `--cleanup` removes, and how.
+//!
+//! The other backends get folders of their own beside this one (`nftables/`, `ipvs/`), on
+//! the same shared modules (`tracker`, `topology`, `nodeport`, `sync_loop`).
+
+pub mod chains;
+pub mod cleanup;
+pub mod proxier;
+pub mod render;
+pub mod ruleset;
+pub mod runner;
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
+pub mod xtables_lock;
+
+pub use proxier::Proxier;
+pub use render::{RenderConfig, Rendered};
+pub use ruleset::Ruleset;
+pub use runner::{
+    Backend, BackendDecision, Error, ExecRunner, IptablesRunner, IptablesVersion, Position, Result,
+    TableName, command_timeout, decide_backend, detect_backend,
+};
+pub use xtables_lock::{Gated, XtablesGate};
