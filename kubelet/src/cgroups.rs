@@ -4,7 +4,6 @@
 use crate::config::CgroupDriver;
 use crate::pod::Qos;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 /// A cgroup operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -158,11 +157,13 @@ impl Cgroups for FsCgroups {
 }
 
 /// Records created and removed cgroups.
+#[cfg(any(test, feature = "test-util"))]
 #[derive(Debug, Default)]
 pub struct FakeCgroups {
-    pub live: Mutex<std::collections::BTreeSet<String>>,
+    pub live: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl Cgroups for FakeCgroups {
     fn create(&self, path: &str) -> Result<(), CgroupError> {
         self.live.lock().unwrap().insert(path.to_string());

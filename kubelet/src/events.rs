@@ -4,7 +4,6 @@
 //! either).
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use std::sync::Mutex;
 
 /// `Normal` or `Warning`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -87,11 +86,13 @@ impl EventRecorder for LogRecorder {
 }
 
 /// Records events in memory, for tests.
+#[cfg(any(test, feature = "test-util"))]
 #[derive(Debug, Default)]
 pub struct FakeRecorder {
-    events: Mutex<Vec<String>>,
+    events: std::sync::Mutex<Vec<String>>,
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl FakeRecorder {
     /// Every recorded event as `"<Type> <Reason> <message>"`.
     pub fn events(&self) -> Vec<String> {
@@ -102,6 +103,7 @@ impl FakeRecorder {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl EventRecorder for FakeRecorder {
     fn record(
         &self,

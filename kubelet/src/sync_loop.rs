@@ -227,37 +227,19 @@ impl SyncLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cgroups::{CgroupNamer, FakeCgroups};
-    use crate::config::CgroupDriver;
     use crate::runtime::fake::FakeRuntime;
     use crate::spec::NodeSettings;
-    use crate::status_manager::StatusManager;
     use std::collections::BTreeSet;
     use std::time::Duration;
 
     fn env(rt: Arc<FakeRuntime>, dir: &std::path::Path) -> Arc<Env> {
         Arc::new(Env {
-            events: Arc::new(crate::events::FakeRecorder::default()),
-            probes: crate::pod_worker::test_probes().0,
-            exec: Arc::new(crate::probing::CriExec(rt.clone())),
-            pod_start_duration: None,
-            runtime: rt,
-            cgroups: Arc::new(FakeCgroups::default()),
-            namer: CgroupNamer {
-                driver: CgroupDriver::Cgroupfs,
-                root: "/".into(),
-                per_qos: true,
-            },
             node: NodeSettings {
                 pod_logs_dir: dir.join("logs"),
                 root_dir: dir.join("root"),
                 ..Default::default()
             },
-            runtime_name: "containerd".into(),
-            statuses: Arc::new(StatusManager::new()),
-            pull_lock: tokio::sync::Mutex::new(()),
-            resync: Duration::from_secs(60),
-            binder: Arc::new(crate::volume::subpath::test_util::FakeBinder::default()),
+            ..Env::for_test(rt, dir)
         })
     }
 

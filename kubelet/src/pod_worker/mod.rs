@@ -240,9 +240,45 @@ impl StepPanics {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
+impl Env {
+    /// An environment of fakes around `runtime` for tests: recording events and cgroups, no
+    /// probe jitter, no real mounts, directories under `dir`. Override fields with
+    /// `Env { field, ..Env::for_test(rt, dir) }`.
+    pub fn for_test(runtime: Arc<dyn Runtime>, dir: &std::path::Path) -> Env {
+        use crate::config::CgroupDriver;
+        Env {
+            events: Arc::new(crate::events::FakeRecorder::default()),
+            probes: test_probes().0,
+            exec: Arc::new(crate::probing::CriExec(runtime.clone())),
+            pod_start_duration: None,
+            runtime,
+            cgroups: Arc::new(crate::cgroups::FakeCgroups::default()),
+            namer: CgroupNamer {
+                driver: CgroupDriver::Cgroupfs,
+                root: "/".into(),
+                per_qos: true,
+            },
+            node: NodeSettings {
+                node_name: "n1".into(),
+                host_ips: vec!["192.0.2.1".into()],
+                pod_logs_dir: dir.join("logs"),
+                root_dir: dir.join("root"),
+                memory_capacity: 1 << 30,
+                ..Default::default()
+            },
+            runtime_name: "containerd".into(),
+            statuses: Arc::new(StatusManager::new()),
+            pull_lock: tokio::sync::Mutex::new(()),
+            resync: Duration::from_secs(60),
+            binder: Arc::new(crate::volume::subpath::test_util::FakeBinder::default()),
+        }
+    }
+}
+
 /// A probe manager for tests, without start-up jitter.
-#[cfg(test)]
-pub(crate) fn test_probes() -> (
+#[cfg(any(test, feature = "test-util"))]
+pub fn test_probes() -> (
     Arc<::probes::ProbeManager>,
     mpsc::Receiver<::probes::ProbeUpdate>,
 ) {

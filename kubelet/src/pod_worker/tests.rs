@@ -1,6 +1,5 @@
 use super::*;
 use crate::cgroups::FakeCgroups;
-use crate::config::CgroupDriver;
 use crate::events::FakeRecorder;
 use crate::runtime::fake::{FAKE_IMAGE_SIZE, FakeRuntime};
 
@@ -31,28 +30,9 @@ fn rig_with_binder(binder: Arc<dyn crate::volume::subpath::Binder>) -> Rig {
     let env = Arc::new(Env {
         events: events.clone(),
         probes,
-        exec: Arc::new(crate::probing::CriExec(rt.clone())),
-        pod_start_duration: None,
-        runtime: rt.clone(),
         cgroups: cg.clone(),
-        namer: CgroupNamer {
-            driver: CgroupDriver::Cgroupfs,
-            root: "/".into(),
-            per_qos: true,
-        },
-        node: NodeSettings {
-            node_name: "n1".into(),
-            host_ips: vec!["192.0.2.1".into()],
-            pod_logs_dir: dir.path().join("logs"),
-            root_dir: dir.path().join("root"),
-            memory_capacity: 1 << 30,
-            ..Default::default()
-        },
-        runtime_name: "containerd".into(),
-        statuses: Arc::new(StatusManager::new()),
-        pull_lock: tokio::sync::Mutex::new(()),
-        resync: Duration::from_secs(60),
         binder,
+        ..Env::for_test(rt.clone(), dir.path())
     });
     Rig {
         rt,
@@ -248,18 +228,9 @@ async fn a_new_worker_adopts_running_containers() {
     // The agent restarted: a fresh worker with no memory of the pod.
     let fresh_env = Arc::new(Env {
         events: r.env.events.clone(),
-        probes: test_probes().0,
-        exec: r.env.exec.clone(),
-        pod_start_duration: None,
-        runtime: r.rt.clone(),
         cgroups: r.cg.clone(),
-        namer: r.env.namer.clone(),
         node: r.env.node.clone(),
-        runtime_name: "containerd".into(),
-        statuses: Arc::new(StatusManager::new()),
-        pull_lock: tokio::sync::Mutex::new(()),
-        resync: Duration::from_secs(60),
-        binder: Arc::new(crate::volume::subpath::test_util::FakeBinder::default()),
+        ..Env::for_test(r.rt.clone(), r._dir.path())
     });
     let mut w2 = Worker::new(
         fresh_env.clone(),

@@ -3,6 +3,7 @@
 //! calls for unit tests.
 
 pub mod cri;
+#[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod raw;
 

@@ -307,7 +307,7 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-util"))]
 pub mod test_util {
     //! A [`Binder`] that mounts nothing: it records what would be bound.
 
