@@ -44,27 +44,46 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
         total += value * scale;
         rest = &rest[unit_len..];
     }
-    Ok(Duration::from_secs_f64(total))
+    // Go's durations are an int64 of nanoseconds: anything longer is an error there too.
+    if !total.is_finite() || total > MAX_SECONDS {
+        return Err(err());
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| err())
 }
 
-/// Formats a duration the way Go prints it (`1m0s`, `10s`, `300ms`), for /configz and logs.
+/// The longest Go duration, in seconds (2^63 - 1 ns, about 292 years).
+const MAX_SECONDS: f64 = i64::MAX as f64 / 1e9;
+
+/// Formats a duration the way Go prints it (`1m0s`, `10s`, `300ms`, `1.5µs`, `1ns`), for
+/// /configz and logs.
 pub fn format(d: Duration) -> String {
-    if d.is_zero() {
+    let ns = d.as_nanos();
+    if ns == 0 {
         return "0s".into();
     }
-    let total_ms = d.as_millis();
-    if total_ms < 1000 {
-        return format!("{total_ms}ms");
-    }
-    let secs = d.as_secs_f64();
-    let h = (secs / 3600.0).floor() as u64;
-    let m = ((secs - h as f64 * 3600.0) / 60.0).floor() as u64;
-    let s = secs - h as f64 * 3600.0 - m as f64 * 60.0;
-    let s = if (s - s.round()).abs() < 1e-9 {
-        format!("{}s", s.round() as u64)
-    } else {
-        format!("{s}s")
+    // `v / 10^digits` with the fraction's trailing zeros dropped, as Go prints it.
+    let frac = |v: u128, digits: usize| -> String {
+        let unit = 10u128.pow(digits as u32);
+        let (int, rem) = (v / unit, v % unit);
+        if rem == 0 {
+            int.to_string()
+        } else {
+            let r = format!("{rem:0digits$}");
+            format!("{int}.{}", r.trim_end_matches('0'))
+        }
     };
+    if ns < 1_000 {
+        return format!("{ns}ns");
+    }
+    if ns < 1_000_000 {
+        return format!("{}µs", frac(ns, 3));
+    }
+    if ns < 1_000_000_000 {
+        return format!("{}ms", frac(ns, 6));
+    }
+    let secs = ns / 1_000_000_000;
+    let (h, m) = (secs / 3600, secs % 3600 / 60);
+    let s = format!("{}s", frac(ns - (h * 3600 + m * 60) * 1_000_000_000, 9));
     match (h, m) {
         (0, 0) => s,
         (0, m) => format!("{m}m{s}"),

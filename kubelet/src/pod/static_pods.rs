@@ -53,7 +53,14 @@ pub fn parse_manifest(path: &Path, text: &str, node: &str) -> Result<Pod, Manife
     })?;
     // The UID hashes the object as written (not the file's bytes), the node and the file.
     let canonical = serde_json::to_vec(&pod).unwrap_or_default();
-    let name = pod.metadata.name.clone().unwrap_or_default();
+    // As upstream's file source: the name gets `-<node>` and an empty namespace is `default`
+    // first, then the pod as it will run is validated.
+    if let Some(name) = pod.metadata.name.as_mut().filter(|n| !n.is_empty()) {
+        *name = format!("{name}-{}", node.to_lowercase());
+    }
+    if pod.metadata.namespace.as_deref().unwrap_or("").is_empty() {
+        pod.metadata.namespace = Some("default".into());
+    }
     validate(&pod).map_err(|e| fail(e.to_string()))?;
     if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
         let mut h = Sha256::new();
@@ -63,10 +70,6 @@ pub fn parse_manifest(path: &Path, text: &str, node: &str) -> Result<Pod, Manife
         pod.metadata.uid = Some(hex::encode(&h.finalize()[..16]));
     }
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    pod.metadata.name = Some(format!("{name}-{}", node.to_lowercase()));
-    if pod.metadata.namespace.as_deref().unwrap_or("").is_empty() {
-        pod.metadata.namespace = Some("default".into());
-    }
     let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
     ann.insert(ANN_CONFIG_SOURCE.into(), "file".into());
     ann.insert(ANN_CONFIG_HASH.into(), uid);
