@@ -12,7 +12,7 @@ use crate::iptables::chains::*;
 use crate::iptables::ruleset::{Chain, Rule};
 use crate::iptables::runner::TableName;
 use crate::model::{EndpointInfo, ServicePortInfo, ServicePortName};
-use crate::topology::categorize;
+use crate::topology::{Categorized, categorize};
 
 /// Node- and flag-level values shared by every service's rules.
 pub(super) struct Ctx<'a> {
@@ -144,7 +144,10 @@ impl ServiceRules {
     }
 }
 
-/// One service port's rules (upstream's per-service part of syncProxyRules).
+/// One service port's rules (upstream's per-service part of syncProxyRules), in upstream's
+/// order: its rules in the top-level chains (cluster IP, external IPs, load balancer, node
+/// ports), then its own chains (EXT, FW, SVC and SVL declared in that order, their rules, then
+/// one SEP chain per endpoint).
 pub(super) fn render_service(
     name: &ServicePortName,
     svc: &ServicePortInfo,
@@ -162,56 +165,138 @@ pub(super) fn render_service(
     let proto = name.protocol.lower();
     let spn = service_port_text(name);
     let names = ServiceChainNames::new(&spn, proto);
+    let p = Plan::new(svc, &cat, &spn, proto, &names);
+    out.no_local_internal = p.has_any && !p.has_internal;
+    out.no_local_external = p.has_any && !p.has_external;
 
-    let uses_cluster_chain = !cat.cluster.is_empty() && svc.uses_cluster_endpoints();
-    let uses_local_chain = !cat.local.is_empty() && svc.uses_local_endpoints();
+    let cluster_ip_match = cluster_ip_rules(&mut out, &p);
+    external_ip_rules(&mut out, &p);
+    load_balancer_rules(&mut out, &p);
+    node_port_rules(&mut out, &p);
 
-    let mut internal_chain = &names.cluster;
-    let mut has_internal = cat.has_any;
-    if svc.internal_policy_local {
-        internal_chain = &names.local;
-        if cat.local.is_empty() {
-            has_internal = false;
+    declare_service_chains(&mut out, &p);
+    if let Some(m) = &cluster_ip_match {
+        cluster_ip_masquerade(&mut out, &p, m, ctx);
+    }
+    if p.uses_external_chain {
+        external_chain_rules(&mut out, &p, ctx);
+    }
+    if p.uses_fw_chain {
+        firewall_chain_rules(&mut out, &p, cfg);
+    }
+    endpoint_chains(&mut out, &p, &cat, ctx);
+    out
+}
+
+/// What the rules of one service port share: its texts and chain names, and the choices its
+/// traffic policies and endpoints make.
+struct Plan<'a> {
+    svc: &'a ServicePortInfo,
+    /// `ns/name:port`.
+    spn: &'a str,
+    /// Lower-case protocol (`tcp`, `udp`, `sctp`).
+    proto: &'static str,
+    names: &'a ServiceChainNames,
+    /// Where cluster-IP traffic goes: SVC, or SVL under internalTrafficPolicy=Local.
+    internal_chain: &'a str,
+    /// Where EXT sends external traffic: SVC, or SVL under externalTrafficPolicy=Local.
+    external_policy_chain: &'a str,
+    /// Some endpoint is usable (ready, or serving and terminating).
+    has_any: bool,
+    /// Cluster-IP traffic has endpoints under its policy.
+    has_internal: bool,
+    /// External traffic has endpoints under its policy.
+    has_external: bool,
+    uses_cluster_chain: bool,
+    uses_local_chain: bool,
+    uses_external_chain: bool,
+    uses_fw_chain: bool,
+    /// Target and quoted comment of the filter rule for cluster-IP traffic without endpoints.
+    internal_filter: Option<(&'static str, String)>,
+    /// The same for external traffic (external IPs, load-balancer IPs, node ports).
+    external_filter: Option<(&'static str, String)>,
+}
+
+impl<'a> Plan<'a> {
+    fn new(
+        svc: &'a ServicePortInfo,
+        cat: &Categorized<'_>,
+        spn: &'a str,
+        proto: &'static str,
+        names: &'a ServiceChainNames,
+    ) -> Self {
+        let mut internal_chain = names.cluster.as_str();
+        let mut has_internal = cat.has_any;
+        if svc.internal_policy_local {
+            internal_chain = &names.local;
+            if cat.local.is_empty() {
+                has_internal = false;
+            }
+        }
+        let mut external_policy_chain = names.cluster.as_str();
+        let mut has_external = cat.has_any;
+        if svc.external_policy_local {
+            external_policy_chain = &names.local;
+            if cat.local.is_empty() {
+                has_external = false;
+            }
+        }
+
+        let (mut internal_filter, mut external_filter) = (None, None);
+        if !cat.has_any {
+            let c = q(&format!("{spn} has no endpoints"));
+            internal_filter = Some(("REJECT", c.clone()));
+            external_filter = Some(("REJECT", c));
+        } else {
+            if !has_internal {
+                internal_filter = Some(("DROP", q(&format!("{spn} has no local endpoints"))));
+            }
+            if !has_external {
+                external_filter = Some(("DROP", q(&format!("{spn} has no local endpoints"))));
+            }
+        }
+
+        Plan {
+            svc,
+            spn,
+            proto,
+            names,
+            internal_chain,
+            external_policy_chain,
+            has_any: cat.has_any,
+            has_internal,
+            has_external,
+            uses_cluster_chain: !cat.cluster.is_empty() && svc.uses_cluster_endpoints(),
+            uses_local_chain: !cat.local.is_empty() && svc.uses_local_endpoints(),
+            uses_external_chain: cat.has_any && svc.externally_accessible(),
+            uses_fw_chain: cat.has_any
+                && !svc.load_balancer_vips.is_empty()
+                && !svc.load_balancer_source_ranges.is_empty(),
+            internal_filter,
+            external_filter,
         }
     }
-    let mut external_policy_chain = &names.cluster;
-    let mut has_external = cat.has_any;
-    if svc.external_policy_local {
-        external_policy_chain = &names.local;
-        if cat.local.is_empty() {
-            has_external = false;
-        }
-    }
-    let uses_external_chain = cat.has_any && svc.externally_accessible();
-    let uses_fw_chain = cat.has_any
-        && !svc.load_balancer_vips.is_empty()
-        && !svc.load_balancer_source_ranges.is_empty();
-    let lb_chain = if uses_fw_chain {
-        &names.firewall
-    } else {
-        &names.external
-    };
 
-    let (mut internal_filter, mut external_filter) = (None, None);
-    if !cat.has_any {
-        let c = q(&format!("{spn} has no endpoints"));
-        internal_filter = Some(("REJECT", c.clone()));
-        external_filter = Some(("REJECT", c));
-    } else {
-        if !has_internal {
-            internal_filter = Some(("DROP", q(&format!("{spn} has no local endpoints"))));
-            out.no_local_internal = true;
-        }
-        if !has_external {
-            external_filter = Some(("DROP", q(&format!("{spn} has no local endpoints"))));
-            out.no_local_external = true;
+    /// The chain load-balancer traffic enters: FW when source ranges filter it, else EXT.
+    fn lb_chain(&self) -> &'a str {
+        if self.uses_fw_chain {
+            &self.names.firewall
+        } else {
+            &self.names.external
         }
     }
 
-    let port = svc.port;
-    let cip = svc.cluster_ip;
-    // Cluster IP. Its match is shared by the jump here and the masquerade rule below.
-    let cluster_ip_match = has_internal.then(|| {
+    /// The filter rule's target and comment for external traffic that has no endpoints.
+    fn external_filter(&self) -> Option<&(&'static str, String)> {
+        self.external_filter.as_ref().filter(|_| !self.has_external)
+    }
+}
+
+/// The cluster IP: the jump to the internal chain, or the REJECT/DROP rule when that chain
+/// has no endpoints. Returns the jump's match, which the masquerade rule shares.
+fn cluster_ip_rules(out: &mut ServiceRules, p: &Plan<'_>) -> Option<String> {
+    let (spn, proto, port, cip) = (p.spn, p.proto, p.svc.port, p.svc.cluster_ip);
+    let cluster_ip_match = p.has_internal.then(|| {
         // Room for the longest address and port.
         let mut m = String::with_capacity(spn.len() + 112);
         let _ = write!(
@@ -224,8 +309,8 @@ pub(super) fn render_service(
     });
     if let Some(m) = &cluster_ip_match {
         out.nat_top
-            .push((KUBE_SERVICES, [m, " -j ", internal_chain].concat()));
-    } else if let Some((target, c)) = &internal_filter {
+            .push((KUBE_SERVICES, [m, " -j ", p.internal_chain].concat()));
+    } else if let Some((target, c)) = &p.internal_filter {
         out.filter_top.push((
             KUBE_SERVICES,
             format!(
@@ -233,28 +318,39 @@ pub(super) fn render_service(
             ),
         ));
     }
-    // External IPs.
-    for eip in &svc.external_ips {
-        if cat.has_any {
+    cluster_ip_match
+}
+
+/// External IPs: the jump to EXT, or the REJECT/DROP rule.
+fn external_ip_rules(out: &mut ServiceRules, p: &Plan<'_>) {
+    let (spn, proto, port) = (p.spn, p.proto, p.svc.port);
+    for eip in &p.svc.external_ips {
+        if p.has_any {
             out.nat_top.push((
                 KUBE_SERVICES,
                 format!(
                     "-m comment --comment {} -m {proto} -p {proto} -d {eip} --dport {port} -j {}",
                     q(&format!("{spn} external IP")),
-                    names.external
+                    p.names.external
                 ),
             ));
         }
-        if let (false, Some((target, c))) = (has_external, &external_filter) {
+        if let Some((target, c)) = p.external_filter() {
             out.filter_top.push((
                 KUBE_EXTERNAL_SERVICES,
                 format!("-m comment --comment {c} -m {proto} -p {proto} -d {eip} --dport {port} -j {target}"),
             ));
         }
     }
-    // Load-balancer ingress.
-    for lbip in &svc.load_balancer_vips {
-        if cat.has_any {
+}
+
+/// Load-balancer ingress IPs: the jump to FW or EXT, the firewall's DROP for traffic FW did
+/// not accept, and the REJECT/DROP rules.
+fn load_balancer_rules(out: &mut ServiceRules, p: &Plan<'_>) {
+    let (spn, proto, port) = (p.spn, p.proto, p.svc.port);
+    let lb_chain = p.lb_chain();
+    for lbip in &p.svc.load_balancer_vips {
+        if p.has_any {
             out.nat_top.push((
                 KUBE_SERVICES,
                 format!(
@@ -263,39 +359,43 @@ pub(super) fn render_service(
                 ),
             ));
         }
-        if uses_fw_chain {
+        if p.uses_fw_chain {
             out.filter_top.push((
                 KUBE_PROXY_FIREWALL,
                 format!(
                     "-m comment --comment {} -m {proto} -p {proto} -d {lbip} --dport {port} -j DROP",
-                    q(&format!("{spn} traffic not accepted by {}", names.firewall))
+                    q(&format!("{spn} traffic not accepted by {}", p.names.firewall))
                 ),
             ));
         }
     }
-    if let (false, Some((target, c))) = (has_external, &external_filter) {
-        for lbip in &svc.load_balancer_vips {
+    if let Some((target, c)) = p.external_filter() {
+        for lbip in &p.svc.load_balancer_vips {
             out.filter_top.push((
                 KUBE_EXTERNAL_SERVICES,
                 format!("-m comment --comment {c} -m {proto} -p {proto} -d {lbip} --dport {port} -j {target}"),
             ));
         }
     }
-    // Node ports.
+}
+
+/// The node port (jump to EXT, or the REJECT/DROP rule) and the health-check node port.
+fn node_port_rules(out: &mut ServiceRules, p: &Plan<'_>) {
+    let (spn, proto, svc) = (p.spn, p.proto, p.svc);
     if svc.node_port != 0 {
         let np = svc.node_port;
-        if cat.has_any {
+        if p.has_any {
             // (The localhost variant of this rule needs an nfacct counter, which we do
             // not manage; upstream skips it in that case too.)
             out.nat_top.push((
                 KUBE_NODEPORTS,
                 format!(
                     "-m comment --comment {spn} -m {proto} -p {proto} --dport {np} -j {}",
-                    names.external
+                    p.names.external
                 ),
             ));
         }
-        if let (false, Some((target, c))) = (has_external, &external_filter) {
+        if let Some((target, c)) = p.external_filter() {
             out.filter_top.push((
                 KUBE_EXTERNAL_SERVICES,
                 format!("-m comment --comment {c} -m addrtype --dst-type LOCAL -m {proto} -p {proto} --dport {np} -j {target}"),
@@ -312,118 +412,137 @@ pub(super) fn render_service(
             ),
         ));
     }
+}
 
-    // Per-service chains, declared in upstream's order: EXT, FW, SVC, SVL, SEPs.
-    if uses_external_chain {
-        out.declare(&names.external);
+/// Declares the per-service chains in upstream's order: EXT, FW, SVC, SVL.
+fn declare_service_chains(out: &mut ServiceRules, p: &Plan<'_>) {
+    if p.uses_external_chain {
+        out.declare(&p.names.external);
     }
-    if uses_fw_chain {
-        out.declare(&names.firewall);
+    if p.uses_fw_chain {
+        out.declare(&p.names.firewall);
     }
-    if uses_cluster_chain {
-        out.declare(&names.cluster);
+    if p.uses_cluster_chain {
+        out.declare(&p.names.cluster);
     }
-    if uses_local_chain {
-        out.declare(&names.local);
+    if p.uses_local_chain {
+        out.declare(&p.names.local);
     }
+}
 
-    if let Some(m) = &cluster_ip_match {
-        if cfg.masquerade_all {
-            out.push(internal_chain, [m, " -j ", KUBE_MARK_MASQ].concat());
-        } else if let Some(nl) = &ctx.if_not_local {
-            // Off-cluster traffic to a service VIP may bounce off-node: masquerade it.
-            out.push(
-                internal_chain,
-                [m, " ", nl, " -j ", KUBE_MARK_MASQ].concat(),
-            );
-        }
-    }
-
-    if uses_external_chain {
-        let ext = &names.external;
-        if !svc.external_policy_local {
-            out.push(
-                ext,
-                format!(
-                    "-m comment --comment {} -j {KUBE_MARK_MASQ}",
-                    q(&format!(
-                        "masquerade traffic for {spn} external destinations"
-                    ))
-                ),
-            );
-        } else {
-            if let Some(l) = &ctx.if_local {
-                out.push(
-                    ext,
-                    format!(
-                        "-m comment --comment {} {l} -j {}",
-                        q(&format!("pod traffic for {spn} external destinations")),
-                        names.cluster
-                    ),
-                );
-            }
-            out.push(
-                ext,
-                format!(
-                    "-m comment --comment {} -m addrtype --src-type LOCAL -j {KUBE_MARK_MASQ}",
-                    q(&format!(
-                        "masquerade LOCAL traffic for {spn} external destinations"
-                    ))
-                ),
-            );
-            out.push(
-                ext,
-                format!(
-                    "-m comment --comment {} -m addrtype --src-type LOCAL -j {}",
-                    q(&format!(
-                        "route LOCAL traffic for {spn} external destinations"
-                    )),
-                    names.cluster
-                ),
-            );
-        }
-        if has_external {
-            out.push(ext, format!("-j {external_policy_chain}"));
-        }
-    }
-
-    if uses_fw_chain {
-        let fw = &names.firewall;
-        let head = format!(
-            "-m comment --comment {}",
-            q(&format!("{spn} loadbalancer IP"))
-        );
-        let mut allow_from_node = false;
-        for cidr in &svc.load_balancer_source_ranges {
-            out.push(fw, format!("{head} -s {cidr} -j {}", names.external));
-            if cfg.node_ips.first().is_some_and(|ip| cidr.contains(ip)) {
-                allow_from_node = true;
-            }
-        }
-        if allow_from_node {
-            for lbip in &svc.load_balancer_vips {
-                out.push(fw, format!("{head} -s {lbip} -j {}", names.external));
-            }
-        }
+/// Masquerade of cluster-IP traffic (`cluster_ip_match`) that does not come from a pod, or of
+/// all of it with `--masquerade-all`.
+fn cluster_ip_masquerade(
+    out: &mut ServiceRules,
+    p: &Plan<'_>,
+    cluster_ip_match: &str,
+    ctx: &Ctx<'_>,
+) {
+    let m = cluster_ip_match;
+    if ctx.cfg.masquerade_all {
+        out.push(p.internal_chain, [m, " -j ", KUBE_MARK_MASQ].concat());
+    } else if let Some(nl) = &ctx.if_not_local {
+        // Off-cluster traffic to a service VIP may bounce off-node: masquerade it.
         out.push(
-            fw,
+            p.internal_chain,
+            [m, " ", nl, " -j ", KUBE_MARK_MASQ].concat(),
+        );
+    }
+}
+
+/// The EXT chain: masquerade (all of it, or only node-local sources under
+/// externalTrafficPolicy=Local, pods going to SVC), then the jump to the policy's chain.
+fn external_chain_rules(out: &mut ServiceRules, p: &Plan<'_>, ctx: &Ctx<'_>) {
+    let (spn, ext) = (p.spn, &p.names.external);
+    if !p.svc.external_policy_local {
+        out.push(
+            ext,
             format!(
-                "-m comment --comment {}",
+                "-m comment --comment {} -j {KUBE_MARK_MASQ}",
                 q(&format!(
-                    "other traffic to {spn} will be dropped by KUBE-PROXY-FIREWALL"
+                    "masquerade traffic for {spn} external destinations"
                 ))
             ),
         );
+    } else {
+        if let Some(l) = &ctx.if_local {
+            out.push(
+                ext,
+                format!(
+                    "-m comment --comment {} {l} -j {}",
+                    q(&format!("pod traffic for {spn} external destinations")),
+                    p.names.cluster
+                ),
+            );
+        }
+        out.push(
+            ext,
+            format!(
+                "-m comment --comment {} -m addrtype --src-type LOCAL -j {KUBE_MARK_MASQ}",
+                q(&format!(
+                    "masquerade LOCAL traffic for {spn} external destinations"
+                ))
+            ),
+        );
+        out.push(
+            ext,
+            format!(
+                "-m comment --comment {} -m addrtype --src-type LOCAL -j {}",
+                q(&format!(
+                    "route LOCAL traffic for {spn} external destinations"
+                )),
+                p.names.cluster
+            ),
+        );
     }
+    if p.has_external {
+        out.push(ext, format!("-j {}", p.external_policy_chain));
+    }
+}
 
-    let seps = ServiceEndpoints::new(&spn, proto, &cat.all_reachable);
-    if uses_cluster_chain {
-        service_to_endpoint_rules(&mut out, svc, &names.cluster, &cat.cluster, &seps, ctx);
+/// The FW chain: loadBalancerSourceRanges (and the LB IPs themselves when a range holds the
+/// node) go on to EXT; the rest falls through to KUBE-PROXY-FIREWALL's DROP.
+fn firewall_chain_rules(out: &mut ServiceRules, p: &Plan<'_>, cfg: &RenderConfig) {
+    let (spn, fw) = (p.spn, &p.names.firewall);
+    let head = format!(
+        "-m comment --comment {}",
+        q(&format!("{spn} loadbalancer IP"))
+    );
+    let mut allow_from_node = false;
+    for cidr in &p.svc.load_balancer_source_ranges {
+        out.push(fw, format!("{head} -s {cidr} -j {}", p.names.external));
+        if cfg.node_ips.first().is_some_and(|ip| cidr.contains(ip)) {
+            allow_from_node = true;
+        }
     }
-    if uses_local_chain {
-        service_to_endpoint_rules(&mut out, svc, &names.local, &cat.local, &seps, ctx);
+    if allow_from_node {
+        for lbip in &p.svc.load_balancer_vips {
+            out.push(fw, format!("{head} -s {lbip} -j {}", p.names.external));
+        }
     }
-    let head = ctx.endpoint_chain_comment(&spn);
+    out.push(
+        fw,
+        format!(
+            "-m comment --comment {}",
+            q(&format!(
+                "other traffic to {spn} will be dropped by KUBE-PROXY-FIREWALL"
+            ))
+        ),
+    );
+}
+
+/// SVC and SVL's jumps to the endpoints, then one SEP chain per endpoint (masquerade of
+/// hairpin traffic, DNAT, session affinity).
+fn endpoint_chains(out: &mut ServiceRules, p: &Plan<'_>, cat: &Categorized<'_>, ctx: &mut Ctx<'_>) {
+    let (svc, proto) = (p.svc, p.proto);
+    let seps = ServiceEndpoints::new(p.spn, proto, &cat.all_reachable);
+    if p.uses_cluster_chain {
+        service_to_endpoint_rules(out, svc, &p.names.cluster, &cat.cluster, &seps, ctx);
+    }
+    if p.uses_local_chain {
+        service_to_endpoint_rules(out, svc, &p.names.local, &cat.local, &seps, ctx);
+    }
+    let head = ctx.endpoint_chain_comment(p.spn);
     for e in seps.entries {
         let affinity = if svc.session_affinity_seconds.is_some() {
             ["-m recent --name ", &e.chain, " --set "].concat()
@@ -446,7 +565,6 @@ pub(super) fn render_service(
         out.push_last(masq);
         out.push_last(dnat);
     }
-    out
 }
 
 /// `name`'s text (`ns/name:port`, or `ns/name` for an unnamed port) as its Display, assembled
