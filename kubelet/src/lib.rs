@@ -11,6 +11,7 @@
 
 pub mod app;
 pub mod atomic_file;
+pub mod backoff;
 pub mod cgroups;
 pub mod cluster;
 pub mod config;

@@ -576,7 +576,7 @@ pub async fn ensure_kubeconfig(
         &["system:nodes"],
         &USAGES,
     );
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff = crate::backoff::Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
     let cert = loop {
         match request_certificate(
             bclient.clone(),
@@ -590,12 +590,12 @@ pub async fn ensure_kubeconfig(
             Ok(c) => break c,
             Err(e @ (BootstrapError::Refused { .. } | BootstrapError::Cancelled)) => return Err(e),
             Err(e) => {
-                tracing::warn!(error = %e, retry_in = ?backoff, "TLS bootstrap failed; retrying");
+                let wait = backoff.fail();
+                tracing::warn!(error = %e, retry_in = ?wait, "TLS bootstrap failed; retrying");
                 tokio::select! {
                     _ = cancel.cancelled() => return Err(BootstrapError::Cancelled),
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(wait) => {}
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
             }
         }
     };
@@ -639,7 +639,8 @@ impl Rotator {
 
     pub async fn run(self, cancel: CancellationToken) {
         let current = self.cert_dir.join(CURRENT_PEM);
-        let mut backoff = Duration::from_secs(2);
+        let mut backoff =
+            crate::backoff::Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
         loop {
             let Some((nb, na)) = std::fs::read(&current).ok().and_then(|b| cert_validity(&b))
             else {
@@ -654,15 +655,15 @@ impl Rotator {
                 _ = tokio::time::sleep(wait) => {}
             }
             match self.rotate(&cancel).await {
-                Ok(()) => backoff = Duration::from_secs(2),
+                Ok(()) => backoff.succeed(),
                 Err(BootstrapError::Cancelled) => return,
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?backoff, "client certificate rotation failed");
+                    let wait = backoff.fail();
+                    tracing::warn!(error = %e, retry_in = ?wait, "client certificate rotation failed");
                     tokio::select! {
                         _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(wait) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(300));
                 }
             }
         }

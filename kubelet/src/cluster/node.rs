@@ -470,7 +470,8 @@ impl NodeStatusLoop {
         let nref = node_ref(&name);
         let mut registered: Option<Node> = None;
         let mut last_written: Option<(serde_json::Value, tokio::time::Instant)> = None;
-        let mut backoff = Duration::from_millis(500);
+        let mut backoff =
+            crate::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(7));
         let mut started_event = false;
         loop {
             let api: Api<Node> = Api::all(self.client.current());
@@ -481,13 +482,12 @@ impl NodeStatusLoop {
                         registered = Some(n.clone());
                         last_written = None;
                         self.node_tx.send_replace(Some(n));
-                        backoff = Duration::from_millis(500);
+                        backoff.succeed();
                         wait = Duration::ZERO;
                     }
                     Err(e) => {
-                        tracing::warn!(node = %name, error = %e, retry_in = ?backoff, "registering the node failed");
-                        wait = backoff;
-                        backoff = (backoff * 2).min(Duration::from_secs(7));
+                        wait = backoff.fail();
+                        tracing::warn!(node = %name, error = %e, retry_in = ?wait, "registering the node failed");
                     }
                 }
             } else {
@@ -631,7 +631,8 @@ impl LeaseLoop {
     pub async fn run(mut self, cancel: CancellationToken) {
         let interval = Duration::from_secs_f64(f64::from(self.lease_duration_seconds) * 0.25);
         let mut cached: Option<Lease> = None;
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff =
+            crate::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(7));
         loop {
             let api: Api<Lease> = Api::namespaced(self.client.current(), LEASE_NAMESPACE);
             let result = match cached.take() {
@@ -661,14 +662,13 @@ impl LeaseLoop {
             let wait = match result {
                 Ok(l) => {
                     cached = Some(l);
-                    backoff = Duration::from_millis(200);
+                    backoff.succeed();
                     interval
                 }
                 Err(e) => {
                     // Conflicts and errors: re-read next time.
-                    tracing::warn!(node = %self.node_name, error = %e, retry_in = ?backoff, "renewing the node lease failed");
-                    let w = backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(7));
+                    let w = backoff.fail();
+                    tracing::warn!(node = %self.node_name, error = %e, retry_in = ?w, "renewing the node lease failed");
                     w
                 }
             };

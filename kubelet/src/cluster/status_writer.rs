@@ -146,7 +146,7 @@ const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(8);
 #[derive(Debug)]
 struct Retry {
     at: Instant,
-    backoff: Duration,
+    backoff: crate::backoff::Backoff,
 }
 
 /// Writes pod statuses; see the module docs.
@@ -278,7 +278,9 @@ impl StatusWriter {
             }),
             ..Default::default()
         };
-        let mut backoff = Duration::from_millis(500);
+        // 0.5 s doubling: six tries within about half a minute.
+        let mut backoff =
+            crate::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(16));
         for _ in 0..6 {
             match client::timed(api.delete(&name, &dp)).await {
                 Ok(_) => {
@@ -288,8 +290,7 @@ impl StatusWriter {
                 Err(e) if matches!(client::status_code(&e), Some(404) | Some(409)) => return,
                 Err(e) => {
                     tracing::warn!(pod = %format!("{ns}/{name}"), %uid, error = %e, "deleting the pod failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
+                    tokio::time::sleep(backoff.fail()).await;
                 }
             }
         }
@@ -314,15 +315,21 @@ impl StatusWriter {
                             retries.remove(&uid);
                         }
                         Err(e) => {
-                            let backoff =
-                                retries.get(&uid).map_or(Duration::from_millis(500), |r| {
-                                    (r.backoff * 2).min(MAX_RETRY_BACKOFF)
-                                });
-                            tracing::warn!(pod = %crate::pod::full_name(local), %uid, error = %e, retry_in = ?backoff, "writing pod status failed");
+                            let mut backoff = retries.remove(&uid).map_or_else(
+                                || {
+                                    crate::backoff::Backoff::new(
+                                        Duration::from_millis(500),
+                                        MAX_RETRY_BACKOFF,
+                                    )
+                                },
+                                |r| r.backoff,
+                            );
+                            let wait = backoff.fail();
+                            tracing::warn!(pod = %crate::pod::full_name(local), %uid, error = %e, retry_in = ?wait, "writing pod status failed");
                             retries.insert(
                                 uid,
                                 Retry {
-                                    at: Instant::now() + backoff,
+                                    at: Instant::now() + wait,
                                     backoff,
                                 },
                             );

@@ -8,6 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Container;
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::events::EventType;
 use crate::pod;
 use crate::runtime::{Runtime, SandboxConfig};
@@ -45,10 +46,10 @@ pub struct PullError {
     pub retry_after: Duration,
 }
 
-/// Image back-off state, per image.
+/// Image back-off state, per image: when the next pull may start, and the back-off.
 #[derive(Debug, Default)]
 pub struct PullBackoff {
-    until: HashMap<String, (Instant, Duration)>,
+    until: HashMap<String, (Instant, Backoff)>,
 }
 
 /// What [`ensure_image`] needs from the node.
@@ -155,12 +156,12 @@ pub async fn ensure_image(
             Ok(())
         }
         Err(e) => {
-            let delay = backoff
-                .until
-                .get(&image)
-                .map(|(_, d)| (*d * 2).min(PULL_BACKOFF_MAX))
-                .unwrap_or(PULL_BACKOFF_INITIAL);
-            backoff.until.insert(image.clone(), (now + delay, delay));
+            let mut b = backoff.until.remove(&image).map_or_else(
+                || Backoff::new(PULL_BACKOFF_INITIAL, PULL_BACKOFF_MAX),
+                |(_, b)| b,
+            );
+            let delay = b.fail();
+            backoff.until.insert(image.clone(), (now + delay, b));
             (p.event)(
                 EventType::Warning,
                 "Failed",

@@ -14,7 +14,8 @@ pub(super) struct BackoffEntry {
     exit_id: String,
     restart_at: Instant,
     delay: Duration,
-    next: Duration,
+    /// None until the first restart (which is immediate), then 10 s doubling to 5 min.
+    next: Option<crate::backoff::Backoff>,
 }
 
 impl Backoff {
@@ -34,21 +35,22 @@ impl Backoff {
                 exit_id: String::new(),
                 restart_at: now,
                 delay: Duration::ZERO,
-                next: Duration::ZERO,
+                next: None,
             });
         if entry.exit_id != exit_id {
             // A new exit: schedule the restart after the current back-off, then double it.
             if ran_for >= BACKOFF_RESET_AFTER {
-                entry.next = Duration::ZERO;
+                entry.next = None;
             }
             entry.exit_id = exit_id.to_string();
-            entry.delay = entry.next;
-            entry.restart_at = now + entry.next;
-            entry.next = if entry.next.is_zero() {
-                BACKOFF_INITIAL
-            } else {
-                (entry.next * 2).min(BACKOFF_MAX)
+            entry.delay = match &mut entry.next {
+                Some(b) => b.fail_at(now),
+                None => {
+                    entry.next = Some(crate::backoff::Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX));
+                    Duration::ZERO
+                }
             };
+            entry.restart_at = now + entry.delay;
         }
         if now >= entry.restart_at {
             Ok(())
