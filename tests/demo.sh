@@ -27,6 +27,15 @@ kind: KubeletConfiguration
 staticPodPath: $work/manifests
 podLogsDir: $work/logs
 cgroupRoot: $RIG_CGROUP_ROOT
+# Standalone (no kubeconfig): upstream's v1beta1 defaults (webhook authn/authz) need an
+# apiserver, so a standalone node serves :10250 to anonymous clients, as upstream users set it.
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
 CFG
 
 nsenter --net="$RIG_NETNS_PATH" "$kubelet_bin" --config="$work/config.yaml" \

@@ -6,13 +6,13 @@ use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::pleg::{self, PlegHealth};
+use crate::pod_worker::Env;
 use crate::runtime::Runtime;
 use crate::runtime::cri::CriRuntime;
 use crate::server::{self, AppState};
 use crate::spec::{self, NodeSettings};
 use crate::status_manager::StatusManager;
 use crate::sync_loop::{Source, SourceUpdate, SyncLoop};
-use crate::pod_worker::Env;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,6 +80,8 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             None
         }
     };
+    // :10250 authentication/authorization (upstream's BuildAuth: webhook modes need a client).
+    let auth = Arc::new(server::Auth::new(cfg.auth.clone(), cluster.is_none())?);
     if let (Some(p), Some(path), None) = (&proxy_cfg, &cfg.proxy_config, &cluster) {
         crate::proxy_role::check_standalone(path, p)?;
     }
@@ -105,21 +107,34 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             cancel.clone(),
         ));
     }
-    let tls = server::serving_tls(
-        cfg.tls_cert_file.as_deref(),
-        cfg.tls_private_key_file.as_deref(),
-        &cfg.cert_dir,
-        &cfg.node_name,
-        &cfg.node_ips,
-    )?;
-    let l = server::bind(SocketAddr::new(cfg.address, cfg.port)).await?;
-    tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API server listening (HTTPS)");
-    tasks.spawn(server::serve_https(
-        l,
-        tls,
-        server::api_router(state.clone()),
-        cancel.clone(),
-    ));
+    if cfg.enable_server {
+        let policy = server::tls_policy(cfg.tls_min_version.as_deref(), &cfg.tls_cipher_suites)
+            .map_err(server::ServerError::TlsPolicy)?;
+        let tls = server::serving_tls(
+            &policy,
+            cfg.tls_cert_file.as_deref(),
+            cfg.tls_private_key_file.as_deref(),
+            &cfg.cert_dir,
+            &cfg.node_name,
+            &cfg.node_ips,
+        )?;
+        let l = server::bind(SocketAddr::new(cfg.address, cfg.port)).await?;
+        tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API server listening (HTTPS)");
+        if auth.settings().anonymous && auth.settings().mode == server::AuthzMode::AlwaysAllow {
+            tracing::info!("{}", auth.describe());
+        } else {
+            tracing::warn!("{}", auth.describe());
+        }
+        tasks.spawn(server::serve_https(
+            l,
+            tls,
+            auth.clone(),
+            server::api_router(state.clone()),
+            cancel.clone(),
+        ));
+    } else {
+        tracing::info!("enableServer is false: the kubelet API (:10250) is not served");
+    }
 
     let runtime_ch =
         cri_proto::connect_lazy(&cfg.container_runtime_endpoint, Duration::from_secs(5))?;

@@ -21,10 +21,15 @@ pub enum ConfigError {
     Parse { path: String, message: String },
     #[error("invalid configuration: {0}")]
     Invalid(String),
+    /// Security-relevant settings set to values whose behaviour the agent does not provide.
+    #[error("refusing to start: {}", .0.join("; "))]
+    Refused(Vec<String>),
 }
 
-/// The subset of the v1beta1 KubeletConfiguration this agent reads. Unknown fields are ignored,
-/// as upstream's lenient decoding does; values are validated in [`load`].
+/// The v1beta1 KubeletConfiguration. Every upstream field is declared: the ones the agent acts
+/// on are typed, the others kept as raw values that [`crate::settings`] warns about (or refuses)
+/// when set to non-defaults. Fields upstream does not have land in `extra` and are named in a
+/// warning, as upstream's lenient decoding reports them. Values are validated in [`merge`].
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct KubeletConfiguration {
@@ -40,6 +45,8 @@ pub struct KubeletConfiguration {
     pub read_only_port: Option<i32>,
     pub tls_cert_file: Option<String>,
     pub tls_private_key_file: Option<String>,
+    pub tls_cipher_suites: Option<Vec<String>>,
+    pub tls_min_version: Option<String>,
     pub healthz_port: Option<i32>,
     pub healthz_bind_address: Option<String>,
     #[serde(rename = "clusterDNS")]
@@ -48,6 +55,7 @@ pub struct KubeletConfiguration {
     pub resolv_conf: Option<String>,
     pub cgroup_driver: Option<String>,
     pub cgroup_root: Option<String>,
+    #[serde(rename = "cgroupsPerQOS")]
     pub cgroups_per_qos: Option<bool>,
     pub max_pods: Option<i32>,
     pub pod_logs_dir: Option<String>,
@@ -57,6 +65,7 @@ pub struct KubeletConfiguration {
     pub runtime_request_timeout: Option<Duration>,
     pub serialize_image_pulls: Option<bool>,
     pub rotate_certificates: Option<bool>,
+    #[serde(rename = "serverTLSBootstrap")]
     pub server_tls_bootstrap: Option<bool>,
     #[serde(with = "duration::serde_opt")]
     pub node_status_update_frequency: Option<Duration>,
@@ -68,12 +77,154 @@ pub struct KubeletConfiguration {
     pub register_node: Option<bool>,
     #[serde(rename = "kubeAPIQPS")]
     pub kube_api_qps: Option<i32>,
+    #[serde(rename = "kubeAPIBurst")]
     pub kube_api_burst: Option<i32>,
     pub eviction_hard: Option<BTreeMap<String, String>>,
-    pub authentication: Option<serde_json::Value>,
-    pub authorization: Option<serde_json::Value>,
+    pub authentication: Option<KubeletAuthentication>,
+    pub authorization: Option<KubeletAuthorization>,
+    pub protect_kernel_defaults: Option<bool>,
     pub register_with_taints: Option<Vec<serde_json::Value>>,
+    #[serde(rename = "podCIDR")]
     pub pod_cidr: Option<String>,
+    pub http_check_frequency: Option<serde_json::Value>,
+    #[serde(rename = "staticPodURL")]
+    pub static_pod_url: Option<serde_json::Value>,
+    #[serde(rename = "staticPodURLHeader")]
+    pub static_pod_url_header: Option<serde_json::Value>,
+    #[serde(rename = "registryPullQPS")]
+    pub registry_pull_qps: Option<serde_json::Value>,
+    pub registry_burst: Option<serde_json::Value>,
+    pub image_pull_credentials_verification_policy: Option<serde_json::Value>,
+    pub preloaded_images_verification_allowlist: Option<serde_json::Value>,
+    #[serde(rename = "eventRecordQPS")]
+    pub event_record_qps: Option<serde_json::Value>,
+    pub event_burst: Option<serde_json::Value>,
+    pub enable_debugging_handlers: Option<serde_json::Value>,
+    pub enable_contention_profiling: Option<serde_json::Value>,
+    pub oom_score_adj: Option<serde_json::Value>,
+    pub streaming_connection_idle_timeout: Option<serde_json::Value>,
+    #[serde(rename = "imageMinimumGCAge")]
+    pub image_minimum_gc_age: Option<serde_json::Value>,
+    #[serde(rename = "imageMaximumGCAge")]
+    pub image_maximum_gc_age: Option<serde_json::Value>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: Option<serde_json::Value>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: Option<serde_json::Value>,
+    pub volume_stats_agg_period: Option<serde_json::Value>,
+    pub kubelet_cgroups: Option<serde_json::Value>,
+    pub system_cgroups: Option<serde_json::Value>,
+    pub cpu_manager_policy: Option<serde_json::Value>,
+    pub cpu_manager_policy_options: Option<serde_json::Value>,
+    pub cpu_manager_reconcile_period: Option<serde_json::Value>,
+    #[serde(rename = "singleProcessOOMKill")]
+    pub single_process_oom_kill: Option<serde_json::Value>,
+    pub memory_manager_policy: Option<serde_json::Value>,
+    pub topology_manager_policy: Option<serde_json::Value>,
+    pub topology_manager_scope: Option<serde_json::Value>,
+    pub topology_manager_policy_options: Option<serde_json::Value>,
+    pub qos_reserved: Option<serde_json::Value>,
+    pub hairpin_mode: Option<serde_json::Value>,
+    pub pod_pids_limit: Option<serde_json::Value>,
+    pub run_once: Option<serde_json::Value>,
+    #[serde(rename = "cpuCFSQuota")]
+    pub cpu_cfs_quota: Option<serde_json::Value>,
+    #[serde(rename = "cpuCFSQuotaPeriod")]
+    pub cpu_cfs_quota_period: Option<serde_json::Value>,
+    pub node_status_max_images: Option<serde_json::Value>,
+    pub max_open_files: Option<serde_json::Value>,
+    pub content_type: Option<serde_json::Value>,
+    pub max_parallel_image_pulls: Option<serde_json::Value>,
+    pub eviction_soft: Option<serde_json::Value>,
+    pub eviction_soft_grace_period: Option<serde_json::Value>,
+    pub eviction_pressure_transition_period: Option<serde_json::Value>,
+    pub eviction_max_pod_grace_period: Option<serde_json::Value>,
+    pub eviction_minimum_reclaim: Option<serde_json::Value>,
+    pub merge_default_eviction_settings: Option<serde_json::Value>,
+    pub pods_per_core: Option<serde_json::Value>,
+    pub enable_controller_attach_detach: Option<serde_json::Value>,
+    #[serde(rename = "makeIPTablesUtilChains")]
+    pub make_ip_tables_util_chains: Option<serde_json::Value>,
+    pub iptables_masquerade_bit: Option<serde_json::Value>,
+    pub iptables_drop_bit: Option<serde_json::Value>,
+    pub feature_gates: Option<serde_json::Value>,
+    pub memory_swap: Option<serde_json::Value>,
+    pub container_log_max_size: Option<serde_json::Value>,
+    pub container_log_max_files: Option<serde_json::Value>,
+    pub container_log_max_workers: Option<serde_json::Value>,
+    pub container_log_monitor_interval: Option<serde_json::Value>,
+    pub config_map_and_secret_change_detection_strategy: Option<serde_json::Value>,
+    pub system_reserved: Option<serde_json::Value>,
+    pub kube_reserved: Option<serde_json::Value>,
+    #[serde(rename = "reservedSystemCPUs")]
+    pub reserved_system_cpus: Option<serde_json::Value>,
+    pub show_hidden_metrics_for_version: Option<serde_json::Value>,
+    pub system_reserved_cgroup: Option<serde_json::Value>,
+    pub kube_reserved_cgroup: Option<serde_json::Value>,
+    pub enforce_node_allocatable: Option<serde_json::Value>,
+    pub allowed_unsafe_sysctls: Option<serde_json::Value>,
+    pub volume_plugin_dir: Option<serde_json::Value>,
+    #[serde(rename = "providerID")]
+    pub provider_id: Option<serde_json::Value>,
+    pub kernel_memcg_notification: Option<serde_json::Value>,
+    pub logging: Option<serde_json::Value>,
+    pub enable_system_log_handler: Option<serde_json::Value>,
+    pub enable_system_log_query: Option<serde_json::Value>,
+    pub shutdown_grace_period: Option<serde_json::Value>,
+    pub shutdown_grace_period_critical_pods: Option<serde_json::Value>,
+    pub shutdown_grace_period_by_pod_priority: Option<serde_json::Value>,
+    pub crash_loop_back_off: Option<serde_json::Value>,
+    pub reserved_memory: Option<serde_json::Value>,
+    pub enable_profiling_handler: Option<serde_json::Value>,
+    pub enable_debug_flags_handler: Option<serde_json::Value>,
+    pub seccomp_default: Option<serde_json::Value>,
+    pub memory_throttling_factor: Option<serde_json::Value>,
+    pub tracing: Option<serde_json::Value>,
+    pub local_storage_capacity_isolation: Option<serde_json::Value>,
+    #[serde(rename = "failCgroupV1")]
+    pub fail_cgroup_v1: Option<serde_json::Value>,
+    pub user_namespaces: Option<serde_json::Value>,
+    /// Fields upstream's v1beta1 does not have (named in a warning at start).
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// `authentication` (upstream's KubeletAuthentication).
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAuthentication {
+    pub x509: Option<KubeletX509Authentication>,
+    pub webhook: Option<KubeletWebhookAuthentication>,
+    pub anonymous: Option<KubeletAnonymousAuthentication>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletX509Authentication {
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletWebhookAuthentication {
+    pub enabled: Option<bool>,
+    #[serde(rename = "cacheTTL")]
+    pub cache_ttl: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAnonymousAuthentication {
+    pub enabled: Option<bool>,
+}
+
+/// `authorization` (upstream's KubeletAuthorization).
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAuthorization {
+    pub mode: Option<String>,
+    pub webhook: Option<serde_json::Value>,
 }
 
 /// Which cgroup manager names pod cgroups: `cgroupfs` paths or `systemd` slices.
@@ -143,6 +294,16 @@ pub struct Config {
     pub register_node: bool,
     /// Cluster mode: taints to register the Node with (`--register-with-taints` or the file's list).
     pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// `enableServer` (default true): serve the :10250 API.
+    pub enable_server: bool,
+    /// `authentication` / `authorization`, flags over file, upstream's defaults.
+    pub auth: crate::server::AuthSettings,
+    /// `tlsMinVersion` (validated).
+    pub tls_min_version: Option<String>,
+    /// `tlsCipherSuites` (validated).
+    pub tls_cipher_suites: Vec<String>,
+    /// `protectKernelDefaults`: the start fails when kernel tunables differ from upstream's.
+    pub protect_kernel_defaults: bool,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -189,6 +350,70 @@ pub fn load(flags: &Flags, hostname: &str) -> Result<Config, ConfigError> {
         None => KubeletConfiguration::default(),
     };
     merge(flags, file, hostname)
+}
+
+/// [`load`], plus the check of every setting against [`crate::settings`]: `given` are the flags
+/// given on the command line (`(long name, raw value)`). Returns the warnings to log; settings
+/// refused by the registry are an error.
+pub fn load_checked(
+    flags: &Flags,
+    given: &[(String, String)],
+    hostname: &str,
+) -> Result<(Config, Vec<String>), ConfigError> {
+    let (file, text) = match &flags.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            (parse_file(path, &text)?, Some(text))
+        }
+        None => (KubeletConfiguration::default(), None),
+    };
+    let findings = crate::settings::check(given, text.as_deref());
+    if !findings.refusals.is_empty() {
+        return Err(ConfigError::Refused(findings.refusals));
+    }
+    Ok((merge(flags, file, hostname)?, findings.warnings))
+}
+
+/// `authentication` / `authorization`: flags over the file. Upstream's defaults differ with and
+/// without a config file: v1beta1's (anonymous off, webhook on, mode Webhook) apply to a file,
+/// the legacy flag defaults (anonymous on, webhook off, AlwaysAllow) when there is none.
+fn auth_settings(
+    flags: &Flags,
+    file: &KubeletConfiguration,
+) -> Result<crate::server::AuthSettings, ConfigError> {
+    let has_file = flags.config.is_some();
+    let authn = file.authentication.clone().unwrap_or_default();
+    let authz = file.authorization.clone().unwrap_or_default();
+    let anonymous = flags
+        .anonymous_auth
+        .or(authn.anonymous.and_then(|a| a.enabled))
+        .unwrap_or(!has_file);
+    let webhook = flags
+        .authentication_token_webhook
+        .or(authn.webhook.and_then(|w| w.enabled))
+        .unwrap_or(has_file);
+    let client_ca_file = flags
+        .client_ca_file
+        .clone()
+        .or(authn.x509.and_then(|x| x.client_ca_file))
+        .filter(|s| !s.is_empty());
+    let mode = flags
+        .authorization_mode
+        .clone()
+        .or(authz.mode)
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| if has_file { "Webhook" } else { "AlwaysAllow" }.into());
+    let mode = crate::server::AuthzMode::parse(&mode)
+        .map_err(|e| invalid(format!("authorization.mode: {e}")))?;
+    Ok(crate::server::AuthSettings {
+        anonymous,
+        webhook,
+        client_ca_file,
+        mode,
+    })
 }
 
 fn invalid(msg: impl Into<String>) -> ConfigError {
@@ -367,6 +592,20 @@ pub fn merge(
             "cgroupRoot: {cgroup_root:?} must be an absolute path"
         )));
     }
+    let auth = auth_settings(flags, &file)?;
+    let tls_min_version = flags
+        .tls_min_version
+        .clone()
+        .or(file.tls_min_version.clone())
+        .filter(|s| !s.is_empty());
+    let tls_cipher_suites: Vec<String> = match &flags.tls_cipher_suites {
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+        None => file.tls_cipher_suites.clone().unwrap_or_default(),
+    }
+    .into_iter()
+    .filter(|s| !s.is_empty())
+    .collect();
+    crate::server::tls_policy(tls_min_version.as_deref(), &tls_cipher_suites).map_err(invalid)?;
     let resolv_conf = flags
         .resolv_conf
         .clone()
@@ -504,15 +743,23 @@ pub fn merge(
             .unwrap_or(100),
         register_node: flags.register_node.or(file.register_node).unwrap_or(true),
         register_with_taints: register_taints(flags, &file)?,
+        enable_server: file.enable_server.unwrap_or(true),
+        auth,
+        tls_min_version,
+        tls_cipher_suites,
+        protect_kernel_defaults: flags
+            .protect_kernel_defaults
+            .or(file.protect_kernel_defaults)
+            .unwrap_or(false),
     })
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use clap::Parser;
 
-    const KUBEADM_CONFIG: &str = r#"apiVersion: kubelet.config.k8s.io/v1beta1
+    pub(crate) const KUBEADM_CONFIG: &str = r#"apiVersion: kubelet.config.k8s.io/v1beta1
 authentication:
   anonymous:
     enabled: false
@@ -660,6 +907,122 @@ volumeStatsAggPeriod: 0s
             .unwrap_err()
             .to_string();
         assert!(err.contains("soon"), "{err}");
+    }
+
+    #[test]
+    fn auth_defaults_follow_upstream() {
+        use crate::server::AuthzMode;
+        // No config file: the legacy flag defaults.
+        let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
+        assert!(cfg.auth.anonymous && !cfg.auth.webhook);
+        assert_eq!(cfg.auth.mode, AuthzMode::AlwaysAllow);
+        // A config file: v1beta1's defaults.
+        let file = parse_file("c", "kind: KubeletConfiguration\n").unwrap();
+        let cfg = merge(&flags(&["--config=c"]), file, "n").unwrap();
+        assert!(!cfg.auth.anonymous && cfg.auth.webhook);
+        assert_eq!(cfg.auth.mode, AuthzMode::Webhook);
+        // kubeadm's file, and flags over the file.
+        let file = parse_file("c", KUBEADM_CONFIG).unwrap();
+        let cfg = merge(
+            &flags(&[
+                "--config=c",
+                "--anonymous-auth",
+                "--container-runtime-endpoint=unix:///x",
+            ]),
+            file,
+            "n",
+        )
+        .unwrap();
+        assert!(cfg.auth.anonymous && cfg.auth.webhook);
+        assert_eq!(
+            cfg.auth.client_ca_file.as_deref(),
+            Some("/etc/kubernetes/pki/ca.crt")
+        );
+        let file = parse_file(
+            "c",
+            "authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n",
+        )
+        .unwrap();
+        let cfg = merge(&flags(&["--config=c"]), file, "n").unwrap();
+        assert!(cfg.auth.anonymous && !cfg.auth.webhook);
+        assert_eq!(cfg.auth.mode, AuthzMode::AlwaysAllow);
+        let file = parse_file("c", "authorization: {mode: RBAC}\n").unwrap();
+        let err = merge(&flags(&["--config=c"]), file, "n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown authorization mode RBAC"), "{err}");
+    }
+
+    #[test]
+    fn tls_settings_validated() {
+        let file = parse_file("c", "tlsMinVersion: VersionTLS10\n").unwrap();
+        let err = merge(&flags(&[]), file, "n").unwrap_err().to_string();
+        assert!(
+            err.contains("tlsMinVersion") && err.contains("VersionTLS10"),
+            "{err}"
+        );
+        let err = merge(
+            &flags(&["--tls-min-version=VersionTLS11"]),
+            KubeletConfiguration::default(),
+            "n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("VersionTLS11"), "{err}");
+        let file = parse_file(
+            "c",
+            "tlsMinVersion: VersionTLS13\ntlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n",
+        )
+        .unwrap();
+        let cfg = merge(&flags(&[]), file, "n").unwrap();
+        assert_eq!(cfg.tls_min_version.as_deref(), Some("VersionTLS13"));
+        let err = merge(
+            &flags(&["--tls-cipher-suites=TLS_RSA_WITH_3DES_EDE_CBC_SHA"]),
+            KubeletConfiguration::default(),
+            "n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("TLS_RSA_WITH_3DES_EDE_CBC_SHA"), "{err}");
+    }
+
+    #[test]
+    fn refused_settings_stop_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.yaml");
+        std::fs::write(
+            &path,
+            "kind: KubeletConfiguration\nreadOnlyPort: 10255\nkubeReserved: {cpu: 100m}\n",
+        )
+        .unwrap();
+        let f = flags(&[&format!("--config={}", path.display())]);
+        let err = load_checked(&f, &[], "n").unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Refused(r) if r.len() == 1),
+            "{err}"
+        );
+        assert!(err.to_string().contains("readOnlyPort"), "{err}");
+        std::fs::write(
+            &path,
+            "kind: KubeletConfiguration\nkubeReserved: {cpu: 100m}\nfooBar: 1\n",
+        )
+        .unwrap();
+        let (_, warnings) = load_checked(&f, &[], "n").unwrap();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+    }
+
+    #[test]
+    fn upstream_field_names() {
+        let file = parse_file(
+            "c",
+            "kubeAPIBurst: 7\ncgroupsPerQOS: false\npodCIDR: 10.1.0.0/24\nserverTLSBootstrap: true\nfooBar: 1\n",
+        )
+        .unwrap();
+        assert_eq!(file.kube_api_burst, Some(7));
+        assert_eq!(file.cgroups_per_qos, Some(false));
+        assert_eq!(file.pod_cidr.as_deref(), Some("10.1.0.0/24"));
+        assert_eq!(file.server_tls_bootstrap, Some(true));
+        assert_eq!(file.extra.keys().collect::<Vec<_>>(), ["fooBar"]);
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub fn parse_go_bool(s: &str) -> Result<bool, String> {
     }
 }
 
-/// Parses `k1=v1,k2=v2` (the form of `--node-labels`, `--eviction-hard`, `--feature-gates`).
+/// Parses `k1=v1,k2=v2` (the form of `--node-labels`, `--feature-gates`).
 pub fn parse_map(s: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
@@ -27,8 +27,22 @@ pub fn parse_map(s: &str) -> Result<BTreeMap<String, String>, String> {
     Ok(out)
 }
 
+/// Parses `k1<v1,k2<v2` (the form of `--eviction-hard`).
+pub fn parse_langle_map(s: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item
+            .split_once('<')
+            .ok_or_else(|| format!("{item:?} is not of the form key<value"))?;
+        out.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(out)
+}
+
 /// Every flag kubeadm, systemd drop-ins and common installers pass to upstream's kubelet.
-/// Flags this agent accepts but does not act on are listed in [`Flags::ignored`] and logged.
+/// What each does here is in [`crate::settings::FLAGS`]: flags the agent accepts but does not act
+/// on are warned about at start when set to a non-default value, and security-relevant ones it
+/// does not provide refuse the start.
 #[derive(Debug, Parser, Default, Clone)]
 #[command(
     name = "kubelet",
@@ -163,7 +177,7 @@ pub struct Flags {
     pub kube_api_burst: Option<i32>,
     #[arg(long = "feature-gates", value_parser = parse_map)]
     pub feature_gates: Option<BTreeMap<String, String>>,
-    #[arg(long = "eviction-hard", value_parser = parse_map)]
+    #[arg(long = "eviction-hard", value_parser = parse_langle_map)]
     pub eviction_hard: Option<BTreeMap<String, String>>,
     #[arg(long = "kube-reserved", value_parser = parse_map)]
     pub kube_reserved: Option<BTreeMap<String, String>>,
@@ -213,36 +227,6 @@ pub struct Flags {
     pub local_storage_capacity_isolation: Option<bool>,
     #[arg(long = "log-flush-frequency")]
     pub log_flush_frequency: Option<String>,
-}
-
-impl Flags {
-    /// Names of flags that were given but that this agent accepts without acting on them, so the
-    /// operator sees in the log that they had no effect.
-    pub fn ignored(&self) -> Vec<&'static str> {
-        let mut out = Vec::new();
-        let mut note = |set: bool, name: &'static str| {
-            if set {
-                out.push(name)
-            }
-        };
-        note(self.vmodule.is_some(), "--vmodule");
-        note(self.provider_id.is_some(), "--provider-id");
-        note(self.cloud_provider.is_some(), "--cloud-provider");
-        note(self.feature_gates.is_some(), "--feature-gates");
-        note(self.kube_reserved.is_some(), "--kube-reserved");
-        note(self.system_reserved.is_some(), "--system-reserved");
-        note(self.runtime_cgroups.is_some(), "--runtime-cgroups");
-        note(self.kubelet_cgroups.is_some(), "--kubelet-cgroups");
-        note(self.volume_plugin_dir.is_some(), "--volume-plugin-dir");
-        note(
-            self.image_credential_provider_config.is_some(),
-            "--image-credential-provider-config",
-        );
-        note(self.tls_cipher_suites.is_some(), "--tls-cipher-suites");
-        note(self.lock_file.is_some(), "--lock-file");
-        note(self.max_open_files.is_some(), "--max-open-files");
-        out
-    }
 }
 
 #[cfg(test)]

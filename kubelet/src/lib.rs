@@ -28,6 +28,7 @@ pub mod proxy_role;
 pub mod quantity;
 pub mod runtime;
 pub mod server;
+pub mod settings;
 pub mod spec;
 pub mod status;
 pub mod status_manager;

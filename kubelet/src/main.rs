@@ -1,7 +1,7 @@
 //! `kubelet`: parse flags, load config, run until SIGTERM/SIGINT.
 
-use clap::Parser;
-use kubelet::{app, config, flags::Flags};
+use clap::{CommandFactory, FromArgMatches};
+use kubelet::{app, config, flags::Flags, settings};
 use tokio_util::sync::CancellationToken;
 
 fn hostname() -> String {
@@ -11,7 +11,12 @@ fn hostname() -> String {
 }
 
 fn main() -> std::process::ExitCode {
-    let flags = match Flags::try_parse() {
+    let cmd = Flags::command();
+    let parsed = cmd
+        .clone()
+        .try_get_matches()
+        .and_then(|m| Flags::from_arg_matches(&m).map(|f| (f, m)));
+    let (flags, matches) = match parsed {
         Ok(f) => f,
         Err(e) => {
             let _ = e.print();
@@ -50,16 +55,37 @@ fn main() -> std::process::ExitCode {
                 && std::env::var_os("NO_COLOR").is_none(),
         )
         .init();
-    let cfg = match config::load(&flags, &hostname()) {
+    // No setting is accepted and silently ignored: see kubelet::settings and docs/settings.md.
+    let given = proxy::settings::given_flags(&cmd, &matches);
+    let (cfg, warnings) = match config::load_checked(&flags, &given, &hostname()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("kubelet: {e}");
             return std::process::ExitCode::from(1);
         }
     };
-    let ignored = flags.ignored();
-    if !ignored.is_empty() {
-        tracing::info!(flags = ?ignored, "accepted flags this agent does not act on");
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    if let Some(path) = &cfg.proxy_config
+        && let Ok(text) = std::fs::read_to_string(path)
+    {
+        let f = proxy::settings::check(&[], Some(&text));
+        if !f.refusals.is_empty() {
+            eprintln!(
+                "kubelet: --proxy-config {}: refusing to start: {}",
+                path.display(),
+                f.refusals.join("; ")
+            );
+            return std::process::ExitCode::from(1);
+        }
+        for w in &f.warnings {
+            tracing::warn!(proxy_config = %path.display(), "{w}");
+        }
+    }
+    if let Err(e) = settings::preflight(cfg.protect_kernel_defaults, cfg.fail_swap_on) {
+        eprintln!("kubelet: {e}");
+        return std::process::ExitCode::from(1);
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

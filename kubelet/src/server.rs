@@ -1,7 +1,13 @@
 //! The kubelet's servers: plain-HTTP healthz on 127.0.0.1:10248 and the HTTPS API on :10250
-//! (`/healthz`, `/pods`, `/metrics`, `/configz`). Authentication and authorization of :10250
-//! follow when the agent joins a cluster; standalone it behaves like upstream's defaults
-//! (anonymous allowed, AlwaysAllow).
+//! (`/healthz`, `/pods`, `/metrics`, `/configz`).
+//!
+//! Every :10250 request passes [`Auth`] first. TokenReview (webhook authentication), x509
+//! client-certificate authentication and SubjectAccessReview (Webhook authorization) are not
+//! implemented yet, so no request can be authenticated: with anonymous disabled every request
+//! gets upstream's 401 `Unauthorized`, and under Webhook authorization every anonymous request
+//! gets upstream's 403 `Forbidden (...)`. Only anonymous + AlwaysAllow serves content, as
+//! upstream does then. Standalone (no apiserver client), webhook authentication or
+//! authorization refuses to start, with upstream's messages.
 
 use crate::atomic_file;
 use crate::metrics::Metrics;
@@ -29,6 +35,265 @@ pub enum ServerError {
     },
     #[error("TLS material {path}: {message}")]
     Tls { path: String, message: String },
+    /// Upstream's BuildAuth errors (e.g. webhook modes without an apiserver client).
+    #[error("{0}")]
+    Auth(String),
+    #[error("{0}")]
+    TlsPolicy(String),
+}
+
+/// `authorization.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum AuthzMode {
+    AlwaysAllow,
+    Webhook,
+}
+
+impl AuthzMode {
+    /// Upstream's names; anything else is upstream's "unknown authorization mode" error.
+    pub fn parse(s: &str) -> Result<AuthzMode, String> {
+        match s {
+            "AlwaysAllow" => Ok(AuthzMode::AlwaysAllow),
+            "Webhook" => Ok(AuthzMode::Webhook),
+            other => Err(format!("unknown authorization mode {other}")),
+        }
+    }
+}
+
+/// The resolved `authentication` / `authorization` settings (flags over file, upstream's
+/// defaults applied).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSettings {
+    pub anonymous: bool,
+    pub webhook: bool,
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<String>,
+    pub mode: AuthzMode,
+}
+
+/// What the :10250 server answers before routing a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    Deny { status: StatusCode, body: String },
+}
+
+/// The :10250 authentication/authorization decision (upstream's InstallAuthFilter).
+#[derive(Debug, Clone)]
+pub struct Auth {
+    settings: AuthSettings,
+}
+
+impl Auth {
+    /// Upstream's BuildAuth: webhook authentication or authorization need an apiserver client
+    /// (`standalone`: there is none).
+    pub fn new(settings: AuthSettings, standalone: bool) -> Result<Auth, ServerError> {
+        if standalone && settings.webhook {
+            return Err(ServerError::Auth(
+                "no client provided, cannot use webhook authentication".into(),
+            ));
+        }
+        if standalone && settings.mode == AuthzMode::Webhook {
+            return Err(ServerError::Auth(
+                "no client provided, cannot use webhook authorization".into(),
+            ));
+        }
+        Ok(Auth { settings })
+    }
+
+    pub fn settings(&self) -> &AuthSettings {
+        &self.settings
+    }
+
+    /// One line for the start log: which mode is in force.
+    pub fn describe(&self) -> String {
+        let a = &self.settings;
+        match (a.anonymous, a.mode) {
+            (false, _) => format!(
+                "kubelet API authentication: anonymous disabled; webhook (TokenReview){} and x509 client certificates{} are not implemented yet: every request is refused with 401 (fail-closed)",
+                if a.webhook { " enabled but" } else { " disabled," },
+                if a.client_ca_file.is_some() { " (clientCAFile set)" } else { "" },
+            ),
+            (true, AuthzMode::Webhook) => "kubelet API: anonymous enabled, authorization mode Webhook: SubjectAccessReview is not implemented yet: every request is refused with 403 (fail-closed)".into(),
+            (true, AuthzMode::AlwaysAllow) => "kubelet API: anonymous enabled, authorization mode AlwaysAllow: every request is served, as upstream".into(),
+        }
+    }
+
+    /// The decision for one request. `client_cert`: the client presented a certificate (not
+    /// verified: x509 authentication is not implemented yet, so it authenticates no one).
+    pub fn decide(&self, method: &http::Method, path: &str, client_cert: bool) -> Decision {
+        // No authenticator is implemented yet: neither a certificate nor a bearer token
+        // identifies a user; only the anonymous authenticator can succeed.
+        let _ = client_cert;
+        if !self.settings.anonymous {
+            return Decision::Deny {
+                status: StatusCode::UNAUTHORIZED,
+                body: "Unauthorized".into(),
+            };
+        }
+        match self.settings.mode {
+            AuthzMode::AlwaysAllow => Decision::Allow,
+            AuthzMode::Webhook => Decision::Deny {
+                status: StatusCode::FORBIDDEN,
+                body: format!(
+                    "Forbidden (user=system:anonymous, verb={}, resource=nodes, subresource(s)=[{}])",
+                    api_verb(method),
+                    subresources(path).join(" ")
+                ),
+            },
+        }
+    }
+}
+
+/// Upstream's HTTP method → API verb (pkg/kubelet/server/auth.go).
+fn api_verb(m: &http::Method) -> &'static str {
+    match m.as_str() {
+        "POST" => "create",
+        "GET" => "get",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" => "delete",
+        _ => "",
+    }
+}
+
+fn is_subpath(sub: &str, path: &str) -> bool {
+    let path = path.trim_end_matches('/');
+    sub == path || (sub.starts_with(path) && sub.as_bytes().get(path.len()) == Some(&b'/'))
+}
+
+/// Upstream's request → node subresources (fine-grained first, then the fallback), as in
+/// GetRequestAttributes with KubeletFineGrainedAuthz (GA in v1.36).
+fn subresources(path: &str) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if is_subpath(path, "/pods") || is_subpath(path, "/runningpods/") {
+        out.push("pods");
+    } else if is_subpath(path, "/healthz") {
+        out.push("healthz");
+    } else if is_subpath(path, "/configz") {
+        out.push("configz");
+    } else if is_subpath(path, "/statusz") {
+        out.push("statusz");
+    }
+    out.push(if is_subpath(path, "/stats") {
+        "stats"
+    } else if is_subpath(path, "/metrics") {
+        "metrics"
+    } else if is_subpath(path, "/logs") {
+        "log"
+    } else if is_subpath(path, "/checkpoint") {
+        "checkpoint"
+    } else {
+        "proxy"
+    });
+    out
+}
+
+/// The serving TLS versions and cipher suites (`tlsMinVersion`, `tlsCipherSuites`).
+#[derive(Debug, Clone)]
+pub struct TlsPolicy {
+    pub versions: Vec<&'static rustls::SupportedProtocolVersion>,
+    /// None: the provider's defaults.
+    pub suites: Option<Vec<rustls::SupportedCipherSuite>>,
+}
+
+/// Upstream's Go cipher suite name → the rustls (ring) suite, where rustls has it.
+fn cipher_suite(name: &str) -> Option<rustls::SupportedCipherSuite> {
+    use rustls::crypto::ring::cipher_suite as cs;
+    Some(match name {
+        "TLS_AES_128_GCM_SHA256" => cs::TLS13_AES_128_GCM_SHA256,
+        "TLS_AES_256_GCM_SHA384" => cs::TLS13_AES_256_GCM_SHA384,
+        "TLS_CHACHA20_POLY1305_SHA256" => cs::TLS13_CHACHA20_POLY1305_SHA256,
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305"
+        | "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256" => {
+            cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+        }
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305" | "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" => {
+            cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+        }
+        _ => return None,
+    })
+}
+
+/// Go names of suites upstream accepts that rustls does not implement (CBC, RSA key exchange,
+/// 3DES, RC4).
+const GO_ONLY_SUITES: &[&str] = &[
+    "TLS_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256",
+    "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_RSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
+];
+
+fn is_tls13(s: &rustls::SupportedCipherSuite) -> bool {
+    s.version().version == rustls::ProtocolVersion::TLSv1_3
+}
+
+/// Resolves `tlsMinVersion` and `tlsCipherSuites`. As in Go, the listed suites restrict TLS 1.2;
+/// TLS 1.3's suites are not configurable there, so all of them stay enabled.
+pub fn tls_policy(min_version: Option<&str>, suites: &[String]) -> Result<TlsPolicy, String> {
+    use rustls::version::{TLS12, TLS13};
+    let versions = match min_version.unwrap_or("") {
+        "" | "VersionTLS12" => vec![&TLS13, &TLS12],
+        "VersionTLS13" => vec![&TLS13],
+        v @ ("VersionTLS10" | "VersionTLS11") => {
+            return Err(format!(
+                "tlsMinVersion: {v} is not supported: this agent's TLS library (rustls) serves only TLS 1.2 and 1.3; use VersionTLS12 or VersionTLS13"
+            ));
+        }
+        other => {
+            return Err(format!(
+                "tlsMinVersion: unknown tls version {other:?} (VersionTLS12, VersionTLS13)"
+            ));
+        }
+    };
+    if suites.is_empty() {
+        return Ok(TlsPolicy {
+            versions,
+            suites: None,
+        });
+    }
+    let mut out: Vec<rustls::SupportedCipherSuite> = rustls::crypto::ring::DEFAULT_CIPHER_SUITES
+        .iter()
+        .copied()
+        .filter(is_tls13)
+        .collect();
+    for name in suites.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        match cipher_suite(name) {
+            Some(cs) if is_tls13(&cs) => {}
+            Some(cs) => {
+                if !out.contains(&cs) {
+                    out.push(cs)
+                }
+            }
+            None if GO_ONLY_SUITES.contains(&name) => {
+                return Err(format!(
+                    "tlsCipherSuites: {name} is not supported by this agent's TLS library (rustls provides only AEAD ECDHE suites)"
+                ));
+            }
+            None => return Err(format!("tlsCipherSuites: unknown cipher suite {name:?}")),
+        }
+    }
+    Ok(TlsPolicy {
+        versions,
+        suites: Some(out),
+    })
 }
 
 /// What the handlers read.
@@ -40,16 +305,10 @@ pub struct AppState {
     pub configz: Arc<serde_json::Value>,
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
 
 async fn healthz(State(s): State<AppState>) -> Response {
     // "syncloop" and "pleg" are upstream's checks: both fail when the runtime relist stalls.
-    if s.pleg.healthy(unix_now()) {
+    if s.pleg.healthy(crate::clock::unix_now()) {
         (StatusCode::OK, "ok").into_response()
     } else {
         (
@@ -155,6 +414,7 @@ pub async fn serve_http(listener: TcpListener, router: Router, cancel: Cancellat
 /// half-present or mismatched self-signed pair is replaced by a new one; a configured pair is
 /// used as is (and a broken one is an error).
 pub fn serving_tls(
+    policy: &TlsPolicy,
     cert: Option<&Path>,
     key: Option<&Path>,
     cert_dir: &Path,
@@ -189,9 +449,12 @@ pub fn serving_tls(
     ))
     .map_err(|e| tls_err(&key_path, e.to_string()))?
     .ok_or_else(|| tls_err(&key_path, "no private key found".into()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
+    let mut provider = rustls::crypto::ring::default_provider();
+    if let Some(suites) = &policy.suites {
+        provider.cipher_suites = suites.clone();
+    }
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&policy.versions)
         .map_err(|e| tls_err(&cert_path, e.to_string()))?
         .with_no_client_auth()
         .with_single_cert(certs, key)
@@ -233,7 +496,7 @@ fn generate_self_signed(
     let mut params = rcgen::CertificateParams::new(names).map_err(|e| tls_err(c, e.to_string()))?;
     params.distinguished_name.push(
         rcgen::DnType::CommonName,
-        format!("{hostname}@{}", unix_now()),
+        format!("{hostname}@{}", crate::clock::unix_now()),
     );
     let key_pair = rcgen::KeyPair::generate().map_err(|e| tls_err(k, e.to_string()))?;
     let cert = params
@@ -252,6 +515,7 @@ fn generate_self_signed(
 pub async fn serve_https(
     listener: TcpListener,
     tls: rustls::ServerConfig,
+    auth: Arc<Auth>,
     router: Router,
     cancel: CancellationToken,
 ) {
@@ -271,18 +535,35 @@ pub async fn serve_https(
         };
         let acceptor = acceptor.clone();
         let router = router.clone();
+        let auth = auth.clone();
         conns.spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
             };
-            let svc = hyper::service::service_fn(move |req| {
+            let client_cert = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .is_some_and(|c| !c.is_empty());
+            let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let router = router.clone();
+                let decision = auth.decide(req.method(), req.uri().path(), client_cert);
                 async move {
-                    Ok::<_, std::convert::Infallible>(
-                        tower::ServiceExt::oneshot(router, req)
+                    let resp = match decision {
+                        Decision::Allow => tower::ServiceExt::oneshot(router, req)
                             .await
                             .into_response(),
-                    )
+                        Decision::Deny { status, body } => {
+                            tracing::debug!(%status, path = %req.uri().path(), "kubelet API request refused");
+                            (
+                                status,
+                                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                                body,
+                            )
+                                .into_response()
+                        }
+                    };
+                    Ok::<_, std::convert::Infallible>(resp)
                 }
             });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -312,8 +593,149 @@ mod tests {
         v
     }
 
+    fn auth(anonymous: bool, mode: AuthzMode) -> Auth {
+        Auth::new(
+            AuthSettings {
+                anonymous,
+                webhook: true,
+                client_ca_file: Some("/etc/kubernetes/pki/ca.crt".into()),
+                mode,
+            },
+            false,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn auth_decision_table() {
+        use AuthzMode::*;
+        let get = http::Method::GET;
+        let forbidden_pods = "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[pods proxy])";
+        // anonymous × mode × client certificate → status (authenticators other than anonymous
+        // are not implemented yet: a certificate changes nothing, it fails closed).
+        let table = [
+            (false, AlwaysAllow, false, 401, "Unauthorized"),
+            (false, AlwaysAllow, true, 401, "Unauthorized"),
+            (false, Webhook, false, 401, "Unauthorized"),
+            (false, Webhook, true, 401, "Unauthorized"),
+            (true, AlwaysAllow, false, 200, ""),
+            (true, AlwaysAllow, true, 200, ""),
+            (true, Webhook, false, 403, forbidden_pods),
+            (true, Webhook, true, 403, forbidden_pods),
+        ];
+        for (anonymous, mode, cert, want, body) in table {
+            let got = auth(anonymous, mode).decide(&get, "/pods", cert);
+            let (code, text) = match got {
+                Decision::Allow => (200, String::new()),
+                Decision::Deny { status, body } => (status.as_u16(), body),
+            };
+            assert_eq!(
+                (code, text.as_str()),
+                (want, body),
+                "anonymous={anonymous} mode={mode:?} cert={cert}"
+            );
+        }
+    }
+
+    #[test]
+    fn forbidden_names_upstream_subresources() {
+        let a = auth(true, AuthzMode::Webhook);
+        let body = |m: http::Method, p: &str| match a.decide(&m, p, false) {
+            Decision::Deny { body, .. } => body,
+            Decision::Allow => panic!("allowed"),
+        };
+        assert!(body(http::Method::GET, "/metrics").ends_with("subresource(s)=[metrics])"));
+        assert!(body(http::Method::GET, "/healthz").ends_with("subresource(s)=[healthz proxy])"));
+        assert!(body(http::Method::GET, "/configz").ends_with("subresource(s)=[configz proxy])"));
+        assert!(body(http::Method::POST, "/exec/a/b/c").contains("verb=create"));
+        assert!(body(http::Method::POST, "/exec/a/b/c").ends_with("subresource(s)=[proxy])"));
+        assert!(body(http::Method::GET, "/podsx").ends_with("subresource(s)=[proxy])"));
+    }
+
+    #[test]
+    fn standalone_webhook_refuses_with_upstream_message() {
+        let s = |webhook, mode| AuthSettings {
+            anonymous: true,
+            webhook,
+            client_ca_file: None,
+            mode,
+        };
+        let err = Auth::new(s(true, AuthzMode::Webhook), true)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "no client provided, cannot use webhook authentication");
+        let err = Auth::new(s(false, AuthzMode::Webhook), true)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "no client provided, cannot use webhook authorization");
+        assert!(Auth::new(s(false, AuthzMode::AlwaysAllow), true).is_ok());
+        assert!(Auth::new(s(true, AuthzMode::Webhook), false).is_ok());
+    }
+
+    #[test]
+    fn tls_versions_and_suites() {
+        use rustls::ProtocolVersion::{TLSv1_2, TLSv1_3};
+        let v = |p: TlsPolicy| p.versions.iter().map(|v| v.version).collect::<Vec<_>>();
+        assert_eq!(v(tls_policy(None, &[]).unwrap()), [TLSv1_3, TLSv1_2]);
+        assert_eq!(
+            v(tls_policy(Some("VersionTLS12"), &[]).unwrap()),
+            [TLSv1_3, TLSv1_2]
+        );
+        assert_eq!(v(tls_policy(Some("VersionTLS13"), &[]).unwrap()), [TLSv1_3]);
+        for old in ["VersionTLS10", "VersionTLS11"] {
+            let e = tls_policy(Some(old), &[]).unwrap_err();
+            assert!(e.contains(old) && e.contains("rustls"), "{e}");
+        }
+        assert!(
+            tls_policy(Some("TLS1.2"), &[])
+                .unwrap_err()
+                .contains("unknown tls version")
+        );
+        let p = tls_policy(
+            None,
+            &[
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into(),
+                "TLS_AES_128_GCM_SHA256".into(),
+            ],
+        )
+        .unwrap();
+        let suites = p.suites.unwrap();
+        let tls12: Vec<_> = suites
+            .iter()
+            .filter(|s| !is_tls13(s))
+            .map(|s| s.suite())
+            .collect();
+        assert_eq!(
+            tls12,
+            [rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]
+        );
+        assert_eq!(
+            suites.iter().filter(|s| is_tls13(s)).count(),
+            3,
+            "TLS 1.3 suites stay"
+        );
+        let e = tls_policy(None, &["TLS_RSA_WITH_AES_128_CBC_SHA".into()]).unwrap_err();
+        assert!(
+            e.contains("TLS_RSA_WITH_AES_128_CBC_SHA") && e.contains("not supported"),
+            "{e}"
+        );
+        let e = tls_policy(None, &["TLS_NOPE".into()]).unwrap_err();
+        assert!(e.contains("unknown cipher suite"), "{e}");
+        // A restricted policy still builds a server config.
+        let dir = tempfile::tempdir().unwrap();
+        let p = tls_policy(Some("VersionTLS13"), &["TLS_AES_256_GCM_SHA384".into()]).unwrap();
+        serving_tls(&p, None, None, dir.path(), "n", &[]).unwrap();
+    }
+
     fn serve(dir: &Path) -> Result<rustls::ServerConfig, ServerError> {
-        serving_tls(None, None, dir, "worker-1", &["10.0.0.5".parse().unwrap()])
+        serving_tls(
+            &tls_policy(None, &[]).unwrap(),
+            None,
+            None,
+            dir,
+            "worker-1",
+            &["10.0.0.5".parse().unwrap()],
+        )
     }
 
     #[test]
@@ -374,6 +796,7 @@ mod tests {
         std::fs::write(&key, rcgen::KeyPair::generate().unwrap().serialize_pem()).unwrap();
         let before = std::fs::read(&crt).unwrap();
         let r = serving_tls(
+            &tls_policy(None, &[]).unwrap(),
             Some(&crt),
             Some(&key),
             &dir.path().join("unused"),

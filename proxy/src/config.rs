@@ -49,7 +49,8 @@ fn invalid(field: &str, message: impl Into<String>) -> Error {
 }
 
 /// Command-line flags, spelled as upstream's. Flags that upstream has but this proxy does not
-/// act on are accepted (so existing manifests start) and listed as "accepted, ignored".
+/// act on are accepted (so existing manifests start) and warned about at start when set to a
+/// non-default value; see [`crate::settings`].
 #[derive(Clone, Debug, Default, Parser)]
 #[command(
     name = "kube-proxy",
@@ -78,7 +79,7 @@ pub struct Flags {
     /// Burst to use while talking with kubernetes apiserver.
     #[arg(long = "kube-api-burst")]
     pub kube_api_burst: Option<i32>,
-    /// Content type of requests sent to apiserver (accepted, ignored).
+    /// Content type of requests sent to apiserver (accepted; no effect, warned about when set).
     #[arg(long = "kube-api-content-type")]
     pub kube_api_content_type: Option<String>,
     /// Name of this Node (default: the hostname, lower-cased).
@@ -127,37 +128,37 @@ pub struct Flags {
     /// Interface prefix for detect-local-mode InterfaceNamePrefix.
     #[arg(long = "pod-interface-name-prefix")]
     pub pod_interface_name_prefix: Option<String>,
-    /// Maximum NAT connections to track per CPU core (accepted; sysctls are not set).
+    /// Maximum NAT connections to track per CPU core (accepted; sysctls are not set: warned about when set).
     #[arg(long = "conntrack-max-per-core")]
     pub conntrack_max_per_core: Option<i32>,
-    /// Minimum conntrack entries to allocate (accepted; sysctls are not set).
+    /// Minimum conntrack entries to allocate (accepted; sysctls are not set: warned about when set).
     #[arg(long = "conntrack-min")]
     pub conntrack_min: Option<i32>,
-    /// Idle timeout for established TCP connections (accepted; sysctls are not set).
+    /// Idle timeout for established TCP connections (accepted; sysctls are not set: warned about when set).
     #[arg(long = "conntrack-tcp-timeout-established")]
     pub conntrack_tcp_timeout_established: Option<String>,
-    /// NAT timeout for TCP connections in CLOSE_WAIT (accepted; sysctls are not set).
+    /// NAT timeout for TCP connections in CLOSE_WAIT (accepted; sysctls are not set: warned about when set).
     #[arg(long = "conntrack-tcp-timeout-close-wait")]
     pub conntrack_tcp_timeout_close_wait: Option<String>,
     /// Log verbosity.
     #[arg(long = "v", short = 'v')]
     pub v: Option<u8>,
-    /// Accepted, ignored.
+    /// Accepted; no effect (warned about at start when set).
     #[arg(long = "feature-gates")]
     pub feature_gates: Option<String>,
-    /// Accepted, ignored.
+    /// Accepted; no effect (warned about at start when set to a non-default value).
     #[arg(long = "oom-score-adj")]
     pub oom_score_adj: Option<i32>,
-    /// Accepted, ignored.
+    /// Accepted; no effect (warned about at start when set to a non-default value).
     #[arg(long = "config-sync-period")]
     pub config_sync_period: Option<String>,
-    /// Accepted, ignored.
+    /// Accepted; no effect (warned about at start when set to a non-default value).
     #[arg(long = "profiling", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub profiling: Option<bool>,
-    /// Accepted, ignored.
+    /// Accepted; no effect (warned about at start when set to a non-default value).
     #[arg(long = "bind-address-hard-fail", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub bind_address_hard_fail: Option<bool>,
-    /// Accepted, ignored.
+    /// Accepted; no effect (warned about at start when set to a non-default value).
     #[arg(long = "logging-format")]
     pub logging_format: Option<String>,
     /// Not upstream: read Services and EndpointSlices (YAML/JSON, one or more documents per
@@ -207,8 +208,9 @@ pub struct DetectLocalFile {
     pub interface_name_prefix: Option<String>,
 }
 
-/// The file as written (v1alpha1). Unknown fields are tolerated; absent and null fields take
-/// upstream's defaults in [`resolve`].
+/// The file as written (v1alpha1). Unknown fields are tolerated (collected in `extra`, warned
+/// about by [`crate::settings::check`]); absent and null fields take upstream's defaults in
+/// [`resolve`].
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeProxyConfiguration {
@@ -227,6 +229,25 @@ pub struct KubeProxyConfiguration {
     pub cluster_cidr: Option<String>,
     pub node_port_addresses: Option<Vec<String>>,
     pub conntrack: Option<ConntrackFile>,
+    // Upstream fields this proxy does not act on; declared so that they are known, and checked
+    // (warned about when set to non-defaults) by `crate::settings`.
+    pub feature_gates: Option<serde_json::Value>,
+    pub bind_address_hard_fail: Option<serde_json::Value>,
+    pub enable_profiling: Option<serde_json::Value>,
+    pub show_hidden_metrics_for_version: Option<serde_json::Value>,
+    pub sync_period: Option<serde_json::Value>,
+    pub min_sync_period: Option<serde_json::Value>,
+    pub ipvs: Option<serde_json::Value>,
+    pub nftables: Option<serde_json::Value>,
+    pub winkernel: Option<serde_json::Value>,
+    pub windows_run_as_service: Option<serde_json::Value>,
+    pub oom_score_adj: Option<serde_json::Value>,
+    pub config_sync_period: Option<serde_json::Value>,
+    pub port_range: Option<serde_json::Value>,
+    pub logging: Option<serde_json::Value>,
+    /// Fields upstream's v1alpha1 does not have: kept so that they can be named in a warning.
+    #[serde(flatten)]
+    pub extra: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 impl KubeProxyConfiguration {

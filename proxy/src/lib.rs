@@ -20,6 +20,7 @@ pub mod iptables;
 pub mod metrics;
 pub mod model;
 pub mod nodeport;
+pub mod settings;
 pub mod source;
 pub mod sync_loop;
 pub mod topology;

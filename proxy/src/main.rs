@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use proxy::app::{self, Environment};
 use proxy::config::{self, Flags};
 use tokio_util::sync::CancellationToken;
@@ -44,7 +44,12 @@ async fn shutdown_signal(token: CancellationToken) {
 }
 
 fn main() -> ExitCode {
-    let flags = Flags::parse();
+    let cmd = Flags::command();
+    let matches = cmd.clone().get_matches();
+    let flags = match Flags::from_arg_matches(&matches) {
+        Ok(f) => f,
+        Err(e) => e.exit(),
+    };
     if flags.version.is_some() && flags.version.as_deref() != Some("false") {
         println!("{}", config::VERSION_STRING);
         return ExitCode::SUCCESS;
@@ -66,7 +71,21 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // No setting is accepted and silently ignored (see proxy::settings and docs/settings.md).
+    let findings = proxy::settings::check(
+        &proxy::settings::given_flags(&cmd, &matches),
+        file_text.as_deref(),
+    );
+    if !findings.refusals.is_empty() {
+        for r in &findings.refusals {
+            eprintln!("Error: {r}");
+        }
+        return ExitCode::FAILURE;
+    }
     init_logging(cfg.verbosity);
+    for w in &findings.warnings {
+        tracing::warn!("{w}");
+    }
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -160,6 +160,20 @@ cgroupRoot: {cgroot}
     }
 }
 
+/// The runtime's pod sandboxes (`cri pods`: id, namespace/name, state, attempt).
+fn cri_pods(rig: &Rig) -> String {
+    let out = std::process::Command::new(common::bin("cri"))
+        .args(["--endpoint", rig.get("CRI_ENDPOINT"), "pods"])
+        .output()
+        .expect("cri pods");
+    assert!(
+        out.status.success(),
+        "cri pods: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
 }
@@ -597,14 +611,33 @@ fn kubeadm_join_simulation() {
         "pod deleted (grace 5 s, handles TERM) → API object gone: {:?}",
         deleted.elapsed()
     );
-    let (pods, _) = kubelet.curl("https://127.0.0.1:10250/pods");
+    // kubeadm's config (anonymous off, webhook authn, Webhook authz): TokenReview, x509 and
+    // SubjectAccessReview are not implemented yet, so :10250 fails closed with upstream's 401.
+    // When the authn/authz work lands, this becomes a request with a client certificate.
+    let (body, code) = kubelet.curl("https://127.0.0.1:10250/pods");
+    assert_eq!(
+        (code.as_str(), body.trim()),
+        ("401", "Unauthorized"),
+        ":10250 fails closed"
+    );
+    // The pod list from the runtime instead: no sandbox of web is left ready, and none of the
+    // other node's pod ever existed; the apiserver shows that pod untouched by this node.
+    let sandboxes = cri_pods(&rig);
     assert!(
-        !pods.contains("\"web\""),
-        "web still known to the kubelet: {pods}"
+        !sandboxes
+            .lines()
+            .any(|l| l.contains("default/web\t") && l.contains("SANDBOX_READY")),
+        "web still running: {sandboxes}"
     );
     assert!(
-        !pods.contains("\"elsewhere\""),
-        "another node's pod must never run here"
+        !sandboxes.contains("default/elsewhere\t"),
+        "another node's pod must never run here: {sandboxes}"
+    );
+    let elsewhere = cp.get("pods", "default", "elsewhere").unwrap();
+    assert!(
+        elsewhere["status"]["hostIP"].is_null()
+            && elsewhere["status"]["containerStatuses"].is_null(),
+        "another node's pod got status from this node: {elsewhere:#}"
     );
 
     // Agent restart: nothing restarts, nothing regresses.
@@ -658,11 +691,16 @@ fn kubeadm_join_simulation() {
     .unwrap_or_else(|| panic!("finishes not Running\n{}", kubelet.log_text()));
     cp.stop();
     std::thread::sleep(Duration::from_secs(60));
-    let (pods, code) = kubelet.curl("https://127.0.0.1:10250/pods");
-    assert_eq!(code, "200");
+    // The apiserver is down and :10250 fails closed (401, see above): the runtime shows the
+    // static pod still running.
+    let (_, code) = kubelet.curl("https://127.0.0.1:10250/pods");
+    assert_eq!(code, "401", ":10250 fails closed");
+    let sandboxes = cri_pods(&rig);
     assert!(
-        pods.contains("static-rig-node"),
-        "pods keep running without the apiserver"
+        sandboxes
+            .lines()
+            .any(|l| l.contains("default/static-rig-node\t") && l.contains("SANDBOX_READY")),
+        "pods keep running without the apiserver: {sandboxes}"
     );
     let renew_before = cp
         .get("leases.coordination.k8s.io", "kube-node-lease", NODE)

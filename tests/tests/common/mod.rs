@@ -179,8 +179,11 @@ impl Agent {
 
     fn launch(&mut self) {
         let d = self.dir.path();
+        // Standalone (no kubeconfig): what an upstream standalone user sets, since v1beta1's
+        // defaults (webhook authentication and authorization) refuse to start without a client.
         let config = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\npodLogsDir: {}\ncgroupRoot: {}\nfileCheckFrequency: 20s\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\npodLogsDir: {}\ncgroupRoot: {}\nfileCheckFrequency: 20s\n\
+             authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n",
             d.join("manifests").display(),
             d.join("logs").display(),
             self.cgroup_root

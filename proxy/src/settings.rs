@@ -1,0 +1,921 @@
+//! Every flag and config field the agent accepts, with what it does here.
+//!
+//! The rule: no setting is accepted and silently ignored. A setting either works as upstream's
+//! ([`Status::Implemented`]), or it has no effect here and one warning names it at start when it
+//! is set to a value other than upstream's default ([`Status::NotImplemented`]), or it is
+//! security-relevant and not provided, so the agent refuses to start when it is set to such a
+//! value ([`Status::Refused`]).
+//!
+//! The machinery here ([`Setting`], [`check_file`], [`check_flags`], [`markdown_table`]) is
+//! shared with the kubelet, which keeps its own registry in `kubelet::settings`; [`FLAGS`] and
+//! [`FIELDS`] are kube-proxy's. `docs/settings.md` is generated from both registries.
+
+use serde_json::Value;
+
+/// What the agent does with a setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Works as upstream's.
+    Implemented,
+    /// Accepted, has no effect: one warning at start when set to a value not in `ok`.
+    NotImplemented,
+    /// Security-relevant and not provided: the agent refuses to start when it is set to a value
+    /// not in `ok`.
+    Refused,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Implemented => "Implemented",
+            Status::NotImplemented => "NotImplemented",
+            Status::Refused => "Refused",
+        }
+    }
+}
+
+/// One flag (`--name`) or config field (`name`, nested ones as `outer.inner`).
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    pub name: &'static str,
+    pub status: Status,
+    /// Values (YAML scalars or `{}`/`[]`) that need no warning or refusal: upstream's default,
+    /// the zero value upstream's defaulting replaces by it, and values whose behaviour the agent
+    /// provides. An absent, `null`, `""`, `{}` or `[]` value is never "set".
+    pub ok: &'static [&'static str],
+    pub note: &'static str,
+}
+
+/// Shorthands for registry tables.
+pub const fn implemented(name: &'static str, note: &'static str) -> Setting {
+    Setting {
+        name,
+        status: Status::Implemented,
+        ok: &[],
+        note,
+    }
+}
+
+pub const fn not_implemented(
+    name: &'static str,
+    ok: &'static [&'static str],
+    note: &'static str,
+) -> Setting {
+    Setting {
+        name,
+        status: Status::NotImplemented,
+        ok,
+        note,
+    }
+}
+
+pub const fn refused(
+    name: &'static str,
+    ok: &'static [&'static str],
+    note: &'static str,
+) -> Setting {
+    Setting {
+        name,
+        status: Status::Refused,
+        ok,
+        note,
+    }
+}
+
+/// What checking the settings found: warnings to log, and refusals that stop the start.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Findings {
+    pub warnings: Vec<String>,
+    pub refusals: Vec<String>,
+}
+
+impl Findings {
+    pub fn extend(&mut self, other: Findings) {
+        self.warnings.extend(other.warnings);
+        self.refusals.extend(other.refusals);
+    }
+}
+
+fn is_unset(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.trim().to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn go_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether two scalars mean the same: as booleans (Go's spellings), numbers, Go durations, or
+/// text.
+fn same_scalar(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    if let (Some(x), Some(y)) = (go_bool(a), go_bool(b)) {
+        return x == y;
+    }
+    if let (Ok(x), Ok(y)) = (a.parse::<f64>(), b.parse::<f64>()) {
+        return x == y;
+    }
+    if let (Some(x), Some(y)) = (
+        crate::config::parse_go_duration(a),
+        crate::config::parse_go_duration(b),
+    ) {
+        return x == y;
+    }
+    false
+}
+
+fn parse_ok(text: &str) -> Value {
+    serde_saphyr::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+/// Whether `v` needs no warning or refusal under `s`.
+pub fn is_ok(s: &Setting, v: &Value) -> bool {
+    if is_unset(v) {
+        return true;
+    }
+    s.ok.iter().any(|o| {
+        let o = parse_ok(o);
+        if &o == v {
+            return true;
+        }
+        match (scalar_text(&o), scalar_text(v)) {
+            (Some(a), Some(b)) => same_scalar(&a, &b),
+            _ => false,
+        }
+    })
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+fn judge(s: &Setting, v: &Value, what: &str, out: &mut Findings) {
+    if is_ok(s, v) {
+        return;
+    }
+    match s.status {
+        Status::Implemented => {}
+        Status::NotImplemented => out.warnings.push(format!(
+            "{what} {} is set to {} but has no effect in this agent: {}",
+            s.name,
+            show(v),
+            s.note
+        )),
+        Status::Refused => out.refusals.push(format!(
+            "{what} {} is set to {}, which this agent does not provide: {}",
+            s.name,
+            show(v),
+            s.note
+        )),
+    }
+}
+
+/// Checks a config file (already known to parse) against the registry `fields`: warnings for
+/// NotImplemented fields set to non-default values and for fields the registry does not know
+/// (upstream's lenient decoding drops those, with a message), refusals for Refused ones.
+pub fn check_file(fields: &[Setting], kind: &str, text: &str) -> Findings {
+    let mut out = Findings::default();
+    let Ok(root) = serde_saphyr::from_str_with_options::<Value>(
+        text,
+        serde_saphyr::options! { legacy_octal_numbers: true },
+    ) else {
+        return out;
+    };
+    if let Value::Object(m) = &root {
+        walk(fields, kind, "", m, &mut out);
+    }
+    out
+}
+
+fn walk(
+    fields: &[Setting],
+    kind: &str,
+    prefix: &str,
+    obj: &serde_json::Map<String, Value>,
+    out: &mut Findings,
+) {
+    for (k, v) in obj {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        if let Some(s) = fields.iter().find(|s| s.name == path) {
+            judge(s, v, "field", out);
+            continue;
+        }
+        let child = format!("{path}.");
+        if fields.iter().any(|s| s.name.starts_with(&child)) {
+            if let Value::Object(m) = v {
+                walk(fields, kind, &path, m, out);
+            }
+            continue;
+        }
+        out.warnings.push(format!(
+            "unknown field {path:?}: not a {kind} field this agent knows; ignored"
+        ));
+    }
+}
+
+/// Checks the flags given on the command line (`(name without dashes, raw value)`).
+pub fn check_flags(flags: &[Setting], given: &[(String, String)]) -> Findings {
+    let mut out = Findings::default();
+    for (name, raw) in given {
+        let dashed = format!("--{name}");
+        if let Some(s) = flags.iter().find(|s| s.name == dashed) {
+            judge(s, &Value::String(raw.clone()), "flag", &mut out);
+        }
+    }
+    out
+}
+
+/// The flags given explicitly on the command line, as `(long name, raw value)`.
+pub fn given_flags(cmd: &clap::Command, m: &clap::ArgMatches) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for arg in cmd.get_arguments() {
+        let id = arg.get_id().as_str();
+        if m.value_source(id) != Some(clap::parser::ValueSource::CommandLine) {
+            continue;
+        }
+        let Some(long) = arg.get_long() else {
+            continue;
+        };
+        let raw = m
+            .get_raw(id)
+            .map(|vals| {
+                vals.map(|v| v.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        out.push((long.to_string(), raw));
+    }
+    out
+}
+
+/// A markdown table of a registry.
+pub fn markdown_table(settings: &[Setting]) -> String {
+    let mut s = String::from("| Setting | Status | Note |\n|---|---|---|\n");
+    for e in settings {
+        let ok = if e.ok.is_empty() || e.status == Status::Implemented {
+            String::new()
+        } else {
+            format!(
+                " (no warning for: {})",
+                e.ok.iter()
+                    .map(|o| format!("`{o}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        s.push_str(&format!(
+            "| `{}` | {} | {}{} |\n",
+            e.name,
+            e.status.as_str(),
+            e.note.replace('|', "\\|"),
+            ok
+        ));
+    }
+    s
+}
+
+use Status::*;
+
+const fn s(
+    name: &'static str,
+    status: Status,
+    ok: &'static [&'static str],
+    note: &'static str,
+) -> Setting {
+    Setting {
+        name,
+        status,
+        ok,
+        note,
+    }
+}
+
+/// kube-proxy's flags.
+pub const FLAGS: &[Setting] = &[
+    s("--config", Implemented, &[], "KubeProxyConfiguration file."),
+    s("--version", Implemented, &[], "Prints the version."),
+    s(
+        "--cleanup",
+        Implemented,
+        &[],
+        "Removes the proxy's rules and exits.",
+    ),
+    s("--kubeconfig", Implemented, &[], "Apiserver credentials."),
+    s("--master", Implemented, &[], "Apiserver address override."),
+    s("--kube-api-qps", Implemented, &[], "Client rate limit."),
+    s("--kube-api-burst", Implemented, &[], "Client burst."),
+    s(
+        "--kube-api-content-type",
+        NotImplemented,
+        &["application/vnd.kubernetes.protobuf"],
+        "the client always speaks JSON.",
+    ),
+    s("--hostname-override", Implemented, &[], "Node name."),
+    s(
+        "--bind-address",
+        Implemented,
+        &[],
+        "Primary IP family and default server addresses.",
+    ),
+    s(
+        "--healthz-bind-address",
+        Implemented,
+        &[],
+        "Health server address.",
+    ),
+    s(
+        "--metrics-bind-address",
+        Implemented,
+        &[],
+        "Metrics server address (empty disables).",
+    ),
+    s(
+        "--proxy-mode",
+        Implemented,
+        &[],
+        "Only iptables; ipvs and nftables are refused with an error.",
+    ),
+    s(
+        "--cluster-cidr",
+        Implemented,
+        &[],
+        "Pod CIDRs for local-traffic detection.",
+    ),
+    s(
+        "--nodeport-addresses",
+        Implemented,
+        &[],
+        "NodePort addresses.",
+    ),
+    s(
+        "--masquerade-all",
+        Implemented,
+        &[],
+        "SNAT all service traffic.",
+    ),
+    s("--iptables-masquerade-bit", Implemented, &[], "fwmark bit."),
+    s(
+        "--iptables-localhost-nodeports",
+        Implemented,
+        &[],
+        "NodePorts on localhost.",
+    ),
+    s(
+        "--iptables-sync-period",
+        Implemented,
+        &[],
+        "Full resync period.",
+    ),
+    s(
+        "--iptables-min-sync-period",
+        Implemented,
+        &[],
+        "Minimum time between syncs.",
+    ),
+    s(
+        "--detect-local-mode",
+        Implemented,
+        &[],
+        "Only ClusterCIDR; the other modes are refused with an error.",
+    ),
+    s(
+        "--pod-bridge-interface",
+        Implemented,
+        &[],
+        "Used only by detect-local-mode BridgeInterface (refused), as upstream.",
+    ),
+    s(
+        "--pod-interface-name-prefix",
+        Implemented,
+        &[],
+        "Used only by detect-local-mode InterfaceNamePrefix (refused), as upstream.",
+    ),
+    s(
+        "--conntrack-max-per-core",
+        NotImplemented,
+        &["32768"],
+        "conntrack sysctls are not set.",
+    ),
+    s(
+        "--conntrack-min",
+        NotImplemented,
+        &["131072"],
+        "conntrack sysctls are not set.",
+    ),
+    s(
+        "--conntrack-tcp-timeout-established",
+        NotImplemented,
+        &["24h"],
+        "conntrack sysctls are not set.",
+    ),
+    s(
+        "--conntrack-tcp-timeout-close-wait",
+        NotImplemented,
+        &["1h"],
+        "conntrack sysctls are not set.",
+    ),
+    s("--v", Implemented, &[], "Log verbosity."),
+    s(
+        "--feature-gates",
+        NotImplemented,
+        &[],
+        "feature gates are not read.",
+    ),
+    s(
+        "--oom-score-adj",
+        NotImplemented,
+        &["-999"],
+        "the process's OOM score is not changed.",
+    ),
+    s(
+        "--config-sync-period",
+        NotImplemented,
+        &["15m"],
+        "watches are not resynced periodically.",
+    ),
+    s(
+        "--profiling",
+        NotImplemented,
+        &["false"],
+        "no pprof handlers are served.",
+    ),
+    s(
+        "--bind-address-hard-fail",
+        NotImplemented,
+        &["false"],
+        "a failed server bind is logged, not fatal.",
+    ),
+    s(
+        "--logging-format",
+        NotImplemented,
+        &["text"],
+        "logs are always text.",
+    ),
+    s(
+        "--static-services-dir",
+        Implemented,
+        &[],
+        "Not upstream: Services/EndpointSlices from files instead of an apiserver.",
+    ),
+];
+
+/// KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) fields.
+pub const FIELDS: &[Setting] = &[
+    s(
+        "apiVersion",
+        Implemented,
+        &[],
+        "Must be kubeproxy.config.k8s.io/v1alpha1.",
+    ),
+    s("kind", Implemented, &[], "Must be KubeProxyConfiguration."),
+    s(
+        "featureGates",
+        NotImplemented,
+        &[],
+        "feature gates are not read.",
+    ),
+    s(
+        "clientConnection.kubeconfig",
+        Implemented,
+        &[],
+        "Apiserver credentials.",
+    ),
+    s(
+        "clientConnection.qps",
+        Implemented,
+        &[],
+        "Client rate limit.",
+    ),
+    s("clientConnection.burst", Implemented, &[], "Client burst."),
+    s(
+        "clientConnection.contentType",
+        NotImplemented,
+        &["application/vnd.kubernetes.protobuf"],
+        "the client always speaks JSON.",
+    ),
+    s(
+        "clientConnection.acceptContentTypes",
+        NotImplemented,
+        &[],
+        "the client always speaks JSON.",
+    ),
+    s("hostnameOverride", Implemented, &[], "Node name."),
+    s(
+        "bindAddress",
+        Implemented,
+        &[],
+        "Primary IP family and default server addresses.",
+    ),
+    s(
+        "healthzBindAddress",
+        Implemented,
+        &[],
+        "Health server address.",
+    ),
+    s(
+        "metricsBindAddress",
+        Implemented,
+        &[],
+        "Metrics server address.",
+    ),
+    s(
+        "bindAddressHardFail",
+        NotImplemented,
+        &["false"],
+        "a failed server bind is logged, not fatal.",
+    ),
+    s(
+        "enableProfiling",
+        NotImplemented,
+        &["false"],
+        "no pprof handlers are served.",
+    ),
+    s(
+        "showHiddenMetricsForVersion",
+        NotImplemented,
+        &[],
+        "hidden metrics are not served.",
+    ),
+    s(
+        "mode",
+        Implemented,
+        &[],
+        "Only iptables; ipvs and nftables are refused with an error.",
+    ),
+    s(
+        "iptables.masqueradeAll",
+        Implemented,
+        &[],
+        "SNAT all service traffic.",
+    ),
+    s("iptables.masqueradeBit", Implemented, &[], "fwmark bit."),
+    s(
+        "iptables.localhostNodePorts",
+        Implemented,
+        &[],
+        "NodePorts on localhost.",
+    ),
+    s(
+        "iptables.syncPeriod",
+        Implemented,
+        &[],
+        "Full resync period.",
+    ),
+    s(
+        "iptables.minSyncPeriod",
+        Implemented,
+        &[],
+        "Minimum time between syncs.",
+    ),
+    s(
+        "syncPeriod",
+        NotImplemented,
+        &["0s", "30s"],
+        "the top-level spelling is not read; iptables.syncPeriod is.",
+    ),
+    s(
+        "minSyncPeriod",
+        NotImplemented,
+        &["0s", "1s"],
+        "the top-level spelling is not read; iptables.minSyncPeriod is.",
+    ),
+    s(
+        "ipvs",
+        Implemented,
+        &[],
+        "Used only in ipvs mode (refused), as upstream ignores it in iptables mode.",
+    ),
+    s(
+        "nftables",
+        Implemented,
+        &[],
+        "Used only in nftables mode (refused), as upstream ignores it in iptables mode.",
+    ),
+    s(
+        "winkernel",
+        Implemented,
+        &[],
+        "Windows only; upstream ignores it on Linux too.",
+    ),
+    s(
+        "windowsRunAsService",
+        Implemented,
+        &[],
+        "Windows only; upstream ignores it on Linux too.",
+    ),
+    s(
+        "detectLocalMode",
+        Implemented,
+        &[],
+        "Only ClusterCIDR; the other modes are refused with an error.",
+    ),
+    s(
+        "detectLocal.bridgeInterface",
+        Implemented,
+        &[],
+        "Used only by BridgeInterface mode (refused), as upstream.",
+    ),
+    s(
+        "detectLocal.interfaceNamePrefix",
+        Implemented,
+        &[],
+        "Used only by InterfaceNamePrefix mode (refused), as upstream.",
+    ),
+    s(
+        "clusterCIDR",
+        Implemented,
+        &[],
+        "Pod CIDRs for local-traffic detection.",
+    ),
+    s("nodePortAddresses", Implemented, &[], "NodePort addresses."),
+    s(
+        "oomScoreAdj",
+        NotImplemented,
+        &["-999"],
+        "the process's OOM score is not changed.",
+    ),
+    s(
+        "conntrack.maxPerCore",
+        NotImplemented,
+        &["32768"],
+        "conntrack sysctls are not set.",
+    ),
+    s(
+        "conntrack.min",
+        NotImplemented,
+        &["131072"],
+        "conntrack sysctls are not set.",
+    ),
+    s(
+        "conntrack.tcpEstablishedTimeout",
+        NotImplemented,
+        &["24h"],
+        "conntrack sysctls are not set.",
+    ),
+    s(
+        "conntrack.tcpCloseWaitTimeout",
+        NotImplemented,
+        &["1h"],
+        "conntrack sysctls are not set.",
+    ),
+    s(
+        "conntrack.tcpBeLiberal",
+        NotImplemented,
+        &["false"],
+        "conntrack sysctls are not set.",
+    ),
+    s(
+        "conntrack.udpTimeout",
+        NotImplemented,
+        &["0s"],
+        "conntrack sysctls are not set.",
+    ),
+    s(
+        "conntrack.udpStreamTimeout",
+        NotImplemented,
+        &["0s"],
+        "conntrack sysctls are not set.",
+    ),
+    s(
+        "configSyncPeriod",
+        NotImplemented,
+        &["15m", "0s"],
+        "watches are not resynced periodically.",
+    ),
+    s(
+        "portRange",
+        NotImplemented,
+        &[],
+        "removed upstream; no effect.",
+    ),
+    s(
+        "logging.format",
+        NotImplemented,
+        &["text"],
+        "logs are always text.",
+    ),
+    s(
+        "logging.flushFrequency",
+        NotImplemented,
+        &["5s", "0"],
+        "logs are written unbuffered.",
+    ),
+    s(
+        "logging.verbosity",
+        NotImplemented,
+        &["0"],
+        "verbosity comes from --v (or RUST_LOG) only.",
+    ),
+    s(
+        "logging.vmodule",
+        NotImplemented,
+        &[],
+        "per-file verbosity is not supported; use RUST_LOG.",
+    ),
+    s(
+        "logging.options.json.infoBufferSize",
+        NotImplemented,
+        &["0"],
+        "logs are always text.",
+    ),
+    s(
+        "logging.options.json.splitStream",
+        NotImplemented,
+        &["false"],
+        "logs are always text.",
+    ),
+    s(
+        "logging.options.text.infoBufferSize",
+        NotImplemented,
+        &["0"],
+        "logs are written unbuffered.",
+    ),
+    s(
+        "logging.options.text.splitStream",
+        NotImplemented,
+        &["false"],
+        "all logs go to stderr.",
+    ),
+];
+
+/// Warnings and refusals for kube-proxy's flags and config file text.
+pub fn check(given: &[(String, String)], file_text: Option<&str>) -> Findings {
+    let mut out = check_flags(FLAGS, given);
+    if let Some(t) = file_text {
+        out.extend(check_file(FIELDS, "KubeProxyConfiguration", t));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn every_flag_entry_is_a_real_flag_and_every_flag_has_an_entry() {
+        let cmd = crate::config::Flags::command();
+        let longs: Vec<String> = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        for s in FLAGS {
+            assert!(
+                longs.contains(&s.name.to_string()),
+                "{} is not a flag",
+                s.name
+            );
+        }
+        for l in &longs {
+            assert!(
+                FLAGS.iter().any(|s| s.name == l),
+                "flag {l} has no registry entry"
+            );
+        }
+    }
+
+    #[test]
+    fn every_field_entry_is_known_to_serde() {
+        let header = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+        for s in FIELDS {
+            let top = s.name.split('.').next().unwrap();
+            if matches!(top, "apiVersion" | "kind") {
+                continue;
+            }
+            let cfg =
+                crate::config::KubeProxyConfiguration::parse(&format!("{header}{top}: null\n"))
+                    .unwrap();
+            assert!(
+                !cfg.extra.contains_key(top),
+                "{} is in the registry but not declared in KubeProxyConfiguration",
+                s.name
+            );
+        }
+        let cfg =
+            crate::config::KubeProxyConfiguration::parse(&format!("{header}fooBar: 1\n")).unwrap();
+        assert!(cfg.extra.contains_key("fooBar"));
+    }
+
+    #[test]
+    fn kubeadm_proxy_config_gives_no_warnings() {
+        let text = r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
+bindAddress: 0.0.0.0
+bindAddressHardFail: false
+clientConnection:
+  acceptContentTypes: ""
+  burst: 0
+  contentType: ""
+  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
+  qps: 0
+clusterCIDR: 10.244.0.0/16
+configSyncPeriod: 0s
+conntrack:
+  maxPerCore: null
+  min: null
+  tcpBeLiberal: false
+  tcpCloseWaitTimeout: null
+  tcpEstablishedTimeout: null
+  udpStreamTimeout: 0s
+  udpTimeout: 0s
+detectLocal:
+  bridgeInterface: ""
+  interfaceNamePrefix: ""
+detectLocalMode: ""
+enableProfiling: false
+healthzBindAddress: ""
+hostnameOverride: ""
+iptables:
+  localhostNodePorts: null
+  masqueradeAll: false
+  masqueradeBit: null
+  minSyncPeriod: 0s
+  syncPeriod: 0s
+ipvs:
+  excludeCIDRs: null
+  minSyncPeriod: 0s
+  scheduler: ""
+  strictARP: false
+  syncPeriod: 0s
+  tcpFinTimeout: 0s
+  tcpTimeout: 0s
+  udpTimeout: 0s
+kind: KubeProxyConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+    text:
+      infoBufferSize: "0"
+  verbosity: 0
+metricsBindAddress: ""
+mode: ""
+nftables:
+  masqueradeAll: false
+  masqueradeBit: null
+  minSyncPeriod: 0s
+  syncPeriod: 0s
+nodePortAddresses: null
+oomScoreAdj: null
+portRange: ""
+showHiddenMetricsForVersion: ""
+winkernel:
+  enableDSR: false
+  forwardHealthCheckVip: false
+  networkName: ""
+  rootHnsEndpointName: ""
+  sourceVip: ""
+"#;
+        let f = check(&[], Some(text));
+        assert_eq!(f, Findings::default());
+    }
+
+    #[test]
+    fn non_defaults_warn_once_each() {
+        let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nconntrack:\n  min: 0\n  maxPerCore: 32768\noomScoreAdj: -999\nfooBar: 1\n";
+        let f = check(&[], Some(text));
+        assert_eq!(f.warnings.len(), 2, "{f:#?}");
+        assert!(f.warnings[0].contains("conntrack.min"), "{f:#?}");
+        assert!(f.warnings[1].contains("unknown field \"fooBar\""), "{f:#?}");
+        assert!(f.refusals.is_empty());
+
+        let cmd = crate::config::Flags::command();
+        let m = cmd
+            .clone()
+            .try_get_matches_from(["kube-proxy", "--profiling", "--oom-score-adj=-999", "--v=2"])
+            .unwrap();
+        let given = given_flags(&cmd, &m);
+        let f = check(&given, None);
+        assert_eq!(f.warnings.len(), 1, "{f:#?}");
+        assert!(f.warnings[0].contains("--profiling"), "{f:#?}");
+        let _ = crate::config::Flags::parse_from(["kube-proxy"]);
+    }
+}
