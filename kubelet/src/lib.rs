@@ -13,6 +13,7 @@ pub mod app;
 pub mod atomic_file;
 pub mod backoff;
 pub mod cgroups;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod duration;

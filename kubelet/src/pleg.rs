@@ -82,13 +82,6 @@ impl PlegHealth {
     }
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 /// Relists every `period` and sends each result.
 pub async fn run(
     rt: Arc<dyn Runtime>,
@@ -107,7 +100,7 @@ pub async fn run(
                 metrics
                     .pleg_relist_duration
                     .observe(started.elapsed().as_secs_f64());
-                health.last_ok_unix.store(unix_now(), Ordering::Relaxed);
+                health.last_ok_unix.store(crate::clock::unix_now(), Ordering::Relaxed);
                 if failing {
                     tracing::info!("container runtime is reachable again");
                     failing = false;

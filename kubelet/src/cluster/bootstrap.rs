@@ -25,7 +25,7 @@ use k8s_openapi::api::certificates::v1::{
 use kube::api::{Api, PostParams};
 use sha2::Digest;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The signer kubelet client certificates are requested from.
@@ -84,13 +84,6 @@ pub fn cert_validity(pem: &[u8]) -> Option<(i64, i64)> {
         return Some((v.not_before.timestamp(), v.not_after.timestamp()));
     }
     None
-}
-
-fn now_unix() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 /// Why a certificate and a private key cannot serve as one TLS identity.
@@ -289,7 +282,7 @@ pub fn check_kubeconfig(path: &Path) -> Result<(), Unusable> {
     match (cert, key) {
         (Some(cert), Some(key)) => {
             let ((cert, cert_name), (key, key_name)) = (cert?, key?);
-            check_client_pair(&cert, &cert_name, &key, &key_name, now_unix())
+            check_client_pair(&cert, &cert_name, &key, &key_name, crate::clock::unix_now())
         }
         (Some(_), None) => Err(invalid("client certificate without a client key".into())),
         (None, Some(_)) => Err(invalid("client key without a client certificate".into())),
@@ -308,7 +301,7 @@ pub fn check_current_pair(cert_dir: &Path) -> Result<(), Unusable> {
     let current = cert_dir.join(CURRENT_PEM);
     let name = current.display().to_string();
     match std::fs::read(&current) {
-        Ok(pem) => check_client_pair(&pem, &name, &pem, &name, now_unix()),
+        Ok(pem) => check_client_pair(&pem, &name, &pem, &name, crate::clock::unix_now()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Unusable::Missing(name)),
         Err(e) => Err(Unusable::Invalid {
             path: name,
@@ -648,7 +641,7 @@ impl Rotator {
                 return;
             };
             let deadline = rotation_deadline(nb, na, fastrand::f64());
-            let wait = Duration::from_secs((deadline - now_unix()).max(0) as u64);
+            let wait = Duration::from_secs((deadline - crate::clock::unix_now()).max(0) as u64);
             tracing::info!(expires_unix = na, rotate_in = ?wait, "client certificate rotation scheduled");
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -677,7 +670,7 @@ impl Rotator {
         let expired = std::fs::read(&current)
             .ok()
             .and_then(|b| cert_validity(&b))
-            .is_some_and(|(_, not_after)| not_after <= now_unix());
+            .is_some_and(|(_, not_after)| not_after <= crate::clock::unix_now());
         if !expired {
             return Ok(self.handle.current());
         }
@@ -844,7 +837,7 @@ mod tests {
     #[test]
     fn expired_certificate_is_unusable() {
         let dir = tempfile::tempdir().unwrap();
-        let now = now_unix();
+        let now = crate::clock::unix_now();
         for (name, nb, na) in [
             ("expired", now - 30 * DAY, now - 2 * DAY),
             ("future", now + 2 * DAY, now + 30 * DAY),
@@ -878,7 +871,7 @@ mod tests {
     #[test]
     fn mismatched_pair_is_unusable_and_matching_pair_is_usable() {
         let dir = tempfile::tempdir().unwrap();
-        let now = now_unix();
+        let now = crate::clock::unix_now();
         let (cert_a, key_a) = pair_between(now - DAY, now + 300 * DAY);
         let (_, key_b) = pair_between(now - DAY, now + 300 * DAY);
         let (crt, good, bad) = (
@@ -1109,7 +1102,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (server, api) = FakeApi::start().await;
         let s = bootstrap_settings(dir.path(), &server);
-        let now = now_unix();
+        let now = crate::clock::unix_now();
         let (old_cert, old_key) = pair_between(now - 60 * DAY, now - DAY);
         let current = store_pair(&s.cert_dir, &old_cert, &old_key).unwrap();
         let cluster = bootstrap_cluster(s.bootstrap_kubeconfig.as_ref().unwrap()).unwrap();
@@ -1144,7 +1137,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (server, api) = FakeApi::start().await;
         let s = bootstrap_settings(dir.path(), &server);
-        let now = now_unix();
+        let now = crate::clock::unix_now();
         let (cert_a, _) = pair_between(now - DAY, now + 300 * DAY);
         let (_, key_b) = pair_between(now - DAY, now + 300 * DAY);
         // Both the kubeconfig and the stored pair hold a certificate with someone else's key
@@ -1175,7 +1168,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (server, api) = FakeApi::start().await;
         let s = bootstrap_settings(dir.path(), &server);
-        let now = now_unix();
+        let now = crate::clock::unix_now();
         // The agent ran on while the certificate expired (rotation kept failing, or the
         // machine slept): the apiserver refuses it, so the renewal must use the bootstrap token.
         let (old_cert, old_key) = pair_between(now - 60 * DAY, now - DAY);

@@ -48,13 +48,6 @@ pub(crate) async fn changed<T>(rx: &mut watch::Receiver<T>) {
     }
 }
 
-pub(crate) fn now_unix() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 /// Credentials and a client, ready for [`start`].
 pub struct Connected {
     pub client: client::ClientHandle,
@@ -139,7 +132,7 @@ pub fn start(
     let health = Arc::new(node::CriHealth {
         runtime: parts.runtime.clone(),
         pleg: parts.pleg.clone(),
-        started_unix: now_unix(),
+        started_unix: crate::clock::unix_now(),
     });
     if node_cfg.register_node {
         tasks.spawn(

@@ -118,7 +118,7 @@ impl RuntimeHealth for CriHealth {
         if self.runtime.version().await.is_err() {
             errs.push("container runtime is down".to_string());
         }
-        let now = super::now_unix();
+        let now = crate::clock::unix_now();
         // The PLEG gets three minutes from start before it counts as unhealthy, as upstream.
         if now - self.started_unix > 180 && !self.pleg.healthy(now) {
             let last = self
