@@ -775,7 +775,6 @@ proptest! {
 /// `cgroupsPerQos`, `podCidr` and `serverTlsBootstrap`, so a real file's values are silently
 /// ignored (unknown fields are tolerated). Found by the round trip above printing the names.
 #[test]
-#[ignore = "bug: KubeletConfiguration reads kubeApiBurst/cgroupsPerQos/podCidr/serverTlsBootstrap, not upstream's kubeAPIBurst/cgroupsPerQOS/podCIDR/serverTLSBootstrap"]
 fn kubelet_config_uses_upstream_field_names() {
     let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
                 kubeAPIBurst: 7\ncgroupsPerQOS: false\npodCIDR: 10.1.0.0/24\nserverTLSBootstrap: true\n";

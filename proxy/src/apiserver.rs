@@ -134,9 +134,15 @@ pub fn rate_window(qps: f32, burst: i32) -> (u64, Duration) {
     } else {
         5.0
     };
-    let per = Duration::from_secs_f64(burst as f64 / qps).max(Duration::from_millis(1));
+    // A tiny qps would make the window overflow: past an hour it is an hour.
+    let per = Duration::try_from_secs_f64(burst as f64 / qps)
+        .unwrap_or(MAX_RATE_WINDOW)
+        .clamp(Duration::from_millis(1), MAX_RATE_WINDOW);
     (burst, per)
 }
+
+/// The longest rate-limit window [`rate_window`] gives.
+const MAX_RATE_WINDOW: Duration = Duration::from_secs(3600);
 
 /// Builds a rate-limited client (client certificates and tokens as kube supports them:
 /// inline or file certificates, `token`, `tokenFile`, exec plugins).
@@ -629,6 +635,7 @@ mod tests {
         assert_eq!(rate_window(5.0, 10), (10, Duration::from_secs(2)));
         assert_eq!(rate_window(0.0, 0), (1, Duration::from_millis(200)));
         assert_eq!(rate_window(50.0, 100), (100, Duration::from_secs(2)));
+        assert_eq!(rate_window(1e-30, 10), (10, Duration::from_secs(3600)));
     }
 
     #[test]

@@ -370,7 +370,11 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         total += n * unit;
         rest = &rest[unit_end..];
     }
-    Some(Duration::from_secs_f64(total))
+    // Go's durations are an int64 of nanoseconds: anything longer is invalid there too.
+    if !total.is_finite() || total > i64::MAX as f64 / 1e9 {
+        return None;
+    }
+    Duration::try_from_secs_f64(total).ok()
 }
 
 fn duration(field: &str, v: Option<&str>, default: Duration) -> Result<Duration> {
