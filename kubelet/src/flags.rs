@@ -1,6 +1,6 @@
 //! The kubelet's command line: upstream's flag names, pflag-style booleans (`--x`, `--x=false`).
 //!
-//! Flags only carry what the operator typed; [`crate::config::load`] merges them over the
+//! Flags only carry what the operator typed; the config module's `load` merges them over the
 //! `--config` file and validates the result.
 
 use clap::Parser;
@@ -40,7 +40,7 @@ pub fn parse_langle_map(s: &str) -> Result<BTreeMap<String, String>, String> {
 }
 
 /// Every flag kubeadm, systemd drop-ins and common installers pass to upstream's kubelet.
-/// What each does here is in [`crate::settings::FLAGS`]: flags the agent accepts but does not act
+/// What each does here is in the settings registry (`FLAGS`): flags the agent accepts but does not act
 /// on are warned about at start when set to a non-default value, and security-relevant ones it
 /// does not provide refuse the start.
 #[derive(Debug, Parser, Default, Clone)]

@@ -50,7 +50,7 @@ fn invalid(field: &str, message: impl Into<String>) -> Error {
 
 /// Command-line flags, spelled as upstream's. Flags that upstream has but this proxy does not
 /// act on are accepted (so existing manifests start) and warned about at start when set to a
-/// non-default value; see [`crate::settings`].
+/// non-default value; see the settings module.
 #[derive(Clone, Debug, Default, Parser)]
 #[command(
     name = "kube-proxy",
@@ -209,7 +209,7 @@ pub struct DetectLocalFile {
 }
 
 /// The file as written (v1alpha1). Unknown fields are tolerated (collected in `extra`, warned
-/// about by [`crate::settings::check`]); absent and null fields take upstream's defaults in
+/// about by the settings check); absent and null fields take upstream's defaults in
 /// [`resolve`].
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -230,7 +230,7 @@ pub struct KubeProxyConfiguration {
     pub node_port_addresses: Option<Vec<String>>,
     pub conntrack: Option<ConntrackFile>,
     // Upstream fields this proxy does not act on; declared so that they are known, and checked
-    // (warned about when set to non-defaults) by `crate::settings`.
+    // (warned about when set to non-defaults) by the settings module.
     pub feature_gates: Option<serde_json::Value>,
     pub bind_address_hard_fail: Option<serde_json::Value>,
     pub enable_profiling: Option<serde_json::Value>,

@@ -1,0 +1,355 @@
+//! The kubelet's registry of every flag and KubeletConfiguration field it accepts, with what
+//! each does here (see [`proxy::settings`] for the rule and the shared machinery), and the
+//! start-time host checks upstream makes for some of them (`protectKernelDefaults`,
+//! `failSwapOn`).
+//!
+//! `docs/settings.md` is generated from these registries and kube-proxy's; the `settings_doc`
+//! test fails when it is stale (`UPDATE_SETTINGS_DOC=1 cargo test -p kubelet settings_doc`
+//! rewrites it).
+
+pub use proxy::settings::{Findings, Setting, Status};
+
+const fn s(
+    name: &'static str,
+    status: Status,
+    ok: &'static [&'static str],
+    note: &'static str,
+) -> Setting {
+    Setting {
+        name,
+        status,
+        ok,
+        note,
+    }
+}
+
+const NO_GC: &str = "there is no image garbage collection.";
+const NO_EVICTION: &str = "there is no eviction manager.";
+const NO_ALLOCATABLE: &str = "node allocatable is not computed or enforced.";
+const NO_LOG_ROTATION: &str = "container logs are not rotated.";
+const NO_CM: &str = "there is no CPU/memory/topology manager.";
+
+mod fields;
+mod flags;
+
+pub use fields::FIELDS;
+pub use flags::FLAGS;
+
+/// Warnings and refusals for the kubelet's flags (`(long name, raw value)` as given on the
+/// command line) and its config file text.
+pub fn check(given: &[(String, String)], file_text: Option<&str>) -> Findings {
+    let mut out = proxy::settings::check_flags(FLAGS, given);
+    if let Some(t) = file_text {
+        out.extend(proxy::settings::check_file(
+            FIELDS,
+            "KubeletConfiguration v1beta1",
+            t,
+        ));
+    }
+    out
+}
+
+/// Upstream's expected kernel tunables (pkg/kubelet/cm setupKernelTunables): with
+/// `protectKernelDefaults` the start fails when one differs.
+pub const KERNEL_TUNABLES: &[(&str, i64)] = &[
+    ("vm/overcommit_memory", 1),
+    ("vm/panic_on_oom", 0),
+    ("kernel/panic", 10),
+    ("kernel/panic_on_oops", 1),
+    ("kernel/keys/root_maxkeys", 1000000),
+    ("kernel/keys/root_maxbytes", 25000000),
+];
+
+/// The tunables that differ (or cannot be read), in upstream's words; `read` gets a path
+/// below /proc/sys.
+pub fn kernel_tunable_problems(read: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    KERNEL_TUNABLES
+        .iter()
+        .filter_map(
+            |(flag, want)| match read(flag).and_then(|t| t.trim().parse::<i64>().ok()) {
+                Some(v) if v == *want => None,
+                Some(v) => Some(format!(
+                    "invalid kernel flag: {flag}, expected value: {want}, actual value: {v}"
+                )),
+                None => Some(format!("reading kernel flag {flag}: not readable")),
+            },
+        )
+        .collect()
+}
+
+/// Whether /proc/swaps lists an active swap device (any line after the header).
+pub fn swap_on(proc_swaps: &str) -> bool {
+    proc_swaps.lines().skip(1).any(|l| !l.trim().is_empty())
+}
+
+/// Host checks upstream makes at start for `protectKernelDefaults` and `failSwapOn`. Reads
+/// /proc only; never writes.
+pub fn preflight(protect_kernel_defaults: bool, fail_swap_on: bool) -> Result<(), String> {
+    if protect_kernel_defaults {
+        let problems = kernel_tunable_problems(|p| {
+            std::fs::read_to_string(std::path::Path::new("/proc/sys").join(p)).ok()
+        });
+        if !problems.is_empty() {
+            return Err(format!("protectKernelDefaults: [{}]", problems.join(", ")));
+        }
+    }
+    if fail_swap_on
+        && std::fs::read_to_string("/proc/swaps")
+            .map(|t| swap_on(&t))
+            .unwrap_or(false)
+    {
+        return Err(
+            "running with swap on is not supported, please disable swap or set --fail-swap-on flag to false"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// `docs/settings.md`, generated from the registries of both binaries.
+pub fn settings_doc() -> String {
+    let mut s = String::from(
+        "# Settings\n\n\
+         <!-- Generated from kubelet/src/settings.rs and proxy/src/settings.rs; do not edit.\n\
+         Regenerate: UPDATE_SETTINGS_DOC=1 cargo test -p kubelet settings_doc -->\n\n\
+         Every flag and config field the agent accepts, and what it does with it. No setting is\n\
+         accepted and silently ignored:\n\n\
+         - **Implemented**: works as upstream's (the note says where it differs in detail).\n\
+         - **NotImplemented**: accepted, has no effect; one warning naming it is logged at start\n  \
+         when it is set to a value other than the listed ones (upstream's default, or values whose\n  \
+         behaviour the agent provides). Absent, `null`, empty values are never \"set\".\n\
+         - **Refused**: security-relevant and not provided; the agent refuses to start when it is\n  \
+         set to a value other than the listed ones.\n\n\
+         Config fields the agent does not know are named in a warning at start.\n\n\
+         The kubelet API (:10250): anonymous requests are served only with\n\
+         `authentication.anonymous.enabled: true` and `authorization.mode: AlwaysAllow`. TokenReview\n\
+         (webhook authentication), x509 client certificates and SubjectAccessReview (Webhook\n\
+         authorization) are not implemented yet, so it fails closed: 401 `Unauthorized` when anonymous\n\
+         is disabled, 403 `Forbidden (...)` under Webhook authorization. Standalone (no kubeconfig),\n\
+         webhook authentication or authorization refuses to start, as upstream.\n\n",
+    );
+    s.push_str("## kubelet flags\n\n");
+    s.push_str(&proxy::settings::markdown_table(FLAGS));
+    s.push_str("\n## KubeletConfiguration (kubelet.config.k8s.io/v1beta1)\n\n");
+    s.push_str(&proxy::settings::markdown_table(FIELDS));
+    s.push_str("\n## kube-proxy flags\n\n");
+    s.push_str(&proxy::settings::markdown_table(proxy::settings::FLAGS));
+    s.push_str("\n## KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1)\n\n");
+    s.push_str(&proxy::settings::markdown_table(proxy::settings::FIELDS));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn given(args: &[&str]) -> Vec<(String, String)> {
+        let cmd = crate::flags::Flags::command();
+        let m = cmd
+            .clone()
+            .try_get_matches_from(std::iter::once("kubelet").chain(args.iter().copied()))
+            .unwrap();
+        proxy::settings::given_flags(&cmd, &m)
+    }
+
+    #[test]
+    fn settings_doc() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/settings.md");
+        let want = super::settings_doc();
+        if std::env::var_os("UPDATE_SETTINGS_DOC").is_some() {
+            std::fs::write(&path, &want).unwrap();
+            return;
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        if have != want {
+            let first = have
+                .lines()
+                .zip(want.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or(have.lines().count().min(want.lines().count()));
+            panic!(
+                "docs/settings.md is stale (first difference at line {}: have {:?}, want {:?}).\n\
+                 Regenerate it: UPDATE_SETTINGS_DOC=1 cargo test -p kubelet settings_doc",
+                first + 1,
+                have.lines().nth(first),
+                want.lines().nth(first)
+            );
+        }
+    }
+
+    #[test]
+    fn every_flag_entry_is_a_real_flag_and_every_flag_has_an_entry() {
+        let cmd = crate::flags::Flags::command();
+        let longs: Vec<String> = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .filter(|l| l != "--help")
+            .collect();
+        for e in FLAGS {
+            assert!(
+                longs.contains(&e.name.to_string()),
+                "{} is not a flag",
+                e.name
+            );
+        }
+        for l in &longs {
+            assert!(FLAGS.iter().any(|e| e.name == l), "flag {l} has no entry");
+        }
+        let mut names: Vec<_> = FLAGS.iter().map(|e| e.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), FLAGS.len(), "duplicate entries");
+    }
+
+    #[test]
+    fn every_field_entry_is_known_to_serde() {
+        for e in FIELDS {
+            let top = e.name.split('.').next().unwrap();
+            if matches!(top, "apiVersion" | "kind") {
+                continue;
+            }
+            let cfg = crate::config::parse_file("t", &format!("{top}: null\n")).unwrap();
+            assert!(
+                !cfg.extra.contains_key(top),
+                "{} is in the registry but KubeletConfiguration does not declare it",
+                e.name
+            );
+        }
+        // And every declared field has an entry (serialization lists the declared names).
+        let declared =
+            serde_json::to_value(crate::config::KubeletConfiguration::default()).unwrap();
+        for k in declared.as_object().unwrap().keys() {
+            assert!(
+                FIELDS
+                    .iter()
+                    .any(|e| e.name == k || e.name.starts_with(&format!("{k}."))),
+                "declared field {k} has no registry entry"
+            );
+        }
+        let mut names: Vec<_> = FIELDS.iter().map(|e| e.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), FIELDS.len(), "duplicate entries");
+    }
+
+    #[test]
+    fn kube_reserved_and_unknown_field_warn_exactly() {
+        let f = check(
+            &[],
+            Some("kind: KubeletConfiguration\nkubeReserved: {cpu: 100m}\nfooBar: 1\n"),
+        );
+        let mut warnings = f.warnings.clone();
+        warnings.sort();
+        assert_eq!(
+            warnings,
+            vec![
+                format!("field kubeReserved is set to {{\"cpu\":\"100m\"}} but has no effect in this agent: {NO_ALLOCATABLE}"),
+                "unknown field \"fooBar\": not a KubeletConfiguration v1beta1 field this agent knows; ignored".to_string(),
+            ]
+        );
+        assert!(f.refusals.is_empty());
+    }
+
+    #[test]
+    fn defaults_are_not_set() {
+        let text = "kind: KubeletConfiguration\nevictionPressureTransitionPeriod: 5m0s\n\
+                    imageGCHighThresholdPercent: 85\nimageGCLowThresholdPercent: 80\n\
+                    imageMinimumGCAge: 2m0s\nserializeImagePulls: true\nreadOnlyPort: 0\n\
+                    enforceNodeAllocatable: [pods]\ncontainerLogMaxSize: 10Mi\nkubeReserved: {}\n\
+                    cpuManagerPolicy: none\nseccompDefault: false\nlogging: {format: text, flushFrequency: 5s}\n";
+        assert_eq!(check(&[], Some(text)), Findings::default());
+        assert_eq!(
+            check(
+                &given(&[
+                    "--serialize-image-pulls",
+                    "--read-only-port=0",
+                    "--image-gc-high-threshold=85"
+                ]),
+                None
+            ),
+            Findings::default()
+        );
+    }
+
+    #[test]
+    fn flags_warn_or_refuse() {
+        let f = check(
+            &given(&[
+                "--eviction-hard=memory.available<100Mi",
+                "--enforce-node-allocatable=pods,kube-reserved",
+                "--fail-swap-on=false",
+                "--serialize-image-pulls=false",
+                "--max-pods=10",
+            ]),
+            None,
+        );
+        assert_eq!(f.warnings.len(), 3, "{f:#?}");
+        for name in [
+            "--eviction-hard",
+            "--enforce-node-allocatable",
+            "--serialize-image-pulls",
+        ] {
+            assert_eq!(
+                f.warnings.iter().filter(|w| w.contains(name)).count(),
+                1,
+                "{name}: {f:#?}"
+            );
+        }
+        let f = check(
+            &given(&["--read-only-port=10255", "--seccomp-default"]),
+            None,
+        );
+        assert_eq!(f.refusals.len(), 2, "{f:#?}");
+        assert!(f.refusals.iter().any(|r| r.contains("--read-only-port")));
+        assert!(f.refusals.iter().any(|r| r.contains("--seccomp-default")));
+    }
+
+    #[test]
+    fn read_only_port_is_refused() {
+        let f = check(&[], Some("readOnlyPort: 10255\n"));
+        assert_eq!(f.refusals.len(), 1);
+        assert!(f.refusals[0].contains("readOnlyPort") && f.refusals[0].contains("10255"));
+    }
+
+    #[test]
+    fn kubeadm_config_warns_only_about_client_ca() {
+        let f = check(&[], Some(crate::config::tests::KUBEADM_CONFIG));
+        assert_eq!(f.refusals, Vec::<String>::new());
+        assert_eq!(f.warnings.len(), 1, "{f:#?}");
+        assert!(f.warnings[0].contains("authentication.x509.clientCAFile"));
+        // kubeadm's command line: only flags that work.
+        let g = given(&[
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--config=/var/lib/kubelet/config.yaml",
+            "--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock",
+            "--node-ip=10.0.0.5",
+            "--pod-infra-container-image=registry.k8s.io/pause:3.10",
+        ]);
+        assert_eq!(check(&g, None), Findings::default());
+    }
+
+    #[test]
+    fn kernel_tunables_checked_as_upstream() {
+        let good = |p: &str| {
+            KERNEL_TUNABLES
+                .iter()
+                .find(|(f, _)| *f == p)
+                .map(|(_, v)| format!("{v}\n"))
+        };
+        assert!(kernel_tunable_problems(good).is_empty());
+        let bad = |p: &str| match p {
+            "kernel/panic" => Some("0\n".to_string()),
+            other => good(other),
+        };
+        assert_eq!(
+            kernel_tunable_problems(bad),
+            vec!["invalid kernel flag: kernel/panic, expected value: 10, actual value: 0"]
+        );
+        assert!(swap_on(
+            "Filename\tType\tSize\tUsed\tPriority\n/swapfile file 1 0 -2\n"
+        ));
+        assert!(!swap_on("Filename\tType\tSize\tUsed\tPriority\n"));
+    }
+}
