@@ -33,20 +33,6 @@ pub enum AppError {
     ProxyRole(#[from] crate::proxy_role::ProxyRoleError),
 }
 
-/// Total memory of the node in bytes, from /proc/meminfo.
-pub fn memory_capacity() -> i64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<i64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(0)
-}
-
 /// The node's first non-loopback IPv4 address as the kernel would pick for an outgoing route,
 /// used when `--node-ip` is not given.
 fn default_node_ip() -> Option<std::net::IpAddr> {
@@ -209,7 +195,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             host_dns,
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             root_dir: cfg.root_dir.clone(),
-            memory_capacity: memory_capacity(),
+            memory_capacity: crate::host::memory_capacity(),
         },
         runtime_name: version.runtime_name.clone(),
         statuses: statuses.clone(),

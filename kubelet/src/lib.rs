@@ -19,6 +19,7 @@ pub mod config;
 pub mod duration;
 pub mod events;
 pub mod flags;
+pub mod host;
 pub mod images;
 pub mod metrics;
 pub mod pleg;

@@ -1,0 +1,87 @@
+//! Facts about the node itself: memory, CPUs, the OS, the filesystem under the root dir. One
+//! place every subsystem reads them from (node status now; allocatable and stats later).
+
+/// Total memory of the node in bytes, from /proc/meminfo.
+pub fn memory_capacity() -> i64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<i64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// Facts about the host that go into the Node's status.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostInfo {
+    pub machine_id: String,
+    pub system_uuid: String,
+    pub boot_id: String,
+    pub kernel_version: String,
+    pub os_image: String,
+    pub cpus: i64,
+    pub memory_bytes: i64,
+    /// Capacity of the filesystem holding the kubelet's root dir.
+    pub ephemeral_storage_bytes: Option<i64>,
+}
+
+/// Where host facts come from (blocking reads: call it off the async workers).
+pub trait HostFacts: Send + Sync + 'static {
+    fn host_info(&self) -> HostInfo;
+}
+
+/// The real host: /etc, /proc, /sys and statvfs(2) for the root dir's filesystem.
+#[derive(Debug, Clone)]
+pub struct LinuxHost {
+    pub root_dir: std::path::PathBuf,
+}
+
+fn read_trim(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// `PRETTY_NAME` from os-release text (upstream's osImage).
+pub fn os_image(os_release: &str) -> String {
+    os_release
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .unwrap_or_else(|| "Linux".into())
+}
+
+impl HostFacts for LinuxHost {
+    fn host_info(&self) -> HostInfo {
+        let os = std::fs::read_to_string("/etc/os-release")
+            .or_else(|_| std::fs::read_to_string("/usr/lib/os-release"))
+            .unwrap_or_default();
+        let dir = if self.root_dir.exists() {
+            self.root_dir.clone()
+        } else {
+            "/".into()
+        };
+        // statvfs(2) on the root dir's filesystem: its size, as upstream's capacity (no
+        // child process).
+        let storage = nix::sys::statvfs::statvfs(&dir).ok().and_then(|v| {
+            let bytes = u128::from(v.blocks()) * u128::from(v.fragment_size());
+            i64::try_from(bytes).ok()
+        });
+        HostInfo {
+            machine_id: read_trim("/etc/machine-id"),
+            system_uuid: read_trim("/sys/class/dmi/id/product_uuid"),
+            boot_id: read_trim("/proc/sys/kernel/random/boot_id"),
+            kernel_version: read_trim("/proc/sys/kernel/osrelease"),
+            os_image: os_image(&os),
+            cpus: std::thread::available_parallelism()
+                .map(|n| n.get() as i64)
+                .unwrap_or(1),
+            memory_bytes: memory_capacity(),
+            ephemeral_storage_bytes: storage,
+        }
+    }
+}
