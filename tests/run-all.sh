@@ -19,6 +19,8 @@ command -v cargo >/dev/null || { echo "run-all: cargo is required" >&2; exit 1; 
 
 echo "run-all: cargo fmt --check"
 cargo fmt --all -- --check
+echo "run-all: layout (import circles, file sizes)"
+python3 tests/check_layout.py
 echo "run-all: free disk: $(df -h --output=avail . | tail -1 | tr -d ' ')"
 # Bins and tests in one build: one feature resolution (dev-dependencies included), so
 # `cargo test` below reuses every artifact instead of compiling the tree a second time.
