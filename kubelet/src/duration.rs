@@ -8,51 +8,10 @@ use std::time::Duration;
 pub struct DurationError(pub String);
 
 /// Parses a Go duration string. Negative durations are rejected: no kubelet setting accepts them.
+/// (The grammar is kube-proxy's parser's, shared.)
 pub fn parse(text: &str) -> Result<Duration, DurationError> {
-    let err = || DurationError(text.to_string());
-    let s = text.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() || s.starts_with('-') {
-        return Err(err());
-    }
-    let s = s.strip_prefix('+').unwrap_or(s);
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(err)?;
-        if num_len == 0 {
-            return Err(err());
-        }
-        let value: f64 = rest[..num_len].parse().map_err(|_| err())?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(err()),
-        };
-        total += value * scale;
-        rest = &rest[unit_len..];
-    }
-    // Go's durations are an int64 of nanoseconds: anything longer is an error there too.
-    if !total.is_finite() || total > MAX_SECONDS {
-        return Err(err());
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| err())
+    proxy::config::parse_go_duration(text).ok_or_else(|| DurationError(text.to_string()))
 }
-
-/// The longest Go duration, in seconds (2^63 - 1 ns, about 292 years).
-const MAX_SECONDS: f64 = i64::MAX as f64 / 1e9;
 
 /// Formats a duration the way Go prints it (`1m0s`, `10s`, `300ms`, `1.5µs`, `1ns`), for
 /// /configz and logs.

@@ -37,8 +37,9 @@ pub mod status_manager;
 pub mod sync_loop;
 pub mod volume;
 
-/// The upstream Kubernetes release whose kubelet this agent stands in for.
-pub const KUBERNETES_VERSION: &str = "v1.36.0";
+/// The upstream Kubernetes release whose kubelet this agent stands in for (one constant for
+/// both binaries).
+pub use proxy::KUBERNETES_VERSION;
 
 /// Tells systemd the agent is up (no-op without NOTIFY_SOCKET).
 pub fn systemd_notify_ready() {

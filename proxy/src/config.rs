@@ -23,7 +23,6 @@ pub const HEALTHZ_PORT: u16 = 10256;
 /// `ports.ProxyStatusPort`.
 pub const METRICS_PORT: u16 = 10249;
 /// What `--version` prints.
-pub const VERSION_STRING: &str = "Kubernetes v1.36.0";
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum Error {
