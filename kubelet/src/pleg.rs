@@ -100,7 +100,9 @@ pub async fn run(
                 metrics
                     .pleg_relist_duration
                     .observe(started.elapsed().as_secs_f64());
-                health.last_ok_unix.store(crate::clock::unix_now(), Ordering::Relaxed);
+                health
+                    .last_ok_unix
+                    .store(crate::clock::unix_now(), Ordering::Relaxed);
                 if failing {
                     tracing::info!("container runtime is reachable again");
                     failing = false;

@@ -305,7 +305,6 @@ pub struct AppState {
     pub configz: Arc<serde_json::Value>,
 }
 
-
 async fn healthz(State(s): State<AppState>) -> Response {
     // "syncloop" and "pleg" are upstream's checks: both fail when the runtime relist stalls.
     if s.pleg.healthy(crate::clock::unix_now()) {

@@ -130,7 +130,10 @@ fn faults_under_churn() {
     let mut rig = Rig::up("e2e-fault");
     let mut agent = Agent::start(&rig);
     for i in 0..n {
-        agent.write_manifest(&format!("sleeper-{i}.yaml"), &sleeper(&format!("sleeper-{i}")));
+        agent.write_manifest(
+            &format!("sleeper-{i}.yaml"),
+            &sleeper(&format!("sleeper-{i}")),
+        );
     }
     let started = Instant::now();
     let before = wait_for("every sleeper Running", Duration::from_secs(300), || {
@@ -145,7 +148,10 @@ fn faults_under_churn() {
             let r = running_sleepers(agent);
             (r.len() == n).then_some(r)
         });
-        assert_eq!(after, before, "{what}: containers were replaced or restarted");
+        assert_eq!(
+            after, before,
+            "{what}: containers were replaced or restarted"
+        );
         t.elapsed()
     };
 
@@ -159,11 +165,15 @@ fn faults_under_churn() {
     rig.restart_containerd();
     let t = unchanged(&agent, "pods after a containerd restart");
     agent.write_manifest("fresh.yaml", &sleeper("fresh"));
-    wait_for("a new pod after the restart", Duration::from_secs(60), || {
-        agent
-            .pod("fresh-")
-            .filter(|p| p["status"]["phase"] == "Running")
-    });
+    wait_for(
+        "a new pod after the restart",
+        Duration::from_secs(60),
+        || {
+            agent
+                .pod("fresh-")
+                .filter(|p| p["status"]["phase"] == "Running")
+        },
+    );
     println!("after containerd restart: pods unchanged in {t:?}, new pod started");
 
     // 3. Disk full under the pods' directories.
@@ -193,16 +203,24 @@ fn faults_under_churn() {
     );
     assert_eq!(running_sleepers(&agent), before, "others untouched");
     std::fs::remove_file(&filler).unwrap();
-    wait_for("the new pod once space is back", Duration::from_secs(60), || {
-        agent
-            .pod("full-")
-            .filter(|p| p["status"]["phase"] == "Running")
-    });
+    wait_for(
+        "the new pod once space is back",
+        Duration::from_secs(60),
+        || {
+            agent
+                .pod("full-")
+                .filter(|p| p["status"]["phase"] == "Running")
+        },
+    );
     println!("disk full: clear error ({message}); pod started once space was back");
 
     // 4. A corrupt state file: the serving key.
     let key = agent.dir.path().join("root/pki/kubelet.key");
-    assert!(key.exists(), "the self-signed serving key is at {}", key.display());
+    assert!(
+        key.exists(),
+        "the self-signed serving key is at {}",
+        key.display()
+    );
     std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\ngarbage\n").unwrap();
     agent.kill();
     agent.restart();

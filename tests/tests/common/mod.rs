@@ -307,7 +307,9 @@ pub fn unmount_below(dir: &Path) {
         .collect();
     mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
     for m in mounts {
-        let _ = std::process::Command::new("umount").args(["-l", m]).status();
+        let _ = std::process::Command::new("umount")
+            .args(["-l", m])
+            .status();
     }
 }
 
