@@ -24,6 +24,7 @@ pub mod images;
 pub mod metrics;
 pub mod pleg;
 pub mod pod;
+pub mod pod_dirs;
 pub mod pod_worker;
 pub mod probing;
 pub mod proxy_role;

@@ -4,7 +4,6 @@
 use crate::pod::{self, Qos};
 use crate::quantity;
 use crate::runtime::*;
-use crate::volume::subpath::{self, Binder, SubpathMount};
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -389,67 +388,12 @@ fn env_value(
     Ok(String::new())
 }
 
-/// Host paths of the pod's volumes, creating emptyDir and DirectoryOrCreate directories.
-pub fn prepare_volumes(
-    node: &NodeSettings,
-    pod: &Pod,
-) -> Result<BTreeMap<String, PathBuf>, ConfigError> {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let mut out = BTreeMap::new();
-    for v in pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.clone())
-        .unwrap_or_default()
-    {
-        let path = if v.empty_dir.is_some() {
-            let p = pod_dir(node, &uid)
-                .join("volumes/kubernetes.io~empty-dir")
-                .join(&v.name);
-            std::fs::create_dir_all(&p)
-                .map_err(|e| ConfigError(format!("emptyDir {}: {e}", v.name)))?;
-            p
-        } else if let Some(h) = &v.host_path {
-            let p = PathBuf::from(&h.path);
-            match h.type_.as_deref() {
-                Some("DirectoryOrCreate") => std::fs::create_dir_all(&p)
-                    .map_err(|e| ConfigError(format!("hostPath {}: {e}", h.path)))?,
-                Some("Directory") if !p.is_dir() => {
-                    return Err(ConfigError(format!(
-                        "hostPath type check failed: {} is not a directory",
-                        h.path
-                    )));
-                }
-                Some("File") if !p.is_file() => {
-                    return Err(ConfigError(format!(
-                        "hostPath type check failed: {} is not a file",
-                        h.path
-                    )));
-                }
-                _ => {}
-            }
-            p
-        } else {
-            // Volume kinds served by the apiserver (secret, configMap, projected) arrive with
-            // cluster mode; until then a container mounting one cannot start.
-            continue;
-        };
-        out.insert(v.name.clone(), path);
-    }
-    Ok(out)
-}
-
-/// Writes the pod's managed /etc/hosts (not for hostNetwork pods) and returns its path.
-pub fn write_etc_hosts(
-    node: &NodeSettings,
-    pod: &Pod,
-    pod_ips: &[String],
-) -> std::io::Result<Option<PathBuf>> {
+/// The pod's managed /etc/hosts, or None for hostNetwork pods (they see the node's).
+pub fn etc_hosts_text(node: &NodeSettings, pod: &Pod, pod_ips: &[String]) -> Option<String> {
     let spec = pod.spec.clone().unwrap_or_default();
     if spec.host_network.unwrap_or(false) {
-        return Ok(None);
+        return None;
     }
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
     let hostname = spec
         .hostname
         .clone()
@@ -482,15 +426,41 @@ pub fn write_etc_hosts(
             ha.hostnames.unwrap_or_default().join("\t")
         ));
     }
-    let dir = pod_dir(node, &uid);
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("etc-hosts");
-    std::fs::write(&path, text)?;
-    Ok(Some(path))
+    Some(text)
 }
 
-/// The container's config for attempt `restart_count`. subPath mounts are resolved beneath
-/// their volume and bound through `binder` (see [`crate::volume::subpath`]).
+/// Host files a container's config points at, made by `pod_dirs::prepare_container` beforehand.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerHostPaths {
+    /// Mount index → the bind mount of its subPath.
+    pub subpaths: BTreeMap<usize, PathBuf>,
+    /// The host file behind `terminationMessagePath`, when the container has one.
+    pub termination_log: Option<PathBuf>,
+}
+
+/// The container-side termination message path (`/dev/termination-log` by default, empty
+/// for none).
+pub fn termination_message_path(c: &Container) -> String {
+    c.termination_message_path
+        .clone()
+        .unwrap_or_else(|| "/dev/termination-log".into())
+}
+
+/// The host file behind a container instance's termination message.
+pub fn termination_log_host_path(
+    node: &NodeSettings,
+    uid: &str,
+    container: &str,
+    restart_count: u32,
+) -> PathBuf {
+    pod_dir(node, uid)
+        .join("containers")
+        .join(container)
+        .join(restart_count.to_string())
+}
+
+/// The container's config for attempt `restart_count` (pure: the host files it names are
+/// made beforehand by `pod_dirs`).
 #[allow(clippy::too_many_arguments)]
 pub fn container_config(
     node: &NodeSettings,
@@ -500,7 +470,7 @@ pub fn container_config(
     pod_ips: &[String],
     volumes: &BTreeMap<String, PathBuf>,
     etc_hosts: Option<&Path>,
-    binder: &dyn Binder,
+    host_paths: &ContainerHostPaths,
 ) -> Result<ContainerConfig, ConfigError> {
     let spec = pod.spec.clone().unwrap_or_default();
     let qos = pod::qos_class(&spec);
@@ -522,18 +492,14 @@ pub fn container_config(
             ))
         })?;
         let host = match &m.sub_path {
-            Some(sp) if !sp.is_empty() => subpath::prepare(
-                binder,
-                &pod_dir(node, &uid),
-                &SubpathMount {
-                    volume_path: host,
-                    volume_name: &m.name,
-                    subpath: sp,
-                    container: &c.name,
-                    index,
-                },
-            )
-            .map_err(|e| ConfigError(e.to_string()))?,
+            Some(sp) if !sp.is_empty() => {
+                host_paths.subpaths.get(&index).cloned().ok_or_else(|| {
+                    ConfigError(format!(
+                        "subPath {sp:?} of volume {:?} was not prepared",
+                        m.name
+                    ))
+                })?
+            }
             _ => host.clone(),
         };
         mounts.push(Mount {
@@ -552,16 +518,8 @@ pub fn container_config(
         });
     }
     // The termination message file: a fresh host file per container instance.
-    let term_path = c
-        .termination_message_path
-        .clone()
-        .unwrap_or_else(|| "/dev/termination-log".into());
-    if !term_path.is_empty() {
-        let dir = pod_dir(node, &uid).join("containers").join(&c.name);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| ConfigError(format!("termination log dir: {e}")))?;
-        let file = dir.join(format!("{restart_count}"));
-        std::fs::write(&file, b"").map_err(|e| ConfigError(format!("termination log: {e}")))?;
+    let term_path = termination_message_path(c);
+    if let (false, Some(file)) = (term_path.is_empty(), &host_paths.termination_log) {
         mounts.push(Mount {
             container_path: term_path.clone(),
             host_path: file.display().to_string(),
@@ -649,7 +607,6 @@ pub fn container_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::volume::subpath::test_util::FakeBinder;
 
     fn pod(json: serde_json::Value) -> Pod {
         let mut p: Pod = serde_json::from_value(json).unwrap();
@@ -768,7 +725,7 @@ mod tests {
             &["10.88.0.5".into()],
             &BTreeMap::new(),
             None,
-            &FakeBinder::default(),
+            &ContainerHostPaths::default(),
         )
         .unwrap();
         let env: BTreeMap<_, _> = cfg.envs.iter().cloned().collect();
@@ -801,7 +758,7 @@ mod tests {
             &[],
             &BTreeMap::new(),
             None,
-            &FakeBinder::default(),
+            &ContainerHostPaths::default(),
         )
         .unwrap_err();
         assert!(err.0.contains("more than 2097152 bytes"), "{}", err.0);
@@ -822,7 +779,7 @@ mod tests {
             &[],
             &BTreeMap::new(),
             None,
-            &FakeBinder::default(),
+            &ContainerHostPaths::default(),
         )
         .unwrap_err();
         assert!(err.0.contains("$(A)"), "{}", err.0);
@@ -837,18 +794,13 @@ mod tests {
     /// The pod's FQDN in its /etc/hosts follows clusterDomain (it was always cluster.local).
     #[test]
     fn etc_hosts_fqdn_uses_the_cluster_domain() {
-        let dir = tempfile::tempdir().unwrap();
         let mut n = node();
-        n.root_dir = dir.path().to_path_buf();
         n.cluster_domain = "corp.example".into();
         let p = pod(
             serde_json::json!({"metadata": {"name": "web-0", "namespace": "shop", "uid": "u"}, "spec": {
             "hostname": "web-0", "subdomain": "web", "containers": [{"name": "c", "image": "i:1"}]}}),
         );
-        let path = write_etc_hosts(&n, &p, &["10.88.0.7".into()])
-            .unwrap()
-            .unwrap();
-        let text = std::fs::read_to_string(path).unwrap();
+        let text = etc_hosts_text(&n, &p, &["10.88.0.7".into()]).unwrap();
         assert!(
             text.contains("10.88.0.7\tweb-0.web.shop.svc.corp.example\tweb-0\n"),
             "{text}"
@@ -871,7 +823,7 @@ mod tests {
             &[],
             &BTreeMap::new(),
             None,
-            &FakeBinder::default(),
+            &ContainerHostPaths::default(),
         )
         .unwrap_err();
         assert!(err.0.contains("secret \"db\" not found"));

@@ -7,6 +7,7 @@ use crate::cgroups::{CgroupNamer, Cgroups};
 use crate::events::{EventRecorder, EventType};
 use crate::images;
 use crate::pod::{self, Qos};
+use crate::pod_dirs;
 use crate::runtime::*;
 use crate::spec::{self, NodeSettings};
 use crate::status::{self, Observation, Waiting};

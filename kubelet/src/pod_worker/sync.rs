@@ -312,9 +312,17 @@ impl Worker {
         let (restart_count, pod_ips) = (s.restart_count, self.sandbox_ips.1.clone());
         let log_dir = std::path::Path::new(&sandbox.log_directory).join(&c.name);
         let prepared = tokio::task::spawn_blocking(move || {
-            let volumes = spec::prepare_volumes(&env.node, &pod)?;
-            let hosts = spec::write_etc_hosts(&env.node, &pod, &pod_ips)
+            let volumes = pod_dirs::prepare_volumes(&env.node, &pod)?;
+            let hosts = pod_dirs::write_etc_hosts(&env.node, &pod, &pod_ips)
                 .map_err(|e| spec::ConfigError(e.to_string()))?;
+            let host_paths = pod_dirs::prepare_container(
+                &env.node,
+                &pod,
+                &container,
+                restart_count,
+                &volumes,
+                env.binder.as_ref(),
+            )?;
             let cfg = spec::container_config(
                 &env.node,
                 &pod,
@@ -323,7 +331,7 @@ impl Worker {
                 &pod_ips,
                 &volumes,
                 hosts.as_deref(),
-                env.binder.as_ref(),
+                &host_paths,
             )?;
             let _ = std::fs::create_dir_all(&log_dir);
             Ok::<_, spec::ConfigError>(cfg)

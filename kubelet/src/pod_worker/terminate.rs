@@ -87,10 +87,7 @@ impl Worker {
             // Mounts go first: removing the directory through a bind mount would delete the
             // volume's (a hostPath's) files. While one is left, the directory stays.
             let removed = tokio::task::spawn_blocking(move || {
-                binder.unmount_below(&pod_dir)?;
-                let _ = std::fs::remove_dir_all(&pod_dir);
-                let _ = std::fs::remove_dir_all(&log_dir);
-                Ok::<_, std::io::Error>(())
+                crate::pod_dirs::remove(binder.as_ref(), &pod_dir, &log_dir)
             })
             .await;
             if let Ok(Err(e)) = removed {
