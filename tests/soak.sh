@@ -164,3 +164,8 @@ awk -v warm="$warmup" '
 errors=$(grep -c ' ERROR ' "$work/kubelet.log" || true)
 perrors=$(grep -c ' ERROR ' "$work/kube-proxy.log" || true)
 echo "soak: ERROR lines: kubelet $errors, kube-proxy $perrors"
+# What they said (timestamps and spans cut), most frequent first.
+for f in kubelet kube-proxy; do
+	grep ' ERROR ' "$work/$f.log" | sed -E 's/^[^ ]+ +ERROR +//' | cut -c1-200 | sort | uniq -c |
+		sort -rn | head -5 | sed "s/^/soak: $f: /"
+done
