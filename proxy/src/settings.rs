@@ -304,7 +304,8 @@ pub fn markdown_table(settings: &[Setting]) -> String {
 
 use Status::*;
 
-const fn s(
+/// A registry entry (short to write: the registries are long tables of these).
+pub const fn s(
     name: &'static str,
     status: Status,
     ok: &'static [&'static str],

@@ -7,21 +7,8 @@
 //! test fails when it is stale (`UPDATE_SETTINGS_DOC=1 cargo test -p kubelet settings_doc`
 //! rewrites it).
 
+use proxy::settings::s;
 pub use proxy::settings::{Findings, Setting, Status};
-
-const fn s(
-    name: &'static str,
-    status: Status,
-    ok: &'static [&'static str],
-    note: &'static str,
-) -> Setting {
-    Setting {
-        name,
-        status,
-        ok,
-        note,
-    }
-}
 
 const NO_GC: &str = "there is no image garbage collection.";
 const NO_EVICTION: &str = "there is no eviction manager.";
