@@ -80,6 +80,7 @@ nsenter --net="$RIG_NETNS_PATH" "$bin_dir/kube-proxy" --static-services-dir="$wo
 proxy=$!
 churn=""
 cleanup() {
+	set +e
 	[[ -n $churn ]] && kill "$churn" 2>/dev/null
 	rm -f "$work"/manifests/*.yaml
 	sleep 5
@@ -126,9 +127,10 @@ SVC
 		k=$((k + 1))
 		f="$work/manifests/churn-$((k % 4)).yaml"
 		if [[ -f $f ]]; then rm -f "$f"; else
-			pod "churn-$((k % 4))" '    command: ["sleep", "36000"]' >"$f.tmp" && mv "$f.tmp" "$f"
+			# Written beside, then renamed in: the agent never sees half a file.
+			pod "churn-$((k % 4))" '    command: ["sleep", "36000"]' >"$work/churn.tmp" && mv "$work/churn.tmp" "$f"
 		fi
-		services "$k" >"$work/services/s.yaml.tmp" && mv "$work/services/s.yaml.tmp" "$work/services/s.yaml"
+		services "$k" >"$work/services.tmp" && mv "$work/services.tmp" "$work/services/s.yaml"
 		sleep 3
 	done
 ) &

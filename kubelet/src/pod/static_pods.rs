@@ -101,6 +101,9 @@ enum FileResult {
     Unreadable(ManifestError),
     /// The file was read and is not a valid pod: it has no pod, as upstream.
     Invalid(ManifestError),
+    /// Gone between listing and reading (an editor's temp file): skipped without a word, as
+    /// upstream.
+    Gone,
 }
 
 /// Directory entries that are manifests: names not starting with '.' that are (or link to)
@@ -148,6 +151,7 @@ fn read_manifest(path: &Path, node: &str) -> FileResult {
             Ok(pod) => FileResult::Pod(Box::new(pod)),
             Err(e) => FileResult::Invalid(e),
         },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileResult::Gone,
         Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
             FileResult::Invalid(err(format!("not UTF-8 text: {e}")))
         }
@@ -193,6 +197,7 @@ pub fn scan(dir: &Path, node: &str) -> Scan {
                 match r {
                     FileResult::Pod(pod) => out.pods.push(*pod),
                     FileResult::Unreadable(e) | FileResult::Invalid(e) => out.errors.push(e),
+                    FileResult::Gone => {}
                 }
             }
         }
@@ -227,6 +232,7 @@ fn pods_of(read: &DirRead, last_good: &mut BTreeMap<PathBuf, Pod>) -> Scan {
                 out.errors.push(e.clone());
             }
             FileResult::Invalid(e) => out.errors.push(e.clone()),
+            FileResult::Gone => {}
         }
     }
     out.pods = next_good.values().cloned().collect();
@@ -462,6 +468,11 @@ mod tests {
         let s = pods_of(&unreadable, &mut last_good);
         assert_eq!(s.pods.len(), 1);
         assert_eq!(s.errors.len(), 1);
+        // Gone between listing and reading (deleted): no pod and no error, as upstream.
+        let mut gone = first.clone();
+        gone.files.insert(web.clone(), FileResult::Gone);
+        let s = pods_of(&gone, &mut last_good.clone());
+        assert!(s.pods.is_empty() && s.errors.is_empty());
         // Read and invalid: the pod goes, as upstream.
         let mut invalid = first.clone();
         invalid.files.insert(
