@@ -1,0 +1,274 @@
+use super::*;
+use clap::Parser;
+
+pub(crate) const KUBEADM_CONFIG: &str = r#"apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: ""
+cpuManagerReconcilePeriod: 0s
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+  verbosity: 0
+memorySwap: {}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+resolvConf: /run/systemd/resolve/resolv.conf
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: /etc/kubernetes/manifests
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+"#;
+
+fn flags(args: &[&str]) -> Flags {
+    Flags::try_parse_from(std::iter::once("kubelet").chain(args.iter().copied())).unwrap()
+}
+
+#[test]
+fn kubeadm_written_config_parses() {
+    let file = parse_file("config.yaml", KUBEADM_CONFIG).unwrap();
+    assert_eq!(file.cgroup_driver.as_deref(), Some("systemd"));
+    assert_eq!(
+        file.static_pod_path.as_deref(),
+        Some("/etc/kubernetes/manifests")
+    );
+    let cfg = merge(
+        &flags(&["--container-runtime-endpoint=unix:///run/x.sock"]),
+        file,
+        "Node-A",
+    )
+    .unwrap();
+    assert_eq!(cfg.node_name, "node-a");
+    assert_eq!(cfg.cgroup_driver, CgroupDriver::Systemd);
+    assert_eq!(
+        cfg.cluster_dns,
+        vec!["10.96.0.10".parse::<IpAddr>().unwrap()]
+    );
+    assert!(cfg.rotate_certificates);
+    assert_eq!(cfg.container_runtime_endpoint, "unix:///run/x.sock");
+}
+
+#[test]
+fn defaults_match_upstream() {
+    let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
+    assert_eq!(cfg.port, 10250);
+    assert_eq!(cfg.healthz_port, 10248);
+    assert_eq!(cfg.read_only_port, 0);
+    assert_eq!(cfg.max_pods, 110);
+    assert_eq!(cfg.file_check_frequency, Duration::from_secs(20));
+    assert_eq!(cfg.node_status_update_frequency, Duration::from_secs(10));
+    assert_eq!(cfg.container_runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
+    assert_eq!(cfg.cgroup_driver, CgroupDriver::Cgroupfs);
+    assert!(cfg.cgroups_per_qos);
+    assert_eq!(cfg.node_status_report_frequency, Duration::from_secs(300));
+    assert_eq!(
+        (
+            cfg.kube_api_qps,
+            cfg.kube_api_burst,
+            cfg.node_lease_duration_seconds
+        ),
+        (50, 100, 40)
+    );
+    assert!(cfg.register_node);
+}
+
+#[test]
+fn register_with_taints_flag() {
+    let cfg = merge(
+        &flags(&["--register-with-taints=dedicated=infra:NoSchedule,gpu:NoExecute"]),
+        KubeletConfiguration::default(),
+        "n",
+    )
+    .unwrap();
+    assert_eq!(cfg.register_with_taints.len(), 2);
+    assert_eq!(cfg.register_with_taints[0].value.as_deref(), Some("infra"));
+    assert_eq!(cfg.register_with_taints[1].key, "gpu");
+    assert!(
+        merge(
+            &flags(&["--register-with-taints=x=y:Sometimes"]),
+            KubeletConfiguration::default(),
+            "n"
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn flags_override_file() {
+    let file = parse_file("c", "maxPods: 20\nport: 11000\n").unwrap();
+    let cfg = merge(&flags(&["--max-pods=30"]), file, "n").unwrap();
+    assert_eq!(cfg.max_pods, 30);
+    assert_eq!(cfg.port, 11000);
+}
+
+#[test]
+fn invalid_values_are_named() {
+    let file = parse_file("c", "cgroupDriver: upstart\n").unwrap();
+    let err = merge(&flags(&[]), file, "n").unwrap_err().to_string();
+    assert!(
+        err.contains("cgroupDriver") && err.contains("upstart"),
+        "{err}"
+    );
+    let err = merge(
+        &flags(&["--port=70000"]),
+        KubeletConfiguration::default(),
+        "n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("port") && err.contains("70000"), "{err}");
+    let err = parse_file("c", "syncFrequency: soon\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("soon"), "{err}");
+}
+
+#[test]
+fn auth_defaults_follow_upstream() {
+    use crate::server::AuthzMode;
+    // No config file: the legacy flag defaults.
+    let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
+    assert!(cfg.auth.anonymous && !cfg.auth.webhook);
+    assert_eq!(cfg.auth.mode, AuthzMode::AlwaysAllow);
+    // A config file: v1beta1's defaults.
+    let file = parse_file("c", "kind: KubeletConfiguration\n").unwrap();
+    let cfg = merge(&flags(&["--config=c"]), file, "n").unwrap();
+    assert!(!cfg.auth.anonymous && cfg.auth.webhook);
+    assert_eq!(cfg.auth.mode, AuthzMode::Webhook);
+    // kubeadm's file, and flags over the file.
+    let file = parse_file("c", KUBEADM_CONFIG).unwrap();
+    let cfg = merge(
+        &flags(&[
+            "--config=c",
+            "--anonymous-auth",
+            "--container-runtime-endpoint=unix:///x",
+        ]),
+        file,
+        "n",
+    )
+    .unwrap();
+    assert!(cfg.auth.anonymous && cfg.auth.webhook);
+    assert_eq!(
+        cfg.auth.client_ca_file.as_deref(),
+        Some("/etc/kubernetes/pki/ca.crt")
+    );
+    let file = parse_file(
+            "c",
+            "authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n",
+        )
+        .unwrap();
+    let cfg = merge(&flags(&["--config=c"]), file, "n").unwrap();
+    assert!(cfg.auth.anonymous && !cfg.auth.webhook);
+    assert_eq!(cfg.auth.mode, AuthzMode::AlwaysAllow);
+    let file = parse_file("c", "authorization: {mode: RBAC}\n").unwrap();
+    let err = merge(&flags(&["--config=c"]), file, "n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown authorization mode RBAC"), "{err}");
+}
+
+#[test]
+fn tls_settings_validated() {
+    let file = parse_file("c", "tlsMinVersion: VersionTLS10\n").unwrap();
+    let err = merge(&flags(&[]), file, "n").unwrap_err().to_string();
+    assert!(
+        err.contains("tlsMinVersion") && err.contains("VersionTLS10"),
+        "{err}"
+    );
+    let err = merge(
+        &flags(&["--tls-min-version=VersionTLS11"]),
+        KubeletConfiguration::default(),
+        "n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("VersionTLS11"), "{err}");
+    let file = parse_file(
+        "c",
+        "tlsMinVersion: VersionTLS13\ntlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n",
+    )
+    .unwrap();
+    let cfg = merge(&flags(&[]), file, "n").unwrap();
+    assert_eq!(cfg.tls_min_version.as_deref(), Some("VersionTLS13"));
+    let err = merge(
+        &flags(&["--tls-cipher-suites=TLS_RSA_WITH_3DES_EDE_CBC_SHA"]),
+        KubeletConfiguration::default(),
+        "n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("TLS_RSA_WITH_3DES_EDE_CBC_SHA"), "{err}");
+}
+
+#[test]
+fn refused_settings_stop_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(
+        &path,
+        "kind: KubeletConfiguration\nreadOnlyPort: 10255\nkubeReserved: {cpu: 100m}\n",
+    )
+    .unwrap();
+    let f = flags(&[&format!("--config={}", path.display())]);
+    let err = load_checked(&f, &[], "n").unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Refused(r) if r.len() == 1),
+        "{err}"
+    );
+    assert!(err.to_string().contains("readOnlyPort"), "{err}");
+    std::fs::write(
+        &path,
+        "kind: KubeletConfiguration\nkubeReserved: {cpu: 100m}\nfooBar: 1\n",
+    )
+    .unwrap();
+    let (_, warnings) = load_checked(&f, &[], "n").unwrap();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+}
+
+#[test]
+fn upstream_field_names() {
+    let file = parse_file(
+            "c",
+            "kubeAPIBurst: 7\ncgroupsPerQOS: false\npodCIDR: 10.1.0.0/24\nserverTLSBootstrap: true\nfooBar: 1\n",
+        )
+        .unwrap();
+    assert_eq!(file.kube_api_burst, Some(7));
+    assert_eq!(file.cgroups_per_qos, Some(false));
+    assert_eq!(file.pod_cidr.as_deref(), Some("10.1.0.0/24"));
+    assert_eq!(file.server_tls_bootstrap, Some(true));
+    assert_eq!(file.extra.keys().collect::<Vec<_>>(), ["fooBar"]);
+}
+
+#[test]
+fn wrong_kind_rejected_unknown_fields_tolerated() {
+    assert!(parse_file("c", "kind: Pod\n").is_err());
+    assert!(parse_file("c", "someFutureField: 3\nmaxPods: 5\n").is_ok());
+}
