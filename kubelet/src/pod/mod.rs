@@ -4,7 +4,9 @@
 pub mod static_pods;
 
 use crate::quantity;
+// One RFC 1123 label check for both binaries (kube-proxy validates Service names with it).
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use proxy::model::is_dns_label;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -118,15 +120,6 @@ pub fn default_pull_policy(image: &str) -> &'static str {
         Some((_, "latest")) | None => "Always",
         Some(_) => "IfNotPresent",
     }
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 fn is_dns_subdomain(s: &str) -> bool {
