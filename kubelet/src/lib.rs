@@ -22,6 +22,7 @@ pub mod flags;
 pub mod host;
 pub mod images;
 pub mod metrics;
+pub mod objects;
 pub mod pleg;
 pub mod pod;
 pub mod pod_dirs;
