@@ -71,7 +71,7 @@ pub fn expand(
     Ok(out)
 }
 
-pub(crate) fn field_ref(
+pub fn field_ref(
     pod: &Pod,
     path: &str,
     pod_ips: &[String],
@@ -109,6 +109,34 @@ pub(crate) fn field_ref(
     })
 }
 
+/// A container's `limits.<name>` / `requests.<name>` in units of `divisor` (default 1),
+/// rounded up, as a resourceFieldRef reads it.
+pub fn resource_field_value(
+    c: &Container,
+    resource: &str,
+    divisor: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) -> Result<String, ConfigError> {
+    let res = c.resources.clone().unwrap_or_default();
+    let (map, key) = match resource.split_once('.') {
+        Some(("limits", k)) => (res.limits.unwrap_or_default(), k.to_string()),
+        Some(("requests", k)) => (res.requests.unwrap_or_default(), k.to_string()),
+        _ => {
+            return Err(ConfigError(format!(
+                "unsupported resourceFieldRef {resource:?}"
+            )));
+        }
+    };
+    let divisor = divisor
+        .and_then(|d| quantity::milli(d).ok())
+        .filter(|d| *d > 0)
+        .unwrap_or(1000);
+    let v = map
+        .get(&key)
+        .and_then(|q| quantity::milli(q).ok())
+        .unwrap_or(0);
+    Ok(((v + divisor - 1) / divisor).to_string())
+}
+
 pub(crate) fn env_value(
     pod: &Pod,
     c: &Container,
@@ -128,28 +156,7 @@ pub(crate) fn env_value(
         return field_ref(pod, &f.field_path, pod_ips, host_ips);
     }
     if let Some(r) = &from.resource_field_ref {
-        let res = c.resources.clone().unwrap_or_default();
-        let (map, key) = match r.resource.split_once('.') {
-            Some(("limits", k)) => (res.limits.unwrap_or_default(), k.to_string()),
-            Some(("requests", k)) => (res.requests.unwrap_or_default(), k.to_string()),
-            _ => {
-                return Err(ConfigError(format!(
-                    "unsupported resourceFieldRef {:?}",
-                    r.resource
-                )));
-            }
-        };
-        let divisor = r
-            .divisor
-            .as_ref()
-            .and_then(|d| quantity::milli(d).ok())
-            .filter(|d| *d > 0)
-            .unwrap_or(1000);
-        let v = map
-            .get(&key)
-            .and_then(|q| quantity::milli(q).ok())
-            .unwrap_or(0);
-        return Ok(((v + divisor - 1) / divisor).to_string());
+        return resource_field_value(c, &r.resource, r.divisor.as_ref());
     }
     if let Some(s) = &from.secret_key_ref {
         return Err(ConfigError(format!("secret \"{}\" not found", s.name)));

@@ -7,7 +7,7 @@ use crate::quantity;
 mod env;
 use crate::runtime::*;
 use env::env_value;
-pub use env::{ExpandBudget, MAX_EXPANSION_BYTES, expand};
+pub use env::{ExpandBudget, MAX_EXPANSION_BYTES, expand, field_ref, resource_field_value};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

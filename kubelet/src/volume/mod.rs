@@ -1,5 +1,12 @@
-//! Pod volumes on the node. Today: subPath mounts resolved beneath their volume
-//! ([`subpath`]); the desired/actual-state volume manager and one module per volume kind
-//! (emptyDir, hostPath, configMap, secret, projected, downwardAPI) grow here.
+//! Pod volumes on the node: the volume manager ([`manager`]) sets up each kind (emptyDir,
+//! hostPath in [`host_path`], configMap, secret, downwardAPI, projected from
+//! [`projection`], written by [`atomic_writer`]) and keeps them current; subPath mounts are
+//! resolved beneath their volume ([`subpath`]).
 
+pub mod atomic_writer;
+pub mod host_path;
+pub mod manager;
+pub mod projection;
 pub mod subpath;
+
+pub use manager::{VolumeError, VolumeManager};

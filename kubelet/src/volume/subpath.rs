@@ -58,6 +58,14 @@ pub trait Binder: Send + Sync + std::fmt::Debug {
     fn bind_fd(&self, fd: &File, target: &Path) -> std::io::Result<()>;
     /// Unmounts every mount at or below `dir` (deepest first); Ok once none is left.
     fn unmount_below(&self, dir: &Path) -> std::io::Result<()>;
+    /// Mounts a tmpfs (of at most `size` bytes) on `dir` unless one is there already.
+    fn ensure_tmpfs(&self, dir: &Path, size: Option<u64>) -> std::io::Result<()> {
+        let _ = (dir, size);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this mounter cannot mount tmpfs",
+        ))
+    }
 }
 
 /// Resolves `m.subpath` beneath `m.volume_path` (creating missing directories) and binds it
@@ -233,6 +241,22 @@ pub fn open_beneath(base: &Path, volume: &str, subpath: &str) -> Result<File, Su
 pub struct KernelBinder;
 
 impl Binder for KernelBinder {
+    fn ensure_tmpfs(&self, dir: &Path, size: Option<u64>) -> std::io::Result<()> {
+        use nix::mount::{MsFlags, mount};
+        if mounts_below(dir)?.iter().any(|m| m == dir) {
+            return Ok(());
+        }
+        let options = size.map(|s| format!("size={s}"));
+        mount(
+            Some("tmpfs"),
+            dir,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            options.as_deref(),
+        )
+        .map_err(std::io::Error::from)
+    }
+
     fn bind_fd(&self, fd: &File, target: &Path) -> std::io::Result<()> {
         use nix::mount::{MsFlags, mount};
         use std::os::fd::AsRawFd;
@@ -318,6 +342,8 @@ pub mod test_util {
     pub struct FakeBinder {
         /// (the object's real path, the mount point), per bind.
         pub binds: Mutex<Vec<(PathBuf, PathBuf)>>,
+        /// (directory, size) per tmpfs mount.
+        pub tmpfs: Mutex<Vec<(PathBuf, Option<u64>)>>,
     }
 
     impl Binder for FakeBinder {
@@ -332,6 +358,14 @@ pub mod test_util {
         }
 
         fn unmount_below(&self, _dir: &Path) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn ensure_tmpfs(&self, dir: &Path, size: Option<u64>) -> std::io::Result<()> {
+            let mut t = self.tmpfs.lock().unwrap();
+            if !t.iter().any(|(d, _)| d == dir) {
+                t.push((dir.to_path_buf(), size));
+            }
             Ok(())
         }
     }

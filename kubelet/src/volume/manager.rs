@@ -1,0 +1,390 @@
+//! The volume manager: sets up every volume of a pod before its containers start (the worker
+//! waits on [`VolumeManager::mount`]), keeps API-backed volumes current while the pod runs
+//! (ConfigMap/Secret edits arrive by watch, tokens rotate, labels change: [`VolumeManager::run`]
+//! re-renders), and lets go of a pod once its containers are gone ([`VolumeManager::forget`];
+//! the directories and mounts go with the pod directory).
+//!
+//! Layout under `<root-dir>/pods/<uid>/volumes/`, as upstream: `kubernetes.io~empty-dir`,
+//! `kubernetes.io~configmap`, `kubernetes.io~secret` (tmpfs), `kubernetes.io~downward-api`,
+//! `kubernetes.io~projected` (tmpfs), each `/<volume name>`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use tokio_util::sync::CancellationToken;
+
+use super::atomic_writer::{self, Payload};
+use super::host_path;
+use super::projection::{self, Fetched};
+use super::subpath::Binder;
+use crate::objects::token::{TokenKey, TokenManager};
+use crate::objects::{self, ObjectCache, ObjectError};
+use crate::spec::{NodeSettings, pod_dir};
+
+/// How often mounted API-backed volumes are re-rendered without a change notice (tokens,
+/// labels; upstream's pod resync).
+pub const RESYNC: Duration = Duration::from_secs(60);
+
+/// A volume that could not be set up: the `FailedMount` event's message.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("MountVolume.SetUp failed for volume \"{volume}\" : {message}")]
+pub struct VolumeError {
+    pub volume: String,
+    pub message: String,
+}
+
+/// The kinds of volume, as their directory names under `volumes/`.
+fn plugin_dir(v: &Volume) -> Option<&'static str> {
+    Some(if v.empty_dir.is_some() {
+        "kubernetes.io~empty-dir"
+    } else if v.config_map.is_some() {
+        "kubernetes.io~configmap"
+    } else if v.secret.is_some() {
+        "kubernetes.io~secret"
+    } else if v.downward_api.is_some() {
+        "kubernetes.io~downward-api"
+    } else if v.projected.is_some() {
+        "kubernetes.io~projected"
+    } else {
+        return None;
+    })
+}
+
+/// The field name of a kind this kubelet cannot mount, for the error.
+fn unsupported_kind(v: &Volume) -> &'static str {
+    let j = serde_json::to_value(v).unwrap_or_default();
+    let kinds = [
+        "persistentVolumeClaim",
+        "csi",
+        "ephemeral",
+        "nfs",
+        "iscsi",
+        "rbd",
+        "cephfs",
+        "fc",
+        "image",
+        "gitRepo",
+    ];
+    kinds
+        .into_iter()
+        .find(|k| j.get(*k).is_some())
+        .unwrap_or("(unknown)")
+}
+
+struct PodVolumes {
+    pod: Mutex<Pod>,
+    /// One setup of this pod at a time (the worker's mount and the resync).
+    setup: tokio::sync::Mutex<()>,
+    mounted: Mutex<bool>,
+}
+
+/// See the module documentation.
+pub struct VolumeManager {
+    node: NodeSettings,
+    objects: Arc<ObjectCache>,
+    tokens: Arc<TokenManager>,
+    mounter: Arc<dyn Binder>,
+    pods: Mutex<HashMap<String, Arc<PodVolumes>>>,
+}
+
+impl std::fmt::Debug for VolumeManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VolumeManager")
+            .field("pods", &self.pods.lock().map(|p| p.len()).unwrap_or(0))
+            .finish()
+    }
+}
+
+impl VolumeManager {
+    pub fn new(
+        node: NodeSettings,
+        objects: Arc<ObjectCache>,
+        tokens: Arc<TokenManager>,
+        mounter: Arc<dyn Binder>,
+    ) -> Self {
+        VolumeManager {
+            node,
+            objects,
+            tokens,
+            mounter,
+            pods: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The ConfigMaps and Secrets pods read (container env reads through it too).
+    pub fn objects(&self) -> &Arc<ObjectCache> {
+        &self.objects
+    }
+
+    /// Records the pod's latest spec: what it references is followed from now on, and the
+    /// next re-render uses its labels and annotations.
+    pub fn set_pod(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.objects.register(pod);
+        let mut pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        match pods.get(&uid) {
+            Some(e) => *e.pod.lock().unwrap_or_else(|p| p.into_inner()) = pod.clone(),
+            None => {
+                pods.insert(
+                    uid,
+                    Arc::new(PodVolumes {
+                        pod: Mutex::new(pod.clone()),
+                        setup: tokio::sync::Mutex::new(()),
+                        mounted: Mutex::new(false),
+                    }),
+                );
+            }
+        }
+    }
+
+    /// Sets up every volume of `pod` and returns their host paths by volume name.
+    pub async fn mount(&self, pod: &Pod) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+        self.set_pod(pod);
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let entry = self.entry(&uid).expect("set_pod made it");
+        let r = self.setup(&entry).await;
+        if r.is_ok() {
+            *entry.mounted.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        }
+        r
+    }
+
+    fn entry(&self, uid: &str) -> Option<Arc<PodVolumes>> {
+        self.pods
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .cloned()
+    }
+
+    /// The pod's containers are gone: stop following its objects and forget its tokens.
+    pub fn forget(&self, uid: &str) {
+        self.pods
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+        self.objects.unregister(uid);
+        self.tokens.forget_pod(uid);
+    }
+
+    /// Re-renders the API-backed volumes of every mounted pod on each change the object
+    /// watches deliver, and every [`RESYNC`] (token rotation, label edits).
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let mut changes = self.objects.subscribe();
+        let mut tick = tokio::time::interval(RESYNC);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+                r = changes.changed() => if r.is_err() { return },
+            }
+            // Edits often come in bursts (a rollout touching several objects).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            changes.borrow_and_update();
+            self.resync_all().await;
+        }
+    }
+
+    /// One re-render of every mounted pod (errors are logged; the old files stay).
+    pub async fn resync_all(&self) {
+        let pods: Vec<(String, Arc<PodVolumes>)> = self
+            .pods
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, e)| *e.mounted.lock().unwrap_or_else(|p| p.into_inner()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (uid, entry) in pods {
+            if let Err(e) = self.setup(&entry).await {
+                tracing::warn!(pod_uid = %uid, error = %e, "updating the pod's volumes failed; its current files stay");
+            }
+        }
+    }
+
+    async fn setup(&self, entry: &PodVolumes) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+        let _one = entry.setup.lock().await;
+        let pod = entry.pod.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let fetched = self.fetch(&pod).await?;
+        let (node, mounter) = (self.node.clone(), self.mounter.clone());
+        tokio::task::spawn_blocking(move || set_up_all(&node, mounter.as_ref(), &pod, &fetched))
+            .await
+            .unwrap_or_else(|e| {
+                Err(VolumeError {
+                    volume: String::new(),
+                    message: format!("setting up volumes: {e}"),
+                })
+            })
+    }
+
+    /// The objects and tokens the pod's volumes read.
+    async fn fetch(&self, pod: &Pod) -> Result<Fetched, VolumeError> {
+        let mut f = Fetched::default();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let ns = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        for v in spec.volumes.iter().flatten() {
+            let fail = |message: String| VolumeError {
+                volume: v.name.clone(),
+                message,
+            };
+            let mut keys = Vec::new();
+            let mut single = Pod::default();
+            single.metadata.namespace = Some(ns.clone());
+            single.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                volumes: Some(vec![v.clone()]),
+                ..Default::default()
+            });
+            keys.extend(objects::referenced(&single));
+            for key in keys {
+                match self.objects.get(&key).await {
+                    Ok(o) => {
+                        f.objects.insert(key, o);
+                    }
+                    Err(ObjectError::NotFound(_)) => {
+                        f.objects.insert(key, None);
+                    }
+                    Err(e) => return Err(fail(e.to_string())),
+                }
+            }
+            for (i, s) in v
+                .projected
+                .iter()
+                .flat_map(|p| p.sources.iter().flatten())
+                .enumerate()
+            {
+                let Some(t) = &s.service_account_token else {
+                    continue;
+                };
+                let key = TokenKey {
+                    namespace: ns.clone(),
+                    service_account: spec
+                        .service_account_name
+                        .clone()
+                        .unwrap_or_else(|| "default".into()),
+                    audiences: t
+                        .audience
+                        .iter()
+                        .filter(|a| !a.is_empty())
+                        .cloned()
+                        .collect(),
+                    expiration_seconds: t.expiration_seconds.unwrap_or(3600),
+                    pod_name: pod.metadata.name.clone().unwrap_or_default(),
+                    pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+                };
+                let token = self
+                    .tokens
+                    .get(&key)
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
+                f.tokens.insert((v.name.clone(), i), token);
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// The host directory of an API-backed or emptyDir volume.
+pub fn volume_dir(node: &NodeSettings, uid: &str, plugin: &str, name: &str) -> PathBuf {
+    pod_dir(node, uid).join("volumes").join(plugin).join(name)
+}
+
+fn set_up_all(
+    node: &NodeSettings,
+    mounter: &dyn Binder,
+    pod: &Pod,
+    f: &Fetched,
+) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for v in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let fail = |message: String| VolumeError {
+            volume: v.name.clone(),
+            message,
+        };
+        if let Some(h) = &v.host_path {
+            let p =
+                host_path::check(&h.path, h.type_.as_deref()).map_err(|e| fail(e.to_string()))?;
+            out.insert(v.name.clone(), p);
+            continue;
+        }
+        let Some(plugin) = plugin_dir(v) else {
+            return Err(fail(format!(
+                "volume kind {} is not supported by this kubelet",
+                unsupported_kind(v)
+            )));
+        };
+        let dir = volume_dir(node, &uid, plugin, &v.name);
+        make_dir(&dir).map_err(|e| fail(format!("creating {}: {e}", dir.display())))?;
+        let payload: Option<Payload> = if let Some(e) = &v.empty_dir {
+            if e.medium.as_deref() == Some("Memory") {
+                let size = e
+                    .size_limit
+                    .as_ref()
+                    .and_then(|q| crate::quantity::value(q).ok())
+                    .filter(|b| *b > 0)
+                    .and_then(|b| u64::try_from(b).ok())
+                    .or(u64::try_from(node.memory_capacity).ok().filter(|b| *b > 0));
+                mount_tmpfs(mounter, &dir, size).map_err(&fail)?;
+            }
+            None
+        } else if let Some(s) = &v.config_map {
+            Some(projection::config_map(pod, s, f).map_err(|e| fail(e.0))?)
+        } else if let Some(s) = &v.secret {
+            mount_tmpfs(mounter, &dir, None).map_err(&fail)?;
+            Some(projection::secret(pod, s, f).map_err(|e| fail(e.0))?)
+        } else if let Some(d) = &v.downward_api {
+            Some(
+                projection::downward_api(
+                    pod,
+                    d.items.as_deref().unwrap_or_default(),
+                    d.default_mode,
+                )
+                .map_err(|e| fail(e.0))?,
+            )
+        } else if let Some(p) = &v.projected {
+            mount_tmpfs(mounter, &dir, None).map_err(&fail)?;
+            Some(projection::projected(pod, &v.name, p, f).map_err(|e| fail(e.0))?)
+        } else {
+            None
+        };
+        if let Some(payload) = payload {
+            atomic_writer::write(&dir, &payload).map_err(|e| fail(e.to_string()))?;
+        }
+        out.insert(v.name.clone(), dir);
+    }
+    Ok(out)
+}
+
+/// A volume directory: 0777 like upstream's (containers running as any user write to an
+/// emptyDir).
+fn make_dir(dir: &Path) -> std::io::Result<()> {
+    if !dir.is_dir() {
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))?;
+    }
+    Ok(())
+}
+
+fn mount_tmpfs(mounter: &dyn Binder, dir: &Path, size: Option<u64>) -> Result<(), String> {
+    mounter
+        .ensure_tmpfs(dir, size)
+        .map_err(|e| format!("mounting tmpfs at {}: {e}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests;

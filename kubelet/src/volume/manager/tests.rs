@@ -1,0 +1,223 @@
+use super::*;
+use crate::objects::fake::FakeApi;
+use crate::objects::{Kind, ObjectData, ObjectKey};
+use crate::volume::subpath::test_util::FakeBinder;
+
+struct Rig {
+    _dir: tempfile::TempDir,
+    api: Arc<FakeApi>,
+    binder: Arc<FakeBinder>,
+    vm: Arc<VolumeManager>,
+    node: NodeSettings,
+}
+
+fn rig() -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let node = NodeSettings {
+        node_name: "n1".into(),
+        root_dir: dir.path().join("root"),
+        memory_capacity: 1 << 30,
+        ..Default::default()
+    };
+    let api = Arc::new(FakeApi::default());
+    let binder = Arc::new(FakeBinder::default());
+    let dyn_api: Arc<dyn objects::ApiObjects> = api.clone();
+    let vm = Arc::new(VolumeManager::new(
+        node.clone(),
+        Arc::new(ObjectCache::new(Some(dyn_api.clone()))),
+        Arc::new(TokenManager::new(Some(dyn_api))),
+        binder.clone(),
+    ));
+    Rig {
+        _dir: dir,
+        api,
+        binder,
+        vm,
+        node,
+    }
+}
+
+fn cm_key(name: &str) -> ObjectKey {
+    ObjectKey {
+        kind: Kind::ConfigMap,
+        namespace: "ns".into(),
+        name: name.into(),
+    }
+}
+
+fn text(pairs: &[(&str, &str)]) -> ObjectData {
+    ObjectData {
+        text: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        binary: BTreeMap::new(),
+    }
+}
+
+/// A pod as the apiserver hands it over after ServiceAccount admission, plus a ConfigMap
+/// volume and a memory emptyDir.
+fn cluster_pod(uid: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "ns", "uid": uid, "labels": {"app": "web"}},
+        "spec": {"serviceAccountName": "default", "containers": [{"name": "c", "image": "busybox"}],
+            "volumes": [
+                {"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}},
+                {"name": "conf", "configMap": {"name": "app"}},
+                {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+                {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}}]}}))
+    .unwrap()
+}
+
+fn read(dir: &Path, f: &str) -> String {
+    std::fs::read_to_string(dir.join(f)).unwrap()
+}
+
+#[tokio::test]
+async fn a_cluster_pods_volumes_are_set_up_before_its_containers() {
+    let r = rig();
+    r.api
+        .set(cm_key("kube-root-ca.crt"), text(&[("ca.crt", "PEM")]));
+    r.api.set(cm_key("app"), text(&[("app.conf", "v1")]));
+    let paths = r.vm.mount(&cluster_pod("u1")).await.unwrap();
+    let sa = &paths["kube-api-access-x7k2p"];
+    assert_eq!(
+        *sa,
+        r.node
+            .root_dir
+            .join("pods/u1/volumes/kubernetes.io~projected/kube-api-access-x7k2p")
+    );
+    assert_eq!(read(sa, "token"), "token-1-ns-default");
+    assert_eq!(read(sa, "ca.crt"), "PEM");
+    assert_eq!(read(sa, "namespace"), "ns");
+    assert_eq!(read(&paths["conf"], "app.conf"), "v1");
+    assert_eq!(read(&paths["info"], "labels"), "app=\"web\"\n");
+    // Projected volumes and the memory emptyDir are tmpfs mounts; the latter sized.
+    let tmpfs = r.binder.tmpfs.lock().unwrap().clone();
+    assert!(tmpfs.contains(&(sa.clone(), None)), "{tmpfs:?}");
+    assert!(
+        tmpfs.contains(&(paths["scratch"].clone(), Some(16 << 20))),
+        "{tmpfs:?}"
+    );
+    // The token was requested for this pod, bound to it.
+    let reqs = r.api.token_requests();
+    assert_eq!(reqs.len(), 1);
+    let bound = reqs[0].2.spec.clone().unwrap().bound_object_ref.unwrap();
+    assert_eq!(bound.uid.as_deref(), Some("u1"));
+}
+
+#[tokio::test]
+async fn config_map_edits_and_label_changes_reach_running_pods() {
+    let r = rig();
+    r.api
+        .set(cm_key("kube-root-ca.crt"), text(&[("ca.crt", "PEM")]));
+    r.api.set(cm_key("app"), text(&[("app.conf", "v1")]));
+    let paths = r.vm.mount(&cluster_pod("u1")).await.unwrap();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(r.vm.clone().run(cancel.clone()));
+    r.api.set(cm_key("app"), text(&[("app.conf", "v2")]));
+    let conf = paths["conf"].clone();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while read(&conf, "app.conf") != "v2" {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the edit is written without a restart");
+    // New labels arrive with the pod's spec; the next re-render writes them.
+    let mut p = cluster_pod("u1");
+    p.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("tier".into(), "front".into());
+    r.vm.set_pod(&p);
+    r.vm.resync_all().await;
+    assert_eq!(
+        read(&paths["info"], "labels"),
+        "app=\"web\"\ntier=\"front\"\n"
+    );
+    // Re-renders reuse the token.
+    assert_eq!(r.api.token_requests().len(), 1);
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn missing_objects_and_unsupported_kinds_fail_the_mount_with_the_volume_named() {
+    let r = rig();
+    let e = r.vm.mount(&cluster_pod("u1")).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "MountVolume.SetUp failed for volume \"kube-api-access-x7k2p\" : configmap \"kube-root-ca.crt\" not found"
+    );
+    let pvc: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "db", "namespace": "ns", "uid": "u2"},
+        "spec": {"containers": [], "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "pg"}}]}}))
+    .unwrap();
+    let e = r.vm.mount(&pvc).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "MountVolume.SetUp failed for volume \"data\" : volume kind persistentVolumeClaim is not supported by this kubelet"
+    );
+    r.api
+        .refuse_tokens(Some("serviceaccounts \"default\" not found".into()));
+    r.api
+        .set(cm_key("kube-root-ca.crt"), text(&[("ca.crt", "PEM")]));
+    let e = r.vm.mount(&cluster_pod("u3")).await.unwrap_err();
+    assert!(e.message.contains("failed to fetch token"), "{e}");
+}
+
+#[tokio::test]
+async fn forgetting_a_pod_stops_its_watches_and_tokens() {
+    let r = rig();
+    r.api
+        .set(cm_key("kube-root-ca.crt"), text(&[("ca.crt", "PEM")]));
+    r.api.set(cm_key("app"), text(&[("app.conf", "v1")]));
+    r.vm.mount(&cluster_pod("u1")).await.unwrap();
+    assert_eq!(r.vm.objects().followed(), 2);
+    r.vm.forget("u1");
+    assert_eq!(r.vm.objects().followed(), 0);
+    assert_eq!(r.vm.tokens.cached(), 0);
+}
+
+#[tokio::test]
+async fn standalone_pods_get_empty_dirs_and_host_paths_but_no_api_volumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = NodeSettings {
+        root_dir: dir.path().join("root"),
+        ..Default::default()
+    };
+    let vm = VolumeManager::new(
+        node,
+        Arc::new(ObjectCache::new(None)),
+        Arc::new(TokenManager::new(None)),
+        Arc::new(FakeBinder::default()),
+    );
+    let host = dir.path().join("host");
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "s", "namespace": "kube-system", "uid": "u9"},
+        "spec": {"containers": [], "volumes": [
+            {"name": "cache", "emptyDir": {}},
+            {"name": "h", "hostPath": {"path": host.display().to_string(), "type": "DirectoryOrCreate"}}]}}))
+    .unwrap();
+    let paths = vm.mount(&p).await.unwrap();
+    assert!(paths["cache"].ends_with("volumes/kubernetes.io~empty-dir/cache"));
+    let mode = std::fs::metadata(&paths["cache"])
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o777);
+    assert!(host.is_dir());
+    let mut p2 = p.clone();
+    p2.spec.as_mut().unwrap().volumes = Some(vec![
+        serde_json::from_value(serde_json::json!({"name": "c", "configMap": {"name": "x"}}))
+            .unwrap(),
+    ]);
+    let e = vm.mount(&p2).await.unwrap_err();
+    assert!(e.message.contains("standalone"), "{e}");
+}
