@@ -179,6 +179,31 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         (Arc::new(crate::events::LogRecorder), None)
     };
     probe_manager.set_events(Arc::new(crate::probing::ProbeEvents(events.clone())));
+    let node = NodeSettings {
+        node_name: cfg.node_name.clone(),
+        host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
+        cluster_dns: cfg.cluster_dns.iter().map(|i| i.to_string()).collect(),
+        cluster_domain: cfg.cluster_domain.clone(),
+        host_dns,
+        pod_logs_dir: cfg.pod_logs_dir.clone(),
+        root_dir: cfg.root_dir.clone(),
+        memory_capacity: crate::host::memory_capacity(),
+    };
+    // ConfigMaps, Secrets and tokens come from the apiserver; standalone pods cannot use them.
+    let api_objects = cluster.as_ref().map(|c| {
+        Arc::new(crate::cluster::objects::ClusterObjects::new(
+            c.client.clone(),
+        )) as Arc<dyn crate::objects::ApiObjects>
+    });
+    let binder: Arc<dyn crate::volume::subpath::Binder> =
+        Arc::new(crate::volume::subpath::KernelBinder);
+    let volumes = Arc::new(crate::volume::VolumeManager::new(
+        node.clone(),
+        Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
+        Arc::new(crate::objects::token::TokenManager::new(api_objects)),
+        binder.clone(),
+    ));
+    tasks.spawn(volumes.clone().run(cancel.clone()));
     let env = Arc::new(Env {
         events: events.clone(),
         probes: probe_manager.clone(),
@@ -187,21 +212,13 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         runtime: runtime.clone(),
         cgroups,
         namer,
-        node: NodeSettings {
-            node_name: cfg.node_name.clone(),
-            host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
-            cluster_dns: cfg.cluster_dns.iter().map(|i| i.to_string()).collect(),
-            cluster_domain: cfg.cluster_domain.clone(),
-            host_dns,
-            pod_logs_dir: cfg.pod_logs_dir.clone(),
-            root_dir: cfg.root_dir.clone(),
-            memory_capacity: crate::host::memory_capacity(),
-        },
+        node,
         runtime_name: version.runtime_name.clone(),
         statuses: statuses.clone(),
         pull_lock: tokio::sync::Mutex::new(()),
         resync: cfg.sync_frequency,
-        binder: Arc::new(crate::volume::subpath::KernelBinder),
+        binder,
+        volumes,
     });
 
     let (pods_tx, pods_rx) = mpsc::channel(8);

@@ -1,4 +1,4 @@
-//! The pod's files on the node: volume directories, the managed /etc/hosts, subPath bind
+//! The pod's files on the node (volumes are `volume::manager`'s): the managed /etc/hosts, subPath bind
 //! mounts, termination-message files, and their removal. The filesystem edge of a pod: every
 //! function here blocks, so callers run them on the blocking pool; `spec` stays pure.
 
@@ -9,56 +9,6 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::spec::{self, ConfigError, ContainerHostPaths, NodeSettings, pod_dir};
 use crate::volume::subpath::{self, Binder, SubpathMount};
-
-/// Host paths of the pod's volumes, creating emptyDir and DirectoryOrCreate directories.
-pub fn prepare_volumes(
-    node: &NodeSettings,
-    pod: &Pod,
-) -> Result<BTreeMap<String, PathBuf>, ConfigError> {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let mut out = BTreeMap::new();
-    for v in pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.clone())
-        .unwrap_or_default()
-    {
-        let path = if v.empty_dir.is_some() {
-            let p = pod_dir(node, &uid)
-                .join("volumes/kubernetes.io~empty-dir")
-                .join(&v.name);
-            std::fs::create_dir_all(&p)
-                .map_err(|e| ConfigError(format!("emptyDir {}: {e}", v.name)))?;
-            p
-        } else if let Some(h) = &v.host_path {
-            let p = PathBuf::from(&h.path);
-            match h.type_.as_deref() {
-                Some("DirectoryOrCreate") => std::fs::create_dir_all(&p)
-                    .map_err(|e| ConfigError(format!("hostPath {}: {e}", h.path)))?,
-                Some("Directory") if !p.is_dir() => {
-                    return Err(ConfigError(format!(
-                        "hostPath type check failed: {} is not a directory",
-                        h.path
-                    )));
-                }
-                Some("File") if !p.is_file() => {
-                    return Err(ConfigError(format!(
-                        "hostPath type check failed: {} is not a file",
-                        h.path
-                    )));
-                }
-                _ => {}
-            }
-            p
-        } else {
-            // Volume kinds served by the apiserver (secret, configMap, projected) arrive with
-            // cluster mode; until then a container mounting one cannot start.
-            continue;
-        };
-        out.insert(v.name.clone(), path);
-    }
-    Ok(out)
-}
 
 /// Writes the pod's managed /etc/hosts (not for hostNetwork pods) and returns its path.
 pub fn write_etc_hosts(

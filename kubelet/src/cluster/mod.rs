@@ -15,6 +15,7 @@ pub mod client;
 pub mod events;
 pub mod mirror;
 pub mod node;
+pub mod objects;
 pub mod pods;
 pub mod status_writer;
 

@@ -53,6 +53,8 @@ pub struct Env {
     pub resync: Duration,
     /// Bind mounts for subPath volume mounts.
     pub binder: Arc<dyn crate::volume::subpath::Binder>,
+    /// Sets up the pods' volumes and reads the ConfigMaps/Secrets their env names.
+    pub volumes: Arc<crate::volume::VolumeManager>,
 }
 
 /// Messages from the sync loop to a worker.
@@ -248,6 +250,16 @@ impl Env {
     /// `Env { field, ..Env::for_test(rt, dir) }`.
     pub fn for_test(runtime: Arc<dyn Runtime>, dir: &std::path::Path) -> Env {
         use crate::config::CgroupDriver;
+        let binder: Arc<dyn crate::volume::subpath::Binder> =
+            Arc::new(crate::volume::subpath::test_util::FakeBinder::default());
+        let node = NodeSettings {
+            node_name: "n1".into(),
+            host_ips: vec!["192.0.2.1".into()],
+            pod_logs_dir: dir.join("logs"),
+            root_dir: dir.join("root"),
+            memory_capacity: 1 << 30,
+            ..Default::default()
+        };
         Env {
             events: Arc::new(crate::events::FakeRecorder::default()),
             probes: test_probes().0,
@@ -260,19 +272,18 @@ impl Env {
                 root: "/".into(),
                 per_qos: true,
             },
-            node: NodeSettings {
-                node_name: "n1".into(),
-                host_ips: vec!["192.0.2.1".into()],
-                pod_logs_dir: dir.join("logs"),
-                root_dir: dir.join("root"),
-                memory_capacity: 1 << 30,
-                ..Default::default()
-            },
+            node: node.clone(),
             runtime_name: "containerd".into(),
             statuses: Arc::new(StatusManager::new()),
             pull_lock: tokio::sync::Mutex::new(()),
             resync: Duration::from_secs(60),
-            binder: Arc::new(crate::volume::subpath::test_util::FakeBinder::default()),
+            binder: binder.clone(),
+            volumes: Arc::new(crate::volume::VolumeManager::new(
+                node,
+                Arc::new(crate::objects::ObjectCache::new(None)),
+                Arc::new(crate::objects::token::TokenManager::new(None)),
+                binder,
+            )),
         }
     }
 }

@@ -44,7 +44,13 @@ pub enum StartError {
     },
     CreateContainer(String),
     RunContainer(String),
+    /// A volume could not be set up: the containers wait in `ContainerCreating` and the pod
+    /// gets a `FailedMount` event.
+    Volumes(crate::volume::VolumeError),
 }
+
+/// How soon a pod whose volumes failed tries again.
+const VOLUME_RETRY: Duration = Duration::from_secs(2);
 
 impl StartError {
     pub fn reason(&self) -> &'static str {
@@ -53,6 +59,7 @@ impl StartError {
             StartError::CreateContainerConfig { .. } => "CreateContainerConfigError",
             StartError::CreateContainer(_) => "CreateContainerError",
             StartError::RunContainer(_) => "RunContainerError",
+            StartError::Volumes(_) => "ContainerCreating",
         }
     }
 
@@ -61,6 +68,8 @@ impl StartError {
             StartError::Image(e) => &e.message,
             StartError::CreateContainerConfig { message, .. } => message,
             StartError::CreateContainer(m) | StartError::RunContainer(m) => m,
+            // Upstream leaves the message empty while volumes are pending.
+            StartError::Volumes(_) => "",
         }
     }
 
@@ -69,6 +78,7 @@ impl StartError {
         match self {
             StartError::Image(e) => e.retry_after,
             StartError::CreateContainerConfig { retry_after, .. } => *retry_after,
+            StartError::Volumes(_) => VOLUME_RETRY,
             _ => Duration::from_secs(10),
         }
     }
@@ -189,8 +199,31 @@ impl Worker {
                 self.sandbox_ips = (sandbox_id.clone(), ips);
             }
             let sandbox_cfg = self.sandbox_config(*attempt);
-            for s in &p.start {
-                match self.start_container(sandbox_id, &sandbox_cfg, s).await {
+            // Every volume is set up before any container starts (upstream's
+            // WaitForAttachAndMount); until then the containers wait in ContainerCreating.
+            let volumes = if p.start.is_empty() {
+                Ok(BTreeMap::new())
+            } else {
+                self.env.volumes.mount(&self.pod).await
+            };
+            let (volumes, start): (_, &[Start]) = match volumes {
+                Ok(v) => (v, &p.start),
+                Err(e) => {
+                    tracing::warn!(error = %e, "volumes are not ready");
+                    self.event(None, EventType::Warning, "FailedMount", &e.to_string());
+                    let e = StartError::Volumes(e);
+                    for s in &p.start {
+                        self.errors.insert(s.name.clone(), e.waiting());
+                    }
+                    wake = Some(wake.map_or(VOLUME_RETRY, |x| x.min(VOLUME_RETRY)));
+                    (BTreeMap::new(), &[])
+                }
+            };
+            for s in start {
+                match self
+                    .start_container(sandbox_id, &sandbox_cfg, s, &volumes)
+                    .await
+                {
                     Ok(()) => {
                         self.errors.remove(&s.name);
                     }
@@ -273,6 +306,7 @@ impl Worker {
         sandbox_id: &str,
         sandbox: &SandboxConfig,
         s: &Start,
+        volumes: &BTreeMap<String, std::path::PathBuf>,
     ) -> Result<(), StartError> {
         let spec = self.pod.spec.clone().unwrap_or_default();
         let c = spec
@@ -306,13 +340,23 @@ impl Worker {
         images::ensure_image(&puller, &mut self.pulls, &c, sandbox)
             .await
             .map_err(StartError::Image)?;
-        // Volume directories, /etc/hosts, subPath mounts and the log directory touch the
-        // disk: off the async workers.
+        let objects = self.env_objects(&c).await?;
+        // /etc/hosts, subPath mounts, the env and the log directory touch the disk or grow
+        // with the pod: off the async workers.
         let (env, pod, container) = (self.env.clone(), self.pod.clone(), c.clone());
         let (restart_count, pod_ips) = (s.restart_count, self.sandbox_ips.1.clone());
         let log_dir = std::path::Path::new(&sandbox.log_directory).join(&c.name);
+        let volumes = volumes.clone();
         let prepared = tokio::task::spawn_blocking(move || {
-            let volumes = pod_dirs::prepare_volumes(&env.node, &pod)?;
+            let container_env = spec::container_env(
+                &pod,
+                &container,
+                &pod_ips,
+                &env.node.host_ips,
+                &objects,
+                &BTreeMap::new(),
+                &mut spec::ExpandBudget::default(),
+            )?;
             let hosts = pod_dirs::write_etc_hosts(&env.node, &pod, &pod_ips)
                 .map_err(|e| spec::ConfigError(e.to_string()))?;
             let host_paths = pod_dirs::prepare_container(
@@ -328,20 +372,28 @@ impl Worker {
                 &pod,
                 &container,
                 restart_count,
-                &pod_ips,
                 &volumes,
                 hosts.as_deref(),
                 &host_paths,
+                &container_env,
             )?;
             let _ = std::fs::create_dir_all(&log_dir);
-            Ok::<_, spec::ConfigError>(cfg)
+            Ok::<_, spec::ConfigError>((cfg, container_env.invalid_names))
         })
         .await
         .unwrap_or_else(|e| Err(spec::ConfigError(format!("preparing the container: {e}"))));
-        let cfg = prepared.map_err(|e| StartError::CreateContainerConfig {
+        let (cfg, invalid_names) = prepared.map_err(|e| StartError::CreateContainerConfig {
             message: e.0,
             retry_after: Duration::from_secs(10),
         })?;
+        for m in invalid_names {
+            self.event(
+                None,
+                EventType::Warning,
+                "InvalidEnvironmentVariableNames",
+                &m,
+            );
+        }
         let rt = &self.env.runtime;
         let id = rt
             .create_container(sandbox_id, &cfg, sandbox)
@@ -364,5 +416,36 @@ impl Worker {
         );
         tracing::info!(container = %c.name, id = %id, restart_count = s.restart_count, "Started container");
         Ok(())
+    }
+}
+
+impl Worker {
+    /// The ConfigMaps and Secrets container `c`'s env reads (`None`: not found; any other
+    /// failure to read one is a CreateContainerConfigError).
+    async fn env_objects(&self, c: &K8sContainer) -> Result<spec::EnvObjects, StartError> {
+        let mut only = Pod {
+            metadata: self.pod.metadata.clone(),
+            ..Default::default()
+        };
+        only.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            containers: vec![c.clone()],
+            ..Default::default()
+        });
+        let mut out = spec::EnvObjects::new();
+        let cache = self.env.volumes.objects();
+        for key in crate::objects::referenced(&only) {
+            match cache.get(&key).await {
+                Ok(o) => {
+                    out.insert(key, o);
+                }
+                Err(e) => {
+                    return Err(StartError::CreateContainerConfig {
+                        message: e.to_string(),
+                        retry_after: Duration::from_secs(10),
+                    });
+                }
+            }
+        }
+        Ok(out)
     }
 }

@@ -6,8 +6,10 @@ use crate::quantity;
 
 mod env;
 use crate::runtime::*;
-use env::env_value;
-pub use env::{ExpandBudget, MAX_EXPANSION_BYTES, expand, field_ref, resource_field_value};
+pub use env::{
+    ContainerEnv, EnvObjects, ExpandBudget, MAX_EXPANSION_BYTES, container_env, expand, field_ref,
+    is_env_var_name, resource_field_value,
+};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -317,22 +319,17 @@ pub fn container_config(
     pod: &Pod,
     c: &Container,
     restart_count: u32,
-    pod_ips: &[String],
     volumes: &BTreeMap<String, PathBuf>,
     etc_hosts: Option<&Path>,
     host_paths: &ContainerHostPaths,
+    env: &ContainerEnv,
 ) -> Result<ContainerConfig, ConfigError> {
     let spec = pod.spec.clone().unwrap_or_default();
     let qos = pod::qos_class(&spec);
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let mut vars = BTreeMap::new();
-    let mut envs = Vec::new();
+    let vars = env.map();
+    let envs = env.vars.clone();
     let mut budget = ExpandBudget::default();
-    for e in c.env.iter().flatten() {
-        let v = env_value(pod, c, e, pod_ips, &node.host_ips, &vars, &mut budget)?;
-        vars.insert(e.name.clone(), v.clone());
-        envs.push((e.name.clone(), v));
-    }
     let mut mounts = Vec::new();
     for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
         let host = volumes.get(&m.name).ok_or_else(|| {

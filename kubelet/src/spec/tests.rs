@@ -6,6 +6,37 @@ fn pod(json: serde_json::Value) -> Pod {
     p
 }
 
+/// The container's env, then its config, as the worker computes them.
+fn config_for(
+    p: &Pod,
+    c: &Container,
+    restart_count: u32,
+    pod_ips: &[String],
+    objects: &EnvObjects,
+) -> Result<ContainerConfig, ConfigError> {
+    let n = node();
+    let mut budget = ExpandBudget::default();
+    let env = container_env(
+        p,
+        c,
+        pod_ips,
+        &n.host_ips,
+        objects,
+        &BTreeMap::new(),
+        &mut budget,
+    )?;
+    container_config(
+        &n,
+        p,
+        c,
+        restart_count,
+        &BTreeMap::new(),
+        None,
+        &ContainerHostPaths::default(),
+        &env,
+    )
+}
+
 fn node() -> NodeSettings {
     NodeSettings {
         node_name: "n1".into(),
@@ -109,17 +140,7 @@ fn env_expansion_and_field_refs() {
         "command": ["echo", "$(POD)"]}]}}),
     );
     let c = &p.spec.as_ref().unwrap().containers[0];
-    let cfg = container_config(
-        &node(),
-        &p,
-        c,
-        2,
-        &["10.88.0.5".into()],
-        &BTreeMap::new(),
-        None,
-        &ContainerHostPaths::default(),
-    )
-    .unwrap();
+    let cfg = config_for(&p, c, 2, &["10.88.0.5".into()], &EnvObjects::new()).unwrap();
     let env: BTreeMap<_, _> = cfg.envs.iter().cloned().collect();
     assert_eq!(env["B"], "x-$(A)-$(NOPE)");
     assert_eq!(env["POD"], "web");
@@ -142,17 +163,7 @@ fn an_env_bomb_is_a_config_error() {
         serde_json::json!({"metadata": {"name": "w", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1", "env": env}]}}),
     );
     let c = &p.spec.as_ref().unwrap().containers[0];
-    let err = container_config(
-        &node(),
-        &p,
-        c,
-        0,
-        &[],
-        &BTreeMap::new(),
-        None,
-        &ContainerHostPaths::default(),
-    )
-    .unwrap_err();
+    let err = config_for(&p, c, 0, &[], &EnvObjects::new()).unwrap_err();
     assert!(err.0.contains("more than 2097152 bytes"), "{}", err.0);
     assert!(err.0.contains("$(V"), "{}", err.0);
 
@@ -163,17 +174,7 @@ fn an_env_bomb_is_a_config_error() {
         "args": vec!["$(A)$(A)$(A)$(A)$(A)"; 5]}]}}),
     );
     let c = &p.spec.as_ref().unwrap().containers[0];
-    let err = container_config(
-        &node(),
-        &p,
-        c,
-        0,
-        &[],
-        &BTreeMap::new(),
-        None,
-        &ContainerHostPaths::default(),
-    )
-    .unwrap_err();
+    let err = config_for(&p, c, 0, &[], &EnvObjects::new()).unwrap_err();
     assert!(err.0.contains("$(A)"), "{}", err.0);
 
     // Large but within budget: expanded as written.
@@ -207,16 +208,164 @@ fn missing_secret_is_a_config_error() {
         "env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}]}}),
     );
     let c = &p.spec.as_ref().unwrap().containers[0];
-    let err = container_config(
-        &node(),
+    let err = config_for(&p, c, 0, &[], &EnvObjects::new()).unwrap_err();
+    assert!(err.0.contains("secret \"db\" not found"));
+}
+
+type ObjectList<'a> = &'a [(crate::objects::Kind, &'a str, &'a [(&'a str, &'a str)])];
+
+fn objects(list: ObjectList<'_>) -> EnvObjects {
+    use crate::objects::{Kind, ObjectData, ObjectKey};
+    list.iter()
+        .map(|(kind, name, pairs)| {
+            let map = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>();
+            let data = match kind {
+                Kind::ConfigMap => ObjectData {
+                    text: map,
+                    binary: BTreeMap::new(),
+                },
+                Kind::Secret => ObjectData {
+                    text: BTreeMap::new(),
+                    binary: map.into_iter().map(|(k, v)| (k, v.into_bytes())).collect(),
+                },
+            };
+            (
+                ObjectKey {
+                    kind: *kind,
+                    namespace: "ns".into(),
+                    name: name.to_string(),
+                },
+                Some(std::sync::Arc::new(data)),
+            )
+        })
+        .collect()
+}
+
+fn env_of(spec: serde_json::Value, objs: &EnvObjects) -> Result<ContainerEnv, ConfigError> {
+    let p = pod(
+        serde_json::json!({"metadata": {"name": "w", "namespace": "ns", "uid": "u"},
+        "spec": {"containers": [spec]}}),
+    );
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let services = BTreeMap::from([
+        ("DB_SERVICE_HOST".to_string(), "10.96.0.7".to_string()),
+        ("A".to_string(), "from-service".to_string()),
+    ]);
+    container_env(
         &p,
         c,
-        0,
         &[],
-        &BTreeMap::new(),
-        None,
-        &ContainerHostPaths::default(),
+        &[],
+        objs,
+        &services,
+        &mut ExpandBudget::default(),
+    )
+}
+
+/// Upstream's order: envFrom, then env (replacing), then service variables nobody set;
+/// `$(VAR)` sees envFrom values and services.
+#[test]
+fn env_from_config_maps_and_secrets_with_upstreams_precedence() {
+    use crate::objects::Kind;
+    let objs = objects(&[
+        (
+            Kind::ConfigMap,
+            "app",
+            &[("A", "cm"), ("MODE", "prod"), ("bad=key", "x")],
+        ),
+        (Kind::Secret, "db", &[("PASSWORD", "hunter2")]),
+    ]);
+    let env = env_of(
+        serde_json::json!({"name": "c", "image": "i",
+            "envFrom": [{"configMapRef": {"name": "app"}}, {"prefix": "DB_", "secretRef": {"name": "db"}},
+                        {"configMapRef": {"name": "absent", "optional": true}}],
+            "env": [{"name": "A", "value": "env-$(MODE)-$(DB_SERVICE_HOST)"},
+                    {"name": "K", "valueFrom": {"configMapKeyRef": {"name": "app", "key": "MODE"}}},
+                    {"name": "S", "valueFrom": {"secretKeyRef": {"name": "db", "key": "PASSWORD"}}},
+                    {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "app", "key": "nope", "optional": true}}},
+                    {"name": "E", "value": "", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}),
+        &objs,
+    )
+    .unwrap();
+    let names: Vec<&str> = env.vars.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        names,
+        ["A", "MODE", "DB_PASSWORD", "K", "S", "E", "DB_SERVICE_HOST"]
+    );
+    let m = env.map();
+    assert_eq!(m["A"], "env-prod-10.96.0.7");
+    assert_eq!(m["K"], "prod");
+    assert_eq!(m["S"], "hunter2");
+    assert_eq!(m["DB_PASSWORD"], "hunter2");
+    assert_eq!(m["E"], "w");
+    assert!(
+        !m.contains_key("OPT"),
+        "a missing optional key leaves the variable unset"
+    );
+    assert_eq!(
+        env.invalid_names,
+        [
+            "Keys [bad=key] from the EnvFrom configMap ns/app were skipped since they are considered invalid environment variable names."
+        ]
+    );
+}
+
+#[test]
+fn missing_env_sources_fail_with_upstreams_messages() {
+    use crate::objects::Kind;
+    let objs = objects(&[
+        (Kind::ConfigMap, "app", &[("A", "1")]),
+        (Kind::Secret, "db", &[]),
+    ]);
+    let cases = [
+        (
+            serde_json::json!({"configMapKeyRef": {"name": "app", "key": "B"}}),
+            "couldn't find key B in ConfigMap ns/app",
+        ),
+        (
+            serde_json::json!({"secretKeyRef": {"name": "db", "key": "pw"}}),
+            "couldn't find key pw in Secret ns/db",
+        ),
+        (
+            serde_json::json!({"configMapKeyRef": {"name": "gone", "key": "B"}}),
+            "configmap \"gone\" not found",
+        ),
+        (
+            serde_json::json!({"secretKeyRef": {"name": "gone", "key": "B"}}),
+            "secret \"gone\" not found",
+        ),
+    ];
+    for (from, want) in cases {
+        let e = env_of(
+            serde_json::json!({"name": "c", "image": "i", "env": [{"name": "X", "valueFrom": from}]}),
+            &objs,
+        )
+        .unwrap_err();
+        assert_eq!(e.0, want);
+    }
+    let e = env_of(
+        serde_json::json!({"name": "c", "image": "i", "envFrom": [{"secretRef": {"name": "nope"}}]}),
+        &objs,
     )
     .unwrap_err();
-    assert!(err.0.contains("secret \"db\" not found"));
+    assert_eq!(e.0, "secret \"nope\" not found");
+    // Optional and missing: nothing set, no error.
+    let env = env_of(
+        serde_json::json!({"name": "c", "image": "i", "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "gone", "key": "k", "optional": true}}}]}),
+        &objs,
+    )
+    .unwrap();
+    assert!(!env.map().contains_key("X"));
+}
+
+#[test]
+fn relaxed_env_var_names() {
+    assert!(is_env_var_name("1badkey"));
+    assert!(is_env_var_name("app.properties"));
+    assert!(!is_env_var_name("a=b"));
+    assert!(!is_env_var_name(""));
+    assert!(!is_env_var_name("tab\there"));
 }

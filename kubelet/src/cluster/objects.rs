@@ -1,0 +1,151 @@
+//! [`ApiObjects`] on the apiserver: ConfigMaps and Secrets read and followed by name (a
+//! watch with `fieldSelector=metadata.name=<name>` per object, as upstream's watch-based
+//! managers), ServiceAccount tokens through the `serviceaccounts/<name>/token` subresource.
+
+use futures::StreamExt;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+
+use super::client::{ClientHandle, WATCH_TIMEOUT_SECS, status_code, timed};
+use crate::objects::{ApiObjects, Kind, ObjectData, ObjectError, ObjectKey};
+
+/// See the module documentation.
+#[derive(Clone)]
+pub struct ClusterObjects {
+    client: ClientHandle,
+}
+
+impl ClusterObjects {
+    pub fn new(client: ClientHandle) -> Self {
+        ClusterObjects { client }
+    }
+}
+
+fn api_error(what: &str, key: &ObjectKey, e: kube::Error) -> ObjectError {
+    ObjectError::Api(format!(
+        "{what} {} {}/{}: {e}",
+        key.kind.lower(),
+        key.namespace,
+        key.name
+    ))
+}
+
+async fn follow_kind<K>(
+    mut client: ClientHandle,
+    key: &ObjectKey,
+    convert: fn(K) -> ObjectData,
+    on_change: &(dyn Fn(Option<ObjectData>) + Send + Sync),
+) -> ObjectError
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+    K::DynamicType: Default,
+{
+    loop {
+        client.mark_seen();
+        let api: Api<K> = Api::namespaced(client.current(), &key.namespace);
+        let cfg = watcher::Config::default()
+            .fields(&format!("metadata.name={}", key.name))
+            .timeout(WATCH_TIMEOUT_SECS);
+        let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+        let mut seen = false;
+        loop {
+            tokio::select! {
+                _ = client.changed() => break,
+                ev = stream.next() => match ev {
+                    Some(Ok(Event::Init)) => seen = false,
+                    Some(Ok(Event::InitApply(o))) | Some(Ok(Event::Apply(o))) => {
+                        seen = true;
+                        on_change(Some(convert(o)));
+                    }
+                    Some(Ok(Event::InitDone)) => {
+                        if !seen {
+                            on_change(None);
+                        }
+                    }
+                    Some(Ok(Event::Delete(_))) => on_change(None),
+                    Some(Err(e)) => tracing::debug!(kind = key.kind.lower(), namespace = %key.namespace, name = %key.name, error = %e, "object watch failed; retrying"),
+                    None => return ObjectError::Api("the watch ended".into()),
+                }
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ApiObjects for ClusterObjects {
+    async fn get(&self, key: &ObjectKey) -> Result<Option<ObjectData>, ObjectError> {
+        let client = self.client.current();
+        match key.kind {
+            Kind::ConfigMap => {
+                let api: Api<ConfigMap> = Api::namespaced(client, &key.namespace);
+                timed(api.get_opt(&key.name))
+                    .await
+                    .map(|o| o.map(ObjectData::from_config_map))
+            }
+            Kind::Secret => {
+                let api: Api<Secret> = Api::namespaced(client, &key.namespace);
+                timed(api.get_opt(&key.name))
+                    .await
+                    .map(|o| o.map(ObjectData::from_secret))
+            }
+        }
+        .map_err(|e| api_error("reading", key, e))
+    }
+
+    async fn follow(
+        &self,
+        key: &ObjectKey,
+        on_change: &(dyn Fn(Option<ObjectData>) + Send + Sync),
+    ) -> ObjectError {
+        match key.kind {
+            Kind::ConfigMap => {
+                follow_kind::<ConfigMap>(
+                    self.client.clone(),
+                    key,
+                    ObjectData::from_config_map,
+                    on_change,
+                )
+                .await
+            }
+            Kind::Secret => {
+                follow_kind::<Secret>(self.client.clone(), key, ObjectData::from_secret, on_change)
+                    .await
+            }
+        }
+    }
+
+    async fn request_token(
+        &self,
+        namespace: &str,
+        service_account: &str,
+        request: &TokenRequest,
+    ) -> Result<TokenRequest, ObjectError> {
+        let url = format!("/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token");
+        let mut body = serde_json::to_value(request)
+            .map_err(|e| ObjectError::Api(format!("encoding the TokenRequest: {e}")))?;
+        body["apiVersion"] = "authentication.k8s.io/v1".into();
+        body["kind"] = "TokenRequest".into();
+        let req = http::Request::post(url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&body).unwrap_or_default())
+            .map_err(|e| ObjectError::Api(e.to_string()))?;
+        timed(self.client.current().request::<TokenRequest>(req))
+            .await
+            .map_err(|e| {
+                let code = status_code(&e)
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default();
+                ObjectError::Api(format!(
+                    "requesting a token for serviceaccount {namespace}/{service_account}{code}: {e}"
+                ))
+            })
+    }
+}
