@@ -122,10 +122,14 @@ fn authenticate(
             .or_else(|| h.strip_prefix("bearer "))
             .ok_or_else(ApiError::unauthorized)?
             .trim();
-        let tokens = shared.tokens.lock().unwrap_or_else(|p| p.into_inner());
-        return tokens
+        let known = shared
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
             .get(token)
-            .cloned()
+            .cloned();
+        return known
+            .or_else(|| shared.store().authenticate_token(token))
             .ok_or_else(ApiError::unauthorized);
     }
     match peer {
@@ -188,6 +192,9 @@ fn resource_list(group: &str, version: &str) -> Value {
         }
         if r.approval {
             out.push(json!({"name": format!("{}/approval", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
+        }
+        if r.group.is_empty() && r.plural == "serviceaccounts" {
+            out.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
         }
     }
     let gv = if group.is_empty() {
@@ -373,6 +380,9 @@ async fn dispatch(
         Route::Resource(t) => t,
     };
     let res = t.res;
+    if res.group.is_empty() && res.plural == "serviceaccounts" && t.sub == "token" {
+        return token_request(shared, user, req, &t).await;
+    }
     let is_watch = truthy(q.get("watch"));
     let verb = match (&req.method().clone(), t.name.is_some()) {
         (&Method::GET, true) => "get",
@@ -526,6 +536,36 @@ async fn dispatch(
     };
     match result {
         Ok((code, v)) => full(code, &v),
+        Err(e) => error(&e),
+    }
+}
+
+/// `POST /api/v1/namespaces/<ns>/serviceaccounts/<name>/token`.
+async fn token_request(
+    shared: &Arc<Shared>,
+    user: &UserInfo,
+    req: Request<Incoming>,
+    t: &Target,
+) -> Response<Body> {
+    let ns = t.namespace.clone().unwrap_or_default();
+    let name = t.name.clone().unwrap_or_default();
+    if req.method() != Method::POST || name.is_empty() {
+        return error(&ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({})",
+            req.method()
+        )));
+    }
+    if !authorize(user, t.res, "token", "create") {
+        return error(&ApiError::forbidden(
+            t.res, "token", &name, &user.name, "create", &ns,
+        ));
+    }
+    let result = match read_json(req).await {
+        Ok(body) => shared.store().token_request(&ns, &name, &body),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(v) => full(201, &v),
         Err(e) => error(&e),
     }
 }

@@ -1,5 +1,6 @@
 //! Type-specific defaulting on create (upstream's defaulters and PrepareForCreate):
-//! pods, namespaces, services (cluster IPs, node ports) and CSRs.
+//! pods, namespaces, services (cluster IPs, node ports), CSRs and RuntimeClasses
+//! (a `handler` is required).
 
 use serde_json::{Value, json};
 
@@ -72,6 +73,19 @@ impl Store {
                 }
             }
             ("", "services") => self.default_service(obj),
+            ("node.k8s.io", "runtimeclasses") => {
+                let handler = obj.get("handler").and_then(Value::as_str).unwrap_or("");
+                let name = meta_str(obj, "name").to_string();
+                if handler.is_empty() {
+                    return Err(ApiError::invalid(
+                        "RuntimeClass.node.k8s.io",
+                        &name,
+                        "handler",
+                        "FieldValueRequired",
+                        "Required value",
+                    ));
+                }
+            }
             ("certificates.k8s.io", _) => {
                 let name = meta_str(obj, "name").to_string();
                 validate_csr(obj, &name)?;

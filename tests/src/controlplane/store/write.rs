@@ -118,6 +118,9 @@ impl Store {
         obj["kind"] = json!(res.kind);
         obj["apiVersion"] = json!(res.api_version());
         self.defaults_on_create(res, &mut obj, user)?;
+        if res.group.is_empty() && res.plural == "pods" {
+            self.admit_pod(&mut obj)?;
+        }
         let out = self.commit(res, EventType::Added, obj, None);
         self.after_write(res, &ns, &name);
         Ok(out)
