@@ -1264,7 +1264,27 @@ async fn runtime_classes_are_served() {
         .create(&PostParams::default(), &no_handler)
         .await
         .unwrap_err();
-    assert_eq!(api_code(&err), (422, "Invalid".into()));
+    let (code, reason, message) = api_status(&err);
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert!(
+        message.starts_with(
+            "RuntimeClass.node.k8s.io \"bad\" is invalid: handler: Invalid value: \"\": a lowercase RFC 1123 label"
+        ),
+        "{message}"
+    );
+    let err = rcs
+        .patch(
+            "gvisor",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"handler": "kata"})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        api_status(&err)
+            .2
+            .ends_with("handler: Invalid value: \"kata\": field is immutable")
+    );
     rcs.delete("gvisor", &DeleteParams::default())
         .await
         .unwrap();

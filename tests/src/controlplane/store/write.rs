@@ -157,6 +157,9 @@ impl Store {
         if !rv.is_empty() && rv != meta_str(&existing, "resourceVersion") {
             return Err(ApiError::stale(res, name));
         }
+        if res.group == "node.k8s.io" && res.plural == "runtimeclasses" {
+            super::defaults::validate_runtime_class(&new, Some(&existing))?;
+        }
         let uid = meta_str(&new, "uid");
         let old_uid = meta_str(&existing, "uid");
         if !uid.is_empty() && uid != old_uid {
