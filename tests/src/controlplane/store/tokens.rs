@@ -352,3 +352,76 @@ struct Bound {
     secret: Option<Value>,
     node: Option<Value>,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::controlplane::jwt::TokenSigner;
+    use crate::controlplane::store::StoreConfig;
+
+    fn store(extend: bool) -> Store {
+        let mut s = Store::new(StoreConfig {
+            history: 10,
+            auto_approve_csrs: false,
+            cluster_signing_duration: Duration::from_secs(3600),
+            min_signing_duration: Duration::from_secs(600),
+            cert_backdate: Duration::ZERO,
+            service_account_admission: true,
+            extend_token_expiration: extend,
+        });
+        s.token_signer = Some(Arc::new(TokenSigner::generate().unwrap()));
+        let admin = UserInfo::new("admin", &["system:masters"]);
+        let sa = json!({"metadata": {"name": "default", "namespace": "d"}});
+        s.create(res("serviceaccounts"), "d", sa, &admin).unwrap();
+        let pod = json!({"metadata": {"name": "p", "namespace": "d"},
+                         "spec": {"containers": [{"name": "c", "image": "i:1"}]}});
+        s.create(res("pods"), "d", pod, &admin).unwrap();
+        s
+    }
+
+    fn lifetime(s: &mut Store) -> (i64, bool) {
+        let uid = meta_str(&s.get(res("pods"), "d", "p").unwrap(), "uid").to_string();
+        let body = json!({"spec": {"expirationSeconds": 3607,
+            "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p", "uid": uid}}});
+        let tr = s.token_request("d", "default", &body).unwrap();
+        let c = s
+            .verify_token(tr["status"]["token"].as_str().unwrap())
+            .unwrap();
+        let life = c["exp"].as_i64().unwrap() - c["iat"].as_i64().unwrap();
+        (life, c["kubernetes.io"].get("warnafter").is_some())
+    }
+
+    #[test]
+    fn extension_follows_the_apiserver_flag() {
+        assert_eq!(lifetime(&mut store(true)), (EXTENDED_SECONDS, true));
+        assert_eq!(lifetime(&mut store(false)), (3607, false));
+    }
+
+    #[test]
+    fn expired_and_foreign_tokens_are_refused() {
+        let s = store(true);
+        let signer = s.token_signer.clone().unwrap();
+        let now = unix(SystemTime::now());
+        let claims = |iat: i64, exp: i64| {
+            json!({"iss": API_AUDIENCE, "aud": [API_AUDIENCE], "iat": iat, "nbf": iat, "exp": exp,
+                   "sub": "system:serviceaccount:d:default",
+                   "kubernetes.io": {"namespace": "d", "serviceaccount": {"name": "default", "uid": "x"}}})
+        };
+        let expired = signer.sign(&claims(now - 7200, now - 3600)).unwrap();
+        assert_eq!(
+            s.verify_token(&expired).unwrap_err(),
+            "service account token has expired"
+        );
+        // Valid in time and signature, but the account's UID differs: no user.
+        let stale = signer.sign(&claims(now, now + 600)).unwrap();
+        assert!(s.verify_token(&stale).is_ok());
+        assert_eq!(s.authenticate_token(&stale), None);
+        let other = TokenSigner::generate().unwrap();
+        assert!(
+            s.verify_token(&other.sign(&claims(now, now + 600)).unwrap())
+                .is_err()
+        );
+    }
+}
