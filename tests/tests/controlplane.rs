@@ -1376,3 +1376,46 @@ async fn watch_one_configmap_and_secret_by_name() {
         other => panic!("expected a 410 ERROR event, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn issuer_discovery_serves_the_key_that_signs_tokens() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let (_cp, _dir, c) = setup(Options::default()).await;
+    let get = |path: &str| {
+        let c = c.clone();
+        let req = http::Request::get(path).body(Vec::new()).unwrap();
+        async move { c.request::<serde_json::Value>(req).await.unwrap() }
+    };
+    let conf = get("/.well-known/openid-configuration").await;
+    assert_eq!(
+        conf["issuer"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    assert_eq!(
+        conf["jwks_uri"],
+        "https://kubernetes.default.svc.cluster.local/openid/v1/jwks"
+    );
+    let jwks = get("/openid/v1/jwks").await;
+    let key = &jwks["keys"][0];
+    assert_eq!(
+        (key["kty"].as_str(), key["crv"].as_str()),
+        (Some("EC"), Some("P-256"))
+    );
+
+    let tr = request_token(&c, "default", "default", json!({}))
+        .await
+        .unwrap();
+    let token = tr["status"]["token"].as_str().unwrap();
+    let (signed, sig) = token.rsplit_once('.').unwrap();
+    let header: serde_json::Value =
+        serde_json::from_slice(&b64.decode(signed.split('.').next().unwrap()).unwrap()).unwrap();
+    assert_eq!(header["alg"], "ES256");
+    assert_eq!(header["kid"], key["kid"], "the token names the served key");
+    let mut point = vec![4u8];
+    point.extend(b64.decode(key["x"].as_str().unwrap()).unwrap());
+    point.extend(b64.decode(key["y"].as_str().unwrap()).unwrap());
+    ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, &point)
+        .verify(signed.as_bytes(), &b64.decode(sig).unwrap())
+        .expect("the served key verifies the token");
+}

@@ -47,6 +47,20 @@ impl TokenSigner {
         Ok(Self { key, rng, kid })
     }
 
+    /// The public key as a JWK Set (what `/openid/v1/jwks` serves).
+    pub fn jwks(&self) -> Value {
+        let point = self.key.public_key().as_ref();
+        json!({"keys": [{
+            "use": "sig",
+            "kty": "EC",
+            "kid": self.kid,
+            "crv": "P-256",
+            "alg": "ES256",
+            "x": B64URL.encode(&point[1..33]),
+            "y": B64URL.encode(&point[33..65]),
+        }]})
+    }
+
     /// Sign `claims` into a compact JWS.
     pub fn sign(&self, claims: &Value) -> Result<String> {
         let header = json!({ "alg": "ES256", "kid": self.kid });

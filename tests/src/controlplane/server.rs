@@ -25,7 +25,9 @@ use super::pki::{Authority, identity_of};
 use super::resources::{self, RESOURCES, ResourceDef};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
-use super::store::{DeleteOpts, RequestRecord, Store, Subresource, UserInfo, WatchMsg};
+use super::store::{
+    API_AUDIENCE, DeleteOpts, RequestRecord, Store, Subresource, UserInfo, WatchMsg,
+};
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -169,6 +171,10 @@ enum Route {
     Version,
     Root(Value),
     Healthz,
+    /// Service account issuer discovery: `/.well-known/openid-configuration`.
+    OidcConfig,
+    /// The token signing keys: `/openid/v1/jwks`.
+    Jwks,
     Resource(Target),
     NotFound,
 }
@@ -214,6 +220,8 @@ fn route(path: &str) -> Route {
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["version"] => return Route::Version,
         ["healthz" | "livez" | "readyz", ..] => return Route::Healthz,
+        [".well-known", "openid-configuration"] => return Route::OidcConfig,
+        ["openid", "v1", "jwks"] => return Route::Jwks,
         ["api"] => {
             return Route::Root(json!({
                 "kind": "APIVersions",
@@ -370,6 +378,27 @@ async fn dispatch(
             return r;
         }
         Route::Root(v) => return full(200, &v),
+        Route::OidcConfig => {
+            return full(
+                200,
+                &json!({
+                    "issuer": API_AUDIENCE,
+                    "jwks_uri": format!("{API_AUDIENCE}/openid/v1/jwks"),
+                    "response_types_supported": ["id_token"],
+                    "subject_types_supported": ["public"],
+                    "id_token_signing_alg_values_supported": ["ES256"],
+                }),
+            );
+        }
+        Route::Jwks => {
+            let keys = shared.store().token_signer.as_ref().map(|s| s.jwks());
+            let mut r = full(200, &keys.unwrap_or_else(|| json!({"keys": []})));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/jwk-set+json"),
+            );
+            return r;
+        }
         Route::NotFound => {
             return error(&ApiError::new(
                 404,
