@@ -1419,3 +1419,75 @@ async fn issuer_discovery_serves_the_key_that_signs_tokens() {
         .verify(signed.as_bytes(), &b64.decode(sig).unwrap())
         .expect("the served key verifies the token");
 }
+
+#[tokio::test]
+async fn kubelets_get_tokens_only_for_their_own_pods() {
+    let (cp, dir, c) = setup(Options::default()).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let mine = pods
+        .create(&PostParams::default(), &sa_pod("mine", json!({})))
+        .await
+        .unwrap();
+    let theirs = pods
+        .create(
+            &PostParams::default(),
+            &sa_pod("theirs", json!({"nodeName": "n2"})),
+        )
+        .await
+        .unwrap();
+    let path = dir.path().join("kubelet.conf");
+    cp.node_kubeconfig(&path, "n1", Duration::from_secs(3600))
+        .unwrap();
+    let node = client(&path).await;
+    let bound = |p: &Pod| json!({"kind": "Pod", "apiVersion": "v1", "name": p.metadata.name, "uid": p.metadata.uid});
+    let forbidden = |why: &str| {
+        (
+            403,
+            "Forbidden".to_string(),
+            format!("serviceaccounts \"default\" is forbidden: {why}"),
+        )
+    };
+
+    request_token(
+        &node,
+        "default",
+        "default",
+        json!({"expirationSeconds": 3607, "boundObjectRef": bound(&mine)}),
+    )
+    .await
+    .expect("a kubelet gets tokens for its own pods");
+    let err = request_token(&node, "default", "default", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        forbidden("node requested token not bound to a pod")
+    );
+    let err = request_token(
+        &node,
+        "default",
+        "default",
+        json!({"boundObjectRef": bound(&theirs)}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        forbidden("node requested token bound to a pod scheduled on a different node")
+    );
+    let err = request_token(
+        &node,
+        "default",
+        "default",
+        json!({"audiences": ["vault"], "boundObjectRef": bound(&mine)}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        forbidden(
+            "audience \"vault\" not found in pod spec volume, system:node:n1 is not authorized to request tokens for this audience"
+        )
+    );
+    assert_eq!(cp.token_requests().len(), 1);
+}

@@ -590,7 +590,7 @@ async fn token_request(
         ));
     }
     let result = match read_json(req).await {
-        Ok(body) => shared.store().token_request(&ns, &name, &body),
+        Ok(body) => shared.store().token_request(&ns, &name, &body, user),
         Err(e) => Err(e),
     };
     match result {

@@ -51,9 +51,15 @@ fn name_ref(obj: &Value) -> Value {
 }
 
 impl Store {
-    /// Serve one TokenRequest for `ns/name`; the answer is the TokenRequest with
-    /// `status.token` and `status.expirationTimestamp`.
-    pub fn token_request(&mut self, ns: &str, name: &str, body: &Value) -> Result<Value, ApiError> {
+    /// Serve one TokenRequest for `ns/name` from `user`; the answer is the
+    /// TokenRequest with `status.token` and `status.expirationTimestamp`.
+    pub fn token_request(
+        &mut self,
+        ns: &str,
+        name: &str,
+        body: &Value,
+        user: &UserInfo,
+    ) -> Result<Value, ApiError> {
         let mut req = if body.is_null() {
             json!({})
         } else {
@@ -133,6 +139,7 @@ impl Store {
                 "may not specify a duration larger than 2^32 seconds",
             ));
         }
+        self.node_restriction(user, ns, name, &audiences, spec.get("boundObjectRef"))?;
         let bound = self.bound_object(ns, name, spec.get("boundObjectRef"))?;
 
         let mut exp = expiration;
@@ -199,6 +206,80 @@ impl Store {
         });
         req["status"] = json!({ "token": token, "expirationTimestamp": timestamp(expires) });
         Ok(req)
+    }
+
+    /// The NodeRestriction admission plugin on TokenRequests from a kubelet
+    /// (`system:node:<name>` in `system:nodes`): only for a pod on that node,
+    /// bound to it by name and UID, for the API audience or one the pod's
+    /// projected token volumes name (ServiceAccountNodeAudienceRestriction).
+    fn node_restriction(
+        &self,
+        user: &UserInfo,
+        ns: &str,
+        sa: &str,
+        audiences: &[String],
+        r: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let Some(node) = user
+            .name
+            .strip_prefix("system:node:")
+            .filter(|_| user.in_group("system:nodes"))
+        else {
+            return Ok(());
+        };
+        let deny = |why: String| ApiError::forbidden_because(res("serviceaccounts"), sa, &why);
+        let field = |k: &str| {
+            r.and_then(|r| r.get(k))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        };
+        if field("apiVersion") != "v1" || field("kind") != "Pod" || field("name").is_empty() {
+            return Err(deny("node requested token not bound to a pod".into()));
+        }
+        let uid = field("uid");
+        if uid.is_empty() {
+            return Err(deny(
+                "node requested token with a pod binding without a uid".into(),
+            ));
+        }
+        let pod = self.get(res("pods"), ns, field("name"))?;
+        if uid != meta_str(&pod, "uid") {
+            return Err(deny(format!(
+                "the UID in the bound object reference ({uid}) does not match the UID in record. The object might have been deleted and then recreated"
+            )));
+        }
+        if pod.pointer("/spec/nodeName").and_then(Value::as_str) != Some(node) {
+            return Err(deny(
+                "node requested token bound to a pod scheduled on a different node".into(),
+            ));
+        }
+        let requested: Vec<&String> = audiences.iter().filter(|a| *a != API_AUDIENCE).collect();
+        match requested.as_slice() {
+            [] => Ok(()),
+            [aud] if audiences.len() == 1 => {
+                let in_spec = pod
+                    .pointer("/spec/volumes")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.pointer("/projected/sources").and_then(Value::as_array))
+                    .flatten()
+                    .any(|s| {
+                        s.pointer("/serviceAccountToken/audience")
+                            .and_then(Value::as_str)
+                            == Some(aud.as_str())
+                    });
+                if in_spec {
+                    Ok(())
+                } else {
+                    Err(deny(format!(
+                        "audience {aud:?} not found in pod spec volume, {} is not authorized to request tokens for this audience",
+                        user.name
+                    )))
+                }
+            }
+            _ => Err(deny("node may only request 0 or 1 audiences".into())),
+        }
     }
 
     /// Resolve `spec.boundObjectRef` as upstream does (Pod, Secret or Node).
@@ -385,7 +466,8 @@ mod tests {
         let uid = meta_str(&s.get(res("pods"), "d", "p").unwrap(), "uid").to_string();
         let body = json!({"spec": {"expirationSeconds": 3607,
             "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p", "uid": uid}}});
-        let tr = s.token_request("d", "default", &body).unwrap();
+        let admin = UserInfo::new("admin", &["system:masters"]);
+        let tr = s.token_request("d", "default", &body, &admin).unwrap();
         let c = s
             .verify_token(tr["status"]["token"].as_str().unwrap())
             .unwrap();
