@@ -123,6 +123,9 @@ fn mount_into(spec: &mut Map<String, Value>, list: &str, volume: &str) -> bool {
     };
     for c in cs.iter_mut().filter_map(Value::as_object_mut) {
         let mounts = c.entry("volumeMounts").or_insert_with(|| json!([]));
+        if mounts.is_null() {
+            *mounts = json!([]);
+        }
         let Some(mounts) = mounts.as_array_mut() else {
             continue;
         };
@@ -220,6 +223,9 @@ impl Store {
             let main = mount_into(spec, "containers", &volume);
             if existing.is_none() && (init || main) {
                 let vols = spec.entry("volumes").or_insert_with(|| json!([]));
+                if vols.is_null() {
+                    *vols = json!([]);
+                }
                 if let Some(v) = vols.as_array_mut() {
                     v.push(token_volume(&volume));
                 }
