@@ -8,7 +8,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
@@ -627,4 +628,866 @@ async fn streaming_list_leases_and_events() {
             .iter()
             .any(|r| r.query.contains("sendInitialEvents=true"))
     );
+}
+
+// -- ServiceAccounts, kube-root-ca.crt, TokenRequest, RuntimeClasses -----------
+
+const SA_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+fn api_status(e: &kube::Error) -> (u16, String, String) {
+    match e {
+        kube::Error::Api(s) => (s.code, s.reason.clone(), s.message.clone()),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+async fn next_event<S, K>(stream: &mut S) -> WatchEvent<K>
+where
+    S: futures::Stream<Item = kube::Result<WatchEvent<K>>> + Unpin,
+{
+    tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await
+        .expect("a watch event within 5 s")
+        .expect("a decodable event")
+        .expect("the stream stays open")
+}
+
+#[tokio::test]
+async fn every_namespace_gets_root_ca_and_default_service_account() {
+    let (cp, _dir, c) = setup(Options::default()).await;
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let cm: ConfigMap = cp.get_typed(ns, "kube-root-ca.crt").expect(ns);
+        assert_eq!(cm.data.unwrap()["ca.crt"], cp.ca_pem(), "{ns}");
+        assert!(
+            cp.get_typed::<ServiceAccount>(ns, "default").is_some(),
+            "{ns}"
+        );
+    }
+    let cms: Api<ConfigMap> = Api::all(c.clone());
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut cm_watch = cms
+        .watch(&WatchParams::default().timeout(30), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let sas: Api<ServiceAccount> = Api::all(c.clone());
+    let mut sa_watch = sas
+        .watch(&WatchParams::default().timeout(30), &rv)
+        .await
+        .unwrap()
+        .boxed();
+
+    let nss: Api<Namespace> = Api::all(c.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let WatchEvent::Added(cm) = next_event(&mut cm_watch).await else {
+        panic!("the new namespace's ConfigMap arrives as ADDED")
+    };
+    assert_eq!(cm.metadata.namespace.as_deref(), Some("team-a"));
+    assert_eq!(cm.metadata.name.as_deref(), Some("kube-root-ca.crt"));
+    assert_eq!(cm.data.as_ref().unwrap()["ca.crt"], cp.ca_pem());
+    assert!(
+        cm.metadata.annotations.as_ref().unwrap()["kubernetes.io/description"]
+            .starts_with("Contains a CA bundle")
+    );
+    let WatchEvent::Added(sa) = next_event(&mut sa_watch).await else {
+        panic!("the default ServiceAccount arrives as ADDED")
+    };
+    assert_eq!(
+        (
+            sa.metadata.namespace.as_deref(),
+            sa.metadata.name.as_deref()
+        ),
+        (Some("team-a"), Some("default"))
+    );
+
+    // The publisher puts back an edited or deleted ConfigMap; the account comes back too.
+    let ns_cms: Api<ConfigMap> = Api::namespaced(c.clone(), "team-a");
+    ns_cms
+        .patch(
+            "kube-root-ca.crt",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"ca.crt": "tampered"}})),
+        )
+        .await
+        .unwrap();
+    let got = ns_cms.get("kube-root-ca.crt").await.unwrap();
+    assert_eq!(got.data.unwrap()["ca.crt"], cp.ca_pem());
+    ns_cms
+        .delete("kube-root-ca.crt", &DeleteParams::default())
+        .await
+        .unwrap();
+    let again = ns_cms.get("kube-root-ca.crt").await.unwrap();
+    assert_ne!(again.metadata.uid, cm.metadata.uid, "recreated");
+    let ns_sas: Api<ServiceAccount> = Api::namespaced(c.clone(), "team-a");
+    ns_sas
+        .delete("default", &DeleteParams::default())
+        .await
+        .unwrap();
+    let sa2 = ns_sas.get("default").await.unwrap();
+    assert_ne!(sa2.metadata.uid, sa.metadata.uid, "recreated");
+}
+
+fn sa_pod(name: &str, extra_spec: serde_json::Value) -> Pod {
+    let mut v = json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": "n1",
+            "initContainers": [{"name": "init", "image": "busybox:1.36"}],
+            "containers": [
+                {"name": "a", "image": "busybox:1.36"},
+                {"name": "b", "image": "busybox:1.36",
+                 "volumeMounts": [{"name": "own", "mountPath": SA_MOUNT}]},
+            ],
+            "volumes": [{"name": "own", "emptyDir": {}}],
+        }
+    });
+    if let (Some(spec), Some(extra)) = (v["spec"].as_object_mut(), extra_spec.as_object()) {
+        for (k, x) in extra {
+            spec.insert(k.clone(), x.clone());
+        }
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+fn token_volumes(p: &Pod) -> Vec<serde_json::Value> {
+    p.spec
+        .as_ref()
+        .unwrap()
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| v.name.starts_with("kube-api-access-"))
+        .map(|v| serde_json::to_value(v).unwrap())
+        .collect()
+}
+
+fn mounts_at_sa_path(p: &Pod) -> Vec<(String, String, Option<bool>)> {
+    let spec = p.spec.as_ref().unwrap();
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+        .flat_map(|c| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .filter(|m| m.mount_path == SA_MOUNT)
+                .map(|m| (c.name.clone(), m.name.clone(), m.read_only))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn pod_create_gets_the_kube_api_access_volume() {
+    let (_cp, _dir, c) = setup(Options::default()).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let p = pods
+        .create(&PostParams::default(), &sa_pod("p1", json!({})))
+        .await
+        .unwrap();
+    let spec = p.spec.as_ref().unwrap();
+    assert_eq!(spec.service_account_name.as_deref(), Some("default"));
+    assert_eq!(spec.service_account.as_deref(), Some("default"));
+    let vols = token_volumes(&p);
+    assert_eq!(vols.len(), 1, "{vols:?}");
+    let name = vols[0]["name"].as_str().unwrap().to_string();
+    let suffix = name.strip_prefix("kube-api-access-").unwrap();
+    assert_eq!(suffix.len(), 5);
+    assert!(
+        suffix
+            .chars()
+            .all(|ch| "bcdfghjklmnpqrstvwxz2456789".contains(ch)),
+        "{suffix}"
+    );
+    assert_eq!(
+        vols[0]["projected"],
+        json!({
+            "defaultMode": 420,
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ],
+        })
+    );
+    // Container b already mounts something there and keeps it.
+    assert_eq!(
+        mounts_at_sa_path(&p),
+        vec![
+            ("init".to_string(), name.clone(), Some(true)),
+            ("a".to_string(), name.clone(), Some(true)),
+            ("b".to_string(), "own".to_string(), None),
+        ]
+    );
+    // The stored object is what watchers and later GETs see.
+    assert_eq!(pods.get("p1").await.unwrap().spec, p.spec);
+}
+
+#[tokio::test]
+async fn automount_choices_and_missing_service_accounts() {
+    let (_cp, _dir, c) = setup(Options::default()).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let pp = PostParams::default();
+
+    let p = pods
+        .create(
+            &pp,
+            &sa_pod("off", json!({"automountServiceAccountToken": false})),
+        )
+        .await
+        .unwrap();
+    assert!(token_volumes(&p).is_empty());
+    assert_eq!(mounts_at_sa_path(&p).len(), 1, "only b's own mount");
+    assert_eq!(
+        p.spec.unwrap().service_account_name.as_deref(),
+        Some("default")
+    );
+
+    let sas: Api<ServiceAccount> = Api::namespaced(c.clone(), "default");
+    sas.create(
+        &pp,
+        &serde_json::from_value(json!({
+            "metadata": {"name": "robot"},
+            "automountServiceAccountToken": false,
+            "imagePullSecrets": [{"name": "regcred"}],
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let p = pods
+        .create(
+            &pp,
+            &sa_pod("robot", json!({"serviceAccountName": "robot"})),
+        )
+        .await
+        .unwrap();
+    assert!(token_volumes(&p).is_empty(), "the account says no");
+    let pull: Vec<String> = p
+        .spec
+        .as_ref()
+        .unwrap()
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(pull, ["regcred"], "the account's pull secrets are copied");
+    let p = pods
+        .create(
+            &pp,
+            &sa_pod(
+                "robot-yes",
+                json!({"serviceAccount": "robot", "automountServiceAccountToken": true}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(token_volumes(&p).len(), 1, "the pod's choice wins");
+    assert_eq!(
+        p.spec.unwrap().service_account_name.as_deref(),
+        Some("robot"),
+        "the deprecated serviceAccount field fills serviceAccountName"
+    );
+
+    let err = pods
+        .create(
+            &pp,
+            &sa_pod("ghost", json!({"serviceAccountName": "ghost"})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        (
+            403,
+            "Forbidden".into(),
+            "pods \"ghost\" is forbidden: error looking up service account default/ghost: serviceaccount \"ghost\" not found".into()
+        )
+    );
+    assert!(pods.get("ghost").await.is_err(), "nothing stored");
+}
+
+#[tokio::test]
+async fn mirror_pods_are_accepted_unchanged() {
+    let (_cp, _dir, c) = setup(Options::default()).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let mut mirror = sa_pod("static-n1", json!({}));
+    mirror.metadata.annotations = Some(
+        [(
+            "kubernetes.io/config.mirror".to_string(),
+            "abc123".to_string(),
+        )]
+        .into(),
+    );
+    let p = pods.create(&PostParams::default(), &mirror).await.unwrap();
+    assert!(token_volumes(&p).is_empty());
+    assert_eq!(p.spec.as_ref().unwrap().service_account_name, None);
+    assert_eq!(mounts_at_sa_path(&p).len(), 1, "only b's own mount");
+
+    mirror.metadata.name = Some("static-sa-n1".into());
+    mirror.spec.as_mut().unwrap().service_account_name = Some("default".into());
+    let err = pods
+        .create(&PostParams::default(), &mirror)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        (
+            403,
+            "Forbidden".into(),
+            "pods \"static-sa-n1\" is forbidden: a mirror pod may not reference service accounts"
+                .into()
+        )
+    );
+}
+
+#[tokio::test]
+async fn admission_can_be_turned_off() {
+    let opts = Options {
+        service_account_admission: false,
+        ..Options::default()
+    };
+    let (_cp, _dir, c) = setup(opts).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let p = pods
+        .create(
+            &PostParams::default(),
+            &sa_pod("plain", json!({"serviceAccountName": "ghost"})),
+        )
+        .await
+        .unwrap();
+    assert!(token_volumes(&p).is_empty());
+    assert_eq!(
+        p.spec.unwrap().service_account_name.as_deref(),
+        Some("ghost")
+    );
+}
+
+async fn request_token(
+    c: &Client,
+    ns: &str,
+    sa: &str,
+    spec: serde_json::Value,
+) -> kube::Result<serde_json::Value> {
+    let sas: Api<ServiceAccount> = Api::namespaced(c.clone(), ns);
+    let body =
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec});
+    sas.create_subresource("token", sa, &PostParams::default(), &body)
+        .await
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn rfc3339_secs(v: &serde_json::Value) -> i64 {
+    v.as_str()
+        .unwrap()
+        .parse::<jiff::Timestamp>()
+        .unwrap()
+        .as_second()
+}
+
+#[tokio::test]
+async fn token_requests_issue_signed_pod_bound_tokens() {
+    let (cp, _dir, c) = setup(Options::default()).await;
+    let node = cp
+        .create("nodes", json!({"metadata": {"name": "n1"}}))
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let pod = pods
+        .create(&PostParams::default(), &sa_pod("p1", json!({})))
+        .await
+        .unwrap();
+    let pod_uid = pod.metadata.uid.clone().unwrap();
+    let sa: ServiceAccount = cp.get_typed("default", "default").unwrap();
+
+    // What the kubelet asks for the injected projection.
+    let bound = json!({"kind": "Pod", "apiVersion": "v1", "name": "p1", "uid": pod_uid});
+    let before = unix_now();
+    let tr = request_token(
+        &c,
+        "default",
+        "default",
+        json!({"expirationSeconds": 3607, "boundObjectRef": bound}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(tr["kind"], "TokenRequest");
+    assert_eq!(
+        tr["spec"]["audiences"],
+        json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+    let expires = rfc3339_secs(&tr["status"]["expirationTimestamp"]);
+    assert!(
+        (before + 3607..=unix_now() + 3607).contains(&expires),
+        "status shows the requested 3607 s, not the extension"
+    );
+    let token = tr["status"]["token"].as_str().unwrap();
+    let claims = cp.verify_service_account_token(token).unwrap();
+    let iat = claims["iat"].as_i64().unwrap();
+    assert_eq!(claims["nbf"], iat);
+    assert_eq!(
+        claims["exp"].as_i64().unwrap() - iat,
+        365 * 24 * 3600,
+        "extended to a year"
+    );
+    let k = &claims["kubernetes.io"];
+    assert_eq!(k["warnafter"].as_i64().unwrap() - iat, 3607);
+    assert_eq!(claims["sub"], "system:serviceaccount:default:default");
+    assert_eq!(
+        claims["iss"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    assert_eq!(
+        claims["aud"],
+        json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+    assert!(!claims["jti"].as_str().unwrap().is_empty());
+    assert_eq!(k["namespace"], "default");
+    assert_eq!(k["pod"], json!({"name": "p1", "uid": pod_uid}));
+    assert_eq!(
+        k["serviceaccount"],
+        json!({"name": "default", "uid": sa.metadata.uid.unwrap()})
+    );
+    assert_eq!(
+        k["node"],
+        json!({"name": "n1", "uid": node["metadata"]["uid"]})
+    );
+
+    // Defaults: 3600 s, no binding, no extension.
+    let tr = request_token(&c, "default", "default", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(tr["spec"]["expirationSeconds"], 3600);
+    let claims = cp
+        .verify_service_account_token(tr["status"]["token"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
+        3600
+    );
+    assert!(claims["kubernetes.io"].get("pod").is_none());
+    assert!(claims["kubernetes.io"].get("warnafter").is_none());
+    // Another audience is never extended.
+    let tr = request_token(
+        &c,
+        "default",
+        "default",
+        json!({"audiences": ["vault"], "expirationSeconds": 3607, "boundObjectRef": bound}),
+    )
+    .await
+    .unwrap();
+    let claims = cp
+        .verify_service_account_token(tr["status"]["token"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
+        3607
+    );
+    assert_eq!(claims["aud"], json!(["vault"]));
+
+    assert_eq!(
+        cp.token_requests(),
+        vec![
+            (
+                "default".to_string(),
+                "default".to_string(),
+                "p1".to_string()
+            ),
+            ("default".to_string(), "default".to_string(), String::new()),
+            (
+                "default".to_string(),
+                "default".to_string(),
+                "p1".to_string()
+            ),
+        ]
+    );
+    assert!(cp.verify_service_account_token("a.b.c").is_err());
+    let mut forged = token.to_string();
+    forged.pop();
+    forged.push(if token.ends_with('A') { 'B' } else { 'A' });
+    assert!(cp.verify_service_account_token(&forged).is_err());
+}
+
+#[tokio::test]
+async fn token_requests_are_refused_as_upstream_refuses_them() {
+    let (cp, _dir, c) = setup(Options::default()).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let pod = pods
+        .create(&PostParams::default(), &sa_pod("p1", json!({})))
+        .await
+        .unwrap();
+    let err = request_token(&c, "default", "default", json!({"expirationSeconds": 599}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        (
+            422,
+            "Invalid".into(),
+            "TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: 599: may not specify a duration less than 10 minutes".into()
+        )
+    );
+    let err = request_token(&c, "default", "nobody", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        (
+            404,
+            "NotFound".into(),
+            "serviceaccounts \"nobody\" not found".into()
+        )
+    );
+    let err = request_token(
+        &c,
+        "default",
+        "default",
+        json!({"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "gone"}}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        (404, "NotFound".into(), "pods \"gone\" not found".into())
+    );
+    let err = request_token(
+        &c,
+        "default",
+        "default",
+        json!({"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p1", "uid": "other"}}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        (
+            409,
+            "Conflict".into(),
+            "Operation cannot be fulfilled on Pod \"p1\": the UID in the bound object reference (other) does not match the UID in record. The object might have been deleted and then recreated".into()
+        )
+    );
+    let err = request_token(
+        &c,
+        "default",
+        "default",
+        json!({"boundObjectRef": {"kind": "ConfigMap", "apiVersion": "v1", "name": "x"}}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(api_status(&err).0, 400);
+    assert!(
+        cp.token_requests().is_empty(),
+        "refused requests are not counted"
+    );
+    assert!(pod.metadata.uid.is_some());
+}
+
+#[tokio::test]
+async fn service_account_tokens_authenticate_as_the_account() {
+    let (cp, dir, c) = setup(Options::default()).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let pod = pods
+        .create(&PostParams::default(), &sa_pod("p1", json!({})))
+        .await
+        .unwrap();
+    let tr = request_token(
+        &c,
+        "default",
+        "default",
+        json!({"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p1", "uid": pod.metadata.uid}}),
+    )
+    .await
+    .unwrap();
+    let token = tr["status"]["token"].as_str().unwrap();
+    let path = dir.path().join("sa.conf");
+    std::fs::write(&path, cp.token_kubeconfig_yaml(token, "sa")).unwrap();
+    let sa_client = client(&path).await;
+    let sa_pods: Api<Pod> = Api::namespaced(sa_client.clone(), "default");
+    sa_pods.list(&ListParams::default()).await.unwrap();
+    let last = cp.requests().pop().unwrap();
+    assert_eq!(
+        (last.user.as_str(), last.code),
+        ("system:serviceaccount:default:default", 200)
+    );
+    // The bound pod is gone: the token no longer authenticates.
+    cp.remove("pods", "default", "p1").unwrap();
+    let err = sa_pods.list(&ListParams::default()).await.unwrap_err();
+    assert_eq!(api_code(&err), (401, "Unauthorized".into()));
+}
+
+#[tokio::test]
+async fn runtime_classes_are_served() {
+    let (_cp, _dir, c) = setup(Options::default()).await;
+    let rcs: Api<RuntimeClass> = Api::all(c.clone());
+    let mut w = rcs
+        .watch(&WatchParams::default().timeout(30), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let rc: RuntimeClass = serde_json::from_value(json!({
+        "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": "gvisor"}, "handler": "runsc",
+    }))
+    .unwrap();
+    rcs.create(&PostParams::default(), &rc).await.unwrap();
+    let WatchEvent::Added(seen) = next_event(&mut w).await else {
+        panic!("ADDED expected")
+    };
+    assert_eq!(seen.handler, "runsc");
+    assert_eq!(rcs.get("gvisor").await.unwrap().handler, "runsc");
+    assert_eq!(
+        rcs.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    let no_handler: RuntimeClass = serde_json::from_value(json!({
+        "metadata": {"name": "bad"}, "handler": "",
+    }))
+    .unwrap();
+    let err = rcs
+        .create(&PostParams::default(), &no_handler)
+        .await
+        .unwrap_err();
+    let (code, reason, message) = api_status(&err);
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert!(
+        message.starts_with(
+            "RuntimeClass.node.k8s.io \"bad\" is invalid: handler: Invalid value: \"\": a lowercase RFC 1123 label"
+        ),
+        "{message}"
+    );
+    let err = rcs
+        .patch(
+            "gvisor",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"handler": "kata"})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        api_status(&err)
+            .2
+            .ends_with("handler: Invalid value: \"kata\": field is immutable")
+    );
+    rcs.delete("gvisor", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(matches!(next_event(&mut w).await, WatchEvent::Deleted(_)));
+    assert_eq!(api_code(&rcs.get("gvisor").await.unwrap_err()).0, 404);
+}
+
+#[tokio::test]
+async fn watch_one_configmap_and_secret_by_name() {
+    let opts = Options {
+        bookmark_interval: Duration::from_millis(200),
+        ..Options::default()
+    };
+    let (cp, _dir, c) = setup(opts).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    for n in ["a", "b"] {
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": n}, "data": {"k": "1"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let one = ListParams::default().fields("metadata.name=a");
+    let l = cms.list(&one).await.unwrap();
+    assert_eq!(l.items.len(), 1);
+    let rv = l.metadata.resource_version.unwrap();
+    let mut wp = WatchParams::default().fields("metadata.name=a").timeout(30);
+    wp.bookmarks = true;
+    let mut w = cms.watch(&wp, &rv).await.unwrap().boxed();
+    for n in ["b", "a"] {
+        cms.patch(
+            n,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "2"}})),
+        )
+        .await
+        .unwrap();
+    }
+    let mut saw_update = false;
+    let mut saw_bookmark = false;
+    for _ in 0..10 {
+        match next_event(&mut w).await {
+            WatchEvent::Modified(cm) => {
+                assert_eq!(cm.metadata.name.as_deref(), Some("a"), "b is not watched");
+                assert_eq!(cm.data.unwrap()["k"], "2");
+                saw_update = true;
+            }
+            WatchEvent::Bookmark(_) => saw_bookmark = true,
+            other => panic!("unexpected {other:?}"),
+        }
+        if saw_update && saw_bookmark {
+            break;
+        }
+    }
+    assert!(saw_update && saw_bookmark);
+
+    // Secrets the same way, and a resume from a forgotten version gets 410.
+    let secrets: Api<Secret> = Api::namespaced(c.clone(), "default");
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let l = secrets
+        .list(&ListParams::default().fields("metadata.name=s"))
+        .await
+        .unwrap();
+    assert_eq!(l.items.len(), 1);
+    let old_rv = l.metadata.resource_version.unwrap();
+    cp.create(
+        "secrets",
+        json!({"metadata": {"name": "t", "namespace": "default"}}),
+    )
+    .unwrap();
+    cp.expire_history();
+    let mut w = secrets
+        .watch(
+            &WatchParams::default().fields("metadata.name=s").timeout(30),
+            &old_rv,
+        )
+        .await
+        .unwrap()
+        .boxed();
+    match next_event(&mut w).await {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410),
+        other => panic!("expected a 410 ERROR event, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn issuer_discovery_serves_the_key_that_signs_tokens() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let (_cp, _dir, c) = setup(Options::default()).await;
+    let get = |path: &str| {
+        let c = c.clone();
+        let req = http::Request::get(path).body(Vec::new()).unwrap();
+        async move { c.request::<serde_json::Value>(req).await.unwrap() }
+    };
+    let conf = get("/.well-known/openid-configuration").await;
+    assert_eq!(
+        conf["issuer"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    assert_eq!(
+        conf["jwks_uri"],
+        "https://kubernetes.default.svc.cluster.local/openid/v1/jwks"
+    );
+    let jwks = get("/openid/v1/jwks").await;
+    let key = &jwks["keys"][0];
+    assert_eq!(
+        (key["kty"].as_str(), key["crv"].as_str()),
+        (Some("EC"), Some("P-256"))
+    );
+
+    let tr = request_token(&c, "default", "default", json!({}))
+        .await
+        .unwrap();
+    let token = tr["status"]["token"].as_str().unwrap();
+    let (signed, sig) = token.rsplit_once('.').unwrap();
+    let header: serde_json::Value =
+        serde_json::from_slice(&b64.decode(signed.split('.').next().unwrap()).unwrap()).unwrap();
+    assert_eq!(header["alg"], "ES256");
+    assert_eq!(header["kid"], key["kid"], "the token names the served key");
+    let mut point = vec![4u8];
+    point.extend(b64.decode(key["x"].as_str().unwrap()).unwrap());
+    point.extend(b64.decode(key["y"].as_str().unwrap()).unwrap());
+    ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, &point)
+        .verify(signed.as_bytes(), &b64.decode(sig).unwrap())
+        .expect("the served key verifies the token");
+}
+
+#[tokio::test]
+async fn kubelets_get_tokens_only_for_their_own_pods() {
+    let (cp, dir, c) = setup(Options::default()).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let mine = pods
+        .create(&PostParams::default(), &sa_pod("mine", json!({})))
+        .await
+        .unwrap();
+    let theirs = pods
+        .create(
+            &PostParams::default(),
+            &sa_pod("theirs", json!({"nodeName": "n2"})),
+        )
+        .await
+        .unwrap();
+    let path = dir.path().join("kubelet.conf");
+    cp.node_kubeconfig(&path, "n1", Duration::from_secs(3600))
+        .unwrap();
+    let node = client(&path).await;
+    let bound = |p: &Pod| json!({"kind": "Pod", "apiVersion": "v1", "name": p.metadata.name, "uid": p.metadata.uid});
+    let forbidden = |why: &str| {
+        (
+            403,
+            "Forbidden".to_string(),
+            format!("serviceaccounts \"default\" is forbidden: {why}"),
+        )
+    };
+
+    request_token(
+        &node,
+        "default",
+        "default",
+        json!({"expirationSeconds": 3607, "boundObjectRef": bound(&mine)}),
+    )
+    .await
+    .expect("a kubelet gets tokens for its own pods");
+    let err = request_token(&node, "default", "default", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        forbidden("node requested token not bound to a pod")
+    );
+    let err = request_token(
+        &node,
+        "default",
+        "default",
+        json!({"boundObjectRef": bound(&theirs)}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        forbidden("node requested token bound to a pod scheduled on a different node")
+    );
+    let err = request_token(
+        &node,
+        "default",
+        "default",
+        json!({"audiences": ["vault"], "boundObjectRef": bound(&mine)}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        forbidden(
+            "audience \"vault\" not found in pod spec volume, system:node:n1 is not authorized to request tokens for this audience"
+        )
+    );
+    assert_eq!(cp.token_requests().len(), 1);
 }

@@ -16,12 +16,19 @@
 //! event history (watches resuming from older versions get an ERROR event with
 //! a 410 `Expired` Status, as upstream's watch cache sends), selector-aware watch
 //! event translation, upstream's pod graceful-deletion rules, merge / strategic
-//! merge / JSON patches, `/status` and `/approval` subresources, and a CSR
-//! approver + signer behaving like kube-controller-manager's. What it is not:
-//! an admission chain, RBAC beyond "bootstrap tokens may only touch CSRs", a
-//! scheduler, protobuf, or server-side apply field ownership (apply patches are
-//! applied as strategic merges).
+//! merge / JSON patches, `/status` and `/approval` subresources, a CSR
+//! approver + signer behaving like kube-controller-manager's, the controllers
+//! that give every namespace its `kube-root-ca.crt` ConfigMap and `default`
+//! ServiceAccount, the ServiceAccount admission plugin on pod create (the
+//! `kube-api-access-*` volume; [`Options::service_account_admission`]),
+//! TokenRequest with ES256-signed bound tokens that also authenticate requests
+//! ([`TestControlPlane::verify_service_account_token`],
+//! [`TestControlPlane::token_requests`]), and `node.k8s.io/v1` RuntimeClasses.
+//! What it is not: any other admission plugin, RBAC beyond "bootstrap tokens may
+//! only touch CSRs", a scheduler, protobuf, or server-side apply field ownership
+//! (apply patches are applied as strategic merges).
 
+mod jwt;
 mod patch;
 pub mod pki;
 mod random;
@@ -48,7 +55,7 @@ use tokio_rustls::TlsAcceptor;
 pub use pki::{IssuedCert, subject_of_pem, validity_of_pem};
 pub use resources::ResourceDef;
 pub use status::ApiError;
-pub use store::{RequestRecord, UserInfo};
+pub use store::{API_AUDIENCE, RequestRecord, UserInfo};
 
 use server::Shared;
 use store::{DeleteOpts, Store, StoreConfig, Subresource};
@@ -85,6 +92,13 @@ pub struct Options {
     pub default_namespaces: bool,
     /// `/version` gitVersion.
     pub git_version: String,
+    /// The ServiceAccount admission plugin on pod create (on in every real
+    /// cluster): default `serviceAccountName`, refuse pods of missing accounts,
+    /// inject the `kube-api-access-*` volume. Off: pods are stored as sent.
+    pub service_account_admission: bool,
+    /// `--service-account-extend-token-expiration` (upstream default true): a
+    /// pod-bound token asked for 3607 s is valid a year, with `warnafter` at 3607 s.
+    pub extend_token_expiration: bool,
 }
 
 impl Default for Options {
@@ -101,6 +115,8 @@ impl Default for Options {
             cert_backdate: Duration::from_secs(300),
             default_namespaces: true,
             git_version: "v1.36.0".to_string(),
+            service_account_admission: true,
+            extend_token_expiration: true,
         }
     }
 }
@@ -176,8 +192,11 @@ impl TestControlPlane {
             cluster_signing_duration: opts.cluster_signing_duration,
             min_signing_duration: opts.min_signing_duration,
             cert_backdate: opts.cert_backdate,
+            service_account_admission: opts.service_account_admission,
+            extend_token_expiration: opts.extend_token_expiration,
         });
         store.signer = Some(ca.clone());
+        store.token_signer = Some(Arc::new(jwt::TokenSigner::generate()?));
         if opts.default_namespaces {
             let ns = resources::find("", "v1", "namespaces").expect("namespaces served");
             for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -752,6 +771,34 @@ impl TestControlPlane {
     /// now gets the 410 Expired ERROR event (forces clients to relist).
     pub fn expire_history(&self) {
         self.shared.store().compact();
+    }
+
+    // -- service-account tokens ---------------------------------------------
+
+    /// The claims of a service-account token this control plane issued, once its
+    /// signature, issuer and expiry check out (upstream's one-minute leeway).
+    pub fn verify_service_account_token(&self, token: &str) -> Result<Value> {
+        self.shared
+            .store()
+            .verify_token(token)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Every TokenRequest served so far, in order: (namespace, service account,
+    /// bound pod name or "" when not pod-bound).
+    pub fn token_requests(&self) -> Vec<(String, String, String)> {
+        self.shared
+            .store()
+            .token_requests
+            .iter()
+            .map(|r| {
+                (
+                    r.namespace.clone(),
+                    r.service_account.clone(),
+                    r.pod.clone(),
+                )
+            })
+            .collect()
     }
 
     // -- request log ---------------------------------------------------------

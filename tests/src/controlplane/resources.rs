@@ -210,6 +210,16 @@ pub static RESOURCES: &[ResourceDef] = &[
         )
     },
     ResourceDef {
+        short: &[],
+        ..def(
+            "node.k8s.io",
+            "runtimeclasses",
+            "runtimeclass",
+            "RuntimeClass",
+            false,
+        )
+    },
+    ResourceDef {
         create_on_update: true,
         fields: EVENTS_V1_FIELDS,
         short: &["ev"],

@@ -25,7 +25,9 @@ use super::pki::{Authority, identity_of};
 use super::resources::{self, RESOURCES, ResourceDef};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
-use super::store::{DeleteOpts, RequestRecord, Store, Subresource, UserInfo, WatchMsg};
+use super::store::{
+    API_AUDIENCE, DeleteOpts, RequestRecord, Store, Subresource, UserInfo, WatchMsg,
+};
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -122,10 +124,14 @@ fn authenticate(
             .or_else(|| h.strip_prefix("bearer "))
             .ok_or_else(ApiError::unauthorized)?
             .trim();
-        let tokens = shared.tokens.lock().unwrap_or_else(|p| p.into_inner());
-        return tokens
+        let known = shared
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
             .get(token)
-            .cloned()
+            .cloned();
+        return known
+            .or_else(|| shared.store().authenticate_token(token))
             .ok_or_else(ApiError::unauthorized);
     }
     match peer {
@@ -165,6 +171,10 @@ enum Route {
     Version,
     Root(Value),
     Healthz,
+    /// Service account issuer discovery: `/.well-known/openid-configuration`.
+    OidcConfig,
+    /// The token signing keys: `/openid/v1/jwks`.
+    Jwks,
     Resource(Target),
     NotFound,
 }
@@ -189,6 +199,9 @@ fn resource_list(group: &str, version: &str) -> Value {
         if r.approval {
             out.push(json!({"name": format!("{}/approval", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
+        if r.group.is_empty() && r.plural == "serviceaccounts" {
+            out.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
+        }
     }
     let gv = if group.is_empty() {
         version.to_string()
@@ -207,6 +220,8 @@ fn route(path: &str) -> Route {
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["version"] => return Route::Version,
         ["healthz" | "livez" | "readyz", ..] => return Route::Healthz,
+        [".well-known", "openid-configuration"] => return Route::OidcConfig,
+        ["openid", "v1", "jwks"] => return Route::Jwks,
         ["api"] => {
             return Route::Root(json!({
                 "kind": "APIVersions",
@@ -363,6 +378,27 @@ async fn dispatch(
             return r;
         }
         Route::Root(v) => return full(200, &v),
+        Route::OidcConfig => {
+            return full(
+                200,
+                &json!({
+                    "issuer": API_AUDIENCE,
+                    "jwks_uri": format!("{API_AUDIENCE}/openid/v1/jwks"),
+                    "response_types_supported": ["id_token"],
+                    "subject_types_supported": ["public"],
+                    "id_token_signing_alg_values_supported": ["ES256"],
+                }),
+            );
+        }
+        Route::Jwks => {
+            let keys = shared.store().token_signer.as_ref().map(|s| s.jwks());
+            let mut r = full(200, &keys.unwrap_or_else(|| json!({"keys": []})));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/jwk-set+json"),
+            );
+            return r;
+        }
         Route::NotFound => {
             return error(&ApiError::new(
                 404,
@@ -373,6 +409,9 @@ async fn dispatch(
         Route::Resource(t) => t,
     };
     let res = t.res;
+    if res.group.is_empty() && res.plural == "serviceaccounts" && t.sub == "token" {
+        return token_request(shared, user, req, &t).await;
+    }
     let is_watch = truthy(q.get("watch"));
     let verb = match (&req.method().clone(), t.name.is_some()) {
         (&Method::GET, true) => "get",
@@ -526,6 +565,36 @@ async fn dispatch(
     };
     match result {
         Ok((code, v)) => full(code, &v),
+        Err(e) => error(&e),
+    }
+}
+
+/// `POST /api/v1/namespaces/<ns>/serviceaccounts/<name>/token`.
+async fn token_request(
+    shared: &Arc<Shared>,
+    user: &UserInfo,
+    req: Request<Incoming>,
+    t: &Target,
+) -> Response<Body> {
+    let ns = t.namespace.clone().unwrap_or_default();
+    let name = t.name.clone().unwrap_or_default();
+    if req.method() != Method::POST || name.is_empty() {
+        return error(&ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({})",
+            req.method()
+        )));
+    }
+    if !authorize(user, t.res, "token", "create") {
+        return error(&ApiError::forbidden(
+            t.res, "token", &name, &user.name, "create", &ns,
+        ));
+    }
+    let result = match read_json(req).await {
+        Ok(body) => shared.store().token_request(&ns, &name, &body, user),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(v) => full(201, &v),
         Err(e) => error(&e),
     }
 }

@@ -182,6 +182,57 @@ impl ApiError {
         }
     }
 
+    /// 403 from an admission plugin: `pods "x" is forbidden: <why>`.
+    pub fn forbidden_because(res: &ResourceDef, name: &str, why: &str) -> Self {
+        let subject = if name.is_empty() {
+            res.qualified()
+        } else {
+            format!("{} \"{name}\"", res.qualified())
+        };
+        Self {
+            details: Some(details(res, name)),
+            ..Self::new(403, "Forbidden", format!("{subject} is forbidden: {why}"))
+        }
+    }
+
+    /// 422 Invalid with the group-qualified kind upstream names in messages
+    /// (`TokenRequest.authentication.k8s.io "" is invalid: ...`).
+    pub fn invalid_in_group(
+        group: &str,
+        kind: &str,
+        name: &str,
+        field: &str,
+        value: &Value,
+        detail: &str,
+    ) -> Self {
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let shown = match value {
+            Value::String(s) => format!("{s:?}"),
+            other => other.to_string(),
+        };
+        let message = format!("Invalid value: {shown}: {detail}");
+        let mut d = json!({
+            "name": name,
+            "kind": kind,
+            "causes": [{ "reason": "FieldValueInvalid", "message": message, "field": field }],
+        });
+        if !group.is_empty() {
+            d["group"] = json!(group);
+        }
+        Self {
+            details: Some(d),
+            ..Self::new(
+                422,
+                "Invalid",
+                format!("{qualified} \"{name}\" is invalid: {field}: {message}"),
+            )
+        }
+    }
+
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(405, "MethodNotAllowed", message)
     }

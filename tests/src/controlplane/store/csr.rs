@@ -18,7 +18,12 @@ impl Store {
         if res.approval {
             self.csr_controller(res, name);
         }
-        let _ = ns;
+        self.namespace_controllers(res, ns, name, false);
+    }
+
+    /// What controllers do when an object is gone.
+    pub(super) fn after_delete(&mut self, res: &'static ResourceDef, ns: &str, name: &str) {
+        self.namespace_controllers(res, ns, name, true);
     }
 
     fn csr_controller(&mut self, res: &'static ResourceDef, name: &str) {

@@ -1,5 +1,6 @@
 //! Type-specific defaulting on create (upstream's defaulters and PrepareForCreate):
-//! pods, namespaces, services (cluster IPs, node ports) and CSRs.
+//! pods, namespaces, services (cluster IPs, node ports), CSRs and RuntimeClasses
+//! (a `handler` is required).
 
 use serde_json::{Value, json};
 
@@ -72,6 +73,7 @@ impl Store {
                 }
             }
             ("", "services") => self.default_service(obj),
+            ("node.k8s.io", "runtimeclasses") => validate_runtime_class(obj, None)?,
             ("certificates.k8s.io", _) => {
                 let name = meta_str(obj, "name").to_string();
                 validate_csr(obj, &name)?;
@@ -144,6 +146,44 @@ impl Store {
             obj["status"] = json!({ "loadBalancer": {} });
         }
     }
+}
+
+/// Upstream's RuntimeClass validation: `handler` is an RFC 1123 label and never
+/// changes once set.
+pub(super) fn validate_runtime_class(obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+    let name = meta_str(obj, "name");
+    let handler = obj.get("handler").cloned().unwrap_or(json!(""));
+    let invalid = |detail: &str| {
+        ApiError::invalid_in_group(
+            "node.k8s.io",
+            "RuntimeClass",
+            name,
+            "handler",
+            &handler,
+            detail,
+        )
+    };
+    if let Some(old) = old
+        && old.get("handler") != Some(&handler)
+    {
+        return Err(invalid("field is immutable"));
+    }
+    let h = handler.as_str().unwrap_or("");
+    if h.len() > 63 {
+        return Err(invalid("must be no more than 63 characters"));
+    }
+    let b = h.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let label = !b.is_empty()
+        && b.first().is_some_and(alnum)
+        && b.last().is_some_and(alnum)
+        && b.iter().all(|c| alnum(c) || *c == b'-');
+    if !label {
+        return Err(invalid(
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+        ));
+    }
+    Ok(())
 }
 
 /// The pod's QoS class from its containers' requests and limits.

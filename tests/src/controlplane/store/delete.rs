@@ -95,12 +95,14 @@ impl Store {
             m.insert("deletionGracePeriodSeconds".into(), json!(period));
             if period == 0 && !has_finalizers {
                 let out = self.commit(res, EventType::Deleted, obj, Some(existing));
+                self.after_delete(res, &ns, name);
                 return Ok((out, true));
             }
             let out = self.commit(res, EventType::Modified, obj, Some(existing));
             return Ok((out, false));
         }
         let out = self.commit(res, EventType::Deleted, existing.clone(), Some(existing));
+        self.after_delete(res, &ns, name);
         Ok((out, true))
     }
 }

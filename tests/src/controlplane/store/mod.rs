@@ -7,13 +7,19 @@
 //! (`Store::commit`); the rest is split by purpose:
 //! `list` (selection and paged lists), `watch` (event history and watch fan-out),
 //! `write` (create / update / patch), `defaults` (type-specific defaulting on
-//! create), `delete` (graceful deletion, preconditions, finalizers) and `csr`
-//! (CSR validation, the approver and the signer).
+//! create), `admission` (the ServiceAccount admission plugin on pod create),
+//! `delete` (graceful deletion, preconditions, finalizers), `csr` (CSR
+//! validation, the approver and the signer), `namespaces` (the controllers that
+//! give every namespace its `kube-root-ca.crt` and `default` ServiceAccount) and
+//! `tokens` (TokenRequest and service-account bearer tokens).
 
+mod admission;
 mod csr;
 mod defaults;
 mod delete;
 mod list;
+mod namespaces;
+mod tokens;
 mod watch;
 mod write;
 
@@ -22,10 +28,13 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value, json};
 
+use super::jwt::TokenSigner;
 use super::pki::Authority;
 use super::resources::{RESOURCES, ResourceDef};
 use super::status::ApiError;
 
+pub use tokens::API_AUDIENCE;
+use tokens::TokenRequestRecord;
 pub use watch::{EventType, WatchMsg};
 use watch::{HistoryEvent, Watcher};
 
@@ -124,6 +133,10 @@ pub struct StoreConfig {
     pub cluster_signing_duration: Duration,
     pub min_signing_duration: Duration,
     pub cert_backdate: Duration,
+    /// Run the ServiceAccount admission plugin on pod create.
+    pub service_account_admission: bool,
+    /// `--service-account-extend-token-expiration` (upstream default true).
+    pub extend_token_expiration: bool,
 }
 
 /// Everything behind the control plane's lock.
@@ -140,8 +153,12 @@ pub struct Store {
     pub requests: Vec<RequestRecord>,
     next_cluster_ip: u32,
     next_node_port: u32,
-    /// The CA the CSR signer uses.
+    /// The CA the CSR signer uses (its certificate is also `kube-root-ca.crt`).
     pub signer: Option<std::sync::Arc<Authority>>,
+    /// The service-account token signing key.
+    pub token_signer: Option<std::sync::Arc<TokenSigner>>,
+    /// Every TokenRequest served.
+    pub token_requests: Vec<TokenRequestRecord>,
 }
 
 fn key_of(ns: &str, name: &str) -> (String, String) {
@@ -171,6 +188,8 @@ impl Store {
             next_cluster_ip: 10,
             next_node_port: 30000,
             signer: None,
+            token_signer: None,
+            token_requests: Vec::new(),
         }
     }
 
@@ -243,6 +262,8 @@ mod tests {
             cluster_signing_duration: Duration::from_secs(3600),
             min_signing_duration: Duration::from_secs(600),
             cert_backdate: Duration::from_secs(300),
+            service_account_admission: false,
+            extend_token_expiration: true,
         })
     }
 

@@ -118,6 +118,9 @@ impl Store {
         obj["kind"] = json!(res.kind);
         obj["apiVersion"] = json!(res.api_version());
         self.defaults_on_create(res, &mut obj, user)?;
+        if res.group.is_empty() && res.plural == "pods" {
+            self.admit_pod(&mut obj)?;
+        }
         let out = self.commit(res, EventType::Added, obj, None);
         self.after_write(res, &ns, &name);
         Ok(out)
@@ -153,6 +156,9 @@ impl Store {
         let rv = meta_str(&new, "resourceVersion");
         if !rv.is_empty() && rv != meta_str(&existing, "resourceVersion") {
             return Err(ApiError::stale(res, name));
+        }
+        if res.group == "node.k8s.io" && res.plural == "runtimeclasses" {
+            super::defaults::validate_runtime_class(&new, Some(&existing))?;
         }
         let uid = meta_str(&new, "uid");
         let old_uid = meta_str(&existing, "uid");
