@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod joined;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

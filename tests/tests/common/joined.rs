@@ -1,0 +1,154 @@
+//! A node as `kubeadm join` leaves it (bootstrap kubeconfig, CA, KubeletConfiguration from the
+//! kubelet-config ConfigMap, kubeadm-flags.env, /etc/default/kubelet), under a temporary root,
+//! and the command line systemd builds from it.
+
+use super::{NetnsControlPlane, Rig, kubeadm_command_line, parse_env_file};
+use std::collections::BTreeMap;
+
+/// The node's name.
+pub const NODE: &str = "rig-node";
+/// The node's address (kubeadm passes the advertise address as --node-ip).
+pub const NODE_IP: &str = "10.250.0.5";
+
+/// What kubeadm leaves on a joining node, under `root` instead of `/`.
+pub struct JoinedNode {
+    pub root: tempfile::TempDir,
+}
+
+impl JoinedNode {
+    pub fn p(&self, rel: &str) -> std::path::PathBuf {
+        self.root.path().join(rel)
+    }
+
+    pub fn write(cp: &NetnsControlPlane, rig: &Rig) -> JoinedNode {
+        let n = JoinedNode {
+            root: tempfile::tempdir().unwrap(),
+        };
+        for d in [
+            "etc/kubernetes/pki",
+            "etc/kubernetes/manifests",
+            "etc/default",
+            "var/lib/kubelet/pki",
+            "var/lib/kube-proxy",
+            "var/log/pods",
+        ] {
+            std::fs::create_dir_all(n.p(d)).unwrap();
+        }
+        cp.bootstrap_kubeconfig(n.p("etc/kubernetes/bootstrap-kubelet.conf"))
+            .unwrap();
+        cp.write_ca(n.p("etc/kubernetes/pki/ca.crt")).unwrap();
+        // kubeadm's KubeletConfiguration (from the kubelet-config ConfigMap), plus the rig's
+        // log dir and cgroup root so that the test stays inside its sandbox.
+        let config = format!(
+            r#"apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: {ca}
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: ""
+cpuManagerReconcilePeriod: 0s
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+  verbosity: 0
+memorySwap: {{}}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: {manifests}
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+podLogsDir: {logs}
+cgroupRoot: {cgroot}
+"#,
+            ca = n.p("etc/kubernetes/pki/ca.crt").display(),
+            manifests = n.p("etc/kubernetes/manifests").display(),
+            logs = n.p("var/log/pods").display(),
+            cgroot = rig.get("RIG_CGROUP_ROOT"),
+        );
+        std::fs::write(n.p("var/lib/kubelet/config.yaml"), config).unwrap();
+        std::fs::write(
+            n.p("var/lib/kubelet/kubeadm-flags.env"),
+            format!(
+                "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint={} --node-ip={NODE_IP} --hostname-override={NODE} --node-labels=node.example.com/pool=e2e --register-with-taints=example.com/dedicated=e2e:PreferNoSchedule --pod-infra-container-image=registry.k8s.io/pause:3.10\"\n",
+                rig.get("CRI_ENDPOINT")
+            ),
+        )
+        .unwrap();
+        // The kube-proxy role hosted in the agent (our --proxy-config), on the shared client.
+        std::fs::write(
+            n.p("var/lib/kube-proxy/config.conf"),
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: iptables\nclusterCIDR: 10.88.0.0/16\nhealthzBindAddress: 127.0.0.1:10256\nmetricsBindAddress: 127.0.0.1:10249\n",
+        )
+        .unwrap();
+        std::fs::write(
+            n.p("etc/default/kubelet"),
+            format!(
+                "KUBELET_EXTRA_ARGS=\"--root-dir={} --cgroup-driver=cgroupfs --proxy-config={}\"\n",
+                n.p("var/lib/kubelet").display(),
+                n.p("var/lib/kube-proxy/config.conf").display()
+            ),
+        )
+        .unwrap();
+        n
+    }
+
+    /// The command line systemd builds from 10-kubeadm.conf and the environment files.
+    pub fn command_line(&self) -> Vec<String> {
+        let mut env = BTreeMap::new();
+        env.insert(
+            "KUBELET_KUBECONFIG_ARGS".to_string(),
+            format!(
+                "--bootstrap-kubeconfig={} --kubeconfig={}",
+                self.p("etc/kubernetes/bootstrap-kubelet.conf").display(),
+                self.p("etc/kubernetes/kubelet.conf").display()
+            ),
+        );
+        env.insert(
+            "KUBELET_CONFIG_ARGS".to_string(),
+            format!(
+                "--config={}",
+                self.p("var/lib/kubelet/config.yaml").display()
+            ),
+        );
+        for f in ["var/lib/kubelet/kubeadm-flags.env", "etc/default/kubelet"] {
+            env.extend(parse_env_file(
+                &std::fs::read_to_string(self.p(f)).unwrap_or_default(),
+            ));
+        }
+        kubeadm_command_line(&env)
+    }
+}
+
+impl Drop for JoinedNode {
+    /// tmpfs volumes of pods still running when a test ends live under the root.
+    fn drop(&mut self) {
+        super::unmount_below(self.root.path());
+    }
+}
