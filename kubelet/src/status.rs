@@ -325,13 +325,12 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
             let mut s = container_status(c, obs);
             // A regular init container that finished successfully counts as ready; a
             // sidecar is ready like an app container (running, started, readiness).
-            if c.restart_policy.as_deref() != Some("Always")
-                && s.state
+            if c.restart_policy.as_deref() != Some("Always") {
+                s.ready = s
+                    .state
                     .as_ref()
                     .and_then(|st| st.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code == 0)
-            {
-                s.ready = true;
+                    .is_some_and(|t| t.exit_code == 0);
             }
             s
         })

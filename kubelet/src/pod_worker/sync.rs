@@ -152,10 +152,7 @@ impl Worker {
                 self.event(Some(name), EventType::Warning, "BackOff", &message);
             }
         }
-        let mut wake = match (p.wake_after, deadline_left.filter(|d| !d.is_zero())) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let mut wake = p.wake_after;
         let grace = self.grace();
         if p.kill_pod {
             tracing::info!("stopping pod's containers and sandbox");
@@ -272,6 +269,11 @@ impl Worker {
         waiting.extend(p.waiting.clone());
         self.update_probes(&obs);
         self.publish(&obs, waiting, false);
+        // The deadline counts from the start time, which a new sandbox may just have set.
+        let wake = match (wake, self.active_deadline_left().filter(|d| !d.is_zero())) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         wake.unwrap_or(self.env.resync).min(self.env.resync)
     }
 
