@@ -633,4 +633,32 @@ mod tests {
             "Running"
         );
     }
+
+    #[test]
+    fn termination_messages_share_12_kib_per_pod() {
+        let long = |c: char| {
+            let mut s = exited(1);
+            s.state
+                .as_mut()
+                .unwrap()
+                .terminated
+                .as_mut()
+                .unwrap()
+                .message = Some(c.to_string().repeat(4096));
+            s.last_state = s.state.clone();
+            s
+        };
+        let mut a = long('a');
+        cap_messages(&mut a, MAX_POD_MESSAGE_BYTES / 4);
+        let msg = |s: &ContainerStatus, last: bool| {
+            let st = if last { &s.last_state } else { &s.state };
+            st.clone().unwrap().terminated.unwrap().message.unwrap()
+        };
+        assert_eq!(msg(&a, false), "a".repeat(3072));
+        assert_eq!(msg(&a, true), "a".repeat(3072));
+        // Never inside a character.
+        let mut m = Some("é".repeat(10));
+        cap_message(&mut m, 5);
+        assert_eq!(m.as_deref(), Some("éé"));
+    }
 }

@@ -1,7 +1,8 @@
 //! A finished container's `terminated.message`, as upstream's kuberuntime computes it: the
 //! runtime's message, then what the container wrote to its `terminationMessagePath` (the last
 //! 4096 bytes), or, with `terminationMessagePolicy: FallbackToLogsOnError`, when that file is
-//! empty and the container failed, the tail of its log (80 lines, then at most 2048 bytes).
+//! empty and the container failed, the tail of its log (80 lines, of which the last 2048
+//! bytes).
 //! Reads files: call it on the blocking pool.
 
 use crate::runtime::{
@@ -73,11 +74,12 @@ pub fn read_at_most(path: &Path, max: u64) -> std::io::Result<String> {
 }
 
 /// The content of the last `lines` entries of a CRI-format log (`<time> <stream> <P|F>
-/// <text>`), the first `max_bytes` of it; "" when the log cannot be read.
+/// <text>`), at most its last `max_bytes` (upstream reads into a ring buffer).
 pub fn log_tail(path: &Path, lines: usize, max_bytes: usize) -> String {
     // Only the end of the file matters: 80 entries of a few KiB at most.
-    let Ok(raw) = read_at_most(path, 1 << 20) else {
-        return String::new();
+    let raw = match read_at_most(path, 1 << 20) {
+        Ok(raw) => raw,
+        Err(e) => return format!("Error on reading termination message from logs: {e}"),
     };
     let entries: Vec<&str> = raw.lines().filter(|l| !l.is_empty()).collect();
     let mut out = String::new();
@@ -91,11 +93,11 @@ pub fn log_tail(path: &Path, lines: usize, max_bytes: usize) -> String {
         }
     }
     if out.len() > max_bytes {
-        let mut end = max_bytes;
-        while !out.is_char_boundary(end) {
-            end -= 1;
+        let mut start = out.len() - max_bytes;
+        while !out.is_char_boundary(start) {
+            start += 1;
         }
-        out.truncate(end);
+        out.drain(..start);
     }
     out
 }

@@ -170,11 +170,13 @@ impl Worker {
             return Ok(());
         };
         tracing::warn!(container = %c.name, %message, "postStart hook failed; killing the container");
+        // As upstream, the event does not carry the hook's output (it may hold secrets); the
+        // container's waiting message does.
         self.event(
             Some(&c.name),
             EventType::Warning,
             "FailedPostStartHook",
-            &message,
+            "PostStartHook failed",
         );
         self.kill_container(id, &c.name, self.grace(), Some("FailedPostStartHook"))
             .await;
@@ -189,6 +191,19 @@ impl Worker {
         name: &str,
         grace: Duration,
         message: Option<&str>,
+    ) {
+        self.kill_in_turn(id, name, grace, message, &[]).await;
+    }
+
+    /// [`Self::kill_container`], sending the stop signal only once every container of `after`
+    /// has stopped (or the grace period is over), as upstream's terminationOrdering.
+    async fn kill_in_turn(
+        &self,
+        id: &str,
+        name: &str,
+        grace: Duration,
+        message: Option<&str>,
+        after: &[CancellationToken],
     ) {
         let message = message
             .map(str::to_string)
@@ -216,7 +231,7 @@ impl Worker {
                         Some(name),
                         EventType::Warning,
                         "FailedPreStopHook",
-                        &message,
+                        "PreStopHook failed",
                     );
                 }
                 Err(_) => {
@@ -226,6 +241,14 @@ impl Worker {
             // Upstream takes the whole seconds the hook used from the grace period.
             left = grace.saturating_sub(Duration::from_secs(started.elapsed().as_secs()));
         }
+        if !after.is_empty() && !left.is_zero() {
+            let started = Instant::now();
+            let turn = futures::future::join_all(after.iter().map(|t| t.cancelled()));
+            if tokio::time::timeout(left, turn).await.is_err() {
+                tracing::info!(container = %name, "containers it outlives still running at the end of the grace period");
+            }
+            left = left.saturating_sub(Duration::from_secs(started.elapsed().as_secs()));
+        }
         let left = left.max(MIN_GRACE);
         tracing::info!(container = %name, grace_seconds = left.as_secs(), "Killing container with a grace period");
         if let Err(e) = self.env.runtime.stop_container(id, left).await {
@@ -233,35 +256,54 @@ impl Worker {
         }
     }
 
-    /// Stops every running container of the pod within `grace`: app (and regular init)
-    /// containers together, then the sidecars one by one, the last one started first, each
-    /// with what is left of the grace period.
+    /// Stops every running container of the pod within `grace`, as upstream: every
+    /// container's preStop hook starts at once; app (and regular init) containers then get
+    /// their stop signal, and each sidecar only once the app containers and the sidecars
+    /// after it have stopped, so sidecars stop last, in reverse order.
     pub(super) async fn stop_containers(&self, obs: &Observed, grace: Duration) {
-        let deadline = Instant::now() + grace;
-        let sidecars: Vec<String> = self
-            .pod
-            .spec
-            .iter()
-            .flat_map(|s| s.init_containers.iter().flatten())
-            .filter(|c| is_sidecar(c))
-            .map(|c| c.name.clone())
-            .collect();
+        let spec = self.pod.spec.clone().unwrap_or_default();
         let running: Vec<&ContainerStatus> = obs
             .containers
             .iter()
             .map(|(_, c)| c)
             .filter(|c| c.state == ContainerState::Running)
             .collect();
-        let apps = running
-            .iter()
-            .filter(|c| !sidecars.contains(&c.name))
-            .map(|c| self.kill_container(&c.id, &c.name, grace, None));
-        futures::future::join_all(apps).await;
-        for name in sidecars.iter().rev() {
-            for c in running.iter().filter(|c| c.name == *name) {
-                let left = deadline.saturating_duration_since(Instant::now());
-                self.kill_container(&c.id, &c.name, left, None).await;
-            }
+        // One token per container name, cancelled once it has stopped (at once if it is
+        // not running).
+        let mut stopped: HashMap<String, CancellationToken> = HashMap::new();
+        for c in running.iter() {
+            stopped.entry(c.name.clone()).or_default();
         }
+        let token = |name: &str| {
+            stopped.get(name).cloned().unwrap_or_else(|| {
+                let t = CancellationToken::new();
+                t.cancel();
+                t
+            })
+        };
+        let apps: Vec<CancellationToken> = spec.containers.iter().map(|c| token(&c.name)).collect();
+        let mut after: HashMap<String, Vec<CancellationToken>> = HashMap::new();
+        let mut later_sidecar: Option<String> = None;
+        for ic in spec.init_containers.iter().flatten().rev() {
+            if !is_sidecar(ic) {
+                continue;
+            }
+            let mut prereqs = apps.clone();
+            if let Some(l) = &later_sidecar {
+                prereqs.push(token(l));
+            }
+            after.insert(ic.name.clone(), prereqs);
+            later_sidecar = Some(ic.name.clone());
+        }
+        let kills = running.iter().map(|c| {
+            let prereqs = after.get(&c.name).cloned().unwrap_or_default();
+            let done = token(&c.name);
+            async move {
+                self.kill_in_turn(&c.id, &c.name, grace, None, &prereqs)
+                    .await;
+                done.cancel();
+            }
+        });
+        futures::future::join_all(kills).await;
     }
 }

@@ -116,7 +116,13 @@ impl Worker {
         };
         let mut obs = obs;
         obs.not_started = self.sidecars_not_started(&obs);
-        let deadline_left = self.active_deadline_left();
+        // A pod that already finished keeps its phase (upstream no longer syncs it).
+        let finished = self
+            .last_status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        let deadline_left = self.active_deadline_left().filter(|_| !finished);
         if deadline_left == Some(Duration::ZERO) && !self.deadline_exceeded {
             self.deadline_exceeded = true;
             tracing::info!("pod passed its activeDeadlineSeconds; stopping it");

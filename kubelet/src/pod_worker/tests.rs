@@ -880,21 +880,23 @@ async fn termination_stops_app_containers_before_sidecars_in_reverse_order() {
         w.sync().await;
     }
     assert_eq!(r.rt.running("app").len(), 1);
-    assert!(w.terminate(Some(Duration::from_secs(5))).await);
-    let stops: Vec<String> = r
-        .events
-        .events()
-        .into_iter()
-        .filter(|e| e.starts_with("Normal Killing"))
+    let ids: Vec<String> = ["app", "side-2", "side-1"]
+        .iter()
+        .map(|n| r.rt.running(n)[0].clone())
         .collect();
-    assert_eq!(
-        stops,
-        [
-            "Normal Killing Stopping container app",
-            "Normal Killing Stopping container side-2",
-            "Normal Killing Stopping container side-1",
-        ]
+    let obs = observe(r.rt.as_ref(), "uid-1").await.unwrap();
+    w.stop_containers(&obs, Duration::from_secs(5)).await;
+    let mut finished = Vec::new();
+    for id in &ids {
+        let st = r.rt.container_status(id).await.unwrap();
+        assert_eq!(st.state, ContainerState::Exited);
+        finished.push(st.finished_at);
+    }
+    assert!(
+        finished[0] < finished[1] && finished[1] < finished[2],
+        "app, then side-2, then side-1: {finished:?}"
     );
+    assert!(w.terminate(Some(Duration::from_secs(5))).await);
 }
 
 #[tokio::test(start_paused = true)]
@@ -947,12 +949,19 @@ async fn failed_post_start_hook_kills_the_container_which_restarts() {
     );
     let events = r.events.events();
     assert!(
-        events.contains(&"Warning FailedPostStartHook Exec lifecycle hook ([sh -c exit 3]) for Container \"app\" in Pod \"web_default(uid-1)\" failed - error: command 'sh -c exit 3' exited with 3: boom, message: \"outboom\"".to_string()),
+        events.contains(&"Warning FailedPostStartHook PostStartHook failed".to_string()),
         "{events:?}"
     );
     assert!(events.contains(&"Normal Killing FailedPostStartHook".to_string()));
+    // The hook's output goes to the waiting message, not to the event.
     let waiting = app_status(&r).state.unwrap().waiting.unwrap();
     assert_eq!(waiting.reason.as_deref(), Some("PostStartHookError"));
+    assert_eq!(
+        waiting.message.as_deref(),
+        Some(
+            "Exec lifecycle hook ([sh -c exit 3]) for Container \"app\" in Pod \"web_default(uid-1)\" failed - error: command 'sh -c exit 3' exited with 3: boom, message: \"outboom\""
+        )
+    );
     // The next pass restarts it (the hook now succeeds: the fake's default exit 0).
     w.sync().await;
     assert_eq!(r.rt.running("app").len(), 1);
@@ -991,9 +1000,9 @@ async fn pre_stop_runs_inside_the_grace_period() {
     });
     assert!(w.terminate(Some(Duration::from_secs(1))).await);
     assert!(
-        r.events.events().iter().any(|e| e.starts_with(
-            "Warning FailedPreStopHook Exec lifecycle hook ([false]) for Container \"app\""
-        )),
+        r.events
+            .events()
+            .contains(&"Warning FailedPreStopHook PreStopHook failed".to_string()),
         "{:?}",
         r.events.events()
     );
@@ -1076,4 +1085,22 @@ async fn termination_message_from_the_file_or_the_log_tail() {
         .chain(["partial\n".to_string()])
         .collect();
     assert_eq!(message(1), expected);
+    // A long log keeps the last 2048 bytes of its last 80 lines.
+    let dir = tempfile::tempdir().unwrap();
+    let long = dir.path().join("0.log");
+    let mut log = String::new();
+    for i in 0..90 {
+        log.push_str(&format!(
+            "2026-01-01T00:00:00Z stdout F {i:02}{}\n",
+            "z".repeat(98)
+        ));
+    }
+    std::fs::write(&long, log).unwrap();
+    let tail = exit_message::log_tail(&long, 80, 2048);
+    assert_eq!(tail.len(), 2048);
+    assert!(tail.ends_with(&format!("89{}\n", "z".repeat(98))));
+    assert!(
+        exit_message::log_tail(&dir.path().join("gone.log"), 80, 2048)
+            .starts_with("Error on reading termination message from logs: ")
+    );
 }
