@@ -116,6 +116,9 @@ impl Worker {
             .as_ref()
             .and_then(|s| s.start_time.as_ref())
             .map(|t| t.0);
+        let deadline_exceeded = previous.as_ref().is_some_and(|s| {
+            s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some(DEADLINE_REASON)
+        });
         Self {
             env,
             pod,
@@ -129,7 +132,8 @@ impl Worker {
             probed: HashMap::new(),
             probe_kills: Vec::new(),
             first_seen: Some(std::time::Instant::now()),
-            deadline_exceeded: false,
+            // A pod failed by its deadline before an agent restart stays stopped.
+            deadline_exceeded,
             term_messages: HashMap::new(),
         }
     }

@@ -1036,6 +1036,14 @@ async fn active_deadline_fails_the_pod_for_good() {
     w.sync().await;
     assert!(r.rt.running("app").is_empty(), "never restarted");
     assert_eq!(status(&r).phase.as_deref(), Some("Failed"));
+    // Nor by a new worker after an agent restart.
+    let mut w = Worker::new(r.env.clone(), w.pod.clone(), Some(status(&r)));
+    w.sync().await;
+    assert!(
+        r.rt.running("app").is_empty(),
+        "not restarted after an agent restart"
+    );
+    assert_eq!(status(&r).reason.as_deref(), Some("DeadlineExceeded"));
 }
 
 #[tokio::test(start_paused = true)]
