@@ -1112,3 +1112,71 @@ async fn termination_message_from_the_file_or_the_log_tail() {
             .starts_with("Error on reading termination message from logs: ")
     );
 }
+
+#[tokio::test]
+async fn http_hook_defaults_to_the_pod_ip_and_resolves_named_ports() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = conn.read(&mut buf).await.unwrap();
+        // The status code does not matter to a hook (upstream looks only for a failed
+        // exchange).
+        conn.write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    });
+    let p = pod(
+        "Always",
+        serde_json::json!({"containers": [{"name": "app", "image": IMAGE,
+            "ports": [{"name": "web", "containerPort": port}]}]}),
+    );
+    let c = p.spec.as_ref().unwrap().containers[0].clone();
+    let handler: k8s_openapi::api::core::v1::LifecycleHandler =
+        serde_json::from_value(serde_json::json!({"httpGet": {
+            "path": "/hook", "port": "web",
+            "httpHeaders": [{"name": "X-Test", "value": "yes"}]}}))
+        .unwrap();
+    let rt = FakeRuntime::new();
+    let target = hooks::HookTarget {
+        pod: &p,
+        container: &c,
+        container_id: "c1",
+        pod_ip: "127.0.0.1",
+    };
+    hooks::run(&rt, &target, &handler, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let request = server.await.unwrap();
+    assert!(request.starts_with("GET /hook HTTP/1.1\r\n"), "{request}");
+    assert!(request.contains(&format!("127.0.0.1:{port}")), "{request}");
+    assert!(request.to_lowercase().contains("x-test: yes"), "{request}");
+    assert!(
+        request.to_lowercase().contains(&format!(
+            "user-agent: kube-lifecycle/{}",
+            ::probes::KUBE_VERSION_MAJOR_MINOR
+        )),
+        "{request}"
+    );
+    // Nothing listens any more (the listener is gone): the hook fails with upstream's message.
+    let err = hooks::run(&rt, &target, &handler, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        err.starts_with("HTTP lifecycle hook (/hook) for Container \"app\" in Pod \"web_default(uid-1)\" failed - error: "),
+        "{err}"
+    );
+    // A tcpSocket handler cannot be run, as upstream.
+    let tcp: k8s_openapi::api::core::v1::LifecycleHandler =
+        serde_json::from_value(serde_json::json!({"tcpSocket": {"port": 80}})).unwrap();
+    let err = hooks::run(&rt, &target, &tcp, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        err.starts_with("Cannot run handler: invalid handler: "),
+        "{err}"
+    );
+}
