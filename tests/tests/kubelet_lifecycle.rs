@@ -184,6 +184,22 @@ spec:
     command: ["sh", "-c", "printf 'from the file' > /dev/termination-log; echo not this; exit 5"]
 "#;
 
+const POST_START_FAILS: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: post-start-fails
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["sleep", "3600"]
+    lifecycle:
+      postStart:
+        exec: {command: ["sh", "-c", "echo nope; exit 7"]}
+"#;
+
 #[test]
 fn active_deadline_and_termination_messages_on_containerd() {
     require_rig!();
@@ -191,6 +207,7 @@ fn active_deadline_and_termination_messages_on_containerd() {
     let agent = Agent::start(&rig);
     agent.write_manifest("deadline.yaml", DEADLINE);
     agent.write_manifest("messages.yaml", MESSAGES);
+    agent.write_manifest("post-start-fails.yaml", POST_START_FAILS);
 
     let pod = wait_for("deadline pod Failed", Duration::from_secs(90), || {
         agent
@@ -225,4 +242,23 @@ fn active_deadline_and_termination_messages_on_containerd() {
     let file = &container(&pod, "file")["state"]["terminated"];
     assert_eq!(file["exitCode"], 5);
     assert_eq!(file["message"], "from the file", "{file}");
+
+    // A failed postStart hook kills the container; with restartPolicy Never it stays dead.
+    let pod = wait_for(
+        "post-start-fails pod Failed",
+        Duration::from_secs(90),
+        || {
+            agent
+                .pod("post-start-fails-")
+                .filter(|p| p["status"]["phase"] == "Failed")
+        },
+    );
+    let app = container(&pod, "app");
+    assert!(app["state"]["terminated"].is_object(), "{app}");
+    assert_eq!(app["restartCount"], 0);
+    let log = agent.log_text();
+    assert!(
+        log.contains("reason=\"FailedPostStartHook\" PostStartHook failed"),
+        "the FailedPostStartHook event is logged:\n{log}"
+    );
 }
