@@ -125,6 +125,8 @@ async fn http(
     let outcome = HttpProber::new().probe(&req, timeout).await;
     match outcome.result {
         ProbeResult::Success | ProbeResult::Warning => Ok(()),
+        // The probe's wording for an answer outside 200..400 (probes/src/http.rs): for a
+        // hook, any answer is a success.
         ProbeResult::Failure
             if outcome
                 .output
