@@ -34,7 +34,14 @@ pub struct Observation<'a> {
     pub start_time: Option<Timestamp>,
     pub qos_class: String,
     pub terminating: bool,
+    /// The kubelet stopped the pod for good (e.g. `activeDeadlineSeconds`): phase Failed with
+    /// this reason and message.
+    pub evicted: Option<Waiting>,
 }
+
+/// Upstream `MaxPodTerminationMessageLogLength`: the termination messages of one pod's
+/// statuses share 12 KiB, split evenly between its containers.
+pub const MAX_POD_MESSAGE_BYTES: usize = 12 * 1024;
 
 fn time_ns(ns: i64) -> Option<Time> {
     (ns > 0).then(|| Time(Timestamp::from_nanosecond(ns as i128).unwrap_or(Timestamp::UNIX_EPOCH)))
@@ -161,35 +168,53 @@ pub fn container_status(
     st
 }
 
-/// Pod phase by upstream's rules (getPhase in kubelet_pods.go).
+/// Pod phase by upstream's rules (getPhase in kubelet_pods.go). `sidecar[i]` says whether
+/// init container `i` is restartable; `initialized`: an app container has run.
 pub fn phase(
     restart_policy: &str,
     init: &[ContainerStatus],
+    sidecar: &[bool],
     containers: &[ContainerStatus],
+    initialized: bool,
 ) -> &'static str {
+    let last_exit = |s: &ContainerStatus| {
+        s.last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .map(|t| t.exit_code)
+    };
     let mut pending_init = 0;
+    let mut pending_sidecars = 0;
     let mut failed_init = false;
-    for s in init {
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for (i, s) in init.iter().enumerate() {
         let st = s.state.clone().unwrap_or_default();
+        if sidecar.get(i).copied().unwrap_or(false) {
+            // A sidecar counts as running; it holds the pod Pending until it has started,
+            // and its exits are ignored.
+            if st.running.is_some() {
+                if s.started != Some(true) {
+                    pending_sidecars += 1;
+                }
+                running += 1;
+            } else if st.terminated.is_none() && last_exit(s).is_none() {
+                pending_sidecars += 1;
+            }
+            continue;
+        }
         match (&st.terminated, &st.waiting) {
             (Some(t), _) if t.exit_code == 0 => {}
             (Some(_), _) => {
                 pending_init += 1;
                 failed_init = true;
             }
-            (None, Some(_))
-                if s.last_state
-                    .as_ref()
-                    .and_then(|l| l.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code != 0) =>
-            {
+            (None, Some(_)) if last_exit(s).is_some_and(|c| c != 0) => {
                 pending_init += 1;
                 failed_init = true;
             }
             _ => pending_init += 1,
         }
     }
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
     for s in containers {
         let st = s.state.clone().unwrap_or_default();
         if st.running.is_some() {
@@ -200,11 +225,7 @@ pub fn phase(
                 succeeded += 1;
             }
         } else if st.waiting.is_some() {
-            if s.last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some()
-            {
+            if last_exit(s).is_some() {
                 stopped += 1;
             } else {
                 waiting += 1;
@@ -214,7 +235,7 @@ pub fn phase(
     if failed_init && restart_policy == "Never" {
         return "Failed";
     }
-    if pending_init > 0 {
+    if pending_init > 0 || (pending_sidecars > 0 && !initialized) {
         return "Pending";
     }
     if waiting > 0 {
@@ -232,6 +253,31 @@ pub fn phase(
         };
     }
     "Pending"
+}
+
+/// Cuts `message` to at most `max` bytes (on a character boundary).
+fn cap_message(message: &mut Option<String>, max: usize) {
+    if let Some(m) = message
+        && m.len() > max
+    {
+        let mut end = max;
+        while !m.is_char_boundary(end) {
+            end -= 1;
+        }
+        m.truncate(end);
+    }
+}
+
+/// Applies the pod-wide termination message budget to one status (state and lastState).
+fn cap_messages(st: &mut ContainerStatus, max: usize) {
+    for state in [st.state.as_mut(), st.last_state.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        if let Some(t) = state.terminated.as_mut() {
+            cap_message(&mut t.message, max);
+        }
+    }
 }
 
 fn condition(
@@ -265,19 +311,26 @@ fn condition(
 pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) -> PodStatus {
     let spec = pod.spec.clone().unwrap_or_default();
     let now = Time(Timestamp::now());
-    let init: Vec<ContainerStatus> = spec
+    let sidecar: Vec<bool> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| c.restart_policy.as_deref() == Some("Always"))
+        .collect();
+    let mut init: Vec<ContainerStatus> = spec
         .init_containers
         .iter()
         .flatten()
         .map(|c| {
             let mut s = container_status(c, obs);
-            // An init container that finished successfully counts as ready.
-            if s.state
-                .as_ref()
-                .and_then(|st| st.terminated.as_ref())
-                .is_some_and(|t| t.exit_code == 0)
-            {
-                s.ready = true;
+            // A regular init container that finished successfully counts as ready; a
+            // sidecar is ready like an app container (running, started, readiness).
+            if c.restart_policy.as_deref() != Some("Always") {
+                s.ready = s
+                    .state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code == 0);
             }
             s
         })
@@ -287,7 +340,34 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         .iter()
         .map(|c| container_status(c, obs))
         .collect();
-    let init_done = init.iter().all(|s| s.ready);
+    let per_container = MAX_POD_MESSAGE_BYTES / (init.len() + containers.len()).max(1);
+    for s in init.iter_mut().chain(containers.iter_mut()) {
+        cap_messages(s, per_container);
+    }
+    // Upstream: once an app container has run, the pod stays initialized even while a
+    // sidecar restarts. Otherwise every regular init container must have succeeded and
+    // every sidecar started.
+    let initialized = containers.iter().any(|c| {
+        c.state
+            .as_ref()
+            .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+            || c.last_state
+                .as_ref()
+                .is_some_and(|s| s.terminated.is_some())
+    });
+    let uninit: Vec<&str> = init
+        .iter()
+        .zip(&sidecar)
+        .filter(|(s, side)| {
+            if **side {
+                s.started != Some(true)
+            } else {
+                !s.ready
+            }
+        })
+        .map(|(s, _)| s.name.as_str())
+        .collect();
+    let init_done = initialized || uninit.is_empty();
     if !init_done {
         for c in &mut containers {
             if let Some(w) = c.state.as_mut().and_then(|s| s.waiting.as_mut())
@@ -298,7 +378,10 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         }
     }
     let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let mut phase = phase(restart_policy, &init, &containers);
+    let mut phase = phase(restart_policy, &init, &sidecar, &containers, initialized);
+    if obs.evicted.is_some() {
+        phase = "Failed";
+    }
     // A pod never leaves a terminal phase.
     if let Some(p) = prev.and_then(|p| p.phase.as_deref())
         && (p == "Succeeded" || p == "Failed")
@@ -311,13 +394,13 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
     }
     let terminal = phase == "Succeeded" || phase == "Failed";
 
-    let unready: Vec<&str> = containers
+    // Sidecars count towards ContainersReady, before the app containers (upstream).
+    let unready: Vec<&str> = init
         .iter()
-        .filter(|c| !c.ready)
-        .map(|c| c.name.as_str())
-        .collect();
-    let uninit: Vec<&str> = init
-        .iter()
+        .zip(&sidecar)
+        .filter(|(_, side)| **side)
+        .map(|(s, _)| s)
+        .chain(containers.iter())
         .filter(|c| !c.ready)
         .map(|c| c.name.as_str())
         .collect();
@@ -417,6 +500,8 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
             .start_time
             .map(|t| Time(Timestamp::from_second(t.as_second()).unwrap_or(t))),
         qos_class: Some(obs.qos_class.clone()),
+        reason: obs.evicted.as_ref().map(|e| e.reason.clone()),
+        message: obs.evicted.as_ref().map(|e| e.message.clone()),
         ..Default::default()
     }
 }
@@ -480,28 +565,100 @@ mod tests {
         }
     }
 
+    /// Phase without sidecars; `initialized` as pod_status computes it.
+    fn ph(policy: &str, init: &[ContainerStatus], containers: &[ContainerStatus]) -> &'static str {
+        let initialized = containers
+            .iter()
+            .any(|c| c.state.as_ref().is_some_and(|s| s.waiting.is_none()));
+        phase(
+            policy,
+            init,
+            &vec![false; init.len()],
+            containers,
+            initialized,
+        )
+    }
+
     #[test]
     fn phases_follow_upstream() {
-        assert_eq!(phase("Always", &[], &[creating()]), "Pending");
-        assert_eq!(phase("Always", &[], &[running(), creating()]), "Pending");
-        assert_eq!(phase("Always", &[], &[running()]), "Running");
-        assert_eq!(phase("Always", &[], &[backing_off(1)]), "Running");
-        assert_eq!(phase("Always", &[], &[exited(0)]), "Running");
-        assert_eq!(
-            phase("OnFailure", &[], &[exited(0), exited(0)]),
-            "Succeeded"
-        );
-        assert_eq!(phase("OnFailure", &[], &[exited(1)]), "Running");
-        assert_eq!(phase("Never", &[], &[exited(0), exited(2)]), "Failed");
-        assert_eq!(phase("Never", &[], &[exited(0)]), "Succeeded");
-        assert_eq!(phase("Never", &[], &[running(), exited(2)]), "Running");
+        assert_eq!(ph("Always", &[], &[creating()]), "Pending");
+        assert_eq!(ph("Always", &[], &[running(), creating()]), "Pending");
+        assert_eq!(ph("Always", &[], &[running()]), "Running");
+        assert_eq!(ph("Always", &[], &[backing_off(1)]), "Running");
+        assert_eq!(ph("Always", &[], &[exited(0)]), "Running");
+        assert_eq!(ph("OnFailure", &[], &[exited(0), exited(0)]), "Succeeded");
+        assert_eq!(ph("OnFailure", &[], &[exited(1)]), "Running");
+        assert_eq!(ph("Never", &[], &[exited(0), exited(2)]), "Failed");
+        assert_eq!(ph("Never", &[], &[exited(0)]), "Succeeded");
+        assert_eq!(ph("Never", &[], &[running(), exited(2)]), "Running");
         // Init containers: pending until they succeed; a failed one fails a Never pod.
-        assert_eq!(phase("Always", &[running()], &[creating()]), "Pending");
-        assert_eq!(phase("Always", &[exited(0)], &[running()]), "Running");
-        assert_eq!(phase("Never", &[exited(1)], &[creating()]), "Failed");
+        assert_eq!(ph("Always", &[running()], &[creating()]), "Pending");
+        assert_eq!(ph("Always", &[exited(0)], &[running()]), "Running");
+        assert_eq!(ph("Never", &[exited(1)], &[creating()]), "Failed");
+        assert_eq!(ph("OnFailure", &[backing_off(1)], &[creating()]), "Pending");
+    }
+
+    #[test]
+    fn sidecar_phases_follow_upstream() {
+        let mut started = running();
+        started.started = Some(true);
+        let mut unstarted = running();
+        unstarted.started = Some(false);
+        // A sidecar that has not started holds the pod Pending, until the pod initialized.
         assert_eq!(
-            phase("OnFailure", &[backing_off(1)], &[creating()]),
+            phase(
+                "Always",
+                &[unstarted.clone()],
+                &[true],
+                &[creating()],
+                false
+            ),
             "Pending"
         );
+        assert_eq!(
+            phase("Never", &[unstarted], &[true], &[running()], true),
+            "Running"
+        );
+        // A running sidecar keeps the pod Running; its exits do not fail it.
+        assert_eq!(
+            phase("Never", &[started.clone()], &[true], &[exited(0)], true),
+            "Running"
+        );
+        assert_eq!(
+            phase("Never", &[exited(137)], &[true], &[exited(0)], true),
+            "Succeeded"
+        );
+        assert_eq!(
+            phase("OnFailure", &[backing_off(1)], &[true], &[running()], true),
+            "Running"
+        );
+    }
+
+    #[test]
+    fn termination_messages_share_12_kib_per_pod() {
+        let long = |c: char| {
+            let mut s = exited(1);
+            s.state
+                .as_mut()
+                .unwrap()
+                .terminated
+                .as_mut()
+                .unwrap()
+                .message = Some(c.to_string().repeat(4096));
+            s.last_state = s.state.clone();
+            s
+        };
+        let mut a = long('a');
+        cap_messages(&mut a, MAX_POD_MESSAGE_BYTES / 4);
+        let msg = |s: &ContainerStatus, last: bool| {
+            let st = if last { &s.last_state } else { &s.state };
+            st.clone().unwrap().terminated.unwrap().message.unwrap()
+        };
+        assert_eq!(msg(&a, false), "a".repeat(3072));
+        assert_eq!(msg(&a, true), "a".repeat(3072));
+        // Never inside a character.
+        let mut m = Some("é".repeat(10));
+        cap_message(&mut m, 5);
+        assert_eq!(m.as_deref(), Some("éé"));
     }
 }

@@ -15,7 +15,7 @@ use crate::status_manager::StatusManager;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Container as K8sContainer, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +30,9 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// A container that ran this long before exiting starts its back-off afresh.
 pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(600);
 pub use crate::pod::MIN_GRACE;
+/// The pod's reason and message once `activeDeadlineSeconds` has passed (upstream).
+pub const DEADLINE_REASON: &str = "DeadlineExceeded";
+pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
 /// What every worker shares.
 pub struct Env {
@@ -71,6 +74,8 @@ pub enum Msg {
     Probe(Box<::probes::ProbeUpdate>),
 }
 
+mod exit_message;
+mod hooks;
 mod plan;
 mod probes;
 mod publish;
@@ -78,7 +83,7 @@ mod sync;
 mod terminate;
 
 use plan::pod_ref;
-pub use plan::{Backoff, Observed, Plan, Start, plan};
+pub use plan::{Backoff, Observed, Plan, Start, is_sidecar, plan};
 pub use sync::{StartError, observe};
 
 /// The state a worker keeps between passes.
@@ -100,6 +105,10 @@ pub struct Worker {
     probe_kills: Vec<(String, String, ::probes::ProbeKind, Duration)>,
     /// When this worker first saw the pod, until every container has run once.
     first_seen: Option<std::time::Instant>,
+    /// `activeDeadlineSeconds` has passed: the pod is stopped and Failed for good.
+    deadline_exceeded: bool,
+    /// Container ID → its exit message (runtime message + termination message), read once.
+    term_messages: HashMap<String, String>,
 }
 
 impl Worker {
@@ -109,6 +118,9 @@ impl Worker {
             .as_ref()
             .and_then(|s| s.start_time.as_ref())
             .map(|t| t.0);
+        let deadline_exceeded = previous.as_ref().is_some_and(|s| {
+            s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some(DEADLINE_REASON)
+        });
         Self {
             env,
             pod,
@@ -122,6 +134,9 @@ impl Worker {
             probed: HashMap::new(),
             probe_kills: Vec::new(),
             first_seen: Some(std::time::Instant::now()),
+            // A pod failed by its deadline before an agent restart stays stopped.
+            deadline_exceeded,
+            term_messages: HashMap::new(),
         }
     }
 

@@ -67,6 +67,9 @@ pub struct Observed {
     pub sandboxes: Vec<Sandbox>,
     /// Newest first. Paired with their sandbox IDs.
     pub containers: Vec<(String, ContainerStatus)>,
+    /// Running container instances whose startup probe has not succeeded yet (the worker
+    /// fills it from the prober): a sidecar among them holds back the next init container.
+    pub not_started: HashSet<String>,
 }
 
 impl Observed {
@@ -117,6 +120,11 @@ pub(super) fn restart_count_of(c: &ContainerStatus) -> u32 {
 
 pub(super) fn ran_for(c: &ContainerStatus) -> Duration {
     Duration::from_nanos((c.finished_at - c.started_at).max(0) as u64)
+}
+
+/// A restartable init container (`restartPolicy: Always`): a sidecar.
+pub fn is_sidecar(c: &K8sContainer) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
 }
 
 pub(super) fn should_restart(policy: &str, exit_code: i32) -> bool {
@@ -173,27 +181,37 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
         if policy == "Never" && attempt != 0 && !obs.containers.is_empty() {
             return p;
         }
-        let to_start: Vec<Start> = if let Some(first) = inits.first() {
+        // Upstream: a new sandbox restarts from the first init container, unless the pod
+        // has initialized before and none of its app containers is to run again.
+        let apps: Vec<Start> = spec
+            .containers
+            .iter()
+            .filter(|c| {
+                !(policy == "OnFailure"
+                    && obs
+                        .newest(&c.name, None)
+                        .is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0))
+            })
+            .map(|c| Start {
+                name: c.name.clone(),
+                init: false,
+                restart_count: next_count(&c.name),
+            })
+            .collect();
+        let initialized = spec
+            .containers
+            .iter()
+            .any(|c| obs.newest(&c.name, None).is_some());
+        let to_start: Vec<Start> = if initialized && apps.is_empty() {
+            Vec::new()
+        } else if let Some(first) = inits.first() {
             vec![Start {
                 name: first.name.clone(),
                 init: true,
                 restart_count: next_count(&first.name),
             }]
         } else {
-            spec.containers
-                .iter()
-                .filter(|c| {
-                    !(policy == "OnFailure"
-                        && obs
-                            .newest(&c.name, None)
-                            .is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0))
-                })
-                .map(|c| Start {
-                    name: c.name.clone(),
-                    init: false,
-                    restart_count: next_count(&c.name),
-                })
-                .collect()
+            apps
         };
         if to_start.is_empty() {
             return p;
@@ -205,9 +223,70 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
     };
     let sb = Some(sandbox.id.as_str());
 
-    // Init containers run one at a time, in order; each must succeed before the next.
-    for c in &inits {
-        match obs.newest(&c.name, sb) {
+    // Init containers run one at a time, in order; each must succeed before the next. A
+    // sidecar (restartable init container) only has to be started (running, and past its
+    // startup probe if it has one); it keeps running beside the app containers and is
+    // restarted whenever it exits. Once a later container has been created, the earlier
+    // regular init containers are done for good.
+    let initialized = spec
+        .containers
+        .iter()
+        .any(|c| obs.newest(&c.name, sb).is_some());
+    for (i, c) in inits.iter().enumerate() {
+        let passed = initialized
+            || inits[i + 1..]
+                .iter()
+                .any(|n| obs.newest(&n.name, sb).is_some());
+        let status = obs.newest(&c.name, sb);
+        if is_sidecar(c) {
+            let blocks = match status {
+                None => {
+                    p.start.push(Start {
+                        name: c.name.clone(),
+                        init: true,
+                        restart_count: next_count(&c.name),
+                    });
+                    true
+                }
+                Some(s) if s.state == ContainerState::Running => {
+                    if s.annotations
+                        .get(ANN_CONTAINER_HASH)
+                        .is_some_and(|h| *h != pod::container_hash(c))
+                    {
+                        p.kill.push((s.id.clone(), c.name.clone()));
+                        p.start.push(Start {
+                            name: c.name.clone(),
+                            init: true,
+                            restart_count: restart_count_of(s) + 1,
+                        });
+                        true
+                    } else {
+                        obs.not_started.contains(&s.id)
+                    }
+                }
+                Some(s) if s.state == ContainerState::Exited => {
+                    restart_or_wait(&mut p, backoff, pod, c, true, s, now);
+                    true
+                }
+                Some(s) => {
+                    p.remove.push(s.id.clone());
+                    p.start.push(Start {
+                        name: c.name.clone(),
+                        init: true,
+                        restart_count: restart_count_of(s),
+                    });
+                    true
+                }
+            };
+            if blocks && !passed {
+                return p;
+            }
+            continue;
+        }
+        if passed {
+            continue;
+        }
+        match status {
             None => {
                 p.start.push(Start {
                     name: c.name.clone(),
@@ -221,9 +300,10 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
             Some(s) if s.state == ContainerState::Exited => {
                 if policy == "Never" {
                     p.kill_pod = true;
+                    p.start.clear();
                     return p;
                 }
-                restart_or_wait(&mut p, backoff, pod, c, s, now);
+                restart_or_wait(&mut p, backoff, pod, c, true, s, now);
                 return p;
             }
             Some(s) => {
@@ -264,7 +344,7 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
             }
             Some(s) if s.state == ContainerState::Exited => {
                 if should_restart(policy, s.exit_code) {
-                    restart_or_wait(&mut p, backoff, pod, c, s, now);
+                    restart_or_wait(&mut p, backoff, pod, c, false, s, now);
                 }
             }
             Some(s) => {
@@ -278,9 +358,14 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
             }
         }
     }
-    if running == 0 && p.start.is_empty() && p.waiting.is_empty() {
-        // Every container is done for good: the sandbox goes too.
+    let app = |name: &str| spec.containers.iter().any(|c| c.name == name);
+    if running == 0 && !p.start.iter().any(|s| !s.init) && !p.waiting.keys().any(|n| app(n)) {
+        // Every app container is done for good: the sidecars and the sandbox go too, and
+        // no sidecar is restarted to keep the pod alive (upstream).
         p.kill_pod = true;
+        p.start.clear();
+        p.kill.clear();
+        p.waiting.retain(|n, _| app(n));
     }
     p
 }
@@ -290,13 +375,14 @@ pub(super) fn restart_or_wait(
     backoff: &mut Backoff,
     pod: &Pod,
     c: &K8sContainer,
+    init: bool,
     s: &ContainerStatus,
     now: Instant,
 ) {
     match backoff.check(&c.name, &s.id, ran_for(s), now) {
         Ok(()) => p.start.push(Start {
             name: c.name.clone(),
-            init: false,
+            init,
             restart_count: restart_count_of(s) + 1,
         }),
         Err((remaining, delay)) => {

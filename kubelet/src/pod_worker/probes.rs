@@ -18,7 +18,14 @@ impl Worker {
             namespace: self.pod.metadata.namespace.clone().unwrap_or_default(),
         };
         let never = spec.restart_policy.as_deref() == Some("Never");
-        for c in &spec.containers {
+        // Sidecars are probed like app containers (regular init containers are not).
+        let sidecars = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| is_sidecar(c));
+        for c in sidecars.chain(spec.containers.iter()) {
+            let never = never && !is_sidecar(c);
             let Some(latest) = obs.newest(&c.name, sandbox) else {
                 continue;
             };
@@ -96,10 +103,7 @@ impl Worker {
                     "Container {name} failed {} probe, will be restarted",
                     kind.as_str().to_lowercase()
                 );
-                self.event(Some(&name), EventType::Normal, "Killing", &message);
-                if let Err(e) = self.env.runtime.stop_container(&id, grace).await {
-                    tracing::warn!(error = %e, container = %id, "StopContainer after probe failure failed");
-                }
+                self.kill_container(&id, &name, grace, Some(&message)).await;
                 any = true;
             }
         }

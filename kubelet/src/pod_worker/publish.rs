@@ -37,12 +37,56 @@ impl Worker {
             start_time: self.start_time,
             qos_class: self.qos().as_str().into(),
             terminating,
+            evicted: self.deadline_exceeded.then(|| Waiting {
+                reason: DEADLINE_REASON.into(),
+                message: DEADLINE_MESSAGE.into(),
+            }),
         };
         let st = status::pod_status(&self.pod, &o, self.last_status.as_ref());
         self.note_started(&st);
         if self.last_status.as_ref() != Some(&st) {
             self.env.statuses.set(&self.pod, st.clone());
             self.last_status = Some(st);
+        }
+    }
+
+    /// Puts each exited container's full message (runtime message + termination message or
+    /// log tail) into `obs`, reading the files once per container instance.
+    pub(super) async fn add_exit_messages(&mut self, obs: &mut Observed) {
+        let todo: Vec<ContainerStatus> = obs
+            .containers
+            .iter()
+            .map(|(_, c)| c)
+            .filter(|c| {
+                c.state == ContainerState::Exited && !self.term_messages.contains_key(&c.id)
+            })
+            .cloned()
+            .collect();
+        if !todo.is_empty() {
+            let (node, uid) = (self.env.node.clone(), self.uid.clone());
+            let log_dir = spec::pod_log_dir(&self.env.node, &self.pod);
+            let read = tokio::task::spawn_blocking(move || {
+                todo.into_iter()
+                    .map(|c| {
+                        let restart = plan::restart_count_of(&c);
+                        let file = spec::termination_log_host_path(&node, &uid, &c.name, restart);
+                        let log = log_dir.join(&c.name).join(format!("{restart}.log"));
+                        (c.id.clone(), exit_message::exit_message(&c, &file, &log))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await;
+            match read {
+                Ok(read) => self.term_messages.extend(read),
+                Err(e) => tracing::warn!(error = %e, "reading termination messages failed"),
+            }
+        }
+        self.term_messages
+            .retain(|id, _| obs.containers.iter().any(|(_, c)| c.id == *id));
+        for (_, c) in &mut obs.containers {
+            if let Some(m) = self.term_messages.get(&c.id) {
+                c.message = m.clone();
+            }
         }
     }
 

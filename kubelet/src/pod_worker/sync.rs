@@ -30,6 +30,7 @@ pub async fn observe(rt: &dyn Runtime, uid: &str) -> Result<Observed> {
     Ok(Observed {
         sandboxes,
         containers,
+        not_started: HashSet::new(),
     })
 }
 
@@ -47,6 +48,8 @@ pub enum StartError {
     /// A volume could not be set up: the containers wait in `ContainerCreating` and the pod
     /// gets a `FailedMount` event.
     Volumes(crate::volume::VolumeError),
+    /// The postStart hook failed (upstream's message); the container was killed.
+    PostStartHook(String),
 }
 
 /// How soon a pod whose volumes failed tries again.
@@ -60,6 +63,7 @@ impl StartError {
             StartError::CreateContainer(_) => "CreateContainerError",
             StartError::RunContainer(_) => "RunContainerError",
             StartError::Volumes(_) => "ContainerCreating",
+            StartError::PostStartHook(_) => "PostStartHookError",
         }
     }
 
@@ -67,7 +71,9 @@ impl StartError {
         match self {
             StartError::Image(e) => &e.message,
             StartError::CreateContainerConfig { message, .. } => message,
-            StartError::CreateContainer(m) | StartError::RunContainer(m) => m,
+            StartError::CreateContainer(m)
+            | StartError::RunContainer(m)
+            | StartError::PostStartHook(m) => m,
             // Upstream leaves the message empty while volumes are pending.
             StartError::Volumes(_) => "",
         }
@@ -118,7 +124,36 @@ impl Worker {
         } else {
             obs
         };
-        let p = plan(&self.pod, &obs, &mut self.backoff, now);
+        let mut obs = obs;
+        obs.not_started = self.sidecars_not_started(&obs);
+        // A pod that already finished keeps its phase (upstream no longer syncs it).
+        let finished = self
+            .last_status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        let deadline_left = self.active_deadline_left().filter(|_| !finished);
+        if deadline_left == Some(Duration::ZERO) && !self.deadline_exceeded {
+            self.deadline_exceeded = true;
+            tracing::info!("pod passed its activeDeadlineSeconds; stopping it");
+            self.event(None, EventType::Normal, DEADLINE_REASON, DEADLINE_MESSAGE);
+        }
+        let p = if self.deadline_exceeded {
+            // Stopped for good: nothing starts again.
+            Plan {
+                kill_pod: obs
+                    .sandboxes
+                    .first()
+                    .is_some_and(|s| s.state == SandboxState::Ready)
+                    || obs
+                        .containers
+                        .iter()
+                        .any(|(_, c)| c.state == ContainerState::Running),
+                ..Default::default()
+            }
+        } else {
+            plan(&self.pod, &obs, &mut self.backoff, now)
+        };
         let acted = p.kill_pod
             || p.create_sandbox.is_some()
             || !p.start.is_empty()
@@ -146,13 +181,8 @@ impl Worker {
         }
         for (id, name) in &p.kill {
             tracing::info!(container = %name, "container spec changed, will be restarted");
-            self.event(
-                Some(name),
-                EventType::Normal,
-                "Killing",
-                &format!("Container {name} definition changed, will be restarted"),
-            );
-            let _ = rt.stop_container(id, grace).await;
+            let message = format!("Container {name} definition changed, will be restarted");
+            self.kill_container(id, name, grace, Some(&message)).await;
         }
         for id in &p.remove {
             if let Err(e) = rt.remove_container(id).await {
@@ -227,6 +257,28 @@ impl Worker {
                     Ok(()) => {
                         self.errors.remove(&s.name);
                     }
+                    Err(StartError::PostStartHook(message)) => {
+                        // Killed: it restarts (with back-off) per its restart policy; one
+                        // that will not restart shows as terminated, as upstream.
+                        let restarts = self.spec_container(&s.name).is_some_and(|c| is_sidecar(&c))
+                            || self
+                                .pod
+                                .spec
+                                .as_ref()
+                                .and_then(|sp| sp.restart_policy.as_deref())
+                                != Some("Never");
+                        if restarts {
+                            self.errors.insert(
+                                s.name.clone(),
+                                StartError::PostStartHook(message).waiting(),
+                            );
+                        } else {
+                            self.errors.remove(&s.name);
+                        }
+                        if s.init {
+                            break;
+                        }
+                    }
                     Err(e) => {
                         tracing::warn!(container = %s.name, reason = e.reason(), message = e.message(), "cannot start container");
                         self.event(
@@ -246,37 +298,22 @@ impl Worker {
                 }
             }
         }
-        let obs = if acted {
+        let mut obs = if acted {
             observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
         } else {
             obs
         };
+        self.add_exit_messages(&mut obs).await;
         let mut waiting = self.errors.clone();
         waiting.extend(p.waiting.clone());
         self.update_probes(&obs);
         self.publish(&obs, waiting, false);
+        // The deadline counts from the start time, which a new sandbox may just have set.
+        let wake = match (wake, self.active_deadline_left().filter(|d| !d.is_zero())) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         wake.unwrap_or(self.env.resync).min(self.env.resync)
-    }
-
-    pub(super) async fn stop_containers(&self, obs: &Observed, grace: Duration) {
-        let rt = &self.env.runtime;
-        let stops = obs
-            .containers
-            .iter()
-            .filter(|(_, c)| c.state == ContainerState::Running)
-            .map(|(_, c)| async move {
-                self.event(
-                    Some(&c.name),
-                    EventType::Normal,
-                    "Killing",
-                    &format!("Stopping container {}", c.name),
-                );
-                tracing::info!(container = %c.name, grace_seconds = grace.as_secs(), "Killing container with a grace period");
-                if let Err(e) = rt.stop_container(&c.id, grace).await {
-                    tracing::warn!(container = %c.name, error = %e, "StopContainer failed");
-                }
-            });
-        futures::future::join_all(stops).await;
     }
 
     pub(super) async fn create_sandbox(&mut self, attempt: u32) -> Result<String, String> {
@@ -415,7 +452,44 @@ impl Worker {
             "Container started",
         );
         tracing::info!(container = %c.name, id = %id, restart_count = s.restart_count, "Started container");
-        Ok(())
+        self.post_start(&c, &id)
+            .await
+            .map_err(StartError::PostStartHook)
+    }
+
+    /// Time left before `activeDeadlineSeconds` (counted from the pod's start time) runs
+    /// out; None without a deadline or before the pod started.
+    pub(super) fn active_deadline_left(&self) -> Option<Duration> {
+        let secs = self.pod.spec.as_ref()?.active_deadline_seconds?;
+        let start = self.start_time?;
+        let end = start.as_second().saturating_add(secs.max(0));
+        let now = Timestamp::now();
+        let left_ns = i128::from(end) * 1_000_000_000 - now.as_nanosecond();
+        Some(Duration::from_nanos(
+            left_ns.clamp(0, i128::from(u64::MAX)) as u64
+        ))
+    }
+
+    /// Running sidecars whose startup probe has not passed yet (their probe workers may not
+    /// even exist on the pass that started them).
+    pub(super) fn sidecars_not_started(&self, obs: &Observed) -> HashSet<String> {
+        let mut out = HashSet::new();
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        for c in spec.init_containers.iter().flatten() {
+            if !is_sidecar(c) || c.startup_probe.is_none() {
+                continue;
+            }
+            for (_, s) in &obs.containers {
+                if s.name == c.name
+                    && s.state == ContainerState::Running
+                    && (self.probed.get(&c.name) != Some(&s.id)
+                        || !self.env.probes.is_started(&self.uid, &c.name, &s.id))
+                {
+                    out.insert(s.id.clone());
+                }
+            }
+        }
+        out
     }
 }
 

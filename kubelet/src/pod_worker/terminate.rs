@@ -42,6 +42,16 @@ impl Worker {
         // A terminating pod is not probed for liveness; its readiness no longer matters.
         self.env.probes.remove_pod(&self.uid);
         self.probed.clear();
+        // An httpGet preStop hook defaults to the pod's IP, unknown to a fresh worker.
+        if self.sandbox_ips.1.is_empty()
+            && let Some(sb) = obs
+                .sandboxes
+                .first()
+                .filter(|s| s.state == SandboxState::Ready)
+            && let Ok(st) = rt.sandbox_status(&sb.id).await
+        {
+            self.sandbox_ips = (sb.id.clone(), st.ips);
+        }
         self.stop_containers(&obs, grace).await;
         let mut clean = true;
         for sb in &obs.sandboxes {
@@ -50,7 +60,8 @@ impl Worker {
                 clean = false;
             }
         }
-        if let Ok(after) = observe(rt.as_ref(), &self.uid).await {
+        if let Ok(mut after) = observe(rt.as_ref(), &self.uid).await {
+            self.add_exit_messages(&mut after).await;
             self.publish(&after, BTreeMap::new(), true);
         }
         for (_, c) in &obs.containers {

@@ -796,3 +796,387 @@ async fn a_stuck_disk_for_one_pod_does_not_stall_the_others() {
     let _ = t1.await;
     let _ = t2.await;
 }
+
+fn init_status(r: &Rig, name: &str) -> k8s_openapi::api::core::v1::ContainerStatus {
+    status(r)
+        .init_container_statuses
+        .unwrap()
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap()
+}
+
+fn sidecar_pod(sidecar: serde_json::Value) -> Pod {
+    let mut side = serde_json::json!({"name": "side", "image": IMAGE, "restartPolicy": "Always"});
+    if let (Some(s), Some(e)) = (side.as_object_mut(), sidecar.as_object()) {
+        for (k, v) in e {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    pod(
+        "Never",
+        serde_json::json!({"initContainers": [side, {"name": "init-b", "image": IMAGE}]}),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn sidecar_runs_beside_the_app_restarts_and_stops_last() {
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), sidecar_pod(serde_json::json!({})), None);
+    w.sync().await;
+    assert_eq!(r.rt.running("side").len(), 1, "the sidecar starts first");
+    assert!(r.rt.running("init-b").is_empty());
+    assert_eq!(status(&r).phase.as_deref(), Some("Pending"));
+    // Running without a startup probe counts as started: the next init container follows.
+    w.sync().await;
+    assert_eq!(r.rt.running("init-b").len(), 1);
+    let side = init_status(&r, "side");
+    assert_eq!(side.started, Some(true));
+    assert!(side.ready);
+    assert_eq!(condition(&status(&r), "Initialized"), "False");
+    let b = r.rt.running("init-b")[0].clone();
+    r.rt.exit_container(&b, 0);
+    w.sync().await;
+    assert_eq!(r.rt.running("app").len(), 1);
+    assert_eq!(r.rt.running("side").len(), 1, "the sidecar keeps running");
+    let st = status(&r);
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert_eq!(condition(&st, "Initialized"), "True");
+    assert_eq!(condition(&st, "ContainersReady"), "True");
+    // A sidecar that exits is restarted even with restartPolicy Never; init-b is not rerun.
+    let s1 = r.rt.running("side")[0].clone();
+    r.rt.exit_container(&s1, 1);
+    w.sync().await;
+    assert_eq!(r.rt.running("side").len(), 1);
+    assert_eq!(init_status(&r, "side").restart_count, 1);
+    assert_eq!(
+        r.rt.count("CreateContainer"),
+        4,
+        "side, init-b, app, side again"
+    );
+    assert_eq!(status(&r).phase.as_deref(), Some("Running"));
+    // The app finishing completes the pod: the sidecar is stopped, not restarted.
+    let app = r.rt.running("app")[0].clone();
+    r.rt.exit_container(&app, 0);
+    w.sync().await;
+    assert!(r.rt.running("side").is_empty());
+    w.sync().await;
+    assert!(r.rt.running("side").is_empty(), "no sidecar restart");
+    assert_eq!(status(&r).phase.as_deref(), Some("Succeeded"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn termination_stops_app_containers_before_sidecars_in_reverse_order() {
+    let r = rig();
+    let p = pod(
+        "Always",
+        serde_json::json!({"initContainers": [
+            {"name": "side-1", "image": IMAGE, "restartPolicy": "Always"},
+            {"name": "side-2", "image": IMAGE, "restartPolicy": "Always"}
+        ]}),
+    );
+    let mut w = Worker::new(r.env.clone(), p, None);
+    for _ in 0..3 {
+        w.sync().await;
+    }
+    assert_eq!(r.rt.running("app").len(), 1);
+    let ids: Vec<String> = ["app", "side-2", "side-1"]
+        .iter()
+        .map(|n| r.rt.running(n)[0].clone())
+        .collect();
+    let obs = observe(r.rt.as_ref(), "uid-1").await.unwrap();
+    w.stop_containers(&obs, Duration::from_secs(5)).await;
+    let mut finished = Vec::new();
+    for id in &ids {
+        let st = r.rt.container_status(id).await.unwrap();
+        assert_eq!(st.state, ContainerState::Exited);
+        finished.push(st.finished_at);
+    }
+    assert!(
+        finished[0] < finished[1] && finished[1] < finished[2],
+        "app, then side-2, then side-1: {finished:?}"
+    );
+    assert!(w.terminate(Some(Duration::from_secs(5))).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sidecar_startup_probe_holds_back_the_next_init_container() {
+    let mut r = rig();
+    let p = sidecar_pod(serde_json::json!({
+        "startupProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}
+    }));
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    w.sync().await;
+    assert!(
+        r.rt.running("init-b").is_empty(),
+        "waits for the sidecar's startup probe"
+    );
+    assert_eq!(init_status(&r, "side").started, Some(false));
+    next_update(
+        &mut r,
+        ::probes::ProbeKind::Startup,
+        ::probes::ProbeStatus::Success,
+    )
+    .await;
+    w.sync().await;
+    assert_eq!(r.rt.running("init-b").len(), 1);
+    assert_eq!(init_status(&r, "side").started, Some(true));
+}
+
+fn hook_pod(lifecycle: serde_json::Value) -> Pod {
+    pod(
+        "Always",
+        serde_json::json!({"containers": [{"name": "app", "image": IMAGE, "lifecycle": lifecycle}]}),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_post_start_hook_kills_the_container_which_restarts() {
+    let r = rig();
+    let p =
+        hook_pod(serde_json::json!({"postStart": {"exec": {"command": ["sh", "-c", "exit 3"]}}}));
+    r.rt.push_exec_result(ExecResult {
+        exit_code: 3,
+        stdout: b"out".to_vec(),
+        stderr: b"boom".to_vec(),
+    });
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    assert!(
+        r.rt.running("app").is_empty(),
+        "killed after the hook failed"
+    );
+    let events = r.events.events();
+    assert!(
+        events.contains(&"Warning FailedPostStartHook PostStartHook failed".to_string()),
+        "{events:?}"
+    );
+    assert!(events.contains(&"Normal Killing FailedPostStartHook".to_string()));
+    // The hook's output goes to the waiting message, not to the event.
+    let waiting = app_status(&r).state.unwrap().waiting.unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("PostStartHookError"));
+    assert_eq!(
+        waiting.message.as_deref(),
+        Some(
+            "Exec lifecycle hook ([sh -c exit 3]) for Container \"app\" in Pod \"web_default(uid-1)\" failed - error: command 'sh -c exit 3' exited with 3: boom, message: \"outboom\""
+        )
+    );
+    // The next pass restarts it (the hook now succeeds: the fake's default exit 0).
+    w.sync().await;
+    assert_eq!(r.rt.running("app").len(), 1);
+    let cs = app_status(&r);
+    assert_eq!(cs.restart_count, 1);
+    assert!(cs.state.unwrap().running.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn pre_stop_runs_inside_the_grace_period() {
+    let r = rig();
+    let p = hook_pod(serde_json::json!({"preStop": {"sleep": {"seconds": 2}}}));
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    let before = Instant::now();
+    assert!(w.terminate(Some(Duration::from_secs(5))).await);
+    assert!(
+        before.elapsed() >= Duration::from_secs(2),
+        "preStop slept first"
+    );
+    assert_eq!(
+        r.rt.stop_timeouts(),
+        [Duration::from_secs(3)],
+        "StopContainer gets the grace left after preStop"
+    );
+
+    // A failing exec preStop is reported; the container still stops, with at least 2 s.
+    let r = rig();
+    let p = hook_pod(serde_json::json!({"preStop": {"exec": {"command": ["false"]}}}));
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    r.rt.push_exec_result(ExecResult {
+        exit_code: 1,
+        stdout: vec![],
+        stderr: vec![],
+    });
+    assert!(w.terminate(Some(Duration::from_secs(1))).await);
+    assert!(
+        r.events
+            .events()
+            .contains(&"Warning FailedPreStopHook PreStopHook failed".to_string()),
+        "{:?}",
+        r.events.events()
+    );
+    assert_eq!(r.rt.stop_timeouts(), [MIN_GRACE]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn active_deadline_fails_the_pod_for_good() {
+    let r = rig();
+    let p = pod("Always", serde_json::json!({"activeDeadlineSeconds": 30}));
+    let mut w = Worker::new(r.env.clone(), p, None);
+    let wake = w.sync().await;
+    assert!(wake <= Duration::from_secs(30), "wakes by the deadline");
+    assert_eq!(r.rt.running("app").len(), 1);
+    // The deadline passes (the start time is wall-clock).
+    w.start_time = Some(Timestamp::now() - std::time::Duration::from_secs(31));
+    w.sync().await;
+    assert!(r.rt.running("app").is_empty(), "stopped at the deadline");
+    let st = status(&r);
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        st.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+    assert!(
+        r.events
+            .events()
+            .contains(&"Normal DeadlineExceeded Pod was active on the node longer than the specified deadline".to_string())
+    );
+    w.sync().await;
+    assert!(r.rt.running("app").is_empty(), "never restarted");
+    assert_eq!(status(&r).phase.as_deref(), Some("Failed"));
+    // Nor by a new worker after an agent restart.
+    let mut w = Worker::new(r.env.clone(), w.pod.clone(), Some(status(&r)));
+    w.sync().await;
+    assert!(
+        r.rt.running("app").is_empty(),
+        "not restarted after an agent restart"
+    );
+    assert_eq!(status(&r).reason.as_deref(), Some("DeadlineExceeded"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn termination_message_from_the_file_or_the_log_tail() {
+    let r = rig();
+    let p = pod(
+        "Never",
+        serde_json::json!({"containers": [
+            {"name": "app", "image": IMAGE},
+            {"name": "logs", "image": IMAGE, "terminationMessagePolicy": "FallbackToLogsOnError"}
+        ]}),
+    );
+    let mut w = Worker::new(r.env.clone(), p.clone(), None);
+    w.sync().await;
+    // The file keeps its last 4096 bytes.
+    let file = spec::termination_log_host_path(&r.env.node, "uid-1", "app", 0);
+    std::fs::write(&file, format!("{}{}", "x".repeat(100), "y".repeat(4096))).unwrap();
+    let log_dir = spec::pod_log_dir(&r.env.node, &p).join("logs");
+    std::fs::create_dir_all(&log_dir).unwrap();
+    let mut log = String::new();
+    for i in 0..100 {
+        log.push_str(&format!(
+            "2026-01-01T00:00:00.000000000Z stderr F line {i}\n"
+        ));
+    }
+    log.push_str("2026-01-01T00:00:00.000000000Z stderr P par\n");
+    log.push_str("2026-01-01T00:00:00.000000000Z stderr F tial\n");
+    std::fs::write(log_dir.join("0.log"), log).unwrap();
+    r.rt.exit_container(&r.rt.running("app")[0], 0);
+    r.rt.exit_container(&r.rt.running("logs")[0], 2);
+    w.sync().await;
+    let statuses = status(&r).container_statuses.unwrap();
+    let message = |i: usize| {
+        statuses[i]
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap()
+            .message
+            .unwrap_or_default()
+    };
+    assert_eq!(message(0), "y".repeat(4096));
+    // 80 entries from the end: lines 22..=99 and the joined partial line.
+    let expected: String = (22..100)
+        .map(|i| format!("line {i}\n"))
+        .chain(["partial\n".to_string()])
+        .collect();
+    assert_eq!(message(1), expected);
+    // A long log keeps the last 2048 bytes of its last 80 lines.
+    let dir = tempfile::tempdir().unwrap();
+    let long = dir.path().join("0.log");
+    let mut log = String::new();
+    for i in 0..90 {
+        log.push_str(&format!(
+            "2026-01-01T00:00:00Z stdout F {i:02}{}\n",
+            "z".repeat(98)
+        ));
+    }
+    std::fs::write(&long, log).unwrap();
+    let tail = exit_message::log_tail(&long, 80, 2048);
+    assert_eq!(tail.len(), 2048);
+    assert!(tail.ends_with(&format!("89{}\n", "z".repeat(98))));
+    assert!(
+        exit_message::log_tail(&dir.path().join("gone.log"), 80, 2048)
+            .starts_with("Error on reading termination message from logs: ")
+    );
+}
+
+#[tokio::test]
+async fn http_hook_defaults_to_the_pod_ip_and_resolves_named_ports() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = conn.read(&mut buf).await.unwrap();
+        // The status code does not matter to a hook (upstream looks only for a failed
+        // exchange).
+        conn.write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    });
+    let p = pod(
+        "Always",
+        serde_json::json!({"containers": [{"name": "app", "image": IMAGE,
+            "ports": [{"name": "web", "containerPort": port}]}]}),
+    );
+    let c = p.spec.as_ref().unwrap().containers[0].clone();
+    let handler: k8s_openapi::api::core::v1::LifecycleHandler =
+        serde_json::from_value(serde_json::json!({"httpGet": {
+            "path": "/hook", "port": "web",
+            "httpHeaders": [{"name": "X-Test", "value": "yes"}]}}))
+        .unwrap();
+    let rt = FakeRuntime::new();
+    let target = hooks::HookTarget {
+        pod: &p,
+        container: &c,
+        container_id: "c1",
+        pod_ip: "127.0.0.1",
+    };
+    hooks::run(&rt, &target, &handler, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let request = server.await.unwrap();
+    assert!(request.starts_with("GET /hook HTTP/1.1\r\n"), "{request}");
+    assert!(request.contains(&format!("127.0.0.1:{port}")), "{request}");
+    assert!(request.to_lowercase().contains("x-test: yes"), "{request}");
+    assert!(
+        request.to_lowercase().contains(&format!(
+            "user-agent: kube-lifecycle/{}",
+            ::probes::KUBE_VERSION_MAJOR_MINOR
+        )),
+        "{request}"
+    );
+    // Nothing listens any more (the listener is gone): the hook fails with upstream's message.
+    let err = hooks::run(&rt, &target, &handler, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        err.starts_with("HTTP lifecycle hook (/hook) for Container \"app\" in Pod \"web_default(uid-1)\" failed - error: "),
+        "{err}"
+    );
+    // A tcpSocket handler cannot be run, as upstream.
+    let tcp: k8s_openapi::api::core::v1::LifecycleHandler =
+        serde_json::from_value(serde_json::json!({"tcpSocket": {"port": 80}})).unwrap();
+    let err = hooks::run(&rt, &target, &tcp, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        err.starts_with("Cannot run handler: invalid handler: "),
+        "{err}"
+    );
+}
