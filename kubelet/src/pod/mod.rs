@@ -2,6 +2,7 @@
 //! per-container hash, and the sources that produce desired pods.
 
 pub mod static_pods;
+pub mod sysctl;
 
 use crate::quantity;
 // One RFC 1123 label check for both binaries (kube-proxy validates Service names with it).

@@ -338,11 +338,20 @@ impl Worker {
         })
         .await
         .unwrap_or_else(|e| Err(spec::ConfigError(format!("preparing the container: {e}"))));
-        let cfg = prepared.map_err(|e| StartError::CreateContainerConfig {
-            message: e.0,
-            retry_after: Duration::from_secs(10),
-        })?;
         let rt = &self.env.runtime;
+        // runAsNonRoot is checked against the image's user, which also fills a missing UID.
+        let user = crate::runtime::image_user(rt.as_ref(), c.image.as_deref().unwrap_or(""))
+            .await
+            .map_err(|e| spec::ConfigError(format!("failed to get image user: {e}")));
+        let cfg = prepared
+            .and_then(|mut cfg| {
+                spec::security::apply_image_user(&mut cfg.security, &self.pod, &c, &user?)?;
+                Ok(cfg)
+            })
+            .map_err(|e| StartError::CreateContainerConfig {
+                message: e.0,
+                retry_after: Duration::from_secs(10),
+            })?;
         let id = rt
             .create_container(sandbox_id, &cfg, sandbox)
             .await

@@ -262,7 +262,9 @@ async fn spec_change_replaces_the_container() {
     w.sync().await;
     let old = r.rt.running("app")[0].clone();
     let mut changed = pod("Always", serde_json::json!({}));
-    changed.spec.as_mut().unwrap().containers[0].command = Some(vec!["sleep".into(), "10".into()]);
+    // The container hash covers name and image (upstream's HashContainer): an image change
+    // replaces the container.
+    changed.spec.as_mut().unwrap().containers[0].image = Some("busybox:1.36".into());
     w.pod = changed;
     w.sync().await;
     let now = r.rt.running("app");
