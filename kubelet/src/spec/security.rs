@@ -238,6 +238,13 @@ pub fn container_security(
     c: &Container,
 ) -> Result<ContainerSecurity, ConfigError> {
     let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    // Running such a pod in the node's user namespace would silently grant more than asked.
+    if pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
+        return Err(ConfigError(
+            "hostUsers: false (a user namespace for the pod) is not supported by this node agent"
+                .into(),
+        ));
+    }
     let e = effective(pod, c);
     let caps = e.capabilities.clone().unwrap_or_default();
     let apparmor = apparmor(pod, c)?;

@@ -245,3 +245,13 @@ fn image_user_fills_a_missing_uid_or_name() {
     apply_image_user(&mut s, &p, &first(&p), &named).unwrap();
     assert_eq!((s.run_as_user, s.run_as_username.as_str()), (Some(5), ""));
 }
+
+#[test]
+fn user_namespaces_are_refused_not_ignored() {
+    let p =
+        pod(serde_json::json!({"hostUsers": false, "containers": [{"name": "c", "image": "i:1"}]}));
+    assert!(sec(&p, false).unwrap_err().0.contains("hostUsers"));
+    let p =
+        pod(serde_json::json!({"hostUsers": true, "containers": [{"name": "c", "image": "i:1"}]}));
+    assert!(sec(&p, false).is_ok());
+}
