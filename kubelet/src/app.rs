@@ -188,6 +188,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         pod_logs_dir: cfg.pod_logs_dir.clone(),
         root_dir: cfg.root_dir.clone(),
         memory_capacity: crate::host::memory_capacity(),
+        seccomp_default: cfg.seccomp_default,
     };
     // ConfigMaps, Secrets and tokens come from the apiserver; standalone pods cannot use them.
     let api_objects = cluster.as_ref().map(|c| {
@@ -236,8 +237,29 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
                 file_tx,
                 cancel.clone(),
             ));
+            let sysctls =
+                crate::pod::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default();
+            let statuses = statuses.clone();
             tasks.spawn(async move {
+                let mut rejected = std::collections::HashSet::new();
                 while let Some(pods) = file_rx.recv().await {
+                    // Static pods with forbidden sysctls fail as upstream's admission fails them.
+                    let (pods, refused) = crate::pod::sysctl::partition(&sysctls, pods);
+                    let now: std::collections::HashSet<String> = refused
+                        .iter()
+                        .filter_map(|(p, _, _)| p.metadata.uid.clone())
+                        .collect();
+                    for (p, reason, message) in refused {
+                        if !rejected.contains(p.metadata.uid.as_deref().unwrap_or("")) {
+                            tracing::warn!(pod = %crate::pod::full_name(&p), %reason, %message, "static pod rejected at admission");
+                        }
+                        let r = crate::cluster::pods::Rejection { reason, message };
+                        statuses.set(&p, crate::cluster::pods::rejected_status(&r));
+                    }
+                    for gone in rejected.difference(&now) {
+                        statuses.remove(gone);
+                    }
+                    rejected = now;
                     static_tx.send_replace(pods.clone());
                     if pods_tx
                         .send(SourceUpdate {

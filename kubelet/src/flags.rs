@@ -221,6 +221,8 @@ pub struct Flags {
     pub exit_on_lock_contention: Option<bool>,
     #[arg(long = "protect-kernel-defaults", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub protect_kernel_defaults: Option<bool>,
+    #[arg(long = "allowed-unsafe-sysctls", value_delimiter = ',')]
+    pub allowed_unsafe_sysctls: Option<Vec<String>>,
     #[arg(long = "seccomp-default", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub seccomp_default: Option<bool>,
     #[arg(long = "local-storage-capacity-isolation", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]

@@ -148,6 +148,7 @@ mod tests {
             host_pid: false,
             host_ipc: false,
             sysctls: Default::default(),
+            security: Default::default(),
             resources: None,
         }
     }
@@ -168,10 +169,7 @@ mod tests {
             stdin: false,
             tty: false,
             resources: LinuxResources::default(),
-            run_as_user: None,
-            run_as_group: None,
-            privileged: false,
-            readonly_rootfs: false,
+            security: Default::default(),
         }
     }
 

@@ -175,6 +175,8 @@ pub fn start(
         pods::Dispatcher {
             node_name: cfg.node_name.clone(),
             max_pods: cfg.max_pods,
+            sysctls: crate::pod::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls)
+                .unwrap_or_default(),
             store: store.clone(),
             statuses: parts.statuses.clone(),
             events: recorder.clone(),

@@ -238,6 +238,8 @@ fn is_terminal(p: &Pod) -> bool {
 pub struct Admission {
     admitted: HashSet<String>,
     rejected: HashMap<String, Rejection>,
+    /// The sysctls pods may set (safe ones plus `allowedUnsafeSysctls`).
+    pub sysctls: crate::pod::sysctl::Allowlist,
 }
 
 impl Admission {
@@ -303,6 +305,8 @@ impl Admission {
                     reason: "NodeAffinity".into(),
                     message: "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector".into(),
                 })
+            } else if let Err((reason, message)) = self.sysctls.admit(p) {
+                Some(Rejection { reason, message })
             } else {
                 None
             };
@@ -350,6 +354,7 @@ fn intent(p: &Pod) -> Pod {
 pub struct Dispatcher {
     pub node_name: String,
     pub max_pods: u32,
+    pub sysctls: crate::pod::sysctl::Allowlist,
     pub store: PodStore,
     pub statuses: Arc<StatusManager>,
     pub events: Arc<dyn EventRecorder>,
@@ -363,7 +368,10 @@ pub struct Dispatcher {
 impl Dispatcher {
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut store_rx = self.store.subscribe();
-        let mut admission = Admission::default();
+        let mut admission = Admission {
+            sysctls: self.sysctls.clone(),
+            ..Default::default()
+        };
         let mut last: Option<HashMap<String, Pod>> = None;
         let mut rejected_uids: HashSet<String> = HashSet::new();
         loop {
@@ -461,6 +469,29 @@ mod tests {
             "spec": spec
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn forbidden_sysctls_are_rejected_at_admission() {
+        let mut a = Admission {
+            sysctls: crate::pod::sysctl::Allowlist::new(&["net.core.somaxconn".into()]).unwrap(),
+            ..Default::default()
+        };
+        let sysctls = |n: &str| serde_json::json!({"securityContext": {"sysctls": [{"name": n, "value": "1"}]}});
+        let pods = vec![
+            pod("safe", "1", sysctls("net.ipv4.tcp_syncookies")),
+            pod("allowed", "22", sysctls("net.core.somaxconn")),
+            pod("bad", "333", sysctls("kernel.msgmax")),
+        ];
+        let rejected = a.admit(&pods, 0, 110, &BTreeMap::new(), "n1");
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].0.metadata.name.as_deref(), Some("bad"));
+        assert_eq!(rejected[0].1.reason, "SysctlForbidden");
+        assert_eq!(
+            rejected[0].1.message,
+            "forbidden sysctl: \"kernel.msgmax\" not allowlisted"
+        );
+        assert!(a.is_admitted("1") && a.is_admitted("22"));
     }
 
     #[test]

@@ -162,7 +162,7 @@ pub struct KubeletConfiguration {
     pub system_reserved_cgroup: Option<serde_json::Value>,
     pub kube_reserved_cgroup: Option<serde_json::Value>,
     pub enforce_node_allocatable: Option<serde_json::Value>,
-    pub allowed_unsafe_sysctls: Option<serde_json::Value>,
+    pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub volume_plugin_dir: Option<serde_json::Value>,
     #[serde(rename = "providerID")]
     pub provider_id: Option<serde_json::Value>,
@@ -177,7 +177,7 @@ pub struct KubeletConfiguration {
     pub reserved_memory: Option<serde_json::Value>,
     pub enable_profiling_handler: Option<serde_json::Value>,
     pub enable_debug_flags_handler: Option<serde_json::Value>,
-    pub seccomp_default: Option<serde_json::Value>,
+    pub seccomp_default: Option<bool>,
     pub memory_throttling_factor: Option<serde_json::Value>,
     pub tracing: Option<serde_json::Value>,
     pub local_storage_capacity_isolation: Option<serde_json::Value>,
@@ -304,6 +304,10 @@ pub struct Config {
     pub tls_cipher_suites: Vec<String>,
     /// `protectKernelDefaults`: the start fails when kernel tunables differ from upstream's.
     pub protect_kernel_defaults: bool,
+    /// `seccompDefault`: containers without a seccomp profile run with `RuntimeDefault`.
+    pub seccomp_default: bool,
+    /// `allowedUnsafeSysctls`, validated: pods may set these beside the safe sysctls.
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -549,6 +553,13 @@ pub fn merge(
             )));
         }
     };
+    let allowed_unsafe_sysctls = flags
+        .allowed_unsafe_sysctls
+        .clone()
+        .or(file.allowed_unsafe_sysctls.clone())
+        .unwrap_or_default();
+    crate::pod::sysctl::Allowlist::new(&allowed_unsafe_sysctls)
+        .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
     let max_pods = flags.max_pods.or(file.max_pods).unwrap_or(110);
     if max_pods < 0 {
         return Err(invalid(format!("maxPods: {max_pods} must not be negative")));
@@ -751,6 +762,11 @@ pub fn merge(
             .protect_kernel_defaults
             .or(file.protect_kernel_defaults)
             .unwrap_or(false),
+        seccomp_default: flags
+            .seccomp_default
+            .or(file.seccomp_default)
+            .unwrap_or(false),
+        allowed_unsafe_sysctls,
     })
 }
 

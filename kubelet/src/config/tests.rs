@@ -130,6 +130,44 @@ fn flags_override_file() {
 }
 
 #[test]
+fn seccomp_default_and_unsafe_sysctls() {
+    let file = parse_file(
+        "c",
+        "seccompDefault: true\nallowedUnsafeSysctls: [\"net.core.somaxconn\", \"kernel.msg*\"]\n",
+    )
+    .unwrap();
+    let cfg = merge(&flags(&[]), file, "n").unwrap();
+    assert!(cfg.seccomp_default);
+    assert_eq!(
+        cfg.allowed_unsafe_sysctls,
+        ["net.core.somaxconn", "kernel.msg*"]
+    );
+    let cfg = merge(
+        &flags(&[
+            "--seccomp-default=false",
+            "--allowed-unsafe-sysctls=net.*,kernel.sem",
+        ]),
+        parse_file("c", "seccompDefault: true\n").unwrap(),
+        "n",
+    )
+    .unwrap();
+    assert!(!cfg.seccomp_default);
+    assert_eq!(cfg.allowed_unsafe_sysctls, ["net.*", "kernel.sem"]);
+    // A sysctl that is not namespaced would change the node: the start fails, as upstream.
+    let err = merge(
+        &flags(&["--allowed-unsafe-sysctls=kernel.panic"]),
+        KubeletConfiguration::default(),
+        "n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("kernel.panic") && err.contains("namespaced"),
+        "{err}"
+    );
+}
+
+#[test]
 fn invalid_values_are_named() {
     let file = parse_file("c", "cgroupDriver: upstart\n").unwrap();
     let err = merge(&flags(&[]), file, "n").unwrap_err().to_string();

@@ -2,12 +2,12 @@
 //! per-container hash, and the sources that produce desired pods.
 
 pub mod static_pods;
+pub mod sysctl;
 
 use crate::quantity;
 // One RFC 1123 label check for both binaries (kube-proxy validates Service names with it).
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use proxy::model::is_dns_label;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -325,11 +325,56 @@ pub fn qos_class(spec: &PodSpec) -> Qos {
     }
 }
 
-/// A stable hash of a container's spec; a change means the container must be recreated.
+/// Upstream's `HashContainer`, as the `io.kubernetes.container.hash` annotation holds it: the
+/// JSON of `{"image": .., "name": ..}` (the only fields v1.36 hashes, so resources can change
+/// in place), printed the way go-spew's `%#v` prints a `[]byte` (`([]uint8)[123 34 ...]`),
+/// FNV-32a over that text, in lowercase hex without leading zeros. Equal values mean a
+/// container started by upstream's kubelet is adopted, not restarted.
 pub fn container_hash(c: &Container) -> String {
-    let json = serde_json::to_vec(c).unwrap_or_default();
-    let digest = Sha256::digest(&json);
-    hex::encode(&digest[..4])
+    // Go's encoding/json sorts map keys: "image" before "name".
+    let json = format!(
+        "{{\"image\":{},\"name\":{}}}",
+        go_json_string(c.image.as_deref().unwrap_or("")),
+        go_json_string(&c.name)
+    );
+    let mut printed = String::from("([]uint8)[");
+    for (i, b) in json.bytes().enumerate() {
+        if i > 0 {
+            printed.push(' ');
+        }
+        printed.push_str(&b.to_string());
+    }
+    printed.push(']');
+    format!("{:x}", fnv32a(printed.as_bytes()))
+}
+
+fn fnv32a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// A string as Go's `json.Marshal` writes it: HTML-safe escapes for `<`, `>`, `&`, and
+/// U+2028/U+2029 escaped, control characters as `\n`-style or `\u00XX` escapes.
+fn go_json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                out.push_str(&format!("\\u{:04x}", ch as u32))
+            }
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// `namespace/name` for logs.
@@ -394,6 +439,23 @@ mod tests {
         let e = validate(&p).unwrap_err();
         assert_eq!(e.field, "spec.containers[0]");
         assert!(e.message.contains("probe"), "{e}");
+    }
+
+    #[test]
+    fn container_hash_matches_upstream() {
+        // Upstream's TestHashContainer (pkg/kubelet/container/helpers_test.go) expects
+        // 0x8e45cbd0 for this container; args and ports are not part of the hash.
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "test_container", "image": "foo/image:v1",
+            "args": ["/bin/sh", "-c", "echo abc"], "ports": [{"containerPort": 8001}]
+        }))
+        .unwrap();
+        assert_eq!(container_hash(&c), "8e45cbd0");
+        let mut changed = c.clone();
+        changed.image = Some("foo/image:v2".into());
+        assert_ne!(container_hash(&changed), container_hash(&c));
+        // Go's json.Marshal escapes HTML characters: '&' is \u0026, '<' is \u003c.
+        assert_eq!(go_json_string("a&b<\"c"), "\"a\\u0026b\\u003c\\\"c\"");
     }
 
     #[test]

@@ -419,10 +419,20 @@ impl Worker {
         })
         .await
         .unwrap_or_else(|e| Err(spec::ConfigError(format!("preparing the container: {e}"))));
-        let (cfg, invalid_names) = prepared.map_err(|e| StartError::CreateContainerConfig {
-            message: e.0,
-            retry_after: Duration::from_secs(10),
-        })?;
+        let rt = &self.env.runtime;
+        // runAsNonRoot is checked against the image's user, which also fills a missing UID.
+        let user = crate::runtime::image_user(rt.as_ref(), c.image.as_deref().unwrap_or(""))
+            .await
+            .map_err(|e| spec::ConfigError(format!("failed to get image user: {e}")));
+        let (cfg, invalid_names) = prepared
+            .and_then(|(mut cfg, invalid_names)| {
+                spec::security::apply_image_user(&mut cfg.security, &self.pod, &c, &user?)?;
+                Ok((cfg, invalid_names))
+            })
+            .map_err(|e| StartError::CreateContainerConfig {
+                message: e.0,
+                retry_after: Duration::from_secs(10),
+            })?;
         for m in invalid_names {
             self.event(
                 None,
@@ -431,7 +441,6 @@ impl Worker {
                 &m,
             );
         }
-        let rt = &self.env.runtime;
         let id = rt
             .create_container(sandbox_id, &cfg, sandbox)
             .await

@@ -262,7 +262,9 @@ async fn spec_change_replaces_the_container() {
     w.sync().await;
     let old = r.rt.running("app")[0].clone();
     let mut changed = pod("Always", serde_json::json!({}));
-    changed.spec.as_mut().unwrap().containers[0].command = Some(vec!["sleep".into(), "10".into()]);
+    // The container hash covers name and image (upstream's HashContainer): an image change
+    // replaces the container.
+    changed.spec.as_mut().unwrap().containers[0].image = Some("busybox:1.36".into());
     w.pod = changed;
     w.sync().await;
     let now = r.rt.running("app");
@@ -623,6 +625,53 @@ async fn invalid_probe_is_reported_not_started() {
     );
     assert!(waiting.message.unwrap().contains("web"));
     assert_eq!(r.rt.count("CreateContainer"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_as_non_root_is_checked_against_the_image_user() {
+    use crate::runtime::ImageUser;
+    let r = rig();
+    // The image runs as root: refused before anything is created, as upstream.
+    r.rt.set_image_user(
+        IMAGE,
+        ImageUser {
+            uid: Some(0),
+            username: String::new(),
+        },
+    );
+    let p = pod(
+        "Always",
+        serde_json::json!({"securityContext": {"runAsNonRoot": true, "fsGroup": 2000}}),
+    );
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    let waiting = app_status(&r).state.unwrap().waiting.unwrap();
+    assert_eq!(
+        waiting.reason.as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    assert_eq!(
+        waiting.message.as_deref(),
+        Some(
+            "container has runAsNonRoot and image will run as root (pod: \"web_default(uid-1)\", container: app)"
+        )
+    );
+    assert_eq!(r.rt.count("CreateContainer"), 0);
+    // A non-root image user: the container runs as it, with fsGroup as a supplemental group.
+    r.rt.set_image_user(
+        IMAGE,
+        ImageUser {
+            uid: Some(1000),
+            username: String::new(),
+        },
+    );
+    tokio::time::advance(Duration::from_secs(10)).await;
+    w.sync().await;
+    let running = r.rt.running("app");
+    assert_eq!(running.len(), 1);
+    let cfg = r.rt.created_config(&running[0]).unwrap();
+    assert_eq!(cfg.security.run_as_user, Some(1000));
+    assert_eq!(cfg.security.supplemental_groups, vec![2000]);
 }
 
 #[tokio::test(start_paused = true)]

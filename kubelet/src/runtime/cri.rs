@@ -104,6 +104,90 @@ fn resources(r: &LinuxResources) -> pb::LinuxContainerResources {
     }
 }
 
+fn profile(p: &SecurityProfile) -> pb::SecurityProfile {
+    use pb::security_profile::ProfileType;
+    let (kind, reference) = match p {
+        SecurityProfile::RuntimeDefault => (ProfileType::RuntimeDefault, ""),
+        SecurityProfile::Unconfined => (ProfileType::Unconfined, ""),
+        SecurityProfile::Localhost(r) => (ProfileType::Localhost, r.as_str()),
+    };
+    pb::SecurityProfile {
+        profile_type: kind as i32,
+        localhost_ref: reference.into(),
+    }
+}
+
+fn selinux(o: &SeLinuxOptions) -> pb::SeLinuxOption {
+    pb::SeLinuxOption {
+        user: o.user.clone(),
+        role: o.role.clone(),
+        r#type: o.type_.clone(),
+        level: o.level.clone(),
+    }
+}
+
+fn groups_policy(p: SupplementalGroupsPolicy) -> i32 {
+    match p {
+        SupplementalGroupsPolicy::Merge => pb::SupplementalGroupsPolicy::Merge as i32,
+        SupplementalGroupsPolicy::Strict => pb::SupplementalGroupsPolicy::Strict as i32,
+    }
+}
+
+fn sandbox_security(c: &SandboxConfig) -> pb::LinuxSandboxSecurityContext {
+    let s = &c.security;
+    pb::LinuxSandboxSecurityContext {
+        namespace_options: Some(namespaces(c.host_network, c.host_pid, c.host_ipc)),
+        selinux_options: s.selinux.as_ref().map(selinux),
+        run_as_user: s.run_as_user.map(|value| pb::Int64Value { value }),
+        run_as_group: s.run_as_group.map(|value| pb::Int64Value { value }),
+        supplemental_groups: s.supplemental_groups.clone(),
+        supplemental_groups_policy: groups_policy(s.supplemental_groups_policy),
+        privileged: s.privileged,
+        seccomp: s.seccomp.as_ref().map(profile),
+        ..Default::default()
+    }
+}
+
+/// The protobuf container security context the runtime gets for `c` in `sandbox`.
+pub fn container_security_pb(
+    c: &ContainerConfig,
+    sandbox: &SandboxConfig,
+) -> pb::LinuxContainerSecurityContext {
+    let s = &c.security;
+    let capabilities =
+        (!s.capabilities_add.is_empty() || !s.capabilities_drop.is_empty()).then(|| {
+            pb::Capability {
+                add_capabilities: s.capabilities_add.clone(),
+                drop_capabilities: s.capabilities_drop.clone(),
+                ..Default::default()
+            }
+        });
+    #[allow(deprecated)]
+    pb::LinuxContainerSecurityContext {
+        capabilities,
+        privileged: s.privileged,
+        namespace_options: Some(namespaces(
+            sandbox.host_network,
+            sandbox.host_pid,
+            sandbox.host_ipc,
+        )),
+        selinux_options: s.selinux.as_ref().map(selinux),
+        run_as_user: s.run_as_user.map(|value| pb::Int64Value { value }),
+        run_as_group: s.run_as_group.map(|value| pb::Int64Value { value }),
+        run_as_username: s.run_as_username.clone(),
+        readonly_rootfs: s.readonly_rootfs,
+        supplemental_groups: s.supplemental_groups.clone(),
+        supplemental_groups_policy: groups_policy(s.supplemental_groups_policy),
+        no_new_privs: s.no_new_privs,
+        masked_paths: s.masked_paths.clone(),
+        readonly_paths: s.readonly_paths.clone(),
+        seccomp: s.seccomp.as_ref().map(profile),
+        apparmor: s.apparmor.as_ref().map(profile),
+        apparmor_profile: s.apparmor_profile.clone(),
+        ..Default::default()
+    }
+}
+
 /// The protobuf sandbox config the runtime gets for `c`.
 pub fn sandbox_pb(c: &SandboxConfig) -> pb::PodSandboxConfig {
     pb::PodSandboxConfig {
@@ -138,10 +222,7 @@ pub fn sandbox_pb(c: &SandboxConfig) -> pb::PodSandboxConfig {
         annotations: hash(&c.annotations),
         linux: Some(pb::LinuxPodSandboxConfig {
             cgroup_parent: c.cgroup_parent.clone(),
-            security_context: Some(pb::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespaces(c.host_network, c.host_pid, c.host_ipc)),
-                ..Default::default()
-            }),
+            security_context: Some(sandbox_security(c)),
             sysctls: hash(&c.sysctls),
             resources: c.resources.as_ref().map(resources),
             ..Default::default()
@@ -189,18 +270,7 @@ fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::ContainerCo
         tty: c.tty,
         linux: Some(pb::LinuxContainerConfig {
             resources: Some(resources(&c.resources)),
-            security_context: Some(pb::LinuxContainerSecurityContext {
-                privileged: c.privileged,
-                readonly_rootfs: c.readonly_rootfs,
-                run_as_user: c.run_as_user.map(|value| pb::Int64Value { value }),
-                run_as_group: c.run_as_group.map(|value| pb::Int64Value { value }),
-                namespace_options: Some(namespaces(
-                    sandbox.host_network,
-                    sandbox.host_pid,
-                    sandbox.host_ipc,
-                )),
-                ..Default::default()
-            }),
+            security_context: Some(container_security_pb(c, sandbox)),
         }),
         ..Default::default()
     }
@@ -475,6 +545,10 @@ impl Runtime for CriRuntime {
         Ok(r.image.map(|i| ImageInfo {
             id: i.id,
             size: i.size,
+            user: ImageUser {
+                uid: i.uid.map(|u| u.value),
+                username: i.username,
+            },
         }))
     }
 
@@ -497,5 +571,90 @@ impl Runtime for CriRuntime {
             .map_err(|s| err("PullImage", s))?
             .into_inner();
         Ok(r.image_ref)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn security_settings_reach_the_cri_messages() {
+        let sandbox = SandboxConfig {
+            name: "p".into(),
+            namespace: "default".into(),
+            uid: "u".into(),
+            attempt: 0,
+            hostname: "p".into(),
+            log_directory: String::new(),
+            dns: None,
+            port_mappings: vec![],
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            cgroup_parent: String::new(),
+            host_network: false,
+            host_pid: true,
+            host_ipc: false,
+            sysctls: BTreeMap::new(),
+            security: SandboxSecurity {
+                privileged: true,
+                run_as_user: Some(7),
+                supplemental_groups: vec![3000],
+                seccomp: Some(SecurityProfile::RuntimeDefault),
+                ..Default::default()
+            },
+            resources: None,
+        };
+        let sb = sandbox_pb(&sandbox)
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap();
+        assert!(sb.privileged);
+        assert_eq!(sb.run_as_user.map(|u| u.value), Some(7));
+        assert_eq!(sb.supplemental_groups, vec![3000]);
+        assert_eq!(
+            sb.seccomp.map(|s| s.profile_type),
+            Some(pb::security_profile::ProfileType::RuntimeDefault as i32)
+        );
+        let mut c = crate::runtime::raw::container(&sandbox);
+        c.security = ContainerSecurity {
+            run_as_user: Some(1000),
+            supplemental_groups: vec![3000, 4000],
+            supplemental_groups_policy: SupplementalGroupsPolicy::Strict,
+            capabilities_drop: vec!["ALL".into()],
+            no_new_privs: true,
+            readonly_rootfs: true,
+            masked_paths: vec!["/proc/kcore".into()],
+            seccomp: Some(SecurityProfile::Localhost(
+                "/var/lib/kubelet/seccomp/p.json".into(),
+            )),
+            apparmor: Some(SecurityProfile::Unconfined),
+            apparmor_profile: "unconfined".into(),
+            ..Default::default()
+        };
+        let s = container_security_pb(&c, &sandbox);
+        assert_eq!(s.run_as_user.map(|u| u.value), Some(1000));
+        assert_eq!(s.supplemental_groups, vec![3000, 4000]);
+        assert_eq!(
+            s.supplemental_groups_policy,
+            pb::SupplementalGroupsPolicy::Strict as i32
+        );
+        assert_eq!(s.capabilities.unwrap().drop_capabilities, vec!["ALL"]);
+        assert!(s.no_new_privs && s.readonly_rootfs && !s.privileged);
+        assert_eq!(s.masked_paths, vec!["/proc/kcore"]);
+        let seccomp = s.seccomp.unwrap();
+        assert_eq!(seccomp.localhost_ref, "/var/lib/kubelet/seccomp/p.json");
+        assert_eq!(
+            seccomp.profile_type,
+            pb::security_profile::ProfileType::Localhost as i32
+        );
+        assert_eq!(
+            s.namespace_options.unwrap().pid,
+            pb::NamespaceMode::Node as i32
+        );
+        // No capabilities message at all when the spec names none.
+        c.security.capabilities_drop.clear();
+        assert!(container_security_pb(&c, &sandbox).capabilities.is_none());
     }
 }

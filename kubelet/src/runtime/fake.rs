@@ -13,6 +13,8 @@ struct State {
     containers: BTreeMap<String, ContainerStatus>,
     container_sandbox: HashMap<String, String>,
     images: BTreeMap<String, String>,
+    image_users: BTreeMap<String, ImageUser>,
+    created: BTreeMap<String, ContainerConfig>,
     calls: Vec<String>,
     fail_next: HashMap<&'static str, Vec<RuntimeError>>,
     panic_next: HashMap<&'static str, usize>,
@@ -39,6 +41,18 @@ impl FakeRuntime {
     }
 
     /// The next call of `op` (e.g. "StartContainer") fails with `err`.
+    /// The config container `id` was created with.
+    pub fn created_config(&self, id: &str) -> Option<ContainerConfig> {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.created.get(id).cloned()
+    }
+
+    /// Makes ImageStatus report `user` as the default user of `image`.
+    pub fn set_image_user(&self, image: &str, user: ImageUser) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.image_users.insert(image.into(), user);
+    }
+
     pub fn fail_next(&self, op: &'static str, err: RuntimeError) {
         self.state
             .lock()
@@ -306,6 +320,7 @@ impl Runtime for FakeRuntime {
             annotations: config.annotations.clone(),
         };
         s.containers.insert(id.clone(), status);
+        s.created.insert(id.clone(), config.clone());
         s.container_sandbox
             .insert(id.clone(), sandbox_id.to_string());
         Ok(id)
@@ -366,6 +381,7 @@ impl Runtime for FakeRuntime {
         Ok(s.images.get(image).map(|id| ImageInfo {
             id: id.clone(),
             size: FAKE_IMAGE_SIZE,
+            user: s.image_users.get(image).cloned().unwrap_or_default(),
         }))
     }
 

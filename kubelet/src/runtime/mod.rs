@@ -153,6 +153,8 @@ pub struct SandboxConfig {
     pub host_pid: bool,
     pub host_ipc: bool,
     pub sysctls: BTreeMap<String, String>,
+    /// The sandbox's own security settings (`LinuxSandboxSecurityContext`).
+    pub security: SandboxSecurity,
     /// Pod-level overhead plus container limits, for runtimes that size the sandbox.
     pub resources: Option<LinuxResources>,
 }
@@ -193,10 +195,81 @@ pub struct ContainerConfig {
     pub stdin: bool,
     pub tty: bool,
     pub resources: LinuxResources,
-    pub run_as_user: Option<i64>,
-    pub run_as_group: Option<i64>,
+    /// The container's security settings (`LinuxContainerSecurityContext`, without the
+    /// namespace options, which come from the sandbox).
+    pub security: ContainerSecurity,
+}
+
+/// A seccomp or AppArmor profile as the CRI names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecurityProfile {
+    RuntimeDefault,
+    Unconfined,
+    /// A profile on the node: a file path (seccomp) or a loaded profile's name (AppArmor).
+    Localhost(String),
+}
+
+/// How supplemental groups combine with the image's `/etc/group` (CRI
+/// `SupplementalGroupsPolicy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SupplementalGroupsPolicy {
+    #[default]
+    Merge,
+    Strict,
+}
+
+/// An SELinux label.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeLinuxOptions {
+    pub user: String,
+    pub role: String,
+    pub type_: String,
+    pub level: String,
+}
+
+/// Security settings of one container, already merged from the pod and container levels.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerSecurity {
     pub privileged: bool,
     pub readonly_rootfs: bool,
+    pub run_as_user: Option<i64>,
+    /// The image's non-numeric user, when neither the spec nor the image gives a UID.
+    pub run_as_username: String,
+    pub run_as_group: Option<i64>,
+    pub supplemental_groups: Vec<i64>,
+    pub supplemental_groups_policy: SupplementalGroupsPolicy,
+    /// Capabilities exactly as written in the spec (the runtime adds `CAP_`).
+    pub capabilities_add: Vec<String>,
+    pub capabilities_drop: Vec<String>,
+    pub no_new_privs: bool,
+    pub masked_paths: Vec<String>,
+    pub readonly_paths: Vec<String>,
+    pub seccomp: Option<SecurityProfile>,
+    pub apparmor: Option<SecurityProfile>,
+    /// The deprecated string form of `apparmor` (`runtime/default`, `unconfined`,
+    /// `localhost/<name>`), still sent for older runtimes.
+    pub apparmor_profile: String,
+    pub selinux: Option<SeLinuxOptions>,
+}
+
+/// Security settings of the sandbox (its pause process).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxSecurity {
+    /// True when any container of the pod is privileged.
+    pub privileged: bool,
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub supplemental_groups: Vec<i64>,
+    pub supplemental_groups_policy: SupplementalGroupsPolicy,
+    pub seccomp: Option<SecurityProfile>,
+    pub selinux: Option<SeLinuxOptions>,
+}
+
+/// The user an image runs as by default, from ImageStatus.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageUser {
+    pub uid: Option<i64>,
+    pub username: String,
 }
 
 /// What ExecSync returned.
@@ -223,6 +296,21 @@ pub struct ImageInfo {
     pub id: String,
     /// Size in bytes as the runtime reports it.
     pub size: u64,
+    /// The image's default user.
+    pub user: ImageUser,
+}
+
+/// The user `image` runs as, as upstream's getImageUser reads it: the image's UID, else its
+/// user name, else root (UID 0) when the image names none or is not in the store.
+pub async fn image_user(rt: &dyn Runtime, image: &str) -> Result<ImageUser> {
+    let info = rt.image_status(image).await?;
+    Ok(match info {
+        Some(ImageInfo { user, .. }) if user.uid.is_some() || !user.username.is_empty() => user,
+        _ => ImageUser {
+            uid: Some(0),
+            username: String::new(),
+        },
+    })
 }
 
 #[async_trait::async_trait]

@@ -34,6 +34,7 @@ pub fn sandbox(i: usize, tag: &str, logs: &Path, cgroup_root: &str) -> SandboxCo
         host_pid: false,
         host_ipc: false,
         sysctls: BTreeMap::new(),
+        security: Default::default(),
         resources: None,
     }
 }
@@ -58,10 +59,7 @@ pub fn container(sb: &SandboxConfig) -> ContainerConfig {
             oom_score_adj: 1000,
             ..Default::default()
         },
-        run_as_user: None,
-        run_as_group: None,
-        privileged: false,
-        readonly_rootfs: false,
+        security: Default::default(),
     }
 }
 

@@ -459,9 +459,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "allowedUnsafeSysctls",
-        NotImplemented,
+        Implemented,
         &[],
-        "pod sysctls are not filtered by this list.",
+        "Unsafe sysctls (names or `prefix*`) pods may set beside the safe ones; others are rejected at admission (SysctlForbidden).",
     ),
     s(
         "volumePluginDir",
@@ -580,9 +580,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "seccompDefault",
-        Refused,
-        &["false"],
-        "RuntimeDefault is not applied to containers without a seccomp profile.",
+        Implemented,
+        &[],
+        "Containers without a seccomp profile run with RuntimeDefault.",
     ),
     s(
         "memoryThrottlingFactor",

@@ -300,9 +300,15 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--seccomp-default",
-        Refused,
-        &["false"],
-        "RuntimeDefault is not applied to containers without a seccomp profile.",
+        Implemented,
+        &[],
+        "Containers without a seccomp profile run with RuntimeDefault.",
+    ),
+    s(
+        "--allowed-unsafe-sysctls",
+        Implemented,
+        &[],
+        "Unsafe sysctls (names or `prefix*`) pods may set beside the safe ones; others are rejected at admission (SysctlForbidden).",
     ),
     s(
         "--local-storage-capacity-isolation",

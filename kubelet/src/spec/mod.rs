@@ -5,6 +5,7 @@ use crate::pod::{self, Qos};
 use crate::quantity;
 
 mod env;
+pub mod security;
 use crate::runtime::*;
 pub use env::{
     ContainerEnv, EnvObjects, ExpandBudget, MAX_EXPANSION_BYTES, container_env, expand, field_ref,
@@ -26,6 +27,8 @@ pub struct NodeSettings {
     pub pod_logs_dir: PathBuf,
     pub root_dir: PathBuf,
     pub memory_capacity: i64,
+    /// `seccompDefault`: containers without a seccomp profile get `RuntimeDefault`.
+    pub seccomp_default: bool,
 }
 
 /// Why a container config could not be built (reported as `CreateContainerConfigError`).
@@ -193,6 +196,7 @@ pub fn sandbox_config(
         host_pid: spec.host_pid.unwrap_or(false),
         host_ipc: spec.host_ipc.unwrap_or(false),
         sysctls,
+        security: security::sandbox_security(pod),
         resources: None,
     }
 }
@@ -419,8 +423,6 @@ pub fn container_config(
             serde_json::to_string(&ports).unwrap_or_default(),
         );
     }
-    let sc = c.security_context.clone().unwrap_or_default();
-    let psc = spec.security_context.clone().unwrap_or_default();
     let mut expand_all = |list: &Option<Vec<String>>| {
         list.iter()
             .flatten()
@@ -444,10 +446,7 @@ pub fn container_config(
         stdin: c.stdin.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         resources: linux_resources(c, qos, node.memory_capacity),
-        run_as_user: sc.run_as_user.or(psc.run_as_user),
-        run_as_group: sc.run_as_group.or(psc.run_as_group),
-        privileged: sc.privileged.unwrap_or(false),
-        readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
+        security: security::container_security(node, pod, c)?,
     })
 }
 

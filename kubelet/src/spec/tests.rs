@@ -47,6 +47,7 @@ fn node() -> NodeSettings {
         pod_logs_dir: "/var/log/pods".into(),
         root_dir: std::env::temp_dir().join("kubelet-spec-test"),
         memory_capacity: 8 << 30,
+        seccomp_default: false,
     }
 }
 

@@ -1,0 +1,172 @@
+//! securityContext on real containerd (standalone static pods): what the container sees from
+//! inside (capabilities, no_new_privs, seccomp, user and groups, read-only root, a safe
+//! sysctl), runAsNonRoot refused for an image that runs as root, and a pod with a forbidden
+//! sysctl rejected at admission.
+
+mod common;
+
+use common::{Agent, Rig, container, wait_for};
+use std::time::Duration;
+
+const SECURE: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: secure
+spec:
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    runAsUser: 1234
+    runAsGroup: 2345
+    runAsNonRoot: true
+    supplementalGroups: [3456]
+    fsGroup: 4567
+    seccompProfile: {type: RuntimeDefault}
+    sysctls: [{name: net.ipv4.ping_group_range, value: "7 4242"}]
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; echo ID $(id); if touch /probe 2>/dev/null; then echo ROOTFS writable; else echo ROOTFS read-only; fi; echo PING $(cat /proc/sys/net/ipv4/ping_group_range); echo DONE; exec sleep 3600"]
+    securityContext:
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}
+"#;
+
+/// The image runs as root (its config names no user): runAsNonRoot must refuse it.
+const NONROOT: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: nonroot
+spec:
+  terminationGracePeriodSeconds: 1
+  securityContext: {runAsNonRoot: true}
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["sleep", "3600"]
+"#;
+
+const SYSCTL: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: unsafe-sysctl
+spec:
+  securityContext:
+    sysctls: [{name: net.core.somaxconn, value: "1024"}]
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["sleep", "3600"]
+"#;
+
+/// The container's output so far, from its CRI log under the agent's podLogsDir.
+fn container_output(agent: &Agent, pod_prefix: &str) -> String {
+    let logs = agent.dir.path().join("logs");
+    let mut text = String::new();
+    for dir in std::fs::read_dir(&logs).into_iter().flatten().flatten() {
+        if !dir
+            .file_name()
+            .to_string_lossy()
+            .starts_with(&format!("default_{pod_prefix}"))
+        {
+            continue;
+        }
+        let log = dir.path().join("app/0.log");
+        for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
+            // CRI format: `<time> <stream> <P|F> <text>`.
+            if let Some(t) = line.splitn(4, ' ').nth(3) {
+                text.push_str(t);
+                text.push('\n');
+            }
+        }
+    }
+    text
+}
+
+fn field<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no {key} in the container's output:\n{out}"))
+}
+
+#[test]
+fn security_context_is_what_the_container_sees() {
+    require_rig!();
+    let rig = Rig::up("e2e-security");
+    let agent = Agent::start(&rig);
+    agent.write_manifest("secure.yaml", SECURE);
+    agent.write_manifest("nonroot.yaml", NONROOT);
+    agent.write_manifest("sysctl.yaml", SYSCTL);
+
+    let pod = wait_for("secure pod Running", Duration::from_secs(60), || {
+        agent
+            .pod("secure-")
+            .filter(|p| p["status"]["phase"] == "Running")
+    });
+    assert_eq!(container(&pod, "app")["restartCount"], 0);
+    let out = wait_for("the container's report", Duration::from_secs(20), || {
+        let o = container_output(&agent, "secure-");
+        o.contains("DONE").then_some(o)
+    });
+    // drop ALL + add NET_BIND_SERVICE: the bounding set holds only bit 10; a non-root user
+    // has no effective capabilities.
+    assert_eq!(field(&out, "CapBnd:"), "0000000000000400", "{out}");
+    assert_eq!(field(&out, "CapEff:"), "0000000000000000", "{out}");
+    assert_eq!(field(&out, "NoNewPrivs:"), "1", "{out}");
+    // 2 = SECCOMP_MODE_FILTER: the runtime's default profile is loaded.
+    assert_eq!(field(&out, "Seccomp:"), "2", "{out}");
+    let id = field(&out, "ID");
+    assert!(
+        id.contains("uid=1234") && id.contains("gid=2345"),
+        "runAsUser/runAsGroup: {id}"
+    );
+    let groups = id.split("groups=").nth(1).unwrap_or("");
+    assert!(
+        groups.contains("3456") && groups.contains("4567"),
+        "supplementalGroups and fsGroup are supplementary groups: {id}"
+    );
+    assert_eq!(field(&out, "ROOTFS"), "read-only", "{out}");
+    assert_eq!(field(&out, "PING"), "7 4242", "the safe sysctl is applied");
+
+    // runAsNonRoot with an image that runs as root: CreateContainerConfigError, never started.
+    let pod = wait_for(
+        "nonroot pod waiting with CreateContainerConfigError",
+        Duration::from_secs(60),
+        || {
+            agent.pod("nonroot-").filter(|p| {
+                container(p, "app")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+            })
+        },
+    );
+    let message = container(&pod, "app")["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        message.contains("container has runAsNonRoot and image will run as root"),
+        "{message}"
+    );
+    assert!(container(&pod, "app")["containerID"].is_null());
+
+    // A sysctl neither safe nor allowed: the pod fails at admission, nothing is started.
+    let pod = wait_for("unsafe-sysctl pod Failed", Duration::from_secs(60), || {
+        agent
+            .pod("unsafe-sysctl-")
+            .filter(|p| p["status"]["phase"] == "Failed")
+    });
+    assert_eq!(pod["status"]["reason"], "SysctlForbidden");
+    assert_eq!(
+        pod["status"]["message"],
+        "Pod was rejected: forbidden sysctl: \"net.core.somaxconn\" not allowlisted"
+    );
+    let sandboxes = std::process::Command::new(common::bin("cri"))
+        .args(["--endpoint", rig.get("CRI_ENDPOINT"), "pods"])
+        .output()
+        .unwrap();
+    let sandboxes = String::from_utf8_lossy(&sandboxes.stdout);
+    assert!(
+        sandboxes.contains("default/secure-rig-node") && !sandboxes.contains("unsafe-sysctl"),
+        "no sandbox for the rejected pod:\n{sandboxes}"
+    );
+}
