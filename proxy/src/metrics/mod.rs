@@ -1,4 +1,7 @@
-//! Sync metrics, named as upstream kube-proxy names them (subsystem `kubeproxy`).
+//! Sync metrics, named as upstream kube-proxy names them (subsystem `kubeproxy`), and in
+//! [`common`] the families every component exposes (`process_*`, `rest_client_*`, tasks).
+
+pub mod common;
 
 use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry,
@@ -151,6 +154,20 @@ impl Metrics {
         registry.register(Box::new(m.service_changes_pending.clone()))?;
         registry.register(Box::new(m.service_changes_total.clone()))?;
         Ok(m)
+    }
+
+    /// Creates the per-family children that upstream exposes from the start (a histogram vec
+    /// without children is absent from /metrics): `kubeproxy_network_programming_duration_seconds`
+    /// and the full/partial sync durations read as empty histograms before the first observation.
+    pub fn init_family(&self, ip_family: &str) {
+        for h in [
+            &self.sync_duration,
+            &self.sync_full_duration,
+            &self.sync_partial_duration,
+            &self.network_programming,
+        ] {
+            let _ = h.with_label_values(&[ip_family]);
+        }
     }
 }
 
