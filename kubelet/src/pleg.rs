@@ -66,6 +66,45 @@ impl Pleg {
         self.last = now;
         Ok(out)
     }
+
+    /// Sets `kubelet_running_pods` (pods with a ready sandbox) and
+    /// `kubelet_running_containers{container_state}` from the last snapshot, as upstream's
+    /// generic PLEG does after each relist.
+    pub fn record_counts(&self, metrics: &crate::metrics::Metrics) {
+        let mut ready_pods = BTreeSet::new();
+        let mut states: BTreeMap<&str, i64> = [
+            ("created", 0),
+            ("running", 0),
+            ("exited", 0),
+            ("unknown", 0),
+        ]
+        .into_iter()
+        .collect();
+        for (uid, seen) in self.last.values() {
+            match seen {
+                Seen::Sandbox(true) => {
+                    ready_pods.insert(uid);
+                }
+                Seen::Sandbox(false) => {}
+                Seen::Container(c) => {
+                    let name = match c {
+                        ContainerState::Created => "created",
+                        ContainerState::Running => "running",
+                        ContainerState::Exited => "exited",
+                        ContainerState::Unknown => "unknown",
+                    };
+                    *states.entry(name).or_default() += 1;
+                }
+            }
+        }
+        metrics.running_pods.set(ready_pods.len() as f64);
+        for (state, n) in states {
+            metrics
+                .running_containers
+                .with_label_values(&[state])
+                .set(n as f64);
+        }
+    }
 }
 
 /// Health of the relist loop: the unix time of the last successful relist.
@@ -93,13 +132,21 @@ pub async fn run(
 ) {
     let mut pleg = Pleg::default();
     let mut failing = false;
+    let mut last_start: Option<std::time::Instant> = None;
     loop {
         let started = std::time::Instant::now();
+        if let Some(prev) = last_start.replace(started) {
+            metrics
+                .pleg_relist_interval
+                .observe(started.duration_since(prev).as_secs_f64());
+        }
         match pleg.relist(rt.as_ref()).await {
             Ok(r) => {
                 metrics
                     .pleg_relist_duration
                     .observe(started.elapsed().as_secs_f64());
+                metrics.pleg_last_seen.set(crate::clock::unix_now() as f64);
+                pleg.record_counts(&metrics);
                 health
                     .last_ok_unix
                     .store(crate::clock::unix_now(), Ordering::Relaxed);

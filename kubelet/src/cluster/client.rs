@@ -148,11 +148,41 @@ pub async fn load_config(path: &Path) -> Result<kube::Config, ClientError> {
     Ok(config)
 }
 
-/// Builds a rate-limited client from a kubeconfig file.
+/// Builds a rate-limited client from a kubeconfig file. Requests are counted into
+/// `rest_client_*` (inside the rate limiter, as client-go times them), and the expiry of the
+/// kubeconfig's client certificate, when it has one, feeds
+/// `kubelet_certificate_manager_client_ttl_seconds`.
 pub async fn build(path: &Path, limiter: &RateLimitLayer) -> Result<kube::Client, ClientError> {
     let config = load_config(path).await?;
+    if let Some(not_after) = client_cert_not_after(&config.auth_info).await {
+        crate::metrics::certificates().set_client_expiry(Some(not_after));
+    }
+    let rest_metrics = proxy::metrics::common::RestClientLayer::for_url(&config.cluster_url);
     let builder = kube::client::ClientBuilder::try_from(config)?;
-    Ok(builder.with_layer(limiter).build())
+    Ok(builder
+        .with_layer(&rest_metrics)
+        .with_layer(limiter)
+        .build())
+}
+
+/// The notAfter (unix seconds) of the kubeconfig user's client certificate, inline or in a file.
+async fn client_cert_not_after(auth: &kube::config::AuthInfo) -> Option<i64> {
+    use base64::Engine;
+    let pem = match (&auth.client_certificate_data, &auth.client_certificate) {
+        (Some(data), _) => base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .ok()?,
+        (None, Some(file)) => tokio::fs::read(file).await.ok()?,
+        (None, None) => return None,
+    };
+    x509_parser::pem::Pem::iter_from_buffer(&pem)
+        .flatten()
+        .find(|p| p.label == "CERTIFICATE")
+        .and_then(|p| {
+            p.parse_x509()
+                .ok()
+                .map(|c| c.validity().not_after.timestamp())
+        })
 }
 
 /// The current apiserver client; replaced when the client certificate rotates.
