@@ -151,10 +151,12 @@ fn parse_exposition(text: &str) -> Result<BTreeMap<String, Family>, String> {
     Ok(fams)
 }
 
+/// One histogram series: (le, cumulative count) buckets, `_count`, whether `_sum` was seen.
+type Series = (Vec<(f64, f64)>, Option<f64>, bool);
+
 /// Per label set: `le` ascending, counts cumulative, `+Inf` equal to `_count`, a `_sum`.
 fn check_histogram(name: &str, f: &Family) -> Result<(), String> {
-    let mut series: BTreeMap<Vec<(String, String)>, (Vec<(f64, f64)>, Option<f64>, bool)> =
-        BTreeMap::new();
+    let mut series: BTreeMap<Vec<(String, String)>, Series> = BTreeMap::new();
     for (sample, labels, v) in &f.samples {
         let mut key: Vec<(String, String)> = labels
             .iter()
