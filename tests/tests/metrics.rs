@@ -450,6 +450,11 @@ fn both_endpoints_serve_every_family_after_a_pod_start_and_a_proxy_sync() {
             &[]
         ) >= 1.0
     );
+    assert!(
+        proxy["kubeproxy_network_programming_duration_seconds"]
+            .help
+            .starts_with("[ALPHA] ")
+    );
     assert_common(&proxy, "kube-proxy");
 
     // The kubelet's /metrics.
