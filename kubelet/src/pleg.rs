@@ -67,12 +67,11 @@ impl Pleg {
         Ok(out)
     }
 
-    /// Sets `kubelet_running_pods` (pods with a ready sandbox) and
-    /// `kubelet_running_containers{container_state}` from the last snapshot, as upstream's
-    /// generic PLEG does after each relist.
-    pub fn record_counts(&self, metrics: &crate::metrics::Metrics) {
+    /// From the last snapshot: pods with a ready sandbox, and containers per state (upstream's
+    /// `container_state` values created, running, exited, unknown; each always present).
+    pub fn counts(&self) -> (usize, BTreeMap<&'static str, usize>) {
         let mut ready_pods = BTreeSet::new();
-        let mut states: BTreeMap<&str, i64> = [
+        let mut states: BTreeMap<&'static str, usize> = [
             ("created", 0),
             ("running", 0),
             ("exited", 0),
@@ -97,7 +96,14 @@ impl Pleg {
                 }
             }
         }
-        metrics.running_pods.set(ready_pods.len() as f64);
+        (ready_pods.len(), states)
+    }
+
+    /// Sets `kubelet_running_pods` and `kubelet_running_containers{container_state}` from the
+    /// last snapshot, as upstream's generic PLEG does after each relist.
+    pub fn record_counts(&self, metrics: &crate::metrics::Metrics) {
+        let (ready_pods, states) = self.counts();
+        metrics.running_pods.set(ready_pods as f64);
         for (state, n) in states {
             metrics
                 .running_containers
@@ -220,6 +226,30 @@ mod tests {
             privileged: false,
             readonly_rootfs: false,
         }
+    }
+
+    #[tokio::test]
+    async fn counts_ready_pods_and_containers_by_state_for_the_running_gauges() {
+        let rt = FakeRuntime::new();
+        let mut pleg = Pleg::default();
+        let a = rt.run_sandbox(&sandbox("a")).await.unwrap();
+        let b = rt.run_sandbox(&sandbox("b")).await.unwrap();
+        let c1 = rt
+            .create_container(&a, &container("a"), &sandbox("a"))
+            .await
+            .unwrap();
+        rt.start_container(&c1).await.unwrap();
+        rt.create_container(&a, &container("a"), &sandbox("a"))
+            .await
+            .unwrap();
+        rt.stop_sandbox(&b).await.unwrap();
+        pleg.relist(&rt).await.unwrap();
+        let (pods, states) = pleg.counts();
+        assert_eq!(pods, 1, "b's sandbox is not ready");
+        assert_eq!(states["running"], 1);
+        assert_eq!(states["created"], 1);
+        assert_eq!(states["exited"], 0);
+        assert_eq!(states.len(), 4);
     }
 
     #[tokio::test]
