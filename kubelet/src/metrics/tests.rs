@@ -142,3 +142,23 @@ fn volume_api_fills_the_storage_families() {
         before + 1.0
     );
 }
+
+#[test]
+fn cgroup_changes_are_timed_as_create_and_destroy_and_still_happen() {
+    use crate::cgroups::{Cgroups, FakeCgroups};
+    let fake = Arc::new(FakeCgroups::default());
+    let cg = InstrumentedCgroups::new(fake.clone());
+    let h = |op: &str| {
+        families()
+            .cgroup_manager_duration
+            .with_label_values(&[op])
+            .get_sample_count()
+    };
+    let (c0, d0) = (h("create"), h("destroy"));
+    cg.create("/kubepods/podu1").unwrap();
+    assert!(fake.live.lock().unwrap().contains("/kubepods/podu1"));
+    cg.remove("/kubepods/podu1").unwrap();
+    assert!(fake.live.lock().unwrap().is_empty());
+    assert!(h("create") > c0);
+    assert!(h("destroy") > d0);
+}
