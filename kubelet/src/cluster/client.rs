@@ -247,6 +247,38 @@ pub fn status_code(e: &kube::Error) -> Option<u16> {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn client_certificate_expiry_is_read_inline_or_from_its_file() {
+        use base64::Engine;
+        let mut params = rcgen::CertificateParams::new(vec!["n".to_string()]).unwrap();
+        params.not_after = rcgen::date_time_ymd(2031, 3, 4);
+        let cert = params
+            .self_signed(&rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        let want = 1_930_348_800; // 2031-03-04T00:00:00Z
+        let inline = kube::config::AuthInfo {
+            client_certificate_data: Some(
+                base64::engine::general_purpose::STANDARD.encode(cert.pem()),
+            ),
+            ..Default::default()
+        };
+        assert_eq!(client_cert_not_after(&inline).await, Some(want));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("client.pem");
+        std::fs::write(&file, cert.pem()).unwrap();
+        let from_file = kube::config::AuthInfo {
+            client_certificate: Some(file.display().to_string()),
+            ..Default::default()
+        };
+        assert_eq!(client_cert_not_after(&from_file).await, Some(want));
+        // A token user has no certificate: the TTL gauge is left alone.
+        let token = kube::config::AuthInfo {
+            token: Some("t".to_string().into()),
+            ..Default::default()
+        };
+        assert_eq!(client_cert_not_after(&token).await, None);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn bucket_allows_burst_then_qps() {
         let mut b = TokenBucket::new(50.0, 100);
