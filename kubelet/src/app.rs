@@ -129,11 +129,10 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     } else {
         cri_proto::connect_lazy(&cfg.image_service_endpoint, Duration::from_secs(5))?
     };
-    let runtime: Arc<dyn Runtime> = Arc::new(CriRuntime::new(
-        runtime_ch,
-        image_ch,
-        cfg.runtime_request_timeout,
-    ));
+    let runtime: Arc<dyn Runtime> =
+        Arc::new(crate::runtime::instrumented::Instrumented::new(Arc::new(
+            CriRuntime::new(runtime_ch, image_ch, cfg.runtime_request_timeout),
+        )));
     // The runtime's name goes into every containerID; wait until it answers.
     let version = loop {
         match runtime.version().await {
@@ -149,7 +148,9 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     };
     tracing::info!(name = %version.runtime_name, version = %version.runtime_version, api = %version.runtime_api_version, "container runtime ready");
 
-    let cgroups: Arc<dyn Cgroups> = Arc::new(FsCgroups::discover());
+    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::metrics::InstrumentedCgroups::new(Arc::new(
+        FsCgroups::discover(),
+    )));
     let namer = CgroupNamer {
         driver: cfg.cgroup_driver,
         root: cfg.cgroup_root.clone(),

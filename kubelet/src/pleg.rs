@@ -66,6 +66,51 @@ impl Pleg {
         self.last = now;
         Ok(out)
     }
+
+    /// From the last snapshot: pods with a ready sandbox, and containers per state (upstream's
+    /// `container_state` values created, running, exited, unknown; each always present).
+    pub fn counts(&self) -> (usize, BTreeMap<&'static str, usize>) {
+        let mut ready_pods = BTreeSet::new();
+        let mut states: BTreeMap<&'static str, usize> = [
+            ("created", 0),
+            ("running", 0),
+            ("exited", 0),
+            ("unknown", 0),
+        ]
+        .into_iter()
+        .collect();
+        for (uid, seen) in self.last.values() {
+            match seen {
+                Seen::Sandbox(true) => {
+                    ready_pods.insert(uid);
+                }
+                Seen::Sandbox(false) => {}
+                Seen::Container(c) => {
+                    let name = match c {
+                        ContainerState::Created => "created",
+                        ContainerState::Running => "running",
+                        ContainerState::Exited => "exited",
+                        ContainerState::Unknown => "unknown",
+                    };
+                    *states.entry(name).or_default() += 1;
+                }
+            }
+        }
+        (ready_pods.len(), states)
+    }
+
+    /// Sets `kubelet_running_pods` and `kubelet_running_containers{container_state}` from the
+    /// last snapshot, as upstream's generic PLEG does after each relist.
+    pub fn record_counts(&self, metrics: &crate::metrics::Metrics) {
+        let (ready_pods, states) = self.counts();
+        metrics.running_pods.set(ready_pods as f64);
+        for (state, n) in states {
+            metrics
+                .running_containers
+                .with_label_values(&[state])
+                .set(n as f64);
+        }
+    }
 }
 
 /// Health of the relist loop: the unix time of the last successful relist.
@@ -93,13 +138,21 @@ pub async fn run(
 ) {
     let mut pleg = Pleg::default();
     let mut failing = false;
+    let mut last_start: Option<std::time::Instant> = None;
     loop {
         let started = std::time::Instant::now();
+        if let Some(prev) = last_start.replace(started) {
+            metrics
+                .pleg_relist_interval
+                .observe(started.duration_since(prev).as_secs_f64());
+        }
         match pleg.relist(rt.as_ref()).await {
             Ok(r) => {
                 metrics
                     .pleg_relist_duration
                     .observe(started.elapsed().as_secs_f64());
+                metrics.pleg_last_seen.set(crate::clock::unix_now() as f64);
+                pleg.record_counts(&metrics);
                 health
                     .last_ok_unix
                     .store(crate::clock::unix_now(), Ordering::Relaxed);
@@ -171,6 +224,30 @@ mod tests {
             resources: LinuxResources::default(),
             security: Default::default(),
         }
+    }
+
+    #[tokio::test]
+    async fn counts_ready_pods_and_containers_by_state_for_the_running_gauges() {
+        let rt = FakeRuntime::new();
+        let mut pleg = Pleg::default();
+        let a = rt.run_sandbox(&sandbox("a")).await.unwrap();
+        let b = rt.run_sandbox(&sandbox("b")).await.unwrap();
+        let c1 = rt
+            .create_container(&a, &container("a"), &sandbox("a"))
+            .await
+            .unwrap();
+        rt.start_container(&c1).await.unwrap();
+        rt.create_container(&a, &container("a"), &sandbox("a"))
+            .await
+            .unwrap();
+        rt.stop_sandbox(&b).await.unwrap();
+        pleg.relist(&rt).await.unwrap();
+        let (pods, states) = pleg.counts();
+        assert_eq!(pods, 1, "b's sandbox is not ready");
+        assert_eq!(states["running"], 1);
+        assert_eq!(states["created"], 1);
+        assert_eq!(states["exited"], 0);
+        assert_eq!(states.len(), 4);
     }
 
     #[tokio::test]

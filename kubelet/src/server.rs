@@ -337,21 +337,6 @@ async fn pods(State(s): State<AppState>) -> Response {
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
-    let running = s
-        .statuses
-        .pods()
-        .iter()
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|st| st.conditions.as_ref())
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c.type_ == "PodReadyToStartContainers" && c.status == "True")
-                })
-        })
-        .count();
-    s.metrics.running_pods.set(running as f64);
     (
         [(
             header::CONTENT_TYPE,
@@ -443,6 +428,13 @@ pub fn serving_tls(
     ))
     .collect::<Result<Vec<_>, _>>()
     .map_err(|e| tls_err(&cert_path, e.to_string()))?;
+    // kubelet_certificate_manager_server_ttl_seconds counts down to the leaf's notAfter.
+    let not_after = certs.first().and_then(|c| {
+        x509_parser::parse_x509_certificate(c.as_ref())
+            .ok()
+            .map(|(_, x)| x.validity().not_after.timestamp())
+    });
+    crate::metrics::certificates().set_server_expiry(not_after);
     let key = rustls_pemfile::private_key(&mut std::io::BufReader::new(
         std::fs::File::open(&key_path).map_err(|e| tls_err(&key_path, e.to_string()))?,
     ))

@@ -149,8 +149,10 @@ const MAX_RATE_WINDOW: Duration = Duration::from_secs(3600);
 pub async fn build_client(opts: &ClientOptions) -> Result<kube::Client> {
     let config = load_config(opts).await?;
     let (num, per) = rate_window(opts.qps, opts.burst);
+    let rest_metrics = crate::metrics::common::RestClientLayer::for_url(&config.cluster_url);
     let builder = kube::client::ClientBuilder::try_from(config)?;
     Ok(builder
+        .with_layer(&rest_metrics)
         .with_layer(&tower::limit::RateLimitLayer::new(num, per))
         .build())
 }

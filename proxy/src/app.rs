@@ -241,6 +241,7 @@ pub async fn run_source(
 
     let registry = Registry::new();
     let metrics = Metrics::new(&registry).map_err(proxier::Error::from)?;
+    crate::metrics::common::register_common(&registry).map_err(proxier::Error::from)?;
     let health = ProxierHealth::new(cfg.health_timeout());
     let sync = SyncConfig {
         min_sync_period: cfg.min_sync_period,
@@ -250,6 +251,7 @@ pub async fn run_source(
     let mut proxiers: Vec<FamilyProxier> = Vec::new();
     for runner in runners {
         let family = runner.family();
+        metrics.init_family(family.label());
         let mut render = RenderConfig::new(family, cfg.node_name.clone());
         render.masquerade_all = cfg.masquerade_all;
         render.masquerade_bit = cfg.masquerade_bit;

@@ -275,14 +275,14 @@ pub fn healthz_router(health: ProxierHealth, registry: &Registry) -> Result<Rout
     let healthz_total = IntCounterVec::new(
         Opts::new(
             "kubeproxy_proxy_healthz_total",
-            "Cumulative proxy healthz HTTP status",
+            "[ALPHA] Cumulative proxy healthz HTTP status",
         ),
         &["code"],
     )?;
     let livez_total = IntCounterVec::new(
         Opts::new(
             "kubeproxy_proxy_livez_total",
-            "Cumulative proxy livez HTTP status",
+            "[ALPHA] Cumulative proxy livez HTTP status",
         ),
         &["code"],
     )?;

@@ -148,11 +148,41 @@ pub async fn load_config(path: &Path) -> Result<kube::Config, ClientError> {
     Ok(config)
 }
 
-/// Builds a rate-limited client from a kubeconfig file.
+/// Builds a rate-limited client from a kubeconfig file. Requests are counted into
+/// `rest_client_*` (inside the rate limiter, as client-go times them), and the expiry of the
+/// kubeconfig's client certificate, when it has one, feeds
+/// `kubelet_certificate_manager_client_ttl_seconds`.
 pub async fn build(path: &Path, limiter: &RateLimitLayer) -> Result<kube::Client, ClientError> {
     let config = load_config(path).await?;
+    if let Some(not_after) = client_cert_not_after(&config.auth_info).await {
+        crate::metrics::certificates().set_client_expiry(Some(not_after));
+    }
+    let rest_metrics = proxy::metrics::common::RestClientLayer::for_url(&config.cluster_url);
     let builder = kube::client::ClientBuilder::try_from(config)?;
-    Ok(builder.with_layer(limiter).build())
+    Ok(builder
+        .with_layer(&rest_metrics)
+        .with_layer(limiter)
+        .build())
+}
+
+/// The notAfter (unix seconds) of the kubeconfig user's client certificate, inline or in a file.
+async fn client_cert_not_after(auth: &kube::config::AuthInfo) -> Option<i64> {
+    use base64::Engine;
+    let pem = match (&auth.client_certificate_data, &auth.client_certificate) {
+        (Some(data), _) => base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .ok()?,
+        (None, Some(file)) => tokio::fs::read(file).await.ok()?,
+        (None, None) => return None,
+    };
+    x509_parser::pem::Pem::iter_from_buffer(&pem)
+        .flatten()
+        .find(|p| p.label == "CERTIFICATE")
+        .and_then(|p| {
+            p.parse_x509()
+                .ok()
+                .map(|c| c.validity().not_after.timestamp())
+        })
 }
 
 /// The current apiserver client; replaced when the client certificate rotates.
@@ -216,6 +246,38 @@ pub fn status_code(e: &kube::Error) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn client_certificate_expiry_is_read_inline_or_from_its_file() {
+        use base64::Engine;
+        let mut params = rcgen::CertificateParams::new(vec!["n".to_string()]).unwrap();
+        params.not_after = rcgen::date_time_ymd(2031, 3, 4);
+        let cert = params
+            .self_signed(&rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        let want = 1_930_348_800; // 2031-03-04T00:00:00Z
+        let inline = kube::config::AuthInfo {
+            client_certificate_data: Some(
+                base64::engine::general_purpose::STANDARD.encode(cert.pem()),
+            ),
+            ..Default::default()
+        };
+        assert_eq!(client_cert_not_after(&inline).await, Some(want));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("client.pem");
+        std::fs::write(&file, cert.pem()).unwrap();
+        let from_file = kube::config::AuthInfo {
+            client_certificate: Some(file.display().to_string()),
+            ..Default::default()
+        };
+        assert_eq!(client_cert_not_after(&from_file).await, Some(want));
+        // A token user has no certificate: the TTL gauge is left alone.
+        let token = kube::config::AuthInfo {
+            token: Some("t".to_string().into()),
+            ..Default::default()
+        };
+        assert_eq!(client_cert_not_after(&token).await, None);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn bucket_allows_burst_then_qps() {

@@ -278,6 +278,9 @@ pub fn compute_status(
             }
         }
     }
+    if ready.status == "True" {
+        crate::metrics::node_ready();
+    }
     conds.push(ready);
 
     let mut addresses: Vec<NodeAddress> = cfg

@@ -176,6 +176,7 @@ impl Worker {
             let mut panics = StepPanics::default();
             let mut terminating: Option<Option<Duration>> = None;
             let mut next = Instant::now();
+            let mut op = "create"; // kubelet_pod_worker_duration_seconds{operation_type}
             loop {
                 tokio::select! {
                     biased;
@@ -188,7 +189,7 @@ impl Worker {
                         }
                         for m in msgs {
                             match m {
-                                Msg::Update(p) => self.pod = *p,
+                                Msg::Update(p) => { self.pod = *p; if op != "create" { op = "update"; } }
                                 Msg::Terminate { grace } => terminating = Some(shortest_grace(terminating.flatten(), grace)),
                                 Msg::Wake => {}
                                 Msg::Probe(u) => self.on_probe(*u),
@@ -211,7 +212,10 @@ impl Worker {
                     }
                     continue;
                 }
-                next = match AssertUnwindSafe(self.sync()).catch_unwind().await {
+                let sync_started = std::time::Instant::now();
+                let synced = AssertUnwindSafe(self.sync()).catch_unwind().await;
+                crate::metrics::observe_pod_worker(std::mem::replace(&mut op, "sync"), sync_started);
+                next = match synced {
                     Ok(after) => {
                         panics.reset();
                         Instant::now() + after

@@ -354,6 +354,12 @@ impl Worker {
             .find(|c| c.name == s.name)
             .cloned()
             .expect("planned containers come from the spec");
+        crate::metrics::started_container(
+            spec.init_containers
+                .iter()
+                .flatten()
+                .any(|i| i.name == s.name),
+        );
         if let Err(e) = ::probes::ContainerProbes::from_container(&c) {
             return Err(StartError::CreateContainerConfig {
                 message: format!("invalid probe: {e}"),

@@ -5,6 +5,7 @@
 pub mod cri;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
+pub mod instrumented;
 pub mod raw;
 
 use std::collections::BTreeMap;

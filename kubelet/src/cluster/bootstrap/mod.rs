@@ -651,6 +651,7 @@ impl Rotator {
                 Ok(()) => backoff.succeed(),
                 Err(BootstrapError::Cancelled) => return,
                 Err(e) => {
+                    crate::metrics::certificates().client_renew_errors.inc();
                     let wait = backoff.fail();
                     tracing::warn!(error = %e, retry_in = ?wait, "client certificate rotation failed");
                     tokio::select! {

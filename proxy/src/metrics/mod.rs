@@ -1,4 +1,7 @@
-//! Sync metrics, named as upstream kube-proxy names them (subsystem `kubeproxy`).
+//! Sync metrics, named as upstream kube-proxy names them (subsystem `kubeproxy`), and in
+//! [`common`] the families every component exposes (`process_*`, `rest_client_*`, tasks).
+
+pub mod common;
 
 use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry,
@@ -51,88 +54,88 @@ impl Metrics {
         let m = Metrics {
             sync_duration: hist(
                 "kubeproxy_sync_proxy_rules_duration_seconds",
-                "SyncProxyRules latency in seconds",
+                "[ALPHA] SyncProxyRules latency in seconds",
             )?,
             sync_full_duration: hist(
                 "kubeproxy_sync_full_proxy_rules_duration_seconds",
-                "SyncProxyRules latency in seconds for full resyncs",
+                "[ALPHA] SyncProxyRules latency in seconds for full resyncs",
             )?,
             sync_partial_duration: hist(
                 "kubeproxy_sync_partial_proxy_rules_duration_seconds",
-                "SyncProxyRules latency in seconds for partial resyncs",
+                "[ALPHA] SyncProxyRules latency in seconds for partial resyncs",
             )?,
             last_timestamp: GaugeVec::new(
                 Opts::new(
                     "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-                    "The last time proxy rules were successfully synced",
+                    "[ALPHA] The last time proxy rules were successfully synced",
                 ),
                 &["ip_family"],
             )?,
             last_queued_timestamp: GaugeVec::new(
                 Opts::new(
                     "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-                    "The last time a sync of proxy rules was queued",
+                    "[ALPHA] The last time a sync of proxy rules was queued",
                 ),
                 &["ip_family"],
             )?,
             iptables_total: GaugeVec::new(
                 Opts::new(
                     "kubeproxy_sync_proxy_rules_iptables_total",
-                    "Total number of iptables rules owned by kube-proxy",
+                    "[ALPHA] Total number of iptables rules owned by kube-proxy",
                 ),
                 &["table", "ip_family"],
             )?,
             iptables_last: GaugeVec::new(
                 Opts::new(
                     "kubeproxy_sync_proxy_rules_iptables_last",
-                    "Number of iptables rules written by kube-proxy in last sync",
+                    "[ALPHA] Number of iptables rules written by kube-proxy in last sync",
                 ),
                 &["table", "ip_family"],
             )?,
             restore_failures: CounterVec::new(
                 Opts::new(
                     "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
-                    "Cumulative proxy iptables restore failures",
+                    "[ALPHA] Cumulative proxy iptables restore failures",
                 ),
                 &["ip_family"],
             )?,
             partial_restore_failures: CounterVec::new(
                 Opts::new(
                     "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
-                    "Cumulative proxy iptables partial restore failures",
+                    "[ALPHA] Cumulative proxy iptables partial restore failures",
                 ),
                 &["ip_family"],
             )?,
             no_local_endpoints: GaugeVec::new(
                 Opts::new(
                     "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
-                    "Number of services with a Local traffic policy and no endpoints",
+                    "[ALPHA] Number of services with a Local traffic policy and no endpoints",
                 ),
                 &["traffic_policy", "ip_family"],
             )?,
             network_programming: HistogramVec::new(
                 HistogramOpts::new(
                     "kubeproxy_network_programming_duration_seconds",
-                    "In Cluster Network Programming Latency in seconds",
+                    "[ALPHA] In Cluster Network Programming Latency in seconds",
                 )
                 .buckets(programming_buckets()),
                 &["ip_family"],
             )?,
             endpoint_changes_pending: Gauge::new(
                 "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-                "Pending proxy rules Endpoint changes",
+                "[ALPHA] Pending proxy rules Endpoint changes",
             )?,
             endpoint_changes_total: Counter::new(
                 "kubeproxy_sync_proxy_rules_endpoint_changes_total",
-                "Cumulative proxy rules Endpoint changes",
+                "[ALPHA] Cumulative proxy rules Endpoint changes",
             )?,
             service_changes_pending: Gauge::new(
                 "kubeproxy_sync_proxy_rules_service_changes_pending",
-                "Pending proxy rules Service changes",
+                "[ALPHA] Pending proxy rules Service changes",
             )?,
             service_changes_total: Counter::new(
                 "kubeproxy_sync_proxy_rules_service_changes_total",
-                "Cumulative proxy rules Service changes",
+                "[ALPHA] Cumulative proxy rules Service changes",
             )?,
         };
         registry.register(Box::new(m.sync_duration.clone()))?;
@@ -151,6 +154,20 @@ impl Metrics {
         registry.register(Box::new(m.service_changes_pending.clone()))?;
         registry.register(Box::new(m.service_changes_total.clone()))?;
         Ok(m)
+    }
+
+    /// Creates the per-family children that upstream exposes from the start (a histogram vec
+    /// without children is absent from /metrics): `kubeproxy_network_programming_duration_seconds`
+    /// and the full/partial sync durations read as empty histograms before the first observation.
+    pub fn init_family(&self, ip_family: &str) {
+        for h in [
+            &self.sync_duration,
+            &self.sync_full_duration,
+            &self.sync_partial_duration,
+            &self.network_programming,
+        ] {
+            let _ = h.with_label_values(&[ip_family]);
+        }
     }
 }
 

@@ -1,0 +1,95 @@
+//! Volume metrics for the volume manager: `volume_manager_total_volumes{plugin_name,state}`,
+//! `storage_operation_duration_seconds{volume_plugin,operation_name,status,migrated}` and
+//! `storage_operation_errors_total{volume_plugin,operation_name}` (deprecated upstream since
+//! 1.21, still served).
+//!
+//! Until the volume manager records through [`volumes`], these families carry no samples and
+//! `/metrics` lists them with HELP and TYPE only. The API it calls:
+//! - `metrics::volumes().set_total(plugin, state, n)` with `state` one of
+//!   [`DESIRED_STATE`] / [`ACTUAL_STATE`] and `plugin` upstream's plugin name
+//!   (`kubernetes.io/configmap`, `kubernetes.io/empty-dir`, ...);
+//! - `metrics::volumes().observe_op(op, plugin, ok, duration)` after each operation
+//!   (`volume_mount`, `volume_unmount`, ...).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::core::Collector;
+use prometheus::{CounterVec, GaugeVec, HistogramVec};
+
+use super::{counter_vec, gauge_vec, histogram_vec};
+
+/// The `state` label for volumes the pods want.
+pub const DESIRED_STATE: &str = "desired_state_of_world";
+/// The `state` label for volumes set up on the node.
+pub const ACTUAL_STATE: &str = "actual_state_of_world";
+
+/// Upstream's storage operation buckets (seconds).
+pub const STORAGE_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+];
+
+/// The volume families of the process.
+pub struct Volumes {
+    pub total: GaugeVec,
+    pub op_duration: HistogramVec,
+    pub op_errors: CounterVec,
+}
+
+static VOLUMES: LazyLock<Volumes> = LazyLock::new(|| Volumes {
+    total: gauge_vec(
+        "volume_manager_total_volumes",
+        "Number of volumes in Volume Manager",
+        &["plugin_name", "state"],
+    ),
+    op_duration: histogram_vec(
+        "storage_operation_duration_seconds",
+        "Storage operation duration",
+        STORAGE_BUCKETS.to_vec(),
+        &["volume_plugin", "operation_name", "status", "migrated"],
+    ),
+    op_errors: counter_vec(
+        "storage_operation_errors_total",
+        "Storage operation errors (Deprecated since 1.21.0)",
+        &["volume_plugin", "operation_name"],
+    ),
+});
+
+/// The process's volume metrics.
+pub fn volumes() -> &'static Volumes {
+    &VOLUMES
+}
+
+impl Volumes {
+    /// Sets how many volumes of `plugin` are in `state` ([`DESIRED_STATE`], [`ACTUAL_STATE`]).
+    pub fn set_total(&self, plugin: &str, state: &str, n: usize) {
+        self.total.with_label_values(&[plugin, state]).set(n as f64);
+    }
+
+    /// Records one storage operation: status `success` or `fail-unknown`, as upstream.
+    pub fn observe_op(&self, op: &str, plugin: &str, ok: bool, took: Duration) {
+        let status = if ok { "success" } else { "fail-unknown" };
+        if !ok {
+            self.op_errors.with_label_values(&[plugin, op]).inc();
+        }
+        self.op_duration
+            .with_label_values(&[plugin, op, status, "false"])
+            .observe(took.as_secs_f64());
+    }
+
+    pub(super) fn collectors(&self) -> Vec<Box<dyn Collector>> {
+        vec![
+            Box::new(self.total.clone()),
+            Box::new(self.op_duration.clone()),
+            Box::new(self.op_errors.clone()),
+        ]
+    }
+
+    pub(super) fn may_be_empty(&self) -> Vec<(Box<dyn Collector>, &'static str)> {
+        vec![
+            (Box::new(self.total.clone()), "gauge"),
+            (Box::new(self.op_duration.clone()), "histogram"),
+            (Box::new(self.op_errors.clone()), "counter"),
+        ]
+    }
+}
