@@ -32,8 +32,8 @@ fn container_log(node: &JoinedNode, pod: &Value, container: &str) -> String {
 
 fn log_value(log: &str, key: &str) -> Option<String> {
     log.lines()
-        .filter_map(|l| l.strip_prefix(&format!("{key}=")))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
         .map(str::to_string)
 }
 
