@@ -10,13 +10,26 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use crate::spec::{self, ConfigError, ContainerHostPaths, NodeSettings, pod_dir};
 use crate::volume::subpath::{self, Binder, SubpathMount};
 
-/// Writes the pod's managed /etc/hosts (not for hostNetwork pods) and returns its path.
+/// The node's hosts file, which hostNetwork pods see (under a header).
+const NODE_HOSTS_FILE: &str = "/etc/hosts";
+
+/// Writes the pod's managed /etc/hosts and returns its path (None: not mounted yet).
 pub fn write_etc_hosts(
     node: &NodeSettings,
     pod: &Pod,
     pod_ips: &[String],
 ) -> std::io::Result<Option<PathBuf>> {
-    let Some(text) = spec::etc_hosts_text(node, pod, pod_ips) else {
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let node_hosts = if host_network {
+        std::fs::read_to_string(NODE_HOSTS_FILE)?
+    } else {
+        String::new()
+    };
+    let Some(text) = spec::etc_hosts_text(node, pod, pod_ips, &node_hosts) else {
         return Ok(None);
     };
     let dir = pod_dir(node, pod.metadata.uid.as_deref().unwrap_or_default());

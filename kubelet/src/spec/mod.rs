@@ -244,10 +244,24 @@ pub fn linux_resources(c: &Container, qos: Qos, memory_capacity: i64) -> LinuxRe
     }
 }
 
-/// The pod's managed /etc/hosts, or None for hostNetwork pods (they see the node's).
-pub fn etc_hosts_text(node: &NodeSettings, pod: &Pod, pod_ips: &[String]) -> Option<String> {
+/// The pod's managed /etc/hosts. A hostNetwork pod gets the node's (`node_hosts`, the text
+/// of its /etc/hosts) under upstream's host-network header; others get localhost entries and
+/// their own address. Both end with the pod's hostAliases. None: not mounted (a pod that is
+/// not hostNetwork and has no IP yet, as upstream).
+pub fn etc_hosts_text(
+    node: &NodeSettings,
+    pod: &Pod,
+    pod_ips: &[String],
+    node_hosts: &str,
+) -> Option<String> {
     let spec = pod.spec.clone().unwrap_or_default();
     if spec.host_network.unwrap_or(false) {
+        let mut text = String::from("# Kubernetes-managed hosts file (host network).\n");
+        text.push_str(node_hosts);
+        text.push_str(&host_alias_entries(&spec.host_aliases.unwrap_or_default()));
+        return Some(text);
+    }
+    if pod_ips.is_empty() {
         return None;
     }
     let hostname = spec
@@ -275,14 +289,24 @@ pub fn etc_hosts_text(node: &NodeSettings, pod: &Pod, pod_ips: &[String]) -> Opt
             None => text.push_str(&format!("{ip}\t{hostname}\n")),
         }
     }
-    for ha in spec.host_aliases.unwrap_or_default() {
+    text.push_str(&host_alias_entries(&spec.host_aliases.unwrap_or_default()));
+    Some(text)
+}
+
+/// Upstream's hostsEntriesFromHostAliases: one header, then a line per alias.
+fn host_alias_entries(aliases: &[k8s_openapi::api::core::v1::HostAlias]) -> String {
+    if aliases.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from("\n# Entries added by HostAliases.\n");
+    for ha in aliases {
         text.push_str(&format!(
-            "\n# Entries added by HostAliases.\n{}\t{}\n",
+            "{}\t{}\n",
             ha.ip,
-            ha.hostnames.unwrap_or_default().join("\t")
+            ha.hostnames.clone().unwrap_or_default().join("\t")
         ));
     }
-    Some(text)
+    text
 }
 
 /// Host files a container's config points at, made by `pod_dirs::prepare_container` beforehand.

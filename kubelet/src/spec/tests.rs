@@ -194,7 +194,7 @@ fn etc_hosts_fqdn_uses_the_cluster_domain() {
         serde_json::json!({"metadata": {"name": "web-0", "namespace": "shop", "uid": "u"}, "spec": {
         "hostname": "web-0", "subdomain": "web", "containers": [{"name": "c", "image": "i:1"}]}}),
     );
-    let text = etc_hosts_text(&n, &p, &["10.88.0.7".into()]).unwrap();
+    let text = etc_hosts_text(&n, &p, &["10.88.0.7".into()], "").unwrap();
     assert!(
         text.contains("10.88.0.7\tweb-0.web.shop.svc.corp.example\tweb-0\n"),
         "{text}"
@@ -369,4 +369,35 @@ fn relaxed_env_var_names() {
     assert!(!is_env_var_name("a=b"));
     assert!(!is_env_var_name(""));
     assert!(!is_env_var_name("tab\there"));
+}
+
+/// hostNetwork pods see the node's hosts file under upstream's header; aliases follow one
+/// header in both cases.
+#[test]
+fn etc_hosts_for_host_network_and_aliases() {
+    let aliases = serde_json::json!([{"ip": "10.1.2.3", "hostnames": ["foo", "bar"]}, {"ip": "10.1.2.4", "hostnames": ["baz"]}]);
+    let hn = pod(
+        serde_json::json!({"metadata": {"name": "h", "namespace": "ns", "uid": "u"}, "spec": {
+        "hostNetwork": true, "hostAliases": aliases, "containers": [{"name": "c", "image": "i:1"}]}}),
+    );
+    let text = etc_hosts_text(&node(), &hn, &[], "127.0.0.1 localhost\n192.0.2.1 node1\n").unwrap();
+    assert_eq!(
+        text,
+        "# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n192.0.2.1 node1\n\n# Entries added by HostAliases.\n10.1.2.3\tfoo\tbar\n10.1.2.4\tbaz\n"
+    );
+    let p = pod(
+        serde_json::json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {
+        "hostAliases": aliases, "containers": [{"name": "c", "image": "i:1"}]}}),
+    );
+    assert!(
+        etc_hosts_text(&node(), &p, &[], "").is_none(),
+        "no IP yet: not mounted"
+    );
+    let text = etc_hosts_text(&node(), &p, &["10.88.0.9".into()], "").unwrap();
+    assert!(
+        text.ends_with(
+            "10.88.0.9\tp\n\n# Entries added by HostAliases.\n10.1.2.3\tfoo\tbar\n10.1.2.4\tbaz\n"
+        ),
+        "{text}"
+    );
 }

@@ -54,6 +54,30 @@ fn plugin_dir(v: &Volume) -> Option<&'static str> {
     })
 }
 
+/// Upstream's plugin name of a volume (metrics label).
+fn plugin_name(v: &Volume) -> &'static str {
+    match plugin_dir(v) {
+        Some("kubernetes.io~empty-dir") => "kubernetes.io/empty-dir",
+        Some("kubernetes.io~configmap") => "kubernetes.io/configmap",
+        Some("kubernetes.io~secret") => "kubernetes.io/secret",
+        Some("kubernetes.io~downward-api") => "kubernetes.io/downward-api",
+        Some("kubernetes.io~projected") => "kubernetes.io/projected",
+        _ if v.host_path.is_some() => "kubernetes.io/host-path",
+        _ => "unsupported",
+    }
+}
+
+/// Every plugin name [`plugin_name`] gives, so that a plugin whose last volume went is
+/// reported at 0.
+const PLUGINS: [&str; 6] = [
+    "kubernetes.io/empty-dir",
+    "kubernetes.io/configmap",
+    "kubernetes.io/secret",
+    "kubernetes.io/downward-api",
+    "kubernetes.io/projected",
+    "kubernetes.io/host-path",
+];
+
 /// The field name of a kind this kubelet cannot mount, for the error.
 fn unsupported_kind(v: &Volume) -> &'static str {
     let j = serde_json::to_value(v).unwrap_or_default();
@@ -150,7 +174,39 @@ impl VolumeManager {
         if r.is_ok() {
             *entry.mounted.lock().unwrap_or_else(|p| p.into_inner()) = true;
         }
+        self.report_totals();
         r
+    }
+
+    /// `volume_manager_total_volumes`: every pod's volumes (desired) and those of pods whose
+    /// volumes are all set up (actual), by plugin.
+    fn report_totals(&self) {
+        use crate::metrics::storage::{ACTUAL_STATE, DESIRED_STATE};
+        let mut desired: BTreeMap<&'static str, usize> = BTreeMap::new();
+        let mut actual: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for e in self.pods.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            let mounted = *e.mounted.lock().unwrap_or_else(|p| p.into_inner());
+            let pod = e.pod.lock().unwrap_or_else(|p| p.into_inner());
+            for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+                *desired.entry(plugin_name(v)).or_default() += 1;
+                if mounted {
+                    *actual.entry(plugin_name(v)).or_default() += 1;
+                }
+            }
+        }
+        for plugin in PLUGINS {
+            let m = crate::metrics::volumes();
+            m.set_total(
+                plugin,
+                DESIRED_STATE,
+                desired.get(plugin).copied().unwrap_or(0),
+            );
+            m.set_total(
+                plugin,
+                ACTUAL_STATE,
+                actual.get(plugin).copied().unwrap_or(0),
+            );
+        }
     }
 
     fn entry(&self, uid: &str) -> Option<Arc<PodVolumes>> {
@@ -169,6 +225,7 @@ impl VolumeManager {
             .remove(uid);
         self.objects.unregister(uid);
         self.tokens.forget_pod(uid);
+        self.report_totals();
     }
 
     /// Re-renders the API-backed volumes of every mounted pod on each change the object
@@ -303,7 +360,6 @@ fn set_up_all(
     pod: &Pod,
     f: &Fetched,
 ) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
     let mut out = BTreeMap::new();
     for v in pod
         .spec
@@ -312,72 +368,108 @@ fn set_up_all(
         .into_iter()
         .flatten()
     {
-        let fail = |message: String| VolumeError {
-            volume: v.name.clone(),
-            message,
-        };
-        if let Some(h) = &v.host_path {
-            let p =
-                host_path::check(&h.path, h.type_.as_deref()).map_err(|e| fail(e.to_string()))?;
-            out.insert(v.name.clone(), p);
-            continue;
-        }
-        let Some(plugin) = plugin_dir(v) else {
-            return Err(fail(format!(
-                "volume kind {} is not supported by this kubelet",
-                unsupported_kind(v)
-            )));
-        };
-        let dir = volume_dir(node, &uid, plugin, &v.name);
-        make_dir(&dir).map_err(|e| fail(format!("creating {}: {e}", dir.display())))?;
-        let payload: Option<Payload> = if let Some(e) = &v.empty_dir {
-            if e.medium.as_deref() == Some("Memory") {
-                let size = e
-                    .size_limit
-                    .as_ref()
-                    .and_then(|q| crate::quantity::value(q).ok())
-                    .filter(|b| *b > 0)
-                    .and_then(|b| u64::try_from(b).ok())
-                    .or(u64::try_from(node.memory_capacity).ok().filter(|b| *b > 0));
-                mount_tmpfs(mounter, &dir, size).map_err(&fail)?;
-            }
-            None
-        } else if let Some(s) = &v.config_map {
-            Some(projection::config_map(pod, s, f).map_err(|e| fail(e.0))?)
-        } else if let Some(s) = &v.secret {
-            mount_tmpfs(mounter, &dir, None).map_err(&fail)?;
-            Some(projection::secret(pod, s, f).map_err(|e| fail(e.0))?)
-        } else if let Some(d) = &v.downward_api {
-            Some(
-                projection::downward_api(
-                    pod,
-                    d.items.as_deref().unwrap_or_default(),
-                    d.default_mode,
-                )
-                .map_err(|e| fail(e.0))?,
-            )
-        } else if let Some(p) = &v.projected {
-            mount_tmpfs(mounter, &dir, None).map_err(&fail)?;
-            Some(projection::projected(pod, &v.name, p, f).map_err(|e| fail(e.0))?)
-        } else {
-            None
-        };
-        if let Some(payload) = payload {
-            atomic_writer::write(&dir, &payload).map_err(|e| fail(e.to_string()))?;
-        }
-        out.insert(v.name.clone(), dir);
+        let started = std::time::Instant::now();
+        let r = set_up_one(node, mounter, pod, f, v);
+        crate::metrics::volumes().observe_op(
+            "volume_mount",
+            plugin_name(v),
+            r.is_ok(),
+            started.elapsed(),
+        );
+        out.insert(v.name.clone(), r?);
     }
     Ok(out)
 }
 
-/// A volume directory: 0777 like upstream's (containers running as any user write to an
-/// emptyDir).
-fn make_dir(dir: &Path) -> std::io::Result<()> {
-    if !dir.is_dir() {
-        std::fs::create_dir_all(dir)?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))?;
+/// Sets up one volume; returns its host path.
+fn set_up_one(
+    node: &NodeSettings,
+    mounter: &dyn Binder,
+    pod: &Pod,
+    f: &Fetched,
+    v: &Volume,
+) -> Result<PathBuf, VolumeError> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let fail = |message: String| VolumeError {
+        volume: v.name.clone(),
+        message,
+    };
+    if let Some(h) = &v.host_path {
+        return host_path::check(&h.path, h.type_.as_deref()).map_err(|e| fail(e.to_string()));
     }
-    Ok(())
+    let Some(plugin) = plugin_dir(v) else {
+        return Err(fail(format!(
+            "volume kind {} is not supported by this kubelet",
+            unsupported_kind(v)
+        )));
+    };
+    let dir = volume_dir(node, &uid, plugin, &v.name);
+    let created = make_dir(&dir).map_err(|e| fail(format!("creating {}: {e}", dir.display())))?;
+    let payload: Option<Payload> = if let Some(e) = &v.empty_dir {
+        if e.medium.as_deref() == Some("Memory") {
+            let size = e
+                .size_limit
+                .as_ref()
+                .and_then(|q| crate::quantity::value(q).ok())
+                .filter(|b| *b > 0)
+                .and_then(|b| u64::try_from(b).ok())
+                .or(u64::try_from(node.memory_capacity).ok().filter(|b| *b > 0));
+            mount_tmpfs(mounter, &dir, size).map_err(&fail)?;
+        }
+        None
+    } else if let Some(s) = &v.config_map {
+        Some(projection::config_map(pod, s, f).map_err(|e| fail(e.0))?)
+    } else if let Some(s) = &v.secret {
+        mount_tmpfs(mounter, &dir, None).map_err(&fail)?;
+        Some(projection::secret(pod, s, f).map_err(|e| fail(e.0))?)
+    } else if let Some(d) = &v.downward_api {
+        Some(
+            projection::downward_api(pod, d.items.as_deref().unwrap_or_default(), d.default_mode)
+                .map_err(|e| fail(e.0))?,
+        )
+    } else if let Some(p) = &v.projected {
+        mount_tmpfs(mounter, &dir, None).map_err(&fail)?;
+        Some(projection::projected(pod, &v.name, p, f).map_err(|e| fail(e.0))?)
+    } else {
+        None
+    };
+    let changed = match payload {
+        Some(payload) => {
+            atomic_writer::write(&dir, &payload).map_err(|e| fail(e.to_string()))?
+                == atomic_writer::Written::Updated
+        }
+        None => created,
+    };
+    if changed {
+        apply_fs_group(pod, &dir).map_err(fail)?;
+    }
+    Ok(dir)
+}
+
+/// The pod's `fsGroup` on a volume it just wrote or made (upstream's SetVolumeOwnership).
+fn apply_fs_group(pod: &Pod, dir: &Path) -> Result<(), String> {
+    let Some(sc) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()) else {
+        return Ok(());
+    };
+    if sc.fs_group.is_none() {
+        return Ok(());
+    }
+    let policy = super::ownership::ChangePolicy::from_field(sc.fs_group_change_policy.as_deref())
+        .map_err(|e| e.to_string())?;
+    super::ownership::set_volume_ownership(dir, sc.fs_group, policy, false)
+        .map(|_| ())
+        .map_err(|e| format!("applying fsGroup: {e}"))
+}
+
+/// A volume directory: 0777 like upstream's (containers running as any user write to an
+/// emptyDir). True when it was made now.
+fn make_dir(dir: &Path) -> std::io::Result<bool> {
+    if dir.is_dir() {
+        return Ok(false);
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))?;
+    Ok(true)
 }
 
 fn mount_tmpfs(mounter: &dyn Binder, dir: &Path, size: Option<u64>) -> Result<(), String> {

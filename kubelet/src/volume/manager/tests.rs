@@ -221,3 +221,29 @@ async fn standalone_pods_get_empty_dirs_and_host_paths_but_no_api_volumes() {
     let e = vm.mount(&p2).await.unwrap_err();
     assert!(e.message.contains("standalone"), "{e}");
 }
+
+/// fsGroup: the files of an API-backed volume and a new emptyDir belong to the group, as
+/// upstream's SetVolumeOwnership leaves them.
+#[tokio::test]
+async fn fs_group_owns_written_volumes() {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root {
+        eprintln!("SKIPPED: changing a file's group to another gid needs root");
+        return;
+    }
+    let r = rig();
+    r.api.set(cm_key("app"), text(&[("app.conf", "v1")]));
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "ns", "uid": "u7"},
+        "spec": {"securityContext": {"fsGroup": 4242}, "containers": [],
+            "volumes": [{"name": "conf", "configMap": {"name": "app"}}, {"name": "scratch", "emptyDir": {}}]}}))
+    .unwrap();
+    let paths = r.vm.mount(&p).await.unwrap();
+    let conf = std::fs::metadata(paths["conf"].join("app.conf")).unwrap();
+    assert_eq!(conf.gid(), 4242);
+    assert_eq!(conf.mode() & 0o040, 0o040, "group can read");
+    let scratch = std::fs::metadata(&paths["scratch"]).unwrap();
+    assert_eq!(scratch.gid(), 4242);
+    assert_ne!(scratch.mode() & 0o2000, 0, "setgid directory");
+}
