@@ -3,7 +3,8 @@
 //! pod created on the apiserver → `Running` status written back, for 100 pods created at once,
 //! next to 100 raw CRI pod starts (RunPodSandbox + CreateContainer + StartContainer, issued
 //! at once) on the same containerd in the same run, and the agent's RSS with 110 pods
-//! (maxPods).
+//! (maxPods). `kube_api_access_cost` compares 110 pods with ServiceAccount admission's
+//! `kube-api-access-*` volume against 110 without (`automountServiceAccountToken: false`).
 
 mod common;
 
@@ -151,4 +152,147 @@ fn pod_start_latency_and_rss() {
         percentile(&lat, 0.5).as_secs_f64() / raw_p50.as_secs_f64()
     );
     eprintln!("cluster bench: agent RSS idle {idle_rss} KiB, with 110 pods {rss} KiB");
+}
+
+/// Starts the agent on its own node against `cp`; returns it with its temp dir.
+fn start_agent(
+    rig: &Rig,
+    cp: &NetnsControlPlane,
+    node: &str,
+    ip: &str,
+) -> (KubeletProc, tempfile::TempDir) {
+    let out = rig.sh(&format!("ip addr add {ip}/32 dev lo"));
+    assert!(out.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubelet.conf");
+    cp.node_kubeconfig(&kubeconfig, node, Duration::from_secs(3600))
+        .unwrap();
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npodLogsDir: {}\ncgroupRoot: {}\n",
+            dir.path().join("logs").display(),
+            rig.get("RIG_CGROUP_ROOT")
+        ),
+    )
+    .unwrap();
+    let args = vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--config={}", dir.path().join("config.yaml").display()),
+        format!("--root-dir={}", dir.path().join("root").display()),
+        format!("--container-runtime-endpoint={}", rig.get("CRI_ENDPOINT")),
+        format!("--hostname-override={node}"),
+        format!("--node-ip={ip}"),
+    ];
+    let kubelet = KubeletProc::start(rig, args, dir.path().join("kubelet.log"));
+    wait_for("node registered", Duration::from_secs(30), || {
+        cp.get("nodes", "", node)
+    });
+    (kubelet, dir)
+}
+
+/// Creates `n` pods at once in `ns` and returns (p50, all Running) from creation.
+fn start_round(
+    cp: &NetnsControlPlane,
+    node: &str,
+    ns: &str,
+    n: usize,
+    automount: bool,
+) -> (Duration, Duration) {
+    let start = Instant::now();
+    let mut created = Vec::new();
+    for i in 0..n {
+        let name = format!("p{i:03}");
+        cp.create(
+            "pods",
+            json!({"metadata": {"name": name, "namespace": ns},
+                "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+                         "automountServiceAccountToken": automount,
+                         "containers": [{"name": "main", "image": "docker.io/library/busybox:1.35",
+                                         "command": ["sleep", "3600"]}]}}),
+        )
+        .unwrap();
+        created.push((name, Instant::now()));
+    }
+    let mut latencies: Vec<Option<Duration>> = vec![None; n];
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while latencies.iter().any(Option::is_none) && Instant::now() < deadline {
+        for (i, (name, at)) in created.iter().enumerate() {
+            if latencies[i].is_none()
+                && cp
+                    .get("pods", ns, name)
+                    .is_some_and(|p| p["status"]["phase"] == "Running")
+            {
+                latencies[i] = Some(at.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let total = start.elapsed();
+    let mut lat: Vec<Duration> = latencies.into_iter().flatten().collect();
+    assert_eq!(lat.len(), n, "not every pod reached Running within 300 s");
+    lat.sort();
+    (percentile(&lat, 0.5), total)
+}
+
+/// Deletes the round's pods and waits until the agent has removed them.
+fn clear_round(cp: &NetnsControlPlane, ns: &str, n: usize) {
+    for i in 0..n {
+        let _ = cp.delete("pods", ns, &format!("p{i:03}"), None);
+    }
+    wait_for("round's pods gone", Duration::from_secs(300), || {
+        cp.list("pods", Some(ns)).is_empty().then_some(())
+    });
+}
+
+#[test]
+#[ignore = "benchmark: run explicitly"]
+fn kube_api_access_cost() {
+    require_rig!();
+    let rig = Rig::up("e2e-sabench");
+    let cp = NetnsControlPlane::start(&rig, Options::default());
+    let node = "sa-bench-node";
+    let (kubelet, _dir) = start_agent(&rig, &cp, node, "10.250.0.8");
+    for ns in ["plain", "sa"] {
+        cp.create("namespaces", json!({"metadata": {"name": ns}}))
+            .unwrap();
+    }
+    // Warm-up: image, CNI and a first token.
+    let (_, _) = start_round(&cp, node, "sa", 1, true);
+    clear_round(&cp, "sa", 1);
+    let before = cp.token_requests().len();
+    let n = 110;
+    let mut rounds = Vec::new();
+    // plain, volumes, plain, volumes: drift on the machine shows up in both.
+    for (ns, automount) in [
+        ("plain", false),
+        ("sa", true),
+        ("plain", false),
+        ("sa", true),
+    ] {
+        let r = start_round(&cp, node, ns, n, automount);
+        eprintln!(
+            "kube-api-access bench: {n} pods in {ns:5}: p50 {:?}, all Running after {:?}",
+            r.0, r.1
+        );
+        rounds.push(r);
+        clear_round(&cp, ns, n);
+    }
+    let requests = cp.token_requests().len() - before;
+    let mean = |a: (Duration, Duration), b: (Duration, Duration)| {
+        (
+            (a.0 + b.0).as_secs_f64() / 2.0,
+            (a.1 + b.1).as_secs_f64() / 2.0,
+        )
+    };
+    let plain = mean(rounds[0], rounds[2]);
+    let sa = mean(rounds[1], rounds[3]);
+    eprintln!(
+        "kube-api-access bench: with the volume / without: p50 {:.2}, all Running {:.2}; TokenRequests {requests} for {} pods",
+        sa.0 / plain.0,
+        sa.1 / plain.1,
+        2 * n
+    );
+    assert_eq!(requests, 2 * n, "one TokenRequest per pod");
+    drop(kubelet);
 }
