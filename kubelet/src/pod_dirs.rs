@@ -93,3 +93,80 @@ pub fn remove(binder: &dyn Binder, pod_dir: &Path, log_dir: &Path) -> std::io::R
     let _ = std::fs::remove_dir_all(log_dir);
     Ok(())
 }
+
+/// Removes pod directories under `<root-dir>/pods` whose UID is not in `known` (pods that
+/// ended while the agent was down; upstream's cleanupOrphanedPodDirs), mounts first. A
+/// directory changed within `min_age` is left (a pod that arrived after `known` was taken).
+/// Returns the UIDs removed.
+pub fn remove_orphans(
+    binder: &dyn Binder,
+    pods_dir: &Path,
+    known: &std::collections::HashSet<String>,
+    min_age: std::time::Duration,
+) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(pods_dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        let uid = e.file_name().to_string_lossy().into_owned();
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        if !is_dir || known.contains(&uid) || !crate::pod::is_safe_uid(&uid) {
+            continue;
+        }
+        let young = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_none_or(|age| age < min_age);
+        if young {
+            continue;
+        }
+        let dir = e.path();
+        if let Err(err) = binder.unmount_below(&dir) {
+            tracing::warn!(%uid, error = %err, "cannot unmount an orphaned pod directory's volumes; keeping it");
+            continue;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => removed.push(uid),
+            Err(err) => {
+                tracing::warn!(%uid, error = %err, "cannot remove an orphaned pod directory")
+            }
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume::subpath::test_util::FakeBinder;
+
+    #[test]
+    fn orphaned_pod_dirs_go_known_and_young_ones_stay() {
+        let d = tempfile::tempdir().unwrap();
+        for uid in ["known", "orphan", "young"] {
+            std::fs::create_dir_all(d.path().join(uid).join("volumes/kubernetes.io~empty-dir/x"))
+                .unwrap();
+        }
+        std::fs::write(d.path().join("not-a-dir"), "x").unwrap();
+        let known = ["known".to_string()].into_iter().collect();
+        let binder = FakeBinder::default();
+        // Everything is young: nothing goes.
+        assert!(
+            remove_orphans(
+                &binder,
+                d.path(),
+                &known,
+                std::time::Duration::from_secs(3600)
+            )
+            .is_empty()
+        );
+        let mut removed = remove_orphans(&binder, d.path(), &known, std::time::Duration::ZERO);
+        removed.sort();
+        assert_eq!(removed, ["orphan", "young"]);
+        assert!(d.path().join("known").exists());
+        assert!(d.path().join("not-a-dir").exists());
+    }
+}

@@ -55,6 +55,8 @@ pub struct SyncLoop {
     expected: HashSet<Source>,
     on_terminated: Option<mpsc::UnboundedSender<Terminated>>,
     cancel: CancellationToken,
+    /// When orphaned pod directories were last looked for.
+    last_cleanup: Option<tokio::time::Instant>,
 }
 
 /// Compares pods ignoring fields that change without changing intent.
@@ -72,6 +74,11 @@ fn same_intent(a: &Pod, b: &Pod) -> bool {
     strip(a) == strip(b)
 }
 
+/// How often directories of pods nobody knows are looked for.
+const ORPHAN_CLEANUP_PERIOD: Duration = Duration::from_secs(30);
+/// A pod directory younger than this is never taken for an orphan.
+const ORPHAN_MIN_AGE: Duration = Duration::from_secs(60);
+
 impl SyncLoop {
     /// `sources` are the sources that must each report once before pods that no source wants
     /// are stopped (so that a restart does not kill pods the apiserver has not listed yet).
@@ -87,6 +94,7 @@ impl SyncLoop {
             expected: sources.iter().copied().collect(),
             on_terminated: None,
             cancel,
+            last_cleanup: None,
         }
     }
 
@@ -178,6 +186,13 @@ impl SyncLoop {
         if !self.sources_ready() {
             return;
         }
+        if self
+            .last_cleanup
+            .is_none_or(|t| t.elapsed() >= ORPHAN_CLEANUP_PERIOD)
+        {
+            self.last_cleanup = Some(tokio::time::Instant::now());
+            self.cleanup_orphaned_dirs(&r.present);
+        }
         for uid in r.present {
             if !self.workers.contains_key(&uid) {
                 tracing::info!(%uid, "runtime has a pod no source wants; stopping it");
@@ -187,6 +202,22 @@ impl SyncLoop {
                 self.spawn(pod, None, Some(None));
             }
         }
+    }
+
+    /// Removes directories of pods neither a worker nor the runtime knows (they ended while
+    /// the agent was down), on the blocking pool.
+    fn cleanup_orphaned_dirs(&self, present: &std::collections::BTreeSet<String>) {
+        let mut known: HashSet<String> = self.workers.keys().cloned().collect();
+        known.extend(present.iter().cloned());
+        let binder = self.env.binder.clone();
+        let pods_dir = self.env.node.root_dir.join("pods");
+        tokio::task::spawn_blocking(move || {
+            for uid in
+                crate::pod_dirs::remove_orphans(binder.as_ref(), &pods_dir, &known, ORPHAN_MIN_AGE)
+            {
+                tracing::info!(%uid, "removed an orphaned pod directory");
+            }
+        });
     }
 
     /// Number of live workers (for tests and metrics).
