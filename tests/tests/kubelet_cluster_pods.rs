@@ -92,13 +92,18 @@ echo "tokenmode=$(stat -L -c %a $d/token)"
 echo "samount=$(grep " $d " /proc/mounts | cut -d' ' -f3)"
 echo "secretmode=$(stat -L -c %a /etc/db/pw)"
 echo "env=$GREETING|$MODE|$PASSWORD|${{OPT-unset}}|$POD_NAME|$POD_IP|$MEM_MI"
-echo "labels=$(cat /etc/podinfo/labels | tr '\n' ' ')"
-while true; do echo "conf=$(cat /etc/conf/greeting)"; sleep 1; done"#
+echo "confgroup=$(stat -L -c %g /etc/conf/greeting)"
+while true; do
+  echo "conf=$(cat /etc/conf/greeting)"
+  echo "labels=$(cat /etc/podinfo/labels | tr '\n' ' ')"
+  sleep 1
+done"#
     );
     cp.create(
         "pods",
         json!({"metadata": {"name": "api", "namespace": "default", "labels": {"app": "api"}},
             "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                "securityContext": {"fsGroup": 2000},
                 "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", script],
                     "resources": {"limits": {"memory": "64Mi"}},
                     "envFrom": [{"configMapRef": {"name": "app"}}],
@@ -139,9 +144,10 @@ while true; do echo "conf=$(cat /etc/conf/greeting)"; sleep 1; done"#
     assert_eq!(v("files"), "ca.crt namespace token ");
     assert_eq!(v("ns"), "default");
     assert_eq!(v("ca"), "-----BEGIN CERTIFICATE-----");
-    assert_eq!(v("tokenmode"), "644");
+    // fsGroup: the token is 0600 plus group read, as upstream leaves it.
+    assert_eq!(v("tokenmode"), "640");
     assert_eq!(v("samount"), "tmpfs");
-    assert_eq!(v("secretmode"), "400");
+    assert_eq!(v("secretmode"), "440", "the item's 0400 plus group read for fsGroup");
     let pod_ip = pod["status"]["podIP"].as_str().unwrap_or("");
     assert!(!pod_ip.is_empty(), "{pod:#}");
     assert_eq!(
@@ -150,6 +156,7 @@ while true; do echo "conf=$(cat /etc/conf/greeting)"; sleep 1; done"#
     );
     assert_eq!(v("labels"), "app=\"api\" ");
     assert_eq!(v("conf"), "hello");
+    assert_eq!(v("confgroup"), "2000", "fsGroup owns the volume's files");
 
     // The token is the apiserver's, bound to this pod.
     let uid = pod["metadata"]["uid"].as_str().unwrap();
@@ -187,6 +194,19 @@ while true; do echo "conf=$(cat /etc/conf/greeting)"; sleep 1; done"#
         || {
             (log_value(&container_log(&node, &pod, "main"), "conf").as_deref() == Some("bonjour"))
                 .then_some(())
+        },
+    );
+    // New labels reach the downward API file without a restart.
+    let mut p = cp.get("pods", "default", "api").unwrap();
+    p["metadata"]["labels"]["tier"] = json!("front");
+    cp.update("pods", p).unwrap();
+    wait_for(
+        "the new label in the container",
+        Duration::from_secs(30),
+        || {
+            (log_value(&container_log(&node, &pod, "main"), "labels").as_deref()
+                == Some("app=\"api\" tier=\"front\" "))
+            .then_some(())
         },
     );
     let now = cp.get("pods", "default", "api").unwrap();

@@ -109,6 +109,8 @@ impl StartError {
 impl Worker {
     /// One level-triggered pass. Returns when to come back (at the latest).
     pub async fn sync(&mut self) -> Duration {
+        // Labels and annotations the downward API shows follow the latest spec.
+        self.env.volumes.update_pod(&self.pod);
         let rt = self.env.runtime.clone();
         let obs = match observe(rt.as_ref(), &self.uid).await {
             Ok(o) => o,

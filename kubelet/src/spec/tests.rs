@@ -401,3 +401,61 @@ fn etc_hosts_for_host_network_and_aliases() {
         "{text}"
     );
 }
+
+/// Upstream's expansion test vectors (third_party/forked/golang/expansion/expand_test.go).
+#[test]
+fn expansion_matches_upstreams_vectors() {
+    let vars: BTreeMap<String, String> = [
+        ("VAR_A", "A"),
+        ("VAR_B", "B"),
+        ("VAR_C", "C"),
+        ("VAR_REF", "$(VAR_A)"),
+        ("VAR_EMPTY", ""),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let cases = [
+        ("$(VAR_A)", "A"),
+        ("$(VAR_A)-$(VAR_A)", "A-A"),
+        ("$(VAR_A)-1", "A-1"),
+        ("___$(VAR_B)___", "___B___"),
+        ("___$(VAR_C)", "___C"),
+        ("$(VAR_A)_$(VAR_B)_$(VAR_C)", "A_B_C"),
+        ("$$(VAR_B)_$(VAR_A)", "$(VAR_B)_A"),
+        ("$$(VAR_A)_$$(VAR_B)", "$(VAR_A)_$(VAR_B)"),
+        ("f000-$$VAR_A", "f000-$VAR_A"),
+        ("foo\\$(VAR_C)bar", "foo\\Cbar"),
+        ("foo\\\\$(VAR_C)bar", "foo\\\\Cbar"),
+        ("foo\\\\\\\\$(VAR_A)bar", "foo\\\\\\\\Abar"),
+        ("$(VAR_A$(VAR_B))", "$(VAR_A$(VAR_B))"),
+        ("$(VAR_A$(VAR_B)", "$(VAR_A$(VAR_B)"),
+        ("$(VAR_REF)", "$(VAR_A)"),
+        ("%%$(VAR_REF)--$(VAR_REF)%%", "%%$(VAR_A)--$(VAR_A)%%"),
+        ("foo$(VAR_EMPTY)bar", "foobar"),
+        ("foo$(VAR_Awhoops!", "foo$(VAR_Awhoops!"),
+        ("f00__(VAR_A)__", "f00__(VAR_A)__"),
+        ("$?_boo_$!", "$?_boo_$!"),
+        ("$VAR_A", "$VAR_A"),
+        ("$(VAR_DNE)", "$(VAR_DNE)"),
+        ("$$$$$$(BIG_MONEY)", "$$$(BIG_MONEY)"),
+        ("$$$$$$(VAR_A)", "$$$(VAR_A)"),
+        ("$$$$$$$(GOOD_ODDS)", "$$$$(GOOD_ODDS)"),
+        ("$$$$$$$(VAR_A)", "$$$A"),
+        ("$VAR_A)", "$VAR_A)"),
+        ("${VAR_A}", "${VAR_A}"),
+        ("$(VAR_B)_______$(A", "B_______$(A"),
+        ("$(VAR_C)_______$(", "C_______$("),
+        ("$(VAR_A)foobarzab$", "Afoobarzab$"),
+        ("foo-\\$(VAR_A", "foo-\\$(VAR_A"),
+        ("--$($($($($--", "--$($($($($--"),
+        ("$($($($($--foo$(", "$($($($($--foo$("),
+        ("foo0--$($($($(", "foo0--$($($($("),
+        ("$(foo$$var)", "$(foo$$var)"),
+        ("\n", "\n"),
+    ];
+    for (input, want) in cases {
+        let got = expand(input, &vars, &mut ExpandBudget::default()).unwrap();
+        assert_eq!(got, want, "input {input:?}");
+    }
+}

@@ -113,6 +113,8 @@ pub struct VolumeManager {
     tokens: Arc<TokenManager>,
     mounter: Arc<dyn Binder>,
     pods: Mutex<HashMap<String, Arc<PodVolumes>>>,
+    /// Wakes [`VolumeManager::run`] for a re-render now (a pod's labels changed).
+    rerender: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for VolumeManager {
@@ -136,6 +138,7 @@ impl VolumeManager {
             tokens,
             mounter,
             pods: Mutex::new(HashMap::new()),
+            rerender: tokio::sync::Notify::new(),
         }
     }
 
@@ -162,6 +165,24 @@ impl VolumeManager {
                     }),
                 );
             }
+        }
+    }
+
+    /// The pod's spec changed (labels, annotations): the next re-render uses it. Pods whose
+    /// volumes were never set up are left alone.
+    pub fn update_pod(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let Some(entry) = self.entry(uid) else {
+            return;
+        };
+        let changed = {
+            let old = entry.pod.lock().unwrap_or_else(|p| p.into_inner());
+            old.metadata.labels != pod.metadata.labels
+                || old.metadata.annotations != pod.metadata.annotations
+        };
+        self.set_pod(pod);
+        if changed && *entry.mounted.lock().unwrap_or_else(|p| p.into_inner()) {
+            self.rerender.notify_one();
         }
     }
 
@@ -238,6 +259,7 @@ impl VolumeManager {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
+                _ = self.rerender.notified() => {}
                 r = changes.changed() => if r.is_err() { return },
             }
             // Edits often come in bursts (a rollout touching several objects).
@@ -441,13 +463,15 @@ fn set_up_one(
         None => created,
     };
     if changed {
-        apply_fs_group(pod, &dir).map_err(fail)?;
+        // API-backed volumes are read-only to containers: their files get group read, an
+        // emptyDir group read-write (upstream's volume attributes).
+        apply_fs_group(pod, &dir, v.empty_dir.is_none()).map_err(fail)?;
     }
     Ok(dir)
 }
 
 /// The pod's `fsGroup` on a volume it just wrote or made (upstream's SetVolumeOwnership).
-fn apply_fs_group(pod: &Pod, dir: &Path) -> Result<(), String> {
+fn apply_fs_group(pod: &Pod, dir: &Path, readonly: bool) -> Result<(), String> {
     let Some(sc) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()) else {
         return Ok(());
     };
@@ -456,7 +480,7 @@ fn apply_fs_group(pod: &Pod, dir: &Path) -> Result<(), String> {
     }
     let policy = super::ownership::ChangePolicy::from_field(sc.fs_group_change_policy.as_deref())
         .map_err(|e| e.to_string())?;
-    super::ownership::set_volume_ownership(dir, sc.fs_group, policy, false)
+    super::ownership::set_volume_ownership(dir, sc.fs_group, policy, readonly)
         .map(|_| ())
         .map_err(|e| format!("applying fsGroup: {e}"))
 }

@@ -277,11 +277,22 @@ pub fn projected(
             let token = f.tokens.get(&(volume.to_string(), i)).ok_or_else(|| {
                 ProjectionError(format!("no token for source {i} of volume {volume:?}"))
             })?;
+            // With an fsGroup the token is 0600 before the group gets read (upstream).
+            let fs_group = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.fs_group)
+                .is_some();
             out.insert(
                 t.path.clone(),
                 FileProjection {
                     data: token.clone().into_bytes(),
-                    mode: mode(None, default_mode),
+                    mode: if fs_group {
+                        0o600
+                    } else {
+                        mode(None, default_mode)
+                    },
                 },
             );
         } else if s.cluster_trust_bundle.is_some() {
