@@ -147,7 +147,11 @@ done"#
     // fsGroup: the token is 0600 plus group read, as upstream leaves it.
     assert_eq!(v("tokenmode"), "640");
     assert_eq!(v("samount"), "tmpfs");
-    assert_eq!(v("secretmode"), "440", "the item's 0400 plus group read for fsGroup");
+    assert_eq!(
+        v("secretmode"),
+        "440",
+        "the item's 0400 plus group read for fsGroup"
+    );
     let pod_ip = pod["status"]["podIP"].as_str().unwrap_or("");
     assert!(!pod_ip.is_empty(), "{pod:#}");
     assert_eq!(
