@@ -16,11 +16,11 @@ use common::{KubeletProc, NetnsControlPlane, Rig, wait_for};
 use node_tests::controlplane::Options;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-const NODE: &str = "metrics-node";
-const NODE_IP: &str = "10.250.0.7";
+const NODE: &str = common::joined::NODE;
+const NODE_IP: &str = common::joined::NODE_IP;
 const BUSYBOX: &str = "docker.io/library/busybox:1.35";
 
 /// Rigs are heavy (containerd each) and this machine has two cores: one test at a time.
@@ -235,75 +235,6 @@ fn parser_is_strict() {
 
 // ---- the node ----
 
-struct Node {
-    root: tempfile::TempDir,
-}
-
-impl Node {
-    fn p(&self, rel: &str) -> PathBuf {
-        self.root.path().join(rel)
-    }
-
-    /// The files `kubeadm join` leaves (see kubelet_cluster.rs), with :10250 open to
-    /// anonymous scrapes, and the hosted kube-proxy role.
-    fn write(cp: &NetnsControlPlane, rig: &Rig) -> Node {
-        let n = Node {
-            root: tempfile::tempdir().unwrap(),
-        };
-        for d in [
-            "etc/kubernetes/pki",
-            "etc/kubernetes/manifests",
-            "var/lib/kubelet",
-            "var/log/pods",
-        ] {
-            std::fs::create_dir_all(n.p(d)).unwrap();
-        }
-        cp.bootstrap_kubeconfig(n.p("etc/kubernetes/bootstrap-kubelet.conf"))
-            .unwrap();
-        cp.write_ca(n.p("etc/kubernetes/pki/ca.crt")).unwrap();
-        let config = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\n\
-             authorization:\n  mode: AlwaysAllow\ncgroupDriver: cgroupfs\nclusterDNS:\n- 10.96.0.10\n\
-             clusterDomain: cluster.local\nhealthzBindAddress: 127.0.0.1\nhealthzPort: 10248\n\
-             rotateCertificates: true\nstaticPodPath: {}\npodLogsDir: {}\ncgroupRoot: {}\n",
-            n.p("etc/kubernetes/manifests").display(),
-            n.p("var/log/pods").display(),
-            rig.get("RIG_CGROUP_ROOT"),
-        );
-        std::fs::write(n.p("var/lib/kubelet/config.yaml"), config).unwrap();
-        std::fs::write(
-            n.p("kube-proxy.conf"),
-            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: iptables\n\
-             clusterCIDR: 10.88.0.0/16\nhealthzBindAddress: 127.0.0.1:10256\nmetricsBindAddress: 127.0.0.1:10249\n",
-        )
-        .unwrap();
-        n
-    }
-
-    fn args(&self, rig: &Rig) -> Vec<String> {
-        vec![
-            format!(
-                "--bootstrap-kubeconfig={}",
-                self.p("etc/kubernetes/bootstrap-kubelet.conf").display()
-            ),
-            format!(
-                "--kubeconfig={}",
-                self.p("etc/kubernetes/kubelet.conf").display()
-            ),
-            format!(
-                "--config={}",
-                self.p("var/lib/kubelet/config.yaml").display()
-            ),
-            format!("--container-runtime-endpoint={}", rig.get("CRI_ENDPOINT")),
-            format!("--node-ip={NODE_IP}"),
-            format!("--hostname-override={NODE}"),
-            format!("--root-dir={}", self.p("var/lib/kubelet").display()),
-            format!("--proxy-config={}", self.p("kube-proxy.conf").display()),
-        ]
-    }
-}
-
 /// One scrape: body, HTTP code, seconds, bytes (curl's own figures).
 fn scrape(rig: &Rig, url: &str) -> (String, String, f64, u64) {
     let out = std::process::Command::new("nsenter")
@@ -335,7 +266,14 @@ fn scrape_parsed(rig: &Rig, url: &str) -> BTreeMap<String, Family> {
     parse_exposition(&body).unwrap_or_else(|e| panic!("{url}: {e}\n{body}"))
 }
 
-fn up(name: &str) -> (Rig, NetnsControlPlane, Node, KubeletProc) {
+fn up(
+    name: &str,
+) -> (
+    Rig,
+    NetnsControlPlane,
+    common::joined::JoinedNode,
+    KubeletProc,
+) {
     let rig = Rig::up(name);
     let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
     assert!(
@@ -344,8 +282,8 @@ fn up(name: &str) -> (Rig, NetnsControlPlane, Node, KubeletProc) {
         String::from_utf8_lossy(&out.stderr)
     );
     let cp = NetnsControlPlane::start(&rig, Options::default());
-    let node = Node::write(&cp, &rig);
-    let mut kubelet = KubeletProc::start(&rig, node.args(&rig), node.p("kubelet.log"));
+    let node = common::joined::JoinedNode::write_open(&cp, &rig);
+    let mut kubelet = KubeletProc::start(&rig, node.command_line(), node.p("kubelet.log"));
     wait_for("healthz 200", Duration::from_secs(60), || {
         if let Some(st) = kubelet.exited() {
             panic!("kubelet exited: {st}\n{}", kubelet.log_text());

@@ -21,6 +21,16 @@ impl JoinedNode {
     }
 
     pub fn write(cp: &NetnsControlPlane, rig: &Rig) -> JoinedNode {
+        Self::write_with(cp, rig, false)
+    }
+
+    /// As [`JoinedNode::write`], but :10250 is open to anonymous requests (AlwaysAllow), for
+    /// tests that scrape it.
+    pub fn write_open(cp: &NetnsControlPlane, rig: &Rig) -> JoinedNode {
+        Self::write_with(cp, rig, true)
+    }
+
+    fn write_with(cp: &NetnsControlPlane, rig: &Rig, open_10250: bool) -> JoinedNode {
         let n = JoinedNode {
             root: tempfile::tempdir().unwrap(),
         };
@@ -41,20 +51,7 @@ impl JoinedNode {
         // log dir and cgroup root so that the test stays inside its sandbox.
         let config = format!(
             r#"apiVersion: kubelet.config.k8s.io/v1beta1
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    cacheTTL: 0s
-    enabled: true
-  x509:
-    clientCAFile: {ca}
-authorization:
-  mode: Webhook
-  webhook:
-    cacheAuthorizedTTL: 0s
-    cacheUnauthorizedTTL: 0s
-cgroupDriver: systemd
+{auth}cgroupDriver: systemd
 clusterDNS:
 - 10.96.0.10
 clusterDomain: cluster.local
@@ -87,7 +84,14 @@ volumeStatsAggPeriod: 0s
 podLogsDir: {logs}
 cgroupRoot: {cgroot}
 "#,
-            ca = n.p("etc/kubernetes/pki/ca.crt").display(),
+            auth = if open_10250 {
+                "authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n".to_string()
+            } else {
+                format!(
+                    "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    cacheTTL: 0s\n    enabled: true\n  x509:\n    clientCAFile: {}\nauthorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 0s\n    cacheUnauthorizedTTL: 0s\n",
+                    n.p("etc/kubernetes/pki/ca.crt").display()
+                )
+            },
             manifests = n.p("etc/kubernetes/manifests").display(),
             logs = n.p("var/log/pods").display(),
             cgroot = rig.get("RIG_CGROUP_ROOT"),
