@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::joined::{JoinedNode, NODE, NODE_IP};
-use common::{KubeletProc, NetnsControlPlane, Rig, wait_for};
+use common::joined::{JoinedNode, NODE};
+use common::{KubeletProc, NetnsControlPlane, wait_for};
 use node_tests::controlplane::Options;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -54,16 +54,8 @@ fn running(cp: &NetnsControlPlane, name: &str, kubelet: &mut KubeletProc) -> Val
 #[test]
 fn pods_with_service_account_config_map_secret_and_downward_api() {
     require_rig!();
-    let rig = Rig::up("e2e-cluster-pods");
-    let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cp = NetnsControlPlane::start(&rig, Options::default());
-    let node = JoinedNode::write(&cp, &rig);
-    let mut kubelet = KubeletProc::start(&rig, node.command_line(), node.p("kubelet.log"));
+    let (_rig, cp, node, mut kubelet) =
+        common::joined::up("e2e-cluster-pods", Options::default(), false);
     wait_for("node registered", Duration::from_secs(60), || {
         if let Some(st) = kubelet.exited() {
             panic!("kubelet exited: {st}\n{}", kubelet.log_text());

@@ -20,7 +20,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 const NODE: &str = common::joined::NODE;
-const NODE_IP: &str = common::joined::NODE_IP;
 const BUSYBOX: &str = "docker.io/library/busybox:1.35";
 
 /// Rigs are heavy (containerd each) and this machine has two cores: one test at a time.
@@ -274,24 +273,7 @@ fn up(
     common::joined::JoinedNode,
     KubeletProc,
 ) {
-    let rig = Rig::up(name);
-    let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cp = NetnsControlPlane::start(&rig, Options::default());
-    let node = common::joined::JoinedNode::write_open(&cp, &rig);
-    let mut kubelet = KubeletProc::start(&rig, node.command_line(), node.p("kubelet.log"));
-    wait_for("healthz 200", Duration::from_secs(60), || {
-        if let Some(st) = kubelet.exited() {
-            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
-        }
-        let (body, code) = kubelet.curl("http://127.0.0.1:10248/healthz");
-        (code == "200" && body == "ok").then_some(())
-    });
-    (rig, cp, node, kubelet)
+    common::joined::up(name, Options::default(), true)
 }
 
 #[test]

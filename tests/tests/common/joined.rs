@@ -2,8 +2,9 @@
 //! kubelet-config ConfigMap, kubeadm-flags.env, /etc/default/kubelet), under a temporary root,
 //! and the command line systemd builds from it.
 
-use super::{NetnsControlPlane, Rig, kubeadm_command_line, parse_env_file};
+use super::{KubeletProc, NetnsControlPlane, Rig, kubeadm_command_line, parse_env_file, wait_for};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// The node's name.
 pub const NODE: &str = "rig-node";
@@ -155,4 +156,31 @@ impl Drop for JoinedNode {
     fn drop(&mut self) {
         super::unmount_below(self.root.path());
     }
+}
+
+/// A rig named `rig_name` with the node's address, the control plane in its netns, the joined
+/// node's files (:10250 open when `open_10250`) and the agent started from them, healthy.
+pub fn up(
+    rig_name: &str,
+    opts: node_tests::controlplane::Options,
+    open_10250: bool,
+) -> (Rig, NetnsControlPlane, JoinedNode, KubeletProc) {
+    let rig = Rig::up(rig_name);
+    let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cp = NetnsControlPlane::start(&rig, opts);
+    let node = JoinedNode::write_with(&cp, &rig, open_10250);
+    let mut kubelet = KubeletProc::start(&rig, node.command_line(), node.p("kubelet.log"));
+    wait_for("healthz 200", Duration::from_secs(60), || {
+        if let Some(st) = kubelet.exited() {
+            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+        }
+        let (body, code) = kubelet.curl("http://127.0.0.1:10248/healthz");
+        (code == "200" && body == "ok").then_some(())
+    });
+    (rig, cp, node, kubelet)
 }
