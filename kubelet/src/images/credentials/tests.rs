@@ -126,7 +126,10 @@ fn docker_hub_credentials() {
         1
     );
     // Through the normalised repository, as pulls look up.
-    assert_eq!(lookup_all(&[k.clone()], "busybox:1.35").len(), 1);
+    assert_eq!(
+        lookup_all(std::slice::from_ref(&k), "busybox:1.35").len(),
+        1
+    );
     assert!(lookup_all(&[k], "localhost:5000/busybox:1.35").is_empty());
 }
 
@@ -189,7 +192,7 @@ fn config_json_and_secret_data() {
     let mut data = BTreeMap::new();
     data.insert(DOCKER_CONFIG_JSON_KEY.to_string(), json.into_bytes());
     let k = secret_keyring(&data).unwrap().unwrap();
-    let found = lookup_all(&[k.clone()], "10.0.0.1:5000/busybox:1.35");
+    let found = lookup_all(std::slice::from_ref(&k), "10.0.0.1:5000/busybox:1.35");
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].username, "u");
     assert_eq!(found[0].password, "p:with:colons");
