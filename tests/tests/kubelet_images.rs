@@ -172,7 +172,7 @@ fn pull_secrets_runtime_classes_and_service_links() {
         .unwrap();
     let web_ip = web["spec"]["clusterIP"].as_str().unwrap().to_string();
     cp.create(
-        "runtimeclasses",
+        "runtimeclasses.node.k8s.io",
         json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
                "metadata": {"name": "plain-runc"}, "handler": "runc"}),
     )
@@ -246,8 +246,14 @@ fn pull_secrets_runtime_classes_and_service_links() {
         )
     });
     println!(
-        "anonymous pull: {:#}",
+        "anonymous pull: {}",
         p["status"]["containerStatuses"][0]["state"]
+    );
+    // The registry refused it: the pull's failure event names the 401.
+    wait_for(
+        "a Failed event naming the 401",
+        Duration::from_secs(30),
+        || has_event(&cp, "Failed", "401 Unauthorized").then_some(()),
     );
     wait_for(
         "FailedToRetrieveImagePullSecret",

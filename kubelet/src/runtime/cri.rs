@@ -566,7 +566,8 @@ impl Runtime for CriRuntime {
             auth: auth.map(|a| pb::AuthConfig {
                 username: a.username.clone(),
                 password: a.password.clone(),
-                server_address: a.server_address.clone(),
+                // Upstream's keyring leaves the server address empty (containerd would
+                // parse it as a URL); the image names the registry.
                 ..Default::default()
             }),
             sandbox_config: Some(sandbox_pb(sandbox)),

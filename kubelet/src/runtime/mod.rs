@@ -280,8 +280,9 @@ pub struct ImageUser {
 pub struct ImageAuth {
     pub username: String,
     pub password: String,
-    /// The registry the credentials were configured for, as written in the docker config.
-    pub server_address: String,
+    /// The registry location the docker config gave them for (for logs; not sent to the
+    /// runtime, as upstream).
+    pub location: String,
 }
 
 impl std::fmt::Debug for ImageAuth {
@@ -289,7 +290,7 @@ impl std::fmt::Debug for ImageAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ImageAuth")
             .field("username", &self.username)
-            .field("server_address", &self.server_address)
+            .field("location", &self.location)
             .finish_non_exhaustive()
     }
 }

@@ -62,7 +62,7 @@ fn entries(map: BTreeMap<String, Entry>) -> Result<DockerConfig, CredentialError
             ImageAuth {
                 username,
                 password,
-                server_address: location,
+                location,
             },
         ));
     }

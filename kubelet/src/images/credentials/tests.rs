@@ -196,7 +196,7 @@ fn config_json_and_secret_data() {
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].username, "u");
     assert_eq!(found[0].password, "p:with:colons");
-    assert_eq!(found[0].server_address, "10.0.0.1:5000");
+    assert_eq!(found[0].location, "10.0.0.1:5000");
     assert_eq!(lookup_all(&[k], "plain.io/x")[0].password, "b");
     // An Opaque-looking secret gives nothing; a broken one is an error.
     assert!(secret_keyring(&BTreeMap::new()).unwrap().is_none());
