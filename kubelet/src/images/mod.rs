@@ -64,6 +64,9 @@ pub struct Puller<'a> {
     pub event: &'a (dyn Fn(EventType, &str, &str) + Send + Sync),
     /// Pull secrets' keyrings in the pod's order, then the node's.
     pub keyrings: &'a [credentials::Keyring],
+    /// A pull secret whose docker config does not parse: pulls fail with this, as
+    /// upstream's MakeDockerKeyring error fails them.
+    pub keyring_error: Option<&'a str>,
 }
 
 /// Upstream's pull with a keyring: without matching credentials one anonymous pull, else
@@ -72,8 +75,12 @@ async fn pull(
     runtime: &dyn Runtime,
     image: &str,
     keyrings: &[credentials::Keyring],
+    keyring_error: Option<&str>,
     sandbox: &SandboxConfig,
 ) -> Result<String, String> {
+    if let Some(e) = keyring_error {
+        return Err(e.to_string());
+    }
     let creds: Vec<ImageAuth> = credentials::lookup_all(keyrings, image);
     if creds.is_empty() {
         return runtime
@@ -172,7 +179,7 @@ pub async fn ensure_image(
     let waited = std::time::Instant::now();
     let guard = p.pull_lock.lock().await;
     let pulling = std::time::Instant::now();
-    let result = pull(p.runtime, &image, p.keyrings, sandbox).await;
+    let result = pull(p.runtime, &image, p.keyrings, p.keyring_error, sandbox).await;
     drop(guard);
     match result {
         Ok(_) => {
@@ -217,7 +224,8 @@ pub async fn ensure_image(
 /// The keyrings a pod's pulls use: its `imagePullSecrets` in order (read through the object
 /// cache), then the node's docker config. Names of the pull secrets that could not be read
 /// (upstream warns with `FailedToRetrieveImagePullSecret` and pulls anyway) and messages for
-/// secrets whose docker config does not parse come back beside them.
+/// secrets whose docker config does not parse (upstream fails the pulls) come back beside
+/// them.
 pub async fn pod_keyrings(
     pod: &k8s_openapi::api::core::v1::Pod,
     objects: &crate::objects::ObjectCache,

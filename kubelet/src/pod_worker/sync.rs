@@ -250,7 +250,7 @@ impl Worker {
                 }
             };
             let keyrings = if start.is_empty() {
-                Vec::new()
+                (Vec::new(), None)
             } else {
                 self.pull_keyrings().await
             };
@@ -350,7 +350,7 @@ impl Worker {
         sandbox: &SandboxConfig,
         s: &Start,
         volumes: &BTreeMap<String, std::path::PathBuf>,
-        keyrings: &[images::credentials::Keyring],
+        keyrings: &(Vec<images::credentials::Keyring>, Option<String>),
     ) -> Result<(), StartError> {
         let spec = self.pod.spec.clone().unwrap_or_default();
         let c = spec
@@ -386,7 +386,8 @@ impl Worker {
             runtime: self.env.runtime.as_ref(),
             pull_lock: &self.env.pull_lock,
             event: &event,
-            keyrings,
+            keyrings: &keyrings.0,
+            keyring_error: keyrings.1.as_deref(),
         };
         images::ensure_image(&puller, &mut self.pulls, &c, sandbox)
             .await
@@ -519,8 +520,9 @@ impl Worker {
 
 impl Worker {
     /// The pod's pull credentials (pull secrets, then the node's docker config); a pull
-    /// secret that cannot be read is a warning, as upstream, and the pull goes on.
-    async fn pull_keyrings(&self) -> Vec<images::credentials::Keyring> {
+    /// secret that cannot be read is a warning, as upstream, and the pull goes on; one whose
+    /// docker config does not parse fails the pulls (the second value), as upstream.
+    async fn pull_keyrings(&self) -> (Vec<images::credentials::Keyring>, Option<String>) {
         let (keyrings, missing, invalid) = images::pod_keyrings(
             &self.pod,
             self.env.volumes.objects(),
@@ -538,16 +540,8 @@ impl Worker {
                 ),
             );
         }
-        for m in invalid {
-            tracing::warn!(message = %m, "pull secret ignored");
-            self.event(
-                None,
-                EventType::Warning,
-                "FailedToRetrieveImagePullSecret",
-                &m,
-            );
-        }
-        keyrings
+        let invalid = (!invalid.is_empty()).then(|| invalid.join("; "));
+        (keyrings, invalid)
     }
 
     /// The service-link variables of the pod (none standalone; an API pod waits for the

@@ -106,6 +106,36 @@ async fn without_the_secret_the_pull_is_anonymous_and_fails() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_broken_pull_secret_fails_the_pull() {
+    let api = Arc::new(FakeApi::default());
+    api.set(
+        ObjectKey {
+            kind: Kind::Secret,
+            namespace: "default".into(),
+            name: "broken".into(),
+        },
+        ObjectData {
+            binary: [(".dockercfg".to_string(), b"{not json".to_vec())].into(),
+            ..Default::default()
+        },
+    );
+    let r = rig_with(api, None, None);
+    let mut w = Worker::new(r.env.clone(), private_pod(&["broken"]), None);
+    w.sync().await;
+    assert!(r.rt.pulls().is_empty(), "no pull with a broken keyring");
+    let waiting = app_status(&r).state.unwrap().waiting.unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("ErrImagePull"));
+    assert!(
+        waiting
+            .message
+            .unwrap()
+            .contains("pull secret default/broken"),
+        "{:?}",
+        r.events.events()
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn runtime_class_sets_the_handler_and_an_unknown_class_fails_the_sandbox() {
     let classes = Arc::new(crate::cluster::runtime_class::RuntimeClassStore::default());
     classes.replace([("fast".to_string(), "runc-fast".to_string())].into());
