@@ -25,10 +25,13 @@ USE_STMT = re.compile(r"\buse\s+crate::([^;]*);", re.S)
 
 def expand_use(tree):
     """`a::{b, c::{d, e}}` -> ["a::b", "a::c::d", "a::c::e"] (no braces: [tree])."""
+    # `x as y` renames: drop the rename (a bare "as" inside a name, as in `runtime_class`,
+    # is part of the name).
+    tree = re.sub(r"\s+as\s+\w+", "", tree)
     tree = re.sub(r"\s+", "", tree)
     i = tree.find("{")
     if i < 0:
-        return [tree.split("as")[0] if "as" in tree else tree]
+        return [tree]
     prefix, inner = tree[:i], tree[i + 1 : tree.rfind("}")]
     parts, depth, cur = [], 0, ""
     for ch in inner:

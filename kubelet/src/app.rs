@@ -206,6 +206,31 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         binder.clone(),
     ));
     tasks.spawn(volumes.clone().run(cancel.clone()));
+    // Services (service-link variables) and RuntimeClasses come from informers in cluster
+    // mode; standalone pods get no service variables and cannot name a RuntimeClass.
+    let (services, runtime_classes) = match &cluster {
+        Some(c) => {
+            use crate::cluster::{informer, runtime_class, services};
+            let svc = Arc::new(services::ServiceStore::default());
+            let rc = Arc::new(runtime_class::RuntimeClassStore::default());
+            tasks.spawn(informer::run(
+                c.client.clone(),
+                "services",
+                services::ServiceInfo::from_service,
+                svc.clone(),
+                cancel.clone(),
+            ));
+            tasks.spawn(informer::run(
+                c.client.clone(),
+                "runtimeclasses",
+                runtime_class::handler_of,
+                rc.clone(),
+                cancel.clone(),
+            ));
+            (Some(svc), Some(rc))
+        }
+        None => (None, None),
+    };
     let env = Arc::new(Env {
         events: events.clone(),
         probes: probe_manager.clone(),
@@ -221,6 +246,8 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         resync: cfg.sync_frequency,
         binder,
         volumes,
+        services,
+        runtime_classes,
     });
 
     let (pods_tx, pods_rx) = mpsc::channel(8);

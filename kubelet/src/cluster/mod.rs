@@ -8,15 +8,20 @@
 //! - [`mirror`]: mirror pods for static pods;
 //! - [`status_writer`]: the only writer of pod status, and deletion of finished pods;
 //! - [`events`]: core/v1 Events with aggregation and a spam filter;
-//! - [`bootstrap`]: client certificate rotation.
+//! - [`bootstrap`]: client certificate rotation;
+//! - [`services`] and [`runtime_class`]: informers (through [`informer`]) for service-link
+//!   variables and RuntimeClass handlers, read by the pod workers.
 
 pub mod bootstrap;
 pub mod client;
 pub mod events;
+pub mod informer;
 pub mod mirror;
 pub mod node;
 pub mod objects;
 pub mod pods;
+pub mod runtime_class;
+pub mod services;
 pub mod status_writer;
 
 use crate::config::Config;

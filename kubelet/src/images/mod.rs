@@ -1,6 +1,9 @@
 //! Images for containers: the pull policy, pulls (one at a time with `serializeImagePulls`)
-//! and the per-image pull back-off, with upstream's events and waiting reasons. Pull
-//! credentials and image garbage collection grow here.
+//! and the per-image pull back-off, with upstream's events and waiting reasons; registry
+//! credentials ([`credentials`]: pull secrets and the node's docker config). Image garbage
+//! collection grows here.
+
+pub mod credentials;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,7 +14,7 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::events::EventType;
 use crate::pod;
-use crate::runtime::{Runtime, SandboxConfig};
+use crate::runtime::{ImageAuth, Runtime, SandboxConfig};
 
 /// Pull back-off: 10 s doubling up to 5 min, per image (upstream's image back-off uses the
 /// container back-off's period and cap).
@@ -59,6 +62,48 @@ pub struct Puller<'a> {
     pub pull_lock: &'a tokio::sync::Mutex<()>,
     /// Records an event about the container.
     pub event: &'a (dyn Fn(EventType, &str, &str) + Send + Sync),
+    /// Pull secrets' keyrings in the pod's order, then the node's.
+    pub keyrings: &'a [credentials::Keyring],
+    /// A pull secret whose docker config does not parse: pulls fail with this, as
+    /// upstream's MakeDockerKeyring error fails them.
+    pub keyring_error: Option<&'a str>,
+}
+
+/// Upstream's pull with a keyring: without matching credentials one anonymous pull, else
+/// each matching credential in turn until one pull succeeds; every failure is reported.
+async fn pull(
+    runtime: &dyn Runtime,
+    image: &str,
+    keyrings: &[credentials::Keyring],
+    keyring_error: Option<&str>,
+    sandbox: &SandboxConfig,
+) -> Result<String, String> {
+    if let Some(e) = keyring_error {
+        return Err(e.to_string());
+    }
+    let creds: Vec<ImageAuth> = credentials::lookup_all(keyrings, image);
+    if creds.is_empty() {
+        return runtime
+            .pull_image(image, None, sandbox)
+            .await
+            .map_err(|e| e.to_string());
+    }
+    let mut errors = Vec::new();
+    for auth in &creds {
+        match runtime.pull_image(image, Some(auth), sandbox).await {
+            Ok(r) => return Ok(r),
+            Err(e) => {
+                tracing::debug!(%image, username = %auth.username, error = %e, "pull with these credentials failed");
+                errors.push(e.to_string());
+            }
+        }
+    }
+    // Go's aggregate error: one error as is, several in brackets.
+    Err(if errors.len() == 1 {
+        errors.remove(0)
+    } else {
+        format!("[{}]", errors.join(", "))
+    })
 }
 
 /// Makes `c`'s image present as its pull policy says: checks the store first (upstream does,
@@ -134,7 +179,7 @@ pub async fn ensure_image(
     let waited = std::time::Instant::now();
     let guard = p.pull_lock.lock().await;
     let pulling = std::time::Instant::now();
-    let result = p.runtime.pull_image(&image, sandbox).await;
+    let result = pull(p.runtime, &image, p.keyrings, p.keyring_error, sandbox).await;
     drop(guard);
     match result {
         Ok(_) => {
@@ -174,4 +219,53 @@ pub async fn ensure_image(
             ))
         }
     }
+}
+
+/// The keyrings a pod's pulls use: its `imagePullSecrets` in order (read through the object
+/// cache), then the node's docker config. Names of the pull secrets that could not be read
+/// (upstream warns with `FailedToRetrieveImagePullSecret` and pulls anyway) and messages for
+/// secrets whose docker config does not parse (upstream fails the pulls) come back beside
+/// them.
+pub async fn pod_keyrings(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    objects: &crate::objects::ObjectCache,
+    root_dir: &std::path::Path,
+) -> (Vec<credentials::Keyring>, Vec<String>, Vec<String>) {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let refs = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.image_pull_secrets.clone())
+        .unwrap_or_default();
+    let (mut keyrings, mut missing, mut invalid) = (Vec::new(), Vec::new(), Vec::new());
+    for r in refs {
+        // Upstream skips entries without a name (validation once let them through).
+        if r.name.is_empty() {
+            continue;
+        }
+        let key = crate::objects::ObjectKey {
+            kind: crate::objects::Kind::Secret,
+            namespace: namespace.to_string(),
+            name: r.name.clone(),
+        };
+        match objects.get(&key).await {
+            Ok(Some(data)) => match credentials::secret_keyring(&data.binary) {
+                Ok(Some(k)) => keyrings.push(k),
+                Ok(None) => {}
+                Err(e) => invalid.push(format!("pull secret {namespace}/{}: {e}", r.name)),
+            },
+            Ok(None) => missing.push(r.name),
+            Err(e) => {
+                tracing::info!(secret = %r.name, error = %e, "Unable to retrieve pull secret, the image pull may not succeed.");
+                missing.push(r.name);
+            }
+        }
+    }
+    let root = root_dir.to_path_buf();
+    match tokio::task::spawn_blocking(move || credentials::read_node_keyring(&root)).await {
+        Ok(k) if !k.is_empty() => keyrings.push(k),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "reading the node's docker config failed"),
+    }
+    (keyrings, missing, invalid)
 }

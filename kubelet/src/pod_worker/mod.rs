@@ -58,6 +58,10 @@ pub struct Env {
     pub binder: Arc<dyn crate::volume::subpath::Binder>,
     /// Sets up the pods' volumes and reads the ConfigMaps/Secrets their env names.
     pub volumes: Arc<crate::volume::VolumeManager>,
+    /// Services for the service-link variables (None standalone: no variables).
+    pub services: Option<Arc<crate::cluster::services::ServiceStore>>,
+    /// RuntimeClass handlers (None standalone: a pod naming a class fails its sandbox).
+    pub runtime_classes: Option<Arc<crate::cluster::runtime_class::RuntimeClassStore>>,
 }
 
 /// Messages from the sync loop to a worker.
@@ -155,7 +159,21 @@ impl Worker {
 
     fn sandbox_config(&self, attempt: u32) -> SandboxConfig {
         let parent = self.env.namer.pod_parent(self.qos(), &self.uid);
-        spec::sandbox_config(&self.env.node, &self.pod, attempt, parent)
+        let mut cfg = spec::sandbox_config(&self.env.node, &self.pod, attempt, parent);
+        // Pulls and container creation name the handler the sandbox was created with; an
+        // unknown class only matters (and fails) when the sandbox is created.
+        cfg.runtime_handler = self.runtime_handler().unwrap_or_default();
+        cfg
+    }
+
+    /// The CRI runtime handler of the pod's RuntimeClass.
+    fn runtime_handler(&self) -> Result<String, crate::cluster::runtime_class::RuntimeClassError> {
+        let class = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.as_deref());
+        crate::cluster::runtime_class::lookup_handler(self.env.runtime_classes.as_deref(), class)
     }
 
     /// Runs until terminated (then reports on `done`) or cancelled (agent shutdown leaves the
@@ -303,6 +321,8 @@ impl Env {
                 Arc::new(crate::objects::token::TokenManager::new(None)),
                 binder,
             )),
+            services: None,
+            runtime_classes: None,
         }
     }
 }

@@ -251,9 +251,14 @@ impl Worker {
                     (BTreeMap::new(), &[])
                 }
             };
+            let keyrings = if start.is_empty() {
+                (Vec::new(), None)
+            } else {
+                self.pull_keyrings().await
+            };
             for s in start {
                 match self
-                    .start_container(sandbox_id, &sandbox_cfg, s, &volumes)
+                    .start_container(sandbox_id, &sandbox_cfg, s, &volumes, &keyrings)
                     .await
                 {
                     Ok(()) => {
@@ -319,7 +324,8 @@ impl Worker {
     }
 
     pub(super) async fn create_sandbox(&mut self, attempt: u32) -> Result<String, String> {
-        let cfg = self.sandbox_config(attempt);
+        let mut cfg = self.sandbox_config(attempt);
+        cfg.runtime_handler = self.runtime_handler().map_err(|e| e.to_string())?;
         if let Some(path) = self.env.namer.pod_path(self.qos(), &self.uid)
             && let Err(e) = self.env.cgroups.create(&path)
         {
@@ -346,6 +352,7 @@ impl Worker {
         sandbox: &SandboxConfig,
         s: &Start,
         volumes: &BTreeMap<String, std::path::PathBuf>,
+        keyrings: &(Vec<images::credentials::Keyring>, Option<String>),
     ) -> Result<(), StartError> {
         let spec = self.pod.spec.clone().unwrap_or_default();
         let c = spec
@@ -381,11 +388,14 @@ impl Worker {
             runtime: self.env.runtime.as_ref(),
             pull_lock: &self.env.pull_lock,
             event: &event,
+            keyrings: &keyrings.0,
+            keyring_error: keyrings.1.as_deref(),
         };
         images::ensure_image(&puller, &mut self.pulls, &c, sandbox)
             .await
             .map_err(StartError::Image)?;
         let objects = self.env_objects(&c).await?;
+        let service_env = self.service_env()?;
         // /etc/hosts, subPath mounts, the env and the log directory touch the disk or grow
         // with the pod: off the async workers.
         let (env, pod, container) = (self.env.clone(), self.pod.clone(), c.clone());
@@ -399,7 +409,7 @@ impl Worker {
                 &pod_ips,
                 &env.node.host_ips,
                 &objects,
-                &BTreeMap::new(),
+                &service_env,
                 &mut spec::ExpandBudget::default(),
             )?;
             let hosts = pod_dirs::write_etc_hosts(&env.node, &pod, &pod_ips)
@@ -511,6 +521,61 @@ impl Worker {
 }
 
 impl Worker {
+    /// The pod's pull credentials (pull secrets, then the node's docker config); a pull
+    /// secret that cannot be read is a warning, as upstream, and the pull goes on; one whose
+    /// docker config does not parse fails the pulls (the second value), as upstream.
+    async fn pull_keyrings(&self) -> (Vec<images::credentials::Keyring>, Option<String>) {
+        let (keyrings, missing, invalid) = images::pod_keyrings(
+            &self.pod,
+            self.env.volumes.objects(),
+            &self.env.node.root_dir,
+        )
+        .await;
+        if !missing.is_empty() {
+            self.event(
+                None,
+                EventType::Warning,
+                "FailedToRetrieveImagePullSecret",
+                &format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                    missing.join(", ")
+                ),
+            );
+        }
+        let invalid = (!invalid.is_empty()).then(|| invalid.join("; "));
+        (keyrings, invalid)
+    }
+
+    /// The service-link variables of the pod (none standalone; an API pod waits for the
+    /// Services informer's first list, as upstream).
+    fn service_env(&self) -> Result<BTreeMap<String, String>, StartError> {
+        let Some(store) = &self.env.services else {
+            return Ok(BTreeMap::new());
+        };
+        let spec = self.pod.spec.as_ref();
+        let links = spec.and_then(|s| s.enable_service_links).unwrap_or(true);
+        let ns = self.pod.metadata.namespace.as_deref().unwrap_or("default");
+        // Static pods (source "file") do not wait for the first list, as upstream.
+        let is_static = self
+            .pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::pod::ANN_CONFIG_SOURCE))
+            .is_some_and(|s| s != "api");
+        match crate::cluster::services::pod_service_env(store, ns, links) {
+            Ok(env) => Ok(env),
+            Err(_) if is_static => {
+                let all: Vec<_> = store.list().into_iter().map(|(_, s)| s).collect();
+                Ok(crate::cluster::services::service_env(&all, ns, links))
+            }
+            Err(e) => Err(StartError::CreateContainerConfig {
+                message: e.to_string(),
+                retry_after: Duration::from_secs(1),
+            }),
+        }
+    }
+
     /// The ConfigMaps and Secrets container `c`'s env reads (`None`: not found; any other
     /// failure to read one is a CreateContainerConfigError).
     async fn env_objects(&self, c: &K8sContainer) -> Result<spec::EnvObjects, StartError> {

@@ -1229,3 +1229,6 @@ async fn http_hook_defaults_to_the_pod_ip_and_resolves_named_ports() {
         "{err}"
     );
 }
+
+// Pull credentials, RuntimeClass handlers and service links through a worker.
+mod cluster_inputs;

@@ -360,7 +360,7 @@ impl Runtime for CriRuntime {
             .clone()
             .run_pod_sandbox(self.req(pb::RunPodSandboxRequest {
                 config: Some(sandbox_pb(config)),
-                runtime_handler: String::new(),
+                runtime_handler: config.runtime_handler.clone(),
             }))
             .await
             .map_err(|s| err("RunPodSandbox", s))?;
@@ -552,13 +552,24 @@ impl Runtime for CriRuntime {
         }))
     }
 
-    async fn pull_image(&self, image: &str, sandbox: &SandboxConfig) -> Result<String> {
+    async fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<&ImageAuth>,
+        sandbox: &SandboxConfig,
+    ) -> Result<String> {
         let mut req = tonic::Request::new(pb::PullImageRequest {
             image: Some(pb::ImageSpec {
                 image: image.into(),
                 ..Default::default()
             }),
-            auth: None,
+            auth: auth.map(|a| pb::AuthConfig {
+                username: a.username.clone(),
+                password: a.password.clone(),
+                // Upstream's keyring leaves the server address empty (containerd would
+                // parse it as a URL); the image names the registry.
+                ..Default::default()
+            }),
             sandbox_config: Some(sandbox_pb(sandbox)),
         });
         // Pulls may take long; upstream gives them no deadline beyond progress checks.
@@ -604,6 +615,7 @@ mod tests {
                 ..Default::default()
             },
             resources: None,
+            runtime_handler: String::new(),
         };
         let sb = sandbox_pb(&sandbox)
             .linux

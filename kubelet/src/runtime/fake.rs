@@ -20,6 +20,10 @@ struct State {
     panic_next: HashMap<&'static str, usize>,
     exec_results: Vec<ExecResult>,
     stop_timeouts: Vec<Duration>,
+    /// Image → the (username, password) its registry accepts.
+    registry_auth: BTreeMap<String, (String, String)>,
+    /// Every PullImage: the image and the username it carried.
+    pulls: Vec<(String, Option<String>)>,
 }
 
 /// A recording fake of [`Runtime`].
@@ -38,6 +42,22 @@ impl FakeRuntime {
         let mut s = self.state.lock().unwrap();
         let digest = format!("sha256:{:064x}", s.images.len() + 1);
         s.images.insert(image.to_string(), digest);
+    }
+
+    /// Pulls of `image` fail (as a registry answering 401) unless they carry these credentials.
+    pub fn require_auth(&self, image: &str, username: &str, password: &str) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.registry_auth
+            .insert(image.into(), (username.into(), password.into()));
+    }
+
+    /// Every PullImage so far: the image and the username of the credentials it carried.
+    pub fn pulls(&self) -> Vec<(String, Option<String>)> {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pulls
+            .clone()
     }
 
     /// The next call of `op` (e.g. "StartContainer") fails with `err`.
@@ -385,8 +405,25 @@ impl Runtime for FakeRuntime {
         }))
     }
 
-    async fn pull_image(&self, image: &str, _sandbox: &SandboxConfig) -> Result<String> {
+    async fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<&ImageAuth>,
+        _sandbox: &SandboxConfig,
+    ) -> Result<String> {
         let mut s = self.enter("PullImage")?;
+        s.pulls
+            .push((image.to_string(), auth.map(|a| a.username.clone())));
+        if let Some((user, password)) = s.registry_auth.get(image)
+            && auth.is_none_or(|a| a.username != *user || a.password != *password)
+        {
+            return Err(RuntimeError::Call {
+                op: "PullImage",
+                message: format!(
+                    "failed to pull and unpack image {image:?}: failed to resolve reference: unexpected status: 401 Unauthorized"
+                ),
+            });
+        }
         let digest = format!("sha256:{:064x}", s.images.len() + 100);
         s.images.insert(image.to_string(), digest.clone());
         Ok(digest)

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    Container, ContainerConfig, ContainerStatus, ExecResult, ImageInfo, Result, Runtime, Sandbox,
-    SandboxConfig, SandboxStatus, VersionInfo,
+    Container, ContainerConfig, ContainerStatus, ExecResult, ImageAuth, ImageInfo, Result, Runtime,
+    Sandbox, SandboxConfig, SandboxStatus, VersionInfo,
 };
 use crate::metrics::families;
 
@@ -109,7 +109,12 @@ impl Runtime for Instrumented {
         record("image_status", self.inner.image_status(image)).await
     }
 
-    async fn pull_image(&self, image: &str, sandbox: &SandboxConfig) -> Result<String> {
-        record("pull_image", self.inner.pull_image(image, sandbox)).await
+    async fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<&ImageAuth>,
+        sandbox: &SandboxConfig,
+    ) -> Result<String> {
+        record("pull_image", self.inner.pull_image(image, auth, sandbox)).await
     }
 }

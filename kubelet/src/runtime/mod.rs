@@ -158,6 +158,8 @@ pub struct SandboxConfig {
     pub security: SandboxSecurity,
     /// Pod-level overhead plus container limits, for runtimes that size the sandbox.
     pub resources: Option<LinuxResources>,
+    /// The CRI runtime handler (from the pod's RuntimeClass; empty: the runtime's default).
+    pub runtime_handler: String,
 }
 
 /// Linux resources of a container, already converted to cgroup units.
@@ -273,6 +275,26 @@ pub struct ImageUser {
     pub username: String,
 }
 
+/// Registry credentials for one pull (CRI `AuthConfig`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ImageAuth {
+    pub username: String,
+    pub password: String,
+    /// The registry location the docker config gave them for (for logs; not sent to the
+    /// runtime, as upstream).
+    pub location: String,
+}
+
+impl std::fmt::Debug for ImageAuth {
+    // Never log a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImageAuth")
+            .field("username", &self.username)
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What ExecSync returned.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecResult {
@@ -340,5 +362,11 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// The image when present in the runtime's store.
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>>;
-    async fn pull_image(&self, image: &str, sandbox: &SandboxConfig) -> Result<String>;
+    /// Pulls `image`, with `auth` when the registry needs credentials.
+    async fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<&ImageAuth>,
+        sandbox: &SandboxConfig,
+    ) -> Result<String>;
 }

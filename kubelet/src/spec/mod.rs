@@ -198,6 +198,7 @@ pub fn sandbox_config(
         sysctls,
         security: security::sandbox_security(pod),
         resources: None,
+        runtime_handler: String::new(),
     }
 }
 

@@ -1,0 +1,371 @@
+//! Registry credentials for pulls, as upstream's `pkg/credentialprovider` keyring: docker
+//! configs (a pod's `kubernetes.io/dockerconfigjson` / `kubernetes.io/dockercfg` pull
+//! secrets, and the node's own `config.json` / `.dockercfg`) indexed by registry location,
+//! looked up by the image's repository. Wildcard hosts (`*.example.com`), ports and path
+//! prefixes match as upstream's `URLsMatch`; more specific locations come first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+
+use crate::runtime::ImageAuth;
+
+/// A docker config that could not be read.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum CredentialError {
+    #[error("invalid docker config: {0}")]
+    Json(String),
+    #[error("invalid auth field for {location:?}: {message}")]
+    Auth { location: String, message: String },
+}
+
+/// One entry of a docker config: `{"username", "password", "email", "auth"}`; `auth`
+/// (base64 `user:password`) wins over the separate fields, as upstream decodes it.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Entry {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    auth: String,
+}
+
+/// `location → entry` pairs of a `.dockercfg` body (the map itself) or of a `config.json` /
+/// `.dockerconfigjson` body (under `auths`).
+pub type DockerConfig = Vec<(String, ImageAuth)>;
+
+fn entries(map: BTreeMap<String, Entry>) -> Result<DockerConfig, CredentialError> {
+    let mut out = Vec::with_capacity(map.len());
+    for (location, e) in map {
+        let (mut username, mut password) = (e.username, e.password);
+        if !e.auth.is_empty() {
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(e.auth.trim())
+                .map_err(|err| CredentialError::Auth {
+                    location: location.clone(),
+                    message: err.to_string(),
+                })?;
+            let text = String::from_utf8_lossy(&decoded).into_owned();
+            let Some((u, p)) = text.split_once(':') else {
+                return Err(CredentialError::Auth {
+                    location,
+                    message: "expected user:password".into(),
+                });
+            };
+            username = u.to_string();
+            password = p.trim_matches('\0').to_string();
+        }
+        out.push((
+            location.clone(),
+            ImageAuth {
+                username,
+                password,
+                location,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// A `.dockercfg` body: `{"<registry>": {entry}}`.
+pub fn parse_dockercfg(bytes: &[u8]) -> Result<DockerConfig, CredentialError> {
+    let map: BTreeMap<String, Entry> =
+        serde_json::from_slice(bytes).map_err(|e| CredentialError::Json(e.to_string()))?;
+    entries(map)
+}
+
+/// A `config.json` / `.dockerconfigjson` body: `{"auths": {"<registry>": {entry}}}`.
+pub fn parse_config_json(bytes: &[u8]) -> Result<DockerConfig, CredentialError> {
+    #[derive(serde::Deserialize)]
+    struct ConfigJson {
+        #[serde(default)]
+        auths: BTreeMap<String, Entry>,
+    }
+    let c: ConfigJson =
+        serde_json::from_slice(bytes).map_err(|e| CredentialError::Json(e.to_string()))?;
+    entries(c.auths)
+}
+
+/// A registry location split as upstream's `ParseSchemelessURL` + `SplitURL` see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Location {
+    host_parts: Vec<String>,
+    port: String,
+    path: String,
+}
+
+fn parse_location(s: &str) -> Option<Location> {
+    let rest = s.split_once("://").map_or(s, |(_, r)| r);
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    // Userinfo is not part of the host.
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if authority.is_empty() || authority.contains(char::is_whitespace) {
+        return None;
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && p.chars().all(|c| c.is_ascii_digit()) => {
+            (h, p.to_string())
+        }
+        _ => (authority, String::new()),
+    };
+    let path = path.split(['?', '#']).next().unwrap_or("").to_string();
+    Some(Location {
+        host_parts: host.split('.').map(str::to_string).collect(),
+        port,
+        path,
+    })
+}
+
+/// Go's `filepath.Match` for one host label: `*` (any run), `?` (one character) and
+/// `[...]` classes; no separators occur inside a label.
+fn glob(pattern: &[char], text: &[char]) -> bool {
+    match pattern.first() {
+        None => text.is_empty(),
+        Some('*') => (0..=text.len()).any(|i| glob(&pattern[1..], &text[i..])),
+        Some('?') => !text.is_empty() && glob(&pattern[1..], &text[1..]),
+        Some('[') => {
+            let Some(end) = pattern
+                .iter()
+                .skip(1)
+                .position(|c| *c == ']')
+                .map(|i| i + 1)
+            else {
+                return false;
+            };
+            let Some(c) = text.first() else {
+                return false;
+            };
+            let class = &pattern[1..end];
+            let (negate, class) = match class.first() {
+                Some('^') => (true, &class[1..]),
+                _ => (false, class),
+            };
+            let mut hit = false;
+            let mut i = 0;
+            while i < class.len() {
+                if i + 2 < class.len() && class[i + 1] == '-' {
+                    hit |= class[i] <= *c && *c <= class[i + 2];
+                    i += 3;
+                } else {
+                    hit |= class[i] == *c;
+                    i += 1;
+                }
+            }
+            hit != negate && glob(&pattern[end + 1..], &text[1..])
+        }
+        Some('\\') if pattern.len() > 1 => {
+            text.first() == Some(&pattern[1]) && glob(&pattern[2..], &text[1..])
+        }
+        Some(p) => text.first() == Some(p) && glob(&pattern[1..], &text[1..]),
+    }
+}
+
+/// Upstream's `URLsMatchStr(glob, target)`: same port, same number of host labels, each
+/// label matching as a glob, and the target's path starting with the glob's path.
+pub fn urls_match(glob_location: &str, target: &str) -> bool {
+    let (Some(g), Some(t)) = (parse_location(glob_location), parse_location(target)) else {
+        return false;
+    };
+    if g.port != t.port || g.host_parts.len() != t.host_parts.len() {
+        return false;
+    }
+    if !t.path.starts_with(&g.path) {
+        return false;
+    }
+    g.host_parts.iter().zip(&t.host_parts).all(|(gp, tp)| {
+        let gp: Vec<char> = gp.chars().collect();
+        let tp: Vec<char> = tp.chars().collect();
+        glob(&gp, &tp)
+    })
+}
+
+/// The repository an image pulls from, normalised as docker references are
+/// (`busybox:1.35` → `docker.io/library/busybox`), without tag or digest.
+pub fn repository(image: &str) -> String {
+    let name = image.split('@').next().unwrap_or(image);
+    let name = match name.rfind(':') {
+        Some(i) if !name[i..].contains('/') => &name[..i],
+        _ => name,
+    };
+    let (first, rest) = match name.split_once('/') {
+        Some((f, r)) => (f, Some(r)),
+        None => (name, None),
+    };
+    match rest {
+        Some(_) if first.contains(['.', ':']) || first == "localhost" => name.to_string(),
+        Some(_) => format!("docker.io/{name}"),
+        None => format!("docker.io/library/{first}"),
+    }
+}
+
+/// Upstream's isDefaultRegistryMatch: the image pulls from Docker Hub.
+fn is_default_registry(image: &str) -> bool {
+    let (first, rest) = match image.split_once('/') {
+        Some((f, r)) => (f, Some(r)),
+        None => (image, None),
+    };
+    if first.is_empty() {
+        return false;
+    }
+    match rest {
+        None => true,
+        Some(_) if first == "docker.io" || first == "index.docker.io" => true,
+        Some(_) => !first.contains(['.', ':']),
+    }
+}
+
+const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
+
+/// Credentials by registry location (upstream's BasicDockerKeyring).
+#[derive(Debug, Clone, Default)]
+pub struct Keyring {
+    /// Keys, reverse-sorted so longer (more specific) locations match first.
+    index: Vec<String>,
+    creds: BTreeMap<String, Vec<ImageAuth>>,
+}
+
+impl Keyring {
+    /// Adds every entry of a docker config; a location that is not a URL is skipped.
+    pub fn add(&mut self, config: DockerConfig) {
+        let mut keys: BTreeSet<String> = self.index.iter().cloned().collect();
+        for (location, auth) in config {
+            let Some(loc) = parse_location(&location) else {
+                tracing::warn!(%location, "docker config entry is not a registry location; ignored");
+                continue;
+            };
+            let mut path = loc.path.as_str();
+            if path.starts_with("/v2/") || path.starts_with("/v1/") {
+                path = &path[3..];
+            }
+            let host = if loc.port.is_empty() {
+                loc.host_parts.join(".")
+            } else {
+                format!("{}:{}", loc.host_parts.join("."), loc.port)
+            };
+            let key = if !path.is_empty() && path != "/" {
+                format!("{host}{path}")
+            } else {
+                host
+            };
+            self.creds.entry(key.clone()).or_default().push(auth);
+            keys.insert(key);
+        }
+        self.index = keys.into_iter().rev().collect();
+    }
+
+    /// The credentials for `image` (a normalised repository, see [`repository`]), most
+    /// specific location first; Docker Hub's entry serves Hub images nothing else matched.
+    pub fn lookup(&self, image: &str) -> Vec<ImageAuth> {
+        let mut out = Vec::new();
+        for key in &self.index {
+            if urls_match(key, image) {
+                out.extend(self.creds[key].iter().cloned());
+            }
+        }
+        if out.is_empty()
+            && is_default_registry(image)
+            && let Some(c) = self.creds.get(DEFAULT_REGISTRY_HOST)
+        {
+            out.extend(c.iter().cloned());
+        }
+        out
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.creds.is_empty()
+    }
+}
+
+/// The credentials to try for `image`, in upstream's order: each pull secret's keyring in
+/// the pod's order, then the node's.
+pub fn lookup_all(keyrings: &[Keyring], image: &str) -> Vec<ImageAuth> {
+    let repo = repository(image);
+    keyrings.iter().flat_map(|k| k.lookup(&repo)).collect()
+}
+
+/// Where the node's docker config is looked for, as upstream's DefaultDockerConfigJSONPaths
+/// and DefaultDockercfgPaths: the kubelet's root dir, the working directory, `$HOME`
+/// (`$HOME/.docker` for config.json) and `/` (`/.docker`). config.json wins over .dockercfg.
+pub fn node_config_paths(root_dir: &Path) -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let cwd = std::env::current_dir().ok();
+    let mut out = Vec::new();
+    let json_dirs = [
+        Some(root_dir.to_path_buf()),
+        cwd.clone(),
+        home.as_ref().map(|h| h.join(".docker")),
+        Some(PathBuf::from("/.docker")),
+    ];
+    out.extend(
+        json_dirs
+            .into_iter()
+            .flatten()
+            .map(|d| d.join("config.json")),
+    );
+    let cfg_dirs = [
+        Some(root_dir.to_path_buf()),
+        cwd,
+        home,
+        Some(PathBuf::from("/")),
+    ];
+    out.extend(cfg_dirs.into_iter().flatten().map(|d| d.join(".dockercfg")));
+    out
+}
+
+/// The node's docker config: the first of [`node_config_paths`] that reads and parses.
+/// Blocking (reads files): call from the blocking pool.
+pub fn read_node_keyring(root_dir: &Path) -> Keyring {
+    let mut k = Keyring::default();
+    for path in node_config_paths(root_dir) {
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let json = path.file_name().is_some_and(|n| n == "config.json");
+        let parsed = if json {
+            parse_config_json(&bytes)
+        } else {
+            parse_dockercfg(&bytes)
+        };
+        match parsed {
+            Ok(c) => {
+                tracing::debug!(path = %path.display(), "using the node's docker config");
+                k.add(c);
+                return k;
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "node docker config unreadable; trying the next");
+            }
+        }
+    }
+    k
+}
+
+/// Keys of a pull secret's data, as upstream's MakeDockerKeyring reads them.
+pub const DOCKER_CONFIG_JSON_KEY: &str = ".dockerconfigjson";
+pub const DOCKERCFG_KEY: &str = ".dockercfg";
+
+/// A pull secret's keyring from its data: `.dockerconfigjson` (type
+/// `kubernetes.io/dockerconfigjson`) or `.dockercfg` (`kubernetes.io/dockercfg`); a secret
+/// with neither gives no credentials.
+pub fn secret_keyring(
+    data: &BTreeMap<String, Vec<u8>>,
+) -> Result<Option<Keyring>, CredentialError> {
+    let config = if let Some(b) = data.get(DOCKER_CONFIG_JSON_KEY).filter(|b| !b.is_empty()) {
+        parse_config_json(b)?
+    } else if let Some(b) = data.get(DOCKERCFG_KEY).filter(|b| !b.is_empty()) {
+        parse_dockercfg(b)?
+    } else {
+        return Ok(None);
+    };
+    let mut k = Keyring::default();
+    k.add(config);
+    Ok(Some(k))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,318 @@
+//! Cluster pods on real containerd using what the kubelet reads from the apiserver besides
+//! pods: an imagePullSecret pulling from an authenticated registry (served by the test,
+//! inside the rig's netns, basic auth), the same image without the secret failing with
+//! ErrImagePull, a RuntimeClass resolving to the rig's runc handler and an unknown one
+//! failing the sandbox, and service-link variables with and without `enableServiceLinks`.
+
+mod common;
+
+use base64::Engine;
+use common::joined::{JoinedNode, NODE, NODE_IP};
+use common::{KubeletProc, NetnsControlPlane, Rig, wait_for};
+use node_tests::controlplane::Options;
+use node_tests::registry;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+const BUSYBOX: &str = "docker.io/library/busybox:1.35";
+const REGISTRY: &str = "127.0.0.1:5000";
+const PRIVATE: &str = "127.0.0.1:5000/private/busybox:1.35";
+const USER: &str = "puller";
+const PASSWORD: &str = "s3cret-pw";
+
+/// The container's stdout so far (the CRI log's text column).
+fn container_log(node: &JoinedNode, pod: &Value, container: &str) -> String {
+    let dir = node.p("var/log/pods").join(format!(
+        "default_{}_{}",
+        pod["metadata"]["name"].as_str().unwrap_or(""),
+        pod["metadata"]["uid"].as_str().unwrap_or("")
+    ));
+    let text = std::fs::read_to_string(dir.join(container).join("0.log")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn pod_until(
+    cp: &NetnsControlPlane,
+    kubelet: &mut KubeletProc,
+    name: &str,
+    what: &str,
+    ok: impl Fn(&Value) -> bool,
+) -> Value {
+    wait_for(
+        &format!("pod {name}: {what}"),
+        Duration::from_secs(60),
+        || {
+            if let Some(st) = kubelet.exited() {
+                panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+            }
+            cp.get("pods", "default", name).filter(|p| ok(p))
+        },
+    )
+}
+
+fn waiting_reason(p: &Value) -> String {
+    p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn has_event(cp: &NetnsControlPlane, reason: &str, needle: &str) -> bool {
+    cp.list("events", Some("default"))
+        .iter()
+        .any(|e| e["reason"] == reason && e["message"].as_str().unwrap_or("").contains(needle))
+}
+
+/// Serves the rig's busybox image as `private/busybox:1.35` on 127.0.0.1:5000 inside the
+/// rig's netns, with basic auth, and points containerd at it over plain HTTP.
+fn start_registry(rig: &Rig, cp: &NetnsControlPlane) -> Arc<registry::Stats> {
+    let layout = tempfile_dir("registry-layout");
+    let tar = std::path::Path::new(rig.get("RIG_IMAGES")).join("busybox.tar");
+    let out = std::process::Command::new("timeout")
+        .args(["60", "tar", "-xf"])
+        .arg(&tar)
+        .arg("-C")
+        .arg(&layout)
+        .output()
+        .expect("run tar");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut content = registry::Content::default();
+    content
+        .add_layout(&layout, "private/busybox", "1.35")
+        .expect("busybox layout");
+    let _ = std::fs::remove_dir_all(&layout);
+    let stats = Arc::new(registry::Stats::default());
+    let s = stats.clone();
+    cp.run(move |_| async move {
+        let listener = tokio::net::TcpListener::bind(REGISTRY)
+            .await
+            .expect("bind registry");
+        tokio::spawn(registry::serve(
+            listener,
+            content,
+            Some((USER.into(), PASSWORD.into())),
+            s,
+        ));
+    });
+    let hosts = std::path::Path::new(rig.get("RIG_STATE"))
+        .join("certs.d")
+        .join(REGISTRY);
+    std::fs::create_dir_all(&hosts).unwrap();
+    std::fs::write(
+        hosts.join("hosts.toml"),
+        format!(
+            "server = \"http://{REGISTRY}\"\n\n[host.\"http://{REGISTRY}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        ),
+    )
+    .unwrap();
+    stats
+}
+
+fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn pull_secrets_runtime_classes_and_service_links() {
+    require_rig!();
+    let rig = Rig::up("e2e-images");
+    let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cp = NetnsControlPlane::start(&rig, Options::default());
+    let stats = start_registry(&rig, &cp);
+    let node = JoinedNode::write(&cp, &rig);
+    let mut kubelet = KubeletProc::start(&rig, node.command_line(), node.p("kubelet.log"));
+    wait_for("node registered", Duration::from_secs(60), || {
+        if let Some(st) = kubelet.exited() {
+            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+        }
+        cp.get("nodes", "", NODE)
+    });
+
+    // What the pods read: a pull secret, Services, RuntimeClasses.
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    let docker_config = json!({"auths": {REGISTRY: {"auth": auth}}}).to_string();
+    cp.create(
+        "secrets",
+        json!({"metadata": {"name": "regcred", "namespace": "default"},
+               "type": "kubernetes.io/dockerconfigjson",
+               "data": {".dockerconfigjson": base64::engine::general_purpose::STANDARD.encode(docker_config)}}),
+    )
+    .unwrap();
+    if cp.get("services", "default", "kubernetes").is_none() {
+        cp.create(
+            "services",
+            json!({"metadata": {"name": "kubernetes", "namespace": "default"},
+                   "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}}),
+        )
+        .unwrap();
+    }
+    let web = cp
+        .create(
+            "services",
+            json!({"metadata": {"name": "web-front", "namespace": "default"},
+                   "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}),
+        )
+        .unwrap();
+    let web_ip = web["spec"]["clusterIP"].as_str().unwrap().to_string();
+    cp.create(
+        "runtimeclasses.node.k8s.io",
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+               "metadata": {"name": "plain-runc"}, "handler": "runc"}),
+    )
+    .unwrap();
+    let env_pod = |name: &str, image: &str, extra: Value| {
+        let mut spec = json!({"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image,
+                "command": ["sh", "-c", "env | sort; echo END; sleep 3600"]}]});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    };
+
+    // 1. The pull secret gets the image from the authenticated registry; the RuntimeClass
+    //    resolves to runc; the env holds the service links.
+    cp.create(
+        "pods",
+        env_pod(
+            "private",
+            PRIVATE,
+            json!({"imagePullSecrets": [{"name": "regcred"}], "runtimeClassName": "plain-runc"}),
+        ),
+    )
+    .unwrap();
+    let pod = pod_until(&cp, &mut kubelet, "private", "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    assert!(
+        stats.unauthorized.load(Ordering::SeqCst) >= 1,
+        "the registry challenged"
+    );
+    assert!(
+        stats.manifests_served.load(Ordering::SeqCst) >= 1,
+        "the registry served"
+    );
+    let log = wait_for("private's env", Duration::from_secs(30), || {
+        let l = container_log(&node, &pod, "main");
+        l.contains("END").then_some(l)
+    });
+    println!("env of a pod with service links:\n{log}");
+    assert!(log.contains("KUBERNETES_SERVICE_HOST="), "{log}");
+    assert!(
+        log.contains(&format!("WEB_FRONT_SERVICE_HOST={web_ip}\n")),
+        "{log}"
+    );
+    assert!(log.contains("WEB_FRONT_SERVICE_PORT_HTTP=80\n"), "{log}");
+    assert!(
+        log.contains(&format!("WEB_FRONT_PORT=tcp://{web_ip}:80\n")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("WEB_FRONT_PORT_80_TCP_ADDR={web_ip}\n")),
+        "{log}"
+    );
+    assert!(log.contains("WEB_FRONT_PORT_80_TCP_PROTO=tcp\n"), "{log}");
+
+    // 2. The same image without usable credentials (a missing secret only warns): ErrImagePull.
+    // Pull policy Always: the image is in the store now, and must be pulled again.
+    let mut anon = env_pod(
+        "anonymous",
+        PRIVATE,
+        json!({"imagePullSecrets": [{"name": "nope"}]}),
+    );
+    anon["spec"]["containers"][0]["imagePullPolicy"] = json!("Always");
+    cp.create("pods", anon).unwrap();
+    let p = pod_until(&cp, &mut kubelet, "anonymous", "ErrImagePull", |p| {
+        matches!(
+            waiting_reason(p).as_str(),
+            "ErrImagePull" | "ImagePullBackOff"
+        )
+    });
+    println!(
+        "anonymous pull: {}",
+        p["status"]["containerStatuses"][0]["state"]
+    );
+    // The registry refused it: the pull's failure event names the 401.
+    wait_for(
+        "a Failed event naming the 401",
+        Duration::from_secs(30),
+        || has_event(&cp, "Failed", "401 Unauthorized").then_some(()),
+    );
+    wait_for(
+        "FailedToRetrieveImagePullSecret",
+        Duration::from_secs(30),
+        || {
+            has_event(
+            &cp,
+            "FailedToRetrieveImagePullSecret",
+            "Unable to retrieve some image pull secrets (nope); attempting to pull the image may not succeed.",
+        )
+        .then_some(())
+        },
+    );
+
+    // 3. An unknown RuntimeClass fails the sandbox with upstream's wording.
+    cp.create(
+        "pods",
+        env_pod(
+            "badclass",
+            BUSYBOX,
+            json!({"runtimeClassName": "missing-class"}),
+        ),
+    )
+    .unwrap();
+    wait_for("FailedCreatePodSandBox", Duration::from_secs(30), || {
+        has_event(
+            &cp,
+            "FailedCreatePodSandBox",
+            "Failed to create pod sandbox: runtimeclass.node.k8s.io \"missing-class\" not found",
+        )
+        .then_some(())
+    });
+    let p = cp.get("pods", "default", "badclass").unwrap();
+    assert_ne!(p["status"]["phase"], "Running", "{p:#}");
+
+    // 4. enableServiceLinks: false keeps only the master service's variables.
+    cp.create(
+        "pods",
+        env_pod("nolinks", BUSYBOX, json!({"enableServiceLinks": false})),
+    )
+    .unwrap();
+    let pod = pod_until(&cp, &mut kubelet, "nolinks", "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    let log = wait_for("nolinks' env", Duration::from_secs(30), || {
+        let l = container_log(&node, &pod, "main");
+        l.contains("END").then_some(l)
+    });
+    println!("env with enableServiceLinks: false:\n{log}");
+    assert!(log.contains("KUBERNETES_SERVICE_HOST="), "{log}");
+    assert!(!log.contains("WEB_FRONT_"), "{log}");
+
+    for name in ["private", "anonymous", "badclass", "nolinks"] {
+        let _ = cp.delete("pods", "default", name, None);
+    }
+    let pods_dir = node.p("var/lib/kubelet/pods");
+    wait_for("pod directories removed", Duration::from_secs(60), || {
+        let left = std::fs::read_dir(&pods_dir).map(|d| d.count()).unwrap_or(0);
+        (left == 0).then_some(())
+    });
+    kubelet.stop();
+}
