@@ -191,6 +191,12 @@ impl Worker {
                 tracing::debug!(error = %e, container = %id, "RemoveContainer failed");
             }
         }
+        // Volumes are set up while the sandbox is made (both wait on others: the apiserver
+        // for tokens, CNI for the network), not one after the other.
+        let mounting = (!p.start.is_empty()).then(|| {
+            let (volumes, pod) = (self.env.volumes.clone(), self.pod.clone());
+            tokio::spawn(async move { volumes.mount(&pod).await })
+        });
         let mut sandbox = obs
             .sandboxes
             .first()
@@ -233,10 +239,14 @@ impl Worker {
             let sandbox_cfg = self.sandbox_config(*attempt);
             // Every volume is set up before any container starts (upstream's
             // WaitForAttachAndMount); until then the containers wait in ContainerCreating.
-            let volumes = if p.start.is_empty() {
-                Ok(BTreeMap::new())
-            } else {
-                self.env.volumes.mount(&self.pod).await
+            let volumes = match mounting {
+                None => Ok(BTreeMap::new()),
+                Some(task) => task.await.unwrap_or_else(|e| {
+                    Err(crate::volume::VolumeError {
+                        volume: String::new(),
+                        message: format!("setting up volumes: {e}"),
+                    })
+                }),
             };
             let (volumes, start): (_, &[Start]) = match volumes {
                 Ok(v) => (v, &p.start),
