@@ -83,7 +83,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         configz,
         logs: Arc::new(server::logs::Logs {
             pod_logs_dir: cfg.pod_logs_dir.clone(),
-            node_log_dir: "/var/log".into(),
+            node_log_dir: cfg.enable_system_log_handler.then(|| "/var/log".into()),
             containers: log_runtime.clone(),
         }),
     };

@@ -78,8 +78,8 @@ impl ContainerLookup for RuntimeLookup {
 pub struct Logs {
     /// `podLogsDir` (`/var/log/pods`).
     pub pod_logs_dir: PathBuf,
-    /// The directory `/logs/` serves (`/var/log`).
-    pub node_log_dir: PathBuf,
+    /// The directory `/logs/` serves (`/var/log`); `None` when `enableSystemLogHandler` is false.
+    pub node_log_dir: Option<PathBuf>,
     pub containers: Arc<dyn ContainerLookup>,
 }
 

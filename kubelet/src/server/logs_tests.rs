@@ -184,7 +184,7 @@ impl Rig {
         let lookup = Arc::new(FakeLookup::default());
         let logs = Logs {
             pod_logs_dir: dir.path().to_path_buf(),
-            node_log_dir: dir.path().to_path_buf(),
+            node_log_dir: None,
             containers: lookup.clone(),
         };
         std::fs::create_dir_all(dir.path().join("ns_web_u1/app")).unwrap();

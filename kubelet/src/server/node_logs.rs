@@ -115,7 +115,10 @@ pub fn resolve(root: &Path, url_path: &str) -> Resolved {
 
 /// GET `/logs/` and `/logs/{*path}`.
 pub async fn node_logs(State(s): State<AppState>, uri: Uri) -> Response {
-    let root = s.logs.node_log_dir.clone();
+    let Some(root) = s.logs.node_log_dir.clone() else {
+        // enableSystemLogHandler: false, upstream does not register the handler.
+        return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+    };
     let path = uri.path().strip_prefix("/logs").unwrap_or("/").to_string();
     let resolved = tokio::task::spawn_blocking(move || resolve(&root, &path)).await;
     match resolved {
