@@ -6,7 +6,7 @@
 //! Like upstream, only the container's current file (`<restart>.log`) is read; a follow stream
 //! reopens it when the runtime rotates it (the rotated `<restart>.log.<timestamp>` and `.gz`
 //! files are not read back). File reads run on the blocking pool; a follow stream polls at
-//! most every 250 ms, asks the runtime whether the container still runs, and ends at the end of
+//! most every 250 ms, asks the runtime at most once a second whether the container still runs, and ends at the end of
 //! the file once it does not (or is gone), or when the client goes away. At most a few chunks
 //! of 32 KiB are buffered per stream.
 
@@ -24,6 +24,9 @@ use tokio::sync::mpsc;
 
 /// How often a follow stream looks for new bytes at the end of the file.
 const FOLLOW_POLL: Duration = Duration::from_millis(250);
+/// How often a follow stream at the end of the file asks the runtime whether the container
+/// still runs (upstream's forced check period is 1 s).
+const RUNTIME_CHECK: Duration = Duration::from_secs(1);
 /// One read from the log file.
 const CHUNK: usize = 32 * 1024;
 /// Chunks queued towards a slow client before reading pauses.
@@ -610,6 +613,7 @@ async fn pump(
     let mut pending: Vec<u8> = Vec::new();
     // Following: set once the container no longer runs; the file is then read to its end.
     let mut last_round = false;
+    let mut checked: Option<tokio::time::Instant> = None;
     loop {
         let Some(f) = file.take() else { return };
         let read = tokio::task::spawn_blocking(move || {
@@ -662,9 +666,12 @@ async fn pump(
         if last_round {
             return;
         }
-        if !containers.lookup(id).await.is_some_and(|c| c.running) {
-            last_round = true;
-            continue;
+        if checked.is_none_or(|t| t.elapsed() >= RUNTIME_CHECK) {
+            checked = Some(tokio::time::Instant::now());
+            if !containers.lookup(id).await.is_some_and(|c| c.running) {
+                last_round = true;
+                continue;
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_POLL) => {}
