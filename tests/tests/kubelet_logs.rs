@@ -112,7 +112,10 @@ fn container_logs_follow_tail_previous_and_refusals() {
             "container \"db\" not found in pod \"talker-rig-node\"".into()
         )
     );
-    assert_eq!(get(&agent, &format!("{logs}?sinceTime=yesterday"), 5).0, 400);
+    assert_eq!(
+        get(&agent, &format!("{logs}?sinceTime=yesterday"), 5).0,
+        400
+    );
     assert_eq!(get(&agent, &format!("{logs}?tailLines=-1"), 5).0, 422);
     assert_eq!(
         get(&agent, "/logs/../../etc/passwd", 5),

@@ -193,7 +193,10 @@ pub fn parse_options(query: &[(String, String)]) -> Result<LogOptions, Refusal> 
         StatusCode::UNPROCESSABLE_ENTITY,
         r#"{"message": "Invalid request."}"#,
     );
-    let bad_stream = !matches!(o.stream.as_deref(), None | Some("All" | "Stdout" | "Stderr"));
+    let bad_stream = !matches!(
+        o.stream.as_deref(),
+        None | Some("All" | "Stdout" | "Stderr")
+    );
     if o.tail_lines.is_some_and(|n| n < 0)
         || o.limit_bytes.is_some_and(|n| n < 1)
         || o.since_seconds.is_some_and(|n| n < 1)
@@ -245,7 +248,9 @@ pub fn parse_rfc3339(s: &str) -> Option<i128> {
     }
     let num = |r: std::ops::Range<usize>| -> Option<i64> {
         let t = s.get(r)?;
-        t.bytes().all(|c| c.is_ascii_digit()).then(|| t.parse().ok())?
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
     };
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
@@ -443,11 +448,18 @@ pub fn find_target(
                 && p.metadata.name.as_deref() == Some(name)
         })
         .ok_or_else(|| {
-            Refusal::new(StatusCode::NOT_FOUND, format!("pod {name:?} does not exist"))
+            Refusal::new(
+                StatusCode::NOT_FOUND,
+                format!("pod {name:?} does not exist"),
+            )
         })?;
     let spec = pod.spec.clone().unwrap_or_default();
     let in_spec = spec.containers.iter().any(|c| c.name == container)
-        || spec.init_containers.iter().flatten().any(|c| c.name == container)
+        || spec
+            .init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == container)
         || spec
             .ephemeral_containers
             .iter()
@@ -572,7 +584,10 @@ pub async fn serve(
         Ok(Err(e)) => {
             return Err(Refusal::new(
                 StatusCode::BAD_REQUEST,
-                format!("failed to open log file {:?}: {e}", path.display().to_string()),
+                format!(
+                    "failed to open log file {:?}: {e}",
+                    path.display().to_string()
+                ),
             ));
         }
         Err(e) => {
@@ -678,7 +693,9 @@ async fn pump(
             _ = tx.closed() => return,
         }
         // A rotated file: once the old one is read to its end, continue in the new one.
-        let (Some(f), p) = (file.take(), path.clone()) else { return };
+        let (Some(f), p) = (file.take(), path.clone()) else {
+            return;
+        };
         let swapped = tokio::task::spawn_blocking(move || {
             use std::os::unix::fs::MetadataExt;
             let same = match (f.metadata(), std::fs::metadata(&p)) {

@@ -105,7 +105,10 @@ fn writer_applies_options() {
     );
     // sinceSeconds counts back from now.
     let now = t("2024-01-01T00:00:04Z");
-    assert_eq!(render(&[("sinceSeconds", "2")], &LINES, now), "two\nthree\n");
+    assert_eq!(
+        render(&[("sinceSeconds", "2")], &LINES, now),
+        "two\nthree\n"
+    );
     assert_eq!(render(&[("limitBytes", "6")], &LINES, 0), "one\ntw");
 }
 
@@ -206,10 +209,22 @@ impl Rig {
         }
     }
 
-    async fn get(&self, p: &Pod, path: (&str, &str, &str), query: &[(&str, &str)]) -> Result<String, (u16, String)> {
-        let body = serve(&self.logs, std::slice::from_ref(p), path.0, path.1, path.2, &q(query))
-            .await
-            .map_err(|r| (r.status.as_u16(), r.body))?;
+    async fn get(
+        &self,
+        p: &Pod,
+        path: (&str, &str, &str),
+        query: &[(&str, &str)],
+    ) -> Result<String, (u16, String)> {
+        let body = serve(
+            &self.logs,
+            std::slice::from_ref(p),
+            path.0,
+            path.1,
+            path.2,
+            &q(query),
+        )
+        .await
+        .map_err(|r| (r.status.as_u16(), r.body))?;
         let bytes = body.collect().await.unwrap().to_bytes();
         Ok(String::from_utf8(bytes.to_vec()).unwrap())
     }
@@ -238,7 +253,9 @@ async fn missing_pod_or_container_is_404_with_upstreams_body() {
     );
     // A bad query is refused before the pod is looked up.
     assert_eq!(
-        rig.get(&p, ("ns", "nope", "app"), &[("sinceTime", "now")]).await.unwrap_err(),
+        rig.get(&p, ("ns", "nope", "app"), &[("sinceTime", "now")])
+            .await
+            .unwrap_err(),
         (400, UNDECODABLE.into())
     );
 }
@@ -249,24 +266,44 @@ async fn reads_current_tail_and_previous() {
     rig.append(0, &["first run"]);
     rig.append(1, &["a", "b", "c"]);
     let p = pod(1, Some("containerd://old"));
-    assert_eq!(rig.get(&p, ("ns", "web", "app"), &[]).await.unwrap(), "a\nb\nc\n");
     assert_eq!(
-        rig.get(&p, ("ns", "web", "app"), &[("tailLines", "2")]).await.unwrap(),
-        "b\nc\n"
-    );
-    assert_eq!(
-        rig.get(&p, ("ns", "web", "app"), &[("tailLines", "9223372036854775807")])
-            .await
-            .unwrap(),
+        rig.get(&p, ("ns", "web", "app"), &[]).await.unwrap(),
         "a\nb\nc\n"
     );
     assert_eq!(
-        rig.get(&p, ("ns", "web", "app"), &[("previous", "true")]).await.unwrap(),
+        rig.get(&p, ("ns", "web", "app"), &[("tailLines", "2")])
+            .await
+            .unwrap(),
+        "b\nc\n"
+    );
+    assert_eq!(
+        rig.get(
+            &p,
+            ("ns", "web", "app"),
+            &[("tailLines", "9223372036854775807")]
+        )
+        .await
+        .unwrap(),
+        "a\nb\nc\n"
+    );
+    assert_eq!(
+        rig.get(&p, ("ns", "web", "app"), &[("previous", "true")])
+            .await
+            .unwrap(),
         "first run\n"
     );
     // The runtime's restart number wins over the pod status's.
-    rig.lookup.set("cur", Some(LogContainer { running: true, restart: 0 }));
-    assert_eq!(rig.get(&p, ("ns", "web", "app"), &[]).await.unwrap(), "first run\n");
+    rig.lookup.set(
+        "cur",
+        Some(LogContainer {
+            running: true,
+            restart: 0,
+        }),
+    );
+    assert_eq!(
+        rig.get(&p, ("ns", "web", "app"), &[]).await.unwrap(),
+        "first run\n"
+    );
     // No earlier run: upstream's 400.
     assert_eq!(
         rig.get(&pod(0, None), ("ns", "web", "app"), &[("previous", "true")])
@@ -290,16 +327,33 @@ async fn next_chunk(body: &mut Body) -> Option<String> {
 async fn follow_sees_new_lines_and_ends_when_the_container_is_gone() {
     let rig = Rig::new();
     rig.append(0, &["old"]);
-    rig.lookup.set("cur", Some(LogContainer { running: true, restart: 0 }));
+    rig.lookup.set(
+        "cur",
+        Some(LogContainer {
+            running: true,
+            restart: 0,
+        }),
+    );
     let p = pod(0, None);
-    let mut body = serve(&rig.logs, &[p], "ns", "web", "app", &q(&[("follow", "true")]))
-        .await
-        .unwrap();
+    let mut body = serve(
+        &rig.logs,
+        &[p],
+        "ns",
+        "web",
+        "app",
+        &q(&[("follow", "true")]),
+    )
+    .await
+    .unwrap();
     assert_eq!(next_chunk(&mut body).await.unwrap(), "old\n");
     rig.append(0, &["new"]);
     assert_eq!(next_chunk(&mut body).await.unwrap(), "new\n");
     // Rotation: the runtime renames the file and starts a new one.
-    std::fs::rename(rig.log(0), rig.dir.path().join("ns_web_u1/app/0.log.20240101-000000")).unwrap();
+    std::fs::rename(
+        rig.log(0),
+        rig.dir.path().join("ns_web_u1/app/0.log.20240101-000000"),
+    )
+    .unwrap();
     rig.append(0, &["rotated"]);
     assert_eq!(next_chunk(&mut body).await.unwrap(), "rotated\n");
     // The container is removed: the rest of the file, then the end of the stream.
@@ -316,9 +370,19 @@ async fn follow_sees_new_lines_and_ends_when_the_container_is_gone() {
 async fn follow_of_a_stopped_container_ends_at_the_end_of_its_log() {
     let rig = Rig::new();
     rig.append(0, &["x", "y"]);
-    rig.lookup.set("cur", Some(LogContainer { running: false, restart: 0 }));
+    rig.lookup.set(
+        "cur",
+        Some(LogContainer {
+            running: false,
+            restart: 0,
+        }),
+    );
     let got = rig
-        .get(&pod(0, None), ("ns", "web", "app"), &[("follow", "true"), ("tailLines", "1")])
+        .get(
+            &pod(0, None),
+            ("ns", "web", "app"),
+            &[("follow", "true"), ("tailLines", "1")],
+        )
         .await
         .unwrap();
     assert_eq!(got, "y\n");
@@ -328,10 +392,23 @@ async fn follow_of_a_stopped_container_ends_at_the_end_of_its_log() {
 async fn follow_stops_reading_when_the_client_goes_away() {
     let rig = Rig::new();
     rig.append(0, &["hello"]);
-    rig.lookup.set("cur", Some(LogContainer { running: true, restart: 0 }));
-    let mut body = serve(&rig.logs, &[pod(0, None)], "ns", "web", "app", &q(&[("follow", "1")]))
-        .await
-        .unwrap();
+    rig.lookup.set(
+        "cur",
+        Some(LogContainer {
+            running: true,
+            restart: 0,
+        }),
+    );
+    let mut body = serve(
+        &rig.logs,
+        &[pod(0, None)],
+        "ns",
+        "web",
+        "app",
+        &q(&[("follow", "1")]),
+    )
+    .await
+    .unwrap();
     assert_eq!(next_chunk(&mut body).await.unwrap(), "hello\n");
     // While following, the reader holds the runtime handle; once the client is gone it ends
     // and lets go of it.
@@ -346,5 +423,8 @@ async fn follow_stops_reading_when_the_client_goes_away() {
             break;
         }
     }
-    assert!(released, "the follow stream kept reading after the client left");
+    assert!(
+        released,
+        "the follow stream kept reading after the client left"
+    );
 }

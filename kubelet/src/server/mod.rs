@@ -372,7 +372,10 @@ pub fn api_router(state: AppState) -> Router {
         .route("/pods/", get(pods))
         .route("/metrics", get(metrics))
         .route("/configz", get(configz))
-        .route("/containerLogs/{ns}/{pod}/{container}", get(logs::container_logs))
+        .route(
+            "/containerLogs/{ns}/{pod}/{container}",
+            get(logs::container_logs),
+        )
         .route("/logs/", get(node_logs::node_logs))
         .route("/logs/{*path}", get(node_logs::node_logs))
         .with_state(state)

@@ -46,7 +46,13 @@ fn serves_files_and_listings_beneath_the_directory() {
 fn traversal_and_escapes_are_refused() {
     let d = rig();
     let root = d.path().join("log");
-    for bad in ["/../secret", "/journal/../../secret", "/%2e%2e/secret", "/..", "/..\\secret"] {
+    for bad in [
+        "/../secret",
+        "/journal/../../secret",
+        "/%2e%2e/secret",
+        "/..",
+        "/..\\secret",
+    ] {
         assert!(matches!(resolve(&root, bad), Resolved::Invalid), "{bad}");
     }
     // A symlink out of the directory is as good as absent.
