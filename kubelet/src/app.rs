@@ -75,11 +75,17 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let statuses = Arc::new(StatusManager::new());
     let pleg_health = Arc::new(PlegHealth::default());
     let configz = Arc::new(serde_json::to_value(&cfg).unwrap_or_default());
+    let log_runtime = Arc::new(server::logs::RuntimeLookup::default());
     let state = AppState {
         statuses: statuses.clone(),
         pleg: pleg_health.clone(),
         metrics: metrics.clone(),
         configz,
+        logs: Arc::new(server::logs::Logs {
+            pod_logs_dir: cfg.pod_logs_dir.clone(),
+            node_log_dir: cfg.enable_system_log_handler.then(|| "/var/log".into()),
+            containers: log_runtime.clone(),
+        }),
     };
     let mut tasks = JoinSet::new();
 
@@ -133,6 +139,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         Arc::new(crate::runtime::instrumented::Instrumented::new(Arc::new(
             CriRuntime::new(runtime_ch, image_ch, cfg.runtime_request_timeout),
         )));
+    log_runtime.set(runtime.clone());
     // The runtime's name goes into every containerID; wait until it answers.
     let version = loop {
         match runtime.version().await {

@@ -270,6 +270,8 @@ pub struct Config {
     pub cgroups_per_qos: bool,
     pub max_pods: u32,
     pub pod_logs_dir: PathBuf,
+    /// `enableSystemLogHandler` (default true): `/logs/` is served.
+    pub enable_system_log_handler: bool,
     pub container_runtime_endpoint: String,
     pub image_service_endpoint: String,
     #[serde(with = "duration::serde_opt_plain")]
@@ -707,6 +709,11 @@ pub fn merge(
                 .clone()
                 .unwrap_or_else(|| "/var/log/pods".into()),
         ),
+        enable_system_log_handler: file
+            .enable_system_log_handler
+            .as_ref()
+            .and_then(|v| v.as_bool())
+            .unwrap_or(true),
         container_runtime_endpoint: runtime_endpoint,
         image_service_endpoint: image_endpoint,
         runtime_request_timeout: dur(

@@ -9,6 +9,9 @@
 //! upstream does then. Standalone (no apiserver client), webhook authentication or
 //! authorization refuses to start, with upstream's messages.
 
+pub mod logs;
+pub mod node_logs;
+
 use crate::atomic_file;
 use crate::metrics::Metrics;
 use crate::pleg::PlegHealth;
@@ -303,6 +306,8 @@ pub struct AppState {
     pub pleg: Arc<PlegHealth>,
     pub metrics: Metrics,
     pub configz: Arc<serde_json::Value>,
+    /// Container and node log locations (`/containerLogs`, `/logs/`).
+    pub logs: Arc<logs::Logs>,
 }
 
 async fn healthz(State(s): State<AppState>) -> Response {
@@ -367,6 +372,12 @@ pub fn api_router(state: AppState) -> Router {
         .route("/pods/", get(pods))
         .route("/metrics", get(metrics))
         .route("/configz", get(configz))
+        .route(
+            "/containerLogs/{ns}/{pod}/{container}",
+            get(logs::container_logs),
+        )
+        .route("/logs/", get(node_logs::node_logs))
+        .route("/logs/{*path}", get(node_logs::node_logs))
         .with_state(state)
 }
 

@@ -533,13 +533,13 @@ pub const FIELDS: &[Setting] = &[
         "enableSystemLogHandler",
         Implemented,
         &[],
-        "The /logs handler is not served at all, so false holds.",
+        "true (default): `/logs/` serves /var/log; false: `/logs/` answers 404.",
     ),
     s(
         "enableSystemLogQuery",
         NotImplemented,
         &["false"],
-        "the /logs handler is not served.",
+        "`/logs/` serves files only; the `query` parameter is not supported.",
     ),
     s(
         "shutdownGracePeriod",

@@ -249,6 +249,11 @@ impl Agent {
         self.launch();
     }
 
+    /// The namespace path the agent runs in.
+    pub fn netns(&self) -> &str {
+        &self.netns
+    }
+
     pub fn curl(&self, url: &str) -> String {
         let out = Command::new("nsenter")
             .arg(format!("--net={}", self.netns))

@@ -1,0 +1,170 @@
+//! `/logs/`: the node's log directory (`/var/log`) as upstream serves it (Go's file server:
+//! a directory is an HTML listing, a file its bytes). A path with a `..` element is refused with
+//! 400 `invalid URL path`; a symlink that leads outside the directory is 404, as if absent.
+//! The directory is a constructor argument ([`super::logs::Logs::node_log_dir`]); upstream has
+//! no setting for it. Reads run on the blocking pool and stream in bounded chunks.
+
+use super::AppState;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use tokio::sync::mpsc;
+
+/// What a `/logs/` path resolves to.
+#[derive(Debug)]
+pub enum Resolved {
+    /// A path with a `..` element (400).
+    Invalid,
+    /// Missing, unreadable or outside the directory (404).
+    NotFound,
+    /// A directory asked for without its trailing slash: redirect here (301).
+    Redirect(String),
+    /// A directory listing (HTML).
+    Listing(String),
+    File(std::fs::File),
+}
+
+/// Percent-decodes a URL path; `None` when it is not valid UTF-8 after decoding.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn escape_html(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&#34;")
+        .replace('\'', "&#39;")
+}
+
+/// Resolves `url_path` (the request's path below `/logs`, e.g. `/syslog`) beneath `root`.
+/// Blocking: run it on the blocking pool.
+pub fn resolve(root: &Path, url_path: &str) -> Resolved {
+    let Some(decoded) = percent_decode(url_path) else {
+        return Resolved::NotFound;
+    };
+    if decoded.split(['/', '\\']).any(|e| e == "..") {
+        return Resolved::Invalid;
+    }
+    let rel: PathBuf = decoded
+        .split('/')
+        .filter(|e| !e.is_empty() && *e != ".")
+        .collect();
+    let (Ok(base), Ok(real)) = (root.canonicalize(), root.join(&rel).canonicalize()) else {
+        return Resolved::NotFound;
+    };
+    if !real.starts_with(&base) {
+        return Resolved::NotFound;
+    }
+    let Ok(meta) = std::fs::metadata(&real) else {
+        return Resolved::NotFound;
+    };
+    if meta.is_dir() {
+        if !decoded.ends_with('/') {
+            let last = rel
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            return Resolved::Redirect(format!("{last}/"));
+        }
+        let Ok(entries) = std::fs::read_dir(&real) else {
+            return Resolved::NotFound;
+        };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .map(|e| {
+                let mut n = e.file_name().to_string_lossy().into_owned();
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    n.push('/');
+                }
+                n
+            })
+            .collect();
+        names.sort();
+        let mut html = String::from(
+            "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n",
+        );
+        for n in names {
+            let e = escape_html(&n);
+            html.push_str(&format!("<a href=\"{e}\">{e}</a>\n"));
+        }
+        html.push_str("</pre>\n");
+        return Resolved::Listing(html);
+    }
+    match std::fs::File::open(&real) {
+        Ok(f) => Resolved::File(f),
+        Err(_) => Resolved::NotFound,
+    }
+}
+
+/// GET `/logs/` and `/logs/{*path}`.
+pub async fn node_logs(State(s): State<AppState>, uri: Uri) -> Response {
+    let Some(root) = s.logs.node_log_dir.clone() else {
+        // enableSystemLogHandler: false, upstream does not register the handler.
+        return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+    };
+    let path = uri.path().strip_prefix("/logs").unwrap_or("/").to_string();
+    let resolved = tokio::task::spawn_blocking(move || resolve(&root, &path)).await;
+    match resolved {
+        Ok(Resolved::Invalid) => (StatusCode::BAD_REQUEST, "invalid URL path\n").into_response(),
+        Ok(Resolved::NotFound) => (StatusCode::NOT_FOUND, "404 page not found\n").into_response(),
+        Ok(Resolved::Redirect(to)) => {
+            (StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, to)]).into_response()
+        }
+        Ok(Resolved::Listing(html)) => {
+            ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
+        }
+        Ok(Resolved::File(f)) => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            stream_file(f),
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// The file's bytes, read on the blocking pool a chunk at a time; reading stops when the
+/// client goes away.
+fn stream_file(mut f: std::fs::File) -> Body {
+    let (tx, rx) = mpsc::channel::<Bytes>(4);
+    tokio::task::spawn_blocking(move || {
+        loop {
+            let mut buf = vec![0u8; 32 * 1024];
+            match f.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    buf.truncate(n);
+                    if tx.blocking_send(Bytes::from(buf)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    Body::from_stream(stream)
+}
+
+#[cfg(test)]
+#[path = "node_logs_tests.rs"]
+mod tests;

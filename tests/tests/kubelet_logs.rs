@@ -1,0 +1,217 @@
+//! `/containerLogs` and `/logs/` on :10250 against real containerd: follow sees new lines,
+//! tailLines, previous after a restart, and upstream's status codes for a missing pod and a
+//! path traversal. An ignored bench prints the agent's CPU and RSS with 100 follow streams.
+
+mod common;
+
+use common::{Agent, Rig, container, wait_for};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Prints numbered lines, then fails, so the agent restarts it.
+const TALKER: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: talker
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "echo run-start; i=0; while [ $i -lt 8 ]; do i=$((i+1)); echo line-$i; sleep 1; done; exit 1"]
+"#;
+
+const BASE: &str = "https://127.0.0.1:10250";
+
+/// GET `path` on :10250; (status, body). `max_time` bounds follow streams.
+fn get(agent: &Agent, path: &str, max_time: u32) -> (u16, String) {
+    let out = Command::new("nsenter")
+        .arg(format!("--net={}", agent.netns()))
+        .args(["curl", "-sk", "--path-as-is", "-N", "--max-time"])
+        .arg(max_time.to_string())
+        .args(["-w", "\n%{http_code}"])
+        .arg(format!("{BASE}{path}"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+fn lines(body: &str) -> Vec<&str> {
+    body.lines().collect()
+}
+
+/// The highest `line-N` in a body.
+fn last_number(body: &str) -> u32 {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("line-")?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn container_logs_follow_tail_previous_and_refusals() {
+    require_rig!();
+    let rig = Rig::up("e2e-logs");
+    let agent = Agent::start(&rig);
+    agent.write_manifest("talker.yaml", TALKER);
+    let logs = "/containerLogs/default/talker-rig-node/app";
+
+    // Lines appear in the CRI log file and come back in order.
+    let body = wait_for("three log lines", Duration::from_secs(60), || {
+        let (code, body) = get(&agent, logs, 5);
+        (code == 200 && last_number(&body) >= 3).then_some(body)
+    });
+    assert_eq!(lines(&body)[0], "run-start", "{body}");
+    assert_eq!(lines(&body)[1], "line-1", "{body}");
+
+    // tailLines: only the last N lines; a huge N is the whole log.
+    let (code, tail) = get(&agent, &format!("{logs}?tailLines=2"), 5);
+    assert_eq!(code, 200);
+    let t = lines(&tail);
+    assert_eq!(t.len(), 2, "{tail}");
+    assert!(t[1].starts_with("line-"), "{tail}");
+    let (code, all) = get(&agent, &format!("{logs}?tailLines=9223372036854775807"), 5);
+    assert_eq!((code, lines(&all)[0]), (200, "run-start"));
+
+    // timestamps: each line starts with the runtime's RFC 3339 time.
+    let (_, stamped) = get(&agent, &format!("{logs}?timestamps=true&tailLines=1"), 5);
+    let (ts, rest) = stamped.trim_end().split_once(' ').unwrap();
+    assert!(ts.contains('T') && ts.ends_with('Z'), "{stamped}");
+    assert!(rest.starts_with("line-"), "{stamped}");
+
+    // follow: the stream stays open and carries lines written after it started.
+    let before = last_number(&get(&agent, logs, 5).1);
+    let (code, followed) = get(&agent, &format!("{logs}?follow=true"), 3);
+    assert_eq!(code, 200);
+    assert!(
+        last_number(&followed) > before,
+        "follow saw nothing past line-{before}: {followed}"
+    );
+
+    // previous: after the restart, the first run's whole log.
+    wait_for("a restart", Duration::from_secs(60), || {
+        let p = agent.pod("talker-")?;
+        (container(&p, "app")["restartCount"].as_i64()? >= 1).then_some(())
+    });
+    let (code, prev) = get(&agent, &format!("{logs}?previous=true"), 5);
+    assert_eq!(code, 200, "{prev}");
+    assert_eq!(lines(&prev).first(), Some(&"run-start"), "{prev}");
+    assert_eq!(lines(&prev).last(), Some(&"line-8"), "{prev}");
+
+    // Upstream's refusals.
+    assert_eq!(
+        get(&agent, "/containerLogs/default/nope/app", 5),
+        (404, "pod \"nope\" does not exist".into())
+    );
+    assert_eq!(
+        get(&agent, "/containerLogs/default/talker-rig-node/db", 5),
+        (
+            404,
+            "container \"db\" not found in pod \"talker-rig-node\"".into()
+        )
+    );
+    assert_eq!(
+        get(&agent, &format!("{logs}?sinceTime=yesterday"), 5).0,
+        400
+    );
+    assert_eq!(get(&agent, &format!("{logs}?tailLines=-1"), 5).0, 422);
+    assert_eq!(
+        get(&agent, "/logs/../../etc/passwd", 5),
+        (400, "invalid URL path\n".into())
+    );
+    assert_eq!(get(&agent, "/logs/%2e%2e/etc/passwd", 5).0, 400);
+    let (code, listing) = get(&agent, "/logs/", 5);
+    assert_eq!(code, 200);
+    assert!(listing.contains("<pre>"), "{listing}");
+}
+
+/// Utime + stime of a process, in clock ticks, and its RSS in KiB.
+fn cpu_and_rss(pid: u32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    let cpu = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    (cpu, rss)
+}
+
+/// CPU ticks used over `window`, and the RSS at its end.
+fn measure(pid: u32, window: Duration) -> (u64, u64) {
+    let (c0, _) = cpu_and_rss(pid);
+    std::thread::sleep(window);
+    let (c1, rss) = cpu_and_rss(pid);
+    (c1 - c0, rss)
+}
+
+const CHATTY: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: chatty
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "i=0; while true; do i=$((i+1)); echo line-$i; sleep 0.1; done"]
+"#;
+
+#[test]
+#[ignore = "bench: run with --ignored --nocapture as root"]
+fn bench_100_follow_streams() {
+    require_rig!();
+    let rig = Rig::up("bench-logs");
+    let agent = Agent::start(&rig);
+    agent.write_manifest("chatty.yaml", CHATTY);
+    let logs = "/containerLogs/default/chatty-rig-node/app";
+    wait_for("chatty logging", Duration::from_secs(60), || {
+        (last_number(&get(&agent, logs, 5).1) >= 3).then_some(())
+    });
+    let pid = agent.pid().unwrap();
+    let window = Duration::from_secs(10);
+    let (idle_cpu, idle_rss) = measure(pid, window);
+    let mut clients = Vec::new();
+    for _ in 0..100 {
+        clients.push(
+            Command::new("nsenter")
+                .arg(format!("--net={}", agent.netns()))
+                .args(["curl", "-sk", "-N", "-o", "/dev/null", "--max-time", "60"])
+                .arg(format!("{BASE}{logs}?follow=true&tailLines=10"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    let alive = clients
+        .iter_mut()
+        .map(|c| c.try_wait().ok().flatten().is_none())
+        .filter(|open| *open)
+        .count();
+    let (busy_cpu, busy_rss) = measure(pid, window);
+    for mut c in clients {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let tick = 100.0; // USER_HZ
+    let pct = |t: u64| t as f64 / tick / window.as_secs_f64() * 100.0;
+    println!(
+        "100 follow streams ({alive} open after {:?}): agent CPU {:.2}% vs idle {:.2}% (x{:.1}), RSS {} KiB vs idle {} KiB (x{:.2})",
+        started.elapsed(),
+        pct(busy_cpu),
+        pct(idle_cpu),
+        busy_cpu.max(1) as f64 / idle_cpu.max(1) as f64,
+        busy_rss,
+        idle_rss,
+        busy_rss as f64 / idle_rss.max(1) as f64
+    );
+    assert_eq!(alive, 100, "every follow stream stays open");
+}
