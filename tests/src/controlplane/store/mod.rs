@@ -130,6 +130,7 @@ pub struct DeleteOpts {
 pub struct StoreConfig {
     pub history: usize,
     pub auto_approve_csrs: bool,
+    pub auto_approve_serving_csrs: bool,
     pub cluster_signing_duration: Duration,
     pub min_signing_duration: Duration,
     pub cert_backdate: Duration,
