@@ -42,11 +42,17 @@ pub enum ServingError {
     Join(String),
 }
 
-/// The certificate :10250 presents, swappable at runtime. `None`: no certificate yet, the
-/// handshake fails.
+/// The certificate :10250 presents, swappable at runtime. None yet, or only an expired one:
+/// the handshake fails (client-go's certificate manager returns no certificate then).
 #[derive(Debug, Default)]
 pub struct ServingCertResolver {
-    current: RwLock<Option<Arc<CertifiedKey>>>,
+    current: RwLock<Option<Served>>,
+}
+
+#[derive(Debug, Clone)]
+struct Served {
+    key: Arc<CertifiedKey>,
+    not_after: Option<i64>,
 }
 
 impl ServingCertResolver {
@@ -56,10 +62,20 @@ impl ServingCertResolver {
 
     /// Whether a certificate is being served.
     pub fn has_cert(&self) -> bool {
-        self.current
+        self.current_at(crate::clock::unix_now()).is_some()
+    }
+
+    /// The pair a handshake at unix time `now` gets: none once it has expired.
+    pub fn current_at(&self, now: i64) -> Option<Arc<CertifiedKey>> {
+        let cur = self
+            .current
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .is_some()
+            .clone()?;
+        match cur.not_after {
+            Some(na) if na <= now => None,
+            _ => Some(cur.key),
+        }
     }
 
     /// Serves `cert_pem` (the leaf first, then any chain) with `key_pem` from the next
@@ -67,7 +83,10 @@ impl ServingCertResolver {
     pub fn install(&self, cert_pem: &[u8], key_pem: &[u8], what: &str) -> Result<(), ServingError> {
         let ck = certified_key(cert_pem, key_pem, what)?;
         let not_after = bootstrap::cert_validity(cert_pem).map(|(_, na)| na);
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(ck));
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Served {
+            key: Arc::new(ck),
+            not_after,
+        });
         crate::metrics::certificates().set_server_expiry(not_after);
         Ok(())
     }
@@ -75,13 +94,9 @@ impl ServingCertResolver {
 
 impl ResolvesServerCert for ServingCertResolver {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let cur = self
-            .current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let cur = self.current_at(crate::clock::unix_now());
         if cur.is_none() {
-            tracing::debug!("TLS handshake refused: no serving certificate available yet");
+            tracing::debug!("TLS handshake refused: no valid serving certificate available");
         }
         cur
     }
@@ -186,6 +201,8 @@ impl ServingManager {
     pub async fn run(self, cancel: CancellationToken) {
         let mut backoff =
             crate::backoff::Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
+        // A pair just stored that cannot be read back must not make a CSR per loop.
+        let mut renewed = false;
         loop {
             let dir = self.settings.cert_dir.clone();
             let current = tokio::task::spawn_blocking(move || read_current(&dir))
@@ -194,6 +211,7 @@ impl ServingManager {
                 .flatten();
             let wait = match current {
                 Some((pem, nb, na)) if na > crate::clock::unix_now() => {
+                    renewed = false;
                     let what = self.settings.cert_dir.join(format!("{PREFIX}-current.pem"));
                     match self
                         .resolver
@@ -206,6 +224,10 @@ impl ServingManager {
                         }
                     }
                 }
+                _ if renewed => {
+                    tracing::warn!(dir = %self.settings.cert_dir.display(), "the serving certificate just stored cannot be read back");
+                    backoff.fail()
+                }
                 _ => Duration::ZERO,
             };
             if !wait.is_zero() {
@@ -217,6 +239,7 @@ impl ServingManager {
             }
             match self.renew(&cancel).await {
                 Ok(path) => {
+                    renewed = true;
                     backoff.succeed();
                     tracing::info!(cert = %path.display(), "serving certificate issued and installed");
                 }

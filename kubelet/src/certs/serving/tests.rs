@@ -168,3 +168,14 @@ fn stored_pair_is_read_back_as_kubelet_server_current() {
     std::os::unix::fs::symlink(dir.path().join("junk.pem"), &path).unwrap();
     assert!(read_current(dir.path()).is_none());
 }
+
+#[test]
+fn an_expired_certificate_is_not_presented() {
+    let ca = ca();
+    let (c, k) = leaf(&ca, "n");
+    let resolver = ServingCertResolver::new();
+    resolver.install(c.as_bytes(), k.as_bytes(), "n").unwrap();
+    let (_, not_after) = bootstrap::cert_validity(c.as_bytes()).unwrap();
+    assert!(resolver.current_at(not_after - 1).is_some());
+    assert!(resolver.current_at(not_after).is_none());
+}
