@@ -31,6 +31,10 @@ pub enum AppError {
     Cluster(#[from] crate::cluster::ClusterError),
     #[error(transparent)]
     ProxyRole(#[from] crate::proxy_role::ProxyRoleError),
+    #[error(
+        "serverTLSBootstrap: true needs cluster mode (--kubeconfig): the serving certificate is requested from the apiserver"
+    )]
+    ServerTlsBootstrapStandalone,
 }
 
 /// The node's first non-loopback IPv4 address as the kernel would pick for an outgoing route,
@@ -102,14 +106,42 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     if cfg.enable_server {
         let policy = server::tls_policy(cfg.tls_min_version.as_deref(), &cfg.tls_cipher_suites)
             .map_err(server::ServerError::TlsPolicy)?;
-        let tls = server::serving_tls(
-            &policy,
-            cfg.tls_cert_file.as_deref(),
-            cfg.tls_private_key_file.as_deref(),
-            &cfg.cert_dir,
-            &cfg.node_name,
-            &cfg.node_ips,
-        )?;
+        let tls = match (cfg.server_tls_bootstrap, &cluster) {
+            (true, Some(conn)) => {
+                if cfg.tls_cert_file.is_some() {
+                    tracing::warn!(
+                        "serverTLSBootstrap is true: tlsCertFile/tlsPrivateKeyFile are not served; the certificate comes from a kubernetes.io/kubelet-serving CSR"
+                    );
+                }
+                let resolver = Arc::new(crate::certs::ServingCertResolver::new());
+                let ips = if cfg.node_ips.is_empty() {
+                    default_node_ip().into_iter().collect()
+                } else {
+                    cfg.node_ips.clone()
+                };
+                let manager = crate::certs::ServingManager {
+                    settings: crate::certs::ServingSettings {
+                        node_name: cfg.node_name.clone(),
+                        hostnames: vec![cfg.node_name.clone()],
+                        ips,
+                        cert_dir: cfg.cert_dir.clone(),
+                    },
+                    client: conn.client.clone(),
+                    resolver: resolver.clone(),
+                };
+                tasks.spawn(manager.run(cancel.clone()));
+                server::serving_tls_resolver(&policy, resolver)?
+            }
+            (true, None) => return Err(AppError::ServerTlsBootstrapStandalone),
+            (false, _) => server::serving_tls(
+                &policy,
+                cfg.tls_cert_file.as_deref(),
+                cfg.tls_private_key_file.as_deref(),
+                &cfg.cert_dir,
+                &cfg.node_name,
+                &cfg.node_ips,
+            )?,
+        };
         let l = server::bind(SocketAddr::new(cfg.address, cfg.port)).await?;
         tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API server listening (HTTPS)");
         if auth.settings().anonymous && auth.settings().mode == server::AuthzMode::AlwaysAllow {

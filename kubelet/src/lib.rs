@@ -12,6 +12,7 @@
 pub mod app;
 pub mod atomic_file;
 pub mod backoff;
+pub mod certs;
 pub mod cgroups;
 pub mod clock;
 pub mod cluster;

@@ -1491,3 +1491,144 @@ async fn kubelets_get_tokens_only_for_their_own_pods() {
     );
     assert_eq!(cp.token_requests().len(), 1);
 }
+
+/// A `kubernetes.io/kubelet-serving` CSR from node `n1` (ECDSA usages), with `sans` DNS names.
+fn serving_csr(sans: &[&str]) -> CertificateSigningRequest {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "system:node:n1");
+    let csr_pem = params.serialize_request(&key).unwrap().pem().unwrap();
+    CertificateSigningRequest {
+        metadata: kube::api::ObjectMeta {
+            generate_name: Some("csr-".into()),
+            ..Default::default()
+        },
+        spec: CertificateSigningRequestSpec {
+            request: ByteString(csr_pem.into_bytes()),
+            signer_name: "kubernetes.io/kubelet-serving".into(),
+            usages: Some(vec!["digital signature".into(), "server auth".into()]),
+            ..Default::default()
+        },
+        status: None,
+    }
+}
+
+async fn wait_csr(
+    csrs: &Api<CertificateSigningRequest>,
+    name: &str,
+    done: impl Fn(&CertificateSigningRequest) -> bool,
+) -> CertificateSigningRequest {
+    for _ in 0..50 {
+        let got = csrs.get(name).await.unwrap();
+        if done(&got) {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("CSR {name} did not reach the expected state");
+}
+
+fn conditions(c: &CertificateSigningRequest) -> Vec<(String, String)> {
+    c.status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.type_, c.reason.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test]
+async fn kubelet_serving_csrs_wait_for_approval_and_are_validated_by_the_signer() {
+    let (cp, dir, _admin) = setup(Options::default()).await;
+    let conf = dir.path().join("kubelet.conf");
+    cp.node_kubeconfig(&conf, "n1", Duration::from_secs(3600))
+        .unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(client(&conf).await);
+
+    // Not approved by default (kube-controller-manager never approves serving CSRs).
+    let ok = csrs
+        .create(&PostParams::default(), &serving_csr(&["n1"]))
+        .await
+        .unwrap();
+    let name = ok.metadata.name.clone().unwrap();
+    assert_eq!(ok.spec.username.as_deref(), Some("system:node:n1"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pending = csrs.get(&name).await.unwrap();
+    assert!(
+        conditions(&pending).is_empty(),
+        "{:?}",
+        conditions(&pending)
+    );
+    // Approved by hand: signed for the names asked, with server auth.
+    cp.approve_csr(&name).unwrap();
+    let signed = wait_csr(&csrs, &name, |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.certificate.as_ref())
+            .is_some()
+    })
+    .await;
+    let pem = String::from_utf8(signed.status.unwrap().certificate.unwrap().0).unwrap();
+    let (_, p) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+    let cert = p.parse_x509().unwrap();
+    let san = cert.subject_alternative_name().unwrap().unwrap();
+    assert_eq!(
+        format!("{:?}", san.value.general_names),
+        "[DNSName(\"n1\")]"
+    );
+    let eku = cert.extended_key_usage().unwrap().unwrap();
+    assert!(eku.value.server_auth && !eku.value.client_auth);
+
+    // Without a DNS or IP name the signer refuses it, as upstream's ValidateKubeletServingCSR.
+    let bad = csrs
+        .create(&PostParams::default(), &serving_csr(&[]))
+        .await
+        .unwrap();
+    let bad_name = bad.metadata.name.unwrap();
+    cp.approve_csr(&bad_name).unwrap();
+    let failed = wait_csr(&csrs, &bad_name, |c| {
+        conditions(c).iter().any(|(t, _)| t == "Failed")
+    })
+    .await;
+    assert!(
+        conditions(&failed).contains(&("Failed".into(), "SignerValidationFailure".into())),
+        "{:?}",
+        conditions(&failed)
+    );
+    assert!(failed.status.unwrap().certificate.is_none());
+}
+
+#[tokio::test]
+async fn auto_approve_serving_csrs_is_a_test_option() {
+    let (cp, dir, _admin) = setup(Options {
+        auto_approve_serving_csrs: true,
+        ..Options::default()
+    })
+    .await;
+    let conf = dir.path().join("kubelet.conf");
+    cp.node_kubeconfig(&conf, "n1", Duration::from_secs(3600))
+        .unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(client(&conf).await);
+    let c = csrs
+        .create(&PostParams::default(), &serving_csr(&["n1"]))
+        .await
+        .unwrap();
+    let name = c.metadata.name.unwrap();
+    let signed = wait_csr(&csrs, &name, |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.certificate.as_ref())
+            .is_some()
+    })
+    .await;
+    assert!(conditions(&signed).contains(&("Approved".into(), "AutoApproved".into())));
+}

@@ -304,6 +304,9 @@ pub struct Config {
     pub tls_min_version: Option<String>,
     /// `tlsCipherSuites` (validated).
     pub tls_cipher_suites: Vec<String>,
+    /// `serverTLSBootstrap`: the serving certificate comes from a `kubernetes.io/kubelet-serving`
+    /// CSR (cluster mode only) and is rotated before expiry.
+    pub server_tls_bootstrap: bool,
     /// `protectKernelDefaults`: the start fails when kernel tunables differ from upstream's.
     pub protect_kernel_defaults: bool,
     /// `seccompDefault`: containers without a seccomp profile run with `RuntimeDefault`.
@@ -765,6 +768,7 @@ pub fn merge(
         auth,
         tls_min_version,
         tls_cipher_suites,
+        server_tls_bootstrap: file.server_tls_bootstrap.unwrap_or(false),
         protect_kernel_defaults: flags
             .protect_kernel_defaults
             .or(file.protect_kernel_defaults)

@@ -465,6 +465,26 @@ pub fn serving_tls(
     Ok(cfg)
 }
 
+/// The serving TLS config for a certificate that can change at runtime (`serverTLSBootstrap`:
+/// `certs::ServingCertResolver` answers every handshake with the current pair, none until one
+/// is issued).
+pub fn serving_tls_resolver(
+    policy: &TlsPolicy,
+    resolver: Arc<dyn rustls::server::ResolvesServerCert>,
+) -> Result<rustls::ServerConfig, ServerError> {
+    let mut provider = rustls::crypto::ring::default_provider();
+    if let Some(suites) = &policy.suites {
+        provider.cipher_suites = suites.clone();
+    }
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&policy.versions)
+        .map_err(|e| ServerError::TlsPolicy(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
 /// Why the self-signed pair in the cert dir cannot be served (`None`: it can): a file is
 /// missing or unreadable, or the key does not belong to the certificate (say, a crash between
 /// writing the two). Either way both are generated anew.

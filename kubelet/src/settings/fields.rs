@@ -76,9 +76,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "serverTLSBootstrap",
-        Refused,
-        &["false"],
-        "the serving certificate is not requested from the apiserver (it is self-signed or tlsCertFile).",
+        Implemented,
+        &[],
+        "The :10250 certificate is requested as a kubernetes.io/kubelet-serving CSR (the node's hostname and IPs), stored as <certDir>/kubelet-server-current.pem and rotated at 70-90 % of its lifetime; nothing is served until it is issued. Refused in standalone mode.",
     ),
     s(
         "authentication.x509.clientCAFile",

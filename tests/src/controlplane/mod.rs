@@ -79,6 +79,10 @@ pub struct Options {
     pub default_watch_timeout: Duration,
     /// Approve kubelet client CSRs like kube-controller-manager's csrapproving controller.
     pub auto_approve_csrs: bool,
+    /// Approve `kubernetes.io/kubelet-serving` CSRs a node makes for itself (valid as
+    /// upstream's `ValidateKubeletServingCSR`, requested by the `system:node:<name>` the CN
+    /// names). Off by default, as in kube-controller-manager: tests approve them explicitly.
+    pub auto_approve_serving_csrs: bool,
     /// `--cluster-signing-duration`: the longest (and default) certificate lifetime.
     /// Short values force client-certificate rotation in tests.
     pub cluster_signing_duration: Duration,
@@ -110,6 +114,7 @@ impl Default for Options {
             bookmark_interval: Duration::from_secs(10),
             default_watch_timeout: Duration::from_secs(1800),
             auto_approve_csrs: true,
+            auto_approve_serving_csrs: false,
             cluster_signing_duration: Duration::from_secs(365 * 24 * 3600),
             min_signing_duration: Duration::from_secs(600),
             cert_backdate: Duration::from_secs(300),
@@ -189,6 +194,7 @@ impl TestControlPlane {
         let mut store = Store::new(StoreConfig {
             history: opts.history,
             auto_approve_csrs: opts.auto_approve_csrs,
+            auto_approve_serving_csrs: opts.auto_approve_serving_csrs,
             cluster_signing_duration: opts.cluster_signing_duration,
             min_signing_duration: opts.min_signing_duration,
             cert_backdate: opts.cert_backdate,

@@ -224,6 +224,10 @@ pub struct CsrInfo {
     pub common_name: String,
     pub organizations: Vec<String>,
     pub has_sans: bool,
+    /// DNS and IP subject alternative names (a kubelet-serving CSR needs one).
+    pub dns_or_ip_sans: usize,
+    /// Email or URI subject alternative names (a kubelet-serving CSR may have none).
+    pub email_or_uri_sans: bool,
 }
 
 /// Parse a PEM CSR (verifying its self-signature).
@@ -249,7 +253,47 @@ pub fn inspect_csr(pem: &str) -> Result<CsrInfo> {
             SanType::DnsName(_) | SanType::IpAddress(_) | SanType::Rfc822Name(_) | SanType::URI(_)
         )
     });
+    info.dns_or_ip_sans = req
+        .params
+        .subject_alt_names
+        .iter()
+        .filter(|s| matches!(s, SanType::DnsName(_) | SanType::IpAddress(_)))
+        .count();
+    info.email_or_uri_sans = req
+        .params
+        .subject_alt_names
+        .iter()
+        .any(|s| matches!(s, SanType::Rfc822Name(_) | SanType::URI(_)));
     Ok(info)
+}
+
+/// Why a CSR is not a kubelet serving certificate request (upstream's
+/// `ValidateKubeletServingCSR`, which the `kubernetes.io/kubelet-serving` signer applies):
+/// `None` when it is one.
+pub fn kubelet_serving_problem(info: &CsrInfo, usages: &[String]) -> Option<String> {
+    if info.organizations != ["system:nodes"] {
+        return Some("subject organization is not system:nodes".into());
+    }
+    if info.dns_or_ip_sans == 0 {
+        return Some("DNS or IP subjectAltName is required".into());
+    }
+    if info.email_or_uri_sans {
+        return Some("Email and URI subjectAltNames are not allowed".into());
+    }
+    let mut u: Vec<&str> = usages.iter().map(String::as_str).collect();
+    u.sort_unstable();
+    u.dedup();
+    if u != ["digital signature", "server auth"]
+        && u != ["digital signature", "key encipherment", "server auth"]
+    {
+        return Some(
+            "usages did not match [digital signature key encipherment server auth]".into(),
+        );
+    }
+    if !info.common_name.starts_with("system:node:") {
+        return Some("subject common name does not begin with system:node:".into());
+    }
+    None
 }
 
 /// User name (CN) and groups (O) of a DER client certificate.

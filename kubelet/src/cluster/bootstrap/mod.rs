@@ -340,6 +340,20 @@ pub struct KeyAndCsr {
 
 pub const USAGES: [&str; 2] = ["digital signature", "client auth"];
 
+/// What a CSR asks for: the signer and the key usages (ECDSA keys: no key encipherment, as
+/// client-go's certificate manager).
+#[derive(Debug, Clone, Copy)]
+pub struct CsrKind {
+    pub signer: &'static str,
+    pub usages: &'static [&'static str],
+}
+
+/// The kubelet's client certificate.
+pub const CLIENT: CsrKind = CsrKind {
+    signer: SIGNER_KUBELET_CLIENT,
+    usages: &USAGES,
+};
+
 pub fn new_key_and_csr(node: &str) -> Result<KeyAndCsr, rcgen::Error> {
     use rcgen::PublicKeyData as _;
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
@@ -360,6 +374,7 @@ pub fn new_key_and_csr(node: &str) -> Result<KeyAndCsr, rcgen::Error> {
 /// rotating certificate manager does) and waits until it is signed. Returns the certificate PEM.
 pub async fn request_certificate(
     client: kube::Client,
+    kind: CsrKind,
     name: Option<String>,
     csr_pem: &str,
     timeout: Duration,
@@ -369,8 +384,8 @@ pub async fn request_certificate(
     let mut obj = CertificateSigningRequest {
         spec: CertificateSigningRequestSpec {
             request: ByteString(csr_pem.as_bytes().to_vec()),
-            signer_name: SIGNER_KUBELET_CLIENT.into(),
-            usages: Some(USAGES.iter().map(|s| s.to_string()).collect()),
+            signer_name: kind.signer.into(),
+            usages: Some(kind.usages.iter().map(|s| s.to_string()).collect()),
             ..Default::default()
         },
         ..Default::default()
@@ -388,7 +403,7 @@ pub async fn request_certificate(
         Err(e) => return Err(e.into()),
     };
     let csr_name = created.metadata.name.clone().unwrap_or_default();
-    tracing::info!(csr = %csr_name, signer = SIGNER_KUBELET_CLIENT, "certificate signing request sent; waiting for approval");
+    tracing::info!(csr = %csr_name, signer = kind.signer, "certificate signing request sent; waiting for approval");
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         match client::timed(api.get(&csr_name)).await {
@@ -431,15 +446,26 @@ pub fn store_pair(
     cert_pem: &str,
     key_pem: &str,
 ) -> Result<PathBuf, BootstrapError> {
+    store_pair_as(cert_dir, "kubelet-client", cert_pem, key_pem)
+}
+
+/// Stores cert + key as `<prefix>-<timestamp>.pem` (0600) and points `<prefix>-current.pem`
+/// at it atomically (client-go's file store). Returns the symlink's path.
+pub fn store_pair_as(
+    cert_dir: &Path,
+    prefix: &str,
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<PathBuf, BootstrapError> {
     std::fs::create_dir_all(cert_dir).map_err(io_err("creating", cert_dir))?;
     let ts = jiff::Timestamp::now()
         .strftime("%Y-%m-%d-%H-%M-%S")
         .to_string();
-    let mut file = cert_dir.join(format!("kubelet-client-{ts}.pem"));
+    let mut file = cert_dir.join(format!("{prefix}-{ts}.pem"));
     // Two rotations within one second must not overwrite the pair in use.
     let mut n = 1;
     while file.exists() {
-        file = cert_dir.join(format!("kubelet-client-{ts}-{n}.pem"));
+        file = cert_dir.join(format!("{prefix}-{ts}-{n}.pem"));
         n += 1;
     }
     let mut body = cert_pem.trim_end().to_string();
@@ -447,8 +473,9 @@ pub fn store_pair(
     body.push_str(key_pem.trim_end());
     body.push('\n');
     atomic_file::write_private_atomic(&file, body.as_bytes()).map_err(io_err("writing", &file))?;
-    let current = cert_dir.join(CURRENT_PEM);
-    let tmp = cert_dir.join(format!(".{CURRENT_PEM}.tmp"));
+    let current_name = format!("{prefix}-current.pem");
+    let current = cert_dir.join(&current_name);
+    let tmp = cert_dir.join(format!(".{current_name}.tmp"));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(&file, &tmp).map_err(io_err("linking", &tmp))?;
     std::fs::rename(&tmp, &current).map_err(io_err("renaming", &current))?;
@@ -573,6 +600,7 @@ pub async fn ensure_kubeconfig(
     let cert = loop {
         match request_certificate(
             bclient.clone(),
+            CLIENT,
             Some(name.clone()),
             &kc.csr_pem,
             CSR_WAIT,
@@ -691,6 +719,7 @@ impl Rotator {
         let kc = new_key_and_csr(&self.node_name)?;
         let cert = request_certificate(
             self.csr_client().await?,
+            CLIENT,
             None,
             &kc.csr_pem,
             Duration::from_secs(900),

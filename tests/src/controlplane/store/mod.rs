@@ -130,6 +130,7 @@ pub struct DeleteOpts {
 pub struct StoreConfig {
     pub history: usize,
     pub auto_approve_csrs: bool,
+    pub auto_approve_serving_csrs: bool,
     pub cluster_signing_duration: Duration,
     pub min_signing_duration: Duration,
     pub cert_backdate: Duration,
@@ -259,6 +260,7 @@ mod tests {
         Store::new(StoreConfig {
             history: 3,
             auto_approve_csrs: true,
+            auto_approve_serving_csrs: false,
             cluster_signing_duration: Duration::from_secs(3600),
             min_signing_duration: Duration::from_secs(600),
             cert_backdate: Duration::from_secs(300),

@@ -446,6 +446,7 @@ mod tests {
         let mut s = Store::new(StoreConfig {
             history: 10,
             auto_approve_csrs: false,
+            auto_approve_serving_csrs: false,
             cluster_signing_duration: Duration::from_secs(3600),
             min_signing_duration: Duration::from_secs(600),
             cert_backdate: Duration::ZERO,

@@ -1,0 +1,7 @@
+//! The kubelet's certificates: the serving certificate of :10250 (`serving`: requested from the
+//! apiserver with `serverTLSBootstrap`, rotated before expiry and swapped under the listener).
+//! The client certificate's bootstrap and rotation live in `cluster::bootstrap`.
+
+pub mod serving;
+
+pub use serving::{ServingCertResolver, ServingError, ServingManager, ServingSettings};
