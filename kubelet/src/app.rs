@@ -68,8 +68,9 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     };
     // :10250 authentication/authorization (upstream's BuildAuth: webhook modes need a client).
     let review = cluster.as_ref().map(|c| {
-        Arc::new(crate::cluster::auth_review::ApiReview::new(c.client.clone()))
-            as Arc<dyn crate::cluster::auth_review::AuthReview>
+        Arc::new(crate::cluster::auth_review::ApiReview::new(
+            c.client.clone(),
+        )) as Arc<dyn crate::cluster::auth_review::AuthReview>
     });
     let auth = Arc::new(
         server::Auth::new(cfg.auth.clone(), &cfg.node_name, review)
@@ -115,7 +116,10 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         let l = server::bind(SocketAddr::new(cfg.address, cfg.port)).await?;
         tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API server listening (HTTPS)");
         if auth.settings().anonymous && auth.settings().mode == server::AuthzMode::AlwaysAllow {
-            tracing::warn!("{}: anyone who reaches this port can use it", auth.describe());
+            tracing::warn!(
+                "{}: anyone who reaches this port can use it",
+                auth.describe()
+            );
         } else {
             tracing::info!("{}", auth.describe());
         }

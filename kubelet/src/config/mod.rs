@@ -408,13 +408,24 @@ fn auth_settings(
         .authentication_token_webhook
         .or(authn.webhook.as_ref().and_then(|w| w.enabled))
         .unwrap_or(has_file);
+    // v1beta1 defaulting: an absent or zero TTL (kubeadm writes `0s`) is the default.
     let ttl = |name: &str, v: Option<&serde_json::Value>, default: u64| {
-        match v {
-            None | Some(serde_json::Value::Null) => Ok(std::time::Duration::from_secs(default)),
-            Some(serde_json::Value::String(s)) => crate::duration::parse(s)
-                .map_err(|e| invalid(format!("{name}: {e}"))),
-            Some(other) => Err(invalid(format!("{name}: want a duration string, got {other}"))),
-        }
+        let d = match v {
+            None | Some(serde_json::Value::Null) => std::time::Duration::ZERO,
+            Some(serde_json::Value::String(s)) => {
+                crate::duration::parse(s).map_err(|e| invalid(format!("{name}: {e}")))?
+            }
+            Some(other) => {
+                return Err(invalid(format!(
+                    "{name}: want a duration string, got {other}"
+                )));
+            }
+        };
+        Ok(if d.is_zero() {
+            std::time::Duration::from_secs(default)
+        } else {
+            d
+        })
     };
     let cache_ttl = ttl(
         "authentication.webhook.cacheTTL",

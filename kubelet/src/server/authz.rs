@@ -46,7 +46,10 @@ pub struct AuthSettings {
     #[serde(rename = "cacheTTL", with = "crate::duration::serde_opt_plain")]
     pub cache_ttl: Duration,
     /// `authorization.webhook.cacheAuthorizedTTL` (default 5m).
-    #[serde(rename = "cacheAuthorizedTTL", with = "crate::duration::serde_opt_plain")]
+    #[serde(
+        rename = "cacheAuthorizedTTL",
+        with = "crate::duration::serde_opt_plain"
+    )]
     pub cache_authorized_ttl: Duration,
     /// `authorization.webhook.cacheUnauthorizedTTL` (default 30s).
     #[serde(

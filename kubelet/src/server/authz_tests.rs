@@ -75,7 +75,10 @@ fn attributes_follow_upstream_mapping() {
     }
     let none = HeaderMap::new();
     let mut ws = HeaderMap::new();
-    ws.insert(http::header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    ws.insert(
+        http::header::CONNECTION,
+        HeaderValue::from_static("Upgrade"),
+    );
     ws.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
     assert_eq!(api_verb(&Method::GET, "/pods", &none), "get");
     assert_eq!(api_verb(&Method::POST, "/exec/n/p/c", &none), "create");
@@ -118,7 +121,9 @@ async fn authn_authz_table() {
         )
     );
     assert_eq!(
-        ask(&a, Method::POST, "/exec/n/p/c", &bearer("good")).await.1,
+        ask(&a, Method::POST, "/exec/n/p/c", &bearer("good"))
+            .await
+            .1,
         "Forbidden (user=alice, verb=create, resource=nodes, subresource(s)=[proxy])"
     );
     // `proxy` covers every path (the fallback attribute).
@@ -265,7 +270,9 @@ async fn client_certificates_of_the_client_ca_authenticate() {
     let none = HeaderMap::new();
     let good = client_cert(&cluster, "admin", &["system:masters"]);
     assert_eq!(
-        ask_cert(&a, Method::GET, "/pods", &none, Some(&good)).await.0,
+        ask_cert(&a, Method::GET, "/pods", &none, Some(&good))
+            .await
+            .0,
         200
     );
     let x509 = super::super::authn::X509::from_pem(cluster.pem.as_bytes()).unwrap();
