@@ -7,7 +7,7 @@
 //! client holds the key); the chain is verified here, so an unknown CA is a 401, not a failed
 //! handshake, as upstream.
 
-use super::authz::TtlCache;
+use super::cache::TtlCache;
 use crate::cluster::auth_review::{AuthReview, TokenOutcome, UserInfo};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, UnixTime};
@@ -224,7 +224,7 @@ pub struct RequestClientCert {
 }
 
 impl RequestClientCert {
-    pub fn new() -> Arc<dyn ClientCertVerifier> {
+    pub fn verifier() -> Arc<dyn ClientCertVerifier> {
         Arc::new(RequestClientCert {
             provider: Arc::new(rustls::crypto::ring::default_provider()),
         })

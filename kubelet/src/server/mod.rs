@@ -8,6 +8,7 @@
 
 pub mod authn;
 pub mod authz;
+mod cache;
 
 pub use authz::{Auth, AuthError, AuthSettings, AuthzMode, Decision, RequestInfo};
 
@@ -304,7 +305,7 @@ pub fn serving_tls(
         .with_protocol_versions(&policy.versions)
         .map_err(|e| tls_err(&cert_path, e.to_string()))?;
     let builder = if request_client_cert {
-        builder.with_client_cert_verifier(authn::RequestClientCert::new())
+        builder.with_client_cert_verifier(authn::RequestClientCert::verifier())
     } else {
         builder.with_no_client_auth()
     };
