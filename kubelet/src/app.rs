@@ -71,7 +71,15 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         }
     };
     // :10250 authentication/authorization (upstream's BuildAuth: webhook modes need a client).
-    let auth = Arc::new(server::Auth::new(cfg.auth.clone(), cluster.is_none())?);
+    let review = cluster.as_ref().map(|c| {
+        Arc::new(crate::cluster::auth_review::ApiReview::new(
+            c.client.clone(),
+        )) as Arc<dyn crate::cluster::auth_review::AuthReview>
+    });
+    let auth = Arc::new(
+        server::Auth::new(cfg.auth.clone(), &cfg.node_name, review)
+            .map_err(server::ServerError::from)?,
+    );
     if let (Some(p), Some(path), None) = (&proxy_cfg, &cfg.proxy_config, &cluster) {
         crate::proxy_role::check_standalone(path, p)?;
     }
@@ -130,7 +138,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
                     resolver: resolver.clone(),
                 };
                 tasks.spawn(manager.run(cancel.clone()));
-                server::serving_tls_resolver(&policy, resolver)?
+                server::serving_tls_resolver(&policy, resolver, cfg.auth.client_ca_file.is_some())?
             }
             (true, None) => return Err(AppError::ServerTlsBootstrapStandalone),
             (false, _) => server::serving_tls(
@@ -140,14 +148,18 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
                 &cfg.cert_dir,
                 &cfg.node_name,
                 &cfg.node_ips,
+                cfg.auth.client_ca_file.is_some(),
             )?,
         };
         let l = server::bind(SocketAddr::new(cfg.address, cfg.port)).await?;
         tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API server listening (HTTPS)");
         if auth.settings().anonymous && auth.settings().mode == server::AuthzMode::AlwaysAllow {
-            tracing::info!("{}", auth.describe());
+            tracing::warn!(
+                "{}: anyone who reaches this port can use it",
+                auth.describe()
+            );
         } else {
-            tracing::warn!("{}", auth.describe());
+            tracing::info!("{}", auth.describe());
         }
         tasks.spawn(server::serve_https(
             l,

@@ -12,6 +12,7 @@
 //! - [`services`] and [`runtime_class`]: informers (through [`informer`]) for service-link
 //!   variables and RuntimeClass handlers, read by the pod workers.
 
+pub mod auth_review;
 pub mod bootstrap;
 pub mod client;
 pub mod events;

@@ -224,7 +224,16 @@ pub struct KubeletAnonymousAuthentication {
 #[serde(rename_all = "camelCase", default)]
 pub struct KubeletAuthorization {
     pub mode: Option<String>,
-    pub webhook: Option<serde_json::Value>,
+    pub webhook: Option<KubeletWebhookAuthorization>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletWebhookAuthorization {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    pub cache_authorized_ttl: Option<serde_json::Value>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    pub cache_unauthorized_ttl: Option<serde_json::Value>,
 }
 
 /// Which cgroup manager names pod cgroups: `cgroupfs` paths or `systemd` slices.
@@ -402,8 +411,43 @@ fn auth_settings(
         .unwrap_or(!has_file);
     let webhook = flags
         .authentication_token_webhook
-        .or(authn.webhook.and_then(|w| w.enabled))
+        .or(authn.webhook.as_ref().and_then(|w| w.enabled))
         .unwrap_or(has_file);
+    // v1beta1 defaulting: an absent or zero TTL (kubeadm writes `0s`) is the default.
+    let ttl = |name: &str, v: Option<&serde_json::Value>, default: u64| {
+        let d = match v {
+            None | Some(serde_json::Value::Null) => std::time::Duration::ZERO,
+            Some(serde_json::Value::String(s)) => {
+                crate::duration::parse(s).map_err(|e| invalid(format!("{name}: {e}")))?
+            }
+            Some(other) => {
+                return Err(invalid(format!(
+                    "{name}: want a duration string, got {other}"
+                )));
+            }
+        };
+        Ok(if d.is_zero() {
+            std::time::Duration::from_secs(default)
+        } else {
+            d
+        })
+    };
+    let cache_ttl = ttl(
+        "authentication.webhook.cacheTTL",
+        authn.webhook.as_ref().and_then(|w| w.cache_ttl.as_ref()),
+        120,
+    )?;
+    let authz_webhook = authz.webhook.clone().unwrap_or_default();
+    let cache_authorized_ttl = ttl(
+        "authorization.webhook.cacheAuthorizedTTL",
+        authz_webhook.cache_authorized_ttl.as_ref(),
+        300,
+    )?;
+    let cache_unauthorized_ttl = ttl(
+        "authorization.webhook.cacheUnauthorizedTTL",
+        authz_webhook.cache_unauthorized_ttl.as_ref(),
+        30,
+    )?;
     let client_ca_file = flags
         .client_ca_file
         .clone()
@@ -422,6 +466,9 @@ fn auth_settings(
         webhook,
         client_ca_file,
         mode,
+        cache_ttl,
+        cache_authorized_ttl,
+        cache_unauthorized_ttl,
     })
 }
 

@@ -234,6 +234,54 @@ fn auth_defaults_follow_upstream() {
 }
 
 #[test]
+fn auth_cache_ttls_default_and_parse() {
+    use std::time::Duration;
+    let s = |d: u64| Duration::from_secs(d);
+    // kubeadm writes 0s: upstream's defaulting turns zero into 2m / 5m / 30s.
+    let file = parse_file("c", KUBEADM_CONFIG).unwrap();
+    let cfg = merge(
+        &flags(&["--config=c", "--container-runtime-endpoint=unix:///x.sock"]),
+        file,
+        "n",
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            cfg.auth.cache_ttl,
+            cfg.auth.cache_authorized_ttl,
+            cfg.auth.cache_unauthorized_ttl
+        ),
+        (s(120), s(300), s(30))
+    );
+    let file = parse_file(
+        "c",
+        "authentication: {webhook: {cacheTTL: 10s}}\nauthorization: {webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}}\n",
+    )
+    .unwrap();
+    let cfg = merge(&flags(&["--config=c"]), file, "n").unwrap();
+    assert_eq!(
+        (
+            cfg.auth.cache_ttl,
+            cfg.auth.cache_authorized_ttl,
+            cfg.auth.cache_unauthorized_ttl
+        ),
+        (s(10), s(60), s(5))
+    );
+    let file = parse_file(
+        "c",
+        "authorization: {webhook: {cacheAuthorizedTTL: soon}}\n",
+    )
+    .unwrap();
+    let err = merge(&flags(&["--config=c"]), file, "n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("authorization.webhook.cacheAuthorizedTTL"),
+        "{err}"
+    );
+}
+
+#[test]
 fn tls_settings_validated() {
     let file = parse_file("c", "tlsMinVersion: VersionTLS10\n").unwrap();
     let err = merge(&flags(&[]), file, "n").unwrap_err().to_string();

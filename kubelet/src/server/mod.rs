@@ -1,13 +1,16 @@
 //! The kubelet's servers: plain-HTTP healthz on 127.0.0.1:10248 and the HTTPS API on :10250
 //! (`/healthz`, `/pods`, `/metrics`, `/configz`).
 //!
-//! Every :10250 request passes [`Auth`] first. TokenReview (webhook authentication), x509
-//! client-certificate authentication and SubjectAccessReview (Webhook authorization) are not
-//! implemented yet, so no request can be authenticated: with anonymous disabled every request
-//! gets upstream's 401 `Unauthorized`, and under Webhook authorization every anonymous request
-//! gets upstream's 403 `Forbidden (...)`. Only anonymous + AlwaysAllow serves content, as
-//! upstream does then. Standalone (no apiserver client), webhook authentication or
-//! authorization refuses to start, with upstream's messages.
+//! Every :10250 request passes [`Auth`] first: authentication ([`authn`]: x509 client
+//! certificates, TokenReview bearer tokens, anonymous when enabled; 401 otherwise), then
+//! authorization ([`authz`]: SubjectAccessReview on `nodes/<subresource>`, or AlwaysAllow when
+//! configured; 403 when denied, 500 when the apiserver gives no answer).
+
+pub mod authn;
+pub mod authz;
+mod cache;
+
+pub use authz::{Auth, AuthError, AuthSettings, AuthzMode, Decision, RequestInfo};
 
 pub mod logs;
 pub mod node_logs;
@@ -39,158 +42,10 @@ pub enum ServerError {
     #[error("TLS material {path}: {message}")]
     Tls { path: String, message: String },
     /// Upstream's BuildAuth errors (e.g. webhook modes without an apiserver client).
-    #[error("{0}")]
-    Auth(String),
+    #[error(transparent)]
+    Auth(#[from] AuthError),
     #[error("{0}")]
     TlsPolicy(String),
-}
-
-/// `authorization.mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum AuthzMode {
-    AlwaysAllow,
-    Webhook,
-}
-
-impl AuthzMode {
-    /// Upstream's names; anything else is upstream's "unknown authorization mode" error.
-    pub fn parse(s: &str) -> Result<AuthzMode, String> {
-        match s {
-            "AlwaysAllow" => Ok(AuthzMode::AlwaysAllow),
-            "Webhook" => Ok(AuthzMode::Webhook),
-            other => Err(format!("unknown authorization mode {other}")),
-        }
-    }
-}
-
-/// The resolved `authentication` / `authorization` settings (flags over file, upstream's
-/// defaults applied).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AuthSettings {
-    pub anonymous: bool,
-    pub webhook: bool,
-    #[serde(rename = "clientCAFile")]
-    pub client_ca_file: Option<String>,
-    pub mode: AuthzMode,
-}
-
-/// What the :10250 server answers before routing a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    Allow,
-    Deny { status: StatusCode, body: String },
-}
-
-/// The :10250 authentication/authorization decision (upstream's InstallAuthFilter).
-#[derive(Debug, Clone)]
-pub struct Auth {
-    settings: AuthSettings,
-}
-
-impl Auth {
-    /// Upstream's BuildAuth: webhook authentication or authorization need an apiserver client
-    /// (`standalone`: there is none).
-    pub fn new(settings: AuthSettings, standalone: bool) -> Result<Auth, ServerError> {
-        if standalone && settings.webhook {
-            return Err(ServerError::Auth(
-                "no client provided, cannot use webhook authentication".into(),
-            ));
-        }
-        if standalone && settings.mode == AuthzMode::Webhook {
-            return Err(ServerError::Auth(
-                "no client provided, cannot use webhook authorization".into(),
-            ));
-        }
-        Ok(Auth { settings })
-    }
-
-    pub fn settings(&self) -> &AuthSettings {
-        &self.settings
-    }
-
-    /// One line for the start log: which mode is in force.
-    pub fn describe(&self) -> String {
-        let a = &self.settings;
-        match (a.anonymous, a.mode) {
-            (false, _) => format!(
-                "kubelet API authentication: anonymous disabled; webhook (TokenReview){} and x509 client certificates{} are not implemented yet: every request is refused with 401 (fail-closed)",
-                if a.webhook { " enabled but" } else { " disabled," },
-                if a.client_ca_file.is_some() { " (clientCAFile set)" } else { "" },
-            ),
-            (true, AuthzMode::Webhook) => "kubelet API: anonymous enabled, authorization mode Webhook: SubjectAccessReview is not implemented yet: every request is refused with 403 (fail-closed)".into(),
-            (true, AuthzMode::AlwaysAllow) => "kubelet API: anonymous enabled, authorization mode AlwaysAllow: every request is served, as upstream".into(),
-        }
-    }
-
-    /// The decision for one request. `client_cert`: the client presented a certificate (not
-    /// verified: x509 authentication is not implemented yet, so it authenticates no one).
-    pub fn decide(&self, method: &http::Method, path: &str, client_cert: bool) -> Decision {
-        // No authenticator is implemented yet: neither a certificate nor a bearer token
-        // identifies a user; only the anonymous authenticator can succeed.
-        let _ = client_cert;
-        if !self.settings.anonymous {
-            return Decision::Deny {
-                status: StatusCode::UNAUTHORIZED,
-                body: "Unauthorized".into(),
-            };
-        }
-        match self.settings.mode {
-            AuthzMode::AlwaysAllow => Decision::Allow,
-            AuthzMode::Webhook => Decision::Deny {
-                status: StatusCode::FORBIDDEN,
-                body: format!(
-                    "Forbidden (user=system:anonymous, verb={}, resource=nodes, subresource(s)=[{}])",
-                    api_verb(method),
-                    subresources(path).join(" ")
-                ),
-            },
-        }
-    }
-}
-
-/// Upstream's HTTP method → API verb (pkg/kubelet/server/auth.go).
-fn api_verb(m: &http::Method) -> &'static str {
-    match m.as_str() {
-        "POST" => "create",
-        "GET" => "get",
-        "PUT" => "update",
-        "PATCH" => "patch",
-        "DELETE" => "delete",
-        _ => "",
-    }
-}
-
-fn is_subpath(sub: &str, path: &str) -> bool {
-    let path = path.trim_end_matches('/');
-    sub == path || (sub.starts_with(path) && sub.as_bytes().get(path.len()) == Some(&b'/'))
-}
-
-/// Upstream's request → node subresources (fine-grained first, then the fallback), as in
-/// GetRequestAttributes with KubeletFineGrainedAuthz (GA in v1.36).
-fn subresources(path: &str) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    if is_subpath(path, "/pods") || is_subpath(path, "/runningpods/") {
-        out.push("pods");
-    } else if is_subpath(path, "/healthz") {
-        out.push("healthz");
-    } else if is_subpath(path, "/configz") {
-        out.push("configz");
-    } else if is_subpath(path, "/statusz") {
-        out.push("statusz");
-    }
-    out.push(if is_subpath(path, "/stats") {
-        "stats"
-    } else if is_subpath(path, "/metrics") {
-        "metrics"
-    } else if is_subpath(path, "/logs") {
-        "log"
-    } else if is_subpath(path, "/checkpoint") {
-        "checkpoint"
-    } else {
-        "proxy"
-    });
-    out
 }
 
 /// The serving TLS versions and cipher suites (`tlsMinVersion`, `tlsCipherSuites`).
@@ -407,7 +262,8 @@ pub async fn serve_http(listener: TcpListener, router: Router, cancel: Cancellat
 /// Loads the serving certificate, or creates and stores a self-signed one in `cert_dir`
 /// (`kubelet.crt` / `kubelet.key`, as upstream does when no tlsCertFile is configured). A
 /// half-present or mismatched self-signed pair is replaced by a new one; a configured pair is
-/// used as is (and a broken one is an error).
+/// used as is (and a broken one is an error). `request_client_cert`: ask clients for a
+/// certificate (verified by [`authn`] when a client CA is configured).
 pub fn serving_tls(
     policy: &TlsPolicy,
     cert: Option<&Path>,
@@ -415,6 +271,7 @@ pub fn serving_tls(
     cert_dir: &Path,
     hostname: &str,
     ips: &[std::net::IpAddr],
+    request_client_cert: bool,
 ) -> Result<rustls::ServerConfig, ServerError> {
     let tls_err = |path: &Path, message: String| ServerError::Tls {
         path: path.display().to_string(),
@@ -455,10 +312,15 @@ pub fn serving_tls(
     if let Some(suites) = &policy.suites {
         provider.cipher_suites = suites.clone();
     }
-    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(&policy.versions)
-        .map_err(|e| tls_err(&cert_path, e.to_string()))?
-        .with_no_client_auth()
+        .map_err(|e| tls_err(&cert_path, e.to_string()))?;
+    let builder = if request_client_cert {
+        builder.with_client_cert_verifier(authn::RequestClientCert::verifier())
+    } else {
+        builder.with_no_client_auth()
+    };
+    let mut cfg = builder
         .with_single_cert(certs, key)
         .map_err(|e| tls_err(&cert_path, e.to_string()))?;
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -471,16 +333,21 @@ pub fn serving_tls(
 pub fn serving_tls_resolver(
     policy: &TlsPolicy,
     resolver: Arc<dyn rustls::server::ResolvesServerCert>,
+    request_client_cert: bool,
 ) -> Result<rustls::ServerConfig, ServerError> {
     let mut provider = rustls::crypto::ring::default_provider();
     if let Some(suites) = &policy.suites {
         provider.cipher_suites = suites.clone();
     }
-    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(&policy.versions)
-        .map_err(|e| ServerError::TlsPolicy(e.to_string()))?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+        .map_err(|e| ServerError::TlsPolicy(e.to_string()))?;
+    let builder = if request_client_cert {
+        builder.with_client_cert_verifier(authn::RequestClientCert::verifier())
+    } else {
+        builder.with_no_client_auth()
+    };
+    let mut cfg = builder.with_cert_resolver(resolver);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
 }
@@ -562,15 +429,24 @@ pub async fn serve_https(
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
             };
-            let client_cert = tls
+            let peer_certs: Option<Arc<[rustls::pki_types::CertificateDer<'static>]>> = tls
                 .get_ref()
                 .1
                 .peer_certificates()
-                .is_some_and(|c| !c.is_empty());
+                .map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
             let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let router = router.clone();
-                let decision = auth.decide(req.method(), req.uri().path(), client_cert);
+                let auth = auth.clone();
+                let peer_certs = peer_certs.clone();
                 async move {
+                    let decision = auth
+                        .decide(RequestInfo {
+                            method: req.method(),
+                            path: req.uri().path(),
+                            headers: req.headers(),
+                            peer_certs: peer_certs.as_deref(),
+                        })
+                        .await;
                     let resp = match decision {
                         Decision::Allow => tower::ServiceExt::oneshot(router, req)
                             .await

@@ -15,86 +15,6 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
-fn auth(anonymous: bool, mode: AuthzMode) -> Auth {
-    Auth::new(
-        AuthSettings {
-            anonymous,
-            webhook: true,
-            client_ca_file: Some("/etc/kubernetes/pki/ca.crt".into()),
-            mode,
-        },
-        false,
-    )
-    .unwrap()
-}
-
-#[test]
-fn auth_decision_table() {
-    use AuthzMode::*;
-    let get = http::Method::GET;
-    let forbidden_pods =
-        "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[pods proxy])";
-    // anonymous × mode × client certificate → status (authenticators other than anonymous
-    // are not implemented yet: a certificate changes nothing, it fails closed).
-    let table = [
-        (false, AlwaysAllow, false, 401, "Unauthorized"),
-        (false, AlwaysAllow, true, 401, "Unauthorized"),
-        (false, Webhook, false, 401, "Unauthorized"),
-        (false, Webhook, true, 401, "Unauthorized"),
-        (true, AlwaysAllow, false, 200, ""),
-        (true, AlwaysAllow, true, 200, ""),
-        (true, Webhook, false, 403, forbidden_pods),
-        (true, Webhook, true, 403, forbidden_pods),
-    ];
-    for (anonymous, mode, cert, want, body) in table {
-        let got = auth(anonymous, mode).decide(&get, "/pods", cert);
-        let (code, text) = match got {
-            Decision::Allow => (200, String::new()),
-            Decision::Deny { status, body } => (status.as_u16(), body),
-        };
-        assert_eq!(
-            (code, text.as_str()),
-            (want, body),
-            "anonymous={anonymous} mode={mode:?} cert={cert}"
-        );
-    }
-}
-
-#[test]
-fn forbidden_names_upstream_subresources() {
-    let a = auth(true, AuthzMode::Webhook);
-    let body = |m: http::Method, p: &str| match a.decide(&m, p, false) {
-        Decision::Deny { body, .. } => body,
-        Decision::Allow => panic!("allowed"),
-    };
-    assert!(body(http::Method::GET, "/metrics").ends_with("subresource(s)=[metrics])"));
-    assert!(body(http::Method::GET, "/healthz").ends_with("subresource(s)=[healthz proxy])"));
-    assert!(body(http::Method::GET, "/configz").ends_with("subresource(s)=[configz proxy])"));
-    assert!(body(http::Method::POST, "/exec/a/b/c").contains("verb=create"));
-    assert!(body(http::Method::POST, "/exec/a/b/c").ends_with("subresource(s)=[proxy])"));
-    assert!(body(http::Method::GET, "/podsx").ends_with("subresource(s)=[proxy])"));
-}
-
-#[test]
-fn standalone_webhook_refuses_with_upstream_message() {
-    let s = |webhook, mode| AuthSettings {
-        anonymous: true,
-        webhook,
-        client_ca_file: None,
-        mode,
-    };
-    let err = Auth::new(s(true, AuthzMode::Webhook), true)
-        .unwrap_err()
-        .to_string();
-    assert_eq!(err, "no client provided, cannot use webhook authentication");
-    let err = Auth::new(s(false, AuthzMode::Webhook), true)
-        .unwrap_err()
-        .to_string();
-    assert_eq!(err, "no client provided, cannot use webhook authorization");
-    assert!(Auth::new(s(false, AuthzMode::AlwaysAllow), true).is_ok());
-    assert!(Auth::new(s(true, AuthzMode::Webhook), false).is_ok());
-}
-
 #[test]
 fn tls_versions_and_suites() {
     use rustls::ProtocolVersion::{TLSv1_2, TLSv1_3};
@@ -147,7 +67,7 @@ fn tls_versions_and_suites() {
     // A restricted policy still builds a server config.
     let dir = tempfile::tempdir().unwrap();
     let p = tls_policy(Some("VersionTLS13"), &["TLS_AES_256_GCM_SHA384".into()]).unwrap();
-    serving_tls(&p, None, None, dir.path(), "n", &[]).unwrap();
+    serving_tls(&p, None, None, dir.path(), "n", &[], false).unwrap();
 }
 
 fn serve(dir: &Path) -> Result<rustls::ServerConfig, ServerError> {
@@ -158,6 +78,7 @@ fn serve(dir: &Path) -> Result<rustls::ServerConfig, ServerError> {
         dir,
         "worker-1",
         &["10.0.0.5".parse().unwrap()],
+        true,
     )
 }
 
@@ -225,6 +146,7 @@ fn configured_mismatched_pair_is_an_error_not_replaced() {
         &dir.path().join("unused"),
         "worker-1",
         &[],
+        false,
     );
     assert!(matches!(r, Err(ServerError::Tls { .. })));
     assert_eq!(std::fs::read(&crt).unwrap(), before);

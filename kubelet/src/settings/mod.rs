@@ -301,11 +301,10 @@ mod tests {
     }
 
     #[test]
-    fn kubeadm_config_warns_only_about_client_ca() {
+    fn kubeadm_config_is_fully_supported() {
+        // kubeadm's authentication/authorization (client CA, webhook, caches) all work.
         let f = check(&[], Some(crate::config::tests::KUBEADM_CONFIG));
-        assert_eq!(f.refusals, Vec::<String>::new());
-        assert_eq!(f.warnings.len(), 1, "{f:#?}");
-        assert!(f.warnings[0].contains("authentication.x509.clientCAFile"));
+        assert_eq!(f, Findings::default(), "{f:#?}");
         // kubeadm's command line: only flags that work.
         let g = given(&[
             "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",

@@ -33,6 +33,7 @@ mod patch;
 pub mod pki;
 mod random;
 pub mod resources;
+pub mod reviews;
 pub mod selectors;
 mod server;
 pub mod status;
@@ -232,6 +233,7 @@ impl TestControlPlane {
             bookmark_interval: opts.bookmark_interval,
             default_watch_timeout: opts.default_watch_timeout,
             git_version: opts.git_version.clone(),
+            grants: Default::default(),
         });
         let listener = server::bind(SocketAddr::from(([127, 0, 0, 1], opts.port))).await?;
         let addr = listener.local_addr()?;
@@ -372,6 +374,21 @@ impl TestControlPlane {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(token.to_string(), UserInfo::new(user, &g));
+    }
+
+    /// SubjectAccessReview allows `subject` (a user or group) `verb` on `nodes/<subresource>`
+    /// (`*` for any verb or subresource); anything not granted is denied.
+    pub fn grant(&self, subject: &str, verb: &str, subresource: &str) {
+        self.shared.grants.add(reviews::Grant {
+            subject: subject.into(),
+            verb: verb.into(),
+            subresource: subresource.into(),
+        });
+    }
+
+    /// Drop every SubjectAccessReview grant.
+    pub fn clear_grants(&self) {
+        self.shared.grants.clear();
     }
 
     /// Stop accepting a token.

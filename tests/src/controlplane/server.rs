@@ -40,6 +40,8 @@ pub struct Shared {
     pub bookmark_interval: Duration,
     pub default_watch_timeout: Duration,
     pub git_version: String,
+    /// SubjectAccessReview grants.
+    pub grants: super::reviews::Grants,
 }
 
 impl Shared {
@@ -176,6 +178,10 @@ enum Route {
     /// The token signing keys: `/openid/v1/jwks`.
     Jwks,
     Resource(Target),
+    /// `authentication.k8s.io/v1 tokenreviews`.
+    TokenReview,
+    /// `authorization.k8s.io/v1 subjectaccessreviews`.
+    AccessReview,
     NotFound,
 }
 
@@ -254,6 +260,10 @@ fn route(path: &str) -> Route {
         }
         ["apis", g, v] if resources::groups().contains(g) => {
             return Route::Root(resource_list(g, v));
+        }
+        ["apis", "authentication.k8s.io", "v1", "tokenreviews"] => return Route::TokenReview,
+        ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] => {
+            return Route::AccessReview;
         }
         ["api", "v1", rest @ ..] => ("", "v1", rest),
         ["apis", g, v, rest @ ..] => (g, v, rest),
@@ -405,6 +415,38 @@ async fn dispatch(
                 "NotFound",
                 "the server could not find the requested resource",
             ));
+        }
+        Route::TokenReview | Route::AccessReview if req.method() != Method::POST => {
+            return error(&ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "only create is served for reviews",
+            ));
+        }
+        Route::TokenReview => {
+            let body = match read_json(req).await {
+                Ok(b) => b,
+                Err(e) => return error(&e),
+            };
+            let token = body
+                .pointer("/spec/token")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let known = shared
+                .tokens
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(token)
+                .cloned();
+            let user = known.or_else(|| shared.store().authenticate_token(token));
+            return full(201, &super::reviews::token_review(&body, user));
+        }
+        Route::AccessReview => {
+            let body = match read_json(req).await {
+                Ok(b) => b,
+                Err(e) => return error(&e),
+            };
+            return full(201, &super::reviews::access_review(&body, &shared.grants));
         }
         Route::Resource(t) => t,
     };

@@ -105,7 +105,8 @@ async fn listener_serves_nothing_until_issued_then_swaps_without_restart() {
     let ca = ca();
     let resolver = Arc::new(ServingCertResolver::new());
     let policy = crate::server::tls_policy(None, &[]).unwrap();
-    let cfg = Arc::new(crate::server::serving_tls_resolver(&policy, resolver.clone()).unwrap());
+    let cfg =
+        Arc::new(crate::server::serving_tls_resolver(&policy, resolver.clone(), false).unwrap());
     // No certificate yet: the handshake fails, as upstream's GetCertificate error.
     assert!(!resolver.has_cert());
     assert_eq!(presented(cfg.clone(), &ca, "node-a").await, None);

@@ -1,0 +1,289 @@
+//! :10250 authentication, as upstream's delegating authenticator: x509 client certificates
+//! (against `authentication.x509.clientCAFile`), then bearer tokens through TokenReview
+//! (`authentication.webhook.enabled`, answers cached for `cacheTTL`), and anonymous only when
+//! `authentication.anonymous.enabled` and the request carried no credentials at all.
+//!
+//! The TLS layer asks every client for a certificate and accepts any (it only checks that the
+//! client holds the key); the chain is verified here, so an unknown CA is a 401, not a failed
+//! handshake, as upstream.
+
+use super::cache::TtlCache;
+use crate::cluster::auth_review::{AuthReview, TokenOutcome, UserInfo};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Upstream's anonymous identity.
+pub const ANONYMOUS_USER: &str = "system:anonymous";
+pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
+/// Added to every authenticated (non-anonymous) user.
+pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+
+/// Why a request was not authenticated (every variant is a 401).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AuthnError {
+    #[error("no credentials and anonymous authentication is disabled")]
+    NoCredentials,
+    #[error("x509: {0}")]
+    Certificate(String),
+    #[error("invalid bearer token{}", if .0.is_empty() { String::new() } else { format!(": {}", .0) })]
+    InvalidToken(String),
+    #[error("{0}")]
+    Review(String),
+    #[error("bearer tokens are not accepted: authentication.webhook.enabled is false")]
+    TokenWebhookDisabled,
+}
+
+/// Loading the client CA bundle failed (the agent refuses to start).
+#[derive(Debug, thiserror::Error)]
+#[error("authentication.x509.clientCAFile {path}: {message}")]
+pub struct ClientCaError {
+    pub path: String,
+    pub message: String,
+}
+
+/// The x509 authenticator: a webpki verifier over the client CA bundle.
+pub struct X509 {
+    verifier: Arc<dyn ClientCertVerifier>,
+}
+
+impl X509 {
+    /// Reads the PEM bundle at `path`.
+    pub fn from_file(path: &str) -> Result<X509, ClientCaError> {
+        let err = |message: String| ClientCaError {
+            path: path.into(),
+            message,
+        };
+        let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+        X509::from_pem(&pem).map_err(err)
+    }
+
+    pub fn from_pem(pem: &[u8]) -> Result<X509, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pemfile::certs(&mut &pem[..]) {
+            let cert = cert.map_err(|e| e.to_string())?;
+            roots.add(cert).map_err(|e| e.to_string())?;
+        }
+        if roots.is_empty() {
+            return Err("no CA certificate found".into());
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .map_err(|e| e.to_string())?;
+        Ok(X509 { verifier })
+    }
+
+    /// Verifies the presented chain (leaf first): `CN` is the user name, each `O` a group.
+    pub fn authenticate(&self, chain: &[CertificateDer<'static>]) -> Result<UserInfo, AuthnError> {
+        let (leaf, rest) = chain
+            .split_first()
+            .ok_or_else(|| AuthnError::Certificate("empty chain".into()))?;
+        self.verifier
+            .verify_client_cert(leaf, rest, UnixTime::now())
+            .map_err(|e| AuthnError::Certificate(e.to_string()))?;
+        let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref())
+            .map_err(|e| AuthnError::Certificate(e.to_string()))?;
+        let subject = cert.subject();
+        let name = subject
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let mut groups: Vec<String> = subject
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok().map(str::to_string))
+            .collect();
+        groups.push(AUTHENTICATED_GROUP.into());
+        Ok(UserInfo {
+            name,
+            groups,
+            ..Default::default()
+        })
+    }
+}
+
+/// The authentication settings in force.
+pub struct Authenticator {
+    pub anonymous: bool,
+    pub x509: Option<X509>,
+    /// TokenReview client when `authentication.webhook.enabled`.
+    pub tokens: Option<Arc<dyn AuthReview>>,
+    cache: TtlCache<String, Result<UserInfo, String>>,
+    cache_ttl: Duration,
+}
+
+impl Authenticator {
+    pub fn new(
+        anonymous: bool,
+        x509: Option<X509>,
+        tokens: Option<Arc<dyn AuthReview>>,
+        cache_ttl: Duration,
+    ) -> Authenticator {
+        Authenticator {
+            anonymous,
+            x509,
+            tokens,
+            cache: TtlCache::default(),
+            cache_ttl,
+        }
+    }
+
+    /// (hits, misses) of the token cache.
+    pub fn cache_stats(&self) -> (u64, u64) {
+        self.cache.stats()
+    }
+
+    /// Upstream's union: certificate, then token; anonymous only without any credentials (a
+    /// bad certificate or token is a 401 even when anonymous is enabled).
+    pub async fn authenticate(
+        &self,
+        headers: &http::HeaderMap,
+        peer_certs: Option<&[CertificateDer<'static>]>,
+    ) -> Result<UserInfo, AuthnError> {
+        let mut errors = Vec::new();
+        if let (Some(x509), Some(chain)) = (&self.x509, peer_certs.filter(|c| !c.is_empty())) {
+            match x509.authenticate(chain) {
+                Ok(u) => return Ok(u),
+                Err(e) => errors.push(e),
+            }
+        }
+        if let Some(token) = bearer_token(headers) {
+            match &self.tokens {
+                Some(review) => match self.review_token(review.as_ref(), token).await {
+                    Ok(u) => return Ok(u),
+                    Err(e) => errors.push(e),
+                },
+                None => tracing::debug!("{}", AuthnError::TokenWebhookDisabled),
+            }
+        }
+        if let Some(e) = errors.into_iter().next() {
+            return Err(e);
+        }
+        if self.anonymous {
+            return Ok(UserInfo {
+                name: ANONYMOUS_USER.into(),
+                groups: vec![UNAUTHENTICATED_GROUP.into()],
+                ..Default::default()
+            });
+        }
+        Err(AuthnError::NoCredentials)
+    }
+
+    async fn review_token(
+        &self,
+        review: &dyn AuthReview,
+        token: &str,
+    ) -> Result<UserInfo, AuthnError> {
+        let key = token_key(token);
+        if let Some(hit) = self.cache.get(&key) {
+            return hit.map_err(AuthnError::InvalidToken);
+        }
+        // Errors (no answer) are not cached; answers, good or bad, are kept for cacheTTL.
+        let answer = match review.review_token(token.to_string()).await {
+            Ok(TokenOutcome::Authenticated(mut u)) => {
+                if !u.groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+                    u.groups.push(AUTHENTICATED_GROUP.into());
+                }
+                Ok(u)
+            }
+            Ok(TokenOutcome::Rejected(why)) => Err(why),
+            Err(e) => return Err(AuthnError::Review(e.to_string())),
+        };
+        self.cache.put(key, answer.clone(), self.cache_ttl);
+        answer.map_err(AuthnError::InvalidToken)
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive, as
+/// upstream); anything else carries no token.
+pub fn bearer_token(headers: &http::HeaderMap) -> Option<&str> {
+    let v = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Tokens are cached under their SHA-256, never in the clear.
+fn token_key(token: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(token.as_bytes()))
+}
+
+/// The TLS-level client verifier: asks for a certificate, accepts any chain (verified later by
+/// [`X509`]) but still checks the handshake signature, so a client must hold the key.
+#[derive(Debug)]
+pub struct RequestClientCert {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl RequestClientCert {
+    pub fn verifier() -> Arc<dyn ClientCertVerifier> {
+        Arc::new(RequestClientCert {
+            provider: Arc::new(rustls::crypto::ring::default_provider()),
+        })
+    }
+}
+
+impl ClientCertVerifier for RequestClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}

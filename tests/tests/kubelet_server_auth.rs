@@ -1,0 +1,246 @@
+//! The kubelet's :10250 behind kubeadm's settings (anonymous off, x509 against the cluster CA,
+//! TokenReview, Webhook authorization): who gets which status code, asked of the real agent
+//! joined to the test control plane, and what the answer caches save.
+
+mod common;
+
+use common::{NetnsControlPlane, Rig};
+use node_tests::controlplane::Options;
+use std::path::Path;
+use std::time::Duration;
+
+/// Rigs are heavy (containerd each) and this machine has two cores: one test at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `curl` inside the rig's netns: (status code, body, seconds).
+fn curl(rig: &Rig, path: &str, extra: &[&str]) -> (u16, String, f64) {
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", rig.netns_path()))
+        .args([
+            "curl",
+            "-sk",
+            "--max-time",
+            "10",
+            "-w",
+            "\n%{http_code} %{time_total}",
+        ])
+        .args(extra)
+        .arg(format!("https://127.0.0.1:10250{path}"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, tail) = text.rsplit_once('\n').unwrap_or((&text, ""));
+    let mut it = tail.split(' ');
+    let code = it.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+    let secs = it.next().and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    (code, body.to_string(), secs)
+}
+
+/// One curl run over one kept-alive connection: each (header, path) in turn; per request
+/// (status code, seconds from the request's start to its end, no handshake after the first).
+fn curl_many(rig: &Rig, reqs: &[(String, &str)]) -> Vec<(u16, f64)> {
+    let mut cmd = std::process::Command::new("nsenter");
+    cmd.arg(format!("--net={}", rig.netns_path()))
+        .args(["curl", "--max-time", "60"]);
+    for (i, (h, path)) in reqs.iter().enumerate() {
+        if i > 0 {
+            cmd.arg("--next");
+        }
+        cmd.args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{time_total} %{time_pretransfer}\n",
+            "-H",
+        ])
+        .arg(h)
+        .arg(format!("https://127.0.0.1:10250{path}"));
+    }
+    let out = cmd.output().expect("curl");
+    if !out.status.success() {
+        eprintln!(
+            "curl: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let num = |i: usize| f.get(i).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+            (num(0) as u16, num(1) - num(2))
+        })
+        .collect()
+}
+
+fn write_pair(
+    dir: &Path,
+    name: &str,
+    cert: &node_tests::controlplane::pki::IssuedCert,
+) -> [String; 4] {
+    let c = dir.join(format!("{name}.crt"));
+    let k = dir.join(format!("{name}.key"));
+    std::fs::write(&c, &cert.cert_pem).unwrap();
+    std::fs::write(&k, &cert.key_pem).unwrap();
+    [
+        "--cert".into(),
+        c.display().to_string(),
+        "--key".into(),
+        k.display().to_string(),
+    ]
+}
+
+fn args(a: &[String]) -> Vec<&str> {
+    a.iter().map(String::as_str).collect()
+}
+
+fn reviews(cp: &NetnsControlPlane, what: &str) -> usize {
+    cp.requests()
+        .iter()
+        .filter(|r| r.path.ends_with(what))
+        .count()
+}
+
+#[test]
+fn authn_authz_table_against_the_joined_agent() {
+    require_rig!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (rig, cp, node, kubelet) = common::joined::up("e2e-authz", Options::default(), false);
+    let dir = node.p("clients");
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // Callers: a reader token granted pods, metrics and stats; a certificate of the cluster CA
+    // without rights; an admin certificate (group system:masters, granted everything); the
+    // same admin name from another CA.
+    cp.add_token("reader-token", "reader", &[]);
+    for sub in ["pods", "metrics", "stats"] {
+        cp.grant("reader", "get", sub);
+    }
+    cp.grant("system:masters", "*", "*");
+    let nobody = cp
+        .issue_client_cert("nobody", &[], Duration::from_secs(3600))
+        .unwrap();
+    let nobody = write_pair(&dir, "nobody", &nobody);
+    let admin = cp
+        .issue_client_cert("admin", &["system:masters"], Duration::from_secs(3600))
+        .unwrap();
+    let admin = write_pair(&dir, "admin", &admin);
+    let stranger = node_tests::controlplane::pki::Authority::new("another-ca")
+        .unwrap()
+        .client_cert("admin", &["system:masters"], Duration::from_secs(3600))
+        .unwrap();
+    let stranger = write_pair(&dir, "stranger", &stranger);
+    let reader = [
+        "-H".to_string(),
+        "Authorization: Bearer reader-token".to_string(),
+    ];
+    let wrong = ["-H".to_string(), "Authorization: Bearer nope".to_string()];
+
+    let none: [String; 0] = [];
+    let cases: Vec<(&str, &[String], &str, u16)> = vec![
+        ("no credentials", &none, "/pods", 401),
+        ("unknown token", &wrong, "/pods", 401),
+        ("client cert of another CA", &stranger, "/pods", 401),
+        ("cluster cert without rights", &nobody, "/pods", 403),
+        ("reader token", &reader, "/pods", 200),
+        ("reader token", &reader, "/metrics", 200),
+        ("reader token", &reader, "/configz", 403),
+        ("reader token", &reader, "/healthz", 403),
+        ("reader token", &reader, "/logs/", 403),
+        ("admin cert", &admin, "/configz", 200),
+        ("admin cert", &admin, "/healthz", 200),
+    ];
+    for (who, creds, path, want) in &cases {
+        let (code, body, _) = curl(&rig, path, &args(creds));
+        assert_eq!(
+            code,
+            *want,
+            "{who} GET {path}: {body}\n{}",
+            kubelet.log_text()
+        );
+    }
+    let (code, body, _) = curl(&rig, "/pods", &args(&nobody));
+    assert_eq!(
+        body.trim(),
+        "Forbidden (user=nobody, verb=get, resource=nodes, subresource(s)=[pods proxy])"
+    );
+    assert_eq!(code, 403);
+    // stats is granted: authorization lets the request through (200, or 404 while the
+    // route is not served), never 401/403.
+    let (code, body, _) = curl(&rig, "/stats/summary", &args(&reader));
+    assert!(code == 200 || code == 404, "/stats/summary: {code} {body}");
+    // exec is `create` on nodes/proxy: the reader holds no such grant.
+    let (code, body, _) = curl(
+        &rig,
+        "/exec/default/p/c?command=id",
+        &[&["-X", "POST"][..], &args(&reader)].concat(),
+    );
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("verb=create"), "{body}");
+
+    // The caches: repeated requests ask the apiserver nothing more. Figures over one
+    // kept-alive connection, so the TLS handshake is not part of them.
+    let reader_h = "Authorization: Bearer reader-token".to_string();
+    let warm: Vec<(String, &str)> = (0..50).map(|_| (reader_h.clone(), "/pods")).collect();
+    curl_many(&rig, &warm[..1]);
+    let (tr0, sar0) = (
+        reviews(&cp, "/tokenreviews"),
+        reviews(&cp, "/subjectaccessreviews"),
+    );
+    let cached = curl_many(&rig, &warm);
+    let (tr1, sar1) = (
+        reviews(&cp, "/tokenreviews"),
+        reviews(&cp, "/subjectaccessreviews"),
+    );
+    assert_eq!(cached.len(), 50);
+    assert!(cached.iter().all(|(c, _)| *c == 200), "{cached:?}");
+    assert_eq!(
+        (tr1 - tr0, sar1 - sar0),
+        (0, 0),
+        "cached answers must not be asked again"
+    );
+    // Uncached: a new token of a new user each time (one TokenReview + one
+    // SubjectAccessReview; decisions are cached per user and attributes, not per token).
+    let fresh_reqs: Vec<(String, &str)> = (0..50)
+        .map(|i| {
+            let tok = format!("fresh-{i}");
+            cp.add_token(&tok, &tok, &[]);
+            cp.grant(&tok, "get", "pods");
+            (format!("Authorization: Bearer {tok}"), "/pods")
+        })
+        .collect();
+    let fresh = curl_many(&rig, &fresh_reqs);
+    assert!(fresh.iter().all(|(c, _)| *c == 200), "{fresh:?}");
+    assert_eq!(reviews(&cp, "/tokenreviews") - tr1, 50);
+    assert_eq!(reviews(&cp, "/subjectaccessreviews") - sar1, 50);
+    let med = |v: &[(u16, f64)]| {
+        let mut t: Vec<f64> = v.iter().skip(1).map(|(_, s)| *s * 1000.0).collect();
+        t.sort_by(|a, b| a.total_cmp(b));
+        (t[t.len() / 2], t[t.len() * 9 / 10])
+    };
+    let ((c50, c90), (f50, f90)) = (med(&cached), med(&fresh));
+    eprintln!(
+        "authz figures (GET /pods, kept-alive connection): cache hit rate 50/50 (0 TokenReviews, 0 SubjectAccessReviews); cached p50 {c50:.2} ms p90 {c90:.2} ms; uncached (1 TokenReview + 1 SubjectAccessReview) p50 {f50:.2} ms p90 {f90:.2} ms; cached/uncached p50 ratio {:.2}",
+        c50 / f50
+    );
+
+    // The apiserver goes away: what was decided stays decided for its TTL, a fresh decision
+    // is refused (500: no answer), a fresh token is a 401; nothing new is allowed.
+    cp.stop();
+    let (code, _, _) = curl(&rig, "/pods", &args(&reader));
+    assert_eq!(code, 200, "cached identity and decision");
+    let (code, body, _) = curl(&rig, "/configz", &args(&nobody));
+    assert_eq!(code, 500, "fresh decision without an apiserver: {body}");
+    assert!(
+        body.starts_with("Authorization error (user=nobody"),
+        "{body}"
+    );
+    cp.add_token("late-token", "reader", &[]);
+    let (code, _, _) = curl(&rig, "/pods", &["-H", "Authorization: Bearer late-token"]);
+    assert_eq!(code, 401, "a token that cannot be reviewed");
+    let (code, _, _) = curl(&rig, "/pods", &[]);
+    assert_eq!(code, 401);
+    drop(kubelet);
+}
