@@ -303,6 +303,8 @@ pub struct AppState {
     pub pleg: Arc<PlegHealth>,
     pub metrics: Metrics,
     pub configz: Arc<serde_json::Value>,
+    /// `/stats/summary` and `/metrics/resource`.
+    pub stats: crate::stats::Handle,
 }
 
 async fn healthz(State(s): State<AppState>) -> Response {
@@ -367,6 +369,14 @@ pub fn api_router(state: AppState) -> Router {
         .route("/pods/", get(pods))
         .route("/metrics", get(metrics))
         .route("/configz", get(configz))
+        .route(
+            "/stats/summary",
+            get(|State(s): State<AppState>| async move { s.stats.summary().await }),
+        )
+        .route(
+            "/metrics/resource",
+            get(|State(s): State<AppState>| async move { s.stats.resource_metrics().await }),
+        )
         .with_state(state)
 }
 
