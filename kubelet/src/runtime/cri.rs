@@ -621,7 +621,6 @@ impl Runtime for CriRuntime {
     }
 }
 
-
 fn u64v(v: Option<pb::UInt64Value>) -> Option<u64> {
     v.map(|v| v.value)
 }
@@ -694,7 +693,11 @@ fn sandbox_stats_pb(s: pb::PodSandboxStats) -> SandboxStats {
             interfaces: n.interfaces.into_iter().map(iface_pb).collect(),
         }),
         process_count: linux.process.and_then(|p| u64v(p.process_count)),
-        containers: linux.containers.into_iter().map(container_stats_pb).collect(),
+        containers: linux
+            .containers
+            .into_iter()
+            .map(container_stats_pb)
+            .collect(),
     }
 }
 

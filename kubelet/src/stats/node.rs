@@ -122,14 +122,14 @@ impl NodeSource for LinuxNode {
     fn fs_info(&self, path: &Path) -> Option<FsInfo> {
         let v = nix::sys::statvfs::statvfs(path).ok()?;
         let frag = v.fragment_size();
-        let blocks = u64::from(v.blocks());
-        let free = u64::from(v.blocks_free());
+        let blocks = v.blocks();
+        let free = v.blocks_free();
         Some(FsInfo {
             capacity_bytes: blocks * frag,
-            available_bytes: u64::from(v.blocks_available()) * frag,
+            available_bytes: v.blocks_available() * frag,
             used_bytes: blocks.saturating_sub(free) * frag,
-            inodes: u64::from(v.files()),
-            inodes_free: u64::from(v.files_free()),
+            inodes: v.files(),
+            inodes_free: v.files_free(),
         })
     }
 
