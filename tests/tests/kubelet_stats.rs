@@ -218,6 +218,14 @@ fn summary_latency_at_110_pods() {
         warm.push(t.elapsed());
     }
     warm.sort();
+    // The same curl against /healthz: the cost of the process, TLS and HTTP alone.
+    let mut healthz = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let _ = agent.curl("https://127.0.0.1:10250/healthz");
+        healthz.push(t.elapsed());
+    }
+    healthz.sort();
     let m2 = metrics();
     let ops = [
         "list_podsandbox_stats",
@@ -259,6 +267,10 @@ fn summary_latency_at_110_pods() {
         "  /stats/summary warm (cached) p50: {:.1} ms, max {:.1} ms (curl included)",
         ms(warm_p50),
         ms(*warm.last().unwrap())
+    );
+    println!(
+        "  /healthz by the same curl p50: {:.1} ms",
+        ms(healthz[healthz.len() / 2])
     );
     println!("  direct ListPodSandboxStats p50: {:.1} ms", ms(direct));
     println!(

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 /// A time as the API's `metav1.Time` serializes it: RFC 3339 at second precision (UTC). The
-/// nanoseconds stay for `/metrics/resource`'s millisecond timestamps.
+/// nanoseconds stay for `/metrics/resource`'s millisecond timestamps. Unknown (0) is `null`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct StatTime(pub i64);
 
@@ -17,6 +17,10 @@ impl StatTime {
 
 impl Serialize for StatTime {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // A zero metav1.Time is `null`.
+        if self.0 == 0 {
+            return s.serialize_none();
+        }
         let t = k8s_openapi::jiff::Timestamp::from_second(self.0.div_euclid(1_000_000_000))
             .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         s.collect_str(&t)

@@ -341,3 +341,18 @@ fn only_the_kubelets_own_volume_kinds_are_walked() {
     assert_eq!(d.volumes[0].2, 2, "the directory and its file");
     assert!(d.logs.is_empty());
 }
+
+#[test]
+fn times_serialize_as_metav1_time() {
+    use summary::StatTime;
+    let t = serde_json::to_value(StatTime(1_700_000_000_999_999_999)).unwrap();
+    assert_eq!(t, "2023-11-14T22:13:20Z");
+    assert_eq!(
+        serde_json::to_value(StatTime(0)).unwrap(),
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        StatTime(1_700_000_000_999_999_999).millis(),
+        1_700_000_000_999
+    );
+}
