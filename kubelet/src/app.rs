@@ -98,6 +98,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             node_log_dir: cfg.enable_system_log_handler.then(|| "/var/log".into()),
             containers: log_runtime.clone(),
         }),
+        stats: crate::stats::Handle::default(),
     };
     let mut tasks = JoinSet::new();
 
@@ -198,6 +199,16 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         }
     };
     tracing::info!(name = %version.runtime_name, version = %version.runtime_version, api = %version.runtime_api_version, "container runtime ready");
+    state.stats.set(Arc::new(crate::stats::Provider::new(
+        runtime.clone(),
+        Arc::new(crate::stats::node::LinuxNode),
+        crate::stats::ProviderConfig {
+            node_name: cfg.node_name.clone(),
+            root_dir: cfg.root_dir.clone(),
+            pod_logs_dir: cfg.pod_logs_dir.clone(),
+            max_age: crate::stats::DEFAULT_MAX_AGE,
+        },
+    )));
 
     let cgroups: Arc<dyn Cgroups> = Arc::new(crate::metrics::InstrumentedCgroups::new(Arc::new(
         FsCgroups::discover(),

@@ -35,6 +35,7 @@ pub mod runtime;
 pub mod server;
 pub mod settings;
 pub mod spec;
+pub mod stats;
 pub mod status;
 pub mod status_manager;
 pub mod sync_loop;

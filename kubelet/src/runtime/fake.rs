@@ -24,6 +24,12 @@ struct State {
     registry_auth: BTreeMap<String, (String, String)>,
     /// Every PullImage: the image and the username it carried.
     pulls: Vec<(String, Option<String>)>,
+    /// Container ID → (cumulative CPU ns, working set bytes) its stats report.
+    usage: HashMap<String, (u64, u64)>,
+    /// Sandbox ID → (rx bytes, tx bytes) of its eth0.
+    network: HashMap<String, (u64, u64)>,
+    /// Used bytes of the image filesystem.
+    image_fs_used: u64,
 }
 
 /// A recording fake of [`Runtime`].
@@ -65,6 +71,25 @@ impl FakeRuntime {
     pub fn created_config(&self, id: &str) -> Option<ContainerConfig> {
         let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.created.get(id).cloned()
+    }
+
+    /// Makes the stats calls report `cpu_ns` cumulative CPU time and `working_set` bytes for
+    /// container `id` (and the sums for its sandbox).
+    pub fn set_usage(&self, id: &str, cpu_ns: u64, working_set: u64) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.usage.insert(id.into(), (cpu_ns, working_set));
+    }
+
+    /// Makes the sandbox stats report `rx`/`tx` bytes on `eth0` for sandbox `id`.
+    pub fn set_network(&self, id: &str, rx: u64, tx: u64) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.network.insert(id.into(), (rx, tx));
+    }
+
+    /// Makes ImageFsInfo report `used` bytes on the image filesystem.
+    pub fn set_image_fs_used(&self, used: u64) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.image_fs_used = used;
     }
 
     /// Makes ImageStatus report `user` as the default user of `image`.
@@ -427,5 +452,106 @@ impl Runtime for FakeRuntime {
         let digest = format!("sha256:{:064x}", s.images.len() + 100);
         s.images.insert(image.to_string(), digest.clone());
         Ok(digest)
+    }
+
+    async fn list_container_stats(&self) -> Result<Vec<ContainerStats>> {
+        let s = self.enter("ListContainerStats")?;
+        Ok(s.containers.values().map(|c| fake_stats(&s, c)).collect())
+    }
+
+    async fn list_sandbox_stats(&self) -> Result<Vec<SandboxStats>> {
+        let s = self.enter("ListPodSandboxStats")?;
+        let now = s.clock;
+        Ok(s.sandboxes
+            .values()
+            .map(|(sb, _)| {
+                let containers: Vec<ContainerStats> = s
+                    .containers
+                    .values()
+                    .filter(|c| s.container_sandbox.get(&c.id) == Some(&sb.id))
+                    .map(|c| fake_stats(&s, c))
+                    .collect();
+                let sum = |f: fn(&ContainerStats) -> Option<u64>| {
+                    containers.iter().filter_map(f).sum::<u64>()
+                };
+                let network = s.network.get(&sb.id).map(|(rx, tx)| {
+                    let eth0 = InterfaceUsage {
+                        name: "eth0".into(),
+                        rx_bytes: Some(*rx),
+                        rx_errors: Some(0),
+                        tx_bytes: Some(*tx),
+                        tx_errors: Some(0),
+                    };
+                    NetworkUsage {
+                        timestamp: now,
+                        default_interface: Some(eth0.clone()),
+                        interfaces: vec![eth0],
+                    }
+                });
+                SandboxStats {
+                    id: sb.id.clone(),
+                    name: sb.pod_name.clone(),
+                    namespace: sb.pod_namespace.clone(),
+                    uid: sb.pod_uid.clone(),
+                    cpu: Some(CpuUsage {
+                        timestamp: now,
+                        usage_core_nano_seconds: Some(sum(|c| {
+                            c.cpu.as_ref().and_then(|c| c.usage_core_nano_seconds)
+                        })),
+                        usage_nano_cores: None,
+                    }),
+                    memory: Some(MemoryUsage {
+                        timestamp: now,
+                        working_set_bytes: Some(sum(|c| {
+                            c.memory.as_ref().and_then(|m| m.working_set_bytes)
+                        })),
+                        ..MemoryUsage::default()
+                    }),
+                    network,
+                    process_count: Some(containers.len() as u64),
+                    containers,
+                }
+            })
+            .collect())
+    }
+
+    async fn image_fs_info(&self) -> Result<ImageFsInfo> {
+        let s = self.enter("ImageFsInfo")?;
+        Ok(ImageFsInfo {
+            image_filesystems: vec![FsUsage {
+                timestamp: s.clock,
+                mountpoint: "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs".into(),
+                used_bytes: Some(s.image_fs_used),
+                inodes_used: Some(s.images.len() as u64),
+            }],
+            container_filesystems: Vec::new(),
+        })
+    }
+}
+
+/// What the fake reports for one container.
+fn fake_stats(s: &State, c: &ContainerStatus) -> ContainerStats {
+    let (cpu, mem) = s.usage.get(&c.id).copied().unwrap_or_default();
+    ContainerStats {
+        id: c.id.clone(),
+        name: c.name.clone(),
+        labels: c.labels.clone(),
+        cpu: Some(CpuUsage {
+            timestamp: s.clock,
+            usage_core_nano_seconds: Some(cpu),
+            usage_nano_cores: None,
+        }),
+        memory: Some(MemoryUsage {
+            timestamp: s.clock,
+            working_set_bytes: Some(mem),
+            usage_bytes: Some(mem),
+            ..MemoryUsage::default()
+        }),
+        writable_layer: Some(FsUsage {
+            timestamp: s.clock,
+            mountpoint: "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs".into(),
+            used_bytes: Some(4096),
+            inodes_used: Some(2),
+        }),
     }
 }

@@ -10,6 +10,7 @@ use super::{
     Container, ContainerConfig, ContainerStatus, ExecResult, ImageAuth, ImageInfo, Result, Runtime,
     Sandbox, SandboxConfig, SandboxStatus, VersionInfo,
 };
+use super::{ContainerStats, ImageFsInfo, SandboxStats};
 use crate::metrics::families;
 
 /// Wraps another runtime; see the module doc.
@@ -116,5 +117,17 @@ impl Runtime for Instrumented {
         sandbox: &SandboxConfig,
     ) -> Result<String> {
         record("pull_image", self.inner.pull_image(image, auth, sandbox)).await
+    }
+
+    async fn list_container_stats(&self) -> Result<Vec<ContainerStats>> {
+        record("list_container_stats", self.inner.list_container_stats()).await
+    }
+
+    async fn list_sandbox_stats(&self) -> Result<Vec<SandboxStats>> {
+        record("list_podsandbox_stats", self.inner.list_sandbox_stats()).await
+    }
+
+    async fn image_fs_info(&self) -> Result<ImageFsInfo> {
+        record("image_fs_info", self.inner.image_fs_info()).await
     }
 }

@@ -7,6 +7,12 @@ pub mod cri;
 pub mod fake;
 pub mod instrumented;
 pub mod raw;
+pub mod stats;
+
+pub use stats::{
+    ContainerStats, CpuUsage, FsUsage, ImageFsInfo, InterfaceUsage, MemoryUsage, NetworkUsage,
+    SandboxStats,
+};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -369,4 +375,11 @@ pub trait Runtime: Send + Sync + 'static {
         auth: Option<&ImageAuth>,
         sandbox: &SandboxConfig,
     ) -> Result<String>;
+
+    /// Usage of every container the runtime knows (one `ListContainerStats`).
+    async fn list_container_stats(&self) -> Result<Vec<ContainerStats>>;
+    /// Usage of every sandbox with its containers (one `ListPodSandboxStats`).
+    async fn list_sandbox_stats(&self) -> Result<Vec<SandboxStats>>;
+    /// The runtime's image and container filesystems (`ImageFsInfo`).
+    async fn image_fs_info(&self) -> Result<ImageFsInfo>;
 }

@@ -163,6 +163,8 @@ pub struct AppState {
     pub configz: Arc<serde_json::Value>,
     /// Container and node log locations (`/containerLogs`, `/logs/`).
     pub logs: Arc<logs::Logs>,
+    /// `/stats/summary` and `/metrics/resource`.
+    pub stats: crate::stats::Handle,
 }
 
 async fn healthz(State(s): State<AppState>) -> Response {
@@ -233,6 +235,14 @@ pub fn api_router(state: AppState) -> Router {
         )
         .route("/logs/", get(node_logs::node_logs))
         .route("/logs/{*path}", get(node_logs::node_logs))
+        .route(
+            "/stats/summary",
+            get(|State(s): State<AppState>| async move { s.stats.summary().await }),
+        )
+        .route(
+            "/metrics/resource",
+            get(|State(s): State<AppState>| async move { s.stats.resource_metrics().await }),
+        )
         .with_state(state)
 }
 

@@ -1,0 +1,77 @@
+//! Disk usage of a pod's own directories (blocking walks, as upstream's `du`-based volume
+//! metrics): the volumes the kubelet writes (emptyDir, configMap, secret, downwardAPI,
+//! projected) and each container's log directory.
+
+use super::build::PodDisk;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Where one pod's directories are.
+#[derive(Debug, Clone)]
+pub struct PodDirs {
+    pub uid: String,
+    /// `<root>/pods/<uid>/volumes`.
+    pub volumes: PathBuf,
+    /// `/var/log/pods/<ns>_<name>_<uid>`.
+    pub logs: PathBuf,
+}
+
+/// The volume kinds whose usage is reported (upstream's volumes with a du metrics provider).
+const MEASURED: &[&str] = &[
+    "kubernetes.io~empty-dir",
+    "kubernetes.io~configmap",
+    "kubernetes.io~secret",
+    "kubernetes.io~downward-api",
+    "kubernetes.io~projected",
+];
+
+/// Bytes allocated (512-byte blocks, as du) and inodes below `path`, without following
+/// symlinks; the directory itself counts.
+pub fn usage(path: &Path) -> (u64, u64) {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return (0, 0);
+    };
+    let (mut bytes, mut inodes) = (meta.blocks() * 512, 1);
+    if meta.is_dir()
+        && let Ok(entries) = std::fs::read_dir(path)
+    {
+        for e in entries.flatten() {
+            let (b, i) = usage(&e.path());
+            bytes += b;
+            inodes += i;
+        }
+    }
+    (bytes, inodes)
+}
+
+fn subdirs(path: &Path) -> Vec<(String, PathBuf)> {
+    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(path)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// Walks one pod's volumes and logs.
+pub fn pod_disk(p: &PodDirs) -> PodDisk {
+    let mut volumes = Vec::new();
+    for (kind, dir) in subdirs(&p.volumes) {
+        if !MEASURED.contains(&kind.as_str()) {
+            continue;
+        }
+        for (name, vdir) in subdirs(&dir) {
+            let (used, inodes) = usage(&vdir);
+            volumes.push((name, used, inodes));
+        }
+    }
+    let logs = subdirs(&p.logs)
+        .into_iter()
+        .map(|(name, dir)| (name, usage(&dir)))
+        .collect();
+    PodDisk { volumes, logs }
+}

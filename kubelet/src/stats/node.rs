@@ -1,0 +1,168 @@
+//! The node's own figures: CPU and memory of the root cgroup (cgroup v1 `cpuacct`/`memory`, or
+//! the v2 root's `cpu.stat` and /proc/meminfo), boot time, and statvfs(2) of a directory. A
+//! narrow blocking edge ([`NodeSource`]) with a fake beside it.
+
+use std::path::Path;
+
+/// The root cgroup's usage at one instant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeUsage {
+    /// Cumulative CPU time of every task, nanoseconds.
+    pub cpu_core_nano_seconds: Option<u64>,
+    pub memory_usage_bytes: Option<u64>,
+    /// Usage minus inactive file pages (cAdvisor's working set).
+    pub memory_working_set_bytes: Option<u64>,
+    pub memory_rss_bytes: Option<u64>,
+    pub page_faults: Option<u64>,
+    pub major_page_faults: Option<u64>,
+    /// Total memory of the machine.
+    pub memory_capacity_bytes: Option<u64>,
+}
+
+/// statvfs(2) of one filesystem.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FsInfo {
+    pub capacity_bytes: u64,
+    pub available_bytes: u64,
+    pub used_bytes: u64,
+    pub inodes: u64,
+    pub inodes_free: u64,
+}
+
+/// Blocking reads of node figures (call them on the blocking pool).
+pub trait NodeSource: Send + Sync + 'static {
+    fn usage(&self) -> NodeUsage;
+    /// Boot time, seconds since the epoch (the node's `startTime`).
+    fn boot_time(&self) -> Option<i64>;
+    fn fs_info(&self, path: &Path) -> Option<FsInfo>;
+    /// `kernel.pid_max` and the number of processes (`rlimit`).
+    fn pids(&self) -> (Option<i64>, Option<i64>);
+}
+
+/// The real host under `/sys/fs/cgroup` and `/proc`.
+#[derive(Debug, Clone, Default)]
+pub struct LinuxNode;
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// `key value` lines (memory.stat, cpu.stat) → the value of `key`.
+pub fn stat_value(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// `Key:   123 kB` lines of /proc/meminfo → bytes.
+pub fn meminfo_bytes(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+        let kb: u64 = rest.split_whitespace().next()?.parse().ok()?;
+        Some(kb * 1024)
+    })
+}
+
+/// cgroup v1 root memory: usage, and the working set as cAdvisor computes it (usage minus
+/// `total_inactive_file`, never below 0).
+pub fn v1_memory(usage: u64, stat: &str) -> NodeUsage {
+    let inactive = stat_value(stat, "total_inactive_file").unwrap_or(0);
+    NodeUsage {
+        memory_usage_bytes: Some(usage),
+        memory_working_set_bytes: Some(usage.saturating_sub(inactive)),
+        memory_rss_bytes: stat_value(stat, "total_rss"),
+        page_faults: stat_value(stat, "total_pgfault"),
+        major_page_faults: stat_value(stat, "total_pgmajfault"),
+        ..NodeUsage::default()
+    }
+}
+
+/// Without a root memory cgroup (v2): usage = MemTotal - MemFree, working set = usage minus
+/// inactive file pages.
+pub fn meminfo_memory(meminfo: &str) -> NodeUsage {
+    let total = meminfo_bytes(meminfo, "MemTotal");
+    let free = meminfo_bytes(meminfo, "MemFree");
+    let inactive = meminfo_bytes(meminfo, "Inactive(file)").unwrap_or(0);
+    let usage = total.zip(free).map(|(t, f)| t.saturating_sub(f));
+    NodeUsage {
+        memory_usage_bytes: usage,
+        memory_working_set_bytes: usage.map(|u| u.saturating_sub(inactive)),
+        ..NodeUsage::default()
+    }
+}
+
+impl NodeSource for LinuxNode {
+    fn usage(&self) -> NodeUsage {
+        let meminfo = read("/proc/meminfo").unwrap_or_default();
+        let v1_usage = read("/sys/fs/cgroup/memory/memory.usage_in_bytes")
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        let mut u = match (v1_usage, read("/sys/fs/cgroup/memory/memory.stat")) {
+            (Some(usage), Some(stat)) => v1_memory(usage, &stat),
+            _ => meminfo_memory(&meminfo),
+        };
+        u.memory_capacity_bytes = meminfo_bytes(&meminfo, "MemTotal");
+        u.cpu_core_nano_seconds = read("/sys/fs/cgroup/cpuacct/cpuacct.usage")
+            .or_else(|| read("/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage"))
+            .and_then(|s| s.trim().parse().ok())
+            .or_else(|| {
+                read("/sys/fs/cgroup/cpu.stat")
+                    .and_then(|s| stat_value(&s, "usage_usec"))
+                    .map(|us| us * 1000)
+            });
+        u
+    }
+
+    fn boot_time(&self) -> Option<i64> {
+        read("/proc/stat")?
+            .lines()
+            .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())
+    }
+
+    fn fs_info(&self, path: &Path) -> Option<FsInfo> {
+        let v = nix::sys::statvfs::statvfs(path).ok()?;
+        let frag = v.fragment_size();
+        let blocks = v.blocks();
+        let free = v.blocks_free();
+        Some(FsInfo {
+            capacity_bytes: blocks * frag,
+            available_bytes: v.blocks_available() * frag,
+            used_bytes: blocks.saturating_sub(free) * frag,
+            inodes: v.files(),
+            inodes_free: v.files_free(),
+        })
+    }
+
+    fn pids(&self) -> (Option<i64>, Option<i64>) {
+        let max = read("/proc/sys/kernel/pid_max").and_then(|s| s.trim().parse().ok());
+        let cur = read("/proc/loadavg")
+            .and_then(|s| s.split_whitespace().nth(3).map(str::to_string))
+            .and_then(|f| f.split_once('/').and_then(|(_, t)| t.parse().ok()));
+        (max, cur)
+    }
+}
+
+/// A node whose figures tests set.
+#[cfg(any(test, feature = "test-util"))]
+#[derive(Debug, Default)]
+pub struct FakeNode {
+    pub usage: std::sync::Mutex<NodeUsage>,
+    pub fs: FsInfo,
+    pub boot_time: i64,
+}
+
+#[cfg(any(test, feature = "test-util"))]
+impl NodeSource for FakeNode {
+    fn usage(&self) -> NodeUsage {
+        self.usage.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    fn boot_time(&self) -> Option<i64> {
+        Some(self.boot_time)
+    }
+    fn fs_info(&self, _path: &Path) -> Option<FsInfo> {
+        Some(self.fs)
+    }
+    fn pids(&self) -> (Option<i64>, Option<i64>) {
+        (Some(4_194_304), Some(100))
+    }
+}

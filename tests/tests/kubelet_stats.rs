@@ -1,0 +1,289 @@
+//! `/stats/summary` and `/metrics/resource` on real containerd: a busy pod's CPU and memory
+//! match its cgroup files; the ignored bench prints the summary's latency at 110 pods and the
+//! CRI calls one request costs.
+
+mod common;
+
+use common::{Agent, Rig, wait_for};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const BUSY: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: busy
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: spin
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "while :; do :; done"]
+    resources:
+      limits: {cpu: 300m, memory: 64Mi}
+"#;
+
+/// The directory named `name` below `dir` (the container's cgroup), searched breadth-first.
+fn find_dir(dir: &Path, name: &str) -> Option<PathBuf> {
+    let mut queue = vec![dir.to_path_buf()];
+    while let Some(d) = queue.pop() {
+        for e in std::fs::read_dir(&d).ok()?.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                if e.file_name() == name {
+                    return Some(e.path());
+                }
+                queue.push(e.path());
+            }
+        }
+    }
+    None
+}
+
+fn read_u64(p: &Path) -> u64 {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn stat(p: &Path, key: &str) -> u64 {
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn summary(agent: &Agent) -> Value {
+    serde_json::from_str(&agent.curl("https://127.0.0.1:10250/stats/summary"))
+        .expect("summary is JSON")
+}
+
+fn pod_of<'a>(s: &'a Value, name: &str) -> Option<&'a Value> {
+    s["pods"]
+        .as_array()?
+        .iter()
+        .find(|p| p["podRef"]["name"] == name)
+}
+
+#[test]
+fn busy_pod_cpu_and_memory_match_its_cgroup() {
+    require_rig!();
+    if !Path::new("/sys/fs/cgroup/cpuacct/cpuacct.usage").exists() {
+        eprintln!("SKIPPED: this test reads cgroup v1 cpuacct/memory files; none here");
+        return;
+    }
+    let rig = Rig::up("e2e-stats");
+    let agent = Agent::start(&rig);
+    agent.write_manifest("busy.yaml", BUSY);
+    let pod = wait_for("busy pod Running", Duration::from_secs(60), || {
+        agent
+            .pod("busy-")
+            .filter(|p| p["status"]["phase"] == "Running")
+    });
+    let cid = common::container(&pod, "spin")["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let root = rig
+        .get("RIG_CGROUP_ROOT")
+        .trim_start_matches('/')
+        .to_string();
+    let cpu_dir = find_dir(&Path::new("/sys/fs/cgroup/cpuacct").join(&root), &cid)
+        .expect("the container's cpuacct cgroup");
+    let mem_dir = find_dir(&Path::new("/sys/fs/cgroup/memory").join(&root), &cid)
+        .expect("the container's memory cgroup");
+    // Let it spin a while, so the figures are well above zero.
+    std::thread::sleep(Duration::from_secs(2));
+
+    // The first request refreshes: its figures lie between two readings of the cgroup.
+    let before = read_u64(&cpu_dir.join("cpuacct.usage"));
+    let s = summary(&agent);
+    let after = read_u64(&cpu_dir.join("cpuacct.usage"));
+    let usage = read_u64(&mem_dir.join("memory.usage_in_bytes"));
+    let inactive = stat(&mem_dir.join("memory.stat"), "total_inactive_file");
+    let working_set = usage.saturating_sub(inactive);
+
+    let p = pod_of(&s, "busy-rig-node").unwrap_or_else(|| panic!("busy pod in summary: {s}"));
+    let c = p["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "spin")
+        .expect("spin container");
+    let cpu_ns = c["cpu"]["usageCoreNanoSeconds"]
+        .as_u64()
+        .expect("cpu figure");
+    assert!(
+        cpu_ns > 100_000_000,
+        "a spinning container used CPU: {cpu_ns}"
+    );
+    assert!(
+        before <= cpu_ns && cpu_ns <= after,
+        "container CPU {cpu_ns} ns lies between the cgroup's {before} and {after}"
+    );
+    let ws = c["memory"]["workingSetBytes"]
+        .as_u64()
+        .expect("memory figure");
+    assert!(ws > 0);
+    assert!(
+        ws.abs_diff(working_set) <= 1 << 20,
+        "container working set {ws} ≈ cgroup usage - inactive_file {working_set}"
+    );
+    // The pod's own figures cover its container.
+    let pod_cpu = p["cpu"]["usageCoreNanoSeconds"].as_u64().expect("pod cpu");
+    assert!(
+        pod_cpu >= cpu_ns / 2 && pod_cpu > 0,
+        "pod {pod_cpu} vs container {cpu_ns}"
+    );
+    assert!(p["memory"]["workingSetBytes"].as_u64().unwrap() > 0);
+    // Node figures.
+    assert!(s["node"]["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > cpu_ns);
+    assert!(s["node"]["memory"]["workingSetBytes"].as_u64().unwrap() > ws);
+    assert!(s["node"]["fs"]["capacityBytes"].as_u64().unwrap() > 0);
+    assert_eq!(s["node"]["nodeName"], "rig-node");
+
+    // Within the cache period a second request sees the same figures; /metrics/resource
+    // carries them in seconds with a millisecond timestamp.
+    let again = summary(&agent);
+    assert_eq!(again["pods"], s["pods"]);
+    let text = agent.curl("https://127.0.0.1:10250/metrics/resource");
+    let line = text
+        .lines()
+        .find(|l| {
+            l.starts_with("container_cpu_usage_seconds_total{container=\"spin\",namespace=\"default\",pod=\"busy-rig-node\"}")
+        })
+        .unwrap_or_else(|| panic!("container cpu sample in:\n{text}"));
+    let fields: Vec<&str> = line.rsplitn(3, ' ').collect();
+    let secs: f64 = fields[1].parse().unwrap();
+    let ts: i64 = fields[0].parse().unwrap();
+    assert!((secs - cpu_ns as f64 / 1e9).abs() < 1e-6, "{line}");
+    assert!(ts > 1_600_000_000_000, "millisecond timestamp: {line}");
+    assert!(text.contains("\nscrape_error 0\n"), "{text}");
+}
+
+fn counter(metrics: &str, op: &str) -> u64 {
+    let prefix = format!("kubelet_runtime_operations_total{{operation_type=\"{op}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse::<f64>().ok())
+        .unwrap_or(0.0) as u64
+}
+
+/// `cargo build -p kubelet --bins && cargo test -p node-tests --test kubelet_stats -- --ignored --nocapture`
+#[test]
+#[ignore = "bench: starts 110 pods; prints figures"]
+fn summary_latency_at_110_pods() {
+    require_rig!();
+    let n: usize = std::env::var("STATS_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(110);
+    let rig = Rig::up("bench-stats");
+    let agent = Agent::start(&rig);
+    for i in 0..n {
+        agent.write_manifest(
+            &format!("p{i}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p{i}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: docker.io/library/busybox:1.35\n    command: [\"sleep\", \"3600\"]\n"
+            ),
+        );
+    }
+    wait_for("all pods Running", Duration::from_secs(600), || {
+        let running = agent
+            .pods()
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .count();
+        (running >= n).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(11));
+    let metrics = || agent.curl("https://127.0.0.1:10250/metrics");
+    let m0 = metrics();
+    let t = Instant::now();
+    let s = summary(&agent);
+    let cold = t.elapsed();
+    assert_eq!(
+        s["pods"].as_array().map(Vec::len),
+        Some(n),
+        "every pod in the summary"
+    );
+    let m1 = metrics();
+    let mut warm = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let _ = agent.curl("https://127.0.0.1:10250/stats/summary");
+        warm.push(t.elapsed());
+    }
+    warm.sort();
+    // The same curl against /healthz: the cost of the process, TLS and HTTP alone.
+    let mut healthz = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let _ = agent.curl("https://127.0.0.1:10250/healthz");
+        healthz.push(t.elapsed());
+    }
+    healthz.sort();
+    let m2 = metrics();
+    let ops = [
+        "list_podsandbox_stats",
+        "list_container_stats",
+        "container_stats",
+        "container_status",
+        "podsandbox_status",
+    ];
+    let cold_calls: Vec<(&str, u64)> = ops
+        .iter()
+        .map(|o| (*o, counter(&m1, o) - counter(&m0, o)))
+        .collect();
+    let warm_calls: Vec<(&str, u64)> = ops
+        .iter()
+        .map(|o| (*o, counter(&m2, o) - counter(&m1, o)))
+        .collect();
+
+    // Baseline: one direct ListPodSandboxStats from this process, same pods.
+    let direct = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use kubelet::runtime::Runtime;
+        let ch = cri_proto::connect(rig.get("CRI_ENDPOINT"), Duration::from_secs(5))
+            .await
+            .expect("connect to containerd");
+        let cri = kubelet::runtime::cri::CriRuntime::new(ch.clone(), ch, Duration::from_secs(60));
+        let mut d = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            cri.list_sandbox_stats().await.expect("ListPodSandboxStats");
+            d.push(t.elapsed());
+        }
+        d.sort();
+        d[d.len() / 2]
+    });
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let warm_p50 = warm[warm.len() / 2];
+    println!("stats bench: {n} pods");
+    println!("  /stats/summary cold (refresh): {:.1} ms", ms(cold));
+    println!(
+        "  /stats/summary warm (cached) p50: {:.1} ms, max {:.1} ms (curl included)",
+        ms(warm_p50),
+        ms(*warm.last().unwrap())
+    );
+    println!(
+        "  /healthz by the same curl p50: {:.1} ms",
+        ms(healthz[healthz.len() / 2])
+    );
+    println!("  direct ListPodSandboxStats p50: {:.1} ms", ms(direct));
+    println!(
+        "  ratio cold/direct: {:.2}, warm/direct: {:.2}",
+        ms(cold) / ms(direct),
+        ms(warm_p50) / ms(direct)
+    );
+    println!("  CRI calls for the cold request: {cold_calls:?}");
+    println!("  CRI calls for 20 warm requests: {warm_calls:?}");
+    for (op, c) in &cold_calls {
+        if *op != "list_podsandbox_stats" {
+            assert_eq!(*c, 0, "no per-container or per-pod CRI call ({op})");
+        }
+    }
+    assert!(counter(&m1, "list_podsandbox_stats") - counter(&m0, "list_podsandbox_stats") <= 1);
+}
