@@ -475,9 +475,8 @@ fn kubeadm_join_simulation() {
         "pod deleted (grace 5 s, handles TERM) → API object gone: {:?}",
         deleted.elapsed()
     );
-    // kubeadm's config (anonymous off, webhook authn, Webhook authz): TokenReview, x509 and
-    // SubjectAccessReview are not implemented yet, so :10250 fails closed with upstream's 401.
-    // When the authn/authz work lands, this becomes a request with a client certificate.
+    // kubeadm's config (anonymous off, webhook authn, Webhook authz): a request without
+    // credentials gets upstream's 401 (the authn/authz table is kubelet_server_auth.rs).
     let (body, code) = kubelet.curl("https://127.0.0.1:10250/pods");
     assert_eq!(
         (code.as_str(), body.trim()),

@@ -7,8 +7,8 @@
 //! samples of undeclared families, malformed labels or values, and histograms whose buckets
 //! are not cumulative or whose `+Inf` bucket differs from `_count`.
 //!
-//! The kubelet's :10250 runs with anonymous authentication and AlwaysAllow authorization here
-//! (kubeadm's Webhook modes are not implemented yet and fail closed).
+//! The kubelet's :10250 runs with anonymous authentication and AlwaysAllow authorization here,
+//! so that the scrape needs no credentials (kubelet_server_auth.rs tests the Webhook modes).
 
 mod common;
 

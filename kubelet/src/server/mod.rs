@@ -1,5 +1,7 @@
 //! The kubelet's servers: plain-HTTP healthz on 127.0.0.1:10248 and the HTTPS API on :10250
-//! (`/healthz`, `/pods`, `/metrics`, `/configz`).
+//! (`/healthz`, `/pods`, `/metrics`, `/configz`, `/containerLogs/{ns}/{pod}/{container}`
+//! ([`logs`]), `/logs/` ([`node_logs`]), `/stats/summary` and `/metrics/resource`
+//! (`crate::stats`)). Exec, attach and port-forward are not served yet (404).
 //!
 //! Every :10250 request passes [`Auth`] first: authentication ([`authn`]: x509 client
 //! certificates, TokenReview bearer tokens, anonymous when enabled; 401 otherwise), then
