@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::joined::{JoinedNode, NODE};
+use common::joined::NODE;
 use common::{KubeletProc, NetnsControlPlane, wait_for};
 use node_tests::controlplane::Options;
 use serde_json::{Value, json};
@@ -15,20 +15,6 @@ use std::time::Duration;
 
 const BUSYBOX: &str = "docker.io/library/busybox:1.35";
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-/// What a container wrote to stdout so far (CRI log format: `time stream tag text`).
-fn container_log(node: &JoinedNode, pod: &Value, container: &str) -> String {
-    let dir = node.p("var/log/pods").join(format!(
-        "default_{}_{}",
-        pod["metadata"]["name"].as_str().unwrap_or(""),
-        pod["metadata"]["uid"].as_str().unwrap_or("")
-    ));
-    let text = std::fs::read_to_string(dir.join(container).join("0.log")).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.splitn(4, ' ').nth(3))
-        .map(|l| format!("{l}\n"))
-        .collect()
-}
 
 fn log_value(log: &str, key: &str) -> Option<String> {
     log.lines()
@@ -129,7 +115,7 @@ done"#
         .expect("admission added the kube-api-access volume")
         .to_string();
     let log = wait_for("the container's report", Duration::from_secs(30), || {
-        let l = container_log(&node, &pod, "main");
+        let l = node.container_log(&pod, "main");
         l.contains("conf=").then_some(l)
     });
     let v = |k: &str| log_value(&log, k).unwrap_or_else(|| panic!("no {k}= in:\n{log}"));
@@ -188,7 +174,7 @@ done"#
         "the edited ConfigMap in the container",
         Duration::from_secs(30),
         || {
-            (log_value(&container_log(&node, &pod, "main"), "conf").as_deref() == Some("bonjour"))
+            (log_value(&node.container_log(&pod, "main"), "conf").as_deref() == Some("bonjour"))
                 .then_some(())
         },
     );
@@ -200,7 +186,7 @@ done"#
         "the new label in the container",
         Duration::from_secs(30),
         || {
-            (log_value(&container_log(&node, &pod, "main"), "labels").as_deref()
+            (log_value(&node.container_log(&pod, "main"), "labels").as_deref()
                 == Some("app=\"api\" tier=\"front\" "))
             .then_some(())
         },
@@ -241,11 +227,11 @@ done"#
     .unwrap();
     let late = running(&cp, "late", &mut kubelet);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !container_log(&node, &late, "main").contains("arrived") {
+    while !node.container_log(&late, "main").contains("arrived") {
         assert!(
             std::time::Instant::now() < deadline,
             "the late ConfigMap never reached the container: log {:?}, pod {:#}",
-            container_log(&node, &late, "main"),
+            node.container_log(&late, "main"),
             cp.get("pods", "default", "late").unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(200));

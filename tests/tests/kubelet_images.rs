@@ -22,20 +22,6 @@ const PRIVATE: &str = "127.0.0.1:5000/private/busybox:1.35";
 const USER: &str = "puller";
 const PASSWORD: &str = "s3cret-pw";
 
-/// The container's stdout so far (the CRI log's text column).
-fn container_log(node: &JoinedNode, pod: &Value, container: &str) -> String {
-    let dir = node.p("var/log/pods").join(format!(
-        "default_{}_{}",
-        pod["metadata"]["name"].as_str().unwrap_or(""),
-        pod["metadata"]["uid"].as_str().unwrap_or("")
-    ));
-    let text = std::fs::read_to_string(dir.join(container).join("0.log")).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.splitn(4, ' ').nth(3))
-        .map(|l| format!("{l}\n"))
-        .collect()
-}
-
 fn pod_until(
     cp: &NetnsControlPlane,
     kubelet: &mut KubeletProc,
@@ -210,7 +196,7 @@ fn pull_secrets_runtime_classes_and_service_links() {
         "the registry served"
     );
     let log = wait_for("private's env", Duration::from_secs(30), || {
-        let l = container_log(&node, &pod, "main");
+        let l = node.container_log(&pod, "main");
         l.contains("END").then_some(l)
     });
     println!("env of a pod with service links:\n{log}");
@@ -299,7 +285,7 @@ fn pull_secrets_runtime_classes_and_service_links() {
         p["status"]["phase"] == "Running"
     });
     let log = wait_for("nolinks' env", Duration::from_secs(30), || {
-        let l = container_log(&node, &pod, "main");
+        let l = node.container_log(&pod, "main");
         l.contains("END").then_some(l)
     });
     println!("env with enableServiceLinks: false:\n{log}");

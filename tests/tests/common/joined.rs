@@ -151,6 +151,24 @@ cgroupRoot: {cgroot}
     }
 }
 
+impl JoinedNode {
+    /// What a container of a `default`-namespace pod wrote to stdout so far (first run; the
+    /// CRI log's text column).
+    pub fn container_log(&self, pod: &serde_json::Value, container: &str) -> String {
+        let dir = self.p("var/log/pods").join(format!(
+            "{}_{}_{}",
+            pod["metadata"]["namespace"].as_str().unwrap_or("default"),
+            pod["metadata"]["name"].as_str().unwrap_or(""),
+            pod["metadata"]["uid"].as_str().unwrap_or("")
+        ));
+        let text = std::fs::read_to_string(dir.join(container).join("0.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| l.splitn(4, ' ').nth(3))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+}
+
 impl Drop for JoinedNode {
     /// tmpfs volumes of pods still running when a test ends live under the root.
     fn drop(&mut self) {
