@@ -263,7 +263,10 @@ fn kube_api_access_cost() {
     let (_, _) = start_round(&cp, node, "sa", 1, true);
     clear_round(&cp, "sa", 1);
     let before = cp.token_requests().len();
-    let n = 110;
+    let n: usize = std::env::var("BENCH_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(110);
     let mut rounds = Vec::new();
     // plain, volumes, plain, volumes: drift on the machine shows up in both.
     for (ns, automount) in [
@@ -299,7 +302,21 @@ fn kube_api_access_cost() {
         2 * n
     );
     // One per pod unless a request failed (its retry is another); the unit tests and the
-    // cluster-pods e2e assert the exact count.
+    // cluster-pods e2e assert the exact count. With AGENT_RUST_LOG=info,kubelet::objects=debug
+    // the agent logs each request: pods asked for more than once are listed.
+    let log = kubelet.log_text();
+    let mut per_pod: std::collections::BTreeMap<&str, usize> = Default::default();
+    for l in log.lines().filter(|l| l.contains("requesting a ServiceAccount token")) {
+        if let Some(uid) = l.split("pod_uid=").nth(1).and_then(|r| r.split_whitespace().next()) {
+            *per_pod.entry(uid).or_default() += 1;
+        }
+    }
+    for (uid, count) in per_pod.iter().filter(|(_, c)| **c > 1) {
+        eprintln!("kube-api-access bench: pod {uid}: {count} TokenRequests");
+        for l in log.lines().filter(|l| l.contains(uid)).take(12) {
+            eprintln!("  {l}");
+        }
+    }
     drop(kubelet);
 }
 

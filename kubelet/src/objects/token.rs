@@ -119,6 +119,7 @@ impl TokenManager {
     }
 
     async fn request(&self, key: &TokenKey, now: i64) -> Result<Issued, TokenError> {
+        tracing::debug!(namespace = %key.namespace, pod = %key.pod_name, pod_uid = %key.pod_uid, service_account = %key.service_account, "requesting a ServiceAccount token");
         let api = self.api.as_ref().ok_or_else(|| {
             TokenError("the kubelet has no apiserver connection (standalone mode)".into())
         })?;

@@ -555,7 +555,10 @@ impl KubeletProc {
             .arg(format!("--net={}", self.netns))
             .arg(bin("kubelet"))
             .args(&self.args)
-            .env("RUST_LOG", "info,kube=warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("AGENT_RUST_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
+            )
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(log)
