@@ -193,7 +193,9 @@ impl Worker {
         }
         // Volumes are set up while the sandbox is made (both wait on others: the apiserver
         // for tokens, CNI for the network), not one after the other.
-        let mounting = (!p.start.is_empty()).then(|| {
+        // Awaited before this pass ends, whatever happens to the sandbox (no mount outlives
+        // its pass).
+        let mut mounting = (!p.start.is_empty()).then(|| {
             let (volumes, pod) = (self.env.volumes.clone(), self.pod.clone());
             tokio::spawn(async move { volumes.mount(&pod).await })
         });
@@ -239,7 +241,7 @@ impl Worker {
             let sandbox_cfg = self.sandbox_config(*attempt);
             // Every volume is set up before any container starts (upstream's
             // WaitForAttachAndMount); until then the containers wait in ContainerCreating.
-            let volumes = match mounting {
+            let volumes = match mounting.take() {
                 None => Ok(BTreeMap::new()),
                 Some(task) => task.await.unwrap_or_else(|e| {
                     Err(crate::volume::VolumeError {
@@ -314,6 +316,11 @@ impl Worker {
                     }
                 }
             }
+        }
+        // No sandbox this pass: the mount still finishes before the pass ends (its result is
+        // cached work for the next one).
+        if let Some(task) = mounting.take() {
+            let _ = task.await;
         }
         let mut obs = if acted {
             observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)

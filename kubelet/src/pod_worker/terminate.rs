@@ -92,7 +92,7 @@ impl Worker {
         // Only a UID that is one path component names a directory of ours (a runtime's
         // label or a manifest could say `..`); removal walks the disk, off the async workers.
         // Containers are gone: nothing reads the volumes any more.
-        self.env.volumes.forget(&self.uid);
+        self.env.volumes.forget(&self.uid).await;
         if crate::pod::is_safe_uid(&self.uid) {
             let pod_dir = spec::pod_dir(&self.env.node, &self.uid);
             let log_dir = spec::pod_log_dir(&self.env.node, &self.pod);

@@ -104,6 +104,8 @@ struct PodVolumes {
     /// One setup of this pod at a time (the worker's mount and the resync).
     setup: tokio::sync::Mutex<()>,
     mounted: Mutex<bool>,
+    /// Forgotten: a setup that was waiting must not write, mount or request anything.
+    gone: std::sync::atomic::AtomicBool,
 }
 
 /// See the module documentation.
@@ -162,6 +164,7 @@ impl VolumeManager {
                         pod: Mutex::new(pod.clone()),
                         setup: tokio::sync::Mutex::new(()),
                         mounted: Mutex::new(false),
+                        gone: std::sync::atomic::AtomicBool::new(false),
                     }),
                 );
             }
@@ -238,12 +241,19 @@ impl VolumeManager {
             .cloned()
     }
 
-    /// The pod's containers are gone: stop following its objects and forget its tokens.
-    pub fn forget(&self, uid: &str) {
-        self.pods
+    /// The pod's containers are gone: stop following its objects and forget its tokens. Waits
+    /// for a setup in flight (the worker or a re-render), so that nothing is written under the
+    /// pod's directory once this returns and the directory can go.
+    pub async fn forget(&self, uid: &str) {
+        let entry = self
+            .pods
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(uid);
+        if let Some(e) = entry {
+            let _setup = e.setup.lock().await;
+            e.gone.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         self.objects.unregister(uid);
         self.tokens.forget_pod(uid);
         self.report_totals();
@@ -280,14 +290,24 @@ impl VolumeManager {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for (uid, entry) in pods {
-            if let Err(e) = self.setup(&entry).await {
-                tracing::warn!(pod_uid = %uid, error = %e, "updating the pod's volumes failed; its current files stay");
+            match self.setup(&entry).await {
+                Ok(_) => {}
+                Err(_) if entry.gone.load(std::sync::atomic::Ordering::SeqCst) => {}
+                Err(e) => {
+                    tracing::warn!(pod_uid = %uid, error = %e, "updating the pod's volumes failed; its current files stay")
+                }
             }
         }
     }
 
     async fn setup(&self, entry: &PodVolumes) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
         let _one = entry.setup.lock().await;
+        if entry.gone.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(VolumeError {
+                volume: String::new(),
+                message: "the pod's volumes were torn down".into(),
+            });
+        }
         let pod = entry.pod.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let fetched = self.fetch(&pod).await?;
         let (node, mounter) = (self.node.clone(), self.mounter.clone());

@@ -179,7 +179,7 @@ async fn forgetting_a_pod_stops_its_watches_and_tokens() {
     r.api.set(cm_key("app"), text(&[("app.conf", "v1")]));
     r.vm.mount(&cluster_pod("u1")).await.unwrap();
     assert_eq!(r.vm.objects().followed(), 2);
-    r.vm.forget("u1");
+    r.vm.forget("u1").await;
     assert_eq!(r.vm.objects().followed(), 0);
     assert_eq!(r.vm.tokens.cached(), 0);
 }
@@ -246,4 +246,26 @@ async fn fs_group_owns_written_volumes() {
     let scratch = std::fs::metadata(&paths["scratch"]).unwrap();
     assert_eq!(scratch.gid(), 4242);
     assert_ne!(scratch.mode() & 0o2000, 0, "setgid directory");
+}
+
+/// A re-render that was waiting while the pod was forgotten writes nothing and asks for no
+/// token (it used to request a new one and recreate the directory of a removed pod).
+#[tokio::test]
+async fn nothing_is_set_up_for_a_forgotten_pod() {
+    let r = rig();
+    r.api
+        .set(cm_key("kube-root-ca.crt"), text(&[("ca.crt", "PEM")]));
+    r.api.set(cm_key("app"), text(&[("app.conf", "v1")]));
+    let paths = r.vm.mount(&cluster_pod("u1")).await.unwrap();
+    let entry = r.vm.entry("u1").unwrap();
+    r.vm.forget("u1").await;
+    std::fs::remove_dir_all(r.node.root_dir.join("pods/u1")).unwrap();
+    let e = r.vm.setup(&entry).await.unwrap_err();
+    assert!(e.message.contains("torn down"), "{e}");
+    r.vm.resync_all().await;
+    assert!(
+        !paths["conf"].exists(),
+        "the removed pod's directory stays removed"
+    );
+    assert_eq!(r.api.token_requests().len(), 1);
 }
