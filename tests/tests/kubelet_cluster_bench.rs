@@ -306,8 +306,15 @@ fn kube_api_access_cost() {
     // the agent logs each request: pods asked for more than once are listed.
     let log = kubelet.log_text();
     let mut per_pod: std::collections::BTreeMap<&str, usize> = Default::default();
-    for l in log.lines().filter(|l| l.contains("requesting a ServiceAccount token")) {
-        if let Some(uid) = l.split("pod_uid=").nth(1).and_then(|r| r.split_whitespace().next()) {
+    for l in log
+        .lines()
+        .filter(|l| l.contains("requesting a ServiceAccount token"))
+    {
+        if let Some(uid) = l
+            .split("pod_uid=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+        {
             *per_pod.entry(uid).or_default() += 1;
         }
     }
