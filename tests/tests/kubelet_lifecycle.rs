@@ -167,6 +167,8 @@ spec:
     command: ["sleep", "3600"]
 "#;
 
+/// `logs` writes both lines to one stream: the runtime copies stdout and stderr separately, so
+/// lines of two streams reach the log file in no fixed order.
 const MESSAGES: &str = r#"apiVersion: v1
 kind: Pod
 metadata:
@@ -177,7 +179,7 @@ spec:
   - name: logs
     image: docker.io/library/busybox:1.35
     terminationMessagePolicy: FallbackToLogsOnError
-    command: ["sh", "-c", "echo first line; echo last words >&2; exit 4"]
+    command: ["sh", "-c", "echo first line >&2; echo last words >&2; exit 4"]
   - name: file
     image: docker.io/library/busybox:1.35
     terminationMessagePolicy: FallbackToLogsOnError
