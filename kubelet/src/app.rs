@@ -426,8 +426,19 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     if let Some(tx) = terminated_tx {
         sync_loop.on_terminated(tx);
     }
+    let loop_health = sync_loop.health();
     tasks.spawn(sync_loop.run(pods_rx, pleg_rx, probe_rx));
-    crate::systemd_notify_ready();
+    let watchdog = node_systemd::watchdog_interval_from_env().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "systemd watchdog disabled");
+        None
+    });
+    tasks.spawn(crate::systemd::run(
+        node_systemd::Notifier::from_env(),
+        watchdog,
+        loop_health,
+        format!("serving; node {}", cfg.node_name),
+        cancel.clone(),
+    ));
 
     cancel.cancelled().await;
     tracing::info!("shutting down: pods keep running");

@@ -39,13 +39,9 @@ pub mod stats;
 pub mod status;
 pub mod status_manager;
 pub mod sync_loop;
+pub mod systemd;
 pub mod volume;
 
 /// The upstream Kubernetes release whose kubelet this agent stands in for (one constant for
 /// both binaries).
 pub use proxy::KUBERNETES_VERSION;
-
-/// Tells systemd the agent is up (no-op without NOTIFY_SOCKET).
-pub fn systemd_notify_ready() {
-    node_systemd::notify_ready();
-}

@@ -57,7 +57,53 @@ pub struct SyncLoop {
     cancel: CancellationToken,
     /// When orphaned pod directories were last looked for.
     last_cleanup: Option<tokio::time::Instant>,
+    health: Arc<SyncLoopHealth>,
+    /// Test hook (`KUBELET_TEST_WEDGE_SYNC_LOOP_FILE`): while this file exists the loop stops
+    /// turning, as a deadlocked loop would (the systemd watchdog test uses it).
+    wedge_file: Option<std::path::PathBuf>,
 }
+
+/// When the sync loop last went round (upstream's syncLoopMonitor): the loop turns at least
+/// once a second, so a stale beat means it is stuck.
+#[derive(Debug)]
+pub struct SyncLoopHealth {
+    start: std::time::Instant,
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Default for SyncLoopHealth {
+    fn default() -> Self {
+        Self {
+            start: std::time::Instant::now(),
+            last_ms: Default::default(),
+        }
+    }
+}
+
+impl SyncLoopHealth {
+    pub fn beat(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A heartbeat that never turned, created `age` ago (tests).
+    #[cfg(test)]
+    pub(crate) fn created_ago(age: Duration) -> Self {
+        Self {
+            start: std::time::Instant::now() - age,
+            last_ms: Default::default(),
+        }
+    }
+
+    /// Time since the last turn (since creation when it never turned).
+    pub fn since_last_turn(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
+        self.start.elapsed().saturating_sub(last)
+    }
+}
+
+/// The env variable naming the sync loop's wedge file (a test hook; see [`SyncLoop`]).
+pub const WEDGE_FILE_ENV: &str = "KUBELET_TEST_WEDGE_SYNC_LOOP_FILE";
 
 /// Compares pods ignoring fields that change without changing intent.
 fn same_intent(a: &Pod, b: &Pod) -> bool {
@@ -95,6 +141,22 @@ impl SyncLoop {
             on_terminated: None,
             cancel,
             last_cleanup: None,
+            health: Arc::default(),
+            wedge_file: std::env::var_os(WEDGE_FILE_ENV).map(Into::into),
+        }
+    }
+
+    /// The loop's heartbeat (read by the systemd watchdog and `/healthz`).
+    pub fn health(&self) -> Arc<SyncLoopHealth> {
+        self.health.clone()
+    }
+
+    /// The test hook: while the wedge file exists, stop turning (until cancelled).
+    async fn wedged(&self) {
+        let Some(f) = &self.wedge_file else { return };
+        if tokio::fs::try_exists(f).await.unwrap_or(false) {
+            tracing::warn!(file = %f.display(), "test hook: the sync loop is wedged");
+            self.cancel.cancelled().await;
         }
     }
 
@@ -232,9 +294,14 @@ impl SyncLoop {
         mut pleg_rx: mpsc::Receiver<Relist>,
         mut probe_rx: mpsc::Receiver<probes::ProbeUpdate>,
     ) {
+        // Upstream's loop also wakes every second (syncCh) whatever else happens.
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.health.beat();
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
+                _ = tick.tick() => self.wedged().await,
                 Some(u) = probe_rx.recv() => {
                     if let Some(h) = self.workers.get(&u.pod_uid) {
                         let _ = h.tx.send(Msg::Probe(Box::new(u)));

@@ -156,6 +156,7 @@ pub struct Agent {
     cgroup_root: String,
     pub log: PathBuf,
     starts: u32,
+    env: Vec<(String, String)>,
 }
 
 impl Agent {
@@ -164,6 +165,11 @@ impl Agent {
     }
 
     pub fn start(rig: &Rig) -> Agent {
+        Self::start_with_env(rig, &[])
+    }
+
+    /// Starts the agent with extra environment variables (e.g. systemd's NOTIFY_SOCKET).
+    pub fn start_with_env(rig: &Rig, env: &[(&str, &str)]) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
         let mut a = Agent {
@@ -174,6 +180,10 @@ impl Agent {
             endpoint: rig.get("CRI_ENDPOINT").to_string(),
             cgroup_root: rig.get("RIG_CGROUP_ROOT").to_string(),
             starts: 0,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         a.launch();
         a
@@ -206,6 +216,7 @@ impl Agent {
             .arg("--hostname-override=rig-node")
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

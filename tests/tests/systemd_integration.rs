@@ -1,0 +1,260 @@
+//! The agent under systemd: sd_notify (READY=1 once it serves, watchdog pings while the sync
+//! loop turns, none once it is wedged, STOPPING=1 on SIGTERM), the unit files as
+//! `systemd-analyze verify` sees them, and the .deb packages installed into a scratch root.
+
+mod common;
+
+use common::{Agent, Rig, bin, repo_root};
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Every datagram received within `window`.
+fn collect(sock: &UnixDatagram, window: Duration) -> Vec<String> {
+    let end = Instant::now() + window;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 1024];
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        if left.is_zero() {
+            break;
+        }
+        sock.set_read_timeout(Some(left)).unwrap();
+        match sock.recv(&mut buf) {
+            Ok(n) => out.push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+fn pings(msgs: &[String]) -> usize {
+    msgs.iter().filter(|m| *m == "WATCHDOG=1").count()
+}
+
+#[test]
+fn notify_ready_watchdog_and_stopping() {
+    require_rig!();
+    let rig = Rig::up("sd-notify");
+    let dir = tempfile::tempdir().unwrap();
+    let sock_path = dir.path().join("notify");
+    let wedge = dir.path().join("wedge");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    let mut agent = Agent::start_with_env(
+        &rig,
+        &[
+            ("NOTIFY_SOCKET", sock_path.to_str().unwrap()),
+            // Pings every second.
+            ("WATCHDOG_USEC", "2000000"),
+            ("KUBELET_TEST_WEDGE_SYNC_LOOP_FILE", wedge.to_str().unwrap()),
+        ],
+    );
+    // Agent::start returned once :10248/healthz answered: READY=1 is already queued.
+    let first = collect(&sock, Duration::from_millis(200));
+    assert!(
+        first
+            .first()
+            .is_some_and(|m| m.starts_with("READY=1\nSTATUS=serving")),
+        "READY=1 first: {first:?}"
+    );
+    let running = collect(&sock, Duration::from_secs(5));
+    let n = pings(&running);
+    assert!(
+        (3..=7).contains(&n),
+        "about one ping a second for 5 s, got {n}: {running:?}"
+    );
+
+    std::fs::write(&wedge, "").unwrap();
+    // The loop wedges within a second; pings stop once it has not turned for 3 s.
+    let during = collect(&sock, Duration::from_secs(6));
+    assert!(
+        during
+            .iter()
+            .any(|m| m.starts_with("STATUS=sync loop stuck for")),
+        "the stuck loop is reported: {during:?}"
+    );
+    let after = collect(&sock, Duration::from_secs(4));
+    assert_eq!(pings(&after), 0, "no pings from a wedged loop: {after:?}");
+    assert!(
+        agent
+            .log_text()
+            .contains("withholding systemd watchdog pings"),
+        "the log says why"
+    );
+
+    agent.stop();
+    let end = collect(&sock, Duration::from_secs(2));
+    assert!(
+        end.iter().any(|m| m.starts_with("STOPPING=1")),
+        "STOPPING=1 on SIGTERM: {end:?}"
+    );
+}
+
+/// Copies the units into a scratch root next to the host's own units, with the binaries where
+/// the units expect them, and runs `systemd-analyze verify` there.
+#[test]
+fn units_pass_systemd_analyze_verify() {
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: systemd-analyze is not installed");
+        return;
+    }
+    let host_units = Path::new("/usr/lib/systemd/system");
+    if !host_units.join("multi-user.target").exists() {
+        eprintln!("SKIPPED: no systemd units under /usr/lib/systemd/system to verify against");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let sys = root.path().join("usr/lib/systemd/system");
+    std::fs::create_dir_all(sys.join("kubelet.service.d")).unwrap();
+    std::fs::create_dir_all(root.path().join("usr/bin")).unwrap();
+    for e in std::fs::read_dir(host_units).unwrap().flatten() {
+        let p = e.path();
+        if p.extension()
+            .is_some_and(|x| x == "target" || x == "service")
+        {
+            let _ = std::fs::copy(&p, sys.join(e.file_name()));
+        }
+    }
+    let units = repo_root().join("systemd/units");
+    for u in ["kubelet.service", "kube-proxy.service"] {
+        std::fs::copy(units.join(u), sys.join(u)).unwrap();
+    }
+    std::fs::copy(
+        units.join("10-kubeadm.conf"),
+        sys.join("kubelet.service.d/10-kubeadm.conf"),
+    )
+    .unwrap();
+    for b in ["kubelet", "kube-proxy"] {
+        std::fs::copy(bin(b), root.path().join("usr/bin").join(b)).unwrap();
+    }
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg("--man=no")
+        .arg(format!("--root={}", root.path().display()))
+        .args([
+            "/usr/lib/systemd/system/kubelet.service",
+            "/usr/lib/systemd/system/kube-proxy.service",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // systemd-analyze exits 0 on unknown settings and only warns: any output is a finding.
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "systemd-analyze verify: {}\n{stderr}",
+        out.status
+    );
+    // The drop-in replaces ExecStart with kubeadm's variables, as kubeadm expects.
+    let dropin = std::fs::read_to_string(units.join("10-kubeadm.conf")).unwrap();
+    assert!(dropin.contains(
+        "ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS"
+    ));
+}
+
+#[test]
+fn debian_packages_install_where_kubeadm_expects() {
+    if Command::new("dpkg-deb").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: dpkg-deb is not installed");
+        return;
+    }
+    let out_dir = tempfile::tempdir().unwrap();
+    let bin_dir = bin("kubelet").parent().unwrap().to_path_buf();
+    let out = Command::new("bash")
+        .arg(repo_root().join("systemd/package.sh"))
+        .args(["--fast", "--bin-dir"])
+        .arg(&bin_dir)
+        .arg("--out")
+        .arg(out_dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "package.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let debs: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let arch = String::from_utf8(
+        Command::new("dpkg")
+            .arg("--print-architecture")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let version = format!("1.36.0-agent{}", env!("CARGO_PKG_VERSION"));
+    for (pkg, files) in [
+        (
+            "kubelet",
+            &[
+                "./usr/bin/kubelet",
+                "./usr/lib/systemd/system/kubelet.service",
+                "./usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf",
+                "./etc/kubernetes/manifests/",
+            ][..],
+        ),
+        (
+            "kube-proxy",
+            &[
+                "./usr/bin/kube-proxy",
+                "./usr/lib/systemd/system/kube-proxy.service",
+            ][..],
+        ),
+    ] {
+        let deb = out_dir
+            .path()
+            .join(format!("{pkg}_{version}_{}.deb", arch.trim()));
+        assert!(
+            debs.contains(&deb.display().to_string()),
+            "{} in {debs:?}",
+            deb.display()
+        );
+        let list = Command::new("dpkg-deb")
+            .arg("-c")
+            .arg(&deb)
+            .output()
+            .unwrap();
+        let list = String::from_utf8_lossy(&list.stdout);
+        for f in files {
+            assert!(
+                list.lines().any(|l| l.ends_with(&format!(" {f}"))),
+                "{f} in {pkg}:\n{list}"
+            );
+        }
+        let field = |f: &str| {
+            let o = Command::new("dpkg-deb")
+                .args(["-f"])
+                .arg(&deb)
+                .arg(f)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        assert_eq!(field("Package"), pkg);
+        assert_eq!(field("Version"), version);
+        // Install into a scratch root and run the binary from there.
+        let root = tempfile::tempdir().unwrap();
+        let x = Command::new("dpkg")
+            .arg("-x")
+            .arg(&deb)
+            .arg(root.path())
+            .status()
+            .unwrap();
+        assert!(x.success());
+        let v = Command::new(root.path().join("usr/bin").join(pkg))
+            .arg("--version")
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&v.stdout).trim(),
+            "Kubernetes v1.36.0",
+            "{pkg} --version from the installed package"
+        );
+    }
+}
