@@ -162,6 +162,12 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         } else {
             tracing::info!("{}", auth.describe());
         }
+        // Upstream notices a changed client CA file through fsnotify plus a 1 min resync; a
+        // 5 s poll of one small file is as prompt in practice.
+        tasks.spawn(
+            auth.clone()
+                .watch_client_ca(Duration::from_secs(5), cancel.clone()),
+        );
         tasks.spawn(server::serve_https(
             l,
             tls,

@@ -161,6 +161,12 @@ pub struct Flags {
     pub anonymous_auth: Option<bool>,
     #[arg(long = "authentication-token-webhook", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub authentication_token_webhook: Option<bool>,
+    #[arg(long = "authentication-token-webhook-cache-ttl")]
+    pub authentication_token_webhook_cache_ttl: Option<String>,
+    #[arg(long = "authorization-webhook-cache-authorized-ttl")]
+    pub authorization_webhook_cache_authorized_ttl: Option<String>,
+    #[arg(long = "authorization-webhook-cache-unauthorized-ttl")]
+    pub authorization_webhook_cache_unauthorized_ttl: Option<String>,
     #[arg(long = "authorization-mode")]
     pub authorization_mode: Option<String>,
     #[arg(long = "client-ca-file")]

@@ -432,22 +432,46 @@ fn auth_settings(
             d
         })
     };
-    let cache_ttl = ttl(
-        "authentication.webhook.cacheTTL",
-        authn.webhook.as_ref().and_then(|w| w.cache_ttl.as_ref()),
-        120,
-    )?;
+    // A flag applies after defaulting, as upstream's: `0s` there turns the cache off.
+    let flag_ttl = |name: &str, v: &Option<String>| {
+        v.as_deref()
+            .map(|s| crate::duration::parse(s).map_err(|e| invalid(format!("--{name}: {e}"))))
+            .transpose()
+    };
+    let cache_ttl = match flag_ttl(
+        "authentication-token-webhook-cache-ttl",
+        &flags.authentication_token_webhook_cache_ttl,
+    )? {
+        Some(d) => d,
+        None => ttl(
+            "authentication.webhook.cacheTTL",
+            authn.webhook.as_ref().and_then(|w| w.cache_ttl.as_ref()),
+            120,
+        )?,
+    };
     let authz_webhook = authz.webhook.clone().unwrap_or_default();
-    let cache_authorized_ttl = ttl(
-        "authorization.webhook.cacheAuthorizedTTL",
-        authz_webhook.cache_authorized_ttl.as_ref(),
-        300,
-    )?;
-    let cache_unauthorized_ttl = ttl(
-        "authorization.webhook.cacheUnauthorizedTTL",
-        authz_webhook.cache_unauthorized_ttl.as_ref(),
-        30,
-    )?;
+    let cache_authorized_ttl = match flag_ttl(
+        "authorization-webhook-cache-authorized-ttl",
+        &flags.authorization_webhook_cache_authorized_ttl,
+    )? {
+        Some(d) => d,
+        None => ttl(
+            "authorization.webhook.cacheAuthorizedTTL",
+            authz_webhook.cache_authorized_ttl.as_ref(),
+            300,
+        )?,
+    };
+    let cache_unauthorized_ttl = match flag_ttl(
+        "authorization-webhook-cache-unauthorized-ttl",
+        &flags.authorization_webhook_cache_unauthorized_ttl,
+    )? {
+        Some(d) => d,
+        None => ttl(
+            "authorization.webhook.cacheUnauthorizedTTL",
+            authz_webhook.cache_unauthorized_ttl.as_ref(),
+            30,
+        )?,
+    };
     let client_ca_file = flags
         .client_ca_file
         .clone()

@@ -279,6 +279,42 @@ fn auth_cache_ttls_default_and_parse() {
         err.contains("authorization.webhook.cacheAuthorizedTTL"),
         "{err}"
     );
+    // Upstream's flags win over the file; 0s from a flag turns the cache off.
+    let file = parse_file("c", "authentication: {webhook: {cacheTTL: 10s}}\n").unwrap();
+    let cfg = merge(
+        &flags(&[
+            "--config=c",
+            "--authentication-token-webhook-cache-ttl=0s",
+            "--authorization-webhook-cache-authorized-ttl=2m",
+            "--authorization-webhook-cache-unauthorized-ttl=1s",
+        ]),
+        file,
+        "n",
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            cfg.auth.cache_ttl,
+            cfg.auth.cache_authorized_ttl,
+            cfg.auth.cache_unauthorized_ttl
+        ),
+        (s(0), s(120), s(1))
+    );
+    let file = parse_file("c", "{}").unwrap();
+    let err = merge(
+        &flags(&[
+            "--config=c",
+            "--authorization-webhook-cache-authorized-ttl=soon",
+        ]),
+        file,
+        "n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("--authorization-webhook-cache-authorized-ttl"),
+        "{err}"
+    );
 }
 
 #[test]

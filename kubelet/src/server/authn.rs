@@ -45,9 +45,19 @@ pub struct ClientCaError {
     pub message: String,
 }
 
-/// The x509 authenticator: a webpki verifier over the client CA bundle.
+/// The x509 authenticator: a webpki verifier over the client CA bundle. A bundle read from a
+/// file is re-read by [`X509::reload`] (the server polls it), so a rotated cluster CA applies
+/// without a restart, as upstream's dynamic CA file content does; a broken new bundle is
+/// refused and the one in use kept.
 pub struct X509 {
-    verifier: Arc<dyn ClientCertVerifier>,
+    verifier: std::sync::RwLock<Arc<dyn ClientCertVerifier>>,
+    file: Option<CaFile>,
+}
+
+struct CaFile {
+    path: String,
+    /// The bundle the verifier was built from.
+    pem: std::sync::Mutex<Vec<u8>>,
 }
 
 impl X509 {
@@ -58,25 +68,46 @@ impl X509 {
             message,
         };
         let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-        X509::from_pem(&pem).map_err(err)
+        let verifier = verifier(&pem).map_err(err)?;
+        Ok(X509 {
+            verifier: std::sync::RwLock::new(verifier),
+            file: Some(CaFile {
+                path: path.into(),
+                pem: std::sync::Mutex::new(pem),
+            }),
+        })
     }
 
     pub fn from_pem(pem: &[u8]) -> Result<X509, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_pemfile::certs(&mut &pem[..]) {
-            let cert = cert.map_err(|e| e.to_string())?;
-            roots.add(cert).map_err(|e| e.to_string())?;
+        Ok(X509 {
+            verifier: std::sync::RwLock::new(verifier(pem)?),
+            file: None,
+        })
+    }
+
+    /// Re-reads the bundle file: Ok(true) when it changed and now applies, Ok(false) when it
+    /// is unchanged (or not from a file), Err when the new content is unusable (the bundle in
+    /// use stays).
+    pub async fn reload(&self) -> Result<bool, ClientCaError> {
+        let Some(file) = &self.file else {
+            return Ok(false);
+        };
+        let err = |message: String| ClientCaError {
+            path: file.path.clone(),
+            message,
+        };
+        let path = file.path.clone();
+        let pem = tokio::task::spawn_blocking(move || std::fs::read(path))
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .map_err(|e| err(e.to_string()))?;
+        if *file.pem.lock().unwrap_or_else(|e| e.into_inner()) == pem {
+            return Ok(false);
         }
-        if roots.is_empty() {
-            return Err("no CA certificate found".into());
-        }
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots),
-            Arc::new(rustls::crypto::ring::default_provider()),
-        )
-        .build()
-        .map_err(|e| e.to_string())?;
-        Ok(X509 { verifier })
+        let v = verifier(&pem).map_err(err)?;
+        *self.verifier.write().unwrap_or_else(|e| e.into_inner()) = v;
+        *file.pem.lock().unwrap_or_else(|e| e.into_inner()) = pem;
+        Ok(true)
     }
 
     /// Verifies the presented chain (leaf first): `CN` is the user name, each `O` a group.
@@ -84,7 +115,12 @@ impl X509 {
         let (leaf, rest) = chain
             .split_first()
             .ok_or_else(|| AuthnError::Certificate("empty chain".into()))?;
-        self.verifier
+        let verifier = self
+            .verifier
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        verifier
             .verify_client_cert(leaf, rest, UnixTime::now())
             .map_err(|e| AuthnError::Certificate(e.to_string()))?;
         let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref())
@@ -107,6 +143,24 @@ impl X509 {
             ..Default::default()
         })
     }
+}
+
+/// A webpki client verifier over the CA certificates in `pem`.
+fn verifier(pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut &pem[..]) {
+        let cert = cert.map_err(|e| e.to_string())?;
+        roots.add(cert).map_err(|e| e.to_string())?;
+    }
+    if roots.is_empty() {
+        return Err("no CA certificate found".into());
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .map_err(|e| e.to_string())
 }
 
 /// The authentication settings in force.

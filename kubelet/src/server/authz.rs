@@ -210,6 +210,31 @@ impl Auth {
         (self.cache.stats(), self.authn.cache_stats())
     }
 
+    /// Re-reads the client CA bundle every `period` until cancelled (nothing to do without
+    /// one): a changed bundle applies to the next request; a broken one is logged and ignored.
+    pub async fn watch_client_ca(
+        self: Arc<Self>,
+        period: std::time::Duration,
+        cancel: tokio_util::sync::CancellationToken,
+    ) {
+        let Some(x509) = &self.authn.x509 else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(period) => {}
+            }
+            match x509.reload().await {
+                Ok(true) => tracing::info!("client CA bundle changed: reloaded"),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "client CA bundle not reloaded; keeping the one in use")
+                }
+            }
+        }
+    }
+
     /// One line for the start log: which authenticators and which authorizer are in force.
     pub fn describe(&self) -> String {
         let a = &self.settings;

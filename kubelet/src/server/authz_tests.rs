@@ -297,6 +297,33 @@ async fn client_certificates_of_the_client_ca_authenticate() {
     );
 }
 
+#[tokio::test]
+async fn a_changed_client_ca_file_applies_and_a_broken_one_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (ca(), ca());
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, &old.pem).unwrap();
+    let x509 = super::super::authn::X509::from_file(ca_file.to_str().unwrap()).unwrap();
+    let (by_old, by_new) = (client_cert(&old, "u", &[]), client_cert(&new, "u", &[]));
+    assert!(x509.authenticate(&by_old).is_ok());
+    assert!(x509.authenticate(&by_new).is_err());
+    assert!(!x509.reload().await.unwrap(), "unchanged: nothing to do");
+    std::fs::write(&ca_file, &new.pem).unwrap();
+    assert!(x509.reload().await.unwrap());
+    assert!(x509.authenticate(&by_new).is_ok(), "the rotated CA applies");
+    assert!(
+        x509.authenticate(&by_old).is_err(),
+        "the old CA no longer does"
+    );
+    std::fs::write(&ca_file, "garbage").unwrap();
+    let e = x509.reload().await.unwrap_err().to_string();
+    assert!(e.contains("no CA certificate found"), "{e}");
+    assert!(
+        x509.authenticate(&by_new).is_ok(),
+        "the bundle in use stays"
+    );
+}
+
 #[test]
 fn refusals_name_the_problem() {
     let err = |s: AuthSettings| Auth::new(s, "n", None).err().unwrap().to_string();

@@ -159,6 +159,24 @@ pub const FLAGS: &[Setting] = &[
         "Bearer tokens are checked with a TokenReview (see authentication.webhook.enabled).",
     ),
     s(
+        "--authentication-token-webhook-cache-ttl",
+        Implemented,
+        &[],
+        "How long TokenReview answers are cached (see authentication.webhook.cacheTTL); 0s: no cache.",
+    ),
+    s(
+        "--authorization-webhook-cache-authorized-ttl",
+        Implemented,
+        &[],
+        "How long allowed SubjectAccessReview answers are cached (see authorization.webhook.cacheAuthorizedTTL); 0s: no cache.",
+    ),
+    s(
+        "--authorization-webhook-cache-unauthorized-ttl",
+        Implemented,
+        &[],
+        "How long denied SubjectAccessReview answers are cached (see authorization.webhook.cacheUnauthorizedTTL); 0s: no cache.",
+    ),
+    s(
         "--authorization-mode",
         Implemented,
         &[],
