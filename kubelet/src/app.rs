@@ -248,6 +248,8 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         (Arc::new(crate::events::LogRecorder), None)
     };
     probe_manager.set_events(Arc::new(crate::probing::ProbeEvents(events.clone())));
+    let shutdown_events = events.clone();
+    let shutdown_state = Arc::new(crate::shutdown::ShutdownState::default());
     let node = NodeSettings {
         node_name: cfg.node_name.clone(),
         host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
@@ -408,6 +410,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
                 pods_tx: api_pods_tx,
                 static_rx,
                 events: (events, sink),
+                shutdown: shutdown_state.clone(),
             },
             &mut tasks,
             &cancel,
@@ -433,6 +436,38 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         sync_loop.on_terminated(tx);
     }
     let loop_health = sync_loop.health();
+    if cfg.shutdown.enabled() {
+        let parts_events = shutdown_events.clone();
+        let (settings, node_name, control) = (
+            cfg.shutdown.clone(),
+            cfg.node_name.clone(),
+            sync_loop.control(),
+        );
+        let state = shutdown_state.clone();
+        let cancel = cancel.clone();
+        tasks.spawn(async move {
+            let dir = std::path::PathBuf::from(crate::shutdown::logind::LOGIND_CONF_DIR);
+            let logind = match crate::shutdown::logind::DbusLogind::connect(dir).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(error = %e, "Failed to start node shutdown manager: no systemd-logind to talk to; pods will not be stopped gracefully when the node shuts down");
+                    return;
+                }
+            };
+            let parts = crate::shutdown::Parts {
+                logind: Arc::new(logind),
+                pods: control,
+                state,
+                events: parts_events,
+                node_name,
+            };
+            crate::shutdown::run(settings, parts, cancel).await;
+        });
+    } else {
+        tracing::info!(
+            "shutdownGracePeriod is 0: node shutdown will be immediate (no graceful node shutdown)"
+        );
+    }
     tasks.spawn(sync_loop.run(pods_rx, pleg_rx, probe_rx));
     let watchdog = node_systemd::watchdog_interval_from_env().unwrap_or_else(|e| {
         tracing::warn!(error = %e, "systemd watchdog disabled");

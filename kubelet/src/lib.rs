@@ -34,6 +34,7 @@ pub mod quantity;
 pub mod runtime;
 pub mod server;
 pub mod settings;
+pub mod shutdown;
 pub mod spec;
 pub mod stats;
 pub mod status;

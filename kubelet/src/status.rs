@@ -506,6 +506,23 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
     }
 }
 
+/// Upstream's `DisruptionTarget` condition for a pod the kubelet stopped (node shutdown,
+/// eviction), set once: its transition time is when the kubelet decided.
+pub fn set_disruption_target(st: &mut PodStatus, message: &str) {
+    let conds = st.conditions.get_or_insert_with(Vec::new);
+    if conds.iter().any(|c| c.type_ == "DisruptionTarget") {
+        return;
+    }
+    conds.push(PodCondition {
+        type_: "DisruptionTarget".into(),
+        status: "True".into(),
+        reason: Some("TerminationByKubelet".into()),
+        message: Some(message.into()),
+        last_transition_time: Some(Time(Timestamp::now())),
+        ..Default::default()
+    });
+}
+
 /// A unix-nanosecond timestamp as RFC 3339, for messages.
 pub fn ns_to_rfc3339(ns: i64) -> String {
     time_ns(ns).map(|t| t.0.to_string()).unwrap_or_default()

@@ -30,6 +30,22 @@ pub struct SourceUpdate {
     pub pods: Vec<Pod>,
 }
 
+/// Requests from inside the kubelet (the node shutdown manager, later eviction) that act on
+/// pods through their workers.
+#[derive(Debug)]
+pub enum Control {
+    /// The pods that have a worker and are not being removed.
+    ActivePods(tokio::sync::oneshot::Sender<Vec<Pod>>),
+    /// Stop one pod for good (it ends Failed as `stopped` says); `done` fires once nothing of it
+    /// runs (or at once when the pod has no worker).
+    Stop {
+        uid: String,
+        stopped: crate::pod_worker::Stopped,
+        grace: Duration,
+        done: tokio::sync::oneshot::Sender<()>,
+    },
+}
+
 /// A pod whose containers and sandbox are all gone (sent after a termination finished).
 #[derive(Debug, Clone)]
 pub struct Terminated {
@@ -58,6 +74,8 @@ pub struct SyncLoop {
     /// When orphaned pod directories were last looked for.
     last_cleanup: Option<tokio::time::Instant>,
     health: Arc<SyncLoopHealth>,
+    control_tx: mpsc::Sender<Control>,
+    control_rx: Option<mpsc::Receiver<Control>>,
     /// Test hook (`KUBELET_TEST_WEDGE_SYNC_LOOP_FILE`): while this file exists the loop stops
     /// turning, as a deadlocked loop would (the systemd watchdog test uses it).
     wedge_file: Option<std::path::PathBuf>,
@@ -130,6 +148,7 @@ impl SyncLoop {
     /// are stopped (so that a restart does not kill pods the apiserver has not listed yet).
     pub fn new(env: Arc<Env>, sources: &[Source], cancel: CancellationToken) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (control_tx, control_rx) = mpsc::channel(16);
         Self {
             env,
             workers: HashMap::new(),
@@ -142,7 +161,45 @@ impl SyncLoop {
             cancel,
             last_cleanup: None,
             health: Arc::default(),
+            control_tx,
+            control_rx: Some(control_rx),
             wedge_file: std::env::var_os(WEDGE_FILE_ENV).map(Into::into),
+        }
+    }
+
+    /// Where [`Control`] requests go.
+    pub fn control(&self) -> mpsc::Sender<Control> {
+        self.control_tx.clone()
+    }
+
+    fn on_control(&mut self, c: Control) {
+        match c {
+            Control::ActivePods(reply) => {
+                let pods = self
+                    .workers
+                    .values()
+                    .filter(|h| !h.terminating)
+                    .map(|h| h.pod.clone())
+                    .collect();
+                let _ = reply.send(pods);
+            }
+            Control::Stop {
+                uid,
+                stopped,
+                grace,
+                done,
+            } => {
+                if let Some(h) = self.workers.get(&uid) {
+                    // A worker that ends first drops `done`, which also counts as done.
+                    let _ = h.tx.send(Msg::Stop {
+                        stopped,
+                        grace,
+                        done,
+                    });
+                } else {
+                    let _ = done.send(());
+                }
+            }
         }
     }
 
@@ -295,6 +352,7 @@ impl SyncLoop {
         mut probe_rx: mpsc::Receiver<probes::ProbeUpdate>,
     ) {
         // Upstream's loop also wakes every second (syncCh) whatever else happens.
+        let mut control_rx = self.control_rx.take().expect("run once");
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -302,6 +360,7 @@ impl SyncLoop {
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 _ = tick.tick() => self.wedged().await,
+                Some(c) = control_rx.recv() => self.on_control(c),
                 Some(u) = probe_rx.recv() => {
                     if let Some(h) = self.workers.get(&u.pod_uid) {
                         let _ = h.tx.send(Msg::Probe(Box::new(u)));

@@ -103,6 +103,8 @@ pub struct Parts {
     pub static_rx: watch::Receiver<Vec<Pod>>,
     /// The recorder the workers got and the sink that writes what it records ([`events::channel`]).
     pub events: (Arc<dyn EventRecorder>, events::EventSink),
+    /// Set while the node shuts down: NotReady, and new pods rejected.
+    pub shutdown: Arc<crate::shutdown::ShutdownState>,
 }
 
 /// Handles the rest of the kubelet keeps.
@@ -140,6 +142,7 @@ pub fn start(
         runtime: parts.runtime.clone(),
         pleg: parts.pleg.clone(),
         started_unix: crate::clock::unix_now(),
+        shutdown: parts.shutdown.clone(),
     });
     if node_cfg.register_node {
         tasks.spawn(
@@ -190,6 +193,7 @@ pub fn start(
             static_rx: parts.static_rx.clone(),
             pods_tx: parts.pods_tx,
             terminated_tx: terminated_tx.clone(),
+            shutdown: parts.shutdown.clone(),
         }
         .run(cancel.clone()),
     );

@@ -36,6 +36,7 @@ pub struct CriHealth {
     pub runtime: Arc<dyn crate::runtime::Runtime>,
     pub pleg: Arc<crate::pleg::PlegHealth>,
     pub started_unix: i64,
+    pub shutdown: Arc<crate::shutdown::ShutdownState>,
 }
 
 #[async_trait::async_trait]
@@ -46,6 +47,9 @@ impl RuntimeHealth for CriHealth {
     }
     async fn errors(&self) -> Vec<String> {
         let mut errs = Vec::new();
+        if self.shutdown.shutting_down() {
+            errs.push(crate::shutdown::SHUTTING_DOWN.to_string());
+        }
         if self.runtime.version().await.is_err() {
             errs.push("container runtime is down".to_string());
         }

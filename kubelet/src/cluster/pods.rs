@@ -240,6 +240,8 @@ pub struct Admission {
     rejected: HashMap<String, Rejection>,
     /// The sysctls pods may set (safe ones plus `allowedUnsafeSysctls`).
     pub sysctls: crate::pod::sysctl::Allowlist,
+    /// While the node shuts down every new pod is rejected.
+    pub shutdown: Option<Arc<crate::shutdown::ShutdownState>>,
 }
 
 impl Admission {
@@ -293,7 +295,12 @@ impl Admission {
                 self.admitted.insert(uid);
                 continue;
             }
-            let rejection = if active >= max_pods as usize {
+            let rejection = if self.shutdown.as_ref().is_some_and(|s| s.shutting_down()) {
+                Some(Rejection {
+                    reason: crate::shutdown::NOT_ADMITTED_REASON.into(),
+                    message: crate::shutdown::NOT_ADMITTED_MESSAGE.into(),
+                })
+            } else if active >= max_pods as usize {
                 Some(Rejection {
                     reason: "OutOfpods".into(),
                     message: format!(
@@ -363,6 +370,7 @@ pub struct Dispatcher {
     pub pods_tx: mpsc::Sender<SourceUpdate>,
     /// Rejected pods that were deleted on the apiserver go here to be removed.
     pub terminated_tx: mpsc::UnboundedSender<Terminated>,
+    pub shutdown: Arc<crate::shutdown::ShutdownState>,
 }
 
 impl Dispatcher {
@@ -370,6 +378,7 @@ impl Dispatcher {
         let mut store_rx = self.store.subscribe();
         let mut admission = Admission {
             sysctls: self.sysctls.clone(),
+            shutdown: Some(self.shutdown.clone()),
             ..Default::default()
         };
         let mut last: Option<HashMap<String, Pod>> = None;

@@ -170,9 +170,12 @@ pub struct KubeletConfiguration {
     pub logging: Option<serde_json::Value>,
     pub enable_system_log_handler: Option<serde_json::Value>,
     pub enable_system_log_query: Option<serde_json::Value>,
-    pub shutdown_grace_period: Option<serde_json::Value>,
-    pub shutdown_grace_period_critical_pods: Option<serde_json::Value>,
-    pub shutdown_grace_period_by_pod_priority: Option<serde_json::Value>,
+    #[serde(with = "duration::serde_opt")]
+    pub shutdown_grace_period: Option<Duration>,
+    #[serde(with = "duration::serde_opt")]
+    pub shutdown_grace_period_critical_pods: Option<Duration>,
+    pub shutdown_grace_period_by_pod_priority:
+        Option<Vec<crate::shutdown::settings::PriorityGrace>>,
     pub crash_loop_back_off: Option<serde_json::Value>,
     pub reserved_memory: Option<serde_json::Value>,
     pub enable_profiling_handler: Option<serde_json::Value>,
@@ -295,6 +298,8 @@ pub struct Config {
     /// Cluster mode: `nodeStatusReportFrequency` (default 5m).
     #[serde(with = "duration::serde_opt_plain")]
     pub node_status_report_frequency: Duration,
+    /// Graceful node shutdown (`shutdownGracePeriod*`); disabled when empty.
+    pub shutdown: crate::shutdown::settings::Settings,
     /// Cluster mode: `nodeLeaseDurationSeconds` (default 40).
     pub node_lease_duration_seconds: i32,
     /// Cluster mode: `kubeAPIQPS` / `kubeAPIBurst` (default 50 / 100).
@@ -813,6 +818,14 @@ pub fn merge(
         fail_swap_on: flags.fail_swap_on.or(file.fail_swap_on).unwrap_or(true),
         pod_infra_container_image: flags.pod_infra_container_image.clone(),
         verbosity: flags.verbosity.unwrap_or(0),
+        shutdown: crate::shutdown::settings::Settings::new(
+            file.shutdown_grace_period.unwrap_or_default(),
+            file.shutdown_grace_period_critical_pods.unwrap_or_default(),
+            file.shutdown_grace_period_by_pod_priority
+                .clone()
+                .unwrap_or_default(),
+        )
+        .map_err(|e| invalid(format!("invalid configuration: {e}")))?,
         node_status_report_frequency: dur(
             "nodeStatusReportFrequency",
             &None,

@@ -101,6 +101,9 @@ pub struct Families {
     /// the family carries no samples (HELP/TYPE only); the eviction manager creates each
     /// signal's counter at 0 when it arrives, as upstream's does.
     pub evictions: CounterVec,
+    /// Unix times of the last graceful node shutdown's start and end (0: none yet / running).
+    pub graceful_shutdown_start_time: Gauge,
+    pub graceful_shutdown_end_time: Gauge,
 }
 
 static FAMILIES: LazyLock<Families> = LazyLock::new(|| Families {
@@ -186,6 +189,14 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| Families {
         "Cumulative number of pod evictions by eviction signal",
         &["eviction_signal"],
     ),
+    graceful_shutdown_start_time: gauge(
+        "kubelet_graceful_shutdown_start_time_seconds",
+        "Last graceful shutdown start time since unix epoch in seconds",
+    ),
+    graceful_shutdown_end_time: gauge(
+        "kubelet_graceful_shutdown_end_time_seconds",
+        "Last graceful shutdown end time since unix epoch in seconds",
+    ),
 });
 
 /// The process's kubelet families.
@@ -213,6 +224,8 @@ impl Families {
             Box::new(self.node_config_error.clone()),
             Box::new(self.node_startup_duration.clone()),
             Box::new(self.evictions.clone()),
+            Box::new(self.graceful_shutdown_start_time.clone()),
+            Box::new(self.graceful_shutdown_end_time.clone()),
         ]
     }
 

@@ -64,6 +64,19 @@ pub struct Env {
     pub runtime_classes: Option<Arc<crate::cluster::runtime_class::RuntimeClassStore>>,
 }
 
+/// A pod the kubelet itself stopped for good (deadline, node shutdown, eviction): it is Failed
+/// with this reason and message, and nothing of it starts again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stopped {
+    pub reason: String,
+    pub message: String,
+    /// Add upstream's `DisruptionTarget` condition (reason `TerminationByKubelet`).
+    pub disruption: bool,
+}
+
+/// Reasons of pods stopped for good that stay stopped across an agent restart.
+const STOPPED_REASONS: [&str; 3] = [DEADLINE_REASON, "Terminated", "Evicted"];
+
 /// Messages from the sync loop to a worker.
 #[derive(Debug)]
 pub enum Msg {
@@ -76,6 +89,13 @@ pub enum Msg {
     Wake,
     /// A probe result changed.
     Probe(Box<::probes::ProbeUpdate>),
+    /// Stop the pod's containers for good with at most `grace` (the pod keeps its worker and
+    /// ends Failed as `stopped` says); `done` is sent once nothing of it runs.
+    Stop {
+        stopped: Stopped,
+        grace: Duration,
+        done: tokio::sync::oneshot::Sender<()>,
+    },
 }
 
 mod exit_message;
@@ -109,8 +129,12 @@ pub struct Worker {
     probe_kills: Vec<(String, String, ::probes::ProbeKind, Duration)>,
     /// When this worker first saw the pod, until every container has run once.
     first_seen: Option<std::time::Instant>,
-    /// `activeDeadlineSeconds` has passed: the pod is stopped and Failed for good.
-    deadline_exceeded: bool,
+    /// Stopped for good (`activeDeadlineSeconds` passed, node shutdown, eviction): Failed with
+    /// this reason.
+    stopped: Option<Stopped>,
+    /// The grace a stop request asked for, and who waits for the containers to be gone.
+    stop_grace: Option<Duration>,
+    stop_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
     /// Container ID → its exit message (runtime message + termination message), read once.
     term_messages: HashMap<String, String>,
 }
@@ -122,8 +146,15 @@ impl Worker {
             .as_ref()
             .and_then(|s| s.start_time.as_ref())
             .map(|t| t.0);
-        let deadline_exceeded = previous.as_ref().is_some_and(|s| {
-            s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some(DEADLINE_REASON)
+        let stopped = previous.as_ref().and_then(|s| {
+            let reason = s.reason.as_deref()?;
+            (s.phase.as_deref() == Some("Failed") && STOPPED_REASONS.contains(&reason)).then(|| {
+                Stopped {
+                    reason: reason.into(),
+                    message: s.message.clone().unwrap_or_default(),
+                    disruption: false,
+                }
+            })
         });
         Self {
             env,
@@ -138,8 +169,10 @@ impl Worker {
             probed: HashMap::new(),
             probe_kills: Vec::new(),
             first_seen: Some(std::time::Instant::now()),
-            // A pod failed by its deadline before an agent restart stays stopped.
-            deadline_exceeded,
+            // A pod stopped for good before an agent restart stays stopped.
+            stopped,
+            stop_grace: None,
+            stop_waiters: Vec::new(),
             term_messages: HashMap::new(),
         }
     }
@@ -211,6 +244,7 @@ impl Worker {
                                 Msg::Terminate { grace } => terminating = Some(shortest_grace(terminating.flatten(), grace)),
                                 Msg::Wake => {}
                                 Msg::Probe(u) => self.on_probe(*u),
+                                Msg::Stop { stopped, grace, done } => self.on_stop(stopped, grace, done),
                             }
                         }
                     }

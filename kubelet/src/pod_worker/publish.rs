@@ -37,12 +37,15 @@ impl Worker {
             start_time: self.start_time,
             qos_class: self.qos().as_str().into(),
             terminating,
-            evicted: self.deadline_exceeded.then(|| Waiting {
-                reason: DEADLINE_REASON.into(),
-                message: DEADLINE_MESSAGE.into(),
+            evicted: self.stopped.as_ref().map(|s| Waiting {
+                reason: s.reason.clone(),
+                message: s.message.clone(),
             }),
         };
-        let st = status::pod_status(&self.pod, &o, self.last_status.as_ref());
+        let mut st = status::pod_status(&self.pod, &o, self.last_status.as_ref());
+        if let Some(s) = self.stopped.as_ref().filter(|s| s.disruption) {
+            status::set_disruption_target(&mut st, &s.message);
+        }
         self.note_started(&st);
         if self.last_status.as_ref() != Some(&st) {
             self.env.statuses.set(&self.pod, st.clone());

@@ -135,12 +135,16 @@ impl Worker {
             .and_then(|s| s.phase.as_deref())
             .is_some_and(|p| p == "Succeeded" || p == "Failed");
         let deadline_left = self.active_deadline_left().filter(|_| !finished);
-        if deadline_left == Some(Duration::ZERO) && !self.deadline_exceeded {
-            self.deadline_exceeded = true;
+        if deadline_left == Some(Duration::ZERO) && self.stopped.is_none() {
+            self.stopped = Some(Stopped {
+                reason: DEADLINE_REASON.into(),
+                message: DEADLINE_MESSAGE.into(),
+                disruption: false,
+            });
             tracing::info!("pod passed its activeDeadlineSeconds; stopping it");
             self.event(None, EventType::Normal, DEADLINE_REASON, DEADLINE_MESSAGE);
         }
-        let p = if self.deadline_exceeded {
+        let p = if self.stopped.is_some() {
             // Stopped for good: nothing starts again.
             Plan {
                 kill_pod: obs
@@ -179,6 +183,12 @@ impl Worker {
                 && let Err(e) = rt.stop_sandbox(&sb.id).await
             {
                 tracing::warn!(error = %e, sandbox = %sb.id, "StopPodSandbox failed");
+            }
+        }
+        if self.stopped.is_some() {
+            // Stopped for good: whoever asked (node shutdown, eviction) may go on.
+            for w in self.stop_waiters.drain(..) {
+                let _ = w.send(());
             }
         }
         for (id, name) in &p.kill {

@@ -5,7 +5,24 @@ use super::*;
 
 impl Worker {
     pub(super) fn grace(&self) -> Duration {
-        pod::kill_grace(pod::spec_grace_seconds(&self.pod))
+        let spec = pod::kill_grace(pod::spec_grace_seconds(&self.pod));
+        // A stop request (node shutdown, eviction) may only shorten it.
+        self.stop_grace.map_or(spec, |g| g.min(spec))
+    }
+
+    /// A stop request: the next passes kill everything with at most `grace`, then tell `done`.
+    pub(super) fn on_stop(
+        &mut self,
+        stopped: Stopped,
+        grace: Duration,
+        done: tokio::sync::oneshot::Sender<()>,
+    ) {
+        if self.stopped.is_none() {
+            tracing::info!(reason = %stopped.reason, grace_secs = grace.as_secs(), "stopping the pod for good: {}", stopped.message);
+            self.stopped = Some(stopped);
+        }
+        self.stop_grace = Some(self.stop_grace.map_or(grace, |g| g.min(grace)));
+        self.stop_waiters.push(done);
     }
 
     /// Stops and removes everything of the pod, with `grace` (None: the grace recorded on its

@@ -1096,6 +1096,57 @@ async fn active_deadline_fails_the_pod_for_good() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_stop_request_fails_the_pod_for_good_with_its_reason() {
+    let r = rig();
+    let p = pod(
+        "Always",
+        serde_json::json!({"terminationGracePeriodSeconds": 60}),
+    );
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    assert_eq!(r.rt.running("app").len(), 1);
+    let (done, mut done_rx) = tokio::sync::oneshot::channel();
+    w.on_stop(
+        Stopped {
+            reason: "Terminated".into(),
+            message: "Pod was terminated in response to imminent node shutdown.".into(),
+            disruption: true,
+        },
+        Duration::from_secs(20),
+        done,
+    );
+    w.sync().await;
+    assert!(r.rt.running("app").is_empty(), "stopped");
+    assert_eq!(
+        r.rt.stop_timeouts(),
+        [Duration::from_secs(20)],
+        "the request's grace, shorter than the pod's 60 s"
+    );
+    assert!(done_rx.try_recv().is_ok(), "the requester is told");
+    let st = status(&r);
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("Terminated"));
+    let dt = st
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("DisruptionTarget condition");
+    assert_eq!(
+        (dt.status.as_str(), dt.reason.as_deref()),
+        ("True", Some("TerminationByKubelet"))
+    );
+    w.sync().await;
+    assert!(r.rt.running("app").is_empty(), "never restarted");
+    // Nor after an agent restart.
+    let mut w = Worker::new(r.env.clone(), w.pod.clone(), Some(status(&r)));
+    w.sync().await;
+    assert!(r.rt.running("app").is_empty());
+    assert_eq!(status(&r).reason.as_deref(), Some("Terminated"));
+}
+
+#[tokio::test(start_paused = true)]
 async fn termination_message_from_the_file_or_the_log_tail() {
     let r = rig();
     let p = pod(
