@@ -307,8 +307,10 @@ impl Netlink {
             let fresh = pod.link(&link.ifname)?.ok_or_else(|| Error::Netlink("pod interface vanished".into()))?;
             Ok(mac_of(&fresh))
         })?;
+        // Re-read both: a bridge without an assigned MAC takes one from its ports.
         let host_end = host.link(&link.host_veth)?.unwrap_or(host_end);
-        Ok(Attached { bridge_mac: mac_of(bridge), host_veth_mac: mac_of(&host_end), pod_mac })
+        let bridge_mac = host.link(&link.bridge)?.map_or_else(|| mac_of(bridge), |b| mac_of(&b));
+        Ok(Attached { bridge_mac, host_veth_mac: mac_of(&host_end), pod_mac })
     }
 }
 
