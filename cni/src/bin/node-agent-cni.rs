@@ -6,14 +6,13 @@ use std::io::{Read, Write};
 use cni::dataplane::netlink::Netlink;
 
 fn main() {
-    // Logs go to stderr, which runtimes keep apart from the JSON on stdout.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("NODE_AGENT_CNI_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    // Logs go to stderr, which runtimes keep apart from the JSON on stdout. The filter is
+    // parsed only when asked for: every pod start pays for this process's start-up.
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
+    match std::env::var("NODE_AGENT_CNI_LOG") {
+        Ok(filter) => builder.with_env_filter(tracing_subscriber::EnvFilter::new(filter)).init(),
+        Err(_) => builder.with_max_level(tracing::Level::WARN).init(),
+    }
     let mut stdin = Vec::new();
     let is_version = std::env::var("CNI_COMMAND").is_ok_and(|c| c == "VERSION");
     if !is_version && let Err(e) = std::io::stdin().read_to_end(&mut stdin) {

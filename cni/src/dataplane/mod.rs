@@ -57,11 +57,6 @@ pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
     format!("veth{}", &hex::encode(digest)[..8])
 }
 
-/// The temporary name of the pod end while it is still in the host namespace.
-pub fn temp_peer_name(host_veth: &str) -> String {
-    format!("tmp{}", &host_veth[4..])
-}
-
 /// `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
@@ -78,7 +73,6 @@ mod tests {
         assert_ne!(a, host_veth_name("abd", "eth0"));
         assert_ne!(a, host_veth_name("abc", "eth1"));
         assert_eq!(a.len(), 12);
-        assert!(temp_peer_name(&a).len() <= 15);
         assert_eq!(format_mac(&[0xaa, 1, 2, 3, 4, 0xff]), "aa:01:02:03:04:ff");
     }
 }

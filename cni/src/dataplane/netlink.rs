@@ -14,12 +14,12 @@ use futures::TryStreamExt;
 use nix::sched::CloneFlags;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage};
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
-use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
 use tokio::runtime::Runtime;
 
-use super::{Attached, Dataplane, PodLink, format_mac, temp_peer_name};
+use super::{Attached, Dataplane, PodLink, format_mac};
 use crate::error::{Error, Result};
 use crate::ip::IpNet;
 use crate::result::Route;
@@ -255,48 +255,47 @@ impl Netlink {
     }
 
     fn attach_inner(&self, host: &Session, link: &PodLink, bridge: &LinkMessage) -> Result<Attached> {
-        let peer = temp_peer_name(&link.host_veth);
         // A host end left by an ADD that died half-way is replaced.
         if let Some(stale) = host.link(&link.host_veth)? {
             host.delete(index_of(&stale))?;
         }
-        if let Some(stale) = host.link(&peer)? {
-            host.delete(index_of(&stale))?;
-        }
+        let ns = File::open(&link.netns)
+            .map_err(|e| Error::UnknownContainer(format!("netns {}: {e}", link.netns.display())))?;
+        // The pod end is created inside the pod's namespace under its final name (moving a
+        // device between namespaces afterwards costs the kernel an RCU grace period); the
+        // host end joins the bridge and comes up in the same request.
+        let peer = LinkUnspec::new_with_name(&link.ifname).mtu(link.mtu).setns_by_fd(ns.as_raw_fd()).build();
+        let msg = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+            .name(link.host_veth.clone())
+            .mtu(link.mtu)
+            .controller(index_of(bridge))
+            .up()
+            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+            .build();
         let h = host.handle.clone();
-        let msg = LinkVeth::new(&link.host_veth, &peer).mtu(link.mtu).build();
-        host.must(&format!("create veth {}", link.host_veth), async move { h.link().add(msg).execute().await })?;
+        match host.run(async move { h.link().add(msg).execute().await })? {
+            Ok(()) => {}
+            Err(e) if errno(&e) == Some(EEXIST) => {
+                return Err(Error::InvalidConfig(format!(
+                    "{} already exists in the pod namespace (or {} on the host)",
+                    link.ifname, link.host_veth
+                )));
+            }
+            Err(e) => return Err(nl_err(&format!("create veth {}", link.host_veth), e)),
+        }
+        drop(ns);
         let host_end = host
             .link(&link.host_veth)?
             .ok_or_else(|| Error::Netlink(format!("veth {} vanished", link.host_veth)))?;
-        let peer_end = host.link(&peer)?.ok_or_else(|| Error::Netlink(format!("veth peer {peer} vanished")))?;
-
-        let ns = File::open(&link.netns)
-            .map_err(|e| Error::UnknownContainer(format!("netns {}: {e}", link.netns.display())))?;
-        host.set(
-            "move veth into the pod namespace",
-            LinkUnspec::new_with_index(index_of(&peer_end)).setns_by_fd(ns.as_raw_fd()).build(),
-        )?;
-        drop(ns);
-        let host_index = index_of(&host_end);
-        host.set(
-            "attach veth to bridge",
-            LinkUnspec::new_with_index(host_index).controller(index_of(bridge)).up().build(),
-        )?;
         let h = host.handle.clone();
-        let port = LinkBridgePort::new(host_index).hairpin(true).build();
+        let port = LinkBridgePort::new(index_of(&host_end)).hairpin(true).build();
         host.must("set hairpin mode", async move { h.link().set_port(port).execute().await })?;
 
         let pod_mac = in_netns(&link.netns, |pod| {
-            let inside = pod.link(&peer)?.ok_or_else(|| Error::Netlink(format!("{peer} not in the pod namespace")))?;
+            let inside = pod
+                .link(&link.ifname)?
+                .ok_or_else(|| Error::Netlink(format!("{} not in the pod namespace", link.ifname)))?;
             let index = index_of(&inside);
-            if pod.link(&link.ifname)?.is_some() {
-                return Err(Error::InvalidConfig(format!("{} already exists in the pod namespace", link.ifname)));
-            }
-            pod.set(
-                &format!("rename to {}", link.ifname),
-                LinkUnspec::new_with_index(index).name(link.ifname.clone()).mtu(link.mtu).build(),
-            )?;
             pod.set("pod interface up", LinkUnspec::new_with_index(index).up().build())?;
             for addr in &link.addresses {
                 pod.add_address(index, *addr)?;
@@ -304,11 +303,9 @@ impl Netlink {
             for route in &link.routes {
                 pod.add_route(index, route)?;
             }
-            let fresh = pod.link(&link.ifname)?.ok_or_else(|| Error::Netlink("pod interface vanished".into()))?;
-            Ok(mac_of(&fresh))
+            Ok(mac_of(&inside))
         })?;
-        // Re-read both: a bridge without an assigned MAC takes one from its ports.
-        let host_end = host.link(&link.host_veth)?.unwrap_or(host_end);
+        // A bridge without an assigned MAC takes one from its ports: read it again.
         let bridge_mac = host.link(&link.bridge)?.map_or_else(|| mac_of(bridge), |b| mac_of(&b));
         Ok(Attached { bridge_mac, host_veth_mac: mac_of(&host_end), pod_mac })
     }
@@ -348,10 +345,8 @@ impl Dataplane for Netlink {
             }
         }
         let host = Session::open()?;
-        for name in [host_veth.to_string(), temp_peer_name(host_veth)] {
-            if let Some(l) = host.link(&name)? {
-                host.delete(index_of(&l))?;
-            }
+        if let Some(l) = host.link(host_veth)? {
+            host.delete(index_of(&l))?;
         }
         Ok(())
     }
