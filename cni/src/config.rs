@@ -29,8 +29,14 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
 
 /// Keys the runtime adds or that carry data plugins may ignore (the spec's `args`, libcni's
 /// `runtimeConfig`/`capabilities`, CNI 1.1's GC list).
-const PASS_THROUGH_KEYS: &[&str] =
-    &["args", "runtimeConfig", "capabilities", "disableCheck", "disableGC", "cni.dev/attachments"];
+const PASS_THROUGH_KEYS: &[&str] = &[
+    "args",
+    "runtimeConfig",
+    "capabilities",
+    "disableCheck",
+    "disableGC",
+    "cni.dev/attachments",
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -126,9 +132,12 @@ pub fn version_at_least(a: &str, b: &str) -> Option<bool> {
 impl NetConf {
     /// Parses and validates the stdin config.
     pub fn parse(stdin: &[u8]) -> Result<NetConf> {
-        let raw: RawConf =
-            serde_json::from_slice(stdin).map_err(|e| Error::Decode(format!("network config: {e}")))?;
-        let cni_version = raw.cni_version.filter(|v| !v.is_empty()).unwrap_or_else(|| "0.1.0".into());
+        let raw: RawConf = serde_json::from_slice(stdin)
+            .map_err(|e| Error::Decode(format!("network config: {e}")))?;
+        let cni_version = raw
+            .cni_version
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "0.1.0".into());
         check_supported(&cni_version)?;
         let name = raw.name.unwrap_or_default();
         if name.is_empty() {
@@ -140,22 +149,34 @@ impl NetConf {
             )));
         }
         let _ = raw.kind;
-        if let Some(key) = raw.rest.keys().find(|k| !PASS_THROUGH_KEYS.contains(&k.as_str())) {
-            return Err(Error::UnsupportedField(format!("{key:?} is not a node-agent-cni setting")));
+        if let Some(key) = raw
+            .rest
+            .keys()
+            .find(|k| !PASS_THROUGH_KEYS.contains(&k.as_str()))
+        {
+            return Err(Error::UnsupportedField(format!(
+                "{key:?} is not a node-agent-cni setting"
+            )));
         }
         if raw.ip_masq == Some(true) {
             return Err(Error::UnsupportedField(
-                "ipMasq: the node agent's controller masquerades pod traffic; the plugin does not".into(),
+                "ipMasq: the node agent's controller masquerades pod traffic; the plugin does not"
+                    .into(),
             ));
         }
         let bridge = raw.bridge.unwrap_or_else(|| DEFAULT_BRIDGE.to_string());
         validate_ifname(&bridge).map_err(|e| Error::InvalidConfig(format!("bridge: {e}")))?;
         let mtu = raw.mtu.unwrap_or(DEFAULT_MTU);
         if !(68..=65535).contains(&mtu) {
-            return Err(Error::InvalidConfig(format!("mtu {mtu}: must be 68..65535")));
+            return Err(Error::InvalidConfig(format!(
+                "mtu {mtu}: must be 68..65535"
+            )));
         }
         let subnets = parse_ipam(raw.ipam)?;
-        let data_dir = raw.data_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)).join(&name);
+        let data_dir = raw
+            .data_dir
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
+            .join(&name);
         let prev_result = match raw.prev_result {
             None | Some(Value::Null) => None,
             Some(v) => Some(
@@ -177,33 +198,45 @@ impl NetConf {
 }
 
 fn parse_ipam(ipam: Option<RawIpam>) -> Result<Vec<IpNet>> {
-    let ipam = ipam.ok_or_else(|| Error::InvalidConfig("ipam: missing (needs subnet or subnets)".into()))?;
+    let ipam =
+        ipam.ok_or_else(|| Error::InvalidConfig("ipam: missing (needs subnet or subnets)".into()))?;
     if let Some(kind) = ipam.kind {
         return Err(Error::UnsupportedField(format!(
             "ipam.type {kind:?}: node-agent-cni allocates addresses itself; remove ipam.type"
         )));
     }
     if let Some(key) = ipam.rest.keys().next() {
-        return Err(Error::UnsupportedField(format!("ipam.{key} is not a node-agent-cni setting")));
+        return Err(Error::UnsupportedField(format!(
+            "ipam.{key} is not a node-agent-cni setting"
+        )));
     }
     let subnets = match (ipam.subnet, ipam.subnets) {
         (Some(_), Some(_)) => {
-            return Err(Error::InvalidConfig("ipam: set subnet or subnets, not both".into()));
+            return Err(Error::InvalidConfig(
+                "ipam: set subnet or subnets, not both".into(),
+            ));
         }
         (Some(one), None) => vec![one],
         (None, Some(many)) if !many.is_empty() => many,
         _ => return Err(Error::InvalidConfig("ipam: no subnet".into())),
     };
     if subnets.len() > 2 || (subnets.len() == 2 && subnets[0].is_ipv4() == subnets[1].is_ipv4()) {
-        return Err(Error::InvalidConfig("ipam.subnets: at most one IPv4 and one IPv6 subnet".into()));
+        return Err(Error::InvalidConfig(
+            "ipam.subnets: at most one IPv4 and one IPv6 subnet".into(),
+        ));
     }
     for s in &subnets {
         if s.network() != *s {
-            return Err(Error::InvalidConfig(format!("subnet {s} has host bits set (use {})", s.network())));
+            return Err(Error::InvalidConfig(format!(
+                "subnet {s} has host bits set (use {})",
+                s.network()
+            )));
         }
         let max = if s.is_ipv4() { 30 } else { 126 };
         if s.prefix > max {
-            return Err(Error::InvalidConfig(format!("subnet {s} is too small for a gateway and pods")));
+            return Err(Error::InvalidConfig(format!(
+                "subnet {s} is too small for a gateway and pods"
+            )));
         }
     }
     Ok(subnets)
@@ -221,13 +254,20 @@ pub fn validate_ifname(name: &str) -> Result<(), String> {
         return Err("interface name is empty".into());
     }
     if name.len() > 15 {
-        return Err(format!("interface name {name:?} is longer than 15 characters"));
+        return Err(format!(
+            "interface name {name:?} is longer than 15 characters"
+        ));
     }
     if name == "." || name == ".." {
         return Err(format!("interface name {name:?} is not allowed"));
     }
-    if name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
-        return Err(format!("interface name {name:?} contains '/', ':' or whitespace"));
+    if name
+        .chars()
+        .any(|c| c == '/' || c == ':' || c.is_whitespace())
+    {
+        return Err(format!(
+            "interface name {name:?} contains '/', ':' or whitespace"
+        ));
     }
     Ok(())
 }

@@ -45,9 +45,10 @@ impl CmdArgs {
     /// `CNI_PATH` the way libcni's skeleton does: which are required depends on the command.
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<CmdArgs> {
         let var = |name: &str| get(name).filter(|v| !v.is_empty());
-        let raw = var("CNI_COMMAND").ok_or_else(|| Error::InvalidEnv("CNI_COMMAND is missing".into()))?;
-        let command =
-            Command::parse(&raw).ok_or_else(|| Error::InvalidEnv(format!("unknown CNI_COMMAND: {raw}")))?;
+        let raw =
+            var("CNI_COMMAND").ok_or_else(|| Error::InvalidEnv("CNI_COMMAND is missing".into()))?;
+        let command = Command::parse(&raw)
+            .ok_or_else(|| Error::InvalidEnv(format!("unknown CNI_COMMAND: {raw}")))?;
         let per_container = matches!(command, Command::Add | Command::Del | Command::Check);
         let mut missing = Vec::new();
         let mut need = |name: &'static str, required: bool| {
@@ -58,12 +59,21 @@ impl CmdArgs {
             v.unwrap_or_default()
         };
         let container_id = need("CNI_CONTAINERID", per_container);
-        let netns = need("CNI_NETNS", matches!(command, Command::Add | Command::Check));
+        let netns = need(
+            "CNI_NETNS",
+            matches!(command, Command::Add | Command::Check),
+        );
         let ifname = need("CNI_IFNAME", per_container);
         let args = need("CNI_ARGS", false);
-        let _path = need("CNI_PATH", per_container || matches!(command, Command::Gc | Command::Status));
+        let _path = need(
+            "CNI_PATH",
+            per_container || matches!(command, Command::Gc | Command::Status),
+        );
         if !missing.is_empty() {
-            return Err(Error::InvalidEnv(format!("required env variables missing: {}", missing.join(", "))));
+            return Err(Error::InvalidEnv(format!(
+                "required env variables missing: {}",
+                missing.join(", ")
+            )));
         }
         if per_container {
             validate_container_id(&container_id)?;
@@ -86,7 +96,9 @@ fn validate_container_id(id: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::InvalidEnv(format!("CNI_CONTAINERID {id:?} is not a valid container id")))
+        Err(Error::InvalidEnv(format!(
+            "CNI_CONTAINERID {id:?} is not a valid container id"
+        )))
     }
 }
 
@@ -97,13 +109,17 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| map.get(k).cloned()
     }
 
     #[test]
     fn add_needs_its_variables() {
-        let err = CmdArgs::from_env(env(&[("CNI_COMMAND", "ADD"), ("CNI_CONTAINERID", "abc")])).unwrap_err();
+        let err = CmdArgs::from_env(env(&[("CNI_COMMAND", "ADD"), ("CNI_CONTAINERID", "abc")]))
+            .unwrap_err();
         assert_eq!(err.code(), 4);
         assert!(err.to_string().contains("CNI_NETNS"), "{err}");
         let ok = CmdArgs::from_env(env(&[
@@ -115,12 +131,20 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(ok.command, Command::Add);
-        assert_eq!(ok.netns.as_deref(), Some(std::path::Path::new("/run/netns/x")));
+        assert_eq!(
+            ok.netns.as_deref(),
+            Some(std::path::Path::new("/run/netns/x"))
+        );
     }
 
     #[test]
     fn del_without_netns_is_fine_and_bad_names_are_refused() {
-        let base = [("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "abc"), ("CNI_IFNAME", "eth0"), ("CNI_PATH", "/b")];
+        let base = [
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "abc"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/b"),
+        ];
         let del = CmdArgs::from_env(env(&base)).unwrap();
         assert!(del.netns.is_none());
         let bad_if = CmdArgs::from_env(env(&[
@@ -137,7 +161,17 @@ mod tests {
             ("CNI_PATH", "/b"),
         ]));
         assert_eq!(bad_id.unwrap_err().code(), 4);
-        assert_eq!(CmdArgs::from_env(env(&[("CNI_COMMAND", "GET")])).unwrap_err().code(), 4);
-        assert_eq!(CmdArgs::from_env(env(&[("CNI_COMMAND", "VERSION")])).unwrap().command, Command::Version);
+        assert_eq!(
+            CmdArgs::from_env(env(&[("CNI_COMMAND", "GET")]))
+                .unwrap_err()
+                .code(),
+            4
+        );
+        assert_eq!(
+            CmdArgs::from_env(env(&[("CNI_COMMAND", "VERSION")]))
+                .unwrap()
+                .command,
+            Command::Version
+        );
     }
 }

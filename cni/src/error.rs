@@ -109,7 +109,12 @@ impl Error {
             details: &'a str,
         }
         let (msg, details) = self.msg_and_details();
-        let wire = Wire { cni_version, code: self.code(), msg, details: &details };
+        let wire = Wire {
+            cni_version,
+            code: self.code(),
+            msg,
+            details: &details,
+        };
         serde_json::to_string(&wire).unwrap_or_else(|_| format!("{{\"code\":{}}}", self.code()))
     }
 }

@@ -23,11 +23,15 @@ impl IpNet {
 
     /// The subnet this address is on (host bits cleared).
     pub fn network(&self) -> IpNet {
-        IpNet { addr: from_u128(self.addr, to_u128(self.addr) & self.mask()), prefix: self.prefix }
+        IpNet {
+            addr: from_u128(self.addr, to_u128(self.addr) & self.mask()),
+            prefix: self.prefix,
+        }
     }
 
     pub fn contains(&self, ip: IpAddr) -> bool {
-        ip.is_ipv4() == self.addr.is_ipv4() && (to_u128(ip) & self.mask()) == (to_u128(self.addr) & self.mask())
+        ip.is_ipv4() == self.addr.is_ipv4()
+            && (to_u128(ip) & self.mask()) == (to_u128(self.addr) & self.mask())
     }
 
     /// The `n`th address of the subnet (0 = the network address), if it is inside.
@@ -40,20 +44,33 @@ impl IpNet {
 
     /// The offset of `ip` inside the subnet.
     pub fn offset(&self, ip: IpAddr) -> Option<u128> {
-        self.contains(ip).then(|| to_u128(ip) - (to_u128(self.addr) & self.mask()))
+        self.contains(ip)
+            .then(|| to_u128(ip) - (to_u128(self.addr) & self.mask()))
     }
 
     /// Number of addresses in the subnet minus one (the last offset).
     pub fn host_span(&self) -> u128 {
         let bits = u32::from(max_prefix(self.addr) - self.prefix);
-        if bits >= 128 { u128::MAX } else { (1u128 << bits) - 1 }
+        if bits >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << bits) - 1
+        }
     }
 
     fn mask(&self) -> u128 {
         let width = u32::from(max_prefix(self.addr));
         let host = u32::from(max_prefix(self.addr) - self.prefix);
-        let all = if width == 128 { u128::MAX } else { (1u128 << width) - 1 };
-        if host >= 128 { 0 } else { all & !((1u128 << host) - 1) }
+        let all = if width == 128 {
+            u128::MAX
+        } else {
+            (1u128 << width) - 1
+        };
+        if host >= 128 {
+            0
+        } else {
+            all & !((1u128 << host) - 1)
+        }
     }
 }
 
@@ -139,7 +156,14 @@ mod tests {
         assert_eq!(net.nth(1), Some("fd00:10:244:1::1".parse().unwrap()));
         assert_eq!(net.host_span(), u128::from(u64::MAX));
         assert!(!net.contains("10.0.0.1".parse().unwrap()));
-        for bad in ["10.0.0.0", "10.0.0.0/33", "10.0.0.0/-1", "x/8", "10.0.0.0/", "::/129"] {
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "10.0.0.0/-1",
+            "x/8",
+            "10.0.0.0/",
+            "::/129",
+        ] {
             assert!(bad.parse::<IpNet>().is_err(), "{bad}");
         }
         let all: IpNet = "::/0".parse().unwrap();

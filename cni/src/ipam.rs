@@ -36,7 +36,9 @@ pub struct Locked<'a> {
 
 impl std::fmt::Debug for Locked<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Locked").field("dir", &self.store.dir).finish()
+        f.debug_struct("Locked")
+            .field("dir", &self.store.dir)
+            .finish()
     }
 }
 
@@ -66,7 +68,12 @@ impl Store {
         let deadline = Instant::now() + LOCK_WAIT;
         loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => return Ok(Locked { store: self, _lock: lock }),
+                Ok(lock) => {
+                    return Ok(Locked {
+                        store: self,
+                        _lock: lock,
+                    });
+                }
                 Err((back, errno)) if errno == nix::errno::Errno::EWOULDBLOCK => {
                     if Instant::now() >= deadline {
                         return Err(Error::TryAgainLater(format!(
@@ -94,7 +101,11 @@ impl Locked<'_> {
         let mut out = Vec::new();
         for entry in fs::read_dir(dir).map_err(|e| io("read", dir, e))? {
             let entry = entry.map_err(|e| io("read", dir, e))?;
-            let Some(ip) = entry.file_name().to_str().and_then(|n| n.parse::<IpAddr>().ok()) else {
+            let Some(ip) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<IpAddr>().ok())
+            else {
                 continue;
             };
             let path = entry.path();
@@ -110,17 +121,31 @@ impl Locked<'_> {
     /// The addresses held by this attachment, in subnet order.
     pub fn get(&self, container_id: &str, ifname: &str, subnets: &[IpNet]) -> Result<Vec<IpNet>> {
         let owner = owner_line(container_id, ifname);
-        let held: Vec<IpAddr> =
-            self.entries()?.into_iter().filter(|(_, _, o)| *o == owner).map(|(ip, _, _)| ip).collect();
+        let held: Vec<IpAddr> = self
+            .entries()?
+            .into_iter()
+            .filter(|(_, _, o)| *o == owner)
+            .map(|(ip, _, _)| ip)
+            .collect();
         Ok(subnets
             .iter()
-            .filter_map(|s| held.iter().find(|ip| s.contains(**ip)).map(|ip| IpNet { addr: *ip, prefix: s.prefix }))
+            .filter_map(|s| {
+                held.iter().find(|ip| s.contains(**ip)).map(|ip| IpNet {
+                    addr: *ip,
+                    prefix: s.prefix,
+                })
+            })
             .collect())
     }
 
     /// One address per subnet for this attachment. An attachment that already holds addresses
     /// gets them back (a repeated ADD), so it never holds two.
-    pub fn allocate(&self, container_id: &str, ifname: &str, subnets: &[IpNet]) -> Result<Vec<IpNet>> {
+    pub fn allocate(
+        &self,
+        container_id: &str,
+        ifname: &str,
+        subnets: &[IpNet],
+    ) -> Result<Vec<IpNet>> {
         let existing = self.get(container_id, ifname, subnets)?;
         let owner = owner_line(container_id, ifname);
         let mut out = Vec::new();
@@ -130,7 +155,10 @@ impl Locked<'_> {
                 continue;
             }
             match self.allocate_in(index, subnet, &owner) {
-                Ok(ip) => out.push(IpNet { addr: ip, prefix: subnet.prefix }),
+                Ok(ip) => out.push(IpNet {
+                    addr: ip,
+                    prefix: subnet.prefix,
+                }),
                 Err(e) => {
                     // Leave nothing half-allocated behind.
                     for got in &out {
@@ -146,7 +174,11 @@ impl Locked<'_> {
     fn allocate_in(&self, index: usize, subnet: &IpNet, owner: &str) -> Result<IpAddr> {
         // Offsets 2..=last: 0 is the network, 1 the gateway; IPv4 also keeps its broadcast.
         let first = 2u128;
-        let last = if subnet.is_ipv4() { subnet.host_span() - 1 } else { subnet.host_span() };
+        let last = if subnet.is_ipv4() {
+            subnet.host_span() - 1
+        } else {
+            subnet.host_span()
+        };
         let count = last - first + 1;
         let last_path = self.store.dir.join(format!("last_reserved_ip.{index}"));
         let start = fs::read_to_string(&last_path)
@@ -157,11 +189,14 @@ impl Locked<'_> {
             .map_or(first, |o| if o == last { first } else { o + 1 });
         for step in 0..count.min(MAX_SCAN) {
             let offset = first + (start - first + step) % count;
-            let Some(ip) = subnet.nth(offset) else { continue };
+            let Some(ip) = subnet.nth(offset) else {
+                continue;
+            };
             let path = self.store.dir.join(ip.to_string());
             match OpenOptions::new().write(true).create_new(true).open(&path) {
                 Ok(mut f) => {
-                    f.write_all(owner.as_bytes()).map_err(|e| io("write", &path, e))?;
+                    f.write_all(owner.as_bytes())
+                        .map_err(|e| io("write", &path, e))?;
                     let tmp = last_path.with_extension(format!("{index}.tmp"));
                     fs::write(&tmp, ip.to_string()).map_err(|e| io("write", &tmp, e))?;
                     fs::rename(&tmp, &last_path).map_err(|e| io("rename", &last_path, e))?;
@@ -192,7 +227,10 @@ impl Locked<'_> {
 
     /// CNI 1.1 GC: frees every allocation whose attachment is not in `valid`.
     pub fn retain(&self, valid: &[Attachment]) -> Result<Vec<IpAddr>> {
-        let keep: Vec<String> = valid.iter().map(|a| owner_line(&a.container_id, &a.ifname)).collect();
+        let keep: Vec<String> = valid
+            .iter()
+            .map(|a| owner_line(&a.container_id, &a.ifname))
+            .collect();
         let mut freed = Vec::new();
         for (ip, path, owner) in self.entries()? {
             if !keep.contains(&owner) {
@@ -207,7 +245,11 @@ impl Locked<'_> {
     pub fn has_free(&self, subnets: &[IpNet]) -> Result<bool> {
         let taken = self.entries()?;
         Ok(subnets.iter().all(|s| {
-            let usable = if s.is_ipv4() { s.host_span() - 2 } else { s.host_span() - 1 };
+            let usable = if s.is_ipv4() {
+                s.host_span() - 2
+            } else {
+                s.host_span() - 1
+            };
             let used = taken.iter().filter(|(ip, _, _)| s.contains(*ip)).count() as u128;
             used < usable
         }))

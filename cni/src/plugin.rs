@@ -18,20 +18,37 @@ pub struct Output {
 }
 
 /// Runs one command. Errors become the spec's error JSON and exit code 1.
-pub fn run(env: impl Fn(&str) -> Option<String>, stdin: &[u8], dataplane: &dyn Dataplane) -> Output {
+pub fn run(
+    env: impl Fn(&str) -> Option<String>,
+    stdin: &[u8],
+    dataplane: &dyn Dataplane,
+) -> Output {
     let peeked = config::peek_version(stdin);
-    let reply_version =
-        if SUPPORTED_VERSIONS.contains(&peeked.as_str()) { peeked.as_str() } else { CURRENT_VERSION };
+    let reply_version = if SUPPORTED_VERSIONS.contains(&peeked.as_str()) {
+        peeked.as_str()
+    } else {
+        CURRENT_VERSION
+    };
     match dispatch(env, stdin, dataplane) {
-        Ok(stdout) => Output { stdout, exit_code: 0 },
+        Ok(stdout) => Output {
+            stdout,
+            exit_code: 0,
+        },
         Err(e) => {
             tracing::warn!(code = e.code(), "{e}");
-            Output { stdout: e.to_json(reply_version), exit_code: 1 }
+            Output {
+                stdout: e.to_json(reply_version),
+                exit_code: 1,
+            }
         }
     }
 }
 
-fn dispatch(env: impl Fn(&str) -> Option<String>, stdin: &[u8], dataplane: &dyn Dataplane) -> Result<String> {
+fn dispatch(
+    env: impl Fn(&str) -> Option<String>,
+    stdin: &[u8],
+    dataplane: &dyn Dataplane,
+) -> Result<String> {
     let args = CmdArgs::from_env(env)?;
     if args.command == Command::Version {
         return Ok(version_json());
@@ -46,7 +63,9 @@ fn dispatch(env: impl Fn(&str) -> Option<String>, stdin: &[u8], dataplane: &dyn 
     if let Some((name, floor)) = floor
         && config::version_at_least(&conf.cni_version, floor) != Some(true)
     {
-        return Err(Error::IncompatibleVersion(format!("config version does not allow {name}")));
+        return Err(Error::IncompatibleVersion(format!(
+            "config version does not allow {name}"
+        )));
     }
     match args.command {
         Command::Add => add(&args, &conf, dataplane).map(|r| r.to_json(&conf.cni_version)),
@@ -60,17 +79,31 @@ fn dispatch(env: impl Fn(&str) -> Option<String>, stdin: &[u8], dataplane: &dyn 
 
 /// VERSION's answer.
 pub fn version_json() -> String {
-    serde_json::json!({"cniVersion": CURRENT_VERSION, "supportedVersions": SUPPORTED_VERSIONS}).to_string()
+    serde_json::json!({"cniVersion": CURRENT_VERSION, "supportedVersions": SUPPORTED_VERSIONS})
+        .to_string()
 }
 
 /// The bridge's address on a subnet: its first address.
 fn gateway(subnet: &IpNet) -> IpNet {
-    IpNet { addr: subnet.nth(1).unwrap_or(subnet.addr), prefix: subnet.prefix }
+    IpNet {
+        addr: subnet.nth(1).unwrap_or(subnet.addr),
+        prefix: subnet.prefix,
+    }
 }
 
 fn default_route(gw: IpAddr) -> Route {
-    let any = if gw.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
-    Route { dst: IpNet { addr: any, prefix: 0 }, gw: Some(gw) }
+    let any = if gw.is_ipv4() {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    };
+    Route {
+        dst: IpNet {
+            addr: any,
+            prefix: 0,
+        },
+        gw: Some(gw),
+    }
 }
 
 fn add(args: &CmdArgs, conf: &NetConf, dataplane: &dyn Dataplane) -> Result<CniResult> {
@@ -79,9 +112,14 @@ fn add(args: &CmdArgs, conf: &NetConf, dataplane: &dyn Dataplane) -> Result<CniR
             "prevResult on ADD: node-agent-cni creates the interface and must be the first plugin in the list".into(),
         ));
     }
-    let netns = args.netns.clone().ok_or_else(|| Error::InvalidEnv("CNI_NETNS is missing".into()))?;
+    let netns = args
+        .netns
+        .clone()
+        .ok_or_else(|| Error::InvalidEnv("CNI_NETNS is missing".into()))?;
     let store = Store::new(&conf.data_dir);
-    let addresses = store.lock()?.allocate(&args.container_id, &args.ifname, &conf.subnets)?;
+    let addresses = store
+        .lock()?
+        .allocate(&args.container_id, &args.ifname, &conf.subnets)?;
     let gateways: Vec<IpNet> = conf.subnets.iter().map(gateway).collect();
     let routes: Vec<Route> = gateways.iter().map(|g| default_route(g.addr)).collect();
     let link = PodLink {
@@ -106,14 +144,30 @@ fn add(args: &CmdArgs, conf: &NetConf, dataplane: &dyn Dataplane) -> Result<CniR
     tracing::info!(container = %args.container_id, ?addresses, "attached");
     Ok(CniResult {
         interfaces: vec![
-            Interface { name: conf.bridge.clone(), mac: attached.bridge_mac, sandbox: String::new() },
-            Interface { name: link.host_veth.clone(), mac: attached.host_veth_mac, sandbox: String::new() },
-            Interface { name: args.ifname.clone(), mac: attached.pod_mac, sandbox: netns.display().to_string() },
+            Interface {
+                name: conf.bridge.clone(),
+                mac: attached.bridge_mac,
+                sandbox: String::new(),
+            },
+            Interface {
+                name: link.host_veth.clone(),
+                mac: attached.host_veth_mac,
+                sandbox: String::new(),
+            },
+            Interface {
+                name: args.ifname.clone(),
+                mac: attached.pod_mac,
+                sandbox: netns.display().to_string(),
+            },
         ],
         ips: addresses
             .iter()
             .zip(&gateways)
-            .map(|(a, g)| IpConfig { address: *a, gateway: Some(g.addr), interface: Some(2) })
+            .map(|(a, g)| IpConfig {
+                address: *a,
+                gateway: Some(g.addr),
+                interface: Some(2),
+            })
             .collect(),
         routes,
         dns: conf.dns.clone(),
@@ -123,7 +177,9 @@ fn add(args: &CmdArgs, conf: &NetConf, dataplane: &dyn Dataplane) -> Result<CniR
 fn del(args: &CmdArgs, conf: &NetConf, dataplane: &dyn Dataplane) -> Result<()> {
     let host_veth = host_veth_name(&args.container_id, &args.ifname);
     dataplane.detach(args.netns.as_deref(), &args.ifname, &host_veth)?;
-    let freed = Store::new(&conf.data_dir).lock()?.release(&args.container_id, &args.ifname)?;
+    let freed = Store::new(&conf.data_dir)
+        .lock()?
+        .release(&args.container_id, &args.ifname)?;
     tracing::info!(container = %args.container_id, ?freed, "detached");
     Ok(())
 }
@@ -133,17 +189,35 @@ fn check(args: &CmdArgs, conf: &NetConf, dataplane: &dyn Dataplane) -> Result<()
         .prev_result
         .as_ref()
         .ok_or_else(|| Error::InvalidConfig("CHECK needs prevResult".into()))?;
-    let netns = args.netns.clone().ok_or_else(|| Error::InvalidEnv("CNI_NETNS is missing".into()))?;
+    let netns = args
+        .netns
+        .clone()
+        .ok_or_else(|| Error::InvalidEnv("CNI_NETNS is missing".into()))?;
     let pod_index = prev
         .interfaces
         .iter()
         .position(|i| i.name == args.ifname && !i.sandbox.is_empty())
-        .ok_or_else(|| Error::CheckFailed(format!("prevResult has no sandbox interface {}", args.ifname)))?;
-    let addresses: Vec<IpNet> =
-        prev.ips.iter().filter(|ip| ip.interface == Some(pod_index)).map(|ip| ip.address).collect();
-    let held = Store::new(&conf.data_dir).lock()?.get(&args.container_id, &args.ifname, &conf.subnets)?;
+        .ok_or_else(|| {
+            Error::CheckFailed(format!(
+                "prevResult has no sandbox interface {}",
+                args.ifname
+            ))
+        })?;
+    let addresses: Vec<IpNet> = prev
+        .ips
+        .iter()
+        .filter(|ip| ip.interface == Some(pod_index))
+        .map(|ip| ip.address)
+        .collect();
+    let held =
+        Store::new(&conf.data_dir)
+            .lock()?
+            .get(&args.container_id, &args.ifname, &conf.subnets)?;
     if let Some(a) = addresses.iter().find(|a| !held.contains(a)) {
-        return Err(Error::CheckFailed(format!("{a} is not allocated to container {}", args.container_id)));
+        return Err(Error::CheckFailed(format!(
+            "{a} is not allocated to container {}",
+            args.container_id
+        )));
     }
     let link = PodLink {
         bridge: conf.bridge.clone(),
@@ -160,11 +234,16 @@ fn check(args: &CmdArgs, conf: &NetConf, dataplane: &dyn Dataplane) -> Result<()
 
 fn status(conf: &NetConf) -> Result<()> {
     let store = Store::new(&conf.data_dir);
-    let lock = store.lock().map_err(|e| Error::NotAvailable(e.to_string()))?;
+    let lock = store
+        .lock()
+        .map_err(|e| Error::NotAvailable(e.to_string()))?;
     if lock.has_free(&conf.subnets)? {
         Ok(())
     } else {
-        Err(Error::NotAvailable(format!("no free address in {:?}", conf.subnets)))
+        Err(Error::NotAvailable(format!(
+            "no free address in {:?}",
+            conf.subnets
+        )))
     }
 }
 

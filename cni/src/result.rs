@@ -97,8 +97,16 @@ mod tests {
     fn sample() -> CniResult {
         CniResult {
             interfaces: vec![
-                Interface { name: "cni0".into(), mac: "aa:bb:cc:dd:ee:01".into(), sandbox: String::new() },
-                Interface { name: "veth1234".into(), mac: "aa:bb:cc:dd:ee:02".into(), sandbox: String::new() },
+                Interface {
+                    name: "cni0".into(),
+                    mac: "aa:bb:cc:dd:ee:01".into(),
+                    sandbox: String::new(),
+                },
+                Interface {
+                    name: "veth1234".into(),
+                    mac: "aa:bb:cc:dd:ee:02".into(),
+                    sandbox: String::new(),
+                },
                 Interface {
                     name: "eth0".into(),
                     mac: "aa:bb:cc:dd:ee:03".into(),
@@ -110,7 +118,10 @@ mod tests {
                 gateway: Some("10.244.1.1".parse().unwrap()),
                 interface: Some(2),
             }],
-            routes: vec![Route { dst: "0.0.0.0/0".parse().unwrap(), gw: Some("10.244.1.1".parse().unwrap()) }],
+            routes: vec![Route {
+                dst: "0.0.0.0/0".parse().unwrap(),
+                gw: Some("10.244.1.1".parse().unwrap()),
+            }],
             dns: Dns::default(),
         }
     }

@@ -30,7 +30,9 @@ fn add_latency_vs_debian_bridge() {
         return;
     }
     if !Path::new(DEBIAN_BRIDGE).exists() {
-        println!("SKIPPED: add_latency_vs_debian_bridge: {DEBIAN_BRIDGE} is missing (containernetworking-plugins)");
+        println!(
+            "SKIPPED: add_latency_vs_debian_bridge: {DEBIAN_BRIDGE} is missing (containernetworking-plugins)"
+        );
         return;
     }
     let data = tempfile::tempdir().unwrap();
@@ -54,12 +56,21 @@ fn add_latency_vs_debian_bridge() {
         let (a, b) = (Netns::new("bo"), Netns::new("bd"));
         let id = format!("bench{i}");
         let t = Instant::now();
-        let (code, out, err) = run_plugin(PLUGIN, &ours_host.path(), &cni_env("ADD", &id, &a.path(), "eth0", "/usr/lib/cni"), &ours_conf);
+        let (code, out, err) = run_plugin(
+            PLUGIN,
+            &ours_host.path(),
+            &cni_env("ADD", &id, &a.path(), "eth0", "/usr/lib/cni"),
+            &ours_conf,
+        );
         ours.push(t.elapsed());
         assert_eq!(code, 0, "{out} {err}");
         let t = Instant::now();
-        let (code, out, err) =
-            run_plugin(DEBIAN_BRIDGE, &deb_host.path(), &cni_env("ADD", &id, &b.path(), "eth0", "/usr/lib/cni"), &deb_conf);
+        let (code, out, err) = run_plugin(
+            DEBIAN_BRIDGE,
+            &deb_host.path(),
+            &cni_env("ADD", &id, &b.path(), "eth0", "/usr/lib/cni"),
+            &deb_conf,
+        );
         deb.push(t.elapsed());
         assert_eq!(code, 0, "{out} {err}");
         pods.push(a);
@@ -67,9 +78,26 @@ fn add_latency_vs_debian_bridge() {
     }
     ours.sort();
     deb.sort();
-    let (o50, o99, d50, d99) = (percentile(&ours, 0.5), percentile(&ours, 0.99), percentile(&deb, 0.5), percentile(&deb, 0.99));
+    let (o50, o99, d50, d99) = (
+        percentile(&ours, 0.5),
+        percentile(&ours, 0.99),
+        percentile(&deb, 0.5),
+        percentile(&deb, 0.99),
+    );
     println!("ADD latency over {PODS} pods (process start to exit, same run):");
-    println!("  node-agent-cni        p50 {:.2} ms  p99 {:.2} ms", ms(o50), ms(o99));
-    println!("  bridge + host-local   p50 {:.2} ms  p99 {:.2} ms", ms(d50), ms(d99));
-    println!("  ratio (ours/debian)   p50 {:.2}x    p99 {:.2}x", ms(o50) / ms(d50), ms(o99) / ms(d99));
+    println!(
+        "  node-agent-cni        p50 {:.2} ms  p99 {:.2} ms",
+        ms(o50),
+        ms(o99)
+    );
+    println!(
+        "  bridge + host-local   p50 {:.2} ms  p99 {:.2} ms",
+        ms(d50),
+        ms(d99)
+    );
+    println!(
+        "  ratio (ours/debian)   p50 {:.2}x    p99 {:.2}x",
+        ms(o50) / ms(d50),
+        ms(o99) / ms(d99)
+    );
 }

@@ -19,7 +19,10 @@ fn rig_dir() -> PathBuf {
 }
 
 fn have(cmd: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {cmd}")]).output().is_ok_and(|o| o.status.success())
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// `rig.sh down` on drop, so a failing test leaves no containerd behind.
@@ -44,7 +47,9 @@ fn pod_through_containerd_gets_an_address_from_the_plugin() {
     }
     for tool in ["containerd", "runc", "curl", "nsenter"] {
         if !have(tool) {
-            println!("SKIPPED: pod_through_containerd_gets_an_address_from_the_plugin: {tool} is not installed");
+            println!(
+                "SKIPPED: pod_through_containerd_gets_an_address_from_the_plugin: {tool} is not installed"
+            );
             return;
         }
     }
@@ -52,11 +57,16 @@ fn pod_through_containerd_gets_an_address_from_the_plugin() {
     let bin_dir = tempfile::tempdir().unwrap();
     std::fs::copy(PLUGIN, bin_dir.path().join("node-agent-cni")).unwrap();
     for p in ["loopback", "portmap", "bridge", "host-local"] {
-        std::os::unix::fs::symlink(Path::new("/usr/lib/cni").join(p), bin_dir.path().join(p)).unwrap();
+        std::os::unix::fs::symlink(Path::new("/usr/lib/cni").join(p), bin_dir.path().join(p))
+            .unwrap();
     }
-    let rig = Rig { name: format!("cni-{}", std::process::id()), bin_dir };
+    let rig = Rig {
+        name: format!("cni-{}", std::process::id()),
+        bin_dir,
+    };
     let mut up = Command::new(rig_dir().join("rig.sh"));
-    up.args(["up", &rig.name]).env("CNI_BIN_DIR", rig.bin_dir.path());
+    up.args(["up", &rig.name])
+        .env("CNI_BIN_DIR", rig.bin_dir.path());
     let (code, out, err) = run_cmd(&mut up, None);
     assert_eq!(code, 0, "rig up: {err}");
     let env: HashMap<&str, &str> = out.lines().filter_map(|l| l.split_once('=')).collect();
@@ -73,7 +83,11 @@ fn pod_through_containerd_gets_an_address_from_the_plugin() {
     });
     let conf_dir = state.join("cni/net.d");
     std::fs::write(conf_dir.join("10-rig.conflist.tmp"), conflist.to_string()).unwrap();
-    std::fs::rename(conf_dir.join("10-rig.conflist.tmp"), conf_dir.join("10-rig.conflist")).unwrap();
+    std::fs::rename(
+        conf_dir.join("10-rig.conflist.tmp"),
+        conf_dir.join("10-rig.conflist"),
+    )
+    .unwrap();
     // containerd reloads its CNI config on a file event.
     std::thread::sleep(std::time::Duration::from_secs(1));
 
@@ -88,12 +102,18 @@ fn pod_through_containerd_gets_an_address_from_the_plugin() {
         .split_whitespace()
         .find_map(|w| w.strip_prefix("ip="))
         .unwrap_or_else(|| panic!("no pod IP in {out}"));
-    assert!(ip.starts_with(SUBNET_PREFIX), "pod IP {ip} is not from the plugin's subnet");
+    assert!(
+        ip.starts_with(SUBNET_PREFIX),
+        "pod IP {ip} is not from the plugin's subnet"
+    );
     assert!(err.contains("HTTP hostPort via portmap"), "{err}");
     let owner = std::fs::read_to_string(data_dir.join("rig").join(ip)).unwrap();
     assert!(owner.ends_with("\r\neth0"), "{owner:?}");
 
     let (code, out, err) = smoke("clean");
     assert_eq!(code, 0, "cri-smoke clean: {out}\n{err}");
-    assert!(!data_dir.join("rig").join(ip).exists(), "StopPodSandbox did not free {ip}");
+    assert!(
+        !data_dir.join("rig").join(ip).exists(),
+        "StopPodSandbox did not free {ip}"
+    );
 }

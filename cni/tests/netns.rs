@@ -22,7 +22,8 @@ fn plugin(host: &Netns, command: &str, id: &str, pod: &Path, stdin: &Value) -> (
     let v = if out.trim().is_empty() {
         Value::Null
     } else {
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{command} printed non-JSON {out:?} ({e}); stderr {err}"))
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("{command} printed non-JSON {out:?} ({e}); stderr {err}"))
     };
     (code, v)
 }
@@ -47,24 +48,47 @@ fn add_check_del_against_the_kernel() {
     assert_eq!(res["cniVersion"], "1.0.0");
     assert_eq!(res["interfaces"][0]["name"], "cni0");
     assert_eq!(res["interfaces"][2]["name"], "eth0");
-    assert_eq!(res["interfaces"][2]["sandbox"], pod1.path().display().to_string());
-    assert_eq!(res["ips"][0], json!({"address": "10.99.1.2/24", "gateway": "10.99.1.1", "interface": 2}));
-    assert_eq!(res["routes"], json!([{"dst": "0.0.0.0/0", "gw": "10.99.1.1"}]));
+    assert_eq!(
+        res["interfaces"][2]["sandbox"],
+        pod1.path().display().to_string()
+    );
+    assert_eq!(
+        res["ips"][0],
+        json!({"address": "10.99.1.2/24", "gateway": "10.99.1.1", "interface": 2})
+    );
+    assert_eq!(
+        res["routes"],
+        json!([{"dst": "0.0.0.0/0", "gw": "10.99.1.1"}])
+    );
     let mac = res["interfaces"][2]["mac"].as_str().unwrap().to_string();
 
     // The pod side: the address, the MAC reported, the MTU, the default route.
-    let link: Value = serde_json::from_str(&pod1.ok(&["ip", "-j", "addr", "show", "dev", "eth0"])).unwrap();
+    let link: Value =
+        serde_json::from_str(&pod1.ok(&["ip", "-j", "addr", "show", "dev", "eth0"])).unwrap();
     assert_eq!(link[0]["address"], mac.as_str());
     assert_eq!(link[0]["mtu"], 1400);
-    assert!(link[0]["addr_info"].as_array().unwrap().iter().any(|a| a["local"] == "10.99.1.2"), "{link}");
+    assert!(
+        link[0]["addr_info"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["local"] == "10.99.1.2"),
+        "{link}"
+    );
     let routes = pod1.ok(&["ip", "route", "show", "default"]);
-    assert!(routes.contains("default via 10.99.1.1 dev eth0"), "{routes}");
+    assert!(
+        routes.contains("default via 10.99.1.1 dev eth0"),
+        "{routes}"
+    );
     // The host side: the bridge holds the gateway; the host end is a hairpin port of it.
     let bridge = host.ok(&["ip", "addr", "show", "dev", "cni0"]);
     assert!(bridge.contains("inet 10.99.1.1/24"), "{bridge}");
     let veth = res["interfaces"][1]["name"].as_str().unwrap();
     let port = host.ok(&["ip", "-d", "link", "show", "dev", veth]);
-    assert!(port.contains("master cni0") && port.contains("hairpin on"), "{port}");
+    assert!(
+        port.contains("master cni0") && port.contains("hairpin on"),
+        "{port}"
+    );
     assert!(ping(&pod1, "10.99.1.1"), "pod cannot reach its gateway");
 
     // A second pod gets another address, and the two reach each other over the bridge.
@@ -79,25 +103,41 @@ fn add_check_del_against_the_kernel() {
     // CHECK with the ADD result passes, then fails once the interface is gone.
     let mut with_prev = c.clone();
     with_prev["prevResult"] = res.clone();
-    assert_eq!(plugin(&host, "CHECK", "ctr1", &pod1.path(), &with_prev), (0, Value::Null));
+    assert_eq!(
+        plugin(&host, "CHECK", "ctr1", &pod1.path(), &with_prev),
+        (0, Value::Null)
+    );
     pod1.ok(&["ip", "link", "del", "eth0"]);
     let (code, err) = plugin(&host, "CHECK", "ctr1", &pod1.path(), &with_prev);
     assert_ne!(code, 0);
     assert_eq!(err["cniVersion"], "1.0.0");
-    assert!(err["code"].as_u64().unwrap() > 0 && err["msg"].is_string(), "{err}");
+    assert!(
+        err["code"].as_u64().unwrap() > 0 && err["msg"].is_string(),
+        "{err}"
+    );
 
     // DEL frees the address and is fine twice; the host end goes with the pod end.
     let mut with_prev2 = c.clone();
     with_prev2["prevResult"] = res2.clone();
     for _ in 0..2 {
-        assert_eq!(plugin(&host, "DEL", "ctr2", &pod2.path(), &with_prev2), (0, Value::Null));
+        assert_eq!(
+            plugin(&host, "DEL", "ctr2", &pod2.path(), &with_prev2),
+            (0, Value::Null)
+        );
     }
     assert!(!data.path().join("podnet/10.99.1.3").exists());
     let veth2 = res2["interfaces"][1]["name"].as_str().unwrap();
-    assert_ne!(host.exec(&["ip", "link", "show", "dev", veth2]).0, 0, "{veth2} outlived DEL");
+    assert_ne!(
+        host.exec(&["ip", "link", "show", "dev", veth2]).0,
+        0,
+        "{veth2} outlived DEL"
+    );
     assert_eq!(pod2.exec(&["ip", "link", "show", "dev", "eth0"]).0, 1);
     // DEL of a namespace that no longer exists still frees the address.
-    assert_eq!(plugin(&host, "DEL", "ctr1", Path::new("/run/netns/gone-away"), &c), (0, Value::Null));
+    assert_eq!(
+        plugin(&host, "DEL", "ctr1", Path::new("/run/netns/gone-away"), &c),
+        (0, Value::Null)
+    );
     assert!(!data.path().join("podnet/10.99.1.2").exists());
 }
 
@@ -109,17 +149,30 @@ fn dual_stack_pod_reaches_both_gateways() {
     let host = Netns::new("host");
     let pod = Netns::new("pod");
     let data = tempfile::tempdir().unwrap();
-    let c = conf(data.path(), "0.4.0", json!({"subnets": ["10.99.2.0/24", "fd00:99:2::/64"]}));
+    let c = conf(
+        data.path(),
+        "0.4.0",
+        json!({"subnets": ["10.99.2.0/24", "fd00:99:2::/64"]}),
+    );
     let (code, res) = plugin(&host, "ADD", "ctr1", &pod.path(), &c);
     assert_eq!(code, 0, "{res}");
     assert_eq!(res["ips"][0]["version"], "4");
-    assert_eq!(res["ips"][1], json!({"version": "6", "address": "fd00:99:2::2/64", "gateway": "fd00:99:2::1", "interface": 2}));
-    assert_eq!(res["routes"][1], json!({"dst": "::/0", "gw": "fd00:99:2::1"}));
+    assert_eq!(
+        res["ips"][1],
+        json!({"version": "6", "address": "fd00:99:2::2/64", "gateway": "fd00:99:2::1", "interface": 2})
+    );
+    assert_eq!(
+        res["routes"][1],
+        json!({"dst": "::/0", "gw": "fd00:99:2::1"})
+    );
     assert!(ping(&pod, "10.99.2.1"));
     assert!(ping(&pod, "fd00:99:2::1"), "IPv6 gateway unreachable");
     let mut with_prev = c.clone();
     with_prev["prevResult"] = res;
-    assert_eq!(plugin(&host, "CHECK", "ctr1", &pod.path(), &with_prev), (0, Value::Null));
+    assert_eq!(
+        plugin(&host, "CHECK", "ctr1", &pod.path(), &with_prev),
+        (0, Value::Null)
+    );
 }
 
 #[test]
@@ -127,7 +180,13 @@ fn bad_configs_get_error_json() {
     // Config errors are answered before any netlink call, so this runs anywhere, unprivileged.
     let data = tempfile::tempdir().unwrap();
     let run = |stdin: &str| {
-        let env = cni_env("ADD", "ctr1", Path::new("/run/netns/none"), "eth0", "/opt/cni/bin");
+        let env = cni_env(
+            "ADD",
+            "ctr1",
+            Path::new("/run/netns/none"),
+            "eth0",
+            "/opt/cni/bin",
+        );
         let mut cmd = std::process::Command::new(PLUGIN);
         cmd.env_clear();
         for (k, v) in &env {
@@ -136,11 +195,13 @@ fn bad_configs_get_error_json() {
         let (code, out, _) = common::run_cmd(&mut cmd, Some(stdin));
         (code, serde_json::from_str::<Value>(&out).unwrap())
     };
-    let (code, err) = run(&json!({"cniVersion": "1.0.0", "name": "n", "dataDir": data.path()}).to_string());
+    let (code, err) =
+        run(&json!({"cniVersion": "1.0.0", "name": "n", "dataDir": data.path()}).to_string());
     assert_eq!(code, 1);
     assert_eq!(err["code"], 7);
     assert_eq!(err["cniVersion"], "1.0.0");
-    let (code, err) = run(&conf(data.path(), "7.0.0", json!({"subnet": "10.0.0.0/24"})).to_string());
+    let (code, err) =
+        run(&conf(data.path(), "7.0.0", json!({"subnet": "10.0.0.0/24"})).to_string());
     assert_eq!((code, err["code"].as_u64()), (1, Some(1)));
     let (_, err) = run("{not json");
     assert_eq!(err["code"], 6);
@@ -151,5 +212,8 @@ fn bad_configs_get_error_json() {
         (code, serde_json::from_str::<Value>(&out).unwrap())
     };
     assert_eq!(code, 0);
-    assert_eq!(v["supportedVersions"], json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]));
+    assert_eq!(
+        v["supportedVersions"],
+        json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
+    );
 }

@@ -10,7 +10,9 @@ fn main() {
     // parsed only when asked for: every pod start pays for this process's start-up.
     let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
     match std::env::var("NODE_AGENT_CNI_LOG") {
-        Ok(filter) => builder.with_env_filter(tracing_subscriber::EnvFilter::new(filter)).init(),
+        Ok(filter) => builder
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .init(),
         Err(_) => builder.with_max_level(tracing::Level::WARN).init(),
     }
     let mut stdin = Vec::new();
@@ -20,7 +22,9 @@ fn main() {
         println!("{}", err.to_json(cni::config::CURRENT_VERSION));
         std::process::exit(1);
     }
-    let dataplane = Netlink { enable_forwarding: true };
+    let dataplane = Netlink {
+        enable_forwarding: true,
+    };
     let out = cni::plugin::run(|k| std::env::var(k).ok(), &stdin, &dataplane);
     let mut stdout = std::io::stdout().lock();
     if !out.stdout.is_empty() {

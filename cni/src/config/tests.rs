@@ -26,21 +26,57 @@ fn reads_the_documented_config_with_defaults() {
 #[test]
 fn refuses_bad_configs_with_the_spec_codes() {
     let cases = [
-        (r#"{"cniVersion":"9.9.9","name":"n","ipam":{"subnet":"10.0.0.0/24"}}"#, 1),
+        (
+            r#"{"cniVersion":"9.9.9","name":"n","ipam":{"subnet":"10.0.0.0/24"}}"#,
+            1,
+        ),
         (r#"{"name":"n","ipam":{"subnet":"10.0.0.0/24"}}"#, 1),
-        (r#"{"cniVersion":"1.0.0","name":"n","hairpin":true,"ipam":{"subnet":"10.0.0.0/24"}}"#, 2),
-        (r#"{"cniVersion":"1.0.0","name":"n","ipMasq":true,"ipam":{"subnet":"10.0.0.0/24"}}"#, 2),
-        (r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"host-local","subnet":"10.0.0.0/24"}}"#, 2),
-        (r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24","routes":[]}}"#, 2),
-        (r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/99"}}"#, 6),
+        (
+            r#"{"cniVersion":"1.0.0","name":"n","hairpin":true,"ipam":{"subnet":"10.0.0.0/24"}}"#,
+            2,
+        ),
+        (
+            r#"{"cniVersion":"1.0.0","name":"n","ipMasq":true,"ipam":{"subnet":"10.0.0.0/24"}}"#,
+            2,
+        ),
+        (
+            r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"host-local","subnet":"10.0.0.0/24"}}"#,
+            2,
+        ),
+        (
+            r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24","routes":[]}}"#,
+            2,
+        ),
+        (
+            r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/99"}}"#,
+            6,
+        ),
         ("not json", 6),
-        (r#"{"cniVersion":"1.0.0","ipam":{"subnet":"10.0.0.0/24"}}"#, 7),
-        (r#"{"cniVersion":"1.0.0","name":"-n","ipam":{"subnet":"10.0.0.0/24"}}"#, 7),
+        (
+            r#"{"cniVersion":"1.0.0","ipam":{"subnet":"10.0.0.0/24"}}"#,
+            7,
+        ),
+        (
+            r#"{"cniVersion":"1.0.0","name":"-n","ipam":{"subnet":"10.0.0.0/24"}}"#,
+            7,
+        ),
         (r#"{"cniVersion":"1.0.0","name":"n"}"#, 7),
-        (r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.5/24"}}"#, 7),
-        (r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnets":["10.0.0.0/24","10.1.0.0/24"]}}"#, 7),
-        (r#"{"cniVersion":"1.0.0","name":"n","mtu":10,"ipam":{"subnet":"10.0.0.0/24"}}"#, 7),
-        (r#"{"cniVersion":"1.0.0","name":"n","bridge":"a-very-long-bridge","ipam":{"subnet":"10.0.0.0/24"}}"#, 7),
+        (
+            r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.5/24"}}"#,
+            7,
+        ),
+        (
+            r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnets":["10.0.0.0/24","10.1.0.0/24"]}}"#,
+            7,
+        ),
+        (
+            r#"{"cniVersion":"1.0.0","name":"n","mtu":10,"ipam":{"subnet":"10.0.0.0/24"}}"#,
+            7,
+        ),
+        (
+            r#"{"cniVersion":"1.0.0","name":"n","bridge":"a-very-long-bridge","ipam":{"subnet":"10.0.0.0/24"}}"#,
+            7,
+        ),
     ];
     for (json, code) in cases {
         let err = parse(json).unwrap_err();

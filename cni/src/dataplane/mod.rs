@@ -59,7 +59,11 @@ pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
 
 /// `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 #[cfg(test)]

@@ -11,12 +11,19 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use nix::sched::CloneFlags;
 use netlink_packet_route::AddressFamily;
-use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage};
-use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
+};
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage,
+};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
-use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use nix::sched::CloneFlags;
+use rtnetlink::{
+    Handle, LinkBridge, LinkBridgePort, LinkMessageBuilder, LinkUnspec, LinkVeth,
+    RouteMessageBuilder,
+};
 use tokio::runtime::Runtime;
 
 use super::{Attached, Dataplane, PodLink, format_mac};
@@ -64,7 +71,8 @@ impl Session {
             .build()
             .map_err(|e| Error::Io(format!("runtime: {e}")))?;
         let handle = rt.block_on(async {
-            let (conn, handle, _) = rtnetlink::new_connection().map_err(|e| nl_err("open socket", e))?;
+            let (conn, handle, _) =
+                rtnetlink::new_connection().map_err(|e| nl_err("open socket", e))?;
             tokio::spawn(conn);
             Ok::<_, Error>(handle)
         })?;
@@ -72,20 +80,36 @@ impl Session {
     }
 
     /// Runs one request with the timeout; the error keeps its errno for callers to inspect.
-    fn run<T>(&self, fut: impl Future<Output = Result<T, rtnetlink::Error>>) -> Result<Result<T, rtnetlink::Error>> {
+    fn run<T>(
+        &self,
+        fut: impl Future<Output = Result<T, rtnetlink::Error>>,
+    ) -> Result<Result<T, rtnetlink::Error>> {
         self.rt
             .block_on(async { tokio::time::timeout(NETLINK_TIMEOUT, fut).await })
-            .map_err(|_| Error::TryAgainLater(format!("netlink request took over {NETLINK_TIMEOUT:?}")))
+            .map_err(|_| {
+                Error::TryAgainLater(format!("netlink request took over {NETLINK_TIMEOUT:?}"))
+            })
     }
 
-    fn must<T>(&self, what: &str, fut: impl Future<Output = Result<T, rtnetlink::Error>>) -> Result<T> {
+    fn must<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = Result<T, rtnetlink::Error>>,
+    ) -> Result<T> {
         self.run(fut)?.map_err(|e| nl_err(what, e))
     }
 
     /// The link named `name`, or `None`.
     fn link(&self, name: &str) -> Result<Option<LinkMessage>> {
         let h = self.handle.clone();
-        let res = self.run(async move { h.link().get().match_name(name.to_string()).execute().try_next().await })?;
+        let res = self.run(async move {
+            h.link()
+                .get()
+                .match_name(name.to_string())
+                .execute()
+                .try_next()
+                .await
+        })?;
         match res {
             Ok(link) => Ok(link),
             Err(e) if errno(&e) == Some(ENODEV) => Ok(None),
@@ -110,7 +134,12 @@ impl Session {
     fn addresses(&self, index: u32) -> Result<Vec<IpNet>> {
         let h = self.handle.clone();
         let msgs: Vec<AddressMessage> = self.must("list addresses", async move {
-            h.address().get().set_link_index_filter(index).execute().try_collect().await
+            h.address()
+                .get()
+                .set_link_index_filter(index)
+                .execute()
+                .try_collect()
+                .await
         })?;
         Ok(msgs
             .iter()
@@ -133,7 +162,8 @@ impl Session {
             if !addr.is_ipv4() {
                 let m = req.message_mut();
                 m.header.flags |= AddressHeaderFlags::Nodad;
-                m.attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
+                m.attributes
+                    .push(AddressAttribute::Flags(AddressFlags::Nodad));
             }
             req.execute().await
         })?;
@@ -161,7 +191,9 @@ impl Session {
             RouteMessageBuilder::<Ipv6Addr>::new().build()
         };
         let h = self.handle.clone();
-        self.must("list routes", async move { h.route().get(query).execute().try_collect().await })
+        self.must("list routes", async move {
+            h.route().get(query).execute().try_collect().await
+        })
     }
 }
 
@@ -202,7 +234,9 @@ fn controller_of(link: &LinkMessage) -> Option<u32> {
 /// netlink socket there. The thread ends with the work.
 fn in_netns<T: Send>(netns: &Path, work: impl FnOnce(&Session) -> Result<T> + Send) -> Result<T> {
     let file = File::open(netns).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::UnknownContainer(format!("netns {}: {e}", netns.display())),
+        std::io::ErrorKind::NotFound => {
+            Error::UnknownContainer(format!("netns {}: {e}", netns.display()))
+        }
         _ => Error::Io(format!("open netns {}: {e}", netns.display())),
     })?;
     std::thread::scope(|s| {
@@ -237,8 +271,9 @@ impl Netlink {
                     Err(e) if errno(&e) == Some(EEXIST) => {}
                     Err(e) => return Err(nl_err(&format!("create bridge {}", link.bridge), e)),
                 }
-                host.link(&link.bridge)?
-                    .ok_or_else(|| Error::Netlink(format!("bridge {} vanished after creation", link.bridge)))?
+                host.link(&link.bridge)?.ok_or_else(|| {
+                    Error::Netlink(format!("bridge {} vanished after creation", link.bridge))
+                })?
             }
         };
         let index = index_of(&bridge);
@@ -254,7 +289,12 @@ impl Netlink {
         Ok(bridge)
     }
 
-    fn attach_inner(&self, host: &Session, link: &PodLink, bridge: &LinkMessage) -> Result<Attached> {
+    fn attach_inner(
+        &self,
+        host: &Session,
+        link: &PodLink,
+        bridge: &LinkMessage,
+    ) -> Result<Attached> {
         // A host end left by an ADD that died half-way is replaced.
         if let Some(stale) = host.link(&link.host_veth)? {
             host.delete(index_of(&stale))?;
@@ -264,7 +304,10 @@ impl Netlink {
         // The pod end is created inside the pod's namespace under its final name (moving a
         // device between namespaces afterwards costs the kernel an RCU grace period); the
         // host end joins the bridge and comes up in the same request.
-        let peer = LinkUnspec::new_with_name(&link.ifname).mtu(link.mtu).setns_by_fd(ns.as_raw_fd()).build();
+        let peer = LinkUnspec::new_with_name(&link.ifname)
+            .mtu(link.mtu)
+            .setns_by_fd(ns.as_raw_fd())
+            .build();
         let msg = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
             .name(link.host_veth.clone())
             .mtu(link.mtu)
@@ -288,15 +331,22 @@ impl Netlink {
             .link(&link.host_veth)?
             .ok_or_else(|| Error::Netlink(format!("veth {} vanished", link.host_veth)))?;
         let h = host.handle.clone();
-        let port = LinkBridgePort::new(index_of(&host_end)).hairpin(true).build();
-        host.must("set hairpin mode", async move { h.link().set_port(port).execute().await })?;
+        let port = LinkBridgePort::new(index_of(&host_end))
+            .hairpin(true)
+            .build();
+        host.must("set hairpin mode", async move {
+            h.link().set_port(port).execute().await
+        })?;
 
         let pod_mac = in_netns(&link.netns, |pod| {
-            let inside = pod
-                .link(&link.ifname)?
-                .ok_or_else(|| Error::Netlink(format!("{} not in the pod namespace", link.ifname)))?;
+            let inside = pod.link(&link.ifname)?.ok_or_else(|| {
+                Error::Netlink(format!("{} not in the pod namespace", link.ifname))
+            })?;
             let index = index_of(&inside);
-            pod.set("pod interface up", LinkUnspec::new_with_index(index).up().build())?;
+            pod.set(
+                "pod interface up",
+                LinkUnspec::new_with_index(index).up().build(),
+            )?;
             for addr in &link.addresses {
                 pod.add_address(index, *addr)?;
             }
@@ -306,8 +356,14 @@ impl Netlink {
             Ok(mac_of(&inside))
         })?;
         // A bridge without an assigned MAC takes one from its ports: read it again.
-        let bridge_mac = host.link(&link.bridge)?.map_or_else(|| mac_of(bridge), |b| mac_of(&b));
-        Ok(Attached { bridge_mac, host_veth_mac: mac_of(&host_end), pod_mac })
+        let bridge_mac = host
+            .link(&link.bridge)?
+            .map_or_else(|| mac_of(bridge), |b| mac_of(&b));
+        Ok(Attached {
+            bridge_mac,
+            host_veth_mac: mac_of(&host_end),
+            pod_mac,
+        })
     }
 }
 
@@ -358,27 +414,42 @@ impl Dataplane for Netlink {
             .ok_or_else(|| Error::CheckFailed(format!("bridge {} is missing", link.bridge)))?;
         let have = host.addresses(index_of(&bridge))?;
         if let Some(gw) = link.gateways.iter().find(|g| !have.contains(g)) {
-            return Err(Error::CheckFailed(format!("bridge {} lacks gateway address {gw}", link.bridge)));
+            return Err(Error::CheckFailed(format!(
+                "bridge {} lacks gateway address {gw}",
+                link.bridge
+            )));
         }
-        let end = host
-            .link(&link.host_veth)?
-            .ok_or_else(|| Error::CheckFailed(format!("host veth {} is missing", link.host_veth)))?;
+        let end = host.link(&link.host_veth)?.ok_or_else(|| {
+            Error::CheckFailed(format!("host veth {} is missing", link.host_veth))
+        })?;
         if controller_of(&end) != Some(index_of(&bridge)) {
-            return Err(Error::CheckFailed(format!("{} is not a port of {}", link.host_veth, link.bridge)));
+            return Err(Error::CheckFailed(format!(
+                "{} is not a port of {}",
+                link.host_veth, link.bridge
+            )));
         }
         in_netns(&link.netns, |pod| {
-            let inside = pod
-                .link(&link.ifname)?
-                .ok_or_else(|| Error::CheckFailed(format!("{} is missing in the pod namespace", link.ifname)))?;
+            let inside = pod.link(&link.ifname)?.ok_or_else(|| {
+                Error::CheckFailed(format!("{} is missing in the pod namespace", link.ifname))
+            })?;
             let index = index_of(&inside);
             let addrs = pod.addresses(index)?;
             if let Some(a) = link.addresses.iter().find(|a| !addrs.contains(a)) {
-                return Err(Error::CheckFailed(format!("{} lacks address {a}", link.ifname)));
+                return Err(Error::CheckFailed(format!(
+                    "{} lacks address {a}",
+                    link.ifname
+                )));
             }
             for route in &link.routes {
-                let found = pod.routes(route.dst.is_ipv4())?.iter().any(|m| route_matches(m, index, route));
+                let found = pod
+                    .routes(route.dst.is_ipv4())?
+                    .iter()
+                    .any(|m| route_matches(m, index, route));
                 if !found {
-                    return Err(Error::CheckFailed(format!("route to {} is missing", route.dst)));
+                    return Err(Error::CheckFailed(format!(
+                        "route to {} is missing",
+                        route.dst
+                    )));
                 }
             }
             Ok(())

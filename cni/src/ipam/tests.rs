@@ -33,11 +33,23 @@ fn allocations_survive_a_restart_and_freed_addresses_wait_their_turn() {
     }
     let store = Store::new(dir.path().join("net"));
     let lock = store.lock().unwrap();
-    assert_eq!(lock.get("c1", "eth0", &subnets).unwrap(), vec![net("10.244.1.2/24")]);
-    assert_eq!(lock.release("c1", "eth0").unwrap(), vec!["10.244.1.2".parse::<IpAddr>().unwrap()]);
-    assert!(lock.release("c1", "eth0").unwrap().is_empty(), "a second release frees nothing");
+    assert_eq!(
+        lock.get("c1", "eth0", &subnets).unwrap(),
+        vec![net("10.244.1.2/24")]
+    );
+    assert_eq!(
+        lock.release("c1", "eth0").unwrap(),
+        vec!["10.244.1.2".parse::<IpAddr>().unwrap()]
+    );
+    assert!(
+        lock.release("c1", "eth0").unwrap().is_empty(),
+        "a second release frees nothing"
+    );
     // .2 is free again, but the next address comes after the last one handed out.
-    assert_eq!(lock.allocate("c3", "eth0", &subnets).unwrap(), vec![net("10.244.1.4/24")]);
+    assert_eq!(
+        lock.allocate("c3", "eth0", &subnets).unwrap(),
+        vec![net("10.244.1.4/24")]
+    );
 }
 
 #[test]
@@ -45,13 +57,21 @@ fn dual_stack_gets_one_address_per_family_and_small_subnets_run_out() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::new(dir.path().join("net"));
     let lock = store.lock().unwrap();
-    let got = lock.allocate("c1", "eth0", &[net("10.0.0.0/30"), net("fd00::/120")]).unwrap();
+    let got = lock
+        .allocate("c1", "eth0", &[net("10.0.0.0/30"), net("fd00::/120")])
+        .unwrap();
     assert_eq!(got, vec![net("10.0.0.2/30"), net("fd00::2/120")]);
     assert!(!lock.has_free(&[net("10.0.0.0/30")]).unwrap());
-    let err = lock.allocate("c2", "eth0", &[net("10.0.0.0/30"), net("fd00::/120")]).unwrap_err();
+    let err = lock
+        .allocate("c2", "eth0", &[net("10.0.0.0/30"), net("fd00::/120")])
+        .unwrap_err();
     assert_eq!(err.code(), 100);
     // The failed ADD left no IPv6 allocation behind.
-    assert!(lock.get("c2", "eth0", &[net("fd00::/120")]).unwrap().is_empty());
+    assert!(
+        lock.get("c2", "eth0", &[net("fd00::/120")])
+            .unwrap()
+            .is_empty()
+    );
     let freed = lock.retain(&[]).unwrap();
     assert_eq!(freed.len(), 2);
     assert!(lock.has_free(&[net("10.0.0.0/30")]).unwrap());
@@ -71,14 +91,24 @@ fn concurrent_adds_never_share_an_address() {
                     for i in 0..10 {
                         let store = Store::new(&path);
                         let lock = store.lock().unwrap();
-                        mine.extend(lock.allocate(&format!("c{t}-{i}"), "eth0", &subnets).unwrap());
+                        mine.extend(
+                            lock.allocate(&format!("c{t}-{i}"), "eth0", &subnets)
+                                .unwrap(),
+                        );
                     }
                     mine
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
     });
     assert_eq!(all.len(), 80);
-    assert_eq!(all.iter().collect::<HashSet<_>>().len(), 80, "an address was handed out twice");
+    assert_eq!(
+        all.iter().collect::<HashSet<_>>().len(),
+        80,
+        "an address was handed out twice"
+    );
 }

@@ -36,7 +36,11 @@ pub struct Netns {
 impl Netns {
     pub fn new(tag: &str) -> Netns {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
-        let name = format!("cnit-{}-{}-{tag}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "cnit-{}-{}-{tag}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
         let out = run_cmd(Command::new("ip").args(["netns", "add", &name]), None);
         assert!(out.0 == 0, "ip netns add {name}: {}", out.2);
         Netns { name }
@@ -69,7 +73,9 @@ impl Drop for Netns {
 
 /// Runs a command with a timeout; (exit code, stdout, stderr).
 pub fn run_cmd(cmd: &mut Command, stdin: Option<&str>) -> (i32, String, String) {
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
     let mut input = child.stdin.take().unwrap();
     if let Some(s) = stdin {
@@ -100,7 +106,11 @@ pub fn run_cmd(cmd: &mut Command, stdin: Option<&str>) -> (i32, String, String) 
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    (status.code().unwrap_or(-1), reader.join().unwrap(), err_reader.join().unwrap())
+    (
+        status.code().unwrap_or(-1),
+        reader.join().unwrap(),
+        err_reader.join().unwrap(),
+    )
 }
 
 /// Runs a plugin binary as a runtime would, from inside `host` (a thread joins the namespace
@@ -128,7 +138,13 @@ pub fn run_plugin(
 }
 
 /// The `CNI_*` environment for one command.
-pub fn cni_env(command: &str, container: &str, netns: &Path, ifname: &str, path: &str) -> Vec<(&'static str, String)> {
+pub fn cni_env(
+    command: &str,
+    container: &str,
+    netns: &Path,
+    ifname: &str,
+    path: &str,
+) -> Vec<(&'static str, String)> {
     vec![
         ("CNI_COMMAND", command.to_string()),
         ("CNI_CONTAINERID", container.to_string()),
