@@ -241,8 +241,14 @@ fn in_netns<T: Send>(netns: &Path, work: impl FnOnce(&Session) -> Result<T> + Se
     })?;
     std::thread::scope(|s| {
         s.spawn(move || {
-            nix::sched::setns(&file, CloneFlags::CLONE_NEWNET)
-                .map_err(|e| Error::Io(format!("setns {}: {e}", netns.display())))?;
+            nix::sched::setns(&file, CloneFlags::CLONE_NEWNET).map_err(|e| match e {
+                // The path is there but no longer a namespace (its bind mount is gone).
+                nix::errno::Errno::EINVAL => Error::UnknownContainer(format!(
+                    "{} is not a network namespace",
+                    netns.display()
+                )),
+                _ => Error::Io(format!("setns {}: {e}", netns.display())),
+            })?;
             let session = Session::open()?;
             work(&session)
         })
