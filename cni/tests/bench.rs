@@ -76,6 +76,7 @@ fn add_latency_vs_debian_bridge() {
         pods.push(a);
         pods.push(b);
     }
+    let (ours_first, deb_first) = (ours[0], deb[0]);
     ours.sort();
     deb.sort();
     let (o50, o99, d50, d99) = (
@@ -94,6 +95,19 @@ fn add_latency_vs_debian_bridge() {
         "  bridge + host-local   p50 {:.2} ms  p99 {:.2} ms",
         ms(d50),
         ms(d99)
+    );
+    println!(
+        "  first ADD (creates the bridge): ours {:.2} ms, debian {:.2} ms; slowest three: ours {:?} ms, debian {:?} ms",
+        ms(ours_first),
+        ms(deb_first),
+        ours[PODS - 3..]
+            .iter()
+            .map(|d| (ms(*d) * 10.0).round() / 10.0)
+            .collect::<Vec<_>>(),
+        deb[PODS - 3..]
+            .iter()
+            .map(|d| (ms(*d) * 10.0).round() / 10.0)
+            .collect::<Vec<_>>(),
     );
     println!(
         "  ratio (ours/debian)   p50 {:.2}x    p99 {:.2}x",

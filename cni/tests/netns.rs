@@ -217,3 +217,41 @@ fn bad_configs_get_error_json() {
         json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
     );
 }
+
+#[test]
+fn leftovers_of_a_failed_add_are_replaced_and_a_taken_name_is_refused() {
+    if !can_run("leftovers_of_a_failed_add_are_replaced_and_a_taken_name_is_refused") {
+        return;
+    }
+    let host = Netns::new("host");
+    let pod = Netns::new("pod");
+    let busy = Netns::new("busy");
+    let data = tempfile::tempdir().unwrap();
+    let c = conf(data.path(), "1.0.0", json!({"subnet": "10.99.3.0/24"}));
+    // A host end with this pod's name is left over (an ADD that died half-way).
+    let stale = cni::dataplane::host_veth_name("ctr1", "eth0");
+    host.ok(&[
+        "ip", "link", "add", &stale, "type", "veth", "peer", "name", "leftover",
+    ]);
+    let (code, res) = plugin(&host, "ADD", "ctr1", &pod.path(), &c);
+    assert_eq!(code, 0, "{res}");
+    assert!(ping(&pod, "10.99.3.1"));
+    // The bridge keeps the MAC the result reported, now that it has a port.
+    let bridge: Value =
+        serde_json::from_str(&host.ok(&["ip", "-j", "link", "show", "dev", "cni0"])).unwrap();
+    assert_eq!(bridge[0]["address"], res["interfaces"][0]["mac"]);
+
+    // The pod already has an eth0: ADD fails with error JSON and leaves nothing behind.
+    busy.ok(&[
+        "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1",
+    ]);
+    let (code, err) = plugin(&host, "ADD", "ctr2", &busy.path(), &c);
+    assert_eq!(code, 1);
+    assert_eq!(err["code"], 7, "{err}");
+    let veth2 = cni::dataplane::host_veth_name("ctr2", "eth0");
+    assert_ne!(host.exec(&["ip", "link", "show", "dev", &veth2]).0, 0);
+    assert!(
+        !data.path().join("podnet/10.99.3.3").exists(),
+        "the failed ADD kept its address"
+    );
+}

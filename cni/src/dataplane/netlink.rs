@@ -24,6 +24,7 @@ use rtnetlink::{
     Handle, LinkBridge, LinkBridgePort, LinkMessageBuilder, LinkUnspec, LinkVeth,
     RouteMessageBuilder,
 };
+use sha2::{Digest, Sha256};
 use tokio::runtime::Runtime;
 
 use super::{Attached, Dataplane, PodLink, format_mac};
@@ -257,6 +258,14 @@ fn in_netns<T: Send>(netns: &Path, work: impl FnOnce(&Session) -> Result<T> + Se
     })
 }
 
+/// A locally administered unicast MAC derived from the bridge's name.
+fn bridge_mac(name: &str) -> Vec<u8> {
+    let digest = Sha256::digest(format!("node-agent-cni/{name}").as_bytes());
+    let mut mac = digest[..6].to_vec();
+    mac[0] = (mac[0] & 0xfe) | 0x02;
+    mac
+}
+
 fn write_sysctl(path: &str) -> Result<()> {
     match std::fs::read_to_string(path) {
         Ok(v) if v.trim() == "1" => Ok(()),
@@ -270,7 +279,13 @@ impl Netlink {
             Some(b) => b,
             None => {
                 let h = host.handle.clone();
-                let msg = LinkBridge::new(&link.bridge).mtu(link.mtu).up().build();
+                // An assigned MAC keeps the gateway's address stable as ports come and go
+                // (a bridge without one takes the lowest of its ports').
+                let msg = LinkBridge::new(&link.bridge)
+                    .mtu(link.mtu)
+                    .address(bridge_mac(&link.bridge))
+                    .up()
+                    .build();
                 match host.run(async move { h.link().add(msg).execute().await })? {
                     Ok(()) => {}
                     // Another ADD created it first.
@@ -301,33 +316,40 @@ impl Netlink {
         link: &PodLink,
         bridge: &LinkMessage,
     ) -> Result<Attached> {
-        // A host end left by an ADD that died half-way is replaced.
-        if let Some(stale) = host.link(&link.host_veth)? {
-            host.delete(index_of(&stale))?;
-        }
         let ns = File::open(&link.netns)
             .map_err(|e| Error::UnknownContainer(format!("netns {}: {e}", link.netns.display())))?;
         // The pod end is created inside the pod's namespace under its final name (moving a
         // device between namespaces afterwards costs the kernel an RCU grace period); the
         // host end joins the bridge and comes up in the same request.
-        let peer = LinkUnspec::new_with_name(&link.ifname)
-            .mtu(link.mtu)
-            .setns_by_fd(ns.as_raw_fd())
-            .build();
-        let msg = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
-            .name(link.host_veth.clone())
-            .mtu(link.mtu)
-            .controller(index_of(bridge))
-            .up()
-            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
-            .build();
-        let h = host.handle.clone();
-        match host.run(async move { h.link().add(msg).execute().await })? {
+        let create = || {
+            let peer = LinkUnspec::new_with_name(&link.ifname)
+                .mtu(link.mtu)
+                .setns_by_fd(ns.as_raw_fd())
+                .build();
+            let msg = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+                .name(link.host_veth.clone())
+                .mtu(link.mtu)
+                .controller(index_of(bridge))
+                .up()
+                .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+                .build();
+            let h = host.handle.clone();
+            host.run(async move { h.link().add(msg).execute().await })
+        };
+        let mut res = create()?;
+        if matches!(&res, Err(e) if errno(e) == Some(EEXIST)) {
+            // A host end left by an ADD that died half-way is replaced, once.
+            if let Some(stale) = host.link(&link.host_veth)? {
+                host.delete(index_of(&stale))?;
+                res = create()?;
+            }
+        }
+        match res {
             Ok(()) => {}
             Err(e) if errno(&e) == Some(EEXIST) => {
                 return Err(Error::InvalidConfig(format!(
-                    "{} already exists in the pod namespace (or {} on the host)",
-                    link.ifname, link.host_veth
+                    "{} already exists in the pod namespace",
+                    link.ifname
                 )));
             }
             Err(e) => return Err(nl_err(&format!("create veth {}", link.host_veth), e)),
