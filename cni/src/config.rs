@@ -89,7 +89,8 @@ pub struct NetConf {
     /// The network's allocation directory (`<dataDir>/<name>`).
     pub data_dir: PathBuf,
     pub dns: Dns,
-    pub prev_result: Option<PrevResult>,
+    /// The previous result, as the runtime passed it.
+    pub prev_result: Option<Value>,
     pub valid_attachments: Option<Vec<Attachment>>,
 }
 
@@ -130,6 +131,17 @@ pub fn version_at_least(a: &str, b: &str) -> Option<bool> {
 }
 
 impl NetConf {
+    /// `prevResult` decoded (code 6 if it is not a result).
+    pub fn prev_result(&self) -> Result<Option<PrevResult>> {
+        self.prev_result
+            .as_ref()
+            .map(|v| {
+                serde_json::from_value(v.clone())
+                    .map_err(|e| Error::Decode(format!("prevResult: {e}")))
+            })
+            .transpose()
+    }
+
     /// Parses and validates the stdin config.
     pub fn parse(stdin: &[u8]) -> Result<NetConf> {
         let raw: RawConf = serde_json::from_slice(stdin)
@@ -177,12 +189,8 @@ impl NetConf {
             .data_dir
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
             .join(&name);
-        let prev_result = match raw.prev_result {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                serde_json::from_value(v).map_err(|e| Error::Decode(format!("prevResult: {e}")))?,
-            ),
-        };
+        // Decoded only by the command that reads it (CHECK): DEL must not fail on it.
+        let prev_result = raw.prev_result.filter(|v| !v.is_null());
         Ok(NetConf {
             cni_version,
             name,

@@ -186,8 +186,7 @@ fn del(args: &CmdArgs, conf: &NetConf, dataplane: &dyn Dataplane) -> Result<()> 
 
 fn check(args: &CmdArgs, conf: &NetConf, dataplane: &dyn Dataplane) -> Result<()> {
     let prev = conf
-        .prev_result
-        .as_ref()
+        .prev_result()?
         .ok_or_else(|| Error::InvalidConfig("CHECK needs prevResult".into()))?;
     let netns = args
         .netns

@@ -225,3 +225,20 @@ fn legacy_versions_answer_in_their_own_format() {
     assert_eq!(res["cniVersion"], "0.3.1");
     assert_eq!(res["ips"][0]["version"], "4");
 }
+
+#[test]
+fn del_ignores_a_prev_result_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let dp = FakeDataplane::default();
+    let base = conf(dir.path(), "1.0.0", r#"{"subnet":"10.244.1.0/24"}"#);
+    Call::new("ADD", "c1").run(&base, &dp);
+    let mut odd: Value = serde_json::from_str(&base).unwrap();
+    odd["prevResult"] = serde_json::json!({"ips": "not a list"});
+    assert_eq!(
+        Call::new("DEL", "c1").run(&odd.to_string(), &dp),
+        (Value::Null, 0)
+    );
+    assert!(dp.pods.lock().unwrap().is_empty());
+    let (err, _) = Call::new("CHECK", "c1").run(&odd.to_string(), &dp);
+    assert_eq!(err["code"], 6);
+}
