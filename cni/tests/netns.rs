@@ -177,8 +177,12 @@ fn dual_stack_pod_reaches_both_gateways() {
 
 #[test]
 fn bad_configs_get_error_json() {
-    // Config errors are answered before any netlink call, so this runs anywhere, unprivileged.
+    // Config errors are answered before any kernel work. As root the plugin still runs in a
+    // scratch namespace, so a regression could never touch the caller's.
     let data = tempfile::tempdir().unwrap();
+    let scratch = nix::unistd::geteuid()
+        .is_root()
+        .then(|| Netns::new("scratch"));
     let run = |stdin: &str| {
         let env = cni_env(
             "ADD",
@@ -187,12 +191,17 @@ fn bad_configs_get_error_json() {
             "eth0",
             "/opt/cni/bin",
         );
-        let mut cmd = std::process::Command::new(PLUGIN);
-        cmd.env_clear();
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        let (code, out, _) = common::run_cmd(&mut cmd, Some(stdin));
+        let (code, out, _) = match &scratch {
+            Some(ns) => run_plugin(PLUGIN, &ns.path(), &env, stdin),
+            None => {
+                let mut cmd = std::process::Command::new(PLUGIN);
+                cmd.env_clear();
+                for (k, v) in &env {
+                    cmd.env(k, v);
+                }
+                common::run_cmd(&mut cmd, Some(stdin))
+            }
+        };
         (code, serde_json::from_str::<Value>(&out).unwrap())
     };
     let (code, err) =
@@ -205,6 +214,14 @@ fn bad_configs_get_error_json() {
     assert_eq!((code, err["code"].as_u64()), (1, Some(1)));
     let (_, err) = run("{not json");
     assert_eq!(err["code"], 6);
+    // A valid config for a namespace that does not exist: code 3, nothing created.
+    let (code, err) =
+        run(&conf(data.path(), "1.0.0", json!({"subnet": "10.0.0.0/24"})).to_string());
+    assert_eq!((code, err["code"].as_u64()), (1, Some(3)), "{err}");
+    if let Some(ns) = &scratch {
+        let (code, _, _) = ns.exec(&["ip", "link", "show", "dev", "cni0"]);
+        assert_ne!(code, 0, "a failed ADD created the bridge");
+    }
     let (code, v) = {
         let mut cmd = std::process::Command::new(PLUGIN);
         cmd.env_clear().env("CNI_COMMAND", "VERSION");

@@ -315,9 +315,8 @@ impl Netlink {
         host: &Session,
         link: &PodLink,
         bridge: &LinkMessage,
+        ns: &File,
     ) -> Result<Attached> {
-        let ns = File::open(&link.netns)
-            .map_err(|e| Error::UnknownContainer(format!("netns {}: {e}", link.netns.display())))?;
         // The pod end is created inside the pod's namespace under its final name (moving a
         // device between namespaces afterwards costs the kernel an RCU grace period); the
         // host end joins the bridge and comes up in the same request.
@@ -354,7 +353,6 @@ impl Netlink {
             }
             Err(e) => return Err(nl_err(&format!("create veth {}", link.host_veth), e)),
         }
-        drop(ns);
         let host_end = host
             .link(&link.host_veth)?
             .ok_or_else(|| Error::Netlink(format!("veth {} vanished", link.host_veth)))?;
@@ -397,6 +395,9 @@ impl Netlink {
 
 impl Dataplane for Netlink {
     fn attach(&self, link: &PodLink) -> Result<Attached> {
+        // A missing pod namespace fails the ADD before anything on the host is touched.
+        let ns = File::open(&link.netns)
+            .map_err(|e| Error::UnknownContainer(format!("netns {}: {e}", link.netns.display())))?;
         if self.enable_forwarding {
             if link.gateways.iter().any(IpNet::is_ipv4) {
                 write_sysctl("/proc/sys/net/ipv4/ip_forward")?;
@@ -407,7 +408,7 @@ impl Dataplane for Netlink {
         }
         let host = Session::open()?;
         let bridge = self.ensure_bridge(&host, link)?;
-        let res = self.attach_inner(&host, link, &bridge);
+        let res = self.attach_inner(&host, link, &bridge, &ns);
         if res.is_err() {
             // Deleting the host end removes the pod end too, wherever it is now.
             if let Ok(Some(end)) = host.link(&link.host_veth) {
