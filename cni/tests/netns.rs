@@ -272,3 +272,39 @@ fn leftovers_of_a_failed_add_are_replaced_and_a_taken_name_is_refused() {
         "the failed ADD kept its address"
     );
 }
+
+#[test]
+fn parallel_adds_share_one_bridge_and_never_one_address() {
+    if !can_run("parallel_adds_share_one_bridge_and_never_one_address") {
+        return;
+    }
+    let host = Netns::new("host");
+    let pods: Vec<Netns> = (0..8).map(|i| Netns::new(&format!("p{i}"))).collect();
+    let data = tempfile::tempdir().unwrap();
+    let c = conf(data.path(), "1.1.0", json!({"subnet": "10.99.4.0/24"}));
+    // All eight start at once: they race to create the bridge and to allocate.
+    let results: Vec<(i32, Value)> = std::thread::scope(|s| {
+        let handles: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, pod)| {
+                let (host, c) = (&host, &c);
+                s.spawn(move || plugin(host, "ADD", &format!("ctr{i}"), &pod.path(), c))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut addresses = std::collections::BTreeSet::new();
+    for (code, res) in &results {
+        assert_eq!(*code, 0, "{res}");
+        addresses.insert(res["ips"][0]["address"].as_str().unwrap().to_string());
+    }
+    assert_eq!(addresses.len(), 8, "{addresses:?}");
+    for pod in &pods {
+        assert!(
+            ping(pod, "10.99.4.1"),
+            "{} cannot reach the gateway",
+            pod.name
+        );
+    }
+}
