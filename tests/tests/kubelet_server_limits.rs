@@ -147,7 +147,11 @@ fn idle_floods_slowloris_read_only_port_and_running_pods() {
         sample(
             &body,
             "kubelet_http_requests_total",
-            &["path=\"pods\"", "server_type=\"readonly\"", "method=\"GET\""]
+            &[
+                "path=\"pods\"",
+                "server_type=\"readonly\"",
+                "method=\"GET\""
+            ]
         )
         .is_some_and(|v| v >= 1.0),
         "requests are counted per server"
@@ -191,9 +195,7 @@ fn idle_floods_slowloris_read_only_port_and_running_pods() {
         v["items"]
             .as_array()?
             .iter()
-            .any(|p| {
-                p["metadata"]["name"] == "busy-rig-node" && p["status"]["phase"] == "Running"
-            })
+            .any(|p| p["metadata"]["name"] == "busy-rig-node" && p["status"]["phase"] == "Running")
             .then_some(())
     });
     eprintln!(
@@ -252,7 +254,11 @@ fn idle_floods_slowloris_read_only_port_and_running_pods() {
         .find(|p| p["metadata"]["name"] == "busy-rig-node")
         .unwrap_or_else(|| panic!("{body}"));
     assert_eq!(pod["metadata"]["namespace"], "default");
-    assert!(pod["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+    assert!(
+        pod["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    );
     assert_eq!(pod["spec"]["containers"][0]["name"], "main");
     assert_eq!(
         pod["spec"]["containers"][0]["image"],

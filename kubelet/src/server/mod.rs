@@ -1,7 +1,9 @@
-//! The kubelet's servers: plain-HTTP healthz on 127.0.0.1:10248 and the HTTPS API on :10250
-//! (`/healthz`, `/pods`, `/metrics`, `/configz`, `/containerLogs/{ns}/{pod}/{container}`
-//! ([`logs`]), `/logs/` ([`node_logs`]), `/stats/summary` and `/metrics/resource`
-//! (`crate::stats`)). Exec, attach and port-forward are not served yet (404).
+//! The kubelet's servers: plain-HTTP healthz on 127.0.0.1:10248, the HTTPS API on :10250
+//! (`/healthz`, `/pods`, `/runningpods/`, `/metrics`, `/metrics/probes`, `/configz`,
+//! `/containerLogs/{ns}/{pod}/{container}` ([`logs`]), `/logs/` ([`node_logs`]),
+//! `/stats/summary` and `/metrics/resource` (`crate::stats`)) and, when `readOnlyPort` is set,
+//! the unauthenticated read-only subset ([`read_only_router`]). All three run on
+//! [`listener`] (connection cap, handshake and idle timeouts, request metrics).
 //!
 //! Every :10250 request passes [`Auth`] first: authentication ([`authn`]: x509 client
 //! certificates, TokenReview bearer tokens, anonymous when enabled; 401 otherwise), then
