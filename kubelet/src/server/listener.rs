@@ -42,6 +42,8 @@ impl Default for Limits {
     /// Upstream's `IdleTimeout` (90 s) and `MaxHeaderBytes` (1 MiB). Upstream's Go server has
     /// no connection cap and lets a handshake take its 4 h `ReadTimeout`; this agent caps
     /// connections at 4096 and handshakes at 10 s (Go's client-side TLS handshake timeout).
+    /// Upstream's 4 h `ReadTimeout`/`WriteTimeout` are not applied: a request head is bounded
+    /// by the idle timeout instead, and a followed log is not cut after 4 h.
     fn default() -> Self {
         Self {
             max_connections: 4096,
