@@ -99,8 +99,11 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             containers: log_runtime.clone(),
         }),
         stats: crate::stats::Handle::default(),
+        runtime: log_runtime.clone(),
     };
     let mut tasks = JoinSet::new();
+    // Before any listener: each connection is a descriptor (upstream's rlimit.SetNumFiles).
+    server::fd_limit::apply_logged(cfg.max_open_files);
 
     // Servers first, so kubeadm's health check and operators can reach the agent at once.
     if cfg.healthz_port != 0 {
@@ -109,6 +112,17 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         tasks.spawn(server::serve_http(
             l,
             server::healthz_router(state.clone()),
+            server::listener::ServerType::Healthz,
+            cancel.clone(),
+        ));
+    }
+    if cfg.read_only_port != 0 {
+        let l = server::bind(SocketAddr::new(cfg.address, cfg.read_only_port)).await?;
+        tracing::warn!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "read-only port listening (plain HTTP, no authentication): pods, stats and metrics are readable by anyone who reaches it");
+        tasks.spawn(server::serve_http(
+            l,
+            server::read_only_router(state.clone()),
+            server::listener::ServerType::ReadOnly,
             cancel.clone(),
         ));
     }
@@ -236,7 +250,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         cfg.node_ips.clone()
     };
     let prober_metrics =
-        probes::ProberMetrics::new(&metrics.registry).expect("prober metrics register once");
+        probes::ProberMetrics::new(&metrics.probes).expect("prober metrics register once");
     let (probe_manager, probe_rx) =
         probes::ProbeManager::new(probes::ManagerConfig::default(), prober_metrics);
     let probe_manager = Arc::new(probe_manager);

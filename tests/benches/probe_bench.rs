@@ -189,9 +189,9 @@ fn shim_pids(sock: &str) -> Vec<u32> {
     out
 }
 
-/// Total of `prober_probe_total` on the kubelet's /metrics (None if unavailable).
+/// Total of `prober_probe_total` on the kubelet's /metrics/probes (None if unavailable).
 fn probes_done(agent: &common::Agent) -> Option<f64> {
-    let m = agent.curl("https://127.0.0.1:10250/metrics");
+    let m = agent.curl("https://127.0.0.1:10250/metrics/probes");
     let mut total = None;
     for l in m.lines().filter(|l| l.starts_with("prober_probe_total{")) {
         let v: f64 = l.rsplit(' ').next()?.parse().ok()?;

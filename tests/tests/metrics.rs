@@ -407,6 +407,12 @@ fn both_endpoints_serve_every_family_after_a_pod_start_and_a_proxy_sync() {
         ("volume_manager_total_volumes", "gauge"),
         ("storage_operation_duration_seconds", "histogram"),
         ("storage_operation_errors_total", "counter"),
+        ("kubelet_http_requests_total", "counter"),
+        ("kubelet_http_requests_duration_seconds", "histogram"),
+        ("kubelet_http_inflight_requests", "gauge"),
+        ("kubelet_server_open_connections", "gauge"),
+        ("kubelet_server_rejected_connections_total", "counter"),
+        ("kubelet_server_tls_handshake_errors_total", "counter"),
     ] {
         assert_eq!(k.get(name).map(|f| f.kind.as_str()), Some(kind), "{name}");
     }

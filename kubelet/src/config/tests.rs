@@ -356,7 +356,7 @@ fn refused_settings_stop_the_start() {
     let path = dir.path().join("c.yaml");
     std::fs::write(
         &path,
-        "kind: KubeletConfiguration\nreadOnlyPort: 10255\nkubeReserved: {cpu: 100m}\n",
+        "kind: KubeletConfiguration\nimagePullCredentialsVerificationPolicy: AlwaysVerify\nkubeReserved: {cpu: 100m}\n",
     )
     .unwrap();
     let f = flags(&[&format!("--config={}", path.display())]);
@@ -365,7 +365,11 @@ fn refused_settings_stop_the_start() {
         matches!(&err, ConfigError::Refused(r) if r.len() == 1),
         "{err}"
     );
-    assert!(err.to_string().contains("readOnlyPort"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("imagePullCredentialsVerificationPolicy"),
+        "{err}"
+    );
     std::fs::write(
         &path,
         "kind: KubeletConfiguration\nkubeReserved: {cpu: 100m}\nfooBar: 1\n",

@@ -9,6 +9,7 @@
 
 mod certs;
 mod cgroups;
+pub mod server;
 pub mod storage;
 #[cfg(test)]
 mod tests;
@@ -21,6 +22,7 @@ use prometheus::core::Collector;
 use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts, Registry,
 };
+pub use server::{ServerMetrics, server};
 pub use storage::{Volumes, volumes};
 
 /// Prometheus client_golang's default buckets (`metrics.DefBuckets`).
@@ -278,6 +280,9 @@ pub fn started_container(init: bool) {
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
+    /// `/metrics/probes`: the prober families and `process_start_time_seconds`, as
+    /// upstream's separate prober registry (they are not on `/metrics`).
+    pub probes: Registry,
     pub node_name: GaugeVec,
     families: &'static Families,
 }
@@ -311,14 +316,21 @@ impl Metrics {
         all.push(Box::new(node_name.clone()));
         all.extend(certificates().collectors());
         all.extend(volumes().collectors());
+        all.extend(server().collectors());
         for c in all {
             registry.register(c).expect("unique metric names");
         }
         if let Err(e) = proxy::metrics::common::register_common(&registry) {
             tracing::warn!(error = %e, "process and client metrics are not exposed");
         }
+        let probes = Registry::new();
+        #[cfg(target_os = "linux")]
+        if let Err(e) = probes.register(Box::new(StartTime::new())) {
+            tracing::warn!(error = %e, "process_start_time_seconds is not exposed on /metrics/probes");
+        }
         Self {
             registry,
+            probes,
             node_name,
             families,
         }
@@ -334,6 +346,7 @@ impl Metrics {
             .unwrap_or_default();
         let mut empty: Vec<(Box<dyn Collector>, &'static str)> = self.families.may_be_empty();
         empty.extend(volumes().may_be_empty());
+        empty.extend(server().may_be_empty());
         let rc = proxy::metrics::common::rest_client();
         empty.push((Box::new(rc.requests.clone()), "counter"));
         empty.push((Box::new(rc.duration.clone()), "histogram"));
@@ -348,5 +361,48 @@ impl Metrics {
             }
         }
         out
+    }
+
+    /// `/metrics/probes` in Prometheus text format.
+    pub fn render_probes(&self) -> String {
+        prometheus::TextEncoder::new()
+            .encode_to_string(&self.probes.gather())
+            .unwrap_or_default()
+    }
+}
+
+/// `process_start_time_seconds` alone, taken from the process collector.
+#[cfg(target_os = "linux")]
+struct StartTime {
+    inner: prometheus::process_collector::ProcessCollector,
+}
+
+#[cfg(target_os = "linux")]
+impl StartTime {
+    const NAME: &'static str = "process_start_time_seconds";
+
+    fn new() -> Self {
+        Self {
+            inner: prometheus::process_collector::ProcessCollector::for_self(),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Collector for StartTime {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.inner
+            .desc()
+            .into_iter()
+            .filter(|d| d.fq_name == Self::NAME)
+            .collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.inner
+            .collect()
+            .into_iter()
+            .filter(|f| f.name() == Self::NAME)
+            .collect()
     }
 }

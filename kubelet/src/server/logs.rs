@@ -58,6 +58,11 @@ impl RuntimeLookup {
     pub fn set(&self, rt: Arc<dyn crate::runtime::Runtime>) {
         let _ = self.0.set(rt);
     }
+
+    /// The runtime, once connected.
+    pub fn get(&self) -> Option<&Arc<dyn crate::runtime::Runtime>> {
+        self.0.get()
+    }
 }
 
 #[async_trait::async_trait]

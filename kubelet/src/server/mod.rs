@@ -1,7 +1,9 @@
-//! The kubelet's servers: plain-HTTP healthz on 127.0.0.1:10248 and the HTTPS API on :10250
-//! (`/healthz`, `/pods`, `/metrics`, `/configz`, `/containerLogs/{ns}/{pod}/{container}`
-//! ([`logs`]), `/logs/` ([`node_logs`]), `/stats/summary` and `/metrics/resource`
-//! (`crate::stats`)). Exec, attach and port-forward are not served yet (404).
+//! The kubelet's servers: plain-HTTP healthz on 127.0.0.1:10248, the HTTPS API on :10250
+//! (`/healthz`, `/pods`, `/runningpods/`, `/metrics`, `/metrics/probes`, `/configz`,
+//! `/containerLogs/{ns}/{pod}/{container}` ([`logs`]), `/logs/` ([`node_logs`]),
+//! `/stats/summary` and `/metrics/resource` (`crate::stats`)) and, when `readOnlyPort` is set,
+//! the unauthenticated read-only subset ([`read_only_router`]). All three run on
+//! [`listener`] (connection cap, handshake and idle timeouts, request metrics).
 //!
 //! Every :10250 request passes [`Auth`] first: authentication ([`authn`]: x509 client
 //! certificates, TokenReview bearer tokens, anonymous when enabled; 401 otherwise), then
@@ -11,11 +13,17 @@
 pub mod authn;
 pub mod authz;
 mod cache;
+pub mod fd_limit;
 
 pub use authz::{Auth, AuthError, AuthSettings, AuthzMode, Decision, RequestInfo};
 
+pub mod listener;
 pub mod logs;
 pub mod node_logs;
+mod read_only;
+mod running_pods;
+
+pub use read_only::read_only_router;
 
 use crate::atomic_file;
 use crate::metrics::Metrics;
@@ -26,7 +34,6 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -167,6 +174,8 @@ pub struct AppState {
     pub logs: Arc<logs::Logs>,
     /// `/stats/summary` and `/metrics/resource`.
     pub stats: crate::stats::Handle,
+    /// The runtime, once connected (`/runningpods/`).
+    pub runtime: Arc<logs::RuntimeLookup>,
 }
 
 async fn healthz(State(s): State<AppState>) -> Response {
@@ -211,6 +220,17 @@ async fn metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
+async fn probe_metrics(State(s): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.render_probes(),
+    )
+        .into_response()
+}
+
 async fn configz(State(s): State<AppState>) -> Response {
     let body = serde_json::json!({ "kubeletconfig": s.configz.as_ref() });
     (
@@ -231,6 +251,9 @@ pub fn api_router(state: AppState) -> Router {
         .route("/pods/", get(pods))
         .route("/metrics", get(metrics))
         .route("/configz", get(configz))
+        .route("/metrics/probes", get(probe_metrics))
+        .route("/runningpods", get(running_pods::running_pods))
+        .route("/runningpods/", get(running_pods::running_pods))
         .route(
             "/containerLogs/{ns}/{pod}/{container}",
             get(logs::container_logs),
@@ -264,11 +287,22 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Bind { addr, source })
 }
 
-/// Serves plain HTTP until cancelled.
-pub async fn serve_http(listener: TcpListener, router: Router, cancel: CancellationToken) {
-    let _ = axum::serve(listener, router)
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await;
+/// Serves plain HTTP until cancelled (:10248 or the read-only port, by `kind`).
+pub async fn serve_http(
+    listener: TcpListener,
+    router: Router,
+    kind: listener::ServerType,
+    cancel: CancellationToken,
+) {
+    listener::serve(
+        listener,
+        None,
+        listener::Limits::default(),
+        kind,
+        plain_handler(router),
+        cancel,
+    )
+    .await
 }
 
 /// Loads the serving certificate, or creates and stores a self-signed one in `cert_dir`
@@ -412,7 +446,7 @@ fn generate_self_signed(
     Ok(())
 }
 
-/// Serves HTTPS until cancelled; each connection runs in its own task.
+/// Serves HTTPS until cancelled, with the default [`listener::Limits`].
 pub async fn serve_https(
     listener: TcpListener,
     tls: rustls::ServerConfig,
@@ -420,68 +454,64 @@ pub async fn serve_https(
     router: Router,
     cancel: CancellationToken,
 ) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        let (tcp, _) = tokio::select! {
-            _ = cancel.cancelled() => break,
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
+    listener::serve(
+        listener,
+        Some(tokio_rustls::TlsAcceptor::from(Arc::new(tls))),
+        listener::Limits::default(),
+        listener::ServerType::ReadWrite,
+        https_handler(auth, router),
+        cancel,
+    )
+    .await
+}
+
+/// The :10250 request path: [`Auth`] decides, then `router` answers.
+pub fn https_handler(auth: Arc<Auth>, router: Router) -> listener::Handler {
+    Arc::new(
+        move |req: http::Request<hyper::body::Incoming>, peer_certs: listener::PeerCerts| {
+            let router = router.clone();
+            let auth = auth.clone();
+            Box::pin(async move {
+                let decision = auth
+                    .decide(RequestInfo {
+                        method: req.method(),
+                        path: req.uri().path(),
+                        headers: req.headers(),
+                        peer_certs: peer_certs.as_deref(),
+                    })
+                    .await;
+                match decision {
+                    Decision::Allow => tower::ServiceExt::oneshot(router, req)
+                        .await
+                        .into_response(),
+                    Decision::Deny { status, body } => {
+                        tracing::debug!(%status, path = %req.uri().path(), "kubelet API request refused");
+                        (
+                            status,
+                            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                            body,
+                        )
+                            .into_response()
+                    }
                 }
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-        };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        let auth = auth.clone();
-        conns.spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else {
-                return;
-            };
-            let peer_certs: Option<Arc<[rustls::pki_types::CertificateDer<'static>]>> = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
-            let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let router = router.clone();
-                let auth = auth.clone();
-                let peer_certs = peer_certs.clone();
-                async move {
-                    let decision = auth
-                        .decide(RequestInfo {
-                            method: req.method(),
-                            path: req.uri().path(),
-                            headers: req.headers(),
-                            peer_certs: peer_certs.as_deref(),
-                        })
-                        .await;
-                    let resp = match decision {
-                        Decision::Allow => tower::ServiceExt::oneshot(router, req)
-                            .await
-                            .into_response(),
-                        Decision::Deny { status, body } => {
-                            tracing::debug!(%status, path = %req.uri().path(), "kubelet API request refused");
-                            (
-                                status,
-                                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                                body,
-                            )
-                                .into_response()
-                        }
-                    };
-                    Ok::<_, std::convert::Infallible>(resp)
-                }
-            });
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection_with_upgrades(TokioIo::new(tls), svc)
-                .await;
-        });
-    }
-    conns.abort_all();
+            })
+        },
+    )
+}
+
+/// A handler that answers with `router` alone (no authentication: :10248 and the read-only
+/// port).
+pub fn plain_handler(router: Router) -> listener::Handler {
+    Arc::new(
+        move |req: http::Request<hyper::body::Incoming>, _: listener::PeerCerts| {
+            let router = router.clone();
+            Box::pin(async move {
+                tower::ServiceExt::oneshot(router, req)
+                    .await
+                    .into_response()
+            })
+        },
+    )
 }
 
 #[cfg(test)]

@@ -50,9 +50,9 @@ pub const FIELDS: &[Setting] = &[
     s("port", Implemented, &[], "HTTPS API port."),
     s(
         "readOnlyPort",
-        Refused,
-        &["0"],
-        "the unauthenticated read-only port is not served.",
+        Implemented,
+        &[],
+        "Plain-HTTP, unauthenticated read-only port (0 = off, the default): /healthz, /pods, /stats/summary, /metrics, /metrics/resource, /metrics/probes; the debugging paths answer 405, the rest 404.",
     ),
     s("tlsCertFile", Implemented, &[], "Serving certificate."),
     s("tlsPrivateKeyFile", Implemented, &[], "Serving key."),
@@ -310,9 +310,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "maxOpenFiles",
-        NotImplemented,
-        &["1000000"],
-        "the process's file limit is not changed.",
+        Implemented,
+        &[],
+        "RLIMIT_NOFILE is raised to this at start (default 1000000); without the permission a warning is logged and the agent goes on with its current limit (process_max_fds).",
     ),
     s(
         "contentType",

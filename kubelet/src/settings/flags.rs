@@ -108,9 +108,9 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--read-only-port",
-        Refused,
-        &["0"],
-        "the unauthenticated read-only port is not served. (Upstream serves 10255 when neither this flag nor --config is given; this agent never does.)",
+        Implemented,
+        &[],
+        "Plain-HTTP, unauthenticated read-only port (0 = off). (Upstream serves 10255 when neither this flag nor --config is given; this agent defaults to 0 either way.)",
     ),
     s("--tls-cert-file", Implemented, &[], "Serving certificate."),
     s("--tls-private-key-file", Implemented, &[], "Serving key."),
@@ -293,9 +293,9 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--max-open-files",
-        NotImplemented,
-        &["1000000"],
-        "the process's file limit is not changed.",
+        Implemented,
+        &[],
+        "RLIMIT_NOFILE is raised to this at start (default 1000000); without the permission a warning is logged and the agent goes on.",
     ),
     s(
         "--streaming-connection-idle-timeout",
