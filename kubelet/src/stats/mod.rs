@@ -85,6 +85,21 @@ pub struct RefreshCost {
     pub total: Duration,
     /// Pods whose directories were walked in this refresh.
     pub pods_walked: usize,
+    /// The blocking part, by phase.
+    pub phases: Phases,
+}
+
+/// The blocking part of one refresh, by phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Phases {
+    /// Root cgroup, statvfs, /proc figures of the node.
+    pub node: Duration,
+    /// Volume and log directory walks.
+    pub disk: Duration,
+    /// Finding and reading pods' and containers' cgroups.
+    pub cgroups: Duration,
+    /// Sandboxes' `/proc/<pid>/net/dev`.
+    pub network: Duration,
 }
 
 /// One refresh's result.
@@ -298,14 +313,24 @@ impl Provider {
         let need_machine = self.machine.get().is_none();
         let blocking_started = Instant::now();
         let blocking = tokio::task::spawn_blocking(move || {
+            let mut phases = Phases::default();
+            let mut at = Instant::now();
+            let mut lap = |d: &mut Duration| {
+                *d = at.elapsed();
+                at = Instant::now();
+            };
             let now_ns = unix_now_ns();
             let usage = node.usage();
             let root_fs = node.fs_info(&root_dir);
             let image_cap = image_mount.and_then(|m| node.fs_info(&m));
+            let boot_time = node.boot_time();
+            let pids = node.pids();
+            lap(&mut phases.node);
             let walked: Vec<(String, build::PodDisk)> = to_walk
                 .iter()
                 .map(|p| (p.uid.clone(), disk::pod_disk(p)))
                 .collect();
+            lap(&mut phases.disk);
             let mut live = live::Live {
                 ts: now_ns,
                 ..live::Live::default()
@@ -313,11 +338,20 @@ impl Provider {
             let mut ids = cgroups::Ids::default();
             if let Some(layout) = &layout {
                 ids = locator.resolve(layout, &wanted);
-                for cg in ids.pods.values().chain(ids.containers.values()) {
+                // Pods and their containers; the pause containers' own figures are not served.
+                let sandboxes: std::collections::HashSet<&String> =
+                    wanted.iter().filter_map(|(_, m)| m.first()).collect();
+                let app = ids
+                    .containers
+                    .iter()
+                    .filter(|(id, _)| !sandboxes.contains(id))
+                    .map(|(_, cg)| cg);
+                for cg in ids.pods.values().chain(app) {
                     if let Some(u) = cgroups::usage(layout, cg) {
                         live.usage.insert(cg.clone(), u);
                     }
                 }
+                lap(&mut phases.cgroups);
                 let proc_root = node.proc_root();
                 for (uid, members) in &wanted {
                     let sandbox_cg = members.first().and_then(|id| ids.containers.get(id));
@@ -327,20 +361,22 @@ impl Provider {
                         live.network.insert(uid.clone(), n);
                     }
                 }
+                lap(&mut phases.network);
             }
             let machine = need_machine.then(|| node.machine());
             Blocking {
                 now_ns,
                 usage,
-                boot_time: node.boot_time(),
+                boot_time,
                 root_fs,
                 image_cap,
-                pids: node.pids(),
+                pids,
                 walked,
                 ids,
                 live,
                 locator,
                 machine,
+                phases,
             }
         })
         .await
@@ -405,6 +441,7 @@ impl Provider {
                 build,
                 total: started.elapsed(),
                 pods_walked,
+                phases: blocking.phases,
             },
         })
     }
@@ -423,6 +460,7 @@ struct Blocking {
     live: live::Live,
     locator: cgroups::Locator,
     machine: Option<cadvisor::Machine>,
+    phases: Phases,
 }
 
 /// The provider as the :10250 server holds it: set once the runtime is connected (the server
