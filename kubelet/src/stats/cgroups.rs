@@ -127,7 +127,18 @@ pub struct Ids {
 #[derive(Debug, Default)]
 pub struct Locator {
     pods: HashMap<String, String>,
+    /// Container ID → its cgroup; a pod's directory is listed again only when one of its
+    /// containers is new.
+    containers: HashMap<String, String>,
+    /// Pods a scan looked for and did not find (no pod cgroup, e.g. `cgroupsPerQOS: false`)
+    /// and when the last scan ran: they are looked for again once a minute, not every
+    /// refresh.
+    not_found: HashSet<String>,
+    last_scan: Option<std::time::Instant>,
 }
+
+/// How often pods whose cgroup was not found are looked for again.
+const RESCAN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How deep pod directories are searched (`<cgroupRoot>/kubepods/<qos>/pod<uid>` and the
 /// systemd slices nest four levels below a cgroupRoot of up to two levels).
@@ -166,26 +177,54 @@ impl Locator {
             .copied()
             .filter(|u| !self.pods.contains_key(*u))
             .collect();
-        if !missing.is_empty() {
+        self.not_found.retain(|u| live.contains(u.as_str()));
+        let rescan = self.last_scan.is_none_or(|at| at.elapsed() >= RESCAN);
+        if missing
+            .iter()
+            .any(|u| rescan || !self.not_found.contains(*u))
+        {
             self.scan(root, &missing);
+            self.last_scan = Some(std::time::Instant::now());
+            self.not_found = missing
+                .iter()
+                .filter(|u| !self.pods.contains_key(**u))
+                .map(|u| u.to_string())
+                .collect();
         }
+        let live_ids: HashSet<&str> = wanted
+            .iter()
+            .flat_map(|(_, ids)| ids.iter().map(String::as_str))
+            .collect();
+        self.containers
+            .retain(|id, _| live_ids.contains(id.as_str()));
         let mut ids = Ids::default();
         for (uid, containers) in wanted {
             let Some(pod) = self.pods.get(uid) else {
                 continue;
             };
             ids.pods.insert(uid.clone(), pod.clone());
-            let Ok(entries) = std::fs::read_dir(root.join(pod.trim_start_matches('/'))) else {
-                continue;
-            };
-            let children: Vec<String> = entries
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
+            if containers
+                .iter()
+                .any(|id| !self.containers.contains_key(id))
+            {
+                let children: Vec<String> =
+                    std::fs::read_dir(root.join(pod.trim_start_matches('/')))
+                        .map(|rd| {
+                            rd.flatten()
+                                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                                .map(|e| e.file_name().to_string_lossy().into_owned())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                for id in containers {
+                    if let Some(child) = children.iter().find(|c| names_container(c, id)) {
+                        self.containers.insert(id.clone(), format!("{pod}/{child}"));
+                    }
+                }
+            }
             for id in containers {
-                if let Some(child) = children.iter().find(|c| names_container(c, id)) {
-                    ids.containers.insert(id.clone(), format!("{pod}/{child}"));
+                if let Some(cg) = self.containers.get(id) {
+                    ids.containers.insert(id.clone(), cg.clone());
                 }
             }
         }

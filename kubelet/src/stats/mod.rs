@@ -110,6 +110,17 @@ pub struct Snapshot {
     /// What `/metrics/cadvisor` needs beyond the Summary (images, cgroups, machine).
     pub cadvisor: cadvisor::Meta,
     pub cost: RefreshCost,
+    /// The Summary's JSON, made by the first request that needs it and shared by the rest.
+    json: OnceLock<axum::body::Bytes>,
+}
+
+impl Snapshot {
+    /// `/stats/summary`'s body.
+    pub fn summary_json(&self) -> axum::body::Bytes {
+        self.json
+            .get_or_init(|| serde_json::to_vec(&self.summary).unwrap_or_default().into())
+            .clone()
+    }
 }
 
 type Outcome = Result<Arc<Snapshot>, StatsError>;
@@ -435,6 +446,7 @@ impl Provider {
                 memory_cache,
                 machine: self.machine.get().cloned().unwrap_or_default(),
             },
+            json: OnceLock::new(),
             cost: RefreshCost {
                 cri,
                 blocking: blocking_cost,
@@ -502,7 +514,7 @@ impl Handle {
         match self.snapshot().await {
             Ok(s) => (
                 [(header::CONTENT_TYPE, "application/json")],
-                serde_json::to_string(&s.summary).unwrap_or_default(),
+                s.summary_json(),
             )
                 .into_response(),
             Err(r) => r,
