@@ -219,16 +219,19 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         }
     };
     tracing::info!(name = %version.runtime_name, version = %version.runtime_version, api = %version.runtime_api_version, "container runtime ready");
-    state.stats.set(Arc::new(crate::stats::Provider::new(
+    // The stats provider refreshes in the background (cAdvisor's housekeeping period);
+    // /stats/summary and /metrics/{resource,cadvisor} read its last snapshot.
+    let stats = Arc::new(crate::stats::Provider::new(
         runtime.clone(),
         Arc::new(crate::stats::node::LinuxNode),
-        crate::stats::ProviderConfig {
-            node_name: cfg.node_name.clone(),
-            root_dir: cfg.root_dir.clone(),
-            pod_logs_dir: cfg.pod_logs_dir.clone(),
-            max_age: crate::stats::DEFAULT_MAX_AGE,
-        },
-    )));
+        crate::stats::ProviderConfig::new(
+            cfg.node_name.clone(),
+            cfg.root_dir.clone(),
+            cfg.pod_logs_dir.clone(),
+        ),
+    ));
+    state.stats.set(stats.clone());
+    tasks.spawn(stats.run(cancel.clone()));
 
     let cgroups: Arc<dyn Cgroups> = Arc::new(crate::metrics::InstrumentedCgroups::new(Arc::new(
         FsCgroups::discover(),

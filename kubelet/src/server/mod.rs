@@ -268,6 +268,10 @@ pub fn api_router(state: AppState) -> Router {
             "/metrics/resource",
             get(|State(s): State<AppState>| async move { s.stats.resource_metrics().await }),
         )
+        .route(
+            "/metrics/cadvisor",
+            get(|State(s): State<AppState>| async move { s.stats.cadvisor_metrics().await }),
+        )
         .with_state(state)
 }
 

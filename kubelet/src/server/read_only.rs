@@ -1,7 +1,7 @@
 //! The read-only port (`readOnlyPort` / `--read-only-port`, 0 = off, upstream's 10255 when
 //! set): plain HTTP, no authentication, only upstream's "auth not required" handlers
 //! (`/healthz*`, `/pods`, `/stats/summary`, `/metrics`, `/metrics/resource`,
-//! `/metrics/probes`). The debugging paths answer 405 "Debug endpoints are disabled." as
+//! `/metrics/probes`, `/metrics/cadvisor`). The debugging paths answer 405 "Debug endpoints are disabled." as
 //! upstream's `InstallDebuggingDisabledHandlers`; anything else is 404 (so `/configz`,
 //! `/runningpods/`'s data and the logs are never readable without credentials).
 
@@ -36,6 +36,10 @@ pub fn read_only_router(state: AppState) -> Router {
         .route(
             "/metrics/resource",
             get(|State(s): State<AppState>| async move { s.stats.resource_metrics().await }),
+        )
+        .route(
+            "/metrics/cadvisor",
+            get(|State(s): State<AppState>| async move { s.stats.cadvisor_metrics().await }),
         );
     for prefix in [
         "/run",

@@ -217,7 +217,7 @@ pub const FIELDS: &[Setting] = &[
         "volumeStatsAggPeriod",
         NotImplemented,
         &["1m", "0s"],
-        "volume usage is not measured.",
+        "only the default works (0s means it, as upstream's defaulting): volume and log usage are measured once a minute.",
     ),
     s(
         "kubeletCgroups",

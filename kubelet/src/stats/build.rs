@@ -224,6 +224,7 @@ fn pod(raw: &Raw, sb: &SandboxStats, prev: &CpuHistory, next: &mut CpuHistory) -
             eph_inodes = add(eph_inodes, f.inodes_used);
         }
         containers.push(ContainerStats {
+            id: c.id.clone(),
             start_time: rfc3339(raw.container_created.get(&c.id).copied().unwrap_or(0)),
             cpu: c.cpu.as_ref().map(|u| {
                 cpu(

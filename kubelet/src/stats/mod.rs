@@ -1,12 +1,20 @@
-//! The stats provider behind `/stats/summary` and `/metrics/resource` (and, later, eviction):
-//! node CPU and memory from the root cgroup, pods and containers from one
+//! The stats provider behind `/stats/summary`, `/metrics/resource` and `/metrics/cadvisor` (and,
+//! later, eviction): node CPU and memory from the root cgroup, pods and containers from one
 //! `ListPodSandboxStats`, fs from statvfs(2) and `ImageFsInfo`, volumes and logs from walks on
-//! the blocking pool. One refresh makes a fixed number of CRI calls whatever the number of
-//! containers, and its result is served for [`DEFAULT_MAX_AGE`] (upstream's cAdvisor
-//! housekeeping period), so scrapes never fan out into per-container calls.
+//! the blocking pool.
+//!
+//! A housekeeping task ([`Provider::run`]) refreshes every [`DEFAULT_HOUSEKEEPING`] (upstream's
+//! cAdvisor housekeeping interval): requests only read the last snapshot, so a scrape never
+//! waits for the runtime nor fans out into per-container calls. One refresh makes a fixed number
+//! of CRI calls whatever the number of containers. The disk walks are the slow part of a
+//! refresh on a busy node; like upstream's `volumeStatsAggPeriod` they run at most once per
+//! [`DEFAULT_VOLUME_STATS_AGG_PERIOD`] per pod (a new pod is walked at once).
 
 pub mod build;
+pub mod cadvisor;
+pub mod cgroups;
 pub mod disk;
+pub mod live;
 pub mod node;
 pub mod resource;
 pub mod summary;
@@ -17,12 +25,19 @@ use crate::runtime::Runtime;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use node::NodeSource;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
-/// How long one refresh is served (upstream's cAdvisor housekeeping interval is 10 s).
-pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(10);
+/// How often the housekeeping task refreshes (upstream's cAdvisor housekeeping interval, 10 s):
+/// a snapshot served is at most this old (plus one refresh's duration).
+pub const DEFAULT_HOUSEKEEPING: Duration = Duration::from_secs(10);
+
+/// How often one pod's volumes and log directories are walked again (upstream's
+/// `volumeStatsAggPeriod` default).
+pub const DEFAULT_VOLUME_STATS_AGG_PERIOD: Duration = Duration::from_secs(60);
 
 /// Stats that could not be gathered.
 #[derive(Debug, thiserror::Error, Clone)]
@@ -41,7 +56,50 @@ pub struct ProviderConfig {
     pub root_dir: PathBuf,
     /// `/var/log/pods`.
     pub pod_logs_dir: PathBuf,
-    pub max_age: Duration,
+    /// The housekeeping period ([`DEFAULT_HOUSEKEEPING`]).
+    pub housekeeping: Duration,
+    /// How long one pod's disk walk is reused ([`DEFAULT_VOLUME_STATS_AGG_PERIOD`]).
+    pub volume_stats_agg_period: Duration,
+}
+
+impl ProviderConfig {
+    /// Upstream's periods.
+    pub fn new(node_name: String, root_dir: PathBuf, pod_logs_dir: PathBuf) -> Self {
+        Self {
+            node_name,
+            root_dir,
+            pod_logs_dir,
+            housekeeping: DEFAULT_HOUSEKEEPING,
+            volume_stats_agg_period: DEFAULT_VOLUME_STATS_AGG_PERIOD,
+        }
+    }
+}
+
+/// What one refresh cost, by phase (the CRI calls run concurrently; the node reads, cgroup
+/// lookups and disk walks run on the blocking pool).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RefreshCost {
+    pub cri: Duration,
+    pub blocking: Duration,
+    pub build: Duration,
+    pub total: Duration,
+    /// Pods whose directories were walked in this refresh.
+    pub pods_walked: usize,
+    /// The blocking part, by phase.
+    pub phases: Phases,
+}
+
+/// The blocking part of one refresh, by phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Phases {
+    /// Root cgroup, statvfs, /proc figures of the node.
+    pub node: Duration,
+    /// Volume and log directory walks.
+    pub disk: Duration,
+    /// Finding and reading pods' and containers' cgroups.
+    pub cgroups: Duration,
+    /// Sandboxes' `/proc/<pid>/net/dev`.
+    pub network: Duration,
 }
 
 /// One refresh's result.
@@ -49,12 +107,33 @@ pub struct ProviderConfig {
 pub struct Snapshot {
     pub taken: Instant,
     pub summary: summary::Summary,
+    /// What `/metrics/cadvisor` needs beyond the Summary (images, cgroups, machine).
+    pub cadvisor: cadvisor::Meta,
+    pub cost: RefreshCost,
+    /// The Summary's JSON, made by the first request that needs it and shared by the rest.
+    json: OnceLock<axum::body::Bytes>,
 }
 
+impl Snapshot {
+    /// `/stats/summary`'s body.
+    pub fn summary_json(&self) -> axum::body::Bytes {
+        self.json
+            .get_or_init(|| serde_json::to_vec(&self.summary).unwrap_or_default().into())
+            .clone()
+    }
+}
+
+type Outcome = Result<Arc<Snapshot>, StatsError>;
+
+/// State one refresh carries to the next.
 #[derive(Default)]
-struct Cache {
-    last: Option<Arc<Snapshot>>,
+struct Carry {
     cpu: build::CpuHistory,
+    /// Pod UID → (when walked, its disk usage).
+    disk: HashMap<String, (Instant, build::PodDisk)>,
+    cgroups: cgroups::Locator,
+    /// The last `ListPodSandboxStats` (when, by sandbox ID).
+    cri_stats: Option<(Instant, HashMap<String, crate::runtime::SandboxStats>)>,
 }
 
 /// The stats provider; see the module doc.
@@ -62,7 +141,10 @@ pub struct Provider {
     runtime: Arc<dyn Runtime>,
     node: Arc<dyn NodeSource>,
     cfg: ProviderConfig,
-    cache: tokio::sync::Mutex<Cache>,
+    /// Held for the whole of a refresh: one at a time.
+    carry: tokio::sync::Mutex<Carry>,
+    latest: tokio::sync::watch::Sender<Option<Outcome>>,
+    machine: OnceLock<cadvisor::Machine>,
 }
 
 impl Provider {
@@ -71,39 +153,106 @@ impl Provider {
             runtime,
             node,
             cfg,
-            cache: tokio::sync::Mutex::new(Cache::default()),
+            carry: tokio::sync::Mutex::new(Carry::default()),
+            latest: tokio::sync::watch::Sender::new(None),
+            machine: OnceLock::new(),
         }
     }
 
-    /// The latest snapshot, refreshed when older than `max_age` (one refresh at a time:
-    /// concurrent callers wait for it and share its result).
-    pub async fn snapshot(&self) -> Result<Arc<Snapshot>, StatsError> {
-        let mut cache = self.cache.lock().await;
-        if let Some(s) = &cache.last
-            && s.taken.elapsed() < self.cfg.max_age
-        {
-            return Ok(s.clone());
+    /// The last refresh's result. Before the first refresh the caller waits for it (or makes
+    /// it, when the housekeeping task has not started one).
+    pub async fn snapshot(&self) -> Outcome {
+        if let Some(r) = self.latest.borrow().clone() {
+            return r;
         }
-        let raw = self.gather().await?;
-        let summary = build::summary(&raw, &mut cache.cpu);
-        let snap = Arc::new(Snapshot {
-            taken: Instant::now(),
-            summary,
-        });
-        cache.last = Some(snap.clone());
-        Ok(snap)
+        let mut carry = self.carry.lock().await;
+        if let Some(r) = self.latest.borrow().clone() {
+            return r;
+        }
+        self.refresh_locked(&mut carry).await
     }
 
-    async fn gather(&self) -> Result<build::Raw, StatsError> {
+    /// One refresh now, published to every later [`Provider::snapshot`].
+    pub async fn refresh(&self) -> Outcome {
+        let mut carry = self.carry.lock().await;
+        self.refresh_locked(&mut carry).await
+    }
+
+    /// The housekeeping loop: a refresh every `housekeeping` period until cancelled. A refresh
+    /// slower than the period delays the next tick (never two at once).
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(self.cfg.housekeeping);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            // A request may have made the first snapshot a moment ago: two samples too close
+            // together would make a noisy CPU rate.
+            let fresh = matches!(
+                &*self.latest.borrow(),
+                Some(Ok(s)) if s.taken.elapsed() < self.cfg.housekeeping / 2
+            );
+            if fresh {
+                continue;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = self.refresh() => match r {
+                    Ok(s) => {
+                        let c = s.cost;
+                        if c.total > self.cfg.housekeeping / 2 {
+                            tracing::warn!(total_ms = c.total.as_millis() as u64, cri_ms = c.cri.as_millis() as u64, blocking_ms = c.blocking.as_millis() as u64, pods = s.summary.pods.len(), "stats refresh is slow");
+                        } else {
+                            tracing::debug!(total_ms = c.total.as_millis() as u64, cri_ms = c.cri.as_millis() as u64, blocking_ms = c.blocking.as_millis() as u64, build_ms = c.build.as_millis() as u64, walked = c.pods_walked, pods = s.summary.pods.len(), "stats refreshed");
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "stats refresh failed"),
+                },
+            }
+        }
+    }
+
+    async fn refresh_locked(&self, carry: &mut Carry) -> Outcome {
+        let outcome = self.gather(carry).await.map(Arc::new);
+        self.latest.send_replace(Some(outcome.clone()));
+        outcome
+    }
+
+    async fn gather(&self, carry: &mut Carry) -> Result<Snapshot, StatsError> {
+        let started = Instant::now();
+        let now = Instant::now();
         let rt = &self.runtime;
+        // CPU, memory and network come from the cgroups every refresh; the runtime's own
+        // stats (writable layers, process counts; everything when the cgroups cannot be
+        // read) only once per aggregation period: at 110 pods one ListPodSandboxStats costs
+        // containerd seconds (it asks every shim).
+        let layout = self.node.cgroup_layout();
+        let cri_due = layout.is_none()
+            || carry
+                .cri_stats
+                .as_ref()
+                .is_none_or(|(at, _)| now.duration_since(*at) >= self.cfg.volume_stats_agg_period);
         // A fixed set of calls per refresh, none per container.
-        let (sandboxes, containers, listed, image_fs) = tokio::join!(
-            rt.list_sandbox_stats(),
-            rt.list_containers(),
+        let (listed, containers, image_fs, stats) = tokio::join!(
             rt.list_sandboxes(),
-            rt.image_fs_info()
+            rt.list_containers(),
+            rt.image_fs_info(),
+            async {
+                if cri_due {
+                    Some(rt.list_sandbox_stats().await)
+                } else {
+                    None
+                }
+            }
         );
-        let sandboxes = sandboxes?;
+        let cri = started.elapsed();
+        if let Some(stats) = stats {
+            let by_id = stats?.into_iter().map(|s| (s.id.clone(), s)).collect();
+            carry.cri_stats = Some((now, by_id));
+        }
+        let listed = listed?;
         let image_fs = match image_fs {
             Ok(i) => Some(i),
             Err(e) => {
@@ -111,71 +260,227 @@ impl Provider {
                 None
             }
         };
-        let container_created = containers
-            .map(|cs| cs.into_iter().map(|c| (c.id, c.created_at)).collect())
-            .unwrap_or_default();
-        let sandbox_created = listed
-            .map(|ss| ss.into_iter().map(|s| (s.id, s.created_at)).collect())
-            .unwrap_or_default();
+        let containers = containers.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "ListContainers failed; containers omitted");
+            Vec::new()
+        });
+        let ready: Vec<&crate::runtime::Sandbox> = listed
+            .iter()
+            .filter(|s| s.state == crate::runtime::SandboxState::Ready)
+            .collect();
+
+        // Walk only the pods whose last walk is older than the aggregation period.
+        let period = self.cfg.volume_stats_agg_period;
+        carry
+            .disk
+            .retain(|uid, _| ready.iter().any(|s| &s.pod_uid == uid));
+        let to_walk: Vec<disk::PodDirs> = ready
+            .iter()
+            .filter(|s| {
+                carry
+                    .disk
+                    .get(&s.pod_uid)
+                    .is_none_or(|(at, _)| now.duration_since(*at) >= period)
+            })
+            .map(|s| disk::PodDirs {
+                uid: s.pod_uid.clone(),
+                volumes: self
+                    .cfg
+                    .root_dir
+                    .join("pods")
+                    .join(&s.pod_uid)
+                    .join("volumes"),
+                logs: self
+                    .cfg
+                    .pod_logs_dir
+                    .join(format!("{}_{}_{}", s.pod_namespace, s.pod_name, s.pod_uid)),
+            })
+            .collect();
+        let pods_walked = to_walk.len();
+        // Per pod: its sandbox first, then its running containers.
+        let wanted: Vec<(String, Vec<String>)> = ready
+            .iter()
+            .map(|s| {
+                let mut ids = vec![s.id.clone()];
+                ids.extend(
+                    containers
+                        .iter()
+                        .filter(|c| {
+                            c.sandbox_id == s.id
+                                && c.state == crate::runtime::ContainerState::Running
+                        })
+                        .map(|c| c.id.clone()),
+                );
+                (s.pod_uid.clone(), ids)
+            })
+            .collect();
         let node = self.node.clone();
-        let cfg = self.cfg.clone();
+        let root_dir = self.cfg.root_dir.clone();
         let image_mount = image_fs
             .as_ref()
             .and_then(|i| i.image_filesystems.first())
             .map(|f| PathBuf::from(&f.mountpoint));
-        let pods: Vec<disk::PodDirs> = sandboxes
-            .iter()
-            .map(|s| disk::PodDirs {
-                uid: s.uid.clone(),
-                volumes: cfg.root_dir.join("pods").join(&s.uid).join("volumes"),
-                logs: cfg
-                    .pod_logs_dir
-                    .join(format!("{}_{}_{}", s.namespace, s.name, s.uid)),
-            })
-            .collect();
+        let mut locator = std::mem::take(&mut carry.cgroups);
+        let need_machine = self.machine.get().is_none();
+        let blocking_started = Instant::now();
         let blocking = tokio::task::spawn_blocking(move || {
+            let mut phases = Phases::default();
+            let mut at = Instant::now();
+            let mut lap = |d: &mut Duration| {
+                *d = at.elapsed();
+                at = Instant::now();
+            };
             let now_ns = unix_now_ns();
             let usage = node.usage();
-            let root_fs = node.fs_info(&cfg.root_dir);
+            let root_fs = node.fs_info(&root_dir);
             let image_cap = image_mount.and_then(|m| node.fs_info(&m));
-            let disk = pods
+            let boot_time = node.boot_time();
+            let pids = node.pids();
+            lap(&mut phases.node);
+            let walked: Vec<(String, build::PodDisk)> = to_walk
                 .iter()
                 .map(|p| (p.uid.clone(), disk::pod_disk(p)))
                 .collect();
-            (
+            lap(&mut phases.disk);
+            let mut live = live::Live {
+                ts: now_ns,
+                ..live::Live::default()
+            };
+            let mut ids = cgroups::Ids::default();
+            if let Some(layout) = &layout {
+                ids = locator.resolve(layout, &wanted);
+                // Pods and their containers; the pause containers' own figures are not served.
+                let sandboxes: std::collections::HashSet<&String> =
+                    wanted.iter().filter_map(|(_, m)| m.first()).collect();
+                let app = ids
+                    .containers
+                    .iter()
+                    .filter(|(id, _)| !sandboxes.contains(id))
+                    .map(|(_, cg)| cg);
+                for cg in ids.pods.values().chain(app) {
+                    if let Some(u) = cgroups::usage(layout, cg) {
+                        live.usage.insert(cg.clone(), u);
+                    }
+                }
+                lap(&mut phases.cgroups);
+                let proc_root = node.proc_root();
+                for (uid, members) in &wanted {
+                    let sandbox_cg = members.first().and_then(|id| ids.containers.get(id));
+                    if let Some(n) =
+                        sandbox_cg.and_then(|cg| cgroups::network(layout, cg, &proc_root, now_ns))
+                    {
+                        live.network.insert(uid.clone(), n);
+                    }
+                }
+                lap(&mut phases.network);
+            }
+            let machine = need_machine.then(|| node.machine());
+            Blocking {
                 now_ns,
                 usage,
-                node.boot_time(),
+                boot_time,
                 root_fs,
                 image_cap,
-                node.pids(),
-                disk,
-            )
+                pids,
+                walked,
+                ids,
+                live,
+                locator,
+                machine,
+                phases,
+            }
         })
         .await
         .map_err(|e| StatsError::Task(e.to_string()))?;
-        let (now_ns, usage, boot_time, root_fs, image_fs_capacity, pids, disk) = blocking;
-        Ok(build::Raw {
+        let blocking_cost = blocking_started.elapsed();
+        carry.cgroups = blocking.locator;
+        if let Some(m) = blocking.machine {
+            let _ = self.machine.set(m);
+        }
+        let walked_at = Instant::now();
+        for (uid, d) in blocking.walked {
+            carry.disk.insert(uid, (walked_at, d));
+        }
+        let build_started = Instant::now();
+        let empty = HashMap::new();
+        let last = carry.cri_stats.as_ref().map(|(_, m)| m).unwrap_or(&empty);
+        let sandboxes = live::sandboxes(&listed, &containers, last, &blocking.ids, &blocking.live);
+        let raw = build::Raw {
             node_name: self.cfg.node_name.clone(),
-            now_ns,
-            node: usage,
-            boot_time,
-            root_fs,
-            image_fs_capacity,
+            now_ns: blocking.now_ns,
+            node: blocking.usage,
+            boot_time: blocking.boot_time,
+            root_fs: blocking.root_fs,
+            image_fs_capacity: blocking.image_cap,
             image_fs,
-            pids,
+            pids: blocking.pids,
             sandboxes,
-            sandbox_created,
-            container_created,
-            disk,
+            sandbox_created: listed
+                .iter()
+                .map(|s| (s.id.clone(), s.created_at))
+                .collect(),
+            container_created: containers
+                .iter()
+                .map(|c| (c.id.clone(), c.created_at))
+                .collect(),
+            disk: carry
+                .disk
+                .iter()
+                .map(|(uid, (_, d))| (uid.clone(), d.clone()))
+                .collect(),
+        };
+        let summary = build::summary(&raw, &mut carry.cpu);
+        let memory_cache = blocking
+            .live
+            .usage
+            .iter()
+            .filter_map(|(cg, u)| Some((cg.clone(), u.cache?)))
+            .collect();
+        let build = build_started.elapsed();
+        Ok(Snapshot {
+            taken: Instant::now(),
+            summary,
+            cadvisor: cadvisor::Meta {
+                images: containers.into_iter().map(|c| (c.id, c.image)).collect(),
+                cgroups: blocking.ids,
+                memory_cache,
+                machine: self.machine.get().cloned().unwrap_or_default(),
+            },
+            json: OnceLock::new(),
+            cost: RefreshCost {
+                cri,
+                blocking: blocking_cost,
+                build,
+                total: started.elapsed(),
+                pods_walked,
+                phases: blocking.phases,
+            },
         })
     }
+}
+
+/// What the blocking part of a refresh read.
+struct Blocking {
+    now_ns: i64,
+    usage: node::NodeUsage,
+    boot_time: Option<i64>,
+    root_fs: Option<node::FsInfo>,
+    image_cap: Option<node::FsInfo>,
+    pids: (Option<i64>, Option<i64>),
+    walked: Vec<(String, build::PodDisk)>,
+    ids: cgroups::Ids,
+    live: live::Live,
+    locator: cgroups::Locator,
+    machine: Option<cadvisor::Machine>,
+    phases: Phases,
 }
 
 /// The provider as the :10250 server holds it: set once the runtime is connected (the server
 /// starts first); until then stats requests get 503.
 #[derive(Clone, Default)]
 pub struct Handle(Arc<OnceLock<Arc<Provider>>>);
+
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 impl Handle {
     pub fn set(&self, p: Arc<Provider>) {
@@ -209,7 +514,7 @@ impl Handle {
         match self.snapshot().await {
             Ok(s) => (
                 [(header::CONTENT_TYPE, "application/json")],
-                serde_json::to_string(&s.summary).unwrap_or_default(),
+                s.summary_json(),
             )
                 .into_response(),
             Err(r) => r,
@@ -223,14 +528,21 @@ impl Handle {
             Ok(s) => resource::render(&s.summary, false),
             Err(_) => resource::render(&summary::Summary::default(), true),
         };
-        (
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response()
+        ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response()
+    }
+
+    /// `GET /metrics/cadvisor`: the documented subset of cAdvisor's series (see
+    /// [`cadvisor`]); on a failed refresh only `container_scrape_error 1`.
+    pub async fn cadvisor_metrics(&self) -> Response {
+        let text = match self.snapshot().await {
+            Ok(s) => cadvisor::render(&s.summary, &s.cadvisor, false),
+            Err(_) => cadvisor::render(
+                &summary::Summary::default(),
+                &cadvisor::Meta::default(),
+                true,
+            ),
+        };
+        ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response()
     }
 }
 

@@ -2,7 +2,54 @@
 //! the v2 root's `cpu.stat` and /proc/meminfo), boot time, and statvfs(2) of a directory. A
 //! narrow blocking edge ([`NodeSource`]) with a fake beside it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The machine's static facts (`machine_*` series and their labels).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Machine {
+    pub cores: u64,
+    pub memory_bytes: u64,
+    pub machine_id: String,
+    pub system_uuid: String,
+    pub boot_id: String,
+}
+
+/// Where the cgroup hierarchies are mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// cgroup v1: separate `memory` and `cpuacct` hierarchies (pod paths are the same in both).
+    V1 { memory: PathBuf, cpuacct: PathBuf },
+    /// cgroup v2: one unified hierarchy.
+    V2 { root: PathBuf },
+}
+
+impl Layout {
+    /// The host's layout, if a memory controller is mounted where runc puts it.
+    pub fn discover() -> Option<Layout> {
+        let base = Path::new("/sys/fs/cgroup");
+        if base.join("memory/memory.stat").exists() {
+            let cpuacct = ["cpuacct", "cpu,cpuacct"]
+                .iter()
+                .map(|d| base.join(d))
+                .find(|p| p.join("cpuacct.usage").exists())?;
+            return Some(Layout::V1 {
+                memory: base.join("memory"),
+                cpuacct,
+            });
+        }
+        base.join("cgroup.controllers")
+            .exists()
+            .then(|| Layout::V2 { root: base.into() })
+    }
+
+    /// The hierarchy pod directories are searched in.
+    pub(super) fn search_root(&self) -> &Path {
+        match self {
+            Layout::V1 { memory, .. } => memory,
+            Layout::V2 { root } => root,
+        }
+    }
+}
 
 /// The root cgroup's usage at one instant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,6 +84,12 @@ pub trait NodeSource: Send + Sync + 'static {
     fn fs_info(&self, path: &Path) -> Option<FsInfo>;
     /// `kernel.pid_max` and the number of processes (`rlimit`).
     fn pids(&self) -> (Option<i64>, Option<i64>);
+    /// Where pods' cgroups are read; `None`: take every figure from the runtime.
+    fn cgroup_layout(&self) -> Option<Layout>;
+    /// `/proc` (sandboxes' network counters are read below it).
+    fn proc_root(&self) -> std::path::PathBuf;
+    /// The machine's static facts (read once).
+    fn machine(&self) -> Machine;
 }
 
 /// The real host under `/sys/fs/cgroup` and `/proc`.
@@ -140,6 +193,27 @@ impl NodeSource for LinuxNode {
             .and_then(|f| f.split_once('/').and_then(|(_, t)| t.parse().ok()));
         (max, cur)
     }
+
+    fn cgroup_layout(&self) -> Option<Layout> {
+        Layout::discover()
+    }
+
+    fn proc_root(&self) -> std::path::PathBuf {
+        "/proc".into()
+    }
+
+    fn machine(&self) -> Machine {
+        let h = crate::host::HostFacts::host_info(&crate::host::LinuxHost {
+            root_dir: "/".into(),
+        });
+        Machine {
+            cores: u64::try_from(h.cpus).unwrap_or(0),
+            memory_bytes: u64::try_from(h.memory_bytes).unwrap_or(0),
+            machine_id: h.machine_id,
+            system_uuid: h.system_uuid,
+            boot_id: h.boot_id,
+        }
+    }
 }
 
 /// A node whose figures tests set.
@@ -149,6 +223,11 @@ pub struct FakeNode {
     pub usage: std::sync::Mutex<NodeUsage>,
     pub fs: FsInfo,
     pub boot_time: i64,
+    /// A cgroup tree the test built (`None`: every figure from the runtime).
+    pub cgroups: Option<Layout>,
+    /// Where `<pid>/net/dev` files are.
+    pub proc_root: std::path::PathBuf,
+    pub machine: Machine,
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -164,5 +243,14 @@ impl NodeSource for FakeNode {
     }
     fn pids(&self) -> (Option<i64>, Option<i64>) {
         (Some(4_194_304), Some(100))
+    }
+    fn cgroup_layout(&self) -> Option<Layout> {
+        self.cgroups.clone()
+    }
+    fn proc_root(&self) -> std::path::PathBuf {
+        self.proc_root.clone()
+    }
+    fn machine(&self) -> Machine {
+        self.machine.clone()
     }
 }

@@ -19,7 +19,7 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-struct Family {
+pub(super) struct Family {
     name: &'static str,
     help: &'static str,
     kind: &'static str,
@@ -27,7 +27,7 @@ struct Family {
 }
 
 impl Family {
-    fn new(name: &'static str, kind: &'static str, help: &'static str) -> Self {
+    pub(super) fn new(name: &'static str, kind: &'static str, help: &'static str) -> Self {
         Self {
             name,
             help,
@@ -36,7 +36,7 @@ impl Family {
         }
     }
 
-    fn push(&mut self, labels: &[(&str, &str)], value: f64, time: Option<i64>) {
+    pub(super) fn push(&mut self, labels: &[(&str, &str)], value: f64, time: Option<i64>) {
         let mut line = self.name.to_string();
         if !labels.is_empty() {
             let l: Vec<String> = labels
@@ -52,7 +52,12 @@ impl Family {
         self.samples.push(line);
     }
 
-    fn render(&self, out: &mut String) {
+    /// Orders the samples by their labels (the Go client's order).
+    pub(super) fn sort(&mut self) {
+        self.samples.sort();
+    }
+
+    pub(super) fn render(&self, out: &mut String) {
         if self.samples.is_empty() {
             return;
         }

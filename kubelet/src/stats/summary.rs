@@ -109,6 +109,9 @@ pub struct ProcessStats {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStats {
+    /// The runtime's container ID (not part of the Summary API; `/metrics/cadvisor`'s `name`).
+    #[serde(skip)]
+    pub id: String,
     pub name: String,
     pub start_time: StatTime,
     #[serde(skip_serializing_if = "Option::is_none")]

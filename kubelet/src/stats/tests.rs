@@ -87,20 +87,24 @@ fn fake_node() -> Arc<FakeNode> {
             inodes_free: 900,
         },
         boot_time: 1_700_000_000,
+        cgroups: None,
+        proc_root: "/nonexistent".into(),
+        machine: cadvisor::Machine {
+            cores: 2,
+            memory_bytes: 8 * GIB,
+            machine_id: "m1".into(),
+            system_uuid: "u1".into(),
+            boot_id: "b1".into(),
+        },
     })
 }
 
-fn provider(rt: Arc<FakeRuntime>, dir: &std::path::Path, max_age: Duration) -> Provider {
-    Provider::new(
-        rt,
-        fake_node(),
-        ProviderConfig {
-            node_name: "node-a".into(),
-            root_dir: dir.join("root"),
-            pod_logs_dir: dir.join("logs"),
-            max_age,
-        },
-    )
+fn config(dir: &std::path::Path) -> ProviderConfig {
+    ProviderConfig::new("node-a".into(), dir.join("root"), dir.join("logs"))
+}
+
+fn provider(rt: Arc<FakeRuntime>, dir: &std::path::Path) -> Provider {
+    Provider::new(rt, fake_node(), config(dir))
 }
 
 #[tokio::test]
@@ -122,7 +126,7 @@ async fn summary_json_has_upstreams_fields_and_figures() {
     std::fs::create_dir_all(&logs).unwrap();
     std::fs::write(logs.join("0.log"), vec![b'x'; 4096]).unwrap();
 
-    let p = provider(rt.clone(), dir.path(), DEFAULT_MAX_AGE);
+    let p = provider(rt.clone(), dir.path());
     let snap = p.snapshot().await.unwrap();
     let v = serde_json::to_value(&snap.summary).unwrap();
     let node = &v["node"];
@@ -183,12 +187,13 @@ async fn summary_json_has_upstreams_fields_and_figures() {
 }
 
 #[tokio::test]
-async fn a_refresh_makes_a_fixed_number_of_cri_calls_and_is_cached() {
+async fn a_refresh_makes_a_fixed_number_of_cri_calls_and_requests_make_none() {
     let dir = tempfile::tempdir().unwrap();
     let rt = Arc::new(FakeRuntime::new());
     run(&rt, 20, 3).await;
     rt.clear_calls();
-    let p = provider(rt.clone(), dir.path(), DEFAULT_MAX_AGE);
+    let p = provider(rt.clone(), dir.path());
+    // The first request finds no snapshot: it waits for (here: makes) one.
     let s = p.snapshot().await.unwrap();
     assert_eq!(s.summary.pods.len(), 20);
     let mut calls = rt.calls();
@@ -203,11 +208,68 @@ async fn a_refresh_makes_a_fixed_number_of_cri_calls_and_is_cached() {
         ],
         "60 containers, still one call of each kind"
     );
-    // Within max age: served from the cache, no call at all.
-    for _ in 0..5 {
+    // Requests only read the last snapshot, however many.
+    for _ in 0..50 {
         p.snapshot().await.unwrap();
     }
     assert_eq!(rt.calls().len(), 4);
+    // The next refresh makes the same calls again.
+    p.refresh().await.unwrap();
+    assert_eq!(rt.calls().len(), 8);
+}
+
+#[tokio::test]
+async fn the_housekeeping_task_refreshes_on_its_period_and_requests_cost_no_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Arc::new(FakeRuntime::new());
+    let ids = run(&rt, 3, 1).await;
+    rt.clear_calls();
+    let cfg = ProviderConfig {
+        housekeeping: Duration::from_millis(200),
+        ..config(dir.path())
+    };
+    let p = Arc::new(Provider::new(rt.clone(), fake_node(), cfg));
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(p.clone().run(cancel.clone()));
+    rt.set_usage(&ids[0], 1_000_000_000, 1);
+    let first = p.snapshot().await.unwrap();
+    let stats = |calls: &[String]| calls.iter().filter(|c| *c == "ListPodSandboxStats").count();
+    // Within one period, 100 requests: the same snapshot, no CRI call.
+    let before = rt.calls().len();
+    for _ in 0..100 {
+        let s = p.snapshot().await.unwrap();
+        if !Arc::ptr_eq(&s, &first) {
+            break;
+        }
+    }
+    assert!(
+        rt.calls().len() - before <= 4,
+        "at most one refresh meanwhile"
+    );
+    // New figures show up after a period without any request asking for them.
+    rt.set_usage(&ids[0], 3_000_000_000, 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let cpu = |s: &Snapshot| {
+        s.summary.pods.iter().find_map(|p| {
+            p.containers
+                .iter()
+                .find(|c| c.id == ids[0])
+                .and_then(|c| c.cpu.as_ref()?.usage_core_nano_seconds)
+        })
+    };
+    while cpu(&p.snapshot().await.unwrap()) != Some(3_000_000_000) {
+        assert!(Instant::now() < deadline, "the task refreshed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refreshes = stats(&rt.calls());
+    assert!(refreshes >= 2, "{refreshes}");
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the task stops when cancelled")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(stats(&rt.calls()), refreshes, "no refresh after cancel");
 }
 
 #[tokio::test]
@@ -215,14 +277,14 @@ async fn usage_nano_cores_comes_from_two_samples() {
     let dir = tempfile::tempdir().unwrap();
     let rt = Arc::new(FakeRuntime::new());
     let ids = run(&rt, 1, 1).await;
-    let p = provider(rt.clone(), dir.path(), Duration::ZERO);
+    let p = provider(rt.clone(), dir.path());
     rt.set_usage(&ids[0], 1_000_000_000, 1);
-    let first = p.snapshot().await.unwrap();
+    let first = p.refresh().await.unwrap();
     let c = &first.summary.pods[0].containers[0];
     assert_eq!(c.cpu.as_ref().unwrap().usage_nano_cores, None);
     // The fake's clock advances 1 ms per call: 4 calls later, 2 ms of CPU more = 0.5 cores.
     rt.set_usage(&ids[0], 1_002_000_000, 1);
-    let second = p.snapshot().await.unwrap();
+    let second = p.refresh().await.unwrap();
     let c = &second.summary.pods[0].containers[0];
     assert_eq!(c.cpu.as_ref().unwrap().usage_nano_cores, Some(500_000_000));
 }
@@ -268,7 +330,7 @@ async fn resource_metrics_carry_upstream_names_labels_and_timestamps() {
     let rt = Arc::new(FakeRuntime::new());
     let ids = run(&rt, 1, 1).await;
     rt.set_usage(&ids[0], 2_500_000_000, 4096);
-    let p = Arc::new(provider(rt.clone(), dir.path(), DEFAULT_MAX_AGE));
+    let p = Arc::new(provider(rt.clone(), dir.path()));
     let snap = p.snapshot().await.unwrap();
     let text = resource::render(&snap.summary, false);
     let ts = snap.summary.node.cpu.as_ref().unwrap().time.millis();
@@ -305,22 +367,34 @@ async fn a_failed_refresh_is_a_scrape_error_and_a_500_summary() {
         handle.summary().await.status(),
         StatusCode::SERVICE_UNAVAILABLE
     );
-    handle.set(Arc::new(provider(rt.clone(), dir.path(), Duration::ZERO)));
+    let p = Arc::new(provider(rt.clone(), dir.path()));
+    handle.set(p.clone());
     let unavailable = crate::runtime::RuntimeError::Unavailable("down".into());
-    rt.fail_next("ListPodSandboxStats", unavailable.clone());
+    rt.fail_next("ListPodSandboxStats", unavailable);
     assert_eq!(
         handle.summary().await.status(),
         StatusCode::INTERNAL_SERVER_ERROR
     );
-    rt.fail_next("ListPodSandboxStats", unavailable);
-    let r = handle.resource_metrics().await;
-    assert_eq!(r.status(), StatusCode::OK);
-    let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
-    let text = String::from_utf8(body.to_vec()).unwrap();
+    let text = body(handle.resource_metrics().await).await;
     assert!(text.contains("\nscrape_error 1\n"), "{text}");
     assert!(!text.contains("node_cpu_usage_seconds_total "), "{text}");
-    // Recovered: the next request is served.
+    let text = body(handle.cadvisor_metrics().await).await;
+    assert!(text.contains("\ncontainer_scrape_error 1\n"), "{text}");
+    assert!(
+        !text.contains("container_cpu_usage_seconds_total{"),
+        "{text}"
+    );
+    // Recovered at the next refresh: requests are served again.
+    p.refresh().await.unwrap();
     assert_eq!(handle.summary().await.status(), StatusCode::OK);
+    let text = body(handle.cadvisor_metrics().await).await;
+    assert!(text.contains("\ncontainer_scrape_error 0\n"), "{text}");
+}
+
+async fn body(r: Response) -> String {
+    assert_eq!(r.status(), StatusCode::OK);
+    let b = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+    String::from_utf8(b.to_vec()).unwrap()
 }
 
 #[test]
@@ -355,4 +429,287 @@ fn times_serialize_as_metav1_time() {
         StatTime(1_700_000_000_999_999_999).millis(),
         1_700_000_000_999
     );
+}
+
+/// A cgroup v1 tree as runc lays it out with cgroupfs: memory and cpuacct hierarchies with
+/// `<root>/kubepods/besteffort/pod<uid>/<container id>`.
+fn cgroup_tree(base: &std::path::Path, uid: &str, members: &[(&str, u64, u64)]) {
+    let rel = format!("rig/kubepods/besteffort/pod{uid}");
+    let pod_mem = base.join("memory").join(&rel);
+    let pod_cpu = base.join("cpuacct").join(&rel);
+    let write = |dir: &std::path::Path, cpu_dir: &std::path::Path, cpu: u64, usage: u64| {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::create_dir_all(cpu_dir).unwrap();
+        std::fs::write(dir.join("memory.usage_in_bytes"), format!("{usage}\n")).unwrap();
+        std::fs::write(
+            dir.join("memory.stat"),
+            "total_cache 3000\ntotal_rss 7000\ntotal_inactive_file 1000\ntotal_pgfault 5\ntotal_pgmajfault 0\n",
+        )
+        .unwrap();
+        std::fs::write(cpu_dir.join("cpuacct.usage"), format!("{cpu}\n")).unwrap();
+    };
+    let total_cpu = members.iter().map(|m| m.1).sum();
+    let total_mem = members.iter().map(|m| m.2).sum();
+    write(&pod_mem, &pod_cpu, total_cpu, total_mem);
+    for (id, cpu, mem) in members {
+        write(&pod_mem.join(id), &pod_cpu.join(id), *cpu, *mem);
+    }
+}
+
+#[tokio::test]
+async fn cpu_memory_and_network_come_from_cgroups_and_the_runtimes_stats_once_a_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Arc::new(FakeRuntime::new());
+    let ids = run(&rt, 1, 1).await;
+    // The runtime says something else: the cgroup files win.
+    rt.set_usage(&ids[0], 1, 1);
+    let cg = dir.path().join("cgroup");
+    cgroup_tree(
+        &cg,
+        "uid-0",
+        &[("sb1", 1_000, 10_000), (&ids[0], 2_000_000_000, 20_000)],
+    );
+    std::fs::write(
+        cg.join("memory/rig/kubepods/besteffort/poduid-0/sb1/cgroup.procs"),
+        "4242\n",
+    )
+    .unwrap();
+    let net = dir.path().join("proc/4242/net");
+    std::fs::create_dir_all(&net).unwrap();
+    std::fs::write(
+        net.join("dev"),
+        "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  eth0:    5000      40    1    0    0     0          0         0     3000      30    2    0    0     0       0          0\n",
+    )
+    .unwrap();
+    let mut node = Arc::into_inner(fake_node()).unwrap();
+    node.cgroups = Some(cgroups::Layout::V1 {
+        memory: cg.join("memory"),
+        cpuacct: cg.join("cpuacct"),
+    });
+    node.proc_root = dir.path().join("proc");
+    rt.clear_calls();
+    let p = Provider::new(rt.clone(), Arc::new(node), config(dir.path()));
+    let s = p.refresh().await.unwrap();
+    let pod = &s.summary.pods[0];
+    let c = &pod.containers[0];
+    assert_eq!(
+        c.cpu.as_ref().unwrap().usage_core_nano_seconds,
+        Some(2_000_000_000)
+    );
+    let m = c.memory.as_ref().unwrap();
+    assert_eq!(
+        (m.usage_bytes, m.working_set_bytes, m.rss_bytes),
+        (Some(20_000), Some(19_000), Some(7000))
+    );
+    assert_eq!(
+        pod.memory.as_ref().unwrap().usage_bytes,
+        Some(30_000),
+        "the pod cgroup"
+    );
+    let n = pod.network.as_ref().unwrap();
+    assert_eq!(
+        (
+            n.default.name.as_str(),
+            n.default.rx_bytes,
+            n.default.tx_errors
+        ),
+        ("eth0", Some(5000), Some(2))
+    );
+    assert_eq!(n.interfaces.len(), 1, "lo is not reported");
+    assert_eq!(
+        c.rootfs.as_ref().unwrap().used_bytes,
+        Some(4096),
+        "writable layer from the runtime"
+    );
+    let pod_cg = "/rig/kubepods/besteffort/poduid-0";
+    assert_eq!(s.cadvisor.cgroups.pods["uid-0"], pod_cg);
+    assert_eq!(
+        s.cadvisor.cgroups.containers[&ids[0]],
+        format!("{pod_cg}/{}", ids[0])
+    );
+    assert_eq!(rt.calls().len(), 4);
+    // Within the aggregation period a refresh reads the cgroups again but not the runtime's
+    // stats: three list calls, none per container.
+    std::fs::write(
+        cg.join("cpuacct/rig/kubepods/besteffort/poduid-0")
+            .join(&ids[0])
+            .join("cpuacct.usage"),
+        "2500000000\n",
+    )
+    .unwrap();
+    rt.clear_calls();
+    let s = p.refresh().await.unwrap();
+    let mut calls = rt.calls();
+    calls.sort();
+    assert_eq!(calls, ["ImageFsInfo", "ListContainers", "ListPodSandbox"]);
+    let cpu = s.summary.pods[0].containers[0].cpu.clone().unwrap();
+    assert_eq!(cpu.usage_core_nano_seconds, Some(2_500_000_000));
+    assert!(
+        cpu.usage_nano_cores.is_some_and(|n| n > 0),
+        "a rate from two samples"
+    );
+    assert_eq!(
+        s.summary.pods[0].containers[0]
+            .rootfs
+            .as_ref()
+            .unwrap()
+            .used_bytes,
+        Some(4096),
+        "the runtime's last figures stand"
+    );
+}
+
+#[test]
+fn pod_and_container_cgroups_are_found_with_either_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let sd = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice";
+    std::fs::create_dir_all(root.join(sd).join("cri-containerd-abc.scope")).unwrap();
+    std::fs::create_dir_all(root.join(sd).join("cri-containerd-xabc.scope")).unwrap();
+    std::fs::create_dir_all(root.join("kubepods/pod56-78/def")).unwrap();
+    std::fs::create_dir_all(root.join("system.slice/other.service")).unwrap();
+    let layout = cgroups::Layout::V2 { root: root.into() };
+    let mut l = cgroups::Locator::default();
+    let ids = l.resolve(
+        &layout,
+        &[
+            ("12-34".into(), vec!["abc".into()]),
+            ("56-78".into(), vec!["def".into(), "gone".into()]),
+        ],
+    );
+    assert_eq!(ids.pods["12-34"], format!("/{sd}"));
+    assert_eq!(
+        ids.containers["abc"],
+        format!("/{sd}/cri-containerd-abc.scope")
+    );
+    assert_eq!(ids.pods["56-78"], "/kubepods/pod56-78");
+    assert_eq!(ids.containers["def"], "/kubepods/pod56-78/def");
+    assert!(!ids.containers.contains_key("gone"));
+}
+
+#[test]
+fn cadvisor_series_carry_cadvisors_names_labels_and_timestamps() {
+    use summary::*;
+    let t = StatTime(1_700_000_000_123_000_000);
+    let cpu = |ns| CpuStats {
+        time: t,
+        usage_nano_cores: None,
+        usage_core_nano_seconds: Some(ns),
+    };
+    let mem = |ws| MemoryStats {
+        time: t,
+        usage_bytes: Some(ws + 100),
+        working_set_bytes: Some(ws),
+        rss_bytes: Some(ws / 2),
+        ..MemoryStats::default()
+    };
+    let s = Summary {
+        node: NodeStats {
+            cpu: Some(cpu(5_000_000_000)),
+            memory: Some(mem(1000)),
+            ..NodeStats::default()
+        },
+        pods: vec![PodStats {
+            pod_ref: PodReference {
+                name: "web".into(),
+                namespace: "default".into(),
+                uid: "u1".into(),
+            },
+            start_time: StatTime(1_700_000_000_000_000_000),
+            cpu: Some(cpu(1_500_000_000)),
+            memory: Some(mem(600)),
+            network: Some(NetworkStats {
+                time: t,
+                default: InterfaceStats::default(),
+                interfaces: vec![InterfaceStats {
+                    name: "eth0".into(),
+                    rx_bytes: Some(10),
+                    rx_errors: Some(0),
+                    tx_bytes: Some(20),
+                    tx_errors: Some(0),
+                }],
+            }),
+            containers: vec![ContainerStats {
+                id: "abc".into(),
+                name: "app".into(),
+                start_time: StatTime(1_700_000_001_500_000_000),
+                cpu: Some(cpu(1_000_000_000)),
+                memory: Some(mem(400)),
+                ..ContainerStats::default()
+            }],
+            ..PodStats::default()
+        }],
+    };
+    let meta = cadvisor::Meta {
+        images: [("abc".to_string(), "busybox:1.35".to_string())].into(),
+        cgroups: cgroups::Ids {
+            pods: [("u1".to_string(), "/kubepods/podu1".to_string())].into(),
+            containers: [("abc".to_string(), "/kubepods/podu1/abc".to_string())].into(),
+        },
+        memory_cache: [("/kubepods/podu1/abc".to_string(), 77)].into(),
+        machine: cadvisor::Machine {
+            cores: 2,
+            memory_bytes: 8 * GIB,
+            machine_id: "m1".into(),
+            system_uuid: "s1".into(),
+            boot_id: "b1".into(),
+        },
+    };
+    let text = cadvisor::render(&s, &meta, false);
+    let ms = 1_700_000_000_123i64;
+    let ctr = r#"container="app",id="/kubepods/podu1/abc",image="busybox:1.35",name="abc",namespace="default",pod="web""#;
+    let pod = r#"container="",id="/kubepods/podu1",image="",name="",namespace="default",pod="web""#;
+    let root = r#"container="",id="/",image="",name="",namespace="",pod="""#;
+    let expected = format!(
+        "# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed in seconds.
+# TYPE container_cpu_usage_seconds_total counter
+container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"}} 5 {ms}
+container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/kubepods/podu1\",image=\"\",name=\"\",namespace=\"default\",pod=\"web\"}} 1.5 {ms}
+container_cpu_usage_seconds_total{{container=\"app\",cpu=\"total\",id=\"/kubepods/podu1/abc\",image=\"busybox:1.35\",name=\"abc\",namespace=\"default\",pod=\"web\"}} 1 {ms}
+# HELP container_memory_cache Number of bytes of page cache memory.
+# TYPE container_memory_cache gauge
+container_memory_cache{{{ctr}}} 77 {ms}
+# HELP container_memory_rss Size of RSS in bytes.
+# TYPE container_memory_rss gauge
+container_memory_rss{{{root}}} 500 {ms}
+container_memory_rss{{{pod}}} 300 {ms}
+container_memory_rss{{{ctr}}} 200 {ms}
+# HELP container_memory_usage_bytes Current memory usage in bytes, including all memory regardless of when it was accessed
+# TYPE container_memory_usage_bytes gauge
+container_memory_usage_bytes{{{root}}} 1100 {ms}
+container_memory_usage_bytes{{{pod}}} 700 {ms}
+container_memory_usage_bytes{{{ctr}}} 500 {ms}
+# HELP container_memory_working_set_bytes Current working set in bytes.
+# TYPE container_memory_working_set_bytes gauge
+container_memory_working_set_bytes{{{root}}} 1000 {ms}
+container_memory_working_set_bytes{{{pod}}} 600 {ms}
+container_memory_working_set_bytes{{{ctr}}} 400 {ms}
+# HELP container_network_receive_bytes_total Cumulative count of bytes received
+# TYPE container_network_receive_bytes_total counter
+container_network_receive_bytes_total{{container=\"\",id=\"/kubepods/podu1\",image=\"\",interface=\"eth0\",name=\"\",namespace=\"default\",pod=\"web\"}} 10 {ms}
+# HELP container_network_receive_errors_total Cumulative count of errors encountered while receiving
+# TYPE container_network_receive_errors_total counter
+container_network_receive_errors_total{{container=\"\",id=\"/kubepods/podu1\",image=\"\",interface=\"eth0\",name=\"\",namespace=\"default\",pod=\"web\"}} 0 {ms}
+# HELP container_network_transmit_bytes_total Cumulative count of bytes transmitted
+# TYPE container_network_transmit_bytes_total counter
+container_network_transmit_bytes_total{{container=\"\",id=\"/kubepods/podu1\",image=\"\",interface=\"eth0\",name=\"\",namespace=\"default\",pod=\"web\"}} 20 {ms}
+# HELP container_network_transmit_errors_total Cumulative count of errors encountered while transmitting
+# TYPE container_network_transmit_errors_total counter
+container_network_transmit_errors_total{{container=\"\",id=\"/kubepods/podu1\",image=\"\",interface=\"eth0\",name=\"\",namespace=\"default\",pod=\"web\"}} 0 {ms}
+# HELP container_scrape_error 1 if there was an error while getting container metrics, 0 otherwise
+# TYPE container_scrape_error gauge
+container_scrape_error 0
+# HELP container_start_time_seconds Start time of the container since unix epoch in seconds.
+# TYPE container_start_time_seconds gauge
+container_start_time_seconds{{{pod}}} 1700000000
+container_start_time_seconds{{{ctr}}} 1700000001.5
+# HELP machine_cpu_cores Number of logical CPU cores.
+# TYPE machine_cpu_cores gauge
+machine_cpu_cores{{boot_id=\"b1\",machine_id=\"m1\",system_uuid=\"s1\"}} 2
+# HELP machine_memory_bytes Amount of memory installed on the machine.
+# TYPE machine_memory_bytes gauge
+machine_memory_bytes{{boot_id=\"b1\",machine_id=\"m1\",system_uuid=\"s1\"}} 8589934592
+"
+    );
+    assert_eq!(text, expected);
 }
