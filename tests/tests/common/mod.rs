@@ -157,6 +157,7 @@ pub struct Agent {
     pub log: PathBuf,
     starts: u32,
     env: Vec<(String, String)>,
+    extra_config: String,
 }
 
 impl Agent {
@@ -170,6 +171,11 @@ impl Agent {
 
     /// Starts the agent with extra environment variables (e.g. systemd's NOTIFY_SOCKET).
     pub fn start_with_env(rig: &Rig, env: &[(&str, &str)]) -> Agent {
+        Self::start_with(rig, env, "")
+    }
+
+    /// Starts the agent with extra environment variables and KubeletConfiguration lines.
+    pub fn start_with(rig: &Rig, env: &[(&str, &str)], extra_config: &str) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
         let mut a = Agent {
@@ -184,6 +190,7 @@ impl Agent {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            extra_config: extra_config.to_string(),
         };
         a.launch();
         a
@@ -195,10 +202,11 @@ impl Agent {
         // defaults (webhook authentication and authorization) refuse to start without a client.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\npodLogsDir: {}\ncgroupRoot: {}\nfileCheckFrequency: 20s\n\
-             authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n",
+             authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n{}",
             d.join("manifests").display(),
             d.join("logs").display(),
-            self.cgroup_root
+            self.cgroup_root,
+            self.extra_config
         );
         std::fs::write(d.join("config.yaml"), config).unwrap();
         self.starts += 1;
