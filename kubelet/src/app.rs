@@ -99,7 +99,15 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             containers: log_runtime.clone(),
         }),
         stats: crate::stats::Handle::default(),
+        streaming: Arc::new(server::streaming::Streaming::new(
+            cfg.streaming_connection_idle_timeout,
+        )),
     };
+    for c in server::streaming::collectors() {
+        if let Err(e) = metrics.registry.register(c) {
+            tracing::warn!(error = %e, "streaming metrics are not exposed");
+        }
+    }
     let mut tasks = JoinSet::new();
 
     // Servers first, so kubeadm's health check and operators can reach the agent at once.
@@ -185,6 +193,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             CriRuntime::new(runtime_ch, image_ch, cfg.runtime_request_timeout),
         )));
     log_runtime.set(runtime.clone());
+    state.streaming.set_runtime(runtime.clone());
     // The runtime's name goes into every containerID; wait until it answers.
     let version = loop {
         match runtime.version().await {

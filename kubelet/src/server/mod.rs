@@ -1,7 +1,8 @@
 //! The kubelet's servers: plain-HTTP healthz on 127.0.0.1:10248 and the HTTPS API on :10250
 //! (`/healthz`, `/pods`, `/metrics`, `/configz`, `/containerLogs/{ns}/{pod}/{container}`
 //! ([`logs`]), `/logs/` ([`node_logs`]), `/stats/summary` and `/metrics/resource`
-//! (`crate::stats`)). Exec, attach and port-forward are not served yet (404).
+//! (`crate::stats`)), `/exec`, `/attach`, `/portForward` and `/run` ([`streaming`]: proxied to
+//! the runtime's streaming server).
 //!
 //! Every :10250 request passes [`Auth`] first: authentication ([`authn`]: x509 client
 //! certificates, TokenReview bearer tokens, anonymous when enabled; 401 otherwise), then
@@ -16,6 +17,7 @@ pub use authz::{Auth, AuthError, AuthSettings, AuthzMode, Decision, RequestInfo}
 
 pub mod logs;
 pub mod node_logs;
+pub mod streaming;
 
 use crate::atomic_file;
 use crate::metrics::Metrics;
@@ -25,7 +27,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -167,6 +169,8 @@ pub struct AppState {
     pub logs: Arc<logs::Logs>,
     /// `/stats/summary` and `/metrics/resource`.
     pub stats: crate::stats::Handle,
+    /// `/exec`, `/attach`, `/portForward`, `/run`.
+    pub streaming: Arc<streaming::Streaming>,
 }
 
 async fn healthz(State(s): State<AppState>) -> Response {
@@ -235,6 +239,32 @@ pub fn api_router(state: AppState) -> Router {
             "/containerLogs/{ns}/{pod}/{container}",
             get(logs::container_logs),
         )
+        .route(
+            "/exec/{ns}/{pod}/{container}",
+            get(streaming::exec).post(streaming::exec),
+        )
+        .route(
+            "/exec/{ns}/{pod}/{uid}/{container}",
+            get(streaming::exec).post(streaming::exec),
+        )
+        .route(
+            "/attach/{ns}/{pod}/{container}",
+            get(streaming::attach).post(streaming::attach),
+        )
+        .route(
+            "/attach/{ns}/{pod}/{uid}/{container}",
+            get(streaming::attach).post(streaming::attach),
+        )
+        .route(
+            "/portForward/{ns}/{pod}",
+            get(streaming::port_forward).post(streaming::port_forward),
+        )
+        .route(
+            "/portForward/{ns}/{pod}/{uid}",
+            get(streaming::port_forward).post(streaming::port_forward),
+        )
+        .route("/run/{ns}/{pod}/{container}", post(streaming::run))
+        .route("/run/{ns}/{pod}/{uid}/{container}", post(streaming::run))
         .route("/logs/", get(node_logs::node_logs))
         .route("/logs/{*path}", get(node_logs::node_logs))
         .route(
