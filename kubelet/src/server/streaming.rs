@@ -635,6 +635,7 @@ async fn proxy(st: &Arc<Streaming>, label: &'static str, url: &str, mut req: Req
             ));
         }
     };
+    tracing::debug!(url, status = %head.status, "runtime streaming server answered");
     if head.status != StatusCode::SWITCHING_PROTOCOLS {
         return relay_error(conn, head).await;
     }
