@@ -440,6 +440,8 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
 
     cancel.cancelled().await;
     tracing::info!("shutting down: pods keep running");
+    // Open exec/attach/port-forward connections end with the agent.
+    state.streaming.shutdown(Duration::from_secs(2)).await;
     let drain = async { while tasks.join_next().await.is_some() {} };
     if tokio::time::timeout(Duration::from_secs(10), drain)
         .await

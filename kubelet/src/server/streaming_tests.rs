@@ -533,3 +533,31 @@ async fn run_returns_the_commands_output() {
     .await;
     assert_eq!(h.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn shutdown_closes_open_streams() {
+    let (base, _) = fake_streaming_server(SWITCH).await;
+    let s = setup(&base, Duration::from_secs(3600)).await;
+    let (mut c, h) = send(
+        s.addr,
+        &format!("POST /exec/default/web/app?output=1 HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"),
+    )
+    .await;
+    assert_eq!(h.status, StatusCode::SWITCHING_PROTOCOLS);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while s.streaming.open() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+    s.streaming.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(s.streaming.open(), 0);
+    // The client sees the connection end.
+    let mut buf = [0u8; 64];
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while c.read(&mut buf).await.unwrap_or(0) > 0 {}
+    })
+    .await;
+    assert!(ended.is_ok());
+}
