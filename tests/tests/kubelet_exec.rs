@@ -403,36 +403,61 @@ fn exec_port_forward_run_and_refusals() {
     assert!(out.status.contains("NonZeroExitCode"), "{out:?}");
     assert_eq!(out.stderr.trim(), "oops", "{out:?}");
 
-    // stdin reaches the command. v5 (when the runtime speaks it) can close stdin (channel
-    // 255), so `cat` ends; over v4 the command reads a fixed count instead.
-    let (proto, out) = run_in(&rt, async {
-        let offer = "v5.channel.k8s.io, v4.channel.k8s.io";
-        let probe = ws_open(KUBELET, true, &exec_path(&["cat"], true), offer).await;
-        let mut ws = match probe {
-            Ok(ws) if ws.protocol == "v5.channel.k8s.io" => ws,
-            Ok(ws) => {
-                drop(ws);
-                ws_open(
-                    KUBELET,
-                    true,
-                    &exec_path(&["head", "-c", "12"], true),
-                    "v4.channel.k8s.io",
-                )
-                .await
-                .unwrap_or_else(refused)
-            }
-            Err(h) => refused(h),
-        };
+    // v4 cannot close stdin: the command reads a fixed count.
+    let out = run_in(&rt, async {
+        let mut ws = ws_open(
+            KUBELET,
+            true,
+            &exec_path(&["head", "-c", "12"], true),
+            "v4.channel.k8s.io",
+        )
+        .await
+        .unwrap_or_else(refused);
         ws.send(0, b"from-stdin!\n").await;
-        if ws.protocol == "v5.channel.k8s.io" {
-            ws.send(255, &[0]).await;
-        }
-        let proto = ws.protocol.clone();
-        (proto, drain(&mut ws, Duration::from_secs(20)).await)
+        drain(&mut ws, Duration::from_secs(20)).await
     });
-    assert_eq!(out.stdout, "from-stdin!\n", "{proto}: {out:?}");
-    assert_eq!(exit_code(&out.status), Some(0), "{proto}: {out:?}");
-    eprintln!("stdin test negotiated {proto}");
+    assert_eq!(out.stdout, "from-stdin!\n", "{out:?}");
+    assert_eq!(exit_code(&out.status), Some(0), "{out:?}");
+
+    // v5 (the kubelet translates it to SPDY for the runtime): `[255, 0]` closes stdin, so
+    // `cat` sees the end of its input and exits.
+    let out = run_in(&rt, async {
+        let mut ws = ws_open(
+            KUBELET,
+            true,
+            &exec_path(&["cat"], true),
+            "v5.channel.k8s.io, v4.channel.k8s.io",
+        )
+        .await
+        .unwrap_or_else(refused);
+        assert_eq!(ws.protocol, "v5.channel.k8s.io");
+        ws.send(0, b"from-stdin!\n").await;
+        ws.send(0, b"and more\n").await;
+        ws.send(255, &[0]).await;
+        drain(&mut ws, Duration::from_secs(20)).await
+    });
+    assert_eq!(out.stdout, "from-stdin!\nand more\n", "{out:?}");
+    assert_eq!(exit_code(&out.status), Some(0), "{out:?}");
+
+    // v5: output and the exit code.
+    let out = run_in(&rt, async {
+        let mut ws = ws_open(
+            KUBELET,
+            true,
+            &exec_path(
+                &["sh", "-c", "echo $HOSTNAME; echo oops >&2; exit 7"],
+                false,
+            ),
+            "v5.channel.k8s.io",
+        )
+        .await
+        .unwrap_or_else(refused);
+        assert_eq!(ws.protocol, "v5.channel.k8s.io");
+        drain(&mut ws, Duration::from_secs(20)).await
+    });
+    assert_eq!(out.stdout.trim(), POD, "{out:?}");
+    assert_eq!(out.stderr.trim(), "oops", "{out:?}");
+    assert_eq!(exit_code(&out.status), Some(7), "{out:?}");
 
     // Port-forward over websocket: per port a data and an error channel, each opening with
     // the port number; the request goes to httpd in the pod and its answer comes back.

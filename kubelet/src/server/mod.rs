@@ -18,6 +18,7 @@ pub use authz::{Auth, AuthError, AuthSettings, AuthzMode, Decision, RequestInfo}
 pub mod logs;
 pub mod node_logs;
 pub mod streaming;
+mod ws_spdy;
 
 use crate::atomic_file;
 use crate::metrics::Metrics;

@@ -11,10 +11,13 @@
 //!
 //! A spliced connection is closed once `streamingConnectionIdleTimeout` passes with no byte
 //! either way, or when either side ends; `kubelet_streaming_connections{type}` counts the open
-//! ones. Dialing the runtime and reading its answer are bounded by [`BACKEND_TIMEOUT`].
+//! ones. A websocket client offering `v5.channel.k8s.io` to exec/attach is answered by the
+//! kubelet itself and translated to SPDY towards the runtime ([`super::ws_spdy`]), since
+//! runtimes' websocket servers stop at v4 (which cannot close stdin). Dialing the runtime and reading its answer are bounded by [`BACKEND_TIMEOUT`].
 //! `/run` runs ExecSync and returns stdout then stderr.
 
 use super::AppState;
+use super::ws_spdy;
 use crate::runtime::{ContainerState, Runtime, RuntimeError, SandboxState, StreamFlags};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Request, State};
@@ -122,6 +125,13 @@ pub enum Kind {
 }
 
 impl Kind {
+    fn flags(&self) -> Option<StreamFlags> {
+        match self {
+            Kind::Exec { flags, .. } | Kind::Attach { flags } => Some(*flags),
+            Kind::PortForward { .. } => None,
+        }
+    }
+
     fn label(&self) -> &'static str {
         match self {
             Kind::Exec { .. } => "exec",
@@ -375,7 +385,12 @@ pub async fn port_forward(
 
 async fn serve(s: &AppState, p: &Params, kind: Result<Kind, Refusal>, req: Request) -> Response {
     let upgrade = is_upgrade(req.headers());
+    let v5 = is_websocket(req.headers()) && ws_spdy::offers_v5(req.headers());
     match session(s, p, kind, upgrade).await {
+        Ok((kind, url)) if v5 && kind.flags().is_some() => {
+            let flags = kind.flags().unwrap_or_default();
+            translate_v5(&s.streaming, kind.label(), flags, &url, req).await
+        }
         Ok((kind, url)) => proxy(&s.streaming, kind.label(), &url, req).await,
         Err(r) => r.into_response(),
     }
@@ -600,13 +615,9 @@ pub async fn read_head<R: AsyncRead + Unpin>(conn: &mut R) -> Result<BackendHead
     }
 }
 
-/// Proxies the upgrade to the runtime's streaming server at `url`.
-async fn proxy(st: &Arc<Streaming>, label: &'static str, url: &str, mut req: Request) -> Response {
-    let b = match backend(url) {
-        Ok(b) => b,
-        Err(r) => return r.into_response(),
-    };
-    let head = request_head(req.method(), req.headers(), &b);
+/// Dials the runtime's streaming server, sends `head` and reads its answer, all within
+/// [`BACKEND_TIMEOUT`]; a 500 response when that fails.
+async fn dial(url: &str, b: &Backend, head: &[u8]) -> Result<(TcpStream, BackendHead), Response> {
     let fail = |m: String| {
         tracing::warn!(url, error = %m, "streaming proxy failed");
         refuse(StatusCode::INTERNAL_SERVER_ERROR, m).into_response()
@@ -618,24 +629,37 @@ async fn proxy(st: &Arc<Streaming>, label: &'static str, url: &str, mut req: Req
                 b.authority
             )
         })?;
-        conn.write_all(&head)
+        conn.write_all(head)
             .await
             .map_err(|e| format!("writing to the runtime's streaming server: {e}"))?;
         let head = read_head(&mut conn).await?;
         Ok::<_, String>((conn, head))
     })
     .await;
-    let (mut conn, head) = match dialed {
-        Ok(Ok(x)) => x,
-        Ok(Err(m)) => return fail(m),
-        Err(_) => {
-            return fail(format!(
-                "the runtime's streaming server {} did not answer within {BACKEND_TIMEOUT:?}",
-                b.authority
-            ));
+    match dialed {
+        Ok(Ok(x)) => {
+            tracing::debug!(url, status = %x.1.status, "runtime streaming server answered");
+            Ok(x)
         }
+        Ok(Err(m)) => Err(fail(m)),
+        Err(_) => Err(fail(format!(
+            "the runtime's streaming server {} did not answer within {BACKEND_TIMEOUT:?}",
+            b.authority
+        ))),
+    }
+}
+
+/// Proxies the upgrade to the runtime's streaming server at `url`.
+async fn proxy(st: &Arc<Streaming>, label: &'static str, url: &str, mut req: Request) -> Response {
+    let b = match backend(url) {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
     };
-    tracing::debug!(url, status = %head.status, "runtime streaming server answered");
+    let head = request_head(req.method(), req.headers(), &b);
+    let (mut conn, head) = match dial(url, &b, &head).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
     if head.status != StatusCode::SWITCHING_PROTOCOLS {
         return relay_error(conn, head).await;
     }
@@ -675,6 +699,72 @@ async fn proxy(st: &Arc<Streaming>, label: &'static str, url: &str, mut req: Req
     let mut resp = Response::new(Body::empty());
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     *resp.headers_mut() = head_headers(&head.headers);
+    resp
+}
+
+/// A websocket `v5.channel.k8s.io` exec/attach: the kubelet answers the client's websocket
+/// itself and speaks SPDY to the runtime ([`ws_spdy`]), as upstream's stream translator.
+async fn translate_v5(
+    st: &Arc<Streaming>,
+    label: &'static str,
+    flags: StreamFlags,
+    url: &str,
+    mut req: Request,
+) -> Response {
+    let Some(key) = req
+        .headers()
+        .get(header::SEC_WEBSOCKET_KEY)
+        .and_then(|k| k.to_str().ok())
+        .map(String::from)
+    else {
+        return refuse(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key").into_response();
+    };
+    let b = match backend(url) {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let (conn, head) = match dial(url, &b, &ws_spdy::spdy_request(&b.target, &b.authority)).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    if head.status != StatusCode::SWITCHING_PROTOCOLS {
+        return relay_error(conn, head).await;
+    }
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let st2 = st.clone();
+    st.tasks.spawn(async move {
+        let client = match tokio::time::timeout(BACKEND_TIMEOUT, on_upgrade).await {
+            Ok(Ok(u)) => hyper_util::rt::TokioIo::new(u),
+            _ => return,
+        };
+        let gauge = OPEN_STREAMS.with_label_values(&[label]);
+        gauge.inc();
+        let idled = ws_spdy::translate(
+            client,
+            conn,
+            head.rest,
+            flags,
+            st2.idle_timeout,
+            &st2.cancel,
+        )
+        .await;
+        if idled {
+            IDLE_CLOSED.inc();
+        }
+        gauge.dec();
+    });
+    let mut resp = Response::new(Body::empty());
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(v) = HeaderValue::from_str(&ws_spdy::accept_key(&key)) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    h.insert(
+        header::SEC_WEBSOCKET_PROTOCOL,
+        HeaderValue::from_static(ws_spdy::V5),
+    );
     resp
 }
 

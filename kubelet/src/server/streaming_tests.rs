@@ -561,3 +561,31 @@ async fn shutdown_closes_open_streams() {
     .await;
     assert!(ended.is_ok());
 }
+
+#[tokio::test]
+async fn v5_websocket_exec_is_answered_here_and_spoken_as_spdy_to_the_runtime() {
+    let (base, heads) = fake_streaming_server(SWITCH).await;
+    let s = setup(&base, Duration::from_secs(60)).await;
+    let ws = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v5.channel.k8s.io, v4.channel.k8s.io\r\n";
+    let (_c, h) = send(
+        s.addr,
+        &format!(
+            "GET /exec/default/web/app?command=cat&input=1&output=1 HTTP/1.1\r\nHost: n\r\n{ws}\r\n"
+        ),
+    )
+    .await;
+    assert_eq!(h.status, StatusCode::SWITCHING_PROTOCOLS);
+    assert_eq!(h.headers["sec-websocket-protocol"], "v5.channel.k8s.io");
+    assert_eq!(
+        h.headers["sec-websocket-accept"],
+        "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+    );
+    let head = heads.lock().unwrap()[0].clone();
+    assert!(head.starts_with("POST /exec/1 HTTP/1.1\r\n"), "{head}");
+    assert!(head.contains("Upgrade: SPDY/3.1\r\n"), "{head}");
+    assert!(
+        head.contains("X-Stream-Protocol-Version: v4.channel.k8s.io\r\n"),
+        "{head}"
+    );
+    assert!(!head.to_ascii_lowercase().contains("websocket"), "{head}");
+}
