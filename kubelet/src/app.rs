@@ -100,7 +100,15 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         }),
         stats: crate::stats::Handle::default(),
         runtime: log_runtime.clone(),
+        streaming: Arc::new(server::streaming::Streaming::new(
+            cfg.streaming_connection_idle_timeout,
+        )),
     };
+    for c in server::streaming::collectors() {
+        if let Err(e) = metrics.registry.register(c) {
+            tracing::warn!(error = %e, "streaming metrics are not exposed");
+        }
+    }
     let mut tasks = JoinSet::new();
     // Before any listener: each connection is a descriptor (upstream's rlimit.SetNumFiles).
     server::fd_limit::apply_logged(cfg.max_open_files);
@@ -205,6 +213,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             CriRuntime::new(runtime_ch, image_ch, cfg.runtime_request_timeout),
         )));
     log_runtime.set(runtime.clone());
+    state.streaming.set_runtime(runtime.clone());
     // The runtime's name goes into every containerID; wait until it answers.
     let version = loop {
         match runtime.version().await {
@@ -500,6 +509,8 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
 
     cancel.cancelled().await;
     tracing::info!("shutting down: pods keep running");
+    // Open exec/attach/port-forward connections end with the agent.
+    state.streaming.shutdown(Duration::from_secs(2)).await;
     let drain = async { while tasks.join_next().await.is_some() {} };
     if tokio::time::timeout(Duration::from_secs(10), drain)
         .await

@@ -105,8 +105,14 @@ fn state_of(agent: &Agent, pod: &str) -> Option<String> {
 #[test]
 fn pods_stop_by_priority_and_the_inhibitor_is_released() {
     require_rig!();
-    if Command::new("dbus-daemon").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: dbus-daemon is not installed (graceful shutdown is covered by the fake-logind unit tests)");
+    if Command::new("dbus-daemon")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!(
+            "SKIPPED: dbus-daemon is not installed (graceful shutdown is covered by the fake-logind unit tests)"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -195,9 +201,7 @@ fn pods_stop_by_priority_and_the_inhibitor_is_released() {
     );
     for name in ["low", "critical"] {
         let p = wait_for(&format!("{name} Failed"), Duration::from_secs(30), || {
-            agent
-                .pod(name)
-                .filter(|p| p["status"]["phase"] == "Failed")
+            agent.pod(name).filter(|p| p["status"]["phase"] == "Failed")
         });
         assert_eq!(p["status"]["reason"], "Terminated", "{name}");
         assert_eq!(

@@ -102,7 +102,8 @@ pub struct KubeletConfiguration {
     pub enable_debugging_handlers: Option<serde_json::Value>,
     pub enable_contention_profiling: Option<serde_json::Value>,
     pub oom_score_adj: Option<serde_json::Value>,
-    pub streaming_connection_idle_timeout: Option<serde_json::Value>,
+    #[serde(with = "duration::serde_opt")]
+    pub streaming_connection_idle_timeout: Option<Duration>,
     #[serde(rename = "imageMinimumGCAge")]
     pub image_minimum_gc_age: Option<serde_json::Value>,
     #[serde(rename = "imageMaximumGCAge")]
@@ -290,6 +291,10 @@ pub struct Config {
     pub image_service_endpoint: String,
     #[serde(with = "duration::serde_opt_plain")]
     pub runtime_request_timeout: Duration,
+    /// `streamingConnectionIdleTimeout` (default 4h): an exec/attach/port-forward connection
+    /// with no traffic for this long is closed.
+    #[serde(with = "duration::serde_opt_plain")]
+    pub streaming_connection_idle_timeout: Duration,
     pub serialize_image_pulls: bool,
     pub rotate_certificates: bool,
     #[serde(with = "duration::serde_opt_plain")]
@@ -822,6 +827,12 @@ pub fn merge(
             &flags.runtime_request_timeout,
             file.runtime_request_timeout,
             Duration::from_secs(120),
+        )?,
+        streaming_connection_idle_timeout: dur(
+            "streamingConnectionIdleTimeout",
+            &flags.streaming_connection_idle_timeout,
+            file.streaming_connection_idle_timeout,
+            Duration::from_secs(4 * 3600),
         )?,
         serialize_image_pulls: flags
             .serialize_image_pulls

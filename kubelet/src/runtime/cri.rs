@@ -528,6 +528,52 @@ impl Runtime for CriRuntime {
         })
     }
 
+    async fn exec(&self, id: &str, cmd: &[String], flags: StreamFlags) -> Result<String> {
+        let r = self
+            .runtime
+            .clone()
+            .exec(self.req(pb::ExecRequest {
+                container_id: id.into(),
+                cmd: cmd.to_vec(),
+                tty: flags.tty,
+                stdin: flags.stdin,
+                stdout: flags.stdout,
+                stderr: flags.stderr,
+            }))
+            .await
+            .map_err(|s| err("Exec", s))?;
+        Ok(r.into_inner().url)
+    }
+
+    async fn attach(&self, id: &str, flags: StreamFlags) -> Result<String> {
+        let r = self
+            .runtime
+            .clone()
+            .attach(self.req(pb::AttachRequest {
+                container_id: id.into(),
+                stdin: flags.stdin,
+                tty: flags.tty,
+                stdout: flags.stdout,
+                stderr: flags.stderr,
+            }))
+            .await
+            .map_err(|s| err("Attach", s))?;
+        Ok(r.into_inner().url)
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, ports: &[i32]) -> Result<String> {
+        let r = self
+            .runtime
+            .clone()
+            .port_forward(self.req(pb::PortForwardRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                port: ports.to_vec(),
+            }))
+            .await
+            .map_err(|s| err("PortForward", s))?;
+        Ok(r.into_inner().url)
+    }
+
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
         let r = self
             .image

@@ -30,6 +30,28 @@ struct State {
     network: HashMap<String, (u64, u64)>,
     /// Used bytes of the image filesystem.
     image_fs_used: u64,
+    /// The streaming server Exec/Attach/PortForward URLs point at (`http://host:port`).
+    stream_base: String,
+    /// Every Exec/Attach/PortForward: what it asked for.
+    stream_requests: Vec<StreamRequest>,
+}
+
+/// One Exec, Attach or PortForward the fake answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamRequest {
+    Exec {
+        id: String,
+        cmd: Vec<String>,
+        flags: StreamFlags,
+    },
+    Attach {
+        id: String,
+        flags: StreamFlags,
+    },
+    PortForward {
+        sandbox_id: String,
+        ports: Vec<i32>,
+    },
 }
 
 /// A recording fake of [`Runtime`].
@@ -111,6 +133,24 @@ impl FakeRuntime {
     /// The next `n` calls of `op` panic (a bug stand-in: workers must survive it).
     pub fn panic_next(&self, op: &'static str, n: usize) {
         self.state.lock().unwrap().panic_next.insert(op, n);
+    }
+
+    /// Exec/Attach/PortForward answer `<base>/<op>/<n>` (e.g. a test server's
+    /// `http://127.0.0.1:PORT`).
+    pub fn set_stream_base(&self, base: &str) {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stream_base = base.into();
+    }
+
+    /// Every Exec/Attach/PortForward so far.
+    pub fn stream_requests(&self) -> Vec<StreamRequest> {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stream_requests
+            .clone()
     }
 
     /// The next ExecSync returns this result.
@@ -419,6 +459,55 @@ impl Runtime for FakeRuntime {
         } else {
             s.exec_results.remove(0)
         })
+    }
+
+    async fn exec(&self, id: &str, cmd: &[String], flags: StreamFlags) -> Result<String> {
+        let mut s = self.enter("Exec")?;
+        if !s.containers.contains_key(id) {
+            return Err(not_found("Exec", id));
+        }
+        s.stream_requests.push(StreamRequest::Exec {
+            id: id.into(),
+            cmd: cmd.to_vec(),
+            flags,
+        });
+        Ok(format!(
+            "{}/exec/{}",
+            s.stream_base,
+            s.stream_requests.len()
+        ))
+    }
+
+    async fn attach(&self, id: &str, flags: StreamFlags) -> Result<String> {
+        let mut s = self.enter("Attach")?;
+        if !s.containers.contains_key(id) {
+            return Err(not_found("Attach", id));
+        }
+        s.stream_requests.push(StreamRequest::Attach {
+            id: id.into(),
+            flags,
+        });
+        Ok(format!(
+            "{}/attach/{}",
+            s.stream_base,
+            s.stream_requests.len()
+        ))
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, ports: &[i32]) -> Result<String> {
+        let mut s = self.enter("PortForward")?;
+        if !s.sandboxes.contains_key(sandbox_id) {
+            return Err(not_found("PortForward", sandbox_id));
+        }
+        s.stream_requests.push(StreamRequest::PortForward {
+            sandbox_id: sandbox_id.into(),
+            ports: ports.to_vec(),
+        });
+        Ok(format!(
+            "{}/portforward/{}",
+            s.stream_base,
+            s.stream_requests.len()
+        ))
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {

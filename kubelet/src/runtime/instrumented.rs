@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{
     Container, ContainerConfig, ContainerStatus, ExecResult, ImageAuth, ImageInfo, Result, Runtime,
-    Sandbox, SandboxConfig, SandboxStatus, VersionInfo,
+    Sandbox, SandboxConfig, SandboxStatus, StreamFlags, VersionInfo,
 };
 use super::{ContainerStats, ImageFsInfo, SandboxStats};
 use crate::metrics::families;
@@ -104,6 +104,18 @@ impl Runtime for Instrumented {
 
     async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult> {
         record("exec_sync", self.inner.exec_sync(id, cmd, timeout)).await
+    }
+
+    async fn exec(&self, id: &str, cmd: &[String], flags: StreamFlags) -> Result<String> {
+        record("exec", self.inner.exec(id, cmd, flags)).await
+    }
+
+    async fn attach(&self, id: &str, flags: StreamFlags) -> Result<String> {
+        record("attach", self.inner.attach(id, flags)).await
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, ports: &[i32]) -> Result<String> {
+        record("port_forward", self.inner.port_forward(sandbox_id, ports)).await
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {

@@ -309,6 +309,15 @@ pub struct ExecResult {
     pub stderr: Vec<u8>,
 }
 
+/// The streams an Exec or Attach session carries (CRI `ExecRequest`/`AttachRequest` flags).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamFlags {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+}
+
 /// Runtime name and version, for logs and the Node's nodeInfo.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VersionInfo {
@@ -365,6 +374,13 @@ pub trait Runtime: Send + Sync + 'static {
     async fn stop_container(&self, id: &str, timeout: Duration) -> Result<()>;
     async fn remove_container(&self, id: &str) -> Result<()>;
     async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult>;
+    /// Prepares an Exec session on the runtime's streaming server; the URL to upgrade to.
+    async fn exec(&self, id: &str, cmd: &[String], flags: StreamFlags) -> Result<String>;
+    /// Prepares an Attach session to the container's main process; the URL to upgrade to.
+    async fn attach(&self, id: &str, flags: StreamFlags) -> Result<String>;
+    /// Prepares a PortForward session into the sandbox's network namespace (`ports` may be
+    /// empty: SPDY clients name ports per stream); the URL to upgrade to.
+    async fn port_forward(&self, sandbox_id: &str, ports: &[i32]) -> Result<String>;
 
     /// The image when present in the runtime's store.
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>>;

@@ -17,6 +17,9 @@ fn state() -> AppState {
         }),
         stats: crate::stats::Handle::default(),
         runtime: Arc::new(logs::RuntimeLookup::default()),
+        streaming: Arc::new(crate::server::streaming::Streaming::new(
+            Duration::from_secs(60),
+        )),
     }
 }
 

@@ -1,9 +1,11 @@
 //! The kubelet's servers: plain-HTTP healthz on 127.0.0.1:10248, the HTTPS API on :10250
 //! (`/healthz`, `/pods`, `/runningpods/`, `/metrics`, `/metrics/probes`, `/configz`,
 //! `/containerLogs/{ns}/{pod}/{container}` ([`logs`]), `/logs/` ([`node_logs`]),
-//! `/stats/summary` and `/metrics/resource` (`crate::stats`)) and, when `readOnlyPort` is set,
-//! the unauthenticated read-only subset ([`read_only_router`]). All three run on
-//! [`listener`] (connection cap, handshake and idle timeouts, request metrics).
+//! `/stats/summary`, `/metrics/resource` and `/metrics/cadvisor` (`crate::stats`), `/exec`,
+//! `/attach`, `/portForward` and `/run` ([`streaming`]: proxied to the runtime's streaming
+//! server)) and, when `readOnlyPort` is set, the unauthenticated read-only subset
+//! ([`read_only_router`]). All three run on [`listener`] (connection cap, handshake and idle
+//! timeouts, request metrics).
 //!
 //! Every :10250 request passes [`Auth`] first: authentication ([`authn`]: x509 client
 //! certificates, TokenReview bearer tokens, anonymous when enabled; 401 otherwise), then
@@ -24,6 +26,8 @@ mod read_only;
 mod running_pods;
 
 pub use read_only::read_only_router;
+pub mod streaming;
+mod ws_spdy;
 
 use crate::atomic_file;
 use crate::metrics::Metrics;
@@ -33,7 +37,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -176,6 +180,8 @@ pub struct AppState {
     pub stats: crate::stats::Handle,
     /// The runtime, once connected (`/runningpods/`).
     pub runtime: Arc<logs::RuntimeLookup>,
+    /// `/exec`, `/attach`, `/portForward`, `/run`.
+    pub streaming: Arc<streaming::Streaming>,
 }
 
 async fn healthz(State(s): State<AppState>) -> Response {
@@ -258,6 +264,32 @@ pub fn api_router(state: AppState) -> Router {
             "/containerLogs/{ns}/{pod}/{container}",
             get(logs::container_logs),
         )
+        .route(
+            "/exec/{ns}/{pod}/{container}",
+            get(streaming::exec).post(streaming::exec),
+        )
+        .route(
+            "/exec/{ns}/{pod}/{uid}/{container}",
+            get(streaming::exec).post(streaming::exec),
+        )
+        .route(
+            "/attach/{ns}/{pod}/{container}",
+            get(streaming::attach).post(streaming::attach),
+        )
+        .route(
+            "/attach/{ns}/{pod}/{uid}/{container}",
+            get(streaming::attach).post(streaming::attach),
+        )
+        .route(
+            "/portForward/{ns}/{pod}",
+            get(streaming::port_forward).post(streaming::port_forward),
+        )
+        .route(
+            "/portForward/{ns}/{pod}/{uid}",
+            get(streaming::port_forward).post(streaming::port_forward),
+        )
+        .route("/run/{ns}/{pod}/{container}", post(streaming::run))
+        .route("/run/{ns}/{pod}/{uid}/{container}", post(streaming::run))
         .route("/logs/", get(node_logs::node_logs))
         .route("/logs/{*path}", get(node_logs::node_logs))
         .route(

@@ -182,9 +182,9 @@ pub const FIELDS: &[Setting] = &[
     s("clusterDNS", Implemented, &[], "Pod DNS servers."),
     s(
         "streamingConnectionIdleTimeout",
-        NotImplemented,
-        &["4h", "0s"],
-        "exec/attach/port-forward streaming is not served.",
+        Implemented,
+        &[],
+        "exec/attach/port-forward connections without traffic for this long are closed.",
     ),
     s(
         "nodeStatusUpdateFrequency",

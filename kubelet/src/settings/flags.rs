@@ -299,9 +299,9 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--streaming-connection-idle-timeout",
-        NotImplemented,
-        &["4h"],
-        "exec/attach/port-forward streaming is not served.",
+        Implemented,
+        &[],
+        "exec/attach/port-forward connections without traffic for this long are closed.",
     ),
     s("--lock-file", NotImplemented, &[], "no lock file is taken."),
     s(

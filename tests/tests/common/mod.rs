@@ -418,7 +418,7 @@ impl Agent {
 /// Moves the calling thread into the network namespace at `path` (setns(2) on this thread only;
 /// the process and the root namespace are untouched).
 #[allow(unsafe_code)]
-fn enter_netns(path: &str) {
+pub fn enter_netns(path: &str) {
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {path}: {e}"));
     // SAFETY: setns only reads the descriptor, which stays open for the call.

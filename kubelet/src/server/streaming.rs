@@ -1,0 +1,867 @@
+//! `/exec`, `/attach`, `/portForward` and `/run` on :10250, as upstream's server.go serves
+//! them: the query is checked (`input`/`output`/`error`/`tty` = "1", repeated `command`;
+//! `port` for websocket port-forwards), the pod is looked up (404 `pod does not exist`), the
+//! runtime is asked for a session on its streaming server (CRI Exec/Attach/PortForward) and
+//! the client's HTTP/1.1 upgrade is proxied to the URL it returns, as apimachinery's
+//! UpgradeAwareHandler does: the request head goes to the runtime with the URL's path and
+//! query and the client's headers, the runtime's answer comes back as is (101 with its
+//! negotiated protocol headers, or its error), then bytes are spliced both ways. The kubelet
+//! never parses SPDY or websocket frames, so SPDY/3.1 and websocket (`v4.channel.k8s.io`,
+//! `portforward.k8s.io`, ...) clients both work with whatever the runtime speaks.
+//!
+//! A spliced connection is closed once `streamingConnectionIdleTimeout` passes with no byte
+//! either way, or when either side ends; `kubelet_streaming_connections{type}` counts the open
+//! ones. A websocket client offering `v5.channel.k8s.io` to exec/attach is answered by the
+//! kubelet itself and translated to SPDY towards the runtime ([`super::ws_spdy`]), since
+//! runtimes' websocket servers stop at v4 (which cannot close stdin). Dialing the runtime and reading its answer are bounded by [`BACKEND_TIMEOUT`].
+//! `/run` runs ExecSync and returns stdout then stderr.
+
+use super::AppState;
+use super::ws_spdy;
+use crate::runtime::{ContainerState, Runtime, RuntimeError, SandboxState, StreamFlags};
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, OnceLock};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Dialing the runtime's streaming server, and reading its response head.
+pub const BACKEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest response head accepted from the runtime.
+const MAX_HEAD: usize = 16 * 1024;
+/// The largest non-101 response body relayed from the runtime.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+/// One read while splicing.
+const SPLICE_BUF: usize = 32 * 1024;
+
+/// `kubelet_streaming_connections{type}`: spliced exec/attach/port-forward connections open
+/// now (not an upstream family; upstream counts them inside `kubelet_http_inflight_requests`).
+static OPEN_STREAMS: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
+    prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "kubelet_streaming_connections",
+            "[ALPHA] Exec, attach and port-forward connections currently proxied to the container runtime's streaming server.",
+        ),
+        &["type"],
+    )
+    .expect("valid gauge")
+});
+
+/// `kubelet_streaming_idle_timeouts_total`: spliced connections closed by
+/// `streamingConnectionIdleTimeout`.
+static IDLE_CLOSED: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::IntCounter::new(
+        "kubelet_streaming_idle_timeouts_total",
+        "[ALPHA] Exec, attach and port-forward connections closed after streamingConnectionIdleTimeout without traffic.",
+    )
+    .expect("valid counter")
+});
+
+/// The streaming families, for the :10250 registry.
+pub fn collectors() -> Vec<Box<dyn prometheus::core::Collector>> {
+    vec![
+        Box::new(OPEN_STREAMS.clone()),
+        Box::new(IDLE_CLOSED.clone()),
+    ]
+}
+
+/// The streaming handlers' state; part of [`AppState`].
+pub struct Streaming {
+    runtime: OnceLock<Arc<dyn Runtime>>,
+    idle_timeout: Duration,
+    tasks: TaskTracker,
+    cancel: CancellationToken,
+}
+
+impl Streaming {
+    /// `idle_timeout`: `streamingConnectionIdleTimeout`.
+    pub fn new(idle_timeout: Duration) -> Streaming {
+        Streaming {
+            runtime: OnceLock::new(),
+            idle_timeout,
+            tasks: TaskTracker::new(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// The container runtime, once the agent has connected to it.
+    pub fn set_runtime(&self, rt: Arc<dyn Runtime>) {
+        let _ = self.runtime.set(rt);
+    }
+
+    /// Closes every spliced connection and waits (at most `grace`) for their tasks.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.cancel.cancel();
+        self.tasks.close();
+        let _ = tokio::time::timeout(grace, self.tasks.wait()).await;
+    }
+
+    /// Spliced connections still open.
+    pub fn open(&self) -> usize {
+        self.tasks.len()
+    }
+}
+
+/// Which session a request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    Exec {
+        cmd: Vec<String>,
+        flags: StreamFlags,
+    },
+    Attach {
+        flags: StreamFlags,
+    },
+    PortForward {
+        ports: Vec<i32>,
+    },
+}
+
+impl Kind {
+    fn flags(&self) -> Option<StreamFlags> {
+        match self {
+            Kind::Exec { flags, .. } | Kind::Attach { flags } => Some(*flags),
+            Kind::PortForward { .. } => None,
+        }
+    }
+
+    fn label(&self) -> &'static str {
+        match self {
+            Kind::Exec { .. } => "exec",
+            Kind::Attach { .. } => "attach",
+            Kind::PortForward { .. } => "portforward",
+        }
+    }
+}
+
+/// An answer other than a proxied stream: upstream's status and plain-text body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub body: String,
+}
+
+fn refuse(status: StatusCode, body: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        body: body.into(),
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            self.body,
+        )
+            .into_response()
+    }
+}
+
+fn first<'a>(query: &'a [(String, String)], key: &str) -> &'a str {
+    query
+        .iter()
+        .find(|(k, _)| k == key)
+        .map_or("", |(_, v)| v.as_str())
+}
+
+/// Upstream's remotecommand NewOptions: each stream is on only for "1"; tty drops stderr; no
+/// stream at all is a 400.
+pub fn stream_flags(query: &[(String, String)]) -> Result<StreamFlags, Refusal> {
+    let tty = first(query, "tty") == "1";
+    let mut f = StreamFlags {
+        stdin: first(query, "input") == "1",
+        stdout: first(query, "output") == "1",
+        stderr: first(query, "error") == "1",
+        tty,
+    };
+    if tty && f.stderr {
+        tracing::debug!("exec/attach with tty and stderr: stderr is not streamed");
+        f.stderr = false;
+    }
+    if !f.stdin && !f.stdout && !f.stderr {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ));
+    }
+    Ok(f)
+}
+
+/// True for a websocket upgrade request (`Connection: upgrade` + `Upgrade: websocket`).
+pub fn is_websocket(headers: &HeaderMap) -> bool {
+    is_upgrade(headers)
+        && headers
+            .get_all(header::UPGRADE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.trim().eq_ignore_ascii_case("websocket"))
+}
+
+/// True when `Connection` names `upgrade` and an `Upgrade` protocol is given.
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    let conn = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    conn && headers
+        .get(header::UPGRADE)
+        .is_some_and(|v| !v.as_bytes().is_empty())
+}
+
+/// Upstream's port-forward V4 options: websocket clients name their ports in `port` (repeated
+/// or comma-separated); SPDY clients name them per stream, so none here.
+pub fn forward_ports(query: &[(String, String)], websocket: bool) -> Result<Vec<i32>, Refusal> {
+    if !websocket {
+        return Ok(vec![]);
+    }
+    let bad = |m: String| refuse(StatusCode::BAD_REQUEST, m);
+    let values: Vec<&str> = query
+        .iter()
+        .filter(|(k, _)| k == "port")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    if values.is_empty() {
+        return Err(bad("query parameter \"port\" is required".into()));
+    }
+    let mut ports = Vec::new();
+    for v in values {
+        if v.is_empty() {
+            return Err(bad("query parameter \"port\" cannot be empty".into()));
+        }
+        for p in v.split(',') {
+            let n: u16 = p
+                .parse()
+                .map_err(|e| bad(format!("unable to parse {v:?} as a port: {e}")))?;
+            if n < 1 {
+                return Err(bad(format!("port {v:?} must be > 0")));
+            }
+            ports.push(i32::from(n));
+        }
+    }
+    Ok(ports)
+}
+
+/// The pod the path names, from the pods the kubelet manages (404 as upstream).
+pub fn find_pod<'a>(pods: &'a [Pod], ns: &str, name: &str) -> Result<&'a Pod, Refusal> {
+    pods.iter()
+        .find(|p| {
+            p.metadata.namespace.as_deref().unwrap_or("default") == ns
+                && p.metadata.name.as_deref() == Some(name)
+        })
+        .ok_or_else(|| refuse(StatusCode::NOT_FOUND, "pod does not exist"))
+}
+
+fn runtime_refusal(e: RuntimeError) -> Refusal {
+    // Upstream's streaming.WriteError: gRPC NotFound → 404, everything else 500.
+    let status = match e {
+        RuntimeError::NotFound { .. } => StatusCode::NOT_FOUND,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    refuse(status, e.to_string())
+}
+
+/// The running container `container` of the pod with `uid`, as upstream's findContainer
+/// (running containers only; 500 `container not found` otherwise).
+async fn running_container(
+    rt: &dyn Runtime,
+    uid: &str,
+    container: &str,
+) -> Result<String, Refusal> {
+    let sandboxes: Vec<String> = rt
+        .list_sandboxes()
+        .await
+        .map_err(runtime_refusal)?
+        .into_iter()
+        .filter(|s| s.pod_uid == uid)
+        .map(|s| s.id)
+        .collect();
+    rt.list_containers()
+        .await
+        .map_err(runtime_refusal)?
+        .into_iter()
+        .filter(|c| {
+            c.name == container
+                && c.state == ContainerState::Running
+                && sandboxes.contains(&c.sandbox_id)
+        })
+        .max_by_key(|c| c.created_at)
+        .map(|c| c.id)
+        .ok_or_else(|| {
+            refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("container not found ({container:?})"),
+            )
+        })
+}
+
+/// The pod's ready sandbox (upstream: `pod not found ("<name>_<ns>")`, 500).
+async fn ready_sandbox(rt: &dyn Runtime, uid: &str, full_name: &str) -> Result<String, Refusal> {
+    rt.list_sandboxes()
+        .await
+        .map_err(runtime_refusal)?
+        .into_iter()
+        .filter(|s| s.pod_uid == uid && s.state == SandboxState::Ready)
+        .max_by_key(|s| s.created_at)
+        .map(|s| s.id)
+        .ok_or_else(|| {
+            refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("pod not found ({full_name:?})"),
+            )
+        })
+}
+
+fn runtime(s: &Streaming) -> Result<&Arc<dyn Runtime>, Refusal> {
+    s.runtime.get().ok_or_else(|| {
+        refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the container runtime is not connected yet",
+        )
+    })
+}
+
+fn query_of(req: &Request) -> Vec<(String, String)> {
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(req.uri())
+        .map(|q| q.0)
+        .unwrap_or_default()
+}
+
+/// Path parameters of the streaming routes (`ns`, `pod`, optional `uid`, `container`).
+type Params = HashMap<String, String>;
+
+fn param<'a>(p: &'a Params, k: &str) -> &'a str {
+    p.get(k).map_or("", String::as_str)
+}
+
+/// GET/POST `/exec/{ns}/{pod}[/{uid}]/{container}`.
+pub async fn exec(
+    State(s): State<AppState>,
+    UrlPath(p): UrlPath<Params>,
+    req: Request,
+) -> Response {
+    let q = query_of(&req);
+    let kind = stream_flags(&q).map(|flags| Kind::Exec {
+        cmd: q
+            .iter()
+            .filter(|(k, _)| k == "command")
+            .map(|(_, v)| v.clone())
+            .collect(),
+        flags,
+    });
+    serve(&s, &p, kind, req).await
+}
+
+/// GET/POST `/attach/{ns}/{pod}[/{uid}]/{container}`.
+pub async fn attach(
+    State(s): State<AppState>,
+    UrlPath(p): UrlPath<Params>,
+    req: Request,
+) -> Response {
+    let kind = stream_flags(&query_of(&req)).map(|flags| Kind::Attach { flags });
+    serve(&s, &p, kind, req).await
+}
+
+/// GET/POST `/portForward/{ns}/{pod}[/{uid}]`.
+pub async fn port_forward(
+    State(s): State<AppState>,
+    UrlPath(p): UrlPath<Params>,
+    req: Request,
+) -> Response {
+    let ws = is_websocket(req.headers());
+    let kind = forward_ports(&query_of(&req), ws).map(|ports| Kind::PortForward { ports });
+    serve(&s, &p, kind, req).await
+}
+
+async fn serve(s: &AppState, p: &Params, kind: Result<Kind, Refusal>, req: Request) -> Response {
+    let upgrade = is_upgrade(req.headers());
+    let v5 = is_websocket(req.headers()) && ws_spdy::offers_v5(req.headers());
+    match session(s, p, kind, upgrade).await {
+        Ok((kind, url)) if v5 && kind.flags().is_some() => {
+            let flags = kind.flags().unwrap_or_default();
+            translate_v5(&s.streaming, kind.label(), flags, &url, req).await
+        }
+        Ok((kind, url)) => proxy(&s.streaming, kind.label(), &url, req).await,
+        Err(r) => r.into_response(),
+    }
+}
+
+/// Checks the request and asks the runtime for a session; the URL to proxy to.
+async fn session(
+    s: &AppState,
+    p: &Params,
+    kind: Result<Kind, Refusal>,
+    upgrade: bool,
+) -> Result<(Kind, String), Refusal> {
+    let kind = kind?;
+    let pods = s.statuses.pods();
+    let (ns, name) = (param(p, "ns"), param(p, "pod"));
+    let pod = find_pod(&pods, ns, name)?;
+    let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+    let uid = match param(p, "uid") {
+        "" => pod_uid.clone(),
+        given => given.to_string(),
+    };
+    let rt = runtime(&s.streaming)?;
+    // Upstream calls the runtime first, then refuses a plain request in the proxy; checking
+    // first gives the same answer without leaving an unused session on the runtime.
+    let url = match &kind {
+        Kind::PortForward { ports } => {
+            if uid != pod_uid {
+                return Err(refuse(StatusCode::NOT_FOUND, "pod not found"));
+            }
+            let sandbox = ready_sandbox(rt.as_ref(), &uid, &format!("{name}_{ns}")).await?;
+            require_upgrade(upgrade)?;
+            rt.port_forward(&sandbox, ports).await
+        }
+        Kind::Exec { cmd, flags } => {
+            let id = running_container(rt.as_ref(), &uid, param(p, "container")).await?;
+            require_upgrade(upgrade)?;
+            rt.exec(&id, cmd, *flags).await
+        }
+        Kind::Attach { flags } => {
+            let id = running_container(rt.as_ref(), &uid, param(p, "container")).await?;
+            require_upgrade(upgrade)?;
+            rt.attach(&id, *flags).await
+        }
+    }
+    .map_err(runtime_refusal)?;
+    Ok((kind, url))
+}
+
+fn require_upgrade(upgrade: bool) -> Result<(), Refusal> {
+    if upgrade {
+        Ok(())
+    } else {
+        // UpgradeAwareHandler's BadRequest, written by the kubelet's responder as a 500.
+        Err(refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Upgrade request required\n",
+        ))
+    }
+}
+
+/// POST `/run/{ns}/{pod}[/{uid}]/{container}?cmd=...`: ExecSync, stdout then stderr.
+pub async fn run(State(s): State<AppState>, UrlPath(p): UrlPath<Params>, req: Request) -> Response {
+    match run_in_container(&s, &p, &query_of(&req)).await {
+        Ok(out) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            out,
+        )
+            .into_response(),
+        Err(r) => r.into_response(),
+    }
+}
+
+async fn run_in_container(
+    s: &AppState,
+    p: &Params,
+    q: &[(String, String)],
+) -> Result<Vec<u8>, Refusal> {
+    let pods = s.statuses.pods();
+    let pod = find_pod(&pods, param(p, "ns"), param(p, "pod"))?;
+    let uid = match param(p, "uid") {
+        "" => pod.metadata.uid.clone().unwrap_or_default(),
+        given => given.to_string(),
+    };
+    // For legacy reasons /run splits `cmd` on spaces.
+    let cmd: Vec<String> = first(q, "cmd").split(' ').map(String::from).collect();
+    let rt = runtime(&s.streaming)?;
+    let id = running_container(rt.as_ref(), &uid, param(p, "container")).await?;
+    // Timeout 0: no limit on the command itself; the CRI call still has the runtime timeout.
+    let r = rt
+        .exec_sync(&id, &cmd, Duration::ZERO)
+        .await
+        .map_err(|e| refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    if r.exit_code != 0 {
+        return Err(refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "command '{}' exited with {}: {}",
+                cmd.join(" "),
+                r.exit_code,
+                String::from_utf8_lossy(&r.stderr)
+            ),
+        ));
+    }
+    let mut out = r.stdout;
+    out.extend_from_slice(&r.stderr);
+    Ok(out)
+}
+
+/// Where a runtime streaming URL points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    /// `host:port`, to dial and for the `Host` header.
+    pub authority: String,
+    /// Path and query, as the request target.
+    pub target: String,
+}
+
+/// Splits an `http://host:port/path?query` streaming URL (https is refused: containerd and
+/// CRI-O serve plain HTTP on loopback by default).
+pub fn backend(url: &str) -> Result<Backend, Refusal> {
+    let bad = |m: String| refuse(StatusCode::INTERNAL_SERVER_ERROR, m);
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| bad(format!("runtime streaming URL {url:?}: {e}")))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(bad(format!(
+            "runtime streaming URL {url:?}: only http:// streaming servers are supported"
+        )));
+    }
+    let auth = uri
+        .authority()
+        .ok_or_else(|| bad(format!("runtime streaming URL {url:?} has no host")))?;
+    let authority = match auth.port_u16() {
+        Some(_) => auth.to_string(),
+        None => format!("{}:80", auth.host()),
+    };
+    let target = uri
+        .path_and_query()
+        .map_or_else(|| "/".to_string(), |p| p.to_string());
+    Ok(Backend { authority, target })
+}
+
+/// Headers never passed to the runtime: its own Host goes instead, the body is not sent, and
+/// the client's credentials are for the kubelet only.
+const DROPPED: [header::HeaderName; 5] = [
+    header::HOST,
+    header::CONTENT_LENGTH,
+    header::TRANSFER_ENCODING,
+    header::AUTHORIZATION,
+    header::PROXY_AUTHORIZATION,
+];
+
+/// The request head sent to the runtime: the client's method and headers, the URL's target.
+pub fn request_head(method: &http::Method, headers: &HeaderMap, b: &Backend) -> Vec<u8> {
+    let mut out = format!(
+        "{method} {} HTTP/1.1\r\nHost: {}\r\n",
+        b.target, b.authority
+    )
+    .into_bytes();
+    for (name, value) in headers {
+        if DROPPED.contains(name) {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// The runtime's response head, and the bytes already read past it.
+#[derive(Debug)]
+pub struct BackendHead {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub rest: Vec<u8>,
+}
+
+/// Reads a response head from `conn` (at most [`MAX_HEAD`] bytes).
+pub async fn read_head<R: AsyncRead + Unpin>(conn: &mut R) -> Result<BackendHead, String> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = conn
+            .read(&mut chunk)
+            .await
+            .map_err(|e| format!("reading the runtime's response: {e}"))?;
+        if n == 0 {
+            return Err("the runtime closed the connection before answering".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut hdrs = [httparse::EMPTY_HEADER; 64];
+        let mut resp = httparse::Response::new(&mut hdrs);
+        match resp.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                let status = StatusCode::from_u16(resp.code.unwrap_or(0))
+                    .map_err(|e| format!("the runtime's status: {e}"))?;
+                let mut headers = HeaderMap::new();
+                for h in resp.headers.iter() {
+                    if let (Ok(n), Ok(v)) = (
+                        header::HeaderName::from_bytes(h.name.as_bytes()),
+                        HeaderValue::from_bytes(h.value),
+                    ) {
+                        headers.append(n, v);
+                    }
+                }
+                return Ok(BackendHead {
+                    status,
+                    headers,
+                    rest: buf[len..].to_vec(),
+                });
+            }
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
+            Ok(httparse::Status::Partial) => {
+                return Err("the runtime's response head is too large".into());
+            }
+            Err(e) => return Err(format!("the runtime's response: {e}")),
+        }
+    }
+}
+
+/// Dials the runtime's streaming server, sends `head` and reads its answer, all within
+/// [`BACKEND_TIMEOUT`]; a 500 response when that fails.
+async fn dial(url: &str, b: &Backend, head: &[u8]) -> Result<(TcpStream, BackendHead), Response> {
+    let fail = |m: String| {
+        tracing::warn!(url, error = %m, "streaming proxy failed");
+        refuse(StatusCode::INTERNAL_SERVER_ERROR, m).into_response()
+    };
+    let dialed = tokio::time::timeout(BACKEND_TIMEOUT, async {
+        let mut conn = TcpStream::connect(&b.authority).await.map_err(|e| {
+            format!(
+                "dialing the runtime's streaming server {}: {e}",
+                b.authority
+            )
+        })?;
+        conn.write_all(head)
+            .await
+            .map_err(|e| format!("writing to the runtime's streaming server: {e}"))?;
+        let head = read_head(&mut conn).await?;
+        Ok::<_, String>((conn, head))
+    })
+    .await;
+    match dialed {
+        Ok(Ok(x)) => {
+            tracing::debug!(url, status = %x.1.status, "runtime streaming server answered");
+            Ok(x)
+        }
+        Ok(Err(m)) => Err(fail(m)),
+        Err(_) => Err(fail(format!(
+            "the runtime's streaming server {} did not answer within {BACKEND_TIMEOUT:?}",
+            b.authority
+        ))),
+    }
+}
+
+/// Proxies the upgrade to the runtime's streaming server at `url`.
+async fn proxy(st: &Arc<Streaming>, label: &'static str, url: &str, mut req: Request) -> Response {
+    let b = match backend(url) {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let head = request_head(req.method(), req.headers(), &b);
+    let (mut conn, head) = match dial(url, &b, &head).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    if head.status != StatusCode::SWITCHING_PROTOCOLS {
+        return relay_error(conn, head).await;
+    }
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let st2 = st.clone();
+    st.tasks.spawn(async move {
+        let client = match tokio::time::timeout(BACKEND_TIMEOUT, on_upgrade).await {
+            Ok(Ok(u)) => hyper_util::rt::TokioIo::new(u),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "client upgrade failed");
+                return;
+            }
+            Err(_) => return,
+        };
+        let gauge = OPEN_STREAMS.with_label_values(&[label]);
+        gauge.inc();
+        let mut client = client;
+        let mut ok = true;
+        if !head.rest.is_empty() {
+            ok = client.write_all(&head.rest).await.is_ok();
+        }
+        if ok {
+            let end = splice(&mut client, &mut conn, st2.idle_timeout, &st2.cancel).await;
+            if end == SpliceEnd::Idle {
+                IDLE_CLOSED.inc();
+                tracing::info!(
+                    r#type = label,
+                    timeout = ?st2.idle_timeout,
+                    "streaming connection closed after streamingConnectionIdleTimeout without traffic"
+                );
+            }
+        }
+        let _ = client.shutdown().await;
+        let _ = conn.shutdown().await;
+        gauge.dec();
+    });
+    let mut resp = Response::new(Body::empty());
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    *resp.headers_mut() = head_headers(&head.headers);
+    resp
+}
+
+/// A websocket `v5.channel.k8s.io` exec/attach: the kubelet answers the client's websocket
+/// itself and speaks SPDY to the runtime ([`ws_spdy`]), as upstream's stream translator.
+async fn translate_v5(
+    st: &Arc<Streaming>,
+    label: &'static str,
+    flags: StreamFlags,
+    url: &str,
+    mut req: Request,
+) -> Response {
+    let Some(key) = req
+        .headers()
+        .get(header::SEC_WEBSOCKET_KEY)
+        .and_then(|k| k.to_str().ok())
+        .map(String::from)
+    else {
+        return refuse(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key").into_response();
+    };
+    let b = match backend(url) {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let (conn, head) = match dial(url, &b, &ws_spdy::spdy_request(&b.target, &b.authority)).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    if head.status != StatusCode::SWITCHING_PROTOCOLS {
+        return relay_error(conn, head).await;
+    }
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let st2 = st.clone();
+    st.tasks.spawn(async move {
+        let client = match tokio::time::timeout(BACKEND_TIMEOUT, on_upgrade).await {
+            Ok(Ok(u)) => hyper_util::rt::TokioIo::new(u),
+            _ => return,
+        };
+        let gauge = OPEN_STREAMS.with_label_values(&[label]);
+        gauge.inc();
+        let idled = ws_spdy::translate(
+            client,
+            conn,
+            head.rest,
+            flags,
+            st2.idle_timeout,
+            &st2.cancel,
+        )
+        .await;
+        if idled {
+            IDLE_CLOSED.inc();
+        }
+        gauge.dec();
+    });
+    let mut resp = Response::new(Body::empty());
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(v) = HeaderValue::from_str(&ws_spdy::accept_key(&key)) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    h.insert(
+        header::SEC_WEBSOCKET_PROTOCOL,
+        HeaderValue::from_static(ws_spdy::V5),
+    );
+    resp
+}
+
+/// The runtime's 101 headers, minus framing headers hyper writes itself.
+fn head_headers(h: &HeaderMap) -> HeaderMap {
+    let mut out = h.clone();
+    out.remove(header::CONTENT_LENGTH);
+    out.remove(header::TRANSFER_ENCODING);
+    out
+}
+
+/// Relays a non-101 answer (the runtime's refusal) with its status, headers and body.
+async fn relay_error(mut conn: TcpStream, head: BackendHead) -> Response {
+    let want = head
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .unwrap_or(MAX_ERROR_BODY)
+        .min(MAX_ERROR_BODY);
+    let mut body = head.rest;
+    let _ = tokio::time::timeout(BACKEND_TIMEOUT, async {
+        let mut chunk = [0u8; 4096];
+        while body.len() < want {
+            match conn.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => body.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    body.truncate(want);
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = head.status;
+    for (n, v) in head_headers(&head.headers).iter() {
+        if n != header::CONNECTION {
+            resp.headers_mut().append(n, v.clone());
+        }
+    }
+    resp
+}
+
+/// Why a splice ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpliceEnd {
+    /// One side closed (or failed).
+    Closed,
+    /// No byte either way for the idle timeout.
+    Idle,
+    /// The agent is shutting down.
+    Cancelled,
+}
+
+/// Copies bytes both ways until either side ends, `idle` passes with no byte either way, or
+/// `cancel` fires (upstream ends the proxy when either direction ends).
+pub async fn splice<A, B>(
+    a: &mut A,
+    b: &mut B,
+    idle: Duration,
+    cancel: &CancellationToken,
+) -> SpliceEnd
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut ar, mut aw) = tokio::io::split(a);
+    let (mut br, mut bw) = tokio::io::split(b);
+    let mut abuf = vec![0u8; SPLICE_BUF];
+    let mut bbuf = vec![0u8; SPLICE_BUF];
+    let deadline = tokio::time::sleep(idle);
+    tokio::pin!(deadline);
+    loop {
+        let moved = tokio::select! {
+            r = ar.read(&mut abuf) => match r {
+                Ok(0) | Err(_) => return SpliceEnd::Closed,
+                Ok(n) => tokio::time::timeout(idle, write_flush(&mut bw, &abuf[..n])).await,
+            },
+            r = br.read(&mut bbuf) => match r {
+                Ok(0) | Err(_) => return SpliceEnd::Closed,
+                Ok(n) => tokio::time::timeout(idle, write_flush(&mut aw, &bbuf[..n])).await,
+            },
+            _ = &mut deadline => return SpliceEnd::Idle,
+            _ = cancel.cancelled() => return SpliceEnd::Cancelled,
+        };
+        match moved {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return SpliceEnd::Closed,
+            Err(_) => return SpliceEnd::Idle,
+        }
+        deadline.as_mut().reset(tokio::time::Instant::now() + idle);
+    }
+}
+
+async fn write_flush<W: AsyncWrite + Unpin>(w: &mut W, buf: &[u8]) -> std::io::Result<()> {
+    w.write_all(buf).await?;
+    w.flush().await
+}
+
+#[cfg(test)]
+#[path = "streaming_tests.rs"]
+mod tests;
