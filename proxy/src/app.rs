@@ -247,6 +247,23 @@ type FamilyProxier = Proxier<GatedRunner, ExecConntrack>;
 /// One family's nftables proxier, ready to run.
 type FamilyNftProxier = NftProxier<ExecNft, ExecConntrack>;
 
+/// Removes what the modes other than `cfg.mode` left behind (a node switched from one mode
+/// to another keeps no stale rules); a mode whose tool is missing has nothing to remove.
+pub async fn remove_other_modes(cfg: &ProxyConfig, env: &Environment) {
+    match cfg.mode {
+        ProxyMode::Iptables => {
+            if let Ok(n) = cleanup_nftables(env).await {
+                debug!(families = n, "nftables mode's tables removed (if any)");
+            }
+        }
+        ProxyMode::Nftables => {
+            if let Ok(n) = cleanup_iptables(cfg, env).await {
+                debug!(tables = n, "iptables mode's chains removed (if any)");
+            }
+        }
+    }
+}
+
 /// What every mode's proxiers share: metrics, health, the sync timing.
 struct Shared {
     registry: Registry,
@@ -314,9 +331,7 @@ async fn iptables_proxiers(
     env: &Environment,
     shared: &Shared,
 ) -> Vec<FamilyProxier> {
-    if let Ok(n) = cleanup_nftables(env).await {
-        debug!(families = n, "nftables mode's tables removed (if any)");
-    }
+    remove_other_modes(cfg, env).await;
     let primary = cfg.primary_family();
     let (runner, random_fully) = runner_for(cfg, env).await;
     // The same backend for both families: never mix nft and legacy.
@@ -356,9 +371,7 @@ async fn nftables_proxiers(
         .await
         .inspect_err(|e| info!(reason = %e, "no second IP family"))
         .is_ok();
-    if cleanup_iptables(cfg, env).await.is_ok() {
-        debug!("iptables mode's chains removed (if any)");
-    }
+    remove_other_modes(cfg, env).await;
     if cfg.localhost_node_ports_ignored {
         warn!(
             "localhostNodePorts is ignored in nftables mode: node ports do not answer on 127.0.0.1 (as upstream)"

@@ -224,8 +224,9 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                 _ => {
                     let all: BTreeMap<ServicePortName, ServiceNft> = services
                         .iter()
-                        .filter_map(|(k, _)| {
-                            render_one(k, services, endpoints, &self.cfg).map(|s| (k.clone(), s))
+                        .map(|(k, svc)| {
+                            let eps = endpoints.get(k).map_or(&[][..], Vec::as_slice);
+                            (k.clone(), render_service(k, svc, eps, &self.cfg))
                         })
                         .collect();
                     (KernelState::replace(self.cfg.family, base, all), true)

@@ -1,6 +1,6 @@
 //! Pure rendering of upstream's nftables layout: the fixed part of the `kube-proxy` table
 //! ([`Base`]) and each service port's own objects ([`ServiceNft`]: affinity sets, chains,
-//! and its elements in the shared maps). Nothing here talks to the kernel; [`super::tx`]
+//! and its elements in the shared maps). Nothing here talks to the kernel; the `tx` module
 //! turns these into `nft -f` transactions (full, or the difference between two states).
 
 use std::fmt::Write as _;
@@ -79,7 +79,7 @@ pub struct Chain {
 }
 
 /// Everything one service port owns or adds: names hash the service port, so no two ports
-/// share a chain or set (elements of the shared maps may coincide: see `tx::Elements`).
+/// share a chain or set (elements of the shared maps may coincide: the kernel state counts their users).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServiceNft {
     /// Affinity sets: `(name, declaration body)`.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::names::TABLE;
-use super::render::{Base, Element, Map, ServiceNft, family_word};
+use super::render::{Base, Map, ServiceNft, family_word};
 use crate::model::{IpFamily, ServicePortName};
 
 /// How long an emptied chain or set waits before it is deleted (upstream waits a second).
@@ -323,9 +323,3 @@ fn write_elements(out: &mut String, f: &str, verb: &str, map: Map, list: &[&str]
     }
 }
 
-/// Is `e` one of `s`'s elements in `map`? (Tests.)
-pub fn has_element(s: &ServiceNft, map: Map, key: &str) -> bool {
-    s.elements
-        .iter()
-        .any(|e: &Element| e.map == map && e.key == key)
-}
