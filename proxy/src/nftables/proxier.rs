@@ -16,7 +16,7 @@ use tracing::{debug, error, info, warn};
 use super::names::{SERVICE_IPS, SERVICES, TABLE};
 use super::render::{Base, ServiceNft, family_word, render_service};
 use super::runner::{self, NftRunner};
-use super::tx::{KernelState, Planned};
+use super::tx::{KernelState, Next, Planned};
 use crate::conntrack::{self, Conntrack, NoConntrack};
 use crate::health::ServiceHealthServer;
 use crate::iptables::proxier::health_check_state;
@@ -268,8 +268,18 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
 
         match result {
             Ok(()) => {
-                self.record_success(&next, &triggers);
-                self.state = Some(next);
+                match next {
+                    Next::Replace(s) => self.state = Some(s),
+                    // A diff is planned only from a known state, kept until here.
+                    Next::Apply(c) => {
+                        if let Some(s) = self.state.as_mut() {
+                            s.commit(c, now);
+                        }
+                    }
+                }
+                if let Some(s) = &self.state {
+                    self.record_success(s, &triggers);
+                }
                 self.need_full = false;
                 self.failures = 0;
                 if do_full {

@@ -4,7 +4,7 @@
 //! elements added and deleted, emptied chains and sets deleted only in a later transaction
 //! (≥ [`STALE_DELAY`] after, so that no packet is still on its way through them).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -39,11 +39,31 @@ pub struct KernelState {
     stale: BTreeMap<String, (StaleKind, Instant)>,
 }
 
-/// One transaction and the state it leads to.
+/// One transaction and the state it leads to, to be kept once the transaction succeeded.
 #[derive(Debug)]
 pub struct Planned {
     pub text: String,
-    pub next: KernelState,
+    pub next: Next,
+}
+
+/// The state after a transaction: a whole new one, or changes to the current one (a diff
+/// never copies the state: at 10k services that copy would cost more than the change).
+#[derive(Debug)]
+pub enum Next {
+    Replace(KernelState),
+    Apply(Changes),
+}
+
+/// What a diff changes in the [`KernelState`] it was computed from.
+#[derive(Debug, Default)]
+pub struct Changes {
+    base: Option<Base>,
+    services: Vec<(ServicePortName, Option<ServiceNft>)>,
+    /// New reference count and text of each touched element (`None`: deleted).
+    elements: Vec<((Map, String), Option<(String, u32)>)>,
+    stale_added: Vec<(String, StaleKind)>,
+    /// Stale entries re-added (they exist again) or deleted by the transaction.
+    stale_removed: Vec<String>,
 }
 
 impl KernelState {
@@ -117,13 +137,46 @@ impl KernelState {
         }
         Planned {
             text,
-            next: KernelState {
+            next: Next::Replace(KernelState {
                 family,
                 base,
                 services,
                 elements,
                 stale: BTreeMap::new(),
-            },
+            }),
+        }
+    }
+
+    /// Keeps what a successful diff's transaction did; `now` dates the newly stale.
+    pub fn commit(&mut self, c: Changes, now: Instant) {
+        if let Some(b) = c.base {
+            self.base = b;
+        }
+        for (k, v) in c.services {
+            match v {
+                Some(s) => {
+                    self.services.insert(k, s);
+                }
+                None => {
+                    self.services.remove(&k);
+                }
+            }
+        }
+        for (k, v) in c.elements {
+            match v {
+                Some(e) => {
+                    self.elements.insert(k, e);
+                }
+                None => {
+                    self.elements.remove(&k);
+                }
+            }
+        }
+        for n in c.stale_removed {
+            self.stale.remove(&n);
+        }
+        for (n, kind) in c.stale_added {
+            self.stale.insert(n, (kind, now));
         }
     }
 
@@ -137,7 +190,7 @@ impl KernelState {
     /// are as given (`None`: gone) and the node-port addresses are `base`'s, plus the
     /// deletion of chains and sets stale for at least [`STALE_DELAY`] at `now`. Empty text
     /// when nothing differs. `self` is untouched: the caller keeps `next` only once the
-    /// transaction succeeded.
+    /// transaction succeeded (see [`KernelState::commit`]).
     pub fn diff(
         &self,
         base: &Base,
@@ -145,7 +198,8 @@ impl KernelState {
         now: Instant,
     ) -> Planned {
         let f = family_word(self.family);
-        let mut next = self.clone();
+        let mut next = Changes::default();
+        let mut revived: HashSet<String> = HashSet::new();
         let mut new_objects = String::new();
         let mut flushes = String::new();
         let mut set_renewals = String::new();
@@ -167,7 +221,7 @@ impl KernelState {
             for ip in &base.nodeport_ips {
                 touch(Map::NodeportIps, ip, Some(ip.clone()), 1);
             }
-            next.base = base.clone();
+            next.base = Some(base.clone());
         }
 
         for (name, new) in updates {
@@ -187,7 +241,7 @@ impl KernelState {
             for s in &n.sets {
                 if !o.sets.iter().any(|x| x.0 == s.0) {
                     let _ = writeln!(new_objects, "add set {f} {TABLE} {} {}", s.0, s.1);
-                    next.stale.remove(&s.0);
+                    revived.insert(s.0.clone());
                 }
             }
             for s in &renewed_sets {
@@ -196,7 +250,7 @@ impl KernelState {
             }
             for s in &o.sets {
                 if !n.sets.iter().any(|x| x.0 == s.0) {
-                    next.stale.insert(s.0.clone(), (StaleKind::Set, now));
+                    next.stale_added.push((s.0.clone(), StaleKind::Set));
                 }
             }
             for c in &n.chains {
@@ -209,7 +263,7 @@ impl KernelState {
                     None => {
                         // An emptied chain still waiting for deletion exists already.
                         let _ = writeln!(new_objects, "add chain {f} {TABLE} {}", c.name);
-                        next.stale.remove(&c.name);
+                        revived.insert(c.name.clone());
                     }
                 }
                 for r in &c.rules {
@@ -219,7 +273,7 @@ impl KernelState {
             for c in &o.chains {
                 if !n.chains.iter().any(|x| x.name == c.name) {
                     let _ = writeln!(flushes, "flush chain {f} {TABLE} {}", c.name);
-                    next.stale.insert(c.name.clone(), (StaleKind::Chain, now));
+                    next.stale_added.push((c.name.clone(), StaleKind::Chain));
                 }
             }
             for e in &o.elements {
@@ -228,14 +282,7 @@ impl KernelState {
             for e in &n.elements {
                 touch(e.map, &e.key, Some(e.text()), 1);
             }
-            match new {
-                Some(s) => {
-                    next.services.insert(name, s);
-                }
-                None => {
-                    next.services.remove(&name);
-                }
-            }
+            next.services.push((name, new));
         }
 
         // Element changes, by reference count.
@@ -243,25 +290,25 @@ impl KernelState {
         let mut adds: BTreeMap<Map, Vec<String>> = BTreeMap::new();
         for ((map, key), (text, d)) in el_delta {
             let k = (map, key);
-            let before = next.elements.get(&k).cloned();
-            let count = before.as_ref().map_or(0, |b| i64::from(b.1)) + d;
+            let before = self.elements.get(&k);
+            let count = before.map_or(0, |b| i64::from(b.1)) + d;
             match (before, count > 0) {
                 (Some(_), false) => {
                     deletes.entry(map).or_default().push(k.1.clone());
-                    next.elements.remove(&k);
+                    next.elements.push((k, None));
                 }
                 (Some((old_text, _)), true) => {
                     let text = text.unwrap_or_else(|| old_text.clone());
-                    if text != old_text {
+                    if text != *old_text {
                         deletes.entry(map).or_default().push(k.1.clone());
                         adds.entry(map).or_default().push(text.clone());
                     }
-                    next.elements.insert(k, (text, count as u32));
+                    next.elements.push((k, Some((text, count as u32))));
                 }
                 (None, true) => {
                     let text = text.unwrap_or_else(|| k.1.clone());
                     adds.entry(map).or_default().push(text.clone());
-                    next.elements.insert(k, (text, count as u32));
+                    next.elements.push((k, Some((text, count as u32))));
                 }
                 (None, false) => {}
             }
@@ -273,7 +320,7 @@ impl KernelState {
             .stale
             .iter()
             .filter(|(n, (_, since))| {
-                now.duration_since(*since) >= STALE_DELAY && next.stale.contains_key(*n)
+                now.duration_since(*since) >= STALE_DELAY && !revived.contains(*n)
             })
             .map(|(n, _)| n.clone())
             .collect();
@@ -286,7 +333,7 @@ impl KernelState {
                     StaleKind::Set => "set",
                 };
                 let _ = writeln!(removals, "delete {what} {f} {TABLE} {n}");
-                next.stale.remove(n);
+                next.stale_removed.push(n.clone());
             }
         }
 
@@ -305,7 +352,11 @@ impl KernelState {
             write_elements(&mut text, f, "add", map, &refs);
         }
         text.push_str(&removals);
-        Planned { text, next }
+        next.stale_removed.extend(revived);
+        Planned {
+            text,
+            next: Next::Apply(next),
+        }
     }
 }
 
@@ -322,4 +373,3 @@ fn write_elements(out: &mut String, f: &str, verb: &str, map: Map, list: &[&str]
         out.push_str(" }\n");
     }
 }
-
