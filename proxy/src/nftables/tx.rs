@@ -20,6 +20,12 @@ pub const STALE_DELAY: Duration = Duration::from_secs(1);
 /// Elements above this many go into several `add element` commands.
 const ELEMENTS_PER_COMMAND: usize = 1000;
 
+/// An element of a shared map: the map and the element's key.
+type ElementKey = (Map, String);
+
+/// An element's text as written and the number of service ports that add it.
+type ElementEntry = (String, u32);
+
 /// A chain or set emptied and no longer referenced, waiting for deletion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StaleKind {
@@ -35,7 +41,7 @@ pub struct KernelState {
     services: BTreeMap<ServicePortName, ServiceNft>,
     /// Every element with the number of service ports that add it (two ports of one
     /// service share their cluster IP in `cluster-ips`).
-    elements: HashMap<(Map, String), (String, u32)>,
+    elements: HashMap<ElementKey, ElementEntry>,
     stale: BTreeMap<String, (StaleKind, Instant)>,
 }
 
@@ -60,7 +66,7 @@ pub struct Changes {
     base: Option<Base>,
     services: Vec<(ServicePortName, Option<ServiceNft>)>,
     /// New reference count and text of each touched element (`None`: deleted).
-    elements: Vec<((Map, String), Option<(String, u32)>)>,
+    elements: Vec<(ElementKey, Option<ElementEntry>)>,
     stale_added: Vec<(String, StaleKind)>,
     /// Stale entries re-added (they exist again) or deleted by the transaction.
     stale_removed: Vec<String>,
@@ -94,7 +100,7 @@ impl KernelState {
         let _ = writeln!(text, "add table {f} {TABLE}");
         let _ = writeln!(text, "delete table {f} {TABLE}");
         text.push_str(&base.fixed);
-        let mut elements: HashMap<(Map, String), (String, u32)> =
+        let mut elements: HashMap<ElementKey, ElementEntry> =
             HashMap::with_capacity(services.len() * 3);
         let mut order: Vec<(Map, String)> = Vec::with_capacity(services.len() * 3);
         let mut add_el = |map: Map, key: &str, el_text: String| {
