@@ -311,6 +311,10 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                 // we knew. The next sync diffs every service against it; if that fails too
                 // (the table changed behind our back), the one after replaces the table.
                 self.failures += 1;
+                self.metrics
+                    .nftables_sync_failures
+                    .with_label_values(&[fam])
+                    .inc();
                 if replace || self.failures >= 2 {
                     self.state = None;
                 }

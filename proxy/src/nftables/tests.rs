@@ -17,10 +17,19 @@ use crate::tests::{NODE, ep, golden, loaded_state, port, render_cfg, slice, svc}
 use crate::tracker::ProxyHandle;
 
 fn proxier(runner: FakeNft, st: ServiceState, cfg: RenderConfig) -> NftProxier<FakeNft> {
+    proxier_in(runner, st, cfg, &Registry::new())
+}
+
+fn proxier_in(
+    runner: FakeNft,
+    st: ServiceState,
+    cfg: RenderConfig,
+    registry: &Registry,
+) -> NftProxier<FakeNft> {
     let handle = ProxyHandle::new(st);
     handle.on_services_synced();
     handle.on_endpoint_slices_synced();
-    NftProxier::new(runner, cfg, handle, SyncConfig::default(), &Registry::new()).unwrap()
+    NftProxier::new(runner, cfg, handle, SyncConfig::default(), registry).unwrap()
 }
 
 fn lines(text: &str) -> Vec<&str> {
@@ -175,7 +184,8 @@ async fn stale_chains_are_deleted_a_second_later() {
 #[tokio::test]
 async fn failed_transaction_keeps_rules_and_next_sync_recovers() {
     let runner = FakeNft::new();
-    let mut p = proxier(runner.clone(), loaded_state(), render_cfg());
+    let registry = Registry::new();
+    let mut p = proxier_in(runner.clone(), loaded_state(), render_cfg(), &registry);
     p.sync(false).await.unwrap();
     assert!(p.handle().state_for_test().delete_service("ns4", "svc4"));
     runner.fail_next_applies(1);
@@ -206,6 +216,15 @@ async fn failed_transaction_keeps_rules_and_next_sync_recovers() {
         "{t}"
     );
     assert!(!t.contains("ns1/svc1"), "{t}");
+    let metrics = prometheus::TextEncoder::new()
+        .encode_to_string(&registry.gather())
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 3"
+        ),
+        "{metrics}"
+    );
 }
 
 /// The periodic check lists one small chain; a table gone (or flushed) makes the next sync
