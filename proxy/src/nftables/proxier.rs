@@ -40,6 +40,9 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Service ports per transaction when a table that is not there yet is written in steps.
+pub const REPLACE_STEP: usize = 2000;
+
 /// Owns what was written to the table and turns desired state into nft transactions.
 pub struct NftProxier<R: NftRunner, C: Conntrack = NoConntrack> {
     runner: R,
@@ -189,6 +192,16 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         let want_hc = self.service_health.is_some();
         let now = Instant::now();
 
+        // Writing the table afresh: when it is not there at all (a node's first start), a
+        // large one is written in steps (see `KernelState::replace_in_steps`); one that is
+        // there is replaced in one transaction, so that its services never stop answering.
+        let table_absent = self.state.is_none() && {
+            let f = family_word(self.cfg.family);
+            self.runner
+                .list(&["chain", f, TABLE, SERVICES])
+                .await
+                .is_err()
+        };
         let (planned, replace, changed, udp, hc, triggers) = {
             let mut st = self.handle.state();
             let changed: BTreeSet<_> = st.take_changes();
@@ -229,14 +242,20 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                             (k.clone(), render_service(k, svc, eps, &self.cfg))
                         })
                         .collect();
-                    (KernelState::replace(self.cfg.family, base, all), true)
+                    let planned = if table_absent && all.len() > REPLACE_STEP {
+                        KernelState::replace_in_steps(self.cfg.family, base, all, REPLACE_STEP)
+                    } else {
+                        KernelState::replace(self.cfg.family, base, all)
+                    };
+                    (planned, true)
                 }
             };
             let udp = conntrack::udp_targets(services, endpoints);
             let hc = want_hc.then(|| health_check_state(&st));
             (planned, replace, changed, udp, hc, triggers)
         };
-        let Planned { text, next } = planned;
+        let Planned { texts, next } = planned;
+        let bytes: usize = texts.iter().map(String::len).sum();
         let kind = if replace {
             "replace"
         } else if do_full {
@@ -245,14 +264,17 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
             "partial"
         };
         debug!(kind, changed = changed.len(), "syncing nftables rules");
-        let result = if text.is_empty() {
-            Ok(())
-        } else {
-            self.runner
-                .apply(&text)
+        let mut result = Ok(());
+        for text in &texts {
+            result = self
+                .runner
+                .apply(text)
                 .await
-                .map_err(|source| Error::Apply { kind, source })
-        };
+                .map_err(|source| Error::Apply { kind, source });
+            if result.is_err() {
+                break;
+            }
+        }
         let fam = self.cfg.family.label();
         let secs = started.elapsed().as_secs_f64();
         self.metrics
@@ -291,24 +313,25 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                     server.sync_endpoints(counts);
                 }
                 conntrack::clean_stale_entries(&self.conntrack, self.cfg.family, &udp).await;
-                if text.is_empty() {
+                if texts.is_empty() {
                     return Ok(SyncOutcome::Unchanged);
                 }
                 info!(
                     kind,
-                    bytes = text.len(),
+                    bytes,
+                    transactions = texts.len(),
                     elapsed = secs,
                     "synced nftables rules"
                 );
                 Ok(SyncOutcome::Applied {
                     full: do_full,
                     changed_services: changed.len(),
-                    bytes: text.len(),
+                    bytes,
                 })
             }
             Err(e) => {
                 // The transaction was refused as a whole: the kernel still holds the state
-                // we knew. The next sync diffs every service against it; if that fails too
+                // we knew (a table written in steps is written afresh next time). The next sync diffs every service against it; if that fails too
                 // (the table changed behind our back), the one after replaces the table.
                 self.failures += 1;
                 self.metrics

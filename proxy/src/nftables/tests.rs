@@ -238,7 +238,11 @@ async fn periodic_check_lists_one_chain_and_repairs_a_removed_table() {
         "table ip kube-proxy {\n\tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t}\n}\n",
     ));
     p.check_canary().await;
-    assert_eq!(runner.listed(), vec!["chain ip kube-proxy services"]);
+    let listed = runner.listed();
+    assert!(
+        listed.iter().all(|l| l == "chain ip kube-proxy services"),
+        "only the small fixed chain is ever listed: {listed:?}"
+    );
     assert_eq!(p.sync(true).await.unwrap(), SyncOutcome::Unchanged);
 
     runner.set_list_output(None);
@@ -348,4 +352,70 @@ async fn ipv6_table_uses_ip6_matches() {
         assert!(t.contains(want), "missing {want:?} in\n{t}");
     }
     golden("nft-full-ipv6.txt", &t);
+}
+
+fn many_services(n: usize) -> ServiceState {
+    let mut st = ServiceState::new(IpFamily::V4, NODE);
+    for i in 0..n {
+        let name = format!("s{i}");
+        st.upsert_service(&svc(
+            "big",
+            &name,
+            "ClusterIP",
+            &format!("172.30.{}.{}", i / 250, i % 250 + 1),
+            vec![port("p", "TCP", 80, None)],
+        ));
+        st.upsert_endpoint_slice(&slice(
+            "big",
+            &name,
+            &format!("{name}-a"),
+            &[("p", "TCP", 8080)],
+            &[ep(&format!("10.181.{}.{}", i / 250, i % 250 + 1), "node2")],
+        ));
+    }
+    st
+}
+
+/// A large table that is not there yet is written in steps: the fixed part, the services'
+/// chains a step at a time, and last the map elements that make them reachable. One that is
+/// there is replaced in one transaction (its services keep answering).
+#[tokio::test]
+async fn a_large_new_table_is_written_in_steps() {
+    use super::proxier::REPLACE_STEP;
+    let n = REPLACE_STEP + 100;
+    let runner = FakeNft::new();
+    let mut p = proxier(runner.clone(), many_services(n), render_cfg());
+    p.sync(false).await.unwrap();
+    let steps = runner.applied();
+    assert_eq!(steps.len(), 4, "fixed part, two steps of chains, elements");
+    assert!(steps[0].starts_with("add table ip kube-proxy\ndelete table ip kube-proxy\n"));
+    assert!(!steps[0].contains("-big/s"), "no service in the first step");
+    assert_eq!(
+        steps[1].matches("add chain ip kube-proxy service-").count(),
+        REPLACE_STEP
+    );
+    assert_eq!(
+        steps[2].matches("add chain ip kube-proxy service-").count(),
+        100
+    );
+    for s in &steps[..3] {
+        assert!(
+            !s.contains("add element ip kube-proxy service-ips"),
+            "reachable only at the end"
+        );
+    }
+    assert!(
+        steps[3].starts_with("add element ip kube-proxy cluster-ips"),
+        "{}",
+        &steps[3][..80]
+    );
+    assert_eq!(p.state().unwrap().services().len(), n);
+    assert_eq!(p.sync(true).await.unwrap(), SyncOutcome::Unchanged);
+
+    // The table is there (the check finds it): one transaction.
+    let runner = FakeNft::new();
+    runner.set_list_output(Some("table ip kube-proxy { }"));
+    let mut p = proxier(runner.clone(), many_services(n), render_cfg());
+    p.sync(false).await.unwrap();
+    assert_eq!(runner.applied().len(), 1);
 }

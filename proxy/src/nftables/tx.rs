@@ -45,10 +45,11 @@ pub struct KernelState {
     stale: BTreeMap<String, (StaleKind, Instant)>,
 }
 
-/// One transaction and the state it leads to, to be kept once the transaction succeeded.
+/// The transactions (applied in order; none when nothing differs) and the state they lead
+/// to, to be kept once they all succeeded.
 #[derive(Debug)]
 pub struct Planned {
-    pub text: String,
+    pub texts: Vec<String>,
     pub next: Next,
 }
 
@@ -95,8 +96,36 @@ impl KernelState {
         base: Base,
         services: BTreeMap<ServicePortName, ServiceNft>,
     ) -> Planned {
+        Self::build(family, base, services, None)
+    }
+
+    /// The whole table in several transactions, for a table that is not there yet: the
+    /// first makes the table with its fixed part and empty maps, each next one adds the
+    /// chains and rules of `per_step` service ports, the last the map elements that make
+    /// them reachable (so no packet meets a half-built service). The kernel binds every
+    /// anonymous verdict map (one per service port) by walking the whole transaction, so a
+    /// single transaction costs the square of the cluster's size (see ARCHITECTURE.md).
+    pub fn replace_in_steps(
+        family: IpFamily,
+        base: Base,
+        services: BTreeMap<ServicePortName, ServiceNft>,
+        per_step: usize,
+    ) -> Planned {
+        Self::build(family, base, services, Some(per_step.max(1)))
+    }
+
+    fn build(
+        family: IpFamily,
+        base: Base,
+        services: BTreeMap<ServicePortName, ServiceNft>,
+        per_step: Option<usize>,
+    ) -> Planned {
         let f = family_word(family);
-        let mut text = String::with_capacity(services.len() * 900 + base.fixed.len() + 256);
+        let mut texts = Vec::new();
+        let mut text = String::with_capacity(match per_step {
+            Some(n) => n.min(services.len()) * 900 + base.fixed.len() + 256,
+            None => services.len() * 900 + base.fixed.len() + 256,
+        });
         let _ = writeln!(text, "add table {f} {TABLE}");
         let _ = writeln!(text, "delete table {f} {TABLE}");
         text.push_str(&base.fixed);
@@ -116,23 +145,32 @@ impl KernelState {
         for ip in &base.nodeport_ips {
             add_el(Map::NodeportIps, ip, ip.clone());
         }
-        for s in services.values() {
-            for (name, decl) in &s.sets {
-                let _ = writeln!(text, "add set {f} {TABLE} {name} {decl}");
+        let all: Vec<&ServiceNft> = services.values().collect();
+        for chunk in all.chunks(per_step.unwrap_or(all.len().max(1))) {
+            if per_step.is_some() {
+                texts.push(std::mem::take(&mut text));
             }
-            for c in &s.chains {
-                let _ = writeln!(text, "add chain {f} {TABLE} {}", c.name);
-            }
-        }
-        for s in services.values() {
-            for c in &s.chains {
-                for r in &c.rules {
-                    let _ = writeln!(text, "add rule {f} {TABLE} {} {r}", c.name);
+            for s in chunk {
+                for (name, decl) in &s.sets {
+                    let _ = writeln!(text, "add set {f} {TABLE} {name} {decl}");
+                }
+                for c in &s.chains {
+                    let _ = writeln!(text, "add chain {f} {TABLE} {}", c.name);
                 }
             }
-            for e in &s.elements {
-                add_el(e.map, &e.key, e.text());
+            for s in chunk {
+                for c in &s.chains {
+                    for r in &c.rules {
+                        let _ = writeln!(text, "add rule {f} {TABLE} {} {r}", c.name);
+                    }
+                }
+                for e in &s.elements {
+                    add_el(e.map, &e.key, e.text());
+                }
             }
+        }
+        if per_step.is_some() {
+            texts.push(std::mem::take(&mut text));
         }
         let mut by_map: BTreeMap<Map, Vec<&str>> = BTreeMap::new();
         for k in &order {
@@ -141,8 +179,10 @@ impl KernelState {
         for (map, list) in by_map {
             write_elements(&mut text, f, "add", map, &list);
         }
+        texts.push(text);
+        texts.retain(|t| !t.is_empty());
         Planned {
-            text,
+            texts,
             next: Next::Replace(KernelState {
                 family,
                 base,
@@ -194,8 +234,8 @@ impl KernelState {
 
     /// The transaction from this state to the one where the service ports in `updates`
     /// are as given (`None`: gone) and the node-port addresses are `base`'s, plus the
-    /// deletion of chains and sets stale for at least [`STALE_DELAY`] at `now`. Empty text
-    /// when nothing differs. `self` is untouched: the caller keeps `next` only once the
+    /// deletion of chains and sets stale for at least [`STALE_DELAY`] at `now`: one
+    /// transaction, or none when nothing differs. `self` is untouched: the caller keeps `next` only once the
     /// transaction succeeded (see [`KernelState::commit`]).
     pub fn diff(
         &self,
@@ -360,7 +400,11 @@ impl KernelState {
         text.push_str(&removals);
         next.stale_removed.extend(revived);
         Planned {
-            text,
+            texts: if text.is_empty() {
+                Vec::new()
+            } else {
+                vec![text]
+            },
             next: Next::Apply(next),
         }
     }

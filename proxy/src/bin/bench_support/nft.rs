@@ -1,8 +1,9 @@
 //! `proxy-bench --mode nftables`: the nftables proxier against raw `nft -f` of its own
 //! transactions, in namespaces the bench creates and deletes.
 //!
-//! For each size: a namespace for the proxier (first sync = the whole table), two more for
-//! raw loads of the same text after it (their mean is the floor). Then, at that size, one changed EndpointSlice (median of 5) and one new Service,
+//! For each size: a namespace for the proxier (first sync = the whole table, in steps above
+//! 2000 service ports), two more for raw loads of the same text as one transaction after
+//! it (their mean is the raw figure), and one for raw loads of the proxier's own steps. Then, at that size, one changed EndpointSlice (median of 5) and one new Service,
 //! each from the event to the kernel, next to raw `nft -f` of the same minimal delta in the
 //! raw namespace (which holds the same rules). RSS after the run.
 
@@ -20,23 +21,35 @@ use proxy::tracker::ProxyHandle;
 
 use super::{Netns, rss_kib, service, slice};
 
-/// Passes everything to `ExecNft` (nothing without one), remembering the last transaction.
+/// Passes everything to `ExecNft` (nothing without one), remembering the transactions.
 #[derive(Clone)]
 struct Recording {
     inner: Option<ExecNft>,
-    last: Arc<Mutex<String>>,
+    all: Arc<Mutex<Vec<String>>>,
 }
 
 impl Recording {
     fn last(&self) -> String {
-        self.last.lock().map(|s| s.clone()).unwrap_or_default()
+        self.all
+            .lock()
+            .ok()
+            .and_then(|a| a.last().cloned())
+            .unwrap_or_default()
+    }
+
+    /// The transactions recorded so far (the record is emptied).
+    fn take(&self) -> Vec<String> {
+        self.all
+            .lock()
+            .map(|mut a| std::mem::take(&mut *a))
+            .unwrap_or_default()
     }
 }
 
 impl NftRunner for Recording {
     async fn apply(&self, text: &str) -> NftResult<()> {
-        if let Ok(mut l) = self.last.lock() {
-            *l = text.to_owned();
+        if let Ok(mut a) = self.all.lock() {
+            a.push(text.to_owned());
         }
         match &self.inner {
             Some(r) => r.apply(text).await,
@@ -65,6 +78,8 @@ pub struct Row {
     raw: Duration,
     raw_first: Duration,
     raw_second: Duration,
+    /// The proxier's own transactions (when it wrote the table in steps), raw.
+    raw_steps: Option<(Duration, usize)>,
     bytes: usize,
     ep_change: Duration,
     raw_ep_change: Duration,
@@ -99,7 +114,7 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
 
     let runner = Recording {
         inner: Some(exec(&ns_proxy)),
-        last: Arc::default(),
+        all: Arc::default(),
     };
     let mut p = NftProxier::new(
         runner.clone(),
@@ -116,7 +131,8 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
     let t = Instant::now();
     p.sync(false).await.context("first sync")?;
     let full = t.elapsed();
-    let text = runner.last();
+    let steps = runner.take();
+    let text = steps.concat();
     if let Some(path) = std::env::var_os("PROXY_BENCH_DUMP") {
         std::fs::write(path, &text)?;
     }
@@ -126,6 +142,19 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
     };
     let raw_runner = exec(&ns_raw);
     let raw_after = timed_apply(&raw_runner, &text).await?;
+    // The same transactions as the proxier's, raw (the floor of writing in steps).
+    let raw_steps = if steps.len() > 1 {
+        let ns = Netns::new(format!("{tag}-s"))?;
+        let r = exec(&ns);
+        let t = Instant::now();
+        for s in &steps {
+            r.apply(s).await.context("raw step")?;
+        }
+        Some((t.elapsed(), steps.len()))
+    } else {
+        None
+    };
+    drop(steps);
     let bytes = text.len();
     drop(text);
 
@@ -157,6 +186,7 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
         raw: (raw_before + raw_after) / 2,
         raw_first: raw_before,
         raw_second: raw_after,
+        raw_steps,
         bytes,
         ep_change: changes[2],
         raw_ep_change: raw_changes[2],
@@ -208,5 +238,13 @@ pub fn print(rows: &[Row]) {
             ms(r.raw_first),
             ms(r.raw_second)
         );
+        if let Some((d, n)) = r.raw_steps {
+            println!(
+                "{}: the proxier wrote the table in {n} transactions; the same {n} raw: {:.1} ms (proxier {:.2}x)",
+                r.n,
+                ms(d),
+                ratio(r.full, d)
+            );
+        }
     }
 }
