@@ -195,7 +195,9 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         // Writing the table afresh: when it is not there at all (a node's first start), a
         // large one is written in steps (see `KernelState::replace_in_steps`); one that is
         // there is replaced in one transaction, so that its services never stop answering.
-        let table_absent = self.state.is_none() && {
+        let large =
+            self.state.is_none() && self.handle.state().service_port_map().len() > REPLACE_STEP;
+        let table_absent = large && {
             let f = family_word(self.cfg.family);
             self.runner
                 .list(&["chain", f, TABLE, SERVICES])

@@ -145,7 +145,10 @@ fn non_defaults_warn_once_each() {
 fn settings_doc_holds_the_proxy_tables() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/settings.md");
     let doc = std::fs::read_to_string(path).unwrap();
-    for table in [super::markdown_table(super::FLAGS), super::markdown_table(super::FIELDS)] {
+    for table in [
+        super::markdown_table(super::FLAGS),
+        super::markdown_table(super::FIELDS),
+    ] {
         assert!(
             doc.contains(&table),
             "docs/settings.md is stale: UPDATE_SETTINGS_DOC=1 cargo test -p kubelet settings_doc"
