@@ -419,3 +419,155 @@ async fn a_large_new_table_is_written_in_steps() {
     p.sync(false).await.unwrap();
     assert_eq!(runner.applied().len(), 1);
 }
+
+/// Services ns2/svc2 (LoadBalancer, ETP Local, no local endpoint), ns5/svc5 (source range,
+/// ClientIP affinity) and ns6/svc6 (no endpoints) of upstream's TestOverallNFTablesRules:
+/// every rule and element upstream expects, rendered here.
+#[test]
+fn renders_upstream_overall_test_services() {
+    use super::render::render_service;
+    use k8s_openapi::api::core::v1::{
+        ClientIPConfig, LoadBalancerIngress, LoadBalancerStatus, ServiceStatus,
+        SessionAffinityConfig,
+    };
+    let lb = |ip: &str| {
+        Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(vec![LoadBalancerIngress {
+                    ip: Some(ip.into()),
+                    ..Default::default()
+                }]),
+            }),
+            ..Default::default()
+        })
+    };
+    let mut st = ServiceState::new(IpFamily::V4, NODE);
+    let mut svc2 = svc(
+        "ns2",
+        "svc2",
+        "LoadBalancer",
+        "172.30.0.42",
+        vec![port("p80", "TCP", 80, Some(3001))],
+    );
+    let spec = svc2.spec.as_mut().unwrap();
+    spec.external_traffic_policy = Some("Local".into());
+    spec.external_ips = Some(vec!["192.168.99.22".into()]);
+    spec.health_check_node_port = Some(30000);
+    svc2.status = lb("1.2.3.4");
+    let mut svc5 = svc(
+        "ns5",
+        "svc5",
+        "LoadBalancer",
+        "172.30.0.45",
+        vec![port("p80", "TCP", 80, Some(3002))],
+    );
+    let spec = svc5.spec.as_mut().unwrap();
+    spec.load_balancer_source_ranges = Some(vec!["203.0.113.0/25".into()]);
+    spec.session_affinity = Some("ClientIP".into());
+    spec.session_affinity_config = Some(SessionAffinityConfig {
+        client_ip: Some(ClientIPConfig {
+            timeout_seconds: Some(10800),
+        }),
+    });
+    svc5.status = lb("5.6.7.8");
+    let svc6 = svc(
+        "ns6",
+        "svc6",
+        "ClusterIP",
+        "172.30.0.46",
+        vec![port("p80", "TCP", 80, None)],
+    );
+    for s in [&svc2, &svc5, &svc6] {
+        st.upsert_service(s);
+    }
+    st.upsert_endpoint_slice(&slice(
+        "ns2",
+        "svc2",
+        "svc2-a",
+        &[("p80", "TCP", 80)],
+        &[ep("10.180.0.2", "node2")],
+    ));
+    st.upsert_endpoint_slice(&slice(
+        "ns5",
+        "svc5",
+        "svc5-a",
+        &[("p80", "TCP", 80)],
+        &[ep("10.180.0.3", "node2")],
+    ));
+    let cfg = render_cfg();
+    let mut rules = Vec::new();
+    let mut elements = Vec::new();
+    let mut sets = Vec::new();
+    for (k, info) in st.service_port_map() {
+        let eps = st.endpoints_map().get(k).map_or(&[][..], Vec::as_slice);
+        let s = render_service(k, info, eps, &cfg);
+        for c in &s.chains {
+            rules.extend(c.rules.iter().map(|r| format!("{} {r}", c.name)));
+        }
+        elements.extend(
+            s.elements
+                .iter()
+                .map(|e| format!("{} {}", e.map.name(), e.text())),
+        );
+        sets.extend(s.sets.iter().map(|(n, d)| format!("{n} {d}")));
+    }
+    let s2 = "service-42NFTM6N-ns2/svc2/tcp/p80";
+    let x2 = "external-42NFTM6N-ns2/svc2/tcp/p80";
+    let e2 = "endpoint-SGOXE6O3-ns2/svc2/tcp/p80__10.180.0.2/80";
+    let s5 = "service-HVFWP5L3-ns5/svc5/tcp/p80";
+    let x5 = "external-HVFWP5L3-ns5/svc5/tcp/p80";
+    let e5 = "endpoint-GTK6MW7G-ns5/svc5/tcp/p80__10.180.0.3/80";
+    let a5 = "affinity-GTK6MW7G-ns5/svc5/tcp/p80__10.180.0.3/80";
+    let f5 = "firewall-HVFWP5L3-ns5/svc5/tcp/p80";
+    let want_rules = [
+        format!("{s2} ip daddr 172.30.0.42 ip saddr != 10.0.0.0/8 jump mark-for-masquerade"),
+        format!("{s2} numgen random mod 1 vmap {{ 0 : goto {e2} }}"),
+        format!("{x2} ip saddr 10.0.0.0/8 goto {s2} comment \"short-circuit pod traffic\""),
+        format!(
+            "{x2} fib saddr type local jump mark-for-masquerade comment \"masquerade local traffic\""
+        ),
+        format!("{x2} fib saddr type local goto {s2} comment \"short-circuit local traffic\""),
+        format!("{e2} ip saddr 10.180.0.2 jump mark-for-masquerade"),
+        format!("{e2} meta l4proto tcp dnat to 10.180.0.2:80"),
+        format!("{s5} ip daddr 172.30.0.45 ip saddr != 10.0.0.0/8 jump mark-for-masquerade"),
+        format!("{s5} ip saddr @{a5} goto {e5}"),
+        format!("{s5} numgen random mod 1 vmap {{ 0 : goto {e5} }}"),
+        format!("{x5} jump mark-for-masquerade"),
+        format!("{x5} goto {s5}"),
+        format!("{e5} ip saddr 10.180.0.3 jump mark-for-masquerade"),
+        format!("{e5} update @{a5} {{ ip saddr }}"),
+        format!("{e5} meta l4proto tcp dnat to 10.180.0.3:80"),
+        format!("{f5} ip saddr != {{ 203.0.113.0/25 }} drop"),
+    ];
+    let mut want_sorted: Vec<&str> = want_rules.iter().map(String::as_str).collect();
+    want_sorted.sort();
+    rules.sort();
+    assert_eq!(rules, want_sorted);
+    let mut want_elements = vec![
+        "cluster-ips 172.30.0.42".to_string(),
+        format!("service-ips 172.30.0.42 . tcp . 80 : goto {s2}"),
+        format!("service-ips 192.168.99.22 . tcp . 80 : goto {x2}"),
+        format!("service-ips 1.2.3.4 . tcp . 80 : goto {x2}"),
+        format!("service-nodeports tcp . 3001 : goto {x2}"),
+        "no-endpoint-nodeports tcp . 3001 comment \"ns2/svc2:p80\" : drop".into(),
+        "no-endpoint-services 1.2.3.4 . tcp . 80 comment \"ns2/svc2:p80\" : drop".into(),
+        "no-endpoint-services 192.168.99.22 . tcp . 80 comment \"ns2/svc2:p80\" : drop".into(),
+        "cluster-ips 172.30.0.45".into(),
+        format!("service-ips 172.30.0.45 . tcp . 80 : goto {s5}"),
+        format!("service-ips 5.6.7.8 . tcp . 80 : goto {x5}"),
+        format!("service-nodeports tcp . 3002 : goto {x5}"),
+        format!("firewall-ips 5.6.7.8 . tcp . 80 : goto {f5}"),
+        "cluster-ips 172.30.0.46".into(),
+        "no-endpoint-services 172.30.0.46 . tcp . 80 comment \"ns6/svc6:p80\" : goto reject-chain"
+            .into(),
+    ];
+    want_elements.sort();
+    elements.sort();
+    assert_eq!(elements, want_elements);
+    assert_eq!(
+        sets,
+        vec![format!(
+            "{a5} {{ type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }}"
+        )]
+    );
+}
