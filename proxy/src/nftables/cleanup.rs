@@ -18,7 +18,10 @@ pub async fn cleanup<R: NftRunner>(runner: &R) -> Result<usize> {
         let text = format!("add table {f} {TABLE}\ndelete table {f} {TABLE}\n");
         match runner.apply(&text).await {
             Ok(()) => {
-                info!(family = f, "removed nftables table {TABLE}");
+                info!(
+                    family = f,
+                    "nftables table {TABLE} removed (if it was there)"
+                );
                 n += 1;
             }
             Err(e) => last_err = Some(e),
