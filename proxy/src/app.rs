@@ -10,7 +10,7 @@ use std::time::Duration;
 use prometheus::Registry;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::{ProxyConfig, ProxyMode};
 use crate::conntrack::ExecConntrack;
@@ -21,7 +21,8 @@ use crate::iptables::{
 };
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, ServiceState};
-use crate::sync_loop::{self, SyncConfig};
+use crate::nftables::{self, ExecNft, NftProxier};
+use crate::sync_loop::{self, Backend, SyncConfig};
 use crate::tracker::{ProxyHandle, ProxyHandles};
 use crate::{apiserver, source};
 
@@ -35,6 +36,10 @@ pub enum Error {
     Iptables(#[from] iptables::Error),
     #[error(transparent)]
     Client(#[from] apiserver::Error),
+    #[error("nftables mode cannot run here: {0}")]
+    NftUnsupported(#[from] nftables::Unsupported),
+    #[error("cleanup failed: {0}")]
+    Cleanup(String),
     #[error(
         "no Service source: give --kubeconfig (or clientConnection.kubeconfig, or --master) to watch the apiserver, or --static-services-dir to read Services and EndpointSlices from files (in a pod, KUBERNETES_SERVICE_HOST/PORT select the in-cluster configuration)"
     )]
@@ -78,18 +83,54 @@ async fn runner_for(cfg: &ProxyConfig, env: &Environment) -> (ExecRunner, bool) 
     }
 }
 
-/// `--cleanup`: removes kube-proxy's chains (both IP families) and exits.
+/// `--cleanup`: removes the rules of every mode (iptables chains and nftables tables, both
+/// IP families) and exits. Fails only when no mode could be cleaned.
 pub async fn cleanup(cfg: &ProxyConfig, env: &Environment) -> Result<()> {
+    let ipt = cleanup_iptables(cfg, env).await;
+    let nft = cleanup_nftables(env).await;
+    match (ipt, nft) {
+        (Err(a), Err(b)) => Err(Error::Cleanup(format!("iptables: {a}; nftables: {b}"))),
+        (a, b) => {
+            info!(
+                iptables_tables = a.unwrap_or(0),
+                nftables_families = b.unwrap_or(0),
+                "cleanup done"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Removes the iptables mode's chains (both families); logs and returns the error when
+/// there is no working iptables.
+async fn cleanup_iptables(cfg: &ProxyConfig, env: &Environment) -> Result<usize, String> {
     let (runner, _) = runner_for(cfg, env).await;
     let other = gated(runner.for_family(runner.family().other()));
     let runner = gated(runner);
-    let n = cleanup::cleanup(&runner).await?;
-    let mut m = 0;
-    if family_present(&other).await {
-        m = cleanup::cleanup(&other).await?;
+    let r = async {
+        let n = cleanup::cleanup(&runner).await?;
+        let m = if family_present(&other).await {
+            cleanup::cleanup(&other).await?
+        } else {
+            0
+        };
+        Ok::<_, iptables::Error>(n + m)
     }
-    info!(tables = n + m, "cleanup done");
-    Ok(())
+    .await;
+    r.map_err(|e| {
+        warn!(error = %e, "iptables rules not cleaned up");
+        e.to_string()
+    })
+}
+
+/// Removes the nftables mode's tables (both families); logs and returns the error when
+/// there is no working nft.
+async fn cleanup_nftables(env: &Environment) -> Result<usize, String> {
+    let runner = ExecNft::new().with_prefix(env.command_prefix.clone());
+    nftables::cleanup::cleanup(&runner).await.map_err(|e| {
+        warn!(error = %e, "nftables rules not cleaned up");
+        e.to_string()
+    })
 }
 
 /// Where Services and EndpointSlices come from.
@@ -200,19 +241,174 @@ async fn family_present(runner: &GatedRunner) -> bool {
     )
 }
 
-/// One family's proxier, ready to run.
+/// One family's iptables proxier, ready to run.
 type FamilyProxier = Proxier<GatedRunner, ExecConntrack>;
 
-/// Runs the proxy until `shutdown` with the given source: one proxier per IP family the host
-/// supports (dual-stack when ip6tables works beside iptables, as upstream decides), fed by
-/// one source, sharing `/healthz` and the metrics.
+/// One family's nftables proxier, ready to run.
+type FamilyNftProxier = NftProxier<ExecNft, ExecConntrack>;
+
+/// Removes what the modes other than `cfg.mode` left behind (a node switched from one mode
+/// to another keeps no stale rules); a mode whose tool is missing has nothing to remove.
+pub async fn remove_other_modes(cfg: &ProxyConfig, env: &Environment) {
+    match cfg.mode {
+        ProxyMode::Iptables => {
+            if let Ok(n) = cleanup_nftables(env).await {
+                debug!(families = n, "nftables mode's tables removed (if any)");
+            }
+        }
+        ProxyMode::Nftables => {
+            if let Ok(n) = cleanup_iptables(cfg, env).await {
+                debug!(tables = n, "iptables mode's chains removed (if any)");
+            }
+        }
+    }
+}
+
+/// What every mode's proxiers share: metrics, health, the sync timing.
+struct Shared {
+    registry: Registry,
+    metrics: Metrics,
+    health: ProxierHealth,
+    sync: SyncConfig,
+}
+
+/// The render settings of one family, from the configuration.
+fn render_config(cfg: &ProxyConfig, family: IpFamily, random_fully: bool) -> RenderConfig {
+    let mut render = RenderConfig::new(family, cfg.node_name.clone());
+    render.masquerade_all = cfg.masquerade_all;
+    render.masquerade_bit = cfg.masquerade_bit;
+    render.cluster_cidr = cfg.cluster_cidr(family);
+    render.node_port_addresses = cfg.node_port_addresses.clone();
+    render.localhost_node_ports = cfg.localhost_node_ports;
+    render.random_fully = random_fully;
+    if !cfg.bind_address.is_unspecified() && family.matches(&cfg.bind_address) {
+        render.node_ips = vec![cfg.bind_address];
+    }
+    if render.cluster_cidr.is_none() {
+        info!(
+            ip_family = family.label(),
+            "no cluster CIDR: traffic is not classified as pod-local"
+        );
+    }
+    render
+}
+
+fn family_handle(cfg: &ProxyConfig, family: IpFamily, shared: &Shared) -> ProxyHandle {
+    shared.metrics.init_family(family.label());
+    ProxyHandle::with_health(
+        ServiceState::new(family, cfg.node_name.clone()),
+        shared.health.clone(),
+    )
+}
+
+fn service_health(family: IpFamily, shared: &Shared) -> ServiceHealthServer {
+    let any_ip = match family {
+        IpFamily::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    };
+    ServiceHealthServer::new(vec![any_ip], shared.health.clone())
+}
+
+fn log_stack(primary: IpFamily, dual: bool) {
+    if dual {
+        info!(
+            primary_ip_family = primary.label(),
+            "kube-proxy running in dual-stack mode"
+        );
+    } else {
+        info!(
+            ip_family = primary.label(),
+            "kube-proxy running in single-stack mode"
+        );
+    }
+}
+
+/// The iptables mode: one proxier per IP family the host supports (dual-stack when
+/// ip6tables works beside iptables, as upstream decides). The nftables mode's leftovers
+/// are removed first.
+async fn iptables_proxiers(
+    cfg: &ProxyConfig,
+    env: &Environment,
+    shared: &Shared,
+) -> Vec<FamilyProxier> {
+    remove_other_modes(cfg, env).await;
+    let primary = cfg.primary_family();
+    let (runner, random_fully) = runner_for(cfg, env).await;
+    // The same backend for both families: never mix nft and legacy.
+    let second = gated(runner.for_family(primary.other()));
+    let mut runners = vec![gated(runner)];
+    let dual = family_present(&second).await;
+    if dual {
+        runners.push(second);
+    }
+    log_stack(primary, dual);
+    let mut proxiers = Vec::new();
+    for runner in runners {
+        let family = runner.family();
+        let render = render_config(cfg, family, random_fully);
+        let handle = family_handle(cfg, family, shared);
+        proxiers.push(
+            Proxier::with_metrics(runner, render, handle, shared.sync, shared.metrics.clone())
+                .with_conntrack(ExecConntrack::new().with_prefix(env.command_prefix.clone()))
+                .with_service_health(service_health(family, shared)),
+        );
+    }
+    proxiers
+}
+
+/// The nftables mode: the kernel must take the primary family's table and `numgen` (else a
+/// clear error); the other family is programmed when the kernel takes it too. The iptables
+/// mode's leftovers are removed first (when there is an iptables to do it).
+async fn nftables_proxiers(
+    cfg: &ProxyConfig,
+    env: &Environment,
+    shared: &Shared,
+) -> Result<Vec<FamilyNftProxier>> {
+    let primary = cfg.primary_family();
+    let runner = ExecNft::new().with_prefix(env.command_prefix.clone());
+    nftables::check_support(&runner, primary).await?;
+    let dual = nftables::check_support(&runner, primary.other())
+        .await
+        .inspect_err(|e| info!(reason = %e, "no second IP family"))
+        .is_ok();
+    remove_other_modes(cfg, env).await;
+    if cfg.localhost_node_ports_ignored {
+        warn!(
+            "localhostNodePorts is ignored in nftables mode: node ports do not answer on 127.0.0.1 (as upstream)"
+        );
+    }
+    log_stack(primary, dual);
+    let families = if dual {
+        vec![primary, primary.other()]
+    } else {
+        vec![primary]
+    };
+    Ok(families
+        .into_iter()
+        .map(|family| {
+            let render = render_config(cfg, family, true);
+            let handle = family_handle(cfg, family, shared);
+            NftProxier::with_metrics(
+                runner.clone(),
+                render,
+                handle,
+                shared.sync,
+                shared.metrics.clone(),
+            )
+            .with_conntrack(ExecConntrack::new().with_prefix(env.command_prefix.clone()))
+            .with_service_health(service_health(family, shared))
+        })
+        .collect())
+}
+
+/// Runs the proxy until `shutdown` with the given source, in the configured mode: one
+/// proxier per IP family, fed by one source, sharing `/healthz` and the metrics.
 pub async fn run_source(
     cfg: ProxyConfig,
     env: Environment,
     source: Source,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let ProxyMode::Iptables = cfg.mode;
     let c = &cfg.conntrack;
     info!(
         max_per_core = c.max_per_core,
@@ -221,78 +417,49 @@ pub async fn run_source(
         tcp_close_wait_timeout = ?c.tcp_close_wait_timeout,
         "conntrack settings accepted but not applied: this kube-proxy does not set conntrack sysctls"
     );
-    let primary = cfg.primary_family();
-    let (runner, random_fully) = runner_for(&cfg, &env).await;
-    // The same backend for both families: never mix nft and legacy.
-    let second = gated(runner.for_family(primary.other()));
-    let mut runners = vec![gated(runner)];
-    if family_present(&second).await {
-        info!(
-            primary_ip_family = primary.label(),
-            "kube-proxy running in dual-stack mode"
-        );
-        runners.push(second);
-    } else {
-        info!(
-            ip_family = primary.label(),
-            "kube-proxy running in single-stack mode"
-        );
-    }
-
     let registry = Registry::new();
     let metrics = Metrics::new(&registry).map_err(proxier::Error::from)?;
     crate::metrics::common::register_common(&registry).map_err(proxier::Error::from)?;
-    let health = ProxierHealth::new(cfg.health_timeout());
-    let sync = SyncConfig {
-        min_sync_period: cfg.min_sync_period,
-        sync_period: cfg.sync_period,
-        ..SyncConfig::default()
+    let shared = Shared {
+        registry,
+        metrics,
+        health: ProxierHealth::new(cfg.health_timeout()),
+        sync: SyncConfig {
+            min_sync_period: cfg.min_sync_period,
+            sync_period: cfg.sync_period,
+            ..SyncConfig::default()
+        },
     };
-    let mut proxiers: Vec<FamilyProxier> = Vec::new();
-    for runner in runners {
-        let family = runner.family();
-        metrics.init_family(family.label());
-        let mut render = RenderConfig::new(family, cfg.node_name.clone());
-        render.masquerade_all = cfg.masquerade_all;
-        render.masquerade_bit = cfg.masquerade_bit;
-        render.cluster_cidr = cfg.cluster_cidr(family);
-        render.node_port_addresses = cfg.node_port_addresses.clone();
-        render.localhost_node_ports = cfg.localhost_node_ports;
-        render.random_fully = random_fully;
-        if !cfg.bind_address.is_unspecified() && family.matches(&cfg.bind_address) {
-            render.node_ips = vec![cfg.bind_address];
+    match cfg.mode {
+        ProxyMode::Iptables => {
+            let proxiers = iptables_proxiers(&cfg, &env, &shared).await;
+            serve_and_sync(cfg, source, shared, proxiers, shutdown).await
         }
-        if render.cluster_cidr.is_none() {
-            info!(
-                ip_family = family.label(),
-                "no cluster CIDR: traffic is not classified as pod-local"
-            );
+        ProxyMode::Nftables => {
+            let proxiers = nftables_proxiers(&cfg, &env, &shared).await?;
+            serve_and_sync(cfg, source, shared, proxiers, shutdown).await
         }
-        let handle = ProxyHandle::with_health(
-            ServiceState::new(family, cfg.node_name.clone()),
-            health.clone(),
-        );
-        let any_ip = match family {
-            IpFamily::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        };
-        let service_health = ServiceHealthServer::new(vec![any_ip], health.clone());
-        proxiers.push(
-            Proxier::with_metrics(runner, render, handle, sync, metrics.clone())
-                .with_conntrack(ExecConntrack::new().with_prefix(env.command_prefix.clone()))
-                .with_service_health(service_health),
-        );
     }
-    let handles = ProxyHandles::new(proxiers.iter().map(|p| p.handle().clone()).collect());
+}
 
+/// Starts the health and metrics servers and the source, then runs each proxier's sync
+/// loop until `shutdown`.
+async fn serve_and_sync<B: Backend>(
+    cfg: ProxyConfig,
+    source: Source,
+    shared: Shared,
+    proxiers: Vec<B>,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let handles = ProxyHandles::new(proxiers.iter().map(|p| p.handle().clone()).collect());
     if let Some(addr) = cfg.healthz_bind_address {
-        let router = health::healthz_router(health.clone(), &registry)?;
+        let router = health::healthz_router(shared.health.clone(), &shared.registry)?;
         health::serve(addr, router, shutdown.clone()).await?;
     }
     if let Some(addr) = cfg.metrics_bind_address {
         health::serve(
             addr,
-            health::metrics_router(registry.clone(), "iptables"),
+            health::metrics_router(shared.registry.clone(), cfg.mode.as_str()),
             shutdown.clone(),
         )
         .await?;
@@ -316,11 +483,11 @@ pub async fn run_source(
         }
     };
 
-    info!(node = %cfg.node_name, "kube-proxy running (iptables mode)");
+    info!(node = %cfg.node_name, mode = cfg.mode.as_str(), "kube-proxy running");
     futures::future::join_all(
         proxiers
             .into_iter()
-            .map(|p| sync_loop::run(p, sync, shutdown.clone())),
+            .map(|p| sync_loop::run(p, shared.sync, shutdown.clone())),
     )
     .await;
     let _ = source_task.await;

@@ -32,7 +32,7 @@ pub enum Error {
     Kind(String),
     #[error("invalid configuration: {field}: {message}")]
     Invalid { field: String, message: String },
-    #[error("proxy mode {0:?} is not supported yet (only \"iptables\")")]
+    #[error("proxy mode {0:?} is not supported yet (only \"iptables\" and \"nftables\")")]
     ModeNotSupported(String),
     #[error("detectLocalMode {0:?} is not supported yet (only \"ClusterCIDR\")")]
     DetectLocalNotSupported(String),
@@ -54,7 +54,7 @@ fn invalid(field: &str, message: impl Into<String>) -> Error {
 #[command(
     name = "kube-proxy",
     disable_version_flag = true,
-    about = "The Kubernetes network proxy runs on each node (iptables mode)."
+    about = "The Kubernetes network proxy runs on each node (iptables or nftables mode)."
 )]
 pub struct Flags {
     /// The path to the configuration file.
@@ -93,7 +93,7 @@ pub struct Flags {
     /// IP:port of the metrics server (default 127.0.0.1:10249); empty disables it.
     #[arg(long = "metrics-bind-address")]
     pub metrics_bind_address: Option<String>,
-    /// Which proxy mode to use: 'iptables' (default); 'ipvs' and 'nftables' are not
+    /// Which proxy mode to use: 'iptables' (default) or 'nftables'; 'ipvs' is not
     /// supported yet.
     #[arg(long = "proxy-mode")]
     pub proxy_mode: Option<String>,
@@ -188,6 +188,16 @@ pub struct IptablesFile {
     pub min_sync_period: Option<String>,
 }
 
+/// `nftables:`, read in nftables mode instead of `iptables:` (as upstream's v1alpha1).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NftablesFile {
+    pub masquerade_bit: Option<i32>,
+    pub masquerade_all: Option<bool>,
+    pub sync_period: Option<String>,
+    pub min_sync_period: Option<String>,
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConntrackFile {
@@ -237,7 +247,7 @@ pub struct KubeProxyConfiguration {
     pub sync_period: Option<serde_json::Value>,
     pub min_sync_period: Option<serde_json::Value>,
     pub ipvs: Option<serde_json::Value>,
-    pub nftables: Option<serde_json::Value>,
+    pub nftables: Option<NftablesFile>,
     pub winkernel: Option<serde_json::Value>,
     pub windows_run_as_service: Option<serde_json::Value>,
     pub oom_score_adj: Option<serde_json::Value>,
@@ -272,6 +282,17 @@ impl KubeProxyConfiguration {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProxyMode {
     Iptables,
+    Nftables,
+}
+
+impl ProxyMode {
+    /// The name upstream uses (`--proxy-mode`, the `/metrics` `mode` notes, logs).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyMode::Iptables => "iptables",
+            ProxyMode::Nftables => "nftables",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -298,6 +319,8 @@ pub struct ProxyConfig {
     pub masquerade_all: bool,
     pub masquerade_bit: u8,
     pub localhost_node_ports: bool,
+    /// localhostNodePorts was set in nftables mode, where it has no effect (warned at start).
+    pub localhost_node_ports_ignored: bool,
     pub sync_period: Duration,
     pub min_sync_period: Duration,
     pub conntrack: ConntrackConfig,
@@ -435,14 +458,15 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
         Some(t) => KubeProxyConfiguration::parse(t)?,
         None => KubeProxyConfiguration::default(),
     };
-    let ipt = file.iptables.clone().unwrap_or_default();
+    let mut ipt = file.iptables.clone().unwrap_or_default();
     let ct = file.conntrack.clone().unwrap_or_default();
     let cc = file.client_connection.clone().unwrap_or_default();
 
     let mode = flag_or(&flags.proxy_mode, file.mode.clone()).unwrap_or_default();
     let mode = match mode.trim() {
         "" | "iptables" => ProxyMode::Iptables,
-        m @ ("nftables" | "ipvs") => return Err(Error::ModeNotSupported(m.to_string())),
+        "nftables" => ProxyMode::Nftables,
+        m @ "ipvs" => return Err(Error::ModeNotSupported(m.to_string())),
         m => {
             return Err(invalid(
                 "mode",
@@ -450,6 +474,24 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
             ));
         }
     };
+
+    // In nftables mode the masquerade and sync settings come from `nftables:` (the
+    // `--iptables-*` flags still win, as upstream's flags apply to every mode); the
+    // iptables-only localhostNodePorts has no effect there.
+    let localhost_asked = flags
+        .iptables_localhost_nodeports
+        .or(ipt.localhost_node_ports)
+        == Some(true);
+    if mode == ProxyMode::Nftables {
+        let nft = file.nftables.clone().unwrap_or_default();
+        ipt = IptablesFile {
+            masquerade_bit: nft.masquerade_bit,
+            masquerade_all: nft.masquerade_all,
+            localhost_node_ports: None,
+            sync_period: nft.sync_period,
+            min_sync_period: nft.min_sync_period,
+        };
+    }
 
     let bind = flag_or(&flags.bind_address, file.bind_address.clone()).unwrap_or_default();
     let bind_address: IpAddr = if bind.trim().is_empty() {
@@ -646,11 +688,13 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
         node_port_addresses,
         masquerade_all: flag_or(&flags.masquerade_all, ipt.masquerade_all).unwrap_or(false),
         masquerade_bit: bit as u8,
-        localhost_node_ports: flag_or(
-            &flags.iptables_localhost_nodeports,
-            ipt.localhost_node_ports,
-        )
-        .unwrap_or(true),
+        localhost_node_ports: mode == ProxyMode::Iptables
+            && flag_or(
+                &flags.iptables_localhost_nodeports,
+                ipt.localhost_node_ports,
+            )
+            .unwrap_or(true),
+        localhost_node_ports_ignored: mode == ProxyMode::Nftables && localhost_asked,
         sync_period,
         min_sync_period,
         conntrack,
@@ -817,6 +861,34 @@ someFutureField: {a: 1}
     }
 
     #[test]
+    fn nftables_mode_reads_its_own_section() {
+        let file = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\niptables:\n  masqueradeBit: 3\n  syncPeriod: 5s\n  localhostNodePorts: true\nnftables:\n  masqueradeBit: 12\n  masqueradeAll: true\n  syncPeriod: 45s\n  minSyncPeriod: 2s\n";
+        let c = resolve(&flags(&[]), Some(file), "n").unwrap();
+        assert_eq!(c.mode, ProxyMode::Nftables);
+        assert_eq!(c.masquerade_bit, 12);
+        assert!(c.masquerade_all);
+        assert_eq!(c.sync_period, Duration::from_secs(45));
+        assert_eq!(c.min_sync_period, Duration::from_secs(2));
+        assert!(!c.localhost_node_ports, "iptables-only");
+        assert!(c.localhost_node_ports_ignored, "asked for: warned at start");
+
+        let c = resolve(&flags(&["--proxy-mode=nftables"]), None, "n").unwrap();
+        assert_eq!(c.mode, ProxyMode::Nftables);
+        assert_eq!(c.masquerade_bit, 14);
+        assert_eq!(c.sync_period, Duration::from_secs(30));
+        assert!(
+            !c.localhost_node_ports_ignored,
+            "the default is not a request"
+        );
+        let c = resolve(&flags(&["--proxy-mode="]), None, "n").unwrap();
+        assert_eq!(
+            c.mode,
+            ProxyMode::Iptables,
+            "empty mode means iptables on Linux"
+        );
+    }
+
+    #[test]
     fn version_flag_forms() {
         assert_eq!(flags(&["--version"]).version.as_deref(), Some("true"));
         assert_eq!(flags(&["--version=raw"]).version.as_deref(), Some("raw"));
@@ -826,7 +898,6 @@ someFutureField: {a: 1}
     #[test]
     fn rejects_bad_values_clearly() {
         let bad = |args: &[&str]| resolve(&flags(args), None, "n").unwrap_err().to_string();
-        assert!(bad(&["--proxy-mode=nftables"]).contains("not supported yet"));
         assert!(bad(&["--proxy-mode=ipvs"]).contains("not supported yet"));
         assert!(bad(&["--proxy-mode=userspace"]).contains("not a valid proxy mode"));
         assert!(bad(&["--iptables-masquerade-bit=32"]).contains("[0, 31]"));

@@ -19,6 +19,7 @@ pub mod health;
 pub mod iptables;
 pub mod metrics;
 pub mod model;
+pub mod nftables;
 pub mod nodeport;
 pub mod settings;
 pub mod source;

@@ -21,9 +21,9 @@ use crate::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
 use crate::sync_loop::{self, SyncConfig, SyncOutcome};
 use crate::tracker::ProxyHandle;
 
-const NODE: &str = "node1";
+pub(crate) const NODE: &str = "node1";
 
-fn meta(ns: &str, name: &str) -> ObjectMeta {
+pub(crate) fn meta(ns: &str, name: &str) -> ObjectMeta {
     ObjectMeta {
         namespace: Some(ns.into()),
         name: Some(name.into()),
@@ -31,7 +31,7 @@ fn meta(ns: &str, name: &str) -> ObjectMeta {
     }
 }
 
-fn port(name: &str, proto: &str, port: i32, node_port: Option<i32>) -> ServicePort {
+pub(crate) fn port(name: &str, proto: &str, port: i32, node_port: Option<i32>) -> ServicePort {
     ServicePort {
         name: Some(name.into()),
         protocol: Some(proto.into()),
@@ -41,7 +41,7 @@ fn port(name: &str, proto: &str, port: i32, node_port: Option<i32>) -> ServicePo
     }
 }
 
-fn svc(ns: &str, name: &str, ty: &str, ip: &str, ports: Vec<ServicePort>) -> Service {
+pub(crate) fn svc(ns: &str, name: &str, ty: &str, ip: &str, ports: Vec<ServicePort>) -> Service {
     Service {
         metadata: meta(ns, name),
         spec: Some(ServiceSpec {
@@ -55,14 +55,14 @@ fn svc(ns: &str, name: &str, ty: &str, ip: &str, ports: Vec<ServicePort>) -> Ser
     }
 }
 
-struct Ep<'a> {
-    ip: &'a str,
-    node: &'a str,
-    ready: bool,
-    terminating: bool,
+pub(crate) struct Ep<'a> {
+    pub(crate) ip: &'a str,
+    pub(crate) node: &'a str,
+    pub(crate) ready: bool,
+    pub(crate) terminating: bool,
 }
 
-fn ep<'a>(ip: &'a str, node: &'a str) -> Ep<'a> {
+pub(crate) fn ep<'a>(ip: &'a str, node: &'a str) -> Ep<'a> {
     Ep {
         ip,
         node,
@@ -71,7 +71,7 @@ fn ep<'a>(ip: &'a str, node: &'a str) -> Ep<'a> {
     }
 }
 
-fn slice(
+pub(crate) fn slice(
     ns: &str,
     svc: &str,
     name: &str,
@@ -116,7 +116,7 @@ fn slice(
 
 /// Five services covering ClusterIP, LB with ETP Local + source ranges + external IP,
 /// NodePort with ClientIP affinity, no endpoints, and UDP with a terminating endpoint.
-fn fixture() -> (Vec<Service>, Vec<EndpointSlice>) {
+pub(crate) fn fixture() -> (Vec<Service>, Vec<EndpointSlice>) {
     let svc1 = svc(
         "ns1",
         "svc1",
@@ -230,14 +230,14 @@ fn fixture() -> (Vec<Service>, Vec<EndpointSlice>) {
     (vec![svc1, svc2, svc3, svc4, svc5], slices)
 }
 
-fn render_cfg() -> RenderConfig {
+pub(crate) fn render_cfg() -> RenderConfig {
     let mut cfg = RenderConfig::new(IpFamily::V4, NODE);
     cfg.node_ips = vec!["192.168.0.2".parse().unwrap()];
     cfg.cluster_cidr = Some("10.0.0.0/8".parse().unwrap());
     cfg
 }
 
-fn loaded_state() -> ServiceState {
+pub(crate) fn loaded_state() -> ServiceState {
     let mut st = ServiceState::new(IpFamily::V4, NODE);
     let (svcs, slices) = fixture();
     for s in &svcs {
@@ -249,7 +249,7 @@ fn loaded_state() -> ServiceState {
     st
 }
 
-fn golden(name: &str, actual: &str) {
+pub(crate) fn golden(name: &str, actual: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
@@ -264,7 +264,7 @@ fn golden(name: &str, actual: &str) {
 
 /// Changes applied on top of the fixture for the partial-sync golden: one endpoint more for
 /// svc1, svc3 deleted, a new svc6.
-fn apply_changes(st: &mut ServiceState) {
+pub(crate) fn apply_changes(st: &mut ServiceState) {
     assert!(st.upsert_endpoint_slice(&slice(
         "ns1",
         "svc1",

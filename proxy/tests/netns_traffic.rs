@@ -2,8 +2,11 @@
 //! deletes (never the root namespace's rules, routes or links).
 //!
 //! Topology (`support/netns.rs`): `client` —veth— `node` —veth— `pod0`, `pod1`, `pod2`. The
-//! node namespace holds the rules (the proxier runs in this process, its iptables and
+//! node namespace holds the rules (the proxier runs in this process, its iptables, nft and
 //! conntrack commands prefixed with `ip netns exec node`) and forwards between its veths.
+//! One scenario, run once per mode (iptables, nftables), each in namespaces of its own; a
+//! third test switches one node between the modes and checks that no rule of the other
+//! mode stays behind.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -15,16 +18,20 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prometheus::Registry;
+use proxy::app::{Environment, remove_other_modes};
+use proxy::config::{Flags, resolve};
 use proxy::conntrack::ExecConntrack;
 use proxy::health::ServiceHealthServer;
 use proxy::iptables::{ExecRunner, IptablesRunner, detect_backend};
 use proxy::model::{Cidr, IpFamily, SERVICE_NAME_LABEL, ServiceState};
+use proxy::nftables::{ExecNft, NftProxier, check_support};
 use proxy::proxier::{Proxier, ProxyHandle, SyncConfig};
 use proxy::render::RenderConfig;
+use proxy::sync_loop::Backend;
 
 #[path = "support/netns.rs"]
 mod netns;
-use netns::{NODE_IP, TCP_PORT, Topology, UDP_PORT, answers, have, root_kube_rules};
+use netns::{NODE_IP, TCP_PORT, Topology, UDP_PORT, answers, have, pod_ip6, root_kube_rules};
 
 /// Not a test on its own: the backends and the client (see `support/netns.rs`).
 #[test]
@@ -74,7 +81,17 @@ fn service(name: &str, ip: &str, ty: &str, proto: &str, node_port: Option<i32>) 
 
 /// Endpoints by pod index; `local` pods are on this node ("node").
 fn slice(svc: &str, proto: &str, pods: &[usize], local: &[usize]) -> EndpointSlice {
-    let mut m = meta(&format!("{svc}-abc"));
+    slice_of(IpFamily::V4, svc, proto, pods, local)
+}
+
+fn slice_of(
+    family: IpFamily,
+    svc: &str,
+    proto: &str,
+    pods: &[usize],
+    local: &[usize],
+) -> EndpointSlice {
+    let mut m = meta(&format!("{svc}-{}", family.label().to_lowercase()));
     m.labels = Some(BTreeMap::from([(
         SERVICE_NAME_LABEL.to_string(),
         svc.to_string(),
@@ -82,11 +99,14 @@ fn slice(svc: &str, proto: &str, pods: &[usize], local: &[usize]) -> EndpointSli
     let port = if proto == "UDP" { UDP_PORT } else { TCP_PORT };
     EndpointSlice {
         metadata: m,
-        address_type: "IPv4".into(),
+        address_type: family.label().into(),
         endpoints: Some(
             pods.iter()
                 .map(|i| Endpoint {
-                    addresses: vec![format!("10.244.{i}.2")],
+                    addresses: vec![match family {
+                        IpFamily::V4 => format!("10.244.{i}.2"),
+                        IpFamily::V6 => pod_ip6(*i),
+                    }],
                     node_name: Some(if local.contains(i) { "node" } else { "other" }.into()),
                     conditions: Some(EndpointConditions {
                         ready: Some(true),
@@ -124,14 +144,24 @@ async fn http_get(port: u16) -> Option<String> {
 }
 
 // ---------------------------------------------------------------------------------------
-// The test.
+// The modes.
 
-fn skip_reason() -> Option<String> {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Iptables,
+    Nftables,
+}
+
+fn skip_reason(mode: Mode) -> Option<String> {
     let uid = Command::new("id").arg("-u").output().ok()?;
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("needs root (network namespaces, iptables)".into());
+        return Some("needs root (network namespaces, iptables/nft)".into());
     }
-    for bin in ["ip", "iptables-save", "iptables-nft-restore", "sysctl"] {
+    let bins: &[&str] = match mode {
+        Mode::Iptables => &["ip", "iptables-save", "iptables-nft-restore", "sysctl"],
+        Mode::Nftables => &["ip", "nft", "sysctl"],
+    };
+    for bin in bins {
         if !have(bin) {
             return Some(format!("{bin} not installed"));
         }
@@ -139,54 +169,182 @@ fn skip_reason() -> Option<String> {
     None
 }
 
-#[tokio::test]
-async fn traffic_through_proxier_rules() {
-    if std::env::var("KP_HELPER").is_ok() {
-        return;
-    }
-    if let Some(why) = skip_reason() {
-        println!("skipping traffic_through_proxier_rules: {why}");
-        return;
-    }
-    let started = Instant::now();
-    let root_before = root_kube_rules();
-    let prefix = format!("kpt{}", std::process::id());
-    let mut topo = match Topology::build(&prefix, 3, "KP_HELPER") {
-        Ok(t) => t,
-        Err(e) => {
-            println!("skipping traffic_through_proxier_rules: cannot build topology: {e}");
-            return;
-        }
-    };
-    topo.start_backends().expect("backends");
+/// The root namespace's nftables tables named kube-proxy (read only).
+fn root_nft_tables() -> usize {
+    Command::new("nft")
+        .args(["list", "tables"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.contains("kube-proxy"))
+                .count()
+        })
+        .unwrap_or(0)
+}
 
-    // Proxier for the node namespace.
-    let decision = detect_backend(IpFamily::V4, topo.prefix()).await;
-    let probe = ExecRunner::new(IpFamily::V4)
+/// The node namespace's rules of `mode`, for failure messages and leftover checks.
+fn node_rules(topo: &Topology, mode: Mode) -> String {
+    match mode {
+        Mode::Iptables => topo.node_rules() + &topo.node_rules6(),
+        Mode::Nftables => Command::new("ip")
+            .args(["netns", "exec", &topo.node, "nft", "list", "ruleset"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default(),
+    }
+}
+
+fn render_cfg(family: IpFamily) -> RenderConfig {
+    let mut cfg = RenderConfig::new(family, "node");
+    match family {
+        IpFamily::V4 => {
+            cfg.node_ips = vec![NODE_IP.parse().unwrap()];
+            cfg.cluster_cidr = Some("10.244.0.0/16".parse::<Cidr>().unwrap());
+        }
+        IpFamily::V6 => {
+            cfg.node_ips = vec![netns::NODE_IP6.parse().unwrap()];
+            cfg.cluster_cidr = Some("fd00:244::/32".parse::<Cidr>().unwrap());
+        }
+    }
+    cfg
+}
+
+async fn iptables_proxier(
+    topo: &Topology,
+    family: IpFamily,
+    handle: ProxyHandle,
+) -> Proxier<ExecRunner, ExecConntrack> {
+    let decision = detect_backend(family, topo.prefix()).await;
+    let probe = ExecRunner::new(family)
         .with_backend(decision.backend)
         .with_prefix(topo.prefix());
     let version = probe.version().await.expect("iptables in node netns");
     let runner = probe.with_version(&version);
-    let mut cfg = RenderConfig::new(IpFamily::V4, "node");
-    cfg.node_ips = vec![NODE_IP.parse().unwrap()];
-    cfg.cluster_cidr = Some("10.244.0.0/16".parse::<Cidr>().unwrap());
+    let mut cfg = render_cfg(family);
     cfg.random_fully = version.has_random_fully();
-    let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "node"));
-    let hc_server =
-        ServiceHealthServer::new(vec!["127.0.0.1".parse().unwrap()], handle.health().clone());
-    let with_conntrack = have("conntrack");
-    let mut p = Proxier::new(
-        runner,
-        cfg,
-        handle.clone(),
+    Proxier::new(runner, cfg, handle, SyncConfig::default(), &Registry::new())
+        .unwrap()
+        .with_conntrack(ExecConntrack::new().with_prefix(topo.prefix()))
+}
+
+fn nft_proxier(
+    topo: &Topology,
+    family: IpFamily,
+    handle: ProxyHandle,
+) -> NftProxier<ExecNft, ExecConntrack> {
+    NftProxier::new(
+        ExecNft::new().with_prefix(topo.prefix()),
+        render_cfg(family),
+        handle,
         SyncConfig::default(),
         &Registry::new(),
     )
     .unwrap()
     .with_conntrack(ExecConntrack::new().with_prefix(topo.prefix()))
-    .with_service_health(hc_server);
+}
 
-    // Services.
+fn new_handle(family: IpFamily) -> ProxyHandle {
+    ProxyHandle::new(ServiceState::new(family, "node"))
+}
+
+async fn sync<B: Backend>(p: &mut B, topo: &Topology, mode: Mode) {
+    if let Err(e) = p.sync(false).await {
+        panic!("{mode:?} sync failed: {e}\n{}", node_rules(topo, mode));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The tests.
+
+#[tokio::test]
+async fn traffic_through_proxier_rules() {
+    traffic(Mode::Iptables).await;
+}
+
+#[tokio::test]
+async fn traffic_through_nftables_rules() {
+    traffic(Mode::Nftables).await;
+}
+
+/// Builds the namespaces, or says why the test is skipped.
+fn topology(mode: Mode, tag: &str, pods: usize) -> Option<Topology> {
+    if std::env::var("KP_HELPER").is_ok() {
+        return None;
+    }
+    if let Some(why) = skip_reason(mode) {
+        println!("SKIPPED: {mode:?} traffic test: {why}");
+        return None;
+    }
+    let prefix = format!("kpt{}{tag}", std::process::id());
+    match Topology::build(&prefix, pods, "KP_HELPER") {
+        Ok(t) => Some(t),
+        Err(e) => {
+            println!("SKIPPED: {mode:?} traffic test: cannot build topology: {e}");
+            None
+        }
+    }
+}
+
+async fn traffic(mode: Mode) {
+    let root_before = (root_kube_rules(), root_nft_tables());
+    let tag = match mode {
+        Mode::Iptables => "i",
+        Mode::Nftables => "n",
+    };
+    let Some(mut topo) = topology(mode, tag, 3) else {
+        return;
+    };
+    if mode == Mode::Nftables
+        && let Err(e) =
+            check_support(&ExecNft::new().with_prefix(topo.prefix()), IpFamily::V4).await
+    {
+        println!("SKIPPED: nftables traffic test: {e}");
+        return;
+    }
+    let started = Instant::now();
+    topo.start_backends().expect("backends");
+    let handle = new_handle(IpFamily::V4);
+    let hc_server =
+        ServiceHealthServer::new(vec!["127.0.0.1".parse().unwrap()], handle.health().clone());
+    match mode {
+        Mode::Iptables => {
+            let p = iptables_proxier(&topo, IpFamily::V4, handle.clone()).await;
+            scenario(mode, &topo, p.with_service_health(hc_server), &handle).await;
+        }
+        Mode::Nftables => {
+            let p = nft_proxier(&topo, IpFamily::V4, handle.clone());
+            scenario(mode, &topo, p.with_service_health(hc_server), &handle).await;
+        }
+    }
+    if topo.ipv6 {
+        let h6 = new_handle(IpFamily::V6);
+        match mode {
+            Mode::Iptables => {
+                let p6 = iptables_proxier(&topo, IpFamily::V6, h6.clone()).await;
+                dual_stack(mode, &topo, p6, &h6).await;
+            }
+            Mode::Nftables => {
+                let p6 = nft_proxier(&topo, IpFamily::V6, h6.clone());
+                dual_stack(mode, &topo, p6, &h6).await;
+            }
+        }
+    } else {
+        println!("no IPv6 in the namespaces: dual-stack part skipped");
+    }
+    drop(topo);
+    assert_eq!(
+        (root_kube_rules(), root_nft_tables()),
+        root_before,
+        "root namespace rules changed"
+    );
+    println!("{mode:?} traffic test done in {:?}", started.elapsed());
+}
+
+/// ClusterIP spread, NodePort, affinity, no endpoints → reject, ETP Local health check,
+/// endpoint removal, UDP conntrack cleanup.
+async fn scenario<B: Backend>(mode: Mode, topo: &Topology, mut p: B, handle: &ProxyHandle) {
+    let with_conntrack = have("conntrack");
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let hc_port = free.local_addr().unwrap().port();
     drop(free);
@@ -218,90 +376,230 @@ async fn traffic_through_proxier_rules() {
     handle.on_endpoint_slice_upsert(&slice("dns", "UDP", &[0], &[]));
     handle.on_services_synced();
     handle.on_endpoint_slices_synced();
-    p.sync(false).await.expect("first sync");
+    sync(&mut p, topo, mode).await;
 
     // 1. ClusterIP spreads over all backends.
-    let a = client(&topo, "tcp", "10.96.0.10:80", 40, 0).await;
+    let a = client(topo, "tcp", "10.96.0.10:80", 40, 0).await;
     assert_eq!(a.len(), 40, "{a:?}");
     assert_eq!(
         distinct(&a),
         BTreeSet::from(["pod0", "pod1", "pod2"]),
-        "cluster IP answers: {a:?}"
+        "{mode:?} cluster IP answers: {a:?}\n{}",
+        node_rules(topo, mode)
     );
 
     // 2. NodePort on the node's address.
-    let a = client(&topo, "tcp", &format!("{NODE_IP}:30080"), 5, 0).await;
+    let a = client(topo, "tcp", &format!("{NODE_IP}:30080"), 5, 0).await;
     assert!(
         a.iter().all(|x| x.starts_with("pod")),
-        "node port answers: {a:?}"
+        "{mode:?} node port answers: {a:?}\n{}",
+        node_rules(topo, mode)
     );
 
     // 3. Session affinity: one backend for this client.
-    let a = client(&topo, "tcp", "10.96.0.11:80", 15, 0).await;
-    assert_eq!(distinct(&a).len(), 1, "sticky answers: {a:?}");
+    let a = client(topo, "tcp", "10.96.0.11:80", 15, 0).await;
+    assert_eq!(distinct(&a).len(), 1, "{mode:?} sticky answers: {a:?}");
     assert!(a[0].starts_with("pod"), "{a:?}");
 
     // 4. No endpoints: rejected, quickly.
     let t = Instant::now();
-    let a = client(&topo, "tcp", "10.96.0.12:80", 1, 0).await;
-    if a != vec!["ERR refused"] {
-        let f = p
-            .runner()
-            .save(proxy::render::TableName::Filter)
-            .await
-            .unwrap();
-        let n = p
-            .runner()
-            .save(proxy::render::TableName::Nat)
-            .await
-            .unwrap();
-        panic!("no-endpoint service: {a:?}\n{f}\n{n}");
-    }
+    let a = client(topo, "tcp", "10.96.0.12:80", 1, 0).await;
+    assert_eq!(
+        a,
+        vec!["ERR refused"],
+        "{mode:?} no-endpoint service\n{}",
+        node_rules(topo, mode)
+    );
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 
-    // 5. ETP Local health check: 200 with a local endpoint, 503 without.
+    // 5. ETP Local health check: 200 with a local endpoint, 503 without; the node port
+    //    answers only while a local endpoint exists.
     let r = http_get(hc_port).await.expect("health check port");
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     assert!(r.contains("\"localEndpoints\": 1"), "{r}");
+    let a = client(topo, "tcp", &format!("{NODE_IP}:30081"), 6, 0).await;
+    assert_eq!(
+        a,
+        vec!["pod0"; 6],
+        "{mode:?} ETP Local node port: local endpoint only"
+    );
     handle.on_endpoint_slice_upsert(&slice("local", "TCP", &[1], &[]));
-    p.sync(false).await.unwrap();
+    sync(&mut p, topo, mode).await;
     let r = http_get(hc_port).await.expect("health check port");
     assert!(r.starts_with("HTTP/1.1 503"), "{r}");
     assert!(r.contains("\"localEndpoints\": 0"), "{r}");
 
     // 6. Removing an endpoint stops traffic to it after the next sync.
     handle.on_endpoint_slice_upsert(&slice("web", "TCP", &[0, 1], &[]));
-    p.sync(false).await.unwrap();
-    let a = client(&topo, "tcp", "10.96.0.10:80", 40, 0).await;
+    sync(&mut p, topo, mode).await;
+    let a = client(topo, "tcp", "10.96.0.10:80", 40, 0).await;
     assert_eq!(a.len(), 40, "{a:?}");
     assert_eq!(
         distinct(&a),
         BTreeSet::from(["pod0", "pod1"]),
-        "after removal: {a:?}"
+        "{mode:?} after removal: {a:?}"
     );
 
     // 7. UDP: a flow pinned to pod0 by conntrack moves to pod1 after the endpoint change.
     if with_conntrack {
-        let a = client(&topo, "udp", "10.96.0.14:80", 3, 40000).await;
-        assert_eq!(a, vec!["pod0"; 3], "udp before");
+        let a = client(topo, "udp", "10.96.0.14:80", 3, 40000).await;
+        assert_eq!(a, vec!["pod0"; 3], "{mode:?} udp before");
         handle.on_endpoint_slice_upsert(&slice("dns", "UDP", &[1], &[]));
-        p.sync(false).await.unwrap();
-        let a = client(&topo, "udp", "10.96.0.14:80", 2, 40000).await;
-        assert_eq!(a, vec!["pod1"; 2], "udp after endpoint change");
+        sync(&mut p, topo, mode).await;
+        let a = client(topo, "udp", "10.96.0.14:80", 2, 40000).await;
+        assert_eq!(a, vec!["pod1"; 2], "{mode:?} udp after endpoint change");
     } else {
         println!("conntrack not installed: UDP cleanup part skipped");
     }
+}
 
-    drop(p);
-    drop(topo);
+/// The IPv6 proxier beside the IPv4 one: an IPv6 cluster IP spreads over the pods' IPv6
+/// addresses.
+async fn dual_stack<B: Backend>(mode: Mode, topo: &Topology, mut p: B, h6: &ProxyHandle) {
+    let web6 = service("web6", "fd00:96::10", "ClusterIP", "TCP", None);
+    h6.on_service_upsert(&web6);
+    h6.on_endpoint_slice_upsert(&slice_of(IpFamily::V6, "web6", "TCP", &[0, 1, 2], &[]));
+    h6.on_services_synced();
+    h6.on_endpoint_slices_synced();
+    sync(&mut p, topo, mode).await;
+    let a = client(topo, "tcp", "[fd00:96::10]:80", 30, 0).await;
     assert_eq!(
-        root_kube_rules(),
-        root_before,
-        "root namespace KUBE- rules changed"
+        distinct(&a),
+        BTreeSet::from(["pod0", "pod1", "pod2"]),
+        "{mode:?} IPv6 cluster IP answers: {a:?}\n{}",
+        node_rules(topo, mode)
     );
-    println!(
-        "traffic test ({:?} backend) done in {:?}",
-        decision.backend,
-        started.elapsed()
+}
+
+/// A node switched iptables → nftables → iptables: starting in one mode removes the other
+/// mode's rules, and traffic flows after each switch.
+#[tokio::test]
+async fn mode_switch_leaves_no_stale_rules() {
+    if skip_reason(Mode::Iptables).is_some() {
+        println!(
+            "SKIPPED: mode switch: {}",
+            skip_reason(Mode::Iptables).unwrap()
+        );
+        return;
+    }
+    let Some(mut topo) = topology(Mode::Nftables, "s", 1) else {
+        return;
+    };
+    topo.start_backends().expect("backends");
+    let env = Environment {
+        command_prefix: topo.prefix(),
+    };
+    let cfg = |mode: &str| {
+        let f = Flags {
+            proxy_mode: Some(mode.into()),
+            ..Flags::default()
+        };
+        resolve(&f, None, "node").unwrap()
+    };
+    let load = |h: &ProxyHandle| {
+        h.on_service_upsert(&service("web", "10.96.0.10", "ClusterIP", "TCP", None));
+        h.on_endpoint_slice_upsert(&slice("web", "TCP", &[0], &[]));
+        h.on_services_synced();
+        h.on_endpoint_slices_synced();
+    };
+    let kube_lines = |rules: &str| -> Vec<String> {
+        rules
+            .lines()
+            .filter(|l| l.contains("KUBE-") && !l.contains("KUBE-FIREWALL"))
+            .filter(|l| !l.contains("KUBE-KUBELET-CANARY") && !l.contains("KUBE-IPTABLES-HINT"))
+            .map(str::to_string)
+            .collect()
+    };
+
+    let h = new_handle(IpFamily::V4);
+    load(&h);
+    let mut p = iptables_proxier(&topo, IpFamily::V4, h.clone()).await;
+    sync(&mut p, &topo, Mode::Iptables).await;
+    assert!(!kube_lines(&node_rules(&topo, Mode::Iptables)).is_empty());
+    drop(p);
+
+    remove_other_modes(&cfg("nftables"), &env).await;
+    let left = kube_lines(&node_rules(&topo, Mode::Iptables));
+    assert!(
+        left.is_empty(),
+        "iptables rules left in nftables mode: {left:?}"
     );
+    let h = new_handle(IpFamily::V4);
+    load(&h);
+    let mut p = nft_proxier(&topo, IpFamily::V4, h.clone());
+    sync(&mut p, &topo, Mode::Nftables).await;
+    let a = client(&topo, "tcp", "10.96.0.10:80", 3, 0).await;
+    assert_eq!(a, vec!["pod0"; 3], "nftables after the switch");
+    drop(p);
+
+    remove_other_modes(&cfg("iptables"), &env).await;
+    let nft = node_rules(&topo, Mode::Nftables);
+    assert!(
+        !nft.contains("table ip kube-proxy"),
+        "nftables table left in iptables mode:\n{nft}"
+    );
+    let h = new_handle(IpFamily::V4);
+    load(&h);
+    let mut p = iptables_proxier(&topo, IpFamily::V4, h.clone()).await;
+    sync(&mut p, &topo, Mode::Iptables).await;
+    let a = client(&topo, "tcp", "10.96.0.10:80", 3, 0).await;
+    assert_eq!(a, vec!["pod0"; 3], "iptables after switching back");
+}
+
+fn node_nft(topo: &Topology, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &topo.node, "nft"])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// In a real kernel: an endpoint's chain is emptied at once and deleted by a sync a second
+/// later; a table removed behind the proxier's back fails the syncs that assumed it, and the
+/// proxier writes it afresh (with the changes it missed) by the second retry.
+#[tokio::test]
+async fn nftables_stale_chains_and_recovery_in_kernel() {
+    let Some(topo) = topology(Mode::Nftables, "k", 2) else {
+        return;
+    };
+    if let Err(e) = check_support(&ExecNft::new().with_prefix(topo.prefix()), IpFamily::V4).await {
+        println!("SKIPPED: nftables kernel test: {e}");
+        return;
+    }
+    let h = new_handle(IpFamily::V4);
+    h.on_service_upsert(&service("web", "10.96.0.10", "ClusterIP", "TCP", None));
+    h.on_endpoint_slice_upsert(&slice("web", "TCP", &[0, 1], &[]));
+    h.on_services_synced();
+    h.on_endpoint_slices_synced();
+    let mut p = nft_proxier(&topo, IpFamily::V4, h.clone());
+    sync(&mut p, &topo, Mode::Nftables).await;
+    let gone = "__10.244.1.2/8080";
+    assert!(node_nft(&topo, &["list", "chains", "ip"]).contains(gone));
+
+    h.on_endpoint_slice_upsert(&slice("web", "TCP", &[0], &[]));
+    sync(&mut p, &topo, Mode::Nftables).await;
+    let chains = node_nft(&topo, &["list", "chains", "ip"]);
+    assert!(chains.contains(gone), "kept for a second:\n{chains}");
+    let table = node_nft(&topo, &["list", "table", "ip", "kube-proxy"]);
+    assert!(
+        !table.contains("dnat to 10.244.1.2"),
+        "emptied at once:\n{table}"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    p.sync(true).await.unwrap();
+    let chains = node_nft(&topo, &["list", "chains", "ip"]);
+    assert!(!chains.contains(gone), "deleted a second later:\n{chains}");
+
+    node_nft(&topo, &["delete", "table", "ip", "kube-proxy"]);
+    h.on_endpoint_slice_upsert(&slice("web", "TCP", &[1], &[]));
+    assert!(
+        p.sync(false).await.is_err(),
+        "the partial sync needs the table"
+    );
+    assert!(p.sync(false).await.is_err(), "so does the full diff");
+    p.sync(false).await.expect("the table written afresh");
+    let table = node_nft(&topo, &["list", "table", "ip", "kube-proxy"]);
+    assert!(table.contains("dnat to 10.244.1.2:8080"), "{table}");
+    assert!(!table.contains("dnat to 10.244.0.2"), "{table}");
 }

@@ -8,7 +8,11 @@
 //! computing one partial-sync delta, incremental (`Rendered::update`) vs the whole render +
 //! `render::delta` it replaces (no root needed for that line). Prints figures; asserts nothing.
 //!
-//! Usage: proxy-bench [--services N] (default 1000) [--backend nft|legacy]. Needs root;
+//! With `--mode nftables`, the nftables proxier instead (see `bench_support/nft.rs`);
+//! `--services` then takes a list (`--services 1000,5000,10000`).
+//!
+//! Usage: proxy-bench [--services N] (default 1000) [--backend nft|legacy]
+//! [--mode iptables|nftables]. Needs root;
 //! touches only namespaces it creates and deletes. `PROXY_BENCH_DUMP=FILE` writes the full
 //! restore text there (for experiments with the raw tools); `PROXY_BENCH_VERBOSE` prints the
 //! deltas.
@@ -30,6 +34,9 @@ use proxy::iptables::{Proxier, TableName};
 use proxy::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
 use proxy::sync_loop::SyncConfig;
 use proxy::tracker::ProxyHandle;
+
+#[path = "bench_support/nft.rs"]
+mod nft;
 
 struct Netns(String);
 
@@ -210,6 +217,14 @@ fn rss_kib() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1).map(|v| v.parse().unwrap_or(0)))
         })
         .unwrap_or(0)
+}
+
+fn load_average() -> String {
+    let l = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    format!(
+        "load average (1/5/15 min): {}",
+        l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    )
 }
 
 fn have(bin: &str) -> bool {
@@ -425,13 +440,26 @@ fn print_delta_cpu(n: usize) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    let mut n = 1000usize;
+    let mut sizes = vec![1000usize];
     let mut only: Option<Backend> = None;
+    let mut nftables = false;
     let mut args = std::env::args().skip(1);
+    let list = |s: &str| -> anyhow::Result<Vec<usize>> {
+        s.split(',')
+            .map(|x| x.trim().parse().context("--services N[,N…]"))
+            .collect()
+    };
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--services" => n = args.next().context("--services N")?.parse()?,
-            s if s.starts_with("--services=") => n = s["--services=".len()..].parse()?,
+            "--services" => sizes = list(&args.next().context("--services N")?)?,
+            s if s.starts_with("--services=") => sizes = list(&s["--services=".len()..])?,
+            "--mode" => {
+                nftables = match args.next().as_deref() {
+                    Some("nftables") => true,
+                    Some("iptables") => false,
+                    other => bail!("--mode iptables|nftables, got {other:?}"),
+                }
+            }
             "--backend" => {
                 only = match args.next().as_deref() {
                     Some("nft") => Some(Backend::Nft),
@@ -440,14 +468,30 @@ async fn main() -> anyhow::Result<()> {
                 }
             }
             other => bail!(
-                "unknown argument {other:?} (usage: proxy-bench [--services N] [--backend nft|legacy])"
+                "unknown argument {other:?} (usage: proxy-bench [--services N] [--backend nft|legacy] [--mode iptables|nftables])"
             ),
         }
     }
+    let n = sizes[0];
     let uid = Command::new("id").arg("-u").output()?;
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         println!("proxy-bench needs root (network namespaces); only the CPU figures follow");
+        if nftables {
+            return Ok(());
+        }
         print_delta_cpu(n);
+        return Ok(());
+    }
+    if nftables {
+        let mut rows = Vec::new();
+        for &n in &sizes {
+            match nft::bench(n).await {
+                Ok(r) => rows.push(r),
+                Err(e) => println!("nftables at {n}: {e:#}"),
+            }
+        }
+        nft::print(&rows);
+        println!("{}", load_average());
         return Ok(());
     }
     let mut rows = Vec::new();

@@ -33,7 +33,7 @@ pub fn is_service_chain(name: &str) -> bool {
 const BASE32_ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
 /// Appends RFC 4648 base32 (standard alphabet, no padding) of `data` to `out`.
-fn push_base32(out: &mut String, data: &[u8]) {
+pub(crate) fn push_base32(out: &mut String, data: &[u8]) {
     let mut buffer: u64 = 0;
     let mut bits = 0u32;
     for &b in data {

@@ -729,12 +729,12 @@ fn missing_jumps(dumps: &[(TableName, String)]) -> Vec<(TableName, String)> {
 
 /// Health-check node ports by service, and each service's number of distinct ready local
 /// endpoint IPs (upstream's HealthCheckNodePorts and LocalReadyEndpoints).
-type HealthCheckState = (
+pub(crate) type HealthCheckState = (
     BTreeMap<NamespacedName, u16>,
     BTreeMap<NamespacedName, usize>,
 );
 
-fn health_check_state(state: &ServiceState) -> HealthCheckState {
+pub(crate) fn health_check_state(state: &ServiceState) -> HealthCheckState {
     let mut ports = BTreeMap::new();
     for (name, info) in state.service_port_map() {
         if info.health_check_node_port != 0 {

@@ -18,6 +18,8 @@ pub struct Metrics {
     pub iptables_last: GaugeVec,
     pub restore_failures: CounterVec,
     pub partial_restore_failures: CounterVec,
+    /// nftables mode: transactions refused.
+    pub nftables_sync_failures: CounterVec,
     pub no_local_endpoints: GaugeVec,
     pub network_programming: HistogramVec,
     pub endpoint_changes_pending: Gauge,
@@ -106,6 +108,13 @@ impl Metrics {
                 ),
                 &["ip_family"],
             )?,
+            nftables_sync_failures: CounterVec::new(
+                Opts::new(
+                    "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+                    "[ALPHA] Cumulative proxy nftables sync failures",
+                ),
+                &["ip_family"],
+            )?,
             no_local_endpoints: GaugeVec::new(
                 Opts::new(
                     "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
@@ -147,6 +156,7 @@ impl Metrics {
         registry.register(Box::new(m.iptables_last.clone()))?;
         registry.register(Box::new(m.restore_failures.clone()))?;
         registry.register(Box::new(m.partial_restore_failures.clone()))?;
+        registry.register(Box::new(m.nftables_sync_failures.clone()))?;
         registry.register(Box::new(m.no_local_endpoints.clone()))?;
         registry.register(Box::new(m.network_programming.clone()))?;
         registry.register(Box::new(m.endpoint_changes_pending.clone()))?;

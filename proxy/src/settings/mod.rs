@@ -362,7 +362,7 @@ pub const FLAGS: &[Setting] = &[
         "--proxy-mode",
         Implemented,
         &[],
-        "Only iptables; ipvs and nftables are refused with an error.",
+        "iptables (default, also for \"\") and nftables; ipvs is refused with an error.",
     ),
     s(
         "--cluster-cidr",
@@ -387,7 +387,7 @@ pub const FLAGS: &[Setting] = &[
         "--iptables-localhost-nodeports",
         Implemented,
         &[],
-        "NodePorts on localhost.",
+        "NodePorts on localhost (iptables mode; warned about in nftables mode, which has none).",
     ),
     s(
         "--iptables-sync-period",
@@ -569,7 +569,7 @@ pub const FIELDS: &[Setting] = &[
         "mode",
         Implemented,
         &[],
-        "Only iptables; ipvs and nftables are refused with an error.",
+        "iptables (default, also for \"\") and nftables; ipvs is refused with an error.",
     ),
     s(
         "iptables.masqueradeAll",
@@ -582,7 +582,7 @@ pub const FIELDS: &[Setting] = &[
         "iptables.localhostNodePorts",
         Implemented,
         &[],
-        "NodePorts on localhost.",
+        "NodePorts on localhost (iptables mode; warned about in nftables mode, which has none).",
     ),
     s(
         "iptables.syncPeriod",
@@ -615,10 +615,28 @@ pub const FIELDS: &[Setting] = &[
         "Used only in ipvs mode (refused), as upstream ignores it in iptables mode.",
     ),
     s(
-        "nftables",
+        "nftables.masqueradeAll",
         Implemented,
         &[],
-        "Used only in nftables mode (refused), as upstream ignores it in iptables mode.",
+        "SNAT all service traffic (nftables mode; ignored in iptables mode, as upstream).",
+    ),
+    s(
+        "nftables.masqueradeBit",
+        Implemented,
+        &[],
+        "fwmark bit (nftables mode).",
+    ),
+    s(
+        "nftables.syncPeriod",
+        Implemented,
+        &[],
+        "Full resync period (nftables mode).",
+    ),
+    s(
+        "nftables.minSyncPeriod",
+        Implemented,
+        &[],
+        "Minimum time between syncs (nftables mode).",
     ),
     s(
         "winkernel",

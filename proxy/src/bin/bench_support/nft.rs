@@ -1,0 +1,250 @@
+//! `proxy-bench --mode nftables`: the nftables proxier against raw `nft -f` of its own
+//! transactions, in namespaces the bench creates and deletes.
+//!
+//! For each size: a namespace for the proxier (first sync = the whole table, in steps above
+//! 2000 service ports), two more for raw loads of the same text as one transaction after
+//! it (their mean is the raw figure), and one for raw loads of the proxier's own steps. Then, at that size, one changed EndpointSlice (median of 5) and one new Service,
+//! each from the event to the kernel, next to raw `nft -f` of the same minimal delta in the
+//! raw namespace (which holds the same rules). RSS after the run.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use prometheus::Registry;
+use proxy::iptables::render::RenderConfig;
+use proxy::model::{IpFamily, ServiceState};
+use proxy::nftables::runner::{NftRunner, Result as NftResult};
+use proxy::nftables::{ExecNft, NftProxier, check_support};
+use proxy::sync_loop::SyncConfig;
+use proxy::tracker::ProxyHandle;
+
+use super::{Netns, rss_kib, service, slice};
+
+/// Passes everything to `ExecNft` (nothing without one), remembering the transactions.
+#[derive(Clone)]
+struct Recording {
+    inner: Option<ExecNft>,
+    all: Arc<Mutex<Vec<String>>>,
+}
+
+impl Recording {
+    fn last(&self) -> String {
+        self.all
+            .lock()
+            .ok()
+            .and_then(|a| a.last().cloned())
+            .unwrap_or_default()
+    }
+
+    /// The transactions recorded so far (the record is emptied).
+    fn take(&self) -> Vec<String> {
+        self.all
+            .lock()
+            .map(|mut a| std::mem::take(&mut *a))
+            .unwrap_or_default()
+    }
+}
+
+impl NftRunner for Recording {
+    async fn apply(&self, text: &str) -> NftResult<()> {
+        if let Ok(mut a) = self.all.lock() {
+            a.push(text.to_owned());
+        }
+        match &self.inner {
+            Some(r) => r.apply(text).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn check(&self, text: &str) -> NftResult<()> {
+        match &self.inner {
+            Some(r) => r.check(text).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn list(&self, what: &[&str]) -> NftResult<String> {
+        match &self.inner {
+            Some(r) => r.list(what).await,
+            None => Ok(String::new()),
+        }
+    }
+}
+
+pub struct Row {
+    n: usize,
+    full: Duration,
+    raw: Duration,
+    raw_first: Duration,
+    raw_second: Duration,
+    /// The proxier's own transactions (when it wrote the table in steps), raw.
+    raw_steps: Option<(Duration, usize)>,
+    bytes: usize,
+    ep_change: Duration,
+    raw_ep_change: Duration,
+    new_svc: Duration,
+    raw_new_svc: Duration,
+    rss_kib: u64,
+}
+
+async fn timed_apply(r: &ExecNft, text: &str) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    r.apply(text).await.context("raw nft -f")?;
+    Ok(t.elapsed())
+}
+
+pub async fn bench(n: usize) -> anyhow::Result<Row> {
+    let tag = format!("kpnft{}-{n}", std::process::id());
+    let ns_proxy = Netns::new(format!("{tag}-p"))?;
+    let ns_raw = Netns::new(format!("{tag}-r"))?;
+    let exec = |ns: &Netns| ExecNft::new().with_prefix(ns.prefix());
+    check_support(&exec(&ns_proxy), IpFamily::V4).await?;
+
+    let mut cfg = RenderConfig::new(IpFamily::V4, "node0");
+    cfg.cluster_cidr = Some("10.128.0.0/9".parse()?);
+    cfg.node_ips = vec!["192.168.0.2".parse()?];
+    let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "node0"));
+    for i in 0..n {
+        handle.on_service_upsert(&service(i));
+        handle.on_endpoint_slice_upsert(&slice(i, 0));
+    }
+    handle.on_services_synced();
+    handle.on_endpoint_slices_synced();
+
+    let runner = Recording {
+        inner: Some(exec(&ns_proxy)),
+        all: Arc::default(),
+    };
+    let mut p = NftProxier::new(
+        runner.clone(),
+        cfg,
+        handle.clone(),
+        SyncConfig::default(),
+        &Registry::new(),
+    )?;
+
+    // The proxier's first sync, then two raw loads of the text it wrote into fresh
+    // namespaces (the later loads of a run tend to be the faster ones: this favours raw).
+    // The text is taken from the proxier, not rendered again here, so that the RSS
+    // figure is the proxier's.
+    let t = Instant::now();
+    p.sync(false).await.context("first sync")?;
+    let full = t.elapsed();
+    let steps = runner.take();
+    let text = steps.concat();
+    if let Some(path) = std::env::var_os("PROXY_BENCH_DUMP") {
+        std::fs::write(path, &text)?;
+    }
+    let raw_before = {
+        let ns = Netns::new(format!("{tag}-b"))?;
+        timed_apply(&exec(&ns), &text).await?
+    };
+    let raw_runner = exec(&ns_raw);
+    let raw_after = timed_apply(&raw_runner, &text).await?;
+    // The same transactions as the proxier's, raw (the floor of writing in steps).
+    let raw_steps = if steps.len() > 1 {
+        let ns = Netns::new(format!("{tag}-s"))?;
+        let r = exec(&ns);
+        let t = Instant::now();
+        for s in &steps {
+            r.apply(s).await.context("raw step")?;
+        }
+        Some((t.elapsed(), steps.len()))
+    } else {
+        None
+    };
+    drop(steps);
+    let bytes = text.len();
+    drop(text);
+
+    // One changed EndpointSlice, event → kernel (median of 5), and the same delta raw.
+    let (mut changes, mut raw_changes) = (Vec::new(), Vec::new());
+    for g in 1..=5 {
+        let t = Instant::now();
+        handle.on_endpoint_slice_upsert(&slice(n / 2, g));
+        p.sync(false).await.context("partial sync")?;
+        changes.push(t.elapsed());
+        raw_changes.push(timed_apply(&raw_runner, &runner.last()).await?);
+    }
+    changes.sort();
+    raw_changes.sort();
+    if std::env::var_os("PROXY_BENCH_VERBOSE").is_some() {
+        println!("nftables ep change delta:\n{}", runner.last());
+    }
+    // One new Service with its slice.
+    let t = Instant::now();
+    handle.on_service_upsert(&service(n));
+    handle.on_endpoint_slice_upsert(&slice(n, 0));
+    p.sync(false).await.context("partial sync (new service)")?;
+    let new_svc = t.elapsed();
+    let raw_new_svc = timed_apply(&raw_runner, &runner.last()).await?;
+
+    Ok(Row {
+        n,
+        full,
+        raw: (raw_before + raw_after) / 2,
+        raw_first: raw_before,
+        raw_second: raw_after,
+        raw_steps,
+        bytes,
+        ep_change: changes[2],
+        raw_ep_change: raw_changes[2],
+        new_svc,
+        raw_new_svc,
+        rss_kib: rss_kib(),
+    })
+}
+
+pub fn print(rows: &[Row]) {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!(
+        "\nnftables mode, services x 2 endpoints (raw = nft -f of the same text)\n{:>6} {:>10} {:>10} {:>6} {:>8} {:>10} {:>10} {:>6} {:>10} {:>10} {:>6} {:>7}",
+        "svcs",
+        "first",
+        "raw",
+        "ratio",
+        "text",
+        "ep change",
+        "raw delta",
+        "ratio",
+        "new svc",
+        "raw delta",
+        "ratio",
+        "RSS"
+    );
+    for r in rows {
+        println!(
+            "{:>6} {:>8.1}ms {:>8.1}ms {:>5.2}x {:>6}kB {:>8.1}ms {:>8.1}ms {:>5.2}x {:>8.1}ms {:>8.1}ms {:>5.2}x {:>5}MB",
+            r.n,
+            ms(r.full),
+            ms(r.raw),
+            ratio(r.full, r.raw),
+            r.bytes / 1024,
+            ms(r.ep_change),
+            ms(r.raw_ep_change),
+            ratio(r.ep_change, r.raw_ep_change),
+            ms(r.new_svc),
+            ms(r.raw_new_svc),
+            ratio(r.new_svc, r.raw_new_svc),
+            r.rss_kib / 1024
+        );
+    }
+    for r in rows {
+        println!(
+            "{}: raw loads {:.1} ms and {:.1} ms (raw = their mean)",
+            r.n,
+            ms(r.raw_first),
+            ms(r.raw_second)
+        );
+        if let Some((d, n)) = r.raw_steps {
+            println!(
+                "{}: the proxier wrote the table in {n} transactions; the same {n} raw: {:.1} ms (proxier {:.2}x)",
+                r.n,
+                ms(d),
+                ratio(r.full, d)
+            );
+        }
+    }
+}

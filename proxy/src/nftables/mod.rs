@@ -1,0 +1,28 @@
+//! The nftables backend (upstream's pkg/proxy/nftables): one `kube-proxy` table per family
+//! (`ip`, `ip6`), verdict maps for service IPs and node ports, per-service and per-endpoint
+//! chains named as upstream names them.
+//!
+//! - [`names`]: table, map and chain names (upstream's hashing and truncation);
+//! - [`render`]: desired state → the fixed part of the table and each service port's
+//!   objects (pure);
+//! - [`tx`]: what the kernel holds ([`tx::KernelState`]) and the transactions between two
+//!   states (a table written afresh, or only the difference; stale chains deleted a second
+//!   later);
+//! - [`runner`]: the OS edge, `nft -f -` with a timeout, and the kernel support check;
+//! - [`proxier`]: the [`crate::sync_loop::Backend`] of this backend;
+//! - [`cleanup`]: what `--cleanup` and a mode switch remove.
+
+pub mod cleanup;
+pub mod names;
+pub mod proxier;
+pub mod render;
+pub mod runner;
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
+pub mod tx;
+
+#[cfg(test)]
+mod tests;
+
+pub use proxier::NftProxier;
+pub use runner::{ExecNft, NftRunner, Unsupported, check_support};

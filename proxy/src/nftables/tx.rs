@@ -1,0 +1,425 @@
+//! What the kernel holds ([`KernelState`], kept by the proxier instead of ever listing the
+//! table) and the `nft -f` transactions that change it: a whole table written afresh, or
+//! the difference to a new state — the changed services' chains flushed and refilled, map
+//! elements added and deleted, emptied chains and sets deleted only in a later transaction
+//! (≥ [`STALE_DELAY`] after, so that no packet is still on its way through them).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::names::TABLE;
+use super::render::{Base, Map, ServiceNft, family_word};
+use crate::model::{IpFamily, ServicePortName};
+
+/// How long an emptied chain or set waits before it is deleted (upstream waits a second).
+pub const STALE_DELAY: Duration = Duration::from_secs(1);
+
+/// Elements above this many go into several `add element` commands.
+const ELEMENTS_PER_COMMAND: usize = 1000;
+
+/// An element of a shared map: the map and the element's key.
+type ElementKey = (Map, String);
+
+/// An element's text as written and the number of service ports that add it.
+type ElementEntry = (String, u32);
+
+/// A chain or set emptied and no longer referenced, waiting for deletion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StaleKind {
+    Chain,
+    Set,
+}
+
+/// The table's contents as this process last wrote them.
+#[derive(Clone, Debug)]
+pub struct KernelState {
+    family: IpFamily,
+    base: Base,
+    services: BTreeMap<ServicePortName, ServiceNft>,
+    /// Every element with the number of service ports that add it (two ports of one
+    /// service share their cluster IP in `cluster-ips`).
+    elements: HashMap<ElementKey, ElementEntry>,
+    stale: BTreeMap<String, (StaleKind, Instant)>,
+}
+
+/// The transactions (applied in order; none when nothing differs) and the state they lead
+/// to, to be kept once they all succeeded.
+#[derive(Debug)]
+pub struct Planned {
+    pub texts: Vec<String>,
+    pub next: Next,
+}
+
+/// The state after a transaction: a whole new one, or changes to the current one (a diff
+/// never copies the state: at 10k services that copy would cost more than the change).
+#[derive(Debug)]
+pub enum Next {
+    Replace(KernelState),
+    Apply(Changes),
+}
+
+/// What a diff changes in the [`KernelState`] it was computed from.
+#[derive(Debug, Default)]
+pub struct Changes {
+    base: Option<Base>,
+    services: Vec<(ServicePortName, Option<ServiceNft>)>,
+    /// New reference count and text of each touched element (`None`: deleted).
+    elements: Vec<(ElementKey, Option<ElementEntry>)>,
+    stale_added: Vec<(String, StaleKind)>,
+    /// Stale entries re-added (they exist again) or deleted by the transaction.
+    stale_removed: Vec<String>,
+}
+
+impl KernelState {
+    pub fn services(&self) -> &BTreeMap<ServicePortName, ServiceNft> {
+        &self.services
+    }
+
+    /// Chains and sets emptied and still waiting for deletion.
+    pub fn stale(&self) -> impl Iterator<Item = (&str, StaleKind)> {
+        self.stale.iter().map(|(n, (k, _))| (n.as_str(), *k))
+    }
+
+    /// Rules of the per-service chains (the `kubeproxy_sync_proxy_rules_nftables_*` gauges
+    /// would count objects; this is what the logs show).
+    pub fn chain_count(&self) -> usize {
+        self.services.values().map(|s| s.chains.len()).sum()
+    }
+
+    /// The whole table, written from nothing: `add table` + `delete table` first, so that
+    /// whatever an earlier process left is replaced in the same atomic transaction.
+    pub fn replace(
+        family: IpFamily,
+        base: Base,
+        services: BTreeMap<ServicePortName, ServiceNft>,
+    ) -> Planned {
+        Self::build(family, base, services, None)
+    }
+
+    /// The whole table in several transactions, for a table that is not there yet: the
+    /// first makes the table with its fixed part and empty maps, each next one adds the
+    /// chains and rules of `per_step` service ports, the last the map elements that make
+    /// them reachable (so no packet meets a half-built service). The kernel binds every
+    /// anonymous verdict map (one per service port) by walking the whole transaction, so a
+    /// single transaction costs the square of the cluster's size (see ARCHITECTURE.md).
+    pub fn replace_in_steps(
+        family: IpFamily,
+        base: Base,
+        services: BTreeMap<ServicePortName, ServiceNft>,
+        per_step: usize,
+    ) -> Planned {
+        Self::build(family, base, services, Some(per_step.max(1)))
+    }
+
+    fn build(
+        family: IpFamily,
+        base: Base,
+        services: BTreeMap<ServicePortName, ServiceNft>,
+        per_step: Option<usize>,
+    ) -> Planned {
+        let f = family_word(family);
+        let mut texts = Vec::new();
+        let mut text = String::with_capacity(match per_step {
+            Some(n) => n.min(services.len()) * 900 + base.fixed.len() + 256,
+            None => services.len() * 900 + base.fixed.len() + 256,
+        });
+        let _ = writeln!(text, "add table {f} {TABLE}");
+        let _ = writeln!(text, "delete table {f} {TABLE}");
+        text.push_str(&base.fixed);
+        let mut elements: HashMap<ElementKey, ElementEntry> =
+            HashMap::with_capacity(services.len() * 3);
+        let mut order: Vec<(Map, String)> = Vec::with_capacity(services.len() * 3);
+        let mut add_el = |map: Map, key: &str, el_text: String| {
+            let k = (map, key.to_string());
+            match elements.get_mut(&k) {
+                Some(e) => e.1 += 1,
+                None => {
+                    order.push(k.clone());
+                    elements.insert(k, (el_text, 1));
+                }
+            }
+        };
+        for ip in &base.nodeport_ips {
+            add_el(Map::NodeportIps, ip, ip.clone());
+        }
+        let all: Vec<&ServiceNft> = services.values().collect();
+        for chunk in all.chunks(per_step.unwrap_or(all.len().max(1))) {
+            if per_step.is_some() {
+                texts.push(std::mem::take(&mut text));
+            }
+            for s in chunk {
+                for (name, decl) in &s.sets {
+                    let _ = writeln!(text, "add set {f} {TABLE} {name} {decl}");
+                }
+                for c in &s.chains {
+                    let _ = writeln!(text, "add chain {f} {TABLE} {}", c.name);
+                }
+            }
+            for s in chunk {
+                for c in &s.chains {
+                    for r in &c.rules {
+                        let _ = writeln!(text, "add rule {f} {TABLE} {} {r}", c.name);
+                    }
+                }
+                for e in &s.elements {
+                    add_el(e.map, &e.key, e.text());
+                }
+            }
+        }
+        if per_step.is_some() {
+            texts.push(std::mem::take(&mut text));
+        }
+        let mut by_map: BTreeMap<Map, Vec<&str>> = BTreeMap::new();
+        for k in &order {
+            by_map.entry(k.0).or_default().push(&elements[k].0);
+        }
+        for (map, list) in by_map {
+            write_elements(&mut text, f, "add", map, &list);
+        }
+        texts.push(text);
+        texts.retain(|t| !t.is_empty());
+        Planned {
+            texts,
+            next: Next::Replace(KernelState {
+                family,
+                base,
+                services,
+                elements,
+                stale: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// Keeps what a successful diff's transaction did; `now` dates the newly stale.
+    pub fn commit(&mut self, c: Changes, now: Instant) {
+        if let Some(b) = c.base {
+            self.base = b;
+        }
+        for (k, v) in c.services {
+            match v {
+                Some(s) => {
+                    self.services.insert(k, s);
+                }
+                None => {
+                    self.services.remove(&k);
+                }
+            }
+        }
+        for (k, v) in c.elements {
+            match v {
+                Some(e) => {
+                    self.elements.insert(k, e);
+                }
+                None => {
+                    self.elements.remove(&k);
+                }
+            }
+        }
+        for n in c.stale_removed {
+            self.stale.remove(&n);
+        }
+        for (n, kind) in c.stale_added {
+            self.stale.insert(n, (kind, now));
+        }
+    }
+
+    /// Whether a new `base` can be reached by element changes alone (else the table is
+    /// replaced).
+    pub fn base_compatible(&self, base: &Base) -> bool {
+        self.base.fixed == base.fixed
+    }
+
+    /// The transaction from this state to the one where the service ports in `updates`
+    /// are as given (`None`: gone) and the node-port addresses are `base`'s, plus the
+    /// deletion of chains and sets stale for at least [`STALE_DELAY`] at `now`: one
+    /// transaction, or none when nothing differs. `self` is untouched: the caller keeps `next` only once the
+    /// transaction succeeded (see [`KernelState::commit`]).
+    pub fn diff(
+        &self,
+        base: &Base,
+        updates: Vec<(ServicePortName, Option<ServiceNft>)>,
+        now: Instant,
+    ) -> Planned {
+        let f = family_word(self.family);
+        let mut next = Changes::default();
+        let mut revived: HashSet<String> = HashSet::new();
+        let mut new_objects = String::new();
+        let mut flushes = String::new();
+        let mut set_renewals = String::new();
+        let mut rules = String::new();
+        let mut el_delta: HashMap<(Map, String), (Option<String>, i64)> = HashMap::new();
+        let mut touch = |map: Map, key: &str, text: Option<String>, d: i64| {
+            let e = el_delta.entry((map, key.to_string())).or_insert((None, 0));
+            e.1 += d;
+            if text.is_some() {
+                e.0 = text;
+            }
+        };
+
+        // Node-port addresses.
+        if self.base.nodeport_ips != base.nodeport_ips {
+            for ip in &self.base.nodeport_ips {
+                touch(Map::NodeportIps, ip, None, -1);
+            }
+            for ip in &base.nodeport_ips {
+                touch(Map::NodeportIps, ip, Some(ip.clone()), 1);
+            }
+            next.base = Some(base.clone());
+        }
+
+        for (name, new) in updates {
+            let old = self.services.get(&name);
+            if old == new.as_ref() {
+                continue;
+            }
+            let empty = ServiceNft::default();
+            let (o, n) = (old.unwrap_or(&empty), new.as_ref().unwrap_or(&empty));
+            // A set whose declaration changed is deleted and made again: every chain of the
+            // service (which may refer to it) is rewritten around that.
+            let renewed_sets: Vec<&(String, String)> = n
+                .sets
+                .iter()
+                .filter(|s| o.sets.iter().any(|x| x.0 == s.0 && x.1 != s.1))
+                .collect();
+            for s in &n.sets {
+                if !o.sets.iter().any(|x| x.0 == s.0) {
+                    let _ = writeln!(new_objects, "add set {f} {TABLE} {} {}", s.0, s.1);
+                    revived.insert(s.0.clone());
+                }
+            }
+            for s in &renewed_sets {
+                let _ = writeln!(set_renewals, "delete set {f} {TABLE} {}", s.0);
+                let _ = writeln!(set_renewals, "add set {f} {TABLE} {} {}", s.0, s.1);
+            }
+            for s in &o.sets {
+                if !n.sets.iter().any(|x| x.0 == s.0) {
+                    next.stale_added.push((s.0.clone(), StaleKind::Set));
+                }
+            }
+            for c in &n.chains {
+                let before = o.chains.iter().find(|x| x.name == c.name);
+                match before {
+                    Some(b) if b.rules == c.rules && renewed_sets.is_empty() => continue,
+                    Some(_) => {
+                        let _ = writeln!(flushes, "flush chain {f} {TABLE} {}", c.name);
+                    }
+                    None => {
+                        // An emptied chain still waiting for deletion exists already.
+                        let _ = writeln!(new_objects, "add chain {f} {TABLE} {}", c.name);
+                        revived.insert(c.name.clone());
+                    }
+                }
+                for r in &c.rules {
+                    let _ = writeln!(rules, "add rule {f} {TABLE} {} {r}", c.name);
+                }
+            }
+            for c in &o.chains {
+                if !n.chains.iter().any(|x| x.name == c.name) {
+                    let _ = writeln!(flushes, "flush chain {f} {TABLE} {}", c.name);
+                    next.stale_added.push((c.name.clone(), StaleKind::Chain));
+                }
+            }
+            for e in &o.elements {
+                touch(e.map, &e.key, None, -1);
+            }
+            for e in &n.elements {
+                touch(e.map, &e.key, Some(e.text()), 1);
+            }
+            next.services.push((name, new));
+        }
+
+        // Element changes, by reference count.
+        let mut deletes: BTreeMap<Map, Vec<String>> = BTreeMap::new();
+        let mut adds: BTreeMap<Map, Vec<String>> = BTreeMap::new();
+        for ((map, key), (text, d)) in el_delta {
+            let k = (map, key);
+            let before = self.elements.get(&k);
+            let count = before.map_or(0, |b| i64::from(b.1)) + d;
+            match (before, count > 0) {
+                (Some(_), false) => {
+                    deletes.entry(map).or_default().push(k.1.clone());
+                    next.elements.push((k, None));
+                }
+                (Some((old_text, _)), true) => {
+                    let text = text.unwrap_or_else(|| old_text.clone());
+                    if text != *old_text {
+                        deletes.entry(map).or_default().push(k.1.clone());
+                        adds.entry(map).or_default().push(text.clone());
+                    }
+                    next.elements.push((k, Some((text, count as u32))));
+                }
+                (None, true) => {
+                    let text = text.unwrap_or_else(|| k.1.clone());
+                    adds.entry(map).or_default().push(text.clone());
+                    next.elements.push((k, Some((text, count as u32))));
+                }
+                (None, false) => {}
+            }
+        }
+
+        // Chains and sets stale long enough go now (never one re-added above).
+        let mut removals = String::new();
+        let due: Vec<String> = self
+            .stale
+            .iter()
+            .filter(|(n, (_, since))| {
+                now.duration_since(*since) >= STALE_DELAY && !revived.contains(*n)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        // Chains first: a chain may still name a set in a rule only until it is flushed,
+        // which happened in an earlier transaction.
+        for kind in [StaleKind::Chain, StaleKind::Set] {
+            for n in due.iter().filter(|n| self.stale[*n].0 == kind) {
+                let what = match kind {
+                    StaleKind::Chain => "chain",
+                    StaleKind::Set => "set",
+                };
+                let _ = writeln!(removals, "delete {what} {f} {TABLE} {n}");
+                next.stale_removed.push(n.clone());
+            }
+        }
+
+        let mut text = new_objects;
+        for (map, mut keys) in deletes {
+            keys.sort();
+            let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+            write_elements(&mut text, f, "delete", map, &refs);
+        }
+        text.push_str(&flushes);
+        text.push_str(&set_renewals);
+        text.push_str(&rules);
+        for (map, mut list) in adds {
+            list.sort();
+            let refs: Vec<&str> = list.iter().map(String::as_str).collect();
+            write_elements(&mut text, f, "add", map, &refs);
+        }
+        text.push_str(&removals);
+        next.stale_removed.extend(revived);
+        Planned {
+            texts: if text.is_empty() {
+                Vec::new()
+            } else {
+                vec![text]
+            },
+            next: Next::Apply(next),
+        }
+    }
+}
+
+/// `verb element F kube-proxy MAP { e1, e2, … }`, a command per thousand elements.
+fn write_elements(out: &mut String, f: &str, verb: &str, map: Map, list: &[&str]) {
+    for chunk in list.chunks(ELEMENTS_PER_COMMAND) {
+        let _ = write!(out, "{verb} element {f} {TABLE} {} {{ ", map.name());
+        for (i, e) in chunk.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(e);
+        }
+        out.push_str(" }\n");
+    }
+}
