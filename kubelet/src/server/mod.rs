@@ -246,8 +246,8 @@ async fn configz(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Routes of the :10250 server.
-pub fn api_router(state: AppState) -> Router {
+/// Upstream's InstallDefaultHandlers: what both :10250 and the read-only port serve.
+fn default_routes() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/healthz/ping", get(ok))
@@ -256,8 +256,25 @@ pub fn api_router(state: AppState) -> Router {
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
         .route("/metrics", get(metrics))
-        .route("/configz", get(configz))
         .route("/metrics/probes", get(probe_metrics))
+        .route(
+            "/stats/summary",
+            get(|State(s): State<AppState>| async move { s.stats.summary().await }),
+        )
+        .route(
+            "/metrics/resource",
+            get(|State(s): State<AppState>| async move { s.stats.resource_metrics().await }),
+        )
+        .route(
+            "/metrics/cadvisor",
+            get(|State(s): State<AppState>| async move { s.stats.cadvisor_metrics().await }),
+        )
+}
+
+/// Routes of the :10250 server: the default handlers plus upstream's debugging handlers.
+pub fn api_router(state: AppState) -> Router {
+    default_routes()
+        .route("/configz", get(configz))
         .route("/runningpods", get(running_pods::running_pods))
         .route("/runningpods/", get(running_pods::running_pods))
         .route(
@@ -292,18 +309,6 @@ pub fn api_router(state: AppState) -> Router {
         .route("/run/{ns}/{pod}/{uid}/{container}", post(streaming::run))
         .route("/logs/", get(node_logs::node_logs))
         .route("/logs/{*path}", get(node_logs::node_logs))
-        .route(
-            "/stats/summary",
-            get(|State(s): State<AppState>| async move { s.stats.summary().await }),
-        )
-        .route(
-            "/metrics/resource",
-            get(|State(s): State<AppState>| async move { s.stats.resource_metrics().await }),
-        )
-        .route(
-            "/metrics/cadvisor",
-            get(|State(s): State<AppState>| async move { s.stats.cadvisor_metrics().await }),
-        )
         .with_state(state)
 }
 

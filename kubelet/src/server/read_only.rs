@@ -5,11 +5,10 @@
 //! upstream's `InstallDebuggingDisabledHandlers`; anything else is 404 (so `/configz`,
 //! `/runningpods/`'s data and the logs are never readable without credentials).
 
-use super::{AppState, healthz, metrics, ok, pods, probe_metrics};
+use super::{AppState, default_routes};
 use axum::Router;
-use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{any, get};
+use axum::routing::any;
 
 async fn debugging_disabled() -> (StatusCode, &'static str) {
     (
@@ -20,27 +19,7 @@ async fn debugging_disabled() -> (StatusCode, &'static str) {
 
 /// Routes of the read-only server.
 pub fn read_only_router(state: AppState) -> Router {
-    let mut r = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/healthz/ping", get(ok))
-        .route("/healthz/log", get(ok))
-        .route("/healthz/syncloop", get(healthz))
-        .route("/pods", get(pods))
-        .route("/pods/", get(pods))
-        .route("/metrics", get(metrics))
-        .route("/metrics/probes", get(probe_metrics))
-        .route(
-            "/stats/summary",
-            get(|State(s): State<AppState>| async move { s.stats.summary().await }),
-        )
-        .route(
-            "/metrics/resource",
-            get(|State(s): State<AppState>| async move { s.stats.resource_metrics().await }),
-        )
-        .route(
-            "/metrics/cadvisor",
-            get(|State(s): State<AppState>| async move { s.stats.cadvisor_metrics().await }),
-        );
+    let mut r = default_routes();
     for prefix in [
         "/run",
         "/exec",
