@@ -5,19 +5,9 @@ use super::*;
 
 /// Reads the pod's sandboxes and containers from the runtime, newest first.
 pub async fn observe(rt: &dyn Runtime, uid: &str) -> Result<Observed> {
-    let mut sandboxes: Vec<Sandbox> = rt
-        .list_sandboxes()
-        .await?
-        .into_iter()
-        .filter(|s| s.pod_uid == uid)
-        .collect();
+    let mut sandboxes: Vec<Sandbox> = rt.list_pod_sandboxes(uid).await?;
     sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
-    let listed: Vec<Container> = rt
-        .list_containers()
-        .await?
-        .into_iter()
-        .filter(|c| c.labels.get(LABEL_POD_UID).map(String::as_str) == Some(uid))
-        .collect();
+    let listed: Vec<Container> = rt.list_pod_containers(uid).await?;
     let mut containers = Vec::with_capacity(listed.len());
     for c in listed {
         match rt.container_status(&c.id).await {

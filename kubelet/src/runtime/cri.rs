@@ -22,6 +22,61 @@ impl std::fmt::Debug for CriRuntime {
 }
 
 impl CriRuntime {
+    async fn sandboxes(&self, filter: Option<pb::PodSandboxFilter>) -> Result<Vec<Sandbox>> {
+        let r = self
+            .runtime
+            .clone()
+            .list_pod_sandbox(self.req(pb::ListPodSandboxRequest { filter }))
+            .await
+            .map_err(|s| err("ListPodSandbox", s))?
+            .into_inner();
+        Ok(r.items
+            .into_iter()
+            .map(|s| {
+                let md = s.metadata.unwrap_or_default();
+                Sandbox {
+                    id: s.id,
+                    pod_name: md.name,
+                    pod_namespace: md.namespace,
+                    pod_uid: md.uid,
+                    attempt: md.attempt,
+                    state: sandbox_state(s.state),
+                    created_at: s.created_at,
+                    labels: btree(s.labels),
+                    annotations: btree(s.annotations),
+                }
+            })
+            .collect())
+    }
+
+    async fn containers(&self, filter: Option<pb::ContainerFilter>) -> Result<Vec<Container>> {
+        let r = self
+            .runtime
+            .clone()
+            .list_containers(self.req(pb::ListContainersRequest { filter }))
+            .await
+            .map_err(|s| err("ListContainers", s))?
+            .into_inner();
+        Ok(r.containers
+            .into_iter()
+            .map(|c| {
+                let md = c.metadata.unwrap_or_default();
+                Container {
+                    id: c.id,
+                    sandbox_id: c.pod_sandbox_id,
+                    name: md.name,
+                    attempt: md.attempt,
+                    image: c.image.map(|i| i.image).unwrap_or_default(),
+                    image_ref: c.image_ref,
+                    state: container_state(c.state),
+                    created_at: c.created_at,
+                    labels: btree(c.labels),
+                    annotations: btree(c.annotations),
+                }
+            })
+            .collect())
+    }
+
     /// Wraps channels to the runtime and image services; every call gets `timeout`.
     pub fn new(runtime: Channel, image: Channel, timeout: Duration) -> Self {
         Self {
@@ -276,6 +331,11 @@ fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::ContainerCo
     }
 }
 
+/// The CRI label selector for one pod's objects.
+fn pod_uid_selector(uid: &str) -> std::collections::HashMap<String, String> {
+    [(LABEL_POD_UID.to_string(), uid.to_string())].into()
+}
+
 #[async_trait::async_trait]
 impl Runtime for CriRuntime {
     async fn version(&self) -> Result<VersionInfo> {
@@ -296,29 +356,34 @@ impl Runtime for CriRuntime {
     }
 
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>> {
-        let r = self
-            .runtime
-            .clone()
-            .list_pod_sandbox(self.req(pb::ListPodSandboxRequest { filter: None }))
-            .await
-            .map_err(|s| err("ListPodSandbox", s))?
-            .into_inner();
-        Ok(r.items
+        self.sandboxes(None).await
+    }
+
+    async fn list_pod_sandboxes(&self, uid: &str) -> Result<Vec<Sandbox>> {
+        let listed = self
+            .sandboxes(Some(pb::PodSandboxFilter {
+                label_selector: pod_uid_selector(uid),
+                ..Default::default()
+            }))
+            .await?;
+        // The runtime filters; checking again costs nothing and does not trust it to.
+        Ok(listed.into_iter().filter(|s| s.pod_uid == uid).collect())
+    }
+
+    async fn list_containers(&self) -> Result<Vec<Container>> {
+        self.containers(None).await
+    }
+
+    async fn list_pod_containers(&self, uid: &str) -> Result<Vec<Container>> {
+        let listed = self
+            .containers(Some(pb::ContainerFilter {
+                label_selector: pod_uid_selector(uid),
+                ..Default::default()
+            }))
+            .await?;
+        Ok(listed
             .into_iter()
-            .map(|s| {
-                let md = s.metadata.unwrap_or_default();
-                Sandbox {
-                    id: s.id,
-                    pod_name: md.name,
-                    pod_namespace: md.namespace,
-                    pod_uid: md.uid,
-                    attempt: md.attempt,
-                    state: sandbox_state(s.state),
-                    created_at: s.created_at,
-                    labels: btree(s.labels),
-                    annotations: btree(s.annotations),
-                }
-            })
+            .filter(|c| c.labels.get(LABEL_POD_UID).map(String::as_str) == Some(uid))
             .collect())
     }
 
@@ -387,34 +452,6 @@ impl Runtime for CriRuntime {
             .await
             .map_err(|s| err("RemovePodSandbox", s))?;
         Ok(())
-    }
-
-    async fn list_containers(&self) -> Result<Vec<Container>> {
-        let r = self
-            .runtime
-            .clone()
-            .list_containers(self.req(pb::ListContainersRequest { filter: None }))
-            .await
-            .map_err(|s| err("ListContainers", s))?
-            .into_inner();
-        Ok(r.containers
-            .into_iter()
-            .map(|c| {
-                let md = c.metadata.unwrap_or_default();
-                Container {
-                    id: c.id,
-                    sandbox_id: c.pod_sandbox_id,
-                    name: md.name,
-                    attempt: md.attempt,
-                    image: c.image.map(|i| i.image).unwrap_or_default(),
-                    image_ref: c.image_ref,
-                    state: container_state(c.state),
-                    created_at: c.created_at,
-                    labels: btree(c.labels),
-                    annotations: btree(c.annotations),
-                }
-            })
-            .collect())
     }
 
     async fn container_status(&self, id: &str) -> Result<ContainerStatus> {

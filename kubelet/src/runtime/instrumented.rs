@@ -48,6 +48,10 @@ impl Runtime for Instrumented {
         record("list_podsandbox", self.inner.list_sandboxes()).await
     }
 
+    async fn list_pod_sandboxes(&self, uid: &str) -> Result<Vec<Sandbox>> {
+        record("list_podsandbox", self.inner.list_pod_sandboxes(uid)).await
+    }
+
     async fn sandbox_status(&self, id: &str) -> Result<SandboxStatus> {
         record("podsandbox_status", self.inner.sandbox_status(id)).await
     }
@@ -71,6 +75,10 @@ impl Runtime for Instrumented {
 
     async fn list_containers(&self) -> Result<Vec<Container>> {
         record("list_containers", self.inner.list_containers()).await
+    }
+
+    async fn list_pod_containers(&self, uid: &str) -> Result<Vec<Container>> {
+        record("list_containers", self.inner.list_pod_containers(uid)).await
     }
 
     async fn container_status(&self, id: &str) -> Result<ContainerStatus> {

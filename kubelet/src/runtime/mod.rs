@@ -356,12 +356,27 @@ pub trait Runtime: Send + Sync + 'static {
     async fn version(&self) -> Result<VersionInfo>;
 
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>>;
+    /// One pod's sandboxes. The CRI client asks the runtime to filter on the pod UID label,
+    /// so a pod worker's pass costs the same however many pods the node runs.
+    async fn list_pod_sandboxes(&self, uid: &str) -> Result<Vec<Sandbox>> {
+        let all = self.list_sandboxes().await?;
+        Ok(all.into_iter().filter(|s| s.pod_uid == uid).collect())
+    }
     async fn sandbox_status(&self, id: &str) -> Result<SandboxStatus>;
     async fn run_sandbox(&self, config: &SandboxConfig) -> Result<String>;
     async fn stop_sandbox(&self, id: &str) -> Result<()>;
     async fn remove_sandbox(&self, id: &str) -> Result<()>;
 
     async fn list_containers(&self) -> Result<Vec<Container>>;
+    /// One pod's containers (filtered by the runtime on the pod UID label, as
+    /// [`Runtime::list_pod_sandboxes`]).
+    async fn list_pod_containers(&self, uid: &str) -> Result<Vec<Container>> {
+        let all = self.list_containers().await?;
+        Ok(all
+            .into_iter()
+            .filter(|c| c.labels.get(LABEL_POD_UID).map(String::as_str) == Some(uid))
+            .collect())
+    }
     async fn container_status(&self, id: &str) -> Result<ContainerStatus>;
     async fn create_container(
         &self,

@@ -279,14 +279,13 @@ async fn running_container(
     container: &str,
 ) -> Result<String, Refusal> {
     let sandboxes: Vec<String> = rt
-        .list_sandboxes()
+        .list_pod_sandboxes(uid)
         .await
         .map_err(runtime_refusal)?
         .into_iter()
-        .filter(|s| s.pod_uid == uid)
         .map(|s| s.id)
         .collect();
-    rt.list_containers()
+    rt.list_pod_containers(uid)
         .await
         .map_err(runtime_refusal)?
         .into_iter()
@@ -307,11 +306,11 @@ async fn running_container(
 
 /// The pod's ready sandbox (upstream: `pod not found ("<name>_<ns>")`, 500).
 async fn ready_sandbox(rt: &dyn Runtime, uid: &str, full_name: &str) -> Result<String, Refusal> {
-    rt.list_sandboxes()
+    rt.list_pod_sandboxes(uid)
         .await
         .map_err(runtime_refusal)?
         .into_iter()
-        .filter(|s| s.pod_uid == uid && s.state == SandboxState::Ready)
+        .filter(|s| s.state == SandboxState::Ready)
         .max_by_key(|s| s.created_at)
         .map(|s| s.id)
         .ok_or_else(|| {
