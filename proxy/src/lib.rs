@@ -24,6 +24,7 @@ pub mod nodeport;
 pub mod settings;
 pub mod source;
 pub mod sync_loop;
+pub mod sysctl;
 pub mod topology;
 pub mod tracker;
 
