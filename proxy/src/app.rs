@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{ProxyConfig, ProxyMode};
-use crate::conntrack::ExecConntrack;
+use crate::ctnetlink::NodeConntrack;
 use crate::health::{self, ProxierHealth, ServiceHealthServer};
 use crate::iptables::proxier::{self, Proxier};
 use crate::iptables::{
@@ -244,10 +244,10 @@ async fn family_present(runner: &GatedRunner) -> bool {
 }
 
 /// One family's iptables proxier, ready to run.
-type FamilyProxier = Proxier<GatedRunner, ExecConntrack>;
+type FamilyProxier = Proxier<GatedRunner, NodeConntrack>;
 
 /// One family's nftables proxier, ready to run.
-type FamilyNftProxier = NftProxier<ExecNft, ExecConntrack>;
+type FamilyNftProxier = NftProxier<ExecNft, NodeConntrack>;
 
 /// Removes what the modes other than `cfg.mode` left behind (a node switched from one mode
 /// to another keeps no stale rules); a mode whose tool is missing has nothing to remove.
@@ -382,7 +382,7 @@ async fn iptables_proxiers<S: Sysctl>(
         let handle = family_handle(cfg, family, shared);
         proxiers.push(
             Proxier::with_metrics(runner, render, handle, shared.sync, shared.metrics.clone())
-                .with_conntrack(ExecConntrack::new().with_prefix(env.command_prefix.clone()))
+                .with_conntrack(NodeConntrack::for_prefix(&env.command_prefix))
                 .with_service_health(service_health(family, shared)),
         );
     }
@@ -428,7 +428,7 @@ async fn nftables_proxiers(
                 shared.sync,
                 shared.metrics.clone(),
             )
-            .with_conntrack(ExecConntrack::new().with_prefix(env.command_prefix.clone()))
+            .with_conntrack(NodeConntrack::for_prefix(&env.command_prefix))
             .with_service_health(service_health(family, shared))
         })
         .collect())

@@ -15,6 +15,7 @@ pub mod apiserver;
 pub mod app;
 pub mod config;
 pub mod conntrack;
+pub mod ctnetlink;
 pub mod health;
 pub mod iptables;
 pub mod metrics;
