@@ -483,6 +483,11 @@ impl NodeConntrack {
         }
     }
 
+    /// Whether netlink failed once and the binary took over (the warning was logged).
+    pub fn fell_back_once(&self) -> bool {
+        self.warned.load(Ordering::Relaxed)
+    }
+
     fn fell_back(&self, e: &Error) {
         if !self.warned.swap(true, Ordering::Relaxed) {
             warn!(error = %e, "conntrack over netlink failed; using the conntrack binary");

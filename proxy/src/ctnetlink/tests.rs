@@ -147,6 +147,45 @@ fn flows_match_filters_as_conntrack_d_does() {
     assert!(!tcp.matches(&filter(Some("10.96.0.10"), 53, "10.244.0.9")));
 }
 
+#[tokio::test]
+async fn a_failing_netlink_falls_back_to_the_binary_with_one_warning() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // Stands in for the conntrack binary (the prefix runs it with `conntrack -L ...`).
+    let fake = dir.path().join("fake-conntrack");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'udp 17 28 src=10.0.0.1 dst=10.96.0.10 sport=4 dport=53 src=10.244.0.9 dst=10.0.0.1 sport=53 dport=4 mark=0 use=1'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ct = NodeConntrack {
+        // A netlink that cannot answer in time.
+        netlink: Some(NetlinkConntrack {
+            timeout: Duration::ZERO,
+        }),
+        exec: ExecConntrack::new().with_prefix(vec![fake.display().to_string()]),
+        warned: Arc::new(AtomicBool::new(false)),
+    };
+    assert!(!ct.fell_back_once());
+    let want = vec![FlowEntry {
+        orig_dst: ip("10.96.0.10"),
+        orig_dst_port: 53,
+        reply_src: ip("10.244.0.9"),
+    }];
+    assert_eq!(ct.list_udp(IpFamily::V4).await.unwrap(), want);
+    assert!(ct.fell_back_once());
+    assert_eq!(ct.list_udp(IpFamily::V4).await.unwrap(), want);
+
+    // Through a command prefix there is no netlink at all: the binary only.
+    assert!(
+        NodeConntrack::for_prefix(&["ip".into(), "netns".into()])
+            .netlink
+            .is_none()
+    );
+    assert!(NodeConntrack::for_prefix(&[]).netlink.is_some());
+}
+
 // ---- real kernel, inside a network namespace this test creates ----
 
 const IN_NETNS: &str = "PROXY_CTNETLINK_TEST_IN_NETNS";
