@@ -789,6 +789,34 @@ mod tests {
         assert_eq!(c.primary_family(), IpFamily::V6);
     }
 
+    #[test]
+    fn conntrack_udp_timeouts_and_be_liberal_from_flags_and_file() {
+        let c = resolve(&flags(&[]), None, "n").unwrap();
+        assert!(!c.conntrack.tcp_be_liberal);
+        assert_eq!(c.conntrack.udp_timeout, Duration::ZERO, "0: untouched");
+        assert_eq!(c.conntrack.udp_stream_timeout, Duration::ZERO);
+        let c = resolve(
+            &flags(&[
+                "--conntrack-tcp-be-liberal",
+                "--conntrack-udp-timeout=45s",
+                "--conntrack-udp-timeout-stream=2m",
+            ]),
+            None,
+            "n",
+        )
+        .unwrap();
+        assert!(c.conntrack.tcp_be_liberal);
+        assert_eq!(c.conntrack.udp_timeout, Duration::from_secs(45));
+        assert_eq!(c.conntrack.udp_stream_timeout, Duration::from_secs(120));
+        let file = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nconntrack:\n  tcpBeLiberal: true\n  udpTimeout: 30s\n  udpStreamTimeout: 0s\n";
+        let c = resolve(&flags(&[]), Some(file), "n").unwrap();
+        assert!(c.conntrack.tcp_be_liberal);
+        assert_eq!(c.conntrack.udp_timeout, Duration::from_secs(30));
+        assert_eq!(c.conntrack.udp_stream_timeout, Duration::ZERO);
+        let e = resolve(&flags(&["--conntrack-udp-timeout=soon"]), None, "n").unwrap_err();
+        assert!(e.to_string().contains("conntrack.udpTimeout"), "{e}");
+    }
+
     const FILE: &str = r#"
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
