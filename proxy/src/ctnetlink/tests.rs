@@ -310,6 +310,26 @@ async fn in_netns_delete_by_destination() {
         reply_src: ip("10.244.0.9"),
     };
     assert_eq!(ct.delete_udp(IpFamily::V4, &f).await.unwrap(), 0);
+
+    // IPv6: the 16-byte address attributes, and the family keeps the v4 flows apart.
+    insert("fd00::1", 40000, "fd00:96::10", 53, "fd00:244::9");
+    insert("fd00::1", 40001, "fd00:96::10", 53, "fd00:244::5");
+    let f6 = Filter {
+        orig_dst: Some(ip("fd00:96::10")),
+        orig_dst_port: 53,
+        reply_src: ip("fd00:244::9"),
+    };
+    assert_eq!(ct.delete_udp(IpFamily::V6, &f6).await.unwrap(), 1);
+    let left = ct.list_udp(IpFamily::V6).await.unwrap();
+    assert_eq!(
+        left,
+        vec![FlowEntry {
+            orig_dst: ip("fd00:96::10"),
+            orig_dst_port: 53,
+            reply_src: ip("fd00:244::5")
+        }]
+    );
+    assert_eq!(ct.list_udp(IpFamily::V4).await.unwrap().len(), 2);
 }
 
 /// 1,000 stale UDP flows, each to its own service (so one filter each): the proxier's
