@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{ProxyConfig, ProxyMode};
-use crate::conntrack::ExecConntrack;
+use crate::ctnetlink::NodeConntrack;
 use crate::health::{self, ProxierHealth, ServiceHealthServer};
 use crate::iptables::proxier::{self, Proxier};
 use crate::iptables::{
@@ -22,7 +22,9 @@ use crate::iptables::{
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, ServiceState};
 use crate::nftables::{self, ExecNft, NftProxier};
+use crate::nodeport::NodePortAddresses;
 use crate::sync_loop::{self, Backend, SyncConfig};
+use crate::sysctl::{self, NodeSysctl, Sysctl};
 use crate::tracker::{ProxyHandle, ProxyHandles};
 use crate::{apiserver, source};
 
@@ -242,10 +244,10 @@ async fn family_present(runner: &GatedRunner) -> bool {
 }
 
 /// One family's iptables proxier, ready to run.
-type FamilyProxier = Proxier<GatedRunner, ExecConntrack>;
+type FamilyProxier = Proxier<GatedRunner, NodeConntrack>;
 
 /// One family's nftables proxier, ready to run.
-type FamilyNftProxier = NftProxier<ExecNft, ExecConntrack>;
+type FamilyNftProxier = NftProxier<ExecNft, NodeConntrack>;
 
 /// Removes what the modes other than `cfg.mode` left behind (a node switched from one mode
 /// to another keeps no stale rules); a mode whose tool is missing has nothing to remove.
@@ -323,13 +325,41 @@ fn log_stack(primary: IpFamily, dual: bool) {
     }
 }
 
+/// The iptables mode's kernel settings (upstream's PrivilegedInit and NewProxier checks):
+/// route_localnet=1 when IPv4 is programmed, localhostNodePorts is on and nodePortAddresses
+/// takes 127.0.0.1; a word about bridge-nf-call-iptables. Returns whether
+/// nf_conntrack_tcp_be_liberal is on (then no INVALID drop rule).
+async fn iptables_sysctls<S: Sysctl>(cfg: &ProxyConfig, families: &[IpFamily], sysctl: &S) -> bool {
+    if route_localnet_needed(cfg, families) {
+        sysctl::ensure_route_localnet(sysctl).await;
+    }
+    sysctl::check_bridge_nf_call_iptables(sysctl).await;
+    sysctl::tcp_be_liberal(sysctl).await
+}
+
+/// Upstream's condition for route_localnet=1.
+fn route_localnet_needed(cfg: &ProxyConfig, families: &[IpFamily]) -> bool {
+    let node_ips: Vec<IpAddr> =
+        if !cfg.bind_address.is_unspecified() && IpFamily::V4.matches(&cfg.bind_address) {
+            vec![cfg.bind_address]
+        } else {
+            Vec::new()
+        };
+    cfg.mode == ProxyMode::Iptables
+        && cfg.localhost_node_ports
+        && families.contains(&IpFamily::V4)
+        && NodePortAddresses::new(IpFamily::V4, &cfg.node_port_addresses, &node_ips)
+            .contains_ipv4_loopback()
+}
+
 /// The iptables mode: one proxier per IP family the host supports (dual-stack when
 /// ip6tables works beside iptables, as upstream decides). The nftables mode's leftovers
 /// are removed first.
-async fn iptables_proxiers(
+async fn iptables_proxiers<S: Sysctl>(
     cfg: &ProxyConfig,
     env: &Environment,
     shared: &Shared,
+    sysctl: &S,
 ) -> Vec<FamilyProxier> {
     remove_other_modes(cfg, env).await;
     let primary = cfg.primary_family();
@@ -342,14 +372,17 @@ async fn iptables_proxiers(
         runners.push(second);
     }
     log_stack(primary, dual);
+    let families: Vec<IpFamily> = runners.iter().map(|r| r.family()).collect();
+    let tcp_liberal = iptables_sysctls(cfg, &families, sysctl).await;
     let mut proxiers = Vec::new();
     for runner in runners {
         let family = runner.family();
-        let render = render_config(cfg, family, random_fully);
+        let mut render = render_config(cfg, family, random_fully);
+        render.conntrack_tcp_liberal = tcp_liberal;
         let handle = family_handle(cfg, family, shared);
         proxiers.push(
             Proxier::with_metrics(runner, render, handle, shared.sync, shared.metrics.clone())
-                .with_conntrack(ExecConntrack::new().with_prefix(env.command_prefix.clone()))
+                .with_conntrack(NodeConntrack::for_prefix(&env.command_prefix))
                 .with_service_health(service_health(family, shared)),
         );
     }
@@ -395,7 +428,7 @@ async fn nftables_proxiers(
                 shared.sync,
                 shared.metrics.clone(),
             )
-            .with_conntrack(ExecConntrack::new().with_prefix(env.command_prefix.clone()))
+            .with_conntrack(NodeConntrack::for_prefix(&env.command_prefix))
             .with_service_health(service_health(family, shared))
         })
         .collect())
@@ -409,14 +442,11 @@ pub async fn run_source(
     source: Source,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let c = &cfg.conntrack;
-    info!(
-        max_per_core = c.max_per_core,
-        min = c.min,
-        tcp_established_timeout = ?c.tcp_established_timeout,
-        tcp_close_wait_timeout = ?c.tcp_close_wait_timeout,
-        "conntrack settings accepted but not applied: this kube-proxy does not set conntrack sysctls"
-    );
+    let sysctl = NodeSysctl::for_prefix(&env.command_prefix);
+    let cpus = tokio::task::spawn_blocking(sysctl::num_cpu)
+        .await
+        .unwrap_or(1);
+    sysctl::set_conntrack_sysctls(&sysctl, &cfg.conntrack, cpus).await;
     let registry = Registry::new();
     let metrics = Metrics::new(&registry).map_err(proxier::Error::from)?;
     crate::metrics::common::register_common(&registry).map_err(proxier::Error::from)?;
@@ -432,7 +462,7 @@ pub async fn run_source(
     };
     match cfg.mode {
         ProxyMode::Iptables => {
-            let proxiers = iptables_proxiers(&cfg, &env, &shared).await;
+            let proxiers = iptables_proxiers(&cfg, &env, &shared, &sysctl).await;
             serve_and_sync(cfg, source, shared, proxiers, shutdown).await
         }
         ProxyMode::Nftables => {
@@ -535,6 +565,34 @@ mod tests {
             Some(PathBuf::from("/var/lib/kube-proxy/kubeconfig.conf"))
         );
         assert_eq!((o.qps, o.burst), (7.0, 3));
+    }
+
+    #[test]
+    fn route_localnet_only_where_upstream_sets_it() {
+        let v4 = [IpFamily::V4];
+        let both = [IpFamily::V6, IpFamily::V4];
+        assert!(route_localnet_needed(&cfg(&[]), &v4));
+        assert!(route_localnet_needed(&cfg(&[]), &both));
+        assert!(
+            !route_localnet_needed(&cfg(&[]), &[IpFamily::V6]),
+            "IPv4 only"
+        );
+        assert!(!route_localnet_needed(
+            &cfg(&["--iptables-localhost-nodeports=false"]),
+            &v4
+        ));
+        assert!(
+            !route_localnet_needed(&cfg(&["--nodeport-addresses=10.0.0.0/8"]), &v4),
+            "nodePortAddresses without 127.0.0.1"
+        );
+        assert!(route_localnet_needed(
+            &cfg(&["--nodeport-addresses=127.0.0.0/8"]),
+            &v4
+        ));
+        assert!(!route_localnet_needed(
+            &cfg(&["--proxy-mode=nftables"]),
+            &v4
+        ));
     }
 
     #[tokio::test]

@@ -127,18 +127,27 @@ pub struct Flags {
     /// Interface prefix for detect-local-mode InterfaceNamePrefix.
     #[arg(long = "pod-interface-name-prefix")]
     pub pod_interface_name_prefix: Option<String>,
-    /// Maximum NAT connections to track per CPU core (accepted; sysctls are not set: warned about when set).
+    /// Maximum NAT connections to track per CPU core (0: leave nf_conntrack_max alone).
     #[arg(long = "conntrack-max-per-core")]
     pub conntrack_max_per_core: Option<i32>,
-    /// Minimum conntrack entries to allocate (accepted; sysctls are not set: warned about when set).
+    /// Minimum conntrack entries to allocate, regardless of conntrack-max-per-core.
     #[arg(long = "conntrack-min")]
     pub conntrack_min: Option<i32>,
-    /// Idle timeout for established TCP connections (accepted; sysctls are not set: warned about when set).
+    /// Idle timeout for established TCP connections (0: leave as is).
     #[arg(long = "conntrack-tcp-timeout-established")]
     pub conntrack_tcp_timeout_established: Option<String>,
-    /// NAT timeout for TCP connections in CLOSE_WAIT (accepted; sysctls are not set: warned about when set).
+    /// NAT timeout for TCP connections in CLOSE_WAIT (0: leave as is).
     #[arg(long = "conntrack-tcp-timeout-close-wait")]
     pub conntrack_tcp_timeout_close_wait: Option<String>,
+    /// Sets nf_conntrack_tcp_be_liberal to 1 (only out-of-window RSTs are INVALID).
+    #[arg(long = "conntrack-tcp-be-liberal", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub conntrack_tcp_be_liberal: Option<bool>,
+    /// Idle timeout for UNREPLIED UDP flows (0: leave as is).
+    #[arg(long = "conntrack-udp-timeout")]
+    pub conntrack_udp_timeout: Option<String>,
+    /// Idle timeout for ASSURED UDP flows (0: leave as is).
+    #[arg(long = "conntrack-udp-timeout-stream")]
+    pub conntrack_udp_timeout_stream: Option<String>,
     /// Log verbosity.
     #[arg(long = "v", short = 'v')]
     pub v: Option<u8>,
@@ -299,8 +308,12 @@ impl ProxyMode {
 pub struct ConntrackConfig {
     pub max_per_core: i32,
     pub min: i32,
+    /// Zero: leave the sysctl alone (as every timeout below).
     pub tcp_established_timeout: Duration,
     pub tcp_close_wait_timeout: Duration,
+    pub tcp_be_liberal: bool,
+    pub udp_timeout: Duration,
+    pub udp_stream_timeout: Duration,
 }
 
 /// Validated, defaulted configuration.
@@ -661,6 +674,22 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
             .as_deref(),
             Duration::from_secs(3600),
         )?,
+        tcp_be_liberal: flag_or(&flags.conntrack_tcp_be_liberal, ct.tcp_be_liberal)
+            .unwrap_or(false),
+        udp_timeout: duration(
+            "conntrack.udpTimeout",
+            flag_or(&flags.conntrack_udp_timeout, ct.udp_timeout.clone()).as_deref(),
+            Duration::ZERO,
+        )?,
+        udp_stream_timeout: duration(
+            "conntrack.udpStreamTimeout",
+            flag_or(
+                &flags.conntrack_udp_timeout_stream,
+                ct.udp_stream_timeout.clone(),
+            )
+            .as_deref(),
+            Duration::ZERO,
+        )?,
     };
 
     let qps = flag_or(&flags.kube_api_qps, cc.qps).unwrap_or(0.0);
@@ -758,6 +787,34 @@ mod tests {
         assert_eq!(c.healthz_bind_address, Some("[::]:10256".parse().unwrap()));
         assert_eq!(c.metrics_bind_address, Some("[::1]:10249".parse().unwrap()));
         assert_eq!(c.primary_family(), IpFamily::V6);
+    }
+
+    #[test]
+    fn conntrack_udp_timeouts_and_be_liberal_from_flags_and_file() {
+        let c = resolve(&flags(&[]), None, "n").unwrap();
+        assert!(!c.conntrack.tcp_be_liberal);
+        assert_eq!(c.conntrack.udp_timeout, Duration::ZERO, "0: untouched");
+        assert_eq!(c.conntrack.udp_stream_timeout, Duration::ZERO);
+        let c = resolve(
+            &flags(&[
+                "--conntrack-tcp-be-liberal",
+                "--conntrack-udp-timeout=45s",
+                "--conntrack-udp-timeout-stream=2m",
+            ]),
+            None,
+            "n",
+        )
+        .unwrap();
+        assert!(c.conntrack.tcp_be_liberal);
+        assert_eq!(c.conntrack.udp_timeout, Duration::from_secs(45));
+        assert_eq!(c.conntrack.udp_stream_timeout, Duration::from_secs(120));
+        let file = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nconntrack:\n  tcpBeLiberal: true\n  udpTimeout: 30s\n  udpStreamTimeout: 0s\n";
+        let c = resolve(&flags(&[]), Some(file), "n").unwrap();
+        assert!(c.conntrack.tcp_be_liberal);
+        assert_eq!(c.conntrack.udp_timeout, Duration::from_secs(30));
+        assert_eq!(c.conntrack.udp_stream_timeout, Duration::ZERO);
+        let e = resolve(&flags(&["--conntrack-udp-timeout=soon"]), None, "n").unwrap_err();
+        assert!(e.to_string().contains("conntrack.udpTimeout"), "{e}");
     }
 
     const FILE: &str = r#"

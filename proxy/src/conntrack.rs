@@ -8,8 +8,10 @@
 //! "endpoint removed" (reply source is the old endpoint) and "service got its first endpoint"
 //! (reply source is the service IP itself: the flow was never DNATed).
 //!
-//! `Conntrack` is the narrow trait; `ExecConntrack` runs the `conntrack` tool (optionally
-//! prefixed, e.g. `ip netns exec NS`), `test_util::FakeConntrack` records calls.
+//! `Conntrack` is the narrow trait; [`crate::ctnetlink`] talks ctnetlink (what the proxy
+//! uses in its own namespace), `ExecConntrack` runs the `conntrack` tool (the fallback, and
+//! the only way through a command prefix such as `ip netns exec NS`),
+//! `test_util::FakeConntrack` records calls.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -41,6 +43,8 @@ pub enum Error {
     Timeout { cmd: String, after: Duration },
     #[error("injected failure: {0}")]
     Injected(String),
+    #[error("{0}")]
+    Netlink(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -94,6 +98,25 @@ pub trait Conntrack: Send + Sync + 'static {
         family: IpFamily,
         filter: &Filter,
     ) -> impl Future<Output = Result<usize>> + Send;
+
+    /// Deletes the UDP entries matching any of `filters`; one `delete_udp` per filter unless
+    /// the implementation does better (ctnetlink: one dump, then the matching flows).
+    fn delete_udp_many(
+        &self,
+        family: IpFamily,
+        filters: &[Filter],
+    ) -> impl Future<Output = Result<usize>> + Send {
+        async move {
+            let mut deleted = 0;
+            for f in filters {
+                match self.delete_udp(family, f).await {
+                    Ok(n) => deleted += n,
+                    Err(e) => warn!(error = %e, filter = ?f, "failed to delete conntrack entries"),
+                }
+            }
+            Ok(deleted)
+        }
+    }
 }
 
 /// Used when conntrack cleanup is off (tests of the rules alone).
@@ -209,13 +232,17 @@ pub async fn clean_stale_entries<C: Conntrack>(
             return 0;
         }
     };
-    let mut deleted = 0;
-    for f in stale_filters(targets, &entries) {
-        match ct.delete_udp(family, &f).await {
-            Ok(n) => deleted += n,
-            Err(e) => warn!(error = %e, filter = ?f, "failed to delete conntrack entries"),
-        }
+    let filters = stale_filters(targets, &entries);
+    if filters.is_empty() {
+        return 0;
     }
+    let deleted = match ct.delete_udp_many(family, &filters).await {
+        Ok(n) => n,
+        Err(e) => {
+            warn!(error = %e, "failed to delete conntrack entries");
+            0
+        }
+    };
     if deleted > 0 {
         debug!(deleted, "deleted stale UDP conntrack entries");
     }

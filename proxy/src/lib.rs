@@ -15,6 +15,7 @@ pub mod apiserver;
 pub mod app;
 pub mod config;
 pub mod conntrack;
+pub mod ctnetlink;
 pub mod health;
 pub mod iptables;
 pub mod metrics;
@@ -24,6 +25,7 @@ pub mod nodeport;
 pub mod settings;
 pub mod source;
 pub mod sync_loop;
+pub mod sysctl;
 pub mod topology;
 pub mod tracker;
 

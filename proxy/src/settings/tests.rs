@@ -120,10 +120,10 @@ winkernel:
 
 #[test]
 fn non_defaults_warn_once_each() {
-    let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nconntrack:\n  min: 0\n  maxPerCore: 32768\noomScoreAdj: -999\nfooBar: 1\n";
+    let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nconntrack:\n  min: 0\n  maxPerCore: 32768\nconfigSyncPeriod: 5m\noomScoreAdj: -999\nfooBar: 1\n";
     let f = check(&[], Some(text));
     assert_eq!(f.warnings.len(), 2, "{f:#?}");
-    assert!(f.warnings[0].contains("conntrack.min"), "{f:#?}");
+    assert!(f.warnings[0].contains("configSyncPeriod"), "{f:#?}");
     assert!(f.warnings[1].contains("unknown field \"fooBar\""), "{f:#?}");
     assert!(f.refusals.is_empty());
 
