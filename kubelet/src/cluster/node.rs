@@ -47,10 +47,10 @@ impl RuntimeHealth for CriHealth {
     }
     async fn errors(&self) -> Vec<String> {
         let mut errs = Vec::new();
-        if self.shutdown.shutting_down() {
-            errs.push(crate::shutdown::SHUTTING_DOWN.to_string());
-        }
-        if self.runtime.version().await.is_err() {
+        // Upstream's order: runtime errors (down, PLEG, RuntimeReady), network errors
+        // (NetworkReady), then the shutdown manager's.
+        let conditions = self.runtime.status().await;
+        if conditions.is_err() {
             errs.push("container runtime is down".to_string());
         }
         let now = crate::clock::unix_now();
@@ -64,6 +64,26 @@ impl RuntimeHealth for CriHealth {
                 "PLEG is not healthy: pleg was last seen active {}s ago; threshold is 3m0s",
                 now - last
             ));
+        }
+        if let Ok(conds) = &conditions {
+            let find = |t: &str| conds.iter().find(|c| c.type_ == t);
+            let show = |c: Option<&crate::runtime::RuntimeCondition>| {
+                c.map_or("<nil>".to_string(), |c| c.to_string())
+            };
+            let runtime = find("RuntimeReady");
+            if !runtime.is_some_and(|c| c.status) {
+                errs.push(format!("container runtime not ready: {}", show(runtime)));
+            }
+            let network = find("NetworkReady");
+            if !network.is_some_and(|c| c.status) {
+                errs.push(format!(
+                    "container runtime network not ready: {}",
+                    show(network)
+                ));
+            }
+        }
+        if self.shutdown.shutting_down() {
+            errs.push(crate::shutdown::SHUTTING_DOWN.to_string());
         }
         errs
     }
@@ -173,6 +193,14 @@ fn set_pressure(
     }
 }
 
+/// Upstream's error aggregate as text: one error as itself, several as `[a, b]`.
+fn aggregate(errors: &[String]) -> String {
+    match errors {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
 /// Computes the node's status from the previous one (upstream's setters): conditions keep
 /// their `lastTransitionTime` unless their status changes. Returns the transitions to report.
 pub fn compute_status(
@@ -252,7 +280,7 @@ pub fn compute_status(
             type_: "Ready".into(),
             status: "False".into(),
             reason: Some("KubeletNotReady".into()),
-            message: Some(runtime_errors.join(",")),
+            message: Some(aggregate(runtime_errors)),
             ..Default::default()
         }
     };
@@ -633,6 +661,48 @@ impl LeaseLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn ready_follows_the_runtime_conditions_with_upstream_messages() {
+        use crate::runtime::RuntimeCondition;
+        let rt = Arc::new(crate::runtime::fake::FakeRuntime::new());
+        let shutdown = Arc::new(crate::shutdown::ShutdownState::default());
+        let health = CriHealth {
+            runtime: rt.clone(),
+            pleg: Arc::default(),
+            started_unix: crate::clock::unix_now(),
+            shutdown,
+        };
+        assert!(health.errors().await.is_empty());
+        rt.set_conditions(vec![
+            RuntimeCondition {
+                type_: "RuntimeReady".into(),
+                status: true,
+                reason: String::new(),
+                message: String::new(),
+            },
+            RuntimeCondition {
+                type_: "NetworkReady".into(),
+                status: false,
+                reason: "NetworkPluginNotReady".into(),
+                message: "Network plugin returns error: cni plugin not initialized".into(),
+            },
+        ]);
+        let errs = health.errors().await;
+        assert_eq!(
+            errs,
+            [
+                "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"
+            ]
+        );
+        assert_eq!(aggregate(&errs), errs[0], "one error: its text alone");
+        rt.set_conditions(vec![]);
+        let errs = health.errors().await;
+        assert_eq!(
+            aggregate(&errs),
+            "[container runtime not ready: <nil>, container runtime network not ready: <nil>]"
+        );
+    }
 
     /// Capacity comes from statvfs(2), the same figure `df` prints, with no child process.
     #[test]

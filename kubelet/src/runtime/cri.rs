@@ -338,6 +338,27 @@ fn pod_uid_selector(uid: &str) -> std::collections::HashMap<String, String> {
 
 #[async_trait::async_trait]
 impl Runtime for CriRuntime {
+    async fn status(&self) -> Result<Vec<crate::runtime::RuntimeCondition>> {
+        let r = self
+            .runtime
+            .clone()
+            .status(self.req(pb::StatusRequest { verbose: false }))
+            .await
+            .map_err(|s| err("Status", s))?
+            .into_inner();
+        Ok(r.status
+            .map(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| crate::runtime::RuntimeCondition {
+                type_: c.r#type,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect())
+    }
+
     async fn version(&self) -> Result<VersionInfo> {
         let r = self
             .runtime

@@ -34,6 +34,8 @@ struct State {
     stream_base: String,
     /// Every Exec/Attach/PortForward: what it asked for.
     stream_requests: Vec<StreamRequest>,
+    /// What Status answers (None: RuntimeReady and NetworkReady true).
+    conditions: Option<Vec<crate::runtime::RuntimeCondition>>,
 }
 
 /// One Exec, Attach or PortForward the fake answered.
@@ -63,6 +65,11 @@ pub struct FakeRuntime {
 impl FakeRuntime {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// What Status answers from now on.
+    pub fn set_conditions(&self, conditions: Vec<crate::runtime::RuntimeCondition>) {
+        self.state.lock().unwrap().conditions = Some(conditions);
     }
 
     /// Makes `image` present in the store.
@@ -257,6 +264,24 @@ pub const FAKE_IMAGE_SIZE: u64 = 4096;
 
 #[async_trait::async_trait]
 impl Runtime for FakeRuntime {
+    async fn status(&self) -> Result<Vec<crate::runtime::RuntimeCondition>> {
+        let s = self.enter("Status")?;
+        let set = s.conditions.clone();
+        drop(s);
+        match set {
+            Some(c) => Ok(c),
+            None => Ok(["RuntimeReady", "NetworkReady"]
+                .into_iter()
+                .map(|t| crate::runtime::RuntimeCondition {
+                    type_: t.into(),
+                    status: true,
+                    reason: String::new(),
+                    message: String::new(),
+                })
+                .collect()),
+        }
+    }
+
     async fn version(&self) -> Result<VersionInfo> {
         let _guard = self.enter("Version")?;
         Ok(VersionInfo {

@@ -44,6 +44,10 @@ impl Runtime for Instrumented {
         record("version", self.inner.version()).await
     }
 
+    async fn status(&self) -> Result<Vec<crate::runtime::RuntimeCondition>> {
+        record("status", self.inner.status()).await
+    }
+
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>> {
         record("list_podsandbox", self.inner.list_sandboxes()).await
     }

@@ -318,6 +318,26 @@ pub struct StreamFlags {
     pub tty: bool,
 }
 
+/// One condition of the runtime's Status (`RuntimeReady`, `NetworkReady`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeCondition {
+    pub type_: String,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for RuntimeCondition {
+    /// Upstream's kubecontainer.RuntimeCondition String(), which the node's Ready message shows.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}={} reason:{} message:{}",
+            self.type_, self.status, self.reason, self.message
+        )
+    }
+}
+
 /// Runtime name and version, for logs and the Node's nodeInfo.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VersionInfo {
@@ -354,6 +374,18 @@ pub async fn image_user(rt: &dyn Runtime, image: &str) -> Result<ImageUser> {
 #[async_trait::async_trait]
 pub trait Runtime: Send + Sync + 'static {
     async fn version(&self) -> Result<VersionInfo>;
+    /// The runtime's conditions (CRI Status). Fakes are ready unless they say otherwise.
+    async fn status(&self) -> Result<Vec<RuntimeCondition>> {
+        Ok(["RuntimeReady", "NetworkReady"]
+            .into_iter()
+            .map(|t| RuntimeCondition {
+                type_: t.into(),
+                status: true,
+                reason: String::new(),
+                message: String::new(),
+            })
+            .collect())
+    }
 
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>>;
     /// One pod's sandboxes. The CRI client asks the runtime to filter on the pod UID label,
