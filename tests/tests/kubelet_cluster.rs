@@ -298,6 +298,26 @@ fn kubeadm_join_simulation() {
     assert_eq!(condition(&web, "Ready")["status"], "True");
     assert_eq!(condition(&web, "ContainersReady")["status"], "True");
     assert_eq!(condition(&web, "Initialized")["status"], "True");
+    // status.images (nodeStatusMaxImages 50): the image the pod runs, with its size.
+    let images = wait_for("status.images", Duration::from_secs(30), || {
+        let node = cp.get("nodes", "", NODE)?;
+        let images = node["status"]["images"].as_array()?.clone();
+        images
+            .iter()
+            .any(|i| {
+                i["names"].as_array().is_some_and(|n| {
+                    n.iter()
+                        .any(|n| n.as_str().is_some_and(|n| n.contains("busybox")))
+                })
+            })
+            .then_some(images)
+    });
+    assert!(
+        images
+            .iter()
+            .all(|i| i["sizeBytes"].as_i64().is_some_and(|s| s > 0)),
+        "{images:#?}"
+    );
     let c = container(&web, "main");
     assert!(
         c["containerID"]

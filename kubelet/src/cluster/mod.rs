@@ -137,6 +137,7 @@ pub fn start(
         report_frequency: cfg.node_status_report_frequency,
         lease_duration_seconds: cfg.node_lease_duration_seconds,
         register_node: cfg.register_node,
+        max_images: cfg.node_status_max_images,
     };
     let health = Arc::new(node::CriHealth {
         runtime: parts.runtime.clone(),

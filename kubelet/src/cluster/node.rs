@@ -29,6 +29,10 @@ pub trait RuntimeHealth: Send + Sync {
     async fn version(&self) -> Option<(String, String)>;
     /// Errors that make the node NotReady (empty when healthy).
     async fn errors(&self) -> Vec<String>;
+    /// The runtime's images (None when they cannot be listed: status.images is left alone).
+    async fn images(&self) -> Option<Vec<crate::runtime::ImageSummary>> {
+        None
+    }
 }
 
 /// Health from the CRI runtime and the PLEG.
@@ -45,6 +49,16 @@ impl RuntimeHealth for CriHealth {
         let v = self.runtime.version().await.ok()?;
         Some((v.runtime_name, v.runtime_version))
     }
+    async fn images(&self) -> Option<Vec<crate::runtime::ImageSummary>> {
+        match self.runtime.list_images().await {
+            Ok(list) => Some(list),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing images for the node status failed");
+                None
+            }
+        }
+    }
+
     async fn errors(&self) -> Vec<String> {
         let mut errs = Vec::new();
         // Upstream's order: runtime errors (down, PLEG, RuntimeReady), network errors
@@ -103,6 +117,31 @@ pub struct NodeConfig {
     pub report_frequency: Duration,
     pub lease_duration_seconds: i32,
     pub register_node: bool,
+    /// `nodeStatusMaxImages` (-1: all).
+    pub max_images: i32,
+}
+
+/// Upstream's ImagesSetter over ListImages: largest first (ties: greater ID first), at most
+/// `max` (-1: all), each named by its digests then its tags, at most 5 names.
+pub fn node_images(
+    mut list: Vec<crate::runtime::ImageSummary>,
+    max: i32,
+) -> Vec<k8s_openapi::api::core::v1::ContainerImage> {
+    list.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| b.id.cmp(&a.id)));
+    if max > -1 && (max as usize) < list.len() {
+        list.truncate(max as usize);
+    }
+    list.into_iter()
+        .map(|i| {
+            let mut names = i.repo_digests;
+            names.extend(i.repo_tags);
+            names.truncate(5);
+            k8s_openapi::api::core::v1::ContainerImage {
+                names: Some(names),
+                size_bytes: Some(i.size as i64),
+            }
+        })
+        .collect()
 }
 
 /// `amd64`/`arm64`/... for Rust's architecture names (Go's GOARCH).
@@ -388,6 +427,7 @@ pub fn status_patch(s: &NodeStatus) -> serde_json::Value {
         "addresses",
         "daemonEndpoints",
         "nodeInfo",
+        "images",
     ] {
         if let Some(v) = full.get(k) {
             out.insert(k.to_string(), v.clone());
@@ -512,7 +552,7 @@ impl NodeStatusLoop {
             });
         let version = self.health.version().await;
         let errors = self.health.errors().await;
-        let (status, transitions) = compute_status(
+        let (mut status, transitions) = compute_status(
             current.status.as_ref(),
             &self.cfg,
             &host,
@@ -520,6 +560,10 @@ impl NodeStatusLoop {
             &errors,
             jiff::Timestamp::now(),
         );
+        status.images = match self.health.images().await {
+            Some(list) => Some(node_images(list, self.cfg.max_images)),
+            None => current.status.as_ref().and_then(|s| s.images.clone()),
+        };
         let cmp = comparable(&status);
         let due = match last_written {
             Some((prev, at)) => *prev != cmp || at.elapsed() >= self.cfg.report_frequency,
@@ -662,6 +706,41 @@ impl LeaseLoop {
 mod tests {
     use super::*;
 
+    #[test]
+    fn node_images_largest_first_bounded_with_at_most_five_names() {
+        use crate::runtime::ImageSummary;
+        let img = |id: &str, size: u64, tags: usize| ImageSummary {
+            id: id.into(),
+            repo_tags: (0..tags).map(|i| format!("r/{id}:t{i}")).collect(),
+            repo_digests: vec![format!("r/{id}@sha256:{id}")],
+            size,
+        };
+        let list = vec![
+            img("a", 10, 1),
+            img("b", 30, 6),
+            img("c", 10, 0),
+            img("d", 20, 1),
+        ];
+        let got = node_images(list.clone(), 3);
+        let names: Vec<&str> = got
+            .iter()
+            .map(|i| i.names.as_ref().unwrap()[0].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["r/b@sha256:b", "r/d@sha256:d", "r/c@sha256:c"],
+            "by size, ties by greater ID"
+        );
+        assert_eq!(
+            got[0].names.as_ref().unwrap().len(),
+            5,
+            "digest + 4 of 6 tags"
+        );
+        assert_eq!(got[0].size_bytes, Some(30));
+        assert_eq!(node_images(list.clone(), -1).len(), 4);
+        assert!(node_images(list, 0).is_empty());
+    }
+
     #[tokio::test]
     async fn ready_follows_the_runtime_conditions_with_upstream_messages() {
         use crate::runtime::RuntimeCondition;
@@ -739,6 +818,7 @@ mod tests {
             report_frequency: Duration::from_secs(300),
             lease_duration_seconds: 40,
             register_node: true,
+            max_images: 50,
         }
     }
 

@@ -134,7 +134,7 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota: Option<serde_json::Value>,
     #[serde(rename = "cpuCFSQuotaPeriod")]
     pub cpu_cfs_quota_period: Option<serde_json::Value>,
-    pub node_status_max_images: Option<serde_json::Value>,
+    pub node_status_max_images: Option<i32>,
     pub max_open_files: Option<serde_json::Value>,
     pub content_type: Option<serde_json::Value>,
     pub max_parallel_image_pulls: Option<serde_json::Value>,
@@ -274,6 +274,8 @@ pub struct Config {
     pub read_only_port: u16,
     /// `maxOpenFiles`: RLIMIT_NOFILE set at start.
     pub max_open_files: u64,
+    /// `nodeStatusMaxImages`: how many images the Node's status lists (-1: all).
+    pub node_status_max_images: i32,
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
     pub healthz_port: u16,
@@ -672,6 +674,18 @@ pub fn merge(
             true,
         )?,
         max_open_files: max_open_files(flags.max_open_files, file.max_open_files.as_ref())?,
+        node_status_max_images: match flags
+            .node_status_max_images
+            .or(file.node_status_max_images)
+            .unwrap_or(50)
+        {
+            n if n < -1 => {
+                return Err(invalid(format!(
+                    "invalid configuration: nodeStatusMaxImages (--node-status-max-images) {n} must be -1 or greater"
+                )));
+            }
+            n => n,
+        },
         tls_cert_file: flags
             .tls_cert_file
             .clone()

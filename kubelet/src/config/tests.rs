@@ -398,3 +398,29 @@ fn wrong_kind_rejected_unknown_fields_tolerated() {
     assert!(parse_file("c", "kind: Pod\n").is_err());
     assert!(parse_file("c", "someFutureField: 3\nmaxPods: 5\n").is_ok());
 }
+
+#[test]
+fn node_status_max_images_defaults_to_50_and_refuses_below_minus_one() {
+    let file = parse_file("c", "{}").unwrap();
+    assert_eq!(
+        merge(&flags(&["--config=c"]), file.clone(), "n")
+            .unwrap()
+            .node_status_max_images,
+        50
+    );
+    let cfg = merge(
+        &flags(&["--config=c", "--node-status-max-images=-1"]),
+        file.clone(),
+        "n",
+    )
+    .unwrap();
+    assert_eq!(cfg.node_status_max_images, -1);
+    let err = merge(
+        &flags(&["--config=c", "--node-status-max-images=-2"]),
+        file,
+        "n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("must be -1 or greater"), "{err}");
+}

@@ -632,6 +632,25 @@ impl Runtime for CriRuntime {
         Ok(r.into_inner().url)
     }
 
+    async fn list_images(&self) -> Result<Vec<crate::runtime::ImageSummary>> {
+        let r = self
+            .image
+            .clone()
+            .list_images(self.req(pb::ListImagesRequest { filter: None }))
+            .await
+            .map_err(|s| err("ListImages", s))?
+            .into_inner();
+        Ok(r.images
+            .into_iter()
+            .map(|i| crate::runtime::ImageSummary {
+                id: i.id,
+                repo_tags: i.repo_tags,
+                repo_digests: i.repo_digests,
+                size: i.size,
+            })
+            .collect())
+    }
+
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
         let r = self
             .image

@@ -535,6 +535,23 @@ impl Runtime for FakeRuntime {
         ))
     }
 
+    async fn list_images(&self) -> Result<Vec<crate::runtime::ImageSummary>> {
+        let s = self.enter("ListImages")?;
+        let mut by_id: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, id) in &s.images {
+            by_id.entry(id.clone()).or_default().push(name.clone());
+        }
+        Ok(by_id
+            .into_iter()
+            .map(|(id, repo_tags)| crate::runtime::ImageSummary {
+                id,
+                repo_tags,
+                repo_digests: Vec::new(),
+                size: FAKE_IMAGE_SIZE,
+            })
+            .collect())
+    }
+
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
         let s = self.enter("ImageStatus")?;
         Ok(s.images.get(image).map(|id| ImageInfo {

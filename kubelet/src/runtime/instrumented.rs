@@ -40,6 +40,10 @@ async fn record<T>(op: &str, call: impl std::future::Future<Output = Result<T>>)
 
 #[async_trait::async_trait]
 impl Runtime for Instrumented {
+    async fn list_images(&self) -> Result<Vec<crate::runtime::ImageSummary>> {
+        record("list_images", self.inner.list_images()).await
+    }
+
     async fn version(&self) -> Result<VersionInfo> {
         record("version", self.inner.version()).await
     }

@@ -358,6 +358,15 @@ pub struct ImageInfo {
     pub user: ImageUser,
 }
 
+/// One image of ListImages, for the Node's status.images.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageSummary {
+    pub id: String,
+    pub repo_tags: Vec<String>,
+    pub repo_digests: Vec<String>,
+    pub size: u64,
+}
+
 /// The user `image` runs as, as upstream's getImageUser reads it: the image's UID, else its
 /// user name, else root (UID 0) when the image names none or is not in the store.
 pub async fn image_user(rt: &dyn Runtime, image: &str) -> Result<ImageUser> {
@@ -431,6 +440,8 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// The image when present in the runtime's store.
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>>;
+    /// Every image in the runtime's store (CRI ListImages).
+    async fn list_images(&self) -> Result<Vec<ImageSummary>>;
     /// Pulls `image`, with `auth` when the registry needs credentials.
     async fn pull_image(
         &self,

@@ -304,9 +304,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "nodeStatusMaxImages",
-        NotImplemented,
-        &["50"],
-        "the Node's status lists no images.",
+        Implemented,
+        &[],
+        "The Node's status.images lists this many images, largest first (-1: all), each with up to 5 names.",
     ),
     s(
         "maxOpenFiles",

@@ -287,9 +287,9 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--node-status-max-images",
-        NotImplemented,
-        &["50"],
-        "the Node's status lists no images.",
+        Implemented,
+        &[],
+        "The Node's status.images lists this many images, largest first (-1: all), each with up to 5 names.",
     ),
     s(
         "--max-open-files",
