@@ -8,7 +8,7 @@
 //! "endpoint removed" (reply source is the old endpoint) and "service got its first endpoint"
 //! (reply source is the service IP itself: the flow was never DNATed).
 //!
-//! `Conntrack` is the narrow trait; [`crate::ctnetlink`] talks ctnetlink (what the proxy
+//! `Conntrack` is the narrow trait; the `ctnetlink` module talks ctnetlink (what the proxy
 //! uses in its own namespace), `ExecConntrack` runs the `conntrack` tool (the fallback, and
 //! the only way through a command prefix such as `ip netns exec NS`),
 //! `test_util::FakeConntrack` records calls.

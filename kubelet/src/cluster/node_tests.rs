@@ -1,0 +1,229 @@
+use super::*;
+
+#[test]
+fn node_images_largest_first_bounded_with_at_most_five_names() {
+    use crate::runtime::ImageSummary;
+    let img = |id: &str, size: u64, tags: usize| ImageSummary {
+        id: id.into(),
+        repo_tags: (0..tags).map(|i| format!("r/{id}:t{i}")).collect(),
+        repo_digests: vec![format!("r/{id}@sha256:{id}")],
+        size,
+    };
+    let list = vec![
+        img("a", 10, 1),
+        img("b", 30, 6),
+        img("c", 10, 0),
+        img("d", 20, 1),
+    ];
+    let got = node_images(list.clone(), 3);
+    let names: Vec<&str> = got
+        .iter()
+        .map(|i| i.names.as_ref().unwrap()[0].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["r/b@sha256:b", "r/d@sha256:d", "r/c@sha256:c"],
+        "by size, ties by greater ID"
+    );
+    assert_eq!(
+        got[0].names.as_ref().unwrap().len(),
+        5,
+        "digest + 4 of 6 tags"
+    );
+    assert_eq!(got[0].size_bytes, Some(30));
+    assert_eq!(node_images(list.clone(), -1).len(), 4);
+    assert!(node_images(list, 0).is_empty());
+}
+
+#[tokio::test]
+async fn ready_follows_the_runtime_conditions_with_upstream_messages() {
+    use crate::runtime::RuntimeCondition;
+    let rt = Arc::new(crate::runtime::fake::FakeRuntime::new());
+    let shutdown = Arc::new(crate::shutdown::ShutdownState::default());
+    let health = CriHealth {
+        runtime: rt.clone(),
+        pleg: Arc::default(),
+        started_unix: crate::clock::unix_now(),
+        shutdown,
+    };
+    assert!(health.errors().await.is_empty());
+    rt.set_conditions(vec![
+        RuntimeCondition {
+            type_: "RuntimeReady".into(),
+            status: true,
+            reason: String::new(),
+            message: String::new(),
+        },
+        RuntimeCondition {
+            type_: "NetworkReady".into(),
+            status: false,
+            reason: "NetworkPluginNotReady".into(),
+            message: "Network plugin returns error: cni plugin not initialized".into(),
+        },
+    ]);
+    let errs = health.errors().await;
+    assert_eq!(
+        errs,
+        [
+            "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"
+        ]
+    );
+    assert_eq!(aggregate(&errs), errs[0], "one error: its text alone");
+    rt.set_conditions(vec![]);
+    let errs = health.errors().await;
+    assert_eq!(
+        aggregate(&errs),
+        "[container runtime not ready: <nil>, container runtime network not ready: <nil>]"
+    );
+}
+
+/// Capacity comes from statvfs(2), the same figure `df` prints, with no child process.
+#[test]
+fn ephemeral_storage_from_statvfs_matches_df() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = LinuxHost {
+        root_dir: dir.path().to_path_buf(),
+    };
+    let got = host.host_info().ephemeral_storage_bytes.unwrap();
+    let out = std::process::Command::new("df")
+        .args(["-P", "-B1"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let df: i64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert_eq!(got, df);
+}
+
+fn cfg() -> NodeConfig {
+    NodeConfig {
+        name: "n1".into(),
+        labels: BTreeMap::from([("role".to_string(), "worker".to_string())]),
+        taints: vec![],
+        node_ips: vec!["10.0.0.5".parse().unwrap()],
+        hostname: "n1".into(),
+        port: 10250,
+        max_pods: 110,
+        update_frequency: Duration::from_secs(10),
+        report_frequency: Duration::from_secs(300),
+        lease_duration_seconds: 40,
+        register_node: true,
+        max_images: 50,
+    }
+}
+
+fn host() -> HostInfo {
+    HostInfo {
+        machine_id: "m".into(),
+        system_uuid: "u".into(),
+        boot_id: "b".into(),
+        kernel_version: "6.1".into(),
+        os_image: "Debian GNU/Linux 12 (bookworm)".into(),
+        cpus: 2,
+        memory_bytes: 4 * 1024 * 1024 * 1024,
+        ephemeral_storage_bytes: Some(100 * 1024 * 1024 * 1024),
+    }
+}
+
+#[test]
+fn initial_node_has_default_and_configured_labels() {
+    let n = initial_node(&cfg());
+    let l = n.metadata.labels.unwrap();
+    assert_eq!(l["kubernetes.io/hostname"], "n1");
+    assert_eq!(l["beta.kubernetes.io/os"], "linux");
+    assert_eq!(l["kubernetes.io/arch"], go_arch());
+    assert_eq!(l["role"], "worker");
+}
+
+#[test]
+fn ready_status_and_transitions() {
+    let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+    let rt = ("containerd".to_string(), "1.6.20".to_string());
+    let (s, ev) = compute_status(None, &cfg(), &host(), Some(&rt), &[], t0);
+    let conds = s.conditions.clone().unwrap();
+    let types: Vec<_> = conds.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(
+        types,
+        ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+    );
+    assert_eq!(conds[3].reason.as_deref(), Some("KubeletReady"));
+    assert_eq!(
+        conds[0].reason.as_deref(),
+        Some("KubeletHasSufficientMemory")
+    );
+    let reasons: Vec<_> = ev.iter().map(|e| e.1).collect();
+    assert_eq!(
+        reasons,
+        [
+            "NodeHasSufficientMemory",
+            "NodeHasNoDiskPressure",
+            "NodeHasSufficientPID",
+            "NodeReady"
+        ]
+    );
+    let info = s.node_info.clone().unwrap();
+    assert_eq!(info.container_runtime_version, "containerd://1.6.20");
+    assert_eq!(info.kubelet_version, crate::KUBERNETES_VERSION);
+    let cap = s.capacity.clone().unwrap();
+    assert_eq!(cap["pods"].0, "110");
+    assert_eq!(cap["memory"].0, "4194304Ki");
+    assert_eq!(s.allocatable.as_ref().unwrap()["memory"].0, "4091904Ki");
+    assert_eq!(
+        s.daemon_endpoints
+            .as_ref()
+            .unwrap()
+            .kubelet_endpoint
+            .as_ref()
+            .unwrap()
+            .port,
+        10250
+    );
+
+    // Later, runtime down: NotReady with upstream's message, transition time moves.
+    let t1: jiff::Timestamp = "2026-01-01T00:00:10Z".parse().unwrap();
+    let (s2, ev2) = compute_status(
+        Some(&s),
+        &cfg(),
+        &host(),
+        None,
+        &["container runtime is down".into()],
+        t1,
+    );
+    let ready = s2
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready.status, "False");
+    assert_eq!(ready.reason.as_deref(), Some("KubeletNotReady"));
+    assert_eq!(ready.message.as_deref(), Some("container runtime is down"));
+    assert_eq!(ready.last_transition_time, Some(Time(t1)));
+    assert_eq!(ev2, vec![(EventType::Normal, "NodeNotReady")]);
+    // Pressure conditions kept their transition time; heartbeat moved; runtime version kept.
+    let mem = &s2.conditions.as_ref().unwrap()[0];
+    assert_eq!(mem.last_transition_time, Some(Time(t0)));
+    assert_eq!(mem.last_heartbeat_time, Some(Time(t1)));
+    assert_eq!(
+        s2.node_info.unwrap().container_runtime_version,
+        "containerd://1.6.20"
+    );
+    // Only heartbeats differ between two healthy evaluations: nothing to write.
+    let (s3, _) = compute_status(Some(&s), &cfg(), &host(), Some(&rt), &[], t1);
+    assert_eq!(comparable(&s3), comparable(&s));
+}
+
+#[test]
+fn os_image_from_os_release() {
+    assert_eq!(
+        os_image("NAME=\"Debian\"\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n"),
+        "Debian GNU/Linux 12 (bookworm)"
+    );
+    assert_eq!(os_image(""), "Linux");
+}

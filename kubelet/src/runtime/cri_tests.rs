@@ -1,0 +1,82 @@
+use super::*;
+
+#[test]
+fn security_settings_reach_the_cri_messages() {
+    let sandbox = SandboxConfig {
+        name: "p".into(),
+        namespace: "default".into(),
+        uid: "u".into(),
+        attempt: 0,
+        hostname: "p".into(),
+        log_directory: String::new(),
+        dns: None,
+        port_mappings: vec![],
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        cgroup_parent: String::new(),
+        host_network: false,
+        host_pid: true,
+        host_ipc: false,
+        sysctls: BTreeMap::new(),
+        security: SandboxSecurity {
+            privileged: true,
+            run_as_user: Some(7),
+            supplemental_groups: vec![3000],
+            seccomp: Some(SecurityProfile::RuntimeDefault),
+            ..Default::default()
+        },
+        resources: None,
+        runtime_handler: String::new(),
+    };
+    let sb = sandbox_pb(&sandbox)
+        .linux
+        .unwrap()
+        .security_context
+        .unwrap();
+    assert!(sb.privileged);
+    assert_eq!(sb.run_as_user.map(|u| u.value), Some(7));
+    assert_eq!(sb.supplemental_groups, vec![3000]);
+    assert_eq!(
+        sb.seccomp.map(|s| s.profile_type),
+        Some(pb::security_profile::ProfileType::RuntimeDefault as i32)
+    );
+    let mut c = crate::runtime::raw::container(&sandbox);
+    c.security = ContainerSecurity {
+        run_as_user: Some(1000),
+        supplemental_groups: vec![3000, 4000],
+        supplemental_groups_policy: SupplementalGroupsPolicy::Strict,
+        capabilities_drop: vec!["ALL".into()],
+        no_new_privs: true,
+        readonly_rootfs: true,
+        masked_paths: vec!["/proc/kcore".into()],
+        seccomp: Some(SecurityProfile::Localhost(
+            "/var/lib/kubelet/seccomp/p.json".into(),
+        )),
+        apparmor: Some(SecurityProfile::Unconfined),
+        apparmor_profile: "unconfined".into(),
+        ..Default::default()
+    };
+    let s = container_security_pb(&c, &sandbox);
+    assert_eq!(s.run_as_user.map(|u| u.value), Some(1000));
+    assert_eq!(s.supplemental_groups, vec![3000, 4000]);
+    assert_eq!(
+        s.supplemental_groups_policy,
+        pb::SupplementalGroupsPolicy::Strict as i32
+    );
+    assert_eq!(s.capabilities.unwrap().drop_capabilities, vec!["ALL"]);
+    assert!(s.no_new_privs && s.readonly_rootfs && !s.privileged);
+    assert_eq!(s.masked_paths, vec!["/proc/kcore"]);
+    let seccomp = s.seccomp.unwrap();
+    assert_eq!(seccomp.localhost_ref, "/var/lib/kubelet/seccomp/p.json");
+    assert_eq!(
+        seccomp.profile_type,
+        pb::security_profile::ProfileType::Localhost as i32
+    );
+    assert_eq!(
+        s.namespace_options.unwrap().pid,
+        pb::NamespaceMode::Node as i32
+    );
+    // No capabilities message at all when the spec names none.
+    c.security.capabilities_drop.clear();
+    assert!(container_security_pb(&c, &sandbox).capabilities.is_none());
+}
