@@ -114,14 +114,14 @@ pub struct LogOptions {
 }
 
 /// A query the kubelet refuses, with upstream's status and body.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub status: StatusCode,
     pub body: String,
 }
 
 impl Refusal {
-    fn new(status: StatusCode, body: impl Into<String>) -> Refusal {
+    pub(crate) fn new(status: StatusCode, body: impl Into<String>) -> Refusal {
         Refusal {
             status,
             body: body.into(),

@@ -141,29 +141,11 @@ impl Kind {
     }
 }
 
-/// An answer other than a proxied stream: upstream's status and plain-text body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub status: StatusCode,
-    pub body: String,
-}
+/// An answer other than a proxied stream: the same plain-text refusal the logs endpoints give.
+pub use super::logs::Refusal;
 
 fn refuse(status: StatusCode, body: impl Into<String>) -> Refusal {
-    Refusal {
-        status,
-        body: body.into(),
-    }
-}
-
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        (
-            self.status,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            self.body,
-        )
-            .into_response()
-    }
+    Refusal::new(status, body)
 }
 
 fn first<'a>(query: &'a [(String, String)], key: &str) -> &'a str {
