@@ -185,6 +185,24 @@ pub struct Flags {
     pub feature_gates: Option<BTreeMap<String, String>>,
     #[arg(long = "eviction-hard", value_parser = parse_langle_map)]
     pub eviction_hard: Option<BTreeMap<String, String>>,
+    #[arg(long = "eviction-soft", value_parser = parse_langle_map)]
+    pub eviction_soft: Option<BTreeMap<String, String>>,
+    #[arg(long = "eviction-soft-grace-period", value_parser = parse_map)]
+    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    #[arg(long = "eviction-minimum-reclaim", value_parser = parse_map)]
+    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    #[arg(long = "eviction-pressure-transition-period")]
+    pub eviction_pressure_transition_period: Option<String>,
+    #[arg(long = "eviction-max-pod-grace-period", allow_hyphen_values = true)]
+    pub eviction_max_pod_grace_period: Option<i32>,
+    #[arg(long = "merge-default-eviction-settings", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub merge_default_eviction_settings: Option<bool>,
+    #[arg(long = "reserved-cpus")]
+    pub reserved_cpus: Option<String>,
+    #[arg(long = "kube-reserved-cgroup")]
+    pub kube_reserved_cgroup: Option<String>,
+    #[arg(long = "system-reserved-cgroup")]
+    pub system_reserved_cgroup: Option<String>,
     #[arg(long = "kube-reserved", value_parser = parse_map)]
     pub kube_reserved: Option<BTreeMap<String, String>>,
     #[arg(long = "system-reserved", value_parser = parse_map)]

@@ -2,6 +2,7 @@
 //! with. [`load`] is a pure function of the flags and the config file's text.
 
 mod auth;
+pub mod resources;
 
 use crate::duration;
 use crate::flags::Flags;
@@ -338,6 +339,8 @@ pub struct Config {
     pub seccomp_default: bool,
     /// `allowedUnsafeSysctls`, validated: pods may set these beside the safe sysctls.
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// Reservations, node allocatable enforcement and eviction thresholds, validated.
+    pub resources: resources::NodeResources,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -570,6 +573,7 @@ pub fn merge(
         .unwrap_or_default();
     crate::pod::sysctl::Allowlist::new(&allowed_unsafe_sysctls)
         .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
+    let resources = resources::parse(flags, &file)?;
     let max_pods = flags.max_pods.or(file.max_pods).unwrap_or(110);
     if max_pods < 0 {
         return Err(invalid(format!("maxPods: {max_pods} must not be negative")));
@@ -810,6 +814,7 @@ pub fn merge(
             .or(file.seccomp_default)
             .unwrap_or(false),
         allowed_unsafe_sysctls,
+        resources,
     })
 }
 

@@ -108,12 +108,12 @@ pub fn settings_doc() -> String {
          - **Refused**: security-relevant and not provided; the agent refuses to start when it is\n  \
          set to a value other than the listed ones.\n\n\
          Config fields the agent does not know are named in a warning at start.\n\n\
-         The kubelet API (:10250): anonymous requests are served only with\n\
-         `authentication.anonymous.enabled: true` and `authorization.mode: AlwaysAllow`. TokenReview\n\
-         (webhook authentication), x509 client certificates and SubjectAccessReview (Webhook\n\
-         authorization) are not implemented yet, so it fails closed: 401 `Unauthorized` when anonymous\n\
-         is disabled, 403 `Forbidden (...)` under Webhook authorization. Standalone (no kubeconfig),\n\
-         webhook authentication or authorization refuses to start, as upstream.\n\n",
+         The kubelet API (:10250) authenticates every request as upstream does: x509 client\n\
+         certificates against `clientCAFile`, bearer tokens through TokenReview (webhook\n\
+         authentication), anonymous only with `authentication.anonymous.enabled: true`; and\n\
+         authorizes it through SubjectAccessReview (Webhook authorization) or AlwaysAllow.\n\
+         Standalone (no kubeconfig), webhook authentication or authorization refuses to start, as\n\
+         upstream.\n\n",
     );
     s.push_str("## kubelet flags\n\n");
     s.push_str(&proxy::settings::markdown_table(FLAGS));
