@@ -182,13 +182,12 @@ fn in_node(topo: &Topology, what: &str) -> String {
 }
 
 fn node_cmd(topo: &Topology, args: &[&str]) -> String {
-    let out = Command::new("ip")
+    Command::new("ip")
         .args(["netns", "exec", &topo.node])
         .args(args)
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    out
+        .unwrap_or_default()
 }
 
 #[test]
