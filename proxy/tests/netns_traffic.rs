@@ -412,6 +412,51 @@ async fn scenario<B: Backend>(mode: Mode, topo: &Topology, mut p: B, handle: &Pr
     );
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 
+    // 4b. nftables with ServiceCIDRs known: an address of the service range that is no
+    // ClusterIP is dropped (upstream's "Drop traffic to unallocated ClusterIPs"). To tell
+    // a drop from a lost packet, pod0 also answers on 10.96.0.99 first.
+    if mode == Mode::Nftables {
+        let stray = "10.96.0.99";
+        netns::sh(&[
+            "ip",
+            "-n",
+            &topo.pods[0],
+            "addr",
+            "add",
+            &format!("{stray}/32"),
+            "dev",
+            "eth0",
+        ])
+        .unwrap();
+        netns::sh(&[
+            "ip",
+            "-n",
+            &topo.node,
+            "route",
+            "add",
+            stray,
+            "via",
+            &netns::pod_ip(0),
+        ])
+        .unwrap();
+        let target = format!("{stray}:{TCP_PORT}");
+        let before = client(topo, "tcp", &target, 1, 0).await;
+        assert_eq!(before, vec!["pod0"], "reachable without the rule");
+        handle.on_service_cidrs(&["10.96.0.0/16".parse().unwrap()]);
+        sync(&mut p, topo, mode).await;
+        let a = client(topo, "tcp", &target, 1, 0).await;
+        assert_eq!(
+            a,
+            vec!["ERR timeout"],
+            "unallocated cluster IP\n{}",
+            node_rules(topo, mode)
+        );
+        let a = client(topo, "tcp", "10.96.0.10:81", 1, 0).await;
+        assert_eq!(a, vec!["ERR refused"], "another port of a cluster IP");
+        let a = client(topo, "tcp", "10.96.0.10:80", 3, 0).await;
+        assert!(a.iter().all(|x| x.starts_with("pod")), "{a:?}");
+    }
+
     // 5. ETP Local health check: 200 with a local endpoint, 503 without; the node port
     //    answers only while a local endpoint exists.
     let r = http_get(hc_port).await.expect("health check port");

@@ -186,8 +186,16 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         let stale_full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= self.full_sync_period);
-        let node = self.handle.state().node().clone();
-        let node_changed = self.adopt_node(&node);
+        let (node, cidrs) = {
+            let st = self.handle.state();
+            (st.node().clone(), st.service_cidrs().to_vec())
+        };
+        let mut node_changed = self.adopt_node(&node);
+        if cidrs != self.cfg.service_cidrs {
+            info!(service_cidrs = ?cidrs, "service CIDRs changed");
+            self.cfg.service_cidrs = cidrs;
+            node_changed = true;
+        }
         let do_full = full || stale_full || node_changed || self.needs_full_sync();
         let want_hc = self.service_health.is_some();
         let now = Instant::now();

@@ -571,3 +571,42 @@ fn renders_upstream_overall_test_services() {
         )]
     );
 }
+
+/// ServiceCIDRs known: traffic to their unallocated addresses is dropped (upstream's
+/// `cluster-ips-check` rule); a change rewrites only that chain, never the table.
+#[tokio::test]
+async fn unallocated_cluster_ips_are_dropped() {
+    let runner = FakeNft::new();
+    let mut p = proxier(runner.clone(), loaded_state(), render_cfg());
+    p.sync(false).await.unwrap();
+    assert!(!runner.last_applied().unwrap().contains("unallocated"));
+    let cidrs = [
+        "172.30.0.0/16".parse().unwrap(),
+        "fd00::/112".parse().unwrap(),
+    ];
+    assert!(p.handle().on_service_cidrs(&cidrs));
+    p.sync(false).await.unwrap();
+    let t = runner.last_applied().unwrap();
+    assert_eq!(
+        lines(&t),
+        vec![
+            "flush chain ip kube-proxy cluster-ips-check",
+            "add rule ip kube-proxy cluster-ips-check ip daddr @cluster-ips reject comment \"Reject traffic to invalid ports of ClusterIPs\"",
+            "add rule ip kube-proxy cluster-ips-check ip daddr { 172.30.0.0/16 } drop comment \"Drop traffic to unallocated ClusterIPs\"",
+        ],
+        "only the check chain, IPv4 CIDRs only"
+    );
+    assert_eq!(p.sync(false).await.unwrap(), SyncOutcome::Unchanged);
+
+    // Known at the first sync: part of the table from the start.
+    let runner = FakeNft::new();
+    let mut p = proxier(runner.clone(), loaded_state(), render_cfg());
+    p.handle().on_service_cidrs(&cidrs);
+    p.sync(false).await.unwrap();
+    let t = runner.last_applied().unwrap();
+    assert!(t.starts_with("add table ip kube-proxy\ndelete table"));
+    assert!(
+        t.contains("cluster-ips-check ip daddr { 172.30.0.0/16 } drop"),
+        "{t}"
+    );
+}
