@@ -648,3 +648,74 @@ async fn nftables_stale_chains_and_recovery_in_kernel() {
     assert!(table.contains("dnat to 10.244.1.2:8080"), "{table}");
     assert!(!table.contains("dnat to 10.244.0.2"), "{table}");
 }
+
+/// In a real kernel: a proxier restarting over a large table (more than REPLACE_STEP
+/// service ports) rewrites it in place in steps; the nft texts are accepted, the services
+/// still answer, and a service gone during the restart is emptied, then deleted a second
+/// later.
+#[tokio::test]
+async fn nftables_large_table_restart_in_kernel() {
+    use proxy::nftables::proxier::REPLACE_STEP;
+    let Some(topo) = topology(Mode::Nftables, "r", 1) else {
+        return;
+    };
+    if let Err(e) = check_support(&ExecNft::new().with_prefix(topo.prefix()), IpFamily::V4).await {
+        println!("SKIPPED: nftables restart test: {e}");
+        return;
+    }
+    let mut topo = topo;
+    topo.start_backends().expect("backends");
+    let load = |h: &ProxyHandle, skip_gone: bool| {
+        for i in 0..REPLACE_STEP + 50 {
+            let name = format!("s{i}");
+            if skip_gone && i == 7 {
+                continue;
+            }
+            let ip = format!("10.97.{}.{}", i / 250, i % 250 + 1);
+            h.on_service_upsert(&service(&name, &ip, "ClusterIP", "TCP", None));
+            h.on_endpoint_slice_upsert(&slice(&name, "TCP", &[0], &[]));
+        }
+        h.on_service_upsert(&service("web", "10.96.0.10", "ClusterIP", "TCP", None));
+        h.on_endpoint_slice_upsert(&slice("web", "TCP", &[0], &[]));
+        h.on_services_synced();
+        h.on_endpoint_slices_synced();
+    };
+    let h = new_handle(IpFamily::V4);
+    load(&h, false);
+    let mut p = nft_proxier(&topo, IpFamily::V4, h);
+    sync(&mut p, &topo, Mode::Nftables).await;
+    drop(p);
+    let gone = "default/s7/tcp/p";
+    assert!(node_nft(&topo, &["list", "chains", "ip"]).contains(gone));
+
+    // The restart: a new proxier over the table, one service fewer.
+    let h = new_handle(IpFamily::V4);
+    load(&h, true);
+    let mut p = nft_proxier(&topo, IpFamily::V4, h);
+    let t = Instant::now();
+    sync(&mut p, &topo, Mode::Nftables).await;
+    println!(
+        "restart over {} service ports: {:?}",
+        REPLACE_STEP + 51,
+        t.elapsed()
+    );
+    let a = client(&topo, "tcp", "10.96.0.10:80", 3, 0).await;
+    assert_eq!(a, vec!["pod0"; 3], "answers after the rewrite");
+    let a = client(&topo, "tcp", "10.97.0.9:80", 1, 0).await;
+    assert_eq!(a, vec!["pod0"], "another service too");
+    let gone_chain = node_nft(&topo, &["list", "chains", "ip"])
+        .lines()
+        .find(|l| l.contains(gone) && l.contains("service-"))
+        .map(|l| {
+            l.trim()
+                .trim_start_matches("chain ")
+                .trim_end_matches(" {")
+                .to_string()
+        })
+        .expect("the gone service's chain stays for a second");
+    let rules = node_nft(&topo, &["list", "chain", "ip", "kube-proxy", &gone_chain]);
+    assert!(!rules.contains("numgen"), "emptied:\n{rules}");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    p.sync(true).await.unwrap();
+    assert!(!node_nft(&topo, &["list", "chains", "ip"]).contains(gone));
+}

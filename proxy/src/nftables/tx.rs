@@ -14,6 +14,9 @@ use super::names::TABLE;
 use super::render::{Base, Map, ServiceNft, family_word};
 use crate::model::{IpFamily, ServicePortName};
 
+mod rewrite;
+pub use rewrite::Existing;
+
 /// How long an emptied chain or set waits before it is deleted (upstream waits a second).
 pub const STALE_DELAY: Duration = Duration::from_secs(1);
 
