@@ -10,7 +10,7 @@ use std::time::Duration;
 use prometheus::Registry;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::config::{ProxyConfig, ProxyMode};
 use crate::ctnetlink::NodeConntrack;
@@ -19,6 +19,7 @@ use crate::iptables::proxier::{self, Proxier};
 use crate::iptables::{
     self, ExecRunner, Gated, IptablesRunner, RenderConfig, TableName, XtablesGate, cleanup,
 };
+use crate::ipvs::{self, ExecIpset, IpvsKernel, IpvsProxier, NetlinkIpvs};
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, ServiceState};
 use crate::nftables::{self, ExecNft, NftProxier};
@@ -40,6 +41,8 @@ pub enum Error {
     Client(#[from] apiserver::Error),
     #[error("nftables mode cannot run here: {0}")]
     NftUnsupported(#[from] nftables::Unsupported),
+    #[error(transparent)]
+    IpvsUnsupported(#[from] ipvs::Unsupported),
     #[error("cleanup failed: {0}")]
     Cleanup(String),
     #[error(
@@ -88,8 +91,10 @@ async fn runner_for(cfg: &ProxyConfig, env: &Environment) -> (ExecRunner, bool) 
 /// `--cleanup`: removes the rules of every mode (iptables chains and nftables tables, both
 /// IP families) and exits. Fails only when no mode could be cleaned.
 pub async fn cleanup(cfg: &ProxyConfig, env: &Environment) -> Result<()> {
+    // The IPVS mode's sets can go only once no rule matches on them: chains first.
     let ipt = cleanup_iptables(cfg, env).await;
     let nft = cleanup_nftables(env).await;
+    cleanup_ipvs(env).await;
     match (ipt, nft) {
         (Err(a), Err(b)) => Err(Error::Cleanup(format!("iptables: {a}; nftables: {b}"))),
         (a, b) => {
@@ -133,6 +138,31 @@ async fn cleanup_nftables(env: &Environment) -> Result<usize, String> {
         warn!(error = %e, "nftables rules not cleaned up");
         e.to_string()
     })
+}
+
+/// Removes the IPVS mode's virtual servers, `kube-ipvs0` and ipsets (after the iptables
+/// chains that match on the sets). Netlink reaches only this process's namespace, so
+/// nothing is done through a command prefix.
+async fn cleanup_ipvs(env: &Environment) {
+    if !env.command_prefix.is_empty() {
+        debug!("IPVS leftovers not checked: commands run in another namespace");
+        return;
+    }
+    let ipset = ExecIpset::new();
+    ipvs::cleanup(&NetlinkIpvs::new(), &ipset).await;
+}
+
+/// Whether the nat table holds the iptables mode's per-service chains.
+async fn iptables_mode_leftovers(cfg: &ProxyConfig, env: &Environment) -> bool {
+    let (runner, _) = runner_for(cfg, env).await;
+    match gated(runner).save(TableName::Nat).await {
+        Ok(dump) => dump.lines().any(|l| {
+            ["KUBE-SVC-", "KUBE-SEP-", "KUBE-NODEPORTS", "KUBE-EXT-"]
+                .iter()
+                .any(|p| l.starts_with(&format!(":{p}")))
+        }),
+        Err(_) => false,
+    }
 }
 
 /// Where Services and EndpointSlices come from.
@@ -246,13 +276,38 @@ async fn family_present(runner: &GatedRunner) -> bool {
 /// One family's iptables proxier, ready to run.
 type FamilyProxier = Proxier<GatedRunner, NodeConntrack>;
 
+/// One family's IPVS proxier, ready to run.
+type FamilyIpvsProxier = IpvsProxier<NetlinkIpvs, ExecIpset, GatedRunner, NodeConntrack>;
+
 /// One family's nftables proxier, ready to run.
 type FamilyNftProxier = NftProxier<ExecNft, NodeConntrack>;
 
 /// Removes what the modes other than `cfg.mode` left behind (a node switched from one mode
 /// to another keeps no stale rules); a mode whose tool is missing has nothing to remove.
 pub async fn remove_other_modes(cfg: &ProxyConfig, env: &Environment) {
+    // kube-ipvs0 is what a run in IPVS mode leaves; its chains match on its sets, so the
+    // chains go first (the next sync writes this mode's afresh).
+    if cfg.mode != ProxyMode::Ipvs
+        && env.command_prefix.is_empty()
+        && ipvs::leftovers_present(&NetlinkIpvs::new()).await
+    {
+        info!("removing the IPVS mode's leftovers (kube-ipvs0, virtual servers, ipsets)");
+        if let Ok(n) = cleanup_iptables(cfg, env).await {
+            debug!(tables = n, "kube-proxy chains removed");
+        }
+        cleanup_ipvs(env).await;
+    }
     match cfg.mode {
+        ProxyMode::Ipvs => {
+            if let Ok(n) = cleanup_nftables(env).await {
+                debug!(families = n, "nftables mode's tables removed (if any)");
+            }
+            if iptables_mode_leftovers(cfg, env).await
+                && let Ok(n) = cleanup_iptables(cfg, env).await
+            {
+                info!(tables = n, "iptables mode's chains removed");
+            }
+        }
         ProxyMode::Iptables => {
             if let Ok(n) = cleanup_nftables(env).await {
                 debug!(families = n, "nftables mode's tables removed (if any)");
@@ -434,6 +489,89 @@ async fn nftables_proxiers(
         .collect())
 }
 
+/// The IPVS mode (upstream's order): the kernel must have IPVS, the scheduler, dummy
+/// interfaces and ipset (else a clear error; upstream no longer falls back to iptables);
+/// upstream's deprecation line; the other modes' leftovers removed; the `net/ipv4/vs/*`
+/// sysctls and IPVS timeouts set; one proxier per family iptables answers for.
+async fn ipvs_proxiers<S: Sysctl>(
+    cfg: &ProxyConfig,
+    env: &Environment,
+    shared: &Shared,
+    sysctl: &S,
+) -> Result<Vec<FamilyIpvsProxier>> {
+    if !env.command_prefix.is_empty() {
+        return Err(ipvs::Unsupported(
+            "IPVS is programmed over netlink in this process's network namespace: run kube-proxy inside the node's namespace rather than through a command prefix".into(),
+        )
+        .into());
+    }
+    let kernel = NetlinkIpvs::new();
+    let ipset = ExecIpset::new();
+    ipvs::check_support(&kernel, &ipset, &cfg.ipvs.scheduler).await?;
+    info!("Using ipvs Proxier");
+    error!("{}", ipvs::DEPRECATION);
+    remove_other_modes(cfg, env).await;
+    let release = tokio::task::spawn_blocking(|| {
+        std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default()
+    })
+    .await
+    .unwrap_or_default();
+    sysctl::set_ipvs_sysctls(
+        sysctl,
+        cfg.ipvs.strict_arp,
+        sysctl::parse_kernel_version(&release),
+    )
+    .await;
+    sysctl::check_bridge_nf_call_iptables(sysctl).await;
+    let tcp_liberal = sysctl::tcp_be_liberal(sysctl).await;
+    let t = &cfg.ipvs;
+    if t.tcp_timeout > 0 || t.tcp_fin_timeout > 0 || t.udp_timeout > 0 {
+        let op = ipvs::kernel::Op::SetTimeouts {
+            tcp: t.tcp_timeout,
+            tcp_fin: t.tcp_fin_timeout,
+            udp: t.udp_timeout,
+        };
+        if let Some(Err(e)) = kernel.batch(vec![op]).await.pop() {
+            error!(error = %e, "Failed to configure IPVS timeouts");
+        }
+    }
+    if cfg.localhost_node_ports_ignored {
+        warn!(
+            "localhostNodePorts is ignored in ipvs mode: node ports do not answer on 127.0.0.1 (as upstream)"
+        );
+    }
+    let primary = cfg.primary_family();
+    let (runner, random_fully) = runner_for(cfg, env).await;
+    let second = gated(runner.for_family(primary.other()));
+    let mut runners = vec![gated(runner)];
+    let dual = family_present(&second).await;
+    if dual {
+        runners.push(second);
+    }
+    log_stack(primary, dual);
+    Ok(runners
+        .into_iter()
+        .map(|runner| {
+            let family = runner.family();
+            let mut render = render_config(cfg, family, random_fully);
+            render.conntrack_tcp_liberal = tcp_liberal;
+            let handle = family_handle(cfg, family, shared);
+            IpvsProxier::new(
+                kernel.clone(),
+                ipset.clone(),
+                runner,
+                render,
+                handle,
+                shared.sync,
+                shared.metrics.clone(),
+            )
+            .with_ipvs(cfg.ipvs.clone())
+            .with_conntrack(NodeConntrack::for_prefix(&env.command_prefix))
+            .with_service_health(service_health(family, shared))
+        })
+        .collect())
+}
+
 /// Runs the proxy until `shutdown` with the given source, in the configured mode: one
 /// proxier per IP family, fed by one source, sharing `/healthz` and the metrics.
 pub async fn run_source(
@@ -467,6 +605,10 @@ pub async fn run_source(
         }
         ProxyMode::Nftables => {
             let proxiers = nftables_proxiers(&cfg, &env, &shared).await?;
+            serve_and_sync(cfg, source, shared, proxiers, shutdown).await
+        }
+        ProxyMode::Ipvs => {
+            let proxiers = ipvs_proxiers(&cfg, &env, &shared, &sysctl).await?;
             serve_and_sync(cfg, source, shared, proxiers, shutdown).await
         }
     }

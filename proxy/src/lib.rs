@@ -18,6 +18,7 @@ pub mod conntrack;
 pub mod ctnetlink;
 pub mod health;
 pub mod iptables;
+pub mod ipvs;
 pub mod metrics;
 pub mod model;
 pub mod nftables;

@@ -516,6 +516,8 @@ pub struct ServiceState {
     /// Trigger times before this (changes made before the proxy started) are not measured.
     started: SystemTime,
     node: NodeFacts,
+    /// The cluster's service CIDRs of this family (ServiceCIDR objects' `spec.cidrs`).
+    service_cidrs: Vec<Cidr>,
 }
 
 impl ServiceState {
@@ -532,6 +534,7 @@ impl ServiceState {
             trigger_times: BTreeMap::new(),
             started: SystemTime::now(),
             node: NodeFacts::default(),
+            service_cidrs: Vec::new(),
         }
     }
 
@@ -547,6 +550,27 @@ impl ServiceState {
 
     pub fn node(&self) -> &NodeFacts {
         &self.node
+    }
+
+    /// Records the cluster's service CIDRs (those of other families are dropped). Returns
+    /// true if they differ from what was known.
+    pub fn set_service_cidrs(&mut self, cidrs: &[Cidr]) -> bool {
+        let mut mine: Vec<Cidr> = cidrs
+            .iter()
+            .filter(|c| c.family() == self.family)
+            .copied()
+            .collect();
+        mine.sort();
+        mine.dedup();
+        if mine == self.service_cidrs {
+            return false;
+        }
+        self.service_cidrs = mine;
+        true
+    }
+
+    pub fn service_cidrs(&self) -> &[Cidr] {
+        &self.service_cidrs
     }
 
     pub fn family(&self) -> IpFamily {

@@ -478,6 +478,59 @@ pub async fn tcp_be_liberal<S: Sysctl>(s: &S) -> bool {
     on
 }
 
+pub const VS_CONNTRACK: &str = "net/ipv4/vs/conntrack";
+pub const VS_CONN_REUSE_MODE: &str = "net/ipv4/vs/conn_reuse_mode";
+pub const VS_EXPIRE_NODEST_CONN: &str = "net/ipv4/vs/expire_nodest_conn";
+pub const VS_EXPIRE_QUIESCENT_TEMPLATE: &str = "net/ipv4/vs/expire_quiescent_template";
+pub const IP_FORWARD: &str = "net/ipv4/ip_forward";
+pub const ARP_IGNORE: &str = "net/ipv4/conf/all/arp_ignore";
+pub const ARP_ANNOUNCE: &str = "net/ipv4/conf/all/arp_announce";
+
+/// The IPVS mode's settings, in upstream's order (pkg/proxy/ipvs NewProxier):
+/// `net/ipv4/vs/conntrack=1`; `conn_reuse_mode=0` on kernels 4.1 to 5.8 (before 4.1 the
+/// key does not exist, from 5.9 on the kernel's default is right: left alone);
+/// `expire_nodest_conn=1`, `expire_quiescent_template=1`, `ip_forward=1`; with
+/// `ipvs.strictARP`, `arp_ignore=1` and `arp_announce=2`. `kernel` is (major, minor).
+pub async fn set_ipvs_sysctls<S: Sysctl>(
+    s: &S,
+    strict_arp: bool,
+    kernel: Option<(u32, u32)>,
+) -> Warnings {
+    let mut warnings = Warnings::default();
+    let mut keys: Vec<(&str, i64)> = vec![(VS_CONNTRACK, 1)];
+    match kernel {
+        Some(v) if v < (4, 1) => warn!(
+            sysctl = VS_CONN_REUSE_MODE,
+            minimum_kernel_version = "4.1",
+            "Can't set sysctl, kernel version doesn't satisfy minimum version requirements"
+        ),
+        Some(v) if v >= (5, 9) => debug!(sysctl = VS_CONN_REUSE_MODE, "Left as-is"),
+        _ => keys.push((VS_CONN_REUSE_MODE, 0)),
+    }
+    keys.extend([
+        (VS_EXPIRE_NODEST_CONN, 1),
+        (VS_EXPIRE_QUIESCENT_TEMPLATE, 1),
+        (IP_FORWARD, 1),
+    ]);
+    if strict_arp {
+        keys.extend([(ARP_IGNORE, 1), (ARP_ANNOUNCE, 2)]);
+    }
+    for (key, value) in keys {
+        if let Err(e) = set_int(s, key, value).await {
+            warnings.push(&e, "IPVS mode may not work as intended");
+        }
+    }
+    warnings
+}
+
+/// (major, minor) of a kernel release string such as `6.18.44-fc-v782`.
+pub fn parse_kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.trim().split(['.', '-']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util {
     //! A `Sysctl` over a map, recording writes; keys can be made read-only or absent.

@@ -170,6 +170,13 @@ impl ProxyHandle {
         self.changed(c)
     }
 
+    /// The cluster's service CIDRs (ServiceCIDR objects). Returns true if the rules will be
+    /// re-rendered.
+    pub fn on_service_cidrs(&self, cidrs: &[crate::model::Cidr]) -> bool {
+        let c = self.state().set_service_cidrs(cidrs);
+        self.changed(c)
+    }
+
     /// Rules are not written until both initial lists arrived (as upstream), so a restart
     /// never programs a half-known state.
     pub fn initialized(&self) -> bool {
@@ -243,6 +250,13 @@ impl ProxyHandles {
         self.0
             .iter()
             .fold(false, |c, h| h.on_node(facts.clone()) | c)
+    }
+
+    /// The cluster's service CIDRs, both families (each proxier keeps its own).
+    pub fn on_service_cidrs(&self, cidrs: &[crate::model::Cidr]) -> bool {
+        self.0
+            .iter()
+            .fold(false, |c, h| h.on_service_cidrs(cidrs) | c)
     }
 
     pub fn on_services_synced(&self) {

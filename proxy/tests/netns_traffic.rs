@@ -412,6 +412,51 @@ async fn scenario<B: Backend>(mode: Mode, topo: &Topology, mut p: B, handle: &Pr
     );
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 
+    // 4b. nftables with ServiceCIDRs known: an address of the service range that is no
+    // ClusterIP is dropped (upstream's "Drop traffic to unallocated ClusterIPs"). To tell
+    // a drop from a lost packet, pod0 also answers on 10.96.0.99 first.
+    if mode == Mode::Nftables {
+        let stray = "10.96.0.99";
+        netns::sh(&[
+            "ip",
+            "-n",
+            &topo.pods[0],
+            "addr",
+            "add",
+            &format!("{stray}/32"),
+            "dev",
+            "eth0",
+        ])
+        .unwrap();
+        netns::sh(&[
+            "ip",
+            "-n",
+            &topo.node,
+            "route",
+            "add",
+            stray,
+            "via",
+            &netns::pod_ip(0),
+        ])
+        .unwrap();
+        let target = format!("{stray}:{TCP_PORT}");
+        let before = client(topo, "tcp", &target, 1, 0).await;
+        assert_eq!(before, vec!["pod0"], "reachable without the rule");
+        handle.on_service_cidrs(&["10.96.0.0/16".parse().unwrap()]);
+        sync(&mut p, topo, mode).await;
+        let a = client(topo, "tcp", &target, 1, 0).await;
+        assert_eq!(
+            a,
+            vec!["ERR timeout"],
+            "unallocated cluster IP\n{}",
+            node_rules(topo, mode)
+        );
+        let a = client(topo, "tcp", "10.96.0.10:81", 1, 0).await;
+        assert_eq!(a, vec!["ERR refused"], "another port of a cluster IP");
+        let a = client(topo, "tcp", "10.96.0.10:80", 3, 0).await;
+        assert!(a.iter().all(|x| x.starts_with("pod")), "{a:?}");
+    }
+
     // 5. ETP Local health check: 200 with a local endpoint, 503 without; the node port
     //    answers only while a local endpoint exists.
     let r = http_get(hc_port).await.expect("health check port");
@@ -602,4 +647,75 @@ async fn nftables_stale_chains_and_recovery_in_kernel() {
     let table = node_nft(&topo, &["list", "table", "ip", "kube-proxy"]);
     assert!(table.contains("dnat to 10.244.1.2:8080"), "{table}");
     assert!(!table.contains("dnat to 10.244.0.2"), "{table}");
+}
+
+/// In a real kernel: a proxier restarting over a large table (more than REPLACE_STEP
+/// service ports) rewrites it in place in steps; the nft texts are accepted, the services
+/// still answer, and a service gone during the restart is emptied, then deleted a second
+/// later.
+#[tokio::test]
+async fn nftables_large_table_restart_in_kernel() {
+    use proxy::nftables::proxier::REPLACE_STEP;
+    let Some(topo) = topology(Mode::Nftables, "r", 1) else {
+        return;
+    };
+    if let Err(e) = check_support(&ExecNft::new().with_prefix(topo.prefix()), IpFamily::V4).await {
+        println!("SKIPPED: nftables restart test: {e}");
+        return;
+    }
+    let mut topo = topo;
+    topo.start_backends().expect("backends");
+    let load = |h: &ProxyHandle, skip_gone: bool| {
+        for i in 0..REPLACE_STEP + 50 {
+            let name = format!("s{i}");
+            if skip_gone && i == 7 {
+                continue;
+            }
+            let ip = format!("10.97.{}.{}", i / 250, i % 250 + 1);
+            h.on_service_upsert(&service(&name, &ip, "ClusterIP", "TCP", None));
+            h.on_endpoint_slice_upsert(&slice(&name, "TCP", &[0], &[]));
+        }
+        h.on_service_upsert(&service("web", "10.96.0.10", "ClusterIP", "TCP", None));
+        h.on_endpoint_slice_upsert(&slice("web", "TCP", &[0], &[]));
+        h.on_services_synced();
+        h.on_endpoint_slices_synced();
+    };
+    let h = new_handle(IpFamily::V4);
+    load(&h, false);
+    let mut p = nft_proxier(&topo, IpFamily::V4, h);
+    sync(&mut p, &topo, Mode::Nftables).await;
+    drop(p);
+    let gone = "default/s7/tcp/p";
+    assert!(node_nft(&topo, &["list", "chains", "ip"]).contains(gone));
+
+    // The restart: a new proxier over the table, one service fewer.
+    let h = new_handle(IpFamily::V4);
+    load(&h, true);
+    let mut p = nft_proxier(&topo, IpFamily::V4, h);
+    let t = Instant::now();
+    sync(&mut p, &topo, Mode::Nftables).await;
+    println!(
+        "restart over {} service ports: {:?}",
+        REPLACE_STEP + 51,
+        t.elapsed()
+    );
+    let a = client(&topo, "tcp", "10.96.0.10:80", 3, 0).await;
+    assert_eq!(a, vec!["pod0"; 3], "answers after the rewrite");
+    let a = client(&topo, "tcp", "10.97.0.9:80", 1, 0).await;
+    assert_eq!(a, vec!["pod0"], "another service too");
+    let gone_chain = node_nft(&topo, &["list", "chains", "ip"])
+        .lines()
+        .find(|l| l.contains(gone) && l.contains("service-"))
+        .map(|l| {
+            l.trim()
+                .trim_start_matches("chain ")
+                .trim_end_matches(" {")
+                .to_string()
+        })
+        .expect("the gone service's chain stays for a second");
+    let rules = node_nft(&topo, &["list", "chain", "ip", "kube-proxy", &gone_chain]);
+    assert!(!rules.contains("numgen"), "emptied:\n{rules}");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    p.sync(true).await.unwrap();
+    assert!(!node_nft(&topo, &["list", "chains", "ip"]).contains(gone));
 }

@@ -32,8 +32,6 @@ pub enum Error {
     Kind(String),
     #[error("invalid configuration: {field}: {message}")]
     Invalid { field: String, message: String },
-    #[error("proxy mode {0:?} is not supported yet (only \"iptables\" and \"nftables\")")]
-    ModeNotSupported(String),
     #[error("detectLocalMode {0:?} is not supported yet (only \"ClusterCIDR\")")]
     DetectLocalNotSupported(String),
 }
@@ -54,7 +52,7 @@ fn invalid(field: &str, message: impl Into<String>) -> Error {
 #[command(
     name = "kube-proxy",
     disable_version_flag = true,
-    about = "The Kubernetes network proxy runs on each node (iptables or nftables mode)."
+    about = "The Kubernetes network proxy runs on each node (iptables, nftables or ipvs mode)."
 )]
 pub struct Flags {
     /// The path to the configuration file.
@@ -93,8 +91,8 @@ pub struct Flags {
     /// IP:port of the metrics server (default 127.0.0.1:10249); empty disables it.
     #[arg(long = "metrics-bind-address")]
     pub metrics_bind_address: Option<String>,
-    /// Which proxy mode to use: 'iptables' (default) or 'nftables'; 'ipvs' is not
-    /// supported yet.
+    /// Which proxy mode to use: 'iptables' (default), 'nftables' or 'ipvs' (deprecated
+    /// upstream since v1.35).
     #[arg(long = "proxy-mode")]
     pub proxy_mode: Option<String>,
     /// The CIDR range(s) of the pods in the cluster (comma-separated dual-stack pair).
@@ -148,6 +146,30 @@ pub struct Flags {
     /// Idle timeout for ASSURED UDP flows (0: leave as is).
     #[arg(long = "conntrack-udp-timeout-stream")]
     pub conntrack_udp_timeout_stream: Option<String>,
+    /// IPVS scheduler (rr, lc, dh, sh, sed, nq, …; default rr). IPVS mode only.
+    #[arg(long = "ipvs-scheduler")]
+    pub ipvs_scheduler: Option<String>,
+    /// Maximum interval of IPVS rule refreshes (default 30s). IPVS mode only.
+    #[arg(long = "ipvs-sync-period")]
+    pub ipvs_sync_period: Option<String>,
+    /// Minimum interval between IPVS rule refreshes (default 0s). IPVS mode only.
+    #[arg(long = "ipvs-min-sync-period")]
+    pub ipvs_min_sync_period: Option<String>,
+    /// CIDRs whose IPVS virtual servers the proxy never removes. IPVS mode only.
+    #[arg(long = "ipvs-exclude-cidrs", value_delimiter = ',')]
+    pub ipvs_exclude_cidrs: Option<Vec<String>>,
+    /// Sets arp_ignore=1 and arp_announce=2. IPVS mode only.
+    #[arg(long = "ipvs-strict-arp", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub ipvs_strict_arp: Option<bool>,
+    /// IPVS timeout of idle TCP connections (0 leaves the kernel's).
+    #[arg(long = "ipvs-tcp-timeout")]
+    pub ipvs_tcp_timeout: Option<String>,
+    /// IPVS timeout of TCP connections after FIN (0 leaves the kernel's).
+    #[arg(long = "ipvs-tcpfin-timeout")]
+    pub ipvs_tcpfin_timeout: Option<String>,
+    /// IPVS timeout of UDP packets (0 leaves the kernel's).
+    #[arg(long = "ipvs-udp-timeout")]
+    pub ipvs_udp_timeout: Option<String>,
     /// Log verbosity.
     #[arg(long = "v", short = 'v')]
     pub v: Option<u8>,
@@ -255,7 +277,7 @@ pub struct KubeProxyConfiguration {
     pub show_hidden_metrics_for_version: Option<serde_json::Value>,
     pub sync_period: Option<serde_json::Value>,
     pub min_sync_period: Option<serde_json::Value>,
-    pub ipvs: Option<serde_json::Value>,
+    pub ipvs: Option<ipvs::IpvsFile>,
     pub nftables: Option<NftablesFile>,
     pub winkernel: Option<serde_json::Value>,
     pub windows_run_as_service: Option<serde_json::Value>,
@@ -292,6 +314,8 @@ impl KubeProxyConfiguration {
 pub enum ProxyMode {
     Iptables,
     Nftables,
+    /// Deprecated upstream since v1.35.
+    Ipvs,
 }
 
 impl ProxyMode {
@@ -300,6 +324,7 @@ impl ProxyMode {
         match self {
             ProxyMode::Iptables => "iptables",
             ProxyMode::Nftables => "nftables",
+            ProxyMode::Ipvs => "ipvs",
         }
     }
 }
@@ -332,11 +357,14 @@ pub struct ProxyConfig {
     pub masquerade_all: bool,
     pub masquerade_bit: u8,
     pub localhost_node_ports: bool,
-    /// localhostNodePorts was set in nftables mode, where it has no effect (warned at start).
+    /// localhostNodePorts was set in nftables or ipvs mode, where it has no effect (warned at
+    /// start).
     pub localhost_node_ports_ignored: bool,
     pub sync_period: Duration,
     pub min_sync_period: Duration,
     pub conntrack: ConntrackConfig,
+    /// `ipvs.*` (used in IPVS mode only, as upstream).
+    pub ipvs: crate::ipvs::IpvsSettings,
     pub kubeconfig: Option<PathBuf>,
     pub master: Option<String>,
     pub qps: f32,
@@ -479,7 +507,7 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
     let mode = match mode.trim() {
         "" | "iptables" => ProxyMode::Iptables,
         "nftables" => ProxyMode::Nftables,
-        m @ "ipvs" => return Err(Error::ModeNotSupported(m.to_string())),
+        "ipvs" => ProxyMode::Ipvs,
         m => {
             return Err(invalid(
                 "mode",
@@ -505,6 +533,16 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
             min_sync_period: nft.min_sync_period,
         };
     }
+
+    // In IPVS mode the sync periods come from `ipvs:` (masquerading stays `iptables:`'s,
+    // as upstream's IPVS proxier reads it there).
+    let ipvs_file = file.ipvs.clone().unwrap_or_default();
+    let ipvs_settings = ipvs::settings(flags, &ipvs_file)?;
+    let ipvs_periods = if mode == ProxyMode::Ipvs {
+        Some(ipvs::sync_periods(flags, &ipvs_file)?)
+    } else {
+        None
+    };
 
     let bind = flag_or(&flags.bind_address, file.bind_address.clone()).unwrap_or_default();
     let bind_address: IpAddr = if bind.trim().is_empty() {
@@ -639,6 +677,8 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
         }
     };
 
+    let (sync_period, min_sync_period) = ipvs_periods.unwrap_or((sync_period, min_sync_period));
+
     let max_per_core = flag_or(&flags.conntrack_max_per_core, ct.max_per_core).unwrap_or(32768);
     let min = flag_or(&flags.conntrack_min, ct.min).unwrap_or(131072);
     if max_per_core < 0 {
@@ -723,10 +763,11 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
                 ipt.localhost_node_ports,
             )
             .unwrap_or(true),
-        localhost_node_ports_ignored: mode == ProxyMode::Nftables && localhost_asked,
+        localhost_node_ports_ignored: mode != ProxyMode::Iptables && localhost_asked,
         sync_period,
         min_sync_period,
         conntrack,
+        ipvs: ipvs_settings,
         kubeconfig,
         master: flags.master.clone(),
         qps,
@@ -736,6 +777,9 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
         cleanup: flags.cleanup.unwrap_or(false),
     })
 }
+
+mod ipvs;
+pub use ipvs::IpvsFile;
 
 #[cfg(test)]
 mod tests;

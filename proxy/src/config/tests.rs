@@ -214,7 +214,12 @@ fn version_flag_forms() {
 #[test]
 fn rejects_bad_values_clearly() {
     let bad = |args: &[&str]| resolve(&flags(args), None, "n").unwrap_err().to_string();
-    assert!(bad(&["--proxy-mode=ipvs"]).contains("not supported yet"));
+    assert!(bad(&["--proxy-mode=ipvs", "--ipvs-scheduler=fastest"]).contains("ipvs.scheduler"));
+    assert!(bad(&["--proxy-mode=ipvs", "--ipvs-sync-period=0s"]).contains("ipvs.syncPeriod"));
+    assert!(
+        bad(&["--ipvs-exclude-cidrs=10.0.0.1"]).contains("ipvs.excludeCIDRs"),
+        "checked in every mode, as upstream validates the whole file"
+    );
     assert!(bad(&["--proxy-mode=userspace"]).contains("not a valid proxy mode"));
     assert!(bad(&["--iptables-masquerade-bit=32"]).contains("[0, 31]"));
     assert!(bad(&["--iptables-sync-period=0s"]).contains("greater than 0"));
@@ -264,4 +269,61 @@ fn go_durations() {
     assert_eq!(parse_go_duration("10"), None);
     assert_eq!(parse_go_duration("s"), None);
     assert_eq!(parse_go_duration("3d"), None);
+}
+
+#[test]
+fn ipvs_mode_reads_the_ipvs_section() {
+    let text = r#"
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: ipvs
+iptables:
+  masqueradeBit: 15
+  syncPeriod: 10s
+ipvs:
+  scheduler: lc
+  syncPeriod: 20s
+  minSyncPeriod: 2s
+  excludeCIDRs: ["10.200.0.0/16"]
+  strictARP: true
+  tcpTimeout: 900s
+  tcpFinTimeout: 120s
+  udpTimeout: 300s
+"#;
+    let c = resolve(&flags(&[]), Some(text), "n").unwrap();
+    assert_eq!(c.mode, ProxyMode::Ipvs);
+    assert_eq!(c.mode.as_str(), "ipvs");
+    assert_eq!(c.sync_period, Duration::from_secs(20));
+    assert_eq!(c.min_sync_period, Duration::from_secs(2));
+    assert_eq!(c.masquerade_bit, 15, "masquerading stays iptables:'s");
+    assert_eq!(c.ipvs.scheduler, "lc");
+    assert_eq!(c.ipvs.exclude_cidrs, vec!["10.200.0.0/16".parse().unwrap()]);
+    assert!(c.ipvs.strict_arp);
+    assert_eq!(
+        (
+            c.ipvs.tcp_timeout,
+            c.ipvs.tcp_fin_timeout,
+            c.ipvs.udp_timeout
+        ),
+        (900, 120, 300)
+    );
+    assert!(
+        !c.localhost_node_ports,
+        "localhost node ports are iptables-only"
+    );
+
+    // Upstream's defaults: rr, 30s, and no minimum (a change syncs at once).
+    let d = resolve(&flags(&["--proxy-mode=ipvs"]), None, "n").unwrap();
+    assert_eq!(d.ipvs.scheduler, "rr");
+    assert_eq!(d.sync_period, Duration::from_secs(30));
+    assert_eq!(d.min_sync_period, Duration::ZERO);
+    // Flags win over the file.
+    let f = resolve(
+        &flags(&["--ipvs-scheduler=sh", "--ipvs-strict-arp=false"]),
+        Some(text),
+        "n",
+    )
+    .unwrap();
+    assert_eq!(f.ipvs.scheduler, "sh");
+    assert!(!f.ipvs.strict_arp);
 }

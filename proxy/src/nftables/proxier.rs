@@ -16,7 +16,7 @@ use tracing::{debug, error, info, warn};
 use super::names::{SERVICE_IPS, SERVICES, TABLE};
 use super::render::{Base, ServiceNft, family_word, render_service};
 use super::runner::{self, NftRunner};
-use super::tx::{KernelState, Next, Planned};
+use super::tx::{Existing, KernelState, Next, Planned};
 use crate::conntrack::{self, Conntrack, NoConntrack};
 use crate::health::ServiceHealthServer;
 use crate::iptables::proxier::health_check_state;
@@ -60,6 +60,8 @@ pub struct NftProxier<R: NftRunner, C: Conntrack = NoConntrack> {
     last_full: Option<Instant>,
     /// Consecutive failed transactions; the second in a row forgets the state.
     failures: u32,
+    /// A rewrite in place of a large table failed: the next one replaces it whole.
+    rewrite_failed: bool,
 }
 
 impl<R: NftRunner, C: Conntrack> std::fmt::Debug for NftProxier<R, C> {
@@ -109,6 +111,7 @@ impl<R: NftRunner> NftProxier<R> {
             need_full: true,
             last_full: None,
             failures: 0,
+            rewrite_failed: false,
         }
     }
 }
@@ -128,6 +131,7 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
             need_full: self.need_full,
             last_full: self.last_full,
             failures: self.failures,
+            rewrite_failed: self.rewrite_failed,
         }
     }
 
@@ -155,6 +159,22 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
 
     pub fn needs_full_sync(&self) -> bool {
         self.need_full || self.state.is_none()
+    }
+
+    /// The names of the chains and sets the table holds (`nft list chains` and `nft list
+    /// sets` of the family: headers and set elements, never the rules); None when either
+    /// listing fails (then the table is replaced in one transaction).
+    async fn list_existing(&self) -> Option<Existing> {
+        let f = family_word(self.cfg.family);
+        let chains = self.runner.list(&["chains", f]).await;
+        let sets = self.runner.list(&["sets", f]).await;
+        match (chains, sets) {
+            (Ok(c), Ok(s)) => Some(Existing::parse(self.cfg.family, &format!("{c}\n{s}"))),
+            (Err(e), _) | (_, Err(e)) => {
+                warn!(error = %e, "cannot list the table's chains; replacing it in one transaction");
+                None
+            }
+        }
     }
 
     /// The periodic check: one small fixed chain listed (never the table). Gone or changed
@@ -186,8 +206,16 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         let stale_full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= self.full_sync_period);
-        let node = self.handle.state().node().clone();
-        let node_changed = self.adopt_node(&node);
+        let (node, cidrs) = {
+            let st = self.handle.state();
+            (st.node().clone(), st.service_cidrs().to_vec())
+        };
+        let mut node_changed = self.adopt_node(&node);
+        if cidrs != self.cfg.service_cidrs {
+            info!(service_cidrs = ?cidrs, "service CIDRs changed");
+            self.cfg.service_cidrs = cidrs;
+            node_changed = true;
+        }
         let do_full = full || stale_full || node_changed || self.needs_full_sync();
         let want_hc = self.service_health.is_some();
         let now = Instant::now();
@@ -203,6 +231,14 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                 .list(&["chain", f, TABLE, SERVICES])
                 .await
                 .is_err()
+        };
+        // A large table that is there (a restart): its chains' and sets' names, so that it
+        // can be rewritten in steps in place (never flushed: its services keep answering).
+        // After a failed rewrite, the one-transaction replace.
+        let existing = if large && !table_absent && !self.rewrite_failed {
+            self.list_existing().await
+        } else {
+            None
         };
         let (planned, replace, changed, udp, hc, triggers) = {
             let mut st = self.handle.state();
@@ -246,6 +282,15 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                         .collect();
                     let planned = if table_absent && all.len() > REPLACE_STEP {
                         KernelState::replace_in_steps(self.cfg.family, base, all, REPLACE_STEP)
+                    } else if let Some(existing) = &existing {
+                        KernelState::rewrite_in_steps(
+                            self.cfg.family,
+                            base,
+                            all,
+                            REPLACE_STEP,
+                            existing,
+                            now,
+                        )
                     } else {
                         KernelState::replace(self.cfg.family, base, all)
                     };
@@ -258,7 +303,9 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         };
         let Planned { texts, next } = planned;
         let bytes: usize = texts.iter().map(String::len).sum();
-        let kind = if replace {
+        let kind = if existing.is_some() && replace {
+            "rewrite"
+        } else if replace {
             "replace"
         } else if do_full {
             "full"
@@ -306,6 +353,7 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                 }
                 self.need_full = false;
                 self.failures = 0;
+                self.rewrite_failed = false;
                 if do_full {
                     self.last_full = Some(Instant::now());
                 }
@@ -342,6 +390,9 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                     .inc();
                 if replace || self.failures >= 2 {
                     self.state = None;
+                }
+                if kind == "rewrite" {
+                    self.rewrite_failed = true;
                 }
                 self.need_full = true;
                 error!(error = %e, "nftables sync failed; the next sync is a full one");

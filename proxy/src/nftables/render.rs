@@ -112,6 +112,9 @@ fn addr_type(f: IpFamily) -> &'static str {
 pub struct Base {
     pub fixed: String,
     pub nodeport_ips: Vec<String>,
+    /// The rules of `cluster-ips-check` (they follow the service CIDRs, which change without
+    /// the rest of the table).
+    pub cluster_ips_check: String,
 }
 
 const NODEPORT_PRIMARY: &str = "primary";
@@ -230,12 +233,6 @@ impl Base {
         };
         let rules: Vec<(&str, String)> = vec![
             (
-                "cluster-ips-check",
-                format!(
-                    "{f} daddr @{CLUSTER_IPS} reject comment \"Reject traffic to invalid ports of ClusterIPs\""
-                ),
-            ),
-            (
                 "filter-prerouting-pre-dnat",
                 "ct state new jump firewall-check".into(),
             ),
@@ -308,9 +305,23 @@ impl Base {
                 .map(IpAddr::to_string)
                 .collect()
         };
+        // Traffic to the cluster IPs' other ports is rejected; to the service CIDRs'
+        // unallocated addresses dropped (upstream, when ServiceCIDRs are known).
+        let mut check = format!(
+            "add rule {f} {TABLE} cluster-ips-check {f} daddr @{CLUSTER_IPS} reject comment \"Reject traffic to invalid ports of ClusterIPs\"\n"
+        );
+        if !cfg.service_cidrs.is_empty() {
+            let cidrs: Vec<String> = cfg.service_cidrs.iter().map(|c| c.to_string()).collect();
+            let _ = writeln!(
+                check,
+                "add rule {f} {TABLE} cluster-ips-check {f} daddr {{ {} }} drop comment \"Drop traffic to unallocated ClusterIPs\"",
+                cidrs.join(", ")
+            );
+        }
         Base {
             fixed: o,
             nodeport_ips,
+            cluster_ips_check: check,
         }
     }
 }

@@ -411,13 +411,92 @@ async fn a_large_new_table_is_written_in_steps() {
     );
     assert_eq!(p.state().unwrap().services().len(), n);
     assert_eq!(p.sync(true).await.unwrap(), SyncOutcome::Unchanged);
+}
 
-    // The table is there (the check finds it): one transaction.
+/// A large table that is there (a restart) is rewritten in place in steps, never deleted
+/// or flushed: the fixed chains refilled, the service chains a step at a time (existing
+/// ones flushed and refilled), then every map refilled at once and the old table's
+/// leftovers emptied, to be deleted a second later.
+#[tokio::test]
+async fn a_large_existing_table_is_rewritten_in_steps_after_a_restart() {
+    use super::proxier::REPLACE_STEP;
+    let n = REPLACE_STEP + 100;
     let runner = FakeNft::new();
-    runner.set_list_output(Some("table ip kube-proxy { }"));
     let mut p = proxier(runner.clone(), many_services(n), render_cfg());
     p.sync(false).await.unwrap();
-    assert_eq!(runner.applied().len(), 1);
+    let kept = p
+        .state()
+        .unwrap()
+        .services()
+        .values()
+        .next()
+        .unwrap()
+        .chains[0]
+        .name
+        .clone();
+    // What `nft list chains ip` / `nft list sets ip` show after the restart: the chains
+    // of the table as it was, one service that is gone since, another table.
+    let listing = format!(
+        "table ip kube-proxy {{\n\tchain services {{\n\t}}\n\tchain {kept} {{\n\t}}\n\tchain service-GONE0000-ns/gone/tcp/p {{\n\t}}\n\tset affinity-GONE0000-ns/gone/tcp/p {{\n\t\ttype ipv4_addr\n\t}}\n}}\ntable ip other {{\n\tchain x {{\n\t}}\n}}\n"
+    );
+    let runner = FakeNft::new();
+    runner.set_list_output(Some(&listing));
+    let mut p = proxier(runner.clone(), many_services(n), render_cfg());
+    p.sync(false).await.unwrap();
+    let steps = runner.applied();
+    assert_eq!(steps.len(), 4, "fixed part, two steps of chains, maps");
+    for s in &steps {
+        assert!(
+            !s.contains("delete table") && !s.contains("flush table"),
+            "{}",
+            &s[..200]
+        );
+        assert!(s.len() < 2 * steps[1].len(), "bounded steps");
+    }
+    assert!(steps[0].contains("flush chain ip kube-proxy services\n"));
+    assert!(steps[0].contains("add rule ip kube-proxy services ip daddr"));
+    assert!(!steps[0].contains("-big/s"), "no service in the first step");
+    assert_eq!(
+        steps[1].matches("add chain ip kube-proxy service-").count(),
+        REPLACE_STEP
+    );
+    assert!(
+        steps[1].contains(&format!("flush chain ip kube-proxy {kept}\n"))
+            || steps[2].contains(&format!("flush chain ip kube-proxy {kept}\n")),
+        "an existing service chain is flushed before its rules"
+    );
+    let last = &steps[3];
+    assert!(
+        last.starts_with("flush set ip kube-proxy cluster-ips\n"),
+        "{}",
+        &last[..100]
+    );
+    assert!(last.contains("flush map ip kube-proxy service-ips\n"));
+    assert!(last.contains("add element ip kube-proxy service-ips"));
+    assert!(last.ends_with("flush chain ip kube-proxy service-GONE0000-ns/gone/tcp/p\n"));
+    let stale: Vec<(&str, StaleKind)> = p.state().unwrap().stale().collect();
+    assert_eq!(
+        stale,
+        vec![
+            ("affinity-GONE0000-ns/gone/tcp/p", StaleKind::Set),
+            ("service-GONE0000-ns/gone/tcp/p", StaleKind::Chain),
+        ]
+    );
+    assert_eq!(p.state().unwrap().services().len(), n);
+
+    // A failed rewrite: the next sync replaces the table in one transaction.
+    let runner = FakeNft::new();
+    runner.set_list_output(Some(&listing));
+    let mut p = proxier(runner.clone(), many_services(n), render_cfg());
+    runner.fail_next_applies(1);
+    assert!(p.sync(false).await.is_err());
+    p.sync(false).await.unwrap();
+    let all = runner.applied();
+    assert!(
+        all.last()
+            .unwrap()
+            .starts_with("add table ip kube-proxy\ndelete table")
+    );
 }
 
 /// Services ns2/svc2 (LoadBalancer, ETP Local, no local endpoint), ns5/svc5 (source range,
@@ -569,5 +648,44 @@ fn renders_upstream_overall_test_services() {
         vec![format!(
             "{a5} {{ type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }}"
         )]
+    );
+}
+
+/// ServiceCIDRs known: traffic to their unallocated addresses is dropped (upstream's
+/// `cluster-ips-check` rule); a change rewrites only that chain, never the table.
+#[tokio::test]
+async fn unallocated_cluster_ips_are_dropped() {
+    let runner = FakeNft::new();
+    let mut p = proxier(runner.clone(), loaded_state(), render_cfg());
+    p.sync(false).await.unwrap();
+    assert!(!runner.last_applied().unwrap().contains("unallocated"));
+    let cidrs = [
+        "172.30.0.0/16".parse().unwrap(),
+        "fd00::/112".parse().unwrap(),
+    ];
+    assert!(p.handle().on_service_cidrs(&cidrs));
+    p.sync(false).await.unwrap();
+    let t = runner.last_applied().unwrap();
+    assert_eq!(
+        lines(&t),
+        vec![
+            "flush chain ip kube-proxy cluster-ips-check",
+            "add rule ip kube-proxy cluster-ips-check ip daddr @cluster-ips reject comment \"Reject traffic to invalid ports of ClusterIPs\"",
+            "add rule ip kube-proxy cluster-ips-check ip daddr { 172.30.0.0/16 } drop comment \"Drop traffic to unallocated ClusterIPs\"",
+        ],
+        "only the check chain, IPv4 CIDRs only"
+    );
+    assert_eq!(p.sync(false).await.unwrap(), SyncOutcome::Unchanged);
+
+    // Known at the first sync: part of the table from the start.
+    let runner = FakeNft::new();
+    let mut p = proxier(runner.clone(), loaded_state(), render_cfg());
+    p.handle().on_service_cidrs(&cidrs);
+    p.sync(false).await.unwrap();
+    let t = runner.last_applied().unwrap();
+    assert!(t.starts_with("add table ip kube-proxy\ndelete table"));
+    assert!(
+        t.contains("cluster-ips-check ip daddr { 172.30.0.0/16 } drop"),
+        "{t}"
     );
 }

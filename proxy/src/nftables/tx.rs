@@ -14,6 +14,9 @@ use super::names::TABLE;
 use super::render::{Base, Map, ServiceNft, family_word};
 use crate::model::{IpFamily, ServicePortName};
 
+mod rewrite;
+pub use rewrite::Existing;
+
 /// How long an emptied chain or set waits before it is deleted (upstream waits a second).
 pub const STALE_DELAY: Duration = Duration::from_secs(1);
 
@@ -129,6 +132,7 @@ impl KernelState {
         let _ = writeln!(text, "add table {f} {TABLE}");
         let _ = writeln!(text, "delete table {f} {TABLE}");
         text.push_str(&base.fixed);
+        text.push_str(&base.cluster_ips_check);
         let mut elements: HashMap<ElementKey, ElementEntry> =
             HashMap::with_capacity(services.len() * 3);
         let mut order: Vec<(Map, String)> = Vec::with_capacity(services.len() * 3);
@@ -270,6 +274,14 @@ impl KernelState {
             next.base = Some(base.clone());
         }
 
+        // The service CIDRs changed: cluster-ips-check rewritten.
+        let mut check_rules = String::new();
+        if self.base.cluster_ips_check != base.cluster_ips_check {
+            let _ = writeln!(check_rules, "flush chain {f} {TABLE} cluster-ips-check");
+            check_rules.push_str(&base.cluster_ips_check);
+            next.base = Some(base.clone());
+        }
+
         for (name, new) in updates {
             let old = self.services.get(&name);
             if old == new.as_ref() {
@@ -390,6 +402,7 @@ impl KernelState {
             write_elements(&mut text, f, "delete", map, &refs);
         }
         text.push_str(&flushes);
+        text.push_str(&check_rules);
         text.push_str(&set_renewals);
         text.push_str(&rules);
         for (map, mut list) in adds {

@@ -362,7 +362,7 @@ pub const FLAGS: &[Setting] = &[
         "--proxy-mode",
         Implemented,
         &[],
-        "iptables (default, also for \"\") and nftables; ipvs is refused with an error.",
+        "iptables (default, also for \"\"), nftables, and ipvs (deprecated upstream; its deprecation warning is logged; refused with a clear error where the kernel lacks ip_vs, a scheduler module, dummy interfaces, or where ipset is missing).",
     ),
     s(
         "--cluster-cidr",
@@ -419,6 +419,26 @@ pub const FLAGS: &[Setting] = &[
         &[],
         "Used only by detect-local-mode InterfaceNamePrefix (refused), as upstream.",
     ),
+    implemented(
+        "--ipvs-scheduler",
+        "rr (default), wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, mh, …",
+    ),
+    implemented("--ipvs-sync-period", "Full resync period (ipvs mode)."),
+    implemented(
+        "--ipvs-min-sync-period",
+        "Minimum time between syncs (ipvs mode).",
+    ),
+    implemented(
+        "--ipvs-exclude-cidrs",
+        "IPVS state in these CIDRs is never removed.",
+    ),
+    implemented("--ipvs-strict-arp", "arp_ignore=1, arp_announce=2."),
+    implemented("--ipvs-tcp-timeout", "IPVS TCP timeout (0: kernel's)."),
+    implemented(
+        "--ipvs-tcpfin-timeout",
+        "IPVS TCP FIN timeout (0: kernel's).",
+    ),
+    implemented("--ipvs-udp-timeout", "IPVS UDP timeout (0: kernel's)."),
     s(
         "--conntrack-max-per-core",
         Implemented,
@@ -587,7 +607,7 @@ pub const FIELDS: &[Setting] = &[
         "mode",
         Implemented,
         &[],
-        "iptables (default, also for \"\") and nftables; ipvs is refused with an error.",
+        "iptables (default, also for \"\"), nftables, and ipvs (deprecated upstream; its deprecation warning is logged; refused with a clear error where the kernel lacks ip_vs, a scheduler module, dummy interfaces, or where ipset is missing).",
     ),
     s(
         "iptables.masqueradeAll",
@@ -626,12 +646,23 @@ pub const FIELDS: &[Setting] = &[
         &["0s", "1s"],
         "the top-level spelling is not read; iptables.minSyncPeriod is.",
     ),
-    s(
-        "ipvs",
-        Implemented,
-        &[],
-        "Used only in ipvs mode (refused), as upstream ignores it in iptables mode.",
+    implemented(
+        "ipvs.scheduler",
+        "rr (default), wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, mh, …",
     ),
+    implemented("ipvs.syncPeriod", "Full resync period (ipvs mode)."),
+    implemented(
+        "ipvs.minSyncPeriod",
+        "Minimum time between syncs (ipvs mode).",
+    ),
+    implemented(
+        "ipvs.excludeCIDRs",
+        "IPVS state in these CIDRs is never removed.",
+    ),
+    implemented("ipvs.strictARP", "arp_ignore=1, arp_announce=2."),
+    implemented("ipvs.tcpTimeout", "IPVS TCP timeout (0: kernel's)."),
+    implemented("ipvs.tcpFinTimeout", "IPVS TCP FIN timeout (0: kernel's)."),
+    implemented("ipvs.udpTimeout", "IPVS UDP timeout (0: kernel's)."),
     s(
         "nftables.masqueradeAll",
         Implemented,

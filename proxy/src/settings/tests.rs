@@ -144,7 +144,18 @@ fn non_defaults_warn_once_each() {
 #[test]
 fn settings_doc_holds_the_proxy_tables() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/settings.md");
-    let doc = std::fs::read_to_string(path).unwrap();
+    let doc = std::fs::read_to_string(&path).unwrap();
+    if std::env::var_os("UPDATE_SETTINGS_DOC").is_some() {
+        // kube-proxy's tables close the document: rewrite them in place.
+        let head = doc.split("## kube-proxy flags").next().unwrap_or_default();
+        let new = format!(
+            "{head}## kube-proxy flags\n\n{}\n## KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1)\n\n{}",
+            super::markdown_table(super::FLAGS),
+            super::markdown_table(super::FIELDS)
+        );
+        std::fs::write(&path, new).unwrap();
+        return;
+    }
     for table in [
         super::markdown_table(super::FLAGS),
         super::markdown_table(super::FIELDS),

@@ -5,7 +5,9 @@
 //! 2000 service ports), two more for raw loads of the same text as one transaction after
 //! it (their mean is the raw figure), and one for raw loads of the proxier's own steps. Then, at that size, one changed EndpointSlice (median of 5) and one new Service,
 //! each from the event to the kernel, next to raw `nft -f` of the same minimal delta in the
-//! raw namespace (which holds the same rules). RSS after the run.
+//! raw namespace (which holds the same rules). RSS after the run. Last, a restart: a new
+//! proxier over the table the first one left (rewritten in place in steps) next to what a
+//! restart did before, one transaction replacing the whole table, raw over the same rules.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -85,6 +87,11 @@ pub struct Row {
     raw_ep_change: Duration,
     new_svc: Duration,
     raw_new_svc: Duration,
+    /// A new proxier's first sync over the existing table, and its transactions.
+    restart: Duration,
+    restart_steps: usize,
+    /// One transaction replacing the existing table (the restart before the rewrite).
+    raw_restart: Duration,
     rss_kib: u64,
 }
 
@@ -133,6 +140,11 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
     let full = t.elapsed();
     let steps = runner.take();
     let text = steps.concat();
+    // The restart as it was: `add table; delete table; …` of everything in one transaction
+    // (kept in a file, not in this process's memory, so that the RSS figure is the
+    // proxier's).
+    let one_transaction_file = std::env::temp_dir().join(format!("{tag}-restart.nft"));
+    std::fs::write(&one_transaction_file, &text)?;
     if let Some(path) = std::env::var_os("PROXY_BENCH_DUMP") {
         std::fs::write(path, &text)?;
     }
@@ -179,6 +191,36 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
     p.sync(false).await.context("partial sync (new service)")?;
     let new_svc = t.elapsed();
     let raw_new_svc = timed_apply(&raw_runner, &runner.last()).await?;
+    let rss = rss_kib();
+    drop(p);
+
+    // A restart: a new proxier (no state) over the table in the proxier's namespace.
+    let mut cfg = RenderConfig::new(IpFamily::V4, "node0");
+    cfg.cluster_cidr = Some("10.128.0.0/9".parse()?);
+    cfg.node_ips = vec!["192.168.0.2".parse()?];
+    let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "node0"));
+    for i in 0..=n {
+        handle.on_service_upsert(&service(i));
+        handle.on_endpoint_slice_upsert(&slice(i, 0));
+    }
+    handle.on_services_synced();
+    handle.on_endpoint_slices_synced();
+    let mut p = NftProxier::new(
+        runner.clone(),
+        cfg,
+        handle,
+        SyncConfig::default(),
+        &Registry::new(),
+    )?;
+    runner.take();
+    let t = Instant::now();
+    p.sync(false).await.context("sync after a restart")?;
+    let restart = t.elapsed();
+    let restart_steps = runner.take().len();
+    // Before: the whole table replaced in one transaction over the existing rules.
+    let one_transaction = std::fs::read_to_string(&one_transaction_file)?;
+    let _ = std::fs::remove_file(&one_transaction_file);
+    let raw_restart = timed_apply(&raw_runner, &one_transaction).await?;
 
     Ok(Row {
         n,
@@ -192,7 +234,10 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
         raw_ep_change: raw_changes[2],
         new_svc,
         raw_new_svc,
-        rss_kib: rss_kib(),
+        restart,
+        restart_steps,
+        raw_restart,
+        rss_kib: rss,
     })
 }
 
@@ -229,6 +274,16 @@ pub fn print(rows: &[Row]) {
             ms(r.raw_new_svc),
             ratio(r.new_svc, r.raw_new_svc),
             r.rss_kib / 1024
+        );
+    }
+    for r in rows {
+        println!(
+            "{}: restart over the existing table: rewritten in place in {} transactions {:.1} ms; one transaction replacing it (before) {:.1} ms raw; {:.2}x",
+            r.n,
+            r.restart_steps,
+            ms(r.restart),
+            ms(r.raw_restart),
+            ratio(r.restart, r.raw_restart)
         );
     }
     for r in rows {

@@ -60,6 +60,9 @@ pub struct RenderConfig {
     pub conntrack_tcp_liberal: bool,
     /// This node's `topology.kubernetes.io/zone` label, for endpoints' zone hints.
     pub zone: Option<String>,
+    /// The cluster's service CIDRs of `family` (ServiceCIDR objects): the nftables mode
+    /// drops traffic to their addresses that are no allocated ClusterIP.
+    pub service_cidrs: Vec<Cidr>,
 }
 
 impl RenderConfig {
@@ -76,6 +79,7 @@ impl RenderConfig {
             random_fully: true,
             conntrack_tcp_liberal: false,
             zone: None,
+            service_cidrs: Vec::new(),
         }
     }
 
