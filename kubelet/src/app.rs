@@ -241,6 +241,10 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     ));
     state.stats.set(stats.clone());
     tasks.spawn(stats.run(cancel.clone()));
+    // Container log rotation (containerLogMaxSize/-MaxFiles), as upstream's log manager.
+    tasks.spawn(
+        crate::logs::Manager::new(runtime.clone(), cfg.container_log.clone()).run(cancel.clone()),
+    );
 
     let cgroups: Arc<dyn Cgroups> = Arc::new(crate::metrics::InstrumentedCgroups::new(Arc::new(
         FsCgroups::discover(),

@@ -22,6 +22,7 @@ pub mod events;
 pub mod flags;
 pub mod host;
 pub mod images;
+pub mod logs;
 pub mod metrics;
 pub mod objects;
 pub mod pleg;
