@@ -278,6 +278,13 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         (Arc::new(crate::events::LogRecorder), None)
     };
     probe_manager.set_events(Arc::new(crate::probing::ProbeEvents(events.clone())));
+    // System OOMs from the kernel log become SystemOOM events on the Node, as upstream.
+    tasks.spawn(crate::oom::run(
+        crate::oom::DevKmsg::open,
+        events.clone(),
+        cfg.node_name.clone(),
+        cancel.clone(),
+    ));
     let shutdown_events = events.clone();
     let shutdown_state = Arc::new(crate::shutdown::ShutdownState::default());
     let node = NodeSettings {

@@ -25,6 +25,7 @@ pub mod images;
 pub mod logs;
 pub mod metrics;
 pub mod objects;
+pub mod oom;
 pub mod pleg;
 pub mod pod;
 pub mod pod_dirs;
