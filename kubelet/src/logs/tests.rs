@@ -286,3 +286,21 @@ async fn clean_removes_the_current_and_rotated_files_only() {
     std::fs::remove_dir_all(dir).unwrap();
     clean(rt.as_ref(), &id).await.unwrap();
 }
+
+#[tokio::test]
+async fn container_status_is_asked_once_per_container() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (rt, id, log) = rig(tmp.path()).await;
+    std::fs::write(&log, b"x").unwrap();
+    let m = manager(&rt, 1024, 5);
+    rt.clear_calls();
+    for _ in 0..3 {
+        m.rotate_all(&jiff::tz::TimeZone::UTC).await;
+    }
+    assert_eq!(rt.count("ContainerStatus"), 1);
+    assert_eq!(rt.count("ListContainers"), 3);
+    // A container that stopped is forgotten.
+    rt.exit_container(&id, 0);
+    m.rotate_all(&jiff::tz::TimeZone::UTC).await;
+    assert!(m.paths().is_empty());
+}
