@@ -416,6 +416,8 @@ struct Window {
     per_op: Vec<(String, f64)>,
     /// Mean stats refresh time (ms) and the pods it covered.
     refresh_ms: Option<(f64, f64)>,
+    /// Mean refresh phases (ms): CRI calls, blocking file reads, building the summary.
+    refresh_phases: Option<(f64, f64, f64)>,
 }
 
 fn sample(rig: &Rig, agent: &KubeletProc, window: Duration) -> Window {
@@ -452,22 +454,34 @@ fn sample(rig: &Rig, agent: &KubeletProc, window: Duration) -> Window {
     per_op.sort_by(|a, b| b.1.total_cmp(&a.1));
     // The metrics scrapes themselves are not CRI calls; the two above are the only scrapes.
     let log = agent.log_text();
-    let refreshes: Vec<(f64, f64)> = log[log_before.min(log.len())..]
+    let lines: Vec<&str> = log[log_before.min(log.len())..]
         .lines()
         .filter(|l| l.contains("stats refreshed"))
+        .collect();
+    let field = |l: &str, k: &str| -> Option<f64> {
+        l.split(&format!(" {k}="))
+            .nth(1)?
+            .split([' ', ','])
+            .next()?
+            .parse()
+            .ok()
+    };
+    let refreshes: Vec<(f64, f64)> = lines
+        .iter()
+        .filter_map(|l| Some((field(l, "total_ms")?, field(l, "pods")?)))
+        .collect();
+    let phases: Vec<(f64, f64, f64)> = lines
+        .iter()
         .filter_map(|l| {
-            let field = |k: &str| -> Option<f64> {
-                l.split(&format!("{k}="))
-                    .nth(1)?
-                    .split([' ', ','])
-                    .next()?
-                    .parse()
-                    .ok()
-            };
-            Some((field("total_ms")?, field("pods")?))
+            Some((
+                field(l, "cri_ms")?,
+                field(l, "blocking_ms")?,
+                field(l, "build_ms")?,
+            ))
         })
         .collect();
     let n = refreshes.len() as f64;
+    let m = phases.len().max(1) as f64;
     Window {
         agent_cores: (a1 - a0) as f64 / 100.0 / secs,
         agent_rss_mib: rss.iter().sum::<u64>() as f64 / rss.len().max(1) as f64 / 1024.0,
@@ -475,6 +489,13 @@ fn sample(rig: &Rig, agent: &KubeletProc, window: Duration) -> Window {
         shim_cores: (s1.saturating_sub(s0)) as f64 / 100.0 / secs,
         cri_per_s: per_op.iter().map(|(_, r)| r).sum(),
         per_op,
+        refresh_phases: (!phases.is_empty()).then(|| {
+            (
+                phases.iter().map(|p| p.0).sum::<f64>() / m,
+                phases.iter().map(|p| p.1).sum::<f64>() / m,
+                phases.iter().map(|p| p.2).sum::<f64>() / m,
+            )
+        }),
         refresh_ms: (n > 0.0).then(|| {
             (
                 refreshes.iter().map(|r| r.0).sum::<f64>() / n,
@@ -567,6 +588,10 @@ fn steady_state_at_110_pods() {
             idle.refresh_ms, busy.refresh_ms
         );
     }
+    eprintln!(
+        "  stats refresh phases (cri, blocking, build ms): idle {:?} | {n} pods {:?}",
+        idle.refresh_phases, busy.refresh_phases
+    );
     eprintln!(
         "  CRI calls/s by operation with {n} pods: {:?}",
         busy.per_op
