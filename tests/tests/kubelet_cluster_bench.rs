@@ -385,7 +385,7 @@ fn shim_pids(socket: &str) -> Vec<u32> {
             std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
                 let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
                 args.iter().any(|a| a.ends_with(b"containerd-shim-runc-v2"))
-                    && args.iter().any(|a| *a == socket.as_bytes())
+                    && args.contains(&socket.as_bytes())
             })
         })
         .collect()
@@ -414,6 +414,8 @@ struct Window {
     shim_cores: f64,
     cri_per_s: f64,
     per_op: Vec<(String, f64)>,
+    /// The agent's threads at the end (async workers + the blocking pool).
+    threads: u64,
     /// Mean stats refresh time (ms) and the pods it covered.
     refresh_ms: Option<(f64, f64)>,
     /// Mean refresh phases (ms): CRI calls, blocking file reads, building the summary.
@@ -488,6 +490,16 @@ fn sample(rig: &Rig, agent: &KubeletProc, window: Duration) -> Window {
         containerd_cores: (c1 - c0) as f64 / 100.0 / secs,
         shim_cores: (s1.saturating_sub(s0)) as f64 / 100.0 / secs,
         cri_per_s: per_op.iter().map(|(_, r)| r).sum(),
+        threads: std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("Threads:"))?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0),
         per_op,
         refresh_phases: (!phases.is_empty()).then(|| {
             (
@@ -561,6 +573,10 @@ fn steady_state_at_110_pods() {
         idle.agent_rss_mib,
         busy.agent_rss_mib,
         ratio(busy.agent_rss_mib, idle.agent_rss_mib)
+    );
+    eprintln!(
+        "  agent threads  idle {} | {n} pods {}",
+        idle.threads, busy.threads
     );
     eprintln!(
         "  CRI calls/s    idle {:.2} | {n} pods {:.2} ({})",

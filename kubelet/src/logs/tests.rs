@@ -156,7 +156,7 @@ async fn rotations_keep_max_files_and_gzip_all_but_the_newest_rotated() {
         let rotated = rotate::rotated_name(&log, t, &utc);
         rotate::prepare_and_rename(&log, &rotated, 4).unwrap();
         rt.reopen_container_log(&id).await.unwrap();
-        t = t + jiff::SignedDuration::from_secs(60);
+        t += jiff::SignedDuration::from_secs(60);
     }
     // 4 files: the current one, the newest rotated one, two older ones compressed.
     assert_eq!(
