@@ -241,6 +241,10 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     ));
     state.stats.set(stats.clone());
     tasks.spawn(stats.run(cancel.clone()));
+    // Container log rotation (containerLogMaxSize/-MaxFiles), as upstream's log manager.
+    tasks.spawn(
+        crate::logs::Manager::new(runtime.clone(), cfg.container_log.clone()).run(cancel.clone()),
+    );
 
     let cgroups: Arc<dyn Cgroups> = Arc::new(crate::metrics::InstrumentedCgroups::new(Arc::new(
         FsCgroups::discover(),
@@ -274,6 +278,13 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         (Arc::new(crate::events::LogRecorder), None)
     };
     probe_manager.set_events(Arc::new(crate::probing::ProbeEvents(events.clone())));
+    // System OOMs from the kernel log become SystemOOM events on the Node, as upstream.
+    tasks.spawn(crate::oom::run(
+        crate::oom::DevKmsg::open,
+        events.clone(),
+        cfg.node_name.clone(),
+        cancel.clone(),
+    ));
     let shutdown_events = events.clone();
     let shutdown_state = Arc::new(crate::shutdown::ShutdownState::default());
     let node = NodeSettings {

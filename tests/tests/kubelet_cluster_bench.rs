@@ -5,6 +5,10 @@
 //! at once) on the same containerd in the same run, and the agent's RSS with 110 pods
 //! (maxPods). `kube_api_access_cost` compares 110 pods with ServiceAccount admission's
 //! `kube-api-access-*` volume against 110 without (`automountServiceAccountToken: false`).
+//! `steady_state_at_110_pods` samples an idle agent for 60 s, then the same agent with 110
+//! running pods for 60 s: its CPU (cores) and RSS, the stats refresh's cost per pod (from its
+//! debug log), CRI calls per second (`kubelet_runtime_operations_total`) and containerd's CPU
+//! (daemon and shims) next to them, printed as busy / idle ratios.
 
 mod common;
 
@@ -161,6 +165,17 @@ fn start_agent(
     node: &str,
     ip: &str,
 ) -> (KubeletProc, tempfile::TempDir) {
+    start_agent_logging(rig, cp, node, ip, None)
+}
+
+/// [`start_agent`] with the agent's `RUST_LOG`.
+fn start_agent_logging(
+    rig: &Rig,
+    cp: &NetnsControlPlane,
+    node: &str,
+    ip: &str,
+    rust_log: Option<&str>,
+) -> (KubeletProc, tempfile::TempDir) {
     let out = rig.sh(&format!("ip addr add {ip}/32 dev lo"));
     assert!(out.status.success());
     let dir = tempfile::tempdir().unwrap();
@@ -186,7 +201,7 @@ fn start_agent(
         format!("--hostname-override={node}"),
         format!("--node-ip={ip}"),
     ];
-    let kubelet = KubeletProc::start(rig, args, dir.path().join("kubelet.log"));
+    let kubelet = KubeletProc::start_logging(rig, args, dir.path().join("kubelet.log"), rust_log);
     wait_for("node registered", Duration::from_secs(30), || {
         cp.get("nodes", "", node)
     });
@@ -347,4 +362,257 @@ fn scrape_figures(rig: &Rig, pods: usize) {
         "kube-api-access bench: /metrics with {pods} pods: {:.1} ms (HTTPS, handshake included), {bytes} bytes",
         secs * 1000.0
     );
+}
+
+/// utime + stime of a process, in clock ticks (USER_HZ, 100 a second); 0 when gone.
+fn cpu_ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    let Some(i) = stat.rfind(')') else { return 0 };
+    let f: Vec<&str> = stat[i + 2..].split(' ').collect();
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
+/// The shims of this rig's containerd (their argv holds `-address <socket>`).
+fn shim_pids(socket: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+                args.iter().any(|a| a.ends_with(b"containerd-shim-runc-v2"))
+                    && args.contains(&socket.as_bytes())
+            })
+        })
+        .collect()
+}
+
+/// `kubelet_runtime_operations_total` per operation, from :10250/metrics.
+fn cri_operations(rig: &Rig) -> std::collections::BTreeMap<String, f64> {
+    let out = rig.sh("curl -sk --max-time 10 https://127.0.0.1:10250/metrics");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("kubelet_runtime_operations_total{")?;
+            let op = rest.split("operation_type=\"").nth(1)?.split('"').next()?;
+            let v = l.rsplit(' ').next()?.parse().ok()?;
+            Some((op.to_string(), v))
+        })
+        .collect()
+}
+
+/// One sampling window's figures.
+#[derive(Debug)]
+struct Window {
+    agent_cores: f64,
+    agent_rss_mib: f64,
+    containerd_cores: f64,
+    shim_cores: f64,
+    cri_per_s: f64,
+    per_op: Vec<(String, f64)>,
+    /// The agent's threads at the end (async workers + the blocking pool).
+    threads: u64,
+    /// Mean stats refresh time (ms) and the pods it covered.
+    refresh_ms: Option<(f64, f64)>,
+    /// Mean refresh phases (ms): CRI calls, blocking file reads, building the summary.
+    refresh_phases: Option<(f64, f64, f64)>,
+}
+
+fn sample(rig: &Rig, agent: &KubeletProc, window: Duration) -> Window {
+    let pid = agent.pid().unwrap();
+    let containerd: u32 = rig.get("CONTAINERD_PID").parse().unwrap();
+    let socket = rig
+        .get("CRI_ENDPOINT")
+        .trim_start_matches("unix://")
+        .to_string();
+    let shims = shim_pids(&socket);
+    let shim_ticks = |pids: &[u32]| pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>();
+    let log_before = agent.log_text().len();
+    let ops0 = cri_operations(rig);
+    let (a0, c0, s0) = (cpu_ticks(pid), cpu_ticks(containerd), shim_ticks(&shims));
+    let started = Instant::now();
+    let mut rss = Vec::new();
+    while started.elapsed() < window {
+        std::thread::sleep(Duration::from_secs(5));
+        rss.push(rss_kib(pid));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let (a1, c1, s1) = (cpu_ticks(pid), cpu_ticks(containerd), shim_ticks(&shims));
+    let ops1 = cri_operations(rig);
+    let mut per_op: Vec<(String, f64)> = ops1
+        .iter()
+        .map(|(op, v)| {
+            (
+                op.clone(),
+                (v - ops0.get(op).copied().unwrap_or(0.0)) / secs,
+            )
+        })
+        .filter(|(_, r)| *r > 0.0)
+        .collect();
+    per_op.sort_by(|a, b| b.1.total_cmp(&a.1));
+    // The metrics scrapes themselves are not CRI calls; the two above are the only scrapes.
+    let log = agent.log_text();
+    let lines: Vec<&str> = log[log_before.min(log.len())..]
+        .lines()
+        .filter(|l| l.contains("stats refreshed"))
+        .collect();
+    let field = |l: &str, k: &str| -> Option<f64> {
+        l.split(&format!(" {k}="))
+            .nth(1)?
+            .split([' ', ','])
+            .next()?
+            .parse()
+            .ok()
+    };
+    let refreshes: Vec<(f64, f64)> = lines
+        .iter()
+        .filter_map(|l| Some((field(l, "total_ms")?, field(l, "pods")?)))
+        .collect();
+    let phases: Vec<(f64, f64, f64)> = lines
+        .iter()
+        .filter_map(|l| {
+            Some((
+                field(l, "cri_ms")?,
+                field(l, "blocking_ms")?,
+                field(l, "build_ms")?,
+            ))
+        })
+        .collect();
+    let n = refreshes.len() as f64;
+    let m = phases.len().max(1) as f64;
+    Window {
+        agent_cores: (a1 - a0) as f64 / 100.0 / secs,
+        agent_rss_mib: rss.iter().sum::<u64>() as f64 / rss.len().max(1) as f64 / 1024.0,
+        containerd_cores: (c1 - c0) as f64 / 100.0 / secs,
+        shim_cores: (s1.saturating_sub(s0)) as f64 / 100.0 / secs,
+        cri_per_s: per_op.iter().map(|(_, r)| r).sum(),
+        threads: std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("Threads:"))?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0),
+        per_op,
+        refresh_phases: (!phases.is_empty()).then(|| {
+            (
+                phases.iter().map(|p| p.0).sum::<f64>() / m,
+                phases.iter().map(|p| p.1).sum::<f64>() / m,
+                phases.iter().map(|p| p.2).sum::<f64>() / m,
+            )
+        }),
+        refresh_ms: (n > 0.0).then(|| {
+            (
+                refreshes.iter().map(|r| r.0).sum::<f64>() / n,
+                refreshes.iter().map(|r| r.1).sum::<f64>() / n,
+            )
+        }),
+    }
+}
+
+#[test]
+#[ignore = "benchmark: run explicitly"]
+fn steady_state_at_110_pods() {
+    require_rig!();
+    let rig = Rig::up("e2e-steady");
+    let cp = NetnsControlPlane::start(&rig, Options::default());
+    let node = "steady-node";
+    let (kubelet, _dir) = start_agent_logging(
+        &rig,
+        &cp,
+        node,
+        "10.250.0.9",
+        Some("info,kube=warn,kubelet::stats=debug"),
+    );
+    let window = Duration::from_secs(
+        std::env::var("BENCH_WINDOW_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(60),
+    );
+    let n: usize = std::env::var("BENCH_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(110);
+    // Registered, first status written, first refreshes done.
+    std::thread::sleep(Duration::from_secs(15));
+    let idle = sample(&rig, &kubelet, window);
+    let (p50, all) = start_round(&cp, node, "default", n, true);
+    eprintln!(
+        "steady-state bench: {n} pods Running (p50 {p50:?}, all after {all:?}); settling 30 s"
+    );
+    std::thread::sleep(Duration::from_secs(30));
+    let busy = sample(&rig, &kubelet, window);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let ratio = |b: f64, i: f64| {
+        if i > 0.0 {
+            format!("x{:.1}", b / i)
+        } else {
+            "-".into()
+        }
+    };
+    eprintln!(
+        "steady-state bench ({window:?} windows, load average {}):",
+        load.trim()
+    );
+    eprintln!(
+        "  agent CPU      idle {:.4} cores | {n} pods {:.4} cores ({})",
+        idle.agent_cores,
+        busy.agent_cores,
+        ratio(busy.agent_cores, idle.agent_cores)
+    );
+    eprintln!(
+        "  agent RSS      idle {:.1} MiB | {n} pods {:.1} MiB ({})",
+        idle.agent_rss_mib,
+        busy.agent_rss_mib,
+        ratio(busy.agent_rss_mib, idle.agent_rss_mib)
+    );
+    eprintln!(
+        "  agent threads  idle {} | {n} pods {}",
+        idle.threads, busy.threads
+    );
+    eprintln!(
+        "  CRI calls/s    idle {:.2} | {n} pods {:.2} ({})",
+        idle.cri_per_s,
+        busy.cri_per_s,
+        ratio(busy.cri_per_s, idle.cri_per_s)
+    );
+    eprintln!(
+        "  containerd CPU idle {:.4} cores (shims {:.4}) | {n} pods {:.4} cores (shims {:.4}); agent / containerd with pods {:.2}",
+        idle.containerd_cores,
+        idle.shim_cores,
+        busy.containerd_cores,
+        busy.shim_cores,
+        busy.agent_cores / busy.containerd_cores.max(1e-9)
+    );
+    if let (Some((im, ip)), Some((bm, bp))) = (idle.refresh_ms, busy.refresh_ms) {
+        eprintln!(
+            "  stats refresh  idle {im:.1} ms ({ip:.0} pods) | {bp:.0} pods {bm:.1} ms = {:.2} ms per pod ({})",
+            bm / bp.max(1.0),
+            ratio(bm, im)
+        );
+    } else {
+        eprintln!(
+            "  stats refresh  no 'stats refreshed' lines (idle {:?}, busy {:?})",
+            idle.refresh_ms, busy.refresh_ms
+        );
+    }
+    eprintln!(
+        "  stats refresh phases (cri, blocking, build ms): idle {:?} | {n} pods {:?}",
+        idle.refresh_phases, busy.refresh_phases
+    );
+    eprintln!(
+        "  CRI calls/s by operation with {n} pods: {:?}",
+        busy.per_op
+    );
+    eprintln!("  CRI calls/s by operation idle: {:?}", idle.per_op);
+    // The rig's teardown stops the pods with containerd.
+    drop(kubelet);
 }

@@ -1,7 +1,8 @@
 //! Container lifecycle on real containerd, with static pods: sidecars (restartable init
 //! containers) start before the app, restart when they exit and stop after it; postStart and
 //! preStop hooks run inside the container at the right moment; activeDeadlineSeconds fails the
-//! pod; termination messages come from the file or, on failure, from the log.
+//! pod; termination messages come from the file or, on failure, from the log; a container past
+//! its memory limit is OOM-killed and its status says `OOMKilled`.
 
 mod common;
 
@@ -263,4 +264,45 @@ fn active_deadline_and_termination_messages_on_containerd() {
         log.contains("reason=\"FailedPostStartHook\" PostStartHook failed"),
         "the FailedPostStartHook event is logged:\n{log}"
     );
+}
+
+/// Reads /dev/zero into memory (`tail` keeps the current "line", which never ends).
+const HOG: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: hog
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["tail", "/dev/zero"]
+    resources:
+      limits:
+        memory: 20Mi
+"#;
+
+#[test]
+fn a_container_past_its_memory_limit_is_oom_killed() {
+    require_rig!();
+    let rig = Rig::up("e2e-oom");
+    let agent = Agent::start(&rig);
+    agent.write_manifest("hog.yaml", HOG);
+    // The runtime's reason comes through: in lastState once restarted (or in state while the
+    // container waits in back-off).
+    let (reason, code) = wait_for("an OOM kill in the status", Duration::from_secs(90), || {
+        let p = agent.pod("hog-")?;
+        let c = container(&p, "app");
+        let t = [&c["lastState"]["terminated"], &c["state"]["terminated"]]
+            .into_iter()
+            .find(|t| t.is_object())?;
+        Some((t["reason"].as_str()?.to_string(), t["exitCode"].as_i64()?))
+    });
+    assert_eq!((reason.as_str(), code), ("OOMKilled", 137));
+    // The kernel's report is a cgroup OOM (oom_memcg names the container): no SystemOOM
+    // event for the node, while the kernel log watch runs (it reads /dev/kmsg each second).
+    std::thread::sleep(Duration::from_secs(2));
+    let log = agent.log_text();
+    assert!(!log.contains("cannot read the kernel log"), "{log}");
+    assert!(!log.contains("SystemOOM"), "{log}");
 }

@@ -1,6 +1,8 @@
 //! `/containerLogs` and `/logs/` on :10250 against real containerd: follow sees new lines,
 //! tailLines, previous after a restart, and upstream's status codes for a missing pod and a
-//! path traversal. An ignored bench prints the agent's CPU and RSS with 100 follow streams.
+//! path traversal; log rotation at a small containerLogMaxSize (rotated files appear, their
+//! number stays bounded, older ones are gzipped, the runtime writes on into the reopened
+//! file, and a follow stream misses no line across rotations). An ignored bench prints the agent's CPU and RSS with 100 follow streams.
 
 mod common;
 
@@ -125,6 +127,149 @@ fn container_logs_follow_tail_previous_and_refusals() {
     let (code, listing) = get(&agent, "/logs/", 5);
     assert_eq!(code, 200);
     assert!(listing.contains("<pre>"), "{listing}");
+}
+
+/// Numbered lines of ~100 bytes, ~500 a second.
+const FLOOD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: flood
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "i=0; while true; do i=$((i+1)); echo line-$i xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; usleep 2000; done"]
+"#;
+
+/// The container's log directory (`<podLogsDir>/default_flood-rig-node_<uid>/app`).
+fn flood_dir(agent: &Agent) -> Option<std::path::PathBuf> {
+    let logs = agent.dir.path().join("logs");
+    std::fs::read_dir(&logs)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("default_flood-rig-node_")
+        })
+        .map(|e| e.path().join("app"))
+}
+
+/// The rotated files of `0.log` as upstream counts them (a `.tmp`, or a file whose `.gz`
+/// already exists, is a rotation in progress).
+fn rotated(dir: &std::path::Path) -> Vec<String> {
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut v: Vec<String> = names
+        .iter()
+        .filter(|n| n.starts_with("0.log.") && !n.ends_with(".tmp"))
+        .filter(|n| !names.contains(&format!("{n}.gz")))
+        .cloned()
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn logs_are_rotated_at_max_size_and_follow_continues_across_rotations() {
+    require_rig!();
+    let rig = Rig::up("e2e-logrot");
+    let agent = Agent::start_with(
+        &rig,
+        &[],
+        "containerLogMaxSize: 100Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
+    );
+    agent.write_manifest("flood.yaml", FLOOD);
+    let logs = "/containerLogs/default/flood-rig-node/app";
+    let dir = wait_for("the flood's log directory", Duration::from_secs(60), || {
+        flood_dir(&agent).filter(|d| d.join("0.log").exists())
+    });
+
+    // A follow stream over several rotations (up to ~70 KB/s against 100 KiB files).
+    let follow = Command::new("nsenter")
+        .arg(format!("--net={}", agent.netns()))
+        .args(["curl", "-sk", "-N", "--max-time", "15"])
+        .arg(format!("{BASE}{logs}?follow=true&tailLines=1"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    // Rotated files appear; their number stays within containerLogMaxFiles - 1.
+    let mut seen = std::collections::BTreeSet::new();
+    let mut grew_after_rotation = false;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(14) {
+        let r = rotated(&dir);
+        assert!(r.len() <= 2, "more than containerLogMaxFiles files: {r:?}");
+        let before = seen.len();
+        seen.extend(r.iter().map(|n| n.trim_end_matches(".gz").to_string()));
+        // After ReopenContainerLog the runtime writes into the new file.
+        if before > 0 && seen.len() == before {
+            let a = std::fs::metadata(dir.join("0.log"))
+                .map(|m| m.len())
+                .unwrap_or(0);
+            std::thread::sleep(Duration::from_millis(300));
+            let b = std::fs::metadata(dir.join("0.log"))
+                .map(|m| m.len())
+                .unwrap_or(0);
+            grew_after_rotation |= b > a;
+        } else {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    assert!(seen.len() >= 2, "too few rotations in 14 s: {seen:?}");
+    assert!(grew_after_rotation, "the reopened log never grew");
+    let r = rotated(&dir);
+    // Older rotated files are gzipped; the newest stays plain for readers to finish.
+    assert!(r.iter().any(|n| n.ends_with(".gz")), "{r:?}");
+    assert!(!r.last().unwrap().ends_with(".gz"), "{r:?}");
+    let stamp = r.last().unwrap().trim_start_matches("0.log.");
+    assert!(
+        stamp.len() == 15 && stamp.as_bytes()[8] == b'-',
+        "not upstream's 20060102-150405 format: {stamp}"
+    );
+    let gz = r.iter().find(|n| n.ends_with(".gz")).unwrap();
+    let unzipped = Command::new("gzip")
+        .arg("-dc")
+        .arg(dir.join(gz))
+        .output()
+        .unwrap();
+    assert!(unzipped.status.success());
+    let text = String::from_utf8_lossy(&unzipped.stdout);
+    assert!(
+        text.lines()
+            .next()
+            .unwrap_or("")
+            .contains(" stdout F line-"),
+        "not a CRI log: {:?}",
+        text.lines().next()
+    );
+
+    // The follow stream went on across the rotations without losing a line.
+    let out = follow.wait_with_output().unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    let numbers: Vec<u64> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("line-")?.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(
+        numbers.len() > 1500,
+        "follow carried only {} lines",
+        numbers.len()
+    );
+    let gaps: Vec<(u64, u64)> = numbers
+        .windows(2)
+        .filter(|w| w[1] != w[0] + 1)
+        .map(|w| (w[0], w[1]))
+        .collect();
+    assert!(gaps.is_empty(), "lines lost across a rotation: {gaps:?}");
 }
 
 /// Utime + stime of a process, in clock ticks, and its RSS in KiB.

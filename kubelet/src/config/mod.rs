@@ -341,6 +341,9 @@ pub struct Config {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// Reservations, node allocatable enforcement and eviction thresholds, validated.
     pub resources: resources::NodeResources,
+    /// `containerLogMaxSize`, `containerLogMaxFiles`, `containerLogMaxWorkers`,
+    /// `containerLogMonitorInterval` (flags over file), validated.
+    pub container_log: crate::logs::Settings,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -815,7 +818,55 @@ pub fn merge(
             .unwrap_or(false),
         allowed_unsafe_sysctls,
         resources,
+        container_log: container_log(flags, &file)?,
     })
+}
+
+/// The log rotation settings: flags over the file, then upstream's validation.
+fn container_log(
+    flags: &Flags,
+    file: &KubeletConfiguration,
+) -> Result<crate::logs::Settings, ConfigError> {
+    let set = |v: &Option<serde_json::Value>| v.clone().filter(|v| !v.is_null());
+    let int = |name: &str, v: Option<serde_json::Value>| -> Result<Option<i64>, ConfigError> {
+        v.map(|v| {
+            v.as_i64()
+                .ok_or_else(|| invalid(format!("{name}: {v} is not an integer")))
+        })
+        .transpose()
+    };
+    let size = match (
+        &flags.container_log_max_size,
+        set(&file.container_log_max_size),
+    ) {
+        (Some(s), _) => Some(s.clone()),
+        (None, Some(serde_json::Value::String(s))) => Some(s),
+        (None, Some(v)) => Some(v.to_string()),
+        (None, None) => None,
+    };
+    let files = match flags.container_log_max_files {
+        Some(n) => Some(i64::from(n)),
+        None => int("containerLogMaxFiles", set(&file.container_log_max_files))?,
+    };
+    let workers = int(
+        "containerLogMaxWorkers",
+        set(&file.container_log_max_workers),
+    )?;
+    // `0s` (as kubeadm writes unset durations) means the default, as for the other periods.
+    let interval = match set(&file.container_log_monitor_interval) {
+        None => None,
+        Some(serde_json::Value::String(t)) => Some(
+            duration::parse(&t)
+                .map_err(|e| invalid(format!("containerLogMonitorInterval: {e}")))?,
+        )
+        .filter(|d| !d.is_zero()),
+        Some(v) => {
+            return Err(invalid(format!(
+                "containerLogMonitorInterval: {v} is not a duration"
+            )));
+        }
+    };
+    crate::logs::Settings::new(size.as_deref(), files, workers, interval).map_err(invalid)
 }
 
 #[cfg(test)]

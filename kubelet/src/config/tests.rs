@@ -424,3 +424,68 @@ fn node_status_max_images_defaults_to_50_and_refuses_below_minus_one() {
     .to_string();
     assert!(err.contains("must be -1 or greater"), "{err}");
 }
+
+#[test]
+fn container_log_settings_flags_over_file_and_invalid_ones_refuse_start() {
+    // kubeadm's file sets none of them: upstream's defaults.
+    let kubeadm = parse_file("c", KUBEADM_CONFIG).unwrap();
+    let cfg = merge(
+        &flags(&["--container-runtime-endpoint=unix:///run/containerd/containerd.sock"]),
+        kubeadm,
+        "n",
+    )
+    .unwrap();
+    assert_eq!(cfg.container_log, crate::logs::Settings::default());
+    let file = parse_file(
+        "c",
+        "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\ncontainerLogMaxWorkers: 2\n\
+         containerLogMonitorInterval: 5s\n",
+    )
+    .unwrap();
+    let cfg = merge(&flags(&[]), file.clone(), "n").unwrap();
+    assert_eq!(
+        cfg.container_log,
+        crate::logs::Settings {
+            max_size: 1 << 20,
+            max_files: 3,
+            max_workers: 2,
+            monitor_interval: Duration::from_secs(5),
+        }
+    );
+    let cfg = merge(
+        &flags(&[
+            "--container-log-max-size=2Mi",
+            "--container-log-max-files=4",
+        ]),
+        file,
+        "n",
+    )
+    .unwrap();
+    assert_eq!(
+        (cfg.container_log.max_size, cfg.container_log.max_files),
+        (2 << 20, 4)
+    );
+    for (text, want) in [
+        (
+            "containerLogMaxFiles: 1\n",
+            "invalid MaxFiles 1, must be > 1",
+        ),
+        (
+            "containerLogMaxSize: 10Mb\n",
+            "failed to parse container log max size \"10Mb\"",
+        ),
+        (
+            "containerLogMaxWorkers: 0\n",
+            "containerLogMaxWorkers must be greater than or equal to 1",
+        ),
+        (
+            "containerLogMonitorInterval: 1s\n",
+            "greater than or equal to 3s",
+        ),
+    ] {
+        let err = merge(&flags(&[]), parse_file("c", text).unwrap(), "n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{text}: {err}");
+    }
+}

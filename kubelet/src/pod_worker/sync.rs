@@ -187,6 +187,10 @@ impl Worker {
             self.kill_container(id, name, grace, Some(&message)).await;
         }
         for id in &p.remove {
+            // The container's log files go first, as upstream's removeContainerLog.
+            if let Err(e) = crate::logs::clean(rt.as_ref(), id).await {
+                tracing::debug!(error = %e, container = %id, "removing the container's logs failed");
+            }
             if let Err(e) = rt.remove_container(id).await {
                 tracing::debug!(error = %e, container = %id, "RemoveContainer failed");
             }

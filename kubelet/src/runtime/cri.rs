@@ -506,7 +506,19 @@ impl Runtime for CriRuntime {
             message: s.message,
             labels: btree(s.labels),
             annotations: btree(s.annotations),
+            log_path: s.log_path,
         })
+    }
+
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        self.runtime
+            .clone()
+            .reopen_container_log(self.req(pb::ReopenContainerLogRequest {
+                container_id: id.into(),
+            }))
+            .await
+            .map_err(|s| err("ReopenContainerLog", s))?;
+        Ok(())
     }
 
     async fn create_container(

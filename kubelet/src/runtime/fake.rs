@@ -115,6 +115,14 @@ impl FakeRuntime {
         s.network.insert(id.into(), (rx, tx));
     }
 
+    /// Sets the log path ContainerStatus reports for container `id`.
+    pub fn set_log_path(&self, id: &str, path: &str) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = s.containers.get_mut(id) {
+            c.log_path = path.into();
+        }
+    }
+
     /// Makes ImageFsInfo report `used` bytes on the image filesystem.
     pub fn set_image_fs_used(&self, used: u64) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -404,7 +412,7 @@ impl Runtime for FakeRuntime {
         &self,
         sandbox_id: &str,
         config: &ContainerConfig,
-        _sandbox: &SandboxConfig,
+        sandbox: &SandboxConfig,
     ) -> Result<String> {
         let mut s = self.enter("CreateContainer")?;
         if !s.sandboxes.contains_key(sandbox_id) {
@@ -428,6 +436,11 @@ impl Runtime for FakeRuntime {
             message: String::new(),
             labels: config.labels.clone(),
             annotations: config.annotations.clone(),
+            log_path: if sandbox.log_directory.is_empty() || config.log_path.is_empty() {
+                String::new()
+            } else {
+                format!("{}/{}", sandbox.log_directory, config.log_path)
+            },
         };
         s.containers.insert(id.clone(), status);
         s.created.insert(id.clone(), config.clone());
@@ -657,6 +670,30 @@ impl Runtime for FakeRuntime {
             }],
             container_filesystems: Vec::new(),
         })
+    }
+
+    /// As containerd: a new, empty file at the container's log path (when its directory
+    /// exists); the old file, if still there, is left alone.
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        let path = {
+            let s = self.enter("ReopenContainerLog")?;
+            s.containers
+                .get(id)
+                .map(|c| c.log_path.clone())
+                .ok_or_else(|| not_found("ReopenContainerLog", id))?
+        };
+        if !path.is_empty() {
+            tokio::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .await
+                .map_err(|e| RuntimeError::Call {
+                    op: "ReopenContainerLog",
+                    message: e.to_string(),
+                })?;
+        }
+        Ok(())
     }
 }
 

@@ -158,4 +158,8 @@ impl Runtime for Instrumented {
     async fn image_fs_info(&self) -> Result<ImageFsInfo> {
         record("image_fs_info", self.inner.image_fs_info()).await
     }
+
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        record("reopen_container_log", self.inner.reopen_container_log(id)).await
+    }
 }

@@ -107,6 +107,8 @@ pub struct ContainerStatus {
     pub message: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    /// The container's CRI log file (absolute; empty when the runtime keeps none).
+    pub log_path: String,
 }
 
 /// Detailed status of one sandbox.
@@ -456,4 +458,8 @@ pub trait Runtime: Send + Sync + 'static {
     async fn list_sandbox_stats(&self) -> Result<Vec<SandboxStats>>;
     /// The runtime's image and container filesystems (`ImageFsInfo`).
     async fn image_fs_info(&self) -> Result<ImageFsInfo>;
+
+    /// Asks the runtime to reopen the container's log file (after it was renamed by log
+    /// rotation, the runtime creates a new one at the same path).
+    async fn reopen_container_log(&self, id: &str) -> Result<()>;
 }

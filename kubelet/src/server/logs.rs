@@ -3,9 +3,11 @@
 //! `sinceSeconds`/`sinceTime`, `timestamps`, `limitBytes`, `stream`), with upstream's query
 //! validation and status codes.
 //!
-//! Like upstream, only the container's current file (`<restart>.log`) is read; a follow stream
-//! reopens it when the runtime rotates it (the rotated `<restart>.log.<timestamp>` and `.gz`
-//! files are not read back). File reads run on the blocking pool; a follow stream polls at
+//! Like upstream's ReadLogs, only the container's current file (`<restart>.log`) is read:
+//! `tailLines` and `previous` see the lines of that file only, never the rotated
+//! `<restart>.log.<timestamp>` and `.gz` files ([`crate::logs`]). A follow stream notices a
+//! rotation (a new file at the path) and, after the rest of the old file, continues in the
+//! new one (upstream switches at once and may drop the old file's last lines). File reads run on the blocking pool; a follow stream polls at
 //! most every 250 ms, asks the runtime at most once a second whether the container still runs, and ends at the end of
 //! the file once it does not (or is gone), or when the client goes away. At most a few chunks
 //! of 32 KiB are buffered per stream.
@@ -634,6 +636,8 @@ async fn pump(
     // Following: set once the container no longer runs; the file is then read to its end.
     let mut last_round = false;
     let mut checked: Option<tokio::time::Instant> = None;
+    // The new file after a rotation, opened once the old one is read to its end.
+    let mut next: Option<std::fs::File> = None;
     loop {
         let Some(f) = file.take() else { return };
         let read = tokio::task::spawn_blocking(move || {
@@ -683,6 +687,11 @@ async fn pump(
         let Some((containers, id)) = follow.as_ref() else {
             return;
         };
+        if let Some(n) = next.take() {
+            // The rotated file is read to its end: go on in the new one.
+            file = Some(n);
+            continue;
+        }
         if last_round {
             return;
         }
@@ -697,7 +706,8 @@ async fn pump(
             _ = tokio::time::sleep(FOLLOW_POLL) => {}
             _ = tx.closed() => return,
         }
-        // A rotated file: once the old one is read to its end, continue in the new one.
+        // A rotated file (renamed, a new one at the path): what was written to the old one
+        // before the rename is read first, then the stream continues in the new one.
         let (Some(f), p) = (file.take(), path.clone()) else {
             return;
         };
@@ -707,14 +717,19 @@ async fn pump(
                 (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
                 _ => true,
             };
-            if same {
-                return f;
-            }
-            std::fs::File::open(&p).unwrap_or(f)
+            let new = if same {
+                None
+            } else {
+                std::fs::File::open(&p).ok()
+            };
+            (f, new)
         })
         .await;
         match swapped {
-            Ok(f) => file = Some(f),
+            Ok((f, new)) => {
+                file = Some(f);
+                next = new;
+            }
             Err(_) => return,
         }
     }

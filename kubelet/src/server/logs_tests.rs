@@ -356,6 +356,20 @@ async fn follow_sees_new_lines_and_ends_when_the_container_is_gone() {
     .unwrap();
     rig.append(0, &["rotated"]);
     assert_eq!(next_chunk(&mut body).await.unwrap(), "rotated\n");
+    // Lines written just before a rotation are not lost: the old file is read to its end
+    // before the stream moves to the new one.
+    rig.append(0, &["before"]);
+    std::fs::rename(
+        rig.log(0),
+        rig.dir.path().join("ns_web_u1/app/0.log.20240101-000001"),
+    )
+    .unwrap();
+    rig.append(0, &["after"]);
+    let mut got = String::new();
+    while got.len() < "before\nafter\n".len() {
+        got.push_str(&next_chunk(&mut body).await.unwrap());
+    }
+    assert_eq!(got, "before\nafter\n");
     // The container is removed: the rest of the file, then the end of the stream.
     rig.append(0, &["last words"]);
     rig.lookup.set("cur", None);

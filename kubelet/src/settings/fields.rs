@@ -1,6 +1,6 @@
 //! The KubeletConfiguration fields and what each does here.
 
-use super::{NO_ALLOCATABLE, NO_CM, NO_EVICTION, NO_GC, NO_LOG_ROTATION, s};
+use super::{NO_ALLOCATABLE, NO_CM, NO_EVICTION, NO_GC, s};
 use proxy::settings::Setting;
 use proxy::settings::Status::*;
 
@@ -412,27 +412,27 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "containerLogMaxSize",
-        NotImplemented,
-        &["10Mi"],
-        NO_LOG_ROTATION,
+        Implemented,
+        &[],
+        "Logs of running containers at least this big are rotated (checked every containerLogMonitorInterval), as upstream; a negative size turns rotation off; a bad quantity refuses to start.",
     ),
     s(
         "containerLogMaxFiles",
-        NotImplemented,
-        &["5"],
-        NO_LOG_ROTATION,
+        Implemented,
+        &[],
+        "Files kept per container log (current + newest rotated + gzipped older ones), as upstream; less than 2 refuses to start.",
     ),
     s(
         "containerLogMaxWorkers",
-        NotImplemented,
-        &["1"],
-        NO_LOG_ROTATION,
+        Implemented,
+        &[],
+        "Containers whose logs are checked at once; less than 1 refuses to start.",
     ),
     s(
         "containerLogMonitorInterval",
-        NotImplemented,
-        &["10s", "0s"],
-        NO_LOG_ROTATION,
+        Implemented,
+        &[],
+        "How often logs are checked (default 10s; 0s means the default); below 3s refuses to start.",
     ),
     s(
         "configMapAndSecretChangeDetectionStrategy",

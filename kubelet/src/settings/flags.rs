@@ -1,6 +1,6 @@
 //! The kubelet's flags and what each does here.
 
-use super::{NO_ALLOCATABLE, NO_EVICTION, NO_GC, NO_LOG_ROTATION, s};
+use super::{NO_ALLOCATABLE, NO_EVICTION, NO_GC, s};
 use proxy::settings::Setting;
 use proxy::settings::Status::*;
 
@@ -301,15 +301,15 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--container-log-max-size",
-        NotImplemented,
-        &["10Mi"],
-        NO_LOG_ROTATION,
+        Implemented,
+        &[],
+        "As containerLogMaxSize.",
     ),
     s(
         "--container-log-max-files",
-        NotImplemented,
-        &["5"],
-        NO_LOG_ROTATION,
+        Implemented,
+        &[],
+        "As containerLogMaxFiles.",
     ),
     s(
         "--tls-cipher-suites",

@@ -13,7 +13,6 @@ pub use proxy::settings::{Findings, Setting, Status};
 const NO_GC: &str = "there is no image garbage collection.";
 const NO_EVICTION: &str = "there is no eviction manager.";
 const NO_ALLOCATABLE: &str = "node allocatable is not computed or enforced.";
-const NO_LOG_ROTATION: &str = "container logs are not rotated.";
 const NO_CM: &str = "there is no CPU/memory/topology manager.";
 
 mod fields;

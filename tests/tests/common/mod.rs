@@ -550,15 +550,28 @@ pub struct KubeletProc {
     netns: String,
     args: Vec<String>,
     pub log: PathBuf,
+    /// `RUST_LOG` for the agent (default: `$AGENT_RUST_LOG`, else `info,kube=warn`).
+    rust_log: Option<String>,
 }
 
 impl KubeletProc {
     pub fn start(rig: &Rig, args: Vec<String>, log: PathBuf) -> KubeletProc {
+        Self::start_logging(rig, args, log, None)
+    }
+
+    /// [`KubeletProc::start`] with the agent's `RUST_LOG` (e.g. to read debug lines).
+    pub fn start_logging(
+        rig: &Rig,
+        args: Vec<String>,
+        log: PathBuf,
+        rust_log: Option<&str>,
+    ) -> KubeletProc {
         let mut k = KubeletProc {
             child: None,
             netns: rig.netns_path().to_string(),
             args,
             log,
+            rust_log: rust_log.map(str::to_string),
         };
         k.launch();
         k
@@ -576,7 +589,9 @@ impl KubeletProc {
             .args(&self.args)
             .env(
                 "RUST_LOG",
-                std::env::var("AGENT_RUST_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
+                self.rust_log.clone().unwrap_or_else(|| {
+                    std::env::var("AGENT_RUST_LOG").unwrap_or_else(|_| "info,kube=warn".into())
+                }),
             )
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
