@@ -23,6 +23,7 @@ pub mod flags;
 pub mod host;
 pub mod images;
 pub mod metrics;
+pub mod network;
 pub mod objects;
 pub mod pleg;
 pub mod pod;

@@ -19,6 +19,8 @@ use super::client::{ClientHandle, WATCH_TIMEOUT_SECS};
 pub struct Store<T> {
     items: RwLock<HashMap<String, T>>,
     synced: AtomicBool,
+    /// Bumped on every change, for readers that react to them ([`Store::subscribe`]).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl<T> Default for Store<T> {
@@ -26,6 +28,7 @@ impl<T> Default for Store<T> {
         Store {
             items: RwLock::new(HashMap::new()),
             synced: AtomicBool::new(false),
+            changes: tokio::sync::watch::channel(0).0,
         }
     }
 }
@@ -34,6 +37,15 @@ impl<T: Clone> Store<T> {
     /// True once the first list arrived (upstream's HasSynced).
     pub fn has_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
+    }
+
+    /// A receiver that sees a new value after each change (a fresh list, an apply, a delete).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
     }
 
     pub fn get(&self, key: &str) -> Option<T> {
@@ -58,6 +70,7 @@ impl<T: Clone> Store<T> {
     pub fn replace(&self, items: HashMap<String, T>) {
         *self.items.write().unwrap_or_else(|p| p.into_inner()) = items;
         self.synced.store(true, Ordering::Release);
+        self.changed();
     }
 
     pub fn apply(&self, key: String, item: T) {
@@ -65,6 +78,7 @@ impl<T: Clone> Store<T> {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key, item);
+        self.changed();
     }
 
     pub fn delete(&self, key: &str) {
@@ -72,6 +86,7 @@ impl<T: Clone> Store<T> {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
+        self.changed();
     }
 }
 

@@ -2,6 +2,7 @@
 //! with. [`load`] is a pure function of the flags and the config file's text.
 
 mod auth;
+pub mod network;
 
 use crate::duration;
 use crate::flags::Flags;
@@ -190,6 +191,8 @@ pub struct KubeletConfiguration {
     #[serde(rename = "failCgroupV1")]
     pub fail_cgroup_v1: Option<serde_json::Value>,
     pub user_namespaces: Option<serde_json::Value>,
+    /// Ours: the node network controller (the `network` subsystem).
+    pub node_agent_network: Option<network::FileSettings>,
     /// Fields upstream's v1beta1 does not have (named in a warning at start).
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
@@ -338,6 +341,8 @@ pub struct Config {
     pub seccomp_default: bool,
     /// `allowedUnsafeSysctls`, validated: pods may set these beside the safe sysctls.
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// `nodeAgentNetwork` / `--node-agent-cni`: the node network controller (ours).
+    pub network: network::Settings,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -810,6 +815,12 @@ pub fn merge(
             .or(file.seccomp_default)
             .unwrap_or(false),
         allowed_unsafe_sysctls,
+        network: network::merge(
+            flags.node_agent_cni,
+            flags.node_agent_cluster_cidr.as_deref(),
+            file.node_agent_network.as_ref(),
+        )
+        .map_err(invalid)?,
     })
 }
 
