@@ -56,6 +56,11 @@ impl<T: Clone> Store<T> {
             .cloned()
     }
 
+    /// `f` over the items, under the read lock (no copy).
+    pub fn read<R>(&self, f: impl FnOnce(&HashMap<String, T>) -> R) -> R {
+        f(&self.items.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// Every item with its key.
     pub fn list(&self) -> Vec<(String, T)> {
         self.items

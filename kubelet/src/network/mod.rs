@@ -10,8 +10,10 @@
 //!
 //! A node whose CNI config dir holds any other configuration is left alone (one log line).
 //! The controller is level-triggered: each pass computes what should be from the informer's
-//! store and acts on the difference; a full pass every [`RESYNC_PERIOD`] re-reads the kernel's
-//! routes and rewrites the masquerade table.
+//! store and acts on the difference. A pass on a watch event touches the CNI files only when
+//! this Node's pod CIDRs changed; a full pass every [`RESYNC_PERIOD`] re-checks the files
+//! (another configuration appearing, the plugin replaced), re-reads the kernel's routes and
+//! rewrites the masquerade table.
 
 pub mod cni_files;
 pub mod masquerade;
@@ -105,6 +107,9 @@ enum Files {
         installed: bool,
         written: bool,
     },
+    /// Not looked at: an event pass, and this Node's pod CIDRs are what the files were
+    /// last made for.
+    Unchanged,
 }
 
 /// What the controller remembers between passes.
@@ -113,6 +118,9 @@ pub struct State {
     /// Our routes as last seen in or written to the kernel.
     pub programmed: BTreeMap<IpNet, IpAddr>,
     plugin_ok: bool,
+    /// The pod CIDRs the conflist was last made for (`Some(vec![])`: none yet); an event
+    /// pass skips the file work while this Node's CIDRs stay the same.
+    files_for: Option<Vec<IpNet>>,
     masq_ok: bool,
     left_alone: bool,
     warned_no_cluster_cidr: bool,
@@ -157,10 +165,25 @@ impl Controller {
         if !self.nodes.has_synced() {
             return true;
         }
-        let nodes: Vec<NodeNet> = self.nodes.list().into_iter().map(|(_, n)| n).collect();
-        let own = nodes.iter().find(|n| n.name == self.node_name);
+        // One read of the store, no copy of it: this Node and the routes wanted.
+        let (own, want) = self.nodes.read(|m| {
+            let own = m.values().find(|n| n.name == self.node_name).cloned();
+            (own, routes::desired(&self.node_name, m.values()))
+        });
+        let own = own.as_ref();
+        let own_cidrs = own.map(|n| n.pod_cidrs.clone()).unwrap_or_default();
         let mut ok = true;
-        match self.files(st, own, full).await {
+        let files = if !full && st.plugin_ok && st.files_for.as_ref() == Some(&own_cidrs) {
+            Ok(Files::Unchanged)
+        } else {
+            self.files(st, own, full).await
+        };
+        st.files_for = match &files {
+            Ok(Files::NoPodCidr { .. } | Files::Ready { .. } | Files::Unchanged) => Some(own_cidrs),
+            _ => None,
+        };
+        match files {
+            Ok(Files::Unchanged) => {}
             Ok(Files::LeftAlone(others)) => {
                 if !st.left_alone {
                     tracing::warn!(
@@ -195,7 +218,7 @@ impl Controller {
             }
         }
         ok &= self.masquerade_step(st, full).await;
-        ok &= self.routes_step(st, &nodes, full).await;
+        ok &= self.routes_step(st, &want, full).await;
         ok
     }
 
@@ -286,7 +309,12 @@ impl Controller {
         }
     }
 
-    async fn routes_step(&self, st: &mut State, nodes: &[NodeNet], full: bool) -> bool {
+    async fn routes_step(
+        &self,
+        st: &mut State,
+        want: &BTreeMap<IpNet, IpAddr>,
+        full: bool,
+    ) -> bool {
         let mut ok = true;
         if full {
             match self.routes.list().await {
@@ -297,8 +325,7 @@ impl Controller {
                 }
             }
         }
-        let want = routes::desired(&self.node_name, nodes);
-        for change in routes::plan(&st.programmed, &want) {
+        for change in routes::plan(&st.programmed, want) {
             match change {
                 Change::Replace(r) => match self.routes.replace(r).await {
                     Ok(()) => {
@@ -365,5 +392,7 @@ pub fn start(
     Ok(())
 }
 
+#[cfg(test)]
+mod bench_tests;
 #[cfg(test)]
 mod tests;

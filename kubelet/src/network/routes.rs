@@ -46,9 +46,12 @@ pub trait Routes: Send + Sync {
 
 /// The routes this node wants: each other Node's pod CIDRs via its first InternalIP of the
 /// same family. Nodes without an address of that family get no route for that CIDR.
-pub fn desired(own_name: &str, nodes: &[NodeNet]) -> BTreeMap<IpNet, IpAddr> {
+pub fn desired<'a>(
+    own_name: &str,
+    nodes: impl IntoIterator<Item = &'a NodeNet>,
+) -> BTreeMap<IpNet, IpAddr> {
     let mut out = BTreeMap::new();
-    for n in nodes.iter().filter(|n| n.name != own_name) {
+    for n in nodes.into_iter().filter(|n| n.name != own_name) {
         for cidr in &n.pod_cidrs {
             if let Some(ip) = n
                 .internal_ips

@@ -310,6 +310,11 @@ async fn conflist_appears_once_the_node_has_its_pod_cidr() {
     )
     .unwrap();
     assert!(rig.ctl.pass(&mut st, false).await);
+    assert!(
+        rig.conflist().unwrap()["plugins"].get(1).is_none(),
+        "an event pass with unchanged pod CIDRs leaves the files alone"
+    );
+    assert!(rig.ctl.pass(&mut st, true).await);
     assert_eq!(rig.conflist().unwrap()["plugins"][1]["type"], "portmap");
 }
 
