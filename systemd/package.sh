@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the node agent's Debian packages with dpkg-deb:
-#   target/debian/kubelet_<version>_<arch>.deb     /usr/bin/kubelet, kubelet.service and
-#                                                  kubeadm's drop-in 10-kubeadm.conf
+#   target/debian/kubelet_<version>_<arch>.deb     /usr/bin/kubelet, kubelet.service,
+#                                                  kubeadm's drop-in 10-kubeadm.conf and
+#                                                  /usr/bin/node-agent-cni (the CNI plugin the
+#                                                  kubelet installs with --node-agent-cni)
 #   target/debian/kube-proxy_<version>_<arch>.deb  /usr/bin/kube-proxy, kube-proxy.service
 # where kubeadm's own packages put them. <version> is the Kubernetes release the agent stands
 # in for, with the agent's own version as the Debian revision (1.36.0-agent0.1.0).
@@ -26,9 +28,9 @@ done
 command -v dpkg-deb >/dev/null || { echo "package.sh: dpkg-deb is required" >&2; exit 1; }
 
 if [[ $bin_dir == "$root/target/release" && ! -x $bin_dir/kubelet ]]; then
-	(cd "$root" && cargo build --release -p kubelet -p proxy --bins)
+	(cd "$root" && cargo build --release -p kubelet -p proxy -p cni --bins)
 fi
-for b in kubelet kube-proxy; do
+for b in kubelet kube-proxy node-agent-cni; do
 	[[ -x $bin_dir/$b ]] || { echo "package.sh: $bin_dir/$b is missing (build it first)" >&2; exit 1; }
 done
 
@@ -66,6 +68,7 @@ install_file() { # MODE SRC PKG DEST
 
 control kubelet "libc6, mount" "Kubernetes node agent (kubelet)"
 install_file 0755 "$bin_dir/kubelet" kubelet /usr/bin/kubelet
+install_file 0755 "$bin_dir/node-agent-cni" kubelet /usr/bin/node-agent-cni
 install_file 0644 "$units/kubelet.service" kubelet /usr/lib/systemd/system/kubelet.service
 install_file 0644 "$units/10-kubeadm.conf" kubelet /usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf
 mkdir -p "$work/kubelet/etc/kubernetes/manifests"

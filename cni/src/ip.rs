@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 /// An address with a prefix length, e.g. `10.244.1.5/24` (an address on a subnet) or
 /// `10.244.1.0/24` (the subnet itself).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IpNet {
     pub addr: IpAddr,
     pub prefix: u8,

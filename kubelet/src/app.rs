@@ -35,6 +35,12 @@ pub enum AppError {
         "serverTLSBootstrap: true needs cluster mode (--kubeconfig): the serving certificate is requested from the apiserver"
     )]
     ServerTlsBootstrapStandalone,
+    #[error(
+        "nodeAgentNetwork (--node-agent-cni) needs cluster mode (--kubeconfig): the pod CIDRs come from the Node objects"
+    )]
+    NetworkStandalone,
+    #[error("node network: {0}")]
+    Network(#[from] crate::network::NetworkError),
 }
 
 /// The node's first non-loopback IPv4 address as the kernel would pick for an outgoing route,
@@ -82,6 +88,9 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     );
     if let (Some(p), Some(path), None) = (&proxy_cfg, &cfg.proxy_config, &cluster) {
         crate::proxy_role::check_standalone(path, p)?;
+    }
+    if cfg.network.enabled && cluster.is_none() {
+        return Err(AppError::NetworkStandalone);
     }
     let metrics = Metrics::new(&cfg.node_name);
     let statuses = Arc::new(StatusManager::new());
@@ -428,6 +437,15 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             "cgroupDriver is systemd but systemd is not running here (no /run/systemd/system): pod cgroups get systemd slice names; \
              the container runtime must use the systemd driver too, or set cgroupDriver: cgroupfs (--cgroup-driver=cgroupfs)"
         );
+    }
+    if let (true, Some(c)) = (cfg.network.enabled, &cluster) {
+        crate::network::start(
+            c.client.clone(),
+            cfg.node_name.clone(),
+            cfg.network.clone(),
+            &mut tasks,
+            &cancel,
+        )?;
     }
     if let Some(proxy_cfg) = proxy_cfg {
         tracing::info!("hosting the kube-proxy role in this process");

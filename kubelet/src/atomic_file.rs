@@ -28,6 +28,11 @@ pub fn write_public_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_with(path, PUBLIC_MODE, |f| f.write_all(bytes))
 }
 
+/// Atomically replaces `path` with `bytes` at `mode` (e.g. 0755 for an executable).
+pub fn write_mode_atomic(path: &Path, mode: u32, bytes: &[u8]) -> io::Result<()> {
+    write_with(path, mode, |f| f.write_all(bytes))
+}
+
 /// Fsyncs a directory, making renames and new entries in it durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

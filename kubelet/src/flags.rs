@@ -98,6 +98,14 @@ pub struct Flags {
     /// not upstream's). In cluster mode it shares the kubelet's apiserver connection.
     #[arg(long = "proxy-config")]
     pub proxy_config: Option<String>,
+    /// Run the node network controller (ours, not upstream's): install node-agent-cni, write
+    /// its conflist once the Node has a pod CIDR, route to other Nodes' pod CIDRs.
+    #[arg(long = "node-agent-cni", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub node_agent_cni: Option<bool>,
+    /// The cluster's pod CIDR(s) (comma-separated, one per family) for the node network
+    /// controller's masquerade (ours).
+    #[arg(long = "node-agent-cluster-cidr")]
+    pub node_agent_cluster_cidr: Option<String>,
     /// Log verbosity.
     #[arg(short = 'v', long = "v")]
     pub verbosity: Option<u8>,

@@ -24,6 +24,7 @@ pub mod host;
 pub mod images;
 pub mod logs;
 pub mod metrics;
+pub mod network;
 pub mod objects;
 pub mod oom;
 pub mod pleg;

@@ -194,6 +194,7 @@ fn debian_packages_install_where_kubeadm_expects() {
             "kubelet",
             &[
                 "./usr/bin/kubelet",
+                "./usr/bin/node-agent-cni",
                 "./usr/lib/systemd/system/kubelet.service",
                 "./usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf",
                 "./etc/kubernetes/manifests/",

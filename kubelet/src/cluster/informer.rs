@@ -19,6 +19,8 @@ use super::client::{ClientHandle, WATCH_TIMEOUT_SECS};
 pub struct Store<T> {
     items: RwLock<HashMap<String, T>>,
     synced: AtomicBool,
+    /// Bumped on every change, for readers that react to them ([`Store::subscribe`]).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl<T> Default for Store<T> {
@@ -26,6 +28,7 @@ impl<T> Default for Store<T> {
         Store {
             items: RwLock::new(HashMap::new()),
             synced: AtomicBool::new(false),
+            changes: tokio::sync::watch::channel(0).0,
         }
     }
 }
@@ -36,12 +39,26 @@ impl<T: Clone> Store<T> {
         self.synced.load(Ordering::Acquire)
     }
 
+    /// A receiver that sees a new value after each change (a fresh list, an apply, a delete).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
     pub fn get(&self, key: &str) -> Option<T> {
         self.items
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(key)
             .cloned()
+    }
+
+    /// `f` over the items, under the read lock (no copy).
+    pub fn read<R>(&self, f: impl FnOnce(&HashMap<String, T>) -> R) -> R {
+        f(&self.items.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Every item with its key.
@@ -58,6 +75,7 @@ impl<T: Clone> Store<T> {
     pub fn replace(&self, items: HashMap<String, T>) {
         *self.items.write().unwrap_or_else(|p| p.into_inner()) = items;
         self.synced.store(true, Ordering::Release);
+        self.changed();
     }
 
     pub fn apply(&self, key: String, item: T) {
@@ -65,6 +83,7 @@ impl<T: Clone> Store<T> {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key, item);
+        self.changed();
     }
 
     pub fn delete(&self, key: &str) {
@@ -72,6 +91,7 @@ impl<T: Clone> Store<T> {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
+        self.changed();
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod auth;
 pub mod resources;
+pub mod network;
 
 use crate::duration;
 use crate::flags::Flags;
@@ -191,6 +192,8 @@ pub struct KubeletConfiguration {
     #[serde(rename = "failCgroupV1")]
     pub fail_cgroup_v1: Option<serde_json::Value>,
     pub user_namespaces: Option<serde_json::Value>,
+    /// Ours: the node network controller (the `network` subsystem).
+    pub node_agent_network: Option<network::FileSettings>,
     /// Fields upstream's v1beta1 does not have (named in a warning at start).
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
@@ -344,6 +347,8 @@ pub struct Config {
     /// `containerLogMaxSize`, `containerLogMaxFiles`, `containerLogMaxWorkers`,
     /// `containerLogMonitorInterval` (flags over file), validated.
     pub container_log: crate::logs::Settings,
+    /// `nodeAgentNetwork` / `--node-agent-cni`: the node network controller (ours).
+    pub network: network::Settings,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -819,6 +824,12 @@ pub fn merge(
         allowed_unsafe_sysctls,
         resources,
         container_log: container_log(flags, &file)?,
+        network: network::merge(
+            flags.node_agent_cni,
+            flags.node_agent_cluster_cidr.as_deref(),
+            file.node_agent_network.as_ref(),
+        )
+        .map_err(invalid)?,
     })
 }
 

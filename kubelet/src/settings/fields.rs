@@ -542,6 +542,48 @@ pub const FIELDS: &[Setting] = &[
         "`/logs/` serves files only; the `query` parameter is not supported.",
     ),
     s(
+        "nodeAgentNetwork.enabled",
+        Implemented,
+        &[],
+        "Not upstream (default false): the node network controller for node-agent-cni (see --node-agent-cni). Cluster mode only; a node whose CNI config dir holds another configuration is left alone.",
+    ),
+    s(
+        "nodeAgentNetwork.clusterCIDR",
+        Implemented,
+        &[],
+        "Not upstream: the cluster's pod CIDR(s), one per family; pod traffic leaving it is masqueraded (nft table `node-agent`). Unset: no masquerade (warned).",
+    ),
+    s(
+        "nodeAgentNetwork.cniConfDir",
+        Implemented,
+        &[],
+        "Not upstream (default /etc/cni/net.d): where 10-node-agent.conflist is written; the runtime's CNI config dir.",
+    ),
+    s(
+        "nodeAgentNetwork.cniBinDir",
+        Implemented,
+        &[],
+        "Not upstream (default /opt/cni/bin): where node-agent-cni is installed; portmap is chained when it is there.",
+    ),
+    s(
+        "nodeAgentNetwork.pluginPath",
+        Implemented,
+        &[],
+        "Not upstream (default: node-agent-cni beside the kubelet executable): the plugin binary to install.",
+    ),
+    s(
+        "nodeAgentNetwork.mtu",
+        Implemented,
+        &[],
+        "Not upstream (default 1500): the MTU of the pods' interfaces and the bridge.",
+    ),
+    s(
+        "nodeAgentNetwork.dataDir",
+        Implemented,
+        &[],
+        "Not upstream (default /var/lib/cni/networks): where the plugin keeps its address allocations.",
+    ),
+    s(
         "shutdownGracePeriod",
         Implemented,
         &[],

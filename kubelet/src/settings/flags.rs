@@ -61,6 +61,18 @@ pub const FLAGS: &[Setting] = &[
         &[],
         "Not upstream: hosts the kube-proxy role in-process.",
     ),
+    s(
+        "--node-agent-cni",
+        Implemented,
+        &[],
+        "Not upstream: runs the node network controller (nodeAgentNetwork.enabled): installs node-agent-cni, writes its conflist once the Node has spec.podCIDRs, routes to other Nodes' pod CIDRs via their InternalIP, masquerades pod traffic leaving the cluster CIDR. Cluster mode only.",
+    ),
+    s(
+        "--node-agent-cluster-cidr",
+        Implemented,
+        &[],
+        "Not upstream: nodeAgentNetwork.clusterCIDR (one CIDR per family, comma-separated).",
+    ),
     s("--v", Implemented, &[], "Log verbosity."),
     s(
         "--vmodule",

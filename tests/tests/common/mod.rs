@@ -64,10 +64,16 @@ pub struct Rig {
 
 impl Rig {
     pub fn up(name: &str) -> Rig {
+        Self::up_with_env(name, &[])
+    }
+
+    /// [`Rig::up`] with environment for rig.sh (e.g. `CNI_BIN_DIR`).
+    pub fn up_with_env(name: &str, env: &[(&str, &str)]) -> Rig {
         // A rig of the same name left by a crashed run goes first.
         let _ = Command::new(rig_sh()).args(["down", name]).output();
         let out = Command::new(rig_sh())
             .args(["up", name])
+            .envs(env.iter().copied())
             .output()
             .expect("run rig.sh");
         assert!(

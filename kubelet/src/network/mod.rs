@@ -1,0 +1,398 @@
+//! The node network controller (`nodeAgentNetwork`, ours): the agent's side of the
+//! `node-agent-cni` plugin, in the role upstream's removed kubenet or flannel's host-gw
+//! backend play. From a Nodes informer it
+//! - installs the plugin binary into the CNI bin dir (only when its content differs);
+//! - writes the conflist into the runtime's CNI config dir once this Node has its
+//!   `spec.podCIDRs` (until then the runtime reports NetworkReady=false and the Node is not
+//!   Ready, with upstream's message);
+//! - programs a route to every other Node's pod CIDRs via its InternalIP ([`routes`]);
+//! - masquerades pod traffic leaving the cluster CIDR ([`masquerade`]).
+//!
+//! A node whose CNI config dir holds any other configuration is left alone (one log line).
+//! The controller is level-triggered: each pass computes what should be from the informer's
+//! store and acts on the difference. A pass on a watch event touches the CNI files only when
+//! this Node's pod CIDRs changed; a full pass every [`RESYNC_PERIOD`] re-checks the files
+//! (another configuration appearing, the plugin replaced), re-reads the kernel's routes and
+//! rewrites the masquerade table.
+
+pub mod cni_files;
+pub mod masquerade;
+pub mod routes;
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cni::ip::IpNet;
+use k8s_openapi::api::core::v1::Node;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::client::ClientHandle;
+use crate::cluster::informer::{self, Store};
+pub use crate::config::network::{self as settings, Settings};
+use masquerade::Masquerade;
+use routes::{Change, Routes};
+
+/// How often the kernel's routes are re-read and the masquerade table rewritten.
+pub const RESYNC_PERIOD: Duration = Duration::from_secs(30);
+/// How soon a pass that failed somewhere is retried.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    #[error("netlink: {0}")]
+    Netlink(String),
+    #[error("masquerade: {0}")]
+    Masquerade(String),
+    #[error("CNI files: {0}")]
+    Files(String),
+}
+
+/// What the controller reads of a Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeNet {
+    pub name: String,
+    /// `spec.podCIDRs` (or `spec.podCIDR`), the ones that parse.
+    pub pod_cidrs: Vec<IpNet>,
+    /// `status.addresses` of type InternalIP, in order.
+    pub internal_ips: Vec<IpAddr>,
+}
+
+impl NodeNet {
+    pub fn from_node(n: &Node) -> NodeNet {
+        let spec = n.spec.clone().unwrap_or_default();
+        let texts = match spec.pod_cidrs {
+            Some(list) if !list.is_empty() => list,
+            _ => spec.pod_cidr.into_iter().collect(),
+        };
+        NodeNet {
+            name: n.metadata.name.clone().unwrap_or_default(),
+            pod_cidrs: texts
+                .iter()
+                .filter_map(|t| t.parse::<IpNet>().ok())
+                .map(|c| c.network())
+                .collect(),
+            internal_ips: n
+                .status
+                .as_ref()
+                .and_then(|s| s.addresses.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|a| a.type_ == "InternalIP")
+                .filter_map(|a| a.address.parse().ok())
+                .collect(),
+        }
+    }
+}
+
+/// Every Node, by name.
+pub type NodeStore = Store<NodeNet>;
+
+/// What a pass found in the CNI config dir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Files {
+    /// Another configuration is there: nothing is done on this node.
+    LeftAlone(Vec<String>),
+    /// This Node has no pod CIDR yet: no conflist.
+    NoPodCidr {
+        installed: bool,
+    },
+    Ready {
+        installed: bool,
+        written: bool,
+    },
+    /// Not looked at: an event pass, and this Node's pod CIDRs are what the files were
+    /// last made for.
+    Unchanged,
+}
+
+/// What the controller remembers between passes.
+#[derive(Debug, Default)]
+pub struct State {
+    /// Our routes as last seen in or written to the kernel.
+    pub programmed: BTreeMap<IpNet, IpAddr>,
+    plugin_ok: bool,
+    /// The pod CIDRs the conflist was last made for (`Some(vec![])`: none yet); an event
+    /// pass skips the file work while this Node's CIDRs stay the same.
+    files_for: Option<Vec<IpNet>>,
+    masq_ok: bool,
+    left_alone: bool,
+    warned_no_cluster_cidr: bool,
+}
+
+/// The controller; [`Controller::run`] until cancelled.
+pub struct Controller {
+    pub node_name: String,
+    pub settings: Settings,
+    /// The plugin binary to install (`None`: not found; every pass reports it).
+    pub plugin: Option<PathBuf>,
+    pub nodes: Arc<NodeStore>,
+    pub routes: Arc<dyn Routes>,
+    pub masquerade: Arc<dyn Masquerade>,
+}
+
+impl Controller {
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut changes = self.nodes.subscribe();
+        let mut st = State::default();
+        let mut next_full = Instant::now();
+        loop {
+            let full = Instant::now() >= next_full;
+            let ok = self.pass(&mut st, full).await;
+            if full {
+                next_full = Instant::now() + RESYNC_PERIOD;
+            }
+            if !ok {
+                next_full = next_full.min(Instant::now() + RETRY_AFTER);
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = crate::cluster::changed(&mut changes) => {}
+                _ = tokio::time::sleep_until(next_full) => {}
+            }
+        }
+    }
+
+    /// One pass; `full` also re-reads the kernel's routes and reinstalls what is ours.
+    /// Returns false when a step failed (the caller retries soon).
+    pub async fn pass(&self, st: &mut State, full: bool) -> bool {
+        if !self.nodes.has_synced() {
+            return true;
+        }
+        // One read of the store, no copy of it: this Node and the routes wanted.
+        let (own, want) = self.nodes.read(|m| {
+            let own = m.values().find(|n| n.name == self.node_name).cloned();
+            (own, routes::desired(&self.node_name, m.values()))
+        });
+        let own = own.as_ref();
+        let own_cidrs = own.map(|n| n.pod_cidrs.clone()).unwrap_or_default();
+        let mut ok = true;
+        let files = if !full && st.plugin_ok && st.files_for.as_ref() == Some(&own_cidrs) {
+            Ok(Files::Unchanged)
+        } else {
+            self.files(st, own, full).await
+        };
+        st.files_for = match &files {
+            Ok(Files::NoPodCidr { .. } | Files::Ready { .. } | Files::Unchanged) => Some(own_cidrs),
+            _ => None,
+        };
+        match files {
+            Ok(Files::Unchanged) => {}
+            Ok(Files::LeftAlone(others)) => {
+                if !st.left_alone {
+                    tracing::warn!(
+                        dir = %self.settings.cni_conf_dir.display(),
+                        files = ?others,
+                        "another CNI configuration is present: node-agent networking leaves this node alone (no conflist, routes or masquerade)"
+                    );
+                    st.left_alone = true;
+                }
+                return true;
+            }
+            Ok(Files::NoPodCidr { installed }) => {
+                st.left_alone = false;
+                self.log_install(st, installed);
+            }
+            Ok(Files::Ready { installed, written }) => {
+                st.left_alone = false;
+                self.log_install(st, installed);
+                if written {
+                    let cidrs = own.map(|n| n.pod_cidrs.clone()).unwrap_or_default();
+                    tracing::info!(
+                        path = %self.settings.cni_conf_dir.join(cni_files::CONFLIST_NAME).display(),
+                        pod_cidrs = ?cidrs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                        "wrote the CNI configuration"
+                    );
+                }
+            }
+            Err(e) => {
+                st.plugin_ok = false;
+                tracing::warn!(error = %e, "node network: CNI files not ready; retrying");
+                ok = false;
+            }
+        }
+        ok &= self.masquerade_step(st, full).await;
+        ok &= self.routes_step(st, &want, full).await;
+        ok
+    }
+
+    fn log_install(&self, st: &mut State, installed: bool) {
+        if installed {
+            tracing::info!(
+                path = %self.settings.cni_bin_dir.join(settings::PLUGIN_NAME).display(),
+                "installed the CNI plugin"
+            );
+        }
+        st.plugin_ok = true;
+    }
+
+    async fn files(
+        &self,
+        st: &State,
+        own: Option<&NodeNet>,
+        full: bool,
+    ) -> Result<Files, NetworkError> {
+        let conf_dir = self.settings.cni_conf_dir.clone();
+        let bin_dir = self.settings.cni_bin_dir.clone();
+        let plugin = self.plugin.clone();
+        let install = full || !st.plugin_ok;
+        let subnets = own.map(|n| n.pod_cidrs.clone()).unwrap_or_default();
+        let (mtu, data_dir) = (self.settings.mtu, self.settings.data_dir.clone());
+        let err = |what: &str, e: std::io::Error| NetworkError::Files(format!("{what}: {e}"));
+        tokio::task::spawn_blocking(move || {
+            let others = cni_files::other_configs(&conf_dir)
+                .map_err(|e| err(&format!("reading {}", conf_dir.display()), e))?;
+            if !others.is_empty() {
+                return Ok(Files::LeftAlone(others));
+            }
+            let mut installed = false;
+            if install {
+                let src = plugin.ok_or_else(|| {
+                    NetworkError::Files(format!(
+                        "no {} to install: set nodeAgentNetwork.pluginPath",
+                        settings::PLUGIN_NAME
+                    ))
+                })?;
+                installed = cni_files::install_plugin(&src, &bin_dir)
+                    .map_err(|e| err(&format!("installing into {}", bin_dir.display()), e))?;
+            }
+            if subnets.is_empty() {
+                return Ok(Files::NoPodCidr { installed });
+            }
+            let text = cni_files::render_conflist(&cni_files::ConfInput {
+                subnets,
+                mtu,
+                data_dir,
+                portmap: cni_files::has_portmap(&bin_dir),
+            });
+            let written = cni_files::write_conflist(&conf_dir, &text)
+                .map_err(|e| err(&format!("writing into {}", conf_dir.display()), e))?;
+            Ok(Files::Ready { installed, written })
+        })
+        .await
+        .map_err(|e| NetworkError::Files(format!("file task: {e}")))?
+    }
+
+    async fn masquerade_step(&self, st: &mut State, full: bool) -> bool {
+        let cidrs = &self.settings.cluster_cidrs;
+        if cidrs.is_empty() {
+            if !st.warned_no_cluster_cidr {
+                tracing::warn!(
+                    "nodeAgentNetwork.clusterCIDR is not set: pod traffic leaving the node is not masqueraded"
+                );
+                st.warned_no_cluster_cidr = true;
+            }
+            return true;
+        }
+        if st.masq_ok && !full {
+            return true;
+        }
+        match self.masquerade.apply(cidrs).await {
+            Ok(()) => {
+                if !st.masq_ok {
+                    tracing::info!(cluster_cidrs = ?cidrs.iter().map(ToString::to_string).collect::<Vec<_>>(), "masquerading pod traffic that leaves the cluster CIDR");
+                }
+                st.masq_ok = true;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "node network: masquerade rules not written; retrying");
+                st.masq_ok = false;
+                false
+            }
+        }
+    }
+
+    async fn routes_step(
+        &self,
+        st: &mut State,
+        want: &BTreeMap<IpNet, IpAddr>,
+        full: bool,
+    ) -> bool {
+        let mut ok = true;
+        if full {
+            match self.routes.list().await {
+                Ok(list) => st.programmed = list.into_iter().map(|r| (r.dst, r.via)).collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "node network: listing routes failed");
+                    return false;
+                }
+            }
+        }
+        for change in routes::plan(&st.programmed, want) {
+            match change {
+                Change::Replace(r) => match self.routes.replace(r).await {
+                    Ok(()) => {
+                        tracing::info!(dst = %r.dst, via = %r.via, "route to a node's pods programmed");
+                        st.programmed.insert(r.dst, r.via);
+                    }
+                    Err(e) => {
+                        tracing::warn!(dst = %r.dst, via = %r.via, error = %e, "node network: route not programmed; retrying");
+                        ok = false;
+                    }
+                },
+                Change::Delete(r) => match self.routes.delete(r).await {
+                    Ok(()) => {
+                        tracing::info!(dst = %r.dst, via = %r.via, "route to a node's pods removed");
+                        st.programmed.remove(&r.dst);
+                    }
+                    Err(e) => {
+                        tracing::warn!(dst = %r.dst, error = %e, "node network: route not removed; retrying");
+                        ok = false;
+                    }
+                },
+            }
+        }
+        ok
+    }
+}
+
+/// Starts the Nodes informer and the controller (cluster mode, `nodeAgentNetwork.enabled`).
+pub fn start(
+    client: ClientHandle,
+    node_name: String,
+    settings: Settings,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> Result<(), NetworkError> {
+    let nodes = Arc::new(NodeStore::default());
+    let exe = std::env::current_exe().ok();
+    let plugin = cni_files::plugin_source(&settings, exe.as_deref());
+    let routes = Arc::new(routes::NetlinkRoutes::new()?);
+    tasks.spawn(informer::run(
+        client,
+        "nodes",
+        NodeNet::from_node,
+        nodes.clone(),
+        cancel.clone(),
+    ));
+    tracing::info!(
+        conf_dir = %settings.cni_conf_dir.display(),
+        bin_dir = %settings.cni_bin_dir.display(),
+        plugin = ?plugin,
+        "node network controller starting"
+    );
+    tasks.spawn(
+        Controller {
+            node_name,
+            settings,
+            plugin,
+            nodes,
+            routes,
+            masquerade: Arc::new(masquerade::NftMasquerade),
+        }
+        .run(cancel.clone()),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod bench_tests;
+#[cfg(test)]
+mod tests;
