@@ -1,7 +1,7 @@
 //! Assembles the kubelet from a validated [`Config`]: runtime connection, servers, pod sources,
 //! PLEG and the sync loop, all owned by one [`JoinSet`] and stopped by one token.
 
-use crate::cgroups::{CgroupNamer, Cgroups, FsCgroups};
+use crate::cm::{CgroupNamer, Cgroups, FsCgroups};
 use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;

@@ -13,7 +13,7 @@ pub mod app;
 pub mod atomic_file;
 pub mod backoff;
 pub mod certs;
-pub mod cgroups;
+pub mod cm;
 pub mod clock;
 pub mod cluster;
 pub mod config;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::cgroups::{CgroupError, Cgroups};
+use crate::cm::{CgroupError, Cgroups};
 
 /// Times every call of the wrapped [`Cgroups`]: `create`, and `destroy` for removals
 /// (upstream's operation names).

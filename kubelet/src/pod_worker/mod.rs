@@ -3,7 +3,7 @@
 //! then publish the pod's status. A pod being removed is stopped with its grace period and
 //! every trace of it (containers, sandbox, cgroup, directories) is removed.
 
-use crate::cgroups::{CgroupNamer, Cgroups};
+use crate::cm::{CgroupNamer, Cgroups};
 use crate::events::{EventRecorder, EventType};
 use crate::images;
 use crate::pod::{self, Qos};
@@ -337,7 +337,7 @@ impl Env {
             exec: Arc::new(crate::probing::CriExec(runtime.clone())),
             pod_start_duration: None,
             runtime,
-            cgroups: Arc::new(crate::cgroups::FakeCgroups::default()),
+            cgroups: Arc::new(crate::cm::FakeCgroups::default()),
             namer: CgroupNamer {
                 driver: CgroupDriver::Cgroupfs,
                 root: "/".into(),

@@ -1,5 +1,5 @@
 use super::*;
-use crate::cgroups::FakeCgroups;
+use crate::cm::FakeCgroups;
 use crate::events::FakeRecorder;
 use crate::runtime::fake::{FAKE_IMAGE_SIZE, FakeRuntime};
 
