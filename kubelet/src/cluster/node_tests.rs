@@ -126,6 +126,7 @@ fn host() -> HostInfo {
         cpus: 2,
         memory_bytes: 4 * 1024 * 1024 * 1024,
         ephemeral_storage_bytes: Some(100 * 1024 * 1024 * 1024),
+        hugepages: BTreeMap::new(),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::config::CgroupDriver;
 use crate::pod::Qos;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
 
 /// A cgroup operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,16 @@ impl CgroupNamer {
         }
     }
 
+    /// The cgroupfs path of `kubepods` (Guaranteed) or a QoS tier; None without per-QoS
+    /// cgroups or with the systemd driver.
+    pub fn tier_path(&self, qos: Qos) -> Option<String> {
+        if !self.per_qos || self.driver != CgroupDriver::Cgroupfs {
+            return None;
+        }
+        let root = self.root.trim_end_matches('/');
+        Some(format!("{root}/{}", self.tier(qos).join("/")))
+    }
+
     /// The cgroupfs-relative path of a pod cgroup (for creating and removing it ourselves).
     pub fn pod_path(&self, qos: Qos, uid: &str) -> Option<String> {
         match self.driver {
@@ -62,105 +72,141 @@ impl CgroupNamer {
     }
 }
 
-/// Creating and removing cgroup directories. One narrow edge, faked in tests.
+/// Which cgroup layout the node has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    /// One hierarchy per controller (`memory.limit_in_bytes`, `cpu.cfs_quota_us`, ...).
+    V1,
+    /// The unified hierarchy (`memory.max`, `cpu.max`, `cpu.weight`, ...).
+    V2,
+}
+
+/// Limits for one cgroup, in upstream's ResourceConfig units (cgroup v1's: shares, quota and
+/// period in microseconds, bytes). `None` leaves a value as it is; `-1` means unlimited.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupLimits {
+    pub cpu_shares: Option<u64>,
+    pub cpu_quota: Option<i64>,
+    pub cpu_period: Option<u64>,
+    pub memory: Option<i64>,
+    pub pids: Option<i64>,
+    /// Page size in bytes → limit in bytes.
+    pub hugetlb: BTreeMap<u64, i64>,
+}
+
+/// Upstream's CpuSharesToCPUWeight: cgroup v1 shares [2, 262144] onto v2 weight [1, 10000].
+pub fn shares_to_weight(shares: u64) -> u64 {
+    if shares == 0 {
+        return 0;
+    }
+    1 + (shares.saturating_sub(2) * 9999) / 262_142
+}
+
+/// libcontainer's hugetlb size names: `2MB`, `1GB`, `64KB` (powers of 1024).
+pub fn hugetlb_size_name(bytes: u64) -> String {
+    let units = ["B", "KB", "MB", "GB", "TB", "PB"];
+    let mut v = bytes;
+    let mut i = 0;
+    while v >= 1024 && v % 1024 == 0 && i + 1 < units.len() {
+        v /= 1024;
+        i += 1;
+    }
+    format!("{v}{}", units[i])
+}
+
+/// The files (controller, file name, value) that carry `l` in a cgroup of layout `v`, in
+/// the order they are written (the CFS period before its quota, as libcontainer).
+pub fn limit_files(l: &CgroupLimits, v: CgroupVersion) -> Vec<(&'static str, String, String)> {
+    let mut out = Vec::new();
+    let max_or = |n: i64| {
+        if n < 0 {
+            "max".to_string()
+        } else {
+            n.to_string()
+        }
+    };
+    match v {
+        CgroupVersion::V1 => {
+            if let Some(s) = l.cpu_shares {
+                out.push(("cpu", "cpu.shares".into(), s.to_string()));
+            }
+            if let Some(p) = l.cpu_period {
+                out.push(("cpu", "cpu.cfs_period_us".into(), p.to_string()));
+            }
+            if let Some(q) = l.cpu_quota {
+                out.push(("cpu", "cpu.cfs_quota_us".into(), q.max(-1).to_string()));
+            }
+            if let Some(m) = l.memory {
+                out.push(("memory", "memory.limit_in_bytes".into(), m.max(-1).to_string()));
+            }
+            if let Some(p) = l.pids {
+                out.push(("pids", "pids.max".into(), max_or(p)));
+            }
+            for (size, limit) in &l.hugetlb {
+                let name = format!("hugetlb.{}.limit_in_bytes", hugetlb_size_name(*size));
+                out.push(("hugetlb", name, limit.max(&0).to_string()));
+            }
+        }
+        CgroupVersion::V2 => {
+            if let Some(s) = l.cpu_shares {
+                out.push(("cpu", "cpu.weight".into(), shares_to_weight(s).to_string()));
+            }
+            if l.cpu_quota.is_some() || l.cpu_period.is_some() {
+                let quota = l.cpu_quota.map(max_or).unwrap_or_else(|| "max".into());
+                let period = l.cpu_period.unwrap_or(100_000);
+                out.push(("cpu", "cpu.max".into(), format!("{quota} {period}")));
+            }
+            if let Some(m) = l.memory {
+                out.push(("memory", "memory.max".into(), max_or(m)));
+            }
+            if let Some(p) = l.pids {
+                out.push(("pids", "pids.max".into(), max_or(p)));
+            }
+            for (size, limit) in &l.hugetlb {
+                let name = format!("hugetlb.{}.max", hugetlb_size_name(*size));
+                out.push(("hugetlb", name, max_or(*limit)));
+            }
+        }
+    }
+    out
+}
+
+/// The cgroup edge: creating, limiting, reading and removing cgroups. One narrow trait, faked
+/// in tests.
 pub trait Cgroups: Send + Sync + 'static {
     /// Creates the cgroup in every hierarchy (idempotent).
     fn create(&self, path: &str) -> Result<(), CgroupError>;
     /// Removes the cgroup from every hierarchy; absent is fine.
     fn remove(&self, path: &str) -> Result<(), CgroupError>;
-}
-
-/// The real cgroup filesystem: every mounted v1 hierarchy, or the v2 unified tree.
-#[derive(Debug, Clone)]
-pub struct FsCgroups {
-    mounts: Vec<PathBuf>,
-}
-
-impl FsCgroups {
-    /// Finds the cgroup mounts from /proc/self/mountinfo.
-    pub fn discover() -> Self {
-        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        Self::from_mountinfo(&text)
-    }
-
-    fn from_mountinfo(text: &str) -> Self {
-        let mut v1 = Vec::new();
-        let mut v2 = Vec::new();
-        for line in text.lines() {
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let mount_point = left.split(' ').nth(4).unwrap_or("");
-            let mut r = right.split(' ');
-            let fstype = r.next().unwrap_or("");
-            let opts = r.nth(1).unwrap_or("");
-            match fstype {
-                // Hierarchies runc does not use for containers are skipped.
-                "cgroup" if !opts.contains("name=") || opts.contains("name=systemd") => {
-                    v1.push(PathBuf::from(mount_point))
-                }
-                "cgroup2" => v2.push(PathBuf::from(mount_point)),
-                _ => {}
-            }
-        }
-        // Pure v2 when no v1 hierarchy is mounted; hybrid hosts put containers in v1.
-        Self {
-            mounts: if v1.is_empty() { v2 } else { v1 },
-        }
-    }
-
-    pub fn mounts(&self) -> &[PathBuf] {
-        &self.mounts
-    }
-}
-
-fn join(mount: &Path, path: &str) -> PathBuf {
-    mount.join(path.trim_start_matches('/'))
-}
-
-impl Cgroups for FsCgroups {
-    fn create(&self, path: &str) -> Result<(), CgroupError> {
-        for m in &self.mounts {
-            let dir = join(m, path);
-            std::fs::create_dir_all(&dir).map_err(|source| CgroupError {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        Ok(())
-    }
-
-    fn remove(&self, path: &str) -> Result<(), CgroupError> {
-        for m in &self.mounts {
-            let dir = join(m, path);
-            // Child cgroups left by the runtime go first (rmdir works on empty cgroups only).
-            if let Ok(entries) = std::fs::read_dir(&dir) {
-                for e in entries.flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        let _ = std::fs::remove_dir(e.path());
-                    }
-                }
-            }
-            match std::fs::remove_dir(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(CgroupError {
-                        path: dir.display().to_string(),
-                        source,
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
+    /// Writes the limits that are set; a controller the node lacks is skipped.
+    fn set(&self, path: &str, limits: &CgroupLimits) -> Result<(), CgroupError>;
+    /// The limit files the cgroup holds now, by file name (`memory.max` → `536870912`).
+    fn read(&self, path: &str) -> Result<BTreeMap<String, String>, CgroupError>;
+    /// The node's layout.
+    fn version(&self) -> CgroupVersion;
+    /// Whether the cgroup exists.
+    fn exists(&self, path: &str) -> bool;
 }
 
 /// Records created and removed cgroups.
+/// Set limits are kept per path (merged as a kernel would keep them) and read back in the
+/// files of the fake's layout (v1 by default).
 #[cfg(any(test, feature = "test-util"))]
 #[derive(Debug, Default)]
 pub struct FakeCgroups {
     pub live: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    pub files: std::sync::Mutex<BTreeMap<String, BTreeMap<String, String>>>,
+    pub v2: bool,
+}
+
+#[cfg(any(test, feature = "test-util"))]
+impl FakeCgroups {
+    pub fn v2() -> Self {
+        Self {
+            v2: true,
+            ..Default::default()
+        }
+    }
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -171,7 +217,41 @@ impl Cgroups for FakeCgroups {
     }
     fn remove(&self, path: &str) -> Result<(), CgroupError> {
         self.live.lock().unwrap().remove(path);
+        self.files.lock().unwrap().remove(path);
         Ok(())
+    }
+    fn set(&self, path: &str, limits: &CgroupLimits) -> Result<(), CgroupError> {
+        if !self.live.lock().unwrap().contains(path) {
+            return Err(CgroupError {
+                path: path.to_string(),
+                source: std::io::ErrorKind::NotFound.into(),
+            });
+        }
+        let mut files = self.files.lock().unwrap();
+        let held = files.entry(path.to_string()).or_default();
+        for (_, name, value) in limit_files(limits, self.version()) {
+            held.insert(name, value);
+        }
+        Ok(())
+    }
+    fn read(&self, path: &str) -> Result<BTreeMap<String, String>, CgroupError> {
+        Ok(self
+            .files
+            .lock()
+            .unwrap()
+            .get(path)
+            .cloned()
+            .unwrap_or_default())
+    }
+    fn exists(&self, path: &str) -> bool {
+        self.live.lock().unwrap().contains(path)
+    }
+    fn version(&self) -> CgroupVersion {
+        if self.v2 {
+            CgroupVersion::V2
+        } else {
+            CgroupVersion::V1
+        }
     }
 }
 
@@ -213,29 +293,5 @@ mod tests {
             rooted.pod_parent(Qos::BestEffort, "u"),
             "/rig/kubepods/besteffort/podu"
         );
-    }
-
-    #[test]
-    fn mountinfo_hybrid_prefers_v1() {
-        let text = "30 25 0:26 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n\
-                    31 25 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
-                    32 25 0:28 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
-        let c = FsCgroups::from_mountinfo(text);
-        assert_eq!(c.mounts().len(), 2);
-        let v2 = FsCgroups::from_mountinfo("30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
-        assert_eq!(v2.mounts(), &[PathBuf::from("/sys/fs/cgroup")]);
-    }
-
-    #[test]
-    fn fs_create_and_remove_in_a_temp_tree() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = FsCgroups {
-            mounts: vec![dir.path().join("cpu"), dir.path().join("memory")],
-        };
-        c.create("/kubepods/besteffort/podx").unwrap();
-        assert!(dir.path().join("memory/kubepods/besteffort/podx").is_dir());
-        c.remove("/kubepods/besteffort/podx").unwrap();
-        assert!(!dir.path().join("cpu/kubepods/besteffort/podx").exists());
-        c.remove("/kubepods/besteffort/podx").unwrap();
     }
 }

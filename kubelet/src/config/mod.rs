@@ -2,6 +2,7 @@
 //! with. [`load`] is a pure function of the flags and the config file's text.
 
 mod auth;
+pub mod limits;
 pub mod resources;
 
 use crate::duration;
@@ -341,6 +342,8 @@ pub struct Config {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// Reservations, node allocatable enforcement and eviction thresholds, validated.
     pub resources: resources::NodeResources,
+    /// cpuCFSQuota, cpuCFSQuotaPeriod, podPidsLimit, memorySwap.swapBehavior.
+    pub pod_limits: limits::PodLimits,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -574,6 +577,7 @@ pub fn merge(
     crate::pod::sysctl::Allowlist::new(&allowed_unsafe_sysctls)
         .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
     let resources = resources::parse(flags, &file)?;
+    let pod_limits = limits::parse(flags, &file)?;
     let max_pods = flags.max_pods.or(file.max_pods).unwrap_or(110);
     if max_pods < 0 {
         return Err(invalid(format!("maxPods: {max_pods} must not be negative")));
@@ -815,6 +819,7 @@ pub fn merge(
             .unwrap_or(false),
         allowed_unsafe_sysctls,
         resources,
+        pod_limits,
     })
 }
 
