@@ -11,7 +11,6 @@ pub mod limits;
 pub use cgroups::*;
 pub use fs::{FsCgroups, LIMITED_CONTROLLERS};
 
-use crate::config::CgroupDriver;
 use crate::config::limits::PodLimits;
 use crate::config::resources::NodeResources;
 use crate::pod::{self, Qos};
@@ -59,6 +58,7 @@ impl ContainerManager {
     /// A manager over `cgroups` with upstream's defaults, cgroupfs driver, root `/`.
     #[cfg(any(test, feature = "test-util"))]
     pub fn for_test(cgroups: Arc<dyn Cgroups>) -> Arc<Self> {
+        use crate::config::CgroupDriver;
         Arc::new(Self::new(
             cgroups,
             CmConfig {

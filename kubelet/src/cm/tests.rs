@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::CgroupDriver;
 use crate::config::resources::Reserved;
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
