@@ -71,7 +71,27 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
             "cgroup controllers {missing:?} are not available on this node: their limits are not written"
         );
     }
-    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::metrics::InstrumentedCgroups::new(Arc::new(fs)));
+    let fs: Arc<dyn Cgroups> = Arc::new(fs);
+    let inner: Arc<dyn Cgroups> = match cfg.cgroup_driver {
+        crate::config::CgroupDriver::Cgroupfs => fs,
+        crate::config::CgroupDriver::Systemd => {
+            use crate::cm::systemd::{DbusUnits, NoSystemd, SystemdError, SystemdUnits};
+            let units: Arc<dyn SystemdUnits> = if std::path::Path::new("/run/systemd/system").exists() {
+                match DbusUnits::connect().await {
+                    Ok(u) => Arc::new(u),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cgroupDriver systemd: cannot reach systemd; kubepods and pod slices are not made or limited");
+                        Arc::new(NoSystemd)
+                    }
+                }
+            } else {
+                tracing::error!("{}; kubepods and pod slices are not made or limited", SystemdError::NotRunning);
+                Arc::new(NoSystemd)
+            };
+            Arc::new(crate::cm::systemd::SystemdCgroups::new(units, fs))
+        }
+    };
+    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::metrics::InstrumentedCgroups::new(inner));
     let hugepages = crate::host::hugepages();
     let cm = Arc::new(ContainerManager::new(
         cgroups,
@@ -459,14 +479,6 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
                 })
                 .await;
         }
-    }
-    if cfg.cgroup_driver == crate::config::CgroupDriver::Systemd
-        && !std::path::Path::new("/run/systemd/system").exists()
-    {
-        tracing::warn!(
-            "cgroupDriver is systemd but systemd is not running here (no /run/systemd/system): pod cgroups get systemd slice names; \
-             the container runtime must use the systemd driver too, or set cgroupDriver: cgroupfs (--cgroup-driver=cgroupfs)"
-        );
     }
     if let Some(proxy_cfg) = proxy_cfg {
         tracing::info!("hosting the kube-proxy role in this process");

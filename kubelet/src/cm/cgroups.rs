@@ -53,22 +53,26 @@ impl CgroupNamer {
         }
     }
 
-    /// The cgroupfs path of `kubepods` (Guaranteed) or a QoS tier; None without per-QoS
-    /// cgroups or with the systemd driver.
+    /// `kubepods` (Guaranteed) or a QoS tier: a cgroupfs path (`<root>/kubepods/burstable`)
+    /// or a slice name (`kubepods-burstable.slice`); None without per-QoS cgroups.
     pub fn tier_path(&self, qos: Qos) -> Option<String> {
-        if !self.per_qos || self.driver != CgroupDriver::Cgroupfs {
+        if !self.per_qos {
             return None;
         }
-        let root = self.root.trim_end_matches('/');
-        Some(format!("{root}/{}", self.tier(qos).join("/")))
+        let parts = self.tier(qos);
+        Some(match self.driver {
+            CgroupDriver::Cgroupfs => {
+                let root = self.root.trim_end_matches('/');
+                format!("{root}/{}", parts.join("/"))
+            }
+            CgroupDriver::Systemd => format!("{}.slice", parts.join("-")),
+        })
     }
 
-    /// The cgroupfs-relative path of a pod cgroup (for creating and removing it ourselves).
+    /// What the [`Cgroups`] edge calls the pod cgroup: its cgroupfs path, or its slice name
+    /// with the systemd driver.
     pub fn pod_path(&self, qos: Qos, uid: &str) -> Option<String> {
-        match self.driver {
-            CgroupDriver::Cgroupfs => Some(self.pod_parent(qos, uid)),
-            CgroupDriver::Systemd => None,
-        }
+        Some(self.pod_parent(qos, uid))
     }
 }
 

@@ -7,6 +7,7 @@ pub mod allocatable;
 mod cgroups;
 mod fs;
 pub mod limits;
+pub mod systemd;
 
 pub use cgroups::*;
 pub use fs::{FsCgroups, LIMITED_CONTROLLERS};
@@ -89,8 +90,7 @@ impl ContainerManager {
 
     /// Creates `kubepods` (node allocatable limits when `pods` is enforced, else capacity)
     /// and the Burstable/BestEffort tiers, then limits the named reserved cgroups that
-    /// `enforceNodeAllocatable` lists. Needs cgroupsPerQOS and the cgroupfs driver; else
-    /// nothing is written.
+    /// `enforceNodeAllocatable` lists. Without cgroupsPerQOS nothing is written.
     pub fn setup_node(&self, cap: &limits::NodeCapacity) -> Result<(), CmError> {
         let namer = &self.cfg.namer;
         let Some(kubepods) = namer.tier_path(Qos::Guaranteed) else {

@@ -281,14 +281,77 @@ fn reserved_cgroups_must_exist_and_get_their_reservation() {
     );
 }
 
+/// The systemd driver: slices started and limited through the unit fake, with v1 properties.
 #[test]
-fn systemd_driver_writes_nothing_through_cgroupfs() {
-    let fake = Arc::new(FakeCgroups::default());
-    let mut cm = manager(fake.clone(), -1, reserved());
+fn systemd_driver_makes_limited_slices() {
+    use systemd::{FakeUnits, PropValue, SystemdCgroups};
+    let units = Arc::new(FakeUnits::default());
+    let sd = Arc::new(SystemdCgroups::new(units.clone(), Arc::new(FakeCgroups::default())));
+    let mut cm = manager(Arc::new(FakeCgroups::default()), 1024, reserved());
+    cm.cgroups = sd;
     cm.cfg.namer.driver = CgroupDriver::Systemd;
     cm.setup_node(&capacity()).unwrap();
     cm.ensure_pod(&guaranteed()).unwrap();
-    assert!(fake.live.lock().unwrap().is_empty());
+    cm.remove_pod("g").unwrap();
+    let calls = units.calls.lock().unwrap().clone();
+    let started: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.0 == "StartTransientUnit")
+        .map(|c| c.1.as_str())
+        .collect();
+    assert_eq!(
+        started,
+        ["kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice", "kubepods-podg.slice"]
+    );
+    let set = |unit: &str| {
+        calls
+            .iter()
+            .rfind(|c| c.0 == "SetUnitProperties" && c.1 == unit)
+            .map(|c| c.2.clone())
+            .unwrap()
+    };
+    assert_eq!(
+        set("kubepods.slice"),
+        vec![
+            ("CPUShares", PropValue::U64(3072)),
+            ("MemoryLimit", PropValue::U64((6 * GI + 512 * MI) as u64)),
+            ("TasksMax", PropValue::U64(31768)),
+        ]
+    );
+    // 750m over 100ms: 75ms per 100ms = 750000us per second.
+    assert_eq!(
+        set("kubepods-podg.slice"),
+        vec![
+            ("CPUShares", PropValue::U64(768)),
+            ("CPUQuotaPeriodUSec", PropValue::U64(100_000)),
+            ("CPUQuotaPerSecUSec", PropValue::U64(750_000)),
+            ("MemoryLimit", PropValue::U64((192 * MI) as u64)),
+            ("TasksMax", PropValue::U64(1024)),
+        ]
+    );
+    assert_eq!(set("kubepods-besteffort.slice"), vec![("CPUShares", PropValue::U64(2))]);
+    assert!(calls.iter().any(|c| c.0 == "StopUnit" && c.1 == "kubepods-podg.slice"));
+    assert_eq!(
+        systemd::slice_path("kubepods-burstable-pod12_34.slice"),
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice"
+    );
+    assert_eq!(systemd::quota_per_sec_usec(1000, 100_000), 10_000);
+    assert_eq!(systemd::quota_per_sec_usec(1500, 100_000), 20_000);
+    assert_eq!(systemd::quota_per_sec_usec(-1, 100_000), u64::MAX);
+}
+
+#[test]
+fn systemd_driver_without_systemd_says_so() {
+    use systemd::{NoSystemd, SystemdCgroups};
+    let sd = Arc::new(SystemdCgroups::new(Arc::new(NoSystemd), Arc::new(FakeCgroups::default())));
+    let mut cm = manager(Arc::new(FakeCgroups::default()), -1, reserved());
+    cm.cgroups = sd;
+    cm.cfg.namer.driver = CgroupDriver::Systemd;
+    let e = cm.setup_node(&capacity()).unwrap_err();
+    assert!(
+        e.to_string().contains("systemd is not running as PID 1"),
+        "{e}"
+    );
 }
 
 #[test]
