@@ -2,8 +2,8 @@
 //! PLEG and the sync loop, all owned by one [`JoinSet`] and stopped by one token.
 
 use crate::cm::{CgroupNamer, CgroupVersion, Cgroups, CmConfig, ContainerManager, FsCgroups};
-use crate::config::limits::SwapBehavior;
 use crate::config::Config;
+use crate::config::limits::SwapBehavior;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::pleg::{self, PlegHealth};
@@ -76,7 +76,9 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
         crate::config::CgroupDriver::Cgroupfs => fs,
         crate::config::CgroupDriver::Systemd => {
             use crate::cm::systemd::{DbusUnits, NoSystemd, SystemdError, SystemdUnits};
-            let units: Arc<dyn SystemdUnits> = if std::path::Path::new("/run/systemd/system").exists() {
+            let units: Arc<dyn SystemdUnits> = if std::path::Path::new("/run/systemd/system")
+                .exists()
+            {
                 match DbusUnits::connect().await {
                     Ok(u) => Arc::new(u),
                     Err(e) => {
@@ -85,7 +87,10 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
                     }
                 }
             } else {
-                tracing::error!("{}; kubepods and pod slices are not made or limited", SystemdError::NotRunning);
+                tracing::error!(
+                    "{}; kubepods and pod slices are not made or limited",
+                    SystemdError::NotRunning
+                );
                 Arc::new(NoSystemd)
             };
             Arc::new(crate::cm::systemd::SystemdCgroups::new(units, fs))
@@ -117,7 +122,9 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
     let setup = cm.clone();
     match tokio::task::spawn_blocking(move || setup.setup_node(&capacity)).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "node cgroups (kubepods, QoS tiers, reserved cgroups) not fully set up"),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "node cgroups (kubepods, QoS tiers, reserved cgroups) not fully set up")
+        }
         Err(e) => tracing::error!(error = %e, "node cgroup setup panicked"),
     }
     Ok(cm)

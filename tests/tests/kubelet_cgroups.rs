@@ -93,13 +93,19 @@ fn pod_cgroups_hold_upstreams_limits() {
     agent.write_manifest("burstable.yaml", BURSTABLE);
     let g = uid(&agent, "guaranteed-");
     let b = uid(&agent, "burstable-");
-    let root = rig.get("RIG_CGROUP_ROOT").trim_start_matches('/').to_string();
+    let root = rig
+        .get("RIG_CGROUP_ROOT")
+        .trim_start_matches('/')
+        .to_string();
     let kubepods = |m: &Path| m.join(&root).join("kubepods");
 
     // Guaranteed: directly under kubepods; 48Mi, 250m → quota 25000 per 100000, 256 shares.
     let g_mem = kubepods(&memory).join(format!("pod{g}"));
     let g_cpu = kubepods(&cpu).join(format!("pod{g}"));
-    assert_eq!(read(&g_mem.join("memory.limit_in_bytes")), (48u64 << 20).to_string());
+    assert_eq!(
+        read(&g_mem.join("memory.limit_in_bytes")),
+        (48u64 << 20).to_string()
+    );
     assert_eq!(read(&g_cpu.join("cpu.cfs_quota_us")), "25000");
     assert_eq!(read(&g_cpu.join("cpu.cfs_period_us")), "100000");
     assert_eq!(read(&g_cpu.join("cpu.shares")), "256");
@@ -118,16 +124,25 @@ fn pod_cgroups_hold_upstreams_limits() {
     // tier's shares are the Burstable pods' requests (100m → 102).
     let b_mem = kubepods(&memory).join("burstable").join(format!("pod{b}"));
     let b_cpu = kubepods(&cpu).join("burstable").join(format!("pod{b}"));
-    assert_eq!(read(&b_mem.join("memory.limit_in_bytes")), (64u64 << 20).to_string());
+    assert_eq!(
+        read(&b_mem.join("memory.limit_in_bytes")),
+        (64u64 << 20).to_string()
+    );
     assert_eq!(read(&b_cpu.join("cpu.shares")), "102");
-    assert_eq!(read(&b_cpu.join("cpu.cfs_quota_us")), "-1", "no CPU limit, no quota");
+    assert_eq!(
+        read(&b_cpu.join("cpu.cfs_quota_us")),
+        "-1",
+        "no CPU limit, no quota"
+    );
     assert_eq!(read(&kubepods(&cpu).join("burstable/cpu.shares")), "102");
     assert_eq!(read(&kubepods(&cpu).join("besteffort/cpu.shares")), "2");
 
     // The pod goes: its cgroup goes, and the tier's shares fall back to the minimum.
     std::fs::remove_file(agent.manifests().join("burstable.yaml")).unwrap();
-    wait_for("burstable pod cgroup removed", Duration::from_secs(90), || {
-        (!b_mem.exists() && !b_cpu.exists()).then_some(())
-    });
+    wait_for(
+        "burstable pod cgroup removed",
+        Duration::from_secs(90),
+        || (!b_mem.exists() && !b_cpu.exists()).then_some(()),
+    );
     assert_eq!(read(&kubepods(&cpu).join("burstable/cpu.shares")), "2");
 }

@@ -209,8 +209,14 @@ pub fn capacity_and_allocatable(
     let alloc = allocatable::allocatable(&cap, &cfg.resources);
     let render = |r: &NodeResourceList| {
         let mut m = BTreeMap::new();
-        m.insert("cpu".to_string(), Quantity(allocatable::cpu_quantity(r.cpu_millis)));
-        m.insert("memory".to_string(), Quantity(allocatable::bytes_quantity(r.memory_bytes)));
+        m.insert(
+            "cpu".to_string(),
+            Quantity(allocatable::cpu_quantity(r.cpu_millis)),
+        );
+        m.insert(
+            "memory".to_string(),
+            Quantity(allocatable::bytes_quantity(r.memory_bytes)),
+        );
         m.insert("pods".to_string(), Quantity(r.pods.to_string()));
         // Upstream always lists the common sizes, 0 when the node has none.
         for size in [2u64 << 20, 1 << 30] {

@@ -141,7 +141,11 @@ pub fn limit_files(l: &CgroupLimits, v: CgroupVersion) -> Vec<(&'static str, Str
                 out.push(("cpu", "cpu.cfs_quota_us".into(), q.max(-1).to_string()));
             }
             if let Some(m) = l.memory {
-                out.push(("memory", "memory.limit_in_bytes".into(), m.max(-1).to_string()));
+                out.push((
+                    "memory",
+                    "memory.limit_in_bytes".into(),
+                    m.max(-1).to_string(),
+                ));
             }
             if let Some(p) = l.pids {
                 out.push(("pids", "pids.max".into(), max_or(p)));

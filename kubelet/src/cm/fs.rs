@@ -153,14 +153,17 @@ impl FsCgroups {
         let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
         let mut dir = mount.path.clone();
         for part in parts {
-            let available = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+            let available =
+                std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
             let enabled =
                 std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
             for c in LIMITED_CONTROLLERS {
                 let has = available.split_whitespace().any(|x| x == c);
                 let on = enabled.split_whitespace().any(|x| x == c);
                 if has && !on && dir != mount.path {
-                    if let Err(e) = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}")) {
+                    if let Err(e) =
+                        std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"))
+                    {
                         tracing::debug!(dir = %dir.display(), controller = c, error = %e, "cannot enable controller");
                     }
                 }
@@ -212,7 +215,11 @@ impl Cgroups for FsCgroups {
         while i < files.len() {
             let (controller, name, value) = &files[i];
             let Some(dir) = self.dir_for(controller, path) else {
-                tracing::debug!(controller, path, "no hierarchy for this controller; limit skipped");
+                tracing::debug!(
+                    controller,
+                    path,
+                    "no hierarchy for this controller; limit skipped"
+                );
                 i += 1;
                 continue;
             };
@@ -251,7 +258,10 @@ impl Cgroups for FsCgroups {
             cpu_period: Some(100_000),
             memory: Some(-1),
             pids: Some(-1),
-            hugetlb: crate::host::hugepage_sizes().into_iter().map(|s| (s, 0)).collect(),
+            hugetlb: crate::host::hugepage_sizes()
+                .into_iter()
+                .map(|s| (s, 0))
+                .collect(),
         };
         let mut out = BTreeMap::new();
         for (controller, name, _) in limit_files(&probe, self.version) {
@@ -340,7 +350,10 @@ mod tests {
         assert_eq!(read("cpu/kubepods/podg/cpu.shares"), "512");
         assert_eq!(read("cpu/kubepods/podg/cpu.cfs_quota_us"), "50000");
         assert_eq!(read("cpu/kubepods/podg/cpu.cfs_period_us"), "100000");
-        assert_eq!(read("memory/kubepods/podg/memory.limit_in_bytes"), "67108864");
+        assert_eq!(
+            read("memory/kubepods/podg/memory.limit_in_bytes"),
+            "67108864"
+        );
         assert_eq!(read("pids/kubepods/podg/pids.max"), "100");
         // No hugetlb hierarchy: skipped, not an error.
         assert!(!dir.path().join("hugetlb").exists());

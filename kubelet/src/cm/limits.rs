@@ -131,7 +131,10 @@ pub fn pod_limits(pod: &Pod, s: &PodLimits, host_sizes: &[u64]) -> CgroupLimits 
     let qos = pod::qos_class(&spec);
     let reqs = pod_amounts(pod, false);
     let lims = pod_amounts(pod, true);
-    let all = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+    let all = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
     let (mut cpu_declared, mut mem_declared) = (true, true);
     for c in all {
         let l = amounts(&c.resources, true);

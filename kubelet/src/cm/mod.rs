@@ -114,7 +114,11 @@ impl ContainerManager {
         self.update_tiers()?;
         let reserved = [
             ("kube-reserved", &r.kube_reserved_cgroup, &r.kube_reserved),
-            ("system-reserved", &r.system_reserved_cgroup, &r.system_reserved),
+            (
+                "system-reserved",
+                &r.system_reserved_cgroup,
+                &r.system_reserved,
+            ),
         ];
         for (key, path, amounts) in reserved {
             let compressible = format!("{key}-compressible");

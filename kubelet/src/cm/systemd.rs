@@ -85,7 +85,10 @@ pub fn unit_props(l: &CgroupLimits, v: CgroupVersion) -> Props {
         if l.cpu_period.is_some() {
             p.push(("CPUQuotaPeriodUSec", PropValue::U64(period)));
         }
-        p.push(("CPUQuotaPerSecUSec", PropValue::U64(quota_per_sec_usec(q, period))));
+        p.push((
+            "CPUQuotaPerSecUSec",
+            PropValue::U64(quota_per_sec_usec(q, period)),
+        ));
     }
     if let Some(m) = l.memory.filter(|m| *m != 0) {
         let name = match v {

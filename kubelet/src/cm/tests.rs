@@ -186,7 +186,10 @@ fn v1_table_of_the_tree() {
     // A Burstable pod leaves: the tier's shares drop to the other's 250m.
     cm.remove_pod("u2").unwrap();
     assert!(!fake.exists("/rig/kubepods/burstable/podu2"));
-    assert_eq!(fake.read("/rig/kubepods/burstable").unwrap()["cpu.shares"], "256");
+    assert_eq!(
+        fake.read("/rig/kubepods/burstable").unwrap()["cpu.shares"],
+        "256"
+    );
 }
 
 /// The same tree on cgroup v2: weights, cpu.max, memory.max; no pids limit configured.
@@ -216,7 +219,10 @@ fn v2_table_of_the_tree() {
     );
     assert_eq!(
         files(&fake, "/rig/kubepods/besteffort"),
-        table(&[("cpu.weight", "1"), ("hugetlb.2MB.max", "4611686018427387904")])
+        table(&[
+            ("cpu.weight", "1"),
+            ("hugetlb.2MB.max", "4611686018427387904")
+        ])
     );
     assert_eq!(
         files(&fake, "/rig/kubepods/podg"),
@@ -254,7 +260,10 @@ fn without_enforcement_kubepods_gets_capacity_and_cfs_off_means_no_quota() {
     assert_eq!(k["memory.limit_in_bytes"], (8 * GI).to_string());
     assert_eq!(k["pids.max"], "32768");
     cm.ensure_pod(&guaranteed()).unwrap();
-    assert_eq!(fake.read("/rig/kubepods/podg").unwrap()["cpu.cfs_quota_us"], "-1");
+    assert_eq!(
+        fake.read("/rig/kubepods/podg").unwrap()["cpu.cfs_quota_us"],
+        "-1"
+    );
 }
 
 #[test]
@@ -286,7 +295,10 @@ fn reserved_cgroups_must_exist_and_get_their_reservation() {
 fn systemd_driver_makes_limited_slices() {
     use systemd::{FakeUnits, PropValue, SystemdCgroups};
     let units = Arc::new(FakeUnits::default());
-    let sd = Arc::new(SystemdCgroups::new(units.clone(), Arc::new(FakeCgroups::default())));
+    let sd = Arc::new(SystemdCgroups::new(
+        units.clone(),
+        Arc::new(FakeCgroups::default()),
+    ));
     let mut cm = manager(Arc::new(FakeCgroups::default()), 1024, reserved());
     cm.cgroups = sd;
     cm.cfg.namer.driver = CgroupDriver::Systemd;
@@ -301,7 +313,12 @@ fn systemd_driver_makes_limited_slices() {
         .collect();
     assert_eq!(
         started,
-        ["kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice", "kubepods-podg.slice"]
+        [
+            "kubepods.slice",
+            "kubepods-burstable.slice",
+            "kubepods-besteffort.slice",
+            "kubepods-podg.slice"
+        ]
     );
     let set = |unit: &str| {
         calls
@@ -329,8 +346,15 @@ fn systemd_driver_makes_limited_slices() {
             ("TasksMax", PropValue::U64(1024)),
         ]
     );
-    assert_eq!(set("kubepods-besteffort.slice"), vec![("CPUShares", PropValue::U64(2))]);
-    assert!(calls.iter().any(|c| c.0 == "StopUnit" && c.1 == "kubepods-podg.slice"));
+    assert_eq!(
+        set("kubepods-besteffort.slice"),
+        vec![("CPUShares", PropValue::U64(2))]
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.0 == "StopUnit" && c.1 == "kubepods-podg.slice")
+    );
     assert_eq!(
         systemd::slice_path("kubepods-burstable-pod12_34.slice"),
         "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice"
@@ -343,7 +367,10 @@ fn systemd_driver_makes_limited_slices() {
 #[test]
 fn systemd_driver_without_systemd_says_so() {
     use systemd::{NoSystemd, SystemdCgroups};
-    let sd = Arc::new(SystemdCgroups::new(Arc::new(NoSystemd), Arc::new(FakeCgroups::default())));
+    let sd = Arc::new(SystemdCgroups::new(
+        Arc::new(NoSystemd),
+        Arc::new(FakeCgroups::default()),
+    ));
     let mut cm = manager(Arc::new(FakeCgroups::default()), -1, reserved());
     cm.cgroups = sd;
     cm.cfg.namer.driver = CgroupDriver::Systemd;

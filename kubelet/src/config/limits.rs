@@ -163,7 +163,10 @@ mod tests {
             &file("cpuCFSQuotaPeriod: 2s\nfeatureGates: {CustomCPUCFSQuotaPeriod: true}\n"),
         )
         .unwrap_err();
-        assert!(e.to_string().contains("must be between 1ms and 1sec"), "{e}");
+        assert!(
+            e.to_string().contains("must be between 1ms and 1sec"),
+            "{e}"
+        );
         // 100ms is the default and needs no gate.
         assert!(parse(&Flags::default(), &file("cpuCFSQuotaPeriod: 100ms\n")).is_ok());
     }
@@ -172,14 +175,20 @@ mod tests {
     fn pids_quota_and_swap() {
         let p = parse(
             &Flags::default(),
-            &file("podPidsLimit: 42\ncpuCFSQuota: false\nmemorySwap: {swapBehavior: LimitedSwap}\n"),
+            &file(
+                "podPidsLimit: 42\ncpuCFSQuota: false\nmemorySwap: {swapBehavior: LimitedSwap}\n",
+            ),
         )
         .unwrap();
         assert_eq!(p.pod_pids_limit, 42);
         assert!(!p.cpu_cfs_quota);
         assert_eq!(p.swap_behavior, SwapBehavior::LimitedSwap);
         assert!(
-            parse(&Flags::default(), &file("memorySwap: {swapBehavior: Unlimited}\n")).is_err()
+            parse(
+                &Flags::default(),
+                &file("memorySwap: {swapBehavior: Unlimited}\n")
+            )
+            .is_err()
         );
     }
 }

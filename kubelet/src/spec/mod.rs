@@ -218,23 +218,20 @@ const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
 fn memory_request(c: &Container) -> i128 {
     let res = c.resources.clone().unwrap_or_default();
-    let q = |m: Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
-        m.and_then(|m| m.get("memory").and_then(|q| quantity::value(q).ok()))
-    };
-    q(res.requests).or_else(|| q(res.limits)).unwrap_or(0).max(0)
+    let q = |m: Option<
+        BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >| { m.and_then(|m| m.get("memory").and_then(|q| quantity::value(q).ok())) };
+    q(res.requests)
+        .or_else(|| q(res.limits))
+        .unwrap_or(0)
+        .max(0)
 }
 
 /// Upstream's IsCriticalPod: a static or mirror pod, or priority at least system-critical.
 pub fn is_critical_pod(pod: &Pod) -> bool {
     let ann = pod.metadata.annotations.clone().unwrap_or_default();
-    let static_pod = ann
-        .get(pod::ANN_CONFIG_SOURCE)
-        .is_some_and(|s| s != "api");
-    let priority = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.priority)
-        .unwrap_or(0);
+    let static_pod = ann.get(pod::ANN_CONFIG_SOURCE).is_some_and(|s| s != "api");
+    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
     static_pod || ann.contains_key(pod::ANN_CONFIG_MIRROR) || priority >= SYSTEM_CRITICAL_PRIORITY
 }
 
@@ -243,8 +240,8 @@ pub fn is_critical_pod(pod: &Pod) -> bool {
 /// pod's regular container with the smallest request).
 pub fn oom_score_adj(pod: &Pod, c: &Container, memory_capacity: i64) -> i64 {
     let spec = pod.spec.clone().unwrap_or_default();
-    let node_critical = is_critical_pod(pod)
-        && spec.priority_class_name.as_deref() == Some("system-node-critical");
+    let node_critical =
+        is_critical_pod(pod) && spec.priority_class_name.as_deref() == Some("system-node-critical");
     let qos = pod::qos_class(&spec);
     if node_critical || qos == Qos::Guaranteed {
         return GUARANTEED_OOM_SCORE_ADJ;
@@ -348,10 +345,11 @@ fn configure_swap(node: &NodeSettings, pod: &Pod, c: &Container, out: &mut Linux
     }
     let spec = pod.spec.clone().unwrap_or_default();
     let res = c.resources.clone().unwrap_or_default();
-    let get = |m: Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
-        m.and_then(|m| m.get("memory").and_then(|q| quantity::value(q).ok()))
-            .unwrap_or(0)
-    };
+    let get =
+        |m: Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
+            m.and_then(|m| m.get("memory").and_then(|q| quantity::value(q).ok()))
+                .unwrap_or(0)
+        };
     let (req, lim) = (get(res.requests), get(res.limits));
     if pod::qos_class(&spec) != Qos::Burstable
         || (req == 0 && lim == 0)
@@ -363,7 +361,8 @@ fn configure_swap(node: &NodeSettings, pod: &Pod, c: &Container, out: &mut Linux
     }
     let share = req as f64 / node.memory_capacity as f64;
     let swap = (share * node.swap_capacity as f64) as i64;
-    out.unified.insert("memory.swap.max".into(), swap.to_string());
+    out.unified
+        .insert("memory.swap.max".into(), swap.to_string());
 }
 
 /// The pod's managed /etc/hosts. A hostNetwork pod gets the node's (`node_hosts`, the text

@@ -93,7 +93,9 @@ fn sandbox_carries_identity_and_ports() {
 }
 
 fn res_pod(containers: serde_json::Value) -> Pod {
-    pod(serde_json::json!({"metadata": {"name": "r", "uid": "u"}, "spec": {"containers": containers}}))
+    pod(
+        serde_json::json!({"metadata": {"name": "r", "uid": "u"}, "spec": {"containers": containers}}),
+    )
 }
 
 /// One row: the pod's containers, then per container (shares, quota, period, memory limit,
@@ -177,7 +179,8 @@ fn hugepages_cfs_off_and_critical_pods() {
     let r = linux_resources(&off, &p, c);
     assert_eq!((r.cpu_quota, r.cpu_period), (0, 0));
     // A node-critical Burstable pod is protected like a Guaranteed one.
-    let mut crit = res_pod(serde_json::json!([{"name": "a", "resources": {"requests": {"memory": "1Gi"}}}]));
+    let mut crit =
+        res_pod(serde_json::json!([{"name": "a", "resources": {"requests": {"memory": "1Gi"}}}]));
     crit.spec.as_mut().unwrap().priority_class_name = Some("system-node-critical".into());
     crit.spec.as_mut().unwrap().priority = Some(2_000_001_000);
     let c = crit.spec.as_ref().unwrap().containers[0].clone();
@@ -206,7 +209,9 @@ fn swap_follows_the_behaviour_and_cgroup_version() {
     let r = linux_resources(&v2(SwapBehavior::NoSwap), &p, &c);
     assert_eq!(r.unified["memory.swap.max"], "0");
     // A Guaranteed container never swaps.
-    let g = res_pod(serde_json::json!([{"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]));
+    let g = res_pod(
+        serde_json::json!([{"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]),
+    );
     let gc = g.spec.as_ref().unwrap().containers[0].clone();
     let r = linux_resources(&v2(SwapBehavior::LimitedSwap), &g, &gc);
     assert_eq!(r.unified["memory.swap.max"], "0");
@@ -219,7 +224,10 @@ fn swap_follows_the_behaviour_and_cgroup_version() {
     assert!(r.unified.is_empty());
     assert_eq!(r.memory_swap_limit_in_bytes, 2 << 30);
     // No swap on a v1 node: nothing is set.
-    assert_eq!(linux_resources(&node(), &p, &c).memory_swap_limit_in_bytes, 0);
+    assert_eq!(
+        linux_resources(&node(), &p, &c).memory_swap_limit_in_bytes,
+        0
+    );
 }
 
 /// The largest quantities the parser accepts convert without overflow (this panicked in
@@ -242,7 +250,9 @@ fn extreme_resources_clamp_instead_of_overflowing() {
         memory_capacity: 1,
         ..node()
     };
-    let b = res_pod(serde_json::json!([{"name": "c", "resources": {"requests": {"memory": "9223372036854775807m"}}}]));
+    let b = res_pod(
+        serde_json::json!([{"name": "c", "resources": {"requests": {"memory": "9223372036854775807m"}}}]),
+    );
     let bc = b.spec.as_ref().unwrap().containers[0].clone();
     assert_eq!(linux_resources(&tiny, &b, &bc).oom_score_adj, 3);
     // Past an int64 of thousandths: the pod is refused at validation, not run.
