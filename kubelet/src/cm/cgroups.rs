@@ -111,7 +111,7 @@ pub fn hugetlb_size_name(bytes: u64) -> String {
     let units = ["B", "KB", "MB", "GB", "TB", "PB"];
     let mut v = bytes;
     let mut i = 0;
-    while v >= 1024 && v % 1024 == 0 && i + 1 < units.len() {
+    while v >= 1024 && v.is_multiple_of(1024) && i + 1 < units.len() {
         v /= 1024;
         i += 1;
     }

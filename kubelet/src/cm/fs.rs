@@ -160,12 +160,13 @@ impl FsCgroups {
             for c in LIMITED_CONTROLLERS {
                 let has = available.split_whitespace().any(|x| x == c);
                 let on = enabled.split_whitespace().any(|x| x == c);
-                if has && !on && dir != mount.path {
-                    if let Err(e) =
+                if has
+                    && !on
+                    && dir != mount.path
+                    && let Err(e) =
                         std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"))
-                    {
-                        tracing::debug!(dir = %dir.display(), controller = c, error = %e, "cannot enable controller");
-                    }
+                {
+                    tracing::debug!(dir = %dir.display(), controller = c, error = %e, "cannot enable controller");
                 }
             }
             dir = dir.join(part);

@@ -17,7 +17,10 @@ fn rl(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {
     })
 }
 
-fn pod(uid: &str, containers: &[(&[(&str, &str)], &[(&str, &str)])]) -> Pod {
+/// (requests, limits) of one container.
+type Amounts<'a> = (&'a [(&'a str, &'a str)], &'a [(&'a str, &'a str)]);
+
+fn pod(uid: &str, containers: &[Amounts]) -> Pod {
     Pod {
         metadata: ObjectMeta {
             uid: Some(uid.into()),
