@@ -44,8 +44,12 @@ pub trait SystemdUnits: Send + Sync + 'static {
     fn stop_unit(&self, name: &str) -> Result<(), SystemdError>;
 }
 
-/// The cgroupfs path of a slice: `a-b-c.slice` → `/a.slice/a-b.slice/a-b-c.slice`.
+/// The cgroupfs path of a slice: `a-b-c.slice` → `/a.slice/a-b.slice/a-b-c.slice`; a name
+/// given as a path (`/system.slice`, a reserved cgroup) is already one.
 pub fn slice_path(name: &str) -> String {
+    if name.starts_with('/') {
+        return name.to_string();
+    }
     let Some(stem) = name.strip_suffix(".slice") else {
         return name.to_string();
     };
@@ -116,6 +120,12 @@ impl SystemdCgroups {
     }
 }
 
+/// The unit a name stands for: a reserved cgroup given as a path (`/system.slice`) is its
+/// last component.
+pub fn unit_name(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
 fn cg_err(name: &str, e: SystemdError) -> CgroupError {
     CgroupError {
         path: name.to_string(),
@@ -132,12 +142,14 @@ impl Cgroups for SystemdCgroups {
             ("TasksAccounting", PropValue::Bool(true)),
         ];
         self.units
-            .start_slice(name, &props)
+            .start_slice(unit_name(name), &props)
             .map_err(|e| cg_err(name, e))
     }
 
     fn remove(&self, name: &str) -> Result<(), CgroupError> {
-        self.units.stop_unit(name).map_err(|e| cg_err(name, e))
+        self.units
+            .stop_unit(unit_name(name))
+            .map_err(|e| cg_err(name, e))
     }
 
     fn set(&self, name: &str, limits: &CgroupLimits) -> Result<(), CgroupError> {
@@ -149,7 +161,7 @@ impl Cgroups for SystemdCgroups {
             return Ok(());
         }
         self.units
-            .set_properties(name, &props)
+            .set_properties(unit_name(name), &props)
             .map_err(|e| cg_err(name, e))
     }
 

@@ -362,6 +362,8 @@ fn systemd_driver_makes_limited_slices() {
         systemd::slice_path("kubepods-burstable-pod12_34.slice"),
         "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice"
     );
+    assert_eq!(systemd::slice_path("/system.slice"), "/system.slice");
+    assert_eq!(systemd::unit_name("/system.slice"), "system.slice");
     assert_eq!(systemd::quota_per_sec_usec(1000, 100_000), 10_000);
     assert_eq!(systemd::quota_per_sec_usec(1500, 100_000), 20_000);
     assert_eq!(systemd::quota_per_sec_usec(-1, 100_000), u64::MAX);
