@@ -1,8 +1,9 @@
 //! Assembles the kubelet from a validated [`Config`]: runtime connection, servers, pod sources,
 //! PLEG and the sync loop, all owned by one [`JoinSet`] and stopped by one token.
 
-use crate::cgroups::{CgroupNamer, Cgroups, FsCgroups};
+use crate::cm::{CgroupNamer, CgroupVersion, Cgroups, CmConfig, ContainerManager, FsCgroups};
 use crate::config::Config;
+use crate::config::limits::SwapBehavior;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::pleg::{self, PlegHealth};
@@ -41,6 +42,10 @@ pub enum AppError {
     NetworkStandalone,
     #[error("node network: {0}")]
     Network(#[from] crate::network::NetworkError),
+    #[error(
+        "memorySwap.swapBehavior: LimitedSwap needs cgroup v2; this node uses cgroup v1 (use NoSwap or a cgroup v2 host)"
+    )]
+    LimitedSwapOnCgroupV1,
 }
 
 /// The node's first non-loopback IPv4 address as the kernel would pick for an outgoing route,
@@ -53,6 +58,82 @@ fn default_node_ip() -> Option<std::net::IpAddr> {
         .ok()
         .map(|a| a.ip())
         .filter(|ip| !ip.is_loopback())
+}
+
+/// The container manager over the node's cgroup filesystem: `kubepods` and its QoS tiers
+/// with their limits (node allocatable when enforced). A controller the node lacks or a
+/// write that fails is reported and the kubelet runs with the rest; LimitedSwap on cgroup
+/// v1 is refused.
+async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, AppError> {
+    let fs = FsCgroups::discover();
+    let version = fs.version();
+    if version == CgroupVersion::V1 && cfg.pod_limits.swap_behavior == SwapBehavior::LimitedSwap {
+        return Err(AppError::LimitedSwapOnCgroupV1);
+    }
+    let missing = fs.missing(&crate::cm::LIMITED_CONTROLLERS);
+    if !missing.is_empty() {
+        tracing::warn!(
+            ?version,
+            "cgroup controllers {missing:?} are not available on this node: their limits are not written"
+        );
+    }
+    let fs: Arc<dyn Cgroups> = Arc::new(fs);
+    let inner: Arc<dyn Cgroups> = match cfg.cgroup_driver {
+        crate::config::CgroupDriver::Cgroupfs => fs,
+        crate::config::CgroupDriver::Systemd => {
+            use crate::cm::systemd::{DbusUnits, NoSystemd, SystemdError, SystemdUnits};
+            let units: Arc<dyn SystemdUnits> = if std::path::Path::new("/run/systemd/system")
+                .exists()
+            {
+                match DbusUnits::connect().await {
+                    Ok(u) => Arc::new(u),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cgroupDriver systemd: cannot reach systemd; kubepods and pod slices are not made or limited");
+                        Arc::new(NoSystemd)
+                    }
+                }
+            } else {
+                tracing::error!(
+                    "{}; kubepods and pod slices are not made or limited",
+                    SystemdError::NotRunning
+                );
+                Arc::new(NoSystemd)
+            };
+            Arc::new(crate::cm::systemd::SystemdCgroups::new(units, fs))
+        }
+    };
+    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::metrics::InstrumentedCgroups::new(inner));
+    let hugepages = crate::host::hugepages();
+    let cm = Arc::new(ContainerManager::new(
+        cgroups,
+        CmConfig {
+            namer: CgroupNamer {
+                driver: cfg.cgroup_driver,
+                root: cfg.cgroup_root.clone(),
+                per_qos: cfg.cgroups_per_qos,
+            },
+            pod_limits: cfg.pod_limits.clone(),
+            resources: cfg.resources.clone(),
+            hugepage_sizes: hugepages.keys().copied().collect(),
+        },
+    ));
+    let capacity = crate::cm::limits::NodeCapacity {
+        cpu_millis: std::thread::available_parallelism()
+            .map(|n| n.get() as i64 * 1000)
+            .unwrap_or(1000),
+        memory_bytes: crate::host::memory_capacity(),
+        pids: crate::host::pid_capacity(),
+        hugepages,
+    };
+    let setup = cm.clone();
+    match tokio::task::spawn_blocking(move || setup.setup_node(&capacity)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "node cgroups (kubepods, QoS tiers, reserved cgroups) not fully set up")
+        }
+        Err(e) => tracing::error!(error = %e, "node cgroup setup panicked"),
+    }
+    Ok(cm)
 }
 
 /// Runs the kubelet until `cancel` fires.
@@ -255,14 +336,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         crate::logs::Manager::new(runtime.clone(), cfg.container_log.clone()).run(cancel.clone()),
     );
 
-    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::metrics::InstrumentedCgroups::new(Arc::new(
-        FsCgroups::discover(),
-    )));
-    let namer = CgroupNamer {
-        driver: cfg.cgroup_driver,
-        root: cfg.cgroup_root.clone(),
-        per_qos: cfg.cgroups_per_qos,
-    };
+    let cm = start_container_manager(&cfg).await?;
     let host_dns = cfg
         .resolv_conf
         .as_ref()
@@ -306,6 +380,10 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         root_dir: cfg.root_dir.clone(),
         memory_capacity: crate::host::memory_capacity(),
         seccomp_default: cfg.seccomp_default,
+        pod_limits: cfg.pod_limits.clone(),
+        hugepage_sizes: crate::host::hugepage_sizes(),
+        cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
+        swap_capacity: crate::host::swap_capacity(),
     };
     // ConfigMaps, Secrets and tokens come from the apiserver; standalone pods cannot use them.
     let api_objects = cluster.as_ref().map(|c| {
@@ -353,8 +431,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         exec: Arc::new(crate::probing::CriExec(runtime.clone())),
         pod_start_duration: Some(metrics.pod_start_duration.clone()),
         runtime: runtime.clone(),
-        cgroups,
-        namer,
+        cm,
         node,
         runtime_name: version.runtime_name.clone(),
         statuses: statuses.clone(),
@@ -429,14 +506,6 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
                 })
                 .await;
         }
-    }
-    if cfg.cgroup_driver == crate::config::CgroupDriver::Systemd
-        && !std::path::Path::new("/run/systemd/system").exists()
-    {
-        tracing::warn!(
-            "cgroupDriver is systemd but systemd is not running here (no /run/systemd/system): pod cgroups get systemd slice names; \
-             the container runtime must use the systemd driver too, or set cgroupDriver: cgroupfs (--cgroup-driver=cgroupfs)"
-        );
     }
     if let (true, Some(c)) = (cfg.network.enabled, &cluster) {
         crate::network::start(

@@ -1,5 +1,5 @@
 //! Facts about the node itself: memory, CPUs, the OS, the filesystem under the root dir. One
-//! place every subsystem reads them from (node status now; allocatable and stats later).
+//! place every subsystem reads them from (node status, capacity and allocatable, the container manager).
 
 /// Total memory of the node in bytes, from /proc/meminfo.
 pub fn memory_capacity() -> i64 {
@@ -8,6 +8,67 @@ pub fn memory_capacity() -> i64 {
         .and_then(|t| {
             t.lines()
                 .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<i64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// Page size in bytes → bytes of pre-allocated huge pages, from
+/// `/sys/kernel/mm/hugepages/hugepages-<N>kB/nr_hugepages` (empty without huge pages).
+pub fn hugepages() -> std::collections::BTreeMap<u64, i64> {
+    hugepages_under(std::path::Path::new("/sys/kernel/mm/hugepages"))
+}
+
+pub fn hugepages_under(dir: &std::path::Path) -> std::collections::BTreeMap<u64, i64> {
+    let mut out = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(kb) = name
+            .strip_prefix("hugepages-")
+            .and_then(|n| n.strip_suffix("kB"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let pages = std::fs::read_to_string(e.path().join("nr_hugepages"))
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .unwrap_or(0);
+        out.insert(kb * 1024, pages.saturating_mul(kb as i64 * 1024));
+    }
+    out
+}
+
+/// The node's huge page sizes in bytes.
+pub fn hugepage_sizes() -> Vec<u64> {
+    hugepages().into_keys().collect()
+}
+
+/// The node's process limit as upstream's pid limits: min(kernel.pid_max, kernel.threads-max).
+pub fn pid_capacity() -> Option<i64> {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+    };
+    match (
+        read("/proc/sys/kernel/pid_max"),
+        read("/proc/sys/kernel/threads-max"),
+    ) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// SwapTotal from /proc/meminfo in bytes (0 without swap).
+pub fn swap_capacity() -> i64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("SwapTotal:"))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<i64>().ok())
         })
@@ -27,6 +88,8 @@ pub struct HostInfo {
     pub memory_bytes: i64,
     /// Capacity of the filesystem holding the kubelet's root dir.
     pub ephemeral_storage_bytes: Option<i64>,
+    /// Page size → bytes of pre-allocated huge pages.
+    pub hugepages: std::collections::BTreeMap<u64, i64>,
 }
 
 /// Where host facts come from (blocking reads: call it off the async workers).
@@ -82,6 +145,7 @@ impl HostFacts for LinuxHost {
                 .unwrap_or(1),
             memory_bytes: memory_capacity(),
             ephemeral_storage_bytes: storage,
+            hugepages: hugepages(),
         }
     }
 }

@@ -210,6 +210,31 @@ fn kubeadm_join_simulation() {
     assert_eq!(ready["spec"]["taints"][0]["key"], "example.com/dedicated");
     assert_eq!(ready["status"]["capacity"]["pods"], "110");
     assert!(ready["status"]["capacity"]["ephemeral-storage"].is_string());
+    // Real capacity from /proc, and allocatable less the default hard eviction threshold
+    // memory.available<100Mi (no reservations configured).
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(ready["status"]["capacity"]["cpu"], cpus.to_string());
+    assert_eq!(ready["status"]["allocatable"]["cpu"], cpus.to_string());
+    let mem_total = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap()
+        * 1024;
+    let bytes = |q: &Value| {
+        let q = q.as_str().unwrap();
+        let (num, mult) = [("Ki", 1u64 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30)]
+            .iter()
+            .find_map(|(s, m)| q.strip_suffix(s).map(|n| (n, *m)))
+            .unwrap_or((q, 1));
+        num.parse::<u64>().unwrap() * mult
+    };
+    assert_eq!(bytes(&ready["status"]["capacity"]["memory"]), mem_total);
+    assert_eq!(
+        bytes(&ready["status"]["allocatable"]["memory"]),
+        mem_total - (100 << 20)
+    );
     assert_eq!(
         ready["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
         10250

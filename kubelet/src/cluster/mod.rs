@@ -138,6 +138,7 @@ pub fn start(
         lease_duration_seconds: cfg.node_lease_duration_seconds,
         register_node: cfg.register_node,
         max_images: cfg.node_status_max_images,
+        resources: cfg.resources.clone(),
     };
     let health = Arc::new(node::CriHealth {
         runtime: parts.runtime.clone(),

@@ -119,6 +119,8 @@ pub struct NodeConfig {
     pub register_node: bool,
     /// `nodeStatusMaxImages` (-1: all).
     pub max_images: i32,
+    /// Reservations and hard eviction thresholds subtracted for allocatable.
+    pub resources: crate::config::resources::NodeResources,
 }
 
 /// Upstream's ImagesSetter over ListImages: largest first (ties: greater ID first), at most
@@ -190,12 +192,51 @@ pub fn default_labels(cfg: &NodeConfig) -> BTreeMap<String, String> {
     ])
 }
 
-fn quantity_bytes(b: i64) -> Quantity {
-    if b % 1024 == 0 {
-        Quantity(format!("{}Ki", b / 1024))
-    } else {
-        Quantity(b.to_string())
-    }
+/// Capacity from the host (CPUs, MemTotal, huge pages, the root dir's filesystem, maxPods)
+/// and allocatable from it as upstream's container manager (`cm::allocatable`).
+pub fn capacity_and_allocatable(
+    cfg: &NodeConfig,
+    host: &HostInfo,
+) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+    use crate::cm::allocatable::{self, NodeResourceList};
+    let cap = NodeResourceList {
+        cpu_millis: host.cpus.saturating_mul(1000),
+        memory_bytes: host.memory_bytes,
+        ephemeral_storage_bytes: host.ephemeral_storage_bytes,
+        pods: i64::from(cfg.max_pods),
+        hugepages: host.hugepages.clone(),
+    };
+    let alloc = allocatable::allocatable(&cap, &cfg.resources);
+    let render = |r: &NodeResourceList| {
+        let mut m = BTreeMap::new();
+        m.insert(
+            "cpu".to_string(),
+            Quantity(allocatable::cpu_quantity(r.cpu_millis)),
+        );
+        m.insert(
+            "memory".to_string(),
+            Quantity(allocatable::bytes_quantity(r.memory_bytes)),
+        );
+        m.insert("pods".to_string(), Quantity(r.pods.to_string()));
+        // Upstream always lists the common sizes, 0 when the node has none.
+        for size in [2u64 << 20, 1 << 30] {
+            m.insert(allocatable::hugepage_resource(size), Quantity("0".into()));
+        }
+        for (size, bytes) in &r.hugepages {
+            m.insert(
+                allocatable::hugepage_resource(*size),
+                Quantity(allocatable::bytes_quantity(*bytes)),
+            );
+        }
+        if let Some(b) = r.ephemeral_storage_bytes {
+            m.insert(
+                "ephemeral-storage".to_string(),
+                Quantity(allocatable::bytes_quantity(b)),
+            );
+        }
+        m
+    };
+    (render(&cap), render(&alloc))
 }
 
 /// A condition transition worth an event: `(type, reason)` of the new state.
@@ -252,25 +293,7 @@ pub fn compute_status(
 ) -> (NodeStatus, Vec<Transition>) {
     let now_t = Time(now);
     let mut events = Vec::new();
-    let mut capacity = BTreeMap::new();
-    capacity.insert("cpu".to_string(), Quantity(host.cpus.to_string()));
-    capacity.insert("memory".to_string(), quantity_bytes(host.memory_bytes));
-    capacity.insert("pods".to_string(), Quantity(cfg.max_pods.to_string()));
-    capacity.insert("hugepages-1Gi".to_string(), Quantity("0".into()));
-    capacity.insert("hugepages-2Mi".to_string(), Quantity("0".into()));
-    let mut allocatable = capacity.clone();
-    // Allocatable subtracts the hard eviction thresholds (memory.available<100Mi, nodefs.available<10%).
-    allocatable.insert(
-        "memory".to_string(),
-        quantity_bytes((host.memory_bytes - 100 * 1024 * 1024).max(0)),
-    );
-    if let Some(s) = host.ephemeral_storage_bytes {
-        capacity.insert("ephemeral-storage".to_string(), quantity_bytes(s));
-        allocatable.insert(
-            "ephemeral-storage".to_string(),
-            Quantity((s - s / 10).to_string()),
-        );
-    }
+    let (capacity, allocatable) = capacity_and_allocatable(cfg, host);
 
     let mut conds: Vec<NodeCondition> = prev.and_then(|s| s.conditions.clone()).unwrap_or_default();
     conds.retain(|c| {

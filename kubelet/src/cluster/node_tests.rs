@@ -113,6 +113,7 @@ fn cfg() -> NodeConfig {
         lease_duration_seconds: 40,
         register_node: true,
         max_images: 50,
+        resources: crate::config::resources::NodeResources::default(),
     }
 }
 
@@ -126,7 +127,28 @@ fn host() -> HostInfo {
         cpus: 2,
         memory_bytes: 4 * 1024 * 1024 * 1024,
         ephemeral_storage_bytes: Some(100 * 1024 * 1024 * 1024),
+        hugepages: BTreeMap::new(),
     }
+}
+
+#[test]
+fn allocatable_subtracts_reservations_and_huge_pages() {
+    let mut c = cfg();
+    c.resources.kube_reserved.cpu_millis = 100;
+    c.resources.kube_reserved.memory_bytes = 256 << 20;
+    c.resources.system_reserved.memory_bytes = 256 << 20;
+    c.resources.system_reserved.ephemeral_storage_bytes = 1 << 30;
+    let mut h = host();
+    h.hugepages = BTreeMap::from([(2u64 << 20, 512i64 << 20)]);
+    let (cap, alloc) = capacity_and_allocatable(&c, &h);
+    assert_eq!(cap["hugepages-2Mi"].0, "512Mi");
+    assert_eq!(cap["hugepages-1Gi"].0, "0");
+    assert_eq!(alloc["cpu"].0, "1900m");
+    // 4Gi − 512Mi reserved − 100Mi eviction − 512Mi of huge pages.
+    assert_eq!(alloc["memory"].0, "2972Mi");
+    assert_eq!(alloc["hugepages-2Mi"].0, "512Mi");
+    assert_eq!(alloc["ephemeral-storage"].0, "95563022176");
+    assert_eq!(alloc["pods"].0, "110");
 }
 
 #[test]
@@ -170,8 +192,16 @@ fn ready_status_and_transitions() {
     assert_eq!(info.kubelet_version, crate::KUBERNETES_VERSION);
     let cap = s.capacity.clone().unwrap();
     assert_eq!(cap["pods"].0, "110");
-    assert_eq!(cap["memory"].0, "4194304Ki");
-    assert_eq!(s.allocatable.as_ref().unwrap()["memory"].0, "4091904Ki");
+    assert_eq!(cap["memory"].0, "4Gi");
+    assert_eq!(cap["cpu"].0, "2");
+    assert_eq!(cap["ephemeral-storage"].0, "100Gi");
+    assert_eq!(cap["hugepages-2Mi"].0, "0");
+    let alloc = s.allocatable.clone().unwrap();
+    // The default hard thresholds: memory.available<100Mi, nodefs.available<10% (a float32
+    // fraction, as upstream's).
+    assert_eq!(alloc["memory"].0, "3996Mi");
+    assert_eq!(alloc["ephemeral-storage"].0, "96636764000");
+    assert_eq!(alloc["cpu"].0, "2");
     assert_eq!(
         s.daemon_endpoints
             .as_ref()

@@ -2,6 +2,7 @@
 //! with. [`load`] is a pure function of the flags and the config file's text.
 
 mod auth;
+pub mod limits;
 pub mod resources;
 pub mod network;
 
@@ -349,6 +350,8 @@ pub struct Config {
     pub container_log: crate::logs::Settings,
     /// `nodeAgentNetwork` / `--node-agent-cni`: the node network controller (ours).
     pub network: network::Settings,
+    /// cpuCFSQuota, cpuCFSQuotaPeriod, podPidsLimit, memorySwap.swapBehavior.
+    pub pod_limits: limits::PodLimits,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -582,6 +585,7 @@ pub fn merge(
     crate::pod::sysctl::Allowlist::new(&allowed_unsafe_sysctls)
         .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
     let resources = resources::parse(flags, &file)?;
+    let pod_limits = limits::parse(flags, &file)?;
     let max_pods = flags.max_pods.or(file.max_pods).unwrap_or(110);
     if max_pods < 0 {
         return Err(invalid(format!("maxPods: {max_pods} must not be negative")));
@@ -830,6 +834,7 @@ pub fn merge(
             file.node_agent_network.as_ref(),
         )
         .map_err(invalid)?,
+        pod_limits,
     })
 }
 

@@ -372,7 +372,7 @@ fn refused_settings_stop_the_start() {
     );
     std::fs::write(
         &path,
-        "kind: KubeletConfiguration\nkubeReserved: {cpu: 100m}\nfooBar: 1\n",
+        "kind: KubeletConfiguration\nqosReserved: {memory: 50%}\nfooBar: 1\n",
     )
     .unwrap();
     let (_, warnings) = load_checked(&f, &[], "n").unwrap();

@@ -3,10 +3,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::cgroups::{CgroupError, Cgroups};
+use std::collections::BTreeMap;
 
-/// Times every call of the wrapped [`Cgroups`]: `create`, and `destroy` for removals
-/// (upstream's operation names).
+use crate::cm::{CgroupError, CgroupLimits, CgroupVersion, Cgroups};
+
+/// Times every change through the wrapped [`Cgroups`]: `create`, `update` for limits and
+/// `destroy` for removals (upstream's operation names).
 pub struct InstrumentedCgroups {
     inner: Arc<dyn Cgroups>,
 }
@@ -16,11 +18,11 @@ impl InstrumentedCgroups {
         Self { inner }
     }
 
-    fn timed(
+    fn timed<T>(
         &self,
         op: &str,
-        f: impl FnOnce() -> Result<(), CgroupError>,
-    ) -> Result<(), CgroupError> {
+        f: impl FnOnce() -> Result<T, CgroupError>,
+    ) -> Result<T, CgroupError> {
         let started = Instant::now();
         let out = f();
         super::families()
@@ -38,5 +40,21 @@ impl Cgroups for InstrumentedCgroups {
 
     fn remove(&self, path: &str) -> Result<(), CgroupError> {
         self.timed("destroy", || self.inner.remove(path))
+    }
+
+    fn set(&self, path: &str, limits: &CgroupLimits) -> Result<(), CgroupError> {
+        self.timed("update", || self.inner.set(path, limits))
+    }
+
+    fn read(&self, path: &str) -> Result<BTreeMap<String, String>, CgroupError> {
+        self.inner.read(path)
+    }
+
+    fn version(&self) -> CgroupVersion {
+        self.inner.version()
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        self.inner.exists(path)
     }
 }

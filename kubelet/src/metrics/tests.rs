@@ -145,7 +145,7 @@ fn volume_api_fills_the_storage_families() {
 
 #[test]
 fn cgroup_changes_are_timed_as_create_and_destroy_and_still_happen() {
-    use crate::cgroups::{Cgroups, FakeCgroups};
+    use crate::cm::{Cgroups, FakeCgroups};
     let fake = Arc::new(FakeCgroups::default());
     let cg = InstrumentedCgroups::new(fake.clone());
     let h = |op: &str| {

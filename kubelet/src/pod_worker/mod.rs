@@ -3,7 +3,7 @@
 //! then publish the pod's status. A pod being removed is stopped with its grace period and
 //! every trace of it (containers, sandbox, cgroup, directories) is removed.
 
-use crate::cgroups::{CgroupNamer, Cgroups};
+use crate::cm::ContainerManager;
 use crate::events::{EventRecorder, EventType};
 use crate::images;
 use crate::pod::{self, Qos};
@@ -37,8 +37,8 @@ pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the s
 /// What every worker shares.
 pub struct Env {
     pub runtime: Arc<dyn Runtime>,
-    pub cgroups: Arc<dyn Cgroups>,
-    pub namer: CgroupNamer,
+    /// The pod cgroups, their limits and the QoS tiers above them.
+    pub cm: Arc<ContainerManager>,
     pub node: NodeSettings,
     /// `containerd` in `containerd://<id>`.
     pub runtime_name: String,
@@ -191,7 +191,7 @@ impl Worker {
     }
 
     fn sandbox_config(&self, attempt: u32) -> SandboxConfig {
-        let parent = self.env.namer.pod_parent(self.qos(), &self.uid);
+        let parent = self.env.cm.namer().pod_parent(self.qos(), &self.uid);
         let mut cfg = spec::sandbox_config(&self.env.node, &self.pod, attempt, parent);
         // Pulls and container creation name the handler the sandbox was created with; an
         // unknown class only matters (and fails) when the sandbox is created.
@@ -320,7 +320,6 @@ impl Env {
     /// probe jitter, no real mounts, directories under `dir`. Override fields with
     /// `Env { field, ..Env::for_test(rt, dir) }`.
     pub fn for_test(runtime: Arc<dyn Runtime>, dir: &std::path::Path) -> Env {
-        use crate::config::CgroupDriver;
         let binder: Arc<dyn crate::volume::subpath::Binder> =
             Arc::new(crate::volume::subpath::test_util::FakeBinder::default());
         let node = NodeSettings {
@@ -337,12 +336,7 @@ impl Env {
             exec: Arc::new(crate::probing::CriExec(runtime.clone())),
             pod_start_duration: None,
             runtime,
-            cgroups: Arc::new(crate::cgroups::FakeCgroups::default()),
-            namer: CgroupNamer {
-                driver: CgroupDriver::Cgroupfs,
-                root: "/".into(),
-                per_qos: true,
-            },
+            cm: ContainerManager::for_test(Arc::new(crate::cm::FakeCgroups::default())),
             node: node.clone(),
             runtime_name: "containerd".into(),
             statuses: Arc::new(StatusManager::new()),

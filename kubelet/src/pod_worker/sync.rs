@@ -347,10 +347,15 @@ impl Worker {
     pub(super) async fn create_sandbox(&mut self, attempt: u32) -> Result<String, String> {
         let mut cfg = self.sandbox_config(attempt);
         cfg.runtime_handler = self.runtime_handler().map_err(|e| e.to_string())?;
-        if let Some(path) = self.env.namer.pod_path(self.qos(), &self.uid)
-            && let Err(e) = self.env.cgroups.create(&path)
-        {
-            tracing::warn!(error = %e, "cannot create pod cgroup; the runtime will create it");
+        // The pod cgroup with its limits (and the QoS tier's shares) before the sandbox, as
+        // upstream's pod container manager; file work off the async workers.
+        let (cm, pod) = (self.env.cm.clone(), self.pod.clone());
+        match tokio::task::spawn_blocking(move || cm.ensure_pod(&pod)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot create or limit the pod cgroup; the runtime will create it")
+            }
+            Err(e) => tracing::warn!(error = %e, "pod cgroup setup panicked"),
         }
         std::fs::create_dir_all(&cfg.log_directory)
             .map_err(|e| format!("creating {}: {e}", cfg.log_directory))?;

@@ -99,12 +99,11 @@ impl Worker {
         if !clean {
             return false;
         }
-        for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
-            if let Some(path) = self.env.namer.pod_path(qos, &self.uid)
-                && let Err(e) = self.env.cgroups.remove(&path)
-            {
-                tracing::warn!(error = %e, "cannot remove pod cgroup");
-            }
+        let (cm, uid) = (self.env.cm.clone(), self.uid.clone());
+        match tokio::task::spawn_blocking(move || cm.remove_pod(&uid)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot remove pod cgroup"),
+            Err(e) => tracing::warn!(error = %e, "pod cgroup removal panicked"),
         }
         // Only a UID that is one path component names a directory of ours (a runtime's
         // label or a manifest could say `..`); removal walks the disk, off the async workers.

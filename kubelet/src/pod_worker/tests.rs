@@ -1,5 +1,5 @@
 use super::*;
-use crate::cgroups::FakeCgroups;
+use crate::cm::FakeCgroups;
 use crate::events::FakeRecorder;
 use crate::runtime::fake::{FAKE_IMAGE_SIZE, FakeRuntime};
 
@@ -30,7 +30,7 @@ fn rig_with_binder(binder: Arc<dyn crate::volume::subpath::Binder>) -> Rig {
     let env = Arc::new(Env {
         events: events.clone(),
         probes,
-        cgroups: cg.clone(),
+        cm: crate::cm::ContainerManager::for_test(cg.clone()),
         binder,
         ..Env::for_test(rt.clone(), dir.path())
     });
@@ -228,7 +228,7 @@ async fn a_new_worker_adopts_running_containers() {
     // The agent restarted: a fresh worker with no memory of the pod.
     let fresh_env = Arc::new(Env {
         events: r.env.events.clone(),
-        cgroups: r.cg.clone(),
+        cm: crate::cm::ContainerManager::for_test(r.cg.clone()),
         node: r.env.node.clone(),
         ..Env::for_test(r.rt.clone(), r._dir.path())
     });

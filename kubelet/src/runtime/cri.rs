@@ -155,6 +155,20 @@ fn resources(r: &LinuxResources) -> pb::LinuxContainerResources {
         cpu_shares: r.cpu_shares,
         memory_limit_in_bytes: r.memory_limit_in_bytes,
         oom_score_adj: r.oom_score_adj,
+        hugepage_limits: r
+            .hugepage_limits
+            .iter()
+            .map(|(page_size, limit)| pb::HugepageLimit {
+                page_size: page_size.clone(),
+                limit: *limit,
+            })
+            .collect(),
+        unified: r
+            .unified
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
         ..Default::default()
     }
 }

@@ -178,6 +178,12 @@ pub struct LinuxResources {
     pub cpu_shares: i64,
     pub memory_limit_in_bytes: i64,
     pub oom_score_adj: i64,
+    /// `(page size as "2MB", limit in bytes)` for every huge page size of the node.
+    pub hugepage_limits: Vec<(String, u64)>,
+    /// cgroup v2 files set directly (`memory.swap.max`).
+    pub unified: std::collections::BTreeMap<String, String>,
+    /// Memory + swap (cgroup v1); 0 leaves it to the runtime.
+    pub memory_swap_limit_in_bytes: i64,
 }
 
 /// A bind mount into a container.

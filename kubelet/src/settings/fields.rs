@@ -1,6 +1,6 @@
 //! The KubeletConfiguration fields and what each does here.
 
-use super::{NO_ALLOCATABLE, NO_CM, NO_EVICTION, NO_GC, s};
+use super::{NO_CM, NO_EVICTION, NO_GC, NO_QOS_RESERVED, s};
 use proxy::settings::Setting;
 use proxy::settings::Status::*;
 
@@ -257,7 +257,7 @@ pub const FIELDS: &[Setting] = &[
         NO_CM,
     ),
     s("topologyManagerPolicyOptions", NotImplemented, &[], NO_CM),
-    s("qosReserved", NotImplemented, &[], NO_CM),
+    s("qosReserved", NotImplemented, &[], NO_QOS_RESERVED),
     s(
         "runtimeRequestTimeout",
         Implemented,
@@ -279,9 +279,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "podPidsLimit",
-        NotImplemented,
-        &["-1", "0"],
-        "pod cgroups get no pids limit.",
+        Implemented,
+        &[],
+        "A positive value is each pod cgroup's pids.max (-1 and 0: unlimited).",
     ),
     s("resolvConf", Implemented, &[], "Host resolver file."),
     s(
@@ -292,15 +292,15 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "cpuCFSQuota",
-        NotImplemented,
-        &["true"],
-        "CPU limits are always enforced with CFS quota.",
+        Implemented,
+        &[],
+        "CPU limits become CFS quota on pod and container cgroups; false leaves them unthrottled.",
     ),
     s(
         "cpuCFSQuotaPeriod",
-        NotImplemented,
-        &["100ms", "0s"],
-        "the CFS period is always 100ms.",
+        Implemented,
+        &[],
+        "The CFS period (1ms–1s); other than 100ms only with the CustomCPUCFSQuotaPeriod feature gate, as upstream.",
     ),
     s(
         "nodeStatusMaxImages",
@@ -406,9 +406,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "memorySwap.swapBehavior",
-        NotImplemented,
-        &["NoSwap"],
-        "containers get no swap settings.",
+        Implemented,
+        &[],
+        "NoSwap (memory.swap.max 0 on cgroup v2) or LimitedSwap (cgroup v2 only: Burstable containers get swap in proportion to their memory request; refused at start on cgroup v1).",
     ),
     s(
         "containerLogMaxSize",
@@ -440,22 +440,47 @@ pub const FIELDS: &[Setting] = &[
         &["Watch"],
         "ConfigMap/Secret volumes are not supported.",
     ),
-    s("systemReserved", NotImplemented, &[], NO_ALLOCATABLE),
-    s("kubeReserved", NotImplemented, &[], NO_ALLOCATABLE),
-    s("reservedSystemCPUs", NotImplemented, &[], NO_ALLOCATABLE),
+    s(
+        "systemReserved",
+        Implemented,
+        &[],
+        "Subtracted from allocatable; the system-reserved cgroup's limits when enforced.",
+    ),
+    s(
+        "kubeReserved",
+        Implemented,
+        &[],
+        "Subtracted from allocatable; the kube-reserved cgroup's limits when enforced.",
+    ),
+    s(
+        "reservedSystemCPUs",
+        Implemented,
+        &[],
+        "Its CPU count replaces systemReserved.cpu (no cpuset is pinned: there is no CPU manager).",
+    ),
     s(
         "showHiddenMetricsForVersion",
         NotImplemented,
         &[],
         "hidden metrics are not served.",
     ),
-    s("systemReservedCgroup", NotImplemented, &[], NO_ALLOCATABLE),
-    s("kubeReservedCgroup", NotImplemented, &[], NO_ALLOCATABLE),
+    s(
+        "systemReservedCgroup",
+        Implemented,
+        &[],
+        "An existing cgroup limited to systemReserved when enforced.",
+    ),
+    s(
+        "kubeReservedCgroup",
+        Implemented,
+        &[],
+        "An existing cgroup limited to kubeReserved when enforced.",
+    ),
     s(
         "enforceNodeAllocatable",
-        NotImplemented,
-        &["[pods]"],
-        NO_ALLOCATABLE,
+        Implemented,
+        &[],
+        "pods: kubepods is limited to allocatable (without eviction thresholds); kube-reserved/system-reserved(-compressible): the named cgroups.",
     ),
     s(
         "allowedUnsafeSysctls",

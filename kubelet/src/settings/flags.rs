@@ -1,6 +1,6 @@
 //! The kubelet's flags and what each does here.
 
-use super::{NO_ALLOCATABLE, NO_EVICTION, NO_GC, s};
+use super::{NO_EVICTION, NO_GC, s};
 use proxy::settings::Setting;
 use proxy::settings::Status::*;
 
@@ -258,21 +258,36 @@ pub const FLAGS: &[Setting] = &[
         &["false"],
         NO_EVICTION,
     ),
-    s("--reserved-cpus", NotImplemented, &[], NO_ALLOCATABLE),
+    s(
+        "--reserved-cpus",
+        Implemented,
+        &[],
+        "Its CPU count replaces systemReserved.cpu.",
+    ),
     s(
         "--kube-reserved-cgroup",
-        NotImplemented,
+        Implemented,
         &[],
-        NO_ALLOCATABLE,
+        "An existing cgroup limited to kubeReserved when enforced.",
     ),
     s(
         "--system-reserved-cgroup",
-        NotImplemented,
+        Implemented,
         &[],
-        NO_ALLOCATABLE,
+        "An existing cgroup limited to systemReserved when enforced.",
     ),
-    s("--kube-reserved", NotImplemented, &[], NO_ALLOCATABLE),
-    s("--system-reserved", NotImplemented, &[], NO_ALLOCATABLE),
+    s(
+        "--kube-reserved",
+        Implemented,
+        &[],
+        "Subtracted from allocatable.",
+    ),
+    s(
+        "--system-reserved",
+        Implemented,
+        &[],
+        "Subtracted from allocatable.",
+    ),
     s(
         "--runtime-cgroups",
         NotImplemented,
@@ -287,9 +302,9 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--enforce-node-allocatable",
-        NotImplemented,
-        &["pods"],
-        NO_ALLOCATABLE,
+        Implemented,
+        &[],
+        "pods, kube-reserved, system-reserved (and -compressible), none.",
     ),
     s(
         "--volume-plugin-dir",

@@ -12,7 +12,7 @@ pub use proxy::settings::{Findings, Setting, Status};
 
 const NO_GC: &str = "there is no image garbage collection.";
 const NO_EVICTION: &str = "there is no eviction manager.";
-const NO_ALLOCATABLE: &str = "node allocatable is not computed or enforced.";
+const NO_QOS_RESERVED: &str = "the QoS tiers get no memory reservation (upstream's alpha QOSReserved gate); only their cpu shares are written.";
 const NO_CM: &str = "there is no CPU/memory/topology manager.";
 
 mod fields;
@@ -220,17 +220,17 @@ mod tests {
     }
 
     #[test]
-    fn kube_reserved_and_unknown_field_warn_exactly() {
+    fn qos_reserved_and_unknown_field_warn_exactly() {
         let f = check(
             &[],
-            Some("kind: KubeletConfiguration\nkubeReserved: {cpu: 100m}\nfooBar: 1\n"),
+            Some("kind: KubeletConfiguration\nqosReserved: {memory: 50%}\nfooBar: 1\n"),
         );
         let mut warnings = f.warnings.clone();
         warnings.sort();
         assert_eq!(
             warnings,
             vec![
-                format!("field kubeReserved is set to {{\"cpu\":\"100m\"}} but has no effect in this agent: {NO_ALLOCATABLE}"),
+                format!("field qosReserved is set to {{\"memory\":\"50%\"}} but has no effect in this agent: {NO_QOS_RESERVED}"),
                 "unknown field \"fooBar\": not a KubeletConfiguration v1beta1 field this agent knows; ignored".to_string(),
             ]
         );
@@ -270,12 +270,8 @@ mod tests {
             ]),
             None,
         );
-        assert_eq!(f.warnings.len(), 3, "{f:#?}");
-        for name in [
-            "--eviction-hard",
-            "--enforce-node-allocatable",
-            "--serialize-image-pulls",
-        ] {
+        assert_eq!(f.warnings.len(), 2, "{f:#?}");
+        for name in ["--eviction-hard", "--serialize-image-pulls"] {
             assert_eq!(
                 f.warnings.iter().filter(|w| w.contains(name)).count(),
                 1,

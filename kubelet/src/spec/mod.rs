@@ -29,6 +29,14 @@ pub struct NodeSettings {
     pub memory_capacity: i64,
     /// `seccompDefault`: containers without a seccomp profile get `RuntimeDefault`.
     pub seccomp_default: bool,
+    /// CFS quota and period, swap behaviour for container resources.
+    pub pod_limits: crate::config::limits::PodLimits,
+    /// The node's huge page sizes in bytes (each container gets a limit for every one).
+    pub hugepage_sizes: Vec<u64>,
+    /// The node uses the unified cgroup v2 hierarchy.
+    pub cgroup_v2: bool,
+    /// SwapTotal in bytes (LimitedSwap shares it out).
+    pub swap_capacity: i64,
 }
 
 /// Why a container config could not be built (reported as `CreateContainerConfigError`).
@@ -202,47 +210,159 @@ pub fn sandbox_config(
     }
 }
 
-/// Linux resources from requests and limits, with upstream's conversions.
-pub fn linux_resources(c: &Container, qos: Qos, memory_capacity: i64) -> LinuxResources {
+/// Upstream's oom_score_adj constants (pkg/kubelet/qos/policy.go).
+pub const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
+pub const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
+/// `SystemCriticalPriority`: pods at or above it are critical.
+const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+fn memory_request(c: &Container) -> i128 {
+    let res = c.resources.clone().unwrap_or_default();
+    let q = |m: Option<
+        BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >| { m.and_then(|m| m.get("memory").and_then(|q| quantity::value(q).ok())) };
+    q(res.requests)
+        .or_else(|| q(res.limits))
+        .unwrap_or(0)
+        .max(0)
+}
+
+/// Upstream's IsCriticalPod: a static or mirror pod, or priority at least system-critical.
+pub fn is_critical_pod(pod: &Pod) -> bool {
+    let ann = pod.metadata.annotations.clone().unwrap_or_default();
+    let static_pod = ann.get(pod::ANN_CONFIG_SOURCE).is_some_and(|s| s != "api");
+    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+    static_pod || ann.contains_key(pod::ANN_CONFIG_MIRROR) || priority >= SYSTEM_CRITICAL_PRIORITY
+}
+
+/// Upstream's GetContainerOOMScoreAdjust: node-critical and Guaranteed −997, BestEffort 1000,
+/// Burstable 1000 − 1000 × request / capacity in [3, 999] (a sidecar no higher than the
+/// pod's regular container with the smallest request).
+pub fn oom_score_adj(pod: &Pod, c: &Container, memory_capacity: i64) -> i64 {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let node_critical =
+        is_critical_pod(pod) && spec.priority_class_name.as_deref() == Some("system-node-critical");
+    let qos = pod::qos_class(&spec);
+    if node_critical || qos == Qos::Guaranteed {
+        return GUARANTEED_OOM_SCORE_ADJ;
+    }
+    if qos == Qos::BestEffort {
+        return BESTEFFORT_OOM_SCORE_ADJ;
+    }
+    let cap = i128::from(memory_capacity.max(1));
+    let mut adj = 1000 - (1000 * memory_request(c)) / cap;
+    let sidecar = c.restart_policy.as_deref() == Some("Always")
+        && spec
+            .init_containers
+            .iter()
+            .flatten()
+            .any(|i| i.name == c.name);
+    if sidecar && let Some(min) = spec.containers.iter().map(memory_request).min() {
+        adj = adj.min(1000 - (1000 * min) / cap);
+    }
+    let floor = i128::from(1000 + GUARANTEED_OOM_SCORE_ADJ);
+    if adj < floor {
+        return floor as i64;
+    }
+    if adj == i128::from(BESTEFFORT_OOM_SCORE_ADJ) {
+        return adj as i64 - 1;
+    }
+    adj as i64
+}
+
+/// Upstream's calculateLinuxResources + GetHugepageLimitsFromResources +
+/// configureContainerSwapResources for one container.
+pub fn linux_resources(node: &NodeSettings, pod: &Pod, c: &Container) -> LinuxResources {
     let res = c.resources.clone().unwrap_or_default();
     let limits = res.limits.unwrap_or_default();
     let requests = res.requests.unwrap_or_default();
     let milli = |m: &BTreeMap<String, _>, k: &str| m.get(k).and_then(|q| quantity::milli(q).ok());
     let cpu_limit = milli(&limits, "cpu");
+    // A request that is absent (not zero) defaults to the limit.
     let cpu_request = milli(&requests, "cpu").or(cpu_limit);
     let mem_limit = limits.get("memory").and_then(|q| quantity::value(q).ok());
-    let mem_request = requests
-        .get("memory")
-        .and_then(|q| quantity::value(q).ok())
-        .or(mem_limit);
     // Quantities are at most an int64 of thousandths (quantity::MAX_MILLI), so this i128
     // arithmetic cannot overflow; results are clamped into the kernel's ranges.
-    const PERIOD: i128 = 100_000;
     let to_i64 = |v: i128| v.clamp(0, i64::MAX as i128) as i64;
-    // Upstream's MilliCPUToShares: MinShares 2, MaxShares 262144.
-    let shares = match cpu_request {
-        Some(m) if m > 0 => (m * 1024 / 1000).clamp(2, 262_144),
-        _ => 2,
+    let s = &node.pod_limits;
+    let mut out = LinuxResources {
+        cpu_shares: crate::cm::limits::milli_cpu_to_shares(cpu_request.unwrap_or(0)) as i64,
+        memory_limit_in_bytes: to_i64(mem_limit.unwrap_or(0)),
+        oom_score_adj: oom_score_adj(pod, c, node.memory_capacity),
+        ..Default::default()
     };
-    let quota = cpu_limit
-        .map(|m| (m * PERIOD / 1000).max(1000))
-        .unwrap_or(0);
-    let oom = match qos {
-        Qos::Guaranteed => -997,
-        Qos::BestEffort => 1000,
-        Qos::Burstable => {
-            let req = mem_request.unwrap_or(0).max(0);
-            let cap = i128::from(memory_capacity.max(1));
-            (1000 - (1000 * req) / cap).clamp(2, 999) as i64
+    if s.cpu_cfs_quota {
+        out.cpu_period = s.cpu_cfs_period_us as i64;
+        out.cpu_quota =
+            crate::cm::limits::milli_cpu_to_quota(cpu_limit.unwrap_or(0), s.cpu_cfs_period_us);
+    }
+    // Every page size of the node gets a limit: 0 unless the container asks for pages.
+    let mut pages: BTreeMap<u64, u64> = node.hugepage_sizes.iter().map(|s| (*s, 0)).collect();
+    let mut asked = BTreeMap::new();
+    for (map, is_limit) in [(&limits, true), (&requests, false)] {
+        for (k, q) in map {
+            if let (Some(size), Ok(v)) = (crate::cm::limits::hugepage_size(k), quantity::value(q)) {
+                let v = v.clamp(0, i128::from(i64::MAX)) as u64;
+                if is_limit {
+                    asked.insert(size, v);
+                } else {
+                    asked.entry(size).or_insert(v);
+                }
+            }
+        }
+    }
+    for (size, v) in asked {
+        if let Some(e) = pages.get_mut(&size) {
+            *e = v;
+        }
+    }
+    out.hugepage_limits = pages
+        .into_iter()
+        .map(|(size, limit)| (crate::cm::hugetlb_size_name(size), limit))
+        .collect();
+    configure_swap(node, pod, c, &mut out);
+    out
+}
+
+/// Upstream's swap configuration. NoSwap: cgroup v2 gets `memory.swap.max` 0; on v1, with
+/// swap on the node, the memory+swap limit equals the memory limit. LimitedSwap (v2 only,
+/// refused on v1 at start): a Burstable, non-critical container with a memory request below
+/// its limit gets request / node memory × node swap.
+fn configure_swap(node: &NodeSettings, pod: &Pod, c: &Container, out: &mut LinuxResources) {
+    use crate::config::limits::SwapBehavior;
+    let no_swap = |out: &mut LinuxResources| {
+        if node.cgroup_v2 {
+            out.unified.insert("memory.swap.max".into(), "0".into());
+        } else if node.swap_capacity > 0 {
+            out.memory_swap_limit_in_bytes = out.memory_limit_in_bytes;
         }
     };
-    LinuxResources {
-        cpu_period: if quota > 0 { PERIOD as i64 } else { 0 },
-        cpu_quota: to_i64(quota),
-        cpu_shares: shares as i64,
-        memory_limit_in_bytes: to_i64(mem_limit.unwrap_or(0)),
-        oom_score_adj: oom,
+    if node.pod_limits.swap_behavior != SwapBehavior::LimitedSwap
+        || !node.cgroup_v2
+        || is_critical_pod(pod)
+    {
+        return no_swap(out);
     }
+    let spec = pod.spec.clone().unwrap_or_default();
+    let res = c.resources.clone().unwrap_or_default();
+    let get =
+        |m: Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
+            m.and_then(|m| m.get("memory").and_then(|q| quantity::value(q).ok()))
+                .unwrap_or(0)
+        };
+    let (req, lim) = (get(res.requests), get(res.limits));
+    if pod::qos_class(&spec) != Qos::Burstable
+        || (req == 0 && lim == 0)
+        || req == lim
+        || node.memory_capacity <= 0
+        || node.swap_capacity <= 0
+    {
+        return no_swap(out);
+    }
+    let share = req as f64 / node.memory_capacity as f64;
+    let swap = (share * node.swap_capacity as f64) as i64;
+    out.unified
+        .insert("memory.swap.max".into(), swap.to_string());
 }
 
 /// The pod's managed /etc/hosts. A hostNetwork pod gets the node's (`node_hosts`, the text
@@ -353,8 +473,6 @@ pub fn container_config(
     host_paths: &ContainerHostPaths,
     env: &ContainerEnv,
 ) -> Result<ContainerConfig, ConfigError> {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let qos = pod::qos_class(&spec);
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let vars = env.map();
     let envs = env.vars.clone();
@@ -470,7 +588,7 @@ pub fn container_config(
         log_path: format!("{}/{restart_count}.log", c.name),
         stdin: c.stdin.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
-        resources: linux_resources(c, qos, node.memory_capacity),
+        resources: linux_resources(node, pod, c),
         security: security::container_security(node, pod, c)?,
     })
 }

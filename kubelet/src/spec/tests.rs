@@ -48,6 +48,7 @@ fn node() -> NodeSettings {
         root_dir: std::env::temp_dir().join("kubelet-spec-test"),
         memory_capacity: 8 << 30,
         seccomp_default: false,
+        ..Default::default()
     }
 }
 
@@ -91,37 +92,169 @@ fn sandbox_carries_identity_and_ports() {
     assert_eq!(sb.port_mappings[0].host_port, 8080);
 }
 
+fn res_pod(containers: serde_json::Value) -> Pod {
+    pod(
+        serde_json::json!({"metadata": {"name": "r", "uid": "u"}, "spec": {"containers": containers}}),
+    )
+}
+
+/// One row: the pod's containers, then per container (shares, quota, period, memory limit,
+/// oom_score_adj), on a node of 8Gi with the 2MB and 1GB page sizes.
 #[test]
-fn resources_convert_like_upstream() {
-    let c: Container = serde_json::from_value(serde_json::json!({"name": "c", "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}})).unwrap();
-    let r = linux_resources(&c, Qos::Guaranteed, 1 << 33);
-    assert_eq!(r.cpu_shares, 512);
-    assert_eq!(r.cpu_quota, 50_000);
-    assert_eq!(r.cpu_period, 100_000);
-    assert_eq!(r.memory_limit_in_bytes, 64 << 20);
-    assert_eq!(r.oom_score_adj, -997);
-    let none: Container = serde_json::from_value(serde_json::json!({"name": "c"})).unwrap();
-    let r = linux_resources(&none, Qos::BestEffort, 1 << 33);
-    assert_eq!((r.cpu_shares, r.cpu_quota, r.oom_score_adj), (2, 0, 1000));
+fn resources_table_matches_upstream() {
+    let n = NodeSettings {
+        memory_capacity: 8 << 30,
+        hugepage_sizes: vec![2 << 20, 1 << 30],
+        ..node()
+    };
+    type Row = (serde_json::Value, Vec<(i64, i64, i64, i64, i64)>);
+    let rows: Vec<Row> = vec![
+        // Guaranteed: 500m → 512 shares, quota 50000/100000, 64Mi, -997.
+        (
+            serde_json::json!([{"name": "a", "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}]),
+            vec![(512, 50_000, 100_000, 64 << 20, -997)],
+        ),
+        // BestEffort: min shares, no quota, the period still set (cpuCFSQuota), 1000.
+        (
+            serde_json::json!([{"name": "a"}]),
+            vec![(2, 0, 100_000, 0, 1000)],
+        ),
+        // Burstable: a 1Gi request of 8Gi → 1000 − 125 = 875; a 1m limit → quota 1000
+        // (MinQuotaPeriod); shares from the request; no request → 999.
+        (
+            serde_json::json!([
+                {"name": "a", "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "1m"}}},
+                {"name": "b", "resources": {"limits": {"memory": "1Gi"}, "requests": {"memory": "0"}}}
+            ]),
+            vec![(256, 1000, 100_000, 0, 875), (2, 0, 100_000, 1 << 30, 999)],
+        ),
+        // Burstable asking for the whole node: floored at 3 (1000 + −997).
+        (
+            serde_json::json!([{"name": "a", "resources": {"requests": {"memory": "8Gi"}}}]),
+            vec![(2, 0, 100_000, 0, 3)],
+        ),
+    ];
+    for (containers, want) in rows {
+        let p = res_pod(containers.clone());
+        let spec = p.spec.clone().unwrap();
+        let got: Vec<_> = spec
+            .containers
+            .iter()
+            .map(|c| {
+                let r = linux_resources(&n, &p, c);
+                (
+                    r.cpu_shares,
+                    r.cpu_quota,
+                    r.cpu_period,
+                    r.memory_limit_in_bytes,
+                    r.oom_score_adj,
+                )
+            })
+            .collect();
+        assert_eq!(got, want, "{containers}");
+    }
+}
+
+#[test]
+fn hugepages_cfs_off_and_critical_pods() {
+    let n = NodeSettings {
+        hugepage_sizes: vec![2 << 20, 1 << 30],
+        ..node()
+    };
+    let p = res_pod(serde_json::json!([{"name": "a", "resources": {
+        "limits": {"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "64Mi"}}}]));
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let r = linux_resources(&n, &p, c);
+    assert_eq!(
+        r.hugepage_limits,
+        vec![("2MB".to_string(), 64 << 20), ("1GB".to_string(), 0)]
+    );
+    let off = NodeSettings {
+        pod_limits: crate::config::limits::PodLimits {
+            cpu_cfs_quota: false,
+            ..Default::default()
+        },
+        ..node()
+    };
+    let r = linux_resources(&off, &p, c);
+    assert_eq!((r.cpu_quota, r.cpu_period), (0, 0));
+    // A node-critical Burstable pod is protected like a Guaranteed one.
+    let mut crit =
+        res_pod(serde_json::json!([{"name": "a", "resources": {"requests": {"memory": "1Gi"}}}]));
+    crit.spec.as_mut().unwrap().priority_class_name = Some("system-node-critical".into());
+    crit.spec.as_mut().unwrap().priority = Some(2_000_001_000);
+    let c = crit.spec.as_ref().unwrap().containers[0].clone();
+    assert_eq!(linux_resources(&node(), &crit, &c).oom_score_adj, -997);
+}
+
+#[test]
+fn swap_follows_the_behaviour_and_cgroup_version() {
+    use crate::config::limits::{PodLimits, SwapBehavior};
+    let p = res_pod(serde_json::json!([{"name": "a", "resources": {
+        "requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]));
+    let c = p.spec.as_ref().unwrap().containers[0].clone();
+    let v2 = |behavior| NodeSettings {
+        memory_capacity: 8 << 30,
+        swap_capacity: 4 << 30,
+        cgroup_v2: true,
+        pod_limits: PodLimits {
+            swap_behavior: behavior,
+            ..Default::default()
+        },
+        ..node()
+    };
+    // LimitedSwap: 1Gi of 8Gi → an eighth of 4Gi of swap.
+    let r = linux_resources(&v2(SwapBehavior::LimitedSwap), &p, &c);
+    assert_eq!(r.unified["memory.swap.max"], (512u64 << 20).to_string());
+    let r = linux_resources(&v2(SwapBehavior::NoSwap), &p, &c);
+    assert_eq!(r.unified["memory.swap.max"], "0");
+    // A Guaranteed container never swaps.
+    let g = res_pod(
+        serde_json::json!([{"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]),
+    );
+    let gc = g.spec.as_ref().unwrap().containers[0].clone();
+    let r = linux_resources(&v2(SwapBehavior::LimitedSwap), &g, &gc);
+    assert_eq!(r.unified["memory.swap.max"], "0");
+    // cgroup v1 with swap on the node: memory+swap = memory.
+    let v1 = NodeSettings {
+        swap_capacity: 4 << 30,
+        ..node()
+    };
+    let r = linux_resources(&v1, &p, &c);
+    assert!(r.unified.is_empty());
+    assert_eq!(r.memory_swap_limit_in_bytes, 2 << 30);
+    // No swap on a v1 node: nothing is set.
+    assert_eq!(
+        linux_resources(&node(), &p, &c).memory_swap_limit_in_bytes,
+        0
+    );
 }
 
 /// The largest quantities the parser accepts convert without overflow (this panicked in
 /// debug builds and wrapped in release ones), clamped as upstream clamps them.
 #[test]
 fn extreme_resources_clamp_instead_of_overflowing() {
-    let c: Container = serde_json::from_value(serde_json::json!({"name": "c", "resources": {
+    let huge = serde_json::json!([{"name": "c", "resources": {
         "limits": {"cpu": "9223372036854775807m", "memory": "9223372036854775807m"},
-        "requests": {"cpu": "9223372036854775807m", "memory": "9223372036854775807m"}}}))
-    .unwrap();
-    let r = linux_resources(&c, Qos::Guaranteed, 1 << 33);
+        "requests": {"cpu": "9223372036854775807m", "memory": "9223372036854775807m"}}}]);
+    let p = res_pod(huge);
+    let c = p.spec.as_ref().unwrap().containers[0].clone();
+    let r = linux_resources(&node(), &p, &c);
     assert_eq!(r.cpu_shares, 262_144, "upstream's MaxShares");
     assert_eq!(
         r.cpu_quota,
         922_337_203_685_477_580_700_i128.min(i64::MAX as i128) as i64
     );
     assert_eq!(r.memory_limit_in_bytes, 9_223_372_036_854_776);
-    let r = linux_resources(&c, Qos::Burstable, 1);
-    assert_eq!(r.oom_score_adj, 2);
+    let tiny = NodeSettings {
+        memory_capacity: 1,
+        ..node()
+    };
+    let b = res_pod(
+        serde_json::json!([{"name": "c", "resources": {"requests": {"memory": "9223372036854775807m"}}}]),
+    );
+    let bc = b.spec.as_ref().unwrap().containers[0].clone();
+    assert_eq!(linux_resources(&tiny, &b, &bc).oom_score_adj, 3);
     // Past an int64 of thousandths: the pod is refused at validation, not run.
     let p = pod(
         serde_json::json!({"metadata": {"name": "w", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1",
