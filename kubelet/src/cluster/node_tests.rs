@@ -8,6 +8,7 @@ fn node_images_largest_first_bounded_with_at_most_five_names() {
         repo_tags: (0..tags).map(|i| format!("r/{id}:t{i}")).collect(),
         repo_digests: vec![format!("r/{id}@sha256:{id}")],
         size,
+        pinned: false,
     };
     let list = vec![
         img("a", 10, 1),

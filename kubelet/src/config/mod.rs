@@ -2,6 +2,7 @@
 //! with. [`load`] is a pure function of the flags and the config file's text.
 
 mod auth;
+pub mod gc;
 pub mod resources;
 
 use crate::duration;
@@ -341,6 +342,10 @@ pub struct Config {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// Reservations, node allocatable enforcement and eviction thresholds, validated.
     pub resources: resources::NodeResources,
+    /// Image garbage collection, validated.
+    pub image_gc: gc::ImageGcPolicy,
+    /// Container garbage collection (deprecated flags only).
+    pub container_gc: gc::ContainerGcPolicy,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -574,6 +579,8 @@ pub fn merge(
     crate::pod::sysctl::Allowlist::new(&allowed_unsafe_sysctls)
         .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
     let resources = resources::parse(flags, &file)?;
+    let image_gc = gc::image_policy(flags, &file)?;
+    let container_gc = gc::container_policy(flags)?;
     let max_pods = flags.max_pods.or(file.max_pods).unwrap_or(110);
     if max_pods < 0 {
         return Err(invalid(format!("maxPods: {max_pods} must not be negative")));
@@ -815,6 +822,8 @@ pub fn merge(
             .unwrap_or(false),
         allowed_unsafe_sysctls,
         resources,
+        image_gc,
+        container_gc,
     })
 }
 

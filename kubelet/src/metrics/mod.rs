@@ -103,6 +103,8 @@ pub struct Families {
     /// the family carries no samples (HELP/TYPE only); the eviction manager creates each
     /// signal's counter at 0 when it arrives, as upstream's does.
     pub evictions: CounterVec,
+    /// Images removed by image GC, by `reason` (`age`, `space`).
+    pub image_garbage_collected: CounterVec,
     /// Age of the stats an eviction decision was made on, by `eviction_signal`.
     pub eviction_stats_age: HistogramVec,
     /// Unix times of the last graceful node shutdown's start and end (0: none yet / running).
@@ -193,6 +195,11 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| Families {
         "Cumulative number of pod evictions by eviction signal",
         &["eviction_signal"],
     ),
+    image_garbage_collected: counter_vec(
+        "kubelet_image_garbage_collected_total",
+        "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+        &["reason"],
+    ),
     eviction_stats_age: histogram_vec(
         "kubelet_eviction_stats_age_seconds",
         "Time between when stats are collected, and when pod is evicted based on those stats by eviction signal",
@@ -235,6 +242,7 @@ impl Families {
             Box::new(self.node_startup_duration.clone()),
             Box::new(self.evictions.clone()),
             Box::new(self.eviction_stats_age.clone()),
+            Box::new(self.image_garbage_collected.clone()),
             Box::new(self.graceful_shutdown_start_time.clone()),
             Box::new(self.graceful_shutdown_end_time.clone()),
         ]
@@ -255,6 +263,7 @@ impl Families {
             (Box::new(self.cgroup_manager_duration.clone()), "histogram"),
             (Box::new(self.evictions.clone()), "counter"),
             (Box::new(self.eviction_stats_age.clone()), "histogram"),
+            (Box::new(self.image_garbage_collected.clone()), "counter"),
         ]
     }
 }
