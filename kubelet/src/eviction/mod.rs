@@ -13,9 +13,10 @@
 
 pub mod rank;
 pub mod signals;
-pub mod tracker;
 #[cfg(test)]
 mod tests;
+pub mod tracker;
+pub mod wiring;
 
 pub use rank::{Resource, is_critical};
 pub use tracker::Condition;
@@ -181,13 +182,7 @@ impl Manager {
         }
     }
 
-    async fn evict(
-        &self,
-        pod: &Pod,
-        grace: Duration,
-        message: String,
-        disruption: bool,
-    ) -> bool {
+    async fn evict(&self, pod: &Pod, grace: Duration, message: String, disruption: bool) -> bool {
         if is_critical(pod) {
             tracing::error!(pod = %crate::pod::full_name(pod), "eviction manager: cannot evict a critical pod");
             return false;
@@ -231,7 +226,8 @@ impl Manager {
                     .evictions
                     .with_label_values(&[v.signal])
                     .inc();
-                out.evicted.push(pod.metadata.uid.clone().unwrap_or_default());
+                out.evicted
+                    .push(pod.metadata.uid.clone().unwrap_or_default());
             }
         }
         if !out.evicted.is_empty() {
@@ -241,7 +237,10 @@ impl Manager {
             return Ok(out);
         };
         let resource = Resource::of(threshold.signal);
-        tracing::info!(resource = resource.name(), "eviction manager: attempting to reclaim");
+        tracing::info!(
+            resource = resource.name(),
+            "eviction manager: attempting to reclaim"
+        );
         self.parts.events.record(
             &crate::events::node_ref(&self.parts.node_name),
             EventType::Warning,
@@ -290,7 +289,8 @@ impl Manager {
                     .evictions
                     .with_label_values(&[threshold.signal.name()])
                     .inc();
-                out.evicted.push(pod.metadata.uid.clone().unwrap_or_default());
+                out.evicted
+                    .push(pod.metadata.uid.clone().unwrap_or_default());
                 return Ok(out);
             }
         }

@@ -67,8 +67,12 @@ pub fn observe(summary: &Summary, allocatable_memory: Option<i128>) -> Observati
             let used: i128 = summary
                 .pods
                 .iter()
-                .filter_map(|p| p.memory.as_ref()?.working_set_bytes)
-                .map(i128::from)
+                .map(|p| {
+                    p.memory
+                        .as_ref()
+                        .and_then(|m| m.working_set_bytes)
+                        .map_or_else(|| pod_memory_usage(p), i128::from)
+                })
                 .sum();
             out.insert(
                 Signal::AllocatableMemoryAvailable,

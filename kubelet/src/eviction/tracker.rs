@@ -152,9 +152,6 @@ impl Tracker {
             .collect();
         to_act.sort_by_key(|t| Condition::of(t.signal) != Condition::MemoryPressure);
         self.last_observations = obs.clone();
-        Pass {
-            to_act,
-            conditions,
-        }
+        Pass { to_act, conditions }
     }
 }

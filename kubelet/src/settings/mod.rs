@@ -10,8 +10,6 @@
 use proxy::settings::s;
 pub use proxy::settings::{Findings, Setting, Status};
 
-const NO_GC: &str = "there is no image garbage collection.";
-const NO_EVICTION: &str = "there is no eviction manager.";
 const NO_ALLOCATABLE: &str = "node allocatable is not computed or enforced.";
 const NO_LOG_ROTATION: &str = "container logs are not rotated.";
 const NO_CM: &str = "there is no CPU/memory/topology manager.";
@@ -271,12 +269,10 @@ mod tests {
             ]),
             None,
         );
-        assert_eq!(f.warnings.len(), 3, "{f:#?}");
-        for name in [
-            "--eviction-hard",
-            "--enforce-node-allocatable",
-            "--serialize-image-pulls",
-        ] {
+        // The eviction manager makes --eviction-hard work: not warned.
+        assert_eq!(f.warnings.len(), 2, "{f:#?}");
+        assert!(!f.warnings.iter().any(|w| w.contains("--eviction-hard")));
+        for name in ["--enforce-node-allocatable", "--serialize-image-pulls"] {
             assert_eq!(
                 f.warnings.iter().filter(|w| w.contains(name)).count(),
                 1,
