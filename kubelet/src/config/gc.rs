@@ -156,3 +156,68 @@ pub fn container_policy(flags: &Flags) -> Result<ContainerGcPolicy, ConfigError>
         max_containers: flags.maximum_dead_containers.unwrap_or(d.max_containers),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn file(text: &str) -> KubeletConfiguration {
+        super::super::parse_file("t.yaml", text).unwrap()
+    }
+
+    fn flags(args: &[&str]) -> Flags {
+        Flags::try_parse_from(std::iter::once("kubelet").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn image_gc_defaults_and_validation_as_upstream() {
+        let none = KubeletConfiguration::default();
+        assert_eq!(
+            image_policy(&Flags::default(), &none).unwrap(),
+            ImageGcPolicy::default()
+        );
+        let p = image_policy(
+            &flags(&["--image-gc-high-threshold=90"]),
+            &file("imageGCLowThresholdPercent: 50\nimageMinimumGCAge: 5m\nimageMaximumGCAge: 1h\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            (p.high_threshold_percent, p.low_threshold_percent),
+            (90, 50)
+        );
+        assert_eq!(p.min_age, Duration::from_secs(300));
+        assert_eq!(p.max_age, Duration::from_secs(3600));
+        let err = |f: &Flags, k: &KubeletConfiguration| image_policy(f, k).unwrap_err().to_string();
+        assert!(
+            err(&flags(&["--image-gc-low-threshold=85"]), &none).contains(
+                "imageGCLowThresholdPercent (--image-gc-low-threshold) 85 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 85"
+            )
+        );
+        assert!(
+            err(&flags(&["--image-gc-high-threshold=101"]), &none)
+                .contains("must be between 0 and 100")
+        );
+        assert!(
+            err(&Flags::default(), &file("imageMaximumGCAge: 1m\n"))
+                .contains("imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s")
+        );
+    }
+
+    #[test]
+    fn container_gc_flags() {
+        assert_eq!(
+            container_policy(&Flags::default()).unwrap(),
+            ContainerGcPolicy::default()
+        );
+        let p = container_policy(&flags(&[
+            "--maximum-dead-containers-per-container=3",
+            "--maximum-dead-containers=-1",
+            "--minimum-container-ttl-duration=1m",
+        ]))
+        .unwrap();
+        assert_eq!(p.max_per_pod_container, 3);
+        assert_eq!(p.max_containers, -1);
+        assert_eq!(p.min_age, Duration::from_secs(60));
+    }
+}

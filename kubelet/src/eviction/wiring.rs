@@ -98,7 +98,11 @@ pub fn spawn(
         cfg.image_gc.clone(),
         events.clone(),
         cfg.node_name.clone(),
-        cfg.pod_infra_container_image.clone(),
+        Some(
+            cfg.pod_infra_container_image
+                .clone()
+                .unwrap_or_else(|| crate::images::gc::DEFAULT_SANDBOX_IMAGE.to_string()),
+        ),
     ));
     tasks.spawn(containers.clone().run(cancel.clone()));
     tasks.spawn(images.clone().run(cancel.clone()));

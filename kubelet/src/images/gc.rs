@@ -15,6 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+/// The sandbox image kept when `--pod-infra-container-image` is not given (containerd's
+/// default, and the rig's): runtimes older than CRI `pinned` (containerd 1.6) do not pin it,
+/// and no sandbox could start without it.
+pub const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.10";
+
 /// Upstream's ImageGCPeriod.
 pub const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 
@@ -197,21 +202,25 @@ impl ImageGc {
         }
     }
 
-    /// Collects every [`IMAGE_GC_PERIOD`] until cancelled; `imageGCHighThresholdPercent: 100`
-    /// turns the periodic collection off, as upstream.
+    /// Collects at start and then every [`IMAGE_GC_PERIOD`] until cancelled (upstream's
+    /// wait.Until); `imageGCHighThresholdPercent: 100` turns the periodic collection off.
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
-        if let Err(e) = self.refresh().await {
-            tracing::warn!(error = %e, "image GC: first image detection failed");
-        }
         if self.policy.high_threshold_percent == 100 {
             tracing::info!("ImageGCHighThresholdPercent is set 100, Disable image GC");
+            if let Err(e) = self.refresh().await {
+                tracing::warn!(error = %e, "image GC: image detection failed");
+            }
             return;
         }
+        let mut first = true;
         loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(IMAGE_GC_PERIOD) => {}
+            if !first {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(IMAGE_GC_PERIOD) => {}
+                }
             }
+            first = false;
             if let Err(e) = self.garbage_collect().await {
                 tracing::warn!(error = %e, "Image garbage collection failed");
                 if matches!(e, ImageGcError::NotEnough { .. }) {

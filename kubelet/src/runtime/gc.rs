@@ -60,7 +60,7 @@ pub fn dead_containers_to_remove(
             .push(c);
     }
     for list in units.values_mut() {
-        list.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        list.sort_by_key(|c| std::cmp::Reverse(c.created_at));
     }
     let mut out = Vec::new();
     if let Some(known) = known {
@@ -89,7 +89,7 @@ pub fn dead_containers_to_remove(
         keep_per_unit(&mut units, share);
         let mut rest: Vec<&Container> = units.values().flatten().copied().collect();
         if rest.len() > policy.max_containers as usize {
-            rest.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            rest.sort_by_key(|c| std::cmp::Reverse(c.created_at));
             out.extend(
                 rest[policy.max_containers as usize..]
                     .iter()
@@ -115,7 +115,7 @@ pub fn sandboxes_to_remove(
     }
     let mut out = Vec::new();
     for (uid, mut list) in by_pod {
-        list.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        list.sort_by_key(|c| std::cmp::Reverse(c.created_at));
         let gone = known.is_some_and(|k| !k.contains(uid));
         let skip = if gone { 0 } else { 1 };
         for s in list.into_iter().skip(skip) {
@@ -149,16 +149,17 @@ pub struct ContainerGc {
 }
 
 impl ContainerGc {
-    /// Collects every [`CONTAINER_GC_PERIOD`] until cancelled.
+    /// Collects at start and then every [`CONTAINER_GC_PERIOD`] until cancelled (upstream's
+    /// wait.Until).
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         tracing::info!(policy = ?self.policy, "starting container garbage collection");
         loop {
+            if let Err(e) = self.collect().await {
+                tracing::error!(error = %e, "Container garbage collection failed");
+            }
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(CONTAINER_GC_PERIOD) => {}
-            }
-            if let Err(e) = self.collect().await {
-                tracing::error!(error = %e, "Container garbage collection failed");
             }
         }
     }
@@ -178,7 +179,7 @@ impl ContainerGc {
         for id in &doomed {
             match self.runtime.remove_container(id).await {
                 Ok(()) => removed += 1,
-                Err(e) if matches!(e, super::RuntimeError::NotFound { .. }) => {}
+                Err(super::RuntimeError::NotFound { .. }) => {}
                 Err(e) => failed.push(format!("container {id}: {e}")),
             }
         }
@@ -191,7 +192,7 @@ impl ContainerGc {
         for id in sandboxes_to_remove(&sandboxes, &remaining, known.as_ref()) {
             match self.runtime.remove_sandbox(&id).await {
                 Ok(()) => removed += 1,
-                Err(e) if matches!(e, super::RuntimeError::NotFound { .. }) => {}
+                Err(super::RuntimeError::NotFound { .. }) => {}
                 Err(e) => failed.push(format!("sandbox {id}: {e}")),
             }
         }
