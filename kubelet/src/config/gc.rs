@@ -105,7 +105,11 @@ pub fn image_policy(
             duration::parse(s)
                 .map_err(|e| invalid(format!("--minimum-image-ttl-duration: {e}")))?,
         ),
-        None => dur("imageMinimumGCAge", file.image_minimum_gc_age.as_ref())?,
+        // A zero in the file is upstream's "unset" (SetDefaults_KubeletConfiguration), as
+        // kubeadm writes it.
+        None => {
+            dur("imageMinimumGCAge", file.image_minimum_gc_age.as_ref())?.filter(|d| !d.is_zero())
+        }
     }
     .unwrap_or(d.min_age);
     let max_age =
@@ -188,6 +192,13 @@ mod tests {
         );
         assert_eq!(p.min_age, Duration::from_secs(300));
         assert_eq!(p.max_age, Duration::from_secs(3600));
+        // kubeadm's zero means the default.
+        assert_eq!(
+            image_policy(&Flags::default(), &file("imageMinimumGCAge: 0s\n"))
+                .unwrap()
+                .min_age,
+            Duration::from_secs(120)
+        );
         let err = |f: &Flags, k: &KubeletConfiguration| image_policy(f, k).unwrap_err().to_string();
         assert!(
             err(&flags(&["--image-gc-low-threshold=85"]), &none).contains(

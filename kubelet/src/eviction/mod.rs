@@ -276,12 +276,18 @@ impl Manager {
                     .observe(secs);
             }
         }
-        let grace = if threshold.is_hard() {
-            IMMEDIATE_GRACE
-        } else {
-            Duration::from_secs(self.max_pod_grace.max(0) as u64)
-        };
         for (pod, stats) in &ranked {
+            // Soft thresholds: evictionMaxPodGracePeriod, or the pod's own shorter period.
+            let grace = if threshold.is_hard() {
+                IMMEDIATE_GRACE
+            } else {
+                let own = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds);
+                let secs = own.map_or(self.max_pod_grace, |o| o.min(self.max_pod_grace));
+                Duration::from_secs(secs.max(0) as u64)
+            };
             let (message, _annotations) =
                 rank::eviction_message(resource, pod, stats.as_ref(), &pass.to_act, &obs);
             if self.evict(pod, grace, message, true).await {
