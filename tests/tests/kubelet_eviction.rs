@@ -141,9 +141,10 @@ spec:
     command: ["sleep", "3600"]
 "#;
 
-/// The image filesystem is "full" for a policy of high 1 % / low 0 % (any use crosses it):
-/// image GC at the agent's start removes the unused image and keeps the one a container uses
-/// and the sandbox image.
+/// The image filesystem is "full" for `imagefs.available<99%` (any use crosses it): the
+/// eviction manager's node-level reclaim runs image GC, which removes the unused image (older
+/// than `imageMinimumGCAge`) and keeps the one a container uses and the sandbox image (the
+/// static pod is critical: never evicted).
 #[test]
 fn image_gc_removes_unused_images_above_the_high_threshold() {
     require_rig!();
@@ -163,7 +164,8 @@ fn image_gc_removes_unused_images_above_the_high_threshold() {
     let agent = Agent::start_with(
         &rig,
         &[],
-        "imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\nimageMinimumGCAge: 0s\n",
+        "imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\nimageMinimumGCAge: 1s\n\
+         evictionHard:\n  imagefs.available: \"99%\"\n",
     );
     agent.write_manifest("sleeper.yaml", SLEEPER);
     wait_for("unused image removed", Duration::from_secs(60), || {
