@@ -330,7 +330,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         ),
     ));
     state.stats.set(stats.clone());
-    tasks.spawn(stats.run(cancel.clone()));
+    tasks.spawn(stats.clone().run(cancel.clone()));
     // Container log rotation (containerLogMaxSize/-MaxFiles), as upstream's log manager.
     tasks.spawn(
         crate::logs::Manager::new(runtime.clone(), cfg.container_log.clone()).run(cancel.clone()),
@@ -370,6 +370,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     ));
     let shutdown_events = events.clone();
     let shutdown_state = Arc::new(crate::shutdown::ShutdownState::default());
+    let pressure = Arc::new(crate::eviction::PressureState::default());
     let node = NodeSettings {
         node_name: cfg.node_name.clone(),
         host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
@@ -535,6 +536,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
                 static_rx,
                 events: (events, sink),
                 shutdown: shutdown_state.clone(),
+                pressure: pressure.clone(),
             },
             &mut tasks,
             &cancel,
@@ -543,7 +545,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     }
     let (pleg_tx, pleg_rx) = mpsc::channel(8);
     tasks.spawn(pleg::run(
-        runtime,
+        runtime.clone(),
         Duration::from_secs(1),
         pleg_tx,
         pleg_health,
@@ -560,6 +562,17 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         sync_loop.on_terminated(tx);
     }
     let loop_health = sync_loop.health();
+    // Eviction manager, image GC and container GC.
+    crate::eviction::wiring::spawn(
+        &cfg,
+        runtime.clone(),
+        stats.clone(),
+        sync_loop.control(),
+        shutdown_events.clone(),
+        pressure.clone(),
+        &mut tasks,
+        &cancel,
+    );
     if cfg.shutdown.enabled() {
         let parts_events = shutdown_events.clone();
         let (settings, node_name, control) = (

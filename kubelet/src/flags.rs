@@ -227,6 +227,14 @@ pub struct Flags {
     pub image_gc_high_threshold: Option<i32>,
     #[arg(long = "image-gc-low-threshold")]
     pub image_gc_low_threshold: Option<i32>,
+    #[arg(long = "minimum-image-ttl-duration")]
+    pub minimum_image_ttl_duration: Option<String>,
+    #[arg(long = "minimum-container-ttl-duration")]
+    pub minimum_container_ttl_duration: Option<String>,
+    #[arg(long = "maximum-dead-containers-per-container")]
+    pub maximum_dead_containers_per_container: Option<i32>,
+    #[arg(long = "maximum-dead-containers", allow_hyphen_values = true)]
+    pub maximum_dead_containers: Option<i32>,
     #[arg(long = "image-credential-provider-config")]
     pub image_credential_provider_config: Option<String>,
     #[arg(long = "image-credential-provider-bin-dir")]

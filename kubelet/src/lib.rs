@@ -19,6 +19,7 @@ pub mod cm;
 pub mod config;
 pub mod duration;
 pub mod events;
+pub mod eviction;
 pub mod flags;
 pub mod host;
 pub mod images;

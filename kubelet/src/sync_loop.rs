@@ -36,6 +36,9 @@ pub struct SourceUpdate {
 pub enum Control {
     /// The pods that have a worker and are not being removed.
     ActivePods(tokio::sync::oneshot::Sender<Vec<Pod>>),
+    /// The UIDs of every pod with a worker (terminating ones too), once every source has
+    /// reported (None before: nothing may be taken as gone yet). Container GC reads it.
+    KnownPods(tokio::sync::oneshot::Sender<Option<std::collections::HashSet<String>>>),
     /// Stop one pod for good (it ends Failed as `stopped` says); `done` fires once nothing of it
     /// runs (or at once when the pod has no worker).
     Stop {
@@ -174,6 +177,12 @@ impl SyncLoop {
 
     fn on_control(&mut self, c: Control) {
         match c {
+            Control::KnownPods(reply) => {
+                let known = self
+                    .sources_ready()
+                    .then(|| self.workers.keys().cloned().collect());
+                let _ = reply.send(known);
+            }
             Control::ActivePods(reply) => {
                 let pods = self
                     .workers

@@ -50,9 +50,10 @@ fn pod_start_latency_and_rss() {
     std::fs::write(
         dir.path().join("config.yaml"),
         format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npodLogsDir: {}\ncgroupRoot: {}\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npodLogsDir: {}\ncgroupRoot: {}\n{}",
             dir.path().join("logs").display(),
-            rig.get("RIG_CGROUP_ROOT")
+            rig.get("RIG_CGROUP_ROOT"),
+            common::TEST_EVICTION_HARD
         ),
     )
     .unwrap();
@@ -187,9 +188,10 @@ fn start_agent_logging(
         format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npodLogsDir: {}\ncgroupRoot: {}\n\
              authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\n\
-             authorization:\n  mode: AlwaysAllow\n",
+             authorization:\n  mode: AlwaysAllow\n{}",
             dir.path().join("logs").display(),
-            rig.get("RIG_CGROUP_ROOT")
+            rig.get("RIG_CGROUP_ROOT"),
+            common::TEST_EVICTION_HARD
         ),
     )
     .unwrap();

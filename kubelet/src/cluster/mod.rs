@@ -105,6 +105,8 @@ pub struct Parts {
     pub events: (Arc<dyn EventRecorder>, events::EventSink),
     /// Set while the node shuts down: NotReady, and new pods rejected.
     pub shutdown: Arc<crate::shutdown::ShutdownState>,
+    /// The eviction manager's pressure conditions (node status, admission).
+    pub pressure: Arc<crate::eviction::PressureState>,
 }
 
 /// Handles the rest of the kubelet keeps.
@@ -145,6 +147,7 @@ pub fn start(
         pleg: parts.pleg.clone(),
         started_unix: crate::clock::unix_now(),
         shutdown: parts.shutdown.clone(),
+        pressure: parts.pressure.clone(),
     });
     if node_cfg.register_node {
         tasks.spawn(
@@ -196,6 +199,7 @@ pub fn start(
             pods_tx: parts.pods_tx,
             terminated_tx: terminated_tx.clone(),
             shutdown: parts.shutdown.clone(),
+            pressure: parts.pressure.clone(),
         }
         .run(cancel.clone()),
     );

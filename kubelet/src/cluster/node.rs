@@ -33,6 +33,10 @@ pub trait RuntimeHealth: Send + Sync {
     async fn images(&self) -> Option<Vec<crate::runtime::ImageSummary>> {
         None
     }
+    /// The eviction manager's pressure conditions now.
+    fn pressure(&self) -> Vec<crate::eviction::Condition> {
+        Vec::new()
+    }
 }
 
 /// Health from the CRI runtime and the PLEG.
@@ -41,10 +45,15 @@ pub struct CriHealth {
     pub pleg: Arc<crate::pleg::PlegHealth>,
     pub started_unix: i64,
     pub shutdown: Arc<crate::shutdown::ShutdownState>,
+    pub pressure: Arc<crate::eviction::PressureState>,
 }
 
 #[async_trait::async_trait]
 impl RuntimeHealth for CriHealth {
+    fn pressure(&self) -> Vec<crate::eviction::Condition> {
+        self.pressure.conditions()
+    }
+
     async fn version(&self) -> Option<(String, String)> {
         let v = self.runtime.version().await.ok()?;
         Some((v.runtime_name, v.runtime_version))
@@ -242,13 +251,15 @@ pub fn capacity_and_allocatable(
 /// A condition transition worth an event: `(type, reason)` of the new state.
 pub type Transition = (EventType, &'static str);
 
+/// `(reason, message, event)` of one condition state.
+type CondText = (&'static str, &'static str, &'static str);
+
 fn set_pressure(
     conds: &mut Vec<NodeCondition>,
     now: &Time,
     ty: &str,
-    reason: &'static str,
-    message: &str,
-    event: &'static str,
+    pressure: bool,
+    (when_true, when_false): (CondText, CondText),
     out: &mut Vec<Transition>,
 ) {
     let pos = conds.iter().position(|c| c.type_ == ty);
@@ -264,8 +275,13 @@ fn set_pressure(
         }
     };
     c.last_heartbeat_time = Some(now.clone());
-    if c.status != "False" {
-        c.status = "False".into();
+    let (status, (reason, message, event)) = if pressure {
+        ("True", when_true)
+    } else {
+        ("False", when_false)
+    };
+    if c.status != status {
+        c.status = status.into();
         c.reason = Some(reason.into());
         c.message = Some(message.into());
         c.last_transition_time = Some(now.clone());
@@ -289,6 +305,7 @@ pub fn compute_status(
     host: &HostInfo,
     runtime: Option<&(String, String)>,
     runtime_errors: &[String],
+    pressure: &[crate::eviction::Condition],
     now: jiff::Timestamp,
 ) -> (NodeStatus, Vec<Transition>) {
     let now_t = Time(now);
@@ -302,31 +319,62 @@ pub fn compute_status(
             "MemoryPressure" | "DiskPressure" | "PIDPressure" | "Ready"
         )
     });
+    use crate::eviction::Condition as C;
     set_pressure(
         &mut conds,
         &now_t,
         "MemoryPressure",
-        "KubeletHasSufficientMemory",
-        "kubelet has sufficient memory available",
-        "NodeHasSufficientMemory",
+        pressure.contains(&C::MemoryPressure),
+        (
+            (
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available",
+                "NodeHasInsufficientMemory",
+            ),
+            (
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+                "NodeHasSufficientMemory",
+            ),
+        ),
         &mut events,
     );
     set_pressure(
         &mut conds,
         &now_t,
         "DiskPressure",
-        "KubeletHasNoDiskPressure",
-        "kubelet has no disk pressure",
-        "NodeHasNoDiskPressure",
+        pressure.contains(&C::DiskPressure),
+        (
+            (
+                "KubeletHasDiskPressure",
+                "kubelet has disk pressure",
+                "NodeHasDiskPressure",
+            ),
+            (
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure",
+                "NodeHasNoDiskPressure",
+            ),
+        ),
         &mut events,
     );
     set_pressure(
         &mut conds,
         &now_t,
         "PIDPressure",
-        "KubeletHasSufficientPID",
-        "kubelet has sufficient PID available",
-        "NodeHasSufficientPID",
+        pressure.contains(&C::PidPressure),
+        (
+            (
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available",
+                "NodeHasInsufficientPID",
+            ),
+            (
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+                "NodeHasSufficientPID",
+            ),
+        ),
         &mut events,
     );
     let mut ready = if runtime_errors.is_empty() {
@@ -581,6 +629,7 @@ impl NodeStatusLoop {
             &host,
             version.as_ref(),
             &errors,
+            &self.health.pressure(),
             jiff::Timestamp::now(),
         );
         status.images = match self.health.images().await {

@@ -8,6 +8,7 @@ fn node_images_largest_first_bounded_with_at_most_five_names() {
         repo_tags: (0..tags).map(|i| format!("r/{id}:t{i}")).collect(),
         repo_digests: vec![format!("r/{id}@sha256:{id}")],
         size,
+        pinned: false,
     };
     let list = vec![
         img("a", 10, 1),
@@ -45,6 +46,7 @@ async fn ready_follows_the_runtime_conditions_with_upstream_messages() {
         pleg: Arc::default(),
         started_unix: crate::clock::unix_now(),
         shutdown,
+        pressure: Arc::default(),
     };
     assert!(health.errors().await.is_empty());
     rt.set_conditions(vec![
@@ -165,7 +167,7 @@ fn initial_node_has_default_and_configured_labels() {
 fn ready_status_and_transitions() {
     let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
     let rt = ("containerd".to_string(), "1.6.20".to_string());
-    let (s, ev) = compute_status(None, &cfg(), &host(), Some(&rt), &[], t0);
+    let (s, ev) = compute_status(None, &cfg(), &host(), Some(&rt), &[], &[], t0);
     let conds = s.conditions.clone().unwrap();
     let types: Vec<_> = conds.iter().map(|c| c.type_.as_str()).collect();
     assert_eq!(
@@ -221,6 +223,7 @@ fn ready_status_and_transitions() {
         &host(),
         None,
         &["container runtime is down".into()],
+        &[],
         t1,
     );
     let ready = s2
@@ -245,8 +248,28 @@ fn ready_status_and_transitions() {
         "containerd://1.6.20"
     );
     // Only heartbeats differ between two healthy evaluations: nothing to write.
-    let (s3, _) = compute_status(Some(&s), &cfg(), &host(), Some(&rt), &[], t1);
+    let (s3, _) = compute_status(Some(&s), &cfg(), &host(), Some(&rt), &[], &[], t1);
     assert_eq!(comparable(&s3), comparable(&s));
+    // The eviction manager reports memory pressure: True with upstream's reason and event.
+    let (s4, ev4) = compute_status(
+        Some(&s3),
+        &cfg(),
+        &host(),
+        Some(&rt),
+        &[],
+        &[crate::eviction::Condition::MemoryPressure],
+        t1,
+    );
+    let mem = &s4.conditions.as_ref().unwrap()[0];
+    assert_eq!(mem.type_, "MemoryPressure");
+    assert_eq!(mem.status, "True");
+    assert_eq!(mem.reason.as_deref(), Some("KubeletHasInsufficientMemory"));
+    assert_eq!(
+        mem.message.as_deref(),
+        Some("kubelet has insufficient memory available")
+    );
+    assert_eq!(mem.last_transition_time, Some(Time(t1)));
+    assert_eq!(ev4, vec![(EventType::Normal, "NodeHasInsufficientMemory")]);
 }
 
 #[test]

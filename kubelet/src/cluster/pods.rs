@@ -242,6 +242,8 @@ pub struct Admission {
     pub sysctls: crate::pod::sysctl::Allowlist,
     /// While the node shuts down every new pod is rejected.
     pub shutdown: Option<Arc<crate::shutdown::ShutdownState>>,
+    /// Under node pressure pods are rejected as upstream's eviction admission does.
+    pub pressure: Option<Arc<crate::eviction::PressureState>>,
 }
 
 impl Admission {
@@ -300,6 +302,12 @@ impl Admission {
                     reason: crate::shutdown::NOT_ADMITTED_REASON.into(),
                     message: crate::shutdown::NOT_ADMITTED_MESSAGE.into(),
                 })
+            } else if let Some((reason, message)) = self
+                .pressure
+                .as_ref()
+                .and_then(|s| crate::eviction::admit(s, p))
+            {
+                Some(Rejection { reason, message })
             } else if active >= max_pods as usize {
                 Some(Rejection {
                     reason: "OutOfpods".into(),
@@ -371,6 +379,7 @@ pub struct Dispatcher {
     /// Rejected pods that were deleted on the apiserver go here to be removed.
     pub terminated_tx: mpsc::UnboundedSender<Terminated>,
     pub shutdown: Arc<crate::shutdown::ShutdownState>,
+    pub pressure: Arc<crate::eviction::PressureState>,
 }
 
 impl Dispatcher {
@@ -379,6 +388,7 @@ impl Dispatcher {
         let mut admission = Admission {
             sysctls: self.sysctls.clone(),
             shutdown: Some(self.shutdown.clone()),
+            pressure: Some(self.pressure.clone()),
             ..Default::default()
         };
         let mut last: Option<HashMap<String, Pod>> = None;

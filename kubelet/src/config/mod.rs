@@ -2,9 +2,10 @@
 //! with. [`load`] is a pure function of the flags and the config file's text.
 
 mod auth;
+pub mod gc;
 pub mod limits;
-pub mod resources;
 pub mod network;
+pub mod resources;
 
 use crate::duration;
 use crate::flags::Flags;
@@ -352,6 +353,10 @@ pub struct Config {
     pub network: network::Settings,
     /// cpuCFSQuota, cpuCFSQuotaPeriod, podPidsLimit, memorySwap.swapBehavior.
     pub pod_limits: limits::PodLimits,
+    /// Image garbage collection, validated.
+    pub image_gc: gc::ImageGcPolicy,
+    /// Container garbage collection (deprecated flags only).
+    pub container_gc: gc::ContainerGcPolicy,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -586,6 +591,8 @@ pub fn merge(
         .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
     let resources = resources::parse(flags, &file)?;
     let pod_limits = limits::parse(flags, &file)?;
+    let image_gc = gc::image_policy(flags, &file)?;
+    let container_gc = gc::container_policy(flags)?;
     let max_pods = flags.max_pods.or(file.max_pods).unwrap_or(110);
     if max_pods < 0 {
         return Err(invalid(format!("maxPods: {max_pods} must not be negative")));
@@ -835,6 +842,8 @@ pub fn merge(
         )
         .map_err(invalid)?,
         pod_limits,
+        image_gc,
+        container_gc,
     })
 }
 

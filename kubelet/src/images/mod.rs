@@ -1,9 +1,10 @@
 //! Images for containers: the pull policy, pulls (one at a time with `serializeImagePulls`)
 //! and the per-image pull back-off, with upstream's events and waiting reasons; registry
-//! credentials ([`credentials`]: pull secrets and the node's docker config). Image garbage
-//! collection grows here.
+//! credentials ([`credentials`]: pull secrets and the node's docker config); image garbage
+//! collection ([`gc`]).
 
 pub mod credentials;
+pub mod gc;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -103,6 +103,10 @@ pub struct Families {
     /// the family carries no samples (HELP/TYPE only); the eviction manager creates each
     /// signal's counter at 0 when it arrives, as upstream's does.
     pub evictions: CounterVec,
+    /// Images removed by image GC, by `reason` (`age`, `space`).
+    pub image_garbage_collected: CounterVec,
+    /// Age of the stats an eviction decision was made on, by `eviction_signal`.
+    pub eviction_stats_age: HistogramVec,
     /// Unix times of the last graceful node shutdown's start and end (0: none yet / running).
     pub graceful_shutdown_start_time: Gauge,
     pub graceful_shutdown_end_time: Gauge,
@@ -191,6 +195,17 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| Families {
         "Cumulative number of pod evictions by eviction signal",
         &["eviction_signal"],
     ),
+    image_garbage_collected: counter_vec(
+        "kubelet_image_garbage_collected_total",
+        "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+        &["reason"],
+    ),
+    eviction_stats_age: histogram_vec(
+        "kubelet_eviction_stats_age_seconds",
+        "Time between when stats are collected, and when pod is evicted based on those stats by eviction signal",
+        DEF_BUCKETS.to_vec(),
+        &["eviction_signal"],
+    ),
     graceful_shutdown_start_time: gauge(
         "kubelet_graceful_shutdown_start_time_seconds",
         "Last graceful shutdown start time since unix epoch in seconds",
@@ -226,6 +241,8 @@ impl Families {
             Box::new(self.node_config_error.clone()),
             Box::new(self.node_startup_duration.clone()),
             Box::new(self.evictions.clone()),
+            Box::new(self.eviction_stats_age.clone()),
+            Box::new(self.image_garbage_collected.clone()),
             Box::new(self.graceful_shutdown_start_time.clone()),
             Box::new(self.graceful_shutdown_end_time.clone()),
         ]
@@ -245,6 +262,8 @@ impl Families {
             ),
             (Box::new(self.cgroup_manager_duration.clone()), "histogram"),
             (Box::new(self.evictions.clone()), "counter"),
+            (Box::new(self.eviction_stats_age.clone()), "histogram"),
+            (Box::new(self.image_garbage_collected.clone()), "counter"),
         ]
     }
 }

@@ -71,6 +71,8 @@ async fn every_family_is_listed_with_its_type_and_alpha_help() {
         ("kubelet_certificate_manager_server_ttl_seconds", "gauge"),
         ("kubelet_server_expiration_renew_errors", "counter"),
         ("kubelet_evictions", "counter"),
+        ("kubelet_eviction_stats_age_seconds", "histogram"),
+        ("kubelet_image_garbage_collected_total", "counter"),
         ("volume_manager_total_volumes", "gauge"),
         ("storage_operation_duration_seconds", "histogram"),
         ("storage_operation_errors_total", "counter"),

@@ -103,7 +103,7 @@ pub struct Plan {
     pub create_sandbox: Option<u32>,
     /// Containers to stop (ID, name) before starting replacements.
     pub kill: Vec<(String, String)>,
-    /// Dead instances to remove (older than the last two per name, or never started).
+    /// Instances to remove (created but never started).
     pub remove: Vec<String>,
     pub start: Vec<Start>,
     /// Waiting reasons for containers that are not started now.
@@ -152,15 +152,7 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
     let inits: Vec<&K8sContainer> = spec.init_containers.iter().flatten().collect();
     let mut p = Plan::default();
 
-    // Garbage: keep the newest two instances of each name.
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    for (_, c) in &obs.containers {
-        let n = seen.entry(c.name.as_str()).or_default();
-        *n += 1;
-        if *n > 2 && c.state == ContainerState::Exited {
-            p.remove.push(c.id.clone());
-        }
-    }
+    // Dead instances beyond the newest are container GC's (`maxPerPodContainer`), as upstream.
 
     let sandbox = obs.sandboxes.first();
     let ready = sandbox.filter(|s| s.state == SandboxState::Ready);

@@ -673,8 +673,23 @@ impl Runtime for CriRuntime {
                 repo_tags: i.repo_tags,
                 repo_digests: i.repo_digests,
                 size: i.size,
+                pinned: i.pinned,
             })
             .collect())
+    }
+
+    async fn remove_image(&self, image: &str) -> Result<()> {
+        self.image
+            .clone()
+            .remove_image(self.req(pb::RemoveImageRequest {
+                image: Some(pb::ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+            }))
+            .await
+            .map_err(|s| err("RemoveImage", s))?;
+        Ok(())
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {

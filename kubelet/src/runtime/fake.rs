@@ -561,8 +561,15 @@ impl Runtime for FakeRuntime {
                 repo_tags,
                 repo_digests: Vec::new(),
                 size: FAKE_IMAGE_SIZE,
+                pinned: false,
             })
             .collect())
+    }
+
+    async fn remove_image(&self, image: &str) -> Result<()> {
+        let mut s = self.enter("RemoveImage")?;
+        s.images.retain(|name, id| name != image && id != image);
+        Ok(())
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {

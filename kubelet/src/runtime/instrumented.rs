@@ -44,6 +44,10 @@ impl Runtime for Instrumented {
         record("list_images", self.inner.list_images()).await
     }
 
+    async fn remove_image(&self, image: &str) -> Result<()> {
+        record("remove_image", self.inner.remove_image(image)).await
+    }
+
     async fn version(&self) -> Result<VersionInfo> {
         record("version", self.inner.version()).await
     }

@@ -5,6 +5,7 @@
 pub mod cri;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
+pub mod gc;
 pub mod instrumented;
 pub mod raw;
 pub mod stats;
@@ -373,6 +374,8 @@ pub struct ImageSummary {
     pub repo_tags: Vec<String>,
     pub repo_digests: Vec<String>,
     pub size: u64,
+    /// CRI `pinned`: never garbage collected (the sandbox image).
+    pub pinned: bool,
 }
 
 /// The user `image` runs as, as upstream's getImageUser reads it: the image's UID, else its
@@ -450,6 +453,8 @@ pub trait Runtime: Send + Sync + 'static {
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>>;
     /// Every image in the runtime's store (CRI ListImages).
     async fn list_images(&self) -> Result<Vec<ImageSummary>>;
+    /// Removes an image by ID or reference (CRI RemoveImage; absent is no error).
+    async fn remove_image(&self, image: &str) -> Result<()>;
     /// Pulls `image`, with `auth` when the registry needs credentials.
     async fn pull_image(
         &self,

@@ -1,6 +1,6 @@
 //! The KubeletConfiguration fields and what each does here.
 
-use super::{NO_CM, NO_EVICTION, NO_GC, NO_QOS_RESERVED, s};
+use super::{NO_CM, NO_QOS_RESERVED, s};
 use proxy::settings::Setting;
 use proxy::settings::Status::*;
 
@@ -204,15 +204,30 @@ pub const FIELDS: &[Setting] = &[
         &[],
         "Lease duration.",
     ),
-    s("imageMinimumGCAge", NotImplemented, &["2m", "0s"], NO_GC),
-    s("imageMaximumGCAge", NotImplemented, &["0s"], NO_GC),
+    s(
+        "imageMinimumGCAge",
+        Implemented,
+        &[],
+        "Images younger than this are kept.",
+    ),
+    s(
+        "imageMaximumGCAge",
+        Implemented,
+        &[],
+        "Images unused this long are removed (0: never).",
+    ),
     s(
         "imageGCHighThresholdPercent",
-        NotImplemented,
-        &["85"],
-        NO_GC,
+        Implemented,
+        &[],
+        "Image GC starts above this imagefs use (100: off).",
     ),
-    s("imageGCLowThresholdPercent", NotImplemented, &["80"], NO_GC),
+    s(
+        "imageGCLowThresholdPercent",
+        Implemented,
+        &[],
+        "Image GC frees down to this imagefs use.",
+    ),
     s(
         "volumeStatsAggPeriod",
         NotImplemented,
@@ -334,27 +349,47 @@ pub const FIELDS: &[Setting] = &[
         &["1"],
         "image pulls are always serialized.",
     ),
-    s("evictionHard", NotImplemented, &[], NO_EVICTION),
-    s("evictionSoft", NotImplemented, &[], NO_EVICTION),
-    s("evictionSoftGracePeriod", NotImplemented, &[], NO_EVICTION),
+    s(
+        "evictionHard",
+        Implemented,
+        &[],
+        "Hard eviction thresholds (upstream's defaults when unset).",
+    ),
+    s(
+        "evictionSoft",
+        Implemented,
+        &[],
+        "Soft eviction thresholds.",
+    ),
+    s(
+        "evictionSoftGracePeriod",
+        Implemented,
+        &[],
+        "Grace period of each soft threshold.",
+    ),
     s(
         "evictionPressureTransitionPeriod",
-        NotImplemented,
-        &["5m", "0s"],
-        NO_EVICTION,
+        Implemented,
+        &[],
+        "How long a pressure condition outlives its threshold.",
     ),
     s(
         "evictionMaxPodGracePeriod",
-        NotImplemented,
-        &["0"],
-        NO_EVICTION,
+        Implemented,
+        &[],
+        "Grace period of soft evictions.",
     ),
-    s("evictionMinimumReclaim", NotImplemented, &[], NO_EVICTION),
+    s(
+        "evictionMinimumReclaim",
+        Implemented,
+        &[],
+        "What an eviction must reclaim beyond a threshold.",
+    ),
     s(
         "mergeDefaultEvictionSettings",
-        NotImplemented,
-        &["false"],
-        NO_EVICTION,
+        Implemented,
+        &[],
+        "Unset eviction signals take upstream's defaults.",
     ),
     s(
         "podsPerCore",
@@ -504,7 +539,7 @@ pub const FIELDS: &[Setting] = &[
         "kernelMemcgNotification",
         NotImplemented,
         &["false"],
-        NO_EVICTION,
+        "memory pressure is seen by polling every 10 s, not by memcg threshold notifications.",
     ),
     s(
         "logging.format",

@@ -1,6 +1,6 @@
 //! The kubelet's flags and what each does here.
 
-use super::{NO_EVICTION, NO_GC, s};
+use super::s;
 use proxy::settings::Setting;
 use proxy::settings::Status::*;
 
@@ -226,37 +226,47 @@ pub const FLAGS: &[Setting] = &[
         &[],
         "feature gates are not read.",
     ),
-    s("--eviction-hard", NotImplemented, &[], NO_EVICTION),
-    s("--eviction-soft", NotImplemented, &[], NO_EVICTION),
+    s(
+        "--eviction-hard",
+        Implemented,
+        &[],
+        "Hard eviction thresholds (upstream's defaults when unset).",
+    ),
+    s(
+        "--eviction-soft",
+        Implemented,
+        &[],
+        "Soft eviction thresholds.",
+    ),
     s(
         "--eviction-soft-grace-period",
-        NotImplemented,
+        Implemented,
         &[],
-        NO_EVICTION,
+        "Grace period of each soft threshold.",
     ),
     s(
         "--eviction-minimum-reclaim",
-        NotImplemented,
+        Implemented,
         &[],
-        NO_EVICTION,
+        "What an eviction must reclaim beyond a threshold.",
     ),
     s(
         "--eviction-pressure-transition-period",
-        NotImplemented,
-        &["5m0s", "5m"],
-        NO_EVICTION,
+        Implemented,
+        &[],
+        "How long a pressure condition outlives its threshold.",
     ),
     s(
         "--eviction-max-pod-grace-period",
-        NotImplemented,
-        &["0"],
-        NO_EVICTION,
+        Implemented,
+        &[],
+        "Grace period of soft evictions.",
     ),
     s(
         "--merge-default-eviction-settings",
-        NotImplemented,
-        &["false"],
-        NO_EVICTION,
+        Implemented,
+        &[],
+        "Unset eviction signals take upstream's defaults.",
     ),
     s(
         "--reserved-cpus",
@@ -312,8 +322,42 @@ pub const FLAGS: &[Setting] = &[
         &["/usr/libexec/kubernetes/kubelet-plugins/volume/exec/"],
         "FlexVolume plugins are not supported.",
     ),
-    s("--image-gc-high-threshold", NotImplemented, &["85"], NO_GC),
-    s("--image-gc-low-threshold", NotImplemented, &["80"], NO_GC),
+    s(
+        "--image-gc-high-threshold",
+        Implemented,
+        &[],
+        "Image GC starts above this imagefs use (100: off).",
+    ),
+    s(
+        "--image-gc-low-threshold",
+        Implemented,
+        &[],
+        "Image GC frees down to this imagefs use.",
+    ),
+    s(
+        "--minimum-image-ttl-duration",
+        Implemented,
+        &[],
+        "Deprecated upstream (imageMinimumGCAge): images younger than this are kept.",
+    ),
+    s(
+        "--minimum-container-ttl-duration",
+        Implemented,
+        &[],
+        "Deprecated upstream: dead containers younger than this are kept.",
+    ),
+    s(
+        "--maximum-dead-containers-per-container",
+        Implemented,
+        &[],
+        "Deprecated upstream: dead containers kept per pod container (1).",
+    ),
+    s(
+        "--maximum-dead-containers",
+        Implemented,
+        &[],
+        "Deprecated upstream: dead containers kept on the node (-1: no limit).",
+    ),
     s(
         "--image-credential-provider-config",
         NotImplemented,

@@ -78,6 +78,9 @@ fn fake_sync_loop(pods: Vec<Pod>, stop_takes: Duration) -> (mpsc::Sender<Control
                 Control::ActivePods(reply) => {
                     let _ = reply.send(pods.clone());
                 }
+                Control::KnownPods(reply) => {
+                    let _ = reply.send(None);
+                }
                 Control::Stop {
                     uid,
                     stopped,

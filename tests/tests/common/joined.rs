@@ -59,7 +59,7 @@ clusterDomain: cluster.local
 containerRuntimeEndpoint: ""
 cpuManagerReconcilePeriod: 0s
 evictionPressureTransitionPeriod: 0s
-fileCheckFrequency: 0s
+{eviction}fileCheckFrequency: 0s
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 httpCheckFrequency: 0s
@@ -93,6 +93,7 @@ cgroupRoot: {cgroot}
                     n.p("etc/kubernetes/pki/ca.crt").display()
                 )
             },
+            eviction = super::TEST_EVICTION_HARD,
             manifests = n.p("etc/kubernetes/manifests").display(),
             logs = n.p("var/log/pods").display(),
             cgroot = rig.get("RIG_CGROUP_ROOT"),

@@ -153,6 +153,11 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// Upstream's default disk thresholds (nodefs 10 %, imagefs 15 % available) put a shared
+/// build machine's disk under DiskPressure, which rejects every new pod: test nodes turn the
+/// disk signals off as kind's nodes do, and keep upstream's memory threshold.
+pub const TEST_EVICTION_HARD: &str = "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: \"0%\"\n  nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n";
+
 /// Our kubelet running in standalone mode inside a rig.
 pub struct Agent {
     pub dir: tempfile::TempDir,
@@ -208,10 +213,15 @@ impl Agent {
         // defaults (webhook authentication and authorization) refuse to start without a client.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\npodLogsDir: {}\ncgroupRoot: {}\nfileCheckFrequency: 20s\n\
-             authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n{}",
+             authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n{}{}",
             d.join("manifests").display(),
             d.join("logs").display(),
             self.cgroup_root,
+            if self.extra_config.contains("evictionHard:") {
+                ""
+            } else {
+                TEST_EVICTION_HARD
+            },
             self.extra_config
         );
         std::fs::write(d.join("config.yaml"), config).unwrap();

@@ -19,6 +19,7 @@ mod defaults;
 mod delete;
 mod list;
 mod namespaces;
+mod node_taints;
 mod tokens;
 mod watch;
 mod write;

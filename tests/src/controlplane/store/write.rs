@@ -208,6 +208,9 @@ impl Store {
                 if let Some(o) = meta(&existing, "ownerReferences") {
                     meta_mut(&mut r).insert("ownerReferences".into(), o.clone());
                 }
+                if res.group.is_empty() && res.plural == "nodes" {
+                    super::node_taints::taint_by_condition(&mut r);
+                }
                 if res.approval {
                     // The CSR status endpoint may set the certificate; conditions too.
                 }

@@ -1,0 +1,584 @@
+use super::rank::{self, Ranking};
+use super::signals::{self, Observation, Observations};
+use super::tracker::{Condition, Tracker};
+use super::*;
+use crate::config::resources::{Amount, Signal, Threshold};
+use crate::stats::summary::*;
+use std::sync::Mutex;
+
+const MI: i128 = 1024 * 1024;
+
+fn threshold(signal: Signal, value: Amount, grace: u64) -> Threshold {
+    Threshold {
+        signal,
+        value,
+        grace_period: Duration::from_secs(grace),
+        min_reclaim: None,
+    }
+}
+
+fn cfg(thresholds: Vec<Threshold>) -> Eviction {
+    Eviction {
+        thresholds,
+        pressure_transition_period: Duration::from_secs(300),
+        max_pod_grace_period: 0,
+    }
+}
+
+fn mem_obs(available: i128, time: i64) -> Observations {
+    let mut o = Observations::new();
+    o.insert(
+        Signal::MemoryAvailable,
+        Observation {
+            available,
+            capacity: 1024 * MI,
+            time,
+        },
+    );
+    o
+}
+
+#[test]
+fn hard_threshold_acts_at_once_and_condition_outlives_it_by_the_transition_period() {
+    let mut t = Tracker::new(cfg(vec![threshold(
+        Signal::MemoryAvailable,
+        Amount::Quantity(100 * MI),
+        0,
+    )]));
+    let t0 = Instant::now();
+    let p = t.observe(&mem_obs(50 * MI, 1), t0);
+    assert_eq!(p.conditions, vec![Condition::MemoryPressure]);
+    assert_eq!(p.to_act.len(), 1);
+    // Stats not refreshed since: nothing to act on, the condition stays.
+    let p = t.observe(&mem_obs(50 * MI, 1), t0 + Duration::from_secs(10));
+    assert!(p.to_act.is_empty());
+    assert_eq!(p.conditions, vec![Condition::MemoryPressure]);
+    // Resolved: the condition holds for the transition period, then goes.
+    let p = t.observe(&mem_obs(500 * MI, 2), t0 + Duration::from_secs(20));
+    assert!(p.to_act.is_empty());
+    assert_eq!(p.conditions, vec![Condition::MemoryPressure]);
+    let p = t.observe(&mem_obs(500 * MI, 3), t0 + Duration::from_secs(309));
+    assert_eq!(p.conditions, vec![Condition::MemoryPressure]);
+    let p = t.observe(&mem_obs(500 * MI, 4), t0 + Duration::from_secs(311));
+    assert!(p.conditions.is_empty());
+}
+
+#[test]
+fn soft_threshold_waits_for_its_grace_period_but_reports_pressure_at_once() {
+    let mut t = Tracker::new(cfg(vec![threshold(
+        Signal::MemoryAvailable,
+        Amount::Quantity(100 * MI),
+        30,
+    )]));
+    let t0 = Instant::now();
+    let p = t.observe(&mem_obs(50 * MI, 1), t0);
+    assert_eq!(p.conditions, vec![Condition::MemoryPressure]);
+    assert!(p.to_act.is_empty());
+    let p = t.observe(&mem_obs(50 * MI, 2), t0 + Duration::from_secs(20));
+    assert!(p.to_act.is_empty());
+    let p = t.observe(&mem_obs(50 * MI, 3), t0 + Duration::from_secs(30));
+    assert_eq!(p.to_act.len(), 1);
+    // Recovered in between: the grace period starts again.
+    let p = t.observe(&mem_obs(500 * MI, 4), t0 + Duration::from_secs(40));
+    assert!(p.to_act.is_empty());
+    let p = t.observe(&mem_obs(50 * MI, 5), t0 + Duration::from_secs(50));
+    assert!(p.to_act.is_empty());
+}
+
+#[test]
+fn min_reclaim_keeps_a_threshold_met_until_it_is_reclaimed() {
+    let mut th = threshold(Signal::MemoryAvailable, Amount::Quantity(100 * MI), 0);
+    th.min_reclaim = Some(Amount::Quantity(50 * MI));
+    let mut t = Tracker::new(cfg(vec![th]));
+    let t0 = Instant::now();
+    assert_eq!(t.observe(&mem_obs(90 * MI, 1), t0).to_act.len(), 1);
+    // 120Mi is above the threshold but below threshold + min reclaim (150Mi).
+    assert_eq!(
+        t.observe(&mem_obs(120 * MI, 2), t0 + Duration::from_secs(10))
+            .to_act
+            .len(),
+        1
+    );
+    assert!(
+        t.observe(&mem_obs(160 * MI, 3), t0 + Duration::from_secs(20))
+            .to_act
+            .is_empty()
+    );
+}
+
+#[test]
+fn percentage_thresholds_scale_with_capacity_and_disk_signals_raise_disk_pressure() {
+    let mut t = Tracker::new(cfg(vec![threshold(
+        Signal::NodeFsAvailable,
+        Amount::Fraction(0.1),
+        0,
+    )]));
+    let mut o = Observations::new();
+    o.insert(
+        Signal::NodeFsAvailable,
+        Observation {
+            available: 99,
+            capacity: 1000,
+            time: 1,
+        },
+    );
+    let p = t.observe(&o, Instant::now());
+    assert_eq!(p.conditions, vec![Condition::DiskPressure]);
+    o.get_mut(&Signal::NodeFsAvailable).unwrap().available = 100;
+    o.get_mut(&Signal::NodeFsAvailable).unwrap().time = 2;
+    assert!(t.observe(&o, Instant::now()).to_act.is_empty());
+}
+
+fn pod(name: &str, priority: i32, mem_request: Option<&str>, extra: serde_json::Value) -> Pod {
+    let mut c = serde_json::json!({"name": "c", "image": "i"});
+    if let Some(r) = mem_request {
+        c["resources"] = serde_json::json!({"requests": {"memory": r}});
+    }
+    let mut spec = serde_json::json!({"containers": [c], "priority": priority});
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        spec[k] = v;
+    }
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn fs(used: u64) -> FsStats {
+    FsStats {
+        used_bytes: Some(used),
+        inodes_used: Some(used / 100),
+        ..Default::default()
+    }
+}
+
+fn stats(name: &str, mem: u64, rootfs: u64) -> PodStats {
+    PodStats {
+        pod_ref: PodReference {
+            name: name.into(),
+            namespace: "default".into(),
+            uid: format!("uid-{name}"),
+        },
+        containers: vec![ContainerStats {
+            name: "c".into(),
+            memory: Some(MemoryStats {
+                working_set_bytes: Some(mem),
+                ..Default::default()
+            }),
+            rootfs: Some(fs(rootfs)),
+            logs: Some(fs(0)),
+            ..Default::default()
+        }],
+        process_stats: Some(ProcessStats {
+            process_count: Some(mem / (1 << 20)),
+        }),
+        ..Default::default()
+    }
+}
+
+fn names(v: &[(Pod, Option<PodStats>)]) -> Vec<String> {
+    v.iter()
+        .map(|(p, _)| p.metadata.name.clone().unwrap())
+        .collect()
+}
+
+#[test]
+fn memory_ranking_is_exceeds_requests_then_priority_then_usage_above_requests() {
+    const M: u64 = 1 << 20;
+    let mut pods = vec![
+        // Within its request: last whatever its priority.
+        (
+            pod("within", -10, Some("500Mi"), serde_json::json!({})),
+            Some(stats("within", 400 * M, 0)),
+        ),
+        // Over its request, high priority.
+        (
+            pod("over-high", 100, Some("10Mi"), serde_json::json!({})),
+            Some(stats("over-high", 300 * M, 0)),
+        ),
+        // Over (no request), low priority, small.
+        (
+            pod("over-low-small", 0, None, serde_json::json!({})),
+            Some(stats("over-low-small", 20 * M, 0)),
+        ),
+        // Over, low priority, big.
+        (
+            pod("over-low-big", 0, None, serde_json::json!({})),
+            Some(stats("over-low-big", 200 * M, 0)),
+        ),
+        // No stats at all: first.
+        (pod("unknown", 1000, None, serde_json::json!({})), None),
+    ];
+    rank::rank(&mut pods, Ranking::Memory);
+    assert_eq!(
+        names(&pods),
+        [
+            "unknown",
+            "over-low-big",
+            "over-low-small",
+            "over-high",
+            "within"
+        ]
+    );
+}
+
+#[test]
+fn pid_ranking_is_priority_then_process_count() {
+    const M: u64 = 1 << 20;
+    let mut pods = vec![
+        (
+            pod("a", 10, None, serde_json::json!({})),
+            Some(stats("a", 500 * M, 0)),
+        ),
+        (
+            pod("b", 0, None, serde_json::json!({})),
+            Some(stats("b", 5 * M, 0)),
+        ),
+        (
+            pod("c", 0, None, serde_json::json!({})),
+            Some(stats("c", 50 * M, 0)),
+        ),
+    ];
+    rank::rank(&mut pods, Ranking::Pids);
+    assert_eq!(names(&pods), ["c", "b", "a"]);
+}
+
+#[test]
+fn disk_ranking_uses_writable_layers_logs_and_local_volumes() {
+    let mut pods = vec![
+        (
+            pod("small", 0, None, serde_json::json!({})),
+            Some(stats("small", 0, 10)),
+        ),
+        (
+            pod("big", 0, None, serde_json::json!({})),
+            Some(stats("big", 0, 1000)),
+        ),
+    ];
+    rank::rank(
+        &mut pods,
+        Ranking::for_signal(Signal::NodeFsAvailable, false),
+    );
+    assert_eq!(names(&pods), ["big", "small"]);
+    // With a dedicated image fs, nodefs ignores writable layers: both use 0, the order stays.
+    rank::rank(
+        &mut pods,
+        Ranking::for_signal(Signal::NodeFsAvailable, true),
+    );
+    assert_eq!(names(&pods), ["big", "small"]);
+    let mut pods = vec![pods.pop().unwrap(), pods.pop().unwrap()];
+    rank::rank(
+        &mut pods,
+        Ranking::for_signal(Signal::ImageFsAvailable, true),
+    );
+    assert_eq!(names(&pods), ["big", "small"]);
+}
+
+#[test]
+fn memory_eviction_message_is_upstreams() {
+    let p = pod("p", 0, None, serde_json::json!({}));
+    let s = stats("p", 80 << 20, 0);
+    let th = [threshold(
+        Signal::MemoryAvailable,
+        Amount::Quantity(100 * MI),
+        0,
+    )];
+    let (msg, ann) =
+        rank::eviction_message(Resource::Memory, &p, Some(&s), &th, &mem_obs(50 * MI, 1));
+    assert_eq!(
+        msg,
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. Container c was using 80Mi, request is 0, has larger consumption of memory. "
+    );
+    assert!(ann.contains(&("offending_containers".into(), "c".into())));
+    assert!(ann.contains(&("starved_resource".into(), "memory".into())));
+    assert_eq!(rank::binary_si(1536 * 1024), "1536Ki");
+    assert_eq!(rank::decimal_si(5000), "5k");
+}
+
+#[test]
+fn local_storage_limits_as_upstream() {
+    let p = pod(
+        "p",
+        0,
+        None,
+        serde_json::json!({"volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]}),
+    );
+    let mut s = stats("p", 0, 0);
+    s.volume.push(VolumeStats {
+        fs: fs(2 << 20),
+        name: "scratch".into(),
+    });
+    let v = rank::storage_violation(&p, &s, false).unwrap();
+    assert_eq!(
+        v.message,
+        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+    );
+    assert_eq!(v.signal, "emptydirfs.limit");
+    s.volume[0].fs.used_bytes = Some(1 << 20);
+    assert_eq!(rank::storage_violation(&p, &s, false), None);
+
+    let mut p: Pod = pod("q", 0, None, serde_json::json!({}));
+    p.spec.as_mut().unwrap().containers[0].resources = Some(
+        serde_json::from_value(serde_json::json!({"limits": {"ephemeral-storage": "1Mi"}}))
+            .unwrap(),
+    );
+    let s = stats("q", 0, 3 << 20);
+    let v = rank::storage_violation(&p, &s, false).unwrap();
+    assert_eq!(
+        v.message,
+        "Container c exceeded its local ephemeral storage limit \"1Mi\". "
+    );
+    // A dedicated image fs holds the writable layer: only logs count then.
+    assert_eq!(rank::storage_violation(&p, &s, true), None);
+    let mut s = stats("q", 0, 0);
+    s.ephemeral_storage = Some(fs(5 << 20));
+    let v = rank::storage_violation(&p, &s, true).unwrap();
+    assert_eq!(
+        v.message,
+        "Pod ephemeral local storage usage exceeds the total limit of containers 1Mi. "
+    );
+}
+
+#[test]
+fn admission_under_pressure() {
+    let state = PressureState::default();
+    let best_effort = pod("be", 0, None, serde_json::json!({}));
+    let burstable = pod("bu", 0, Some("10Mi"), serde_json::json!({}));
+    let tolerant = pod(
+        "t",
+        0,
+        None,
+        serde_json::json!({"tolerations": [{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}]}),
+    );
+    let critical = pod("crit", 2_000_000_000, None, serde_json::json!({}));
+    assert_eq!(admit(&state, &best_effort), None);
+    state.set(vec![Condition::MemoryPressure]);
+    assert_eq!(
+        admit(&state, &best_effort),
+        Some((
+            "Evicted".into(),
+            "The node had condition: [MemoryPressure]. ".into()
+        ))
+    );
+    assert_eq!(admit(&state, &burstable), None);
+    assert_eq!(admit(&state, &tolerant), None);
+    state.set(vec![Condition::MemoryPressure, Condition::DiskPressure]);
+    assert_eq!(
+        admit(&state, &burstable).unwrap().1,
+        "The node had condition: [MemoryPressure DiskPressure]. "
+    );
+    assert_eq!(admit(&state, &critical), None);
+}
+
+#[test]
+fn observations_from_a_summary() {
+    let mut s = Summary::default();
+    s.node.memory = Some(MemoryStats {
+        available_bytes: Some(300),
+        working_set_bytes: Some(700),
+        ..Default::default()
+    });
+    s.node.rlimit = Some(RlimitStats {
+        time: StatTime(5),
+        maxpid: Some(1000),
+        curproc: Some(400),
+    });
+    s.pods.push(stats("p", 100, 0));
+    let o = signals::observe(&s, Some(500));
+    assert_eq!(o[&Signal::MemoryAvailable].available, 300);
+    assert_eq!(o[&Signal::MemoryAvailable].capacity, 1000);
+    assert_eq!(o[&Signal::AllocatableMemoryAvailable].available, 400);
+    assert_eq!(o[&Signal::PidAvailable].available, 600);
+    assert!(!o.contains_key(&Signal::NodeFsAvailable));
+}
+
+/// Fakes for a whole pass.
+struct FakeStats(Mutex<Vec<Summary>>);
+
+#[async_trait::async_trait]
+impl StatsSource for FakeStats {
+    async fn summary(&self, _fresh: bool) -> Result<Arc<Summary>, EvictionError> {
+        let mut v = self.0.lock().unwrap();
+        let s = if v.len() > 1 {
+            v.remove(0)
+        } else {
+            v[0].clone()
+        };
+        Ok(Arc::new(s))
+    }
+}
+
+#[derive(Default)]
+struct FakePods {
+    pods: Vec<Pod>,
+    evicted: Mutex<Vec<(String, Stopped, Duration)>>,
+}
+
+#[async_trait::async_trait]
+impl PodKiller for FakePods {
+    async fn active_pods(&self) -> Vec<Pod> {
+        self.pods.clone()
+    }
+    async fn evict(&self, pod: &Pod, stopped: Stopped, grace: Duration) -> bool {
+        self.evicted
+            .lock()
+            .unwrap()
+            .push((pod.metadata.name.clone().unwrap(), stopped, grace));
+        true
+    }
+}
+
+#[derive(Default)]
+struct FakeReclaim(Mutex<Vec<&'static str>>);
+
+#[async_trait::async_trait]
+impl NodeReclaim for FakeReclaim {
+    async fn delete_all_unused_containers(&self) -> Result<(), EvictionError> {
+        self.0.lock().unwrap().push("containers");
+        Ok(())
+    }
+    async fn delete_unused_images(&self) -> Result<(), EvictionError> {
+        self.0.lock().unwrap().push("images");
+        Ok(())
+    }
+}
+
+fn summary(mem_available: u64, fs_available: u64, pods: Vec<PodStats>) -> Summary {
+    let mut s = Summary::default();
+    s.node.memory = Some(MemoryStats {
+        time: StatTime(crate::clock::unix_now_ns()),
+        available_bytes: Some(mem_available),
+        working_set_bytes: Some((1 << 30) - mem_available),
+        ..Default::default()
+    });
+    s.node.fs = Some(FsStats {
+        time: StatTime(crate::clock::unix_now_ns()),
+        available_bytes: Some(fs_available),
+        capacity_bytes: Some(1000),
+        ..Default::default()
+    });
+    s.pods = pods;
+    s
+}
+
+fn manager(
+    summaries: Vec<Summary>,
+    pods: Vec<Pod>,
+    thresholds: Vec<Threshold>,
+) -> (Manager, Arc<FakePods>, Arc<FakeReclaim>, Arc<PressureState>) {
+    let killer = Arc::new(FakePods {
+        pods,
+        ..Default::default()
+    });
+    let reclaim = Arc::new(FakeReclaim::default());
+    let state = Arc::new(PressureState::default());
+    let m = Manager::new(
+        cfg(thresholds),
+        Parts {
+            stats: Arc::new(FakeStats(Mutex::new(summaries))),
+            pods: killer.clone(),
+            reclaim: reclaim.clone(),
+            events: Arc::new(crate::events::FakeRecorder::default()),
+            state: state.clone(),
+            node_name: "n".into(),
+            allocatable_memory: None,
+        },
+    );
+    (m, killer, reclaim, state)
+}
+
+#[tokio::test]
+async fn memory_pressure_evicts_one_pod_the_ranking_picks_with_a_one_second_grace() {
+    const M: u64 = 1 << 20;
+    let pods = vec![
+        pod("small", 0, None, serde_json::json!({})),
+        pod("big", 0, None, serde_json::json!({})),
+    ];
+    let s = summary(
+        50 * M,
+        900,
+        vec![stats("small", 10 * M, 0), stats("big", 80 * M, 0)],
+    );
+    let (mut m, killer, reclaim, state) = manager(
+        vec![s],
+        pods,
+        vec![threshold(
+            Signal::MemoryAvailable,
+            Amount::Quantity(100 * MI),
+            0,
+        )],
+    );
+    let out = m.synchronize(Instant::now()).await.unwrap();
+    assert_eq!(out.evicted, vec!["uid-big".to_string()]);
+    assert_eq!(state.conditions(), vec![Condition::MemoryPressure]);
+    assert!(
+        reclaim.0.lock().unwrap().is_empty(),
+        "no node-level reclaim for memory"
+    );
+    let ev = killer.evicted.lock().unwrap();
+    assert_eq!(ev.len(), 1);
+    let (name, stopped, grace) = &ev[0];
+    assert_eq!(name, "big");
+    assert_eq!(stopped.reason, "Evicted");
+    assert!(stopped.disruption);
+    assert!(stopped.message.starts_with(
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. Container c was using 80Mi"
+    ));
+    assert_eq!(*grace, Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn disk_pressure_reclaims_node_resources_first_and_evicts_nothing_when_that_suffices() {
+    let pods = vec![pod("p", 0, None, serde_json::json!({}))];
+    let before = summary(1 << 30, 50, vec![stats("p", 0, 100)]);
+    let after = summary(1 << 30, 500, vec![stats("p", 0, 100)]);
+    let (mut m, killer, reclaim, state) = manager(
+        vec![before, after],
+        pods,
+        vec![threshold(Signal::NodeFsAvailable, Amount::Fraction(0.1), 0)],
+    );
+    let out = m.synchronize(Instant::now()).await.unwrap();
+    assert!(out.reclaimed);
+    assert!(out.evicted.is_empty());
+    assert_eq!(*reclaim.0.lock().unwrap(), vec!["containers", "images"]);
+    assert!(killer.evicted.lock().unwrap().is_empty());
+    assert_eq!(state.conditions(), vec![Condition::DiskPressure]);
+}
+
+#[tokio::test]
+async fn emptydir_over_its_size_limit_is_evicted_without_node_pressure_but_critical_pods_never() {
+    let spec =
+        serde_json::json!({"volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]});
+    let mut critical = pod("crit", 0, None, spec.clone());
+    critical.metadata.annotations = Some(
+        [(
+            crate::pod::ANN_CONFIG_SOURCE.to_string(),
+            "file".to_string(),
+        )]
+        .into(),
+    );
+    let pods = vec![pod("p", 0, None, spec), critical];
+    let mut sp = stats("p", 0, 0);
+    sp.volume.push(VolumeStats {
+        fs: fs(2 << 20),
+        name: "scratch".into(),
+    });
+    let mut sc = stats("crit", 0, 0);
+    sc.volume.push(VolumeStats {
+        fs: fs(2 << 20),
+        name: "scratch".into(),
+    });
+    let (mut m, killer, _, state) =
+        manager(vec![summary(1 << 30, 900, vec![sp, sc])], pods, vec![]);
+    let out = m.synchronize(Instant::now()).await.unwrap();
+    assert_eq!(out.evicted, vec!["uid-p".to_string()]);
+    assert!(state.conditions().is_empty());
+    let ev = killer.evicted.lock().unwrap();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(
+        ev[0].1.message,
+        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+    );
+    assert!(!ev[0].1.disruption);
+}

@@ -1,0 +1,126 @@
+//! Starts the eviction manager, image GC and container GC on the real edges: the stats
+//! provider, the sync loop's control channel and the CRI runtime.
+
+use super::{
+    EvictionError, Manager, NodeReclaim, Parts, PressureState, ProviderStats, SyncLoopKiller,
+};
+use crate::config::Config;
+use crate::config::resources::{Amount, Signal};
+use crate::events::EventRecorder;
+use crate::images::gc::ImageGc;
+use crate::runtime::Runtime;
+use crate::runtime::gc::{ContainerGc, PodsKnown};
+use crate::sync_loop::Control;
+use std::collections::HashSet;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// The sync loop as container GC's view of which pods exist.
+pub struct SyncLoopPods(pub mpsc::Sender<Control>);
+
+#[async_trait::async_trait]
+impl PodsKnown for SyncLoopPods {
+    async fn known_pods(&self) -> Option<HashSet<String>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.0.send(Control::KnownPods(tx)).await.ok()?;
+        rx.await.ok().flatten()
+    }
+}
+
+/// Container GC then image GC, for the eviction manager.
+pub struct Reclaimers {
+    pub containers: Arc<ContainerGc>,
+    pub images: Arc<ImageGc>,
+}
+
+#[async_trait::async_trait]
+impl NodeReclaim for Reclaimers {
+    async fn delete_all_unused_containers(&self) -> Result<(), EvictionError> {
+        self.containers
+            .collect()
+            .await
+            .map(|_| ())
+            .map_err(|e| EvictionError::Reclaim(e.to_string()))
+    }
+
+    async fn delete_unused_images(&self) -> Result<(), EvictionError> {
+        self.images
+            .delete_unused_images()
+            .await
+            .map(|_| ())
+            .map_err(|e| EvictionError::Reclaim(e.to_string()))
+    }
+}
+
+/// The node's allocatable memory: capacity less kube and system reservations and the hard
+/// memory.available threshold (what upstream's `pods` cgroup is limited to).
+pub fn allocatable_memory(cfg: &Config, capacity: i64) -> i128 {
+    let r = &cfg.resources;
+    let hard = r
+        .eviction
+        .thresholds
+        .iter()
+        .find(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
+        .map_or(0, |t| match t.value {
+            Amount::Quantity(q) => q,
+            Amount::Fraction(f) => (f64::from(f) * capacity as f64) as i128,
+        });
+    (i128::from(capacity)
+        - i128::from(r.kube_reserved.memory_bytes)
+        - i128::from(r.system_reserved.memory_bytes)
+        - hard)
+        .max(0)
+}
+
+/// Spawns the three loops onto `tasks`.
+#[allow(clippy::too_many_arguments)]
+pub fn spawn(
+    cfg: &Config,
+    runtime: Arc<dyn Runtime>,
+    stats: Arc<crate::stats::Provider>,
+    control: mpsc::Sender<Control>,
+    events: Arc<dyn EventRecorder>,
+    state: Arc<PressureState>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) {
+    let containers = Arc::new(ContainerGc {
+        runtime: runtime.clone(),
+        pods: Arc::new(SyncLoopPods(control.clone())),
+        policy: cfg.container_gc.clone(),
+        pod_logs_dir: cfg.pod_logs_dir.clone(),
+    });
+    let images = Arc::new(ImageGc::new(
+        runtime,
+        stats.clone(),
+        cfg.image_gc.clone(),
+        events.clone(),
+        cfg.node_name.clone(),
+        Some(
+            cfg.pod_infra_container_image
+                .clone()
+                .unwrap_or_else(|| crate::images::gc::DEFAULT_SANDBOX_IMAGE.to_string()),
+        ),
+    ));
+    tasks.spawn(containers.clone().run(cancel.clone()));
+    tasks.spawn(images.clone().run(cancel.clone()));
+    let allocatable = cfg
+        .resources
+        .enforces("pods")
+        .then(|| allocatable_memory(cfg, crate::host::memory_capacity()));
+    let manager = Manager::new(
+        cfg.resources.eviction.clone(),
+        Parts {
+            stats: Arc::new(ProviderStats(stats)),
+            pods: Arc::new(SyncLoopKiller(control)),
+            reclaim: Arc::new(Reclaimers { containers, images }),
+            events,
+            state,
+            node_name: cfg.node_name.clone(),
+            allocatable_memory: allocatable,
+        },
+    );
+    tasks.spawn(manager.run(cancel.clone()));
+}
