@@ -21,19 +21,15 @@ use crate::conntrack::{
     COMMAND_TIMEOUT, Conntrack, Error, ExecConntrack, Filter, FlowEntry, Result,
 };
 use crate::model::IpFamily;
+use crate::netlink::{
+    NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, attrs, frames, put_attr,
+    put_nested,
+};
 
-const NLMSG_HDRLEN: usize = 16;
 const NFGENMSG_LEN: usize = 4;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_DUMP: u16 = 0x300;
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_GET: u16 = 1;
 const IPCTNL_MSG_CT_DELETE: u16 = 2;
-const NLA_F_NESTED: u16 = 0x8000;
-const NLA_TYPE_MASK: u16 = 0x3fff;
 const CTA_TUPLE_ORIG: u16 = 1;
 const CTA_TUPLE_REPLY: u16 = 2;
 const CTA_ZONE: u16 = 18;
@@ -94,36 +90,12 @@ fn family_byte(f: IpFamily) -> u8 {
     }
 }
 
-fn put_attr(buf: &mut Vec<u8>, ty: u16, payload: &[u8]) {
-    buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-    buf.extend_from_slice(&ty.to_ne_bytes());
-    buf.extend_from_slice(payload);
-    while !buf.len().is_multiple_of(4) {
-        buf.push(0);
-    }
-}
-
-fn put_nested(buf: &mut Vec<u8>, ty: u16, inner: impl FnOnce(&mut Vec<u8>)) {
-    let start = buf.len();
-    buf.extend_from_slice(&[0; 4]);
-    inner(buf);
-    let len = (buf.len() - start) as u16;
-    buf[start..start + 2].copy_from_slice(&len.to_ne_bytes());
-    buf[start + 2..start + 4].copy_from_slice(&(ty | NLA_F_NESTED).to_ne_bytes());
-}
-
 fn message(ty: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) -> Vec<u8> {
-    let len = NLMSG_HDRLEN + NFGENMSG_LEN + attrs.len();
-    let mut m = Vec::with_capacity(len);
-    m.extend_from_slice(&(len as u32).to_ne_bytes());
-    m.extend_from_slice(&((NFNL_SUBSYS_CTNETLINK << 8) | ty).to_ne_bytes());
-    m.extend_from_slice(&flags.to_ne_bytes());
-    m.extend_from_slice(&seq.to_ne_bytes());
-    m.extend_from_slice(&0u32.to_ne_bytes());
-    // nfgenmsg: family, NFNETLINK_V0, res_id (big endian) 0.
-    m.extend_from_slice(&[family, 0, 0, 0]);
-    m.extend_from_slice(attrs);
-    m
+    // nfgenmsg: family, NFNETLINK_V0, res_id (big endian) 0; then the attributes.
+    let mut body = Vec::with_capacity(NFGENMSG_LEN + attrs.len());
+    body.extend_from_slice(&[family, 0, 0, 0]);
+    body.extend_from_slice(attrs);
+    crate::netlink::message((NFNL_SUBSYS_CTNETLINK << 8) | ty, flags, seq, &body)
 }
 
 /// `IPCTNL_MSG_CT_GET` with `NLM_F_DUMP`: every flow of `family` (the kernel filters on the
@@ -186,23 +158,6 @@ pub fn delete_request(flow: &Flow, seq: u32) -> Vec<u8> {
     )
 }
 
-/// Attributes of `buf`: (type without flags, payload).
-fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if buf.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([buf[0], buf[1]]) as usize;
-        let ty = u16::from_ne_bytes([buf[2], buf[3]]) & NLA_TYPE_MASK;
-        if len < 4 || len > buf.len() {
-            return None;
-        }
-        let payload = &buf[4..len];
-        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
-        Some((ty, payload))
-    })
-}
-
 fn parse_tuple(buf: &[u8]) -> Option<Tuple> {
     let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, 0, 0);
     for (ty, p) in attrs(buf) {
@@ -257,17 +212,9 @@ pub enum Reply {
 }
 
 /// Splits a datagram into its netlink messages.
-pub fn parse_replies(mut buf: &[u8]) -> Vec<Reply> {
-    let mut out = Vec::new();
-    while buf.len() >= NLMSG_HDRLEN {
-        let len = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
-        if len < NLMSG_HDRLEN || len > buf.len() {
-            break;
-        }
-        let ty = u16::from_ne_bytes([buf[4], buf[5]]);
-        let seq = u32::from_ne_bytes(buf[8..12].try_into().expect("4 bytes"));
-        let body = &buf[NLMSG_HDRLEN..len];
-        out.push(match ty {
+pub fn parse_replies(buf: &[u8]) -> Vec<Reply> {
+    frames(buf)
+        .map(|(ty, seq, body)| match ty {
             NLMSG_DONE => Reply::Done,
             NLMSG_ERROR if body.len() >= 4 => Reply::Ack {
                 seq,
@@ -277,10 +224,8 @@ pub fn parse_replies(mut buf: &[u8]) -> Vec<Reply> {
                 parse_flow(&body[NFGENMSG_LEN..]).map_or(Reply::Other, Reply::Flow)
             }
             _ => Reply::Other,
-        });
-        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
-    }
-    out
+        })
+        .collect()
 }
 
 fn parse_flow(buf: &[u8]) -> Option<Flow> {

@@ -21,6 +21,7 @@ pub mod iptables;
 pub mod ipvs;
 pub mod metrics;
 pub mod model;
+pub mod netlink;
 pub mod nftables;
 pub mod nodeport;
 pub mod settings;

@@ -5,11 +5,11 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::nl::{
+use crate::model::Protocol;
+use crate::netlink::{
     self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, attrs, put_attr, put_nested, put_str, put_u16,
     put_u32, str_of, u16_of, u32_of,
 };
-use crate::model::Protocol;
 
 pub const GENL_ID_CTRL: u16 = 0x10;
 const CTRL_CMD_GETFAMILY: u8 = 3;
@@ -155,7 +155,7 @@ fn genl(family: u16, cmd: u8, version: u8, flags: u16, seq: u32, attrs: &[u8]) -
     let mut body = Vec::with_capacity(4 + attrs.len());
     body.extend_from_slice(&[cmd, version, 0, 0]);
     body.extend_from_slice(attrs);
-    nl::message(family, flags, seq, &body)
+    netlink::message(family, flags, seq, &body)
 }
 
 /// `CTRL_CMD_GETFAMILY` for `name` (answered with the family's id).

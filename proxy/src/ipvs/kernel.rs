@@ -13,9 +13,9 @@ use netlink_sys::protocols::{NETLINK_GENERIC, NETLINK_ROUTE};
 use tracing::debug;
 
 use super::genl::{self, RealServer, VirtualServer, VsKey};
-use super::nl::{EADDRNOTAVAIL, EEXIST, ENODEV, ENOENT, ESRCH, NlError, NlSocket};
 use super::rtnl::{self, DUMMY_DEVICE};
 use crate::model::{IpFamily, Protocol};
+use crate::netlink::{EADDRNOTAVAIL, EEXIST, ENODEV, ENOENT, ESRCH, NlError, NlSocket};
 
 /// One operation on the kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! them as local; ipsets (`KUBE-CLUSTER-IP`, `KUBE-NODE-PORT-TCP`, …) and a small fixed
 //! iptables part do the masquerading and filtering.
 //!
-//! - [`nl`]: netlink framing and a blocking socket;
+//! - netlink framing and the blocking socket are [`crate::netlink`], shared with ctnetlink;
 //! - [`genl`]: IPVS generic netlink messages; [`rtnl`]: the dummy interface's messages;
 //! - [`kernel`]: the OS edge ([`IpvsKernel`], batches of operations; [`NetlinkIpvs`]);
 //! - [`ipset`]: the sets, their `ipset restore` texts and the [`Ipset`] edge;
@@ -16,7 +16,6 @@
 pub mod genl;
 pub mod ipset;
 pub mod kernel;
-pub mod nl;
 pub mod proxier;
 pub mod render;
 pub mod rtnl;

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use super::nl::{
+use crate::netlink::{
     self, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, attrs, put_nested,
     put_str,
 };
@@ -42,7 +42,7 @@ pub fn new_dummy(name: &str, seq: u32) -> Vec<u8> {
     put_nested(&mut b, IFLA_LINKINFO, |b| {
         put_str(b, IFLA_INFO_KIND, "dummy")
     });
-    nl::message(
+    netlink::message(
         RTM_NEWLINK,
         NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
         seq,
@@ -54,11 +54,11 @@ pub fn new_dummy(name: &str, seq: u32) -> Vec<u8> {
 pub fn get_link(name: &str, seq: u32) -> Vec<u8> {
     let mut b = ifinfomsg(0);
     put_str(&mut b, IFLA_IFNAME, name);
-    nl::message(RTM_GETLINK, NLM_F_REQUEST, seq, &b)
+    netlink::message(RTM_GETLINK, NLM_F_REQUEST, seq, &b)
 }
 
 pub fn del_link(index: i32, seq: u32) -> Vec<u8> {
-    nl::message(
+    netlink::message(
         RTM_DELLINK,
         NLM_F_REQUEST | NLM_F_ACK,
         seq,
@@ -74,7 +74,7 @@ pub fn parse_link(body: &[u8]) -> Option<(i32, String)> {
         if ty == IFLA_LINKINFO {
             for (t, k) in attrs(p) {
                 if t == IFLA_INFO_KIND {
-                    kind = nl::str_of(k);
+                    kind = netlink::str_of(k);
                 }
             }
         }
@@ -90,9 +90,9 @@ fn addr_msg(ty: u16, flags: u16, index: i32, ip: &IpAddr, seq: u32) -> Vec<u8> {
     // struct ifaddrmsg: family, prefixlen, flags, scope (universe), index.
     let mut b = vec![family, prefix, 0, 0];
     b.extend_from_slice(&(index as u32).to_ne_bytes());
-    nl::put_attr(&mut b, IFA_LOCAL, &bytes);
-    nl::put_attr(&mut b, IFA_ADDRESS, &bytes);
-    nl::message(ty, flags, seq, &b)
+    netlink::put_attr(&mut b, IFA_LOCAL, &bytes);
+    netlink::put_attr(&mut b, IFA_ADDRESS, &bytes);
+    netlink::message(ty, flags, seq, &b)
 }
 
 /// `ip addr add IP/32 dev INDEX` (/128 for IPv6).
@@ -113,7 +113,7 @@ pub fn del_addr(index: i32, ip: &IpAddr, seq: u32) -> Vec<u8> {
 /// Every address of the family (the kernel does not filter dumps by index).
 pub fn get_addrs(v6: bool, seq: u32) -> Vec<u8> {
     let family = if v6 { AF_INET6 } else { AF_INET };
-    nl::message(
+    netlink::message(
         RTM_GETADDR,
         NLM_F_REQUEST | NLM_F_DUMP,
         seq,

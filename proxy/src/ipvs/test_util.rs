@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use super::genl::{FLAG_HASHED, RealServer, VirtualServer, VsKey};
 use super::ipset::{self, Ipset};
 use super::kernel::{Answer, Error, IpvsKernel, Op, OpResult};
-use super::nl::NlError;
+use crate::netlink::NlError;
 
 type Dests = BTreeMap<(IpAddr, u16), RealServer>;
 

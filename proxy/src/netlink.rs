@@ -1,6 +1,7 @@
-//! The netlink framing the IPVS backend shares between generic netlink (IPVS) and rtnetlink
-//! (the dummy interface): attributes, message headers, reply parsing, and a blocking socket
-//! that sends one request and collects its answer (acks, errors, dump parts).
+//! Netlink framing, hand-encoded on `netlink-sys`: attributes, message headers, splitting a
+//! datagram into messages, and a blocking socket that sends one request and collects its answer
+//! (acks, errors, dump parts). Used by the IPVS backend (generic netlink and rtnetlink) and by
+//! `ctnetlink` (conntrack flows).
 
 use std::time::Duration;
 
@@ -142,18 +143,29 @@ pub enum Reply {
     Done,
 }
 
-/// Splits a datagram into its netlink messages.
-pub fn parse_replies(mut buf: &[u8]) -> Vec<Reply> {
-    let mut out = Vec::new();
-    while buf.len() >= NLMSG_HDRLEN {
+/// The messages of a datagram: (type, sequence number, body after the header). Stops at the
+/// first truncated or malformed header.
+pub fn frames(mut buf: &[u8]) -> impl Iterator<Item = (u16, u32, &[u8])> {
+    std::iter::from_fn(move || {
+        if buf.len() < NLMSG_HDRLEN {
+            return None;
+        }
         let len = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
         if len < NLMSG_HDRLEN || len > buf.len() {
-            break;
+            return None;
         }
         let ty = u16::from_ne_bytes([buf[4], buf[5]]);
         let seq = u32::from_ne_bytes(buf[8..12].try_into().expect("4 bytes"));
         let body = &buf[NLMSG_HDRLEN..len];
-        out.push(match ty {
+        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
+        Some((ty, seq, body))
+    })
+}
+
+/// Splits a datagram into its netlink messages.
+pub fn parse_replies(buf: &[u8]) -> Vec<Reply> {
+    frames(buf)
+        .map(|(ty, seq, body)| match ty {
             NLMSG_DONE => Reply::Done,
             NLMSG_ERROR if body.len() >= 4 => Reply::Ack {
                 seq,
@@ -163,10 +175,8 @@ pub fn parse_replies(mut buf: &[u8]) -> Vec<Reply> {
                 ty,
                 body: body.to_vec(),
             },
-        });
-        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
-    }
-    out
+        })
+        .collect()
 }
 
 /// A blocking netlink socket of this process's network namespace, with a receive timeout.
