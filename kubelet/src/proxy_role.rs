@@ -143,11 +143,11 @@ mod tests {
         let p = dir.path().join("proxy.yaml");
         std::fs::write(
             &p,
-            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n",
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: userspace\n",
         )
         .unwrap();
         let e = load(&p, "n").unwrap_err().to_string();
-        assert!(e.contains("ipvs"), "{e}");
+        assert!(e.contains("userspace"), "{e}");
     }
 
     #[test]
