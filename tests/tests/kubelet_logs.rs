@@ -190,6 +190,12 @@ fn logs_are_rotated_at_max_size_and_follow_continues_across_rotations() {
     let dir = wait_for("the flood's log directory", Duration::from_secs(60), || {
         flood_dir(&agent).filter(|d| d.join("0.log").exists())
     });
+    // The file can exist before the agent has recorded the started container; a follow
+    // opened then is refused, so wait until :10250 serves the log.
+    wait_for("the flood's log on :10250", Duration::from_secs(30), || {
+        let (code, body) = get(&agent, &format!("{logs}?tailLines=1"), 5);
+        (code == 200 && body.starts_with("line-")).then_some(())
+    });
 
     // A follow stream over several rotations (up to ~70 KB/s against 100 KiB files).
     let follow = Command::new("nsenter")
