@@ -133,22 +133,7 @@ impl KernelState {
         let _ = writeln!(text, "delete table {f} {TABLE}");
         text.push_str(&base.fixed);
         text.push_str(&base.cluster_ips_check);
-        let mut elements: HashMap<ElementKey, ElementEntry> =
-            HashMap::with_capacity(services.len() * 3);
-        let mut order: Vec<(Map, String)> = Vec::with_capacity(services.len() * 3);
-        let mut add_el = |map: Map, key: &str, el_text: String| {
-            let k = (map, key.to_string());
-            match elements.get_mut(&k) {
-                Some(e) => e.1 += 1,
-                None => {
-                    order.push(k.clone());
-                    elements.insert(k, (el_text, 1));
-                }
-            }
-        };
-        for ip in &base.nodeport_ips {
-            add_el(Map::NodeportIps, ip, ip.clone());
-        }
+        let mut tally = Tally::new(&base, services.len());
         let all: Vec<&ServiceNft> = services.values().collect();
         for chunk in all.chunks(per_step.unwrap_or(all.len().max(1))) {
             if per_step.is_some() {
@@ -168,21 +153,13 @@ impl KernelState {
                         let _ = writeln!(text, "add rule {f} {TABLE} {} {r}", c.name);
                     }
                 }
-                for e in &s.elements {
-                    add_el(e.map, &e.key, e.text());
-                }
+                tally.add_all(s);
             }
         }
         if per_step.is_some() {
             texts.push(std::mem::take(&mut text));
         }
-        let mut by_map: BTreeMap<Map, Vec<&str>> = BTreeMap::new();
-        for k in &order {
-            by_map.entry(k.0).or_default().push(&elements[k].0);
-        }
-        for (map, list) in by_map {
-            write_elements(&mut text, f, "add", map, &list);
-        }
+        tally.write_adds(&mut text, f);
         texts.push(text);
         texts.retain(|t| !t.is_empty());
         Planned {
@@ -191,7 +168,7 @@ impl KernelState {
                 family,
                 base,
                 services,
-                elements,
+                elements: tally.entries,
                 stale: BTreeMap::new(),
             }),
         }
@@ -419,6 +396,55 @@ impl KernelState {
                 vec![text]
             },
             next: Next::Apply(next),
+        }
+    }
+}
+
+/// The map elements of a whole table: each key once, counted by the service ports that
+/// name it (a shared key leaves only with its last user), written in first-seen order.
+struct Tally {
+    entries: HashMap<ElementKey, ElementEntry>,
+    order: Vec<ElementKey>,
+}
+
+impl Tally {
+    /// Starts with the node port addresses of `base`.
+    fn new(base: &Base, services: usize) -> Self {
+        let mut t = Tally {
+            entries: HashMap::with_capacity(services * 3),
+            order: Vec::with_capacity(services * 3),
+        };
+        for ip in &base.nodeport_ips {
+            t.add(Map::NodeportIps, ip, ip.clone());
+        }
+        t
+    }
+
+    fn add(&mut self, map: Map, key: &str, text: String) {
+        let k = (map, key.to_string());
+        match self.entries.get_mut(&k) {
+            Some(e) => e.1 += 1,
+            None => {
+                self.order.push(k.clone());
+                self.entries.insert(k, (text, 1));
+            }
+        }
+    }
+
+    fn add_all(&mut self, s: &ServiceNft) {
+        for e in &s.elements {
+            self.add(e.map, &e.key, e.text());
+        }
+    }
+
+    /// `add element` commands, grouped by map.
+    fn write_adds(&self, out: &mut String, f: &str) {
+        let mut by_map: BTreeMap<Map, Vec<&str>> = BTreeMap::new();
+        for k in &self.order {
+            by_map.entry(k.0).or_default().push(&self.entries[k].0);
+        }
+        for (map, list) in by_map {
+            write_elements(out, f, "add", map, &list);
         }
     }
 }

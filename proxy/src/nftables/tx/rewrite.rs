@@ -5,12 +5,12 @@
 //! transaction, every map and set emptied and refilled and the chains the old table had
 //! but the new one does not flushed (deleted ≥ `STALE_DELAY` later, as any emptied chain).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use tokio::time::Instant;
 
-use super::{ElementEntry, ElementKey, KernelState, Next, Planned, StaleKind, write_elements};
+use super::{KernelState, Next, Planned, StaleKind, Tally};
 use crate::model::{IpFamily, ServicePortName};
 use crate::nftables::names::TABLE;
 use crate::nftables::render::{Base, Map, ServiceNft, family_word};
@@ -97,22 +97,7 @@ impl KernelState {
         texts.push(first);
 
         // 2. The service ports' chains and sets, `per_step` ports a transaction.
-        let mut elements: HashMap<ElementKey, ElementEntry> =
-            HashMap::with_capacity(services.len() * 3);
-        let mut order: Vec<ElementKey> = Vec::with_capacity(services.len() * 3);
-        let mut add_el = |map: Map, key: &str, el_text: String| {
-            let k = (map, key.to_string());
-            match elements.get_mut(&k) {
-                Some(e) => e.1 += 1,
-                None => {
-                    order.push(k.clone());
-                    elements.insert(k, (el_text, 1));
-                }
-            }
-        };
-        for ip in &base.nodeport_ips {
-            add_el(Map::NodeportIps, ip, ip.clone());
-        }
+        let mut tally = Tally::new(&base, services.len());
         let mut wanted: BTreeSet<&str> = fixed_chains.iter().map(String::as_str).collect();
         let all: Vec<&ServiceNft> = services.values().collect();
         for chunk in all.chunks(per_step.max(1)) {
@@ -141,9 +126,7 @@ impl KernelState {
                         let _ = writeln!(t, "add rule {f} {TABLE} {} {r}", c.name);
                     }
                 }
-                for e in &s.elements {
-                    add_el(e.map, &e.key, e.text());
-                }
+                tally.add_all(s);
             }
             texts.push(t);
         }
@@ -154,13 +137,7 @@ impl KernelState {
             let kind = if is_set(m) { "set" } else { "map" };
             let _ = writeln!(last, "flush {kind} {f} {TABLE} {}", m.name());
         }
-        let mut by_map: BTreeMap<Map, Vec<&str>> = BTreeMap::new();
-        for k in &order {
-            by_map.entry(k.0).or_default().push(&elements[k].0);
-        }
-        for (map, list) in by_map {
-            write_elements(&mut last, f, "add", map, &list);
-        }
+        tally.write_adds(&mut last, f);
         let mut stale = BTreeMap::new();
         for c in existing
             .chains
@@ -183,7 +160,7 @@ impl KernelState {
                 family,
                 base,
                 services,
-                elements,
+                elements: tally.entries,
                 stale,
             }),
         }
