@@ -46,6 +46,11 @@ pub enum AppError {
         "memorySwap.swapBehavior: LimitedSwap needs cgroup v2; this node uses cgroup v1 (use NoSwap or a cgroup v2 host)"
     )]
     LimitedSwapOnCgroupV1,
+    /// Upstream's kubelet exits when its container manager cannot start.
+    #[error("Failed to start ContainerManager: {0}")]
+    ContainerManager(#[from] crate::cm::CmError),
+    #[error("Failed to start ContainerManager: node cgroup setup panicked: {0}")]
+    ContainerManagerPanicked(String),
 }
 
 /// The node's first non-loopback IPv4 address as the kernel would pick for an outgoing route,
@@ -61,9 +66,10 @@ fn default_node_ip() -> Option<std::net::IpAddr> {
 }
 
 /// The container manager over the node's cgroup filesystem: `kubepods` and its QoS tiers
-/// with their limits (node allocatable when enforced). A controller the node lacks or a
-/// write that fails is reported and the kubelet runs with the rest; LimitedSwap on cgroup
-/// v1 is refused.
+/// with their limits (node allocatable when enforced). A controller the node lacks is one
+/// warning and its limits are skipped; a cgroup that cannot be created or limited stops the
+/// start, as upstream's "Failed to start ContainerManager"; LimitedSwap on cgroup v1 is
+/// refused.
 async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, AppError> {
     let fs = FsCgroups::discover();
     let version = fs.version();
@@ -81,22 +87,20 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
     let inner: Arc<dyn Cgroups> = match cfg.cgroup_driver {
         crate::config::CgroupDriver::Cgroupfs => fs,
         crate::config::CgroupDriver::Systemd => {
-            use crate::cm::systemd::{DbusUnits, NoSystemd, SystemdError, SystemdUnits};
+            use crate::cm::systemd::{DbusUnits, NoSystemd, SystemdUnits};
             let units: Arc<dyn SystemdUnits> = if std::path::Path::new("/run/systemd/system")
                 .exists()
             {
                 match DbusUnits::connect().await {
                     Ok(u) => Arc::new(u),
                     Err(e) => {
-                        tracing::error!(error = %e, "cgroupDriver systemd: cannot reach systemd; kubepods and pod slices are not made or limited");
+                        tracing::error!(error = %e, "cgroupDriver systemd: cannot reach systemd over D-Bus");
                         Arc::new(NoSystemd)
                     }
                 }
             } else {
-                tracing::error!(
-                    "{}; kubepods and pod slices are not made or limited",
-                    SystemdError::NotRunning
-                );
+                // Every call fails with SystemdError::NotRunning: the node setup below
+                // reports it and the start stops, as upstream's.
                 Arc::new(NoSystemd)
             };
             Arc::new(crate::cm::systemd::SystemdCgroups::new(units, fs))
@@ -127,13 +131,10 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
     };
     let setup = cm.clone();
     match tokio::task::spawn_blocking(move || setup.setup_node(&capacity)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "node cgroups (kubepods, QoS tiers, reserved cgroups) not fully set up")
-        }
-        Err(e) => tracing::error!(error = %e, "node cgroup setup panicked"),
+        Ok(Ok(())) => Ok(cm),
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(AppError::ContainerManagerPanicked(e.to_string())),
     }
-    Ok(cm)
 }
 
 /// Runs the kubelet until `cancel` fires.

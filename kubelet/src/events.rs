@@ -4,6 +4,7 @@
 //! either).
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use std::collections::BTreeMap;
 
 /// `Normal` or `Warning`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,7 +25,21 @@ impl EventType {
 /// Records events about objects. Cheap and non-blocking: events are dropped rather than delay
 /// the caller.
 pub trait EventRecorder: Send + Sync {
-    fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str);
+    /// An event whose Event object carries `annotations` in its `metadata.annotations`
+    /// (client-go's AnnotatedEventf; the eviction manager's `offending_containers`, ...).
+    fn record_annotated(
+        &self,
+        object: &ObjectReference,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+        annotations: &BTreeMap<String, String>,
+    );
+
+    /// An event without annotations.
+    fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str) {
+        self.record_annotated(object, event_type, reason, message, &BTreeMap::new());
+    }
 }
 
 /// The reference upstream's kubelet uses for its Node (UID = node name).
@@ -71,17 +86,38 @@ pub fn container_ref(pod: &Pod, container: &str) -> ObjectReference {
 pub struct LogRecorder;
 
 impl EventRecorder for LogRecorder {
-    fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str) {
-        tracing::info!(
-            kind = object.kind.as_deref().unwrap_or(""),
-            namespace = object.namespace.as_deref().unwrap_or(""),
-            name = object.name.as_deref().unwrap_or(""),
-            field_path = object.field_path.as_deref().unwrap_or(""),
-            r#type = event_type.as_str(),
-            reason,
-            message,
-            "event"
-        );
+    fn record_annotated(
+        &self,
+        object: &ObjectReference,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+        annotations: &BTreeMap<String, String>,
+    ) {
+        if annotations.is_empty() {
+            tracing::info!(
+                kind = object.kind.as_deref().unwrap_or(""),
+                namespace = object.namespace.as_deref().unwrap_or(""),
+                name = object.name.as_deref().unwrap_or(""),
+                field_path = object.field_path.as_deref().unwrap_or(""),
+                r#type = event_type.as_str(),
+                reason,
+                message,
+                "event"
+            );
+        } else {
+            tracing::info!(
+                kind = object.kind.as_deref().unwrap_or(""),
+                namespace = object.namespace.as_deref().unwrap_or(""),
+                name = object.name.as_deref().unwrap_or(""),
+                field_path = object.field_path.as_deref().unwrap_or(""),
+                r#type = event_type.as_str(),
+                reason,
+                message,
+                ?annotations,
+                "event"
+            );
+        }
     }
 }
 
@@ -90,6 +126,7 @@ impl EventRecorder for LogRecorder {
 #[derive(Debug, Default)]
 pub struct FakeRecorder {
     events: std::sync::Mutex<Vec<String>>,
+    annotations: std::sync::Mutex<Vec<BTreeMap<String, String>>>,
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -101,21 +138,33 @@ impl FakeRecorder {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+
+    /// The annotations of every recorded event, in the order of [`FakeRecorder::events`].
+    pub fn annotations(&self) -> Vec<BTreeMap<String, String>> {
+        self.annotations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 #[cfg(any(test, feature = "test-util"))]
 impl EventRecorder for FakeRecorder {
-    fn record(
+    fn record_annotated(
         &self,
         _object: &ObjectReference,
         event_type: EventType,
         reason: &str,
         message: &str,
+        annotations: &BTreeMap<String, String>,
     ) {
-        self.events
+        // One lock order (events, then annotations) keeps the two lists aligned.
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        events.push(format!("{} {reason} {message}", event_type.as_str()));
+        self.annotations
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(format!("{} {reason} {message}", event_type.as_str()));
+            .push(annotations.clone());
     }
 }
 

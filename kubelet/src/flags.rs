@@ -15,6 +15,61 @@ pub fn parse_go_bool(s: &str) -> Result<bool, String> {
     }
 }
 
+/// Parses a 64-bit integer the way pflag's Int64 flags do: Go's `strconv.ParseInt(s, 0, 64)`
+/// (optional sign; `0x`, `0o`, `0b` or a leading `0` pick the base; `_` between digits).
+pub fn parse_go_int64(s: &str) -> Result<i64, String> {
+    let syntax = || format!("strconv.ParseInt: parsing {s:?}: invalid syntax");
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits, prefixed) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d, true)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d, true)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d, true)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, &lower[1..], true)
+    } else {
+        (10, lower.as_str(), false)
+    };
+    // Go's underscoreOK: each `_` sits between digits (a base prefix counts as one).
+    let mut after_digit = prefixed;
+    for c in digits.chars() {
+        if c == '_' {
+            if !after_digit {
+                return Err(syntax());
+            }
+            after_digit = false;
+        } else {
+            after_digit = true;
+        }
+    }
+    let clean: String = digits.chars().filter(|c| *c != '_').collect();
+    if clean.is_empty() || !after_digit {
+        return Err(syntax());
+    }
+    if !clean.chars().all(|c| c.is_digit(radix)) {
+        return Err(syntax());
+    }
+    let range = || format!("strconv.ParseInt: parsing {s:?}: value out of range");
+    let magnitude = u128::from_str_radix(&clean, radix).map_err(|_| range())?;
+    let v = if neg {
+        -i128::try_from(magnitude).map_err(|_| range())?
+    } else {
+        i128::try_from(magnitude).map_err(|_| range())?
+    };
+    i64::try_from(v).map_err(|_| range())
+}
+
+/// Parses a Go duration the way pflag's Duration flags do (`time.ParseDuration`).
+pub fn parse_go_duration_flag(s: &str) -> Result<std::time::Duration, String> {
+    crate::duration::parse(s).map_err(|e| e.to_string())
+}
+
 /// Parses `k1=v1,k2=v2` (the form of `--node-labels`, `--feature-gates`).
 pub fn parse_map(s: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
@@ -269,6 +324,16 @@ pub struct Flags {
     pub local_storage_capacity_isolation: Option<bool>,
     #[arg(long = "log-flush-frequency")]
     pub log_flush_frequency: Option<String>,
+    /// Deprecated upstream (podPidsLimit): process limit of each pod cgroup; -1 or 0: none.
+    #[arg(long = "pod-max-pids", allow_hyphen_values = true, value_parser = parse_go_int64)]
+    pub pod_max_pids: Option<i64>,
+    /// Deprecated upstream (cpuCFSQuota): CPU limits become CFS quota.
+    #[arg(long = "cpu-cfs-quota", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub cpu_cfs_quota: Option<bool>,
+    /// Deprecated upstream (cpuCFSQuotaPeriod): the CFS period; other than 100ms needs the
+    /// CustomCPUCFSQuotaPeriod feature gate.
+    #[arg(long = "cpu-cfs-quota-period", value_parser = parse_go_duration_flag)]
+    pub cpu_cfs_quota_period: Option<std::time::Duration>,
 }
 
 #[cfg(test)]
@@ -329,5 +394,32 @@ mod tests {
     fn unknown_flag_is_an_error() {
         let err = parse(&["--no-such-flag=1"]).unwrap_err();
         assert!(err.to_string().contains("--no-such-flag"), "{err}");
+    }
+    #[test]
+    fn go_int64_syntax() {
+        for (s, v) in [
+            ("-1", -1),
+            ("+5", 5),
+            ("1_000", 1000),
+            ("0x1F", 31),
+            ("010", 8),
+            ("0o10", 8),
+            ("0b101", 5),
+            ("-9223372036854775808", i64::MIN),
+        ] {
+            assert_eq!(parse_go_int64(s), Ok(v), "{s}");
+        }
+        for s in ["", "-", "1_", "_1", "1__0", "0x", "08", "1.5", " 1"] {
+            assert_eq!(
+                parse_go_int64(s),
+                Err(format!("strconv.ParseInt: parsing {s:?}: invalid syntax")),
+                "{s:?}"
+            );
+        }
+        assert!(
+            parse_go_int64("9223372036854775808")
+                .unwrap_err()
+                .ends_with("value out of range")
+        );
     }
 }

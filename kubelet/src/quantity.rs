@@ -115,6 +115,89 @@ pub fn value(q: &Quantity) -> Result<i128, QuantityError> {
     parse_value(&q.0)
 }
 
+/// How Go's Quantity prints `v` whole units created as BinarySI (`resource.NewQuantity(v,
+/// resource.BinarySI).String()`): `100Mi`; a value between -1024 and 1024 or one that is not
+/// a multiple of 1024 in DecimalSI's form (`1k`, `1000001`).
+pub fn format_binary_si(v: i128) -> String {
+    format_milli(v.saturating_mul(1000), Format::BinarySi)
+}
+
+/// The canonical text Go's Quantity prints for a parsed quantity (`String()`): the format
+/// comes from the suffix (`Ki`… BinarySI, `e3` DecimalExponent, else DecimalSI), e.g.
+/// `0.5Gi` → `512Mi`, `1000M` → `1G`, `1.5k` → `1500`, `129e6` → `129e6`.
+pub fn canonical(q: &str) -> Result<String, QuantityError> {
+    let milli = parse_milli(q)?;
+    let suffix = q
+        .trim()
+        .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '+' || c == '-');
+    let format = if suffix.ends_with('i') {
+        Format::BinarySi
+    } else if suffix.starts_with(['e', 'E']) {
+        Format::DecimalExponent
+    } else {
+        Format::DecimalSi
+    };
+    Ok(format_milli(milli, format))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    BinarySi,
+    DecimalSi,
+    DecimalExponent,
+}
+
+/// Go's CanonicalizeBytes over a value in thousandths.
+fn format_milli(milli: i128, format: Format) -> String {
+    if milli == 0 {
+        return "0".into();
+    }
+    if format == Format::BinarySi && milli.abs() >= 1024 * 1000 && milli % 1000 == 0 {
+        const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+        let mut n = milli / 1000;
+        let mut exp = 0;
+        while exp < SUFFIXES.len() && n % 1024 == 0 {
+            n /= 1024;
+            exp += 1;
+        }
+        return match exp {
+            0 => n.to_string(),
+            e => format!("{n}{}", SUFFIXES[e - 1]),
+        };
+    }
+    // Decimal: the mantissa without trailing zeros, then the exponent lowered to a multiple
+    // of three.
+    let (mut n, mut exp) = (milli, -3i32);
+    while n % 10 == 0 {
+        n /= 10;
+        exp += 1;
+    }
+    let extra = exp.rem_euclid(3);
+    n *= 10i128.pow(extra as u32);
+    exp -= extra;
+    if format == Format::DecimalExponent {
+        return if exp == 0 {
+            n.to_string()
+        } else {
+            format!("{n}e{exp}")
+        };
+    }
+    let suffix = match exp {
+        -9 => "n",
+        -6 => "u",
+        -3 => "m",
+        0 => "",
+        3 => "k",
+        6 => "M",
+        9 => "G",
+        12 => "T",
+        15 => "P",
+        18 => "E",
+        _ => return format!("{n}e{exp}"),
+    };
+    format!("{n}{suffix}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +244,34 @@ mod tests {
         for bad in ["", "abc", "1x", "--1", "1.2.3", "Mi"] {
             assert!(parse_milli(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn canonical_as_go_prints_it() {
+        for (have, want) in [
+            ("100Mi", "100Mi"),
+            ("0.5Gi", "512Mi"),
+            ("1024Mi", "1Gi"),
+            ("1536Ki", "1536Ki"),
+            ("1000M", "1G"),
+            ("1500000", "1500k"),
+            ("128974848", "128974848"),
+            ("1.5k", "1500"),
+            ("0.5", "500m"),
+            ("129e6", "129e6"),
+            ("1e3", "1e3"),
+            ("0", "0"),
+            ("0Mi", "0"),
+            ("100", "100"),
+            ("1000", "1k"),
+        ] {
+            assert_eq!(canonical(have).unwrap(), want, "{have}");
+        }
+        assert_eq!(format_binary_si(100 << 20), "100Mi");
+        assert_eq!(format_binary_si(1000), "1k");
+        assert_eq!(format_binary_si(1023), "1023");
+        assert_eq!(format_binary_si(1024), "1Ki");
+        assert_eq!(format_binary_si(1025), "1025");
+        assert_eq!(format_binary_si(3_000_000_000), "3000000000");
     }
 }

@@ -1,12 +1,14 @@
 //! The cgroup tree on real containerd: a Guaranteed pod's cgroup holds its memory limit and
 //! CFS quota, a Burstable pod sits under kubepods/burstable with the tier's shares raised by
-//! its request, podPidsLimit lands in pids.max, and the pod cgroup goes with the pod.
+//! its request, podPidsLimit lands in pids.max, and the pod cgroup goes with the pod; a
+//! `kubepods` that cannot be created stops the start, as upstream's container manager.
 
 mod common;
 
 use common::{Agent, Rig, wait_for};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const PODS: &str = r#"apiVersion: v1
 kind: Pod
@@ -145,4 +147,63 @@ fn pod_cgroups_hold_upstreams_limits() {
         || (!b_mem.exists() && !b_cpu.exists()).then_some(()),
     );
     assert_eq!(read(&kubepods(&cpu).join("burstable/cpu.shares")), "2");
+}
+
+/// A `cgroupRoot` below a file (every cgroup directory holds `cgroup.procs`, so
+/// `/cgroup.procs/kubepods` fails with ENOTDIR in every hierarchy and nothing is created):
+/// the agent exits non-zero within seconds of the runtime answering, naming the cgroup and
+/// the cause, instead of running pods without their tree.
+#[test]
+fn uncreatable_kubepods_stops_the_start() {
+    require_rig!();
+    let rig = Rig::up("e2e-cgfail");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("manifests")).unwrap();
+    let config = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n\
+         podLogsDir: {}\ncgroupRoot: /cgroup.procs\nauthentication:\n  anonymous:\n    enabled: true\n\
+         \x20 webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n",
+        d.join("manifests").display(),
+        d.join("logs").display(),
+    );
+    std::fs::write(d.join("config.yaml"), config).unwrap();
+    let log = d.join("kubelet.log");
+    let mut child = Command::new("nsenter")
+        .arg(format!("--net={}", rig.netns_path()))
+        .arg(common::bin("kubelet"))
+        .arg(format!("--config={}", d.join("config.yaml").display()))
+        .arg(format!(
+            "--container-runtime-endpoint={}",
+            rig.get("CRI_ENDPOINT")
+        ))
+        .arg(format!("--root-dir={}", d.join("root").display()))
+        .arg("--hostname-override=rig-node")
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start kubelet");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let status = status.unwrap_or_else(|| panic!("the agent still ran after 30 s:\n{text}"));
+    assert!(!status.success(), "exit status {status}:\n{text}");
+    assert!(
+        text.contains(
+            "Failed to start ContainerManager: failed to create the node allocatable cgroup /cgroup.procs/kubepods: cgroup "
+        ) && text.contains("/cgroup.procs/kubepods: Not a directory (os error 20)"),
+        "{text}"
+    );
 }

@@ -9,7 +9,7 @@ use crate::events::{EventRecorder, EventType};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +21,8 @@ struct Pending {
     event_type: EventType,
     reason: String,
     message: String,
+    /// The Event's `metadata.annotations` (client-go's AnnotatedEventf).
+    annotations: BTreeMap<String, String>,
     at: jiff::Timestamp,
 }
 
@@ -31,12 +33,20 @@ pub struct ApiRecorder {
 }
 
 impl EventRecorder for ApiRecorder {
-    fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str) {
+    fn record_annotated(
+        &self,
+        object: &ObjectReference,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+        annotations: &BTreeMap<String, String>,
+    ) {
         let p = Pending {
             object: object.clone(),
             event_type,
             reason: reason.into(),
             message: message.into(),
+            annotations: annotations.clone(),
             at: jiff::Timestamp::now(),
         };
         if self.tx.try_send(p).is_err() {
@@ -124,6 +134,7 @@ impl EventSink {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some(namespace.into()),
+                annotations: (!p.annotations.is_empty()).then(|| p.annotations.clone()),
                 ..Default::default()
             },
             involved_object: p.object.clone(),
@@ -229,5 +240,34 @@ mod tests {
         assert!(!sink.allow("k", now));
         assert!(sink.allow("other", now));
         assert!(sink.allow("k", now + jiff::SignedDuration::from_secs(300)));
+    }
+
+    #[test]
+    fn annotations_go_on_the_event_object() {
+        let (_r, sink) = channel("n");
+        let p = Pending {
+            object: ObjectReference {
+                kind: Some("Pod".into()),
+                name: Some("p".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            event_type: EventType::Warning,
+            reason: "Evicted".into(),
+            message: "m".into(),
+            annotations: [("starved_resource".to_string(), "memory".to_string())].into(),
+            at: jiff::Timestamp::now(),
+        };
+        let ev = serde_json::to_value(sink.event(&p, "p.1", "ns", 1, p.at)).unwrap();
+        assert_eq!(
+            ev["metadata"]["annotations"],
+            serde_json::json!({"starved_resource": "memory"})
+        );
+        let plain = Pending {
+            annotations: BTreeMap::new(),
+            ..p
+        };
+        let ev = serde_json::to_value(sink.event(&plain, "p.2", "ns", 1, plain.at)).unwrap();
+        assert!(ev["metadata"].get("annotations").is_none(), "{ev}");
     }
 }

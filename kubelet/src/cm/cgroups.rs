@@ -198,13 +198,16 @@ pub trait Cgroups: Send + Sync + 'static {
 
 /// Records created and removed cgroups.
 /// Set limits are kept per path (merged as a kernel would keep them) and read back in the
-/// files of the fake's layout (v1 by default).
+/// files of the fake's layout (v1 by default). `fail_create` / `fail_set` make a path's
+/// create or limit write fail with that OS error (e.g. 20 ENOTDIR, 16 EBUSY).
 #[cfg(any(test, feature = "test-util"))]
 #[derive(Debug, Default)]
 pub struct FakeCgroups {
     pub live: std::sync::Mutex<std::collections::BTreeSet<String>>,
     pub files: std::sync::Mutex<BTreeMap<String, BTreeMap<String, String>>>,
     pub v2: bool,
+    pub fail_create: std::sync::Mutex<BTreeMap<String, i32>>,
+    pub fail_set: std::sync::Mutex<BTreeMap<String, i32>>,
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -220,6 +223,12 @@ impl FakeCgroups {
 #[cfg(any(test, feature = "test-util"))]
 impl Cgroups for FakeCgroups {
     fn create(&self, path: &str) -> Result<(), CgroupError> {
+        if let Some(errno) = self.fail_create.lock().unwrap().get(path) {
+            return Err(CgroupError {
+                path: path.to_string(),
+                source: std::io::Error::from_raw_os_error(*errno),
+            });
+        }
         self.live.lock().unwrap().insert(path.to_string());
         Ok(())
     }
@@ -229,6 +238,12 @@ impl Cgroups for FakeCgroups {
         Ok(())
     }
     fn set(&self, path: &str, limits: &CgroupLimits) -> Result<(), CgroupError> {
+        if let Some(errno) = self.fail_set.lock().unwrap().get(path) {
+            return Err(CgroupError {
+                path: path.to_string(),
+                source: std::io::Error::from_raw_os_error(*errno),
+            });
+        }
         if !self.live.lock().unwrap().contains(path) {
             return Err(CgroupError {
                 path: path.to_string(),

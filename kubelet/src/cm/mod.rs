@@ -19,13 +19,31 @@ use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-/// Why the node-level cgroups could not be set up.
+/// Why the node-level cgroups could not be set up: each names the step (in upstream's words
+/// where it has them), the cgroup, and the cause. Upstream's kubelet exits on any of them
+/// ("Failed to start ContainerManager").
 #[derive(Debug, thiserror::Error)]
 pub enum CmError {
-    #[error(transparent)]
-    Cgroup(#[from] CgroupError),
+    #[error("failed to create the node allocatable cgroup {cgroup}: {source}")]
+    CreateKubepods { cgroup: String, source: CgroupError },
+    #[error("failed to enforce node allocatable limits on {cgroup}: {source}")]
+    EnforceKubepods { cgroup: String, source: CgroupError },
+    #[error("failed to create top level {qos} QOS cgroup {cgroup}: {source}")]
+    CreateTier {
+        qos: &'static str,
+        cgroup: String,
+        source: CgroupError,
+    },
+    #[error("failed to update top level QOS cgroups: {0}")]
+    UpdateTiers(CgroupError),
     #[error("{key} is enforced but its cgroup {path} does not exist")]
     MissingReservedCgroup { key: &'static str, path: String },
+    #[error("failed to enforce {label} Cgroup Limits on {path:?}: {source}")]
+    EnforceReserved {
+        label: &'static str,
+        path: String,
+        source: CgroupError,
+    },
 }
 
 /// Everything the container manager is configured with.
@@ -103,15 +121,33 @@ impl ContainerManager {
             &r.system_reserved,
             r.enforces("pods"),
         );
-        self.cgroups.create(&kubepods)?;
-        self.cgroups.set(&kubepods, &node)?;
+        let in_kubepods = |source| CmError::CreateKubepods {
+            cgroup: kubepods.clone(),
+            source,
+        };
+        self.cgroups.create(&kubepods).map_err(in_kubepods)?;
+        self.cgroups
+            .set(&kubepods, &node)
+            .map_err(|source| CmError::EnforceKubepods {
+                cgroup: kubepods.clone(),
+                source,
+            })?;
         tracing::info!(cgroup = %kubepods, ?node, "kubepods cgroup limited");
-        for qos in [Qos::Burstable, Qos::BestEffort] {
+        for (qos, name) in [
+            (Qos::Burstable, "Burstable"),
+            (Qos::BestEffort, "BestEffort"),
+        ] {
             if let Some(path) = namer.tier_path(qos) {
-                self.cgroups.create(&path)?;
+                self.cgroups
+                    .create(&path)
+                    .map_err(|source| CmError::CreateTier {
+                        qos: name,
+                        cgroup: path.clone(),
+                        source,
+                    })?;
             }
         }
-        self.update_tiers()?;
+        self.update_tiers().map_err(CmError::UpdateTiers)?;
         let reserved = [
             ("kube-reserved", &r.kube_reserved_cgroup, &r.kube_reserved),
             (
@@ -129,16 +165,22 @@ impl ContainerManager {
             // Upstream limits an existing cgroup only; it never creates one outside its tree.
             if !self.cgroups.exists(path) {
                 return Err(CmError::MissingReservedCgroup {
-                    key: if key == "kube-reserved" {
-                        "kube-reserved"
-                    } else {
-                        "system-reserved"
-                    },
+                    key,
                     path: path.clone(),
                 });
             }
             let l = limits::reserved_limits(amounts, !full);
-            self.cgroups.set(path, &l)?;
+            self.cgroups
+                .set(path, &l)
+                .map_err(|source| CmError::EnforceReserved {
+                    label: if key == "kube-reserved" {
+                        "Kube Reserved"
+                    } else {
+                        "System Reserved"
+                    },
+                    path: path.clone(),
+                    source,
+                })?;
             tracing::info!(cgroup = %path, ?l, "{key} cgroup limited");
         }
         Ok(())

@@ -417,3 +417,82 @@ fn init_containers_and_overhead_count_as_upstream() {
     assert_eq!(limits::milli_cpu_to_shares(1), 2);
     assert_eq!(limits::milli_cpu_to_shares(1_000_000), 262_144);
 }
+
+#[test]
+fn node_setup_failures_name_the_cgroup_and_the_cause() {
+    // kubepods cannot be created (cgroupRoot below a file: ENOTDIR).
+    let fake = Arc::new(FakeCgroups::default());
+    fake.fail_create
+        .lock()
+        .unwrap()
+        .insert("/rig/kubepods".into(), 20);
+    let e = manager(fake.clone(), -1, reserved())
+        .setup_node(&capacity())
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "failed to create the node allocatable cgroup /rig/kubepods: cgroup /rig/kubepods: Not a directory (os error 20)"
+    );
+    assert!(fake.live.lock().unwrap().is_empty());
+
+    // Node allocatable cannot be written on kubepods (EBUSY: usage above the limit).
+    let fake = Arc::new(FakeCgroups::default());
+    fake.fail_set
+        .lock()
+        .unwrap()
+        .insert("/rig/kubepods".into(), 16);
+    let e = manager(fake.clone(), -1, reserved())
+        .setup_node(&capacity())
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "failed to enforce node allocatable limits on /rig/kubepods: cgroup /rig/kubepods: Device or resource busy (os error 16)"
+    );
+
+    // A QoS tier cannot be created.
+    let fake = Arc::new(FakeCgroups::default());
+    fake.fail_create
+        .lock()
+        .unwrap()
+        .insert("/rig/kubepods/besteffort".into(), 13);
+    let e = manager(fake.clone(), -1, reserved())
+        .setup_node(&capacity())
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "failed to create top level BestEffort QOS cgroup /rig/kubepods/besteffort: cgroup /rig/kubepods/besteffort: Permission denied (os error 13)"
+    );
+
+    // A tier's shares cannot be written.
+    let fake = Arc::new(FakeCgroups::default());
+    fake.fail_set
+        .lock()
+        .unwrap()
+        .insert("/rig/kubepods/burstable".into(), 22);
+    let e = manager(fake.clone(), -1, reserved())
+        .setup_node(&capacity())
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("failed to update top level QOS cgroups: cgroup /rig/kubepods/burstable:"),
+        "{e}"
+    );
+
+    // An enforced reserved cgroup that refuses its limits.
+    let fake = Arc::new(FakeCgroups::default());
+    fake.create("/system.slice").unwrap();
+    fake.fail_set
+        .lock()
+        .unwrap()
+        .insert("/system.slice".into(), 22);
+    let mut r = reserved();
+    r.enforce_node_allocatable = vec!["pods".into(), "system-reserved".into()];
+    r.system_reserved_cgroup = Some("/system.slice".into());
+    let e = manager(fake.clone(), -1, r)
+        .setup_node(&capacity())
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "failed to enforce System Reserved Cgroup Limits on \"/system.slice\": cgroup /system.slice: Invalid argument (os error 22)"
+    );
+}

@@ -61,43 +61,51 @@ fn gate(flags: &Flags, file: &KubeletConfiguration, name: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Reads the four settings from the file (the flags only carry feature gates for them).
+/// Reads the four settings: the deprecated flags `--cpu-cfs-quota`, `--cpu-cfs-quota-period`
+/// and `--pod-max-pids` over the file's fields, as upstream (flag values are already parsed
+/// with pflag's syntax).
 pub fn parse(flags: &Flags, file: &KubeletConfiguration) -> Result<PodLimits, ConfigError> {
     let mut out = PodLimits::default();
-    match &file.cpu_cfs_quota {
-        None | Some(serde_json::Value::Null) => {}
-        Some(serde_json::Value::Bool(b)) => out.cpu_cfs_quota = *b,
-        Some(other) => return Err(invalid(format!("cpuCFSQuota: {other} is not a boolean"))),
-    }
-    match &file.cpu_cfs_quota_period {
-        None | Some(serde_json::Value::Null) => {}
-        Some(serde_json::Value::String(s)) => {
-            let d = duration::parse(s)
-                .map_err(|e| invalid(format!("cpuCFSQuotaPeriod: {s:?}: {e}")))?;
-            let text = duration::format(d);
-            if d != Duration::from_micros(DEFAULT_CFS_PERIOD_US)
-                && !gate(flags, file, "CustomCPUCFSQuotaPeriod")
-            {
-                return Err(invalid(format!(
-                    "invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {{{text}}} requires feature gate CustomCPUCFSQuotaPeriod"
-                )));
-            }
-            if d < Duration::from_millis(1) || d > Duration::from_secs(1) {
-                return Err(invalid(format!(
-                    "invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {{{text}}} must be between 1ms and 1sec, inclusive"
-                )));
-            }
-            out.cpu_cfs_period_us = d.as_micros() as u64;
+    match (&flags.cpu_cfs_quota, &file.cpu_cfs_quota) {
+        (Some(b), _) => out.cpu_cfs_quota = *b,
+        (None, None | Some(serde_json::Value::Null)) => {}
+        (None, Some(serde_json::Value::Bool(b))) => out.cpu_cfs_quota = *b,
+        (None, Some(other)) => {
+            return Err(invalid(format!("cpuCFSQuota: {other} is not a boolean")));
         }
-        Some(other) => {
+    }
+    let period = match (&flags.cpu_cfs_quota_period, &file.cpu_cfs_quota_period) {
+        (Some(d), _) => Some(*d),
+        (None, None | Some(serde_json::Value::Null)) => None,
+        (None, Some(serde_json::Value::String(s))) => Some(
+            duration::parse(s).map_err(|e| invalid(format!("cpuCFSQuotaPeriod: {s:?}: {e}")))?,
+        ),
+        (None, Some(other)) => {
             return Err(invalid(format!(
                 "cpuCFSQuotaPeriod: {other} is not a duration"
             )));
         }
+    };
+    if let Some(d) = period {
+        let text = duration::format(d);
+        if d != Duration::from_micros(DEFAULT_CFS_PERIOD_US)
+            && !gate(flags, file, "CustomCPUCFSQuotaPeriod")
+        {
+            return Err(invalid(format!(
+                "invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {{{text}}} requires feature gate CustomCPUCFSQuotaPeriod"
+            )));
+        }
+        if d < Duration::from_millis(1) || d > Duration::from_secs(1) {
+            return Err(invalid(format!(
+                "invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {{{text}}} must be between 1ms and 1sec, inclusive"
+            )));
+        }
+        out.cpu_cfs_period_us = d.as_micros() as u64;
     }
-    match &file.pod_pids_limit {
-        None | Some(serde_json::Value::Null) => {}
-        Some(v) => {
+    match (flags.pod_max_pids, &file.pod_pids_limit) {
+        (Some(n), _) => out.pod_pids_limit = n,
+        (None, None | Some(serde_json::Value::Null)) => {}
+        (None, Some(v)) => {
             out.pod_pids_limit = v
                 .as_i64()
                 .ok_or_else(|| invalid(format!("podPidsLimit: {v} is not an integer")))?;
@@ -190,5 +198,104 @@ mod tests {
             )
             .is_err()
         );
+    }
+    fn flags(args: &[&str]) -> Result<Flags, String> {
+        use clap::Parser;
+        Flags::try_parse_from(std::iter::once("kubelet").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn deprecated_flags_set_the_limits_and_win_over_the_file() {
+        let f = flags(&["--pod-max-pids=64", "--cpu-cfs-quota=false"]).unwrap();
+        let p = parse(&f, &KubeletConfiguration::default()).unwrap();
+        assert_eq!(p.pod_pids_limit, 64);
+        assert!(!p.cpu_cfs_quota);
+        // Flag over file, both ways.
+        let f = flags(&["--pod-max-pids=-1", "--cpu-cfs-quota"]).unwrap();
+        let p = parse(&f, &file("podPidsLimit: 42\ncpuCFSQuota: false\n")).unwrap();
+        assert_eq!(p.pod_pids_limit, -1);
+        assert!(p.cpu_cfs_quota);
+        // pflag's space-separated integer and Go's base prefixes.
+        let f = flags(&["--pod-max-pids", "0x40"]).unwrap();
+        assert_eq!(
+            parse(&f, &file("podPidsLimit: 7\n"))
+                .unwrap()
+                .pod_pids_limit,
+            64
+        );
+        // Absent flags leave the file's values.
+        let p = parse(&flags(&[]).unwrap(), &file("podPidsLimit: 42\n")).unwrap();
+        assert_eq!(p.pod_pids_limit, 42);
+    }
+
+    #[test]
+    fn cfs_period_flag_needs_the_gate_and_the_range() {
+        let e = parse(
+            &flags(&["--cpu-cfs-quota-period=50ms"]).unwrap(),
+            &KubeletConfiguration::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {50ms} requires feature gate CustomCPUCFSQuotaPeriod"
+            ),
+            "{e}"
+        );
+        // The gate from the flag or the file; the flag's period wins over the file's.
+        let f = flags(&[
+            "--cpu-cfs-quota-period=50ms",
+            "--feature-gates=CustomCPUCFSQuotaPeriod=true",
+        ])
+        .unwrap();
+        let p = parse(&f, &file("cpuCFSQuotaPeriod: 20ms\n")).unwrap();
+        assert_eq!(p.cpu_cfs_period_us, 50_000);
+        let p = parse(
+            &flags(&["--cpu-cfs-quota-period=250ms"]).unwrap(),
+            &file("featureGates: {CustomCPUCFSQuotaPeriod: true}\n"),
+        )
+        .unwrap();
+        assert_eq!(p.cpu_cfs_period_us, 250_000);
+        let e = parse(
+            &flags(&["--cpu-cfs-quota-period=1500ms"]).unwrap(),
+            &file("featureGates: {CustomCPUCFSQuotaPeriod: true}\n"),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("{1.5s} must be between 1ms and 1sec, inclusive"),
+            "{e}"
+        );
+        // 100ms is the default: no gate needed, even when the file says otherwise.
+        let p = parse(
+            &flags(&["--cpu-cfs-quota-period=100ms"]).unwrap(),
+            &KubeletConfiguration::default(),
+        )
+        .unwrap();
+        assert_eq!(p.cpu_cfs_period_us, 100_000);
+    }
+
+    #[test]
+    fn bad_flag_values_are_refused_with_pflags_reasons() {
+        for (arg, want) in [
+            (
+                "--pod-max-pids=lots",
+                "strconv.ParseInt: parsing \"lots\": invalid syntax",
+            ),
+            (
+                "--pod-max-pids=99999999999999999999",
+                "strconv.ParseInt: parsing \"99999999999999999999\": value out of range",
+            ),
+            (
+                "--cpu-cfs-quota=maybe",
+                "strconv.ParseBool: parsing \"maybe\": invalid syntax",
+            ),
+            ("--cpu-cfs-quota-period=50", "invalid duration \"50\""),
+        ] {
+            let e = flags(&[arg]).unwrap_err();
+            assert!(e.contains(want), "{arg}: {e}");
+            let name = arg.split('=').next().unwrap();
+            assert!(e.contains(name), "{arg}: {e}");
+        }
     }
 }

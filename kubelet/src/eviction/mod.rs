@@ -26,6 +26,7 @@ use crate::events::{EventRecorder, EventType};
 use crate::pod_worker::Stopped;
 use crate::stats::summary::{PodStats, Summary};
 use k8s_openapi::api::core::v1::Pod;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -182,16 +183,26 @@ impl Manager {
         }
     }
 
-    async fn evict(&self, pod: &Pod, grace: Duration, message: String, disruption: bool) -> bool {
+    /// Stops the pod for good after recording the `Evicted` Event (with upstream's
+    /// annotations for threshold evictions; none for local storage limits, as upstream).
+    async fn evict(
+        &self,
+        pod: &Pod,
+        grace: Duration,
+        message: String,
+        annotations: &BTreeMap<String, String>,
+        disruption: bool,
+    ) -> bool {
         if is_critical(pod) {
             tracing::error!(pod = %crate::pod::full_name(pod), "eviction manager: cannot evict a critical pod");
             return false;
         }
-        self.parts.events.record(
+        self.parts.events.record_annotated(
             &crate::events::pod_ref(pod),
             EventType::Warning,
             REASON,
             &message,
+            annotations,
         );
         tracing::info!(pod = %crate::pod::full_name(pod), %message, "eviction manager: evicting pod");
         let stopped = Stopped {
@@ -221,7 +232,10 @@ impl Manager {
             let Some(v) = rank::storage_violation(pod, &stats, dedicated) else {
                 continue;
             };
-            if self.evict(pod, IMMEDIATE_GRACE, v.message, false).await {
+            if self
+                .evict(pod, IMMEDIATE_GRACE, v.message, &BTreeMap::new(), false)
+                .await
+            {
                 crate::metrics::families()
                     .evictions
                     .with_label_values(&[v.signal])
@@ -288,9 +302,9 @@ impl Manager {
                 let secs = own.map_or(self.max_pod_grace, |o| o.min(self.max_pod_grace));
                 Duration::from_secs(secs.max(0) as u64)
             };
-            let (message, _annotations) =
+            let (message, annotations) =
                 rank::eviction_message(resource, pod, stats.as_ref(), &pass.to_act, &obs);
-            if self.evict(pod, grace, message, true).await {
+            if self.evict(pod, grace, message, &annotations, true).await {
                 crate::metrics::families()
                     .evictions
                     .with_label_values(&[threshold.signal.name()])

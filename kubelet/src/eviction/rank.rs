@@ -6,7 +6,9 @@ use super::signals::{self, DiskUnit, FsPart};
 use crate::config::resources::{Signal, Threshold};
 use crate::stats::summary::PodStats;
 use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 
 /// Priorities at or above this make a pod critical (scheduling.SystemCriticalPriority).
 pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
@@ -171,24 +173,7 @@ pub fn rank(pods: &mut [(Pod, Option<PodStats>)], how: Ranking) {
 
 /// Kubernetes' BinarySI canonical form for bytes (`100Mi`, `1536Ki`, `1000`).
 pub fn binary_si(v: i128) -> String {
-    const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
-    if v == 0 {
-        return "0".into();
-    }
-    let mut n = v;
-    let mut idx = None;
-    for (i, _) in SUFFIXES.iter().enumerate() {
-        if n % 1024 == 0 && n.abs() >= 1024 {
-            n /= 1024;
-            idx = Some(i);
-        } else {
-            break;
-        }
-    }
-    match idx {
-        Some(i) => format!("{n}{}", SUFFIXES[i]),
-        None => n.to_string(),
-    }
+    crate::quantity::format_binary_si(v)
 }
 
 /// Kubernetes' DecimalSI canonical form for counts (`5k`, `1234`).
@@ -226,14 +211,32 @@ fn threshold_text(t: &Threshold, capacity: i128, resource: Resource) -> String {
     show(resource, t.value.of_capacity(capacity))
 }
 
-/// An eviction's message and the Event's annotations (upstream's evictionMessage).
+/// The Event annotation keys upstream's eviction manager writes.
+pub const OFFENDING_CONTAINERS: &str = "offending_containers";
+pub const OFFENDING_CONTAINERS_USAGE: &str = "offending_containers_usage";
+pub const OFFENDING_POD: &str = "offending_pod";
+pub const OFFENDING_POD_USAGE: &str = "offending_pod_usage";
+pub const STARVED_RESOURCE: &str = "starved_resource";
+
+/// A quantity of the spec as Go prints it (canonical form); `0` when absent.
+fn spec_quantity_text(q: Option<&Quantity>) -> String {
+    q.map_or_else(
+        || "0".to_string(),
+        |q| crate::quantity::canonical(&q.0).unwrap_or_else(|_| q.0.clone()),
+    )
+}
+
+/// An eviction's message and the Event's annotations (upstream's evictionMessage): the
+/// containers (regular and init, in the order the stats list them) using more than they
+/// request, for memory and ephemeral-storage; with pod-level resources (memory) the pod's
+/// usage and request as well. No pod stats: the message alone, no annotations.
 pub fn eviction_message(
     resource: Resource,
     pod: &Pod,
     stats: Option<&PodStats>,
     thresholds: &[Threshold],
     observations: &signals::Observations,
-) -> (String, Vec<(String, String)>) {
+) -> (String, BTreeMap<String, String>) {
     let mut msg = format!("The node was low on resource: {}. ", resource.name());
     let met = thresholds
         .iter()
@@ -246,15 +249,42 @@ pub fn eviction_message(
             show(resource, o.available)
         );
     }
-    let mut annotations = Vec::new();
+    let mut annotations = BTreeMap::new();
     let Some(stats) = stats else {
         return (msg, annotations);
     };
+    let spec = pod.spec.as_ref();
+    let pod_request = spec
+        .and_then(|s| s.resources.as_ref())
+        .filter(|r| {
+            r.requests.as_ref().is_some_and(|m| !m.is_empty())
+                || r.limits.as_ref().is_some_and(|m| !m.is_empty())
+        })
+        .and_then(|r| r.requests.as_ref()?.get("memory"));
+    if let (Resource::Memory, Some(request), Some(mem)) =
+        (resource, pod_request, stats.memory.as_ref())
+    {
+        let usage = binary_si(mem.working_set_bytes.map_or(0, i128::from));
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        msg += &format!(
+            "Pod {name} was using {usage}, request is {}, has larger consumption of memory. ",
+            spec_quantity_text(Some(request))
+        );
+        annotations.insert(OFFENDING_POD.to_string(), name);
+        annotations.insert(OFFENDING_POD_USAGE.to_string(), usage);
+    }
     let mut names = Vec::new();
     let mut usages = Vec::new();
-    let spec_containers = pod.spec.iter().flat_map(|s| s.containers.iter());
-    for c in spec_containers {
-        let Some(cs) = stats.containers.iter().find(|s| s.name == c.name) else {
+    let containers: Vec<&Container> = spec
+        .into_iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .collect();
+    for cs in &stats.containers {
+        let Some(c) = containers.iter().find(|c| c.name == cs.name) else {
             continue;
         };
         let key = match resource {
@@ -275,26 +305,29 @@ pub fn eviction_message(
         let Some(usage) = usage.map(i128::from) else {
             continue;
         };
-        let request_text = c
+        let request = c
             .resources
             .as_ref()
-            .and_then(|r| r.requests.as_ref()?.get(key))
-            .map_or_else(|| "0".to_string(), |q| q.0.clone());
-        let request = container_quantity(c, false, key).unwrap_or(0);
-        if usage > request {
+            .and_then(|r| r.requests.as_ref()?.get(key));
+        // Compared in thousandths: a fractional request is not rounded up.
+        let request_milli = request
+            .and_then(|q| crate::quantity::milli(q).ok())
+            .unwrap_or(0);
+        if usage * 1000 > request_milli {
             let u = binary_si(usage);
             msg += &format!(
-                "Container {} was using {u}, request is {request_text}, has larger consumption of {}. ",
+                "Container {} was using {u}, request is {}, has larger consumption of {}. ",
                 c.name,
+                spec_quantity_text(request),
                 resource.name()
             );
             names.push(c.name.clone());
             usages.push(u);
         }
     }
-    annotations.push(("offending_containers".into(), names.join(",")));
-    annotations.push(("offending_containers_usage".into(), usages.join(",")));
-    annotations.push(("starved_resource".into(), resource.name().into()));
+    annotations.insert(OFFENDING_CONTAINERS.to_string(), names.join(","));
+    annotations.insert(OFFENDING_CONTAINERS_USAGE.to_string(), usages.join(","));
+    annotations.insert(STARVED_RESOURCE.to_string(), resource.name().to_string());
     (msg, annotations)
 }
 

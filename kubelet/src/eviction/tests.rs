@@ -290,8 +290,8 @@ fn memory_eviction_message_is_upstreams() {
         msg,
         "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. Container c was using 80Mi, request is 0, has larger consumption of memory. "
     );
-    assert!(ann.contains(&("offending_containers".into(), "c".into())));
-    assert!(ann.contains(&("starved_resource".into(), "memory".into())));
+    assert_eq!(ann["offending_containers"], "c");
+    assert_eq!(ann["starved_resource"], "memory");
     assert_eq!(rank::binary_si(1536 * 1024), "1536Ki");
     assert_eq!(rank::decimal_si(5000), "5k");
 }
@@ -467,6 +467,16 @@ fn manager(
     pods: Vec<Pod>,
     thresholds: Vec<Threshold>,
 ) -> (Manager, Arc<FakePods>, Arc<FakeReclaim>, Arc<PressureState>) {
+    let events = Arc::new(crate::events::FakeRecorder::default());
+    manager_recording(summaries, pods, thresholds, events)
+}
+
+fn manager_recording(
+    summaries: Vec<Summary>,
+    pods: Vec<Pod>,
+    thresholds: Vec<Threshold>,
+    events: Arc<crate::events::FakeRecorder>,
+) -> (Manager, Arc<FakePods>, Arc<FakeReclaim>, Arc<PressureState>) {
     let killer = Arc::new(FakePods {
         pods,
         ..Default::default()
@@ -479,7 +489,7 @@ fn manager(
             stats: Arc::new(FakeStats(Mutex::new(summaries))),
             pods: killer.clone(),
             reclaim: reclaim.clone(),
-            events: Arc::new(crate::events::FakeRecorder::default()),
+            events,
             state: state.clone(),
             node_name: "n".into(),
             allocatable_memory: None,
@@ -581,4 +591,216 @@ async fn emptydir_over_its_size_limit_is_evicted_without_node_pressure_but_criti
         "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
     );
     assert!(!ev[0].1.disruption);
+}
+
+fn container_stats(name: &str, mem: u64, rootfs: u64, logs: u64) -> ContainerStats {
+    ContainerStats {
+        name: name.into(),
+        memory: Some(MemoryStats {
+            working_set_bytes: Some(mem),
+            ..Default::default()
+        }),
+        rootfs: Some(fs(rootfs)),
+        logs: Some(fs(logs)),
+        ..Default::default()
+    }
+}
+
+fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Containers in the order the stats list them, init containers included, requests and
+/// usages in Go's canonical quantity text.
+#[test]
+fn memory_eviction_annotations_are_upstreams_byte_for_byte() {
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "default", "uid": "uid-p"},
+        "spec": {
+            "initContainers": [{"name": "init", "image": "i"}],
+            "containers": [
+                {"name": "a", "image": "i", "resources": {"requests": {"memory": "64Mi"}}},
+                {"name": "b", "image": "i", "resources": {"requests": {"memory": "0.5Gi"}}},
+                {"name": "quiet", "image": "i", "resources": {"requests": {"memory": "1Gi"}}},
+            ],
+        },
+    }))
+    .unwrap();
+    let mut s = stats("p", 0, 0);
+    s.containers = vec![
+        container_stats("b", 600 << 20, 0, 0),
+        container_stats("quiet", 10 << 20, 0, 0),
+        container_stats("a", 80 << 20, 0, 0),
+        container_stats("init", 1000, 0, 0),
+    ];
+    let th = [threshold(
+        Signal::MemoryAvailable,
+        Amount::Quantity(100 * MI),
+        0,
+    )];
+    let (msg, ann) =
+        rank::eviction_message(Resource::Memory, &p, Some(&s), &th, &mem_obs(50 * MI, 1));
+    assert_eq!(
+        msg,
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. \
+         Container b was using 600Mi, request is 512Mi, has larger consumption of memory. \
+         Container a was using 80Mi, request is 64Mi, has larger consumption of memory. \
+         Container init was using 1k, request is 0, has larger consumption of memory. "
+    );
+    assert_eq!(
+        ann,
+        annotations(&[
+            ("offending_containers", "b,a,init"),
+            ("offending_containers_usage", "600Mi,80Mi,1k"),
+            ("starved_resource", "memory"),
+        ])
+    );
+    // Without the pod's stats: the message alone and no annotations, as upstream.
+    let (msg, ann) = rank::eviction_message(Resource::Memory, &p, None, &th, &mem_obs(50 * MI, 1));
+    assert_eq!(
+        msg,
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. "
+    );
+    assert!(ann.is_empty());
+}
+
+/// Pod-level resources (memory): the pod's usage and request lead the message, whether or not
+/// it is above the request, with `offending_pod` and `offending_pod_usage`.
+#[test]
+fn pod_level_memory_request_is_named_as_upstream() {
+    let p = pod(
+        "p",
+        0,
+        Some("32Mi"),
+        serde_json::json!({"resources": {"requests": {"memory": "256Mi"}}}),
+    );
+    let mut s = stats("p", 40 << 20, 0);
+    s.memory = Some(MemoryStats {
+        working_set_bytes: Some(200 << 20),
+        ..Default::default()
+    });
+    let (msg, ann) =
+        rank::eviction_message(Resource::Memory, &p, Some(&s), &[], &Observations::new());
+    assert_eq!(
+        msg,
+        "The node was low on resource: memory. \
+         Pod p was using 200Mi, request is 256Mi, has larger consumption of memory. \
+         Container c was using 40Mi, request is 32Mi, has larger consumption of memory. "
+    );
+    assert_eq!(
+        ann,
+        annotations(&[
+            ("offending_containers", "c"),
+            ("offending_containers_usage", "40Mi"),
+            ("offending_pod", "p"),
+            ("offending_pod_usage", "200Mi"),
+            ("starved_resource", "memory"),
+        ])
+    );
+}
+
+/// ephemeral-storage: writable layer + logs against the request; usages BinarySI as Go's
+/// NewQuantity prints them (2e9 bytes → 1953125Ki).
+#[test]
+fn ephemeral_storage_eviction_annotations_are_upstreams_byte_for_byte() {
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "default", "uid": "uid-p"},
+        "spec": {"containers": [
+            {"name": "w", "image": "i", "resources": {"requests": {"ephemeral-storage": "1000M"}}},
+            {"name": "r", "image": "i"},
+        ]},
+    }))
+    .unwrap();
+    let mut s = stats("p", 0, 0);
+    s.containers = vec![
+        container_stats("w", 0, 1_500_000_000, 500_000_000),
+        container_stats("r", 0, 0, 0),
+    ];
+    let mut o = Observations::new();
+    o.insert(
+        Signal::NodeFsAvailable,
+        Observation {
+            available: 512 * MI,
+            capacity: 20 << 30,
+            time: 1,
+        },
+    );
+    let th = [threshold(
+        Signal::NodeFsAvailable,
+        Amount::Quantity(1 << 30),
+        0,
+    )];
+    let (msg, ann) = rank::eviction_message(Resource::EphemeralStorage, &p, Some(&s), &th, &o);
+    assert_eq!(
+        msg,
+        "The node was low on resource: ephemeral-storage. Threshold quantity: 1Gi, available: 512Mi. \
+         Container w was using 1953125Ki, request is 1G, has larger consumption of ephemeral-storage. "
+    );
+    assert_eq!(
+        ann,
+        annotations(&[
+            ("offending_containers", "w"),
+            ("offending_containers_usage", "1953125Ki"),
+            ("starved_resource", "ephemeral-storage"),
+        ])
+    );
+}
+
+/// The Evicted Event carries the annotations for a threshold eviction, none for a local
+/// storage limit.
+#[tokio::test]
+async fn evicted_event_carries_the_annotations() {
+    const M: u64 = 1 << 20;
+    let events = Arc::new(crate::events::FakeRecorder::default());
+    let (mut m, _, _, _) = manager_recording(
+        vec![summary(50 * M, 900, vec![stats("big", 80 * M, 0)])],
+        vec![pod("big", 0, Some("16Mi"), serde_json::json!({}))],
+        vec![threshold(
+            Signal::MemoryAvailable,
+            Amount::Quantity(100 * MI),
+            0,
+        )],
+        events.clone(),
+    );
+    m.synchronize(Instant::now()).await.unwrap();
+    let evicted: Vec<usize> = events
+        .events()
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.starts_with("Warning Evicted "))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(evicted.len(), 1, "{:?}", events.events());
+    assert_eq!(
+        events.annotations()[evicted[0]],
+        annotations(&[
+            ("offending_containers", "c"),
+            ("offending_containers_usage", "80Mi"),
+            ("starved_resource", "memory"),
+        ])
+    );
+
+    let spec =
+        serde_json::json!({"volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]});
+    let mut sp = stats("p", 0, 0);
+    sp.volume.push(VolumeStats {
+        fs: fs(2 << 20),
+        name: "scratch".into(),
+    });
+    let events = Arc::new(crate::events::FakeRecorder::default());
+    let (mut m, _, _, _) = manager_recording(
+        vec![summary(1 << 30, 900, vec![sp])],
+        vec![pod("p", 0, None, spec)],
+        vec![],
+        events.clone(),
+    );
+    m.synchronize(Instant::now()).await.unwrap();
+    assert_eq!(
+        events.events(),
+        ["Warning Evicted Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "]
+    );
+    assert!(events.annotations()[0].is_empty());
 }

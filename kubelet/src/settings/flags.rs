@@ -455,4 +455,22 @@ pub const FLAGS: &[Setting] = &[
         &["5s"],
         "logs are written unbuffered.",
     ),
+    s(
+        "--pod-max-pids",
+        Implemented,
+        &[],
+        "Deprecated upstream (podPidsLimit): each pod cgroup's pids limit; -1 or 0: none. Wins over the file.",
+    ),
+    s(
+        "--cpu-cfs-quota",
+        Implemented,
+        &[],
+        "Deprecated upstream (cpuCFSQuota): CPU limits become CFS quota. Wins over the file.",
+    ),
+    s(
+        "--cpu-cfs-quota-period",
+        Implemented,
+        &[],
+        "Deprecated upstream (cpuCFSQuotaPeriod): the CFS period, 1ms to 1s; other than 100ms needs the CustomCPUCFSQuotaPeriod feature gate, as upstream. Wins over the file.",
+    ),
 ];
