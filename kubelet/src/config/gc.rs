@@ -116,22 +116,22 @@ pub fn image_policy(
         dur("imageMaximumGCAge", file.image_maximum_gc_age.as_ref())?.unwrap_or(d.max_age);
     if !(0..=100).contains(&high) {
         return Err(invalid(format!(
-            "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) {high} must be between 0 and 100, inclusive"
+            "imageGCHighThresholdPercent (--image-gc-high-threshold) {high} must be between 0 and 100, inclusive"
         )));
     }
     if !(0..=100).contains(&low) {
         return Err(invalid(format!(
-            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be between 0 and 100, inclusive"
+            "imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be between 0 and 100, inclusive"
         )));
     }
     if low >= high {
         return Err(invalid(format!(
-            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
+            "imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
         )));
     }
     if !max_age.is_zero() && max_age <= min_age {
         return Err(invalid(format!(
-            "invalid configuration: imageMaximumGCAge {} must be greater than imageMinimumGCAge {}",
+            "imageMaximumGCAge {} must be greater than imageMinimumGCAge {}",
             duration::format(max_age),
             duration::format(min_age)
         )));

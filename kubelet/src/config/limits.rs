@@ -92,12 +92,12 @@ pub fn parse(flags: &Flags, file: &KubeletConfiguration) -> Result<PodLimits, Co
             && !gate(flags, file, "CustomCPUCFSQuotaPeriod")
         {
             return Err(invalid(format!(
-                "invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {{{text}}} requires feature gate CustomCPUCFSQuotaPeriod"
+                "cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {{{text}}} requires feature gate CustomCPUCFSQuotaPeriod"
             )));
         }
         if d < Duration::from_millis(1) || d > Duration::from_secs(1) {
             return Err(invalid(format!(
-                "invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {{{text}}} must be between 1ms and 1sec, inclusive"
+                "cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {{{text}}} must be between 1ms and 1sec, inclusive"
             )));
         }
         out.cpu_cfs_period_us = d.as_micros() as u64;
@@ -123,7 +123,7 @@ pub fn parse(flags: &Flags, file: &KubeletConfiguration) -> Result<PodLimits, Co
             "LimitedSwap" => SwapBehavior::LimitedSwap,
             other => {
                 return Err(invalid(format!(
-                    "invalid configuration: memorySwap.swapBehavior {other:?} must be one of: \"\", \"LimitedSwap\" or \"NoSwap\""
+                    "memorySwap.swapBehavior {other:?} must be one of: \"\", \"LimitedSwap\" or \"NoSwap\""
                 )));
             }
         },

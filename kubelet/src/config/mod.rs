@@ -704,7 +704,7 @@ pub fn merge(
         {
             n if n < -1 => {
                 return Err(invalid(format!(
-                    "invalid configuration: nodeStatusMaxImages (--node-status-max-images) {n} must be -1 or greater"
+                    "nodeStatusMaxImages (--node-status-max-images) {n} must be -1 or greater"
                 )));
             }
             n => n,
@@ -796,7 +796,7 @@ pub fn merge(
                 .clone()
                 .unwrap_or_default(),
         )
-        .map_err(|e| invalid(format!("invalid configuration: {e}")))?,
+        .map_err(invalid)?,
         node_status_report_frequency: dur(
             "nodeStatusReportFrequency",
             &None,

@@ -434,7 +434,7 @@ pub fn parse(flags: &Flags, file: &KubeletConfiguration) -> Result<NodeResources
     }
     if enforce.iter().any(|k| k == "none") && enforce.len() > 1 {
         return Err(invalid(
-            "invalid configuration: enforceNodeAllocatable (--enforce-node-allocatable) may not contain additional enforcements when \"none\" is specified",
+            "enforceNodeAllocatable (--enforce-node-allocatable) may not contain additional enforcements when \"none\" is specified",
         ));
     }
     let enforce: Vec<String> = enforce.into_iter().filter(|k| k != "none").collect();

@@ -84,13 +84,13 @@ impl Settings {
         let workers = max_workers.unwrap_or(d.max_workers as i64);
         if workers < 1 {
             return Err(
-                "invalid configuration: containerLogMaxWorkers must be greater than or equal to 1"
+                "containerLogMaxWorkers must be greater than or equal to 1"
                     .into(),
             );
         }
         let interval = monitor_interval.unwrap_or(d.monitor_interval);
         if interval < Duration::from_secs(3) {
-            return Err("invalid configuration: containerLogMonitorInterval must be a positive time duration greater than or equal to 3s".into());
+            return Err("containerLogMonitorInterval must be a positive time duration greater than or equal to 3s".into());
         }
         let files = max_files.unwrap_or(d.max_files as i64);
         if files <= 1 {

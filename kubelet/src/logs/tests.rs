@@ -67,7 +67,7 @@ fn settings_default_and_validate_as_upstream() {
     );
     assert_eq!(
         Settings::new(None, None, Some(0), None).unwrap_err(),
-        "invalid configuration: containerLogMaxWorkers must be greater than or equal to 1"
+        "containerLogMaxWorkers must be greater than or equal to 1"
     );
     assert!(
         Settings::new(None, None, None, Some(Duration::from_secs(2)))
