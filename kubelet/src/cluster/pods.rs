@@ -558,6 +558,41 @@ mod tests {
         assert!(a.is_rejected("333") && a.is_admitted("1"));
     }
 
+    /// The node's allocatable is shared by the admitted pods, static pods included, by their
+    /// effective requests (pod-level when set): the newest pod that does not fit is rejected
+    /// with upstream's reason and message.
+    #[test]
+    fn requests_must_fit_allocatable() {
+        let q = |s: &str| Quantity(s.into());
+        let mut a = Admission {
+            allocatable: Some(
+                [
+                    ("cpu".to_string(), q("2")),
+                    ("memory".to_string(), q("4Gi")),
+                ]
+                .into(),
+            ),
+            static_pods: vec![pod(
+                "static",
+                "s",
+                serde_json::json!({"containers": [{"name": "c", "image": "i",
+                    "resources": {"requests": {"cpu": "500m"}}}]}),
+            )],
+            ..Default::default()
+        };
+        let level = |cpu: &str| serde_json::json!({"resources": {"limits": {"cpu": cpu, "memory": "64Mi"}}});
+        let pods = vec![pod("a", "1", level("1")), pod("b", "22", level("600m"))];
+        let rej = a.admit(&pods, 1, 110, &BTreeMap::new(), "n1");
+        assert_eq!(rej.len(), 1);
+        assert_eq!(rej[0].0.metadata.name.as_deref(), Some("b"));
+        assert_eq!(rej[0].1.reason, "OutOfcpu");
+        assert_eq!(
+            rej[0].1.message,
+            "Node didn't have enough resource: cpu, requested: 600, used: 1500, capacity: 2000"
+        );
+        assert!(a.is_admitted("1"));
+    }
+
     #[test]
     fn node_selector_and_affinity() {
         let labels = BTreeMap::from([

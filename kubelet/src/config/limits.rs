@@ -183,6 +183,19 @@ mod tests {
         assert!(parse(&Flags::default(), &file("cpuCFSQuotaPeriod: 100ms\n")).is_ok());
     }
 
+    /// `PodLevelResources` is on unless turned off, by the file or (over it) by the flag.
+    #[test]
+    fn pod_level_resources_gate() {
+        assert!(parse(&Flags::default(), &file("{}\n")).unwrap().pod_level_resources);
+        let off = file("featureGates: {PodLevelResources: false}\n");
+        assert!(!parse(&Flags::default(), &off).unwrap().pod_level_resources);
+        let flags = Flags {
+            feature_gates: Some([("PodLevelResources".to_string(), "true".to_string())].into()),
+            ..Flags::default()
+        };
+        assert!(parse(&flags, &off).unwrap().pod_level_resources);
+    }
+
     #[test]
     fn pids_quota_and_swap() {
         let p = parse(

@@ -520,4 +520,49 @@ mod tests {
         });
         assert_eq!(qos_class(&spec), Qos::Burstable);
     }
+
+    /// Upstream's ComputePodQOS with pod-level resources: they alone decide when set (cpu and
+    /// memory only; other names neither set them nor count), unless the gate is off.
+    #[test]
+    fn pod_level_qos_classes() {
+        let spec = |pod: serde_json::Value, containers: serde_json::Value| -> PodSpec {
+            serde_json::from_value(serde_json::json!({"resources": pod, "containers": containers}))
+                .unwrap()
+        };
+        let bare = serde_json::json!([{"name": "a"}, {"name": "b"}]);
+        let both = serde_json::json!({"cpu": "500m", "memory": "64Mi"});
+        // Limits alone: the requests default to them, Guaranteed; the gate off: BestEffort.
+        let s = spec(serde_json::json!({"limits": both}), bare.clone());
+        assert_eq!(qos_class_with(&s, true), Qos::Guaranteed);
+        assert_eq!(qos_class_with(&s, false), Qos::BestEffort);
+        // Requests below the limits, or only memory limited: Burstable.
+        let s = spec(
+            serde_json::json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": both}),
+            bare.clone(),
+        );
+        assert_eq!(qos_class_with(&s, true), Qos::Burstable);
+        let s = spec(
+            serde_json::json!({"limits": {"memory": "64Mi"}}),
+            bare.clone(),
+        );
+        assert_eq!(qos_class_with(&s, true), Qos::Burstable);
+        // Pod-level resources override Guaranteed containers.
+        let g = serde_json::json!([{"name": "a", "resources": {"limits": both}}]);
+        let s = spec(serde_json::json!({"requests": {"cpu": "100m"}}), g.clone());
+        assert_eq!(qos_class_with(&s, true), Qos::Burstable);
+        // Only unsupported names at the pod level: not set, the containers decide.
+        let s = spec(
+            serde_json::json!({"requests": {"ephemeral-storage": "1Gi"}}),
+            g.clone(),
+        );
+        assert_eq!(qos_class_with(&s, true), Qos::Guaranteed);
+        // A bad pod-level quantity is refused at validation, naming the field.
+        let p = pod(serde_json::json!({"metadata": {"name": "w"}, "spec": {
+            "resources": {"limits": {"memory": "lots"}},
+            "containers": [{"name": "a", "image": "x:1"}]}}));
+        assert_eq!(
+            validate(&p).unwrap_err().field,
+            "spec.resources.limits[memory]"
+        );
+    }
 }
