@@ -1,7 +1,7 @@
 //! The settings the container manager writes pod and container limits with: `cpuCFSQuota`,
 //! `cpuCFSQuotaPeriod` (only with the `CustomCPUCFSQuotaPeriod` feature gate, as upstream),
-//! `podPidsLimit`, `memorySwap.swapBehavior` and the `PodLevelResources` gate. Pure; validated as upstream's
-//! ValidateKubeletConfiguration.
+//! `podPidsLimit`, `memorySwap.swapBehavior` and the `PodLevelResources` gate. Pure;
+//! validated as upstream's ValidateKubeletConfiguration.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
 use crate::duration;
@@ -186,7 +186,11 @@ mod tests {
     /// `PodLevelResources` is on unless turned off, by the file or (over it) by the flag.
     #[test]
     fn pod_level_resources_gate() {
-        assert!(parse(&Flags::default(), &file("{}\n")).unwrap().pod_level_resources);
+        assert!(
+            parse(&Flags::default(), &file("{}\n"))
+                .unwrap()
+                .pod_level_resources
+        );
         let off = file("featureGates: {PodLevelResources: false}\n");
         assert!(!parse(&Flags::default(), &off).unwrap().pod_level_resources);
         let flags = Flags {
