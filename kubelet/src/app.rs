@@ -139,6 +139,11 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
 
 /// Runs the kubelet until `cancel` fires.
 pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
+    // QoS classes (pod status, eviction, admission) follow the configured gate.
+    crate::pod::resources::set_enabled(cfg.pod_limits.pod_level_resources);
+    if !cfg.pod_limits.pod_level_resources {
+        tracing::info!("feature gate PodLevelResources is off: spec.resources of pods is ignored");
+    }
     let proxy_cfg = match &cfg.proxy_config {
         Some(path) => Some(crate::proxy_role::load(path, &cfg.node_name)?),
         None => None,

@@ -455,7 +455,13 @@ mod tests {
             ],
         );
         assert_eq!(sl.workers(), 2, "the mirror pod is not run");
-        settle().await;
+        // Both pods' containers start (bounded wait: a loaded machine schedules slowly).
+        for _ in 0..250 {
+            if rt.running("c").len() == 2 {
+                break;
+            }
+            settle().await;
+        }
         assert_eq!(rt.running("c").len(), 2);
         // The apiserver marks the API pod deleted: it stops, and is reported terminated.
         let deleted = pod(

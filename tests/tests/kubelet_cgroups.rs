@@ -1,7 +1,8 @@
 //! The cgroup tree on real containerd: a Guaranteed pod's cgroup holds its memory limit and
 //! CFS quota, a Burstable pod sits under kubepods/burstable with the tier's shares raised by
-//! its request, podPidsLimit lands in pids.max, and the pod cgroup goes with the pod; a
-//! `kubepods` that cannot be created stops the start, as upstream's container manager.
+//! its request, podPidsLimit lands in pids.max, and the pod cgroup goes with the pod; a pod
+//! with only pod-level limits (`spec.resources`) gets them on its pod cgroup and containers;
+//! a `kubepods` that cannot be created stops the start, as upstream's container manager.
 
 mod common;
 
@@ -206,4 +207,116 @@ fn uncreatable_kubepods_stops_the_start() {
         ) && text.contains("/cgroup.procs/kubepods: Not a directory (os error 20)"),
         "{text}"
     );
+}
+
+const POD_LEVEL: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: podlevel
+spec:
+  terminationGracePeriodSeconds: 1
+  resources:
+    limits: {cpu: 500m, memory: 64Mi}
+  containers:
+  - name: c
+    image: docker.io/library/busybox:1.35
+    command: ["sleep", "3600"]
+"#;
+
+/// One limit of a cgroup below the hierarchy roots, on whichever layout the host has: the v1
+/// file in its controller's hierarchy, else the v2 interface file under /sys/fs/cgroup.
+struct Layout {
+    v2: bool,
+}
+
+impl Layout {
+    fn detect() -> Option<Layout> {
+        if v1_mount("memory").is_some() && v1_mount("cpu").is_some() {
+            return Some(Layout { v2: false });
+        }
+        Path::new("/sys/fs/cgroup/cgroup.controllers")
+            .exists()
+            .then_some(Layout { v2: true })
+    }
+
+    /// The directory of `rel` holding `controller`'s files.
+    fn dir(&self, controller: &str, rel: &Path) -> PathBuf {
+        if self.v2 {
+            Path::new("/sys/fs/cgroup").join(rel)
+        } else {
+            v1_mount(controller).unwrap().join(rel)
+        }
+    }
+
+    /// Memory limit in bytes (`memory.limit_in_bytes` / `memory.max`).
+    fn memory(&self, rel: &Path) -> String {
+        let f = if self.v2 {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        read(&self.dir("memory", rel).join(f))
+    }
+
+    /// "quota period" (`cpu.cfs_quota_us` + `cpu.cfs_period_us` / `cpu.max`).
+    fn cpu_max(&self, rel: &Path) -> String {
+        let d = self.dir("cpu", rel);
+        if self.v2 {
+            read(&d.join("cpu.max"))
+        } else {
+            format!(
+                "{} {}",
+                read(&d.join("cpu.cfs_quota_us")),
+                read(&d.join("cpu.cfs_period_us"))
+            )
+        }
+    }
+
+    /// `cpu.shares` (v1) or `cpu.weight` (v2).
+    fn cpu_weight(&self, rel: &Path) -> String {
+        let f = if self.v2 { "cpu.weight" } else { "cpu.shares" };
+        read(&self.dir("cpu", rel).join(f))
+    }
+}
+
+/// Upstream's PodLevelResources (on by default): limits set only on the pod make it
+/// Guaranteed (its requests default to them), its cgroup directly under kubepods gets 64Mi
+/// and 50ms of CPU per 100ms with the shares of 500m, and the container, which has no limits
+/// of its own, is limited by the pod's.
+#[test]
+fn pod_level_limits_land_on_the_pod_cgroup() {
+    require_rig!();
+    let Some(layout) = Layout::detect() else {
+        eprintln!("SKIPPED: neither cgroup v1 memory+cpu hierarchies nor cgroup v2 here");
+        return;
+    };
+    let rig = Rig::up("e2e-podres");
+    let agent = Agent::start(&rig);
+    agent.write_manifest("podlevel.yaml", POD_LEVEL);
+    let uid = uid(&agent, "podlevel-");
+    assert_eq!(
+        agent.pod("podlevel-").unwrap()["status"]["qosClass"],
+        "Guaranteed"
+    );
+    let root = rig
+        .get("RIG_CGROUP_ROOT")
+        .trim_start_matches('/')
+        .to_string();
+    let pod = Path::new(&root).join("kubepods").join(format!("pod{uid}"));
+    assert_eq!(layout.memory(&pod), (64u64 << 20).to_string());
+    assert_eq!(layout.cpu_max(&pod), "50000 100000");
+    let weight = if layout.v2 { "20" } else { "512" };
+    assert_eq!(layout.cpu_weight(&pod), weight);
+    // The container's own cgroup (the sandbox's pause has none of these limits).
+    let children: Vec<PathBuf> = std::fs::read_dir(layout.dir("memory", &pod))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| pod.join(e.file_name()))
+        .collect();
+    let limited = children
+        .iter()
+        .find(|c| layout.memory(c) == (64u64 << 20).to_string())
+        .unwrap_or_else(|| panic!("no container cgroup with the pod's 64Mi in {children:?}"));
+    assert_eq!(layout.cpu_max(limited), "50000 100000");
 }

@@ -16,6 +16,7 @@ pub mod auth_review;
 pub mod bootstrap;
 pub mod client;
 pub mod events;
+pub mod fit;
 pub mod informer;
 pub mod mirror;
 pub mod node;

@@ -10,6 +10,7 @@ use crate::status_manager::StatusManager;
 use crate::sync_loop::{Source, SourceUpdate, Terminated};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -244,6 +245,10 @@ pub struct Admission {
     pub shutdown: Option<Arc<crate::shutdown::ShutdownState>>,
     /// Under node pressure pods are rejected as upstream's eviction admission does.
     pub pressure: Option<Arc<crate::eviction::PressureState>>,
+    /// The node's allocatable (from its Node object); None until known: no resource fit.
+    pub allocatable: Option<BTreeMap<String, Quantity>>,
+    /// Static pods, whose requests count as used.
+    pub static_pods: Vec<Pod>,
 }
 
 impl Admission {
@@ -263,15 +268,19 @@ impl Admission {
             .collect();
         self.admitted.retain(|u| live.contains(u.as_str()));
         self.rejected.retain(|u, _| live.contains(u.as_str()));
-        let mut active = static_pods
-            + pods
-                .iter()
-                .filter(|p| {
-                    self.admitted
-                        .contains(p.metadata.uid.as_deref().unwrap_or(""))
-                        && !is_terminal(p)
-                })
-                .count();
+        let running: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| {
+                self.admitted
+                    .contains(p.metadata.uid.as_deref().unwrap_or(""))
+                    && !is_terminal(p)
+            })
+            .collect();
+        let mut active = static_pods + running.len();
+        let mut used = BTreeMap::new();
+        for p in running.iter().copied().chain(self.static_pods.iter()) {
+            super::fit::add_requests(&mut used, p);
+        }
         let mut fresh: Vec<&Pod> = pods
             .iter()
             .filter(|p| {
@@ -315,6 +324,12 @@ impl Admission {
                         "Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {max_pods}"
                     ),
                 })
+            } else if let Some((reason, message)) = self
+                .allocatable
+                .as_ref()
+                .and_then(|a| super::fit::check(p, &used, a))
+            {
+                Some(Rejection { reason, message })
             } else if !node_affinity_matches(p, labels, node_name) {
                 Some(Rejection {
                     reason: "NodeAffinity".into(),
@@ -333,6 +348,7 @@ impl Admission {
                 None => {
                     self.admitted.insert(uid);
                     active += 1;
+                    super::fit::add_requests(&mut used, p);
                 }
             }
         }
@@ -414,6 +430,12 @@ impl Dispatcher {
                     .and_then(|n| n.metadata.labels.clone())
                     .unwrap_or_default();
                 let static_count = self.static_rx.borrow().len();
+                admission.static_pods = self.static_rx.borrow().clone();
+                admission.allocatable = self
+                    .node_rx
+                    .borrow()
+                    .as_ref()
+                    .and_then(|n| n.status.as_ref()?.allocatable.clone());
                 for (p, r) in
                     admission.admit(&pods, static_count, self.max_pods, &labels, &self.node_name)
                 {
@@ -534,6 +556,41 @@ mod tests {
         // Sticky: a later pass does not re-decide, even when room appears.
         assert!(a.admit(&pods[..], 0, 3, &labels, "n1").is_empty());
         assert!(a.is_rejected("333") && a.is_admitted("1"));
+    }
+
+    /// The node's allocatable is shared by the admitted pods, static pods included, by their
+    /// effective requests (pod-level when set): the newest pod that does not fit is rejected
+    /// with upstream's reason and message.
+    #[test]
+    fn requests_must_fit_allocatable() {
+        let q = |s: &str| Quantity(s.into());
+        let mut a = Admission {
+            allocatable: Some(
+                [
+                    ("cpu".to_string(), q("2")),
+                    ("memory".to_string(), q("4Gi")),
+                ]
+                .into(),
+            ),
+            static_pods: vec![pod(
+                "static",
+                "s",
+                serde_json::json!({"containers": [{"name": "c", "image": "i",
+                    "resources": {"requests": {"cpu": "500m"}}}]}),
+            )],
+            ..Default::default()
+        };
+        let level = |cpu: &str| serde_json::json!({"resources": {"limits": {"cpu": cpu, "memory": "64Mi"}}});
+        let pods = vec![pod("a", "1", level("1")), pod("b", "22", level("600m"))];
+        let rej = a.admit(&pods, 1, 110, &BTreeMap::new(), "n1");
+        assert_eq!(rej.len(), 1);
+        assert_eq!(rej[0].0.metadata.name.as_deref(), Some("b"));
+        assert_eq!(rej[0].1.reason, "OutOfcpu");
+        assert_eq!(
+            rej[0].1.message,
+            "Node didn't have enough resource: cpu, requested: 600, used: 1500, capacity: 2000"
+        );
+        assert!(a.is_admitted("1"));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! What the container manager writes, as pure functions of the pod and the node: upstream's
-//! ResourceConfigForPod (pod cgroups), the QoS tiers' shares (qos_container_manager) and the
+//! ResourceConfigForPod (pod cgroups, pod-level `spec.resources` included), the QoS tiers' shares (qos_container_manager) and the
 //! `kubepods` limits (node_container_manager).
 
 use super::cgroups::CgroupLimits;
@@ -88,8 +88,10 @@ fn is_sidecar(c: &Container) -> bool {
 
 /// Upstream's PodRequests / PodLimits: the containers' sum plus restartable init containers
 /// (sidecars), or the largest init container with the sidecars started before it, whichever
-/// is larger; plus the pod overhead (for limits only where a limit exists).
-pub fn pod_amounts(pod: &Pod, limits: bool) -> BTreeMap<String, i128> {
+/// is larger; then, with the `PodLevelResources` gate on and pod-level resources set, each
+/// supported pod-level amount (cpu, memory, hugepages) replaces the containers'; plus the pod
+/// overhead (for limits only where a non-zero limit exists).
+pub fn pod_amounts(pod: &Pod, limits: bool, pod_level_gate: bool) -> BTreeMap<String, i128> {
     let spec = pod.spec.clone().unwrap_or_default();
     let mut sum = BTreeMap::new();
     for c in &spec.containers {
@@ -110,8 +112,22 @@ pub fn pod_amounts(pod: &Pod, limits: bool) -> BTreeMap<String, i128> {
     }
     add(&mut sum, &sidecars);
     max_into(&mut sum, &init_max);
+    if let Some(r) = pod::resources::pod_level(&spec, pod_level_gate) {
+        // PodRequests applies pod-level requests only when some are set (after the
+        // apiserver's defaulting from pod-level limits); PodLimits whenever any are.
+        let level = if limits {
+            pod::resources::limits(r)
+        } else {
+            pod::resources::requests(r)
+        };
+        for (k, q) in &level {
+            if let Some(v) = pod::resources::amount(k, q) {
+                sum.insert(k.clone(), v);
+            }
+        }
+    }
     for (k, q) in spec.overhead.unwrap_or_default() {
-        if limits && !sum.contains_key(&k) {
+        if limits && sum.get(&k).is_none_or(|v| *v == 0) {
             continue;
         }
         let v = if k == "cpu" {
@@ -128,9 +144,10 @@ pub fn pod_amounts(pod: &Pod, limits: bool) -> BTreeMap<String, i128> {
 /// ask for (limited to 0, as the cgroup manager does). `host_sizes` are the node's page sizes.
 pub fn pod_limits(pod: &Pod, s: &PodLimits, host_sizes: &[u64]) -> CgroupLimits {
     let spec = pod.spec.clone().unwrap_or_default();
-    let qos = pod::qos_class(&spec);
-    let reqs = pod_amounts(pod, false);
-    let lims = pod_amounts(pod, true);
+    let gate = s.pod_level_resources;
+    let qos = pod::qos_class_with(&spec, gate);
+    let reqs = pod_amounts(pod, false, gate);
+    let lims = pod_amounts(pod, true, gate);
     let all = spec
         .containers
         .iter()
@@ -141,6 +158,9 @@ pub fn pod_limits(pod: &Pod, s: &PodLimits, host_sizes: &[u64]) -> CgroupLimits 
         cpu_declared &= l.get("cpu").is_some_and(|v| *v > 0);
         mem_declared &= l.get("memory").is_some_and(|v| *v > 0);
     }
+    // A pod-level limit declares the limit for the whole pod.
+    cpu_declared |= pod::resources::pod_limit(&spec, gate, "cpu").is_some();
+    mem_declared |= pod::resources::pod_limit(&spec, gate, "memory").is_some();
     let period = s.cpu_cfs_period_us;
     let shares = milli_cpu_to_shares(reqs.get("cpu").copied().unwrap_or(0));
     let quota = if s.cpu_cfs_quota {

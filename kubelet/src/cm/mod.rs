@@ -208,10 +208,11 @@ impl ContainerManager {
     /// does before a sandbox starts.
     pub fn ensure_pod(&self, pod: &Pod) -> Result<(), CgroupError> {
         let spec = pod.spec.clone().unwrap_or_default();
-        let qos = pod::qos_class(&spec);
+        let gate = self.cfg.pod_limits.pod_level_resources;
+        let qos = pod::qos_class_with(&spec, gate);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if qos == Qos::Burstable {
-            let cpu = limits::pod_amounts(pod, false)
+            let cpu = limits::pod_amounts(pod, false, gate)
                 .get("cpu")
                 .copied()
                 .unwrap_or(0);

@@ -411,7 +411,7 @@ fn init_containers_and_overhead_count_as_upstream() {
     ]);
     spec.overhead = rl(&[("cpu", "10m")]);
     // max(100 + 50, 50 + 400) + 10 overhead.
-    assert_eq!(limits::pod_amounts(&p, false)["cpu"], 460);
+    assert_eq!(limits::pod_amounts(&p, false, true)["cpu"], 460);
     assert_eq!(limits::milli_cpu_to_shares(460), 471);
     assert_eq!(limits::milli_cpu_to_quota(1, 100_000), 1000);
     assert_eq!(limits::milli_cpu_to_shares(1), 2);
@@ -494,5 +494,146 @@ fn node_setup_failures_name_the_cgroup_and_the_cause() {
     assert_eq!(
         e.to_string(),
         "failed to enforce System Reserved Cgroup Limits on \"/system.slice\": cgroup /system.slice: Invalid argument (os error 22)"
+    );
+}
+
+/// A pod with pod-level `spec.resources` (upstream's PodLevelResources) on top of `containers`.
+fn pod_level(
+    uid: &str,
+    requests: &[(&str, &str)],
+    limits: &[(&str, &str)],
+    containers: &[Amounts],
+) -> Pod {
+    let mut p = pod(uid, containers);
+    p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
+        requests: rl(requests),
+        limits: rl(limits),
+        ..Default::default()
+    });
+    p
+}
+
+/// Limits only at the pod level, containers without any: Guaranteed (the requests default to
+/// the limits), the pod cgroup gets them.
+fn pod_level_guaranteed() -> Pod {
+    pod_level(
+        "pl",
+        &[],
+        &[("cpu", "500m"), ("memory", "64Mi")],
+        &[(&[], &[]), (&[], &[])],
+    )
+}
+
+/// Pod-level cpu/memory requests and a memory limit; one container limits its cpu, the other
+/// does not, so the pod has no CPU quota but the pod-level memory limit.
+fn pod_level_burstable() -> Pod {
+    pod_level(
+        "pb",
+        &[("cpu", "250m"), ("memory", "32Mi")],
+        &[("memory", "128Mi")],
+        &[(&[("cpu", "100m")], &[("cpu", "1")]), (&[], &[])],
+    )
+}
+
+#[test]
+fn v1_table_of_pod_level_resources() {
+    let fake = Arc::new(FakeCgroups::default());
+    let cm = manager(fake.clone(), 1024, reserved());
+    cm.setup_node(&capacity()).unwrap();
+    cm.ensure_pod(&pod_level_guaranteed()).unwrap();
+    cm.ensure_pod(&pod_level_burstable()).unwrap();
+    // 500m → 512 shares, 50000us per 100000us, 64Mi.
+    assert_eq!(
+        files(&fake, "/rig/kubepods/podpl"),
+        table(&[
+            ("cpu.shares", "512"),
+            ("cpu.cfs_period_us", "100000"),
+            ("cpu.cfs_quota_us", "50000"),
+            ("memory.limit_in_bytes", &(64 * MI).to_string()),
+            ("pids.max", "1024"),
+            ("hugetlb.2MB.limit_in_bytes", "0"),
+        ])
+    );
+    // Shares from the pod-level 250m (not the containers' 100m); no quota; 128Mi.
+    assert_eq!(
+        files(&fake, "/rig/kubepods/burstable/podpb"),
+        table(&[
+            ("cpu.shares", "256"),
+            ("memory.limit_in_bytes", &(128 * MI).to_string()),
+            ("pids.max", "1024"),
+            ("hugetlb.2MB.limit_in_bytes", "0"),
+        ])
+    );
+    // The Burstable tier counts the pod-level request too.
+    assert_eq!(
+        fake.read("/rig/kubepods/burstable").unwrap()["cpu.shares"],
+        "256"
+    );
+}
+
+#[test]
+fn v2_table_of_pod_level_resources() {
+    let fake = Arc::new(FakeCgroups::v2());
+    let cm = manager(fake.clone(), -1, reserved());
+    cm.setup_node(&capacity()).unwrap();
+    cm.ensure_pod(&pod_level_guaranteed()).unwrap();
+    cm.ensure_pod(&pod_level_burstable()).unwrap();
+    assert_eq!(
+        files(&fake, "/rig/kubepods/podpl"),
+        table(&[
+            ("cpu.weight", "20"),
+            ("cpu.max", "50000 100000"),
+            ("memory.max", &(64 * MI).to_string()),
+            ("hugetlb.2MB.max", "0"),
+        ])
+    );
+    assert_eq!(
+        files(&fake, "/rig/kubepods/burstable/podpb"),
+        table(&[
+            ("cpu.weight", "10"),
+            ("memory.max", &(128 * MI).to_string()),
+            ("hugetlb.2MB.max", "0"),
+        ])
+    );
+}
+
+/// A pod-level CPU limit declares the quota even when no container limits its CPU; the
+/// pod-level values replace the containers' sums; overhead adds to both.
+#[test]
+fn pod_level_limits_replace_the_containers_and_overhead_adds() {
+    let mut p = pod_level(
+        "po",
+        &[("cpu", "200m")],
+        &[("cpu", "1500m")],
+        &[
+            (&[("cpu", "100m"), ("memory", "10Mi")], &[]),
+            (&[("cpu", "50m")], &[("memory", "20Mi")]),
+        ],
+    );
+    p.spec.as_mut().unwrap().overhead = rl(&[("cpu", "10m")]);
+    let l = limits::pod_limits(&p, &PodLimits::default(), &[]);
+    assert_eq!(l.cpu_shares, Some(limits::milli_cpu_to_shares(210)));
+    assert_eq!(l.cpu_quota, Some(151_000));
+    // One container has no memory limit and the pod sets none: no memory limit.
+    assert_eq!(l.memory, None);
+    assert_eq!(
+        limits::pod_amounts(&p, false, true)["memory"],
+        30 * i128::from(MI)
+    );
+}
+
+/// With `PodLevelResources: false` the pod-level fields are ignored, as upstream with the
+/// gate off: the pod above is BestEffort and its cgroup gets 2 shares only.
+#[test]
+fn gate_off_ignores_pod_level_resources() {
+    let fake = Arc::new(FakeCgroups::default());
+    let mut cm = manager(fake.clone(), -1, reserved());
+    cm.cfg.pod_limits.pod_level_resources = false;
+    cm.setup_node(&capacity()).unwrap();
+    cm.ensure_pod(&pod_level_guaranteed()).unwrap();
+    assert!(!fake.exists("/rig/kubepods/podpl"));
+    assert_eq!(
+        files(&fake, "/rig/kubepods/besteffort/podpl"),
+        table(&[("cpu.shares", "2"), ("hugetlb.2MB.limit_in_bytes", "0")])
     );
 }

@@ -1,7 +1,7 @@
 //! The settings the container manager writes pod and container limits with: `cpuCFSQuota`,
 //! `cpuCFSQuotaPeriod` (only with the `CustomCPUCFSQuotaPeriod` feature gate, as upstream),
-//! `podPidsLimit` and `memorySwap.swapBehavior`. Pure; validated as upstream's
-//! ValidateKubeletConfiguration.
+//! `podPidsLimit`, `memorySwap.swapBehavior` and the `PodLevelResources` gate. Pure;
+//! validated as upstream's ValidateKubeletConfiguration.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
 use crate::duration;
@@ -36,6 +36,9 @@ pub struct PodLimits {
     /// it unlimited.
     pub pod_pids_limit: i64,
     pub swap_behavior: SwapBehavior,
+    /// The `PodLevelResources` feature gate (on unless set false): `spec.resources` counts
+    /// for QoS, pod cgroups, container limits, admission and eviction.
+    pub pod_level_resources: bool,
 }
 
 impl Default for PodLimits {
@@ -45,12 +48,18 @@ impl Default for PodLimits {
             cpu_cfs_period_us: DEFAULT_CFS_PERIOD_US,
             pod_pids_limit: -1,
             swap_behavior: SwapBehavior::NoSwap,
+            pod_level_resources: true,
         }
     }
 }
 
 /// Whether a feature gate is on: the flag's `--feature-gates` over the file's `featureGates`.
 fn gate(flags: &Flags, file: &KubeletConfiguration, name: &str) -> bool {
+    gate_or(flags, file, name, false)
+}
+
+/// [`gate`] for a gate whose upstream default is `default`.
+fn gate_or(flags: &Flags, file: &KubeletConfiguration, name: &str, default: bool) -> bool {
     if let Some(v) = flags.feature_gates.as_ref().and_then(|m| m.get(name)) {
         return v.eq_ignore_ascii_case("true");
     }
@@ -58,14 +67,17 @@ fn gate(flags: &Flags, file: &KubeletConfiguration, name: &str) -> bool {
         .as_ref()
         .and_then(|g| g.get(name))
         .and_then(|v| v.as_bool())
-        .unwrap_or(false)
+        .unwrap_or(default)
 }
 
 /// Reads the four settings: the deprecated flags `--cpu-cfs-quota`, `--cpu-cfs-quota-period`
 /// and `--pod-max-pids` over the file's fields, as upstream (flag values are already parsed
 /// with pflag's syntax).
 pub fn parse(flags: &Flags, file: &KubeletConfiguration) -> Result<PodLimits, ConfigError> {
-    let mut out = PodLimits::default();
+    let mut out = PodLimits {
+        pod_level_resources: gate_or(flags, file, crate::pod::resources::GATE, true),
+        ..PodLimits::default()
+    };
     match (&flags.cpu_cfs_quota, &file.cpu_cfs_quota) {
         (Some(b), _) => out.cpu_cfs_quota = *b,
         (None, None | Some(serde_json::Value::Null)) => {}
@@ -177,6 +189,23 @@ mod tests {
         );
         // 100ms is the default and needs no gate.
         assert!(parse(&Flags::default(), &file("cpuCFSQuotaPeriod: 100ms\n")).is_ok());
+    }
+
+    /// `PodLevelResources` is on unless turned off, by the file or (over it) by the flag.
+    #[test]
+    fn pod_level_resources_gate() {
+        assert!(
+            parse(&Flags::default(), &file("{}\n"))
+                .unwrap()
+                .pod_level_resources
+        );
+        let off = file("featureGates: {PodLevelResources: false}\n");
+        assert!(!parse(&Flags::default(), &off).unwrap().pod_level_resources);
+        let flags = Flags {
+            feature_gates: Some([("PodLevelResources".to_string(), "true".to_string())].into()),
+            ..Flags::default()
+        };
+        assert!(parse(&flags, &off).unwrap().pod_level_resources);
     }
 
     #[test]

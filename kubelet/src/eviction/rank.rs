@@ -67,11 +67,25 @@ fn container_quantity(c: &Container, limits: bool, resource: &str) -> Option<i12
     crate::quantity::value(map.as_ref()?.get(resource)?).ok()
 }
 
-/// The pod's request or limit of `resource` as upstream's PodRequests/PodLimits: the sum over
-/// the containers or the largest init container, whichever is larger; None when no container
-/// names it.
+/// The pod's request or limit of `resource` as upstream's PodRequests/PodLimits: the
+/// pod-level amount when pod-level resources name it (and the `PodLevelResources` gate is on),
+/// else the sum over the containers or the largest init container, whichever is larger; None
+/// when nothing names it.
 pub fn pod_amount(pod: &Pod, limits: bool, resource: &str) -> Option<i128> {
     let spec = pod.spec.as_ref()?;
+    if let Some(r) = crate::pod::resources::pod_level(spec, crate::pod::resources::enabled()) {
+        let level = if limits {
+            crate::pod::resources::limits(r)
+        } else {
+            crate::pod::resources::requests(r)
+        };
+        if let Some(v) = level
+            .get(resource)
+            .and_then(|q| crate::pod::resources::amount(resource, q))
+        {
+            return Some(v);
+        }
+    }
     let sum: Vec<i128> = spec
         .containers
         .iter()

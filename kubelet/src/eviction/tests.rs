@@ -804,3 +804,27 @@ async fn evicted_event_carries_the_annotations() {
     );
     assert!(events.annotations()[0].is_empty());
 }
+
+/// Pod-level memory requests are what usage is compared with: a pod whose containers request
+/// 10Mi but whose pod-level request is 500Mi is within its request at 300Mi and goes last.
+#[test]
+fn memory_ranking_uses_pod_level_requests() {
+    const M: u64 = 1 << 20;
+    let level = serde_json::json!({"resources": {"requests": {"memory": "500Mi"}}});
+    let mut pods = vec![
+        (
+            pod("pod-level", 0, Some("10Mi"), level),
+            Some(stats("pod-level", 300 * M, 0)),
+        ),
+        (
+            pod("containers", 0, Some("10Mi"), serde_json::json!({})),
+            Some(stats("containers", 100 * M, 0)),
+        ),
+    ];
+    rank::rank(&mut pods, Ranking::Memory);
+    assert_eq!(names(&pods), ["containers", "pod-level"]);
+    assert_eq!(
+        rank::pod_amount(&pods[1].0, false, "memory"),
+        Some(500 * (1 << 20))
+    );
+}

@@ -1,14 +1,16 @@
 //! Pods as the kubelet handles them: defaulting and validation of specs, QoS class, the
 //! per-container hash, and the sources that produce desired pods.
 
+pub mod resources;
 pub mod static_pods;
 pub mod sysctl;
 
 use crate::quantity;
 // One RFC 1123 label check for both binaries (kube-proxy validates Service names with it).
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use proxy::model::is_dns_label;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// A pod spec the kubelet refuses, naming the offending field like upstream's validation.
@@ -266,6 +268,14 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
             }
         }
     }
+    if let Some(res) = &spec.resources {
+        for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
+            for (k, q) in map.iter().flatten() {
+                quantity::milli(q)
+                    .map_err(|e| field_err(format!("spec.resources.{kind}[{k}]"), e.to_string()))?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -287,35 +297,65 @@ impl Qos {
     }
 }
 
-/// Computes the QoS class from the containers' cpu/memory requests and limits.
+/// Computes the QoS class as upstream's ComputePodQOS, with the process's `PodLevelResources`
+/// gate (see [`resources::enabled`]).
 pub fn qos_class(spec: &PodSpec) -> Qos {
+    qos_class_with(spec, resources::enabled())
+}
+
+/// One set of cpu/memory requests and limits folded into the pod's (any, guaranteed) pair: a
+/// missing request defaults to the limit; Guaranteed needs both limits set and equal to the
+/// requests.
+fn fold_qos(
+    requests: &BTreeMap<String, Quantity>,
+    limits: &BTreeMap<String, Quantity>,
+    any: &mut bool,
+    guaranteed: &mut bool,
+) {
+    for r in ["cpu", "memory"] {
+        let req = requests
+            .get(r)
+            .and_then(|q| quantity::milli(q).ok())
+            .filter(|v| *v > 0);
+        let lim = limits
+            .get(r)
+            .and_then(|q| quantity::milli(q).ok())
+            .filter(|v| *v > 0);
+        if req.is_some() || lim.is_some() {
+            *any = true;
+        }
+        match (req.or(lim), lim) {
+            (Some(a), Some(b)) if a == b => {}
+            _ => *guaranteed = false,
+        }
+    }
+}
+
+/// ComputePodQOS with the gate given: pod-level cpu/memory requests and limits decide when
+/// the pod sets them (and the gate is on), else the containers' and init containers'.
+pub fn qos_class_with(spec: &PodSpec, pod_level_gate: bool) -> Qos {
     let mut any = false;
     let mut guaranteed = true;
-    let containers = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten());
-    for c in containers {
-        let res = c.resources.clone().unwrap_or_default();
-        let limits = res.limits.unwrap_or_default();
-        let requests = res.requests.unwrap_or_default();
-        for r in ["cpu", "memory"] {
-            let req = requests
-                .get(r)
-                .and_then(|q| quantity::milli(q).ok())
-                .filter(|v| *v > 0);
-            let lim = limits
-                .get(r)
-                .and_then(|q| quantity::milli(q).ok())
-                .filter(|v| *v > 0);
-            if req.is_some() || lim.is_some() {
-                any = true;
-            }
-            // A missing request defaults to the limit.
-            match (req.or(lim), lim) {
-                (Some(a), Some(b)) if a == b => {}
-                _ => guaranteed = false,
-            }
+    if let Some(r) = resources::pod_level(spec, pod_level_gate) {
+        fold_qos(
+            &resources::requests(r),
+            &resources::limits(r),
+            &mut any,
+            &mut guaranteed,
+        );
+    } else {
+        let containers = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten());
+        for c in containers {
+            let res = c.resources.clone().unwrap_or_default();
+            fold_qos(
+                &res.requests.unwrap_or_default(),
+                &res.limits.unwrap_or_default(),
+                &mut any,
+                &mut guaranteed,
+            );
         }
     }
     match (any, guaranteed) {
@@ -479,5 +519,50 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(qos_class(&spec), Qos::Burstable);
+    }
+
+    /// Upstream's ComputePodQOS with pod-level resources: they alone decide when set (cpu and
+    /// memory only; other names neither set them nor count), unless the gate is off.
+    #[test]
+    fn pod_level_qos_classes() {
+        let spec = |pod: serde_json::Value, containers: serde_json::Value| -> PodSpec {
+            serde_json::from_value(serde_json::json!({"resources": pod, "containers": containers}))
+                .unwrap()
+        };
+        let bare = serde_json::json!([{"name": "a"}, {"name": "b"}]);
+        let both = serde_json::json!({"cpu": "500m", "memory": "64Mi"});
+        // Limits alone: the requests default to them, Guaranteed; the gate off: BestEffort.
+        let s = spec(serde_json::json!({"limits": both}), bare.clone());
+        assert_eq!(qos_class_with(&s, true), Qos::Guaranteed);
+        assert_eq!(qos_class_with(&s, false), Qos::BestEffort);
+        // Requests below the limits, or only memory limited: Burstable.
+        let s = spec(
+            serde_json::json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": both}),
+            bare.clone(),
+        );
+        assert_eq!(qos_class_with(&s, true), Qos::Burstable);
+        let s = spec(
+            serde_json::json!({"limits": {"memory": "64Mi"}}),
+            bare.clone(),
+        );
+        assert_eq!(qos_class_with(&s, true), Qos::Burstable);
+        // Pod-level resources override Guaranteed containers.
+        let g = serde_json::json!([{"name": "a", "resources": {"limits": both}}]);
+        let s = spec(serde_json::json!({"requests": {"cpu": "100m"}}), g.clone());
+        assert_eq!(qos_class_with(&s, true), Qos::Burstable);
+        // Only unsupported names at the pod level: not set, the containers decide.
+        let s = spec(
+            serde_json::json!({"requests": {"ephemeral-storage": "1Gi"}}),
+            g.clone(),
+        );
+        assert_eq!(qos_class_with(&s, true), Qos::Guaranteed);
+        // A bad pod-level quantity is refused at validation, naming the field.
+        let p = pod(serde_json::json!({"metadata": {"name": "w"}, "spec": {
+            "resources": {"limits": {"memory": "lots"}},
+            "containers": [{"name": "a", "image": "x:1"}]}}));
+        assert_eq!(
+            validate(&p).unwrap_err().field,
+            "spec.resources.limits[memory]"
+        );
     }
 }

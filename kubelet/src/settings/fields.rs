@@ -431,7 +431,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         NotImplemented,
         &[],
-        "feature gates are not read.",
+        "only CustomCPUCFSQuotaPeriod and PodLevelResources (on by default, as upstream) are read; other gates have no effect.",
     ),
     s(
         "failSwapOn",

@@ -224,7 +224,7 @@ pub const FLAGS: &[Setting] = &[
         "--feature-gates",
         NotImplemented,
         &[],
-        "feature gates are not read.",
+        "only CustomCPUCFSQuotaPeriod and PodLevelResources (on by default, as upstream) are read; other gates have no effect.",
     ),
     s(
         "--eviction-hard",

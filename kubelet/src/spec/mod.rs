@@ -238,11 +238,11 @@ pub fn is_critical_pod(pod: &Pod) -> bool {
 /// Upstream's GetContainerOOMScoreAdjust: node-critical and Guaranteed −997, BestEffort 1000,
 /// Burstable 1000 − 1000 × request / capacity in [3, 999] (a sidecar no higher than the
 /// pod's regular container with the smallest request).
-pub fn oom_score_adj(pod: &Pod, c: &Container, memory_capacity: i64) -> i64 {
+pub fn oom_score_adj(pod: &Pod, c: &Container, memory_capacity: i64, pod_level_gate: bool) -> i64 {
     let spec = pod.spec.clone().unwrap_or_default();
     let node_critical =
         is_critical_pod(pod) && spec.priority_class_name.as_deref() == Some("system-node-critical");
-    let qos = pod::qos_class(&spec);
+    let qos = pod::qos_class_with(&spec, pod_level_gate);
     if node_critical || qos == Qos::Guaranteed {
         return GUARANTEED_OOM_SCORE_ADJ;
     }
@@ -277,10 +277,20 @@ pub fn linux_resources(node: &NodeSettings, pod: &Pod, c: &Container) -> LinuxRe
     let limits = res.limits.unwrap_or_default();
     let requests = res.requests.unwrap_or_default();
     let milli = |m: &BTreeMap<String, _>, k: &str| m.get(k).and_then(|q| quantity::milli(q).ok());
-    let cpu_limit = milli(&limits, "cpu");
+    let spec = pod.spec.clone().unwrap_or_default();
+    let gate = node.pod_limits.pod_level_resources;
+    // Upstream's getCPULimit/getMemoryLimit: a container without a (non-zero) limit of its
+    // own gets the pod-level limit when pod-level resources are set.
+    let cpu_limit = milli(&limits, "cpu")
+        .filter(|v| *v != 0)
+        .or_else(|| pod::resources::pod_limit(&spec, gate, "cpu"));
     // A request that is absent (not zero) defaults to the limit.
     let cpu_request = milli(&requests, "cpu").or(cpu_limit);
-    let mem_limit = limits.get("memory").and_then(|q| quantity::value(q).ok());
+    let mem_limit = limits
+        .get("memory")
+        .and_then(|q| quantity::value(q).ok())
+        .filter(|v| *v != 0)
+        .or_else(|| pod::resources::pod_limit(&spec, gate, "memory"));
     // Quantities are at most an int64 of thousandths (quantity::MAX_MILLI), so this i128
     // arithmetic cannot overflow; results are clamped into the kernel's ranges.
     let to_i64 = |v: i128| v.clamp(0, i64::MAX as i128) as i64;
@@ -288,7 +298,7 @@ pub fn linux_resources(node: &NodeSettings, pod: &Pod, c: &Container) -> LinuxRe
     let mut out = LinuxResources {
         cpu_shares: crate::cm::limits::milli_cpu_to_shares(cpu_request.unwrap_or(0)) as i64,
         memory_limit_in_bytes: to_i64(mem_limit.unwrap_or(0)),
-        oom_score_adj: oom_score_adj(pod, c, node.memory_capacity),
+        oom_score_adj: oom_score_adj(pod, c, node.memory_capacity, gate),
         ..Default::default()
     };
     if s.cpu_cfs_quota {
@@ -351,7 +361,7 @@ fn configure_swap(node: &NodeSettings, pod: &Pod, c: &Container, out: &mut Linux
                 .unwrap_or(0)
         };
     let (req, lim) = (get(res.requests), get(res.limits));
-    if pod::qos_class(&spec) != Qos::Burstable
+    if pod::qos_class_with(&spec, node.pod_limits.pod_level_resources) != Qos::Burstable
         || (req == 0 && lim == 0)
         || req == lim
         || node.memory_capacity <= 0

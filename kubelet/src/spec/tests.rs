@@ -592,3 +592,49 @@ fn expansion_matches_upstreams_vectors() {
         assert_eq!(got, want, "input {input:?}");
     }
 }
+
+/// A container without limits of its own in a pod with pod-level limits gets the pod's limits
+/// (upstream's getCPULimit/getMemoryLimit) and shares from the cpu limit when it requests
+/// none; the oom_score_adj follows the pod's QoS (Guaranteed from the pod level). With the gate
+/// off the pod-level fields are ignored.
+#[test]
+fn pod_level_limits_reach_containers_without_their_own() {
+    use crate::config::limits::PodLimits;
+    let mut p = res_pod(serde_json::json!([
+        {"name": "a"},
+        {"name": "b", "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "200m", "memory": "16Mi"}}}
+    ]));
+    p.spec.as_mut().unwrap().resources =
+        serde_json::from_value(serde_json::json!({"limits": {"cpu": "500m", "memory": "64Mi"}}))
+            .unwrap();
+    let n = NodeSettings {
+        memory_capacity: 8 << 30,
+        ..node()
+    };
+    let cs = p.spec.as_ref().unwrap().containers.clone();
+    let row = |n: &NodeSettings, c| {
+        let r = linux_resources(n, &p, c);
+        (
+            r.cpu_shares,
+            r.cpu_quota,
+            r.cpu_period,
+            r.memory_limit_in_bytes,
+            r.oom_score_adj,
+        )
+    };
+    assert_eq!(row(&n, &cs[0]), (512, 50_000, 100_000, 64 << 20, -997));
+    // Its own limits win.
+    assert_eq!(row(&n, &cs[1]), (102, 20_000, 100_000, 16 << 20, -997));
+    let off = NodeSettings {
+        pod_limits: PodLimits {
+            pod_level_resources: false,
+            ..Default::default()
+        },
+        ..n.clone()
+    };
+    // Gate off: container b alone makes the pod Burstable; a has no limits at all.
+    assert_eq!(row(&off, &cs[0]).0, 2);
+    assert_eq!(row(&off, &cs[0]).1, 0);
+    assert_eq!(row(&off, &cs[0]).3, 0);
+    assert_eq!(row(&off, &cs[0]).4, 999);
+}
