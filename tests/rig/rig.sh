@@ -411,6 +411,21 @@ write_containerd_conf() {
 	mv -f "$CONF.tmp" "$CONF"
 }
 
+# mount_imagefs: with RIG_IMAGEFS_SIZE (e.g. 96m), containerd's root (content store, snapshots,
+# metadata: what CRI ImageFsInfo reports) goes on a tmpfs of that size at $RIG_DIR/root, so
+# tests can fill the image filesystem. `down` unmounts it with every other mount under the rig.
+mount_imagefs() {
+	local size=${RIG_IMAGEFS_SIZE:-}
+	rm -f "$RIG_DIR/imagefs_size"
+	[[ -n $size ]] || return 0
+	[[ $size =~ ^[1-9][0-9]*[kKmMgG]?$ ]] \
+		|| die "RIG_IMAGEFS_SIZE '$size' is not a tmpfs size (digits with an optional k, m or g)"
+	mount -t tmpfs -o "size=$size,mode=0711" "rig-imagefs-$NAME" "$RIG_DIR/root" \
+		|| die "cannot mount a tmpfs of $size on $RIG_DIR/root (RIG_IMAGEFS_SIZE)"
+	echo "$size" >"$RIG_DIR/imagefs_size"
+	log "up: containerd root on a $size tmpfs ($RIG_DIR/root)"
+}
+
 ctr_ok() { ctr -a "$SOCK" --connect-timeout 1s --timeout 3s version >/dev/null 2>&1; }
 
 # start_containerd: containerd in the rig's netns ONLY (nsenter --net; not `ip netns exec`,
@@ -470,7 +485,11 @@ RIG_CGROUP_ROOT=$CGROUP_ROOT
 RIG_IMAGES=$RIG_IMAGES
 RIG_SANDBOX_IMAGE=$SANDBOX_IMAGE
 RIG_BUSYBOX_IMAGE=$BUSYBOX_IMAGE
+RIG_CONTAINERD_ROOT=$RIG_DIR/root
 EOF
+	if [[ -f $RIG_DIR/imagefs_size ]]; then
+		echo "RIG_IMAGEFS_SIZE=$(cat "$RIG_DIR/imagefs_size")"
+	fi
 }
 
 write_env() {
@@ -536,6 +555,8 @@ cmd_up() {
 	chmod 0711 "$RIG_DIR"
 	boot_id >"$RIG_DIR/boot_id"
 	echo "$NAME" >"$MARKER" # written BEFORE the netns exists: `down` only deletes netns it owns
+
+	mount_imagefs
 
 	ip netns add "$NAME"
 	ip -n "$NAME" link set lo up

@@ -1,7 +1,8 @@
 //! Node resource protection on real containerd: a pod writing past its emptyDir `sizeLimit` is
 //! evicted (Failed, reason Evicted, upstream's message, the Evicted event), and container GC
 //! keeps one dead instance per container of a crash-looping pod while its restart count goes
-//! on.
+//! on; image GC frees a small (tmpfs) image filesystem filled past its high threshold, and
+//! through the eviction manager's reclaim.
 
 mod common;
 
@@ -186,5 +187,171 @@ fn image_gc_removes_unused_images_above_the_high_threshold() {
     assert!(
         log.contains("removing image to free bytes"),
         "the agent says what it removed"
+    );
+}
+
+/// statfs(2) of the filesystem holding a path, as the agent reads it (`stat -f`: fragment
+/// size × blocks, available to unprivileged users, free).
+#[derive(Debug, Clone, Copy)]
+struct Statfs {
+    capacity: u64,
+    available: u64,
+    free: u64,
+}
+
+impl Statfs {
+    fn of(path: &std::path::Path) -> Statfs {
+        let out = std::process::Command::new("stat")
+            .args(["-f", "-c", "%S %b %a %f"])
+            .arg(path)
+            .output()
+            .expect("stat -f");
+        assert!(out.status.success(), "stat -f {}", path.display());
+        let n: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(|w| w.parse().expect("a number"))
+            .collect();
+        Statfs {
+            capacity: n[0] * n[1],
+            available: n[0] * n[2],
+            free: n[0] * n[3],
+        }
+    }
+
+    fn used(&self) -> u64 {
+        self.capacity - self.free
+    }
+
+    /// Upstream's image GC arithmetic: 100 − available × 100 / capacity.
+    fn usage_percent(&self) -> u64 {
+        100 - self.available * 100 / self.capacity
+    }
+}
+
+/// The summary's `node.runtime.imageFs`.
+fn summary_image_fs(agent: &Agent) -> serde_json::Value {
+    let body = agent.curl("https://127.0.0.1:10250/stats/summary");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    v["node"]["runtime"]["imageFs"].clone()
+}
+
+const IMAGEFS_SIZE: u64 = 96 << 20;
+
+/// The real thing on a small image filesystem: containerd's root on a 96 MiB tmpfs (the rig's
+/// `RIG_IMAGEFS_SIZE`), image GC at 60 % / 40 % and the eviction manager's disk thresholds off.
+/// While the filesystem is below 60 % the unused image stays; a plain file pushes it past 60 %
+/// and the next collection removes the unused image (and only it: busybox runs a container,
+/// pause is the sandbox image), says so in the agent's log, and the filesystem's use drops.
+/// `/stats/summary`'s `imageFs` is the tmpfs as statfs sees it.
+#[test]
+fn image_gc_frees_a_small_image_filesystem_filled_past_the_high_threshold() {
+    require_rig!();
+    let rig = match Rig::try_up_with_env("e2e-imagefs", &[("RIG_IMAGEFS_SIZE", "96m")]) {
+        Ok(rig) => rig,
+        Err(e) if e.contains("cannot mount a tmpfs") => {
+            eprintln!("SKIPPED: no tmpfs for the image filesystem here: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let root = std::path::PathBuf::from(rig.get("RIG_CONTAINERD_ROOT"));
+    let unused = common::import_grpc_health_image(&rig);
+    let unused_id = images(&rig)
+        .lines()
+        .find(|l| l.contains(unused))
+        .and_then(|l| l.split('\t').next())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("{unused} imported:\n{}", images(&rig)));
+    // Upstream collects every 5 min; the hook makes it every 2 s so the test need not wait.
+    let agent = Agent::start_with(
+        &rig,
+        &[("KUBELET_TEST_IMAGE_GC_PERIOD", "2s")],
+        "imageGCHighThresholdPercent: 60\nimageGCLowThresholdPercent: 40\nimageMinimumGCAge: 1s\n",
+    );
+    agent.write_manifest("sleeper.yaml", SLEEPER);
+    wait_for("sleeper running", Duration::from_secs(60), || {
+        agent
+            .pod("sleeper-")
+            .filter(|p| p["status"]["phase"] == "Running")
+    });
+
+    let before = Statfs::of(&root);
+    assert_eq!(before.capacity, IMAGEFS_SIZE, "the rig's tmpfs: {before:?}");
+    assert!(
+        before.usage_percent() < 60,
+        "images alone stay below the threshold: {before:?}"
+    );
+    // The summary reports the filesystem under the snapshotter's mountpoint (a refresh every
+    // 10 s, and each collection refreshes): capacity exactly, availability as statfs sees it.
+    let fs = wait_for("imageFs in the summary", Duration::from_secs(30), || {
+        let fs = summary_image_fs(&agent);
+        fs["capacityBytes"].as_u64().is_some().then_some(fs)
+    });
+    assert_eq!(fs["capacityBytes"].as_u64(), Some(IMAGEFS_SIZE), "{fs}");
+    let available = fs["availableBytes"].as_u64().unwrap();
+    let now = Statfs::of(&root);
+    assert!(
+        available.abs_diff(now.available) <= 2 << 20,
+        "availableBytes {available} vs statfs {now:?}"
+    );
+    // usedBytes is the runtime's own count of its snapshots (containerd updates it every
+    // 10 s), not statfs.
+    let used = wait_for("imageFs usedBytes", Duration::from_secs(40), || {
+        summary_image_fs(&agent)["usedBytes"]
+            .as_u64()
+            .filter(|u| *u > 0)
+    });
+    assert!(
+        used <= before.used(),
+        "usedBytes {used} vs statfs {before:?}"
+    );
+    // Collections run every 2 s below the threshold: nothing goes.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(images(&rig).contains(unused), "below 60 %: kept");
+    assert!(!agent.log_text().contains("removing image to free bytes"));
+
+    // A plain file takes the tmpfs to about 70 %.
+    let target = IMAGEFS_SIZE * 70 / 100;
+    let fill = target.saturating_sub(Statfs::of(&root).used());
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(root.join("filler")).unwrap();
+        let chunk = vec![0x5au8; 1 << 20];
+        let mut left = fill;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            f.write_all(&chunk[..n]).unwrap();
+            left -= n as u64;
+        }
+    }
+    let full = Statfs::of(&root);
+    assert!(full.usage_percent() >= 60, "filled: {full:?}");
+
+    wait_for("unused image removed", Duration::from_secs(60), || {
+        (!images(&rig).contains(unused)).then_some(())
+    });
+    let left = images(&rig);
+    assert!(left.contains("busybox:1.35"), "in use: kept\n{left}");
+    assert!(left.contains("pause:3.10"), "sandbox image: kept\n{left}");
+    let log = agent.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("removing image to free bytes") && l.contains(&unused_id)),
+        "the agent names the image it removed ({unused_id})"
+    );
+    // containerd deletes the content and the unpacked snapshot (the snapshot a moment later).
+    let after = wait_for(
+        "image filesystem use drops",
+        Duration::from_secs(30),
+        || {
+            let now = Statfs::of(&root);
+            (now.used() + (1 << 20) <= full.used()).then_some(now)
+        },
+    );
+    eprintln!(
+        "imagefs: {} KiB used before the fill, {} KiB filled, {} KiB after image GC",
+        before.used() >> 10,
+        full.used() >> 10,
+        after.used() >> 10
     );
 }

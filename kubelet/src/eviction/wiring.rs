@@ -74,6 +74,23 @@ pub fn allocatable_memory(cfg: &Config, capacity: i64) -> i128 {
         .max(0)
 }
 
+/// The image GC period from the test hook [`crate::images::gc::PERIOD_ENV`], if set (a
+/// warning says so; an unparsable value is ignored with a warning).
+fn test_image_gc_period() -> Option<std::time::Duration> {
+    let env = crate::images::gc::PERIOD_ENV;
+    let text = std::env::var(env).ok()?;
+    match crate::duration::parse(&text) {
+        Ok(d) if !d.is_zero() => {
+            tracing::warn!(period = %text, "{env} (a test hook) is set: image GC runs every {text} instead of every 5m");
+            Some(d)
+        }
+        _ => {
+            tracing::warn!(value = %text, "{env} is not a positive duration: ignored");
+            None
+        }
+    }
+}
+
 /// Spawns the three loops onto `tasks`.
 #[allow(clippy::too_many_arguments)]
 pub fn spawn(
@@ -92,7 +109,7 @@ pub fn spawn(
         policy: cfg.container_gc.clone(),
         pod_logs_dir: cfg.pod_logs_dir.clone(),
     });
-    let images = Arc::new(ImageGc::new(
+    let mut image_gc = ImageGc::new(
         runtime,
         stats.clone(),
         cfg.image_gc.clone(),
@@ -103,7 +120,11 @@ pub fn spawn(
                 .clone()
                 .unwrap_or_else(|| crate::images::gc::DEFAULT_SANDBOX_IMAGE.to_string()),
         ),
-    ));
+    );
+    if let Some(period) = test_image_gc_period() {
+        image_gc = image_gc.with_period(period);
+    }
+    let images = Arc::new(image_gc);
     tasks.spawn(containers.clone().run(cancel.clone()));
     tasks.spawn(images.clone().run(cancel.clone()));
     let allocatable = cfg

@@ -23,6 +23,16 @@ pub const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// Upstream's ImageGCPeriod.
 pub const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 
+/// Test hook: a Go duration replacing [`IMAGE_GC_PERIOD`] (the e2e tests cannot wait five
+/// minutes for the second collection). Not a setting: the agent warns when it is set.
+pub const PERIOD_ENV: &str = "KUBELET_TEST_IMAGE_GC_PERIOD";
+
+/// Whether the periodic collection is off, as upstream: `imageGCHighThresholdPercent: 100`
+/// with no `imageMaximumGCAge` (with a maximum age, images are still removed for age).
+pub fn periodic_gc_disabled(policy: &ImageGcPolicy) -> bool {
+    policy.high_threshold_percent == 100 && policy.max_age.is_zero()
+}
+
 /// Errors of one collection.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageGcError {
@@ -30,6 +40,8 @@ pub enum ImageGcError {
     Runtime(#[from] crate::runtime::RuntimeError),
     #[error("failed to get image filesystem stats: {0}")]
     Stats(String),
+    #[error("invalid capacity 0 on image filesystem")]
+    InvalidCapacity,
     #[error(
         "Failed to garbage collect required amount of images. Attempted to free {wanted} bytes, but only found {freed} bytes eligible to free."
     )]
@@ -179,6 +191,8 @@ pub struct ImageGc {
     pub node_name: String,
     /// The sandbox (pause) image: kept even when the runtime does not pin it.
     pub sandbox_image: Option<String>,
+    /// Time between periodic collections ([`IMAGE_GC_PERIOD`]).
+    pub period: Duration,
     records: Mutex<HashMap<String, Record>>,
 }
 
@@ -198,15 +212,24 @@ impl ImageGc {
             events,
             node_name,
             sandbox_image,
+            period: IMAGE_GC_PERIOD,
             records: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Collects at start and then every [`IMAGE_GC_PERIOD`] until cancelled (upstream's
-    /// wait.Until); `imageGCHighThresholdPercent: 100` turns the periodic collection off.
+    /// The same collector with another period between collections.
+    pub fn with_period(mut self, period: Duration) -> Self {
+        self.period = period;
+        self
+    }
+
+    /// Collects at start and then every `period` ([`IMAGE_GC_PERIOD`]) until cancelled
+    /// (upstream's wait.Until); see [`periodic_gc_disabled`] for when it does not run.
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
-        if self.policy.high_threshold_percent == 100 {
-            tracing::info!("ImageGCHighThresholdPercent is set 100, Disable image GC");
+        if periodic_gc_disabled(&self.policy) {
+            tracing::info!(
+                "ImageGCHighThresholdPercent is set 100 and ImageMaximumGCAge is 0, Disable image GC"
+            );
             if let Err(e) = self.refresh().await {
                 tracing::warn!(error = %e, "image GC: image detection failed");
             }
@@ -217,7 +240,7 @@ impl ImageGc {
             if !first {
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(IMAGE_GC_PERIOD) => {}
+                    _ = tokio::time::sleep(self.period) => {}
                 }
             }
             first = false;
@@ -300,6 +323,16 @@ impl ImageGc {
         };
         self.remove(&old, "age").await;
         let (capacity, available) = self.fs.image_fs().await?;
+        if capacity == 0 {
+            let e = ImageGcError::InvalidCapacity;
+            self.events.record(
+                &crate::events::node_ref(&self.node_name),
+                EventType::Warning,
+                "InvalidDiskCapacity",
+                &e.to_string(),
+            );
+            return Err(e);
+        }
         let wanted = bytes_to_free(capacity, available, &self.policy);
         if wanted == 0 {
             return Ok(());
@@ -307,6 +340,9 @@ impl ImageGc {
         tracing::info!(
             usage_percent = 100 - available.min(capacity) * 100 / capacity.max(1),
             high = self.policy.high_threshold_percent,
+            low = self.policy.low_threshold_percent,
+            capacity,
+            available,
             wanted,
             "image filesystem above the high threshold: removing images"
         );
@@ -407,6 +443,139 @@ mod tests {
             t0 + Duration::from_secs(400),
         );
         assert_eq!(ids, ["b"]);
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    /// A collector over a fake runtime holding `images`, whose stats provider sees the node's
+    /// root filesystem 40 % used and `image_fs` mounted at containerd's root (the fake's
+    /// ImageFsInfo names the overlayfs snapshotter's mountpoint below it, as containerd does).
+    fn collector(
+        images: &[&str],
+        image_fs: crate::stats::node::FsInfo,
+        policy: ImageGcPolicy,
+    ) -> (
+        ImageGc,
+        Arc<crate::runtime::fake::FakeRuntime>,
+        Arc<crate::events::FakeRecorder>,
+        tempfile::TempDir,
+    ) {
+        use crate::stats::node::{FakeNode, FsInfo};
+        let rt = Arc::new(crate::runtime::fake::FakeRuntime::new());
+        for i in images {
+            rt.add_image(i);
+        }
+        let node = Arc::new(FakeNode {
+            fs: FsInfo {
+                capacity_bytes: 1000 * MIB,
+                available_bytes: 600 * MIB,
+                used_bytes: 400 * MIB,
+                inodes: 1000,
+                inodes_free: 900,
+            },
+            fs_at: [("/var/lib/containerd".into(), image_fs)].into(),
+            ..FakeNode::default()
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let stats = Arc::new(crate::stats::Provider::new(
+            rt.clone(),
+            node,
+            crate::stats::ProviderConfig::new(
+                "node-a".into(),
+                dir.path().join("root"),
+                dir.path().join("logs"),
+            ),
+        ));
+        let events = Arc::new(crate::events::FakeRecorder::default());
+        let gc = ImageGc::new(
+            rt.clone(),
+            stats,
+            policy,
+            events.clone(),
+            "node-a".into(),
+            Some(DEFAULT_SANDBOX_IMAGE.into()),
+        );
+        (gc, rt, events, dir)
+    }
+
+    fn tags(images: Vec<ImageSummary>) -> Vec<String> {
+        images.into_iter().flat_map(|i| i.repo_tags).collect()
+    }
+
+    #[tokio::test]
+    async fn usage_is_read_from_the_filesystem_holding_the_runtimes_image_mountpoint() {
+        // The root filesystem is 40 % used, the one under the snapshotter's mountpoint 70 %:
+        // the image filesystem is over the 60 % threshold, so the unused image goes and the
+        // sandbox image stays.
+        let policy = ImageGcPolicy {
+            high_threshold_percent: 60,
+            low_threshold_percent: 40,
+            min_age: Duration::ZERO,
+            max_age: Duration::ZERO,
+        };
+        let image_fs = crate::stats::node::FsInfo {
+            capacity_bytes: 100 * MIB,
+            available_bytes: 30 * MIB,
+            used_bytes: 70 * MIB,
+            inodes: 100,
+            inodes_free: 90,
+        };
+        let (gc, rt, _events, _dir) = collector(
+            &["r/unused:1", DEFAULT_SANDBOX_IMAGE],
+            image_fs,
+            policy.clone(),
+        );
+        assert_eq!(gc.fs.image_fs().await.unwrap(), (100 * MIB, 30 * MIB));
+        let err = gc.garbage_collect().await.unwrap_err();
+        // 60 % of 100 MiB must be free: 30 MiB more than now, more than the one image frees.
+        assert!(
+            matches!(err, ImageGcError::NotEnough { wanted, .. } if wanted == 30 * MIB),
+            "{err}"
+        );
+        assert_eq!(
+            tags(rt.list_images().await.unwrap()),
+            [DEFAULT_SANDBOX_IMAGE]
+        );
+
+        // The same node with a roomy image filesystem: nothing is removed.
+        let roomy = crate::stats::node::FsInfo {
+            available_bytes: 90 * MIB,
+            used_bytes: 10 * MIB,
+            ..image_fs
+        };
+        let (gc, rt, events, _dir) = collector(&["r/unused:1"], roomy, policy);
+        gc.garbage_collect().await.unwrap();
+        assert_eq!(tags(rt.list_images().await.unwrap()), ["r/unused:1"]);
+        assert!(events.events().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_zero_capacity_image_filesystem_is_an_error_and_an_event() {
+        let zero = crate::stats::node::FsInfo::default();
+        let policy = ImageGcPolicy {
+            min_age: Duration::ZERO,
+            ..ImageGcPolicy::default()
+        };
+        let (gc, rt, events, _dir) = collector(&["r/unused:1"], zero, policy);
+        let err = gc.garbage_collect().await.unwrap_err();
+        assert!(matches!(err, ImageGcError::InvalidCapacity), "{err}");
+        assert_eq!(
+            events.events(),
+            ["Warning InvalidDiskCapacity invalid capacity 0 on image filesystem"]
+        );
+        assert_eq!(tags(rt.list_images().await.unwrap()), ["r/unused:1"]);
+    }
+
+    #[test]
+    fn periodic_collection_is_off_only_at_100_percent_without_a_maximum_age() {
+        let mut p = ImageGcPolicy {
+            high_threshold_percent: 100,
+            ..ImageGcPolicy::default()
+        };
+        assert!(periodic_gc_disabled(&p));
+        p.max_age = Duration::from_secs(3600);
+        assert!(!periodic_gc_disabled(&p), "images still age out");
+        assert!(!periodic_gc_disabled(&ImageGcPolicy::default()));
     }
 
     #[test]

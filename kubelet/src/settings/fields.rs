@@ -220,7 +220,7 @@ pub const FIELDS: &[Setting] = &[
         "imageGCHighThresholdPercent",
         Implemented,
         &[],
-        "Image GC starts above this imagefs use (100: off).",
+        "Image GC starts above this imagefs use (100 with no `imageMaximumGCAge`: off).",
     ),
     s(
         "imageGCLowThresholdPercent",

@@ -326,7 +326,7 @@ pub const FLAGS: &[Setting] = &[
         "--image-gc-high-threshold",
         Implemented,
         &[],
-        "Image GC starts above this imagefs use (100: off).",
+        "Image GC starts above this imagefs use (100 with no `imageMaximumGCAge`: off).",
     ),
     s(
         "--image-gc-low-threshold",

@@ -221,7 +221,10 @@ impl NodeSource for LinuxNode {
 #[derive(Debug, Default)]
 pub struct FakeNode {
     pub usage: std::sync::Mutex<NodeUsage>,
+    /// The filesystem of every path not below a key of `fs_at`.
     pub fs: FsInfo,
+    /// Filesystems mounted at these paths (the longest matching key holds a path).
+    pub fs_at: std::collections::HashMap<std::path::PathBuf, FsInfo>,
     pub boot_time: i64,
     /// A cgroup tree the test built (`None`: every figure from the runtime).
     pub cgroups: Option<Layout>,
@@ -238,8 +241,13 @@ impl NodeSource for FakeNode {
     fn boot_time(&self) -> Option<i64> {
         Some(self.boot_time)
     }
-    fn fs_info(&self, _path: &Path) -> Option<FsInfo> {
-        Some(self.fs)
+    fn fs_info(&self, path: &Path) -> Option<FsInfo> {
+        let mount = self
+            .fs_at
+            .iter()
+            .filter(|(m, _)| path.starts_with(m))
+            .max_by_key(|(m, _)| m.as_os_str().len());
+        Some(mount.map_or(self.fs, |(_, fs)| *fs))
     }
     fn pids(&self) -> (Option<i64>, Option<i64>) {
         (Some(4_194_304), Some(100))

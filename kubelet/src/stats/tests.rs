@@ -86,6 +86,7 @@ fn fake_node() -> Arc<FakeNode> {
             inodes: 1000,
             inodes_free: 900,
         },
+        fs_at: Default::default(),
         boot_time: 1_700_000_000,
         cgroups: None,
         proc_root: "/nonexistent".into(),

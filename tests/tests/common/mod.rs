@@ -69,6 +69,13 @@ impl Rig {
 
     /// [`Rig::up`] with environment for rig.sh (e.g. `CNI_BIN_DIR`).
     pub fn up_with_env(name: &str, env: &[(&str, &str)]) -> Rig {
+        Self::try_up_with_env(name, env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Rig::up_with_env`], returning rig.sh's output when `up` fails (it has torn itself
+    /// down then), for tests that skip when an optional part (e.g. `RIG_IMAGEFS_SIZE`'s
+    /// tmpfs) cannot be set up here.
+    pub fn try_up_with_env(name: &str, env: &[(&str, &str)]) -> Result<Rig, String> {
         // A rig of the same name left by a crashed run goes first.
         let _ = Command::new(rig_sh()).args(["down", name]).output();
         let out = Command::new(rig_sh())
@@ -76,21 +83,22 @@ impl Rig {
             .envs(env.iter().copied())
             .output()
             .expect("run rig.sh");
-        assert!(
-            out.status.success(),
-            "rig.sh up {name} failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if !out.status.success() {
+            return Err(format!(
+                "rig.sh up {name} failed:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
         let env = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| l.split_once('='))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        Rig {
+        Ok(Rig {
             name: name.into(),
             env,
-        }
+        })
     }
 
     pub fn get(&self, k: &str) -> &str {
