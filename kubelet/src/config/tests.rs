@@ -489,3 +489,30 @@ fn container_log_settings_flags_over_file_and_invalid_ones_refuse_start() {
         assert!(err.contains(want), "{text}: {err}");
     }
 }
+
+#[test]
+fn unread_feature_gates_are_named_and_read_ones_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(
+        &path,
+        "kind: KubeletConfiguration\nfeatureGates: {PodLevelResources: false, MemoryQoS: true}\n",
+    )
+    .unwrap();
+    let f = flags(&[
+        &format!("--config={}", path.display()),
+        "--feature-gates=CustomCPUCFSQuotaPeriod=true,KubeletTracing=true",
+    ]);
+    let (cfg, warnings) = load_checked(&f, &[], "n").unwrap();
+    assert_eq!(
+        warnings,
+        [
+            "feature gate KubeletTracing is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources)",
+            "feature gate MemoryQoS is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources)",
+        ]
+    );
+    assert!(
+        !cfg.pod_limits.pod_level_resources,
+        "the file's gate is read"
+    );
+}

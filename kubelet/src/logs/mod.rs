@@ -83,10 +83,7 @@ impl Settings {
         let d = Settings::default();
         let workers = max_workers.unwrap_or(d.max_workers as i64);
         if workers < 1 {
-            return Err(
-                "containerLogMaxWorkers must be greater than or equal to 1"
-                    .into(),
-            );
+            return Err("containerLogMaxWorkers must be greater than or equal to 1".into());
         }
         let interval = monitor_interval.unwrap_or(d.monitor_interval);
         if interval < Duration::from_secs(3) {

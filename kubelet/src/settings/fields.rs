@@ -429,9 +429,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "featureGates",
-        NotImplemented,
+        Implemented,
         &[],
-        "only CustomCPUCFSQuotaPeriod and PodLevelResources (on by default, as upstream) are read; other gates have no effect.",
+        "CustomCPUCFSQuotaPeriod and PodLevelResources (on by default, as upstream) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "failSwapOn",

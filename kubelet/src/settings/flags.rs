@@ -222,9 +222,9 @@ pub const FLAGS: &[Setting] = &[
     s("--kube-api-burst", Implemented, &[], "Client burst."),
     s(
         "--feature-gates",
-        NotImplemented,
+        Implemented,
         &[],
-        "only CustomCPUCFSQuotaPeriod and PodLevelResources (on by default, as upstream) are read; other gates have no effect.",
+        "CustomCPUCFSQuotaPeriod and PodLevelResources (on by default, as upstream) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "--eviction-hard",
