@@ -9,7 +9,7 @@ pub mod security;
 use crate::runtime::*;
 pub use env::{
     ContainerEnv, EnvObjects, ExpandBudget, MAX_EXPANSION_BYTES, container_env, expand, field_ref,
-    is_env_var_name, resource_field_value,
+    is_env_var_name, limit_defaults, resource_field_value,
 };
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::BTreeMap;
@@ -37,6 +37,9 @@ pub struct NodeSettings {
     pub cgroup_v2: bool,
     /// SwapTotal in bytes (LimitedSwap shares it out).
     pub swap_capacity: i64,
+    /// The node's allocatable, as in its status: what a downward API `limits.*` of a
+    /// container without that limit reads.
+    pub allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
 }
 
 /// Why a container config could not be built (reported as `CreateContainerConfigError`).
