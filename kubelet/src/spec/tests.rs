@@ -784,3 +784,40 @@ fn downward_limits_of_an_unknown_container_fail() {
     .unwrap_err();
     assert_eq!(e.0, "container nope not found");
 }
+
+/// The sandbox's resources are the pod's totals: pod-level `spec.resources` replace the
+/// containers' sums when the gate is on; a Burstable pod without limits gets shares from
+/// its requests and neither quota nor memory limit.
+#[test]
+fn sandbox_resources_are_the_pods_totals() {
+    let p = pod(
+        serde_json::json!({"metadata": {"name": "s", "namespace": "ns", "uid": "u"},
+        "spec": {"resources": {"limits": {"cpu": "1", "memory": "128Mi"}},
+        "containers": [{"name": "a", "image": "i", "resources": {"requests": {"cpu": "100m"}}},
+                       {"name": "b", "image": "i"}]}}),
+    );
+    let n = node();
+    let r = sandbox_resources(&n, &p);
+    assert_eq!(
+        (
+            r.cpu_shares,
+            r.cpu_quota,
+            r.cpu_period,
+            r.memory_limit_in_bytes
+        ),
+        (1024, 100_000, 100_000, 128 << 20)
+    );
+    let mut off = node();
+    off.pod_limits.pod_level_resources = false;
+    let r = sandbox_resources(&off, &p);
+    assert_eq!(
+        (
+            r.cpu_shares,
+            r.cpu_quota,
+            r.cpu_period,
+            r.memory_limit_in_bytes
+        ),
+        (102, 0, 100_000, 0)
+    );
+    assert_eq!(sandbox_overhead(&n, &p), LinuxResources::default());
+}
