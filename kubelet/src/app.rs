@@ -377,6 +377,19 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let shutdown_events = events.clone();
     let shutdown_state = Arc::new(crate::shutdown::ShutdownState::default());
     let pressure = Arc::new(crate::eviction::PressureState::default());
+    // The Node's allocatable, computed as for its status (host facts are blocking reads):
+    // a downward API `limits.*` of a container without that limit reads it, as upstream's.
+    let facts = crate::host::LinuxHost {
+        root_dir: cfg.root_dir.clone(),
+    };
+    let host_info = tokio::task::spawn_blocking(move || {
+        use crate::host::HostFacts;
+        facts.host_info()
+    })
+    .await
+    .unwrap_or_default();
+    let (_, allocatable) =
+        crate::cm::allocatable::resource_lists(&host_info, cfg.max_pods, &cfg.resources);
     let node = NodeSettings {
         node_name: cfg.node_name.clone(),
         host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
@@ -391,6 +404,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         hugepage_sizes: crate::host::hugepage_sizes(),
         cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
         swap_capacity: crate::host::swap_capacity(),
+        allocatable,
     };
     // ConfigMaps, Secrets and tokens come from the apiserver; standalone pods cannot use them.
     let api_objects = cluster.as_ref().map(|c| {

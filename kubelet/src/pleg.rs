@@ -203,6 +203,7 @@ mod tests {
             sysctls: Default::default(),
             security: Default::default(),
             resources: None,
+            overhead: None,
             runtime_handler: String::new(),
         }
     }

@@ -207,45 +207,7 @@ pub fn capacity_and_allocatable(
     cfg: &NodeConfig,
     host: &HostInfo,
 ) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
-    use crate::cm::allocatable::{self, NodeResourceList};
-    let cap = NodeResourceList {
-        cpu_millis: host.cpus.saturating_mul(1000),
-        memory_bytes: host.memory_bytes,
-        ephemeral_storage_bytes: host.ephemeral_storage_bytes,
-        pods: i64::from(cfg.max_pods),
-        hugepages: host.hugepages.clone(),
-    };
-    let alloc = allocatable::allocatable(&cap, &cfg.resources);
-    let render = |r: &NodeResourceList| {
-        let mut m = BTreeMap::new();
-        m.insert(
-            "cpu".to_string(),
-            Quantity(allocatable::cpu_quantity(r.cpu_millis)),
-        );
-        m.insert(
-            "memory".to_string(),
-            Quantity(allocatable::bytes_quantity(r.memory_bytes)),
-        );
-        m.insert("pods".to_string(), Quantity(r.pods.to_string()));
-        // Upstream always lists the common sizes, 0 when the node has none.
-        for size in [2u64 << 20, 1 << 30] {
-            m.insert(allocatable::hugepage_resource(size), Quantity("0".into()));
-        }
-        for (size, bytes) in &r.hugepages {
-            m.insert(
-                allocatable::hugepage_resource(*size),
-                Quantity(allocatable::bytes_quantity(*bytes)),
-            );
-        }
-        if let Some(b) = r.ephemeral_storage_bytes {
-            m.insert(
-                "ephemeral-storage".to_string(),
-                Quantity(allocatable::bytes_quantity(b)),
-            );
-        }
-        m
-    };
-    (render(&cap), render(&alloc))
+    crate::cm::allocatable::resource_lists(host, cfg.max_pods, &cfg.resources)
 }
 
 /// A condition transition worth an event: `(type, reason)` of the new state.

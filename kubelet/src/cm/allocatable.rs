@@ -4,6 +4,7 @@
 //! 0, and memory further reduced by the pre-allocated huge pages. Pure.
 
 use crate::config::resources::{NodeResources, Signal};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
 /// The node's resources in upstream's units.
@@ -83,6 +84,45 @@ pub fn hugepage_resource(size: u64) -> String {
         "hugepages-{}",
         bytes_quantity(i64::try_from(size).unwrap_or(i64::MAX))
     )
+}
+
+/// The Node's `status.capacity` and `status.allocatable` as resource lists: capacity from
+/// the host facts (CPUs, MemTotal, huge pages, the root dir's filesystem) and `maxPods`,
+/// allocatable from it by [`allocatable`]. Upstream always lists `hugepages-2Mi` and
+/// `hugepages-1Gi`, 0 when the node has none.
+pub fn resource_lists(
+    host: &crate::host::HostInfo,
+    max_pods: u32,
+    r: &NodeResources,
+) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+    let cap = NodeResourceList {
+        cpu_millis: host.cpus.saturating_mul(1000),
+        memory_bytes: host.memory_bytes,
+        ephemeral_storage_bytes: host.ephemeral_storage_bytes,
+        pods: i64::from(max_pods),
+        hugepages: host.hugepages.clone(),
+    };
+    let alloc = allocatable(&cap, r);
+    let render = |r: &NodeResourceList| {
+        let mut m = BTreeMap::new();
+        m.insert("cpu".to_string(), Quantity(cpu_quantity(r.cpu_millis)));
+        m.insert(
+            "memory".to_string(),
+            Quantity(bytes_quantity(r.memory_bytes)),
+        );
+        m.insert("pods".to_string(), Quantity(r.pods.to_string()));
+        for size in [2u64 << 20, 1 << 30] {
+            m.insert(hugepage_resource(size), Quantity("0".into()));
+        }
+        for (size, bytes) in &r.hugepages {
+            m.insert(hugepage_resource(*size), Quantity(bytes_quantity(*bytes)));
+        }
+        if let Some(b) = r.ephemeral_storage_bytes {
+            m.insert("ephemeral-storage".to_string(), Quantity(bytes_quantity(b)));
+        }
+        m
+    };
+    (render(&cap), render(&alloc))
 }
 
 #[cfg(test)]

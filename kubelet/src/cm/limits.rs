@@ -92,6 +92,28 @@ fn is_sidecar(c: &Container) -> bool {
 /// supported pod-level amount (cpu, memory, hugepages) replaces the containers'; plus the pod
 /// overhead (for limits only where a non-zero limit exists).
 pub fn pod_amounts(pod: &Pod, limits: bool, pod_level_gate: bool) -> BTreeMap<String, i128> {
+    let mut sum = pod_amounts_without_overhead(pod, limits, pod_level_gate);
+    let spec = pod.spec.clone().unwrap_or_default();
+    for (k, q) in spec.overhead.unwrap_or_default() {
+        if limits && sum.get(&k).is_none_or(|v| *v == 0) {
+            continue;
+        }
+        let v = if k == "cpu" {
+            quantity::milli(&q).ok()
+        } else {
+            quantity::value(&q).ok()
+        };
+        *sum.entry(k).or_insert(0) += v.unwrap_or(0);
+    }
+    sum
+}
+
+/// [`pod_amounts`] without the pod overhead (upstream's `ExcludeOverhead`).
+pub fn pod_amounts_without_overhead(
+    pod: &Pod,
+    limits: bool,
+    pod_level_gate: bool,
+) -> BTreeMap<String, i128> {
     let spec = pod.spec.clone().unwrap_or_default();
     let mut sum = BTreeMap::new();
     for c in &spec.containers {
@@ -125,17 +147,6 @@ pub fn pod_amounts(pod: &Pod, limits: bool, pod_level_gate: bool) -> BTreeMap<St
                 sum.insert(k.clone(), v);
             }
         }
-    }
-    for (k, q) in spec.overhead.unwrap_or_default() {
-        if limits && sum.get(&k).is_none_or(|v| *v == 0) {
-            continue;
-        }
-        let v = if k == "cpu" {
-            quantity::milli(&q).ok()
-        } else {
-            quantity::value(&q).ok()
-        };
-        *sum.entry(k).or_insert(0) += v.unwrap_or(0);
     }
     sum
 }

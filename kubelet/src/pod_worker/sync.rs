@@ -429,6 +429,7 @@ impl Worker {
         let log_dir = std::path::Path::new(&sandbox.log_directory).join(&c.name);
         let volumes = volumes.clone();
         let prepared = tokio::task::spawn_blocking(move || {
+            let gate = env.node.pod_limits.pod_level_resources;
             let container_env = spec::container_env(
                 &pod,
                 &container,
@@ -436,6 +437,7 @@ impl Worker {
                 &env.node.host_ips,
                 &objects,
                 &service_env,
+                &spec::limit_defaults(&pod, &env.node.allocatable, gate),
                 &mut spec::ExpandBudget::default(),
             )?;
             let hosts = pod_dirs::write_etc_hosts(&env.node, &pod, &pod_ips)

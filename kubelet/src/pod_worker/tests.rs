@@ -1281,5 +1281,55 @@ async fn http_hook_defaults_to_the_pod_ip_and_resolves_named_ports() {
     );
 }
 
+/// RunPodSandbox carries the pod's resources and its overhead on `LinuxPodSandboxConfig`,
+/// as upstream's applySandboxResources: a Guaranteed 500m / 64Mi pod gets 512 shares, a
+/// 50000 µs quota per 100000 µs and a 64 MiB limit, and an all-zero overhead; a pod with
+/// `spec.overhead` gets it as both request and limit, outside its resources.
+#[tokio::test(start_paused = true)]
+async fn sandbox_config_carries_pod_resources_and_overhead() {
+    let sandbox_cfg = |extra: serde_json::Value| async move {
+        let r = rig();
+        let mut p = pod("Always", extra);
+        p.spec.as_mut().unwrap().containers[0].resources = Some(
+            serde_json::from_value(serde_json::json!({
+                "requests": {"cpu": "500m", "memory": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "64Mi"}}))
+            .unwrap(),
+        );
+        let mut w = Worker::new(r.env.clone(), p, None);
+        w.sync().await;
+        let sandbox = r.rt.list_sandboxes().await.unwrap().remove(0);
+        r.rt.sandbox_config(&sandbox.id).unwrap()
+    };
+    let guaranteed = LinuxResources {
+        cpu_shares: 512,
+        cpu_quota: 50_000,
+        cpu_period: 100_000,
+        memory_limit_in_bytes: 64 << 20,
+        ..Default::default()
+    };
+    let cfg = sandbox_cfg(serde_json::json!({})).await;
+    assert_eq!(cfg.resources, Some(guaranteed.clone()));
+    assert_eq!(cfg.overhead, Some(LinuxResources::default()));
+
+    let cfg =
+        sandbox_cfg(serde_json::json!({"overhead": {"cpu": "250m", "memory": "120Mi"}})).await;
+    assert_eq!(
+        cfg.resources,
+        Some(guaranteed),
+        "overhead is not in the resources"
+    );
+    assert_eq!(
+        cfg.overhead,
+        Some(LinuxResources {
+            cpu_shares: 256,
+            cpu_quota: 25_000,
+            cpu_period: 100_000,
+            memory_limit_in_bytes: 120 << 20,
+            ..Default::default()
+        })
+    );
+}
+
 // Pull credentials, RuntimeClass handlers and service links through a worker.
 mod cluster_inputs;

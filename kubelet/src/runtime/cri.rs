@@ -294,7 +294,7 @@ pub fn sandbox_pb(c: &SandboxConfig) -> pb::PodSandboxConfig {
             security_context: Some(sandbox_security(c)),
             sysctls: hash(&c.sysctls),
             resources: c.resources.as_ref().map(resources),
-            ..Default::default()
+            overhead: c.overhead.as_ref().map(resources),
         }),
         ..Default::default()
     }

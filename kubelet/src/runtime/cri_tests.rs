@@ -26,6 +26,7 @@ fn security_settings_reach_the_cri_messages() {
             ..Default::default()
         },
         resources: None,
+        overhead: None,
         runtime_handler: String::new(),
     };
     let sb = sandbox_pb(&sandbox)
@@ -79,4 +80,35 @@ fn security_settings_reach_the_cri_messages() {
     // No capabilities message at all when the spec names none.
     c.security.capabilities_drop.clear();
     assert!(container_security_pb(&c, &sandbox).capabilities.is_none());
+}
+
+/// The sandbox's resources and overhead reach `LinuxPodSandboxConfig` on the wire.
+#[test]
+fn sandbox_resources_and_overhead_reach_the_cri_message() {
+    let mut sandbox = crate::runtime::raw::sandbox(0, "t", std::path::Path::new("/tmp"), "");
+    sandbox.resources = Some(LinuxResources {
+        cpu_shares: 512,
+        cpu_quota: 50_000,
+        cpu_period: 100_000,
+        memory_limit_in_bytes: 64 << 20,
+        ..Default::default()
+    });
+    sandbox.overhead = Some(LinuxResources {
+        cpu_shares: 256,
+        memory_limit_in_bytes: 120 << 20,
+        ..Default::default()
+    });
+    let linux = sandbox_pb(&sandbox).linux.unwrap();
+    let r = linux.resources.unwrap();
+    assert_eq!(
+        (
+            r.cpu_shares,
+            r.cpu_quota,
+            r.cpu_period,
+            r.memory_limit_in_bytes
+        ),
+        (512, 50_000, 100_000, 64 << 20)
+    );
+    let o = linux.overhead.unwrap();
+    assert_eq!((o.cpu_shares, o.memory_limit_in_bytes), (256, 120 << 20));
 }

@@ -165,8 +165,11 @@ pub struct SandboxConfig {
     pub sysctls: BTreeMap<String, String>,
     /// The sandbox's own security settings (`LinuxSandboxSecurityContext`).
     pub security: SandboxSecurity,
-    /// Pod-level overhead plus container limits, for runtimes that size the sandbox.
+    /// The pod's resources without its overhead (`LinuxPodSandboxConfig.resources`), for
+    /// runtimes that size the sandbox.
     pub resources: Option<LinuxResources>,
+    /// The pod's `spec.overhead` (`LinuxPodSandboxConfig.overhead`).
+    pub overhead: Option<LinuxResources>,
     /// The CRI runtime handler (from the pod's RuntimeClass; empty: the runtime's default).
     pub runtime_handler: String,
 }

@@ -36,6 +36,7 @@ pub fn sandbox(i: usize, tag: &str, logs: &Path, cgroup_root: &str) -> SandboxCo
         sysctls: BTreeMap::new(),
         security: Default::default(),
         resources: None,
+        overhead: None,
         runtime_handler: String::new(),
     }
 }

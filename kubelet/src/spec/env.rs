@@ -3,8 +3,9 @@
 
 use super::ConfigError;
 use crate::objects::{Kind, ObjectData, ObjectKey};
-use crate::quantity;
+use crate::{pod, quantity};
 use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -111,32 +112,102 @@ pub fn field_ref(
     })
 }
 
+/// The downward API's `limits.*` resources that fall back to a default when a container
+/// has no (or a zero) limit of its own (upstream's MergeContainerResourceLimits; huge pages
+/// never do: they are never overcommitted).
+const DEFAULTED_LIMITS: [&str; 3] = ["cpu", "memory", "ephemeral-storage"];
+
+/// What a container's env reads for `limits.cpu`, `limits.memory` and
+/// `limits.ephemeral-storage` when it has no such limit, as upstream's
+/// defaultPodLimitsForDownwardAPI: the node's allocatable, except that with the
+/// `PodLevelResources` gate on and pod-level limits set, a non-zero pod-level limit of a
+/// resource the pod level supports (cpu, memory) replaces the allocatable one (only where
+/// the allocatable lists that resource).
+pub fn limit_defaults(
+    pod: &Pod,
+    allocatable: &BTreeMap<String, Quantity>,
+    pod_level_gate: bool,
+) -> BTreeMap<String, Quantity> {
+    let mut out = allocatable.clone();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let pod_limits = spec
+        .resources
+        .as_ref()
+        .filter(|_| pod_level_gate)
+        .and_then(|r| r.limits.as_ref())
+        .filter(|l| l.keys().any(|k| pod::resources::is_supported(k)));
+    for (name, q) in pod_limits.into_iter().flatten() {
+        let applies = DEFAULTED_LIMITS.contains(&name.as_str())
+            && pod::resources::is_supported(name)
+            && pod::resources::amount(name, q).is_some_and(|v| v != 0);
+        if applies && let Some(slot) = out.get_mut(name) {
+            *slot = q.clone();
+        }
+    }
+    out
+}
+
 /// A container's `limits.<name>` / `requests.<name>` in units of `divisor` (default 1),
-/// rounded up, as a resourceFieldRef reads it.
+/// rounded up, as a resourceFieldRef reads it: cpu in millicores over the divisor's,
+/// anything else in whole units (bytes). A `limits.cpu`, `limits.memory` or
+/// `limits.ephemeral-storage` the container does not set (or sets to 0) reads `defaults`
+/// (see [`limit_defaults`]; an empty map keeps 0).
 pub fn resource_field_value(
     c: &Container,
     resource: &str,
-    divisor: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    divisor: Option<&Quantity>,
+    defaults: &BTreeMap<String, Quantity>,
 ) -> Result<String, ConfigError> {
     let res = c.resources.clone().unwrap_or_default();
-    let (map, key) = match resource.split_once('.') {
-        Some(("limits", k)) => (res.limits.unwrap_or_default(), k.to_string()),
-        Some(("requests", k)) => (res.requests.unwrap_or_default(), k.to_string()),
+    let (is_limit, key) = match resource.split_once('.') {
+        Some(("limits", k)) => (true, k),
+        Some(("requests", k)) => (false, k),
         _ => {
             return Err(ConfigError(format!(
                 "unsupported resourceFieldRef {resource:?}"
             )));
         }
     };
+    let map = if is_limit { res.limits } else { res.requests }.unwrap_or_default();
+    let amount = |q: &Quantity| {
+        if key == "cpu" {
+            quantity::milli(q).ok()
+        } else {
+            quantity::value(q).ok()
+        }
+    };
+    let mut v = map.get(key).and_then(amount).unwrap_or(0);
+    if is_limit && v == 0 && DEFAULTED_LIMITS.contains(&key) {
+        v = defaults.get(key).and_then(amount).unwrap_or(0);
+    }
     let divisor = divisor
-        .and_then(|d| quantity::milli(d).ok())
+        .and_then(amount)
         .filter(|d| *d > 0)
-        .unwrap_or(1000);
-    let v = map
-        .get(&key)
-        .and_then(|q| quantity::milli(q).ok())
-        .unwrap_or(0);
-    Ok(((v + divisor - 1) / divisor).to_string())
+        .unwrap_or(if key == "cpu" { 1000 } else { 1 });
+    Ok(v.div_euclid(divisor)
+        .saturating_add(i128::from(v.rem_euclid(divisor) != 0))
+        .to_string())
+}
+
+/// The container a resourceFieldRef names, with the defaults its `limits.*` read: the
+/// current container when `container_name` is empty; else a regular container with the
+/// same defaults, or an init container without any (upstream defaults only the pod's
+/// regular containers and the current one).
+fn named_container<'a>(
+    pod: &'a Pod,
+    current: &'a Container,
+    container_name: Option<&str>,
+) -> Result<(&'a Container, bool), ConfigError> {
+    let Some(name) = container_name.filter(|n| !n.is_empty()) else {
+        return Ok((current, true));
+    };
+    let spec = pod.spec.as_ref();
+    if let Some(c) = spec.and_then(|s| s.containers.iter().find(|c| c.name == name)) {
+        return Ok((c, true));
+    }
+    spec.and_then(|s| s.init_containers.iter().flatten().find(|c| c.name == name))
+        .map(|c| (c, false))
+        .ok_or_else(|| ConfigError(format!("container {name} not found")))
 }
 
 /// The ConfigMaps and Secrets fetched for a container's env; `None`: not found.
@@ -189,6 +260,7 @@ impl Ordered {
 /// first (invalid names skipped with a warning; a missing optional source skipped), then
 /// `env` in order (`$(VAR)` expanded against what is set so far and the service variables;
 /// a missing optional key leaves the variable unset), then the service variables.
+/// `limit_defaults` ([`limit_defaults`]) is what a resourceFieldRef's unset `limits.*` reads.
 #[allow(clippy::too_many_arguments)]
 pub fn container_env(
     pod: &Pod,
@@ -197,6 +269,7 @@ pub fn container_env(
     host_ips: &[String],
     objects: &EnvObjects,
     service_env: &BTreeMap<String, String>,
+    limit_defaults: &BTreeMap<String, Quantity>,
     budget: &mut ExpandBudget,
 ) -> Result<ContainerEnv, ConfigError> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -279,7 +352,10 @@ pub fn container_env(
                 if let Some(f) = &from.field_ref {
                     field_ref(pod, &f.field_path, pod_ips, host_ips)?
                 } else if let Some(r) = &from.resource_field_ref {
-                    resource_field_value(c, &r.resource, r.divisor.as_ref())?
+                    let (target, defaulted) = named_container(pod, c, r.container_name.as_deref())?;
+                    let none = BTreeMap::new();
+                    let defaults = if defaulted { limit_defaults } else { &none };
+                    resource_field_value(target, &r.resource, r.divisor.as_ref(), defaults)?
                 } else if let Some(r) = &from.config_map_key_ref {
                     let optional = r.optional.unwrap_or(false);
                     let Some(data) = lookup(Kind::ConfigMap, &r.name) else {

@@ -9,7 +9,7 @@ pub mod security;
 use crate::runtime::*;
 pub use env::{
     ContainerEnv, EnvObjects, ExpandBudget, MAX_EXPANSION_BYTES, container_env, expand, field_ref,
-    is_env_var_name, resource_field_value,
+    is_env_var_name, limit_defaults, resource_field_value,
 };
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::BTreeMap;
@@ -37,6 +37,9 @@ pub struct NodeSettings {
     pub cgroup_v2: bool,
     /// SwapTotal in bytes (LimitedSwap shares it out).
     pub swap_capacity: i64,
+    /// The node's allocatable, as in its status: what a downward API `limits.*` of a
+    /// container without that limit reads.
+    pub allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
 }
 
 /// Why a container config could not be built (reported as `CreateContainerConfigError`).
@@ -205,9 +208,66 @@ pub fn sandbox_config(
         host_ipc: spec.host_ipc.unwrap_or(false),
         sysctls,
         security: security::sandbox_security(pod),
-        resources: None,
+        resources: Some(sandbox_resources(node, pod)),
+        overhead: Some(sandbox_overhead(node, pod)),
         runtime_handler: String::new(),
     }
+}
+
+/// Upstream's calculateLinuxResources for a sandbox: cpu shares from the request (from the
+/// limit when no request is given; at least 2), the memory limit when non-zero, and with
+/// `cpuCFSQuota` the period and the quota of the cpu limit (0: none).
+fn sandbox_linux_resources(
+    node: &NodeSettings,
+    cpu_request: Option<i128>,
+    cpu_limit: i128,
+    memory_limit: i128,
+) -> LinuxResources {
+    let s = &node.pod_limits;
+    let shares = crate::cm::limits::milli_cpu_to_shares(cpu_request.unwrap_or(cpu_limit));
+    let mut out = LinuxResources {
+        cpu_shares: shares as i64,
+        memory_limit_in_bytes: memory_limit.clamp(0, i128::from(i64::MAX)) as i64,
+        ..Default::default()
+    };
+    if s.cpu_cfs_quota {
+        out.cpu_period = s.cpu_cfs_period_us as i64;
+        out.cpu_quota = crate::cm::limits::milli_cpu_to_quota(cpu_limit, s.cpu_cfs_period_us);
+    }
+    out
+}
+
+/// `LinuxPodSandboxConfig.resources`, as upstream's calculateSandboxResources: the pod's
+/// requests and limits (PodRequests/PodLimits without the overhead; pod-level
+/// `spec.resources` count when `PodLevelResources` is on).
+pub fn sandbox_resources(node: &NodeSettings, pod: &Pod) -> LinuxResources {
+    use crate::cm::limits::pod_amounts_without_overhead;
+    let gate = node.pod_limits.pod_level_resources;
+    let requests = pod_amounts_without_overhead(pod, false, gate);
+    let limits = pod_amounts_without_overhead(pod, true, gate);
+    sandbox_linux_resources(
+        node,
+        requests.get("cpu").copied(),
+        limits.get("cpu").copied().unwrap_or(0),
+        limits.get("memory").copied().unwrap_or(0),
+    )
+}
+
+/// `LinuxPodSandboxConfig.overhead`, as upstream's convertOverheadToLinuxResources: the
+/// pod's `spec.overhead` as both request and limit; all zero when the pod has none.
+pub fn sandbox_overhead(node: &NodeSettings, pod: &Pod) -> LinuxResources {
+    let Some(overhead) = pod.spec.as_ref().and_then(|s| s.overhead.as_ref()) else {
+        return LinuxResources::default();
+    };
+    let cpu = overhead
+        .get("cpu")
+        .and_then(|q| quantity::milli(q).ok())
+        .unwrap_or(0);
+    let memory = overhead
+        .get("memory")
+        .and_then(|q| quantity::value(q).ok())
+        .unwrap_or(0);
+    sandbox_linux_resources(node, Some(cpu), cpu, memory)
 }
 
 /// Upstream's oom_score_adj constants (pkg/kubelet/qos/policy.go).

@@ -23,6 +23,7 @@ fn config_for(
         &n.host_ips,
         objects,
         &BTreeMap::new(),
+        &limit_defaults(p, &n.allocatable, n.pod_limits.pod_level_resources),
         &mut budget,
     )?;
     container_config(
@@ -395,6 +396,7 @@ fn env_of(spec: serde_json::Value, objs: &EnvObjects) -> Result<ContainerEnv, Co
         &[],
         objs,
         &services,
+        &BTreeMap::new(),
         &mut ExpandBudget::default(),
     )
 }
@@ -637,4 +639,185 @@ fn pod_level_limits_reach_containers_without_their_own() {
     assert_eq!(row(&off, &cs[0]).1, 0);
     assert_eq!(row(&off, &cs[0]).3, 0);
     assert_eq!(row(&off, &cs[0]).4, 999);
+}
+
+/// A node with allocatable cpu 1500m, memory 3Gi and ephemeral-storage 10Gi.
+fn allocatable() -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    BTreeMap::from([
+        ("cpu".to_string(), Quantity("1500m".into())),
+        ("memory".to_string(), Quantity("3Gi".into())),
+        ("ephemeral-storage".to_string(), Quantity("10Gi".into())),
+        ("pods".to_string(), Quantity("110".into())),
+    ])
+}
+
+/// The env of the pod's first container as the worker computes it on that node.
+fn downward_env(pod_json: serde_json::Value, gate: bool) -> BTreeMap<String, String> {
+    let p = pod(pod_json);
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let defaults = limit_defaults(&p, &allocatable(), gate);
+    container_env(
+        &p,
+        c,
+        &[],
+        &[],
+        &EnvObjects::new(),
+        &BTreeMap::new(),
+        &defaults,
+        &mut ExpandBudget::default(),
+    )
+    .unwrap()
+    .map()
+}
+
+fn limits_env(container: &str) -> serde_json::Value {
+    let field = |resource: &str, divisor: Option<&str>| {
+        let mut r = serde_json::json!({"resource": resource});
+        if let Some(d) = divisor {
+            r["divisor"] = d.into();
+        }
+        if !container.is_empty() {
+            r["containerName"] = container.into();
+        }
+        serde_json::json!({"valueFrom": {"resourceFieldRef": r}})
+    };
+    let mut env = Vec::new();
+    for (name, resource, divisor) in [
+        ("CPU", "limits.cpu", None),
+        ("CPU_M", "limits.cpu", Some("1m")),
+        ("MEM", "limits.memory", None),
+        ("MEM_MI", "limits.memory", Some("1Mi")),
+        ("DISK", "limits.ephemeral-storage", None),
+        ("REQ_CPU", "requests.cpu", Some("1m")),
+    ] {
+        let mut e = field(resource, divisor);
+        e["name"] = name.into();
+        env.push(e);
+    }
+    serde_json::Value::Array(env)
+}
+
+/// Upstream's defaultPodLimitsForDownwardAPI: a container without limits reads the node's
+/// allocatable (cpu rounded up to the divisor), not 0.
+#[test]
+fn downward_limits_default_to_node_allocatable() {
+    let env = downward_env(
+        serde_json::json!({"metadata": {"name": "d", "namespace": "ns", "uid": "u"},
+        "spec": {"containers": [{"name": "c", "image": "i", "env": limits_env("")}]}}),
+        true,
+    );
+    assert_eq!(env["CPU"], "2");
+    assert_eq!(env["CPU_M"], "1500");
+    assert_eq!(env["MEM"], "3221225472");
+    assert_eq!(env["MEM_MI"], "3072");
+    assert_eq!(env["DISK"], "10737418240");
+    assert_eq!(env["REQ_CPU"], "0");
+}
+
+/// With pod-level limits (PodLevelResources on) those replace the allocatable for cpu and
+/// memory; ephemeral-storage is not a pod-level resource and keeps the allocatable. With
+/// the gate off, the pod-level limits are not read.
+#[test]
+fn downward_limits_default_to_pod_level_limits() {
+    let p = serde_json::json!({"metadata": {"name": "d", "namespace": "ns", "uid": "u"},
+        "spec": {"resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
+        "containers": [{"name": "c", "image": "i", "env": limits_env("")}]}});
+    let env = downward_env(p.clone(), true);
+    assert_eq!(env["CPU"], "1");
+    assert_eq!(env["CPU_M"], "500");
+    assert_eq!(env["MEM"], "67108864");
+    assert_eq!(env["DISK"], "10737418240");
+    let off = downward_env(p, false);
+    assert_eq!(off["CPU"], "2");
+    assert_eq!(off["MEM"], "3221225472");
+}
+
+/// A container's own limits win over pod-level limits and the allocatable; a container
+/// named by `containerName` is read the same way.
+#[test]
+fn downward_limits_keep_the_containers_own() {
+    let env = downward_env(
+        serde_json::json!({"metadata": {"name": "d", "namespace": "ns", "uid": "u"},
+        "spec": {"resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
+        "containers": [
+            {"name": "c", "image": "i", "env": limits_env("side")},
+            {"name": "side", "image": "i",
+             "resources": {"limits": {"cpu": "250m", "memory": "32Mi"}}}]}}),
+        true,
+    );
+    assert_eq!(env["CPU"], "1");
+    assert_eq!(env["CPU_M"], "250");
+    assert_eq!(env["MEM"], "33554432");
+    // Without limits of its own, the named container reads the pod-level ones.
+    let env = downward_env(
+        serde_json::json!({"metadata": {"name": "d", "namespace": "ns", "uid": "u"},
+        "spec": {"resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
+        "containers": [
+            {"name": "c", "image": "i", "env": limits_env("side")},
+            {"name": "side", "image": "i"}]}}),
+        true,
+    );
+    assert_eq!(env["CPU_M"], "2000");
+    assert_eq!(env["MEM_MI"], "1024");
+}
+
+/// A resourceFieldRef naming a container the pod does not have fails the container as
+/// upstream's ("container x not found").
+#[test]
+fn downward_limits_of_an_unknown_container_fail() {
+    let p = pod(
+        serde_json::json!({"metadata": {"name": "d", "namespace": "ns", "uid": "u"},
+        "spec": {"containers": [{"name": "c", "image": "i", "env": limits_env("nope")}]}}),
+    );
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let e = container_env(
+        &p,
+        c,
+        &[],
+        &[],
+        &EnvObjects::new(),
+        &BTreeMap::new(),
+        &allocatable(),
+        &mut ExpandBudget::default(),
+    )
+    .unwrap_err();
+    assert_eq!(e.0, "container nope not found");
+}
+
+/// The sandbox's resources are the pod's totals: pod-level `spec.resources` replace the
+/// containers' sums when the gate is on; a Burstable pod without limits gets shares from
+/// its requests and neither quota nor memory limit.
+#[test]
+fn sandbox_resources_are_the_pods_totals() {
+    let p = pod(
+        serde_json::json!({"metadata": {"name": "s", "namespace": "ns", "uid": "u"},
+        "spec": {"resources": {"limits": {"cpu": "1", "memory": "128Mi"}},
+        "containers": [{"name": "a", "image": "i", "resources": {"requests": {"cpu": "100m"}}},
+                       {"name": "b", "image": "i"}]}}),
+    );
+    let n = node();
+    let r = sandbox_resources(&n, &p);
+    assert_eq!(
+        (
+            r.cpu_shares,
+            r.cpu_quota,
+            r.cpu_period,
+            r.memory_limit_in_bytes
+        ),
+        (1024, 100_000, 100_000, 128 << 20)
+    );
+    let mut off = node();
+    off.pod_limits.pod_level_resources = false;
+    let r = sandbox_resources(&off, &p);
+    assert_eq!(
+        (
+            r.cpu_shares,
+            r.cpu_quota,
+            r.cpu_period,
+            r.memory_limit_in_bytes
+        ),
+        (102, 0, 100_000, 0)
+    );
+    assert_eq!(sandbox_overhead(&n, &p), LinuxResources::default());
 }

@@ -26,6 +26,7 @@ fn sandbox(name: &str, uid: &str) -> SandboxConfig {
         sysctls: BTreeMap::new(),
         security: SandboxSecurity::default(),
         resources: None,
+        overhead: None,
         runtime_handler: String::new(),
     }
 }

@@ -466,12 +466,17 @@ fn set_up_one(
         Some(projection::secret(pod, s, f).map_err(|e| fail(e.0))?)
     } else if let Some(d) = &v.downward_api {
         Some(
-            projection::downward_api(pod, d.items.as_deref().unwrap_or_default(), d.default_mode)
-                .map_err(|e| fail(e.0))?,
+            projection::downward_api(
+                pod,
+                d.items.as_deref().unwrap_or_default(),
+                d.default_mode,
+                &node.allocatable,
+            )
+            .map_err(|e| fail(e.0))?,
         )
     } else if let Some(p) = &v.projected {
         mount_tmpfs(mounter, &dir, None).map_err(&fail)?;
-        Some(projection::projected(pod, &v.name, p, f).map_err(|e| fail(e.0))?)
+        Some(projection::projected(pod, &v.name, p, f, &node.allocatable).map_err(|e| fail(e.0))?)
     } else {
         None
     };

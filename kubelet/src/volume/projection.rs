@@ -12,6 +12,8 @@ use k8s_openapi::api::core::v1::{
     SecretVolumeSource,
 };
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
 use super::atomic_writer::{FileProjection, Payload};
 use crate::objects::{Kind, ObjectData, ObjectKey};
 
@@ -182,10 +184,14 @@ fn format_map(m: &Option<BTreeMap<String, String>>) -> String {
         .collect()
 }
 
+/// `allocatable` is the node's: what a `limits.*` of a container without that limit reads
+/// (upstream's downwardAPI volume merges the node's allocatable only, pod-level limits
+/// aside, unlike the env).
 fn downward_files(
     pod: &Pod,
     items: &[DownwardAPIVolumeFile],
     default_mode: i32,
+    allocatable: &BTreeMap<String, Quantity>,
     out: &mut Payload,
 ) -> Result<(), ProjectionError> {
     let spec = pod.spec.clone().unwrap_or_default();
@@ -209,7 +215,7 @@ fn downward_files(
                         it.path
                     ))
                 })?;
-            crate::spec::resource_field_value(c, &r.resource, r.divisor.as_ref())
+            crate::spec::resource_field_value(c, &r.resource, r.divisor.as_ref(), allocatable)
                 .map_err(|e| ProjectionError(e.0))?
         } else {
             continue;
@@ -229,18 +235,27 @@ pub fn downward_api(
     pod: &Pod,
     items: &[DownwardAPIVolumeFile],
     default_mode: Option<i32>,
+    allocatable: &BTreeMap<String, Quantity>,
 ) -> Result<Payload, ProjectionError> {
     let mut out = Payload::new();
-    downward_files(pod, items, default_mode.unwrap_or(DEFAULT_MODE), &mut out)?;
+    downward_files(
+        pod,
+        items,
+        default_mode.unwrap_or(DEFAULT_MODE),
+        allocatable,
+        &mut out,
+    )?;
     Ok(out)
 }
 
-/// A projected volume; `volume` names it in `f.tokens`.
+/// A projected volume; `volume` names it in `f.tokens`; `allocatable` as for
+/// [`downward_api`].
 pub fn projected(
     pod: &Pod,
     volume: &str,
     src: &ProjectedVolumeSource,
     f: &Fetched,
+    allocatable: &BTreeMap<String, Quantity>,
 ) -> Result<Payload, ProjectionError> {
     let default_mode = src.default_mode.unwrap_or(DEFAULT_MODE);
     let ns = namespace(pod);
@@ -271,6 +286,7 @@ pub fn projected(
                 pod,
                 d.items.as_deref().unwrap_or_default(),
                 default_mode,
+                allocatable,
                 &mut out,
             )?;
         } else if let Some(t) = &s.service_account_token {
@@ -425,6 +441,7 @@ mod tests {
                 {"path": "cpu", "resourceFieldRef": {"containerName": "c", "resource": "limits.cpu", "divisor": "1m"}}
             ])),
             None,
+            &BTreeMap::new(),
         )
         .unwrap();
         assert_eq!(
@@ -435,6 +452,34 @@ mod tests {
         assert_eq!(text(&p, "app").0, "web");
         assert_eq!(text(&p, "mem").0, "64");
         assert_eq!(text(&p, "cpu").0, "250");
+    }
+
+    /// A downwardAPI volume's `limits.*` of a container without limits read the node's
+    /// allocatable, as upstream's volume plugin (which does not look at pod-level limits).
+    #[test]
+    fn downward_api_limits_default_to_node_allocatable() {
+        let mut p = pod();
+        let spec = p.spec.as_mut().unwrap();
+        spec.containers[0].resources = None;
+        spec.resources = Some(src(
+            serde_json::json!({"limits": {"cpu": "500m", "memory": "64Mi"}}),
+        ));
+        let allocatable = BTreeMap::from([
+            ("cpu".to_string(), Quantity("1500m".into())),
+            ("memory".to_string(), Quantity("3Gi".into())),
+        ]);
+        let out = downward_api(
+            &p,
+            &src::<Vec<DownwardAPIVolumeFile>>(serde_json::json!([
+                {"path": "cpu", "resourceFieldRef": {"containerName": "c", "resource": "limits.cpu"}},
+                {"path": "mem", "resourceFieldRef": {"containerName": "c", "resource": "limits.memory"}}
+            ])),
+            None,
+            &allocatable,
+        )
+        .unwrap();
+        assert_eq!(text(&out, "cpu").0, "2");
+        assert_eq!(text(&out, "mem").0, "3221225472");
     }
 
     /// The volume ServiceAccount admission adds to nearly every pod.
@@ -451,7 +496,7 @@ mod tests {
             {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
             {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
             {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}));
-        let p = projected(&pod(), "kube-api-access-abcde", &v, &f).unwrap();
+        let p = projected(&pod(), "kube-api-access-abcde", &v, &f, &BTreeMap::new()).unwrap();
         assert_eq!(text(&p, "token"), ("jwt".into(), 0o644));
         assert_eq!(text(&p, "ca.crt"), ("PEM".into(), 0o644));
         assert_eq!(text(&p, "namespace"), ("ns".into(), 0o644));
