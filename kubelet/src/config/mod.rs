@@ -428,34 +428,8 @@ pub fn load_checked(
         return Err(ConfigError::Refused(findings.refusals));
     }
     let mut warnings = findings.warnings;
-    warnings.extend(unread_gates(flags, &file));
+    warnings.extend(limits::unread_gates(flags, &file));
     Ok((merge(flags, file, hostname)?, warnings))
-}
-
-/// The feature gates the agent reads; any other one set is named in a warning.
-pub const READ_GATES: &[&str] = &["CustomCPUCFSQuotaPeriod", crate::pod::resources::GATE];
-
-/// A warning for each gate set in `--feature-gates` or `featureGates` that the agent does
-/// not read.
-fn unread_gates(flags: &Flags, file: &KubeletConfiguration) -> Vec<String> {
-    let mut names: std::collections::BTreeSet<&str> = flags
-        .feature_gates
-        .iter()
-        .flat_map(|m| m.keys().map(String::as_str))
-        .collect();
-    if let Some(m) = file.feature_gates.as_ref().and_then(|v| v.as_object()) {
-        names.extend(m.keys().map(String::as_str));
-    }
-    names
-        .into_iter()
-        .filter(|n| !READ_GATES.contains(n))
-        .map(|n| {
-            format!(
-                "feature gate {n} is set but has no effect in this agent (it reads only {})",
-                READ_GATES.join(", ")
-            )
-        })
-        .collect()
 }
 
 pub(super) fn invalid(msg: impl Into<String>) -> ConfigError {
