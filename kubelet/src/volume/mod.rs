@@ -3,6 +3,7 @@
 //! [`projection`], written by [`atomic_writer`]) and keeps them current; subPath mounts are
 //! resolved beneath their volume ([`subpath`]).
 
+pub mod at;
 pub mod atomic_writer;
 pub mod host_path;
 pub mod manager;
