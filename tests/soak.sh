@@ -9,6 +9,13 @@
 #   tests/soak.sh                      # one hour
 #   SOAK_SECONDS=300 SOAK_SAMPLE=10 SOAK_WARMUP=60 tests/soak.sh   # a short run
 #
+# To tell a leak from allocator noise, each sample also records the kubelet's anonymous
+# memory (RssAnon), its threads, and, every SOAK_MALLOC_EVERY samples (default 5; 0 = never),
+# glibc's own count of the bytes the heap hands out ("in use") against what it holds from the
+# kernel ("system"), read with gdb calling malloc_stats() in the process (a pause of well under
+# a second; skipped without gdb). A leak grows "in use"; fragmentation grows only "system".
+# SOAK_OUT=DIR keeps the samples, the malloc statistics and both logs after the run.
+#
 # Root; touches only the rig's namespace and its own temp dir. Release binaries when built
 # (cargo build --release --bins), else debug ones.
 set -euo pipefail
@@ -18,6 +25,8 @@ name=soak
 duration=${SOAK_SECONDS:-3600}
 sample=${SOAK_SAMPLE:-60}
 warmup=${SOAK_WARMUP:-600}
+malloc_every=${SOAK_MALLOC_EVERY:-5}
+out=${SOAK_OUT:-}
 [[ $(id -u) == 0 ]] || { echo "soak: run as root" >&2; exit 1; }
 
 bin_dir="$root/target/release"
@@ -87,6 +96,10 @@ cleanup() {
 	kill "$kubelet" "$proxy" 2>/dev/null || true
 	wait "$kubelet" "$proxy" 2>/dev/null || true
 	"$rig" down "$name" >/dev/null 2>&1 || true
+	if [[ -n $out ]]; then
+		mkdir -p "$out"
+		cp -a "$work/samples" "$work/malloc" "$work/kubelet.log" "$work/kube-proxy.log" "$out/" 2>/dev/null
+	fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -138,29 +151,68 @@ churn=$!
 
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
-echo "soak: ${duration}s, sample every ${sample}s"
-printf '%8s %12s %8s %12s %8s\n' "t(s)" "kubelet KiB" "fds" "proxy KiB" "fds"
+status() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+# glibc's malloc_stats() of process $1 into file $2 (its stderr pointed there for the call).
+malloc_stats() {
+	gdb -p "$1" -batch -nx -q \
+		-ex 'set $fd = (int) open("'"$2"'", 577, 420)' -ex 'set $saved = (int) dup(2)' \
+		-ex 'call (int) dup2($fd, 2)' -ex 'call (void) malloc_stats()' \
+		-ex 'call (int) dup2($saved, 2)' -ex 'call (int) close($saved)' \
+		-ex 'call (int) close($fd)' >/dev/null 2>&1 </dev/null || true
+}
+# "in use" and "system" bytes of the "Total" block, in KiB.
+malloc_totals() {
+	awk '/^Total/ {t = 1} t && /system bytes/ {s = $NF} t && /in use bytes/ {u = $NF}
+		END {if (s != "") printf "%d %d", u / 1024, s / 1024; else printf "- -"}' "$1" 2>/dev/null
+}
+have_gdb=""
+command -v gdb >/dev/null && ((malloc_every > 0)) && have_gdb=1 && mkdir -p "$work/malloc"
+echo "soak: ${duration}s, sample every ${sample}s${have_gdb:+, malloc_stats every $((sample * malloc_every))s}"
+printf '%8s %12s %8s %12s %8s %12s %8s %12s %12s\n' "t(s)" "kubelet KiB" "fds" "proxy KiB" "fds" \
+	"kubelet anon" "threads" "heap in use" "heap system"
 samples="$work/samples"
+n_sample=0
 start=$SECONDS
 while ((SECONDS - start < duration)); do
 	sleep "$sample"
 	kill -0 "$kubelet" 2>/dev/null || { echo "soak: kubelet exited"; tail -20 "$work/kubelet.log"; exit 1; }
 	kill -0 "$proxy" 2>/dev/null || { echo "soak: kube-proxy exited"; tail -20 "$work/kube-proxy.log"; exit 1; }
 	t=$((SECONDS - start))
+	n_sample=$((n_sample + 1))
+	heap="- -"
+	if [[ -n $have_gdb ]] && ((n_sample % malloc_every == 0)); then
+		malloc_stats "$kubelet" "$work/malloc/$t.txt"
+		heap=$(malloc_totals "$work/malloc/$t.txt")
+	fi
 	line="$t $(rss "$kubelet") $(fds "$kubelet") $(rss "$proxy") $(fds "$proxy")"
+	line="$line $(status "$kubelet" RssAnon) $(status "$kubelet" Threads) $heap"
 	echo "$line" >>"$samples"
-	printf '%8s %12s %8s %12s %8s\n' $line
+	printf '%8s %12s %8s %12s %8s %12s %8s %12s %12s\n' $line
 done
 
 # Least-squares slope after the warm-up, per hour, for each column.
+# Columns with "-" (no malloc statistics in that sample) are left out of their own column's fit.
+# The residual standard deviation says how far single samples stray from the line.
 awk -v warm="$warmup" '
-	$1 >= warm { n++; x += $1; for (c = 2; c <= 5; c++) { y[c] += $c; xy[c] += $1 * $c }; xx += $1 * $1 }
+	$1 >= warm {
+		for (c = 2; c <= 9; c++) if ($c != "-") {
+			n[c]++; x[c] += $1; xx[c] += $1 * $1; y[c] += $c; xy[c] += $1 * $c
+			sx[c, n[c]] = $1; sy[c, n[c]] = $c
+		}
+	}
 	END {
-		if (n < 2) { print "soak: not enough samples after the warm-up for a trend"; exit }
-		split("kubelet_rss_KiB kubelet_fds proxy_rss_KiB proxy_fds", name, " ")
-		for (c = 2; c <= 5; c++) {
-			slope = (n * xy[c] - x * y[c]) / (n * xx - x * x) * 3600
-			printf "soak: %s after %ds: mean %.0f, trend %+.1f per hour (%d samples)\n", name[c - 1], warm, y[c] / n, slope, n
+		split("kubelet_rss_KiB kubelet_fds proxy_rss_KiB proxy_fds kubelet_anon_KiB kubelet_threads kubelet_heap_in_use_KiB kubelet_heap_system_KiB", name, " ")
+		for (c = 2; c <= 9; c++) {
+			if (n[c] < 3) { printf "soak: %s: not enough samples after the warm-up for a trend\n", name[c - 1]; continue }
+			d = n[c] * xx[c] - x[c] * x[c]
+			b = (n[c] * xy[c] - x[c] * y[c]) / d
+			a = (y[c] - b * x[c]) / n[c]
+			ss = 0
+			for (i = 1; i <= n[c]; i++) { r = sy[c, i] - a - b * sx[c, i]; ss += r * r }
+			sd = sqrt(ss / (n[c] - 2))
+			# Standard error of the slope, per hour.
+			se = sd / sqrt(xx[c] - x[c] * x[c] / n[c]) * 3600
+			printf "soak: %s after %ds: mean %.0f, trend %+.1f ± %.1f per hour, residual sd %.1f (%d samples)\n", name[c - 1], warm, y[c] / n[c], b * 3600, se, sd, n[c]
 		}
 	}' "$samples"
 errors=$(grep -c ' ERROR ' "$work/kubelet.log" || true)

@@ -1,14 +1,17 @@
 //! Pod start latency of the agent next to the raw CRI cost, measured in one run on the node
 //! rig (real containerd in a network namespace), plus the agent's memory.
 //!
-//! `cargo bench -p kubelet --bench pod_start [-- N...]` (root; default N = 1 and 30). Prints:
+//! `cargo bench -p kubelet --bench pod_start [-- N[xROUNDS]...]` (root; default `1 30`, e.g.
+//! `1x100 30x4 110x2`). Each round starts N pods at once. Prints per N:
 //! - raw: RunPodSandbox + CreateContainer + StartContainer per pod, issued directly;
 //! - agent: manifest seen → every container running, as the agent reports it
 //!   (`pod_start_ms` in its log; the same value feeds kubelet_pod_start_duration_seconds);
-//! - the ratio of the medians, and the agent's RSS idle and with N pods.
+//! - p50 and p99 of each (nearest rank over every pod of every round), the ratios, and the
+//!   agent's RSS (and its anonymous part) idle and with N pods.
 //!
-//! Raw and agent rounds alternate (7 rounds for N = 1, 2 otherwise), so that both see the same
-//! machine; the agent is stopped during raw rounds and restarted on its own state after.
+//! Raw and agent rounds alternate, so that both see the same machine; the agent is stopped
+//! during raw rounds and restarted on its own state after. Without xROUNDS a size gets enough
+//! rounds for at least 100 pod starts per side (and at least 2), so that p99 is a real tail.
 
 use kubelet::runtime::Runtime;
 use kubelet::runtime::cri::CriRuntime;
@@ -59,24 +62,50 @@ impl Drop for Rig {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// The `p`-th percentile (0 < p ≤ 100) by nearest rank.
+fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     if v.is_empty() {
-        f64::NAN
-    } else {
-        v[v.len() / 2]
+        return f64::NAN;
     }
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
 }
 
-fn rss_kib(pid: u32) -> u64 {
+/// A field of /proc/PID/status in KiB (`VmRSS`, `RssAnon`, ...).
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.split(':').next() == Some(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// `N` or `NxROUNDS`; without rounds, enough for ≥ 100 pod starts (and at least 2 rounds).
+fn size_arg(a: &str) -> Option<(usize, usize)> {
+    let (n, r) = match a.split_once('x') {
+        Some((n, r)) => (n.parse().ok()?, Some(r.parse().ok()?)),
+        None => (a.parse().ok()?, None),
+    };
+    if n == 0 {
+        return None;
+    }
+    Some((n, r.unwrap_or_else(|| 100usize.div_ceil(n).max(2))))
+}
+
+/// The 1-minute load average (the machine may be shared: say how busy it was).
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
 }
 
 struct Agent {
@@ -181,11 +210,15 @@ fn main() {
         println!("pod_start bench skipped: needs root (node rig)");
         return;
     }
-    let sizes: Vec<usize> = std::env::args()
+    let sizes: Vec<(usize, usize)> = std::env::args()
         .skip(1)
-        .filter_map(|a| a.parse().ok())
+        .filter_map(|a| size_arg(&a))
         .collect();
-    let sizes = if sizes.is_empty() { vec![1, 30] } else { sizes };
+    let sizes = if sizes.is_empty() {
+        vec![size_arg("1").unwrap(), size_arg("30").unwrap()]
+    } else {
+        sizes
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -208,18 +241,24 @@ fn main() {
         &cgroup_root,
     ));
 
-    println!("| pods | rounds | raw CRI p50 (ms) | agent p50 (ms) | agent/raw | agent RSS (MiB) |");
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| pods | rounds | starts (raw/agent) | raw p50 (ms) | agent p50 (ms) | p50 agent/raw | raw p99 (ms) | agent p99 (ms) | p99 agent/raw | agent RSS (MiB) | of it anonymous (MiB) | load |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let agent = start_agent(&rig, None);
     std::thread::sleep(Duration::from_secs(3));
-    let idle_rss = rss_kib(agent.child.id());
-    println!("| 0 | - | - | - | - | {:.1} |", idle_rss as f64 / 1024.0);
+    let pid = agent.child.id();
+    println!(
+        "| 0 | - | - | - | - | - | - | - | - | {:.1} | {:.1} | {} |",
+        mib(status_kib(pid, "VmRSS")),
+        mib(status_kib(pid, "RssAnon")),
+        load()
+    );
     let mut agent_dir = Some(agent.stop());
-    for &n in &sizes {
+    for &(n, rounds) in &sizes {
         // Raw and agent rounds alternate so that both see the same machine. The agent is
         // stopped during raw rounds: it would rightly stop sandboxes it does not own.
-        let rounds = if n == 1 { 7 } else { 2 };
-        let (mut raw_all, mut agent_all, mut rss) = (Vec::new(), Vec::new(), 0);
+        let (mut raw_all, mut agent_all, mut rss, mut anon) = (Vec::new(), Vec::new(), 0, 0);
         for round in 0..rounds {
             let tag = format!("n{n}r{round}");
             raw_all.extend(rt.block_on(raw::pod_starts(
@@ -245,13 +284,17 @@ fn main() {
                 started = agent_starts(&agent);
             }
             agent_all.extend_from_slice(&started[seen.min(started.len())..]);
-            rss = rss.max(rss_kib(agent.child.id()));
+            let pid = agent.child.id();
+            let r = status_kib(pid, "VmRSS");
+            if r > rss {
+                (rss, anon) = (r, status_kib(pid, "RssAnon"));
+            }
             // Remove this round's pods and wait until the runtime has none left.
             for i in 0..n {
                 let _ = std::fs::remove_file(manifests.join(format!("{tag}-{i}.yaml")));
             }
             let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(60) {
+            while t.elapsed() < Duration::from_secs(60 + n as u64) {
                 let listed = rt
                     .block_on(cri.list_sandboxes())
                     .map(|s| s.len())
@@ -263,11 +306,23 @@ fn main() {
             }
             agent_dir = Some(agent.stop());
         }
-        let (r, a) = (median(&mut raw_all), median(&mut agent_all));
+        let (r50, a50) = (
+            percentile(&mut raw_all, 50.0),
+            percentile(&mut agent_all, 50.0),
+        );
+        let (r99, a99) = (
+            percentile(&mut raw_all, 99.0),
+            percentile(&mut agent_all, 99.0),
+        );
         println!(
-            "| {n} | {rounds} | {r:.0} | {a:.0} | {:.2} | {:.1} |",
-            a / r,
-            rss as f64 / 1024.0
+            "| {n} | {rounds} | {}/{} | {r50:.0} | {a50:.0} | {:.2} | {r99:.0} | {a99:.0} | {:.2} | {:.1} | {:.1} | {} |",
+            raw_all.len(),
+            agent_all.len(),
+            a50 / r50,
+            a99 / r99,
+            mib(rss),
+            mib(anon),
+            load()
         );
     }
     drop(agent_dir);
