@@ -15,6 +15,8 @@
 # kernel ("system"), read with gdb calling malloc_stats() in the process (a pause of well under
 # a second; skipped without gdb). A leak grows "in use"; fragmentation grows only "system".
 # SOAK_OUT=DIR keeps the samples, the malloc statistics and both logs after the run.
+# SOAK_KUBELET_WRAP="heaptrack -o FILE" runs the kubelet under a wrapper (the samples follow
+# the kubelet itself; it gets SIGTERM first at the end, so the wrapper can write its data).
 #
 # Root; touches only the rig's namespace and its own temp dir. Release binaries when built
 # (cargo build --release --bins), else debug ones.
@@ -27,6 +29,7 @@ sample=${SOAK_SAMPLE:-60}
 warmup=${SOAK_WARMUP:-600}
 malloc_every=${SOAK_MALLOC_EVERY:-5}
 out=${SOAK_OUT:-}
+read -r -a wrap <<<"${SOAK_KUBELET_WRAP:-}"
 [[ $(id -u) == 0 ]] || { echo "soak: run as root" >&2; exit 1; }
 
 bin_dir="$root/target/release"
@@ -79,10 +82,28 @@ pod flappy '    command: ["sh", "-c", "trap '"'"'exit 0'"'"' TERM; while true; d
     readinessProbe: {exec: {command: ["test", "-f", "/tmp/ready"]}, periodSeconds: 1}
     livenessProbe: {tcpSocket: {port: 1}, initialDelaySeconds: 36000}' >"$work/manifests/flappy.yaml"
 
-nsenter --net="$RIG_NETNS_PATH" "$bin_dir/kubelet" --config="$work/config.yaml" \
+nsenter --net="$RIG_NETNS_PATH" "${wrap[@]}" "$bin_dir/kubelet" --config="$work/config.yaml" \
 	--container-runtime-endpoint="$CRI_ENDPOINT" --root-dir="$work/root" \
 	--hostname-override=soak-node >"$work/kubelet.log" 2>&1 &
 kubelet=$!
+launcher=$kubelet
+if ((${#wrap[@]})); then
+	# The kubelet is a descendant of the wrapper: follow it, not the wrapper.
+	for _ in $(seq 1 50); do
+		k=$(for c in "$launcher" $(pgrep -P "$launcher"); do echo "$c"; pgrep -P "$c"; done |
+			while read -r c; do [[ $(readlink "/proc/$c/exe") == "$bin_dir/kubelet" ]] && echo "$c"; done | head -1)
+		[[ -n $k ]] && break
+		sleep 0.2
+	done
+	if [[ -z $k ]]; then
+		echo "soak: no kubelet under ${wrap[*]}" >&2
+		kill "$launcher" 2>/dev/null
+		"$rig" down "$name" >/dev/null 2>&1
+		rm -rf "$work"
+		exit 1
+	fi
+	kubelet=$k
+fi
 nsenter --net="$RIG_NETNS_PATH" "$bin_dir/kube-proxy" --static-services-dir="$work/services" \
 	--hostname-override=soak-node --healthz-bind-address=127.0.0.1:10256 \
 	--metrics-bind-address=127.0.0.1:10249 >"$work/kube-proxy.log" 2>&1 &
@@ -94,7 +115,7 @@ cleanup() {
 	rm -f "$work"/manifests/*.yaml
 	sleep 5
 	kill "$kubelet" "$proxy" 2>/dev/null || true
-	wait "$kubelet" "$proxy" 2>/dev/null || true
+	wait "$launcher" "$proxy" 2>/dev/null || true
 	"$rig" down "$name" >/dev/null 2>&1 || true
 	if [[ -n $out ]]; then
 		mkdir -p "$out"

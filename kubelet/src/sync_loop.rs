@@ -360,6 +360,17 @@ impl SyncLoop {
         mut pleg_rx: mpsc::Receiver<Relist>,
         mut probe_rx: mpsc::Receiver<probes::ProbeUpdate>,
     ) {
+        self.turn(&mut pods_rx, &mut pleg_rx, &mut probe_rx).await;
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// The loop itself, until cancelled.
+    async fn turn(
+        &mut self,
+        pods_rx: &mut mpsc::Receiver<SourceUpdate>,
+        pleg_rx: &mut mpsc::Receiver<Relist>,
+        probe_rx: &mut mpsc::Receiver<probes::ProbeUpdate>,
+    ) {
         // Upstream's loop also wakes every second (syncCh) whatever else happens.
         let mut control_rx = self.control_rx.take().expect("run once");
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -377,6 +388,15 @@ impl SyncLoop {
                 }
                 Some(u) = pods_rx.recv() => self.set_pods(u.source, u.pods),
                 Some(r) = pleg_rx.recv() => self.on_relist(r),
+                // A worker's task ends after its pod did: collect it, or the set keeps every
+                // finished task's allocation for the agent's lifetime.
+                Some(res) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    if let Err(e) = res
+                        && e.is_panic()
+                    {
+                        tracing::error!(error = %e, "pod worker panicked");
+                    }
+                }
                 Some(uid) = self.done_rx.recv() => {
                     if let Some(h) = self.workers.remove(&uid)
                         && let Some(tx) = &self.on_terminated
@@ -386,7 +406,6 @@ impl SyncLoop {
                 }
             }
         }
-        while self.tasks.join_next().await.is_some() {}
     }
 }
 
@@ -488,6 +507,70 @@ mod tests {
         assert_eq!(done.pod.metadata.uid.as_deref(), Some("api"));
         assert_eq!(done.source, Some(Source::Api));
         assert_eq!(rt.running("c").len(), 1, "the static pod keeps running");
+        cancel.cancel();
+    }
+
+    /// A worker's task ends with its pod; the loop must not keep it. A finished task held in
+    /// the loop's set keeps its whole allocation (sized for the worker's future), so an agent
+    /// whose pods come and go grew by that much per pod (the soak saw it).
+    #[tokio::test]
+    async fn finished_workers_are_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = Arc::new(FakeRuntime::new());
+        rt.add_image("busybox:1.35");
+        let cancel = CancellationToken::new();
+        let mut sl = SyncLoop::new(env(rt.clone(), dir.path()), &[Source::File], cancel.clone());
+        let (term_tx, mut term_rx) = mpsc::unbounded_channel();
+        sl.on_terminated(term_tx);
+        let (pods_tx, mut pods_rx) = mpsc::channel(8);
+        let (_pleg_tx, mut pleg_rx) = mpsc::channel(8);
+        let (_probe_tx, mut probe_rx) = mpsc::channel(8);
+        let cycles = 3;
+        let drive = async {
+            for round in 0..cycles {
+                let uid = format!("p{round}");
+                pods_tx
+                    .send(SourceUpdate {
+                        source: Source::File,
+                        pods: vec![pod(&uid, serde_json::json!({}))],
+                    })
+                    .await
+                    .unwrap();
+                for _ in 0..250 {
+                    if rt.running("c").len() == 1 {
+                        break;
+                    }
+                    settle().await;
+                }
+                assert_eq!(rt.running("c").len(), 1, "round {round}: the pod runs");
+                pods_tx
+                    .send(SourceUpdate {
+                        source: Source::File,
+                        pods: vec![],
+                    })
+                    .await
+                    .unwrap();
+                let t = tokio::time::timeout(Duration::from_secs(10), term_rx.recv())
+                    .await
+                    .expect("the pod stops")
+                    .unwrap();
+                assert_eq!(t.pod.metadata.uid.as_deref(), Some(uid.as_str()));
+            }
+            // The last worker has reported; let its task return and the loop notice.
+            for _ in 0..10 {
+                settle().await;
+            }
+        };
+        tokio::select! {
+            _ = sl.turn(&mut pods_rx, &mut pleg_rx, &mut probe_rx) => panic!("the loop ended"),
+            _ = drive => {}
+        }
+        assert_eq!(sl.workers(), 0);
+        assert_eq!(
+            sl.tasks.len(),
+            0,
+            "{cycles} pods came and went; their finished tasks are still held"
+        );
         cancel.cancel();
     }
 
