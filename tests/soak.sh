@@ -14,6 +14,7 @@
 # glibc's own count of the bytes the heap hands out ("in use") against what it holds from the
 # kernel ("system"), read with gdb calling malloc_stats() in the process (a pause of well under
 # a second; skipped without gdb). A leak grows "in use"; fragmentation grows only "system".
+# SOAK_NAME names the rig (default soak), so that two soaks can run side by side.
 # SOAK_OUT=DIR keeps the samples, the malloc statistics and both logs after the run.
 # SOAK_KUBELET_WRAP="heaptrack -o FILE" runs the kubelet under a wrapper (the samples follow
 # the kubelet itself; it gets SIGTERM first at the end, so the wrapper can write its data).
@@ -23,7 +24,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rig="$root/tests/rig/rig.sh"
-name=soak
+name=${SOAK_NAME:-soak}
 duration=${SOAK_SECONDS:-3600}
 sample=${SOAK_SAMPLE:-60}
 warmup=${SOAK_WARMUP:-600}
