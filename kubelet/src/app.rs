@@ -533,6 +533,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             c.client.clone(),
             cfg.node_name.clone(),
             cfg.network.clone(),
+            events.clone(),
             &mut tasks,
             &cancel,
         )?;
