@@ -229,3 +229,39 @@ pub async fn run<K, T>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_journal_names_the_keys_changed_since_a_position() {
+        let s: Store<u32> = Store::with_journal(3);
+        s.replace(HashMap::from([("a".to_string(), 1)]));
+        let p = s.position();
+        assert_eq!(s.changed_since(p), (p, Changed::Keys(BTreeSet::new())));
+        s.apply("b".into(), 2);
+        s.delete("a");
+        s.apply("b".into(), 3);
+        let (next, changed) = s.changed_since(p);
+        assert_eq!(
+            changed,
+            Changed::Keys(BTreeSet::from(["a".to_string(), "b".to_string()]))
+        );
+        assert_eq!(next, s.position());
+        // A fresh list since: everything.
+        s.replace(HashMap::new());
+        assert_eq!(s.changed_since(next).1, Changed::All);
+        // Further back than the journal reaches: everything.
+        let p = s.position();
+        for k in ["x", "y", "z", "w"] {
+            s.apply(k.into(), 0);
+        }
+        assert_eq!(s.changed_since(p).1, Changed::All);
+        assert!(matches!(s.changed_since(s.position() - 3).1, Changed::Keys(k) if k.len() == 3));
+        // A store without a journal always says everything.
+        let plain: Store<u32> = Store::default();
+        plain.apply("a".into(), 1);
+        assert_eq!(plain.changed_since(0).1, Changed::All);
+    }
+}

@@ -119,7 +119,9 @@ async fn raw(h: &rtnetlink::Handle, r: Route, add: bool) {
         .destination_prefix(dst, r.dst.prefix)
         .gateway(via)
         .table_id(254)
-        .protocol(netlink_packet_route::route::RouteProtocol::Other(ROUTE_PROTOCOL))
+        .protocol(netlink_packet_route::route::RouteProtocol::Other(
+            ROUTE_PROTOCOL,
+        ))
         .build();
     if add {
         h.route().add(msg).execute().await.expect("raw add");

@@ -98,7 +98,9 @@ impl Refusal {
             Refusal::NextHopNotOnLink(ip) => {
                 format!("its InternalIP {ip} is not on a network this node reaches directly")
             }
-            Refusal::NextHopIsLocal(ip) => format!("its InternalIP {ip} is an address of this node"),
+            Refusal::NextHopIsLocal(ip) => {
+                format!("its InternalIP {ip} is an address of this node")
+            }
             Refusal::NextHopInPodNetwork(ip) => {
                 format!("its InternalIP {ip} is inside the pod network")
             }
@@ -106,7 +108,9 @@ impl Refusal {
                 "a route that node-agent does not own already holds that destination".to_string()
             }
         };
-        format!("node-agent network on {own_node}: not routing pod CIDR {cidr} of Node {node}: {why}")
+        format!(
+            "node-agent network on {own_node}: not routing pod CIDR {cidr} of Node {node}: {why}"
+        )
     }
 }
 

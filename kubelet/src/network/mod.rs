@@ -333,7 +333,6 @@ impl Controller {
             }
         }
     }
-
 }
 
 fn own_cidrs_of(own: Option<&NodeNet>) -> &[IpNet] {
@@ -383,5 +382,9 @@ pub fn start(
 
 #[cfg(test)]
 mod bench_tests;
+#[cfg(test)]
+mod claim_tests;
+#[cfg(test)]
+mod netns_tests;
 #[cfg(test)]
 mod tests;

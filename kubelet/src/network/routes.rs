@@ -77,7 +77,10 @@ pub trait Routes: Send + Sync {
 pub enum Change {
     Add(Route),
     /// A destination whose next hop changed: our old route goes, the new one is added.
-    Move { from: Route, to: Route },
+    Move {
+        from: Route,
+        to: Route,
+    },
     Delete(Route),
 }
 
@@ -287,7 +290,10 @@ impl Routes for NetlinkRoutes {
         let msg = Self::message(route)?;
         let h = self.handle.clone();
         match self
-            .timed("add route", async move { h.route().add(msg).execute().await })
+            .timed(
+                "add route",
+                async move { h.route().add(msg).execute().await },
+            )
             .await?
         {
             Ok(()) => Ok(Added::Added),

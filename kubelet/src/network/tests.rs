@@ -4,8 +4,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cni::ip::IpNet;
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 
 use super::cni_files::{self, CONFLIST_NAME, ConfInput};
 use super::routes::{self, Change, Route};
@@ -518,8 +518,12 @@ async fn a_full_pass_repairs_routes_changed_behind_our_back() {
     let rig = Rig::new("10.244.0.0/16");
     let mut st = State::default();
     // A route of ours left by an earlier run for a node that no longer exists.
-    rig.routes
-        .add_foreign("10.244.9.0/24", Some("10.250.0.9"), routes::ROUTE_PROTOCOL, 0);
+    rig.routes.add_foreign(
+        "10.244.9.0/24",
+        Some("10.250.0.9"),
+        routes::ROUTE_PROTOCOL,
+        0,
+    );
     rig.set(&[
         node("a", &["10.244.1.0/24"], &["10.250.0.1"]),
         node("b", &["10.244.2.0/24"], &["10.250.0.2"]),
