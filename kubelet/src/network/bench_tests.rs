@@ -30,6 +30,8 @@ use super::*;
 
 const NODES: usize = 1000;
 const SAMPLES: usize = 20;
+/// Quiet time before each timed sample (and for a pass to finish).
+const SETTLE: Duration = Duration::from_millis(20);
 /// Holds every Node's pod CIDR below (10.100.0.0/24 ...).
 const CLUSTER_CIDR: &str = "10.96.0.0/11";
 
@@ -108,7 +110,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 /// One raw netlink request, as the controller's: add (create + exclusive) or delete.
-async fn raw(h: &rtnetlink::Handle, r: Route, add: bool) {
+async fn raw(h: rtnetlink::Handle, r: Route, add: bool) {
     let IpAddr::V4(via) = r.via else {
         unreachable!("IPv4 only")
     };
@@ -209,23 +211,28 @@ async fn run() {
     let mut calls = Vec::new();
     for k in 0..SAMPLES {
         let n = node(NODES + k);
+        // The same quiet before every timed sample, of either kind.
+        tokio::time::sleep(SETTLE).await;
         let before = routes.calls();
         let t = Instant::now();
         nodes.apply(n.name.clone(), n.clone());
         announced(&mut mc, n.pod_cidrs[0], true).await;
         controller.push(t.elapsed());
-        // Let the pass finish before the next sample.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The pass finishes (and the quiet before the raw sample).
+        tokio::time::sleep(SETTLE).await;
         calls.push(routes.calls() - before);
         let b = node(NODES + SAMPLES + k);
         let r = Route {
             dst: b.pod_cidrs[0],
             via: b.internal_ips[0],
         };
+        // Timed as the controller is: to the kernel's announcement (which comes before
+        // the request's acknowledgement is read).
         let t = Instant::now();
-        raw(&raw_h, r, true).await;
+        let req = tokio::spawn(raw(raw_h.clone(), r, true));
         announced(&mut mc, r.dst, true).await;
         baseline.push(t.elapsed());
+        req.await.unwrap();
     }
     // Deleted Nodes, each next to one raw delete.
     let mut del_controller = Vec::new();
@@ -233,22 +240,26 @@ async fn run() {
     let mut del_calls = Vec::new();
     for k in 0..SAMPLES {
         let n = node(NODES + k);
+        tokio::time::sleep(SETTLE).await;
         let before = routes.calls();
         let t = Instant::now();
         nodes.delete(&n.name);
         announced(&mut mc, n.pod_cidrs[0], false).await;
         del_controller.push(t.elapsed());
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(SETTLE).await;
         del_calls.push(routes.calls() - before);
         let b = node(NODES + SAMPLES + k);
         let r = Route {
             dst: b.pod_cidrs[0],
             via: b.internal_ips[0],
         };
+        // Timed as the controller is: to the kernel's announcement (which comes before
+        // the request's acknowledgement is read).
         let t = Instant::now();
-        raw(&raw_h, r, false).await;
+        let req = tokio::spawn(raw(raw_h.clone(), r, false));
         announced(&mut mc, r.dst, false).await;
         del_baseline.push(t.elapsed());
+        req.await.unwrap();
     }
     cancel.cancel();
     let _ = ctl.await;

@@ -48,7 +48,7 @@ async fn a_node_claiming_every_destination_gets_no_route_and_one_event() {
         &["0.0.0.0/0", "::/0"],
         &["10.250.0.66", "fd00:250::66"],
     );
-    let (rig, mut st) = rig_with(&[evil.clone()]).await;
+    let (rig, mut st) = rig_with(std::slice::from_ref(&evil)).await;
     only_b(&rig);
     assert_eq!(
         rig.events.take(),

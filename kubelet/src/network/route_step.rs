@@ -55,6 +55,7 @@ impl Controller {
                             .nodes
                             .read(|m| Claims::rebuild(&self.node_name, policy, m.values()));
                         claims.take_dirty();
+                        st.reported.retain(|n| claims.node(n).is_some());
                         None
                     }
                 }

@@ -611,7 +611,7 @@ pub const FIELDS: &[Setting] = &[
         "nodeAgentNetwork.clusterCIDR",
         Implemented,
         &[],
-        "Not upstream: the cluster's pod CIDR(s), one per family; pod traffic leaving it is masqueraded (nft table `node-agent`). Unset: no masquerade (warned).",
+        "Not upstream: the cluster's pod CIDR(s), one per family; pod traffic leaving it is masqueraded (nft table `node-agent`), and another Node's pod CIDR is routed only when it lies inside it (of its family). Unset: no masquerade and no routes to other Nodes (warned).",
     ),
     s(
         "nodeAgentNetwork.cniConfDir",
