@@ -27,6 +27,7 @@ mod running_pods;
 
 pub use read_only::read_only_router;
 pub mod streaming;
+mod upgrade_proxy;
 mod ws_spdy;
 
 use crate::atomic_file;

@@ -3,7 +3,8 @@ use crate::runtime::fake::{FakeRuntime, StreamRequest};
 use crate::runtime::{ExecResult, raw};
 use k8s_openapi::api::core::v1::PodStatus;
 use std::sync::Mutex;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
