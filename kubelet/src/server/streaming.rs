@@ -238,6 +238,18 @@ pub fn find_pod<'a>(pods: &'a [Pod], ns: &str, name: &str) -> Result<&'a Pod, Re
         .ok_or_else(|| refuse(StatusCode::NOT_FOUND, "pod does not exist"))
 }
 
+/// The named pod's UID. A `{uid}` segment must be that UID: another is a 404 `pod not found`
+/// (upstream's port-forward check, applied to exec, attach and run too), so the containers are
+/// always looked up in the pod the path names, never in the pod a UID points at.
+fn pod_uid(pod: &Pod, p: &Params) -> Result<String, Refusal> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    match param(p, "uid") {
+        "" => Ok(uid),
+        given if given == uid => Ok(uid),
+        _ => Err(refuse(StatusCode::NOT_FOUND, "pod not found")),
+    }
+}
+
 fn runtime_refusal(e: RuntimeError) -> Refusal {
     // Upstream's streaming.WriteError: gRPC NotFound → 404, everything else 500.
     let status = match e {
@@ -382,19 +394,12 @@ async fn session(
     let pods = s.statuses.pods();
     let (ns, name) = (param(p, "ns"), param(p, "pod"));
     let pod = find_pod(&pods, ns, name)?;
-    let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
-    let uid = match param(p, "uid") {
-        "" => pod_uid.clone(),
-        given => given.to_string(),
-    };
+    let uid = pod_uid(pod, p)?;
     let rt = runtime(&s.streaming)?;
     // Upstream calls the runtime first, then refuses a plain request in the proxy; checking
     // first gives the same answer without leaving an unused session on the runtime.
     let url = match &kind {
         Kind::PortForward { ports } => {
-            if uid != pod_uid {
-                return Err(refuse(StatusCode::NOT_FOUND, "pod not found"));
-            }
             let sandbox = ready_sandbox(rt.as_ref(), &uid, &format!("{name}_{ns}")).await?;
             require_upgrade(upgrade)?;
             rt.port_forward(&sandbox, ports).await
@@ -446,10 +451,7 @@ async fn run_in_container(
 ) -> Result<Vec<u8>, Refusal> {
     let pods = s.statuses.pods();
     let pod = find_pod(&pods, param(p, "ns"), param(p, "pod"))?;
-    let uid = match param(p, "uid") {
-        "" => pod.metadata.uid.clone().unwrap_or_default(),
-        given => given.to_string(),
-    };
+    let uid = pod_uid(pod, p)?;
     // For legacy reasons /run splits `cmd` on spaces.
     let cmd: Vec<String> = first(q, "cmd").split(' ').map(String::from).collect();
     let rt = runtime(&s.streaming)?;

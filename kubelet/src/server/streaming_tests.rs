@@ -446,8 +446,8 @@ async fn refusals_use_upstreams_status_codes() {
             format!(
                 "POST /exec/default/web/x-uid/app?output=1 HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"
             ),
-            500,
-            "container not found (\"app\")",
+            404,
+            "pod not found",
         ),
         // Not an upgrade.
         (
@@ -590,4 +590,130 @@ async fn v5_websocket_exec_is_answered_here_and_spoken_as_spdy_to_the_runtime() 
         "{head}"
     );
     assert!(!head.to_ascii_lowercase().contains("websocket"), "{head}");
+}
+
+/// Issue 24: a `{uid}` segment that is not the named pod's UID is a 404 for exec, attach and
+/// run (as for port-forward), never a session in the pod that UID belongs to.
+#[tokio::test]
+async fn a_uid_of_another_pod_is_a_404_not_that_pods_container() {
+    let (base, heads) = fake_streaming_server(SWITCH).await;
+    let s = setup(&base, Duration::from_secs(60)).await;
+    // Another pod (`raw-t-1`) runs a container `app` too.
+    let logs = tempfile::tempdir().unwrap();
+    let other = raw::sandbox(1, "t", logs.path(), "/kubepods");
+    let other_sb = s.rt.run_sandbox(&other).await.unwrap();
+    let other_c =
+        s.rt.create_container(&other_sb, &raw::container(&other), &other)
+            .await
+            .unwrap();
+    s.rt.start_container(&other_c).await.unwrap();
+    s.rt.push_exec_result(ExecResult {
+        exit_code: 0,
+        stdout: b"secret of raw-t-1\n".to_vec(),
+        stderr: vec![],
+    });
+    for req in [
+        format!(
+            "POST /exec/default/web/raw-t-1/app?command=id&output=1 HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"
+        ),
+        format!(
+            "POST /attach/default/web/raw-t-1/app?output=1 HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"
+        ),
+        "POST /run/default/web/raw-t-1/app?cmd=id HTTP/1.1\r\nHost: n\r\nContent-Length: 0\r\n\r\n"
+            .to_string(),
+    ] {
+        let (c, h) = send(s.addr, &req).await;
+        assert_eq!(h.status, StatusCode::NOT_FOUND, "{req}");
+        assert_eq!(body_of(c, h).await, "pod not found", "{req}");
+    }
+    assert!(s.rt.stream_requests().is_empty(), "no session was prepared");
+    assert!(
+        heads.lock().unwrap().is_empty(),
+        "nothing reached the runtime"
+    );
+    // The pod's own UID still works.
+    let (_, h) = send(
+        s.addr,
+        &format!("POST /exec/default/web/raw-t-0/app?command=id&output=1 HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"),
+    )
+    .await;
+    assert_eq!(h.status, StatusCode::SWITCHING_PROTOCOLS);
+    assert_eq!(
+        s.rt.stream_requests(),
+        vec![StreamRequest::Exec {
+            id: s.container.clone(),
+            cmd: vec!["id".into()],
+            flags: StreamFlags {
+                stdin: false,
+                stdout: true,
+                stderr: false,
+                tty: false
+            },
+        }]
+    );
+}
+
+/// A loopback listener that counts the connections it accepts (and answers none).
+async fn counting_listener() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n2 = n.clone();
+    tokio::spawn(async move {
+        while let Ok((c, _)) = l.accept().await {
+            n2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(c);
+        }
+    });
+    (format!("http://{addr}"), n)
+}
+
+/// CVE-2020-8559: a redirect from the runtime's streaming server is neither followed nor
+/// passed back to the client (whose credentials a client following it would carry to the
+/// redirect's target); the client gets upstream's 500 "invalid upgrade response".
+#[tokio::test]
+async fn a_redirect_from_the_runtime_is_not_followed_nor_relayed() {
+    let (elsewhere, contacted) = counting_listener().await;
+    let answer: &'static str = Box::leak(
+        format!(
+            "HTTP/1.1 302 Found\r\nLocation: {elsewhere}/exec/stolen\r\nContent-Length: 0\r\n\r\n"
+        )
+        .into_boxed_str(),
+    );
+    let (base, heads) = fake_streaming_server(answer).await;
+    let s = setup(&base, Duration::from_secs(60)).await;
+    let ws5 = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n";
+    let ws4 = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v4.channel.k8s.io\r\n";
+    for req in [
+        format!(
+            "POST /exec/default/web/app?command=id&output=1 HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"
+        ),
+        format!("GET /attach/default/web/app?output=1 HTTP/1.1\r\nHost: n\r\n{ws4}\r\n"),
+        format!("GET /exec/default/web/app?command=id&output=1 HTTP/1.1\r\nHost: n\r\n{ws5}\r\n"),
+        format!("POST /portForward/default/web HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"),
+    ] {
+        let (c, h) = send(s.addr, &req).await;
+        assert_eq!(h.status, StatusCode::INTERNAL_SERVER_ERROR, "{req}");
+        assert!(
+            h.headers.get(header::LOCATION).is_none(),
+            "{req}: {:?}",
+            h.headers
+        );
+        assert_eq!(
+            body_of(c, h).await,
+            "invalid upgrade response: status code 302\n",
+            "{req}"
+        );
+    }
+    assert_eq!(
+        heads.lock().unwrap().len(),
+        4,
+        "each asked the runtime once"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        contacted.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the redirect's target was never contacted"
+    );
 }

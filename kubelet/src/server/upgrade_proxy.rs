@@ -185,8 +185,21 @@ pub(super) fn head_headers(h: &HeaderMap) -> HeaderMap {
     out
 }
 
-/// Relays a non-101 answer (the runtime's refusal) with its status, headers and body.
+/// Answers the client when the runtime did not switch protocols. An error (4xx, 5xx) is
+/// relayed with its status, headers and body, as upstream's UpgradeAwareHandler echoes it.
+/// Anything else — a redirect above all — is neither followed nor passed on: the client gets
+/// upstream's 500 `invalid upgrade response: status code N` (CVE-2020-8559: a redirect handed
+/// back would send the client, with its credentials, wherever the runtime points).
 pub(super) async fn relay_error(mut conn: TcpStream, head: BackendHead) -> Response {
+    if head.status.as_u16() < 400 {
+        let msg = format!(
+            "invalid upgrade response: status code {}",
+            head.status.as_u16()
+        );
+        tracing::warn!(error = %msg, location = ?head.headers.get(header::LOCATION), "streaming proxy failed");
+        drop(conn);
+        return refuse(StatusCode::INTERNAL_SERVER_ERROR, format!("{msg}\n")).into_response();
+    }
     let want = head
         .headers
         .get(header::CONTENT_LENGTH)
