@@ -13,14 +13,14 @@
 //! either way, or when either side ends; `kubelet_streaming_connections{type}` counts the open
 //! ones. A websocket client offering `v5.channel.k8s.io` to exec/attach is answered by the
 //! kubelet itself and translated to SPDY towards the runtime ([`super::ws_spdy`]), since
-//! runtimes' websocket servers stop at v4 (which cannot close stdin). Dialing the runtime and reading its answer are bounded by [`BACKEND_TIMEOUT`].
+//! runtimes' websocket servers stop at v4 (which cannot close stdin). Dialing the runtime and reading its answer are bounded by [`BACKEND_TIMEOUT`]; ending a session (the last frame, each shutdown) by 5 s.
 //! `/run` runs ExecSync and returns stdout then stderr.
 
 use super::AppState;
 pub use super::upgrade_proxy::{
     BACKEND_TIMEOUT, Backend, BackendHead, SpliceEnd, backend, read_head, request_head, splice,
 };
-use super::upgrade_proxy::{dial, head_headers, relay_error};
+use super::upgrade_proxy::{dial, head_headers, relay_error, relay_upgraded};
 use super::ws_spdy;
 use crate::runtime::{ContainerState, Runtime, RuntimeError, SandboxState, StreamFlags};
 use axum::body::Body;
@@ -31,7 +31,6 @@ use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -484,7 +483,7 @@ async fn proxy(st: &Arc<Streaming>, label: &'static str, url: &str, mut req: Req
         Err(r) => return r.into_response(),
     };
     let head = request_head(req.method(), req.headers(), &b);
-    let (mut conn, head) = match dial(url, &b, &head).await {
+    let (conn, head) = match dial(url, &b, &head).await {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -504,24 +503,15 @@ async fn proxy(st: &Arc<Streaming>, label: &'static str, url: &str, mut req: Req
         };
         let gauge = OPEN_STREAMS.with_label_values(&[label]);
         gauge.inc();
-        let mut client = client;
-        let mut ok = true;
-        if !head.rest.is_empty() {
-            ok = client.write_all(&head.rest).await.is_ok();
+        let end = relay_upgraded(client, conn, head.rest, st2.idle_timeout, &st2.cancel).await;
+        if end == SpliceEnd::Idle {
+            IDLE_CLOSED.inc();
+            tracing::info!(
+                r#type = label,
+                timeout = ?st2.idle_timeout,
+                "streaming connection closed after streamingConnectionIdleTimeout without traffic"
+            );
         }
-        if ok {
-            let end = splice(&mut client, &mut conn, st2.idle_timeout, &st2.cancel).await;
-            if end == SpliceEnd::Idle {
-                IDLE_CLOSED.inc();
-                tracing::info!(
-                    r#type = label,
-                    timeout = ?st2.idle_timeout,
-                    "streaming connection closed after streamingConnectionIdleTimeout without traffic"
-                );
-            }
-        }
-        let _ = client.shutdown().await;
-        let _ = conn.shutdown().await;
         gauge.dec();
     });
     let mut resp = Response::new(Body::empty());

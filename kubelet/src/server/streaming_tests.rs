@@ -717,3 +717,73 @@ async fn a_redirect_from_the_runtime_is_not_followed_nor_relayed() {
         "the redirect's target was never contacted"
     );
 }
+
+/// The kubelet's TLS side of an in-memory connection whose client end completes the handshake
+/// and then never reads: `(kubelet side, client end)`; the client end must be kept alive.
+async fn tls_pair_with_a_client_that_stops_reading(
+    buffer: usize,
+) -> (
+    tokio_rustls::server::TlsStream<tokio::io::DuplexStream>,
+    tokio_rustls::client::TlsStream<tokio::io::DuplexStream>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = crate::server::tls_policy(None, &[]).unwrap();
+    let cfg = crate::server::serving_tls(&policy, None, None, dir.path(), "localhost", &[], false)
+        .unwrap();
+    let pem = std::fs::read(dir.path().join("kubelet.crt")).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut &pem[..]) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let ccfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let (c_io, s_io) = tokio::io::duplex(buffer);
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(ccfg));
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let (c, s) = tokio::join!(connector.connect(name, c_io), acceptor.accept(s_io));
+    (s.unwrap(), c.unwrap())
+}
+
+/// Issue 24: after the idle timeout a client that stopped reading cannot hold the session (and
+/// with it the runtime connection and the exec'd process): the TLS shutdown (close_notify)
+/// towards it is bounded like Go's, and the runtime side is closed.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_does_not_hold_a_spliced_session() {
+    let (kubelet_side, client) = tls_pair_with_a_client_that_stops_reading(4096).await;
+    let (mut runtime, runtime_side) = tokio::io::duplex(1 << 20);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(async move {
+        relay_upgraded(
+            kubelet_side,
+            runtime_side,
+            b"HELLO".to_vec(),
+            Duration::from_secs(30),
+            &cancel,
+        )
+        .await
+    });
+    // The runtime writes far more than the client's buffers hold.
+    runtime.write_all(&vec![b'x'; 256 * 1024]).await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(3600), task).await;
+    let end = end.expect("the session ends within the idle timeout plus the close bound");
+    assert_eq!(end.unwrap(), SpliceEnd::Idle);
+    // The runtime's side is closed: the exec'd process gets its EOF.
+    let mut buf = vec![0u8; 4096];
+    let eof = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match runtime.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(eof.is_ok(), "the runtime connection is closed");
+    drop(client);
+}

@@ -19,6 +19,9 @@ const MAX_HEAD: usize = 16 * 1024;
 const MAX_ERROR_BODY: usize = 64 * 1024;
 /// One read while splicing.
 const SPLICE_BUF: usize = 32 * 1024;
+/// How long ending a session may take: the last writes and each shutdown (Go's TLS close
+/// gives its close_notify the same 5 s).
+pub(super) const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn refuse(status: StatusCode, body: impl Into<String>) -> Refusal {
     Refusal::new(status, body)
@@ -226,6 +229,35 @@ pub(super) async fn relay_error(mut conn: TcpStream, head: BackendHead) -> Respo
         }
     }
     resp
+}
+
+/// Runs one upgraded session: the bytes the runtime sent after its 101 go to the client
+/// first, then [`splice`] until it ends, then both connections are shut down, each within
+/// [`CLOSE_TIMEOUT`] (a TLS shutdown writes close_notify, which a client that stopped reading
+/// would otherwise hold forever, and with it the runtime's connection and the process).
+pub(super) async fn relay_upgraded<C, R>(
+    mut client: C,
+    mut conn: R,
+    rest: Vec<u8>,
+    idle: Duration,
+    cancel: &CancellationToken,
+) -> SpliceEnd
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    R: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut end = SpliceEnd::Closed;
+    let sent = rest.is_empty()
+        || matches!(
+            tokio::time::timeout(idle, write_flush(&mut client, &rest)).await,
+            Ok(Ok(()))
+        );
+    if sent {
+        end = splice(&mut client, &mut conn, idle, cancel).await;
+    }
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, client.shutdown()).await;
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, conn.shutdown()).await;
+    end
 }
 
 /// Why a splice ended.
