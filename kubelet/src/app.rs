@@ -290,7 +290,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             l,
             tls,
             auth.clone(),
-            server::api_router(state.clone()),
+            server::api_router(state.clone(), cfg.enable_debugging_handlers),
             cancel.clone(),
         ));
     } else {

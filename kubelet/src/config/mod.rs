@@ -106,7 +106,7 @@ pub struct KubeletConfiguration {
     #[serde(rename = "eventRecordQPS")]
     pub event_record_qps: Option<serde_json::Value>,
     pub event_burst: Option<serde_json::Value>,
-    pub enable_debugging_handlers: Option<serde_json::Value>,
+    pub enable_debugging_handlers: Option<bool>,
     pub enable_contention_profiling: Option<serde_json::Value>,
     pub oom_score_adj: Option<serde_json::Value>,
     #[serde(with = "duration::serde_opt")]
@@ -298,6 +298,8 @@ pub struct Config {
     pub pod_logs_dir: PathBuf,
     /// `enableSystemLogHandler` (default true): `/logs/` is served.
     pub enable_system_log_handler: bool,
+    /// `enableDebuggingHandlers` (default true): exec, attach, port-forward, run, logs.
+    pub enable_debugging_handlers: bool,
     pub container_runtime_endpoint: String,
     pub image_service_endpoint: String,
     #[serde(with = "duration::serde_opt_plain")]
@@ -742,6 +744,7 @@ pub fn merge(
             .as_ref()
             .and_then(|v| v.as_bool())
             .unwrap_or(true),
+        enable_debugging_handlers: file.enable_debugging_handlers.unwrap_or(true),
         container_runtime_endpoint: runtime_endpoint,
         image_service_endpoint: image_endpoint,
         runtime_request_timeout: dur(

@@ -272,8 +272,14 @@ fn default_routes() -> Router<AppState> {
         )
 }
 
-/// Routes of the :10250 server: the default handlers plus upstream's debugging handlers.
-pub fn api_router(state: AppState) -> Router {
+/// Routes of the :10250 server: the default handlers plus, with `debugging_handlers`
+/// (`enableDebuggingHandlers`, upstream's default true), upstream's auth-required handlers.
+/// Without them, as upstream's NewServer: the debugging paths answer 405 "Debug endpoints are
+/// disabled." and `/configz` is not served.
+pub fn api_router(state: AppState, debugging_handlers: bool) -> Router {
+    if !debugging_handlers {
+        return read_only::debugging_disabled(default_routes()).with_state(state);
+    }
     default_routes()
         .route("/configz", get(configz))
         .route("/runningpods", get(running_pods::running_pods))

@@ -242,7 +242,7 @@ async fn setup(stream_base: &str, idle: Duration) -> Setup {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
-        let _ = axum::serve(l, crate::server::api_router(state)).await;
+        let _ = axum::serve(l, crate::server::api_router(state, true)).await;
     });
     Setup {
         addr,

@@ -162,7 +162,7 @@ pub const FIELDS: &[Setting] = &[
         "enableDebuggingHandlers",
         Implemented,
         &[],
-        "The debugging handlers (exec, attach, logs, run) are not served at all, so false holds.",
+        "false: as upstream, /exec, /attach, /portForward, /run, /containerLogs, /runningpods/, /logs/ and /debug/pprof/ on :10250 answer 405 \"Debug endpoints are disabled.\" and /configz is not served.",
     ),
     s(
         "enableContentionProfiling",
