@@ -197,6 +197,8 @@ pub struct KubeletConfiguration {
     pub user_namespaces: Option<serde_json::Value>,
     /// Ours: the node network controller (the `network` subsystem).
     pub node_agent_network: Option<network::FileSettings>,
+    /// Ours: the servers' connection limits.
+    pub node_agent_server: Option<server::FileSettings>,
     /// Fields upstream's v1beta1 does not have (named in a warning at start).
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
@@ -281,6 +283,8 @@ pub struct Config {
     pub read_only_port: u16,
     /// `maxOpenFiles`: RLIMIT_NOFILE set at start.
     pub max_open_files: u64,
+    /// `nodeAgentServer` (ours): the servers' connection limits.
+    pub server: server::Settings,
     /// `nodeStatusMaxImages`: how many images the Node's status lists (-1: all).
     pub node_status_max_images: i32,
     pub tls_cert_file: Option<PathBuf>,
@@ -683,6 +687,7 @@ pub fn merge(
             true,
         )?,
         max_open_files: server::max_open_files(flags.max_open_files, file.max_open_files.as_ref())?,
+        server: server::merge(file.node_agent_server.as_ref())?,
         node_status_max_images: match flags
             .node_status_max_images
             .or(file.node_status_max_images)
