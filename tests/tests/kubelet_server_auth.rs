@@ -161,6 +161,43 @@ fn authn_authz_table_against_the_joined_agent() {
             kubelet.log_text()
         );
     }
+    // Issue 24: a refused request ends its connection (HTTP/2 here: GOAWAY), so a second
+    // request on the same curl run needs a connection of its own; an allowed one keeps it.
+    let reuse = |h: &str| -> Vec<String> {
+        let mut cmd = std::process::Command::new("nsenter");
+        cmd.arg(format!("--net={}", rig.netns_path()))
+            .args(["curl", "--max-time", "20"]);
+        for i in 0..2 {
+            if i > 0 {
+                cmd.arg("--next");
+            }
+            cmd.args([
+                "-sk",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{num_connects}\n",
+                "-H",
+                h,
+                "https://127.0.0.1:10250/pods",
+            ]);
+        }
+        let out = cmd.output().expect("curl");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        reuse("Authorization: Bearer nope"),
+        ["401 1", "401 1"],
+        "a 401 closes its connection"
+    );
+    assert_eq!(
+        reuse("Authorization: Bearer reader-token"),
+        ["200 1", "200 0"],
+        "an allowed request keeps it"
+    );
     let (code, body, _) = curl(&rig, "/pods", &args(&nobody));
     assert_eq!(
         body.trim(),
