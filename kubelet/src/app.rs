@@ -217,6 +217,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             l,
             server::healthz_router(state.clone()),
             server::listener::ServerType::Healthz,
+            cfg.server.limits(server::listener::ServerType::Healthz),
             cancel.clone(),
         ));
     }
@@ -227,6 +228,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             l,
             server::read_only_router(state.clone()),
             server::listener::ServerType::ReadOnly,
+            cfg.server.limits(server::listener::ServerType::ReadOnly),
             cancel.clone(),
         ));
     }
@@ -290,7 +292,8 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             l,
             tls,
             auth.clone(),
-            server::api_router(state.clone()),
+            server::api_router(state.clone(), cfg.enable_debugging_handlers),
+            cfg.server.limits(server::listener::ServerType::ReadWrite),
             cancel.clone(),
         ));
     } else {

@@ -98,6 +98,23 @@ fn defaults_match_upstream() {
         (50, 100, 40)
     );
     assert!(cfg.register_node);
+    assert!(cfg.enable_debugging_handlers);
+}
+
+#[test]
+fn enable_debugging_handlers_is_read() {
+    let file = parse_file("c", "enableDebuggingHandlers: false\n").unwrap();
+    assert!(
+        !merge(&flags(&[]), file, "n")
+            .unwrap()
+            .enable_debugging_handlers
+    );
+    let file = parse_file("c", "enableDebuggingHandlers: true\n").unwrap();
+    assert!(
+        merge(&flags(&[]), file, "n")
+            .unwrap()
+            .enable_debugging_handlers
+    );
 }
 
 #[test]

@@ -162,7 +162,7 @@ pub const FIELDS: &[Setting] = &[
         "enableDebuggingHandlers",
         Implemented,
         &[],
-        "The debugging handlers (exec, attach, logs, run) are not served at all, so false holds.",
+        "false: as upstream, /exec, /attach, /portForward, /run, /containerLogs, /runningpods/, /logs/ and /debug/pprof/ on :10250 answer 405 \"Debug endpoints are disabled.\" and /configz is not served.",
     ),
     s(
         "enableContentionProfiling",
@@ -642,6 +642,24 @@ pub const FIELDS: &[Setting] = &[
         Implemented,
         &[],
         "Not upstream (default /var/lib/cni/networks): where the plugin keeps its address allocations.",
+    ),
+    s(
+        "nodeAgentServer.maxConnections",
+        Implemented,
+        &[],
+        "Not upstream (default 4096): open connections per server (:10250, the read-only port, :10248); more are closed at accept.",
+    ),
+    s(
+        "nodeAgentServer.maxConnectionsPerSource",
+        Implemented,
+        &[],
+        "Not upstream (default 256): on :10250 and the read-only port, connections from one client address (IPv6: one /64) that have not had a request authorized yet; more from it are closed at accept. A request refused with 401/403 ends its connection.",
+    ),
+    s(
+        "nodeAgentServer.authenticatedConnectionReserve",
+        Implemented,
+        &[],
+        "Not upstream (default maxConnections/4, 1024): :10250 slots only connections that had a request authorized may hold. When the others are all taken, the connection waiting longest for an authorized request is closed to admit a new one. 0: no reserve (a full server refuses). Must be less than maxConnections.",
     ),
     s(
         "shutdownGracePeriod",
