@@ -1,7 +1,8 @@
 //! The settings the container manager writes pod and container limits with: `cpuCFSQuota`,
 //! `cpuCFSQuotaPeriod` (only with the `CustomCPUCFSQuotaPeriod` feature gate, as upstream),
-//! `podPidsLimit`, `memorySwap.swapBehavior` and the `PodLevelResources` gate. Pure;
-//! validated as upstream's ValidateKubeletConfiguration.
+//! `podPidsLimit`, `memorySwap.swapBehavior` and the `PodLevelResources` gate; and the
+//! agent's own process limit (`maxOpenFiles`). Pure; validated as upstream's
+//! ValidateKubeletConfiguration.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
 use crate::duration;
@@ -172,6 +173,28 @@ pub fn parse(flags: &Flags, file: &KubeletConfiguration) -> Result<PodLimits, Co
         }
     };
     Ok(out)
+}
+
+/// `maxOpenFiles` (flag first; 0 or unset: 1000000, v1beta1's default); negative is invalid,
+/// as upstream's validation says.
+pub(super) fn max_open_files(
+    flag: Option<i64>,
+    file: Option<&serde_json::Value>,
+) -> Result<u64, ConfigError> {
+    let v = match (flag, file) {
+        (Some(v), _) => v,
+        (None, None) | (None, Some(serde_json::Value::Null)) => 0,
+        (None, Some(v)) => v
+            .as_i64()
+            .ok_or_else(|| invalid(format!("maxOpenFiles: {v} is not an integer")))?,
+    };
+    match u64::try_from(v) {
+        Ok(0) => Ok(1_000_000),
+        Ok(n) => Ok(n),
+        Err(_) => Err(invalid(format!(
+            "maxOpenFiles (--max-open-files) {v} must not be a negative number"
+        ))),
+    }
 }
 
 #[cfg(test)]

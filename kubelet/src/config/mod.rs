@@ -447,25 +447,6 @@ fn port(name: &str, v: i32, allow_zero: bool) -> Result<u16, ConfigError> {
     }
 }
 
-/// `maxOpenFiles` (flag first; 0 or unset: 1000000, v1beta1's default); negative is invalid,
-/// as upstream's validation says.
-fn max_open_files(flag: Option<i64>, file: Option<&serde_json::Value>) -> Result<u64, ConfigError> {
-    let v = match (flag, file) {
-        (Some(v), _) => v,
-        (None, None) | (None, Some(serde_json::Value::Null)) => 0,
-        (None, Some(v)) => v
-            .as_i64()
-            .ok_or_else(|| invalid(format!("maxOpenFiles: {v} is not an integer")))?,
-    };
-    match u64::try_from(v) {
-        Ok(0) => Ok(1_000_000),
-        Ok(n) => Ok(n),
-        Err(_) => Err(invalid(format!(
-            "maxOpenFiles (--max-open-files) {v} must not be a negative number"
-        ))),
-    }
-}
-
 fn ip(name: &str, v: &str) -> Result<IpAddr, ConfigError> {
     v.trim()
         .parse()
@@ -698,7 +679,7 @@ pub fn merge(
             flags.read_only_port.or(file.read_only_port).unwrap_or(0),
             true,
         )?,
-        max_open_files: max_open_files(flags.max_open_files, file.max_open_files.as_ref())?,
+        max_open_files: limits::max_open_files(flags.max_open_files, file.max_open_files.as_ref())?,
         node_status_max_images: match flags
             .node_status_max_images
             .or(file.node_status_max_images)
