@@ -364,6 +364,10 @@ pub struct Config {
     pub image_gc: gc::ImageGcPolicy,
     /// Container garbage collection (deprecated flags only).
     pub container_gc: gc::ContainerGcPolicy,
+    /// `imagePullCredentialsVerificationPolicy`, `preloadedImagesVerificationAllowlist` and
+    /// the `KubeletEnsureSecretPulledImages` gate, validated.
+    #[serde(flatten)]
+    pub image_pulls: crate::images::pull_records::Settings,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -583,6 +587,12 @@ pub fn merge(
     let pod_limits = limits::parse(flags, &file)?;
     let image_gc = gc::image_policy(flags, &file)?;
     let container_gc = gc::container_policy(flags)?;
+    let image_pulls = crate::images::pull_records::Settings::parse(
+        limits::gate_or(flags, &file, crate::images::pull_records::GATE, true),
+        file.image_pull_credentials_verification_policy.as_ref(),
+        file.preloaded_images_verification_allowlist.as_ref(),
+    )
+    .map_err(invalid)?;
     let max_pods = flags.max_pods.or(file.max_pods).unwrap_or(110);
     if max_pods < 0 {
         return Err(invalid(format!("maxPods: {max_pods} must not be negative")));
@@ -836,6 +846,7 @@ pub fn merge(
         pod_limits,
         image_gc,
         container_gc,
+        image_pulls,
     })
 }
 

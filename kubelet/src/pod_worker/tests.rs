@@ -1333,3 +1333,4 @@ async fn sandbox_config_carries_pod_resources_and_overhead() {
 
 // Pull credentials, RuntimeClass handlers and service links through a worker.
 mod cluster_inputs;
+mod pulled_images;

@@ -136,15 +136,15 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "imagePullCredentialsVerificationPolicy",
-        Refused,
-        &["NeverVerifyPreloadedImages", "NeverVerify"],
-        "pods are not checked for credentials to images already on the node.",
+        Implemented,
+        &[],
+        "NeverVerify, NeverVerifyPreloadedImages (default), NeverVerifyAllowlistedImages or AlwaysVerify: a pod may use an image already on the node only when the policy exempts it or a record under <root-dir>/image_manager shows the pod's pull secret (or no credentials) pulled it; otherwise it pulls with its own credentials (IfNotPresent) or fails with ErrImageNeverPull (Never). Needs the KubeletEnsureSecretPulledImages gate (on by default). Credential provider plugins (service-account credentials) do not exist here.",
     ),
     s(
         "preloadedImagesVerificationAllowlist",
-        NotImplemented,
+        Implemented,
         &[],
-        "pods are not checked for credentials to images already on the node.",
+        "Images (registry/path, or registry/path/* prefixes, without tag or digest) exempt from verification under NeverVerifyAllowlistedImages; validated as upstream.",
     ),
     s(
         "eventRecordQPS",
@@ -431,7 +431,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod and PodLevelResources (on by default, as upstream) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "failSwapOn",
