@@ -753,7 +753,9 @@ impl Runtime for CriRuntime {
         let r = self
             .runtime
             .clone()
-            .list_container_stats(self.req(pb::ListContainerStatsRequest { filter: None }))
+            .list_container_stats(self.req(pb::ListContainerStatsRequest {
+                filter: Some(pb::ContainerStatsFilter::default()),
+            }))
             .await
             .map_err(|s| err("ListContainerStats", s))?
             .into_inner();
@@ -764,11 +766,33 @@ impl Runtime for CriRuntime {
         let r = self
             .runtime
             .clone()
-            .list_pod_sandbox_stats(self.req(pb::ListPodSandboxStatsRequest { filter: None }))
+            .list_pod_sandbox_stats(self.req(pb::ListPodSandboxStatsRequest {
+                // Present though empty, as upstream's `&PodSandboxStatsFilter{}`: containerd
+                // 1.6 skips sandboxes that are not ready only when a filter is given.
+                filter: Some(pb::PodSandboxStatsFilter::default()),
+            }))
             .await
             .map_err(|s| err("ListPodSandboxStats", s))?
             .into_inner();
         Ok(r.stats.into_iter().map(sandbox_stats_pb).collect())
+    }
+
+    async fn sandbox_stats(&self, id: &str) -> Result<SandboxStats> {
+        let r = self
+            .runtime
+            .clone()
+            .pod_sandbox_stats(self.req(pb::PodSandboxStatsRequest {
+                pod_sandbox_id: id.into(),
+            }))
+            .await
+            .map_err(|s| err("PodSandboxStats", s))?
+            .into_inner();
+        r.stats
+            .map(sandbox_stats_pb)
+            .ok_or_else(|| RuntimeError::Call {
+                op: "PodSandboxStats",
+                message: format!("no stats for sandbox {id}"),
+            })
     }
 
     async fn image_fs_info(&self) -> Result<ImageFsInfo> {
