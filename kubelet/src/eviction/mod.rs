@@ -189,7 +189,7 @@ impl Manager {
         for change in self.blind.update(now) {
             match change {
                 gaps::Change::Blind(source, why) => {
-                    tracing::warn!(error = %why, "eviction manager: cannot see {}: {}; acting on the signals it still has", source.what(), source.consequence());
+                    tracing::warn!(error = %why, "eviction manager: cannot see {}: {}", source.what(), source.consequence());
                     out.went_blind.push(source);
                 }
                 gaps::Change::Recovered(source) => {

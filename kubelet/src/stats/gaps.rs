@@ -36,18 +36,18 @@ impl Source {
         }
     }
 
-    /// What the eviction manager cannot do without it.
+    /// What the eviction manager makes of it, for the same line.
     pub fn consequence(self) -> &'static str {
         match self {
-            Source::Refresh => "no signal can be observed",
+            Source::Refresh => "no signal can be observed until a refresh succeeds",
             Source::PodSandboxes | Source::Containers => {
-                "local storage limits are not checked and pods are ranked without their usage"
+                "local storage limits are not checked and pods are ranked without their usage; node signals still act"
             }
-            Source::SandboxStatsList => "nothing is lost while the per-sandbox answers come",
+            Source::SandboxStatsList => "every signal still acts",
             Source::SandboxStats => {
-                "those pods' writable layers and process counts are unknown (only their volumes and logs count)"
+                "those pods' writable layers and process counts are unknown (their volumes and logs still count); every other signal still acts"
             }
-            Source::ImageFs => "imagefs and containerfs signals are unknown",
+            Source::ImageFs => "imagefs and containerfs signals are unknown; the others still act",
         }
     }
 }
