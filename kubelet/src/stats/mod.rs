@@ -1,7 +1,11 @@
-//! The stats provider behind `/stats/summary`, `/metrics/resource` and `/metrics/cadvisor` (and,
-//! later, eviction): node CPU and memory from the root cgroup, pods and containers from one
-//! `ListPodSandboxStats`, fs from statvfs(2) and `ImageFsInfo`, volumes and logs from walks on
-//! the blocking pool.
+//! The stats provider behind `/stats/summary`, `/metrics/resource`, `/metrics/cadvisor` and the
+//! eviction manager: node CPU and memory from the root cgroup, pods and containers from their
+//! cgroups and one `ListPodSandboxStats`, fs from statvfs(2) and `ImageFsInfo`, volumes and
+//! logs from walks on the blocking pool.
+//!
+//! A CRI call that fails costs only its own figures: the snapshot serves the rest and names
+//! what it lacks ([`gaps`]); a failed `ListPodSandboxStats` (one bad sandbox fails the whole
+//! list on some runtimes) is replaced by each ready sandbox's `PodSandboxStats`.
 //!
 //! A housekeeping task ([`Provider::run`]) refreshes every [`DEFAULT_HOUSEKEEPING`] (upstream's
 //! cAdvisor housekeeping interval): requests only read the last snapshot, so a scrape never
@@ -47,8 +51,6 @@ const PER_SANDBOX_CONCURRENCY: usize = 8;
 /// Stats that could not be gathered.
 #[derive(Debug, thiserror::Error, Clone)]
 pub enum StatsError {
-    #[error("listing pod sandbox stats: {0}")]
-    Runtime(#[from] crate::runtime::RuntimeError),
     #[error("stats refresh task failed: {0}")]
     Task(String),
 }
