@@ -59,6 +59,29 @@ spec:
     command: ["sleep", "3600"]
 "#;
 
+/// CVE-2017-1002102: a container tries to plant a link to a host directory in its
+/// downwardAPI volume (as `..data`, for the kubelet's next re-render to delete). The volume,
+/// and a subPath of it, are read-only whatever the mount says, even to root in the container
+/// (the stronger case of the report's `runAsUser: 65534`).
+const DATA_LINK: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: data-link
+  labels: {app: data-link}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: info
+    downwardAPI: {items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]}
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    volumeMounts:
+    - {name: info, mountPath: /info, readOnly: false}
+    - {name: info, mountPath: /one, subPath: labels}
+    command: ["sh", "-c", "echo TOUCH $(touch /info/probe 2>&1 || true); echo LINK $(ln -s ../../../../../../../../../../../..VICTIM /info/..planted 2>&1 || true); echo RM $(rm /info/..data 2>&1 || true); echo SUBPATH $(sh -c 'echo x >> /one' 2>&1 || true); echo DONE; exec sleep 3600"]
+"#;
+
 /// The container's output so far, from its CRI log under the agent's podLogsDir.
 fn container_output(agent: &Agent, pod_prefix: &str) -> String {
     let logs = agent.dir.path().join("logs");
@@ -98,6 +121,13 @@ fn security_context_is_what_the_container_sees() {
     agent.write_manifest("secure.yaml", SECURE);
     agent.write_manifest("nonroot.yaml", NONROOT);
     agent.write_manifest("sysctl.yaml", SYSCTL);
+    let victim = agent.dir.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::write(victim.join("precious"), b"keep").unwrap();
+    agent.write_manifest(
+        "data-link.yaml",
+        &DATA_LINK.replace("VICTIM", &victim.display().to_string()),
+    );
 
     let pod = wait_for("secure pod Running", Duration::from_secs(60), || {
         agent
@@ -169,6 +199,38 @@ fn security_context_is_what_the_container_sees() {
         sandboxes.contains("default/secure-rig-node") && !sandboxes.contains("unsafe-sysctl"),
         "no sandbox for the rejected pod:\n{sandboxes}"
     );
+
+    // The ..data attack: every write into the API-data volume sees a read-only file system,
+    // and the volume's ..data still names one of its own version directories.
+    let out = wait_for(
+        "the data-link container's report",
+        Duration::from_secs(60),
+        || {
+            let o = container_output(&agent, "data-link-");
+            o.contains("DONE").then_some(o)
+        },
+    );
+    for key in ["TOUCH", "LINK", "RM", "SUBPATH"] {
+        assert!(
+            field(&out, key).contains("Read-only file system"),
+            "{key}: {out}"
+        );
+    }
+    let pod = agent.pod("data-link-").unwrap();
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let vol = agent
+        .dir
+        .path()
+        .join("root/pods")
+        .join(uid)
+        .join("volumes/kubernetes.io~downward-api/info");
+    let data = std::fs::read_link(vol.join("..data")).unwrap();
+    assert!(data.to_string_lossy().starts_with("..20"), "{data:?}");
+    assert_eq!(
+        std::fs::read_to_string(vol.join("labels")).unwrap(),
+        "app=\"data-link\"\n"
+    );
+    assert_eq!(std::fs::read(victim.join("precious")).unwrap(), b"keep");
 }
 
 /// An image whose config says `User: 1000:1000` (busybox, `app` in its /etc/passwd), built

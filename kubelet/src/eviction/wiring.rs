@@ -100,6 +100,7 @@ pub fn spawn(
     control: mpsc::Sender<Control>,
     events: Arc<dyn EventRecorder>,
     state: Arc<PressureState>,
+    pull_records: Option<Arc<crate::images::pull_records::PullRecords>>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) {
@@ -123,6 +124,9 @@ pub fn spawn(
     );
     if let Some(period) = test_image_gc_period() {
         image_gc = image_gc.with_period(period);
+    }
+    if let Some(records) = pull_records {
+        image_gc = image_gc.with_pull_records(records);
     }
     let images = Arc::new(image_gc);
     tasks.spawn(containers.clone().run(cancel.clone()));

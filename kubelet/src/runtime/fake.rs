@@ -600,7 +600,9 @@ impl Runtime for FakeRuntime {
                 ),
             });
         }
-        let digest = format!("sha256:{:064x}", s.images.len() + 100);
+        // A pull of an image already there keeps its ID, as a registry's unchanged image does.
+        let next = format!("sha256:{:064x}", s.images.len() + 100);
+        let digest = s.images.get(image).cloned().unwrap_or(next);
         s.images.insert(image.to_string(), digest.clone());
         Ok(digest)
     }

@@ -52,6 +52,7 @@ fn text(pairs: &[(&str, &str)]) -> ObjectData {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         binary: BTreeMap::new(),
+        uid: String::new(),
     }
 }
 
