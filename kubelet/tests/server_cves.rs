@@ -55,8 +55,8 @@ const PPROF: &[&str] = &[
 
 /// CVE-2019-11248: upstream served `/debug/pprof` on the unauthenticated healthz port
 /// (:10248). No server of this agent has profiling handlers: the healthz port and (behind
-/// authentication) :10250 answer 404; the read-only port answers upstream's 405 "Debug
-/// endpoints are disabled.".
+/// authentication) :10250 answer 404; the read-only port, and :10250 without
+/// `enableDebuggingHandlers`, answer upstream's 405 "Debug endpoints are disabled.".
 #[tokio::test]
 async fn cve_2019_11248_no_profiling_handlers_on_any_port() {
     for path in PPROF {
@@ -66,7 +66,7 @@ async fn cve_2019_11248_no_profiling_handlers_on_any_port() {
             "healthz {path}"
         );
         assert_eq!(
-            status(api_router(state()), Method::GET, path).await,
+            status(api_router(state(), true), Method::GET, path).await,
             StatusCode::NOT_FOUND,
             ":10250 {path}"
         );
@@ -76,6 +76,11 @@ async fn cve_2019_11248_no_profiling_handlers_on_any_port() {
             status(read_only_router(state()), Method::GET, path).await,
             StatusCode::METHOD_NOT_ALLOWED,
             "read-only {path}"
+        );
+        assert_eq!(
+            status(api_router(state(), false), Method::GET, path).await,
+            StatusCode::METHOD_NOT_ALLOWED,
+            ":10250 without debugging handlers {path}"
         );
     }
     // What the healthz port does serve.
@@ -99,11 +104,13 @@ async fn cve_2025_0426_no_checkpoint_on_the_read_only_port() {
             StatusCode::NOT_FOUND,
             "read-only {path}"
         );
-        assert_eq!(
-            status(api_router(state()), Method::POST, path).await,
-            StatusCode::NOT_FOUND,
-            ":10250 {path}"
-        );
+        for debugging in [true, false] {
+            assert_eq!(
+                status(api_router(state(), debugging), Method::POST, path).await,
+                StatusCode::NOT_FOUND,
+                ":10250 (debugging handlers {debugging}) {path}"
+            );
+        }
     }
 }
 
@@ -145,7 +152,7 @@ async fn cve_2020_8551_request_metrics_stay_bounded_under_random_paths() {
             max_connections: 100,
             tls_handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(30),
-            max_header_bytes: 1 << 20,
+            ..Limits::default()
         },
         ServerType::ReadOnly,
         plain_handler(read_only_router(state())),
