@@ -327,6 +327,12 @@ impl Provider {
                     .cfg
                     .pod_logs_dir
                     .join(format!("{}_{}_{}", s.pod_namespace, s.pod_name, s.pod_uid)),
+                etc_hosts: self
+                    .cfg
+                    .root_dir
+                    .join("pods")
+                    .join(&s.pod_uid)
+                    .join("etc-hosts"),
             })
             .collect();
         let pods_walked = to_walk.len();

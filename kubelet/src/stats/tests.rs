@@ -188,6 +188,48 @@ async fn summary_json_has_upstreams_fields_and_figures() {
     );
 }
 
+/// CVE-2020-8557: the pod's managed /etc/hosts is mounted writable into its containers and
+/// lives in the pod's directory. Writes to it count in the pod's ephemeral storage, so a
+/// container filling it is evicted at its `ephemeral-storage` limit like one filling its
+/// writable layer.
+#[tokio::test]
+async fn cve_2020_8557_etc_hosts_counts_in_the_pods_ephemeral_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Arc::new(FakeRuntime::new());
+    run(&rt, 1, 1).await;
+    // The container appended 1 MiB to its /etc/hosts.
+    let pod_dir = dir.path().join("root/pods/uid-0");
+    std::fs::create_dir_all(&pod_dir).unwrap();
+    std::fs::write(pod_dir.join("etc-hosts"), vec![b'#'; 1 << 20]).unwrap();
+    let p = provider(rt.clone(), dir.path());
+    let snap = p.snapshot().await.unwrap();
+    let stats = &snap.summary.pods[0];
+    let eph = stats.ephemeral_storage.as_ref().unwrap();
+    let used = eph.used_bytes.unwrap();
+    let layer = stats.containers[0].rootfs.as_ref().unwrap();
+    // The writable layer and the file's blocks.
+    assert!(used >= layer.used_bytes.unwrap() + (1 << 20), "{used}");
+    assert_eq!(
+        eph.inodes_used,
+        Some(layer.inodes_used.unwrap() + 1),
+        "the layer's inodes and the file's"
+    );
+
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-0", "namespace": "default", "uid": "uid-0"},
+        "spec": {"containers": [{"name": "c0", "image": "i",
+            "resources": {"limits": {"ephemeral-storage": "512Ki"}}}]}
+    }))
+    .unwrap();
+    let v = crate::eviction::rank::storage_violation(&pod, stats, false)
+        .expect("over its limit through /etc/hosts");
+    assert_eq!(v.signal, "ephemeralpodfs.limit");
+    assert_eq!(
+        v.message,
+        "Pod ephemeral local storage usage exceeds the total limit of containers 512Ki. "
+    );
+}
+
 #[tokio::test]
 async fn a_refresh_makes_a_fixed_number_of_cri_calls_and_requests_make_none() {
     let dir = tempfile::tempdir().unwrap();
@@ -532,6 +574,7 @@ fn only_the_kubelets_own_volume_kinds_are_walked() {
         uid: "u".into(),
         volumes: vols,
         logs: dir.path().join("none"),
+        etc_hosts: dir.path().join("none"),
     });
     let names: Vec<&str> = d.volumes.iter().map(|v| v.0.as_str()).collect();
     assert_eq!(names, ["token"]);

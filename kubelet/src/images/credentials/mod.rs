@@ -147,10 +147,23 @@ fn entries(map: BTreeMap<String, Entry>) -> Result<DockerConfig, CredentialError
     Ok(out)
 }
 
+/// serde_json's error without the values it quotes ("invalid type: string \"<the secret>\"
+/// ..."): a docker config's bytes never reach a log, an event or a pod's status
+/// (CVE-2020-8564). Where and which kind of fault is enough to fix the file.
+fn json_error(e: &serde_json::Error) -> CredentialError {
+    use serde_json::error::Category;
+    let what = match e.classify() {
+        Category::Syntax => "not valid JSON",
+        Category::Eof => "unexpected end of JSON",
+        Category::Data => "a value of the wrong type",
+        Category::Io => "unreadable JSON",
+    };
+    CredentialError::Json(format!("{what} at line {} column {}", e.line(), e.column()))
+}
+
 /// A `.dockercfg` body: `{"<registry>": {entry}}`.
 pub fn parse_dockercfg(bytes: &[u8]) -> Result<DockerConfig, CredentialError> {
-    let map: BTreeMap<String, Entry> =
-        serde_json::from_slice(bytes).map_err(|e| CredentialError::Json(e.to_string()))?;
+    let map: BTreeMap<String, Entry> = serde_json::from_slice(bytes).map_err(|e| json_error(&e))?;
     entries(map)
 }
 
@@ -161,8 +174,7 @@ pub fn parse_config_json(bytes: &[u8]) -> Result<DockerConfig, CredentialError> 
         #[serde(default)]
         auths: BTreeMap<String, Entry>,
     }
-    let c: ConfigJson =
-        serde_json::from_slice(bytes).map_err(|e| CredentialError::Json(e.to_string()))?;
+    let c: ConfigJson = serde_json::from_slice(bytes).map_err(|e| json_error(&e))?;
     entries(c.auths)
 }
 
