@@ -13,6 +13,10 @@
 #   --out      where the .deb files go (default: target/debian)
 #   --fast     gzip -1 instead of xz (tests package debug binaries)
 set -euo pipefail
+# Modes in the packages never depend on the packager's umask: directories are 0755 and files
+# get the modes install_file names (a umask of 002 would make /etc/kubernetes/manifests
+# group-writable on every node that installs the package).
+umask 022
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin_dir=$root/target/release
 out=$root/target/debian
@@ -71,13 +75,15 @@ install_file 0755 "$bin_dir/kubelet" kubelet /usr/bin/kubelet
 install_file 0755 "$bin_dir/node-agent-cni" kubelet /usr/bin/node-agent-cni
 install_file 0644 "$units/kubelet.service" kubelet /usr/lib/systemd/system/kubelet.service
 install_file 0644 "$units/10-kubeadm.conf" kubelet /usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf
-mkdir -p "$work/kubelet/etc/kubernetes/manifests"
+install -d -m 0755 "$work/kubelet/etc/kubernetes/manifests"
 
 control kube-proxy "libc6, iptables, conntrack" "Kubernetes network proxy (kube-proxy)"
 install_file 0755 "$bin_dir/kube-proxy" kube-proxy /usr/bin/kube-proxy
 install_file 0644 "$units/kube-proxy.service" kube-proxy /usr/lib/systemd/system/kube-proxy.service
 
 for p in kubelet kube-proxy; do
+	find "$work/$p" -type d -exec chmod 0755 {} +
+	chmod 0644 "$work/$p/DEBIAN/control"
 	deb="$out/${p}_${version}_${arch}.deb"
 	dpkg-deb --root-owner-group "${compress[@]}" --build "$work/$p" "$deb" >/dev/null
 	echo "$deb"

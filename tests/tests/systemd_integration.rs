@@ -163,7 +163,10 @@ fn debian_packages_install_where_kubeadm_expects() {
     }
     let out_dir = tempfile::tempdir().unwrap();
     let bin_dir = bin("kubelet").parent().unwrap().to_path_buf();
+    // Under a group-writable umask, as on many build machines: the modes must not follow it.
     let out = Command::new("bash")
+        .arg("-c")
+        .arg("umask 002; exec bash \"$0\" \"$@\"")
         .arg(repo_root().join("systemd/package.sh"))
         .args(["--fast", "--bin-dir"])
         .arg(&bin_dir)
@@ -227,6 +230,21 @@ fn debian_packages_install_where_kubeadm_expects() {
                 list.lines().any(|l| l.ends_with(&format!(" {f}"))),
                 "{f} in {pkg}:\n{list}"
             );
+        }
+        // Fixed modes, root-owned: directories 0755, binaries 0755, units 0644.
+        for l in list.lines() {
+            let mode = l.split_whitespace().next().unwrap_or("");
+            let want = if l.ends_with('/') || l.contains("/usr/bin/") {
+                if l.ends_with('/') {
+                    "drwxr-xr-x"
+                } else {
+                    "-rwxr-xr-x"
+                }
+            } else {
+                "-rw-r--r--"
+            };
+            assert_eq!(mode, want, "{l}");
+            assert!(l.contains(" root/root "), "{l}");
         }
         let field = |f: &str| {
             let o = Command::new("dpkg-deb")

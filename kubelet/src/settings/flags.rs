@@ -224,7 +224,7 @@ pub const FLAGS: &[Setting] = &[
         "--feature-gates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod and PodLevelResources (on by default, as upstream) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "--eviction-hard",

@@ -530,6 +530,23 @@ pub fn termination_log_host_path(
         .join(restart_count.to_string())
 }
 
+/// Whether the pod's volume `name` is one the kubelet writes from API data (configMap,
+/// secret, downwardAPI, projected): those are mounted read-only whatever the mount says,
+/// subPath mounts included (upstream's `mustMountRO`). A container that could write there
+/// could plant links for the kubelet's next re-render (CVE-2017-1002102).
+pub fn must_mount_read_only(pod: &Pod, name: &str) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .find(|v| v.name == name)
+        .is_some_and(|v| {
+            v.config_map.is_some()
+                || v.secret.is_some()
+                || v.downward_api.is_some()
+                || v.projected.is_some()
+        })
+}
+
 /// The container's config for attempt `restart_count` (pure: the host files it names are
 /// made beforehand by `pod_dirs`).
 #[allow(clippy::too_many_arguments)]
@@ -569,7 +586,7 @@ pub fn container_config(
         mounts.push(Mount {
             container_path: m.mount_path.clone(),
             host_path: host.display().to_string(),
-            readonly: m.read_only.unwrap_or(false),
+            readonly: m.read_only.unwrap_or(false) || must_mount_read_only(pod, &m.name),
         });
     }
     if let Some(h) = etc_hosts

@@ -361,10 +361,12 @@ fn objects(list: ObjectList<'_>) -> EnvObjects {
                 Kind::ConfigMap => ObjectData {
                     text: map,
                     binary: BTreeMap::new(),
+                    uid: String::new(),
                 },
                 Kind::Secret => ObjectData {
                     text: BTreeMap::new(),
                     binary: map.into_iter().map(|(k, v)| (k, v.into_bytes())).collect(),
+                    uid: String::new(),
                 },
             };
             (
@@ -820,4 +822,57 @@ fn sandbox_resources_are_the_pods_totals() {
         (102, 0, 100_000, 0)
     );
     assert_eq!(sandbox_overhead(&n, &p), LinuxResources::default());
+}
+
+/// CVE-2017-1002102: configMap, secret, downwardAPI and projected volumes are mounted
+/// read-only whatever the mount says, subPath mounts included; emptyDir and hostPath follow
+/// the mount's `readOnly`.
+#[test]
+fn api_data_volumes_are_always_mounted_read_only() {
+    let p = pod(serde_json::json!({
+        "metadata": {"name": "a", "namespace": "ns", "uid": "u"},
+        "spec": {
+            "volumes": [
+                {"name": "cm", "configMap": {"name": "c"}},
+                {"name": "sec", "secret": {"secretName": "s"}},
+                {"name": "info", "downwardAPI": {"items": []}},
+                {"name": "proj", "projected": {"sources": []}},
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "host", "hostPath": {"path": "/var/tmp"}}
+            ],
+            "containers": [{"name": "c", "image": "i:1", "volumeMounts": [
+                {"name": "cm", "mountPath": "/cm", "readOnly": false},
+                {"name": "sec", "mountPath": "/sec"},
+                {"name": "info", "mountPath": "/info"},
+                {"name": "proj", "mountPath": "/proj"},
+                {"name": "info", "mountPath": "/one", "subPath": "labels"},
+                {"name": "scratch", "mountPath": "/scratch"},
+                {"name": "scratch", "mountPath": "/ro-scratch", "readOnly": true},
+                {"name": "host", "mountPath": "/host"}
+            ]}]
+        }
+    }));
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let n = node();
+    let volumes: BTreeMap<String, PathBuf> = ["cm", "sec", "info", "proj", "scratch", "host"]
+        .iter()
+        .map(|v| (v.to_string(), PathBuf::from(format!("/vol/{v}"))))
+        .collect();
+    let mut host_paths = ContainerHostPaths::default();
+    host_paths
+        .subpaths
+        .insert(4, PathBuf::from("/pod/volume-subpaths/info/c/4"));
+    let env = ContainerEnv::default();
+    let cfg = container_config(&n, &p, c, 0, &volumes, None, &host_paths, &env).unwrap();
+    let ro: BTreeMap<&str, bool> = cfg
+        .mounts
+        .iter()
+        .map(|m| (m.container_path.as_str(), m.readonly))
+        .collect();
+    for path in ["/cm", "/sec", "/info", "/proj", "/one", "/ro-scratch"] {
+        assert_eq!(ro.get(path), Some(&true), "{path} must be read-only");
+    }
+    for path in ["/scratch", "/host"] {
+        assert_eq!(ro.get(path), Some(&false), "{path} follows readOnly");
+    }
 }

@@ -12,9 +12,12 @@
 //! directory. Blocking: callers run it on the blocking pool.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt, symlink};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+
+use super::at;
 
 const DATA_DIR: &str = "..data";
 const NEW_DATA_DIR: &str = "..data_tmp";
@@ -45,7 +48,7 @@ pub enum WriteError {
     },
 }
 
-fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WriteError {
+fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WriteError + use<> {
     let path = path.to_path_buf();
     move |source| WriteError::Io { op, path, source }
 }
@@ -95,77 +98,120 @@ pub enum Written {
 }
 
 /// Makes `dir` hold exactly `payload`, atomically. `dir` must exist.
+///
+/// Everything happens relative to an open descriptor of `dir` and never follows a symlink:
+/// whatever a container planted in the volume (`..data` pointing out of it, a link in place
+/// of a directory), the writer only ever creates, links and removes entries of `dir`
+/// itself. `..data` is trusted only when it names, in one component, a directory of `dir`
+/// in upstream's timestamp form.
 pub fn write(dir: &Path, payload: &Payload) -> Result<Written, WriteError> {
     for p in payload.keys() {
         validate_path(p)?;
     }
-    let data_link = dir.join(DATA_DIR);
-    let old = std::fs::read_link(&data_link).ok();
+    let root = at::open_dir(dir).map_err(io("opening", dir))?;
+    let old = current_version(&root);
     let user_visible: BTreeSet<String> = payload.keys().map(|p| top_level(p)).collect();
     if let Some(old_dir) = &old
-        && same_contents(&dir.join(old_dir), payload)
-        && links_in_place(dir, &user_visible)
+        && same_contents(&root, old_dir, payload)
+        && links_in_place(&root, &user_visible)
     {
         return Ok(Written::Unchanged);
     }
-    let version = new_version_dir(dir)?;
+    let (version_name, version) = new_version_dir(&root, dir)?;
+    let version_path = dir.join(&version_name);
     for (path, file) in payload {
-        let full = version.join(path);
-        if let Some(parent) = full.parent() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o755)
-                .create(parent)
-                .map_err(io("creating", parent))?;
-        }
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(file.mode)
-            .open(&full)
-            .map_err(io("creating", &full))?;
-        f.write_all(&file.data).map_err(io("writing", &full))?;
-        // The umask may have narrowed the mode at creation.
-        std::fs::set_permissions(&full, std::fs::Permissions::from_mode(file.mode))
-            .map_err(io("setting the mode of", &full))?;
+        write_payload_file(&version, path, file)
+            .map_err(io("creating", &version_path.join(path)))?;
     }
-    let version_name = version.file_name().map(PathBuf::from).unwrap_or_default();
-    let tmp_link = dir.join(NEW_DATA_DIR);
-    let _ = std::fs::remove_file(&tmp_link);
-    symlink(&version_name, &tmp_link).map_err(io("linking", &tmp_link))?;
-    std::fs::rename(&tmp_link, &data_link).map_err(io("renaming to", &data_link))?;
+    let tmp_link = OsStr::new(NEW_DATA_DIR);
+    let linking = |e| io("linking", &dir.join(NEW_DATA_DIR))(e);
+    at::remove_all_at(&root, tmp_link).map_err(linking)?;
+    at::symlink_at(Path::new(&version_name), &root, tmp_link).map_err(linking)?;
+    at::rename_at(&root, tmp_link, OsStr::new(DATA_DIR))
+        .map_err(io("renaming to", &dir.join(DATA_DIR)))?;
     for name in &user_visible {
-        let link = dir.join(name);
+        let link = OsStr::new(name);
         let target = Path::new(DATA_DIR).join(name);
-        match std::fs::read_link(&link) {
-            Ok(t) if t == target => continue,
-            Ok(_) => std::fs::remove_file(&link).map_err(io("replacing", &link))?,
-            Err(_) if link.symlink_metadata().is_ok() => {
-                remove_any(&link).map_err(io("replacing", &link))?
-            }
-            Err(_) => {}
+        let replacing = io("replacing", &dir.join(name));
+        match at::read_link_at(&root, link) {
+            Ok(t) if Path::new(&t) == target => continue,
+            _ => at::remove_all_at(&root, link).map_err(replacing)?,
         }
-        symlink(&target, &link).map_err(io("linking", &link))?;
+        at::symlink_at(&target, &root, link).map_err(io("linking", &dir.join(name)))?;
     }
-    // Names of the old version that the new one no longer has.
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with("..") || user_visible.contains(&name) {
-                continue;
-            }
-            if e.file_type().is_ok_and(|t| t.is_symlink()) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-    if let Some(old_dir) = old {
-        let old_dir = dir.join(old_dir);
-        if old_dir != version && old_dir.starts_with(dir) {
-            let _ = std::fs::remove_dir_all(&old_dir);
+    // Names of the old version that the new one no longer has, and every version directory
+    // but the new one (whatever `..data` said before: only names in the writer's own form).
+    for (name, kind) in at::entries(&root).map_err(io("reading", dir))? {
+        let text = name.to_string_lossy();
+        let stale_link = !text.starts_with("..")
+            && !user_visible.contains(text.as_ref())
+            && kind == at::Kind::Symlink;
+        let old_version = kind == at::Kind::Dir && is_version_name(&name) && name != version_name;
+        if stale_link || old_version {
+            at::remove_all_at(&root, &name).map_err(io("removing", &dir.join(&name)))?;
         }
     }
     Ok(Written::Updated)
+}
+
+/// `..2006_01_02_15_04_05.<digits>`: the names upstream's writer (and this one) gives its
+/// version directories. Nothing else is ever taken for one.
+fn is_version_name(name: &OsStr) -> bool {
+    let b = name.as_bytes();
+    let Some(rest) = b.strip_prefix(b"..") else {
+        return false;
+    };
+    // YYYY_MM_DD_HH_MM_SS.
+    const STAMP: &[u8] = b"dddd_dd_dd_dd_dd_dd.";
+    if rest.len() <= STAMP.len() {
+        return false;
+    }
+    let (stamp, suffix) = rest.split_at(STAMP.len());
+    let stamp_ok = stamp.iter().zip(STAMP).all(|(c, want)| match want {
+        b'd' => c.is_ascii_digit(),
+        other => c == other,
+    });
+    stamp_ok && suffix.iter().all(u8::is_ascii_digit)
+}
+
+/// The version `..data` names, when it is one of this volume's own version directories.
+fn current_version(root: &OwnedFd) -> Option<OsString> {
+    let target = at::read_link_at(root, OsStr::new(DATA_DIR)).ok()?;
+    if !is_version_name(&target) {
+        tracing::warn!(target = ?target, "ignoring a volume's ..data link that does not name one of its version directories");
+        return None;
+    }
+    matches!(at::kind_at(root, &target), Ok(Some(at::Kind::Dir))).then_some(target)
+}
+
+/// Writes one payload file beneath the fresh version directory, creating its parents.
+fn write_payload_file(version: &OwnedFd, path: &str, file: &FileProjection) -> std::io::Result<()> {
+    let names: Vec<&OsStr> = Path::new(path)
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let Some((last, parents)) = names.split_last() else {
+        return Err(std::io::ErrorKind::InvalidInput.into());
+    };
+    let mut held: Option<OwnedFd> = None;
+    for name in parents {
+        let cur = held.as_ref().unwrap_or(version);
+        let next = match at::kind_at(cur, name)? {
+            None => at::make_dir_at(cur, name, 0o755)?,
+            Some(at::Kind::Dir) => at::open_dir_at(cur, name)?,
+            Some(_) => return Err(std::io::ErrorKind::NotADirectory.into()),
+        };
+        held = Some(next);
+    }
+    at::write_new_file_at(
+        held.as_ref().unwrap_or(version),
+        last,
+        &file.data,
+        file.mode,
+    )
 }
 
 fn top_level(p: &str) -> String {
@@ -178,15 +224,7 @@ fn top_level(p: &str) -> String {
         .unwrap_or_default()
 }
 
-fn remove_any(p: &Path) -> std::io::Result<()> {
-    if p.symlink_metadata()?.is_dir() {
-        std::fs::remove_dir_all(p)
-    } else {
-        std::fs::remove_file(p)
-    }
-}
-
-fn new_version_dir(dir: &Path) -> Result<PathBuf, WriteError> {
+fn new_version_dir(root: &OwnedFd, dir: &Path) -> Result<(OsString, OwnedFd), WriteError> {
     let stamp = jiff::Timestamp::now()
         .strftime("..%Y_%m_%d_%H_%M_%S.")
         .to_string();
@@ -195,15 +233,11 @@ fn new_version_dir(dir: &Path) -> Result<PathBuf, WriteError> {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let p = dir.join(format!("{stamp}{}", nanos.wrapping_add(attempt)));
-        match std::fs::DirBuilder::new().mode(0o755).create(&p) {
-            Ok(()) => {
-                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
-                    .map_err(io("setting the mode of", &p))?;
-                return Ok(p);
-            }
+        let name = OsString::from(format!("{stamp}{}", nanos.wrapping_add(attempt)));
+        match at::make_dir_at(root, &name, 0o755) {
+            Ok(fd) => return Ok((name, fd)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(io("creating", &p)(e)),
+            Err(e) => return Err(io("creating", &dir.join(&name))(e)),
         }
     }
     Err(io("creating a version directory in", dir)(
@@ -211,56 +245,48 @@ fn new_version_dir(dir: &Path) -> Result<PathBuf, WriteError> {
     ))
 }
 
-/// Whether `version` holds exactly the payload (same files, bytes and modes).
-fn same_contents(version: &Path, payload: &Payload) -> bool {
-    let mut found = 0usize;
-    let ok = walk_files(version, version, &mut |rel, path| {
-        found += 1;
-        let Some(want) = payload.get(rel) else {
-            return false;
-        };
-        let mode_ok = std::fs::symlink_metadata(path)
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o7777 == want.mode);
-        mode_ok && std::fs::read(path).is_ok_and(|d| d == want.data)
-    });
-    ok && found == payload.len()
-}
-
-fn walk_files(root: &Path, dir: &Path, f: &mut dyn FnMut(&str, &Path) -> bool) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+/// Whether the version directory `name` holds exactly the payload (same files, bytes and
+/// modes, nothing else).
+fn same_contents(root: &OwnedFd, name: &OsStr, payload: &Payload) -> bool {
+    let Ok(version) = at::open_dir_at(root, name) else {
         return false;
     };
-    for e in entries.flatten() {
-        let path = e.path();
-        let Ok(t) = e.file_type() else {
-            return false;
-        };
-        if t.is_dir() {
-            if !walk_files(root, &path, f) {
-                return false;
-            }
-        } else {
-            let rel = path
-                .strip_prefix(root)
-                .map(|r| r.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if !f(&rel, &path) {
-                return false;
-            }
-        }
-    }
-    true
+    let mut found = 0usize;
+    same_below(&version, "", payload, &mut found) && found == payload.len()
 }
 
-fn links_in_place(dir: &Path, names: &BTreeSet<String>) -> bool {
-    names
-        .iter()
-        .all(|n| std::fs::read_link(dir.join(n)).is_ok_and(|t| t == Path::new(DATA_DIR).join(n)))
+fn same_below(dir: &OwnedFd, prefix: &str, payload: &Payload, found: &mut usize) -> bool {
+    let Ok(entries) = at::entries(dir) else {
+        return false;
+    };
+    entries.into_iter().all(|(name, kind)| {
+        let rel = format!("{prefix}{}", name.to_string_lossy());
+        match kind {
+            at::Kind::Dir => at::open_dir_at(dir, &name)
+                .is_ok_and(|sub| same_below(&sub, &format!("{rel}/"), payload, found)),
+            at::Kind::File => {
+                *found += 1;
+                let Some(want) = payload.get(&rel) else {
+                    return false;
+                };
+                matches!(at::read_file_at(dir, &name), Ok(Some((data, mode))) if mode == want.mode && data == want.data)
+            }
+            at::Kind::Symlink | at::Kind::Other => false,
+        }
+    })
+}
+
+fn links_in_place(root: &OwnedFd, names: &BTreeSet<String>) -> bool {
+    names.iter().all(|n| {
+        at::read_link_at(root, OsStr::new(n))
+            .is_ok_and(|t| Path::new(&t) == Path::new(DATA_DIR).join(n))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{PermissionsExt, symlink};
 
     fn payload(files: &[(&str, &str, u32)]) -> Payload {
         files
@@ -330,5 +356,104 @@ mod tests {
         assert_eq!(write(d.path(), &Payload::new()).unwrap(), Written::Updated);
         assert!(d.path().join("a").symlink_metadata().is_err());
         assert!(d.path().join("..data").exists());
+    }
+
+    /// CVE-2017-1002102: a container that could write into the volume points `..data` (or a
+    /// user-visible name) out of it; the next write must not delete or follow anything there.
+    #[test]
+    fn planted_links_never_make_the_writer_touch_anything_outside() {
+        let host = tempfile::tempdir().unwrap();
+        let victim = host.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::write(victim.join("precious"), b"keep").unwrap();
+        let vol = host
+            .path()
+            .join("pods/uid/volumes/kubernetes.io~downward-api/info");
+        std::fs::create_dir_all(&vol).unwrap();
+        write(&vol, &payload(&[("labels", "a=1", 0o644)])).unwrap();
+        let depth = "../".repeat(12);
+        let escape = format!("{depth}{}", victim.display());
+        for planted in [
+            escape.as_str(),
+            "../../../../victim",
+            victim.to_str().unwrap(),
+        ] {
+            std::fs::remove_file(vol.join("..data")).unwrap();
+            symlink(planted, vol.join("..data")).unwrap();
+            // A user-visible name swapped for a link to the victim too.
+            std::fs::remove_file(vol.join("labels")).unwrap();
+            symlink(&victim, vol.join("labels")).unwrap();
+            assert_eq!(
+                write(&vol, &payload(&[("labels", "a=2", 0o644)])).unwrap(),
+                Written::Updated,
+                "{planted}"
+            );
+            assert_eq!(std::fs::read(victim.join("precious")).unwrap(), b"keep");
+            assert_eq!(std::fs::read_to_string(vol.join("labels")).unwrap(), "a=2");
+            let data = std::fs::read_link(vol.join("..data")).unwrap();
+            assert!(is_version_name(data.as_os_str()), "{data:?}");
+        }
+        // Exactly one version directory is left.
+        let versions = std::fs::read_dir(&vol)
+            .unwrap()
+            .flatten()
+            .filter(|e| is_version_name(&e.file_name()))
+            .count();
+        assert_eq!(versions, 1);
+    }
+
+    #[test]
+    fn an_old_version_holding_links_out_is_removed_without_following_them() {
+        let host = tempfile::tempdir().unwrap();
+        let outside = host.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("f"), b"keep").unwrap();
+        let vol = host.path().join("vol");
+        std::fs::create_dir(&vol).unwrap();
+        write(&vol, &payload(&[("a", "1", 0o644)])).unwrap();
+        let v1 = vol.join(std::fs::read_link(vol.join("..data")).unwrap());
+        symlink(&outside, v1.join("dirlink")).unwrap();
+        symlink(outside.join("f"), v1.join("filelink")).unwrap();
+        write(&vol, &payload(&[("a", "2", 0o644)])).unwrap();
+        assert!(!v1.exists());
+        assert_eq!(std::fs::read(outside.join("f")).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn a_version_holding_a_symlink_is_not_taken_as_current() {
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("secret"), b"a").unwrap();
+        let vol = host.path().join("vol");
+        std::fs::create_dir(&vol).unwrap();
+        write(&vol, &payload(&[("k", "a", 0o644)])).unwrap();
+        let v1 = vol.join(std::fs::read_link(vol.join("..data")).unwrap());
+        std::fs::remove_file(v1.join("k")).unwrap();
+        symlink(host.path().join("secret"), v1.join("k")).unwrap();
+        // Same bytes and mode behind the link, but a link is never a payload file.
+        assert_eq!(
+            write(&vol, &payload(&[("k", "a", 0o644)])).unwrap(),
+            Written::Updated
+        );
+        let mode = std::fs::symlink_metadata(vol.join("..data/k")).unwrap();
+        assert!(mode.is_file() && mode.permissions().mode() & 0o777 == 0o644);
+    }
+
+    #[test]
+    fn version_names_are_upstreams_timestamp_form_only() {
+        for ok in ["..2026_11_25_03_14_15.123456789", "..2017_01_02_03_04_05.1"] {
+            assert!(is_version_name(OsStr::new(ok)), "{ok}");
+        }
+        for bad in [
+            "..data",
+            "../../etc",
+            "..2026_11_25_03_14_15.",
+            "..2026_11_25_03_14_15.12/..",
+            "..2026_11_25_03_14_15.1a",
+            "2026_11_25_03_14_15.1",
+            "..2026-11-25_03_14_15.1",
+            "/..2026_11_25_03_14_15.1",
+        ] {
+            assert!(!is_version_name(OsStr::new(bad)), "{bad}");
+        }
     }
 }

@@ -3,11 +3,15 @@
 //! [`projection`], written by [`atomic_writer`]) and keeps them current; subPath mounts are
 //! resolved beneath their volume ([`subpath`]).
 
+pub mod at;
 pub mod atomic_writer;
 pub mod host_path;
 pub mod manager;
 pub mod ownership;
 pub mod projection;
 pub mod subpath;
+
+#[cfg(test)]
+mod bench_tests;
 
 pub use manager::{VolumeError, VolumeManager};

@@ -5,8 +5,11 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use super::at;
 
 /// Group read/write, or read only for read-only volumes; directories also get execute.
 const RW_MASK: u32 = 0o660;
@@ -70,32 +73,41 @@ pub fn requires_permission_change(root: &Path, fs_group: u32, readonly: bool) ->
     have & wanted != wanted
 }
 
-fn change_one(path: &Path, meta: &fs::Metadata, fs_group: u32, readonly: bool) -> bool {
+/// Gives one object (open as `fd`, of `kind`, with permission bits `mode`) the group and
+/// permissions; failures are logged and counted, as upstream does.
+fn change_one(
+    fd: &OwnedFd,
+    kind: at::Kind,
+    mode: u32,
+    fs_group: u32,
+    readonly: bool,
+    path: &Path,
+) -> bool {
     let mut ok = true;
-    if let Err(e) = std::os::unix::fs::lchown(path, None, Some(fs_group)) {
+    if let Err(e) = at::set_group(fd, fs_group) {
         tracing::error!(path = %path.display(), gid = fs_group, error = %e, "failed to change the volume file's group");
         ok = false;
     }
-    // Symlinks keep their (meaningless) mode; what they point at is visited on its own if it
-    // is inside the volume.
-    if meta.file_type().is_symlink() {
+    // Symlinks keep their (meaningless) mode and are never followed.
+    if kind == at::Kind::Symlink {
         return ok;
     }
     let mut mask = if readonly { RO_MASK } else { RW_MASK };
-    if meta.is_dir() {
+    if kind == at::Kind::Dir {
         mask |= SETGID | EXEC_MASK;
     }
-    let mode = (meta.mode() & 0o7777) | mask;
-    if let Err(e) = fs::set_permissions(path, fs::Permissions::from_mode(mode)) {
+    if let Err(e) = at::set_mode(fd, mode | mask) {
         tracing::error!(path = %path.display(), error = %e, "failed to change the volume file's mode");
         ok = false;
     }
     ok
 }
 
-/// Applies `fs_group` to everything beneath `dir` (never following symlinks out of it).
-/// With no fsGroup nothing happens; with `OnRootMismatch` a root that already matches is
-/// left alone.
+/// Applies `fs_group` to everything beneath `dir`. The walk goes from directory descriptor
+/// to directory descriptor and never follows a symlink (a link is re-grouped itself), so a
+/// container that plants links or swaps directories for links cannot make it change anything
+/// outside the volume. With no fsGroup nothing happens; with `OnRootMismatch` a root that
+/// already matches is left alone.
 pub fn set_volume_ownership(
     dir: &Path,
     fs_group: Option<i64>,
@@ -115,16 +127,39 @@ pub fn set_volume_ownership(
         let path = path.to_path_buf();
         move |source| OwnershipError::Walk { path, source }
     };
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        let meta = fs::symlink_metadata(&path).map_err(walk_err(&path))?;
-        out.visited += 1;
-        if !change_one(&path, &meta, gid, readonly) {
-            out.failed += 1;
-        }
-        if meta.is_dir() {
-            for entry in fs::read_dir(&path).map_err(walk_err(&path))? {
-                stack.push(entry.map_err(walk_err(&path))?.path());
+    let root = at::open_dir(dir).map_err(walk_err(dir))?;
+    let mode = fs::metadata(format!("/proc/self/fd/{}", root.as_raw_fd()))
+        .map_err(walk_err(dir))?
+        .mode()
+        & 0o7777;
+    out.visited += 1;
+    if !change_one(&root, at::Kind::Dir, mode, gid, readonly, dir) {
+        out.failed += 1;
+    }
+    // Open directories still to walk, with their paths (for logs only).
+    let mut stack: Vec<(OwnedFd, PathBuf)> = vec![(root, dir.to_path_buf())];
+    while let Some((parent, parent_path)) = stack.pop() {
+        for (name, _) in at::entries(&parent).map_err(walk_err(&parent_path))? {
+            let path = parent_path.join(&name);
+            let (fd, kind, mode) = match at::open_path_at(&parent, &name) {
+                Ok(x) => x,
+                // Gone since it was listed.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(walk_err(&path)(e)),
+            };
+            out.visited += 1;
+            if !change_one(&fd, kind, mode, gid, readonly, &path) {
+                out.failed += 1;
+            }
+            if kind == at::Kind::Dir {
+                drop(fd);
+                match at::open_dir_at(&parent, &name) {
+                    Ok(sub) => stack.push((sub, path)),
+                    // Swapped for something else since: not ours to follow.
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "a volume directory changed during the fsGroup walk; skipping it")
+                    }
+                }
             }
         }
     }
@@ -134,6 +169,7 @@ pub fn set_volume_ownership(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     fn is_root() -> bool {
         fs::read_to_string("/proc/self/status")
@@ -222,5 +258,24 @@ mod tests {
             ChangePolicy::OnRootMismatch
         );
         assert!(ChangePolicy::from_field(Some("Never")).is_err());
+    }
+
+    #[test]
+    fn links_to_outside_are_regrouped_themselves_never_followed() {
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("f"), b"x").unwrap();
+        fs::set_permissions(outside.path().join("f"), fs::Permissions::from_mode(0o600)).unwrap();
+        fs::set_permissions(outside.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        let d = tree();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("sub/dirlink")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("f"), d.path().join("filelink")).unwrap();
+        let own = fs::metadata(d.path()).unwrap().gid();
+        let out =
+            set_volume_ownership(d.path(), Some(own.into()), ChangePolicy::Always, false).unwrap();
+        // root, sub, sub/file, link, sub/dirlink, filelink: nothing behind the links.
+        assert_eq!((out.visited, out.failed), (6, 0));
+        assert_eq!(mode(&outside.path().join("f")), 0o600);
+        assert_eq!(mode(outside.path()), 0o700);
+        assert_eq!(mode(&d.path().join("sub/file")), 0o660);
     }
 }
