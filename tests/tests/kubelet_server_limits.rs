@@ -191,19 +191,25 @@ fn idle_floods_slowloris_read_only_port_and_running_pods() {
     let (body, code) = kubelet.curl("http://127.0.0.1:10248/healthz");
     assert_eq!((code.as_str(), body.as_str()), ("200", "ok"));
     // Once the agent has accepted them all: the one host got its cap, the rest of its
-    // connections were closed at accept; everything else is held.
-    let (open, per_source) = wait_for("the flood accepted", Duration::from_secs(10), || {
+    // connections were closed at accept; everything else is held until its handshake times
+    // out. On a loaded machine the first ones may time out before the last are accepted, so
+    // what was accepted is what is open plus what has timed out already.
+    let (open, per_source) = wait_for("the flood accepted", Duration::from_secs(20), || {
         let (metrics, _) = ro("/metrics");
         let get = |m: &str, want: &[&str]| sample(&metrics, m, want).unwrap_or(0.0);
         let open = get(
             "kubelet_server_open_connections",
             &["server_type=\"readwrite\""],
         );
+        let timed_out = get(
+            "kubelet_server_tls_handshake_errors_total",
+            &["server_type=\"readwrite\"", "reason=\"timeout\""],
+        );
         let per_source = get(
             "kubelet_server_rejected_connections_total",
             &["server_type=\"readwrite\"", "reason=\"per_source\""],
         );
-        (open >= (2001 + PER_SOURCE) as f64 && per_source >= (300 - PER_SOURCE) as f64)
+        (open + timed_out >= (2001 + PER_SOURCE) as f64 && per_source >= (300 - PER_SOURCE) as f64)
             .then_some((open, per_source))
     });
     assert_eq!(per_source, (300 - PER_SOURCE) as f64);
