@@ -12,9 +12,7 @@ use crate::duration;
 use crate::flags::Flags;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::net::IpAddr;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::{net::IpAddr, path::PathBuf, time::Duration};
 
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
