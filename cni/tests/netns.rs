@@ -308,3 +308,89 @@ fn parallel_adds_share_one_bridge_and_never_one_address() {
         );
     }
 }
+
+/// Sends one IPv6 router advertisement (router lifetime 1800 s, no options) to all nodes
+/// out of `dev`, from `ns`: what a pod controlling its own network namespace can do.
+const SEND_RA: &str = r#"
+import socket, struct, sys
+dev = sys.argv[1]
+idx = socket.if_nametoindex(dev)
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, idx)
+# type 134, code 0, checksum (the kernel's), hop limit 64, flags 0, lifetime 1800 s,
+# reachable 0, retransmit 0
+s.sendto(struct.pack("!BBHBBHII", 134, 0, 0, 64, 0, 1800, 0, 0), ("ff02::1", 0, 0, idx))
+"#;
+
+/// Waits (at most 5 s) until `dev` in `ns` has a usable (not tentative) link-local address.
+fn wait_link_local(ns: &Netns, dev: &str) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let out = ns
+            .exec(&["ip", "-6", "addr", "show", "dev", dev, "scope", "link"])
+            .1;
+        if out.contains("fe80") && !out.contains("tentative") {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    false
+}
+
+/// CVE-2020-10749: a pod sending IPv6 router advertisements made the node (whose bridge
+/// accepted them) route its IPv6 traffic through the pod. As upstream's bridge plugin since
+/// v0.8.6, the bridge does not accept router advertisements (accept_ra = 0), so a rogue RA
+/// from a pod installs no default route on the node. An IPv4-only pod network: the node's
+/// IPv6 forwarding is off, the kernel's default would take the RA.
+#[test]
+fn cve_2020_10749_router_advertisements_from_pods_are_ignored_by_the_node() {
+    if !can_run("cve_2020_10749_router_advertisements_from_pods_are_ignored_by_the_node") {
+        return;
+    }
+    if std::process::Command::new("python3")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        println!("SKIPPED: cve_2020_10749: python3 (the RA sender) is missing");
+        return;
+    }
+    let host = Netns::new("host");
+    let pod = Netns::new("pod");
+    let data = tempfile::tempdir().unwrap();
+    let c = conf(data.path(), "1.0.0", json!({"subnet": "10.99.9.0/24"}));
+    let (code, res) = plugin(&host, "ADD", "ctr1", &pod.path(), &c);
+    assert_eq!(code, 0, "{res}");
+    if !Path::new("/proc/sys/net/ipv6").exists() {
+        println!("SKIPPED: cve_2020_10749: no IPv6 in this kernel");
+        return;
+    }
+    assert_eq!(
+        host.ok(&["sysctl", "-n", "net.ipv6.conf.all.forwarding"])
+            .trim(),
+        "0",
+        "an IPv4-only pod network leaves IPv6 forwarding off"
+    );
+    assert!(
+        wait_link_local(&pod, "eth0") && wait_link_local(&host, "cni0"),
+        "link-local addresses: pod {} host {}",
+        pod.exec(&["ip", "-6", "addr"]).1,
+        host.exec(&["ip", "-6", "addr"]).1
+    );
+    for _ in 0..3 {
+        pod.ok(&["python3", "-c", SEND_RA, "eth0"]);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let routes = host.ok(&["ip", "-6", "route", "show", "default"]);
+    assert!(
+        routes.trim().is_empty(),
+        "the node took a default route from a pod's RA: {routes}"
+    );
+    assert_eq!(
+        host.ok(&["sysctl", "-n", "net.ipv6.conf.cni0.accept_ra"])
+            .trim(),
+        "0",
+        "the bridge takes no router advertisements"
+    );
+}

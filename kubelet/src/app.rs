@@ -51,6 +51,9 @@ pub enum AppError {
     ContainerManager(#[from] crate::cm::CmError),
     #[error("Failed to start ContainerManager: node cgroup setup panicked: {0}")]
     ContainerManagerPanicked(String),
+    /// Upstream's kubelet exits when its image pull records cannot be set up.
+    #[error("{0}")]
+    PullRecords(String),
 }
 
 /// The node's first non-loopback IPv4 address as the kernel would pick for an outgoing route,
@@ -217,6 +220,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             l,
             server::healthz_router(state.clone()),
             server::listener::ServerType::Healthz,
+            cfg.server.limits(server::listener::ServerType::Healthz),
             cancel.clone(),
         ));
     }
@@ -227,6 +231,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             l,
             server::read_only_router(state.clone()),
             server::listener::ServerType::ReadOnly,
+            cfg.server.limits(server::listener::ServerType::ReadOnly),
             cancel.clone(),
         ));
     }
@@ -290,7 +295,8 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             l,
             tls,
             auth.clone(),
-            server::api_router(state.clone()),
+            server::api_router(state.clone(), cfg.enable_debugging_handlers),
+            cfg.server.limits(server::listener::ServerType::ReadWrite),
             cancel.clone(),
         ));
     } else {
@@ -343,6 +349,16 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     );
 
     let cm = start_container_manager(&cfg).await?;
+    // Pulled-image credential verification (KubeletEnsureSecretPulledImages): the records
+    // under <root-dir>/image_manager, with intents left by the last run resolved.
+    let pull_records = match cfg.image_pulls.verify_policy() {
+        Some(policy) => Some(
+            crate::images::pull_records::start(&cfg.root_dir, policy, runtime.as_ref())
+                .await
+                .map_err(AppError::PullRecords)?,
+        ),
+        None => None,
+    };
     let host_dns = cfg
         .resolv_conf
         .as_ref()
@@ -462,6 +478,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         volumes,
         services,
         runtime_classes,
+        pull_records: pull_records.clone(),
     });
 
     let (pods_tx, pods_rx) = mpsc::channel(8);
@@ -533,6 +550,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             c.client.clone(),
             cfg.node_name.clone(),
             cfg.network.clone(),
+            events.clone(),
             &mut tasks,
             &cancel,
         )?;
@@ -590,6 +608,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         sync_loop.control(),
         shutdown_events.clone(),
         pressure.clone(),
+        pull_records,
         &mut tasks,
         &cancel,
     );

@@ -1167,3 +1167,76 @@ fn expand_doubling_hits_the_budget() {
     assert!(produced <= MAX_EXPANSION_BYTES, "{produced}");
     assert!(err.0.contains("$(A"), "{}", err.0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// CVE-2019-11253: YAML alias bombs ("billion laughs") in the files the kubelet parses
+
+/// A flow mapping whose ten anchors each repeat the previous one ten times: 10^10 strings
+/// once expanded, from a few hundred bytes.
+fn billion_laughs() -> String {
+    let mut levels = vec!["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]".to_string()];
+    for i in 1..10 {
+        levels.push(format!(
+            "l{i}: &l{i} [{}]",
+            vec![format!("*l{}", i - 1); 10].join(", ")
+        ));
+    }
+    format!("{{{}}}", levels.join(", "))
+}
+
+/// The KubeletConfiguration file (`--config`) with a bomb in a free-form field: refused
+/// within the deadline, never expanded.
+#[test]
+fn cve_2019_11253_kubelet_config_alias_bomb_is_refused() {
+    let text = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates: {}\n",
+        billion_laughs()
+    );
+    let r = bounded("kubelet config bomb", move || {
+        kubelet::config::parse_file("/var/lib/kubelet/config.yaml", &text).map(|_| ())
+    });
+    let e = r.expect_err("a billion laughs is not a configuration");
+    assert!(!e.to_string().is_empty());
+}
+
+/// The kubeconfig (`--kubeconfig`, `--bootstrap-kubeconfig`) with a bomb in an extension:
+/// refused within the deadline.
+#[test]
+fn cve_2019_11253_kubeconfig_alias_bomb_is_refused() {
+    let text = format!(
+        "{}extensions:\n- name: x\n  extension: {}\n",
+        valid_kubeconfig(),
+        billion_laughs()
+    );
+    let r = bounded("kubeconfig bomb", move || {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(&path, &text).unwrap();
+        kubelet::cluster::bootstrap::check_kubeconfig(&path).map_err(|e| e.to_string())
+    });
+    assert!(r.is_err(), "a billion laughs is not a kubeconfig");
+}
+
+/// A static pod manifest with the bomb in its annotations, and a JSON manifest nested deeper
+/// than any pod (the JSON form has no aliases; its depth is what costs): both refused within
+/// the deadline.
+#[test]
+fn cve_2019_11253_static_manifest_bombs_are_refused() {
+    let text = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  annotations: {}\nspec:\n  containers:\n  - name: c\n    image: busybox\n",
+        billion_laughs()
+    );
+    let r = bounded("manifest bomb", move || {
+        parse_manifest(Path::new("/etc/kubernetes/manifests/x.yaml"), &text, NODE).map(|_| ())
+    });
+    assert!(r.is_err(), "a billion laughs is not a pod");
+    let deep = format!(
+        "{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{{\"name\":\"web\",\"annotations\":{}{}}}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let r = bounded("deep JSON manifest", move || {
+        parse_manifest(Path::new("/etc/kubernetes/manifests/x.json"), &deep, NODE).map(|_| ())
+    });
+    assert!(r.is_err(), "100000 nested arrays are not a pod");
+}

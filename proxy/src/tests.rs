@@ -2085,3 +2085,6 @@ fn dns_labels() {
         assert!(!is_dns_label(bad), "{bad:?}");
     }
 }
+
+// CVE-2020-8558: route_localnet and the localnet drop rule, in both modes.
+mod localnet;

@@ -1105,3 +1105,48 @@ proptest! {
         let _ = proxy::config::parse_go_duration(&s);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// CVE-2019-11253: YAML alias bombs ("billion laughs") in the files kube-proxy parses
+
+/// A flow mapping whose ten anchors each repeat the previous one ten times: 10^10 strings
+/// once expanded, from a few hundred bytes.
+fn billion_laughs() -> String {
+    let mut levels = vec!["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]".to_string()];
+    for i in 1..10 {
+        levels.push(format!(
+            "l{i}: &l{i} [{}]",
+            vec![format!("*l{}", i - 1); 10].join(", ")
+        ));
+    }
+    format!("{{{}}}", levels.join(", "))
+}
+
+/// The KubeProxyConfiguration file (`--config`, free-form `logging`) and a file of the
+/// static services directory (an annotation of a Service): each refused within the deadline,
+/// never expanded.
+#[test]
+fn cve_2019_11253_config_and_static_service_alias_bombs_are_refused() {
+    let config = format!(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nlogging: {}\n",
+        billion_laughs()
+    );
+    let r = bounded("kube-proxy config bomb", move || {
+        proxy::config::KubeProxyConfiguration::parse(&config).map(|_| ())
+    });
+    assert!(r.is_err(), "a billion laughs is not a configuration");
+    let service = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: s\n  namespace: default\n  annotations: {}\nspec:\n  clusterIP: 10.96.0.10\n  ports: [{{port: 53}}]\n",
+        billion_laughs()
+    );
+    let r = bounded("static service bomb", move || {
+        let mut out = proxy::source::Objects::default();
+        proxy::source::parse_text(
+            &service,
+            Path::new("/etc/kube-proxy/services/s.yaml"),
+            &mut out,
+        )
+        .map(|_| out.services.len())
+    });
+    assert!(r.is_err(), "a billion laughs is not a Service");
+}

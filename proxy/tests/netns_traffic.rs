@@ -719,3 +719,126 @@ async fn nftables_large_table_restart_in_kernel() {
     p.sync(true).await.unwrap();
     assert!(!node_nft(&topo, &["list", "chains", "ip"]).contains(gone));
 }
+
+// ---------------------------------------------------------------------------------------
+// CVE-2020-8558: the node's localhost seen from a neighbour.
+
+/// Lets the client namespace send to `addr` (in 127.0.0.0/8) through the node, as a host on
+/// the node's L2 segment can: its own loopback routes go after a rule for `addr`, and it
+/// accepts answers from a 127.x source.
+fn route_client_to_node_loopback(topo: &Topology, addr: &str) {
+    let c = topo.client.as_str();
+    for args in [
+        vec![
+            "ip", "-n", c, "rule", "add", "pref", "100", "lookup", "local",
+        ],
+        vec!["ip", "-n", c, "rule", "del", "pref", "0"],
+        vec![
+            "ip", "-n", c, "rule", "add", "pref", "10", "to", addr, "lookup", "77",
+        ],
+        vec![
+            "ip", "-n", c, "route", "add", addr, "via", NODE_IP, "dev", "eth0", "table", "77",
+        ],
+        vec![
+            "ip",
+            "netns",
+            "exec",
+            c,
+            "sysctl",
+            "-qw",
+            "net.ipv4.conf.all.route_localnet=1",
+            "net.ipv4.conf.eth0.route_localnet=1",
+        ],
+    ] {
+        netns::sh(&args).unwrap();
+    }
+}
+
+fn node_route_localnet(topo: &Topology) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &topo.node])
+        .args(["sysctl", "-n", "net.ipv4.conf.all.route_localnet"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// CVE-2020-8558, on real traffic. iptables mode: the proxy turns route_localnet on (for
+/// node ports on 127.0.0.1, through its own sysctl code), which lets a neighbour reach a
+/// server on the node's 127.0.0.2 (checked first: the hole is real here); after the first
+/// sync the localnet drop rule stops it. nftables mode: the proxier leaves route_localnet
+/// off and the neighbour gets nowhere, before and after its sync.
+#[tokio::test]
+async fn cve_2020_8558_neighbours_cannot_reach_the_nodes_localhost() {
+    const LOCAL: &str = "127.0.0.2";
+    let target = format!("{LOCAL}:{TCP_PORT}");
+    let root_before = (root_kube_rules(), root_nft_tables());
+    for mode in [Mode::Iptables, Mode::Nftables] {
+        let tag = match mode {
+            Mode::Iptables => "li",
+            Mode::Nftables => "ln",
+        };
+        let Some(mut topo) = topology(mode, tag, 1) else {
+            continue;
+        };
+        if mode == Mode::Nftables
+            && let Err(e) =
+                check_support(&ExecNft::new().with_prefix(topo.prefix()), IpFamily::V4).await
+        {
+            println!("SKIPPED: nftables localnet test: {e}");
+            continue;
+        }
+        topo.start_backends().expect("backends");
+        topo.start_node_server().expect("node server");
+        route_client_to_node_loopback(&topo, LOCAL);
+        let handle = new_handle(IpFamily::V4);
+        handle.on_service_upsert(&service(
+            "web",
+            "10.96.0.10",
+            "NodePort",
+            "TCP",
+            Some(30080),
+        ));
+        handle.on_endpoint_slice_upsert(&slice("web", "TCP", &[0], &[]));
+        handle.on_services_synced();
+        handle.on_endpoint_slices_synced();
+        match mode {
+            Mode::Iptables => {
+                let sysctl = proxy::sysctl::ExecSysctl::new(topo.prefix());
+                proxy::sysctl::ensure_route_localnet(&sysctl).await;
+                assert_eq!(node_route_localnet(&topo), "1");
+                let before = client(&topo, "tcp", &target, 1, 0).await;
+                assert_eq!(
+                    before,
+                    vec!["node"],
+                    "without the rules a neighbour reaches the node's localhost (the hole this test closes)"
+                );
+                let mut p = iptables_proxier(&topo, IpFamily::V4, handle.clone()).await;
+                sync(&mut p, &topo, mode).await;
+            }
+            Mode::Nftables => {
+                let mut p = nft_proxier(&topo, IpFamily::V4, handle.clone());
+                let before = client(&topo, "tcp", &target, 1, 0).await;
+                assert_eq!(before, vec!["ERR timeout"], "route_localnet is off");
+                sync(&mut p, &topo, mode).await;
+                assert_eq!(node_route_localnet(&topo), "0", "the proxier left it off");
+            }
+        }
+        let after = client(&topo, "tcp", &target, 2, 0).await;
+        assert_eq!(
+            after,
+            vec!["ERR timeout", "ERR timeout"],
+            "{mode:?}: a neighbour reached the node's {LOCAL}\n{}",
+            node_rules(&topo, mode)
+        );
+        // The node ports still answer on the node's address.
+        let np = client(&topo, "tcp", &format!("{NODE_IP}:30080"), 1, 0).await;
+        assert_eq!(np, vec!["pod0"], "{mode:?}\n{}", node_rules(&topo, mode));
+        drop(topo);
+    }
+    assert_eq!(
+        (root_kube_rules(), root_nft_tables()),
+        root_before,
+        "root namespace rules changed"
+    );
+}

@@ -1,8 +1,10 @@
 //! Node resource protection on real containerd: a pod writing past its emptyDir `sizeLimit` is
-//! evicted (Failed, reason Evicted, upstream's message, the Evicted event), and container GC
+//! evicted (Failed, reason Evicted, upstream's message, the Evicted event), also after pod
+//! sandboxes were stopped behind the agent's back while it was down (issue 25: containerd 1.6
+//! failed the node's whole ListPodSandboxStats over such a sandbox), and container GC
 //! keeps one dead instance per container of a crash-looping pod while its restart count goes
-//! on; image GC frees a small (tmpfs) image filesystem filled past its high threshold, and
-//! through the eviction manager's reclaim.
+//! on and removes old sandboxes left empty; image GC frees a small (tmpfs) image filesystem
+//! filled past its high threshold, and through the eviction manager's reclaim.
 
 mod common;
 
@@ -80,6 +82,188 @@ fn pod_over_its_empty_dir_size_limit_is_evicted() {
     assert!(
         evicted["metadata"]["annotations"].is_null(),
         "no annotations: {evicted:#?}"
+    );
+}
+
+/// The CRI as the test reaches it (the socket is a path: no netns needed).
+fn cri(rig: &Rig) -> (tokio::runtime::Runtime, kubelet::runtime::cri::CriRuntime) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ch = rt
+        .block_on(cri_proto::connect(
+            rig.get("CRI_ENDPOINT"),
+            Duration::from_secs(5),
+        ))
+        .expect("connect to containerd");
+    let cri = kubelet::runtime::cri::CriRuntime::new(ch.clone(), ch, Duration::from_secs(30));
+    (rt, cri)
+}
+
+fn uid(pod: &serde_json::Value) -> String {
+    pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Issue 25, on containerd 1.6: two Running pods lose their sandbox while the agent is down
+/// (SIGKILL, then StopPodSandbox through the CRI; `idle`'s dead container is removed too).
+/// After the restart both run again in new sandboxes; `idle`'s old sandbox, empty, is removed
+/// by container GC, while `filler`'s keeps the dead instance GC keeps for `app` (upstream's
+/// rule). That stopped sandbox blinds nothing: `filler`'s new container writes 40 MiB into
+/// an emptyDir limited to 10Mi and is evicted within the eviction interval plus one stats
+/// period; once its object is deleted nothing of it is left.
+#[test]
+fn sandboxes_stopped_behind_the_agents_back_blind_neither_stats_nor_eviction() {
+    use kubelet::runtime::{Runtime, SandboxState};
+    require_rig!();
+    let t0 = std::time::Instant::now();
+    let (rig, cp, _node, mut kubelet) = common::joined::up_with_env(
+        "e2e-stale-sandbox",
+        Options::default(),
+        true,
+        &[("KUBELET_TEST_CONTAINER_GC_PERIOD", "2s")],
+    );
+    let alive = |k: &mut common::KubeletProc| {
+        if let Some(st) = k.exited() {
+            panic!("kubelet exited: {st}\n{}", k.log_text());
+        }
+    };
+    wait_for("node registered", Duration::from_secs(60), || {
+        alive(&mut kubelet);
+        cp.get("nodes", "", NODE)
+    });
+    // The first run leaves a marker in its emptyDir; a run that finds it fills the volume.
+    cp.create(
+        "pods",
+        json!({"metadata": {"name": "filler", "namespace": "default"},
+            "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "image": BUSYBOX,
+                    "command": ["sh", "-c", "if [ -e /scratch/started ]; then dd if=/dev/zero of=/scratch/fill bs=1048576 count=40; else touch /scratch/started; fi; sleep 3600"],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+                "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "10Mi"}}]}}),
+    )
+    .unwrap();
+    cp.create(
+        "pods",
+        json!({"metadata": {"name": "idle", "namespace": "default"},
+            "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "image": BUSYBOX, "command": ["sleep", "3600"]}]}}),
+    )
+    .unwrap();
+    let running = |name: &str, restarts: i64| {
+        cp.get("pods", "default", name).filter(|p| {
+            let c = container(p, "app");
+            p["status"]["phase"] == "Running"
+                && c["state"]["running"].is_object()
+                && c["restartCount"] == restarts
+        })
+    };
+    let (filler, idle) = wait_for("both pods running", Duration::from_secs(60), || {
+        alive(&mut kubelet);
+        Some((running("filler", 0)?, running("idle", 0)?))
+    });
+    let (filler_uid, idle_uid) = (uid(&filler), uid(&idle));
+
+    // Behind the agent's back: it is killed, the sandboxes stopped through the CRI.
+    kubelet.kill();
+    let (tokio_rt, cri) = cri(&rig);
+    let (filler_old, idle_old) = tokio_rt.block_on(async {
+        let one = |uid: String| {
+            let cri = &cri;
+            async move {
+                let mut s = cri.list_pod_sandboxes(&uid).await.unwrap();
+                assert_eq!(s.len(), 1, "{s:?}");
+                let id = s.remove(0).id;
+                cri.stop_sandbox(&id).await.unwrap();
+                id
+            }
+        };
+        let filler_old = one(filler_uid.clone()).await;
+        let idle_old = one(idle_uid.clone()).await;
+        for c in cri.list_pod_containers(&idle_uid).await.unwrap() {
+            cri.remove_container(&c.id).await.unwrap();
+        }
+        // The list the agent asks for answers despite the stopped sandboxes.
+        let stats = cri.list_sandbox_stats().await;
+        assert!(stats.is_ok(), "ListPodSandboxStats: {stats:?}");
+        (filler_old, idle_old)
+    });
+    let restarted = std::time::Instant::now();
+    kubelet.restart();
+
+    // idle runs again in a new sandbox (restart count 0: its dead container is gone); the
+    // old sandbox, holding nothing, is removed by container GC.
+    let sandboxes = |uid: &str| tokio_rt.block_on(cri.list_pod_sandboxes(uid)).unwrap();
+    wait_for(
+        "idle's old sandbox removed",
+        Duration::from_secs(30),
+        || {
+            alive(&mut kubelet);
+            let s = sandboxes(&idle_uid);
+            (!s.iter().any(|s| s.id == idle_old)
+                && s.iter().any(|s| s.state == SandboxState::Ready))
+            .then_some(())
+        },
+    );
+    wait_for("idle running again", Duration::from_secs(30), || {
+        alive(&mut kubelet);
+        running("idle", 0)
+    });
+
+    // filler's new container fills its volume past the limit and the pod is evicted.
+    let mut filling_since = None;
+    let mut old_kept = false;
+    let evicted = wait_for("filler evicted", Duration::from_secs(60), || {
+        alive(&mut kubelet);
+        let p = cp.get("pods", "default", "filler")?;
+        if filling_since.is_none() && container(&p, "app")["restartCount"] == 1 {
+            filling_since = Some(std::time::Instant::now());
+            // The old sandbox still holds the dead instance kept for `app`.
+            old_kept = sandboxes(&filler_uid)
+                .iter()
+                .any(|s| s.id == filler_old && s.state == SandboxState::NotReady);
+        }
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    let evicted_after = restarted.elapsed();
+    let since_fill = filling_since.map(|t| t.elapsed());
+    assert_eq!(evicted["status"]["reason"], "Evicted", "{evicted}");
+    assert_eq!(
+        evicted["status"]["message"],
+        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"10Mi\". "
+    );
+    let since_fill = since_fill.expect("filler ran again (restartCount 1) before its eviction");
+    assert!(
+        old_kept,
+        "filler's old sandbox was NotReady beside the new one"
+    );
+    // Eviction interval (10 s) + one stats period (10 s), plus the 1 s grace and status write.
+    assert!(
+        since_fill <= Duration::from_secs(25),
+        "evicted {since_fill:?} after its new container ran (restart → eviction {evicted_after:?})"
+    );
+    // The evicted pod keeps what it has until its object goes (container GC keeps a live
+    // pod's newest dead instance); then nothing of it is left, its old sandbox included.
+    cp.delete("pods", "default", "filler", Some(0)).unwrap();
+    wait_for(
+        "every sandbox of filler removed",
+        Duration::from_secs(30),
+        || {
+            alive(&mut kubelet);
+            sandboxes(&filler_uid).is_empty().then_some(())
+        },
+    );
+    let log = kubelet.log_text();
+    assert!(
+        !log.contains("eviction manager: cannot see"),
+        "no stats source went blind:\n{log}"
+    );
+    eprintln!(
+        "stale sandboxes: evicted {since_fill:?} after the refill began, {evicted_after:?} after the restart; test took {:?}",
+        t0.elapsed()
     );
 }
 

@@ -3,6 +3,9 @@
 //! inside the rig's netns, basic auth), the same image without the secret failing with
 //! ErrImagePull, a RuntimeClass resolving to the rig's runc handler and an unknown one
 //! failing the sandbox, and service-link variables with and without `enableServiceLinks`.
+//! Pulled-image credential verification: once the private image is on the node, a pod
+//! without the secret must pull it itself (and is refused) or, with `Never`, fails as if it
+//! were absent; the record of the pull names the secret.
 
 mod common;
 
@@ -216,6 +219,71 @@ fn pull_secrets_runtime_classes_and_service_links() {
     );
     assert!(log.contains("WEB_FRONT_PORT_80_TCP_PROTO=tcp\n"), "{log}");
 
+    // 1b. The image is on the node now, pulled with regcred. A pod without the secret
+    //     (IfNotPresent, the default for a tagged image) must pull it with its own (no)
+    //     credentials: the registry refuses. With `Never` it fails as if the image were absent.
+    let refused_before = stats.unauthorized.load(Ordering::SeqCst);
+    cp.create("pods", env_pod("freeloader", PRIVATE, json!({})))
+        .unwrap();
+    let p = pod_until(&cp, &mut kubelet, "freeloader", "ErrImagePull", |p| {
+        matches!(
+            waiting_reason(p).as_str(),
+            "ErrImagePull" | "ImagePullBackOff"
+        )
+    });
+    println!(
+        "a pod without the secret: {}",
+        p["status"]["containerStatuses"][0]["state"]
+    );
+    assert!(
+        stats.unauthorized.load(Ordering::SeqCst) > refused_before,
+        "the pod without the secret asked the registry"
+    );
+    let mut never = env_pod("freeloader-never", PRIVATE, json!({}));
+    never["spec"]["containers"][0]["imagePullPolicy"] = json!("Never");
+    cp.create("pods", never).unwrap();
+    let p = pod_until(
+        &cp,
+        &mut kubelet,
+        "freeloader-never",
+        "ErrImageNeverPull",
+        |p| waiting_reason(p) == "ErrImageNeverPull",
+    );
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["message"],
+        format!("Container image {PRIVATE:?} is not present with pull policy of Never"),
+        "{p:#}"
+    );
+    // The record of the pull: <root-dir>/image_manager/pulled/sha256-..., mode 0600, naming
+    // regcred by its UID (never its credentials).
+    let secret_uid = cp.get("secrets", "default", "regcred").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let pulled = node.p("var/lib/kubelet/image_manager/pulled");
+    let record = std::fs::read_dir(&pulled)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains("\"name\":\"regcred\"")))
+        .expect("a pulled record naming regcred");
+    let text = std::fs::read_to_string(&record).unwrap();
+    println!("pulled record {}: {text}", record.display());
+    assert!(
+        text.contains(&format!("\"uid\":\"{secret_uid}\"")),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"127.0.0.1:5000/private/busybox\""),
+        "{text}"
+    );
+    assert!(!text.contains(PASSWORD), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&record).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
     // 2. The same image without usable credentials (a missing secret only warns): ErrImagePull.
     // Pull policy Always: the image is in the store now, and must be pulled again.
     let mut anon = env_pod(
@@ -275,10 +343,17 @@ fn pull_secrets_runtime_classes_and_service_links() {
     let p = cp.get("pods", "default", "badclass").unwrap();
     assert_ne!(p["status"]["phase"], "Running", "{p:#}");
 
-    // 4. enableServiceLinks: false keeps only the master service's variables.
+    // 4. enableServiceLinks: false keeps only the master service's variables. (The private
+    //    image with its secret: the rig's busybox has the same image ID, which the kubelet
+    //    pulled in step 1, so as upstream it is no longer preloaded; a pod naming it must
+    //    verify by pulling, and the rig has no route to Docker Hub.)
     cp.create(
         "pods",
-        env_pod("nolinks", BUSYBOX, json!({"enableServiceLinks": false})),
+        env_pod(
+            "nolinks",
+            PRIVATE,
+            json!({"enableServiceLinks": false, "imagePullSecrets": [{"name": "regcred"}]}),
+        ),
     )
     .unwrap();
     let pod = pod_until(&cp, &mut kubelet, "nolinks", "Running", |p| {
@@ -292,7 +367,14 @@ fn pull_secrets_runtime_classes_and_service_links() {
     assert!(log.contains("KUBERNETES_SERVICE_HOST="), "{log}");
     assert!(!log.contains("WEB_FRONT_"), "{log}");
 
-    for name in ["private", "anonymous", "badclass", "nolinks"] {
+    for name in [
+        "private",
+        "freeloader",
+        "freeloader-never",
+        "anonymous",
+        "badclass",
+        "nolinks",
+    ] {
         let _ = cp.delete("pods", "default", name, None);
     }
     let pods_dir = node.p("var/lib/kubelet/pods");

@@ -1,7 +1,7 @@
 //! securityContext on real containerd (standalone static pods): what the container sees from
 //! inside (capabilities, no_new_privs, seccomp, user and groups, read-only root, a safe
-//! sysctl), runAsNonRoot refused for an image that runs as root, and a pod with a forbidden
-//! sysctl rejected at admission.
+//! sysctl), runAsNonRoot refused for an image that runs as root, a pod with a forbidden
+//! sysctl rejected at admission, and restarted containers keeping their UID (CVE-2019-11245).
 
 mod common;
 
@@ -231,4 +231,119 @@ fn security_context_is_what_the_container_sees() {
         "app=\"data-link\"\n"
     );
     assert_eq!(std::fs::read(victim.join("precious")).unwrap(), b"keep");
+}
+
+/// An image whose config says `User: 1000:1000` (busybox, `app` in its /etc/passwd), built
+/// with the rig's mkimage.sh and imported into this rig's containerd.
+fn import_user_image(rig: &Rig, dir: &std::path::Path) -> &'static str {
+    const IMAGE: &str = "registry.local/busybox-user:1";
+    let root = dir.join("rootfs");
+    for d in ["bin", "etc", "tmp", "proc", "sys", "dev"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    for applet in ["sh", "id", "echo", "sleep", "cat"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+    }
+    std::fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/:/bin/sh\napp:x:1000:1000:app:/tmp:/bin/sh\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("etc/group"), "root:x:0:\napp:x:1000:\n").unwrap();
+    let tar = dir.join("busybox-user.tar");
+    let rig_dir = common::repo_root().join("tests/rig");
+    let out = std::process::Command::new(rig_dir.join("mkimage.sh"))
+        .arg(&root)
+        .arg(IMAGE)
+        .arg(&tar)
+        .args(["", "[\"sh\"]", "1000:1000"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mkimage.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = std::process::Command::new(rig_dir.join("build-test-images.sh"))
+        .arg("import")
+        .arg(&tar)
+        .arg(rig.get("CONTAINERD_SOCK"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "import: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    IMAGE
+}
+
+/// The UIDs each run of the `app` container reported, in run order (its CRI log files
+/// `0.log`, `1.log`, …).
+fn uids_per_run(agent: &Agent, pod_prefix: &str) -> Vec<String> {
+    let logs = agent.dir.path().join("logs");
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(&logs).into_iter().flatten().flatten() {
+        if !dir
+            .file_name()
+            .to_string_lossy()
+            .starts_with(&format!("default_{pod_prefix}"))
+        {
+            continue;
+        }
+        for run in 0..5 {
+            let Ok(text) = std::fs::read_to_string(dir.path().join(format!("app/{run}.log")))
+            else {
+                break;
+            };
+            if let Some(uid) = text.lines().find_map(|l| l.split(" UID ").nth(1)) {
+                out.push(uid.trim().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// CVE-2019-11245 on real containerd: a pod that names no runAsUser, of an image whose
+/// USER is 1000 and that is on the node before the pod: the first run and the restarted
+/// run both run as 1000 (the CVE ran the restart as root); a second pod's runAsUser 2345
+/// wins over the image's user on every run.
+#[test]
+fn cve_2019_11245_restarted_containers_keep_their_uid() {
+    require_rig!();
+    let rig = Rig::up("e2e-uid-restart");
+    let dir = tempfile::tempdir().unwrap();
+    let image = import_user_image(&rig, dir.path());
+    let agent = Agent::start(&rig);
+    for (name, sc) in [
+        ("image-user", ""),
+        ("pod-user", "  securityContext: {runAsUser: 2345}\n"),
+    ] {
+        agent.write_manifest(
+            &format!("{name}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n{sc}  containers:\n  - name: app\n    image: {image}\n    command: [\"sh\", \"-c\", \"echo UID $(id -u); exit 1\"]\n"
+            ),
+        );
+    }
+    for (name, want) in [("image-user", "1000"), ("pod-user", "2345")] {
+        let uids = wait_for(
+            &format!("{name}: two runs of app"),
+            Duration::from_secs(90),
+            || {
+                let u = uids_per_run(&agent, &format!("{name}-"));
+                (u.len() >= 2).then_some(u)
+            },
+        );
+        assert!(
+            uids.iter().all(|u| u == want),
+            "{name}: every run as {want}, got {uids:?}"
+        );
+        let pod = agent.pod(&format!("{name}-")).unwrap();
+        assert!(
+            container(&pod, "app")["restartCount"].as_i64().unwrap_or(0) >= 1,
+            "{pod}"
+        );
+    }
 }

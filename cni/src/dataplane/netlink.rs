@@ -273,6 +273,20 @@ fn write_sysctl(path: &str) -> Result<()> {
     }
 }
 
+/// Turns off IPv6 router advertisements on the bridge, as upstream's bridge plugin does since
+/// v0.8.6 (CVE-2020-10749): the plugin owns the node's routes on it, and a pod could
+/// otherwise make the node route its IPv6 traffic through the pod. A kernel without IPv6
+/// has no such key; any other failure fails the ADD rather than leave the node open.
+fn refuse_router_advertisements(bridge: &str) -> Result<()> {
+    let path = format!("/proc/sys/net/ipv6/conf/{bridge}/accept_ra");
+    match std::fs::read_to_string(&path) {
+        Ok(v) if v.trim() == "0" => Ok(()),
+        Ok(_) => std::fs::write(&path, "0").map_err(|e| Error::Io(format!("write {path}: {e}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::Io(format!("read {path}: {e}"))),
+    }
+}
+
 impl Netlink {
     fn ensure_bridge(&self, host: &Session, link: &PodLink) -> Result<LinkMessage> {
         let bridge = match host.link(&link.bridge)? {
@@ -298,6 +312,7 @@ impl Netlink {
             }
         };
         let index = index_of(&bridge);
+        refuse_router_advertisements(&link.bridge)?;
         if !bridge.header.flags.contains(LinkFlags::Up) {
             host.set("bridge up", LinkUnspec::new_with_index(index).up().build())?;
         }

@@ -1,7 +1,8 @@
 //! The settings the container manager writes pod and container limits with: `cpuCFSQuota`,
 //! `cpuCFSQuotaPeriod` (only with the `CustomCPUCFSQuotaPeriod` feature gate, as upstream),
-//! `podPidsLimit`, `memorySwap.swapBehavior` and the `PodLevelResources` gate. Pure;
-//! validated as upstream's ValidateKubeletConfiguration.
+//! `podPidsLimit`, `memorySwap.swapBehavior` and the `PodLevelResources` gate; and the
+//! agent's own process limit (`maxOpenFiles`). Pure; validated as upstream's
+//! ValidateKubeletConfiguration.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
 use crate::duration;
@@ -59,7 +60,12 @@ fn gate(flags: &Flags, file: &KubeletConfiguration, name: &str) -> bool {
 }
 
 /// [`gate`] for a gate whose upstream default is `default`.
-fn gate_or(flags: &Flags, file: &KubeletConfiguration, name: &str, default: bool) -> bool {
+pub(super) fn gate_or(
+    flags: &Flags,
+    file: &KubeletConfiguration,
+    name: &str,
+    default: bool,
+) -> bool {
     if let Some(v) = flags.feature_gates.as_ref().and_then(|m| m.get(name)) {
         return v.eq_ignore_ascii_case("true");
     }
@@ -71,7 +77,11 @@ fn gate_or(flags: &Flags, file: &KubeletConfiguration, name: &str, default: bool
 }
 
 /// The feature gates the agent reads; any other one set is named in a warning.
-pub const READ_GATES: &[&str] = &["CustomCPUCFSQuotaPeriod", crate::pod::resources::GATE];
+pub const READ_GATES: &[&str] = &[
+    "CustomCPUCFSQuotaPeriod",
+    crate::pod::resources::GATE,
+    crate::images::pull_records::GATE,
+];
 
 /// A warning for each gate set in `--feature-gates` or `featureGates` that the agent does
 /// not read.

@@ -6,14 +6,13 @@ pub mod gc;
 pub mod limits;
 pub mod network;
 pub mod resources;
+pub mod server;
 
 use crate::duration;
 use crate::flags::Flags;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::net::IpAddr;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::{net::IpAddr, path::PathBuf, time::Duration};
 
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +104,7 @@ pub struct KubeletConfiguration {
     #[serde(rename = "eventRecordQPS")]
     pub event_record_qps: Option<serde_json::Value>,
     pub event_burst: Option<serde_json::Value>,
-    pub enable_debugging_handlers: Option<serde_json::Value>,
+    pub enable_debugging_handlers: Option<bool>,
     pub enable_contention_profiling: Option<serde_json::Value>,
     pub oom_score_adj: Option<serde_json::Value>,
     #[serde(with = "duration::serde_opt")]
@@ -196,6 +195,8 @@ pub struct KubeletConfiguration {
     pub user_namespaces: Option<serde_json::Value>,
     /// Ours: the node network controller (the `network` subsystem).
     pub node_agent_network: Option<network::FileSettings>,
+    /// Ours: the servers' connection limits.
+    pub node_agent_server: Option<server::FileSettings>,
     /// Fields upstream's v1beta1 does not have (named in a warning at start).
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
@@ -280,6 +281,8 @@ pub struct Config {
     pub read_only_port: u16,
     /// `maxOpenFiles`: RLIMIT_NOFILE set at start.
     pub max_open_files: u64,
+    /// `nodeAgentServer` (ours): the servers' connection limits.
+    pub server: server::Settings,
     /// `nodeStatusMaxImages`: how many images the Node's status lists (-1: all).
     pub node_status_max_images: i32,
     pub tls_cert_file: Option<PathBuf>,
@@ -297,6 +300,8 @@ pub struct Config {
     pub pod_logs_dir: PathBuf,
     /// `enableSystemLogHandler` (default true): `/logs/` is served.
     pub enable_system_log_handler: bool,
+    /// `enableDebuggingHandlers` (default true): exec, attach, port-forward, run, logs.
+    pub enable_debugging_handlers: bool,
     pub container_runtime_endpoint: String,
     pub image_service_endpoint: String,
     #[serde(with = "duration::serde_opt_plain")]
@@ -357,6 +362,10 @@ pub struct Config {
     pub image_gc: gc::ImageGcPolicy,
     /// Container garbage collection (deprecated flags only).
     pub container_gc: gc::ContainerGcPolicy,
+    /// `imagePullCredentialsVerificationPolicy`, `preloadedImagesVerificationAllowlist` and
+    /// the `KubeletEnsureSecretPulledImages` gate, validated.
+    #[serde(flatten)]
+    pub image_pulls: crate::images::pull_records::Settings,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -443,25 +452,6 @@ fn port(name: &str, v: i32, allow_zero: bool) -> Result<u16, ConfigError> {
         _ => Err(invalid(format!(
             "{name}: {v} must be between {} and 65535, inclusive",
             if allow_zero { 0 } else { 1 }
-        ))),
-    }
-}
-
-/// `maxOpenFiles` (flag first; 0 or unset: 1000000, v1beta1's default); negative is invalid,
-/// as upstream's validation says.
-fn max_open_files(flag: Option<i64>, file: Option<&serde_json::Value>) -> Result<u64, ConfigError> {
-    let v = match (flag, file) {
-        (Some(v), _) => v,
-        (None, None) | (None, Some(serde_json::Value::Null)) => 0,
-        (None, Some(v)) => v
-            .as_i64()
-            .ok_or_else(|| invalid(format!("maxOpenFiles: {v} is not an integer")))?,
-    };
-    match u64::try_from(v) {
-        Ok(0) => Ok(1_000_000),
-        Ok(n) => Ok(n),
-        Err(_) => Err(invalid(format!(
-            "maxOpenFiles (--max-open-files) {v} must not be a negative number"
         ))),
     }
 }
@@ -595,6 +585,12 @@ pub fn merge(
     let pod_limits = limits::parse(flags, &file)?;
     let image_gc = gc::image_policy(flags, &file)?;
     let container_gc = gc::container_policy(flags)?;
+    let image_pulls = crate::images::pull_records::Settings::parse(
+        limits::gate_or(flags, &file, crate::images::pull_records::GATE, true),
+        file.image_pull_credentials_verification_policy.as_ref(),
+        file.preloaded_images_verification_allowlist.as_ref(),
+    )
+    .map_err(invalid)?;
     let max_pods = flags.max_pods.or(file.max_pods).unwrap_or(110);
     if max_pods < 0 {
         return Err(invalid(format!("maxPods: {max_pods} must not be negative")));
@@ -698,7 +694,8 @@ pub fn merge(
             flags.read_only_port.or(file.read_only_port).unwrap_or(0),
             true,
         )?,
-        max_open_files: max_open_files(flags.max_open_files, file.max_open_files.as_ref())?,
+        max_open_files: server::max_open_files(flags.max_open_files, file.max_open_files.as_ref())?,
+        server: server::merge(file.node_agent_server.as_ref())?,
         node_status_max_images: match flags
             .node_status_max_images
             .or(file.node_status_max_images)
@@ -760,6 +757,7 @@ pub fn merge(
             .as_ref()
             .and_then(|v| v.as_bool())
             .unwrap_or(true),
+        enable_debugging_handlers: file.enable_debugging_handlers.unwrap_or(true),
         container_runtime_endpoint: runtime_endpoint,
         image_service_endpoint: image_endpoint,
         runtime_request_timeout: dur(
@@ -846,6 +844,7 @@ pub fn merge(
         pod_limits,
         image_gc,
         container_gc,
+        image_pulls,
     })
 }
 

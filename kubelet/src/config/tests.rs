@@ -98,6 +98,23 @@ fn defaults_match_upstream() {
         (50, 100, 40)
     );
     assert!(cfg.register_node);
+    assert!(cfg.enable_debugging_handlers);
+}
+
+#[test]
+fn enable_debugging_handlers_is_read() {
+    let file = parse_file("c", "enableDebuggingHandlers: false\n").unwrap();
+    assert!(
+        !merge(&flags(&[]), file, "n")
+            .unwrap()
+            .enable_debugging_handlers
+    );
+    let file = parse_file("c", "enableDebuggingHandlers: true\n").unwrap();
+    assert!(
+        merge(&flags(&[]), file, "n")
+            .unwrap()
+            .enable_debugging_handlers
+    );
 }
 
 #[test]
@@ -351,24 +368,22 @@ fn tls_settings_validated() {
 }
 
 #[test]
-fn refused_settings_stop_the_start() {
+fn the_verification_policy_once_refused_now_loads_and_unknown_settings_warn() {
+    // imagePullCredentialsVerificationPolicy was the last setting the agent refused: it is
+    // provided now (images::pull_records), so every policy loads.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
     std::fs::write(
         &path,
-        "kind: KubeletConfiguration\nimagePullCredentialsVerificationPolicy: AlwaysVerify\nkubeReserved: {cpu: 100m}\n",
+        "kind: KubeletConfiguration\nimagePullCredentialsVerificationPolicy: AlwaysVerify\n",
     )
     .unwrap();
     let f = flags(&[&format!("--config={}", path.display())]);
-    let err = load_checked(&f, &[], "n").unwrap_err();
-    assert!(
-        matches!(&err, ConfigError::Refused(r) if r.len() == 1),
-        "{err}"
-    );
-    assert!(
-        err.to_string()
-            .contains("imagePullCredentialsVerificationPolicy"),
-        "{err}"
+    let (cfg, warnings) = load_checked(&f, &[], "n").unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(
+        cfg.image_pulls.verify_policy().unwrap().name,
+        crate::images::pull_records::policy::PolicyName::AlwaysVerify
     );
     std::fs::write(
         &path,
@@ -507,12 +522,71 @@ fn unread_feature_gates_are_named_and_read_ones_are_not() {
     assert_eq!(
         warnings,
         [
-            "feature gate KubeletTracing is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources)",
-            "feature gate MemoryQoS is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources)",
+            "feature gate KubeletTracing is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources, KubeletEnsureSecretPulledImages)",
+            "feature gate MemoryQoS is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources, KubeletEnsureSecretPulledImages)",
         ]
     );
     assert!(
         !cfg.pod_limits.pod_level_resources,
         "the file's gate is read"
+    );
+}
+
+#[test]
+fn pulled_image_verification_settings_default_validate_and_show_in_configz() {
+    let load = |yaml: &str, args: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.yaml");
+        std::fs::write(&path, format!("kind: KubeletConfiguration\n{yaml}")).unwrap();
+        let mut all = vec![format!("--config={}", path.display())];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        load_checked(&flags(&all), &[], "n")
+    };
+    let (cfg, warnings) = load("", &[]).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(cfg.image_pulls.enabled);
+    let v = serde_json::to_value(&cfg).unwrap();
+    assert_eq!(
+        v["imagePullCredentialsVerificationPolicy"],
+        "NeverVerifyPreloadedImages"
+    );
+    let (cfg, warnings) = load(
+        "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"registry.k8s.io/*\"]\n",
+        &[],
+    )
+    .unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(
+        cfg.image_pulls
+            .verify_policy()
+            .unwrap()
+            .allowlist
+            .matches("registry.k8s.io/pause:3.10")
+    );
+    let err = load(
+        "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"registry.k8s.io/pause:3.10\"]\n",
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid configuration: invalid image pattern in `preloadedImagesVerificationAllowlist`: neither tag nor digest is accepted in an image reference: registry.k8s.io/pause:3.10"
+    );
+    // The gate off, from the flag or the file: nothing verified, and the fields refused.
+    let (cfg, _) = load(
+        "",
+        &["--feature-gates=KubeletEnsureSecretPulledImages=false"],
+    )
+    .unwrap();
+    assert!(cfg.image_pulls.verify_policy().is_none());
+    let err = load(
+        "featureGates: {KubeletEnsureSecretPulledImages: false}\nimagePullCredentialsVerificationPolicy: AlwaysVerify\n",
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid configuration: `imagePullCredentialsVerificationPolicy` must not be set if KubeletEnsureSecretPulledImages feature gate is not enabled"
     );
 }

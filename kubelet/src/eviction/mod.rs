@@ -8,6 +8,10 @@
 //! evicts one pod, ranked as upstream. Pods over their local storage limits (emptyDir
 //! `sizeLimit`, `ephemeral-storage` limits) are evicted whatever the node's state.
 //!
+//! A stats source that fails (a CRI call, the pod list) costs only its own signals: the
+//! manager acts on every signal the snapshot still carries, and says once when a source goes
+//! blind and once when it is seen again.
+//!
 //! The edges are narrow traits ([`StatsSource`], [`PodKiller`], [`NodeReclaim`]) and time is a
 //! parameter of [`Manager::synchronize`], so tests drive it with fakes.
 
@@ -24,6 +28,7 @@ pub use tracker::Condition;
 use crate::config::resources::Eviction;
 use crate::events::{EventRecorder, EventType};
 use crate::pod_worker::Stopped;
+use crate::stats::gaps::{self, Gaps, Source};
 use crate::stats::summary::{PodStats, Summary};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
@@ -50,11 +55,19 @@ pub enum EvictionError {
     Reclaim(String),
 }
 
+/// One stats snapshot as the manager reads it: the Summary and what it lacks.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub summary: Arc<Summary>,
+    /// The sources the snapshot could not read (their signals are missing from `summary`).
+    pub gaps: Gaps,
+}
+
 /// Where the manager reads stats (the stats provider).
 #[async_trait::async_trait]
 pub trait StatsSource: Send + Sync {
     /// The latest snapshot; `fresh` asks for a refresh now.
-    async fn summary(&self, fresh: bool) -> Result<Arc<Summary>, EvictionError>;
+    async fn summary(&self, fresh: bool) -> Result<Observed, EvictionError>;
 }
 
 /// The pods the manager may evict and how it stops them.
@@ -134,6 +147,10 @@ pub struct Outcome {
     pub evicted: Vec<String>,
     /// Node-level reclaim sufficed.
     pub reclaimed: bool,
+    /// Stats sources that went blind in this pass (said once in the log).
+    pub went_blind: Vec<Source>,
+    /// Stats sources seen again in this pass.
+    pub recovered: Vec<Source>,
 }
 
 /// Everything the manager needs around it.
@@ -153,6 +170,8 @@ pub struct Manager {
     tracker: tracker::Tracker,
     parts: Parts,
     max_pod_grace: i64,
+    /// Which stats sources were blind at the last pass.
+    blind: gaps::Watch,
 }
 
 impl Manager {
@@ -161,6 +180,23 @@ impl Manager {
             max_pod_grace: cfg.max_pod_grace_period,
             tracker: tracker::Tracker::new(cfg),
             parts,
+            blind: gaps::Watch::default(),
+        }
+    }
+
+    /// Notes what this pass's stats lack: one line per source going blind or seen again.
+    fn see(&mut self, now: &Gaps, out: &mut Outcome) {
+        for change in self.blind.update(now) {
+            match change {
+                gaps::Change::Blind(source, why) => {
+                    tracing::warn!(error = %why, "eviction manager: cannot see {}: {}", source.what(), source.consequence());
+                    out.went_blind.push(source);
+                }
+                gaps::Change::Recovered(source) => {
+                    tracing::info!("eviction manager: sees {} again", source.what());
+                    out.recovered.push(source);
+                }
+            }
         }
     }
 
@@ -174,6 +210,8 @@ impl Manager {
                     tracing::info!(pods = ?o.evicted, "eviction manager: evicted")
                 }
                 Ok(_) => {}
+                // Said once by the pass (when stats go blind and when they return).
+                Err(EvictionError::Stats(_)) => {}
                 Err(e) => tracing::warn!(error = %e, "eviction manager: failed to synchronize"),
             }
             tokio::select! {
@@ -217,7 +255,15 @@ impl Manager {
     pub async fn synchronize(&mut self, now: Instant) -> Result<Outcome, EvictionError> {
         let mut out = Outcome::default();
         let pods = self.parts.pods.active_pods().await;
-        let summary = self.parts.stats.summary(false).await?;
+        let observed = match self.parts.stats.summary(false).await {
+            Ok(o) => o,
+            Err(e) => {
+                self.see(&[(Source::Refresh, e.to_string())].into(), &mut out);
+                return Err(e);
+            }
+        };
+        self.see(&observed.gaps, &mut out);
+        let summary = observed.summary;
         let dedicated = signals::dedicated_image_fs(&summary.node);
         let obs = signals::observe(&summary, self.parts.allocatable_memory);
         let pass = self.tracker.observe(&obs, now);
@@ -342,7 +388,7 @@ impl Manager {
             tracing::info!(error = %e, "eviction manager: unexpected error when attempting to reduce resource pressure");
         }
         let summary = match self.parts.stats.summary(true).await {
-            Ok(s) => s,
+            Ok(s) => s.summary,
             Err(e) => {
                 tracing::error!(error = %e, "eviction manager: failed to get summary stats after resource reclaim");
                 return false;
@@ -358,14 +404,17 @@ pub struct ProviderStats(pub Arc<crate::stats::Provider>);
 
 #[async_trait::async_trait]
 impl StatsSource for ProviderStats {
-    async fn summary(&self, fresh: bool) -> Result<Arc<Summary>, EvictionError> {
+    async fn summary(&self, fresh: bool) -> Result<Observed, EvictionError> {
         let snap = if fresh {
             self.0.refresh().await
         } else {
             self.0.snapshot().await
         };
-        snap.map(|s| Arc::new(s.summary.clone()))
-            .map_err(|e| EvictionError::Stats(e.to_string()))
+        snap.map(|s| Observed {
+            summary: Arc::new(s.summary.clone()),
+            gaps: s.gaps.clone(),
+        })
+        .map_err(|e| EvictionError::Stats(e.to_string()))
     }
 }
 

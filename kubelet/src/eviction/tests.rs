@@ -393,19 +393,20 @@ fn observations_from_a_summary() {
     assert!(!o.contains_key(&Signal::NodeFsAvailable));
 }
 
-/// Fakes for a whole pass.
-struct FakeStats(Mutex<Vec<Summary>>);
+/// Fakes for a whole pass: one answer per call, the last one repeated (an `Err` is a failed
+/// refresh).
+struct FakeStats(Mutex<Vec<Result<Observed, String>>>);
 
 #[async_trait::async_trait]
 impl StatsSource for FakeStats {
-    async fn summary(&self, _fresh: bool) -> Result<Arc<Summary>, EvictionError> {
+    async fn summary(&self, _fresh: bool) -> Result<Observed, EvictionError> {
         let mut v = self.0.lock().unwrap();
         let s = if v.len() > 1 {
             v.remove(0)
         } else {
             v[0].clone()
         };
-        Ok(Arc::new(s))
+        s.map_err(EvictionError::Stats)
     }
 }
 
@@ -477,6 +478,25 @@ fn manager_recording(
     thresholds: Vec<Threshold>,
     events: Arc<crate::events::FakeRecorder>,
 ) -> (Manager, Arc<FakePods>, Arc<FakeReclaim>, Arc<PressureState>) {
+    let answers = summaries
+        .into_iter()
+        .map(|s| {
+            Ok(Observed {
+                summary: Arc::new(s),
+                gaps: Default::default(),
+            })
+        })
+        .collect();
+    manager_answering(answers, pods, thresholds, events)
+}
+
+/// A manager whose stats source gives `answers`, one per call (the last repeated).
+fn manager_answering(
+    answers: Vec<Result<Observed, String>>,
+    pods: Vec<Pod>,
+    thresholds: Vec<Threshold>,
+    events: Arc<crate::events::FakeRecorder>,
+) -> (Manager, Arc<FakePods>, Arc<FakeReclaim>, Arc<PressureState>) {
     let killer = Arc::new(FakePods {
         pods,
         ..Default::default()
@@ -486,7 +506,7 @@ fn manager_recording(
     let m = Manager::new(
         cfg(thresholds),
         Parts {
-            stats: Arc::new(FakeStats(Mutex::new(summaries))),
+            stats: Arc::new(FakeStats(Mutex::new(answers))),
             pods: killer.clone(),
             reclaim: reclaim.clone(),
             events,
@@ -591,6 +611,88 @@ async fn emptydir_over_its_size_limit_is_evicted_without_node_pressure_but_criti
         "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
     );
     assert!(!ev[0].1.disruption);
+}
+
+/// A stats source that goes blind costs only its own signals: the pass still acts on what the
+/// snapshot carries, and says so once when it goes blind and once when it is back (not at
+/// every pass).
+#[tokio::test]
+async fn a_blind_stats_source_is_said_once_and_the_signals_left_still_act() {
+    use crate::stats::gaps::Source;
+    let spec =
+        serde_json::json!({"volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]});
+    let pods = vec![pod("p", 0, None, spec)];
+    // The runtime's stats failed for this pod's sandbox: no writable layer, but its volume
+    // was walked on disk.
+    let mut sp = stats("p", 0, 0);
+    sp.containers[0].rootfs = None;
+    sp.volume.push(VolumeStats {
+        fs: fs(2 << 20),
+        name: "scratch".into(),
+    });
+    let with_gap = |summary: Summary, source: Source| {
+        Ok(Observed {
+            summary: Arc::new(summary),
+            gaps: [(
+                source,
+                "Unknown: failed to decode sandbox container metrics".to_string(),
+            )]
+            .into(),
+        })
+    };
+    let blind = with_gap(summary(1 << 30, 900, vec![sp]), Source::SandboxStats);
+    // Then the pod list itself fails: the node's memory still raises MemoryPressure.
+    let no_pods = with_gap(summary(50 << 20, 900, vec![]), Source::PodSandboxes);
+    let clear = Ok(Observed {
+        summary: Arc::new(summary(1 << 30, 900, vec![])),
+        gaps: Default::default(),
+    });
+    let answers = vec![
+        blind.clone(),
+        blind,
+        no_pods.clone(),
+        no_pods,
+        Err("stats refresh task failed".to_string()),
+        Err("stats refresh task failed".to_string()),
+        clear,
+    ];
+    let events = Arc::new(crate::events::FakeRecorder::default());
+    let memory = threshold(Signal::MemoryAvailable, Amount::Quantity(100 * MI), 0);
+    let (mut m, killer, _, state) = manager_answering(answers, pods, vec![memory], events);
+    let t0 = Instant::now();
+    let out = m.synchronize(t0).await.unwrap();
+    assert_eq!(out.went_blind, [Source::SandboxStats]);
+    assert_eq!(out.evicted, ["uid-p"], "the volume walk still counts");
+    let out = m.synchronize(t0).await.unwrap();
+    assert!(
+        out.went_blind.is_empty() && out.recovered.is_empty(),
+        "{out:?}"
+    );
+    let out = m.synchronize(t0).await.unwrap();
+    assert_eq!(out.went_blind, [Source::PodSandboxes]);
+    assert_eq!(out.recovered, [Source::SandboxStats]);
+    assert_eq!(state.conditions(), vec![Condition::MemoryPressure]);
+    assert_eq!(
+        out.evicted,
+        ["uid-p"],
+        "ranked without usage, still evicted"
+    );
+    let out = m.synchronize(t0).await.unwrap();
+    assert!(
+        out.went_blind.is_empty() && out.recovered.is_empty(),
+        "{out:?}"
+    );
+    // No snapshot at all: said once too.
+    assert!(m.synchronize(t0).await.is_err());
+    assert_eq!(
+        m.blind.blind().keys().copied().collect::<Vec<_>>(),
+        [Source::Refresh]
+    );
+    assert!(m.synchronize(t0).await.is_err());
+    let out = m.synchronize(t0).await.unwrap();
+    assert_eq!(out.recovered, [Source::Refresh]);
+    assert!(out.went_blind.is_empty());
+    assert_eq!(killer.evicted.lock().unwrap().len(), 3);
 }
 
 fn container_stats(name: &str, mem: u64, rootfs: u64, logs: u64) -> ContainerStats {

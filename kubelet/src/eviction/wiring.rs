@@ -74,14 +74,14 @@ pub fn allocatable_memory(cfg: &Config, capacity: i64) -> i128 {
         .max(0)
 }
 
-/// The image GC period from the test hook [`crate::images::gc::PERIOD_ENV`], if set (a
-/// warning says so; an unparsable value is ignored with a warning).
-fn test_image_gc_period() -> Option<std::time::Duration> {
-    let env = crate::images::gc::PERIOD_ENV;
+/// A GC period from a test hook (`env`: [`crate::images::gc::PERIOD_ENV`] or
+/// [`crate::runtime::gc::PERIOD_ENV`]), if set (a warning says so; an unparsable value is
+/// ignored with a warning).
+fn test_gc_period(env: &str, what: &str, default: &str) -> Option<std::time::Duration> {
     let text = std::env::var(env).ok()?;
     match crate::duration::parse(&text) {
         Ok(d) if !d.is_zero() => {
-            tracing::warn!(period = %text, "{env} (a test hook) is set: image GC runs every {text} instead of every 5m");
+            tracing::warn!(period = %text, "{env} (a test hook) is set: {what} runs every {text} instead of every {default}");
             Some(d)
         }
         _ => {
@@ -100,6 +100,7 @@ pub fn spawn(
     control: mpsc::Sender<Control>,
     events: Arc<dyn EventRecorder>,
     state: Arc<PressureState>,
+    pull_records: Option<Arc<crate::images::pull_records::PullRecords>>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) {
@@ -108,6 +109,8 @@ pub fn spawn(
         pods: Arc::new(SyncLoopPods(control.clone())),
         policy: cfg.container_gc.clone(),
         pod_logs_dir: cfg.pod_logs_dir.clone(),
+        period: test_gc_period(crate::runtime::gc::PERIOD_ENV, "container GC", "1m")
+            .unwrap_or(crate::runtime::gc::CONTAINER_GC_PERIOD),
     });
     let mut image_gc = ImageGc::new(
         runtime,
@@ -121,8 +124,11 @@ pub fn spawn(
                 .unwrap_or_else(|| crate::images::gc::DEFAULT_SANDBOX_IMAGE.to_string()),
         ),
     );
-    if let Some(period) = test_image_gc_period() {
+    if let Some(period) = test_gc_period(crate::images::gc::PERIOD_ENV, "image GC", "5m") {
         image_gc = image_gc.with_period(period);
+    }
+    if let Some(records) = pull_records {
+        image_gc = image_gc.with_pull_records(records);
     }
     let images = Arc::new(image_gc);
     tasks.spawn(containers.clone().run(cancel.clone()));

@@ -5,7 +5,8 @@
 //! by any container (running or not), a pinned image (CRI `pinned`) and the configured sandbox
 //! image are never removed, nor an image first seen less than `imageMinimumGCAge` ago. When
 //! and how recently an image was seen is kept in memory, as upstream (images present at start
-//! count as first seen then).
+//! count as first seen then). After each collection the pulled-image records
+//! ([`super::pull_records`]) of images no longer present are removed.
 
 use crate::config::gc::ImageGcPolicy;
 use crate::events::{EventRecorder, EventType};
@@ -194,6 +195,8 @@ pub struct ImageGc {
     /// Time between periodic collections ([`IMAGE_GC_PERIOD`]).
     pub period: Duration,
     records: Mutex<HashMap<String, Record>>,
+    /// Pulled-image records, pruned after each collection.
+    pull_records: Option<Arc<super::pull_records::PullRecords>>,
 }
 
 impl ImageGc {
@@ -214,7 +217,31 @@ impl ImageGc {
             sandbox_image,
             period: IMAGE_GC_PERIOD,
             records: Mutex::new(HashMap::new()),
+            pull_records: None,
         }
+    }
+
+    /// The same collector, pruning these pulled-image records after each collection.
+    pub fn with_pull_records(mut self, records: Arc<super::pull_records::PullRecords>) -> Self {
+        self.pull_records = Some(records);
+        self
+    }
+
+    /// Removes the pulled-image records of images not in the last listing (less those
+    /// removed since), unless updated after `began` (upstream's PruneUnknownRecords as a
+    /// post-GC hook).
+    async fn prune_pull_records(&self, began: jiff::Timestamp) {
+        let Some(records) = &self.pull_records else {
+            return;
+        };
+        let ids: Vec<String> = self
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        records.prune_unknown_records_async(ids, began).await;
     }
 
     /// The same collector with another period between collections.
@@ -313,8 +340,18 @@ impl ImageGc {
         freed
     }
 
-    /// One periodic collection (upstream's GarbageCollect).
+    /// One periodic collection (upstream's GarbageCollect), then the records of images gone
+    /// are pruned.
     pub async fn garbage_collect(&self) -> Result<(), ImageGcError> {
+        let began = jiff::Timestamp::now();
+        let result = self.collect().await;
+        if !matches!(result, Err(ImageGcError::Runtime(_))) {
+            self.prune_pull_records(began).await;
+        }
+        result
+    }
+
+    async fn collect(&self) -> Result<(), ImageGcError> {
         let in_use = self.refresh().await?;
         let now = Instant::now();
         let old = {
@@ -364,8 +401,11 @@ impl ImageGc {
     /// Every unused image old enough (upstream's DeleteUnusedImages, for the eviction
     /// manager).
     pub async fn delete_unused_images(&self) -> Result<u64, ImageGcError> {
+        let began = jiff::Timestamp::now();
         let in_use = self.refresh().await?;
-        Ok(self.free(u64::MAX, &in_use, Instant::now(), "space").await)
+        let freed = self.free(u64::MAX, &in_use, Instant::now(), "space").await;
+        self.prune_pull_records(began).await;
+        Ok(freed)
     }
 }
 
@@ -547,6 +587,65 @@ mod tests {
         gc.garbage_collect().await.unwrap();
         assert_eq!(tags(rt.list_images().await.unwrap()), ["r/unused:1"]);
         assert!(events.events().is_empty());
+    }
+
+    #[tokio::test]
+    async fn records_of_removed_images_go_with_them() {
+        use crate::images::pull_records::{PullRecords, VerifyPolicy, format::ImagePulledRecord};
+        let policy = ImageGcPolicy {
+            high_threshold_percent: 60,
+            low_threshold_percent: 40,
+            min_age: Duration::ZERO,
+            max_age: Duration::ZERO,
+        };
+        let full = crate::stats::node::FsInfo {
+            capacity_bytes: 100 * MIB,
+            available_bytes: 30 * MIB,
+            used_bytes: 70 * MIB,
+            inodes: 100,
+            inodes_free: 90,
+        };
+        let (gc, rt, _events, dir) =
+            collector(&["r/unused:1", DEFAULT_SANDBOX_IMAGE], full, policy);
+        let records =
+            Arc::new(PullRecords::open(&dir.path().join("root"), VerifyPolicy::default()).unwrap());
+        let gc = gc.with_pull_records(records.clone());
+        let id = |tag: &str| {
+            let rt = rt.clone();
+            let tag = tag.to_string();
+            async move {
+                rt.list_images()
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .find(|i| i.repo_tags.contains(&tag))
+                    .unwrap()
+                    .id
+            }
+        };
+        let (unused, pause) = (id("r/unused:1").await, id(DEFAULT_SANDBOX_IMAGE).await);
+        // Records written a minute before the collection (and one of an image long gone).
+        let old = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+        for image_ref in [&unused, &pause, &"sha256:gone".to_string()] {
+            let mut r = ImagePulledRecord::new(image_ref, old);
+            r.credential_mapping.insert(
+                "r/x".into(),
+                crate::images::pull_records::format::ImagePullCredentials {
+                    node_pods_accessible: true,
+                    ..Default::default()
+                },
+            );
+            records.store().write_pulled(&r).unwrap();
+        }
+        // The unused image goes (not enough freed: still an error), its record too.
+        assert!(gc.garbage_collect().await.is_err());
+        assert_eq!(
+            tags(rt.list_images().await.unwrap()),
+            [DEFAULT_SANDBOX_IMAGE]
+        );
+        assert!(records.store().get_pulled(&unused).unwrap().is_none());
+        assert!(records.store().get_pulled("sha256:gone").unwrap().is_none());
+        assert!(records.store().get_pulled(&pause).unwrap().is_some());
     }
 
     #[tokio::test]

@@ -1,12 +1,16 @@
 //! Images for containers: the pull policy, pulls (one at a time with `serializeImagePulls`)
 //! and the per-image pull back-off, with upstream's events and waiting reasons; registry
-//! credentials ([`credentials`]: pull secrets and the node's docker config); image garbage
-//! collection ([`gc`]).
+//! credentials ([`credentials`]: pull secrets and the node's docker config); which pods may
+//! use an image already present ([`pull_records`]: pulled-image credential verification);
+//! image garbage collection ([`gc`]).
 
 pub mod credentials;
 pub mod gc;
+pub mod pull_records;
+pub mod reference;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
@@ -68,31 +72,37 @@ pub struct Puller<'a> {
     /// A pull secret whose docker config does not parse: pulls fail with this, as
     /// upstream's MakeDockerKeyring error fails them.
     pub keyring_error: Option<&'a str>,
+    /// Pulled-image credential verification (None: the `KubeletEnsureSecretPulledImages`
+    /// gate is off and any pod may use any image present).
+    pub records: Option<&'a Arc<pull_records::PullRecords>>,
 }
 
 /// Upstream's pull with a keyring: without matching credentials one anonymous pull, else
 /// each matching credential in turn until one pull succeeds; every failure is reported.
+/// Returns the image ID and the credential that worked (None: anonymous).
 async fn pull(
     runtime: &dyn Runtime,
     image: &str,
     keyrings: &[credentials::Keyring],
     keyring_error: Option<&str>,
     sandbox: &SandboxConfig,
-) -> Result<String, String> {
+) -> Result<(String, Option<credentials::TrackedAuth>), String> {
     if let Some(e) = keyring_error {
         return Err(e.to_string());
     }
-    let creds: Vec<ImageAuth> = credentials::lookup_all(keyrings, image);
+    let creds = credentials::lookup_all_tracked(keyrings, image);
     if creds.is_empty() {
         return runtime
             .pull_image(image, None, sandbox)
             .await
+            .map(|r| (r, None))
             .map_err(|e| e.to_string());
     }
     let mut errors = Vec::new();
-    for auth in &creds {
+    for tracked in creds {
+        let auth: &ImageAuth = &tracked.auth;
         match runtime.pull_image(image, Some(auth), sandbox).await {
-            Ok(r) => return Ok(r),
+            Ok(r) => return Ok((r, Some(tracked))),
             Err(e) => {
                 tracing::debug!(%image, username = %auth.username, error = %e, "pull with these credentials failed");
                 errors.push(e.to_string());
@@ -107,9 +117,61 @@ async fn pull(
     })
 }
 
+/// The pod's credentials for `image` as pulled-image records name them: each pull secret
+/// with credentials for it (coordinates and credential hash). The node's own credentials
+/// are not the pod's. A pull secret that does not parse is the error.
+fn pod_credentials(p: &Puller<'_>, image: &str) -> Result<pull_records::PodCredentials, String> {
+    if let Some(e) = p.keyring_error {
+        return Err(e.to_string());
+    }
+    let secrets = credentials::lookup_all_tracked(p.keyrings, image)
+        .into_iter()
+        .filter_map(|t| {
+            let s = t.source?;
+            Some(pull_records::format::ImagePullSecret {
+                uid: s.uid,
+                namespace: s.namespace,
+                name: s.name,
+                credential_hash: t.hash,
+            })
+        })
+        .collect();
+    Ok(pull_records::PodCredentials {
+        secrets,
+        service_account: None,
+    })
+}
+
+/// What a successful pull records (upstream's trackedToImagePullCreds): the pull secret
+/// whose credentials worked, or any pod on the node (no credentials, or the node's own).
+pub fn pulled_with(
+    used: Option<&credentials::TrackedAuth>,
+) -> pull_records::format::ImagePullCredentials {
+    use pull_records::format::{ImagePullCredentials, ImagePullSecret};
+    match used.and_then(|t| t.source.as_ref().map(|s| (t, s))) {
+        Some((t, s)) => ImagePullCredentials {
+            kubernetes_secrets: vec![ImagePullSecret {
+                uid: s.uid.clone(),
+                namespace: s.namespace.clone(),
+                name: s.name.clone(),
+                credential_hash: t.hash.clone(),
+            }],
+            ..Default::default()
+        },
+        None => ImagePullCredentials {
+            node_pods_accessible: true,
+            ..Default::default()
+        },
+    }
+}
+
 /// Makes `c`'s image present as its pull policy says: checks the store first (upstream does,
 /// and containerd's PullImage always asks the registry), honours `Never` and `IfNotPresent`,
-/// pulls otherwise, and backs off per image after a failed pull.
+/// pulls otherwise, and backs off per image after a failed pull. With pulled-image
+/// credential verification on, an image present is used without a pull only when the policy
+/// exempts it or a record shows the pod's credentials (or anyone's) pulled it; otherwise the
+/// pod pulls with its own credentials (`IfNotPresent`) or fails as if the image were absent
+/// (`Never`), as upstream.
 pub async fn ensure_image(
     p: &Puller<'_>,
     backoff: &mut PullBackoff,
@@ -133,34 +195,46 @@ pub async fn ensure_image(
             Duration::from_secs(5),
         )
     })?;
-    let already_present = || {
-        (p.event)(
-            EventType::Normal,
-            "Pulled",
-            &format!(
-                "Container image {image:?} already present on machine and can be accessed by the pod"
-            ),
+    // Upstream says the same whether the image is absent or present but not the pod's to
+    // use, so a pod cannot learn what other pods pulled.
+    let never_pull = || {
+        let message = format!("Container image {image:?} is not present with pull policy of Never");
+        (p.event)(EventType::Warning, "ErrImageNeverPull", &message);
+        fail(
+            PullReason::ErrImageNeverPull,
+            message,
+            Duration::from_secs(10),
         )
     };
-    match policy.as_str() {
-        "Never" if present.is_none() => {
-            let message =
-                format!("Container image {image:?} is not present with pull policy of Never");
-            (p.event)(EventType::Warning, "ErrImageNeverPull", &message);
-            return Err(fail(
-                PullReason::ErrImageNeverPull,
-                message,
-                Duration::from_secs(10),
-            ));
-        }
-        "Never" => {
-            already_present();
-            return Ok(());
-        }
-        "IfNotPresent" if present.is_some() => {
-            already_present();
-            return Ok(());
-        }
+    let pulled_event = |message: String| (p.event)(EventType::Normal, "Pulled", &message);
+    match (policy.as_str(), &present) {
+        ("Never", None) => return Err(never_pull()),
+        ("Never" | "IfNotPresent", Some(info)) => match p.records {
+            None => {
+                pulled_event(format!(
+                    "Container image {image:?} already present on machine"
+                ));
+                return Ok(());
+            }
+            Some(records) => {
+                let pod = pod_credentials(p, &image);
+                match records.must_attempt_pull_async(&image, &info.id, pod).await {
+                    Ok(false) => {
+                        pulled_event(format!(
+                            "Container image {image:?} already present on machine and can be accessed by the pod"
+                        ));
+                        return Ok(());
+                    }
+                    Ok(true) if policy == "Never" => return Err(never_pull()),
+                    Ok(true) => {
+                        tracing::info!(%image, "image present but not verified for this pod's credentials: pulling it with them");
+                    }
+                    Err(e) => {
+                        return Err(fail(PullReason::ErrImagePull, e, Duration::from_secs(10)));
+                    }
+                }
+            }
+        },
         _ => {}
     }
     let now = Instant::now();
@@ -177,11 +251,30 @@ pub async fn ensure_image(
         "Pulling",
         &format!("Pulling image {image:?}"),
     );
+    if let Some(records) = p.records
+        && let Err(e) = records.record_pull_intent_async(&image).await
+    {
+        return Err(fail(
+            PullReason::ErrImagePull,
+            format!("Failed to record image pull intent for container image {image:?}: {e}"),
+            Duration::from_secs(10),
+        ));
+    }
     let waited = std::time::Instant::now();
     let guard = p.pull_lock.lock().await;
     let pulling = std::time::Instant::now();
     let result = pull(p.runtime, &image, p.keyrings, p.keyring_error, sandbox).await;
     drop(guard);
+    if let Some(records) = p.records {
+        match &result {
+            Ok((image_ref, used)) => {
+                records
+                    .record_image_pulled_async(&image, image_ref, pulled_with(used.as_ref()))
+                    .await
+            }
+            Err(_) => records.record_image_pull_failed_async(&image).await,
+        }
+    }
     match result {
         Ok(_) => {
             backoff.until.remove(&image);
@@ -251,7 +344,14 @@ pub async fn pod_keyrings(
         };
         match objects.get(&key).await {
             Ok(Some(data)) => match credentials::secret_keyring(&data.binary) {
-                Ok(Some(k)) => keyrings.push(k),
+                Ok(Some(mut k)) => {
+                    k.source = Some(credentials::SecretCoordinates {
+                        uid: data.uid.clone(),
+                        namespace: namespace.to_string(),
+                        name: r.name.clone(),
+                    });
+                    keyrings.push(k)
+                }
                 Ok(None) => {}
                 Err(e) => invalid.push(format!("pull secret {namespace}/{}: {e}", r.name)),
             },

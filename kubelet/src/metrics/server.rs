@@ -10,8 +10,12 @@
 //! `healthz`):
 //! - `kubelet_server_open_connections` (gauge): accepted connections still open;
 //! - `kubelet_server_max_connections` (gauge): the cap on open connections;
-//! - `kubelet_server_rejected_connections_total` (counter): connections closed at accept
-//!   because the cap was reached;
+//! - `kubelet_server_rejected_connections_total{server_type, reason}` (counter): connections
+//!   closed at accept, `reason` `max_connections` (every slot held) or `per_source` (the
+//!   source holds its cap of connections without an authorized request);
+//! - `kubelet_server_evicted_connections_total` (counter): connections without an authorized
+//!   request closed to make room for a new one (the slots beyond are kept for authenticated
+//!   connections);
 //! - `kubelet_server_tls_handshake_errors_total{server_type, reason}` (counter): handshakes
 //!   that did not finish, `reason` `timeout` (the handshake timeout passed, e.g. a slowloris
 //!   client) or `error` (a TLS or I/O error);
@@ -36,6 +40,7 @@ pub struct ServerMetrics {
     pub open_connections: GaugeVec,
     pub max_connections: GaugeVec,
     pub rejected_connections: CounterVec,
+    pub evicted_connections: CounterVec,
     pub tls_handshake_errors: CounterVec,
     pub idle_closed: CounterVec,
 }
@@ -71,7 +76,12 @@ static SERVER: LazyLock<ServerMetrics> = LazyLock::new(|| ServerMetrics {
     ),
     rejected_connections: counter_vec(
         "kubelet_server_rejected_connections_total",
-        "Connections closed at accept because the server's connection cap was reached",
+        "Connections closed at accept, by reason (max_connections, per_source)",
+        &["server_type", "reason"],
+    ),
+    evicted_connections: counter_vec(
+        "kubelet_server_evicted_connections_total",
+        "Connections without an authorized request closed to make room for a new connection",
         &["server_type"],
     ),
     tls_handshake_errors: counter_vec(
@@ -100,6 +110,7 @@ impl ServerMetrics {
             Box::new(self.open_connections.clone()),
             Box::new(self.max_connections.clone()),
             Box::new(self.rejected_connections.clone()),
+            Box::new(self.evicted_connections.clone()),
             Box::new(self.tls_handshake_errors.clone()),
             Box::new(self.idle_closed.clone()),
         ]
@@ -113,6 +124,7 @@ impl ServerMetrics {
             (Box::new(self.open_connections.clone()), "gauge"),
             (Box::new(self.max_connections.clone()), "gauge"),
             (Box::new(self.rejected_connections.clone()), "counter"),
+            (Box::new(self.evicted_connections.clone()), "counter"),
             (Box::new(self.tls_handshake_errors.clone()), "counter"),
             (Box::new(self.idle_closed.clone()), "counter"),
         ]

@@ -5,23 +5,29 @@
 //! - writes the conflist into the runtime's CNI config dir once this Node has its
 //!   `spec.podCIDRs` (until then the runtime reports NetworkReady=false and the Node is not
 //!   Ready, with upstream's message);
-//! - programs a route to every other Node's pod CIDRs via its InternalIP ([`routes`]);
+//! - programs a route to other Nodes' pod CIDRs via their InternalIP ([`routes`]), for the
+//!   claims that pass [`claims`]' checks (inside the cluster CIDR, no overlap with this node
+//!   or an older Node, an on-link next hop that is not this node's); a refused claim is a
+//!   warning and a Warning Event on that Node, once per (Node, reason);
 //! - masquerades pod traffic leaving the cluster CIDR ([`masquerade`]).
 //!
 //! A node whose CNI config dir holds any other configuration is left alone (one log line).
-//! The controller is level-triggered: each pass computes what should be from the informer's
-//! store and acts on the difference. A pass on a watch event touches the CNI files only when
-//! this Node's pod CIDRs changed; a full pass every [`RESYNC_PERIOD`] re-checks the files
-//! (another configuration appearing, the plugin replaced), re-reads the kernel's routes and
-//! rewrites the masquerade table.
+//! The controller is level-triggered: a full pass every [`RESYNC_PERIOD`] re-checks the files
+//! (another configuration appearing, the plugin replaced), re-reads the kernel's routes,
+//! judges every Node's claims afresh and rewrites the masquerade table. A pass on a watch
+//! event is incremental: it takes the Nodes that changed from the store's journal, judges
+//! only their claims (and those overlapping them), and acts on the routes that changed; it
+//! touches the CNI files only when this Node's pod CIDRs changed.
 
+pub mod claims;
 pub mod cni_files;
 pub mod masquerade;
+mod route_step;
 pub mod routes;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,13 +42,18 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::client::ClientHandle;
 use crate::cluster::informer::{self, Store};
 pub use crate::config::network::{self as settings, Settings};
+use crate::events::EventRecorder;
+use claims::{Claims, Reported};
 use masquerade::Masquerade;
-use routes::{Change, Routes};
+use routes::Routes;
 
 /// How often the kernel's routes are re-read and the masquerade table rewritten.
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(30);
 /// How soon a pass that failed somewhere is retried.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// How many Node changes the store remembers for event passes; more between two passes
+/// and the next one judges every Node.
+pub const JOURNAL_CAP: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetworkError {
@@ -58,6 +69,10 @@ pub enum NetworkError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeNet {
     pub name: String,
+    /// `metadata.uid` (for Events about the Node).
+    pub uid: String,
+    /// `metadata.creationTimestamp`: the older Node wins overlapping pod CIDRs.
+    pub created: Option<jiff::Timestamp>,
     /// `spec.podCIDRs` (or `spec.podCIDR`), the ones that parse.
     pub pod_cidrs: Vec<IpNet>,
     /// `status.addresses` of type InternalIP, in order.
@@ -73,6 +88,8 @@ impl NodeNet {
         };
         NodeNet {
             name: n.metadata.name.clone().unwrap_or_default(),
+            uid: n.metadata.uid.clone().unwrap_or_default(),
+            created: n.metadata.creation_timestamp.as_ref().map(|t| t.0),
             pod_cidrs: texts
                 .iter()
                 .filter_map(|t| t.parse::<IpNet>().ok())
@@ -117,6 +134,15 @@ enum Files {
 pub struct State {
     /// Our routes as last seen in or written to the kernel.
     pub programmed: BTreeMap<IpNet, IpAddr>,
+    /// Every Node's claims, judged (`None` until the first full pass after the Nodes are
+    /// listed).
+    pub claims: Option<Claims>,
+    /// The Node store's journal position the claims are up to.
+    position: u64,
+    /// Refusals already logged and reported as Events.
+    reported: Reported,
+    /// Destinations whose last change failed: the next event pass tries them again.
+    retry: BTreeSet<IpNet>,
     plugin_ok: bool,
     /// The pod CIDRs the conflist was last made for (`Some(vec![])`: none yet); an event
     /// pass skips the file work while this Node's CIDRs stay the same.
@@ -135,6 +161,8 @@ pub struct Controller {
     pub nodes: Arc<NodeStore>,
     pub routes: Arc<dyn Routes>,
     pub masquerade: Arc<dyn Masquerade>,
+    /// Refused claims become Warning Events on the Node that made them.
+    pub events: Arc<dyn EventRecorder>,
 }
 
 impl Controller {
@@ -159,17 +187,14 @@ impl Controller {
         }
     }
 
-    /// One pass; `full` also re-reads the kernel's routes and reinstalls what is ours.
+    /// One pass; `full` also re-reads the kernel's routes and judges every Node afresh.
     /// Returns false when a step failed (the caller retries soon).
     pub async fn pass(&self, st: &mut State, full: bool) -> bool {
         if !self.nodes.has_synced() {
             return true;
         }
-        // One read of the store, no copy of it: this Node and the routes wanted.
-        let (own, want) = self.nodes.read(|m| {
-            let own = m.values().find(|n| n.name == self.node_name).cloned();
-            (own, routes::desired(&self.node_name, m.values()))
-        });
+        // Nodes are keyed by name: this Node without going over the others.
+        let own = self.nodes.get(&self.node_name);
         let own = own.as_ref();
         let own_cidrs = own.map(|n| n.pod_cidrs.clone()).unwrap_or_default();
         let mut ok = true;
@@ -218,7 +243,7 @@ impl Controller {
             }
         }
         ok &= self.masquerade_step(st, full).await;
-        ok &= self.routes_step(st, &want, full).await;
+        ok &= self.routes_step(st, own_cidrs_of(own), full).await;
         ok
     }
 
@@ -284,7 +309,7 @@ impl Controller {
         if cidrs.is_empty() {
             if !st.warned_no_cluster_cidr {
                 tracing::warn!(
-                    "nodeAgentNetwork.clusterCIDR is not set: pod traffic leaving the node is not masqueraded"
+                    "nodeAgentNetwork.clusterCIDR is not set: pod traffic leaving the node is not masqueraded, and no route to another Node's pods is made"
                 );
                 st.warned_no_cluster_cidr = true;
             }
@@ -308,49 +333,10 @@ impl Controller {
             }
         }
     }
+}
 
-    async fn routes_step(
-        &self,
-        st: &mut State,
-        want: &BTreeMap<IpNet, IpAddr>,
-        full: bool,
-    ) -> bool {
-        let mut ok = true;
-        if full {
-            match self.routes.list().await {
-                Ok(list) => st.programmed = list.into_iter().map(|r| (r.dst, r.via)).collect(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "node network: listing routes failed");
-                    return false;
-                }
-            }
-        }
-        for change in routes::plan(&st.programmed, want) {
-            match change {
-                Change::Replace(r) => match self.routes.replace(r).await {
-                    Ok(()) => {
-                        tracing::info!(dst = %r.dst, via = %r.via, "route to a node's pods programmed");
-                        st.programmed.insert(r.dst, r.via);
-                    }
-                    Err(e) => {
-                        tracing::warn!(dst = %r.dst, via = %r.via, error = %e, "node network: route not programmed; retrying");
-                        ok = false;
-                    }
-                },
-                Change::Delete(r) => match self.routes.delete(r).await {
-                    Ok(()) => {
-                        tracing::info!(dst = %r.dst, via = %r.via, "route to a node's pods removed");
-                        st.programmed.remove(&r.dst);
-                    }
-                    Err(e) => {
-                        tracing::warn!(dst = %r.dst, error = %e, "node network: route not removed; retrying");
-                        ok = false;
-                    }
-                },
-            }
-        }
-        ok
-    }
+fn own_cidrs_of(own: Option<&NodeNet>) -> &[IpNet] {
+    own.map_or(&[], |n| n.pod_cidrs.as_slice())
 }
 
 /// Starts the Nodes informer and the controller (cluster mode, `nodeAgentNetwork.enabled`).
@@ -358,10 +344,11 @@ pub fn start(
     client: ClientHandle,
     node_name: String,
     settings: Settings,
+    events: Arc<dyn EventRecorder>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Result<(), NetworkError> {
-    let nodes = Arc::new(NodeStore::default());
+    let nodes = Arc::new(NodeStore::with_journal(JOURNAL_CAP));
     let exe = std::env::current_exe().ok();
     let plugin = cni_files::plugin_source(&settings, exe.as_deref());
     let routes = Arc::new(routes::NetlinkRoutes::new()?);
@@ -386,6 +373,7 @@ pub fn start(
             nodes,
             routes,
             masquerade: Arc::new(masquerade::NftMasquerade),
+            events,
         }
         .run(cancel.clone()),
     );
@@ -394,5 +382,9 @@ pub fn start(
 
 #[cfg(test)]
 mod bench_tests;
+#[cfg(test)]
+mod claim_tests;
+#[cfg(test)]
+mod netns_tests;
 #[cfg(test)]
 mod tests;

@@ -1,30 +1,38 @@
-//! Host-gw routes: every other Node's pod CIDRs via that Node's InternalIP. The kernel edge
-//! is the narrow [`Routes`] trait; [`NetlinkRoutes`] is rtnetlink, and the fake lives in
-//! `test_util`. Only routes in the main table carrying [`ROUTE_PROTOCOL`] are ever listed,
-//! replaced or deleted, so routes of anyone else are never touched.
+//! Host-gw routes: every other Node's pod CIDRs via that Node's InternalIP (which of them,
+//! [`super::claims`] decides). The kernel edge is the narrow [`Routes`] trait;
+//! [`NetlinkRoutes`] is rtnetlink, and the fake lives in `test_util`. Routes are only ever
+//! added with `NLM_F_EXCL` (never `NLM_F_REPLACE`: the kernel's replace matches a route by
+//! destination and metric whatever its protocol, so it would overwrite a route of anyone
+//! else) and deleted with [`ROUTE_PROTOCOL`] and the gateway in the request (the kernel then
+//! deletes only a route carrying both). A next hop change is a delete and an add.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use cni::ip::IpNet;
 use futures::TryStreamExt;
+use netlink_packet_route::AddressFamily;
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteVia,
+    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteType, RouteVia,
 };
 use rtnetlink::RouteMessageBuilder;
 
-use super::{NetworkError, NodeNet};
+use super::NetworkError;
+use super::claims::HostView;
 
 /// The `rtm_protocol` our routes carry (`ip route show proto 77`): unassigned in iproute2's
 /// `rt_protos` and in the kernel's list, so no other daemon claims these routes.
 pub const ROUTE_PROTOCOL: u8 = 77;
 /// The kernel's main routing table.
 const RT_TABLE_MAIN: u32 = 254;
+/// The kernel's local table (this host's own addresses).
+const RT_TABLE_LOCAL: u32 = 255;
 /// Bound on every netlink request.
 const NETLINK_TIMEOUT: Duration = Duration::from_secs(10);
 const ESRCH: i32 = 3;
+const EEXIST: i32 = 17;
 
 /// One route: a pod CIDR via a node address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -33,68 +41,82 @@ pub struct Route {
     pub via: IpAddr,
 }
 
+/// One read of the kernel's routing tables, as far as this controller cares.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelRoutes {
+    /// Main-table routes carrying [`ROUTE_PROTOCOL`].
+    pub ours: Vec<Route>,
+    /// What the claims are checked against (other routes, connected prefixes, local
+    /// addresses).
+    pub host: HostView,
+}
+
+/// What an add found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    Added,
+    /// A route to that destination (with the same metric) is already there, ours or not:
+    /// nothing was changed.
+    Taken,
+}
+
 /// The kernel's routes, as far as this controller is concerned.
 #[async_trait::async_trait]
 pub trait Routes: Send + Sync {
-    /// Every route of ours (both families).
-    async fn list(&self) -> Result<Vec<Route>, NetworkError>;
-    /// Adds the route, or replaces the one to the same destination.
-    async fn replace(&self, route: Route) -> Result<(), NetworkError>;
-    /// Deletes the route; one already gone is not an error.
+    /// Both families' routes: ours, and the facts claims are checked against.
+    async fn list(&self) -> Result<KernelRoutes, NetworkError>;
+    /// Adds the route unless any route to the destination is there (never replaces one).
+    async fn add(&self, route: Route) -> Result<Added, NetworkError>;
+    /// Deletes the route if it is ours with this next hop; one already gone (or not ours)
+    /// is not an error.
     async fn delete(&self, route: Route) -> Result<(), NetworkError>;
-}
-
-/// The routes this node wants: each other Node's pod CIDRs via its first InternalIP of the
-/// same family. Nodes without an address of that family get no route for that CIDR.
-pub fn desired<'a>(
-    own_name: &str,
-    nodes: impl IntoIterator<Item = &'a NodeNet>,
-) -> BTreeMap<IpNet, IpAddr> {
-    let mut out = BTreeMap::new();
-    for n in nodes.into_iter().filter(|n| n.name != own_name) {
-        for cidr in &n.pod_cidrs {
-            if let Some(ip) = n
-                .internal_ips
-                .iter()
-                .find(|ip| ip.is_ipv4() == cidr.is_ipv4())
-            {
-                out.insert(*cidr, *ip);
-            }
-        }
-    }
-    out
 }
 
 /// One step that brings the kernel from `current` to `want`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
-    Replace(Route),
+    Add(Route),
+    /// A destination whose next hop changed: our old route goes, the new one is added.
+    Move {
+        from: Route,
+        to: Route,
+    },
     Delete(Route),
 }
 
-/// Deletions first (a CIDR that moved between nodes is a replace, not a delete + add), then
-/// additions and changes, each in destination order.
-pub fn plan(current: &BTreeMap<IpNet, IpAddr>, want: &BTreeMap<IpNet, IpAddr>) -> Vec<Change> {
-    let mut out: Vec<Change> = current
-        .iter()
-        .filter(|(dst, _)| !want.contains_key(dst))
-        .map(|(dst, via)| {
-            Change::Delete(Route {
-                dst: *dst,
-                via: *via,
-            })
-        })
-        .collect();
-    out.extend(
-        want.iter()
-            .filter(|(dst, via)| current.get(dst) != Some(via))
-            .map(|(dst, via)| {
-                Change::Replace(Route {
-                    dst: *dst,
-                    via: *via,
-                })
+/// The steps for the destinations `dsts` (every destination of both maps when `None`):
+/// deletions first, then additions and moves, each in destination order.
+pub fn plan(
+    current: &BTreeMap<IpNet, IpAddr>,
+    want: &BTreeMap<IpNet, IpAddr>,
+    dsts: Option<&BTreeSet<IpNet>>,
+) -> Vec<Change> {
+    let all: BTreeSet<IpNet>;
+    let dsts = match dsts {
+        Some(d) => d,
+        None => {
+            all = current.keys().chain(want.keys()).copied().collect();
+            &all
+        }
+    };
+    let route = |dst: &IpNet, via: &IpAddr| Route {
+        dst: *dst,
+        via: *via,
+    };
+    let mut out = Vec::new();
+    let mut later = Vec::new();
+    for dst in dsts {
+        match (current.get(dst), want.get(dst)) {
+            (Some(v), None) => out.push(Change::Delete(route(dst, v))),
+            (None, Some(v)) => later.push(Change::Add(route(dst, v))),
+            (Some(a), Some(b)) if a != b => later.push(Change::Move {
+                from: route(dst, a),
+                to: route(dst, b),
             }),
-    );
+            _ => {}
+        }
+    }
+    out.extend(later);
     out
 }
 
@@ -173,11 +195,16 @@ impl NetlinkRoutes {
     }
 }
 
-/// A dumped route of ours, or `None` for anything else.
-fn ours(m: &RouteMessage) -> Option<Route> {
-    if u8::from(m.header.protocol) != ROUTE_PROTOCOL {
-        return None;
+fn addr_of(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
     }
+}
+
+/// Sorts one dumped route into `out`.
+fn sort_route(m: &RouteMessage, out: &mut KernelRoutes) {
     let table = m
         .attributes
         .iter()
@@ -186,35 +213,59 @@ fn ours(m: &RouteMessage) -> Option<Route> {
             _ => None,
         })
         .unwrap_or(u32::from(m.header.table));
-    if table != RT_TABLE_MAIN {
-        return None;
-    }
-    let addr = |a: &RouteAddress| match a {
-        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
-        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
-        _ => None,
+    let unspecified = match m.header.address_family {
+        AddressFamily::Inet => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        AddressFamily::Inet6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        _ => return,
     };
-    let mut dst = None;
+    let mut dst = unspecified;
     let mut via = None;
+    let mut oif = false;
+    let mut multipath = false;
     for a in &m.attributes {
         match a {
-            RouteAttribute::Destination(d) => dst = addr(d),
-            RouteAttribute::Gateway(g) => via = addr(g),
+            RouteAttribute::Destination(d) => dst = addr_of(d).unwrap_or(unspecified),
+            RouteAttribute::Gateway(g) => via = addr_of(g),
             RouteAttribute::Via(RouteVia::Inet(v4)) => via = Some(IpAddr::V4(*v4)),
             RouteAttribute::Via(RouteVia::Inet6(v6)) => via = Some(IpAddr::V6(*v6)),
+            RouteAttribute::Oif(_) => oif = true,
+            RouteAttribute::MultiPath(_) => multipath = true,
             _ => {}
         }
     }
-    Some(Route {
-        dst: IpNet::new(dst?, m.header.destination_prefix_length)?,
-        via: via?,
-    })
+    let Some(dst) = IpNet::new(dst, m.header.destination_prefix_length) else {
+        return;
+    };
+    let dst = dst.network();
+    match table {
+        RT_TABLE_MAIN if u8::from(m.header.protocol) == ROUTE_PROTOCOL => {
+            if let Some(via) = via {
+                out.ours.push(Route { dst, via });
+            }
+        }
+        RT_TABLE_MAIN => {
+            out.host.foreign.insert(dst);
+            let direct = m.header.kind == RouteType::Unicast && via.is_none() && !multipath;
+            if direct && oif && dst.prefix > 0 {
+                out.host.on_link.push(dst);
+            }
+        }
+        RT_TABLE_LOCAL
+            if matches!(
+                m.header.kind,
+                RouteType::Local | RouteType::Broadcast | RouteType::Anycast
+            ) =>
+        {
+            out.host.local.push(dst);
+        }
+        _ => {}
+    }
 }
 
 #[async_trait::async_trait]
 impl Routes for NetlinkRoutes {
-    async fn list(&self) -> Result<Vec<Route>, NetworkError> {
-        let mut out = Vec::new();
+    async fn list(&self) -> Result<KernelRoutes, NetworkError> {
+        let mut out = KernelRoutes::default();
         for v4 in [true, false] {
             let query = if v4 {
                 RouteMessageBuilder::<Ipv4Addr>::new().build()
@@ -228,19 +279,27 @@ impl Routes for NetlinkRoutes {
                 })
                 .await?
                 .map_err(|e| nl_err("list routes", e))?;
-            out.extend(msgs.iter().filter_map(ours));
+            for m in &msgs {
+                sort_route(m, &mut out);
+            }
         }
         Ok(out)
     }
 
-    async fn replace(&self, route: Route) -> Result<(), NetworkError> {
+    async fn add(&self, route: Route) -> Result<Added, NetworkError> {
         let msg = Self::message(route)?;
         let h = self.handle.clone();
-        self.timed("replace route", async move {
-            h.route().add(msg).replace().execute().await
-        })
-        .await?
-        .map_err(|e| nl_err(format!("route {} via {}", route.dst, route.via), e))
+        match self
+            .timed(
+                "add route",
+                async move { h.route().add(msg).execute().await },
+            )
+            .await?
+        {
+            Ok(()) => Ok(Added::Added),
+            Err(e) if errno(&e) == Some(EEXIST) => Ok(Added::Taken),
+            Err(e) => Err(nl_err(format!("route {} via {}", route.dst, route.via), e)),
+        }
     }
 
     async fn delete(&self, route: Route) -> Result<(), NetworkError> {

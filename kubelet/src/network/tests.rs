@@ -4,39 +4,83 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cni::ip::IpNet;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 
 use super::cni_files::{self, CONFLIST_NAME, ConfInput};
 use super::routes::{self, Change, Route};
 use super::test_util::{FakeMasquerade, FakeRoutes, RouteCall};
 use super::*;
+use crate::events::EventType;
 
-fn net(s: &str) -> IpNet {
+pub(super) fn net(s: &str) -> IpNet {
     s.parse().unwrap()
 }
 
-fn ip(s: &str) -> IpAddr {
+pub(super) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-fn node(name: &str, cidrs: &[&str], ips: &[&str]) -> NodeNet {
+/// A Node without a creation time (all such tie, and then the name decides).
+pub(super) fn node(name: &str, cidrs: &[&str], ips: &[&str]) -> NodeNet {
     NodeNet {
         name: name.into(),
+        uid: format!("uid-{name}"),
+        created: None,
         pod_cidrs: cidrs.iter().map(|c| net(c)).collect(),
         internal_ips: ips.iter().map(|i| ip(i)).collect(),
     }
 }
 
-struct Rig {
-    dir: tempfile::TempDir,
-    nodes: Arc<NodeStore>,
-    routes: Arc<FakeRoutes>,
-    masq: Arc<FakeMasquerade>,
-    ctl: Controller,
+/// A Node created `secs` seconds after the epoch.
+pub(super) fn node_at(name: &str, secs: i64, cidrs: &[&str], ips: &[&str]) -> NodeNet {
+    NodeNet {
+        created: Some(jiff::Timestamp::from_second(secs).unwrap()),
+        ..node(name, cidrs, ips)
+    }
+}
+
+/// Events as the apiserver would get them: `"<kind>/<name> <uid> <Type> <Reason>: <message>"`.
+#[derive(Debug, Default)]
+pub(super) struct Events(std::sync::Mutex<Vec<String>>);
+
+impl Events {
+    pub(super) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+impl crate::events::EventRecorder for Events {
+    fn record_annotated(
+        &self,
+        o: &ObjectReference,
+        t: EventType,
+        reason: &str,
+        message: &str,
+        _: &BTreeMap<String, String>,
+    ) {
+        self.0.lock().unwrap().push(format!(
+            "{}/{} {} {} {reason}: {message}",
+            o.kind.as_deref().unwrap_or(""),
+            o.name.as_deref().unwrap_or(""),
+            o.uid.as_deref().unwrap_or(""),
+            t.as_str()
+        ));
+    }
+}
+
+pub(super) struct Rig {
+    pub(super) dir: tempfile::TempDir,
+    pub(super) nodes: Arc<NodeStore>,
+    pub(super) routes: Arc<FakeRoutes>,
+    pub(super) masq: Arc<FakeMasquerade>,
+    pub(super) events: Arc<Events>,
+    pub(super) ctl: Controller,
 }
 
 impl Rig {
-    fn new(cluster_cidr: &str) -> Rig {
+    /// Node `a` on a host whose interface holds 10.250.0.1/16 (and fd00:250::1/64).
+    pub(super) fn new(cluster_cidr: &str) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let plugin = dir.path().join("node-agent-cni.src");
         std::fs::write(&plugin, b"#!plugin v1\n").unwrap();
@@ -51,9 +95,11 @@ impl Rig {
             }),
         )
         .unwrap();
-        let nodes = Arc::new(NodeStore::default());
-        let routes = Arc::new(FakeRoutes::default());
+        let nodes = Arc::new(NodeStore::with_journal(JOURNAL_CAP));
+        let routes = Arc::new(FakeRoutes::with_address("10.250.0.1/16"));
+        routes.add_address("fd00:250::1/64");
         let masq = Arc::new(FakeMasquerade::default());
+        let events = Arc::new(Events::default());
         let ctl = Controller {
             node_name: "a".into(),
             settings,
@@ -61,17 +107,19 @@ impl Rig {
             nodes: nodes.clone(),
             routes: routes.clone(),
             masquerade: masq.clone(),
+            events: events.clone(),
         };
         Rig {
             dir,
             nodes,
             routes,
             masq,
+            events,
             ctl,
         }
     }
 
-    fn set(&self, nodes: &[NodeNet]) {
+    pub(super) fn set(&self, nodes: &[NodeNet]) {
         self.nodes.replace(
             nodes
                 .iter()
@@ -175,8 +223,19 @@ fn node_net_reads_pod_cidrs_and_internal_ips() {
     };
     assert_eq!(
         NodeNet::from_node(&n),
-        node("b", &["10.244.2.0/24", "fd00:2::/64"], &["10.250.0.2"])
+        NodeNet {
+            uid: String::new(),
+            ..node("b", &["10.244.2.0/24", "fd00:2::/64"], &["10.250.0.2"])
+        }
     );
+    let mut made = n.clone();
+    made.metadata.uid = Some("u-1".into());
+    made.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-01-02T03:04:05Z".parse().unwrap(),
+    ));
+    let got = NodeNet::from_node(&made);
+    assert_eq!(got.uid, "u-1");
+    assert_eq!(got.created.unwrap().as_second(), 1_767_323_045);
     // Only the old single field set.
     let mut old = n.clone();
     old.spec.as_mut().unwrap().pod_cidrs = None;
@@ -187,22 +246,34 @@ fn node_net_reads_pod_cidrs_and_internal_ips() {
 }
 
 #[test]
-fn desired_routes_skip_self_and_nodes_without_a_matching_address() {
+fn wanted_routes_skip_self_and_nodes_without_a_matching_address() {
     let nodes = [
         node("a", &["10.244.1.0/24"], &["10.250.0.1"]),
         node("b", &["10.244.2.0/24", "fd00:2::/64"], &["10.250.0.2"]),
         node("c", &["10.244.3.0/24"], &[]),
         node("d", &[], &["10.250.0.4"]),
     ];
-    let want = routes::desired("a", &nodes);
+    let policy = claims::Policy {
+        cluster_cidrs: vec![net("10.244.0.0/16"), net("fd00::/48")],
+        own_cidrs: vec![net("10.244.1.0/24")],
+        host: claims::HostView {
+            on_link: vec![net("10.250.0.0/16")],
+            local: vec![net("10.250.0.1/32")],
+            ..Default::default()
+        },
+    };
+    let c = claims::Claims::rebuild("a", policy, &nodes);
     assert_eq!(
-        want,
-        BTreeMap::from([(net("10.244.2.0/24"), ip("10.250.0.2"))])
+        c.want(),
+        &BTreeMap::from([(net("10.244.2.0/24"), ip("10.250.0.2"))])
     );
+    for n in ["a", "b", "c", "d"] {
+        assert!(c.refusals(n).is_empty(), "{n}: nothing to refuse");
+    }
 }
 
 #[test]
-fn plan_deletes_first_and_replaces_changed_routes() {
+fn plan_deletes_first_then_adds_and_moves() {
     let current = BTreeMap::from([
         (net("10.244.2.0/24"), ip("10.250.0.2")),
         (net("10.244.3.0/24"), ip("10.250.0.3")),
@@ -218,14 +289,23 @@ fn plan_deletes_first_and_replaces_changed_routes() {
         via: ip(v),
     };
     assert_eq!(
-        routes::plan(&current, &want),
+        routes::plan(&current, &want, None),
         vec![
             Change::Delete(r("10.244.3.0/24", "10.250.0.3")),
-            Change::Replace(r("10.244.4.0/24", "10.250.0.9")),
-            Change::Replace(r("10.244.5.0/24", "10.250.0.5")),
+            Change::Move {
+                from: r("10.244.4.0/24", "10.250.0.4"),
+                to: r("10.244.4.0/24", "10.250.0.9")
+            },
+            Change::Add(r("10.244.5.0/24", "10.250.0.5")),
         ]
     );
-    assert!(routes::plan(&want, &want).is_empty());
+    assert!(routes::plan(&want, &want, None).is_empty());
+    // Only the destinations asked about.
+    let only = std::collections::BTreeSet::from([net("10.244.5.0/24")]);
+    assert_eq!(
+        routes::plan(&current, &want, Some(&only)),
+        vec![Change::Add(r("10.244.5.0/24", "10.250.0.5"))]
+    );
 }
 
 #[test]
@@ -392,16 +472,20 @@ async fn routes_follow_node_events() {
     };
     assert_eq!(
         rig.routes.take_calls(),
-        vec![RouteCall::Replace(r("10.244.3.0/24", "10.250.0.3"))]
+        vec![RouteCall::Add(r("10.244.3.0/24", "10.250.0.3"))]
     );
 
-    // b moves to another address: replaced in place.
+    // b moves to another address: our old route goes, the new one comes (never a replace,
+    // which would overwrite a route of anyone else).
     rig.nodes
         .apply("b".into(), node("b", &["10.244.2.0/24"], &["10.250.0.22"]));
     assert!(rig.ctl.pass(&mut st, false).await);
     assert_eq!(
         rig.routes.take_calls(),
-        vec![RouteCall::Replace(r("10.244.2.0/24", "10.250.0.22"))]
+        vec![
+            RouteCall::Delete(r("10.244.2.0/24", "10.250.0.2")),
+            RouteCall::Add(r("10.244.2.0/24", "10.250.0.22"))
+        ]
     );
 
     // c's CIDR changes: the old route goes, the new one comes.
@@ -412,7 +496,7 @@ async fn routes_follow_node_events() {
         rig.routes.take_calls(),
         vec![
             RouteCall::Delete(r("10.244.3.0/24", "10.250.0.3")),
-            RouteCall::Replace(r("10.244.33.0/24", "10.250.0.3")),
+            RouteCall::Add(r("10.244.33.0/24", "10.250.0.3")),
         ]
     );
 
@@ -434,11 +518,12 @@ async fn a_full_pass_repairs_routes_changed_behind_our_back() {
     let rig = Rig::new("10.244.0.0/16");
     let mut st = State::default();
     // A route of ours left by an earlier run for a node that no longer exists.
-    rig.routes
-        .table
-        .lock()
-        .unwrap()
-        .insert(net("10.244.9.0/24"), ip("10.250.0.9"));
+    rig.routes.add_foreign(
+        "10.244.9.0/24",
+        Some("10.250.0.9"),
+        routes::ROUTE_PROTOCOL,
+        0,
+    );
     rig.set(&[
         node("a", &["10.244.1.0/24"], &["10.250.0.1"]),
         node("b", &["10.244.2.0/24"], &["10.250.0.2"]),
@@ -449,7 +534,11 @@ async fn a_full_pass_repairs_routes_changed_behind_our_back() {
         BTreeMap::from([(net("10.244.2.0/24"), ip("10.250.0.2"))])
     );
     // Someone deletes our route: an event pass trusts its memory, a full pass re-reads.
-    rig.routes.table.lock().unwrap().clear();
+    rig.routes
+        .main
+        .lock()
+        .unwrap()
+        .retain(|r| r.protocol != routes::ROUTE_PROTOCOL);
     assert!(rig.ctl.pass(&mut st, false).await);
     assert!(rig.routes.routes().is_empty());
     assert!(rig.ctl.pass(&mut st, true).await);

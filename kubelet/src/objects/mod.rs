@@ -50,11 +50,14 @@ pub struct ObjectData {
     pub text: BTreeMap<String, String>,
     /// A ConfigMap's `binaryData` (volumes only) or a Secret's `data`.
     pub binary: BTreeMap<String, Vec<u8>>,
+    /// The object's `metadata.uid` (pulled-image records name pull secrets by it).
+    pub uid: String,
 }
 
 impl ObjectData {
     pub fn from_config_map(cm: ConfigMap) -> Self {
         ObjectData {
+            uid: cm.metadata.uid.unwrap_or_default(),
             text: cm.data.unwrap_or_default(),
             binary: cm
                 .binary_data
@@ -67,6 +70,7 @@ impl ObjectData {
 
     pub fn from_secret(s: Secret) -> Self {
         ObjectData {
+            uid: s.metadata.uid.unwrap_or_default(),
             text: BTreeMap::new(),
             binary: s
                 .data

@@ -23,6 +23,7 @@ fn cm(pairs: &[(&str, &str)]) -> ObjectData {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         binary: BTreeMap::new(),
+        uid: String::new(),
     }
 }
 

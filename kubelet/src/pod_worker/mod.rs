@@ -62,6 +62,9 @@ pub struct Env {
     pub services: Option<Arc<crate::cluster::services::ServiceStore>>,
     /// RuntimeClass handlers (None standalone: a pod naming a class fails its sandbox).
     pub runtime_classes: Option<Arc<crate::cluster::runtime_class::RuntimeClassStore>>,
+    /// Pulled-image credential verification (None: the `KubeletEnsureSecretPulledImages`
+    /// gate is off).
+    pub pull_records: Option<Arc<images::pull_records::PullRecords>>,
 }
 
 /// A pod the kubelet itself stopped for good (deadline, node shutdown, eviction): it is Failed
@@ -351,6 +354,14 @@ impl Env {
             )),
             services: None,
             runtime_classes: None,
+            // The default settings: verification on, NeverVerifyPreloadedImages.
+            pull_records: Some(Arc::new(
+                images::pull_records::PullRecords::open(
+                    &dir.join("root"),
+                    images::pull_records::VerifyPolicy::default(),
+                )
+                .expect("pull records under the test directory"),
+            )),
         }
     }
 }

@@ -416,6 +416,7 @@ impl Worker {
             event: &event,
             keyrings: &keyrings.0,
             keyring_error: keyrings.1.as_deref(),
+            records: self.env.pull_records.as_ref(),
         };
         images::ensure_image(&puller, &mut self.pulls, &c, sandbox)
             .await

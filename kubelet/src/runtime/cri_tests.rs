@@ -112,3 +112,104 @@ fn sandbox_resources_and_overhead_reach_the_cri_message() {
     let o = linux.overhead.unwrap();
     assert_eq!((o.cpu_shares, o.memory_limit_in_bytes), (256, 120 << 20));
 }
+
+/// containerd 1.6's ListPodSandboxStats: without a filter it asks every sandbox in its store
+/// and the first one not ready fails the whole answer; with a filter, even an empty one, it
+/// skips sandboxes that are not ready. PodSandboxStats answers for one sandbox.
+struct Containerd16 {
+    /// Whether each ListContainerStats carried a filter.
+    container_filters: std::sync::Mutex<Vec<bool>>,
+}
+
+fn stats_of(id: &str) -> pb::PodSandboxStats {
+    pb::PodSandboxStats {
+        attributes: Some(pb::PodSandboxAttributes {
+            id: id.into(),
+            ..Default::default()
+        }),
+        linux: Some(pb::LinuxPodSandboxStats {
+            process: Some(pb::ProcessUsage {
+                timestamp: 1,
+                process_count: Some(pb::UInt64Value { value: 3 }),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tonic::async_trait]
+impl cri_proto::RuntimeService for Containerd16 {
+    async fn list_pod_sandbox_stats(
+        &self,
+        req: tonic::Request<pb::ListPodSandboxStatsRequest>,
+    ) -> Result<tonic::Response<pb::ListPodSandboxStatsResponse>, tonic::Status> {
+        if req.into_inner().filter.is_none() {
+            return Err(tonic::Status::unknown(
+                "failed to decode sandbox container metrics for sandbox \"old\": failed to get pod sandbox stats since sandbox container \"old\" is not in ready state",
+            ));
+        }
+        Ok(tonic::Response::new(pb::ListPodSandboxStatsResponse {
+            stats: vec![stats_of("new")],
+        }))
+    }
+
+    async fn pod_sandbox_stats(
+        &self,
+        req: tonic::Request<pb::PodSandboxStatsRequest>,
+    ) -> Result<tonic::Response<pb::PodSandboxStatsResponse>, tonic::Status> {
+        let id = req.into_inner().pod_sandbox_id;
+        Ok(tonic::Response::new(pb::PodSandboxStatsResponse {
+            stats: Some(stats_of(&id)),
+        }))
+    }
+
+    async fn list_container_stats(
+        &self,
+        req: tonic::Request<pb::ListContainerStatsRequest>,
+    ) -> Result<tonic::Response<pb::ListContainerStatsResponse>, tonic::Status> {
+        let filtered = req.into_inner().filter.is_some();
+        self.container_filters.lock().unwrap().push(filtered);
+        Ok(tonic::Response::new(
+            pb::ListContainerStatsResponse::default(),
+        ))
+    }
+}
+
+/// The stats lists carry an (empty) filter, as upstream's: on containerd 1.6 a pod's old,
+/// stopped sandbox then no longer fails ListPodSandboxStats for the whole node.
+#[tokio::test]
+async fn stats_lists_carry_a_filter_so_a_stopped_sandbox_fails_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cri.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let fake = std::sync::Arc::new(Containerd16 {
+        container_filters: Default::default(),
+    });
+    let server = tokio::spawn({
+        let svc = cri_proto::RuntimeServiceServer::from_arc(fake.clone());
+        async move {
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+                .await
+        }
+    });
+    let endpoint = format!("unix://{}", path.display());
+    let ch = cri_proto::connect(&endpoint, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let rt = CriRuntime::new(ch.clone(), ch, Duration::from_secs(5));
+    let listed = rt
+        .list_sandbox_stats()
+        .await
+        .expect("the stopped sandbox is skipped");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, "new");
+    assert_eq!(listed[0].process_count, Some(3));
+    let one = rt.sandbox_stats("new").await.unwrap();
+    assert_eq!((one.id.as_str(), one.process_count), ("new", Some(3)));
+    rt.list_container_stats().await.unwrap();
+    assert_eq!(*fake.container_filters.lock().unwrap(), [true]);
+    server.abort();
+}

@@ -36,6 +36,8 @@ struct State {
     stream_requests: Vec<StreamRequest>,
     /// What Status answers (None: RuntimeReady and NetworkReady true).
     conditions: Option<Vec<crate::runtime::RuntimeCondition>>,
+    /// ListPodSandboxStats fails as containerd 1.6's does without a filter.
+    stats_list_fails_on_not_ready: bool,
 }
 
 /// One Exec, Attach or PortForward the fake answered.
@@ -107,6 +109,14 @@ impl FakeRuntime {
     pub fn set_usage(&self, id: &str, cpu_ns: u64, working_set: u64) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.usage.insert(id.into(), (cpu_ns, working_set));
+    }
+
+    /// From now on ListPodSandboxStats fails as containerd 1.6 answers a request without a
+    /// filter while a sandbox is not ready (a pod's old, stopped sandbox): the whole list
+    /// fails with containerd's message naming that sandbox.
+    pub fn fail_stats_list_on_not_ready(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.stats_list_fails_on_not_ready = true;
     }
 
     /// Makes the sandbox stats report `rx`/`tx` bytes on `eth0` for sandbox `id`.
@@ -600,7 +610,9 @@ impl Runtime for FakeRuntime {
                 ),
             });
         }
-        let digest = format!("sha256:{:064x}", s.images.len() + 100);
+        // A pull of an image already there keeps its ID, as a registry's unchanged image does.
+        let next = format!("sha256:{:064x}", s.images.len() + 100);
+        let digest = s.images.get(image).cloned().unwrap_or(next);
         s.images.insert(image.to_string(), digest.clone());
         Ok(digest)
     }
@@ -610,60 +622,46 @@ impl Runtime for FakeRuntime {
         Ok(s.containers.values().map(|c| fake_stats(&s, c)).collect())
     }
 
+    /// As containerd with the (empty) filter upstream sends: ready sandboxes only. With
+    /// [`FakeRuntime::fail_stats_list_on_not_ready`], as containerd 1.6 answers a request
+    /// without a filter: one sandbox that is not ready fails the whole list.
     async fn list_sandbox_stats(&self) -> Result<Vec<SandboxStats>> {
         let s = self.enter("ListPodSandboxStats")?;
-        let now = s.clock;
-        Ok(s.sandboxes
-            .values()
-            .map(|(sb, _)| {
-                let containers: Vec<ContainerStats> = s
-                    .containers
-                    .values()
-                    .filter(|c| s.container_sandbox.get(&c.id) == Some(&sb.id))
-                    .map(|c| fake_stats(&s, c))
-                    .collect();
-                let sum = |f: fn(&ContainerStats) -> Option<u64>| {
-                    containers.iter().filter_map(f).sum::<u64>()
-                };
-                let network = s.network.get(&sb.id).map(|(rx, tx)| {
-                    let eth0 = InterfaceUsage {
-                        name: "eth0".into(),
-                        rx_bytes: Some(*rx),
-                        rx_errors: Some(0),
-                        tx_bytes: Some(*tx),
-                        tx_errors: Some(0),
-                    };
-                    NetworkUsage {
-                        timestamp: now,
-                        default_interface: Some(eth0.clone()),
-                        interfaces: vec![eth0],
-                    }
+        let mut out = Vec::new();
+        for (sb, _) in s.sandboxes.values() {
+            if sb.state == SandboxState::Ready {
+                out.push(sandbox_stats_of(&s, sb));
+            } else if s.stats_list_fails_on_not_ready {
+                return Err(RuntimeError::Call {
+                    op: "ListPodSandboxStats",
+                    message: format!(
+                        "Unknown: failed to decode sandbox container metrics for sandbox {:?}: {}",
+                        sb.id,
+                        not_ready_message(&sb.id)
+                    ),
                 });
-                SandboxStats {
-                    id: sb.id.clone(),
-                    name: sb.pod_name.clone(),
-                    namespace: sb.pod_namespace.clone(),
-                    uid: sb.pod_uid.clone(),
-                    cpu: Some(CpuUsage {
-                        timestamp: now,
-                        usage_core_nano_seconds: Some(sum(|c| {
-                            c.cpu.as_ref().and_then(|c| c.usage_core_nano_seconds)
-                        })),
-                        usage_nano_cores: None,
-                    }),
-                    memory: Some(MemoryUsage {
-                        timestamp: now,
-                        working_set_bytes: Some(sum(|c| {
-                            c.memory.as_ref().and_then(|m| m.working_set_bytes)
-                        })),
-                        ..MemoryUsage::default()
-                    }),
-                    network,
-                    process_count: Some(containers.len() as u64),
-                    containers,
-                }
-            })
-            .collect())
+            }
+        }
+        Ok(out)
+    }
+
+    /// As containerd: a sandbox that is not ready has no stats.
+    async fn sandbox_stats(&self, id: &str) -> Result<SandboxStats> {
+        let s = self.enter("PodSandboxStats")?;
+        let (sb, _) = s
+            .sandboxes
+            .get(id)
+            .ok_or_else(|| not_found("PodSandboxStats", id))?;
+        if sb.state != SandboxState::Ready {
+            return Err(RuntimeError::Call {
+                op: "PodSandboxStats",
+                message: format!(
+                    "Unknown: failed to decode pod sandbox metrics {id}: {}",
+                    not_ready_message(id)
+                ),
+            });
+        }
+        Ok(sandbox_stats_of(&s, sb))
     }
 
     async fn image_fs_info(&self) -> Result<ImageFsInfo> {
@@ -701,6 +699,58 @@ impl Runtime for FakeRuntime {
                 })?;
         }
         Ok(())
+    }
+}
+
+/// containerd 1.6's reason a sandbox that is not ready has no stats.
+fn not_ready_message(id: &str) -> String {
+    format!("failed to get pod sandbox stats since sandbox container {id:?} is not in ready state")
+}
+
+/// What the fake reports for one sandbox and its containers.
+fn sandbox_stats_of(s: &State, sb: &Sandbox) -> SandboxStats {
+    let now = s.clock;
+    let containers: Vec<ContainerStats> = s
+        .containers
+        .values()
+        .filter(|c| s.container_sandbox.get(&c.id) == Some(&sb.id))
+        .map(|c| fake_stats(s, c))
+        .collect();
+    let sum = |f: fn(&ContainerStats) -> Option<u64>| containers.iter().filter_map(f).sum::<u64>();
+    let network = s.network.get(&sb.id).map(|(rx, tx)| {
+        let eth0 = InterfaceUsage {
+            name: "eth0".into(),
+            rx_bytes: Some(*rx),
+            rx_errors: Some(0),
+            tx_bytes: Some(*tx),
+            tx_errors: Some(0),
+        };
+        NetworkUsage {
+            timestamp: now,
+            default_interface: Some(eth0.clone()),
+            interfaces: vec![eth0],
+        }
+    });
+    SandboxStats {
+        id: sb.id.clone(),
+        name: sb.pod_name.clone(),
+        namespace: sb.pod_namespace.clone(),
+        uid: sb.pod_uid.clone(),
+        cpu: Some(CpuUsage {
+            timestamp: now,
+            usage_core_nano_seconds: Some(sum(|c| {
+                c.cpu.as_ref().and_then(|c| c.usage_core_nano_seconds)
+            })),
+            usage_nano_cores: None,
+        }),
+        memory: Some(MemoryUsage {
+            timestamp: now,
+            working_set_bytes: Some(sum(|c| c.memory.as_ref().and_then(|m| m.working_set_bytes))),
+            ..MemoryUsage::default()
+        }),
+        network,
+        process_count: Some(containers.len() as u64),
+        containers,
     }
 }
 

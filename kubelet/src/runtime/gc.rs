@@ -2,8 +2,9 @@
 //! demand from the eviction manager): dead containers beyond `maxPerPodContainer` per (pod,
 //! container name) and beyond `maxContainers` on the node are removed oldest first, keeping
 //! those younger than `minAge`; every dead container of a pod no source wants any more is
-//! removed; sandboxes that are not ready and hold no container are removed, except the newest
-//! one of a pod that still exists; the log directories (`/var/log/pods/<ns>_<name>_<uid>`) of
+//! removed; sandboxes that are not ready and hold no container are removed (stopped first, as
+//! upstream, in case nobody did), except the newest one of a pod that still exists; a pod's old
+//! sandbox that still holds the dead container kept for it stays with it. The log directories (`/var/log/pods/<ns>_<name>_<uid>`) of
 //! gone pods are removed. Nothing is taken as gone before every pod source has reported.
 //!
 //! The choices are pure ([`dead_containers_to_remove`], [`sandboxes_to_remove`],
@@ -19,6 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 /// Upstream's ContainerGCPeriod.
 pub const CONTAINER_GC_PERIOD: Duration = Duration::from_secs(60);
+
+/// Test hook: a Go duration replacing [`CONTAINER_GC_PERIOD`] (the e2e tests cannot wait a
+/// minute for the second collection). Not a setting: the agent warns when it is set.
+pub const PERIOD_ENV: &str = "KUBELET_TEST_CONTAINER_GC_PERIOD";
 const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
 
 /// Errors of one collection.
@@ -101,8 +106,10 @@ pub fn dead_containers_to_remove(
     out
 }
 
-/// The sandboxes to remove: not ready and without containers (`remaining`: the containers
-/// left after this collection); all such of a gone pod, all but the newest of a live one.
+/// The sandboxes to remove, as upstream's evictSandboxes: not ready and without containers
+/// (`remaining`: the containers left after this collection); all such of a gone pod; of a
+/// live one, all but its newest sandbox (which stays even when not ready: the pod worker
+/// replaces it).
 pub fn sandboxes_to_remove(
     sandboxes: &[Sandbox],
     remaining: &[&Container],
@@ -146,11 +153,12 @@ pub struct ContainerGc {
     pub policy: ContainerGcPolicy,
     /// `/var/log/pods`.
     pub pod_logs_dir: PathBuf,
+    /// How often it collects ([`CONTAINER_GC_PERIOD`]).
+    pub period: Duration,
 }
 
 impl ContainerGc {
-    /// Collects at start and then every [`CONTAINER_GC_PERIOD`] until cancelled (upstream's
-    /// wait.Until).
+    /// Collects at start and then every `period` until cancelled (upstream's wait.Until).
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         tracing::info!(policy = ?self.policy, "starting container garbage collection");
         loop {
@@ -159,7 +167,7 @@ impl ContainerGc {
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(CONTAINER_GC_PERIOD) => {}
+                _ = tokio::time::sleep(self.period) => {}
             }
         }
     }
@@ -190,6 +198,15 @@ impl ContainerGc {
             .collect();
         let sandboxes = self.runtime.list_sandboxes().await?;
         for id in sandboxes_to_remove(&sandboxes, &remaining, known.as_ref()) {
+            // A sandbox whose processes died with nobody to stop it still holds its network
+            // (containerd refuses to remove it): stop it first, as upstream.
+            match self.runtime.stop_sandbox(&id).await {
+                Ok(()) | Err(super::RuntimeError::NotFound { .. }) => {}
+                Err(e) => {
+                    failed.push(format!("stopping sandbox {id}: {e}"));
+                    continue;
+                }
+            }
             match self.runtime.remove_sandbox(&id).await {
                 Ok(()) => removed += 1,
                 Err(super::RuntimeError::NotFound { .. }) => {}
@@ -235,6 +252,7 @@ impl ContainerGc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::SandboxConfig;
 
     fn c(id: &str, uid: &str, name: &str, created: i64, state: ContainerState) -> Container {
         Container {
@@ -345,6 +363,79 @@ mod tests {
         let known: HashSet<String> = ["a", "b", "h"].map(String::from).into();
         let out = sandboxes_to_remove(&sandboxes, &[&holder], Some(&known));
         assert_eq!(out, ["a-old", "gone-2", "gone-1"]);
+    }
+
+    struct Known(HashSet<String>);
+
+    #[async_trait::async_trait]
+    impl PodsKnown for Known {
+        async fn known_pods(&self) -> Option<HashSet<String>> {
+            Some(self.0.clone())
+        }
+    }
+
+    /// The node: pod `a`'s sandbox was stopped behind the agent's back and the agent
+    /// made a new one. The old one keeps the dead instance GC keeps for `app`, so it stays (as
+    /// upstream's); pod `b`'s old sandbox holds nothing and goes, stopped first.
+    #[tokio::test]
+    async fn an_old_sandbox_goes_once_it_holds_no_container_and_is_stopped_first() {
+        use crate::runtime::fake::FakeRuntime;
+        let rt = Arc::new(FakeRuntime::new());
+        let dir = tempfile::tempdir().unwrap();
+        let mut sandbox_of = BTreeMap::new();
+        let mut known = HashSet::new();
+        for pod in ["a", "b"] {
+            let cfg: SandboxConfig = crate::runtime::raw::sandbox(0, pod, dir.path(), "");
+            known.insert(cfg.uid.clone());
+            let ctr = crate::runtime::raw::container(&cfg);
+            let mut ids = Vec::new();
+            for _ in 0..2 {
+                let sb = rt.run_sandbox(&cfg).await.unwrap();
+                let c = rt.create_container(&sb, &ctr, &cfg).await.unwrap();
+                rt.start_container(&c).await.unwrap();
+                ids.push((sb, c));
+                if ids.len() == 1 {
+                    rt.stop_sandbox(&ids[0].0).await.unwrap();
+                }
+            }
+            sandbox_of.insert(pod, ids);
+        }
+        // Pod b's dead container was removed (by hand, or the runtime lost it).
+        rt.remove_container(&sandbox_of["b"][0].1).await.unwrap();
+        let gc = ContainerGc {
+            runtime: rt.clone(),
+            pods: Arc::new(Known(known)),
+            policy: ContainerGcPolicy::default(),
+            pod_logs_dir: dir.path().join("logs"),
+            period: CONTAINER_GC_PERIOD,
+        };
+        rt.clear_calls();
+        assert_eq!(gc.collect().await.unwrap(), 1);
+        let left: Vec<String> = rt
+            .list_sandboxes()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        let (a, b) = (&sandbox_of["a"], &sandbox_of["b"]);
+        assert!(
+            left.contains(&a[0].0),
+            "a's old sandbox holds its dead container"
+        );
+        assert!(!left.contains(&b[0].0), "b's old sandbox holds nothing");
+        assert!(left.contains(&a[1].0) && left.contains(&b[1].0));
+        let calls: Vec<String> = rt
+            .calls()
+            .into_iter()
+            .filter(|c| c.contains("PodSandbox") && c != "ListPodSandbox")
+            .collect();
+        assert_eq!(calls, ["StopPodSandbox", "RemovePodSandbox"]);
+        // Once a's old instance is no longer the one kept (a newer one died), both go.
+        rt.exit_container(&a[1].1, 1);
+        assert_eq!(gc.collect().await.unwrap(), 2);
+        let left = rt.list_sandboxes().await.unwrap();
+        assert!(left.iter().all(|s| s.id != a[0].0), "{left:?}");
     }
 
     #[test]

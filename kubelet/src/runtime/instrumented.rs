@@ -159,6 +159,10 @@ impl Runtime for Instrumented {
         record("list_podsandbox_stats", self.inner.list_sandbox_stats()).await
     }
 
+    async fn sandbox_stats(&self, id: &str) -> Result<SandboxStats> {
+        record("podsandbox_stats", self.inner.sandbox_stats(id)).await
+    }
+
     async fn image_fs_info(&self) -> Result<ImageFsInfo> {
         record("image_fs_info", self.inner.image_fs_info()).await
     }

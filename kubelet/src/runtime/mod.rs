@@ -3,6 +3,7 @@
 //! calls for unit tests.
 
 pub mod cri;
+mod cri_stats;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod gc;
@@ -466,10 +467,16 @@ pub trait Runtime: Send + Sync + 'static {
         sandbox: &SandboxConfig,
     ) -> Result<String>;
 
-    /// Usage of every container the runtime knows (one `ListContainerStats`).
+    /// Usage of every container the runtime knows (one `ListContainerStats`, with an empty
+    /// filter as upstream sends).
     async fn list_container_stats(&self) -> Result<Vec<ContainerStats>>;
-    /// Usage of every sandbox with its containers (one `ListPodSandboxStats`).
+    /// Usage of every ready sandbox with its containers (one `ListPodSandboxStats`). The
+    /// request carries an empty filter, as upstream's: containerd 1.6 then skips sandboxes
+    /// that are not ready, where without one a single stopped sandbox fails the whole answer.
     async fn list_sandbox_stats(&self) -> Result<Vec<SandboxStats>>;
+    /// One sandbox's usage (`PodSandboxStats`): what the stats provider asks for each ready
+    /// sandbox when the list fails.
+    async fn sandbox_stats(&self, id: &str) -> Result<SandboxStats>;
     /// The runtime's image and container filesystems (`ImageFsInfo`).
     async fn image_fs_info(&self) -> Result<ImageFsInfo>;
 

@@ -111,7 +111,13 @@ impl X509 {
     }
 
     /// Verifies the presented chain (leaf first): `CN` is the user name, each `O` a group.
-    pub fn authenticate(&self, chain: &[CertificateDer<'static>]) -> Result<UserInfo, AuthnError> {
+    /// Ok(None) for a verified certificate whose subject has no CommonName or an empty one: as
+    /// upstream's CommonNameUserConversion, it names no user, so it does not authenticate (and
+    /// is no error either: the other authenticators, then anonymous, still apply).
+    pub fn authenticate(
+        &self,
+        chain: &[CertificateDer<'static>],
+    ) -> Result<Option<UserInfo>, AuthnError> {
         let (leaf, rest) = chain
             .split_first()
             .ok_or_else(|| AuthnError::Certificate("empty chain".into()))?;
@@ -126,22 +132,22 @@ impl X509 {
         let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref())
             .map_err(|e| AuthnError::Certificate(e.to_string()))?;
         let subject = cert.subject();
-        let name = subject
-            .iter_common_name()
-            .next()
-            .and_then(|cn| cn.as_str().ok())
-            .unwrap_or_default()
-            .to_string();
+        // Go's pkix.Name keeps the last CommonName of the subject; one that is not a string
+        // type names no one.
+        let name = match subject.iter_common_name().last().map(|cn| cn.as_str()) {
+            Some(Ok(n)) if !n.is_empty() => n.to_string(),
+            _ => return Ok(None),
+        };
         let mut groups: Vec<String> = subject
             .iter_organization()
             .filter_map(|o| o.as_str().ok().map(str::to_string))
             .collect();
         groups.push(AUTHENTICATED_GROUP.into());
-        Ok(UserInfo {
+        Ok(Some(UserInfo {
             name,
             groups,
             ..Default::default()
-        })
+        }))
     }
 }
 
@@ -194,8 +200,9 @@ impl Authenticator {
         self.cache.stats()
     }
 
-    /// Upstream's union: certificate, then token; anonymous only without any credentials (a
-    /// bad certificate or token is a 401 even when anonymous is enabled).
+    /// Upstream's union: certificate, then token; anonymous only when neither failed (a bad
+    /// certificate or token is a 401 even when anonymous is enabled; a good certificate
+    /// without a CommonName is no credential).
     pub async fn authenticate(
         &self,
         headers: &http::HeaderMap,
@@ -204,7 +211,8 @@ impl Authenticator {
         let mut errors = Vec::new();
         if let (Some(x509), Some(chain)) = (&self.x509, peer_certs.filter(|c| !c.is_empty())) {
             match x509.authenticate(chain) {
-                Ok(u) => return Ok(u),
+                Ok(Some(u)) => return Ok(u),
+                Ok(None) => tracing::debug!("client certificate without a CommonName: no user"),
                 Err(e) => errors.push(e),
             }
         }

@@ -243,13 +243,20 @@ fn ca() -> Ca {
 }
 
 fn client_cert(ca: &Ca, cn: &str, orgs: &[&str]) -> Vec<CertificateDer<'static>> {
+    client_cert_cn(ca, Some(cn), orgs)
+}
+
+/// A client certificate of `ca`; `cn` None: the subject has no CommonName at all.
+fn client_cert_cn(ca: &Ca, cn: Option<&str>, orgs: &[&str]) -> Vec<CertificateDer<'static>> {
     let mut p = rcgen::CertificateParams::new(vec![]).unwrap();
     p.distinguished_name = rcgen::DistinguishedName::new();
     for o in orgs {
         p.distinguished_name
             .push(rcgen::DnType::OrganizationName, *o);
     }
-    p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    if let Some(cn) = cn {
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    }
     p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let key = rcgen::KeyPair::generate().unwrap();
     let issuer = rcgen::Issuer::from_params(&ca.params, &ca.key);
@@ -276,7 +283,7 @@ async fn client_certificates_of_the_client_ca_authenticate() {
         200
     );
     let x509 = super::super::authn::X509::from_pem(cluster.pem.as_bytes()).unwrap();
-    let u = x509.authenticate(&good).unwrap();
+    let u = x509.authenticate(&good).unwrap().unwrap();
     assert_eq!(u.name, "admin");
     assert_eq!(u.groups, ["system:masters", "system:authenticated"]);
     // A certificate from another CA is a 401 even though anonymous is enabled.
@@ -297,6 +304,61 @@ async fn client_certificates_of_the_client_ca_authenticate() {
     );
 }
 
+/// Issue 24: a certificate of the client CA whose subject has no CommonName, or an empty one,
+/// is not an identity (upstream's CommonNameUserConversion answers "not authenticated"): a 401
+/// without anonymous, never user "" with the certificate's O groups.
+#[tokio::test]
+async fn a_client_certificate_without_a_common_name_does_not_authenticate() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = ca();
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, &cluster.pem).unwrap();
+    let none = HeaderMap::new();
+    let no_cn = client_cert_cn(&cluster, None, &["system:masters"]);
+    let empty_cn = client_cert_cn(&cluster, Some(""), &["system:masters"]);
+    let x509 = super::super::authn::X509::from_pem(cluster.pem.as_bytes()).unwrap();
+    for (what, chain) in [("no CN", &no_cn), ("empty CN", &empty_cn)] {
+        assert!(
+            matches!(x509.authenticate(chain), Ok(None)),
+            "{what}: not an identity"
+        );
+        // AlwaysAllow lets any identity through: only authentication stands in the way.
+        for mode in [AuthzMode::AlwaysAllow, AuthzMode::Webhook] {
+            let mut s = settings(false, mode);
+            s.client_ca_file = Some(ca_file.display().to_string());
+            let (a, fake) = with_fake(s);
+            // The fake grants by user name: today's user "" would be let in.
+            fake.grant("", "get", "configz");
+            let (code, body) = ask_cert(&a, Method::GET, "/configz", &none, Some(chain)).await;
+            assert_eq!(
+                (code, body.as_str()),
+                (401, "Unauthorized"),
+                "{what} {mode:?}"
+            );
+        }
+        // With anonymous enabled the request is anonymous, as upstream's union falls through.
+        let mut s = settings(true, AuthzMode::Webhook);
+        s.client_ca_file = Some(ca_file.display().to_string());
+        let (a, fake) = with_fake(s);
+        fake.grant("", "get", "configz");
+        fake.grant("system:anonymous", "get", "healthz");
+        assert_eq!(
+            ask_cert(&a, Method::GET, "/healthz", &none, Some(chain))
+                .await
+                .0,
+            200,
+            "{what}: anonymous"
+        );
+        assert_eq!(
+            ask_cert(&a, Method::GET, "/configz", &none, Some(chain))
+                .await
+                .1,
+            "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[configz proxy])",
+            "{what}: anonymous, not the certificate's groups"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_changed_client_ca_file_applies_and_a_broken_one_is_ignored() {
     let dir = tempfile::tempdir().unwrap();
@@ -305,7 +367,7 @@ async fn a_changed_client_ca_file_applies_and_a_broken_one_is_ignored() {
     std::fs::write(&ca_file, &old.pem).unwrap();
     let x509 = super::super::authn::X509::from_file(ca_file.to_str().unwrap()).unwrap();
     let (by_old, by_new) = (client_cert(&old, "u", &[]), client_cert(&new, "u", &[]));
-    assert!(x509.authenticate(&by_old).is_ok());
+    assert!(x509.authenticate(&by_old).unwrap().is_some());
     assert!(x509.authenticate(&by_new).is_err());
     assert!(!x509.reload().await.unwrap(), "unchanged: nothing to do");
     std::fs::write(&ca_file, &new.pem).unwrap();

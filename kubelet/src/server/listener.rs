@@ -1,6 +1,10 @@
 //! The accept loop of the kubelet's servers (:10250, the read-only port, :10248) and the limits
 //! that keep a misbehaving client from starving the agent:
-//! - a cap on open connections: beyond it a new connection is closed at once (counted);
+//! - a cap on open connections, a cap per source on connections that have not had a request
+//!   authorized, and slots kept for authenticated clients ([`super::conn_limit`]): a refused
+//!   connection is closed at once (counted), an evicted one is closed (counted);
+//! - a request refused by authentication or authorization (401, 403) ends its connection
+//!   (`Connection: close`; HTTP/2: GOAWAY), so a refused client does not keep its slot;
 //! - a TLS handshake timeout: a client that never finishes its handshake (slowloris) is dropped;
 //! - an idle timeout (upstream's `IdleTimeout`, 90 s): a connection with no request in flight
 //!   for that long is closed, which also bounds how long a request head may take to arrive;
@@ -10,6 +14,7 @@
 //! counters are in `metrics::server`. Upgraded connections (exec, attach, port-forward) leave
 //! this loop once the upgrade is answered: their streams belong to the handler.
 
+use super::conn_limit::{ConnLimits, Limiter, Slot, Source};
 use crate::metrics::server as server_metrics;
 use axum::response::Response;
 use futures::future::BoxFuture;
@@ -22,7 +27,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// Connection limits of one server.
@@ -30,6 +34,10 @@ use tokio_util::sync::CancellationToken;
 pub struct Limits {
     /// Open connections at most; more are closed at accept.
     pub max_connections: usize,
+    /// Connections from one source (IPv4 address, IPv6 /64) with no authorized request yet.
+    pub max_per_source: usize,
+    /// Slots of `max_connections` only connections with an authorized request may hold.
+    pub authenticated_reserve: usize,
     /// Time a TLS client has to finish its handshake.
     pub tls_handshake_timeout: Duration,
     /// Time a connection may stay open with no request in flight.
@@ -42,11 +50,14 @@ impl Default for Limits {
     /// Upstream's `IdleTimeout` (90 s) and `MaxHeaderBytes` (1 MiB). Upstream's Go server has
     /// no connection cap and lets a handshake take its 4 h `ReadTimeout`; this agent caps
     /// connections at 4096 and handshakes at 10 s (Go's client-side TLS handshake timeout).
+    /// No per-source cap and no reserve here: the servers set theirs from the configuration.
     /// Upstream's 4 h `ReadTimeout`/`WriteTimeout` are not applied: a request head is bounded
     /// by the idle timeout instead, and a followed log is not cut after 4 h.
     fn default() -> Self {
         Self {
             max_connections: 4096,
+            max_per_source: usize::MAX,
+            authenticated_reserve: 0,
             tls_handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(90),
             max_header_bytes: 1 << 20,
@@ -84,6 +95,15 @@ impl ServerType {
 /// The client's certificate chain (TLS servers), as presented.
 pub type PeerCerts = Option<Arc<[CertificateDer<'static>]>>;
 
+/// What the authentication filter made of a request, set by the handler as a response
+/// extension: an authorized request's connection leaves the pending budget; a refused one's
+/// connection is closed after the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthOutcome {
+    Authorized,
+    Refused,
+}
+
 /// Answers one request.
 pub type Handler =
     Arc<dyn Fn(http::Request<Incoming>, PeerCerts) -> BoxFuture<'static, Response> + Send + Sync>;
@@ -102,14 +122,18 @@ pub async fn serve(
     m.max_connections
         .with_label_values(&[label])
         .set(limits.max_connections as f64);
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let limiter = Limiter::new(ConnLimits {
+        max_connections: limits.max_connections,
+        max_per_source: limits.max_per_source,
+        authenticated_reserve: limits.authenticated_reserve,
+    });
     let limits = Arc::new(limits);
     let mut conns = tokio::task::JoinSet::new();
     loop {
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             _ = cancel.cancelled() => break,
             r = listener.accept() => match r {
-                Ok((tcp, _)) => tcp,
+                Ok(x) => x,
                 Err(e) => {
                     // EMFILE and the like: back off instead of spinning on the error.
                     tracing::warn!(error = %e, server = label, "accept failed");
@@ -119,14 +143,21 @@ pub async fn serve(
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            m.rejected_connections.with_label_values(&[label]).inc();
-            tracing::debug!(
-                server = label,
-                "connection cap reached; closing a new connection"
-            );
-            drop(tcp);
-            continue;
+        let slot = match limiter.admit(Source::of(peer.ip())) {
+            Ok(a) => {
+                if a.evicted_another {
+                    m.evicted_connections.with_label_values(&[label]).inc();
+                }
+                Arc::new(a.slot)
+            }
+            Err(why) => {
+                m.rejected_connections
+                    .with_label_values(&[label, why.label()])
+                    .inc();
+                tracing::debug!(server = label, %peer, reason = why.label(), "connection refused at accept");
+                drop(tcp);
+                continue;
+            }
         };
         let _ = tcp.set_nodelay(true);
         let open = m.open_connections.with_label_values(&[label]);
@@ -136,14 +167,17 @@ pub async fn serve(
         let limits = limits.clone();
         let cancel = cancel.clone();
         conns.spawn(async move {
-            let _slot = slot;
             let _open = scopeguard(move || open.dec());
             match tls {
-                None => serve_conn(tcp, None, &handler, kind, &limits, &cancel).await,
+                None => serve_conn(tcp, None, &handler, kind, &limits, &slot, &cancel).await,
                 Some(acceptor) => {
                     let hs =
                         tokio::time::timeout(limits.tls_handshake_timeout, acceptor.accept(tcp));
-                    let stream = match hs.await {
+                    let hs = tokio::select! {
+                        r = hs => r,
+                        _ = slot.evicted().cancelled() => return,
+                    };
+                    let stream = match hs {
                         Ok(Ok(s)) => s,
                         Ok(Err(e)) => {
                             m.tls_handshake_errors
@@ -165,7 +199,7 @@ pub async fn serve(
                         .1
                         .peer_certificates()
                         .map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
-                    serve_conn(stream, peer, &handler, kind, &limits, &cancel).await
+                    serve_conn(stream, peer, &handler, kind, &limits, &slot, &cancel).await
                 }
             }
         });
@@ -217,6 +251,7 @@ async fn serve_conn<I>(
     handler: &Handler,
     kind: ServerType,
     limits: &Limits,
+    slot: &Arc<Slot>,
     cancel: &CancellationToken,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -228,10 +263,15 @@ async fn serve_conn<I>(
     });
     let act = activity.clone();
     let handler = handler.clone();
+    // Set when a refused request asks for the connection to end.
+    let close = Arc::new(tokio::sync::Notify::new());
+    let (conn_slot, conn_close) = (slot.clone(), close.clone());
     let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
         let act = act.clone();
         let handler = handler.clone();
         let peer = peer.clone();
+        let slot = conn_slot.clone();
+        let close = conn_close.clone();
         async move {
             act.inflight.fetch_add(1, Ordering::Relaxed);
             act.touch();
@@ -244,7 +284,21 @@ async fn serve_conn<I>(
                 act.inflight.fetch_sub(1, Ordering::Relaxed);
                 act.touch();
             });
-            let resp = handler(req, peer).await;
+            let http1 = req.version() < http::Version::HTTP_2;
+            let mut resp = handler(req, peer).await;
+            match resp.extensions().get::<AuthOutcome>() {
+                Some(AuthOutcome::Authorized) => slot.authenticated(),
+                Some(AuthOutcome::Refused) => {
+                    if http1 {
+                        resp.headers_mut().insert(
+                            http::header::CONNECTION,
+                            http::HeaderValue::from_static("close"),
+                        );
+                    }
+                    close.notify_one();
+                }
+                None => {}
+            }
             let resp = resp.map(|body| {
                 axum::body::Body::new(body.map_frame(move |f| {
                     let _ = &done;
@@ -280,6 +334,12 @@ async fn serve_conn<I>(
                 draining = true;
                 conn.as_mut().graceful_shutdown();
             }
+            // After the refused request's response: no further request on this connection.
+            _ = close.notified(), if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = slot.evicted().cancelled() => return,
             _ = tick.tick() => {
                 if activity.idle_for().is_some_and(|d| d >= limits.idle_timeout) {
                     server_metrics::server()

@@ -26,6 +26,8 @@ fn state() -> AppState {
 fn limits(max: usize, hs_ms: u64, idle_ms: u64) -> Limits {
     Limits {
         max_connections: max,
+        max_per_source: usize::MAX,
+        authenticated_reserve: 0,
         tls_handshake_timeout: Duration::from_millis(hs_ms),
         idle_timeout: Duration::from_millis(idle_ms),
         max_header_bytes: 1 << 20,
@@ -87,7 +89,7 @@ async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 fn rejected() -> f64 {
     m::server()
         .rejected_connections
-        .with_label_values(&["readonly"])
+        .with_label_values(&["readonly", "max_connections"])
         .get()
 }
 
@@ -225,4 +227,153 @@ async fn oversized_request_heads_are_refused() {
     let text = String::from_utf8_lossy(&buf[..n]);
     // hyper answers 431, or closes the connection: never a 200.
     assert!(n == 0 || text.contains(" 431 "), "{text}");
+}
+
+/// A :10250-like server on loopback (the authenticating handler over plain TCP): the token
+/// `good` is user `admin`, allowed `get` on `nodes/pods`; anything else is a 401.
+async fn start_authenticating(limits: Limits) -> (std::net::SocketAddr, CancellationToken) {
+    use crate::cluster::auth_review::test_util::FakeReview;
+    let review = Arc::new(FakeReview::default());
+    review.token("good", "admin", &[]);
+    review.grant("admin", "get", "pods");
+    let auth = crate::server::Auth::new(
+        crate::server::AuthSettings::secure_defaults(),
+        "node-a",
+        Some(review as Arc<dyn crate::cluster::auth_review::AuthReview>),
+    )
+    .unwrap();
+    let l = TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], l.local_addr().unwrap().port()));
+    let cancel = CancellationToken::new();
+    tokio::spawn(serve(
+        l,
+        None,
+        limits,
+        ServerType::ReadWrite,
+        crate::server::https_handler(Arc::new(auth), crate::server::api_router(state(), true)),
+        cancel.clone(),
+    ));
+    (addr, cancel)
+}
+
+/// A connection to `to` from the loopback address `from` (each 127.0.0.x is its own source).
+async fn connect_from(from: [u8; 4], to: std::net::SocketAddr) -> TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(std::net::SocketAddr::from((from, 0))).unwrap();
+    sock.connect(to).await.unwrap()
+}
+
+const GOOD: &str = "GET /pods HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\n\r\n";
+const BAD: &str = "GET /pods HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\n\r\n";
+
+fn counter(c: &prometheus::CounterVec, labels: &[&str]) -> f64 {
+    c.with_label_values(labels).get()
+}
+
+/// Issue 24: one source without credentials cannot hold the slots of :10250: beyond its
+/// per-source cap its connections are closed at accept, and an authenticated client from
+/// elsewhere still gets in and keeps its connection.
+#[tokio::test]
+async fn one_source_cannot_exhaust_the_slots_and_an_authenticated_client_gets_in() {
+    let mut l = limits(20, 5_000, 60_000);
+    l.max_per_source = 5;
+    l.authenticated_reserve = 5;
+    let (addr, _cancel) = start_authenticating(l).await;
+    let per_source = || {
+        counter(
+            &m::server().rejected_connections,
+            &["readwrite", "per_source"],
+        )
+    };
+    let before = per_source();
+    // One host opens 20 connections (the whole cap) and sends nothing.
+    let mut flood = Vec::new();
+    for _ in 0..20 {
+        flood.push(connect_from([127, 0, 0, 2], addr).await);
+    }
+    let mut closed = 0;
+    for c in flood.iter_mut() {
+        if closed_within(c, Duration::from_millis(300)).await {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 15, "all but its cap of 5 are closed at accept");
+    assert!(per_source() >= before + 15.0);
+    // An authenticated client from another address is served, and its connection is kept.
+    let mut good = connect_from([127, 0, 0, 3], addr).await;
+    assert_eq!(status_of(&mut good, GOOD).await, 200);
+    assert_eq!(status_of(&mut good, GOOD).await, 200, "kept alive");
+}
+
+/// Issue 24: connections without an authorized request cannot take the slots kept for
+/// authenticated ones: when they hold the rest, the longest-waiting one is closed to admit a
+/// newcomer, and an authenticated connection is never the one closed.
+#[tokio::test]
+async fn unauthenticated_connections_leave_the_reserve_to_authenticated_ones() {
+    let mut l = limits(12, 5_000, 60_000);
+    l.max_per_source = 3;
+    l.authenticated_reserve = 4;
+    let (addr, _cancel) = start_authenticating(l).await;
+    let evicted = || counter(&m::server().evicted_connections, &["readwrite"]);
+    // An authenticated client first.
+    let mut admin = connect_from([127, 0, 0, 10], addr).await;
+    assert_eq!(status_of(&mut admin, GOOD).await, 200);
+    // Sources 11..=13 hold the 8 slots kept for pending connections (3 + 3 + 2).
+    let mut idle = Vec::new();
+    for (host, n) in [(11u8, 3), (12, 3), (13, 2)] {
+        for _ in 0..n {
+            idle.push(connect_from([127, 0, 0, host], addr).await);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = evicted();
+    // More from new sources: each evicts the longest-waiting pending connection.
+    let mut late = Vec::new();
+    for host in 14u8..18 {
+        late.push(connect_from([127, 0, 0, host], addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(evicted() >= before + 4.0, "{before} -> {}", evicted());
+    for c in idle.iter_mut().take(4) {
+        assert!(
+            closed_within(c, Duration::from_secs(2)).await,
+            "the oldest pending connections make room"
+        );
+    }
+    // The authenticated connection was kept, and a newcomer that authenticates is served.
+    assert_eq!(status_of(&mut admin, GOOD).await, 200);
+    let mut fresh = connect_from([127, 0, 0, 20], addr).await;
+    assert_eq!(status_of(&mut fresh, GOOD).await, 200);
+    assert_eq!(status_of(&mut admin, GOOD).await, 200);
+}
+
+/// Issue 24: a 401 (or 403) ends its connection: a refused client does not keep its slot
+/// with keep-alive.
+#[tokio::test]
+async fn a_refused_request_closes_its_connection() {
+    let (addr, _cancel) = start_authenticating(limits(100, 5_000, 60_000)).await;
+    let mut c = connect_from([127, 0, 0, 30], addr).await;
+    c.write_all(BAD.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let end = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut got)).await;
+    assert!(end.is_ok(), "the connection is closed after the 401");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 401 "), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    // 403: an authenticated user without the right.
+    let mut c = connect_from([127, 0, 0, 30], addr).await;
+    c.write_all(b"GET /configz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let end = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut got)).await;
+    assert!(end.is_ok(), "the connection is closed after the 403");
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 403 "));
+    // An authorized request keeps its connection.
+    let mut ok = connect_from([127, 0, 0, 30], addr).await;
+    assert_eq!(status_of(&mut ok, GOOD).await, 200);
+    assert!(!closed_within(&mut ok, Duration::from_millis(300)).await);
 }

@@ -264,19 +264,24 @@ pub fn parse_rfc3339(s: &str) -> Option<i128> {
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
         return None;
     }
-    let mut rest = &s[19..];
+    // Every slice below is checked (`get`): a multi-byte character where an ASCII one belongs
+    // makes the time undecodable, never a panic.
+    let mut rest = s.get(19..)?;
     let mut frac: i128 = 0;
     if let Some(r) = rest.strip_prefix('.') {
         let digits = r.bytes().take_while(|c| c.is_ascii_digit()).count();
         if digits == 0 || digits > 9 {
             return None;
         }
-        frac = r[..digits].parse::<i128>().ok()? * 10i128.pow(9 - digits as u32);
-        rest = &r[digits..];
+        frac = r.get(..digits)?.parse::<i128>().ok()? * 10i128.pow(9 - digits as u32);
+        rest = r.get(digits..)?;
     }
     let offset = match rest {
         "Z" | "z" => 0,
-        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) && &o[3..4] == ":" => {
+        o if o.len() == 6
+            && (o.starts_with('+') || o.starts_with('-'))
+            && o.get(3..4) == Some(":") =>
+        {
             let oh = num(s.len() - 5..s.len() - 3)?;
             let om = num(s.len() - 2..s.len())?;
             let v = oh * 3600 + om * 60;

@@ -70,6 +70,33 @@ fn rfc3339_times() {
     assert_eq!(parse_rfc3339("2016-10-06T00:17:09"), None);
 }
 
+/// A multi-byte character where the offset is read must be a 400 (undecodable), never a panic
+/// of the request task (issue 24: `sinceTime` sliced a &str in the middle of a character).
+#[test]
+fn since_time_with_multibyte_characters_is_a_400_not_a_panic() {
+    for bad in [
+        // 'é' (2 bytes) straddles the `:` of the offset.
+        "2024-01-01T00:00:00+0\u{e9}00",
+        "2024-01-01T00:00:00-\u{e9}\u{e9}",
+        // A 3- and a 4-byte character in the offset and the fraction.
+        "2024-01-01T00:00:00+\u{20ac}00",
+        "2024-01-01T00:00:00.5\u{1f600}",
+        "2024-01-01T00:00:0\u{e9}Z",
+        "\u{e9}024-01-01T00:00:00Z",
+    ] {
+        let got = std::panic::catch_unwind(|| parse_options(&q(&[("sinceTime", bad)])));
+        let r = got.unwrap_or_else(|_| panic!("sinceTime {bad:?} panicked"));
+        let e = r
+            .err()
+            .unwrap_or_else(|| panic!("sinceTime {bad:?} was accepted"));
+        assert_eq!(
+            (e.status.as_u16(), e.body.as_str()),
+            (400, UNDECODABLE),
+            "{bad:?}"
+        );
+    }
+}
+
 fn render(opts: &[(&str, &str)], lines: &[&str], now: i128) -> String {
     let o = parse_options(&q(opts)).unwrap();
     let mut w = Writer::new(&o, now);

@@ -15,6 +15,7 @@
 pub mod authn;
 pub mod authz;
 mod cache;
+pub mod conn_limit;
 pub mod fd_limit;
 
 pub use authz::{Auth, AuthError, AuthSettings, AuthzMode, Decision, RequestInfo};
@@ -27,6 +28,7 @@ mod running_pods;
 
 pub use read_only::read_only_router;
 pub mod streaming;
+mod upgrade_proxy;
 mod ws_spdy;
 
 use crate::atomic_file;
@@ -271,8 +273,14 @@ fn default_routes() -> Router<AppState> {
         )
 }
 
-/// Routes of the :10250 server: the default handlers plus upstream's debugging handlers.
-pub fn api_router(state: AppState) -> Router {
+/// Routes of the :10250 server: the default handlers plus, with `debugging_handlers`
+/// (`enableDebuggingHandlers`, upstream's default true), upstream's auth-required handlers.
+/// Without them, as upstream's NewServer: the debugging paths answer 405 "Debug endpoints are
+/// disabled." and `/configz` is not served.
+pub fn api_router(state: AppState, debugging_handlers: bool) -> Router {
+    if !debugging_handlers {
+        return read_only::debugging_disabled(default_routes()).with_state(state);
+    }
     default_routes()
         .route("/configz", get(configz))
         .route("/runningpods", get(running_pods::running_pods))
@@ -333,17 +341,10 @@ pub async fn serve_http(
     listener: TcpListener,
     router: Router,
     kind: listener::ServerType,
+    limits: listener::Limits,
     cancel: CancellationToken,
 ) {
-    listener::serve(
-        listener,
-        None,
-        listener::Limits::default(),
-        kind,
-        plain_handler(router),
-        cancel,
-    )
-    .await
+    listener::serve(listener, None, limits, kind, plain_handler(router), cancel).await
 }
 
 /// Loads the serving certificate, or creates and stores a self-signed one in `cert_dir`
@@ -487,18 +488,19 @@ fn generate_self_signed(
     Ok(())
 }
 
-/// Serves HTTPS until cancelled, with the default [`listener::Limits`].
+/// Serves HTTPS until cancelled.
 pub async fn serve_https(
     listener: TcpListener,
     tls: rustls::ServerConfig,
     auth: Arc<Auth>,
     router: Router,
+    limits: listener::Limits,
     cancel: CancellationToken,
 ) {
     listener::serve(
         listener,
         Some(tokio_rustls::TlsAcceptor::from(Arc::new(tls))),
-        listener::Limits::default(),
+        limits,
         listener::ServerType::ReadWrite,
         https_handler(auth, router),
         cancel,
@@ -506,7 +508,8 @@ pub async fn serve_https(
     .await
 }
 
-/// The :10250 request path: [`Auth`] decides, then `router` answers.
+/// The :10250 request path: [`Auth`] decides, then `router` answers. The response carries the
+/// [`listener::AuthOutcome`] (authorized, or refused with 401/403) for the connection limits.
 pub fn https_handler(auth: Arc<Auth>, router: Router) -> listener::Handler {
     Arc::new(
         move |req: http::Request<hyper::body::Incoming>, peer_certs: listener::PeerCerts| {
@@ -522,17 +525,26 @@ pub fn https_handler(auth: Arc<Auth>, router: Router) -> listener::Handler {
                     })
                     .await;
                 match decision {
-                    Decision::Allow => tower::ServiceExt::oneshot(router, req)
-                        .await
-                        .into_response(),
+                    Decision::Allow => {
+                        let mut resp = tower::ServiceExt::oneshot(router, req)
+                            .await
+                            .into_response();
+                        resp.extensions_mut()
+                            .insert(listener::AuthOutcome::Authorized);
+                        resp
+                    }
                     Decision::Deny { status, body } => {
                         tracing::debug!(%status, path = %req.uri().path(), "kubelet API request refused");
-                        (
+                        let mut resp = (
                             status,
                             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
                             body,
                         )
-                            .into_response()
+                            .into_response();
+                        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+                            resp.extensions_mut().insert(listener::AuthOutcome::Refused);
+                        }
+                        resp
                     }
                 }
             })

@@ -10,7 +10,7 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::any;
 
-async fn debugging_disabled() -> (StatusCode, &'static str) {
+async fn debugging_disabled_answer() -> (StatusCode, &'static str) {
     (
         StatusCode::METHOD_NOT_ALLOWED,
         "Debug endpoints are disabled.\n",
@@ -19,20 +19,30 @@ async fn debugging_disabled() -> (StatusCode, &'static str) {
 
 /// Routes of the read-only server.
 pub fn read_only_router(state: AppState) -> Router {
-    let mut r = default_routes();
+    debugging_disabled(default_routes()).with_state(state)
+}
+
+/// Upstream's InstallDebuggingDisabledHandlers: the debugging paths (`/run/`, `/exec/`,
+/// `/attach/`, `/portForward/`, `/containerLogs/`, `/runningpods/`, `/debug/pprof/`, `/logs/`
+/// and everything below them) answer 405 "Debug endpoints are disabled.", whatever the method.
+/// The read-only port always, :10250 with `enableDebuggingHandlers: false`.
+pub(super) fn debugging_disabled(mut r: Router<AppState>) -> Router<AppState> {
     for prefix in [
         "/run",
         "/exec",
         "/attach",
         "/portForward",
         "/containerLogs",
+        "/runningpods",
         "/debug/pprof",
         "/logs",
     ] {
         r = r
-            .route(&format!("{prefix}/"), any(debugging_disabled))
-            .route(&format!("{prefix}/{{*rest}}"), any(debugging_disabled));
+            .route(&format!("{prefix}/"), any(debugging_disabled_answer))
+            .route(
+                &format!("{prefix}/{{*rest}}"),
+                any(debugging_disabled_answer),
+            );
     }
-    r.route("/runningpods/", any(debugging_disabled))
-        .with_state(state)
+    r
 }

@@ -13,10 +13,14 @@
 //! either way, or when either side ends; `kubelet_streaming_connections{type}` counts the open
 //! ones. A websocket client offering `v5.channel.k8s.io` to exec/attach is answered by the
 //! kubelet itself and translated to SPDY towards the runtime ([`super::ws_spdy`]), since
-//! runtimes' websocket servers stop at v4 (which cannot close stdin). Dialing the runtime and reading its answer are bounded by [`BACKEND_TIMEOUT`].
+//! runtimes' websocket servers stop at v4 (which cannot close stdin). Dialing the runtime and reading its answer are bounded by [`BACKEND_TIMEOUT`]; ending a session (the last frame, each shutdown) by 5 s.
 //! `/run` runs ExecSync and returns stdout then stderr.
 
 use super::AppState;
+pub use super::upgrade_proxy::{
+    BACKEND_TIMEOUT, Backend, BackendHead, SpliceEnd, backend, read_head, request_head, splice,
+};
+use super::upgrade_proxy::{dial, head_headers, relay_error, relay_upgraded};
 use super::ws_spdy;
 use crate::runtime::{ContainerState, Runtime, RuntimeError, SandboxState, StreamFlags};
 use axum::body::Body;
@@ -27,19 +31,8 @@ use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-
-/// Dialing the runtime's streaming server, and reading its response head.
-pub const BACKEND_TIMEOUT: Duration = Duration::from_secs(10);
-/// The largest response head accepted from the runtime.
-const MAX_HEAD: usize = 16 * 1024;
-/// The largest non-101 response body relayed from the runtime.
-const MAX_ERROR_BODY: usize = 64 * 1024;
-/// One read while splicing.
-const SPLICE_BUF: usize = 32 * 1024;
 
 /// `kubelet_streaming_connections{type}`: spliced exec/attach/port-forward connections open
 /// now (not an upstream family; upstream counts them inside `kubelet_http_inflight_requests`).
@@ -244,6 +237,18 @@ pub fn find_pod<'a>(pods: &'a [Pod], ns: &str, name: &str) -> Result<&'a Pod, Re
         .ok_or_else(|| refuse(StatusCode::NOT_FOUND, "pod does not exist"))
 }
 
+/// The named pod's UID. A `{uid}` segment must be that UID: another is a 404 `pod not found`
+/// (upstream's port-forward check, applied to exec, attach and run too), so the containers are
+/// always looked up in the pod the path names, never in the pod a UID points at.
+fn pod_uid(pod: &Pod, p: &Params) -> Result<String, Refusal> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    match param(p, "uid") {
+        "" => Ok(uid),
+        given if given == uid => Ok(uid),
+        _ => Err(refuse(StatusCode::NOT_FOUND, "pod not found")),
+    }
+}
+
 fn runtime_refusal(e: RuntimeError) -> Refusal {
     // Upstream's streaming.WriteError: gRPC NotFound → 404, everything else 500.
     let status = match e {
@@ -388,19 +393,12 @@ async fn session(
     let pods = s.statuses.pods();
     let (ns, name) = (param(p, "ns"), param(p, "pod"));
     let pod = find_pod(&pods, ns, name)?;
-    let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
-    let uid = match param(p, "uid") {
-        "" => pod_uid.clone(),
-        given => given.to_string(),
-    };
+    let uid = pod_uid(pod, p)?;
     let rt = runtime(&s.streaming)?;
     // Upstream calls the runtime first, then refuses a plain request in the proxy; checking
     // first gives the same answer without leaving an unused session on the runtime.
     let url = match &kind {
         Kind::PortForward { ports } => {
-            if uid != pod_uid {
-                return Err(refuse(StatusCode::NOT_FOUND, "pod not found"));
-            }
             let sandbox = ready_sandbox(rt.as_ref(), &uid, &format!("{name}_{ns}")).await?;
             require_upgrade(upgrade)?;
             rt.port_forward(&sandbox, ports).await
@@ -452,10 +450,7 @@ async fn run_in_container(
 ) -> Result<Vec<u8>, Refusal> {
     let pods = s.statuses.pods();
     let pod = find_pod(&pods, param(p, "ns"), param(p, "pod"))?;
-    let uid = match param(p, "uid") {
-        "" => pod.metadata.uid.clone().unwrap_or_default(),
-        given => given.to_string(),
-    };
+    let uid = pod_uid(pod, p)?;
     // For legacy reasons /run splits `cmd` on spaces.
     let cmd: Vec<String> = first(q, "cmd").split(' ').map(String::from).collect();
     let rt = runtime(&s.streaming)?;
@@ -481,155 +476,6 @@ async fn run_in_container(
     Ok(out)
 }
 
-/// Where a runtime streaming URL points.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Backend {
-    /// `host:port`, to dial and for the `Host` header.
-    pub authority: String,
-    /// Path and query, as the request target.
-    pub target: String,
-}
-
-/// Splits an `http://host:port/path?query` streaming URL (https is refused: containerd and
-/// CRI-O serve plain HTTP on loopback by default).
-pub fn backend(url: &str) -> Result<Backend, Refusal> {
-    let bad = |m: String| refuse(StatusCode::INTERNAL_SERVER_ERROR, m);
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| bad(format!("runtime streaming URL {url:?}: {e}")))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(bad(format!(
-            "runtime streaming URL {url:?}: only http:// streaming servers are supported"
-        )));
-    }
-    let auth = uri
-        .authority()
-        .ok_or_else(|| bad(format!("runtime streaming URL {url:?} has no host")))?;
-    let authority = match auth.port_u16() {
-        Some(_) => auth.to_string(),
-        None => format!("{}:80", auth.host()),
-    };
-    let target = uri
-        .path_and_query()
-        .map_or_else(|| "/".to_string(), |p| p.to_string());
-    Ok(Backend { authority, target })
-}
-
-/// Headers never passed to the runtime: its own Host goes instead, the body is not sent, and
-/// the client's credentials are for the kubelet only.
-const DROPPED: [header::HeaderName; 5] = [
-    header::HOST,
-    header::CONTENT_LENGTH,
-    header::TRANSFER_ENCODING,
-    header::AUTHORIZATION,
-    header::PROXY_AUTHORIZATION,
-];
-
-/// The request head sent to the runtime: the client's method and headers, the URL's target.
-pub fn request_head(method: &http::Method, headers: &HeaderMap, b: &Backend) -> Vec<u8> {
-    let mut out = format!(
-        "{method} {} HTTP/1.1\r\nHost: {}\r\n",
-        b.target, b.authority
-    )
-    .into_bytes();
-    for (name, value) in headers {
-        if DROPPED.contains(name) {
-            continue;
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    out
-}
-
-/// The runtime's response head, and the bytes already read past it.
-#[derive(Debug)]
-pub struct BackendHead {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub rest: Vec<u8>,
-}
-
-/// Reads a response head from `conn` (at most [`MAX_HEAD`] bytes).
-pub async fn read_head<R: AsyncRead + Unpin>(conn: &mut R) -> Result<BackendHead, String> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = conn
-            .read(&mut chunk)
-            .await
-            .map_err(|e| format!("reading the runtime's response: {e}"))?;
-        if n == 0 {
-            return Err("the runtime closed the connection before answering".into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let mut hdrs = [httparse::EMPTY_HEADER; 64];
-        let mut resp = httparse::Response::new(&mut hdrs);
-        match resp.parse(&buf) {
-            Ok(httparse::Status::Complete(len)) => {
-                let status = StatusCode::from_u16(resp.code.unwrap_or(0))
-                    .map_err(|e| format!("the runtime's status: {e}"))?;
-                let mut headers = HeaderMap::new();
-                for h in resp.headers.iter() {
-                    if let (Ok(n), Ok(v)) = (
-                        header::HeaderName::from_bytes(h.name.as_bytes()),
-                        HeaderValue::from_bytes(h.value),
-                    ) {
-                        headers.append(n, v);
-                    }
-                }
-                return Ok(BackendHead {
-                    status,
-                    headers,
-                    rest: buf[len..].to_vec(),
-                });
-            }
-            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
-            Ok(httparse::Status::Partial) => {
-                return Err("the runtime's response head is too large".into());
-            }
-            Err(e) => return Err(format!("the runtime's response: {e}")),
-        }
-    }
-}
-
-/// Dials the runtime's streaming server, sends `head` and reads its answer, all within
-/// [`BACKEND_TIMEOUT`]; a 500 response when that fails.
-async fn dial(url: &str, b: &Backend, head: &[u8]) -> Result<(TcpStream, BackendHead), Response> {
-    let fail = |m: String| {
-        tracing::warn!(url, error = %m, "streaming proxy failed");
-        refuse(StatusCode::INTERNAL_SERVER_ERROR, m).into_response()
-    };
-    let dialed = tokio::time::timeout(BACKEND_TIMEOUT, async {
-        let mut conn = TcpStream::connect(&b.authority).await.map_err(|e| {
-            format!(
-                "dialing the runtime's streaming server {}: {e}",
-                b.authority
-            )
-        })?;
-        conn.write_all(head)
-            .await
-            .map_err(|e| format!("writing to the runtime's streaming server: {e}"))?;
-        let head = read_head(&mut conn).await?;
-        Ok::<_, String>((conn, head))
-    })
-    .await;
-    match dialed {
-        Ok(Ok(x)) => {
-            tracing::debug!(url, status = %x.1.status, "runtime streaming server answered");
-            Ok(x)
-        }
-        Ok(Err(m)) => Err(fail(m)),
-        Err(_) => Err(fail(format!(
-            "the runtime's streaming server {} did not answer within {BACKEND_TIMEOUT:?}",
-            b.authority
-        ))),
-    }
-}
-
 /// Proxies the upgrade to the runtime's streaming server at `url`.
 async fn proxy(st: &Arc<Streaming>, label: &'static str, url: &str, mut req: Request) -> Response {
     let b = match backend(url) {
@@ -637,7 +483,7 @@ async fn proxy(st: &Arc<Streaming>, label: &'static str, url: &str, mut req: Req
         Err(r) => return r.into_response(),
     };
     let head = request_head(req.method(), req.headers(), &b);
-    let (mut conn, head) = match dial(url, &b, &head).await {
+    let (conn, head) = match dial(url, &b, &head).await {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -657,24 +503,15 @@ async fn proxy(st: &Arc<Streaming>, label: &'static str, url: &str, mut req: Req
         };
         let gauge = OPEN_STREAMS.with_label_values(&[label]);
         gauge.inc();
-        let mut client = client;
-        let mut ok = true;
-        if !head.rest.is_empty() {
-            ok = client.write_all(&head.rest).await.is_ok();
+        let end = relay_upgraded(client, conn, head.rest, st2.idle_timeout, &st2.cancel).await;
+        if end == SpliceEnd::Idle {
+            IDLE_CLOSED.inc();
+            tracing::info!(
+                r#type = label,
+                timeout = ?st2.idle_timeout,
+                "streaming connection closed after streamingConnectionIdleTimeout without traffic"
+            );
         }
-        if ok {
-            let end = splice(&mut client, &mut conn, st2.idle_timeout, &st2.cancel).await;
-            if end == SpliceEnd::Idle {
-                IDLE_CLOSED.inc();
-                tracing::info!(
-                    r#type = label,
-                    timeout = ?st2.idle_timeout,
-                    "streaming connection closed after streamingConnectionIdleTimeout without traffic"
-                );
-            }
-        }
-        let _ = client.shutdown().await;
-        let _ = conn.shutdown().await;
         gauge.dec();
     });
     let mut resp = Response::new(Body::empty());
@@ -747,100 +584,6 @@ async fn translate_v5(
         HeaderValue::from_static(ws_spdy::V5),
     );
     resp
-}
-
-/// The runtime's 101 headers, minus framing headers hyper writes itself.
-fn head_headers(h: &HeaderMap) -> HeaderMap {
-    let mut out = h.clone();
-    out.remove(header::CONTENT_LENGTH);
-    out.remove(header::TRANSFER_ENCODING);
-    out
-}
-
-/// Relays a non-101 answer (the runtime's refusal) with its status, headers and body.
-async fn relay_error(mut conn: TcpStream, head: BackendHead) -> Response {
-    let want = head
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-        .unwrap_or(MAX_ERROR_BODY)
-        .min(MAX_ERROR_BODY);
-    let mut body = head.rest;
-    let _ = tokio::time::timeout(BACKEND_TIMEOUT, async {
-        let mut chunk = [0u8; 4096];
-        while body.len() < want {
-            match conn.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => body.extend_from_slice(&chunk[..n]),
-            }
-        }
-    })
-    .await;
-    body.truncate(want);
-    let mut resp = Response::new(Body::from(body));
-    *resp.status_mut() = head.status;
-    for (n, v) in head_headers(&head.headers).iter() {
-        if n != header::CONNECTION {
-            resp.headers_mut().append(n, v.clone());
-        }
-    }
-    resp
-}
-
-/// Why a splice ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpliceEnd {
-    /// One side closed (or failed).
-    Closed,
-    /// No byte either way for the idle timeout.
-    Idle,
-    /// The agent is shutting down.
-    Cancelled,
-}
-
-/// Copies bytes both ways until either side ends, `idle` passes with no byte either way, or
-/// `cancel` fires (upstream ends the proxy when either direction ends).
-pub async fn splice<A, B>(
-    a: &mut A,
-    b: &mut B,
-    idle: Duration,
-    cancel: &CancellationToken,
-) -> SpliceEnd
-where
-    A: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
-{
-    let (mut ar, mut aw) = tokio::io::split(a);
-    let (mut br, mut bw) = tokio::io::split(b);
-    let mut abuf = vec![0u8; SPLICE_BUF];
-    let mut bbuf = vec![0u8; SPLICE_BUF];
-    let deadline = tokio::time::sleep(idle);
-    tokio::pin!(deadline);
-    loop {
-        let moved = tokio::select! {
-            r = ar.read(&mut abuf) => match r {
-                Ok(0) | Err(_) => return SpliceEnd::Closed,
-                Ok(n) => tokio::time::timeout(idle, write_flush(&mut bw, &abuf[..n])).await,
-            },
-            r = br.read(&mut bbuf) => match r {
-                Ok(0) | Err(_) => return SpliceEnd::Closed,
-                Ok(n) => tokio::time::timeout(idle, write_flush(&mut aw, &bbuf[..n])).await,
-            },
-            _ = &mut deadline => return SpliceEnd::Idle,
-            _ = cancel.cancelled() => return SpliceEnd::Cancelled,
-        };
-        match moved {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => return SpliceEnd::Closed,
-            Err(_) => return SpliceEnd::Idle,
-        }
-        deadline.as_mut().reset(tokio::time::Instant::now() + idle);
-    }
-}
-
-async fn write_flush<W: AsyncWrite + Unpin>(w: &mut W, buf: &[u8]) -> std::io::Result<()> {
-    w.write_all(buf).await?;
-    w.flush().await
 }
 
 #[cfg(test)]

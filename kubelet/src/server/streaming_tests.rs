@@ -3,7 +3,8 @@ use crate::runtime::fake::{FakeRuntime, StreamRequest};
 use crate::runtime::{ExecResult, raw};
 use k8s_openapi::api::core::v1::PodStatus;
 use std::sync::Mutex;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
@@ -241,7 +242,7 @@ async fn setup(stream_base: &str, idle: Duration) -> Setup {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
-        let _ = axum::serve(l, crate::server::api_router(state)).await;
+        let _ = axum::serve(l, crate::server::api_router(state, true)).await;
     });
     Setup {
         addr,
@@ -445,8 +446,8 @@ async fn refusals_use_upstreams_status_codes() {
             format!(
                 "POST /exec/default/web/x-uid/app?output=1 HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"
             ),
-            500,
-            "container not found (\"app\")",
+            404,
+            "pod not found",
         ),
         // Not an upgrade.
         (
@@ -589,4 +590,200 @@ async fn v5_websocket_exec_is_answered_here_and_spoken_as_spdy_to_the_runtime() 
         "{head}"
     );
     assert!(!head.to_ascii_lowercase().contains("websocket"), "{head}");
+}
+
+/// Issue 24: a `{uid}` segment that is not the named pod's UID is a 404 for exec, attach and
+/// run (as for port-forward), never a session in the pod that UID belongs to.
+#[tokio::test]
+async fn a_uid_of_another_pod_is_a_404_not_that_pods_container() {
+    let (base, heads) = fake_streaming_server(SWITCH).await;
+    let s = setup(&base, Duration::from_secs(60)).await;
+    // Another pod (`raw-t-1`) runs a container `app` too.
+    let logs = tempfile::tempdir().unwrap();
+    let other = raw::sandbox(1, "t", logs.path(), "/kubepods");
+    let other_sb = s.rt.run_sandbox(&other).await.unwrap();
+    let other_c =
+        s.rt.create_container(&other_sb, &raw::container(&other), &other)
+            .await
+            .unwrap();
+    s.rt.start_container(&other_c).await.unwrap();
+    s.rt.push_exec_result(ExecResult {
+        exit_code: 0,
+        stdout: b"secret of raw-t-1\n".to_vec(),
+        stderr: vec![],
+    });
+    for req in [
+        format!(
+            "POST /exec/default/web/raw-t-1/app?command=id&output=1 HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"
+        ),
+        format!(
+            "POST /attach/default/web/raw-t-1/app?output=1 HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"
+        ),
+        "POST /run/default/web/raw-t-1/app?cmd=id HTTP/1.1\r\nHost: n\r\nContent-Length: 0\r\n\r\n"
+            .to_string(),
+    ] {
+        let (c, h) = send(s.addr, &req).await;
+        assert_eq!(h.status, StatusCode::NOT_FOUND, "{req}");
+        assert_eq!(body_of(c, h).await, "pod not found", "{req}");
+    }
+    assert!(s.rt.stream_requests().is_empty(), "no session was prepared");
+    assert!(
+        heads.lock().unwrap().is_empty(),
+        "nothing reached the runtime"
+    );
+    // The pod's own UID still works.
+    let (_, h) = send(
+        s.addr,
+        &format!("POST /exec/default/web/raw-t-0/app?command=id&output=1 HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"),
+    )
+    .await;
+    assert_eq!(h.status, StatusCode::SWITCHING_PROTOCOLS);
+    assert_eq!(
+        s.rt.stream_requests(),
+        vec![StreamRequest::Exec {
+            id: s.container.clone(),
+            cmd: vec!["id".into()],
+            flags: StreamFlags {
+                stdin: false,
+                stdout: true,
+                stderr: false,
+                tty: false
+            },
+        }]
+    );
+}
+
+/// A loopback listener that counts the connections it accepts (and answers none).
+async fn counting_listener() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n2 = n.clone();
+    tokio::spawn(async move {
+        while let Ok((c, _)) = l.accept().await {
+            n2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(c);
+        }
+    });
+    (format!("http://{addr}"), n)
+}
+
+/// CVE-2020-8559: a redirect from the runtime's streaming server is neither followed nor
+/// passed back to the client (whose credentials a client following it would carry to the
+/// redirect's target); the client gets upstream's 500 "invalid upgrade response".
+#[tokio::test]
+async fn a_redirect_from_the_runtime_is_not_followed_nor_relayed() {
+    let (elsewhere, contacted) = counting_listener().await;
+    let answer: &'static str = Box::leak(
+        format!(
+            "HTTP/1.1 302 Found\r\nLocation: {elsewhere}/exec/stolen\r\nContent-Length: 0\r\n\r\n"
+        )
+        .into_boxed_str(),
+    );
+    let (base, heads) = fake_streaming_server(answer).await;
+    let s = setup(&base, Duration::from_secs(60)).await;
+    let ws5 = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n";
+    let ws4 = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v4.channel.k8s.io\r\n";
+    for req in [
+        format!(
+            "POST /exec/default/web/app?command=id&output=1 HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"
+        ),
+        format!("GET /attach/default/web/app?output=1 HTTP/1.1\r\nHost: n\r\n{ws4}\r\n"),
+        format!("GET /exec/default/web/app?command=id&output=1 HTTP/1.1\r\nHost: n\r\n{ws5}\r\n"),
+        format!("POST /portForward/default/web HTTP/1.1\r\nHost: n\r\n{UPGRADE}\r\n"),
+    ] {
+        let (c, h) = send(s.addr, &req).await;
+        assert_eq!(h.status, StatusCode::INTERNAL_SERVER_ERROR, "{req}");
+        assert!(
+            h.headers.get(header::LOCATION).is_none(),
+            "{req}: {:?}",
+            h.headers
+        );
+        assert_eq!(
+            body_of(c, h).await,
+            "invalid upgrade response: status code 302\n",
+            "{req}"
+        );
+    }
+    assert_eq!(
+        heads.lock().unwrap().len(),
+        4,
+        "each asked the runtime once"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        contacted.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the redirect's target was never contacted"
+    );
+}
+
+/// The kubelet's TLS side of an in-memory connection whose client end completes the handshake
+/// and then never reads: `(kubelet side, client end)`; the client end must be kept alive.
+async fn tls_pair_with_a_client_that_stops_reading(
+    buffer: usize,
+) -> (
+    tokio_rustls::server::TlsStream<tokio::io::DuplexStream>,
+    tokio_rustls::client::TlsStream<tokio::io::DuplexStream>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = crate::server::tls_policy(None, &[]).unwrap();
+    let cfg = crate::server::serving_tls(&policy, None, None, dir.path(), "localhost", &[], false)
+        .unwrap();
+    let pem = std::fs::read(dir.path().join("kubelet.crt")).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut &pem[..]) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let ccfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let (c_io, s_io) = tokio::io::duplex(buffer);
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(ccfg));
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let (c, s) = tokio::join!(connector.connect(name, c_io), acceptor.accept(s_io));
+    (s.unwrap(), c.unwrap())
+}
+
+/// Issue 24: after the idle timeout a client that stopped reading cannot hold the session (and
+/// with it the runtime connection and the exec'd process): the TLS shutdown (close_notify)
+/// towards it is bounded like Go's, and the runtime side is closed.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_does_not_hold_a_spliced_session() {
+    let (kubelet_side, client) = tls_pair_with_a_client_that_stops_reading(4096).await;
+    let (mut runtime, runtime_side) = tokio::io::duplex(1 << 20);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(async move {
+        relay_upgraded(
+            kubelet_side,
+            runtime_side,
+            b"HELLO".to_vec(),
+            Duration::from_secs(30),
+            &cancel,
+        )
+        .await
+    });
+    // The runtime writes far more than the client's buffers hold.
+    runtime.write_all(&vec![b'x'; 256 * 1024]).await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(3600), task).await;
+    let end = end.expect("the session ends within the idle timeout plus the close bound");
+    assert_eq!(end.unwrap(), SpliceEnd::Idle);
+    // The runtime's side is closed: the exec'd process gets its EOF.
+    let mut buf = vec![0u8; 4096];
+    let eof = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match runtime.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(eof.is_ok(), "the runtime connection is closed");
+    drop(client);
 }

@@ -151,3 +151,82 @@ fn configured_mismatched_pair_is_an_error_not_replaced() {
     assert!(matches!(r, Err(ServerError::Tls { .. })));
     assert_eq!(std::fs::read(&crt).unwrap(), before);
 }
+
+fn app_state() -> AppState {
+    AppState {
+        statuses: Arc::new(StatusManager::new()),
+        pleg: Arc::new(PlegHealth::default()),
+        metrics: Metrics::new("test-node"),
+        configz: Arc::new(serde_json::json!({"x": 1})),
+        logs: Arc::new(logs::Logs {
+            pod_logs_dir: "/nonexistent/pods".into(),
+            node_log_dir: Some("/nonexistent/var/log".into()),
+            containers: Arc::new(logs::RuntimeLookup::default()),
+        }),
+        stats: crate::stats::Handle::default(),
+        runtime: Arc::new(logs::RuntimeLookup::default()),
+        streaming: Arc::new(streaming::Streaming::new(std::time::Duration::from_secs(
+            60,
+        ))),
+    }
+}
+
+/// (status, body) of one request to `router`.
+async fn answer(router: &Router, method: &str, uri: &str) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let req = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("connection", "Upgrade")
+        .header("upgrade", "SPDY/3.1")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let resp = tower::ServiceExt::oneshot(router.clone(), req)
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Issue 24: `enableDebuggingHandlers: false` holds on :10250, as upstream's NewServer:
+/// exec, attach, port-forward, run, container and node logs, running pods and pprof answer 405
+/// "Debug endpoints are disabled.", /configz is not served, the default handlers stay.
+#[tokio::test]
+async fn debugging_handlers_disabled_are_405_as_upstream() {
+    let off = api_router(app_state(), false);
+    let disabled = [
+        ("POST", "/exec/default/web/app?command=id&output=1"),
+        ("GET", "/exec/default/web/uid/app?command=id&output=1"),
+        ("POST", "/attach/default/web/app?output=1"),
+        ("POST", "/portForward/default/web"),
+        ("GET", "/portForward/default/web/uid?port=80"),
+        ("POST", "/run/default/web/app?cmd=id"),
+        ("GET", "/containerLogs/default/web/app"),
+        ("GET", "/logs/"),
+        ("GET", "/logs/syslog"),
+        ("GET", "/runningpods/"),
+        ("GET", "/debug/pprof/"),
+        ("GET", "/debug/pprof/profile"),
+    ];
+    for (m, p) in disabled {
+        assert_eq!(
+            answer(&off, m, p).await,
+            (405, "Debug endpoints are disabled.\n".to_string()),
+            "{m} {p}"
+        );
+    }
+    assert_eq!(answer(&off, "GET", "/configz").await.0, 404);
+    assert_eq!(answer(&off, "GET", "/healthz/ping").await.0, 200);
+    assert_eq!(answer(&off, "GET", "/pods").await.0, 200);
+
+    // Enabled (upstream's default): the handlers answer for themselves; pprof stays unserved
+    // (enableProfilingHandler is not implemented), as before.
+    let on = api_router(app_state(), true);
+    let (code, body) = answer(&on, "POST", "/exec/default/web/app?command=id&output=1").await;
+    assert_eq!((code, body.as_str()), (404, "pod does not exist"));
+    assert_eq!(answer(&on, "GET", "/configz").await.0, 200);
+    // No runtime connected in this test: served, and failing for that reason.
+    assert_eq!(answer(&on, "GET", "/runningpods/").await.0, 500);
+    assert_eq!(answer(&on, "GET", "/debug/pprof/").await.0, 404);
+}

@@ -11,6 +11,7 @@
 //! PINGs are answered, and the session ends when the runtime closes the connection (after it
 //! wrote the exit status on the error stream) or the client goes away.
 
+use super::upgrade_proxy::CLOSE_TIMEOUT;
 use crate::runtime::StreamFlags;
 use base64::Engine;
 use std::sync::Arc;
@@ -324,10 +325,17 @@ where
         _ = idle_watch => true,
         _ = cancel.cancelled() => false,
     };
-    // A normal websocket close (1000) towards the client, then both sides end.
-    let _ = send(&cw, &ws_frame(8, &1000u16.to_be_bytes())).await;
-    let _ = cw.lock().await.shutdown().await;
-    let _ = rw.lock().await.shutdown().await;
+    // A normal websocket close (1000) towards the client, then both sides end; bounded, so a
+    // client that stopped reading cannot hold the session (and the runtime's) forever.
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+        let _ = send(&cw, &ws_frame(8, &1000u16.to_be_bytes())).await;
+        let _ = cw.lock().await.shutdown().await;
+    })
+    .await;
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+        let _ = rw.lock().await.shutdown().await;
+    })
+    .await;
     idled
 }
 

@@ -154,3 +154,53 @@ fn v5_is_recognised_among_offers() {
     );
     assert!(!offers_v5(&h));
 }
+
+/// Issue 24: after the idle timeout, the final close frame to a client that stopped reading
+/// cannot hold the session forever: the close is bounded and the runtime side is shut down.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_does_not_hold_a_translated_session() {
+    let (client, client_side) = tokio::io::duplex(64);
+    let (mut runtime, runtime_side) = tokio::io::duplex(1 << 20);
+    let flags = StreamFlags {
+        stdin: false,
+        stdout: true,
+        stderr: false,
+        tty: false,
+    };
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(async move {
+        translate(
+            client_side,
+            runtime_side,
+            vec![],
+            flags,
+            Duration::from_secs(30),
+            &cancel,
+        )
+        .await
+    });
+    // stdout (stream 3) data: more than the client's 64-byte buffer holds.
+    for _ in 0..10 {
+        runtime
+            .write_all(&data_frame(3, false, &[b'x'; 100]))
+            .await
+            .unwrap();
+    }
+    let idled = tokio::time::timeout(Duration::from_secs(3600), task)
+        .await
+        .expect("the session ends within the idle timeout plus the close bound");
+    assert!(idled.unwrap(), "ended by the idle timeout");
+    // The runtime side sees the end (after the SYN_STREAMs the kubelet opened).
+    let mut buf = vec![0u8; 4096];
+    let eof = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match runtime.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(eof.is_ok(), "the runtime connection is closed");
+    drop(client);
+}

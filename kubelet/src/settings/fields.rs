@@ -136,15 +136,15 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "imagePullCredentialsVerificationPolicy",
-        Refused,
-        &["NeverVerifyPreloadedImages", "NeverVerify"],
-        "pods are not checked for credentials to images already on the node.",
+        Implemented,
+        &[],
+        "NeverVerify, NeverVerifyPreloadedImages (default), NeverVerifyAllowlistedImages or AlwaysVerify: a pod may use an image already on the node only when the policy exempts it or a record under <root-dir>/image_manager shows the pod's pull secret (or no credentials) pulled it; otherwise it pulls with its own credentials (IfNotPresent) or fails with ErrImageNeverPull (Never). Needs the KubeletEnsureSecretPulledImages gate (on by default). Credential provider plugins (service-account credentials) do not exist here.",
     ),
     s(
         "preloadedImagesVerificationAllowlist",
-        NotImplemented,
+        Implemented,
         &[],
-        "pods are not checked for credentials to images already on the node.",
+        "Images (registry/path, or registry/path/* prefixes, without tag or digest) exempt from verification under NeverVerifyAllowlistedImages; validated as upstream.",
     ),
     s(
         "eventRecordQPS",
@@ -162,7 +162,7 @@ pub const FIELDS: &[Setting] = &[
         "enableDebuggingHandlers",
         Implemented,
         &[],
-        "The debugging handlers (exec, attach, logs, run) are not served at all, so false holds.",
+        "false: as upstream, /exec, /attach, /portForward, /run, /containerLogs, /runningpods/, /logs/ and /debug/pprof/ on :10250 answer 405 \"Debug endpoints are disabled.\" and /configz is not served.",
     ),
     s(
         "enableContentionProfiling",
@@ -431,7 +431,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod and PodLevelResources (on by default, as upstream) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "failSwapOn",
@@ -611,7 +611,7 @@ pub const FIELDS: &[Setting] = &[
         "nodeAgentNetwork.clusterCIDR",
         Implemented,
         &[],
-        "Not upstream: the cluster's pod CIDR(s), one per family; pod traffic leaving it is masqueraded (nft table `node-agent`). Unset: no masquerade (warned).",
+        "Not upstream: the cluster's pod CIDR(s), one per family; pod traffic leaving it is masqueraded (nft table `node-agent`), and another Node's pod CIDR is routed only when it lies inside it (of its family). Unset: no masquerade and no routes to other Nodes (warned).",
     ),
     s(
         "nodeAgentNetwork.cniConfDir",
@@ -642,6 +642,24 @@ pub const FIELDS: &[Setting] = &[
         Implemented,
         &[],
         "Not upstream (default /var/lib/cni/networks): where the plugin keeps its address allocations.",
+    ),
+    s(
+        "nodeAgentServer.maxConnections",
+        Implemented,
+        &[],
+        "Not upstream (default 4096): open connections per server (:10250, the read-only port, :10248); more are closed at accept.",
+    ),
+    s(
+        "nodeAgentServer.maxConnectionsPerSource",
+        Implemented,
+        &[],
+        "Not upstream (default 256): on :10250 and the read-only port, connections from one client address (IPv6: one /64) that have not had a request authorized yet; more from it are closed at accept. A request refused with 401/403 ends its connection.",
+    ),
+    s(
+        "nodeAgentServer.authenticatedConnectionReserve",
+        Implemented,
+        &[],
+        "Not upstream (default maxConnections/4, 1024): :10250 slots only connections that had a request authorized may hold. When the others are all taken, the connection waiting longest for an authorized request is closed to admit a new one. 0: no reserve (a full server refuses). Must be less than maxConnections.",
     ),
     s(
         "shutdownGracePeriod",

@@ -65,7 +65,7 @@ pub const FLAGS: &[Setting] = &[
         "--node-agent-cni",
         Implemented,
         &[],
-        "Not upstream: runs the node network controller (nodeAgentNetwork.enabled): installs node-agent-cni, writes its conflist once the Node has spec.podCIDRs, routes to other Nodes' pod CIDRs via their InternalIP, masquerades pod traffic leaving the cluster CIDR. Cluster mode only.",
+        "Not upstream: runs the node network controller (nodeAgentNetwork.enabled): installs node-agent-cni, writes its conflist once the Node has spec.podCIDRs, routes to other Nodes' pod CIDRs via their InternalIP (only a CIDR inside the cluster CIDR, not /0, overlapping neither this node's nor an older Node's, via an on-link address that is not this node's; a refused one is a Warning Event on that Node), masquerades pod traffic leaving the cluster CIDR. Cluster mode only.",
     ),
     s(
         "--node-agent-cluster-cidr",
@@ -224,7 +224,7 @@ pub const FLAGS: &[Setting] = &[
         "--feature-gates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod and PodLevelResources (on by default, as upstream) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "--eviction-hard",

@@ -361,10 +361,12 @@ fn objects(list: ObjectList<'_>) -> EnvObjects {
                 Kind::ConfigMap => ObjectData {
                     text: map,
                     binary: BTreeMap::new(),
+                    uid: String::new(),
                 },
                 Kind::Secret => ObjectData {
                     text: BTreeMap::new(),
                     binary: map.into_iter().map(|(k, v)| (k, v.into_bytes())).collect(),
+                    uid: String::new(),
                 },
             };
             (

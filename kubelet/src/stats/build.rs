@@ -13,6 +13,8 @@ pub struct PodDisk {
     pub volumes: Vec<(String, u64, u64)>,
     /// Container name → (used bytes, inodes used) of its log directory.
     pub logs: HashMap<String, (u64, u64)>,
+    /// (used bytes, inodes used) of the pod's managed /etc/hosts, when it has one.
+    pub etc_hosts: Option<(u64, u64)>,
 }
 
 /// Everything one refresh gathered.
@@ -254,6 +256,11 @@ fn pod(raw: &Raw, sb: &SandboxStats, prev: &CpuHistory, next: &mut CpuHistory) -
     for v in &volume {
         eph_used = add(eph_used, v.fs.used_bytes);
         eph_inodes = add(eph_inodes, v.fs.inodes_used);
+    }
+    // The containers can write the managed /etc/hosts: it is the pod's storage too.
+    if let Some((used, inodes)) = disk.etc_hosts {
+        eph_used = add(eph_used, Some(used));
+        eph_inodes = add(eph_inodes, Some(inodes));
     }
     PodStats {
         pod_ref: PodReference {

@@ -1,6 +1,7 @@
 //! Disk usage of a pod's own directories (blocking walks, as upstream's `du`-based volume
 //! metrics): the volumes the kubelet writes (emptyDir, configMap, secret, downwardAPI,
-//! projected) and each container's log directory.
+//! projected), each container's log directory and the pod's managed /etc/hosts (writable by
+//! its containers: upstream counts it in the pod's ephemeral storage since CVE-2020-8557).
 
 use super::build::PodDisk;
 use std::os::unix::fs::MetadataExt;
@@ -14,6 +15,8 @@ pub struct PodDirs {
     pub volumes: PathBuf,
     /// `/var/log/pods/<ns>_<name>_<uid>`.
     pub logs: PathBuf,
+    /// `<root>/pods/<uid>/etc-hosts`.
+    pub etc_hosts: PathBuf,
 }
 
 /// The volume kinds whose usage is reported (upstream's volumes with a du metrics provider).
@@ -73,5 +76,12 @@ pub fn pod_disk(p: &PodDirs) -> PodDisk {
         .into_iter()
         .map(|(name, dir)| (name, usage(&dir)))
         .collect();
-    PodDisk { volumes, logs }
+    let etc_hosts = std::fs::symlink_metadata(&p.etc_hosts)
+        .is_ok()
+        .then(|| usage(&p.etc_hosts));
+    PodDisk {
+        volumes,
+        logs,
+        etc_hosts,
+    }
 }

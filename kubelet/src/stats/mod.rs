@@ -1,7 +1,11 @@
-//! The stats provider behind `/stats/summary`, `/metrics/resource` and `/metrics/cadvisor` (and,
-//! later, eviction): node CPU and memory from the root cgroup, pods and containers from one
-//! `ListPodSandboxStats`, fs from statvfs(2) and `ImageFsInfo`, volumes and logs from walks on
-//! the blocking pool.
+//! The stats provider behind `/stats/summary`, `/metrics/resource`, `/metrics/cadvisor` and the
+//! eviction manager: node CPU and memory from the root cgroup, pods and containers from their
+//! cgroups and one `ListPodSandboxStats`, fs from statvfs(2) and `ImageFsInfo`, volumes and
+//! logs from walks on the blocking pool.
+//!
+//! A CRI call that fails costs only its own figures: the snapshot serves the rest and names
+//! what it lacks ([`gaps`]); a failed `ListPodSandboxStats` (one bad sandbox fails the whole
+//! list on some runtimes) is replaced by each ready sandbox's `PodSandboxStats`.
 //!
 //! A housekeeping task ([`Provider::run`]) refreshes every [`DEFAULT_HOUSEKEEPING`] (upstream's
 //! cAdvisor housekeeping interval): requests only read the last snapshot, so a scrape never
@@ -14,6 +18,7 @@ pub mod build;
 pub mod cadvisor;
 pub mod cgroups;
 pub mod disk;
+pub mod gaps;
 pub mod live;
 pub mod node;
 pub mod resource;
@@ -21,9 +26,10 @@ pub mod summary;
 #[cfg(test)]
 mod tests;
 
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, RuntimeError, Sandbox, SandboxStats};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use gaps::{Gaps, Source};
 use node::NodeSource;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -39,11 +45,12 @@ pub const DEFAULT_HOUSEKEEPING: Duration = Duration::from_secs(10);
 /// `volumeStatsAggPeriod` default).
 pub const DEFAULT_VOLUME_STATS_AGG_PERIOD: Duration = Duration::from_secs(60);
 
+/// How many PodSandboxStats calls run at once when ListPodSandboxStats failed.
+const PER_SANDBOX_CONCURRENCY: usize = 8;
+
 /// Stats that could not be gathered.
 #[derive(Debug, thiserror::Error, Clone)]
 pub enum StatsError {
-    #[error("listing pod sandbox stats: {0}")]
-    Runtime(#[from] crate::runtime::RuntimeError),
     #[error("stats refresh task failed: {0}")]
     Task(String),
 }
@@ -110,6 +117,8 @@ pub struct Snapshot {
     /// What `/metrics/cadvisor` needs beyond the Summary (images, cgroups, machine).
     pub cadvisor: cadvisor::Meta,
     pub cost: RefreshCost,
+    /// What this refresh could not read (the rest is served).
+    pub gaps: Gaps,
     /// The Summary's JSON, made by the first request that needs it and shared by the rest.
     json: OnceLock<axum::body::Bytes>,
 }
@@ -133,7 +142,9 @@ struct Carry {
     disk: HashMap<String, (Instant, build::PodDisk)>,
     cgroups: cgroups::Locator,
     /// The last `ListPodSandboxStats` (when, by sandbox ID).
-    cri_stats: Option<(Instant, HashMap<String, crate::runtime::SandboxStats>)>,
+    cri_stats: Option<(Instant, HashMap<String, SandboxStats>)>,
+    /// What that last round of runtime stats could not read (kept until the next round).
+    cri_gaps: Gaps,
 }
 
 /// The stats provider; see the module doc.
@@ -205,7 +216,7 @@ impl Provider {
                         if c.total > self.cfg.housekeeping / 2 {
                             tracing::warn!(total_ms = c.total.as_millis() as u64, cri_ms = c.cri.as_millis() as u64, blocking_ms = c.blocking.as_millis() as u64, pods = s.summary.pods.len(), "stats refresh is slow");
                         } else {
-                            tracing::debug!(total_ms = c.total.as_millis() as u64, cri_ms = c.cri.as_millis() as u64, blocking_ms = c.blocking.as_millis() as u64, build_ms = c.build.as_millis() as u64, walked = c.pods_walked, pods = s.summary.pods.len(), "stats refreshed");
+                            tracing::debug!(total_ms = c.total.as_millis() as u64, cri_ms = c.cri.as_millis() as u64, blocking_ms = c.blocking.as_millis() as u64, build_ms = c.build.as_millis() as u64, walked = c.pods_walked, pods = s.summary.pods.len(), gaps = ?s.gaps, "stats refreshed");
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "stats refresh failed"),
@@ -247,33 +258,55 @@ impl Provider {
                 }
             }
         );
-        let cri = started.elapsed();
-        if let Some(stats) = stats {
-            let by_id = stats?.into_iter().map(|s| (s.id.clone(), s)).collect();
-            carry.cri_stats = Some((now, by_id));
-        }
-        let listed = listed?;
-        let image_fs = match image_fs {
-            Ok(i) => Some(i),
-            Err(e) => {
-                tracing::warn!(error = %e, "ImageFsInfo failed; imageFs stats omitted");
-                None
-            }
-        };
-        let containers = containers.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "ListContainers failed; containers omitted");
+        // One source failing costs only its own figures: the rest is served, and the
+        // snapshot says what is missing (the eviction manager reports it once).
+        let mut gaps = Gaps::new();
+        let pods_known = listed.is_ok();
+        let listed = listed.unwrap_or_else(|e| {
+            gaps.insert(Source::PodSandboxes, e.to_string());
             Vec::new()
         });
-        let ready: Vec<&crate::runtime::Sandbox> = listed
+        let image_fs = image_fs
+            .map_err(|e| gaps.insert(Source::ImageFs, e.to_string()))
+            .ok();
+        let containers = containers.unwrap_or_else(|e| {
+            gaps.insert(Source::Containers, e.to_string());
+            Vec::new()
+        });
+        let ready: Vec<&Sandbox> = listed
             .iter()
             .filter(|s| s.state == crate::runtime::SandboxState::Ready)
             .collect();
+        match stats {
+            Some(Ok(list)) => {
+                carry.cri_stats =
+                    Some((now, list.into_iter().map(|s| (s.id.clone(), s)).collect()));
+                carry.cri_gaps.clear();
+            }
+            // A runtime whose list fails on one bad sandbox (containerd 1.6 on a stopped one,
+            // without the filter we send) still answers for each ready sandbox.
+            Some(Err(e)) if pods_known => {
+                let ids = ready.iter().map(|s| s.id.clone()).collect();
+                let (by_id, cri_gaps) = each_sandbox(rt.clone(), ids, e).await;
+                carry.cri_stats = Some((now, by_id));
+                carry.cri_gaps = cri_gaps;
+            }
+            // No pod known: asked again at the next refresh.
+            Some(Err(e)) => {
+                carry.cri_gaps = [(Source::SandboxStatsList, e.to_string())].into();
+            }
+            None => {}
+        }
+        gaps.extend(carry.cri_gaps.clone());
+        let cri = started.elapsed();
 
         // Walk only the pods whose last walk is older than the aggregation period.
         let period = self.cfg.volume_stats_agg_period;
-        carry
-            .disk
-            .retain(|uid, _| ready.iter().any(|s| &s.pod_uid == uid));
+        if pods_known {
+            carry
+                .disk
+                .retain(|uid, _| ready.iter().any(|s| &s.pod_uid == uid));
+        }
         let to_walk: Vec<disk::PodDirs> = ready
             .iter()
             .filter(|s| {
@@ -294,6 +327,12 @@ impl Provider {
                     .cfg
                     .pod_logs_dir
                     .join(format!("{}_{}_{}", s.pod_namespace, s.pod_name, s.pod_uid)),
+                etc_hosts: self
+                    .cfg
+                    .root_dir
+                    .join("pods")
+                    .join(&s.pod_uid)
+                    .join("etc-hosts"),
             })
             .collect();
         let pods_walked = to_walk.len();
@@ -447,6 +486,7 @@ impl Provider {
                 machine: self.machine.get().cloned().unwrap_or_default(),
             },
             json: OnceLock::new(),
+            gaps,
             cost: RefreshCost {
                 cri,
                 blocking: blocking_cost,
@@ -457,6 +497,46 @@ impl Provider {
             },
         })
     }
+}
+
+/// Each ready sandbox's own PodSandboxStats, a few at a time, after ListPodSandboxStats
+/// failed with `list_err`; the gaps name the list's failure and the sandboxes that failed too.
+async fn each_sandbox(
+    rt: Arc<dyn Runtime>,
+    ready: Vec<String>,
+    list_err: RuntimeError,
+) -> (HashMap<String, SandboxStats>, Gaps) {
+    use futures::StreamExt;
+    let total = ready.len();
+    let asks = ready.into_iter().map(move |id| {
+        let rt = rt.clone();
+        async move {
+            let r = rt.sandbox_stats(&id).await;
+            (id, r)
+        }
+    });
+    let answers: Vec<(String, crate::runtime::Result<SandboxStats>)> = futures::stream::iter(asks)
+        .buffer_unordered(PER_SANDBOX_CONCURRENCY)
+        .collect()
+        .await;
+    let mut gaps: Gaps = [(Source::SandboxStatsList, list_err.to_string())].into();
+    let mut by_id = HashMap::new();
+    let mut failed = Vec::new();
+    for (id, r) in answers {
+        match r {
+            Ok(s) => {
+                by_id.insert(id, s);
+            }
+            Err(e) => failed.push(e),
+        }
+    }
+    if let Some(first) = failed.first() {
+        gaps.insert(
+            Source::SandboxStats,
+            format!("{} of {total} ready sandboxes: {first}", failed.len()),
+        );
+    }
+    (by_id, gaps)
 }
 
 /// What the blocking part of a refresh read.
@@ -499,14 +579,26 @@ impl Handle {
             )
                 .into_response());
         };
-        p.snapshot().await.map_err(|e| {
+        let s = p.snapshot().await.map_err(|e| {
             tracing::warn!(error = %e, "stats summary failed");
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("Internal Error: failed to get summary stats: {e}"),
             )
                 .into_response()
-        })
+        })?;
+        // Without the pod list there is no summary to serve, as upstream's (whose node part
+        // the eviction manager still reads from the snapshot).
+        if let Some(why) = s.gaps.get(&Source::PodSandboxes) {
+            return Err((
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!(
+                    "Internal Error: failed to get summary stats: failed to list pod stats: {why}"
+                ),
+            )
+                .into_response());
+        }
+        Ok(s)
     }
 
     /// `GET /stats/summary`.

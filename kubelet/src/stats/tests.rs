@@ -188,6 +188,48 @@ async fn summary_json_has_upstreams_fields_and_figures() {
     );
 }
 
+/// CVE-2020-8557: the pod's managed /etc/hosts is mounted writable into its containers and
+/// lives in the pod's directory. Writes to it count in the pod's ephemeral storage, so a
+/// container filling it is evicted at its `ephemeral-storage` limit like one filling its
+/// writable layer.
+#[tokio::test]
+async fn cve_2020_8557_etc_hosts_counts_in_the_pods_ephemeral_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Arc::new(FakeRuntime::new());
+    run(&rt, 1, 1).await;
+    // The container appended 1 MiB to its /etc/hosts.
+    let pod_dir = dir.path().join("root/pods/uid-0");
+    std::fs::create_dir_all(&pod_dir).unwrap();
+    std::fs::write(pod_dir.join("etc-hosts"), vec![b'#'; 1 << 20]).unwrap();
+    let p = provider(rt.clone(), dir.path());
+    let snap = p.snapshot().await.unwrap();
+    let stats = &snap.summary.pods[0];
+    let eph = stats.ephemeral_storage.as_ref().unwrap();
+    let used = eph.used_bytes.unwrap();
+    let layer = stats.containers[0].rootfs.as_ref().unwrap();
+    // The writable layer and the file's blocks.
+    assert!(used >= layer.used_bytes.unwrap() + (1 << 20), "{used}");
+    assert_eq!(
+        eph.inodes_used,
+        Some(layer.inodes_used.unwrap() + 1),
+        "the layer's inodes and the file's"
+    );
+
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-0", "namespace": "default", "uid": "uid-0"},
+        "spec": {"containers": [{"name": "c0", "image": "i",
+            "resources": {"limits": {"ephemeral-storage": "512Ki"}}}]}
+    }))
+    .unwrap();
+    let v = crate::eviction::rank::storage_violation(&pod, stats, false)
+        .expect("over its limit through /etc/hosts");
+    assert_eq!(v.signal, "ephemeralpodfs.limit");
+    assert_eq!(
+        v.message,
+        "Pod ephemeral local storage usage exceeds the total limit of containers 512Ki. "
+    );
+}
+
 #[tokio::test]
 async fn a_refresh_makes_a_fixed_number_of_cri_calls_and_requests_make_none() {
     let dir = tempfile::tempdir().unwrap();
@@ -359,7 +401,7 @@ async fn resource_metrics_carry_upstream_names_labels_and_timestamps() {
 }
 
 #[tokio::test]
-async fn a_failed_refresh_is_a_scrape_error_and_a_500_summary() {
+async fn without_the_pod_list_requests_get_500_and_a_scrape_error_but_node_figures_stay() {
     let dir = tempfile::tempdir().unwrap();
     let rt = Arc::new(FakeRuntime::new());
     run(&rt, 1, 1).await;
@@ -372,7 +414,7 @@ async fn a_failed_refresh_is_a_scrape_error_and_a_500_summary() {
     let p = Arc::new(provider(rt.clone(), dir.path()));
     handle.set(p.clone());
     let unavailable = crate::runtime::RuntimeError::Unavailable("down".into());
-    rt.fail_next("ListPodSandboxStats", unavailable);
+    rt.fail_next("ListPodSandbox", unavailable);
     assert_eq!(
         handle.summary().await.status(),
         StatusCode::INTERNAL_SERVER_ERROR
@@ -386,11 +428,132 @@ async fn a_failed_refresh_is_a_scrape_error_and_a_500_summary() {
         !text.contains("container_cpu_usage_seconds_total{"),
         "{text}"
     );
+    // What the eviction manager reads still has the node's own figures.
+    let snap = p.snapshot().await.unwrap();
+    assert!(snap.gaps.contains_key(&gaps::Source::PodSandboxes));
+    assert_eq!(
+        snap.summary.node.memory.as_ref().unwrap().working_set_bytes,
+        Some(2 * GIB)
+    );
+    assert!(snap.summary.node.fs.is_some());
     // Recovered at the next refresh: requests are served again.
     p.refresh().await.unwrap();
     assert_eq!(handle.summary().await.status(), StatusCode::OK);
     let text = body(handle.cadvisor_metrics().await).await;
     assert!(text.contains("\ncontainer_scrape_error 0\n"), "{text}");
+}
+
+/// The node: a pod's old sandbox was stopped behind the agent's back and a new one
+/// runs. containerd 1.6 fails the whole ListPodSandboxStats over the stopped one; the
+/// refresh still serves every pod with the runtime's figures, asked of each ready sandbox.
+#[tokio::test]
+async fn a_stats_list_failing_on_a_stopped_sandbox_falls_back_to_each_ready_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Arc::new(FakeRuntime::new());
+    let ids = run(&rt, 2, 1).await;
+    rt.set_usage(&ids[0], 1_000_000_000, 10 << 20);
+    // Pod 0's first sandbox died; its second runs the container again.
+    let cfg = sandbox("web-0", "uid-0");
+    let old = rt.list_pod_sandboxes("uid-0").await.unwrap().remove(0).id;
+    rt.stop_sandbox(&old).await.unwrap();
+    let new = rt.run_sandbox(&cfg).await.unwrap();
+    let c = rt
+        .create_container(&new, &container("c0"), &cfg)
+        .await
+        .unwrap();
+    rt.start_container(&c).await.unwrap();
+    rt.set_usage(&c, 2_000_000_000, 20 << 20);
+    rt.fail_stats_list_on_not_ready();
+    let err = rt.list_sandbox_stats().await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!(
+            "failed to decode sandbox container metrics for sandbox {old:?}: failed to get pod sandbox stats since sandbox container {old:?} is not in ready state"
+        )),
+        "{err}"
+    );
+    let vol = dir
+        .path()
+        .join("root/pods/uid-0/volumes/kubernetes.io~empty-dir/scratch");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("fill"), vec![1u8; 64 << 10]).unwrap();
+
+    let p = Arc::new(provider(rt.clone(), dir.path()));
+    let handle = Handle::default();
+    handle.set(p.clone());
+    rt.clear_calls();
+    let snap = p
+        .refresh()
+        .await
+        .expect("one stopped sandbox fails no refresh");
+    // Each ready sandbox was asked once; the stopped one not at all.
+    assert_eq!(rt.count("PodSandboxStats"), 2, "{:?}", rt.calls());
+    assert_eq!(snap.summary.pods.len(), 2);
+    let pod0 = snap
+        .summary
+        .pods
+        .iter()
+        .find(|s| s.pod_ref.uid == "uid-0")
+        .unwrap();
+    let c0 = &pod0.containers[0];
+    assert_eq!(
+        c0.memory.as_ref().unwrap().working_set_bytes,
+        Some(20 << 20)
+    );
+    assert!(c0.rootfs.as_ref().unwrap().used_bytes.is_some(), "{c0:?}");
+    assert!(
+        pod0.volume
+            .iter()
+            .any(|v| v.name == "scratch" && v.fs.used_bytes.is_some_and(|b| b >= 64 << 10)),
+        "{pod0:?}"
+    );
+    // The list's failure is noted, no sandbox is blind, and requests are served.
+    assert_eq!(
+        snap.gaps.keys().copied().collect::<Vec<_>>(),
+        [gaps::Source::SandboxStatsList]
+    );
+    assert!(snap.gaps[&gaps::Source::SandboxStatsList].contains("is not in ready state"));
+    assert_eq!(handle.summary().await.status(), StatusCode::OK);
+    // Once the old sandbox is gone, the list answers again.
+    rt.remove_sandbox(&old).await.unwrap();
+    let snap = p.refresh().await.unwrap();
+    assert!(snap.gaps.is_empty(), "{:?}", snap.gaps);
+    assert_eq!(snap.summary.pods.len(), 2);
+}
+
+/// A sandbox whose own PodSandboxStats fails too costs only that pod's runtime figures.
+#[tokio::test]
+async fn a_sandbox_whose_own_stats_fail_costs_only_its_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Arc::new(FakeRuntime::new());
+    run(&rt, 2, 1).await;
+    rt.fail_next(
+        "ListPodSandboxStats",
+        crate::runtime::RuntimeError::Call {
+            op: "ListPodSandboxStats",
+            message: "Unknown: one bad item".into(),
+        },
+    );
+    rt.fail_next(
+        "PodSandboxStats",
+        crate::runtime::RuntimeError::Call {
+            op: "PodSandboxStats",
+            message: "Unknown: shim gone".into(),
+        },
+    );
+    let snap = provider(rt.clone(), dir.path()).refresh().await.unwrap();
+    assert_eq!(snap.summary.pods.len(), 2);
+    let with_rootfs = snap
+        .summary
+        .pods
+        .iter()
+        .filter(|p| p.containers.iter().any(|c| c.rootfs.is_some()))
+        .count();
+    assert_eq!(with_rootfs, 1, "{:?}", snap.summary.pods);
+    assert!(
+        snap.gaps[&gaps::Source::SandboxStats].starts_with("1 of 2 ready sandboxes: "),
+        "{:?}",
+        snap.gaps
+    );
 }
 
 async fn body(r: Response) -> String {
@@ -411,6 +574,7 @@ fn only_the_kubelets_own_volume_kinds_are_walked() {
         uid: "u".into(),
         volumes: vols,
         logs: dir.path().join("none"),
+        etc_hosts: dir.path().join("none"),
     });
     let names: Vec<&str> = d.volumes.iter().map(|v| v.0.as_str()).collect();
     assert_eq!(names, ["token"]);

@@ -78,6 +78,10 @@ const PLUGINS: [&str; 6] = [
     "kubernetes.io/host-path",
 ];
 
+/// Upstream's SetUp error for a gitRepo volume while the `GitRepoVolumeDriver` gate is off
+/// (its default since v1.33). The gate has no effect here: gitRepo volumes are never set up.
+pub const GIT_REPO_DISABLED: &str = "git-repo volume plugin has been disabled; if necessary, it may be re-enabled by enabling the feature-gate `GitRepoVolumeDriver`";
+
 /// The field name of a kind this kubelet cannot mount, for the error.
 fn unsupported_kind(v: &Volume) -> &'static str {
     let j = serde_json::to_value(v).unwrap_or_default();
@@ -91,7 +95,6 @@ fn unsupported_kind(v: &Volume) -> &'static str {
         "cephfs",
         "fc",
         "image",
-        "gitRepo",
     ];
     kinds
         .into_iter()
@@ -438,6 +441,11 @@ fn set_up_one(
     };
     if let Some(h) = &v.host_path {
         return host_path::check(&h.path, h.type_.as_deref()).map_err(|e| fail(e.to_string()));
+    }
+    if v.git_repo.is_some() {
+        // Upstream's message since v1.33 (gate GitRepoVolumeDriver off): the plugin ran `git`
+        // as root in the pod's volume (CVE-2024-10220, CVE-2025-1767); this agent has none.
+        return Err(fail(GIT_REPO_DISABLED.into()));
     }
     let Some(plugin) = plugin_dir(v) else {
         return Err(fail(format!(

@@ -11,4 +11,7 @@ pub mod ownership;
 pub mod projection;
 pub mod subpath;
 
+#[cfg(test)]
+mod bench_tests;
+
 pub use manager::{VolumeError, VolumeManager};

@@ -366,6 +366,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_vec()))
                 .collect(),
+            uid: String::new(),
         }
     }
 

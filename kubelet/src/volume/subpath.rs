@@ -204,7 +204,11 @@ pub fn open_beneath(base: &Path, volume: &str, subpath: &str) -> Result<File, Su
                     subpath: subpath.into(),
                 });
             }
-            let target = std::fs::read_link(&path).map_err(err("reading a symlink"))?;
+            // From the descriptor: the name may point elsewhere by now.
+            let target = PathBuf::from(
+                nix::fcntl::readlinkat(&opened, "")
+                    .map_err(|e| err("reading a symlink")(e.into()))?,
+            );
             if target.is_absolute() {
                 return Err(SubpathError::Escapes {
                     volume: volume.into(),
@@ -493,6 +497,218 @@ mod tests {
                 PathBuf::from("/var/lib/kubelet/pods/u1/volume-subpaths/with space"),
             ]
         );
+    }
+
+    /// A [`Binder`] that runs `swap` once, between the resolution of the subPath and the bind
+    /// (`prepare` calls `unmount_below` after `open_beneath` and before `bind_fd`), then
+    /// binds through `inner`: the window CVE-2021-25741 used.
+    struct SwapBeforeBind<'a> {
+        inner: &'a dyn Binder,
+        swap: std::sync::Mutex<Option<Box<dyn FnOnce() + Send + 'a>>>,
+    }
+
+    impl std::fmt::Debug for SwapBeforeBind<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("SwapBeforeBind").finish_non_exhaustive()
+        }
+    }
+
+    impl Binder for SwapBeforeBind<'_> {
+        fn bind_fd(&self, fd: &File, target: &Path) -> std::io::Result<()> {
+            self.inner.bind_fd(fd, target)
+        }
+
+        fn unmount_below(&self, dir: &Path) -> std::io::Result<()> {
+            if let Some(swap) = self.swap.lock().unwrap().take() {
+                swap();
+            }
+            self.inner.unmount_below(dir)
+        }
+    }
+
+    /// `vol/<dir>` becomes `vol/<dir>.moved`, and `vol/<dir>` a symlink to the host's
+    /// `outside` directory (which holds the same names).
+    fn swap_for_symlink(vol: &Path, dir: &str, outside: &Path) -> Box<dyn FnOnce() + Send> {
+        let (from, to, outside) = (
+            vol.join(dir),
+            vol.join(format!("{dir}.moved")),
+            outside.to_path_buf(),
+        );
+        Box::new(move || {
+            std::fs::rename(&from, &to).unwrap();
+            symlink(&outside, &from).unwrap();
+        })
+    }
+
+    /// A volume `vol` with `data/mine` and `a/b/mine`, and a host directory `outside` with
+    /// the same names (`secret` instead of `mine`).
+    fn volume_and_host(d: &Path) -> (PathBuf, PathBuf) {
+        let vol = d.join("vol");
+        let outside = d.join("outside");
+        for base in [&vol, &outside] {
+            std::fs::create_dir_all(base.join("data")).unwrap();
+            std::fs::create_dir_all(base.join("a/b")).unwrap();
+        }
+        for dir in ["data", "a/b"] {
+            std::fs::write(vol.join(dir).join("mine"), "volume").unwrap();
+            std::fs::write(outside.join(dir).join("secret"), "host").unwrap();
+        }
+        (vol, outside)
+    }
+
+    /// CVE-2021-25741: the subPath (or a directory on its way) is swapped for a symlink to the
+    /// host after it was checked and before it is mounted. The bind takes the object that was
+    /// resolved (now renamed inside the volume), never what the path names at bind time.
+    #[test]
+    fn cve_2021_25741_a_swap_after_the_check_cannot_redirect_the_bind() {
+        for (subpath, swapped, resolved) in [
+            ("data", "data", "data.moved"),
+            ("a/b", "a", "a.moved/b"),
+            ("a/b", "a/b", "a/b.moved"),
+        ] {
+            let d = tempfile::tempdir().unwrap();
+            let (vol, outside) = volume_and_host(d.path());
+            let fake = FakeBinder::default();
+            let binder = SwapBeforeBind {
+                inner: &fake,
+                swap: std::sync::Mutex::new(Some(swap_for_symlink(
+                    &vol,
+                    swapped,
+                    &outside.join(swapped),
+                ))),
+            };
+            let m = SubpathMount {
+                volume_path: &vol,
+                volume_name: "v",
+                subpath,
+                container: "app",
+                index: 0,
+            };
+            let target = prepare(&binder, &d.path().join("pod"), &m).unwrap();
+            assert!(
+                std::fs::symlink_metadata(vol.join(swapped))
+                    .unwrap()
+                    .file_type()
+                    .is_symlink(),
+                "the swap happened before the bind"
+            );
+            let binds = fake.binds.lock().unwrap().clone();
+            assert_eq!(
+                binds,
+                vec![(vol.join(resolved).canonicalize().unwrap(), target)],
+                "{subpath} with {swapped} swapped: the resolved object is bound"
+            );
+        }
+    }
+
+    /// CVE-2021-25741 on the kernel: the same swap, with real bind mounts (in a private mount
+    /// namespace of a thread of this test, gone with it). What the mount point shows is the
+    /// volume's directory, not the host's.
+    #[test]
+    fn cve_2021_25741_kernel_bind_mounts_the_resolved_object() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("SKIPPED: bind mounts need root");
+            return;
+        }
+        let outcome = std::thread::spawn(|| -> Result<Vec<String>, String> {
+            use nix::mount::{MsFlags, mount};
+            use nix::sched::{CloneFlags, unshare};
+            unshare(CloneFlags::CLONE_NEWNS).map_err(|e| format!("unshare: {e}"))?;
+            mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )
+            .map_err(|e| format!("making / private: {e}"))?;
+            let d = tempfile::tempdir().unwrap();
+            let (vol, outside) = volume_and_host(d.path());
+            let kernel = KernelBinder;
+            let binder = SwapBeforeBind {
+                inner: &kernel,
+                swap: std::sync::Mutex::new(Some(swap_for_symlink(&vol, "a", &outside.join("a")))),
+            };
+            let pod_dir = d.path().join("pod");
+            let m = SubpathMount {
+                volume_path: &vol,
+                volume_name: "v",
+                subpath: "a/b",
+                container: "app",
+                index: 0,
+            };
+            let target = prepare(&binder, &pod_dir, &m).map_err(|e| e.to_string())?;
+            let mut seen: Vec<String> = std::fs::read_dir(&target)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            seen.sort();
+            kernel.unmount_below(&pod_dir).unwrap();
+            Ok(seen)
+        })
+        .join()
+        .unwrap();
+        match outcome {
+            Ok(seen) => assert_eq!(seen, vec!["mine".to_string()], "the volume's a/b"),
+            Err(e) if e.starts_with("unshare") => eprintln!("SKIPPED: {e}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// CVE-2021-25741 during the walk: another thread keeps exchanging `vol/a` (a directory)
+    /// with `vol/a.alt` (a symlink to the host's directory) while the subPath `a/b` is
+    /// resolved again and again. Whatever the interleaving, the object reached is inside the
+    /// volume or the walk is refused; the host's directory is never opened.
+    #[test]
+    fn cve_2021_25741_components_swapped_during_the_walk_never_escape() {
+        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let d = tempfile::tempdir().unwrap();
+        let (vol, outside) = volume_and_host(d.path());
+        symlink(outside.join("a"), vol.join("a.alt")).unwrap();
+        let vol_real = vol.canonicalize().unwrap();
+        let stop = AtomicBool::new(false);
+        let (mut inside, mut refused, mut exchanges) = (0u32, 0u32, 0u32);
+        std::thread::scope(|s| {
+            let flipper = s.spawn(|| {
+                let mut n = 0u32;
+                while !stop.load(Ordering::Relaxed) && n < 1_000_000 {
+                    renameat2(
+                        AT_FDCWD,
+                        &vol.join("a"),
+                        AT_FDCWD,
+                        &vol.join("a.alt"),
+                        RenameFlags::RENAME_EXCHANGE,
+                    )
+                    .unwrap();
+                    n += 1;
+                }
+                n
+            });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+            for _ in 0..20_000 {
+                if std::time::Instant::now() > deadline {
+                    break;
+                }
+                match open_beneath(&vol, "v", "a/b") {
+                    Ok(f) => {
+                        let got = real(&f);
+                        assert!(got.starts_with(&vol_real), "escaped to {}", got.display());
+                        inside += 1;
+                    }
+                    Err(SubpathError::Escapes { .. }) => refused += 1,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            exchanges = flipper.join().unwrap();
+        });
+        eprintln!("{inside} walks inside, {refused} refused, {exchanges} exchanges");
+        assert!(
+            exchanges > 0 && inside > 0 && refused > 0,
+            "both states were seen: {inside} inside, {refused} refused, {exchanges} exchanges"
+        );
+        assert!(!outside.join("a/b/mine").exists());
     }
 
     /// The real binder: a tmpfs is mounted once however often a sync asks for it, and goes

@@ -299,9 +299,11 @@ impl Base {
         let nodeport_ips = if np.match_all() {
             Vec::new()
         } else {
+            // Never loopback: this mode leaves route_localnet off, as upstream's, which
+            // skips such addresses with "localhost NodePorts are not supported".
             cfg.node_ips
                 .iter()
-                .filter(|ip| cfg.family.matches(ip) && np.contains(ip))
+                .filter(|ip| cfg.family.matches(ip) && np.contains(ip) && !ip.is_loopback())
                 .map(IpAddr::to_string)
                 .collect()
         };

@@ -350,27 +350,39 @@ impl Topology {
     /// Starts one backend per pod namespace (`pod<i>` answering its name) and waits for each.
     pub fn start_backends(&mut self) -> Result<(), String> {
         for (i, p) in self.pods.clone().iter().enumerate() {
-            let mut child = self
-                .helper_cmd(p, &format!("server pod{i}"))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| e.to_string())?;
-            let mut out = child.stdout.take().unwrap();
-            self.children.push(child);
-            // Wait for READY (bounded by the helper's own startup).
-            let mut seen = String::new();
-            let mut buf = [0u8; 256];
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !seen.contains("READY") && Instant::now() < deadline {
-                match out.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
-                }
+            self.start_server(p, &format!("pod{i}"))?;
+        }
+        Ok(())
+    }
+
+    /// Starts a server answering `node` in the node namespace itself (on every address,
+    /// 127.0.0.0/8 included) and waits for it.
+    pub fn start_node_server(&mut self) -> Result<(), String> {
+        let node = self.node.clone();
+        self.start_server(&node, "node")
+    }
+
+    fn start_server(&mut self, ns: &str, name: &str) -> Result<(), String> {
+        let mut child = self
+            .helper_cmd(ns, &format!("server {name}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let mut out = child.stdout.take().unwrap();
+        self.children.push(child);
+        // Wait for READY (bounded by the helper's own startup).
+        let mut seen = String::new();
+        let mut buf = [0u8; 256];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !seen.contains("READY") && Instant::now() < deadline {
+            match out.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
             }
-            if !seen.contains("READY") {
-                return Err(format!("backend pod{i} did not start: {seen:?}"));
-            }
+        }
+        if !seen.contains("READY") {
+            return Err(format!("server {name} did not start: {seen:?}"));
         }
         Ok(())
     }

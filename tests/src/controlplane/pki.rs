@@ -130,7 +130,10 @@ impl Authority {
         for g in groups {
             params.distinguished_name.push(DnType::OrganizationName, *g);
         }
-        params.distinguished_name.push(DnType::CommonName, cn);
+        // An empty `cn`: a subject without a CommonName at all.
+        if !cn.is_empty() {
+            params.distinguished_name.push(DnType::CommonName, cn);
+        }
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,

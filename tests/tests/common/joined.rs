@@ -184,6 +184,16 @@ pub fn up(
     opts: node_tests::controlplane::Options,
     open_10250: bool,
 ) -> (Rig, NetnsControlPlane, JoinedNode, KubeletProc) {
+    up_with_env(rig_name, opts, open_10250, &[])
+}
+
+/// [`up`] with extra environment for the agent (test hooks), kept across its restarts.
+pub fn up_with_env(
+    rig_name: &str,
+    opts: node_tests::controlplane::Options,
+    open_10250: bool,
+    env: &[(&str, &str)],
+) -> (Rig, NetnsControlPlane, JoinedNode, KubeletProc) {
     let rig = Rig::up(rig_name);
     let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
     assert!(
@@ -193,7 +203,8 @@ pub fn up(
     );
     let cp = NetnsControlPlane::start(&rig, opts);
     let node = JoinedNode::write_with(&cp, &rig, open_10250);
-    let mut kubelet = KubeletProc::start(&rig, node.command_line(), node.p("kubelet.log"));
+    let mut kubelet =
+        KubeletProc::start_with_env(&rig, node.command_line(), node.p("kubelet.log"), env);
     wait_for("healthz 200", Duration::from_secs(60), || {
         if let Some(st) = kubelet.exited() {
             panic!("kubelet exited: {st}\n{}", kubelet.log_text());

@@ -576,6 +576,8 @@ pub struct KubeletProc {
     pub log: PathBuf,
     /// `RUST_LOG` for the agent (default: `$AGENT_RUST_LOG`, else `info,kube=warn`).
     rust_log: Option<String>,
+    /// Extra environment (test hooks such as `KUBELET_TEST_CONTAINER_GC_PERIOD`).
+    env: Vec<(String, String)>,
 }
 
 impl KubeletProc {
@@ -596,9 +598,41 @@ impl KubeletProc {
             args,
             log,
             rust_log: rust_log.map(str::to_string),
+            env: Vec::new(),
         };
         k.launch();
         k
+    }
+
+    /// [`KubeletProc::start`] with extra environment variables (kept across restarts).
+    pub fn start_with_env(
+        rig: &Rig,
+        args: Vec<String>,
+        log: PathBuf,
+        env: &[(&str, &str)],
+    ) -> KubeletProc {
+        let mut k = KubeletProc {
+            child: None,
+            netns: rig.netns_path().to_string(),
+            args,
+            log,
+            rust_log: None,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        k.launch();
+        k
+    }
+
+    /// Kills the agent outright (SIGKILL), as a crash would; [`KubeletProc::restart`] starts
+    /// it again.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     fn launch(&mut self) {
@@ -618,6 +652,7 @@ impl KubeletProc {
                 }),
             )
             .env("NO_COLOR", "1")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

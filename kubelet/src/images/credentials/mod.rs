@@ -2,7 +2,10 @@
 //! configs (a pod's `kubernetes.io/dockerconfigjson` / `kubernetes.io/dockercfg` pull
 //! secrets, and the node's own `config.json` / `.dockercfg`) indexed by registry location,
 //! looked up by the image's repository. Wildcard hosts (`*.example.com`), ports and path
-//! prefixes match as upstream's `URLsMatch`; more specific locations come first.
+//! prefixes match as upstream's `URLsMatch`; more specific locations come first. Each
+//! credential carries its source (the pull secret it came from, or none for the node's) and
+//! a hash of its content, as upstream's `TrackedAuthConfig`, for pulled-image credential
+//! verification ([`super::pull_records`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -30,11 +33,85 @@ struct Entry {
     password: String,
     #[serde(default)]
     auth: String,
+    #[serde(default)]
+    email: String,
 }
 
-/// `location → entry` pairs of a `.dockercfg` body (the map itself) or of a `config.json` /
+/// A pull secret's coordinates (upstream's `SecretCoordinates`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecretCoordinates {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// A credential with the hash of its content and where it came from (upstream's
+/// `TrackedAuthConfig`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackedAuth {
+    pub auth: ImageAuth,
+    /// Upstream's `hashAuthConfig`: SHA-256 (hex) of the credential as Go's JSON encoder
+    /// writes `{"username","password","email"}` (empty fields left out).
+    pub hash: String,
+    /// The pull secret; None for the node's own credentials.
+    pub source: Option<SecretCoordinates>,
+}
+
+/// One docker config entry: its location, the credential and the credential's hash.
+#[derive(Debug, Clone)]
+pub struct ConfigEntry {
+    pub location: String,
+    pub auth: ImageAuth,
+    pub hash: String,
+}
+
+/// A string as Go's `encoding/json` writes it (HTML-safe escapes included).
+fn go_json_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Upstream's `hashAuthConfig` of a docker config entry.
+pub fn hash_auth(username: &str, password: &str, email: &str) -> String {
+    use sha2::Digest;
+    let mut json = String::from("{");
+    for (key, value) in [
+        ("username", username),
+        ("password", password),
+        ("email", email),
+    ] {
+        if value.is_empty() {
+            continue;
+        }
+        if json.len() > 1 {
+            json.push(',');
+        }
+        json.push_str(&format!("\"{key}\":"));
+        go_json_string(value, &mut json);
+    }
+    json.push('}');
+    hex::encode(sha2::Sha256::digest(json.as_bytes()))
+}
+
+/// The entries of a `.dockercfg` body (the map itself) or of a `config.json` /
 /// `.dockerconfigjson` body (under `auths`).
-pub type DockerConfig = Vec<(String, ImageAuth)>;
+pub type DockerConfig = Vec<ConfigEntry>;
 
 fn entries(map: BTreeMap<String, Entry>) -> Result<DockerConfig, CredentialError> {
     let mut out = Vec::with_capacity(map.len());
@@ -57,22 +134,36 @@ fn entries(map: BTreeMap<String, Entry>) -> Result<DockerConfig, CredentialError
             username = u.to_string();
             password = p.trim_matches('\0').to_string();
         }
-        out.push((
-            location.clone(),
-            ImageAuth {
+        out.push(ConfigEntry {
+            hash: hash_auth(&username, &password, &e.email),
+            auth: ImageAuth {
                 username,
                 password,
-                location,
+                location: location.clone(),
             },
-        ));
+            location,
+        });
     }
     Ok(out)
 }
 
+/// serde_json's error without the values it quotes ("invalid type: string \"<the secret>\"
+/// ..."): a docker config's bytes never reach a log, an event or a pod's status
+/// (CVE-2020-8564). Where and which kind of fault is enough to fix the file.
+fn json_error(e: &serde_json::Error) -> CredentialError {
+    use serde_json::error::Category;
+    let what = match e.classify() {
+        Category::Syntax => "not valid JSON",
+        Category::Eof => "unexpected end of JSON",
+        Category::Data => "a value of the wrong type",
+        Category::Io => "unreadable JSON",
+    };
+    CredentialError::Json(format!("{what} at line {} column {}", e.line(), e.column()))
+}
+
 /// A `.dockercfg` body: `{"<registry>": {entry}}`.
 pub fn parse_dockercfg(bytes: &[u8]) -> Result<DockerConfig, CredentialError> {
-    let map: BTreeMap<String, Entry> =
-        serde_json::from_slice(bytes).map_err(|e| CredentialError::Json(e.to_string()))?;
+    let map: BTreeMap<String, Entry> = serde_json::from_slice(bytes).map_err(|e| json_error(&e))?;
     entries(map)
 }
 
@@ -83,8 +174,7 @@ pub fn parse_config_json(bytes: &[u8]) -> Result<DockerConfig, CredentialError> 
         #[serde(default)]
         auths: BTreeMap<String, Entry>,
     }
-    let c: ConfigJson =
-        serde_json::from_slice(bytes).map_err(|e| CredentialError::Json(e.to_string()))?;
+    let c: ConfigJson = serde_json::from_slice(bytes).map_err(|e| json_error(&e))?;
     entries(c.auths)
 }
 
@@ -226,14 +316,22 @@ const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
 pub struct Keyring {
     /// Keys, reverse-sorted so longer (more specific) locations match first.
     index: Vec<String>,
-    creds: BTreeMap<String, Vec<ImageAuth>>,
+    /// Credentials with their hashes, by location key.
+    creds: BTreeMap<String, Vec<(ImageAuth, String)>>,
+    /// The pull secret every credential here came from; None for the node's.
+    pub source: Option<SecretCoordinates>,
 }
 
 impl Keyring {
     /// Adds every entry of a docker config; a location that is not a URL is skipped.
     pub fn add(&mut self, config: DockerConfig) {
         let mut keys: BTreeSet<String> = self.index.iter().cloned().collect();
-        for (location, auth) in config {
+        for ConfigEntry {
+            location,
+            auth,
+            hash,
+        } in config
+        {
             let Some(loc) = parse_location(&location) else {
                 tracing::warn!(%location, "docker config entry is not a registry location; ignored");
                 continue;
@@ -252,7 +350,10 @@ impl Keyring {
             } else {
                 host
             };
-            self.creds.entry(key.clone()).or_default().push(auth);
+            self.creds
+                .entry(key.clone())
+                .or_default()
+                .push((auth, hash));
             keys.insert(key);
         }
         self.index = keys.into_iter().rev().collect();
@@ -261,17 +362,30 @@ impl Keyring {
     /// The credentials for `image` (a normalised repository, see [`repository`]), most
     /// specific location first; Docker Hub's entry serves Hub images nothing else matched.
     pub fn lookup(&self, image: &str) -> Vec<ImageAuth> {
+        self.lookup_tracked(image)
+            .into_iter()
+            .map(|t| t.auth)
+            .collect()
+    }
+
+    /// [`Keyring::lookup`] with each credential's hash and source.
+    pub fn lookup_tracked(&self, image: &str) -> Vec<TrackedAuth> {
+        let track = |(auth, hash): &(ImageAuth, String)| TrackedAuth {
+            auth: auth.clone(),
+            hash: hash.clone(),
+            source: self.source.clone(),
+        };
         let mut out = Vec::new();
         for key in &self.index {
             if urls_match(key, image) {
-                out.extend(self.creds[key].iter().cloned());
+                out.extend(self.creds[key].iter().map(track));
             }
         }
         if out.is_empty()
             && is_default_registry(image)
             && let Some(c) = self.creds.get(DEFAULT_REGISTRY_HOST)
         {
-            out.extend(c.iter().cloned());
+            out.extend(c.iter().map(track));
         }
         out
     }
@@ -284,8 +398,19 @@ impl Keyring {
 /// The credentials to try for `image`, in upstream's order: each pull secret's keyring in
 /// the pod's order, then the node's.
 pub fn lookup_all(keyrings: &[Keyring], image: &str) -> Vec<ImageAuth> {
+    lookup_all_tracked(keyrings, image)
+        .into_iter()
+        .map(|t| t.auth)
+        .collect()
+}
+
+/// [`lookup_all`] with each credential's hash and source.
+pub fn lookup_all_tracked(keyrings: &[Keyring], image: &str) -> Vec<TrackedAuth> {
     let repo = repository(image);
-    keyrings.iter().flat_map(|k| k.lookup(&repo)).collect()
+    keyrings
+        .iter()
+        .flat_map(|k| k.lookup_tracked(&repo))
+        .collect()
 }
 
 /// Where the node's docker config is looked for, as upstream's DefaultDockerConfigJSONPaths

@@ -232,3 +232,46 @@ fn node_config_is_read_from_the_root_dir_first() {
     assert!(paths.contains(&PathBuf::from("/.docker/config.json")));
     assert!(paths.contains(&PathBuf::from("/.dockercfg")));
 }
+
+/// CVE-2020-8564: a malformed docker config (a pull secret or the node's file) was logged
+/// with its contents. The error of a config that does not parse names where and why, never
+/// a value of the file: it reaches logs, events and the pod's waiting message.
+#[test]
+fn cve_2020_8564_a_malformed_docker_config_never_shows_its_contents() {
+    const SECRET: &str = "dXNlcjpzM2NyZXQtdmFsdWU=";
+    let bodies = [
+        // A credential where an entry belongs, in both formats.
+        format!(r#"{{"auths": {{"registry.example": "{SECRET}"}}}}"#),
+        format!(r#"{{"registry.example": "{SECRET}"}}"#),
+        // An entry field of the wrong type, a truncated file, a stray value after the object.
+        format!(r#"{{"auths": {{"registry.example": {{"auth": ["{SECRET}"]}}}}}}"#),
+        format!(r#"{{"auths": {{"registry.example": {{"auth": "{SECRET}"#),
+        format!(r#"{{"auths": {{}}}} "{SECRET}""#),
+        // An auth that is not base64 of user:password, and one that is not base64 at all.
+        r#"{"auths": {"registry.example": {"auth": "c2VjcmV0LXdpdGhvdXQtY29sb24="}}}"#.to_string(),
+        format!(r#"{{"auths": {{"registry.example": {{"auth": "{SECRET}!!"}}}}}}"#),
+    ];
+    for body in bodies {
+        for (key, parse) in [
+            (
+                DOCKER_CONFIG_JSON_KEY,
+                parse_config_json as fn(&[u8]) -> Result<DockerConfig, CredentialError>,
+            ),
+            (
+                DOCKERCFG_KEY,
+                parse_dockercfg as fn(&[u8]) -> Result<DockerConfig, CredentialError>,
+            ),
+        ] {
+            let Err(e) = parse(body.as_bytes()) else {
+                continue;
+            };
+            let shown = e.to_string();
+            for leak in [SECRET, "secret-without-colon", "s3cret-value"] {
+                assert!(!shown.contains(leak), "{key}: {body} gave {shown:?}");
+            }
+            let data = BTreeMap::from([(key.to_string(), body.as_bytes().to_vec())]);
+            let e = secret_keyring(&data).unwrap_err().to_string();
+            assert!(!e.contains(SECRET), "{key}: {body} gave {e:?}");
+        }
+    }
+}

@@ -52,6 +52,7 @@ fn text(pairs: &[(&str, &str)]) -> ObjectData {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         binary: BTreeMap::new(),
+        uid: String::new(),
     }
 }
 
@@ -268,4 +269,34 @@ async fn nothing_is_set_up_for_a_forgotten_pod() {
         "the removed pod's directory stays removed"
     );
     assert_eq!(r.api.token_requests().len(), 1);
+}
+
+/// CVE-2024-10220 / CVE-2025-1767: upstream's gitRepo plugin ran `git clone`/`checkout` as
+/// root in the volume directory (hooks of a crafted repository ran on the node; a local
+/// `repository` path read other pods' repositories). Here a gitRepo volume is never set up:
+/// the mount fails with upstream's message for the disabled plugin and no directory is made
+/// (the worker then keeps the containers waiting, as for any FailedMount).
+#[tokio::test]
+async fn cve_2024_10220_git_repo_volumes_are_refused_and_nothing_runs() {
+    let r = rig();
+    for repository in [
+        "https://example.com/hooks.git",
+        "/var/lib/kubelet/pods/other-uid/volumes/kubernetes.io~git-repo/src",
+    ] {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "src", "namespace": "ns", "uid": "u-git"},
+            "spec": {"containers": [], "volumes": [{"name": "src",
+                "gitRepo": {"repository": repository, "directory": ".", "revision": "main"}}]}}))
+        .unwrap();
+        let e = r.vm.mount(&p).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "MountVolume.SetUp failed for volume \"src\" : git-repo volume plugin has been disabled; if necessary, it may be re-enabled by enabling the feature-gate `GitRepoVolumeDriver`"
+        );
+        let pod_dir = crate::spec::pod_dir(&r.node, "u-git");
+        assert!(
+            !pod_dir.join("volumes").exists(),
+            "no volume directory is made"
+        );
+    }
 }

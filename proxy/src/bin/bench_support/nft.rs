@@ -3,7 +3,7 @@
 //!
 //! For each size: a namespace for the proxier (first sync = the whole table, in steps above
 //! 2000 service ports), two more for raw loads of the same text as one transaction after
-//! it (their mean is the raw figure), and one for raw loads of the proxier's own steps. Then, at that size, one changed EndpointSlice (median of 5) and one new Service,
+//! it (their mean is the raw figure), and one for raw loads of the proxier's own steps. Then, at that size, one changed EndpointSlice (median of 5) and one new Service (median of 5 each, one at a time),
 //! each from the event to the kernel, next to raw `nft -f` of the same minimal delta in the
 //! raw namespace (which holds the same rules). RSS after the run. Last, a restart: a new
 //! proxier over the table the first one left (rewritten in place in steps) next to what a
@@ -22,6 +22,9 @@ use proxy::sync_loop::SyncConfig;
 use proxy::tracker::ProxyHandle;
 
 use super::{Netns, rss_kib, service, slice};
+
+/// New Services added one at a time after the first sync; their median is the figure.
+const NEW_SERVICES: usize = 5;
 
 /// Passes everything to `ExecNft` (nothing without one), remembering the transactions.
 #[derive(Clone)]
@@ -184,13 +187,20 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
     if std::env::var_os("PROXY_BENCH_VERBOSE").is_some() {
         println!("nftables ep change delta:\n{}", runner.last());
     }
-    // One new Service with its slice.
-    let t = Instant::now();
-    handle.on_service_upsert(&service(n));
-    handle.on_endpoint_slice_upsert(&slice(n, 0));
-    p.sync(false).await.context("partial sync (new service)")?;
-    let new_svc = t.elapsed();
-    let raw_new_svc = timed_apply(&raw_runner, &runner.last()).await?;
+    // New Services with their slices, one at a time (median of NEW_SERVICES), each next to
+    // the same delta raw.
+    let (mut news, mut raw_news) = (Vec::new(), Vec::new());
+    for k in 0..NEW_SERVICES {
+        let t = Instant::now();
+        handle.on_service_upsert(&service(n + k));
+        handle.on_endpoint_slice_upsert(&slice(n + k, 0));
+        p.sync(false).await.context("partial sync (new service)")?;
+        news.push(t.elapsed());
+        raw_news.push(timed_apply(&raw_runner, &runner.last()).await?);
+    }
+    news.sort();
+    raw_news.sort();
+    let (new_svc, raw_new_svc) = (news[NEW_SERVICES / 2], raw_news[NEW_SERVICES / 2]);
     let rss = rss_kib();
     drop(p);
 
@@ -199,7 +209,7 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
     cfg.cluster_cidr = Some("10.128.0.0/9".parse()?);
     cfg.node_ips = vec!["192.168.0.2".parse()?];
     let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "node0"));
-    for i in 0..=n {
+    for i in 0..n + NEW_SERVICES {
         handle.on_service_upsert(&service(i));
         handle.on_endpoint_slice_upsert(&slice(i, 0));
     }
