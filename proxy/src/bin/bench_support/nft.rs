@@ -3,9 +3,10 @@
 //!
 //! For each size: a namespace for the proxier (first sync = the whole table, in steps above
 //! 2000 service ports), two more for raw loads of the same text as one transaction after
-//! it (their mean is the raw figure), and one for raw loads of the proxier's own steps. Then, at that size, one changed EndpointSlice (median of 5) and one new Service (median of 5 each, one at a time),
-//! each from the event to the kernel, next to raw `nft -f` of the same minimal delta in the
-//! raw namespace (which holds the same rules). RSS after the run. Last, a restart: a new
+//! it (their mean is the raw figure), and one for raw loads of the proxier's own steps.
+//! Then, at that size, one changed EndpointSlice and one new Service (median of 5 each, one
+//! at a time), each from the event to the kernel, next to raw `nft -f` of the same minimal
+//! delta in the raw namespace (which holds the same rules). RSS after the run. Last, a restart: a new
 //! proxier over the table the first one left (rewritten in place in steps) next to what a
 //! restart did before, one transaction replacing the whole table, raw over the same rules.
 
