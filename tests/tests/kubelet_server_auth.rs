@@ -164,8 +164,8 @@ fn authn_authz_table_against_the_joined_agent() {
     // Issue 24: a refused request ends its connection, so a second request on the same curl
     // run needs a connection of its own; an allowed one keeps it. HTTP/1.1 here: with HTTP/2
     // curl may send the second request before the GOAWAY reaches it, and the server then
-    // answers it on the closing connection (a race, not a leak; the listener's unit tests
-    // cover GOAWAY).
+    // answers it on the closing connection (a race, not a leak; the HTTP/2 GOAWAY path has
+    // no test of its own yet).
     let reuse = |h: &str| -> Vec<String> {
         let mut cmd = std::process::Command::new("nsenter");
         cmd.arg(format!("--net={}", rig.netns_path())).args([
