@@ -11,7 +11,6 @@
 
 pub mod app;
 pub mod atomic_file;
-pub mod backoff;
 pub mod certs;
 pub mod clock;
 pub mod cluster;

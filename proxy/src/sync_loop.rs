@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use plumbing::Backoff;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -75,16 +76,20 @@ pub enum SyncOutcome {
     },
 }
 
+/// The first retry of a failed sync waits this long.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+
 /// Runs syncs until `shutdown`: at most one per `min_sync_period`, woken by changes from the
 /// handle, and at least one per `sync_period` (which also checks the canary).
-/// A failed sync is retried, fully, after [`RetryBackoff`]: 1 s, doubling up to `sync_period`.
+/// A failed sync is retried, fully, after a back-off: 1 s, doubling up to `sync_period`, back
+/// to 1 s after a success.
 /// Returns the backend when `shutdown` fires.
 pub async fn run<B: Backend>(mut backend: B, cfg: SyncConfig, shutdown: CancellationToken) -> B {
     let handle = backend.handle().clone();
     let mut last_run: Option<Instant> = None;
     let mut next_periodic = Instant::now() + cfg.sync_period;
     let mut pending = true;
-    let mut retry = RetryBackoff::new(cfg.sync_period);
+    let mut retry = Backoff::new(RETRY_FIRST, cfg.sync_period);
     let mut retry_at: Option<Instant> = None;
     loop {
         let wake = if pending {
@@ -115,11 +120,11 @@ pub async fn run<B: Backend>(mut backend: B, cfg: SyncConfig, shutdown: Cancella
             Ok(SyncOutcome::NotInitialized) => {}
             Ok(_) => {
                 last_run = Some(now);
-                retry.reset();
+                retry.succeed();
                 retry_at = None;
             }
             Err(e) => {
-                let after = retry.next_delay();
+                let after = retry.fail();
                 warn!(error = %e, retry_in = ?after, "sync failed");
                 last_run = Some(now);
                 retry_at = Some(Instant::now() + after);
@@ -127,35 +132,5 @@ pub async fn run<B: Backend>(mut backend: B, cfg: SyncConfig, shutdown: Cancella
         }
         pending = false;
         next_periodic = now + cfg.sync_period;
-    }
-}
-
-/// Delay before retrying a failed sync: 1 s, doubling up to a cap (`syncPeriod`); back to
-/// 1 s after a success.
-#[derive(Clone, Copy, Debug)]
-pub struct RetryBackoff {
-    next: Duration,
-    cap: Duration,
-}
-
-impl RetryBackoff {
-    pub const FIRST: Duration = Duration::from_secs(1);
-
-    pub fn new(cap: Duration) -> Self {
-        RetryBackoff {
-            next: Self::FIRST.min(cap),
-            cap,
-        }
-    }
-
-    /// The delay for this failure; the one after it doubles.
-    pub fn next_delay(&mut self) -> Duration {
-        let now = self.next;
-        self.next = (now * 2).min(self.cap);
-        now
-    }
-
-    pub fn reset(&mut self) {
-        self.next = Self::FIRST.min(self.cap);
     }
 }

@@ -199,8 +199,7 @@ fn read_current(cert_dir: &Path) -> Option<(Vec<u8>, i64, i64)> {
 impl ServingManager {
     /// Serves the stored certificate if there is one, then renews it whenever due.
     pub async fn run(self, cancel: CancellationToken) {
-        let mut backoff =
-            crate::backoff::Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
+        let mut backoff = plumbing::Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
         // A pair just stored that cannot be read back must not make a CSR per loop.
         let mut renewed = false;
         loop {

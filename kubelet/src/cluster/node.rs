@@ -510,7 +510,7 @@ impl NodeStatusLoop {
         let mut registered: Option<Node> = None;
         let mut last_written: Option<(serde_json::Value, tokio::time::Instant)> = None;
         let mut backoff =
-            crate::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(7));
+            plumbing::Backoff::new(Duration::from_millis(500), Duration::from_secs(7));
         let mut started_event = false;
         loop {
             let api: Api<Node> = Api::all(self.client.current());
@@ -676,7 +676,7 @@ impl LeaseLoop {
         let interval = Duration::from_secs_f64(f64::from(self.lease_duration_seconds) * 0.25);
         let mut cached: Option<Lease> = None;
         let mut backoff =
-            crate::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(7));
+            plumbing::Backoff::new(Duration::from_millis(200), Duration::from_secs(7));
         loop {
             let api: Api<Lease> = Api::namespaced(self.client.current(), LEASE_NAMESPACE);
             let result = match cached.take() {

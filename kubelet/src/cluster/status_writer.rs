@@ -146,7 +146,7 @@ const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(8);
 #[derive(Debug)]
 struct Retry {
     at: Instant,
-    backoff: crate::backoff::Backoff,
+    backoff: plumbing::Backoff,
 }
 
 /// Writes pod statuses; see the module docs.
@@ -305,7 +305,7 @@ impl StatusWriter {
         };
         // 0.5 s doubling: six tries within about half a minute.
         let mut backoff =
-            crate::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(16));
+            plumbing::Backoff::new(Duration::from_millis(500), Duration::from_secs(16));
         for _ in 0..6 {
             match client::timed(api.delete(&name, &dp)).await {
                 Ok(_) => {
@@ -346,7 +346,7 @@ impl StatusWriter {
                         Err(e) => {
                             let mut backoff = retries.remove(&uid).map_or_else(
                                 || {
-                                    crate::backoff::Backoff::new(
+                                    plumbing::Backoff::new(
                                         Duration::from_millis(500),
                                         MAX_RETRY_BACKOFF,
                                     )

@@ -16,10 +16,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Container;
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
 use crate::events::EventType;
 use crate::pod;
 use crate::runtime::{ImageAuth, Runtime, SandboxConfig};
+use plumbing::Backoff;
 
 /// Pull back-off: 10 s doubling up to 5 min, per image (upstream's image back-off uses the
 /// container back-off's period and cap).

@@ -327,7 +327,7 @@ impl ObjectCache {
         let changed = self.changed.clone();
         tokio::spawn(async move {
             let mut backoff =
-                crate::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(30))
+                plumbing::Backoff::new(Duration::from_millis(500), Duration::from_secs(30))
                     .reset_after(Duration::from_secs(60));
             loop {
                 let on_change = |state: Option<ObjectData>| {

@@ -15,7 +15,7 @@ pub(super) struct BackoffEntry {
     restart_at: Instant,
     delay: Duration,
     /// None until the first restart (which is immediate), then 10 s doubling to 5 min.
-    next: Option<crate::backoff::Backoff>,
+    next: Option<plumbing::Backoff>,
 }
 
 impl Backoff {
@@ -46,7 +46,7 @@ impl Backoff {
             entry.delay = match &mut entry.next {
                 Some(b) => b.fail_at(now),
                 None => {
-                    entry.next = Some(crate::backoff::Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX));
+                    entry.next = Some(plumbing::Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX));
                     Duration::ZERO
                 }
             };

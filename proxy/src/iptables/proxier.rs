@@ -25,7 +25,7 @@ use crate::tracker::{set_pending, unix_now};
 
 // The handles, the loop and its types lived here before they became backend-neutral; their
 // old paths keep working.
-pub use crate::sync_loop::{RetryBackoff, SyncConfig, SyncOutcome, run};
+pub use crate::sync_loop::{SyncConfig, SyncOutcome, run};
 pub use crate::tracker::{ProxyHandle, ProxyHandles};
 
 #[derive(Debug, Error)]

@@ -596,7 +596,7 @@ pub async fn ensure_kubeconfig(
         &["system:nodes"],
         &USAGES,
     );
-    let mut backoff = crate::backoff::Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+    let mut backoff = plumbing::Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
     let cert = loop {
         match request_certificate(
             bclient.clone(),
@@ -660,8 +660,7 @@ impl Rotator {
 
     pub async fn run(self, cancel: CancellationToken) {
         let current = self.cert_dir.join(CURRENT_PEM);
-        let mut backoff =
-            crate::backoff::Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
+        let mut backoff = plumbing::Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
         loop {
             let Some((nb, na)) = std::fs::read(&current).ok().and_then(|b| cert_validity(&b))
             else {

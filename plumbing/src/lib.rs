@@ -1,0 +1,6 @@
+//! Shared plumbing of the node agent's binaries (kubelet, kube-proxy, the CNI plugin): the
+//! mechanisms each of them needs once, kept here so there is one of each.
+
+pub mod backoff;
+
+pub use backoff::Backoff;
