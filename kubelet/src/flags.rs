@@ -8,11 +8,8 @@ use std::collections::BTreeMap;
 
 /// Parses a boolean the way Go's `strconv.ParseBool` does (pflag uses it).
 pub fn parse_go_bool(s: &str) -> Result<bool, String> {
-    match s {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(format!("strconv.ParseBool: parsing {s:?}: invalid syntax")),
-    }
+    plumbing::go::parse_bool(s)
+        .ok_or_else(|| format!("strconv.ParseBool: parsing {s:?}: invalid syntax"))
 }
 
 /// Parses a 64-bit integer the way pflag's Int64 flags do: Go's `strconv.ParseInt(s, 0, 64)`
@@ -67,7 +64,7 @@ pub fn parse_go_int64(s: &str) -> Result<i64, String> {
 
 /// Parses a Go duration the way pflag's Duration flags do (`time.ParseDuration`).
 pub fn parse_go_duration_flag(s: &str) -> Result<std::time::Duration, String> {
-    crate::duration::parse(s).map_err(|e| e.to_string())
+    plumbing::duration::parse(s).map_err(|e| e.to_string())
 }
 
 /// Parses `k1=v1,k2=v2` (the form of `--node-labels`, `--feature-gates`).

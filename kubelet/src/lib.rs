@@ -16,7 +16,6 @@ pub mod clock;
 pub mod cluster;
 pub mod cm;
 pub mod config;
-pub mod duration;
 pub mod events;
 pub mod eviction;
 pub mod flags;
@@ -33,7 +32,6 @@ pub mod pod_dirs;
 pub mod pod_worker;
 pub mod probing;
 pub mod proxy_role;
-pub mod quantity;
 pub mod runtime;
 pub mod server;
 pub mod settings;
@@ -48,4 +46,4 @@ pub mod volume;
 
 /// The upstream Kubernetes release whose kubelet this agent stands in for (one constant for
 /// both binaries).
-pub use proxy::KUBERNETES_VERSION;
+pub use plumbing::version::KUBERNETES_VERSION;

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use kubelet::pod::is_safe_uid;
 use kubelet::pod::static_pods::parse_manifest;
-use kubelet::quantity::{MAX_MILLI, QuantityError, parse_milli, parse_value};
 use kubelet::spec::{ExpandBudget, MAX_EXPANSION_BYTES, expand};
+use plumbing::quantity::{MAX_MILLI, QuantityError, parse_milli, parse_value};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::Config as ProptestConfig;
@@ -585,7 +585,7 @@ proptest! {
 
     #[test]
     fn duration_arbitrary(s in prop_oneof![any::<String>(), "\\PC{0,30}"]) {
-        let _ = kubelet::duration::parse(&s);
+        let _ = plumbing::duration::parse(&s);
     }
 
     /// Go-shaped durations with bounded numbers: parse, and format → parse gives the same
@@ -601,9 +601,9 @@ proptest! {
         ),
     ) {
         let s = format!("{sign}{}", parts.iter().map(|(n, u)| format!("{n}{u}")).collect::<String>());
-        if let Ok(d) = kubelet::duration::parse(&s) {
-            let text = kubelet::duration::format(d);
-            let back = kubelet::duration::parse(&text)
+        if let Ok(d) = plumbing::duration::parse(&s) {
+            let text = plumbing::duration::format(d);
+            let back = plumbing::duration::parse(&text)
                 .unwrap_or_else(|e| panic!("{s:?} → {d:?} → {text:?}: {e}"));
             let diff = back.abs_diff(d);
             prop_assert!(
@@ -622,7 +622,7 @@ proptest! {
 fn duration_overflow_is_an_error() {
     let long = format!("{}s", "1".repeat(400));
     for s in ["99999999999999999999h", "6000000000000000h", long.as_str()] {
-        let r = std::panic::catch_unwind(|| kubelet::duration::parse(s));
+        let r = std::panic::catch_unwind(|| plumbing::duration::parse(s));
         assert!(matches!(r, Ok(Err(_))), "{s:?} panicked or was accepted");
     }
     let text = "kind: KubeletConfiguration\nsyncFrequency: 99999999999999999999h\n";
@@ -638,8 +638,8 @@ fn duration_overflow_is_an_error() {
 #[test]
 fn duration_format_keeps_sub_millisecond_values() {
     for d in [Duration::from_nanos(1), Duration::from_micros(500)] {
-        let text = kubelet::duration::format(d);
-        assert_eq!(kubelet::duration::parse(&text), Ok(d), "{d:?} → {text:?}");
+        let text = plumbing::duration::format(d);
+        assert_eq!(plumbing::duration::parse(&text), Ok(d), "{d:?} → {text:?}");
     }
 }
 

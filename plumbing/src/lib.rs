@@ -2,5 +2,10 @@
 //! mechanisms each of them needs once, kept here so there is one of each.
 
 pub mod backoff;
+pub mod duration;
+pub mod go;
+#[cfg(feature = "quantity")]
+pub mod quantity;
+pub mod version;
 
 pub use backoff::Backoff;

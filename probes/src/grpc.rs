@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use crate::go_duration;
 use crate::outcome::ProbeOutcome;
 use crate::tcp::join_host_port;
+use plumbing::duration::format as go_duration;
 
 /// The generated `grpc.health.v1` types, client and server.
 pub mod health {

@@ -38,8 +38,6 @@ mod tests;
 pub use iptables::{Backend, ExecRunner, IptablesRunner};
 pub use iptables::{proxier, render, xtables_lock};
 
-/// The upstream Kubernetes release this agent (kubelet and kube-proxy) stands in for.
-pub const KUBERNETES_VERSION: &str = "v1.36.0";
 pub use model::{IpFamily, ServiceState};
 pub use proxier::{Proxier, ProxyHandle, SyncConfig};
 pub use render::RenderConfig;

@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     if flags.version.is_some() && flags.version.as_deref() != Some("false") {
-        println!("Kubernetes {}", proxy::KUBERNETES_VERSION);
+        println!("Kubernetes {}", plumbing::version::KUBERNETES_VERSION);
         return ExitCode::SUCCESS;
     }
     let file_text = match &flags.config {

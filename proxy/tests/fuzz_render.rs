@@ -1057,7 +1057,8 @@ proptest! {
 /// the config file (`iptables.syncPeriod`) and flags.
 #[test]
 fn proxy_duration_overflow_is_an_error() {
-    let r = std::panic::catch_unwind(|| proxy::config::parse_go_duration("99999999999999999999h"));
+    let r =
+        std::panic::catch_unwind(|| plumbing::duration::parse_go_duration("99999999999999999999h"));
     assert!(matches!(r, Ok(None)), "panicked or accepted");
     let text = PROXY_CONFIG.replace("syncPeriod: 30s", "syncPeriod: 99999999999999999999h");
     let r = std::panic::catch_unwind(|| {
@@ -1095,14 +1096,14 @@ proptest! {
         ),
     ) {
         let s = format!("{sign}{}", parts.iter().map(|(n, u)| format!("{n}{u}")).collect::<String>());
-        if let Some(d) = proxy::config::parse_go_duration(&s) {
+        if let Some(d) = plumbing::duration::parse_go_duration(&s) {
             prop_assert!(!s.trim().starts_with('-') || d.is_zero(), "{s:?} → {d:?}");
         }
     }
 
     #[test]
     fn proxy_duration_arbitrary(s in prop_oneof![any::<String>(), "\\PC{0,30}"]) {
-        let _ = proxy::config::parse_go_duration(&s);
+        let _ = plumbing::duration::parse_go_duration(&s);
     }
 }
 

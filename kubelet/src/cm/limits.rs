@@ -6,8 +6,8 @@ use super::cgroups::CgroupLimits;
 use crate::config::limits::PodLimits;
 use crate::config::resources::Reserved;
 use crate::pod::{self, Qos};
-use crate::quantity;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use plumbing::quantity;
 use std::collections::BTreeMap;
 
 /// Upstream's cm constants (helpers_linux.go).

@@ -27,7 +27,7 @@ pub(super) fn auth_settings(
         let d = match v {
             None | Some(serde_json::Value::Null) => std::time::Duration::ZERO,
             Some(serde_json::Value::String(s)) => {
-                crate::duration::parse(s).map_err(|e| invalid(format!("{name}: {e}")))?
+                plumbing::duration::parse(s).map_err(|e| invalid(format!("{name}: {e}")))?
             }
             Some(other) => {
                 return Err(invalid(format!(
@@ -44,7 +44,7 @@ pub(super) fn auth_settings(
     // A flag applies after defaulting, as upstream's: `0s` there turns the cache off.
     let flag_ttl = |name: &str, v: &Option<String>| {
         v.as_deref()
-            .map(|s| crate::duration::parse(s).map_err(|e| invalid(format!("--{name}: {e}"))))
+            .map(|s| plumbing::duration::parse(s).map_err(|e| invalid(format!("--{name}: {e}"))))
             .transpose()
     };
     let cache_ttl = match flag_ttl(

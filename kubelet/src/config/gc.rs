@@ -4,8 +4,8 @@
 //! `--maximum-dead-containers-per-container`, `--maximum-dead-containers`).
 
 use super::{ConfigError, KubeletConfiguration, invalid};
-use crate::duration;
 use crate::flags::Flags;
+use plumbing::duration;
 use serde::Serialize;
 use std::time::Duration;
 

@@ -5,8 +5,8 @@
 //! ValidateKubeletConfiguration.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
-use crate::duration;
 use crate::flags::Flags;
+use plumbing::duration;
 use serde::Serialize;
 use std::time::Duration;
 

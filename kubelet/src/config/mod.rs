@@ -8,8 +8,8 @@ pub mod network;
 pub mod resources;
 pub mod server;
 
-use crate::duration;
 use crate::flags::Flags;
+use plumbing::duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::{net::IpAddr, path::PathBuf, time::Duration};

@@ -6,9 +6,9 @@
 //! the result.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
-use crate::duration;
 use crate::flags::Flags;
-use crate::quantity;
+use plumbing::duration;
+use plumbing::quantity;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -64,7 +64,7 @@ pub fn is_critical(pod: &Pod) -> bool {
 fn container_quantity(c: &Container, limits: bool, resource: &str) -> Option<i128> {
     let r = c.resources.as_ref()?;
     let map = if limits { &r.limits } else { &r.requests };
-    crate::quantity::value(map.as_ref()?.get(resource)?).ok()
+    plumbing::quantity::value(map.as_ref()?.get(resource)?).ok()
 }
 
 /// The pod's request or limit of `resource` as upstream's PodRequests/PodLimits: the
@@ -187,7 +187,7 @@ pub fn rank(pods: &mut [(Pod, Option<PodStats>)], how: Ranking) {
 
 /// Kubernetes' BinarySI canonical form for bytes (`100Mi`, `1536Ki`, `1000`).
 pub fn binary_si(v: i128) -> String {
-    crate::quantity::format_binary_si(v)
+    plumbing::quantity::format_binary_si(v)
 }
 
 /// Kubernetes' DecimalSI canonical form for counts (`5k`, `1234`).
@@ -236,7 +236,7 @@ pub const STARVED_RESOURCE: &str = "starved_resource";
 fn spec_quantity_text(q: Option<&Quantity>) -> String {
     q.map_or_else(
         || "0".to_string(),
-        |q| crate::quantity::canonical(&q.0).unwrap_or_else(|_| q.0.clone()),
+        |q| plumbing::quantity::canonical(&q.0).unwrap_or_else(|_| q.0.clone()),
     )
 }
 
@@ -325,7 +325,7 @@ pub fn eviction_message(
             .and_then(|r| r.requests.as_ref()?.get(key));
         // Compared in thousandths: a fractional request is not rounded up.
         let request_milli = request
-            .and_then(|q| crate::quantity::milli(q).ok())
+            .and_then(|q| plumbing::quantity::milli(q).ok())
             .unwrap_or(0);
         if usage * 1000 > request_milli {
             let u = binary_si(usage);
@@ -366,7 +366,7 @@ pub fn storage_violation(
         let Some(limit) = v.empty_dir.as_ref().and_then(|e| e.size_limit.as_ref()) else {
             continue;
         };
-        let size = crate::quantity::value(limit).unwrap_or(0);
+        let size = plumbing::quantity::value(limit).unwrap_or(0);
         let used = stats
             .volume
             .iter()
@@ -412,7 +412,7 @@ pub fn storage_violation(
         else {
             continue;
         };
-        let limit = crate::quantity::value(limit_q).unwrap_or(0);
+        let limit = plumbing::quantity::value(limit_q).unwrap_or(0);
         if limit == 0 {
             continue;
         }

@@ -79,7 +79,7 @@ pub fn allocatable_memory(cfg: &Config, capacity: i64) -> i128 {
 /// ignored with a warning).
 fn test_gc_period(env: &str, what: &str, default: &str) -> Option<std::time::Duration> {
     let text = std::env::var(env).ok()?;
-    match crate::duration::parse(&text) {
+    match plumbing::duration::parse(&text) {
         Ok(d) if !d.is_zero() => {
             tracing::warn!(period = %text, "{env} (a test hook) is set: {what} runs every {text} instead of every {default}");
             Some(d)

@@ -284,8 +284,9 @@ pub async fn ensure_image(
                 _ => 0,
             };
             // Go's Duration printing, truncated to milliseconds as upstream does.
-            let ms =
-                |d: Duration| crate::duration::format(Duration::from_millis(d.as_millis() as u64));
+            let ms = |d: Duration| {
+                plumbing::duration::format(Duration::from_millis(d.as_millis() as u64))
+            };
             let message = format!(
                 "Successfully pulled image {image:?} in {} ({} including waiting). Image size: {size} bytes.",
                 ms(pulling.elapsed()),

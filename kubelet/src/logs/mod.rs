@@ -56,7 +56,7 @@ pub struct Settings {
     pub max_size: i64,
     pub max_files: usize,
     pub max_workers: usize,
-    #[serde(with = "crate::duration::serde_opt_plain")]
+    #[serde(with = "plumbing::duration::serde_opt_plain")]
     pub monitor_interval: Duration,
 }
 
@@ -96,7 +96,7 @@ impl Settings {
         let max_size = match max_size {
             None => d.max_size,
             Some(s) => {
-                let v = crate::quantity::parse_value(s)
+                let v = plumbing::quantity::parse_value(s)
                     .map_err(|e| format!("failed to parse container log max size {s:?}: {e}"))?;
                 i64::try_from(v).map_err(|_| {
                     format!("failed to parse container log max size {s:?}: invalid max log size")

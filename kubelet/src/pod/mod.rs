@@ -5,7 +5,7 @@ pub mod resources;
 pub mod static_pods;
 pub mod sysctl;
 
-use crate::quantity;
+use plumbing::quantity;
 // One RFC 1123 label check for both binaries (kube-proxy validates Service names with it).
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

@@ -5,9 +5,9 @@
 //! Upstream's component-helpers only honour `cpu`, `memory` and `hugepages-<size>` at the pod
 //! level; any other name the apiserver let through is ignored here as there.
 
-use crate::quantity;
 use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use plumbing::quantity;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -53,7 +53,7 @@ pub(super) async fn run(
             Err(_) => (
                 format!(
                     "command '{joined}' timed out after {}",
-                    crate::duration::format(timeout)
+                    plumbing::duration::format(timeout)
                 ),
                 String::new(),
             ),
@@ -119,7 +119,7 @@ async fn http(
     {
         req.headers.push((
             "User-Agent".into(),
-            format!("kube-lifecycle/{}", ::probes::KUBE_VERSION_MAJOR_MINOR),
+            format!("kube-lifecycle/{}", plumbing::version::MAJOR_MINOR),
         ));
     }
     let outcome = HttpProber::new().probe(&req, timeout).await;

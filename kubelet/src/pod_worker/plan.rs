@@ -384,7 +384,7 @@ pub(super) fn restart_or_wait(
                     reason: "CrashLoopBackOff".into(),
                     message: format!(
                         "back-off {} restarting failed container={} pod={}",
-                        crate::duration::format(delay),
+                        plumbing::duration::format(delay),
                         c.name,
                         pod_ref(pod)
                     ),

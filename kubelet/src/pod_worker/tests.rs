@@ -1257,7 +1257,7 @@ async fn http_hook_defaults_to_the_pod_ip_and_resolves_named_ports() {
     assert!(
         request.to_lowercase().contains(&format!(
             "user-agent: kube-lifecycle/{}",
-            ::probes::KUBE_VERSION_MAJOR_MINOR
+            plumbing::version::MAJOR_MINOR
         )),
         "{request}"
     );

@@ -40,18 +40,18 @@ pub struct AuthSettings {
     pub client_ca_file: Option<String>,
     pub mode: AuthzMode,
     /// `authentication.webhook.cacheTTL` (default 2m).
-    #[serde(rename = "cacheTTL", with = "crate::duration::serde_opt_plain")]
+    #[serde(rename = "cacheTTL", with = "plumbing::duration::serde_opt_plain")]
     pub cache_ttl: Duration,
     /// `authorization.webhook.cacheAuthorizedTTL` (default 5m).
     #[serde(
         rename = "cacheAuthorizedTTL",
-        with = "crate::duration::serde_opt_plain"
+        with = "plumbing::duration::serde_opt_plain"
     )]
     pub cache_authorized_ttl: Duration,
     /// `authorization.webhook.cacheUnauthorizedTTL` (default 30s).
     #[serde(
         rename = "cacheUnauthorizedTTL",
-        with = "crate::duration::serde_opt_plain"
+        with = "plumbing::duration::serde_opt_plain"
     )]
     pub cache_unauthorized_ttl: Duration,
 }

@@ -142,12 +142,12 @@ impl IntoResponse for Refusal {
     }
 }
 
+/// A boolean query parameter: Go's spellings, and a bare `?follow` (empty value) is true.
 fn go_bool(v: &str) -> Option<bool> {
-    match v {
-        "" | "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
+    if v.is_empty() {
+        return Some(true);
     }
+    plumbing::go::parse_bool(v)
 }
 
 /// Parses the query as upstream decodes PodLogOptions (v1): a value that does not decode is

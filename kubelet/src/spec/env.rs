@@ -3,9 +3,10 @@
 
 use super::ConfigError;
 use crate::objects::{Kind, ObjectData, ObjectKey};
-use crate::{pod, quantity};
+use crate::pod;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use plumbing::quantity;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! ports, cgroup parent, labels) and each container's config (command, env, mounts, resources).
 
 use crate::pod::{self, Qos};
-use crate::quantity;
+use plumbing::quantity;
 
 mod env;
 pub mod security;

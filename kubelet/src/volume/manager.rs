@@ -460,7 +460,7 @@ fn set_up_one(
             let size = e
                 .size_limit
                 .as_ref()
-                .and_then(|q| crate::quantity::value(q).ok())
+                .and_then(|q| plumbing::quantity::value(q).ok())
                 .filter(|b| *b > 0)
                 .and_then(|b| u64::try_from(b).ok())
                 .or(u64::try_from(node.memory_capacity).ok().filter(|b| *b > 0));

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use plumbing::duration::parse_go_duration;
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -395,49 +396,6 @@ impl ProxyConfig {
     pub fn health_timeout(&self) -> Duration {
         self.sync_period * 2
     }
-}
-
-/// Parses a Go `time.ParseDuration` string ("1h2m3.5s", "250ms", "0").
-pub fn parse_go_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let s = s.strip_prefix('+').unwrap_or(s);
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    if s.is_empty() || s.starts_with('-') {
-        return None;
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_end == 0 {
-            return None;
-        }
-        let n: f64 = rest[..num_end].parse().ok()?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += n * unit;
-        rest = &rest[unit_end..];
-    }
-    // Go's durations are an int64 of nanoseconds: anything longer is invalid there too.
-    if !total.is_finite() || total > i64::MAX as f64 / 1e9 {
-        return None;
-    }
-    Duration::try_from_secs_f64(total).ok()
 }
 
 fn duration(field: &str, v: Option<&str>, default: Duration) -> Result<Duration> {

@@ -259,19 +259,6 @@ fn json_config_is_accepted() {
 }
 
 #[test]
-fn go_durations() {
-    assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
-    assert_eq!(parse_go_duration("1h0m0s"), Some(Duration::from_secs(3600)));
-    assert_eq!(parse_go_duration("2h22m"), Some(Duration::from_secs(8520)));
-    assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
-    assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
-    assert_eq!(parse_go_duration("-1s"), None);
-    assert_eq!(parse_go_duration("10"), None);
-    assert_eq!(parse_go_duration("s"), None);
-    assert_eq!(parse_go_duration("3d"), None);
-}
-
-#[test]
 fn ipvs_mode_reads_the_ipvs_section() {
     let text = r#"
 apiVersion: kubeproxy.config.k8s.io/v1alpha1

@@ -115,29 +115,21 @@ fn scalar_text(v: &Value) -> Option<String> {
     }
 }
 
-fn go_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 /// Whether two scalars mean the same: as booleans (Go's spellings), numbers, Go durations, or
 /// text.
 fn same_scalar(a: &str, b: &str) -> bool {
     if a == b {
         return true;
     }
-    if let (Some(x), Some(y)) = (go_bool(a), go_bool(b)) {
+    if let (Some(x), Some(y)) = (plumbing::go::parse_bool(a), plumbing::go::parse_bool(b)) {
         return x == y;
     }
     if let (Ok(x), Ok(y)) = (a.parse::<f64>(), b.parse::<f64>()) {
         return x == y;
     }
     if let (Some(x), Some(y)) = (
-        crate::config::parse_go_duration(a),
-        crate::config::parse_go_duration(b),
+        plumbing::duration::parse_go_duration(a),
+        plumbing::duration::parse_go_duration(b),
     ) {
         return x == y;
     }

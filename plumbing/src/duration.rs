@@ -1,4 +1,5 @@
-//! Go-style durations (`1m30s`, `300ms`, `2h`) as they appear in KubeletConfiguration and flags.
+//! Go-style durations (`1m30s`, `300ms`, `2h`) as they appear in KubeletConfiguration,
+//! KubeProxyConfiguration and flags: Go's `time.ParseDuration` grammar and its printing.
 
 use std::time::Duration;
 
@@ -8,9 +9,52 @@ use std::time::Duration;
 pub struct DurationError(pub String);
 
 /// Parses a Go duration string. Negative durations are rejected: no kubelet setting accepts them.
-/// (The grammar is kube-proxy's parser's, shared.)
 pub fn parse(text: &str) -> Result<Duration, DurationError> {
-    proxy::config::parse_go_duration(text).ok_or_else(|| DurationError(text.to_string()))
+    parse_go_duration(text).ok_or_else(|| DurationError(text.to_string()))
+}
+
+/// Parses a Go `time.ParseDuration` string ("1h2m3.5s", "250ms", "0"); `None` for what Go
+/// rejects, and for negative durations.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let s = s.strip_prefix('+').unwrap_or(s);
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    if s.is_empty() || s.starts_with('-') {
+        return None;
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_end == 0 {
+            return None;
+        }
+        let n: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += n * unit;
+        rest = &rest[unit_end..];
+    }
+    // Go's durations are an int64 of nanoseconds: anything longer is invalid there too.
+    if !total.is_finite() || total > i64::MAX as f64 / 1e9 {
+        return None;
+    }
+    Duration::try_from_secs_f64(total).ok()
 }
 
 /// Formats a duration the way Go prints it (`1m0s`, `10s`, `300ms`, `1.5µs`, `1ns`), for
@@ -84,6 +128,19 @@ mod tests {
     }
 
     #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_go_duration("1h0m0s"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_go_duration("2h22m"), Some(Duration::from_secs(8520)));
+        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("-1s"), None);
+        assert_eq!(parse_go_duration("10"), None);
+        assert_eq!(parse_go_duration("s"), None);
+        assert_eq!(parse_go_duration("3d"), None);
+    }
+
+    #[test]
     fn rejects_garbage() {
         for bad in ["", "10", "s", "10x", "-1s", "1m-2s"] {
             assert!(parse(bad).is_err(), "{bad} should be rejected");
@@ -96,6 +153,9 @@ mod tests {
         assert_eq!(format(Duration::from_secs(10)), "10s");
         assert_eq!(format(Duration::from_secs(3723)), "1h2m3s");
         assert_eq!(format(Duration::from_millis(300)), "300ms");
+        assert_eq!(format(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(format(Duration::from_secs(3725)), "1h2m5s");
+        assert_eq!(format(Duration::ZERO), "0s");
     }
 }
 
