@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::ip::IpNet;
 use crate::result::{Dns, PrevResult};
+use plumbing::cidr::Cidr;
 
 /// Versions of the CNI spec this plugin speaks (0.1.0/0.2.0 had a different result format).
 pub const SUPPORTED_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -60,8 +60,8 @@ struct RawConf {
 
 #[derive(Debug, Deserialize)]
 struct RawIpam {
-    subnet: Option<IpNet>,
-    subnets: Option<Vec<IpNet>>,
+    subnet: Option<Cidr>,
+    subnets: Option<Vec<Cidr>>,
     #[serde(rename = "type")]
     kind: Option<String>,
     #[serde(flatten)]
@@ -85,7 +85,7 @@ pub struct NetConf {
     pub bridge: String,
     pub mtu: u32,
     /// The node's pod subnets: at most one IPv4 and one IPv6.
-    pub subnets: Vec<IpNet>,
+    pub subnets: Vec<Cidr>,
     /// The network's allocation directory (`<dataDir>/<name>`).
     pub data_dir: PathBuf,
     pub dns: Dns,
@@ -205,7 +205,7 @@ impl NetConf {
     }
 }
 
-fn parse_ipam(ipam: Option<RawIpam>) -> Result<Vec<IpNet>> {
+fn parse_ipam(ipam: Option<RawIpam>) -> Result<Vec<Cidr>> {
     let ipam =
         ipam.ok_or_else(|| Error::InvalidConfig("ipam: missing (needs subnet or subnets)".into()))?;
     if let Some(kind) = ipam.kind {

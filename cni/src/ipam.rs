@@ -14,7 +14,7 @@ use nix::fcntl::{Flock, FlockArg};
 
 use crate::config::Attachment;
 use crate::error::{Error, Result};
-use crate::ip::IpNet;
+use plumbing::cidr::Cidr;
 
 /// How long an ADD or DEL waits for another invocation holding the lock.
 const LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -119,7 +119,7 @@ impl Locked<'_> {
     }
 
     /// The addresses held by this attachment, in subnet order.
-    pub fn get(&self, container_id: &str, ifname: &str, subnets: &[IpNet]) -> Result<Vec<IpNet>> {
+    pub fn get(&self, container_id: &str, ifname: &str, subnets: &[Cidr]) -> Result<Vec<Cidr>> {
         let owner = owner_line(container_id, ifname);
         let held: Vec<IpAddr> = self
             .entries()?
@@ -130,7 +130,7 @@ impl Locked<'_> {
         Ok(subnets
             .iter()
             .filter_map(|s| {
-                held.iter().find(|ip| s.contains(**ip)).map(|ip| IpNet {
+                held.iter().find(|ip| s.contains(**ip)).map(|ip| Cidr {
                     addr: *ip,
                     prefix: s.prefix,
                 })
@@ -144,8 +144,8 @@ impl Locked<'_> {
         &self,
         container_id: &str,
         ifname: &str,
-        subnets: &[IpNet],
-    ) -> Result<Vec<IpNet>> {
+        subnets: &[Cidr],
+    ) -> Result<Vec<Cidr>> {
         let existing = self.get(container_id, ifname, subnets)?;
         let owner = owner_line(container_id, ifname);
         let mut out = Vec::new();
@@ -155,7 +155,7 @@ impl Locked<'_> {
                 continue;
             }
             match self.allocate_in(index, subnet, &owner) {
-                Ok(ip) => out.push(IpNet {
+                Ok(ip) => out.push(Cidr {
                     addr: ip,
                     prefix: subnet.prefix,
                 }),
@@ -171,7 +171,7 @@ impl Locked<'_> {
         Ok(out)
     }
 
-    fn allocate_in(&self, index: usize, subnet: &IpNet, owner: &str) -> Result<IpAddr> {
+    fn allocate_in(&self, index: usize, subnet: &Cidr, owner: &str) -> Result<IpAddr> {
         // Offsets 2..=last: 0 is the network, 1 the gateway; IPv4 also keeps its broadcast.
         let first = 2u128;
         let last = if subnet.is_ipv4() {
@@ -242,7 +242,7 @@ impl Locked<'_> {
     }
 
     /// Whether each subnet still has a free address (STATUS).
-    pub fn has_free(&self, subnets: &[IpNet]) -> Result<bool> {
+    pub fn has_free(&self, subnets: &[Cidr]) -> Result<bool> {
         let taken = self.entries()?;
         Ok(subnets.iter().all(|s| {
             let usable = if s.is_ipv4() {

@@ -6,7 +6,6 @@ pub mod config;
 pub mod dataplane;
 pub mod env;
 pub mod error;
-pub mod ip;
 pub mod ipam;
 pub mod plugin;
 pub mod result;

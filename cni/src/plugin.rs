@@ -6,9 +6,9 @@ use crate::config::{self, CURRENT_VERSION, NetConf, SUPPORTED_VERSIONS};
 use crate::dataplane::{Dataplane, PodLink, host_veth_name};
 use crate::env::{CmdArgs, Command};
 use crate::error::{Error, Result};
-use crate::ip::IpNet;
 use crate::ipam::Store;
 use crate::result::{CniResult, Interface, IpConfig, Route};
+use plumbing::cidr::Cidr;
 
 /// What the binary prints and how it exits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,8 +84,8 @@ pub fn version_json() -> String {
 }
 
 /// The bridge's address on a subnet: its first address.
-fn gateway(subnet: &IpNet) -> IpNet {
-    IpNet {
+fn gateway(subnet: &Cidr) -> Cidr {
+    Cidr {
         addr: subnet.nth(1).unwrap_or(subnet.addr),
         prefix: subnet.prefix,
     }
@@ -98,7 +98,7 @@ fn default_route(gw: IpAddr) -> Route {
         IpAddr::V6(Ipv6Addr::UNSPECIFIED)
     };
     Route {
-        dst: IpNet {
+        dst: Cidr {
             addr: any,
             prefix: 0,
         },
@@ -120,7 +120,7 @@ fn add(args: &CmdArgs, conf: &NetConf, dataplane: &dyn Dataplane) -> Result<CniR
     let addresses = store
         .lock()?
         .allocate(&args.container_id, &args.ifname, &conf.subnets)?;
-    let gateways: Vec<IpNet> = conf.subnets.iter().map(gateway).collect();
+    let gateways: Vec<Cidr> = conf.subnets.iter().map(gateway).collect();
     let routes: Vec<Route> = gateways.iter().map(|g| default_route(g.addr)).collect();
     let link = PodLink {
         bridge: conf.bridge.clone(),
@@ -202,7 +202,7 @@ fn check(args: &CmdArgs, conf: &NetConf, dataplane: &dyn Dataplane) -> Result<()
                 args.ifname
             ))
         })?;
-    let addresses: Vec<IpNet> = prev
+    let addresses: Vec<Cidr> = prev
         .ips
         .iter()
         .filter(|ip| ip.interface == Some(pod_index))

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::ip::IpNet;
+use plumbing::cidr::Cidr;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Interface {
@@ -20,7 +20,7 @@ pub struct Interface {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IpConfig {
-    pub address: IpNet,
+    pub address: Cidr,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<IpAddr>,
     /// Index into `interfaces`.
@@ -30,7 +30,7 @@ pub struct IpConfig {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Route {
-    pub dst: IpNet,
+    pub dst: Cidr,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gw: Option<IpAddr>,
 }

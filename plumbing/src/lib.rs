@@ -2,6 +2,7 @@
 //! mechanisms each of them needs once, kept here so there is one of each.
 
 pub mod backoff;
+pub mod cidr;
 pub mod duration;
 pub mod go;
 #[cfg(feature = "quantity")]
@@ -9,3 +10,4 @@ pub mod quantity;
 pub mod version;
 
 pub use backoff::Backoff;
+pub use cidr::Cidr;

@@ -376,7 +376,7 @@ impl Sink for ServiceCidrSink {
             .and_then(|s| s.cidrs.as_ref())
             .into_iter()
             .flatten()
-            .filter_map(|c| c.parse().ok())
+            .filter_map(|c| crate::model::Cidr::parse_or_host(c).ok())
             .collect();
         let name = obj.metadata.name.clone().unwrap_or_default();
         self.by_name.insert(name, cidrs);

@@ -7,12 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
-use std::str::FromStr;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use thiserror::Error;
+pub use plumbing::cidr::{Cidr, IpFamily};
 
 /// Label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -21,119 +20,6 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 /// Default `sessionAffinityConfig.clientIP.timeoutSeconds` (3 hours).
 pub const DEFAULT_STICKY_SECONDS: u32 = 10800;
-
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum Error {
-    #[error("invalid CIDR {0:?}")]
-    InvalidCidr(String),
-}
-
-/// The IP family one proxier instance handles (iptables vs ip6tables).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum IpFamily {
-    V4,
-    V6,
-}
-
-impl IpFamily {
-    pub fn matches(self, ip: &IpAddr) -> bool {
-        matches!(
-            (self, ip),
-            (IpFamily::V4, IpAddr::V4(_)) | (IpFamily::V6, IpAddr::V6(_))
-        )
-    }
-
-    /// Value of the `ip_family` metric label, as upstream spells it.
-    pub fn label(self) -> &'static str {
-        match self {
-            IpFamily::V4 => "IPv4",
-            IpFamily::V6 => "IPv6",
-        }
-    }
-
-    pub fn host_prefix(self) -> u8 {
-        match self {
-            IpFamily::V4 => 32,
-            IpFamily::V6 => 128,
-        }
-    }
-
-    /// The other family (the secondary one of a dual-stack node).
-    pub fn other(self) -> IpFamily {
-        match self {
-            IpFamily::V4 => IpFamily::V6,
-            IpFamily::V6 => IpFamily::V4,
-        }
-    }
-}
-
-/// An address range such as `10.0.0.0/8`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Cidr {
-    pub addr: IpAddr,
-    pub prefix: u8,
-}
-
-impl Cidr {
-    pub fn contains(&self, ip: &IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - u32::from(self.prefix))
-                };
-                u32::from(net) & mask == u32::from(*ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - u32::from(self.prefix))
-                };
-                u128::from(net) & mask == u128::from(*ip) & mask
-            }
-            _ => false,
-        }
-    }
-
-    pub fn family(&self) -> IpFamily {
-        if self.addr.is_ipv4() {
-            IpFamily::V4
-        } else {
-            IpFamily::V6
-        }
-    }
-}
-
-impl FromStr for Cidr {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self, Error> {
-        let bad = || Error::InvalidCidr(s.to_string());
-        let (addr, prefix) = match s.trim().split_once('/') {
-            Some((a, p)) => {
-                let addr: IpAddr = a.parse().map_err(|_| bad())?;
-                (addr, p.parse::<u8>().map_err(|_| bad())?)
-            }
-            None => {
-                let addr: IpAddr = s.trim().parse().map_err(|_| bad())?;
-                (addr, if addr.is_ipv4() { 32 } else { 128 })
-            }
-        };
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        if prefix > max {
-            return Err(bad());
-        }
-        Ok(Cidr { addr, prefix })
-    }
-}
-
-impl fmt::Display for Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Protocol {
@@ -359,7 +245,7 @@ pub fn service_ports(svc: &Service, family: IpFamily) -> Vec<ServicePortInfo> {
         .load_balancer_source_ranges
         .iter()
         .flatten()
-        .filter_map(|s| s.parse::<Cidr>().ok())
+        .filter_map(|s| Cidr::parse_or_host(s).ok())
         .filter(|c| c.family() == family)
         .collect();
     let session_affinity_seconds = if spec.session_affinity.as_deref() == Some("ClientIP") {

@@ -26,7 +26,7 @@ impl NodePortAddresses {
                         prefix: family.host_prefix(),
                     });
                 }
-            } else if let Ok(c) = s.parse::<Cidr>()
+            } else if let Ok(c) = Cidr::parse_or_host(s)
                 && c.family() == family
             {
                 cidrs.push(c);

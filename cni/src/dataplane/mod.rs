@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::error::Result;
-use crate::ip::IpNet;
 use crate::result::Route;
+use plumbing::cidr::Cidr;
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
@@ -20,13 +20,13 @@ pub struct PodLink {
     pub bridge: String,
     pub mtu: u32,
     /// Gateway addresses for the bridge, with the subnet's prefix (`10.244.1.1/24`).
-    pub gateways: Vec<IpNet>,
+    pub gateways: Vec<Cidr>,
     pub netns: PathBuf,
     pub ifname: String,
     /// The host end of the veth pair.
     pub host_veth: String,
     /// The pod's addresses, with the subnet's prefix.
-    pub addresses: Vec<IpNet>,
+    pub addresses: Vec<Cidr>,
     pub routes: Vec<Route>,
 }
 

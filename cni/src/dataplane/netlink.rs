@@ -29,8 +29,8 @@ use tokio::runtime::Runtime;
 
 use super::{Attached, Dataplane, PodLink, format_mac};
 use crate::error::{Error, Result};
-use crate::ip::IpNet;
 use crate::result::Route;
+use plumbing::cidr::Cidr;
 
 /// Bound on every netlink request.
 const NETLINK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -132,7 +132,7 @@ impl Session {
         }
     }
 
-    fn addresses(&self, index: u32) -> Result<Vec<IpNet>> {
+    fn addresses(&self, index: u32) -> Result<Vec<Cidr>> {
         let h = self.handle.clone();
         let msgs: Vec<AddressMessage> = self.must("list addresses", async move {
             h.address()
@@ -147,7 +147,7 @@ impl Session {
             .filter(|m| m.header.index == index)
             .filter_map(|m| {
                 m.attributes.iter().find_map(|a| match a {
-                    AddressAttribute::Address(ip) => IpNet::new(*ip, m.header.prefix_len),
+                    AddressAttribute::Address(ip) => Cidr::new(*ip, m.header.prefix_len),
                     _ => None,
                 })
             })
@@ -156,7 +156,7 @@ impl Session {
 
     /// Adds `addr` to the link; an address already there is fine. IPv6 skips duplicate
     /// address detection so the address (and routes through it) work at once.
-    fn add_address(&self, index: u32, addr: IpNet) -> Result<()> {
+    fn add_address(&self, index: u32, addr: Cidr) -> Result<()> {
         let h = self.handle.clone();
         let res = self.run(async move {
             let mut req = h.address().add(index, addr.addr, addr.prefix);
@@ -414,7 +414,7 @@ impl Dataplane for Netlink {
         let ns = File::open(&link.netns)
             .map_err(|e| Error::UnknownContainer(format!("netns {}: {e}", link.netns.display())))?;
         if self.enable_forwarding {
-            if link.gateways.iter().any(IpNet::is_ipv4) {
+            if link.gateways.iter().any(Cidr::is_ipv4) {
                 write_sysctl("/proc/sys/net/ipv4/ip_forward")?;
             }
             if link.gateways.iter().any(|g| !g.is_ipv4()) {

@@ -2,7 +2,7 @@ use std::collections::HashSet;
 
 use super::*;
 
-fn net(s: &str) -> IpNet {
+fn net(s: &str) -> Cidr {
     s.parse().unwrap()
 }
 
@@ -82,7 +82,7 @@ fn concurrent_adds_never_share_an_address() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("net");
     let subnets = [net("10.244.1.0/24")];
-    let all: Vec<IpNet> = std::thread::scope(|s| {
+    let all: Vec<Cidr> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
             .map(|t| {
                 let path = path.clone();

@@ -166,7 +166,7 @@ fn a_failed_attach_frees_the_address() {
     assert!(held.is_empty());
 }
 
-fn conf_subnets() -> Vec<IpNet> {
+fn conf_subnets() -> Vec<Cidr> {
     vec!["10.244.1.0/24".parse().unwrap()]
 }
 

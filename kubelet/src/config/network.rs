@@ -14,7 +14,7 @@
 
 use std::path::PathBuf;
 
-use cni::ip::IpNet;
+use plumbing::cidr::Cidr;
 use serde::{Deserialize, Serialize};
 
 /// Where container runtimes read CNI configuration by default (containerd, CRI-O).
@@ -47,7 +47,7 @@ pub struct Settings {
     pub enabled: bool,
     /// At most one IPv4 and one IPv6 CIDR; empty: pod traffic is not masqueraded.
     #[serde(rename = "clusterCIDRs")]
-    pub cluster_cidrs: Vec<IpNet>,
+    pub cluster_cidrs: Vec<Cidr>,
     pub cni_conf_dir: PathBuf,
     pub cni_bin_dir: PathBuf,
     /// The plugin binary to install; `None`: `node-agent-cni` beside the kubelet executable.
@@ -71,10 +71,10 @@ impl Default for Settings {
 }
 
 /// Parses `a,b` CIDRs: network addresses, at most one per family.
-pub fn parse_cidrs(text: &str) -> Result<Vec<IpNet>, String> {
-    let mut out: Vec<IpNet> = Vec::new();
+pub fn parse_cidrs(text: &str) -> Result<Vec<Cidr>, String> {
+    let mut out: Vec<Cidr> = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let net: IpNet = part
+        let net: Cidr = part
             .parse()
             .map_err(|e| format!("clusterCIDR {part:?}: {e}"))?;
         if net.network() != net {

@@ -16,10 +16,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cni::ip::IpNet;
 use futures::StreamExt;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::route::{RouteAddress, RouteAttribute};
+use plumbing::cidr::Cidr;
 use rtnetlink::packet_core::NetlinkPayload;
 use tokio_util::sync::CancellationToken;
 
@@ -39,7 +39,7 @@ struct NoMasquerade;
 
 #[async_trait::async_trait]
 impl Masquerade for NoMasquerade {
-    async fn apply(&self, _: &[IpNet]) -> Result<(), NetworkError> {
+    async fn apply(&self, _: &[Cidr]) -> Result<(), NetworkError> {
         Ok(())
     }
 }
@@ -50,7 +50,7 @@ fn node(i: usize) -> NodeNet {
         uid: format!("uid-{i}"),
         created: Some(jiff::Timestamp::from_second(1_700_000_000 + i as i64).unwrap()),
         pod_cidrs: vec![
-            IpNet::new(
+            Cidr::new(
                 IpAddr::V4(Ipv4Addr::new(10, (100 + i / 256) as u8, (i % 256) as u8, 0)),
                 24,
             )
@@ -84,7 +84,7 @@ type Multicast = futures::channel::mpsc::UnboundedReceiver<(
 
 /// Waits for the kernel to announce a new route (`added`) or a deleted one to `dst` on the
 /// multicast receiver.
-async fn announced(rx: &mut Multicast, dst: IpNet, added: bool) {
+async fn announced(rx: &mut Multicast, dst: Cidr, added: bool) {
     while let Some((msg, _)) = rx.next().await {
         let m = match msg.payload {
             NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(m)) if added => m,

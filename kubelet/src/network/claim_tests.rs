@@ -21,7 +21,7 @@ fn honest() -> Vec<NodeNet> {
     ]
 }
 
-fn b_route() -> (IpNet, IpAddr) {
+fn b_route() -> (Cidr, IpAddr) {
     (net("10.244.2.0/24"), ip("10.250.0.2"))
 }
 
@@ -380,7 +380,7 @@ fn policy() -> Policy {
 }
 
 /// Everything observable of the outcome.
-fn outcome(c: &Claims, names: &BTreeSet<String>) -> (BTreeMap<IpNet, IpAddr>, Vec<String>) {
+fn outcome(c: &Claims, names: &BTreeSet<String>) -> (BTreeMap<Cidr, IpAddr>, Vec<String>) {
     let refusals = names
         .iter()
         .flat_map(|n| {
@@ -436,7 +436,7 @@ proptest! {
             let fresh = Claims::rebuild("a", policy(), live.values());
             prop_assert_eq!(outcome(&inc, &names), outcome(&fresh, &names));
             // Accepted CIDRs never overlap one another.
-            let want: Vec<IpNet> = inc.want().keys().copied().collect();
+            let want: Vec<Cidr> = inc.want().keys().copied().collect();
             for (i, x) in want.iter().enumerate() {
                 for y in &want[i + 1..] {
                     prop_assert!(!(super::claims::within(*x, *y) || super::claims::within(*y, *x)));

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use cni::ip::IpNet;
+use plumbing::cidr::Cidr;
 
 use super::NodeNet;
 
@@ -31,20 +31,20 @@ use super::NodeNet;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostView {
     /// Main-table destinations held by a route that is not ours (any protocol or metric).
-    pub foreign: BTreeSet<IpNet>,
+    pub foreign: BTreeSet<Cidr>,
     /// Prefixes reached without a gateway (connected routes): a next hop must be inside one.
-    pub on_link: Vec<IpNet>,
+    pub on_link: Vec<Cidr>,
     /// This node's own addresses (local-table routes: local, broadcast, anycast).
-    pub local: Vec<IpNet>,
+    pub local: Vec<Cidr>,
 }
 
 /// What a claim is judged against.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
     /// The configured cluster CIDRs (at most one per family).
-    pub cluster_cidrs: Vec<IpNet>,
+    pub cluster_cidrs: Vec<Cidr>,
     /// This node's own pod CIDRs.
-    pub own_cidrs: Vec<IpNet>,
+    pub own_cidrs: Vec<Cidr>,
     pub host: HostView,
 }
 
@@ -54,11 +54,11 @@ pub enum Refusal {
     /// A `/0`: every destination.
     TooBroad,
     /// Outside the cluster CIDR of its family.
-    OutsideClusterCidr(IpNet),
+    OutsideClusterCidr(Cidr),
     /// Overlaps one of this node's pod CIDRs.
-    OverlapsOwn(IpNet),
+    OverlapsOwn(Cidr),
     /// Overlaps a CIDR accepted for an older Node (or an earlier CIDR of the same Node).
-    OverlapsNode { node: String, cidr: IpNet },
+    OverlapsNode { node: String, cidr: Cidr },
     /// The next hop is not inside any prefix this node reaches directly.
     NextHopNotOnLink(IpAddr),
     /// The next hop is one of this node's own addresses.
@@ -84,7 +84,7 @@ impl Refusal {
     }
 
     /// The Event message, about `node`'s pod CIDR `cidr`.
-    pub fn message(&self, node: &str, cidr: IpNet, own_node: &str) -> String {
+    pub fn message(&self, node: &str, cidr: Cidr, own_node: &str) -> String {
         let why = match self {
             Refusal::TooBroad => "a /0 would take every destination".to_string(),
             Refusal::OutsideClusterCidr(c) => format!("it is not inside the cluster CIDR {c}"),
@@ -142,7 +142,7 @@ enum Status {
 
 #[derive(Debug, Clone)]
 struct Claim {
-    cidr: IpNet,
+    cidr: Cidr,
     via: IpAddr,
     status: Status,
     /// Passed the checks that do not depend on other Nodes: takes part in oldest-wins.
@@ -150,36 +150,36 @@ struct Claim {
 }
 
 /// Whether two networks share an address (one contains the other).
-fn overlaps(a: IpNet, b: IpNet) -> bool {
+fn overlaps(a: Cidr, b: Cidr) -> bool {
     let (wide, narrow) = if a.prefix <= b.prefix { (a, b) } else { (b, a) };
     wide.contains(narrow.addr)
 }
 
 /// `cidr` lies inside `outer`.
-pub fn within(cidr: IpNet, outer: IpNet) -> bool {
+pub fn within(cidr: Cidr, outer: Cidr) -> bool {
     outer.prefix <= cidr.prefix && outer.contains(cidr.addr)
 }
 
 /// The entries of `map` whose network overlaps `c` (`c` has no host bits set): those inside
 /// it by one range scan, the wider ones by one lookup per shorter prefix.
-fn overlapping<V>(map: &BTreeMap<IpNet, V>, c: IpNet) -> Vec<(IpNet, &V)> {
+fn overlapping<V>(map: &BTreeMap<Cidr, V>, c: Cidr) -> Vec<(Cidr, &V)> {
     let c = c.network();
     let last = c.nth(c.host_span()).unwrap_or(c.addr);
-    let from = IpNet {
+    let from = Cidr {
         addr: c.addr,
         prefix: 0,
     };
-    let to = IpNet {
+    let to = Cidr {
         addr: last,
         prefix: u8::MAX,
     };
-    let mut out: Vec<(IpNet, &V)> = map
+    let mut out: Vec<(Cidr, &V)> = map
         .range(from..=to)
         .filter(|(k, _)| overlaps(**k, c))
         .map(|(k, v)| (*k, v))
         .collect();
     for prefix in 0..c.prefix {
-        let wider = IpNet {
+        let wider = Cidr {
             addr: c.addr,
             prefix,
         }
@@ -201,13 +201,13 @@ pub struct Claims {
     nodes: HashMap<String, NodeNet>,
     claims: BTreeMap<Key, Claim>,
     /// The claims that take part in oldest-wins, by CIDR (several Nodes may claim one).
-    competing: BTreeMap<IpNet, BTreeSet<Key>>,
+    competing: BTreeMap<Cidr, BTreeSet<Key>>,
     /// The winners: never overlapping one another.
-    accepted: BTreeMap<IpNet, Key>,
+    accepted: BTreeMap<Cidr, Key>,
     /// The routes wanted: the accepted claims.
-    want: BTreeMap<IpNet, IpAddr>,
+    want: BTreeMap<Cidr, IpAddr>,
     /// Destinations whose wanted route changed since [`Claims::take_dirty`].
-    dirty: BTreeSet<IpNet>,
+    dirty: BTreeSet<Cidr>,
     /// Nodes whose refusals may have changed since [`Claims::take_touched`].
     touched: BTreeSet<String>,
 }
@@ -274,12 +274,12 @@ impl Claims {
     }
 
     /// The routes wanted now: destination → next hop.
-    pub fn want(&self) -> &BTreeMap<IpNet, IpAddr> {
+    pub fn want(&self) -> &BTreeMap<Cidr, IpAddr> {
         &self.want
     }
 
     /// The destinations whose wanted route changed since the last call.
-    pub fn take_dirty(&mut self) -> BTreeSet<IpNet> {
+    pub fn take_dirty(&mut self) -> BTreeSet<Cidr> {
         std::mem::take(&mut self.dirty)
     }
 
@@ -289,7 +289,7 @@ impl Claims {
     }
 
     /// `node`'s refused CIDRs and why.
-    pub fn refusals(&self, node: &str) -> Vec<(IpNet, Refusal)> {
+    pub fn refusals(&self, node: &str) -> Vec<(Cidr, Refusal)> {
         let Some(n) = self.nodes.get(node) else {
             return Vec::new();
         };
@@ -304,7 +304,7 @@ impl Claims {
 
     /// The checks that do not depend on other Nodes, against the cluster CIDR of the
     /// claim's family; `None`: the claim competes.
-    fn check(&self, cidr: IpNet, via: IpAddr, cluster: IpNet) -> Option<Refusal> {
+    fn check(&self, cidr: Cidr, via: IpAddr, cluster: Cidr) -> Option<Refusal> {
         let p = &self.policy;
         if cidr.prefix == 0 {
             return Some(Refusal::TooBroad);
@@ -392,14 +392,14 @@ impl Claims {
         }
     }
 
-    fn unaccept(&mut self, cidr: IpNet) {
+    fn unaccept(&mut self, cidr: Cidr) {
         self.accepted.remove(&cidr);
         self.want.remove(&cidr);
         self.dirty.insert(cidr);
     }
 
     /// Queues the competing claims younger than `than` that overlap `cidr`.
-    fn enqueue_younger(&self, cidr: IpNet, than: &Key, queue: &mut BTreeSet<Key>) {
+    fn enqueue_younger(&self, cidr: Cidr, than: &Key, queue: &mut BTreeSet<Key>) {
         for (_, keys) in overlapping(&self.competing, cidr) {
             queue.extend(keys.iter().filter(|k| *k > than).cloned());
         }
@@ -445,7 +445,7 @@ impl Claims {
                 }
                 None if was != Status::Accepted => {
                     // The younger winners it overlaps lose to it.
-                    let evicted: Vec<(IpNet, Key)> = overlapping(&self.accepted, cidr)
+                    let evicted: Vec<(Cidr, Key)> = overlapping(&self.accepted, cidr)
                         .into_iter()
                         .map(|(ec, ek)| (ec, ek.clone()))
                         .collect();
@@ -482,7 +482,7 @@ pub struct Reported {
 
 impl Reported {
     /// `node`'s refusals now; returns those whose reason was not reported yet.
-    pub fn update(&mut self, node: &str, now: Vec<(IpNet, Refusal)>) -> Vec<(IpNet, Refusal)> {
+    pub fn update(&mut self, node: &str, now: Vec<(Cidr, Refusal)>) -> Vec<(Cidr, Refusal)> {
         let reasons: BTreeSet<&'static str> = now.iter().map(|(_, r)| r.reason()).collect();
         let before = self.by_node.remove(node).unwrap_or_default();
         let mut seen = BTreeSet::new();

@@ -5,7 +5,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use cni::ip::IpNet;
+use plumbing::cidr::Cidr;
 use serde_json::json;
 
 use super::settings::{PLUGIN_NAME, Settings};
@@ -20,7 +20,7 @@ pub const NETWORK_NAME: &str = "node-agent";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfInput {
     /// The node's pod CIDRs (`spec.podCIDRs`), one per family.
-    pub subnets: Vec<IpNet>,
+    pub subnets: Vec<Cidr>,
     pub mtu: u32,
     pub data_dir: PathBuf,
     /// Chain the `portmap` plugin (hostPort): only when it is in the bin dir.

@@ -6,7 +6,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use cni::ip::IpNet;
+use plumbing::cidr::Cidr;
 use tokio::io::AsyncWriteExt;
 
 use super::NetworkError;
@@ -20,12 +20,12 @@ const NFT_TIMEOUT: Duration = Duration::from_secs(30);
 pub trait Masquerade: Send + Sync {
     /// Makes the kernel masquerade traffic from `cluster_cidrs` to outside them (replacing
     /// whatever our table held).
-    async fn apply(&self, cluster_cidrs: &[IpNet]) -> Result<(), NetworkError>;
+    async fn apply(&self, cluster_cidrs: &[Cidr]) -> Result<(), NetworkError>;
 }
 
 /// The transaction: per family with a CIDR, create-then-delete our table (so a leftover
 /// goes in the same atomic step) and write it afresh. Multicast is never masqueraded.
-pub fn render(cluster_cidrs: &[IpNet]) -> String {
+pub fn render(cluster_cidrs: &[Cidr]) -> String {
     let mut out = String::new();
     for cidr in cluster_cidrs {
         let (family, proto, multicast) = if cidr.is_ipv4() {
@@ -53,7 +53,7 @@ pub struct NftMasquerade;
 
 #[async_trait::async_trait]
 impl Masquerade for NftMasquerade {
-    async fn apply(&self, cluster_cidrs: &[IpNet]) -> Result<(), NetworkError> {
+    async fn apply(&self, cluster_cidrs: &[Cidr]) -> Result<(), NetworkError> {
         let text = render(cluster_cidrs);
         if text.is_empty() {
             return Ok(());

@@ -33,8 +33,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cni::ip::IpNet;
 use k8s_openapi::api::core::v1::Node;
+use plumbing::cidr::Cidr;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -74,7 +74,7 @@ pub struct NodeNet {
     /// `metadata.creationTimestamp`: the older Node wins overlapping pod CIDRs.
     pub created: Option<jiff::Timestamp>,
     /// `spec.podCIDRs` (or `spec.podCIDR`), the ones that parse.
-    pub pod_cidrs: Vec<IpNet>,
+    pub pod_cidrs: Vec<Cidr>,
     /// `status.addresses` of type InternalIP, in order.
     pub internal_ips: Vec<IpAddr>,
 }
@@ -92,7 +92,7 @@ impl NodeNet {
             created: n.metadata.creation_timestamp.as_ref().map(|t| t.0),
             pod_cidrs: texts
                 .iter()
-                .filter_map(|t| t.parse::<IpNet>().ok())
+                .filter_map(|t| t.parse::<Cidr>().ok())
                 .map(|c| c.network())
                 .collect(),
             internal_ips: n
@@ -133,7 +133,7 @@ enum Files {
 #[derive(Debug, Default)]
 pub struct State {
     /// Our routes as last seen in or written to the kernel.
-    pub programmed: BTreeMap<IpNet, IpAddr>,
+    pub programmed: BTreeMap<Cidr, IpAddr>,
     /// Every Node's claims, judged (`None` until the first full pass after the Nodes are
     /// listed).
     pub claims: Option<Claims>,
@@ -142,11 +142,11 @@ pub struct State {
     /// Refusals already logged and reported as Events.
     reported: Reported,
     /// Destinations whose last change failed: the next event pass tries them again.
-    retry: BTreeSet<IpNet>,
+    retry: BTreeSet<Cidr>,
     plugin_ok: bool,
     /// The pod CIDRs the conflist was last made for (`Some(vec![])`: none yet); an event
     /// pass skips the file work while this Node's CIDRs stay the same.
-    files_for: Option<Vec<IpNet>>,
+    files_for: Option<Vec<Cidr>>,
     masq_ok: bool,
     left_alone: bool,
     warned_no_cluster_cidr: bool,
@@ -335,7 +335,7 @@ impl Controller {
     }
 }
 
-fn own_cidrs_of(own: Option<&NodeNet>) -> &[IpNet] {
+fn own_cidrs_of(own: Option<&NodeNet>) -> &[Cidr] {
     own.map_or(&[], |n| n.pod_cidrs.as_slice())
 }
 

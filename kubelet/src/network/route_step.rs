@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use cni::ip::IpNet;
+use plumbing::cidr::Cidr;
 
 use super::claims::{Claims, Policy};
 use super::routes::{self, Added, Change, Route};
@@ -14,12 +14,7 @@ use crate::events::{self, EventType};
 
 impl Controller {
     /// Returns false when something failed (the caller retries soon, with a full pass).
-    pub(super) async fn routes_step(
-        &self,
-        st: &mut State,
-        own_cidrs: &[IpNet],
-        full: bool,
-    ) -> bool {
+    pub(super) async fn routes_step(&self, st: &mut State, own_cidrs: &[Cidr], full: bool) -> bool {
         let dsts = match st.claims.as_mut() {
             Some(claims) if !full => {
                 let (position, changed) = self.nodes.changed_since(st.position);

@@ -11,12 +11,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use cni::ip::IpNet;
 use futures::TryStreamExt;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteType, RouteVia,
 };
+use plumbing::cidr::Cidr;
 use rtnetlink::RouteMessageBuilder;
 
 use super::NetworkError;
@@ -37,7 +37,7 @@ const EEXIST: i32 = 17;
 /// One route: a pod CIDR via a node address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Route {
-    pub dst: IpNet,
+    pub dst: Cidr,
     pub via: IpAddr,
 }
 
@@ -87,11 +87,11 @@ pub enum Change {
 /// The steps for the destinations `dsts` (every destination of both maps when `None`):
 /// deletions first, then additions and moves, each in destination order.
 pub fn plan(
-    current: &BTreeMap<IpNet, IpAddr>,
-    want: &BTreeMap<IpNet, IpAddr>,
-    dsts: Option<&BTreeSet<IpNet>>,
+    current: &BTreeMap<Cidr, IpAddr>,
+    want: &BTreeMap<Cidr, IpAddr>,
+    dsts: Option<&BTreeSet<Cidr>>,
 ) -> Vec<Change> {
-    let all: BTreeSet<IpNet>;
+    let all: BTreeSet<Cidr>;
     let dsts = match dsts {
         Some(d) => d,
         None => {
@@ -99,7 +99,7 @@ pub fn plan(
             &all
         }
     };
-    let route = |dst: &IpNet, via: &IpAddr| Route {
+    let route = |dst: &Cidr, via: &IpAddr| Route {
         dst: *dst,
         via: *via,
     };
@@ -233,7 +233,7 @@ fn sort_route(m: &RouteMessage, out: &mut KernelRoutes) {
             _ => {}
         }
     }
-    let Some(dst) = IpNet::new(dst, m.header.destination_prefix_length) else {
+    let Some(dst) = Cidr::new(dst, m.header.destination_prefix_length) else {
         return;
     };
     let dst = dst.network();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-use cni::ip::IpNet;
+use plumbing::cidr::Cidr;
 
 use super::NetworkError;
 use super::claims::HostView;
@@ -24,7 +24,7 @@ pub enum RouteCall {
 /// A route in the fake's main table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FakeRoute {
-    pub dst: IpNet,
+    pub dst: Cidr,
     /// `None`: a connected route (no gateway).
     pub via: Option<IpAddr>,
     pub protocol: u8,
@@ -39,13 +39,13 @@ pub struct FakeRoute {
 pub struct FakeRoutes {
     pub main: Mutex<Vec<FakeRoute>>,
     /// The local table's addresses (this host's own).
-    pub local: Mutex<Vec<IpNet>>,
+    pub local: Mutex<Vec<Cidr>>,
     pub calls: Mutex<Vec<RouteCall>>,
     /// Destinations whose add fails (as an unreachable gateway would).
-    pub fail: Mutex<Vec<IpNet>>,
+    pub fail: Mutex<Vec<Cidr>>,
 }
 
-fn net(s: &str) -> IpNet {
+fn net(s: &str) -> Cidr {
     s.parse().expect("a CIDR")
 }
 
@@ -61,7 +61,7 @@ impl FakeRoutes {
     /// An address on an interface: a local address and a connected route.
     pub fn add_address(&self, addr: &str) {
         let a = net(addr);
-        let host = IpNet::new(a.addr, if a.is_ipv4() { 32 } else { 128 }).expect("a host");
+        let host = Cidr::new(a.addr, if a.is_ipv4() { 32 } else { 128 }).expect("a host");
         self.local.lock().unwrap().push(host);
         self.main.lock().unwrap().push(FakeRoute {
             dst: a.network(),
@@ -82,7 +82,7 @@ impl FakeRoutes {
     }
 
     /// Our routes in the table.
-    pub fn routes(&self) -> BTreeMap<IpNet, IpAddr> {
+    pub fn routes(&self) -> BTreeMap<Cidr, IpAddr> {
         self.main
             .lock()
             .unwrap()
@@ -178,12 +178,12 @@ impl Routes for FakeRoutes {
 /// Records each `apply`.
 #[derive(Debug, Default)]
 pub struct FakeMasquerade {
-    pub applied: Mutex<Vec<Vec<IpNet>>>,
+    pub applied: Mutex<Vec<Vec<Cidr>>>,
 }
 
 #[async_trait::async_trait]
 impl Masquerade for FakeMasquerade {
-    async fn apply(&self, cluster_cidrs: &[IpNet]) -> Result<(), NetworkError> {
+    async fn apply(&self, cluster_cidrs: &[Cidr]) -> Result<(), NetworkError> {
         self.applied.lock().unwrap().push(cluster_cidrs.to_vec());
         Ok(())
     }

@@ -3,9 +3,9 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use cni::ip::IpNet;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
+use plumbing::cidr::Cidr;
 
 use super::cni_files::{self, CONFLIST_NAME, ConfInput};
 use super::routes::{self, Change, Route};
@@ -13,7 +13,7 @@ use super::test_util::{FakeMasquerade, FakeRoutes, RouteCall};
 use super::*;
 use crate::events::EventType;
 
-pub(super) fn net(s: &str) -> IpNet {
+pub(super) fn net(s: &str) -> Cidr {
     s.parse().unwrap()
 }
 

@@ -86,10 +86,10 @@ pub fn settings(flags: &Flags, file: &IpvsFile) -> Result<IpvsSettings> {
         .map(|s| s.trim())
         .filter(|s| !s.is_empty())
     {
-        let cidr: Cidr =
-            c.parse().ok().filter(|_| c.contains('/')).ok_or_else(|| {
-                invalid("ipvs.excludeCIDRs", format!("{c:?} is not a valid CIDR"))
-            })?;
+        let cidr: Cidr = Cidr::parse_or_host(c)
+            .ok()
+            .filter(|_| c.contains('/'))
+            .ok_or_else(|| invalid("ipvs.excludeCIDRs", format!("{c:?} is not a valid CIDR")))?;
         exclude_cidrs.push(cidr);
     }
     Ok(IpvsSettings {

@@ -428,8 +428,7 @@ fn host_port(field: &str, v: &str, default_ip: IpAddr, default_port: u16) -> Res
 fn cidrs(field: &str, v: &str) -> Result<Vec<Cidr>> {
     let mut out: Vec<Cidr> = Vec::new();
     for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let c: Cidr = part
-            .parse()
+        let c = Cidr::parse_or_host(part)
             .map_err(|_| invalid(field, format!("{part:?} is not a valid CIDR")))?;
         if !part.contains('/') {
             return Err(invalid(field, format!("{part:?} is not a valid CIDR")));
@@ -593,7 +592,7 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
         let ok = a == "primary"
             || a == "all"
             || a == "localhost"
-            || (a.contains('/') && a.parse::<Cidr>().is_ok());
+            || (a.contains('/') && Cidr::parse_or_host(a).is_ok());
         if !ok {
             return Err(invalid(
                 "nodePortAddresses",
