@@ -5,6 +5,7 @@ pub mod backoff;
 pub mod cidr;
 pub mod duration;
 pub mod go;
+pub mod process;
 #[cfg(feature = "quantity")]
 pub mod quantity;
 pub mod version;

@@ -16,11 +16,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::IpAddr;
-use std::process::Stdio;
 use std::time::Duration;
 
+use plumbing::process::{self, RunError};
 use thiserror::Error;
-use tokio::process::Command;
 use tracing::{debug, warn};
 
 use crate::model::{EndpointInfo, IpFamily, Protocol, ServicePortInfo, ServicePortName};
@@ -325,28 +324,19 @@ impl ExecConntrack {
         self
     }
 
-    async fn run(&self, args: &[String]) -> Result<std::process::Output> {
-        let mut all: Vec<String> = self.prefix.clone();
-        all.push(self.binary.clone());
-        all.extend(args.iter().cloned());
-        let cmd_line = all.join(" ");
-        let mut cmd = Command::new(&all[0]);
-        cmd.args(&all[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // kill_on_drop: the child is killed when the timeout drops the future.
-        match tokio::time::timeout(self.timeout, cmd.output()).await {
-            Ok(out) => out.map_err(|source| Error::Spawn {
+    async fn run(&self, args: &[String]) -> Result<process::Output> {
+        let cmd = process::Command::prefixed(&self.prefix, &self.binary, args, self.timeout);
+        let cmd_line = cmd.argv().join(" ");
+        cmd.run().await.map_err(|e| match e {
+            RunError::Timeout { after } => Error::Timeout {
                 cmd: cmd_line,
-                source,
-            }),
-            Err(_) => Err(Error::Timeout {
+                after,
+            },
+            e => Error::Spawn {
                 cmd: cmd_line,
-                after: self.timeout,
-            }),
-        }
+                source: e.into_io(),
+            },
+        })
     }
 }
 

@@ -15,11 +15,10 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
+use plumbing::process::{self, RunError};
 use thiserror::Error;
-use tokio::process::Command;
 use tracing::{debug, info, warn};
 
 use crate::config::ConntrackConfig;
@@ -180,28 +179,23 @@ impl ExecSysctl {
     async fn run(&self, key: &str, args: &[String]) -> Result<String> {
         let mut all = self.prefix.clone();
         all.extend(args.iter().cloned());
-        let mut cmd = Command::new(&all[0]);
-        cmd.args(&all[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let out = match tokio::time::timeout(self.timeout, cmd.output()).await {
-            Ok(r) => r.map_err(|source| Error::Io {
-                key: key.to_string(),
-                source,
-            })?,
-            Err(_) => {
-                return Err(Error::Timeout {
+        let out = process::Command::new(all.clone(), self.timeout)
+            .run()
+            .await
+            .map_err(|e| match e {
+                RunError::Timeout { after } => Error::Timeout {
                     key: key.to_string(),
-                    after: self.timeout,
-                });
-            }
-        };
+                    after,
+                },
+                e => Error::Io {
+                    key: key.to_string(),
+                    source: e.into_io(),
+                },
+            })?;
         if out.status.success() {
-            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+            return Ok(out.stdout_lossy());
         }
-        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        let stderr = out.stderr_lossy().trim().to_string();
         let key = key.to_string();
         Err(if stderr.contains("No such file") {
             Error::Missing { key }

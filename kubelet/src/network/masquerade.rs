@@ -3,11 +3,10 @@
 //! one `nft -f -` transaction: no other table or chain is read or written. The edge is the
 //! [`Masquerade`] trait; [`NftMasquerade`] runs `nft`, the fake lives in `test_util`.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use plumbing::cidr::Cidr;
-use tokio::io::AsyncWriteExt;
+use plumbing::process::{Command, RunError};
 
 use super::NetworkError;
 
@@ -58,31 +57,25 @@ impl Masquerade for NftMasquerade {
         if text.is_empty() {
             return Ok(());
         }
-        let mut child = tokio::process::Command::new("nft")
-            .args(["-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| NetworkError::Masquerade(format!("running nft: {e}")))?;
-        let run = async {
-            if let Some(mut stdin) = child.stdin.take() {
-                stdin.write_all(text.as_bytes()).await?;
-            }
-            child.wait_with_output().await
-        };
-        let out = tokio::time::timeout(NFT_TIMEOUT, run)
+        let argv = vec!["nft".to_string(), "-f".to_string(), "-".to_string()];
+        let out = Command::new(argv, NFT_TIMEOUT)
+            .stdin(text.as_bytes())
+            .run()
             .await
-            .map_err(|_| NetworkError::Masquerade(format!("nft took over {NFT_TIMEOUT:?}")))?
-            .map_err(|e| NetworkError::Masquerade(format!("nft: {e}")))?;
+            .map_err(|e| {
+                NetworkError::Masquerade(match e {
+                    RunError::Spawn { source } => format!("running nft: {source}"),
+                    RunError::Timeout { .. } => format!("nft took over {NFT_TIMEOUT:?}"),
+                    e => format!("nft: {e}"),
+                })
+            })?;
         if out.status.success() {
             Ok(())
         } else {
             Err(NetworkError::Masquerade(format!(
                 "nft -f - failed ({}): {}",
                 out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
+                out.stderr_lossy().trim()
             )))
         }
     }

@@ -1,16 +1,14 @@
 //! The OS edge: running iptables, iptables-save and iptables-restore.
 //!
 //! `IptablesRunner` is the narrow trait the syncer uses; `ExecRunner` implements it with
-//! `tokio::process` (optionally prefixed, e.g. `ip netns exec NS`, for tests), and
+//! `plumbing::process` (optionally prefixed, e.g. `ip netns exec NS`, for tests), and
 //! `FakeRunner` (in `test_util`) records calls and can inject failures.
 
 use std::future::Future;
-use std::process::Stdio;
 use std::time::Duration;
 
+use plumbing::process::{self, RunError};
 use thiserror::Error;
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 use tracing::info;
 
 use crate::model::IpFamily;
@@ -321,43 +319,29 @@ impl ExecRunner {
             None => (program, args.iter().map(String::as_str).collect()),
         };
         let cmd_line = format!("{bin} {}", all_args.join(" "));
-        let spawn_err = |source| Error::Spawn {
-            cmd: cmd_line.clone(),
-            source,
-        };
-        let mut cmd = Command::new(bin);
-        cmd.args(&all_args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
         let after = self
             .timeout
             .unwrap_or_else(|| command_timeout(stdin.map_or(0, str::len)));
-        // kill_on_drop: a child still running when the timeout drops this future is killed.
-        let work = async {
-            let mut child = cmd.spawn().map_err(spawn_err)?;
-            if let Some(data) = stdin {
-                let mut pipe = child.stdin.take().expect("stdin was piped");
-                pipe.write_all(data.as_bytes()).await.map_err(spawn_err)?;
-                drop(pipe);
-            }
-            child.wait_with_output().await.map_err(spawn_err)
-        };
-        let out = tokio::time::timeout(after, work)
-            .await
-            .map_err(|_| Error::Timeout {
+        let mut argv = vec![bin.to_string()];
+        argv.extend(all_args.iter().map(|a| a.to_string()));
+        let mut cmd = process::Command::new(argv, after);
+        if let Some(data) = stdin {
+            cmd = cmd.stdin(data.as_bytes());
+        }
+        let out = cmd.run().await.map_err(|e| match e {
+            RunError::Timeout { after } => Error::Timeout {
                 cmd: cmd_line.clone(),
                 after,
-            })??;
+            },
+            e => Error::Spawn {
+                cmd: cmd_line.clone(),
+                source: e.into_io(),
+            },
+        })?;
         Ok(Output {
             status: out.status,
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            stdout: out.stdout_lossy(),
+            stderr: out.stderr_lossy(),
         })
     }
 

@@ -6,12 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::future::Future;
-use std::process::Stdio;
 use std::time::Duration;
 
+use plumbing::process::{self, RunError};
 use thiserror::Error;
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
 use crate::model::IpFamily;
 
@@ -296,43 +294,29 @@ impl ExecIpset {
         argv.push("ipset".into());
         argv.extend(args.iter().map(|s| s.to_string()));
         let cmd = argv.join(" ");
-        let mut c = Command::new(&argv[0]);
-        c.args(&argv[1..])
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = c.spawn().map_err(|source| Error::Spawn {
-            cmd: cmd.clone(),
-            source,
-        })?;
         let after = ipset_timeout(stdin.map_or(0, str::len));
-        let input = stdin.map(str::to_string);
-        let stdin_pipe = child.stdin.take();
-        let work = async move {
-            if let (Some(mut pipe), Some(text)) = (stdin_pipe, input) {
-                pipe.write_all(text.as_bytes()).await?;
-                drop(pipe);
+        let mut c = process::Command::new(argv, after);
+        if let Some(text) = stdin {
+            c = c.stdin(text.as_bytes());
+        }
+        let out = match c.run().await {
+            Err(RunError::Timeout { after }) => return Err(Error::Timeout { cmd, after }),
+            Err(e) => {
+                return Err(Error::Spawn {
+                    cmd,
+                    source: e.into_io(),
+                });
             }
-            child.wait_with_output().await
-        };
-        let out = match tokio::time::timeout(after, work).await {
-            Err(_) => return Err(Error::Timeout { cmd, after }),
-            Ok(Err(source)) => return Err(Error::Spawn { cmd, source }),
-            Ok(Ok(o)) => o,
+            Ok(o) => o,
         };
         if !out.status.success() {
             return Err(Error::Failed {
                 cmd,
                 status: out.status.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                stderr: out.stderr_lossy().trim().to_string(),
             });
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(out.stdout_lossy())
     }
 }
 

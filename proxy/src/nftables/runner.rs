@@ -3,12 +3,10 @@
 //! has what the rules need.
 
 use std::future::Future;
-use std::process::Stdio;
 use std::time::Duration;
 
+use plumbing::process::{self, RunError};
 use thiserror::Error;
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
 use super::names::TABLE;
 use super::render::family_word;
@@ -80,42 +78,27 @@ impl ExecNft {
         all.push("nft");
         all.extend_from_slice(args);
         let cmd_line = all.join(" ");
-        let spawn_err = |source| Error::Spawn {
-            cmd: cmd_line.clone(),
-            source,
-        };
-        let mut cmd = Command::new(all[0]);
-        cmd.args(&all[1..])
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
         let after = self
             .timeout
             .unwrap_or_else(|| command_timeout(stdin.map_or(0, str::len)));
-        let work = async {
-            let mut child = cmd.spawn().map_err(spawn_err)?;
-            if let Some(data) = stdin {
-                let mut pipe = child.stdin.take().expect("stdin was piped");
-                pipe.write_all(data.as_bytes()).await.map_err(spawn_err)?;
-                drop(pipe);
-            }
-            child.wait_with_output().await.map_err(spawn_err)
-        };
-        let out = tokio::time::timeout(after, work)
-            .await
-            .map_err(|_| Error::Timeout {
+        let mut cmd = process::Command::new(all.iter().map(|a| a.to_string()).collect(), after);
+        if let Some(data) = stdin {
+            cmd = cmd.stdin(data.as_bytes());
+        }
+        let out = cmd.run().await.map_err(|e| match e {
+            RunError::Timeout { after } => Error::Timeout {
                 cmd: cmd_line.clone(),
                 after,
-            })??;
+            },
+            e => Error::Spawn {
+                cmd: cmd_line.clone(),
+                source: e.into_io(),
+            },
+        })?;
         if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+            Ok(out.stdout_lossy())
         } else {
-            let mut stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            let mut stderr = out.stderr_lossy().trim().to_string();
             // A failed command quotes the transaction's offending line: enough of it.
             if stderr.len() > 4096 {
                 let mut cut = 4096;
