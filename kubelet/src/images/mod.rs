@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Container;
 use tokio::time::Instant;
 
 use crate::events::EventType;
-use crate::pod;
+use crate::podspec;
 use crate::runtime::{ImageAuth, Runtime, SandboxConfig};
 use plumbing::Backoff;
 
@@ -182,7 +182,7 @@ pub async fn ensure_image(
     let policy = c
         .image_pull_policy
         .clone()
-        .unwrap_or_else(|| pod::default_pull_policy(&image).into());
+        .unwrap_or_else(|| podspec::default_pull_policy(&image).into());
     let fail = |reason: PullReason, message: String, retry_after: Duration| PullError {
         reason,
         message,
