@@ -56,7 +56,7 @@ fn main() -> std::process::ExitCode {
         )
         .init();
     // No setting is accepted and silently ignored: see kubelet::settings and docs/settings.md.
-    let given = proxy::settings::given_flags(&cmd, &matches);
+    let given = plumbing::settings::given_flags(&cmd, &matches);
     let (cfg, warnings) = match config::load_checked(&flags, &given, &hostname()) {
         Ok(c) => c,
         Err(e) => {

@@ -5,9 +5,16 @@ pub mod backoff;
 pub mod cidr;
 pub mod duration;
 pub mod go;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+pub mod names;
 pub mod process;
 #[cfg(feature = "quantity")]
 pub mod quantity;
+#[cfg(feature = "rtnl")]
+pub mod rtnl;
+#[cfg(feature = "settings")]
+pub mod settings;
 pub mod version;
 
 pub use backoff::Backoff;

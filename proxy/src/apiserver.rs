@@ -150,7 +150,7 @@ const MAX_RATE_WINDOW: Duration = Duration::from_secs(3600);
 pub async fn build_client(opts: &ClientOptions) -> Result<kube::Client> {
     let config = load_config(opts).await?;
     let (num, per) = rate_window(opts.qps, opts.burst);
-    let rest_metrics = crate::metrics::common::RestClientLayer::for_url(&config.cluster_url);
+    let rest_metrics = plumbing::metrics::RestClientLayer::for_url(&config.cluster_url);
     let builder = kube::client::ClientBuilder::try_from(config)?;
     Ok(builder
         .with_layer(&rest_metrics)

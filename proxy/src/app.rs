@@ -587,7 +587,7 @@ pub async fn run_source(
     sysctl::set_conntrack_sysctls(&sysctl, &cfg.conntrack, cpus).await;
     let registry = Registry::new();
     let metrics = Metrics::new(&registry).map_err(proxier::Error::from)?;
-    crate::metrics::common::register_common(&registry).map_err(proxier::Error::from)?;
+    plumbing::metrics::register_common(&registry).map_err(proxier::Error::from)?;
     let shared = Shared {
         registry,
         metrics,

@@ -12,6 +12,7 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 pub use plumbing::cidr::{Cidr, IpFamily};
+pub use plumbing::names::is_dns_label;
 
 /// Label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -646,16 +647,6 @@ pub fn ports_of<'m, V>(
 }
 
 /// The slice's `last-change-trigger-time` (RFC 3339, fractional seconds allowed).
-/// An RFC 1123 label: 1 to 63 of `a-z`, `0-9` and `-`, alphanumeric at both ends.
-pub fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    (1..=63).contains(&b.len())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
 fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
     let v = slice
         .metadata

@@ -5,16 +5,12 @@
 
 use std::fs::File;
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
-use futures::TryStreamExt;
 use netlink_packet_route::AddressFamily;
-use netlink_packet_route::address::{
-    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
-};
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage,
 };
@@ -31,12 +27,10 @@ use super::{Attached, Dataplane, PodLink, format_mac};
 use crate::error::{Error, Result};
 use crate::result::Route;
 use plumbing::cidr::Cidr;
+use plumbing::rtnl::{EEXIST, Rtnl, RtnlError, errno};
 
 /// Bound on every netlink request.
 const NETLINK_TIMEOUT: Duration = Duration::from_secs(10);
-const ENODEV: i32 = 19;
-const EEXIST: i32 = 17;
-const ENOENT: i32 = 2;
 
 /// The real dataplane.
 #[derive(Debug, Default)]
@@ -49,18 +43,25 @@ pub struct Netlink {
 /// A netlink socket in the namespace of the thread that opened it, with a current-thread
 /// runtime to drive it.
 struct Session {
-    rt: Runtime,
+    // Dropped before the runtime: its connection task is aborted while the runtime lives.
+    rtnl: Rtnl,
     handle: Handle,
+    rt: Runtime,
 }
 
 fn nl_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Netlink(format!("{what}: {e}"))
 }
 
-fn errno(e: &rtnetlink::Error) -> Option<i32> {
+fn timed_out() -> Error {
+    Error::TryAgainLater(format!("netlink request took over {NETLINK_TIMEOUT:?}"))
+}
+
+/// A wrapper error: a timeout is "try again later", a refusal names `what` failed.
+fn rtnl_err(what: &str, e: RtnlError) -> Error {
     match e {
-        rtnetlink::Error::NetlinkError(m) => Some(m.raw_code().abs()),
-        _ => None,
+        RtnlError::TimedOut { .. } => timed_out(),
+        e => nl_err(what, e),
     }
 }
 
@@ -71,13 +72,14 @@ impl Session {
             .enable_time()
             .build()
             .map_err(|e| Error::Io(format!("runtime: {e}")))?;
-        let handle = rt.block_on(async {
-            let (conn, handle, _) =
-                rtnetlink::new_connection().map_err(|e| nl_err("open socket", e))?;
-            tokio::spawn(conn);
-            Ok::<_, Error>(handle)
-        })?;
-        Ok(Session { rt, handle })
+        let rtnl = rt
+            .block_on(async { Rtnl::open(NETLINK_TIMEOUT) })
+            .map_err(|e| nl_err("open socket", e))?;
+        Ok(Session {
+            handle: rtnl.handle(),
+            rtnl,
+            rt,
+        })
     }
 
     /// Runs one request with the timeout; the error keeps its errno for callers to inspect.
@@ -86,10 +88,8 @@ impl Session {
         fut: impl Future<Output = Result<T, rtnetlink::Error>>,
     ) -> Result<Result<T, rtnetlink::Error>> {
         self.rt
-            .block_on(async { tokio::time::timeout(NETLINK_TIMEOUT, fut).await })
-            .map_err(|_| {
-                Error::TryAgainLater(format!("netlink request took over {NETLINK_TIMEOUT:?}"))
-            })
+            .block_on(self.rtnl.timed(fut))
+            .map_err(|_| timed_out())
     }
 
     fn must<T>(
@@ -102,99 +102,50 @@ impl Session {
 
     /// The link named `name`, or `None`.
     fn link(&self, name: &str) -> Result<Option<LinkMessage>> {
-        let h = self.handle.clone();
-        let res = self.run(async move {
-            h.link()
-                .get()
-                .match_name(name.to_string())
-                .execute()
-                .try_next()
-                .await
-        })?;
-        match res {
-            Ok(link) => Ok(link),
-            Err(e) if errno(&e) == Some(ENODEV) => Ok(None),
-            Err(e) => Err(nl_err(&format!("get link {name}"), e)),
-        }
+        self.rt
+            .block_on(self.rtnl.link(name))
+            .map_err(|e| rtnl_err(&format!("get link {name}"), e))
     }
 
     fn set(&self, what: &str, msg: LinkMessage) -> Result<()> {
-        let h = self.handle.clone();
-        self.must(what, async move { h.link().set(msg).execute().await })
+        self.rt
+            .block_on(self.rtnl.set_link(msg))
+            .map_err(|e| rtnl_err(what, e))
     }
 
     fn delete(&self, index: u32) -> Result<()> {
-        let h = self.handle.clone();
-        match self.run(async move { h.link().del(index).execute().await })? {
-            Ok(()) => Ok(()),
-            Err(e) if matches!(errno(&e), Some(ENODEV | ENOENT)) => Ok(()),
-            Err(e) => Err(nl_err("delete link", e)),
-        }
+        self.rt
+            .block_on(self.rtnl.delete_link(index))
+            .map_err(|e| rtnl_err("delete link", e))
     }
 
     fn addresses(&self, index: u32) -> Result<Vec<Cidr>> {
-        let h = self.handle.clone();
-        let msgs: Vec<AddressMessage> = self.must("list addresses", async move {
-            h.address()
-                .get()
-                .set_link_index_filter(index)
-                .execute()
-                .try_collect()
-                .await
-        })?;
-        Ok(msgs
-            .iter()
-            .filter(|m| m.header.index == index)
-            .filter_map(|m| {
-                m.attributes.iter().find_map(|a| match a {
-                    AddressAttribute::Address(ip) => Cidr::new(*ip, m.header.prefix_len),
-                    _ => None,
-                })
-            })
-            .collect())
+        self.rt
+            .block_on(self.rtnl.addresses(index))
+            .map_err(|e| rtnl_err("list addresses", e))
     }
 
     /// Adds `addr` to the link; an address already there is fine. IPv6 skips duplicate
     /// address detection so the address (and routes through it) work at once.
     fn add_address(&self, index: u32, addr: Cidr) -> Result<()> {
-        let h = self.handle.clone();
-        let res = self.run(async move {
-            let mut req = h.address().add(index, addr.addr, addr.prefix);
-            if !addr.is_ipv4() {
-                let m = req.message_mut();
-                m.header.flags |= AddressHeaderFlags::Nodad;
-                m.attributes
-                    .push(AddressAttribute::Flags(AddressFlags::Nodad));
-            }
-            req.execute().await
-        })?;
-        match res {
-            Ok(()) => Ok(()),
-            Err(e) if errno(&e) == Some(EEXIST) => Ok(()),
-            Err(e) => Err(nl_err(&format!("add address {addr}"), e)),
-        }
+        self.rt
+            .block_on(self.rtnl.add_address(index, addr))
+            .map_err(|e| rtnl_err(&format!("add address {addr}"), e))
     }
 
     fn add_route(&self, index: u32, route: &Route) -> Result<()> {
         let msg = route_message(index, route)?;
-        let h = self.handle.clone();
-        match self.run(async move { h.route().add(msg).execute().await })? {
+        match self.rt.block_on(self.rtnl.add_route(msg)) {
             Ok(()) => Ok(()),
-            Err(e) if errno(&e) == Some(EEXIST) => Ok(()),
-            Err(e) => Err(nl_err(&format!("add route {}", route.dst), e)),
+            Err(e) if e.errno() == Some(EEXIST) => Ok(()),
+            Err(e) => Err(rtnl_err(&format!("add route {}", route.dst), e)),
         }
     }
 
     fn routes(&self, v4: bool) -> Result<Vec<RouteMessage>> {
-        let query = if v4 {
-            RouteMessageBuilder::<Ipv4Addr>::new().build()
-        } else {
-            RouteMessageBuilder::<Ipv6Addr>::new().build()
-        };
-        let h = self.handle.clone();
-        self.must("list routes", async move {
-            h.route().get(query).execute().try_collect().await
-        })
+        self.rt
+            .block_on(self.rtnl.routes(v4))
+            .map_err(|e| rtnl_err("list routes", e))
     }
 }
 

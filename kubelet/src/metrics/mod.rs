@@ -5,7 +5,7 @@
 //! code records with one line (`metrics::families().evictions...`, [`volumes`],
 //! [`certificates`]); each [`Metrics`] registers them in its own registry beside its
 //! `kubelet_node_name`, the process collector, `rest_client_*` and the task gauge
-//! (`proxy::metrics::common`).
+//! (`plumbing::metrics`).
 
 mod certs;
 pub mod server;
@@ -337,7 +337,7 @@ impl Metrics {
         for c in all {
             registry.register(c).expect("unique metric names");
         }
-        if let Err(e) = proxy::metrics::common::register_common(&registry) {
+        if let Err(e) = plumbing::metrics::register_common(&registry) {
             tracing::warn!(error = %e, "process and client metrics are not exposed");
         }
         let probes = Registry::new();
@@ -364,7 +364,7 @@ impl Metrics {
         let mut empty: Vec<(Box<dyn Collector>, &'static str)> = self.families.may_be_empty();
         empty.extend(volumes().may_be_empty());
         empty.extend(server().may_be_empty());
-        let rc = proxy::metrics::common::rest_client();
+        let rc = plumbing::metrics::rest_client();
         empty.push((Box::new(rc.requests.clone()), "counter"));
         empty.push((Box::new(rc.duration.clone()), "histogram"));
         for (c, kind) in empty {

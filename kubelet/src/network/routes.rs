@@ -8,15 +8,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::TryStreamExt;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteType, RouteVia,
+    RouteAttribute, RouteMessage, RouteProtocol, RouteType, RouteVia,
 };
 use plumbing::cidr::Cidr;
+use plumbing::rtnl::{EEXIST, ESRCH, Rtnl, RtnlError, route_addr};
 use rtnetlink::RouteMessageBuilder;
 
 use super::NetworkError;
@@ -31,8 +30,6 @@ const RT_TABLE_MAIN: u32 = 254;
 const RT_TABLE_LOCAL: u32 = 255;
 /// Bound on every netlink request.
 const NETLINK_TIMEOUT: Duration = Duration::from_secs(10);
-const ESRCH: i32 = 3;
-const EEXIST: i32 = 17;
 
 /// One route: a pod CIDR via a node address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -122,64 +119,26 @@ pub fn plan(
 
 /// [`Routes`] over an rtnetlink socket of this process's network namespace. Counts its
 /// netlink requests (one per list family, replace or delete).
+#[derive(Debug)]
 pub struct NetlinkRoutes {
-    handle: rtnetlink::Handle,
-    conn: tokio::task::JoinHandle<()>,
-    calls: AtomicU64,
-}
-
-impl std::fmt::Debug for NetlinkRoutes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NetlinkRoutes")
-            .field("calls", &self.calls())
-            .finish()
-    }
-}
-
-impl Drop for NetlinkRoutes {
-    fn drop(&mut self) {
-        self.conn.abort();
-    }
+    rtnl: Rtnl,
 }
 
 fn nl_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> NetworkError {
     NetworkError::Netlink(format!("{what}: {e}"))
 }
 
-fn errno(e: &rtnetlink::Error) -> Option<i32> {
-    match e {
-        rtnetlink::Error::NetlinkError(m) => Some(m.raw_code().abs()),
-        _ => None,
-    }
-}
-
 impl NetlinkRoutes {
     /// Opens the socket; must be called inside a tokio runtime (the connection is a task
     /// owned by the returned value and aborted with it).
     pub fn new() -> Result<NetlinkRoutes, NetworkError> {
-        let (conn, handle, _) =
-            rtnetlink::new_connection().map_err(|e| nl_err("open netlink socket", e))?;
-        Ok(NetlinkRoutes {
-            handle,
-            conn: tokio::spawn(conn),
-            calls: AtomicU64::new(0),
-        })
+        let rtnl = Rtnl::open(NETLINK_TIMEOUT).map_err(|e| nl_err("open netlink socket", e))?;
+        Ok(NetlinkRoutes { rtnl })
     }
 
     /// Netlink requests made so far.
     pub fn calls(&self) -> u64 {
-        self.calls.load(Ordering::Relaxed)
-    }
-
-    async fn timed<T>(
-        &self,
-        what: &str,
-        fut: impl std::future::Future<Output = Result<T, rtnetlink::Error>>,
-    ) -> Result<Result<T, rtnetlink::Error>, NetworkError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        tokio::time::timeout(NETLINK_TIMEOUT, fut)
-            .await
-            .map_err(|_| nl_err(what, format!("no answer within {NETLINK_TIMEOUT:?}")))
+        self.rtnl.calls()
     }
 
     fn message(route: Route) -> Result<RouteMessage, NetworkError> {
@@ -192,14 +151,6 @@ impl NetlinkRoutes {
             .table_id(RT_TABLE_MAIN)
             .protocol(RouteProtocol::Other(ROUTE_PROTOCOL))
             .build())
-    }
-}
-
-fn addr_of(a: &RouteAddress) -> Option<IpAddr> {
-    match a {
-        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
-        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
-        _ => None,
     }
 }
 
@@ -224,8 +175,8 @@ fn sort_route(m: &RouteMessage, out: &mut KernelRoutes) {
     let mut multipath = false;
     for a in &m.attributes {
         match a {
-            RouteAttribute::Destination(d) => dst = addr_of(d).unwrap_or(unspecified),
-            RouteAttribute::Gateway(g) => via = addr_of(g),
+            RouteAttribute::Destination(d) => dst = route_addr(d).unwrap_or(unspecified),
+            RouteAttribute::Gateway(g) => via = route_addr(g),
             RouteAttribute::Via(RouteVia::Inet(v4)) => via = Some(IpAddr::V4(*v4)),
             RouteAttribute::Via(RouteVia::Inet6(v6)) => via = Some(IpAddr::V6(*v6)),
             RouteAttribute::Oif(_) => oif = true,
@@ -267,17 +218,10 @@ impl Routes for NetlinkRoutes {
     async fn list(&self) -> Result<KernelRoutes, NetworkError> {
         let mut out = KernelRoutes::default();
         for v4 in [true, false] {
-            let query = if v4 {
-                RouteMessageBuilder::<Ipv4Addr>::new().build()
-            } else {
-                RouteMessageBuilder::<Ipv6Addr>::new().build()
-            };
-            let h = self.handle.clone();
-            let msgs: Vec<RouteMessage> = self
-                .timed("list routes", async move {
-                    h.route().get(query).execute().try_collect().await
-                })
-                .await?
+            let msgs = self
+                .rtnl
+                .routes(v4)
+                .await
                 .map_err(|e| nl_err("list routes", e))?;
             for m in &msgs {
                 sort_route(m, &mut out);
@@ -288,32 +232,20 @@ impl Routes for NetlinkRoutes {
 
     async fn add(&self, route: Route) -> Result<Added, NetworkError> {
         let msg = Self::message(route)?;
-        let h = self.handle.clone();
-        match self
-            .timed(
-                "add route",
-                async move { h.route().add(msg).execute().await },
-            )
-            .await?
-        {
+        match self.rtnl.add_route(msg).await {
             Ok(()) => Ok(Added::Added),
-            Err(e) if errno(&e) == Some(EEXIST) => Ok(Added::Taken),
+            Err(e @ RtnlError::TimedOut { .. }) => Err(nl_err("add route", e)),
+            Err(e) if e.errno() == Some(EEXIST) => Ok(Added::Taken),
             Err(e) => Err(nl_err(format!("route {} via {}", route.dst, route.via), e)),
         }
     }
 
     async fn delete(&self, route: Route) -> Result<(), NetworkError> {
         let msg = Self::message(route)?;
-        let h = self.handle.clone();
-        match self
-            .timed(
-                "delete route",
-                async move { h.route().del(msg).execute().await },
-            )
-            .await?
-        {
+        match self.rtnl.delete_route(msg).await {
             Ok(()) => Ok(()),
-            Err(e) if errno(&e) == Some(ESRCH) => Ok(()),
+            Err(e @ RtnlError::TimedOut { .. }) => Err(nl_err("delete route", e)),
+            Err(e) if e.errno() == Some(ESRCH) => Ok(()),
             Err(e) => Err(nl_err(format!("delete route {}", route.dst), e)),
         }
     }

@@ -157,7 +157,7 @@ pub async fn build(path: &Path, limiter: &RateLimitLayer) -> Result<kube::Client
     if let Some(not_after) = client_cert_not_after(&config.auth_info).await {
         crate::metrics::certificates().set_client_expiry(Some(not_after));
     }
-    let rest_metrics = proxy::metrics::common::RestClientLayer::for_url(&config.cluster_url);
+    let rest_metrics = plumbing::metrics::RestClientLayer::for_url(&config.cluster_url);
     let builder = kube::client::ClientBuilder::try_from(config)?;
     Ok(builder
         .with_layer(&rest_metrics)

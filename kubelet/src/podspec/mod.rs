@@ -4,10 +4,9 @@
 pub mod resources;
 
 use plumbing::quantity;
-// One RFC 1123 label check for both binaries (kube-proxy validates Service names with it).
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use proxy::model::is_dns_label;
+use plumbing::names::is_dns_label;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! The KubeletConfiguration fields and what each does here.
 
 use super::{NO_CM, NO_QOS_RESERVED, s};
-use proxy::settings::Setting;
-use proxy::settings::Status::*;
+use plumbing::settings::Setting;
+use plumbing::settings::Status::*;
 
 /// KubeletConfiguration (kubelet.config.k8s.io/v1beta1) fields; nested ones as `outer.inner`.
 pub const FIELDS: &[Setting] = &[

@@ -1,8 +1,8 @@
 //! The kubelet's flags and what each does here.
 
 use super::s;
-use proxy::settings::Setting;
-use proxy::settings::Status::*;
+use plumbing::settings::Setting;
+use plumbing::settings::Status::*;
 
 /// The kubelet's flags.
 pub const FLAGS: &[Setting] = &[

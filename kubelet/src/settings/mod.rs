@@ -1,5 +1,5 @@
 //! The kubelet's registry of every flag and KubeletConfiguration field it accepts, with what
-//! each does here (see [`proxy::settings`] for the rule and the shared machinery), and the
+//! each does here (see `plumbing::settings` for the rule and the shared machinery), and the
 //! start-time host checks upstream makes for some of them (`protectKernelDefaults`,
 //! `failSwapOn`).
 //!
@@ -7,8 +7,8 @@
 //! test fails when it is stale (`UPDATE_SETTINGS_DOC=1 cargo test -p kubelet settings_doc`
 //! rewrites it).
 
-use proxy::settings::s;
-pub use proxy::settings::{Findings, Setting, Status};
+use plumbing::settings::s;
+pub use plumbing::settings::{Findings, Setting, Status};
 
 const NO_QOS_RESERVED: &str = "the QoS tiers get no memory reservation (upstream's alpha QOSReserved gate); only their cpu shares are written.";
 const NO_CM: &str = "there is no CPU/memory/topology manager.";
@@ -22,9 +22,9 @@ pub use flags::FLAGS;
 /// Warnings and refusals for the kubelet's flags (`(long name, raw value)` as given on the
 /// command line) and its config file text.
 pub fn check(given: &[(String, String)], file_text: Option<&str>) -> Findings {
-    let mut out = proxy::settings::check_flags(FLAGS, given);
+    let mut out = plumbing::settings::check_flags(FLAGS, given);
     if let Some(t) = file_text {
-        out.extend(proxy::settings::check_file(
+        out.extend(plumbing::settings::check_file(
             FIELDS,
             "KubeletConfiguration v1beta1",
             t,
@@ -113,13 +113,13 @@ pub fn settings_doc() -> String {
          upstream.\n\n",
     );
     s.push_str("## kubelet flags\n\n");
-    s.push_str(&proxy::settings::markdown_table(FLAGS));
+    s.push_str(&plumbing::settings::markdown_table(FLAGS));
     s.push_str("\n## KubeletConfiguration (kubelet.config.k8s.io/v1beta1)\n\n");
-    s.push_str(&proxy::settings::markdown_table(FIELDS));
+    s.push_str(&plumbing::settings::markdown_table(FIELDS));
     s.push_str("\n## kube-proxy flags\n\n");
-    s.push_str(&proxy::settings::markdown_table(proxy::settings::FLAGS));
+    s.push_str(&plumbing::settings::markdown_table(proxy::settings::FLAGS));
     s.push_str("\n## KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1)\n\n");
-    s.push_str(&proxy::settings::markdown_table(proxy::settings::FIELDS));
+    s.push_str(&plumbing::settings::markdown_table(proxy::settings::FIELDS));
     s
 }
 
@@ -134,7 +134,7 @@ mod tests {
             .clone()
             .try_get_matches_from(std::iter::once("kubelet").chain(args.iter().copied()))
             .unwrap();
-        proxy::settings::given_flags(&cmd, &m)
+        plumbing::settings::given_flags(&cmd, &m)
     }
 
     #[test]

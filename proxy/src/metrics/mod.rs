@@ -1,7 +1,5 @@
-//! Sync metrics, named as upstream kube-proxy names them (subsystem `kubeproxy`), and in
-//! [`common`] the families every component exposes (`process_*`, `rest_client_*`, tasks).
-
-pub mod common;
+//! Sync metrics, named as upstream kube-proxy names them (subsystem `kubeproxy`). The families
+//! every component exposes (`process_*`, `rest_client_*`, tasks) are `plumbing::metrics`.
 
 use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry,

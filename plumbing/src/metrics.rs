@@ -1,4 +1,5 @@
-//! Metrics every Kubernetes component exposes, shared by kube-proxy and the kubelet:
+//! Metrics every Kubernetes component exposes, shared by kube-proxy and the kubelet (the
+//! rest-client metrics layer and the common families):
 //! `process_*` (the `prometheus` crate's process collector, Linux only), `rest_client_*`
 //! from a tower layer on the apiserver client (client-go's names, labels and buckets), and
 //! `tokio_alive_tasks`, our stand-in for Go's `go_goroutines`.
