@@ -95,19 +95,19 @@ async fn lists_honour_the_cri_filters() {
         label_selector: [("uid".to_string(), "a".to_string())].into(),
         ..Default::default()
     };
-    assert_eq!(list(by_label).await, [a.clone()]);
+    assert_eq!(list(by_label).await, vec![a.clone()]);
     let ready = crate::v1::PodSandboxFilter {
         state: Some(crate::v1::PodSandboxStateValue {
             state: crate::v1::PodSandboxState::SandboxReady as i32,
         }),
         ..Default::default()
     };
-    assert_eq!(list(ready).await, [a.clone()]);
+    assert_eq!(list(ready).await, vec![a]);
     let by_id = crate::v1::PodSandboxFilter {
         id: b.clone(),
         ..Default::default()
     };
-    assert_eq!(list(by_id).await, [b.clone()]);
+    assert_eq!(list(by_id).await, vec![b]);
     // An unknown sandbox's status is NOT_FOUND.
     let e = c
         .pod_sandbox_status(crate::v1::PodSandboxStatusRequest {
