@@ -3,10 +3,10 @@
 
 pub mod resources;
 
-use plumbing::quantity;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use plumbing::names::is_dns_label;
+use plumbing::quantity;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
