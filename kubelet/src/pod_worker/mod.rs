@@ -294,9 +294,21 @@ fn shortest_grace(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> 
 
 /// Panics of a worker's steps in a row, and the wait before the next try: 1 s doubling to
 /// 5 min (the crash-loop cap), back to 1 s after a step that completes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct StepPanics {
-    in_a_row: u32,
+    backoff: crate::backoff::Backoff,
+}
+
+/// The first retry of a panicked step, and the cap.
+const PANIC_RETRY_INITIAL: Duration = Duration::from_secs(1);
+const PANIC_RETRY_MAX: Duration = BACKOFF_MAX;
+
+impl Default for StepPanics {
+    fn default() -> Self {
+        StepPanics {
+            backoff: crate::backoff::Backoff::new(PANIC_RETRY_INITIAL, PANIC_RETRY_MAX),
+        }
+    }
 }
 
 impl StepPanics {
@@ -306,14 +318,13 @@ impl StepPanics {
             .map(|s| s.to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "(no message)".into());
-        let wait = Duration::from_secs(1u64 << self.in_a_row.min(8)).min(Duration::from_secs(300));
-        self.in_a_row = self.in_a_row.saturating_add(1);
+        let wait = self.backoff.fail();
         tracing::error!(step, panic = %message, retry_in = ?wait, "pod worker step panicked; the pod stays managed and the step runs again");
         wait
     }
 
     fn reset(&mut self) {
-        self.in_a_row = 0;
+        self.backoff.succeed();
     }
 }
 

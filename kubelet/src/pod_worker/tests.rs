@@ -484,6 +484,18 @@ fn backoff_sequence_and_reset() {
     assert_eq!(last, BACKOFF_MAX);
 }
 
+#[test]
+fn a_panicking_step_waits_1s_doubling_to_5min_and_resets_after_a_good_pass() {
+    let mut p = StepPanics::default();
+    let payload: Box<dyn std::any::Any + Send> = Box::new("boom");
+    let waits: Vec<u64> = (0..11)
+        .map(|_| p.record("sync", payload.as_ref()).as_secs())
+        .collect();
+    assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+    p.reset();
+    assert_eq!(p.record("sync", payload.as_ref()), Duration::from_secs(1));
+}
+
 async fn next_update(
     r: &mut Rig,
     kind: ::probes::ProbeKind,
