@@ -101,6 +101,7 @@ pub enum Msg {
     },
 }
 
+mod act;
 mod exit_message;
 mod hooks;
 mod plan;
@@ -110,7 +111,7 @@ mod sync;
 mod terminate;
 
 use plan::pod_ref;
-pub use plan::{Backoff, Observed, Plan, Start, is_sidecar, plan};
+pub use plan::{Action, Backoff, Observed, Plan, Start, is_sidecar, plan, plan_stopped};
 pub use sync::{StartError, observe};
 
 /// The state a worker keeps between passes.

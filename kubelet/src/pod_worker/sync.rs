@@ -43,7 +43,7 @@ pub enum StartError {
 }
 
 /// How soon a pod whose volumes failed tries again.
-const VOLUME_RETRY: Duration = Duration::from_secs(2);
+pub(super) const VOLUME_RETRY: Duration = Duration::from_secs(2);
 
 impl StartError {
     pub fn reason(&self) -> &'static str {
@@ -97,8 +97,56 @@ impl StartError {
 }
 
 impl Worker {
-    /// One level-triggered pass. Returns when to come back (at the latest).
+    /// One level-triggered pass: observe the pod in the runtime, [`plan`] the difference to
+    /// the spec, [`Worker::act`] on it, then publish the status. Returns when to come back
+    /// (at the latest).
     pub async fn sync(&mut self) -> Duration {
+        let Some(obs) = self.observe_pass().await else {
+            return Duration::from_secs(1);
+        };
+        let p = if self.stopped.is_some() {
+            // Stopped for good: nothing starts again.
+            plan::plan_stopped(&obs)
+        } else {
+            plan(&self.pod, &obs, &mut self.backoff, Instant::now())
+        };
+        if !p.actions.is_empty() {
+            tracing::debug!(actions = ?p.actions, "planned");
+        }
+        for (name, w) in &p.waiting {
+            if w.reason == "CrashLoopBackOff" {
+                let message = format!(
+                    "Back-off restarting failed container {name} in pod {}",
+                    pod_ref(&self.pod)
+                );
+                self.event(Some(name), EventType::Warning, "BackOff", &message);
+            }
+        }
+        let wake = self.act(&obs, &p).await;
+        let mut obs = if p.actions.is_empty() {
+            obs
+        } else {
+            let rt = self.env.runtime.clone();
+            observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
+        };
+        self.add_exit_messages(&mut obs).await;
+        let mut waiting = self.errors.clone();
+        waiting.extend(p.waiting.clone());
+        self.update_probes(&obs);
+        self.publish(&obs, waiting, false);
+        // The deadline counts from the start time, which a new sandbox may just have set.
+        let wake = match (wake, self.active_deadline_left().filter(|d| !d.is_zero())) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        wake.unwrap_or(self.env.resync).min(self.env.resync)
+    }
+
+    /// What a pass plans from: the pod in the runtime after the kills failed probes asked
+    /// for (the plan must see those containers exited), with the sidecars not started yet.
+    /// Also stops the pod for good once its `activeDeadlineSeconds` has passed. None: the
+    /// runtime cannot be read.
+    async fn observe_pass(&mut self) -> Option<Observed> {
         // Labels and annotations the downward API shows follow the latest spec.
         self.env.volumes.update_pod(&self.pod);
         let rt = self.env.runtime.clone();
@@ -106,17 +154,14 @@ impl Worker {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot observe pod in the runtime; will retry");
-                return Duration::from_secs(1);
+                return None;
             }
         };
-        let now = Instant::now();
-        let killed_for_probes = self.kill_for_probes(&obs).await;
-        let obs = if killed_for_probes {
+        let mut obs = if self.kill_for_probes(&obs).await {
             observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
         } else {
             obs
         };
-        let mut obs = obs;
         obs.not_started = self.sidecars_not_started(&obs);
         // A pod that already finished keeps its phase (upstream no longer syncs it).
         let finished = self
@@ -134,214 +179,7 @@ impl Worker {
             tracing::info!("pod passed its activeDeadlineSeconds; stopping it");
             self.event(None, EventType::Normal, DEADLINE_REASON, DEADLINE_MESSAGE);
         }
-        let p = if self.stopped.is_some() {
-            // Stopped for good: nothing starts again.
-            Plan {
-                kill_pod: obs
-                    .sandboxes
-                    .first()
-                    .is_some_and(|s| s.state == SandboxState::Ready)
-                    || obs
-                        .containers
-                        .iter()
-                        .any(|(_, c)| c.state == ContainerState::Running),
-                ..Default::default()
-            }
-        } else {
-            plan(&self.pod, &obs, &mut self.backoff, now)
-        };
-        let acted = p.kill_pod
-            || p.create_sandbox.is_some()
-            || !p.start.is_empty()
-            || !p.kill.is_empty()
-            || !p.remove.is_empty();
-        for (name, w) in &p.waiting {
-            if w.reason == "CrashLoopBackOff" {
-                let message = format!(
-                    "Back-off restarting failed container {name} in pod {}",
-                    pod_ref(&self.pod)
-                );
-                self.event(Some(name), EventType::Warning, "BackOff", &message);
-            }
-        }
-        let mut wake = p.wake_after;
-        let grace = self.grace();
-        if p.kill_pod {
-            tracing::info!("stopping pod's containers and sandbox");
-            self.stop_containers(&obs, grace).await;
-            if let Some(sb) = obs.sandboxes.first()
-                && let Err(e) = rt.stop_sandbox(&sb.id).await
-            {
-                tracing::warn!(error = %e, sandbox = %sb.id, "StopPodSandbox failed");
-            }
-        }
-        if self.stopped.is_some() {
-            // Stopped for good: whoever asked (node shutdown, eviction) may go on.
-            for w in self.stop_waiters.drain(..) {
-                let _ = w.send(());
-            }
-        }
-        for (id, name) in &p.kill {
-            tracing::info!(container = %name, "container spec changed, will be restarted");
-            let message = format!("Container {name} definition changed, will be restarted");
-            self.kill_container(id, name, grace, Some(&message)).await;
-        }
-        for id in &p.remove {
-            // The container's log files go first, as upstream's removeContainerLog.
-            if let Err(e) = crate::logs::clean(rt.as_ref(), id).await {
-                tracing::debug!(error = %e, container = %id, "removing the container's logs failed");
-            }
-            if let Err(e) = rt.remove_container(id).await {
-                tracing::debug!(error = %e, container = %id, "RemoveContainer failed");
-            }
-        }
-        // Volumes are set up while the sandbox is made (both wait on others: the apiserver
-        // for tokens, CNI for the network), not one after the other.
-        // Awaited before this pass ends, whatever happens to the sandbox (no mount outlives
-        // its pass).
-        let mut mounting = (!p.start.is_empty()).then(|| {
-            let (volumes, pod) = (self.env.volumes.clone(), self.pod.clone());
-            tokio::spawn(async move { volumes.mount(&pod).await })
-        });
-        let mut sandbox = obs
-            .sandboxes
-            .first()
-            .filter(|s| s.state == SandboxState::Ready)
-            .map(|s| (s.id.clone(), s.attempt));
-        if let Some(attempt) = p.create_sandbox {
-            match self.create_sandbox(attempt).await {
-                Ok(id) => sandbox = Some((id, attempt)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "FailedCreatePodSandBox");
-                    self.event(
-                        None,
-                        EventType::Warning,
-                        "FailedCreatePodSandBox",
-                        &format!("Failed to create pod sandbox: {e}"),
-                    );
-                    for s in &p.start {
-                        self.errors.insert(
-                            s.name.clone(),
-                            Waiting {
-                                reason: "ContainerCreating".into(),
-                                message: format!("Failed to create pod sandbox: {e}"),
-                            },
-                        );
-                    }
-                    sandbox = None;
-                    wake = Some(Duration::from_secs(2));
-                }
-            }
-        }
-        if let Some((sandbox_id, attempt)) = &sandbox {
-            if self.sandbox_ips.0 != *sandbox_id {
-                let ips = rt
-                    .sandbox_status(sandbox_id)
-                    .await
-                    .map(|s| s.ips)
-                    .unwrap_or_default();
-                self.sandbox_ips = (sandbox_id.clone(), ips);
-            }
-            let sandbox_cfg = self.sandbox_config(*attempt);
-            // Every volume is set up before any container starts (upstream's
-            // WaitForAttachAndMount); until then the containers wait in ContainerCreating.
-            let volumes = match mounting.take() {
-                None => Ok(BTreeMap::new()),
-                Some(task) => task.await.unwrap_or_else(|e| {
-                    Err(crate::volume::VolumeError {
-                        volume: String::new(),
-                        message: format!("setting up volumes: {e}"),
-                    })
-                }),
-            };
-            let (volumes, start): (_, &[Start]) = match volumes {
-                Ok(v) => (v, &p.start),
-                Err(e) => {
-                    tracing::warn!(error = %e, "volumes are not ready");
-                    self.event(None, EventType::Warning, "FailedMount", &e.to_string());
-                    let e = StartError::Volumes(e);
-                    for s in &p.start {
-                        self.errors.insert(s.name.clone(), e.waiting());
-                    }
-                    wake = Some(wake.map_or(VOLUME_RETRY, |x| x.min(VOLUME_RETRY)));
-                    (BTreeMap::new(), &[])
-                }
-            };
-            let keyrings = if start.is_empty() {
-                (Vec::new(), None)
-            } else {
-                self.pull_keyrings().await
-            };
-            for s in start {
-                match self
-                    .start_container(sandbox_id, &sandbox_cfg, s, &volumes, &keyrings)
-                    .await
-                {
-                    Ok(()) => {
-                        self.errors.remove(&s.name);
-                    }
-                    Err(StartError::PostStartHook(message)) => {
-                        // Killed: it restarts (with back-off) per its restart policy; one
-                        // that will not restart shows as terminated, as upstream.
-                        let restarts = self.spec_container(&s.name).is_some_and(|c| is_sidecar(&c))
-                            || self
-                                .pod
-                                .spec
-                                .as_ref()
-                                .and_then(|sp| sp.restart_policy.as_deref())
-                                != Some("Never");
-                        if restarts {
-                            self.errors.insert(
-                                s.name.clone(),
-                                StartError::PostStartHook(message).waiting(),
-                            );
-                        } else {
-                            self.errors.remove(&s.name);
-                        }
-                        if s.init {
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(container = %s.name, reason = e.reason(), message = e.message(), "cannot start container");
-                        self.event(
-                            Some(&s.name),
-                            EventType::Warning,
-                            "Failed",
-                            &format!("Error: {}", e.event_detail()),
-                        );
-                        self.errors.insert(s.name.clone(), e.waiting());
-                        let retry = e.retry_after();
-                        wake = Some(wake.map_or(retry, |x| x.min(retry)));
-                        // Init containers run in order: stop at the first failure.
-                        if s.init {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        // No sandbox this pass: the mount still finishes before the pass ends (its result is
-        // cached work for the next one).
-        if let Some(task) = mounting.take() {
-            let _ = task.await;
-        }
-        let mut obs = if acted {
-            observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
-        } else {
-            obs
-        };
-        self.add_exit_messages(&mut obs).await;
-        let mut waiting = self.errors.clone();
-        waiting.extend(p.waiting.clone());
-        self.update_probes(&obs);
-        self.publish(&obs, waiting, false);
-        // The deadline counts from the start time, which a new sandbox may just have set.
-        let wake = match (wake, self.active_deadline_left().filter(|d| !d.is_zero())) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        wake.unwrap_or(self.env.resync).min(self.env.resync)
+        Some(obs)
     }
 
     pub(super) async fn create_sandbox(&mut self, attempt: u32) -> Result<String, String> {
@@ -553,7 +391,9 @@ impl Worker {
     /// The pod's pull credentials (pull secrets, then the node's docker config); a pull
     /// secret that cannot be read is a warning, as upstream, and the pull goes on; one whose
     /// docker config does not parse fails the pulls (the second value), as upstream.
-    async fn pull_keyrings(&self) -> (Vec<images::credentials::Keyring>, Option<String>) {
+    pub(super) async fn pull_keyrings(
+        &self,
+    ) -> (Vec<images::credentials::Keyring>, Option<String>) {
         let (keyrings, missing, invalid) = images::pod_keyrings(
             &self.pod,
             self.env.volumes.objects(),
