@@ -7,7 +7,7 @@ use crate::config::limits::SwapBehavior;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::pleg::{self, PlegHealth};
-use crate::pod_worker::Env;
+use crate::pod_worker::Deps;
 use crate::runtime::Runtime;
 use crate::runtime::cri::CriRuntime;
 use crate::server::{self, AppState};
@@ -462,23 +462,31 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         }
         None => (None, None),
     };
-    let env = Arc::new(Env {
+    let env = Arc::new(Deps {
         events: events.clone(),
         probes: probe_manager.clone(),
         exec: Arc::new(crate::probing::CriExec(runtime.clone())),
         pod_start_duration: Some(metrics.pod_start_duration.clone()),
         runtime: runtime.clone(),
-        cm,
+        cgroups: cm,
+        images: Arc::new(crate::pod_worker::NodeImages {
+            runtime: runtime.clone(),
+            pull_lock: tokio::sync::Mutex::new(()),
+            records: pull_records.clone(),
+            objects: volumes.objects().clone(),
+            root_dir: node.root_dir.clone(),
+        }),
+        objects: volumes.objects().clone(),
         node,
         runtime_name: version.runtime_name.clone(),
         statuses: statuses.clone(),
-        pull_lock: tokio::sync::Mutex::new(()),
         resync: cfg.sync_frequency,
         binder,
         volumes,
-        services,
-        runtime_classes,
-        pull_records: pull_records.clone(),
+        pod_env: Arc::new(crate::cluster::pod_env::ApiPodEnvironment {
+            services,
+            runtime_classes,
+        }),
     });
 
     let (pods_tx, pods_rx) = mpsc::channel(8);

@@ -10,7 +10,7 @@
 //! - [`events`]: core/v1 Events with aggregation and a spam filter;
 //! - [`bootstrap`]: client certificate rotation;
 //! - [`services`] and [`runtime_class`]: informers (through [`informer`]) for service-link
-//!   variables and RuntimeClass handlers, read by the pod workers.
+//!   variables and RuntimeClass handlers, read by the pod workers through [`pod_env`].
 
 pub mod auth_review;
 pub mod bootstrap;
@@ -21,6 +21,7 @@ pub mod informer;
 pub mod mirror;
 pub mod node;
 pub mod objects;
+pub mod pod_env;
 pub mod pods;
 pub mod runtime_class;
 pub mod services;

@@ -138,7 +138,7 @@ impl Worker {
                 }
             };
             let keyrings = if starts.is_empty() {
-                (Vec::new(), None)
+                PodKeyrings::default()
             } else {
                 self.pull_keyrings().await
             };

@@ -96,6 +96,23 @@ impl StartError {
     }
 }
 
+/// Why a pod's sandbox could not be made (the `FailedCreatePodSandBox` event says
+/// "Failed to create pod sandbox: " and this).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The pod's RuntimeClass names no handler.
+    #[error(transparent)]
+    RuntimeClass(#[from] PodEnvError),
+    #[error("creating {path}: {source}")]
+    LogDirectory {
+        path: String,
+        source: std::io::Error,
+    },
+    /// RunPodSandbox failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
 impl Worker {
     /// One level-triggered pass: observe the pod in the runtime, [`plan`] the difference to
     /// the spec, [`Worker::act`] on it, then publish the status. Returns when to come back
@@ -182,27 +199,26 @@ impl Worker {
         Some(obs)
     }
 
-    pub(super) async fn create_sandbox(&mut self, attempt: u32) -> Result<String, String> {
+    pub(super) async fn create_sandbox(&mut self, attempt: u32) -> Result<String, SandboxError> {
         let mut cfg = self.sandbox_config(attempt);
-        cfg.runtime_handler = self.runtime_handler().map_err(|e| e.to_string())?;
+        cfg.runtime_handler = self.runtime_handler()?;
         // The pod cgroup with its limits (and the QoS tier's shares) before the sandbox, as
         // upstream's pod container manager; file work off the async workers.
-        let (cm, pod) = (self.env.cm.clone(), self.pod.clone());
-        match tokio::task::spawn_blocking(move || cm.ensure_pod(&pod)).await {
+        let (cgroups, pod) = (self.env.cgroups.clone(), self.pod.clone());
+        match tokio::task::spawn_blocking(move || cgroups.ensure_pod(&pod)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "cannot create or limit the pod cgroup; the runtime will create it")
             }
             Err(e) => tracing::warn!(error = %e, "pod cgroup setup panicked"),
         }
-        std::fs::create_dir_all(&cfg.log_directory)
-            .map_err(|e| format!("creating {}: {e}", cfg.log_directory))?;
-        let id = self
-            .env
-            .runtime
-            .run_sandbox(&cfg)
-            .await
-            .map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&cfg.log_directory).map_err(|source| {
+            SandboxError::LogDirectory {
+                path: cfg.log_directory.clone(),
+                source,
+            }
+        })?;
+        let id = self.env.runtime.run_sandbox(&cfg).await?;
         tracing::info!(sandbox = %id, attempt, "sandbox started");
         self.start_time.get_or_insert_with(Timestamp::now);
         Ok(id)
@@ -216,7 +232,7 @@ impl Worker {
         sandbox: &SandboxConfig,
         s: &Start,
         volumes: &BTreeMap<String, std::path::PathBuf>,
-        keyrings: &(Vec<images::credentials::Keyring>, Option<String>),
+        keyrings: &PodKeyrings,
     ) -> Result<(), StartError> {
         let spec = self.pod.spec.clone().unwrap_or_default();
         let c = spec
@@ -248,15 +264,9 @@ impl Worker {
                 message,
             );
         };
-        let puller = images::Puller {
-            runtime: self.env.runtime.as_ref(),
-            pull_lock: &self.env.pull_lock,
-            event: &event,
-            keyrings: &keyrings.0,
-            keyring_error: keyrings.1.as_deref(),
-            records: self.env.pull_records.as_ref(),
-        };
-        images::ensure_image(&puller, &mut self.pulls, &c, sandbox)
+        self.env
+            .images
+            .ensure_image(&c, sandbox, keyrings, &event, &mut self.pulls)
             .await
             .map_err(StartError::Image)?;
         let objects = self.env_objects(&c).await?;
@@ -390,59 +400,33 @@ impl Worker {
 impl Worker {
     /// The pod's pull credentials (pull secrets, then the node's docker config); a pull
     /// secret that cannot be read is a warning, as upstream, and the pull goes on; one whose
-    /// docker config does not parse fails the pulls (the second value), as upstream.
-    pub(super) async fn pull_keyrings(
-        &self,
-    ) -> (Vec<images::credentials::Keyring>, Option<String>) {
-        let (keyrings, missing, invalid) = images::pod_keyrings(
-            &self.pod,
-            self.env.volumes.objects(),
-            &self.env.node.root_dir,
-        )
-        .await;
-        if !missing.is_empty() {
+    /// docker config does not parse fails the pulls, as upstream.
+    pub(super) async fn pull_keyrings(&self) -> PodKeyrings {
+        let keyrings = self.env.images.pod_keyrings(&self.pod).await;
+        if !keyrings.missing.is_empty() {
             self.event(
                 None,
                 EventType::Warning,
                 "FailedToRetrieveImagePullSecret",
                 &format!(
                     "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
-                    missing.join(", ")
+                    keyrings.missing.join(", ")
                 ),
             );
         }
-        let invalid = (!invalid.is_empty()).then(|| invalid.join("; "));
-        (keyrings, invalid)
+        keyrings
     }
 
     /// The service-link variables of the pod (none standalone; an API pod waits for the
     /// Services informer's first list, as upstream).
     fn service_env(&self) -> Result<BTreeMap<String, String>, StartError> {
-        let Some(store) = &self.env.services else {
-            return Ok(BTreeMap::new());
-        };
-        let spec = self.pod.spec.as_ref();
-        let links = spec.and_then(|s| s.enable_service_links).unwrap_or(true);
-        let ns = self.pod.metadata.namespace.as_deref().unwrap_or("default");
-        // Static pods (source "file") do not wait for the first list, as upstream.
-        let is_static = self
-            .pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(crate::pod::ANN_CONFIG_SOURCE))
-            .is_some_and(|s| s != "api");
-        match crate::cluster::services::pod_service_env(store, ns, links) {
-            Ok(env) => Ok(env),
-            Err(_) if is_static => {
-                let all: Vec<_> = store.list().into_iter().map(|(_, s)| s).collect();
-                Ok(crate::cluster::services::service_env(&all, ns, links))
-            }
-            Err(e) => Err(StartError::CreateContainerConfig {
+        self.env
+            .pod_env
+            .service_env(&self.pod)
+            .map_err(|e| StartError::CreateContainerConfig {
                 message: e.to_string(),
                 retry_after: Duration::from_secs(1),
-            }),
-        }
+            })
     }
 
     /// The ConfigMaps and Secrets container `c`'s env reads (`None`: not found; any other
@@ -457,7 +441,7 @@ impl Worker {
             ..Default::default()
         });
         let mut out = spec::EnvObjects::new();
-        let cache = self.env.volumes.objects();
+        let cache = &self.env.objects;
         for key in crate::objects::referenced(&only) {
             match cache.get(&key).await {
                 Ok(o) => {

@@ -8,7 +8,7 @@ const IMAGE: &str = "docker.io/library/busybox:1.35";
 struct Rig {
     rt: Arc<FakeRuntime>,
     cg: Arc<FakeCgroups>,
-    env: Arc<Env>,
+    env: Arc<Deps>,
     events: Arc<FakeRecorder>,
     probe_rx: mpsc::Receiver<::probes::ProbeUpdate>,
     _dir: tempfile::TempDir,
@@ -27,12 +27,12 @@ fn rig_with_binder(binder: Arc<dyn crate::volume::subpath::Binder>) -> Rig {
     let cg = Arc::new(FakeCgroups::default());
     let (probes, probe_rx) = test_probes();
     let events = Arc::new(FakeRecorder::default());
-    let env = Arc::new(Env {
+    let env = Arc::new(Deps {
         events: events.clone(),
         probes,
-        cm: crate::cm::ContainerManager::for_test(cg.clone()),
+        cgroups: crate::cm::ContainerManager::for_test(cg.clone()),
         binder,
-        ..Env::for_test(rt.clone(), dir.path())
+        ..Deps::for_test(rt.clone(), dir.path())
     });
     Rig {
         rt,
@@ -226,11 +226,11 @@ async fn a_new_worker_adopts_running_containers() {
     let before = r.rt.running("app");
     r.rt.clear_calls();
     // The agent restarted: a fresh worker with no memory of the pod.
-    let fresh_env = Arc::new(Env {
+    let fresh_env = Arc::new(Deps {
         events: r.env.events.clone(),
-        cm: crate::cm::ContainerManager::for_test(r.cg.clone()),
+        cgroups: crate::cm::ContainerManager::for_test(r.cg.clone()),
         node: r.env.node.clone(),
-        ..Env::for_test(r.rt.clone(), r._dir.path())
+        ..Deps::for_test(r.rt.clone(), r._dir.path())
     });
     let mut w2 = Worker::new(
         fresh_env.clone(),
@@ -1345,6 +1345,8 @@ async fn sandbox_config_carries_pod_resources_and_overhead() {
 
 // Pull credentials, RuntimeClass handlers and service links through a worker.
 mod cluster_inputs;
+// The worker over the fakes of its narrow dependencies.
+mod fakes;
 mod pulled_images;
 // Regression tests of upstream CVEs in the container start path.
 mod security_regressions;

@@ -1,30 +1,25 @@
 use super::*;
 use crate::objects::fake::FakeApi;
-use crate::objects::{Kind, ObjectCache, ObjectData, ObjectKey};
+use crate::objects::{Kind, ObjectData, ObjectKey};
 use base64::Engine;
 
 const PRIVATE: &str = "registry.example:5000/team/app:1";
 
-/// A rig whose objects come from `api`, with the given stores.
+/// A rig whose objects come from `api`, with the API side's service-link variables and
+/// RuntimeClass handlers from the given stores (None: standalone).
 fn rig_with(
     api: Arc<FakeApi>,
     services: Option<Arc<crate::cluster::services::ServiceStore>>,
     classes: Option<Arc<crate::cluster::runtime_class::RuntimeClassStore>>,
 ) -> Rig {
     let r = rig();
-    let base = Env::for_test(r.rt.clone(), r._dir.path());
-    let volumes = Arc::new(crate::volume::VolumeManager::new(
-        base.node.clone(),
-        Arc::new(ObjectCache::new(Some(api as _))),
-        Arc::new(crate::objects::token::TokenManager::new(None)),
-        base.binder.clone(),
-    ));
-    let env = Arc::new(Env {
+    let env = Arc::new(Deps {
         events: r.events.clone(),
-        volumes,
-        services,
-        runtime_classes: classes,
-        ..base
+        pod_env: Arc::new(crate::cluster::pod_env::ApiPodEnvironment {
+            services,
+            runtime_classes: classes,
+        }),
+        ..Deps::for_test_with_api(r.rt.clone(), r._dir.path(), Some(api as _), true)
     });
     Rig { env, ..r }
 }
@@ -172,7 +167,7 @@ async fn runtime_class_sets_the_handler_and_an_unknown_class_fails_the_sandbox()
     assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
 
     // Standalone: a clear error, no sandbox.
-    let r = rig();
+    let r = rig_with(Arc::new(FakeApi::default()), None, None);
     let mut w = Worker::new(
         r.env.clone(),
         pod("Always", serde_json::json!({"runtimeClassName": "fast"})),
