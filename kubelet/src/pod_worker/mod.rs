@@ -5,12 +5,12 @@
 
 use crate::events::{EventRecorder, EventType};
 use crate::images;
-use crate::pod::{self, Qos};
 use crate::pod_dirs;
+use crate::podspec::{self as pod, Qos};
 use crate::runtime::*;
 use crate::spec::{self, NodeSettings};
+use crate::status::manager::StatusManager;
 use crate::status::{self, Observation, Waiting};
-use crate::status_manager::StatusManager;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Container as K8sContainer, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
@@ -28,7 +28,7 @@ pub const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// A container that ran this long before exiting starts its back-off afresh.
 pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(600);
-pub use crate::pod::MIN_GRACE;
+pub use crate::podspec::MIN_GRACE;
 /// The pod's reason and message once `activeDeadlineSeconds` has passed (upstream).
 pub const DEADLINE_REASON: &str = "DeadlineExceeded";
 pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
