@@ -145,8 +145,7 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
 
 /// Runs the kubelet until `cancel` fires.
 pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
-    // QoS classes (pod status, eviction, admission) follow the configured gate.
-    crate::podspec::resources::set_enabled(cfg.pod_limits.pod_level_resources);
+    // The gate reaches the pod workers (node settings), eviction and admission in their settings.
     if !cfg.pod_limits.pod_level_resources {
         tracing::info!("feature gate PodLevelResources is off: spec.resources of pods is ignored");
     }
