@@ -1,7 +1,10 @@
 //! One worker per pod UID. Each pass is level-triggered: observe the pod's sandboxes and
-//! containers in the runtime, plan the difference to the spec ([`plan`], a pure function), act,
-//! then publish the pod's status. A pod being removed is stopped with its grace period and
-//! every trace of it (containers, sandbox, cgroup, directories) is removed.
+//! containers in the runtime, plan the difference to the spec ([`plan`], a pure function
+//! giving a list of [`Action`]s), act on them (`act.rs`), then publish the pod's status. A pod
+//! being removed is stopped with its grace period and every trace of it (containers, sandbox,
+//! cgroup, directories) is removed. A worker reaches the node only through [`Deps`]: one
+//! narrow trait per concern (runtime, pod cgroups, volumes, image puller, pod-environment
+//! source), with fakes beside them.
 
 use crate::events::{EventRecorder, EventType};
 use crate::images;

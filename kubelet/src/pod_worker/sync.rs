@@ -358,7 +358,7 @@ impl Worker {
         tracing::info!(container = %c.name, id = %id, restart_count = s.restart_count, "Started container");
         self.post_start(&c, &id)
             .await
-            .map_err(StartError::PostStartHook)
+            .map_err(|e| StartError::PostStartHook(e.to_string()))
     }
 
     /// Time left before `activeDeadlineSeconds` (counted from the pod's start time) runs

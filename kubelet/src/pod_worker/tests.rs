@@ -1277,6 +1277,8 @@ async fn http_hook_defaults_to_the_pod_ip_and_resolves_named_ports() {
     let err = hooks::run(&rt, &target, &handler, Duration::from_secs(5))
         .await
         .unwrap_err();
+    assert!(matches!(err, hooks::HookError::Http { .. }), "{err:?}");
+    let err = err.to_string();
     assert!(
         err.starts_with("HTTP lifecycle hook (/hook) for Container \"app\" in Pod \"web_default(uid-1)\" failed - error: "),
         "{err}"
@@ -1287,6 +1289,8 @@ async fn http_hook_defaults_to_the_pod_ip_and_resolves_named_ports() {
     let err = hooks::run(&rt, &target, &tcp, Duration::from_secs(5))
         .await
         .unwrap_err();
+    assert!(matches!(err, hooks::HookError::Invalid(_)), "{err:?}");
+    let err = err.to_string();
     assert!(
         err.starts_with("Cannot run handler: invalid handler: "),
         "{err}"
