@@ -16,7 +16,7 @@ use tracing::{debug, error, info, warn};
 use super::names::{SERVICE_IPS, SERVICES, TABLE};
 use super::render::{Base, ServiceNft, family_word, render_service};
 use super::runner::{self, NftRunner};
-use super::tx::{Existing, KernelState, Next, Planned};
+use super::tx::{Existing, KernelState, Listed, Next, Planned};
 use crate::conntrack::{self, Conntrack, NoConntrack};
 use crate::health::ServiceHealthServer;
 use crate::iptables::proxier::health_check_state;
@@ -161,22 +161,6 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         self.need_full || self.state.is_none()
     }
 
-    /// The names of the chains and sets the table holds (`nft list chains` and `nft list
-    /// sets` of the family: headers and set elements, never the rules); None when either
-    /// listing fails (then the table is replaced in one transaction).
-    async fn list_existing(&self) -> Option<Existing> {
-        let f = family_word(self.cfg.family);
-        let chains = self.runner.list(&["chains", f]).await;
-        let sets = self.runner.list(&["sets", f]).await;
-        match (chains, sets) {
-            (Ok(c), Ok(s)) => Some(Existing::parse(self.cfg.family, &format!("{c}\n{s}"))),
-            (Err(e), _) | (_, Err(e)) => {
-                warn!(error = %e, "cannot list the table's chains; replacing it in one transaction");
-                None
-            }
-        }
-    }
-
     /// The periodic check: one small fixed chain listed (never the table). Gone or changed
     /// means someone removed or flushed the table: the next sync writes it afresh.
     pub async fn check_canary(&mut self) {
@@ -220,26 +204,39 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         let want_hc = self.service_health.is_some();
         let now = Instant::now();
 
-        // Writing the table afresh: when it is not there at all (a node's first start), a
-        // large one is written in steps (see `KernelState::replace_in_steps`); one that is
-        // there is replaced in one transaction, so that its services never stop answering.
-        let large =
-            self.state.is_none() && self.handle.state().service_port_map().len() > REPLACE_STEP;
-        let table_absent = large && {
+        // The kernel state unknown (a start, or the table changed behind our back): the
+        // table is read once. Not there: written afresh (a large one in steps, see
+        // `KernelState::replace_in_steps`). There (a restart): only what differs is
+        // written, in one transaction, never flushing or deleting the table, so that its
+        // services keep answering (`KernelState::reconcile`). After a failed restart
+        // write, or when the listing does not read as our table, the one-transaction
+        // replace.
+        let (mut listed, mut table_absent) = (None, false);
+        if self.state.is_none() && !self.rewrite_failed {
             let f = family_word(self.cfg.family);
-            self.runner
-                .list(&["chain", f, TABLE, SERVICES])
-                .await
-                .is_err()
-        };
-        // A large table that is there (a restart): its chains' and sets' names, so that it
-        // can be rewritten in steps in place (never flushed: its services keep answering).
-        // After a failed rewrite, the one-transaction replace.
-        let existing = if large && !table_absent && !self.rewrite_failed {
-            self.list_existing().await
-        } else {
-            None
-        };
+            match self.runner.list(&["table", f, TABLE]).await {
+                Ok(out) => {
+                    listed = Listed::parse(self.cfg.family, &out);
+                    if listed.is_none() {
+                        warn!(
+                            "cannot read the existing nftables table; replacing it in one transaction"
+                        );
+                    }
+                }
+                Err(runner::Error::Failed { stderr, .. })
+                    if stderr.contains("No such file or directory") =>
+                {
+                    debug!("no nftables table to restart over");
+                    table_absent = true;
+                }
+                // Unreadable (a timeout, …): replaced in one transaction, never deleted
+                // first.
+                Err(e) => {
+                    warn!(error = %e, "cannot read the nftables table; replacing it in one transaction")
+                }
+            }
+        }
+        let mut existing = None;
         let (planned, replace, changed, udp, hc, triggers) = {
             let mut st = self.handle.state();
             let changed: BTreeSet<_> = st.take_changes();
@@ -280,17 +277,34 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                             (k.clone(), render_service(k, svc, eps, &self.cfg))
                         })
                         .collect();
-                    let planned = if table_absent && all.len() > REPLACE_STEP {
-                        KernelState::replace_in_steps(self.cfg.family, base, all, REPLACE_STEP)
-                    } else if let Some(existing) = &existing {
-                        KernelState::rewrite_in_steps(
+                    let planned = if let Some(l) = &listed {
+                        let base2 = base.clone();
+                        match KernelState::reconcile(
                             self.cfg.family,
                             base,
                             all,
+                            l,
                             REPLACE_STEP,
-                            existing,
                             now,
-                        )
+                        ) {
+                            Ok(p) => p,
+                            // Too much differs for one transaction: in place, in steps.
+                            Err(all) => {
+                                let e = Existing::from(l);
+                                let p = KernelState::rewrite_in_steps(
+                                    self.cfg.family,
+                                    base2,
+                                    all,
+                                    REPLACE_STEP,
+                                    &e,
+                                    now,
+                                );
+                                existing = Some(e);
+                                p
+                            }
+                        }
+                    } else if table_absent && all.len() > REPLACE_STEP {
+                        KernelState::replace_in_steps(self.cfg.family, base, all, REPLACE_STEP)
                     } else {
                         KernelState::replace(self.cfg.family, base, all)
                     };
@@ -305,6 +319,8 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         let bytes: usize = texts.iter().map(String::len).sum();
         let kind = if existing.is_some() && replace {
             "rewrite"
+        } else if listed.is_some() && replace {
+            "restart"
         } else if replace {
             "replace"
         } else if do_full {
@@ -391,7 +407,7 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                 if replace || self.failures >= 2 {
                     self.state = None;
                 }
-                if kind == "rewrite" {
+                if kind == "rewrite" || kind == "restart" {
                     self.rewrite_failed = true;
                 }
                 self.need_full = true;
