@@ -229,6 +229,8 @@ impl Listed {
         let mut other = 0i32;
         let mut block: Option<Block> = None;
         let mut elements: Option<String> = None;
+        // Braces still open in `elements` (a set's elements span lines).
+        let mut open = 0i32;
         for line in listing.lines() {
             let l = line.trim();
             if l.is_empty() {
@@ -250,7 +252,8 @@ impl Listed {
             if let Some(acc) = elements.as_mut() {
                 acc.push(' ');
                 acc.push_str(l);
-                if brace_balance(acc) <= 0 {
+                open += brace_balance(l);
+                if open <= 0 {
                     let text = elements.take().unwrap_or_default();
                     let inner = text
                         .trim()
@@ -308,6 +311,7 @@ impl Listed {
                                     .insert(element_key(e).to_string(), canon_element(e));
                             }
                         } else {
+                            open = brace_balance(l);
                             elements = Some(l.to_string());
                         }
                     } else if let Some(set) = out.sets.get_mut(name) {

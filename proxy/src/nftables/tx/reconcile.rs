@@ -235,3 +235,6 @@ impl KernelState {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
