@@ -1,20 +1,20 @@
 //! The kubelet: pod sources, per-pod workers reconciling against a CRI runtime, and its servers.
 //!
-//! Data flows one way: sources ([`pod::static_pods`]) → [`sync_loop`] → one [`pod_worker`] per pod
-//! UID → [`runtime`] (CRI). Observations come back on one path: [`pleg`] relists wake workers,
-//! workers compute status ([`status`]) and hand it to the [`status_manager`].
+//! Data flows one way: sources ([`pod`]: static files, the apiserver) → [`sync_loop`] → one
+//! [`pod_worker`] per pod UID → [`runtime`] (CRI). Observations come back on one path: [`pleg`]
+//! relists wake workers, workers compute status ([`status`]) and hand it to the status manager,
+//! whose writer copies it to the apiserver in cluster mode.
 //!
-//! In cluster mode (`--kubeconfig`), [`cluster`] adds the apiserver: TLS bootstrap and
-//! certificate rotation, the Node object and its Lease, pods bound to this node as a second
-//! source, mirror pods, events, and the status writer that copies the [`status_manager`] to the
-//! apiserver.
+//! In cluster mode (`--kubeconfig`), [`app::cluster`] adds the apiserver: TLS bootstrap and
+//! certificate rotation ([`certs`]), the Node object and its Lease ([`node`]), pods bound to this
+//! node as a second source, mirror pods ([`pod`]), events ([`objects`]), and the status writer
+//! ([`status`]).
 
 pub mod app;
 pub mod atomic_file;
 pub mod backoff;
 pub mod certs;
 pub mod clock;
-pub mod cluster;
 pub mod cm;
 pub mod config;
 pub mod duration;
@@ -26,12 +26,14 @@ pub mod images;
 pub mod logs;
 pub mod metrics;
 pub mod network;
+pub mod node;
 pub mod objects;
 pub mod oom;
 pub mod pleg;
 pub mod pod;
 pub mod pod_dirs;
 pub mod pod_worker;
+pub mod podspec;
 pub mod probing;
 pub mod proxy_role;
 pub mod quantity;
@@ -42,7 +44,6 @@ pub mod shutdown;
 pub mod spec;
 pub mod stats;
 pub mod status;
-pub mod status_manager;
 pub mod sync_loop;
 pub mod systemd;
 pub mod volume;

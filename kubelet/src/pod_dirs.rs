@@ -111,7 +111,7 @@ pub fn remove_orphans(
     for e in entries.flatten() {
         let uid = e.file_name().to_string_lossy().into_owned();
         let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-        if !is_dir || known.contains(&uid) || !crate::pod::is_safe_uid(&uid) {
+        if !is_dir || known.contains(&uid) || !crate::podspec::is_safe_uid(&uid) {
             continue;
         }
         let young = e

@@ -4,8 +4,8 @@
 //! wants (once every source has reported at least once).
 
 use crate::pleg::Relist;
-use crate::pod::ANN_CONFIG_SEEN;
 use crate::pod_worker::{Env, Msg, Worker};
+use crate::podspec::ANN_CONFIG_SEEN;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -268,13 +268,13 @@ impl SyncLoop {
                 .metadata
                 .annotations
                 .as_ref()
-                .is_some_and(|a| a.contains_key(crate::pod::ANN_CONFIG_MIRROR));
+                .is_some_and(|a| a.contains_key(crate::podspec::ANN_CONFIG_MIRROR));
             if uid.is_empty() || mirror {
                 continue;
             }
             wanted.insert(uid.clone());
             // A pod being deleted on the apiserver stops with the grace period it was given.
-            let deleting = crate::pod::deletion_grace(&pod);
+            let deleting = crate::podspec::deletion_grace(&pod);
             match self.workers.get_mut(&uid) {
                 Some(h) if h.terminating => {}
                 Some(h) => {
@@ -283,21 +283,21 @@ impl SyncLoop {
                         let _ = h.tx.send(Msg::Update(Box::new(pod)));
                     }
                     if let Some(grace) = deleting {
-                        tracing::info!(pod = %crate::pod::full_name(&h.pod), %uid, ?grace, "pod deleted; stopping");
+                        tracing::info!(pod = %crate::podspec::full_name(&h.pod), %uid, ?grace, "pod deleted; stopping");
                         h.terminating = true;
                         let _ = h.tx.send(Msg::Terminate { grace: Some(grace) });
                     }
                 }
                 None => {
-                    tracing::info!(pod = %crate::pod::full_name(&pod), %uid, "new pod");
+                    tracing::info!(pod = %crate::podspec::full_name(&pod), %uid, "new pod");
                     self.spawn(pod, Some(source), deleting.map(Some));
                 }
             }
         }
         for (uid, h) in self.workers.iter_mut() {
             if h.source == Some(source) && !wanted.contains(uid) && !h.terminating {
-                let grace = crate::pod::kill_grace(crate::pod::spec_grace_seconds(&h.pod));
-                tracing::info!(pod = %crate::pod::full_name(&h.pod), %uid, ?grace, "pod removed from its source; stopping");
+                let grace = crate::podspec::kill_grace(crate::podspec::spec_grace_seconds(&h.pod));
+                tracing::info!(pod = %crate::podspec::full_name(&h.pod), %uid, ?grace, "pod removed from its source; stopping");
                 h.terminating = true;
                 let _ = h.tx.send(Msg::Terminate { grace: Some(grace) });
             }
@@ -438,7 +438,7 @@ mod tests {
             "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "busybox:1.35"}]}
         }))
         .unwrap();
-        crate::pod::apply_defaults(&mut p);
+        crate::podspec::apply_defaults(&mut p);
         p
     }
 

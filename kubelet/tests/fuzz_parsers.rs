@@ -15,8 +15,8 @@ use std::sync::LazyLock;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use kubelet::pod::is_safe_uid;
 use kubelet::pod::static_pods::parse_manifest;
+use kubelet::podspec::is_safe_uid;
 use kubelet::quantity::{MAX_MILLI, QuantityError, parse_milli, parse_value};
 use kubelet::spec::{ExpandBudget, MAX_EXPANSION_BYTES, expand};
 use proptest::prelude::*;
@@ -874,7 +874,7 @@ proptest! {
     /// the real one.
     #[test]
     fn credentials_pem(cert in pem_strategy(cert_pem), key in pem_strategy(key_pem)) {
-        use kubelet::cluster::bootstrap::{cert_validity, check_client_pair, check_key_pair};
+        use kubelet::certs::bootstrap::{cert_validity, check_client_pair, check_key_pair};
         let (c2, k2) = (cert.clone(), key.clone());
         let (validity, pair, client) = bounded("pem", move || {
             (
@@ -919,10 +919,10 @@ fn run_kubeconfig(text: String, files: Vec<(String, String)>) -> Result<(), Stri
         let text = text.replace("@DIR@", &dir.path().display().to_string());
         let path = dir.path().join("kubeconfig");
         std::fs::write(&path, &text).unwrap();
-        let r = kubelet::cluster::bootstrap::check_kubeconfig(&path).map_err(|e| e.to_string());
+        let r = kubelet::certs::bootstrap::check_kubeconfig(&path).map_err(|e| e.to_string());
         assert_eq!(
             r.is_ok(),
-            kubelet::cluster::bootstrap::kubeconfig_usable(&path)
+            kubelet::certs::bootstrap::kubeconfig_usable(&path)
         );
         r
     })
@@ -1212,7 +1212,7 @@ fn cve_2019_11253_kubeconfig_alias_bomb_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kubeconfig");
         std::fs::write(&path, &text).unwrap();
-        kubelet::cluster::bootstrap::check_kubeconfig(&path).map_err(|e| e.to_string())
+        kubelet::certs::bootstrap::check_kubeconfig(&path).map_err(|e| e.to_string())
     });
     assert!(r.is_err(), "a billion laughs is not a kubeconfig");
 }

@@ -20,7 +20,7 @@ use tower::ServiceExt;
 
 fn state() -> AppState {
     AppState {
-        statuses: Arc::new(kubelet::status_manager::StatusManager::new()),
+        statuses: Arc::new(kubelet::status::manager::StatusManager::new()),
         pleg: Arc::new(kubelet::pleg::PlegHealth::default()),
         metrics: kubelet::metrics::Metrics::new("test-node"),
         configz: Arc::new(serde_json::json!({})),

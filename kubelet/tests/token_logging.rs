@@ -13,8 +13,8 @@ use std::time::Duration;
 use axum::Json;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use kubelet::cluster::auth_review::ApiReview;
-use kubelet::cluster::client::{ClientHandle, RateLimitLayer, build};
+use kubelet::objects::client::{ClientHandle, RateLimitLayer, build};
+use kubelet::server::auth_review::ApiReview;
 use kubelet::server::authn::Authenticator;
 
 const CLIENT_TOKEN: &str = "client-token-4f1d2c9e7b";

@@ -1,7 +1,8 @@
 //! The kubelet's certificates: the serving certificate of :10250 (`serving`: requested from the
 //! apiserver with `serverTLSBootstrap`, rotated before expiry and swapped under the listener).
-//! The client certificate's bootstrap and rotation live in `cluster::bootstrap`.
+//! The client certificate's bootstrap and rotation live in [`bootstrap`].
 
+pub mod bootstrap;
 pub mod serving;
 
 pub use serving::{ServingCertResolver, ServingError, ServingManager, ServingSettings};

@@ -6,8 +6,8 @@
 //! pair through [`ServingCertResolver`] on every handshake, so a rotation never drops it. Until
 //! a certificate is issued, handshakes fail (upstream's `GetCertificate` returns an error).
 
-use crate::cluster::bootstrap::{self, BootstrapError, CsrKind};
-use crate::cluster::client::ClientHandle;
+use crate::certs::bootstrap::{self, BootstrapError, CsrKind};
+use crate::objects::client::ClientHandle;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use std::net::IpAddr;

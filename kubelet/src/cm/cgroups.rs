@@ -2,7 +2,7 @@
 //! trait to create and remove them. The runtime creates each container's own cgroup below.
 
 use crate::config::CgroupDriver;
-use crate::pod::Qos;
+use crate::podspec::Qos;
 use std::collections::BTreeMap;
 
 /// A cgroup operation that failed.

@@ -5,7 +5,7 @@
 use super::cgroups::CgroupLimits;
 use crate::config::limits::PodLimits;
 use crate::config::resources::Reserved;
-use crate::pod::{self, Qos};
+use crate::podspec::{self, Qos};
 use crate::quantity;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use std::collections::BTreeMap;
@@ -134,16 +134,16 @@ pub fn pod_amounts_without_overhead(
     }
     add(&mut sum, &sidecars);
     max_into(&mut sum, &init_max);
-    if let Some(r) = pod::resources::pod_level(&spec, pod_level_gate) {
+    if let Some(r) = podspec::resources::pod_level(&spec, pod_level_gate) {
         // PodRequests applies pod-level requests only when some are set (after the
         // apiserver's defaulting from pod-level limits); PodLimits whenever any are.
         let level = if limits {
-            pod::resources::limits(r)
+            podspec::resources::limits(r)
         } else {
-            pod::resources::requests(r)
+            podspec::resources::requests(r)
         };
         for (k, q) in &level {
-            if let Some(v) = pod::resources::amount(k, q) {
+            if let Some(v) = podspec::resources::amount(k, q) {
                 sum.insert(k.clone(), v);
             }
         }
@@ -156,7 +156,7 @@ pub fn pod_amounts_without_overhead(
 pub fn pod_limits(pod: &Pod, s: &PodLimits, host_sizes: &[u64]) -> CgroupLimits {
     let spec = pod.spec.clone().unwrap_or_default();
     let gate = s.pod_level_resources;
-    let qos = pod::qos_class_with(&spec, gate);
+    let qos = podspec::qos_class_with(&spec, gate);
     let reqs = pod_amounts(pod, false, gate);
     let lims = pod_amounts(pod, true, gate);
     let all = spec
@@ -170,8 +170,8 @@ pub fn pod_limits(pod: &Pod, s: &PodLimits, host_sizes: &[u64]) -> CgroupLimits 
         mem_declared &= l.get("memory").is_some_and(|v| *v > 0);
     }
     // A pod-level limit declares the limit for the whole pod.
-    cpu_declared |= pod::resources::pod_limit(&spec, gate, "cpu").is_some();
-    mem_declared |= pod::resources::pod_limit(&spec, gate, "memory").is_some();
+    cpu_declared |= podspec::resources::pod_limit(&spec, gate, "cpu").is_some();
+    mem_declared |= podspec::resources::pod_limit(&spec, gate, "memory").is_some();
     let period = s.cpu_cfs_period_us;
     let shares = milli_cpu_to_shares(reqs.get("cpu").copied().unwrap_or(0));
     let quota = if s.cpu_cfs_quota {

@@ -7,6 +7,7 @@ pub mod allocatable;
 mod cgroups;
 mod fs;
 pub mod limits;
+pub mod metrics;
 pub mod systemd;
 
 pub use cgroups::*;
@@ -14,7 +15,7 @@ pub use fs::{FsCgroups, LIMITED_CONTROLLERS};
 
 use crate::config::limits::PodLimits;
 use crate::config::resources::NodeResources;
-use crate::pod::{self, Qos};
+use crate::podspec::{self, Qos};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -209,7 +210,7 @@ impl ContainerManager {
     pub fn ensure_pod(&self, pod: &Pod) -> Result<(), CgroupError> {
         let spec = pod.spec.clone().unwrap_or_default();
         let gate = self.cfg.pod_limits.pod_level_resources;
-        let qos = pod::qos_class_with(&spec, gate);
+        let qos = podspec::qos_class_with(&spec, gate);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if qos == Qos::Burstable {
             let cpu = limits::pod_amounts(pod, false, gate)

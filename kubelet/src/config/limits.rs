@@ -79,7 +79,7 @@ pub(super) fn gate_or(
 /// The feature gates the agent reads; any other one set is named in a warning.
 pub const READ_GATES: &[&str] = &[
     "CustomCPUCFSQuotaPeriod",
-    crate::pod::resources::GATE,
+    crate::podspec::resources::GATE,
     crate::images::pull_records::GATE,
 ];
 
@@ -111,7 +111,7 @@ pub fn unread_gates(flags: &Flags, file: &KubeletConfiguration) -> Vec<String> {
 /// with pflag's syntax).
 pub fn parse(flags: &Flags, file: &KubeletConfiguration) -> Result<PodLimits, ConfigError> {
     let mut out = PodLimits {
-        pod_level_resources: gate_or(flags, file, crate::pod::resources::GATE, true),
+        pod_level_resources: gate_or(flags, file, crate::podspec::resources::GATE, true),
         ..PodLimits::default()
     };
     match (&flags.cpu_cfs_quota, &file.cpu_cfs_quota) {

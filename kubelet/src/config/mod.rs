@@ -579,7 +579,7 @@ pub fn merge(
         .clone()
         .or(file.allowed_unsafe_sysctls.clone())
         .unwrap_or_default();
-    crate::pod::sysctl::Allowlist::new(&allowed_unsafe_sysctls)
+    crate::pod::admission::sysctl::Allowlist::new(&allowed_unsafe_sysctls)
         .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
     let resources = resources::parse(flags, &file)?;
     let pod_limits = limits::parse(flags, &file)?;

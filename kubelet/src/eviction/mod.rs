@@ -116,7 +116,7 @@ pub fn admit(state: &PressureState, pod: &Pod) -> Option<(String, String)> {
     }
     if conditions == [Condition::MemoryPressure] {
         let spec = pod.spec.clone().unwrap_or_default();
-        if crate::pod::qos_class(&spec) != crate::pod::Qos::BestEffort {
+        if crate::podspec::qos_class(&spec) != crate::podspec::Qos::BestEffort {
             return None;
         }
         let tolerates = spec.tolerations.iter().flatten().any(|t| {
@@ -232,7 +232,7 @@ impl Manager {
         disruption: bool,
     ) -> bool {
         if is_critical(pod) {
-            tracing::error!(pod = %crate::pod::full_name(pod), "eviction manager: cannot evict a critical pod");
+            tracing::error!(pod = %crate::podspec::full_name(pod), "eviction manager: cannot evict a critical pod");
             return false;
         }
         self.parts.events.record_annotated(
@@ -242,7 +242,7 @@ impl Manager {
             &message,
             annotations,
         );
-        tracing::info!(pod = %crate::pod::full_name(pod), %message, "eviction manager: evicting pod");
+        tracing::info!(pod = %crate::podspec::full_name(pod), %message, "eviction manager: evicting pod");
         let stopped = Stopped {
             reason: REASON.into(),
             message,
@@ -448,7 +448,7 @@ impl PodKiller for SyncLoopKiller {
             return false;
         }
         if tokio::time::timeout(POD_CLEANUP_TIMEOUT, rx).await.is_err() {
-            tracing::info!(pod = %crate::pod::full_name(pod), "eviction manager: timed out waiting for pods to be cleaned up");
+            tracing::info!(pod = %crate::podspec::full_name(pod), "eviction manager: timed out waiting for pods to be cleaned up");
         }
         true
     }

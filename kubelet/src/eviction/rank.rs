@@ -55,9 +55,9 @@ pub fn priority(pod: &Pod) -> i32 {
 pub fn is_critical(pod: &Pod) -> bool {
     let ann = pod.metadata.annotations.as_ref();
     let is_static = ann
-        .and_then(|a| a.get(crate::pod::ANN_CONFIG_SOURCE))
+        .and_then(|a| a.get(crate::podspec::ANN_CONFIG_SOURCE))
         .is_some_and(|s| s != "api");
-    let is_mirror = ann.is_some_and(|a| a.contains_key(crate::pod::ANN_CONFIG_MIRROR));
+    let is_mirror = ann.is_some_and(|a| a.contains_key(crate::podspec::ANN_CONFIG_MIRROR));
     is_static || is_mirror || priority(pod) >= SYSTEM_CRITICAL_PRIORITY
 }
 
@@ -73,15 +73,17 @@ fn container_quantity(c: &Container, limits: bool, resource: &str) -> Option<i12
 /// when nothing names it.
 pub fn pod_amount(pod: &Pod, limits: bool, resource: &str) -> Option<i128> {
     let spec = pod.spec.as_ref()?;
-    if let Some(r) = crate::pod::resources::pod_level(spec, crate::pod::resources::enabled()) {
+    if let Some(r) =
+        crate::podspec::resources::pod_level(spec, crate::podspec::resources::enabled())
+    {
         let level = if limits {
-            crate::pod::resources::limits(r)
+            crate::podspec::resources::limits(r)
         } else {
-            crate::pod::resources::requests(r)
+            crate::podspec::resources::requests(r)
         };
         if let Some(v) = level
             .get(resource)
-            .and_then(|q| crate::pod::resources::amount(resource, q))
+            .and_then(|q| crate::podspec::resources::amount(resource, q))
         {
             return Some(v);
         }

@@ -583,7 +583,7 @@ async fn emptydir_over_its_size_limit_is_evicted_without_node_pressure_but_criti
     let mut critical = pod("crit", 0, None, spec.clone());
     critical.metadata.annotations = Some(
         [(
-            crate::pod::ANN_CONFIG_SOURCE.to_string(),
+            crate::podspec::ANN_CONFIG_SOURCE.to_string(),
             "file".to_string(),
         )]
         .into(),

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::events::EventType;
-use crate::pod;
+use crate::podspec;
 use crate::runtime::{ImageAuth, Runtime, SandboxConfig};
 
 /// Pull back-off: 10 s doubling up to 5 min, per image (upstream's image back-off uses the
@@ -182,7 +182,7 @@ pub async fn ensure_image(
     let policy = c
         .image_pull_policy
         .clone()
-        .unwrap_or_else(|| pod::default_pull_policy(&image).into());
+        .unwrap_or_else(|| podspec::default_pull_policy(&image).into());
     let fail = |reason: PullReason, message: String, retry_after: Duration| PullError {
         reason,
         message,

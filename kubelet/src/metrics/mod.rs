@@ -8,7 +8,6 @@
 //! (`proxy::metrics::common`).
 
 mod certs;
-mod cgroups;
 pub mod server;
 pub mod storage;
 #[cfg(test)]
@@ -17,7 +16,6 @@ mod tests;
 use std::sync::LazyLock;
 
 pub use certs::{Certificates, certificates};
-pub use cgroups::InstrumentedCgroups;
 use prometheus::core::Collector;
 use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts, Registry,

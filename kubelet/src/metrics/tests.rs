@@ -1,4 +1,5 @@
 use super::*;
+use crate::cm::metrics::InstrumentedCgroups;
 use crate::runtime::fake::FakeRuntime;
 use crate::runtime::instrumented::Instrumented;
 use crate::runtime::{Runtime, RuntimeError};

@@ -39,10 +39,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::client::ClientHandle;
-use crate::cluster::informer::{self, Store};
 pub use crate::config::network::{self as settings, Settings};
 use crate::events::EventRecorder;
+use crate::objects::client::ClientHandle;
+use crate::objects::informer::{self, Store};
 use claims::{Claims, Reported};
 use masquerade::Masquerade;
 use routes::Routes;
@@ -181,7 +181,7 @@ impl Controller {
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = crate::cluster::changed(&mut changes) => {}
+                _ = crate::objects::changed(&mut changes) => {}
                 _ = tokio::time::sleep_until(next_full) => {}
             }
         }

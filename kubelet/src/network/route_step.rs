@@ -9,8 +9,8 @@ use cni::ip::IpNet;
 use super::claims::{Claims, Policy};
 use super::routes::{self, Added, Change, Route};
 use super::{Controller, State};
-use crate::cluster::informer::Changed;
 use crate::events::{self, EventType};
+use crate::objects::informer::Changed;
 
 impl Controller {
     /// Returns false when something failed (the caller retries soon, with a full pass).

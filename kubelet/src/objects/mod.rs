@@ -1,6 +1,6 @@
 //! ConfigMaps, Secrets and ServiceAccount tokens the kubelet reads for its pods (upstream's
 //! `pkg/kubelet/{configmap,secret,token}` managers). One narrow trait reaches the apiserver
-//! ([`ApiObjects`], implemented by `cluster::objects`, faked in tests); [`ObjectCache`] follows
+//! ([`ApiObjects`], implemented by [`apiserver`], faked in tests); [`ObjectCache`] follows
 //! every object a pod on this node references with a watch of its own (upstream's
 //! `changeDetectionStrategy: Watch`); [`token::TokenManager`] requests and rotates tokens.
 //! Volumes (`volume::`) and container env (`spec::env`) read through these.
@@ -13,10 +13,24 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use tokio::sync::watch;
 
+pub mod apiserver;
+pub mod client;
+pub mod events;
+pub mod informer;
+pub mod runtime_class;
+pub mod services;
 pub mod token;
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
+
+/// Waits for a change; a channel whose sender is gone never changes again (the caller's
+/// cancellation token ends its loop), so this then waits forever instead of spinning.
+pub(crate) async fn changed<T>(rx: &mut watch::Receiver<T>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
 
 /// Which kind of object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,7 +1,9 @@
 //! Static pods: manifests in `staticPodPath` become pods named `<name>-<node>`, with a UID derived
 //! from the manifest's content so that an unchanged file keeps its pod across agent restarts.
 
-use super::{ANN_CONFIG_HASH, ANN_CONFIG_SEEN, ANN_CONFIG_SOURCE, apply_defaults, validate};
+use crate::podspec::{
+    ANN_CONFIG_HASH, ANN_CONFIG_SEEN, ANN_CONFIG_SOURCE, apply_defaults, validate,
+};
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;

@@ -6,12 +6,12 @@
 use crate::cm::ContainerManager;
 use crate::events::{EventRecorder, EventType};
 use crate::images;
-use crate::pod::{self, Qos};
 use crate::pod_dirs;
+use crate::podspec::{self as pod, Qos};
 use crate::runtime::*;
 use crate::spec::{self, NodeSettings};
+use crate::status::manager::StatusManager;
 use crate::status::{self, Observation, Waiting};
-use crate::status_manager::StatusManager;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Container as K8sContainer, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
@@ -29,7 +29,7 @@ pub const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// A container that ran this long before exiting starts its back-off afresh.
 pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(600);
-pub use crate::pod::MIN_GRACE;
+pub use crate::podspec::MIN_GRACE;
 /// The pod's reason and message once `activeDeadlineSeconds` has passed (upstream).
 pub const DEADLINE_REASON: &str = "DeadlineExceeded";
 pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
@@ -59,9 +59,9 @@ pub struct Env {
     /// Sets up the pods' volumes and reads the ConfigMaps/Secrets their env names.
     pub volumes: Arc<crate::volume::VolumeManager>,
     /// Services for the service-link variables (None standalone: no variables).
-    pub services: Option<Arc<crate::cluster::services::ServiceStore>>,
+    pub services: Option<Arc<crate::objects::services::ServiceStore>>,
     /// RuntimeClass handlers (None standalone: a pod naming a class fails its sandbox).
-    pub runtime_classes: Option<Arc<crate::cluster::runtime_class::RuntimeClassStore>>,
+    pub runtime_classes: Option<Arc<crate::objects::runtime_class::RuntimeClassStore>>,
     /// Pulled-image credential verification (None: the `KubeletEnsureSecretPulledImages`
     /// gate is off).
     pub pull_records: Option<Arc<images::pull_records::PullRecords>>,
@@ -203,13 +203,13 @@ impl Worker {
     }
 
     /// The CRI runtime handler of the pod's RuntimeClass.
-    fn runtime_handler(&self) -> Result<String, crate::cluster::runtime_class::RuntimeClassError> {
+    fn runtime_handler(&self) -> Result<String, crate::objects::runtime_class::RuntimeClassError> {
         let class = self
             .pod
             .spec
             .as_ref()
             .and_then(|s| s.runtime_class_name.as_deref());
-        crate::cluster::runtime_class::lookup_handler(self.env.runtime_classes.as_deref(), class)
+        crate::objects::runtime_class::lookup_handler(self.env.runtime_classes.as_deref(), class)
     }
 
     /// Runs until terminated (then reports on `done`) or cancelled (agent shutdown leaves the

@@ -590,13 +590,13 @@ impl Worker {
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(crate::pod::ANN_CONFIG_SOURCE))
+            .and_then(|a| a.get(crate::podspec::ANN_CONFIG_SOURCE))
             .is_some_and(|s| s != "api");
-        match crate::cluster::services::pod_service_env(store, ns, links) {
+        match crate::objects::services::pod_service_env(store, ns, links) {
             Ok(env) => Ok(env),
             Err(_) if is_static => {
                 let all: Vec<_> = store.list().into_iter().map(|(_, s)| s).collect();
-                Ok(crate::cluster::services::service_env(&all, ns, links))
+                Ok(crate::objects::services::service_env(&all, ns, links))
             }
             Err(e) => Err(StartError::CreateContainerConfig {
                 message: e.to_string(),

@@ -109,7 +109,7 @@ impl Worker {
         // label or a manifest could say `..`); removal walks the disk, off the async workers.
         // Containers are gone: nothing reads the volumes any more.
         self.env.volumes.forget(&self.uid).await;
-        if crate::pod::is_safe_uid(&self.uid) {
+        if crate::podspec::is_safe_uid(&self.uid) {
             let pod_dir = spec::pod_dir(&self.env.node, &self.uid);
             let log_dir = spec::pod_log_dir(&self.env.node, &self.pod);
             let binder = self.env.binder.clone();

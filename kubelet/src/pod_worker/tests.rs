@@ -60,7 +60,7 @@ fn pod(policy: &str, extra: serde_json::Value) -> Pod {
         "spec": spec
     }))
     .unwrap();
-    crate::pod::apply_defaults(&mut p);
+    crate::podspec::apply_defaults(&mut p);
     p
 }
 

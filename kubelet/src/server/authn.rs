@@ -8,7 +8,7 @@
 //! handshake, as upstream.
 
 use super::cache::TtlCache;
-use crate::cluster::auth_review::{AuthReview, TokenOutcome, UserInfo};
+use crate::server::auth_review::{AuthReview, TokenOutcome, UserInfo};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};

@@ -6,7 +6,7 @@
 
 use super::authn::{Authenticator, AuthnError};
 pub use super::cache::TtlCache;
-use crate::cluster::auth_review::{AccessAttributes, AuthReview, UserInfo};
+use crate::server::auth_review::{AccessAttributes, AuthReview, UserInfo};
 use http::StatusCode;
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@ use tokio::net::TcpStream;
 
 fn state() -> AppState {
     AppState {
-        statuses: Arc::new(crate::status_manager::StatusManager::new()),
+        statuses: Arc::new(crate::status::manager::StatusManager::new()),
         pleg: Arc::new(crate::pleg::PlegHealth::default()),
         metrics: crate::metrics::Metrics::new("test-node"),
         configz: Arc::new(serde_json::json!({"secret": "x"})),
@@ -232,14 +232,14 @@ async fn oversized_request_heads_are_refused() {
 /// A :10250-like server on loopback (the authenticating handler over plain TCP): the token
 /// `good` is user `admin`, allowed `get` on `nodes/pods`; anything else is a 401.
 async fn start_authenticating(limits: Limits) -> (std::net::SocketAddr, CancellationToken) {
-    use crate::cluster::auth_review::test_util::FakeReview;
+    use crate::server::auth_review::test_util::FakeReview;
     let review = Arc::new(FakeReview::default());
     review.token("good", "admin", &[]);
     review.grant("admin", "get", "pods");
     let auth = crate::server::Auth::new(
         crate::server::AuthSettings::secure_defaults(),
         "node-a",
-        Some(review as Arc<dyn crate::cluster::auth_review::AuthReview>),
+        Some(review as Arc<dyn crate::server::auth_review::AuthReview>),
     )
     .unwrap();
     let l = TcpListener::bind("0.0.0.0:0").await.unwrap();

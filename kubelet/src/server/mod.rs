@@ -12,6 +12,7 @@
 //! authorization ([`authz`]: SubjectAccessReview on `nodes/<subresource>`, or AlwaysAllow when
 //! configured; 403 when denied, 500 when the apiserver gives no answer).
 
+pub mod auth_review;
 pub mod authn;
 pub mod authz;
 mod cache;
@@ -34,7 +35,7 @@ mod ws_spdy;
 use crate::atomic_file;
 use crate::metrics::Metrics;
 use crate::pleg::PlegHealth;
-use crate::status_manager::StatusManager;
+use crate::status::manager::StatusManager;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -446,7 +447,7 @@ pub fn serving_tls_resolver(
 fn self_signed_problem(cert: &Path, key: &Path) -> Option<String> {
     let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
     match (read(cert), read(key)) {
-        (Ok(c), Ok(k)) => crate::cluster::bootstrap::check_key_pair(&c, &k)
+        (Ok(c), Ok(k)) => crate::certs::bootstrap::check_key_pair(&c, &k)
             .err()
             .map(|e| format!("{} and {}: {e}", cert.display(), key.display())),
         (Err(e), _) | (_, Err(e)) => Some(e),

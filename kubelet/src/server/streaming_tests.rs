@@ -217,7 +217,7 @@ async fn setup(stream_base: &str, idle: Duration) -> Setup {
         .await
         .unwrap();
     rt.start_container(&container).await.unwrap();
-    let statuses = Arc::new(crate::status_manager::StatusManager::new());
+    let statuses = Arc::new(crate::status::manager::StatusManager::new());
     let mut pod = Pod::default();
     pod.metadata.name = Some("web".into());
     pod.metadata.namespace = Some("default".into());

@@ -1,5 +1,5 @@
 use super::*;
-use crate::cluster::bootstrap::check_key_pair;
+use crate::certs::bootstrap::check_key_pair;
 use std::os::unix::fs::PermissionsExt;
 
 fn mode(p: &Path) -> u32 {

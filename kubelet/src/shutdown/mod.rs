@@ -165,7 +165,7 @@ async fn process_shutdown(settings: &Settings, parts: &Parts) {
                 .max(0) as u64;
             let (done, rx) = oneshot::channel();
             let uid = pod.metadata.uid.clone().unwrap_or_default();
-            tracing::info!(pod = %crate::pod::full_name(pod), grace_secs = grace, priority = group.priority, "shutdown manager killing pod");
+            tracing::info!(pod = %crate::podspec::full_name(pod), grace_secs = grace, priority = group.priority, "shutdown manager killing pod");
             let sent = parts
                 .pods
                 .send(Control::Stop {

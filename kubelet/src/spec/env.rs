@@ -3,7 +3,7 @@
 
 use super::ConfigError;
 use crate::objects::{Kind, ObjectData, ObjectKey};
-use crate::{pod, quantity};
+use crate::{podspec, quantity};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
@@ -135,11 +135,11 @@ pub fn limit_defaults(
         .as_ref()
         .filter(|_| pod_level_gate)
         .and_then(|r| r.limits.as_ref())
-        .filter(|l| l.keys().any(|k| pod::resources::is_supported(k)));
+        .filter(|l| l.keys().any(|k| podspec::resources::is_supported(k)));
     for (name, q) in pod_limits.into_iter().flatten() {
         let applies = DEFAULTED_LIMITS.contains(&name.as_str())
-            && pod::resources::is_supported(name)
-            && pod::resources::amount(name, q).is_some_and(|v| v != 0);
+            && podspec::resources::is_supported(name)
+            && podspec::resources::amount(name, q).is_some_and(|v| v != 0);
         if applies && let Some(slot) = out.get_mut(name) {
             *slot = q.clone();
         }

@@ -1,7 +1,7 @@
 //! Turning a pod spec into what the runtime is asked for: the sandbox config (hostname, DNS,
 //! ports, cgroup parent, labels) and each container's config (command, env, mounts, resources).
 
-use crate::pod::{self, Qos};
+use crate::podspec::{self, Qos};
 use crate::quantity;
 
 mod env;
@@ -290,9 +290,13 @@ fn memory_request(c: &Container) -> i128 {
 /// Upstream's IsCriticalPod: a static or mirror pod, or priority at least system-critical.
 pub fn is_critical_pod(pod: &Pod) -> bool {
     let ann = pod.metadata.annotations.clone().unwrap_or_default();
-    let static_pod = ann.get(pod::ANN_CONFIG_SOURCE).is_some_and(|s| s != "api");
+    let static_pod = ann
+        .get(podspec::ANN_CONFIG_SOURCE)
+        .is_some_and(|s| s != "api");
     let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-    static_pod || ann.contains_key(pod::ANN_CONFIG_MIRROR) || priority >= SYSTEM_CRITICAL_PRIORITY
+    static_pod
+        || ann.contains_key(podspec::ANN_CONFIG_MIRROR)
+        || priority >= SYSTEM_CRITICAL_PRIORITY
 }
 
 /// Upstream's GetContainerOOMScoreAdjust: node-critical and Guaranteed −997, BestEffort 1000,
@@ -302,7 +306,7 @@ pub fn oom_score_adj(pod: &Pod, c: &Container, memory_capacity: i64, pod_level_g
     let spec = pod.spec.clone().unwrap_or_default();
     let node_critical =
         is_critical_pod(pod) && spec.priority_class_name.as_deref() == Some("system-node-critical");
-    let qos = pod::qos_class_with(&spec, pod_level_gate);
+    let qos = podspec::qos_class_with(&spec, pod_level_gate);
     if node_critical || qos == Qos::Guaranteed {
         return GUARANTEED_OOM_SCORE_ADJ;
     }
@@ -343,14 +347,14 @@ pub fn linux_resources(node: &NodeSettings, pod: &Pod, c: &Container) -> LinuxRe
     // own gets the pod-level limit when pod-level resources are set.
     let cpu_limit = milli(&limits, "cpu")
         .filter(|v| *v != 0)
-        .or_else(|| pod::resources::pod_limit(&spec, gate, "cpu"));
+        .or_else(|| podspec::resources::pod_limit(&spec, gate, "cpu"));
     // A request that is absent (not zero) defaults to the limit.
     let cpu_request = milli(&requests, "cpu").or(cpu_limit);
     let mem_limit = limits
         .get("memory")
         .and_then(|q| quantity::value(q).ok())
         .filter(|v| *v != 0)
-        .or_else(|| pod::resources::pod_limit(&spec, gate, "memory"));
+        .or_else(|| podspec::resources::pod_limit(&spec, gate, "memory"));
     // Quantities are at most an int64 of thousandths (quantity::MAX_MILLI), so this i128
     // arithmetic cannot overflow; results are clamped into the kernel's ranges.
     let to_i64 = |v: i128| v.clamp(0, i64::MAX as i128) as i64;
@@ -421,7 +425,7 @@ fn configure_swap(node: &NodeSettings, pod: &Pod, c: &Container, out: &mut Linux
                 .unwrap_or(0)
         };
     let (req, lim) = (get(res.requests), get(res.limits));
-    if pod::qos_class_with(&spec, node.pod_limits.pod_level_resources) != Qos::Burstable
+    if podspec::qos_class_with(&spec, node.pod_limits.pod_level_resources) != Qos::Burstable
         || (req == 0 && lim == 0)
         || req == lim
         || node.memory_capacity <= 0
@@ -619,7 +623,7 @@ pub fn container_config(
     labels.insert(LABEL_POD_UID.to_string(), uid.clone());
     labels.insert(LABEL_CONTAINER_NAME.to_string(), c.name.clone());
     let mut annotations = BTreeMap::new();
-    annotations.insert(ANN_CONTAINER_HASH.to_string(), pod::container_hash(c));
+    annotations.insert(ANN_CONTAINER_HASH.to_string(), podspec::container_hash(c));
     annotations.insert(ANN_RESTART_COUNT.to_string(), restart_count.to_string());
     annotations.insert(ANN_TERMINATION_MESSAGE_PATH.to_string(), term_path);
     annotations.insert(
@@ -630,7 +634,7 @@ pub fn container_config(
     );
     annotations.insert(
         ANN_POD_GRACE_PERIOD.to_string(),
-        pod::spec_grace_seconds(pod).to_string(),
+        podspec::spec_grace_seconds(pod).to_string(),
     );
     if let Some(ports) = &c.ports
         && !ports.is_empty()

@@ -2,7 +2,7 @@ use super::*;
 
 fn pod(json: serde_json::Value) -> Pod {
     let mut p: Pod = serde_json::from_value(json).unwrap();
-    crate::pod::apply_defaults(&mut p);
+    crate::podspec::apply_defaults(&mut p);
     p
 }
 
@@ -261,7 +261,7 @@ fn extreme_resources_clamp_instead_of_overflowing() {
         serde_json::json!({"metadata": {"name": "w", "uid": "u"}, "spec": {"containers": [{"name": "c", "image": "i:1",
         "resources": {"limits": {"memory": "1e40"}}}]}}),
     );
-    let e = crate::pod::validate(&p).unwrap_err();
+    let e = crate::podspec::validate(&p).unwrap_err();
     assert!(e.to_string().contains("too large"), "{e}");
 }
 

@@ -8,8 +8,8 @@ const PRIVATE: &str = "registry.example:5000/team/app:1";
 /// A rig whose objects come from `api`, with the given stores.
 fn rig_with(
     api: Arc<FakeApi>,
-    services: Option<Arc<crate::cluster::services::ServiceStore>>,
-    classes: Option<Arc<crate::cluster::runtime_class::RuntimeClassStore>>,
+    services: Option<Arc<crate::objects::services::ServiceStore>>,
+    classes: Option<Arc<crate::objects::runtime_class::RuntimeClassStore>>,
 ) -> Rig {
     let r = rig();
     let base = Env::for_test(r.rt.clone(), r._dir.path());
@@ -137,7 +137,7 @@ async fn a_broken_pull_secret_fails_the_pull() {
 
 #[tokio::test(start_paused = true)]
 async fn runtime_class_sets_the_handler_and_an_unknown_class_fails_the_sandbox() {
-    let classes = Arc::new(crate::cluster::runtime_class::RuntimeClassStore::default());
+    let classes = Arc::new(crate::objects::runtime_class::RuntimeClassStore::default());
     classes.replace([("fast".to_string(), "runc-fast".to_string())].into());
     let r = rig_with(Arc::new(FakeApi::default()), None, Some(classes));
     let mut w = Worker::new(
@@ -151,7 +151,7 @@ async fn runtime_class_sets_the_handler_and_an_unknown_class_fails_the_sandbox()
     assert_eq!(cfg.runtime_handler, "runc-fast");
     assert_eq!(r.rt.running("app").len(), 1);
 
-    let classes = Arc::new(crate::cluster::runtime_class::RuntimeClassStore::default());
+    let classes = Arc::new(crate::objects::runtime_class::RuntimeClassStore::default());
     classes.replace(Default::default());
     let r = rig_with(Arc::new(FakeApi::default()), None, Some(classes));
     let mut w = Worker::new(
@@ -194,7 +194,7 @@ fn env_of(r: &Rig) -> BTreeMap<String, String> {
 
 #[tokio::test(start_paused = true)]
 async fn service_links_reach_the_container_env() {
-    use crate::cluster::services::{ServiceInfo, ServicePort, ServiceStore};
+    use crate::objects::services::{ServiceInfo, ServicePort, ServiceStore};
     let store = Arc::new(ServiceStore::default());
     let svc = |ns: &str, name: &str, ip: &str, port: i32| ServiceInfo {
         namespace: ns.into(),

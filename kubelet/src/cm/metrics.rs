@@ -25,7 +25,7 @@ impl InstrumentedCgroups {
     ) -> Result<T, CgroupError> {
         let started = Instant::now();
         let out = f();
-        super::families()
+        crate::metrics::families()
             .cgroup_manager_duration
             .with_label_values(&[op])
             .observe(started.elapsed().as_secs_f64());

@@ -1,6 +1,9 @@
 //! Pod status as upstream's kubelet computes it: phase, conditions and container statuses from
 //! what the runtime reports plus the worker's own knowledge (waiting reasons, readiness).
 
+pub mod manager;
+pub mod writer;
+
 use crate::runtime::{ContainerState, ContainerStatus as RtStatus};
 use k8s_openapi::api::core::v1::{
     ContainerState as K8sState, ContainerStateRunning, ContainerStateTerminated,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 /// A pod's effective requests in upstream's units (cpu in millicores, the rest in values).
 pub fn requests(pod: &Pod) -> BTreeMap<String, i128> {
-    crate::cm::limits::pod_amounts(pod, false, crate::pod::resources::enabled())
+    crate::cm::limits::pod_amounts(pod, false, crate::podspec::resources::enabled())
 }
 
 /// Adds `pod`'s requests to `used`.
@@ -49,7 +49,7 @@ pub fn check(
             continue;
         }
         let cap = match allocatable.get(&name) {
-            Some(q) => crate::pod::resources::amount(&name, q).unwrap_or(0),
+            Some(q) => crate::podspec::resources::amount(&name, q).unwrap_or(0),
             None if is_extended(&name) => continue,
             None => 0,
         };

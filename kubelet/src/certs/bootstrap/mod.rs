@@ -16,8 +16,8 @@
 //! current certificate has expired (rotation failed for long, the machine slept) the CSR is sent
 //! with the bootstrap kubeconfig's credentials instead, as upstream's certificate manager does.
 
-use super::client::{self, ClientPublisher, RateLimitLayer};
 use crate::atomic_file;
+use crate::objects::client::{self, ClientPublisher, RateLimitLayer};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,

@@ -8,10 +8,10 @@
 //! one. Static pods' statuses go to their mirror pods. Pods whose termination finished get their
 //! final status and are then deleted with grace 0 and a UID precondition.
 
-use super::client::{self, ClientHandle};
-use super::pods::PodStore;
-use crate::pod::{ANN_CONFIG_HASH, ANN_CONFIG_MIRROR, ANN_CONFIG_SOURCE};
-use crate::status_manager::StatusManager;
+use crate::objects::client::{self, ClientHandle};
+use crate::pod::api::PodStore;
+use crate::podspec::{ANN_CONFIG_HASH, ANN_CONFIG_MIRROR, ANN_CONFIG_SOURCE};
+use crate::status::manager::StatusManager;
 use crate::sync_loop::{Source, Terminated};
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -232,7 +232,7 @@ impl StatusWriter {
         let in_sync = |api: &Pod| (api.metadata.resource_version.clone(), local_status.clone());
         for attempt in 0..3 {
             let Some(merged) = merge(api.status.as_ref(), local_status) else {
-                tracing::debug!(pod = %crate::pod::full_name(local), %uid, "apiserver has a terminal phase; not writing a non-terminal one");
+                tracing::debug!(pod = %crate::podspec::full_name(local), %uid, "apiserver has a terminal phase; not writing a non-terminal one");
                 checked.insert(uid, in_sync(&api));
                 return Ok(());
             };
@@ -256,7 +256,7 @@ impl StatusWriter {
             };
             match self.patch(&target, &want).await {
                 Ok(p) => {
-                    tracing::debug!(pod = %crate::pod::full_name(local), %uid, phase = ?merged.phase, "pod status written");
+                    tracing::debug!(pod = %crate::podspec::full_name(local), %uid, phase = ?merged.phase, "pod status written");
                     checked.insert(uid.clone(), in_sync(&p));
                     self.store.apply(&self.node_name, p);
                     written.insert(uid.clone(), want);
@@ -354,7 +354,7 @@ impl StatusWriter {
                                 |r| r.backoff,
                             );
                             let wait = backoff.fail();
-                            tracing::warn!(pod = %crate::pod::full_name(local), %uid, error = %e, retry_in = ?wait, "writing pod status failed");
+                            tracing::warn!(pod = %crate::podspec::full_name(local), %uid, error = %e, retry_in = ?wait, "writing pod status failed");
                             retries.insert(
                                 uid,
                                 Retry {
@@ -374,9 +374,9 @@ impl StatusWriter {
             let next_retry = retries.values().map(|r| r.at).min();
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = super::changed(&mut status_rx) => {}
+                _ = crate::objects::changed(&mut status_rx) => {}
                 // News from the pod watch: the apiserver answers again, retry everything now.
-                _ = super::changed(&mut store_rx) => retries.clear(),
+                _ = crate::objects::changed(&mut store_rx) => retries.clear(),
                 Some(t) = self.terminated_rx.recv() => self.finish(t, &mut written).await,
                 _ = async {
                     match next_retry {

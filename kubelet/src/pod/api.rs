@@ -3,10 +3,10 @@
 //! upstream's `lifecycle/predicate.go`, and the full admitted set sent to the sync loop as
 //! `SourceUpdate { source: Api }` after the initial list and on every change.
 
-use super::changed;
-use super::client::{ClientHandle, WATCH_TIMEOUT_SECS};
 use crate::events::{EventRecorder, EventType, pod_ref};
-use crate::status_manager::StatusManager;
+use crate::objects::changed;
+use crate::objects::client::{ClientHandle, WATCH_TIMEOUT_SECS};
+use crate::status::manager::StatusManager;
 use crate::sync_loop::{Source, SourceUpdate, Terminated};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodStatus};
@@ -240,7 +240,7 @@ pub struct Admission {
     admitted: HashSet<String>,
     rejected: HashMap<String, Rejection>,
     /// The sysctls pods may set (safe ones plus `allowedUnsafeSysctls`).
-    pub sysctls: crate::pod::sysctl::Allowlist,
+    pub sysctls: crate::pod::admission::sysctl::Allowlist,
     /// While the node shuts down every new pod is rejected.
     pub shutdown: Option<Arc<crate::shutdown::ShutdownState>>,
     /// Under node pressure pods are rejected as upstream's eviction admission does.
@@ -279,7 +279,7 @@ impl Admission {
         let mut active = static_pods + running.len();
         let mut used = BTreeMap::new();
         for p in running.iter().copied().chain(self.static_pods.iter()) {
-            super::fit::add_requests(&mut used, p);
+            super::admission::fit::add_requests(&mut used, p);
         }
         let mut fresh: Vec<&Pod> = pods
             .iter()
@@ -327,7 +327,7 @@ impl Admission {
             } else if let Some((reason, message)) = self
                 .allocatable
                 .as_ref()
-                .and_then(|a| super::fit::check(p, &used, a))
+                .and_then(|a| super::admission::fit::check(p, &used, a))
             {
                 Some(Rejection { reason, message })
             } else if !node_affinity_matches(p, labels, node_name) {
@@ -348,7 +348,7 @@ impl Admission {
                 None => {
                     self.admitted.insert(uid);
                     active += 1;
-                    super::fit::add_requests(&mut used, p);
+                    super::admission::fit::add_requests(&mut used, p);
                 }
             }
         }
@@ -385,7 +385,7 @@ fn intent(p: &Pod) -> Pod {
 pub struct Dispatcher {
     pub node_name: String,
     pub max_pods: u32,
-    pub sysctls: crate::pod::sysctl::Allowlist,
+    pub sysctls: crate::pod::admission::sysctl::Allowlist,
     pub store: PodStore,
     pub statuses: Arc<StatusManager>,
     pub events: Arc<dyn EventRecorder>,
@@ -420,7 +420,7 @@ impl Dispatcher {
                         !p.metadata
                             .annotations
                             .as_ref()
-                            .is_some_and(|a| a.contains_key(crate::pod::ANN_CONFIG_MIRROR))
+                            .is_some_and(|a| a.contains_key(crate::podspec::ANN_CONFIG_MIRROR))
                     })
                     .collect();
                 let labels = self
@@ -439,7 +439,7 @@ impl Dispatcher {
                 for (p, r) in
                     admission.admit(&pods, static_count, self.max_pods, &labels, &self.node_name)
                 {
-                    tracing::warn!(pod = %crate::pod::full_name(&p), uid = ?p.metadata.uid, reason = %r.reason, message = %r.message, "pod rejected at admission");
+                    tracing::warn!(pod = %crate::podspec::full_name(&p), uid = ?p.metadata.uid, reason = %r.reason, message = %r.message, "pod rejected at admission");
                     self.events
                         .record(&pod_ref(&p), EventType::Warning, &r.reason, &r.message);
                     self.statuses.set(&p, rejected_status(&r));
@@ -515,7 +515,8 @@ mod tests {
     #[test]
     fn forbidden_sysctls_are_rejected_at_admission() {
         let mut a = Admission {
-            sysctls: crate::pod::sysctl::Allowlist::new(&["net.core.somaxconn".into()]).unwrap(),
+            sysctls: crate::pod::admission::sysctl::Allowlist::new(&["net.core.somaxconn".into()])
+                .unwrap(),
             ..Default::default()
         };
         let sysctls = |n: &str| serde_json::json!({"securityContext": {"sysctls": [{"name": n, "value": "1"}]}});

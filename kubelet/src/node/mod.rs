@@ -3,8 +3,8 @@
 //! (`kube-node-lease/<node>`, renewed every quarter of its duration). Host facts come through
 //! [`HostFacts`], runtime health through [`RuntimeHealth`], so the status logic is unit-tested.
 
-use super::client::{self, ClientHandle};
 use crate::events::{EventRecorder, EventType, node_ref};
+use crate::objects::client::{self, ClientHandle};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
@@ -737,5 +737,4 @@ impl LeaseLoop {
 }
 
 #[cfg(test)]
-#[path = "node_tests.rs"]
 mod tests;

@@ -12,25 +12,17 @@
 //! - [`services`] and [`runtime_class`]: informers (through [`informer`]) for service-link
 //!   variables and RuntimeClass handlers, read by the pod workers.
 
-pub mod auth_review;
-pub mod bootstrap;
-pub mod client;
-pub mod events;
-pub mod fit;
-pub mod informer;
-pub mod mirror;
-pub mod node;
-pub mod objects;
-pub mod pods;
-pub mod runtime_class;
-pub mod services;
-pub mod status_writer;
+use crate::certs::bootstrap;
+use crate::node;
+use crate::objects::{client, events};
+use crate::pod::{api as pods, mirror};
+use crate::status::writer as status_writer;
 
 use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::pleg::PlegHealth;
 use crate::runtime::Runtime;
-use crate::status_manager::StatusManager;
+use crate::status::manager::StatusManager;
 use crate::sync_loop::{SourceUpdate, Terminated};
 use k8s_openapi::api::core::v1::Pod;
 use std::net::IpAddr;
@@ -46,14 +38,6 @@ pub enum ClusterError {
     Bootstrap(#[from] bootstrap::BootstrapError),
     #[error(transparent)]
     Client(#[from] client::ClientError),
-}
-
-/// Waits for a change; a channel whose sender is gone never changes again (the caller's
-/// cancellation token ends its loop), so this then waits forever instead of spinning.
-pub(crate) async fn changed<T>(rx: &mut watch::Receiver<T>) {
-    if rx.changed().await.is_err() {
-        std::future::pending::<()>().await;
-    }
 }
 
 /// Credentials and a client, ready for [`start`].
@@ -190,7 +174,7 @@ pub fn start(
         pods::Dispatcher {
             node_name: cfg.node_name.clone(),
             max_pods: cfg.max_pods,
-            sysctls: crate::pod::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls)
+            sysctls: crate::pod::admission::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls)
                 .unwrap_or_default(),
             store: store.clone(),
             statuses: parts.statuses.clone(),

@@ -1,6 +1,8 @@
 //! Assembles the kubelet from a validated [`Config`]: runtime connection, servers, pod sources,
 //! PLEG and the sync loop, all owned by one [`JoinSet`] and stopped by one token.
 
+pub mod cluster;
+
 use crate::cm::{CgroupNamer, CgroupVersion, Cgroups, CmConfig, ContainerManager, FsCgroups};
 use crate::config::Config;
 use crate::config::limits::SwapBehavior;
@@ -12,7 +14,7 @@ use crate::runtime::Runtime;
 use crate::runtime::cri::CriRuntime;
 use crate::server::{self, AppState};
 use crate::spec::{self, NodeSettings};
-use crate::status_manager::StatusManager;
+use crate::status::manager::StatusManager;
 use crate::sync_loop::{Source, SourceUpdate, SyncLoop};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,7 +31,7 @@ pub enum AppError {
     #[error(transparent)]
     Server(#[from] server::ServerError),
     #[error("cluster mode: {0}")]
-    Cluster(#[from] crate::cluster::ClusterError),
+    Cluster(#[from] crate::app::cluster::ClusterError),
     #[error(transparent)]
     ProxyRole(#[from] crate::proxy_role::ProxyRoleError),
     #[error(
@@ -109,7 +111,7 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
             Arc::new(crate::cm::systemd::SystemdCgroups::new(units, fs))
         }
     };
-    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::metrics::InstrumentedCgroups::new(inner));
+    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::cm::metrics::InstrumentedCgroups::new(inner));
     let hugepages = crate::host::hugepages();
     let cm = Arc::new(ContainerManager::new(
         cgroups,
@@ -143,7 +145,7 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
 /// Runs the kubelet until `cancel` fires.
 pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
     // QoS classes (pod status, eviction, admission) follow the configured gate.
-    crate::pod::resources::set_enabled(cfg.pod_limits.pod_level_resources);
+    crate::podspec::resources::set_enabled(cfg.pod_limits.pod_level_resources);
     if !cfg.pod_limits.pod_level_resources {
         tracing::info!("feature gate PodLevelResources is off: spec.resources of pods is ignored");
     }
@@ -156,7 +158,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let cluster = match &cfg.kubeconfig {
         Some(k) if k.exists() || cfg.bootstrap_kubeconfig.is_some() => {
             tracing::info!(node = %cfg.node_name, kubeconfig = %k.display(), runtime = %cfg.container_runtime_endpoint, "starting kubelet in cluster mode");
-            match crate::cluster::connect(&cfg, &cancel).await? {
+            match crate::app::cluster::connect(&cfg, &cancel).await? {
                 Some(c) => Some(c),
                 None => return Ok(()),
             }
@@ -168,9 +170,8 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     };
     // :10250 authentication/authorization (upstream's BuildAuth: webhook modes need a client).
     let review = cluster.as_ref().map(|c| {
-        Arc::new(crate::cluster::auth_review::ApiReview::new(
-            c.client.clone(),
-        )) as Arc<dyn crate::cluster::auth_review::AuthReview>
+        Arc::new(crate::server::auth_review::ApiReview::new(c.client.clone()))
+            as Arc<dyn crate::server::auth_review::AuthReview>
     });
     let auth = Arc::new(
         server::Auth::new(cfg.auth.clone(), &cfg.node_name, review)
@@ -377,7 +378,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let probe_manager = Arc::new(probe_manager);
     // Cluster mode writes events to the apiserver; standalone logs them.
     let (events, event_sink): (Arc<dyn EventRecorder>, _) = if cluster.is_some() {
-        let (recorder, sink) = crate::cluster::events::channel(&cfg.node_name);
+        let (recorder, sink) = crate::objects::events::channel(&cfg.node_name);
         (Arc::new(recorder), Some(sink))
     } else {
         (Arc::new(crate::events::LogRecorder), None)
@@ -424,7 +425,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     };
     // ConfigMaps, Secrets and tokens come from the apiserver; standalone pods cannot use them.
     let api_objects = cluster.as_ref().map(|c| {
-        Arc::new(crate::cluster::objects::ClusterObjects::new(
+        Arc::new(crate::objects::apiserver::ClusterObjects::new(
             c.client.clone(),
         )) as Arc<dyn crate::objects::ApiObjects>
     });
@@ -441,7 +442,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     // mode; standalone pods get no service variables and cannot name a RuntimeClass.
     let (services, runtime_classes) = match &cluster {
         Some(c) => {
-            use crate::cluster::{informer, runtime_class, services};
+            use crate::objects::{informer, runtime_class, services};
             let svc = Arc::new(services::ServiceStore::default());
             let rc = Arc::new(runtime_class::RuntimeClassStore::default());
             tasks.spawn(informer::run(
@@ -497,23 +498,24 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
                 cancel.clone(),
             ));
             let sysctls =
-                crate::pod::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default();
+                crate::pod::admission::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls)
+                    .unwrap_or_default();
             let statuses = statuses.clone();
             tasks.spawn(async move {
                 let mut rejected = std::collections::HashSet::new();
                 while let Some(pods) = file_rx.recv().await {
                     // Static pods with forbidden sysctls fail as upstream's admission fails them.
-                    let (pods, refused) = crate::pod::sysctl::partition(&sysctls, pods);
+                    let (pods, refused) = crate::pod::admission::sysctl::partition(&sysctls, pods);
                     let now: std::collections::HashSet<String> = refused
                         .iter()
                         .filter_map(|(p, _, _)| p.metadata.uid.clone())
                         .collect();
                     for (p, reason, message) in refused {
                         if !rejected.contains(p.metadata.uid.as_deref().unwrap_or("")) {
-                            tracing::warn!(pod = %crate::pod::full_name(&p), %reason, %message, "static pod rejected at admission");
+                            tracing::warn!(pod = %crate::podspec::full_name(&p), %reason, %message, "static pod rejected at admission");
                         }
-                        let r = crate::cluster::pods::Rejection { reason, message };
-                        statuses.set(&p, crate::cluster::pods::rejected_status(&r));
+                        let r = crate::pod::api::Rejection { reason, message };
+                        statuses.set(&p, crate::pod::api::rejected_status(&r));
                     }
                     for gone in rejected.difference(&now) {
                         statuses.remove(gone);
@@ -562,10 +564,10 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     }
     let mut terminated_tx = None;
     if let (Some(conn), Some(sink)) = (cluster, event_sink) {
-        let started = crate::cluster::start(
+        let started = crate::app::cluster::start(
             &cfg,
             conn,
-            crate::cluster::Parts {
+            crate::app::cluster::Parts {
                 node_ips: node_ips.clone(),
                 runtime: runtime.clone(),
                 pleg: pleg_health.clone(),
