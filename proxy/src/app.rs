@@ -16,15 +16,14 @@ use crate::config::{ProxyConfig, ProxyMode};
 use crate::ctnetlink::NodeConntrack;
 use crate::health::{self, ProxierHealth, ServiceHealthServer};
 use crate::iptables::proxier::{self, Proxier};
-use crate::iptables::{
-    self, ExecRunner, Gated, IptablesRunner, RenderConfig, TableName, XtablesGate, cleanup,
-};
+use crate::iptables::{self, ExecRunner, Gated, IptablesRunner, TableName, XtablesGate, cleanup};
 use crate::ipvs::{self, ExecIpset, IpvsKernel, IpvsProxier, NetlinkIpvs};
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, ServiceState};
 use crate::nftables::{self, ExecNft, NftProxier};
 use crate::nodeport::NodePortAddresses;
-use crate::sync_loop::{self, Backend, SyncConfig};
+use crate::render_config::RenderConfig;
+use crate::sync_loop::{self, ProxyBackend, SyncConfig};
 use crate::sysctl::{self, NodeSysctl, Sysctl};
 use crate::tracker::{ProxyHandle, ProxyHandles};
 use crate::{apiserver, source};
@@ -616,7 +615,7 @@ pub async fn run_source(
 
 /// Starts the health and metrics servers and the source, then runs each proxier's sync
 /// loop until `shutdown`.
-async fn serve_and_sync<B: Backend>(
+async fn serve_and_sync<B: ProxyBackend>(
     cfg: ProxyConfig,
     source: Source,
     shared: Shared,

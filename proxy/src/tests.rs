@@ -15,9 +15,10 @@ use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::iptables::Proxier;
-use crate::iptables::render::{self, RenderConfig, TableName};
+use crate::iptables::render::{self, TableName};
 use crate::iptables::test_util::{Call, FakeRunner};
 use crate::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
+use crate::render_config::RenderConfig;
 use crate::sync_loop::{self, SyncConfig, SyncOutcome};
 use crate::tracker::ProxyHandle;
 

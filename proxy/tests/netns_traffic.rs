@@ -22,12 +22,14 @@ use proxy::app::{Environment, remove_other_modes};
 use proxy::config::{Flags, resolve};
 use proxy::conntrack::ExecConntrack;
 use proxy::health::ServiceHealthServer;
+use proxy::iptables::Proxier;
 use proxy::iptables::{ExecRunner, IptablesRunner, detect_backend};
 use proxy::model::{Cidr, IpFamily, SERVICE_NAME_LABEL, ServiceState};
 use proxy::nftables::{ExecNft, NftProxier, check_support};
-use proxy::proxier::{Proxier, ProxyHandle, SyncConfig};
-use proxy::render::RenderConfig;
-use proxy::sync_loop::Backend;
+use proxy::render_config::RenderConfig;
+use proxy::sync_loop::ProxyBackend;
+use proxy::sync_loop::SyncConfig;
+use proxy::tracker::ProxyHandle;
 
 #[path = "support/netns.rs"]
 mod netns;
@@ -248,7 +250,7 @@ fn new_handle(family: IpFamily) -> ProxyHandle {
     ProxyHandle::new(ServiceState::new(family, "node"))
 }
 
-async fn sync<B: Backend>(p: &mut B, topo: &Topology, mode: Mode) {
+async fn sync<B: ProxyBackend>(p: &mut B, topo: &Topology, mode: Mode) {
     if let Err(e) = p.sync(false).await {
         panic!("{mode:?} sync failed: {e}\n{}", node_rules(topo, mode));
     }
@@ -343,7 +345,7 @@ async fn traffic(mode: Mode) {
 
 /// ClusterIP spread, NodePort, affinity, no endpoints → reject, ETP Local health check,
 /// endpoint removal, UDP conntrack cleanup.
-async fn scenario<B: Backend>(mode: Mode, topo: &Topology, mut p: B, handle: &ProxyHandle) {
+async fn scenario<B: ProxyBackend>(mode: Mode, topo: &Topology, mut p: B, handle: &ProxyHandle) {
     let with_conntrack = have("conntrack");
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let hc_port = free.local_addr().unwrap().port();
@@ -500,7 +502,7 @@ async fn scenario<B: Backend>(mode: Mode, topo: &Topology, mut p: B, handle: &Pr
 
 /// The IPv6 proxier beside the IPv4 one: an IPv6 cluster IP spreads over the pods' IPv6
 /// addresses.
-async fn dual_stack<B: Backend>(mode: Mode, topo: &Topology, mut p: B, h6: &ProxyHandle) {
+async fn dual_stack<B: ProxyBackend>(mode: Mode, topo: &Topology, mut p: B, h6: &ProxyHandle) {
     let web6 = service("web6", "fd00:96::10", "ClusterIP", "TCP", None);
     h6.on_service_upsert(&web6);
     h6.on_endpoint_slice_upsert(&slice_of(IpFamily::V6, "web6", "TCP", &[0, 1, 2], &[]));

@@ -1,9 +1,9 @@
 //! The iptables proxier: render the desired ruleset, apply it (full or minimal delta) through
 //! an `IptablesRunner`, and remember what was applied. Partial syncs re-render only the
 //! services changed since the last sync (`Rendered::update`). It runs on the debounced
-//! schedule of [`crate::sync_loop`], as a [`Backend`].
+//! schedule of [`crate::sync_loop`], as a [`ProxyBackend`].
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
@@ -14,19 +14,20 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::chains::*;
-use super::render::{RenderConfig, Rendered};
+use super::render::Rendered;
 use super::runner::{self, IptablesRunner, Position, TableName};
 use crate::conntrack::{self, Conntrack, NoConntrack, UdpTarget};
-use crate::health::ServiceHealthServer;
+use crate::health::{ServiceHealthServer, health_check_state};
 use crate::metrics::Metrics;
-use crate::model::{IpFamily, NamespacedName, NodeFacts, ServiceState};
-use crate::sync_loop::Backend;
+use crate::model::{IpFamily, NodeFacts};
+use crate::render_config::RenderConfig;
+use crate::sync_loop::ProxyBackend;
 use crate::tracker::{set_pending, unix_now};
 
 // The handles, the loop and its types lived here before they became backend-neutral; their
 // old paths keep working.
-pub use crate::sync_loop::{RetryBackoff, SyncConfig, SyncOutcome, run};
-pub use crate::tracker::{ProxyHandle, ProxyHandles};
+use crate::sync_loop::{SyncConfig, SyncOutcome};
+use crate::tracker::ProxyHandle;
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -612,7 +613,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
     }
 }
 
-impl<R: IptablesRunner, C: Conntrack> Backend for Proxier<R, C> {
+impl<R: IptablesRunner, C: Conntrack> ProxyBackend for Proxier<R, C> {
     type Error = Error;
 
     fn handle(&self) -> &ProxyHandle {
@@ -725,30 +726,6 @@ fn missing_jumps(dumps: &[(TableName, String)]) -> Vec<(TableName, String)> {
         }
     }
     out
-}
-
-/// Health-check node ports by service, and each service's number of distinct ready local
-/// endpoint IPs (upstream's HealthCheckNodePorts and LocalReadyEndpoints).
-pub(crate) type HealthCheckState = (
-    BTreeMap<NamespacedName, u16>,
-    BTreeMap<NamespacedName, usize>,
-);
-
-pub(crate) fn health_check_state(state: &ServiceState) -> HealthCheckState {
-    let mut ports = BTreeMap::new();
-    for (name, info) in state.service_port_map() {
-        if info.health_check_node_port != 0 {
-            ports.insert(name.service.clone(), info.health_check_node_port);
-        }
-    }
-    let mut ips: BTreeMap<NamespacedName, BTreeSet<std::net::IpAddr>> = BTreeMap::new();
-    for (name, eps) in state.endpoints_map() {
-        for e in eps.iter().filter(|e| e.ready && e.is_local) {
-            ips.entry(name.service.clone()).or_default().insert(e.ip);
-        }
-    }
-    let counts = ips.into_iter().map(|(k, v)| (k, v.len())).collect();
-    (ports, counts)
 }
 
 fn count_appends(text: &str, table: &str) -> usize {

@@ -20,12 +20,12 @@ use super::kernel::{self, Answer, IpvsKernel, Op};
 use super::render::{self, Desired, DesiredVs, IpvsSettings};
 use crate::conntrack::{self, Conntrack, NoConntrack};
 use crate::health::ServiceHealthServer;
-use crate::iptables::proxier::health_check_state;
-use crate::iptables::render::RenderConfig;
+use crate::health::health_check_state;
 use crate::iptables::{IptablesRunner, Position, TableName};
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, NodeFacts, Protocol};
-use crate::sync_loop::{Backend, SyncConfig, SyncOutcome};
+use crate::render_config::RenderConfig;
+use crate::sync_loop::{ProxyBackend, SyncConfig, SyncOutcome};
 use crate::tracker::{ProxyHandle, set_pending, unix_now};
 
 #[derive(Debug, Error)]
@@ -552,7 +552,9 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
     }
 }
 
-impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> Backend for IpvsProxier<K, S, R, C> {
+impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> ProxyBackend
+    for IpvsProxier<K, S, R, C>
+{
     type Error = Error;
 
     fn handle(&self) -> &ProxyHandle {

@@ -2,7 +2,7 @@
 //! [`NftRunner`] and remembers what it wrote ([`KernelState`]), so that no sync ever lists
 //! the table. The first sync (and the one after the kernel state became unknown) replaces
 //! the table in one transaction; every other sync, full or partial, writes only the
-//! difference. It runs on the debounced schedule of [`crate::sync_loop`], as a [`Backend`].
+//! difference. It runs on the debounced schedule of [`crate::sync_loop`], as a [`ProxyBackend`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -19,11 +19,11 @@ use super::runner::{self, NftRunner};
 use super::tx::{Existing, KernelState, Listed, Next, Planned};
 use crate::conntrack::{self, Conntrack, NoConntrack};
 use crate::health::ServiceHealthServer;
-use crate::iptables::proxier::health_check_state;
-use crate::iptables::render::RenderConfig;
+use crate::health::health_check_state;
 use crate::metrics::Metrics;
 use crate::model::{EndpointInfo, IpFamily, NodeFacts, ServicePortInfo, ServicePortName, ports_of};
-use crate::sync_loop::{Backend, SyncConfig, SyncOutcome};
+use crate::render_config::RenderConfig;
+use crate::sync_loop::{ProxyBackend, SyncConfig, SyncOutcome};
 use crate::tracker::{ProxyHandle, set_pending, unix_now};
 
 #[derive(Debug, Error)]
@@ -483,7 +483,7 @@ fn render_one(
     Some(render_service(k, svc, eps, cfg))
 }
 
-impl<R: NftRunner, C: Conntrack> Backend for NftProxier<R, C> {
+impl<R: NftRunner, C: Conntrack> ProxyBackend for NftProxier<R, C> {
     type Error = Error;
 
     fn handle(&self) -> &ProxyHandle {

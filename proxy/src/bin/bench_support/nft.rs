@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use prometheus::Registry;
-use proxy::iptables::render::RenderConfig;
 use proxy::model::{IpFamily, ServiceState};
 use proxy::nftables::runner::{NftRunner, Result as NftResult};
 use proxy::nftables::{ExecNft, NftProxier, check_support};
+use proxy::render_config::RenderConfig;
 use proxy::sync_loop::SyncConfig;
 use proxy::tracker::ProxyHandle;
 

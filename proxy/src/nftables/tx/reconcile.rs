@@ -59,10 +59,8 @@ fn fixed_matches(base: &Base, f: &str, listed: &Listed) -> bool {
             (Some("add"), Some("chain"), Some(name)) => {
                 want.entry(name).or_default();
             }
-            (Some("add"), Some("set" | "map"), Some(name)) => {
-                if !listed.sets.contains_key(name) {
-                    return false;
-                }
+            (Some("add"), Some("set" | "map"), Some(name)) if !listed.sets.contains_key(name) => {
+                return false;
             }
             _ => {}
         }

@@ -7,9 +7,9 @@ use tokio::time::Instant;
 
 use super::super::listing::{Listed, SetDecl, canon_rule, element_key, parse_nft_time};
 use super::super::{KernelState, Next, StaleKind};
-use crate::iptables::render::RenderConfig;
 use crate::model::{IpFamily, ServicePortName, ServiceState};
 use crate::nftables::render::{Base, ServiceNft, render_service};
+use crate::render_config::RenderConfig;
 use crate::tests::{NODE, ep, loaded_state, port, render_cfg, slice, svc};
 
 const LIST_V4: &str = include_str!("nft-list-full.txt");
@@ -185,8 +185,7 @@ fn too_many_differences_hand_the_services_back() {
     let (base, all) = desired(&st, &cfg);
     let n = all.len();
     let back = KernelState::reconcile(IpFamily::V4, base, all, &listed, 2, Instant::now())
-        .err()
-        .expect("over the limit");
+        .expect_err("over the limit");
     assert_eq!(back.len(), n);
 }
 
