@@ -43,8 +43,5 @@ pub mod sysctl;
 pub mod topology;
 pub mod tracker;
 
-#[cfg(test)]
-mod tests;
-
 /// The upstream Kubernetes release this agent (kubelet and kube-proxy) stands in for.
 pub const KUBERNETES_VERSION: &str = "v1.36.0";

@@ -24,6 +24,9 @@ pub mod runner;
 pub mod test_util;
 pub mod xtables_lock;
 
+#[cfg(test)]
+pub(crate) mod tests;
+
 pub use proxier::Proxier;
 pub use render::Rendered;
 pub use ruleset::Ruleset;
