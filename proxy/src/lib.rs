@@ -43,5 +43,8 @@ pub mod sysctl;
 pub mod topology;
 pub mod tracker;
 
+#[cfg(test)]
+mod tests;
+
 /// The upstream Kubernetes release this agent (kubelet and kube-proxy) stands in for.
 pub const KUBERNETES_VERSION: &str = "v1.36.0";

@@ -25,7 +25,7 @@ pub mod test_util;
 pub mod xtables_lock;
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
 
 pub use proxier::Proxier;
 pub use render::Rendered;

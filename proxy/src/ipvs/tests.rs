@@ -11,11 +11,11 @@ use super::kernel::Op;
 use super::test_util::{FakeIpset, FakeIpvs};
 use super::*;
 use crate::iptables::test_util::FakeRunner;
-use crate::iptables::tests::{ep, loaded_state, port, render_cfg, slice, svc};
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, Protocol, ServiceState};
 use crate::sync_loop::{SyncConfig, SyncOutcome};
 use crate::sysctl::test_util::FakeSysctl;
+use crate::tests::{ep, loaded_state, port, render_cfg, slice, svc};
 use crate::tracker::ProxyHandle;
 
 type P = IpvsProxier<FakeIpvs, FakeIpset, FakeRunner>;

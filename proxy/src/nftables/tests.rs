@@ -10,10 +10,10 @@ use super::proxier::NftProxier;
 use super::runner::{Unsupported, check_support};
 use super::test_util::FakeNft;
 use super::tx::{STALE_DELAY, StaleKind};
-use crate::iptables::tests::{NODE, ep, golden, loaded_state, port, render_cfg, slice, svc};
 use crate::model::{IpFamily, ServiceState};
 use crate::render_config::RenderConfig;
 use crate::sync_loop::{SyncConfig, SyncOutcome};
+use crate::tests::{NODE, ep, golden, loaded_state, port, render_cfg, slice, svc};
 use crate::tracker::ProxyHandle;
 
 fn proxier(runner: FakeNft, st: ServiceState, cfg: RenderConfig) -> NftProxier<FakeNft> {

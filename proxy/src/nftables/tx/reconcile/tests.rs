@@ -7,10 +7,10 @@ use tokio::time::Instant;
 
 use super::super::listing::{Listed, SetDecl, canon_rule, element_key, parse_nft_time};
 use super::super::{KernelState, Next, StaleKind};
-use crate::iptables::tests::{NODE, ep, loaded_state, port, render_cfg, slice, svc};
 use crate::model::{IpFamily, ServicePortName, ServiceState};
 use crate::nftables::render::{Base, ServiceNft, render_service};
 use crate::render_config::RenderConfig;
+use crate::tests::{NODE, ep, loaded_state, port, render_cfg, slice, svc};
 
 const LIST_V4: &str = include_str!("nft-list-full.txt");
 const LIST_V6: &str = include_str!("nft-list-full-ipv6.txt");
