@@ -4,7 +4,9 @@
 
 use std::net::IpAddr;
 
-use crate::model::{Cidr, IpFamily};
+use tracing::info;
+
+use crate::model::{Cidr, IpFamily, NodeFacts};
 
 /// Node- and flag-level inputs of the renderers (iptables, nftables, ipvs).
 #[derive(Clone, Debug)]
@@ -50,6 +52,28 @@ impl RenderConfig {
             zone: None,
             service_cidrs: Vec::new(),
         }
+    }
+
+    /// Takes from the Node object what this configuration follows (the same in every
+    /// backend): its `topology.kubernetes.io/zone` (endpoints' zone hints) and, when no node
+    /// IP was configured (`ips_from_node`), its address of this family. True when either
+    /// changed: the next sync is a full one.
+    pub fn adopt_node(&mut self, node: &NodeFacts, ips_from_node: bool) -> bool {
+        let mut changed = false;
+        if self.zone != node.zone {
+            info!(zone = ?node.zone, "node topology zone changed");
+            self.zone = node.zone.clone();
+            changed = true;
+        }
+        if ips_from_node {
+            let ips: Vec<IpAddr> = node.ip_of(self.family).into_iter().collect();
+            if self.node_ips != ips {
+                info!(node_ips = ?ips, "node IPs taken from the Node object");
+                self.node_ips = ips;
+                changed = true;
+            }
+        }
+        changed
     }
 
     /// Upstream formats the mark with Go's `%#08x`: `0x00004000` for bit 14.

@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write as _;
-use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use prometheus::Registry;
@@ -19,7 +18,7 @@ use super::runner::{self, IptablesRunner, Position, TableName};
 use crate::conntrack::{self, Conntrack, NoConntrack, UdpTarget};
 use crate::health::{ServiceHealthServer, health_check_state};
 use crate::metrics::Metrics;
-use crate::model::{IpFamily, NodeFacts};
+use crate::model::IpFamily;
 use crate::render_config::RenderConfig;
 use crate::sync_loop::ProxyBackend;
 use crate::tracker::{set_pending, unix_now};
@@ -316,7 +315,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             .last_full
             .is_none_or(|t| t.elapsed() >= self.full_sync_period);
         let node = self.handle.state().node().clone();
-        let node_changed = self.adopt_node(&node);
+        let node_changed = self.cfg.adopt_node(&node, self.node_ips_from_node);
         let do_full = full || stale_full || node_changed || self.needs_full_sync();
 
         let want_hc = self.service_health.is_some();
@@ -464,27 +463,6 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
                 Err(e)
             }
         }
-    }
-
-    /// Takes the Node's zone (topology hints) and, when no node IP was configured, its IP
-    /// into the render configuration. Returns true if either changed: they touch every
-    /// service, so the sync is a full one (upstream's OnTopologyChange).
-    fn adopt_node(&mut self, node: &NodeFacts) -> bool {
-        let mut changed = false;
-        if self.cfg.zone != node.zone {
-            info!(zone = ?node.zone, "node topology zone changed");
-            self.cfg.zone = node.zone.clone();
-            changed = true;
-        }
-        if self.node_ips_from_node {
-            let ips: Vec<IpAddr> = node.ip_of(self.cfg.family).into_iter().collect();
-            if self.cfg.node_ips != ips {
-                info!(node_ips = ?ips, "node IPs taken from the Node object");
-                self.cfg.node_ips = ips;
-                changed = true;
-            }
-        }
-        changed
     }
 
     async fn clean_conntrack(&self, udp: &[UdpTarget]) {

@@ -23,7 +23,7 @@ use crate::health::ServiceHealthServer;
 use crate::health::health_check_state;
 use crate::iptables::{IptablesRunner, Position, TableName};
 use crate::metrics::Metrics;
-use crate::model::{IpFamily, NodeFacts, Protocol};
+use crate::model::{IpFamily, Protocol};
 use crate::render_config::RenderConfig;
 use crate::sync_loop::{ProxyBackend, SyncConfig, SyncOutcome};
 use crate::tracker::{ProxyHandle, set_pending, unix_now};
@@ -349,7 +349,7 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
         }
         let started = std::time::Instant::now();
         let node = self.handle.state().node().clone();
-        let node_changed = self.adopt_node(&node);
+        let node_changed = self.cfg.adopt_node(&node, self.node_ips_from_node);
         let stale_full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= self.full_sync_period);
@@ -519,23 +519,6 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
             node_ips: obs.node_ips,
         });
         Ok(writes)
-    }
-
-    /// As the other proxiers: the Node's zone, and its IP when none was configured.
-    fn adopt_node(&mut self, node: &NodeFacts) -> bool {
-        let mut changed = false;
-        if self.cfg.zone != node.zone {
-            self.cfg.zone = node.zone.clone();
-            changed = true;
-        }
-        if self.node_ips_from_node {
-            let ips: Vec<IpAddr> = node.ip_of(self.cfg.family).into_iter().collect();
-            if self.cfg.node_ips != ips {
-                self.cfg.node_ips = ips;
-                changed = true;
-            }
-        }
-        changed
     }
 
     /// The periodic check: the dummy interface still there (someone deleting it takes every

@@ -5,7 +5,6 @@
 //! difference. It runs on the debounced schedule of [`crate::sync_loop`], as a [`ProxyBackend`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use prometheus::Registry;
@@ -21,7 +20,7 @@ use crate::conntrack::{self, Conntrack, NoConntrack};
 use crate::health::ServiceHealthServer;
 use crate::health::health_check_state;
 use crate::metrics::Metrics;
-use crate::model::{EndpointInfo, IpFamily, NodeFacts, ServicePortInfo, ServicePortName, ports_of};
+use crate::model::{EndpointInfo, IpFamily, ServicePortInfo, ServicePortName, ports_of};
 use crate::render_config::RenderConfig;
 use crate::sync_loop::{ProxyBackend, SyncConfig, SyncOutcome};
 use crate::tracker::{ProxyHandle, set_pending, unix_now};
@@ -194,7 +193,7 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
             let st = self.handle.state();
             (st.node().clone(), st.service_cidrs().to_vec())
         };
-        let mut node_changed = self.adopt_node(&node);
+        let mut node_changed = self.cfg.adopt_node(&node, self.node_ips_from_node);
         if cidrs != self.cfg.service_cidrs {
             info!(service_cidrs = ?cidrs, "service CIDRs changed");
             self.cfg.service_cidrs = cidrs;
@@ -449,26 +448,6 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                 .observe(latency);
             debug!(%service, elapsed = latency, "network programming");
         }
-    }
-
-    /// As the iptables proxier: the Node's zone, and its IP when none was configured; a
-    /// change makes the sync a full one.
-    fn adopt_node(&mut self, node: &NodeFacts) -> bool {
-        let mut changed = false;
-        if self.cfg.zone != node.zone {
-            info!(zone = ?node.zone, "node topology zone changed");
-            self.cfg.zone = node.zone.clone();
-            changed = true;
-        }
-        if self.node_ips_from_node {
-            let ips: Vec<IpAddr> = node.ip_of(self.cfg.family).into_iter().collect();
-            if self.cfg.node_ips != ips {
-                info!(node_ips = ?ips, "node IPs taken from the Node object");
-                self.cfg.node_ips = ips;
-                changed = true;
-            }
-        }
-        changed
     }
 }
 
