@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write as _;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use prometheus::Registry;
 use thiserror::Error;
@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::model::IpFamily;
 use crate::render_config::RenderConfig;
 use crate::sync_loop::ProxyBackend;
-use crate::tracker::{set_pending, unix_now};
+use crate::tracker::set_pending;
 
 // The handles, the loop and its types lived here before they became backend-neutral; their
 // old paths keep working.
@@ -366,21 +366,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         };
         let fam = self.cfg.family.label();
         let secs = started.elapsed().as_secs_f64();
-        self.metrics
-            .sync_duration
-            .with_label_values(&[fam])
-            .observe(secs);
-        if do_full {
-            self.metrics
-                .sync_full_duration
-                .with_label_values(&[fam])
-                .observe(secs);
-        } else {
-            self.metrics
-                .sync_partial_duration
-                .with_label_values(&[fam])
-                .observe(secs);
-        }
+        self.metrics.observe_sync(fam, secs, do_full);
 
         match result {
             Ok(text) => {
@@ -396,27 +382,12 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
                         .set(count_appends(&text, t) as f64);
                 }
                 let s = desired.stats();
-                self.metrics
-                    .no_local_endpoints
-                    .with_label_values(&["internal", fam])
-                    .set(s.no_local_endpoints_internal as f64);
-                self.metrics
-                    .no_local_endpoints
-                    .with_label_values(&["external", fam])
-                    .set(s.no_local_endpoints_external as f64);
-                self.metrics
-                    .last_timestamp
-                    .with_label_values(&[fam])
-                    .set(unix_now());
-                let now = SystemTime::now();
-                for (service, t) in &triggers {
-                    let latency = now.duration_since(*t).unwrap_or_default().as_secs_f64();
-                    self.metrics
-                        .network_programming
-                        .with_label_values(&[fam])
-                        .observe(latency);
-                    debug!(%service, elapsed = latency, "network programming");
-                }
+                self.metrics.set_no_local_endpoints(
+                    fam,
+                    s.no_local_endpoints_internal,
+                    s.no_local_endpoints_external,
+                );
+                self.metrics.observe_programmed(fam, &triggers);
                 self.applied = Some(desired);
                 self.need_full = false;
                 if do_full {

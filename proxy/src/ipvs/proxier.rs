@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::time::Instant;
@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 use crate::model::{IpFamily, Protocol};
 use crate::render_config::RenderConfig;
 use crate::sync_loop::{ProxyBackend, SyncConfig, SyncOutcome};
-use crate::tracker::{ProxyHandle, set_pending, unix_now};
+use crate::tracker::{ProxyHandle, set_pending};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -375,34 +375,14 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
         let result = self.write(do_full, &services, &endpoints).await;
         let fam = self.family().label();
         let secs = started.elapsed().as_secs_f64();
-        self.metrics
-            .sync_duration
-            .with_label_values(&[fam])
-            .observe(secs);
-        let by_kind = if do_full {
-            &self.metrics.sync_full_duration
-        } else {
-            &self.metrics.sync_partial_duration
-        };
-        by_kind.with_label_values(&[fam]).observe(secs);
+        self.metrics.observe_sync(fam, secs, do_full);
         match result {
             Ok(written) => {
                 if do_full {
                     self.last_full = Some(Instant::now());
                 }
                 self.handle.health().updated(self.family());
-                self.metrics
-                    .last_timestamp
-                    .with_label_values(&[fam])
-                    .set(unix_now());
-                let now = SystemTime::now();
-                for (_, t) in &triggers {
-                    let latency = now.duration_since(*t).unwrap_or_default().as_secs_f64();
-                    self.metrics
-                        .network_programming
-                        .with_label_values(&[fam])
-                        .observe(latency);
-                }
+                self.metrics.observe_programmed(fam, &triggers);
                 if let (Some(server), Some((ports, counts))) = (&self.service_health, &hc) {
                     server.sync_services(ports).await;
                     server.sync_endpoints(counts);

@@ -23,7 +23,7 @@ use crate::metrics::Metrics;
 use crate::model::{EndpointInfo, IpFamily, ServicePortInfo, ServicePortName, ports_of};
 use crate::render_config::RenderConfig;
 use crate::sync_loop::{ProxyBackend, SyncConfig, SyncOutcome};
-use crate::tracker::{ProxyHandle, set_pending, unix_now};
+use crate::tracker::{ProxyHandle, set_pending};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -341,16 +341,7 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         }
         let fam = self.cfg.family.label();
         let secs = started.elapsed().as_secs_f64();
-        self.metrics
-            .sync_duration
-            .with_label_values(&[fam])
-            .observe(secs);
-        let by_kind = if do_full {
-            &self.metrics.sync_full_duration
-        } else {
-            &self.metrics.sync_partial_duration
-        };
-        by_kind.with_label_values(&[fam]).observe(secs);
+        self.metrics.observe_sync(fam, secs, do_full);
 
         match result {
             Ok(()) => {
@@ -427,27 +418,8 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
             ni += usize::from(s.no_local_internal);
             ne += usize::from(s.no_local_external);
         }
-        self.metrics
-            .no_local_endpoints
-            .with_label_values(&["internal", fam])
-            .set(ni as f64);
-        self.metrics
-            .no_local_endpoints
-            .with_label_values(&["external", fam])
-            .set(ne as f64);
-        self.metrics
-            .last_timestamp
-            .with_label_values(&[fam])
-            .set(unix_now());
-        let now = SystemTime::now();
-        for (service, t) in triggers {
-            let latency = now.duration_since(*t).unwrap_or_default().as_secs_f64();
-            self.metrics
-                .network_programming
-                .with_label_values(&[fam])
-                .observe(latency);
-            debug!(%service, elapsed = latency, "network programming");
-        }
+        self.metrics.set_no_local_endpoints(fam, ni, ne);
+        self.metrics.observe_programmed(fam, triggers);
     }
 }
 
