@@ -38,6 +38,7 @@ pub mod nodeport;
 pub mod render_config;
 pub mod settings;
 pub mod source;
+mod success;
 pub mod sync_loop;
 pub mod sysctl;
 pub mod topology;

@@ -15,7 +15,7 @@ use tracing::{debug, error, info, warn};
 use super::chains::*;
 use super::render::Rendered;
 use super::runner::{self, IptablesRunner, Position, TableName};
-use crate::conntrack::{self, Conntrack, NoConntrack, UdpTarget};
+use crate::conntrack::{self, Conntrack, NoConntrack};
 use crate::health::{ServiceHealthServer, health_check_state};
 use crate::metrics::Metrics;
 use crate::model::IpFamily;
@@ -25,6 +25,7 @@ use crate::tracker::set_pending;
 
 // The handles, the loop and its types lived here before they became backend-neutral; their
 // old paths keep working.
+use crate::success::record_success;
 use crate::sync_loop::{SyncConfig, SyncOutcome};
 use crate::tracker::ProxyHandle;
 
@@ -393,12 +394,15 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
                 if do_full {
                     self.last_full = Some(Instant::now());
                 }
-                self.handle.health().updated(self.cfg.family);
-                if let (Some(server), Some((ports, counts))) = (&self.service_health, &hc) {
-                    server.sync_services(ports).await;
-                    server.sync_endpoints(counts);
-                }
-                self.clean_conntrack(&udp).await;
+                record_success(
+                    &self.handle,
+                    self.cfg.family,
+                    self.service_health.as_ref(),
+                    hc.as_ref(),
+                    &self.conntrack,
+                    &udp,
+                )
+                .await;
                 if text.is_empty() {
                     return Ok(SyncOutcome::Unchanged);
                 }
@@ -434,10 +438,6 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
                 Err(e)
             }
         }
-    }
-
-    async fn clean_conntrack(&self, udp: &[UdpTarget]) {
-        conntrack::clean_stale_entries(&self.conntrack, self.cfg.family, udp).await;
     }
 
     /// Writes `desired`: the partial-sync `delta` when given, else everything, with the jump

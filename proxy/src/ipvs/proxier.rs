@@ -25,6 +25,7 @@ use crate::iptables::{IptablesRunner, Position, TableName};
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, Protocol};
 use crate::render_config::RenderConfig;
+use crate::success::record_success;
 use crate::sync_loop::{ProxyBackend, SyncConfig, SyncOutcome};
 use crate::tracker::{ProxyHandle, set_pending};
 
@@ -381,14 +382,17 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
                 if do_full {
                     self.last_full = Some(Instant::now());
                 }
-                self.handle.health().updated(self.family());
                 self.metrics.observe_programmed(fam, &triggers);
-                if let (Some(server), Some((ports, counts))) = (&self.service_health, &hc) {
-                    server.sync_services(ports).await;
-                    server.sync_endpoints(counts);
-                }
                 let udp = conntrack::udp_targets(&services, &endpoints);
-                conntrack::clean_stale_entries(&self.conntrack, self.family(), &udp).await;
+                record_success(
+                    &self.handle,
+                    self.family(),
+                    self.service_health.as_ref(),
+                    hc.as_ref(),
+                    &self.conntrack,
+                    &udp,
+                )
+                .await;
                 if written == 0 {
                     return Ok(SyncOutcome::Unchanged);
                 }

@@ -22,6 +22,7 @@ use crate::health::health_check_state;
 use crate::metrics::Metrics;
 use crate::model::{EndpointInfo, IpFamily, ServicePortInfo, ServicePortName, ports_of};
 use crate::render_config::RenderConfig;
+use crate::success::record_success;
 use crate::sync_loop::{ProxyBackend, SyncConfig, SyncOutcome};
 use crate::tracker::{ProxyHandle, set_pending};
 
@@ -363,12 +364,15 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                 if do_full {
                     self.last_full = Some(Instant::now());
                 }
-                self.handle.health().updated(self.cfg.family);
-                if let (Some(server), Some((ports, counts))) = (&self.service_health, &hc) {
-                    server.sync_services(ports).await;
-                    server.sync_endpoints(counts);
-                }
-                conntrack::clean_stale_entries(&self.conntrack, self.cfg.family, &udp).await;
+                record_success(
+                    &self.handle,
+                    self.cfg.family,
+                    self.service_health.as_ref(),
+                    hc.as_ref(),
+                    &self.conntrack,
+                    &udp,
+                )
+                .await;
                 if texts.is_empty() {
                     return Ok(SyncOutcome::Unchanged);
                 }
