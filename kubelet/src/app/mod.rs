@@ -2,6 +2,7 @@
 //! PLEG and the sync loop, all owned by one [`JoinSet`] and stopped by one token.
 
 pub mod cluster;
+pub mod pod_env;
 
 use crate::cm::{CgroupNamer, CgroupVersion, Cgroups, CmConfig, ContainerManager, FsCgroups};
 use crate::config::Config;
@@ -9,7 +10,7 @@ use crate::config::limits::SwapBehavior;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::pleg::{self, PlegHealth};
-use crate::pod_worker::Env;
+use crate::pod_worker::Deps;
 use crate::runtime::Runtime;
 use crate::runtime::cri::CriRuntime;
 use crate::server::{self, AppState};
@@ -144,8 +145,7 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
 
 /// Runs the kubelet until `cancel` fires.
 pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
-    // QoS classes (pod status, eviction, admission) follow the configured gate.
-    crate::podspec::resources::set_enabled(cfg.pod_limits.pod_level_resources);
+    // The gate reaches the pod workers (node settings), eviction and admission in their settings.
     if !cfg.pod_limits.pod_level_resources {
         tracing::info!("feature gate PodLevelResources is off: spec.resources of pods is ignored");
     }
@@ -463,23 +463,31 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         }
         None => (None, None),
     };
-    let env = Arc::new(Env {
+    let env = Arc::new(Deps {
         events: events.clone(),
         probes: probe_manager.clone(),
         exec: Arc::new(crate::probing::CriExec(runtime.clone())),
         pod_start_duration: Some(metrics.pod_start_duration.clone()),
         runtime: runtime.clone(),
-        cm,
+        cgroups: cm,
+        images: Arc::new(crate::pod_worker::NodeImages {
+            runtime: runtime.clone(),
+            pull_lock: tokio::sync::Mutex::new(()),
+            records: pull_records.clone(),
+            objects: volumes.objects().clone(),
+            root_dir: node.root_dir.clone(),
+        }),
+        objects: volumes.objects().clone(),
         node,
         runtime_name: version.runtime_name.clone(),
         statuses: statuses.clone(),
-        pull_lock: tokio::sync::Mutex::new(()),
         resync: cfg.sync_frequency,
         binder,
         volumes,
-        services,
-        runtime_classes,
-        pull_records: pull_records.clone(),
+        pod_env: Arc::new(pod_env::ApiPodEnvironment {
+            services,
+            runtime_classes,
+        }),
     });
 
     let (pods_tx, pods_rx) = mpsc::channel(8);

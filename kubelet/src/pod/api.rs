@@ -235,7 +235,7 @@ fn is_terminal(p: &Pod) -> bool {
 }
 
 /// Admission decisions, sticky per UID: once admitted or rejected, a pod stays so.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Admission {
     admitted: HashSet<String>,
     rejected: HashMap<String, Rejection>,
@@ -249,6 +249,24 @@ pub struct Admission {
     pub allocatable: Option<BTreeMap<String, Quantity>>,
     /// Static pods, whose requests count as used.
     pub static_pods: Vec<Pod>,
+    /// The `PodLevelResources` gate: pod-level requests count (and set the QoS class).
+    pub pod_level_resources: bool,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            admitted: HashSet::new(),
+            rejected: HashMap::new(),
+            sysctls: Default::default(),
+            shutdown: None,
+            pressure: None,
+            allocatable: None,
+            static_pods: Vec::new(),
+            // Upstream's default in v1.36.
+            pod_level_resources: true,
+        }
+    }
 }
 
 impl Admission {
@@ -279,7 +297,7 @@ impl Admission {
         let mut active = static_pods + running.len();
         let mut used = BTreeMap::new();
         for p in running.iter().copied().chain(self.static_pods.iter()) {
-            super::admission::fit::add_requests(&mut used, p);
+            super::admission::fit::add_requests(&mut used, p, self.pod_level_resources);
         }
         let mut fresh: Vec<&Pod> = pods
             .iter()
@@ -314,7 +332,7 @@ impl Admission {
             } else if let Some((reason, message)) = self
                 .pressure
                 .as_ref()
-                .and_then(|s| crate::eviction::admit(s, p))
+                .and_then(|s| crate::eviction::admit(s, p, self.pod_level_resources))
             {
                 Some(Rejection { reason, message })
             } else if active >= max_pods as usize {
@@ -327,7 +345,7 @@ impl Admission {
             } else if let Some((reason, message)) = self
                 .allocatable
                 .as_ref()
-                .and_then(|a| super::admission::fit::check(p, &used, a))
+                .and_then(|a| super::admission::fit::check(p, &used, a, self.pod_level_resources))
             {
                 Some(Rejection { reason, message })
             } else if !node_affinity_matches(p, labels, node_name) {
@@ -348,7 +366,7 @@ impl Admission {
                 None => {
                     self.admitted.insert(uid);
                     active += 1;
-                    super::admission::fit::add_requests(&mut used, p);
+                    super::admission::fit::add_requests(&mut used, p, self.pod_level_resources);
                 }
             }
         }
@@ -396,6 +414,8 @@ pub struct Dispatcher {
     pub terminated_tx: mpsc::UnboundedSender<Terminated>,
     pub shutdown: Arc<crate::shutdown::ShutdownState>,
     pub pressure: Arc<crate::eviction::PressureState>,
+    /// The `PodLevelResources` gate.
+    pub pod_level_resources: bool,
 }
 
 impl Dispatcher {
@@ -405,6 +425,7 @@ impl Dispatcher {
             sysctls: self.sysctls.clone(),
             shutdown: Some(self.shutdown.clone()),
             pressure: Some(self.pressure.clone()),
+            pod_level_resources: self.pod_level_resources,
             ..Default::default()
         };
         let mut last: Option<HashMap<String, Pod>> = None;
