@@ -2,6 +2,7 @@
 //! PLEG and the sync loop, all owned by one [`JoinSet`] and stopped by one token.
 
 pub mod cluster;
+pub mod eviction;
 
 use crate::cm::{CgroupNamer, CgroupVersion, Cgroups, CmConfig, ContainerManager, FsCgroups};
 use crate::config::Config;
@@ -603,7 +604,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     }
     let loop_health = sync_loop.health();
     // Eviction manager, image GC and container GC.
-    crate::eviction::wiring::spawn(
+    eviction::spawn(
         &cfg,
         runtime.clone(),
         stats.clone(),

@@ -4,12 +4,12 @@
 mod auth;
 pub mod gc;
 pub mod limits;
-pub mod network;
 pub mod resources;
 pub mod server;
 
 use crate::duration;
 use crate::flags::Flags;
+use crate::network::settings as network;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::{net::IpAddr, path::PathBuf, time::Duration};

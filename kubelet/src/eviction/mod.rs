@@ -20,7 +20,6 @@ pub mod signals;
 #[cfg(test)]
 mod tests;
 pub mod tracker;
-pub mod wiring;
 
 pub use rank::{Resource, is_critical};
 pub use tracker::Condition;
@@ -415,41 +414,5 @@ impl StatsSource for ProviderStats {
             gaps: s.gaps.clone(),
         })
         .map_err(|e| EvictionError::Stats(e.to_string()))
-    }
-}
-
-/// The sync loop as the manager's [`PodKiller`] (`Control::ActivePods` / `Control::Stop`).
-pub struct SyncLoopKiller(pub tokio::sync::mpsc::Sender<crate::sync_loop::Control>);
-
-#[async_trait::async_trait]
-impl PodKiller for SyncLoopKiller {
-    async fn active_pods(&self) -> Vec<Pod> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if self
-            .0
-            .send(crate::sync_loop::Control::ActivePods(tx))
-            .await
-            .is_err()
-        {
-            return Vec::new();
-        }
-        rx.await.unwrap_or_default()
-    }
-
-    async fn evict(&self, pod: &Pod, stopped: Stopped, grace: Duration) -> bool {
-        let (done, rx) = tokio::sync::oneshot::channel();
-        let msg = crate::sync_loop::Control::Stop {
-            uid: pod.metadata.uid.clone().unwrap_or_default(),
-            stopped,
-            grace,
-            done,
-        };
-        if self.0.send(msg).await.is_err() {
-            return false;
-        }
-        if tokio::time::timeout(POD_CLEANUP_TIMEOUT, rx).await.is_err() {
-            tracing::info!(pod = %crate::podspec::full_name(pod), "eviction manager: timed out waiting for pods to be cleaned up");
-        }
-        true
     }
 }
