@@ -1,8 +1,8 @@
 //! Starts the eviction manager, image GC and container GC on the real edges: the stats
 //! provider, the sync loop's control channel and the CRI runtime.
 
+use crate::cm::resources::{Amount, Signal};
 use crate::config::Config;
-use crate::config::resources::{Amount, Signal};
 use crate::events::EventRecorder;
 use crate::eviction::{
     EvictionError, Manager, NodeReclaim, POD_CLEANUP_TIMEOUT, Parts, PodKiller, PressureState,

@@ -4,9 +4,9 @@
 pub mod cluster;
 pub mod eviction;
 
+use crate::cm::settings::SwapBehavior;
 use crate::cm::{CgroupNamer, CgroupVersion, Cgroups, CmConfig, ContainerManager, FsCgroups};
 use crate::config::Config;
-use crate::config::limits::SwapBehavior;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::pleg::{self, PlegHealth};
@@ -91,8 +91,8 @@ async fn start_container_manager(cfg: &Config) -> Result<Arc<ContainerManager>, 
     }
     let fs: Arc<dyn Cgroups> = Arc::new(fs);
     let inner: Arc<dyn Cgroups> = match cfg.cgroup_driver {
-        crate::config::CgroupDriver::Cgroupfs => fs,
-        crate::config::CgroupDriver::Systemd => {
+        crate::cm::settings::CgroupDriver::Cgroupfs => fs,
+        crate::cm::settings::CgroupDriver::Systemd => {
             use crate::cm::systemd::{DbusUnits, NoSystemd, SystemdUnits};
             let units: Arc<dyn SystemdUnits> = if std::path::Path::new("/run/systemd/system")
                 .exists()

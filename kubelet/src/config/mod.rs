@@ -7,6 +7,7 @@ pub mod limits;
 pub mod resources;
 pub mod server;
 
+use crate::cm::settings::CgroupDriver;
 use crate::duration;
 use crate::flags::Flags;
 use crate::network::settings as network;
@@ -249,14 +250,6 @@ pub struct KubeletWebhookAuthorization {
     pub cache_unauthorized_ttl: Option<serde_json::Value>,
 }
 
-/// Which cgroup manager names pod cgroups: `cgroupfs` paths or `systemd` slices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CgroupDriver {
-    Cgroupfs,
-    Systemd,
-}
-
 /// Validated settings, defaults applied.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -350,18 +343,18 @@ pub struct Config {
     /// `allowedUnsafeSysctls`, validated: pods may set these beside the safe sysctls.
     pub allowed_unsafe_sysctls: Vec<String>,
     /// Reservations, node allocatable enforcement and eviction thresholds, validated.
-    pub resources: resources::NodeResources,
+    pub resources: crate::cm::resources::NodeResources,
     /// `containerLogMaxSize`, `containerLogMaxFiles`, `containerLogMaxWorkers`,
     /// `containerLogMonitorInterval` (flags over file), validated.
     pub container_log: crate::logs::Settings,
     /// `nodeAgentNetwork` / `--node-agent-cni`: the node network controller (ours).
     pub network: network::Settings,
     /// cpuCFSQuota, cpuCFSQuotaPeriod, podPidsLimit, memorySwap.swapBehavior.
-    pub pod_limits: limits::PodLimits,
+    pub pod_limits: crate::cm::settings::PodLimits,
     /// Image garbage collection, validated.
-    pub image_gc: gc::ImageGcPolicy,
+    pub image_gc: crate::images::gc::ImageGcPolicy,
     /// Container garbage collection (deprecated flags only).
-    pub container_gc: gc::ContainerGcPolicy,
+    pub container_gc: crate::runtime::gc::ContainerGcPolicy,
     /// `imagePullCredentialsVerificationPolicy`, `preloadedImagesVerificationAllowlist` and
     /// the `KubeletEnsureSecretPulledImages` gate, validated.
     #[serde(flatten)]

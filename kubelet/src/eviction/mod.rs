@@ -24,7 +24,7 @@ pub mod tracker;
 pub use rank::{Resource, is_critical};
 pub use tracker::Condition;
 
-use crate::config::resources::Eviction;
+use crate::cm::resources::Eviction;
 use crate::events::{EventRecorder, EventType};
 use crate::pod_worker::Stopped;
 use crate::stats::gaps::{self, Gaps, Source};
@@ -367,10 +367,10 @@ impl Manager {
     /// then a fresh snapshot; true when no threshold (with min reclaim) is met any more.
     async fn reclaim_node_level(
         &self,
-        signal: crate::config::resources::Signal,
+        signal: crate::cm::resources::Signal,
         dedicated: bool,
     ) -> bool {
-        use crate::config::resources::Signal as S;
+        use crate::cm::resources::Signal as S;
         let applies = match signal {
             S::ImageFsAvailable | S::ImageFsInodesFree => true,
             S::ContainerFsAvailable | S::ContainerFsInodesFree => true,
