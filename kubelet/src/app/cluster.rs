@@ -2,7 +2,7 @@
 //!
 //! [`connect`] gets credentials ([`bootstrap`]) and an apiserver [`client`]; [`start`] spawns
 //! the long-running parts, each owning one concern and sharing only channels and the
-//! [`pods::PodStore`]:
+//! [`PodStore`](crate::objects::pods::PodStore):
 //! - [`node`]: Node registration, node status, the node Lease;
 //! - [`pods`]: the pod watch, admission, and `SourceUpdate { source: Api }` to the sync loop;
 //! - [`mirror`]: mirror pods for static pods;
@@ -23,7 +23,8 @@ use crate::events::EventRecorder;
 use crate::pleg::PlegHealth;
 use crate::runtime::Runtime;
 use crate::status::manager::StatusManager;
-use crate::sync_loop::{SourceUpdate, Terminated};
+use crate::status::writer::Terminated;
+use crate::sync_loop::SourceUpdate;
 use k8s_openapi::api::core::v1::Pod;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -161,8 +162,8 @@ pub fn start(
         .run(cancel.clone()),
     );
 
-    let store = pods::PodStore::default();
-    tasks.spawn(pods::watch_pods(
+    let store = crate::objects::pods::PodStore::default();
+    tasks.spawn(crate::objects::pods::watch_pods(
         conn.client.clone(),
         cfg.node_name.clone(),
         store.clone(),

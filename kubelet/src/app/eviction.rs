@@ -9,7 +9,7 @@ use crate::eviction::{
     ProviderStats,
 };
 use crate::images::gc::ImageGc;
-use crate::pod_worker::Stopped;
+use crate::podspec::Stopped;
 use crate::runtime::Runtime;
 use crate::runtime::gc::{ContainerGc, PodsKnown};
 use crate::sync_loop::Control;

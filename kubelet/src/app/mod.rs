@@ -11,12 +11,13 @@ use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::pleg::{self, PlegHealth};
 use crate::pod_worker::Env;
+use crate::podspec::Source;
 use crate::runtime::Runtime;
 use crate::runtime::cri::CriRuntime;
 use crate::server::{self, AppState};
 use crate::spec::{self, NodeSettings};
 use crate::status::manager::StatusManager;
-use crate::sync_loop::{Source, SourceUpdate, SyncLoop};
+use crate::sync_loop::{SourceUpdate, SyncLoop};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -515,8 +516,8 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
                         if !rejected.contains(p.metadata.uid.as_deref().unwrap_or("")) {
                             tracing::warn!(pod = %crate::podspec::full_name(&p), %reason, %message, "static pod rejected at admission");
                         }
-                        let r = crate::pod::api::Rejection { reason, message };
-                        statuses.set(&p, crate::pod::api::rejected_status(&r));
+                        let r = crate::pod::admission::Rejection { reason, message };
+                        statuses.set(&p, crate::pod::admission::rejected_status(&r));
                     }
                     for gone in rejected.difference(&now) {
                         statuses.remove(gone);
@@ -635,7 +636,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             };
             let parts = crate::shutdown::Parts {
                 logind: Arc::new(logind),
-                pods: control,
+                pods: Arc::new(control),
                 state,
                 events: parts_events,
                 node_name,

@@ -26,7 +26,7 @@ pub use tracker::Condition;
 
 use crate::cm::resources::Eviction;
 use crate::events::{EventRecorder, EventType};
-use crate::pod_worker::Stopped;
+use crate::podspec::Stopped;
 use crate::stats::gaps::{self, Gaps, Source};
 use crate::stats::summary::{PodStats, Summary};
 use k8s_openapi::api::core::v1::Pod;

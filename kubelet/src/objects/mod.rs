@@ -17,6 +17,7 @@ pub mod apiserver;
 pub mod client;
 pub mod events;
 pub mod informer;
+pub mod pods;
 pub mod runtime_class;
 pub mod services;
 pub mod token;

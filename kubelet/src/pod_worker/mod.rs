@@ -67,15 +67,7 @@ pub struct Env {
     pub pull_records: Option<Arc<images::pull_records::PullRecords>>,
 }
 
-/// A pod the kubelet itself stopped for good (deadline, node shutdown, eviction): it is Failed
-/// with this reason and message, and nothing of it starts again.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Stopped {
-    pub reason: String,
-    pub message: String,
-    /// Add upstream's `DisruptionTarget` condition (reason `TerminationByKubelet`).
-    pub disruption: bool,
-}
+pub use crate::podspec::Stopped;
 
 /// Reasons of pods stopped for good that stay stopped across an agent restart.
 const STOPPED_REASONS: [&str; 3] = [DEADLINE_REASON, "Terminated", "Evicted"];
