@@ -9,6 +9,8 @@
 //! - p50 and p99 of each (nearest rank over every pod of every round), the ratios, and the
 //!   agent's RSS (and its anonymous part) idle and with N pods.
 //!
+//! `KUBELET_BIN=PATH` runs that kubelet binary instead of the one built with the bench.
+//!
 //! Raw and agent rounds alternate, so that both see the same machine; the agent is stopped
 //! during raw rounds and restarted on its own state after. Without xROUNDS a size gets enough
 //! rounds for at least 100 pod starts per side (and at least 2), so that p99 is a real tail.
@@ -137,6 +139,14 @@ impl Drop for Agent {
 
 /// Starts the agent in `dir` (a fresh one when `None`; reusing one keeps its state, as a
 /// restarted agent on a node would).
+/// The agent under test: `KUBELET_BIN` when set (to compare two builds with one bench
+/// binary), else the kubelet built with this bench.
+fn kubelet_bin() -> PathBuf {
+    std::env::var_os("KUBELET_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kubelet")))
+}
+
 fn start_agent(rig: &Rig, dir: Option<tempfile::TempDir>) -> Agent {
     let dir = dir.unwrap_or_else(|| tempfile::tempdir().unwrap());
     let d = dir.path();
@@ -159,7 +169,7 @@ fn start_agent(rig: &Rig, dir: Option<tempfile::TempDir>) -> Agent {
         .unwrap();
     let child = Command::new("nsenter")
         .arg(format!("--net={}", rig.env["RIG_NETNS_PATH"]))
-        .arg(env!("CARGO_BIN_EXE_kubelet"))
+        .arg(kubelet_bin())
         .arg(format!("--config={}", d.join("config.yaml").display()))
         .arg(format!(
             "--container-runtime-endpoint={}",
