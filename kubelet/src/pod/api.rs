@@ -79,9 +79,13 @@ impl Dispatcher {
                     .borrow()
                     .as_ref()
                     .and_then(|n| n.status.as_ref()?.allocatable.clone());
-                for (p, r) in
-                    admission.admit(&pods, static_count, self.max_pods, &labels, &self.node_name)
-                {
+                for (p, r) in admission.admit(
+                    &pods,
+                    static_count,
+                    self.max_pods,
+                    Some(&labels),
+                    &self.node_name,
+                ) {
                     tracing::warn!(pod = %crate::podspec::full_name(&p), uid = ?p.metadata.uid, reason = %r.reason, message = %r.message, "pod rejected at admission");
                     self.events
                         .record(&pod_ref(&p), EventType::Warning, &r.reason, &r.message);

@@ -125,13 +125,14 @@ impl Admission {
     }
 
     /// Decides for every pod not decided yet, oldest first. `static_pods` count against maxPods.
-    /// Returns the newly rejected pods.
+    /// `labels`: the Node object's labels; None while there is no Node object (standalone),
+    /// when node affinity is not checked. Returns the newly rejected pods.
     pub fn admit(
         &mut self,
         pods: &[Pod],
         static_pods: usize,
         max_pods: u32,
-        labels: &BTreeMap<String, String>,
+        labels: Option<&BTreeMap<String, String>>,
         node_name: &str,
     ) -> Vec<(Pod, Rejection)> {
         let live: HashSet<&str> = pods
@@ -202,7 +203,7 @@ impl Admission {
                 .and_then(|a| fit::check(p, &used, a))
             {
                 Some(Rejection { reason, message })
-            } else if !node_affinity_matches(p, labels, node_name) {
+            } else if labels.is_some_and(|l| !node_affinity_matches(p, l, node_name)) {
                 Some(Rejection {
                     reason: "NodeAffinity".into(),
                     message: "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector".into(),

@@ -28,7 +28,7 @@ fn forbidden_sysctls_are_rejected_at_admission() {
         pod("allowed", "22", sysctls("net.core.somaxconn")),
         pod("bad", "333", sysctls("kernel.msgmax")),
     ];
-    let rejected = a.admit(&pods, 0, 110, &BTreeMap::new(), "n1");
+    let rejected = a.admit(&pods, 0, 110, Some(&BTreeMap::new()), "n1");
     assert_eq!(rejected.len(), 1);
     assert_eq!(rejected[0].0.metadata.name.as_deref(), Some("bad"));
     assert_eq!(rejected[0].1.reason, "SysctlForbidden");
@@ -48,7 +48,7 @@ fn max_pods_rejects_the_newest_with_upstreams_reason() {
         pod("b", "22", serde_json::json!({})),
         pod("c", "333", serde_json::json!({})),
     ];
-    let rej = a.admit(&pods, 1, 3, &labels, "n1");
+    let rej = a.admit(&pods, 1, 3, Some(&labels), "n1");
     assert_eq!(rej.len(), 1);
     assert_eq!(rej[0].0.metadata.name.as_deref(), Some("c"));
     assert_eq!(rej[0].1.reason, "OutOfpods");
@@ -58,7 +58,7 @@ fn max_pods_rejects_the_newest_with_upstreams_reason() {
     );
     assert_eq!(rejected_status(&rej[0].1).phase.as_deref(), Some("Failed"));
     // Sticky: a later pass does not re-decide, even when room appears.
-    assert!(a.admit(&pods[..], 0, 3, &labels, "n1").is_empty());
+    assert!(a.admit(&pods[..], 0, 3, Some(&labels), "n1").is_empty());
     assert!(a.is_rejected("333") && a.is_admitted("1"));
 }
 
@@ -87,7 +87,7 @@ fn requests_must_fit_allocatable() {
     let level =
         |cpu: &str| serde_json::json!({"resources": {"limits": {"cpu": cpu, "memory": "64Mi"}}});
     let pods = vec![pod("a", "1", level("1")), pod("b", "22", level("600m"))];
-    let rej = a.admit(&pods, 1, 110, &BTreeMap::new(), "n1");
+    let rej = a.admit(&pods, 1, 110, Some(&BTreeMap::new()), "n1");
     assert_eq!(rej.len(), 1);
     assert_eq!(rej[0].0.metadata.name.as_deref(), Some("b"));
     assert_eq!(rej[0].1.reason, "OutOfcpu");
@@ -151,7 +151,7 @@ fn node_selector_and_affinity() {
         )],
         0,
         110,
-        &labels,
+        Some(&labels),
         "n1",
     );
     assert_eq!(rej[0].1.reason, "NodeAffinity");
