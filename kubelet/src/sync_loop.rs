@@ -7,7 +7,7 @@ use crate::pleg::Relist;
 use crate::pod_worker::{Env, Msg, Worker};
 use crate::podspec::{ANN_CONFIG_SEEN, Source};
 use crate::shutdown::PodStopper;
-use crate::status::writer::Terminated;
+use crate::status::Terminated;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //!
 //! [`connect`] gets credentials ([`bootstrap`]) and an apiserver [`client`]; [`start`] spawns
 //! the long-running parts, each owning one concern and sharing only channels and the
-//! [`PodStore`](crate::objects::pods::PodStore):
+//! [`PodStore`](crate::objects::PodStore):
 //! - [`node`]: Node registration, node status, the node Lease;
 //! - [`pods`]: the pod watch, admission, and `SourceUpdate { source: Api }` to the sync loop;
 //! - [`mirror`]: mirror pods for static pods;
@@ -22,8 +22,8 @@ use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::pleg::PlegHealth;
 use crate::runtime::Runtime;
-use crate::status::manager::StatusManager;
-use crate::status::writer::Terminated;
+use crate::status::StatusManager;
+use crate::status::Terminated;
 use crate::sync_loop::SourceUpdate;
 use k8s_openapi::api::core::v1::Pod;
 use std::net::IpAddr;
@@ -113,7 +113,7 @@ pub fn start(
     let (recorder, sink) = parts.events;
     tasks.spawn(sink.run(conn.client.clone(), cancel.clone()));
     let store = crate::objects::pods::PodStore::default();
-    tasks.spawn(crate::objects::pods::watch_pods(
+    tasks.spawn(crate::objects::watch_pods(
         conn.client.clone(),
         cfg.node_name.clone(),
         store.clone(),

@@ -2,7 +2,7 @@
 //! the cgroup filesystem or systemd.
 
 use super::AppError;
-use crate::cm::settings::SwapBehavior;
+use crate::cm::SwapBehavior;
 use crate::cm::{CgroupNamer, CgroupVersion, Cgroups, CmConfig, ContainerManager, FsCgroups};
 use crate::config::Config;
 use std::sync::Arc;

@@ -1,17 +1,17 @@
 //! Starts the eviction manager, image GC and container GC on the real edges: the stats
 //! provider, the sync loop's control channel and the CRI runtime.
 
-use crate::cm::resources::{Amount, Signal};
+use crate::cm::{Amount, Signal};
 use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::eviction::{
     EvictionError, Manager, NodeReclaim, POD_CLEANUP_TIMEOUT, Parts, PodKiller, PressureState,
     ProviderStats,
 };
-use crate::images::gc::ImageGc;
+use crate::images::ImageGc;
 use crate::podspec::Stopped;
 use crate::runtime::Runtime;
-use crate::runtime::gc::{ContainerGc, PodsKnown};
+use crate::runtime::{ContainerGc, PodsKnown};
 use crate::sync_loop::Control;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashSet;
@@ -145,7 +145,7 @@ pub fn spawn(
         policy: cfg.container_gc.clone(),
         pod_logs_dir: cfg.pod_logs_dir.clone(),
         period: test_gc_period(crate::runtime::gc::PERIOD_ENV, "container GC", "1m")
-            .unwrap_or(crate::runtime::gc::CONTAINER_GC_PERIOD),
+            .unwrap_or(crate::runtime::CONTAINER_GC_PERIOD),
     });
     let mut image_gc = ImageGc::new(
         runtime,
@@ -156,7 +156,7 @@ pub fn spawn(
         Some(
             cfg.pod_infra_container_image
                 .clone()
-                .unwrap_or_else(|| crate::images::gc::DEFAULT_SANDBOX_IMAGE.to_string()),
+                .unwrap_or_else(|| crate::images::DEFAULT_SANDBOX_IMAGE.to_string()),
         ),
     );
     if let Some(period) = test_gc_period(crate::images::gc::PERIOD_ENV, "image GC", "5m") {

@@ -18,7 +18,7 @@ use crate::podspec::Source;
 use crate::runtime::Runtime;
 use crate::runtime::cri::CriRuntime;
 use crate::server;
-use crate::status::manager::StatusManager;
+use crate::status::StatusManager;
 use crate::sync_loop::{SourceUpdate, SyncLoop};
 use std::sync::Arc;
 use std::time::Duration;
@@ -385,7 +385,7 @@ fn start_stats_and_logs(
 /// What the sync loop and the managers acting through it need.
 struct SyncLoopParts {
     env: Arc<Env>,
-    terminated_tx: Option<mpsc::UnboundedSender<crate::status::writer::Terminated>>,
+    terminated_tx: Option<mpsc::UnboundedSender<crate::status::Terminated>>,
     runtime: Arc<dyn Runtime>,
     stats: Arc<crate::stats::Provider>,
     events: Arc<dyn EventRecorder>,

@@ -13,7 +13,7 @@ use crate::podspec::Source;
 use crate::runtime::Runtime;
 use crate::shutdown::ShutdownState;
 use crate::spec::{self, NodeSettings};
-use crate::status::manager::StatusManager;
+use crate::status::StatusManager;
 use crate::sync_loop::SourceUpdate;
 use k8s_openapi::api::core::v1::Pod;
 use std::net::IpAddr;

@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pleg::PlegHealth;
 use crate::server::{self, AppState};
-use crate::status::manager::StatusManager;
+use crate::status::StatusManager;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

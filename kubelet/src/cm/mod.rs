@@ -11,12 +11,12 @@ pub mod metrics;
 pub mod resources;
 pub mod settings;
 pub mod systemd;
+pub use resources::{Amount, Eviction, NodeResources, Signal, Threshold};
+pub use settings::{CgroupDriver, DEFAULT_CFS_PERIOD_US, PodLimits, SwapBehavior};
 
 pub use cgroups::*;
 pub use fs::{FsCgroups, LIMITED_CONTROLLERS};
 
-use crate::cm::resources::NodeResources;
-use crate::cm::settings::PodLimits;
 use crate::podspec::{self, Qos};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;

@@ -6,8 +6,8 @@
 use super::{ConfigError, KubeletConfiguration, invalid};
 use crate::duration;
 use crate::flags::Flags;
-use crate::images::gc::ImageGcPolicy;
-use crate::runtime::gc::ContainerGcPolicy;
+use crate::images::ImageGcPolicy;
+use crate::runtime::ContainerGcPolicy;
 use std::time::Duration;
 
 fn int(name: &str, v: Option<&serde_json::Value>) -> Result<Option<i32>, ConfigError> {

@@ -5,7 +5,7 @@
 //! ValidateKubeletConfiguration.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
-use crate::cm::settings::{DEFAULT_CFS_PERIOD_US, PodLimits, SwapBehavior};
+use crate::cm::{DEFAULT_CFS_PERIOD_US, PodLimits, SwapBehavior};
 use crate::duration;
 use crate::flags::Flags;
 use std::time::Duration;

@@ -24,7 +24,7 @@ pub mod tracker;
 pub use rank::{Resource, is_critical};
 pub use tracker::Condition;
 
-use crate::cm::resources::Eviction;
+use crate::cm::Eviction;
 use crate::events::{EventRecorder, EventType};
 use crate::podspec::Stopped;
 use crate::stats::gaps::{self, Gaps, Source};
@@ -365,12 +365,8 @@ impl Manager {
 
     /// Upstream's reclaimNodeLevelResources: for disk signals, container GC then image GC,
     /// then a fresh snapshot; true when no threshold (with min reclaim) is met any more.
-    async fn reclaim_node_level(
-        &self,
-        signal: crate::cm::resources::Signal,
-        dedicated: bool,
-    ) -> bool {
-        use crate::cm::resources::Signal as S;
+    async fn reclaim_node_level(&self, signal: crate::cm::Signal, dedicated: bool) -> bool {
+        use crate::cm::Signal as S;
         let applies = match signal {
             S::ImageFsAvailable | S::ImageFsInodesFree => true,
             S::ContainerFsAvailable | S::ContainerFsInodesFree => true,

@@ -6,10 +6,10 @@
 use super::admission::{Admission, rejected_status};
 use crate::events::{EventRecorder, EventType, pod_ref};
 use crate::objects::changed;
-use crate::objects::pods::{PodStore, on_node};
+use crate::objects::{PodStore, on_node};
 use crate::podspec::Source;
-use crate::status::manager::StatusManager;
-use crate::status::writer::Terminated;
+use crate::status::StatusManager;
+use crate::status::Terminated;
 use crate::sync_loop::SourceUpdate;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use std::collections::{HashMap, HashSet};

@@ -7,7 +7,7 @@ use crate::podspec::Source;
 use crate::podspec::{
     ANN_CONFIG_HASH, ANN_CONFIG_SEEN, ANN_CONFIG_SOURCE, apply_defaults, validate,
 };
-use crate::status::manager::StatusManager;
+use crate::status::StatusManager;
 use crate::sync_loop::SourceUpdate;
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 use sha2::{Digest, Sha256};

@@ -10,7 +10,7 @@ use crate::pod_dirs;
 use crate::podspec::{self as pod, Qos};
 use crate::runtime::*;
 use crate::spec::{self, NodeSettings};
-use crate::status::manager::StatusManager;
+use crate::status::StatusManager;
 use crate::status::{self, Observation, Waiting};
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Container as K8sContainer, Pod, PodStatus};

@@ -8,8 +8,8 @@
 //! one. Static pods' statuses go to their mirror pods. Pods whose termination finished get their
 //! final status and are then deleted with grace 0 and a UID precondition.
 
+use crate::objects::PodStore;
 use crate::objects::client::{self, ClientHandle};
-use crate::objects::pods::PodStore;
 use crate::podspec::Source;
 use crate::podspec::{ANN_CONFIG_HASH, ANN_CONFIG_MIRROR, ANN_CONFIG_SOURCE};
 use crate::status::manager::StatusManager;
