@@ -3,13 +3,14 @@
 //! and the ratio. Run with:
 //! `cargo test -p cni --test bench -- --ignored --nocapture`
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Netns, PLUGIN, can_run, cni_env, run_plugin};
+use node_tests::netns::cni::{cni_env, run_plugin};
+use node_tests::netns::{Netns, can_run};
 use serde_json::json;
+
+const PLUGIN: &str = env!("CARGO_BIN_EXE_node-agent-cni");
 
 const PODS: usize = 100;
 const DEBIAN_BRIDGE: &str = "/usr/lib/cni/bridge";

@@ -4,13 +4,13 @@
 //! through its hostPort, and StopPodSandbox frees the address.
 //! Root only; skipped with `SKIPPED: <reason>` without containerd or curl.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{PLUGIN, can_run, run_cmd};
+use node_tests::netns::{can_run, run_cmd};
+
+const PLUGIN: &str = env!("CARGO_BIN_EXE_node-agent-cni");
 
 const SUBNET_PREFIX: &str = "10.77.0.";
 

@@ -2,12 +2,13 @@
 //! namespace where the plugin runs (bridge, veth host ends) and "pod" namespaces.
 //! Root only; anything else prints `SKIPPED: <reason>`.
 
-mod common;
-
 use std::path::Path;
 
-use common::{Netns, PLUGIN, can_run, cni_env, run_plugin};
+use node_tests::netns::cni::{cni_env, run_plugin};
+use node_tests::netns::{Netns, can_run};
 use serde_json::{Value, json};
+
+const PLUGIN: &str = env!("CARGO_BIN_EXE_node-agent-cni");
 
 fn conf(data_dir: &Path, version: &str, ipam: Value) -> Value {
     json!({
@@ -199,7 +200,7 @@ fn bad_configs_get_error_json() {
                 for (k, v) in &env {
                     cmd.env(k, v);
                 }
-                common::run_cmd(&mut cmd, Some(stdin))
+                node_tests::netns::run_cmd(&mut cmd, Some(stdin))
             }
         };
         (code, serde_json::from_str::<Value>(&out).unwrap())
@@ -225,7 +226,7 @@ fn bad_configs_get_error_json() {
     let (code, v) = {
         let mut cmd = std::process::Command::new(PLUGIN);
         cmd.env_clear().env("CNI_COMMAND", "VERSION");
-        let (code, out, _) = common::run_cmd(&mut cmd, Some(""));
+        let (code, out, _) = node_tests::netns::run_cmd(&mut cmd, Some(""));
         (code, serde_json::from_str::<Value>(&out).unwrap())
     };
     assert_eq!(code, 0);

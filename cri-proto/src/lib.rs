@@ -6,6 +6,7 @@
 //! * [`connect`] / [`connect_lazy`] open a [`Channel`] to a runtime socket;
 //!   [`runtime_client`] / [`image_client`] wrap it with the kubelet's 16 MiB
 //!   message limits.
+//! * `fake` (feature `test-util`): a recording, error-injecting CRI server for tests.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,9 @@ use tokio::net::UnixStream;
 use tonic::transport::{Endpoint, Uri};
 
 pub use tonic::transport::Channel;
+
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 
 /// Generated `runtime.v1` types, clients and servers.
 pub mod v1 {

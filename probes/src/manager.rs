@@ -400,5 +400,4 @@ fn random_fraction() -> f64 {
 }
 
 #[cfg(test)]
-#[path = "manager_tests.rs"]
 mod tests;

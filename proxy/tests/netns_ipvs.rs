@@ -1,5 +1,5 @@
 //! IPVS mode against a real kernel, in network namespaces this test creates and deletes
-//! (`support/netns.rs`: `client` —veth— `node` —veth— `pod0..2`). The IPVS proxier talks
+//! (`node_tests::netns::topology`: `client` —veth— `node` —veth— `pod0..2`). The IPVS proxier talks
 //! netlink in its own process's namespace, so it runs as this test binary re-executed in the
 //! node namespace (`ipvs_node_helper`): one sync, then the client's traffic is checked from
 //! here; a second run removes everything (`--cleanup`'s IPVS part).
@@ -22,11 +22,10 @@ use proxy::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
 use proxy::proxier::{ProxyHandle, SyncConfig};
 use proxy::render::RenderConfig;
 
-#[path = "support/netns.rs"]
-mod netns;
 use netns::{NODE_IP, TCP_PORT, Topology, have, root_kube_rules};
+use node_tests::netns::topology as netns;
 
-/// Not a test on its own: backends and client (see `support/netns.rs`).
+/// Not a test on its own: backends and client (see `node_tests::netns::topology`).
 #[test]
 fn helper() {
     netns::helper_main("KPV_HELPER");

@@ -1,7 +1,7 @@
 //! Real traffic through the proxier's rules, in network namespaces this test creates and
 //! deletes (never the root namespace's rules, routes or links).
 //!
-//! Topology (`support/netns.rs`): `client` —veth— `node` —veth— `pod0`, `pod1`, `pod2`. The
+//! Topology (`node_tests::netns::topology`): `client` —veth— `node` —veth— `pod0`, `pod1`, `pod2`. The
 //! node namespace holds the rules (the proxier runs in this process, its iptables, nft and
 //! conntrack commands prefixed with `ip netns exec node`) and forwards between its veths.
 //! One scenario, run once per mode (iptables, nftables), each in namespaces of its own; a
@@ -29,11 +29,10 @@ use proxy::proxier::{Proxier, ProxyHandle, SyncConfig};
 use proxy::render::RenderConfig;
 use proxy::sync_loop::Backend;
 
-#[path = "support/netns.rs"]
-mod netns;
 use netns::{NODE_IP, TCP_PORT, Topology, UDP_PORT, answers, have, pod_ip6, root_kube_rules};
+use node_tests::netns::topology as netns;
 
-/// Not a test on its own: the backends and the client (see `support/netns.rs`).
+/// Not a test on its own: the backends and the client (see `node_tests::netns::topology`).
 #[test]
 fn helper() {
     netns::helper_main("KP_HELPER");

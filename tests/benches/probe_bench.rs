@@ -15,9 +15,6 @@
 //! The kubelet is `target/<profile>/kubelet` (or `$KUBELET_BIN`): build it first with
 //! `cargo build --bins` (plus `--release` and a plain `cargo bench` for optimised figures).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -190,7 +187,7 @@ fn shim_pids(sock: &str) -> Vec<u32> {
 }
 
 /// Total of `prober_probe_total` on the kubelet's /metrics/probes (None if unavailable).
-fn probes_done(agent: &common::Agent) -> Option<f64> {
+fn probes_done(agent: &node_tests::Kubelet) -> Option<f64> {
     let m = agent.curl("https://127.0.0.1:10250/metrics/probes");
     let mut total = None;
     for l in m.lines().filter(|l| l.starts_with("prober_probe_total{")) {
@@ -229,8 +226,8 @@ struct Figures {
 
 fn run_phase(o: &Opts, phase: &str) -> Figures {
     let probes = phase == "probes";
-    let rig = common::Rig::up(&format!("pe2e-bench-{phase}"));
-    let agent = common::Agent::start(&rig);
+    let rig = node_tests::Rig::up(&format!("pe2e-bench-{phase}"));
+    let agent = node_tests::Kubelet::builder(&rig).start();
     let pid = agent.pid().expect("kubelet pid");
     let containerd: u32 = rig.get("CONTAINERD_PID").parse().expect("CONTAINERD_PID");
     let sock = rig.get("CONTAINERD_SOCK").to_string();
@@ -247,7 +244,7 @@ fn run_phase(o: &Opts, phase: &str) -> Figures {
     }
     let timeout = Duration::from_secs(60 + 4 * o.pods as u64);
     let mut last_report = Instant::now();
-    common::wait_for("every pod running", timeout, || {
+    node_tests::wait_for("every pod running", timeout, || {
         let pods = agent.pods();
         let ok = pods
             .iter()
@@ -255,7 +252,7 @@ fn run_phase(o: &Opts, phase: &str) -> Figures {
                 let name = p["metadata"]["name"].as_str().unwrap_or("");
                 name.starts_with("bench-")
                     && ["web", "side"].iter().all(|c| {
-                        let c = common::container(p, c);
+                        let c = node_tests::container(p, c);
                         c["state"]["running"].is_object() && c["ready"] == true
                     })
             })
@@ -327,12 +324,15 @@ fn run_phase(o: &Opts, phase: &str) -> Figures {
 }
 
 fn main() {
-    if let Some(reason) = common::skip_reason() {
+    if let Some(reason) = node_tests::skip_reason() {
         eprintln!("SKIPPED: {reason}");
         return;
     }
     let o = parse();
-    eprintln!("probe-bench: {o:?}, kubelet {:?}", common::bin("kubelet"));
+    eprintln!(
+        "probe-bench: {o:?}, kubelet {:?}",
+        node_tests::bin("kubelet")
+    );
     let mut results = Vec::new();
     for phase in &o.phases {
         results.push((*phase, run_phase(&o, phase)));

@@ -14,9 +14,8 @@
 //! `apiserver_outage_*` in `kubelet_cluster.rs`. Prints how long each recovery took; asserts
 //! only bounded waits.
 
-mod common;
-
-use common::{Agent, Rig, container, wait_for};
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, container, wait_for};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::Arc;
@@ -47,7 +46,7 @@ spec:
 }
 
 /// Name → (containerID, restartCount) of every Running `sleeper-*` pod.
-fn running_sleepers(agent: &Agent) -> BTreeMap<String, (String, i64)> {
+fn running_sleepers(agent: &Kubelet) -> BTreeMap<String, (String, i64)> {
     agent
         .pods()
         .into_iter()
@@ -128,7 +127,7 @@ fn faults_under_churn() {
     require_rig!();
     let n = pods_wanted();
     let mut rig = Rig::up("e2e-fault");
-    let mut agent = Agent::start(&rig);
+    let mut agent = Kubelet::builder(&rig).start();
     for i in 0..n {
         agent.write_manifest(
             &format!("sleeper-{i}.yaml"),
@@ -142,7 +141,7 @@ fn faults_under_churn() {
     });
     println!("{n} pods Running in {:?}", started.elapsed());
     let churn = Churn::start(agent.manifests());
-    let unchanged = |agent: &Agent, what: &str| {
+    let unchanged = |agent: &Kubelet, what: &str| {
         let t = Instant::now();
         let after = wait_for(what, Duration::from_secs(120), || {
             let r = running_sleepers(agent);
@@ -177,7 +176,7 @@ fn faults_under_churn() {
     println!("after containerd restart: pods unchanged in {t:?}, new pod started");
 
     // 3. Disk full under the pods' directories.
-    let pods_dir = agent.dir.path().join("root/pods");
+    let pods_dir = agent.dir().join("root/pods");
     std::fs::create_dir_all(&pods_dir).unwrap();
     let st = Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=512k", "fault-tmpfs"])
@@ -215,7 +214,7 @@ fn faults_under_churn() {
     println!("disk full: clear error ({message}); pod started once space was back");
 
     // 4. A corrupt state file: the serving key.
-    let key = agent.dir.path().join("root/pki/kubelet.key");
+    let key = agent.dir().join("root/pki/kubelet.key");
     assert!(
         key.exists(),
         "the self-signed serving key is at {}",

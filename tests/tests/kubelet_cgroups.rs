@@ -4,9 +4,8 @@
 //! with only pod-level limits (`spec.resources`) gets them on its pod cgroup and containers;
 //! a `kubepods` that cannot be created stops the start, as upstream's container manager.
 
-mod common;
-
-use common::{Agent, Rig, wait_for};
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, wait_for};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -60,7 +59,7 @@ fn read(p: &Path) -> String {
         .to_string()
 }
 
-fn uid(agent: &Agent, prefix: &str) -> String {
+fn uid(agent: &Kubelet, prefix: &str) -> String {
     let pod = wait_for(
         &format!("{prefix} pod Running"),
         Duration::from_secs(90),
@@ -91,7 +90,7 @@ fn pod_cgroups_hold_upstreams_limits() {
         return;
     };
     let rig = Rig::up("e2e-cgroups");
-    let agent = Agent::start_with(&rig, &[], "podPidsLimit: 321\n");
+    let agent = Kubelet::builder(&rig).config("podPidsLimit: 321\n").start();
     agent.write_manifest("guaranteed.yaml", PODS);
     agent.write_manifest("burstable.yaml", BURSTABLE);
     let g = uid(&agent, "guaranteed-");
@@ -172,7 +171,7 @@ fn uncreatable_kubepods_stops_the_start() {
     let log = d.join("kubelet.log");
     let mut child = Command::new("nsenter")
         .arg(format!("--net={}", rig.netns_path()))
-        .arg(common::bin("kubelet"))
+        .arg(node_tests::bin("kubelet"))
         .arg(format!("--config={}", d.join("config.yaml").display()))
         .arg(format!(
             "--container-runtime-endpoint={}",
@@ -291,7 +290,7 @@ fn pod_level_limits_land_on_the_pod_cgroup() {
         return;
     };
     let rig = Rig::up("e2e-podres");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("podlevel.yaml", POD_LEVEL);
     let uid = uid(&agent, "podlevel-");
     assert_eq!(

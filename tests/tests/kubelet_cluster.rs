@@ -1,7 +1,7 @@
 //! Cluster mode on real containerd: the `kubeadm join` flow against the test control plane.
 //!
 //! The control plane serves inside the rig's network namespace (see
-//! `common::NetnsControlPlane`), the agent is started with the command line systemd builds from
+//! `node_tests::NetnsControlPlane`), the agent is started with the command line systemd builds from
 //! kubeadm's `10-kubeadm.conf` and the files kubeadm writes, and the test checks the apiserver's
 //! view through direct store access.
 //!
@@ -10,23 +10,22 @@
 //! it, `/etc/default/kubelet` (`KUBELET_EXTRA_ARGS=--cgroup-driver=cgroupfs`), and the agent logs
 //! a warning about the file's setting.
 
-mod common;
-
-use common::joined::JoinedNode;
-use common::{KubeletProc, NetnsControlPlane, Rig, wait_for};
 use node_tests::controlplane::Options;
+use node_tests::joined::JoinedNode;
+use node_tests::require_rig;
+use node_tests::{Kubelet, NetnsControlPlane, Rig, wait_for};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const NODE: &str = common::joined::NODE;
+const NODE: &str = node_tests::joined::NODE;
 const BUSYBOX: &str = "docker.io/library/busybox:1.35";
-const NODE_IP: &str = common::joined::NODE_IP;
+const NODE_IP: &str = node_tests::joined::NODE_IP;
 
 /// The runtime's pod sandboxes (`cri pods`: id, namespace/name, state, attempt).
 fn cri_pods(rig: &Rig) -> String {
-    let out = std::process::Command::new(common::bin("cri"))
+    let out = std::process::Command::new(node_tests::bin("cri"))
         .args(["--endpoint", rig.get("CRI_ENDPOINT"), "pods"])
         .output()
         .expect("cri pods");
@@ -50,7 +49,7 @@ fn condition<'a>(obj: &'a Value, ty: &str) -> &'a Value {
 }
 
 fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
-    common::container(pod, name)
+    node_tests::container(pod, name)
 }
 
 fn api_pod(name: &str, command: &str, grace: i64) -> Value {
@@ -93,14 +92,17 @@ fn kubeadm_join_simulation() {
             .any(|a| a.starts_with("--bootstrap-kubeconfig="))
     );
     let t0 = Instant::now();
-    let mut kubelet = KubeletProc::start(&rig, args, node.p("kubelet.log"));
+    let mut kubelet = Kubelet::builder(&rig)
+        .args(args)
+        .log(node.p("kubelet.log"))
+        .start();
 
     // kubeadm polls healthz, then waits for kubelet.conf to work.
     wait_for("healthz 200", Duration::from_secs(60), || {
         if let Some(st) = kubelet.exited() {
             panic!("kubelet exited: {st}\n{}", kubelet.log_text());
         }
-        let (body, code) = kubelet.curl("http://127.0.0.1:10248/healthz");
+        let (body, code) = kubelet.curl_code("http://127.0.0.1:10248/healthz");
         (code == "200" && body == "ok").then_some(())
     });
     let healthy_at = t0.elapsed();
@@ -385,7 +387,7 @@ fn kubeadm_join_simulation() {
         },
     );
     assert!(rules.contains("default/hosted:http cluster IP"), "{rules}");
-    let (body, code) = kubelet.curl("http://127.0.0.1:10256/healthz");
+    let (body, code) = kubelet.curl_code("http://127.0.0.1:10256/healthz");
     assert_eq!(code, "200", "{body}");
 
     // A crashing container: restartCount and lastState reach the apiserver.
@@ -522,7 +524,7 @@ fn kubeadm_join_simulation() {
     );
     // kubeadm's config (anonymous off, webhook authn, Webhook authz): a request without
     // credentials gets upstream's 401 (the authn/authz table is kubelet_server_auth.rs).
-    let (body, code) = kubelet.curl("https://127.0.0.1:10250/pods");
+    let (body, code) = kubelet.curl_code("https://127.0.0.1:10250/pods");
     assert_eq!(
         (code.as_str(), body.trim()),
         ("401", "Unauthorized"),
@@ -548,14 +550,14 @@ fn kubeadm_join_simulation() {
         "another node's pod got status from this node: {elsewhere:#}"
     );
 
-    // Agent restart: nothing restarts, nothing regresses.
+    // Kubelet restart: nothing restarts, nothing regresses.
     let crash_before = cp.get("pods", "default", "crash").unwrap();
     let static_before = container(&mirror, "main")["containerID"].clone();
     let node_ready_since =
         condition(&cp.get("nodes", "", NODE).unwrap(), "Ready")["lastTransitionTime"].clone();
     kubelet.restart();
     wait_for("healthz after restart", Duration::from_secs(30), || {
-        (kubelet.curl("http://127.0.0.1:10248/healthz").1 == "200").then_some(())
+        (kubelet.curl_code("http://127.0.0.1:10248/healthz").1 == "200").then_some(())
     });
     std::thread::sleep(Duration::from_secs(5));
     let mirror_now = cp.get("pods", "default", "static-rig-node").unwrap();
@@ -601,7 +603,7 @@ fn kubeadm_join_simulation() {
     std::thread::sleep(Duration::from_secs(60));
     // The apiserver is down and :10250 fails closed (401, see above): the runtime shows the
     // static pod still running.
-    let (_, code) = kubelet.curl("https://127.0.0.1:10250/pods");
+    let (_, code) = kubelet.curl_code("https://127.0.0.1:10250/pods");
     assert_eq!(code, "401", ":10250 fails closed");
     let sandboxes = cri_pods(&rig);
     assert!(
@@ -705,9 +707,12 @@ fn client_certificate_rotates_without_dropping_pods() {
         },
     );
     let node = JoinedNode::write(&cp, &rig);
-    let mut kubelet = KubeletProc::start(&rig, node.command_line(), node.p("kubelet.log"));
+    let mut kubelet = Kubelet::builder(&rig)
+        .args(node.command_line())
+        .log(node.p("kubelet.log"))
+        .start();
     wait_for("healthz 200", Duration::from_secs(60), || {
-        (kubelet.curl("http://127.0.0.1:10248/healthz").1 == "200").then_some(())
+        (kubelet.curl_code("http://127.0.0.1:10248/healthz").1 == "200").then_some(())
     });
     let current = node.p("var/lib/kubelet/pki/kubelet-client-current.pem");
     let first = std::fs::read_link(&current).unwrap();

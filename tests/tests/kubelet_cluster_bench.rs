@@ -10,11 +10,10 @@
 //! debug log), CRI calls per second (`kubelet_runtime_operations_total`) and containerd's CPU
 //! (daemon and shims) next to them, printed as busy / idle ratios.
 
-mod common;
-
-use common::{KubeletProc, NetnsControlPlane, Rig, wait_for};
 use kubelet::runtime::raw;
 use node_tests::controlplane::Options;
+use node_tests::require_rig;
+use node_tests::{Kubelet, NetnsControlPlane, Rig, wait_for};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -53,7 +52,7 @@ fn pod_start_latency_and_rss() {
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npodLogsDir: {}\ncgroupRoot: {}\n{}",
             dir.path().join("logs").display(),
             rig.get("RIG_CGROUP_ROOT"),
-            common::TEST_EVICTION_HARD
+            node_tests::TEST_EVICTION_HARD
         ),
     )
     .unwrap();
@@ -85,7 +84,10 @@ fn pod_start_latency_and_rss() {
             Duration::from_secs_f64(ms[ms.len() / 2] / 1000.0)
         })
     };
-    let kubelet = KubeletProc::start(&rig, args, dir.path().join("kubelet.log"));
+    let kubelet = Kubelet::builder(&rig)
+        .args(args)
+        .log(dir.path().join("kubelet.log"))
+        .start();
     wait_for("node registered", Duration::from_secs(30), || {
         cp.get("nodes", "", NODE)
     });
@@ -165,7 +167,7 @@ fn start_agent(
     cp: &NetnsControlPlane,
     node: &str,
     ip: &str,
-) -> (KubeletProc, tempfile::TempDir) {
+) -> (Kubelet, tempfile::TempDir) {
     start_agent_logging(rig, cp, node, ip, None)
 }
 
@@ -176,7 +178,7 @@ fn start_agent_logging(
     node: &str,
     ip: &str,
     rust_log: Option<&str>,
-) -> (KubeletProc, tempfile::TempDir) {
+) -> (Kubelet, tempfile::TempDir) {
     let out = rig.sh(&format!("ip addr add {ip}/32 dev lo"));
     assert!(out.status.success());
     let dir = tempfile::tempdir().unwrap();
@@ -191,7 +193,7 @@ fn start_agent_logging(
              authorization:\n  mode: AlwaysAllow\n{}",
             dir.path().join("logs").display(),
             rig.get("RIG_CGROUP_ROOT"),
-            common::TEST_EVICTION_HARD
+            node_tests::TEST_EVICTION_HARD
         ),
     )
     .unwrap();
@@ -203,7 +205,13 @@ fn start_agent_logging(
         format!("--hostname-override={node}"),
         format!("--node-ip={ip}"),
     ];
-    let kubelet = KubeletProc::start_logging(rig, args, dir.path().join("kubelet.log"), rust_log);
+    let mut kubelet = Kubelet::builder(rig)
+        .args(args)
+        .log(dir.path().join("kubelet.log"));
+    if let Some(filter) = rust_log {
+        kubelet = kubelet.rust_log(filter);
+    }
+    let kubelet = kubelet.start();
     wait_for("node registered", Duration::from_secs(30), || {
         cp.get("nodes", "", node)
     });
@@ -424,7 +432,7 @@ struct Window {
     refresh_phases: Option<(f64, f64, f64)>,
 }
 
-fn sample(rig: &Rig, agent: &KubeletProc, window: Duration) -> Window {
+fn sample(rig: &Rig, agent: &Kubelet, window: Duration) -> Window {
     let pid = agent.pid().unwrap();
     let containerd: u32 = rig.get("CONTAINERD_PID").parse().unwrap();
     let socket = rig

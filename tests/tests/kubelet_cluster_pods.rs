@@ -4,11 +4,10 @@
 //! holding a pod in ContainerCreating with a FailedMount event until it appears. Everything is
 //! checked from inside the containers (their logs) or from the apiserver's view.
 
-mod common;
-
-use common::joined::NODE;
-use common::{KubeletProc, NetnsControlPlane, wait_for};
 use node_tests::controlplane::Options;
+use node_tests::joined::NODE;
+use node_tests::require_rig;
+use node_tests::{Kubelet, NetnsControlPlane, wait_for};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,7 +22,7 @@ fn log_value(log: &str, key: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-fn running(cp: &NetnsControlPlane, name: &str, kubelet: &mut KubeletProc) -> Value {
+fn running(cp: &NetnsControlPlane, name: &str, kubelet: &mut Kubelet) -> Value {
     wait_for(
         &format!("pod {name} Running"),
         Duration::from_secs(60),
@@ -41,7 +40,7 @@ fn running(cp: &NetnsControlPlane, name: &str, kubelet: &mut KubeletProc) -> Val
 fn pods_with_service_account_config_map_secret_and_downward_api() {
     require_rig!();
     let (_rig, cp, node, mut kubelet) =
-        common::joined::up("e2e-cluster-pods", Options::default(), false);
+        node_tests::joined::up("e2e-cluster-pods", Options::default(), false);
     wait_for("node registered", Duration::from_secs(60), || {
         if let Some(st) = kubelet.exited() {
             panic!("kubelet exited: {st}\n{}", kubelet.log_text());

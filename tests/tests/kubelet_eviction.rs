@@ -6,11 +6,10 @@
 //! on and removes old sandboxes left empty; image GC frees a small (tmpfs) image filesystem
 //! filled past its high threshold, and through the eviction manager's reclaim.
 
-mod common;
-
-use common::joined::NODE;
-use common::{Agent, Rig, container, wait_for};
 use node_tests::controlplane::Options;
+use node_tests::joined::NODE;
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, container, wait_for};
 use serde_json::json;
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ const BUSYBOX: &str = "docker.io/library/busybox:1.35";
 
 /// Every container the runtime has (`cri ps -a -q`).
 fn all_containers(rig: &Rig) -> Vec<String> {
-    let out = std::process::Command::new(common::bin("cri"))
+    let out = std::process::Command::new(node_tests::bin("cri"))
         .args(["--endpoint", rig.get("CRI_ENDPOINT"), "ps", "-a", "-q"])
         .output()
         .expect("cri ps");
@@ -37,7 +36,7 @@ fn all_containers(rig: &Rig) -> Vec<String> {
 fn pod_over_its_empty_dir_size_limit_is_evicted() {
     require_rig!();
     let (_rig, cp, _node, mut kubelet) =
-        common::joined::up("e2e-evict-emptydir", Options::default(), false);
+        node_tests::joined::up("e2e-evict-emptydir", Options::default(), false);
     wait_for("node registered", Duration::from_secs(60), || {
         if let Some(st) = kubelet.exited() {
             panic!("kubelet exited: {st}\n{}", kubelet.log_text());
@@ -120,13 +119,13 @@ fn sandboxes_stopped_behind_the_agents_back_blind_neither_stats_nor_eviction() {
     use kubelet::runtime::{Runtime, SandboxState};
     require_rig!();
     let t0 = std::time::Instant::now();
-    let (rig, cp, _node, mut kubelet) = common::joined::up_with_env(
+    let (rig, cp, _node, mut kubelet) = node_tests::joined::up_with_env(
         "e2e-stale-sandbox",
         Options::default(),
         true,
         &[("KUBELET_TEST_CONTAINER_GC_PERIOD", "2s")],
     );
-    let alive = |k: &mut common::KubeletProc| {
+    let alive = |k: &mut node_tests::Kubelet| {
         if let Some(st) = k.exited() {
             panic!("kubelet exited: {st}\n{}", k.log_text());
         }
@@ -283,7 +282,7 @@ spec:
 fn container_gc_keeps_one_dead_container_per_container() {
     require_rig!();
     let rig = Rig::up("e2e-container-gc");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("crasher.yaml", CRASHER);
     // Restarts at about 0, 10, 30 s (back-off): three dead instances pile up first.
     wait_for("three instances", Duration::from_secs(60), || {
@@ -310,7 +309,7 @@ fn container_gc_keeps_one_dead_container_per_container() {
 
 /// Every image the runtime has, one `id\ttags\tsize` line each (`cri images`).
 fn images(rig: &Rig) -> String {
-    let out = std::process::Command::new(common::bin("cri"))
+    let out = std::process::Command::new(node_tests::bin("cri"))
         .args(["--endpoint", rig.get("CRI_ENDPOINT"), "images"])
         .output()
         .expect("cri images");
@@ -342,10 +341,10 @@ spec:
 fn image_gc_removes_unused_images_above_the_high_threshold() {
     require_rig!();
     let rig = Rig::up("e2e-image-gc");
-    let unused = common::import_grpc_health_image(&rig);
+    let unused = node_tests::import_grpc_health_image(&rig);
     assert!(images(&rig).contains(unused));
     // The pod runs first, under the default policy (nothing is collected: 85 % is far).
-    let mut first = Agent::start(&rig);
+    let mut first = Kubelet::builder(&rig).start();
     first.write_manifest("sleeper.yaml", SLEEPER);
     wait_for("sleeper running", Duration::from_secs(60), || {
         first
@@ -354,12 +353,12 @@ fn image_gc_removes_unused_images_above_the_high_threshold() {
     });
     assert!(images(&rig).contains(unused), "default policy keeps it");
     first.stop();
-    let agent = Agent::start_with(
-        &rig,
-        &[],
-        "imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\nimageMinimumGCAge: 1s\n\
+    let agent = Kubelet::builder(&rig)
+        .config(
+            "imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\nimageMinimumGCAge: 1s\n\
          evictionHard:\n  imagefs.available: \"99%\"\n",
-    );
+        )
+        .start();
     agent.write_manifest("sleeper.yaml", SLEEPER);
     wait_for("unused image removed", Duration::from_secs(60), || {
         (!images(&rig).contains(unused)).then_some(())
@@ -413,7 +412,7 @@ impl Statfs {
 }
 
 /// The summary's `node.runtime.imageFs`.
-fn summary_image_fs(agent: &Agent) -> serde_json::Value {
+fn summary_image_fs(agent: &Kubelet) -> serde_json::Value {
     let body = agent.curl("https://127.0.0.1:10250/stats/summary");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     v["node"]["runtime"]["imageFs"].clone()
@@ -439,7 +438,7 @@ fn image_gc_frees_a_small_image_filesystem_filled_past_the_high_threshold() {
         Err(e) => panic!("{e}"),
     };
     let root = std::path::PathBuf::from(rig.get("RIG_CONTAINERD_ROOT"));
-    let unused = common::import_grpc_health_image(&rig);
+    let unused = node_tests::import_grpc_health_image(&rig);
     let unused_id = images(&rig)
         .lines()
         .find(|l| l.contains(unused))
@@ -447,11 +446,12 @@ fn image_gc_frees_a_small_image_filesystem_filled_past_the_high_threshold() {
         .map(str::to_string)
         .unwrap_or_else(|| panic!("{unused} imported:\n{}", images(&rig)));
     // Upstream collects every 5 min; the hook makes it every 2 s so the test need not wait.
-    let agent = Agent::start_with(
-        &rig,
-        &[("KUBELET_TEST_IMAGE_GC_PERIOD", "2s")],
-        "imageGCHighThresholdPercent: 60\nimageGCLowThresholdPercent: 40\nimageMinimumGCAge: 1s\n",
-    );
+    let agent = Kubelet::builder(&rig)
+        .env(&[("KUBELET_TEST_IMAGE_GC_PERIOD", "2s")])
+        .config(
+            "imageGCHighThresholdPercent: 60\nimageGCLowThresholdPercent: 40\nimageMinimumGCAge: 1s\n",
+        )
+        .start();
     agent.write_manifest("sleeper.yaml", SLEEPER);
     wait_for("sleeper running", Duration::from_secs(60), || {
         agent

@@ -6,9 +6,8 @@
 //! `/run`, and upstream's 404/400 answers. An ignored bench compares an exec round trip
 //! through the kubelet with the same exec straight on the runtime's streaming URL.
 
-mod common;
-
-use common::{Agent, Rig, wait_for};
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, wait_for};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -313,7 +312,7 @@ fn exec_path(cmd: &[&str], stdin: bool) -> String {
 fn netns_runtime(netns: &str) -> tokio::runtime::Runtime {
     let netns = netns.to_string();
     std::thread::spawn(move || {
-        common::enter_netns(&netns);
+        node_tests::enter_netns(&netns);
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -331,7 +330,7 @@ fn run_in<T: Send + 'static>(
     rt.block_on(async { tokio::spawn(f).await.expect("task") })
 }
 
-fn curl(agent: &Agent, method: &str, path: &str) -> (u16, String) {
+fn curl(agent: &Kubelet, method: &str, path: &str) -> (u16, String) {
     let out = Command::new("nsenter")
         .arg(format!("--net={}", agent.netns()))
         .args([
@@ -354,9 +353,9 @@ fn curl(agent: &Agent, method: &str, path: &str) -> (u16, String) {
 
 const KUBELET: &str = "127.0.0.1:10250";
 
-fn start() -> (Rig, Agent, tokio::runtime::Runtime) {
+fn start() -> (Rig, Kubelet, tokio::runtime::Runtime) {
     let rig = Rig::up("e2e-exec");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("shell.yaml", SHELL);
     wait_for("the shell pod running", Duration::from_secs(90), || {
         let p = agent.pod("shell-")?;

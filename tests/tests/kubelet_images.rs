@@ -7,13 +7,12 @@
 //! without the secret must pull it itself (and is refused) or, with `Never`, fails as if it
 //! were absent; the record of the pull names the secret.
 
-mod common;
-
 use base64::Engine;
-use common::joined::{JoinedNode, NODE, NODE_IP};
-use common::{KubeletProc, NetnsControlPlane, Rig, wait_for};
 use node_tests::controlplane::Options;
+use node_tests::joined::{JoinedNode, NODE, NODE_IP};
 use node_tests::registry;
+use node_tests::require_rig;
+use node_tests::{Kubelet, NetnsControlPlane, Rig, wait_for};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -27,7 +26,7 @@ const PASSWORD: &str = "s3cret-pw";
 
 fn pod_until(
     cp: &NetnsControlPlane,
-    kubelet: &mut KubeletProc,
+    kubelet: &mut Kubelet,
     name: &str,
     what: &str,
     ok: impl Fn(&Value) -> bool,
@@ -126,7 +125,10 @@ fn pull_secrets_runtime_classes_and_service_links() {
     let cp = NetnsControlPlane::start(&rig, Options::default());
     let stats = start_registry(&rig, &cp);
     let node = JoinedNode::write(&cp, &rig);
-    let mut kubelet = KubeletProc::start(&rig, node.command_line(), node.p("kubelet.log"));
+    let mut kubelet = Kubelet::builder(&rig)
+        .args(node.command_line())
+        .log(node.p("kubelet.log"))
+        .start();
     wait_for("node registered", Duration::from_secs(60), || {
         if let Some(st) = kubelet.exited() {
             panic!("kubelet exited: {st}\n{}", kubelet.log_text());

@@ -4,9 +4,8 @@
 //! pod; termination messages come from the file or, on failure, from the log; a container past
 //! its memory limit is OOM-killed and its status says `OOMKilled`.
 
-mod common;
-
-use common::{Agent, Rig, container, wait_for};
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, container, wait_for};
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
@@ -83,9 +82,9 @@ spec:
 fn sidecar_and_hooks_run_in_order_on_containerd() {
     require_rig!();
     let rig = Rig::up("e2e-life-hooks");
-    let agent = Agent::start(&rig);
-    let side_out = agent.dir.path().join("side-out");
-    let hooks_out = agent.dir.path().join("hooks-out");
+    let agent = Kubelet::builder(&rig).start();
+    let side_out = agent.dir().join("side-out");
+    let hooks_out = agent.dir().join("hooks-out");
     std::fs::create_dir_all(&side_out).unwrap();
     std::fs::create_dir_all(&hooks_out).unwrap();
     agent.write_manifest("side.yaml", &sidecar_pod(&side_out));
@@ -207,7 +206,7 @@ spec:
 fn active_deadline_and_termination_messages_on_containerd() {
     require_rig!();
     let rig = Rig::up("e2e-life-deadline");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("deadline.yaml", DEADLINE);
     agent.write_manifest("messages.yaml", MESSAGES);
     agent.write_manifest("post-start-fails.yaml", POST_START_FAILS);
@@ -286,7 +285,7 @@ spec:
 fn a_container_past_its_memory_limit_is_oom_killed() {
     require_rig!();
     let rig = Rig::up("e2e-oom");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("hog.yaml", HOG);
     // The runtime's reason comes through: in lastState once restarted (or in state while the
     // container waits in back-off).

@@ -4,9 +4,8 @@
 //! number stays bounded, older ones are gzipped, the runtime writes on into the reopened
 //! file, and a follow stream misses no line across rotations). An ignored bench prints the agent's CPU and RSS with 100 follow streams.
 
-mod common;
-
-use common::{Agent, Rig, container, wait_for};
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, container, wait_for};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,7 +25,7 @@ spec:
 const BASE: &str = "https://127.0.0.1:10250";
 
 /// GET `path` on :10250; (status, body). `max_time` bounds follow streams.
-fn get(agent: &Agent, path: &str, max_time: u32) -> (u16, String) {
+fn get(agent: &Kubelet, path: &str, max_time: u32) -> (u16, String) {
     let out = Command::new("nsenter")
         .arg(format!("--net={}", agent.netns()))
         .args(["curl", "-sk", "--path-as-is", "-N", "--max-time"])
@@ -56,7 +55,7 @@ fn last_number(body: &str) -> u32 {
 fn container_logs_follow_tail_previous_and_refusals() {
     require_rig!();
     let rig = Rig::up("e2e-logs");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("talker.yaml", TALKER);
     let logs = "/containerLogs/default/talker-rig-node/app";
 
@@ -143,8 +142,8 @@ spec:
 "#;
 
 /// The container's log directory (`<podLogsDir>/default_flood-rig-node_<uid>/app`).
-fn flood_dir(agent: &Agent) -> Option<std::path::PathBuf> {
-    let logs = agent.dir.path().join("logs");
+fn flood_dir(agent: &Kubelet) -> Option<std::path::PathBuf> {
+    let logs = agent.dir().join("logs");
     std::fs::read_dir(&logs)
         .ok()?
         .filter_map(|e| e.ok())
@@ -180,11 +179,11 @@ fn rotated(dir: &std::path::Path) -> Vec<String> {
 fn logs_are_rotated_at_max_size_and_follow_continues_across_rotations() {
     require_rig!();
     let rig = Rig::up("e2e-logrot");
-    let agent = Agent::start_with(
-        &rig,
-        &[],
-        "containerLogMaxSize: 100Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
-    );
+    let agent = Kubelet::builder(&rig)
+        .config(
+            "containerLogMaxSize: 100Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
+        )
+        .start();
     agent.write_manifest("flood.yaml", FLOOD);
     let logs = "/containerLogs/default/flood-rig-node/app";
     let dir = wait_for("the flood's log directory", Duration::from_secs(60), || {
@@ -318,7 +317,7 @@ spec:
 fn bench_100_follow_streams() {
     require_rig!();
     let rig = Rig::up("bench-logs");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("chatty.yaml", CHATTY);
     let logs = "/containerLogs/default/chatty-rig-node/app";
     wait_for("chatty logging", Duration::from_secs(60), || {

@@ -3,9 +3,8 @@
 //! before the system-critical one, marks both Failed/Terminated with a DisruptionTarget
 //! condition, then releases the inhibitor.
 
-mod common;
-
-use common::{Agent, Rig, container, wait_for};
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, container, wait_for};
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -96,7 +95,7 @@ spec:
     command: ["sh", "-c", "trap 'sleep 3; exit 0' TERM; while true; do sleep 1; done"]
 "#;
 
-fn state_of(agent: &Agent, pod: &str) -> Option<String> {
+fn state_of(agent: &Kubelet, pod: &str) -> Option<String> {
     let p = agent.pod(pod)?;
     let state = container(&p, "app")["state"].as_object()?.clone();
     state.keys().next().cloned()
@@ -152,11 +151,10 @@ fn pods_stop_by_priority_and_the_inhibitor_is_released() {
     });
 
     let rig = Rig::up("node-shutdown");
-    let agent = Agent::start_with(
-        &rig,
-        &[("DBUS_SYSTEM_BUS_ADDRESS", &address)],
-        "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 4s\n",
-    );
+    let agent = Kubelet::builder(&rig)
+        .env(&[("DBUS_SYSTEM_BUS_ADDRESS", &address)])
+        .config("shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 4s\n")
+        .start();
     agent.write_manifest("low.yaml", LOW);
     agent.write_manifest("critical.yaml", CRITICAL);
     wait_for("both pods running", Duration::from_secs(120), || {

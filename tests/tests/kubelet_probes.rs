@@ -3,15 +3,14 @@
 //! container's `ready` and the pod's `Ready` condition both ways, and a startup probe holds the
 //! liveness probe back until it succeeds.
 
-mod common;
-
-use common::{Agent, Rig, container, pod_condition, wait_for};
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, container, pod_condition, wait_for};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
 /// Polls the pod until `f` accepts the status of container `name`; returns (pod, container).
 fn wait_container(
-    agent: &Agent,
+    agent: &Kubelet,
     prefix: &str,
     name: &str,
     what: &str,
@@ -61,7 +60,7 @@ fn assert_ready_condition(pod: &Value, container_name: &str, ready: bool) {
 /// Watches a single-container pod whose readiness toggles on a schedule and checks that it
 /// goes ready → not ready → ready again, with the pod's Ready condition agreeing in every
 /// answer and the container never restarted.
-fn assert_readiness_toggles(agent: &Agent, prefix: &str, name: &str, timeout: Duration) {
+fn assert_readiness_toggles(agent: &Kubelet, prefix: &str, name: &str, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     let want = [true, false, true];
     let mut seen: Vec<bool> = Vec::new();
@@ -128,7 +127,7 @@ spec:
 fn liveness_exec_failure_restarts_the_container() {
     require_rig!();
     let rig = Rig::up("pe2e-live");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("liveness.yaml", LIVENESS_EXEC);
 
     let (_, first) = wait_container(
@@ -203,7 +202,7 @@ spec:
 fn readiness_http_get_follows_the_served_file_both_ways() {
     require_rig!();
     let rig = Rig::up("pe2e-ready");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("readiness.yaml", READINESS_HTTP);
     wait_container(
         &agent,
@@ -243,7 +242,7 @@ spec:
 fn startup_probe_holds_liveness_back_until_it_succeeds() {
     require_rig!();
     let rig = Rig::up("pe2e-start");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("startup.yaml", STARTUP_GATE);
 
     // Before /tmp/started exists (~6 s) the liveness probe would fail at once, but it is not run.
@@ -319,7 +318,7 @@ spec:
 fn readiness_tcp_socket_is_ready_when_the_port_accepts() {
     require_rig!();
     let rig = Rig::up("pe2e-tcp");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("tcp.yaml", READINESS_TCP);
 
     let (pod, c) = wait_container(
@@ -369,8 +368,8 @@ spec:
 fn readiness_grpc_follows_the_health_service_status() {
     require_rig!();
     let rig = Rig::up("pe2e-grpc");
-    let image = common::import_grpc_health_image(&rig);
-    let agent = Agent::start(&rig);
+    let image = node_tests::import_grpc_health_image(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("grpc.yaml", &readiness_grpc(image));
     wait_container(
         &agent,
@@ -384,10 +383,7 @@ fn readiness_grpc_follows_the_health_service_status() {
     assert_readiness_toggles(&agent, "readiness-grpc-", "health", Duration::from_secs(45));
     let logs = std::process::Command::new("sh")
         .arg("-c")
-        .arg(format!(
-            "cat {}/logs/*/health/*.log",
-            agent.dir.path().display()
-        ))
+        .arg(format!("cat {}/logs/*/health/*.log", agent.dir().display()))
         .output()
         .unwrap();
     let logs = String::from_utf8_lossy(&logs.stdout);

@@ -3,9 +3,8 @@
 //! sysctl), runAsNonRoot refused for an image that runs as root, a pod with a forbidden
 //! sysctl rejected at admission, and restarted containers keeping their UID (CVE-2019-11245).
 
-mod common;
-
-use common::{Agent, Rig, container, wait_for};
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, container, wait_for};
 use std::time::Duration;
 
 const SECURE: &str = r#"apiVersion: v1
@@ -83,8 +82,8 @@ spec:
 "#;
 
 /// The container's output so far, from its CRI log under the agent's podLogsDir.
-fn container_output(agent: &Agent, pod_prefix: &str) -> String {
-    let logs = agent.dir.path().join("logs");
+fn container_output(agent: &Kubelet, pod_prefix: &str) -> String {
+    let logs = agent.dir().join("logs");
     let mut text = String::new();
     for dir in std::fs::read_dir(&logs).into_iter().flatten().flatten() {
         if !dir
@@ -117,11 +116,11 @@ fn field<'a>(out: &'a str, key: &str) -> &'a str {
 fn security_context_is_what_the_container_sees() {
     require_rig!();
     let rig = Rig::up("e2e-security");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("secure.yaml", SECURE);
     agent.write_manifest("nonroot.yaml", NONROOT);
     agent.write_manifest("sysctl.yaml", SYSCTL);
-    let victim = agent.dir.path().join("victim");
+    let victim = agent.dir().join("victim");
     std::fs::create_dir(&victim).unwrap();
     std::fs::write(victim.join("precious"), b"keep").unwrap();
     agent.write_manifest(
@@ -190,7 +189,7 @@ fn security_context_is_what_the_container_sees() {
         pod["status"]["message"],
         "Pod was rejected: forbidden sysctl: \"net.core.somaxconn\" not allowlisted"
     );
-    let sandboxes = std::process::Command::new(common::bin("cri"))
+    let sandboxes = std::process::Command::new(node_tests::bin("cri"))
         .args(["--endpoint", rig.get("CRI_ENDPOINT"), "pods"])
         .output()
         .unwrap();
@@ -219,8 +218,7 @@ fn security_context_is_what_the_container_sees() {
     let pod = agent.pod("data-link-").unwrap();
     let uid = pod["metadata"]["uid"].as_str().unwrap();
     let vol = agent
-        .dir
-        .path()
+        .dir()
         .join("root/pods")
         .join(uid)
         .join("volumes/kubernetes.io~downward-api/info");
@@ -252,7 +250,7 @@ fn import_user_image(rig: &Rig, dir: &std::path::Path) -> &'static str {
     .unwrap();
     std::fs::write(root.join("etc/group"), "root:x:0:\napp:x:1000:\n").unwrap();
     let tar = dir.join("busybox-user.tar");
-    let rig_dir = common::repo_root().join("tests/rig");
+    let rig_dir = node_tests::repo_root().join("tests/rig");
     let out = std::process::Command::new(rig_dir.join("mkimage.sh"))
         .arg(&root)
         .arg(IMAGE)
@@ -281,8 +279,8 @@ fn import_user_image(rig: &Rig, dir: &std::path::Path) -> &'static str {
 
 /// The UIDs each run of the `app` container reported, in run order (its CRI log files
 /// `0.log`, `1.log`, …).
-fn uids_per_run(agent: &Agent, pod_prefix: &str) -> Vec<String> {
-    let logs = agent.dir.path().join("logs");
+fn uids_per_run(agent: &Kubelet, pod_prefix: &str) -> Vec<String> {
+    let logs = agent.dir().join("logs");
     let mut out = Vec::new();
     for dir in std::fs::read_dir(&logs).into_iter().flatten().flatten() {
         if !dir
@@ -315,7 +313,7 @@ fn cve_2019_11245_restarted_containers_keep_their_uid() {
     let rig = Rig::up("e2e-uid-restart");
     let dir = tempfile::tempdir().unwrap();
     let image = import_user_image(&rig, dir.path());
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     for (name, sc) in [
         ("image-user", ""),
         ("pod-user", "  securityContext: {runAsUser: 2345}\n"),

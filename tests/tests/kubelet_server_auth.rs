@@ -2,10 +2,9 @@
 //! TokenReview, Webhook authorization): who gets which status code, asked of the real agent
 //! joined to the test control plane, and what the answer caches save.
 
-mod common;
-
-use common::{NetnsControlPlane, Rig};
 use node_tests::controlplane::Options;
+use node_tests::require_rig;
+use node_tests::{NetnsControlPlane, Rig};
 use std::path::Path;
 use std::time::Duration;
 
@@ -107,7 +106,7 @@ fn reviews(cp: &NetnsControlPlane, what: &str) -> usize {
 fn authn_authz_table_against_the_joined_agent() {
     require_rig!();
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (rig, cp, node, kubelet) = common::joined::up("e2e-authz", Options::default(), false);
+    let (rig, cp, node, kubelet) = node_tests::joined::up("e2e-authz", Options::default(), false);
     let dir = node.p("clients");
     std::fs::create_dir_all(&dir).unwrap();
 
@@ -296,7 +295,7 @@ fn authn_authz_table_against_the_joined_agent() {
 fn a_client_certificate_without_a_common_name_is_401() {
     require_rig!();
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (rig, cp, node, kubelet) = common::joined::up("e2e-nocn", Options::default(), false);
+    let (rig, cp, node, kubelet) = node_tests::joined::up("e2e-nocn", Options::default(), false);
     let dir = node.p("clients");
     std::fs::create_dir_all(&dir).unwrap();
     cp.grant("system:masters", "*", "*");

@@ -7,10 +7,9 @@
 //! the runtime runs. The ignored bench prints the authorization cache's hit rate and latency
 //! next to a direct CRI call.
 
-mod common;
-
-use common::{KubeletProc, NetnsControlPlane, Rig, wait_for};
 use node_tests::controlplane::Options;
+use node_tests::require_rig;
+use node_tests::{Kubelet, NetnsControlPlane, Rig, wait_for};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -117,21 +116,20 @@ fn idle_floods_slowloris_read_only_port_and_running_pods() {
     let d = dir.path();
     std::fs::create_dir_all(d.join("manifests")).unwrap();
     std::fs::write(d.join("config.yaml"), config(d, &rig)).unwrap();
-    let mut kubelet = KubeletProc::start(
-        &rig,
-        vec![
+    let mut kubelet = Kubelet::builder(&rig)
+        .args(vec![
             format!("--config={}", d.join("config.yaml").display()),
             format!("--container-runtime-endpoint={}", rig.get("CRI_ENDPOINT")),
             format!("--root-dir={}", d.join("root").display()),
             "--hostname-override=rig-node".into(),
-        ],
-        d.join("kubelet.log"),
-    );
+        ])
+        .log(d.join("kubelet.log"))
+        .start();
     wait_for("healthz 200", Duration::from_secs(60), || {
         if let Some(st) = kubelet.exited() {
             panic!("kubelet exited: {st}\n{}", kubelet.log_text());
         }
-        let (body, code) = kubelet.curl("http://127.0.0.1:10248/healthz");
+        let (body, code) = kubelet.curl_code("http://127.0.0.1:10248/healthz");
         (code == "200" && body == "ok").then_some(())
     });
     let log = kubelet.log_text();
@@ -142,7 +140,7 @@ fn idle_floods_slowloris_read_only_port_and_running_pods() {
     );
 
     // The read-only port: upstream's unauthenticated subset, nothing more.
-    let ro = |p: &str| kubelet.curl(&format!("http://127.0.0.1:10255{p}"));
+    let ro = |p: &str| kubelet.curl_code(&format!("http://127.0.0.1:10255{p}"));
     let (body, code) = ro("/pods");
     assert_eq!(code, "200", "{body}");
     assert!(body.contains("\"PodList\""), "{body}");
@@ -188,7 +186,7 @@ fn idle_floods_slowloris_read_only_port_and_running_pods() {
     let held_for = held_at.elapsed();
 
     // While they are held: :10248 answers, a new pod starts, :10250 still serves.
-    let (body, code) = kubelet.curl("http://127.0.0.1:10248/healthz");
+    let (body, code) = kubelet.curl_code("http://127.0.0.1:10248/healthz");
     assert_eq!((code.as_str(), body.as_str()), ("200", "ok"));
     // Once the agent has accepted them all: the one host got its cap, the rest of its
     // connections were closed at accept; everything else is held until its handshake times
@@ -272,7 +270,7 @@ fn idle_floods_slowloris_read_only_port_and_running_pods() {
     assert!(secs < 5.0, "{secs}");
 
     // /runningpods/: what the runtime runs.
-    let (body, code) = kubelet.curl("https://127.0.0.1:10250/runningpods/");
+    let (body, code) = kubelet.curl_code("https://127.0.0.1:10250/runningpods/");
     assert_eq!(code, "200", "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let pod = v["items"]
@@ -301,7 +299,7 @@ fn idle_floods_slowloris_read_only_port_and_running_pods() {
 fn authz_cache_bench() {
     require_rig!();
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (rig, cp, node, _kubelet) = common::joined::up("e2e-authzb", Options::default(), false);
+    let (rig, cp, node, _kubelet) = node_tests::joined::up("e2e-authzb", Options::default(), false);
     let dir = node.p("clients");
     std::fs::create_dir_all(&dir).unwrap();
     const N: usize = 50;

@@ -3,11 +3,10 @@
 //! :10250 completes no handshake until it is issued, then presents a certificate of the cluster CA
 //! with those names, and a rotation swaps it while the same process keeps serving.
 
-mod common;
-
-use common::joined::{JoinedNode, NODE, NODE_IP};
-use common::{KubeletProc, NetnsControlPlane, Rig, wait_for};
 use node_tests::controlplane::Options;
+use node_tests::joined::{JoinedNode, NODE, NODE_IP};
+use node_tests::require_rig;
+use node_tests::{Kubelet, NetnsControlPlane, Rig, wait_for};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -80,8 +79,8 @@ fn approve_pending(cp: &NetnsControlPlane) -> usize {
 }
 
 /// The value of `kubelet_certificate_manager_server_ttl_seconds` on :10250/metrics.
-fn server_ttl(kubelet: &KubeletProc) -> Option<f64> {
-    let (body, code) = kubelet.curl(&format!("https://{NODE_IP}:10250/metrics"));
+fn server_ttl(kubelet: &Kubelet) -> Option<f64> {
+    let (body, code) = kubelet.curl_code(&format!("https://{NODE_IP}:10250/metrics"));
     if code != "200" {
         return None;
     }
@@ -122,12 +121,15 @@ fn server_tls_bootstrap_serves_an_issued_certificate_and_rotates_it_in_place() {
     text.push_str("serverTLSBootstrap: true\n");
     std::fs::write(&config, text).unwrap();
     let ca = node.p("etc/kubernetes/pki/ca.crt");
-    let mut kubelet = KubeletProc::start(&rig, node.command_line(), node.p("kubelet.log"));
+    let mut kubelet = Kubelet::builder(&rig)
+        .args(node.command_line())
+        .log(node.p("kubelet.log"))
+        .start();
     wait_for("healthz 200", Duration::from_secs(60), || {
         if let Some(st) = kubelet.exited() {
             panic!("kubelet exited: {st}\n{}", kubelet.log_text());
         }
-        (kubelet.curl("http://127.0.0.1:10248/healthz").1 == "200").then_some(())
+        (kubelet.curl_code("http://127.0.0.1:10248/healthz").1 == "200").then_some(())
     });
     let pid = kubelet.pid();
 
@@ -151,7 +153,7 @@ fn server_tls_bootstrap_serves_an_issued_certificate_and_rotates_it_in_place() {
     assert_eq!(info.dns_or_ip_sans, 2, "{NODE} and {NODE_IP}");
 
     // Not approved yet: no handshake completes on :10250 (upstream serves nothing either).
-    let (_, code) = kubelet.curl(&format!("https://{NODE_IP}:10250/healthz"));
+    let (_, code) = kubelet.curl_code(&format!("https://{NODE_IP}:10250/healthz"));
     assert_eq!(
         code, "000",
         "a handshake completed before the certificate was issued"

@@ -1,9 +1,8 @@
 //! The kubelet in standalone mode on real containerd: static pods start, restart, stop, survive
 //! agent and runtime restarts, and a bad manifest does not disturb good ones.
 
-mod common;
-
-use common::{Agent, Rig, container, wait_for};
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, container, wait_for};
 use std::time::{Duration, Instant};
 
 const WEB: &str = r#"apiVersion: v1
@@ -20,7 +19,7 @@ spec:
     ports: [{containerPort: 8080}]
 "#;
 
-fn running(agent: &Agent, prefix: &str) -> Option<serde_json::Value> {
+fn running(agent: &Kubelet, prefix: &str) -> Option<serde_json::Value> {
     agent
         .pod(prefix)
         .filter(|p| p["status"]["phase"] == "Running" && p["status"]["podIP"].is_string())
@@ -30,7 +29,7 @@ fn running(agent: &Agent, prefix: &str) -> Option<serde_json::Value> {
 fn static_pod_runs_serves_survives_agent_restart_and_stops_on_removal() {
     require_rig!();
     let rig = Rig::up("e2e-static");
-    let mut agent = Agent::start(&rig);
+    let mut agent = Kubelet::builder(&rig).start();
     agent.write_manifest("web.yaml", WEB);
     // A broken manifest next to it must not disturb the good one.
     agent.write_manifest(
@@ -72,7 +71,7 @@ fn static_pod_runs_serves_survives_agent_restart_and_stops_on_removal() {
         "the bad manifest is named with its field in the log:\n{log}"
     );
 
-    // Agent restart (SIGTERM, then a crash): the same containers keep running.
+    // Kubelet restart (SIGTERM, then a crash): the same containers keep running.
     let id = c["containerID"].clone();
     agent.restart();
     let after = wait_for(
@@ -110,7 +109,7 @@ fn static_pod_runs_serves_survives_agent_restart_and_stops_on_removal() {
     );
     let out = rig.sh(&format!("curl -s --max-time 2 http://{ip}:8080/index.html"));
     assert!(out.stdout.is_empty(), "nothing answers on the old pod IP");
-    let sandboxes = std::process::Command::new(common::bin("cri"))
+    let sandboxes = std::process::Command::new(node_tests::bin("cri"))
         .args(["--endpoint", rig.get("CRI_ENDPOINT"), "pods", "-q"])
         .output()
         .unwrap();
@@ -137,7 +136,7 @@ spec:
 fn crashing_container_restarts_with_backoff() {
     require_rig!();
     let rig = Rig::up("e2e-crash");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("crasher.yaml", CRASHER);
     // First restart is immediate, the second waits 10 s: within 40 s we see restartCount ≥ 2
     // and, in between, CrashLoopBackOff with the previous exit in lastState.
@@ -185,7 +184,7 @@ spec:
 fn containerd_restart_is_survived_and_run_to_completion_pods_succeed() {
     require_rig!();
     let mut rig = Rig::up("e2e-runtime");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("web.yaml", WEB);
     let before = wait_for("web Running", Duration::from_secs(60), || {
         running(&agent, "web-")
@@ -206,9 +205,7 @@ fn containerd_restart_is_survived_and_run_to_completion_pods_succeed() {
     let web = agent.pod("web-").unwrap();
     assert_eq!(container(&web, "httpd")["containerID"], id);
     assert_eq!(container(&web, "httpd")["restartCount"], 0);
-    let logs = std::fs::read_dir(agent.dir.path().join("logs"))
-        .unwrap()
-        .count();
+    let logs = std::fs::read_dir(agent.dir().join("logs")).unwrap().count();
     assert!(logs >= 2, "each pod has a log directory");
 }
 
@@ -236,7 +233,7 @@ spec:
 fn subpath_symlink_escape_is_refused() {
     require_rig!();
     let rig = Rig::up("e2e-subpath");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("escape.yaml", ESCAPE);
     let pod = wait_for(
         "the restarted container refused",
@@ -263,7 +260,7 @@ fn subpath_symlink_escape_is_refused() {
         std::fs::read_to_string("/proc/self/mountinfo")
             .unwrap()
             .lines()
-            .filter(|l| l.contains(&*agent.dir.path().to_string_lossy()))
+            .filter(|l| l.contains(&*agent.dir().to_string_lossy()))
             .count()
     };
     assert!(mounts() > 0, "the first run's subPath mount is in place");

@@ -2,9 +2,8 @@
 //! match its cgroup files; the ignored bench prints the summary's latency at 110 pods and the
 //! CRI calls one request costs.
 
-mod common;
-
-use common::{Agent, Rig, wait_for};
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, wait_for};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -55,7 +54,7 @@ fn stat(p: &Path, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn summary(agent: &Agent) -> Value {
+fn summary(agent: &Kubelet) -> Value {
     serde_json::from_str(&agent.curl("https://127.0.0.1:10250/stats/summary"))
         .expect("summary is JSON")
 }
@@ -75,14 +74,14 @@ fn busy_pod_cpu_and_memory_match_its_cgroup() {
         return;
     }
     let rig = Rig::up("e2e-stats");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     agent.write_manifest("busy.yaml", BUSY);
     let pod = wait_for("busy pod Running", Duration::from_secs(60), || {
         agent
             .pod("busy-")
             .filter(|p| p["status"]["phase"] == "Running")
     });
-    let cid = common::container(&pod, "spin")["containerID"]
+    let cid = node_tests::container(&pod, "spin")["containerID"]
         .as_str()
         .unwrap()
         .trim_start_matches("containerd://")
@@ -285,7 +284,7 @@ fn summary_latency_at_110_pods() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(110);
     let rig = Rig::up("bench-stats");
-    let agent = Agent::start(&rig);
+    let agent = Kubelet::builder(&rig).start();
     for i in 0..n {
         agent.write_manifest(
             &format!("p{i}.yaml"),

@@ -10,16 +10,15 @@
 //! The kubelet's :10250 runs with anonymous authentication and AlwaysAllow authorization here,
 //! so that the scrape needs no credentials (kubelet_server_auth.rs tests the Webhook modes).
 
-mod common;
-
-use common::{KubeletProc, NetnsControlPlane, Rig, wait_for};
 use node_tests::controlplane::Options;
+use node_tests::require_rig;
+use node_tests::{Kubelet, NetnsControlPlane, Rig, wait_for};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const NODE: &str = common::joined::NODE;
+const NODE: &str = node_tests::joined::NODE;
 const BUSYBOX: &str = "docker.io/library/busybox:1.35";
 
 /// Rigs are heavy (containerd each) and this machine has two cores: one test at a time.
@@ -270,10 +269,10 @@ fn up(
 ) -> (
     Rig,
     NetnsControlPlane,
-    common::joined::JoinedNode,
-    KubeletProc,
+    node_tests::joined::JoinedNode,
+    Kubelet,
 ) {
-    common::joined::up(name, Options::default(), true)
+    node_tests::joined::up(name, Options::default(), true)
 }
 
 #[test]

@@ -8,10 +8,9 @@
 //!
 //! Root only; prints `SKIPPED: <reason>` when the rig cannot run here.
 
-mod common;
-
-use common::{KubeletProc, NetnsControlPlane, Rig, bin, wait_for};
 use node_tests::controlplane::Options;
+use node_tests::require_rig;
+use node_tests::{Kubelet, NetnsControlPlane, Rig, bin, wait_for};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
@@ -76,7 +75,7 @@ cgroupRoot: {cgroot}
 ",
         logs = root.join("logs").display(),
         cgroot = rig.get("RIG_CGROUP_ROOT"),
-        eviction = common::TEST_EVICTION_HARD,
+        eviction = node_tests::TEST_EVICTION_HARD,
         conf = rig.get("RIG_CNI_CONF_DIR"),
         bindir = root.join("cni-bin").display(),
         plugin = bin("node-agent-cni").display(),
@@ -111,9 +110,8 @@ fn hostile_node_claims_are_refused_with_an_event_and_get_no_route() {
     cp.bootstrap_kubeconfig(p("bootstrap-kubelet.conf"))
         .unwrap();
     std::fs::write(p("config.yaml"), config(&rig, root.path())).unwrap();
-    let kubelet = KubeletProc::start(
-        &rig,
-        vec![
+    let kubelet = Kubelet::builder(&rig)
+        .args(vec![
             format!(
                 "--bootstrap-kubeconfig={}",
                 p("bootstrap-kubelet.conf").display()
@@ -127,9 +125,9 @@ fn hostile_node_claims_are_refused_with_an_event_and_get_no_route() {
             "--cgroup-driver=cgroupfs".into(),
             "--node-agent-cni".into(),
             format!("--node-agent-cluster-cidr={CLUSTER_CIDR}"),
-        ],
-        p("kubelet.log"),
-    );
+        ])
+        .log(p("kubelet.log"))
+        .start();
     wait_for("the Node registered", Duration::from_secs(90), || {
         cp.get("nodes", "", NODE)
     });

@@ -2,37 +2,34 @@
 //! namespaces this test creates (`pxapi-<pid>-*`) and deletes; the root namespace's rules,
 //! routes and links are never touched.
 //!
-//! Topology (`proxy/tests/support/netns.rs`): `client` —veth— `node` —veth— `pod0`, `pod1`.
+//! Topology (`node_tests::netns::topology`): `client` —veth— `node` —veth— `pod0`, `pod1`.
 //! The control plane listens on 127.0.0.1 *inside* `node` (a thread enters it with setns(2)
 //! and builds the runtime there), and kube-proxy runs there too (`ip netns exec`) with
 //! `--kubeconfig` pointing at it.
 //!
 //! Needs root and the binaries: `cargo build --bins` first.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::NetnsControlPlane;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice, ForZone,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use node_tests::NetnsControlPlane;
 use node_tests::controlplane::Options;
 use serde_json::json;
 
 const NODE_NAME: &str = "pxapi-node";
 
-#[path = "../../proxy/tests/support/netns.rs"]
-mod netns;
 use netns::{NODE_IP, TCP_PORT, Topology, have, pod_ip, pod_ip6, root_kube_rules};
+use node_tests::netns::topology as netns;
 
-/// Not a test on its own: the backends and the client (see `proxy/tests/support/netns.rs`).
+/// Not a test on its own: the backends and the client (see `node_tests::netns::topology`).
 #[test]
 fn helper() {
     netns::helper_main("PXAPI_HELPER");
@@ -51,7 +48,7 @@ impl KubeProxy {
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new("ip")
             .args(["netns", "exec", netns])
-            .arg(common::bin("kube-proxy"))
+            .arg(node_tests::bin("kube-proxy"))
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--hostname-override={NODE_NAME}"))
             .arg(format!("--bind-address={NODE_IP}"))

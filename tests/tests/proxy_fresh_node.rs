@@ -7,8 +7,6 @@
 //!
 //! Prints start-to-programmed times (p50/max); asserts only the bounded wait.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -100,7 +98,7 @@ impl Node {
         node.proxy = Some(
             Command::new("ip")
                 .args(["netns", "exec", ns])
-                .arg(common::bin("kube-proxy"))
+                .arg(node_tests::bin("kube-proxy"))
                 .arg("--proxy-mode=iptables")
                 .arg(format!("--static-services-dir={}", dir.display()))
                 .arg("--hostname-override=fresh-node")

@@ -2,9 +2,8 @@
 //! loop turns, none once it is wedged, STOPPING=1 on SIGTERM), the unit files as
 //! `systemd-analyze verify` sees them, and the .deb packages installed into a scratch root.
 
-mod common;
-
-use common::{Agent, Rig, bin, repo_root};
+use node_tests::require_rig;
+use node_tests::{Kubelet, Rig, bin, repo_root};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::process::Command;
@@ -40,16 +39,15 @@ fn notify_ready_watchdog_and_stopping() {
     let sock_path = dir.path().join("notify");
     let wedge = dir.path().join("wedge");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let mut agent = Agent::start_with_env(
-        &rig,
-        &[
+    let mut agent = Kubelet::builder(&rig)
+        .env(&[
             ("NOTIFY_SOCKET", sock_path.to_str().unwrap()),
             // Pings every second.
             ("WATCHDOG_USEC", "2000000"),
             ("KUBELET_TEST_WEDGE_SYNC_LOOP_FILE", wedge.to_str().unwrap()),
-        ],
-    );
-    // Agent::start returned once :10248/healthz answered: READY=1 is already queued.
+        ])
+        .start();
+    // start() returned once :10248/healthz answered: READY=1 is already queued.
     let first = collect(&sock, Duration::from_millis(200));
     assert!(
         first

@@ -9,10 +9,9 @@
 //!
 //! Root only; prints `SKIPPED: <reason>` when the rig cannot run here.
 
-mod common;
-
-use common::{KubeletProc, NetnsControlPlane, Rig, bin, wait_for};
 use node_tests::controlplane::Options;
+use node_tests::require_rig;
+use node_tests::{Kubelet, NetnsControlPlane, Rig, bin, wait_for};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -119,7 +118,7 @@ fn relay_control_plane(cp: &NetnsControlPlane, netns: &str) {
     let target = cp.addr();
     let ns = netns.to_string();
     let listener = std::thread::spawn(move || {
-        common::enter_netns(&ns);
+        node_tests::enter_netns(&ns);
         let l = std::net::TcpListener::bind(target).expect("bind the relay");
         l.set_nonblocking(true).unwrap();
         l
@@ -274,13 +273,16 @@ fn two_nodes_route_pods_services_and_node_ports() {
     }
     let cp = NetnsControlPlane::start(&rigs[0], Options::default());
     relay_control_plane(&cp, rigs[1].netns_path());
-    let mut kubelets: Vec<KubeletProc> = (0..2)
+    let mut kubelets: Vec<Kubelet> = (0..2)
         .map(|i| {
             let args = write_node(&cp, &rigs[i], &NODES[i], roots[i].path());
-            KubeletProc::start(&rigs[i], args, roots[i].path().join("kubelet.log"))
+            Kubelet::builder(&rigs[i])
+                .args(args)
+                .log(roots[i].path().join("kubelet.log"))
+                .start()
         })
         .collect();
-    let dump_logs = |k: &[KubeletProc]| {
+    let dump_logs = |k: &[Kubelet]| {
         k.iter()
             .map(|k| k.log_text())
             .collect::<Vec<_>>()

@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,18 +62,6 @@ fn node(i: usize) -> NodeNet {
             (i % 250 + 2) as u8,
         ))],
     }
-}
-
-fn ip(args: &str) {
-    let out = Command::new("ip")
-        .args(args.split(' '))
-        .output()
-        .expect("ip");
-    assert!(
-        out.status.success(),
-        "ip {args}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 type Multicast = futures::channel::mpsc::UnboundedReceiver<(
@@ -135,26 +122,13 @@ async fn raw(h: rtnetlink::Handle, r: Route, add: bool) {
 #[test]
 #[ignore]
 fn bench_route_reaction_at_1000_nodes() {
-    if !nix::unistd::Uid::effective().is_root() {
-        println!("SKIPPED: not root (the bench creates a network namespace)");
-        return;
-    }
-    std::thread::spawn(|| {
-        // This thread only: the namespace is gone when the thread ends.
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare");
-        ip("link set lo up");
-        ip("link add v0 type veth peer name v1");
-        ip("addr add 10.250.0.1/16 dev v0");
-        ip("link set v0 up");
-        ip("link set v1 up");
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(run());
-    })
-    .join()
-    .unwrap();
+    // A namespace of this thread only: gone when the bench ends.
+    node_tests::netns::in_new_netns(
+        "bench_route_reaction_at_1000_nodes",
+        "ip link set lo up && ip link add v0 type veth peer name v1 && \
+         ip addr add 10.250.0.1/16 dev v0 && ip link set v0 up && ip link set v1 up",
+        run,
+    );
 }
 
 async fn run() {

@@ -32,29 +32,13 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()>,
 {
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("SKIPPED: {what}: creating a network namespace needs root");
-        return;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: {what}: no `ip` (iproute2) here");
-        return;
-    }
-    std::thread::spawn(move || {
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare");
-        sh(
-            "ip link set lo up && ip link add e0 type veth peer name e1 && \
-            ip addr add 10.250.1.1/24 dev e0 && ip -6 addr add fd00:250::1/64 dev e0 nodad && \
-            ip link set e0 up && ip link set e1 up",
-        );
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f());
-    })
-    .join()
-    .expect("the namespace thread");
+    node_tests::netns::in_new_netns(
+        what,
+        "ip link set lo up && ip link add e0 type veth peer name e1 && \
+        ip addr add 10.250.1.1/24 dev e0 && ip -6 addr add fd00:250::1/64 dev e0 nodad && \
+        ip link set e0 up && ip link set e1 up",
+        f,
+    );
 }
 
 #[test]

@@ -811,5 +811,4 @@ impl Runtime for CriRuntime {
 }
 
 #[cfg(test)]
-#[path = "cri_tests.rs"]
 mod tests;

@@ -326,5 +326,4 @@ impl Auth {
 }
 
 #[cfg(test)]
-#[path = "authz_tests.rs"]
 mod tests;

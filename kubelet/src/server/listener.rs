@@ -389,5 +389,4 @@ impl Drop for RequestRecord {
 }
 
 #[cfg(test)]
-#[path = "listener_tests.rs"]
 mod tests;

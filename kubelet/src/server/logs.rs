@@ -741,5 +741,4 @@ async fn pump(
 }
 
 #[cfg(test)]
-#[path = "logs_tests.rs"]
 mod tests;

@@ -166,5 +166,4 @@ fn stream_file(mut f: std::fs::File) -> Body {
 }
 
 #[cfg(test)]
-#[path = "node_logs_tests.rs"]
 mod tests;

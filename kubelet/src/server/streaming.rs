@@ -587,5 +587,4 @@ async fn translate_v5(
 }
 
 #[cfg(test)]
-#[path = "streaming_tests.rs"]
 mod tests;

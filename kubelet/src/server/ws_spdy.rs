@@ -340,5 +340,4 @@ where
 }
 
 #[cfg(test)]
-#[path = "ws_spdy_tests.rs"]
 mod tests;

@@ -382,5 +382,4 @@ pub fn sandbox_security(pod: &Pod) -> SandboxSecurity {
 }
 
 #[cfg(test)]
-#[path = "security_tests.rs"]
 mod tests;

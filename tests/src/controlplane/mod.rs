@@ -28,6 +28,7 @@
 //! only touch CSRs", a scheduler, protobuf, or server-side apply field ownership
 //! (apply patches are applied as strategic merges).
 
+pub mod in_netns;
 mod jwt;
 mod patch;
 pub mod pki;
@@ -53,6 +54,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
+pub use in_netns::NetnsControlPlane;
 pub use pki::{IssuedCert, subject_of_pem, validity_of_pem};
 pub use resources::ResourceDef;
 pub use status::ApiError;

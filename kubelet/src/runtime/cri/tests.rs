@@ -1,5 +1,7 @@
 use super::*;
 
+mod wire;
+
 #[test]
 fn security_settings_reach_the_cri_messages() {
     let sandbox = SandboxConfig {

@@ -1,6 +1,5 @@
-//! The network-namespace topology of the proxy's traffic tests, shared by
-//! `proxy/tests/netns_traffic.rs` and `tests/tests/proxy_apiserver.rs` (which includes this file
-//! by path). Standard library only.
+//! The network-namespace topology of the proxy's traffic tests (`proxy/tests/netns_traffic.rs`,
+//! `proxy/tests/netns_ipvs.rs`, `tests/tests/proxy_apiserver.rs`).
 //!
 //! Topology: `client` —veth— `node` —veth— `pod0` … `podN`, all namespaces named after a
 //! prefix the test picks and deleted on drop; every link has an IPv4 address and, where the
@@ -8,12 +7,13 @@
 //! never touched. Backends and the client are the test binary re-executed inside their
 //! namespace: each test file has a `#[test] fn helper()` that calls [`helper_main`] with the
 //! environment variable it passed to [`Topology::build`].
-#![allow(dead_code)] // each including test uses a different part
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub use super::{have, sh};
 
 pub const NODE_IP: &str = "10.100.0.1";
 pub const CLIENT_IP: &str = "10.100.0.2";
@@ -137,29 +137,6 @@ pub fn answers(stdout: &[u8]) -> Vec<String> {
 
 // ---------------------------------------------------------------------------------------
 // Commands.
-
-pub fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{args:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-pub fn have(bin: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {bin}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
 
 /// `KUBE-` lines in the root namespace's iptables and ip6tables, both backends (read only).
 pub fn root_kube_rules() -> usize {

@@ -8,7 +8,7 @@
 //! computing one partial-sync delta, incremental (`Rendered::update`) vs the whole render +
 //! `render::delta` it replaces (no root needed for that line). Prints figures; asserts nothing.
 //!
-//! With `--mode nftables`, the nftables proxier instead (see `bench_support/nft.rs`);
+//! With `--mode nftables`, the nftables proxier instead (see `nft.rs`);
 //! `--services` then takes a list (`--services 1000,5000,10000`).
 //!
 //! Usage: proxy-bench [--services N] (default 1000) [--backend nft|legacy]
@@ -35,7 +35,6 @@ use proxy::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
 use proxy::sync_loop::SyncConfig;
 use proxy::tracker::ProxyHandle;
 
-#[path = "bench_support/nft.rs"]
 mod nft;
 
 struct Netns(String);

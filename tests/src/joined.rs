@@ -2,7 +2,10 @@
 //! kubelet-config ConfigMap, kubeadm-flags.env, /etc/default/kubelet), under a temporary root,
 //! and the command line systemd builds from it.
 
-use super::{KubeletProc, NetnsControlPlane, Rig, kubeadm_command_line, parse_env_file, wait_for};
+use crate::controlplane::{NetnsControlPlane, Options};
+use crate::kubelet::{Kubelet, TEST_EVICTION_HARD};
+use crate::rig::Rig;
+use crate::util::{kubeadm_command_line, parse_env_file, unmount_below, wait_for};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -93,7 +96,7 @@ cgroupRoot: {cgroot}
                     n.p("etc/kubernetes/pki/ca.crt").display()
                 )
             },
-            eviction = super::TEST_EVICTION_HARD,
+            eviction = TEST_EVICTION_HARD,
             manifests = n.p("etc/kubernetes/manifests").display(),
             logs = n.p("var/log/pods").display(),
             cgroot = rig.get("RIG_CGROUP_ROOT"),
@@ -173,7 +176,7 @@ impl JoinedNode {
 impl Drop for JoinedNode {
     /// tmpfs volumes of pods still running when a test ends live under the root.
     fn drop(&mut self) {
-        super::unmount_below(self.root.path());
+        unmount_below(self.root.path());
     }
 }
 
@@ -181,19 +184,19 @@ impl Drop for JoinedNode {
 /// node's files (:10250 open when `open_10250`) and the agent started from them, healthy.
 pub fn up(
     rig_name: &str,
-    opts: node_tests::controlplane::Options,
+    opts: Options,
     open_10250: bool,
-) -> (Rig, NetnsControlPlane, JoinedNode, KubeletProc) {
+) -> (Rig, NetnsControlPlane, JoinedNode, Kubelet) {
     up_with_env(rig_name, opts, open_10250, &[])
 }
 
 /// [`up`] with extra environment for the agent (test hooks), kept across its restarts.
 pub fn up_with_env(
     rig_name: &str,
-    opts: node_tests::controlplane::Options,
+    opts: Options,
     open_10250: bool,
     env: &[(&str, &str)],
-) -> (Rig, NetnsControlPlane, JoinedNode, KubeletProc) {
+) -> (Rig, NetnsControlPlane, JoinedNode, Kubelet) {
     let rig = Rig::up(rig_name);
     let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
     assert!(
@@ -203,13 +206,16 @@ pub fn up_with_env(
     );
     let cp = NetnsControlPlane::start(&rig, opts);
     let node = JoinedNode::write_with(&cp, &rig, open_10250);
-    let mut kubelet =
-        KubeletProc::start_with_env(&rig, node.command_line(), node.p("kubelet.log"), env);
+    let mut kubelet = Kubelet::builder(&rig)
+        .args(node.command_line())
+        .log(node.p("kubelet.log"))
+        .env(env)
+        .start();
     wait_for("healthz 200", Duration::from_secs(60), || {
         if let Some(st) = kubelet.exited() {
             panic!("kubelet exited: {st}\n{}", kubelet.log_text());
         }
-        let (body, code) = kubelet.curl("http://127.0.0.1:10248/healthz");
+        let (body, code) = kubelet.curl_code("http://127.0.0.1:10248/healthz");
         (code == "200" && body == "ok").then_some(())
     });
     (rig, cp, node, kubelet)

@@ -1,0 +1,186 @@
+//! The node rig (tests/rig/rig.sh): a private containerd in its own network namespace, and
+//! the checks that say whether it can run here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Repository root (this crate lives in `<root>/tests`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn rig_sh() -> PathBuf {
+    repo_root().join("tests/rig/rig.sh")
+}
+
+/// Why these tests cannot run here, if they cannot.
+pub fn skip_reason() -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not root: the node rig needs root (network namespaces, containerd)".into());
+    }
+    for bin in ["containerd", "runc", "nsenter", "curl", "ip"] {
+        if !crate::netns::have(bin) {
+            return Some(format!(
+                "{bin} is not installed: run `tests/rig/rig.sh install` first"
+            ));
+        }
+    }
+    None
+}
+
+/// Skips the calling test (with the reason printed) when the rig cannot run here.
+#[macro_export]
+macro_rules! require_rig {
+    () => {
+        if let Some(reason) = $crate::skip_reason() {
+            eprintln!("SKIPPED: {reason}");
+            return;
+        }
+    };
+}
+
+/// A started rig; torn down on drop.
+pub struct Rig {
+    pub name: String,
+    pub env: BTreeMap<String, String>,
+}
+
+impl Rig {
+    pub fn up(name: &str) -> Rig {
+        Self::up_with_env(name, &[])
+    }
+
+    /// [`Rig::up`] with environment for rig.sh (e.g. `CNI_BIN_DIR`).
+    pub fn up_with_env(name: &str, env: &[(&str, &str)]) -> Rig {
+        Self::try_up_with_env(name, env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Rig::up_with_env`], returning rig.sh's output when `up` fails (it has torn itself
+    /// down then), for tests that skip when an optional part (e.g. `RIG_IMAGEFS_SIZE`'s
+    /// tmpfs) cannot be set up here.
+    pub fn try_up_with_env(name: &str, env: &[(&str, &str)]) -> Result<Rig, String> {
+        // A rig of the same name left by a crashed run goes first.
+        let _ = Command::new(rig_sh()).args(["down", name]).output();
+        let out = Command::new(rig_sh())
+            .args(["up", name])
+            .envs(env.iter().copied())
+            .output()
+            .expect("run rig.sh");
+        if !out.status.success() {
+            return Err(format!(
+                "rig.sh up {name} failed:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let env = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Ok(Rig {
+            name: name.into(),
+            env,
+        })
+    }
+
+    pub fn get(&self, k: &str) -> &str {
+        self.env
+            .get(k)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("rig env has no {k}"))
+    }
+
+    pub fn netns_path(&self) -> &str {
+        self.get("RIG_NETNS_PATH")
+    }
+
+    /// Runs a command inside the rig's network namespace.
+    pub fn sh(&self, script: &str) -> std::process::Output {
+        Command::new("nsenter")
+            .arg(format!("--net={}", self.netns_path()))
+            .args(["sh", "-c", script])
+            .output()
+            .expect("nsenter")
+    }
+
+    pub fn restart_containerd(&mut self) {
+        let out = Command::new(rig_sh())
+            .args(["restart-containerd", &self.name])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "restart-containerd: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for l in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some((k, v)) = l.split_once('=') {
+                self.env.insert(k.into(), v.into());
+            }
+        }
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = Command::new(rig_sh()).args(["down", &self.name]).output();
+    }
+}
+
+/// Path of a workspace binary, built before the tests run (`cargo build --bins`).
+pub fn bin(name: &str) -> PathBuf {
+    if let Ok(p) = std::env::var(format!("{}_BIN", name.to_uppercase().replace('-', "_"))) {
+        return p.into();
+    }
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let p = exe.parent().and_then(|d| d.parent()).unwrap().join(name);
+    assert!(
+        p.exists(),
+        "{} not found: build it first with `cargo build --bins`",
+        p.display()
+    );
+    p
+}
+
+/// The offline image of `src/bin/grpc-health-server.rs` (`registry.local/grpc-health:1`),
+/// built by `tests/rig/build-test-images.sh` into `$RIG_HOME/test-images/` (shared and
+/// stamped, so parallel tests build it once) and imported into this rig's containerd.
+pub fn import_grpc_health_image(rig: &Rig) -> &'static str {
+    let script = repo_root().join("tests/rig/build-test-images.sh");
+    let dir = Path::new(rig.get("RIG_IMAGES"))
+        .parent()
+        .unwrap()
+        .join("test-images");
+    let tar = dir.join("grpc-health.tar");
+    let out = Command::new(&script)
+        .arg("grpc-health")
+        .arg(bin("grpc-health-server"))
+        .arg(&tar)
+        .output()
+        .expect("run build-test-images.sh");
+    assert!(
+        out.status.success(),
+        "build-test-images.sh grpc-health failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&script)
+        .arg("import")
+        .arg(&tar)
+        .arg(rig.get("CONTAINERD_SOCK"))
+        .output()
+        .expect("run build-test-images.sh import");
+    assert!(
+        out.status.success(),
+        "importing {} failed:\n{}",
+        tar.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    "registry.local/grpc-health:1"
+}
