@@ -448,5 +448,4 @@ fn eviction(
 }
 
 #[cfg(test)]
-#[path = "resources_tests.rs"]
 mod tests;
