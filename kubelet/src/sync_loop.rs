@@ -4,7 +4,7 @@
 //! wants (once every source has reported at least once).
 
 use crate::pleg::Relist;
-use crate::pod_worker::{Env, Msg, Worker};
+use crate::pod_worker::{Deps, Msg, Worker};
 use crate::podspec::{ANN_CONFIG_SEEN, Source};
 use crate::shutdown::PodStopper;
 use crate::status::Terminated;
@@ -80,7 +80,7 @@ struct Handle {
 
 /// Routes desired state and runtime events to per-pod workers.
 pub struct SyncLoop {
-    env: Arc<Env>,
+    env: Arc<Deps>,
     workers: HashMap<String, Handle>,
     tasks: JoinSet<()>,
     done_tx: mpsc::UnboundedSender<String>,
@@ -164,7 +164,7 @@ const ORPHAN_MIN_AGE: Duration = Duration::from_secs(60);
 impl SyncLoop {
     /// `sources` are the sources that must each report once before pods that no source wants
     /// are stopped (so that a restart does not kill pods the apiserver has not listed yet).
-    pub fn new(env: Arc<Env>, sources: &[Source], cancel: CancellationToken) -> Self {
+    pub fn new(env: Arc<Deps>, sources: &[Source], cancel: CancellationToken) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::channel(16);
         Self {
@@ -432,14 +432,14 @@ mod tests {
     use std::collections::BTreeSet;
     use std::time::Duration;
 
-    fn env(rt: Arc<FakeRuntime>, dir: &std::path::Path) -> Arc<Env> {
-        Arc::new(Env {
+    fn env(rt: Arc<FakeRuntime>, dir: &std::path::Path) -> Arc<Deps> {
+        Arc::new(Deps {
             node: NodeSettings {
                 pod_logs_dir: dir.join("logs"),
                 root_dir: dir.join("root"),
                 ..Default::default()
             },
-            ..Env::for_test(rt, dir)
+            ..Deps::for_test(rt, dir)
         })
     }
 

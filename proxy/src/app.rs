@@ -16,15 +16,14 @@ use crate::config::{ProxyConfig, ProxyMode};
 use crate::ctnetlink::NodeConntrack;
 use crate::health::{self, ProxierHealth, ServiceHealthServer};
 use crate::iptables::proxier::{self, Proxier};
-use crate::iptables::{
-    self, ExecRunner, Gated, IptablesRunner, RenderConfig, TableName, XtablesGate, cleanup,
-};
+use crate::iptables::{self, ExecRunner, Gated, IptablesRunner, TableName, XtablesGate, cleanup};
 use crate::ipvs::{self, ExecIpset, IpvsKernel, IpvsProxier, NetlinkIpvs};
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, ServiceState};
 use crate::nftables::{self, ExecNft, NftProxier};
 use crate::nodeport::NodePortAddresses;
-use crate::sync_loop::{self, Backend, SyncConfig};
+use crate::render_config::RenderConfig;
+use crate::sync_loop::{self, ProxyBackend, SyncConfig};
 use crate::sysctl::{self, NodeSysctl, Sysctl};
 use crate::tracker::{ProxyHandle, ProxyHandles};
 use crate::{apiserver, source};
@@ -407,6 +406,51 @@ fn route_localnet_needed(cfg: &ProxyConfig, families: &[IpFamily]) -> bool {
             .contains_ipv4_loopback()
 }
 
+/// The pieces a proxier of one family takes in every mode: its render settings, its
+/// change-tracking handle, conntrack cleanup and healthCheckNodePort servers. Each mode's
+/// builder adds only its own checks and its OS edges.
+struct FamilyParts {
+    render: RenderConfig,
+    handle: ProxyHandle,
+    conntrack: NodeConntrack,
+    health: ServiceHealthServer,
+}
+
+fn family_parts(
+    cfg: &ProxyConfig,
+    env: &Environment,
+    shared: &Shared,
+    family: IpFamily,
+    random_fully: bool,
+    tcp_liberal: bool,
+) -> FamilyParts {
+    let mut render = render_config(cfg, family, random_fully);
+    render.conntrack_tcp_liberal = tcp_liberal;
+    FamilyParts {
+        render,
+        handle: family_handle(cfg, family, shared),
+        conntrack: NodeConntrack::for_prefix(&env.command_prefix),
+        health: service_health(family, shared),
+    }
+}
+
+/// The iptables modes' families (iptables and ipvs): the primary family's runner, and the
+/// other family's when its iptables answers (upstream's dual-stack decision; the same
+/// backend for both, never nft and legacy mixed). Also whether MASQUERADE takes
+/// `--random-fully`.
+async fn iptables_families(cfg: &ProxyConfig, env: &Environment) -> (Vec<GatedRunner>, bool) {
+    let primary = cfg.primary_family();
+    let (runner, random_fully) = runner_for(cfg, env).await;
+    let second = gated(runner.for_family(primary.other()));
+    let mut runners = vec![gated(runner)];
+    let dual = family_present(&second).await;
+    if dual {
+        runners.push(second);
+    }
+    log_stack(primary, dual);
+    (runners, random_fully)
+}
+
 /// The iptables mode: one proxier per IP family the host supports (dual-stack when
 /// ip6tables works beside iptables, as upstream decides). The nftables mode's leftovers
 /// are removed first.
@@ -417,31 +461,24 @@ async fn iptables_proxiers<S: Sysctl>(
     sysctl: &S,
 ) -> Vec<FamilyProxier> {
     remove_other_modes(cfg, env).await;
-    let primary = cfg.primary_family();
-    let (runner, random_fully) = runner_for(cfg, env).await;
-    // The same backend for both families: never mix nft and legacy.
-    let second = gated(runner.for_family(primary.other()));
-    let mut runners = vec![gated(runner)];
-    let dual = family_present(&second).await;
-    if dual {
-        runners.push(second);
-    }
-    log_stack(primary, dual);
+    let (runners, random_fully) = iptables_families(cfg, env).await;
     let families: Vec<IpFamily> = runners.iter().map(|r| r.family()).collect();
     let tcp_liberal = iptables_sysctls(cfg, &families, sysctl).await;
-    let mut proxiers = Vec::new();
-    for runner in runners {
-        let family = runner.family();
-        let mut render = render_config(cfg, family, random_fully);
-        render.conntrack_tcp_liberal = tcp_liberal;
-        let handle = family_handle(cfg, family, shared);
-        proxiers.push(
-            Proxier::with_metrics(runner, render, handle, shared.sync, shared.metrics.clone())
-                .with_conntrack(NodeConntrack::for_prefix(&env.command_prefix))
-                .with_service_health(service_health(family, shared)),
-        );
-    }
-    proxiers
+    runners
+        .into_iter()
+        .map(|runner| {
+            let p = family_parts(cfg, env, shared, runner.family(), random_fully, tcp_liberal);
+            Proxier::with_metrics(
+                runner,
+                p.render,
+                p.handle,
+                shared.sync,
+                shared.metrics.clone(),
+            )
+            .with_conntrack(p.conntrack)
+            .with_service_health(p.health)
+        })
+        .collect()
 }
 
 /// The nftables mode: the kernel must take the primary family's table and `numgen` (else a
@@ -474,17 +511,16 @@ async fn nftables_proxiers(
     Ok(families
         .into_iter()
         .map(|family| {
-            let render = render_config(cfg, family, true);
-            let handle = family_handle(cfg, family, shared);
+            let p = family_parts(cfg, env, shared, family, true, false);
             NftProxier::with_metrics(
                 runner.clone(),
-                render,
-                handle,
+                p.render,
+                p.handle,
                 shared.sync,
                 shared.metrics.clone(),
             )
-            .with_conntrack(NodeConntrack::for_prefix(&env.command_prefix))
-            .with_service_health(service_health(family, shared))
+            .with_conntrack(p.conntrack)
+            .with_service_health(p.health)
         })
         .collect())
 }
@@ -540,34 +576,23 @@ async fn ipvs_proxiers<S: Sysctl>(
             "localhostNodePorts is ignored in ipvs mode: node ports do not answer on 127.0.0.1 (as upstream)"
         );
     }
-    let primary = cfg.primary_family();
-    let (runner, random_fully) = runner_for(cfg, env).await;
-    let second = gated(runner.for_family(primary.other()));
-    let mut runners = vec![gated(runner)];
-    let dual = family_present(&second).await;
-    if dual {
-        runners.push(second);
-    }
-    log_stack(primary, dual);
+    let (runners, random_fully) = iptables_families(cfg, env).await;
     Ok(runners
         .into_iter()
         .map(|runner| {
-            let family = runner.family();
-            let mut render = render_config(cfg, family, random_fully);
-            render.conntrack_tcp_liberal = tcp_liberal;
-            let handle = family_handle(cfg, family, shared);
+            let p = family_parts(cfg, env, shared, runner.family(), random_fully, tcp_liberal);
             IpvsProxier::new(
                 kernel.clone(),
                 ipset.clone(),
                 runner,
-                render,
-                handle,
+                p.render,
+                p.handle,
                 shared.sync,
                 shared.metrics.clone(),
             )
             .with_ipvs(cfg.ipvs.clone())
-            .with_conntrack(NodeConntrack::for_prefix(&env.command_prefix))
-            .with_service_health(service_health(family, shared))
+            .with_conntrack(p.conntrack)
+            .with_service_health(p.health)
         })
         .collect())
 }
@@ -616,7 +641,7 @@ pub async fn run_source(
 
 /// Starts the health and metrics servers and the source, then runs each proxier's sync
 /// loop until `shutdown`.
-async fn serve_and_sync<B: Backend>(
+async fn serve_and_sync<B: ProxyBackend>(
     cfg: ProxyConfig,
     source: Source,
     shared: Shared,

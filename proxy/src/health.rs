@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use crate::model::{IpFamily, NamespacedName};
+use crate::model::{IpFamily, NamespacedName, ServiceState};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -520,6 +520,30 @@ impl ServiceHealthServer {
             }
         })
     }
+}
+
+/// Health-check node ports by service, and each service's number of distinct ready local
+/// endpoint IPs (upstream's HealthCheckNodePorts and LocalReadyEndpoints).
+pub(crate) type HealthCheckState = (
+    BTreeMap<NamespacedName, u16>,
+    BTreeMap<NamespacedName, usize>,
+);
+
+pub(crate) fn health_check_state(state: &ServiceState) -> HealthCheckState {
+    let mut ports = BTreeMap::new();
+    for (name, info) in state.service_port_map() {
+        if info.health_check_node_port != 0 {
+            ports.insert(name.service.clone(), info.health_check_node_port);
+        }
+    }
+    let mut ips: BTreeMap<NamespacedName, std::collections::BTreeSet<IpAddr>> = BTreeMap::new();
+    for (name, eps) in state.endpoints_map() {
+        for e in eps.iter().filter(|e| e.ready && e.is_local) {
+            ips.entry(name.service.clone()).or_default().insert(e.ip);
+        }
+    }
+    let counts = ips.into_iter().map(|(k, v)| (k, v.len())).collect();
+    (ports, counts)
 }
 
 #[cfg(test)]

@@ -1,15 +1,26 @@
-//! kube-proxy: Services and EndpointSlices rendered into kernel NAT rules.
+//! kube-proxy: Services and EndpointSlices programmed into the kernel, in upstream's three
+//! modes (`mode`: iptables, the default on Linux; nftables; ipvs, deprecated upstream).
 //!
-//! Data flow: watch → [`model::ServiceState`] (change tracker) → [`proxier::run`] (debounced
-//! loop) → [`proxier::Proxier::sync`] → [`render::Rendered`] (pure; partial syncs re-render
-//! only the changed services with `Rendered::update`) → full text or minimal delta →
-//! [`iptables::IptablesRunner`] (`iptables-restore --noflush`, one command of the process at a
-//! time through [`xtables_lock`]); after each
-//! successful sync: [`health`] (healthz state, healthCheckNodePort servers) and
-//! [`conntrack`] (stale UDP flows). [`config`] turns flags + KubeProxyConfiguration into a
-//! validated config, [`app`] assembles the role (used by the `kube-proxy` binary), [`apiserver`]
-//! list+watches Services/EndpointSlices (and this Node) from the apiserver, [`source`] reads
-//! them from a directory instead (`--static-services-dir`).
+//! Data flow: [`apiserver`] (list+watch of Services, EndpointSlices, ServiceCIDRs and this
+//! Node) or [`source`] (`--static-services-dir`) → [`tracker::ProxyHandles`] (one source
+//! fanned out per IP family) → [`tracker::ProxyHandle`] (change tracking over
+//! [`model::ServiceState`]) → [`sync_loop::run`] (debounced by `minSyncPeriod`, periodic
+//! canary check and retries) over a [`sync_loop::ProxyBackend`], one per family:
+//!
+//! - [`iptables`]: `iptables::Proxier` renders upstream's chains (pure, re-rendering only the
+//!   changed services) and applies the minimal delta with `iptables-restore --noflush`,
+//!   one command of the process at a time through `iptables::xtables_lock`;
+//! - [`nftables`]: `nftables::NftProxier` renders upstream's `kube-proxy` table and writes
+//!   the difference to what it wrote before (`nft -f`); see `nftables/README.md`;
+//! - [`ipvs`]: `ipvs::IpvsProxier` reconciles virtual servers over generic netlink, ipsets
+//!   and a fixed iptables part; see `ipvs/README.md`.
+//!
+//! Shared by the three: [`render_config::RenderConfig`] (node and flag inputs of every
+//! renderer), [`topology`] (endpoint choice), [`nodeport`] (node-port addresses),
+//! [`health`] (healthz state, healthCheckNodePort servers), [`conntrack`] (stale UDP flows,
+//! over [`ctnetlink`]), [`metrics`]. [`config`] turns flags + KubeProxyConfiguration into a
+//! validated config and [`app`] assembles the role (used by the `kube-proxy` binary and by
+//! a kubelet hosting the proxy).
 
 pub mod apiserver;
 pub mod app;
@@ -24,8 +35,10 @@ pub mod model;
 pub mod netlink;
 pub mod nftables;
 pub mod nodeport;
+pub mod render_config;
 pub mod settings;
 pub mod source;
+mod success;
 pub mod sync_loop;
 pub mod sysctl;
 pub mod topology;
@@ -34,12 +47,5 @@ pub mod tracker;
 #[cfg(test)]
 mod tests;
 
-// The old paths of modules that moved into `iptables/`.
-pub use iptables::{Backend, ExecRunner, IptablesRunner};
-pub use iptables::{proxier, render, xtables_lock};
-
 /// The upstream Kubernetes release this agent (kubelet and kube-proxy) stands in for.
 pub const KUBERNETES_VERSION: &str = "v1.36.0";
-pub use model::{IpFamily, ServiceState};
-pub use proxier::{Proxier, ProxyHandle, SyncConfig};
-pub use render::RenderConfig;

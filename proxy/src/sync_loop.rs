@@ -1,7 +1,7 @@
 //! The debounced sync loop every backend runs under (upstream's BoundedFrequencyRunner and
 //! the proxier's SyncLoop): changes from the [`ProxyHandle`] batched into at most one sync
 //! per `minSyncPeriod`, a periodic sync (with the canary check) every `syncPeriod`, failed
-//! syncs retried after a backoff. What a sync does is the backend's: see [`Backend`].
+//! syncs retried after a backoff. What a sync does is the backend's: see [`ProxyBackend`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use crate::model::IpFamily;
 use crate::tracker::{ProxyHandle, unix_now};
 
 /// What the loop needs of a backend (the iptables `Proxier` today; nftables and IPVS next).
-pub trait Backend {
+pub trait ProxyBackend {
     /// A failed sync; logged, and the sync retried after a backoff.
     type Error: std::fmt::Display;
 
@@ -45,7 +45,7 @@ pub struct SyncConfig {
     /// No two syncs closer than this; changes arriving meanwhile are batched.
     pub min_sync_period: Duration,
     /// A sync runs at least this often; each periodic run also checks the canary
-    /// ([`Backend::check_canary`]) and does a full resync if someone flushed our rules.
+    /// ([`ProxyBackend::check_canary`]) and does a full resync if someone flushed our rules.
     pub sync_period: Duration,
     /// Longest time between full resyncs (drift repair).
     pub full_sync_period: Duration,
@@ -79,7 +79,11 @@ pub enum SyncOutcome {
 /// handle, and at least one per `sync_period` (which also checks the canary).
 /// A failed sync is retried, fully, after [`RetryBackoff`]: 1 s, doubling up to `sync_period`.
 /// Returns the backend when `shutdown` fires.
-pub async fn run<B: Backend>(mut backend: B, cfg: SyncConfig, shutdown: CancellationToken) -> B {
+pub async fn run<B: ProxyBackend>(
+    mut backend: B,
+    cfg: SyncConfig,
+    shutdown: CancellationToken,
+) -> B {
     let handle = backend.handle().clone();
     let mut last_run: Option<Instant> = None;
     let mut next_periodic = Instant::now() + cfg.sync_period;

@@ -19,8 +19,9 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::Config as ProptestConfig;
+use proxy::iptables::render::{self, Rendered};
 use proxy::model::{Cidr, IpFamily, SERVICE_NAME_LABEL, ServiceState};
-use proxy::render::{self, RenderConfig, Rendered};
+use proxy::render_config::RenderConfig;
 
 const NODE: &str = "node1";
 

@@ -19,8 +19,9 @@ use proxy::iptables::ExecRunner;
 use proxy::ipvs::{ExecIpset, IpvsProxier, IpvsSettings, NetlinkIpvs, cleanup};
 use proxy::metrics::Metrics;
 use proxy::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
-use proxy::proxier::{ProxyHandle, SyncConfig};
-use proxy::render::RenderConfig;
+use proxy::render_config::RenderConfig;
+use proxy::sync_loop::SyncConfig;
+use proxy::tracker::ProxyHandle;
 
 use netns::{NODE_IP, TCP_PORT, Topology, have, root_kube_rules};
 use node_tests::netns::topology as netns;

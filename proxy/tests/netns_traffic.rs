@@ -22,12 +22,14 @@ use proxy::app::{Environment, remove_other_modes};
 use proxy::config::{Flags, resolve};
 use proxy::conntrack::ExecConntrack;
 use proxy::health::ServiceHealthServer;
+use proxy::iptables::Proxier;
 use proxy::iptables::{ExecRunner, IptablesRunner, detect_backend};
 use proxy::model::{Cidr, IpFamily, SERVICE_NAME_LABEL, ServiceState};
 use proxy::nftables::{ExecNft, NftProxier, check_support};
-use proxy::proxier::{Proxier, ProxyHandle, SyncConfig};
-use proxy::render::RenderConfig;
-use proxy::sync_loop::Backend;
+use proxy::render_config::RenderConfig;
+use proxy::sync_loop::ProxyBackend;
+use proxy::sync_loop::SyncConfig;
+use proxy::tracker::ProxyHandle;
 
 use netns::{NODE_IP, TCP_PORT, Topology, UDP_PORT, answers, have, pod_ip6, root_kube_rules};
 use node_tests::netns::topology as netns;
@@ -247,7 +249,7 @@ fn new_handle(family: IpFamily) -> ProxyHandle {
     ProxyHandle::new(ServiceState::new(family, "node"))
 }
 
-async fn sync<B: Backend>(p: &mut B, topo: &Topology, mode: Mode) {
+async fn sync<B: ProxyBackend>(p: &mut B, topo: &Topology, mode: Mode) {
     if let Err(e) = p.sync(false).await {
         panic!("{mode:?} sync failed: {e}\n{}", node_rules(topo, mode));
     }
@@ -342,7 +344,7 @@ async fn traffic(mode: Mode) {
 
 /// ClusterIP spread, NodePort, affinity, no endpoints → reject, ETP Local health check,
 /// endpoint removal, UDP conntrack cleanup.
-async fn scenario<B: Backend>(mode: Mode, topo: &Topology, mut p: B, handle: &ProxyHandle) {
+async fn scenario<B: ProxyBackend>(mode: Mode, topo: &Topology, mut p: B, handle: &ProxyHandle) {
     let with_conntrack = have("conntrack");
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let hc_port = free.local_addr().unwrap().port();
@@ -499,7 +501,7 @@ async fn scenario<B: Backend>(mode: Mode, topo: &Topology, mut p: B, handle: &Pr
 
 /// The IPv6 proxier beside the IPv4 one: an IPv6 cluster IP spreads over the pods' IPv6
 /// addresses.
-async fn dual_stack<B: Backend>(mode: Mode, topo: &Topology, mut p: B, h6: &ProxyHandle) {
+async fn dual_stack<B: ProxyBackend>(mode: Mode, topo: &Topology, mut p: B, h6: &ProxyHandle) {
     let web6 = service("web6", "fd00:96::10", "ClusterIP", "TCP", None);
     h6.on_service_upsert(&web6);
     h6.on_endpoint_slice_upsert(&slice_of(IpFamily::V6, "web6", "TCP", &[0, 1, 2], &[]));
@@ -649,12 +651,14 @@ async fn nftables_stale_chains_and_recovery_in_kernel() {
 }
 
 /// In a real kernel: a proxier restarting over a large table (more than REPLACE_STEP
-/// service ports) rewrites it in place in steps; the nft texts are accepted, the services
-/// still answer, and a service gone during the restart is emptied, then deleted a second
-/// later.
+/// service ports) with changes made while it was down (a service gone, one new) reads the
+/// table once and writes only the difference: an unchanged service answers throughout the
+/// restart, the new one after it, the gone one's chain is emptied at once and deleted a
+/// second later, and the table ends as a first sync into an empty table writes it.
 #[tokio::test]
 async fn nftables_large_table_restart_in_kernel() {
     use proxy::nftables::proxier::REPLACE_STEP;
+    use proxy::nftables::tx::Listed;
     let Some(topo) = topology(Mode::Nftables, "r", 1) else {
         return;
     };
@@ -664,10 +668,11 @@ async fn nftables_large_table_restart_in_kernel() {
     }
     let mut topo = topo;
     topo.start_backends().expect("backends");
-    let load = |h: &ProxyHandle, skip_gone: bool| {
+    // `restarted`: s7 deleted and `late` created while the proxier was down.
+    let load = |h: &ProxyHandle, restarted: bool| {
         for i in 0..REPLACE_STEP + 50 {
             let name = format!("s{i}");
-            if skip_gone && i == 7 {
+            if restarted && i == 7 {
                 continue;
             }
             let ip = format!("10.97.{}.{}", i / 250, i % 250 + 1);
@@ -676,6 +681,10 @@ async fn nftables_large_table_restart_in_kernel() {
         }
         h.on_service_upsert(&service("web", "10.96.0.10", "ClusterIP", "TCP", None));
         h.on_endpoint_slice_upsert(&slice("web", "TCP", &[0], &[]));
+        if restarted {
+            h.on_service_upsert(&service("late", "10.96.0.20", "ClusterIP", "TCP", None));
+            h.on_endpoint_slice_upsert(&slice("late", "TCP", &[0], &[]));
+        }
         h.on_services_synced();
         h.on_endpoint_slices_synced();
     };
@@ -687,19 +696,45 @@ async fn nftables_large_table_restart_in_kernel() {
     let gone = "default/s7/tcp/p";
     assert!(node_nft(&topo, &["list", "chains", "ip"]).contains(gone));
 
-    // The restart: a new proxier over the table, one service fewer.
+    // The restart: a new proxier over the table, while a client keeps connecting to a
+    // service that did not change (batches of 3, until the restart is over and one more
+    // batch ran after it).
     let h = new_handle(IpFamily::V4);
     load(&h, true);
-    let mut p = nft_proxier(&topo, IpFamily::V4, h);
-    let t = Instant::now();
-    sync(&mut p, &topo, Mode::Nftables).await;
-    println!(
-        "restart over {} service ports: {:?}",
-        REPLACE_STEP + 51,
+    let mut p = nft_proxier(&topo, IpFamily::V4, h.clone());
+    let done = std::cell::Cell::new(false);
+    let during = async {
+        let (mut all, mut after) = (Vec::new(), 0);
+        while after < 1 {
+            let finished = done.get();
+            all.extend(client(&topo, "tcp", "10.96.0.10:80", 3, 0).await);
+            after += usize::from(finished);
+        }
+        all
+    };
+    let restart = async {
+        let t = Instant::now();
+        sync(&mut p, &topo, Mode::Nftables).await;
+        done.set(true);
         t.elapsed()
+    };
+    let (answers, took) = tokio::join!(during, restart);
+    println!(
+        "restart over {} service ports: {took:?}, {} connections during it",
+        REPLACE_STEP + 51,
+        answers.len()
     );
-    let a = client(&topo, "tcp", "10.96.0.10:80", 3, 0).await;
-    assert_eq!(a, vec!["pod0"; 3], "answers after the rewrite");
+    assert!(answers.len() >= 6, "{answers:?}");
+    assert!(
+        answers.iter().all(|a| a == "pod0"),
+        "every connection answered during the restart: {answers:?}"
+    );
+    let a = client(&topo, "tcp", "10.96.0.20:80", 1, 0).await;
+    assert_eq!(
+        a,
+        vec!["pod0"],
+        "the service made while the proxier was down"
+    );
     let a = client(&topo, "tcp", "10.97.0.9:80", 1, 0).await;
     assert_eq!(a, vec!["pod0"], "another service too");
     let gone_chain = node_nft(&topo, &["list", "chains", "ip"])
@@ -717,6 +752,26 @@ async fn nftables_large_table_restart_in_kernel() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     p.sync(true).await.unwrap();
     assert!(!node_nft(&topo, &["list", "chains", "ip"]).contains(gone));
+
+    // The same table as a first sync of the same services into an empty table.
+    let restarted = node_nft(&topo, &["list", "table", "ip", "kube-proxy"]);
+    drop(p);
+    node_nft(&topo, &["delete", "table", "ip", "kube-proxy"]);
+    let mut p = nft_proxier(&topo, IpFamily::V4, h);
+    sync(&mut p, &topo, Mode::Nftables).await;
+    let fresh = node_nft(&topo, &["list", "table", "ip", "kube-proxy"]);
+    let (a, b) = (
+        Listed::parse(IpFamily::V4, &restarted).expect("the restarted table reads"),
+        Listed::parse(IpFamily::V4, &fresh).expect("the fresh table reads"),
+    );
+    assert_eq!(a.chains.len(), b.chains.len());
+    assert_eq!(a.sets.len(), b.sets.len());
+    for (name, rules) in &b.chains {
+        assert_eq!(a.chains.get(name), Some(rules), "chain {name}");
+    }
+    for (name, set) in &b.sets {
+        assert_eq!(a.sets.get(name), Some(set), "set {name}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -136,6 +136,7 @@ pub fn start(
             terminated_tx: terminated_tx.clone(),
             shutdown: parts.shutdown.clone(),
             pressure: parts.pressure.clone(),
+            pod_level_resources: cfg.pod_limits.pod_level_resources,
         }
         .run(cancel.clone()),
     );

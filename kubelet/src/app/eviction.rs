@@ -182,6 +182,7 @@ pub fn spawn(
             state,
             node_name: cfg.node_name.clone(),
             allocatable_memory: allocatable,
+            pod_level_resources: cfg.pod_limits.pod_level_resources,
         },
     );
     tasks.spawn(manager.run(cancel.clone()));

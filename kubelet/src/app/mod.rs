@@ -6,6 +6,7 @@
 pub mod cluster;
 mod container_manager;
 pub mod eviction;
+pub mod pod_env;
 mod pods;
 mod servers;
 
@@ -13,7 +14,7 @@ use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::pleg::{self, PlegHealth};
-use crate::pod_worker::Env;
+use crate::pod_worker::Deps;
 use crate::podspec::Source;
 use crate::runtime::Runtime;
 use crate::runtime::cri::CriRuntime;
@@ -84,8 +85,7 @@ fn node_ips(cfg: &Config) -> Vec<std::net::IpAddr> {
 
 /// Runs the kubelet until `cancel` fires.
 pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
-    // QoS classes (pod status, eviction, admission) follow the configured gate.
-    crate::podspec::resources::set_enabled(cfg.pod_limits.pod_level_resources);
+    // The gate reaches the pod workers (node settings), eviction and admission in their settings.
     if !cfg.pod_limits.pod_level_resources {
         tracing::info!("feature gate PodLevelResources is off: spec.resources of pods is ignored");
     }
@@ -384,7 +384,7 @@ fn start_stats_and_logs(
 
 /// What the sync loop and the managers acting through it need.
 struct SyncLoopParts {
-    env: Arc<Env>,
+    env: Arc<Deps>,
     terminated_tx: Option<mpsc::UnboundedSender<crate::status::Terminated>>,
     runtime: Arc<dyn Runtime>,
     stats: Arc<crate::stats::Provider>,

@@ -8,7 +8,7 @@ use crate::events::EventRecorder;
 use crate::eviction::PressureState;
 use crate::metrics::Metrics;
 use crate::pod::admission::{Admission, sysctl};
-use crate::pod_worker::Env;
+use crate::pod_worker::Deps;
 use crate::podspec::Source;
 use crate::runtime::Runtime;
 use crate::shutdown::ShutdownState;
@@ -86,7 +86,7 @@ pub(super) fn worker_env(
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
-) -> Arc<Env> {
+) -> Arc<Deps> {
     // ConfigMaps, Secrets and tokens come from the apiserver; standalone pods cannot use them.
     let api_objects = cluster.map(|c| {
         Arc::new(crate::objects::apiserver::ClusterObjects::new(
@@ -127,23 +127,31 @@ pub(super) fn worker_env(
         }
         None => (None, None),
     };
-    Arc::new(Env {
+    Arc::new(Deps {
         events: parts.events,
         probes: parts.probes,
         exec: Arc::new(crate::probing::CriExec(parts.runtime.clone())),
         pod_start_duration: Some(parts.metrics.pod_start_duration.clone()),
-        runtime: parts.runtime,
-        cm: parts.cm,
+        runtime: parts.runtime.clone(),
+        cgroups: parts.cm,
+        images: Arc::new(crate::pod_worker::NodeImages {
+            runtime: parts.runtime,
+            pull_lock: tokio::sync::Mutex::new(()),
+            records: parts.pull_records,
+            objects: volumes.objects().clone(),
+            root_dir: parts.node.root_dir.clone(),
+        }),
+        objects: volumes.objects().clone(),
         node: parts.node,
         runtime_name: parts.runtime_name,
         statuses: parts.statuses,
-        pull_lock: tokio::sync::Mutex::new(()),
         resync: cfg.sync_frequency,
         binder,
         volumes,
-        services,
-        runtime_classes,
-        pull_records: parts.pull_records,
+        pod_env: Arc::new(super::pod_env::ApiPodEnvironment {
+            services,
+            runtime_classes,
+        }),
     })
 }
 
@@ -182,11 +190,12 @@ pub(super) async fn start_static_pods(
         file_tx,
         cancel.clone(),
     ));
-    let admission = Admission::new(
+    let mut admission = Admission::new(
         sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default(),
         Some(node.0),
         Some(node.1),
     );
+    admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
     let admitter = crate::pod::static_pods::Admitter {
         admission,
         max_pods: cfg.max_pods,

@@ -107,15 +107,17 @@ impl PressureState {
 
 /// Upstream's eviction admission handler: under MemoryPressure alone, only BestEffort pods
 /// that do not tolerate the memory-pressure taint are rejected; under any other pressure every
-/// pod is, except critical ones. Returns `(reason, message)` of a rejection.
-pub fn admit(state: &PressureState, pod: &Pod) -> Option<(String, String)> {
+/// pod is, except critical ones. `pod_level_gate`: the `PodLevelResources` gate (for the QoS
+/// class). Returns `(reason, message)` of a rejection.
+pub fn admit(state: &PressureState, pod: &Pod, pod_level_gate: bool) -> Option<(String, String)> {
     let conditions = state.conditions();
     if conditions.is_empty() || is_critical(pod) {
         return None;
     }
     if conditions == [Condition::MemoryPressure] {
         let spec = pod.spec.clone().unwrap_or_default();
-        if crate::podspec::qos_class(&spec) != crate::podspec::Qos::BestEffort {
+        if crate::podspec::qos_class_with(&spec, pod_level_gate) != crate::podspec::Qos::BestEffort
+        {
             return None;
         }
         let tolerates = spec.tolerations.iter().flatten().any(|t| {
@@ -162,6 +164,8 @@ pub struct Parts {
     pub node_name: String,
     /// The node's allocatable memory (for allocatableMemory.available), when known.
     pub allocatable_memory: Option<i128>,
+    /// The `PodLevelResources` gate: pod-level requests and limits count.
+    pub pod_level_resources: bool,
 }
 
 /// The eviction manager; see the module doc.
@@ -271,10 +275,11 @@ impl Manager {
             let uid = p.metadata.uid.as_deref()?;
             summary.pods.iter().find(|s| s.pod_ref.uid == uid).cloned()
         };
+        let gate = self.parts.pod_level_resources;
         // Local storage limits first; such an eviction ends the pass.
         for pod in &pods {
             let Some(stats) = stats_of(pod) else { continue };
-            let Some(v) = rank::storage_violation(pod, &stats, dedicated) else {
+            let Some(v) = rank::storage_violation(pod, &stats, dedicated, gate) else {
                 continue;
             };
             if self
@@ -325,6 +330,7 @@ impl Manager {
         rank::rank(
             &mut ranked,
             rank::Ranking::for_signal(threshold.signal, dedicated),
+            gate,
         );
         let age = crate::metrics::families();
         for t in &pass.to_act {

@@ -70,12 +70,10 @@ fn container_quantity(c: &Container, limits: bool, resource: &str) -> Option<i12
 /// The pod's request or limit of `resource` as upstream's PodRequests/PodLimits: the
 /// pod-level amount when pod-level resources name it (and the `PodLevelResources` gate is on),
 /// else the sum over the containers or the largest init container, whichever is larger; None
-/// when nothing names it.
-pub fn pod_amount(pod: &Pod, limits: bool, resource: &str) -> Option<i128> {
+/// when nothing names it. `pod_level_gate`: the `PodLevelResources` gate.
+pub fn pod_amount(pod: &Pod, limits: bool, resource: &str, pod_level_gate: bool) -> Option<i128> {
     let spec = pod.spec.as_ref()?;
-    if let Some(r) =
-        crate::podspec::resources::pod_level(spec, crate::podspec::resources::enabled())
-    {
+    if let Some(r) = crate::podspec::resources::pod_level(spec, pod_level_gate) {
         let level = if limits {
             crate::podspec::resources::limits(r)
         } else {
@@ -140,17 +138,19 @@ impl Ranking {
     }
 
     /// Usage and request of the pod for this ranking (None without stats).
-    fn usage(self, pod: &Pod, stats: Option<&PodStats>) -> Option<(i128, i128)> {
+    fn usage(self, pod: &Pod, stats: Option<&PodStats>, gate: bool) -> Option<(i128, i128)> {
         let stats = stats?;
         Some(match self {
             Ranking::Memory => (
                 signals::pod_memory_usage(stats),
-                pod_amount(pod, false, "memory").unwrap_or(0),
+                pod_amount(pod, false, "memory", gate).unwrap_or(0),
             ),
             Ranking::Disk { parts, unit } => (
                 signals::pod_disk_usage(pod, stats, parts, unit),
                 match unit {
-                    DiskUnit::Bytes => pod_amount(pod, false, "ephemeral-storage").unwrap_or(0),
+                    DiskUnit::Bytes => {
+                        pod_amount(pod, false, "ephemeral-storage", gate).unwrap_or(0)
+                    }
                     DiskUnit::Inodes => 0,
                 },
             ),
@@ -164,11 +164,12 @@ fn true_first(a: bool, b: bool) -> Ordering {
     b.cmp(&a)
 }
 
-/// Orders `pods` (each with its stats) so the first is evicted first.
-pub fn rank(pods: &mut [(Pod, Option<PodStats>)], how: Ranking) {
+/// Orders `pods` (each with its stats) so the first is evicted first. `pod_level_gate`: the
+/// `PodLevelResources` gate (pod-level requests count).
+pub fn rank(pods: &mut [(Pod, Option<PodStats>)], how: Ranking, pod_level_gate: bool) {
     pods.sort_by(|(p1, s1), (p2, s2)| {
-        let u1 = how.usage(p1, s1.as_ref());
-        let u2 = how.usage(p2, s2.as_ref());
+        let u1 = how.usage(p1, s1.as_ref(), pod_level_gate);
+        let u2 = how.usage(p2, s2.as_ref(), pod_level_gate);
         let by_priority = priority(p1).cmp(&priority(p2));
         // Pods without stats go first, as upstream.
         let no_stats = true_first(u1.is_none(), u2.is_none());
@@ -358,10 +359,12 @@ pub struct StorageViolation {
 /// Upstream's localStorageEviction checks for one pod, in its order: an emptyDir over its
 /// `sizeLimit`, the pod over the sum of its containers' `ephemeral-storage` limits, a
 /// container over its own (logs, plus the writable layer without a dedicated image fs).
+/// `pod_level_gate`: the `PodLevelResources` gate (a pod-level limit counts).
 pub fn storage_violation(
     pod: &Pod,
     stats: &PodStats,
     dedicated_image_fs: bool,
+    pod_level_gate: bool,
 ) -> Option<StorageViolation> {
     let spec = pod.spec.as_ref()?;
     for v in spec.volumes.iter().flatten() {
@@ -387,7 +390,7 @@ pub fn storage_violation(
             });
         }
     }
-    if let Some(limit) = pod_amount(pod, true, "ephemeral-storage") {
+    if let Some(limit) = pod_amount(pod, true, "ephemeral-storage", pod_level_gate) {
         let used = stats
             .ephemeral_storage
             .as_ref()

@@ -210,7 +210,7 @@ fn memory_ranking_is_exceeds_requests_then_priority_then_usage_above_requests() 
         // No stats at all: first.
         (pod("unknown", 1000, None, serde_json::json!({})), None),
     ];
-    rank::rank(&mut pods, Ranking::Memory);
+    rank::rank(&mut pods, Ranking::Memory, true);
     assert_eq!(
         names(&pods),
         [
@@ -240,7 +240,7 @@ fn pid_ranking_is_priority_then_process_count() {
             Some(stats("c", 50 * M, 0)),
         ),
     ];
-    rank::rank(&mut pods, Ranking::Pids);
+    rank::rank(&mut pods, Ranking::Pids, true);
     assert_eq!(names(&pods), ["c", "b", "a"]);
 }
 
@@ -259,18 +259,21 @@ fn disk_ranking_uses_writable_layers_logs_and_local_volumes() {
     rank::rank(
         &mut pods,
         Ranking::for_signal(Signal::NodeFsAvailable, false),
+        true,
     );
     assert_eq!(names(&pods), ["big", "small"]);
     // With a dedicated image fs, nodefs ignores writable layers: both use 0, the order stays.
     rank::rank(
         &mut pods,
         Ranking::for_signal(Signal::NodeFsAvailable, true),
+        true,
     );
     assert_eq!(names(&pods), ["big", "small"]);
     let mut pods = vec![pods.pop().unwrap(), pods.pop().unwrap()];
     rank::rank(
         &mut pods,
         Ranking::for_signal(Signal::ImageFsAvailable, true),
+        true,
     );
     assert_eq!(names(&pods), ["big", "small"]);
 }
@@ -309,14 +312,14 @@ fn local_storage_limits_as_upstream() {
         fs: fs(2 << 20),
         name: "scratch".into(),
     });
-    let v = rank::storage_violation(&p, &s, false).unwrap();
+    let v = rank::storage_violation(&p, &s, false, true).unwrap();
     assert_eq!(
         v.message,
         "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
     );
     assert_eq!(v.signal, "emptydirfs.limit");
     s.volume[0].fs.used_bytes = Some(1 << 20);
-    assert_eq!(rank::storage_violation(&p, &s, false), None);
+    assert_eq!(rank::storage_violation(&p, &s, false, true), None);
 
     let mut p: Pod = pod("q", 0, None, serde_json::json!({}));
     p.spec.as_mut().unwrap().containers[0].resources = Some(
@@ -324,16 +327,16 @@ fn local_storage_limits_as_upstream() {
             .unwrap(),
     );
     let s = stats("q", 0, 3 << 20);
-    let v = rank::storage_violation(&p, &s, false).unwrap();
+    let v = rank::storage_violation(&p, &s, false, true).unwrap();
     assert_eq!(
         v.message,
         "Container c exceeded its local ephemeral storage limit \"1Mi\". "
     );
     // A dedicated image fs holds the writable layer: only logs count then.
-    assert_eq!(rank::storage_violation(&p, &s, true), None);
+    assert_eq!(rank::storage_violation(&p, &s, true, true), None);
     let mut s = stats("q", 0, 0);
     s.ephemeral_storage = Some(fs(5 << 20));
-    let v = rank::storage_violation(&p, &s, true).unwrap();
+    let v = rank::storage_violation(&p, &s, true, true).unwrap();
     assert_eq!(
         v.message,
         "Pod ephemeral local storage usage exceeds the total limit of containers 1Mi. "
@@ -352,23 +355,23 @@ fn admission_under_pressure() {
         serde_json::json!({"tolerations": [{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}]}),
     );
     let critical = pod("crit", 2_000_000_000, None, serde_json::json!({}));
-    assert_eq!(admit(&state, &best_effort), None);
+    assert_eq!(admit(&state, &best_effort, true), None);
     state.set(vec![Condition::MemoryPressure]);
     assert_eq!(
-        admit(&state, &best_effort),
+        admit(&state, &best_effort, true),
         Some((
             "Evicted".into(),
             "The node had condition: [MemoryPressure]. ".into()
         ))
     );
-    assert_eq!(admit(&state, &burstable), None);
-    assert_eq!(admit(&state, &tolerant), None);
+    assert_eq!(admit(&state, &burstable, true), None);
+    assert_eq!(admit(&state, &tolerant, true), None);
     state.set(vec![Condition::MemoryPressure, Condition::DiskPressure]);
     assert_eq!(
-        admit(&state, &burstable).unwrap().1,
+        admit(&state, &burstable, true).unwrap().1,
         "The node had condition: [MemoryPressure DiskPressure]. "
     );
-    assert_eq!(admit(&state, &critical), None);
+    assert_eq!(admit(&state, &critical, true), None);
 }
 
 #[test]
@@ -513,6 +516,7 @@ fn manager_answering(
             state: state.clone(),
             node_name: "n".into(),
             allocatable_memory: None,
+            pod_level_resources: true,
         },
     );
     (m, killer, reclaim, state)
@@ -923,10 +927,18 @@ fn memory_ranking_uses_pod_level_requests() {
             Some(stats("containers", 100 * M, 0)),
         ),
     ];
-    rank::rank(&mut pods, Ranking::Memory);
+    rank::rank(&mut pods, Ranking::Memory, true);
     assert_eq!(names(&pods), ["containers", "pod-level"]);
     assert_eq!(
-        rank::pod_amount(&pods[1].0, false, "memory"),
+        rank::pod_amount(&pods[1].0, false, "memory", true),
         Some(500 * (1 << 20))
+    );
+    // With the PodLevelResources gate off the containers' 10Mi counts: the pod is 290Mi over
+    // its request and goes first.
+    rank::rank(&mut pods, Ranking::Memory, false);
+    assert_eq!(names(&pods), ["pod-level", "containers"]);
+    assert_eq!(
+        rank::pod_amount(&pods[0].0, false, "memory", false),
+        Some(10 * (1 << 20))
     );
 }

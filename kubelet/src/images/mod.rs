@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::events::EventType;
 use crate::podspec;
-use crate::runtime::{ImageAuth, Runtime, SandboxConfig};
+use crate::runtime::{ImageAuth, Runtime, RuntimeError, SandboxConfig};
 
 /// Pull back-off: 10 s doubling up to 5 min, per image (upstream's image back-off uses the
 /// container back-off's period and cap).
@@ -78,6 +78,29 @@ pub struct Puller<'a> {
     pub records: Option<&'a Arc<pull_records::PullRecords>>,
 }
 
+/// Why a pull failed; the text goes into the `Failed` event and the waiting message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PullFailure {
+    /// A pull secret's docker config does not parse (upstream's MakeDockerKeyring error):
+    /// no pull is tried.
+    #[error("{0}")]
+    InvalidPullSecret(String),
+    /// The runtime's pulls failed, one per credential tried in order (one anonymous pull
+    /// without credentials). Shown as Go's aggregate error: one as is, several in brackets.
+    #[error("{}", aggregate(.0))]
+    Runtime(Vec<RuntimeError>),
+}
+
+fn aggregate(errors: &[RuntimeError]) -> String {
+    match errors {
+        [one] => one.to_string(),
+        many => {
+            let all: Vec<String> = many.iter().map(ToString::to_string).collect();
+            format!("[{}]", all.join(", "))
+        }
+    }
+}
+
 /// Upstream's pull with a keyring: without matching credentials one anonymous pull, else
 /// each matching credential in turn until one pull succeeds; every failure is reported.
 /// Returns the image ID and the credential that worked (None: anonymous).
@@ -87,9 +110,9 @@ async fn pull(
     keyrings: &[credentials::Keyring],
     keyring_error: Option<&str>,
     sandbox: &SandboxConfig,
-) -> Result<(String, Option<credentials::TrackedAuth>), String> {
+) -> Result<(String, Option<credentials::TrackedAuth>), PullFailure> {
     if let Some(e) = keyring_error {
-        return Err(e.to_string());
+        return Err(PullFailure::InvalidPullSecret(e.to_string()));
     }
     let creds = credentials::lookup_all_tracked(keyrings, image);
     if creds.is_empty() {
@@ -97,7 +120,7 @@ async fn pull(
             .pull_image(image, None, sandbox)
             .await
             .map(|r| (r, None))
-            .map_err(|e| e.to_string());
+            .map_err(|e| PullFailure::Runtime(vec![e]));
     }
     let mut errors = Vec::new();
     for tracked in creds {
@@ -106,16 +129,11 @@ async fn pull(
             Ok(r) => return Ok((r, Some(tracked))),
             Err(e) => {
                 tracing::debug!(%image, username = %auth.username, error = %e, "pull with these credentials failed");
-                errors.push(e.to_string());
+                errors.push(e);
             }
         }
     }
-    // Go's aggregate error: one error as is, several in brackets.
-    Err(if errors.len() == 1 {
-        errors.remove(0)
-    } else {
-        format!("[{}]", errors.join(", "))
-    })
+    Err(PullFailure::Runtime(errors))
 }
 
 /// The pod's credentials for `image` as pulled-image records name them: each pull secret
@@ -371,3 +389,6 @@ pub async fn pod_keyrings(
     }
     (keyrings, missing, invalid)
 }
+
+#[cfg(test)]
+mod tests;

@@ -40,6 +40,8 @@ pub struct Dispatcher {
     pub terminated_tx: mpsc::UnboundedSender<Terminated>,
     pub shutdown: Arc<crate::shutdown::ShutdownState>,
     pub pressure: Arc<crate::eviction::PressureState>,
+    /// The `PodLevelResources` gate.
+    pub pod_level_resources: bool,
 }
 
 impl Dispatcher {
@@ -50,6 +52,7 @@ impl Dispatcher {
             Some(self.shutdown.clone()),
             Some(self.pressure.clone()),
         );
+        admission.pod_level_resources = self.pod_level_resources;
         let mut last: Option<HashMap<String, Pod>> = None;
         let mut rejected_uids: HashSet<String> = HashSet::new();
         loop {

@@ -17,6 +17,42 @@ pub const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
 /// Extra time given to ExecSync past its own timeout before we stop waiting for it.
 const EXEC_GRACE: Duration = Duration::from_secs(1);
 
+/// Why a lifecycle hook failed. The texts are upstream's (the container's waiting message
+/// after a failed postStart hook shows them).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookError {
+    #[error(
+        "Exec lifecycle hook ([{command}]) for Container {container:?} in Pod {pod:?} failed - error: {error}, message: {output:?}"
+    )]
+    Exec {
+        command: String,
+        container: String,
+        pod: String,
+        error: String,
+        output: String,
+    },
+    #[error(
+        "HTTP lifecycle hook ({path}) for Container {container:?} in Pod {pod:?} failed - error: {error}"
+    )]
+    Http {
+        path: String,
+        container: String,
+        pod: String,
+        error: String,
+    },
+    #[error(
+        "Sleep lifecycle hook ({seconds}) for Container {container:?} in Pod {pod:?} failed - error: container terminated before sleep hook finished"
+    )]
+    SleepCutShort {
+        seconds: i64,
+        container: String,
+        pod: String,
+    },
+    /// tcpSocket (accepted by the API for compatibility only) or no handler at all.
+    #[error("Cannot run handler: invalid handler: {0}")]
+    Invalid(String),
+}
+
 /// What a hook runs against.
 pub(super) struct HookTarget<'a> {
     pub pod: &'a Pod,
@@ -32,7 +68,7 @@ pub(super) async fn run(
     t: &HookTarget<'_>,
     handler: &LifecycleHandler,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), HookError> {
     let (c, pod) = (&t.container.name, pod_ref(t.pod));
     if let Some(exec) = &handler.exec {
         let cmd = exec.command.clone().unwrap_or_default();
@@ -58,33 +94,40 @@ pub(super) async fn run(
                 String::new(),
             ),
         };
-        return Err(format!(
-            "Exec lifecycle hook ([{joined}]) for Container {c:?} in Pod {pod:?} failed - error: {err}, message: {output:?}"
-        ));
+        return Err(HookError::Exec {
+            command: joined,
+            container: c.clone(),
+            pod,
+            error: err,
+            output,
+        });
     }
     if let Some(get) = &handler.http_get {
         let path = get.path.clone().unwrap_or_default();
-        return http(t, get, timeout).await.map_err(|err| {
-            format!(
-                "HTTP lifecycle hook ({path}) for Container {c:?} in Pod {pod:?} failed - error: {err}"
-            )
-        });
+        return http(t, get, timeout)
+            .await
+            .map_err(|error| HookError::Http {
+                path,
+                container: c.clone(),
+                pod,
+                error,
+            });
     }
     if let Some(sleep) = &handler.sleep {
         let wanted = Duration::from_secs(sleep.seconds.max(0) as u64);
         tokio::time::sleep(wanted.min(timeout)).await;
         if wanted > timeout {
-            return Err(format!(
-                "Sleep lifecycle hook ({}) for Container {c:?} in Pod {pod:?} failed - error: container terminated before sleep hook finished",
-                sleep.seconds
-            ));
+            return Err(HookError::SleepCutShort {
+                seconds: sleep.seconds,
+                container: c.clone(),
+                pod,
+            });
         }
         return Ok(());
     }
     // tcpSocket is accepted by the API for compatibility only; upstream cannot run it.
-    Err(format!(
-        "Cannot run handler: invalid handler: {}",
-        serde_json::to_string(handler).unwrap_or_default()
+    Err(HookError::Invalid(
+        serde_json::to_string(handler).unwrap_or_default(),
     ))
 }
 
@@ -157,7 +200,7 @@ impl Worker {
     /// Runs the container's postStart hook, if it has one. On failure: a
     /// `FailedPostStartHook` event, the container is killed, and the error is upstream's
     /// message.
-    pub(super) async fn post_start(&self, c: &K8sContainer, id: &str) -> Result<(), String> {
+    pub(super) async fn post_start(&self, c: &K8sContainer, id: &str) -> Result<(), HookError> {
         let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
             return Ok(());
         };
@@ -167,11 +210,11 @@ impl Worker {
             container_id: id,
             pod_ip: self.pod_ip(),
         };
-        let Err(message) = run(self.env.runtime.as_ref(), &target, hook, POST_START_TIMEOUT).await
+        let Err(error) = run(self.env.runtime.as_ref(), &target, hook, POST_START_TIMEOUT).await
         else {
             return Ok(());
         };
-        tracing::warn!(container = %c.name, %message, "postStart hook failed; killing the container");
+        tracing::warn!(container = %c.name, %error, "postStart hook failed; killing the container");
         // As upstream, the event does not carry the hook's output (it may hold secrets); the
         // container's waiting message does.
         self.event(
@@ -182,7 +225,7 @@ impl Worker {
         );
         self.kill_container(id, &c.name, self.grace(), Some("FailedPostStartHook"))
             .await;
-        Err(message)
+        Err(error)
     }
 
     /// Stops one running container: a `Killing` event, its preStop hook (at most `grace`),
@@ -227,8 +270,8 @@ impl Worker {
             let rt = self.env.runtime.as_ref();
             match tokio::time::timeout(grace, run(rt, &target, hook, grace)).await {
                 Ok(Ok(())) => {}
-                Ok(Err(message)) => {
-                    tracing::warn!(container = %name, %message, "preStop hook failed");
+                Ok(Err(error)) => {
+                    tracing::warn!(container = %name, %error, "preStop hook failed");
                     self.event(
                         Some(name),
                         EventType::Warning,

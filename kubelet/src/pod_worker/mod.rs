@@ -1,9 +1,11 @@
 //! One worker per pod UID. Each pass is level-triggered: observe the pod's sandboxes and
-//! containers in the runtime, plan the difference to the spec ([`plan`], a pure function), act,
-//! then publish the pod's status. A pod being removed is stopped with its grace period and
-//! every trace of it (containers, sandbox, cgroup, directories) is removed.
+//! containers in the runtime, plan the difference to the spec ([`plan`], a pure function
+//! giving a list of [`Action`]s), act on them (`act.rs`), then publish the pod's status. A pod
+//! being removed is stopped with its grace period and every trace of it (containers, sandbox,
+//! cgroup, directories) is removed. A worker reaches the node only through [`Deps`]: one
+//! narrow trait per concern (runtime, pod cgroups, volumes, image puller, pod-environment
+//! source), with fakes beside them.
 
-use crate::cm::ContainerManager;
 use crate::events::{EventRecorder, EventType};
 use crate::images;
 use crate::pod_dirs;
@@ -34,39 +36,6 @@ pub use crate::podspec::MIN_GRACE;
 pub const DEADLINE_REASON: &str = "DeadlineExceeded";
 pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
-/// What every worker shares.
-pub struct Env {
-    pub runtime: Arc<dyn Runtime>,
-    /// The pod cgroups, their limits and the QoS tiers above them.
-    pub cm: Arc<ContainerManager>,
-    pub node: NodeSettings,
-    /// `containerd` in `containerd://<id>`.
-    pub runtime_name: String,
-    pub statuses: Arc<StatusManager>,
-    /// Pulling, Pulled, Created, Started, Killing, BackOff, ... events.
-    pub events: Arc<dyn EventRecorder>,
-    /// Liveness, readiness and startup probes of every container.
-    pub probes: Arc<::probes::ProbeManager>,
-    /// How exec probes reach the runtime.
-    pub exec: Arc<dyn ::probes::ExecRunner>,
-    /// `kubelet_pod_start_duration_seconds`, when metrics are kept.
-    pub pod_start_duration: Option<prometheus::Histogram>,
-    /// Held while pulling when `serializeImagePulls` is on.
-    pub pull_lock: tokio::sync::Mutex<()>,
-    pub resync: Duration,
-    /// Bind mounts for subPath volume mounts.
-    pub binder: Arc<dyn crate::volume::subpath::Binder>,
-    /// Sets up the pods' volumes and reads the ConfigMaps/Secrets their env names.
-    pub volumes: Arc<crate::volume::VolumeManager>,
-    /// Services for the service-link variables (None standalone: no variables).
-    pub services: Option<Arc<crate::objects::services::ServiceStore>>,
-    /// RuntimeClass handlers (None standalone: a pod naming a class fails its sandbox).
-    pub runtime_classes: Option<Arc<crate::objects::runtime_class::RuntimeClassStore>>,
-    /// Pulled-image credential verification (None: the `KubeletEnsureSecretPulledImages`
-    /// gate is off).
-    pub pull_records: Option<Arc<images::pull_records::PullRecords>>,
-}
-
 pub use crate::podspec::Stopped;
 
 /// Reasons of pods stopped for good that stay stopped across an agent restart.
@@ -93,7 +62,11 @@ pub enum Msg {
     },
 }
 
+mod act;
+mod deps;
 mod exit_message;
+#[cfg(any(test, feature = "test-util"))]
+mod fake;
 mod hooks;
 mod plan;
 mod probes;
@@ -101,13 +74,19 @@ mod publish;
 mod sync;
 mod terminate;
 
+pub use deps::{
+    ContainerEvent, Deps, ImagePuller, NodeImages, PodCgroups, PodEnvError, PodEnvironment,
+    PodKeyrings, PodVolumes,
+};
+#[cfg(any(test, feature = "test-util"))]
+pub use fake::{FakeImagePuller, FakePodCgroups, FakePodEnvironment, FakePodVolumes, test_probes};
 use plan::pod_ref;
-pub use plan::{Backoff, Observed, Plan, Start, is_sidecar, plan};
-pub use sync::{StartError, observe};
+pub use plan::{Action, Backoff, Observed, Plan, Start, is_sidecar, plan, plan_stopped};
+pub use sync::{SandboxError, StartError, observe};
 
 /// The state a worker keeps between passes.
 pub struct Worker {
-    env: Arc<Env>,
+    env: Arc<Deps>,
     pod: Pod,
     uid: String,
     backoff: Backoff,
@@ -135,7 +114,7 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(env: Arc<Env>, pod: Pod, previous: Option<PodStatus>) -> Self {
+    pub fn new(env: Arc<Deps>, pod: Pod, previous: Option<PodStatus>) -> Self {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let start_time = previous
             .as_ref()
@@ -182,11 +161,12 @@ impl Worker {
     }
 
     fn qos(&self) -> Qos {
-        pod::qos_class(&self.pod.spec.clone().unwrap_or_default())
+        let gate = self.env.node.pod_limits.pod_level_resources;
+        pod::qos_class_with(&self.pod.spec.clone().unwrap_or_default(), gate)
     }
 
     fn sandbox_config(&self, attempt: u32) -> SandboxConfig {
-        let parent = self.env.cm.namer().pod_parent(self.qos(), &self.uid);
+        let parent = self.env.cgroups.pod_parent(self.qos(), &self.uid);
         let mut cfg = spec::sandbox_config(&self.env.node, &self.pod, attempt, parent);
         // Pulls and container creation name the handler the sandbox was created with; an
         // unknown class only matters (and fails) when the sandbox is created.
@@ -195,13 +175,13 @@ impl Worker {
     }
 
     /// The CRI runtime handler of the pod's RuntimeClass.
-    fn runtime_handler(&self) -> Result<String, crate::objects::runtime_class::RuntimeClassError> {
+    fn runtime_handler(&self) -> Result<String, PodEnvError> {
         let class = self
             .pod
             .spec
             .as_ref()
             .and_then(|s| s.runtime_class_name.as_deref());
-        crate::objects::runtime_class::lookup_handler(self.env.runtime_classes.as_deref(), class)
+        self.env.pod_env.runtime_handler(class)
     }
 
     /// Runs until terminated (then reports on `done`) or cancelled (agent shutdown leaves the
@@ -286,9 +266,21 @@ fn shortest_grace(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> 
 
 /// Panics of a worker's steps in a row, and the wait before the next try: 1 s doubling to
 /// 5 min (the crash-loop cap), back to 1 s after a step that completes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct StepPanics {
-    in_a_row: u32,
+    backoff: crate::backoff::Backoff,
+}
+
+/// The first retry of a panicked step, and the cap.
+const PANIC_RETRY_INITIAL: Duration = Duration::from_secs(1);
+const PANIC_RETRY_MAX: Duration = BACKOFF_MAX;
+
+impl Default for StepPanics {
+    fn default() -> Self {
+        StepPanics {
+            backoff: crate::backoff::Backoff::new(PANIC_RETRY_INITIAL, PANIC_RETRY_MAX),
+        }
+    }
 }
 
 impl StepPanics {
@@ -298,82 +290,14 @@ impl StepPanics {
             .map(|s| s.to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "(no message)".into());
-        let wait = Duration::from_secs(1u64 << self.in_a_row.min(8)).min(Duration::from_secs(300));
-        self.in_a_row = self.in_a_row.saturating_add(1);
+        let wait = self.backoff.fail();
         tracing::error!(step, panic = %message, retry_in = ?wait, "pod worker step panicked; the pod stays managed and the step runs again");
         wait
     }
 
     fn reset(&mut self) {
-        self.in_a_row = 0;
+        self.backoff.succeed();
     }
-}
-
-#[cfg(any(test, feature = "test-util"))]
-impl Env {
-    /// An environment of fakes around `runtime` for tests: recording events and cgroups, no
-    /// probe jitter, no real mounts, directories under `dir`. Override fields with
-    /// `Env { field, ..Env::for_test(rt, dir) }`.
-    pub fn for_test(runtime: Arc<dyn Runtime>, dir: &std::path::Path) -> Env {
-        let binder: Arc<dyn crate::volume::subpath::Binder> =
-            Arc::new(crate::volume::subpath::test_util::FakeBinder::default());
-        let node = NodeSettings {
-            node_name: "n1".into(),
-            host_ips: vec!["192.0.2.1".into()],
-            pod_logs_dir: dir.join("logs"),
-            root_dir: dir.join("root"),
-            memory_capacity: 1 << 30,
-            ..Default::default()
-        };
-        Env {
-            events: Arc::new(crate::events::FakeRecorder::default()),
-            probes: test_probes().0,
-            exec: Arc::new(crate::probing::CriExec(runtime.clone())),
-            pod_start_duration: None,
-            runtime,
-            cm: ContainerManager::for_test(Arc::new(crate::cm::FakeCgroups::default())),
-            node: node.clone(),
-            runtime_name: "containerd".into(),
-            statuses: Arc::new(StatusManager::new()),
-            pull_lock: tokio::sync::Mutex::new(()),
-            resync: Duration::from_secs(60),
-            binder: binder.clone(),
-            volumes: Arc::new(crate::volume::VolumeManager::new(
-                node,
-                Arc::new(crate::objects::ObjectCache::new(None)),
-                Arc::new(crate::objects::token::TokenManager::new(None)),
-                binder,
-            )),
-            services: None,
-            runtime_classes: None,
-            // The default settings: verification on, NeverVerifyPreloadedImages.
-            pull_records: Some(Arc::new(
-                images::pull_records::PullRecords::open(
-                    &dir.join("root"),
-                    images::pull_records::VerifyPolicy::default(),
-                )
-                .expect("pull records under the test directory"),
-            )),
-        }
-    }
-}
-
-/// A probe manager for tests, without start-up jitter.
-#[cfg(any(test, feature = "test-util"))]
-pub fn test_probes() -> (
-    Arc<::probes::ProbeManager>,
-    mpsc::Receiver<::probes::ProbeUpdate>,
-) {
-    let metrics =
-        ::probes::ProberMetrics::new(&prometheus::Registry::new()).expect("fresh registry");
-    let (m, rx) = ::probes::ProbeManager::new(
-        ::probes::ManagerConfig {
-            jitter: false,
-            ..Default::default()
-        },
-        metrics,
-    );
-    (Arc::new(m), rx)
 }
 
 #[cfg(test)]

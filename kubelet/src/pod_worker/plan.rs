@@ -94,21 +94,168 @@ pub struct Start {
     pub restart_count: u32,
 }
 
-/// What one pass decides.
+/// One thing a pass does in the runtime. [`plan`] lists them in the order [`Worker::act`]
+/// carries them out: stops first, then the sandbox, then the starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Stop every running container of the pod (app containers before sidecars) and its
+    /// newest sandbox.
+    KillPod,
+    /// Stop a running container whose spec changed; a replacement start follows.
+    KillContainer { id: String, name: String },
+    /// Remove an instance that was created but never started (its logs first).
+    RemoveContainer { id: String },
+    /// Create the pod's sandbox (pod cgroup, log directory, RunPodSandbox) with this attempt
+    /// number; volumes are set up meanwhile.
+    CreateSandbox { attempt: u32 },
+    /// Pull, create and start an init container in the ready sandbox; a failure stops the
+    /// starts after it.
+    StartInitContainer { name: String, restart_count: u32 },
+    /// Pull, create and start an app container in the ready sandbox.
+    StartContainer { name: String, restart_count: u32 },
+}
+
+impl Action {
+    /// The container this action starts, if it starts one.
+    pub fn start(&self) -> Option<Start> {
+        match self {
+            Action::StartInitContainer {
+                name,
+                restart_count,
+            } => Some(Start {
+                name: name.clone(),
+                init: true,
+                restart_count: *restart_count,
+            }),
+            Action::StartContainer {
+                name,
+                restart_count,
+            } => Some(Start {
+                name: name.clone(),
+                init: false,
+                restart_count: *restart_count,
+            }),
+            _ => None,
+        }
+    }
+
+    fn from_start(s: Start) -> Action {
+        let Start {
+            name,
+            init,
+            restart_count,
+        } = s;
+        if init {
+            Action::StartInitContainer {
+                name,
+                restart_count,
+            }
+        } else {
+            Action::StartContainer {
+                name,
+                restart_count,
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::KillPod => write!(f, "KillPod"),
+            Action::KillContainer { id, name } => write!(f, "KillContainer {name} ({id})"),
+            Action::RemoveContainer { id } => write!(f, "RemoveContainer {id}"),
+            Action::CreateSandbox { attempt } => write!(f, "CreateSandbox attempt={attempt}"),
+            Action::StartInitContainer {
+                name,
+                restart_count,
+            } => write!(f, "StartInitContainer {name} restartCount={restart_count}"),
+            Action::StartContainer {
+                name,
+                restart_count,
+            } => write!(f, "StartContainer {name} restartCount={restart_count}"),
+        }
+    }
+}
+
+/// What one pass decides: the actions, in order, and what the containers not started now
+/// wait for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
-    /// Stop every container and the current sandbox.
-    pub kill_pod: bool,
-    /// Create a sandbox with this attempt number.
-    pub create_sandbox: Option<u32>,
-    /// Containers to stop (ID, name) before starting replacements.
-    pub kill: Vec<(String, String)>,
-    /// Instances to remove (created but never started).
-    pub remove: Vec<String>,
-    pub start: Vec<Start>,
+    pub actions: Vec<Action>,
     /// Waiting reasons for containers that are not started now.
     pub waiting: BTreeMap<String, Waiting>,
+    /// Come back this soon (a back-off ends).
     pub wake_after: Option<Duration>,
+}
+
+impl Plan {
+    /// The containers this plan starts, in order.
+    pub fn starts(&self) -> Vec<Start> {
+        self.actions.iter().filter_map(Action::start).collect()
+    }
+}
+
+/// The decision while [`plan`] makes it; [`Draft::finish`] orders it into actions.
+#[derive(Debug, Default)]
+pub(super) struct Draft {
+    kill_pod: bool,
+    create_sandbox: Option<u32>,
+    /// Containers to stop (ID, name) before starting replacements.
+    kill: Vec<(String, String)>,
+    /// Instances to remove (created but never started).
+    remove: Vec<String>,
+    start: Vec<Start>,
+    waiting: BTreeMap<String, Waiting>,
+    wake_after: Option<Duration>,
+}
+
+impl Draft {
+    fn finish(self) -> Plan {
+        let mut actions = Vec::new();
+        if self.kill_pod {
+            actions.push(Action::KillPod);
+        }
+        actions.extend(
+            self.kill
+                .into_iter()
+                .map(|(id, name)| Action::KillContainer { id, name }),
+        );
+        actions.extend(
+            self.remove
+                .into_iter()
+                .map(|id| Action::RemoveContainer { id }),
+        );
+        if let Some(attempt) = self.create_sandbox {
+            actions.push(Action::CreateSandbox { attempt });
+        }
+        actions.extend(self.start.into_iter().map(Action::from_start));
+        Plan {
+            actions,
+            waiting: self.waiting,
+            wake_after: self.wake_after,
+        }
+    }
+}
+
+/// The plan of a pod stopped for good: stop whatever still runs, start nothing.
+pub fn plan_stopped(obs: &Observed) -> Plan {
+    let runs = obs
+        .sandboxes
+        .first()
+        .is_some_and(|s| s.state == SandboxState::Ready)
+        || obs
+            .containers
+            .iter()
+            .any(|(_, c)| c.state == ContainerState::Running);
+    Plan {
+        actions: if runs {
+            vec![Action::KillPod]
+        } else {
+            Vec::new()
+        },
+        ..Default::default()
+    }
 }
 
 pub(super) fn restart_count_of(c: &ContainerStatus) -> u32 {
@@ -145,12 +292,17 @@ pub(super) fn pod_ref(pod: &Pod) -> String {
     )
 }
 
-/// Decides what to do for `pod` given what the runtime has. Pure apart from the back-off table.
+/// Decides what to do for `pod` given what the runtime has. Pure apart from the back-off
+/// table.
 pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Plan {
+    draft(pod, obs, backoff, now).finish()
+}
+
+fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draft {
     let spec = pod.spec.clone().unwrap_or_default();
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
     let inits: Vec<&K8sContainer> = spec.init_containers.iter().flatten().collect();
-    let mut p = Plan::default();
+    let mut p = Draft::default();
 
     // Dead instances beyond the newest are container GC's (`maxPerPodContainer`), as upstream.
 
@@ -362,8 +514,8 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
     p
 }
 
-pub(super) fn restart_or_wait(
-    p: &mut Plan,
+fn restart_or_wait(
+    p: &mut Draft,
     backoff: &mut Backoff,
     pod: &Pod,
     c: &K8sContainer,
@@ -394,3 +546,6 @@ pub(super) fn restart_or_wait(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

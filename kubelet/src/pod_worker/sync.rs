@@ -43,7 +43,7 @@ pub enum StartError {
 }
 
 /// How soon a pod whose volumes failed tries again.
-const VOLUME_RETRY: Duration = Duration::from_secs(2);
+pub(super) const VOLUME_RETRY: Duration = Duration::from_secs(2);
 
 impl StartError {
     pub fn reason(&self) -> &'static str {
@@ -96,9 +96,74 @@ impl StartError {
     }
 }
 
+/// Why a pod's sandbox could not be made (the `FailedCreatePodSandBox` event says
+/// "Failed to create pod sandbox: " and this).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The pod's RuntimeClass names no handler.
+    #[error(transparent)]
+    RuntimeClass(#[from] PodEnvError),
+    #[error("creating {path}: {source}")]
+    LogDirectory {
+        path: String,
+        source: std::io::Error,
+    },
+    /// RunPodSandbox failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
 impl Worker {
-    /// One level-triggered pass. Returns when to come back (at the latest).
+    /// One level-triggered pass: observe the pod in the runtime, [`plan`] the difference to
+    /// the spec, [`Worker::act`] on it, then publish the status. Returns when to come back
+    /// (at the latest).
     pub async fn sync(&mut self) -> Duration {
+        let Some(obs) = self.observe_pass().await else {
+            return Duration::from_secs(1);
+        };
+        let p = if self.stopped.is_some() {
+            // Stopped for good: nothing starts again.
+            plan::plan_stopped(&obs)
+        } else {
+            plan(&self.pod, &obs, &mut self.backoff, Instant::now())
+        };
+        if !p.actions.is_empty() {
+            tracing::debug!(actions = ?p.actions, "planned");
+        }
+        for (name, w) in &p.waiting {
+            if w.reason == "CrashLoopBackOff" {
+                let message = format!(
+                    "Back-off restarting failed container {name} in pod {}",
+                    pod_ref(&self.pod)
+                );
+                self.event(Some(name), EventType::Warning, "BackOff", &message);
+            }
+        }
+        let wake = self.act(&obs, &p).await;
+        let mut obs = if p.actions.is_empty() {
+            obs
+        } else {
+            let rt = self.env.runtime.clone();
+            observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
+        };
+        self.add_exit_messages(&mut obs).await;
+        let mut waiting = self.errors.clone();
+        waiting.extend(p.waiting.clone());
+        self.update_probes(&obs);
+        self.publish(&obs, waiting, false);
+        // The deadline counts from the start time, which a new sandbox may just have set.
+        let wake = match (wake, self.active_deadline_left().filter(|d| !d.is_zero())) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        wake.unwrap_or(self.env.resync).min(self.env.resync)
+    }
+
+    /// What a pass plans from: the pod in the runtime after the kills failed probes asked
+    /// for (the plan must see those containers exited), with the sidecars not started yet.
+    /// Also stops the pod for good once its `activeDeadlineSeconds` has passed. None: the
+    /// runtime cannot be read.
+    async fn observe_pass(&mut self) -> Option<Observed> {
         // Labels and annotations the downward API shows follow the latest spec.
         self.env.volumes.update_pod(&self.pod);
         let rt = self.env.runtime.clone();
@@ -106,17 +171,14 @@ impl Worker {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot observe pod in the runtime; will retry");
-                return Duration::from_secs(1);
+                return None;
             }
         };
-        let now = Instant::now();
-        let killed_for_probes = self.kill_for_probes(&obs).await;
-        let obs = if killed_for_probes {
+        let mut obs = if self.kill_for_probes(&obs).await {
             observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
         } else {
             obs
         };
-        let mut obs = obs;
         obs.not_started = self.sidecars_not_started(&obs);
         // A pod that already finished keeps its phase (upstream no longer syncs it).
         let finished = self
@@ -134,237 +196,29 @@ impl Worker {
             tracing::info!("pod passed its activeDeadlineSeconds; stopping it");
             self.event(None, EventType::Normal, DEADLINE_REASON, DEADLINE_MESSAGE);
         }
-        let p = if self.stopped.is_some() {
-            // Stopped for good: nothing starts again.
-            Plan {
-                kill_pod: obs
-                    .sandboxes
-                    .first()
-                    .is_some_and(|s| s.state == SandboxState::Ready)
-                    || obs
-                        .containers
-                        .iter()
-                        .any(|(_, c)| c.state == ContainerState::Running),
-                ..Default::default()
-            }
-        } else {
-            plan(&self.pod, &obs, &mut self.backoff, now)
-        };
-        let acted = p.kill_pod
-            || p.create_sandbox.is_some()
-            || !p.start.is_empty()
-            || !p.kill.is_empty()
-            || !p.remove.is_empty();
-        for (name, w) in &p.waiting {
-            if w.reason == "CrashLoopBackOff" {
-                let message = format!(
-                    "Back-off restarting failed container {name} in pod {}",
-                    pod_ref(&self.pod)
-                );
-                self.event(Some(name), EventType::Warning, "BackOff", &message);
-            }
-        }
-        let mut wake = p.wake_after;
-        let grace = self.grace();
-        if p.kill_pod {
-            tracing::info!("stopping pod's containers and sandbox");
-            self.stop_containers(&obs, grace).await;
-            if let Some(sb) = obs.sandboxes.first()
-                && let Err(e) = rt.stop_sandbox(&sb.id).await
-            {
-                tracing::warn!(error = %e, sandbox = %sb.id, "StopPodSandbox failed");
-            }
-        }
-        if self.stopped.is_some() {
-            // Stopped for good: whoever asked (node shutdown, eviction) may go on.
-            for w in self.stop_waiters.drain(..) {
-                let _ = w.send(());
-            }
-        }
-        for (id, name) in &p.kill {
-            tracing::info!(container = %name, "container spec changed, will be restarted");
-            let message = format!("Container {name} definition changed, will be restarted");
-            self.kill_container(id, name, grace, Some(&message)).await;
-        }
-        for id in &p.remove {
-            // The container's log files go first, as upstream's removeContainerLog.
-            if let Err(e) = crate::logs::clean(rt.as_ref(), id).await {
-                tracing::debug!(error = %e, container = %id, "removing the container's logs failed");
-            }
-            if let Err(e) = rt.remove_container(id).await {
-                tracing::debug!(error = %e, container = %id, "RemoveContainer failed");
-            }
-        }
-        // Volumes are set up while the sandbox is made (both wait on others: the apiserver
-        // for tokens, CNI for the network), not one after the other.
-        // Awaited before this pass ends, whatever happens to the sandbox (no mount outlives
-        // its pass).
-        let mut mounting = (!p.start.is_empty()).then(|| {
-            let (volumes, pod) = (self.env.volumes.clone(), self.pod.clone());
-            tokio::spawn(async move { volumes.mount(&pod).await })
-        });
-        let mut sandbox = obs
-            .sandboxes
-            .first()
-            .filter(|s| s.state == SandboxState::Ready)
-            .map(|s| (s.id.clone(), s.attempt));
-        if let Some(attempt) = p.create_sandbox {
-            match self.create_sandbox(attempt).await {
-                Ok(id) => sandbox = Some((id, attempt)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "FailedCreatePodSandBox");
-                    self.event(
-                        None,
-                        EventType::Warning,
-                        "FailedCreatePodSandBox",
-                        &format!("Failed to create pod sandbox: {e}"),
-                    );
-                    for s in &p.start {
-                        self.errors.insert(
-                            s.name.clone(),
-                            Waiting {
-                                reason: "ContainerCreating".into(),
-                                message: format!("Failed to create pod sandbox: {e}"),
-                            },
-                        );
-                    }
-                    sandbox = None;
-                    wake = Some(Duration::from_secs(2));
-                }
-            }
-        }
-        if let Some((sandbox_id, attempt)) = &sandbox {
-            if self.sandbox_ips.0 != *sandbox_id {
-                let ips = rt
-                    .sandbox_status(sandbox_id)
-                    .await
-                    .map(|s| s.ips)
-                    .unwrap_or_default();
-                self.sandbox_ips = (sandbox_id.clone(), ips);
-            }
-            let sandbox_cfg = self.sandbox_config(*attempt);
-            // Every volume is set up before any container starts (upstream's
-            // WaitForAttachAndMount); until then the containers wait in ContainerCreating.
-            let volumes = match mounting.take() {
-                None => Ok(BTreeMap::new()),
-                Some(task) => task.await.unwrap_or_else(|e| {
-                    Err(crate::volume::VolumeError {
-                        volume: String::new(),
-                        message: format!("setting up volumes: {e}"),
-                    })
-                }),
-            };
-            let (volumes, start): (_, &[Start]) = match volumes {
-                Ok(v) => (v, &p.start),
-                Err(e) => {
-                    tracing::warn!(error = %e, "volumes are not ready");
-                    self.event(None, EventType::Warning, "FailedMount", &e.to_string());
-                    let e = StartError::Volumes(e);
-                    for s in &p.start {
-                        self.errors.insert(s.name.clone(), e.waiting());
-                    }
-                    wake = Some(wake.map_or(VOLUME_RETRY, |x| x.min(VOLUME_RETRY)));
-                    (BTreeMap::new(), &[])
-                }
-            };
-            let keyrings = if start.is_empty() {
-                (Vec::new(), None)
-            } else {
-                self.pull_keyrings().await
-            };
-            for s in start {
-                match self
-                    .start_container(sandbox_id, &sandbox_cfg, s, &volumes, &keyrings)
-                    .await
-                {
-                    Ok(()) => {
-                        self.errors.remove(&s.name);
-                    }
-                    Err(StartError::PostStartHook(message)) => {
-                        // Killed: it restarts (with back-off) per its restart policy; one
-                        // that will not restart shows as terminated, as upstream.
-                        let restarts = self.spec_container(&s.name).is_some_and(|c| is_sidecar(&c))
-                            || self
-                                .pod
-                                .spec
-                                .as_ref()
-                                .and_then(|sp| sp.restart_policy.as_deref())
-                                != Some("Never");
-                        if restarts {
-                            self.errors.insert(
-                                s.name.clone(),
-                                StartError::PostStartHook(message).waiting(),
-                            );
-                        } else {
-                            self.errors.remove(&s.name);
-                        }
-                        if s.init {
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(container = %s.name, reason = e.reason(), message = e.message(), "cannot start container");
-                        self.event(
-                            Some(&s.name),
-                            EventType::Warning,
-                            "Failed",
-                            &format!("Error: {}", e.event_detail()),
-                        );
-                        self.errors.insert(s.name.clone(), e.waiting());
-                        let retry = e.retry_after();
-                        wake = Some(wake.map_or(retry, |x| x.min(retry)));
-                        // Init containers run in order: stop at the first failure.
-                        if s.init {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        // No sandbox this pass: the mount still finishes before the pass ends (its result is
-        // cached work for the next one).
-        if let Some(task) = mounting.take() {
-            let _ = task.await;
-        }
-        let mut obs = if acted {
-            observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
-        } else {
-            obs
-        };
-        self.add_exit_messages(&mut obs).await;
-        let mut waiting = self.errors.clone();
-        waiting.extend(p.waiting.clone());
-        self.update_probes(&obs);
-        self.publish(&obs, waiting, false);
-        // The deadline counts from the start time, which a new sandbox may just have set.
-        let wake = match (wake, self.active_deadline_left().filter(|d| !d.is_zero())) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        wake.unwrap_or(self.env.resync).min(self.env.resync)
+        Some(obs)
     }
 
-    pub(super) async fn create_sandbox(&mut self, attempt: u32) -> Result<String, String> {
+    pub(super) async fn create_sandbox(&mut self, attempt: u32) -> Result<String, SandboxError> {
         let mut cfg = self.sandbox_config(attempt);
-        cfg.runtime_handler = self.runtime_handler().map_err(|e| e.to_string())?;
+        cfg.runtime_handler = self.runtime_handler()?;
         // The pod cgroup with its limits (and the QoS tier's shares) before the sandbox, as
         // upstream's pod container manager; file work off the async workers.
-        let (cm, pod) = (self.env.cm.clone(), self.pod.clone());
-        match tokio::task::spawn_blocking(move || cm.ensure_pod(&pod)).await {
+        let (cgroups, pod) = (self.env.cgroups.clone(), self.pod.clone());
+        match tokio::task::spawn_blocking(move || cgroups.ensure_pod(&pod)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "cannot create or limit the pod cgroup; the runtime will create it")
             }
             Err(e) => tracing::warn!(error = %e, "pod cgroup setup panicked"),
         }
-        std::fs::create_dir_all(&cfg.log_directory)
-            .map_err(|e| format!("creating {}: {e}", cfg.log_directory))?;
-        let id = self
-            .env
-            .runtime
-            .run_sandbox(&cfg)
-            .await
-            .map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&cfg.log_directory).map_err(|source| {
+            SandboxError::LogDirectory {
+                path: cfg.log_directory.clone(),
+                source,
+            }
+        })?;
+        let id = self.env.runtime.run_sandbox(&cfg).await?;
         tracing::info!(sandbox = %id, attempt, "sandbox started");
         self.start_time.get_or_insert_with(Timestamp::now);
         Ok(id)
@@ -378,7 +232,7 @@ impl Worker {
         sandbox: &SandboxConfig,
         s: &Start,
         volumes: &BTreeMap<String, std::path::PathBuf>,
-        keyrings: &(Vec<images::credentials::Keyring>, Option<String>),
+        keyrings: &PodKeyrings,
     ) -> Result<(), StartError> {
         let spec = self.pod.spec.clone().unwrap_or_default();
         let c = spec
@@ -410,15 +264,9 @@ impl Worker {
                 message,
             );
         };
-        let puller = images::Puller {
-            runtime: self.env.runtime.as_ref(),
-            pull_lock: &self.env.pull_lock,
-            event: &event,
-            keyrings: &keyrings.0,
-            keyring_error: keyrings.1.as_deref(),
-            records: self.env.pull_records.as_ref(),
-        };
-        images::ensure_image(&puller, &mut self.pulls, &c, sandbox)
+        self.env
+            .images
+            .ensure_image(&c, sandbox, keyrings, &event, &mut self.pulls)
             .await
             .map_err(StartError::Image)?;
         let objects = self.env_objects(&c).await?;
@@ -510,7 +358,7 @@ impl Worker {
         tracing::info!(container = %c.name, id = %id, restart_count = s.restart_count, "Started container");
         self.post_start(&c, &id)
             .await
-            .map_err(StartError::PostStartHook)
+            .map_err(|e| StartError::PostStartHook(e.to_string()))
     }
 
     /// Time left before `activeDeadlineSeconds` (counted from the pod's start time) runs
@@ -552,57 +400,33 @@ impl Worker {
 impl Worker {
     /// The pod's pull credentials (pull secrets, then the node's docker config); a pull
     /// secret that cannot be read is a warning, as upstream, and the pull goes on; one whose
-    /// docker config does not parse fails the pulls (the second value), as upstream.
-    async fn pull_keyrings(&self) -> (Vec<images::credentials::Keyring>, Option<String>) {
-        let (keyrings, missing, invalid) = images::pod_keyrings(
-            &self.pod,
-            self.env.volumes.objects(),
-            &self.env.node.root_dir,
-        )
-        .await;
-        if !missing.is_empty() {
+    /// docker config does not parse fails the pulls, as upstream.
+    pub(super) async fn pull_keyrings(&self) -> PodKeyrings {
+        let keyrings = self.env.images.pod_keyrings(&self.pod).await;
+        if !keyrings.missing.is_empty() {
             self.event(
                 None,
                 EventType::Warning,
                 "FailedToRetrieveImagePullSecret",
                 &format!(
                     "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
-                    missing.join(", ")
+                    keyrings.missing.join(", ")
                 ),
             );
         }
-        let invalid = (!invalid.is_empty()).then(|| invalid.join("; "));
-        (keyrings, invalid)
+        keyrings
     }
 
     /// The service-link variables of the pod (none standalone; an API pod waits for the
     /// Services informer's first list, as upstream).
     fn service_env(&self) -> Result<BTreeMap<String, String>, StartError> {
-        let Some(store) = &self.env.services else {
-            return Ok(BTreeMap::new());
-        };
-        let spec = self.pod.spec.as_ref();
-        let links = spec.and_then(|s| s.enable_service_links).unwrap_or(true);
-        let ns = self.pod.metadata.namespace.as_deref().unwrap_or("default");
-        // Static pods (source "file") do not wait for the first list, as upstream.
-        let is_static = self
-            .pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(crate::podspec::ANN_CONFIG_SOURCE))
-            .is_some_and(|s| s != "api");
-        match crate::objects::services::pod_service_env(store, ns, links) {
-            Ok(env) => Ok(env),
-            Err(_) if is_static => {
-                let all: Vec<_> = store.list().into_iter().map(|(_, s)| s).collect();
-                Ok(crate::objects::services::service_env(&all, ns, links))
-            }
-            Err(e) => Err(StartError::CreateContainerConfig {
+        self.env
+            .pod_env
+            .service_env(&self.pod)
+            .map_err(|e| StartError::CreateContainerConfig {
                 message: e.to_string(),
                 retry_after: Duration::from_secs(1),
-            }),
-        }
+            })
     }
 
     /// The ConfigMaps and Secrets container `c`'s env reads (`None`: not found; any other
@@ -617,7 +441,7 @@ impl Worker {
             ..Default::default()
         });
         let mut out = spec::EnvObjects::new();
-        let cache = self.env.volumes.objects();
+        let cache = &self.env.objects;
         for key in crate::objects::referenced(&only) {
             match cache.get(&key).await {
                 Ok(o) => {

@@ -99,8 +99,8 @@ impl Worker {
         if !clean {
             return false;
         }
-        let (cm, uid) = (self.env.cm.clone(), self.uid.clone());
-        match tokio::task::spawn_blocking(move || cm.remove_pod(&uid)).await {
+        let (cgroups, uid) = (self.env.cgroups.clone(), self.uid.clone());
+        match tokio::task::spawn_blocking(move || cgroups.remove_pod(&uid)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot remove pod cgroup"),
             Err(e) => tracing::warn!(error = %e, "pod cgroup removal panicked"),

@@ -8,7 +8,7 @@ const IMAGE: &str = "docker.io/library/busybox:1.35";
 struct Rig {
     rt: Arc<FakeRuntime>,
     cg: Arc<FakeCgroups>,
-    env: Arc<Env>,
+    env: Arc<Deps>,
     events: Arc<FakeRecorder>,
     probe_rx: mpsc::Receiver<::probes::ProbeUpdate>,
     _dir: tempfile::TempDir,
@@ -27,12 +27,12 @@ fn rig_with_binder(binder: Arc<dyn crate::volume::subpath::Binder>) -> Rig {
     let cg = Arc::new(FakeCgroups::default());
     let (probes, probe_rx) = test_probes();
     let events = Arc::new(FakeRecorder::default());
-    let env = Arc::new(Env {
+    let env = Arc::new(Deps {
         events: events.clone(),
         probes,
-        cm: crate::cm::ContainerManager::for_test(cg.clone()),
+        cgroups: crate::cm::ContainerManager::for_test(cg.clone()),
         binder,
-        ..Env::for_test(rt.clone(), dir.path())
+        ..Deps::for_test(rt.clone(), dir.path())
     });
     Rig {
         rt,
@@ -226,11 +226,11 @@ async fn a_new_worker_adopts_running_containers() {
     let before = r.rt.running("app");
     r.rt.clear_calls();
     // The agent restarted: a fresh worker with no memory of the pod.
-    let fresh_env = Arc::new(Env {
+    let fresh_env = Arc::new(Deps {
         events: r.env.events.clone(),
-        cm: crate::cm::ContainerManager::for_test(r.cg.clone()),
+        cgroups: crate::cm::ContainerManager::for_test(r.cg.clone()),
         node: r.env.node.clone(),
-        ..Env::for_test(r.rt.clone(), r._dir.path())
+        ..Deps::for_test(r.rt.clone(), r._dir.path())
     });
     let mut w2 = Worker::new(
         fresh_env.clone(),
@@ -482,6 +482,18 @@ fn backoff_sequence_and_reset() {
         }
     }
     assert_eq!(last, BACKOFF_MAX);
+}
+
+#[test]
+fn a_panicking_step_waits_1s_doubling_to_5min_and_resets_after_a_good_pass() {
+    let mut p = StepPanics::default();
+    let payload: Box<dyn std::any::Any + Send> = Box::new("boom");
+    let waits: Vec<u64> = (0..11)
+        .map(|_| p.record("sync", payload.as_ref()).as_secs())
+        .collect();
+    assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+    p.reset();
+    assert_eq!(p.record("sync", payload.as_ref()), Duration::from_secs(1));
 }
 
 async fn next_update(
@@ -1265,6 +1277,8 @@ async fn http_hook_defaults_to_the_pod_ip_and_resolves_named_ports() {
     let err = hooks::run(&rt, &target, &handler, Duration::from_secs(5))
         .await
         .unwrap_err();
+    assert!(matches!(err, hooks::HookError::Http { .. }), "{err:?}");
+    let err = err.to_string();
     assert!(
         err.starts_with("HTTP lifecycle hook (/hook) for Container \"app\" in Pod \"web_default(uid-1)\" failed - error: "),
         "{err}"
@@ -1275,6 +1289,8 @@ async fn http_hook_defaults_to_the_pod_ip_and_resolves_named_ports() {
     let err = hooks::run(&rt, &target, &tcp, Duration::from_secs(5))
         .await
         .unwrap_err();
+    assert!(matches!(err, hooks::HookError::Invalid(_)), "{err:?}");
+    let err = err.to_string();
     assert!(
         err.starts_with("Cannot run handler: invalid handler: "),
         "{err}"
@@ -1333,6 +1349,8 @@ async fn sandbox_config_carries_pod_resources_and_overhead() {
 
 // Pull credentials, RuntimeClass handlers and service links through a worker.
 mod cluster_inputs;
+// The worker over the fakes of its narrow dependencies.
+mod fakes;
 mod pulled_images;
 // Regression tests of upstream CVEs in the container start path.
 mod security_regressions;

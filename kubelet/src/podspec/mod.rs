@@ -314,12 +314,6 @@ impl Qos {
     }
 }
 
-/// Computes the QoS class as upstream's ComputePodQOS, with the process's `PodLevelResources`
-/// gate (see [`resources::enabled`]).
-pub fn qos_class(spec: &PodSpec) -> Qos {
-    qos_class_with(spec, resources::enabled())
-}
-
 /// One set of cpu/memory requests and limits folded into the pod's (any, guaranteed) pair: a
 /// missing request defaults to the limit; Guaranteed needs both limits set and equal to the
 /// requests.
@@ -524,18 +518,18 @@ mod tests {
             }],
             ..Default::default()
         };
-        assert_eq!(qos_class(&spec), Qos::BestEffort);
+        assert_eq!(qos_class_with(&spec, true), Qos::BestEffort);
         let q = |s: &str| Quantity(s.into());
         spec.containers[0].resources = Some(ResourceRequirements {
             limits: Some([("cpu".into(), q("1")), ("memory".into(), q("64Mi"))].into()),
             ..Default::default()
         });
-        assert_eq!(qos_class(&spec), Qos::Guaranteed);
+        assert_eq!(qos_class_with(&spec, true), Qos::Guaranteed);
         spec.containers[0].resources = Some(ResourceRequirements {
             requests: Some([("cpu".into(), q("100m"))].into()),
             ..Default::default()
         });
-        assert_eq!(qos_class(&spec), Qos::Burstable);
+        assert_eq!(qos_class_with(&spec, true), Qos::Burstable);
     }
 
     /// Upstream's ComputePodQOS with pod-level resources: they alone decide when set (cpu and

@@ -9,23 +9,9 @@ use crate::quantity;
 use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The feature gate's name in `featureGates` / `--feature-gates`.
 pub const GATE: &str = "PodLevelResources";
-
-/// The gate as configured for this process (upstream's default in v1.36: on). Set once at
-/// start from the configuration; the functions taking an explicit `enabled` are for callers
-/// (and tests) that carry their own copy.
-static ENABLED: AtomicBool = AtomicBool::new(true);
-
-pub fn set_enabled(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
-}
-
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
-}
 
 /// Upstream's IsSupportedPodLevelResource.
 pub fn is_supported(name: &str) -> bool {

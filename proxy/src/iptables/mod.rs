@@ -8,7 +8,7 @@
 //! - [`ruleset`]: the rules as data, printed whole or as a minimal delta;
 //! - [`render`]: desired state → rules, kept per service (`Rendered`) for partial syncs;
 //! - [`proxier`]: the `Proxier`, which renders, applies and remembers; the
-//!   [`crate::sync_loop::Backend`] of this backend;
+//!   [`crate::sync_loop::ProxyBackend`] of this backend;
 //! - [`cleanup`]: what `--cleanup` removes, and how.
 //!
 //! The other backends get folders of their own beside this one (`nftables/`, `ipvs/`), on
@@ -24,8 +24,11 @@ pub mod runner;
 pub mod test_util;
 pub mod xtables_lock;
 
+#[cfg(test)]
+mod tests;
+
 pub use proxier::Proxier;
-pub use render::{RenderConfig, Rendered};
+pub use render::Rendered;
 pub use ruleset::Ruleset;
 pub use runner::{
     Backend, BackendDecision, Error, ExecRunner, IptablesRunner, IptablesVersion, Position, Result,

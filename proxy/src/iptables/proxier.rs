@@ -1,12 +1,11 @@
 //! The iptables proxier: render the desired ruleset, apply it (full or minimal delta) through
 //! an `IptablesRunner`, and remember what was applied. Partial syncs re-render only the
 //! services changed since the last sync (`Rendered::update`). It runs on the debounced
-//! schedule of [`crate::sync_loop`], as a [`Backend`].
+//! schedule of [`crate::sync_loop`], as a [`ProxyBackend`].
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write as _;
-use std::net::IpAddr;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use prometheus::Registry;
 use thiserror::Error;
@@ -14,19 +13,21 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::chains::*;
-use super::render::{RenderConfig, Rendered};
+use super::render::Rendered;
 use super::runner::{self, IptablesRunner, Position, TableName};
-use crate::conntrack::{self, Conntrack, NoConntrack, UdpTarget};
-use crate::health::ServiceHealthServer;
+use crate::conntrack::{self, Conntrack, NoConntrack};
+use crate::health::{ServiceHealthServer, health_check_state};
 use crate::metrics::Metrics;
-use crate::model::{IpFamily, NamespacedName, NodeFacts, ServiceState};
-use crate::sync_loop::Backend;
-use crate::tracker::{set_pending, unix_now};
+use crate::model::IpFamily;
+use crate::render_config::RenderConfig;
+use crate::sync_loop::ProxyBackend;
+use crate::tracker::set_pending;
 
 // The handles, the loop and its types lived here before they became backend-neutral; their
 // old paths keep working.
-pub use crate::sync_loop::{RetryBackoff, SyncConfig, SyncOutcome, run};
-pub use crate::tracker::{ProxyHandle, ProxyHandles};
+use crate::success::record_success;
+use crate::sync_loop::{SyncConfig, SyncOutcome};
+use crate::tracker::ProxyHandle;
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -315,7 +316,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             .last_full
             .is_none_or(|t| t.elapsed() >= self.full_sync_period);
         let node = self.handle.state().node().clone();
-        let node_changed = self.adopt_node(&node);
+        let node_changed = self.cfg.adopt_node(&node, self.node_ips_from_node);
         let do_full = full || stale_full || node_changed || self.needs_full_sync();
 
         let want_hc = self.service_health.is_some();
@@ -366,21 +367,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
         };
         let fam = self.cfg.family.label();
         let secs = started.elapsed().as_secs_f64();
-        self.metrics
-            .sync_duration
-            .with_label_values(&[fam])
-            .observe(secs);
-        if do_full {
-            self.metrics
-                .sync_full_duration
-                .with_label_values(&[fam])
-                .observe(secs);
-        } else {
-            self.metrics
-                .sync_partial_duration
-                .with_label_values(&[fam])
-                .observe(secs);
-        }
+        self.metrics.observe_sync(fam, secs, do_full);
 
         match result {
             Ok(text) => {
@@ -396,38 +383,26 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
                         .set(count_appends(&text, t) as f64);
                 }
                 let s = desired.stats();
-                self.metrics
-                    .no_local_endpoints
-                    .with_label_values(&["internal", fam])
-                    .set(s.no_local_endpoints_internal as f64);
-                self.metrics
-                    .no_local_endpoints
-                    .with_label_values(&["external", fam])
-                    .set(s.no_local_endpoints_external as f64);
-                self.metrics
-                    .last_timestamp
-                    .with_label_values(&[fam])
-                    .set(unix_now());
-                let now = SystemTime::now();
-                for (service, t) in &triggers {
-                    let latency = now.duration_since(*t).unwrap_or_default().as_secs_f64();
-                    self.metrics
-                        .network_programming
-                        .with_label_values(&[fam])
-                        .observe(latency);
-                    debug!(%service, elapsed = latency, "network programming");
-                }
+                self.metrics.set_no_local_endpoints(
+                    fam,
+                    s.no_local_endpoints_internal,
+                    s.no_local_endpoints_external,
+                );
+                self.metrics.observe_programmed(fam, &triggers);
                 self.applied = Some(desired);
                 self.need_full = false;
                 if do_full {
                     self.last_full = Some(Instant::now());
                 }
-                self.handle.health().updated(self.cfg.family);
-                if let (Some(server), Some((ports, counts))) = (&self.service_health, &hc) {
-                    server.sync_services(ports).await;
-                    server.sync_endpoints(counts);
-                }
-                self.clean_conntrack(&udp).await;
+                record_success(
+                    &self.handle,
+                    self.cfg.family,
+                    self.service_health.as_ref(),
+                    hc.as_ref(),
+                    &self.conntrack,
+                    &udp,
+                )
+                .await;
                 if text.is_empty() {
                     return Ok(SyncOutcome::Unchanged);
                 }
@@ -463,31 +438,6 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
                 Err(e)
             }
         }
-    }
-
-    /// Takes the Node's zone (topology hints) and, when no node IP was configured, its IP
-    /// into the render configuration. Returns true if either changed: they touch every
-    /// service, so the sync is a full one (upstream's OnTopologyChange).
-    fn adopt_node(&mut self, node: &NodeFacts) -> bool {
-        let mut changed = false;
-        if self.cfg.zone != node.zone {
-            info!(zone = ?node.zone, "node topology zone changed");
-            self.cfg.zone = node.zone.clone();
-            changed = true;
-        }
-        if self.node_ips_from_node {
-            let ips: Vec<IpAddr> = node.ip_of(self.cfg.family).into_iter().collect();
-            if self.cfg.node_ips != ips {
-                info!(node_ips = ?ips, "node IPs taken from the Node object");
-                self.cfg.node_ips = ips;
-                changed = true;
-            }
-        }
-        changed
-    }
-
-    async fn clean_conntrack(&self, udp: &[UdpTarget]) {
-        conntrack::clean_stale_entries(&self.conntrack, self.cfg.family, udp).await;
     }
 
     /// Writes `desired`: the partial-sync `delta` when given, else everything, with the jump
@@ -612,7 +562,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
     }
 }
 
-impl<R: IptablesRunner, C: Conntrack> Backend for Proxier<R, C> {
+impl<R: IptablesRunner, C: Conntrack> ProxyBackend for Proxier<R, C> {
     type Error = Error;
 
     fn handle(&self) -> &ProxyHandle {
@@ -725,30 +675,6 @@ fn missing_jumps(dumps: &[(TableName, String)]) -> Vec<(TableName, String)> {
         }
     }
     out
-}
-
-/// Health-check node ports by service, and each service's number of distinct ready local
-/// endpoint IPs (upstream's HealthCheckNodePorts and LocalReadyEndpoints).
-pub(crate) type HealthCheckState = (
-    BTreeMap<NamespacedName, u16>,
-    BTreeMap<NamespacedName, usize>,
-);
-
-pub(crate) fn health_check_state(state: &ServiceState) -> HealthCheckState {
-    let mut ports = BTreeMap::new();
-    for (name, info) in state.service_port_map() {
-        if info.health_check_node_port != 0 {
-            ports.insert(name.service.clone(), info.health_check_node_port);
-        }
-    }
-    let mut ips: BTreeMap<NamespacedName, BTreeSet<std::net::IpAddr>> = BTreeMap::new();
-    for (name, eps) in state.endpoints_map() {
-        for e in eps.iter().filter(|e| e.ready && e.is_local) {
-            ips.entry(name.service.clone()).or_default().insert(e.ip);
-        }
-    }
-    let counts = ips.into_iter().map(|(k, v)| (k, v.len())).collect();
-    (ports, counts)
 }
 
 fn count_appends(text: &str, table: &str) -> usize {

@@ -8,7 +8,7 @@
 //! - [`genl`]: IPVS generic netlink messages; [`rtnl`]: the dummy interface's messages;
 //! - [`kernel`]: the OS edge ([`IpvsKernel`], batches of operations; [`NetlinkIpvs`]);
 //! - [`ipset`]: the sets, their `ipset restore` texts and the [`Ipset`] edge;
-//! - [`render`]: desired state (pure); [`proxier`]: the [`crate::sync_loop::Backend`].
+//! - [`render`]: desired state (pure); [`proxier`]: the [`crate::sync_loop::ProxyBackend`].
 //!
 //! [`check_support`] is upstream's CanUseIPVSProxier; [`cleanup`] what `--cleanup` and a
 //! switch to another mode remove.

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::time::Instant;
@@ -20,13 +20,14 @@ use super::kernel::{self, Answer, IpvsKernel, Op};
 use super::render::{self, Desired, DesiredVs, IpvsSettings};
 use crate::conntrack::{self, Conntrack, NoConntrack};
 use crate::health::ServiceHealthServer;
-use crate::iptables::proxier::health_check_state;
-use crate::iptables::render::RenderConfig;
+use crate::health::health_check_state;
 use crate::iptables::{IptablesRunner, Position, TableName};
 use crate::metrics::Metrics;
-use crate::model::{IpFamily, NodeFacts, Protocol};
-use crate::sync_loop::{Backend, SyncConfig, SyncOutcome};
-use crate::tracker::{ProxyHandle, set_pending, unix_now};
+use crate::model::{IpFamily, Protocol};
+use crate::render_config::RenderConfig;
+use crate::success::record_success;
+use crate::sync_loop::{ProxyBackend, SyncConfig, SyncOutcome};
+use crate::tracker::{ProxyHandle, set_pending};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -349,7 +350,7 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
         }
         let started = std::time::Instant::now();
         let node = self.handle.state().node().clone();
-        let node_changed = self.adopt_node(&node);
+        let node_changed = self.cfg.adopt_node(&node, self.node_ips_from_node);
         let stale_full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= self.full_sync_period);
@@ -375,40 +376,23 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
         let result = self.write(do_full, &services, &endpoints).await;
         let fam = self.family().label();
         let secs = started.elapsed().as_secs_f64();
-        self.metrics
-            .sync_duration
-            .with_label_values(&[fam])
-            .observe(secs);
-        let by_kind = if do_full {
-            &self.metrics.sync_full_duration
-        } else {
-            &self.metrics.sync_partial_duration
-        };
-        by_kind.with_label_values(&[fam]).observe(secs);
+        self.metrics.observe_sync(fam, secs, do_full);
         match result {
             Ok(written) => {
                 if do_full {
                     self.last_full = Some(Instant::now());
                 }
-                self.handle.health().updated(self.family());
-                self.metrics
-                    .last_timestamp
-                    .with_label_values(&[fam])
-                    .set(unix_now());
-                let now = SystemTime::now();
-                for (_, t) in &triggers {
-                    let latency = now.duration_since(*t).unwrap_or_default().as_secs_f64();
-                    self.metrics
-                        .network_programming
-                        .with_label_values(&[fam])
-                        .observe(latency);
-                }
-                if let (Some(server), Some((ports, counts))) = (&self.service_health, &hc) {
-                    server.sync_services(ports).await;
-                    server.sync_endpoints(counts);
-                }
+                self.metrics.observe_programmed(fam, &triggers);
                 let udp = conntrack::udp_targets(&services, &endpoints);
-                conntrack::clean_stale_entries(&self.conntrack, self.family(), &udp).await;
+                record_success(
+                    &self.handle,
+                    self.family(),
+                    self.service_health.as_ref(),
+                    hc.as_ref(),
+                    &self.conntrack,
+                    &udp,
+                )
+                .await;
                 if written == 0 {
                     return Ok(SyncOutcome::Unchanged);
                 }
@@ -521,23 +505,6 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
         Ok(writes)
     }
 
-    /// As the other proxiers: the Node's zone, and its IP when none was configured.
-    fn adopt_node(&mut self, node: &NodeFacts) -> bool {
-        let mut changed = false;
-        if self.cfg.zone != node.zone {
-            self.cfg.zone = node.zone.clone();
-            changed = true;
-        }
-        if self.node_ips_from_node {
-            let ips: Vec<IpAddr> = node.ip_of(self.cfg.family).into_iter().collect();
-            if self.cfg.node_ips != ips {
-                self.cfg.node_ips = ips;
-                changed = true;
-            }
-        }
-        changed
-    }
-
     /// The periodic check: the dummy interface still there (someone deleting it takes every
     /// service IP away); gone means the next sync reads and rewrites everything.
     pub async fn check_canary(&mut self) {
@@ -552,7 +519,9 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
     }
 }
 
-impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> Backend for IpvsProxier<K, S, R, C> {
+impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> ProxyBackend
+    for IpvsProxier<K, S, R, C>
+{
     type Error = Error;
 
     fn handle(&self) -> &ProxyHandle {

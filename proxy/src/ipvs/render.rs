@@ -9,9 +9,9 @@ use std::net::IpAddr;
 
 use super::genl::{FLAG_PERSISTENT, VirtualServer, VsKey};
 use super::ipset::{self, SetContents};
-use crate::iptables::render::RenderConfig;
 use crate::model::{Cidr, EndpointInfo, IpFamily, Protocol, ServicePortInfo, ServicePortName};
 use crate::nodeport::NodePortAddresses;
+use crate::render_config::RenderConfig;
 use crate::topology::categorize;
 
 /// The IPVS-only settings (`ipvs.*` of KubeProxyConfiguration).

@@ -166,6 +166,54 @@ impl Metrics {
         Ok(m)
     }
 
+    /// One sync's duration, in the histogram of all syncs and in the full or partial one
+    /// (the same in every backend).
+    pub fn observe_sync(&self, ip_family: &str, secs: f64, full: bool) {
+        self.sync_duration
+            .with_label_values(&[ip_family])
+            .observe(secs);
+        let by_kind = if full {
+            &self.sync_full_duration
+        } else {
+            &self.sync_partial_duration
+        };
+        by_kind.with_label_values(&[ip_family]).observe(secs);
+    }
+
+    /// A successful sync: its time, and for each change it carried the time from the
+    /// change to now (`kubeproxy_network_programming_duration_seconds`).
+    pub fn observe_programmed(
+        &self,
+        ip_family: &str,
+        triggers: &[(crate::model::NamespacedName, std::time::SystemTime)],
+    ) {
+        self.last_timestamp.with_label_values(&[ip_family]).set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64(),
+        );
+        let now = std::time::SystemTime::now();
+        for (service, t) in triggers {
+            let latency = now.duration_since(*t).unwrap_or_default().as_secs_f64();
+            self.network_programming
+                .with_label_values(&[ip_family])
+                .observe(latency);
+            tracing::debug!(%service, elapsed = latency, "network programming");
+        }
+    }
+
+    /// Services of externalTrafficPolicy / internalTrafficPolicy Local without a local
+    /// endpoint.
+    pub fn set_no_local_endpoints(&self, ip_family: &str, internal: usize, external: usize) {
+        self.no_local_endpoints
+            .with_label_values(&["internal", ip_family])
+            .set(internal as f64);
+        self.no_local_endpoints
+            .with_label_values(&["external", ip_family])
+            .set(external as f64);
+    }
+
     /// Creates the per-family children that upstream exposes from the start (a histogram vec
     /// without children is absent from /metrics): `kubeproxy_network_programming_duration_seconds`
     /// and the full/partial sync durations read as empty histograms before the first observation.

@@ -9,7 +9,7 @@
 //!   states (a table written afresh, or only the difference; stale chains deleted a second
 //!   later);
 //! - [`runner`]: the OS edge, `nft -f -` with a timeout, and the kernel support check;
-//! - [`proxier`]: the [`crate::sync_loop::Backend`] of this backend;
+//! - [`proxier`]: the [`crate::sync_loop::ProxyBackend`] of this backend;
 //! - [`cleanup`]: what `--cleanup` and a mode switch remove.
 
 pub mod cleanup;

@@ -2,10 +2,9 @@
 //! [`NftRunner`] and remembers what it wrote ([`KernelState`]), so that no sync ever lists
 //! the table. The first sync (and the one after the kernel state became unknown) replaces
 //! the table in one transaction; every other sync, full or partial, writes only the
-//! difference. It runs on the debounced schedule of [`crate::sync_loop`], as a [`Backend`].
+//! difference. It runs on the debounced schedule of [`crate::sync_loop`], as a [`ProxyBackend`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use prometheus::Registry;
@@ -16,15 +15,16 @@ use tracing::{debug, error, info, warn};
 use super::names::{SERVICE_IPS, SERVICES, TABLE};
 use super::render::{Base, ServiceNft, family_word, render_service};
 use super::runner::{self, NftRunner};
-use super::tx::{Existing, KernelState, Next, Planned};
+use super::tx::{Existing, KernelState, Listed, Next, Planned};
 use crate::conntrack::{self, Conntrack, NoConntrack};
 use crate::health::ServiceHealthServer;
-use crate::iptables::proxier::health_check_state;
-use crate::iptables::render::RenderConfig;
+use crate::health::health_check_state;
 use crate::metrics::Metrics;
-use crate::model::{EndpointInfo, IpFamily, NodeFacts, ServicePortInfo, ServicePortName, ports_of};
-use crate::sync_loop::{Backend, SyncConfig, SyncOutcome};
-use crate::tracker::{ProxyHandle, set_pending, unix_now};
+use crate::model::{EndpointInfo, IpFamily, ServicePortInfo, ServicePortName, ports_of};
+use crate::render_config::RenderConfig;
+use crate::success::record_success;
+use crate::sync_loop::{ProxyBackend, SyncConfig, SyncOutcome};
+use crate::tracker::{ProxyHandle, set_pending};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -161,22 +161,6 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         self.need_full || self.state.is_none()
     }
 
-    /// The names of the chains and sets the table holds (`nft list chains` and `nft list
-    /// sets` of the family: headers and set elements, never the rules); None when either
-    /// listing fails (then the table is replaced in one transaction).
-    async fn list_existing(&self) -> Option<Existing> {
-        let f = family_word(self.cfg.family);
-        let chains = self.runner.list(&["chains", f]).await;
-        let sets = self.runner.list(&["sets", f]).await;
-        match (chains, sets) {
-            (Ok(c), Ok(s)) => Some(Existing::parse(self.cfg.family, &format!("{c}\n{s}"))),
-            (Err(e), _) | (_, Err(e)) => {
-                warn!(error = %e, "cannot list the table's chains; replacing it in one transaction");
-                None
-            }
-        }
-    }
-
     /// The periodic check: one small fixed chain listed (never the table). Gone or changed
     /// means someone removed or flushed the table: the next sync writes it afresh.
     pub async fn check_canary(&mut self) {
@@ -210,7 +194,7 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
             let st = self.handle.state();
             (st.node().clone(), st.service_cidrs().to_vec())
         };
-        let mut node_changed = self.adopt_node(&node);
+        let mut node_changed = self.cfg.adopt_node(&node, self.node_ips_from_node);
         if cidrs != self.cfg.service_cidrs {
             info!(service_cidrs = ?cidrs, "service CIDRs changed");
             self.cfg.service_cidrs = cidrs;
@@ -220,26 +204,39 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         let want_hc = self.service_health.is_some();
         let now = Instant::now();
 
-        // Writing the table afresh: when it is not there at all (a node's first start), a
-        // large one is written in steps (see `KernelState::replace_in_steps`); one that is
-        // there is replaced in one transaction, so that its services never stop answering.
-        let large =
-            self.state.is_none() && self.handle.state().service_port_map().len() > REPLACE_STEP;
-        let table_absent = large && {
+        // The kernel state unknown (a start, or the table changed behind our back): the
+        // table is read once. Not there: written afresh (a large one in steps, see
+        // `KernelState::replace_in_steps`). There (a restart): only what differs is
+        // written, in one transaction, never flushing or deleting the table, so that its
+        // services keep answering (`KernelState::reconcile`). After a failed restart
+        // write, or when the listing does not read as our table, the one-transaction
+        // replace.
+        let (mut listed, mut table_absent) = (None, false);
+        if self.state.is_none() && !self.rewrite_failed {
             let f = family_word(self.cfg.family);
-            self.runner
-                .list(&["chain", f, TABLE, SERVICES])
-                .await
-                .is_err()
-        };
-        // A large table that is there (a restart): its chains' and sets' names, so that it
-        // can be rewritten in steps in place (never flushed: its services keep answering).
-        // After a failed rewrite, the one-transaction replace.
-        let existing = if large && !table_absent && !self.rewrite_failed {
-            self.list_existing().await
-        } else {
-            None
-        };
+            match self.runner.list(&["table", f, TABLE]).await {
+                Ok(out) => {
+                    listed = Listed::parse(self.cfg.family, &out);
+                    if listed.is_none() {
+                        warn!(
+                            "cannot read the existing nftables table; replacing it in one transaction"
+                        );
+                    }
+                }
+                Err(runner::Error::Failed { stderr, .. })
+                    if stderr.contains("No such file or directory") =>
+                {
+                    debug!("no nftables table to restart over");
+                    table_absent = true;
+                }
+                // Unreadable (a timeout, …): replaced in one transaction, never deleted
+                // first.
+                Err(e) => {
+                    warn!(error = %e, "cannot read the nftables table; replacing it in one transaction")
+                }
+            }
+        }
+        let mut existing = None;
         let (planned, replace, changed, udp, hc, triggers) = {
             let mut st = self.handle.state();
             let changed: BTreeSet<_> = st.take_changes();
@@ -280,17 +277,34 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                             (k.clone(), render_service(k, svc, eps, &self.cfg))
                         })
                         .collect();
-                    let planned = if table_absent && all.len() > REPLACE_STEP {
-                        KernelState::replace_in_steps(self.cfg.family, base, all, REPLACE_STEP)
-                    } else if let Some(existing) = &existing {
-                        KernelState::rewrite_in_steps(
+                    let planned = if let Some(l) = &listed {
+                        let base2 = base.clone();
+                        match KernelState::reconcile(
                             self.cfg.family,
                             base,
                             all,
+                            l,
                             REPLACE_STEP,
-                            existing,
                             now,
-                        )
+                        ) {
+                            Ok(p) => p,
+                            // Too much differs for one transaction: in place, in steps.
+                            Err(all) => {
+                                let e = Existing::from(l);
+                                let p = KernelState::rewrite_in_steps(
+                                    self.cfg.family,
+                                    base2,
+                                    all,
+                                    REPLACE_STEP,
+                                    &e,
+                                    now,
+                                );
+                                existing = Some(e);
+                                p
+                            }
+                        }
+                    } else if table_absent && all.len() > REPLACE_STEP {
+                        KernelState::replace_in_steps(self.cfg.family, base, all, REPLACE_STEP)
                     } else {
                         KernelState::replace(self.cfg.family, base, all)
                     };
@@ -305,6 +319,8 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         let bytes: usize = texts.iter().map(String::len).sum();
         let kind = if existing.is_some() && replace {
             "rewrite"
+        } else if listed.is_some() && replace {
+            "restart"
         } else if replace {
             "replace"
         } else if do_full {
@@ -326,16 +342,7 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
         }
         let fam = self.cfg.family.label();
         let secs = started.elapsed().as_secs_f64();
-        self.metrics
-            .sync_duration
-            .with_label_values(&[fam])
-            .observe(secs);
-        let by_kind = if do_full {
-            &self.metrics.sync_full_duration
-        } else {
-            &self.metrics.sync_partial_duration
-        };
-        by_kind.with_label_values(&[fam]).observe(secs);
+        self.metrics.observe_sync(fam, secs, do_full);
 
         match result {
             Ok(()) => {
@@ -357,12 +364,15 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                 if do_full {
                     self.last_full = Some(Instant::now());
                 }
-                self.handle.health().updated(self.cfg.family);
-                if let (Some(server), Some((ports, counts))) = (&self.service_health, &hc) {
-                    server.sync_services(ports).await;
-                    server.sync_endpoints(counts);
-                }
-                conntrack::clean_stale_entries(&self.conntrack, self.cfg.family, &udp).await;
+                record_success(
+                    &self.handle,
+                    self.cfg.family,
+                    self.service_health.as_ref(),
+                    hc.as_ref(),
+                    &self.conntrack,
+                    &udp,
+                )
+                .await;
                 if texts.is_empty() {
                     return Ok(SyncOutcome::Unchanged);
                 }
@@ -391,7 +401,7 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
                 if replace || self.failures >= 2 {
                     self.state = None;
                 }
-                if kind == "rewrite" {
+                if kind == "rewrite" || kind == "restart" {
                     self.rewrite_failed = true;
                 }
                 self.need_full = true;
@@ -412,47 +422,8 @@ impl<R: NftRunner, C: Conntrack> NftProxier<R, C> {
             ni += usize::from(s.no_local_internal);
             ne += usize::from(s.no_local_external);
         }
-        self.metrics
-            .no_local_endpoints
-            .with_label_values(&["internal", fam])
-            .set(ni as f64);
-        self.metrics
-            .no_local_endpoints
-            .with_label_values(&["external", fam])
-            .set(ne as f64);
-        self.metrics
-            .last_timestamp
-            .with_label_values(&[fam])
-            .set(unix_now());
-        let now = SystemTime::now();
-        for (service, t) in triggers {
-            let latency = now.duration_since(*t).unwrap_or_default().as_secs_f64();
-            self.metrics
-                .network_programming
-                .with_label_values(&[fam])
-                .observe(latency);
-            debug!(%service, elapsed = latency, "network programming");
-        }
-    }
-
-    /// As the iptables proxier: the Node's zone, and its IP when none was configured; a
-    /// change makes the sync a full one.
-    fn adopt_node(&mut self, node: &NodeFacts) -> bool {
-        let mut changed = false;
-        if self.cfg.zone != node.zone {
-            info!(zone = ?node.zone, "node topology zone changed");
-            self.cfg.zone = node.zone.clone();
-            changed = true;
-        }
-        if self.node_ips_from_node {
-            let ips: Vec<IpAddr> = node.ip_of(self.cfg.family).into_iter().collect();
-            if self.cfg.node_ips != ips {
-                info!(node_ips = ?ips, "node IPs taken from the Node object");
-                self.cfg.node_ips = ips;
-                changed = true;
-            }
-        }
-        changed
+        self.metrics.set_no_local_endpoints(fam, ni, ne);
+        self.metrics.observe_programmed(fam, triggers);
     }
 }
 
@@ -467,7 +438,7 @@ fn render_one(
     Some(render_service(k, svc, eps, cfg))
 }
 
-impl<R: NftRunner, C: Conntrack> Backend for NftProxier<R, C> {
+impl<R: NftRunner, C: Conntrack> ProxyBackend for NftProxier<R, C> {
     type Error = Error;
 
     fn handle(&self) -> &ProxyHandle {

@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use super::names::*;
-use crate::iptables::render::RenderConfig;
 use crate::model::{EndpointInfo, IpFamily, ServicePortInfo, ServicePortName};
 use crate::nodeport::NodePortAddresses;
+use crate::render_config::RenderConfig;
 use crate::topology::categorize;
 
 /// The shared sets and verdict maps a service port puts elements into.

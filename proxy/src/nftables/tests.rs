@@ -10,8 +10,8 @@ use super::proxier::NftProxier;
 use super::runner::{Unsupported, check_support};
 use super::test_util::FakeNft;
 use super::tx::{STALE_DELAY, StaleKind};
-use crate::iptables::render::RenderConfig;
 use crate::model::{IpFamily, ServiceState};
+use crate::render_config::RenderConfig;
 use crate::sync_loop::{SyncConfig, SyncOutcome};
 use crate::tests::{NODE, ep, golden, loaded_state, port, render_cfg, slice, svc};
 use crate::tracker::ProxyHandle;
@@ -227,8 +227,9 @@ async fn failed_transaction_keeps_rules_and_next_sync_recovers() {
     );
 }
 
-/// The periodic check lists one small chain; a table gone (or flushed) makes the next sync
-/// write it afresh, while a table in place leaves the next full resync writing nothing.
+/// The table is read once at start; after that the periodic check lists one small chain; a
+/// table gone (or flushed) makes the next sync write it afresh, while a table in place
+/// leaves the next full resync writing nothing.
 #[tokio::test]
 async fn periodic_check_lists_one_chain_and_repairs_a_removed_table() {
     let runner = FakeNft::new();
@@ -239,9 +240,12 @@ async fn periodic_check_lists_one_chain_and_repairs_a_removed_table() {
     ));
     p.check_canary().await;
     let listed = runner.listed();
+    assert_eq!(listed[0], "table ip kube-proxy", "read once at start");
     assert!(
-        listed.iter().all(|l| l == "chain ip kube-proxy services"),
-        "only the small fixed chain is ever listed: {listed:?}"
+        listed[1..]
+            .iter()
+            .all(|l| l == "chain ip kube-proxy services"),
+        "after the start only the small fixed chain is listed: {listed:?}"
     );
     assert_eq!(p.sync(true).await.unwrap(), SyncOutcome::Unchanged);
 
@@ -687,5 +691,67 @@ async fn unallocated_cluster_ips_are_dropped() {
     assert!(
         t.contains("cluster-ips-check ip daddr { 172.30.0.0/16 } drop"),
         "{t}"
+    );
+}
+
+/// A restart over the table a previous process left (here as nft lists it back): the
+/// table is read once and, nothing differing, no transaction is sent — the table is never
+/// deleted or flushed. A failed restart write makes the next sync replace the table in one
+/// transaction.
+#[tokio::test]
+async fn a_restart_over_an_existing_table_writes_only_the_difference() {
+    let listing = include_str!("tx/reconcile/nft-list-full.txt");
+    let runner = FakeNft::new();
+    runner.set_list_output(Some(listing));
+    let mut p = proxier(runner.clone(), loaded_state(), render_cfg());
+    assert_eq!(p.sync(false).await.unwrap(), SyncOutcome::Unchanged);
+    assert_eq!(runner.applied(), Vec::<String>::new());
+    assert_eq!(runner.listed(), vec!["table ip kube-proxy".to_string()]);
+    assert_eq!(
+        p.state().unwrap().services().len(),
+        loaded_state().service_port_map().len()
+    );
+
+    // One endpoint missing from the table: its chains and element, nothing else.
+    let mut st = loaded_state();
+    st.upsert_endpoint_slice(&slice(
+        "ns1",
+        "svc1",
+        "svc1-b",
+        &[("p80", "TCP", 80)],
+        &[ep("10.180.0.7", NODE)],
+    ));
+    let runner = FakeNft::new();
+    runner.set_list_output(Some(listing));
+    let mut p = proxier(runner.clone(), st, render_cfg());
+    p.sync(false).await.unwrap();
+    let t = runner.last_applied().unwrap();
+    assert!(
+        t.starts_with("add chain ip kube-proxy endpoint-")
+            && t.contains("flush chain ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80\n"),
+        "{t}"
+    );
+    assert!(!t.contains("delete table") && !t.contains("svc2"), "{t}");
+
+    // A failed restart write: the next sync replaces the table in one transaction.
+    let runner = FakeNft::new();
+    runner.set_list_output(Some(listing));
+    let mut st = loaded_state();
+    st.upsert_endpoint_slice(&slice(
+        "ns1",
+        "svc1",
+        "svc1-b",
+        &[("p80", "TCP", 80)],
+        &[ep("10.180.0.7", NODE)],
+    ));
+    let mut p = proxier(runner.clone(), st, render_cfg());
+    runner.fail_next_applies(1);
+    assert!(p.sync(false).await.is_err());
+    p.sync(false).await.unwrap();
+    assert!(
+        runner
+            .last_applied()
+            .unwrap()
+            .starts_with("add table ip kube-proxy\ndelete table")
     );
 }

@@ -9,13 +9,14 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
 /// A pod's effective requests in upstream's units (cpu in millicores, the rest in values).
-pub fn requests(pod: &Pod) -> BTreeMap<String, i128> {
-    crate::cm::limits::pod_amounts(pod, false, crate::podspec::resources::enabled())
+/// `pod_level_gate`: the `PodLevelResources` gate.
+pub fn requests(pod: &Pod, pod_level_gate: bool) -> BTreeMap<String, i128> {
+    crate::cm::limits::pod_amounts(pod, false, pod_level_gate)
 }
 
 /// Adds `pod`'s requests to `used`.
-pub fn add_requests(used: &mut BTreeMap<String, i128>, pod: &Pod) {
-    for (k, v) in requests(pod) {
+pub fn add_requests(used: &mut BTreeMap<String, i128>, pod: &Pod, pod_level_gate: bool) {
+    for (k, v) in requests(pod, pod_level_gate) {
         *used.entry(k).or_insert(0) += v;
     }
 }
@@ -33,8 +34,9 @@ pub fn check(
     pod: &Pod,
     used: &BTreeMap<String, i128>,
     allocatable: &BTreeMap<String, Quantity>,
+    pod_level_gate: bool,
 ) -> Option<(String, String)> {
-    let want = requests(pod);
+    let want = requests(pod, pod_level_gate);
     let first = ["cpu", "memory", "ephemeral-storage"];
     let order = first.iter().map(|s| s.to_string()).chain(
         want.keys()
@@ -90,25 +92,25 @@ mod tests {
             "resources": {"requests": {"cpu": "1500m", "memory": "64Mi"}},
             "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]
         }));
-        assert_eq!(requests(&p)["cpu"], 1500);
+        assert_eq!(requests(&p, true)["cpu"], 1500);
         let a = alloc(&[("cpu", "4"), ("memory", "1Gi"), ("pods", "110")]);
         let used: BTreeMap<String, i128> = [("cpu".to_string(), 3000)].into();
         assert_eq!(
-            check(&p, &used, &a),
+            check(&p, &used, &a, true),
             Some((
                 "OutOfcpu".into(),
                 "Node didn't have enough resource: cpu, requested: 1500, used: 3000, capacity: 4000"
                     .into()
             ))
         );
-        assert_eq!(check(&p, &BTreeMap::new(), &a), None);
+        assert_eq!(check(&p, &BTreeMap::new(), &a, true), None);
         // Pod-level limits alone default the requests (the apiserver's defaulting).
         let p = pod(serde_json::json!({
             "resources": {"limits": {"memory": "2Gi"}},
             "containers": [{"name": "c"}]
         }));
         assert_eq!(
-            check(&p, &BTreeMap::new(), &a).unwrap().1,
+            check(&p, &BTreeMap::new(), &a, true).unwrap().1,
             "Node didn't have enough resource: memory, requested: 2147483648, used: 0, capacity: 1073741824"
         );
     }
@@ -118,11 +120,11 @@ mod tests {
         let a = alloc(&[("cpu", "4"), ("memory", "1Gi")]);
         let p = pod(serde_json::json!({"containers": [{"name": "c",
             "resources": {"requests": {"example.com/dongle": "1"}, "limits": {"example.com/dongle": "1"}}}]}));
-        assert_eq!(check(&p, &BTreeMap::new(), &a), None);
+        assert_eq!(check(&p, &BTreeMap::new(), &a, true), None);
         let p = pod(serde_json::json!({"containers": [{"name": "c",
             "resources": {"requests": {"hugepages-2Mi": "2Mi", "memory": "1Mi"}, "limits": {"hugepages-2Mi": "2Mi", "memory": "1Mi"}}}]}));
         assert_eq!(
-            check(&p, &BTreeMap::new(), &a).unwrap().0,
+            check(&p, &BTreeMap::new(), &a, true).unwrap().0,
             "OutOfhugepages-2Mi"
         );
     }

@@ -93,7 +93,7 @@ fn is_terminal(p: &Pod) -> bool {
 }
 
 /// Admission decisions, sticky per UID: once admitted or rejected, a pod stays so.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Admission {
     admitted: HashSet<String>,
     rejected: HashMap<String, Rejection>,
@@ -107,6 +107,24 @@ pub struct Admission {
     pub allocatable: Option<BTreeMap<String, Quantity>>,
     /// Static pods, whose requests count as used.
     pub static_pods: Vec<Pod>,
+    /// The `PodLevelResources` gate: pod-level requests count (and set the QoS class).
+    pub pod_level_resources: bool,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            admitted: HashSet::new(),
+            rejected: HashMap::new(),
+            sysctls: Default::default(),
+            shutdown: None,
+            pressure: None,
+            allocatable: None,
+            static_pods: Vec::new(),
+            // Upstream's default in v1.36.
+            pod_level_resources: true,
+        }
+    }
 }
 
 impl Admission {
@@ -152,7 +170,7 @@ impl Admission {
         let mut active = static_pods + running.len();
         let mut used = BTreeMap::new();
         for p in running.iter().copied().chain(self.static_pods.iter()) {
-            fit::add_requests(&mut used, p);
+            fit::add_requests(&mut used, p, self.pod_level_resources);
         }
         let mut fresh: Vec<&Pod> = pods
             .iter()
@@ -187,7 +205,7 @@ impl Admission {
             } else if let Some((reason, message)) = self
                 .pressure
                 .as_ref()
-                .and_then(|s| crate::eviction::admit(s, p))
+                .and_then(|s| crate::eviction::admit(s, p, self.pod_level_resources))
             {
                 Some(Rejection { reason, message })
             } else if active >= max_pods as usize {
@@ -200,7 +218,7 @@ impl Admission {
             } else if let Some((reason, message)) = self
                 .allocatable
                 .as_ref()
-                .and_then(|a| fit::check(p, &used, a))
+                .and_then(|a| fit::check(p, &used, a, self.pod_level_resources))
             {
                 Some(Rejection { reason, message })
             } else if labels.is_some_and(|l| !node_affinity_matches(p, l, node_name)) {
@@ -221,7 +239,7 @@ impl Admission {
                 None => {
                     self.admitted.insert(uid);
                     active += 1;
-                    fit::add_requests(&mut used, p);
+                    fit::add_requests(&mut used, p, self.pod_level_resources);
                 }
             }
         }

@@ -1,30 +1,18 @@
 use super::*;
 use crate::objects::fake::FakeApi;
-use crate::objects::{Kind, ObjectCache, ObjectData, ObjectKey};
+use crate::objects::{Kind, ObjectData, ObjectKey};
 use base64::Engine;
 
 const PRIVATE: &str = "registry.example:5000/team/app:1";
 
-/// A rig whose objects come from `api`, with the given stores.
-fn rig_with(
-    api: Arc<FakeApi>,
-    services: Option<Arc<crate::objects::services::ServiceStore>>,
-    classes: Option<Arc<crate::objects::runtime_class::RuntimeClassStore>>,
-) -> Rig {
+/// A rig whose objects come from `api`, with service-link variables and RuntimeClass
+/// handlers from `pod_env`.
+fn rig_with(api: Arc<FakeApi>, pod_env: FakePodEnvironment) -> Rig {
     let r = rig();
-    let base = Env::for_test(r.rt.clone(), r._dir.path());
-    let volumes = Arc::new(crate::volume::VolumeManager::new(
-        base.node.clone(),
-        Arc::new(ObjectCache::new(Some(api as _))),
-        Arc::new(crate::objects::token::TokenManager::new(None)),
-        base.binder.clone(),
-    ));
-    let env = Arc::new(Env {
+    let env = Arc::new(Deps {
         events: r.events.clone(),
-        volumes,
-        services,
-        runtime_classes: classes,
-        ..base
+        pod_env: Arc::new(pod_env),
+        ..Deps::for_test_with_api(r.rt.clone(), r._dir.path(), Some(api as _), true)
     });
     Rig { env, ..r }
 }
@@ -67,7 +55,7 @@ async fn pull_secrets_are_tried_in_order_until_one_pull_succeeds() {
         "s3cret",
     );
     pull_secret(&api, "elsewhere", "other.example", "carol", "x");
-    let r = rig_with(api, None, None);
+    let r = rig_with(api, FakePodEnvironment::default());
     r.rt.require_auth(PRIVATE, "alice", "s3cret");
     let mut w = Worker::new(
         r.env.clone(),
@@ -95,7 +83,7 @@ async fn pull_secrets_are_tried_in_order_until_one_pull_succeeds() {
 
 #[tokio::test(start_paused = true)]
 async fn without_the_secret_the_pull_is_anonymous_and_fails() {
-    let r = rig_with(Arc::new(FakeApi::default()), None, None);
+    let r = rig_with(Arc::new(FakeApi::default()), FakePodEnvironment::default());
     r.rt.require_auth(PRIVATE, "alice", "s3cret");
     let mut w = Worker::new(r.env.clone(), private_pod(&[]), None);
     w.sync().await;
@@ -119,7 +107,7 @@ async fn a_broken_pull_secret_fails_the_pull() {
             ..Default::default()
         },
     );
-    let r = rig_with(api, None, None);
+    let r = rig_with(api, FakePodEnvironment::default());
     let mut w = Worker::new(r.env.clone(), private_pod(&["broken"]), None);
     w.sync().await;
     assert!(r.rt.pulls().is_empty(), "no pull with a broken keyring");
@@ -137,9 +125,11 @@ async fn a_broken_pull_secret_fails_the_pull() {
 
 #[tokio::test(start_paused = true)]
 async fn runtime_class_sets_the_handler_and_an_unknown_class_fails_the_sandbox() {
-    let classes = Arc::new(crate::objects::runtime_class::RuntimeClassStore::default());
-    classes.replace([("fast".to_string(), "runc-fast".to_string())].into());
-    let r = rig_with(Arc::new(FakeApi::default()), None, Some(classes));
+    let classes = FakePodEnvironment {
+        handlers: [("fast".to_string(), "runc-fast".to_string())].into(),
+        ..Default::default()
+    };
+    let r = rig_with(Arc::new(FakeApi::default()), classes.clone());
     let mut w = Worker::new(
         r.env.clone(),
         pod("Always", serde_json::json!({"runtimeClassName": "fast"})),
@@ -151,9 +141,7 @@ async fn runtime_class_sets_the_handler_and_an_unknown_class_fails_the_sandbox()
     assert_eq!(cfg.runtime_handler, "runc-fast");
     assert_eq!(r.rt.running("app").len(), 1);
 
-    let classes = Arc::new(crate::objects::runtime_class::RuntimeClassStore::default());
-    classes.replace(Default::default());
-    let r = rig_with(Arc::new(FakeApi::default()), None, Some(classes));
+    let r = rig_with(Arc::new(FakeApi::default()), classes);
     let mut w = Worker::new(
         r.env.clone(),
         pod("Always", serde_json::json!({"runtimeClassName": "nope"})),
@@ -163,28 +151,13 @@ async fn runtime_class_sets_the_handler_and_an_unknown_class_fails_the_sandbox()
     assert_eq!(r.rt.count("RunPodSandbox"), 0);
     assert!(
         r.events.events().contains(
-            &"Warning FailedCreatePodSandBox Failed to create pod sandbox: runtimeclass.node.k8s.io \"nope\" not found".to_string()
+            &"Warning FailedCreatePodSandBox Failed to create pod sandbox: no RuntimeClass \"nope\"".to_string()
         ),
         "{:?}",
         r.events.events()
     );
     let waiting = app_status(&r).state.unwrap().waiting.unwrap();
     assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
-
-    // Standalone: a clear error, no sandbox.
-    let r = rig();
-    let mut w = Worker::new(
-        r.env.clone(),
-        pod("Always", serde_json::json!({"runtimeClassName": "fast"})),
-        None,
-    );
-    w.sync().await;
-    assert_eq!(r.rt.count("RunPodSandbox"), 0);
-    assert!(
-        r.events.events().iter().any(|e| e.contains("standalone")),
-        "{:?}",
-        r.events.events()
-    );
 }
 
 fn env_of(r: &Rig) -> BTreeMap<String, String> {
@@ -194,20 +167,12 @@ fn env_of(r: &Rig) -> BTreeMap<String, String> {
 
 #[tokio::test(start_paused = true)]
 async fn service_links_reach_the_container_env() {
-    use crate::objects::services::{ServiceInfo, ServicePort, ServiceStore};
-    let store = Arc::new(ServiceStore::default());
-    let svc = |ns: &str, name: &str, ip: &str, port: i32| ServiceInfo {
-        namespace: ns.into(),
-        name: name.into(),
-        cluster_ip: ip.into(),
-        ports: vec![ServicePort {
-            name: String::new(),
-            port,
-            protocol: "TCP".into(),
-        }],
+    // Before the source can give them, the container waits (CreateContainerConfigError).
+    let not_synced = FakePodEnvironment {
+        services: None,
+        ..Default::default()
     };
-    // Before the first list an API pod waits (CreateContainerConfigError).
-    let r = rig_with(Arc::new(FakeApi::default()), Some(store.clone()), None);
+    let r = rig_with(Arc::new(FakeApi::default()), not_synced);
     let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
     w.sync().await;
     let waiting = app_status(&r).state.unwrap().waiting.unwrap();
@@ -215,26 +180,20 @@ async fn service_links_reach_the_container_env() {
         waiting.reason.as_deref(),
         Some("CreateContainerConfigError")
     );
-    store.replace(
-        [
-            (
-                "default/kubernetes".to_string(),
-                svc("default", "kubernetes", "10.96.0.1", 443),
-            ),
-            (
-                "default/web".to_string(),
-                svc("default", "web", "10.96.0.7", 80),
-            ),
-        ]
-        .into(),
-    );
-    w.sync().await;
-    let env = env_of(&r);
-    assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
-    assert_eq!(env["WEB_PORT_80_TCP_ADDR"], "10.96.0.7");
 
-    let r = rig_with(Arc::new(FakeApi::default()), Some(store), None);
-    let mut p = pod("Always", serde_json::json!({"enableServiceLinks": false}));
+    let services = FakePodEnvironment {
+        services: Some(
+            [
+                ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+                ("KUBERNETES_SERVICE_PORT", "443"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into(),
+        ),
+        ..Default::default()
+    };
+    let r = rig_with(Arc::new(FakeApi::default()), services);
+    let mut p = pod("Always", serde_json::json!({}));
     // The container's own variable wins over a service variable of the same name.
     p.spec.as_mut().unwrap().containers[0].env = Some(vec![
         serde_json::from_value(
@@ -247,5 +206,4 @@ async fn service_links_reach_the_container_env() {
     let env = env_of(&r);
     assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
     assert_eq!(env["KUBERNETES_SERVICE_PORT"], "own");
-    assert!(!env.keys().any(|k| k.starts_with("WEB_")), "{env:?}");
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::objects::fake::FakeApi;
-use crate::objects::{Kind, ObjectCache, ObjectData, ObjectKey};
+use crate::objects::{Kind, ObjectData, ObjectKey};
 use base64::Engine;
 
 const PRIVATE: &str = "registry.example:5000/team/app:1";
@@ -12,23 +12,9 @@ const PUBLIC: &str = "registry.example:5000/public/tool:1";
 /// A rig whose secrets come from `api`; `records` false is the gate off.
 fn rig_for(api: Arc<FakeApi>, records: bool) -> Rig {
     let r = rig();
-    let base = Env::for_test(r.rt.clone(), r._dir.path());
-    let volumes = Arc::new(crate::volume::VolumeManager::new(
-        base.node.clone(),
-        Arc::new(ObjectCache::new(Some(api as _))),
-        Arc::new(crate::objects::token::TokenManager::new(None)),
-        base.binder.clone(),
-    ));
-    let pull_records = if records {
-        base.pull_records.clone()
-    } else {
-        None
-    };
-    let env = Arc::new(Env {
+    let env = Arc::new(Deps {
         events: r.events.clone(),
-        volumes,
-        pull_records,
-        ..base
+        ..Deps::for_test_with_api(r.rt.clone(), r._dir.path(), Some(api as _), records)
     });
     Rig { env, ..r }
 }
@@ -160,9 +146,9 @@ async fn the_records_outlive_the_agent() {
     run(&r, tenant("a", PRIVATE, "IfNotPresent", &["alice-creds"])).await;
     // A new agent over the same root directory and runtime: its records are read afresh
     // from disk (nothing kept in memory).
-    let env = Arc::new(Env {
+    let env = Arc::new(Deps {
         events: r.events.clone(),
-        ..Env::for_test(r.rt.clone(), r._dir.path())
+        ..Deps::for_test(r.rt.clone(), r._dir.path())
     });
     let r = Rig { env, ..r };
     let pulls = r.rt.pulls().len();

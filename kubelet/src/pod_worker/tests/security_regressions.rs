@@ -22,12 +22,12 @@ fn running_uid(r: &Rig) -> Option<i64> {
 }
 
 /// A fresh worker over the same runtime: the agent restarted and lost its memory.
-fn restarted_agent(r: &Rig) -> Arc<Env> {
-    Arc::new(Env {
+fn restarted_agent(r: &Rig) -> Arc<Deps> {
+    Arc::new(Deps {
         events: r.env.events.clone(),
-        cm: crate::cm::ContainerManager::for_test(r.cg.clone()),
+        cgroups: crate::cm::ContainerManager::for_test(r.cg.clone()),
         node: r.env.node.clone(),
-        ..Env::for_test(r.rt.clone(), r._dir.path())
+        ..Deps::for_test(r.rt.clone(), r._dir.path())
     })
 }
 

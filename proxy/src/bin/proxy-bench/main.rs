@@ -27,11 +27,12 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prometheus::Registry;
-use proxy::iptables::render::{self, RenderConfig, Rendered};
+use proxy::iptables::render::{self, Rendered};
 use proxy::iptables::{Backend, ExecRunner, IptablesRunner};
 use proxy::iptables::{IptablesVersion, Position};
 use proxy::iptables::{Proxier, TableName};
 use proxy::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
+use proxy::render_config::RenderConfig;
 use proxy::sync_loop::SyncConfig;
 use proxy::tracker::ProxyHandle;
 

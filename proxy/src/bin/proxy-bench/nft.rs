@@ -7,18 +7,21 @@
 //! Then, at that size, one changed EndpointSlice and one new Service (median of 5 each, one
 //! at a time), each from the event to the kernel, next to raw `nft -f` of the same minimal
 //! delta in the raw namespace (which holds the same rules). RSS after the run. Last, a restart: a new
-//! proxier over the table the first one left (rewritten in place in steps) next to what a
-//! restart did before, one transaction replacing the whole table, raw over the same rules.
+//! proxier over the table the first one left, with what changed while it was down (one
+//! Service gone, one EndpointSlice back to its first endpoints): it reads the table once and
+//! writes only the difference. Next to it: the raw `nft list table` of that table (the
+//! read's floor), and what a restart did before, one transaction replacing the whole
+//! table, raw over the same rules.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use prometheus::Registry;
-use proxy::iptables::render::RenderConfig;
 use proxy::model::{IpFamily, ServiceState};
 use proxy::nftables::runner::{NftRunner, Result as NftResult};
 use proxy::nftables::{ExecNft, NftProxier, check_support};
+use proxy::render_config::RenderConfig;
 use proxy::sync_loop::SyncConfig;
 use proxy::tracker::ProxyHandle;
 
@@ -94,6 +97,9 @@ pub struct Row {
     /// A new proxier's first sync over the existing table, and its transactions.
     restart: Duration,
     restart_steps: usize,
+    restart_bytes: usize,
+    /// `nft list table ip kube-proxy` of the table after the restart, raw.
+    raw_list: Duration,
     /// One transaction replacing the existing table (the restart before the rewrite).
     raw_restart: Duration,
     rss_kib: u64,
@@ -205,12 +211,14 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
     let rss = rss_kib();
     drop(p);
 
-    // A restart: a new proxier (no state) over the table in the proxier's namespace.
+    // A restart: a new proxier (no state) over the table in the proxier's namespace, with
+    // what changed while it was down: service 0 gone, the slice of service n/2 back to its
+    // first endpoints.
     let mut cfg = RenderConfig::new(IpFamily::V4, "node0");
     cfg.cluster_cidr = Some("10.128.0.0/9".parse()?);
     cfg.node_ips = vec!["192.168.0.2".parse()?];
     let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "node0"));
-    for i in 0..n + NEW_SERVICES {
+    for i in 1..n + NEW_SERVICES {
         handle.on_service_upsert(&service(i));
         handle.on_endpoint_slice_upsert(&slice(i, 0));
     }
@@ -227,7 +235,20 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
     let t = Instant::now();
     p.sync(false).await.context("sync after a restart")?;
     let restart = t.elapsed();
-    let restart_steps = runner.take().len();
+    let restart_texts = runner.take();
+    let restart_steps = restart_texts.len();
+    let restart_bytes = restart_texts.iter().map(String::len).sum();
+    if std::env::var_os("PROXY_BENCH_VERBOSE").is_some() {
+        println!("nftables restart transactions:\n{}", restart_texts.concat());
+    }
+    drop(restart_texts);
+    let proxy_ns = exec(&ns_proxy);
+    let t = Instant::now();
+    proxy_ns
+        .list(&["table", "ip", "kube-proxy"])
+        .await
+        .context("raw nft list table")?;
+    let raw_list = t.elapsed();
     // Before: the whole table replaced in one transaction over the existing rules.
     let one_transaction = std::fs::read_to_string(&one_transaction_file)?;
     let _ = std::fs::remove_file(&one_transaction_file);
@@ -247,6 +268,8 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
         raw_new_svc,
         restart,
         restart_steps,
+        restart_bytes,
+        raw_list,
         raw_restart,
         rss_kib: rss,
     })
@@ -289,12 +312,15 @@ pub fn print(rows: &[Row]) {
     }
     for r in rows {
         println!(
-            "{}: restart over the existing table: rewritten in place in {} transactions {:.1} ms; one transaction replacing it (before) {:.1} ms raw; {:.2}x",
+            "{}: restart over the existing table: {:.1} ms ({} transactions, {} bytes) = {:.2}x the first sync ({:.1} ms); raw `nft list table` of it {:.1} ms; one transaction replacing it (the restart before) {:.1} ms raw",
             r.n,
-            r.restart_steps,
             ms(r.restart),
+            r.restart_steps,
+            r.restart_bytes,
+            ratio(r.restart, r.full),
+            ms(r.full),
+            ms(r.raw_list),
             ms(r.raw_restart),
-            ratio(r.restart, r.raw_restart)
         );
     }
     for r in rows {

@@ -15,12 +15,10 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
-use std::net::IpAddr;
 
 use crate::iptables::ruleset::push_added;
-use crate::model::{
-    Cidr, EndpointInfo, IpFamily, NamespacedName, ServicePortInfo, ServicePortName, ports_of,
-};
+use crate::model::{EndpointInfo, NamespacedName, ServicePortInfo, ServicePortName, ports_of};
+use crate::render_config::RenderConfig;
 
 mod base;
 mod service;
@@ -36,58 +34,6 @@ pub use service::probability;
 /// Above this many endpoints, rules stop carrying per-service comments (upstream's
 /// "large cluster mode"), which shrinks the ruleset noticeably.
 pub const LARGE_CLUSTER_ENDPOINTS_THRESHOLD: usize = 1000;
-
-/// Node- and flag-level inputs of the renderer.
-#[derive(Clone, Debug)]
-pub struct RenderConfig {
-    pub family: IpFamily,
-    pub node_name: String,
-    /// This node's addresses of `family`, primary first. Used for `--nodeport-addresses`
-    /// and for loadBalancerSourceRanges that include the node.
-    pub node_ips: Vec<IpAddr>,
-    /// Bit of the packet mark that requests masquerade (upstream default 14 → 0x4000).
-    pub masquerade_bit: u8,
-    pub masquerade_all: bool,
-    /// Pod CIDR of the cluster; enables the "local traffic" detector (`-s`/`! -s`).
-    pub cluster_cidr: Option<Cidr>,
-    /// `--nodeport-addresses`: CIDRs or `primary`; empty means all local addresses.
-    pub node_port_addresses: Vec<String>,
-    /// `--iptables-localhost-nodeports` (IPv4 only; needs route_localnet=1, set elsewhere).
-    pub localhost_node_ports: bool,
-    /// Whether iptables supports `MASQUERADE --random-fully` (>= 1.6.2).
-    pub random_fully: bool,
-    /// nf_conntrack_tcp_be_liberal is set: skip the INVALID drop rule.
-    pub conntrack_tcp_liberal: bool,
-    /// This node's `topology.kubernetes.io/zone` label, for endpoints' zone hints.
-    pub zone: Option<String>,
-    /// The cluster's service CIDRs of `family` (ServiceCIDR objects): the nftables mode
-    /// drops traffic to their addresses that are no allocated ClusterIP.
-    pub service_cidrs: Vec<Cidr>,
-}
-
-impl RenderConfig {
-    pub fn new(family: IpFamily, node_name: impl Into<String>) -> Self {
-        RenderConfig {
-            family,
-            node_name: node_name.into(),
-            node_ips: Vec::new(),
-            masquerade_bit: 14,
-            masquerade_all: false,
-            cluster_cidr: None,
-            node_port_addresses: Vec::new(),
-            localhost_node_ports: true,
-            random_fully: true,
-            conntrack_tcp_liberal: false,
-            zone: None,
-            service_cidrs: Vec::new(),
-        }
-    }
-
-    /// Upstream formats the mark with Go's `%#08x`: `0x00004000` for bit 14.
-    pub fn masquerade_mark(&self) -> String {
-        format!("0x{:08x}", 1u32 << self.masquerade_bit)
-    }
-}
 
 fn q(s: &str) -> String {
     format!("\"{s}\"")
@@ -500,15 +446,4 @@ pub fn render(
     cfg: &RenderConfig,
 ) -> Ruleset {
     Rendered::build(services, endpoints, cfg).to_ruleset()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn masquerade_mark_formatting() {
-        let cfg = RenderConfig::new(IpFamily::V4, "n");
-        assert_eq!(cfg.masquerade_mark(), "0x00004000");
-    }
 }

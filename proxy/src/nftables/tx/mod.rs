@@ -14,7 +14,10 @@ use super::names::TABLE;
 use super::render::{Base, Map, ServiceNft, family_word};
 use crate::model::{IpFamily, ServicePortName};
 
+pub mod listing;
+mod reconcile;
 mod rewrite;
+pub use listing::Listed;
 pub use rewrite::Existing;
 
 /// How long an emptied chain or set waits before it is deleted (upstream waits a second).

@@ -23,6 +23,15 @@ pub struct Existing {
     pub sets: BTreeSet<String>,
 }
 
+impl From<&super::Listed> for Existing {
+    fn from(l: &super::Listed) -> Self {
+        Existing {
+            chains: l.chains.keys().cloned().collect(),
+            sets: l.sets.keys().cloned().collect(),
+        }
+    }
+}
+
 impl Existing {
     /// The `kube-proxy` table's chains and sets of `family` in `nft list chains|sets`
     /// output (other tables' are skipped).
@@ -75,25 +84,7 @@ impl KernelState {
 
         // 1. The fixed part: objects added (a no-op where they exist), the fixed chains
         //    flushed and refilled in the same transaction.
-        let mut first = String::with_capacity(base.fixed.len() + 1024);
-        let mut fixed_chains: Vec<String> = Vec::new();
-        let mut flushed = false;
-        for line in base.fixed.lines() {
-            if let Some(rest) = line.strip_prefix("add chain ")
-                && let Some(name) = rest.split_whitespace().nth(2)
-            {
-                fixed_chains.push(name.to_string());
-            }
-            if !flushed && line.starts_with("add rule ") {
-                for c in &fixed_chains {
-                    let _ = writeln!(first, "flush chain {f} {TABLE} {c}");
-                }
-                flushed = true;
-            }
-            first.push_str(line);
-            first.push('\n');
-        }
-        first.push_str(&base.cluster_ips_check);
+        let (first, fixed_chains) = super::reconcile::fixed_rewrite(&base, f);
         texts.push(first);
 
         // 2. The service ports' chains and sets, `per_step` ports a transaction.

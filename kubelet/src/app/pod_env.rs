@@ -1,0 +1,60 @@
+//! The pod worker's pod-environment source ([`PodEnvironment`]) from the API side: the
+//! service-link variables from the Services informer and RuntimeClass handlers from the
+//! RuntimeClasses informer (standalone: neither). It lives with the wiring because the
+//! stores are an edge (`objects`) and the trait is the worker's: neither imports the other.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::objects::runtime_class::{self, RuntimeClassStore};
+use crate::objects::services::{self, ServiceStore};
+use crate::pod_worker::{PodEnvError, PodEnvironment};
+
+/// Service-link variables and RuntimeClass handlers from the informers' stores.
+#[derive(Default)]
+pub struct ApiPodEnvironment {
+    /// Services for the service-link variables (None standalone: no variables).
+    pub services: Option<Arc<ServiceStore>>,
+    /// RuntimeClass handlers (None standalone: a pod naming a class fails its sandbox).
+    pub runtime_classes: Option<Arc<RuntimeClassStore>>,
+}
+
+impl PodEnvironment for ApiPodEnvironment {
+    /// An API pod waits for the Services informer's first list, as upstream; a static pod
+    /// (source "file") does not.
+    fn service_env(&self, pod: &Pod) -> Result<BTreeMap<String, String>, PodEnvError> {
+        let Some(store) = &self.services else {
+            return Ok(BTreeMap::new());
+        };
+        let links = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.enable_service_links)
+            .unwrap_or(true);
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let is_static = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::podspec::ANN_CONFIG_SOURCE))
+            .is_some_and(|s| s != "api");
+        match services::pod_service_env(store, ns, links) {
+            Ok(env) => Ok(env),
+            Err(_) if is_static => {
+                let all: Vec<_> = store.list().into_iter().map(|(_, s)| s).collect();
+                Ok(services::service_env(&all, ns, links))
+            }
+            Err(e) => Err(PodEnvError::Services(e.to_string())),
+        }
+    }
+
+    fn runtime_handler(&self, class: Option<&str>) -> Result<String, PodEnvError> {
+        runtime_class::lookup_handler(self.runtime_classes.as_deref(), class)
+            .map_err(|e| PodEnvError::RuntimeClass(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,193 @@
+//! What a pod worker reaches the node through: one narrow trait per concern (the runtime is
+//! [`Runtime`]; here the pod cgroups, the volumes, the image puller and the pod-environment
+//! source), and [`Deps`], the set every worker shares. The node's own implementations of the
+//! first three are here; the pod-environment source is the API side's (service links and
+//! RuntimeClasses come from informers), so the worker knows nothing of the apiserver. The
+//! fakes are in `fake.rs` beside this file.
+
+use super::*;
+use crate::cm::{CgroupError, ContainerManager};
+use crate::images::credentials::Keyring;
+use crate::images::{PullBackoff, PullError};
+use crate::volume::VolumeError;
+use std::path::PathBuf;
+
+/// What every worker shares.
+pub struct Deps {
+    pub runtime: Arc<dyn Runtime>,
+    /// The pod cgroups, their limits and the QoS tiers above them.
+    pub cgroups: Arc<dyn PodCgroups>,
+    /// Sets up the pods' volumes.
+    pub volumes: Arc<dyn PodVolumes>,
+    /// Pulls the containers' images with the pods' credentials.
+    pub images: Arc<dyn ImagePuller>,
+    /// Service-link variables and RuntimeClass handlers.
+    pub pod_env: Arc<dyn PodEnvironment>,
+    /// The ConfigMaps and Secrets the containers' env reads.
+    pub objects: Arc<crate::objects::ObjectCache>,
+    /// Bind mounts for subPath volume mounts.
+    pub binder: Arc<dyn crate::volume::subpath::Binder>,
+    pub statuses: Arc<StatusManager>,
+    /// Pulling, Pulled, Created, Started, Killing, BackOff, ... events.
+    pub events: Arc<dyn EventRecorder>,
+    /// Liveness, readiness and startup probes of every container.
+    pub probes: Arc<::probes::ProbeManager>,
+    /// How exec probes reach the runtime.
+    pub exec: Arc<dyn ::probes::ExecRunner>,
+    /// `kubelet_pod_start_duration_seconds`, when metrics are kept.
+    pub pod_start_duration: Option<prometheus::Histogram>,
+    pub node: NodeSettings,
+    /// `containerd` in `containerd://<id>`.
+    pub runtime_name: String,
+    pub resync: Duration,
+}
+
+/// The pod cgroups. Blocking (file work): call on the blocking pool.
+pub trait PodCgroups: Send + Sync + 'static {
+    /// The cgroup parent of the pod's sandbox, as the runtime expects it.
+    fn pod_parent(&self, qos: Qos, uid: &str) -> String;
+    /// Creates the pod's cgroup with its limits (or updates them).
+    fn ensure_pod(&self, pod: &Pod) -> Result<(), CgroupError>;
+    /// Removes the pod's cgroup.
+    fn remove_pod(&self, uid: &str) -> Result<(), CgroupError>;
+}
+
+impl PodCgroups for ContainerManager {
+    fn pod_parent(&self, qos: Qos, uid: &str) -> String {
+        self.namer().pod_parent(qos, uid)
+    }
+
+    fn ensure_pod(&self, pod: &Pod) -> Result<(), CgroupError> {
+        ContainerManager::ensure_pod(self, pod)
+    }
+
+    fn remove_pod(&self, uid: &str) -> Result<(), CgroupError> {
+        ContainerManager::remove_pod(self, uid)
+    }
+}
+
+/// The pods' volumes.
+#[async_trait::async_trait]
+pub trait PodVolumes: Send + Sync + 'static {
+    /// The pod's spec changed: what its volumes show (labels, annotations) follows it.
+    fn update_pod(&self, pod: &Pod);
+    /// Sets up every volume of `pod`; their host paths by volume name.
+    async fn mount(&self, pod: &Pod) -> Result<BTreeMap<String, PathBuf>, VolumeError>;
+    /// The pod is gone: stop keeping its volumes up to date.
+    async fn forget(&self, uid: &str);
+}
+
+#[async_trait::async_trait]
+impl PodVolumes for crate::volume::VolumeManager {
+    fn update_pod(&self, pod: &Pod) {
+        crate::volume::VolumeManager::update_pod(self, pod)
+    }
+
+    async fn mount(&self, pod: &Pod) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+        crate::volume::VolumeManager::mount(self, pod).await
+    }
+
+    async fn forget(&self, uid: &str) {
+        crate::volume::VolumeManager::forget(self, uid).await
+    }
+}
+
+/// A pod's registry credentials.
+#[derive(Debug, Clone, Default)]
+pub struct PodKeyrings {
+    /// Pull secrets' keyrings in the pod's order, then the node's.
+    pub keyrings: Vec<Keyring>,
+    /// Pull secrets that could not be read (the pulls go on without them).
+    pub missing: Vec<String>,
+    /// Pull secrets whose docker config does not parse (the pulls fail with this).
+    pub invalid: Option<String>,
+}
+
+/// Records an event about a container: type, reason, message.
+pub type ContainerEvent<'a> = &'a (dyn Fn(EventType, &str, &str) + Send + Sync);
+
+/// Pulls containers' images.
+#[async_trait::async_trait]
+pub trait ImagePuller: Send + Sync + 'static {
+    /// The pod's credentials: its pull secrets, then the node's docker config.
+    async fn pod_keyrings(&self, pod: &Pod) -> PodKeyrings;
+    /// Makes `c`'s image present as its pull policy says, backing off per image in
+    /// `backoff`; `event` records Pulling, Pulled, BackOff, ... about the container.
+    async fn ensure_image(
+        &self,
+        c: &K8sContainer,
+        sandbox: &SandboxConfig,
+        keyrings: &PodKeyrings,
+        event: ContainerEvent<'_>,
+        backoff: &mut PullBackoff,
+    ) -> Result<(), PullError>;
+}
+
+/// The node's image puller: the runtime's image service, one pull at a time with
+/// `serializeImagePulls`, pull secrets read through the object cache.
+pub struct NodeImages {
+    pub runtime: Arc<dyn Runtime>,
+    /// Held while pulling when `serializeImagePulls` is on.
+    pub pull_lock: tokio::sync::Mutex<()>,
+    /// Pulled-image credential verification (None: the `KubeletEnsureSecretPulledImages`
+    /// gate is off).
+    pub records: Option<Arc<images::pull_records::PullRecords>>,
+    /// Where pull secrets are read.
+    pub objects: Arc<crate::objects::ObjectCache>,
+    /// The node's docker config is looked for under it.
+    pub root_dir: PathBuf,
+}
+
+#[async_trait::async_trait]
+impl ImagePuller for NodeImages {
+    async fn pod_keyrings(&self, pod: &Pod) -> PodKeyrings {
+        let (keyrings, missing, invalid) =
+            images::pod_keyrings(pod, &self.objects, &self.root_dir).await;
+        PodKeyrings {
+            keyrings,
+            missing,
+            invalid: (!invalid.is_empty()).then(|| invalid.join("; ")),
+        }
+    }
+
+    async fn ensure_image(
+        &self,
+        c: &K8sContainer,
+        sandbox: &SandboxConfig,
+        keyrings: &PodKeyrings,
+        event: ContainerEvent<'_>,
+        backoff: &mut PullBackoff,
+    ) -> Result<(), PullError> {
+        let puller = images::Puller {
+            runtime: self.runtime.as_ref(),
+            pull_lock: &self.pull_lock,
+            event,
+            keyrings: &keyrings.keyrings,
+            keyring_error: keyrings.invalid.as_deref(),
+            records: self.records.as_ref(),
+        };
+        images::ensure_image(&puller, backoff, c, sandbox).await
+    }
+}
+
+/// Why the pod-environment source cannot give what a pod needs (yet).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodEnvError {
+    /// The service-link variables cannot be built yet: the container waits with this
+    /// CreateContainerConfigError.
+    #[error("{0}")]
+    Services(String),
+    /// The pod's RuntimeClass names no handler: its sandbox fails with this.
+    #[error("{0}")]
+    RuntimeClass(String),
+}
+
+/// What a pod's environment takes from the cluster: the service-link variables and the CRI
+/// handler of its RuntimeClass. The API side implements it (standalone: no variables, and a
+/// pod naming a RuntimeClass fails its sandbox).
+pub trait PodEnvironment: Send + Sync + 'static {
+    /// The service-link variables of `pod` (its namespace, `enableServiceLinks`).
+    fn service_env(&self, pod: &Pod) -> Result<BTreeMap<String, String>, PodEnvError>;
+    /// The handler of RuntimeClass `class` (None or `""`: the runtime's default, `""`).
+    fn runtime_handler(&self, class: Option<&str>) -> Result<String, PodEnvError>;
+}
