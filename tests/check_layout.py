@@ -5,8 +5,15 @@
    that resolves to file B, and B naming back to A, directly or through others. A child
    module using its parent's mod.rs does not count (that is how a folder exposes its API).
 2. No Rust file over 900 lines outside its test module (`#[cfg(test)] mod tests`) and test
-   files (`tests.rs`, `*_tests.rs`, crates' `tests/` and `benches/`), in every crate's `src/`,
-   the test control plane's `tests/src/` included.
+   files (`tests.rs`, `*_tests.rs`, a test module's files under a `tests/` folder of `src/`,
+   crates' `tests/` and `benches/`), in every crate's `src/`, the test control plane's
+   `tests/src/` included.
+3. The kubelet's top-level modules sit in layers (LAYERS below, bottom first) and a module
+   imports only modules of its own layer or of layers below it. Every top-level module is in
+   the table, so a new one has to be placed. Within a layer imports are allowed, but the
+   top-level modules as a whole (each folder collapsed to one node, every layer together)
+   must not import in a circle: the folder-level cycle check. Test code (as in rule 1) is
+   not counted; `lib.rs` and `main.rs` are the crate's roots and may name anything.
 
 Prints each problem and exits 1 when there is one.
 """
@@ -18,7 +25,12 @@ MAX_LINES = 900
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRATE_SRCS = ["kubelet/src", "proxy/src", "probes/src", "cri-proto/src", "cni/src",
               "systemd/src", "tests/src"]
-TEST_MOD = re.compile(r"^#\[cfg\(test\)\]\s*\n\s*(pub(\(crate\))? )?mod \w+\s*(;|\{)", re.M)
+# A test-only item: `#[cfg(test)]`, other attributes (`#[path]`), then `mod x;`, `mod x {`
+# or `use …;`.
+TEST_ITEM = re.compile(
+    r"^[ \t]*#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([a-z]+\))?\s+)?(mod\s+\w+\s*[;{]|use\s[^;]*;)",
+    re.M,
+)
 CRATE_PATH = re.compile(r"\bcrate((?:::\w+)+)")
 USE_STMT = re.compile(r"\buse\s+crate::([^;]*);", re.S)
 
@@ -50,14 +62,86 @@ def expand_use(tree):
     return out
 
 
-def is_test_file(path):
+# The kubelet's layers, bottom first (see ARCHITECTURE.md). Upstream's pkg/kubelet is cut the
+# same way: shared utilities, the OS and API edges, one package per subsystem, the pod
+# lifecycle core, and the assembly on top.
+LAYERS = {
+    "kubelet/src": [
+        # Base: small utilities every layer uses; no policy, no subsystem.
+        ("base", ["atomic_file", "clock", "events", "metrics",
+                  "podspec", "settings"]),
+        # Edges: traits (with fakes) over the CRI runtime, cgroups, the host's facts, the
+        # apiserver (client, informers, object caches, the event sink).
+        ("edges", ["cm", "host", "objects", "runtime"]),
+        # Subsystems: each owns one concern and its settings and exposes it from its mod.rs.
+        ("subsystems", ["certs", "eviction", "images", "logs", "network", "node", "oom",
+                        "pleg", "pod_dirs", "probing", "server", "shutdown", "spec", "stats",
+                        "volume"]),
+        # Core: the pod lifecycle. Sources and admission -> sync loop -> one worker per pod
+        # -> status (manager and apiserver writer).
+        ("core", ["pod", "pod_worker", "status", "sync_loop"]),
+        # App: the command line and config file, and the assembly that starts everything.
+        ("app", ["app", "config", "flags", "proxy_role", "systemd"]),
+    ],
+}
+
+
+def check_layers(src, layers):
+    """Rule 3 over one crate: layer order and no folder-level circle."""
+    problems = []
+    level = {}
+    for i, (_, names) in enumerate(layers):
+        for n in names:
+            level[n] = i
+    files, edges = file_edges(src)
+    tops = {m[0] for m in files if m}
+    for n in sorted(tops - set(level)):
+        problems.append(f"{src}/{n}: top-level module missing from the layer table (LAYERS)")
+    for n in sorted(set(level) - tops):
+        problems.append(f"{src}: layer table names {n}, which does not exist")
+    graph = {n: set() for n in tops}
+    for mod, targets in edges.items():
+        if not mod:
+            continue  # lib.rs / main.rs
+        for target in targets:
+            if not target or target[0] == mod[0]:
+                continue
+            a, b = mod[0], target[0]
+            graph[a].add(b)
+            if a in level and b in level and level[b] > level[a]:
+                problems.append(
+                    f"layer: {os.path.relpath(files[mod], ROOT)} ({layers[level[a]][0]}) imports "
+                    f"{os.path.relpath(files[target], ROOT)} ({layers[level[b]][0]}), a layer above it"
+                )
+    for comp in sccs(graph):
+        problems.append("folder-level import circle: " + " <-> ".join(sorted(comp)))
+    return problems
+
+
+def is_test_file(path, src):
+    """`tests.rs`, `*_tests.rs`, and anything under a `tests/` folder of the crate's source
+    (a test module's own files: `foo/tests/wire.rs`)."""
     base = os.path.basename(path)
-    return base == "tests.rs" or base.endswith("_tests.rs")
+    under_tests = "tests" in os.path.relpath(path, src).split(os.sep)[:-1]
+    return base == "tests.rs" or base.endswith("_tests.rs") or under_tests
 
 
 def non_test_text(text):
-    m = TEST_MOD.search(text)
-    return text[: m.start()] if m else text
+    """The text without its test-only items: `#[cfg(test)] mod x;` declarations and `use`s
+    are dropped, an inline `#[cfg(test)] mod x { … }` up to its closing brace."""
+    out, pos = [], 0
+    for m in TEST_ITEM.finditer(text):
+        if m.start() < pos:
+            continue
+        out.append(text[pos : m.start()])
+        pos = m.end()
+        if m.group(1).endswith("{"):
+            depth = 1
+            while pos < len(text) and depth:
+                depth += {"{": 1, "}": -1}.get(text[pos], 0)
+                pos += 1
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def module_of(src, path):
@@ -83,11 +167,11 @@ def file_of(files, parts):
     return best
 
 
-def check_crate(src):
-    problems = []
+def file_edges(src):
+    """The crate's non-test files by module path, and which files each one names."""
     files = {}
     for path in rust_files(src):
-        if "/bin/" in path or is_test_file(path):
+        if "/bin/" in path or is_test_file(path, src):
             continue
         files[module_of(src, path)] = path
     edges = {m: set() for m in files}
@@ -98,6 +182,10 @@ def check_crate(src):
         is_dir_module = os.path.basename(path) in ("mod.rs", "lib.rs", "main.rs")
         here = list(mod) if is_dir_module else list(mod[:-1])
         paths = []
+        # Whole `use crate::…;` statements first (a brace list may span lines).
+        for m in USE_STMT.finditer(text):
+            for p in expand_use(m.group(1)):
+                paths.append([x for x in p.split("::") if x and x != "self"])
         for m in re.finditer(r"\b(crate|super)::([A-Za-z_{][^;\s\]`)]*)", text):
             # `super` of module a::b is a, whether b is b.rs or b/mod.rs.
             base = [] if m.group(1) == "crate" else list(mod[:-1])
@@ -114,7 +202,11 @@ def check_crate(src):
             if mod[: len(target)] == target:
                 continue  # a child using its parent's mod.rs
             edges[mod].add(target)
-    # Strongly connected components (Tarjan).
+    return files, edges
+
+
+def sccs(edges):
+    """Strongly connected groups of more than one node (Tarjan)."""
     index, low, stack, on, out = {}, {}, [], set(), []
     counter = [0]
 
@@ -144,11 +236,17 @@ def check_crate(src):
     for v in sorted(edges):
         if v not in index:
             visit(v)
-    for comp in out:
+    return out
+
+
+def check_crate(src):
+    problems = []
+    files, edges = file_edges(src)
+    for comp in sccs(edges):
         names = sorted(os.path.relpath(files[m], ROOT) for m in comp)
         problems.append("import circle: " + " <-> ".join(names))
     for path in sorted(rust_files(src)):
-        if is_test_file(path):
+        if is_test_file(path, src):
             continue
         n = non_test_text(open(path, encoding="utf-8").read()).count("\n")
         if n > MAX_LINES:
@@ -162,11 +260,14 @@ def main():
         full = os.path.join(ROOT, src)
         if os.path.isdir(full):
             problems += check_crate(full)
+    for src, layers in LAYERS.items():
+        problems += check_layers(os.path.join(ROOT, src), layers)
     for p in problems:
         print("check_layout:", p)
     if problems:
         return 1
-    print("check_layout: no import circles, no file over", MAX_LINES, "lines outside tests")
+    print("check_layout: no import circles, no file over", MAX_LINES, "lines outside tests,")
+    print("check_layout: the kubelet's layers hold and its top-level modules import in no circle")
     return 0
 
 

@@ -19,7 +19,7 @@ command -v cargo >/dev/null || { echo "run-all: cargo is required" >&2; exit 1; 
 
 echo "run-all: cargo fmt --check"
 cargo fmt --all -- --check
-echo "run-all: layout (import circles, file sizes)"
+echo "run-all: layout (import circles, file sizes, kubelet layers)"
 python3 tests/check_layout.py
 echo "run-all: free disk: $(df -h --output=avail . | tail -1 | tr -d ' ')"
 # Bins and tests in one build: one feature resolution (dev-dependencies included), so

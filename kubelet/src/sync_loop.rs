@@ -5,7 +5,9 @@
 
 use crate::pleg::Relist;
 use crate::pod_worker::{Deps, Msg, Worker};
-use crate::podspec::ANN_CONFIG_SEEN;
+use crate::podspec::{ANN_CONFIG_SEEN, Source};
+use crate::shutdown::PodStopper;
+use crate::status::Terminated;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -13,15 +15,6 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-
-/// Where a desired pod comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Source {
-    /// Static pod manifests (`staticPodPath`).
-    File,
-    /// Pods bound to this node on the apiserver.
-    Api,
-}
 
 /// A source's complete, current set of pods.
 #[derive(Debug, Clone)]
@@ -43,17 +36,39 @@ pub enum Control {
     /// runs (or at once when the pod has no worker).
     Stop {
         uid: String,
-        stopped: crate::pod_worker::Stopped,
+        stopped: crate::podspec::Stopped,
         grace: Duration,
         done: tokio::sync::oneshot::Sender<()>,
     },
 }
 
-/// A pod whose containers and sandbox are all gone (sent after a termination finished).
-#[derive(Debug, Clone)]
-pub struct Terminated {
-    pub source: Option<Source>,
-    pub pod: Pod,
+/// The sync loop as the node shutdown manager's [`PodStopper`] (`Control::ActivePods` /
+/// `Control::Stop` over its control channel).
+#[async_trait::async_trait]
+impl PodStopper for mpsc::Sender<Control> {
+    async fn active_pods(&self) -> Vec<Pod> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.send(Control::ActivePods(tx)).await.is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    async fn stop(
+        &self,
+        uid: String,
+        stopped: crate::podspec::Stopped,
+        grace: Duration,
+    ) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let msg = Control::Stop {
+            uid,
+            stopped,
+            grace,
+            done,
+        };
+        self.send(msg).await.ok().map(|()| rx)
+    }
 }
 
 struct Handle {

@@ -2,7 +2,7 @@
 //!
 //! [`connect`] gets credentials ([`bootstrap`]) and an apiserver [`client`]; [`start`] spawns
 //! the long-running parts, each owning one concern and sharing only channels and the
-//! [`pods::PodStore`]:
+//! [`PodStore`](crate::objects::PodStore):
 //! - [`node`]: Node registration, node status, the node Lease;
 //! - [`pods`]: the pod watch, admission, and `SourceUpdate { source: Api }` to the sync loop;
 //! - [`mirror`]: mirror pods for static pods;
@@ -22,8 +22,9 @@ use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::pleg::PlegHealth;
 use crate::runtime::Runtime;
-use crate::status::manager::StatusManager;
-use crate::sync_loop::{SourceUpdate, Terminated};
+use crate::status::StatusManager;
+use crate::status::Terminated;
+use crate::sync_loop::SourceUpdate;
 use k8s_openapi::api::core::v1::Pod;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -108,9 +109,71 @@ pub fn start(
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Started {
+    let node_rx = start_node(cfg, &conn, &parts, &parts.events.0, tasks, cancel);
     let (recorder, sink) = parts.events;
     tasks.spawn(sink.run(conn.client.clone(), cancel.clone()));
+    let store = crate::objects::pods::PodStore::default();
+    tasks.spawn(crate::objects::watch_pods(
+        conn.client.clone(),
+        cfg.node_name.clone(),
+        store.clone(),
+        cancel.clone(),
+    ));
+    let (terminated_tx, terminated_rx) = mpsc::unbounded_channel();
+    parts.statuses.keep_removed();
+    tasks.spawn(
+        pods::Dispatcher {
+            node_name: cfg.node_name.clone(),
+            max_pods: cfg.max_pods,
+            sysctls: crate::pod::admission::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls)
+                .unwrap_or_default(),
+            store: store.clone(),
+            statuses: parts.statuses.clone(),
+            events: recorder.clone(),
+            node_rx: node_rx.clone(),
+            static_rx: parts.static_rx.clone(),
+            pods_tx: parts.pods_tx,
+            terminated_tx: terminated_tx.clone(),
+            shutdown: parts.shutdown.clone(),
+            pressure: parts.pressure.clone(),
+            pod_level_resources: cfg.pod_limits.pod_level_resources,
+        }
+        .run(cancel.clone()),
+    );
+    tasks.spawn(
+        mirror::MirrorPods {
+            client: conn.client.clone(),
+            store: store.clone(),
+            static_rx: parts.static_rx,
+            node_rx,
+        }
+        .run(cancel.clone()),
+    );
+    tasks.spawn(
+        status_writer::StatusWriter {
+            client: conn.client.clone(),
+            node_name: cfg.node_name.clone(),
+            store,
+            statuses: parts.statuses,
+            terminated_rx,
+        }
+        .run(cancel.clone()),
+    );
 
+    start_rotation(cfg, conn, tasks, cancel);
+    Started { terminated_tx }
+}
+
+/// Node registration and status ([`node::NodeStatusLoop`], when `registerNode`) and the node
+/// Lease. Returns the Node object as last written (None until then, and standalone).
+fn start_node(
+    cfg: &Config,
+    conn: &Connected,
+    parts: &Parts,
+    recorder: &Arc<dyn EventRecorder>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> watch::Receiver<Option<k8s_openapi::api::core::v1::Node>> {
     let (node_tx, node_rx) = watch::channel(None);
     let node_cfg = node::NodeConfig {
         name: cfg.node_name.clone(),
@@ -161,54 +224,17 @@ pub fn start(
         .run(cancel.clone()),
     );
 
-    let store = pods::PodStore::default();
-    tasks.spawn(pods::watch_pods(
-        conn.client.clone(),
-        cfg.node_name.clone(),
-        store.clone(),
-        cancel.clone(),
-    ));
-    let (terminated_tx, terminated_rx) = mpsc::unbounded_channel();
-    parts.statuses.keep_removed();
-    tasks.spawn(
-        pods::Dispatcher {
-            node_name: cfg.node_name.clone(),
-            max_pods: cfg.max_pods,
-            sysctls: crate::pod::admission::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls)
-                .unwrap_or_default(),
-            store: store.clone(),
-            statuses: parts.statuses.clone(),
-            events: recorder.clone(),
-            node_rx: node_rx.clone(),
-            static_rx: parts.static_rx.clone(),
-            pods_tx: parts.pods_tx,
-            terminated_tx: terminated_tx.clone(),
-            shutdown: parts.shutdown.clone(),
-            pressure: parts.pressure.clone(),
-            pod_level_resources: cfg.pod_limits.pod_level_resources,
-        }
-        .run(cancel.clone()),
-    );
-    tasks.spawn(
-        mirror::MirrorPods {
-            client: conn.client.clone(),
-            store: store.clone(),
-            static_rx: parts.static_rx,
-            node_rx,
-        }
-        .run(cancel.clone()),
-    );
-    tasks.spawn(
-        status_writer::StatusWriter {
-            client: conn.client.clone(),
-            node_name: cfg.node_name.clone(),
-            store,
-            statuses: parts.statuses,
-            terminated_rx,
-        }
-        .run(cancel.clone()),
-    );
+    node_rx
+}
 
+/// Client certificate rotation, when `rotateCertificates` and the kubeconfig's credentials
+/// are files the kubelet manages.
+fn start_rotation(
+    cfg: &Config,
+    conn: Connected,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) {
     let kubeconfig = cfg.kubeconfig.clone().unwrap_or_default();
     if cfg.rotate_certificates && bootstrap::Rotator::manages(&kubeconfig, &cfg.cert_dir) {
         tasks.spawn(
@@ -224,5 +250,4 @@ pub fn start(
             .run(cancel.clone()),
         );
     }
-    Started { terminated_tx }
 }

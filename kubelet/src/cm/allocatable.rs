@@ -3,7 +3,7 @@
 //! thresholds (memory.available on memory, nodefs.available on ephemeral-storage), floored at
 //! 0, and memory further reduced by the pre-allocated huge pages. Pure.
 
-use crate::config::resources::{NodeResources, Signal};
+use crate::cm::resources::{NodeResources, Signal};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
@@ -128,7 +128,7 @@ pub fn resource_lists(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::resources::{Amount, Reserved, Threshold};
+    use crate::cm::resources::{Amount, Reserved, Threshold};
     use std::time::Duration;
 
     fn hard(signal: Signal, value: Amount) -> Threshold {

@@ -1,7 +1,7 @@
 //! Pod-level cgroups: naming (cgroupfs paths or systemd slices under the QoS tiers) and a narrow
 //! trait to create and remove them. The runtime creates each container's own cgroup below.
 
-use crate::config::CgroupDriver;
+use crate::cm::settings::CgroupDriver;
 use crate::podspec::Qos;
 use std::collections::BTreeMap;
 

@@ -3,8 +3,8 @@
 //! `kubepods` limits (node_container_manager).
 
 use super::cgroups::CgroupLimits;
-use crate::config::limits::PodLimits;
-use crate::config::resources::Reserved;
+use crate::cm::resources::Reserved;
+use crate::cm::settings::PodLimits;
 use crate::podspec::{self, Qos};
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use plumbing::quantity;

@@ -8,13 +8,15 @@ mod cgroups;
 mod fs;
 pub mod limits;
 pub mod metrics;
+pub mod resources;
+pub mod settings;
 pub mod systemd;
+pub use resources::{Amount, Eviction, NodeResources, Signal, Threshold};
+pub use settings::{CgroupDriver, DEFAULT_CFS_PERIOD_US, PodLimits, SwapBehavior};
 
 pub use cgroups::*;
 pub use fs::{FsCgroups, LIMITED_CONTROLLERS};
 
-use crate::config::limits::PodLimits;
-use crate::config::resources::NodeResources;
 use crate::podspec::{self, Qos};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
@@ -78,7 +80,7 @@ impl ContainerManager {
     /// A manager over `cgroups` with upstream's defaults, cgroupfs driver, root `/`.
     #[cfg(any(test, feature = "test-util"))]
     pub fn for_test(cgroups: Arc<dyn Cgroups>) -> Arc<Self> {
-        use crate::config::CgroupDriver;
+        use crate::cm::settings::CgroupDriver;
         Arc::new(Self::new(
             cgroups,
             CmConfig {

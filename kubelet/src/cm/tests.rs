@@ -1,6 +1,6 @@
 use super::*;
-use crate::config::CgroupDriver;
-use crate::config::resources::Reserved;
+use crate::cm::resources::Reserved;
+use crate::cm::settings::CgroupDriver;
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -5,56 +5,10 @@
 
 use super::{ConfigError, KubeletConfiguration, invalid};
 use crate::flags::Flags;
+use crate::images::ImageGcPolicy;
+use crate::runtime::ContainerGcPolicy;
 use plumbing::duration;
-use serde::Serialize;
 use std::time::Duration;
-
-/// Upstream's image GC policy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ImageGcPolicy {
-    pub high_threshold_percent: i32,
-    pub low_threshold_percent: i32,
-    #[serde(with = "duration::serde_opt_plain")]
-    pub min_age: Duration,
-    /// 0: images are never removed for age alone.
-    #[serde(with = "duration::serde_opt_plain")]
-    pub max_age: Duration,
-}
-
-impl Default for ImageGcPolicy {
-    fn default() -> Self {
-        Self {
-            high_threshold_percent: 85,
-            low_threshold_percent: 80,
-            min_age: Duration::from_secs(120),
-            max_age: Duration::ZERO,
-        }
-    }
-}
-
-/// Upstream's container GC policy (kubecontainer.GCPolicy).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContainerGcPolicy {
-    /// Dead containers younger than this are kept.
-    #[serde(with = "duration::serde_opt_plain")]
-    pub min_age: Duration,
-    /// Dead containers kept per (pod, container name); negative: no limit.
-    pub max_per_pod_container: i32,
-    /// Dead containers kept on the node; negative: no limit.
-    pub max_containers: i32,
-}
-
-impl Default for ContainerGcPolicy {
-    fn default() -> Self {
-        Self {
-            min_age: Duration::ZERO,
-            max_per_pod_container: 1,
-            max_containers: -1,
-        }
-    }
-}
 
 fn int(name: &str, v: Option<&serde_json::Value>) -> Result<Option<i32>, ConfigError> {
     match v {

@@ -5,54 +5,10 @@
 //! ValidateKubeletConfiguration.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
+use crate::cm::{DEFAULT_CFS_PERIOD_US, PodLimits, SwapBehavior};
 use crate::flags::Flags;
 use plumbing::duration;
-use serde::Serialize;
 use std::time::Duration;
-
-/// Upstream's default CFS period (`cpuCFSQuotaPeriod` 100ms), in microseconds.
-pub const DEFAULT_CFS_PERIOD_US: u64 = 100_000;
-
-/// `memorySwap.swapBehavior`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub enum SwapBehavior {
-    /// Containers get no swap (upstream's default).
-    #[default]
-    NoSwap,
-    /// Burstable containers get swap in proportion to their memory request (cgroup v2 only).
-    LimitedSwap,
-}
-
-/// How pod and container cgroups are limited.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodLimits {
-    /// `cpuCFSQuota`: CPU limits become CFS quota (default true).
-    #[serde(rename = "cpuCFSQuota")]
-    pub cpu_cfs_quota: bool,
-    /// `cpuCFSQuotaPeriod` in microseconds (100000 unless the feature gate allows another).
-    #[serde(rename = "cpuCFSQuotaPeriodMicros")]
-    pub cpu_cfs_period_us: u64,
-    /// `podPidsLimit`: a positive value becomes each pod cgroup's pids.max; 0 and -1 leave
-    /// it unlimited.
-    pub pod_pids_limit: i64,
-    pub swap_behavior: SwapBehavior,
-    /// The `PodLevelResources` feature gate (on unless set false): `spec.resources` counts
-    /// for QoS, pod cgroups, container limits, admission and eviction.
-    pub pod_level_resources: bool,
-}
-
-impl Default for PodLimits {
-    fn default() -> Self {
-        Self {
-            cpu_cfs_quota: true,
-            cpu_cfs_period_us: DEFAULT_CFS_PERIOD_US,
-            pod_pids_limit: -1,
-            swap_behavior: SwapBehavior::NoSwap,
-            pod_level_resources: true,
-        }
-    }
-}
 
 /// Whether a feature gate is on: the flag's `--feature-gates` over the file's `featureGates`.
 fn gate(flags: &Flags, file: &KubeletConfiguration, name: &str) -> bool {

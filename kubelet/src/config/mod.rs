@@ -4,11 +4,12 @@
 mod auth;
 pub mod gc;
 pub mod limits;
-pub mod network;
 pub mod resources;
 pub mod server;
 
+use crate::cm::CgroupDriver;
 use crate::flags::Flags;
+use crate::network::settings as network;
 use plumbing::duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -180,8 +181,7 @@ pub struct KubeletConfiguration {
     pub shutdown_grace_period: Option<Duration>,
     #[serde(with = "duration::serde_opt")]
     pub shutdown_grace_period_critical_pods: Option<Duration>,
-    pub shutdown_grace_period_by_pod_priority:
-        Option<Vec<crate::shutdown::settings::PriorityGrace>>,
+    pub shutdown_grace_period_by_pod_priority: Option<Vec<crate::shutdown::PriorityGrace>>,
     pub crash_loop_back_off: Option<serde_json::Value>,
     pub reserved_memory: Option<serde_json::Value>,
     pub enable_profiling_handler: Option<serde_json::Value>,
@@ -249,14 +249,6 @@ pub struct KubeletWebhookAuthorization {
     pub cache_unauthorized_ttl: Option<serde_json::Value>,
 }
 
-/// Which cgroup manager names pod cgroups: `cgroupfs` paths or `systemd` slices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CgroupDriver {
-    Cgroupfs,
-    Systemd,
-}
-
 /// Validated settings, defaults applied.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -321,7 +313,7 @@ pub struct Config {
     #[serde(with = "duration::serde_opt_plain")]
     pub node_status_report_frequency: Duration,
     /// Graceful node shutdown (`shutdownGracePeriod*`); disabled when empty.
-    pub shutdown: crate::shutdown::settings::Settings,
+    pub shutdown: crate::shutdown::Settings,
     /// Cluster mode: `nodeLeaseDurationSeconds` (default 40).
     pub node_lease_duration_seconds: i32,
     /// Cluster mode: `kubeAPIQPS` / `kubeAPIBurst` (default 50 / 100).
@@ -350,18 +342,18 @@ pub struct Config {
     /// `allowedUnsafeSysctls`, validated: pods may set these beside the safe sysctls.
     pub allowed_unsafe_sysctls: Vec<String>,
     /// Reservations, node allocatable enforcement and eviction thresholds, validated.
-    pub resources: resources::NodeResources,
+    pub resources: crate::cm::NodeResources,
     /// `containerLogMaxSize`, `containerLogMaxFiles`, `containerLogMaxWorkers`,
     /// `containerLogMonitorInterval` (flags over file), validated.
     pub container_log: crate::logs::Settings,
     /// `nodeAgentNetwork` / `--node-agent-cni`: the node network controller (ours).
     pub network: network::Settings,
     /// cpuCFSQuota, cpuCFSQuotaPeriod, podPidsLimit, memorySwap.swapBehavior.
-    pub pod_limits: limits::PodLimits,
+    pub pod_limits: crate::cm::PodLimits,
     /// Image garbage collection, validated.
-    pub image_gc: gc::ImageGcPolicy,
+    pub image_gc: crate::images::ImageGcPolicy,
     /// Container garbage collection (deprecated flags only).
-    pub container_gc: gc::ContainerGcPolicy,
+    pub container_gc: crate::runtime::ContainerGcPolicy,
     /// `imagePullCredentialsVerificationPolicy`, `preloadedImagesVerificationAllowlist` and
     /// the `KubeletEnsureSecretPulledImages` gate, validated.
     #[serde(flatten)]

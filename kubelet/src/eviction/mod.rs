@@ -20,14 +20,13 @@ pub mod signals;
 #[cfg(test)]
 mod tests;
 pub mod tracker;
-pub mod wiring;
 
 pub use rank::{Resource, is_critical};
 pub use tracker::Condition;
 
-use crate::config::resources::Eviction;
+use crate::cm::Eviction;
 use crate::events::{EventRecorder, EventType};
-use crate::pod_worker::Stopped;
+use crate::podspec::Stopped;
 use crate::stats::gaps::{self, Gaps, Source};
 use crate::stats::summary::{PodStats, Summary};
 use k8s_openapi::api::core::v1::Pod;
@@ -372,12 +371,8 @@ impl Manager {
 
     /// Upstream's reclaimNodeLevelResources: for disk signals, container GC then image GC,
     /// then a fresh snapshot; true when no threshold (with min reclaim) is met any more.
-    async fn reclaim_node_level(
-        &self,
-        signal: crate::config::resources::Signal,
-        dedicated: bool,
-    ) -> bool {
-        use crate::config::resources::Signal as S;
+    async fn reclaim_node_level(&self, signal: crate::cm::Signal, dedicated: bool) -> bool {
+        use crate::cm::Signal as S;
         let applies = match signal {
             S::ImageFsAvailable | S::ImageFsInodesFree => true,
             S::ContainerFsAvailable | S::ContainerFsInodesFree => true,
@@ -421,41 +416,5 @@ impl StatsSource for ProviderStats {
             gaps: s.gaps.clone(),
         })
         .map_err(|e| EvictionError::Stats(e.to_string()))
-    }
-}
-
-/// The sync loop as the manager's [`PodKiller`] (`Control::ActivePods` / `Control::Stop`).
-pub struct SyncLoopKiller(pub tokio::sync::mpsc::Sender<crate::sync_loop::Control>);
-
-#[async_trait::async_trait]
-impl PodKiller for SyncLoopKiller {
-    async fn active_pods(&self) -> Vec<Pod> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if self
-            .0
-            .send(crate::sync_loop::Control::ActivePods(tx))
-            .await
-            .is_err()
-        {
-            return Vec::new();
-        }
-        rx.await.unwrap_or_default()
-    }
-
-    async fn evict(&self, pod: &Pod, stopped: Stopped, grace: Duration) -> bool {
-        let (done, rx) = tokio::sync::oneshot::channel();
-        let msg = crate::sync_loop::Control::Stop {
-            uid: pod.metadata.uid.clone().unwrap_or_default(),
-            stopped,
-            grace,
-            done,
-        };
-        if self.0.send(msg).await.is_err() {
-            return false;
-        }
-        if tokio::time::timeout(POD_CLEANUP_TIMEOUT, rx).await.is_err() {
-            tracing::info!(pod = %crate::podspec::full_name(pod), "eviction manager: timed out waiting for pods to be cleaned up");
-        }
-        true
     }
 }

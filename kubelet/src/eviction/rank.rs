@@ -3,7 +3,7 @@
 //! (localStorageEviction). Pure.
 
 use super::signals::{self, DiskUnit, FsPart};
-use crate::config::resources::{Signal, Threshold};
+use crate::cm::{Signal, Threshold};
 use crate::stats::summary::PodStats;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

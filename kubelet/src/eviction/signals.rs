@@ -1,7 +1,7 @@
 //! Eviction signals observed in one stats snapshot (upstream's makeSignalObservations) and the
 //! usage figures pods are ranked by. Pure.
 
-use crate::config::resources::Signal;
+use crate::cm::Signal;
 use crate::stats::summary::{FsStats, NodeStats, PodStats, Summary};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@ use super::rank::{self, Ranking};
 use super::signals::{self, Observation, Observations};
 use super::tracker::{Condition, Tracker};
 use super::*;
-use crate::config::resources::{Amount, Signal, Threshold};
+use crate::cm::{Amount, Signal, Threshold};
 use crate::stats::summary::*;
 use std::sync::Mutex;
 

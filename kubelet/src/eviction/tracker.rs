@@ -4,7 +4,7 @@
 //! in as an argument.
 
 use super::signals::Observations;
-use crate::config::resources::{Eviction, Signal, Threshold};
+use crate::cm::{Eviction, Signal, Threshold};
 use std::collections::BTreeMap;
 use std::time::Instant;
 

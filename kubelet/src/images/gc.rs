@@ -8,13 +8,39 @@
 //! count as first seen then). After each collection the pulled-image records
 //! ([`super::pull_records`]) of images no longer present are removed.
 
-use crate::config::gc::ImageGcPolicy;
+/// Upstream's image GC policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageGcPolicy {
+    pub high_threshold_percent: i32,
+    pub low_threshold_percent: i32,
+    #[serde(with = "duration::serde_opt_plain")]
+    pub min_age: Duration,
+    /// 0: images are never removed for age alone.
+    #[serde(with = "duration::serde_opt_plain")]
+    pub max_age: Duration,
+}
+
+impl Default for ImageGcPolicy {
+    fn default() -> Self {
+        Self {
+            high_threshold_percent: 85,
+            low_threshold_percent: 80,
+            min_age: Duration::from_secs(120),
+            max_age: Duration::ZERO,
+        }
+    }
+}
+
 use crate::events::{EventRecorder, EventType};
 use crate::runtime::{ImageSummary, Runtime};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+use plumbing::duration;
+use serde::Serialize;
 
 /// The sandbox image kept when `--pod-infra-container-image` is not given (containerd's
 /// default, and the rig's): runtimes older than CRI `pinned` (containerd 1.6) do not pin it,

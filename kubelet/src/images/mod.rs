@@ -8,6 +8,7 @@ pub mod credentials;
 pub mod gc;
 pub mod pull_records;
 pub mod reference;
+pub use gc::{DEFAULT_SANDBOX_IMAGE, ImageGc, ImageGcPolicy};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -24,6 +24,7 @@ pub mod cni_files;
 pub mod masquerade;
 mod route_step;
 pub mod routes;
+pub mod settings;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 
@@ -39,13 +40,13 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::config::network::{self as settings, Settings};
 use crate::events::EventRecorder;
 use crate::objects::client::ClientHandle;
 use crate::objects::informer::{self, Store};
 use claims::{Claims, Reported};
 use masquerade::Masquerade;
 use routes::Routes;
+pub use settings::Settings;
 
 /// How often the kernel's routes are re-read and the masquerade table rewritten.
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(30);

@@ -129,7 +129,7 @@ pub struct NodeConfig {
     /// `nodeStatusMaxImages` (-1: all).
     pub max_images: i32,
     /// Reservations and hard eviction thresholds subtracted for allocatable.
-    pub resources: crate::config::resources::NodeResources,
+    pub resources: crate::cm::NodeResources,
 }
 
 /// Upstream's ImagesSetter over ListImages: largest first (ties: greater ID first), at most

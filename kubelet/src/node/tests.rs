@@ -115,7 +115,7 @@ fn cfg() -> NodeConfig {
         lease_duration_seconds: 40,
         register_node: true,
         max_images: 50,
-        resources: crate::config::resources::NodeResources::default(),
+        resources: crate::cm::resources::NodeResources::default(),
     }
 }
 

@@ -17,9 +17,11 @@ pub mod apiserver;
 pub mod client;
 pub mod events;
 pub mod informer;
+pub mod pods;
 pub mod runtime_class;
 pub mod services;
 pub mod token;
+pub use pods::{PodStore, on_node, watch_pods};
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;

@@ -3,9 +3,10 @@
 //! upstream's mirror client sets it). A mirror that is deleted is recreated, one whose hash no
 //! longer matches is replaced, and one whose static pod is gone is deleted.
 
-use super::api::{PodStore, key};
+use crate::objects::PodStore;
 use crate::objects::changed;
 use crate::objects::client::{self, ClientHandle};
+use crate::objects::pods::key;
 use crate::podspec::{ANN_CONFIG_HASH, ANN_CONFIG_MIRROR};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};

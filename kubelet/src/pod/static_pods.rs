@@ -1,15 +1,23 @@
 //! Static pods: manifests in `staticPodPath` become pods named `<name>-<node>`, with a UID derived
 //! from the manifest's content so that an unchanged file keeps its pod across agent restarts.
 
+use super::admission::{Admission, rejected_status};
+use crate::events::{EventRecorder, EventType, pod_ref};
+use crate::podspec::Source;
 use crate::podspec::{
     ANN_CONFIG_HASH, ANN_CONFIG_SEEN, ANN_CONFIG_SOURCE, apply_defaults, validate,
 };
+use crate::status::StatusManager;
+use crate::sync_loop::SourceUpdate;
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// A manifest that could not be turned into a pod.
@@ -326,9 +334,127 @@ pub async fn run(
     }
 }
 
+/// Static pods through admission, then to the sync loop: each set read from the manifests
+/// passes the same [`Admission`] as the apiserver's pods (upstream admits every source's pods
+/// with one set of handlers). Without a Node object node affinity is not checked; static
+/// pods count against `maxPods` among themselves here and against the API pods' there.
+pub struct Admitter {
+    pub admission: Admission,
+    pub max_pods: u32,
+    pub node_name: String,
+    pub statuses: Arc<StatusManager>,
+    pub events: Arc<dyn EventRecorder>,
+    /// The admitted static pods (mirror pods, and the API pods' maxPods count).
+    pub static_tx: watch::Sender<Vec<Pod>>,
+    pub pods_tx: mpsc::Sender<SourceUpdate>,
+}
+
+impl Admitter {
+    /// Admits and forwards every set from `file_rx` until it or the sync loop closes.
+    pub async fn run(mut self, mut file_rx: mpsc::Receiver<Vec<Pod>>) {
+        let mut rejected: HashSet<String> = HashSet::new();
+        while let Some(pods) = file_rx.recv().await {
+            let admitted = self.admit(pods, &mut rejected);
+            self.static_tx.send_replace(admitted.clone());
+            let update = SourceUpdate {
+                source: Source::File,
+                pods: admitted,
+            };
+            if self.pods_tx.send(update).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The admitted pods of one set; a rejected pod fails with upstream's status (kept while
+    /// its manifest stays).
+    fn admit(&mut self, pods: Vec<Pod>, rejected: &mut HashSet<String>) -> Vec<Pod> {
+        for (p, r) in self
+            .admission
+            .admit(&pods, 0, self.max_pods, None, &self.node_name)
+        {
+            tracing::warn!(pod = %crate::podspec::full_name(&p), reason = %r.reason, message = %r.message, "static pod rejected at admission");
+            self.events
+                .record(&pod_ref(&p), EventType::Warning, &r.reason, &r.message);
+            self.statuses.set(&p, rejected_status(&r));
+            rejected.insert(p.metadata.uid.clone().unwrap_or_default());
+        }
+        let live: HashSet<&str> = pods
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        rejected.retain(|uid| {
+            let keep = live.contains(uid.as_str());
+            if !keep {
+                self.statuses.remove(uid);
+            }
+            keep
+        });
+        pods.into_iter()
+            .filter(|p| {
+                self.admission
+                    .is_admitted(p.metadata.uid.as_deref().unwrap_or(""))
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Static pods pass the same admission as API pods: a forbidden sysctl and a pod beyond
+    /// maxPods fail with upstream's reasons and never reach the sync loop; a nodeSelector is
+    /// not judged without a Node object; a rejection's status goes when its manifest does.
+    #[tokio::test]
+    async fn static_pods_pass_the_shared_admission() {
+        let manifest = |name: &str, extra: &str| {
+            let text = format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{extra}  containers:\n  - name: c\n    image: i\n"
+            );
+            parse_manifest(Path::new("/m.yaml"), &text, "n1").unwrap()
+        };
+        // Admission goes oldest first, then by name.
+        let bad = manifest(
+            "a-bad",
+            "  securityContext:\n    sysctls:\n    - name: kernel.msgmax\n      value: \"1\"\n",
+        );
+        let good = manifest("b-good", "  nodeSelector:\n    zone: b\n");
+        let extra = manifest("c-extra", "");
+        let (pods_tx, mut pods_rx) = mpsc::channel(4);
+        let statuses = Arc::new(StatusManager::new());
+        let events = Arc::new(crate::events::FakeRecorder::default());
+        let mut a = Admitter {
+            admission: Admission::default(),
+            max_pods: 1,
+            node_name: "n1".into(),
+            statuses: statuses.clone(),
+            events: events.clone(),
+            static_tx: watch::channel(Vec::new()).0,
+            pods_tx,
+        };
+        let mut rejected = HashSet::new();
+        let admitted = a.admit(
+            vec![good.clone(), bad.clone(), extra.clone()],
+            &mut rejected,
+        );
+        let names: Vec<_> = admitted.iter().map(|p| p.metadata.name.clone()).collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert_eq!(admitted[0].metadata.name, good.metadata.name);
+        let reason = |p: &Pod| {
+            statuses
+                .get(p.metadata.uid.as_deref().unwrap())
+                .and_then(|p| p.status?.reason)
+        };
+        assert_eq!(reason(&bad).as_deref(), Some("SysctlForbidden"));
+        assert_eq!(reason(&extra).as_deref(), Some("OutOfpods"));
+        assert_eq!(events.events().len(), 2);
+        // The rejected manifests are removed: their statuses go, nothing is re-decided.
+        assert_eq!(a.admit(vec![good], &mut rejected).len(), 1);
+        assert!(reason(&bad).is_none() && reason(&extra).is_none());
+        drop(a);
+        assert!(pods_rx.try_recv().is_err());
+    }
 
     const WEB: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: httpd\n    image: docker.io/library/busybox:1.35\n    command: [\"httpd\", \"-f\"]\n";
 

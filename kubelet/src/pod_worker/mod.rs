@@ -12,7 +12,7 @@ use crate::pod_dirs;
 use crate::podspec::{self as pod, Qos};
 use crate::runtime::*;
 use crate::spec::{self, NodeSettings};
-use crate::status::manager::StatusManager;
+use crate::status::StatusManager;
 use crate::status::{self, Observation, Waiting};
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Container as K8sContainer, Pod, PodStatus};
@@ -36,15 +36,7 @@ pub use crate::podspec::MIN_GRACE;
 pub const DEADLINE_REASON: &str = "DeadlineExceeded";
 pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
-/// A pod the kubelet itself stopped for good (deadline, node shutdown, eviction): it is Failed
-/// with this reason and message, and nothing of it starts again.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Stopped {
-    pub reason: String,
-    pub message: String,
-    /// Add upstream's `DisruptionTarget` condition (reason `TerminationByKubelet`).
-    pub disruption: bool,
-}
+pub use crate::podspec::Stopped;
 
 /// Reasons of pods stopped for good that stay stopped across an agent restart.
 const STOPPED_REASONS: [&str; 3] = [DEADLINE_REASON, "Terminated", "Evicted"];

@@ -36,6 +36,25 @@ pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 /// Upstream never kills with less than 2 s of grace, even when asked for 0.
 pub const MIN_GRACE: Duration = Duration::from_secs(2);
 
+/// Where a desired pod comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Static pod manifests (`staticPodPath`).
+    File,
+    /// Pods bound to this node on the apiserver.
+    Api,
+}
+
+/// A pod the kubelet itself stopped for good (deadline, node shutdown, eviction): it is Failed
+/// with this reason and message, and nothing of it starts again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stopped {
+    pub reason: String,
+    pub message: String,
+    /// Add upstream's `DisruptionTarget` condition (reason `TerminationByKubelet`).
+    pub disruption: bool,
+}
+
 /// The pod's own grace period in seconds (`terminationGracePeriodSeconds`, defaulted).
 pub fn spec_grace_seconds(pod: &Pod) -> i64 {
     pod.spec

@@ -11,12 +11,36 @@
 //! [`log_dirs_to_remove`]); [`ContainerGc`] lists, decides and removes.
 
 use super::{Container, ContainerState, Runtime, Sandbox, SandboxState};
-use crate::config::gc::ContainerGcPolicy;
+/// Upstream's container GC policy (kubecontainer.GCPolicy).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerGcPolicy {
+    /// Dead containers younger than this are kept.
+    #[serde(with = "duration::serde_opt_plain")]
+    pub min_age: Duration,
+    /// Dead containers kept per (pod, container name); negative: no limit.
+    pub max_per_pod_container: i32,
+    /// Dead containers kept on the node; negative: no limit.
+    pub max_containers: i32,
+}
+
+impl Default for ContainerGcPolicy {
+    fn default() -> Self {
+        Self {
+            min_age: Duration::ZERO,
+            max_per_pod_container: 1,
+            max_containers: -1,
+        }
+    }
+}
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+use plumbing::duration;
+use serde::Serialize;
 
 /// Upstream's ContainerGCPeriod.
 pub const CONTAINER_GC_PERIOD: Duration = Duration::from_secs(60);

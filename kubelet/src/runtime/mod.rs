@@ -10,6 +10,7 @@ pub mod gc;
 pub mod instrumented;
 pub mod raw;
 pub mod stats;
+pub use gc::{CONTAINER_GC_PERIOD, ContainerGc, ContainerGcPolicy, PodsKnown};
 
 pub use stats::{
     ContainerStats, CpuUsage, FsUsage, ImageFsInfo, InterfaceUsage, MemoryUsage, NetworkUsage,

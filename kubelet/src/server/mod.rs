@@ -35,7 +35,6 @@ mod ws_spdy;
 use crate::atomic_file;
 use crate::metrics::Metrics;
 use crate::pleg::PlegHealth;
-use crate::status::manager::StatusManager;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -170,10 +169,24 @@ pub fn tls_policy(min_version: Option<&str>, suites: &[String]) -> Result<TlsPol
     })
 }
 
+/// The pods this node runs with their latest status, as `/pods`, the log and streaming
+/// handlers read them (the status manager implements it).
+pub trait PodLister: Send + Sync {
+    fn pods(&self) -> Vec<k8s_openapi::api::core::v1::Pod>;
+}
+
+/// A fixed list (tests).
+#[cfg(test)]
+impl PodLister for Vec<k8s_openapi::api::core::v1::Pod> {
+    fn pods(&self) -> Vec<k8s_openapi::api::core::v1::Pod> {
+        self.clone()
+    }
+}
+
 /// What the handlers read.
 #[derive(Clone)]
 pub struct AppState {
-    pub statuses: Arc<StatusManager>,
+    pub statuses: Arc<dyn PodLister>,
     pub pleg: Arc<PlegHealth>,
     pub metrics: Metrics,
     pub configz: Arc<serde_json::Value>,

@@ -1,5 +1,6 @@
 use super::*;
 use crate::certs::bootstrap::check_key_pair;
+use crate::status::StatusManager;
 use std::os::unix::fs::PermissionsExt;
 
 fn mode(p: &Path) -> u32 {

@@ -15,8 +15,8 @@ pub mod settings;
 pub use settings::{PriorityGrace, Settings, group_pods};
 
 use crate::events::{EventRecorder, EventType};
-use crate::pod_worker::Stopped;
-use crate::sync_loop::Control;
+use crate::podspec::Stopped;
+use k8s_openapi::api::core::v1::Pod;
 use logind::Logind;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,10 +46,25 @@ impl ShutdownState {
     }
 }
 
+/// What the manager asks of whoever runs the pods (the sync loop implements it).
+#[async_trait::async_trait]
+pub trait PodStopper: Send + Sync {
+    /// The pods that have a worker and are not being removed.
+    async fn active_pods(&self) -> Vec<Pod>;
+    /// Asks that one pod be stopped for good with `grace`; the receiver fires once nothing of
+    /// it runs. None: the request could not be made (the pods' owner is gone).
+    async fn stop(
+        &self,
+        uid: String,
+        stopped: Stopped,
+        grace: Duration,
+    ) -> Option<oneshot::Receiver<()>>;
+}
+
 /// What the manager needs around it.
 pub struct Parts {
     pub logind: Arc<dyn Logind>,
-    pub pods: mpsc::Sender<Control>,
+    pub pods: Arc<dyn PodStopper>,
     pub state: Arc<ShutdownState>,
     pub events: Arc<dyn EventRecorder>,
     pub node_name: String,
@@ -139,12 +154,7 @@ async fn process_shutdown(settings: &Settings, parts: &Parts) {
     let m = crate::metrics::families();
     m.graceful_shutdown_start_time.set(started as f64);
     m.graceful_shutdown_end_time.set(0.0);
-    let (tx, rx) = oneshot::channel();
-    let pods = if parts.pods.send(Control::ActivePods(tx)).await.is_ok() {
-        rx.await.unwrap_or_default()
-    } else {
-        Vec::new()
-    };
+    let pods = parts.pods.active_pods().await;
     for (group, members) in settings
         .groups
         .iter()
@@ -163,23 +173,18 @@ async fn process_shutdown(settings: &Settings, parts: &Parts) {
                 .filter(|g| *g <= group.shutdown_grace_period_seconds)
                 .unwrap_or(group.shutdown_grace_period_seconds)
                 .max(0) as u64;
-            let (done, rx) = oneshot::channel();
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             tracing::info!(pod = %crate::podspec::full_name(pod), grace_secs = grace, priority = group.priority, "shutdown manager killing pod");
-            let sent = parts
+            let stopped = Stopped {
+                reason: SHUTDOWN_REASON.into(),
+                message: SHUTDOWN_MESSAGE.into(),
+                disruption: true,
+            };
+            if let Some(rx) = parts
                 .pods
-                .send(Control::Stop {
-                    uid,
-                    stopped: Stopped {
-                        reason: SHUTDOWN_REASON.into(),
-                        message: SHUTDOWN_MESSAGE.into(),
-                        disruption: true,
-                    },
-                    grace: Duration::from_secs(grace),
-                    done,
-                })
-                .await;
-            if sent.is_ok() {
+                .stop(uid, stopped, Duration::from_secs(grace))
+                .await
+            {
                 waits.push(rx);
             }
         }

@@ -1,7 +1,9 @@
 use super::logind::fake::FakeLogind;
 use super::*;
 use crate::events::FakeRecorder;
+use crate::sync_loop::Control;
 use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::mpsc;
 
 fn s(secs: u64) -> Duration {
     Duration::from_secs(secs)
@@ -107,7 +109,7 @@ fn parts(logind: Arc<FakeLogind>, pods: mpsc::Sender<Control>) -> (Parts, Arc<Fa
     (
         Parts {
             logind,
-            pods,
+            pods: Arc::new(pods),
             state: Arc::default(),
             events: events.clone(),
             node_name: "node-a".into(),

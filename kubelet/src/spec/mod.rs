@@ -30,7 +30,7 @@ pub struct NodeSettings {
     /// `seccompDefault`: containers without a seccomp profile get `RuntimeDefault`.
     pub seccomp_default: bool,
     /// CFS quota and period, swap behaviour for container resources.
-    pub pod_limits: crate::config::limits::PodLimits,
+    pub pod_limits: crate::cm::PodLimits,
     /// The node's huge page sizes in bytes (each container gets a limit for every one).
     pub hugepage_sizes: Vec<u64>,
     /// The node uses the unified cgroup v2 hierarchy.
@@ -403,7 +403,7 @@ pub fn linux_resources(node: &NodeSettings, pod: &Pod, c: &Container) -> LinuxRe
 /// refused on v1 at start): a Burstable, non-critical container with a memory request below
 /// its limit gets request / node memory × node swap.
 fn configure_swap(node: &NodeSettings, pod: &Pod, c: &Container, out: &mut LinuxResources) {
-    use crate::config::limits::SwapBehavior;
+    use crate::cm::SwapBehavior;
     let no_swap = |out: &mut LinuxResources| {
         if node.cgroup_v2 {
             out.unified.insert("memory.swap.max".into(), "0".into());

@@ -171,7 +171,7 @@ fn hugepages_cfs_off_and_critical_pods() {
         vec![("2MB".to_string(), 64 << 20), ("1GB".to_string(), 0)]
     );
     let off = NodeSettings {
-        pod_limits: crate::config::limits::PodLimits {
+        pod_limits: crate::cm::PodLimits {
             cpu_cfs_quota: false,
             ..Default::default()
         },
@@ -190,7 +190,7 @@ fn hugepages_cfs_off_and_critical_pods() {
 
 #[test]
 fn swap_follows_the_behaviour_and_cgroup_version() {
-    use crate::config::limits::{PodLimits, SwapBehavior};
+    use crate::cm::{PodLimits, SwapBehavior};
     let p = res_pod(serde_json::json!([{"name": "a", "resources": {
         "requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]));
     let c = p.spec.as_ref().unwrap().containers[0].clone();
@@ -603,7 +603,7 @@ fn expansion_matches_upstreams_vectors() {
 /// off the pod-level fields are ignored.
 #[test]
 fn pod_level_limits_reach_containers_without_their_own() {
-    use crate::config::limits::PodLimits;
+    use crate::cm::PodLimits;
     let mut p = res_pod(serde_json::json!([
         {"name": "a"},
         {"name": "b", "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "200m", "memory": "16Mi"}}}

@@ -80,3 +80,10 @@ impl StatusManager {
         self.version.subscribe()
     }
 }
+
+/// The :10250 handlers list pods from here.
+impl crate::server::PodLister for StatusManager {
+    fn pods(&self) -> Vec<Pod> {
+        StatusManager::pods(self)
+    }
+}

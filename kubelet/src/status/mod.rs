@@ -3,6 +3,8 @@
 
 pub mod manager;
 pub mod writer;
+pub use manager::StatusManager;
+pub use writer::Terminated;
 
 use crate::runtime::{ContainerState, ContainerStatus as RtStatus};
 use k8s_openapi::api::core::v1::{

@@ -8,11 +8,11 @@
 //! one. Static pods' statuses go to their mirror pods. Pods whose termination finished get their
 //! final status and are then deleted with grace 0 and a UID precondition.
 
+use crate::objects::PodStore;
 use crate::objects::client::{self, ClientHandle};
-use crate::pod::api::PodStore;
+use crate::podspec::Source;
 use crate::podspec::{ANN_CONFIG_HASH, ANN_CONFIG_MIRROR, ANN_CONFIG_SOURCE};
 use crate::status::manager::StatusManager;
-use crate::sync_loop::{Source, Terminated};
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
@@ -147,6 +147,13 @@ const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(8);
 struct Retry {
     at: Instant,
     backoff: plumbing::Backoff,
+}
+
+/// A pod whose containers and sandbox are all gone (sent after a termination finished).
+#[derive(Debug, Clone)]
+pub struct Terminated {
+    pub source: Option<Source>,
+    pub pod: Pod,
 }
 
 /// Writes pod statuses; see the module docs.

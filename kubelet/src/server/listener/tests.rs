@@ -6,7 +6,7 @@ use tokio::net::TcpStream;
 
 fn state() -> AppState {
     AppState {
-        statuses: Arc::new(crate::status::manager::StatusManager::new()),
+        statuses: Arc::new(Vec::new()),
         pleg: Arc::new(crate::pleg::PlegHealth::default()),
         metrics: crate::metrics::Metrics::new("test-node"),
         configz: Arc::new(serde_json::json!({"secret": "x"})),

@@ -217,12 +217,12 @@ async fn setup(stream_base: &str, idle: Duration) -> Setup {
         .await
         .unwrap();
     rt.start_container(&container).await.unwrap();
-    let statuses = Arc::new(crate::status::manager::StatusManager::new());
     let mut pod = Pod::default();
     pod.metadata.name = Some("web".into());
     pod.metadata.namespace = Some("default".into());
     pod.metadata.uid = Some("raw-t-0".into());
-    statuses.set(&pod, PodStatus::default());
+    pod.status = Some(PodStatus::default());
+    let statuses = Arc::new(vec![pod]);
     let streaming = Arc::new(Streaming::new(idle));
     streaming.set_runtime(rt.clone());
     let state = AppState {

@@ -1,18 +1,22 @@
 //! Starts the eviction manager, image GC and container GC on the real edges: the stats
 //! provider, the sync loop's control channel and the CRI runtime.
 
-use super::{
-    EvictionError, Manager, NodeReclaim, Parts, PressureState, ProviderStats, SyncLoopKiller,
-};
+use crate::cm::{Amount, Signal};
 use crate::config::Config;
-use crate::config::resources::{Amount, Signal};
 use crate::events::EventRecorder;
-use crate::images::gc::ImageGc;
+use crate::eviction::{
+    EvictionError, Manager, NodeReclaim, POD_CLEANUP_TIMEOUT, Parts, PodKiller, PressureState,
+    ProviderStats,
+};
+use crate::images::ImageGc;
+use crate::podspec::Stopped;
 use crate::runtime::Runtime;
-use crate::runtime::gc::{ContainerGc, PodsKnown};
+use crate::runtime::{ContainerGc, PodsKnown};
 use crate::sync_loop::Control;
+use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +30,37 @@ impl PodsKnown for SyncLoopPods {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.0.send(Control::KnownPods(tx)).await.ok()?;
         rx.await.ok().flatten()
+    }
+}
+
+/// The sync loop as the manager's [`PodKiller`] (`Control::ActivePods` / `Control::Stop`).
+pub struct SyncLoopKiller(pub tokio::sync::mpsc::Sender<Control>);
+
+#[async_trait::async_trait]
+impl PodKiller for SyncLoopKiller {
+    async fn active_pods(&self) -> Vec<Pod> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.0.send(Control::ActivePods(tx)).await.is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    async fn evict(&self, pod: &Pod, stopped: Stopped, grace: Duration) -> bool {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let msg = Control::Stop {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            stopped,
+            grace,
+            done,
+        };
+        if self.0.send(msg).await.is_err() {
+            return false;
+        }
+        if tokio::time::timeout(POD_CLEANUP_TIMEOUT, rx).await.is_err() {
+            tracing::info!(pod = %crate::podspec::full_name(pod), "eviction manager: timed out waiting for pods to be cleaned up");
+        }
+        true
     }
 }
 
@@ -110,7 +145,7 @@ pub fn spawn(
         policy: cfg.container_gc.clone(),
         pod_logs_dir: cfg.pod_logs_dir.clone(),
         period: test_gc_period(crate::runtime::gc::PERIOD_ENV, "container GC", "1m")
-            .unwrap_or(crate::runtime::gc::CONTAINER_GC_PERIOD),
+            .unwrap_or(crate::runtime::CONTAINER_GC_PERIOD),
     });
     let mut image_gc = ImageGc::new(
         runtime,
@@ -121,7 +156,7 @@ pub fn spawn(
         Some(
             cfg.pod_infra_container_image
                 .clone()
-                .unwrap_or_else(|| crate::images::gc::DEFAULT_SANDBOX_IMAGE.to_string()),
+                .unwrap_or_else(|| crate::images::DEFAULT_SANDBOX_IMAGE.to_string()),
         ),
     );
     if let Some(period) = test_gc_period(crate::images::gc::PERIOD_ENV, "image GC", "5m") {

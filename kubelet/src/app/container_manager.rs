@@ -1,0 +1,80 @@
+//! Starts the container manager: the node's cgroup tree (`kubepods` and its QoS tiers) over
+//! the cgroup filesystem or systemd.
+
+use super::AppError;
+use crate::cm::SwapBehavior;
+use crate::cm::{CgroupNamer, CgroupVersion, Cgroups, CmConfig, ContainerManager, FsCgroups};
+use crate::config::Config;
+use std::sync::Arc;
+
+/// The container manager over the node's cgroup filesystem: `kubepods` and its QoS tiers
+/// with their limits (node allocatable when enforced). A controller the node lacks is one
+/// warning and its limits are skipped; a cgroup that cannot be created or limited stops the
+/// start, as upstream's "Failed to start ContainerManager"; LimitedSwap on cgroup v1 is
+/// refused.
+pub(super) async fn start(cfg: &Config) -> Result<Arc<ContainerManager>, AppError> {
+    let fs = FsCgroups::discover();
+    let version = fs.version();
+    if version == CgroupVersion::V1 && cfg.pod_limits.swap_behavior == SwapBehavior::LimitedSwap {
+        return Err(AppError::LimitedSwapOnCgroupV1);
+    }
+    let missing = fs.missing(&crate::cm::LIMITED_CONTROLLERS);
+    if !missing.is_empty() {
+        tracing::warn!(
+            ?version,
+            "cgroup controllers {missing:?} are not available on this node: their limits are not written"
+        );
+    }
+    let fs: Arc<dyn Cgroups> = Arc::new(fs);
+    let inner: Arc<dyn Cgroups> = match cfg.cgroup_driver {
+        crate::cm::settings::CgroupDriver::Cgroupfs => fs,
+        crate::cm::settings::CgroupDriver::Systemd => {
+            use crate::cm::systemd::{DbusUnits, NoSystemd, SystemdUnits};
+            let units: Arc<dyn SystemdUnits> = if std::path::Path::new("/run/systemd/system")
+                .exists()
+            {
+                match DbusUnits::connect().await {
+                    Ok(u) => Arc::new(u),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cgroupDriver systemd: cannot reach systemd over D-Bus");
+                        Arc::new(NoSystemd)
+                    }
+                }
+            } else {
+                // Every call fails with SystemdError::NotRunning: the node setup below
+                // reports it and the start stops, as upstream's.
+                Arc::new(NoSystemd)
+            };
+            Arc::new(crate::cm::systemd::SystemdCgroups::new(units, fs))
+        }
+    };
+    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::cm::metrics::InstrumentedCgroups::new(inner));
+    let hugepages = crate::host::hugepages();
+    let cm = Arc::new(ContainerManager::new(
+        cgroups,
+        CmConfig {
+            namer: CgroupNamer {
+                driver: cfg.cgroup_driver,
+                root: cfg.cgroup_root.clone(),
+                per_qos: cfg.cgroups_per_qos,
+            },
+            pod_limits: cfg.pod_limits.clone(),
+            resources: cfg.resources.clone(),
+            hugepage_sizes: hugepages.keys().copied().collect(),
+        },
+    ));
+    let capacity = crate::cm::limits::NodeCapacity {
+        cpu_millis: std::thread::available_parallelism()
+            .map(|n| n.get() as i64 * 1000)
+            .unwrap_or(1000),
+        memory_bytes: crate::host::memory_capacity(),
+        pids: crate::host::pid_capacity(),
+        hugepages,
+    };
+    let setup = cm.clone();
+    match tokio::task::spawn_blocking(move || setup.setup_node(&capacity)).await {
+        Ok(Ok(())) => Ok(cm),
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(AppError::ContainerManagerPanicked(e.to_string())),
+    }
+}

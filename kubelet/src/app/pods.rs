@@ -1,0 +1,210 @@
+//! Starts what the pod workers stand on (node settings, volumes, informers, the workers'
+//! environment) and the static pod source with its admission.
+
+use super::cluster::Connected;
+use crate::cm::ContainerManager;
+use crate::config::Config;
+use crate::events::EventRecorder;
+use crate::eviction::PressureState;
+use crate::metrics::Metrics;
+use crate::pod::admission::{Admission, sysctl};
+use crate::pod_worker::Deps;
+use crate::podspec::Source;
+use crate::runtime::Runtime;
+use crate::shutdown::ShutdownState;
+use crate::spec::{self, NodeSettings};
+use crate::status::StatusManager;
+use crate::sync_loop::SourceUpdate;
+use k8s_openapi::api::core::v1::Pod;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// The node facts container specs are built from. The Node's allocatable is computed as for
+/// its status (host facts are blocking reads): a downward API `limits.*` of a container
+/// without that limit reads it, as upstream's.
+pub(super) async fn node_settings(
+    cfg: &Config,
+    cm: &ContainerManager,
+    node_ips: &[IpAddr],
+) -> NodeSettings {
+    let host_dns = cfg
+        .resolv_conf
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .map(|t| spec::parse_resolv_conf(&t))
+        .unwrap_or_default();
+    let facts = crate::host::LinuxHost {
+        root_dir: cfg.root_dir.clone(),
+    };
+    let host_info = tokio::task::spawn_blocking(move || {
+        use crate::host::HostFacts;
+        facts.host_info()
+    })
+    .await
+    .unwrap_or_default();
+    let (_, allocatable) =
+        crate::cm::allocatable::resource_lists(&host_info, cfg.max_pods, &cfg.resources);
+    NodeSettings {
+        node_name: cfg.node_name.clone(),
+        host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
+        cluster_dns: cfg.cluster_dns.iter().map(|i| i.to_string()).collect(),
+        cluster_domain: cfg.cluster_domain.clone(),
+        host_dns,
+        pod_logs_dir: cfg.pod_logs_dir.clone(),
+        root_dir: cfg.root_dir.clone(),
+        memory_capacity: crate::host::memory_capacity(),
+        seccomp_default: cfg.seccomp_default,
+        pod_limits: cfg.pod_limits.clone(),
+        hugepage_sizes: crate::host::hugepage_sizes(),
+        cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
+        swap_capacity: crate::host::swap_capacity(),
+        allocatable,
+    }
+}
+
+/// What every pod worker shares, with the volume manager and (cluster mode) the Services
+/// and RuntimeClasses informers spawned.
+pub(super) struct WorkerParts {
+    pub runtime: Arc<dyn Runtime>,
+    pub runtime_name: String,
+    pub cm: Arc<ContainerManager>,
+    pub node: NodeSettings,
+    pub events: Arc<dyn EventRecorder>,
+    pub probes: Arc<probes::ProbeManager>,
+    pub statuses: Arc<StatusManager>,
+    pub metrics: Metrics,
+    pub pull_records: Option<Arc<crate::images::pull_records::PullRecords>>,
+}
+
+pub(super) fn worker_env(
+    cfg: &Config,
+    parts: WorkerParts,
+    cluster: Option<&Connected>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> Arc<Deps> {
+    // ConfigMaps, Secrets and tokens come from the apiserver; standalone pods cannot use them.
+    let api_objects = cluster.map(|c| {
+        Arc::new(crate::objects::apiserver::ClusterObjects::new(
+            c.client.clone(),
+        )) as Arc<dyn crate::objects::ApiObjects>
+    });
+    let binder: Arc<dyn crate::volume::subpath::Binder> =
+        Arc::new(crate::volume::subpath::KernelBinder);
+    let volumes = Arc::new(crate::volume::VolumeManager::new(
+        parts.node.clone(),
+        Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
+        Arc::new(crate::objects::token::TokenManager::new(api_objects)),
+        binder.clone(),
+    ));
+    tasks.spawn(volumes.clone().run(cancel.clone()));
+    // Services (service-link variables) and RuntimeClasses come from informers in cluster
+    // mode; standalone pods get no service variables and cannot name a RuntimeClass.
+    let (services, runtime_classes) = match cluster {
+        Some(c) => {
+            use crate::objects::{informer, runtime_class, services};
+            let svc = Arc::new(services::ServiceStore::default());
+            let rc = Arc::new(runtime_class::RuntimeClassStore::default());
+            tasks.spawn(informer::run(
+                c.client.clone(),
+                "services",
+                services::ServiceInfo::from_service,
+                svc.clone(),
+                cancel.clone(),
+            ));
+            tasks.spawn(informer::run(
+                c.client.clone(),
+                "runtimeclasses",
+                runtime_class::handler_of,
+                rc.clone(),
+                cancel.clone(),
+            ));
+            (Some(svc), Some(rc))
+        }
+        None => (None, None),
+    };
+    Arc::new(Deps {
+        events: parts.events,
+        probes: parts.probes,
+        exec: Arc::new(crate::probing::CriExec(parts.runtime.clone())),
+        pod_start_duration: Some(parts.metrics.pod_start_duration.clone()),
+        runtime: parts.runtime.clone(),
+        cgroups: parts.cm,
+        images: Arc::new(crate::pod_worker::NodeImages {
+            runtime: parts.runtime,
+            pull_lock: tokio::sync::Mutex::new(()),
+            records: parts.pull_records,
+            objects: volumes.objects().clone(),
+            root_dir: parts.node.root_dir.clone(),
+        }),
+        objects: volumes.objects().clone(),
+        node: parts.node,
+        runtime_name: parts.runtime_name,
+        statuses: parts.statuses,
+        resync: cfg.sync_frequency,
+        binder,
+        volumes,
+        pod_env: Arc::new(super::pod_env::ApiPodEnvironment {
+            services,
+            runtime_classes,
+        }),
+    })
+}
+
+/// The static pod source: manifests under `staticPodPath` through admission to the sync
+/// loop; they pass the same admission as the apiserver's pods (`node`: the node shutdown and
+/// pressure states its handlers read). Returns the admitted static pods as they change (for
+/// mirror pods in cluster mode).
+pub(super) async fn start_static_pods(
+    cfg: &Config,
+    standalone: bool,
+    (statuses, events): (Arc<StatusManager>, Arc<dyn EventRecorder>),
+    node: (Arc<ShutdownState>, Arc<PressureState>),
+    pods_tx: mpsc::Sender<SourceUpdate>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> watch::Receiver<Vec<Pod>> {
+    let (static_tx, static_rx) = watch::channel(Vec::new());
+    let Some(dir) = &cfg.static_pod_path else {
+        if standalone {
+            tracing::warn!("no staticPodPath and no apiserver: this node runs no pods");
+        }
+        let _ = pods_tx
+            .send(SourceUpdate {
+                source: Source::File,
+                pods: Vec::new(),
+            })
+            .await;
+        return static_rx;
+    };
+    let (file_tx, file_rx) = mpsc::channel(4);
+    tasks.spawn(crate::pod::static_pods::run(
+        dir.clone(),
+        cfg.node_name.clone(),
+        Duration::from_secs(1),
+        cfg.file_check_frequency,
+        file_tx,
+        cancel.clone(),
+    ));
+    let mut admission = Admission::new(
+        sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default(),
+        Some(node.0),
+        Some(node.1),
+    );
+    admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
+    let admitter = crate::pod::static_pods::Admitter {
+        admission,
+        max_pods: cfg.max_pods,
+        node_name: cfg.node_name.clone(),
+        statuses,
+        events,
+        static_tx,
+        pods_tx,
+    };
+    tasks.spawn(admitter.run(file_rx));
+    static_rx
+}

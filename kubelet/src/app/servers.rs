@@ -1,0 +1,172 @@
+//! Starts the kubelet's servers: :10248 (healthz), the read-only port, and the :10250 API with
+//! its TLS (files, self-signed, or a bootstrapped serving certificate) and authentication.
+
+use super::{AppError, cluster::Connected};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::pleg::PlegHealth;
+use crate::server::{self, AppState};
+use crate::status::StatusManager;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// :10250 authentication/authorization (upstream's BuildAuth: webhook modes need a client).
+pub(super) fn auth(
+    cfg: &Config,
+    cluster: Option<&Connected>,
+) -> Result<Arc<server::Auth>, AppError> {
+    let review = cluster.map(|c| {
+        Arc::new(crate::server::auth_review::ApiReview::new(c.client.clone()))
+            as Arc<dyn crate::server::auth_review::AuthReview>
+    });
+    Ok(Arc::new(
+        server::Auth::new(cfg.auth.clone(), &cfg.node_name, review)
+            .map_err(server::ServerError::from)?,
+    ))
+}
+
+/// What the handlers read, and the container lookup the runtime is set into once connected.
+pub(super) fn state(
+    cfg: &Config,
+    metrics: &Metrics,
+    statuses: &Arc<StatusManager>,
+    pleg: &Arc<PlegHealth>,
+) -> (AppState, Arc<server::logs::RuntimeLookup>) {
+    let configz = Arc::new(serde_json::to_value(cfg).unwrap_or_default());
+    let log_runtime = Arc::new(server::logs::RuntimeLookup::default());
+    let state = AppState {
+        statuses: statuses.clone(),
+        pleg: pleg.clone(),
+        metrics: metrics.clone(),
+        configz,
+        logs: Arc::new(server::logs::Logs {
+            pod_logs_dir: cfg.pod_logs_dir.clone(),
+            node_log_dir: cfg.enable_system_log_handler.then(|| "/var/log".into()),
+            containers: log_runtime.clone(),
+        }),
+        stats: crate::stats::Handle::default(),
+        runtime: log_runtime.clone(),
+        streaming: Arc::new(server::streaming::Streaming::new(
+            cfg.streaming_connection_idle_timeout,
+        )),
+    };
+    for c in server::streaming::collectors() {
+        if let Err(e) = metrics.registry.register(c) {
+            tracing::warn!(error = %e, "streaming metrics are not exposed");
+        }
+    }
+    (state, log_runtime)
+}
+
+/// Binds and spawns the servers, first thing, so kubeadm's health check and operators can
+/// reach the agent at once.
+pub(super) async fn start(
+    cfg: &Config,
+    state: &AppState,
+    auth: Arc<server::Auth>,
+    cluster: Option<&Connected>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> Result<(), AppError> {
+    // Before any listener: each connection is a descriptor (upstream's rlimit.SetNumFiles).
+    server::fd_limit::apply_logged(cfg.max_open_files);
+    if cfg.healthz_port != 0 {
+        let l = server::bind(SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port)).await?;
+        tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "healthz server listening");
+        tasks.spawn(server::serve_http(
+            l,
+            server::healthz_router(state.clone()),
+            server::listener::ServerType::Healthz,
+            cfg.server.limits(server::listener::ServerType::Healthz),
+            cancel.clone(),
+        ));
+    }
+    if cfg.read_only_port != 0 {
+        let l = server::bind(SocketAddr::new(cfg.address, cfg.read_only_port)).await?;
+        tracing::warn!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "read-only port listening (plain HTTP, no authentication): pods, stats and metrics are readable by anyone who reaches it");
+        tasks.spawn(server::serve_http(
+            l,
+            server::read_only_router(state.clone()),
+            server::listener::ServerType::ReadOnly,
+            cfg.server.limits(server::listener::ServerType::ReadOnly),
+            cancel.clone(),
+        ));
+    }
+    if !cfg.enable_server {
+        tracing::info!("enableServer is false: the kubelet API (:10250) is not served");
+        return Ok(());
+    }
+    let tls = serving_tls(cfg, cluster, tasks, cancel)?;
+    let l = server::bind(SocketAddr::new(cfg.address, cfg.port)).await?;
+    tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API server listening (HTTPS)");
+    if auth.settings().anonymous && auth.settings().mode == server::AuthzMode::AlwaysAllow {
+        tracing::warn!(
+            "{}: anyone who reaches this port can use it",
+            auth.describe()
+        );
+    } else {
+        tracing::info!("{}", auth.describe());
+    }
+    // Upstream notices a changed client CA file through fsnotify plus a 1 min resync; a
+    // 5 s poll of one small file is as prompt in practice.
+    tasks.spawn(
+        auth.clone()
+            .watch_client_ca(Duration::from_secs(5), cancel.clone()),
+    );
+    tasks.spawn(server::serve_https(
+        l,
+        tls,
+        auth.clone(),
+        server::api_router(state.clone(), cfg.enable_debugging_handlers),
+        cfg.server.limits(server::listener::ServerType::ReadWrite),
+        cancel.clone(),
+    ));
+    Ok(())
+}
+
+/// :10250's TLS: with `serverTLSBootstrap` a certificate the serving manager (spawned here)
+/// requests from the apiserver; else the configured files or a self-signed pair.
+fn serving_tls(
+    cfg: &Config,
+    cluster: Option<&Connected>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> Result<rustls::ServerConfig, AppError> {
+    let policy = server::tls_policy(cfg.tls_min_version.as_deref(), &cfg.tls_cipher_suites)
+        .map_err(server::ServerError::TlsPolicy)?;
+    Ok(match (cfg.server_tls_bootstrap, cluster) {
+        (true, Some(conn)) => {
+            if cfg.tls_cert_file.is_some() {
+                tracing::warn!(
+                    "serverTLSBootstrap is true: tlsCertFile/tlsPrivateKeyFile are not served; the certificate comes from a kubernetes.io/kubelet-serving CSR"
+                );
+            }
+            let resolver = Arc::new(crate::certs::ServingCertResolver::new());
+            let manager = crate::certs::ServingManager {
+                settings: crate::certs::ServingSettings {
+                    node_name: cfg.node_name.clone(),
+                    hostnames: vec![cfg.node_name.clone()],
+                    ips: super::node_ips(cfg),
+                    cert_dir: cfg.cert_dir.clone(),
+                },
+                client: conn.client.clone(),
+                resolver: resolver.clone(),
+            };
+            tasks.spawn(manager.run(cancel.clone()));
+            server::serving_tls_resolver(&policy, resolver, cfg.auth.client_ca_file.is_some())?
+        }
+        (true, None) => return Err(AppError::ServerTlsBootstrapStandalone),
+        (false, _) => server::serving_tls(
+            &policy,
+            cfg.tls_cert_file.as_deref(),
+            cfg.tls_private_key_file.as_deref(),
+            &cfg.cert_dir,
+            &cfg.node_name,
+            &cfg.node_ips,
+            cfg.auth.client_ca_file.is_some(),
+        )?,
+    })
+}
