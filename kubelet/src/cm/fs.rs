@@ -1,5 +1,6 @@
 //! The real cgroup filesystem: every mounted v1 hierarchy (one per controller) or the v2
-//! unified tree. Limits are plain file writes (see ARCHITECTURE.md for why not `cgroups-rs`).
+//! unified tree. Limits are plain file writes (docs/kubelet.md, "Container manager", says
+//! why not `cgroups-rs`).
 //! Every call does blocking file work: callers run it on the blocking pool.
 
 use super::cgroups::{CgroupError, CgroupLimits, CgroupVersion, Cgroups, limit_files};

@@ -110,7 +110,7 @@ impl KernelState {
     /// chains and rules of `per_step` service ports, the last the map elements that make
     /// them reachable (so no packet meets a half-built service). The kernel binds every
     /// anonymous verdict map (one per service port) by walking the whole transaction, so a
-    /// single transaction costs the square of the cluster's size (see ARCHITECTURE.md).
+    /// single transaction costs the square of the cluster's size (see nftables/README.md).
     pub fn replace_in_steps(
         family: IpFamily,
         base: Base,
