@@ -92,7 +92,7 @@ if ((${#wrap[@]})); then
 	# The kubelet is a descendant of the wrapper: follow it, not the wrapper.
 	for _ in $(seq 1 50); do
 		k=$(for c in "$launcher" $(pgrep -P "$launcher"); do echo "$c"; pgrep -P "$c"; done |
-			while read -r c; do [[ $(readlink "/proc/$c/exe") == "$bin_dir/kubelet" ]] && echo "$c"; done | head -1)
+			while read -r c; do [[ $(readlink "/proc/$c/exe") == "$bin_dir/kubelet" ]] && echo "$c"; done | head -1) || true
 		[[ -n $k ]] && break
 		sleep 0.2
 	done
