@@ -150,20 +150,7 @@ pub async fn watch_pods(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pod(name: &str, uid: &str, extra_spec: serde_json::Value) -> Pod {
-        let mut spec =
-            serde_json::json!({"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]});
-        for (k, v) in extra_spec.as_object().unwrap() {
-            spec[k] = v.clone();
-        }
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": "default", "uid": uid,
-                         "creationTimestamp": format!("2026-01-01T00:00:0{}Z", uid.len() % 10)},
-            "spec": spec
-        }))
-        .unwrap()
-    }
+    use crate::podspec::test_pod as pod;
 
     #[test]
     fn store_drops_pods_of_other_nodes() {

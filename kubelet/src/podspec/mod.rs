@@ -436,6 +436,23 @@ pub fn full_name(pod: &Pod) -> String {
     )
 }
 
+/// A pod for unit tests: on node `n1`, one container `c`, created at a second derived from
+/// the UID's length; `extra_spec` fields are set over that spec.
+#[cfg(test)]
+pub(crate) fn test_pod(name: &str, uid: &str, extra_spec: serde_json::Value) -> Pod {
+    let mut spec =
+        serde_json::json!({"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]});
+    for (k, v) in extra_spec.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": uid,
+                     "creationTimestamp": format!("2026-01-01T00:00:0{}Z", uid.len() % 10)},
+        "spec": spec
+    }))
+    .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

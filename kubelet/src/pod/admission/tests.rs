@@ -1,18 +1,5 @@
 use super::*;
-
-fn pod(name: &str, uid: &str, extra_spec: serde_json::Value) -> Pod {
-    let mut spec =
-        serde_json::json!({"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]});
-    for (k, v) in extra_spec.as_object().unwrap() {
-        spec[k] = v.clone();
-    }
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "namespace": "default", "uid": uid,
-                     "creationTimestamp": format!("2026-01-01T00:00:0{}Z", uid.len() % 10)},
-        "spec": spec
-    }))
-    .unwrap()
-}
+use crate::podspec::test_pod as pod;
 
 #[test]
 fn forbidden_sysctls_are_rejected_at_admission() {
