@@ -113,6 +113,9 @@ pub enum Action {
     StartInitContainer { name: String, restart_count: u32 },
     /// Pull, create and start an app container in the ready sandbox.
     StartContainer { name: String, restart_count: u32 },
+    /// Pull, create and start an ephemeral container in the ready sandbox (once: it is never
+    /// restarted).
+    StartEphemeralContainer { name: String },
 }
 
 impl Action {
@@ -134,6 +137,11 @@ impl Action {
                 name: name.clone(),
                 init: false,
                 restart_count: *restart_count,
+            }),
+            Action::StartEphemeralContainer { name } => Some(Start {
+                name: name.clone(),
+                init: false,
+                restart_count: 0,
             }),
             _ => None,
         }
@@ -174,6 +182,7 @@ impl std::fmt::Display for Action {
                 name,
                 restart_count,
             } => write!(f, "StartContainer {name} restartCount={restart_count}"),
+            Action::StartEphemeralContainer { name } => write!(f, "StartEphemeralContainer {name}"),
         }
     }
 }
@@ -206,6 +215,8 @@ pub(super) struct Draft {
     /// Instances to remove (created but never started).
     remove: Vec<String>,
     start: Vec<Start>,
+    /// Ephemeral containers to start (before the init and app containers, as upstream).
+    ephemeral: Vec<String>,
     waiting: BTreeMap<String, Waiting>,
     wake_after: Option<Duration>,
 }
@@ -228,6 +239,14 @@ impl Draft {
         );
         if let Some(attempt) = self.create_sandbox {
             actions.push(Action::CreateSandbox { attempt });
+        }
+        // A pod being stopped starts no ephemeral container.
+        if !self.kill_pod {
+            actions.extend(
+                self.ephemeral
+                    .into_iter()
+                    .map(|name| Action::StartEphemeralContainer { name }),
+            );
         }
         actions.extend(self.start.into_iter().map(Action::from_start));
         Plan {
@@ -366,6 +385,15 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
         return p;
     };
     let sb = Some(sandbox.id.as_str());
+
+    // Ephemeral containers start once the sandbox is ready, even before the pod has
+    // initialized, and run once: an instance of one in any sandbox (running, exited or never
+    // started) means it is not started again (upstream).
+    for e in spec.ephemeral_containers.iter().flatten() {
+        if obs.newest(&e.name, None).is_none() {
+            p.ephemeral.push(e.name.clone());
+        }
+    }
 
     // Init containers run one at a time, in order; each must succeed before the next. A
     // sidecar (restartable init container) only has to be started (running, and past its

@@ -345,8 +345,14 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         .iter()
         .map(|c| container_status(c, obs))
         .collect();
-    let per_container = MAX_POD_MESSAGE_BYTES / (init.len() + containers.len()).max(1);
+    let ephemeral = ephemeral_statuses(&spec, obs);
+    let per_container =
+        MAX_POD_MESSAGE_BYTES / (init.len() + containers.len() + ephemeral.len()).max(1);
     for s in init.iter_mut().chain(containers.iter_mut()) {
+        cap_messages(s, per_container);
+    }
+    let mut ephemeral = ephemeral;
+    for s in &mut ephemeral {
         cap_messages(s, per_container);
     }
     // Upstream: once an app container has run, the pod stays initialized even while a
@@ -474,6 +480,12 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         ),
         condition("PodScheduled", true, "", String::new(), prev, &now),
     ];
+    // Each condition the kubelet computes says which generation of the spec it reflects
+    // (PodObservedGenerationTracking, on in upstream's current release).
+    let generation = pod.metadata.generation.filter(|g| *g != 0);
+    for c in &mut conditions {
+        c.observed_generation = generation;
+    }
     // Conditions owned by others (readiness gates, DisruptionTarget) are carried over.
     for c in prev.and_then(|p| p.conditions.clone()).unwrap_or_default() {
         if !conditions.iter().any(|k| k.type_ == c.type_) {
@@ -487,6 +499,7 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         conditions: Some(conditions),
         container_statuses: Some(containers),
         init_container_statuses: (!init.is_empty()).then_some(init),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
         host_ip: obs.host_ips.first().cloned(),
         host_ips: (!obs.host_ips.is_empty()).then(|| {
             obs.host_ips
@@ -507,8 +520,40 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         qos_class: Some(obs.qos_class.clone()),
         reason: obs.evicted.as_ref().map(|e| e.reason.clone()),
         message: obs.evicted.as_ref().map(|e| e.message.clone()),
+        observed_generation: generation,
         ..Default::default()
     }
+}
+
+/// The statuses of the pod's ephemeral containers. They are never ready and have no startup
+/// state (no probes); one not created yet waits in `PodInitializing` when the pod has init
+/// containers, `ContainerCreating` otherwise (upstream's default waiting state).
+fn ephemeral_statuses(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    obs: &Observation<'_>,
+) -> Vec<ContainerStatus> {
+    let has_init = spec.init_containers.as_ref().is_some_and(|i| !i.is_empty());
+    spec.ephemeral_containers
+        .iter()
+        .flatten()
+        .map(|e| {
+            let c = k8s_openapi::api::core::v1::Container {
+                name: e.name.clone(),
+                image: e.image.clone(),
+                ..Default::default()
+            };
+            let mut s = container_status(&c, obs);
+            s.ready = false;
+            s.started = None;
+            if let Some(w) = s.state.as_mut().and_then(|st| st.waiting.as_mut())
+                && has_init
+                && w.reason.as_deref() == Some("ContainerCreating")
+            {
+                w.reason = Some("PodInitializing".into());
+            }
+            s
+        })
+        .collect()
 }
 
 /// Upstream's `DisruptionTarget` condition for a pod the kubelet stopped (node shutdown,
