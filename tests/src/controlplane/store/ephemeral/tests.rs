@@ -41,7 +41,10 @@ fn upstreams_refusals() {
     let changed = with(json!([{"name": "d", "image": "alpine"}]));
     assert!(message(update(&existing, &changed)).contains("\"d\" may not be changed"));
     assert_eq!(
-        message(update(&pod(), &with(json!([{"name": "app", "image": "busybox"}])))),
+        message(update(
+            &pod(),
+            &with(json!([{"name": "app", "image": "busybox"}]))
+        )),
         "Pod \"web\" is invalid: spec.ephemeralContainers[0].name: Duplicate value: \"app\""
     );
     assert_eq!(
