@@ -191,13 +191,10 @@ impl Worker {
             Err(StartError::PostStartHook(message)) => {
                 // Killed: it restarts (with back-off) per its restart policy; one that will
                 // not restart shows as terminated, as upstream.
-                let restarts = self.spec_container(&s.name).is_some_and(|c| is_sidecar(&c))
-                    || self
-                        .pod
-                        .spec
-                        .as_ref()
-                        .and_then(|sp| sp.restart_policy.as_deref())
-                        != Some("Never");
+                let spec = self.pod.spec.clone().unwrap_or_default();
+                let restarts = self.spec_container(&s.name).is_some_and(|c| {
+                    is_sidecar(&c) || (!s.init && pod::container_restartable(&c, &spec))
+                }) || (s.init && spec.restart_policy.as_deref() != Some("Never"));
                 if restarts {
                     self.errors
                         .insert(s.name.clone(), StartError::PostStartHook(message).waiting());

@@ -293,14 +293,6 @@ pub fn is_sidecar(c: &K8sContainer) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
-pub(super) fn should_restart(policy: &str, exit_code: i32) -> bool {
-    match policy {
-        "Always" => true,
-        "OnFailure" => exit_code != 0,
-        _ => false,
-    }
-}
-
 /// `name_namespace(uid)`, as upstream prints pods in back-off messages.
 pub(super) fn pod_ref(pod: &Pod) -> String {
     format!(
@@ -341,19 +333,28 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
                 .iter()
                 .any(|(_, c)| c.state == ContainerState::Running);
         }
-        if policy == "Never" && attempt != 0 && !obs.containers.is_empty() {
+        // A pod none of whose containers may restart (pod policy Never, no container policy
+        // or rule that restarts) gets no new sandbox once it has run.
+        let restartable = policy != "Never"
+            || spec
+                .containers
+                .iter()
+                .any(|c| pod::container_restartable(c, &spec));
+        if !restartable && attempt != 0 && !obs.containers.is_empty() {
             return p;
         }
         // Upstream: a new sandbox restarts from the first init container, unless the pod
-        // has initialized before and none of its app containers is to run again.
+        // has initialized before and none of its app containers is to run again. A container
+        // that exited and is not to restart (its restart policy and rules, or the pod's)
+        // stays done.
         let apps: Vec<Start> = spec
             .containers
             .iter()
             .filter(|c| {
-                !(policy == "OnFailure"
-                    && obs
-                        .newest(&c.name, None)
-                        .is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0))
+                !obs.newest(&c.name, None).is_some_and(|s| {
+                    s.state == ContainerState::Exited
+                        && !pod::container_should_restart(c, &spec, s.exit_code)
+                })
             })
             .map(|c| Start {
                 name: c.name.clone(),
@@ -515,7 +516,7 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
                 }
             }
             Some(s) if s.state == ContainerState::Exited => {
-                if should_restart(policy, s.exit_code) {
+                if pod::container_should_restart(c, &spec, s.exit_code) {
                     restart_or_wait(&mut p, backoff, pod, c, false, s, now);
                 }
             }

@@ -173,14 +173,41 @@ pub fn container_status(
     st
 }
 
-/// Pod phase by upstream's rules (getPhase in kubelet_pods.go). `sidecar[i]` says whether
-/// init container `i` is restartable; `initialized`: an app container has run.
+/// Pod phase by upstream's rules (getPhase in kubelet_pods.go) when only the pod's restart
+/// policy decides restarts. `sidecar[i]` says whether init container `i` is restartable;
+/// `initialized`: an app container has run.
 pub fn phase(
     restart_policy: &str,
     init: &[ContainerStatus],
     sidecar: &[bool],
     containers: &[ContainerStatus],
     initialized: bool,
+) -> &'static str {
+    let restarts = |_: usize, code: i32| match restart_policy {
+        "Never" => false,
+        "OnFailure" => code != 0,
+        _ => true,
+    };
+    phase_with(
+        restart_policy,
+        init,
+        sidecar,
+        containers,
+        initialized,
+        &restarts,
+    )
+}
+
+/// [`phase`] where `restarts(i, exit_code)` says whether app container `i` restarts after
+/// that exit (its restart policy and rules, or the pod's): while one that stopped will
+/// restart the pod is Running; once none will, Succeeded if every one succeeded, else Failed.
+pub fn phase_with(
+    restart_policy: &str,
+    init: &[ContainerStatus],
+    sidecar: &[bool],
+    containers: &[ContainerStatus],
+    initialized: bool,
+    restarts: &dyn Fn(usize, i32) -> bool,
 ) -> &'static str {
     let last_exit = |s: &ContainerStatus| {
         s.last_state
@@ -192,6 +219,7 @@ pub fn phase(
     let mut pending_sidecars = 0;
     let mut failed_init = false;
     let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    let mut stopped_for_good = 0;
     for (i, s) in init.iter().enumerate() {
         let st = s.state.clone().unwrap_or_default();
         if sidecar.get(i).copied().unwrap_or(false) {
@@ -220,7 +248,7 @@ pub fn phase(
             _ => pending_init += 1,
         }
     }
-    for s in containers {
+    for (i, s) in containers.iter().enumerate() {
         let st = s.state.clone().unwrap_or_default();
         if st.running.is_some() {
             running += 1;
@@ -229,9 +257,15 @@ pub fn phase(
             if t.exit_code == 0 {
                 succeeded += 1;
             }
+            if !restarts(i, t.exit_code) {
+                stopped_for_good += 1;
+            }
         } else if st.waiting.is_some() {
-            if last_exit(s).is_some() {
+            if let Some(code) = last_exit(s) {
                 stopped += 1;
+                if !restarts(i, code) {
+                    stopped_for_good += 1;
+                }
             } else {
                 waiting += 1;
             }
@@ -250,11 +284,13 @@ pub fn phase(
         return "Running";
     }
     if stopped > 0 {
-        return match restart_policy {
-            "Always" => "Running",
-            _ if stopped == succeeded => "Succeeded",
-            "Never" => "Failed",
-            _ => "Running",
+        return if stopped != stopped_for_good {
+            // At least one is restarting.
+            "Running"
+        } else if stopped == succeeded {
+            "Succeeded"
+        } else {
+            "Failed"
         };
     }
     "Pending"
@@ -389,7 +425,19 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         }
     }
     let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let mut phase = phase(restart_policy, &init, &sidecar, &containers, initialized);
+    let restarts = |i: usize, code: i32| {
+        spec.containers
+            .get(i)
+            .is_none_or(|c| crate::podspec::container_should_restart(c, &spec, code))
+    };
+    let mut phase = phase_with(
+        restart_policy,
+        &init,
+        &sidecar,
+        &containers,
+        initialized,
+        &restarts,
+    );
     if obs.evicted.is_some() {
         phase = "Failed";
     }

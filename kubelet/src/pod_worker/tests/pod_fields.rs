@@ -88,7 +88,7 @@ async fn ephemeral_container_runs_once_in_the_target_pid_namespace() {
     assert_eq!(r.rt.count("RunPodSandbox"), 0, "same sandbox");
     assert_eq!(
         r.rt.running("app"),
-        [app.clone()],
+        std::slice::from_ref(&app),
         "the target keeps running"
     );
     let debugger = r.rt.running("debugger");
@@ -204,4 +204,92 @@ async fn status_and_conditions_carry_the_observed_generation() {
     let st = status(&r);
     assert_eq!(st.observed_generation, Some(4));
     assert!(generations(&st).iter().all(|(_, g)| *g == Some(4)));
+}
+
+fn with_container_policy(pod_policy: &str, container: serde_json::Value) -> Pod {
+    let mut p = pod(pod_policy, serde_json::json!({}));
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    let mut v = serde_json::to_value(&*c).unwrap();
+    for (k, x) in container.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    *c = serde_json::from_value(v).unwrap();
+    p
+}
+
+/// `restartPolicyRules`: an exit code a `Restart` rule matches restarts the container even
+/// though its policy (and the pod's) is Never; another exit code leaves it stopped and the
+/// pod ends per the exit.
+#[tokio::test(start_paused = true)]
+async fn restart_rules_restart_only_the_exit_codes_they_match() {
+    let r = rig();
+    let p = with_container_policy(
+        "Never",
+        serde_json::json!({"restartPolicy": "Never", "restartPolicyRules": [
+            {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}),
+    );
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    let first = r.rt.running("app")[0].clone();
+    r.rt.exit_container(&first, 42);
+    w.sync().await;
+    assert_eq!(
+        r.rt.running("app").len(),
+        1,
+        "exit 42 matches the rule: restarted"
+    );
+    assert_eq!(app_status(&r).restart_count, 1);
+    assert_eq!(status(&r).phase.as_deref(), Some("Running"));
+
+    let second = r.rt.running("app")[0].clone();
+    r.rt.exit_container(&second, 3);
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(30)).await;
+        w.sync().await;
+    }
+    assert!(
+        r.rt.running("app").is_empty(),
+        "exit 3 matches no rule: Never"
+    );
+    let st = status(&r);
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    let cs = app_status(&r);
+    assert_eq!(cs.restart_count, 1);
+    assert_eq!(cs.state.unwrap().terminated.unwrap().exit_code, 3);
+}
+
+/// A container's own `restartPolicy` overrides the pod's, both ways.
+#[tokio::test(start_paused = true)]
+async fn a_containers_restart_policy_overrides_the_pods() {
+    // Pod Always, container Never: a failed exit is final and fails the pod.
+    let r = rig();
+    let p = with_container_policy("Always", serde_json::json!({"restartPolicy": "Never"}));
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    let id = r.rt.running("app")[0].clone();
+    r.rt.exit_container(&id, 1);
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(30)).await;
+        w.sync().await;
+    }
+    assert!(r.rt.running("app").is_empty());
+    assert_eq!(status(&r).phase.as_deref(), Some("Failed"));
+
+    // Pod Never, container OnFailure: a failure restarts it, a success ends the pod.
+    let r = rig();
+    let p = with_container_policy("Never", serde_json::json!({"restartPolicy": "OnFailure"}));
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    let id = r.rt.running("app")[0].clone();
+    r.rt.exit_container(&id, 1);
+    w.sync().await;
+    assert_eq!(r.rt.running("app").len(), 1, "OnFailure restarts a failure");
+    let id = r.rt.running("app")[0].clone();
+    r.rt.exit_container(&id, 0);
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(30)).await;
+        w.sync().await;
+    }
+    assert!(r.rt.running("app").is_empty());
+    assert_eq!(status(&r).phase.as_deref(), Some("Succeeded"));
 }
