@@ -40,6 +40,25 @@ pub fn as_container(e: &EphemeralContainer) -> K8sContainer {
     }
 }
 
+/// An ephemeral container is added to a pod already admitted: a value admission refuses in
+/// a container (e.g. `volumeDevices`) fails its start with the same message instead.
+pub fn refused(c: &K8sContainer, refusal: super::deps::Refusal) -> Result<(), StartError> {
+    let only = Pod {
+        spec: Some(k8s_openapi::api::core::v1::PodSpec {
+            containers: vec![c.clone()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    match refusal(&only) {
+        Some((_, message)) => Err(StartError::CreateContainerConfig {
+            message: message.into(),
+            retry_after: Duration::from_secs(30),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The ID of the running container an ephemeral container targets (None: no target). A
 /// target that does not run fails the start as upstream does (CreateContainerConfigError).
 pub fn target_id(

@@ -246,6 +246,10 @@ impl Worker {
             .cloned()
             .or_else(|| debug.as_ref().map(super::ephemeral::as_container))
             .expect("planned containers come from the spec");
+        if debug.is_some() {
+            // Added after the pod was admitted: the refusals of admission apply now.
+            super::ephemeral::refused(&c, self.env.refusal)?;
+        }
         crate::metrics::started_container(
             spec.init_containers
                 .iter()

@@ -32,6 +32,7 @@ fn rig_with_binder(binder: Arc<dyn crate::volume::subpath::Binder>) -> Rig {
         probes,
         cgroups: crate::cm::ContainerManager::for_test(cg.clone()),
         binder,
+        refusal: crate::pod::admission::fields::refusal,
         ..Deps::for_test(rt.clone(), dir.path())
     });
     Rig {

@@ -23,12 +23,24 @@ fn status(name: &str, id: &str, state: ContainerState) -> (String, ContainerStat
     )
 }
 
-/// The conversion keeps what runs the container and drops what ephemeral containers may
-/// not have (a static pod's manifest is not validated by the API).
+/// The conversion keeps every field that says what runs and how (compared as JSON, so a
+/// field left out shows), and drops what ephemeral containers may not have (the apiserver
+/// refuses them; they never reach the runtime).
 #[test]
-fn an_ephemeral_container_runs_without_probes_ports_hooks_or_resources() {
-    let e: EphemeralContainer = serde_json::from_value(serde_json::json!({
-        "name": "debugger", "image": "busybox", "command": ["sh"], "stdin": true, "tty": true,
+fn an_ephemeral_container_keeps_what_runs_it_and_drops_what_it_may_not_have() {
+    let kept = serde_json::json!({
+        "name": "debugger", "image": "busybox", "imagePullPolicy": "Never",
+        "command": ["sh"], "args": ["-c", "true"], "workingDir": "/w",
+        "env": [{"name": "A", "value": "1"}],
+        "envFrom": [{"configMapRef": {"name": "cm"}}],
+        "securityContext": {"runAsUser": 1000, "capabilities": {"add": ["SYS_PTRACE"]}},
+        "stdin": true, "stdinOnce": true, "tty": true,
+        "terminationMessagePath": "/dev/msg", "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": "v", "mountPath": "/v", "readOnly": true}],
+        "volumeDevices": [{"name": "b", "devicePath": "/dev/b"}]
+    });
+    let mut full = kept.clone();
+    for (k, v) in serde_json::json!({
         "targetContainerName": "app",
         "ports": [{"containerPort": 80}],
         "livenessProbe": {"exec": {"command": ["true"]}},
@@ -36,19 +48,36 @@ fn an_ephemeral_container_runs_without_probes_ports_hooks_or_resources() {
         "startupProbe": {"exec": {"command": ["true"]}},
         "lifecycle": {"postStart": {"exec": {"command": ["true"]}}},
         "resources": {"limits": {"cpu": "1"}},
+        "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
         "restartPolicy": "Always",
-        "volumeMounts": [{"name": "v", "mountPath": "/v"}]
-    }))
+        "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [1]}}]
+    })
+    .as_object()
+    .unwrap()
+    {
+        full[k] = v.clone();
+    }
+    let e: EphemeralContainer = serde_json::from_value(full).unwrap();
+    assert_eq!(serde_json::to_value(as_container(&e)).unwrap(), kept);
+}
+
+/// Added after admission, an ephemeral container still gets admission's refusals.
+#[test]
+fn an_ephemeral_container_gets_the_refusals_of_admission() {
+    let e: EphemeralContainer = serde_json::from_value(serde_json::json!({
+        "name": "d", "image": "busybox",
+        "volumeDevices": [{"name": "b", "devicePath": "/dev/b"}]}))
     .unwrap();
-    let c = as_container(&e);
-    assert_eq!(c.name, "debugger");
-    assert_eq!(c.image.as_deref(), Some("busybox"));
-    assert_eq!(c.command, Some(vec!["sh".to_string()]));
-    assert_eq!((c.stdin, c.tty), (Some(true), Some(true)));
-    assert_eq!(c.volume_mounts.unwrap().len(), 1);
-    assert!(c.ports.is_none() && c.lifecycle.is_none() && c.resources.is_none());
-    assert!(c.liveness_probe.is_none() && c.readiness_probe.is_none());
-    assert!(c.startup_probe.is_none() && c.restart_policy.is_none());
+    let refusal = crate::pod::admission::fields::refusal;
+    let err = refused(&as_container(&e), refusal).unwrap_err();
+    assert_eq!(err.reason(), "CreateContainerConfigError");
+    assert_eq!(
+        err.message(),
+        crate::pod::admission::fields::refuse::VOLUME_DEVICES
+    );
+    let plain: EphemeralContainer =
+        serde_json::from_value(serde_json::json!({"name": "d", "image": "busybox"})).unwrap();
+    assert!(refused(&as_container(&plain), refusal).is_ok());
 }
 
 #[test]

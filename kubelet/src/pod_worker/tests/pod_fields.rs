@@ -293,3 +293,33 @@ async fn a_containers_restart_policy_overrides_the_pods() {
     assert!(r.rt.running("app").is_empty());
     assert_eq!(status(&r).phase.as_deref(), Some("Succeeded"));
 }
+
+/// An ephemeral container arrives after admission; a value admission refuses in a container
+/// fails its start with admission's message instead of being dropped.
+#[tokio::test(start_paused = true)]
+async fn an_ephemeral_container_with_a_refused_value_waits_with_the_refusal() {
+    let r = rig();
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    w.sync().await;
+    w.pod.spec.as_mut().unwrap().ephemeral_containers = Some(vec![
+        serde_json::from_value(serde_json::json!({"name": "debugger", "image": IMAGE,
+            "volumeDevices": [{"name": "b", "devicePath": "/dev/b"}]}))
+        .unwrap(),
+    ]);
+    r.rt.clear_calls();
+    w.sync().await;
+    assert_eq!(r.rt.count("CreateContainer"), 0);
+    let waiting = ephemeral_status(&r, "debugger")
+        .state
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(
+        waiting.reason.as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    assert_eq!(
+        waiting.message.as_deref(),
+        Some(crate::pod::admission::fields::refuse::VOLUME_DEVICES)
+    );
+}
