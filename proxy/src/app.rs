@@ -66,11 +66,11 @@ async fn runner_for(cfg: &ProxyConfig, env: &Environment) -> (ExecRunner, bool) 
     let decision = {
         // Saves only (no lock file needed), but not beside another role's restore.
         let _turn = XtablesGate::process().enter(false).await;
-        iptables::detect_backend(family, env.command_prefix.clone()).await
+        iptables::detect_variant(family, env.command_prefix.clone()).await
     };
-    info!(backend = ?decision.backend, reason = decision.reason, "iptables backend");
+    info!(backend = ?decision.variant, reason = decision.reason, "iptables backend");
     let runner = ExecRunner::new(family)
-        .with_backend(decision.backend)
+        .with_variant(decision.variant)
         .with_prefix(env.command_prefix.clone());
     match Gated::new(runner.clone(), XtablesGate::process())
         .version()

@@ -23,7 +23,7 @@ use proxy::config::{Flags, resolve};
 use proxy::conntrack::ExecConntrack;
 use proxy::health::ServiceHealthServer;
 use proxy::iptables::Proxier;
-use proxy::iptables::{ExecRunner, IptablesRunner, detect_backend};
+use proxy::iptables::{ExecRunner, IptablesRunner, detect_variant};
 use proxy::model::{Cidr, IpFamily, SERVICE_NAME_LABEL, ServiceState};
 use proxy::nftables::{ExecNft, NftProxier, check_support};
 use proxy::render_config::RenderConfig;
@@ -216,9 +216,9 @@ async fn iptables_proxier(
     family: IpFamily,
     handle: ProxyHandle,
 ) -> Proxier<ExecRunner, ExecConntrack> {
-    let decision = detect_backend(family, topo.prefix()).await;
+    let decision = detect_variant(family, topo.prefix()).await;
     let probe = ExecRunner::new(family)
-        .with_backend(decision.backend)
+        .with_variant(decision.variant)
         .with_prefix(topo.prefix());
     let version = probe.version().await.expect("iptables in node netns");
     let runner = probe.with_version(&version);

@@ -1,7 +1,7 @@
 //! The iptables backend (upstream's pkg/proxy/iptables, with the runner of pkg/util/iptables).
 //!
 //! - [`runner`]: the OS edge, `IptablesRunner` (iptables, iptables-save, iptables-restore)
-//!   and its `ExecRunner`, backend detection (nft or legacy);
+//!   and its `ExecRunner`, the [`Variant`] detection (nft or legacy);
 //! - [`xtables_lock`]: one command of the process at a time, holding the node's xtables lock
 //!   where the binary does not;
 //! - [`chains`]: chain names, fixed and hashed per service;
@@ -31,7 +31,7 @@ pub use proxier::Proxier;
 pub use render::Rendered;
 pub use ruleset::Ruleset;
 pub use runner::{
-    Backend, BackendDecision, Error, ExecRunner, IptablesRunner, IptablesVersion, Position, Result,
-    TableName, command_timeout, decide_backend, detect_backend,
+    Error, ExecRunner, IptablesRunner, IptablesVersion, Position, Result, TableName, Variant,
+    VariantDecision, command_timeout, decide_variant, detect_variant,
 };
 pub use xtables_lock::{Gated, XtablesGate};

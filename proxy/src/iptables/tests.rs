@@ -323,8 +323,8 @@ async fn real_iptables_in_private_netns() {
         return;
     }
     for backend in [
-        crate::iptables::Backend::Nft,
-        crate::iptables::Backend::Legacy,
+        crate::iptables::Variant::Nft,
+        crate::iptables::Variant::Legacy,
     ] {
         let ns = format!("kp-proxy-test-{}-{:?}", std::process::id(), backend).to_lowercase();
         let st = std::process::Command::new("ip")
@@ -341,7 +341,7 @@ async fn real_iptables_in_private_netns() {
             .map(|s| s.to_string())
             .collect();
         let probe = crate::iptables::ExecRunner::new(IpFamily::V4)
-            .with_backend(backend)
+            .with_variant(backend)
             .with_prefix(prefix.clone());
         let version = match crate::iptables::IptablesRunner::version(&probe).await {
             Ok(v) => v,
@@ -351,7 +351,7 @@ async fn real_iptables_in_private_netns() {
             }
         };
         let runner = probe.with_version(&version);
-        if backend == crate::iptables::Backend::Legacy
+        if backend == crate::iptables::Variant::Legacy
             && crate::iptables::IptablesRunner::save(&runner, TableName::Nat)
                 .await
                 .is_err()
