@@ -12,9 +12,9 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::iptables::Proxier;
 use crate::iptables::render::{self, TableName};
 use crate::iptables::test_util::{Call, FakeRunner};
+use crate::iptables::{IptablesBackend, Proxier};
 use crate::model::{IpFamily, ServiceState};
 use crate::render_config::RenderConfig;
 use crate::sync_loop::{self, SyncConfig, SyncOutcome};
@@ -1227,8 +1227,8 @@ async fn dual_stack_proxiers_split_families() {
         cfg.node_ips = vec![node_ip.parse().unwrap()];
         cfg.cluster_cidr = Some(cidr.parse().unwrap());
         let handle = ProxyHandle::with_health(ServiceState::new(family, NODE), health.clone());
-        proxiers.push(Proxier::with_metrics(
-            runner.clone(),
+        proxiers.push(Proxier::with_backend(
+            IptablesBackend::new(runner.clone()),
             cfg,
             handle,
             SyncConfig::default(),
