@@ -5,7 +5,8 @@
 //! iptables part do the masquerading and filtering.
 //!
 //! - netlink framing and the blocking socket are [`crate::netlink`], shared with ctnetlink;
-//! - [`genl`]: IPVS generic netlink messages; [`rtnl`]: the dummy interface's messages;
+//! - [`genl`]: IPVS generic netlink messages; [`rtnl`]: the dummy interface's requests and
+//!   operations, over the shared rtnetlink wrapper `plumbing::rtnl::Rtnl`;
 //! - [`kernel`]: the OS edge ([`IpvsKernel`], batches of operations; [`NetlinkIpvs`]);
 //! - [`ipset`]: the sets, their `ipset restore` texts and the [`Ipset`] edge;
 //! - [`render`]: desired state (pure); [`proxier`]: [`IpvsBackend`], this mode's
