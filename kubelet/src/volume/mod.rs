@@ -6,6 +6,7 @@
 
 pub mod at;
 pub mod atomic_writer;
+pub mod claims;
 pub mod csi;
 pub mod host_path;
 pub mod manager;

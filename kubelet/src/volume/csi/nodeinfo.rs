@@ -11,6 +11,8 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, VolumeNodeResources};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
+use crate::objects::client::timed;
+
 /// The Node annotation holding every driver's node ID.
 pub const ANNOTATION_NODE_ID: &str = "csi.volume.kubernetes.io/nodeid";
 /// The CSINode annotation listing the in-tree plugins migrated to CSI.
@@ -196,7 +198,7 @@ const ATTEMPTS: u32 = 4;
 
 /// [`NodeInfoApi`] over the apiserver.
 pub struct KubeNodeInfo {
-    pub client: kube::Client,
+    pub client: crate::objects::client::ClientHandle,
     pub node_name: String,
     /// One update at a time (upstream's lock).
     lock: tokio::sync::Mutex<()>,
@@ -232,7 +234,7 @@ where
 }
 
 impl KubeNodeInfo {
-    pub fn new(client: kube::Client, node_name: String) -> Self {
+    pub fn new(client: crate::objects::client::ClientHandle, node_name: String) -> Self {
         KubeNodeInfo {
             client,
             node_name,
@@ -241,11 +243,11 @@ impl KubeNodeInfo {
     }
 
     fn nodes(&self) -> kube::Api<Node> {
-        kube::Api::all(self.client.clone())
+        kube::Api::all(self.client.current())
     }
 
     fn csinodes(&self) -> kube::Api<CSINode> {
-        kube::Api::all(self.client.clone())
+        kube::Api::all(self.client.current())
     }
 
     async fn patch_node(
@@ -295,7 +297,7 @@ impl KubeNodeInfo {
             }
         };
         if edit(&mut c) {
-            api.replace(&self.node_name, &kube::api::PostParams::default(), &c)
+            timed(api.replace(&self.node_name, &kube::api::PostParams::default(), &c))
                 .await
                 .map_err(|e| e.to_string())?;
         }
