@@ -95,12 +95,17 @@ pub(super) fn worker_env(
     });
     let binder: Arc<dyn crate::volume::subpath::Binder> =
         Arc::new(crate::volume::subpath::KernelBinder);
-    let volumes = Arc::new(crate::volume::VolumeManager::new(
+    let storage = storage(&parts.node, cluster, tasks, cancel);
+    let mut volumes = crate::volume::VolumeManager::new(
         parts.node.clone(),
         Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
         Arc::new(crate::objects::token::TokenManager::new(api_objects)),
         binder.clone(),
-    ));
+    );
+    if let Some(s) = storage {
+        volumes = volumes.with_storage(s);
+    }
+    let volumes = Arc::new(volumes);
     tasks.spawn(volumes.clone().run(cancel.clone()));
     // Services (service-link variables) and RuntimeClasses come from informers in cluster
     // mode; standalone pods get no service variables and cannot name a RuntimeClass.
@@ -153,6 +158,50 @@ pub(super) fn worker_env(
             runtime_classes,
         }),
     })
+}
+
+/// The plugin manager (CSI drivers register through `<root-dir>/plugins_registry`) and, in
+/// cluster mode, the claim-backed and CSI volumes it serves.
+fn storage(
+    node: &NodeSettings,
+    cluster: Option<&Connected>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> Option<Arc<crate::volume::claims::Storage>> {
+    use crate::volume::csi;
+    let drivers = Arc::new(csi::CsiDrivers::default());
+    let node_info = cluster.map(|c| {
+        Arc::new(csi::KubeNodeInfo::new(
+            c.client.clone(),
+            node.node_name.clone(),
+        )) as Arc<dyn csi::NodeInfoApi>
+    });
+    let handler = csi::RegistrationHandler::new(
+        drivers.clone(),
+        Arc::new(|endpoint: &str| {
+            Arc::new(csi::GrpcCsiNode::new(endpoint)) as Arc<dyn csi::CsiNode>
+        }),
+        node_info,
+    );
+    let mut plugins = crate::pluginmanager::PluginManager::new(crate::pluginmanager::registry_dir(
+        &node.root_dir,
+    ));
+    plugins.add_handler(
+        cri_proto::plugins::registration::CSI_PLUGIN,
+        Arc::new(handler),
+    );
+    tasks.spawn(Arc::new(plugins).run(cancel.clone()));
+    let c = cluster?;
+    Some(Arc::new(crate::volume::claims::Storage::new(
+        Arc::new(crate::volume::claims::KubeStorageApi {
+            client: c.client.clone(),
+        }),
+        csi::CsiMounter {
+            root_dir: node.root_dir.clone(),
+            node_name: node.node_name.clone(),
+            drivers,
+        },
+    )))
 }
 
 /// The static pod source: manifests under `staticPodPath` through admission to the sync

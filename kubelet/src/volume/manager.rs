@@ -29,12 +29,26 @@ use crate::spec::{NodeSettings, pod_dir};
 /// labels; upstream's pod resync).
 pub const RESYNC: Duration = Duration::from_secs(60);
 
-/// A volume that could not be set up: the `FailedMount` event's message.
+/// A volume that could not be set up: the `FailedMount` event's message. A message that
+/// names its own operation (`MountVolume.MountDevice failed for volume ...`, CSI staging) is
+/// shown as it is.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-#[error("MountVolume.SetUp failed for volume \"{volume}\" : {message}")]
+#[error("{}", self.render())]
 pub struct VolumeError {
     pub volume: String,
     pub message: String,
+}
+
+impl VolumeError {
+    fn render(&self) -> String {
+        if self.message.starts_with("MountVolume.") {
+            return self.message.clone();
+        }
+        format!(
+            "MountVolume.SetUp failed for volume \"{}\" : {}",
+            self.volume, self.message
+        )
+    }
 }
 
 /// The kinds of volume, as their directory names under `volumes/`.

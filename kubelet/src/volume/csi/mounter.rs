@@ -218,7 +218,12 @@ impl CsiMounter {
                         volume_context: v.attributes.clone().into_iter().collect(),
                     })
                     .await
-                    .map_err(|e| format!("MountVolume.MountDevice failed: {e}"))?;
+                    .map_err(|e| {
+                        format!(
+                            "MountVolume.MountDevice failed for volume {:?} : {e}",
+                            v.spec_name
+                        )
+                    })?;
             }
         }
         let (d, data) = (dir.clone(), pod_vol_data(v, &self.node_name));

@@ -120,7 +120,7 @@ async fn a_stage_failure_carries_the_drivers_message_and_publishes_nothing() {
     let e = m.set_up("uid-1", &vol()).await.unwrap_err();
     assert_eq!(
         e,
-        "MountVolume.MountDevice failed: rpc error: code = Internal desc = disk on fire"
+        "MountVolume.MountDevice failed for volume \"pv1\" : rpc error: code = Internal desc = disk on fire"
     );
     assert!(!node.calls().iter().any(|c| c.starts_with("publish")));
 }
