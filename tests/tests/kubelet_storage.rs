@@ -3,7 +3,8 @@
 //! does) is registered, recorded in CSINode and the Node's nodeid annotation, and
 //! deregistered when its socket goes; claims on hostPath and CSI PVs keep their data from one
 //! pod to the next (CSI volumes staged and published at upstream's paths, unpublished and
-//! unstaged when the pod goes); a claim that is not bound and a failing NodeStageVolume hold
+//! unstaged when the pod goes; listed in `status.volumesInUse` while mounted, and kept mounted
+//! across an agent restart); a claim that is not bound and a failing NodeStageVolume hold
 //! the pod in ContainerCreating with upstream's FailedMount messages; inline CSI and generic
 //! ephemeral volumes work, and a generic ephemeral claim the pod does not own is refused.
 
@@ -310,6 +311,51 @@ fn claims_keep_their_data_from_one_pod_to_the_next() {
     assert_eq!(vol_data["driverName"], DRIVER);
     assert_eq!(vol_data["volumeHandle"], "vol-1");
     assert_eq!(vol_data["specVolID"], "pv-csi");
+    let unique = format!("kubernetes.io/csi/{DRIVER}^vol-1");
+    wait_for(
+        "volumesInUse lists the CSI volume",
+        Duration::from_secs(40),
+        || {
+            let n = cp.get("nodes", "", NODE)?;
+            (n["status"]["volumesInUse"] == json!([unique])).then_some(())
+        },
+    );
+
+    // An agent restart: the volume stays mounted and in use, and is not published again.
+    let publishes = |d: &TestCsiDriver| {
+        d.calls()
+            .iter()
+            .filter(|c| c.starts_with("NodePublishVolume vol-1"))
+            .count()
+    };
+    let before = publishes(&driver);
+    kubelet.restart();
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&format!(" {} ", target.display()))
+    };
+    assert!(mounted(), "the restart unmounted the volume");
+    wait_for("healthz after the restart", Duration::from_secs(60), || {
+        let (body, code) = kubelet.curl_code("http://127.0.0.1:10248/healthz");
+        (code == "200" && body == "ok").then_some(())
+    });
+    // The new agent's status loop writes volumesInUse again once it has adopted the pod.
+    std::thread::sleep(Duration::from_secs(3));
+    wait_for(
+        "volumesInUse after the restart",
+        Duration::from_secs(40),
+        || {
+            let n = cp.get("nodes", "", NODE)?;
+            (n["status"]["volumesInUse"] == json!([unique])).then_some(())
+        },
+    );
+    assert!(mounted());
+    assert_eq!(publishes(&driver), before, "{:?}", driver.calls());
+    assert_eq!(
+        cp.get("pods", "default", "db1").unwrap()["status"]["phase"],
+        "Running"
+    );
     gone(&cp, "db1");
     wait_for("unpublished and unstaged", Duration::from_secs(30), || {
         let c = driver.calls();
@@ -318,6 +364,10 @@ fn claims_keep_their_data_from_one_pod_to_the_next() {
             && c.iter()
                 .any(|l| l == &format!("NodeUnstageVolume vol-1 {staging}")))
         .then_some(())
+    });
+    wait_for("volumesInUse cleared", Duration::from_secs(40), || {
+        let n = cp.get("nodes", "", NODE)?;
+        n["status"]["volumesInUse"].is_null().then_some(())
     });
     cp.create(
         "pods",

@@ -84,6 +84,7 @@ pub(super) fn worker_env(
     cfg: &Config,
     parts: WorkerParts,
     cluster: Option<&Connected>,
+    storage: Option<Arc<crate::volume::claims::Storage>>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Arc<Deps> {
@@ -95,7 +96,6 @@ pub(super) fn worker_env(
     });
     let binder: Arc<dyn crate::volume::subpath::Binder> =
         Arc::new(crate::volume::subpath::KernelBinder);
-    let storage = storage(&parts.node, cluster, tasks, cancel);
     let mut volumes = crate::volume::VolumeManager::new(
         parts.node.clone(),
         Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
@@ -160,9 +160,18 @@ pub(super) fn worker_env(
     })
 }
 
+/// The node status's view of the volumes in use.
+pub(super) struct InUse(pub Arc<crate::volume::claims::Storage>);
+
+impl crate::node::VolumesInUse for InUse {
+    fn volumes_in_use(&self) -> Vec<String> {
+        self.0.volumes_in_use()
+    }
+}
+
 /// The plugin manager (CSI drivers register through `<root-dir>/plugins_registry`) and, in
 /// cluster mode, the claim-backed and CSI volumes it serves.
-fn storage(
+pub(super) fn storage(
     node: &NodeSettings,
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
@@ -192,7 +201,7 @@ fn storage(
     );
     tasks.spawn(Arc::new(plugins).run(cancel.clone()));
     let c = cluster?;
-    Some(Arc::new(crate::volume::claims::Storage::new(
+    let storage = Arc::new(crate::volume::claims::Storage::new(
         Arc::new(crate::volume::claims::KubeStorageApi {
             client: c.client.clone(),
         }),
@@ -201,7 +210,12 @@ fn storage(
             node_name: node.node_name.clone(),
             drivers,
         },
-    )))
+    ));
+    let s = storage.clone();
+    tasks.spawn(async move {
+        let _ = tokio::task::spawn_blocking(move || s.reconstruct()).await;
+    });
+    Some(storage)
 }
 
 /// The static pod source: manifests under `staticPodPath` through admission to the sync

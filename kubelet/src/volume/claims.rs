@@ -339,6 +339,20 @@ impl Storage {
         r
     }
 
+    /// Rebuilds the volumes in use from disk after an agent restart (upstream's
+    /// reconstruction): every persistent CSI volume still mounted under a pod directory, as its
+    /// `vol_data.json` names it. Blocking.
+    pub fn reconstruct(&self) {
+        let found = self.csi.mounted_volumes();
+        let mut in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
+        for (uid, driver, handle) in found {
+            in_use
+                .entry(uid)
+                .or_default()
+                .insert(unique_csi_name(&driver, &handle));
+        }
+    }
+
     /// The unique names of the attachable volumes mounted for pods now, sorted.
     pub fn volumes_in_use(&self) -> Vec<String> {
         let all: std::collections::BTreeSet<String> = self

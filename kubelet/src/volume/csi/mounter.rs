@@ -328,6 +328,34 @@ impl CsiMounter {
     }
 }
 
+impl CsiMounter {
+    /// `(pod uid, driver, volume handle)` of every persistent CSI volume mounted under a pod
+    /// directory now, from the `vol_data.json` files. Blocking.
+    pub fn mounted_volumes(&self) -> Vec<(String, String, String)> {
+        let Ok(pods) = std::fs::read_dir(self.root_dir.join("pods")) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for p in pods.flatten() {
+            let uid = p.file_name().to_string_lossy().into_owned();
+            let base = p.path().join("volumes").join(POD_PLUGIN_DIR);
+            for (dir, d) in read_vol_data_dirs(&base) {
+                if d.get("volumeLifecycleMode").map(String::as_str) == Some("Ephemeral")
+                    || !is_mounted(&dir.join("mount"))
+                {
+                    continue;
+                }
+                out.push((
+                    uid.clone(),
+                    d.get("driverName").cloned().unwrap_or_default(),
+                    d.get("volumeHandle").cloned().unwrap_or_default(),
+                ));
+            }
+        }
+        out
+    }
+}
+
 /// Every `kubernetes.io~csi/<name>` directory of a pod with its `vol_data.json`.
 fn read_vol_data_dirs(base: &Path) -> Vec<(PathBuf, BTreeMap<String, String>)> {
     let Ok(entries) = std::fs::read_dir(base) else {
