@@ -4,7 +4,8 @@
 //! deregistered when its socket goes; claims on hostPath and CSI PVs keep their data from one
 //! pod to the next (CSI volumes staged and published at upstream's paths, unpublished and
 //! unstaged when the pod goes; listed in `status.volumesInUse` while mounted, and kept mounted
-//! across an agent restart); a claim that is not bound and a failing NodeStageVolume hold
+//! across an agent restart; its driver's volume stats in /stats/summary and
+//! kubelet_volume_stats_*); a claim that is not bound and a failing NodeStageVolume hold
 //! the pod in ContainerCreating with upstream's FailedMount messages; inline CSI and generic
 //! ephemeral volumes work, and a generic ephemeral claim the pod does not own is refused.
 
@@ -203,7 +204,7 @@ fn csi_driver_registers_in_csinode_and_the_node_annotation_then_deregisters() {
 fn claims_keep_their_data_from_one_pod_to_the_next() {
     require_rig!();
     let (_rig, cp, node, mut kubelet) =
-        node_tests::joined::up("e2e-storage-pvc", Options::default(), false);
+        node_tests::joined::up("e2e-storage-pvc", Options::default(), true);
     registered(&cp, &mut kubelet);
     let data = tempfile::tempdir().unwrap();
     let root = node.p("var/lib/kubelet");
@@ -311,6 +312,43 @@ fn claims_keep_their_data_from_one_pod_to_the_next() {
     assert_eq!(vol_data["driverName"], DRIVER);
     assert_eq!(vol_data["volumeHandle"], "vol-1");
     assert_eq!(vol_data["specVolID"], "pv-csi");
+    // Volume stats from the driver's NodeGetVolumeStats: /stats/summary (with pvcRef) and
+    // kubelet_volume_stats_*.
+    std::fs::write(data.path().join("vol-1/big"), vec![7u8; 1 << 20]).unwrap();
+    let vs = wait_for(
+        "CSI volume stats in /stats/summary",
+        Duration::from_secs(40),
+        || {
+            let body = kubelet.curl("https://127.0.0.1:10250/stats/summary");
+            let v: Value = serde_json::from_str(&body).ok()?;
+            v["pods"]
+                .as_array()?
+                .iter()
+                .find(|p| p["podRef"]["name"] == "db1")?["volume"]
+                .as_array()?
+                .iter()
+                .find(|x| x["name"] == "data")
+                .cloned()
+        },
+    );
+    assert_eq!(
+        vs["pvcRef"],
+        json!({"name": "db", "namespace": "default"}),
+        "{vs:#}"
+    );
+    assert!(vs["usedBytes"].as_u64().unwrap() >= 1 << 20, "{vs:#}");
+    assert!(vs["capacityBytes"].as_u64().unwrap() > 0, "{vs:#}");
+    let metrics = kubelet.curl("https://127.0.0.1:10250/metrics");
+    let used = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("kubelet_volume_stats_used_bytes{")
+                && l.contains("namespace=\"default\"")
+                && l.contains("persistentvolumeclaim=\"db\"")
+        })
+        .unwrap_or_else(|| panic!("no kubelet_volume_stats_used_bytes for db in:\n{metrics}"));
+    let value: f64 = used.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(value >= (1 << 20) as f64, "{used}");
     let unique = format!("kubernetes.io/csi/{DRIVER}^vol-1");
     wait_for(
         "volumesInUse lists the CSI volume",

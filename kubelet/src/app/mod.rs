@@ -138,7 +138,16 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         metrics: metrics.clone(),
         pull_records: pull_records.clone(),
     };
-    let storage = pods::storage(&worker_parts.node, cluster.as_ref(), &mut tasks, &cancel);
+    let storage = pods::storage(
+        &worker_parts.node,
+        crate::stats::DEFAULT_VOLUME_STATS_AGG_PERIOD,
+        cluster.as_ref(),
+        &mut tasks,
+        &cancel,
+    );
+    if let Some(s) = &storage {
+        stats.set_measured_volumes(Arc::new(pods::InUse(s.clone())));
+    }
     let env = pods::worker_env(
         &cfg,
         worker_parts,

@@ -169,10 +169,36 @@ impl crate::node::VolumesInUse for InUse {
     }
 }
 
+impl crate::stats::MeasuredVolumes for InUse {
+    fn pod_volumes(&self, pod_uid: &str) -> Vec<crate::stats::summary::VolumeStats> {
+        use crate::stats::summary::{FsStats, PvcReference, StatTime, VolumeStats};
+        let u = |v: i64| u64::try_from(v).ok();
+        self.0
+            .pod_volume_stats(pod_uid)
+            .into_iter()
+            .map(|m| (m.volume, m.claim, m.at_ns, m.stats))
+            .map(|(name, claim, at_ns, s)| VolumeStats {
+                fs: FsStats {
+                    time: StatTime(at_ns),
+                    available_bytes: u(s.available_bytes),
+                    capacity_bytes: u(s.capacity_bytes),
+                    used_bytes: u(s.used_bytes),
+                    inodes_free: u(s.inodes_free),
+                    inodes: u(s.inodes),
+                    inodes_used: u(s.inodes_used),
+                },
+                name,
+                pvc_ref: claim.map(|(namespace, name)| PvcReference { name, namespace }),
+            })
+            .collect()
+    }
+}
+
 /// The plugin manager (CSI drivers register through `<root-dir>/plugins_registry`) and, in
 /// cluster mode, the claim-backed and CSI volumes it serves.
 pub(super) fn storage(
     node: &NodeSettings,
+    stats_period: std::time::Duration,
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
@@ -215,6 +241,7 @@ pub(super) fn storage(
     tasks.spawn(async move {
         let _ = tokio::task::spawn_blocking(move || s.reconstruct()).await;
     });
+    tasks.spawn(storage.clone().run_stats(stats_period, cancel.clone()));
     Some(storage)
 }
 

@@ -276,7 +276,36 @@ pub struct Storage {
     pub csi: super::csi::CsiMounter,
     /// Unique names of the attachable volumes each pod uses (`status.volumesInUse`).
     in_use: std::sync::Mutex<BTreeMap<String, std::collections::BTreeSet<String>>>,
+    /// The CSI volumes each pod has published, by pod UID and volume name, with their last
+    /// measurement.
+    published: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Published>>>,
 }
+
+/// A CSI volume published for a pod.
+#[derive(Debug, Clone)]
+pub struct Published {
+    /// `(namespace, claim)` of a PVC-backed volume.
+    pub claim: Option<(String, String)>,
+    pub driver: String,
+    pub volume_handle: String,
+    pub target: std::path::PathBuf,
+    /// The last `NodeGetVolumeStats` answer and when it came.
+    pub measured: Option<(std::time::Instant, i64, super::csi::client::VolumeStats)>,
+}
+
+/// One CSI volume's last measurement.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub volume: String,
+    /// `(namespace, claim)` of a PVC-backed volume.
+    pub claim: Option<(String, String)>,
+    /// When it was taken, nanoseconds since the epoch.
+    pub at_ns: i64,
+    pub stats: super::csi::client::VolumeStats,
+}
+
+/// How often the published volumes are looked at for a measurement that is due.
+const STATS_TICK: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl std::fmt::Debug for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -290,6 +319,7 @@ impl Storage {
             api,
             csi,
             in_use: Default::default(),
+            published: Default::default(),
         }
     }
 
@@ -314,6 +344,21 @@ impl Storage {
             .map_err(|e| e.to_string())?,
             Source::Csi(c) => {
                 let path = self.csi.set_up(&uid, &c).await?;
+                let claim = claim_of(pod, v);
+                let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+                let entry = published
+                    .entry(uid.clone())
+                    .or_default()
+                    .entry(v.name.clone())
+                    .or_insert_with(|| Published {
+                        claim,
+                        driver: c.driver.clone(),
+                        volume_handle: c.volume_handle.clone(),
+                        target: path.clone(),
+                        measured: None,
+                    });
+                entry.target = path.clone();
+                drop(published);
                 if !c.ephemeral {
                     self.in_use
                         .lock()
@@ -335,8 +380,124 @@ impl Storage {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(pod_uid);
+            let gone = self
+                .published
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(pod_uid);
+            for (ns, claim) in gone
+                .into_iter()
+                .flat_map(|v| v.into_values())
+                .filter_map(|p| p.claim)
+            {
+                crate::metrics::volumes().remove_volume_stats(&ns, &claim);
+            }
         }
         r
+    }
+
+    /// Measures each published CSI volume whose driver has GET_VOLUME_STATS once per
+    /// `period` (upstream's volumeStatsAggPeriod), the first time soon after it is published;
+    /// feeds [`Storage::pod_volume_stats`] and `kubelet_volume_stats_*`.
+    pub async fn run_stats(
+        self: std::sync::Arc<Self>,
+        period: std::time::Duration,
+        cancel: tokio_util::sync::CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(STATS_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let due: Vec<(String, String, Published)> = self
+                .published
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .flat_map(|(uid, vols)| {
+                    vols.iter()
+                        .map(move |(name, p)| (uid.clone(), name.clone(), p.clone()))
+                })
+                .filter(|(_, _, p)| {
+                    p.measured
+                        .as_ref()
+                        .is_none_or(|(at, _, _)| at.elapsed() >= period)
+                })
+                .collect();
+            for (uid, name, p) in due {
+                let Some(driver) = self.csi.drivers.get(&p.driver) else {
+                    continue;
+                };
+                let caps = match driver.node.capabilities().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::debug!(driver = %p.driver, error = %e, "NodeGetCapabilities failed");
+                        continue;
+                    }
+                };
+                if !caps.volume_stats {
+                    continue;
+                }
+                let stats = match driver
+                    .node
+                    .volume_stats(&p.volume_handle, &p.target.display().to_string(), "")
+                    .await
+                {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(pod_uid = %uid, volume = %name, error = %e, "NodeGetVolumeStats failed");
+                        continue;
+                    }
+                };
+                if let Some((ns, claim)) = &p.claim {
+                    let u = |v: i64| u64::try_from(v).unwrap_or(0);
+                    crate::metrics::volumes().set_volume_stats(
+                        ns,
+                        claim,
+                        &crate::metrics::storage::VolumeFigures {
+                            capacity_bytes: u(stats.capacity_bytes),
+                            available_bytes: u(stats.available_bytes),
+                            used_bytes: u(stats.used_bytes),
+                            inodes: u(stats.inodes),
+                            inodes_free: u(stats.inodes_free),
+                            inodes_used: u(stats.inodes_used),
+                        },
+                    );
+                }
+                let now_ns = crate::clock::unix_now() * 1_000_000_000;
+                if let Some(e) = self
+                    .published
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_mut(&uid)
+                    .and_then(|v| v.get_mut(&name))
+                {
+                    e.measured = Some((std::time::Instant::now(), now_ns, stats));
+                }
+            }
+        }
+    }
+
+    /// The last measurements of a pod's CSI volumes.
+    pub fn pod_volume_stats(&self, pod_uid: &str) -> Vec<Measured> {
+        self.published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pod_uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, p)| {
+                let (_, at_ns, stats) = p.measured.as_ref()?;
+                Some(Measured {
+                    volume: name.clone(),
+                    claim: p.claim.clone(),
+                    at_ns: *at_ns,
+                    stats: *stats,
+                })
+            })
+            .collect()
     }
 
     /// Rebuilds the volumes in use from disk after an agent restart (upstream's
@@ -365,6 +526,23 @@ impl Storage {
             .collect();
         all.into_iter().collect()
     }
+}
+
+/// `(namespace, claim)` behind a pod volume: its `persistentVolumeClaim`, or the claim a
+/// generic ephemeral volume gets.
+fn claim_of(pod: &Pod, v: &Volume) -> Option<(String, String)> {
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    if let Some(c) = &v.persistent_volume_claim {
+        return Some((ns, c.claim_name.clone()));
+    }
+    v.ephemeral.as_ref().map(|_| {
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        (ns, format!("{pod_name}-{}", v.name))
+    })
 }
 
 /// Upstream's unique volume name of a CSI volume: `kubernetes.io/csi/<driver>^<handle>`.
