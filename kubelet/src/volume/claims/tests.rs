@@ -297,6 +297,9 @@ async fn inline_csi_volumes_need_a_driver_that_allows_ephemeral() {
         name: "cache".into(),
         csi: Some(CSIVolumeSource {
             driver: "csi.example.com".into(),
+            fs_type: Some("xfs".into()),
+            read_only: Some(true),
+            volume_attributes: Some([("size".to_string(), "1Gi".to_string())].into()),
             ..Default::default()
         }),
         ..Default::default()
@@ -318,10 +321,41 @@ async fn inline_csi_volumes_need_a_driver_that_allows_ephemeral() {
     let Source::Csi(c) = resolve(&a, &pod(), &v).await.unwrap() else {
         panic!("not csi")
     };
-    assert!(c.ephemeral);
+    assert!(c.ephemeral && c.read_only);
+    assert_eq!(c.fs_type, "xfs");
+    assert_eq!(c.attributes["size"], "1Gi");
     assert_eq!(
         c.volume_handle,
         crate::volume::csi::mounter::ephemeral_volume_handle("pod-uid", "cache")
     );
     assert!(c.volume_handle.starts_with("csi-") && c.volume_handle.len() == 68);
+}
+
+#[tokio::test]
+async fn inline_csi_publish_secrets_are_refused_not_ignored() {
+    let a = api();
+    let mut d = CSIDriver::default();
+    d.spec = CSIDriverSpec {
+        volume_lifecycle_modes: Some(vec!["Ephemeral".into()]),
+        ..Default::default()
+    };
+    a.drivers
+        .lock()
+        .unwrap()
+        .insert("csi.example.com".into(), d);
+    let v = Volume {
+        name: "cache".into(),
+        csi: Some(CSIVolumeSource {
+            driver: "csi.example.com".into(),
+            node_publish_secret_ref: Some(k8s_openapi::api::core::v1::LocalObjectReference {
+                name: "creds".into(),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        resolve(&a, &pod(), &v).await.unwrap_err(),
+        "kubernetes.io/csi: volume \"cache\": nodePublishSecretRef is not supported by this kubelet"
+    );
 }
