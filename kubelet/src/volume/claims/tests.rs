@@ -334,9 +334,11 @@ async fn inline_csi_volumes_need_a_driver_that_allows_ephemeral() {
 #[tokio::test]
 async fn inline_csi_publish_secrets_are_refused_not_ignored() {
     let a = api();
-    let mut d = CSIDriver::default();
-    d.spec = CSIDriverSpec {
-        volume_lifecycle_modes: Some(vec!["Ephemeral".into()]),
+    let d = CSIDriver {
+        spec: CSIDriverSpec {
+            volume_lifecycle_modes: Some(vec!["Ephemeral".into()]),
+            ..Default::default()
+        },
         ..Default::default()
     };
     a.drivers
