@@ -74,7 +74,7 @@ LAYERS = {
         # apiserver (client, informers, object caches, the event sink).
         ("edges", ["cm", "host", "objects", "runtime"]),
         # Subsystems: each owns one concern and its settings and exposes it from its mod.rs.
-        ("subsystems", ["certs", "eviction", "images", "logs", "network", "node", "oom",
+        ("subsystems", ["allocation", "certs", "eviction", "images", "logs", "network", "node", "oom",
                         "pleg", "pod_dirs", "probing", "server", "shutdown", "spec", "stats",
                         "volume"]),
         # Core: the pod lifecycle. Sources and admission -> sync loop -> one worker per pod

@@ -93,6 +93,8 @@ pub struct Parts {
     pub shutdown: Arc<crate::shutdown::ShutdownState>,
     /// The eviction manager's pressure conditions (node status, admission).
     pub pressure: Arc<crate::eviction::PressureState>,
+    /// The pods' allocated resources (admission decides resizes).
+    pub allocations: Arc<crate::allocation::Allocations>,
 }
 
 /// Handles the rest of the kubelet keeps.
@@ -137,6 +139,7 @@ pub fn start(
             shutdown: parts.shutdown.clone(),
             pressure: parts.pressure.clone(),
             pod_level_resources: cfg.pod_limits.pod_level_resources,
+            allocations: parts.allocations.clone(),
         }
         .run(cancel.clone()),
     );
