@@ -16,7 +16,8 @@ use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
 
 /// The checkpoint's file name in the root directory (upstream's `allocatedPodsStateFile`).
 pub const CHECKPOINT_FILE: &str = "allocated_pods_state";
@@ -73,8 +74,9 @@ pub struct Allocations {
     state: Mutex<State>,
     /// The checkpoint file; None keeps the allocations in memory only.
     path: Option<PathBuf>,
-    /// Woken when an allocation or a pending resize changes (a deferred resize accepted later).
-    changed: tokio::sync::Notify,
+    /// Per pod UID, woken when its allocation or pending resize changes (a deferred resize
+    /// accepted later): the pod's worker waits on it.
+    watchers: Mutex<HashMap<String, Arc<Notify>>>,
 }
 
 /// Which containers resize in place: app containers and sidecars (upstream's
@@ -142,7 +144,7 @@ impl Allocations {
                 ..Default::default()
             }),
             path: Some(path),
-            changed: tokio::sync::Notify::new(),
+            watchers: Mutex::default(),
         })
     }
 
@@ -172,7 +174,7 @@ impl Allocations {
             st.pods.insert(uid.to_string(), alloc);
             st.dirty = true;
             drop(st);
-            self.changed.notify_waiters();
+            self.notify(uid);
         }
     }
 
@@ -182,6 +184,9 @@ impl Allocations {
         let mut st = self.state();
         st.pods.retain(|uid, _| live.contains(uid.as_str()));
         st.pending.retain(|uid, _| live.contains(uid.as_str()));
+        drop(st);
+        let mut w = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        w.retain(|uid, _| live.contains(uid.as_str()));
     }
 
     /// The resize of pod `uid` the node did not take, if any.
@@ -199,14 +204,24 @@ impl Allocations {
         };
         drop(st);
         if changed {
-            self.changed.notify_waiters();
+            self.notify(uid);
         }
         changed
     }
 
-    /// Resolves when an allocation or a pending resize changes after this is called.
-    pub async fn changed(&self) {
-        self.changed.notified().await
+    /// What wakes pod `uid`'s worker when its allocation or pending resize changes (a change
+    /// before it waits is kept for it).
+    pub fn subscribe(&self, uid: &str) -> Arc<Notify> {
+        let mut w = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        w.entry(uid.to_string()).or_default().clone()
+    }
+
+    /// Wakes pod `uid`'s worker, if it has one.
+    fn notify(&self, uid: &str) {
+        let w = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = w.get(uid) {
+            n.notify_one();
+        }
     }
 
     /// Whether the checkpoint lags behind the allocations.
