@@ -222,6 +222,7 @@ mod tests {
             annotations: Default::default(),
             log_path: String::new(),
             stdin: false,
+            stdin_once: false,
             tty: false,
             resources: LinuxResources::default(),
             security: Default::default(),

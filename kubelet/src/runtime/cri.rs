@@ -337,6 +337,7 @@ fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::ContainerCo
         annotations: hash(&c.annotations),
         log_path: c.log_path.clone(),
         stdin: c.stdin,
+        stdin_once: c.stdin_once,
         tty: c.tty,
         linux: Some(pb::LinuxContainerConfig {
             resources: Some(resources(&c.resources)),

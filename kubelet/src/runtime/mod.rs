@@ -216,6 +216,8 @@ pub struct ContainerConfig {
     /// Relative to the sandbox's log directory.
     pub log_path: String,
     pub stdin: bool,
+    /// Close stdin after the first attach ends (`stdinOnce`).
+    pub stdin_once: bool,
     pub tty: bool,
     pub resources: LinuxResources,
     /// The container's security settings (`LinuxContainerSecurityContext`, without the

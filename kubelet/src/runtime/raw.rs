@@ -55,6 +55,7 @@ pub fn container(sb: &SandboxConfig) -> ContainerConfig {
         annotations: BTreeMap::new(),
         log_path: "app/0.log".into(),
         stdin: false,
+        stdin_once: false,
         tty: false,
         resources: LinuxResources {
             cpu_shares: 2,

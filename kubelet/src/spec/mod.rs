@@ -678,6 +678,7 @@ pub fn container_config(
         annotations,
         log_path: format!("{}/{restart_count}.log", c.name),
         stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         resources: linux_resources(node, pod, c),
         security: security::container_security(node, pod, c)?,

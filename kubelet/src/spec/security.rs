@@ -231,6 +231,10 @@ fn container_groups(psc: Option<&PodSecurityContext>) -> Vec<i64> {
         .collect()
 }
 
+/// What a pod with `hostUsers: false` gets: the runtime reports no user namespace support.
+pub const HOST_USERS_REFUSED: &str =
+    "hostUsers: false (a user namespace for the pod) is not supported by this node agent";
+
 /// The container's security settings, before the image user is known (see [`apply_image_user`]).
 pub fn container_security(
     node: &NodeSettings,
@@ -240,10 +244,7 @@ pub fn container_security(
     let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     // Running such a pod in the node's user namespace would silently grant more than asked.
     if pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
-        return Err(ConfigError(
-            "hostUsers: false (a user namespace for the pod) is not supported by this node agent"
-                .into(),
-        ));
+        return Err(ConfigError(HOST_USERS_REFUSED.into()));
     }
     let e = effective(pod, c);
     let caps = e.capabilities.clone().unwrap_or_default();

@@ -876,3 +876,43 @@ fn api_data_volumes_are_always_mounted_read_only() {
         assert_eq!(ro.get(path), Some(&false), "{path} follows readOnly");
     }
 }
+
+#[test]
+fn namespace_modes_reach_the_sandbox_config() {
+    let p = pod(
+        serde_json::json!({"metadata": {"name": "a", "uid": "u"}, "spec": {
+        "hostNetwork": true, "hostPID": true, "hostIPC": true,
+        "containers": [{"name": "c", "image": "i:1", "workingDir": "/srv"}]}}),
+    );
+    let sb = sandbox_config(&node(), &p, 0, "/kubepods".into());
+    assert!(sb.host_network && sb.host_pid && sb.host_ipc);
+    let c = config_for(
+        &p,
+        &p.spec.as_ref().unwrap().containers[0],
+        0,
+        &[],
+        &EnvObjects::new(),
+    )
+    .unwrap();
+    assert_eq!(c.working_dir, "/srv");
+    let q = pod(
+        serde_json::json!({"metadata": {"name": "a", "uid": "u"}, "spec": {
+        "containers": [{"name": "c", "image": "i:1"}]}}),
+    );
+    let sb = sandbox_config(&node(), &q, 0, "/kubepods".into());
+    assert!(!sb.host_network && !sb.host_pid && !sb.host_ipc);
+}
+
+#[test]
+fn stdin_flags_reach_the_container_config() {
+    let p = pod(
+        serde_json::json!({"metadata": {"name": "a", "uid": "u"}, "spec": {
+        "containers": [{"name": "c", "image": "i:1", "stdin": true, "stdinOnce": true, "tty": true},
+                       {"name": "d", "image": "i:1"}]}}),
+    );
+    let spec = p.spec.as_ref().unwrap();
+    let c = config_for(&p, &spec.containers[0], 0, &[], &EnvObjects::new()).unwrap();
+    assert_eq!((c.stdin, c.stdin_once, c.tty), (true, true, true));
+    let d = config_for(&p, &spec.containers[1], 0, &[], &EnvObjects::new()).unwrap();
+    assert_eq!((d.stdin, d.stdin_once, d.tty), (false, false, false));
+}

@@ -45,6 +45,7 @@ fn container(name: &str) -> ContainerConfig {
         annotations: BTreeMap::new(),
         log_path: format!("{name}/0.log"),
         stdin: false,
+        stdin_once: false,
         tty: false,
         resources: LinuxResources::default(),
         security: ContainerSecurity::default(),

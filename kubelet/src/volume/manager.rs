@@ -82,24 +82,13 @@ const PLUGINS: [&str; 6] = [
 /// (its default since v1.33). The gate has no effect here: gitRepo volumes are never set up.
 pub const GIT_REPO_DISABLED: &str = "git-repo volume plugin has been disabled; if necessary, it may be re-enabled by enabling the feature-gate `GitRepoVolumeDriver`";
 
-/// The field name of a kind this kubelet cannot mount, for the error.
-fn unsupported_kind(v: &Volume) -> &'static str {
+/// The field name of a kind this kubelet cannot mount, for the error: the volume's one field
+/// besides its name.
+fn unsupported_kind(v: &Volume) -> String {
     let j = serde_json::to_value(v).unwrap_or_default();
-    let kinds = [
-        "persistentVolumeClaim",
-        "csi",
-        "ephemeral",
-        "nfs",
-        "iscsi",
-        "rbd",
-        "cephfs",
-        "fc",
-        "image",
-    ];
-    kinds
-        .into_iter()
-        .find(|k| j.get(*k).is_some())
-        .unwrap_or("(unknown)")
+    j.as_object()
+        .and_then(|o| o.keys().find(|k| *k != "name").cloned())
+        .unwrap_or_else(|| "(unknown)".into())
 }
 
 struct PodVolumes {

@@ -505,6 +505,35 @@ mod tests {
     }
 
     #[test]
+    fn projected_secrets_and_unsupported_sources() {
+        let f = fetched(&[(
+            Kind::Secret,
+            "db",
+            Some(data(&[], &[("pw", b"x"), ("user", b"u")])),
+        )]);
+        let v: ProjectedVolumeSource = src(serde_json::json!({"sources": [
+            {"secret": {"name": "db", "items": [{"key": "pw", "path": "pw.txt", "mode": 0o400}]}},
+            {"secret": {"name": "gone", "optional": true}}]}));
+        let p = projected(&pod(), "v", &v, &f, &BTreeMap::new()).unwrap();
+        assert_eq!(text(&p, "pw.txt"), ("x".into(), 0o400));
+        assert_eq!(p.len(), 1);
+        for (source, message) in [
+            (
+                serde_json::json!({"clusterTrustBundle": {"name": "b", "path": "ca.pem"}}),
+                "clusterTrustBundle projections are not supported by this kubelet",
+            ),
+            (
+                serde_json::json!({"podCertificate": {"signerName": "s/x", "keyType": "ED25519", "credentialBundlePath": "c"}}),
+                "podCertificate projections are not supported by this kubelet",
+            ),
+        ] {
+            let v: ProjectedVolumeSource = src(serde_json::json!({"sources": [source]}));
+            let e = projected(&pod(), "v", &v, &f, &BTreeMap::new()).unwrap_err();
+            assert_eq!(e.0, message);
+        }
+    }
+
+    #[test]
     fn go_quote_escapes_like_fmt_q() {
         assert_eq!(go_quote("a\"b\\c\u{7}\u{1}é"), "\"a\\\"b\\\\c\\a\\x01é\"");
     }

@@ -3,6 +3,7 @@
 //! node pressure, `maxPods`, resource fit against the node's allocatable, node selector and
 //! required node affinity, and sysctls. Decisions are sticky per UID.
 
+pub mod fields;
 pub mod fit;
 pub mod resize;
 pub mod sysctl;
@@ -241,6 +242,11 @@ impl Admission {
                 })
             } else if let Err((reason, message)) = self.sysctls.admit(p) {
                 Some(Rejection { reason, message })
+            } else if let Some((reason, message)) = fields::refusal(p) {
+                Some(Rejection {
+                    reason: reason.into(),
+                    message: message.into(),
+                })
             } else {
                 None
             };

@@ -229,6 +229,7 @@ async fn pod_and_container_configs_reach_the_runtime_as_given() {
     });
     let mut c = raw::container(&sb);
     c.envs = vec![("A".into(), "b".into())];
+    (c.stdin, c.stdin_once, c.tty) = (true, true, true);
     c.annotations
         .insert("io.kubernetes.container.hash".into(), "abc".into());
     c.mounts = vec![Mount {
@@ -284,6 +285,7 @@ async fn pod_and_container_configs_reach_the_runtime_as_given() {
         (cc.mounts[0].container_path.as_str(), cc.mounts[0].readonly),
         ("/data", true)
     );
+    assert_eq!((cc.stdin, cc.stdin_once, cc.tty), (true, true, true));
 
     // The runtime's lists now show both with the same labels and annotations.
     let listed = rt.list_sandboxes().await.unwrap();

@@ -1,0 +1,229 @@
+//! Values of pod fields this node agent does not provide, refused at admission with a message
+//! naming the field (the pod fails with reason [`REASON`]) instead of running without them.
+//! Each entry carries an example the guard test admits to check that it is refused.
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, VolumeMount};
+
+/// The rejection reason of a pod using a field this node agent does not provide.
+pub const REASON: &str = "UnsupportedPodField";
+
+/// Upstream's reason and message for a pod whose `spec.os.name` is not the node's OS.
+pub const OS_REASON: &str = "PodOSNotSupported";
+pub const OS_MESSAGE: &str = "Failed to admit pod as the OS field doesn't match node OS";
+
+pub const HOSTNAME_OVERRIDE: &str = "spec.hostnameOverride is not supported by this node agent";
+pub const SET_HOSTNAME_AS_FQDN: &str =
+    "spec.setHostnameAsFQDN: true is not supported by this node agent";
+pub const SHARE_PROCESS_NAMESPACE: &str =
+    "spec.shareProcessNamespace: true is not supported by this node agent";
+pub const RESOURCE_CLAIMS: &str =
+    "spec.resourceClaims (dynamic resource allocation) is not supported by this node agent";
+pub const RESOURCE_CLAIMS_CONTAINER: &str =
+    "resources.claims (dynamic resource allocation) is not supported by this node agent";
+pub const REGULAR_RESTART_POLICY: &str = "restartPolicy on a regular container is not supported by this node agent (on init containers, Always makes a sidecar)";
+pub const RESTART_POLICY_RULES: &str = "restartPolicyRules is not supported by this node agent";
+pub const VOLUME_DEVICES: &str =
+    "volumeDevices (raw block volumes) are not supported by this node agent";
+pub const STOP_SIGNAL: &str = "lifecycle.stopSignal is not supported by this node agent";
+pub const FILE_KEY_REF: &str = "env valueFrom.fileKeyRef is not supported by this node agent";
+pub const MOUNT_PROPAGATION: &str =
+    "volumeMounts mountPropagation other than None is not supported by this node agent";
+pub const RECURSIVE_READ_ONLY: &str =
+    "volumeMounts recursiveReadOnly other than Disabled is not supported by this node agent";
+pub const SUB_PATH_EXPR: &str = "volumeMounts subPathExpr is not supported by this node agent";
+pub const HUGE_PAGES_MEDIUM: &str = "emptyDir medium HugePages is not supported by this node agent";
+
+/// One refused value: the field it is in, what the pod is told, an example spec (fields set
+/// over a one-container pod) that must be refused with it, and the check.
+pub struct Refusal {
+    pub owner: &'static str,
+    pub field: &'static str,
+    pub reason: &'static str,
+    pub message: &'static str,
+    pub example: &'static str,
+    check: fn(&PodSpec) -> bool,
+}
+
+fn containers(s: &PodSpec) -> impl Iterator<Item = &Container> {
+    s.init_containers
+        .iter()
+        .flatten()
+        .chain(s.containers.iter())
+}
+
+fn mounts(s: &PodSpec) -> impl Iterator<Item = &VolumeMount> {
+    containers(s).flat_map(|c| c.volume_mounts.iter().flatten())
+}
+
+fn set<T>(v: &Option<Vec<T>>) -> bool {
+    v.as_ref().is_some_and(|v| !v.is_empty())
+}
+
+fn nonempty(v: &Option<String>) -> bool {
+    v.as_deref().is_some_and(|v| !v.is_empty())
+}
+
+pub const REFUSALS: &[Refusal] = &[
+    Refusal {
+        owner: "PodOS",
+        field: "name",
+        reason: OS_REASON,
+        message: OS_MESSAGE,
+        example: r#"{"os": {"name": "windows"}}"#,
+        check: |s| {
+            s.os.as_ref()
+                .is_some_and(|o| o.name != std::env::consts::OS)
+        },
+    },
+    Refusal {
+        owner: "PodSpec",
+        field: "hostnameOverride",
+        reason: REASON,
+        message: HOSTNAME_OVERRIDE,
+        example: r#"{"hostnameOverride": "other"}"#,
+        check: |s| nonempty(&s.hostname_override),
+    },
+    Refusal {
+        owner: "PodSpec",
+        field: "setHostnameAsFQDN",
+        reason: REASON,
+        message: SET_HOSTNAME_AS_FQDN,
+        example: r#"{"setHostnameAsFQDN": true}"#,
+        check: |s| s.set_hostname_as_fqdn == Some(true),
+    },
+    Refusal {
+        owner: "PodSpec",
+        field: "shareProcessNamespace",
+        reason: REASON,
+        message: SHARE_PROCESS_NAMESPACE,
+        example: r#"{"shareProcessNamespace": true}"#,
+        check: |s| s.share_process_namespace == Some(true),
+    },
+    Refusal {
+        owner: "PodSpec",
+        field: "resourceClaims",
+        reason: REASON,
+        message: RESOURCE_CLAIMS,
+        example: r#"{"resourceClaims": [{"name": "gpu", "resourceClaimName": "g"}]}"#,
+        check: |s| set(&s.resource_claims),
+    },
+    Refusal {
+        owner: "ResourceRequirements",
+        field: "claims",
+        reason: REASON,
+        message: RESOURCE_CLAIMS_CONTAINER,
+        example: r#"{"containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "gpu"}]}}]}"#,
+        check: |s| {
+            containers(s)
+                .filter_map(|c| c.resources.as_ref())
+                .chain(s.resources.as_ref())
+                .any(|r| set(&r.claims))
+        },
+    },
+    Refusal {
+        owner: "Container",
+        field: "restartPolicyRules",
+        reason: REASON,
+        message: RESTART_POLICY_RULES,
+        example: r#"{"containers": [{"name": "c", "image": "i", "restartPolicy": "Never", "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}]}"#,
+        check: |s| containers(s).any(|c| set(&c.restart_policy_rules)),
+    },
+    Refusal {
+        owner: "Container",
+        field: "restartPolicy",
+        reason: REASON,
+        message: REGULAR_RESTART_POLICY,
+        example: r#"{"containers": [{"name": "c", "image": "i", "restartPolicy": "Always"}]}"#,
+        check: |s| s.containers.iter().any(|c| c.restart_policy.is_some()),
+    },
+    Refusal {
+        owner: "Container",
+        field: "volumeDevices",
+        reason: REASON,
+        message: VOLUME_DEVICES,
+        example: r#"{"containers": [{"name": "c", "image": "i", "volumeDevices": [{"name": "b", "devicePath": "/dev/xvda"}]}]}"#,
+        check: |s| containers(s).any(|c| set(&c.volume_devices)),
+    },
+    Refusal {
+        owner: "Lifecycle",
+        field: "stopSignal",
+        reason: REASON,
+        message: STOP_SIGNAL,
+        example: r#"{"os": {"name": "linux"}, "containers": [{"name": "c", "image": "i", "lifecycle": {"stopSignal": "SIGUSR1"}}]}"#,
+        check: |s| {
+            containers(s).any(|c| {
+                c.lifecycle
+                    .as_ref()
+                    .is_some_and(|l| nonempty(&l.stop_signal))
+            })
+        },
+    },
+    Refusal {
+        owner: "EnvVarSource",
+        field: "fileKeyRef",
+        reason: REASON,
+        message: FILE_KEY_REF,
+        example: r#"{"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "valueFrom": {"fileKeyRef": {"volumeName": "v", "path": "p", "key": "k"}}}]}]}"#,
+        check: |s| {
+            containers(s).flat_map(|c| c.env.iter().flatten()).any(|e| {
+                e.value_from
+                    .as_ref()
+                    .is_some_and(|v| v.file_key_ref.is_some())
+            })
+        },
+    },
+    Refusal {
+        owner: "VolumeMount",
+        field: "mountPropagation",
+        reason: REASON,
+        message: MOUNT_PROPAGATION,
+        example: r#"{"containers": [{"name": "c", "image": "i", "volumeMounts": [{"name": "v", "mountPath": "/m", "mountPropagation": "HostToContainer"}]}]}"#,
+        check: |s| mounts(s).any(|m| m.mount_propagation.as_deref().is_some_and(|p| p != "None")),
+    },
+    Refusal {
+        owner: "VolumeMount",
+        field: "recursiveReadOnly",
+        reason: REASON,
+        message: RECURSIVE_READ_ONLY,
+        example: r#"{"containers": [{"name": "c", "image": "i", "volumeMounts": [{"name": "v", "mountPath": "/m", "readOnly": true, "recursiveReadOnly": "IfPossible"}]}]}"#,
+        check: |s| {
+            mounts(s).any(|m| {
+                m.recursive_read_only
+                    .as_deref()
+                    .is_some_and(|p| p != "Disabled")
+            })
+        },
+    },
+    Refusal {
+        owner: "VolumeMount",
+        field: "subPathExpr",
+        reason: REASON,
+        message: SUB_PATH_EXPR,
+        example: r#"{"containers": [{"name": "c", "image": "i", "volumeMounts": [{"name": "v", "mountPath": "/m", "subPathExpr": "$(POD_NAME)"}]}]}"#,
+        check: |s| mounts(s).any(|m| nonempty(&m.sub_path_expr)),
+    },
+    Refusal {
+        owner: "EmptyDirVolumeSource",
+        field: "medium",
+        reason: REASON,
+        message: HUGE_PAGES_MEDIUM,
+        example: r#"{"volumes": [{"name": "h", "emptyDir": {"medium": "HugePages-2Mi"}}]}"#,
+        check: |s| {
+            s.volumes.iter().flatten().any(|v| {
+                v.empty_dir
+                    .as_ref()
+                    .and_then(|e| e.medium.as_deref())
+                    .is_some_and(|m| m.starts_with("HugePages"))
+            })
+        },
+    },
+];
+
+/// The first refusal that applies to the pod: (reason, message).
+pub fn refusal(pod: &Pod) -> Option<(&'static str, &'static str)> {
+    let spec = pod.spec.as_ref()?;
+    REFUSALS
+        .iter()
+        .find(|r| (r.check)(spec))
+        .map(|r| (r.reason, r.message))
+}
