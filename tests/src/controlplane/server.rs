@@ -485,6 +485,9 @@ async fn dispatch(
         "" => Subresource::Main,
         "status" if res.status => Subresource::Status,
         "approval" if res.approval => Subresource::Approval,
+        "resize" if res.group.is_empty() && res.plural == "pods" && verb != "get" => {
+            Subresource::Resize
+        }
         _ => {
             return error(&ApiError::new(
                 404,

@@ -216,6 +216,7 @@ impl Store {
                 }
                 r
             }
+            Subresource::Resize => super::resize::resized(&existing, &new, name)?,
             Subresource::Approval => {
                 let mut r = existing.clone();
                 let conds = new
