@@ -316,6 +316,7 @@ impl Admission {
                 resize::Decision::Unchanged => {
                     allocations.set_pending(uid, None);
                 }
+                resize::Decision::Undecided => {}
                 resize::Decision::Allocate => {
                     tracing::info!(pod = uid, "resize accepted; new resources allocated");
                     allocations.set(uid, crate::allocation::from_spec(desired));

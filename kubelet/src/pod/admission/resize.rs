@@ -18,6 +18,8 @@ pub enum Decision {
     Allocate,
     /// Not now (`Deferred`) or never at this size (`Infeasible`).
     Pending(Pending),
+    /// Nothing to weigh it against yet (the node's allocatable is unknown).
+    Undecided,
 }
 
 /// Upstream's message for a static pod's resize.
@@ -58,8 +60,9 @@ pub fn decide(
         return pending(REASON_INFEASIBLE, STATIC_POD_MESSAGE.into());
     }
     let Some(allocatable) = allocatable else {
-        // The node's allocatable is not known yet: nothing to weigh the resize against.
-        return pending(REASON_DEFERRED, "Node allocatable is not known yet".into());
+        // The node's allocatable is not known yet (before the Node object has it): decided
+        // on a later pass.
+        return Decision::Undecided;
     };
     let requests = super::fit::requests(desired, pod_level_gate);
     let capacity = |name: &str| {

@@ -300,8 +300,14 @@ mod tests {
                 &admin(),
             )
             .unwrap();
-        assert_eq!(out["spec"]["containers"][0]["resources"]["requests"]["cpu"], "200m");
-        assert_eq!(out["spec"]["nodeName"], "n1", "nothing but resources changes");
+        assert_eq!(
+            out["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+            "200m"
+        );
+        assert_eq!(
+            out["spec"]["nodeName"], "n1",
+            "nothing but resources changes"
+        );
         assert_eq!(
             out["metadata"]["generation"].as_i64(),
             Some(before["metadata"]["generation"].as_i64().unwrap_or(1) + 1)
@@ -319,7 +325,12 @@ mod tests {
             )
             .unwrap_err();
         assert_eq!(e.code, 422);
-        assert!(e.message.contains("only cpu and memory resources are mutable"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("only cpu and memory resources are mutable"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
