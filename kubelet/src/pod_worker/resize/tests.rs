@@ -86,7 +86,7 @@ async fn an_allocated_resize_updates_the_running_container_in_place() {
     assert_eq!(updates[0].1.cpu_period, 100_000);
     assert_eq!(updates[0].1.cpu_shares, 512);
     assert_eq!(updates[0].1.memory_limit_in_bytes, 64 << 20);
-    assert_eq!(r.rt.running("app"), [id.clone()], "no restart");
+    assert_eq!(r.rt.running("app"), std::slice::from_ref(&id), "no restart");
     assert_eq!(r.rt.count("UpdatePodSandboxResources"), 1);
     let st = status(&r);
     let cs = st.container_statuses.clone().unwrap().remove(0);
@@ -117,7 +117,11 @@ async fn restart_container_policy_restarts_for_its_resource_only() {
     w.desired = pod("300m", "64Mi", policy.clone());
     r.env.allocations.set("uid-r", from_spec(&w.desired));
     w.sync().await;
-    assert_eq!(r.rt.running("app"), [id.clone()], "cpu resizes in place");
+    assert_eq!(
+        r.rt.running("app"),
+        std::slice::from_ref(&id),
+        "cpu resizes in place"
+    );
     assert_eq!(r.rt.resource_updates().len(), 1);
     w.desired = pod("300m", "128Mi", policy);
     r.env.allocations.set("uid-r", from_spec(&w.desired));
