@@ -9,6 +9,7 @@
 //! `Deferred`), which the pod's status shows.
 
 pub mod checkpoint;
+pub mod message;
 
 pub use checkpoint::CheckpointError;
 

@@ -127,3 +127,17 @@ fn quantities_compare_by_value() {
         }
     ));
 }
+
+#[test]
+fn resize_event_messages_follow_upstreams_summary() {
+    let mut p = pod("u", "500m");
+    p.metadata.generation = Some(2);
+    assert_eq!(
+        message::resize_message(&p, "Pod resize started", ""),
+        r#"Pod resize started: {"initContainers":[{"name":"init","resources":{"requests":{"cpu":"1"}}},{"name":"side","resources":{"requests":{"cpu":"500m"}}}],"containers":[{"name":"c","resources":{"limits":{"cpu":"500m"},"requests":{"cpu":"500m"}}}],"generation":2}"#
+    );
+    assert!(
+        message::resize_message(&p, "Pod resize Deferred", "no room")
+            .ends_with(r#""generation":2,"error":"no room"}"#)
+    );
+}

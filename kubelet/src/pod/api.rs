@@ -56,6 +56,7 @@ impl Dispatcher {
         );
         admission.pod_level_resources = self.pod_level_resources;
         admission.allocations = Some(self.allocations.clone());
+        admission.events = Some(self.events.clone());
         let mut last: Option<HashMap<String, Pod>> = None;
         let mut rejected_uids: HashSet<String> = HashSet::new();
         loop {

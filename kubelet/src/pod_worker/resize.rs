@@ -161,6 +161,14 @@ impl Worker {
         if !grows {
             self.update_pod_cgroup().await;
         }
+        let text =
+            crate::allocation::message::resize_message(&self.pod, "Pod resize completed", "");
+        self.event(
+            None,
+            EventType::Normal,
+            crate::allocation::message::COMPLETED,
+            &text,
+        );
         if let (true, Some(sb)) = (changed, sandbox) {
             let overhead = spec::sandbox_overhead(&self.env.node, &self.pod);
             let resources = spec::sandbox_resources(&self.env.node, &self.pod);

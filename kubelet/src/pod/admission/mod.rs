@@ -5,6 +5,7 @@
 
 pub mod fields;
 pub mod fit;
+use crate::allocation::message;
 pub mod resize;
 pub mod sysctl;
 
@@ -95,7 +96,6 @@ fn is_terminal(p: &Pod) -> bool {
 }
 
 /// Admission decisions, sticky per UID: once admitted or rejected, a pod stays so.
-#[derive(Debug)]
 pub struct Admission {
     admitted: HashSet<String>,
     rejected: HashMap<String, Rejection>,
@@ -114,6 +114,8 @@ pub struct Admission {
     /// The pods' allocated resources (in-place resize): admitted pods count at their
     /// allocation, and resizes are decided here. None: pods count at their spec, no resize.
     pub allocations: Option<Arc<crate::allocation::Allocations>>,
+    /// Where the resize events go (`ResizeStarted`, `ResizeDeferred`, `ResizeInfeasible`).
+    pub events: Option<Arc<dyn crate::events::EventRecorder>>,
 }
 
 impl Default for Admission {
@@ -129,6 +131,7 @@ impl Default for Admission {
             // Upstream's default in v1.36.
             pod_level_resources: true,
             allocations: None,
+            events: None,
         }
     }
 }
@@ -269,6 +272,20 @@ impl Admission {
         out
     }
 
+    fn event(
+        &self,
+        pod: &Pod,
+        kind: crate::events::EventType,
+        reason: &str,
+        prefix: &str,
+        error: &str,
+    ) {
+        if let Some(events) = &self.events {
+            let text = message::resize_message(pod, prefix, error);
+            events.record(&crate::events::pod_ref(pod), kind, reason, &text);
+        }
+    }
+
     /// `pod` at its allocated resources (its spec when it has no allocation).
     fn allocated(&self, pod: &Pod) -> Pod {
         match &self.allocations {
@@ -319,6 +336,13 @@ impl Admission {
                 resize::Decision::Undecided => {}
                 resize::Decision::Allocate => {
                     tracing::info!(pod = uid, "resize accepted; new resources allocated");
+                    self.event(
+                        desired,
+                        crate::events::EventType::Normal,
+                        message::STARTED,
+                        "Pod resize started",
+                        "",
+                    );
                     allocations.set(uid, crate::allocation::from_spec(desired));
                     allocations.set_pending(uid, None);
                     *used = others;
@@ -327,6 +351,19 @@ impl Admission {
                 resize::Decision::Pending(p) => {
                     if allocations.set_pending(uid, Some(p.clone())) {
                         tracing::info!(pod = uid, reason = %p.reason, message = %p.message, "resize not accepted");
+                        let reason = if p.reason == crate::allocation::REASON_INFEASIBLE {
+                            message::INFEASIBLE
+                        } else {
+                            message::DEFERRED
+                        };
+                        let prefix = format!("Pod resize {}", p.reason);
+                        self.event(
+                            desired,
+                            crate::events::EventType::Warning,
+                            reason,
+                            &prefix,
+                            &p.message,
+                        );
                     }
                 }
             }

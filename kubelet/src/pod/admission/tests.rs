@@ -172,6 +172,7 @@ fn allocated_cpu(a: &crate::allocation::Allocations, uid: &str) -> String {
 #[test]
 fn resizes_are_allocated_deferred_or_infeasible() {
     let allocations = Arc::new(crate::allocation::Allocations::in_memory());
+    let recorder = Arc::new(crate::events::FakeRecorder::default());
     let q = |s: &str| Quantity(s.into());
     let mut a = Admission {
         allocatable: Some(
@@ -182,6 +183,7 @@ fn resizes_are_allocated_deferred_or_infeasible() {
             .into(),
         ),
         allocations: Some(allocations.clone()),
+        events: Some(recorder.clone()),
         ..Default::default()
     };
     let labels = BTreeMap::new();
@@ -240,6 +242,26 @@ fn resizes_are_allocated_deferred_or_infeasible() {
     // Shrinking always fits.
     a.admit(&[resizing("500m")], 0, 110, Some(&labels), "n1");
     assert_eq!(allocated_cpu(&allocations, "1"), "500m");
+    // One event per decision (a deferral whose message changed is told again), upstream's
+    // reasons.
+    let reasons: Vec<String> = recorder
+        .events()
+        .iter()
+        .map(|e| e.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "Warning ResizeInfeasible",
+            "Warning ResizeDeferred",
+            "Warning ResizeDeferred",
+            "Normal ResizeStarted",
+            "Normal ResizeStarted"
+        ]
+    );
+    assert!(recorder.events()[0].contains(
+        r#"Pod resize Infeasible: {"containers":[{"name":"c","resources":{"limits":{"cpu":"64","memory":"64Mi"},"requests":{"cpu":"64","memory":"64Mi"}}}],"generation":2,"error":"Node didn't have enough capacity"#
+    ));
 }
 
 /// After an agent restart the checkpointed allocation is what is admitted: a resize asked
