@@ -1,4 +1,5 @@
-//! Pod fields on real containerd, through the test control plane: each module covers one
-//! group of fields (in-place resize in `resize`).
+//! Pod fields on real containerd, through the test control plane (issue 27): each field
+//! either has an effect that is checked from inside the containers, or a refusal.
 
+mod ephemeral;
 mod resize;

@@ -17,6 +17,7 @@ mod admission;
 mod csr;
 mod defaults;
 mod delete;
+mod ephemeral;
 mod list;
 mod namespaces;
 mod node_taints;
@@ -119,6 +120,8 @@ pub enum Subresource {
     Approval,
     /// `pods/resize`: only the containers' resources and resize policies change.
     Resize,
+    /// `pods/ephemeralcontainers`: only `spec.ephemeralContainers` changes.
+    EphemeralContainers,
 }
 
 /// The effective delete options (query + DeleteOptions body).
