@@ -95,6 +95,8 @@ pub struct Parts {
     pub pressure: Arc<crate::eviction::PressureState>,
     /// The volumes in use for `status.volumesInUse`.
     pub volumes: Option<Arc<dyn node::VolumesInUse>>,
+    /// The pods' allocated resources (admission decides resizes).
+    pub allocations: Arc<crate::allocation::Allocations>,
 }
 
 /// Handles the rest of the kubelet keeps.
@@ -139,6 +141,7 @@ pub fn start(
             shutdown: parts.shutdown.clone(),
             pressure: parts.pressure.clone(),
             pod_level_resources: cfg.pod_limits.pod_level_resources,
+            allocations: parts.allocations.clone(),
         }
         .run(cancel.clone()),
     );

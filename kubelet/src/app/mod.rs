@@ -60,6 +60,9 @@ pub enum AppError {
     /// Upstream's kubelet exits when its image pull records cannot be set up.
     #[error("{0}")]
     PullRecords(String),
+    /// Upstream's kubelet exits when the allocated-resources checkpoint does not verify.
+    #[error(transparent)]
+    Allocations(#[from] crate::allocation::AllocationError),
 }
 
 /// The node's first non-loopback IPv4 address as the kernel would pick for an outgoing route,
@@ -127,7 +130,9 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let shutdown_state = Arc::new(crate::shutdown::ShutdownState::default());
     let pressure = Arc::new(crate::eviction::PressureState::default());
     let node = pods::node_settings(&cfg, &cm, &node_ips).await;
+    let allocations = pods::allocations(&cfg).await?;
     let worker_parts = pods::WorkerParts {
+        allocations: allocations.clone(),
         runtime: runtime.clone(),
         runtime_name,
         cm,
@@ -190,6 +195,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             pressure: pressure.clone(),
             volumes: storage
                 .map(|s| Arc::new(pods::InUse(s)) as Arc<dyn crate::node::VolumesInUse>),
+            allocations,
         };
         terminated_tx = Some(cluster::start(&cfg, conn, parts, &mut tasks, &cancel).terminated_tx);
     }

@@ -69,6 +69,7 @@ pub(super) async fn node_settings(
 /// What every pod worker shares, with the volume manager and (cluster mode) the Services
 /// and RuntimeClasses informers spawned.
 pub(super) struct WorkerParts {
+    pub allocations: Arc<crate::allocation::Allocations>,
     pub runtime: Arc<dyn Runtime>,
     pub runtime_name: String,
     pub cm: Arc<ContainerManager>,
@@ -78,6 +79,24 @@ pub(super) struct WorkerParts {
     pub statuses: Arc<StatusManager>,
     pub metrics: Metrics,
     pub pull_records: Option<Arc<crate::images::pull_records::PullRecords>>,
+}
+
+/// The pods' allocated resources, read back from `<root-dir>/allocated_pods_state` (off the
+/// async workers).
+pub(super) async fn allocations(
+    cfg: &Config,
+) -> Result<Arc<crate::allocation::Allocations>, super::AppError> {
+    use crate::allocation::{AllocationError, Allocations, CHECKPOINT_FILE};
+    let root = cfg.root_dir.clone();
+    let opened = tokio::task::spawn_blocking(move || Allocations::open(&root))
+        .await
+        .unwrap_or_else(|e| {
+            Err(AllocationError::Read {
+                path: cfg.root_dir.join(CHECKPOINT_FILE),
+                source: std::io::Error::other(e.to_string()),
+            })
+        })?;
+    Ok(Arc::new(opened))
 }
 
 pub(super) fn worker_env(
@@ -133,6 +152,7 @@ pub(super) fn worker_env(
         None => (None, None),
     };
     Arc::new(Deps {
+        allocations: parts.allocations,
         events: parts.events,
         probes: parts.probes,
         exec: Arc::new(crate::probing::CriExec(parts.runtime.clone())),

@@ -545,10 +545,17 @@ impl NodeStatusLoop {
             } else {
                 match self.update_once(&api, &mut last_written, &nref).await {
                     Ok(n) => {
+                        // Admission reads the labels (node affinity) and allocatable (fit,
+                        // resizes) from here.
                         self.node_tx.send_if_modified(|cur| {
-                            let changed =
-                                cur.as_ref().map(|c| (&c.metadata.uid, &c.metadata.labels))
-                                    != Some((&n.metadata.uid, &n.metadata.labels));
+                            let key = |n: &Node| {
+                                (
+                                    n.metadata.uid.clone(),
+                                    n.metadata.labels.clone(),
+                                    n.status.as_ref().and_then(|s| s.allocatable.clone()),
+                                )
+                            };
+                            let changed = cur.as_ref().map(key) != Some(key(&n));
                             if changed {
                                 *cur = Some(n.clone());
                             }

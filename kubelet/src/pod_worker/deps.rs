@@ -14,6 +14,8 @@ use std::path::PathBuf;
 
 /// What every worker shares.
 pub struct Deps {
+    /// The pods' allocated resources (in-place resize): containers run with these.
+    pub allocations: Arc<crate::allocation::Allocations>,
     pub runtime: Arc<dyn Runtime>,
     /// The pod cgroups, their limits and the QoS tiers above them.
     pub cgroups: Arc<dyn PodCgroups>,

@@ -47,6 +47,7 @@ impl Deps {
             )
         });
         Deps {
+            allocations: Arc::new(crate::allocation::Allocations::in_memory()),
             events: Arc::new(crate::events::FakeRecorder::default()),
             probes: test_probes().0,
             exec: Arc::new(crate::probing::CriExec(runtime.clone())),
