@@ -112,7 +112,7 @@ pub fn start(
     let node_rx = start_node(cfg, &conn, &parts, &parts.events.0, tasks, cancel);
     let (recorder, sink) = parts.events;
     tasks.spawn(sink.run(conn.client.clone(), cancel.clone()));
-    let store = crate::objects::pods::PodStore::default();
+    let store = crate::objects::PodStore::default();
     tasks.spawn(crate::objects::watch_pods(
         conn.client.clone(),
         cfg.node_name.clone(),

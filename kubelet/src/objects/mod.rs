@@ -21,7 +21,7 @@ pub mod pods;
 pub mod runtime_class;
 pub mod services;
 pub mod token;
-pub use pods::{PodStore, on_node, watch_pods};
+pub use pods::{PodStore, on_node, pod_key, record_pod, watch_pods};
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
