@@ -686,8 +686,9 @@ pub fn merge(
             flags.read_only_port.or(file.read_only_port).unwrap_or(0),
             true,
         )?,
-        max_open_files: server::max_open_files(flags.max_open_files, file.max_open_files.as_ref())?,
-        server: server::merge(file.node_agent_server.as_ref())?,
+        max_open_files: server::max_open_files(flags.max_open_files, file.max_open_files.as_ref())
+            .map_err(invalid)?,
+        server: server::merge(file.node_agent_server.as_ref()).map_err(invalid)?,
         node_status_max_images: match flags
             .node_status_max_images
             .or(file.node_status_max_images)

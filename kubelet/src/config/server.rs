@@ -8,7 +8,6 @@
 //!   authenticatedConnectionReserve: 1024 # :10250 slots kept for authenticated connections
 //! ```
 
-use super::{ConfigError, invalid};
 use crate::server::listener::{Limits, ServerType};
 use serde::{Deserialize, Serialize};
 
@@ -68,14 +67,14 @@ impl Settings {
 
 /// `nodeAgentServer` with defaults applied (an absent field: its default; the reserve's is a
 /// quarter of `maxConnections`) and checked.
-pub fn merge(file: Option<&FileSettings>) -> Result<Settings, ConfigError> {
+pub fn merge(file: Option<&FileSettings>) -> Result<Settings, String> {
     let f = file.cloned().unwrap_or_default();
     let field = |name: &str, v: Option<i64>, min: i64, default: usize| match v {
         None => Ok(default),
-        Some(n) if n >= min => usize::try_from(n).map_err(|e| invalid(e.to_string())),
-        Some(n) => Err(invalid(format!(
+        Some(n) if n >= min => usize::try_from(n).map_err(|e| e.to_string()),
+        Some(n) => Err(format!(
             "nodeAgentServer.{name}: {n} must be at least {min}"
-        ))),
+        )),
     };
     let max = field(
         "maxConnections",
@@ -96,9 +95,9 @@ pub fn merge(file: Option<&FileSettings>) -> Result<Settings, ConfigError> {
         max / 4,
     )?;
     if reserve >= max {
-        return Err(invalid(format!(
+        return Err(format!(
             "nodeAgentServer.authenticatedConnectionReserve: {reserve} must be less than maxConnections ({max})"
-        )));
+        ));
     }
     Ok(Settings {
         max_connections: max,
@@ -109,101 +108,22 @@ pub fn merge(file: Option<&FileSettings>) -> Result<Settings, ConfigError> {
 
 /// `maxOpenFiles` (flag first; 0 or unset: 1000000, v1beta1's default); negative is invalid,
 /// as upstream's validation says.
-pub fn max_open_files(
-    flag: Option<i64>,
-    file: Option<&serde_json::Value>,
-) -> Result<u64, ConfigError> {
+pub fn max_open_files(flag: Option<i64>, file: Option<&serde_json::Value>) -> Result<u64, String> {
     let v = match (flag, file) {
         (Some(v), _) => v,
         (None, None) | (None, Some(serde_json::Value::Null)) => 0,
         (None, Some(v)) => v
             .as_i64()
-            .ok_or_else(|| invalid(format!("maxOpenFiles: {v} is not an integer")))?,
+            .ok_or_else(|| format!("maxOpenFiles: {v} is not an integer"))?,
     };
     match u64::try_from(v) {
         Ok(0) => Ok(1_000_000),
         Ok(n) => Ok(n),
-        Err(_) => Err(invalid(format!(
+        Err(_) => Err(format!(
             "maxOpenFiles (--max-open-files) {v} must not be a negative number"
-        ))),
+        )),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<Settings, ConfigError> {
-        let file = super::super::parse_file("c", text).unwrap();
-        merge(file.node_agent_server.as_ref())
-    }
-
-    #[test]
-    fn connection_limits_default_and_parse() {
-        assert_eq!(parse("{}").unwrap(), Settings::default());
-        assert_eq!(
-            Settings::default(),
-            Settings {
-                max_connections: 4096,
-                max_connections_per_source: 256,
-                authenticated_connection_reserve: 1024
-            }
-        );
-        let s = parse(
-            "nodeAgentServer:\n  maxConnections: 100\n  maxConnectionsPerSource: 7\n  authenticatedConnectionReserve: 0\n",
-        )
-        .unwrap();
-        assert_eq!(
-            (
-                s.max_connections,
-                s.max_connections_per_source,
-                s.authenticated_connection_reserve
-            ),
-            (100, 7, 0)
-        );
-        // The reserve follows a configured cap.
-        let s = parse("nodeAgentServer:\n  maxConnections: 100\n").unwrap();
-        assert_eq!(s.authenticated_connection_reserve, 25);
-        let rw = s.limits(ServerType::ReadWrite);
-        assert_eq!(
-            (
-                rw.max_connections,
-                rw.max_per_source,
-                rw.authenticated_reserve
-            ),
-            (100, 256, 25)
-        );
-        let ro = s.limits(ServerType::ReadOnly);
-        assert_eq!((ro.max_per_source, ro.authenticated_reserve), (256, 0));
-        let hz = s.limits(ServerType::Healthz);
-        assert_eq!(
-            (hz.max_per_source, hz.authenticated_reserve),
-            (usize::MAX, 0)
-        );
-    }
-
-    #[test]
-    fn bad_connection_limits_are_named() {
-        for (text, want) in [
-            (
-                "nodeAgentServer:\n  maxConnections: 0\n",
-                "maxConnections: 0 must be at least 1",
-            ),
-            (
-                "nodeAgentServer:\n  maxConnectionsPerSource: 0\n",
-                "maxConnectionsPerSource: 0",
-            ),
-            (
-                "nodeAgentServer:\n  authenticatedConnectionReserve: -1\n",
-                "authenticatedConnectionReserve: -1",
-            ),
-            (
-                "nodeAgentServer:\n  maxConnections: 10\n  authenticatedConnectionReserve: 10\n",
-                "must be less than maxConnections (10)",
-            ),
-        ] {
-            let e = parse(text).unwrap_err().to_string();
-            assert!(e.contains(want), "{text}: {e}");
-        }
-    }
-}
+mod tests;
