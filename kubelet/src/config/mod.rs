@@ -5,11 +5,11 @@ mod auth;
 pub mod gc;
 pub mod limits;
 pub mod resources;
-pub mod server;
 
 use crate::cm::CgroupDriver;
 use crate::flags::Flags;
 use crate::network::settings as network;
+use crate::server::settings as server;
 use plumbing::duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

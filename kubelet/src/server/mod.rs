@@ -26,6 +26,7 @@ pub mod logs;
 pub mod node_logs;
 mod read_only;
 mod running_pods;
+pub mod settings;
 
 pub use read_only::read_only_router;
 pub mod streaming;

@@ -8,7 +8,7 @@
 //!   authenticatedConnectionReserve: 1024 # :10250 slots kept for authenticated connections
 //! ```
 
-use crate::server::listener::{Limits, ServerType};
+use super::listener::{Limits, ServerType};
 use serde::{Deserialize, Serialize};
 
 /// Open connections per server unless `maxConnections` says otherwise.
