@@ -1,7 +1,6 @@
 //! KubeletConfiguration (kubelet.config.k8s.io/v1beta1) and the validated settings the agent runs
 //! with. [`load`] is a pure function of the flags and the config file's text.
 
-mod auth;
 pub mod gc;
 pub mod limits;
 pub mod resources;
@@ -86,8 +85,8 @@ pub struct KubeletConfiguration {
     #[serde(rename = "kubeAPIBurst")]
     pub kube_api_burst: Option<i32>,
     pub eviction_hard: Option<BTreeMap<String, String>>,
-    pub authentication: Option<KubeletAuthentication>,
-    pub authorization: Option<KubeletAuthorization>,
+    pub authentication: Option<server::KubeletAuthentication>,
+    pub authorization: Option<server::KubeletAuthorization>,
     pub protect_kernel_defaults: Option<bool>,
     pub register_with_taints: Option<Vec<serde_json::Value>>,
     #[serde(rename = "podCIDR")]
@@ -200,53 +199,6 @@ pub struct KubeletConfiguration {
     /// Fields upstream's v1beta1 does not have (named in a warning at start).
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
-}
-
-/// `authentication` (upstream's KubeletAuthentication).
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAuthentication {
-    pub x509: Option<KubeletX509Authentication>,
-    pub webhook: Option<KubeletWebhookAuthentication>,
-    pub anonymous: Option<KubeletAnonymousAuthentication>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletX509Authentication {
-    #[serde(rename = "clientCAFile")]
-    pub client_ca_file: Option<String>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletWebhookAuthentication {
-    pub enabled: Option<bool>,
-    #[serde(rename = "cacheTTL")]
-    pub cache_ttl: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAnonymousAuthentication {
-    pub enabled: Option<bool>,
-}
-
-/// `authorization` (upstream's KubeletAuthorization).
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAuthorization {
-    pub mode: Option<String>,
-    pub webhook: Option<KubeletWebhookAuthorization>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletWebhookAuthorization {
-    #[serde(rename = "cacheAuthorizedTTL")]
-    pub cache_authorized_ttl: Option<serde_json::Value>,
-    #[serde(rename = "cacheUnauthorizedTTL")]
-    pub cache_unauthorized_ttl: Option<serde_json::Value>,
 }
 
 /// Validated settings, defaults applied.
@@ -626,7 +578,27 @@ pub fn merge(
             "cgroupRoot: {cgroup_root:?} must be an absolute path"
         )));
     }
-    let auth = auth::auth_settings(flags, &file)?;
+    let auth = server::auth_settings(
+        server::AuthFlags {
+            anonymous_auth: flags.anonymous_auth,
+            authentication_token_webhook: flags.authentication_token_webhook,
+            authentication_token_webhook_cache_ttl: flags
+                .authentication_token_webhook_cache_ttl
+                .as_deref(),
+            authorization_mode: flags.authorization_mode.as_deref(),
+            authorization_webhook_cache_authorized_ttl: flags
+                .authorization_webhook_cache_authorized_ttl
+                .as_deref(),
+            authorization_webhook_cache_unauthorized_ttl: flags
+                .authorization_webhook_cache_unauthorized_ttl
+                .as_deref(),
+            client_ca_file: flags.client_ca_file.as_deref(),
+        },
+        flags.config.is_some(),
+        file.authentication.as_ref(),
+        file.authorization.as_ref(),
+    )
+    .map_err(invalid)?;
     let tls_min_version = flags
         .tls_min_version
         .clone()
