@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::spec::{self, ConfigError, ContainerHostPaths, NodeSettings, pod_dir};
-use crate::volume::subpath::{self, Binder, SubpathMount};
+use crate::volume::{Binder, SubpathMount, subpath};
 
 /// The node's hosts file, which hostNetwork pods see (under a header).
 const NODE_HOSTS_FILE: &str = "/etc/hosts";

@@ -125,7 +125,7 @@ pub fn start(
         pods::Dispatcher {
             node_name: cfg.node_name.clone(),
             max_pods: cfg.max_pods,
-            sysctls: crate::pod::admission::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls)
+            sysctls: crate::pod::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
                 .unwrap_or_default(),
             store: store.clone(),
             statuses: parts.statuses.clone(),

@@ -16,8 +16,8 @@ use crate::metrics::Metrics;
 use crate::pleg::{self, PlegHealth};
 use crate::pod_worker::Deps;
 use crate::podspec::Source;
+use crate::runtime::CriRuntime;
 use crate::runtime::Runtime;
-use crate::runtime::cri::CriRuntime;
 use crate::server;
 use crate::status::StatusManager;
 use crate::sync_loop::{SourceUpdate, SyncLoop};
@@ -213,10 +213,10 @@ async fn stop(state: &server::AppState, mut tasks: JoinSet<()>, probes: &probes:
 async fn start_pull_records(
     cfg: &Config,
     runtime: &dyn Runtime,
-) -> Result<Option<Arc<crate::images::pull_records::PullRecords>>, AppError> {
+) -> Result<Option<Arc<crate::images::PullRecords>>, AppError> {
     match cfg.image_pulls.verify_policy() {
         Some(policy) => Ok(Some(
-            crate::images::pull_records::start(&cfg.root_dir, policy, runtime)
+            crate::images::start_pull_records(&cfg.root_dir, policy, runtime)
                 .await
                 .map_err(AppError::PullRecords)?,
         )),
@@ -229,12 +229,9 @@ async fn start_pull_records(
 fn event_recorder(
     cfg: &Config,
     cluster_mode: bool,
-) -> (
-    Arc<dyn EventRecorder>,
-    Option<crate::objects::events::EventSink>,
-) {
+) -> (Arc<dyn EventRecorder>, Option<crate::objects::EventSink>) {
     if cluster_mode {
-        let (recorder, sink) = crate::objects::events::channel(&cfg.node_name);
+        let (recorder, sink) = crate::objects::event_channel(&cfg.node_name);
         (Arc::new(recorder), Some(sink))
     } else {
         (Arc::new(crate::events::LogRecorder), None)
@@ -328,13 +325,9 @@ fn runtime_client(cfg: &Config) -> Result<Arc<dyn Runtime>, AppError> {
     } else {
         cri_proto::connect_lazy(&cfg.image_service_endpoint, Duration::from_secs(5))?
     };
-    Ok(Arc::new(crate::runtime::instrumented::Instrumented::new(
-        Arc::new(CriRuntime::new(
-            runtime_ch,
-            image_ch,
-            cfg.runtime_request_timeout,
-        )),
-    )))
+    Ok(Arc::new(crate::runtime::Instrumented::new(Arc::new(
+        CriRuntime::new(runtime_ch, image_ch, cfg.runtime_request_timeout),
+    ))))
 }
 
 /// The runtime's name goes into every containerID: waits until it answers (None: cancelled).
@@ -367,7 +360,7 @@ fn start_stats_and_logs(
 ) -> Arc<crate::stats::Provider> {
     let stats = Arc::new(crate::stats::Provider::new(
         runtime.clone(),
-        Arc::new(crate::stats::node::LinuxNode),
+        Arc::new(crate::stats::LinuxNode),
         crate::stats::ProviderConfig::new(
             cfg.node_name.clone(),
             cfg.root_dir.clone(),
@@ -391,7 +384,7 @@ struct SyncLoopParts {
     events: Arc<dyn EventRecorder>,
     shutdown_state: Arc<crate::shutdown::ShutdownState>,
     pressure: Arc<crate::eviction::PressureState>,
-    pull_records: Option<Arc<crate::images::pull_records::PullRecords>>,
+    pull_records: Option<Arc<crate::images::PullRecords>>,
     pleg_health: Arc<PlegHealth>,
     metrics: Metrics,
 }
@@ -476,8 +469,8 @@ fn start_shutdown_manager(
     );
     let cancel = cancel.clone();
     tasks.spawn(async move {
-        let dir = std::path::PathBuf::from(crate::shutdown::logind::LOGIND_CONF_DIR);
-        let logind = match crate::shutdown::logind::DbusLogind::connect(dir).await {
+        let dir = std::path::PathBuf::from(crate::shutdown::LOGIND_CONF_DIR);
+        let logind = match crate::shutdown::DbusLogind::connect(dir).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(error = %e, "Failed to start node shutdown manager: no systemd-logind to talk to; pods will not be stopped gracefully when the node shuts down");

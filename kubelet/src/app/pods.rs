@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::eviction::PressureState;
 use crate::metrics::Metrics;
-use crate::pod::admission::{Admission, sysctl};
+use crate::pod::{Admission, SysctlAllowlist};
 use crate::pod_worker::Deps;
 use crate::podspec::Source;
 use crate::runtime::Runtime;
@@ -46,8 +46,7 @@ pub(super) async fn node_settings(
     })
     .await
     .unwrap_or_default();
-    let (_, allocatable) =
-        crate::cm::allocatable::resource_lists(&host_info, cfg.max_pods, &cfg.resources);
+    let (_, allocatable) = crate::cm::resource_lists(&host_info, cfg.max_pods, &cfg.resources);
     NodeSettings {
         node_name: cfg.node_name.clone(),
         host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
@@ -77,7 +76,7 @@ pub(super) struct WorkerParts {
     pub probes: Arc<probes::ProbeManager>,
     pub statuses: Arc<StatusManager>,
     pub metrics: Metrics,
-    pub pull_records: Option<Arc<crate::images::pull_records::PullRecords>>,
+    pub pull_records: Option<Arc<crate::images::PullRecords>>,
 }
 
 pub(super) fn worker_env(
@@ -89,16 +88,14 @@ pub(super) fn worker_env(
 ) -> Arc<Deps> {
     // ConfigMaps, Secrets and tokens come from the apiserver; standalone pods cannot use them.
     let api_objects = cluster.map(|c| {
-        Arc::new(crate::objects::apiserver::ClusterObjects::new(
-            c.client.clone(),
-        )) as Arc<dyn crate::objects::ApiObjects>
+        Arc::new(crate::objects::ClusterObjects::new(c.client.clone()))
+            as Arc<dyn crate::objects::ApiObjects>
     });
-    let binder: Arc<dyn crate::volume::subpath::Binder> =
-        Arc::new(crate::volume::subpath::KernelBinder);
+    let binder: Arc<dyn crate::volume::Binder> = Arc::new(crate::volume::KernelBinder);
     let volumes = Arc::new(crate::volume::VolumeManager::new(
         parts.node.clone(),
         Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
-        Arc::new(crate::objects::token::TokenManager::new(api_objects)),
+        Arc::new(crate::objects::TokenManager::new(api_objects)),
         binder.clone(),
     ));
     tasks.spawn(volumes.clone().run(cancel.clone()));
@@ -183,7 +180,7 @@ pub(super) async fn start_static_pods(
         return static_rx;
     };
     let (file_tx, file_rx) = mpsc::channel(4);
-    tasks.spawn(crate::pod::static_pods::run(
+    tasks.spawn(crate::pod::run_static_pods(
         dir.clone(),
         cfg.node_name.clone(),
         Duration::from_secs(1),
@@ -192,12 +189,12 @@ pub(super) async fn start_static_pods(
         cancel.clone(),
     ));
     let mut admission = Admission::new(
-        sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default(),
+        SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default(),
         Some(node.0),
         Some(node.1),
     );
     admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
-    let admitter = crate::pod::static_pods::Admitter {
+    let admitter = crate::pod::StaticPodAdmitter {
         admission,
         max_pods: cfg.max_pods,
         node_name: cfg.node_name.clone(),

@@ -309,7 +309,7 @@ pub struct Config {
     /// `imagePullCredentialsVerificationPolicy`, `preloadedImagesVerificationAllowlist` and
     /// the `KubeletEnsureSecretPulledImages` gate, validated.
     #[serde(flatten)]
-    pub image_pulls: crate::images::pull_records::Settings,
+    pub image_pulls: crate::images::PullRecordsSettings,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -523,14 +523,14 @@ pub fn merge(
         .clone()
         .or(file.allowed_unsafe_sysctls.clone())
         .unwrap_or_default();
-    crate::pod::admission::sysctl::Allowlist::new(&allowed_unsafe_sysctls)
+    crate::pod::SysctlAllowlist::new(&allowed_unsafe_sysctls)
         .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
     let resources = resources::parse(flags, &file)?;
     let pod_limits = limits::parse(flags, &file)?;
     let image_gc = gc::image_policy(flags, &file)?;
     let container_gc = gc::container_policy(flags)?;
-    let image_pulls = crate::images::pull_records::Settings::parse(
-        limits::gate_or(flags, &file, crate::images::pull_records::GATE, true),
+    let image_pulls = crate::images::PullRecordsSettings::parse(
+        limits::gate_or(flags, &file, crate::images::PULL_RECORDS_GATE, true),
         file.image_pull_credentials_verification_policy.as_ref(),
         file.preloaded_images_verification_allowlist.as_ref(),
     )
@@ -754,7 +754,7 @@ pub fn merge(
         fail_swap_on: flags.fail_swap_on.or(file.fail_swap_on).unwrap_or(true),
         pod_infra_container_image: flags.pod_infra_container_image.clone(),
         verbosity: flags.verbosity.unwrap_or(0),
-        shutdown: crate::shutdown::settings::Settings::new(
+        shutdown: crate::shutdown::Settings::new(
             file.shutdown_grace_period.unwrap_or_default(),
             file.shutdown_grace_period_critical_pods.unwrap_or_default(),
             file.shutdown_grace_period_by_pod_priority

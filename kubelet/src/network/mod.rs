@@ -41,8 +41,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::EventRecorder;
-use crate::objects::client::ClientHandle;
-use crate::objects::informer::{self, Store};
+use crate::objects::ClientHandle;
+use crate::objects::{Store, informer};
 use claims::{Claims, Reported};
 use masquerade::Masquerade;
 use routes::Routes;

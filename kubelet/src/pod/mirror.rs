@@ -5,8 +5,8 @@
 
 use crate::objects::PodStore;
 use crate::objects::changed;
-use crate::objects::client::{self, ClientHandle};
 use crate::objects::pod_key as key;
+use crate::objects::{ClientHandle, client};
 use crate::podspec::{ANN_CONFIG_HASH, ANN_CONFIG_MIRROR};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};

@@ -4,7 +4,7 @@
 //! [`AuthReview`] is the narrow edge the server uses; [`ApiReview`] asks the apiserver and
 //! [`test_util::FakeReview`] answers from tables in tests.
 
-use crate::objects::client::{ClientHandle, timed};
+use crate::objects::{ClientHandle, timed};
 use futures::future::BoxFuture;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{

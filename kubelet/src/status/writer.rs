@@ -8,7 +8,7 @@
 //! one. Static pods' statuses go to their mirror pods. Pods whose termination finished get their
 //! final status and are then deleted with grace 0 and a UID precondition.
 
-use crate::objects::client::{self, ClientHandle};
+use crate::objects::{ClientHandle, client};
 use crate::objects::{PodStore, pod_key, record_pod};
 use crate::podspec::Source;
 use crate::podspec::{ANN_CONFIG_HASH, ANN_CONFIG_MIRROR, ANN_CONFIG_SOURCE};

@@ -15,3 +15,4 @@ pub mod subpath;
 mod bench_tests;
 
 pub use manager::{VolumeError, VolumeManager};
+pub use subpath::{Binder, KernelBinder, SubpathMount};
