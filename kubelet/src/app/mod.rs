@@ -84,15 +84,34 @@ fn node_ips(cfg: &Config) -> Vec<std::net::IpAddr> {
 }
 
 /// Runs the kubelet until `cancel` fires.
-pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
+/// Gates whose state changes what pods get, said once at start.
+fn log_gates(cfg: &Config) {
     // The gate reaches the pod workers (node settings), eviction and admission in their settings.
     if !cfg.pod_limits.pod_level_resources {
         tracing::info!("feature gate PodLevelResources is off: spec.resources of pods is ignored");
     }
-    let proxy_cfg = match &cfg.proxy_config {
-        Some(path) => Some(crate::proxy_role::load(path, &cfg.node_name)?),
-        None => None,
-    };
+}
+
+/// System OOMs from the kernel log become SystemOOM events on the Node, as upstream.
+fn start_oom_watch(
+    cfg: &Config,
+    events: &Arc<dyn EventRecorder>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) {
+    tasks.spawn(crate::oom::run(
+        crate::oom::DevKmsg::open,
+        events.clone(),
+        cfg.node_name.clone(),
+        cancel.clone(),
+    ));
+}
+
+pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
+    log_gates(&cfg);
+    let proxy_cfg = (cfg.proxy_config.as_ref())
+        .map(|path| crate::proxy_role::load(path, &cfg.node_name))
+        .transpose()?;
     let Some(cluster) = connect_cluster(&cfg, &cancel).await? else {
         return Ok(());
     };
@@ -117,13 +136,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let node_ips = node_ips(&cfg);
     let (events, event_sink) = event_recorder(&cfg, cluster.is_some());
     let (probe_manager, probe_rx) = probe_manager(&metrics, &events);
-    // System OOMs from the kernel log become SystemOOM events on the Node, as upstream.
-    tasks.spawn(crate::oom::run(
-        crate::oom::DevKmsg::open,
-        events.clone(),
-        cfg.node_name.clone(),
-        cancel.clone(),
-    ));
+    start_oom_watch(&cfg, &events, &mut tasks, &cancel);
     let shutdown_state = Arc::new(crate::shutdown::ShutdownState::default());
     let pressure = Arc::new(crate::eviction::PressureState::default());
     let node = pods::node_settings(&cfg, &cm, &node_ips).await;
