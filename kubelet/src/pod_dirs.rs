@@ -141,7 +141,7 @@ pub fn remove_orphans(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::volume::subpath::test_util::FakeBinder;
+    use crate::volume::subpath::fake::FakeBinder;
 
     #[test]
     fn orphaned_pod_dirs_go_known_and_young_ones_stay() {

@@ -21,12 +21,12 @@
 
 pub mod claims;
 pub mod cni_files;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 pub mod masquerade;
 mod route_step;
 pub mod routes;
 pub mod settings;
-#[cfg(any(test, feature = "test-util"))]
-pub mod test_util;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
