@@ -179,3 +179,6 @@ impl ApiObjects for ClusterObjects {
             })
     }
 }
+
+#[cfg(test)]
+mod tests;
