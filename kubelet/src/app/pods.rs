@@ -149,7 +149,7 @@ pub(super) fn worker_env(
             services,
             runtime_classes,
         }),
-        refusal: crate::pod::admission::fields::refusal,
+        refusal: crate::pod::field_refusal,
     })
 }
 
