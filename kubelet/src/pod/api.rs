@@ -60,10 +60,10 @@ impl Dispatcher {
         let mut last: Option<HashMap<String, Pod>> = None;
         let mut rejected_uids: HashSet<String> = HashSet::new();
         loop {
-            if self.store.synced() {
+            if self.store.has_synced() {
                 let pods: Vec<Pod> = self
                     .store
-                    .list()
+                    .values()
                     .into_iter()
                     .filter(|p| on_node(p, &self.node_name))
                     .filter(|p| {

@@ -7,7 +7,7 @@
 
 use super::*;
 use crate::cm::{CgroupError, ContainerManager};
-use crate::images::credentials::Keyring;
+use crate::images::Keyring;
 use crate::images::{PullBackoff, PullError};
 use crate::volume::VolumeError;
 use std::path::PathBuf;
@@ -28,7 +28,7 @@ pub struct Deps {
     /// The ConfigMaps and Secrets the containers' env reads.
     pub objects: Arc<crate::objects::ObjectCache>,
     /// Bind mounts for subPath volume mounts.
-    pub binder: Arc<dyn crate::volume::subpath::Binder>,
+    pub binder: Arc<dyn crate::volume::Binder>,
     pub statuses: Arc<StatusManager>,
     /// Pulling, Pulled, Created, Started, Killing, BackOff, ... events.
     pub events: Arc<dyn EventRecorder>,

@@ -15,9 +15,7 @@ struct Rig {
 }
 
 fn rig() -> Rig {
-    rig_with_binder(Arc::new(
-        crate::volume::subpath::test_util::FakeBinder::default(),
-    ))
+    rig_with_binder(Arc::new(crate::volume::subpath::fake::FakeBinder::default()))
 }
 
 fn rig_with_binder(binder: Arc<dyn crate::volume::subpath::Binder>) -> Rig {

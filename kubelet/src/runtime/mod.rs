@@ -17,6 +17,9 @@ pub use stats::{
     SandboxStats,
 };
 
+pub use cri::CriRuntime;
+pub use gc::PERIOD_ENV as CONTAINER_GC_PERIOD_ENV;
+pub use instrumented::Instrumented;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
