@@ -60,6 +60,7 @@ pub(super) async fn node_settings(
         seccomp_default: cfg.seccomp_default,
         pod_limits: cfg.pod_limits.clone(),
         hugepage_sizes: crate::host::hugepage_sizes(),
+        selinux_enabled: crate::host::selinux_enabled(),
         cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
         swap_capacity: crate::host::swap_capacity(),
         allocatable,

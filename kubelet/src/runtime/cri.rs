@@ -330,6 +330,15 @@ fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::ContainerCo
                 container_path: m.container_path.clone(),
                 host_path: m.host_path.clone(),
                 readonly: m.readonly,
+                selinux_relabel: m.selinux_relabel,
+                propagation: match m.propagation {
+                    Propagation::Private => pb::MountPropagation::PropagationPrivate,
+                    Propagation::HostToContainer => {
+                        pb::MountPropagation::PropagationHostToContainer
+                    }
+                    Propagation::Bidirectional => pb::MountPropagation::PropagationBidirectional,
+                } as i32,
+                recursive_read_only: m.recursive_read_only,
                 ..Default::default()
             })
             .collect(),
@@ -345,6 +354,22 @@ fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::ContainerCo
         }),
         ..Default::default()
     }
+}
+
+/// A handler's features from a Status answer; a handler the runtime does not list has none.
+pub(crate) fn handler_features(
+    r: &pb::StatusResponse,
+    handler: &str,
+) -> crate::runtime::HandlerFeatures {
+    r.runtime_handlers
+        .iter()
+        .find(|h| h.name == handler)
+        .and_then(|h| h.features.as_ref())
+        .map(|f| crate::runtime::HandlerFeatures {
+            recursive_read_only_mounts: f.recursive_read_only_mounts,
+            user_namespaces: f.user_namespaces,
+        })
+        .unwrap_or_default()
 }
 
 /// The CRI label selector for one pod's objects.
@@ -373,6 +398,17 @@ impl Runtime for CriRuntime {
                 message: c.message,
             })
             .collect())
+    }
+
+    async fn handler_features(&self, handler: &str) -> Result<crate::runtime::HandlerFeatures> {
+        let r = self
+            .runtime
+            .clone()
+            .status(self.req(pb::StatusRequest { verbose: false }))
+            .await
+            .map_err(|s| err("Status", s))?
+            .into_inner();
+        Ok(handler_features(&r, handler))
     }
 
     async fn version(&self) -> Result<VersionInfo> {

@@ -187,7 +187,8 @@ fn values_that_are_provided_are_not_refused() {
         serde_json::json!({"os": {"name": "linux"}, "shareProcessNamespace": false, "setHostnameAsFQDN": false}),
         serde_json::json!({"initContainers": [{"name": "s", "image": "i", "restartPolicy": "Always"}]}),
         serde_json::json!({"containers": [{"name": "c", "image": "i", "volumeMounts": [
-            {"name": "v", "mountPath": "/m", "mountPropagation": "None", "recursiveReadOnly": "Disabled", "subPathExpr": ""}]}],
+            {"name": "v", "mountPath": "/m", "mountPropagation": "HostToContainer", "subPathExpr": "$(A)"},
+            {"name": "v", "mountPath": "/r", "readOnly": true, "recursiveReadOnly": "IfPossible"}]}],
             "volumes": [{"name": "v", "emptyDir": {"medium": "Memory"}}]}),
     ] {
         let pod = crate::podspec::test_pod("p", "u", spec.clone());
