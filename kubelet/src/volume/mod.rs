@@ -6,6 +6,7 @@
 pub mod at;
 pub mod atomic_writer;
 pub mod host_path;
+pub mod hugepages;
 pub mod manager;
 pub mod ownership;
 pub mod projection;

@@ -66,6 +66,14 @@ pub trait Binder: Send + Sync + std::fmt::Debug {
             "this mounter cannot mount tmpfs",
         ))
     }
+    /// Mounts a hugetlbfs with `option` (`pagesize=2Mi`) on `dir` unless one is there already.
+    fn ensure_hugetlbfs(&self, dir: &Path, option: &str) -> std::io::Result<()> {
+        let _ = (dir, option);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this mounter cannot mount hugetlbfs",
+        ))
+    }
 }
 
 /// Resolves `m.subpath` beneath `m.volume_path` (creating missing directories) and binds it
@@ -261,6 +269,22 @@ impl Binder for KernelBinder {
         .map_err(std::io::Error::from)
     }
 
+    fn ensure_hugetlbfs(&self, dir: &Path, option: &str) -> std::io::Result<()> {
+        use nix::mount::{MsFlags, mount};
+        if is_likely_mount_point(dir)? {
+            return Ok(());
+        }
+        // As upstream: source "nodev", no flags, the page size option.
+        mount(
+            Some("nodev"),
+            dir,
+            Some("hugetlbfs"),
+            MsFlags::empty(),
+            Some(option),
+        )
+        .map_err(std::io::Error::from)
+    }
+
     fn bind_fd(&self, fd: &File, target: &Path) -> std::io::Result<()> {
         use nix::mount::{MsFlags, mount};
         use std::os::fd::AsRawFd;
@@ -358,6 +382,8 @@ pub mod test_util {
         pub binds: Mutex<Vec<(PathBuf, PathBuf)>>,
         /// (directory, size) per tmpfs mount.
         pub tmpfs: Mutex<Vec<(PathBuf, Option<u64>)>>,
+        /// (directory, option) per hugetlbfs mount.
+        pub hugetlbfs: Mutex<Vec<(PathBuf, String)>>,
     }
 
     impl Binder for FakeBinder {
@@ -379,6 +405,14 @@ pub mod test_util {
             let mut t = self.tmpfs.lock().unwrap();
             if !t.iter().any(|(d, _)| d == dir) {
                 t.push((dir.to_path_buf(), size));
+            }
+            Ok(())
+        }
+
+        fn ensure_hugetlbfs(&self, dir: &Path, option: &str) -> std::io::Result<()> {
+            let mut h = self.hugetlbfs.lock().unwrap();
+            if !h.iter().any(|(d, _)| d == dir) {
+                h.push((dir.to_path_buf(), option.to_string()));
             }
             Ok(())
         }

@@ -253,3 +253,50 @@ fn recursive_read_only_gets_upstreams_refusal_from_a_runtime_without_it() {
             .then_some(())
     });
 }
+
+const HUGE_PAGES: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: huge
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: hp
+    emptyDir: {medium: HugePages}
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    resources:
+      requests: {hugepages-2Mi: 2Mi, memory: 32Mi, cpu: 10m}
+      limits: {hugepages-2Mi: 2Mi, memory: 32Mi, cpu: 10m}
+    volumeMounts:
+    - {name: hp, mountPath: /hp}
+    command: ["sh", "-c", "grep ' /hp ' /proc/mounts; echo DONE; exec sleep 3600"]
+"#;
+
+#[test]
+fn huge_page_empty_dir_is_a_hugetlbfs_mount_of_the_requested_size() {
+    require_rig!();
+    if !Path::new("/sys/kernel/mm/hugepages/hugepages-2048kB").exists() {
+        eprintln!("SKIPPED: the kernel has no 2 MiB huge pages");
+        return;
+    }
+    let rig = Rig::up("e2e-hugepages");
+    let agent = Kubelet::builder(&rig).start();
+    agent.write_manifest("huge.yaml", HUGE_PAGES);
+    let out = wait_for(
+        "the container listed its mount",
+        Duration::from_secs(60),
+        || {
+            let o = output(&agent, "huge", "app");
+            o.contains("DONE").then_some(o)
+        },
+    );
+    let line = out
+        .lines()
+        .find(|l| l.contains(" /hp "))
+        .unwrap_or_else(|| panic!("no /hp mount:\n{out}"));
+    let f: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(f[2], "hugetlbfs", "{line}");
+    assert!(f[3].split(',').any(|o| o == "pagesize=2M"), "{line}");
+}

@@ -26,7 +26,6 @@ pub const VOLUME_DEVICES: &str =
     "volumeDevices (raw block volumes) are not supported by this node agent";
 pub const STOP_SIGNAL: &str = "lifecycle.stopSignal is not supported by this node agent";
 pub const FILE_KEY_REF: &str = "env valueFrom.fileKeyRef is not supported by this node agent";
-pub const HUGE_PAGES_MEDIUM: &str = "emptyDir medium HugePages is not supported by this node agent";
 
 /// One refused value: the field it is in, what the pod is told, an example spec (fields set
 /// over a one-container pod) that must be refused with it, and the check.
@@ -160,21 +159,6 @@ pub const REFUSALS: &[Refusal] = &[
                 e.value_from
                     .as_ref()
                     .is_some_and(|v| v.file_key_ref.is_some())
-            })
-        },
-    },
-    Refusal {
-        owner: "EmptyDirVolumeSource",
-        field: "medium",
-        reason: REASON,
-        message: HUGE_PAGES_MEDIUM,
-        example: r#"{"volumes": [{"name": "h", "emptyDir": {"medium": "HugePages-2Mi"}}]}"#,
-        check: |s| {
-            s.volumes.iter().flatten().any(|v| {
-                v.empty_dir
-                    .as_ref()
-                    .and_then(|e| e.medium.as_deref())
-                    .is_some_and(|m| m.starts_with("HugePages"))
             })
         },
     },

@@ -225,7 +225,7 @@ pub const TABLE: &[Entry] = &[
     e("ConfigMapVolumeSource", "optional", Handled("config_map_keys_items_modes_and_optional")),
     e("DownwardAPIVolumeSource", "defaultMode", Handled("downward_api_formats_maps_like_go")),
     e("DownwardAPIVolumeSource", "items", Handled("downward_api_formats_maps_like_go")),
-    e("EmptyDirVolumeSource", "medium", Handled("a_cluster_pods_volumes_are_set_up_before_its_containers")),
+    e("EmptyDirVolumeSource", "medium", Handled("huge_page_empty_dirs_are_hugetlbfs_mounts_of_the_requested_page_size")),
     e("EmptyDirVolumeSource", "sizeLimit", Handled("local_storage_limits_as_upstream")),
     e("HostPathVolumeSource", "path", Handled("standalone_pods_get_empty_dirs_and_host_paths_but_no_api_volumes")),
     e("HostPathVolumeSource", "type", Handled("every_type_is_checked")),

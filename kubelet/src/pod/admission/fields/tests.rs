@@ -189,7 +189,7 @@ fn values_that_are_provided_are_not_refused() {
         serde_json::json!({"containers": [{"name": "c", "image": "i", "volumeMounts": [
             {"name": "v", "mountPath": "/m", "mountPropagation": "HostToContainer", "subPathExpr": "$(A)"},
             {"name": "v", "mountPath": "/r", "readOnly": true, "recursiveReadOnly": "IfPossible"}]}],
-            "volumes": [{"name": "v", "emptyDir": {"medium": "Memory"}}]}),
+            "volumes": [{"name": "v", "emptyDir": {"medium": "Memory"}}, {"name": "h", "emptyDir": {"medium": "HugePages-2Mi"}}]}),
     ] {
         let pod = crate::podspec::test_pod("p", "u", spec.clone());
         assert_eq!(refusal(&pod), None, "{spec}");
