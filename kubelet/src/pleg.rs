@@ -199,6 +199,7 @@ mod tests {
             cgroup_parent: String::new(),
             host_network: false,
             host_pid: false,
+            share_process_namespace: false,
             host_ipc: false,
             sysctls: Default::default(),
             security: Default::default(),

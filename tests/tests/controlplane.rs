@@ -249,6 +249,88 @@ async fn expired_resource_version_makes_the_watcher_relist() {
     assert_eq!(init_done, 2, "the watcher relisted after 410");
 }
 
+/// `pods/ephemeralcontainers` as upstream: GET gives the pod, PUT (client-go's
+/// UpdateEphemeralContainers) changes only `spec.ephemeralContainers` and bumps the
+/// generation, an existing ephemeral container cannot be removed (422), and other resources
+/// have no such subresource (404).
+#[tokio::test]
+async fn ephemeral_containers_subresource_over_http() {
+    let (_cp, _dir, c) = setup(Options::default()).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let created = pods
+        .create(&PostParams::default(), &pod("p", "n1"))
+        .await
+        .unwrap();
+    let got: Pod = c
+        .request(
+            http::Request::get("/api/v1/namespaces/default/pods/p/ephemeralcontainers")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.metadata.uid, created.metadata.uid);
+
+    let mut want = got.clone();
+    let spec = want.spec.as_mut().unwrap();
+    spec.ephemeral_containers = Some(vec![
+        serde_json::from_value(json!({"name": "debugger", "image": "busybox:1.36",
+            "targetContainerName": "c"}))
+        .unwrap(),
+    ]);
+    spec.containers[0].image = Some("ignored:1".into());
+    let put = pods
+        .replace_subresource("ephemeralcontainers", "p", &PostParams::default(), &want)
+        .await
+        .unwrap();
+    let spec = put.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.ephemeral_containers.as_ref().unwrap()[0].name,
+        "debugger"
+    );
+    assert_eq!(spec.containers[0].image.as_deref(), Some("busybox:1.36"));
+    assert_eq!(put.metadata.generation, Some(2));
+
+    let mut gone = put.clone();
+    gone.spec.as_mut().unwrap().ephemeral_containers = None;
+    let err = pods
+        .replace_subresource("ephemeralcontainers", "p", &PostParams::default(), &gone)
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(e) => {
+            assert_eq!(e.code, 422);
+            assert!(
+                e.message
+                    .contains("existing ephemeral containers \"debugger\" may not be removed"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("{other}"),
+    }
+
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "cm"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let err = c
+        .request::<ConfigMap>(
+            http::Request::get("/api/v1/namespaces/default/configmaps/cm/ephemeralcontainers")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref e) if e.code == 404),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn pod_status_patches_and_conflicts() {
     let (cp, _dir, c) = setup(Options::default()).await;

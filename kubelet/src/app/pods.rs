@@ -153,6 +153,7 @@ pub(super) fn worker_env(
             services,
             runtime_classes,
         }),
+        refusal: crate::pod::admission::fields::refusal,
     })
 }
 

@@ -2,6 +2,7 @@
 //! instances), then the sandbox and the starts, with volumes set up meanwhile. Each action is
 //! logged in the pod's span.
 
+use super::ephemeral;
 use super::sync::VOLUME_RETRY;
 use super::*;
 
@@ -40,7 +41,9 @@ impl Worker {
                 }
                 Action::CreateSandbox { attempt } => create_sandbox = Some(*attempt),
                 // Started below, once the sandbox and the volumes are there.
-                Action::StartInitContainer { .. } | Action::StartContainer { .. } => {}
+                Action::StartInitContainer { .. }
+                | Action::StartContainer { .. }
+                | Action::StartEphemeralContainer { .. } => {}
             }
         }
         if self.stopped.is_some() {
@@ -145,12 +148,14 @@ impl Worker {
             for s in starts {
                 let action = if s.init {
                     "StartInitContainer"
+                } else if ephemeral::find(&self.pod, &s.name).is_some() {
+                    "StartEphemeralContainer"
                 } else {
                     "StartContainer"
                 };
                 tracing::info!(action, container = %s.name, restart_count = s.restart_count, "starting a container");
                 let started = self
-                    .start_container(sandbox_id, &sandbox_cfg, s, &volumes, &keyrings)
+                    .start_container(sandbox_id, &sandbox_cfg, s, &volumes, &keyrings, obs)
                     .await;
                 if let Err(retry) = self.record_start(s, started) {
                     if let Some(retry) = retry {
@@ -186,13 +191,10 @@ impl Worker {
             Err(StartError::PostStartHook(message)) => {
                 // Killed: it restarts (with back-off) per its restart policy; one that will
                 // not restart shows as terminated, as upstream.
-                let restarts = self.spec_container(&s.name).is_some_and(|c| is_sidecar(&c))
-                    || self
-                        .pod
-                        .spec
-                        .as_ref()
-                        .and_then(|sp| sp.restart_policy.as_deref())
-                        != Some("Never");
+                let spec = self.pod.spec.clone().unwrap_or_default();
+                let restarts = self.spec_container(&s.name).is_some_and(|c| {
+                    is_sidecar(&c) || (!s.init && pod::container_restartable(&c, &spec))
+                }) || (s.init && spec.restart_policy.as_deref() != Some("Never"));
                 if restarts {
                     self.errors
                         .insert(s.name.clone(), StartError::PostStartHook(message).waiting());

@@ -40,7 +40,14 @@ pub struct Deps {
     /// `containerd` in `containerd://<id>`.
     pub runtime_name: String,
     pub resync: Duration,
+    /// Admission's refusal of the pod-field values this node agent does not provide
+    /// (`pod::admission::fields::refusal`): (reason, message). Ephemeral containers arrive
+    /// after admission, so their starts are checked with it.
+    pub refusal: Refusal,
 }
+
+/// A check of a pod's field values: the (reason, message) of the first refused one.
+pub type Refusal = fn(&Pod) -> Option<(&'static str, &'static str)>;
 
 /// The pod cgroups. Blocking (file work): call on the blocking pool.
 pub trait PodCgroups: Send + Sync + 'static {

@@ -73,6 +73,8 @@ impl Deps {
             runtime_name: "containerd".into(),
             statuses: Arc::new(StatusManager::new()),
             resync: Duration::from_secs(60),
+            // The fakes refuse nothing; a test that needs admission's refusals sets them.
+            refusal: |_| None,
         }
     }
 }

@@ -113,6 +113,9 @@ pub enum Action {
     StartInitContainer { name: String, restart_count: u32 },
     /// Pull, create and start an app container in the ready sandbox.
     StartContainer { name: String, restart_count: u32 },
+    /// Pull, create and start an ephemeral container in the ready sandbox (once: it is never
+    /// restarted).
+    StartEphemeralContainer { name: String },
 }
 
 impl Action {
@@ -134,6 +137,11 @@ impl Action {
                 name: name.clone(),
                 init: false,
                 restart_count: *restart_count,
+            }),
+            Action::StartEphemeralContainer { name } => Some(Start {
+                name: name.clone(),
+                init: false,
+                restart_count: 0,
             }),
             _ => None,
         }
@@ -174,6 +182,7 @@ impl std::fmt::Display for Action {
                 name,
                 restart_count,
             } => write!(f, "StartContainer {name} restartCount={restart_count}"),
+            Action::StartEphemeralContainer { name } => write!(f, "StartEphemeralContainer {name}"),
         }
     }
 }
@@ -206,6 +215,8 @@ pub(super) struct Draft {
     /// Instances to remove (created but never started).
     remove: Vec<String>,
     start: Vec<Start>,
+    /// Ephemeral containers to start (before the init and app containers, as upstream).
+    ephemeral: Vec<String>,
     waiting: BTreeMap<String, Waiting>,
     wake_after: Option<Duration>,
 }
@@ -228,6 +239,14 @@ impl Draft {
         );
         if let Some(attempt) = self.create_sandbox {
             actions.push(Action::CreateSandbox { attempt });
+        }
+        // A pod being stopped starts no ephemeral container.
+        if !self.kill_pod {
+            actions.extend(
+                self.ephemeral
+                    .into_iter()
+                    .map(|name| Action::StartEphemeralContainer { name }),
+            );
         }
         actions.extend(self.start.into_iter().map(Action::from_start));
         Plan {
@@ -274,14 +293,6 @@ pub fn is_sidecar(c: &K8sContainer) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
-pub(super) fn should_restart(policy: &str, exit_code: i32) -> bool {
-    match policy {
-        "Always" => true,
-        "OnFailure" => exit_code != 0,
-        _ => false,
-    }
-}
-
 /// `name_namespace(uid)`, as upstream prints pods in back-off messages.
 pub(super) fn pod_ref(pod: &Pod) -> String {
     format!(
@@ -322,19 +333,28 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
                 .iter()
                 .any(|(_, c)| c.state == ContainerState::Running);
         }
-        if policy == "Never" && attempt != 0 && !obs.containers.is_empty() {
+        // A pod none of whose containers may restart (pod policy Never, no container policy
+        // or rule that restarts) gets no new sandbox once it has run.
+        let restartable = policy != "Never"
+            || spec
+                .containers
+                .iter()
+                .any(|c| pod::container_restartable(c, &spec));
+        if !restartable && attempt != 0 && !obs.containers.is_empty() {
             return p;
         }
         // Upstream: a new sandbox restarts from the first init container, unless the pod
-        // has initialized before and none of its app containers is to run again.
+        // has initialized before and none of its app containers is to run again. A container
+        // that exited and is not to restart (its restart policy and rules, or the pod's)
+        // stays done.
         let apps: Vec<Start> = spec
             .containers
             .iter()
             .filter(|c| {
-                !(policy == "OnFailure"
-                    && obs
-                        .newest(&c.name, None)
-                        .is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0))
+                !obs.newest(&c.name, None).is_some_and(|s| {
+                    s.state == ContainerState::Exited
+                        && !pod::container_should_restart(c, &spec, s.exit_code)
+                })
             })
             .map(|c| Start {
                 name: c.name.clone(),
@@ -366,6 +386,15 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
         return p;
     };
     let sb = Some(sandbox.id.as_str());
+
+    // Ephemeral containers start once the sandbox is ready, even before the pod has
+    // initialized, and run once: an instance of one in any sandbox (running, exited or never
+    // started) means it is not started again (upstream).
+    for e in spec.ephemeral_containers.iter().flatten() {
+        if obs.newest(&e.name, None).is_none() {
+            p.ephemeral.push(e.name.clone());
+        }
+    }
 
     // Init containers run one at a time, in order; each must succeed before the next. A
     // sidecar (restartable init container) only has to be started (running, and past its
@@ -487,7 +516,7 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
                 }
             }
             Some(s) if s.state == ContainerState::Exited => {
-                if should_restart(policy, s.exit_code) {
+                if pod::container_should_restart(c, &spec, s.exit_code) {
                     restart_or_wait(&mut p, backoff, pod, c, false, s, now);
                 }
             }

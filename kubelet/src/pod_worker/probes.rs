@@ -17,7 +17,6 @@ impl Worker {
             name: self.pod.metadata.name.clone().unwrap_or_default(),
             namespace: self.pod.metadata.namespace.clone().unwrap_or_default(),
         };
-        let never = spec.restart_policy.as_deref() == Some("Never");
         // Sidecars are probed like app containers (regular init containers are not).
         let sidecars = spec
             .init_containers
@@ -25,7 +24,8 @@ impl Worker {
             .flatten()
             .filter(|c| is_sidecar(c));
         for c in sidecars.chain(spec.containers.iter()) {
-            let never = never && !is_sidecar(c);
+            // A container that never restarts stops being probed once it exits.
+            let never = !is_sidecar(c) && !pod::container_restartable(c, &spec);
             let Some(latest) = obs.newest(&c.name, sandbox) else {
                 continue;
             };

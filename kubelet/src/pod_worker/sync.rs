@@ -233,8 +233,10 @@ impl Worker {
         s: &Start,
         volumes: &BTreeMap<String, std::path::PathBuf>,
         keyrings: &PodKeyrings,
+        obs: &Observed,
     ) -> Result<(), StartError> {
         let spec = self.pod.spec.clone().unwrap_or_default();
+        let debug = super::ephemeral::find(&self.pod, &s.name).cloned();
         let c = spec
             .init_containers
             .iter()
@@ -242,7 +244,12 @@ impl Worker {
             .chain(spec.containers.iter())
             .find(|c| c.name == s.name)
             .cloned()
+            .or_else(|| debug.as_ref().map(super::ephemeral::as_container))
             .expect("planned containers come from the spec");
+        if debug.is_some() {
+            // Added after the pod was admitted: the refusals of admission apply now.
+            super::ephemeral::refused(&c, self.env.refusal)?;
+        }
         crate::metrics::started_container(
             spec.init_containers
                 .iter()
@@ -269,6 +276,11 @@ impl Worker {
             .ensure_image(&c, sandbox, keyrings, &event, &mut self.pulls)
             .await
             .map_err(StartError::Image)?;
+        // An ephemeral container's target must run (checked after the pull, as upstream).
+        let pid_target = match &debug {
+            Some(e) => super::ephemeral::target_id(e, obs, sandbox_id)?,
+            None => None,
+        };
         let objects = self.env_objects(&c).await?;
         let service_env = self.service_env()?;
         // /etc/hosts, subPath mounts, the env and the log directory touch the disk or grow
@@ -334,6 +346,7 @@ impl Worker {
         let (cfg, invalid_names) = prepared
             .and_then(|(mut cfg, invalid_names)| {
                 spec::security::apply_image_user(&mut cfg.security, &self.pod, &c, &user?)?;
+                cfg.security.pid_target = pid_target;
                 Ok((cfg, invalid_names))
             })
             .map_err(|e| StartError::CreateContainerConfig {

@@ -32,6 +32,7 @@ fn rig_with_binder(binder: Arc<dyn crate::volume::subpath::Binder>) -> Rig {
         probes,
         cgroups: crate::cm::ContainerManager::for_test(cg.clone()),
         binder,
+        refusal: crate::pod::admission::fields::refusal,
         ..Deps::for_test(rt.clone(), dir.path())
     });
     Rig {
@@ -1351,6 +1352,8 @@ async fn sandbox_config_carries_pod_resources_and_overhead() {
 mod cluster_inputs;
 // The worker over the fakes of its narrow dependencies.
 mod fakes;
+// Pod fields of issue 27 (shared PID namespace, ephemeral containers, restart rules, ...).
+mod pod_fields;
 mod pulled_images;
 // Regression tests of upstream CVEs in the container start path.
 mod security_regressions;

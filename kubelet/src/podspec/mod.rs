@@ -2,6 +2,8 @@
 //! per-container hash. The sources that produce desired pods are in `pod`.
 
 pub mod resources;
+mod restart;
+pub use restart::{container_restartable, container_should_restart, pod_restart_policy};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

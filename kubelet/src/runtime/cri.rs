@@ -133,7 +133,10 @@ fn sandbox_state(s: i32) -> SandboxState {
     }
 }
 
-fn namespaces(host_network: bool, host_pid: bool, host_ipc: bool) -> pb::NamespaceOption {
+/// The sandbox's namespaces: the node's where the pod asks for them; else the network and IPC
+/// namespaces are the pod's, and the PID namespace the pod's with `shareProcessNamespace`,
+/// each container's own otherwise (upstream's namespacesForPod).
+fn namespaces(c: &SandboxConfig) -> pb::NamespaceOption {
     let mode = |host: bool, otherwise: pb::NamespaceMode| {
         if host {
             pb::NamespaceMode::Node as i32
@@ -141,12 +144,30 @@ fn namespaces(host_network: bool, host_pid: bool, host_ipc: bool) -> pb::Namespa
             otherwise as i32
         }
     };
+    let pid = if c.share_process_namespace {
+        pb::NamespaceMode::Pod
+    } else {
+        pb::NamespaceMode::Container
+    };
     pb::NamespaceOption {
-        network: mode(host_network, pb::NamespaceMode::Pod),
-        pid: mode(host_pid, pb::NamespaceMode::Container),
-        ipc: mode(host_ipc, pb::NamespaceMode::Pod),
+        network: mode(c.host_network, pb::NamespaceMode::Pod),
+        pid: mode(c.host_pid, pid),
+        ipc: mode(c.host_ipc, pb::NamespaceMode::Pod),
         ..Default::default()
     }
+}
+
+/// A container's namespaces: the sandbox's, except that an ephemeral container with a target
+/// joins the target's PID namespace when the pod has one per container (upstream).
+fn container_namespaces(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::NamespaceOption {
+    let mut ns = namespaces(sandbox);
+    if let Some(target) = &c.security.pid_target
+        && ns.pid == pb::NamespaceMode::Container as i32
+    {
+        ns.pid = pb::NamespaceMode::Target as i32;
+        ns.target_id = target.clone();
+    }
+    ns
 }
 
 fn resources(r: &LinuxResources) -> pb::LinuxContainerResources {
@@ -206,7 +227,7 @@ fn groups_policy(p: SupplementalGroupsPolicy) -> i32 {
 fn sandbox_security(c: &SandboxConfig) -> pb::LinuxSandboxSecurityContext {
     let s = &c.security;
     pb::LinuxSandboxSecurityContext {
-        namespace_options: Some(namespaces(c.host_network, c.host_pid, c.host_ipc)),
+        namespace_options: Some(namespaces(c)),
         selinux_options: s.selinux.as_ref().map(selinux),
         run_as_user: s.run_as_user.map(|value| pb::Int64Value { value }),
         run_as_group: s.run_as_group.map(|value| pb::Int64Value { value }),
@@ -236,11 +257,7 @@ pub fn container_security_pb(
     pb::LinuxContainerSecurityContext {
         capabilities,
         privileged: s.privileged,
-        namespace_options: Some(namespaces(
-            sandbox.host_network,
-            sandbox.host_pid,
-            sandbox.host_ipc,
-        )),
+        namespace_options: Some(container_namespaces(c, sandbox)),
         selinux_options: s.selinux.as_ref().map(selinux),
         run_as_user: s.run_as_user.map(|value| pb::Int64Value { value }),
         run_as_group: s.run_as_group.map(|value| pb::Int64Value { value }),

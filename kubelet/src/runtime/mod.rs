@@ -163,6 +163,8 @@ pub struct SandboxConfig {
     pub cgroup_parent: String,
     pub host_network: bool,
     pub host_pid: bool,
+    /// `shareProcessNamespace`: one PID namespace for the whole pod (CRI `NamespaceMode::POD`).
+    pub share_process_namespace: bool,
     pub host_ipc: bool,
     pub sysctls: BTreeMap<String, String>,
     /// The sandbox's own security settings (`LinuxSandboxSecurityContext`).
@@ -245,8 +247,8 @@ pub struct ContainerConfig {
     pub stdin_once: bool,
     pub tty: bool,
     pub resources: LinuxResources,
-    /// The container's security settings (`LinuxContainerSecurityContext`, without the
-    /// namespace options, which come from the sandbox).
+    /// The container's security settings (`LinuxContainerSecurityContext`; the namespace
+    /// options come from the sandbox, apart from an ephemeral container's PID target).
     pub security: ContainerSecurity,
 }
 
@@ -300,6 +302,10 @@ pub struct ContainerSecurity {
     /// `localhost/<name>`), still sent for older runtimes.
     pub apparmor_profile: String,
     pub selinux: Option<SeLinuxOptions>,
+    /// The ID of the running container whose PID namespace this one joins (an ephemeral
+    /// container's `targetContainerName`): CRI `NamespaceMode::TARGET` with `target_id`,
+    /// when the pod does not already share one PID namespace.
+    pub pid_target: Option<String>,
 }
 
 /// Security settings of the sandbox (its pause process).

@@ -32,6 +32,7 @@ pub fn sandbox(i: usize, tag: &str, logs: &Path, cgroup_root: &str) -> SandboxCo
         cgroup_parent: format!("{cgroup_root}/kubepods/besteffort/pod{uid}"),
         host_network: false,
         host_pid: false,
+        share_process_namespace: false,
         host_ipc: false,
         sysctls: BTreeMap::new(),
         security: Default::default(),

@@ -208,6 +208,7 @@ pub fn sandbox_config(
         cgroup_parent,
         host_network,
         host_pid: spec.host_pid.unwrap_or(false),
+        share_process_namespace: spec.share_process_namespace.unwrap_or(false),
         host_ipc: spec.host_ipc.unwrap_or(false),
         sysctls,
         security: security::sandbox_security(pod),

@@ -271,6 +271,8 @@ pub fn container_security(
         apparmor_profile: apparmor.as_ref().map(|a| a.1.clone()).unwrap_or_default(),
         apparmor: apparmor.map(|a| a.0),
         selinux: e.se_linux_options.as_ref().map(selinux),
+        // Set by the pod worker for an ephemeral container with a target.
+        pid_target: None,
     })
 }
 

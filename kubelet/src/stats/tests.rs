@@ -22,6 +22,7 @@ fn sandbox(name: &str, uid: &str) -> SandboxConfig {
         cgroup_parent: String::new(),
         host_network: false,
         host_pid: false,
+        share_process_namespace: false,
         host_ipc: false,
         sysctls: BTreeMap::new(),
         security: SandboxSecurity::default(),

@@ -173,14 +173,41 @@ pub fn container_status(
     st
 }
 
-/// Pod phase by upstream's rules (getPhase in kubelet_pods.go). `sidecar[i]` says whether
-/// init container `i` is restartable; `initialized`: an app container has run.
+/// Pod phase by upstream's rules (getPhase in kubelet_pods.go) when only the pod's restart
+/// policy decides restarts. `sidecar[i]` says whether init container `i` is restartable;
+/// `initialized`: an app container has run.
 pub fn phase(
     restart_policy: &str,
     init: &[ContainerStatus],
     sidecar: &[bool],
     containers: &[ContainerStatus],
     initialized: bool,
+) -> &'static str {
+    let restarts = |_: usize, code: i32| match restart_policy {
+        "Never" => false,
+        "OnFailure" => code != 0,
+        _ => true,
+    };
+    phase_with(
+        restart_policy,
+        init,
+        sidecar,
+        containers,
+        initialized,
+        &restarts,
+    )
+}
+
+/// [`phase`] where `restarts(i, exit_code)` says whether app container `i` restarts after
+/// that exit (its restart policy and rules, or the pod's): while one that stopped will
+/// restart the pod is Running; once none will, Succeeded if every one succeeded, else Failed.
+pub fn phase_with(
+    restart_policy: &str,
+    init: &[ContainerStatus],
+    sidecar: &[bool],
+    containers: &[ContainerStatus],
+    initialized: bool,
+    restarts: &dyn Fn(usize, i32) -> bool,
 ) -> &'static str {
     let last_exit = |s: &ContainerStatus| {
         s.last_state
@@ -192,6 +219,7 @@ pub fn phase(
     let mut pending_sidecars = 0;
     let mut failed_init = false;
     let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    let mut stopped_for_good = 0;
     for (i, s) in init.iter().enumerate() {
         let st = s.state.clone().unwrap_or_default();
         if sidecar.get(i).copied().unwrap_or(false) {
@@ -220,7 +248,7 @@ pub fn phase(
             _ => pending_init += 1,
         }
     }
-    for s in containers {
+    for (i, s) in containers.iter().enumerate() {
         let st = s.state.clone().unwrap_or_default();
         if st.running.is_some() {
             running += 1;
@@ -229,9 +257,15 @@ pub fn phase(
             if t.exit_code == 0 {
                 succeeded += 1;
             }
+            if !restarts(i, t.exit_code) {
+                stopped_for_good += 1;
+            }
         } else if st.waiting.is_some() {
-            if last_exit(s).is_some() {
+            if let Some(code) = last_exit(s) {
                 stopped += 1;
+                if !restarts(i, code) {
+                    stopped_for_good += 1;
+                }
             } else {
                 waiting += 1;
             }
@@ -250,11 +284,13 @@ pub fn phase(
         return "Running";
     }
     if stopped > 0 {
-        return match restart_policy {
-            "Always" => "Running",
-            _ if stopped == succeeded => "Succeeded",
-            "Never" => "Failed",
-            _ => "Running",
+        return if stopped != stopped_for_good {
+            // At least one is restarting.
+            "Running"
+        } else if stopped == succeeded {
+            "Succeeded"
+        } else {
+            "Failed"
         };
     }
     "Pending"
@@ -345,8 +381,14 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         .iter()
         .map(|c| container_status(c, obs))
         .collect();
-    let per_container = MAX_POD_MESSAGE_BYTES / (init.len() + containers.len()).max(1);
+    let ephemeral = ephemeral_statuses(&spec, obs);
+    let per_container =
+        MAX_POD_MESSAGE_BYTES / (init.len() + containers.len() + ephemeral.len()).max(1);
     for s in init.iter_mut().chain(containers.iter_mut()) {
+        cap_messages(s, per_container);
+    }
+    let mut ephemeral = ephemeral;
+    for s in &mut ephemeral {
         cap_messages(s, per_container);
     }
     // Upstream: once an app container has run, the pod stays initialized even while a
@@ -383,7 +425,19 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         }
     }
     let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let mut phase = phase(restart_policy, &init, &sidecar, &containers, initialized);
+    let restarts = |i: usize, code: i32| {
+        spec.containers
+            .get(i)
+            .is_none_or(|c| crate::podspec::container_should_restart(c, &spec, code))
+    };
+    let mut phase = phase_with(
+        restart_policy,
+        &init,
+        &sidecar,
+        &containers,
+        initialized,
+        &restarts,
+    );
     if obs.evicted.is_some() {
         phase = "Failed";
     }
@@ -474,6 +528,12 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         ),
         condition("PodScheduled", true, "", String::new(), prev, &now),
     ];
+    // Each condition the kubelet computes says which generation of the spec it reflects
+    // (PodObservedGenerationTracking, on in upstream's current release).
+    let generation = pod.metadata.generation.filter(|g| *g != 0);
+    for c in &mut conditions {
+        c.observed_generation = generation;
+    }
     // Conditions owned by others (readiness gates, DisruptionTarget) are carried over.
     for c in prev.and_then(|p| p.conditions.clone()).unwrap_or_default() {
         if !conditions.iter().any(|k| k.type_ == c.type_) {
@@ -487,6 +547,7 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         conditions: Some(conditions),
         container_statuses: Some(containers),
         init_container_statuses: (!init.is_empty()).then_some(init),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
         host_ip: obs.host_ips.first().cloned(),
         host_ips: (!obs.host_ips.is_empty()).then(|| {
             obs.host_ips
@@ -507,8 +568,40 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         qos_class: Some(obs.qos_class.clone()),
         reason: obs.evicted.as_ref().map(|e| e.reason.clone()),
         message: obs.evicted.as_ref().map(|e| e.message.clone()),
+        observed_generation: generation,
         ..Default::default()
     }
+}
+
+/// The statuses of the pod's ephemeral containers. They are never ready and have no startup
+/// state (no probes); one not created yet waits in `PodInitializing` when the pod has init
+/// containers, `ContainerCreating` otherwise (upstream's default waiting state).
+fn ephemeral_statuses(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    obs: &Observation<'_>,
+) -> Vec<ContainerStatus> {
+    let has_init = spec.init_containers.as_ref().is_some_and(|i| !i.is_empty());
+    spec.ephemeral_containers
+        .iter()
+        .flatten()
+        .map(|e| {
+            let c = k8s_openapi::api::core::v1::Container {
+                name: e.name.clone(),
+                image: e.image.clone(),
+                ..Default::default()
+            };
+            let mut s = container_status(&c, obs);
+            s.ready = false;
+            s.started = None;
+            if let Some(w) = s.state.as_mut().and_then(|st| st.waiting.as_mut())
+                && has_init
+                && w.reason.as_deref() == Some("ContainerCreating")
+            {
+                w.reason = Some("PodInitializing".into());
+            }
+            s
+        })
+        .collect()
 }
 
 /// Upstream's `DisruptionTarget` condition for a pod the kubelet stopped (node shutdown,

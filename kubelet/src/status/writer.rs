@@ -34,7 +34,7 @@ pub const KUBELET_CONDITIONS: [&str; 6] = [
 ];
 
 /// Status fields the kubelet owns; a missing one is cleared (`null`) in the patch.
-const OWNED: [&str; 13] = [
+const OWNED: [&str; 14] = [
     "phase",
     "conditions",
     "message",
@@ -48,6 +48,7 @@ const OWNED: [&str; 13] = [
     "containerStatuses",
     "ephemeralContainerStatuses",
     "qosClass",
+    "observedGeneration",
 ];
 
 fn is_terminal(phase: Option<&str>) -> bool {

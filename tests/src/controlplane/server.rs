@@ -202,6 +202,9 @@ fn resource_list(group: &str, version: &str) -> Value {
         if r.status {
             out.push(json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
+        if r.group.is_empty() && r.plural == "pods" {
+            out.push(json!({"name": "pods/ephemeralcontainers", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get", "patch", "update"]}));
+        }
         if r.approval {
             out.push(json!({"name": format!("{}/approval", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
@@ -485,6 +488,9 @@ async fn dispatch(
         "" => Subresource::Main,
         "status" if res.status => Subresource::Status,
         "approval" if res.approval => Subresource::Approval,
+        "ephemeralcontainers" if res.group.is_empty() && res.plural == "pods" => {
+            Subresource::EphemeralContainers
+        }
         _ => {
             return error(&ApiError::new(
                 404,

@@ -1,5 +1,6 @@
 //! Pod fields on real containerd (issue 27), one module per group of fields beside this file:
-//! what the container sees from inside, or the refusal the pod gets where containerd 1.6
-//! cannot provide the field.
+//! each field either has an effect checked from inside the containers, or the refusal the pod
+//! gets where containerd 1.6 cannot provide it.
 
+mod ephemeral;
 mod mounts;

@@ -18,6 +18,7 @@ fn security_settings_reach_the_cri_messages() {
         cgroup_parent: String::new(),
         host_network: false,
         host_pid: true,
+        share_process_namespace: false,
         host_ipc: false,
         sysctls: BTreeMap::new(),
         security: SandboxSecurity {
@@ -214,4 +215,46 @@ async fn stats_lists_carry_a_filter_so_a_stopped_sandbox_fails_nothing() {
     rt.list_container_stats().await.unwrap();
     assert_eq!(*fake.container_filters.lock().unwrap(), [true]);
     server.abort();
+}
+
+/// `shareProcessNamespace` gives the sandbox and every container the pod's PID namespace; an
+/// ephemeral container's target joins the target's PID namespace only where each container
+/// has its own (upstream), and hostPID wins over both.
+#[test]
+fn pid_namespace_follows_share_process_namespace_and_ephemeral_targets() {
+    let mut sandbox = crate::runtime::raw::sandbox(0, "pid", std::path::Path::new("/tmp/logs"), "");
+    let mut c = crate::runtime::raw::container(&sandbox);
+    let pid = |c: &ContainerConfig, sb: &SandboxConfig| {
+        let ns = container_security_pb(c, sb).namespace_options.unwrap();
+        (ns.pid, ns.target_id)
+    };
+    let container = pb::NamespaceMode::Container as i32;
+    assert_eq!(pid(&c, &sandbox), (container, String::new()));
+    sandbox.share_process_namespace = true;
+    let pod = pb::NamespaceMode::Pod as i32;
+    assert_eq!(
+        sandbox_pb(&sandbox)
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap()
+            .pid,
+        pod
+    );
+    assert_eq!(pid(&c, &sandbox), (pod, String::new()));
+    // An ephemeral container in a pod that shares one PID namespace needs no target.
+    c.security.pid_target = Some("target-id".into());
+    assert_eq!(pid(&c, &sandbox), (pod, String::new()));
+    sandbox.share_process_namespace = false;
+    assert_eq!(
+        pid(&c, &sandbox),
+        (pb::NamespaceMode::Target as i32, "target-id".into())
+    );
+    sandbox.host_pid = true;
+    assert_eq!(
+        pid(&c, &sandbox),
+        (pb::NamespaceMode::Node as i32, String::new())
+    );
 }

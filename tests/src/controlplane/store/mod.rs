@@ -17,6 +17,7 @@ mod admission;
 mod csr;
 mod defaults;
 mod delete;
+mod ephemeral;
 mod list;
 mod namespaces;
 mod node_taints;
@@ -116,6 +117,8 @@ pub enum Subresource {
     Main,
     Status,
     Approval,
+    /// `pods/ephemeralcontainers`: only `spec.ephemeralContainers` changes.
+    EphemeralContainers,
 }
 
 /// The effective delete options (query + DeleteOptions body).

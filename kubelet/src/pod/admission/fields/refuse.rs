@@ -14,14 +14,11 @@ pub const OS_MESSAGE: &str = "Failed to admit pod as the OS field doesn't match 
 pub const HOSTNAME_OVERRIDE: &str = "spec.hostnameOverride is not supported by this node agent";
 pub const SET_HOSTNAME_AS_FQDN: &str =
     "spec.setHostnameAsFQDN: true is not supported by this node agent";
-pub const SHARE_PROCESS_NAMESPACE: &str =
-    "spec.shareProcessNamespace: true is not supported by this node agent";
 pub const RESOURCE_CLAIMS: &str =
     "spec.resourceClaims (dynamic resource allocation) is not supported by this node agent";
 pub const RESOURCE_CLAIMS_CONTAINER: &str =
     "resources.claims (dynamic resource allocation) is not supported by this node agent";
-pub const REGULAR_RESTART_POLICY: &str = "restartPolicy on a regular container is not supported by this node agent (on init containers, Always makes a sidecar)";
-pub const RESTART_POLICY_RULES: &str = "restartPolicyRules is not supported by this node agent";
+pub const INIT_RESTART_RULES: &str = "restartPolicyRules, or a restartPolicy other than Always, on an init container is not supported by this node agent (regular containers have them; Always makes a sidecar)";
 pub const VOLUME_DEVICES: &str =
     "volumeDevices (raw block volumes) are not supported by this node agent";
 pub const STOP_SIGNAL: &str = "lifecycle.stopSignal is not supported by this node agent";
@@ -83,14 +80,6 @@ pub const REFUSALS: &[Refusal] = &[
     },
     Refusal {
         owner: "PodSpec",
-        field: "shareProcessNamespace",
-        reason: REASON,
-        message: SHARE_PROCESS_NAMESPACE,
-        example: r#"{"shareProcessNamespace": true}"#,
-        check: |s| s.share_process_namespace == Some(true),
-    },
-    Refusal {
-        owner: "PodSpec",
         field: "resourceClaims",
         reason: REASON,
         message: RESOURCE_CLAIMS,
@@ -114,17 +103,14 @@ pub const REFUSALS: &[Refusal] = &[
         owner: "Container",
         field: "restartPolicyRules",
         reason: REASON,
-        message: RESTART_POLICY_RULES,
-        example: r#"{"containers": [{"name": "c", "image": "i", "restartPolicy": "Never", "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}]}"#,
-        check: |s| containers(s).any(|c| set(&c.restart_policy_rules)),
-    },
-    Refusal {
-        owner: "Container",
-        field: "restartPolicy",
-        reason: REASON,
-        message: REGULAR_RESTART_POLICY,
-        example: r#"{"containers": [{"name": "c", "image": "i", "restartPolicy": "Always"}]}"#,
-        check: |s| s.containers.iter().any(|c| c.restart_policy.is_some()),
+        message: INIT_RESTART_RULES,
+        example: r#"{"initContainers": [{"name": "i", "image": "i", "restartPolicy": "Never", "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}]}"#,
+        check: |s| {
+            s.init_containers.iter().flatten().any(|c| {
+                set(&c.restart_policy_rules)
+                    || c.restart_policy.as_deref().is_some_and(|p| p != "Always")
+            })
+        },
     },
     Refusal {
         owner: "Container",
