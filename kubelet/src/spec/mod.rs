@@ -567,8 +567,10 @@ pub fn container_config(
     etc_hosts: Option<&Path>,
     host_paths: &ContainerHostPaths,
     env: &ContainerEnv,
+    handler: &str,
     features: HandlerFeatures,
 ) -> Result<ContainerConfig, ConfigError> {
+    security::check_user_namespace(pod, handler, features)?;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let vars = env.map();
     let envs = env.vars.clone();

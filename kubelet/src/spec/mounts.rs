@@ -66,14 +66,15 @@ pub fn recursive_read_only(m: &VolumeMount, supported: bool) -> Result<bool, Con
     }
 }
 
-/// Whether building the container's mounts needs the runtime handler's features (a mount
-/// asks for recursive read-only mode).
-pub fn wants_runtime_features(c: &Container) -> bool {
-    c.volume_mounts.iter().flatten().any(|m| {
-        m.recursive_read_only
-            .as_deref()
-            .is_some_and(|r| r != "Disabled")
-    })
+/// Whether building the container's config needs the runtime handler's features (a mount
+/// asks for recursive read-only mode, or the pod for a user namespace).
+pub fn wants_runtime_features(pod: &Pod, c: &Container) -> bool {
+    pod.spec.as_ref().and_then(|s| s.host_users) == Some(false)
+        || c.volume_mounts.iter().flatten().any(|m| {
+            m.recursive_read_only
+                .as_deref()
+                .is_some_and(|r| r != "Disabled")
+        })
 }
 
 /// Upstream's `ExpandContainerVolumeMounts`: `$(VAR)` references from the container's

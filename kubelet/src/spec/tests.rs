@@ -35,6 +35,7 @@ fn config_for(
         None,
         &ContainerHostPaths::default(),
         &env,
+        "",
         crate::runtime::HandlerFeatures::default(),
     )
 }
@@ -873,6 +874,7 @@ fn api_data_volumes_are_always_mounted_read_only() {
         None,
         &host_paths,
         &env,
+        "",
         Default::default(),
     )
     .unwrap();

@@ -4,3 +4,4 @@
 
 mod ephemeral;
 mod mounts;
+mod userns;

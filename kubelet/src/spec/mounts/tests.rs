@@ -181,14 +181,23 @@ fn recursive_read_only_follows_what_the_runtime_handler_reports() {
             )
         );
     }
+    let plain = pod(serde_json::json!([]));
     assert!(wants_runtime_features(
+        &plain,
         &serde_json::from_value(serde_json::json!({"name": "c", "volumeMounts": m})).unwrap()
     ));
     assert!(!wants_runtime_features(
+        &plain,
         &serde_json::from_value(
             serde_json::json!({"name": "c", "volumeMounts": [{"name": "host", "mountPath": "/m"}]})
         )
         .unwrap()
+    ));
+    let mut userns = plain.clone();
+    userns.spec.as_mut().unwrap().host_users = Some(false);
+    assert!(wants_runtime_features(
+        &userns,
+        &serde_json::from_value(serde_json::json!({"name": "c"})).unwrap()
     ));
 }
 
