@@ -48,6 +48,15 @@ pub(super) async fn node_settings(
     .unwrap_or_default();
     let (_, allocatable) =
         crate::cm::allocatable::resource_lists(&host_info, cfg.max_pods, &cfg.resources);
+    // As upstream at start: volumes' propagation mounts need the root dir on a shared mount.
+    crate::volume::shared::make_root_dir_rshared(
+        |dir| {
+            use crate::volume::subpath::Binder;
+            crate::volume::subpath::KernelBinder.make_rshared(dir)
+        },
+        cfg.root_dir.clone(),
+    )
+    .await;
     NodeSettings {
         node_name: cfg.node_name.clone(),
         host_ips: node_ips.iter().map(|i| i.to_string()).collect(),

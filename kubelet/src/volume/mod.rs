@@ -10,6 +10,7 @@ pub mod hugepages;
 pub mod manager;
 pub mod ownership;
 pub mod projection;
+pub mod shared;
 pub mod subpath;
 
 #[cfg(test)]

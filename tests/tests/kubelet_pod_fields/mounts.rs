@@ -300,3 +300,71 @@ fn huge_page_empty_dir_is_a_hugetlbfs_mount_of_the_requested_size() {
     assert_eq!(f[2], "hugetlbfs", "{line}");
     assert!(f[3].split(',').any(|o| o == "pagesize=2M"), "{line}");
 }
+
+/// Upstream's mount propagation e2e in one pod: a privileged container mounts a tmpfs inside
+/// an emptyDir it holds with Bidirectional; its neighbour (HostToContainer) sees the mount,
+/// and so does the host. It needs the kubelet's root dir on a shared mount, which the agent
+/// makes at start as upstream does (this host's `/` is private).
+const BIDIRECTIONAL: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: bidi
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: shared
+    emptyDir: {}
+  containers:
+  - name: master
+    image: docker.io/library/busybox:1.35
+    securityContext: {privileged: true}
+    volumeMounts:
+    - {name: shared, mountPath: /shared, mountPropagation: Bidirectional}
+    command: ["sh", "-c", "mkdir -p /shared/sub && mount -t tmpfs -o size=1m tmpfs /shared/sub && echo hi > /shared/sub/marker && echo MOUNTED; exec sleep 3600"]
+  - name: slave
+    image: docker.io/library/busybox:1.35
+    volumeMounts:
+    - {name: shared, mountPath: /shared, mountPropagation: HostToContainer}
+    command: ["sh", "-c", "while true; do if [ -e /shared/sub/marker ]; then echo SEEN; else echo ABSENT; fi; sleep 1; done"]
+"#;
+
+#[test]
+fn bidirectional_mounts_reach_the_host_and_a_host_to_container_neighbour() {
+    require_rig!();
+    let rig = Rig::up("e2e-bidirectional");
+    let agent = Kubelet::builder(&rig).start();
+    agent.write_manifest("bidi.yaml", BIDIRECTIONAL);
+    wait_for(
+        "the privileged container mounted",
+        Duration::from_secs(60),
+        || {
+            output(&agent, "bidi", "master")
+                .contains("MOUNTED")
+                .then_some(())
+        },
+    );
+    wait_for(
+        "the HostToContainer neighbour sees it",
+        Duration::from_secs(30),
+        || {
+            output(&agent, "bidi", "slave")
+                .contains("SEEN")
+                .then_some(())
+        },
+    );
+    let p = agent.pod("bidi-").unwrap();
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let on_host = std::fs::read_dir(agent.dir())
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            e.path().join(format!(
+                "pods/{uid}/volumes/kubernetes.io~empty-dir/shared/sub/marker"
+            ))
+        })
+        .find(|p| p.exists());
+    assert!(
+        on_host.is_some(),
+        "the container's mount did not reach the host"
+    );
+}
