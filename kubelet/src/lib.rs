@@ -28,6 +28,7 @@ pub mod node;
 pub mod objects;
 pub mod oom;
 pub mod pleg;
+pub mod pluginmanager;
 pub mod pod;
 pub mod pod_dirs;
 pub mod pod_worker;

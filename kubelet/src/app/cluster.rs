@@ -93,6 +93,8 @@ pub struct Parts {
     pub shutdown: Arc<crate::shutdown::ShutdownState>,
     /// The eviction manager's pressure conditions (node status, admission).
     pub pressure: Arc<crate::eviction::PressureState>,
+    /// The volumes in use for `status.volumesInUse`.
+    pub volumes: Option<Arc<dyn node::VolumesInUse>>,
 }
 
 /// Handles the rest of the kubelet keeps.
@@ -200,6 +202,7 @@ fn start_node(
     if node_cfg.register_node {
         tasks.spawn(
             node::NodeStatusLoop {
+                volumes: parts.volumes.clone(),
                 cfg: node_cfg,
                 client: conn.client.clone(),
                 host: Arc::new(node::LinuxHost {

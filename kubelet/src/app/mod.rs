@@ -138,7 +138,24 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         metrics: metrics.clone(),
         pull_records: pull_records.clone(),
     };
-    let env = pods::worker_env(&cfg, worker_parts, cluster.as_ref(), &mut tasks, &cancel);
+    let storage = pods::storage(
+        &worker_parts.node,
+        crate::stats::DEFAULT_VOLUME_STATS_AGG_PERIOD,
+        cluster.as_ref(),
+        &mut tasks,
+        &cancel,
+    );
+    if let Some(s) = &storage {
+        stats.set_measured_volumes(Arc::new(pods::InUse(s.clone())));
+    }
+    let env = pods::worker_env(
+        &cfg,
+        worker_parts,
+        cluster.as_ref(),
+        storage.clone(),
+        &mut tasks,
+        &cancel,
+    );
 
     let (pods_tx, pods_rx) = mpsc::channel(8);
     let static_rx = pods::start_static_pods(
@@ -171,6 +188,8 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             events: (events.clone(), sink),
             shutdown: shutdown_state.clone(),
             pressure: pressure.clone(),
+            volumes: storage
+                .map(|s| Arc::new(pods::InUse(s)) as Arc<dyn crate::node::VolumesInUse>),
         };
         terminated_tx = Some(cluster::start(&cfg, conn, parts, &mut tasks, &cancel).terminated_tx);
     }

@@ -94,6 +94,7 @@ pub(super) fn worker_env(
     cfg: &Config,
     parts: WorkerParts,
     cluster: Option<&Connected>,
+    storage: Option<Arc<crate::volume::claims::Storage>>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Arc<Deps> {
@@ -105,12 +106,16 @@ pub(super) fn worker_env(
     });
     let binder: Arc<dyn crate::volume::subpath::Binder> =
         Arc::new(crate::volume::subpath::KernelBinder);
-    let volumes = Arc::new(crate::volume::VolumeManager::new(
+    let mut volumes = crate::volume::VolumeManager::new(
         parts.node.clone(),
         Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
         Arc::new(crate::objects::token::TokenManager::new(api_objects)),
         binder.clone(),
-    ));
+    );
+    if let Some(s) = storage {
+        volumes = volumes.with_storage(s);
+    }
+    let volumes = Arc::new(volumes);
     tasks.spawn(volumes.clone().run(cancel.clone()));
     // Services (service-link variables) and RuntimeClasses come from informers in cluster
     // mode; standalone pods get no service variables and cannot name a RuntimeClass.
@@ -164,6 +169,91 @@ pub(super) fn worker_env(
         }),
         refusal: crate::pod::admission::fields::refusal,
     })
+}
+
+/// The node status's view of the volumes in use.
+pub(super) struct InUse(pub Arc<crate::volume::claims::Storage>);
+
+impl crate::node::VolumesInUse for InUse {
+    fn volumes_in_use(&self) -> Vec<String> {
+        self.0.volumes_in_use()
+    }
+}
+
+impl crate::stats::MeasuredVolumes for InUse {
+    fn pod_volumes(&self, pod_uid: &str) -> Vec<crate::stats::summary::VolumeStats> {
+        use crate::stats::summary::{FsStats, PvcReference, StatTime, VolumeStats};
+        let u = |v: i64| u64::try_from(v).ok();
+        self.0
+            .pod_volume_stats(pod_uid)
+            .into_iter()
+            .map(|m| (m.volume, m.claim, m.at_ns, m.stats))
+            .map(|(name, claim, at_ns, s)| VolumeStats {
+                fs: FsStats {
+                    time: StatTime(at_ns),
+                    available_bytes: u(s.available_bytes),
+                    capacity_bytes: u(s.capacity_bytes),
+                    used_bytes: u(s.used_bytes),
+                    inodes_free: u(s.inodes_free),
+                    inodes: u(s.inodes),
+                    inodes_used: u(s.inodes_used),
+                },
+                name,
+                pvc_ref: claim.map(|(namespace, name)| PvcReference { name, namespace }),
+            })
+            .collect()
+    }
+}
+
+/// The plugin manager (CSI drivers register through `<root-dir>/plugins_registry`) and, in
+/// cluster mode, the claim-backed and CSI volumes it serves.
+pub(super) fn storage(
+    node: &NodeSettings,
+    stats_period: std::time::Duration,
+    cluster: Option<&Connected>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> Option<Arc<crate::volume::claims::Storage>> {
+    use crate::volume::csi;
+    let drivers = Arc::new(csi::CsiDrivers::default());
+    let node_info = cluster.map(|c| {
+        Arc::new(csi::KubeNodeInfo::new(
+            c.client.clone(),
+            node.node_name.clone(),
+        )) as Arc<dyn csi::NodeInfoApi>
+    });
+    let handler = csi::RegistrationHandler::new(
+        drivers.clone(),
+        Arc::new(|endpoint: &str| {
+            Arc::new(csi::GrpcCsiNode::new(endpoint)) as Arc<dyn csi::CsiNode>
+        }),
+        node_info,
+    );
+    let mut plugins = crate::pluginmanager::PluginManager::new(crate::pluginmanager::registry_dir(
+        &node.root_dir,
+    ));
+    plugins.add_handler(
+        cri_proto::plugins::registration::CSI_PLUGIN,
+        Arc::new(handler),
+    );
+    tasks.spawn(Arc::new(plugins).run(cancel.clone()));
+    let c = cluster?;
+    let storage = Arc::new(crate::volume::claims::Storage::new(
+        Arc::new(crate::volume::claims::KubeStorageApi {
+            client: c.client.clone(),
+        }),
+        csi::CsiMounter {
+            root_dir: node.root_dir.clone(),
+            node_name: node.node_name.clone(),
+            drivers,
+        },
+    ));
+    let s = storage.clone();
+    tasks.spawn(async move {
+        let _ = tokio::task::spawn_blocking(move || s.reconstruct()).await;
+    });
+    tasks.spawn(storage.clone().run_stats(stats_period, cancel.clone()));
+    Some(storage)
 }
 
 /// The static pod source: manifests under `staticPodPath` through admission to the sync

@@ -466,11 +466,24 @@ pub fn status_patch(s: &NodeStatus) -> serde_json::Value {
             out.insert(k.to_string(), v.clone());
         }
     }
+    // Always present, so that the last volume going clears the list (null in a merge patch).
+    out.insert(
+        "volumesInUse".into(),
+        full.get("volumesInUse").cloned().unwrap_or_default(),
+    );
     serde_json::Value::Object(out)
+}
+
+/// The attachable volumes mounted for pods (`status.volumesInUse`, upstream's unique volume
+/// names), from the volume manager.
+pub trait VolumesInUse: Send + Sync {
+    fn volumes_in_use(&self) -> Vec<String>;
 }
 
 /// Registers the node and keeps its status current.
 pub struct NodeStatusLoop {
+    /// `status.volumesInUse`; None leaves the field as it is.
+    pub volumes: Option<Arc<dyn VolumesInUse>>,
     pub cfg: NodeConfig,
     pub client: ClientHandle,
     pub host: Arc<dyn HostFacts>,
@@ -598,6 +611,10 @@ impl NodeStatusLoop {
             Some(list) => Some(node_images(list, self.cfg.max_images)),
             None => current.status.as_ref().and_then(|s| s.images.clone()),
         };
+        if let Some(v) = &self.volumes {
+            let list = v.volumes_in_use();
+            status.volumes_in_use = (!list.is_empty()).then_some(list);
+        }
         let cmp = comparable(&status);
         let due = match last_written {
             Some((prev, at)) => *prev != cmp || at.elapsed() >= self.cfg.report_frequency,
