@@ -1,6 +1,8 @@
 //! Compiles proto/runtime/v1/api.proto with protox (no protoc needed) into
 //! prost messages plus tonic clients and servers.
 
+include!("deviceplugin_build.rs");
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/runtime/v1/api.proto";
     println!("cargo:rerun-if-changed={proto}");
@@ -15,5 +17,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Hand-written Debug that hides the secrets (upstream marks them debug_redact).
         .skip_debug(["runtime.v1.AuthConfig"])
         .compile_fds(fds)?;
+    compile_deviceplugin()?;
     Ok(())
 }
