@@ -1,0 +1,2 @@
+//! The device manager (upstream's `pkg/kubelet/cm/devicemanager`).
+pub mod checkpoint;
