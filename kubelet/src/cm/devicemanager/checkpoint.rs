@@ -92,7 +92,8 @@ pub fn checksum(data: &Data) -> u32 {
 /// print bare (spew's formatter, unlike its dumper, does not quote); nil slices and maps
 /// print `<nil>`.
 fn spew(data: &Data) -> String {
-    let mut s = String::from("(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint.PodDevicesEntry)");
+    let mut s =
+        String::from("(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint.PodDevicesEntry)");
     match &data.entries {
         None => s.push_str("<nil>"),
         Some(list) => {
@@ -154,7 +155,10 @@ mod numa_keys {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::collections::BTreeMap;
 
-    pub fn serialize<S: Serializer>(m: &BTreeMap<i64, Vec<String>>, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(
+        m: &BTreeMap<i64, Vec<String>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.collect_map(m.iter().map(|(k, v)| (k.to_string(), v)))
     }
 

@@ -16,10 +16,11 @@ fn upstream_checkpoints_verify_and_round_trip_byte_for_byte() {
     let e = &data.entries.unwrap()[0];
     assert_eq!(e.device_ids[&-1], vec!["tegra".to_string()]);
     // The stored response is the plugin's protobuf: an env NVIDIA_VISIBLE_DEVICES=tegra.
-    let resp = <cri_proto::deviceplugin::v1beta1::ContainerAllocateResponse as prost::Message>::decode(
-        e.alloc_resp.as_slice(),
-    )
-    .unwrap();
+    let resp =
+        <cri_proto::deviceplugin::v1beta1::ContainerAllocateResponse as prost::Message>::decode(
+            e.alloc_resp.as_slice(),
+        )
+        .unwrap();
     assert_eq!(resp.envs["NVIDIA_VISIBLE_DEVICES"], "tegra");
 }
 
@@ -38,7 +39,10 @@ fn boot_id_is_outside_the_checksum() {
     let (data, _) = decode(UPSTREAM_EMPTY.as_bytes()).unwrap();
     let with_boot = encode(&data, "b00t");
     let text = String::from_utf8(with_boot.clone()).unwrap();
-    assert!(text.ends_with(r#""Checksum":3952659280,"BootID":"b00t"}"#), "{text}");
+    assert!(
+        text.ends_with(r#""Checksum":3952659280,"BootID":"b00t"}"#),
+        "{text}"
+    );
     assert_eq!(decode(&with_boot).unwrap().1, "b00t");
 }
 
