@@ -69,6 +69,7 @@ pub(super) async fn node_settings(
 /// What every pod worker shares, with the volume manager and (cluster mode) the Services
 /// and RuntimeClasses informers spawned.
 pub(super) struct WorkerParts {
+    pub devices: Arc<crate::cm::devicemanager::DeviceManager>,
     pub runtime: Arc<dyn Runtime>,
     pub runtime_name: String,
     pub cm: Arc<ContainerManager>,
@@ -153,6 +154,7 @@ pub(super) fn worker_env(
             runtime_classes,
         }),
         refusal: crate::pod::admission::fields::refusal,
+        devices: Some(parts.devices),
     })
 }
 

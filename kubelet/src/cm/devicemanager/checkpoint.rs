@@ -103,11 +103,11 @@ fn spew(data: &Data) -> String {
                     s.push(' ');
                 }
                 s.push_str("{PodUID:(string)");
-                s.push_str(&&e.pod_uid);
+                s.push_str(&e.pod_uid);
                 s.push_str(" ContainerName:(string)");
-                s.push_str(&&e.container_name);
+                s.push_str(&e.container_name);
                 s.push_str(" ResourceName:(string)");
-                s.push_str(&&e.resource_name);
+                s.push_str(&e.resource_name);
                 s.push_str(" DeviceIDs:(checkpoint.DevicesPerNUMA)map[");
                 for (j, (numa, ids)) in e.device_ids.iter().enumerate() {
                     if j > 0 {

@@ -143,6 +143,14 @@ pub struct DeviceManager {
     state: Mutex<State>,
 }
 
+impl std::fmt::Debug for DeviceManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceManager")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
 fn healthy(d: &api::Device) -> bool {
     d.health == HEALTHY
 }
@@ -312,7 +320,7 @@ impl DeviceManager {
                         .and_then(|r| r.endpoint.as_ref())
                         .map(|e| Endpoint {
                             client: e.client.clone(),
-                            options: e.options.clone(),
+                            options: e.options,
                             generation: e.generation,
                         });
                     (k.clone(), ids, ep)

@@ -2,7 +2,7 @@
 //! registered plugin (its `ListAndWatch` stream feeds the devices, `Allocate` is called at
 //! admission).
 
-use super::{AllocateError, DeviceManager, Endpoint, Resource};
+use super::{AllocateError, DeviceManager, Endpoint};
 use cri_proto::deviceplugin::{KUBELET_SOCKET, VERSION, v1beta1 as api};
 use std::path::Path;
 use std::sync::Arc;
@@ -142,10 +142,7 @@ impl DeviceManager {
         st.generation += 1;
         let generation = st.generation;
         st.removed.remove(resource);
-        let r = st
-            .resources
-            .entry(resource.to_string())
-            .or_insert_with(Resource::default);
+        let r = st.resources.entry(resource.to_string()).or_default();
         r.endpoint = Some(Endpoint {
             client,
             options,
