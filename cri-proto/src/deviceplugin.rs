@@ -8,6 +8,10 @@ pub mod v1beta1 {
     tonic::include_proto!("v1beta1");
 }
 
+/// A device plugin for tests (upstream's sample device plugin's behaviour).
+#[cfg(any(test, feature = "test-util"))]
+pub mod sample;
+
 /// The API version plugins send in `RegisterRequest.version`.
 pub const VERSION: &str = "v1beta1";
 /// The kubelet's registration socket's name inside the device plugin directory.

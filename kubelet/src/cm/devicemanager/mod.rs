@@ -11,8 +11,6 @@
 //! a pod whose plugin fails is rejected with `UnexpectedAdmissionError` as upstream.
 
 pub mod checkpoint;
-#[cfg(any(test, feature = "test-util"))]
-pub mod fake;
 mod server;
 
 use cri_proto::deviceplugin::{HEALTHY, v1beta1 as api};

@@ -1,5 +1,5 @@
-use super::fake::{self, SamplePlugin};
 use super::*;
+use cri_proto::deviceplugin::sample::{self as fake, SamplePlugin};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 

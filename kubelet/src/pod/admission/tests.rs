@@ -146,7 +146,8 @@ fn node_selector_and_affinity() {
 
 mod devices {
     use super::*;
-    use crate::cm::devicemanager::{DeviceManager, fake::SamplePlugin};
+    use crate::cm::devicemanager::DeviceManager;
+    use cri_proto::deviceplugin::sample::SamplePlugin;
     use std::time::Duration;
 
     fn foo_pod(name: &str, uid: &str) -> Pod {

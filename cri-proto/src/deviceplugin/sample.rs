@@ -4,14 +4,14 @@
 //! file and a CDI name per device. Devices can be marked unhealthy, `Allocate` can be made to
 //! fail, and the plugin can stop (as if it crashed).
 
-use cri_proto::deviceplugin::{HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION, v1beta1 as api};
+use super::{HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION, v1beta1 as api};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
+use tokio_stream::StreamExt as _;
 
 /// The env var `Allocate` sets: the allocated device IDs, comma-separated.
 pub const ENV_NAME: &str = "EXAMPLE_DEVICES";
@@ -21,13 +21,12 @@ pub const MOUNT_DIR: &str = "/run/example-devices";
 pub const CDI_KIND: &str = "example.com/device";
 
 struct Inner {
-    devices: watch::Sender<BTreeMap<String, bool>>,
+    /// None once stopped: the ListAndWatch streams end.
+    devices: watch::Sender<Option<BTreeMap<String, bool>>>,
     /// Device ID lists of every Allocate call.
     calls: Mutex<Vec<Vec<String>>>,
     fail_allocate: Mutex<Option<String>>,
     host_dir: PathBuf,
-    /// Ends the ListAndWatch streams when the plugin stops.
-    stopped: CancellationToken,
 }
 
 /// A running sample plugin.
@@ -36,14 +35,15 @@ pub struct SamplePlugin {
     plugin_dir: PathBuf,
     socket_name: String,
     resource: String,
-    cancel: CancellationToken,
+    server: tokio::task::JoinHandle<()>,
 }
 
 #[derive(Clone)]
 struct Service(Arc<Inner>);
 
-type DeviceStream =
-    Pin<Box<dyn futures::Stream<Item = Result<api::ListAndWatchResponse, tonic::Status>> + Send>>;
+type DeviceStream = Pin<
+    Box<dyn tokio_stream::Stream<Item = Result<api::ListAndWatchResponse, tonic::Status>> + Send>,
+>;
 
 fn list(devs: &BTreeMap<String, bool>) -> api::ListAndWatchResponse {
     api::ListAndWatchResponse {
@@ -71,21 +71,9 @@ impl api::device_plugin_server::DevicePlugin for Service {
         &self,
         _: tonic::Request<api::Empty>,
     ) -> Result<tonic::Response<DeviceStream>, tonic::Status> {
-        let rx = self.0.devices.subscribe();
-        let stop = self.0.stopped.clone();
-        let stream = futures::stream::unfold((rx, true), move |(mut rx, first)| {
-            let stop = stop.clone();
-            async move {
-                if !first {
-                    tokio::select! {
-                        _ = stop.cancelled() => return None,
-                        r = rx.changed() => r.ok()?,
-                    }
-                }
-                let msg = list(&rx.borrow_and_update());
-                Some((Ok(msg), (rx, false)))
-            }
-        });
+        let stream = tokio_stream::wrappers::WatchStream::new(self.0.devices.subscribe())
+            .take_while(Option::is_some)
+            .map(|devs| Ok(list(&devs.unwrap_or_default())));
         Ok(tonic::Response::new(Box::pin(stream)))
     }
 
@@ -130,7 +118,7 @@ pub enum SampleError {
     #[error("sample device plugin: {0}")]
     Io(#[from] std::io::Error),
     #[error("sample device plugin: {0}")]
-    Connect(#[from] cri_proto::Error),
+    Connect(#[from] crate::Error),
     #[error("sample device plugin: registration failed: {0}")]
     Register(tonic::Status),
 }
@@ -147,25 +135,22 @@ impl SamplePlugin {
         ids: &[&str],
         host_dir: &Path,
     ) -> Result<Self, SampleError> {
-        let devices = ids.iter().map(|i| (i.to_string(), true)).collect();
+        let devices = Some(ids.iter().map(|i| (i.to_string(), true)).collect());
         let inner = Arc::new(Inner {
             devices: watch::Sender::new(devices),
             calls: Mutex::new(Vec::new()),
             fail_allocate: Mutex::new(None),
             host_dir: host_dir.to_path_buf(),
-            stopped: CancellationToken::new(),
         });
         let path = plugin_dir.join(socket_name);
         let _ = std::fs::remove_file(&path);
         let listener = tokio::net::UnixListener::bind(&path)?;
-        let cancel = inner.stopped.clone();
         let svc = api::device_plugin_server::DevicePluginServer::new(Service(inner.clone()));
-        let stop = cancel.clone();
-        tokio::spawn(async move {
+        let server = tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
             let _ = tonic::transport::Server::builder()
                 .add_service(svc)
-                .serve_with_incoming_shutdown(incoming, stop.cancelled())
+                .serve_with_incoming(incoming)
                 .await;
         });
         Ok(Self {
@@ -173,14 +158,14 @@ impl SamplePlugin {
             plugin_dir: plugin_dir.to_path_buf(),
             socket_name: socket_name.into(),
             resource: resource.into(),
-            cancel,
+            server,
         })
     }
 
     /// Registers with the kubelet's `kubelet.sock` in the plugin directory.
     pub async fn register(&self) -> Result<(), SampleError> {
         let sock = self.plugin_dir.join(KUBELET_SOCKET);
-        let ch = cri_proto::connect(&sock.display().to_string(), Duration::from_secs(5)).await?;
+        let ch = crate::connect(&sock.display().to_string(), Duration::from_secs(5)).await?;
         let mut client = api::registration_client::RegistrationClient::new(ch);
         client
             .register(api::RegisterRequest {
@@ -197,7 +182,9 @@ impl SamplePlugin {
     /// Marks a device healthy or not; the kubelet hears it through ListAndWatch.
     pub fn set_health(&self, id: &str, healthy: bool) {
         self.inner.devices.send_modify(|d| {
-            d.insert(id.to_string(), healthy);
+            if let Some(d) = d {
+                d.insert(id.to_string(), healthy);
+            }
         });
     }
 
@@ -211,15 +198,18 @@ impl SamplePlugin {
         self.inner.calls.lock().unwrap().clone()
     }
 
-    /// Stops serving (the socket file is removed), as a crashed plugin.
+    /// Stops serving at once (connections drop, the socket file is removed), as a crashed
+    /// plugin.
     pub fn stop(&self) {
-        self.cancel.cancel();
+        self.inner.devices.send_replace(None);
+        self.server.abort();
         let _ = std::fs::remove_file(self.plugin_dir.join(&self.socket_name));
     }
 }
 
 impl Drop for SamplePlugin {
     fn drop(&mut self) {
-        self.cancel.cancel();
+        self.inner.devices.send_replace(None);
+        self.server.abort();
     }
 }
