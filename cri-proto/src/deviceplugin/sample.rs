@@ -35,7 +35,22 @@ pub struct SamplePlugin {
     plugin_dir: PathBuf,
     socket_name: String,
     resource: String,
-    server: tokio::task::JoinHandle<()>,
+    /// The servers started (one more each time the socket had to be served again).
+    servers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// Serves the plugin on a fresh socket at `path`.
+fn serve(inner: &Arc<Inner>, path: &Path) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let _ = std::fs::remove_file(path);
+    let listener = tokio::net::UnixListener::bind(path)?;
+    let svc = api::device_plugin_server::DevicePluginServer::new(Service(inner.clone()));
+    Ok(tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let _ = tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming(incoming)
+            .await;
+    }))
 }
 
 #[derive(Clone)]
@@ -142,28 +157,24 @@ impl SamplePlugin {
             fail_allocate: Mutex::new(None),
             host_dir: host_dir.to_path_buf(),
         });
-        let path = plugin_dir.join(socket_name);
-        let _ = std::fs::remove_file(&path);
-        let listener = tokio::net::UnixListener::bind(&path)?;
-        let svc = api::device_plugin_server::DevicePluginServer::new(Service(inner.clone()));
-        let server = tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-            let _ = tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming(incoming)
-                .await;
-        });
+        let server = serve(&inner, &plugin_dir.join(socket_name))?;
         Ok(Self {
             inner,
             plugin_dir: plugin_dir.to_path_buf(),
             socket_name: socket_name.into(),
             resource: resource.into(),
-            server,
+            servers: Mutex::new(vec![server]),
         })
     }
 
-    /// Registers with the kubelet's `kubelet.sock` in the plugin directory.
+    /// Registers with the kubelet's `kubelet.sock` in the plugin directory. A kubelet that
+    /// (re)started removed the plugin's socket: it is served again first, as plugins do.
     pub async fn register(&self) -> Result<(), SampleError> {
+        let path = self.plugin_dir.join(&self.socket_name);
+        if !path.exists() {
+            let server = serve(&self.inner, &path)?;
+            self.servers.lock().unwrap().push(server);
+        }
         let sock = self.plugin_dir.join(KUBELET_SOCKET);
         let ch = crate::connect(&sock.display().to_string(), Duration::from_secs(5)).await?;
         let mut client = api::registration_client::RegistrationClient::new(ch);
@@ -202,14 +213,15 @@ impl SamplePlugin {
     /// plugin.
     pub fn stop(&self) {
         self.inner.devices.send_replace(None);
-        self.server.abort();
+        for s in self.servers.lock().unwrap().iter() {
+            s.abort();
+        }
         let _ = std::fs::remove_file(self.plugin_dir.join(&self.socket_name));
     }
 }
 
 impl Drop for SamplePlugin {
     fn drop(&mut self) {
-        self.inner.devices.send_replace(None);
-        self.server.abort();
+        self.stop();
     }
 }
