@@ -21,6 +21,7 @@ pub use tonic::transport::Channel;
 pub mod deviceplugin;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
+pub mod plugins;
 
 /// Generated `runtime.v1` types, clients and servers.
 pub mod v1 {

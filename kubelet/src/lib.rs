@@ -10,6 +10,7 @@
 //! node as a second source, mirror pods ([`pod`]), events ([`objects`]), and the status writer
 //! ([`status`]).
 
+pub mod allocation;
 pub mod app;
 pub mod atomic_file;
 pub mod certs;
@@ -28,6 +29,7 @@ pub mod node;
 pub mod objects;
 pub mod oom;
 pub mod pleg;
+pub mod pluginmanager;
 pub mod pod;
 pub mod pod_dirs;
 pub mod pod_worker;

@@ -15,23 +15,25 @@ use tracing::{debug, error, info, warn};
 use crate::config::{ProxyConfig, ProxyMode};
 use crate::ctnetlink::NodeConntrack;
 use crate::health::{self, ProxierHealth, ServiceHealthServer};
-use crate::iptables::proxier::{self, Proxier};
-use crate::iptables::{self, ExecRunner, Gated, IptablesRunner, TableName, XtablesGate, cleanup};
-use crate::ipvs::{self, ExecIpset, IpvsKernel, IpvsProxier, NetlinkIpvs};
+use crate::iptables::{
+    self, ExecRunner, Gated, IptablesBackend, IptablesRunner, TableName, XtablesGate, cleanup,
+};
+use crate::ipvs::{self, ExecIpset, IpvsBackend, IpvsKernel, NetlinkIpvs};
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, ServiceState};
-use crate::nftables::{self, ExecNft, NftProxier};
+use crate::nftables::{self, ExecNft, NftBackend};
 use crate::nodeport::NodePortAddresses;
+use crate::proxier::{Backend, Proxier};
 use crate::render_config::RenderConfig;
-use crate::sync_loop::{self, ProxyBackend, SyncConfig};
+use crate::sync_loop::{self, SyncConfig};
 use crate::sysctl::{self, NodeSysctl, Sysctl};
 use crate::tracker::{ProxyHandle, ProxyHandles};
 use crate::{apiserver, source};
 
 #[derive(Debug, Error)]
 pub enum Error {
-    #[error(transparent)]
-    Proxier(#[from] proxier::Error),
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
     #[error(transparent)]
     Health(#[from] health::Error),
     #[error("iptables: {0}")]
@@ -66,11 +68,11 @@ async fn runner_for(cfg: &ProxyConfig, env: &Environment) -> (ExecRunner, bool) 
     let decision = {
         // Saves only (no lock file needed), but not beside another role's restore.
         let _turn = XtablesGate::process().enter(false).await;
-        iptables::detect_backend(family, env.command_prefix.clone()).await
+        iptables::detect_variant(family, env.command_prefix.clone()).await
     };
-    info!(backend = ?decision.backend, reason = decision.reason, "iptables backend");
+    info!(backend = ?decision.variant, reason = decision.reason, "iptables backend");
     let runner = ExecRunner::new(family)
-        .with_backend(decision.backend)
+        .with_variant(decision.variant)
         .with_prefix(env.command_prefix.clone());
     match Gated::new(runner.clone(), XtablesGate::process())
         .version()
@@ -272,15 +274,6 @@ async fn family_present(runner: &GatedRunner) -> bool {
     )
 }
 
-/// One family's iptables proxier, ready to run.
-type FamilyProxier = Proxier<GatedRunner, NodeConntrack>;
-
-/// One family's IPVS proxier, ready to run.
-type FamilyIpvsProxier = IpvsProxier<NetlinkIpvs, ExecIpset, GatedRunner, NodeConntrack>;
-
-/// One family's nftables proxier, ready to run.
-type FamilyNftProxier = NftProxier<ExecNft, NodeConntrack>;
-
 /// Removes what the modes other than `cfg.mode` left behind (a node switched from one mode
 /// to another keeps no stale rules); a mode whose tool is missing has nothing to remove.
 pub async fn remove_other_modes(cfg: &ProxyConfig, env: &Environment) {
@@ -406,32 +399,41 @@ fn route_localnet_needed(cfg: &ProxyConfig, families: &[IpFamily]) -> bool {
             .contains_ipv4_loopback()
 }
 
-/// The pieces a proxier of one family takes in every mode: its render settings, its
-/// change-tracking handle, conntrack cleanup and healthCheckNodePort servers. Each mode's
-/// builder adds only its own checks and its OS edges.
-struct FamilyParts {
-    render: RenderConfig,
-    handle: ProxyHandle,
-    conntrack: NodeConntrack,
-    health: ServiceHealthServer,
+/// One mode's backends, one per IP family the host programs, and what the mode's checks
+/// decided for the render settings.
+struct Backends<B> {
+    per_family: Vec<(IpFamily, B)>,
+    /// MASQUERADE takes `--random-fully`.
+    random_fully: bool,
+    /// nf_conntrack_tcp_be_liberal is on (no INVALID drop rule).
+    tcp_liberal: bool,
 }
 
-fn family_parts(
+/// The one builder, for every mode: a proxier per family over the mode's backend, with the
+/// pieces it takes in every mode (render settings, change-tracking handle, conntrack
+/// cleanup, healthCheckNodePort servers, the shared metrics and sync timing).
+fn proxiers<B: Backend>(
     cfg: &ProxyConfig,
     env: &Environment,
     shared: &Shared,
-    family: IpFamily,
-    random_fully: bool,
-    tcp_liberal: bool,
-) -> FamilyParts {
-    let mut render = render_config(cfg, family, random_fully);
-    render.conntrack_tcp_liberal = tcp_liberal;
-    FamilyParts {
-        render,
-        handle: family_handle(cfg, family, shared),
-        conntrack: NodeConntrack::for_prefix(&env.command_prefix),
-        health: service_health(family, shared),
-    }
+    backends: Backends<B>,
+) -> Vec<Proxier<B, NodeConntrack>> {
+    let Backends {
+        per_family,
+        random_fully,
+        tcp_liberal,
+    } = backends;
+    per_family
+        .into_iter()
+        .map(|(family, backend)| {
+            let mut render = render_config(cfg, family, random_fully);
+            render.conntrack_tcp_liberal = tcp_liberal;
+            let handle = family_handle(cfg, family, shared);
+            Proxier::with_backend(backend, render, handle, shared.sync, shared.metrics.clone())
+                .with_conntrack(NodeConntrack::for_prefix(&env.command_prefix))
+                .with_service_health(service_health(family, shared))
+        })
+        .collect()
 }
 
 /// The iptables modes' families (iptables and ipvs): the primary family's runner, and the
@@ -451,44 +453,35 @@ async fn iptables_families(cfg: &ProxyConfig, env: &Environment) -> (Vec<GatedRu
     (runners, random_fully)
 }
 
-/// The iptables mode: one proxier per IP family the host supports (dual-stack when
+/// The iptables mode: a backend per IP family the host supports (dual-stack when
 /// ip6tables works beside iptables, as upstream decides). The nftables mode's leftovers
 /// are removed first.
-async fn iptables_proxiers<S: Sysctl>(
+async fn iptables_backends<S: Sysctl>(
     cfg: &ProxyConfig,
     env: &Environment,
-    shared: &Shared,
     sysctl: &S,
-) -> Vec<FamilyProxier> {
+) -> Backends<IptablesBackend<GatedRunner>> {
     remove_other_modes(cfg, env).await;
     let (runners, random_fully) = iptables_families(cfg, env).await;
     let families: Vec<IpFamily> = runners.iter().map(|r| r.family()).collect();
     let tcp_liberal = iptables_sysctls(cfg, &families, sysctl).await;
-    runners
-        .into_iter()
-        .map(|runner| {
-            let p = family_parts(cfg, env, shared, runner.family(), random_fully, tcp_liberal);
-            Proxier::with_metrics(
-                runner,
-                p.render,
-                p.handle,
-                shared.sync,
-                shared.metrics.clone(),
-            )
-            .with_conntrack(p.conntrack)
-            .with_service_health(p.health)
-        })
-        .collect()
+    Backends {
+        per_family: runners
+            .into_iter()
+            .map(|runner| (runner.family(), IptablesBackend::new(runner)))
+            .collect(),
+        random_fully,
+        tcp_liberal,
+    }
 }
 
 /// The nftables mode: the kernel must take the primary family's table and `numgen` (else a
 /// clear error); the other family is programmed when the kernel takes it too. The iptables
 /// mode's leftovers are removed first (when there is an iptables to do it).
-async fn nftables_proxiers(
+async fn nftables_backends(
     cfg: &ProxyConfig,
     env: &Environment,
-    shared: &Shared,
-) -> Result<Vec<FamilyNftProxier>> {
+) -> Result<Backends<NftBackend<ExecNft>>> {
     let primary = cfg.primary_family();
     let runner = ExecNft::new().with_prefix(env.command_prefix.clone());
     nftables::check_support(&runner, primary).await?;
@@ -508,33 +501,25 @@ async fn nftables_proxiers(
     } else {
         vec![primary]
     };
-    Ok(families
-        .into_iter()
-        .map(|family| {
-            let p = family_parts(cfg, env, shared, family, true, false);
-            NftProxier::with_metrics(
-                runner.clone(),
-                p.render,
-                p.handle,
-                shared.sync,
-                shared.metrics.clone(),
-            )
-            .with_conntrack(p.conntrack)
-            .with_service_health(p.health)
-        })
-        .collect())
+    Ok(Backends {
+        per_family: families
+            .into_iter()
+            .map(|family| (family, NftBackend::new(runner.clone())))
+            .collect(),
+        random_fully: true,
+        tcp_liberal: false,
+    })
 }
 
 /// The IPVS mode (upstream's order): the kernel must have IPVS, the scheduler, dummy
 /// interfaces and ipset (else a clear error; upstream no longer falls back to iptables);
 /// upstream's deprecation line; the other modes' leftovers removed; the `net/ipv4/vs/*`
-/// sysctls and IPVS timeouts set; one proxier per family iptables answers for.
-async fn ipvs_proxiers<S: Sysctl>(
+/// sysctls and IPVS timeouts set; a backend per family iptables answers for.
+async fn ipvs_backends<S: Sysctl>(
     cfg: &ProxyConfig,
     env: &Environment,
-    shared: &Shared,
     sysctl: &S,
-) -> Result<Vec<FamilyIpvsProxier>> {
+) -> Result<Backends<IpvsBackend<NetlinkIpvs, ExecIpset, GatedRunner>>> {
     if !env.command_prefix.is_empty() {
         return Err(ipvs::Unsupported(
             "IPVS is programmed over netlink in this process's network namespace: run kube-proxy inside the node's namespace rather than through a command prefix".into(),
@@ -577,24 +562,19 @@ async fn ipvs_proxiers<S: Sysctl>(
         );
     }
     let (runners, random_fully) = iptables_families(cfg, env).await;
-    Ok(runners
-        .into_iter()
-        .map(|runner| {
-            let p = family_parts(cfg, env, shared, runner.family(), random_fully, tcp_liberal);
-            IpvsProxier::new(
-                kernel.clone(),
-                ipset.clone(),
-                runner,
-                p.render,
-                p.handle,
-                shared.sync,
-                shared.metrics.clone(),
-            )
-            .with_ipvs(cfg.ipvs.clone())
-            .with_conntrack(p.conntrack)
-            .with_service_health(p.health)
-        })
-        .collect())
+    Ok(Backends {
+        per_family: runners
+            .into_iter()
+            .map(|runner| {
+                let family = runner.family();
+                let backend =
+                    IpvsBackend::new(kernel.clone(), ipset.clone(), runner, cfg.ipvs.clone());
+                (family, backend)
+            })
+            .collect(),
+        random_fully,
+        tcp_liberal,
+    })
 }
 
 /// Runs the proxy until `shutdown` with the given source, in the configured mode: one
@@ -611,8 +591,8 @@ pub async fn run_source(
         .unwrap_or(1);
     sysctl::set_conntrack_sysctls(&sysctl, &cfg.conntrack, cpus).await;
     let registry = Registry::new();
-    let metrics = Metrics::new(&registry).map_err(proxier::Error::from)?;
-    plumbing::metrics::register_common(&registry).map_err(proxier::Error::from)?;
+    let metrics = Metrics::new(&registry)?;
+    plumbing::metrics::register_common(&registry)?;
     let shared = Shared {
         registry,
         metrics,
@@ -625,29 +605,31 @@ pub async fn run_source(
     };
     match cfg.mode {
         ProxyMode::Iptables => {
-            let proxiers = iptables_proxiers(&cfg, &env, &shared, &sysctl).await;
-            serve_and_sync(cfg, source, shared, proxiers, shutdown).await
+            let backends = iptables_backends(&cfg, &env, &sysctl).await;
+            serve_and_sync(cfg, env, source, shared, backends, shutdown).await
         }
         ProxyMode::Nftables => {
-            let proxiers = nftables_proxiers(&cfg, &env, &shared).await?;
-            serve_and_sync(cfg, source, shared, proxiers, shutdown).await
+            let backends = nftables_backends(&cfg, &env).await?;
+            serve_and_sync(cfg, env, source, shared, backends, shutdown).await
         }
         ProxyMode::Ipvs => {
-            let proxiers = ipvs_proxiers(&cfg, &env, &shared, &sysctl).await?;
-            serve_and_sync(cfg, source, shared, proxiers, shutdown).await
+            let backends = ipvs_backends(&cfg, &env, &sysctl).await?;
+            serve_and_sync(cfg, env, source, shared, backends, shutdown).await
         }
     }
 }
 
-/// Starts the health and metrics servers and the source, then runs each proxier's sync
-/// loop until `shutdown`.
-async fn serve_and_sync<B: ProxyBackend>(
+/// Builds the mode's proxiers, starts the health and metrics servers and the source, then
+/// runs each proxier's sync loop until `shutdown`.
+async fn serve_and_sync<B: Backend>(
     cfg: ProxyConfig,
+    env: Environment,
     source: Source,
     shared: Shared,
-    proxiers: Vec<B>,
+    backends: Backends<B>,
     shutdown: CancellationToken,
 ) -> Result<()> {
+    let proxiers = proxiers(&cfg, &env, &shared, backends);
     let handles = ProxyHandles::new(proxiers.iter().map(|p| p.handle().clone()).collect());
     if let Some(addr) = cfg.healthz_bind_address {
         let router = health::healthz_router(shared.health.clone(), &shared.registry)?;

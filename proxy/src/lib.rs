@@ -5,14 +5,18 @@
 //! Node) or [`source`] (`--static-services-dir`) → [`tracker::ProxyHandles`] (one source
 //! fanned out per IP family) → [`tracker::ProxyHandle`] (change tracking over
 //! [`model::ServiceState`]) → [`sync_loop::run`] (debounced by `minSyncPeriod`, periodic
-//! canary check and retries) over a [`sync_loop::ProxyBackend`], one per family:
+//! canary check and retries) over a [`proxier::Proxier`], one per family. The proxier owns
+//! what every mode shares (handle, metrics, conntrack, health, node adoption, the full-sync
+//! decision, what a successful sync records); its [`proxier::Backend`] is the mode's own
+//! part, the plan of a sync's changes and their apply:
 //!
-//! - [`iptables`]: `iptables::Proxier` renders upstream's chains (pure, re-rendering only the
-//!   changed services) and applies the minimal delta with `iptables-restore --noflush`,
-//!   one command of the process at a time through `iptables::xtables_lock`;
-//! - [`nftables`]: `nftables::NftProxier` renders upstream's `kube-proxy` table and writes
+//! - [`iptables`]: `iptables::IptablesBackend` renders upstream's chains (pure, re-rendering
+//!   only the changed services) and applies the minimal delta with
+//!   `iptables-restore --noflush`, one command of the process at a time through
+//!   `iptables::xtables_lock`;
+//! - [`nftables`]: `nftables::NftBackend` renders upstream's `kube-proxy` table and writes
 //!   the difference to what it wrote before (`nft -f`); see `nftables/README.md`;
-//! - [`ipvs`]: `ipvs::IpvsProxier` reconciles virtual servers over generic netlink, ipsets
+//! - [`ipvs`]: `ipvs::IpvsBackend` reconciles virtual servers over generic netlink, ipsets
 //!   and a fixed iptables part; see `ipvs/README.md`.
 //!
 //! Shared by the three: [`render_config::RenderConfig`] (node and flag inputs of every
@@ -35,6 +39,7 @@ pub mod model;
 pub mod netlink;
 pub mod nftables;
 pub mod nodeport;
+pub mod proxier;
 pub mod render_config;
 pub mod settings;
 pub mod source;

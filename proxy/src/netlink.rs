@@ -1,7 +1,7 @@
 //! Netlink framing, hand-encoded on `netlink-sys`: attributes, message headers, splitting a
 //! datagram into messages, and a blocking socket that sends one request and collects its answer
-//! (acks, errors, dump parts). Used by the IPVS backend (generic netlink and rtnetlink) and by
-//! `ctnetlink` (conntrack flows).
+//! (acks, errors, dump parts). Used by the IPVS backend (generic netlink; its dummy interface
+//! goes through `plumbing::rtnl` instead) and by `ctnetlink` (conntrack flows).
 
 use std::time::Duration;
 
@@ -13,8 +13,6 @@ pub const NLMSG_DONE: u16 = 3;
 pub const NLM_F_REQUEST: u16 = 0x1;
 pub const NLM_F_MULTI: u16 = 0x2;
 pub const NLM_F_ACK: u16 = 0x4;
-pub const NLM_F_EXCL: u16 = 0x200;
-pub const NLM_F_CREATE: u16 = 0x400;
 pub const NLM_F_DUMP: u16 = 0x300;
 pub const NLA_F_NESTED: u16 = 0x8000;
 const NLA_TYPE_MASK: u16 = 0x3fff;

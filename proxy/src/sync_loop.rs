@@ -1,7 +1,7 @@
 //! The debounced sync loop every backend runs under (upstream's BoundedFrequencyRunner and
 //! the proxier's SyncLoop): changes from the [`ProxyHandle`] batched into at most one sync
 //! per `minSyncPeriod`, a periodic sync (with the canary check) every `syncPeriod`, failed
-//! syncs retried after a backoff. What a sync does is the backend's: see [`ProxyBackend`].
+//! syncs retried after a backoff. What a sync does is the proxier's: see [`Syncer`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -15,21 +15,22 @@ use crate::metrics::Metrics;
 use crate::model::IpFamily;
 use crate::tracker::{ProxyHandle, unix_now};
 
-/// What the loop needs of a backend (the iptables `Proxier` today; nftables and IPVS next).
-pub trait ProxyBackend {
+/// What the loop drives: one family's proxier (`proxier::Proxier`, whatever its
+/// mode).
+pub trait Syncer {
     /// A failed sync; logged, and the sync retried after a backoff.
     type Error: std::fmt::Display;
 
     /// The handle whose changes wake the loop.
     fn handle(&self) -> &ProxyHandle;
 
-    /// The IP family this backend programs (the `ip_family` label of its metrics).
+    /// The IP family this proxier programs (the `ip_family` label of its metrics).
     fn family(&self) -> IpFamily;
 
     /// The metrics the loop sets (`last_queued_timestamp` when a change arrives).
     fn metrics(&self) -> &Metrics;
 
-    /// Run before each periodic sync: checks that nobody flushed the backend's rules behind
+    /// Run before each periodic sync: checks that nobody flushed the proxier's rules behind
     /// its back (iptables: the canary chain), and if so makes the next sync a full one.
     fn check_canary(&mut self) -> impl Future<Output = ()> + Send;
 
@@ -46,7 +47,7 @@ pub struct SyncConfig {
     /// No two syncs closer than this; changes arriving meanwhile are batched.
     pub min_sync_period: Duration,
     /// A sync runs at least this often; each periodic run also checks the canary
-    /// ([`ProxyBackend::check_canary`]) and does a full resync if someone flushed our rules.
+    /// ([`Syncer::check_canary`]) and does a full resync if someone flushed our rules.
     pub sync_period: Duration,
     /// Longest time between full resyncs (drift repair).
     pub full_sync_period: Duration,
@@ -83,13 +84,9 @@ const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// handle, and at least one per `sync_period` (which also checks the canary).
 /// A failed sync is retried, fully, after a back-off: 1 s, doubling up to `sync_period`, back
 /// to 1 s after a success.
-/// Returns the backend when `shutdown` fires.
-pub async fn run<B: ProxyBackend>(
-    mut backend: B,
-    cfg: SyncConfig,
-    shutdown: CancellationToken,
-) -> B {
-    let handle = backend.handle().clone();
+/// Returns the proxier when `shutdown` fires.
+pub async fn run<S: Syncer>(mut proxier: S, cfg: SyncConfig, shutdown: CancellationToken) -> S {
+    let handle = proxier.handle().clone();
     let mut last_run: Option<Instant> = None;
     let mut next_periodic = Instant::now() + cfg.sync_period;
     let mut pending = true;
@@ -103,12 +100,12 @@ pub async fn run<B: ProxyBackend>(
             retry_at.map_or(next_periodic, |t| t.min(next_periodic))
         };
         tokio::select! {
-            _ = shutdown.cancelled() => return backend,
+            _ = shutdown.cancelled() => return proxier,
             _ = handle.notified() => {
-                backend
+                proxier
                     .metrics()
                     .last_queued_timestamp
-                    .with_label_values(&[backend.family().label()])
+                    .with_label_values(&[proxier.family().label()])
                     .set(unix_now());
                 pending = true;
                 continue;
@@ -117,9 +114,9 @@ pub async fn run<B: ProxyBackend>(
         }
         let now = Instant::now();
         if now >= next_periodic {
-            backend.check_canary().await;
+            proxier.check_canary().await;
         }
-        match backend.sync(false).await {
+        match proxier.sync(false).await {
             // Nothing was written: the first real sync need not wait for minSyncPeriod.
             Ok(SyncOutcome::NotInitialized) => {}
             Ok(_) => {

@@ -248,3 +248,75 @@ fn ipvs_traffic_in_namespaces() {
         "root namespace rules changed"
     );
 }
+
+/// `kube-ipvs0` over the shared rtnetlink wrapper against a real kernel, in a namespace of
+/// its own: the node's addresses listed, nothing bound while there is no dummy; where the
+/// kernel has the `dummy` module, the interface made (once), service IPs bound, listed,
+/// unbound, the interface deleted; where it has not, the clear refusal naming the module.
+#[test]
+fn dummy_interface_over_rtnetlink_in_a_namespace() {
+    use plumbing::rtnl::Rtnl;
+    use proxy::ipvs::kernel::{Answer, Op, route_op as run};
+
+    if std::env::var("KPV_HELPER").is_ok() || std::env::var("KPV_IPVS").is_ok() {
+        return;
+    }
+    let dummy_module = Path::new("/sys/module/dummy").exists();
+    node_tests::netns::in_new_netns(
+        "dummy interface over rtnetlink",
+        "ip link set lo up && ip link add eth9 type veth peer name eth10 && ip addr add 192.0.2.7/24 dev eth9",
+        move || async move {
+            let rtnl = Rtnl::open(std::time::Duration::from_secs(5)).unwrap();
+            let set =
+                |s: &[&str]| Answer::Addrs(Some(s.iter().map(|a| a.parse().unwrap()).collect()));
+            let v4 = IpFamily::V4;
+            assert_eq!(
+                run(&rtnl, &Op::LocalAddrs(v4)).await.unwrap(),
+                set(&["127.0.0.1", "192.0.2.7"])
+            );
+            assert_eq!(
+                run(&rtnl, &Op::DummyAddrs(v4)).await.unwrap(),
+                Answer::Addrs(None)
+            );
+            let ip: std::net::IpAddr = "10.96.0.10".parse().unwrap();
+            let e = run(&rtnl, &Op::AddAddr(ip)).await.unwrap_err();
+            assert_eq!(e.errno(), Some(19), "ENODEV without kube-ipvs0: {e}");
+            assert_eq!(
+                run(&rtnl, &Op::DeleteDummy).await.unwrap(),
+                Answer::Existed(false)
+            );
+            match run(&rtnl, &Op::EnsureDummy).await {
+                Err(e) => {
+                    assert!(!dummy_module, "the dummy module is loaded: {e}");
+                    assert!(e.to_string().contains("modprobe dummy"), "{e}");
+                    println!(
+                        "SKIPPED: binding service IPs to kube-ipvs0: the kernel has no dummy module ({e})"
+                    );
+                }
+                Ok(_) => {
+                    assert_eq!(run(&rtnl, &Op::EnsureDummy).await.unwrap(), Answer::Done);
+                    for _ in 0..2 {
+                        assert_eq!(run(&rtnl, &Op::AddAddr(ip)).await.unwrap(), Answer::Done);
+                    }
+                    assert_eq!(
+                        run(&rtnl, &Op::DummyAddrs(v4)).await.unwrap(),
+                        set(&["10.96.0.10"])
+                    );
+                    assert_eq!(
+                        run(&rtnl, &Op::LocalAddrs(v4)).await.unwrap(),
+                        set(&["127.0.0.1", "192.0.2.7"]),
+                        "service IPs are not the node's"
+                    );
+                    for _ in 0..2 {
+                        assert_eq!(run(&rtnl, &Op::DelAddr(ip)).await.unwrap(), Answer::Done);
+                    }
+                    assert_eq!(run(&rtnl, &Op::DummyAddrs(v4)).await.unwrap(), set(&[]));
+                    assert_eq!(
+                        run(&rtnl, &Op::DeleteDummy).await.unwrap(),
+                        Answer::Existed(true)
+                    );
+                }
+            }
+        },
+    );
+}

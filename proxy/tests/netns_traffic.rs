@@ -23,12 +23,12 @@ use proxy::config::{Flags, resolve};
 use proxy::conntrack::ExecConntrack;
 use proxy::health::ServiceHealthServer;
 use proxy::iptables::Proxier;
-use proxy::iptables::{ExecRunner, IptablesRunner, detect_backend};
+use proxy::iptables::{ExecRunner, IptablesRunner, detect_variant};
 use proxy::model::{Cidr, IpFamily, SERVICE_NAME_LABEL, ServiceState};
 use proxy::nftables::{ExecNft, NftProxier, check_support};
 use proxy::render_config::RenderConfig;
-use proxy::sync_loop::ProxyBackend;
 use proxy::sync_loop::SyncConfig;
+use proxy::sync_loop::Syncer;
 use proxy::tracker::ProxyHandle;
 
 use netns::{NODE_IP, TCP_PORT, Topology, UDP_PORT, answers, have, pod_ip6, root_kube_rules};
@@ -216,9 +216,9 @@ async fn iptables_proxier(
     family: IpFamily,
     handle: ProxyHandle,
 ) -> Proxier<ExecRunner, ExecConntrack> {
-    let decision = detect_backend(family, topo.prefix()).await;
+    let decision = detect_variant(family, topo.prefix()).await;
     let probe = ExecRunner::new(family)
-        .with_backend(decision.backend)
+        .with_variant(decision.variant)
         .with_prefix(topo.prefix());
     let version = probe.version().await.expect("iptables in node netns");
     let runner = probe.with_version(&version);
@@ -249,7 +249,7 @@ fn new_handle(family: IpFamily) -> ProxyHandle {
     ProxyHandle::new(ServiceState::new(family, "node"))
 }
 
-async fn sync<B: ProxyBackend>(p: &mut B, topo: &Topology, mode: Mode) {
+async fn sync<B: Syncer>(p: &mut B, topo: &Topology, mode: Mode) {
     if let Err(e) = p.sync(false).await {
         panic!("{mode:?} sync failed: {e}\n{}", node_rules(topo, mode));
     }
@@ -344,7 +344,7 @@ async fn traffic(mode: Mode) {
 
 /// ClusterIP spread, NodePort, affinity, no endpoints → reject, ETP Local health check,
 /// endpoint removal, UDP conntrack cleanup.
-async fn scenario<B: ProxyBackend>(mode: Mode, topo: &Topology, mut p: B, handle: &ProxyHandle) {
+async fn scenario<B: Syncer>(mode: Mode, topo: &Topology, mut p: B, handle: &ProxyHandle) {
     let with_conntrack = have("conntrack");
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let hc_port = free.local_addr().unwrap().port();
@@ -501,7 +501,7 @@ async fn scenario<B: ProxyBackend>(mode: Mode, topo: &Topology, mut p: B, handle
 
 /// The IPv6 proxier beside the IPv4 one: an IPv6 cluster IP spreads over the pods' IPv6
 /// addresses.
-async fn dual_stack<B: ProxyBackend>(mode: Mode, topo: &Topology, mut p: B, h6: &ProxyHandle) {
+async fn dual_stack<B: Syncer>(mode: Mode, topo: &Topology, mut p: B, h6: &ProxyHandle) {
     let web6 = service("web6", "fd00:96::10", "ClusterIP", "TCP", None);
     h6.on_service_upsert(&web6);
     h6.on_endpoint_slice_upsert(&slice_of(IpFamily::V6, "web6", "TCP", &[0, 1, 2], &[]));

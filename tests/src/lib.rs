@@ -8,12 +8,14 @@
 //! - [`controlplane`]: a test apiserver (also served from inside a namespace:
 //!   [`NetnsControlPlane`]);
 //! - [`registry`]: a test image registry;
+//! - [`csi_driver`]: a CSI node plugin that registers as node-driver-registrar does;
 //! - [`util`]: polling and pod-JSON helpers.
 //!
 //! The e2e tests live in `tests/tests/` (one binary each); `proxy` and `cni` use this crate as
 //! a dev-dependency for their namespace tests.
 
 pub mod controlplane;
+pub mod csi_driver;
 pub mod joined;
 pub mod kubelet;
 pub mod netns;

@@ -95,6 +95,10 @@ pub struct Parts {
     pub shutdown: Arc<crate::shutdown::ShutdownState>,
     /// The eviction manager's pressure conditions (node status, admission).
     pub pressure: Arc<crate::eviction::PressureState>,
+    /// The volumes in use for `status.volumesInUse`.
+    pub volumes: Option<Arc<dyn node::VolumesInUse>>,
+    /// The pods' allocated resources (admission decides resizes).
+    pub allocations: Arc<crate::allocation::Allocations>,
 }
 
 /// Handles the rest of the kubelet keeps.
@@ -114,7 +118,7 @@ pub fn start(
     let node_rx = start_node(cfg, &conn, &parts, &parts.events.0, tasks, cancel);
     let (recorder, sink) = parts.events;
     tasks.spawn(sink.run(conn.client.clone(), cancel.clone()));
-    let store = crate::objects::pods::PodStore::default();
+    let store = crate::objects::PodStore::default();
     tasks.spawn(crate::objects::watch_pods(
         conn.client.clone(),
         cfg.node_name.clone(),
@@ -127,7 +131,7 @@ pub fn start(
         pods::Dispatcher {
             node_name: cfg.node_name.clone(),
             max_pods: cfg.max_pods,
-            sysctls: crate::pod::admission::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls)
+            sysctls: crate::pod::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
                 .unwrap_or_default(),
             store: store.clone(),
             statuses: parts.statuses.clone(),
@@ -140,6 +144,7 @@ pub fn start(
             pressure: parts.pressure.clone(),
             pod_level_resources: cfg.pod_limits.pod_level_resources,
             devices: Some(parts.devices.clone()),
+            allocations: parts.allocations.clone(),
         }
         .run(cancel.clone()),
     );
@@ -203,6 +208,7 @@ fn start_node(
     if node_cfg.register_node {
         tasks.spawn(
             node::NodeStatusLoop {
+                volumes: parts.volumes.clone(),
                 cfg: node_cfg,
                 client: conn.client.clone(),
                 host: Arc::new(node::LinuxHost {

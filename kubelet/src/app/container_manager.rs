@@ -27,9 +27,9 @@ pub(super) async fn start(cfg: &Config) -> Result<Arc<ContainerManager>, AppErro
     }
     let fs: Arc<dyn Cgroups> = Arc::new(fs);
     let inner: Arc<dyn Cgroups> = match cfg.cgroup_driver {
-        crate::cm::settings::CgroupDriver::Cgroupfs => fs,
-        crate::cm::settings::CgroupDriver::Systemd => {
-            use crate::cm::systemd::{DbusUnits, NoSystemd, SystemdUnits};
+        crate::cm::CgroupDriver::Cgroupfs => fs,
+        crate::cm::CgroupDriver::Systemd => {
+            use crate::cm::{DbusUnits, NoSystemd, SystemdUnits};
             let units: Arc<dyn SystemdUnits> = if std::path::Path::new("/run/systemd/system")
                 .exists()
             {
@@ -45,10 +45,10 @@ pub(super) async fn start(cfg: &Config) -> Result<Arc<ContainerManager>, AppErro
                 // reports it and the start stops, as upstream's.
                 Arc::new(NoSystemd)
             };
-            Arc::new(crate::cm::systemd::SystemdCgroups::new(units, fs))
+            Arc::new(crate::cm::SystemdCgroups::new(units, fs))
         }
     };
-    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::cm::metrics::InstrumentedCgroups::new(inner));
+    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::cm::InstrumentedCgroups::new(inner));
     let hugepages = crate::host::hugepages();
     let cm = Arc::new(ContainerManager::new(
         cgroups,
@@ -63,7 +63,7 @@ pub(super) async fn start(cfg: &Config) -> Result<Arc<ContainerManager>, AppErro
             hugepage_sizes: hugepages.keys().copied().collect(),
         },
     ));
-    let capacity = crate::cm::limits::NodeCapacity {
+    let capacity = crate::cm::NodeCapacity {
         cpu_millis: std::thread::available_parallelism()
             .map(|n| n.get() as i64 * 1000)
             .unwrap_or(1000),

@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::eviction::PressureState;
 use crate::metrics::Metrics;
-use crate::pod::admission::{Admission, sysctl};
+use crate::pod::{Admission, SysctlAllowlist};
 use crate::pod_worker::Deps;
 use crate::podspec::Source;
 use crate::runtime::Runtime;
@@ -46,8 +46,7 @@ pub(super) async fn node_settings(
     })
     .await
     .unwrap_or_default();
-    let (_, allocatable) =
-        crate::cm::allocatable::resource_lists(&host_info, cfg.max_pods, &cfg.resources);
+    let (_, allocatable) = crate::cm::resource_lists(&host_info, cfg.max_pods, &cfg.resources);
     NodeSettings {
         node_name: cfg.node_name.clone(),
         host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
@@ -70,6 +69,7 @@ pub(super) async fn node_settings(
 /// and RuntimeClasses informers spawned.
 pub(super) struct WorkerParts {
     pub devices: Arc<crate::cm::devicemanager::DeviceManager>,
+    pub allocations: Arc<crate::allocation::Allocations>,
     pub runtime: Arc<dyn Runtime>,
     pub runtime_name: String,
     pub cm: Arc<ContainerManager>,
@@ -78,30 +78,51 @@ pub(super) struct WorkerParts {
     pub probes: Arc<probes::ProbeManager>,
     pub statuses: Arc<StatusManager>,
     pub metrics: Metrics,
-    pub pull_records: Option<Arc<crate::images::pull_records::PullRecords>>,
+    pub pull_records: Option<Arc<crate::images::PullRecords>>,
+}
+
+/// The pods' allocated resources, read back from `<root-dir>/allocated_pods_state` (off the
+/// async workers).
+pub(super) async fn allocations(
+    cfg: &Config,
+) -> Result<Arc<crate::allocation::Allocations>, super::AppError> {
+    use crate::allocation::{AllocationError, Allocations, CHECKPOINT_FILE};
+    let root = cfg.root_dir.clone();
+    let opened = tokio::task::spawn_blocking(move || Allocations::open(&root))
+        .await
+        .unwrap_or_else(|e| {
+            Err(AllocationError::Read {
+                path: cfg.root_dir.join(CHECKPOINT_FILE),
+                source: std::io::Error::other(e.to_string()),
+            })
+        })?;
+    Ok(Arc::new(opened))
 }
 
 pub(super) fn worker_env(
     cfg: &Config,
     parts: WorkerParts,
     cluster: Option<&Connected>,
+    storage: Option<Arc<crate::volume::Storage>>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Arc<Deps> {
     // ConfigMaps, Secrets and tokens come from the apiserver; standalone pods cannot use them.
     let api_objects = cluster.map(|c| {
-        Arc::new(crate::objects::apiserver::ClusterObjects::new(
-            c.client.clone(),
-        )) as Arc<dyn crate::objects::ApiObjects>
+        Arc::new(crate::objects::ClusterObjects::new(c.client.clone()))
+            as Arc<dyn crate::objects::ApiObjects>
     });
-    let binder: Arc<dyn crate::volume::subpath::Binder> =
-        Arc::new(crate::volume::subpath::KernelBinder);
-    let volumes = Arc::new(crate::volume::VolumeManager::new(
+    let binder: Arc<dyn crate::volume::Binder> = Arc::new(crate::volume::KernelBinder);
+    let mut volumes = crate::volume::VolumeManager::new(
         parts.node.clone(),
         Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
-        Arc::new(crate::objects::token::TokenManager::new(api_objects)),
+        Arc::new(crate::objects::TokenManager::new(api_objects)),
         binder.clone(),
-    ));
+    );
+    if let Some(s) = storage {
+        volumes = volumes.with_storage(s);
+    }
+    let volumes = Arc::new(volumes);
     tasks.spawn(volumes.clone().run(cancel.clone()));
     // Services (service-link variables) and RuntimeClasses come from informers in cluster
     // mode; standalone pods get no service variables and cannot name a RuntimeClass.
@@ -129,6 +150,7 @@ pub(super) fn worker_env(
         None => (None, None),
     };
     Arc::new(Deps {
+        allocations: parts.allocations,
         events: parts.events,
         probes: parts.probes,
         exec: Arc::new(crate::probing::CriExec(parts.runtime.clone())),
@@ -153,9 +175,94 @@ pub(super) fn worker_env(
             services,
             runtime_classes,
         }),
-        refusal: crate::pod::admission::fields::refusal,
+        refusal: crate::pod::field_refusal,
         devices: Some(parts.devices),
     })
+}
+
+/// The node status's view of the volumes in use.
+pub(super) struct InUse(pub Arc<crate::volume::Storage>);
+
+impl crate::node::VolumesInUse for InUse {
+    fn volumes_in_use(&self) -> Vec<String> {
+        self.0.volumes_in_use()
+    }
+}
+
+impl crate::stats::MeasuredVolumes for InUse {
+    fn pod_volumes(&self, pod_uid: &str) -> Vec<crate::stats::VolumeStats> {
+        use crate::stats::{FsStats, PvcReference, StatTime, VolumeStats};
+        let u = |v: i64| u64::try_from(v).ok();
+        self.0
+            .pod_volume_stats(pod_uid)
+            .into_iter()
+            .map(|m| (m.volume, m.claim, m.at_ns, m.stats))
+            .map(|(name, claim, at_ns, s)| VolumeStats {
+                fs: FsStats {
+                    time: StatTime(at_ns),
+                    available_bytes: u(s.available_bytes),
+                    capacity_bytes: u(s.capacity_bytes),
+                    used_bytes: u(s.used_bytes),
+                    inodes_free: u(s.inodes_free),
+                    inodes: u(s.inodes),
+                    inodes_used: u(s.inodes_used),
+                },
+                name,
+                pvc_ref: claim.map(|(namespace, name)| PvcReference { name, namespace }),
+            })
+            .collect()
+    }
+}
+
+/// The plugin manager (CSI drivers register through `<root-dir>/plugins_registry`) and, in
+/// cluster mode, the claim-backed and CSI volumes it serves.
+pub(super) fn storage(
+    node: &NodeSettings,
+    stats_period: std::time::Duration,
+    cluster: Option<&Connected>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> Option<Arc<crate::volume::Storage>> {
+    use crate::volume::csi;
+    let drivers = Arc::new(csi::CsiDrivers::default());
+    let node_info = cluster.map(|c| {
+        Arc::new(csi::KubeNodeInfo::new(
+            c.client.clone(),
+            node.node_name.clone(),
+        )) as Arc<dyn csi::NodeInfoApi>
+    });
+    let handler = csi::RegistrationHandler::new(
+        drivers.clone(),
+        Arc::new(|endpoint: &str| {
+            Arc::new(csi::GrpcCsiNode::new(endpoint)) as Arc<dyn csi::CsiNode>
+        }),
+        node_info,
+    );
+    let mut plugins = crate::pluginmanager::PluginManager::new(crate::pluginmanager::registry_dir(
+        &node.root_dir,
+    ));
+    plugins.add_handler(
+        cri_proto::plugins::registration::CSI_PLUGIN,
+        Arc::new(handler),
+    );
+    tasks.spawn(Arc::new(plugins).run(cancel.clone()));
+    let c = cluster?;
+    let storage = Arc::new(crate::volume::Storage::new(
+        Arc::new(crate::volume::KubeStorageApi {
+            client: c.client.clone(),
+        }),
+        csi::CsiMounter {
+            root_dir: node.root_dir.clone(),
+            node_name: node.node_name.clone(),
+            drivers,
+        },
+    ));
+    let s = storage.clone();
+    tasks.spawn(async move {
+        let _ = tokio::task::spawn_blocking(move || s.reconstruct()).await;
+    });
+    tasks.spawn(storage.clone().run_stats(stats_period, cancel.clone()));
+    Some(storage)
 }
 
 /// The static pod source: manifests under `staticPodPath` through admission to the sync
@@ -185,7 +292,7 @@ pub(super) async fn start_static_pods(
         return static_rx;
     };
     let (file_tx, file_rx) = mpsc::channel(4);
-    tasks.spawn(crate::pod::static_pods::run(
+    tasks.spawn(crate::pod::run_static_pods(
         dir.clone(),
         cfg.node_name.clone(),
         Duration::from_secs(1),
@@ -194,12 +301,12 @@ pub(super) async fn start_static_pods(
         cancel.clone(),
     ));
     let mut admission = Admission::new(
-        sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default(),
+        SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default(),
         Some(node.0),
         Some(node.1),
     );
     admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
-    let admitter = crate::pod::static_pods::Admitter {
+    let admitter = crate::pod::StaticPodAdmitter {
         admission,
         max_pods: cfg.max_pods,
         node_name: cfg.node_name.clone(),

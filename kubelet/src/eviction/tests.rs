@@ -311,6 +311,7 @@ fn local_storage_limits_as_upstream() {
     s.volume.push(VolumeStats {
         fs: fs(2 << 20),
         name: "scratch".into(),
+        ..Default::default()
     });
     let v = rank::storage_violation(&p, &s, false, true).unwrap();
     assert_eq!(
@@ -597,11 +598,13 @@ async fn emptydir_over_its_size_limit_is_evicted_without_node_pressure_but_criti
     sp.volume.push(VolumeStats {
         fs: fs(2 << 20),
         name: "scratch".into(),
+        ..Default::default()
     });
     let mut sc = stats("crit", 0, 0);
     sc.volume.push(VolumeStats {
         fs: fs(2 << 20),
         name: "scratch".into(),
+        ..Default::default()
     });
     let (mut m, killer, _, state) =
         manager(vec![summary(1 << 30, 900, vec![sp, sc])], pods, vec![]);
@@ -633,6 +636,7 @@ async fn a_blind_stats_source_is_said_once_and_the_signals_left_still_act() {
     sp.volume.push(VolumeStats {
         fs: fs(2 << 20),
         name: "scratch".into(),
+        ..Default::default()
     });
     let with_gap = |summary: Summary, source: Source| {
         Ok(Observed {
@@ -895,6 +899,7 @@ async fn evicted_event_carries_the_annotations() {
     sp.volume.push(VolumeStats {
         fs: fs(2 << 20),
         name: "scratch".into(),
+        ..Default::default()
     });
     let events = Arc::new(crate::events::FakeRecorder::default());
     let (mut m, _, _, _) = manager_recording(

@@ -34,6 +34,49 @@ pub struct Volumes {
     pub total: GaugeVec,
     pub op_duration: HistogramVec,
     pub op_errors: CounterVec,
+    /// `kubelet_volume_stats_*{namespace,persistentvolumeclaim}`, in the order of
+    /// [`VOLUME_STATS`].
+    pub stats: Vec<GaugeVec>,
+}
+
+/// The `kubelet_volume_stats_*` families (name, help), in the order of [`VolumeFigures`]'
+/// fields.
+pub const VOLUME_STATS: [(&str, &str); 6] = [
+    (
+        "kubelet_volume_stats_capacity_bytes",
+        "Capacity in bytes of the volume",
+    ),
+    (
+        "kubelet_volume_stats_available_bytes",
+        "Number of available bytes in the volume",
+    ),
+    (
+        "kubelet_volume_stats_used_bytes",
+        "Number of used bytes in the volume",
+    ),
+    (
+        "kubelet_volume_stats_inodes",
+        "Maximum number of inodes in the volume",
+    ),
+    (
+        "kubelet_volume_stats_inodes_free",
+        "Number of free inodes in the volume",
+    ),
+    (
+        "kubelet_volume_stats_inodes_used",
+        "Number of used inodes in the volume",
+    ),
+];
+
+/// One PVC-backed volume's figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VolumeFigures {
+    pub capacity_bytes: u64,
+    pub available_bytes: u64,
+    pub used_bytes: u64,
+    pub inodes: u64,
+    pub inodes_free: u64,
+    pub inodes_used: u64,
 }
 
 static VOLUMES: LazyLock<Volumes> = LazyLock::new(|| Volumes {
@@ -53,6 +96,10 @@ static VOLUMES: LazyLock<Volumes> = LazyLock::new(|| Volumes {
         "Storage operation errors (Deprecated since 1.21.0)",
         &["volume_plugin", "operation_name"],
     ),
+    stats: VOLUME_STATS
+        .iter()
+        .map(|(name, help)| gauge_vec(name, help, &["namespace", "persistentvolumeclaim"]))
+        .collect(),
 });
 
 /// The process's volume metrics.
@@ -78,11 +125,37 @@ impl Volumes {
     }
 
     pub(super) fn collectors(&self) -> Vec<Box<dyn Collector>> {
-        vec![
+        let mut out: Vec<Box<dyn Collector>> = vec![
             Box::new(self.total.clone()),
             Box::new(self.op_duration.clone()),
             Box::new(self.op_errors.clone()),
-        ]
+        ];
+        for g in &self.stats {
+            out.push(Box::new(g.clone()));
+        }
+        out
+    }
+
+    /// Sets the `kubelet_volume_stats_*` samples of one claim.
+    pub fn set_volume_stats(&self, namespace: &str, claim: &str, f: &VolumeFigures) {
+        let values = [
+            f.capacity_bytes,
+            f.available_bytes,
+            f.used_bytes,
+            f.inodes,
+            f.inodes_free,
+            f.inodes_used,
+        ];
+        for (g, v) in self.stats.iter().zip(values) {
+            g.with_label_values(&[namespace, claim]).set(v as f64);
+        }
+    }
+
+    /// Drops one claim's `kubelet_volume_stats_*` samples (its last pod went).
+    pub fn remove_volume_stats(&self, namespace: &str, claim: &str) {
+        for g in &self.stats {
+            let _ = g.remove_label_values(&[namespace, claim]);
+        }
     }
 
     pub(super) fn may_be_empty(&self) -> Vec<(Box<dyn Collector>, &'static str)> {

@@ -21,12 +21,12 @@
 
 pub mod claims;
 pub mod cni_files;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 pub mod masquerade;
 mod route_step;
 pub mod routes;
 pub mod settings;
-#[cfg(any(test, feature = "test-util"))]
-pub mod test_util;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -41,8 +41,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::EventRecorder;
-use crate::objects::client::ClientHandle;
-use crate::objects::informer::{self, Store};
+use crate::objects::ClientHandle;
+use crate::objects::{Store, informer};
 use claims::{Claims, Reported};
 use masquerade::Masquerade;
 use routes::Routes;

@@ -4,7 +4,7 @@
 //! [`HostFacts`], runtime health through [`RuntimeHealth`], so the status logic is unit-tested.
 
 use crate::events::{EventRecorder, EventType, node_ref};
-use crate::objects::client::{self, ClientHandle};
+use crate::objects::{ClientHandle, client};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
@@ -207,7 +207,7 @@ pub fn capacity_and_allocatable(
     cfg: &NodeConfig,
     host: &HostInfo,
 ) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
-    crate::cm::allocatable::resource_lists(host, cfg.max_pods, &cfg.resources)
+    crate::cm::resource_lists(host, cfg.max_pods, &cfg.resources)
 }
 
 /// Adds extended resources (the device plugins') to the status's capacity and allocatable.
@@ -482,11 +482,24 @@ pub fn status_patch(s: &NodeStatus) -> serde_json::Value {
             out.insert(k.to_string(), v.clone());
         }
     }
+    // Always present, so that the last volume going clears the list (null in a merge patch).
+    out.insert(
+        "volumesInUse".into(),
+        full.get("volumesInUse").cloned().unwrap_or_default(),
+    );
     serde_json::Value::Object(out)
+}
+
+/// The attachable volumes mounted for pods (`status.volumesInUse`, upstream's unique volume
+/// names), from the volume manager.
+pub trait VolumesInUse: Send + Sync {
+    fn volumes_in_use(&self) -> Vec<String>;
 }
 
 /// Registers the node and keeps its status current.
 pub struct NodeStatusLoop {
+    /// `status.volumesInUse`; None leaves the field as it is.
+    pub volumes: Option<Arc<dyn VolumesInUse>>,
     pub cfg: NodeConfig,
     pub client: ClientHandle,
     pub host: Arc<dyn HostFacts>,
@@ -550,10 +563,17 @@ impl NodeStatusLoop {
             } else {
                 match self.update_once(&api, &mut last_written, &nref).await {
                     Ok(n) => {
+                        // Admission reads the labels (node affinity) and allocatable (fit,
+                        // resizes) from here.
                         self.node_tx.send_if_modified(|cur| {
-                            let changed =
-                                cur.as_ref().map(|c| (&c.metadata.uid, &c.metadata.labels))
-                                    != Some((&n.metadata.uid, &n.metadata.labels));
+                            let key = |n: &Node| {
+                                (
+                                    n.metadata.uid.clone(),
+                                    n.metadata.labels.clone(),
+                                    n.status.as_ref().and_then(|s| s.allocatable.clone()),
+                                )
+                            };
+                            let changed = cur.as_ref().map(key) != Some(key(&n));
                             if changed {
                                 *cur = Some(n.clone());
                             }
@@ -620,6 +640,10 @@ impl NodeStatusLoop {
             Some(list) => Some(node_images(list, self.cfg.max_images)),
             None => current.status.as_ref().and_then(|s| s.images.clone()),
         };
+        if let Some(v) = &self.volumes {
+            let list = v.volumes_in_use();
+            status.volumes_in_use = (!list.is_empty()).then_some(list);
+        }
         let cmp = comparable(&status);
         let due = match last_written {
             Some((prev, at)) => *prev != cmp || at.elapsed() >= self.cfg.report_frequency,

@@ -44,6 +44,8 @@ pub struct Dispatcher {
     pub pod_level_resources: bool,
     /// Admission reserves devices with it and asks the plugins to allocate them.
     pub devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
+    /// The pods' allocated resources: admission records them and decides resizes.
+    pub allocations: Arc<crate::allocation::Allocations>,
 }
 
 impl Dispatcher {
@@ -56,13 +58,15 @@ impl Dispatcher {
         );
         admission.pod_level_resources = self.pod_level_resources;
         admission.devices = self.devices.clone();
+        admission.allocations = Some(self.allocations.clone());
+        admission.events = Some(self.events.clone());
         let mut last: Option<HashMap<String, Pod>> = None;
         let mut rejected_uids: HashSet<String> = HashSet::new();
         loop {
-            if self.store.synced() {
+            if self.store.has_synced() {
                 let pods: Vec<Pod> = self
                     .store
-                    .list()
+                    .values()
                     .into_iter()
                     .filter(|p| on_node(p, &self.node_name))
                     .filter(|p| {
@@ -123,6 +127,17 @@ impl Dispatcher {
                         Some(_) => true,
                     }
                 });
+                // The allocations reach the checkpoint before the workers act on them.
+                if self.allocations.dirty() {
+                    let a = self.allocations.clone();
+                    match tokio::task::spawn_blocking(move || a.flush()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::error!(error = %e, "SetPodAllocation failed"),
+                        Err(e) => {
+                            tracing::error!(error = %e, "writing the allocation checkpoint panicked")
+                        }
+                    }
+                }
                 let admitted: HashMap<String, Pod> = pods
                     .iter()
                     .filter(|p| admission.is_admitted(p.metadata.uid.as_deref().unwrap_or("")))

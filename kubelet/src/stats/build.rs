@@ -251,6 +251,7 @@ fn pod(raw: &Raw, sb: &SandboxStats, prev: &CpuHistory, next: &mut CpuHistory) -
         .map(|(name, used, inodes)| VolumeStats {
             fs: fs(ts, root, Some(*used), Some(*inodes)),
             name: name.clone(),
+            pvc_ref: None,
         })
         .collect();
     for v in &volume {

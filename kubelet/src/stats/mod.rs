@@ -29,12 +29,15 @@ mod tests;
 use crate::runtime::{Runtime, RuntimeError, Sandbox, SandboxStats};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use gaps::{Gaps, Source};
+use gaps::Source;
+pub use gaps::{Gaps, Source as GapSource};
 use node::NodeSource;
+pub use node::{FsInfo, LinuxNode};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+pub use summary::{FsStats, NodeStats, PodStats, PvcReference, StatTime, Summary, VolumeStats};
 use tokio_util::sync::CancellationToken;
 
 /// How often the housekeeping task refreshes (upstream's cAdvisor housekeeping interval, 10 s):
@@ -148,7 +151,15 @@ struct Carry {
 }
 
 /// The stats provider; see the module doc.
+/// Volumes measured elsewhere (CSI volumes, by their driver's `NodeGetVolumeStats`), added
+/// to their pod's `volume` list as they were last measured.
+pub trait MeasuredVolumes: Send + Sync {
+    fn pod_volumes(&self, pod_uid: &str) -> Vec<summary::VolumeStats>;
+}
+
 pub struct Provider {
+    /// Volumes the disk walk does not measure (CSI).
+    measured: OnceLock<Arc<dyn MeasuredVolumes>>,
     runtime: Arc<dyn Runtime>,
     node: Arc<dyn NodeSource>,
     cfg: ProviderConfig,
@@ -161,6 +172,7 @@ pub struct Provider {
 impl Provider {
     pub fn new(runtime: Arc<dyn Runtime>, node: Arc<dyn NodeSource>, cfg: ProviderConfig) -> Self {
         Self {
+            measured: OnceLock::new(),
             runtime,
             node,
             cfg,
@@ -168,6 +180,11 @@ impl Provider {
             latest: tokio::sync::watch::Sender::new(None),
             machine: OnceLock::new(),
         }
+    }
+
+    /// Adds the volumes `m` measures to each pod's stats (set once, at start).
+    pub fn set_measured_volumes(&self, m: Arc<dyn MeasuredVolumes>) {
+        let _ = self.measured.set(m);
     }
 
     /// The last refresh's result. Before the first refresh the caller waits for it (or makes
@@ -468,7 +485,12 @@ impl Provider {
                 .map(|(uid, (_, d))| (uid.clone(), d.clone()))
                 .collect(),
         };
-        let summary = build::summary(&raw, &mut carry.cpu);
+        let mut summary = build::summary(&raw, &mut carry.cpu);
+        if let Some(m) = self.measured.get() {
+            for p in &mut summary.pods {
+                p.volume.extend(m.pod_volumes(&p.pod_ref.uid));
+            }
+        }
         let memory_cache = blocking
             .live
             .usage

@@ -195,10 +195,20 @@ pub struct FsStats {
     pub inodes_used: Option<u64>,
 }
 
-/// One volume's usage: the fs figures inline plus its name.
+/// One volume's usage: the fs figures inline plus its name, and the claim it comes from
+/// (`pvcRef`, PVC-backed volumes only).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct VolumeStats {
     #[serde(flatten)]
     pub fs: FsStats,
     pub name: String,
+    #[serde(rename = "pvcRef", skip_serializing_if = "Option::is_none")]
+    pub pvc_ref: Option<PvcReference>,
+}
+
+/// `pvcRef`: the claim behind a volume.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PvcReference {
+    pub name: String,
+    pub namespace: String,
 }

@@ -21,20 +21,34 @@ use super::atomic_writer::{self, Payload};
 use super::host_path;
 use super::projection::{self, Fetched};
 use super::subpath::Binder;
-use crate::objects::token::{TokenKey, TokenManager};
 use crate::objects::{self, ObjectCache, ObjectError};
+use crate::objects::{TokenKey, TokenManager};
 use crate::spec::{NodeSettings, pod_dir};
 
 /// How often mounted API-backed volumes are re-rendered without a change notice (tokens,
 /// labels; upstream's pod resync).
 pub const RESYNC: Duration = Duration::from_secs(60);
 
-/// A volume that could not be set up: the `FailedMount` event's message.
+/// A volume that could not be set up: the `FailedMount` event's message. A message that
+/// names its own operation (`MountVolume.MountDevice failed for volume ...`, CSI staging) is
+/// shown as it is.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-#[error("MountVolume.SetUp failed for volume \"{volume}\" : {message}")]
+#[error("{}", self.render())]
 pub struct VolumeError {
     pub volume: String,
     pub message: String,
+}
+
+impl VolumeError {
+    fn render(&self) -> String {
+        if self.message.starts_with("MountVolume.") {
+            return self.message.clone();
+        }
+        format!(
+            "MountVolume.SetUp failed for volume \"{}\" : {}",
+            self.volume, self.message
+        )
+    }
 }
 
 /// The kinds of volume, as their directory names under `volumes/`.
@@ -109,6 +123,8 @@ pub struct VolumeManager {
     pods: Mutex<HashMap<String, Arc<PodVolumes>>>,
     /// Wakes [`VolumeManager::run`] for a re-render now (a pod's labels changed).
     rerender: tokio::sync::Notify,
+    /// Claim-backed and CSI volumes (cluster mode); None: they are refused.
+    storage: Option<Arc<super::claims::Storage>>,
 }
 
 impl std::fmt::Debug for VolumeManager {
@@ -133,7 +149,19 @@ impl VolumeManager {
             mounter,
             pods: Mutex::new(HashMap::new()),
             rerender: tokio::sync::Notify::new(),
+            storage: None,
         }
+    }
+
+    /// Serves `persistentVolumeClaim`, `ephemeral` and `csi` volumes through `storage`.
+    pub fn with_storage(mut self, storage: Arc<super::claims::Storage>) -> Self {
+        self.storage = Some(storage);
+        self
+    }
+
+    /// The claim-backed and CSI volumes, when served.
+    pub fn storage(&self) -> Option<&Arc<super::claims::Storage>> {
+        self.storage.as_ref()
     }
 
     /// The ConfigMaps and Secrets pods read (container env reads through it too).
@@ -197,7 +225,7 @@ impl VolumeManager {
     /// `volume_manager_total_volumes`: every pod's volumes (desired) and those of pods whose
     /// volumes are all set up (actual), by plugin.
     fn report_totals(&self) {
-        use crate::metrics::storage::{ACTUAL_STATE, DESIRED_STATE};
+        use crate::metrics::{ACTUAL_STATE, DESIRED_STATE};
         let mut desired: BTreeMap<&'static str, usize> = BTreeMap::new();
         let mut actual: BTreeMap<&'static str, usize> = BTreeMap::new();
         for e in self.pods.lock().unwrap_or_else(|p| p.into_inner()).values() {
@@ -245,6 +273,11 @@ impl VolumeManager {
         if let Some(e) = entry {
             let _setup = e.setup.lock().await;
             e.gone.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        if let Some(s) = &self.storage
+            && let Err(e) = s.tear_down(uid).await
+        {
+            tracing::warn!(pod_uid = %uid, error = %e, "tearing down the pod's CSI volumes failed");
         }
         self.objects.unregister(uid);
         self.tokens.forget_pod(uid);
@@ -302,15 +335,38 @@ impl VolumeManager {
         }
         let pod = entry.pod.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let fetched = self.fetch(&pod).await?;
+        let claimed = self.set_up_claims(&pod).await?;
         let (node, mounter) = (self.node.clone(), self.mounter.clone());
-        tokio::task::spawn_blocking(move || set_up_all(&node, mounter.as_ref(), &pod, &fetched))
-            .await
-            .unwrap_or_else(|e| {
-                Err(VolumeError {
-                    volume: String::new(),
-                    message: format!("setting up volumes: {e}"),
-                })
+        tokio::task::spawn_blocking(move || {
+            set_up_all(&node, mounter.as_ref(), &pod, &fetched, &claimed)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(VolumeError {
+                volume: String::new(),
+                message: format!("setting up volumes: {e}"),
             })
+        })
+    }
+
+    /// Sets up the pod's claim-backed and CSI volumes (see [`super::claims`]).
+    async fn set_up_claims(&self, pod: &Pod) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+        let mut out = BTreeMap::new();
+        let Some(storage) = &self.storage else {
+            return Ok(out);
+        };
+        let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+        for v in volumes.filter(|v| super::claims::handles(v)) {
+            let path = storage
+                .set_up(pod, v)
+                .await
+                .map_err(|message| VolumeError {
+                    volume: v.name.clone(),
+                    message,
+                })?;
+            out.insert(v.name.clone(), path);
+        }
+        Ok(out)
     }
 
     /// The objects and tokens the pod's volumes read.
@@ -393,6 +449,7 @@ fn set_up_all(
     mounter: &dyn Binder,
     pod: &Pod,
     f: &Fetched,
+    claimed: &BTreeMap<String, PathBuf>,
 ) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
     let mut out = BTreeMap::new();
     for v in pod
@@ -402,6 +459,10 @@ fn set_up_all(
         .into_iter()
         .flatten()
     {
+        if let Some(p) = claimed.get(&v.name) {
+            out.insert(v.name.clone(), p.clone());
+            continue;
+        }
         let started = std::time::Instant::now();
         let r = set_up_one(node, mounter, pod, f, v);
         crate::metrics::volumes().observe_op(

@@ -1,10 +1,13 @@
 //! Pod volumes on the node: the volume manager ([`manager`]) sets up each kind (emptyDir,
 //! hostPath in [`host_path`], configMap, secret, downwardAPI, projected from
 //! [`projection`], written by [`atomic_writer`]) and keeps them current; subPath mounts are
-//! resolved beneath their volume ([`subpath`]).
+//! resolved beneath their volume ([`subpath`]). CSI drivers register through the plugin
+//! manager and serve CSI volumes ([`csi`]).
 
 pub mod at;
 pub mod atomic_writer;
+pub mod claims;
+pub mod csi;
 pub mod host_path;
 pub mod manager;
 pub mod ownership;
@@ -14,4 +17,6 @@ pub mod subpath;
 #[cfg(test)]
 mod bench_tests;
 
+pub use claims::{KubeStorageApi, Storage};
 pub use manager::{VolumeError, VolumeManager};
+pub use subpath::{Binder, KernelBinder, SubpathMount};

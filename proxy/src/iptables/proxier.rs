@@ -1,32 +1,25 @@
-//! The iptables proxier: render the desired ruleset, apply it (full or minimal delta) through
-//! an `IptablesRunner`, and remember what was applied. Partial syncs re-render only the
-//! services changed since the last sync (`Rendered::update`). It runs on the debounced
-//! schedule of [`crate::sync_loop`], as a [`ProxyBackend`].
+//! The iptables mode's [`Backend`]: render the desired ruleset, apply it (full or minimal
+//! delta) through an `IptablesRunner`; the [`crate::proxier::Proxier`] remembers what was
+//! applied ([`Rendered`]). Partial syncs re-render only the services changed since the last
+//! sync (`Rendered::update`); a full sync checks the jump rules (one `iptables-save`) while
+//! the ruleset renders.
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use prometheus::Registry;
 use thiserror::Error;
-use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::chains::*;
 use super::render::Rendered;
 use super::runner::{self, IptablesRunner, Position, TableName};
-use crate::conntrack::{self, Conntrack, NoConntrack};
-use crate::health::{ServiceHealthServer, health_check_state};
+use crate::conntrack::{Conntrack, NoConntrack};
 use crate::metrics::Metrics;
 use crate::model::IpFamily;
+use crate::proxier::{self, ApplyInput, Backend, PlanInput};
 use crate::render_config::RenderConfig;
-use crate::sync_loop::ProxyBackend;
-use crate::tracker::set_pending;
-
-// The handles, the loop and its types lived here before they became backend-neutral; their
-// old paths keep working.
-use crate::success::record_success;
-use crate::sync_loop::{SyncConfig, SyncOutcome};
+use crate::sync_loop::SyncConfig;
 use crate::tracker::ProxyHandle;
 
 #[derive(Debug, Error)]
@@ -53,7 +46,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// What a full sync's jump check found: the restore lines adding the missing jump rules
 /// and chains, per table, and the nat table's `iptables-save` dump.
 #[derive(Debug, Default)]
-struct JumpCheck {
+pub struct JumpCheck {
     missing: Vec<(TableName, String)>,
     nat_dump: Option<String>,
 }
@@ -171,35 +164,26 @@ const JUMPS: &[Jump] = &[
     },
 ];
 
-/// Owns the last-applied ruleset and turns desired state into iptables transactions.
-pub struct Proxier<R: IptablesRunner, C: Conntrack = NoConntrack> {
+/// The iptables mode's proxier of one family.
+pub type Proxier<R, C = NoConntrack> = proxier::Proxier<IptablesBackend<R>, C>;
+
+/// The iptables mode: its runner (see the module's text).
+pub struct IptablesBackend<R: IptablesRunner> {
     runner: R,
-    conntrack: C,
-    service_health: Option<ServiceHealthServer>,
-    cfg: RenderConfig,
-    handle: ProxyHandle,
-    metrics: Metrics,
-    full_sync_period: Duration,
-    /// No node IP configured (`--bind-address` unset): take it from the Node object.
-    node_ips_from_node: bool,
-    /// What the kernel holds, as far as we know, kept per service so that a partial sync
-    /// re-renders only what changed; `None` = unknown (start, or after a failure).
-    applied: Option<Rendered>,
-    need_full: bool,
-    last_full: Option<Instant>,
 }
 
-impl<R: IptablesRunner, C: Conntrack> std::fmt::Debug for Proxier<R, C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Proxier")
-            .field("need_full", &self.need_full)
-            .field("applied", &self.applied.is_some())
-            .finish_non_exhaustive()
+impl<R: IptablesRunner> IptablesBackend<R> {
+    pub fn new(runner: R) -> Self {
+        IptablesBackend { runner }
+    }
+
+    pub fn runner(&self) -> &R {
+        &self.runner
     }
 }
 
 impl<R: IptablesRunner> Proxier<R> {
-    /// `registry` receives the sync metrics.
+    /// An iptables proxier; `registry` receives the sync metrics.
     pub fn new(
         runner: R,
         cfg: RenderConfig,
@@ -207,267 +191,184 @@ impl<R: IptablesRunner> Proxier<R> {
         sync: SyncConfig,
         registry: &Registry,
     ) -> Result<Self> {
-        Ok(Self::with_metrics(
-            runner,
+        Ok(Self::with_backend(
+            IptablesBackend::new(runner),
             cfg,
             handle,
             sync,
             Metrics::new(registry)?,
         ))
     }
-
-    /// As `new`, reporting to metrics already registered (shared by the proxiers of both
-    /// families; every series carries an `ip_family` label).
-    pub fn with_metrics(
-        runner: R,
-        cfg: RenderConfig,
-        handle: ProxyHandle,
-        sync: SyncConfig,
-        metrics: Metrics,
-    ) -> Self {
-        handle.set_metrics(metrics.clone());
-        Proxier {
-            runner,
-            conntrack: NoConntrack,
-            service_health: None,
-            node_ips_from_node: cfg.node_ips.is_empty(),
-            cfg,
-            handle,
-            metrics,
-            full_sync_period: sync.full_sync_period,
-            applied: None,
-            need_full: true,
-            last_full: None,
-        }
-    }
 }
 
 impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
-    /// Cleans stale UDP conntrack entries after each successful sync.
-    pub fn with_conntrack<C2: Conntrack>(self, conntrack: C2) -> Proxier<R, C2> {
-        Proxier {
-            runner: self.runner,
-            conntrack,
-            service_health: self.service_health,
-            cfg: self.cfg,
-            handle: self.handle,
-            metrics: self.metrics,
-            full_sync_period: self.full_sync_period,
-            node_ips_from_node: self.node_ips_from_node,
-            applied: self.applied,
-            need_full: self.need_full,
-            last_full: self.last_full,
-        }
-    }
-
-    /// Serves healthCheckNodePorts of externalTrafficPolicy=Local services.
-    pub fn with_service_health(mut self, server: ServiceHealthServer) -> Self {
-        self.service_health = Some(server);
-        self
-    }
-
-    pub fn conntrack(&self) -> &C {
-        &self.conntrack
-    }
-
-    pub fn handle(&self) -> &ProxyHandle {
-        &self.handle
-    }
-
     pub fn runner(&self) -> &R {
-        &self.runner
+        &self.backend().runner
     }
 
     /// The ruleset believed to be in the kernel (None when unknown).
     pub fn applied(&self) -> Option<&Rendered> {
-        self.applied.as_ref()
+        self.known()
     }
+}
 
-    /// True if the next sync will be full.
-    pub fn needs_full_sync(&self) -> bool {
-        self.need_full || self.applied.is_none()
-    }
+/// One sync's plan: the whole ruleset (a full sync), or the text of a partial sync's
+/// minimal delta (the remembered ruleset updated in place).
+pub enum Plan {
+    Full(Rendered),
+    Delta(String),
+}
 
-    /// Checks upstream's canary chain; if someone flushed our tables, schedule a full sync.
-    pub async fn check_canary(&mut self) {
+impl<R: IptablesRunner> Backend for IptablesBackend<R> {
+    type Error = Error;
+    type Known = Rendered;
+    /// A full sync's jump check (None for a partial sync).
+    type Observed = Option<JumpCheck>;
+    type Plan = Plan;
+    /// The restore text (empty when nothing needed writing).
+    type Written = String;
+
+    const NAME: &'static str = "iptables";
+
+    /// Checks upstream's canary chain; if someone flushed our tables, the next sync is full.
+    async fn check_canary(&self, _cfg: &RenderConfig, _known: &mut Option<Rendered>) -> bool {
         match self
             .runner
             .chain_exists(TableName::Mangle, KUBE_PROXY_CANARY)
             .await
         {
-            Ok(true) => {}
+            Ok(true) => false,
             Ok(false) => {
                 info!("canary chain gone, iptables were flushed: next sync is full");
-                self.need_full = true;
-            }
-            Err(e) => warn!(error = %e, "cannot check canary chain"),
-        }
-    }
-
-    /// Renders and applies. `full` forces a full rewrite; otherwise a partial sync writes only
-    /// what differs from the last applied state (full anyway if that state is unknown).
-    pub async fn sync(&mut self, full: bool) -> Result<SyncOutcome> {
-        if !self.handle.initialized() {
-            debug!("not syncing iptables until Services and EndpointSlices are synced");
-            return Ok(SyncOutcome::NotInitialized);
-        }
-        let started = std::time::Instant::now();
-        let stale_full = self
-            .last_full
-            .is_none_or(|t| t.elapsed() >= self.full_sync_period);
-        let node = self.handle.state().node().clone();
-        let node_changed = self.cfg.adopt_node(&node, self.node_ips_from_node);
-        let do_full = full || stale_full || node_changed || self.needs_full_sync();
-
-        let want_hc = self.service_health.is_some();
-        // A partial sync works on the last applied state in place: only the changed services
-        // are re-rendered and diffed. On failure the state is dropped (next sync is full).
-        let previous = if do_full { None } else { self.applied.take() };
-        let render = async {
-            let mut state = self.handle.state();
-            let changed: BTreeSet<_> = state.take_changes();
-            let triggers = state.take_trigger_times();
-            set_pending(&self.metrics, &state);
-            let (desired, delta) = match previous {
-                Some(mut r) => {
-                    let text = r.update(
-                        state.service_port_map(),
-                        state.endpoints_map(),
-                        &changed,
-                        &self.cfg,
-                    );
-                    (r, Some(text))
-                }
-                None => (
-                    Rendered::build(state.service_port_map(), state.endpoints_map(), &self.cfg),
-                    None,
-                ),
-            };
-            let udp = conntrack::udp_targets(state.service_port_map(), state.endpoints_map());
-            let hc = want_hc.then(|| health_check_state(&state));
-            (desired, delta, changed, udp, hc, triggers)
-        };
-        // A full sync checks the jump rules first: iptables runs while this thread renders.
-        let (rendered, jumps) = if do_full {
-            let (jumps, rendered) = futures::join!(self.check_jumps(), render);
-            (rendered, Some(jumps))
-        } else {
-            (render.await, None)
-        };
-        let (desired, delta, changed, udp, hc, triggers) = rendered;
-        debug!(
-            full = do_full,
-            changed = changed.len(),
-            "syncing iptables rules"
-        );
-
-        let result = match jumps.transpose() {
-            Ok(jumps) => self.apply(&desired, delta, jumps.unwrap_or_default()).await,
-            Err(e) => Err(e),
-        };
-        let fam = self.cfg.family.label();
-        let secs = started.elapsed().as_secs_f64();
-        self.metrics.observe_sync(fam, secs, do_full);
-
-        match result {
-            Ok(text) => {
-                for t in [TableName::Filter, TableName::Nat] {
-                    let (count, t) = (desired.rule_count(t), t.as_str());
-                    self.metrics
-                        .iptables_total
-                        .with_label_values(&[t, fam])
-                        .set(count as f64);
-                    self.metrics
-                        .iptables_last
-                        .with_label_values(&[t, fam])
-                        .set(count_appends(&text, t) as f64);
-                }
-                let s = desired.stats();
-                self.metrics.set_no_local_endpoints(
-                    fam,
-                    s.no_local_endpoints_internal,
-                    s.no_local_endpoints_external,
-                );
-                self.metrics.observe_programmed(fam, &triggers);
-                self.applied = Some(desired);
-                self.need_full = false;
-                if do_full {
-                    self.last_full = Some(Instant::now());
-                }
-                record_success(
-                    &self.handle,
-                    self.cfg.family,
-                    self.service_health.as_ref(),
-                    hc.as_ref(),
-                    &self.conntrack,
-                    &udp,
-                )
-                .await;
-                if text.is_empty() {
-                    return Ok(SyncOutcome::Unchanged);
-                }
-                info!(
-                    full = do_full,
-                    bytes = text.len(),
-                    elapsed = secs,
-                    "synced iptables rules"
-                );
-                Ok(SyncOutcome::Applied {
-                    full: do_full,
-                    changed_services: changed.len(),
-                    bytes: text.len(),
-                })
+                true
             }
             Err(e) => {
-                error!(error = %e, "sync failed; next sync will be full");
-                if matches!(e, Error::Restore { .. }) {
-                    self.metrics
-                        .restore_failures
-                        .with_label_values(&[fam])
-                        .inc();
-                    if !do_full {
-                        self.metrics
-                            .partial_restore_failures
-                            .with_label_values(&[fam])
-                            .inc();
-                    }
-                }
-                // The change set is consumed and the kernel may hold a mix: forget it.
-                self.applied = None;
-                self.need_full = true;
-                Err(e)
+                warn!(error = %e, "cannot check canary chain");
+                false
             }
         }
     }
 
-    /// Writes `desired`: the partial-sync `delta` when given, else everything, with the jump
-    /// rules `jumps` found missing and deletion of the stale chains its nat dump shows.
-    /// Returns the restore text (empty when nothing needed writing).
+    async fn observe(
+        &self,
+        _cfg: &RenderConfig,
+        full: bool,
+        _known: bool,
+    ) -> Result<Self::Observed> {
+        if full {
+            self.check_jumps().await.map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn plan(&self, input: &PlanInput<'_>, known: Option<&mut Rendered>) -> Plan {
+        let (services, endpoints) = (input.state.service_port_map(), input.state.endpoints_map());
+        match known {
+            Some(r) if !input.full => {
+                Plan::Delta(r.update(services, endpoints, input.changed, input.cfg))
+            }
+            _ => Plan::Full(Rendered::build(services, endpoints, input.cfg)),
+        }
+    }
+
+    /// Writes the partial sync's delta, or the whole ruleset with the jump rules found
+    /// missing and deletion of the stale chains its nat dump shows.
     async fn apply(
         &mut self,
-        desired: &Rendered,
-        delta: Option<String>,
-        jumps: JumpCheck,
+        plan: Plan,
+        observed: Self::Observed,
+        input: ApplyInput<'_>,
+        known: &mut Option<Rendered>,
     ) -> Result<String> {
-        let full = delta.is_none();
-        let text = match delta {
-            Some(text) => text,
-            None => {
-                let stale = self.stale_nat_chains(desired, jumps.nat_dump).await;
-                desired.full_text_with_heads(&stale, &jumps.missing)
+        debug!(
+            full = input.full,
+            changed = input.changed,
+            "syncing iptables rules"
+        );
+        let (text, desired) = match plan {
+            Plan::Delta(text) => (text, None),
+            Plan::Full(desired) => {
+                let jumps = observed.unwrap_or_default();
+                let stale = self
+                    .stale_nat_chains(&desired, known.as_ref(), jumps.nat_dump)
+                    .await;
+                (
+                    desired.full_text_with_heads(&stale, &jumps.missing),
+                    Some(desired),
+                )
             }
         };
-        if text.is_empty() {
-            return Ok(text);
+        if !text.is_empty() {
+            let kind = if desired.is_some() { "full" } else { "partial" };
+            self.runner
+                .restore(&text, true)
+                .await
+                .map_err(|source| Error::Restore { kind, source })?;
         }
-        let kind = if full { "full" } else { "partial" };
-        self.runner
-            .restore(&text, true)
-            .await
-            .map_err(|source| Error::Restore { kind, source })?;
+        if let Some(desired) = desired {
+            *known = Some(desired);
+        }
         Ok(text)
     }
 
+    fn succeeded(
+        &mut self,
+        text: &String,
+        known: Option<&Rendered>,
+        family: IpFamily,
+        metrics: &Metrics,
+    ) -> usize {
+        let fam = family.label();
+        if let Some(desired) = known {
+            for t in [TableName::Filter, TableName::Nat] {
+                let (count, t) = (desired.rule_count(t), t.as_str());
+                metrics
+                    .iptables_total
+                    .with_label_values(&[t, fam])
+                    .set(count as f64);
+                metrics
+                    .iptables_last
+                    .with_label_values(&[t, fam])
+                    .set(count_appends(text, t) as f64);
+            }
+            let s = desired.stats();
+            metrics.set_no_local_endpoints(
+                fam,
+                s.no_local_endpoints_internal,
+                s.no_local_endpoints_external,
+            );
+        }
+        text.len()
+    }
+
+    fn log_synced(&self, text: &String, full: bool, secs: f64) {
+        info!(
+            full,
+            bytes = text.len(),
+            elapsed = secs,
+            "synced iptables rules"
+        );
+    }
+
+    fn failed(&mut self, e: &Error, full: bool, family: IpFamily, metrics: &Metrics) -> bool {
+        error!(error = %e, "sync failed; next sync will be full");
+        if matches!(e, Error::Restore { .. }) {
+            let fam = family.label();
+            metrics.restore_failures.with_label_values(&[fam]).inc();
+            if !full {
+                metrics
+                    .partial_restore_failures
+                    .with_label_values(&[fam])
+                    .inc();
+            }
+        }
+        // The change set is consumed and the kernel may hold a mix: forget it.
+        true
+    }
+}
+
+impl<R: IptablesRunner> IptablesBackend<R> {
     /// Jump rules from the built-in chains, plus the canary chains. Only on full syncs:
     /// they exist otherwise. One `iptables-save` shows what is there; whatever is missing is
     /// returned, per table, for the full restore to add first (chains declared only when
@@ -527,9 +428,14 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
     }
 
     /// Per-service nat chains present in the kernel (`nat_dump`, when there is one; else a
-    /// fresh `iptables-save`) or in our last applied state that the desired state no longer
-    /// has.
-    async fn stale_nat_chains(&self, desired: &Rendered, nat_dump: Option<String>) -> Vec<String> {
+    /// fresh `iptables-save`) or in the last applied state (`applied`) that the desired
+    /// state no longer has.
+    async fn stale_nat_chains(
+        &self,
+        desired: &Rendered,
+        applied: Option<&Rendered>,
+        nat_dump: Option<String>,
+    ) -> Vec<String> {
         let mut found = BTreeSet::new();
         let dump = match nat_dump {
             Some(d) => Ok(d),
@@ -546,7 +452,7 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             }
             Err(e) => warn!(error = %e, "iptables-save failed: stale chains not deleted this time"),
         }
-        if let Some(applied) = &self.applied {
+        if let Some(applied) = applied {
             found.extend(applied.nat_chain_names().map(str::to_string));
         }
         found.retain(|c| is_service_chain(c));
@@ -559,30 +465,6 @@ impl<R: IptablesRunner, C: Conntrack> Proxier<R, C> {
             .into_iter()
             .filter(|c| !wanted.contains(c.as_str()))
             .collect()
-    }
-}
-
-impl<R: IptablesRunner, C: Conntrack> ProxyBackend for Proxier<R, C> {
-    type Error = Error;
-
-    fn handle(&self) -> &ProxyHandle {
-        &self.handle
-    }
-
-    fn family(&self) -> IpFamily {
-        self.cfg.family
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    async fn check_canary(&mut self) {
-        Proxier::check_canary(self).await
-    }
-
-    async fn sync(&mut self, full: bool) -> Result<SyncOutcome> {
-        Proxier::sync(self, full).await
     }
 }
 

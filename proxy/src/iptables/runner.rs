@@ -39,9 +39,10 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Which kernel interface the iptables binaries drive.
+/// Which kernel interface the iptables binaries drive (the `-nft` or `-legacy` binaries;
+/// upstream's iptables-wrapper calls this the mode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
+pub enum Variant {
     Nft,
     Legacy,
 }
@@ -52,7 +53,7 @@ pub struct IptablesVersion {
     pub minor: u32,
     pub patch: u32,
     /// From the `(nf_tables)` / `(legacy)` suffix, when present.
-    pub backend: Option<Backend>,
+    pub variant: Option<Variant>,
 }
 
 impl IptablesVersion {
@@ -68,10 +69,10 @@ impl IptablesVersion {
         let major = parts.next().and_then(|r| r.ok()).ok_or_else(err)?;
         let minor = parts.next().and_then(|r| r.ok()).unwrap_or(0);
         let patch = parts.next().and_then(|r| r.ok()).unwrap_or(0);
-        let backend = if output.contains("(nf_tables)") {
-            Some(Backend::Nft)
+        let variant = if output.contains("(nf_tables)") {
+            Some(Variant::Nft)
         } else if output.contains("(legacy)") {
-            Some(Backend::Legacy)
+            Some(Variant::Legacy)
         } else {
             None
         };
@@ -79,7 +80,7 @@ impl IptablesVersion {
             major,
             minor,
             patch,
-            backend,
+            variant,
         })
     }
 
@@ -196,12 +197,12 @@ pub trait IptablesRunner: Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool>> + Send;
 }
 
-/// Real runner: spawns the iptables binaries of one backend and family.
+/// Real runner: spawns the iptables binaries of one variant and family.
 #[derive(Clone, Debug)]
 pub struct ExecRunner {
     family: IpFamily,
-    /// None for the plain `iptables` binaries until `with_version` reads the backend.
-    backend: Option<Backend>,
+    /// None for the plain `iptables` binaries until `with_version` reads the variant.
+    variant: Option<Variant>,
     /// e.g. `["ip", "netns", "exec", "test-ns"]`; empty in production.
     prefix: Vec<String>,
     iptables: String,
@@ -231,11 +232,11 @@ impl ExecRunner {
             major: 1,
             minor: 8,
             patch: 0,
-            backend: None,
+            variant: None,
         };
         ExecRunner {
             family,
-            backend: None,
+            variant: None,
             prefix: Vec::new(),
             iptables: base.to_string(),
             save: format!("{base}-save"),
@@ -247,23 +248,23 @@ impl ExecRunner {
     }
 
     /// Uses the explicit `-nft`/`-legacy` binaries (e.g. `iptables-nft-restore`).
-    pub fn with_backend(mut self, backend: Backend) -> Self {
+    pub fn with_variant(mut self, variant: Variant) -> Self {
         let base = match self.family {
             IpFamily::V4 => "iptables",
             IpFamily::V6 => "ip6tables",
         };
-        let suffix = match backend {
-            Backend::Nft => "nft",
-            Backend::Legacy => "legacy",
+        let suffix = match variant {
+            Variant::Nft => "nft",
+            Variant::Legacy => "legacy",
         };
-        self.backend = Some(backend);
+        self.variant = Some(variant);
         self.iptables = format!("{base}-{suffix}");
         self.save = format!("{base}-{suffix}-save");
         self.restore = format!("{base}-{suffix}-restore");
         self
     }
 
-    /// The same runner (backend, wait flags, prefix) for the other family's binaries, e.g.
+    /// The same runner (variant, wait flags, prefix) for the other family's binaries, e.g.
     /// `ip6tables-nft-restore` beside `iptables-nft-restore`.
     pub fn for_family(&self, family: IpFamily) -> ExecRunner {
         let base = |f: IpFamily| match f {
@@ -276,7 +277,7 @@ impl ExecRunner {
         };
         ExecRunner {
             family,
-            backend: self.backend,
+            variant: self.variant,
             prefix: self.prefix.clone(),
             iptables: swap(&self.iptables),
             save: swap(&self.save),
@@ -301,7 +302,7 @@ impl ExecRunner {
 
     /// Adjusts wait flags to what the installed version supports.
     pub fn with_version(mut self, v: &IptablesVersion) -> Self {
-        self.backend = self.backend.or(v.backend);
+        self.variant = self.variant.or(v.variant);
         self.wait = v.wait_flags();
         self.restore_wait = v.restore_wait_flags();
         self
@@ -383,9 +384,9 @@ impl IptablesRunner for ExecRunner {
     }
 
     fn takes_xtables_lock(&self) -> bool {
-        // Unknown backend: assume it may lock, since holding the lock around a binary that
+        // Unknown variant: assume it may lock, since holding the lock around a binary that
         // waits for it would stall every command.
-        self.backend != Some(Backend::Nft) && !self.restore_wait.is_empty()
+        self.variant != Some(Variant::Nft) && !self.restore_wait.is_empty()
     }
 
     async fn restore(&self, data: &str, noflush: bool) -> Result<()> {
@@ -483,10 +484,10 @@ fn is_lost_commit_race(stderr: &str) -> bool {
     stderr.contains("CHAIN_USER_ADD failed (File exists)")
 }
 
-/// How the system's iptables backend was chosen.
+/// How the system's iptables variant was chosen.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BackendDecision {
-    pub backend: Backend,
+pub struct VariantDecision {
+    pub variant: Variant,
     pub reason: &'static str,
 }
 
@@ -502,34 +503,34 @@ fn rule_count(save_output: &str) -> usize {
 
 /// The choice upstream's iptables-wrapper makes, as a pure function of save outputs (None =
 /// that binary failed or is missing): kubelet's hint chains in the nft mangle table win, then
-/// the hint chains in legacy, then whichever backend holds more rules (ties go to nft).
-pub fn decide_backend(
+/// the hint chains in legacy, then whichever variant holds more rules (ties go to nft).
+pub fn decide_variant(
     nft_mangle: Option<&str>,
     legacy_all: Option<&str>,
     nft_all: Option<&str>,
-) -> BackendDecision {
+) -> VariantDecision {
     if nft_mangle.is_some_and(has_kubelet_chains) {
-        return BackendDecision {
-            backend: Backend::Nft,
+        return VariantDecision {
+            variant: Variant::Nft,
             reason: "kubelet hint chains in iptables-nft",
         };
     }
     if legacy_all.is_some_and(has_kubelet_chains) {
-        return BackendDecision {
-            backend: Backend::Legacy,
+        return VariantDecision {
+            variant: Variant::Legacy,
             reason: "kubelet hint chains in iptables-legacy",
         };
     }
     let legacy = legacy_all.map_or(0, rule_count);
     let nft = nft_all.map_or(0, rule_count);
     if legacy > nft {
-        BackendDecision {
-            backend: Backend::Legacy,
+        VariantDecision {
+            variant: Variant::Legacy,
             reason: "more rules in iptables-legacy",
         }
     } else {
-        BackendDecision {
-            backend: Backend::Nft,
+        VariantDecision {
+            variant: Variant::Nft,
             reason: "default (nft has at least as many rules)",
         }
     }
@@ -537,20 +538,20 @@ pub fn decide_backend(
 
 /// Probes the system like iptables-wrapper. `prefix` as in `ExecRunner::with_prefix`.
 /// Never writes: legacy-save is run without `-t` so it does not create the mangle table.
-pub async fn detect_backend(family: IpFamily, prefix: Vec<String>) -> BackendDecision {
+pub async fn detect_variant(family: IpFamily, prefix: Vec<String>) -> VariantDecision {
     let nft = ExecRunner::new(family)
-        .with_backend(Backend::Nft)
+        .with_variant(Variant::Nft)
         .with_prefix(prefix.clone());
     let legacy = ExecRunner::new(family)
-        .with_backend(Backend::Legacy)
+        .with_variant(Variant::Legacy)
         .with_prefix(prefix);
     let nft_mangle = nft.save(TableName::Mangle).await.ok();
     if nft_mangle.as_deref().is_some_and(has_kubelet_chains) {
-        return decide_backend(nft_mangle.as_deref(), None, None);
+        return decide_variant(nft_mangle.as_deref(), None, None);
     }
     let legacy_all = legacy.run_ok(&legacy.save, &[], None).await.ok();
     let nft_all = nft.run_ok(&nft.save, &[], None).await.ok();
-    decide_backend(
+    decide_variant(
         nft_mangle.as_deref(),
         legacy_all.as_deref(),
         nft_all.as_deref(),
@@ -565,25 +566,25 @@ mod tests {
     fn parses_versions() {
         let v = IptablesVersion::parse("iptables v1.8.9 (nf_tables)\n").unwrap();
         assert_eq!(
-            (v.major, v.minor, v.patch, v.backend),
-            (1, 8, 9, Some(Backend::Nft))
+            (v.major, v.minor, v.patch, v.variant),
+            (1, 8, 9, Some(Variant::Nft))
         );
         assert!(v.has_random_fully());
         let v = IptablesVersion::parse("iptables v1.6.0").unwrap();
-        assert_eq!(v.backend, None);
+        assert_eq!(v.variant, None);
         assert!(!v.has_random_fully());
         assert_eq!(v.wait_flags(), vec!["-w", "5"]);
         assert!(v.restore_wait_flags().is_empty());
         let v = IptablesVersion::parse("ip6tables v1.8.7 (legacy)").unwrap();
-        assert_eq!(v.backend, Some(Backend::Legacy));
+        assert_eq!(v.variant, Some(Variant::Legacy));
         assert!(IptablesVersion::parse("garbage").is_err());
     }
 
     #[test]
-    fn other_family_keeps_backend_and_prefix() {
+    fn other_family_keeps_variant_and_prefix() {
         let prefix = vec!["ip".to_string(), "netns".into(), "exec".into(), "n".into()];
         let v4 = ExecRunner::new(IpFamily::V4)
-            .with_backend(Backend::Legacy)
+            .with_variant(Variant::Legacy)
             .with_prefix(prefix.clone());
         let v6 = v4.for_family(IpFamily::V6);
         assert_eq!(v6.family, IpFamily::V6);
@@ -607,24 +608,24 @@ mod tests {
     }
 
     #[test]
-    fn backend_decision_follows_iptables_wrapper() {
+    fn variant_decision_follows_iptables_wrapper() {
         let hint = "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n";
         let canary = "*mangle\n:KUBE-KUBELET-CANARY - [0:0]\nCOMMIT\n";
-        assert_eq!(decide_backend(Some(hint), None, None).backend, Backend::Nft);
+        assert_eq!(decide_variant(Some(hint), None, None).variant, Variant::Nft);
         assert_eq!(
-            decide_backend(Some("*mangle\nCOMMIT\n"), Some(canary), None).backend,
-            Backend::Legacy
+            decide_variant(Some("*mangle\nCOMMIT\n"), Some(canary), None).variant,
+            Variant::Legacy
         );
         let many = "-A INPUT -j ACCEPT\n-A OUTPUT -j ACCEPT\n";
         assert_eq!(
-            decide_backend(None, Some(many), Some("")).backend,
-            Backend::Legacy
+            decide_variant(None, Some(many), Some("")).variant,
+            Variant::Legacy
         );
         assert_eq!(
-            decide_backend(None, Some(""), Some("")).backend,
-            Backend::Nft
+            decide_variant(None, Some(""), Some("")).variant,
+            Variant::Nft
         );
-        assert_eq!(decide_backend(None, None, None).backend, Backend::Nft);
+        assert_eq!(decide_variant(None, None, None).variant, Variant::Nft);
     }
 }
 
@@ -655,7 +656,7 @@ mod exec_tests {
             &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
         );
         let runner = ExecRunner::new(IpFamily::V4)
-            .with_backend(Backend::Nft)
+            .with_variant(Variant::Nft)
             .with_prefix(hang)
             .with_timeout(Duration::from_millis(300));
         let started = std::time::Instant::now();
@@ -694,7 +695,7 @@ mod exec_tests {
             ),
         );
         let runner = ExecRunner::new(IpFamily::V4)
-            .with_backend(Backend::Nft)
+            .with_variant(Variant::Nft)
             .with_prefix(flaky.clone());
         runner.restore("*nat\nCOMMIT\n", true).await.unwrap();
         assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 2);
@@ -728,12 +729,12 @@ mod exec_tests {
 
     #[test]
     fn who_takes_the_xtables_lock() {
-        let nft = ExecRunner::new(IpFamily::V4).with_backend(Backend::Nft);
+        let nft = ExecRunner::new(IpFamily::V4).with_variant(Variant::Nft);
         assert!(
             !nft.takes_xtables_lock(),
             "iptables-nft ignores the lock file"
         );
-        let legacy = ExecRunner::new(IpFamily::V4).with_backend(Backend::Legacy);
+        let legacy = ExecRunner::new(IpFamily::V4).with_variant(Variant::Legacy);
         assert!(
             legacy.takes_xtables_lock(),
             "iptables-legacy -w locks by itself"

@@ -167,7 +167,7 @@ impl IptablesRunner for FakeRunner {
             major: 1,
             minor: 8,
             patch: 9,
-            backend: Some(Backend::Nft),
+            variant: Some(Variant::Nft),
         })
     }
 

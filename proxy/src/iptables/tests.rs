@@ -12,9 +12,9 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::iptables::Proxier;
 use crate::iptables::render::{self, TableName};
 use crate::iptables::test_util::{Call, FakeRunner};
+use crate::iptables::{IptablesBackend, Proxier};
 use crate::model::{IpFamily, ServiceState};
 use crate::render_config::RenderConfig;
 use crate::sync_loop::{self, SyncConfig, SyncOutcome};
@@ -323,8 +323,8 @@ async fn real_iptables_in_private_netns() {
         return;
     }
     for backend in [
-        crate::iptables::Backend::Nft,
-        crate::iptables::Backend::Legacy,
+        crate::iptables::Variant::Nft,
+        crate::iptables::Variant::Legacy,
     ] {
         let ns = format!("kp-proxy-test-{}-{:?}", std::process::id(), backend).to_lowercase();
         let st = std::process::Command::new("ip")
@@ -341,7 +341,7 @@ async fn real_iptables_in_private_netns() {
             .map(|s| s.to_string())
             .collect();
         let probe = crate::iptables::ExecRunner::new(IpFamily::V4)
-            .with_backend(backend)
+            .with_variant(backend)
             .with_prefix(prefix.clone());
         let version = match crate::iptables::IptablesRunner::version(&probe).await {
             Ok(v) => v,
@@ -351,7 +351,7 @@ async fn real_iptables_in_private_netns() {
             }
         };
         let runner = probe.with_version(&version);
-        if backend == crate::iptables::Backend::Legacy
+        if backend == crate::iptables::Variant::Legacy
             && crate::iptables::IptablesRunner::save(&runner, TableName::Nat)
                 .await
                 .is_err()
@@ -1227,8 +1227,8 @@ async fn dual_stack_proxiers_split_families() {
         cfg.node_ips = vec![node_ip.parse().unwrap()];
         cfg.cluster_cidr = Some(cidr.parse().unwrap());
         let handle = ProxyHandle::with_health(ServiceState::new(family, NODE), health.clone());
-        proxiers.push(Proxier::with_metrics(
-            runner.clone(),
+        proxiers.push(Proxier::with_backend(
+            IptablesBackend::new(runner.clone()),
             cfg,
             handle,
             SyncConfig::default(),

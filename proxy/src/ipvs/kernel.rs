@@ -1,7 +1,8 @@
 //! The IPVS backend's OS edge: IPVS virtual/real servers and the dummy interface, as one
 //! batch of operations per call ([`IpvsKernel::batch`]), so that a sync costs a few trips to
 //! the blocking pool, not one per service. [`NetlinkIpvs`] is the real side (generic netlink
-//! + rtnetlink on sockets it keeps open); the fake is `test_util::FakeIpvs`.
+//! on a socket it keeps open, on the blocking pool; the dummy interface over the shared
+//! rtnetlink wrapper, see [`super::rtnl`]); the fake is `test_util::FakeIpvs`.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -9,13 +10,14 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use netlink_sys::protocols::{NETLINK_GENERIC, NETLINK_ROUTE};
+use netlink_sys::protocols::NETLINK_GENERIC;
+use plumbing::rtnl::Rtnl;
 use tracing::debug;
 
 use super::genl::{self, RealServer, VirtualServer, VsKey};
-use super::rtnl::{self, DUMMY_DEVICE};
+use super::rtnl::{self, DUMMY_DEVICE, Links};
 use crate::model::{IpFamily, Protocol};
-use crate::netlink::{EADDRNOTAVAIL, EEXIST, ENODEV, ENOENT, ESRCH, NlError, NlSocket};
+use crate::netlink::{ENOENT, ESRCH, NlError, NlSocket};
 
 /// One operation on the kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,16 +124,13 @@ pub const BATCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Receive timeout of one netlink request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-struct Conns {
-    ipvs: Option<(NlSocket, u16)>,
-    route: Option<NlSocket>,
-}
-
 /// IPVS and `kube-ipvs0` over netlink in this process's network namespace; sockets are
-/// opened on first use and kept (a failed request drops them, the next batch reopens).
-#[derive(Clone)]
+/// opened on first use and kept (a request that timed out drops its socket, the next batch
+/// reopens it).
+#[derive(Clone, Default)]
 pub struct NetlinkIpvs {
-    conns: Arc<Mutex<Conns>>,
+    ipvs: Arc<Mutex<Option<(NlSocket, u16)>>>,
+    route: Arc<Mutex<Option<Arc<Rtnl>>>>,
 }
 
 impl std::fmt::Debug for NetlinkIpvs {
@@ -140,21 +139,106 @@ impl std::fmt::Debug for NetlinkIpvs {
     }
 }
 
-impl Default for NetlinkIpvs {
-    fn default() -> Self {
-        NetlinkIpvs {
-            conns: Arc::new(Mutex::new(Conns {
-                ipvs: None,
-                route: None,
-            })),
-        }
-    }
-}
-
 impl NetlinkIpvs {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// A run of IPVS operations, on the blocking pool.
+    async fn ipvs_ops(&self, ops: Vec<Op>) -> Vec<OpResult> {
+        let conn = self.ipvs.clone();
+        let ops_copy = ops.clone();
+        let work = tokio::task::spawn_blocking(move || {
+            let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
+            ops.iter()
+                .map(|op| {
+                    let r = run_ipvs(&mut c, op);
+                    if let Err(e) = &r {
+                        debug!(op = %describe(op), error = %e, "netlink operation failed");
+                        // A socket that timed out may hold a late answer: start afresh.
+                        if matches!(e, NlError::Io { .. }) {
+                            *c = None;
+                        }
+                    }
+                    r.map_err(|e| Error::new(op, e))
+                })
+                .collect::<Vec<_>>()
+        });
+        match work.await {
+            Ok(v) => v,
+            Err(join) => ops_copy
+                .iter()
+                .map(|op| Err(Error::new(op, NlError::Protocol(join.to_string()))))
+                .collect(),
+        }
+    }
+
+    /// One operation on the dummy interface, over rtnetlink.
+    async fn route_op(&self, op: &Op) -> OpResult {
+        let opened = {
+            let mut g = self.route.lock().unwrap_or_else(|p| p.into_inner());
+            match &*g {
+                Some(r) => Ok(r.clone()),
+                None => Rtnl::open(REQUEST_TIMEOUT)
+                    .map(|r| g.insert(Arc::new(r)).clone())
+                    .map_err(|source| NlError::Io {
+                        what: "open rtnetlink socket".into(),
+                        source,
+                    }),
+            }
+        };
+        let r = match opened {
+            Ok(rtnl) => route_op(&*rtnl, op).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &r {
+            debug!(op = %describe(op), error = %e, "netlink operation failed");
+            if matches!(e, NlError::Io { .. }) {
+                *self.route.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+        }
+        r.map_err(|e| Error::new(op, e))
+    }
+}
+
+/// One operation on the dummy interface ([`Op::EnsureDummy`], [`Op::DummyAddrs`],
+/// [`Op::LocalAddrs`], [`Op::AddAddr`], [`Op::DelAddr`], [`Op::DeleteDummy`]) over `links`.
+pub async fn route_op<L: Links>(links: &L, op: &Op) -> Result<Answer, NlError> {
+    let what = describe(op);
+    match op {
+        Op::EnsureDummy => rtnl::ensure_dummy(links, &what)
+            .await
+            .map(|()| Answer::Done),
+        Op::DummyAddrs(f) => rtnl::addresses(links, &what, *f, true)
+            .await
+            .map(Answer::Addrs),
+        Op::LocalAddrs(f) => rtnl::addresses(links, &what, *f, false)
+            .await
+            .map(Answer::Addrs),
+        Op::AddAddr(ip) => rtnl::bind(links, &what, *ip, true)
+            .await
+            .map(|()| Answer::Done),
+        Op::DelAddr(ip) => rtnl::bind(links, &what, *ip, false)
+            .await
+            .map(|()| Answer::Done),
+        Op::DeleteDummy => rtnl::delete_dummy(links, &what).await.map(Answer::Existed),
+        _ => Err(NlError::Protocol(format!(
+            "{what}: not an rtnetlink operation"
+        ))),
+    }
+}
+
+/// Whether `op` is one on the dummy interface (rtnetlink) rather than on IPVS.
+fn is_route_op(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::EnsureDummy
+            | Op::DummyAddrs(_)
+            | Op::LocalAddrs(_)
+            | Op::AddAddr(_)
+            | Op::DelAddr(_)
+            | Op::DeleteDummy
+    )
 }
 
 /// Resolves the IPVS generic netlink family; its absence means no `ip_vs` module.
@@ -177,124 +261,36 @@ fn open_ipvs() -> Result<(NlSocket, u16), NlError> {
     Ok((s, id))
 }
 
-fn dummy_index(route: &mut NlSocket) -> Result<Option<i32>, NlError> {
-    match route.request("get link", |seq| rtnl::get_link(DUMMY_DEVICE, seq)) {
-        Ok(msgs) => Ok(msgs
-            .first()
-            .and_then(|(_, b)| rtnl::parse_link(b))
-            .map(|l| l.0)),
-        Err(e) if e.errno() == Some(ENODEV) => Ok(None),
-        Err(e) => Err(e),
+fn run_ipvs(conn: &mut Option<(NlSocket, u16)>, op: &Op) -> Result<Answer, NlError> {
+    if conn.is_none() {
+        *conn = Some(open_ipvs()?);
     }
-}
-
-fn run_one(conns: &mut Conns, op: &Op) -> Result<Answer, NlError> {
-    let ipvs_op = !matches!(
-        op,
-        Op::EnsureDummy
-            | Op::DummyAddrs(_)
-            | Op::LocalAddrs(_)
-            | Op::AddAddr(_)
-            | Op::DelAddr(_)
-            | Op::DeleteDummy
-    );
-    if ipvs_op {
-        if conns.ipvs.is_none() {
-            conns.ipvs = Some(open_ipvs()?);
-        }
-        let (s, fam) = conns.ipvs.as_mut().expect("opened above");
-        let fam = *fam;
-        let what = describe(op);
-        return match op {
-            Op::ListServices => Ok(Answer::Services(
-                s.request(&what, |q| genl::get_services(fam, q))?
-                    .iter()
-                    .filter_map(|(_, b)| genl::parse_service(b))
-                    .collect(),
-            )),
-            Op::ListDests(k) => Ok(Answer::Dests(
-                s.request(&what, |q| genl::get_dests(fam, k, q))?
-                    .iter()
-                    .filter_map(|(_, b)| genl::parse_dest(b))
-                    .collect(),
-            )),
-            Op::AddService(vs) => done(s.request(&what, |q| genl::new_service(fam, vs, q))),
-            Op::UpdateService(vs) => done(s.request(&what, |q| genl::set_service(fam, vs, q))),
-            Op::DeleteService(k) => done(s.request(&what, |q| genl::del_service(fam, k, q))),
-            Op::AddDest(k, rs) => done(s.request(&what, |q| genl::new_dest(fam, k, rs, q))),
-            Op::UpdateDest(k, rs) => done(s.request(&what, |q| genl::set_dest(fam, k, rs, q))),
-            Op::DeleteDest(k, rs) => done(s.request(&what, |q| genl::del_dest(fam, k, rs, q))),
-            Op::SetTimeouts { tcp, tcp_fin, udp } => {
-                done(s.request(&what, |q| genl::set_config(fam, *tcp, *tcp_fin, *udp, q)))
-            }
-            _ => unreachable!("rtnetlink operations are handled below"),
-        };
-    }
-    if conns.route.is_none() {
-        conns.route = Some(NlSocket::open(NETLINK_ROUTE, REQUEST_TIMEOUT)?);
-    }
-    let r = conns.route.as_mut().expect("opened above");
+    let (s, fam) = conn.as_mut().expect("opened above");
+    let fam = *fam;
     let what = describe(op);
     match op {
-        Op::EnsureDummy => {
-            if dummy_index(r)?.is_some() {
-                return Ok(Answer::Done);
-            }
-            match r.request(&what, |q| rtnl::new_dummy(DUMMY_DEVICE, q)) {
-                Ok(_) => Ok(Answer::Done),
-                Err(e) if e.errno() == Some(EEXIST) => Ok(Answer::Done),
-                // No `dummy` module: the kernel knows no link kind "dummy".
-                Err(e) if e.errno() == Some(95) => Err(NlError::Protocol(format!(
-                    "{what}: the kernel has no dummy interfaces: the dummy module is not loaded (modprobe dummy) or not built"
-                ))),
-                Err(e) => Err(e),
-            }
-        }
-        Op::DummyAddrs(family) | Op::LocalAddrs(family) => {
-            let index = dummy_index(r)?;
-            let on_dummy = matches!(op, Op::DummyAddrs(_));
-            if on_dummy && index.is_none() {
-                return Ok(Answer::Addrs(None));
-            }
-            let v6 = *family == IpFamily::V6;
-            let addrs = r
-                .request(&what, |q| rtnl::get_addrs(v6, q))?
+        Op::ListServices => Ok(Answer::Services(
+            s.request(&what, |q| genl::get_services(fam, q))?
                 .iter()
-                .filter(|(ty, _)| *ty == rtnl::RTM_NEWADDR)
-                .filter_map(|(_, b)| rtnl::parse_addr(b))
-                .filter(|(i, _)| (Some(*i) == index) == on_dummy)
-                .map(|(_, ip)| ip)
-                .collect();
-            Ok(Answer::Addrs(Some(addrs)))
+                .filter_map(|(_, b)| genl::parse_service(b))
+                .collect(),
+        )),
+        Op::ListDests(k) => Ok(Answer::Dests(
+            s.request(&what, |q| genl::get_dests(fam, k, q))?
+                .iter()
+                .filter_map(|(_, b)| genl::parse_dest(b))
+                .collect(),
+        )),
+        Op::AddService(vs) => done(s.request(&what, |q| genl::new_service(fam, vs, q))),
+        Op::UpdateService(vs) => done(s.request(&what, |q| genl::set_service(fam, vs, q))),
+        Op::DeleteService(k) => done(s.request(&what, |q| genl::del_service(fam, k, q))),
+        Op::AddDest(k, rs) => done(s.request(&what, |q| genl::new_dest(fam, k, rs, q))),
+        Op::UpdateDest(k, rs) => done(s.request(&what, |q| genl::set_dest(fam, k, rs, q))),
+        Op::DeleteDest(k, rs) => done(s.request(&what, |q| genl::del_dest(fam, k, rs, q))),
+        Op::SetTimeouts { tcp, tcp_fin, udp } => {
+            done(s.request(&what, |q| genl::set_config(fam, *tcp, *tcp_fin, *udp, q)))
         }
-        Op::AddAddr(ip) | Op::DelAddr(ip) => {
-            let index = dummy_index(r)?.ok_or(NlError::Kernel {
-                what: what.clone(),
-                errno: ENODEV,
-            })?;
-            let add = matches!(op, Op::AddAddr(_));
-            let res = r.request(&what, |q| {
-                if add {
-                    rtnl::new_addr(index, ip, q)
-                } else {
-                    rtnl::del_addr(index, ip, q)
-                }
-            });
-            match res {
-                Ok(_) => Ok(Answer::Done),
-                Err(e) if add && e.errno() == Some(EEXIST) => Ok(Answer::Done),
-                Err(e) if !add && e.errno() == Some(EADDRNOTAVAIL) => Ok(Answer::Done),
-                Err(e) => Err(e),
-            }
-        }
-        Op::DeleteDummy => match dummy_index(r)? {
-            None => Ok(Answer::Existed(false)),
-            Some(i) => {
-                r.request(&what, |q| rtnl::del_link(i, q))?;
-                Ok(Answer::Existed(true))
-            }
-        },
-        _ => unreachable!("IPVS operations are handled above"),
+        _ => Err(NlError::Protocol(format!("{what}: not an IPVS operation"))),
     }
 }
 
@@ -303,36 +299,31 @@ fn done(r: Result<Vec<(u16, Vec<u8>)>, NlError>) -> Result<Answer, NlError> {
 }
 
 impl IpvsKernel for NetlinkIpvs {
+    /// Runs of IPVS operations go to the blocking pool together; the dummy interface's
+    /// operations run over rtnetlink in between, in the batch's order.
     async fn batch(&self, ops: Vec<Op>) -> Vec<OpResult> {
-        let conns = self.conns.clone();
-        let n = ops.len();
-        let ops_copy = ops.clone();
-        let work = tokio::task::spawn_blocking(move || {
-            let mut c = conns.lock().unwrap_or_else(|p| p.into_inner());
-            ops.iter()
-                .map(|op| {
-                    let r = run_one(&mut c, op);
-                    if let Err(e) = &r {
-                        debug!(op = %describe(op), error = %e, "netlink operation failed");
-                        // A socket that timed out may hold a late answer: start afresh.
-                        if matches!(e, NlError::Io { .. }) {
-                            c.ipvs = None;
-                            c.route = None;
-                        }
-                    }
-                    r.map_err(|e| Error::new(op, e))
-                })
-                .collect::<Vec<_>>()
-        });
+        let work = async {
+            let mut out = Vec::with_capacity(ops.len());
+            let mut i = 0;
+            while i < ops.len() {
+                if is_route_op(&ops[i]) {
+                    out.push(self.route_op(&ops[i]).await);
+                    i += 1;
+                } else {
+                    let end = ops[i..]
+                        .iter()
+                        .position(is_route_op)
+                        .map_or(ops.len(), |n| i + n);
+                    out.extend(self.ipvs_ops(ops[i..end].to_vec()).await);
+                    i = end;
+                }
+            }
+            out
+        };
         match tokio::time::timeout(BATCH_TIMEOUT, work).await {
-            Ok(Ok(v)) => v,
-            Ok(Err(join)) => ops_copy
+            Ok(v) => v,
+            Err(_) => ops
                 .iter()
-                .map(|op| Err(Error::new(op, NlError::Protocol(join.to_string()))))
-                .collect(),
-            Err(_) => ops_copy
-                .iter()
-                .take(n)
                 .map(|op| {
                     Err(Error::new(
                         op,

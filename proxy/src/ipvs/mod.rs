@@ -5,10 +5,12 @@
 //! iptables part do the masquerading and filtering.
 //!
 //! - netlink framing and the blocking socket are [`crate::netlink`], shared with ctnetlink;
-//! - [`genl`]: IPVS generic netlink messages; [`rtnl`]: the dummy interface's messages;
+//! - [`genl`]: IPVS generic netlink messages; [`rtnl`]: the dummy interface's requests and
+//!   operations, over the shared rtnetlink wrapper `plumbing::rtnl::Rtnl`;
 //! - [`kernel`]: the OS edge ([`IpvsKernel`], batches of operations; [`NetlinkIpvs`]);
 //! - [`ipset`]: the sets, their `ipset restore` texts and the [`Ipset`] edge;
-//! - [`render`]: desired state (pure); [`proxier`]: the [`crate::sync_loop::ProxyBackend`].
+//! - [`render`]: desired state (pure); [`proxier`]: [`IpvsBackend`], this mode's
+//!   [`crate::proxier::Backend`], and [`IpvsProxier`], the generic proxier over it.
 //!
 //! [`check_support`] is upstream's CanUseIPVSProxier; [`cleanup`] what `--cleanup` and a
 //! switch to another mode remove.
@@ -30,7 +32,7 @@ use tracing::{info, warn};
 
 pub use ipset::{ExecIpset, Ipset};
 pub use kernel::{IpvsKernel, NetlinkIpvs};
-pub use proxier::IpvsProxier;
+pub use proxier::{IpvsBackend, IpvsProxier};
 pub use render::IpvsSettings;
 
 use genl::VirtualServer;

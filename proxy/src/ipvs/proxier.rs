@@ -1,4 +1,4 @@
-//! The IPVS proxier: renders the desired virtual servers, `kube-ipvs0` addresses, ipsets and
+//! The IPVS mode's [`Backend`]: renders the desired virtual servers, `kube-ipvs0` addresses, ipsets and
 //! the fixed iptables part, then brings the kernel there by difference. A full sync (the
 //! first, the periodic one, one after a failure) reads the kernel (virtual servers, real
 //! servers, bound addresses, the node's addresses); a partial sync reads only the real
@@ -8,26 +8,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::time::Duration;
 
 use thiserror::Error;
-use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::genl::{RealServer, VsKey};
 use super::ipset::{self, Ipset, SetContents};
 use super::kernel::{self, Answer, IpvsKernel, Op};
 use super::render::{self, Desired, DesiredVs, IpvsSettings};
-use crate::conntrack::{self, Conntrack, NoConntrack};
-use crate::health::ServiceHealthServer;
-use crate::health::health_check_state;
+use crate::conntrack::{Conntrack, NoConntrack};
 use crate::iptables::{IptablesRunner, Position, TableName};
 use crate::metrics::Metrics;
-use crate::model::{IpFamily, Protocol};
+use crate::model::{EndpointInfo, IpFamily, Protocol, ServicePortInfo, ServicePortName};
+use crate::proxier::{self, ApplyInput, Backend, PlanInput};
 use crate::render_config::RenderConfig;
-use crate::success::record_success;
-use crate::sync_loop::{ProxyBackend, SyncConfig, SyncOutcome};
-use crate::tracker::{ProxyHandle, set_pending};
+use crate::sync_loop::SyncConfig;
+use crate::tracker::ProxyHandle;
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -43,7 +39,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What the last successful sync wrote (the kernel's state as far as this process knows).
 #[derive(Clone, Debug, Default)]
-struct Applied {
+pub struct Applied {
     services: BTreeMap<VsKey, DesiredVs>,
     bound: BTreeSet<IpAddr>,
     sets: SetContents,
@@ -57,39 +53,49 @@ type Draining = (VsKey, IpAddr, u16);
 /// What one sync does to IPVS: `now` (new and changed virtual servers, real servers and
 /// addresses, before the rules), `after` (removals, after the rules), and the real servers
 /// left draining.
-struct Plan {
+struct Operations {
     now: Vec<Op>,
     after: Vec<Op>,
     draining: BTreeSet<Draining>,
 }
 
 /// The kernel's view one sync works from.
-struct Observed {
+pub struct Observed {
     /// Virtual servers of this family with their real servers (read, or as written).
     services: BTreeMap<VsKey, (super::genl::VirtualServer, Vec<RealServer>)>,
     bound: BTreeSet<IpAddr>,
     node_ips: Vec<IpAddr>,
 }
 
-pub struct IpvsProxier<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack = NoConntrack> {
+/// The IPVS mode's proxier of one family.
+pub type IpvsProxier<K, S, R, C = NoConntrack> = proxier::Proxier<IpvsBackend<K, S, R>, C>;
+
+/// The IPVS mode: its kernel edges (IPVS and the dummy interface over netlink, ipset, the
+/// fixed iptables part), its settings and the real servers left draining.
+pub struct IpvsBackend<K: IpvsKernel, S: Ipset, R: IptablesRunner> {
     kernel: K,
     ipset: S,
     iptables: R,
-    conntrack: C,
-    service_health: Option<ServiceHealthServer>,
-    cfg: RenderConfig,
     ipvs: IpvsSettings,
-    handle: ProxyHandle,
-    metrics: Metrics,
-    full_sync_period: Duration,
-    node_ips_from_node: bool,
-    applied: Option<Applied>,
     /// Real servers drained to weight 0, waiting for their connections to end.
     terminating: BTreeSet<Draining>,
-    last_full: Option<Instant>,
+}
+
+impl<K: IpvsKernel, S: Ipset, R: IptablesRunner> IpvsBackend<K, S, R> {
+    /// `ipvs`: the `ipvs.*` settings (scheduler, excluded CIDRs).
+    pub fn new(kernel: K, ipset: S, iptables: R, ipvs: IpvsSettings) -> Self {
+        IpvsBackend {
+            kernel,
+            ipset,
+            iptables,
+            ipvs,
+            terminating: BTreeSet::new(),
+        }
+    }
 }
 
 impl<K: IpvsKernel, S: Ipset, R: IptablesRunner> IpvsProxier<K, S, R> {
+    /// An IPVS proxier with the default `ipvs.*` settings (see [`IpvsProxier::with_ipvs`]).
     pub fn new(
         kernel: K,
         ipset: S,
@@ -99,74 +105,201 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner> IpvsProxier<K, S, R> {
         sync: SyncConfig,
         metrics: Metrics,
     ) -> Self {
-        handle.set_metrics(metrics.clone());
-        IpvsProxier {
-            kernel,
-            ipset,
-            iptables,
-            conntrack: NoConntrack,
-            service_health: None,
-            node_ips_from_node: cfg.node_ips.is_empty(),
-            cfg,
-            ipvs: IpvsSettings::default(),
-            handle,
-            metrics,
-            full_sync_period: sync.full_sync_period.min(sync.sync_period),
-            applied: None,
-            terminating: BTreeSet::new(),
-            last_full: None,
-        }
+        let backend = IpvsBackend::new(kernel, ipset, iptables, IpvsSettings::default());
+        Self::with_backend(backend, cfg, handle, sync, metrics)
     }
 }
 
 impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S, R, C> {
-    pub fn with_conntrack<C2: Conntrack>(self, conntrack: C2) -> IpvsProxier<K, S, R, C2> {
-        IpvsProxier {
-            kernel: self.kernel,
-            ipset: self.ipset,
-            iptables: self.iptables,
-            conntrack,
-            service_health: self.service_health,
-            cfg: self.cfg,
-            ipvs: self.ipvs,
-            handle: self.handle,
-            metrics: self.metrics,
-            full_sync_period: self.full_sync_period,
-            node_ips_from_node: self.node_ips_from_node,
-            applied: self.applied,
-            terminating: self.terminating,
-            last_full: self.last_full,
-        }
-    }
-
     /// The `ipvs.*` settings (scheduler, excluded CIDRs).
     pub fn with_ipvs(mut self, ipvs: IpvsSettings) -> Self {
-        self.ipvs = ipvs;
+        self.backend_mut().ipvs = ipvs;
         self
-    }
-
-    pub fn with_service_health(mut self, server: ServiceHealthServer) -> Self {
-        self.service_health = Some(server);
-        self
-    }
-
-    pub fn handle(&self) -> &ProxyHandle {
-        &self.handle
     }
 
     /// Real servers draining (weight 0) until their connections end.
     pub fn terminating(&self) -> usize {
-        self.terminating.len()
+        self.backend().terminating.len()
+    }
+}
+
+/// One sync's desired state: the services and endpoints, as taken from the handle.
+pub struct Snapshot {
+    services: BTreeMap<ServicePortName, ServicePortInfo>,
+    endpoints: BTreeMap<ServicePortName, Vec<EndpointInfo>>,
+}
+
+impl<K: IpvsKernel, S: Ipset, R: IptablesRunner> Backend for IpvsBackend<K, S, R> {
+    type Error = Error;
+    type Known = Applied;
+    /// A full sync reads the whole kernel first; a partial one reads, in `apply`, only
+    /// the real servers of what changes.
+    type Observed = Option<Observed>;
+    type Plan = Snapshot;
+    /// How many writes the sync took.
+    type Written = usize;
+
+    const NAME: &'static str = "IPVS";
+
+    fn full_sync_period(sync: &SyncConfig) -> std::time::Duration {
+        sync.full_sync_period.min(sync.sync_period)
     }
 
-    fn family(&self) -> IpFamily {
-        self.cfg.family
+    /// The periodic check: the dummy interface still there (someone deleting it takes every
+    /// service IP away); gone means the next sync reads and rewrites everything.
+    async fn check_canary(&self, cfg: &RenderConfig, known: &mut Option<Applied>) -> bool {
+        if known.is_none() {
+            return false;
+        }
+        let r = self.kernel.batch(vec![Op::DummyAddrs(cfg.family)]).await;
+        if !matches!(r.first(), Some(Ok(Answer::Addrs(Some(_))))) {
+            warn!("kube-ipvs0 is gone: the next sync rewrites the IPVS rules");
+            *known = None;
+            return true;
+        }
+        false
     }
 
+    async fn observe(
+        &self,
+        cfg: &RenderConfig,
+        full: bool,
+        _known: bool,
+    ) -> Result<Self::Observed> {
+        if full {
+            self.observe_all(cfg).await.map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn plan(&self, input: &PlanInput<'_>, _known: Option<&mut Applied>) -> Snapshot {
+        Snapshot {
+            services: input.state.service_port_map().clone(),
+            endpoints: input.state.endpoints_map().clone(),
+        }
+    }
+
+    /// Brings the kernel to the desired state; returns how many writes it took.
+    async fn apply(
+        &mut self,
+        snapshot: Snapshot,
+        observed: Self::Observed,
+        input: ApplyInput<'_>,
+        known: &mut Option<Applied>,
+    ) -> Result<usize> {
+        let (cfg, full) = (input.cfg, input.full);
+        let (services, endpoints) = (&snapshot.services, &snapshot.endpoints);
+        let (obs, want) = match (observed, known.as_ref()) {
+            (None, Some(a)) => {
+                let want = render::desired(cfg, &self.ipvs, services, endpoints, &a.node_ips);
+                let mut touched: BTreeSet<VsKey> = self.terminating.iter().map(|t| t.0).collect();
+                for (k, d) in &want.services {
+                    if a.services.get(k) != Some(d) {
+                        touched.insert(*k);
+                    }
+                }
+                (self.observe_touched(a, &touched).await?, want)
+            }
+            (observed, _) => {
+                let obs = match observed {
+                    Some(obs) => obs,
+                    None => self.observe_all(cfg).await?,
+                };
+                let want = render::desired(cfg, &self.ipvs, services, endpoints, &obs.node_ips);
+                (obs, want)
+            }
+        };
+        let Operations {
+            now,
+            after,
+            draining,
+        } = self.operations(&obs, &want);
+        let mut writes = now.len() + after.len();
+        let mut failures = Vec::new();
+        for r in self.kernel.batch(now).await {
+            if let Err(e) = r {
+                failures.push(e.to_string());
+            }
+        }
+
+        // ipsets before the iptables rules that match on them.
+        // Written afresh (every set swapped in whole) when nothing is known; else the
+        // difference to what was written.
+        let family = cfg.family;
+        let sets_text = match known.as_ref() {
+            Some(a) => ipset::diff_text(family, &a.sets, &want.sets),
+            None => ipset::replace_text(family, &want.sets),
+        };
+        if !sets_text.is_empty() {
+            self.ipset.restore(&sets_text).await?;
+            writes += 1;
+        }
+        let ipt = render::iptables_text(cfg, &want.sets);
+        if full || known.as_ref().is_none_or(|a| a.iptables != ipt) {
+            if full {
+                self.ensure_jumps().await?;
+            }
+            self.iptables.restore(&ipt, true).await?;
+            writes += 1;
+        }
+        for r in self.kernel.batch(after).await {
+            match r {
+                Err(e) if !kernel::is_gone(&e) => failures.push(e.to_string()),
+                _ => {}
+            }
+        }
+        self.terminating = draining;
+        if !failures.is_empty() {
+            return Err(Error::Kernel(failures.join("; ")));
+        }
+        if !self.terminating.is_empty() {
+            debug!(
+                draining = self.terminating.len(),
+                "real servers drain before deletion"
+            );
+        }
+        *known = Some(Applied {
+            services: want.services,
+            bound: want.bound,
+            sets: want.sets,
+            iptables: ipt,
+            node_ips: obs.node_ips,
+        });
+        Ok(writes)
+    }
+
+    fn succeeded(
+        &mut self,
+        writes: &usize,
+        _known: Option<&Applied>,
+        _family: IpFamily,
+        _metrics: &Metrics,
+    ) -> usize {
+        *writes
+    }
+
+    fn log_synced(&self, writes: &usize, full: bool, secs: f64) {
+        info!(
+            full,
+            operations = *writes,
+            elapsed = secs,
+            "synced IPVS rules"
+        );
+    }
+
+    /// What the kernel holds is unknown now: the next sync reads it all.
+    fn failed(&mut self, e: &Error, _full: bool, _family: IpFamily, _metrics: &Metrics) -> bool {
+        error!(error = %e, "IPVS sync failed; the next sync is a full one");
+        true
+    }
+}
+
+impl<K: IpvsKernel, S: Ipset, R: IptablesRunner> IpvsBackend<K, S, R> {
     /// Reads the kernel: every virtual server of this family with its real servers, the
     /// dummy's addresses and the node's own. Creates `kube-ipvs0` first.
-    async fn observe_all(&self) -> Result<Observed> {
-        let f = self.family();
+    async fn observe_all(&self, cfg: &RenderConfig) -> Result<Observed> {
+        let f = cfg.family;
         let mut r = self
             .kernel
             .batch(vec![
@@ -211,7 +344,7 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
         Ok(Observed {
             services: out,
             bound,
-            node_ips: render::node_port_ips(&self.cfg, &local),
+            node_ips: render::node_port_ips(cfg, &local),
         })
     }
 
@@ -262,7 +395,7 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
     }
 
     /// The IPVS operations from `obs` to `want`, and the real servers left draining.
-    fn plan(&self, obs: &Observed, want: &Desired) -> Plan {
+    fn operations(&self, obs: &Observed, want: &Desired) -> Operations {
         let mut now = Vec::new();
         let mut after = Vec::new();
         let mut draining = BTreeSet::new();
@@ -317,7 +450,7 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
                 after.push(Op::DelAddr(*ip));
             }
         }
-        Plan {
+        Operations {
             now,
             after,
             draining,
@@ -341,206 +474,5 @@ impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> IpvsProxier<K, S,
                 .await?;
         }
         Ok(())
-    }
-
-    pub async fn sync(&mut self, full: bool) -> Result<SyncOutcome> {
-        if !self.handle.initialized() {
-            debug!("not syncing IPVS until Services and EndpointSlices are synced");
-            return Ok(SyncOutcome::NotInitialized);
-        }
-        let started = std::time::Instant::now();
-        let node = self.handle.state().node().clone();
-        let node_changed = self.cfg.adopt_node(&node, self.node_ips_from_node);
-        let stale_full = self
-            .last_full
-            .is_none_or(|t| t.elapsed() >= self.full_sync_period);
-        let do_full = full || stale_full || node_changed || self.applied.is_none();
-
-        let (services, endpoints, changed, triggers, hc) = {
-            let mut st = self.handle.state();
-            let changed = st.take_changes();
-            let triggers = st.take_trigger_times();
-            set_pending(&self.metrics, &st);
-            let hc = self
-                .service_health
-                .is_some()
-                .then(|| health_check_state(&st));
-            (
-                st.service_port_map().clone(),
-                st.endpoints_map().clone(),
-                changed,
-                triggers,
-                hc,
-            )
-        };
-        let result = self.write(do_full, &services, &endpoints).await;
-        let fam = self.family().label();
-        let secs = started.elapsed().as_secs_f64();
-        self.metrics.observe_sync(fam, secs, do_full);
-        match result {
-            Ok(written) => {
-                if do_full {
-                    self.last_full = Some(Instant::now());
-                }
-                self.metrics.observe_programmed(fam, &triggers);
-                let udp = conntrack::udp_targets(&services, &endpoints);
-                record_success(
-                    &self.handle,
-                    self.family(),
-                    self.service_health.as_ref(),
-                    hc.as_ref(),
-                    &self.conntrack,
-                    &udp,
-                )
-                .await;
-                if written == 0 {
-                    return Ok(SyncOutcome::Unchanged);
-                }
-                info!(
-                    full = do_full,
-                    operations = written,
-                    elapsed = secs,
-                    "synced IPVS rules"
-                );
-                Ok(SyncOutcome::Applied {
-                    full: do_full,
-                    changed_services: changed.len(),
-                    bytes: written,
-                })
-            }
-            Err(e) => {
-                // What the kernel holds is unknown now: the next sync reads it all.
-                self.applied = None;
-                error!(error = %e, "IPVS sync failed; the next sync is a full one");
-                Err(e)
-            }
-        }
-    }
-
-    /// Brings the kernel to the desired state; returns how many writes it took.
-    async fn write(
-        &mut self,
-        full: bool,
-        services: &BTreeMap<crate::model::ServicePortName, crate::model::ServicePortInfo>,
-        endpoints: &BTreeMap<crate::model::ServicePortName, Vec<crate::model::EndpointInfo>>,
-    ) -> Result<usize> {
-        let applied = if full { None } else { self.applied.clone() };
-        let node_ips = match &applied {
-            Some(a) => a.node_ips.clone(),
-            None => Vec::new(),
-        };
-        let (obs, want) = match &applied {
-            Some(a) => {
-                let want = render::desired(&self.cfg, &self.ipvs, services, endpoints, &node_ips);
-                let mut touched: BTreeSet<VsKey> = self.terminating.iter().map(|t| t.0).collect();
-                for (k, d) in &want.services {
-                    if a.services.get(k) != Some(d) {
-                        touched.insert(*k);
-                    }
-                }
-                (self.observe_touched(a, &touched).await?, want)
-            }
-            None => {
-                let obs = self.observe_all().await?;
-                let want =
-                    render::desired(&self.cfg, &self.ipvs, services, endpoints, &obs.node_ips);
-                (obs, want)
-            }
-        };
-        let Plan {
-            now,
-            after,
-            draining,
-        } = self.plan(&obs, &want);
-        let mut writes = now.len() + after.len();
-        let mut failures = Vec::new();
-        for r in self.kernel.batch(now).await {
-            if let Err(e) = r {
-                failures.push(e.to_string());
-            }
-        }
-
-        // ipsets before the iptables rules that match on them.
-        // Written afresh (every set swapped in whole) when nothing is known; else the
-        // difference to what was written.
-        let sets_text = match self.applied.as_ref() {
-            Some(a) => ipset::diff_text(self.family(), &a.sets, &want.sets),
-            None => ipset::replace_text(self.family(), &want.sets),
-        };
-        if !sets_text.is_empty() {
-            self.ipset.restore(&sets_text).await?;
-            writes += 1;
-        }
-        let ipt = render::iptables_text(&self.cfg, &want.sets);
-        if full || self.applied.as_ref().is_none_or(|a| a.iptables != ipt) {
-            if full {
-                self.ensure_jumps().await?;
-            }
-            self.iptables.restore(&ipt, true).await?;
-            writes += 1;
-        }
-        for r in self.kernel.batch(after).await {
-            match r {
-                Err(e) if !kernel::is_gone(&e) => failures.push(e.to_string()),
-                _ => {}
-            }
-        }
-        self.terminating = draining;
-        if !failures.is_empty() {
-            return Err(Error::Kernel(failures.join("; ")));
-        }
-        if !self.terminating.is_empty() {
-            debug!(
-                draining = self.terminating.len(),
-                "real servers drain before deletion"
-            );
-        }
-        self.applied = Some(Applied {
-            services: want.services,
-            bound: want.bound,
-            sets: want.sets,
-            iptables: ipt,
-            node_ips: obs.node_ips,
-        });
-        Ok(writes)
-    }
-
-    /// The periodic check: the dummy interface still there (someone deleting it takes every
-    /// service IP away); gone means the next sync reads and rewrites everything.
-    pub async fn check_canary(&mut self) {
-        if self.applied.is_none() {
-            return;
-        }
-        let r = self.kernel.batch(vec![Op::DummyAddrs(self.family())]).await;
-        if !matches!(r.first(), Some(Ok(Answer::Addrs(Some(_))))) {
-            warn!("kube-ipvs0 is gone: the next sync rewrites the IPVS rules");
-            self.applied = None;
-        }
-    }
-}
-
-impl<K: IpvsKernel, S: Ipset, R: IptablesRunner, C: Conntrack> ProxyBackend
-    for IpvsProxier<K, S, R, C>
-{
-    type Error = Error;
-
-    fn handle(&self) -> &ProxyHandle {
-        &self.handle
-    }
-
-    fn family(&self) -> IpFamily {
-        self.cfg.family
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    async fn check_canary(&mut self) {
-        IpvsProxier::check_canary(self).await
-    }
-
-    async fn sync(&mut self, full: bool) -> Result<SyncOutcome> {
-        IpvsProxier::sync(self, full).await
     }
 }

@@ -1,141 +1,258 @@
-//! rtnetlink messages for the dummy interface `kube-ipvs0` that holds the service IPs (so
-//! that the kernel takes packets to them as local and IPVS sees them): link create / get /
-//! delete and address add / delete / dump. Pure; tested byte for byte.
+//! The dummy interface `kube-ipvs0` that holds the service IPs (so that the kernel takes
+//! packets to them as local and IPVS sees them), over the shared rtnetlink wrapper
+//! [`plumbing::rtnl::Rtnl`]: the requests are built here (pure: [`dummy_link`],
+//! [`address`]), each operation's logic (create when absent, list, bind, unbind, delete,
+//! with the kernel's "already there" / "not there" answers) runs over the narrow
+//! [`Links`] edge, whose real side is `Rtnl` and whose fake is `test_util::FakeLinks`.
 
-use std::net::IpAddr;
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::netlink::{
-    self, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, attrs, put_nested,
-    put_str,
-};
+use futures::TryStreamExt;
+use plumbing::rtnl::rtnetlink::packet_route::AddressFamily;
+use plumbing::rtnl::rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
+use plumbing::rtnl::rtnetlink::packet_route::link::LinkMessage;
+use plumbing::rtnl::rtnetlink::{AddressMessageBuilder, LinkDummy};
+use plumbing::rtnl::{Rtnl, RtnlError};
 
-pub const RTM_NEWLINK: u16 = 16;
-const RTM_DELLINK: u16 = 17;
-const RTM_GETLINK: u16 = 18;
-pub const RTM_NEWADDR: u16 = 20;
-const RTM_DELADDR: u16 = 21;
-const RTM_GETADDR: u16 = 22;
-const IFLA_IFNAME: u16 = 3;
-const IFLA_LINKINFO: u16 = 18;
-const IFLA_INFO_KIND: u16 = 1;
-const IFA_ADDRESS: u16 = 1;
-const IFA_LOCAL: u16 = 2;
-const AF_UNSPEC: u8 = 0;
-const AF_INET: u8 = 2;
-const AF_INET6: u8 = 10;
+use crate::model::IpFamily;
+use crate::netlink::{EADDRNOTAVAIL, EEXIST, ENODEV, NlError};
 
 /// Upstream's name for the interface (`DefaultDummyDevice`).
 pub const DUMMY_DEVICE: &str = "kube-ipvs0";
 
-/// struct ifinfomsg with only the family and index set.
-fn ifinfomsg(index: i32) -> Vec<u8> {
-    let mut b = vec![AF_UNSPEC, 0, 0, 0];
-    b.extend_from_slice(&index.to_ne_bytes());
-    b.extend_from_slice(&[0; 8]); // flags, change
-    b
+/// `EOPNOTSUPP`: the kernel knows no link kind "dummy" (no `dummy` module).
+const EOPNOTSUPP: i32 = 95;
+
+/// `ip link add NAME type dummy`.
+pub fn dummy_link(name: &str) -> LinkMessage {
+    LinkDummy::new(name).build()
 }
 
-/// `ip link add NAME type dummy` (failing with EEXIST when it is there).
-pub fn new_dummy(name: &str, seq: u32) -> Vec<u8> {
-    let mut b = ifinfomsg(0);
-    put_str(&mut b, IFLA_IFNAME, name);
-    put_nested(&mut b, IFLA_LINKINFO, |b| {
-        put_str(b, IFLA_INFO_KIND, "dummy")
+/// `IP/32` (`/128` for IPv6) on link `index`: the address as local and peer address, as
+/// `ip addr add` sends it.
+pub fn address(index: u32, ip: IpAddr) -> AddressMessage {
+    match ip {
+        IpAddr::V4(a) => AddressMessageBuilder::<Ipv4Addr>::new()
+            .index(index)
+            .address(a, 32)
+            .build(),
+        IpAddr::V6(a) => AddressMessageBuilder::<Ipv6Addr>::new()
+            .index(index)
+            .address(a, 128)
+            .build(),
+    }
+}
+
+/// (link index, address) of an address the kernel listed: its local address
+/// (`IFA_LOCAL`), else its address (`IFA_ADDRESS`, the peer on point-to-point links).
+pub fn listed_address(m: &AddressMessage) -> Option<(u32, IpAddr)> {
+    let local = m.attributes.iter().find_map(|a| match a {
+        AddressAttribute::Local(ip) => Some(*ip),
+        _ => None,
     });
-    netlink::message(
-        RTM_NEWLINK,
-        NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-        seq,
-        &b,
-    )
+    let addr = m.attributes.iter().find_map(|a| match a {
+        AddressAttribute::Address(ip) => Some(*ip),
+        _ => None,
+    });
+    Some((m.header.index, local.or(addr)?))
 }
 
-/// The link named `name` (answered with RTM_NEWLINK, or ENODEV).
-pub fn get_link(name: &str, seq: u32) -> Vec<u8> {
-    let mut b = ifinfomsg(0);
-    put_str(&mut b, IFLA_IFNAME, name);
-    netlink::message(RTM_GETLINK, NLM_F_REQUEST, seq, &b)
+/// The rtnetlink requests the IPVS mode makes. Errors carry the kernel's errno (`what`
+/// names the request).
+pub trait Links: Send + Sync {
+    /// The index of the link named `name`; `None` when there is none.
+    fn link_index(&self, name: &str) -> impl Future<Output = Result<Option<u32>, NlError>> + Send;
+
+    fn add_link(
+        &self,
+        what: &str,
+        msg: LinkMessage,
+    ) -> impl Future<Output = Result<(), NlError>> + Send;
+
+    fn delete_link(
+        &self,
+        what: &str,
+        index: u32,
+    ) -> impl Future<Output = Result<(), NlError>> + Send;
+
+    /// Every address of `family`, on every link.
+    fn addresses(
+        &self,
+        what: &str,
+        family: IpFamily,
+    ) -> impl Future<Output = Result<Vec<AddressMessage>, NlError>> + Send;
+
+    fn add_address(
+        &self,
+        what: &str,
+        msg: AddressMessage,
+    ) -> impl Future<Output = Result<(), NlError>> + Send;
+
+    fn delete_address(
+        &self,
+        what: &str,
+        msg: AddressMessage,
+    ) -> impl Future<Output = Result<(), NlError>> + Send;
 }
 
-pub fn del_link(index: i32, seq: u32) -> Vec<u8> {
-    netlink::message(
-        RTM_DELLINK,
-        NLM_F_REQUEST | NLM_F_ACK,
-        seq,
-        &ifinfomsg(index),
-    )
-}
-
-/// The index and kind of a RTM_NEWLINK answer.
-pub fn parse_link(body: &[u8]) -> Option<(i32, String)> {
-    let index = i32::from_ne_bytes(body.get(4..8)?.try_into().ok()?);
-    let mut kind = String::new();
-    for (ty, p) in attrs(body.get(16..)?) {
-        if ty == IFLA_LINKINFO {
-            for (t, k) in attrs(p) {
-                if t == IFLA_INFO_KIND {
-                    kind = netlink::str_of(k);
-                }
-            }
-        }
+/// Creates `kube-ipvs0` (a dummy link, left down as upstream leaves it) when absent.
+pub async fn ensure_dummy<L: Links>(links: &L, what: &str) -> Result<(), NlError> {
+    if links.link_index(DUMMY_DEVICE).await?.is_some() {
+        return Ok(());
     }
-    Some((index, kind))
+    match links.add_link(what, dummy_link(DUMMY_DEVICE)).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.errno() == Some(EEXIST) => Ok(()),
+        Err(e) if e.errno() == Some(EOPNOTSUPP) => Err(NlError::Protocol(format!(
+            "{what}: the kernel has no dummy interfaces: the dummy module is not loaded (modprobe dummy) or not built"
+        ))),
+        Err(e) => Err(e),
+    }
 }
 
-fn addr_msg(ty: u16, flags: u16, index: i32, ip: &IpAddr, seq: u32) -> Vec<u8> {
-    let (family, prefix, bytes) = match ip {
-        IpAddr::V4(a) => (AF_INET, 32, a.octets().to_vec()),
-        IpAddr::V6(a) => (AF_INET6, 128, a.octets().to_vec()),
+/// The addresses of `family` on `kube-ipvs0` (`on_dummy`; `None` when there is no such
+/// link), or on every other link (the node's own, where node ports answer).
+pub async fn addresses<L: Links>(
+    links: &L,
+    what: &str,
+    family: IpFamily,
+    on_dummy: bool,
+) -> Result<Option<BTreeSet<IpAddr>>, NlError> {
+    let index = links.link_index(DUMMY_DEVICE).await?;
+    if on_dummy && index.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(
+        links
+            .addresses(what, family)
+            .await?
+            .iter()
+            .filter_map(listed_address)
+            .filter(|(i, ip)| family.matches(ip) && (Some(*i) == index) == on_dummy)
+            .map(|(_, ip)| ip)
+            .collect(),
+    ))
+}
+
+/// Binds `ip` to `kube-ipvs0` (`add`) or unbinds it; bound already, or not bound, is
+/// fine. No `kube-ipvs0` is `ENODEV`.
+pub async fn bind<L: Links>(links: &L, what: &str, ip: IpAddr, add: bool) -> Result<(), NlError> {
+    let index = links
+        .link_index(DUMMY_DEVICE)
+        .await?
+        .ok_or(NlError::Kernel {
+            what: what.to_string(),
+            errno: ENODEV,
+        })?;
+    let msg = address(index, ip);
+    let res = if add {
+        links.add_address(what, msg).await
+    } else {
+        links.delete_address(what, msg).await
     };
-    // struct ifaddrmsg: family, prefixlen, flags, scope (universe), index.
-    let mut b = vec![family, prefix, 0, 0];
-    b.extend_from_slice(&(index as u32).to_ne_bytes());
-    netlink::put_attr(&mut b, IFA_LOCAL, &bytes);
-    netlink::put_attr(&mut b, IFA_ADDRESS, &bytes);
-    netlink::message(ty, flags, seq, &b)
-}
-
-/// `ip addr add IP/32 dev INDEX` (/128 for IPv6).
-pub fn new_addr(index: i32, ip: &IpAddr, seq: u32) -> Vec<u8> {
-    addr_msg(
-        RTM_NEWADDR,
-        NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-        index,
-        ip,
-        seq,
-    )
-}
-
-pub fn del_addr(index: i32, ip: &IpAddr, seq: u32) -> Vec<u8> {
-    addr_msg(RTM_DELADDR, NLM_F_REQUEST | NLM_F_ACK, index, ip, seq)
-}
-
-/// Every address of the family (the kernel does not filter dumps by index).
-pub fn get_addrs(v6: bool, seq: u32) -> Vec<u8> {
-    let family = if v6 { AF_INET6 } else { AF_INET };
-    netlink::message(
-        RTM_GETADDR,
-        NLM_F_REQUEST | NLM_F_DUMP,
-        seq,
-        &[family, 0, 0, 0, 0, 0, 0, 0],
-    )
-}
-
-/// (interface index, address) of a RTM_NEWADDR dump message.
-pub fn parse_addr(body: &[u8]) -> Option<(i32, IpAddr)> {
-    let family = *body.first()?;
-    let index = u32::from_ne_bytes(body.get(4..8)?.try_into().ok()?) as i32;
-    let mut found = None;
-    for (ty, p) in attrs(body.get(8..)?) {
-        let ip = match (family, p.len()) {
-            (AF_INET, 4) => IpAddr::from(<[u8; 4]>::try_from(p).ok()?),
-            (AF_INET6, 16) => IpAddr::from(<[u8; 16]>::try_from(p).ok()?),
-            _ => continue,
-        };
-        // IFA_LOCAL is the address itself; IFA_ADDRESS the peer on point-to-point links.
-        if ty == IFA_LOCAL || (ty == IFA_ADDRESS && found.is_none()) {
-            found = Some(ip);
-        }
+    match res {
+        Err(e) if add && e.errno() == Some(EEXIST) => Ok(()),
+        Err(e) if !add && e.errno() == Some(EADDRNOTAVAIL) => Ok(()),
+        r => r,
     }
-    Some((index, found?))
 }
+
+/// Removes `kube-ipvs0`; whether it existed.
+pub async fn delete_dummy<L: Links>(links: &L, what: &str) -> Result<bool, NlError> {
+    match links.link_index(DUMMY_DEVICE).await? {
+        None => Ok(false),
+        Some(i) => links.delete_link(what, i).await.map(|()| true),
+    }
+}
+
+/// The wrapper's error as the IPVS edge reports it: the kernel's errno, or a timeout (an
+/// I/O error, after which the socket is opened afresh).
+pub fn nl_error(what: &str, e: RtnlError) -> NlError {
+    match e.errno() {
+        Some(errno) => NlError::Kernel {
+            what: what.to_string(),
+            errno,
+        },
+        None => match e {
+            RtnlError::TimedOut { .. } => NlError::Io {
+                what: what.to_string(),
+                source: std::io::Error::new(std::io::ErrorKind::TimedOut, e.to_string()),
+            },
+            RtnlError::Kernel(_) => NlError::Protocol(format!("{what}: {e}")),
+        },
+    }
+}
+
+impl Links for Rtnl {
+    async fn link_index(&self, name: &str) -> Result<Option<u32>, NlError> {
+        self.link(name)
+            .await
+            .map(|l| l.map(|l| l.header.index))
+            .map_err(|e| nl_error("get link", e))
+    }
+
+    async fn add_link(&self, what: &str, msg: LinkMessage) -> Result<(), NlError> {
+        Rtnl::add_link(self, msg)
+            .await
+            .map_err(|e| nl_error(what, e))
+    }
+
+    /// Unlike [`Rtnl::delete_link`], a link already gone is an error (`ENODEV`), as the
+    /// kernel answers it.
+    async fn delete_link(&self, what: &str, index: u32) -> Result<(), NlError> {
+        let h = self.handle();
+        self.timed(async move { h.link().del(index).execute().await })
+            .await
+            .and_then(|r| r.map_err(RtnlError::Kernel))
+            .map_err(|e| nl_error(what, e))
+    }
+
+    async fn addresses(
+        &self,
+        what: &str,
+        family: IpFamily,
+    ) -> Result<Vec<AddressMessage>, NlError> {
+        let h = self.handle();
+        let mut req = h.address().get();
+        req.message_mut().header.family = match family {
+            IpFamily::V4 => AddressFamily::Inet,
+            IpFamily::V6 => AddressFamily::Inet6,
+        };
+        self.timed(req.execute().try_collect::<Vec<_>>())
+            .await
+            .and_then(|r| r.map_err(RtnlError::Kernel))
+            .map_err(|e| nl_error(what, e))
+    }
+
+    /// Unlike [`Rtnl::add_address`], an address already there is an error (`EEXIST`) and
+    /// no flag is added: the request is [`address`]'s message as it is.
+    async fn add_address(&self, what: &str, msg: AddressMessage) -> Result<(), NlError> {
+        let h = self.handle();
+        self.timed(async move {
+            let mut req = h
+                .address()
+                .add(msg.header.index, IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+            *req.message_mut() = msg;
+            req.execute().await
+        })
+        .await
+        .and_then(|r| r.map_err(RtnlError::Kernel))
+        .map_err(|e| nl_error(what, e))
+    }
+
+    async fn delete_address(&self, what: &str, msg: AddressMessage) -> Result<(), NlError> {
+        let h = self.handle();
+        self.timed(async move { h.address().del(msg).execute().await })
+            .await
+            .and_then(|r| r.map_err(RtnlError::Kernel))
+            .map_err(|e| nl_error(what, e))
+    }
+}
+
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,4 @@
-//! The IPVS backend against its fakes: rtnetlink messages byte for byte, ipset texts, the
+//! The IPVS backend against its fakes: ipset texts, the
 //! reconciler (ClusterIP, NodePort, affinity, ETP Local, no endpoints, graceful
 //! termination, removals, failures), the support check, cleanup and the sysctls.
 
@@ -62,37 +62,6 @@ fn weights(k: &FakeIpvs, key: &VsKey) -> Vec<(String, u32)> {
         .into_iter()
         .map(|((ip, port), w)| (format!("{ip}:{port}"), w))
         .collect()
-}
-
-#[cfg(target_endian = "little")]
-#[test]
-fn dummy_link_and_address_messages_are_byte_exact() {
-    let mut want = vec![
-        64, 0, 0, 0, 16, 0, 0x05, 0x06, 3, 0, 0, 0, 0, 0, 0,
-        0, // RTM_NEWLINK, REQ|ACK|EXCL|CREATE
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // ifinfomsg
-        15, 0, 3, 0, // IFLA_IFNAME
-    ];
-    want.extend_from_slice(b"kube-ipvs0\0\0");
-    want.extend_from_slice(&[16, 0, 18, 0x80, 10, 0, 1, 0]); // IFLA_LINKINFO { IFLA_INFO_KIND
-    want.extend_from_slice(b"dummy\0\0\0");
-    assert_eq!(rtnl::new_dummy("kube-ipvs0", 3), want);
-
-    let want = vec![
-        40, 0, 0, 0, 20, 0, 0x05, 0x06, 4, 0, 0, 0, 0, 0, 0, 0, // RTM_NEWADDR
-        2, 32, 0, 0, 7, 0, 0, 0, // ifaddrmsg: AF_INET /32, index 7
-        8, 0, 2, 0, 10, 96, 0, 10, // IFA_LOCAL
-        8, 0, 1, 0, 10, 96, 0, 10, // IFA_ADDRESS
-    ];
-    assert_eq!(rtnl::new_addr(7, &ip("10.96.0.10"), 4), want);
-    let del = rtnl::del_addr(7, &ip("10.96.0.10"), 4);
-    assert_eq!((del[4], del[6]), (21, 0x05), "RTM_DELADDR, REQ|ACK");
-
-    // A dump answer: index and address back.
-    let body = [
-        10, 128, 0, 0, 9, 0, 0, 0, 20, 0, 1, 0, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
-    ];
-    assert_eq!(rtnl::parse_addr(&body), Some((9, ip("fd00::1"))));
 }
 
 #[test]

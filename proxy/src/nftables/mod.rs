@@ -1,4 +1,4 @@
-//! The nftables backend (upstream's pkg/proxy/nftables): one `kube-proxy` table per family
+//! The nftables mode (upstream's pkg/proxy/nftables): one `kube-proxy` table per family
 //! (`ip`, `ip6`), verdict maps for service IPs and node ports, per-service and per-endpoint
 //! chains named as upstream names them.
 //!
@@ -9,7 +9,8 @@
 //!   states (a table written afresh, or only the difference; stale chains deleted a second
 //!   later);
 //! - [`runner`]: the OS edge, `nft -f -` with a timeout, and the kernel support check;
-//! - [`proxier`]: the [`crate::sync_loop::ProxyBackend`] of this backend;
+//! - [`proxier`]: [`NftBackend`], this mode's [`crate::proxier::Backend`], and
+//!   [`NftProxier`], the generic proxier over it;
 //! - [`cleanup`]: what `--cleanup` and a mode switch remove.
 
 pub mod cleanup;
@@ -24,5 +25,5 @@ pub mod tx;
 #[cfg(test)]
 mod tests;
 
-pub use proxier::NftProxier;
+pub use proxier::{NftBackend, NftProxier};
 pub use runner::{ExecNft, NftRunner, Unsupported, check_support};

@@ -220,6 +220,50 @@ pub static RESOURCES: &[ResourceDef] = &[
         )
     },
     ResourceDef {
+        status: true,
+        short: &["pv"],
+        ..def(
+            "",
+            "persistentvolumes",
+            "persistentvolume",
+            "PersistentVolume",
+            false,
+        )
+    },
+    ResourceDef {
+        status: true,
+        short: &["pvc"],
+        ..def(
+            "",
+            "persistentvolumeclaims",
+            "persistentvolumeclaim",
+            "PersistentVolumeClaim",
+            true,
+        )
+    },
+    ResourceDef {
+        ..def("storage.k8s.io", "csinodes", "csinode", "CSINode", false)
+    },
+    ResourceDef {
+        ..def(
+            "storage.k8s.io",
+            "csidrivers",
+            "csidriver",
+            "CSIDriver",
+            false,
+        )
+    },
+    ResourceDef {
+        short: &["sc"],
+        ..def(
+            "storage.k8s.io",
+            "storageclasses",
+            "storageclass",
+            "StorageClass",
+            false,
+        )
+    },
+    ResourceDef {
         create_on_update: true,
         fields: EVENTS_V1_FIELDS,
         short: &["ev"],

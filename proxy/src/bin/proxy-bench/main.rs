@@ -28,7 +28,7 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prometheus::Registry;
 use proxy::iptables::render::{self, Rendered};
-use proxy::iptables::{Backend, ExecRunner, IptablesRunner};
+use proxy::iptables::{ExecRunner, IptablesRunner, Variant};
 use proxy::iptables::{IptablesVersion, Position};
 use proxy::iptables::{Proxier, TableName};
 use proxy::model::{IpFamily, SERVICE_NAME_LABEL, ServiceState};
@@ -236,7 +236,7 @@ fn have(bin: &str) -> bool {
 }
 
 struct Row {
-    backend: Backend,
+    backend: Variant,
     full: Duration,
     /// Mean of the raw loads before and after the proxier's.
     raw: Duration,
@@ -250,13 +250,13 @@ struct Row {
     rss_kib: u64,
 }
 
-async fn bench(backend: Backend, n: usize) -> anyhow::Result<Row> {
+async fn bench(backend: Variant, n: usize) -> anyhow::Result<Row> {
     let tag = format!("kpbench{}-{:?}", std::process::id(), backend).to_lowercase();
     let ns_proxy = Netns::new(format!("{tag}-p"))?;
     let ns_raw = Netns::new(format!("{tag}-r"))?;
 
     let runner = ExecRunner::new(IpFamily::V4)
-        .with_backend(backend)
+        .with_variant(backend)
         .with_prefix(ns_proxy.prefix());
     let v = runner.version().await.context("iptables version")?;
     let runner = Recording::new(runner.with_version(&v));
@@ -290,7 +290,7 @@ async fn bench(backend: Backend, n: usize) -> anyhow::Result<Row> {
     // the proxier's first sync (the second load of a run tends to be the faster one).
     let raw_runner = |ns: &Netns| {
         ExecRunner::new(IpFamily::V4)
-            .with_backend(backend)
+            .with_variant(backend)
             .with_prefix(ns.prefix())
             .with_version(&v)
     };
@@ -441,7 +441,7 @@ fn print_delta_cpu(n: usize) {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let mut sizes = vec![1000usize];
-    let mut only: Option<Backend> = None;
+    let mut only: Option<Variant> = None;
     let mut nftables = false;
     let mut args = std::env::args().skip(1);
     let list = |s: &str| -> anyhow::Result<Vec<usize>> {
@@ -462,8 +462,8 @@ async fn main() -> anyhow::Result<()> {
             }
             "--backend" => {
                 only = match args.next().as_deref() {
-                    Some("nft") => Some(Backend::Nft),
-                    Some("legacy") => Some(Backend::Legacy),
+                    Some("nft") => Some(Variant::Nft),
+                    Some("legacy") => Some(Variant::Legacy),
                     other => bail!("--backend nft|legacy, got {other:?}"),
                 }
             }
@@ -496,8 +496,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut rows = Vec::new();
     for (backend, bin) in [
-        (Backend::Nft, "iptables-nft-restore"),
-        (Backend::Legacy, "iptables-legacy-restore"),
+        (Variant::Nft, "iptables-nft-restore"),
+        (Variant::Legacy, "iptables-legacy-restore"),
     ] {
         if only.is_some_and(|o| o != backend) {
             continue;

@@ -1,0 +1,551 @@
+//! Volumes backed by the cluster's storage objects: `persistentVolumeClaim` (resolved to its
+//! bound PersistentVolume), generic `ephemeral` volumes (the claim `<pod>-<volume>` the
+//! ephemeral volume controller made, which must be owned by the pod) and inline `csi`
+//! volumes. hostPath and local PVs need no driver; CSI PVs and inline CSI volumes go through
+//! [`super::csi::mounter`]. The checks and messages follow upstream's desired-state populator.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
+use k8s_openapi::api::storage::v1::CSIDriver;
+
+use super::csi::mounter::CsiVolume;
+use crate::objects::{ClientHandle, timed};
+
+/// The apiserver reads the resolution needs.
+#[async_trait::async_trait]
+pub trait StorageApi: Send + Sync {
+    async fn claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PersistentVolumeClaim>, String>;
+    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, String>;
+    async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, String>;
+}
+
+/// [`StorageApi`] over the apiserver.
+#[derive(Clone)]
+pub struct KubeStorageApi {
+    pub client: ClientHandle,
+}
+
+impl std::fmt::Debug for KubeStorageApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KubeStorageApi")
+    }
+}
+
+#[async_trait::async_trait]
+impl StorageApi for KubeStorageApi {
+    async fn claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PersistentVolumeClaim>, String> {
+        let api: kube::Api<PersistentVolumeClaim> =
+            kube::Api::namespaced(self.client.current(), namespace);
+        timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+    }
+    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, String> {
+        let api: kube::Api<PersistentVolume> = kube::Api::all(self.client.current());
+        timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+    }
+    async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, String> {
+        let api: kube::Api<CSIDriver> = kube::Api::all(self.client.current());
+        timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+    }
+}
+
+/// Where a pod volume's data comes from once resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A hostPath PV: the path, checked as its `type` says.
+    HostPath {
+        path: String,
+        kind: Option<String>,
+        pv: String,
+    },
+    /// A local PV: the path must exist.
+    Local { path: String, pv: String },
+    /// A CSI PV or inline CSI volume.
+    Csi(CsiVolume),
+}
+
+impl Source {
+    /// The PV's name (volumesInUse), None for inline volumes.
+    pub fn pv_name(&self) -> Option<&str> {
+        match self {
+            Source::HostPath { pv, .. } | Source::Local { pv, .. } => Some(pv),
+            Source::Csi(c) if !c.ephemeral => Some(&c.spec_name),
+            Source::Csi(_) => None,
+        }
+    }
+}
+
+/// Whether this module handles the volume.
+pub fn handles(v: &Volume) -> bool {
+    v.persistent_volume_claim.is_some() || v.ephemeral.is_some() || v.csi.is_some()
+}
+
+/// Resolves one claim-backed or inline CSI volume of `pod`.
+pub async fn resolve(api: &dyn StorageApi, pod: &Pod, v: &Volume) -> Result<Source, String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    if let Some(c) = &v.csi {
+        check_lifecycle_mode(api, &c.driver, "Ephemeral").await?;
+        if c.node_publish_secret_ref.is_some() {
+            return Err(super::csi::log(format!(
+                "volume {:?}: nodePublishSecretRef is not supported by this kubelet",
+                v.name
+            )));
+        }
+        return Ok(Source::Csi(CsiVolume {
+            driver: c.driver.clone(),
+            volume_handle: super::csi::mounter::ephemeral_volume_handle(
+                pod.metadata.uid.as_deref().unwrap_or_default(),
+                &v.name,
+            ),
+            spec_name: v.name.clone(),
+            read_only: c.read_only.unwrap_or(false),
+            fs_type: c.fs_type.clone().unwrap_or_default(),
+            mount_options: vec![],
+            attributes: c.volume_attributes.clone().unwrap_or_default(),
+            access_modes: vec![],
+            ephemeral: true,
+        }));
+    }
+    let (claim_name, read_only, ephemeral) = if let Some(c) = &v.persistent_volume_claim {
+        (c.claim_name.clone(), c.read_only.unwrap_or(false), false)
+    } else if v.ephemeral.is_some() {
+        (format!("{pod_name}-{}", v.name), false, true)
+    } else {
+        return Err(format!("volume {:?} is not backed by a claim", v.name));
+    };
+    let processing = |e: String| format!("error processing PVC {ns}/{claim_name}: {e}");
+    let pvc = api
+        .claim(ns, &claim_name)
+        .await
+        .map_err(|e| format!("failed to fetch PVC {ns}/{claim_name} from API server. err={e}"))?
+        .ok_or_else(|| {
+            processing(format!(
+                "failed to fetch PVC {ns}/{claim_name} from API server. err=persistentvolumeclaims {claim_name:?} not found"
+            ))
+        })?;
+    if ephemeral && !controlled_by(&pvc, pod) {
+        return Err(processing(format!(
+            "PVC {ns}/{claim_name} was not created for pod {ns}/{pod_name} (pod is not owner)"
+        )));
+    }
+    if pvc.metadata.deletion_timestamp.is_some() {
+        return Err(processing(format!(
+            "can't start pod because PVC {ns}/{claim_name} is being deleted"
+        )));
+    }
+    let phase = pvc
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
+    let pv_name = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .unwrap_or_default();
+    if phase != "Bound" || pv_name.is_empty() {
+        return Err(processing(format!(
+            "PVC {ns}/{claim_name} has non-bound phase ({phase:?}) or empty pvc.Spec.VolumeName ({pv_name:?})"
+        )));
+    }
+    let pvc_uid = pvc.metadata.uid.clone().unwrap_or_default();
+    let pv = api
+        .volume(&pv_name)
+        .await
+        .map_err(|e| processing(format!("failed to fetch PV {pv_name:?} from API server. err={e}")))?
+        .ok_or_else(|| {
+            processing(format!(
+                "failed to fetch PV {pv_name:?} from API server. err=persistentvolumes {pv_name:?} not found"
+            ))
+        })?;
+    source_of_pv(pv, &pv_name, &pvc_uid, read_only).map_err(processing)
+}
+
+/// The source a bound PV gives, after checking that it is bound to this claim.
+pub fn source_of_pv(
+    pv: PersistentVolume,
+    name: &str,
+    claim_uid: &str,
+    read_only: bool,
+) -> Result<Source, String> {
+    let spec = pv.spec.unwrap_or_default();
+    let Some(claim_ref) = &spec.claim_ref else {
+        return Err(format!(
+            "found PV object {name:?} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+        ));
+    };
+    let ref_uid = claim_ref.uid.clone().unwrap_or_default();
+    if ref_uid != claim_uid {
+        return Err(format!(
+            "found PV object {name:?} but its pv.Spec.ClaimRef.UID ({ref_uid:?}) does not point to claim.UID ({claim_uid:?})"
+        ));
+    }
+    if spec.volume_mode.as_deref() == Some("Block") {
+        return Err(format!(
+            "PV {name:?} has volumeMode Block, which this kubelet does not support"
+        ));
+    }
+    if let Some(h) = spec.host_path {
+        return Ok(Source::HostPath {
+            path: h.path,
+            kind: h.type_,
+            pv: name.to_string(),
+        });
+    }
+    if let Some(l) = spec.local {
+        return Ok(Source::Local {
+            path: l.path,
+            pv: name.to_string(),
+        });
+    }
+    if let Some(c) = spec.csi {
+        if c.node_stage_secret_ref.is_some() || c.node_publish_secret_ref.is_some() {
+            return Err(super::csi::log(format!(
+                "PV {name:?}: nodeStageSecretRef and nodePublishSecretRef are not supported by this kubelet"
+            )));
+        }
+        return Ok(Source::Csi(CsiVolume {
+            driver: c.driver,
+            volume_handle: c.volume_handle,
+            spec_name: name.to_string(),
+            read_only: read_only || c.read_only.unwrap_or(false),
+            fs_type: c.fs_type.unwrap_or_default(),
+            mount_options: spec.mount_options.unwrap_or_default(),
+            attributes: c.volume_attributes.unwrap_or_default(),
+            access_modes: spec.access_modes.unwrap_or_default(),
+            ephemeral: false,
+        }));
+    }
+    Err(format!(
+        "PV {name:?} has a volume source this kubelet does not support (hostPath, local and csi are)"
+    ))
+}
+
+/// The claim has a controller owner reference to this pod (upstream's IsControlledBy).
+fn controlled_by(pvc: &PersistentVolumeClaim, pod: &Pod) -> bool {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    pvc.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid && !uid.is_empty())
+}
+
+/// The CSIDriver object allows the lifecycle mode (no object: Persistent only, as upstream).
+async fn check_lifecycle_mode(
+    api: &dyn StorageApi,
+    driver: &str,
+    mode: &str,
+) -> Result<(), String> {
+    let obj = api.csi_driver(driver).await.map_err(super::csi::log)?;
+    let modes = obj
+        .and_then(|d| d.spec.volume_lifecycle_modes)
+        .unwrap_or_else(|| vec!["Persistent".to_string()]);
+    if modes.iter().any(|m| m == mode) {
+        return Ok(());
+    }
+    Err(super::csi::log(format!(
+        "volume mode {mode:?} not supported by driver {driver} (only supports {})",
+        go_quoted(&modes)
+    )))
+}
+
+fn go_quoted(v: &[String]) -> String {
+    let q: Vec<String> = v.iter().map(|s| format!("{s:?}")).collect();
+    format!("[{}]", q.join(" "))
+}
+
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
+#[cfg(test)]
+mod tests;
+
+/// Claim-backed and CSI volumes of the node's pods: resolution, setup, teardown and the
+/// volumes in use.
+pub struct Storage {
+    pub api: std::sync::Arc<dyn StorageApi>,
+    pub csi: super::csi::CsiMounter,
+    /// Unique names of the attachable volumes each pod uses (`status.volumesInUse`).
+    in_use: std::sync::Mutex<BTreeMap<String, std::collections::BTreeSet<String>>>,
+    /// The CSI volumes each pod has published, by pod UID and volume name, with their last
+    /// measurement.
+    published: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Published>>>,
+}
+
+/// A CSI volume published for a pod.
+#[derive(Debug, Clone)]
+pub struct Published {
+    /// `(namespace, claim)` of a PVC-backed volume.
+    pub claim: Option<(String, String)>,
+    pub driver: String,
+    pub volume_handle: String,
+    pub target: std::path::PathBuf,
+    /// The last `NodeGetVolumeStats` answer and when it came.
+    pub measured: Option<(std::time::Instant, i64, super::csi::client::VolumeStats)>,
+}
+
+/// One CSI volume's last measurement.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub volume: String,
+    /// `(namespace, claim)` of a PVC-backed volume.
+    pub claim: Option<(String, String)>,
+    /// When it was taken, nanoseconds since the epoch.
+    pub at_ns: i64,
+    pub stats: super::csi::client::VolumeStats,
+}
+
+/// How often the published volumes are looked at for a measurement that is due.
+const STATS_TICK: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Storage").field("csi", &self.csi).finish()
+    }
+}
+
+impl Storage {
+    pub fn new(api: std::sync::Arc<dyn StorageApi>, csi: super::csi::CsiMounter) -> Self {
+        Storage {
+            api,
+            csi,
+            in_use: Default::default(),
+            published: Default::default(),
+        }
+    }
+
+    /// Resolves and sets up one volume of the pod; returns its host path.
+    pub async fn set_up(&self, pod: &Pod, v: &Volume) -> Result<std::path::PathBuf, String> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let src = resolve(self.api.as_ref(), pod, v).await?;
+        match src {
+            Source::HostPath { path, kind, .. } => tokio::task::spawn_blocking(move || {
+                super::host_path::check(&path, kind.as_deref()).map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())?,
+            Source::Local { path, .. } => tokio::task::spawn_blocking(move || {
+                let p = std::path::PathBuf::from(&path);
+                match std::fs::metadata(&p) {
+                    Ok(_) => Ok(p),
+                    Err(e) => Err(format!("local volume path {path:?}: {e}")),
+                }
+            })
+            .await
+            .map_err(|e| e.to_string())?,
+            Source::Csi(c) => {
+                let path = self.csi.set_up(&uid, &c).await?;
+                let claim = claim_of(pod, v);
+                let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+                let entry = published
+                    .entry(uid.clone())
+                    .or_default()
+                    .entry(v.name.clone())
+                    .or_insert_with(|| Published {
+                        claim,
+                        driver: c.driver.clone(),
+                        volume_handle: c.volume_handle.clone(),
+                        target: path.clone(),
+                        measured: None,
+                    });
+                entry.target = path.clone();
+                drop(published);
+                if !c.ephemeral {
+                    self.in_use
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(uid)
+                        .or_default()
+                        .insert(unique_csi_name(&c.driver, &c.volume_handle));
+                }
+                Ok(path)
+            }
+        }
+    }
+
+    /// Unpublishes the pod's CSI volumes (and unstages the unused ones).
+    pub async fn tear_down(&self, pod_uid: &str) -> Result<(), String> {
+        let r = self.csi.tear_down_pod(pod_uid).await;
+        if r.is_ok() {
+            self.in_use
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(pod_uid);
+            let gone = self
+                .published
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(pod_uid);
+            for (ns, claim) in gone
+                .into_iter()
+                .flat_map(|v| v.into_values())
+                .filter_map(|p| p.claim)
+            {
+                crate::metrics::volumes().remove_volume_stats(&ns, &claim);
+            }
+        }
+        r
+    }
+
+    /// Measures each published CSI volume whose driver has GET_VOLUME_STATS once per
+    /// `period` (upstream's volumeStatsAggPeriod), the first time soon after it is published;
+    /// feeds [`Storage::pod_volume_stats`] and `kubelet_volume_stats_*`.
+    pub async fn run_stats(
+        self: std::sync::Arc<Self>,
+        period: std::time::Duration,
+        cancel: tokio_util::sync::CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(STATS_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let due: Vec<(String, String, Published)> = self
+                .published
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .flat_map(|(uid, vols)| {
+                    vols.iter()
+                        .map(move |(name, p)| (uid.clone(), name.clone(), p.clone()))
+                })
+                .filter(|(_, _, p)| {
+                    p.measured
+                        .as_ref()
+                        .is_none_or(|(at, _, _)| at.elapsed() >= period)
+                })
+                .collect();
+            for (uid, name, p) in due {
+                let Some(driver) = self.csi.drivers.get(&p.driver) else {
+                    continue;
+                };
+                let caps = match driver.node.capabilities().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::debug!(driver = %p.driver, error = %e, "NodeGetCapabilities failed");
+                        continue;
+                    }
+                };
+                if !caps.volume_stats {
+                    continue;
+                }
+                let stats = match driver
+                    .node
+                    .volume_stats(&p.volume_handle, &p.target.display().to_string(), "")
+                    .await
+                {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(pod_uid = %uid, volume = %name, error = %e, "NodeGetVolumeStats failed");
+                        continue;
+                    }
+                };
+                if let Some((ns, claim)) = &p.claim {
+                    let u = |v: i64| u64::try_from(v).unwrap_or(0);
+                    crate::metrics::volumes().set_volume_stats(
+                        ns,
+                        claim,
+                        &crate::metrics::VolumeFigures {
+                            capacity_bytes: u(stats.capacity_bytes),
+                            available_bytes: u(stats.available_bytes),
+                            used_bytes: u(stats.used_bytes),
+                            inodes: u(stats.inodes),
+                            inodes_free: u(stats.inodes_free),
+                            inodes_used: u(stats.inodes_used),
+                        },
+                    );
+                }
+                let now_ns = crate::clock::unix_now() * 1_000_000_000;
+                if let Some(e) = self
+                    .published
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_mut(&uid)
+                    .and_then(|v| v.get_mut(&name))
+                {
+                    e.measured = Some((std::time::Instant::now(), now_ns, stats));
+                }
+            }
+        }
+    }
+
+    /// The last measurements of a pod's CSI volumes.
+    pub fn pod_volume_stats(&self, pod_uid: &str) -> Vec<Measured> {
+        self.published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pod_uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, p)| {
+                let (_, at_ns, stats) = p.measured.as_ref()?;
+                Some(Measured {
+                    volume: name.clone(),
+                    claim: p.claim.clone(),
+                    at_ns: *at_ns,
+                    stats: *stats,
+                })
+            })
+            .collect()
+    }
+
+    /// Rebuilds the volumes in use from disk after an agent restart (upstream's
+    /// reconstruction): every persistent CSI volume still mounted under a pod directory, as its
+    /// `vol_data.json` names it. Blocking.
+    pub fn reconstruct(&self) {
+        let found = self.csi.mounted_volumes();
+        let mut in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
+        for (uid, driver, handle) in found {
+            in_use
+                .entry(uid)
+                .or_default()
+                .insert(unique_csi_name(&driver, &handle));
+        }
+    }
+
+    /// The unique names of the attachable volumes mounted for pods now, sorted.
+    pub fn volumes_in_use(&self) -> Vec<String> {
+        let all: std::collections::BTreeSet<String> = self
+            .in_use
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .flatten()
+            .cloned()
+            .collect();
+        all.into_iter().collect()
+    }
+}
+
+/// `(namespace, claim)` behind a pod volume: its `persistentVolumeClaim`, or the claim a
+/// generic ephemeral volume gets.
+fn claim_of(pod: &Pod, v: &Volume) -> Option<(String, String)> {
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    if let Some(c) = &v.persistent_volume_claim {
+        return Some((ns, c.claim_name.clone()));
+    }
+    v.ephemeral.as_ref().map(|_| {
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        (ns, format!("{pod_name}-{}", v.name))
+    })
+}
+
+/// Upstream's unique volume name of a CSI volume: `kubernetes.io/csi/<driver>^<handle>`.
+pub fn unique_csi_name(driver: &str, handle: &str) -> String {
+    format!("{}/{driver}^{handle}", super::csi::CSI_PLUGIN_NAME)
+}

@@ -1,0 +1,391 @@
+//! Staging and publishing CSI volumes at upstream's paths:
+//!
+//! * staged (drivers with STAGE_UNSTAGE_VOLUME) at
+//!   `<root-dir>/plugins/kubernetes.io/csi/<driver>/<sha256 of the volume handle>/globalmount`,
+//!   with `vol_data.json` (driver name and volume handle) beside it;
+//! * published at `<root-dir>/pods/<uid>/volumes/kubernetes.io~csi/<PV or volume name>/mount`,
+//!   with upstream's `vol_data.json` beside it (what a restarted agent reads to tear the
+//!   volume down or adopt it).
+//!
+//! A target already mounted is not published again (a restarted agent adopts it). Teardown
+//! unpublishes every CSI volume of the pod, and unstages a volume when no other pod's
+//! `vol_data.json` names it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cri_proto::plugins::csi;
+use sha2::{Digest, Sha256};
+
+use super::drivers::CsiDrivers;
+use super::log;
+
+/// A CSI volume to stage and publish.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CsiVolume {
+    pub driver: String,
+    pub volume_handle: String,
+    /// The PV's name, or the pod volume's name for an inline volume: the directory under
+    /// `kubernetes.io~csi/`.
+    pub spec_name: String,
+    pub read_only: bool,
+    pub fs_type: String,
+    pub mount_options: Vec<String>,
+    pub attributes: BTreeMap<String, String>,
+    /// The PV's access modes (none for inline volumes: ReadWriteOnce).
+    pub access_modes: Vec<String>,
+    /// An inline (ephemeral) volume of the pod.
+    pub ephemeral: bool,
+}
+
+/// The directory under a pod's `volumes/` holding its CSI volumes.
+pub const POD_PLUGIN_DIR: &str = "kubernetes.io~csi";
+/// The file beside each mount point that records what is mounted there.
+pub const VOL_DATA_FILE: &str = "vol_data.json";
+
+fn sha_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+/// Upstream's handle of an inline volume: `csi-` and the sha256 of pod UID and volume name.
+pub fn ephemeral_volume_handle(pod_uid: &str, volume: &str) -> String {
+    format!("csi-{}", sha_hex(&format!("{pod_uid}{volume}")))
+}
+
+/// Upstream's VolumeAttachment name of a volume on a node.
+pub fn attachment_name(volume_handle: &str, driver: &str, node: &str) -> String {
+    format!("csi-{}", sha_hex(&format!("{volume_handle}{driver}{node}")))
+}
+
+/// `<root-dir>/plugins/kubernetes.io/csi`.
+pub fn plugin_dir(root_dir: &Path) -> PathBuf {
+    root_dir.join("plugins").join("kubernetes.io").join("csi")
+}
+
+/// The staging (global mount) path of a volume.
+pub fn staging_path(root_dir: &Path, driver: &str, volume_handle: &str) -> PathBuf {
+    plugin_dir(root_dir)
+        .join(driver)
+        .join(sha_hex(volume_handle))
+        .join("globalmount")
+}
+
+/// The directory of a pod's CSI volume (`mount` and `vol_data.json` are inside).
+pub fn pod_volume_dir(root_dir: &Path, pod_uid: &str, spec_name: &str) -> PathBuf {
+    root_dir
+        .join("pods")
+        .join(pod_uid)
+        .join("volumes")
+        .join(POD_PLUGIN_DIR)
+        .join(spec_name)
+}
+
+/// A name used as one path component: no separators, not `.` or `..`, not empty.
+fn safe_component(kind: &str, s: &str) -> Result<(), String> {
+    if s.is_empty() || s == "." || s == ".." || s.contains('/') || s.contains('\0') {
+        return Err(log(format!("invalid {kind} {s:?}")));
+    }
+    Ok(())
+}
+
+/// Upstream's CSI access mode of a Kubernetes access mode (the PV's first one).
+pub fn access_mode(modes: &[String]) -> csi::volume_capability::access_mode::Mode {
+    use csi::volume_capability::access_mode::Mode;
+    match modes.first().map(String::as_str) {
+        Some("ReadOnlyMany") => Mode::MultiNodeReaderOnly,
+        Some("ReadWriteMany") => Mode::MultiNodeMultiWriter,
+        _ => Mode::SingleNodeWriter,
+    }
+}
+
+fn capability(v: &CsiVolume) -> csi::VolumeCapability {
+    csi::VolumeCapability {
+        access_type: Some(csi::volume_capability::AccessType::Mount(
+            csi::volume_capability::MountVolume {
+                fs_type: v.fs_type.clone(),
+                mount_flags: v.mount_options.clone(),
+                volume_mount_group: String::new(),
+            },
+        )),
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: access_mode(&v.access_modes) as i32,
+        }),
+    }
+}
+
+/// The CSI work of the volume manager.
+#[derive(Debug)]
+pub struct CsiMounter {
+    pub root_dir: PathBuf,
+    pub node_name: String,
+    pub drivers: Arc<CsiDrivers>,
+}
+
+/// What `vol_data.json` beside a pod's mount point records.
+pub fn pod_vol_data(v: &CsiVolume, node: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("specVolID".into(), v.spec_name.clone()),
+        ("volumeHandle".into(), v.volume_handle.clone()),
+        ("driverName".into(), v.driver.clone()),
+        ("nodeName".into(), node.to_string()),
+        (
+            "attachmentID".into(),
+            attachment_name(&v.volume_handle, &v.driver, node),
+        ),
+        (
+            "volumeLifecycleMode".into(),
+            if v.ephemeral {
+                "Ephemeral"
+            } else {
+                "Persistent"
+            }
+            .into(),
+        ),
+    ])
+}
+
+fn write_json(path: &Path, data: &BTreeMap<String, String>) -> Result<(), String> {
+    let body = serde_json::to_vec(data).map_err(|e| e.to_string())?;
+    crate::atomic_file::write_public_atomic(path, &body)
+        .map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Whether `p` is a mount point (from /proc/self/mountinfo: bind mounts from the same
+/// filesystem keep the device number).
+fn is_mounted(p: &Path) -> bool {
+    crate::volume::subpath::mounts_below(p)
+        .map(|m| m.iter().any(|x| x == p))
+        .unwrap_or(false)
+}
+
+impl CsiMounter {
+    /// Stages (if the driver stages) and publishes `v` for the pod; returns the mount point.
+    pub async fn set_up(&self, pod_uid: &str, v: &CsiVolume) -> Result<PathBuf, String> {
+        safe_component("driver name", &v.driver)?;
+        safe_component("volume name", &v.spec_name)?;
+        let Some(driver) = self.drivers.get(&v.driver) else {
+            return Err(log(format!(
+                "driver name {} not found in the list of registered CSI drivers",
+                v.driver
+            )));
+        };
+        let dir = pod_volume_dir(&self.root_dir, pod_uid, &v.spec_name);
+        let target = dir.join("mount");
+        let t = target.clone();
+        if blocking(move || is_mounted(&t)).await? {
+            return Ok(target);
+        }
+        let caps = driver
+            .node
+            .capabilities()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut staging = String::new();
+        if caps.stage_unstage && !v.ephemeral {
+            let path = staging_path(&self.root_dir, &v.driver, &v.volume_handle);
+            staging = path.display().to_string();
+            let (p, data) = (
+                path.clone(),
+                BTreeMap::from([
+                    ("driverName".to_string(), v.driver.clone()),
+                    ("volumeHandle".to_string(), v.volume_handle.clone()),
+                ]),
+            );
+            let mounted = blocking(move || -> Result<bool, String> {
+                let parent = p.parent().unwrap_or(Path::new("/"));
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+                write_json(&parent.join(VOL_DATA_FILE), &data)?;
+                Ok(is_mounted(&p))
+            })
+            .await??;
+            if !mounted {
+                driver
+                    .node
+                    .stage(csi::NodeStageVolumeRequest {
+                        volume_id: v.volume_handle.clone(),
+                        publish_context: Default::default(),
+                        staging_target_path: staging.clone(),
+                        volume_capability: Some(capability(v)),
+                        secrets: Default::default(),
+                        volume_context: v.attributes.clone().into_iter().collect(),
+                    })
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "MountVolume.MountDevice failed for volume {:?} : {e}",
+                            v.spec_name
+                        )
+                    })?;
+            }
+        }
+        let (d, data) = (dir.clone(), pod_vol_data(v, &self.node_name));
+        blocking(move || -> Result<(), String> {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .create(&d)
+                .map_err(|e| format!("creating {}: {e}", d.display()))?;
+            write_json(&d.join(VOL_DATA_FILE), &data)
+        })
+        .await??;
+        let mut context: std::collections::HashMap<String, String> =
+            v.attributes.clone().into_iter().collect();
+        if v.ephemeral {
+            context.insert("csi.storage.k8s.io/ephemeral".into(), "true".into());
+        }
+        driver
+            .node
+            .publish(csi::NodePublishVolumeRequest {
+                volume_id: v.volume_handle.clone(),
+                publish_context: Default::default(),
+                staging_target_path: staging,
+                target_path: target.display().to_string(),
+                volume_capability: Some(capability(v)),
+                readonly: v.read_only,
+                secrets: Default::default(),
+                volume_context: context,
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(target)
+    }
+
+    /// Unpublishes every CSI volume of the pod and unstages those no other pod uses. The
+    /// first error is returned; the volume's directory then stays for the next try.
+    pub async fn tear_down_pod(&self, pod_uid: &str) -> Result<(), String> {
+        let base = self
+            .root_dir
+            .join("pods")
+            .join(pod_uid)
+            .join("volumes")
+            .join(POD_PLUGIN_DIR);
+        let vols = blocking(move || read_vol_data_dirs(&base)).await?;
+        let mut first_err = None;
+        for (dir, data) in vols {
+            if let Err(e) = self.tear_down_one(&dir, &data).await {
+                tracing::warn!(dir = %dir.display(), error = %e, "unpublishing a CSI volume failed");
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    async fn tear_down_one(
+        &self,
+        dir: &Path,
+        data: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let driver_name = data.get("driverName").cloned().unwrap_or_default();
+        let handle = data.get("volumeHandle").cloned().unwrap_or_default();
+        let Some(driver) = self.drivers.get(&driver_name) else {
+            return Err(log(format!(
+                "driver name {driver_name} not found in the list of registered CSI drivers"
+            )));
+        };
+        let target = dir.join("mount");
+        driver
+            .node
+            .unpublish(&handle, &target.display().to_string())
+            .await
+            .map_err(|e| format!("UnmountVolume.TearDown failed: {e}"))?;
+        let t = target.clone();
+        if blocking(move || is_mounted(&t)).await? {
+            return Err(format!(
+                "UnmountVolume.TearDown failed: {} is still mounted",
+                target.display()
+            ));
+        }
+        let d = dir.to_path_buf();
+        blocking(move || {
+            let _ = std::fs::remove_file(d.join(VOL_DATA_FILE));
+            let _ = std::fs::remove_dir(d.join("mount"));
+            let _ = std::fs::remove_dir(&d);
+        })
+        .await?;
+        let staging = staging_path(&self.root_dir, &driver_name, &handle);
+        let (root, s, dn, h) = (
+            self.root_dir.clone(),
+            staging.clone(),
+            driver_name.clone(),
+            handle.clone(),
+        );
+        let unused = blocking(move || is_mounted(&s) && !in_use(&root, &dn, &h)).await?;
+        if unused {
+            driver
+                .node
+                .unstage(&handle, &staging.display().to_string())
+                .await
+                .map_err(|e| format!("UnmountDevice failed: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+impl CsiMounter {
+    /// `(pod uid, driver, volume handle)` of every persistent CSI volume mounted under a pod
+    /// directory now, from the `vol_data.json` files. Blocking.
+    pub fn mounted_volumes(&self) -> Vec<(String, String, String)> {
+        let Ok(pods) = std::fs::read_dir(self.root_dir.join("pods")) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for p in pods.flatten() {
+            let uid = p.file_name().to_string_lossy().into_owned();
+            let base = p.path().join("volumes").join(POD_PLUGIN_DIR);
+            for (dir, d) in read_vol_data_dirs(&base) {
+                if d.get("volumeLifecycleMode").map(String::as_str) == Some("Ephemeral")
+                    || !is_mounted(&dir.join("mount"))
+                {
+                    continue;
+                }
+                out.push((
+                    uid.clone(),
+                    d.get("driverName").cloned().unwrap_or_default(),
+                    d.get("volumeHandle").cloned().unwrap_or_default(),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Every `kubernetes.io~csi/<name>` directory of a pod with its `vol_data.json`.
+fn read_vol_data_dirs(base: &Path) -> Vec<(PathBuf, BTreeMap<String, String>)> {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let body = std::fs::read(e.path().join(VOL_DATA_FILE)).ok()?;
+            let data: BTreeMap<String, String> = serde_json::from_slice(&body).ok()?;
+            Some((e.path(), data))
+        })
+        .collect()
+}
+
+/// Whether any pod's CSI volume still names this driver and handle.
+fn in_use(root_dir: &Path, driver: &str, handle: &str) -> bool {
+    let Ok(pods) = std::fs::read_dir(root_dir.join("pods")) else {
+        return false;
+    };
+    pods.flatten().any(|p| {
+        read_vol_data_dirs(&p.path().join("volumes").join(POD_PLUGIN_DIR))
+            .iter()
+            .any(|(_, d)| {
+                d.get("driverName").map(String::as_str) == Some(driver)
+                    && d.get("volumeHandle").map(String::as_str) == Some(handle)
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,515 @@
+//! Persistent storage on real containerd with a real apiserver view: a CSI driver (the
+//! harness's `csi_driver`, registering through `plugins_registry` as node-driver-registrar
+//! does) is registered, recorded in CSINode and the Node's nodeid annotation, and
+//! deregistered when its socket goes; claims on hostPath and CSI PVs keep their data from one
+//! pod to the next (CSI volumes staged and published at upstream's paths, unpublished and
+//! unstaged when the pod goes; listed in `status.volumesInUse` while mounted, and kept mounted
+//! across an agent restart; its driver's volume stats in /stats/summary and
+//! kubelet_volume_stats_*); a claim that is not bound and a failing NodeStageVolume hold
+//! the pod in ContainerCreating with upstream's FailedMount messages; inline CSI and generic
+//! ephemeral volumes work, and a generic ephemeral claim the pod does not own is refused.
+
+use node_tests::controlplane::Options;
+use node_tests::csi_driver::{DriverOptions, TestCsiDriver};
+use node_tests::joined::{JoinedNode, NODE};
+use node_tests::require_rig;
+use node_tests::{Kubelet, NetnsControlPlane, wait_for};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const BUSYBOX: &str = "docker.io/library/busybox:1.35";
+const DRIVER: &str = "csi.test.example.com";
+
+fn registered(cp: &NetnsControlPlane, kubelet: &mut Kubelet) {
+    wait_for("node registered", Duration::from_secs(60), || {
+        if let Some(st) = kubelet.exited() {
+            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+        }
+        cp.get("nodes", "", NODE)
+    });
+}
+
+fn running(cp: &NetnsControlPlane, name: &str, kubelet: &mut Kubelet) -> Value {
+    wait_for(
+        &format!("pod {name} Running"),
+        Duration::from_secs(90),
+        || {
+            if let Some(st) = kubelet.exited() {
+                panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+            }
+            cp.get("pods", "default", name)
+                .filter(|p| p["status"]["phase"] == "Running")
+        },
+    )
+}
+
+fn failed_mount(cp: &NetnsControlPlane, pod: &str) -> String {
+    let ev = wait_for(
+        &format!("FailedMount of {pod}"),
+        Duration::from_secs(60),
+        || {
+            cp.list("events", Some("default"))
+                .into_iter()
+                .find(|e| e["reason"] == "FailedMount" && e["involvedObject"]["name"] == pod)
+        },
+    );
+    let waiting = wait_for("ContainerCreating", Duration::from_secs(30), || {
+        cp.get("pods", "default", pod).filter(|p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+        })
+    });
+    assert_eq!(waiting["status"]["phase"], "Pending");
+    ev["message"].as_str().unwrap_or_default().to_string()
+}
+
+fn gone(cp: &NetnsControlPlane, name: &str) {
+    let _ = cp.delete("pods", "default", name, Some(0));
+    wait_for(&format!("pod {name} gone"), Duration::from_secs(60), || {
+        cp.get("pods", "default", name).is_none().then_some(())
+    });
+}
+
+/// A pod running `script` with the volume `volume` at /data.
+fn pod(name: &str, script: &str, volume: Value) -> Value {
+    json!({"metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", script],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [volume]}})
+}
+
+fn claim_volume(claim: &str) -> Value {
+    json!({"name": "data", "persistentVolumeClaim": {"claimName": claim}})
+}
+
+/// A claim bound to `pv` (the binder's work, done by hand) and its PV with `source`.
+fn bound_claim(cp: &NetnsControlPlane, claim: &str, pv: &str, source: Value) {
+    let c = cp
+        .create(
+            "persistentvolumeclaims",
+            json!({"metadata": {"name": claim, "namespace": "default"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
+                    "resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .unwrap();
+    bind(cp, &c, pv, source);
+}
+
+fn bind(cp: &NetnsControlPlane, claim: &Value, pv: &str, source: Value) {
+    let mut spec = json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+        "claimRef": {"namespace": "default", "name": claim["metadata"]["name"], "uid": claim["metadata"]["uid"]}});
+    for (k, v) in source.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    cp.create(
+        "persistentvolumes",
+        json!({"metadata": {"name": pv}, "spec": spec}),
+    )
+    .unwrap();
+    let mut c = cp
+        .get(
+            "persistentvolumeclaims",
+            "default",
+            claim["metadata"]["name"].as_str().unwrap(),
+        )
+        .unwrap();
+    c["spec"]["volumeName"] = json!(pv);
+    let c = cp.update("persistentvolumeclaims", c).unwrap();
+    let mut c2 = c.clone();
+    c2["status"] = json!({"phase": "Bound"});
+    cp.update_status("persistentvolumeclaims", c2).unwrap();
+}
+
+fn log_has(node: &JoinedNode, cp: &NetnsControlPlane, name: &str, want: &str) {
+    let p = cp.get("pods", "default", name).unwrap();
+    wait_for(
+        &format!("{name} logs {want:?}"),
+        Duration::from_secs(30),
+        || node.container_log(&p, "main").contains(want).then_some(()),
+    );
+}
+
+#[test]
+fn csi_driver_registers_in_csinode_and_the_node_annotation_then_deregisters() {
+    require_rig!();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-storage-reg", Options::default(), false);
+    registered(&cp, &mut kubelet);
+    let data = tempfile::tempdir().unwrap();
+    let mut opts = DriverOptions::new(DRIVER);
+    opts.topology = [(
+        "topology.csi.test.example.com/zone".to_string(),
+        "z1".to_string(),
+    )]
+    .into();
+    // The socket appears after the agent started.
+    let driver = TestCsiDriver::start(&node.p("var/lib/kubelet"), data.path(), opts);
+    let csinode = wait_for("CSINode lists the driver", Duration::from_secs(30), || {
+        cp.get("csinodes.storage.k8s.io", "", NODE).filter(|c| {
+            c["spec"]["drivers"]
+                .as_array()
+                .is_some_and(|d| !d.is_empty())
+        })
+    });
+    let d = &csinode["spec"]["drivers"][0];
+    assert_eq!(d["name"], DRIVER);
+    assert_eq!(d["nodeID"], format!("{DRIVER}-node"));
+    assert_eq!(d["allocatable"]["count"], 8);
+    assert_eq!(
+        d["topologyKeys"],
+        json!(["topology.csi.test.example.com/zone"])
+    );
+    assert_eq!(csinode["metadata"]["ownerReferences"][0]["kind"], "Node");
+    let n = cp.get("nodes", "", NODE).unwrap();
+    assert_eq!(
+        n["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"],
+        format!("{{\"{DRIVER}\":\"{DRIVER}-node\"}}")
+    );
+    assert_eq!(
+        n["metadata"]["labels"]["topology.csi.test.example.com/zone"],
+        "z1"
+    );
+    assert_eq!(driver.statuses().len(), 1);
+    assert!(
+        driver.statuses()[0].plugin_registered,
+        "{:?}",
+        driver.statuses()
+    );
+    let calls = driver.calls();
+    assert_eq!(
+        calls[..2],
+        ["GetInfo".to_string(), "NodeGetInfo".to_string()],
+        "{calls:?}"
+    );
+
+    // The registrar goes away: the driver leaves CSINode and the annotation.
+    driver.remove_registration();
+    wait_for(
+        "CSINode without the driver",
+        Duration::from_secs(30),
+        || {
+            cp.get("csinodes.storage.k8s.io", "", NODE)
+                .filter(|c| c["spec"]["drivers"].as_array().is_none_or(|d| d.is_empty()))
+        },
+    );
+    let n = cp.get("nodes", "", NODE).unwrap();
+    assert!(
+        n["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"].is_null(),
+        "{n:#}"
+    );
+    kubelet.stop();
+}
+
+#[test]
+fn claims_keep_their_data_from_one_pod_to_the_next() {
+    require_rig!();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-storage-pvc", Options::default(), true);
+    registered(&cp, &mut kubelet);
+    let data = tempfile::tempdir().unwrap();
+    let root = node.p("var/lib/kubelet");
+    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
+    wait_for("driver registered", Duration::from_secs(30), || {
+        driver.statuses().first().map(|s| s.plugin_registered)
+    });
+
+    // A claim not bound yet: the pod waits with upstream's message, then starts once bound.
+    let host = tempfile::tempdir().unwrap();
+    let claim = cp
+        .create(
+            "persistentvolumeclaims",
+            json!({"metadata": {"name": "hp", "namespace": "default"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .unwrap();
+    cp.create(
+        "pods",
+        pod(
+            "writer",
+            "echo persisted > /data/f; echo wrote; sleep 3600",
+            claim_volume("hp"),
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        failed_mount(&cp, "writer"),
+        "MountVolume.SetUp failed for volume \"data\" : error processing PVC default/hp: PVC default/hp has non-bound phase (\"\") or empty pvc.Spec.VolumeName (\"\")"
+    );
+    bind(
+        &cp,
+        &claim,
+        "pv-hp",
+        json!({"hostPath": {"path": host.path().join("vol"), "type": "DirectoryOrCreate"}}),
+    );
+    running(&cp, "writer", &mut kubelet);
+    log_has(&node, &cp, "writer", "wrote");
+    assert_eq!(
+        std::fs::read_to_string(host.path().join("vol/f")).unwrap(),
+        "persisted\n"
+    );
+    gone(&cp, "writer");
+    cp.create(
+        "pods",
+        pod(
+            "reader",
+            "echo \"got=$(cat /data/f)\"; sleep 3600",
+            claim_volume("hp"),
+        ),
+    )
+    .unwrap();
+    running(&cp, "reader", &mut kubelet);
+    log_has(&node, &cp, "reader", "got=persisted");
+    gone(&cp, "reader");
+
+    // A CSI PV: staged once, published into the pod, unpublished and unstaged when it goes.
+    bound_claim(
+        &cp,
+        "db",
+        "pv-csi",
+        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-1"}}),
+    );
+    cp.create(
+        "pods",
+        pod(
+            "db1",
+            "echo csi-data > /data/f; echo wrote; sleep 3600",
+            claim_volume("db"),
+        ),
+    )
+    .unwrap();
+    let p1 = running(&cp, "db1", &mut kubelet);
+    log_has(&node, &cp, "db1", "wrote");
+    assert_eq!(
+        std::fs::read_to_string(data.path().join("vol-1/f")).unwrap(),
+        "csi-data\n"
+    );
+    let uid = p1["metadata"]["uid"].as_str().unwrap();
+    let target = root.join(format!("pods/{uid}/volumes/kubernetes.io~csi/pv-csi/mount"));
+    let calls = driver.calls();
+    let stage = calls
+        .iter()
+        .find(|c| c.starts_with("NodeStageVolume"))
+        .expect("staged");
+    let staging = stage.split(' ').nth(2).unwrap().to_string();
+    assert!(
+        staging.starts_with(&format!(
+            "{}/plugins/kubernetes.io/csi/{DRIVER}/",
+            root.display()
+        )) && staging.ends_with("/globalmount"),
+        "{staging}"
+    );
+    assert!(
+        calls.contains(&format!(
+            "NodePublishVolume vol-1 {} ro=false staged=true ephemeral=",
+            target.display()
+        )),
+        "{calls:?}"
+    );
+    let vol_data: Value = serde_json::from_slice(
+        &std::fs::read(target.parent().unwrap().join("vol_data.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(vol_data["driverName"], DRIVER);
+    assert_eq!(vol_data["volumeHandle"], "vol-1");
+    assert_eq!(vol_data["specVolID"], "pv-csi");
+    // Volume stats from the driver's NodeGetVolumeStats: /stats/summary (with pvcRef) and
+    // kubelet_volume_stats_*.
+    std::fs::write(data.path().join("vol-1/big"), vec![7u8; 1 << 20]).unwrap();
+    let vs = wait_for(
+        "CSI volume stats in /stats/summary",
+        Duration::from_secs(40),
+        || {
+            let body = kubelet.curl("https://127.0.0.1:10250/stats/summary");
+            let v: Value = serde_json::from_str(&body).ok()?;
+            v["pods"]
+                .as_array()?
+                .iter()
+                .find(|p| p["podRef"]["name"] == "db1")?["volume"]
+                .as_array()?
+                .iter()
+                .find(|x| x["name"] == "data")
+                .cloned()
+        },
+    );
+    assert_eq!(
+        vs["pvcRef"],
+        json!({"name": "db", "namespace": "default"}),
+        "{vs:#}"
+    );
+    assert!(vs["usedBytes"].as_u64().unwrap() >= 1 << 20, "{vs:#}");
+    assert!(vs["capacityBytes"].as_u64().unwrap() > 0, "{vs:#}");
+    let metrics = kubelet.curl("https://127.0.0.1:10250/metrics");
+    let used = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("kubelet_volume_stats_used_bytes{")
+                && l.contains("namespace=\"default\"")
+                && l.contains("persistentvolumeclaim=\"db\"")
+        })
+        .unwrap_or_else(|| panic!("no kubelet_volume_stats_used_bytes for db in:\n{metrics}"));
+    let value: f64 = used.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(value >= (1 << 20) as f64, "{used}");
+    let unique = format!("kubernetes.io/csi/{DRIVER}^vol-1");
+    wait_for(
+        "volumesInUse lists the CSI volume",
+        Duration::from_secs(40),
+        || {
+            let n = cp.get("nodes", "", NODE)?;
+            (n["status"]["volumesInUse"] == json!([unique])).then_some(())
+        },
+    );
+
+    // An agent restart: the volume stays mounted and in use, and is not published again.
+    let publishes = |d: &TestCsiDriver| {
+        d.calls()
+            .iter()
+            .filter(|c| c.starts_with("NodePublishVolume vol-1"))
+            .count()
+    };
+    let before = publishes(&driver);
+    kubelet.restart();
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&format!(" {} ", target.display()))
+    };
+    assert!(mounted(), "the restart unmounted the volume");
+    wait_for("healthz after the restart", Duration::from_secs(60), || {
+        let (body, code) = kubelet.curl_code("http://127.0.0.1:10248/healthz");
+        (code == "200" && body == "ok").then_some(())
+    });
+    // The new agent's status loop writes volumesInUse again once it has adopted the pod.
+    std::thread::sleep(Duration::from_secs(3));
+    wait_for(
+        "volumesInUse after the restart",
+        Duration::from_secs(40),
+        || {
+            let n = cp.get("nodes", "", NODE)?;
+            (n["status"]["volumesInUse"] == json!([unique])).then_some(())
+        },
+    );
+    assert!(mounted());
+    assert_eq!(publishes(&driver), before, "{:?}", driver.calls());
+    assert_eq!(
+        cp.get("pods", "default", "db1").unwrap()["status"]["phase"],
+        "Running"
+    );
+    gone(&cp, "db1");
+    wait_for("unpublished and unstaged", Duration::from_secs(30), || {
+        let c = driver.calls();
+        (c.iter()
+            .any(|l| l == &format!("NodeUnpublishVolume vol-1 {}", target.display()))
+            && c.iter()
+                .any(|l| l == &format!("NodeUnstageVolume vol-1 {staging}")))
+        .then_some(())
+    });
+    wait_for("volumesInUse cleared", Duration::from_secs(40), || {
+        let n = cp.get("nodes", "", NODE)?;
+        n["status"]["volumesInUse"].is_null().then_some(())
+    });
+    cp.create(
+        "pods",
+        pod(
+            "db2",
+            "echo \"got=$(cat /data/f)\"; sleep 3600",
+            claim_volume("db"),
+        ),
+    )
+    .unwrap();
+    running(&cp, "db2", &mut kubelet);
+    log_has(&node, &cp, "db2", "got=csi-data");
+    gone(&cp, "db2");
+    kubelet.stop();
+}
+
+#[test]
+fn failing_stage_and_ephemeral_volumes() {
+    require_rig!();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-storage-eph", Options::default(), false);
+    registered(&cp, &mut kubelet);
+    let root = node.p("var/lib/kubelet");
+    let data = tempfile::tempdir().unwrap();
+    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
+    let mut failing = DriverOptions::new("broken.test.example.com");
+    failing.fail_stage = Some("disk on fire".into());
+    let broken = TestCsiDriver::start(&root, data.path(), failing);
+    wait_for("drivers registered", Duration::from_secs(30), || {
+        (driver.statuses().len() == 1 && broken.statuses().len() == 1).then_some(())
+    });
+
+    // NodeStageVolume fails: FailedMount with the driver's message, ContainerCreating.
+    bound_claim(
+        &cp,
+        "bad",
+        "pv-bad",
+        json!({"csi": {"driver": "broken.test.example.com", "volumeHandle": "vol-bad"}}),
+    );
+    cp.create("pods", pod("stuck", "sleep 3600", claim_volume("bad")))
+        .unwrap();
+    assert_eq!(
+        failed_mount(&cp, "stuck"),
+        "MountVolume.MountDevice failed for volume \"pv-bad\" : rpc error: code = Internal desc = disk on fire"
+    );
+    gone(&cp, "stuck");
+
+    // An inline CSI volume, once the CSIDriver object allows Ephemeral.
+    cp.create(
+        "csidrivers.storage.k8s.io",
+        json!({"metadata": {"name": DRIVER}, "spec": {"volumeLifecycleModes": ["Persistent", "Ephemeral"]}}),
+    )
+    .unwrap();
+    cp.create(
+        "pods",
+        pod(
+            "inline",
+            "echo hi > /data/f && echo ok; sleep 3600",
+            json!({"name": "data", "csi": {"driver": DRIVER}}),
+        ),
+    )
+    .unwrap();
+    let p = running(&cp, "inline", &mut kubelet);
+    log_has(&node, &cp, "inline", "ok");
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    assert!(
+        driver
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("NodePublishVolume csi-")
+                && c.contains(&format!("pods/{uid}/volumes/kubernetes.io~csi/data/mount"))
+                && c.ends_with("staged=false ephemeral=true")),
+        "{:?}",
+        driver.calls()
+    );
+    gone(&cp, "inline");
+
+    // A generic ephemeral volume: the claim `<pod>-<volume>` must be owned by the pod.
+    let eph = json!({"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}});
+    let p = cp
+        .create(
+            "pods",
+            pod("scratch", "echo owned; sleep 3600", eph.clone()),
+        )
+        .unwrap();
+    bound_claim(
+        &cp,
+        "scratch-data",
+        "pv-scratch",
+        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-s"}}),
+    );
+    assert_eq!(
+        failed_mount(&cp, "scratch"),
+        "MountVolume.SetUp failed for volume \"data\" : error processing PVC default/scratch-data: PVC default/scratch-data was not created for pod default/scratch (pod is not owner)"
+    );
+    let mut c = cp
+        .get("persistentvolumeclaims", "default", "scratch-data")
+        .unwrap();
+    c["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Pod", "name": "scratch",
+        "uid": p["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]);
+    cp.update("persistentvolumeclaims", c).unwrap();
+    running(&cp, "scratch", &mut kubelet);
+    log_has(&node, &cp, "scratch", "owned");
+    gone(&cp, "scratch");
+    kubelet.stop();
+}
