@@ -3,6 +3,8 @@
 //! (`proto/pluginregistration/v1/api.proto`) and the CSI Identity and Node services
 //! (`proto/csi/v1/csi.proto`).
 
+include!("deviceplugin_build.rs");
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/runtime/v1/api.proto",
@@ -29,5 +31,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "csi.v1.NodeExpandVolumeRequest",
         ])
         .compile_fds(fds)?;
+    compile_deviceplugin()?;
     Ok(())
 }

@@ -18,6 +18,7 @@ use tonic::transport::{Endpoint, Uri};
 
 pub use tonic::transport::Channel;
 
+pub mod deviceplugin;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod plugins;

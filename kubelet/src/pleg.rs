@@ -219,6 +219,8 @@ mod tests {
             working_dir: String::new(),
             envs: vec![],
             mounts: vec![],
+            devices: vec![],
+            cdi_devices: vec![],
             labels: [(LABEL_POD_UID.to_string(), uid.to_string())].into(),
             annotations: Default::default(),
             log_path: String::new(),

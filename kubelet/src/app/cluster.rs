@@ -79,6 +79,8 @@ pub async fn connect(
 
 /// What the cluster parts need from the rest of the kubelet.
 pub struct Parts {
+    /// The device manager: Node capacity and admission of device requests.
+    pub devices: Arc<crate::cm::devicemanager::DeviceManager>,
     pub node_ips: Vec<IpAddr>,
     pub runtime: Arc<dyn Runtime>,
     pub pleg: Arc<PlegHealth>,
@@ -141,6 +143,7 @@ pub fn start(
             shutdown: parts.shutdown.clone(),
             pressure: parts.pressure.clone(),
             pod_level_resources: cfg.pod_limits.pod_level_resources,
+            devices: Some(parts.devices.clone()),
             allocations: parts.allocations.clone(),
         }
         .run(cancel.clone()),
@@ -214,6 +217,7 @@ fn start_node(
                 health,
                 events: recorder.clone(),
                 node_tx,
+                devices: Some(parts.devices.clone()),
             }
             .run(cancel.clone()),
         );

@@ -78,3 +78,28 @@ pub(super) async fn start(cfg: &Config) -> Result<Arc<ContainerManager>, AppErro
         Err(e) => Err(AppError::ContainerManagerPanicked(e.to_string())),
     }
 }
+
+/// The device manager on `<root-dir>/device-plugins`: allocations restored from its
+/// checkpoint (a corrupt one is reported and left out, as upstream), then the registration
+/// socket served until `cancel`.
+pub(super) async fn start_devices(
+    cfg: &Config,
+    tasks: &mut tokio::task::JoinSet<()>,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Arc<crate::cm::devicemanager::DeviceManager> {
+    use crate::cm::devicemanager::{DIR_NAME, DeviceManager};
+    let dm = Arc::new(DeviceManager::new(cfg.root_dir.join(DIR_NAME)));
+    let d = dm.clone();
+    match tokio::task::spawn_blocking(move || d.restore()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "device manager checkpoint not restored"),
+        Err(e) => tracing::warn!(error = %e, "device manager checkpoint not restored"),
+    }
+    let (d, c) = (dm.clone(), cancel.clone());
+    tasks.spawn(async move {
+        if let Err(e) = d.serve(c).await {
+            tracing::error!(error = %e, "device plugin registration is not served");
+        }
+    });
+    dm
+}

@@ -135,6 +135,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     };
     let stats = start_stats_and_logs(&cfg, &runtime, &state, &mut tasks, &cancel);
     let cm = container_manager::start(&cfg).await?;
+    let devices = container_manager::start_devices(&cfg, &mut tasks, &cancel).await;
     let pull_records = start_pull_records(&cfg, runtime.as_ref()).await?;
     let node_ips = node_ips(&cfg);
     let (events, event_sink) = event_recorder(&cfg, cluster.is_some());
@@ -145,6 +146,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let node = pods::node_settings(&cfg, &cm, &node_ips).await;
     let allocations = pods::allocations(&cfg).await?;
     let worker_parts = pods::WorkerParts {
+        devices: devices.clone(),
         allocations: allocations.clone(),
         runtime: runtime.clone(),
         runtime_name,
@@ -197,6 +199,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let mut terminated_tx = None;
     if let (Some(conn), Some(sink)) = (cluster, event_sink) {
         let parts = cluster::Parts {
+            devices,
             node_ips,
             runtime: runtime.clone(),
             pleg: pleg_health.clone(),

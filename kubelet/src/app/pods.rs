@@ -78,6 +78,7 @@ pub(super) async fn node_settings(
 /// What every pod worker shares, with the volume manager and (cluster mode) the Services
 /// and RuntimeClasses informers spawned.
 pub(super) struct WorkerParts {
+    pub devices: Arc<crate::cm::devicemanager::DeviceManager>,
     pub allocations: Arc<crate::allocation::Allocations>,
     pub runtime: Arc<dyn Runtime>,
     pub runtime_name: String,
@@ -185,6 +186,7 @@ pub(super) fn worker_env(
             runtime_classes,
         }),
         refusal: crate::pod::field_refusal,
+        devices: Some(parts.devices),
     })
 }
 

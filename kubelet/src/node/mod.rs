@@ -210,6 +210,22 @@ pub fn capacity_and_allocatable(
     crate::cm::resource_lists(host, cfg.max_pods, &cfg.resources)
 }
 
+/// Adds extended resources (the device plugins') to the status's capacity and allocatable.
+pub fn add_resources(
+    status: &mut NodeStatus,
+    capacity: BTreeMap<String, Quantity>,
+    allocatable: BTreeMap<String, Quantity>,
+) {
+    status
+        .capacity
+        .get_or_insert_with(Default::default)
+        .extend(capacity);
+    status
+        .allocatable
+        .get_or_insert_with(Default::default)
+        .extend(allocatable);
+}
+
 /// A condition transition worth an event: `(type, reason)` of the new state.
 pub type Transition = (EventType, &'static str);
 
@@ -491,6 +507,8 @@ pub struct NodeStatusLoop {
     pub events: Arc<dyn EventRecorder>,
     /// The registered Node's UID and labels, for the lease, mirror pods and admission.
     pub node_tx: watch::Sender<Option<Node>>,
+    /// The device plugins' resources join capacity and allocatable.
+    pub devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
 }
 
 impl NodeStatusLoop {
@@ -614,6 +632,10 @@ impl NodeStatusLoop {
             &self.health.pressure(),
             jiff::Timestamp::now(),
         );
+        if let Some(dm) = &self.devices {
+            let (cap, alloc) = dm.capacity();
+            add_resources(&mut status, cap, alloc);
+        }
         status.images = match self.health.images().await {
             Some(list) => Some(node_images(list, self.cfg.max_images)),
             None => current.status.as_ref().and_then(|s| s.images.clone()),

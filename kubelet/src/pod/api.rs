@@ -42,6 +42,8 @@ pub struct Dispatcher {
     pub pressure: Arc<crate::eviction::PressureState>,
     /// The `PodLevelResources` gate.
     pub pod_level_resources: bool,
+    /// Admission reserves devices with it and asks the plugins to allocate them.
+    pub devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
     /// The pods' allocated resources: admission records them and decides resizes.
     pub allocations: Arc<crate::allocation::Allocations>,
 }
@@ -55,6 +57,7 @@ impl Dispatcher {
             Some(self.pressure.clone()),
         );
         admission.pod_level_resources = self.pod_level_resources;
+        admission.devices = self.devices.clone();
         admission.allocations = Some(self.allocations.clone());
         admission.events = Some(self.events.clone());
         let mut last: Option<HashMap<String, Pod>> = None;
@@ -86,13 +89,15 @@ impl Dispatcher {
                     .borrow()
                     .as_ref()
                     .and_then(|n| n.status.as_ref()?.allocatable.clone());
-                for (p, r) in admission.admit(
+                let mut rejections = admission.admit(
                     &pods,
                     static_count,
                     self.max_pods,
                     Some(&labels),
                     &self.node_name,
-                ) {
+                );
+                rejections.extend(admission.allocate_devices(&pods).await);
+                for (p, r) in rejections {
                     tracing::warn!(pod = %crate::podspec::full_name(&p), uid = ?p.metadata.uid, reason = %r.reason, message = %r.message, "pod rejected at admission");
                     self.events
                         .record(&pod_ref(&p), EventType::Warning, &r.reason, &r.message);

@@ -46,6 +46,9 @@ pub struct Deps {
     /// (`pod::admission::fields::refusal`): (reason, message). Ephemeral containers arrive
     /// after admission, so their starts are checked with it.
     pub refusal: Refusal,
+    /// The device plugins' allocations: their envs, mounts, device nodes, annotations and
+    /// CDI names go into the container's config. None: no device manager (tests).
+    pub devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
 }
 
 /// A check of a pod's field values: the (reason, message) of the first refused one.

@@ -76,6 +76,7 @@ impl Deps {
             resync: Duration::from_secs(60),
             // The fakes refuse nothing; a test that needs admission's refusals sets them.
             refusal: |_| None,
+            devices: None,
         }
     }
 }

@@ -358,6 +358,15 @@ impl Worker {
             .and_then(|(mut cfg, invalid_names)| {
                 spec::security::apply_image_user(&mut cfg.security, &self.pod, &c, &user?)?;
                 cfg.security.pid_target = pid_target;
+                let uid = self.pod.metadata.uid.as_deref().unwrap_or("");
+                if let Some(opts) = self
+                    .env
+                    .devices
+                    .as_ref()
+                    .and_then(|d| d.run_options(uid, &c.name))
+                {
+                    add_devices(&mut cfg, opts);
+                }
                 Ok((cfg, invalid_names))
             })
             .map_err(|e| StartError::CreateContainerConfig {
@@ -494,4 +503,45 @@ impl Worker {
         }
         Ok(out)
     }
+}
+
+/// A container's device plugin settings into its config, as upstream's run options: the
+/// devices' envs and mounts come before the container's own (a spec env of the same name
+/// wins, being later), the kubelet's own annotations win over the plugins'.
+fn add_devices(
+    cfg: &mut crate::runtime::ContainerConfig,
+    opts: crate::cm::devicemanager::RunOptions,
+) {
+    let mut envs = opts.envs;
+    envs.append(&mut cfg.envs);
+    cfg.envs = envs;
+    let mut mounts: Vec<crate::runtime::Mount> = opts
+        .mounts
+        .into_iter()
+        .map(
+            |(container_path, host_path, readonly)| crate::runtime::Mount {
+                container_path,
+                host_path,
+                readonly,
+                ..Default::default()
+            },
+        )
+        .collect();
+    mounts.append(&mut cfg.mounts);
+    cfg.mounts = mounts;
+    cfg.devices = opts
+        .devices
+        .into_iter()
+        .map(
+            |(container_path, host_path, permissions)| crate::runtime::DeviceMapping {
+                container_path,
+                host_path,
+                permissions,
+            },
+        )
+        .collect();
+    for (k, v) in opts.annotations {
+        cfg.annotations.entry(k).or_insert(v);
+    }
+    cfg.cdi_devices = opts.cdi_devices;
 }

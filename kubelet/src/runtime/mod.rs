@@ -230,6 +230,15 @@ pub struct HandlerFeatures {
     pub user_namespaces: bool,
 }
 
+/// A host device node exposed in a container (CRI `Device`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceMapping {
+    pub container_path: String,
+    pub host_path: String,
+    /// cgroup permissions: any of `r`, `w`, `m`.
+    pub permissions: String,
+}
+
 /// Everything CreateContainer needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerConfig {
@@ -241,6 +250,10 @@ pub struct ContainerConfig {
     pub working_dir: String,
     pub envs: Vec<(String, String)>,
     pub mounts: Vec<Mount>,
+    /// Host device nodes to expose (from device plugins).
+    pub devices: Vec<DeviceMapping>,
+    /// Fully qualified CDI device names (CRI `CDIDevices`).
+    pub cdi_devices: Vec<String>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     /// Relative to the sandbox's log directory.

@@ -52,6 +52,8 @@ pub fn container(sb: &SandboxConfig) -> ContainerConfig {
         working_dir: String::new(),
         envs: vec![],
         mounts: vec![],
+        devices: vec![],
+        cdi_devices: vec![],
         labels: sb.labels.clone(),
         annotations: BTreeMap::new(),
         log_path: "app/0.log".into(),

@@ -640,6 +640,8 @@ pub fn container_config(
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs,
         mounts,
+        devices: Vec::new(),
+        cdi_devices: Vec::new(),
         labels,
         annotations,
         log_path: format!("{}/{restart_count}.log", c.name),

@@ -42,6 +42,8 @@ fn container(name: &str) -> ContainerConfig {
         working_dir: String::new(),
         envs: Vec::new(),
         mounts: Vec::new(),
+        devices: Vec::new(),
+        cdi_devices: Vec::new(),
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),
         log_path: format!("{name}/0.log"),

@@ -111,6 +111,9 @@ pub struct Admission {
     pub static_pods: Vec<Pod>,
     /// The `PodLevelResources` gate: pod-level requests count (and set the QoS class).
     pub pod_level_resources: bool,
+    /// The device manager: devices are reserved at admission (before the resource fit, as
+    /// upstream's handler order) and allocated by [`Admission::allocate_devices`].
+    pub devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
     /// The pods' allocated resources (in-place resize): admitted pods count at their
     /// allocation, and resizes are decided here. None: pods count at their spec, no resize.
     pub allocations: Option<Arc<crate::allocation::Allocations>>,
@@ -130,6 +133,7 @@ impl Default for Admission {
             static_pods: Vec::new(),
             // Upstream's default in v1.36.
             pod_level_resources: true,
+            devices: None,
             allocations: None,
             events: None,
         }
@@ -203,6 +207,7 @@ impl Admission {
                     &b.metadata.name,
                 ))
         });
+        let allocatable = self.fit_allocatable(pods);
         let mut out = Vec::new();
         for desired in fresh {
             // After an agent restart the checkpointed allocation, not the spec, is admitted.
@@ -225,6 +230,9 @@ impl Admission {
                 .and_then(|s| crate::eviction::admit(s, p, self.pod_level_resources))
             {
                 Some(Rejection { reason, message })
+            } else if let Some(e) = self.devices.as_ref().and_then(|d| d.reserve(p).err()) {
+                let (reason, message) = e.rejection();
+                Some(Rejection { reason, message })
             } else if active >= max_pods as usize {
                 Some(Rejection {
                     reason: "OutOfpods".into(),
@@ -232,8 +240,7 @@ impl Admission {
                         "Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {max_pods}"
                     ),
                 })
-            } else if let Some((reason, message)) = self
-                .allocatable
+            } else if let Some((reason, message)) = allocatable
                 .as_ref()
                 .and_then(|a| fit::check(p, &used, a, self.pod_level_resources))
             {
@@ -255,6 +262,9 @@ impl Admission {
             };
             match rejection {
                 Some(r) => {
+                    if let Some(d) = &self.devices {
+                        d.release(&uid);
+                    }
                     self.rejected.insert(uid, r.clone());
                     out.push((p.clone(), r));
                 }
@@ -269,6 +279,50 @@ impl Admission {
             }
         }
         self.resize(pods, &mut used);
+        out
+    }
+
+    /// Frees the devices of pods that are gone, ended or rejected, and returns the
+    /// allocatable the resource fit uses: the device manager's resources are left out (it
+    /// decided on them already, from its live view, as upstream's `sanitizeNodeAllocatable`
+    /// keeps the fit from refusing what it allocated).
+    fn fit_allocatable(&self, pods: &[Pod]) -> Option<BTreeMap<String, Quantity>> {
+        let Some(dm) = &self.devices else {
+            return self.allocatable.clone();
+        };
+        let active: HashSet<&str> = pods
+            .iter()
+            .chain(self.static_pods.iter())
+            .filter(|p| !is_terminal(p))
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .filter(|u| !self.rejected.contains_key(*u))
+            .collect();
+        dm.retain_pods(&active);
+        let mut a = self.allocatable.clone()?;
+        a.retain(|name, _| !dm.is_device_resource(name));
+        Some(a)
+    }
+
+    /// Asks the device plugins to allocate what admission reserved. A pod whose plugin fails
+    /// is rejected after all (`UnexpectedAdmissionError`, upstream's message); returns those.
+    pub async fn allocate_devices(&mut self, pods: &[Pod]) -> Vec<(Pod, Rejection)> {
+        let Some(dm) = self.devices.clone() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (uid, e) in dm.allocate_pending().await {
+            let Some(p) = pods
+                .iter()
+                .find(|p| p.metadata.uid.as_deref() == Some(uid.as_str()))
+            else {
+                continue;
+            };
+            let (reason, message) = e.rejection();
+            let r = Rejection { reason, message };
+            self.admitted.remove(&uid);
+            self.rejected.insert(uid, r.clone());
+            out.push((p.clone(), r));
+        }
         out
     }
 

@@ -310,3 +310,96 @@ fn static_pods_cannot_resize() {
         })
     );
 }
+
+mod devices {
+    use super::*;
+    use crate::cm::devicemanager::DeviceManager;
+    use cri_proto::deviceplugin::sample::SamplePlugin;
+    use std::time::Duration;
+
+    fn foo_pod(name: &str, uid: &str) -> Pod {
+        pod(
+            name,
+            uid,
+            serde_json::json!({"containers": [{"name": "c", "image": "i",
+                "resources": {"limits": {"example.com/foo": "1"}, "requests": {"example.com/foo": "1"}}}]}),
+        )
+    }
+
+    /// Two devices: two pods get one each; the third is refused as upstream refuses it (the
+    /// device manager's handler runs before the resource fit: UnexpectedAdmissionError), and
+    /// the stale Node allocatable (0 before the plugin registered) does not refuse the first
+    /// two. When the plugin's Allocate fails, the pod is rejected and its device freed.
+    #[tokio::test]
+    async fn device_requests_are_reserved_allocated_and_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("device-plugins");
+        let dm = Arc::new(DeviceManager::new(dir.clone()));
+        let cancel = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(dm.clone().serve(cancel.clone()));
+        let sock = dir.join("kubelet.sock");
+        for _ in 0..200 {
+            if tokio::net::UnixStream::connect(&sock).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let plugin = SamplePlugin::start(
+            &dir,
+            "foo.sock",
+            "example.com/foo",
+            &["Dev-1", "Dev-2"],
+            tmp.path(),
+        )
+        .await
+        .unwrap();
+        plugin.register().await.unwrap();
+        for _ in 0..200 {
+            if dm.capacity().1.get("example.com/foo").map(|q| q.0.as_str()) == Some("2") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut a = Admission {
+            allocatable: Some(
+                [
+                    ("cpu".to_string(), Quantity("4".into())),
+                    ("example.com/foo".to_string(), Quantity("0".into())),
+                ]
+                .into(),
+            ),
+            devices: Some(dm.clone()),
+            ..Default::default()
+        };
+        let labels = BTreeMap::new();
+        let mut pods = vec![foo_pod("a", "1"), foo_pod("b", "22")];
+        assert!(a.admit(&pods, 0, 110, Some(&labels), "n1").is_empty());
+        assert!(a.allocate_devices(&pods).await.is_empty());
+        assert_eq!(plugin.allocate_calls().len(), 2);
+        assert!(dm.run_options("1", "c").is_some() && dm.run_options("22", "c").is_some());
+        pods.push(foo_pod("c", "333"));
+        let rej = a.admit(&pods, 0, 110, Some(&labels), "n1");
+        assert_eq!(rej.len(), 1);
+        assert_eq!(rej[0].1.reason, "UnexpectedAdmissionError");
+        assert_eq!(
+            rej[0].1.message,
+            "Allocate failed due to requested number of devices unavailable for example.com/foo. Requested: 1, Available: 0, which is unexpected"
+        );
+        // Pod "b" ends: its device goes to the next pod, whose plugin call fails.
+        pods.retain(|p| p.metadata.uid.as_deref() != Some("22"));
+        plugin.fail_allocate(Some("no luck"));
+        pods.push(foo_pod("d", "4444"));
+        assert!(a.admit(&pods, 0, 110, Some(&labels), "n1").is_empty());
+        let rej = a.allocate_devices(&pods).await;
+        assert_eq!(rej.len(), 1);
+        assert_eq!(rej[0].0.metadata.uid.as_deref(), Some("4444"));
+        assert_eq!(
+            rej[0].1.message,
+            "Allocate failed due to rpc error: code = Unknown desc = no luck, which is unexpected"
+        );
+        assert!(a.is_rejected("4444") && !a.is_admitted("4444"));
+        assert!(dm.pod_devices("4444").is_empty());
+        assert_eq!(dm.in_use()["example.com/foo"], 1);
+        cancel.cancel();
+    }
+}

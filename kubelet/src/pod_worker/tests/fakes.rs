@@ -166,3 +166,103 @@ async fn the_dependencies_failures_show_as_the_containers_waiting_reasons() {
     assert_eq!(waiting.reason.as_deref(), Some("ErrImagePull"));
     assert_eq!(waiting.message.as_deref(), Some("no such image"));
 }
+
+/// What the device plugin answered for a container (here restored from the device manager's
+/// checkpoint, as after an agent restart) reaches its CRI config: envs before the spec's (a
+/// spec env of the same name, later, wins), mounts, device nodes, annotations (the kubelet's
+/// own win) and the CDI names.
+#[tokio::test(start_paused = true)]
+async fn device_plugin_allocations_reach_the_container_config() {
+    use crate::cm::devicemanager::{DeviceManager, checkpoint};
+    use cri_proto::deviceplugin::v1beta1 as api;
+    use prost::Message as _;
+    let r = rig();
+    let dir = r._dir.path().join("device-plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let resp = api::ContainerAllocateResponse {
+        envs: [
+            ("EXAMPLE_DEVICES".to_string(), "Dev-1".to_string()),
+            ("SHADOWED".to_string(), "from-device".to_string()),
+        ]
+        .into(),
+        mounts: vec![api::Mount {
+            container_path: "/run/example-devices/Dev-1".into(),
+            host_path: "/var/lib/example/Dev-1".into(),
+            read_only: true,
+        }],
+        devices: vec![api::DeviceSpec {
+            container_path: "/dev/foo0".into(),
+            host_path: "/dev/null".into(),
+            permissions: "rw".into(),
+        }],
+        annotations: [
+            ("example.com/slot".to_string(), "1".to_string()),
+            (
+                "io.kubernetes.container.restartCount".to_string(),
+                "99".to_string(),
+            ),
+        ]
+        .into(),
+        cdi_devices: vec![api::CdiDevice {
+            name: "example.com/device=Dev-1".into(),
+        }],
+    };
+    let data = checkpoint::Data {
+        entries: Some(vec![checkpoint::Entry {
+            pod_uid: "uid-1".into(),
+            container_name: "app".into(),
+            resource_name: "example.com/foo".into(),
+            device_ids: [(-1, vec!["Dev-1".to_string()])].into(),
+            alloc_resp: resp.encode_to_vec(),
+        }]),
+        registered: Some([("example.com/foo".to_string(), vec!["Dev-1".to_string()])].into()),
+    };
+    std::fs::write(
+        dir.join(checkpoint::FILE_NAME),
+        checkpoint::encode(&data, ""),
+    )
+    .unwrap();
+    let dm = DeviceManager::new(dir);
+    dm.restore().unwrap();
+    let env = Arc::new(Deps {
+        devices: Some(Arc::new(dm)),
+        ..Deps::for_test(r.rt.clone(), r._dir.path())
+    });
+    let p = pod(
+        "Always",
+        serde_json::json!({"containers": [{"name": "app", "image": IMAGE,
+            "env": [{"name": "SHADOWED", "value": "from-spec"}]}]}),
+    );
+    let mut w = Worker::new(env, p, None);
+    w.sync().await;
+    let app = r.rt.running("app");
+    assert_eq!(app.len(), 1);
+    let cfg = r.rt.created_config(&app[0]).unwrap();
+    let names: Vec<(&str, &str)> = cfg
+        .envs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("EXAMPLE_DEVICES", "Dev-1"),
+            ("SHADOWED", "from-device"),
+            ("SHADOWED", "from-spec")
+        ]
+    );
+    assert_eq!(cfg.mounts[0].container_path, "/run/example-devices/Dev-1");
+    assert_eq!(cfg.mounts[0].host_path, "/var/lib/example/Dev-1");
+    assert!(cfg.mounts[0].readonly);
+    assert_eq!(
+        cfg.devices,
+        [crate::runtime::DeviceMapping {
+            container_path: "/dev/foo0".into(),
+            host_path: "/dev/null".into(),
+            permissions: "rw".into(),
+        }]
+    );
+    assert_eq!(cfg.annotations["example.com/slot"], "1");
+    assert_eq!(cfg.annotations["io.kubernetes.container.restartCount"], "0");
+    assert_eq!(cfg.cdi_devices, ["example.com/device=Dev-1"]);
+}

@@ -272,6 +272,20 @@ pub(super) fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::
                 ..Default::default()
             })
             .collect(),
+        devices: c
+            .devices
+            .iter()
+            .map(|d| pb::Device {
+                container_path: d.container_path.clone(),
+                host_path: d.host_path.clone(),
+                permissions: d.permissions.clone(),
+            })
+            .collect(),
+        cdi_devices: c
+            .cdi_devices
+            .iter()
+            .map(|n| pb::CdiDevice { name: n.clone() })
+            .collect(),
         labels: hash(&c.labels),
         annotations: hash(&c.annotations),
         log_path: c.log_path.clone(),

@@ -1,0 +1,181 @@
+//! Device plugins on real containerd: the sample device plugin (two devices of
+//! `example.com/foo`, `cri_proto::deviceplugin::sample`) registers on the agent's
+//! `<root-dir>/device-plugins/kubelet.sock`; the Node shows the devices, pods get one each
+//! with the plugin's env var and mount, a third is refused, an unhealthy device leaves
+//! allocatable, and an agent restart keeps the allocations (checkpoint).
+
+use cri_proto::deviceplugin::sample::{ENV_NAME, MOUNT_DIR, SamplePlugin};
+use node_tests::controlplane::Options;
+use node_tests::joined::NODE;
+use node_tests::require_rig;
+use node_tests::{Kubelet, NetnsControlPlane, wait_for};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const BUSYBOX: &str = "docker.io/library/busybox:1.35";
+const RES: &str = "example.com/foo";
+
+fn check_alive(kubelet: &mut Kubelet) {
+    if let Some(st) = kubelet.exited() {
+        panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+    }
+}
+
+fn node_foo(cp: &NetnsControlPlane) -> (String, String) {
+    let n = cp.get("nodes", "", NODE).unwrap_or_default();
+    let q = |k: &str| n["status"][k][RES].as_str().unwrap_or("").to_string();
+    (q("capacity"), q("allocatable"))
+}
+
+fn wait_node_foo(cp: &NetnsControlPlane, kubelet: &mut Kubelet, want: (&str, &str)) {
+    wait_for(
+        &format!("Node {RES} capacity/allocatable {want:?}"),
+        Duration::from_secs(60),
+        || {
+            check_alive(kubelet);
+            let got = node_foo(cp);
+            (got.0 == want.0 && got.1 == want.1).then_some(())
+        },
+    );
+}
+
+fn foo_pod(name: &str) -> Value {
+    let script = format!(
+        "echo \"env=${ENV_NAME}\"; echo \"file=$(cat {MOUNT_DIR}/${ENV_NAME})\"; sleep 3600"
+    );
+    json!({"metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", script],
+                "resources": {"limits": {RES: "1"}, "requests": {RES: "1"}}}]}})
+}
+
+fn phase(cp: &NetnsControlPlane, kubelet: &mut Kubelet, name: &str, want: &str) -> Value {
+    wait_for(
+        &format!("pod {name} {want}"),
+        Duration::from_secs(90),
+        || {
+            check_alive(kubelet);
+            cp.get("pods", "default", name)
+                .filter(|p| p["status"]["phase"] == want)
+        },
+    )
+}
+
+fn log_value(log: &str, key: &str) -> Option<String> {
+    log.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(str::to_string)
+}
+
+/// Registers the plugin once the agent's registration socket accepts connections.
+fn register(rt: &tokio::runtime::Runtime, plugin: &SamplePlugin, kubelet: &mut Kubelet) {
+    wait_for("device plugin registered", Duration::from_secs(60), || {
+        check_alive(kubelet);
+        rt.block_on(plugin.register()).ok()
+    });
+}
+
+#[test]
+fn device_plugin_devices_reach_pods_and_survive_an_agent_restart() {
+    require_rig!();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-devices", Options::default(), false);
+    wait_for("node registered", Duration::from_secs(60), || {
+        check_alive(&mut kubelet);
+        cp.get("nodes", "", NODE)
+    });
+    let dir = node.p("var/lib/kubelet/device-plugins");
+    let host = node.p("device-files");
+    std::fs::create_dir_all(&host).unwrap();
+    wait_for("kubelet.sock", Duration::from_secs(60), || {
+        dir.join("kubelet.sock").exists().then_some(())
+    });
+    let plugin = rt
+        .block_on(SamplePlugin::start(
+            &dir,
+            "foo.sock",
+            RES,
+            &["Dev-1", "Dev-2"],
+            &host,
+        ))
+        .unwrap();
+    register(&rt, &plugin, &mut kubelet);
+    wait_node_foo(&cp, &mut kubelet, ("2", "2"));
+
+    // Two pods get one device each, with the plugin's env var and mount inside.
+    let mut held = Vec::new();
+    for name in ["one", "two"] {
+        cp.create("pods", foo_pod(name)).unwrap();
+        let pod = phase(&cp, &mut kubelet, name, "Running");
+        let log = wait_for("the container's report", Duration::from_secs(30), || {
+            let l = node.container_log(&pod, "main");
+            l.contains("file=").then_some(l)
+        });
+        let id = log_value(&log, "env").unwrap_or_default();
+        assert!(id == "Dev-1" || id == "Dev-2", "{log}");
+        assert_eq!(
+            log_value(&log, "file").as_deref(),
+            Some(format!("device {id}").as_str()),
+            "{log}"
+        );
+        held.push((pod, id));
+    }
+    assert_ne!(held[0].1, held[1].1, "two pods never share a device");
+    assert_eq!(plugin.allocate_calls().len(), 2);
+
+    // A third finds no device: refused as upstream's device manager refuses it.
+    cp.create("pods", foo_pod("three")).unwrap();
+    let three = phase(&cp, &mut kubelet, "three", "Failed");
+    assert_eq!(
+        three["status"]["reason"], "UnexpectedAdmissionError",
+        "{three:#}"
+    );
+    assert_eq!(
+        three["status"]["message"],
+        "Pod was rejected: Allocate failed due to requested number of devices unavailable for example.com/foo. Requested: 1, Available: 0, which is unexpected"
+    );
+
+    // An unhealthy device leaves allocatable (capacity stays).
+    plugin.set_health(&held[1].1, false);
+    wait_node_foo(&cp, &mut kubelet, ("2", "1"));
+    plugin.set_health(&held[1].1, true);
+    wait_node_foo(&cp, &mut kubelet, ("2", "2"));
+
+    // The agent restarts: the plugin sees a new kubelet.sock and registers again; the
+    // running pod is not restarted and keeps its device; pod "two" is deleted and a new pod
+    // gets its device, never pod "one"'s.
+    let before = cp.get("pods", "default", "one").unwrap();
+    kubelet.restart();
+    register(&rt, &plugin, &mut kubelet);
+    wait_node_foo(&cp, &mut kubelet, ("2", "2"));
+    cp.delete("pods", "default", "two", Some(0)).unwrap();
+    wait_for("pod two gone", Duration::from_secs(60), || {
+        check_alive(&mut kubelet);
+        cp.get("pods", "default", "two").is_none().then_some(())
+    });
+    cp.create("pods", foo_pod("four")).unwrap();
+    let four = phase(&cp, &mut kubelet, "four", "Running");
+    let log = wait_for("pod four's report", Duration::from_secs(30), || {
+        let l = node.container_log(&four, "main");
+        l.contains("file=").then_some(l)
+    });
+    assert_eq!(
+        log_value(&log, "env").as_deref(),
+        Some(held[1].1.as_str()),
+        "{log}"
+    );
+    let after = cp.get("pods", "default", "one").unwrap();
+    let cs = |p: &Value| p["status"]["containerStatuses"][0].clone();
+    assert_eq!(cs(&after)["restartCount"], 0, "{after:#}");
+    assert_eq!(cs(&after)["containerID"], cs(&before)["containerID"]);
+    assert_eq!(after["status"]["phase"], "Running");
+    // Only the new pod was allocated after the restart.
+    assert_eq!(
+        plugin.allocate_calls().len(),
+        3,
+        "{:?}",
+        plugin.allocate_calls()
+    );
+    let _ = three;
+}
