@@ -296,6 +296,12 @@ fn start_network_and_proxy(
             cancel,
         )?;
     }
+    if cfg.make_iptables_util_chains {
+        tasks.spawn(crate::network::util_chains::run(
+            crate::network::util_chains::MONITOR_INTERVAL,
+            cancel.clone(),
+        ));
+    }
     if let Some(proxy_cfg) = proxy_cfg {
         tracing::info!("hosting the kube-proxy role in this process");
         let client = cluster.map(|c| c.client.clone());

@@ -303,6 +303,8 @@ pub struct Config {
     #[serde(with = "duration::serde_opt_plain")]
     pub streaming_connection_idle_timeout: Duration,
     pub serialize_image_pulls: bool,
+    /// `makeIPTablesUtilChains` (default true): the kubelet's iptables chains.
+    pub make_iptables_util_chains: bool,
     pub rotate_certificates: bool,
     #[serde(with = "duration::serde_opt_plain")]
     pub node_status_update_frequency: Duration,
@@ -768,6 +770,8 @@ pub fn merge(
             .serialize_image_pulls
             .or(file.serialize_image_pulls)
             .unwrap_or(true),
+        make_iptables_util_chains: (file.make_ip_tables_util_chains.as_ref())
+            .is_none_or(|v| v.as_bool() != Some(false)),
         rotate_certificates: flags
             .rotate_certificates
             .or(file.rotate_certificates)

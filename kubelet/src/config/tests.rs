@@ -118,6 +118,19 @@ fn enable_debugging_handlers_is_read() {
 }
 
 #[test]
+fn make_iptables_util_chains_defaults_on_and_can_be_turned_off() {
+    let on = |text: &str| {
+        let file = parse_file("c", text).unwrap();
+        merge(&flags(&[]), file, "n")
+            .unwrap()
+            .make_iptables_util_chains
+    };
+    assert!(on(""));
+    assert!(on("makeIPTablesUtilChains: true\n"));
+    assert!(!on("makeIPTablesUtilChains: false\n"));
+}
+
+#[test]
 fn register_with_taints_flag() {
     let cfg = merge(
         &flags(&["--register-with-taints=dedicated=infra:NoSchedule,gpu:NoExecute"]),

@@ -27,6 +27,7 @@ pub mod routes;
 pub mod settings;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
+pub mod util_chains;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

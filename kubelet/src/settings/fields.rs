@@ -413,7 +413,7 @@ pub const FIELDS: &[Setting] = &[
         "makeIPTablesUtilChains",
         Implemented,
         &[],
-        "Deprecated; no effect upstream either.",
+        "Deprecated upstream, default true: in each IP family where iptables works the kubelet keeps KUBE-IPTABLES-HINT (mangle) and KUBE-KUBELET-CANARY (mangle, nat, filter), and for IPv4 KUBE-FIREWALL with the localnet drop rule; all re-created within a minute of a flush. false: none of them.",
     ),
     s(
         "iptablesMasqueradeBit",
