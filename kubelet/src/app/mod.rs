@@ -57,6 +57,9 @@ pub enum AppError {
     ContainerManager(#[from] crate::cm::CmError),
     #[error("Failed to start ContainerManager: node cgroup setup panicked: {0}")]
     ContainerManagerPanicked(String),
+    /// The runtime's RuntimeConfig failed every try (not Unimplemented: that falls back).
+    #[error("failed to get the cgroup driver from the CRI runtime: {0}")]
+    RuntimeConfig(crate::runtime::RuntimeError),
     /// Upstream's kubelet exits when its image pull records cannot be set up.
     #[error("{0}")]
     PullRecords(String),
@@ -112,7 +115,14 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         return Ok(());
     };
     let stats = start_stats_and_logs(&cfg, &runtime, &state, &mut tasks, &cancel);
-    let cm = container_manager::start(&cfg).await?;
+    let driver = crate::cm::driver::from_runtime(
+        runtime.as_ref(),
+        cfg.cgroup_driver,
+        crate::cm::driver::RETRY_DELAY,
+    )
+    .await
+    .map_err(AppError::RuntimeConfig)?;
+    let cm = container_manager::start(&cfg, driver).await?;
     let pull_records = start_pull_records(&cfg, runtime.as_ref()).await?;
     let node_ips = node_ips(&cfg);
     let (events, event_sink) = event_recorder(&cfg, cluster.is_some());

@@ -5,6 +5,7 @@
 
 pub mod allocatable;
 mod cgroups;
+pub mod driver;
 mod fs;
 pub mod limits;
 pub mod metrics;

@@ -392,6 +392,35 @@ impl Runtime for CriRuntime {
             .collect())
     }
 
+    async fn cgroup_driver(&self) -> Result<RuntimeCgroupDriver> {
+        let r = match self
+            .runtime
+            .clone()
+            .runtime_config(self.req(pb::RuntimeConfigRequest {}))
+            .await
+        {
+            Ok(r) => r.into_inner(),
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                return Ok(RuntimeCgroupDriver::Unimplemented);
+            }
+            Err(s) => return Err(err("RuntimeConfig", s)),
+        };
+        let Some(linux) = r.linux else {
+            return Ok(RuntimeCgroupDriver::NotReported);
+        };
+        match pb::CgroupDriver::try_from(linux.cgroup_driver) {
+            Ok(pb::CgroupDriver::Systemd) => Ok(RuntimeCgroupDriver::Systemd),
+            Ok(pb::CgroupDriver::Cgroupfs) => Ok(RuntimeCgroupDriver::Cgroupfs),
+            Err(_) => Err(RuntimeError::Call {
+                op: "RuntimeConfig",
+                message: format!(
+                    "runtime returned an unknown cgroup driver {}",
+                    linux.cgroup_driver
+                ),
+            }),
+        }
+    }
+
     async fn version(&self) -> Result<VersionInfo> {
         let r = self
             .runtime

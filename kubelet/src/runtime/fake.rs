@@ -36,6 +36,8 @@ struct State {
     stream_requests: Vec<StreamRequest>,
     /// What Status answers (None: RuntimeReady and NetworkReady true).
     conditions: Option<Vec<crate::runtime::RuntimeCondition>>,
+    /// What RuntimeConfig answers (`None`: Unimplemented).
+    cgroup_driver: Option<crate::runtime::RuntimeCgroupDriver>,
     /// ListPodSandboxStats fails as containerd 1.6's does without a filter.
     stats_list_fails_on_not_ready: bool,
 }
@@ -67,6 +69,11 @@ pub struct FakeRuntime {
 impl FakeRuntime {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// What RuntimeConfig answers from now on (default: the call is Unimplemented).
+    pub fn set_cgroup_driver(&self, driver: crate::runtime::RuntimeCgroupDriver) {
+        self.state.lock().unwrap().cgroup_driver = Some(driver);
     }
 
     /// What Status answers from now on.
@@ -282,6 +289,12 @@ pub const FAKE_IMAGE_SIZE: u64 = 4096;
 
 #[async_trait::async_trait]
 impl Runtime for FakeRuntime {
+    async fn cgroup_driver(&self) -> Result<crate::runtime::RuntimeCgroupDriver> {
+        let s = self.enter("RuntimeConfig")?;
+        Ok(s.cgroup_driver
+            .unwrap_or(crate::runtime::RuntimeCgroupDriver::Unimplemented))
+    }
+
     async fn status(&self) -> Result<Vec<crate::runtime::RuntimeCondition>> {
         let s = self.enter("Status")?;
         let set = s.conditions.clone();

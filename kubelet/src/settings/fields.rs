@@ -248,7 +248,12 @@ pub const FIELDS: &[Setting] = &[
     ),
     s("cgroupRoot", Implemented, &[], "Root cgroup for pods."),
     s("cgroupsPerQOS", Implemented, &[], "QoS cgroup hierarchy."),
-    s("cgroupDriver", Implemented, &[], "cgroupfs or systemd."),
+    s(
+        "cgroupDriver",
+        Implemented,
+        &[],
+        "cgroupfs or systemd. As upstream (KubeletCgroupDriverFromCRI, GA), the runtime's answer to CRI RuntimeConfig wins over it; a runtime without the call (containerd 1.6) keeps this value, with one info line; a RuntimeConfig failing three tries stops the start.",
+    ),
     s("cpuManagerPolicy", NotImplemented, &["none"], NO_CM),
     s("cpuManagerPolicyOptions", NotImplemented, &[], NO_CM),
     s(
