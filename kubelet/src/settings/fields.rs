@@ -344,15 +344,15 @@ pub const FIELDS: &[Setting] = &[
     s("kubeAPIBurst", Implemented, &[], "Client burst."),
     s(
         "serializeImagePulls",
-        NotImplemented,
-        &["true"],
-        "image pulls are always serialized.",
+        Implemented,
+        &[],
+        "Default true (one pull at a time, the others wait in order); unset, it becomes false when maxParallelImagePulls is 2 or more, as upstream's defaulting. Also --serialize-image-pulls.",
     ),
     s(
         "maxParallelImagePulls",
-        NotImplemented,
-        &["1"],
-        "image pulls are always serialized.",
+        Implemented,
+        &[],
+        "Pulls at once when serializeImagePulls is false (unset: no limit); below 1, or above 1 with serialized pulls, is refused with upstream's message.",
     ),
     s(
         "evictionHard",
