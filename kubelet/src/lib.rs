@@ -10,6 +10,7 @@
 //! node as a second source, mirror pods ([`pod`]), events ([`objects`]), and the status writer
 //! ([`status`]).
 
+pub mod allocation;
 pub mod app;
 pub mod atomic_file;
 pub mod certs;

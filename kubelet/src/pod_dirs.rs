@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::spec::{self, ConfigError, ContainerHostPaths, NodeSettings, pod_dir};
-use crate::volume::subpath::{self, Binder, SubpathMount};
+use crate::volume::{Binder, SubpathMount, subpath};
 
 /// The node's hosts file, which hostNetwork pods see (under a header).
 const NODE_HOSTS_FILE: &str = "/etc/hosts";
@@ -141,7 +141,7 @@ pub fn remove_orphans(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::volume::subpath::test_util::FakeBinder;
+    use crate::volume::subpath::fake::FakeBinder;
 
     #[test]
     fn orphaned_pod_dirs_go_known_and_young_ones_stay() {

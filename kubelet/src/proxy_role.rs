@@ -5,7 +5,7 @@
 //! a full one, as after any kube-proxy restart). Standalone, the proxy uses its own source
 //! (`clientConnection.kubeconfig`).
 
-use crate::objects::client::ClientHandle;
+use crate::objects::ClientHandle;
 use proxy::app::Environment;
 use proxy::config::{Flags, ProxyConfig};
 use std::path::{Path, PathBuf};

@@ -15,6 +15,8 @@ pub mod quantity;
 pub mod rtnl;
 #[cfg(feature = "settings")]
 pub mod settings;
+#[cfg(feature = "store")]
+pub mod store;
 pub mod version;
 
 pub use backoff::Backoff;

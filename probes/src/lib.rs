@@ -21,7 +21,7 @@ mod types;
 mod worker;
 
 #[cfg(any(test, feature = "test-util"))]
-pub mod test_util;
+pub mod fake;
 
 pub use exec::{ExecError, ExecOutput, ExecRunner};
 pub use manager::{

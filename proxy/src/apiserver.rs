@@ -3,27 +3,27 @@
 //! proxiers, and this proxy's Node (zone and addresses for the rules, deletion state for
 //! `/healthz`).
 //!
-//! Each kind runs one `kube::runtime::watcher` whose events drive a [`Mirror`]: a plain-data
-//! record of what was delivered to the handle. A (re-)list is buffered until it is complete and
-//! then diffed against the mirror, so objects that vanished while the watch was down are
-//! deleted, unchanged ones are not re-delivered, and the handle is marked synced once. Objects
-//! are decoded one by one, so a malformed object is logged and skipped without failing the
-//! list; watch errors are logged and retried with the watcher's backoff.
+//! Each kind runs one [`Reflector`] (the node agent's one list+watch store, `plumbing::store`)
+//! whose [`Sink`] hands each change to the handles. A (re-)list is buffered until it is
+//! complete and then diffed against the store, so objects that vanished while the watch was
+//! down are deleted, unchanged ones are not re-delivered, and the handle is marked synced
+//! once. Objects are decoded one by one, so a malformed object is logged and skipped without
+//! failing the list; watch errors are logged and retried with the watcher's backoff.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
+use plumbing::store::{Reflector, Sink, Store};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::model::NodeFacts;
 use crate::tracker::ProxyHandles;
@@ -178,131 +178,7 @@ pub fn kubeconfig_server(path: &Path) -> Option<String> {
 }
 
 // ---------------------------------------------------------------------------------------
-// What was delivered: the re-list diff, as plain data.
-
-/// namespace/name ("" namespace for cluster-scoped objects).
-pub type Key = (String, String);
-
-/// One change to deliver to a sink.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Change<K> {
-    Upsert(K),
-    Delete(K),
-}
-
-/// What one kind's watcher has delivered so far, and the list being received.
-#[derive(Debug)]
-pub struct Mirror<K> {
-    delivered: BTreeMap<Key, K>,
-    /// Some while a (re-)list is in progress.
-    listing: Option<BTreeMap<Key, K>>,
-    /// Listed objects that could not be decoded: their last delivered version is kept.
-    kept: BTreeSet<Key>,
-    synced: bool,
-}
-
-impl<K> Default for Mirror<K> {
-    fn default() -> Self {
-        Mirror {
-            delivered: BTreeMap::new(),
-            listing: None,
-            kept: BTreeSet::new(),
-            synced: false,
-        }
-    }
-}
-
-impl<K: Clone + PartialEq> Mirror<K> {
-    /// A (re-)list starts.
-    pub fn init(&mut self) {
-        self.listing = Some(BTreeMap::new());
-        self.kept.clear();
-    }
-
-    /// One listed object.
-    pub fn init_apply(&mut self, key: Key, obj: K) {
-        self.listing.get_or_insert_default().insert(key, obj);
-    }
-
-    /// A listed object that could not be decoded: keep whatever was delivered for it.
-    pub fn init_keep(&mut self, key: Key) {
-        self.kept.insert(key);
-    }
-
-    /// The list is complete: deletes for what vanished, upserts for what is new or changed.
-    /// Returns the changes and whether this was the first complete list.
-    pub fn init_done(&mut self) -> (Vec<Change<K>>, bool) {
-        let listed = self.listing.take().unwrap_or_default();
-        let kept = std::mem::take(&mut self.kept);
-        let mut changes = Vec::new();
-        let old = std::mem::take(&mut self.delivered);
-        for (key, obj) in old {
-            if listed.contains_key(&key) || kept.contains(&key) {
-                self.delivered.insert(key, obj);
-            } else {
-                changes.push(Change::Delete(obj));
-            }
-        }
-        for (key, obj) in listed {
-            if self.delivered.get(&key) != Some(&obj) {
-                changes.push(Change::Upsert(obj.clone()));
-            }
-            self.delivered.insert(key, obj);
-        }
-        let first = !self.synced;
-        self.synced = true;
-        (changes, first)
-    }
-
-    /// An object was added or modified (outside a list).
-    pub fn apply(&mut self, key: Key, obj: K) -> Option<Change<K>> {
-        if self.delivered.get(&key) == Some(&obj) {
-            return None;
-        }
-        self.delivered.insert(key, obj.clone());
-        Some(Change::Upsert(obj))
-    }
-
-    /// An object was deleted: the delete carries the version that was delivered.
-    pub fn delete(&mut self, key: &Key) -> Option<Change<K>> {
-        self.delivered.remove(key).map(Change::Delete)
-    }
-
-    pub fn len(&self) -> usize {
-        self.delivered.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.delivered.is_empty()
-    }
-
-    pub fn get(&self, key: &Key) -> Option<&K> {
-        self.delivered.get(key)
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Sinks.
-
-/// Where one kind's changes go.
-pub trait Sink: Send + 'static {
-    type Obj: Clone + PartialEq + Send + 'static;
-    /// For logs: "Service", "EndpointSlice", "Node".
-    const KIND: &'static str;
-    /// Decodes one object; `Err` is logged and the object skipped.
-    fn decode(&self, obj: DynamicObject) -> Result<Self::Obj, String>;
-    fn upsert(&mut self, obj: &Self::Obj);
-    fn delete(&mut self, obj: &Self::Obj);
-    /// The first complete list was delivered.
-    fn synced(&mut self);
-}
-
-fn key_of(obj: &DynamicObject) -> Key {
-    (
-        obj.metadata.namespace.clone().unwrap_or_default(),
-        obj.metadata.name.clone().unwrap_or_default(),
-    )
-}
 
 fn check_name(obj: &DynamicObject) -> Result<(), String> {
     if obj.metadata.name.as_deref().unwrap_or_default().is_empty() {
@@ -315,15 +191,16 @@ fn check_name(obj: &DynamicObject) -> Result<(), String> {
 #[derive(Debug)]
 pub struct ServiceSink(pub ProxyHandles);
 
-impl Sink for ServiceSink {
-    type Obj = Service;
-    const KIND: &'static str = "Service";
-
-    fn decode(&self, obj: DynamicObject) -> Result<Service, String> {
+impl Sink<DynamicObject> for ServiceSink {
+    type Item = Service;
+    fn kind(&self) -> &'static str {
+        "Service"
+    }
+    fn decode(&self, obj: DynamicObject) -> Result<Option<Service>, String> {
         check_name(&obj)?;
         let mut svc: Service = obj.try_parse().map_err(|e| e.to_string())?;
         svc.metadata.managed_fields = None;
-        Ok(svc)
+        Ok(Some(svc))
     }
     fn upsert(&mut self, obj: &Service) {
         self.0.on_service_upsert(obj);
@@ -359,15 +236,16 @@ impl ServiceCidrSink {
     }
 }
 
-impl Sink for ServiceCidrSink {
-    type Obj = ServiceCIDR;
-    const KIND: &'static str = "ServiceCIDR";
-
-    fn decode(&self, obj: DynamicObject) -> Result<ServiceCIDR, String> {
+impl Sink<DynamicObject> for ServiceCidrSink {
+    type Item = ServiceCIDR;
+    fn kind(&self) -> &'static str {
+        "ServiceCIDR"
+    }
+    fn decode(&self, obj: DynamicObject) -> Result<Option<ServiceCIDR>, String> {
         check_name(&obj)?;
         let mut c: ServiceCIDR = obj.try_parse().map_err(|e| e.to_string())?;
         c.metadata.managed_fields = None;
-        Ok(c)
+        Ok(Some(c))
     }
     fn upsert(&mut self, obj: &ServiceCIDR) {
         let cidrs = obj
@@ -396,15 +274,16 @@ impl Sink for ServiceCidrSink {
 #[derive(Debug)]
 pub struct EndpointSliceSink(pub ProxyHandles);
 
-impl Sink for EndpointSliceSink {
-    type Obj = EndpointSlice;
-    const KIND: &'static str = "EndpointSlice";
-
-    fn decode(&self, obj: DynamicObject) -> Result<EndpointSlice, String> {
+impl Sink<DynamicObject> for EndpointSliceSink {
+    type Item = EndpointSlice;
+    fn kind(&self) -> &'static str {
+        "EndpointSlice"
+    }
+    fn decode(&self, obj: DynamicObject) -> Result<Option<EndpointSlice>, String> {
         check_name(&obj)?;
         let mut slice: EndpointSlice = obj.try_parse().map_err(|e| e.to_string())?;
         slice.metadata.managed_fields = None;
-        Ok(slice)
+        Ok(Some(slice))
     }
     fn upsert(&mut self, obj: &EndpointSlice) {
         self.0.on_endpoint_slice_upsert(obj);
@@ -498,14 +377,15 @@ impl NodeSink {
     }
 }
 
-impl Sink for NodeSink {
-    type Obj = NodeInfo;
-    const KIND: &'static str = "Node";
-
-    fn decode(&self, obj: DynamicObject) -> Result<NodeInfo, String> {
+impl Sink<DynamicObject> for NodeSink {
+    type Item = NodeInfo;
+    fn kind(&self) -> &'static str {
+        "Node"
+    }
+    fn decode(&self, obj: DynamicObject) -> Result<Option<NodeInfo>, String> {
         check_name(&obj)?;
         let node: Node = obj.try_parse().map_err(|e| e.to_string())?;
-        Ok(NodeInfo::from_node(&node))
+        Ok(Some(NodeInfo::from_node(&node)))
     }
     fn upsert(&mut self, obj: &NodeInfo) {
         match &self.current {
@@ -547,99 +427,21 @@ impl Sink for NodeSink {
 // ---------------------------------------------------------------------------------------
 // The loop.
 
-/// Feeds one watcher event into `mirror` and `sink`. Pure with respect to I/O (logs only),
-/// so tests drive it with hand-made events.
-pub fn handle_event<S: Sink>(mirror: &mut Mirror<S::Obj>, sink: &mut S, ev: Event<DynamicObject>) {
-    let deliver = |sink: &mut S, change: Change<S::Obj>| match change {
-        Change::Upsert(o) => sink.upsert(&o),
-        Change::Delete(o) => sink.delete(&o),
-    };
-    match ev {
-        Event::Init => {
-            debug!(kind = S::KIND, "list started");
-            mirror.init();
-        }
-        Event::InitApply(obj) => {
-            let key = key_of(&obj);
-            match sink.decode(obj) {
-                Ok(o) => mirror.init_apply(key, o),
-                Err(e) => {
-                    warn!(kind = S::KIND, namespace = %key.0, name = %key.1, error = %e, "skipping malformed object");
-                    mirror.init_keep(key);
-                }
-            }
-        }
-        Event::InitDone => {
-            let (changes, first) = mirror.init_done();
-            let deleted = changes
-                .iter()
-                .filter(|c| matches!(c, Change::Delete(_)))
-                .count();
-            info!(
-                kind = S::KIND,
-                objects = mirror.len(),
-                changed = changes.len() - deleted,
-                deleted,
-                "listed"
-            );
-            for c in changes {
-                deliver(sink, c);
-            }
-            if first {
-                sink.synced();
-            }
-        }
-        Event::Apply(obj) => {
-            let key = key_of(&obj);
-            match sink.decode(obj) {
-                Ok(o) => {
-                    if let Some(c) = mirror.apply(key, o) {
-                        deliver(sink, c);
-                    }
-                }
-                Err(e) => {
-                    warn!(kind = S::KIND, namespace = %key.0, name = %key.1, error = %e, "skipping malformed object")
-                }
-            }
-        }
-        Event::Delete(obj) => {
-            if let Some(c) = mirror.delete(&key_of(&obj)) {
-                deliver(sink, c);
-            }
-        }
-    }
-}
-
-/// List+watches one kind into `sink` until `shutdown`. Errors are logged; the watcher retries
-/// them with its default backoff (and re-lists after 410 Gone). Should the stream ever end, a
-/// new watcher starts after a pause and its first list is diffed against what was delivered.
-pub async fn run_watch<S: Sink>(
-    api: Api<DynamicObject>,
+/// List+watches every `K` into `sink` until `shutdown` (see [`Reflector::run`]); the
+/// store is the sink's own (what it was handed).
+async fn watch_kind<K, S>(
+    client: kube::Client,
     cfg: watcher::Config,
-    mut sink: S,
+    sink: S,
     shutdown: CancellationToken,
-) {
-    let mut mirror: Mirror<S::Obj> = Mirror::default();
-    loop {
-        let mut stream = watcher::watcher(api.clone(), cfg.clone())
-            .default_backoff()
-            .boxed();
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                ev = stream.next() => match ev {
-                    Some(Ok(ev)) => handle_event(&mut mirror, &mut sink, ev),
-                    Some(Err(e)) => warn!(kind = S::KIND, error = %e, "watch failed; retrying with backoff"),
-                    None => break,
-                }
-            }
-        }
-        warn!(kind = S::KIND, "watch stream ended; restarting");
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
+) where
+    K: kube::Resource<DynamicType = ()>,
+    S: Sink<DynamicObject>,
+{
+    let resource = ApiResource::erase::<K>(&());
+    Reflector::new(Arc::new(Store::default()), sink)
+        .run(client, move |c| Api::all_with(c, &resource), cfg, shutdown)
+        .await;
 }
 
 /// Runs the Service, EndpointSlice, ServiceCIDR and Node watches until `shutdown`.
@@ -652,26 +454,26 @@ pub async fn run(
     let selector = label_selector();
     info!(label_selector = %selector, node = %node_name, "watching Services, EndpointSlices, ServiceCIDRs and this Node");
     let base = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
-    let services = run_watch(
-        Api::all_with(client.clone(), &ApiResource::erase::<Service>(&())),
+    let services = watch_kind::<Service, _>(
+        client.clone(),
         base.clone().labels(&selector),
         ServiceSink(handle.clone()),
         shutdown.clone(),
     );
-    let slices = run_watch(
-        Api::all_with(client.clone(), &ApiResource::erase::<EndpointSlice>(&())),
+    let slices = watch_kind::<EndpointSlice, _>(
+        client.clone(),
         base.clone().labels(&selector),
         EndpointSliceSink(handle.clone()),
         shutdown.clone(),
     );
-    let cidrs = run_watch(
-        Api::all_with(client.clone(), &ApiResource::erase::<ServiceCIDR>(&())),
+    let cidrs = watch_kind::<ServiceCIDR, _>(
+        client.clone(),
         base.clone(),
         ServiceCidrSink::new(handle.clone()),
         shutdown.clone(),
     );
-    let node = run_watch(
-        Api::all_with(client, &ApiResource::erase::<Node>(&())),
+    let node = watch_kind::<Node, _>(
+        client,
         base.fields(&node_field_selector(&node_name)),
         NodeSink::new(handle),
         shutdown.clone(),

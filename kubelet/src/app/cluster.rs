@@ -95,6 +95,8 @@ pub struct Parts {
     pub pressure: Arc<crate::eviction::PressureState>,
     /// The volumes in use for `status.volumesInUse`.
     pub volumes: Option<Arc<dyn node::VolumesInUse>>,
+    /// The pods' allocated resources (admission decides resizes).
+    pub allocations: Arc<crate::allocation::Allocations>,
 }
 
 /// Handles the rest of the kubelet keeps.
@@ -114,7 +116,7 @@ pub fn start(
     let node_rx = start_node(cfg, &conn, &parts, &parts.events.0, tasks, cancel);
     let (recorder, sink) = parts.events;
     tasks.spawn(sink.run(conn.client.clone(), cancel.clone()));
-    let store = crate::objects::pods::PodStore::default();
+    let store = crate::objects::PodStore::default();
     tasks.spawn(crate::objects::watch_pods(
         conn.client.clone(),
         cfg.node_name.clone(),
@@ -127,7 +129,7 @@ pub fn start(
         pods::Dispatcher {
             node_name: cfg.node_name.clone(),
             max_pods: cfg.max_pods,
-            sysctls: crate::pod::admission::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls)
+            sysctls: crate::pod::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
                 .unwrap_or_default(),
             store: store.clone(),
             statuses: parts.statuses.clone(),
@@ -139,6 +141,7 @@ pub fn start(
             shutdown: parts.shutdown.clone(),
             pressure: parts.pressure.clone(),
             pod_level_resources: cfg.pod_limits.pod_level_resources,
+            allocations: parts.allocations.clone(),
         }
         .run(cancel.clone()),
     );

@@ -12,12 +12,16 @@ use std::sync::Arc;
 /// warning and its limits are skipped; a cgroup that cannot be created or limited stops the
 /// start, as upstream's "Failed to start ContainerManager"; LimitedSwap on cgroup v1 is
 /// refused.
-/// `driver`: the cgroup driver in use (the runtime's, else `cgroupDriver`; see
+/// The cgroup driver is the runtime's answer to RuntimeConfig, else `cgroupDriver` (see
 /// [`crate::cm::driver`]).
 pub(super) async fn start(
     cfg: &Config,
-    driver: crate::cm::CgroupDriver,
+    runtime: &dyn crate::runtime::Runtime,
 ) -> Result<Arc<ContainerManager>, AppError> {
+    let driver =
+        crate::cm::driver::from_runtime(runtime, cfg.cgroup_driver, crate::cm::driver::RETRY_DELAY)
+            .await
+            .map_err(AppError::RuntimeConfig)?;
     let fs = FsCgroups::discover();
     let version = fs.version();
     if version == CgroupVersion::V1 && cfg.pod_limits.swap_behavior == SwapBehavior::LimitedSwap {
@@ -32,9 +36,9 @@ pub(super) async fn start(
     }
     let fs: Arc<dyn Cgroups> = Arc::new(fs);
     let inner: Arc<dyn Cgroups> = match driver {
-        crate::cm::settings::CgroupDriver::Cgroupfs => fs,
-        crate::cm::settings::CgroupDriver::Systemd => {
-            use crate::cm::systemd::{DbusUnits, NoSystemd, SystemdUnits};
+        crate::cm::CgroupDriver::Cgroupfs => fs,
+        crate::cm::CgroupDriver::Systemd => {
+            use crate::cm::{DbusUnits, NoSystemd, SystemdUnits};
             let units: Arc<dyn SystemdUnits> = if std::path::Path::new("/run/systemd/system")
                 .exists()
             {
@@ -50,10 +54,10 @@ pub(super) async fn start(
                 // reports it and the start stops, as upstream's.
                 Arc::new(NoSystemd)
             };
-            Arc::new(crate::cm::systemd::SystemdCgroups::new(units, fs))
+            Arc::new(crate::cm::SystemdCgroups::new(units, fs))
         }
     };
-    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::cm::metrics::InstrumentedCgroups::new(inner));
+    let cgroups: Arc<dyn Cgroups> = Arc::new(crate::cm::InstrumentedCgroups::new(inner));
     let hugepages = crate::host::hugepages();
     let cm = Arc::new(ContainerManager::new(
         cgroups,
@@ -68,7 +72,7 @@ pub(super) async fn start(
             hugepage_sizes: hugepages.keys().copied().collect(),
         },
     ));
-    let capacity = crate::cm::limits::NodeCapacity {
+    let capacity = crate::cm::NodeCapacity {
         cpu_millis: std::thread::available_parallelism()
             .map(|n| n.get() as i64 * 1000)
             .unwrap_or(1000),

@@ -109,8 +109,8 @@ pub fn allocatable_memory(cfg: &Config, capacity: i64) -> i128 {
         .max(0)
 }
 
-/// A GC period from a test hook (`env`: [`crate::images::gc::PERIOD_ENV`] or
-/// [`crate::runtime::gc::PERIOD_ENV`]), if set (a warning says so; an unparsable value is
+/// A GC period from a test hook (`env`: [`crate::images::IMAGE_GC_PERIOD_ENV`] or
+/// [`crate::runtime::CONTAINER_GC_PERIOD_ENV`]), if set (a warning says so; an unparsable value is
 /// ignored with a warning).
 fn test_gc_period(env: &str, what: &str, default: &str) -> Option<std::time::Duration> {
     let text = std::env::var(env).ok()?;
@@ -135,7 +135,7 @@ pub fn spawn(
     control: mpsc::Sender<Control>,
     events: Arc<dyn EventRecorder>,
     state: Arc<PressureState>,
-    pull_records: Option<Arc<crate::images::pull_records::PullRecords>>,
+    pull_records: Option<Arc<crate::images::PullRecords>>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) {
@@ -144,8 +144,12 @@ pub fn spawn(
         pods: Arc::new(SyncLoopPods(control.clone())),
         policy: cfg.container_gc.clone(),
         pod_logs_dir: cfg.pod_logs_dir.clone(),
-        period: test_gc_period(crate::runtime::gc::PERIOD_ENV, "container GC", "1m")
-            .unwrap_or(crate::runtime::CONTAINER_GC_PERIOD),
+        period: test_gc_period(
+            crate::runtime::CONTAINER_GC_PERIOD_ENV,
+            "container GC",
+            "1m",
+        )
+        .unwrap_or(crate::runtime::CONTAINER_GC_PERIOD),
     });
     let mut image_gc = ImageGc::new(
         runtime,
@@ -159,7 +163,7 @@ pub fn spawn(
                 .unwrap_or_else(|| crate::images::DEFAULT_SANDBOX_IMAGE.to_string()),
         ),
     );
-    if let Some(period) = test_gc_period(crate::images::gc::PERIOD_ENV, "image GC", "5m") {
+    if let Some(period) = test_gc_period(crate::images::IMAGE_GC_PERIOD_ENV, "image GC", "5m") {
         image_gc = image_gc.with_period(period);
     }
     if let Some(records) = pull_records {

@@ -16,8 +16,8 @@ use crate::metrics::Metrics;
 use crate::pleg::{self, PlegHealth};
 use crate::pod_worker::Deps;
 use crate::podspec::Source;
+use crate::runtime::CriRuntime;
 use crate::runtime::Runtime;
-use crate::runtime::cri::CriRuntime;
 use crate::server;
 use crate::status::StatusManager;
 use crate::sync_loop::{SourceUpdate, SyncLoop};
@@ -63,6 +63,9 @@ pub enum AppError {
     /// Upstream's kubelet exits when its image pull records cannot be set up.
     #[error("{0}")]
     PullRecords(String),
+    /// Upstream's kubelet exits when the allocated-resources checkpoint does not verify.
+    #[error(transparent)]
+    Allocations(#[from] crate::allocation::AllocationError),
 }
 
 /// The node's first non-loopback IPv4 address as the kernel would pick for an outgoing route,
@@ -87,15 +90,34 @@ fn node_ips(cfg: &Config) -> Vec<std::net::IpAddr> {
 }
 
 /// Runs the kubelet until `cancel` fires.
-pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
+/// Gates whose state changes what pods get, said once at start.
+fn log_gates(cfg: &Config) {
     // The gate reaches the pod workers (node settings), eviction and admission in their settings.
     if !cfg.pod_limits.pod_level_resources {
         tracing::info!("feature gate PodLevelResources is off: spec.resources of pods is ignored");
     }
-    let proxy_cfg = match &cfg.proxy_config {
-        Some(path) => Some(crate::proxy_role::load(path, &cfg.node_name)?),
-        None => None,
-    };
+}
+
+/// System OOMs from the kernel log become SystemOOM events on the Node, as upstream.
+fn start_oom_watch(
+    cfg: &Config,
+    events: &Arc<dyn EventRecorder>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) {
+    tasks.spawn(crate::oom::run(
+        crate::oom::DevKmsg::open,
+        events.clone(),
+        cfg.node_name.clone(),
+        cancel.clone(),
+    ));
+}
+
+pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
+    log_gates(&cfg);
+    let proxy_cfg = (cfg.proxy_config.as_ref())
+        .map(|path| crate::proxy_role::load(path, &cfg.node_name))
+        .transpose()?;
     let Some(cluster) = connect_cluster(&cfg, &cancel).await? else {
         return Ok(());
     };
@@ -115,29 +137,18 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         return Ok(());
     };
     let stats = start_stats_and_logs(&cfg, &runtime, &state, &mut tasks, &cancel);
-    let driver = crate::cm::driver::from_runtime(
-        runtime.as_ref(),
-        cfg.cgroup_driver,
-        crate::cm::driver::RETRY_DELAY,
-    )
-    .await
-    .map_err(AppError::RuntimeConfig)?;
-    let cm = container_manager::start(&cfg, driver).await?;
+    let cm = container_manager::start(&cfg, runtime.as_ref()).await?;
     let pull_records = start_pull_records(&cfg, runtime.as_ref()).await?;
     let node_ips = node_ips(&cfg);
     let (events, event_sink) = event_recorder(&cfg, cluster.is_some());
     let (probe_manager, probe_rx) = probe_manager(&metrics, &events);
-    // System OOMs from the kernel log become SystemOOM events on the Node, as upstream.
-    tasks.spawn(crate::oom::run(
-        crate::oom::DevKmsg::open,
-        events.clone(),
-        cfg.node_name.clone(),
-        cancel.clone(),
-    ));
+    start_oom_watch(&cfg, &events, &mut tasks, &cancel);
     let shutdown_state = Arc::new(crate::shutdown::ShutdownState::default());
     let pressure = Arc::new(crate::eviction::PressureState::default());
     let node = pods::node_settings(&cfg, &cm, &node_ips).await;
+    let allocations = pods::allocations(&cfg).await?;
     let worker_parts = pods::WorkerParts {
+        allocations: allocations.clone(),
         runtime: runtime.clone(),
         runtime_name,
         cm,
@@ -200,6 +211,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
             pressure: pressure.clone(),
             volumes: storage
                 .map(|s| Arc::new(pods::InUse(s)) as Arc<dyn crate::node::VolumesInUse>),
+            allocations,
         };
         terminated_tx = Some(cluster::start(&cfg, conn, parts, &mut tasks, &cancel).terminated_tx);
     }
@@ -242,10 +254,10 @@ async fn stop(state: &server::AppState, mut tasks: JoinSet<()>, probes: &probes:
 async fn start_pull_records(
     cfg: &Config,
     runtime: &dyn Runtime,
-) -> Result<Option<Arc<crate::images::pull_records::PullRecords>>, AppError> {
+) -> Result<Option<Arc<crate::images::PullRecords>>, AppError> {
     match cfg.image_pulls.verify_policy() {
         Some(policy) => Ok(Some(
-            crate::images::pull_records::start(&cfg.root_dir, policy, runtime)
+            crate::images::start_pull_records(&cfg.root_dir, policy, runtime)
                 .await
                 .map_err(AppError::PullRecords)?,
         )),
@@ -258,12 +270,9 @@ async fn start_pull_records(
 fn event_recorder(
     cfg: &Config,
     cluster_mode: bool,
-) -> (
-    Arc<dyn EventRecorder>,
-    Option<crate::objects::events::EventSink>,
-) {
+) -> (Arc<dyn EventRecorder>, Option<crate::objects::EventSink>) {
     if cluster_mode {
-        let (recorder, sink) = crate::objects::events::channel(&cfg.node_name);
+        let (recorder, sink) = crate::objects::event_channel(&cfg.node_name);
         (Arc::new(recorder), Some(sink))
     } else {
         (Arc::new(crate::events::LogRecorder), None)
@@ -363,13 +372,9 @@ fn runtime_client(cfg: &Config) -> Result<Arc<dyn Runtime>, AppError> {
     } else {
         cri_proto::connect_lazy(&cfg.image_service_endpoint, Duration::from_secs(5))?
     };
-    Ok(Arc::new(crate::runtime::instrumented::Instrumented::new(
-        Arc::new(CriRuntime::new(
-            runtime_ch,
-            image_ch,
-            cfg.runtime_request_timeout,
-        )),
-    )))
+    Ok(Arc::new(crate::runtime::Instrumented::new(Arc::new(
+        CriRuntime::new(runtime_ch, image_ch, cfg.runtime_request_timeout),
+    ))))
 }
 
 /// The runtime's name goes into every containerID: waits until it answers (None: cancelled).
@@ -402,7 +407,7 @@ fn start_stats_and_logs(
 ) -> Arc<crate::stats::Provider> {
     let stats = Arc::new(crate::stats::Provider::new(
         runtime.clone(),
-        Arc::new(crate::stats::node::LinuxNode),
+        Arc::new(crate::stats::LinuxNode),
         crate::stats::ProviderConfig::new(
             cfg.node_name.clone(),
             cfg.root_dir.clone(),
@@ -426,7 +431,7 @@ struct SyncLoopParts {
     events: Arc<dyn EventRecorder>,
     shutdown_state: Arc<crate::shutdown::ShutdownState>,
     pressure: Arc<crate::eviction::PressureState>,
-    pull_records: Option<Arc<crate::images::pull_records::PullRecords>>,
+    pull_records: Option<Arc<crate::images::PullRecords>>,
     pleg_health: Arc<PlegHealth>,
     metrics: Metrics,
 }
@@ -511,8 +516,8 @@ fn start_shutdown_manager(
     );
     let cancel = cancel.clone();
     tasks.spawn(async move {
-        let dir = std::path::PathBuf::from(crate::shutdown::logind::LOGIND_CONF_DIR);
-        let logind = match crate::shutdown::logind::DbusLogind::connect(dir).await {
+        let dir = std::path::PathBuf::from(crate::shutdown::LOGIND_CONF_DIR);
+        let logind = match crate::shutdown::DbusLogind::connect(dir).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(error = %e, "Failed to start node shutdown manager: no systemd-logind to talk to; pods will not be stopped gracefully when the node shuts down");

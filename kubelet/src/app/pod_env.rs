@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::objects::runtime_class::{self, RuntimeClassStore};
-use crate::objects::services::{self, ServiceStore};
+use crate::objects::{RuntimeClassStore, runtime_class};
+use crate::objects::{ServiceStore, services};
 use crate::pod_worker::{PodEnvError, PodEnvironment};
 
 /// Service-link variables and RuntimeClass handlers from the informers' stores.

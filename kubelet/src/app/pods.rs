@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::eviction::PressureState;
 use crate::metrics::Metrics;
-use crate::pod::admission::{Admission, sysctl};
+use crate::pod::{Admission, SysctlAllowlist};
 use crate::pod_worker::Deps;
 use crate::podspec::Source;
 use crate::runtime::Runtime;
@@ -46,8 +46,7 @@ pub(super) async fn node_settings(
     })
     .await
     .unwrap_or_default();
-    let (_, allocatable) =
-        crate::cm::allocatable::resource_lists(&host_info, cfg.max_pods, &cfg.resources);
+    let (_, allocatable) = crate::cm::resource_lists(&host_info, cfg.max_pods, &cfg.resources);
     NodeSettings {
         node_name: cfg.node_name.clone(),
         host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
@@ -69,6 +68,7 @@ pub(super) async fn node_settings(
 /// What every pod worker shares, with the volume manager and (cluster mode) the Services
 /// and RuntimeClasses informers spawned.
 pub(super) struct WorkerParts {
+    pub allocations: Arc<crate::allocation::Allocations>,
     pub runtime: Arc<dyn Runtime>,
     pub runtime_name: String,
     pub cm: Arc<ContainerManager>,
@@ -77,29 +77,45 @@ pub(super) struct WorkerParts {
     pub probes: Arc<probes::ProbeManager>,
     pub statuses: Arc<StatusManager>,
     pub metrics: Metrics,
-    pub pull_records: Option<Arc<crate::images::pull_records::PullRecords>>,
+    pub pull_records: Option<Arc<crate::images::PullRecords>>,
+}
+
+/// The pods' allocated resources, read back from `<root-dir>/allocated_pods_state` (off the
+/// async workers).
+pub(super) async fn allocations(
+    cfg: &Config,
+) -> Result<Arc<crate::allocation::Allocations>, super::AppError> {
+    use crate::allocation::{AllocationError, Allocations, CHECKPOINT_FILE};
+    let root = cfg.root_dir.clone();
+    let opened = tokio::task::spawn_blocking(move || Allocations::open(&root))
+        .await
+        .unwrap_or_else(|e| {
+            Err(AllocationError::Read {
+                path: cfg.root_dir.join(CHECKPOINT_FILE),
+                source: std::io::Error::other(e.to_string()),
+            })
+        })?;
+    Ok(Arc::new(opened))
 }
 
 pub(super) fn worker_env(
     cfg: &Config,
     parts: WorkerParts,
     cluster: Option<&Connected>,
-    storage: Option<Arc<crate::volume::claims::Storage>>,
+    storage: Option<Arc<crate::volume::Storage>>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Arc<Deps> {
     // ConfigMaps, Secrets and tokens come from the apiserver; standalone pods cannot use them.
     let api_objects = cluster.map(|c| {
-        Arc::new(crate::objects::apiserver::ClusterObjects::new(
-            c.client.clone(),
-        )) as Arc<dyn crate::objects::ApiObjects>
+        Arc::new(crate::objects::ClusterObjects::new(c.client.clone()))
+            as Arc<dyn crate::objects::ApiObjects>
     });
-    let binder: Arc<dyn crate::volume::subpath::Binder> =
-        Arc::new(crate::volume::subpath::KernelBinder);
+    let binder: Arc<dyn crate::volume::Binder> = Arc::new(crate::volume::KernelBinder);
     let mut volumes = crate::volume::VolumeManager::new(
         parts.node.clone(),
         Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
-        Arc::new(crate::objects::token::TokenManager::new(api_objects)),
+        Arc::new(crate::objects::TokenManager::new(api_objects)),
         binder.clone(),
     );
     if let Some(s) = storage {
@@ -133,6 +149,7 @@ pub(super) fn worker_env(
         None => (None, None),
     };
     Arc::new(Deps {
+        allocations: parts.allocations,
         events: parts.events,
         probes: parts.probes,
         exec: Arc::new(crate::probing::CriExec(parts.runtime.clone())),
@@ -157,12 +174,12 @@ pub(super) fn worker_env(
             services,
             runtime_classes,
         }),
-        refusal: crate::pod::admission::fields::refusal,
+        refusal: crate::pod::field_refusal,
     })
 }
 
 /// The node status's view of the volumes in use.
-pub(super) struct InUse(pub Arc<crate::volume::claims::Storage>);
+pub(super) struct InUse(pub Arc<crate::volume::Storage>);
 
 impl crate::node::VolumesInUse for InUse {
     fn volumes_in_use(&self) -> Vec<String> {
@@ -171,8 +188,8 @@ impl crate::node::VolumesInUse for InUse {
 }
 
 impl crate::stats::MeasuredVolumes for InUse {
-    fn pod_volumes(&self, pod_uid: &str) -> Vec<crate::stats::summary::VolumeStats> {
-        use crate::stats::summary::{FsStats, PvcReference, StatTime, VolumeStats};
+    fn pod_volumes(&self, pod_uid: &str) -> Vec<crate::stats::VolumeStats> {
+        use crate::stats::{FsStats, PvcReference, StatTime, VolumeStats};
         let u = |v: i64| u64::try_from(v).ok();
         self.0
             .pod_volume_stats(pod_uid)
@@ -203,7 +220,7 @@ pub(super) fn storage(
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
-) -> Option<Arc<crate::volume::claims::Storage>> {
+) -> Option<Arc<crate::volume::Storage>> {
     use crate::volume::csi;
     let drivers = Arc::new(csi::CsiDrivers::default());
     let node_info = cluster.map(|c| {
@@ -228,8 +245,8 @@ pub(super) fn storage(
     );
     tasks.spawn(Arc::new(plugins).run(cancel.clone()));
     let c = cluster?;
-    let storage = Arc::new(crate::volume::claims::Storage::new(
-        Arc::new(crate::volume::claims::KubeStorageApi {
+    let storage = Arc::new(crate::volume::Storage::new(
+        Arc::new(crate::volume::KubeStorageApi {
             client: c.client.clone(),
         }),
         csi::CsiMounter {
@@ -273,7 +290,7 @@ pub(super) async fn start_static_pods(
         return static_rx;
     };
     let (file_tx, file_rx) = mpsc::channel(4);
-    tasks.spawn(crate::pod::static_pods::run(
+    tasks.spawn(crate::pod::run_static_pods(
         dir.clone(),
         cfg.node_name.clone(),
         Duration::from_secs(1),
@@ -282,12 +299,12 @@ pub(super) async fn start_static_pods(
         cancel.clone(),
     ));
     let mut admission = Admission::new(
-        sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default(),
+        SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default(),
         Some(node.0),
         Some(node.1),
     );
     admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
-    let admitter = crate::pod::static_pods::Admitter {
+    let admitter = crate::pod::StaticPodAdmitter {
         admission,
         max_pods: cfg.max_pods,
         node_name: cfg.node_name.clone(),

@@ -19,8 +19,8 @@ pub(super) fn auth(
     cluster: Option<&Connected>,
 ) -> Result<Arc<server::Auth>, AppError> {
     let review = cluster.map(|c| {
-        Arc::new(crate::server::auth_review::ApiReview::new(c.client.clone()))
-            as Arc<dyn crate::server::auth_review::AuthReview>
+        Arc::new(crate::server::ApiReview::new(c.client.clone()))
+            as Arc<dyn crate::server::AuthReview>
     });
     Ok(Arc::new(
         server::Auth::new(cfg.auth.clone(), &cfg.node_name, review)

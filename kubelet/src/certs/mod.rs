@@ -5,4 +5,5 @@
 pub mod bootstrap;
 pub mod serving;
 
+pub use bootstrap::check_key_pair;
 pub use serving::{ServingCertResolver, ServingError, ServingManager, ServingSettings};

@@ -7,7 +7,7 @@
 //! a certificate is issued, handshakes fail (upstream's `GetCertificate` returns an error).
 
 use crate::certs::bootstrap::{self, BootstrapError, CsrKind};
-use crate::objects::client::ClientHandle;
+use crate::objects::ClientHandle;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use std::net::IpAddr;

@@ -12,16 +12,26 @@ pub mod metrics;
 pub mod resources;
 pub mod settings;
 pub mod systemd;
-pub use resources::{Amount, Eviction, NodeResources, Signal, Threshold};
+pub use resources::{
+    Amount, DEFAULT_EVICTION_HARD, ENFORCE_KEYS, Eviction, NodeResources, Reserved, Signal,
+    Threshold,
+};
 pub use settings::{CgroupDriver, DEFAULT_CFS_PERIOD_US, PodLimits, SwapBehavior};
 
 pub use cgroups::*;
 pub use fs::{FsCgroups, LIMITED_CONTROLLERS};
 
 use crate::podspec::{self, Qos};
+pub use allocatable::resource_lists;
 use k8s_openapi::api::core::v1::Pod;
+pub use limits::{
+    NodeCapacity, hugepage_size, milli_cpu_to_quota, milli_cpu_to_shares, pod_amounts,
+    pod_amounts_without_overhead,
+};
+pub use metrics::InstrumentedCgroups;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+pub use systemd::{DbusUnits, NoSystemd, SystemdCgroups, SystemdUnits};
 
 /// Why the node-level cgroups could not be set up: each names the step (in upstream's words
 /// where it has them), the cgroup, and the cause. Upstream's kubelet exits on any of them

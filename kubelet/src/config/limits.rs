@@ -35,8 +35,8 @@ pub(super) fn gate_or(
 /// The feature gates the agent reads; any other one set is named in a warning.
 pub const READ_GATES: &[&str] = &[
     "CustomCPUCFSQuotaPeriod",
-    crate::podspec::resources::GATE,
-    crate::images::pull_records::GATE,
+    crate::podspec::POD_LEVEL_RESOURCES_GATE,
+    crate::images::PULL_RECORDS_GATE,
 ];
 
 /// A warning for each gate set in `--feature-gates` or `featureGates` that the agent does
@@ -67,7 +67,7 @@ pub fn unread_gates(flags: &Flags, file: &KubeletConfiguration) -> Vec<String> {
 /// with pflag's syntax).
 pub fn parse(flags: &Flags, file: &KubeletConfiguration) -> Result<PodLimits, ConfigError> {
     let mut out = PodLimits {
-        pod_level_resources: gate_or(flags, file, crate::podspec::resources::GATE, true),
+        pod_level_resources: gate_or(flags, file, crate::podspec::POD_LEVEL_RESOURCES_GATE, true),
         ..PodLimits::default()
     };
     match (&flags.cpu_cfs_quota, &file.cpu_cfs_quota) {

@@ -1,15 +1,14 @@
 //! KubeletConfiguration (kubelet.config.k8s.io/v1beta1) and the validated settings the agent runs
 //! with. [`load`] is a pure function of the flags and the config file's text.
 
-mod auth;
 pub mod gc;
 pub mod limits;
 pub mod resources;
-pub mod server;
 
 use crate::cm::CgroupDriver;
 use crate::flags::Flags;
 use crate::network::settings as network;
+use crate::server::settings as server;
 use plumbing::duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -86,8 +85,8 @@ pub struct KubeletConfiguration {
     #[serde(rename = "kubeAPIBurst")]
     pub kube_api_burst: Option<i32>,
     pub eviction_hard: Option<BTreeMap<String, String>>,
-    pub authentication: Option<KubeletAuthentication>,
-    pub authorization: Option<KubeletAuthorization>,
+    pub authentication: Option<server::KubeletAuthentication>,
+    pub authorization: Option<server::KubeletAuthorization>,
     pub protect_kernel_defaults: Option<bool>,
     pub register_with_taints: Option<Vec<serde_json::Value>>,
     #[serde(rename = "podCIDR")]
@@ -202,53 +201,6 @@ pub struct KubeletConfiguration {
     pub extra: BTreeMap<String, serde_json::Value>,
 }
 
-/// `authentication` (upstream's KubeletAuthentication).
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAuthentication {
-    pub x509: Option<KubeletX509Authentication>,
-    pub webhook: Option<KubeletWebhookAuthentication>,
-    pub anonymous: Option<KubeletAnonymousAuthentication>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletX509Authentication {
-    #[serde(rename = "clientCAFile")]
-    pub client_ca_file: Option<String>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletWebhookAuthentication {
-    pub enabled: Option<bool>,
-    #[serde(rename = "cacheTTL")]
-    pub cache_ttl: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAnonymousAuthentication {
-    pub enabled: Option<bool>,
-}
-
-/// `authorization` (upstream's KubeletAuthorization).
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAuthorization {
-    pub mode: Option<String>,
-    pub webhook: Option<KubeletWebhookAuthorization>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletWebhookAuthorization {
-    #[serde(rename = "cacheAuthorizedTTL")]
-    pub cache_authorized_ttl: Option<serde_json::Value>,
-    #[serde(rename = "cacheUnauthorizedTTL")]
-    pub cache_unauthorized_ttl: Option<serde_json::Value>,
-}
-
 /// Validated settings, defaults applied.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -360,7 +312,7 @@ pub struct Config {
     /// `imagePullCredentialsVerificationPolicy`, `preloadedImagesVerificationAllowlist` and
     /// the `KubeletEnsureSecretPulledImages` gate, validated.
     #[serde(flatten)]
-    pub image_pulls: crate::images::pull_records::Settings,
+    pub image_pulls: crate::images::PullRecordsSettings,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -574,14 +526,14 @@ pub fn merge(
         .clone()
         .or(file.allowed_unsafe_sysctls.clone())
         .unwrap_or_default();
-    crate::pod::admission::sysctl::Allowlist::new(&allowed_unsafe_sysctls)
+    crate::pod::SysctlAllowlist::new(&allowed_unsafe_sysctls)
         .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
     let resources = resources::parse(flags, &file)?;
     let pod_limits = limits::parse(flags, &file)?;
     let image_gc = gc::image_policy(flags, &file)?;
     let container_gc = gc::container_policy(flags)?;
-    let image_pulls = crate::images::pull_records::Settings::parse(
-        limits::gate_or(flags, &file, crate::images::pull_records::GATE, true),
+    let image_pulls = crate::images::PullRecordsSettings::parse(
+        limits::gate_or(flags, &file, crate::images::PULL_RECORDS_GATE, true),
         file.image_pull_credentials_verification_policy.as_ref(),
         file.preloaded_images_verification_allowlist.as_ref(),
     )
@@ -635,7 +587,27 @@ pub fn merge(
             "cgroupRoot: {cgroup_root:?} must be an absolute path"
         )));
     }
-    let auth = auth::auth_settings(flags, &file)?;
+    let auth = server::auth_settings(
+        server::AuthFlags {
+            anonymous_auth: flags.anonymous_auth,
+            authentication_token_webhook: flags.authentication_token_webhook,
+            authentication_token_webhook_cache_ttl: flags
+                .authentication_token_webhook_cache_ttl
+                .as_deref(),
+            authorization_mode: flags.authorization_mode.as_deref(),
+            authorization_webhook_cache_authorized_ttl: flags
+                .authorization_webhook_cache_authorized_ttl
+                .as_deref(),
+            authorization_webhook_cache_unauthorized_ttl: flags
+                .authorization_webhook_cache_unauthorized_ttl
+                .as_deref(),
+            client_ca_file: flags.client_ca_file.as_deref(),
+        },
+        flags.config.is_some(),
+        file.authentication.as_ref(),
+        file.authorization.as_ref(),
+    )
+    .map_err(invalid)?;
     let tls_min_version = flags
         .tls_min_version
         .clone()
@@ -695,8 +667,9 @@ pub fn merge(
             flags.read_only_port.or(file.read_only_port).unwrap_or(0),
             true,
         )?,
-        max_open_files: server::max_open_files(flags.max_open_files, file.max_open_files.as_ref())?,
-        server: server::merge(file.node_agent_server.as_ref())?,
+        max_open_files: server::max_open_files(flags.max_open_files, file.max_open_files.as_ref())
+            .map_err(invalid)?,
+        server: server::merge(file.node_agent_server.as_ref()).map_err(invalid)?,
         node_status_max_images: match flags
             .node_status_max_images
             .or(file.node_status_max_images)
@@ -789,7 +762,7 @@ pub fn merge(
         fail_swap_on: flags.fail_swap_on.or(file.fail_swap_on).unwrap_or(true),
         pod_infra_container_image: flags.pod_infra_container_image.clone(),
         verbosity: flags.verbosity.unwrap_or(0),
-        shutdown: crate::shutdown::settings::Settings::new(
+        shutdown: crate::shutdown::Settings::new(
             file.shutdown_grace_period.unwrap_or_default(),
             file.shutdown_grace_period_critical_pods.unwrap_or_default(),
             file.shutdown_grace_period_by_pod_priority

@@ -6,7 +6,10 @@
 //! the result.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
-use crate::cm::resources::*;
+use crate::cm::{
+    Amount, DEFAULT_EVICTION_HARD, ENFORCE_KEYS, Eviction, NodeResources, Reserved, Signal,
+    Threshold,
+};
 use crate::flags::Flags;
 use plumbing::duration;
 use plumbing::quantity;

@@ -4,7 +4,8 @@
 
 use super::signals::{self, DiskUnit, FsPart};
 use crate::cm::{Signal, Threshold};
-use crate::stats::summary::PodStats;
+use crate::podspec::resources;
+use crate::stats::PodStats;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::cmp::Ordering;
@@ -73,15 +74,15 @@ fn container_quantity(c: &Container, limits: bool, resource: &str) -> Option<i12
 /// when nothing names it. `pod_level_gate`: the `PodLevelResources` gate.
 pub fn pod_amount(pod: &Pod, limits: bool, resource: &str, pod_level_gate: bool) -> Option<i128> {
     let spec = pod.spec.as_ref()?;
-    if let Some(r) = crate::podspec::resources::pod_level(spec, pod_level_gate) {
+    if let Some(r) = resources::pod_level(spec, pod_level_gate) {
         let level = if limits {
-            crate::podspec::resources::limits(r)
+            resources::limits(r)
         } else {
-            crate::podspec::resources::requests(r)
+            resources::requests(r)
         };
         if let Some(v) = level
             .get(resource)
-            .and_then(|q| crate::podspec::resources::amount(resource, q))
+            .and_then(|q| resources::amount(resource, q))
         {
             return Some(v);
         }

@@ -2,7 +2,7 @@
 //! usage figures pods are ranked by. Pure.
 
 use crate::cm::Signal;
-use crate::stats::summary::{FsStats, NodeStats, PodStats, Summary};
+use crate::stats::{FsStats, NodeStats, PodStats, Summary};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 

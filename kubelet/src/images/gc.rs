@@ -518,7 +518,7 @@ mod tests {
     /// ImageFsInfo names the overlayfs snapshotter's mountpoint below it, as containerd does).
     fn collector(
         images: &[&str],
-        image_fs: crate::stats::node::FsInfo,
+        image_fs: crate::stats::FsInfo,
         policy: ImageGcPolicy,
     ) -> (
         ImageGc,
@@ -526,7 +526,8 @@ mod tests {
         Arc<crate::events::FakeRecorder>,
         tempfile::TempDir,
     ) {
-        use crate::stats::node::{FakeNode, FsInfo};
+        use crate::stats::FsInfo;
+        use crate::stats::node::FakeNode;
         let rt = Arc::new(crate::runtime::fake::FakeRuntime::new());
         for i in images {
             rt.add_image(i);
@@ -579,7 +580,7 @@ mod tests {
             min_age: Duration::ZERO,
             max_age: Duration::ZERO,
         };
-        let image_fs = crate::stats::node::FsInfo {
+        let image_fs = crate::stats::FsInfo {
             capacity_bytes: 100 * MIB,
             available_bytes: 30 * MIB,
             used_bytes: 70 * MIB,
@@ -604,7 +605,7 @@ mod tests {
         );
 
         // The same node with a roomy image filesystem: nothing is removed.
-        let roomy = crate::stats::node::FsInfo {
+        let roomy = crate::stats::FsInfo {
             available_bytes: 90 * MIB,
             used_bytes: 10 * MIB,
             ..image_fs
@@ -624,7 +625,7 @@ mod tests {
             min_age: Duration::ZERO,
             max_age: Duration::ZERO,
         };
-        let full = crate::stats::node::FsInfo {
+        let full = crate::stats::FsInfo {
             capacity_bytes: 100 * MIB,
             available_bytes: 30 * MIB,
             used_bytes: 70 * MIB,
@@ -676,7 +677,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_zero_capacity_image_filesystem_is_an_error_and_an_event() {
-        let zero = crate::stats::node::FsInfo::default();
+        let zero = crate::stats::FsInfo::default();
         let policy = ImageGcPolicy {
             min_age: Duration::ZERO,
             ..ImageGcPolicy::default()

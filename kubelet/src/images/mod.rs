@@ -23,7 +23,13 @@ use tokio::time::Instant;
 use crate::events::EventType;
 use crate::podspec;
 use crate::runtime::{ImageAuth, Runtime, RuntimeError, SandboxConfig};
+pub use credentials::Keyring;
+pub use gc::PERIOD_ENV as IMAGE_GC_PERIOD_ENV;
 use plumbing::Backoff;
+pub use pull_records::{
+    GATE as PULL_RECORDS_GATE, PullRecords, Settings as PullRecordsSettings,
+    start as start_pull_records,
+};
 
 /// Pull back-off: 10 s doubling up to 5 min, per image (upstream's image back-off uses the
 /// container back-off's period and cap).

@@ -21,6 +21,7 @@ use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts, Registry,
 };
 pub use server::{ServerMetrics, server};
+pub use storage::{ACTUAL_STATE, DESIRED_STATE, VolumeFigures};
 pub use storage::{Volumes, volumes};
 
 /// Prometheus client_golang's default buckets (`metrics.DefBuckets`).

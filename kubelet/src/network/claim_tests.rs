@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::claims::{Claims, HostView, Policy, Refusal};
+use super::fake::{FakeRoute, RouteCall};
 use super::routes::{self, Route};
-use super::test_util::{FakeRoute, RouteCall};
 use super::tests::{Rig, ip, net, node_at};
 use super::*;
 

@@ -1,7 +1,7 @@
 //! Masquerade of pod traffic that leaves the cluster CIDR. The rules live in a table of our
 //! own (`ip node-agent` / `ip6 node-agent`, one `postrouting` nat chain each), replaced in
 //! one `nft -f -` transaction: no other table or chain is read or written. The edge is the
-//! [`Masquerade`] trait; [`NftMasquerade`] runs `nft`, the fake lives in `test_util`.
+//! [`Masquerade`] trait; [`NftMasquerade`] runs `nft`, the fake lives in `fake.rs`.
 
 use std::time::Duration;
 

@@ -21,12 +21,12 @@
 
 pub mod claims;
 pub mod cni_files;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 pub mod masquerade;
 mod route_step;
 pub mod routes;
 pub mod settings;
-#[cfg(any(test, feature = "test-util"))]
-pub mod test_util;
 pub mod util_chains;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,8 +42,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::EventRecorder;
-use crate::objects::client::ClientHandle;
-use crate::objects::informer::{self, Store};
+use crate::objects::ClientHandle;
+use crate::objects::{Store, informer};
 use claims::{Claims, Reported};
 use masquerade::Masquerade;
 use routes::Routes;

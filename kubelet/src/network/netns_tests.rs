@@ -7,8 +7,8 @@
 use std::process::Command;
 use std::sync::Arc;
 
+use super::fake::FakeMasquerade;
 use super::routes::{Added, NetlinkRoutes, Route, Routes};
-use super::test_util::FakeMasquerade;
 use super::tests::{Events, ip, net, node_at};
 use super::*;
 

@@ -10,7 +10,7 @@ use super::claims::{Claims, Policy};
 use super::routes::{self, Added, Change, Route};
 use super::{Controller, State};
 use crate::events::{self, EventType};
-use crate::objects::informer::Changed;
+use crate::objects::Changed;
 
 impl Controller {
     /// Returns false when something failed (the caller retries soon, with a full pass).

@@ -1,6 +1,6 @@
 //! Host-gw routes: every other Node's pod CIDRs via that Node's InternalIP (which of them,
 //! [`super::claims`] decides). The kernel edge is the narrow [`Routes`] trait;
-//! [`NetlinkRoutes`] is rtnetlink, and the fake lives in `test_util`. Routes are only ever
+//! [`NetlinkRoutes`] is rtnetlink, and the fake lives in `fake.rs`. Routes are only ever
 //! added with `NLM_F_EXCL` (never `NLM_F_REPLACE`: the kernel's replace matches a route by
 //! destination and metric whatever its protocol, so it would overwrite a route of anyone
 //! else) and deleted with [`ROUTE_PROTOCOL`] and the gateway in the request (the kernel then

@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 use plumbing::cidr::Cidr;
 
 use super::cni_files::{self, CONFLIST_NAME, ConfInput};
+use super::fake::{FakeMasquerade, FakeRoutes, RouteCall};
 use super::routes::{self, Change, Route};
-use super::test_util::{FakeMasquerade, FakeRoutes, RouteCall};
 use super::*;
 use crate::events::EventType;
 

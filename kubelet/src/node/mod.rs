@@ -4,7 +4,7 @@
 //! [`HostFacts`], runtime health through [`RuntimeHealth`], so the status logic is unit-tested.
 
 use crate::events::{EventRecorder, EventType, node_ref};
-use crate::objects::client::{self, ClientHandle};
+use crate::objects::{ClientHandle, client};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
@@ -207,7 +207,7 @@ pub fn capacity_and_allocatable(
     cfg: &NodeConfig,
     host: &HostInfo,
 ) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
-    crate::cm::allocatable::resource_lists(host, cfg.max_pods, &cfg.resources)
+    crate::cm::resource_lists(host, cfg.max_pods, &cfg.resources)
 }
 
 /// A condition transition worth an event: `(type, reason)` of the new state.
@@ -545,10 +545,17 @@ impl NodeStatusLoop {
             } else {
                 match self.update_once(&api, &mut last_written, &nref).await {
                     Ok(n) => {
+                        // Admission reads the labels (node affinity) and allocatable (fit,
+                        // resizes) from here.
                         self.node_tx.send_if_modified(|cur| {
-                            let changed =
-                                cur.as_ref().map(|c| (&c.metadata.uid, &c.metadata.labels))
-                                    != Some((&n.metadata.uid, &n.metadata.labels));
+                            let key = |n: &Node| {
+                                (
+                                    n.metadata.uid.clone(),
+                                    n.metadata.labels.clone(),
+                                    n.status.as_ref().and_then(|s| s.allocatable.clone()),
+                                )
+                            };
+                            let changed = cur.as_ref().map(key) != Some(key(&n));
                             if changed {
                                 *cur = Some(n.clone());
                             }

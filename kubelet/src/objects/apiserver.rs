@@ -1,13 +1,15 @@
 //! [`ApiObjects`] on the apiserver: ConfigMaps and Secrets read and followed by name (a
 //! watch with `fieldSelector=metadata.name=<name>` per object, as upstream's watch-based
-//! managers), ServiceAccount tokens through the `serviceaccounts/<name>/token` subresource.
+//! managers, each on the one list+watch store), ServiceAccount tokens through the `serviceaccounts/<name>/token` subresource.
 
-use futures::StreamExt;
+use std::sync::Arc;
+
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
+use plumbing::store::{Reflector, Sink, Store};
+use tokio_util::sync::CancellationToken;
 
 use super::client::{ClientHandle, WATCH_TIMEOUT_SECS, status_code, timed};
 use crate::objects::{ApiObjects, Kind, ObjectData, ObjectError, ObjectKey};
@@ -33,8 +35,46 @@ fn api_error(what: &str, key: &ObjectKey, e: kube::Error) -> ObjectError {
     ))
 }
 
+/// One followed object's changes, as [`ApiObjects::follow`] reports them.
+struct Follow<'a, K> {
+    kind: Kind,
+    convert: fn(K) -> ObjectData,
+    on_change: &'a (dyn Fn(Option<ObjectData>) + Send + Sync),
+    /// The object exists (as last delivered).
+    present: bool,
+}
+
+impl<K> Sink<K> for Follow<'_, K> {
+    type Item = ObjectData;
+    fn kind(&self) -> &'static str {
+        self.kind.lower()
+    }
+    fn quiet(&self) -> bool {
+        true
+    }
+    fn decode(&self, obj: K) -> Result<Option<ObjectData>, String> {
+        Ok(Some((self.convert)(obj)))
+    }
+    fn upsert(&mut self, item: &ObjectData) {
+        self.present = true;
+        (self.on_change)(Some(item.clone()));
+    }
+    fn delete(&mut self, _: &ObjectData) {
+        self.present = false;
+        (self.on_change)(None);
+    }
+    fn synced(&mut self) {
+        // Listed and not there: it does not exist (yet).
+        if !self.present {
+            (self.on_change)(None);
+        }
+    }
+}
+
+/// Follows one object by name (its own store: the one list+watch store) until the future is
+/// dropped.
 async fn follow_kind<K>(
-    mut client: ClientHandle,
+    client: ClientHandle,
     key: &ObjectKey,
     convert: fn(K) -> ObjectData,
     on_change: &(dyn Fn(Option<ObjectData>) + Send + Sync),
@@ -48,35 +88,25 @@ where
         + 'static,
     K::DynamicType: Default,
 {
-    loop {
-        client.mark_seen();
-        let api: Api<K> = Api::namespaced(client.current(), &key.namespace);
-        let cfg = watcher::Config::default()
-            .fields(&format!("metadata.name={}", key.name))
-            .timeout(WATCH_TIMEOUT_SECS);
-        let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
-        let mut seen = false;
-        loop {
-            tokio::select! {
-                _ = client.changed() => break,
-                ev = stream.next() => match ev {
-                    Some(Ok(Event::Init)) => seen = false,
-                    Some(Ok(Event::InitApply(o))) | Some(Ok(Event::Apply(o))) => {
-                        seen = true;
-                        on_change(Some(convert(o)));
-                    }
-                    Some(Ok(Event::InitDone)) => {
-                        if !seen {
-                            on_change(None);
-                        }
-                    }
-                    Some(Ok(Event::Delete(_))) => on_change(None),
-                    Some(Err(e)) => tracing::debug!(kind = key.kind.lower(), namespace = %key.namespace, name = %key.name, error = %e, "object watch failed; retrying"),
-                    None => return ObjectError::Api("the watch ended".into()),
-                }
-            }
-        }
-    }
+    let config = watcher::Config::default()
+        .fields(&format!("metadata.name={}", key.name))
+        .timeout(WATCH_TIMEOUT_SECS);
+    let sink = Follow {
+        kind: key.kind,
+        convert,
+        on_change,
+        present: false,
+    };
+    let namespace = key.namespace.clone();
+    Reflector::new(Arc::new(Store::default()), sink)
+        .run(
+            client,
+            move |c| Api::namespaced(c, &namespace),
+            config,
+            CancellationToken::new(),
+        )
+        .await;
+    ObjectError::Api("the watch ended".into())
 }
 
 #[async_trait::async_trait]
@@ -149,3 +179,6 @@ impl ApiObjects for ClusterObjects {
             })
     }
 }
+
+#[cfg(test)]
+mod tests;

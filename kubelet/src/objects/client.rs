@@ -221,6 +221,17 @@ impl ClientHandle {
     }
 }
 
+/// The kubelet's watches ([`plumbing::store::Reflector`]) start over on each new client.
+impl plumbing::store::ClientSource for ClientHandle {
+    fn client(&mut self) -> kube::Client {
+        self.mark_seen();
+        self.current()
+    }
+    fn replaced(&mut self) -> impl Future<Output = ()> + Send {
+        self.changed()
+    }
+}
+
 impl ClientPublisher {
     pub fn publish(&self, client: kube::Client) {
         self.tx.send_replace(client);

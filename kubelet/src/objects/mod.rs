@@ -21,10 +21,17 @@ pub mod pods;
 pub mod runtime_class;
 pub mod services;
 pub mod token;
-pub use pods::{PodStore, on_node, watch_pods};
+pub use pods::{PodStore, on_node, pod_key, record_pod, watch_pods};
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
+pub use apiserver::ClusterObjects;
+pub use client::{ClientHandle, ClientPublisher, RateLimitLayer, timed};
+pub use events::{EventSink, channel as event_channel};
+pub use informer::{Changed, Store};
+pub use runtime_class::RuntimeClassStore;
+pub use services::ServiceStore;
+pub use token::{TokenKey, TokenManager};
 
 /// Waits for a change; a channel whose sender is gone never changes again (the caller's
 /// cancellation token ends its loop), so this then waits forever instead of spinning.

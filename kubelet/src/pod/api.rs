@@ -42,6 +42,8 @@ pub struct Dispatcher {
     pub pressure: Arc<crate::eviction::PressureState>,
     /// The `PodLevelResources` gate.
     pub pod_level_resources: bool,
+    /// The pods' allocated resources: admission records them and decides resizes.
+    pub allocations: Arc<crate::allocation::Allocations>,
 }
 
 impl Dispatcher {
@@ -53,13 +55,15 @@ impl Dispatcher {
             Some(self.pressure.clone()),
         );
         admission.pod_level_resources = self.pod_level_resources;
+        admission.allocations = Some(self.allocations.clone());
+        admission.events = Some(self.events.clone());
         let mut last: Option<HashMap<String, Pod>> = None;
         let mut rejected_uids: HashSet<String> = HashSet::new();
         loop {
-            if self.store.synced() {
+            if self.store.has_synced() {
                 let pods: Vec<Pod> = self
                     .store
-                    .list()
+                    .values()
                     .into_iter()
                     .filter(|p| on_node(p, &self.node_name))
                     .filter(|p| {
@@ -118,6 +122,17 @@ impl Dispatcher {
                         Some(_) => true,
                     }
                 });
+                // The allocations reach the checkpoint before the workers act on them.
+                if self.allocations.dirty() {
+                    let a = self.allocations.clone();
+                    match tokio::task::spawn_blocking(move || a.flush()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::error!(error = %e, "SetPodAllocation failed"),
+                        Err(e) => {
+                            tracing::error!(error = %e, "writing the allocation checkpoint panicked")
+                        }
+                    }
+                }
                 let admitted: HashMap<String, Pod> = pods
                     .iter()
                     .filter(|p| admission.is_admitted(p.metadata.uid.as_deref().unwrap_or("")))

@@ -5,8 +5,8 @@
 
 use crate::objects::PodStore;
 use crate::objects::changed;
-use crate::objects::client::{self, ClientHandle};
-use crate::objects::pods::key;
+use crate::objects::pod_key as key;
+use crate::objects::{ClientHandle, client};
 use crate::podspec::{ANN_CONFIG_HASH, ANN_CONFIG_MIRROR};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -92,7 +92,7 @@ impl MirrorPods {
         let Some(node) = self.node_rx.borrow().clone() else {
             return;
         };
-        if !self.store.synced() {
+        if !self.store.has_synced() {
             return;
         }
         let statics: HashMap<String, Pod> = self
@@ -109,7 +109,7 @@ impl MirrorPods {
                 )
             })
             .collect();
-        let api_pods = self.store.list();
+        let api_pods = self.store.values();
         // Mirrors whose static pod is gone.
         for p in api_pods.iter().filter(|p| mirror_hash(p).is_some()) {
             let k = key(
@@ -153,8 +153,11 @@ impl MirrorPods {
                     match client::timed(api.create(&PostParams::default(), &mirror)).await {
                         Ok(p) => {
                             tracing::info!(pod = %k, "mirror pod created");
-                            self.store
-                                .apply(node.metadata.name.as_deref().unwrap_or(""), p);
+                            crate::objects::record_pod(
+                                &self.store,
+                                node.metadata.name.as_deref().unwrap_or(""),
+                                p,
+                            );
                         }
                         Err(e) if client::status_code(&e) == Some(409) => {}
                         Err(e) => {

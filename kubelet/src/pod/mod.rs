@@ -6,3 +6,7 @@ pub mod admission;
 pub mod api;
 pub mod mirror;
 pub mod static_pods;
+pub use admission::Admission;
+pub use admission::fields::refusal as field_refusal;
+pub use admission::sysctl::Allowlist as SysctlAllowlist;
+pub use static_pods::{Admitter as StaticPodAdmitter, run as run_static_pods};

@@ -26,7 +26,11 @@ impl Worker {
                 }
                 Action::KillContainer { id, name } => {
                     tracing::info!(%action, container = %name, "container spec changed, will be restarted");
-                    let message = format!("Container {name} definition changed, will be restarted");
+                    let message = if obs.resize_restart.contains(id) {
+                        format!("Container {name} resize requires restart")
+                    } else {
+                        format!("Container {name} definition changed, will be restarted")
+                    };
                     self.kill_container(id, name, grace, Some(&message)).await;
                 }
                 Action::RemoveContainer { id } => {

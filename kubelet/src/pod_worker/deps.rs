@@ -7,13 +7,15 @@
 
 use super::*;
 use crate::cm::{CgroupError, ContainerManager};
-use crate::images::credentials::Keyring;
+use crate::images::Keyring;
 use crate::images::{PullBackoff, PullError};
 use crate::volume::VolumeError;
 use std::path::PathBuf;
 
 /// What every worker shares.
 pub struct Deps {
+    /// The pods' allocated resources (in-place resize): containers run with these.
+    pub allocations: Arc<crate::allocation::Allocations>,
     pub runtime: Arc<dyn Runtime>,
     /// The pod cgroups, their limits and the QoS tiers above them.
     pub cgroups: Arc<dyn PodCgroups>,
@@ -26,7 +28,7 @@ pub struct Deps {
     /// The ConfigMaps and Secrets the containers' env reads.
     pub objects: Arc<crate::objects::ObjectCache>,
     /// Bind mounts for subPath volume mounts.
-    pub binder: Arc<dyn crate::volume::subpath::Binder>,
+    pub binder: Arc<dyn crate::volume::Binder>,
     pub statuses: Arc<StatusManager>,
     /// Pulling, Pulled, Created, Started, Killing, BackOff, ... events.
     pub events: Arc<dyn EventRecorder>,

@@ -26,7 +26,7 @@ impl Deps {
         records: bool,
     ) -> Deps {
         let binder: Arc<dyn crate::volume::subpath::Binder> =
-            Arc::new(crate::volume::subpath::test_util::FakeBinder::default());
+            Arc::new(crate::volume::subpath::fake::FakeBinder::default());
         let node = NodeSettings {
             node_name: "n1".into(),
             host_ips: vec!["192.0.2.1".into()],
@@ -47,6 +47,7 @@ impl Deps {
             )
         });
         Deps {
+            allocations: Arc::new(crate::allocation::Allocations::in_memory()),
             events: Arc::new(crate::events::FakeRecorder::default()),
             probes: test_probes().0,
             exec: Arc::new(crate::probing::CriExec(runtime.clone())),

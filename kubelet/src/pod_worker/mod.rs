@@ -72,6 +72,7 @@ mod hooks;
 mod plan;
 mod probes;
 mod publish;
+mod resize;
 mod sync;
 mod terminate;
 
@@ -88,7 +89,16 @@ pub use sync::{SandboxError, StartError, observe};
 /// The state a worker keeps between passes.
 pub struct Worker {
     env: Arc<Deps>,
+    /// The pod at its allocated resources (what its containers run with); set from `desired`
+    /// at the start of every pass.
     pod: Pod,
+    /// The pod as its source last gave it (a resize there waits for admission to allocate it).
+    desired: Pod,
+    /// Container ID → the resources it runs with (those it was created with, or last
+    /// resized to in place).
+    actuated: HashMap<String, k8s_openapi::api::core::v1::ResourceRequirements>,
+    /// The last in-place resize failed: why (`PodResizeInProgress` reason `Error`).
+    resize_error: Option<String>,
     uid: String,
     backoff: Backoff,
     pulls: images::PullBackoff,
@@ -133,7 +143,10 @@ impl Worker {
         });
         Self {
             env,
+            desired: pod.clone(),
             pod,
+            actuated: HashMap::new(),
+            resize_error: None,
             uid,
             backoff: Backoff::default(),
             pulls: images::PullBackoff::default(),
@@ -204,10 +217,13 @@ impl Worker {
             let mut terminating: Option<Option<Duration>> = None;
             let mut next = Instant::now();
             let mut op = "create"; // kubelet_pod_worker_duration_seconds{operation_type}
+            // A resize admission takes later (or decides against) wakes the worker.
+            let resized = self.env.allocations.subscribe(&self.uid);
             loop {
                 tokio::select! {
                     biased;
                     _ = cancel.cancelled() => return,
+                    _ = resized.notified() => {}
                     msg = rx.recv() => {
                         let Some(msg) = msg else { return };
                         let mut msgs = vec![msg];
@@ -216,7 +232,7 @@ impl Worker {
                         }
                         for m in msgs {
                             match m {
-                                Msg::Update(p) => { self.pod = *p; if op != "create" { op = "update"; } }
+                                Msg::Update(p) => { self.desired = *p; if op != "create" { op = "update"; } }
                                 Msg::Terminate { grace } => terminating = Some(shortest_grace(terminating.flatten(), grace)),
                                 Msg::Wake => {}
                                 Msg::Probe(u) => self.on_probe(*u),

@@ -70,6 +70,8 @@ pub struct Observed {
     /// Running container instances whose startup probe has not succeeded yet (the worker
     /// fills it from the prober): a sidecar among them holds back the next init container.
     pub not_started: HashSet<String>,
+    /// Running container instances a resize restarts (`resizePolicy: RestartContainer`).
+    pub resize_restart: HashSet<String>,
 }
 
 impl Observed {
@@ -425,6 +427,7 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
                     if s.annotations
                         .get(ANN_CONTAINER_HASH)
                         .is_some_and(|h| *h != pod::container_hash(c))
+                        || obs.resize_restart.contains(&s.id)
                     {
                         p.kill.push((s.id.clone(), c.name.clone()));
                         p.start.push(Start {
@@ -503,8 +506,9 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
                 if s.annotations
                     .get(ANN_CONTAINER_HASH)
                     .is_some_and(|h| *h != pod::container_hash(c))
+                    || obs.resize_restart.contains(&s.id)
                 {
-                    // The spec changed: replace the container.
+                    // The spec changed, or a resize needs a restart: replace the container.
                     p.kill.push((s.id.clone(), c.name.clone()));
                     p.start.push(Start {
                         name: c.name.clone(),

@@ -21,6 +21,7 @@ pub async fn observe(rt: &dyn Runtime, uid: &str) -> Result<Observed> {
         sandboxes,
         containers,
         not_started: HashSet::new(),
+        resize_restart: HashSet::new(),
     })
 }
 
@@ -118,9 +119,13 @@ impl Worker {
     /// the spec, [`Worker::act`] on it, then publish the status. Returns when to come back
     /// (at the latest).
     pub async fn sync(&mut self) -> Duration {
-        let Some(obs) = self.observe_pass().await else {
+        // Containers run with the allocated resources; a resize reaches them once admission
+        // has allocated it.
+        self.pod = self.env.allocations.allocated_pod(&self.desired);
+        let Some(mut obs) = self.observe_pass().await else {
             return Duration::from_secs(1);
         };
+        obs.resize_restart = self.resize_restarts(&obs);
         let p = if self.stopped.is_some() {
             // Stopped for good: nothing starts again.
             plan::plan_stopped(&obs)
@@ -146,6 +151,9 @@ impl Worker {
             let rt = self.env.runtime.clone();
             observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
         };
+        if self.stopped.is_none() {
+            self.resize_in_place(&obs).await;
+        }
         self.add_exit_messages(&mut obs).await;
         let mut waiting = self.errors.clone();
         waiting.extend(p.waiting.clone());
@@ -326,7 +334,7 @@ impl Worker {
         })
         .await
         .unwrap_or_else(|e| Err(spec::ConfigError(format!("preparing the container: {e}"))));
-        let rt = &self.env.runtime;
+        let rt = self.env.runtime.clone();
         // runAsNonRoot is checked against the image's user, which also fills a missing UID.
         let user = crate::runtime::image_user(rt.as_ref(), c.image.as_deref().unwrap_or(""))
             .await
@@ -353,6 +361,7 @@ impl Worker {
             .create_container(sandbox_id, &cfg, sandbox)
             .await
             .map_err(|e| StartError::CreateContainer(e.to_string()))?;
+        self.note_created(&id, &c);
         self.event(
             Some(&c.name),
             EventType::Normal,

@@ -15,9 +15,7 @@ struct Rig {
 }
 
 fn rig() -> Rig {
-    rig_with_binder(Arc::new(
-        crate::volume::subpath::test_util::FakeBinder::default(),
-    ))
+    rig_with_binder(Arc::new(crate::volume::subpath::fake::FakeBinder::default()))
 }
 
 fn rig_with_binder(binder: Arc<dyn crate::volume::subpath::Binder>) -> Rig {
@@ -266,7 +264,7 @@ async fn spec_change_replaces_the_container() {
     // The container hash covers name and image (upstream's HashContainer): an image change
     // replaces the container.
     changed.spec.as_mut().unwrap().containers[0].image = Some("busybox:1.36".into());
-    w.pod = changed;
+    w.desired = changed;
     w.sync().await;
     let now = r.rt.running("app");
     assert_eq!(now.len(), 1);

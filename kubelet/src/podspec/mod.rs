@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use plumbing::names::is_dns_label;
 use plumbing::quantity;
+pub use resources::GATE as POD_LEVEL_RESOURCES_GATE;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

@@ -583,6 +583,49 @@ impl Runtime for CriRuntime {
         Ok(())
     }
 
+    async fn update_container_resources(&self, id: &str, r: &LinuxResources) -> Result<()> {
+        self.runtime
+            .clone()
+            .update_container_resources(self.req(pb::UpdateContainerResourcesRequest {
+                container_id: id.into(),
+                linux: Some(resources(r)),
+                ..Default::default()
+            }))
+            .await
+            .map_err(|s| err("UpdateContainerResources", s))?;
+        Ok(())
+    }
+
+    async fn update_sandbox_resources(
+        &self,
+        sandbox_id: &str,
+        overhead: &LinuxResources,
+        r: &LinuxResources,
+    ) -> Result<()> {
+        let answer = self
+            .runtime
+            .clone()
+            .update_pod_sandbox_resources(self.req(pb::UpdatePodSandboxResourcesRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                overhead: Some(resources(overhead)),
+                resources: Some(resources(r)),
+            }))
+            .await;
+        match answer {
+            Ok(_) => Ok(()),
+            // Optional for runtimes (containerd 1.6 has no such call): upstream logs and
+            // goes on.
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                tracing::debug!(
+                    sandbox = sandbox_id,
+                    "the runtime has no UpdatePodSandboxResources"
+                );
+                Ok(())
+            }
+            Err(s) => Err(err("UpdatePodSandboxResources", s)),
+        }
+    }
+
     async fn create_container(
         &self,
         sandbox_id: &str,

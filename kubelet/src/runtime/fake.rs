@@ -40,6 +40,8 @@ struct State {
     cgroup_driver: Option<crate::runtime::RuntimeCgroupDriver>,
     /// ListPodSandboxStats fails as containerd 1.6's does without a filter.
     stats_list_fails_on_not_ready: bool,
+    /// Every UpdateContainerResources: the container and what it asked for.
+    resource_updates: Vec<(String, LinuxResources)>,
 }
 
 /// One Exec, Attach or PortForward the fake answered.
@@ -102,6 +104,12 @@ impl FakeRuntime {
             .unwrap_or_else(|e| e.into_inner())
             .pulls
             .clone()
+    }
+
+    /// Every UpdateContainerResources so far: (container ID, resources).
+    pub fn resource_updates(&self) -> Vec<(String, LinuxResources)> {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.resource_updates.clone()
     }
 
     /// The next call of `op` (e.g. "StartContainer") fails with `err`.
@@ -688,6 +696,39 @@ impl Runtime for FakeRuntime {
             }],
             container_filesystems: Vec::new(),
         })
+    }
+
+    /// As containerd: a running container's resources change (its creation config shows the
+    /// new ones); any other container is an error.
+    async fn update_container_resources(&self, id: &str, r: &LinuxResources) -> Result<()> {
+        let mut s = self.enter("UpdateContainerResources")?;
+        let running = s
+            .containers
+            .get(id)
+            .map(|c| c.state == ContainerState::Running)
+            .ok_or_else(|| not_found("UpdateContainerResources", id))?;
+        if !running {
+            return Err(RuntimeError::Call {
+                op: "UpdateContainerResources",
+                message: format!("container {id} is not running"),
+            });
+        }
+        if let Some(cfg) = s.created.get_mut(id) {
+            cfg.resources = r.clone();
+        }
+        s.resource_updates.push((id.to_string(), r.clone()));
+        Ok(())
+    }
+
+    /// As containerd 1.6: the call does not exist (the CRI client treats that as done).
+    async fn update_sandbox_resources(
+        &self,
+        _sandbox_id: &str,
+        _overhead: &LinuxResources,
+        _resources: &LinuxResources,
+    ) -> Result<()> {
+        let _s = self.enter("UpdatePodSandboxResources")?;
+        Ok(())
     }
 
     /// As containerd: a new, empty file at the container's log path (when its directory

@@ -174,4 +174,30 @@ impl Runtime for Instrumented {
     async fn reopen_container_log(&self, id: &str) -> Result<()> {
         record("reopen_container_log", self.inner.reopen_container_log(id)).await
     }
+
+    async fn update_container_resources(
+        &self,
+        id: &str,
+        resources: &crate::runtime::LinuxResources,
+    ) -> Result<()> {
+        record(
+            "update_container",
+            self.inner.update_container_resources(id, resources),
+        )
+        .await
+    }
+
+    async fn update_sandbox_resources(
+        &self,
+        sandbox_id: &str,
+        overhead: &crate::runtime::LinuxResources,
+        resources: &crate::runtime::LinuxResources,
+    ) -> Result<()> {
+        record(
+            "update_podsandbox_resources",
+            self.inner
+                .update_sandbox_resources(sandbox_id, overhead, resources),
+        )
+        .await
+    }
 }

@@ -17,6 +17,9 @@ pub use stats::{
     SandboxStats,
 };
 
+pub use cri::CriRuntime;
+pub use gc::PERIOD_ENV as CONTAINER_GC_PERIOD_ENV;
+pub use instrumented::Instrumented;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -508,4 +511,15 @@ pub trait Runtime: Send + Sync + 'static {
     /// Asks the runtime to reopen the container's log file (after it was renamed by log
     /// rotation, the runtime creates a new one at the same path).
     async fn reopen_container_log(&self, id: &str) -> Result<()>;
+
+    /// Changes a running container's resources in place (CRI UpdateContainerResources).
+    async fn update_container_resources(&self, id: &str, resources: &LinuxResources) -> Result<()>;
+    /// Tells the runtime the pod's new resources (CRI UpdatePodSandboxResources). A runtime
+    /// without the call (containerd 1.6 answers Unimplemented) is no error, as upstream.
+    async fn update_sandbox_resources(
+        &self,
+        sandbox_id: &str,
+        overhead: &LinuxResources,
+        resources: &LinuxResources,
+    ) -> Result<()>;
 }

@@ -26,6 +26,7 @@ pub mod logs;
 pub mod node_logs;
 mod read_only;
 mod running_pods;
+pub mod settings;
 
 pub use read_only::read_only_router;
 pub mod streaming;
@@ -35,6 +36,7 @@ mod ws_spdy;
 use crate::atomic_file;
 use crate::metrics::Metrics;
 use crate::pleg::PlegHealth;
+pub use auth_review::{ApiReview, AuthReview};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -460,7 +462,7 @@ pub fn serving_tls_resolver(
 fn self_signed_problem(cert: &Path, key: &Path) -> Option<String> {
     let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
     match (read(cert), read(key)) {
-        (Ok(c), Ok(k)) => crate::certs::bootstrap::check_key_pair(&c, &k)
+        (Ok(c), Ok(k)) => crate::certs::check_key_pair(&c, &k)
             .err()
             .map(|e| format!("{} and {}: {e}", cert.display(), key.display())),
         (Err(e), _) | (_, Err(e)) => Some(e),

@@ -18,6 +18,7 @@ use crate::events::{EventRecorder, EventType};
 use crate::podspec::Stopped;
 use k8s_openapi::api::core::v1::Pod;
 use logind::Logind;
+pub use logind::{DbusLogind, LOGIND_CONF_DIR};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

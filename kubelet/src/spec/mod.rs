@@ -225,7 +225,7 @@ fn sandbox_linux_resources(
     memory_limit: i128,
 ) -> LinuxResources {
     let s = &node.pod_limits;
-    let shares = crate::cm::limits::milli_cpu_to_shares(cpu_request.unwrap_or(cpu_limit));
+    let shares = crate::cm::milli_cpu_to_shares(cpu_request.unwrap_or(cpu_limit));
     let mut out = LinuxResources {
         cpu_shares: shares as i64,
         memory_limit_in_bytes: memory_limit.clamp(0, i128::from(i64::MAX)) as i64,
@@ -233,7 +233,7 @@ fn sandbox_linux_resources(
     };
     if s.cpu_cfs_quota {
         out.cpu_period = s.cpu_cfs_period_us as i64;
-        out.cpu_quota = crate::cm::limits::milli_cpu_to_quota(cpu_limit, s.cpu_cfs_period_us);
+        out.cpu_quota = crate::cm::milli_cpu_to_quota(cpu_limit, s.cpu_cfs_period_us);
     }
     out
 }
@@ -242,7 +242,7 @@ fn sandbox_linux_resources(
 /// requests and limits (PodRequests/PodLimits without the overhead; pod-level
 /// `spec.resources` count when `PodLevelResources` is on).
 pub fn sandbox_resources(node: &NodeSettings, pod: &Pod) -> LinuxResources {
-    use crate::cm::limits::pod_amounts_without_overhead;
+    use crate::cm::pod_amounts_without_overhead;
     let gate = node.pod_limits.pod_level_resources;
     let requests = pod_amounts_without_overhead(pod, false, gate);
     let limits = pod_amounts_without_overhead(pod, true, gate);
@@ -361,22 +361,21 @@ pub fn linux_resources(node: &NodeSettings, pod: &Pod, c: &Container) -> LinuxRe
     let to_i64 = |v: i128| v.clamp(0, i64::MAX as i128) as i64;
     let s = &node.pod_limits;
     let mut out = LinuxResources {
-        cpu_shares: crate::cm::limits::milli_cpu_to_shares(cpu_request.unwrap_or(0)) as i64,
+        cpu_shares: crate::cm::milli_cpu_to_shares(cpu_request.unwrap_or(0)) as i64,
         memory_limit_in_bytes: to_i64(mem_limit.unwrap_or(0)),
         oom_score_adj: oom_score_adj(pod, c, node.memory_capacity, gate),
         ..Default::default()
     };
     if s.cpu_cfs_quota {
         out.cpu_period = s.cpu_cfs_period_us as i64;
-        out.cpu_quota =
-            crate::cm::limits::milli_cpu_to_quota(cpu_limit.unwrap_or(0), s.cpu_cfs_period_us);
+        out.cpu_quota = crate::cm::milli_cpu_to_quota(cpu_limit.unwrap_or(0), s.cpu_cfs_period_us);
     }
     // Every page size of the node gets a limit: 0 unless the container asks for pages.
     let mut pages: BTreeMap<u64, u64> = node.hugepage_sizes.iter().map(|s| (*s, 0)).collect();
     let mut asked = BTreeMap::new();
     for (map, is_limit) in [(&limits, true), (&requests, false)] {
         for (k, q) in map {
-            if let (Some(size), Ok(v)) = (crate::cm::limits::hugepage_size(k), quantity::value(q)) {
+            if let (Some(size), Ok(v)) = (crate::cm::hugepage_size(k), quantity::value(q)) {
                 let v = v.clamp(0, i128::from(i64::MAX)) as u64;
                 if is_limit {
                     asked.insert(size, v);

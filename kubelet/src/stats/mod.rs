@@ -29,12 +29,15 @@ mod tests;
 use crate::runtime::{Runtime, RuntimeError, Sandbox, SandboxStats};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use gaps::{Gaps, Source};
+use gaps::Source;
+pub use gaps::{Gaps, Source as GapSource};
 use node::NodeSource;
+pub use node::{FsInfo, LinuxNode};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+pub use summary::{FsStats, NodeStats, PodStats, PvcReference, StatTime, Summary, VolumeStats};
 use tokio_util::sync::CancellationToken;
 
 /// How often the housekeeping task refreshes (upstream's cAdvisor housekeeping interval, 10 s):

@@ -2,6 +2,7 @@
 //! what the runtime reports plus the worker's own knowledge (waiting reasons, readiness).
 
 pub mod manager;
+pub mod resize;
 pub mod writer;
 pub use manager::StatusManager;
 pub use writer::Terminated;

@@ -8,8 +8,8 @@
 //! one. Static pods' statuses go to their mirror pods. Pods whose termination finished get their
 //! final status and are then deleted with grace 0 and a UID precondition.
 
-use crate::objects::PodStore;
-use crate::objects::client::{self, ClientHandle};
+use crate::objects::{ClientHandle, client};
+use crate::objects::{PodStore, pod_key, record_pod};
 use crate::podspec::Source;
 use crate::podspec::{ANN_CONFIG_HASH, ANN_CONFIG_MIRROR, ANN_CONFIG_SOURCE};
 use crate::status::manager::StatusManager;
@@ -121,7 +121,7 @@ fn is_static(p: &Pod) -> bool {
 fn api_object(local: &Pod, store: &PodStore) -> Option<Pod> {
     let ns = local.metadata.namespace.as_deref().unwrap_or("default");
     let name = local.metadata.name.as_deref()?;
-    let api = store.get(ns, name)?;
+    let api = store.get(&pod_key(ns, name))?;
     if is_static(local) {
         let hash = local
             .metadata
@@ -198,7 +198,7 @@ impl StatusWriter {
             .await
             .ok()
             .flatten()?;
-        self.store.apply(&self.node_name, p.clone());
+        record_pod(&self.store, &self.node_name, p.clone());
         Some(p)
     }
 
@@ -266,7 +266,7 @@ impl StatusWriter {
                 Ok(p) => {
                     tracing::debug!(pod = %crate::podspec::full_name(local), %uid, phase = ?merged.phase, "pod status written");
                     checked.insert(uid.clone(), in_sync(&p));
-                    self.store.apply(&self.node_name, p);
+                    record_pod(&self.store, &self.node_name, p);
                     written.insert(uid.clone(), want);
                     return Ok(());
                 }
@@ -336,7 +336,7 @@ impl StatusWriter {
         let mut checked: HashMap<String, (Option<String>, PodStatus)> = HashMap::new();
         let mut retries: HashMap<String, Retry> = HashMap::new();
         loop {
-            if self.store.synced() {
+            if self.store.has_synced() {
                 let now = Instant::now();
                 let pods = self.statuses.pods();
                 for local in &pods {

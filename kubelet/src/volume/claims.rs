@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, V
 use k8s_openapi::api::storage::v1::CSIDriver;
 
 use super::csi::mounter::CsiVolume;
-use crate::objects::client::{ClientHandle, timed};
+use crate::objects::{ClientHandle, timed};
 
 /// The apiserver reads the resolution needs.
 #[async_trait::async_trait]
@@ -456,7 +456,7 @@ impl Storage {
                     crate::metrics::volumes().set_volume_stats(
                         ns,
                         claim,
-                        &crate::metrics::storage::VolumeFigures {
+                        &crate::metrics::VolumeFigures {
                             capacity_bytes: u(stats.capacity_bytes),
                             available_bytes: u(stats.available_bytes),
                             used_bytes: u(stats.used_bytes),

@@ -21,8 +21,8 @@ use super::atomic_writer::{self, Payload};
 use super::host_path;
 use super::projection::{self, Fetched};
 use super::subpath::Binder;
-use crate::objects::token::{TokenKey, TokenManager};
 use crate::objects::{self, ObjectCache, ObjectError};
+use crate::objects::{TokenKey, TokenManager};
 use crate::spec::{NodeSettings, pod_dir};
 
 /// How often mounted API-backed volumes are re-rendered without a change notice (tokens,
@@ -225,7 +225,7 @@ impl VolumeManager {
     /// `volume_manager_total_volumes`: every pod's volumes (desired) and those of pods whose
     /// volumes are all set up (actual), by plugin.
     fn report_totals(&self) {
-        use crate::metrics::storage::{ACTUAL_STATE, DESIRED_STATE};
+        use crate::metrics::{ACTUAL_STATE, DESIRED_STATE};
         let mut desired: BTreeMap<&'static str, usize> = BTreeMap::new();
         let mut actual: BTreeMap<&'static str, usize> = BTreeMap::new();
         for e in self.pods.lock().unwrap_or_else(|p| p.into_inner()).values() {

@@ -17,4 +17,6 @@ pub mod subpath;
 #[cfg(test)]
 mod bench_tests;
 
+pub use claims::{KubeStorageApi, Storage};
 pub use manager::{VolumeError, VolumeManager};
+pub use subpath::{Binder, KernelBinder, SubpathMount};

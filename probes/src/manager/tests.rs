@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::exec::ExecError;
+use crate::fake::{FakeExecRunner, exit};
 use crate::spec::Handler;
-use crate::test_util::{FakeExecRunner, exit};
 
 const LIVE: &str = "check live";
 const READY: &str = "check ready";
@@ -141,7 +141,7 @@ impl Rig {
     }
 }
 
-fn offsets(calls: &[crate::test_util::ExecCall], t0: Instant) -> Vec<u64> {
+fn offsets(calls: &[crate::fake::ExecCall], t0: Instant) -> Vec<u64> {
     calls.iter().map(|c| (c.at - t0).as_secs()).collect()
 }
 

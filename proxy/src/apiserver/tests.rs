@@ -1,7 +1,13 @@
 use super::*;
 use crate::model::{IpFamily, ServiceState};
 use crate::tracker::{ProxyHandle, ProxyHandles};
+use kube::runtime::watcher::Event;
 use serde_json::json;
+
+/// A reflector over its own store, as `run` makes one per kind.
+fn reflector<S: Sink<DynamicObject>>(sink: S) -> Reflector<DynamicObject, S> {
+    Reflector::new(Arc::new(Store::default()), sink)
+}
 
 #[test]
 fn selectors_match_upstream() {
@@ -29,48 +35,6 @@ fn master_must_be_a_url() {
         Err(Error::Master { .. })
     ));
     assert!(matches!(parse_master(""), Err(Error::Master { .. })));
-}
-
-fn k(name: &str) -> Key {
-    ("default".into(), name.into())
-}
-
-#[test]
-fn relist_deletes_vanished_and_skips_unchanged() {
-    let mut m: Mirror<u32> = Mirror::default();
-    m.init();
-    m.init_apply(k("a"), 1);
-    m.init_apply(k("b"), 1);
-    let (c, first) = m.init_done();
-    assert!(first);
-    assert_eq!(c, vec![Change::Upsert(1), Change::Upsert(1)]);
-    assert_eq!(m.apply(k("a"), 1), None, "unchanged apply is dropped");
-    assert_eq!(m.apply(k("a"), 2), Some(Change::Upsert(2)));
-    assert_eq!(m.apply(k("c"), 7), Some(Change::Upsert(7)));
-
-    // Re-list: a unchanged, b changed, c vanished, d new.
-    m.init();
-    m.init_apply(k("a"), 2);
-    m.init_apply(k("b"), 3);
-    m.init_apply(k("d"), 4);
-    let (c, first) = m.init_done();
-    assert!(!first);
-    assert_eq!(
-        c,
-        vec![Change::Delete(7), Change::Upsert(3), Change::Upsert(4)]
-    );
-    assert_eq!(m.len(), 3);
-
-    // Deletes carry the delivered version; unknown deletes are dropped.
-    assert_eq!(m.delete(&k("b")), Some(Change::Delete(3)));
-    assert_eq!(m.delete(&k("b")), None);
-
-    // A malformed object in a re-list keeps its delivered version.
-    m.init();
-    m.init_keep(k("a"));
-    let (c, _) = m.init_done();
-    assert_eq!(c, vec![Change::Delete(4)]);
-    assert_eq!(m.get(&k("a")), Some(&2));
 }
 
 fn dyn_obj(v: serde_json::Value) -> DynamicObject {
@@ -101,35 +65,38 @@ fn slice(name: &str, svc: &str, ips: &[&str]) -> DynamicObject {
 #[test]
 fn events_drive_the_handle_and_relist_deletes() {
     let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "n"));
-    let mut svcs = ServiceSink(handle.clone().into());
-    let mut sm = Mirror::default();
-    let mut slices = EndpointSliceSink(handle.clone().into());
-    let mut em = Mirror::default();
+    let mut sm = reflector(ServiceSink(handle.clone().into()));
+    let mut em = reflector(EndpointSliceSink(handle.clone().into()));
 
-    handle_event(&mut sm, &mut svcs, Event::Init);
-    handle_event(&mut sm, &mut svcs, Event::InitApply(svc("a", "10.96.0.1")));
-    handle_event(&mut sm, &mut svcs, Event::InitApply(svc("b", "10.96.0.2")));
+    sm.handle(Event::Init);
+    sm.handle(Event::InitApply(svc("a", "10.96.0.1")));
+    sm.handle(Event::InitApply(svc("b", "10.96.0.2")));
     // Malformed: a port that is not a number. Skipped, the rest of the list is kept.
     let bad = dyn_obj(json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"namespace": "default", "name": "bad"},
         "spec": {"ports": [{"port": "eighty"}]}
     }));
-    handle_event(&mut sm, &mut svcs, Event::InitApply(bad.clone()));
+    sm.handle(Event::InitApply(bad.clone()));
     assert!(!handle.initialized());
-    handle_event(&mut sm, &mut svcs, Event::InitDone);
-    assert_eq!(sm.len(), 2);
+    sm.handle(Event::InitDone);
+    assert_eq!(sm.store().len(), 2);
     assert!(
-        sm.get(&k("a")).unwrap().metadata.managed_fields.is_none(),
+        sm.store()
+            .get("default/a")
+            .unwrap()
+            .metadata
+            .managed_fields
+            .is_none(),
         "managedFields stripped"
     );
-    handle_event(&mut em, &mut slices, Event::Init);
-    handle_event(
-        &mut em,
-        &mut slices,
-        Event::InitApply(slice("a-1", "a", &["10.244.0.2", "10.244.1.2"])),
-    );
-    handle_event(&mut em, &mut slices, Event::InitDone);
+    em.handle(Event::Init);
+    em.handle(Event::InitApply(slice(
+        "a-1",
+        "a",
+        &["10.244.0.2", "10.244.1.2"],
+    )));
+    em.handle(Event::InitDone);
     assert!(handle.initialized());
     assert_eq!(handle.with_state(|s| s.service_port_map().len()), 2);
     assert_eq!(
@@ -138,34 +105,30 @@ fn events_drive_the_handle_and_relist_deletes() {
     );
 
     // Watch events: a malformed update is skipped (the old version stays).
-    handle_event(&mut sm, &mut svcs, Event::Apply(bad));
+    sm.handle(Event::Apply(bad));
     let mut bad_a = svc("a", "10.96.0.1");
     bad_a.data["spec"]["ports"] = json!("not a list");
-    handle_event(&mut sm, &mut svcs, Event::Apply(bad_a));
+    sm.handle(Event::Apply(bad_a));
     assert_eq!(handle.with_state(|s| s.service_port_map().len()), 2);
-    handle_event(
-        &mut em,
-        &mut slices,
-        Event::Apply(slice("a-1", "a", &["10.244.0.2"])),
-    );
+    em.handle(Event::Apply(slice("a-1", "a", &["10.244.0.2"])));
     assert_eq!(
         handle.with_state(|s| s.endpoints_map().values().map(Vec::len).sum::<usize>()),
         1
     );
 
     // Re-list after an outage: b and the slice vanished meanwhile.
-    handle_event(&mut sm, &mut svcs, Event::Init);
-    handle_event(&mut sm, &mut svcs, Event::InitApply(svc("a", "10.96.0.1")));
-    handle_event(&mut sm, &mut svcs, Event::InitDone);
-    handle_event(&mut em, &mut slices, Event::Init);
-    handle_event(&mut em, &mut slices, Event::InitDone);
+    sm.handle(Event::Init);
+    sm.handle(Event::InitApply(svc("a", "10.96.0.1")));
+    sm.handle(Event::InitDone);
+    em.handle(Event::Init);
+    em.handle(Event::InitDone);
     assert_eq!(handle.with_state(|s| s.service_port_map().len()), 1);
     assert!(handle.with_state(|s| s.endpoints_map().is_empty()));
 
     // Delete events.
-    handle_event(&mut sm, &mut svcs, Event::Delete(svc("a", "10.96.0.1")));
+    sm.handle(Event::Delete(svc("a", "10.96.0.1")));
     assert!(handle.with_state(|s| s.service_port_map().is_empty()));
-    assert!(sm.is_empty());
+    assert!(sm.store().is_empty());
 }
 
 #[test]
@@ -193,13 +156,12 @@ fn node_facts_reach_the_proxiers_and_health() {
         v4.health().clone(),
     );
     let handles = ProxyHandles::new(vec![v4.clone(), v6.clone()]);
-    let mut sink = NodeSink::new(handles);
-    let mut m = Mirror::default();
-    handle_event(&mut m, &mut sink, Event::Init);
-    handle_event(&mut m, &mut sink, Event::InitApply(node(json!([]), false)));
-    handle_event(&mut m, &mut sink, Event::InitDone);
+    let mut m = reflector(NodeSink::new(handles));
+    m.handle(Event::Init);
+    m.handle(Event::InitApply(node(json!([]), false)));
+    m.handle(Event::InitDone);
 
-    let cur = sink.current.clone().unwrap();
+    let cur = m.sink().current.clone().unwrap();
     assert_eq!(cur.pod_cidrs, vec!["10.244.1.0/24"]);
     let facts = v4.with_state(|s| s.node().clone());
     assert_eq!(facts.zone.as_deref(), Some("z1"));
@@ -214,16 +176,16 @@ fn node_facts_reach_the_proxiers_and_health() {
 
     // The autoscaler's taint, then deletion, make the node ineligible for /healthz.
     let tainted = json!([{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]);
-    handle_event(&mut m, &mut sink, Event::Apply(node(tainted, false)));
+    m.handle(Event::Apply(node(tainted, false)));
     assert!(!v4.health().node_eligible());
-    handle_event(&mut m, &mut sink, Event::Apply(node(json!([]), false)));
+    m.handle(Event::Apply(node(json!([]), false)));
     assert!(v4.health().node_eligible());
-    handle_event(&mut m, &mut sink, Event::Apply(node(json!([]), true)));
+    m.handle(Event::Apply(node(json!([]), true)));
     assert!(!v4.health().node_eligible());
 
-    handle_event(&mut m, &mut sink, Event::Init);
-    handle_event(&mut m, &mut sink, Event::InitDone);
-    assert!(sink.current.is_none(), "node gone after re-list");
+    m.handle(Event::Init);
+    m.handle(Event::InitDone);
+    assert!(m.sink().current.is_none(), "node gone after re-list");
 }
 
 #[tokio::test]
@@ -295,5 +257,6 @@ fn service_cidrs_reach_each_family() {
 fn sink_decode(v: serde_json::Value) -> ServiceCIDR {
     ServiceCidrSink::new(ProxyHandles::new(vec![]))
         .decode(dyn_obj(v))
+        .unwrap()
         .unwrap()
 }

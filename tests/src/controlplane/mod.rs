@@ -522,6 +522,26 @@ impl TestControlPlane {
         )
     }
 
+    /// PATCH `pods/<name>/resize` (the in-place resize subresource).
+    pub fn patch_resize(
+        &self,
+        namespace: &str,
+        name: &str,
+        content_type: &str,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        let res = resolve("pods")?;
+        self.shared.store().patch(
+            res,
+            namespace,
+            name,
+            content_type,
+            patch,
+            Subresource::Resize,
+            &harness_user(),
+        )
+    }
+
     /// PATCH `/status`.
     pub fn patch_status(
         &self,

@@ -488,6 +488,7 @@ async fn dispatch(
         "" => Subresource::Main,
         "status" if res.status => Subresource::Status,
         "approval" if res.approval => Subresource::Approval,
+        "resize" if res.group.is_empty() && res.plural == "pods" => Subresource::Resize,
         "ephemeralcontainers" if res.group.is_empty() && res.plural == "pods" => {
             Subresource::EphemeralContainers
         }

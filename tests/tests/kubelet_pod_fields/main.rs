@@ -2,3 +2,4 @@
 //! either has an effect that is checked from inside the containers, or a refusal.
 
 mod ephemeral;
+mod resize;

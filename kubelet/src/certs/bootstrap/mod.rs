@@ -17,7 +17,7 @@
 //! with the bootstrap kubeconfig's credentials instead, as upstream's certificate manager does.
 
 use crate::atomic_file;
-use crate::objects::client::{self, ClientPublisher, RateLimitLayer};
+use crate::objects::{ClientPublisher, RateLimitLayer, client};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,

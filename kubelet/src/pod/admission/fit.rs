@@ -4,6 +4,7 @@
 //! PodRequests: containers, sidecars, init containers, overhead, and pod-level `spec.resources`
 //! in place of the containers' when set (and the `PodLevelResources` gate is on). Pure.
 
+use crate::podspec::resources;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
@@ -11,7 +12,7 @@ use std::collections::BTreeMap;
 /// A pod's effective requests in upstream's units (cpu in millicores, the rest in values).
 /// `pod_level_gate`: the `PodLevelResources` gate.
 pub fn requests(pod: &Pod, pod_level_gate: bool) -> BTreeMap<String, i128> {
-    crate::cm::limits::pod_amounts(pod, false, pod_level_gate)
+    crate::cm::pod_amounts(pod, false, pod_level_gate)
 }
 
 /// Adds `pod`'s requests to `used`.
@@ -51,7 +52,7 @@ pub fn check(
             continue;
         }
         let cap = match allocatable.get(&name) {
-            Some(q) => crate::podspec::resources::amount(&name, q).unwrap_or(0),
+            Some(q) => resources::amount(&name, q).unwrap_or(0),
             None if is_extended(&name) => continue,
             None => 0,
         };

@@ -5,6 +5,8 @@
 
 pub mod fields;
 pub mod fit;
+use crate::allocation::message;
+pub mod resize;
 pub mod sysctl;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod, PodStatus};
@@ -94,7 +96,6 @@ fn is_terminal(p: &Pod) -> bool {
 }
 
 /// Admission decisions, sticky per UID: once admitted or rejected, a pod stays so.
-#[derive(Debug)]
 pub struct Admission {
     admitted: HashSet<String>,
     rejected: HashMap<String, Rejection>,
@@ -110,6 +111,11 @@ pub struct Admission {
     pub static_pods: Vec<Pod>,
     /// The `PodLevelResources` gate: pod-level requests count (and set the QoS class).
     pub pod_level_resources: bool,
+    /// The pods' allocated resources (in-place resize): admitted pods count at their
+    /// allocation, and resizes are decided here. None: pods count at their spec, no resize.
+    pub allocations: Option<Arc<crate::allocation::Allocations>>,
+    /// Where the resize events go (`ResizeStarted`, `ResizeDeferred`, `ResizeInfeasible`).
+    pub events: Option<Arc<dyn crate::events::EventRecorder>>,
 }
 
 impl Default for Admission {
@@ -124,6 +130,8 @@ impl Default for Admission {
             static_pods: Vec::new(),
             // Upstream's default in v1.36.
             pod_level_resources: true,
+            allocations: None,
+            events: None,
         }
     }
 }
@@ -160,17 +168,22 @@ impl Admission {
             .collect();
         self.admitted.retain(|u| live.contains(u.as_str()));
         self.rejected.retain(|u, _| live.contains(u.as_str()));
-        let running: Vec<&Pod> = pods
+        if let Some(a) = &self.allocations {
+            a.retain(&live);
+        }
+        // Admitted pods count at their allocation, which a resize may not have reached yet.
+        let running: Vec<Pod> = pods
             .iter()
             .filter(|p| {
                 self.admitted
                     .contains(p.metadata.uid.as_deref().unwrap_or(""))
                     && !is_terminal(p)
             })
+            .map(|p| self.allocated(p))
             .collect();
         let mut active = static_pods + running.len();
         let mut used = BTreeMap::new();
-        for p in running.iter().copied().chain(self.static_pods.iter()) {
+        for p in running.iter().chain(self.static_pods.iter()) {
             fit::add_requests(&mut used, p, self.pod_level_resources);
         }
         let mut fresh: Vec<&Pod> = pods
@@ -191,7 +204,10 @@ impl Admission {
                 ))
         });
         let mut out = Vec::new();
-        for p in fresh {
+        for desired in fresh {
+            // After an agent restart the checkpointed allocation, not the spec, is admitted.
+            let allocated = self.allocated(desired);
+            let p = &allocated;
             let uid = p.metadata.uid.clone().unwrap_or_default();
             // Terminal pods and pods being deleted need no room.
             if is_terminal(p) || p.metadata.deletion_timestamp.is_some() {
@@ -243,13 +259,115 @@ impl Admission {
                     out.push((p.clone(), r));
                 }
                 None => {
+                    if let Some(a) = &self.allocations {
+                        a.set(&uid, crate::allocation::from_spec(p));
+                    }
                     self.admitted.insert(uid);
                     active += 1;
                     fit::add_requests(&mut used, p, self.pod_level_resources);
                 }
             }
         }
+        self.resize(pods, &mut used);
         out
+    }
+
+    fn event(
+        &self,
+        pod: &Pod,
+        kind: crate::events::EventType,
+        reason: &str,
+        prefix: &str,
+        error: &str,
+    ) {
+        if let Some(events) = &self.events {
+            let text = message::resize_message(pod, prefix, error);
+            events.record(&crate::events::pod_ref(pod), kind, reason, &text);
+        }
+    }
+
+    /// `pod` at its allocated resources (its spec when it has no allocation).
+    fn allocated(&self, pod: &Pod) -> Pod {
+        match &self.allocations {
+            Some(a) => a.allocated_pod(pod),
+            None => pod.clone(),
+        }
+    }
+
+    /// Decides the resizes of admitted pods: those asking for no more cpu or memory first,
+    /// then the others, oldest first (`pods` is in admission order after a sort by age).
+    fn resize(&self, pods: &[Pod], used: &mut BTreeMap<String, i128>) {
+        let Some(allocations) = self.allocations.clone() else {
+            return;
+        };
+        let gate = self.pod_level_resources;
+        let mut todo: Vec<(&Pod, Pod)> = pods
+            .iter()
+            .filter(|p| {
+                self.admitted
+                    .contains(p.metadata.uid.as_deref().unwrap_or(""))
+                    && !is_terminal(p)
+                    && p.metadata.deletion_timestamp.is_none()
+            })
+            .map(|p| (p, allocations.allocated_pod(p)))
+            .collect();
+        todo.sort_by_key(|(p, a)| {
+            (
+                resize::increases(p, a, gate),
+                p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            )
+        });
+        for (desired, allocated) in todo {
+            let uid = desired.metadata.uid.as_deref().unwrap_or("");
+            let mut others = used.clone();
+            for (k, v) in fit::requests(&allocated, gate) {
+                *others.entry(k).or_insert(0) -= v;
+            }
+            match resize::decide(
+                desired,
+                &allocated,
+                &others,
+                self.allocatable.as_ref(),
+                gate,
+            ) {
+                resize::Decision::Unchanged => {
+                    allocations.set_pending(uid, None);
+                }
+                resize::Decision::Undecided => {}
+                resize::Decision::Allocate => {
+                    tracing::info!(pod = uid, "resize accepted; new resources allocated");
+                    self.event(
+                        desired,
+                        crate::events::EventType::Normal,
+                        message::STARTED,
+                        "Pod resize started",
+                        "",
+                    );
+                    allocations.set(uid, crate::allocation::from_spec(desired));
+                    allocations.set_pending(uid, None);
+                    *used = others;
+                    fit::add_requests(used, desired, gate);
+                }
+                resize::Decision::Pending(p) => {
+                    if allocations.set_pending(uid, Some(p.clone())) {
+                        tracing::info!(pod = uid, reason = %p.reason, message = %p.message, "resize not accepted");
+                        let reason = if p.reason == crate::allocation::REASON_INFEASIBLE {
+                            message::INFEASIBLE
+                        } else {
+                            message::DEFERRED
+                        };
+                        let prefix = format!("Pod resize {}", p.reason);
+                        self.event(
+                            desired,
+                            crate::events::EventType::Warning,
+                            reason,
+                            &prefix,
+                            &p.message,
+                        );
+                    }
+                }
+            }
+        }
     }
 
     pub fn is_admitted(&self, uid: &str) -> bool {

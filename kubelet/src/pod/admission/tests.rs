@@ -143,3 +143,170 @@ fn node_selector_and_affinity() {
     );
     assert_eq!(rej[0].1.reason, "NodeAffinity");
 }
+
+fn sized(name: &str, uid: &str, cpu: &str) -> Pod {
+    pod(
+        name,
+        uid,
+        serde_json::json!({"containers": [{"name": "c", "image": "i",
+            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"cpu": cpu, "memory": "64Mi"}}}]}),
+    )
+}
+
+fn resizing(cpu: &str) -> Pod {
+    let mut p = sized("a", "1", cpu);
+    p.metadata.generation = Some(2);
+    p
+}
+
+fn allocated_cpu(a: &crate::allocation::Allocations, uid: &str) -> String {
+    a.get(uid).unwrap()["c"].requests.as_ref().unwrap()["cpu"]
+        .0
+        .clone()
+}
+
+/// A resize beyond the node's allocatable is Infeasible, one that does not fit beside the
+/// other pods is Deferred (upstream's reasons and messages, with the generation asked for),
+/// and the deferred one is allocated once the other pod is gone. Admitted pods count at their
+/// allocation, not at a spec that asks for more.
+#[test]
+fn resizes_are_allocated_deferred_or_infeasible() {
+    let allocations = Arc::new(crate::allocation::Allocations::in_memory());
+    let recorder = Arc::new(crate::events::FakeRecorder::default());
+    let q = |s: &str| Quantity(s.into());
+    let mut a = Admission {
+        allocatable: Some(
+            [
+                ("cpu".to_string(), q("4")),
+                ("memory".to_string(), q("4Gi")),
+            ]
+            .into(),
+        ),
+        allocations: Some(allocations.clone()),
+        events: Some(recorder.clone()),
+        ..Default::default()
+    };
+    let labels = BTreeMap::new();
+    let other = sized("b", "22", "2");
+    assert!(
+        a.admit(
+            &[sized("a", "1", "1"), other.clone()],
+            0,
+            110,
+            Some(&labels),
+            "n1"
+        )
+        .is_empty()
+    );
+    assert_eq!(allocated_cpu(&allocations, "1"), "1");
+    // More than the node has: Infeasible; the allocation stays.
+    a.admit(
+        &[resizing("64"), other.clone()],
+        0,
+        110,
+        Some(&labels),
+        "n1",
+    );
+    let p = allocations.pending("1").unwrap();
+    assert_eq!(p.reason, "Infeasible");
+    assert_eq!(
+        p.message,
+        "Node didn't have enough capacity: cpu, requested: 64000, capacity: 4000"
+    );
+    assert_eq!(p.generation, Some(2));
+    assert_eq!(allocated_cpu(&allocations, "1"), "1");
+    // Fits the node but not beside the other pod: Deferred.
+    a.admit(&[resizing("3"), other.clone()], 0, 110, Some(&labels), "n1");
+    let p = allocations.pending("1").unwrap();
+    assert_eq!(p.reason, "Deferred");
+    assert_eq!(
+        p.message,
+        "Node didn't have enough resource: cpu, requested: 3000, used: 2000, capacity: 4000"
+    );
+    // A new pod is admitted against the allocation (1 cpu), not the pending 3.
+    let third = sized("c", "333", "1");
+    assert!(
+        a.admit(
+            &[resizing("3"), other, third.clone()],
+            0,
+            110,
+            Some(&labels),
+            "n1"
+        )
+        .is_empty()
+    );
+    // The other pods leave: the deferred resize is allocated and no longer pending.
+    a.admit(&[resizing("3")], 0, 110, Some(&labels), "n1");
+    assert_eq!(allocated_cpu(&allocations, "1"), "3");
+    assert_eq!(allocations.pending("1"), None);
+    // Shrinking always fits.
+    a.admit(&[resizing("500m")], 0, 110, Some(&labels), "n1");
+    assert_eq!(allocated_cpu(&allocations, "1"), "500m");
+    // One event per decision (a deferral whose message changed is told again), upstream's
+    // reasons.
+    let reasons: Vec<String> = recorder
+        .events()
+        .iter()
+        .map(|e| e.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "Warning ResizeInfeasible",
+            "Warning ResizeDeferred",
+            "Warning ResizeDeferred",
+            "Normal ResizeStarted",
+            "Normal ResizeStarted"
+        ]
+    );
+    assert!(recorder.events()[0].contains(
+        r#"Pod resize Infeasible: {"containers":[{"name":"c","resources":{"limits":{"cpu":"64","memory":"64Mi"},"requests":{"cpu":"64","memory":"64Mi"}}}],"generation":2,"error":"Node didn't have enough capacity"#
+    ));
+}
+
+/// After an agent restart the checkpointed allocation is what is admitted: a resize asked
+/// for while the agent was down is decided, not taken as the pod's original size.
+#[test]
+fn a_restarted_agent_admits_the_allocation_not_the_spec() {
+    let allocations = Arc::new(crate::allocation::Allocations::in_memory());
+    allocations.set("1", crate::allocation::from_spec(&sized("a", "1", "1")));
+    let q = |s: &str| Quantity(s.into());
+    let mut a = Admission {
+        allocatable: Some(
+            [
+                ("cpu".to_string(), q("4")),
+                ("memory".to_string(), q("4Gi")),
+            ]
+            .into(),
+        ),
+        allocations: Some(allocations.clone()),
+        ..Default::default()
+    };
+    assert!(
+        a.admit(&[resizing("64")], 0, 110, Some(&BTreeMap::new()), "n1")
+            .is_empty()
+    );
+    assert_eq!(allocated_cpu(&allocations, "1"), "1");
+    assert_eq!(allocations.pending("1").unwrap().reason, "Infeasible");
+}
+
+#[test]
+fn static_pods_cannot_resize() {
+    let mut p = resizing("2");
+    p.metadata.annotations = Some(
+        [(
+            crate::podspec::ANN_CONFIG_SOURCE.to_string(),
+            "file".to_string(),
+        )]
+        .into(),
+    );
+    let d = resize::decide(&p, &sized("a", "1", "1"), &BTreeMap::new(), None, true);
+    assert_eq!(
+        d,
+        resize::Decision::Pending(crate::allocation::Pending {
+            reason: "Infeasible".into(),
+            message: "In-place resize of static-pods is not supported".into(),
+            generation: Some(2),
+        })
+    );
+}

@@ -68,6 +68,7 @@ fn observed(sandboxes: Vec<Sandbox>, containers: Vec<(&str, ContainerStatus)>) -
             .map(|(sb, c)| (sb.to_string(), c))
             .collect(),
         not_started: HashSet::new(),
+        resize_restart: HashSet::new(),
     }
 }
 

@@ -66,7 +66,7 @@ fn add_debugger(w: &mut Worker, target: Option<&str>) {
     if let Some(t) = target {
         e["targetContainerName"] = t.into();
     }
-    let spec = w.pod.spec.as_mut().unwrap();
+    let spec = w.desired.spec.as_mut().unwrap();
     spec.ephemeral_containers = Some(vec![serde_json::from_value(e).unwrap()]);
 }
 
@@ -199,7 +199,7 @@ async fn status_and_conditions_carry_the_observed_generation() {
     let conds = generations(&st);
     assert!(!conds.is_empty());
     assert!(conds.iter().all(|(_, g)| *g == Some(3)), "{conds:?}");
-    w.pod.metadata.generation = Some(4);
+    w.desired.metadata.generation = Some(4);
     w.sync().await;
     let st = status(&r);
     assert_eq!(st.observed_generation, Some(4));
@@ -301,7 +301,7 @@ async fn an_ephemeral_container_with_a_refused_value_waits_with_the_refusal() {
     let r = rig();
     let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
     w.sync().await;
-    w.pod.spec.as_mut().unwrap().ephemeral_containers = Some(vec![
+    w.desired.spec.as_mut().unwrap().ephemeral_containers = Some(vec![
         serde_json::from_value(serde_json::json!({"name": "debugger", "image": IMAGE,
             "volumeDevices": [{"name": "b", "devicePath": "/dev/b"}]}))
         .unwrap(),

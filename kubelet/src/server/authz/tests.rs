@@ -1,5 +1,5 @@
 use super::*;
-use crate::server::auth_review::test_util::FakeReview;
+use crate::server::auth_review::fake::FakeReview;
 use http::{HeaderMap, HeaderValue, Method};
 use rustls::pki_types::CertificateDer;
 

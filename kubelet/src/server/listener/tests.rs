@@ -232,7 +232,7 @@ async fn oversized_request_heads_are_refused() {
 /// A :10250-like server on loopback (the authenticating handler over plain TCP): the token
 /// `good` is user `admin`, allowed `get` on `nodes/pods`; anything else is a 401.
 async fn start_authenticating(limits: Limits) -> (std::net::SocketAddr, CancellationToken) {
-    use crate::server::auth_review::test_util::FakeReview;
+    use crate::server::auth_review::fake::FakeReview;
     let review = Arc::new(FakeReview::default());
     review.token("good", "admin", &[]);
     review.grant("admin", "get", "pods");

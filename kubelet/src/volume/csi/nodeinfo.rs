@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, VolumeNodeResources};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use crate::objects::client::timed;
+use crate::objects::timed;
 
 /// The Node annotation holding every driver's node ID.
 pub const ANNOTATION_NODE_ID: &str = "csi.volume.kubernetes.io/nodeid";
@@ -198,7 +198,7 @@ const ATTEMPTS: u32 = 4;
 
 /// [`NodeInfoApi`] over the apiserver.
 pub struct KubeNodeInfo {
-    pub client: crate::objects::client::ClientHandle,
+    pub client: crate::objects::ClientHandle,
     pub node_name: String,
     /// One update at a time (upstream's lock).
     lock: tokio::sync::Mutex<()>,
@@ -234,7 +234,7 @@ where
 }
 
 impl KubeNodeInfo {
-    pub fn new(client: crate::objects::client::ClientHandle, node_name: String) -> Self {
+    pub fn new(client: crate::objects::ClientHandle, node_name: String) -> Self {
         KubeNodeInfo {
             client,
             node_name,

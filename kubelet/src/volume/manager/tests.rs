@@ -1,7 +1,7 @@
 use super::*;
 use crate::objects::fake::FakeApi;
 use crate::objects::{Kind, ObjectData, ObjectKey};
-use crate::volume::subpath::test_util::FakeBinder;
+use crate::volume::subpath::fake::FakeBinder;
 
 struct Rig {
     _dir: tempfile::TempDir,

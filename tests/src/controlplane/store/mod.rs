@@ -21,6 +21,7 @@ mod ephemeral;
 mod list;
 mod namespaces;
 mod node_taints;
+mod resize;
 mod tokens;
 mod watch;
 mod write;
@@ -117,6 +118,8 @@ pub enum Subresource {
     Main,
     Status,
     Approval,
+    /// `pods/resize`: only the containers' resources and resize policies change.
+    Resize,
     /// `pods/ephemeralcontainers`: only `spec.ephemeralContainers` changes.
     EphemeralContainers,
 }
@@ -275,6 +278,62 @@ mod tests {
 
     fn admin() -> UserInfo {
         UserInfo::new("admin", &["system:masters"])
+    }
+
+    /// `pods/resize` changes only the containers' resources and resize policy, bumps the
+    /// generation, keeps the status, and refuses a change to any other resource.
+    #[test]
+    fn resize_changes_only_container_resources() {
+        let pods = find("", "v1", "pods").unwrap();
+        let mut s = store();
+        let p = json!({"metadata": {"name": "a", "namespace": "d"}, "spec": {"nodeName": "n1",
+            "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "100m", "ephemeral-storage": "1Gi"}}}]},
+            "status": {"phase": "Running"}});
+        s.create(pods, "d", p, &admin()).unwrap();
+        let before = s.get(pods, "d", "a").unwrap();
+        let out = s
+            .patch(
+                pods,
+                "d",
+                "a",
+                "application/strategic-merge-patch+json",
+                &json!({"spec": {"nodeName": "elsewhere", "containers": [{"name": "c",
+                    "resources": {"requests": {"cpu": "200m"}}}]}}),
+                Subresource::Resize,
+                &admin(),
+            )
+            .unwrap();
+        assert_eq!(
+            out["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+            "200m"
+        );
+        assert_eq!(
+            out["spec"]["nodeName"], "n1",
+            "nothing but resources changes"
+        );
+        assert_eq!(
+            out["metadata"]["generation"].as_i64(),
+            Some(before["metadata"]["generation"].as_i64().unwrap_or(1) + 1)
+        );
+        let e = s
+            .patch(
+                pods,
+                "d",
+                "a",
+                "application/strategic-merge-patch+json",
+                &json!({"spec": {"containers": [{"name": "c",
+                    "resources": {"requests": {"ephemeral-storage": "2Gi"}}}]}}),
+                Subresource::Resize,
+                &admin(),
+            )
+            .unwrap_err();
+        assert_eq!(e.code, 422);
+        assert!(
+            e.message
+                .contains("only cpu and memory resources are mutable"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

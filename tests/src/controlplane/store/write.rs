@@ -216,6 +216,7 @@ impl Store {
                 }
                 r
             }
+            Subresource::Resize => super::resize::resized(&existing, &new, name)?,
             Subresource::EphemeralContainers => super::ephemeral::update(&existing, &new)?,
             Subresource::Approval => {
                 let mut r = existing.clone();

@@ -1,0 +1,295 @@
+//! The settings of the kubelet's servers: `maxOpenFiles` (applied by `server::fd_limit`) and
+//! `nodeAgentServer` (ours, not upstream's: the connection limits of `server::conn_limit`).
+//!
+//! ```yaml
+//! nodeAgentServer:
+//!   maxConnections: 4096                 # per server
+//!   maxConnectionsPerSource: 256         # without an authorized request, per IP (IPv6: /64)
+//!   authenticatedConnectionReserve: 1024 # :10250 slots kept for authenticated connections
+//! ```
+
+use std::time::Duration;
+
+use super::listener::{Limits, ServerType};
+use super::{AuthSettings, AuthzMode};
+use serde::{Deserialize, Serialize};
+
+/// Open connections per server unless `maxConnections` says otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Connections without an authorized request per source, unless configured.
+pub const DEFAULT_MAX_CONNECTIONS_PER_SOURCE: usize = 256;
+
+/// `nodeAgentServer` as written in the config file.
+#[derive(Debug, Default, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FileSettings {
+    pub max_connections: Option<i64>,
+    pub max_connections_per_source: Option<i64>,
+    pub authenticated_connection_reserve: Option<i64>,
+}
+
+/// The servers' connection limits, validated.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Settings {
+    pub max_connections: usize,
+    pub max_connections_per_source: usize,
+    pub authenticated_connection_reserve: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_source: DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
+            authenticated_connection_reserve: DEFAULT_MAX_CONNECTIONS / 4,
+        }
+    }
+}
+
+impl Settings {
+    /// One server's limits: :10250 gets all three; the read-only port (no authentication)
+    /// the cap and the per-source cap; :10248 (loopback by default) only the cap.
+    pub fn limits(&self, kind: ServerType) -> Limits {
+        let (per_source, reserve) = match kind {
+            ServerType::ReadWrite => (
+                self.max_connections_per_source,
+                self.authenticated_connection_reserve,
+            ),
+            ServerType::ReadOnly => (self.max_connections_per_source, 0),
+            ServerType::Healthz => (usize::MAX, 0),
+        };
+        Limits {
+            max_connections: self.max_connections,
+            max_per_source: per_source,
+            authenticated_reserve: reserve,
+            ..Limits::default()
+        }
+    }
+}
+
+/// `nodeAgentServer` with defaults applied (an absent field: its default; the reserve's is a
+/// quarter of `maxConnections`) and checked.
+pub fn merge(file: Option<&FileSettings>) -> Result<Settings, String> {
+    let f = file.cloned().unwrap_or_default();
+    let field = |name: &str, v: Option<i64>, min: i64, default: usize| match v {
+        None => Ok(default),
+        Some(n) if n >= min => usize::try_from(n).map_err(|e| e.to_string()),
+        Some(n) => Err(format!(
+            "nodeAgentServer.{name}: {n} must be at least {min}"
+        )),
+    };
+    let max = field(
+        "maxConnections",
+        f.max_connections,
+        1,
+        DEFAULT_MAX_CONNECTIONS,
+    )?;
+    let per_source = field(
+        "maxConnectionsPerSource",
+        f.max_connections_per_source,
+        1,
+        DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
+    )?;
+    let reserve = field(
+        "authenticatedConnectionReserve",
+        f.authenticated_connection_reserve,
+        0,
+        max / 4,
+    )?;
+    if reserve >= max {
+        return Err(format!(
+            "nodeAgentServer.authenticatedConnectionReserve: {reserve} must be less than maxConnections ({max})"
+        ));
+    }
+    Ok(Settings {
+        max_connections: max,
+        max_connections_per_source: per_source,
+        authenticated_connection_reserve: reserve,
+    })
+}
+
+/// `maxOpenFiles` (flag first; 0 or unset: 1000000, v1beta1's default); negative is invalid,
+/// as upstream's validation says.
+pub fn max_open_files(flag: Option<i64>, file: Option<&serde_json::Value>) -> Result<u64, String> {
+    let v = match (flag, file) {
+        (Some(v), _) => v,
+        (None, None) | (None, Some(serde_json::Value::Null)) => 0,
+        (None, Some(v)) => v
+            .as_i64()
+            .ok_or_else(|| format!("maxOpenFiles: {v} is not an integer"))?,
+    };
+    match u64::try_from(v) {
+        Ok(0) => Ok(1_000_000),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "maxOpenFiles (--max-open-files) {v} must not be a negative number"
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// :10250 authentication and authorization.
+
+/// `authentication` (upstream's KubeletAuthentication).
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAuthentication {
+    pub x509: Option<KubeletX509Authentication>,
+    pub webhook: Option<KubeletWebhookAuthentication>,
+    pub anonymous: Option<KubeletAnonymousAuthentication>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletX509Authentication {
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletWebhookAuthentication {
+    pub enabled: Option<bool>,
+    #[serde(rename = "cacheTTL")]
+    pub cache_ttl: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAnonymousAuthentication {
+    pub enabled: Option<bool>,
+}
+
+/// `authorization` (upstream's KubeletAuthorization).
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAuthorization {
+    pub mode: Option<String>,
+    pub webhook: Option<KubeletWebhookAuthorization>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletWebhookAuthorization {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    pub cache_authorized_ttl: Option<serde_json::Value>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    pub cache_unauthorized_ttl: Option<serde_json::Value>,
+}
+
+/// The auth flags, which win over the file (`--anonymous-auth`, `--authentication-token-webhook`,
+/// its cache TTL, `--authorization-mode`, the authorization webhook's cache TTLs,
+/// `--client-ca-file`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AuthFlags<'a> {
+    pub anonymous_auth: Option<bool>,
+    pub authentication_token_webhook: Option<bool>,
+    pub authentication_token_webhook_cache_ttl: Option<&'a str>,
+    pub authorization_mode: Option<&'a str>,
+    pub authorization_webhook_cache_authorized_ttl: Option<&'a str>,
+    pub authorization_webhook_cache_unauthorized_ttl: Option<&'a str>,
+    pub client_ca_file: Option<&'a str>,
+}
+
+/// `authentication` / `authorization`: flags over the file. Upstream's defaults differ with and
+/// without a config file (`has_file`): v1beta1's (anonymous off, webhook on, mode Webhook)
+/// apply to a file, the legacy flag defaults (anonymous on, webhook off, AlwaysAllow) when
+/// there is none.
+pub fn auth_settings(
+    flags: AuthFlags<'_>,
+    has_file: bool,
+    authn: Option<&KubeletAuthentication>,
+    authz: Option<&KubeletAuthorization>,
+) -> Result<AuthSettings, String> {
+    let authn = authn.cloned().unwrap_or_default();
+    let authz = authz.cloned().unwrap_or_default();
+    let anonymous = flags
+        .anonymous_auth
+        .or(authn.anonymous.and_then(|a| a.enabled))
+        .unwrap_or(!has_file);
+    let webhook = flags
+        .authentication_token_webhook
+        .or(authn.webhook.as_ref().and_then(|w| w.enabled))
+        .unwrap_or(has_file);
+    // v1beta1 defaulting: an absent or zero TTL (kubeadm writes `0s`) is the default.
+    let ttl = |name: &str, v: Option<&serde_json::Value>, default: u64| {
+        let d = match v {
+            None | Some(serde_json::Value::Null) => Duration::ZERO,
+            Some(serde_json::Value::String(s)) => {
+                plumbing::duration::parse(s).map_err(|e| format!("{name}: {e}"))?
+            }
+            Some(other) => {
+                return Err(format!("{name}: want a duration string, got {other}"));
+            }
+        };
+        Ok(if d.is_zero() {
+            Duration::from_secs(default)
+        } else {
+            d
+        })
+    };
+    // A flag applies after defaulting, as upstream's: `0s` there turns the cache off.
+    let flag_ttl = |name: &str, v: Option<&str>| {
+        v.map(|s| plumbing::duration::parse(s).map_err(|e| format!("--{name}: {e}")))
+            .transpose()
+    };
+    let cache_ttl = match flag_ttl(
+        "authentication-token-webhook-cache-ttl",
+        flags.authentication_token_webhook_cache_ttl,
+    )? {
+        Some(d) => d,
+        None => ttl(
+            "authentication.webhook.cacheTTL",
+            authn.webhook.as_ref().and_then(|w| w.cache_ttl.as_ref()),
+            120,
+        )?,
+    };
+    let authz_webhook = authz.webhook.clone().unwrap_or_default();
+    let cache_authorized_ttl = match flag_ttl(
+        "authorization-webhook-cache-authorized-ttl",
+        flags.authorization_webhook_cache_authorized_ttl,
+    )? {
+        Some(d) => d,
+        None => ttl(
+            "authorization.webhook.cacheAuthorizedTTL",
+            authz_webhook.cache_authorized_ttl.as_ref(),
+            300,
+        )?,
+    };
+    let cache_unauthorized_ttl = match flag_ttl(
+        "authorization-webhook-cache-unauthorized-ttl",
+        flags.authorization_webhook_cache_unauthorized_ttl,
+    )? {
+        Some(d) => d,
+        None => ttl(
+            "authorization.webhook.cacheUnauthorizedTTL",
+            authz_webhook.cache_unauthorized_ttl.as_ref(),
+            30,
+        )?,
+    };
+    let client_ca_file = flags
+        .client_ca_file
+        .map(str::to_string)
+        .or(authn.x509.and_then(|x| x.client_ca_file))
+        .filter(|s| !s.is_empty());
+    let mode = flags
+        .authorization_mode
+        .map(str::to_string)
+        .or(authz.mode)
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| if has_file { "Webhook" } else { "AlwaysAllow" }.into());
+    let mode = AuthzMode::parse(&mode).map_err(|e| format!("authorization.mode: {e}"))?;
+    Ok(AuthSettings {
+        anonymous,
+        webhook,
+        client_ca_file,
+        mode,
+        cache_ttl,
+        cache_authorized_ttl,
+        cache_unauthorized_ttl,
+    })
+}
+
+#[cfg(test)]
+mod tests;
