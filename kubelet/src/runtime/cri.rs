@@ -1,5 +1,6 @@
 //! [`Runtime`] over the CRI v1 gRPC API (containerd, CRI-O) on a unix socket.
 
+use super::cri_config::cgroup_driver_of;
 use super::cri_stats::{container_stats_pb, fs_pb, sandbox_stats_pb};
 use super::*;
 use cri_proto::v1 as pb;
@@ -393,31 +394,14 @@ impl Runtime for CriRuntime {
     }
 
     async fn cgroup_driver(&self) -> Result<RuntimeCgroupDriver> {
-        let r = match self
-            .runtime
-            .clone()
-            .runtime_config(self.req(pb::RuntimeConfigRequest {}))
-            .await
-        {
-            Ok(r) => r.into_inner(),
+        let req = self.req(pb::RuntimeConfigRequest {});
+        match self.runtime.clone().runtime_config(req).await {
+            Ok(r) => cgroup_driver_of(r.into_inner().linux),
+            // containerd 1.6: the kubelet falls back to its configured driver.
             Err(s) if s.code() == tonic::Code::Unimplemented => {
-                return Ok(RuntimeCgroupDriver::Unimplemented);
+                Ok(RuntimeCgroupDriver::Unimplemented)
             }
-            Err(s) => return Err(err("RuntimeConfig", s)),
-        };
-        let Some(linux) = r.linux else {
-            return Ok(RuntimeCgroupDriver::NotReported);
-        };
-        match pb::CgroupDriver::try_from(linux.cgroup_driver) {
-            Ok(pb::CgroupDriver::Systemd) => Ok(RuntimeCgroupDriver::Systemd),
-            Ok(pb::CgroupDriver::Cgroupfs) => Ok(RuntimeCgroupDriver::Cgroupfs),
-            Err(_) => Err(RuntimeError::Call {
-                op: "RuntimeConfig",
-                message: format!(
-                    "runtime returned an unknown cgroup driver {}",
-                    linux.cgroup_driver
-                ),
-            }),
+            Err(s) => Err(err("RuntimeConfig", s)),
         }
     }
 

@@ -3,6 +3,7 @@
 //! calls for unit tests.
 
 pub mod cri;
+mod cri_config;
 mod cri_stats;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
