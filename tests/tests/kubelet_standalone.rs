@@ -272,3 +272,47 @@ fn subpath_symlink_escape_is_refused() {
         (mounts() == 0).then_some(())
     });
 }
+
+/// The kubelet's iptables chains (makeIPTablesUtilChains, on by default) in the network
+/// namespace it runs in (the rig's): the hint chain the iptables-wrapper of kube-proxy,
+/// flannel and Calico images reads, the canaries in mangle, nat and filter, both families,
+/// and the IPv4 localnet firewall. The runtime (containerd 1.6 here) lacks RuntimeConfig:
+/// the configured cgroup driver stays, with upstream's one info line.
+#[test]
+fn iptables_hint_and_canary_chains_and_the_cgroup_driver_fallback() {
+    require_rig!();
+    let rig = Rig::up("e2e-chains");
+    let agent = Kubelet::builder(&rig).start();
+    let save = |cmd: &str| {
+        let out = std::process::Command::new("nsenter")
+            .arg(format!("--net={}", agent.netns()))
+            .arg(cmd)
+            .output()
+            .expect(cmd);
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let complete = |text: &str| {
+        text.contains(":KUBE-IPTABLES-HINT - [0:0]")
+            && text.matches(":KUBE-KUBELET-CANARY - [0:0]").count() == 3
+    };
+    let (v4, v6) = wait_for("the kubelet's chains", Duration::from_secs(30), || {
+        let (v4, v6) = (save("iptables-save"), save("ip6tables-save"));
+        (complete(&v4) && complete(&v6)).then_some((v4, v6))
+    });
+    assert!(v4.contains("-A INPUT -j KUBE-FIREWALL"), "{v4}");
+    assert!(
+        v4.contains("--comment \"block incoming localnet connections\""),
+        "{v4}"
+    );
+    assert!(!v6.contains("KUBE-FIREWALL"), "{v6}");
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(log.contains("Initialized iptables rules."), "{log}");
+    if log.contains("Using cgroup driver setting received from the CRI runtime") {
+        eprintln!("this runtime answers RuntimeConfig: no fallback to check");
+    } else {
+        assert!(
+            log.contains("Falling back to using cgroupDriver from kubelet config"),
+            "{log}"
+        );
+    }
+}
