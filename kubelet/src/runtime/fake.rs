@@ -36,6 +36,10 @@ struct State {
     stream_requests: Vec<StreamRequest>,
     /// What Status answers (None: RuntimeReady and NetworkReady true).
     conditions: Option<Vec<crate::runtime::RuntimeCondition>>,
+    /// How long each PullImage takes, and how many ran at once at most.
+    pull_delay: Duration,
+    pulls_now: usize,
+    pulls_most: usize,
     /// What RuntimeConfig answers (`None`: Unimplemented).
     cgroup_driver: Option<crate::runtime::RuntimeCgroupDriver>,
     /// ListPodSandboxStats fails as containerd 1.6's does without a filter.
@@ -71,6 +75,16 @@ pub struct FakeRuntime {
 impl FakeRuntime {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Each PullImage takes this long from now on (tokio time).
+    pub fn set_pull_delay(&self, d: Duration) {
+        self.state.lock().unwrap().pull_delay = d;
+    }
+
+    /// The most PullImage calls that ran at once.
+    pub fn most_pulls_at_once(&self) -> usize {
+        self.state.lock().unwrap().pulls_most
     }
 
     /// What RuntimeConfig answers from now on (default: the call is Unimplemented).
@@ -618,7 +632,17 @@ impl Runtime for FakeRuntime {
         auth: Option<&ImageAuth>,
         _sandbox: &SandboxConfig,
     ) -> Result<String> {
-        let mut s = self.enter("PullImage")?;
+        let delay = {
+            let mut s = self.enter("PullImage")?;
+            s.pulls_now += 1;
+            s.pulls_most = s.pulls_most.max(s.pulls_now);
+            s.pull_delay
+        };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let mut s = self.state.lock().unwrap();
+        s.pulls_now -= 1;
         s.pulls
             .push((image.to_string(), auth.map(|a| a.username.clone())));
         if let Some((user, password)) = s.registry_auth.get(image)

@@ -84,3 +84,51 @@ async fn the_gate_lets_through_as_many_pulls_as_configured() {
     let unlimited = parse(None, Some(false), None).unwrap();
     assert_eq!(most_at_once(PullGate::new(&unlimited)).await, 8);
 }
+
+/// Through `ensure_image` and the fake runtime (each pull 1 s): four pods' images pulled at
+/// once are pulled one at a time when serialized, two at a time with
+/// `maxParallelImagePulls: 2`, all together without a limit.
+#[tokio::test(start_paused = true)]
+async fn ensure_image_pulls_as_many_at_once_as_the_gate_allows() {
+    use crate::images::{PullBackoff, Puller, ensure_image};
+    use crate::runtime::fake::FakeRuntime;
+    use k8s_openapi::api::core::v1::Container;
+    for (settings, want) in [
+        (PullSettings::default(), 1),
+        (parse(None, None, Some(json!(2))).unwrap(), 2),
+        (parse(None, Some(false), None).unwrap(), 4),
+    ] {
+        let rt = Arc::new(FakeRuntime::new());
+        rt.set_pull_delay(Duration::from_secs(1));
+        let gate = Arc::new(PullGate::new(&settings));
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..4 {
+            let (rt, gate) = (rt.clone(), gate.clone());
+            tasks.spawn(async move {
+                let event = |_: crate::events::EventType, _: &str, _: &str| {};
+                let p = Puller {
+                    runtime: rt.as_ref(),
+                    pull_gate: &gate,
+                    event: &event,
+                    keyrings: &[],
+                    keyring_error: None,
+                    records: None,
+                };
+                let c = Container {
+                    name: "c".into(),
+                    image: Some(format!("registry.test/app{i}:v1")),
+                    ..Default::default()
+                };
+                let logs = std::path::Path::new("/var/log/pods");
+                let sandbox = crate::runtime::raw::sandbox(i, "gate", logs, "/kubepods");
+                ensure_image(&p, &mut PullBackoff::default(), &c, &sandbox)
+                    .await
+                    .unwrap();
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        assert_eq!(rt.most_pulls_at_once(), want, "{settings:?}");
+    }
+}
