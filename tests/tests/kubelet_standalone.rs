@@ -316,3 +316,40 @@ fn iptables_hint_and_canary_chains_and_the_cgroup_driver_fallback() {
         );
     }
 }
+
+/// Parallel-pull settings upstream refuses stop the start with upstream's message (no rig
+/// needed: the agent exits while reading its config).
+#[test]
+fn parallel_pull_settings_upstream_refuses_stop_the_start() {
+    for (config, want) in [
+        (
+            "serializeImagePulls: true\nmaxParallelImagePulls: 3\n",
+            "invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false",
+        ),
+        (
+            "serializeImagePulls: false\nmaxParallelImagePulls: 0\n",
+            "invalid configuration: maxParallelImagePulls 0 must be a positive number",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{config}"
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new("timeout")
+            .arg("20")
+            .arg(node_tests::bin("kubelet"))
+            .arg(format!("--config={}", file.display()))
+            .arg(format!("--root-dir={}", dir.path().join("root").display()))
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run kubelet");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{config}: {stderr}");
+        assert!(stderr.contains(want), "{config}: {stderr}");
+    }
+}
