@@ -41,6 +41,12 @@ pub fn hugepages_under(dir: &std::path::Path) -> std::collections::BTreeMap<u64,
     out
 }
 
+/// Whether SELinux is enabled on the host (its filesystem is mounted and the kernel reports
+/// an enforcing mode), as upstream's `selinux.GetEnabled` decides whether mounts are relabeled.
+pub fn selinux_enabled() -> bool {
+    std::path::Path::new("/sys/fs/selinux/enforce").exists()
+}
+
 /// The node's huge page sizes in bytes.
 pub fn hugepage_sizes() -> Vec<u64> {
     hugepages().into_keys().collect()

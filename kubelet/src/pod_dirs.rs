@@ -40,7 +40,7 @@ pub fn write_etc_hosts(
 }
 
 /// Makes the host files container `c`'s config names for attempt `restart_count`: its subPath
-/// mounts (resolved beneath their volume and bound through `binder`) and a fresh termination
+/// mounts (`subPath`, or `subPathExpr` expanded from `env`; resolved beneath their volume and bound through `binder`) and a fresh termination
 /// message file.
 pub fn prepare_container(
     node: &NodeSettings,
@@ -49,11 +49,13 @@ pub fn prepare_container(
     restart_count: u32,
     volumes: &BTreeMap<String, PathBuf>,
     binder: &dyn Binder,
+    env: &spec::ContainerEnv,
 ) -> Result<ContainerHostPaths, ConfigError> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let mut out = ContainerHostPaths::default();
+    let sub_paths = spec::mounts::sub_paths(c, env)?;
     for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
-        let Some(sp) = m.sub_path.as_deref().filter(|s| !s.is_empty()) else {
+        let Some(sp) = sub_paths.get(&index).map(String::as_str) else {
             continue;
         };
         let Some(volume_path) = volumes.get(&m.name) else {

@@ -47,6 +47,15 @@ pub(super) async fn node_settings(
     .await
     .unwrap_or_default();
     let (_, allocatable) = crate::cm::resource_lists(&host_info, cfg.max_pods, &cfg.resources);
+    // As upstream at start: volumes' propagation mounts need the root dir on a shared mount.
+    crate::volume::make_root_dir_rshared(
+        |dir| {
+            use crate::volume::Binder;
+            crate::volume::KernelBinder.make_rshared(dir)
+        },
+        cfg.root_dir.clone(),
+    )
+    .await;
     NodeSettings {
         node_name: cfg.node_name.clone(),
         host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
@@ -59,6 +68,7 @@ pub(super) async fn node_settings(
         seccomp_default: cfg.seccomp_default,
         pod_limits: cfg.pod_limits.clone(),
         hugepage_sizes: crate::host::hugepage_sizes(),
+        selinux_enabled: crate::host::selinux_enabled(),
         cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
         swap_capacity: crate::host::swap_capacity(),
         allocatable,

@@ -297,6 +297,18 @@ impl Worker {
         let (restart_count, pod_ips) = (s.restart_count, self.sandbox_ips.1.clone());
         let log_dir = std::path::Path::new(&sandbox.log_directory).join(&c.name);
         let volumes = volumes.clone();
+        // The runtime's features matter only to recursive read-only mounts and user
+        // namespaces: asked for then.
+        let features = if spec::mounts::wants_runtime_features(&self.pod, &c) {
+            self.env
+                .runtime
+                .handler_features(&sandbox.runtime_handler)
+                .await
+                .unwrap_or_default()
+        } else {
+            Default::default()
+        };
+        let handler = sandbox.runtime_handler.clone();
         let prepared = tokio::task::spawn_blocking(move || {
             let gate = env.node.pod_limits.pod_level_resources;
             let container_env = spec::container_env(
@@ -318,6 +330,7 @@ impl Worker {
                 restart_count,
                 &volumes,
                 env.binder.as_ref(),
+                &container_env,
             )?;
             let cfg = spec::container_config(
                 &env.node,
@@ -328,6 +341,8 @@ impl Worker {
                 hosts.as_deref(),
                 &host_paths,
                 &container_env,
+                &handler,
+                features,
             )?;
             let _ = std::fs::create_dir_all(&log_dir);
             Ok::<_, spec::ConfigError>((cfg, container_env.invalid_names))

@@ -5,7 +5,10 @@ use super::cri_stats::{container_stats_pb, fs_pb, sandbox_stats_pb};
 use super::*;
 use cri_proto::v1 as pb;
 use cri_proto::{Channel, ImageServiceClient, RuntimeServiceClient};
-use std::collections::HashMap;
+
+mod convert;
+use convert::*;
+pub use convert::{container_security_pb, sandbox_pb};
 
 /// A CRI runtime reached through one gRPC channel (tonic reconnects it after a runtime restart).
 #[derive(Clone)]
@@ -95,281 +98,6 @@ impl CriRuntime {
     }
 }
 
-fn err(op: &'static str, s: tonic::Status) -> RuntimeError {
-    match s.code() {
-        tonic::Code::NotFound => RuntimeError::NotFound {
-            op,
-            message: s.message().to_string(),
-        },
-        tonic::Code::Unavailable => RuntimeError::Unavailable(format!("{op}: {}", s.message())),
-        _ => RuntimeError::Call {
-            op,
-            message: format!("{:?}: {}", s.code(), s.message()),
-        },
-    }
-}
-
-fn btree(m: HashMap<String, String>) -> BTreeMap<String, String> {
-    m.into_iter().collect()
-}
-
-fn hash(m: &BTreeMap<String, String>) -> HashMap<String, String> {
-    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-}
-
-fn container_state(s: i32) -> ContainerState {
-    match pb::ContainerState::try_from(s) {
-        Ok(pb::ContainerState::ContainerCreated) => ContainerState::Created,
-        Ok(pb::ContainerState::ContainerRunning) => ContainerState::Running,
-        Ok(pb::ContainerState::ContainerExited) => ContainerState::Exited,
-        _ => ContainerState::Unknown,
-    }
-}
-
-fn sandbox_state(s: i32) -> SandboxState {
-    if s == pb::PodSandboxState::SandboxReady as i32 {
-        SandboxState::Ready
-    } else {
-        SandboxState::NotReady
-    }
-}
-
-/// The sandbox's namespaces: the node's where the pod asks for them; else the network and IPC
-/// namespaces are the pod's, and the PID namespace the pod's with `shareProcessNamespace`,
-/// each container's own otherwise (upstream's namespacesForPod).
-fn namespaces(c: &SandboxConfig) -> pb::NamespaceOption {
-    let mode = |host: bool, otherwise: pb::NamespaceMode| {
-        if host {
-            pb::NamespaceMode::Node as i32
-        } else {
-            otherwise as i32
-        }
-    };
-    let pid = if c.share_process_namespace {
-        pb::NamespaceMode::Pod
-    } else {
-        pb::NamespaceMode::Container
-    };
-    pb::NamespaceOption {
-        network: mode(c.host_network, pb::NamespaceMode::Pod),
-        pid: mode(c.host_pid, pid),
-        ipc: mode(c.host_ipc, pb::NamespaceMode::Pod),
-        ..Default::default()
-    }
-}
-
-/// A container's namespaces: the sandbox's, except that an ephemeral container with a target
-/// joins the target's PID namespace when the pod has one per container (upstream).
-fn container_namespaces(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::NamespaceOption {
-    let mut ns = namespaces(sandbox);
-    if let Some(target) = &c.security.pid_target
-        && ns.pid == pb::NamespaceMode::Container as i32
-    {
-        ns.pid = pb::NamespaceMode::Target as i32;
-        ns.target_id = target.clone();
-    }
-    ns
-}
-
-fn resources(r: &LinuxResources) -> pb::LinuxContainerResources {
-    pb::LinuxContainerResources {
-        cpu_period: r.cpu_period,
-        cpu_quota: r.cpu_quota,
-        cpu_shares: r.cpu_shares,
-        memory_limit_in_bytes: r.memory_limit_in_bytes,
-        oom_score_adj: r.oom_score_adj,
-        hugepage_limits: r
-            .hugepage_limits
-            .iter()
-            .map(|(page_size, limit)| pb::HugepageLimit {
-                page_size: page_size.clone(),
-                limit: *limit,
-            })
-            .collect(),
-        unified: r
-            .unified
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
-        ..Default::default()
-    }
-}
-
-fn profile(p: &SecurityProfile) -> pb::SecurityProfile {
-    use pb::security_profile::ProfileType;
-    let (kind, reference) = match p {
-        SecurityProfile::RuntimeDefault => (ProfileType::RuntimeDefault, ""),
-        SecurityProfile::Unconfined => (ProfileType::Unconfined, ""),
-        SecurityProfile::Localhost(r) => (ProfileType::Localhost, r.as_str()),
-    };
-    pb::SecurityProfile {
-        profile_type: kind as i32,
-        localhost_ref: reference.into(),
-    }
-}
-
-fn selinux(o: &SeLinuxOptions) -> pb::SeLinuxOption {
-    pb::SeLinuxOption {
-        user: o.user.clone(),
-        role: o.role.clone(),
-        r#type: o.type_.clone(),
-        level: o.level.clone(),
-    }
-}
-
-fn groups_policy(p: SupplementalGroupsPolicy) -> i32 {
-    match p {
-        SupplementalGroupsPolicy::Merge => pb::SupplementalGroupsPolicy::Merge as i32,
-        SupplementalGroupsPolicy::Strict => pb::SupplementalGroupsPolicy::Strict as i32,
-    }
-}
-
-fn sandbox_security(c: &SandboxConfig) -> pb::LinuxSandboxSecurityContext {
-    let s = &c.security;
-    pb::LinuxSandboxSecurityContext {
-        namespace_options: Some(namespaces(c)),
-        selinux_options: s.selinux.as_ref().map(selinux),
-        run_as_user: s.run_as_user.map(|value| pb::Int64Value { value }),
-        run_as_group: s.run_as_group.map(|value| pb::Int64Value { value }),
-        supplemental_groups: s.supplemental_groups.clone(),
-        supplemental_groups_policy: groups_policy(s.supplemental_groups_policy),
-        privileged: s.privileged,
-        seccomp: s.seccomp.as_ref().map(profile),
-        ..Default::default()
-    }
-}
-
-/// The protobuf container security context the runtime gets for `c` in `sandbox`.
-pub fn container_security_pb(
-    c: &ContainerConfig,
-    sandbox: &SandboxConfig,
-) -> pb::LinuxContainerSecurityContext {
-    let s = &c.security;
-    let capabilities =
-        (!s.capabilities_add.is_empty() || !s.capabilities_drop.is_empty()).then(|| {
-            pb::Capability {
-                add_capabilities: s.capabilities_add.clone(),
-                drop_capabilities: s.capabilities_drop.clone(),
-                ..Default::default()
-            }
-        });
-    #[allow(deprecated)]
-    pb::LinuxContainerSecurityContext {
-        capabilities,
-        privileged: s.privileged,
-        namespace_options: Some(container_namespaces(c, sandbox)),
-        selinux_options: s.selinux.as_ref().map(selinux),
-        run_as_user: s.run_as_user.map(|value| pb::Int64Value { value }),
-        run_as_group: s.run_as_group.map(|value| pb::Int64Value { value }),
-        run_as_username: s.run_as_username.clone(),
-        readonly_rootfs: s.readonly_rootfs,
-        supplemental_groups: s.supplemental_groups.clone(),
-        supplemental_groups_policy: groups_policy(s.supplemental_groups_policy),
-        no_new_privs: s.no_new_privs,
-        masked_paths: s.masked_paths.clone(),
-        readonly_paths: s.readonly_paths.clone(),
-        seccomp: s.seccomp.as_ref().map(profile),
-        apparmor: s.apparmor.as_ref().map(profile),
-        apparmor_profile: s.apparmor_profile.clone(),
-        ..Default::default()
-    }
-}
-
-/// The protobuf sandbox config the runtime gets for `c`.
-pub fn sandbox_pb(c: &SandboxConfig) -> pb::PodSandboxConfig {
-    pb::PodSandboxConfig {
-        metadata: Some(pb::PodSandboxMetadata {
-            name: c.name.clone(),
-            uid: c.uid.clone(),
-            namespace: c.namespace.clone(),
-            attempt: c.attempt,
-        }),
-        hostname: c.hostname.clone(),
-        log_directory: c.log_directory.clone(),
-        dns_config: c.dns.as_ref().map(|d| pb::DnsConfig {
-            servers: d.servers.clone(),
-            searches: d.searches.clone(),
-            options: d.options.clone(),
-        }),
-        port_mappings: c
-            .port_mappings
-            .iter()
-            .map(|p| pb::PortMapping {
-                protocol: match p.protocol {
-                    Protocol::Tcp => pb::Protocol::Tcp,
-                    Protocol::Udp => pb::Protocol::Udp,
-                    Protocol::Sctp => pb::Protocol::Sctp,
-                } as i32,
-                container_port: p.container_port,
-                host_port: p.host_port,
-                host_ip: p.host_ip.clone(),
-            })
-            .collect(),
-        labels: hash(&c.labels),
-        annotations: hash(&c.annotations),
-        linux: Some(pb::LinuxPodSandboxConfig {
-            cgroup_parent: c.cgroup_parent.clone(),
-            security_context: Some(sandbox_security(c)),
-            sysctls: hash(&c.sysctls),
-            resources: c.resources.as_ref().map(resources),
-            overhead: c.overhead.as_ref().map(resources),
-        }),
-        ..Default::default()
-    }
-}
-
-fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::ContainerConfig {
-    pb::ContainerConfig {
-        metadata: Some(pb::ContainerMetadata {
-            name: c.name.clone(),
-            attempt: c.attempt,
-        }),
-        image: Some(pb::ImageSpec {
-            image: c.image.clone(),
-            user_specified_image: c.image.clone(),
-            ..Default::default()
-        }),
-        command: c.command.clone(),
-        args: c.args.clone(),
-        working_dir: c.working_dir.clone(),
-        envs: c
-            .envs
-            .iter()
-            .map(|(k, v)| pb::KeyValue {
-                key: k.clone(),
-                value: v.clone(),
-            })
-            .collect(),
-        mounts: c
-            .mounts
-            .iter()
-            .map(|m| pb::Mount {
-                container_path: m.container_path.clone(),
-                host_path: m.host_path.clone(),
-                readonly: m.readonly,
-                ..Default::default()
-            })
-            .collect(),
-        labels: hash(&c.labels),
-        annotations: hash(&c.annotations),
-        log_path: c.log_path.clone(),
-        stdin: c.stdin,
-        stdin_once: c.stdin_once,
-        tty: c.tty,
-        linux: Some(pb::LinuxContainerConfig {
-            resources: Some(resources(&c.resources)),
-            security_context: Some(container_security_pb(c, sandbox)),
-        }),
-        ..Default::default()
-    }
-}
-
-/// The CRI label selector for one pod's objects.
-fn pod_uid_selector(uid: &str) -> std::collections::HashMap<String, String> {
-    [(LABEL_POD_UID.to_string(), uid.to_string())].into()
-}
-
 #[async_trait::async_trait]
 impl Runtime for CriRuntime {
     async fn status(&self) -> Result<Vec<crate::runtime::RuntimeCondition>> {
@@ -403,6 +131,17 @@ impl Runtime for CriRuntime {
             }
             Err(s) => Err(err("RuntimeConfig", s)),
         }
+    }
+
+    async fn handler_features(&self, handler: &str) -> Result<crate::runtime::HandlerFeatures> {
+        let r = self
+            .runtime
+            .clone()
+            .status(self.req(pb::StatusRequest { verbose: false }))
+            .await
+            .map_err(|s| err("Status", s))?
+            .into_inner();
+        Ok(handler_features(&r, handler))
     }
 
     async fn version(&self) -> Result<VersionInfo> {

@@ -60,6 +60,10 @@ impl Runtime for Instrumented {
         record("status", self.inner.status()).await
     }
 
+    async fn handler_features(&self, handler: &str) -> Result<crate::runtime::HandlerFeatures> {
+        record("status", self.inner.handler_features(handler)).await
+    }
+
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>> {
         record("list_podsandbox", self.inner.list_sandboxes()).await
     }

@@ -198,12 +198,37 @@ pub struct LinuxResources {
     pub memory_swap_limit_in_bytes: i64,
 }
 
+/// How mounts propagate between the host and a container's bind mount (CRI
+/// `MountPropagation`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// rprivate: no propagation (`None`, or unset).
+    #[default]
+    Private,
+    /// rslave: host mounts below the source appear in the container (`HostToContainer`).
+    HostToContainer,
+    /// rshared: both directions (`Bidirectional`, privileged containers only).
+    Bidirectional,
+}
+
 /// A bind mount into a container.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Mount {
     pub container_path: String,
     pub host_path: String,
     pub readonly: bool,
+    /// Ask the runtime to relabel the source for SELinux (only on SELinux hosts).
+    pub selinux_relabel: bool,
+    pub propagation: Propagation,
+    /// Read-only all the way down, submounts included (needs `readonly`, private propagation).
+    pub recursive_read_only: bool,
+}
+
+/// What a runtime handler reports it supports (CRI `RuntimeHandlerFeatures`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HandlerFeatures {
+    pub recursive_read_only_mounts: bool,
+    pub user_namespaces: bool,
 }
 
 /// Everything CreateContainer needs.
@@ -438,6 +463,14 @@ pub trait Runtime: Send + Sync + 'static {
                 message: String::new(),
             })
             .collect())
+    }
+
+    /// The features the runtime reports for `handler` (CRI Status `runtime_handlers`; the
+    /// empty name is the default handler). A runtime that reports none (containerd 1.6) has
+    /// none.
+    async fn handler_features(&self, handler: &str) -> Result<HandlerFeatures> {
+        let _ = handler;
+        Ok(HandlerFeatures::default())
     }
 
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>>;

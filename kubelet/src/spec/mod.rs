@@ -5,6 +5,7 @@ use crate::podspec::{self, Qos};
 use plumbing::quantity;
 
 mod env;
+pub mod mounts;
 pub mod security;
 use crate::runtime::*;
 pub use env::{
@@ -37,6 +38,8 @@ pub struct NodeSettings {
     pub cgroup_v2: bool,
     /// SwapTotal in bytes (LimitedSwap shares it out).
     pub swap_capacity: i64,
+    /// SELinux is enabled on the host: mounts of managed volumes ask the runtime to relabel.
+    pub selinux_enabled: bool,
     /// The node's allocatable, as in its status: what a downward API `limits.*` of a
     /// container without that limit reads.
     pub allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
@@ -563,54 +566,17 @@ pub fn container_config(
     etc_hosts: Option<&Path>,
     host_paths: &ContainerHostPaths,
     env: &ContainerEnv,
+    handler: &str,
+    features: HandlerFeatures,
 ) -> Result<ContainerConfig, ConfigError> {
+    security::check_user_namespace(pod, handler, features)?;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let vars = env.map();
     let envs = env.vars.clone();
     let mut budget = ExpandBudget::default();
-    let mut mounts = Vec::new();
-    for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
-        let host = volumes.get(&m.name).ok_or_else(|| {
-            ConfigError(format!(
-                "cannot find volume {:?} to mount into container {:?}",
-                m.name, c.name
-            ))
-        })?;
-        let host = match &m.sub_path {
-            Some(sp) if !sp.is_empty() => {
-                host_paths.subpaths.get(&index).cloned().ok_or_else(|| {
-                    ConfigError(format!(
-                        "subPath {sp:?} of volume {:?} was not prepared",
-                        m.name
-                    ))
-                })?
-            }
-            _ => host.clone(),
-        };
-        mounts.push(Mount {
-            container_path: m.mount_path.clone(),
-            host_path: host.display().to_string(),
-            readonly: m.read_only.unwrap_or(false) || must_mount_read_only(pod, &m.name),
-        });
-    }
-    if let Some(h) = etc_hosts
-        && !mounts.iter().any(|m| m.container_path == "/etc/hosts")
-    {
-        mounts.push(Mount {
-            container_path: "/etc/hosts".into(),
-            host_path: h.display().to_string(),
-            readonly: false,
-        });
-    }
-    // The termination message file: a fresh host file per container instance.
+    let mounts =
+        mounts::container_mounts(node, pod, c, volumes, etc_hosts, host_paths, env, features)?;
     let term_path = termination_message_path(c);
-    if let (false, Some(file)) = (term_path.is_empty(), &host_paths.termination_log) {
-        mounts.push(Mount {
-            container_path: term_path.clone(),
-            host_path: file.display().to_string(),
-            readonly: false,
-        });
-    }
     let mut labels = BTreeMap::new();
     labels.insert(
         LABEL_POD_NAME.to_string(),

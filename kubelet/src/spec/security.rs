@@ -231,9 +231,28 @@ fn container_groups(psc: Option<&PodSecurityContext>) -> Vec<i64> {
         .collect()
 }
 
-/// What a pod with `hostUsers: false` gets: the runtime reports no user namespace support.
+/// What a pod with `hostUsers: false` gets from a runtime handler that supports user
+/// namespaces: this node agent does not map IDs for pods yet.
 pub const HOST_USERS_REFUSED: &str =
     "hostUsers: false (a user namespace for the pod) is not supported by this node agent";
+
+/// `hostUsers: false` needs the runtime handler to report user namespace support (upstream's
+/// message when it does not, as containerd 1.6 never does); with it, the agent's own refusal.
+pub fn check_user_namespace(
+    pod: &Pod,
+    handler: &str,
+    features: crate::runtime::HandlerFeatures,
+) -> Result<(), ConfigError> {
+    if pod.spec.as_ref().and_then(|s| s.host_users) != Some(false) {
+        return Ok(());
+    }
+    if !features.user_namespaces {
+        return Err(ConfigError(format!(
+            "RuntimeClass handler {handler:?} does not support user namespaces"
+        )));
+    }
+    Err(ConfigError(HOST_USERS_REFUSED.into()))
+}
 
 /// The container's security settings, before the image user is known (see [`apply_image_user`]).
 pub fn container_security(

@@ -35,6 +35,8 @@ fn config_for(
         None,
         &ContainerHostPaths::default(),
         &env,
+        "",
+        crate::runtime::HandlerFeatures::default(),
     )
 }
 
@@ -863,7 +865,19 @@ fn api_data_volumes_are_always_mounted_read_only() {
         .subpaths
         .insert(4, PathBuf::from("/pod/volume-subpaths/info/c/4"));
     let env = ContainerEnv::default();
-    let cfg = container_config(&n, &p, c, 0, &volumes, None, &host_paths, &env).unwrap();
+    let cfg = container_config(
+        &n,
+        &p,
+        c,
+        0,
+        &volumes,
+        None,
+        &host_paths,
+        &env,
+        "",
+        Default::default(),
+    )
+    .unwrap();
     let ro: BTreeMap<&str, bool> = cfg
         .mounts
         .iter()

@@ -506,7 +506,13 @@ fn set_up_one(
     let dir = volume_dir(node, &uid, plugin, &v.name);
     let created = make_dir(&dir).map_err(|e| fail(format!("creating {}: {e}", dir.display())))?;
     let payload: Option<Payload> = if let Some(e) = &v.empty_dir {
-        if e.medium.as_deref() == Some("Memory") {
+        let medium = e.medium.as_deref().unwrap_or_default();
+        if super::hugepages::is_huge_page_medium(medium) {
+            let option = super::hugepages::page_size_option(medium, pod).map_err(&fail)?;
+            mounter
+                .ensure_hugetlbfs(&dir, &option)
+                .map_err(|e| fail(format!("mounting hugetlbfs at {}: {e}", dir.display())))?;
+        } else if medium == "Memory" {
             let size = e
                 .size_limit
                 .as_ref()

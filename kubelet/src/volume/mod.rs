@@ -9,9 +9,11 @@ pub mod atomic_writer;
 pub mod claims;
 pub mod csi;
 pub mod host_path;
+pub mod hugepages;
 pub mod manager;
 pub mod ownership;
 pub mod projection;
+pub mod shared;
 pub mod subpath;
 
 #[cfg(test)]
@@ -19,4 +21,5 @@ mod bench_tests;
 
 pub use claims::{KubeStorageApi, Storage};
 pub use manager::{VolumeError, VolumeManager};
+pub use shared::make_root_dir_rshared;
 pub use subpath::{Binder, KernelBinder, SubpathMount};

@@ -66,6 +66,23 @@ pub trait Binder: Send + Sync + std::fmt::Debug {
             "this mounter cannot mount tmpfs",
         ))
     }
+    /// Puts `dir` on a shared mount unless the mount holding it is shared already (upstream's
+    /// `MakeRShared`: bind `dir` onto itself, then make it rshared).
+    fn make_rshared(&self, dir: &Path) -> std::io::Result<()> {
+        let _ = dir;
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this mounter cannot make mounts shared",
+        ))
+    }
+    /// Mounts a hugetlbfs with `option` (`pagesize=2Mi`) on `dir` unless one is there already.
+    fn ensure_hugetlbfs(&self, dir: &Path, option: &str) -> std::io::Result<()> {
+        let _ = (dir, option);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this mounter cannot mount hugetlbfs",
+        ))
+    }
 }
 
 /// Resolves `m.subpath` beneath `m.volume_path` (creating missing directories) and binds it
@@ -261,6 +278,39 @@ impl Binder for KernelBinder {
         .map_err(std::io::Error::from)
     }
 
+    fn make_rshared(&self, dir: &Path) -> std::io::Result<()> {
+        use nix::mount::{MsFlags, mount};
+        let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+        if super::shared::is_shared(&info, dir) {
+            return Ok(());
+        }
+        mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND, None::<&str>)?;
+        mount(
+            None::<&str>,
+            dir,
+            None::<&str>,
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            None::<&str>,
+        )?;
+        Ok(())
+    }
+
+    fn ensure_hugetlbfs(&self, dir: &Path, option: &str) -> std::io::Result<()> {
+        use nix::mount::{MsFlags, mount};
+        if is_likely_mount_point(dir)? {
+            return Ok(());
+        }
+        // As upstream: source "nodev", no flags, the page size option.
+        mount(
+            Some("nodev"),
+            dir,
+            Some("hugetlbfs"),
+            MsFlags::empty(),
+            Some(option),
+        )
+        .map_err(std::io::Error::from)
+    }
+
     fn bind_fd(&self, fd: &File, target: &Path) -> std::io::Result<()> {
         use nix::mount::{MsFlags, mount};
         use std::os::fd::AsRawFd;
@@ -318,31 +368,10 @@ pub fn mounts_below(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 fn parse_mountinfo_below(info: &str, dir: &Path) -> Vec<PathBuf> {
     info.lines()
         .filter_map(|l| l.split(' ').nth(4))
-        .map(unescape_mountinfo)
+        .map(super::shared::unescape_mountinfo)
         .map(PathBuf::from)
         .filter(|p| p.starts_with(dir))
         .collect()
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(any(test, feature = "test-util"))]

@@ -223,6 +223,45 @@ async fn standalone_pods_get_empty_dirs_and_host_paths_but_no_api_volumes() {
     assert!(e.message.contains("standalone"), "{e}");
 }
 
+#[tokio::test]
+async fn huge_page_empty_dirs_are_hugetlbfs_mounts_of_the_requested_page_size() {
+    let r = rig();
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "h", "namespace": "ns", "uid": "u7"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {
+            "requests": {"hugepages-2Mi": "4Mi", "memory": "64Mi"},
+            "limits": {"hugepages-2Mi": "4Mi", "memory": "64Mi"}}}],
+            "volumes": [
+                {"name": "hp", "emptyDir": {"medium": "HugePages"}},
+                {"name": "hp2", "emptyDir": {"medium": "HugePages-2Mi"}}]}}))
+    .unwrap();
+    let paths = r.vm.mount(&p).await.unwrap();
+    let mounts = r.binder.hugetlbfs.lock().unwrap().clone();
+    assert_eq!(
+        mounts,
+        vec![
+            (paths["hp"].clone(), "pagesize=2Mi".to_string()),
+            (paths["hp2"].clone(), "pagesize=2Mi".to_string())
+        ]
+    );
+    assert!(paths["hp"].ends_with("volumes/kubernetes.io~empty-dir/hp"));
+    // A size the pod does not request: upstream's error, and nothing mounted.
+    let mut other = p.clone();
+    other.metadata.uid = Some("u8".into());
+    other.spec.as_mut().unwrap().volumes = Some(vec![
+        serde_json::from_value(
+            serde_json::json!({"name": "g", "emptyDir": {"medium": "HugePages-1Gi"}}),
+        )
+        .unwrap(),
+    ]);
+    let e = r.vm.mount(&other).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "MountVolume.SetUp failed for volume \"g\" : medium HugePages-1Gi: hugePages storage requested, but there is no resource request for huge pages"
+    );
+    assert_eq!(r.binder.hugetlbfs.lock().unwrap().len(), 2);
+}
+
 /// fsGroup: the files of an API-backed volume and a new emptyDir belong to the group, as
 /// upstream's SetVolumeOwnership leaves them.
 #[tokio::test]

@@ -9,6 +9,10 @@ pub struct FakeBinder {
     pub binds: Mutex<Vec<(PathBuf, PathBuf)>>,
     /// (directory, size) per tmpfs mount.
     pub tmpfs: Mutex<Vec<(PathBuf, Option<u64>)>>,
+    /// (directory, option) per hugetlbfs mount.
+    pub hugetlbfs: Mutex<Vec<(PathBuf, String)>>,
+    /// Directories made rshared.
+    pub shared: Mutex<Vec<PathBuf>>,
 }
 
 impl Binder for FakeBinder {
@@ -30,6 +34,19 @@ impl Binder for FakeBinder {
         let mut t = self.tmpfs.lock().unwrap();
         if !t.iter().any(|(d, _)| d == dir) {
             t.push((dir.to_path_buf(), size));
+        }
+        Ok(())
+    }
+
+    fn make_rshared(&self, dir: &Path) -> std::io::Result<()> {
+        self.shared.lock().unwrap().push(dir.to_path_buf());
+        Ok(())
+    }
+
+    fn ensure_hugetlbfs(&self, dir: &Path, option: &str) -> std::io::Result<()> {
+        let mut h = self.hugetlbfs.lock().unwrap();
+        if !h.iter().any(|(d, _)| d == dir) {
+            h.push((dir.to_path_buf(), option.to_string()));
         }
         Ok(())
     }

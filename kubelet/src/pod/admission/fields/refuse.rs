@@ -2,7 +2,7 @@
 //! naming the field (the pod fails with reason [`REASON`]) instead of running without them.
 //! Each entry carries an example the guard test admits to check that it is refused.
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, VolumeMount};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 /// The rejection reason of a pod using a field this node agent does not provide.
 pub const REASON: &str = "UnsupportedPodField";
@@ -23,12 +23,6 @@ pub const VOLUME_DEVICES: &str =
     "volumeDevices (raw block volumes) are not supported by this node agent";
 pub const STOP_SIGNAL: &str = "lifecycle.stopSignal is not supported by this node agent";
 pub const FILE_KEY_REF: &str = "env valueFrom.fileKeyRef is not supported by this node agent";
-pub const MOUNT_PROPAGATION: &str =
-    "volumeMounts mountPropagation other than None is not supported by this node agent";
-pub const RECURSIVE_READ_ONLY: &str =
-    "volumeMounts recursiveReadOnly other than Disabled is not supported by this node agent";
-pub const SUB_PATH_EXPR: &str = "volumeMounts subPathExpr is not supported by this node agent";
-pub const HUGE_PAGES_MEDIUM: &str = "emptyDir medium HugePages is not supported by this node agent";
 
 /// One refused value: the field it is in, what the pod is told, an example spec (fields set
 /// over a one-container pod) that must be refused with it, and the check.
@@ -46,10 +40,6 @@ fn containers(s: &PodSpec) -> impl Iterator<Item = &Container> {
         .iter()
         .flatten()
         .chain(s.containers.iter())
-}
-
-fn mounts(s: &PodSpec) -> impl Iterator<Item = &VolumeMount> {
-    containers(s).flat_map(|c| c.volume_mounts.iter().flatten())
 }
 
 fn set<T>(v: &Option<Vec<T>>) -> bool {
@@ -155,51 +145,6 @@ pub const REFUSALS: &[Refusal] = &[
                 e.value_from
                     .as_ref()
                     .is_some_and(|v| v.file_key_ref.is_some())
-            })
-        },
-    },
-    Refusal {
-        owner: "VolumeMount",
-        field: "mountPropagation",
-        reason: REASON,
-        message: MOUNT_PROPAGATION,
-        example: r#"{"containers": [{"name": "c", "image": "i", "volumeMounts": [{"name": "v", "mountPath": "/m", "mountPropagation": "HostToContainer"}]}]}"#,
-        check: |s| mounts(s).any(|m| m.mount_propagation.as_deref().is_some_and(|p| p != "None")),
-    },
-    Refusal {
-        owner: "VolumeMount",
-        field: "recursiveReadOnly",
-        reason: REASON,
-        message: RECURSIVE_READ_ONLY,
-        example: r#"{"containers": [{"name": "c", "image": "i", "volumeMounts": [{"name": "v", "mountPath": "/m", "readOnly": true, "recursiveReadOnly": "IfPossible"}]}]}"#,
-        check: |s| {
-            mounts(s).any(|m| {
-                m.recursive_read_only
-                    .as_deref()
-                    .is_some_and(|p| p != "Disabled")
-            })
-        },
-    },
-    Refusal {
-        owner: "VolumeMount",
-        field: "subPathExpr",
-        reason: REASON,
-        message: SUB_PATH_EXPR,
-        example: r#"{"containers": [{"name": "c", "image": "i", "volumeMounts": [{"name": "v", "mountPath": "/m", "subPathExpr": "$(POD_NAME)"}]}]}"#,
-        check: |s| mounts(s).any(|m| nonempty(&m.sub_path_expr)),
-    },
-    Refusal {
-        owner: "EmptyDirVolumeSource",
-        field: "medium",
-        reason: REASON,
-        message: HUGE_PAGES_MEDIUM,
-        example: r#"{"volumes": [{"name": "h", "emptyDir": {"medium": "HugePages-2Mi"}}]}"#,
-        check: |s| {
-            s.volumes.iter().flatten().any(|v| {
-                v.empty_dir
-                    .as_ref()
-                    .and_then(|e| e.medium.as_deref())
-                    .is_some_and(|m| m.starts_with("HugePages"))
             })
         },
     },

@@ -187,8 +187,9 @@ fn values_that_are_provided_are_not_refused() {
         serde_json::json!({"os": {"name": "linux"}, "shareProcessNamespace": false, "setHostnameAsFQDN": false}),
         serde_json::json!({"initContainers": [{"name": "s", "image": "i", "restartPolicy": "Always"}]}),
         serde_json::json!({"containers": [{"name": "c", "image": "i", "volumeMounts": [
-            {"name": "v", "mountPath": "/m", "mountPropagation": "None", "recursiveReadOnly": "Disabled", "subPathExpr": ""}]}],
-            "volumes": [{"name": "v", "emptyDir": {"medium": "Memory"}}]}),
+            {"name": "v", "mountPath": "/m", "mountPropagation": "HostToContainer", "subPathExpr": "$(A)"},
+            {"name": "v", "mountPath": "/r", "readOnly": true, "recursiveReadOnly": "IfPossible"}]}],
+            "volumes": [{"name": "v", "emptyDir": {"medium": "Memory"}}, {"name": "h", "emptyDir": {"medium": "HugePages-2Mi"}}]}),
     ] {
         let pod = crate::podspec::test_pod("p", "u", spec.clone());
         assert_eq!(refusal(&pod), None, "{spec}");

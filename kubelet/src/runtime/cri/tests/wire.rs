@@ -2,6 +2,7 @@
 //! server on a unix socket that records each request (with its deadline), keeps sandboxes,
 //! containers and images, and fails or stalls a method when told to.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -232,11 +233,28 @@ async fn pod_and_container_configs_reach_the_runtime_as_given() {
     (c.stdin, c.stdin_once, c.tty) = (true, true, true);
     c.annotations
         .insert("io.kubernetes.container.hash".into(), "abc".into());
-    c.mounts = vec![Mount {
-        container_path: "/data".into(),
-        host_path: "/var/lib/kubelet/pods/x/volumes/d".into(),
-        readonly: true,
-    }];
+    c.mounts = vec![
+        Mount {
+            container_path: "/data".into(),
+            host_path: "/var/lib/kubelet/pods/x/volumes/d".into(),
+            readonly: true,
+            selinux_relabel: true,
+            propagation: Propagation::Private,
+            recursive_read_only: true,
+        },
+        Mount {
+            container_path: "/host".into(),
+            host_path: "/srv".into(),
+            propagation: Propagation::HostToContainer,
+            ..Default::default()
+        },
+        Mount {
+            container_path: "/shared".into(),
+            host_path: "/mnt/shared".into(),
+            propagation: Propagation::Bidirectional,
+            ..Default::default()
+        },
+    ];
     let sid = rt.run_sandbox(&sb).await.unwrap();
     let cid = rt.create_container(&sid, &c, &sb).await.unwrap();
 
@@ -282,8 +300,30 @@ async fn pod_and_container_configs_reach_the_runtime_as_given() {
         ("A", "b")
     );
     assert_eq!(
-        (cc.mounts[0].container_path.as_str(), cc.mounts[0].readonly),
-        ("/data", true)
+        cc.mounts,
+        vec![
+            pb::Mount {
+                container_path: "/data".into(),
+                host_path: "/var/lib/kubelet/pods/x/volumes/d".into(),
+                readonly: true,
+                selinux_relabel: true,
+                propagation: pb::MountPropagation::PropagationPrivate as i32,
+                recursive_read_only: true,
+                ..Default::default()
+            },
+            pb::Mount {
+                container_path: "/host".into(),
+                host_path: "/srv".into(),
+                propagation: pb::MountPropagation::PropagationHostToContainer as i32,
+                ..Default::default()
+            },
+            pb::Mount {
+                container_path: "/shared".into(),
+                host_path: "/mnt/shared".into(),
+                propagation: pb::MountPropagation::PropagationBidirectional as i32,
+                ..Default::default()
+            },
+        ]
     );
     assert_eq!((cc.stdin, cc.stdin_once, cc.tty), (true, true, true));
 
@@ -528,4 +568,36 @@ async fn when_the_stats_list_fails_each_ready_sandbox_is_asked_instead() {
     let snap = p.refresh().await.unwrap();
     let gap = &snap.gaps[&crate::stats::gaps::Source::SandboxStats];
     assert!(gap.starts_with("1 of 2 ready sandboxes"), "{gap}");
+}
+
+#[test]
+fn handler_features_come_from_the_status_answer() {
+    let r = pb::StatusResponse {
+        runtime_handlers: vec![
+            pb::RuntimeHandler {
+                name: String::new(),
+                features: Some(pb::RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: true,
+                    user_namespaces: false,
+                }),
+            },
+            pb::RuntimeHandler {
+                name: "kata".into(),
+                features: Some(pb::RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: false,
+                    user_namespaces: true,
+                }),
+            },
+        ],
+        ..Default::default()
+    };
+    let f = |h: &str| crate::runtime::cri::handler_features(&r, h);
+    assert!(f("").recursive_read_only_mounts && !f("").user_namespaces);
+    assert!(!f("kata").recursive_read_only_mounts && f("kata").user_namespaces);
+    // containerd 1.6 lists no handlers: nothing is supported.
+    assert_eq!(
+        crate::runtime::cri::handler_features(&pb::StatusResponse::default(), ""),
+        crate::runtime::HandlerFeatures::default()
+    );
+    assert_eq!(f("runsc"), crate::runtime::HandlerFeatures::default());
 }
