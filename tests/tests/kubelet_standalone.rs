@@ -272,3 +272,84 @@ fn subpath_symlink_escape_is_refused() {
         (mounts() == 0).then_some(())
     });
 }
+
+/// The kubelet's iptables chains (makeIPTablesUtilChains, on by default) in the network
+/// namespace it runs in (the rig's): the hint chain the iptables-wrapper of kube-proxy,
+/// flannel and Calico images reads, the canaries in mangle, nat and filter, both families,
+/// and the IPv4 localnet firewall. The runtime (containerd 1.6 here) lacks RuntimeConfig:
+/// the configured cgroup driver stays, with upstream's one info line.
+#[test]
+fn iptables_hint_and_canary_chains_and_the_cgroup_driver_fallback() {
+    require_rig!();
+    let rig = Rig::up("e2e-chains");
+    let agent = Kubelet::builder(&rig).start();
+    let save = |cmd: &str| {
+        let out = std::process::Command::new("nsenter")
+            .arg(format!("--net={}", agent.netns()))
+            .arg(cmd)
+            .output()
+            .expect(cmd);
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let complete = |text: &str| {
+        text.contains(":KUBE-IPTABLES-HINT - [0:0]")
+            && text.matches(":KUBE-KUBELET-CANARY - [0:0]").count() == 3
+    };
+    let (v4, v6) = wait_for("the kubelet's chains", Duration::from_secs(30), || {
+        let (v4, v6) = (save("iptables-save"), save("ip6tables-save"));
+        (complete(&v4) && complete(&v6)).then_some((v4, v6))
+    });
+    assert!(v4.contains("-A INPUT -j KUBE-FIREWALL"), "{v4}");
+    assert!(
+        v4.contains("--comment \"block incoming localnet connections\""),
+        "{v4}"
+    );
+    assert!(!v6.contains("KUBE-FIREWALL"), "{v6}");
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(log.contains("Initialized iptables rules."), "{log}");
+    if log.contains("Using cgroup driver setting received from the CRI runtime") {
+        eprintln!("this runtime answers RuntimeConfig: no fallback to check");
+    } else {
+        assert!(
+            log.contains("Falling back to using cgroupDriver from kubelet config"),
+            "{log}"
+        );
+    }
+}
+
+/// Parallel-pull settings upstream refuses stop the start with upstream's message (no rig
+/// needed: the agent exits while reading its config).
+#[test]
+fn parallel_pull_settings_upstream_refuses_stop_the_start() {
+    for (config, want) in [
+        (
+            "serializeImagePulls: true\nmaxParallelImagePulls: 3\n",
+            "invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false",
+        ),
+        (
+            "serializeImagePulls: false\nmaxParallelImagePulls: 0\n",
+            "invalid configuration: maxParallelImagePulls 0 must be a positive number",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{config}"
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new("timeout")
+            .arg("20")
+            .arg(node_tests::bin("kubelet"))
+            .arg(format!("--config={}", file.display()))
+            .arg(format!("--root-dir={}", dir.path().join("root").display()))
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run kubelet");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{config}: {stderr}");
+        assert!(stderr.contains(want), "{config}: {stderr}");
+    }
+}

@@ -12,7 +12,16 @@ use std::sync::Arc;
 /// warning and its limits are skipped; a cgroup that cannot be created or limited stops the
 /// start, as upstream's "Failed to start ContainerManager"; LimitedSwap on cgroup v1 is
 /// refused.
-pub(super) async fn start(cfg: &Config) -> Result<Arc<ContainerManager>, AppError> {
+/// The cgroup driver is the runtime's answer to RuntimeConfig, else `cgroupDriver` (see
+/// [`crate::cm::driver`]).
+pub(super) async fn start(
+    cfg: &Config,
+    runtime: &dyn crate::runtime::Runtime,
+) -> Result<Arc<ContainerManager>, AppError> {
+    let driver =
+        crate::cm::driver::from_runtime(runtime, cfg.cgroup_driver, crate::cm::driver::RETRY_DELAY)
+            .await
+            .map_err(AppError::RuntimeConfig)?;
     let fs = FsCgroups::discover();
     let version = fs.version();
     if version == CgroupVersion::V1 && cfg.pod_limits.swap_behavior == SwapBehavior::LimitedSwap {
@@ -26,7 +35,7 @@ pub(super) async fn start(cfg: &Config) -> Result<Arc<ContainerManager>, AppErro
         );
     }
     let fs: Arc<dyn Cgroups> = Arc::new(fs);
-    let inner: Arc<dyn Cgroups> = match cfg.cgroup_driver {
+    let inner: Arc<dyn Cgroups> = match driver {
         crate::cm::CgroupDriver::Cgroupfs => fs,
         crate::cm::CgroupDriver::Systemd => {
             use crate::cm::{DbusUnits, NoSystemd, SystemdUnits};
@@ -54,7 +63,7 @@ pub(super) async fn start(cfg: &Config) -> Result<Arc<ContainerManager>, AppErro
         cgroups,
         CmConfig {
             namer: CgroupNamer {
-                driver: cfg.cgroup_driver,
+                driver,
                 root: cfg.cgroup_root.clone(),
                 per_qos: cfg.cgroups_per_qos,
             },

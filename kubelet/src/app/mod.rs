@@ -57,6 +57,9 @@ pub enum AppError {
     ContainerManager(#[from] crate::cm::CmError),
     #[error("Failed to start ContainerManager: node cgroup setup panicked: {0}")]
     ContainerManagerPanicked(String),
+    /// The runtime's RuntimeConfig failed every try (not Unimplemented: that falls back).
+    #[error("failed to get the cgroup driver from the CRI runtime: {0}")]
+    RuntimeConfig(crate::runtime::RuntimeError),
     /// Upstream's kubelet exits when its image pull records cannot be set up.
     #[error("{0}")]
     PullRecords(String),
@@ -134,7 +137,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         return Ok(());
     };
     let stats = start_stats_and_logs(&cfg, &runtime, &state, &mut tasks, &cancel);
-    let cm = container_manager::start(&cfg).await?;
+    let cm = container_manager::start(&cfg, runtime.as_ref()).await?;
     let devices = container_manager::start_devices(&cfg, &mut tasks, &cancel).await;
     let pull_records = start_pull_records(&cfg, runtime.as_ref()).await?;
     let node_ips = node_ips(&cfg);
@@ -314,6 +317,12 @@ fn start_network_and_proxy(
             tasks,
             cancel,
         )?;
+    }
+    if cfg.make_iptables_util_chains {
+        tasks.spawn(crate::network::util_chains::run(
+            crate::network::util_chains::MONITOR_INTERVAL,
+            cancel.clone(),
+        ));
     }
     if let Some(proxy_cfg) = proxy_cfg {
         tracing::info!("hosting the kube-proxy role in this process");

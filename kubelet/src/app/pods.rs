@@ -169,7 +169,7 @@ pub(super) fn worker_env(
         cgroups: parts.cm,
         images: Arc::new(crate::pod_worker::NodeImages {
             runtime: parts.runtime,
-            pull_lock: tokio::sync::Mutex::new(()),
+            pull_gate: crate::images::PullGate::new(&cfg.pull_gate),
             records: parts.pull_records,
             objects: volumes.objects().clone(),
             root_dir: parts.node.root_dir.clone(),

@@ -6,6 +6,7 @@
 pub mod allocatable;
 mod cgroups;
 pub mod devicemanager;
+pub mod driver;
 mod fs;
 pub mod limits;
 pub mod metrics;

@@ -254,7 +254,10 @@ pub struct Config {
     /// with no traffic for this long is closed.
     #[serde(with = "duration::serde_opt_plain")]
     pub streaming_connection_idle_timeout: Duration,
-    pub serialize_image_pulls: bool,
+    /// `serializeImagePulls` and `maxParallelImagePulls`.
+    pub pull_gate: crate::images::PullSettings,
+    /// `makeIPTablesUtilChains` (default true): the kubelet's iptables chains.
+    pub make_iptables_util_chains: bool,
     pub rotate_certificates: bool,
     #[serde(with = "duration::serde_opt_plain")]
     pub node_status_update_frequency: Duration,
@@ -535,6 +538,12 @@ pub fn merge(
         file.preloaded_images_verification_allowlist.as_ref(),
     )
     .map_err(invalid)?;
+    let pull_gate = crate::images::PullSettings::parse(
+        flags.serialize_image_pulls,
+        file.serialize_image_pulls,
+        file.max_parallel_image_pulls.as_ref(),
+    )
+    .map_err(invalid)?;
     let max_pods = flags.max_pods.or(file.max_pods).unwrap_or(110);
     if max_pods < 0 {
         return Err(invalid(format!("maxPods: {max_pods} must not be negative")));
@@ -737,10 +746,9 @@ pub fn merge(
             file.streaming_connection_idle_timeout,
             Duration::from_secs(4 * 3600),
         )?,
-        serialize_image_pulls: flags
-            .serialize_image_pulls
-            .or(file.serialize_image_pulls)
-            .unwrap_or(true),
+        pull_gate,
+        make_iptables_util_chains: (file.make_ip_tables_util_chains.as_ref())
+            .is_none_or(|v| v.as_bool() != Some(false)),
         rotate_certificates: flags
             .rotate_certificates
             .or(file.rotate_certificates)

@@ -118,6 +118,44 @@ fn enable_debugging_handlers_is_read() {
 }
 
 #[test]
+fn make_iptables_util_chains_defaults_on_and_can_be_turned_off() {
+    let on = |text: &str| {
+        let file = parse_file("c", text).unwrap();
+        merge(&flags(&[]), file, "n")
+            .unwrap()
+            .make_iptables_util_chains
+    };
+    assert!(on(""));
+    assert!(on("makeIPTablesUtilChains: true\n"));
+    assert!(!on("makeIPTablesUtilChains: false\n"));
+}
+
+#[test]
+fn parallel_image_pulls_are_read_and_validated_as_upstream() {
+    let file = parse_file("c", "maxParallelImagePulls: 4\n").unwrap();
+    let cfg = merge(&flags(&[]), file, "n").unwrap();
+    assert_eq!(cfg.pull_gate.limit(), Some(4));
+    let file = parse_file(
+        "c",
+        "serializeImagePulls: false\nmaxParallelImagePulls: 0\n",
+    )
+    .unwrap();
+    let err = merge(&flags(&[]), file, "n").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "invalid configuration: maxParallelImagePulls 0 must be a positive number"
+    );
+    let file = parse_file("c", "maxParallelImagePulls: 4\n").unwrap();
+    let err = merge(&flags(&["--serialize-image-pulls=true"]), file, "n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot be larger than 1 unless SerializeImagePulls"),
+        "{err}"
+    );
+}
+
+#[test]
 fn register_with_taints_flag() {
     let cfg = merge(
         &flags(&["--register-with-taints=dedicated=infra:NoSchedule,gpu:NoExecute"]),

@@ -1,4 +1,5 @@
-//! Images for containers: the pull policy, pulls (one at a time with `serializeImagePulls`)
+//! Images for containers: the pull policy, pulls (one at a time with `serializeImagePulls`,
+//! else up to `maxParallelImagePulls`: [`pull_gate`])
 //! and the per-image pull back-off, with upstream's events and waiting reasons; registry
 //! credentials ([`credentials`]: pull secrets and the node's docker config); which pods may
 //! use an image already present ([`pull_records`]: pulled-image credential verification);
@@ -6,9 +7,11 @@
 
 pub mod credentials;
 pub mod gc;
+pub mod pull_gate;
 pub mod pull_records;
 pub mod reference;
 pub use gc::{DEFAULT_SANDBOX_IMAGE, ImageGc, ImageGcPolicy};
+pub use pull_gate::{PullGate, PullSettings};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -70,8 +73,8 @@ pub struct PullBackoff {
 /// What [`ensure_image`] needs from the node.
 pub struct Puller<'a> {
     pub runtime: &'a dyn Runtime,
-    /// Held while pulling when `serializeImagePulls` is on.
-    pub pull_lock: &'a tokio::sync::Mutex<()>,
+    /// A slot of it is held while pulling (`serializeImagePulls`, `maxParallelImagePulls`).
+    pub pull_gate: &'a PullGate,
     /// Records an event about the container.
     pub event: &'a (dyn Fn(EventType, &str, &str) + Send + Sync),
     /// Pull secrets' keyrings in the pod's order, then the node's.
@@ -286,7 +289,7 @@ pub async fn ensure_image(
         ));
     }
     let waited = std::time::Instant::now();
-    let guard = p.pull_lock.lock().await;
+    let guard = p.pull_gate.enter().await;
     let pulling = std::time::Instant::now();
     let result = pull(p.runtime, &image, p.keyrings, p.keyring_error, sandbox).await;
     drop(guard);

@@ -27,6 +27,7 @@ pub mod masquerade;
 mod route_step;
 pub mod routes;
 pub mod settings;
+pub mod util_chains;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

@@ -135,12 +135,12 @@ pub trait ImagePuller: Send + Sync + 'static {
     ) -> Result<(), PullError>;
 }
 
-/// The node's image puller: the runtime's image service, one pull at a time with
-/// `serializeImagePulls`, pull secrets read through the object cache.
+/// The node's image puller: the runtime's image service, as many pulls at once as the
+/// pull gate allows, pull secrets read through the object cache.
 pub struct NodeImages {
     pub runtime: Arc<dyn Runtime>,
-    /// Held while pulling when `serializeImagePulls` is on.
-    pub pull_lock: tokio::sync::Mutex<()>,
+    /// Pulls take a slot of it (`serializeImagePulls`, `maxParallelImagePulls`).
+    pub pull_gate: images::PullGate,
     /// Pulled-image credential verification (None: the `KubeletEnsureSecretPulledImages`
     /// gate is off).
     pub records: Option<Arc<images::pull_records::PullRecords>>,
@@ -172,7 +172,7 @@ impl ImagePuller for NodeImages {
     ) -> Result<(), PullError> {
         let puller = images::Puller {
             runtime: self.runtime.as_ref(),
-            pull_lock: &self.pull_lock,
+            pull_gate: &self.pull_gate,
             event,
             keyrings: &keyrings.keyrings,
             keyring_error: keyrings.invalid.as_deref(),

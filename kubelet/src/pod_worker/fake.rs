@@ -56,7 +56,7 @@ impl Deps {
             cgroups: ContainerManager::for_test(Arc::new(crate::cm::FakeCgroups::default())),
             images: Arc::new(NodeImages {
                 runtime,
-                pull_lock: tokio::sync::Mutex::new(()),
+                pull_gate: crate::images::PullGate::serial(),
                 records,
                 objects: objects.clone(),
                 root_dir: node.root_dir.clone(),

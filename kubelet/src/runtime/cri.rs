@@ -1,5 +1,6 @@
 //! [`Runtime`] over the CRI v1 gRPC API (containerd, CRI-O) on a unix socket.
 
+use super::cri_config::cgroup_driver_of;
 use super::cri_stats::{container_stats_pb, fs_pb, sandbox_stats_pb};
 use super::*;
 use cri_proto::v1 as pb;
@@ -118,6 +119,18 @@ impl Runtime for CriRuntime {
                 message: c.message,
             })
             .collect())
+    }
+
+    async fn cgroup_driver(&self) -> Result<RuntimeCgroupDriver> {
+        let req = self.req(pb::RuntimeConfigRequest {});
+        match self.runtime.clone().runtime_config(req).await {
+            Ok(r) => cgroup_driver_of(r.into_inner().linux),
+            // containerd 1.6: the kubelet falls back to its configured driver.
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                Ok(RuntimeCgroupDriver::Unimplemented)
+            }
+            Err(s) => Err(err("RuntimeConfig", s)),
+        }
     }
 
     async fn handler_features(&self, handler: &str) -> Result<crate::runtime::HandlerFeatures> {

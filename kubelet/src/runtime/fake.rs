@@ -36,6 +36,12 @@ struct State {
     stream_requests: Vec<StreamRequest>,
     /// What Status answers (None: RuntimeReady and NetworkReady true).
     conditions: Option<Vec<crate::runtime::RuntimeCondition>>,
+    /// How long each PullImage takes, and how many ran at once at most.
+    pull_delay: Duration,
+    pulls_now: usize,
+    pulls_most: usize,
+    /// What RuntimeConfig answers (`None`: Unimplemented).
+    cgroup_driver: Option<crate::runtime::RuntimeCgroupDriver>,
     /// ListPodSandboxStats fails as containerd 1.6's does without a filter.
     stats_list_fails_on_not_ready: bool,
     /// Every UpdateContainerResources: the container and what it asked for.
@@ -69,6 +75,21 @@ pub struct FakeRuntime {
 impl FakeRuntime {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Each PullImage takes this long from now on (tokio time).
+    pub fn set_pull_delay(&self, d: Duration) {
+        self.state.lock().unwrap().pull_delay = d;
+    }
+
+    /// The most PullImage calls that ran at once.
+    pub fn most_pulls_at_once(&self) -> usize {
+        self.state.lock().unwrap().pulls_most
+    }
+
+    /// What RuntimeConfig answers from now on (default: the call is Unimplemented).
+    pub fn set_cgroup_driver(&self, driver: crate::runtime::RuntimeCgroupDriver) {
+        self.state.lock().unwrap().cgroup_driver = Some(driver);
     }
 
     /// What Status answers from now on.
@@ -290,6 +311,12 @@ pub const FAKE_IMAGE_SIZE: u64 = 4096;
 
 #[async_trait::async_trait]
 impl Runtime for FakeRuntime {
+    async fn cgroup_driver(&self) -> Result<crate::runtime::RuntimeCgroupDriver> {
+        let s = self.enter("RuntimeConfig")?;
+        Ok(s.cgroup_driver
+            .unwrap_or(crate::runtime::RuntimeCgroupDriver::Unimplemented))
+    }
+
     async fn status(&self) -> Result<Vec<crate::runtime::RuntimeCondition>> {
         let s = self.enter("Status")?;
         let set = s.conditions.clone();
@@ -605,7 +632,17 @@ impl Runtime for FakeRuntime {
         auth: Option<&ImageAuth>,
         _sandbox: &SandboxConfig,
     ) -> Result<String> {
-        let mut s = self.enter("PullImage")?;
+        let delay = {
+            let mut s = self.enter("PullImage")?;
+            s.pulls_now += 1;
+            s.pulls_most = s.pulls_most.max(s.pulls_now);
+            s.pull_delay
+        };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let mut s = self.state.lock().unwrap();
+        s.pulls_now -= 1;
         s.pulls
             .push((image.to_string(), auth.map(|a| a.username.clone())));
         if let Some((user, password)) = s.registry_auth.get(image)

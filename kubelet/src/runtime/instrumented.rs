@@ -52,6 +52,10 @@ impl Runtime for Instrumented {
         record("version", self.inner.version()).await
     }
 
+    async fn cgroup_driver(&self) -> Result<crate::runtime::RuntimeCgroupDriver> {
+        record("runtime_config", self.inner.cgroup_driver()).await
+    }
+
     async fn status(&self) -> Result<Vec<crate::runtime::RuntimeCondition>> {
         record("status", self.inner.status()).await
     }

@@ -3,6 +3,7 @@
 //! calls for unit tests.
 
 pub mod cri;
+mod cri_config;
 mod cri_stats;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
@@ -445,9 +446,25 @@ pub async fn image_user(rt: &dyn Runtime, image: &str) -> Result<ImageUser> {
     })
 }
 
+/// The cgroup driver the runtime reports through CRI `RuntimeConfig`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeCgroupDriver {
+    Systemd,
+    Cgroupfs,
+    /// The answer had no `linux` part.
+    NotReported,
+    /// The runtime lacks the call (gRPC Unimplemented, e.g. containerd 1.6).
+    Unimplemented,
+}
+
 #[async_trait::async_trait]
 pub trait Runtime: Send + Sync + 'static {
     async fn version(&self) -> Result<VersionInfo>;
+    /// CRI `RuntimeConfig`'s cgroup driver. A value outside the CRI enum is an error.
+    /// Fakes lack the call unless they say otherwise.
+    async fn cgroup_driver(&self) -> Result<RuntimeCgroupDriver> {
+        Ok(RuntimeCgroupDriver::Unimplemented)
+    }
     /// The runtime's conditions (CRI Status). Fakes are ready unless they say otherwise.
     async fn status(&self) -> Result<Vec<RuntimeCondition>> {
         Ok(["RuntimeReady", "NetworkReady"]

@@ -248,7 +248,12 @@ pub const FIELDS: &[Setting] = &[
     ),
     s("cgroupRoot", Implemented, &[], "Root cgroup for pods."),
     s("cgroupsPerQOS", Implemented, &[], "QoS cgroup hierarchy."),
-    s("cgroupDriver", Implemented, &[], "cgroupfs or systemd."),
+    s(
+        "cgroupDriver",
+        Implemented,
+        &[],
+        "cgroupfs or systemd. As upstream (KubeletCgroupDriverFromCRI, GA), the runtime's answer to CRI RuntimeConfig wins over it; a runtime without the call (containerd 1.6) keeps this value, with one info line; a RuntimeConfig failing three tries stops the start.",
+    ),
     s("cpuManagerPolicy", NotImplemented, &["none"], NO_CM),
     s("cpuManagerPolicyOptions", NotImplemented, &[], NO_CM),
     s(
@@ -339,15 +344,15 @@ pub const FIELDS: &[Setting] = &[
     s("kubeAPIBurst", Implemented, &[], "Client burst."),
     s(
         "serializeImagePulls",
-        NotImplemented,
-        &["true"],
-        "image pulls are always serialized.",
+        Implemented,
+        &[],
+        "Default true (one pull at a time, the others wait in order); unset, it becomes false when maxParallelImagePulls is 2 or more, as upstream's defaulting. Also --serialize-image-pulls.",
     ),
     s(
         "maxParallelImagePulls",
-        NotImplemented,
-        &["1"],
-        "image pulls are always serialized.",
+        Implemented,
+        &[],
+        "Pulls at once when serializeImagePulls is false (unset: no limit); below 1, or above 1 with serialized pulls, is refused with upstream's message.",
     ),
     s(
         "evictionHard",
@@ -413,7 +418,7 @@ pub const FIELDS: &[Setting] = &[
         "makeIPTablesUtilChains",
         Implemented,
         &[],
-        "Deprecated; no effect upstream either.",
+        "Deprecated upstream, default true: in each IP family where iptables works the kubelet keeps KUBE-IPTABLES-HINT (mangle) and KUBE-KUBELET-CANARY (mangle, nat, filter), and for IPv4 KUBE-FIREWALL with the localnet drop rule; all re-created within a minute of a flush. false: none of them.",
     ),
     s(
         "iptablesMasqueradeBit",

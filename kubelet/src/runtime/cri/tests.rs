@@ -258,3 +258,80 @@ fn pid_namespace_follows_share_process_namespace_and_ephemeral_targets() {
         (pb::NamespaceMode::Node as i32, String::new())
     );
 }
+
+/// A runtime with `RuntimeConfig` (containerd 2.x, CRI-O): answers `linux` with this raw
+/// cgroup driver value (`None`: no `linux` part).
+struct WithRuntimeConfig(Option<i32>);
+
+#[tonic::async_trait]
+impl cri_proto::RuntimeService for WithRuntimeConfig {
+    async fn runtime_config(
+        &self,
+        _req: tonic::Request<pb::RuntimeConfigRequest>,
+    ) -> Result<tonic::Response<pb::RuntimeConfigResponse>, tonic::Status> {
+        Ok(tonic::Response::new(pb::RuntimeConfigResponse {
+            linux: self
+                .0
+                .map(|d| pb::LinuxRuntimeConfiguration { cgroup_driver: d }),
+        }))
+    }
+}
+
+/// Serves `svc` on a fresh unix socket; the client and the server's task.
+async fn serve<S: cri_proto::RuntimeService>(
+    dir: &std::path::Path,
+    svc: S,
+) -> (CriRuntime, tokio::task::JoinHandle<()>) {
+    let path = dir.join("cri.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let server = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(cri_proto::RuntimeServiceServer::new(svc))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+            .await;
+    });
+    let ch = cri_proto::connect(
+        &format!("unix://{}", path.display()),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    (
+        CriRuntime::new(ch.clone(), ch, Duration::from_secs(5)),
+        server,
+    )
+}
+
+/// RuntimeConfig's cgroup driver through the wire: containerd 1.6's Unimplemented is its
+/// own answer (the kubelet falls back), the enum maps as CRI numbers it (SYSTEMD = 0,
+/// CGROUPFS = 1), a value outside it is an error naming it.
+#[tokio::test]
+async fn runtime_config_cgroup_driver_through_the_wire() {
+    use crate::runtime::RuntimeCgroupDriver as D;
+    let old = Containerd16 {
+        container_filters: Default::default(),
+    };
+    let cases: Vec<(Option<i32>, Result<D, &str>)> = vec![
+        (Some(0), Ok(D::Systemd)),
+        (Some(1), Ok(D::Cgroupfs)),
+        (None, Ok(D::NotReported)),
+        (Some(7), Err("unknown cgroup driver 7")),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let (rt, server) = serve(dir.path(), old).await;
+    assert_eq!(rt.cgroup_driver().await.unwrap(), D::Unimplemented);
+    server.abort();
+    for (i, (answer, want)) in cases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rt, server) = serve(dir.path(), WithRuntimeConfig(answer)).await;
+        let got = rt.cgroup_driver().await;
+        match want {
+            Ok(d) => assert_eq!(got.unwrap(), d, "case {i}"),
+            Err(text) => {
+                let e = got.unwrap_err().to_string();
+                assert!(e.contains(text), "case {i}: {e}");
+            }
+        }
+        server.abort();
+    }
+}
