@@ -163,14 +163,11 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     };
     let storage = pods::storage(
         &worker_parts.node,
-        crate::stats::DEFAULT_VOLUME_STATS_AGG_PERIOD,
+        &stats,
         cluster.as_ref(),
         &mut tasks,
         &cancel,
     );
-    if let Some(s) = &storage {
-        stats.set_measured_volumes(Arc::new(pods::InUse(s.clone())));
-    }
     let env = pods::worker_env(
         &cfg,
         worker_parts,

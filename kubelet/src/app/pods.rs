@@ -225,10 +225,10 @@ impl crate::stats::MeasuredVolumes for InUse {
 }
 
 /// The plugin manager (CSI drivers register through `<root-dir>/plugins_registry`) and, in
-/// cluster mode, the claim-backed and CSI volumes it serves.
+/// cluster mode, the claim-backed and CSI volumes it serves, whose usage `stats` reports.
 pub(super) fn storage(
     node: &NodeSettings,
-    stats_period: std::time::Duration,
+    stats: &crate::stats::Provider,
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
@@ -271,7 +271,9 @@ pub(super) fn storage(
     tasks.spawn(async move {
         let _ = tokio::task::spawn_blocking(move || s.reconstruct()).await;
     });
-    tasks.spawn(storage.clone().run_stats(stats_period, cancel.clone()));
+    let period = crate::stats::DEFAULT_VOLUME_STATS_AGG_PERIOD;
+    tasks.spawn(storage.clone().run_stats(period, cancel.clone()));
+    stats.set_measured_volumes(Arc::new(InUse(storage.clone())));
     Some(storage)
 }
 
