@@ -7,7 +7,7 @@
 //! `hashsize` parameter under `/sys`) is used as it is. [`ProcSysctl`] does the file I/O of the
 //! process's own network namespace on the blocking pool; [`ExecSysctl`] runs `cat`/`sh` through
 //! a command prefix (`ip netns exec NS`) so a proxy whose tools run in a namespace also sets
-//! that namespace's keys, never the caller's. `test_util::FakeSysctl` records writes.
+//! that namespace's keys, never the caller's. `fake::FakeSysctl` records writes.
 //!
 //! A key that cannot be written here (a non-initial network namespace makes
 //! `nf_conntrack_max` read-only; a missing module has no key) is one warning naming it: the
@@ -526,75 +526,7 @@ pub fn parse_kernel_version(release: &str) -> Option<(u32, u32)> {
 }
 
 #[cfg(any(test, feature = "test-util"))]
-pub mod test_util {
-    //! A `Sysctl` over a map, recording writes; keys can be made read-only or absent.
-
-    use std::collections::{BTreeMap, BTreeSet};
-    use std::sync::{Arc, Mutex};
-
-    use super::*;
-
-    #[derive(Debug, Default)]
-    struct State {
-        values: BTreeMap<String, i64>,
-        read_only: BTreeSet<String>,
-        writes: Vec<(String, i64)>,
-    }
-
-    #[derive(Clone, Debug, Default)]
-    pub struct FakeSysctl {
-        inner: Arc<Mutex<State>>,
-    }
-
-    impl FakeSysctl {
-        pub fn with(self, key: &str, value: i64) -> Self {
-            self.inner
-                .lock()
-                .unwrap()
-                .values
-                .insert(key.to_string(), value);
-            self
-        }
-
-        /// The key exists with `value` but refuses writes.
-        pub fn read_only(self, key: &str, value: i64) -> Self {
-            let s = self.with(key, value);
-            s.inner.lock().unwrap().read_only.insert(key.to_string());
-            s
-        }
-
-        pub fn value(&self, key: &str) -> Option<i64> {
-            self.inner.lock().unwrap().values.get(key).copied()
-        }
-
-        /// Successful writes, in order.
-        pub fn writes(&self) -> Vec<(String, i64)> {
-            self.inner.lock().unwrap().writes.clone()
-        }
-    }
-
-    impl Sysctl for FakeSysctl {
-        async fn get(&self, key: &str) -> Result<i64> {
-            self.value(key).ok_or_else(|| Error::Missing {
-                key: key.to_string(),
-            })
-        }
-
-        async fn set(&self, key: &str, value: i64) -> Result<()> {
-            let mut g = self.inner.lock().unwrap();
-            let key = key.to_string();
-            if g.read_only.contains(&key) {
-                return Err(Error::ReadOnly { key });
-            }
-            if !g.values.contains_key(&key) {
-                return Err(Error::Missing { key });
-            }
-            g.values.insert(key.clone(), value);
-            g.writes.push((key, value));
-            Ok(())
-        }
-    }
-}
+pub mod fake;
 
 #[cfg(test)]
 mod tests;

@@ -16,12 +16,12 @@
 
 pub mod chains;
 pub mod cleanup;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 pub mod proxier;
 pub mod render;
 pub mod ruleset;
 pub mod runner;
-#[cfg(any(test, feature = "test-util"))]
-pub mod test_util;
 pub mod xtables_lock;
 
 #[cfg(test)]

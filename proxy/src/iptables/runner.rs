@@ -2,7 +2,7 @@
 //!
 //! `IptablesRunner` is the narrow trait the syncer uses; `ExecRunner` implements it with
 //! `plumbing::process` (optionally prefixed, e.g. `ip netns exec NS`, for tests), and
-//! `FakeRunner` (in `test_util`) records calls and can inject failures.
+//! `FakeRunner` (in `fake`) records calls and can inject failures.
 
 use std::future::Future;
 use std::time::Duration;

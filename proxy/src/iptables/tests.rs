@@ -12,8 +12,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
+use crate::iptables::fake::{Call, FakeRunner};
 use crate::iptables::render::{self, TableName};
-use crate::iptables::test_util::{Call, FakeRunner};
 use crate::iptables::{IptablesBackend, Proxier};
 use crate::model::{IpFamily, ServiceState};
 use crate::render_config::RenderConfig;
@@ -498,7 +498,7 @@ async fn real_iptables_in_private_netns() {
 #[tokio::test]
 async fn udp_conntrack_cleanup_after_sync() {
     use crate::conntrack::FlowEntry;
-    use crate::conntrack::test_util::FakeConntrack;
+    use crate::conntrack::fake::FakeConntrack;
     let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
     let flow = |d: &str, p: u16, r: &str| FlowEntry {
         orig_dst: ip(d),
@@ -1630,7 +1630,7 @@ async fn failed_sync_is_retried_with_backoff() {
 #[tokio::test]
 async fn two_families_never_run_iptables_at_once() {
     use crate::iptables::IptablesRunner;
-    use crate::iptables::test_util::OverlapProbe;
+    use crate::iptables::fake::OverlapProbe;
     use crate::iptables::xtables_lock::{Gated, XtablesGate};
     use crate::tracker::ProxyHandles;
 

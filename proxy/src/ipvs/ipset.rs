@@ -1,7 +1,7 @@
 //! The IPVS mode's ipsets (upstream's names, types and comments), the `ipset restore` text
 //! that brings them from one content to the next, and the OS edge ([`Ipset`]: the `ipset`
 //! binary, one `ipset restore` per sync, with a timeout). The fake is
-//! `test_util::FakeIpset`.
+//! `fake::FakeIpset`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

@@ -2,7 +2,7 @@
 //! batch of operations per call ([`IpvsKernel::batch`]), so that a sync costs a few trips to
 //! the blocking pool, not one per service. [`NetlinkIpvs`] is the real side (generic netlink
 //! on a socket it keeps open, on the blocking pool; the dummy interface over the shared
-//! rtnetlink wrapper, see [`super::rtnl`]); the fake is `test_util::FakeIpvs`.
+//! rtnetlink wrapper, see [`super::rtnl`]); the fake is `FakeIpvs` in `fake.rs`.
 
 use std::collections::BTreeSet;
 use std::future::Future;

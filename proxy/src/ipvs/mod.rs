@@ -15,14 +15,14 @@
 //! [`check_support`] is upstream's CanUseIPVSProxier; [`cleanup`] what `--cleanup` and a
 //! switch to another mode remove.
 
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 pub mod genl;
 pub mod ipset;
 pub mod kernel;
 pub mod proxier;
 pub mod render;
 pub mod rtnl;
-#[cfg(any(test, feature = "test-util"))]
-pub mod test_util;
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 //! [`plumbing::rtnl::Rtnl`]: the requests are built here (pure: [`dummy_link`],
 //! [`address`]), each operation's logic (create when absent, list, bind, unbind, delete,
 //! with the kernel's "already there" / "not there" answers) runs over the narrow
-//! [`Links`] edge, whose real side is `Rtnl` and whose fake is `test_util::FakeLinks`.
+//! [`Links`] edge, whose real side is `Rtnl` and whose fake is `FakeLinks` in `rtnl/fake.rs`.
 
 use std::collections::BTreeSet;
 use std::future::Future;

@@ -6,15 +6,15 @@ use std::net::IpAddr;
 
 use prometheus::Registry;
 
+use super::fake::{FakeIpset, FakeIpvs};
 use super::genl::{FLAG_PERSISTENT, VirtualServer, VsKey};
 use super::kernel::Op;
-use super::test_util::{FakeIpset, FakeIpvs};
 use super::*;
-use crate::iptables::test_util::FakeRunner;
+use crate::iptables::fake::FakeRunner;
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, Protocol, ServiceState};
 use crate::sync_loop::{SyncConfig, SyncOutcome};
-use crate::sysctl::test_util::FakeSysctl;
+use crate::sysctl::fake::FakeSysctl;
 use crate::tests::{ep, loaded_state, port, render_cfg, slice, svc};
 use crate::tracker::ProxyHandle;
 

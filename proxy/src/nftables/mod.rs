@@ -14,12 +14,12 @@
 //! - [`cleanup`]: what `--cleanup` and a mode switch remove.
 
 pub mod cleanup;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 pub mod names;
 pub mod proxier;
 pub mod render;
 pub mod runner;
-#[cfg(any(test, feature = "test-util"))]
-pub mod test_util;
 pub mod tx;
 
 #[cfg(test)]

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use prometheus::Registry;
 
+use super::fake::FakeNft;
 use super::names::TABLE;
 use super::proxier::NftProxier;
 use super::runner::{Unsupported, check_support};
-use super::test_util::FakeNft;
 use super::tx::{STALE_DELAY, StaleKind};
 use crate::model::{IpFamily, ServiceState};
 use crate::render_config::RenderConfig;

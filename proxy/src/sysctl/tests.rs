@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::test_util::FakeSysctl;
+use super::fake::FakeSysctl;
 use super::*;
 
 fn cfg() -> ConntrackConfig {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use proxy::iptables::test_util::{Call, FakeRunner};
+use proxy::iptables::fake::{Call, FakeRunner};
 use proxy::iptables::{ExecRunner, IptablesRunner, Position, TableName};
 use proxy::model::IpFamily;
 use tokio::task::JoinSet;
