@@ -96,18 +96,19 @@ impl CriRuntime {
         r.set_timeout(self.timeout);
         r
     }
+
+    /// The runtime's Status answer (conditions and handlers' features), not verbose.
+    async fn status_pb(&self) -> Result<pb::StatusResponse> {
+        let req = self.req(pb::StatusRequest { verbose: false });
+        let r = self.runtime.clone().status(req).await;
+        Ok(r.map_err(|s| err("Status", s))?.into_inner())
+    }
 }
 
 #[async_trait::async_trait]
 impl Runtime for CriRuntime {
     async fn status(&self) -> Result<Vec<crate::runtime::RuntimeCondition>> {
-        let r = self
-            .runtime
-            .clone()
-            .status(self.req(pb::StatusRequest { verbose: false }))
-            .await
-            .map_err(|s| err("Status", s))?
-            .into_inner();
+        let r = self.status_pb().await?;
         Ok(r.status
             .map(|s| s.conditions)
             .unwrap_or_default()
@@ -134,14 +135,7 @@ impl Runtime for CriRuntime {
     }
 
     async fn handler_features(&self, handler: &str) -> Result<crate::runtime::HandlerFeatures> {
-        let r = self
-            .runtime
-            .clone()
-            .status(self.req(pb::StatusRequest { verbose: false }))
-            .await
-            .map_err(|s| err("Status", s))?
-            .into_inner();
-        Ok(handler_features(&r, handler))
+        Ok(handler_features(&self.status_pb().await?, handler))
     }
 
     async fn version(&self) -> Result<VersionInfo> {
