@@ -20,6 +20,6 @@ pub mod subpath;
 mod bench_tests;
 
 pub use claims::{KubeStorageApi, Storage};
-pub use manager::{VolumeError, VolumeManager};
+pub use manager::{GIT_REPO_DISABLED, VolumeError, VolumeManager};
 pub use shared::make_root_dir_rshared;
 pub use subpath::{Binder, KernelBinder, SubpathMount};

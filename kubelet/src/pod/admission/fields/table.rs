@@ -175,7 +175,7 @@ pub const TABLE: &[Entry] = &[
     e("Volume", "flexVolume", Refused("volume kind flexVolume is not supported by this kubelet", "missing_objects_and_unsupported_kinds_fail_the_mount_with_the_volume_named")),
     e("Volume", "flocker", Refused("volume kind flocker is not supported by this kubelet", "missing_objects_and_unsupported_kinds_fail_the_mount_with_the_volume_named")),
     e("Volume", "gcePersistentDisk", Refused("volume kind gcePersistentDisk is not supported by this kubelet", "missing_objects_and_unsupported_kinds_fail_the_mount_with_the_volume_named")),
-    e("Volume", "gitRepo", Refused(crate::volume::manager::GIT_REPO_DISABLED, "cve_2024_10220_git_repo_volumes_are_refused_and_nothing_runs")),
+    e("Volume", "gitRepo", Refused(crate::volume::GIT_REPO_DISABLED, "cve_2024_10220_git_repo_volumes_are_refused_and_nothing_runs")),
     e("Volume", "glusterfs", Refused("volume kind glusterfs is not supported by this kubelet", "missing_objects_and_unsupported_kinds_fail_the_mount_with_the_volume_named")),
     e("Volume", "hostPath", Handled("standalone_pods_get_empty_dirs_and_host_paths_but_no_api_volumes")),
     e("Volume", "image", Refused("volume kind image is not supported by this kubelet", "missing_objects_and_unsupported_kinds_fail_the_mount_with_the_volume_named")),
