@@ -3,6 +3,7 @@
 
 use super::AppError;
 use crate::cm::SwapBehavior;
+use crate::cm::driver;
 use crate::cm::{CgroupNamer, CgroupVersion, Cgroups, CmConfig, ContainerManager, FsCgroups};
 use crate::config::Config;
 use std::sync::Arc;
@@ -18,10 +19,9 @@ pub(super) async fn start(
     cfg: &Config,
     runtime: &dyn crate::runtime::Runtime,
 ) -> Result<Arc<ContainerManager>, AppError> {
-    let driver =
-        crate::cm::driver::from_runtime(runtime, cfg.cgroup_driver, crate::cm::driver::RETRY_DELAY)
-            .await
-            .map_err(AppError::RuntimeConfig)?;
+    let driver = driver::from_runtime(runtime, cfg.cgroup_driver, driver::RETRY_DELAY)
+        .await
+        .map_err(AppError::RuntimeConfig)?;
     let fs = FsCgroups::discover();
     let version = fs.version();
     if version == CgroupVersion::V1 && cfg.pod_limits.swap_behavior == SwapBehavior::LimitedSwap {
@@ -95,9 +95,11 @@ pub(super) async fn start_devices(
     cfg: &Config,
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: &tokio_util::sync::CancellationToken,
-) -> Arc<crate::cm::devicemanager::DeviceManager> {
-    use crate::cm::devicemanager::{DIR_NAME, DeviceManager};
-    let dm = Arc::new(DeviceManager::new(cfg.root_dir.join(DIR_NAME)));
+) -> Arc<crate::cm::DeviceManager> {
+    use crate::cm::{DeviceManager, devicemanager};
+    let dm = Arc::new(DeviceManager::new(
+        cfg.root_dir.join(devicemanager::DIR_NAME),
+    ));
     let d = dm.clone();
     match tokio::task::spawn_blocking(move || d.restore()).await {
         Ok(Ok(())) => {}

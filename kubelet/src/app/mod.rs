@@ -13,6 +13,7 @@ mod servers;
 use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
+use crate::network::util_chains;
 use crate::pleg::{self, PlegHealth};
 use crate::pod_worker::Deps;
 use crate::podspec::Source;
@@ -316,8 +317,8 @@ fn start_network_and_proxy(
         )?;
     }
     if cfg.make_iptables_util_chains {
-        tasks.spawn(crate::network::util_chains::run(
-            crate::network::util_chains::MONITOR_INTERVAL,
+        tasks.spawn(util_chains::run(
+            util_chains::MONITOR_INTERVAL,
             cancel.clone(),
         ));
     }

@@ -78,7 +78,7 @@ pub(super) async fn node_settings(
 /// What every pod worker shares, with the volume manager and (cluster mode) the Services
 /// and RuntimeClasses informers spawned.
 pub(super) struct WorkerParts {
-    pub devices: Arc<crate::cm::devicemanager::DeviceManager>,
+    pub devices: Arc<crate::cm::DeviceManager>,
     pub allocations: Arc<crate::allocation::Allocations>,
     pub runtime: Arc<dyn Runtime>,
     pub runtime_name: String,

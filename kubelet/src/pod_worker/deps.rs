@@ -48,7 +48,7 @@ pub struct Deps {
     pub refusal: Refusal,
     /// The device plugins' allocations: their envs, mounts, device nodes, annotations and
     /// CDI names go into the container's config. None: no device manager (tests).
-    pub devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
+    pub devices: Option<Arc<crate::cm::DeviceManager>>,
 }
 
 /// A check of a pod's field values: the (reason, message) of the first refused one.

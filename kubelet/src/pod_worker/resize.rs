@@ -6,6 +6,8 @@
 //! nothing in the cgroups (none has it), as upstream.
 
 use super::*;
+use crate::allocation::message;
+use crate::podspec;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
 /// The amounts a resize compares, in upstream's units (millicores, bytes).
@@ -24,7 +26,7 @@ impl Amounts {
                    name: &str| {
             list.as_ref()
                 .and_then(|l| l.get(name))
-                .and_then(|q| crate::podspec::resources::amount(name, q))
+                .and_then(|q| podspec::resources::amount(name, q))
                 .unwrap_or(0)
         };
         Amounts {
@@ -161,14 +163,8 @@ impl Worker {
         if !grows {
             self.update_pod_cgroup().await;
         }
-        let text =
-            crate::allocation::message::resize_message(&self.pod, "Pod resize completed", "");
-        self.event(
-            None,
-            EventType::Normal,
-            crate::allocation::message::COMPLETED,
-            &text,
-        );
+        let text = message::resize_message(&self.pod, "Pod resize completed", "");
+        self.event(None, EventType::Normal, message::COMPLETED, &text);
         if let (true, Some(sb)) = (changed, sandbox) {
             let overhead = spec::sandbox_overhead(&self.env.node, &self.pod);
             let resources = spec::sandbox_resources(&self.env.node, &self.pod);

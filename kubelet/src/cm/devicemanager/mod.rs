@@ -13,6 +13,7 @@
 pub mod checkpoint;
 mod server;
 
+use crate::podspec;
 use cri_proto::deviceplugin::{HEALTHY, v1beta1 as api};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -562,7 +563,7 @@ fn reserve_container(
         if !known {
             continue;
         }
-        let required = crate::podspec::resources::amount(&resource, &q)
+        let required = podspec::resources::amount(&resource, &q)
             .unwrap_or(0)
             .max(0) as usize;
         let key = (uid.to_string(), c.name.clone(), resource.clone());

@@ -113,7 +113,7 @@ pub struct Admission {
     pub pod_level_resources: bool,
     /// The device manager: devices are reserved at admission (before the resource fit, as
     /// upstream's handler order) and allocated by [`Admission::allocate_devices`].
-    pub devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
+    pub devices: Option<Arc<crate::cm::DeviceManager>>,
     /// The pods' allocated resources (in-place resize): admitted pods count at their
     /// allocation, and resizes are decided here. None: pods count at their spec, no resize.
     pub allocations: Option<Arc<crate::allocation::Allocations>>,

@@ -5,6 +5,7 @@
 //! pod update (a pod leaving frees room). Pure.
 
 use crate::allocation::{self, Pending, REASON_DEFERRED, REASON_INFEASIBLE};
+use crate::podspec;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
@@ -68,7 +69,7 @@ pub fn decide(
     let capacity = |name: &str| {
         allocatable
             .get(name)
-            .and_then(|q| crate::podspec::resources::amount(name, q))
+            .and_then(|q| podspec::resources::amount(name, q))
             .unwrap_or(0)
     };
     // Memory first, then cpu, as upstream.
