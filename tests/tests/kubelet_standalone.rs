@@ -255,12 +255,14 @@ fn subpath_symlink_escape_is_refused() {
         c["lastState"]["terminated"]["exitCode"], 1,
         "first run: {c}"
     );
-    // Removing the pod unmounts its subPath mounts before its directory goes.
+    // Removing the pod unmounts its subPath mounts before its directory goes. (The root
+    // directory itself stays a mount: the agent makes it rshared at start, as upstream.)
+    let pods_dir = agent.dir().join("root/pods");
     let mounts = || {
         std::fs::read_to_string("/proc/self/mountinfo")
             .unwrap()
             .lines()
-            .filter(|l| l.contains(&*agent.dir().to_string_lossy()))
+            .filter(|l| l.contains(&*pods_dir.to_string_lossy()))
             .count()
     };
     assert!(mounts() > 0, "the first run's subPath mount is in place");
