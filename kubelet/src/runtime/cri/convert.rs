@@ -1,6 +1,6 @@
 //! Conversions between the runtime's types and the CRI v1 messages, and the CRI errors.
 
-use crate::runtime::*;
+use super::*;
 use cri_proto::v1 as pb;
 use std::collections::HashMap;
 
@@ -301,15 +301,12 @@ pub(super) fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::
 }
 
 /// A handler's features from a Status answer; a handler the runtime does not list has none.
-pub(crate) fn handler_features(
-    r: &pb::StatusResponse,
-    handler: &str,
-) -> crate::runtime::HandlerFeatures {
+pub(crate) fn handler_features(r: &pb::StatusResponse, handler: &str) -> HandlerFeatures {
     r.runtime_handlers
         .iter()
         .find(|h| h.name == handler)
         .and_then(|h| h.features.as_ref())
-        .map(|f| crate::runtime::HandlerFeatures {
+        .map(|f| HandlerFeatures {
             recursive_read_only_mounts: f.recursive_read_only_mounts,
             user_namespaces: f.user_namespaces,
         })
