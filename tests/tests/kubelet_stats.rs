@@ -242,6 +242,67 @@ fn busy_pod_cpu_and_memory_match_its_cgroup() {
         "{cad}"
     );
     assert!(cad.contains("\ncontainer_scrape_error 0\n"), "{cad}");
+
+    // The limits the container runs under, as cAdvisor's spec series: 300m is a 30 ms quota
+    // per 100 ms period; 64 MiB.
+    let cpu_cg = Path::new("/sys/fs/cgroup/cpu").join(id.trim_start_matches('/'));
+    assert_eq!(sample("container_spec_cpu_quota").1, 30_000.0);
+    assert_eq!(
+        sample("container_spec_cpu_period").1,
+        read_u64(&cpu_cg.join("cpu.cfs_period_us")) as f64
+    );
+    assert_eq!(sample("container_spec_memory_limit_bytes").1, 67_108_864.0);
+    // A spinning container under a quota is throttled (CPUThrottlingHigh's series), and the
+    // figures are the cgroup's cpu.stat at the snapshot (never past the later reading).
+    let (line, periods) = sample("container_cpu_cfs_periods_total");
+    let (_, throttled) = sample("container_cpu_cfs_throttled_periods_total");
+    let (_, throttled_s) = sample("container_cpu_cfs_throttled_seconds_total");
+    let cpu_stat = cpu_cg.join("cpu.stat");
+    assert!(
+        periods > 0.0 && throttled > 0.0 && throttled_s > 0.0,
+        "{line}"
+    );
+    assert!(
+        periods <= stat(&cpu_stat, "nr_periods") as f64
+            && throttled <= stat(&cpu_stat, "nr_throttled") as f64
+            && throttled_s * 1e9 <= stat(&cpu_stat, "throttled_time") as f64 + 1.0,
+        "{line} vs {}",
+        std::fs::read_to_string(&cpu_stat).unwrap()
+    );
+    // Memory details and the OOM counter of the container's own cgroup.
+    for family in [
+        "container_memory_failcnt",
+        "container_memory_mapped_file",
+        "container_memory_max_usage_bytes",
+        "container_memory_swap",
+    ] {
+        let (_, v) = sample(family);
+        assert!(v >= 0.0, "{family}");
+    }
+    assert_eq!(sample("container_oom_events_total").1, 0.0);
+    // Packets per interface on the pod's series, and the root cgroup's filesystems.
+    assert!(
+        cad.lines().any(|l| l
+            .starts_with("container_network_receive_packets_total{container=\"\",")
+            && l.contains("interface=\"eth0\"")
+            && l.contains("pod=\"busy-rig-node\"")),
+        "{cad}"
+    );
+    assert!(
+        cad.lines().any(
+            |l| l.starts_with("container_fs_limit_bytes{container=\"\",device=\"")
+                && l.contains("id=\"/\"")
+        ),
+        "{cad}"
+    );
+    assert!(
+        cad.lines()
+            .any(|l| l.starts_with("machine_cpu_physical_cores{") && !l.ends_with(" 0")),
+        "{cad}"
+    );
+    // cgroup v1 has no pressure files: no PSI series and no psi in the summary, as upstream.
+    assert!(!cad.contains("container_pressure_"), "{cad}");
+    assert!(c["cpu"].get("psi").is_none(), "{c}");
 }
 
 const RESOURCE: &str = "https://127.0.0.1:10250/metrics/resource";

@@ -69,6 +69,7 @@ fn cpu(
         time: rfc3339(ts),
         usage_nano_cores: nano_cores.or(derived),
         usage_core_nano_seconds: core_ns,
+        psi: None,
     }
 }
 
@@ -83,6 +84,7 @@ fn memory(m: &runtime::MemoryUsage, limit: Option<u64>) -> MemoryStats {
         rss_bytes: m.rss_bytes,
         page_faults: m.page_faults,
         major_page_faults: m.major_page_faults,
+        psi: None,
     }
 }
 
@@ -167,6 +169,7 @@ pub fn summary(raw: &Raw, prev: &mut CpuHistory) -> Summary {
             &mut next,
         )),
         memory: Some(memory(&node_mem, n.memory_capacity_bytes)),
+        io: None,
         fs: raw.root_fs.as_ref().map(|r| {
             fs(
                 ts,
@@ -239,6 +242,7 @@ fn pod(raw: &Raw, sb: &SandboxStats, prev: &CpuHistory, next: &mut CpuHistory) -
                 )
             }),
             memory: c.memory.as_ref().map(|m| memory(m, None)),
+            io: None,
             rootfs,
             logs,
             name,
@@ -281,6 +285,7 @@ fn pod(raw: &Raw, sb: &SandboxStats, prev: &CpuHistory, next: &mut CpuHistory) -
             )
         }),
         memory: sb.memory.as_ref().map(|m| memory(m, None)),
+        io: None,
         network: sb.network.as_ref().map(|n| NetworkStats {
             time: rfc3339(n.timestamp),
             default: n.default_interface.as_ref().map(iface).unwrap_or_default(),

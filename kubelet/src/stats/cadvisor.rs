@@ -1,24 +1,42 @@
-//! `/metrics/cadvisor`: a documented subset of the series cAdvisor exposes through the kubelet,
-//! with cAdvisor's names, help texts, units and the labels the kubelet's handler sets
-//! (`container`, `id`, `image`, `name`, `namespace`, `pod`; label names sorted, as the Go
-//! client prints them). Rendered from the same snapshot as `/stats/summary`.
+//! `/metrics/cadvisor`: the series cAdvisor exposes through the kubelet (the metric sets the
+//! kubelet enables), with cAdvisor's names, help texts, types and units and the labels the
+//! kubelet's handler sets (`container`, `id`, `image`, `name`, `namespace`, `pod`; label
+//! names sorted, as the Go client prints them; families in name order). Rendered from the
+//! same snapshot as `/stats/summary`.
 //!
-//! Series: `container_cpu_usage_seconds_total` (`cpu="total"`), `container_memory_usage_bytes`,
-//! `container_memory_working_set_bytes`, `container_memory_rss`, `container_memory_cache`,
-//! `container_network_{receive,transmit}_{bytes,errors}_total` (per `interface`, on the pod's
-//! series), `container_start_time_seconds`, `container_scrape_error`, `machine_cpu_cores`,
-//! `machine_memory_bytes`. Each exists for the root cgroup (`id="/"`, other labels empty), each
-//! pod cgroup (`container=""`, `image=""`, `name=""`) and each running container (`name` = the
-//! runtime's container ID). Usage samples carry the millisecond timestamp of their reading.
-//! Not served: per-CPU, throttling, fs/disk I/O, `container_fs_*`, `container_spec_*`,
-//! tasks/process series, and the pause container's own series.
+//! Each series exists for the root cgroup (`id="/"`, other labels empty), each pod cgroup
+//! (`container=""`, `image=""`, `name=""`) and each running container (`name` = the runtime's
+//! container ID), where its source was read:
+//! - CPU: `container_cpu_usage_seconds_total` (`cpu="total"`), and with a CFS quota
+//!   `container_cpu_cfs_{periods,throttled_periods,throttled_seconds}_total`;
+//! - memory: `container_memory_{usage_bytes,working_set_bytes,rss,cache,swap,mapped_file,
+//!   max_usage_bytes,failcnt}`; `container_oom_events_total` (the cgroup's `oom_kill` counter);
+//! - limits: `container_spec_cpu_{period,quota,shares}`,
+//!   `container_spec_memory_{limit,reservation_limit,swap_limit}_bytes` (unlimited is 0);
+//! - block I/O per `device`: `container_fs_{reads,writes}_bytes_total`,
+//!   `container_fs_{reads,writes}_total`; filesystems of the root cgroup (the node's and the
+//!   image filesystem) per `device`: `container_fs_{usage,limit}_bytes`,
+//!   `container_fs_inodes_{free,total}`;
+//! - network per `interface` on the pod's series: `container_network_{receive,transmit}_
+//!   {bytes,packets,packets_dropped,errors}_total`;
+//! - PSI (cgroup v2 only; absent where the kernel has no pressure files):
+//!   `container_pressure_{cpu,memory,io}_{stalled,waiting}_seconds_total`;
+//! - `container_start_time_seconds`, `container_scrape_error`;
+//! - the machine: `machine_cpu_cores`, `machine_cpu_physical_cores`, `machine_cpu_sockets`,
+//!   `machine_memory_bytes`, `machine_swap_bytes`, `machine_scrape_error`.
+//!
+//! Usage samples carry the millisecond timestamp of their reading; spec, start and machine
+//! samples none, as cAdvisor's. Not served: per-CPU usage, user/system CPU split, tasks and
+//! process series, `container_last_seen`, `container_memory_failures_total`, NVM/DIMM machine
+//! series, and the pause containers' own series.
 
 use super::cgroups::Ids;
+use super::detail::{Detail, IfaceCounters};
+use super::node::FsInfo;
 pub use super::node::Machine;
 use super::resource::Family;
-use super::summary::{CpuStats, MemoryStats, NetworkStats, Summary};
-use std::collections::HashMap;
-use std::fmt::Write;
+use super::summary::{CpuStats, MemoryStats, NetworkStats, PsiStats, StatTime, Summary};
+use std::collections::{BTreeMap, HashMap};
 
 /// What the series need beyond the Summary.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -27,8 +45,14 @@ pub struct Meta {
     pub images: HashMap<String, String>,
     /// Pods' and containers' cgroup names (the `id` label).
     pub cgroups: Ids,
-    /// cgroup name → page cache bytes (`container_memory_cache`).
-    pub memory_cache: HashMap<String, u64>,
+    /// cgroup name (`/` for the root) → what was read of it beyond usage.
+    pub details: HashMap<String, Detail>,
+    /// Pod UID → its interfaces' counters.
+    pub network: HashMap<String, Vec<IfaceCounters>>,
+    /// The root cgroup's filesystems: (device, figures).
+    pub fs: Vec<(String, FsInfo)>,
+    /// When `details`, `network` and `fs` were read.
+    pub time: StatTime,
     pub machine: Machine,
 }
 
@@ -61,115 +85,433 @@ impl<'a> Labels<'a> {
     }
 }
 
-struct Families {
-    cpu: Family,
-    cache: Family,
-    rss: Family,
-    usage: Family,
-    working_set: Family,
-    rx_bytes: Family,
-    rx_errors: Family,
-    tx_bytes: Family,
-    tx_errors: Family,
-    start: Family,
+const C: &str = "counter";
+const G: &str = "gauge";
+
+/// Every family served: name, type, cAdvisor's help text.
+const FAMILIES: &[(&str, &str, &str)] = &[
+    (
+        "container_cpu_cfs_periods_total",
+        C,
+        "Number of elapsed enforcement period intervals.",
+    ),
+    (
+        "container_cpu_cfs_throttled_periods_total",
+        C,
+        "Number of throttled period intervals.",
+    ),
+    (
+        "container_cpu_cfs_throttled_seconds_total",
+        C,
+        "Total time duration the container has been throttled.",
+    ),
+    (
+        "container_cpu_usage_seconds_total",
+        C,
+        "Cumulative cpu time consumed in seconds.",
+    ),
+    ("container_fs_inodes_free", G, "Number of available Inodes"),
+    ("container_fs_inodes_total", G, "Number of Inodes"),
+    (
+        "container_fs_limit_bytes",
+        G,
+        "Number of bytes that can be consumed by the container on this filesystem.",
+    ),
+    (
+        "container_fs_reads_bytes_total",
+        C,
+        "Cumulative count of bytes read",
+    ),
+    (
+        "container_fs_reads_total",
+        C,
+        "Cumulative count of reads completed",
+    ),
+    (
+        "container_fs_usage_bytes",
+        G,
+        "Number of bytes that are consumed by the container on this filesystem.",
+    ),
+    (
+        "container_fs_writes_bytes_total",
+        C,
+        "Cumulative count of bytes written",
+    ),
+    (
+        "container_fs_writes_total",
+        C,
+        "Cumulative count of writes completed",
+    ),
+    (
+        "container_memory_cache",
+        G,
+        "Number of bytes of page cache memory.",
+    ),
+    (
+        "container_memory_failcnt",
+        C,
+        "Number of memory usage hits limits",
+    ),
+    (
+        "container_memory_mapped_file",
+        G,
+        "Size of memory mapped files in bytes.",
+    ),
+    (
+        "container_memory_max_usage_bytes",
+        G,
+        "Maximum memory usage recorded in bytes",
+    ),
+    ("container_memory_rss", G, "Size of RSS in bytes."),
+    ("container_memory_swap", G, "Container swap usage in bytes."),
+    (
+        "container_memory_usage_bytes",
+        G,
+        "Current memory usage in bytes, including all memory regardless of when it was accessed",
+    ),
+    (
+        "container_memory_working_set_bytes",
+        G,
+        "Current working set in bytes.",
+    ),
+    (
+        "container_network_receive_bytes_total",
+        C,
+        "Cumulative count of bytes received",
+    ),
+    (
+        "container_network_receive_errors_total",
+        C,
+        "Cumulative count of errors encountered while receiving",
+    ),
+    (
+        "container_network_receive_packets_dropped_total",
+        C,
+        "Cumulative count of packets dropped while receiving",
+    ),
+    (
+        "container_network_receive_packets_total",
+        C,
+        "Cumulative count of packets received",
+    ),
+    (
+        "container_network_transmit_bytes_total",
+        C,
+        "Cumulative count of bytes transmitted",
+    ),
+    (
+        "container_network_transmit_errors_total",
+        C,
+        "Cumulative count of errors encountered while transmitting",
+    ),
+    (
+        "container_network_transmit_packets_dropped_total",
+        C,
+        "Cumulative count of packets dropped while transmitting",
+    ),
+    (
+        "container_network_transmit_packets_total",
+        C,
+        "Cumulative count of packets transmitted",
+    ),
+    (
+        "container_oom_events_total",
+        C,
+        "Count of out of memory events observed for the container",
+    ),
+    (
+        "container_pressure_cpu_stalled_seconds_total",
+        C,
+        "Total time duration no tasks in the container could make progress due to CPU congestion.",
+    ),
+    (
+        "container_pressure_cpu_waiting_seconds_total",
+        C,
+        "Total time duration tasks in the container have waited due to CPU congestion.",
+    ),
+    (
+        "container_pressure_io_stalled_seconds_total",
+        C,
+        "Total time duration no tasks in the container could make progress due to IO congestion.",
+    ),
+    (
+        "container_pressure_io_waiting_seconds_total",
+        C,
+        "Total time duration tasks in the container have waited due to IO congestion.",
+    ),
+    (
+        "container_pressure_memory_stalled_seconds_total",
+        C,
+        "Total time duration no tasks in the container could make progress due to memory congestion.",
+    ),
+    (
+        "container_pressure_memory_waiting_seconds_total",
+        C,
+        "Total time duration tasks in the container have waited due to memory congestion.",
+    ),
+    (
+        "container_scrape_error",
+        G,
+        "1 if there was an error while getting container metrics, 0 otherwise",
+    ),
+    (
+        "container_spec_cpu_period",
+        G,
+        "CPU period of the container.",
+    ),
+    ("container_spec_cpu_quota", G, "CPU quota of the container."),
+    (
+        "container_spec_cpu_shares",
+        G,
+        "CPU share of the container.",
+    ),
+    (
+        "container_spec_memory_limit_bytes",
+        G,
+        "Memory limit for the container.",
+    ),
+    (
+        "container_spec_memory_reservation_limit_bytes",
+        G,
+        "Memory reservation limit for the container.",
+    ),
+    (
+        "container_spec_memory_swap_limit_bytes",
+        G,
+        "Memory swap limit for the container.",
+    ),
+    (
+        "container_start_time_seconds",
+        G,
+        "Start time of the container since unix epoch in seconds.",
+    ),
+    ("machine_cpu_cores", G, "Number of logical CPU cores."),
+    (
+        "machine_cpu_physical_cores",
+        G,
+        "Number of physical CPU cores.",
+    ),
+    ("machine_cpu_sockets", G, "Number of CPU sockets."),
+    (
+        "machine_memory_bytes",
+        G,
+        "Amount of memory installed on the machine.",
+    ),
+    (
+        "machine_scrape_error",
+        G,
+        "1 if there was an error while getting machine metrics, 0 otherwise.",
+    ),
+    (
+        "machine_swap_bytes",
+        G,
+        "Amount of swap memory available on the machine.",
+    ),
+];
+
+/// The names of every family `/metrics/cadvisor` can serve (for the docs' test).
+pub fn family_names() -> impl Iterator<Item = &'static str> {
+    FAMILIES.iter().map(|(n, _, _)| *n)
 }
 
-impl Families {
-    fn new() -> Self {
-        let c = "counter";
-        let g = "gauge";
+/// A memory figure cAdvisor calls unlimited (above 2^62, the kernel's rounding of "max").
+fn spec_memory(v: u64) -> f64 {
+    if v > 1 << 62 { 0.0 } else { v as f64 }
+}
+
+/// The families being filled, by name (rendered in name order, as the Go registry gathers).
+struct Out {
+    fams: BTreeMap<&'static str, Family>,
+    /// The detail readings' time (ms).
+    ts: Option<i64>,
+}
+
+impl Out {
+    fn new(ts: Option<i64>) -> Self {
         Self {
-            cpu: Family::new(
-                "container_cpu_usage_seconds_total",
-                c,
-                "Cumulative cpu time consumed in seconds.",
-            ),
-            cache: Family::new(
-                "container_memory_cache",
-                g,
-                "Number of bytes of page cache memory.",
-            ),
-            rss: Family::new("container_memory_rss", g, "Size of RSS in bytes."),
-            usage: Family::new(
-                "container_memory_usage_bytes",
-                g,
-                "Current memory usage in bytes, including all memory regardless of when it was accessed",
-            ),
-            working_set: Family::new(
-                "container_memory_working_set_bytes",
-                g,
-                "Current working set in bytes.",
-            ),
-            rx_bytes: Family::new(
-                "container_network_receive_bytes_total",
-                c,
-                "Cumulative count of bytes received",
-            ),
-            rx_errors: Family::new(
-                "container_network_receive_errors_total",
-                c,
-                "Cumulative count of errors encountered while receiving",
-            ),
-            tx_bytes: Family::new(
-                "container_network_transmit_bytes_total",
-                c,
-                "Cumulative count of bytes transmitted",
-            ),
-            tx_errors: Family::new(
-                "container_network_transmit_errors_total",
-                c,
-                "Cumulative count of errors encountered while transmitting",
-            ),
-            start: Family::new(
-                "container_start_time_seconds",
-                g,
-                "Start time of the container since unix epoch in seconds.",
-            ),
+            fams: FAMILIES
+                .iter()
+                .map(|&(n, k, h)| (n, Family::new(n, k, h)))
+                .collect(),
+            ts,
         }
     }
 
-    fn cpu_mem(
-        &mut self,
-        l: &Labels,
-        cpu: Option<&CpuStats>,
-        mem: Option<&MemoryStats>,
-        cache: Option<u64>,
-    ) {
+    fn push(&mut self, name: &str, labels: &[(&str, &str)], v: f64, ts: Option<i64>) {
+        if let Some(f) = self.fams.get_mut(name) {
+            f.push(labels, v, ts);
+        }
+    }
+
+    fn cpu_mem(&mut self, l: &Labels, cpu: Option<&CpuStats>, mem: Option<&MemoryStats>) {
         if let Some(c) = cpu
             && let Some(ns) = c.usage_core_nano_seconds
         {
             let ts = Some(c.time.millis());
-            self.cpu
-                .push(&l.with(Some(("cpu", "total"))), ns as f64 / 1e9, ts);
+            self.push(
+                "container_cpu_usage_seconds_total",
+                &l.with(Some(("cpu", "total"))),
+                ns as f64 / 1e9,
+                ts,
+            );
         }
         if let Some(m) = mem {
             let ts = Some(m.time.millis());
             for (f, v) in [
-                (&mut self.usage, m.usage_bytes),
-                (&mut self.working_set, m.working_set_bytes),
-                (&mut self.rss, m.rss_bytes),
-                (&mut self.cache, cache),
+                ("container_memory_usage_bytes", m.usage_bytes),
+                ("container_memory_working_set_bytes", m.working_set_bytes),
+                ("container_memory_rss", m.rss_bytes),
             ] {
                 if let Some(v) = v {
-                    f.push(&l.with(None), v as f64, ts);
+                    self.push(f, &l.with(None), v as f64, ts);
                 }
             }
         }
     }
 
-    fn network(&mut self, l: &Labels, n: Option<&NetworkStats>) {
+    /// The cgroup's figures beyond usage; `disks` names I/O devices (unnamed ones are left
+    /// out: their series would not be told apart).
+    fn detail(&mut self, l: &Labels, d: &Detail, disks: &BTreeMap<String, String>) {
+        let ts = self.ts;
+        let base = l.with(None);
+        let s = &d.spec;
+        let quota = s.cpu_quota.filter(|q| *q != 0);
+        if let (Some(_), Some(c)) = (quota, d.cfs) {
+            self.push(
+                "container_cpu_cfs_periods_total",
+                &base,
+                c.periods as f64,
+                ts,
+            );
+            self.push(
+                "container_cpu_cfs_throttled_periods_total",
+                &base,
+                c.throttled_periods as f64,
+                ts,
+            );
+            self.push(
+                "container_cpu_cfs_throttled_seconds_total",
+                &base,
+                c.throttled_ns as f64 / 1e9,
+                ts,
+            );
+        }
+        let m = &d.memory;
+        for (f, v) in [
+            ("container_memory_cache", m.cache),
+            ("container_memory_swap", m.swap),
+            ("container_memory_mapped_file", m.mapped_file),
+            ("container_memory_max_usage_bytes", m.max_usage),
+            ("container_memory_failcnt", m.failcnt),
+            ("container_oom_events_total", d.oom_kills),
+        ] {
+            if let Some(v) = v {
+                self.push(f, &base, v as f64, ts);
+            }
+        }
+        // The spec: no timestamp, as cAdvisor's.
+        if let Some(p) = s.cpu_period {
+            self.push("container_spec_cpu_period", &base, p as f64, None);
+            if let Some(q) = quota {
+                self.push("container_spec_cpu_quota", &base, q as f64, None);
+            }
+            if let Some(sh) = s.cpu_shares {
+                self.push("container_spec_cpu_shares", &base, sh as f64, None);
+            }
+        }
+        if let Some(limit) = s.memory_limit {
+            for (f, v) in [
+                ("container_spec_memory_limit_bytes", limit),
+                (
+                    "container_spec_memory_reservation_limit_bytes",
+                    s.memory_reservation.unwrap_or(0),
+                ),
+                (
+                    "container_spec_memory_swap_limit_bytes",
+                    s.memory_swap_limit.unwrap_or(0),
+                ),
+            ] {
+                self.push(f, &base, spec_memory(v), None);
+            }
+        }
+        for io in &d.io {
+            let Some(dev) = disks.get(&io.device) else {
+                continue;
+            };
+            let labels = l.with(Some(("device", dev.as_str())));
+            for (f, v) in [
+                ("container_fs_reads_bytes_total", io.read_bytes),
+                ("container_fs_writes_bytes_total", io.write_bytes),
+                ("container_fs_reads_total", io.reads),
+                ("container_fs_writes_total", io.writes),
+            ] {
+                self.push(f, &labels, v as f64, ts);
+            }
+        }
+        for (kind, psi) in [
+            ("cpu", &d.psi.cpu),
+            ("memory", &d.psi.memory),
+            ("io", &d.psi.io),
+        ] {
+            let Some(PsiStats { full, some }) = psi else {
+                continue;
+            };
+            // The kernel's totals are microseconds.
+            self.push(
+                &format!("container_pressure_{kind}_stalled_seconds_total"),
+                &base,
+                full.total as f64 / 1e6,
+                ts,
+            );
+            self.push(
+                &format!("container_pressure_{kind}_waiting_seconds_total"),
+                &base,
+                some.total as f64 / 1e6,
+                ts,
+            );
+        }
+    }
+
+    /// Per interface: the full counters read in this refresh, else the Summary's (the
+    /// runtime's: bytes and errors only).
+    fn network(&mut self, l: &Labels, full: Option<&Vec<IfaceCounters>>, n: Option<&NetworkStats>) {
+        if let Some(ifaces) = full {
+            let ts = self.ts;
+            for i in ifaces {
+                let labels = l.with(Some(("interface", i.name.as_str())));
+                for (f, v) in [
+                    ("container_network_receive_bytes_total", i.rx_bytes),
+                    ("container_network_receive_packets_total", i.rx_packets),
+                    ("container_network_receive_errors_total", i.rx_errors),
+                    (
+                        "container_network_receive_packets_dropped_total",
+                        i.rx_dropped,
+                    ),
+                    ("container_network_transmit_bytes_total", i.tx_bytes),
+                    ("container_network_transmit_packets_total", i.tx_packets),
+                    ("container_network_transmit_errors_total", i.tx_errors),
+                    (
+                        "container_network_transmit_packets_dropped_total",
+                        i.tx_dropped,
+                    ),
+                ] {
+                    self.push(f, &labels, v as f64, ts);
+                }
+            }
+            return;
+        }
         let Some(n) = n else { return };
         let ts = Some(n.time.millis());
         for i in &n.interfaces {
             let labels = l.with(Some(("interface", i.name.as_str())));
             for (f, v) in [
-                (&mut self.rx_bytes, i.rx_bytes),
-                (&mut self.rx_errors, i.rx_errors),
-                (&mut self.tx_bytes, i.tx_bytes),
-                (&mut self.tx_errors, i.tx_errors),
+                ("container_network_receive_bytes_total", i.rx_bytes),
+                ("container_network_receive_errors_total", i.rx_errors),
+                ("container_network_transmit_bytes_total", i.tx_bytes),
+                ("container_network_transmit_errors_total", i.tx_errors),
             ] {
                 if let Some(v) = v {
-                    f.push(&labels, v as f64, ts);
+                    self.push(f, &labels, v as f64, ts);
                 }
             }
         }
@@ -177,14 +519,36 @@ impl Families {
 
     fn start(&mut self, l: &Labels, ms: i64) {
         if ms > 0 {
-            self.start.push(&l.with(None), ms as f64 / 1000.0, None);
+            self.push(
+                "container_start_time_seconds",
+                &l.with(None),
+                ms as f64 / 1000.0,
+                None,
+            );
+        }
+    }
+
+    fn root_fs(&mut self, l: &Labels, fs: &[(String, FsInfo)]) {
+        let ts = self.ts;
+        for (dev, f) in fs {
+            let labels = l.with(Some(("device", dev.as_str())));
+            for (name, v) in [
+                ("container_fs_inodes_free", f.inodes_free),
+                ("container_fs_inodes_total", f.inodes),
+                ("container_fs_limit_bytes", f.capacity_bytes),
+                ("container_fs_usage_bytes", f.used_bytes),
+            ] {
+                self.push(name, &labels, v as f64, ts);
+            }
         }
     }
 }
 
 /// The exposition text; `error`: the refresh failed (`container_scrape_error` 1, no series).
 pub fn render(s: &Summary, meta: &Meta, error: bool) -> String {
-    let mut f = Families::new();
+    let ts = (meta.time.0 != 0).then(|| meta.time.millis());
+    let mut out = Out::new(ts);
+    let disks = &meta.machine.disks;
     if !error {
         let root = Labels {
             container: "",
@@ -194,7 +558,11 @@ pub fn render(s: &Summary, meta: &Meta, error: bool) -> String {
             namespace: "",
             pod: "",
         };
-        f.cpu_mem(&root, s.node.cpu.as_ref(), s.node.memory.as_ref(), None);
+        out.cpu_mem(&root, s.node.cpu.as_ref(), s.node.memory.as_ref());
+        if let Some(d) = meta.details.get("/") {
+            out.detail(&root, d, disks);
+        }
+        out.root_fs(&root, &meta.fs);
         for p in &s.pods {
             let (ns, pod) = (p.pod_ref.namespace.as_str(), p.pod_ref.name.as_str());
             let pod_cg = meta
@@ -211,10 +579,12 @@ pub fn render(s: &Summary, meta: &Meta, error: bool) -> String {
                 namespace: ns,
                 pod,
             };
-            let cache = meta.memory_cache.get(pod_cg).copied();
-            f.cpu_mem(&l, p.cpu.as_ref(), p.memory.as_ref(), cache);
-            f.network(&l, p.network.as_ref());
-            f.start(&l, p.start_time.millis());
+            out.cpu_mem(&l, p.cpu.as_ref(), p.memory.as_ref());
+            if let Some(d) = meta.details.get(pod_cg).filter(|_| !pod_cg.is_empty()) {
+                out.detail(&l, d, disks);
+            }
+            out.network(&l, meta.network.get(&p.pod_ref.uid), p.network.as_ref());
+            out.start(&l, p.start_time.millis());
             for c in &p.containers {
                 let cg = meta
                     .cgroups
@@ -230,51 +600,43 @@ pub fn render(s: &Summary, meta: &Meta, error: bool) -> String {
                     namespace: ns,
                     pod,
                 };
-                let cache = meta.memory_cache.get(cg).copied();
-                f.cpu_mem(&l, c.cpu.as_ref(), c.memory.as_ref(), cache);
-                f.start(&l, c.start_time.millis());
+                out.cpu_mem(&l, c.cpu.as_ref(), c.memory.as_ref());
+                if let Some(d) = meta.details.get(cg).filter(|_| !cg.is_empty()) {
+                    out.detail(&l, d, disks);
+                }
+                out.start(&l, c.start_time.millis());
             }
         }
-    }
-    let mut out = String::new();
-    for fam in [
-        &mut f.cpu,
-        &mut f.cache,
-        &mut f.rss,
-        &mut f.usage,
-        &mut f.working_set,
-        &mut f.rx_bytes,
-        &mut f.rx_errors,
-        &mut f.tx_bytes,
-        &mut f.tx_errors,
-    ] {
-        fam.sort();
-        fam.render(&mut out);
-    }
-    let _ = writeln!(
-        out,
-        "# HELP container_scrape_error 1 if there was an error while getting container metrics, 0 otherwise\n# TYPE container_scrape_error gauge\ncontainer_scrape_error {}",
-        u8::from(error)
-    );
-    f.start.sort();
-    f.start.render(&mut out);
-    if !error {
         let m = &meta.machine;
         let labels = [
             ("boot_id", m.boot_id.as_str()),
             ("machine_id", m.machine_id.as_str()),
             ("system_uuid", m.system_uuid.as_str()),
         ];
-        let mut cores = Family::new("machine_cpu_cores", "gauge", "Number of logical CPU cores.");
-        cores.push(&labels, m.cores as f64, None);
-        cores.render(&mut out);
-        let mut mem = Family::new(
-            "machine_memory_bytes",
-            "gauge",
-            "Amount of memory installed on the machine.",
-        );
-        mem.push(&labels, m.memory_bytes as f64, None);
-        mem.render(&mut out);
+        for (f, v) in [
+            ("machine_cpu_cores", m.cores),
+            ("machine_cpu_physical_cores", m.physical_cores),
+            ("machine_cpu_sockets", m.sockets),
+            ("machine_memory_bytes", m.memory_bytes),
+            ("machine_swap_bytes", m.swap_bytes),
+        ] {
+            out.push(f, &labels, v as f64, None);
+        }
+        out.push("machine_scrape_error", &[], 0.0, None);
     }
-    out
+    out.push(
+        "container_scrape_error",
+        &[],
+        f64::from(u8::from(error)),
+        None,
+    );
+    let mut text = String::new();
+    for f in out.fams.values_mut() {
+        f.sort();
+        f.render(&mut text);
+    }
+    text
 }
+
+#[cfg(test)]
+mod tests;

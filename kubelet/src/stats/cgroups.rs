@@ -70,8 +70,14 @@ pub fn usage(layout: &Layout, rel: &str) -> Option<CgroupUsage> {
 }
 
 /// The network of the first process in the cgroup at `rel` (the sandbox's pause process),
-/// from `/proc/<pid>/net/dev`; `proc_root` is `/proc`.
-pub fn network(layout: &Layout, rel: &str, proc_root: &Path, ts: i64) -> Option<NetworkUsage> {
+/// from `/proc/<pid>/net/dev`; `proc_root` is `/proc`. With it, every counter cAdvisor serves
+/// per interface.
+pub fn network(
+    layout: &Layout,
+    rel: &str,
+    proc_root: &Path,
+    ts: i64,
+) -> Option<(NetworkUsage, Vec<super::detail::IfaceCounters>)> {
     let procs = layout
         .search_root()
         .join(rel.trim_start_matches('/'))
@@ -79,11 +85,14 @@ pub fn network(layout: &Layout, rel: &str, proc_root: &Path, ts: i64) -> Option<
     let pid: u32 = read(&procs)?.lines().next()?.trim().parse().ok()?;
     let text = read(&proc_root.join(pid.to_string()).join("net/dev"))?;
     let interfaces = net_dev(&text);
-    Some(NetworkUsage {
-        timestamp: ts,
-        default_interface: interfaces.iter().find(|i| i.name == "eth0").cloned(),
-        interfaces,
-    })
+    Some((
+        NetworkUsage {
+            timestamp: ts,
+            default_interface: interfaces.iter().find(|i| i.name == "eth0").cloned(),
+            interfaces,
+        },
+        super::detail::net_counters(&text),
+    ))
 }
 
 /// `/proc/<pid>/net/dev` → every interface but `lo`.

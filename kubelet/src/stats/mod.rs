@@ -17,6 +17,7 @@
 pub mod build;
 pub mod cadvisor;
 pub mod cgroups;
+pub mod detail;
 pub mod disk;
 pub mod gaps;
 pub mod live;
@@ -389,7 +390,7 @@ impl Provider {
             let now_ns = unix_now_ns();
             let usage = node.usage();
             let root_fs = node.fs_info(&root_dir);
-            let image_cap = image_mount.and_then(|m| node.fs_info(&m));
+            let image_cap = image_mount.as_ref().and_then(|m| node.fs_info(m));
             let boot_time = node.boot_time();
             let pids = node.pids();
             lap(&mut phases.node);
@@ -403,6 +404,8 @@ impl Provider {
                 ..live::Live::default()
             };
             let mut ids = cgroups::Ids::default();
+            let mut details = HashMap::new();
+            let mut net_counters = HashMap::new();
             if let Some(layout) = &layout {
                 ids = locator.resolve(layout, &wanted);
                 // Pods and their containers; the pause containers' own figures are not served.
@@ -418,20 +421,45 @@ impl Provider {
                         live.usage.insert(cg.clone(), u);
                     }
                 }
+                // cAdvisor's further figures of the same cgroups, and of the root.
+                for cg in live.usage.keys() {
+                    details.insert(cg.clone(), detail::read_detail(layout, cg));
+                }
+                details.insert("/".into(), detail::read_detail(layout, "/"));
                 lap(&mut phases.cgroups);
                 let proc_root = node.proc_root();
                 for (uid, members) in &wanted {
                     let sandbox_cg = members.first().and_then(|id| ids.containers.get(id));
-                    if let Some(n) =
+                    if let Some((n, full)) =
                         sandbox_cg.and_then(|cg| cgroups::network(layout, cg, &proc_root, now_ns))
                     {
                         live.network.insert(uid.clone(), n);
+                        net_counters.insert(uid.clone(), full);
                     }
                 }
                 lap(&mut phases.network);
             }
             let machine = need_machine.then(|| node.machine());
+            // The devices of the node's and the image filesystem (the root cgroup's
+            // `container_fs_*` series).
+            let mountinfo = std::fs::read_to_string(node.proc_root().join("self/mountinfo"))
+                .unwrap_or_default();
+            let mut fs_devices: Vec<(String, node::FsInfo)> = Vec::new();
+            for (path, info) in [
+                (Some(&root_dir), root_fs),
+                (image_mount.as_ref(), image_cap),
+            ] {
+                if let (Some(p), Some(i)) = (path, info)
+                    && let Some(dev) = node::mount_source(&mountinfo, p)
+                    && !fs_devices.iter().any(|(d, _)| *d == dev)
+                {
+                    fs_devices.push((dev, i));
+                }
+            }
             Blocking {
+                details,
+                net_counters,
+                fs_devices,
                 now_ns,
                 usage,
                 boot_time,
@@ -491,12 +519,12 @@ impl Provider {
                 p.volume.extend(m.pod_volumes(&p.pod_ref.uid));
             }
         }
-        let memory_cache = blocking
-            .live
-            .usage
-            .iter()
-            .filter_map(|(cg, u)| Some((cg.clone(), u.cache?)))
-            .collect();
+        add_psi(
+            &mut summary,
+            &blocking.ids,
+            &blocking.details,
+            blocking.now_ns,
+        );
         let build = build_started.elapsed();
         Ok(Snapshot {
             taken: Instant::now(),
@@ -504,7 +532,10 @@ impl Provider {
             cadvisor: cadvisor::Meta {
                 images: containers.into_iter().map(|c| (c.id, c.image)).collect(),
                 cgroups: blocking.ids,
-                memory_cache,
+                details: blocking.details,
+                network: blocking.net_counters,
+                fs: blocking.fs_devices,
+                time: summary::StatTime(blocking.now_ns),
                 machine: self.machine.get().cloned().unwrap_or_default(),
             },
             json: OnceLock::new(),
@@ -518,6 +549,45 @@ impl Provider {
                 phases: blocking.phases,
             },
         })
+    }
+}
+
+/// PSI of the node (root cgroup), pods and containers into the Summary, where the cgroup
+/// offers it (cgroup v2): `cpu.psi`, `memory.psi` and `io`.
+fn add_psi(
+    s: &mut summary::Summary,
+    ids: &cgroups::Ids,
+    details: &HashMap<String, detail::Detail>,
+    now_ns: i64,
+) {
+    let t = summary::StatTime(now_ns);
+    let apply = |d: Option<&detail::Detail>,
+                 cpu: &mut Option<summary::CpuStats>,
+                 mem: &mut Option<summary::MemoryStats>,
+                 io: &mut Option<summary::IoStats>| {
+        let Some(d) = d else { return };
+        if let (Some(c), Some(p)) = (cpu.as_mut(), &d.psi.cpu) {
+            c.psi = Some(p.clone());
+        }
+        if let (Some(m), Some(p)) = (mem.as_mut(), &d.psi.memory) {
+            m.psi = Some(p.clone());
+        }
+        if let Some(p) = &d.psi.io {
+            *io = Some(summary::IoStats {
+                time: t,
+                psi: Some(p.clone()),
+            });
+        }
+    };
+    let n = &mut s.node;
+    apply(details.get("/"), &mut n.cpu, &mut n.memory, &mut n.io);
+    for p in &mut s.pods {
+        let d = ids.pods.get(&p.pod_ref.uid).and_then(|cg| details.get(cg));
+        apply(d, &mut p.cpu, &mut p.memory, &mut p.io);
+        for c in &mut p.containers {
+            let d = ids.containers.get(&c.id).and_then(|cg| details.get(cg));
+            apply(d, &mut c.cpu, &mut c.memory, &mut c.io);
+        }
     }
 }
 
@@ -575,6 +645,9 @@ struct Blocking {
     locator: cgroups::Locator,
     machine: Option<cadvisor::Machine>,
     phases: Phases,
+    details: HashMap<String, detail::Detail>,
+    net_counters: HashMap<String, Vec<detail::IfaceCounters>>,
+    fs_devices: Vec<(String, node::FsInfo)>,
 }
 
 /// The provider as the :10250 server holds it: set once the runtime is connected (the server

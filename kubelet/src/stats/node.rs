@@ -8,10 +8,78 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Machine {
     pub cores: u64,
+    /// Distinct (package, core) pairs of the online CPUs; 0 when sysfs does not say.
+    pub physical_cores: u64,
+    /// Distinct physical packages; 0 when sysfs does not say.
+    pub sockets: u64,
     pub memory_bytes: u64,
+    /// `SwapTotal` of /proc/meminfo.
+    pub swap_bytes: u64,
     pub machine_id: String,
     pub system_uuid: String,
     pub boot_id: String,
+    /// Block devices by `major:minor` → `/dev/<name>` (the `device` label of I/O series).
+    pub disks: std::collections::BTreeMap<String, String>,
+}
+
+/// The CPU topology under `sys_cpu` (`/sys/devices/system/cpu`): (physical cores, sockets).
+pub fn cpu_topology(sys_cpu: &Path) -> (u64, u64) {
+    let mut cores = std::collections::BTreeSet::new();
+    let mut sockets = std::collections::BTreeSet::new();
+    let Ok(rd) = std::fs::read_dir(sys_cpu) else {
+        return (0, 0);
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name
+            .strip_prefix("cpu")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        {
+            continue;
+        }
+        let topo = e.path().join("topology");
+        let get = |f: &str| {
+            std::fs::read_to_string(topo.join(f))
+                .ok()
+                .map(|s| s.trim().to_string())
+        };
+        if let (Some(pkg), Some(core)) = (get("physical_package_id"), get("core_id")) {
+            sockets.insert(pkg.clone());
+            cores.insert((pkg, core));
+        }
+    }
+    (cores.len() as u64, sockets.len() as u64)
+}
+
+/// Whole disks under `sys_block` (`/sys/block`): `major:minor` → `/dev/<name>`, as cAdvisor
+/// names the devices of its I/O series (partitions stay unnamed).
+pub fn block_devices(sys_block: &Path) -> std::collections::BTreeMap<String, String> {
+    let Ok(rd) = std::fs::read_dir(sys_block) else {
+        return Default::default();
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let dev = std::fs::read_to_string(e.path().join("dev")).ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            Some((dev.trim().to_string(), format!("/dev/{name}")))
+        })
+        .collect()
+}
+
+/// The mount source (`/dev/vda1`) of the filesystem holding `path`, from a mountinfo text:
+/// the mount point that is the longest prefix of `path`.
+pub fn mount_source(mountinfo: &str, path: &Path) -> Option<String> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let point = left.split_whitespace().nth(4)?;
+            let source = right.split_whitespace().nth(1)?;
+            path.starts_with(point)
+                .then(|| (point.len(), source.to_string()))
+        })
+        .max_by_key(|(n, _)| *n)
+        .map(|(_, s)| s)
 }
 
 /// Where the cgroup hierarchies are mounted.
@@ -206,12 +274,19 @@ impl NodeSource for LinuxNode {
         let h = crate::host::HostFacts::host_info(&crate::host::LinuxHost {
             root_dir: "/".into(),
         });
+        let (physical_cores, sockets) = cpu_topology(Path::new("/sys/devices/system/cpu"));
         Machine {
             cores: u64::try_from(h.cpus).unwrap_or(0),
+            physical_cores,
+            sockets,
             memory_bytes: u64::try_from(h.memory_bytes).unwrap_or(0),
+            swap_bytes: read("/proc/meminfo")
+                .and_then(|m| meminfo_bytes(&m, "SwapTotal"))
+                .unwrap_or(0),
             machine_id: h.machine_id,
             system_uuid: h.system_uuid,
             boot_id: h.boot_id,
+            disks: block_devices(Path::new("/sys/block")),
         }
     }
 }

@@ -45,6 +45,9 @@ pub struct NodeStats {
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// IO pressure of the node (cgroup v2 only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fs: Option<FsStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -91,6 +94,8 @@ pub struct PodStats {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub volume: Vec<VolumeStats>,
@@ -119,6 +124,8 @@ pub struct ContainerStats {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<FsStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logs: Option<FsStats>,
@@ -132,6 +139,8 @@ pub struct CpuStats {
     pub usage_nano_cores: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage_core_nano_seconds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -150,6 +159,32 @@ pub struct MemoryStats {
     pub page_faults: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub major_page_faults: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// `io`: the IO pressure of a cgroup.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct IoStats {
+    pub time: StatTime,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// Pressure stall information of one resource (`some` and `full` lines of its `*.pressure`
+/// file). `total` is the kernel's figure as it is (microseconds), as upstream passes it on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PsiStats {
+    pub full: PsiData,
+    pub some: PsiData,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PsiData {
+    pub total: u64,
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
 }
 
 /// One interface's traffic (`InterfaceStats`).

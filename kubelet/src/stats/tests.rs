@@ -101,6 +101,7 @@ fn fake_node() -> Arc<FakeNode> {
             machine_id: "m1".into(),
             system_uuid: "u1".into(),
             boot_id: "b1".into(),
+            ..cadvisor::Machine::default()
         },
     })
 }
@@ -757,129 +758,105 @@ fn pod_and_container_cgroups_are_found_with_either_driver() {
     assert!(!ids.containers.contains_key("gone"));
 }
 
-#[test]
-fn cadvisor_series_carry_cadvisors_names_labels_and_timestamps() {
-    use summary::*;
-    let t = StatTime(1_700_000_000_123_000_000);
-    let cpu = |ns| CpuStats {
-        time: t,
-        usage_nano_cores: None,
-        usage_core_nano_seconds: Some(ns),
+/// A cgroup v2 tree (systemd driver) with the files cAdvisor reads beyond usage, PSI among them.
+#[tokio::test]
+async fn on_cgroup_v2_psi_reaches_the_summary_and_throttling_and_pressure_the_cadvisor_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Arc::new(FakeRuntime::new());
+    let ids = run(&rt, 1, 1).await;
+    let root = dir.path().join("cgroup");
+    let pod = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid_0.slice";
+    let files = |d: &std::path::Path, some: u64| {
+        std::fs::create_dir_all(d).unwrap();
+        for (name, text) in [
+            ("memory.current", "20000\n".to_string()),
+            ("memory.stat", "anon 7000\nfile 3000\ninactive_file 1000\nfile_mapped 11\n".into()),
+            (
+                "cpu.stat",
+                "usage_usec 2000000\nnr_periods 50\nnr_throttled 20\nthrottled_usec 700000\n".into(),
+            ),
+            ("cpu.max", "30000 100000\n".into()),
+            ("memory.max", "67108864\n".into()),
+            (
+                "cpu.pressure",
+                format!("some avg10=12.50 avg60=3.00 avg300=1.00 total={some}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=250000\n"),
+            ),
+            (
+                "memory.pressure",
+                "some avg10=0.00 avg60=0.00 avg300=0.00 total=5\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=2\n".into(),
+            ),
+            (
+                "io.pressure",
+                "some avg10=0.00 avg60=0.00 avg300=0.00 total=40\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=30\n".into(),
+            ),
+        ] {
+            std::fs::write(d.join(name), text).unwrap();
+        }
     };
-    let mem = |ws| MemoryStats {
-        time: t,
-        usage_bytes: Some(ws + 100),
-        working_set_bytes: Some(ws),
-        rss_bytes: Some(ws / 2),
-        ..MemoryStats::default()
-    };
-    let s = Summary {
-        node: NodeStats {
-            cpu: Some(cpu(5_000_000_000)),
-            memory: Some(mem(1000)),
-            ..NodeStats::default()
-        },
-        pods: vec![PodStats {
-            pod_ref: PodReference {
-                name: "web".into(),
-                namespace: "default".into(),
-                uid: "u1".into(),
-            },
-            start_time: StatTime(1_700_000_000_000_000_000),
-            cpu: Some(cpu(1_500_000_000)),
-            memory: Some(mem(600)),
-            network: Some(NetworkStats {
-                time: t,
-                default: InterfaceStats::default(),
-                interfaces: vec![InterfaceStats {
-                    name: "eth0".into(),
-                    rx_bytes: Some(10),
-                    rx_errors: Some(0),
-                    tx_bytes: Some(20),
-                    tx_errors: Some(0),
-                }],
-            }),
-            containers: vec![ContainerStats {
-                id: "abc".into(),
-                name: "app".into(),
-                start_time: StatTime(1_700_000_001_500_000_000),
-                cpu: Some(cpu(1_000_000_000)),
-                memory: Some(mem(400)),
-                ..ContainerStats::default()
-            }],
-            ..PodStats::default()
-        }],
-    };
-    let meta = cadvisor::Meta {
-        images: [("abc".to_string(), "busybox:1.35".to_string())].into(),
-        cgroups: cgroups::Ids {
-            pods: [("u1".to_string(), "/kubepods/podu1".to_string())].into(),
-            containers: [("abc".to_string(), "/kubepods/podu1/abc".to_string())].into(),
-        },
-        memory_cache: [("/kubepods/podu1/abc".to_string(), 77)].into(),
-        machine: cadvisor::Machine {
-            cores: 2,
-            memory_bytes: 8 * GIB,
-            machine_id: "m1".into(),
-            system_uuid: "s1".into(),
-            boot_id: "b1".into(),
-        },
-    };
-    let text = cadvisor::render(&s, &meta, false);
-    let ms = 1_700_000_000_123i64;
-    let ctr = r#"container="app",id="/kubepods/podu1/abc",image="busybox:1.35",name="abc",namespace="default",pod="web""#;
-    let pod = r#"container="",id="/kubepods/podu1",image="",name="",namespace="default",pod="web""#;
-    let root = r#"container="",id="/",image="",name="",namespace="",pod="""#;
-    let expected = format!(
-        "# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed in seconds.
-# TYPE container_cpu_usage_seconds_total counter
-container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"}} 5 {ms}
-container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/kubepods/podu1\",image=\"\",name=\"\",namespace=\"default\",pod=\"web\"}} 1.5 {ms}
-container_cpu_usage_seconds_total{{container=\"app\",cpu=\"total\",id=\"/kubepods/podu1/abc\",image=\"busybox:1.35\",name=\"abc\",namespace=\"default\",pod=\"web\"}} 1 {ms}
-# HELP container_memory_cache Number of bytes of page cache memory.
-# TYPE container_memory_cache gauge
-container_memory_cache{{{ctr}}} 77 {ms}
-# HELP container_memory_rss Size of RSS in bytes.
-# TYPE container_memory_rss gauge
-container_memory_rss{{{root}}} 500 {ms}
-container_memory_rss{{{pod}}} 300 {ms}
-container_memory_rss{{{ctr}}} 200 {ms}
-# HELP container_memory_usage_bytes Current memory usage in bytes, including all memory regardless of when it was accessed
-# TYPE container_memory_usage_bytes gauge
-container_memory_usage_bytes{{{root}}} 1100 {ms}
-container_memory_usage_bytes{{{pod}}} 700 {ms}
-container_memory_usage_bytes{{{ctr}}} 500 {ms}
-# HELP container_memory_working_set_bytes Current working set in bytes.
-# TYPE container_memory_working_set_bytes gauge
-container_memory_working_set_bytes{{{root}}} 1000 {ms}
-container_memory_working_set_bytes{{{pod}}} 600 {ms}
-container_memory_working_set_bytes{{{ctr}}} 400 {ms}
-# HELP container_network_receive_bytes_total Cumulative count of bytes received
-# TYPE container_network_receive_bytes_total counter
-container_network_receive_bytes_total{{container=\"\",id=\"/kubepods/podu1\",image=\"\",interface=\"eth0\",name=\"\",namespace=\"default\",pod=\"web\"}} 10 {ms}
-# HELP container_network_receive_errors_total Cumulative count of errors encountered while receiving
-# TYPE container_network_receive_errors_total counter
-container_network_receive_errors_total{{container=\"\",id=\"/kubepods/podu1\",image=\"\",interface=\"eth0\",name=\"\",namespace=\"default\",pod=\"web\"}} 0 {ms}
-# HELP container_network_transmit_bytes_total Cumulative count of bytes transmitted
-# TYPE container_network_transmit_bytes_total counter
-container_network_transmit_bytes_total{{container=\"\",id=\"/kubepods/podu1\",image=\"\",interface=\"eth0\",name=\"\",namespace=\"default\",pod=\"web\"}} 20 {ms}
-# HELP container_network_transmit_errors_total Cumulative count of errors encountered while transmitting
-# TYPE container_network_transmit_errors_total counter
-container_network_transmit_errors_total{{container=\"\",id=\"/kubepods/podu1\",image=\"\",interface=\"eth0\",name=\"\",namespace=\"default\",pod=\"web\"}} 0 {ms}
-# HELP container_scrape_error 1 if there was an error while getting container metrics, 0 otherwise
-# TYPE container_scrape_error gauge
-container_scrape_error 0
-# HELP container_start_time_seconds Start time of the container since unix epoch in seconds.
-# TYPE container_start_time_seconds gauge
-container_start_time_seconds{{{pod}}} 1700000000
-container_start_time_seconds{{{ctr}}} 1700000001.5
-# HELP machine_cpu_cores Number of logical CPU cores.
-# TYPE machine_cpu_cores gauge
-machine_cpu_cores{{boot_id=\"b1\",machine_id=\"m1\",system_uuid=\"s1\"}} 2
-# HELP machine_memory_bytes Amount of memory installed on the machine.
-# TYPE machine_memory_bytes gauge
-machine_memory_bytes{{boot_id=\"b1\",machine_id=\"m1\",system_uuid=\"s1\"}} 8589934592
-"
+    files(&root, 9_000_000);
+    files(&root.join(pod), 4_000_000);
+    files(
+        &root
+            .join(pod)
+            .join(format!("cri-containerd-{}.scope", ids[0])),
+        1_500_000,
     );
-    assert_eq!(text, expected);
+    let mut node = Arc::into_inner(fake_node()).unwrap();
+    node.cgroups = Some(cgroups::Layout::V2 { root: root.clone() });
+    let p = Provider::new(rt.clone(), Arc::new(node), config(dir.path()));
+    let s = p.refresh().await.unwrap();
+    let pod_stats = &s.summary.pods[0];
+    let c = &pod_stats.containers[0];
+    let cpu_psi = c
+        .cpu
+        .as_ref()
+        .unwrap()
+        .psi
+        .as_ref()
+        .expect("container cpu psi");
+    assert_eq!((cpu_psi.some.total, cpu_psi.some.avg10), (1_500_000, 12.5));
+    assert_eq!(cpu_psi.full.total, 250_000);
+    assert_eq!(
+        c.memory.as_ref().unwrap().psi.as_ref().unwrap().full.total,
+        2
+    );
+    assert_eq!(c.io.as_ref().unwrap().psi.as_ref().unwrap().some.total, 40);
+    let pod_psi = pod_stats.cpu.as_ref().unwrap().psi.as_ref().unwrap();
+    assert_eq!(pod_psi.some.total, 4_000_000);
+    assert!(pod_stats.io.is_some());
+    let node_psi = s.summary.node.cpu.as_ref().unwrap().psi.as_ref().unwrap();
+    assert_eq!(node_psi.some.total, 9_000_000, "the root cgroup's");
+    assert!(s.summary.node.io.as_ref().unwrap().psi.is_some());
+    // Upstream's JSON: `psi` with `full` and `some`, each total/avg10/avg60/avg300.
+    let json: serde_json::Value = serde_json::from_slice(&s.summary_json()).unwrap();
+    let c_json = &json["pods"][0]["containers"][0];
+    assert_eq!(c_json["cpu"]["psi"]["some"]["total"], 1_500_000);
+    assert_eq!(c_json["cpu"]["psi"]["some"]["avg10"], 12.5);
+    assert_eq!(c_json["cpu"]["psi"]["full"]["avg300"], 0.0);
+    assert_eq!(c_json["io"]["psi"]["full"]["total"], 30);
+    assert!(c_json["io"]["time"].is_string());
+    assert_eq!(json["node"]["memory"]["psi"]["some"]["total"], 5);
+
+    let text = cadvisor::render(&s.summary, &s.cadvisor, false);
+    let line = |family: &str, id: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{family}{{")) && l.contains(&format!("id=\"{id}\"")))
+            .unwrap_or_else(|| panic!("{family} for {id} in:\n{text}"))
+            .to_string()
+    };
+    let ctr_cg = format!("/{pod}/cri-containerd-{}.scope", ids[0]);
+    assert!(line("container_cpu_cfs_throttled_periods_total", &ctr_cg).contains(" 20 "));
+    assert!(line("container_cpu_cfs_throttled_seconds_total", &ctr_cg).contains(" 0.7 "));
+    assert!(line("container_spec_cpu_quota", &ctr_cg).ends_with(" 30000"));
+    assert!(line("container_spec_memory_limit_bytes", &ctr_cg).ends_with(" 67108864"));
+    assert!(line("container_memory_mapped_file", &ctr_cg).contains(" 11 "));
+    assert!(line("container_pressure_cpu_waiting_seconds_total", &ctr_cg).contains(" 1.5 "));
+    assert!(
+        line(
+            "container_pressure_cpu_stalled_seconds_total",
+            &format!("/{pod}")
+        )
+        .contains(" 0.25 ")
+    );
+    assert!(line("container_pressure_io_waiting_seconds_total", "/").contains(" 0.00004 "));
 }
