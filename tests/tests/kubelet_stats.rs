@@ -182,8 +182,9 @@ fn busy_pod_cpu_and_memory_match_its_cgroup() {
                     && l.contains("pod=\"busy-rig-node\"")
             })
             .unwrap_or_else(|| panic!("{name} for spin in:\n{cad}"));
-        let fields: Vec<&str> = line.rsplitn(3, ' ').collect();
-        (line.to_string(), fields[1].parse().unwrap())
+        // `name{labels} value [timestamp]` (spec samples carry no timestamp).
+        let value = line.rsplit_once('}').unwrap().1.split_whitespace().next();
+        (line.to_string(), value.unwrap().parse().unwrap())
     };
     let (line, secs) = sample("container_cpu_usage_seconds_total");
     assert!(line.contains("cpu=\"total\""), "{line}");
