@@ -454,6 +454,7 @@ fn start_sync_loop(
     tasks.spawn(pleg::run(
         p.runtime.clone(),
         Duration::from_secs(1),
+        cfg.evented_pleg,
         pleg_tx,
         p.pleg_health,
         p.metrics,

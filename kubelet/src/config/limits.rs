@@ -37,6 +37,7 @@ pub const READ_GATES: &[&str] = &[
     "CustomCPUCFSQuotaPeriod",
     crate::podspec::POD_LEVEL_RESOURCES_GATE,
     crate::images::PULL_RECORDS_GATE,
+    crate::pleg::EVENTED_PLEG_GATE,
 ];
 
 /// A warning for each gate set in `--feature-gates` or `featureGates` that the agent does

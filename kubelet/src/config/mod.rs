@@ -313,6 +313,9 @@ pub struct Config {
     /// the `KubeletEnsureSecretPulledImages` gate, validated.
     #[serde(flatten)]
     pub image_pulls: crate::images::PullRecordsSettings,
+    /// The `EventedPLEG` gate (alpha, off by default as upstream).
+    #[serde(skip)]
+    pub evented_pleg: bool,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -818,6 +821,7 @@ pub fn merge(
         image_gc,
         container_gc,
         image_pulls,
+        evented_pleg: limits::gate_or(flags, &file, crate::pleg::EVENTED_PLEG_GATE, false),
     })
 }
 

@@ -560,13 +560,29 @@ fn unread_feature_gates_are_named_and_read_ones_are_not() {
     assert_eq!(
         warnings,
         [
-            "feature gate KubeletTracing is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources, KubeletEnsureSecretPulledImages)",
-            "feature gate MemoryQoS is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources, KubeletEnsureSecretPulledImages)",
+            "feature gate KubeletTracing is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources, KubeletEnsureSecretPulledImages, EventedPLEG)",
+            "feature gate MemoryQoS is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources, KubeletEnsureSecretPulledImages, EventedPLEG)",
         ]
     );
     assert!(
         !cfg.pod_limits.pod_level_resources,
         "the file's gate is read"
+    );
+    assert!(
+        !cfg.evented_pleg,
+        "EventedPLEG is off by default, as upstream"
+    );
+    let f = flags(&[
+        &format!("--config={}", path.display()),
+        "--feature-gates=EventedPLEG=true",
+    ]);
+    let (cfg, warnings) = load_checked(&f, &[], "n").unwrap();
+    assert!(cfg.evented_pleg);
+    assert!(
+        warnings
+            .iter()
+            .all(|w| !w.starts_with("feature gate EventedPLEG")),
+        "{warnings:?}"
     );
 }
 

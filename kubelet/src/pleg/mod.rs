@@ -9,6 +9,13 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub mod evented;
+pub use evented::EVENTED_PLEG_GATE;
+
+/// How long the PLEG may go without a successful relist before it is unhealthy (upstream's
+/// `genericPlegRelistThreshold`).
+pub const GENERIC_RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+
 /// The outcome of one relist.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Relist {
@@ -113,29 +120,40 @@ impl Pleg {
     }
 }
 
-/// Health of the relist loop: the unix time of the last successful relist.
+/// Health of the relist loop: the unix time of the last successful relist, and how long it
+/// may be ago.
 #[derive(Debug, Default)]
 pub struct PlegHealth {
     pub last_ok_unix: AtomicI64,
+    /// Seconds; 0: [`GENERIC_RELIST_THRESHOLD`] (the evented PLEG sets its own).
+    pub threshold_secs: AtomicI64,
 }
 
 impl PlegHealth {
-    /// Upstream reports PLEG unhealthy when no relist succeeded for 3 minutes.
+    /// Upstream reports PLEG unhealthy when no relist succeeded for 3 minutes (10 with the
+    /// evented PLEG's events flowing).
     pub fn healthy(&self, now_unix: i64) -> bool {
         let last = self.last_ok_unix.load(Ordering::Relaxed);
-        last > 0 && now_unix - last <= 180
+        let threshold = match self.threshold_secs.load(Ordering::Relaxed) {
+            0 => GENERIC_RELIST_THRESHOLD.as_secs() as i64,
+            t => t,
+        };
+        last > 0 && now_unix - last <= threshold
     }
 }
 
-/// Relists every `period` and sends each result.
+/// Relists every `period` and sends each result. `evented` (the `EventedPLEG` gate): the
+/// runtime's container events wake a relist at once and the period grows (see [`evented`]).
 pub async fn run(
     rt: Arc<dyn Runtime>,
     period: Duration,
+    evented: bool,
     tx: mpsc::Sender<Relist>,
     health: Arc<PlegHealth>,
     metrics: crate::metrics::Metrics,
     cancel: CancellationToken,
 ) {
+    let mut events = evented.then(evented::Events::default);
     let mut pleg = Pleg::default();
     let mut failing = false;
     let mut last_start: Option<std::time::Instant> = None;
@@ -171,9 +189,21 @@ pub async fn run(
                 }
             }
         }
+        let wait = events.as_ref().map_or(period, evented::Events::period);
+        if let Some(e) = &events {
+            health
+                .threshold_secs
+                .store(e.threshold().as_secs() as i64, Ordering::Relaxed);
+        }
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(period) => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = async {
+                match events.as_mut() {
+                    Some(e) => e.next(rt.as_ref()).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
         }
     }
 }
@@ -184,7 +214,7 @@ mod tests {
     use crate::runtime::fake::FakeRuntime;
     use crate::runtime::{ContainerConfig, LinuxResources, SandboxConfig};
 
-    fn sandbox(uid: &str) -> SandboxConfig {
+    pub(super) fn sandbox(uid: &str) -> SandboxConfig {
         SandboxConfig {
             name: "p".into(),
             namespace: "default".into(),
@@ -209,7 +239,7 @@ mod tests {
         }
     }
 
-    fn container(uid: &str) -> ContainerConfig {
+    pub(super) fn container(uid: &str) -> ContainerConfig {
         ContainerConfig {
             name: "c".into(),
             attempt: 0,

@@ -313,6 +313,47 @@ impl Runtime for CriRuntime {
         Ok(())
     }
 
+    async fn container_events(&self) -> Result<tokio::sync::mpsc::Receiver<RuntimeEvent>> {
+        // The stream lives as long as the runtime does: no deadline on it. It is opened in
+        // the forwarding task (a runtime may send the response headers only with its first
+        // event); a runtime without the call (containerd 1.6: Unimplemented) or one that
+        // breaks the stream ends the receiver, which the evented PLEG counts as a failure.
+        let mut client = self.runtime.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        tokio::spawn(async move {
+            let open = client.get_container_events(tonic::Request::new(pb::GetEventsRequest {}));
+            let mut stream = tokio::select! {
+                _ = tx.closed() => return,
+                r = open => match r {
+                    Ok(r) => r.into_inner(),
+                    Err(s) => {
+                        tracing::debug!(error = %err("GetContainerEvents", s), "no container event stream");
+                        return;
+                    }
+                },
+            };
+            loop {
+                let msg = tokio::select! {
+                    _ = tx.closed() => return,
+                    m = stream.message() => m,
+                };
+                match msg {
+                    Ok(Some(e)) => {
+                        if tx.send(event_of(e)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => return,
+                    Err(s) => {
+                        tracing::debug!(error = %err("GetContainerEvents", s), "the container event stream broke");
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+
     async fn update_sandbox_resources(
         &self,
         sandbox_id: &str,
@@ -619,3 +660,24 @@ impl Runtime for CriRuntime {
 
 #[cfg(test)]
 mod tests;
+
+/// A CRI container event in the runtime's terms.
+fn event_of(e: pb::ContainerEventResponse) -> RuntimeEvent {
+    let kind = match pb::ContainerEventType::try_from(e.container_event_type) {
+        Ok(pb::ContainerEventType::ContainerCreatedEvent) => RuntimeEventKind::Created,
+        Ok(pb::ContainerEventType::ContainerStartedEvent) => RuntimeEventKind::Started,
+        Ok(pb::ContainerEventType::ContainerStoppedEvent) => RuntimeEventKind::Stopped,
+        // An unknown kind still says the container changed; deleted is the widest.
+        _ => RuntimeEventKind::Deleted,
+    };
+    RuntimeEvent {
+        container_id: e.container_id,
+        kind,
+        pod_uid: e
+            .pod_sandbox_status
+            .and_then(|s| s.metadata)
+            .map(|m| m.uid)
+            .unwrap_or_default(),
+        created_at: e.created_at,
+    }
+}

@@ -46,6 +46,8 @@ struct State {
     stats_list_fails_on_not_ready: bool,
     /// Every UpdateContainerResources: the container and what it asked for.
     resource_updates: Vec<(String, LinuxResources)>,
+    /// The open GetContainerEvents streams (`None`: the call is not offered, as containerd 1.6).
+    events: Option<Vec<tokio::sync::mpsc::Sender<crate::runtime::RuntimeEvent>>>,
 }
 
 /// One Exec, Attach or PortForward the fake answered.
@@ -90,6 +92,21 @@ impl FakeRuntime {
     /// What RuntimeConfig answers from now on (default: the call is Unimplemented).
     pub fn set_cgroup_driver(&self, driver: crate::runtime::RuntimeCgroupDriver) {
         self.state.lock().unwrap().cgroup_driver = Some(driver);
+    }
+
+    /// Offers GetContainerEvents from now on (`false`: ends the open streams and refuses new).
+    pub fn offer_events(&self, on: bool) {
+        self.state.lock().unwrap().events = on.then(Vec::new);
+    }
+
+    /// Sends `ev` on every open GetContainerEvents stream; how many took it.
+    pub fn emit_event(&self, ev: crate::runtime::RuntimeEvent) -> usize {
+        let mut s = self.state.lock().unwrap();
+        let Some(open) = s.events.as_mut() else {
+            return 0;
+        };
+        open.retain(|tx| tx.try_send(ev.clone()).is_ok());
+        open.len()
     }
 
     /// What Status answers from now on.
@@ -753,6 +770,21 @@ impl Runtime for FakeRuntime {
     ) -> Result<()> {
         let _s = self.enter("UpdatePodSandboxResources")?;
         Ok(())
+    }
+
+    async fn container_events(
+        &self,
+    ) -> Result<tokio::sync::mpsc::Receiver<crate::runtime::RuntimeEvent>> {
+        let mut s = self.enter("GetContainerEvents")?;
+        let Some(open) = s.events.as_mut() else {
+            return Err(RuntimeError::Call {
+                op: "GetContainerEvents",
+                message: "Unimplemented: unknown method GetContainerEvents".into(),
+            });
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        open.push(tx);
+        Ok(rx)
     }
 
     /// As containerd: a new, empty file at the container's log path (when its directory

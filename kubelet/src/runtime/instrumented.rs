@@ -52,6 +52,12 @@ impl Runtime for Instrumented {
         record("version", self.inner.version()).await
     }
 
+    async fn container_events(
+        &self,
+    ) -> Result<tokio::sync::mpsc::Receiver<crate::runtime::RuntimeEvent>> {
+        record("get_container_events", self.inner.container_events()).await
+    }
+
     async fn cgroup_driver(&self) -> Result<crate::runtime::RuntimeCgroupDriver> {
         record("runtime_config", self.inner.cgroup_driver()).await
     }

@@ -446,6 +446,27 @@ pub async fn image_user(rt: &dyn Runtime, image: &str) -> Result<ImageUser> {
     })
 }
 
+/// One container lifecycle event of CRI `GetContainerEvents`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeEvent {
+    pub container_id: String,
+    pub kind: RuntimeEventKind,
+    /// The owning pod's UID (from the sandbox status the event carries; empty when it has
+    /// none).
+    pub pod_uid: String,
+    /// Nanoseconds since the epoch.
+    pub created_at: i64,
+}
+
+/// CRI `ContainerEventType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeEventKind {
+    Created,
+    Started,
+    Stopped,
+    Deleted,
+}
+
 /// The cgroup driver the runtime reports through CRI `RuntimeConfig`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuntimeCgroupDriver {
@@ -569,4 +590,14 @@ pub trait Runtime: Send + Sync + 'static {
         overhead: &LinuxResources,
         resources: &LinuxResources,
     ) -> Result<()>;
+
+    /// Opens the runtime's container event stream (CRI `GetContainerEvents`); the receiver
+    /// ends when the stream does. An error: the runtime does not offer it (containerd 1.6) or
+    /// could not open it.
+    async fn container_events(&self) -> Result<tokio::sync::mpsc::Receiver<RuntimeEvent>> {
+        Err(RuntimeError::Call {
+            op: "GetContainerEvents",
+            message: "not implemented by this runtime".into(),
+        })
+    }
 }

@@ -436,7 +436,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream) and EventedPLEG (off by default, as upstream: container events from GetContainerEvents wake the PLEG, whose relist then runs every 300 s; without the call, as on containerd 1.6, it relists every second after five tries) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "failSwapOn",

@@ -335,3 +335,64 @@ async fn runtime_config_cgroup_driver_through_the_wire() {
         server.abort();
     }
 }
+
+/// A runtime with GetContainerEvents (containerd 2.x, CRI-O): one event, then the stream ends.
+struct WithEvents;
+
+#[tonic::async_trait]
+impl cri_proto::RuntimeService for WithEvents {
+    async fn get_container_events(
+        &self,
+        _req: tonic::Request<pb::GetEventsRequest>,
+    ) -> Result<tonic::Response<tonic::codegen::BoxStream<pb::ContainerEventResponse>>, tonic::Status>
+    {
+        let ev = pb::ContainerEventResponse {
+            container_id: "c1".into(),
+            container_event_type: pb::ContainerEventType::ContainerStoppedEvent as i32,
+            created_at: 5,
+            pod_sandbox_status: Some(pb::PodSandboxStatus {
+                metadata: Some(pb::PodSandboxMetadata {
+                    uid: "u1".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            containers_statuses: Vec::new(),
+        };
+        Ok(tonic::Response::new(Box::pin(tokio_stream::iter([Ok(ev)]))))
+    }
+}
+
+/// GetContainerEvents through the wire: events arrive in the runtime's terms and the
+/// receiver ends with the stream; containerd 1.6 (Unimplemented) ends it at once.
+#[tokio::test]
+async fn container_events_through_the_wire() {
+    use crate::runtime::{RuntimeEvent, RuntimeEventKind};
+    async fn within(rx: &mut tokio::sync::mpsc::Receiver<RuntimeEvent>) -> Option<RuntimeEvent> {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("the receiver answers")
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (rt, server) = serve(dir.path(), WithEvents).await;
+    let mut rx = rt.container_events().await.unwrap();
+    assert_eq!(
+        within(&mut rx).await,
+        Some(RuntimeEvent {
+            container_id: "c1".into(),
+            kind: RuntimeEventKind::Stopped,
+            pod_uid: "u1".into(),
+            created_at: 5,
+        })
+    );
+    assert_eq!(within(&mut rx).await, None, "the stream ended");
+    server.abort();
+    let dir = tempfile::tempdir().unwrap();
+    let old = Containerd16 {
+        container_filters: Default::default(),
+    };
+    let (rt, server) = serve(dir.path(), old).await;
+    let mut rx = rt.container_events().await.unwrap();
+    assert_eq!(within(&mut rx).await, None, "no stream on containerd 1.6");
+    server.abort();
+}
