@@ -2,7 +2,8 @@
 //! containers) start before the app, restart when they exit and stop after it; postStart and
 //! preStop hooks run inside the container at the right moment; activeDeadlineSeconds fails the
 //! pod; termination messages come from the file or, on failure, from the log; a container past
-//! its memory limit is OOM-killed and its status says `OOMKilled`.
+//! its memory limit is OOM-killed and its status says `OOMKilled`; with the `EventedPLEG` gate
+//! on containerd 1.6 (no `GetContainerEvents`) the PLEG falls back to relisting every second.
 
 use node_tests::require_rig;
 use node_tests::{Kubelet, Rig, container, wait_for};
@@ -304,4 +305,52 @@ fn a_container_past_its_memory_limit_is_oom_killed() {
     let log = agent.log_text();
     assert!(!log.contains("cannot read the kernel log"), "{log}");
     assert!(!log.contains("SystemOOM"), "{log}");
+}
+
+const QUICK_EXIT: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: quick
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "sleep 2"]
+"#;
+
+/// containerd 1.6 has no `GetContainerEvents`: with the gate on, the agent falls back to
+/// relisting every second (one info line), so a container's exit is seen in seconds, not at
+/// the evented PLEG's 300 s relist.
+#[test]
+fn evented_pleg_on_containerd_1_6_falls_back_to_relisting_every_second() {
+    require_rig!();
+    let rig = Rig::up("e2e-life-evented");
+    let agent = Kubelet::builder(&rig)
+        .config("featureGates:\n  EventedPLEG: true\n")
+        .start();
+    agent.write_manifest("quick.yaml", QUICK_EXIT);
+    wait_for("quick pod Running", Duration::from_secs(60), || {
+        agent
+            .pod("quick-")
+            .filter(|p| p["status"]["phase"] == "Running")
+    });
+    // The container exits 2 s after it started; the generic relist sees it within a second
+    // or two more (the pod worker's own resync is a minute away).
+    let started = std::time::Instant::now();
+    wait_for("quick pod Succeeded", Duration::from_secs(20), || {
+        agent
+            .pod("quick-")
+            .filter(|p| p["status"]["phase"] == "Succeeded")
+    });
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let log = agent.log_text();
+    assert_eq!(
+        log.matches("falling back to relisting every second")
+            .count(),
+        1,
+        "one info line:\n{log}"
+    );
+    assert!(!log.contains("feature gate EventedPLEG is set"), "{log}");
 }
