@@ -526,17 +526,18 @@ fn add_devices(cfg: &mut crate::runtime::ContainerConfig, opts: crate::cm::RunOp
         .collect();
     mounts.append(&mut cfg.mounts);
     cfg.mounts = mounts;
-    cfg.devices = opts
-        .devices
-        .into_iter()
-        .map(
-            |(container_path, host_path, permissions)| crate::runtime::DeviceMapping {
-                container_path,
-                host_path,
-                permissions,
-            },
-        )
-        .collect();
+    // The block volumes' devices (the container's volumeDevices) stay.
+    cfg.devices.extend(
+        opts.devices
+            .into_iter()
+            .map(
+                |(container_path, host_path, permissions)| crate::runtime::DeviceMapping {
+                    container_path,
+                    host_path,
+                    permissions,
+                },
+            ),
+    );
     for (k, v) in opts.annotations {
         cfg.annotations.entry(k).or_insert(v);
     }

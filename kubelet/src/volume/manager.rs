@@ -41,7 +41,7 @@ pub struct VolumeError {
 
 impl VolumeError {
     fn render(&self) -> String {
-        if self.message.starts_with("MountVolume.") {
+        if self.message.starts_with("MountVolume.") || self.message.starts_with("MapVolume.") {
             return self.message.clone();
         }
         format!(
