@@ -266,3 +266,41 @@ async fn device_plugin_allocations_reach_the_container_config() {
     assert_eq!(cfg.annotations["io.kubernetes.container.restartCount"], "0");
     assert_eq!(cfg.cdi_devices, ["example.com/device=Dev-1"]);
 }
+
+/// A volume its driver cannot tear down (NodeUnpublishVolume fails) keeps the pod's
+/// directory, and the termination is retried until the teardown succeeds; only then does the
+/// directory go. Removing it at once would unmount the volume behind the driver's back (its
+/// NodeUnpublish/NodeUnstage never come) and could delete through a mount.
+#[tokio::test(start_paused = true)]
+async fn a_failed_volume_teardown_keeps_the_pod_directory_and_is_retried() {
+    let volumes = FakePodVolumes::default();
+    *volumes.forget_failures.lock().unwrap() = 2;
+    let (r, f) = rig_with_fakes(
+        volumes,
+        FakeImagePuller::default(),
+        FakePodEnvironment::default(),
+    );
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    w.sync().await;
+    let dir = crate::spec::pod_dir(&r.env.node, "uid-1");
+    let marker = dir.join("volumes/kubernetes.io~csi/pv1/vol_data.json");
+    std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
+    std::fs::write(&marker, b"{}").unwrap();
+    assert!(!w.terminate(Some(Duration::from_secs(1))).await);
+    assert!(
+        marker.exists(),
+        "the directory stays while the teardown fails"
+    );
+    assert!(r.env.statuses.get("uid-1").is_some());
+    assert!(!w.terminate(Some(Duration::from_secs(1))).await);
+    assert!(marker.exists());
+    assert!(w.terminate(Some(Duration::from_secs(1))).await);
+    assert!(!dir.exists(), "removed once the teardown succeeded");
+    let forgets = f
+        .volumes
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("forget"))
+        .count();
+    assert_eq!(forgets, 3);
+}
