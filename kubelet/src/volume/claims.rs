@@ -316,6 +316,8 @@ pub struct Storage {
     /// The CSI volumes each pod has published, by pod UID and volume name, with their last
     /// measurement.
     published: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Published>>>,
+    /// The local PVs set up for pods, measured with statfs (see [`super::stats`]).
+    pub(crate) local: super::stats::LocalVolumes,
 }
 
 /// A CSI volume published for a pod.
@@ -357,7 +359,14 @@ impl Storage {
             csi,
             in_use: Default::default(),
             published: Default::default(),
+            local: Default::default(),
         }
+    }
+
+    /// Measures local PVs through `usage` instead of statfs(2).
+    pub fn with_fs_usage(mut self, usage: std::sync::Arc<dyn super::stats::FsUsage>) -> Self {
+        self.local = super::stats::LocalVolumes::new(usage);
+        self
     }
 
     /// Resolves and sets up one volume of the pod; returns its host path.
@@ -385,15 +394,19 @@ impl Storage {
             })
             .await
             .map_err(|e| e.to_string())?,
-            Source::Local { path, .. } => tokio::task::spawn_blocking(move || {
-                let p = std::path::PathBuf::from(&path);
-                match std::fs::metadata(&p) {
-                    Ok(_) => Ok(p),
-                    Err(e) => Err(format!("local volume path {path:?}: {e}")),
-                }
-            })
-            .await
-            .map_err(|e| e.to_string())?,
+            Source::Local { path, .. } => {
+                let p = tokio::task::spawn_blocking(move || {
+                    let p = std::path::PathBuf::from(&path);
+                    match std::fs::metadata(&p) {
+                        Ok(_) => Ok(p),
+                        Err(e) => Err(format!("local volume path {path:?}: {e}")),
+                    }
+                })
+                .await
+                .map_err(|e| e.to_string())??;
+                self.local.add(&uid, &v.name, claim_of(pod, v), &p);
+                Ok(p)
+            }
             Source::Csi(c) => {
                 let path = self.csi.set_up(&uid, &c).await?;
                 let claim = claim_of(pod, v);
@@ -434,6 +447,7 @@ impl Storage {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(pod_uid);
+            self.local.remove_pod(pod_uid);
             let gone = self
                 .published
                 .lock()
@@ -450,8 +464,9 @@ impl Storage {
         r
     }
 
-    /// Measures each published CSI volume whose driver has GET_VOLUME_STATS once per
-    /// `period` (upstream's volumeStatsAggPeriod), the first time soon after it is published;
+    /// Measures each published CSI volume whose driver has GET_VOLUME_STATS, and each local
+    /// PV, once per `period` (upstream's volumeStatsAggPeriod), the first time soon after it
+    /// is set up;
     /// feeds [`Storage::pod_volume_stats`] and `kubelet_volume_stats_*`.
     pub async fn run_stats(
         self: std::sync::Arc<Self>,
@@ -465,6 +480,7 @@ impl Storage {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
             }
+            self.local.measure_due(period).await;
             let due: Vec<(String, String, Published)> = self
                 .published
                 .lock()
@@ -534,8 +550,18 @@ impl Storage {
         }
     }
 
-    /// The last measurements of a pod's CSI volumes.
+    /// The last measurements of a pod's CSI volumes and local PVs.
     pub fn pod_volume_stats(&self, pod_uid: &str) -> Vec<Measured> {
+        let local =
+            self.local
+                .pod_stats(pod_uid)
+                .into_iter()
+                .map(|(volume, claim, at_ns, stats)| Measured {
+                    volume,
+                    claim,
+                    at_ns,
+                    stats,
+                });
         self.published
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -551,6 +577,7 @@ impl Storage {
                     stats: *stats,
                 })
             })
+            .chain(local)
             .collect()
     }
 

@@ -16,6 +16,7 @@ pub mod manager;
 pub mod ownership;
 pub mod projection;
 pub mod shared;
+pub mod stats;
 pub mod subpath;
 
 #[cfg(test)]
