@@ -526,18 +526,21 @@ fn add_devices(cfg: &mut crate::runtime::ContainerConfig, opts: crate::cm::RunOp
         .collect();
     mounts.append(&mut cfg.mounts);
     cfg.mounts = mounts;
-    // The block volumes' devices (the container's volumeDevices) stay.
-    cfg.devices.extend(
-        opts.devices
-            .into_iter()
-            .map(
-                |(container_path, host_path, permissions)| crate::runtime::DeviceMapping {
-                    container_path,
-                    host_path,
-                    permissions,
-                },
-            ),
-    );
+    // The plugins' devices, then the block volumes' (the container's volumeDevices), in
+    // upstream's order.
+    let mut devices: Vec<crate::runtime::DeviceMapping> = opts
+        .devices
+        .into_iter()
+        .map(
+            |(container_path, host_path, permissions)| crate::runtime::DeviceMapping {
+                container_path,
+                host_path,
+                permissions,
+            },
+        )
+        .collect();
+    devices.append(&mut cfg.devices);
+    cfg.devices = devices;
     for (k, v) in opts.annotations {
         cfg.annotations.entry(k).or_insert(v);
     }

@@ -304,3 +304,78 @@ async fn a_failed_volume_teardown_keeps_the_pod_directory_and_is_retried() {
         .count();
     assert_eq!(forgets, 3);
 }
+
+/// A container's volumeDevices reach its CRI config as devices (the pod's mapped symlink at
+/// the devicePath), after a device plugin's devices for the same container, as upstream
+/// appends them; neither replaces the other.
+#[tokio::test(start_paused = true)]
+async fn block_volume_devices_and_plugin_devices_both_reach_the_container_config() {
+    use crate::cm::devicemanager::{DeviceManager, checkpoint};
+    use cri_proto::deviceplugin::v1beta1 as api;
+    use prost::Message as _;
+    let r = rig();
+    let dir = r._dir.path().join("device-plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let resp = api::ContainerAllocateResponse {
+        devices: vec![api::DeviceSpec {
+            container_path: "/dev/foo0".into(),
+            host_path: "/dev/null".into(),
+            permissions: "rw".into(),
+        }],
+        ..Default::default()
+    };
+    let data = checkpoint::Data {
+        entries: Some(vec![checkpoint::Entry {
+            pod_uid: "uid-1".into(),
+            container_name: "app".into(),
+            resource_name: "example.com/foo".into(),
+            device_ids: [(-1, vec!["Dev-1".to_string()])].into(),
+            alloc_resp: resp.encode_to_vec(),
+        }]),
+        registered: Some([("example.com/foo".to_string(), vec!["Dev-1".to_string()])].into()),
+    };
+    std::fs::write(
+        dir.join(checkpoint::FILE_NAME),
+        checkpoint::encode(&data, ""),
+    )
+    .unwrap();
+    let dm = DeviceManager::new(dir);
+    dm.restore().unwrap();
+    let base = Deps::for_test(r.rt.clone(), r._dir.path());
+    let link =
+        crate::spec::pod_dir(&base.node, "uid-1").join("volumeDevices/kubernetes.io~csi/pv-raw");
+    let mut volumes = FakePodVolumes::default();
+    volumes.mounts = [("raw".to_string(), link.clone())].into();
+    let env = Arc::new(Deps {
+        devices: Some(Arc::new(dm)),
+        volumes: Arc::new(volumes),
+        ..base
+    });
+    let p = pod(
+        "Always",
+        serde_json::json!({
+            "volumes": [{"name": "raw", "persistentVolumeClaim": {"claimName": "raw"}}],
+            "containers": [{"name": "app", "image": IMAGE,
+                "volumeDevices": [{"name": "raw", "devicePath": "/dev/xvda"}]}]}),
+    );
+    let mut w = Worker::new(env, p, None);
+    w.sync().await;
+    let app = r.rt.running("app");
+    assert_eq!(app.len(), 1);
+    let cfg = r.rt.created_config(&app[0]).unwrap();
+    assert_eq!(
+        cfg.devices,
+        [
+            crate::runtime::DeviceMapping {
+                container_path: "/dev/foo0".into(),
+                host_path: "/dev/null".into(),
+                permissions: "rw".into(),
+            },
+            crate::runtime::DeviceMapping {
+                container_path: "/dev/xvda".into(),
+                host_path: link.display().to_string(),
+                permissions: "mrw".into(),
+            },
+        ]
+    );
+}

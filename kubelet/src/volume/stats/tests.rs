@@ -40,14 +40,16 @@ fn storage(root: &Path, pvs: &[(&str, PersistentVolumeSpec)], usage: Arc<FakeFsU
             .lock()
             .unwrap()
             .insert(format!("ns/{claim}"), pvc);
-        let mut pv = PersistentVolume::default();
-        pv.spec = Some(PersistentVolumeSpec {
-            claim_ref: Some(ObjectReference {
-                uid: Some(format!("{claim}-uid")),
-                ..Default::default()
+        let pv = PersistentVolume {
+            spec: Some(PersistentVolumeSpec {
+                claim_ref: Some(ObjectReference {
+                    uid: Some(format!("{claim}-uid")),
+                    ..Default::default()
+                }),
+                ..spec.clone()
             }),
-            ..spec.clone()
-        });
+            ..Default::default()
+        };
         api.volumes
             .lock()
             .unwrap()
