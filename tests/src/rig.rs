@@ -139,6 +139,10 @@ pub fn bin(name: &str) -> PathBuf {
         return p.into();
     }
     let exe = std::env::current_exe().unwrap();
+    // A binary of the harness (target/<profile>/<bin>) finds it beside itself.
+    if let Some(beside) = exe.parent().map(|d| d.join(name)).filter(|p| p.is_file()) {
+        return beside;
+    }
     // target/<profile>/deps/<test> → target/<profile>/<name>
     let p = exe.parent().and_then(|d| d.parent()).unwrap().join(name);
     assert!(

@@ -431,11 +431,14 @@ fn start_stats_and_logs(
     let stats = Arc::new(crate::stats::Provider::new(
         runtime.clone(),
         Arc::new(crate::stats::LinuxNode),
-        crate::stats::ProviderConfig::new(
-            cfg.node_name.clone(),
-            cfg.root_dir.clone(),
-            cfg.pod_logs_dir.clone(),
-        ),
+        crate::stats::ProviderConfig {
+            volume_stats_agg_period: cfg.volume_stats_agg_period,
+            ..crate::stats::ProviderConfig::new(
+                cfg.node_name.clone(),
+                cfg.root_dir.clone(),
+                cfg.pod_logs_dir.clone(),
+            )
+        },
     ));
     state.stats.set(stats.clone());
     tasks.spawn(stats.clone().run(cancel.clone()));

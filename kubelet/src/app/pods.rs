@@ -270,7 +270,7 @@ fn storage(
     tasks.spawn(async move {
         let _ = tokio::task::spawn_blocking(move || s.reconstruct()).await;
     });
-    let period = crate::stats::DEFAULT_VOLUME_STATS_AGG_PERIOD;
+    let period = stats.volume_stats_agg_period();
     tasks.spawn(storage.clone().run_stats(period, cancel.clone()));
     stats.set_measured_volumes(Arc::new(InUse(storage.clone())));
     Some(storage)

@@ -117,7 +117,8 @@ pub struct KubeletConfiguration {
     pub image_gc_high_threshold_percent: Option<serde_json::Value>,
     #[serde(rename = "imageGCLowThresholdPercent")]
     pub image_gc_low_threshold_percent: Option<serde_json::Value>,
-    pub volume_stats_agg_period: Option<serde_json::Value>,
+    #[serde(with = "duration::serde_opt")]
+    pub volume_stats_agg_period: Option<Duration>,
     pub kubelet_cgroups: Option<serde_json::Value>,
     pub system_cgroups: Option<serde_json::Value>,
     pub cpu_manager_policy: Option<serde_json::Value>,
@@ -254,6 +255,10 @@ pub struct Config {
     /// with no traffic for this long is closed.
     #[serde(with = "duration::serde_opt_plain")]
     pub streaming_connection_idle_timeout: Duration,
+    /// `volumeStatsAggPeriod` (default 1m; `0s` means the default, as upstream's defaulting):
+    /// how often volumes' and log directories' usage is measured.
+    #[serde(with = "duration::serde_opt_plain")]
+    pub volume_stats_agg_period: Duration,
     /// `serializeImagePulls` and `maxParallelImagePulls`.
     pub pull_gate: crate::images::PullSettings,
     /// `makeIPTablesUtilChains` (default true): the kubelet's iptables chains.
@@ -748,6 +753,12 @@ pub fn merge(
             &flags.streaming_connection_idle_timeout,
             file.streaming_connection_idle_timeout,
             Duration::from_secs(4 * 3600),
+        )?,
+        volume_stats_agg_period: dur(
+            "volumeStatsAggPeriod",
+            &None,
+            file.volume_stats_agg_period,
+            crate::stats::DEFAULT_VOLUME_STATS_AGG_PERIOD,
         )?,
         pull_gate,
         make_iptables_util_chains: (file.make_ip_tables_util_chains.as_ref())

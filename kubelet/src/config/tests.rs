@@ -101,6 +101,34 @@ fn defaults_match_upstream() {
     assert!(cfg.enable_debugging_handlers);
 }
 
+/// `volumeStatsAggPeriod` is read; `0s` (what kubeadm writes) and no value mean upstream's
+/// default of a minute; a value that is no duration refuses the start.
+#[test]
+fn volume_stats_agg_period_is_read_and_0s_means_the_default() {
+    let period = |yaml: &str| {
+        merge(&flags(&[]), parse_file("c", yaml).unwrap(), "n")
+            .unwrap()
+            .volume_stats_agg_period
+    };
+    assert_eq!(
+        period("volumeStatsAggPeriod: 30s\n"),
+        Duration::from_secs(30)
+    );
+    assert_eq!(
+        period("volumeStatsAggPeriod: 2m\n"),
+        Duration::from_secs(120)
+    );
+    assert_eq!(
+        period("volumeStatsAggPeriod: 0s\n"),
+        Duration::from_secs(60)
+    );
+    assert_eq!(period("{}\n"), Duration::from_secs(60));
+    let err = parse_file("c", "volumeStatsAggPeriod: often\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("often"), "{err}");
+}
+
 #[test]
 fn enable_debugging_handlers_is_read() {
     let file = parse_file("c", "enableDebuggingHandlers: false\n").unwrap();

@@ -85,8 +85,10 @@ pub trait PodVolumes: Send + Sync + 'static {
     fn update_pod(&self, pod: &Pod);
     /// Sets up every volume of `pod`; their host paths by volume name.
     async fn mount(&self, pod: &Pod) -> Result<BTreeMap<String, PathBuf>, VolumeError>;
-    /// The pod is gone: stop keeping its volumes up to date.
-    async fn forget(&self, uid: &str);
+    /// The pod is gone: stop keeping its volumes up to date, and tear down those a driver
+    /// serves. An error: one could not be torn down; the pod's directory must stay and the
+    /// call be made again.
+    async fn forget(&self, uid: &str) -> Result<(), String>;
 }
 
 #[async_trait::async_trait]
@@ -99,7 +101,7 @@ impl PodVolumes for crate::volume::VolumeManager {
         crate::volume::VolumeManager::mount(self, pod).await
     }
 
-    async fn forget(&self, uid: &str) {
+    async fn forget(&self, uid: &str) -> Result<(), String> {
         crate::volume::VolumeManager::forget(self, uid).await
     }
 }

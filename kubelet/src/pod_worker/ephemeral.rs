@@ -16,7 +16,8 @@ pub fn find<'a>(pod: &'a Pod, name: &str) -> Option<&'a EphemeralContainer> {
 }
 
 /// An ephemeral container as the container the runtime runs: its image, command, env, mounts
-/// and security context; never probes, ports, lifecycle hooks, resources or restart rules
+/// and security context; never probes, ports, lifecycle hooks, resources, restart rules or
+/// volumeDevices
 /// (the API refuses them; a static pod's manifest is not validated, so they are dropped here).
 pub fn as_container(e: &EphemeralContainer) -> K8sContainer {
     K8sContainer {
@@ -29,7 +30,6 @@ pub fn as_container(e: &EphemeralContainer) -> K8sContainer {
         env: e.env.clone(),
         env_from: e.env_from.clone(),
         volume_mounts: e.volume_mounts.clone(),
-        volume_devices: e.volume_devices.clone(),
         security_context: e.security_context.clone(),
         stdin: e.stdin,
         stdin_once: e.stdin_once,
@@ -41,7 +41,7 @@ pub fn as_container(e: &EphemeralContainer) -> K8sContainer {
 }
 
 /// An ephemeral container is added to a pod already admitted: a value admission refuses in
-/// a container (e.g. `volumeDevices`) fails its start with the same message instead.
+/// a container (e.g. an env `fileKeyRef`) fails its start with the same message instead.
 pub fn refused(c: &K8sContainer, refusal: super::deps::Refusal) -> Result<(), StartError> {
     let only = Pod {
         spec: Some(k8s_openapi::api::core::v1::PodSpec {

@@ -133,6 +133,8 @@ impl PodCgroups for FakePodCgroups {
 pub struct FakePodVolumes {
     pub mounts: BTreeMap<String, PathBuf>,
     pub error: Option<VolumeError>,
+    /// How many `forget` calls fail next (a driver that cannot unpublish).
+    pub forget_failures: Mutex<u32>,
     calls: Mutex<Vec<String>>,
 }
 
@@ -168,8 +170,16 @@ impl PodVolumes for FakePodVolumes {
         }
     }
 
-    async fn forget(&self, uid: &str) {
+    async fn forget(&self, uid: &str) -> Result<(), String> {
         self.record("forget", uid);
+        let mut left = self.forget_failures.lock().unwrap();
+        if *left > 0 {
+            *left -= 1;
+            return Err(
+                "UnmountVolume.TearDown failed: rpc error: code = Internal desc = busy".into(),
+            );
+        }
+        Ok(())
     }
 }
 

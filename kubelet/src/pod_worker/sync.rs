@@ -530,7 +530,9 @@ fn add_devices(cfg: &mut crate::runtime::ContainerConfig, opts: crate::cm::RunOp
         .collect();
     mounts.append(&mut cfg.mounts);
     cfg.mounts = mounts;
-    cfg.devices = opts
+    // The plugins' devices, then the block volumes' (the container's volumeDevices), in
+    // upstream's order.
+    let mut devices: Vec<crate::runtime::DeviceMapping> = opts
         .devices
         .into_iter()
         .map(
@@ -541,6 +543,8 @@ fn add_devices(cfg: &mut crate::runtime::ContainerConfig, opts: crate::cm::RunOp
             },
         )
         .collect();
+    devices.append(&mut cfg.devices);
+    cfg.devices = devices;
     for (k, v) in opts.annotations {
         cfg.annotations.entry(k).or_insert(v);
     }

@@ -107,8 +107,13 @@ impl Worker {
         }
         // Only a UID that is one path component names a directory of ours (a runtime's
         // label or a manifest could say `..`); removal walks the disk, off the async workers.
-        // Containers are gone: nothing reads the volumes any more.
-        self.env.volumes.forget(&self.uid).await;
+        // Containers are gone: nothing reads the volumes any more. A volume its driver could
+        // not tear down keeps the pod's directory (removing it would unmount the volume behind
+        // the driver's back, or delete through it) until a later pass succeeds.
+        if let Err(e) = self.env.volumes.forget(&self.uid).await {
+            tracing::warn!(error = %e, "cannot tear down the pod's volumes; keeping its directory and retrying");
+            return false;
+        }
         if crate::podspec::is_safe_uid(&self.uid) {
             let pod_dir = spec::pod_dir(&self.env.node, &self.uid);
             let log_dir = spec::pod_log_dir(&self.env.node, &self.pod);

@@ -230,9 +230,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "volumeStatsAggPeriod",
-        NotImplemented,
-        &["1m", "0s"],
-        "only the default works (0s means it, as upstream's defaulting): volume and log usage are measured once a minute.",
+        Implemented,
+        &[],
+        "How often each pod's volumes (emptyDir walks, CSI NodeGetVolumeStats, local PVs' statfs) and log directories are measured for /stats/summary and kubelet_volume_stats_* (default 1m; 0s means the default, as upstream's defaulting).",
     ),
     s(
         "kubeletCgroups",

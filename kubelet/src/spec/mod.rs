@@ -4,6 +4,7 @@
 use crate::podspec::{self, Qos};
 use plumbing::quantity;
 
+pub mod devices;
 mod env;
 pub mod mounts;
 pub mod security;
@@ -673,7 +674,7 @@ pub fn container_config(
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs,
         mounts,
-        devices: Vec::new(),
+        devices: devices::block_devices(node, pod, c, volumes)?,
         cdi_devices: Vec::new(),
         labels,
         annotations,

@@ -183,6 +183,11 @@ impl Provider {
         }
     }
 
+    /// How long one measurement of a pod's volumes is reused (`volumeStatsAggPeriod`).
+    pub fn volume_stats_agg_period(&self) -> Duration {
+        self.cfg.volume_stats_agg_period
+    }
+
     /// Adds the volumes `m` measures to each pod's stats (set once, at start).
     pub fn set_measured_volumes(&self, m: Arc<dyn MeasuredVolumes>) {
         let _ = self.measured.set(m);

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 use k8s_openapi::api::storage::v1::CSIDriver;
 
+use super::block::BlockSource;
 use super::csi::mounter::CsiVolume;
 use crate::objects::{ClientHandle, timed};
 
@@ -70,6 +71,8 @@ pub enum Source {
     Local { path: String, pv: String },
     /// A CSI PV or inline CSI volume.
     Csi(CsiVolume),
+    /// A PV with `volumeMode: Block` (see [`super::block`]).
+    Block(BlockSource),
 }
 
 impl Source {
@@ -79,6 +82,8 @@ impl Source {
             Source::HostPath { pv, .. } | Source::Local { pv, .. } => Some(pv),
             Source::Csi(c) if !c.ephemeral => Some(&c.spec_name),
             Source::Csi(_) => None,
+            Source::Block(BlockSource::Csi(c)) => Some(&c.spec_name),
+            Source::Block(BlockSource::Local { pv, .. }) => Some(pv),
         }
     }
 }
@@ -190,9 +195,7 @@ pub fn source_of_pv(
         ));
     }
     if spec.volume_mode.as_deref() == Some("Block") {
-        return Err(format!(
-            "PV {name:?} has volumeMode Block, which this kubelet does not support"
-        ));
+        return block_source_of_pv(spec, name, read_only);
     }
     if let Some(h) = spec.host_path {
         return Ok(Source::HostPath {
@@ -228,6 +231,40 @@ pub fn source_of_pv(
     Err(format!(
         "PV {name:?} has a volume source this kubelet does not support (hostPath, local and csi are)"
     ))
+}
+
+/// The block source of a `volumeMode: Block` PV: CSI and local PVs map, other kinds have no
+/// block mapper (upstream's message).
+fn block_source_of_pv(
+    spec: k8s_openapi::api::core::v1::PersistentVolumeSpec,
+    name: &str,
+    read_only: bool,
+) -> Result<Source, String> {
+    if let Some(l) = spec.local {
+        return Ok(Source::Block(BlockSource::Local {
+            path: l.path,
+            pv: name.to_string(),
+        }));
+    }
+    let Some(c) = spec.csi else {
+        return Err(super::block::no_mapper(name));
+    };
+    if c.node_stage_secret_ref.is_some() || c.node_publish_secret_ref.is_some() {
+        return Err(super::csi::log(format!(
+            "PV {name:?}: nodeStageSecretRef and nodePublishSecretRef are not supported by this kubelet"
+        )));
+    }
+    Ok(Source::Block(BlockSource::Csi(CsiVolume {
+        driver: c.driver,
+        volume_handle: c.volume_handle,
+        spec_name: name.to_string(),
+        read_only: read_only || c.read_only.unwrap_or(false),
+        fs_type: String::new(),
+        mount_options: vec![],
+        attributes: c.volume_attributes.unwrap_or_default(),
+        access_modes: spec.access_modes.unwrap_or_default(),
+        ephemeral: false,
+    })))
 }
 
 /// The claim has a controller owner reference to this pod (upstream's IsControlledBy).
@@ -279,6 +316,8 @@ pub struct Storage {
     /// The CSI volumes each pod has published, by pod UID and volume name, with their last
     /// measurement.
     published: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Published>>>,
+    /// The local PVs set up for pods, measured with statfs (see [`super::stats`]).
+    pub(crate) local: super::stats::LocalVolumes,
 }
 
 /// A CSI volume published for a pod.
@@ -320,28 +359,54 @@ impl Storage {
             csi,
             in_use: Default::default(),
             published: Default::default(),
+            local: Default::default(),
         }
+    }
+
+    /// Measures local PVs through `usage` instead of statfs(2).
+    pub fn with_fs_usage(mut self, usage: std::sync::Arc<dyn super::stats::FsUsage>) -> Self {
+        self.local = super::stats::LocalVolumes::new(usage);
+        self
     }
 
     /// Resolves and sets up one volume of the pod; returns its host path.
     pub async fn set_up(&self, pod: &Pod, v: &Volume) -> Result<std::path::PathBuf, String> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let src = resolve(self.api.as_ref(), pod, v).await?;
+        if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
+            super::block::check_mode(pod, &v.name, matches!(src, Source::Block(_)))?;
+        }
         match src {
+            Source::Block(b) => {
+                let path = super::block::set_up(&self.csi, &uid, &b).await?;
+                if let BlockSource::Csi(c) = &b {
+                    self.in_use
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(uid)
+                        .or_default()
+                        .insert(unique_csi_name(&c.driver, &c.volume_handle));
+                }
+                Ok(path)
+            }
             Source::HostPath { path, kind, .. } => tokio::task::spawn_blocking(move || {
                 super::host_path::check(&path, kind.as_deref()).map_err(|e| e.to_string())
             })
             .await
             .map_err(|e| e.to_string())?,
-            Source::Local { path, .. } => tokio::task::spawn_blocking(move || {
-                let p = std::path::PathBuf::from(&path);
-                match std::fs::metadata(&p) {
-                    Ok(_) => Ok(p),
-                    Err(e) => Err(format!("local volume path {path:?}: {e}")),
-                }
-            })
-            .await
-            .map_err(|e| e.to_string())?,
+            Source::Local { path, .. } => {
+                let p = tokio::task::spawn_blocking(move || {
+                    let p = std::path::PathBuf::from(&path);
+                    match std::fs::metadata(&p) {
+                        Ok(_) => Ok(p),
+                        Err(e) => Err(format!("local volume path {path:?}: {e}")),
+                    }
+                })
+                .await
+                .map_err(|e| e.to_string())??;
+                self.local.add(&uid, &v.name, claim_of(pod, v), &p);
+                Ok(p)
+            }
             Source::Csi(c) => {
                 let path = self.csi.set_up(&uid, &c).await?;
                 let claim = claim_of(pod, v);
@@ -372,14 +437,17 @@ impl Storage {
         }
     }
 
-    /// Unpublishes the pod's CSI volumes (and unstages the unused ones).
+    /// Unmaps the pod's block volumes and unpublishes its CSI volumes (and unstages the unused
+    /// ones).
     pub async fn tear_down(&self, pod_uid: &str) -> Result<(), String> {
-        let r = self.csi.tear_down_pod(pod_uid).await;
+        let mapped = super::block::tear_down_pod(&self.csi, pod_uid).await;
+        let r = self.csi.tear_down_pod(pod_uid).await.and(mapped);
         if r.is_ok() {
             self.in_use
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(pod_uid);
+            self.local.remove_pod(pod_uid);
             let gone = self
                 .published
                 .lock()
@@ -396,8 +464,9 @@ impl Storage {
         r
     }
 
-    /// Measures each published CSI volume whose driver has GET_VOLUME_STATS once per
-    /// `period` (upstream's volumeStatsAggPeriod), the first time soon after it is published;
+    /// Measures each published CSI volume whose driver has GET_VOLUME_STATS, and each local
+    /// PV, once per `period` (upstream's volumeStatsAggPeriod), the first time soon after it
+    /// is set up;
     /// feeds [`Storage::pod_volume_stats`] and `kubelet_volume_stats_*`.
     pub async fn run_stats(
         self: std::sync::Arc<Self>,
@@ -411,6 +480,7 @@ impl Storage {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
             }
+            self.local.measure_due(period).await;
             let due: Vec<(String, String, Published)> = self
                 .published
                 .lock()
@@ -480,8 +550,18 @@ impl Storage {
         }
     }
 
-    /// The last measurements of a pod's CSI volumes.
+    /// The last measurements of a pod's CSI volumes and local PVs.
     pub fn pod_volume_stats(&self, pod_uid: &str) -> Vec<Measured> {
+        let local =
+            self.local
+                .pod_stats(pod_uid)
+                .into_iter()
+                .map(|(volume, claim, at_ns, stats)| Measured {
+                    volume,
+                    claim,
+                    at_ns,
+                    stats,
+                });
         self.published
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -497,14 +577,17 @@ impl Storage {
                     stats: *stats,
                 })
             })
+            .chain(local)
             .collect()
     }
 
     /// Rebuilds the volumes in use from disk after an agent restart (upstream's
     /// reconstruction): every persistent CSI volume still mounted under a pod directory, as its
-    /// `vol_data.json` names it. Blocking.
+    /// `vol_data.json` names it, and every CSI block volume a pod's symlink maps (see
+    /// [`super::block::mapped_volumes`]). Blocking.
     pub fn reconstruct(&self) {
-        let found = self.csi.mounted_volumes();
+        let mut found = self.csi.mounted_volumes();
+        found.extend(super::block::mapped_volumes(&self.csi.root_dir));
         let mut in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
         for (uid, driver, handle) in found {
             in_use

@@ -41,7 +41,7 @@ pub struct VolumeError {
 
 impl VolumeError {
     fn render(&self) -> String {
-        if self.message.starts_with("MountVolume.") {
+        if self.message.starts_with("MountVolume.") || self.message.starts_with("MapVolume.") {
             return self.message.clone();
         }
         format!(
@@ -261,10 +261,11 @@ impl VolumeManager {
             .cloned()
     }
 
-    /// The pod's containers are gone: stop following its objects and forget its tokens. Waits
-    /// for a setup in flight (the worker or a re-render), so that nothing is written under the
-    /// pod's directory once this returns and the directory can go.
-    pub async fn forget(&self, uid: &str) {
+    /// The pod's containers are gone: stop following its objects, forget its tokens and tear
+    /// down its claim-backed and CSI volumes. Waits for a setup in flight (the worker or a
+    /// re-render), so that nothing is written under the pod's directory once this returns.
+    /// An error: a volume could not be torn down; the pod's directory must stay (call again).
+    pub async fn forget(&self, uid: &str) -> Result<(), String> {
         let entry = self
             .pods
             .lock()
@@ -274,14 +275,17 @@ impl VolumeManager {
             let _setup = e.setup.lock().await;
             e.gone.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        if let Some(s) = &self.storage
-            && let Err(e) = s.tear_down(uid).await
-        {
+        let torn_down = match &self.storage {
+            Some(s) => s.tear_down(uid).await,
+            None => Ok(()),
+        };
+        if let Err(e) = &torn_down {
             tracing::warn!(pod_uid = %uid, error = %e, "tearing down the pod's CSI volumes failed");
         }
         self.objects.unregister(uid);
         self.tokens.forget_pod(uid);
         self.report_totals();
+        torn_down
     }
 
     /// Re-renders the API-backed volumes of every mounted pod on each change the object

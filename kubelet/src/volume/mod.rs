@@ -1,11 +1,13 @@
 //! Pod volumes on the node: the volume manager ([`manager`]) sets up each kind (emptyDir,
 //! hostPath in [`host_path`], configMap, secret, downwardAPI, projected from
 //! [`projection`], written by [`atomic_writer`]) and keeps them current; subPath mounts are
-//! resolved beneath their volume ([`subpath`]). CSI drivers register through the plugin
+//! resolved beneath their volume ([`subpath`]). Block PVs are mapped for a container's
+//! `volumeDevices` ([`block`]). CSI drivers register through the plugin
 //! manager and serve CSI volumes ([`csi`]).
 
 pub mod at;
 pub mod atomic_writer;
+pub mod block;
 pub mod claims;
 pub mod csi;
 pub mod host_path;
@@ -14,6 +16,7 @@ pub mod manager;
 pub mod ownership;
 pub mod projection;
 pub mod shared;
+pub mod stats;
 pub mod subpath;
 
 #[cfg(test)]

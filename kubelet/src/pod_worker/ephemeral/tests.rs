@@ -36,12 +36,12 @@ fn an_ephemeral_container_keeps_what_runs_it_and_drops_what_it_may_not_have() {
         "securityContext": {"runAsUser": 1000, "capabilities": {"add": ["SYS_PTRACE"]}},
         "stdin": true, "stdinOnce": true, "tty": true,
         "terminationMessagePath": "/dev/msg", "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": "v", "mountPath": "/v", "readOnly": true}],
-        "volumeDevices": [{"name": "b", "devicePath": "/dev/b"}]
+        "volumeMounts": [{"name": "v", "mountPath": "/v", "readOnly": true}]
     });
     let mut full = kept.clone();
     for (k, v) in serde_json::json!({
         "targetContainerName": "app",
+        "volumeDevices": [{"name": "b", "devicePath": "/dev/b"}],
         "ports": [{"containerPort": 80}],
         "livenessProbe": {"exec": {"command": ["true"]}},
         "readinessProbe": {"exec": {"command": ["true"]}},
@@ -66,14 +66,14 @@ fn an_ephemeral_container_keeps_what_runs_it_and_drops_what_it_may_not_have() {
 fn an_ephemeral_container_gets_the_refusals_of_admission() {
     let e: EphemeralContainer = serde_json::from_value(serde_json::json!({
         "name": "d", "image": "busybox",
-        "volumeDevices": [{"name": "b", "devicePath": "/dev/b"}]}))
+        "env": [{"name": "A", "valueFrom": {"fileKeyRef": {"volumeName": "v", "path": "p", "key": "k"}}}]}))
     .unwrap();
     let refusal = crate::pod::admission::fields::refusal;
     let err = refused(&as_container(&e), refusal).unwrap_err();
     assert_eq!(err.reason(), "CreateContainerConfigError");
     assert_eq!(
         err.message(),
-        crate::pod::admission::fields::refuse::VOLUME_DEVICES
+        crate::pod::admission::fields::refuse::FILE_KEY_REF
     );
     let plain: EphemeralContainer =
         serde_json::from_value(serde_json::json!({"name": "d", "image": "busybox"})).unwrap();

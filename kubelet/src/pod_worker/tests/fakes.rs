@@ -266,3 +266,116 @@ async fn device_plugin_allocations_reach_the_container_config() {
     assert_eq!(cfg.annotations["io.kubernetes.container.restartCount"], "0");
     assert_eq!(cfg.cdi_devices, ["example.com/device=Dev-1"]);
 }
+
+/// A volume its driver cannot tear down (NodeUnpublishVolume fails) keeps the pod's
+/// directory, and the termination is retried until the teardown succeeds; only then does the
+/// directory go. Removing it at once would unmount the volume behind the driver's back (its
+/// NodeUnpublish/NodeUnstage never come) and could delete through a mount.
+#[tokio::test(start_paused = true)]
+async fn a_failed_volume_teardown_keeps_the_pod_directory_and_is_retried() {
+    let volumes = FakePodVolumes::default();
+    *volumes.forget_failures.lock().unwrap() = 2;
+    let (r, f) = rig_with_fakes(
+        volumes,
+        FakeImagePuller::default(),
+        FakePodEnvironment::default(),
+    );
+    let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
+    w.sync().await;
+    let dir = crate::spec::pod_dir(&r.env.node, "uid-1");
+    let marker = dir.join("volumes/kubernetes.io~csi/pv1/vol_data.json");
+    std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
+    std::fs::write(&marker, b"{}").unwrap();
+    assert!(!w.terminate(Some(Duration::from_secs(1))).await);
+    assert!(
+        marker.exists(),
+        "the directory stays while the teardown fails"
+    );
+    assert!(r.env.statuses.get("uid-1").is_some());
+    assert!(!w.terminate(Some(Duration::from_secs(1))).await);
+    assert!(marker.exists());
+    assert!(w.terminate(Some(Duration::from_secs(1))).await);
+    assert!(!dir.exists(), "removed once the teardown succeeded");
+    let forgets = f
+        .volumes
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("forget"))
+        .count();
+    assert_eq!(forgets, 3);
+}
+
+/// A container's volumeDevices reach its CRI config as devices (the pod's mapped symlink at
+/// the devicePath), after a device plugin's devices for the same container, as upstream
+/// appends them; neither replaces the other.
+#[tokio::test(start_paused = true)]
+async fn block_volume_devices_and_plugin_devices_both_reach_the_container_config() {
+    use crate::cm::devicemanager::{DeviceManager, checkpoint};
+    use cri_proto::deviceplugin::v1beta1 as api;
+    use prost::Message as _;
+    let r = rig();
+    let dir = r._dir.path().join("device-plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let resp = api::ContainerAllocateResponse {
+        devices: vec![api::DeviceSpec {
+            container_path: "/dev/foo0".into(),
+            host_path: "/dev/null".into(),
+            permissions: "rw".into(),
+        }],
+        ..Default::default()
+    };
+    let data = checkpoint::Data {
+        entries: Some(vec![checkpoint::Entry {
+            pod_uid: "uid-1".into(),
+            container_name: "app".into(),
+            resource_name: "example.com/foo".into(),
+            device_ids: [(-1, vec!["Dev-1".to_string()])].into(),
+            alloc_resp: resp.encode_to_vec(),
+        }]),
+        registered: Some([("example.com/foo".to_string(), vec!["Dev-1".to_string()])].into()),
+    };
+    std::fs::write(
+        dir.join(checkpoint::FILE_NAME),
+        checkpoint::encode(&data, ""),
+    )
+    .unwrap();
+    let dm = DeviceManager::new(dir);
+    dm.restore().unwrap();
+    let base = Deps::for_test(r.rt.clone(), r._dir.path());
+    let link =
+        crate::spec::pod_dir(&base.node, "uid-1").join("volumeDevices/kubernetes.io~csi/pv-raw");
+    let mut volumes = FakePodVolumes::default();
+    volumes.mounts = [("raw".to_string(), link.clone())].into();
+    let env = Arc::new(Deps {
+        devices: Some(Arc::new(dm)),
+        volumes: Arc::new(volumes),
+        ..base
+    });
+    let p = pod(
+        "Always",
+        serde_json::json!({
+            "volumes": [{"name": "raw", "persistentVolumeClaim": {"claimName": "raw"}}],
+            "containers": [{"name": "app", "image": IMAGE,
+                "volumeDevices": [{"name": "raw", "devicePath": "/dev/xvda"}]}]}),
+    );
+    let mut w = Worker::new(env, p, None);
+    w.sync().await;
+    let app = r.rt.running("app");
+    assert_eq!(app.len(), 1);
+    let cfg = r.rt.created_config(&app[0]).unwrap();
+    assert_eq!(
+        cfg.devices,
+        [
+            crate::runtime::DeviceMapping {
+                container_path: "/dev/foo0".into(),
+                host_path: "/dev/null".into(),
+                permissions: "rw".into(),
+            },
+            crate::runtime::DeviceMapping {
+                container_path: "/dev/xvda".into(),
+                host_path: link.display().to_string(),
+                permissions: "mrw".into(),
+            },
+        ]
+    );
+}

@@ -303,7 +303,7 @@ async fn an_ephemeral_container_with_a_refused_value_waits_with_the_refusal() {
     w.sync().await;
     w.desired.spec.as_mut().unwrap().ephemeral_containers = Some(vec![
         serde_json::from_value(serde_json::json!({"name": "debugger", "image": IMAGE,
-            "volumeDevices": [{"name": "b", "devicePath": "/dev/b"}]}))
+            "env": [{"name": "A", "valueFrom": {"fileKeyRef": {"volumeName": "v", "path": "p", "key": "k"}}}]}))
         .unwrap(),
     ]);
     r.rt.clear_calls();
@@ -320,7 +320,7 @@ async fn an_ephemeral_container_with_a_refused_value_waits_with_the_refusal() {
     );
     assert_eq!(
         waiting.message.as_deref(),
-        Some(crate::pod::admission::fields::refuse::VOLUME_DEVICES)
+        Some(crate::pod::admission::fields::refuse::FILE_KEY_REF)
     );
 }
 

@@ -180,7 +180,7 @@ async fn forgetting_a_pod_stops_its_watches_and_tokens() {
     r.api.set(cm_key("app"), text(&[("app.conf", "v1")]));
     r.vm.mount(&cluster_pod("u1")).await.unwrap();
     assert_eq!(r.vm.objects().followed(), 2);
-    r.vm.forget("u1").await;
+    r.vm.forget("u1").await.unwrap();
     assert_eq!(r.vm.objects().followed(), 0);
     assert_eq!(r.vm.tokens.cached(), 0);
 }
@@ -298,7 +298,7 @@ async fn nothing_is_set_up_for_a_forgotten_pod() {
     r.api.set(cm_key("app"), text(&[("app.conf", "v1")]));
     let paths = r.vm.mount(&cluster_pod("u1")).await.unwrap();
     let entry = r.vm.entry("u1").unwrap();
-    r.vm.forget("u1").await;
+    r.vm.forget("u1").await.unwrap();
     std::fs::remove_dir_all(r.node.root_dir.join("pods/u1")).unwrap();
     let e = r.vm.setup(&entry).await.unwrap_err();
     assert!(e.message.contains("torn down"), "{e}");

@@ -17,8 +17,6 @@ pub const RESOURCE_CLAIMS: &str =
 pub const RESOURCE_CLAIMS_CONTAINER: &str =
     "resources.claims (dynamic resource allocation) is not supported by this node agent";
 pub const INIT_RESTART_RULES: &str = "restartPolicyRules, or a restartPolicy other than Always, on an init container is not supported by this node agent (regular containers have them; Always makes a sidecar)";
-pub const VOLUME_DEVICES: &str =
-    "volumeDevices (raw block volumes) are not supported by this node agent";
 pub const STOP_SIGNAL: &str = "lifecycle.stopSignal is not supported by this node agent";
 pub const FILE_KEY_REF: &str = "env valueFrom.fileKeyRef is not supported by this node agent";
 
@@ -101,14 +99,6 @@ pub const REFUSALS: &[Refusal] = &[
                     || c.restart_policy.as_deref().is_some_and(|p| p != "Always")
             })
         },
-    },
-    Refusal {
-        owner: "Container",
-        field: "volumeDevices",
-        reason: REASON,
-        message: VOLUME_DEVICES,
-        example: r#"{"containers": [{"name": "c", "image": "i", "volumeDevices": [{"name": "b", "devicePath": "/dev/xvda"}]}]}"#,
-        check: |s| containers(s).any(|c| set(&c.volume_devices)),
     },
     Refusal {
         owner: "Lifecycle",
