@@ -32,6 +32,7 @@ fn state() -> AppState {
         stats: kubelet::stats::Handle::default(),
         runtime: Arc::new(logs::RuntimeLookup::default()),
         streaming: Arc::new(streaming::Streaming::new(Duration::from_secs(60))),
+        debug: Default::default(),
     }
 }
 

@@ -37,6 +37,8 @@ pub const READ_GATES: &[&str] = &[
     "CustomCPUCFSQuotaPeriod",
     crate::podspec::POD_LEVEL_RESOURCES_GATE,
     crate::images::PULL_RECORDS_GATE,
+    crate::server::settings::ZPAGE_GATES[0].0,
+    crate::server::settings::ZPAGE_GATES[1].0,
 ];
 
 /// A warning for each gate set in `--feature-gates` or `featureGates` that the agent does

@@ -293,3 +293,42 @@ pub fn auth_settings(
 
 #[cfg(test)]
 mod tests;
+
+// ---------------------------------------------------------------------------------------
+// The debugging endpoints.
+
+/// `enableDebugFlagsHandler`, `enableProfilingHandler` (both default true, as upstream) and
+/// the z-page gates `ComponentStatusz` (beta, on in v1.36) and `ComponentFlagz`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DebugSettings {
+    pub enable_debug_flags_handler: bool,
+    pub enable_profiling_handler: bool,
+    #[serde(skip)]
+    pub statusz: bool,
+    #[serde(skip)]
+    pub flagz: bool,
+}
+
+/// The z-page gates and their upstream v1.36 defaults.
+pub const ZPAGE_GATES: [(&str, bool); 2] = [("ComponentStatusz", true), ("ComponentFlagz", true)];
+
+/// Resolves [`DebugSettings`] from the file's fields and `gate(name, default)`; a field
+/// that is not a boolean is an error naming it.
+pub fn debug_settings(
+    flags_handler: Option<&serde_json::Value>,
+    profiling_handler: Option<&serde_json::Value>,
+    gate: impl Fn(&str, bool) -> bool,
+) -> Result<DebugSettings, String> {
+    let flag = |name: &str, v: Option<&serde_json::Value>| match v {
+        None | Some(serde_json::Value::Null) => Ok(true),
+        Some(serde_json::Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(format!("{name}: {other} is not a boolean")),
+    };
+    Ok(DebugSettings {
+        enable_debug_flags_handler: flag("enableDebugFlagsHandler", flags_handler)?,
+        enable_profiling_handler: flag("enableProfilingHandler", profiling_handler)?,
+        statusz: gate(ZPAGE_GATES[0].0, ZPAGE_GATES[0].1),
+        flagz: gate(ZPAGE_GATES[1].0, ZPAGE_GATES[1].1),
+    })
+}

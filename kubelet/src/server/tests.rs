@@ -169,6 +169,7 @@ fn app_state() -> AppState {
         streaming: Arc::new(streaming::Streaming::new(std::time::Duration::from_secs(
             60,
         ))),
+        debug: Default::default(),
     }
 }
 
@@ -221,8 +222,8 @@ async fn debugging_handlers_disabled_are_405_as_upstream() {
     assert_eq!(answer(&off, "GET", "/healthz/ping").await.0, 200);
     assert_eq!(answer(&off, "GET", "/pods").await.0, 200);
 
-    // Enabled (upstream's default): the handlers answer for themselves; pprof stays unserved
-    // (enableProfilingHandler is not implemented), as before.
+    // Enabled (upstream's default): the handlers answer for themselves; pprof is a 404 that
+    // says there is no profiler (see pprof_is_a_documented_404).
     let on = api_router(app_state(), true);
     let (code, body) = answer(&on, "POST", "/exec/default/web/app?command=id&output=1").await;
     assert_eq!((code, body.as_str()), (404, "pod does not exist"));
@@ -230,4 +231,185 @@ async fn debugging_handlers_disabled_are_405_as_upstream() {
     // No runtime connected in this test: served, and failing for that reason.
     assert_eq!(answer(&on, "GET", "/runningpods/").await.0, 500);
     assert_eq!(answer(&on, "GET", "/debug/pprof/").await.0, 404);
+}
+
+/// (status, body) of one request with a method, a body and optional Accept header.
+async fn call(
+    router: &Router,
+    method: &str,
+    uri: &str,
+    body: &str,
+    accept: Option<&str>,
+) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let mut req = http::Request::builder().method(method).uri(uri);
+    if let Some(a) = accept {
+        req = req.header("accept", a);
+    }
+    let resp = tower::ServiceExt::oneshot(
+        router.clone(),
+        req.body(axum::body::Body::from(body.to_string())).unwrap(),
+    )
+    .await
+    .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn with_debug(d: zpages::Debug) -> AppState {
+    AppState {
+        debug: Arc::new(d),
+        ..app_state()
+    }
+}
+
+/// Issue 30: PUT /debug/flags/v changes the verbosity as upstream's handler answers; other
+/// methods are 406, a bad value 400 naming it, and enableDebugFlagsHandler: false is 405.
+#[tokio::test]
+async fn debug_flags_v_sets_the_verbosity() {
+    let set = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = set.clone();
+    let router = api_router(
+        with_debug(zpages::Debug {
+            verbosity: Some(Arc::new(move |v| {
+                seen.lock().unwrap().push(v);
+                Ok(())
+            })),
+            ..Default::default()
+        }),
+        true,
+    );
+    assert_eq!(
+        call(&router, "PUT", "/debug/flags/v", "5", None).await,
+        (200, "successfully set klog.logging.verbosity to 5\n".into())
+    );
+    assert_eq!(*set.lock().unwrap(), vec![5]);
+    assert_eq!(
+        call(&router, "GET", "/debug/flags/v", "", None).await,
+        (406, "unsupported http method\n".into())
+    );
+    let (code, body) = call(&router, "PUT", "/debug/flags/v", "5; rm -rf /", None).await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        body,
+        "failed set klog.logging.verbosity 5; rm -rf /: strconv.ParseInt: parsing \"5; rm -rf /\": invalid syntax\n"
+    );
+    assert_eq!(*set.lock().unwrap(), vec![5], "a bad value changes nothing");
+
+    let off = api_router(
+        with_debug(zpages::Debug {
+            flags_handler: false,
+            ..Default::default()
+        }),
+        true,
+    );
+    assert_eq!(
+        call(&off, "PUT", "/debug/flags/v", "5", None).await,
+        (405, "flags endpoint is disabled.\n".into())
+    );
+    // Without the debugging handlers upstream registers no flags handler at all.
+    assert_eq!(
+        call(
+            &api_router(app_state(), false),
+            "PUT",
+            "/debug/flags/v",
+            "5",
+            None
+        )
+        .await
+        .0,
+        404
+    );
+}
+
+/// Issue 30: /debug/pprof/ is a documented 404 (no profiler), 405 when switched off.
+#[tokio::test]
+async fn pprof_is_a_documented_404() {
+    let on = api_router(app_state(), true);
+    for p in [
+        "/debug/pprof/",
+        "/debug/pprof/profile",
+        "/debug/pprof/heap?debug=1",
+    ] {
+        assert_eq!(
+            call(&on, "GET", p, "", None).await,
+            (404, format!("{}\n", debug::NO_PROFILER)),
+            "{p}"
+        );
+    }
+    let off = api_router(
+        with_debug(zpages::Debug {
+            profiling_handler: false,
+            ..Default::default()
+        }),
+        true,
+    );
+    assert_eq!(
+        call(&off, "GET", "/debug/pprof/profile", "", None).await,
+        (405, "profiling endpoint is disabled.\n".into())
+    );
+}
+
+/// Issue 30: /statusz and /flagz with their gates; JSON only for the full versioned type.
+#[tokio::test]
+async fn statusz_and_flagz_are_served_with_their_gates() {
+    let on = api_router(app_state(), true);
+    let (code, body) = call(&on, "GET", "/statusz", "", Some("application/json, */*")).await;
+    assert_eq!(code, 200);
+    assert!(body.starts_with("\nkubelet statusz\n"), "{body}");
+    let (code, body) = call(
+        &on,
+        "GET",
+        "/statusz",
+        "",
+        Some("application/json;v=v1alpha1;g=config.k8s.io;as=Statusz"),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["kind"],
+        "Statusz"
+    );
+    assert_eq!(
+        call(&on, "GET", "/flagz", "", Some("application/json")).await,
+        (406, format!("{}\n", zpages::UNSUPPORTED_MEDIA_TYPE))
+    );
+    assert!(
+        call(&on, "GET", "/flagz", "", None)
+            .await
+            .1
+            .starts_with("\nkubelet flags\n")
+    );
+    // Served without the debugging handlers too (they are not debugging handlers upstream).
+    assert_eq!(
+        call(&api_router(app_state(), false), "GET", "/statusz", "", None)
+            .await
+            .0,
+        200
+    );
+    let gated = api_router(
+        with_debug(zpages::Debug {
+            statusz: false,
+            flagz: false,
+            ..Default::default()
+        }),
+        true,
+    );
+    assert_eq!(call(&gated, "GET", "/statusz", "", None).await.0, 404);
+    assert_eq!(call(&gated, "GET", "/flagz", "", None).await.0, 404);
+}
+
+/// The authorization each debugging path gets, as upstream's GetRequestAttributes.
+#[test]
+fn debugging_paths_authorize_as_upstream() {
+    assert_eq!(authz::subresources("/debug/flags/v"), vec!["proxy"]);
+    assert_eq!(authz::subresources("/debug/pprof/heap"), vec!["proxy"]);
+    assert_eq!(authz::subresources("/flagz"), vec!["proxy"]);
+    assert_eq!(authz::subresources("/statusz"), vec!["statusz", "proxy"]);
+    let h = http::HeaderMap::new();
+    assert_eq!(
+        authz::api_verb(&http::Method::PUT, "/debug/flags/v", &h),
+        "update"
+    );
 }

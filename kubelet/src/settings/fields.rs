@@ -436,7 +436,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "failSwapOn",
@@ -695,13 +695,13 @@ pub const FIELDS: &[Setting] = &[
         "enableProfilingHandler",
         Implemented,
         &[],
-        "No pprof handlers are served at all, so false holds.",
+        "true (default): the agent has no Go runtime and carries no profiler, so every path below /debug/pprof/ on :10250 answers 404 saying so; false: 405 \"profiling endpoint is disabled.\", as upstream.",
     ),
     s(
         "enableDebugFlagsHandler",
         Implemented,
         &[],
-        "No /debug/flags handler is served at all, so false holds.",
+        "true (default, with enableDebuggingHandlers): PUT /debug/flags/v on :10250 (authorized as nodes/proxy, verb update) sets the log verbosity at run time (0-1 info, 2-4 debug, 5+ trace, as --v); false: 405 \"flags endpoint is disabled.\".",
     ),
     s(
         "seccompDefault",
