@@ -478,7 +478,7 @@ pub const FIELDS: &[Setting] = &[
         "configMapAndSecretChangeDetectionStrategy",
         NotImplemented,
         &["Watch"],
-        "ConfigMap/Secret volumes are not supported.",
+        "ConfigMap and Secret volumes and env are kept current through a watch per referenced object (upstream's Watch, the default); Get and Cache are not implemented.",
     ),
     s(
         "systemReserved",
@@ -732,7 +732,7 @@ pub const FIELDS: &[Setting] = &[
         "localStorageCapacityIsolation",
         NotImplemented,
         &["true"],
-        "ephemeral storage is not measured or limited.",
+        "true (default): ephemeral storage is measured and a pod over its emptyDir sizeLimit or ephemeral-storage limit is evicted (see the eviction manager); false (no local storage isolation) is not implemented.",
     ),
     s(
         "containerRuntimeEndpoint",
