@@ -71,6 +71,9 @@ fn debug(cfg: &Config) -> server::zpages::Debug {
         profiling_handler: cfg.debug.enable_profiling_handler,
         statusz: cfg.debug.statusz,
         flagz: cfg.debug.flagz,
+        log_query: cfg.debug.enable_system_log_query.then(|| {
+            Arc::new(server::journal::Journalctl::default()) as Arc<dyn server::journal::Journal>
+        }),
         ..Default::default()
     };
     if let Some(p) = process {

@@ -39,6 +39,7 @@ pub const READ_GATES: &[&str] = &[
     crate::images::PULL_RECORDS_GATE,
     crate::server::settings::ZPAGE_GATES[0].0,
     crate::server::settings::ZPAGE_GATES[1].0,
+    crate::server::settings::NODE_LOG_QUERY_GATE,
 ];
 
 /// A warning for each gate set in `--feature-gates` or `featureGates` that the agent does

@@ -738,6 +738,11 @@ pub fn merge(
         debug: server::debug_settings(
             file.enable_debug_flags_handler.as_ref(),
             file.enable_profiling_handler.as_ref(),
+            file.enable_system_log_query.as_ref(),
+            file.enable_system_log_handler
+                .as_ref()
+                .and_then(|v| v.as_bool())
+                != Some(false),
             |name, default| limits::gate_or(flags, &file, name, default),
         )
         .map_err(invalid)?,

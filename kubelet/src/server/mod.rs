@@ -20,6 +20,8 @@ mod cache;
 pub mod conn_limit;
 pub mod debug;
 pub mod fd_limit;
+pub mod journal;
+pub mod log_query;
 
 pub use authz::{Auth, AuthError, AuthSettings, AuthzMode, Decision, RequestInfo};
 

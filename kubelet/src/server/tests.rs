@@ -413,3 +413,118 @@ fn debugging_paths_authorize_as_upstream() {
         "update"
     );
 }
+
+fn log_query_state(dir: &std::path::Path, journal: journal::fake::FakeJournal) -> AppState {
+    AppState {
+        logs: Arc::new(logs::Logs {
+            pod_logs_dir: "/nonexistent/pods".into(),
+            node_log_dir: Some(dir.into()),
+            containers: Arc::new(logs::RuntimeLookup::default()),
+        }),
+        debug: Arc::new(zpages::Debug {
+            log_query: Some(Arc::new(journal)),
+            ..Default::default()
+        }),
+        ..app_state()
+    }
+}
+
+/// Issue 30: NodeLogQuery through /logs/?query=: services from the journal (upstream's
+/// journalctl arguments), files, the file fallback without journald, and upstream's 400/406
+/// answers; a hostile service name never reaches journalctl.
+#[tokio::test]
+async fn node_log_query_as_upstream() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("syslog"), "sys line\n").unwrap();
+    std::fs::write(d.path().join("crio.log"), "crio line\n").unwrap();
+    let fake = journal::fake::FakeJournal {
+        units: Some("containerd.service\nkubelet.service\n".into()),
+        output: "journal line\n".into(),
+        ..Default::default()
+    };
+    let runs = fake.runs.clone();
+    let r = api_router(log_query_state(d.path(), fake), true);
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=kubelet&tailLines=5", "", None).await,
+        (200, "journal line\n".into())
+    );
+    let last = runs.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        last.contains(&"--unit=kubelet".into()) && last.contains(&"--lines=5".into()),
+        "{last:?}"
+    );
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=%2Fsyslog", "", None).await,
+        (200, "sys line\n".into())
+    );
+    // crio is not in the journal: its file under /var/log is the answer.
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=crio", "", None).await,
+        (200, "crio line\n".into())
+    );
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=nothing", "", None).await,
+        (200, "\nlog not found for nothing\n".into())
+    );
+    let (code, body) = call(&r, "GET", "/logs/?query=crio&tailLines=2", "", None).await;
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("options present and query resolved to log files for [crio]"),
+        "{body}"
+    );
+    assert_eq!(
+        call(&r, "GET", "/logs/syslog?query=kubelet", "", None).await,
+        (406, "path not allowed in query mode\n".into())
+    );
+    assert_eq!(call(&r, "GET", "/logs/?tailLines=x", "", None).await.0, 400);
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=a&query=b%2Fc", "", None)
+            .await
+            .0,
+        406
+    );
+    let before = runs.lock().unwrap().len();
+    for hostile in [
+        "kubelet%3Bid",
+        "%24(id)",
+        "kubelet%0A--unit%3Dssh",
+        "a%20b",
+        "..%2F..%2Fetc%2Fshadow",
+    ] {
+        let (code, _) = call(&r, "GET", &format!("/logs/?query={hostile}"), "", None).await;
+        assert_eq!(code, 406, "{hostile}");
+    }
+    assert_eq!(
+        runs.lock().unwrap().len(),
+        before,
+        "journalctl never ran for a refused query"
+    );
+    // Plain file requests are unchanged.
+    assert_eq!(
+        call(&r, "GET", "/logs/syslog", "", None).await,
+        (200, "sys line\n".into())
+    );
+
+    // Without journald every service is looked for as a file.
+    let no_journal = journal::fake::FakeJournal::default();
+    let none_runs = no_journal.runs.clone();
+    let r = api_router(log_query_state(d.path(), no_journal), true);
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=kubelet", "", None).await,
+        (200, "\nlog not found for kubelet\n".into())
+    );
+    assert!(none_runs.lock().unwrap().is_empty());
+}
+
+/// With NodeLogQuery off (the default) the query is ignored: /logs/ stays a file server.
+#[tokio::test]
+async fn node_log_query_off_serves_files_only() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("syslog"), "sys line\n").unwrap();
+    let mut state = log_query_state(d.path(), Default::default());
+    state.debug = Arc::new(zpages::Debug::default());
+    let r = api_router(state, true);
+    let (code, body) = call(&r, "GET", "/logs/?query=kubelet", "", None).await;
+    assert_eq!(code, 200);
+    assert!(body.contains("<a href=\"syslog\">syslog</a>"), "{body}");
+}

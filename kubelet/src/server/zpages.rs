@@ -49,6 +49,9 @@ pub struct Debug {
     pub flagz: bool,
     /// None: the verbosity cannot be changed in this process (tests, or no subscriber).
     pub verbosity: Option<VerbositySetter>,
+    /// NodeLogQuery (`enableSystemLogQuery` and the `NodeLogQuery` gate): the journal
+    /// `/logs/?query=` reads. None: `/logs/` serves files only.
+    pub log_query: Option<Arc<dyn super::journal::Journal>>,
 }
 
 impl Default for Debug {
@@ -61,6 +64,7 @@ impl Default for Debug {
             statusz: true,
             flagz: true,
             verbosity: None,
+            log_query: None,
         }
     }
 }

@@ -436,7 +436,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line) and NodeLogQuery (off by default, see enableSystemLogQuery) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "failSwapOn",
@@ -602,9 +602,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "enableSystemLogQuery",
-        NotImplemented,
-        &["false"],
-        "`/logs/` serves files only; the `query` parameter is not supported.",
+        Implemented,
+        &[],
+        "false (default): `/logs/` serves files only. true (needs the NodeLogQuery gate and enableSystemLogHandler, as upstream): `/logs/?query=` reads services from the journal through journalctl (query, sinceTime, untilTime, tailLines, pattern, boot validated as upstream; at most 4 services named [a-zA-Z0-9-_@]; 30 s per answer), falls back to /var/log/<svc>, <svc>.log or <svc>/<svc>.log for a service the journal does not know (or without journald), and serves one queried file beneath /var/log. No gzip encoding of the answer.",
     ),
     s(
         "nodeAgentNetwork.enabled",
