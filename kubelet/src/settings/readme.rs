@@ -95,10 +95,8 @@ mod tests {
         assert!(disagreements(ok, SETTINGS).is_empty());
     }
 
-    /// The real documents. Ignored until README.md's IPVS sentence is corrected (the lead
-    /// edits README.md; the wording is in wt-debug's report): remove the ignore then.
+    /// The real documents.
     #[test]
-    #[ignore = "README.md still says IPVS mode is refused; enable with the README fix"]
     fn readme_and_settings_doc_agree_on_modes() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
