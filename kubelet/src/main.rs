@@ -10,6 +10,59 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
+/// Logs to stderr at `--v`'s level (RUST_LOG, when set, wins at start); the returned control
+/// changes the level at run time (`/debug/flags/v`).
+fn init_logging(v: u8) -> kubelet::server::zpages::VerbositySetter {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, fmt, reload};
+    let level = kubelet::server::debug::level_for(i32::from(v));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let (filter, handle) = reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt::layer().with_writer(std::io::stderr).with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none(),
+        ))
+        .init();
+    std::sync::Arc::new(move |v: i32| {
+        handle
+            .reload(EnvFilter::new(kubelet::server::debug::level_for(v)))
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The command line as `/flagz` shows it: every long flag with its given value, else its
+/// default (empty when it has none).
+fn command_line(
+    cmd: &clap::Command,
+    matches: &clap::ArgMatches,
+) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for arg in cmd.get_arguments() {
+        let Some(long) = arg.get_long() else {
+            continue;
+        };
+        if matches!(long, "help" | "version") {
+            continue;
+        }
+        let value = match matches.get_raw(arg.get_id().as_str()) {
+            Some(vals) => vals
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(","),
+            None => arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(","),
+        };
+        out.insert(long.to_string(), value);
+    }
+    out
+}
+
 fn main() -> std::process::ExitCode {
     let cmd = Flags::command();
     let parsed = cmd
@@ -39,22 +92,13 @@ fn main() -> std::process::ExitCode {
         }
         return std::process::ExitCode::SUCCESS;
     }
-    let level = match flags.verbosity.unwrap_or(0) {
-        0..=1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var_os("NO_COLOR").is_none(),
-        )
-        .init();
+    let start = std::time::SystemTime::now();
+    let verbosity = init_logging(flags.verbosity.unwrap_or(0));
+    kubelet::server::zpages::record_process(kubelet::server::zpages::Process {
+        start,
+        flags: command_line(&cmd, &matches),
+        verbosity: Some(verbosity),
+    });
     // No setting is accepted and silently ignored: see kubelet::settings and docs/settings.md.
     let given = plumbing::settings::given_flags(&cmd, &matches);
     let (cfg, warnings) = match config::load_checked(&flags, &given, &hostname()) {

@@ -52,6 +52,7 @@ pub(super) fn state(
         streaming: Arc::new(server::streaming::Streaming::new(
             cfg.streaming_connection_idle_timeout,
         )),
+        debug: Arc::new(debug(cfg)),
     };
     for c in server::streaming::collectors() {
         if let Err(e) = metrics.registry.register(c) {
@@ -59,6 +60,28 @@ pub(super) fn state(
         }
     }
     (state, log_runtime)
+}
+
+/// The debugging endpoints' state: the process facts `main` recorded (start time, command
+/// line, verbosity control) and the settings that switch them.
+fn debug(cfg: &Config) -> server::zpages::Debug {
+    let process = server::zpages::recorded_process();
+    let mut d = server::zpages::Debug {
+        flags_handler: cfg.debug.enable_debug_flags_handler,
+        profiling_handler: cfg.debug.enable_profiling_handler,
+        statusz: cfg.debug.statusz,
+        flagz: cfg.debug.flagz,
+        log_query: cfg.debug.enable_system_log_query.then(|| {
+            Arc::new(server::journal::Journalctl::default()) as Arc<dyn server::journal::Journal>
+        }),
+        ..Default::default()
+    };
+    if let Some(p) = process {
+        d.start = p.start;
+        d.flags = p.flags;
+        d.verbosity = p.verbosity;
+    }
+    d
 }
 
 /// Binds and spawns the servers, first thing, so kubeadm's health check and operators can

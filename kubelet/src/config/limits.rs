@@ -38,6 +38,9 @@ pub const READ_GATES: &[&str] = &[
     crate::podspec::POD_LEVEL_RESOURCES_GATE,
     crate::images::PULL_RECORDS_GATE,
     crate::pleg::EVENTED_PLEG_GATE,
+    crate::server::settings::ZPAGE_GATES[0].0,
+    crate::server::settings::ZPAGE_GATES[1].0,
+    crate::server::settings::NODE_LOG_QUERY_GATE,
 ];
 
 /// A warning for each gate set in `--feature-gates` or `featureGates` that the agent does

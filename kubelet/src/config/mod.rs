@@ -247,6 +247,9 @@ pub struct Config {
     pub enable_system_log_handler: bool,
     /// `enableDebuggingHandlers` (default true): exec, attach, port-forward, run, logs.
     pub enable_debugging_handlers: bool,
+    /// `enableDebugFlagsHandler`, `enableProfilingHandler` and the z-page gates.
+    #[serde(flatten)]
+    pub debug: server::DebugSettings,
     pub container_runtime_endpoint: String,
     pub image_service_endpoint: String,
     #[serde(with = "duration::serde_opt_plain")]
@@ -740,6 +743,17 @@ pub fn merge(
             .and_then(|v| v.as_bool())
             .unwrap_or(true),
         enable_debugging_handlers: file.enable_debugging_handlers.unwrap_or(true),
+        debug: server::debug_settings(
+            file.enable_debug_flags_handler.as_ref(),
+            file.enable_profiling_handler.as_ref(),
+            file.enable_system_log_query.as_ref(),
+            file.enable_system_log_handler
+                .as_ref()
+                .and_then(|v| v.as_bool())
+                != Some(false),
+            |name, default| limits::gate_or(flags, &file, name, default),
+        )
+        .map_err(invalid)?,
         container_runtime_endpoint: runtime_endpoint,
         image_service_endpoint: image_endpoint,
         runtime_request_timeout: dur(

@@ -585,11 +585,20 @@ fn unread_feature_gates_are_named_and_read_ones_are_not() {
         "--feature-gates=CustomCPUCFSQuotaPeriod=true,KubeletTracing=true",
     ]);
     let (cfg, warnings) = load_checked(&f, &[], "n").unwrap();
+    let read = super::limits::READ_GATES.join(", ");
+    assert!(
+        read.starts_with("CustomCPUCFSQuotaPeriod, PodLevelResources"),
+        "{read}"
+    );
     assert_eq!(
         warnings,
         [
-            "feature gate KubeletTracing is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources, KubeletEnsureSecretPulledImages, EventedPLEG)",
-            "feature gate MemoryQoS is set but has no effect in this agent (it reads only CustomCPUCFSQuotaPeriod, PodLevelResources, KubeletEnsureSecretPulledImages, EventedPLEG)",
+            format!(
+                "feature gate KubeletTracing is set but has no effect in this agent (it reads only {read})"
+            ),
+            format!(
+                "feature gate MemoryQoS is set but has no effect in this agent (it reads only {read})"
+            ),
         ]
     );
     assert!(

@@ -3,7 +3,8 @@
 //! `/containerLogs/{ns}/{pod}/{container}` ([`logs`]), `/logs/` ([`node_logs`]),
 //! `/stats/summary`, `/metrics/resource` and `/metrics/cadvisor` (`crate::stats`), `/exec`,
 //! `/attach`, `/portForward` and `/run` ([`streaming`]: proxied to the runtime's streaming
-//! server)) and, when `readOnlyPort` is set, the unauthenticated read-only subset
+//! server), `/statusz` and `/flagz` ([`zpages`]), `/debug/flags/v` and `/debug/pprof/`
+//! ([`debug`])) and, when `readOnlyPort` is set, the unauthenticated read-only subset
 //! ([`read_only_router`]). All three run on [`listener`] (connection cap, handshake and idle
 //! timeouts, request metrics).
 //!
@@ -17,7 +18,10 @@ pub mod authn;
 pub mod authz;
 mod cache;
 pub mod conn_limit;
+pub mod debug;
 pub mod fd_limit;
+pub mod journal;
+pub mod log_query;
 
 pub use authz::{Auth, AuthError, AuthSettings, AuthzMode, Decision, RequestInfo};
 
@@ -32,6 +36,7 @@ pub use read_only::read_only_router;
 pub mod streaming;
 mod upgrade_proxy;
 mod ws_spdy;
+pub mod zpages;
 
 use crate::atomic_file;
 use crate::metrics::Metrics;
@@ -41,7 +46,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -200,6 +205,8 @@ pub struct AppState {
     pub runtime: Arc<logs::RuntimeLookup>,
     /// `/exec`, `/attach`, `/portForward`, `/run`.
     pub streaming: Arc<streaming::Streaming>,
+    /// `/statusz`, `/flagz`, `/debug/flags/v`, `/debug/pprof/`.
+    pub debug: Arc<zpages::Debug>,
 }
 
 async fn healthz(State(s): State<AppState>) -> Response {
@@ -294,10 +301,15 @@ fn default_routes() -> Router<AppState> {
 /// Without them, as upstream's NewServer: the debugging paths answer 405 "Debug endpoints are
 /// disabled." and `/configz` is not served.
 pub fn api_router(state: AppState, debugging_handlers: bool) -> Router {
+    let zpages = zpage_routes(&state, debugging_handlers);
     if !debugging_handlers {
-        return read_only::debugging_disabled(default_routes()).with_state(state);
+        return read_only::debugging_disabled(default_routes().merge(zpages)).with_state(state);
     }
     default_routes()
+        .merge(zpages)
+        .route("/debug/flags/v", any(debug::flags_v))
+        .route("/debug/pprof/", any(debug::pprof))
+        .route("/debug/pprof/{*rest}", any(debug::pprof))
         .route("/configz", get(configz))
         .route("/runningpods", get(running_pods::running_pods))
         .route("/runningpods/", get(running_pods::running_pods))
@@ -334,6 +346,23 @@ pub fn api_router(state: AppState, debugging_handlers: bool) -> Router {
         .route("/logs/", get(node_logs::node_logs))
         .route("/logs/{*path}", get(node_logs::node_logs))
         .with_state(state)
+}
+
+/// `/statusz` and `/flagz` on :10250, each with its feature gate (upstream's zpages).
+fn zpage_routes(state: &AppState, debugging_handlers: bool) -> Router<AppState> {
+    let mut r = Router::new();
+    if state.debug.statusz {
+        r = r.route(
+            "/statusz",
+            get(move |State(s): State<AppState>, h: axum::http::HeaderMap| {
+                zpages::statusz(s, h, debugging_handlers)
+            }),
+        );
+    }
+    if state.debug.flagz {
+        r = r.route("/flagz", get(zpages::flagz));
+    }
+    r
 }
 
 /// Routes of the :10248 server.

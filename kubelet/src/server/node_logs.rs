@@ -2,7 +2,8 @@
 //! a directory is an HTML listing, a file its bytes). A path with a `..` element is refused with
 //! 400 `invalid URL path`; a symlink that leads outside the directory is 404, as if absent.
 //! The directory is a constructor argument ([`super::logs::Logs::node_log_dir`]); upstream has
-//! no setting for it. Reads run on the blocking pool and stream in bounded chunks.
+//! no setting for it. Reads run on the blocking pool and stream in bounded chunks. With
+//! NodeLogQuery on, `?query=…` is answered by [`super::log_query`] first.
 
 use super::AppState;
 use axum::body::{Body, Bytes};
@@ -119,7 +120,37 @@ pub async fn node_logs(State(s): State<AppState>, uri: Uri) -> Response {
         // enableSystemLogHandler: false, upstream does not register the handler.
         return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
     };
-    let path = uri.path().strip_prefix("/logs").unwrap_or("/").to_string();
+    let mut path = uri.path().strip_prefix("/logs").unwrap_or("/").to_string();
+    if let Some(journal) = s.debug.log_query.clone() {
+        use super::log_query::{http_error, parse, serve_services, validate};
+        let params = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+            .map(|q| q.0)
+            .unwrap_or_default();
+        match parse(&params) {
+            Err(e) => return http_error(StatusCode::BAD_REQUEST, &e),
+            Ok(None) => {}
+            Ok(Some(q)) => {
+                if path != "/" {
+                    return http_error(
+                        StatusCode::NOT_ACCEPTABLE,
+                        "path not allowed in query mode",
+                    );
+                }
+                let (q2, r2) = (q.clone(), root.clone());
+                match tokio::task::spawn_blocking(move || validate(&q2, &r2)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return http_error(StatusCode::NOT_ACCEPTABLE, &e),
+                    Err(e) => return http_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+                }
+                if !q.services.is_empty() {
+                    return serve_services(q, root, journal);
+                }
+                if let [file] = q.files.as_slice() {
+                    path = format!("/{}", file.trim_start_matches('/'));
+                }
+            }
+        }
+    }
     let resolved = tokio::task::spawn_blocking(move || resolve(&root, &path)).await;
     match resolved {
         Ok(Resolved::Invalid) => (StatusCode::BAD_REQUEST, "invalid URL path\n").into_response(),

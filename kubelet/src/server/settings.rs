@@ -293,3 +293,64 @@ pub fn auth_settings(
 
 #[cfg(test)]
 mod tests;
+
+// ---------------------------------------------------------------------------------------
+// The debugging endpoints.
+
+/// `enableDebugFlagsHandler`, `enableProfilingHandler` (both default true, as upstream) and
+/// the z-page gates `ComponentStatusz` (beta, on in v1.36) and `ComponentFlagz`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DebugSettings {
+    pub enable_debug_flags_handler: bool,
+    pub enable_profiling_handler: bool,
+    /// `enableSystemLogQuery` (default false): `/logs/?query=` (NodeLogQuery).
+    pub enable_system_log_query: bool,
+    #[serde(skip)]
+    pub statusz: bool,
+    #[serde(skip)]
+    pub flagz: bool,
+}
+
+/// The z-page gates and their upstream v1.36 defaults.
+pub const ZPAGE_GATES: [(&str, bool); 2] = [("ComponentStatusz", true), ("ComponentFlagz", true)];
+
+/// The NodeLogQuery gate (beta, off by default upstream).
+pub const NODE_LOG_QUERY_GATE: &str = "NodeLogQuery";
+
+/// Resolves [`DebugSettings`] from the file's fields and `gate(name, default)`; a field
+/// that is not a boolean is an error naming it, and `enableSystemLogQuery` needs the
+/// `NodeLogQuery` gate and `enableSystemLogHandler` (upstream's validation messages).
+pub fn debug_settings(
+    flags_handler: Option<&serde_json::Value>,
+    profiling_handler: Option<&serde_json::Value>,
+    system_log_query: Option<&serde_json::Value>,
+    system_log_handler: bool,
+    gate: impl Fn(&str, bool) -> bool,
+) -> Result<DebugSettings, String> {
+    let flag = |name: &str, v: Option<&serde_json::Value>, default: bool| match v {
+        None | Some(serde_json::Value::Null) => Ok(default),
+        Some(serde_json::Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(format!("{name}: {other} is not a boolean")),
+    };
+    let query = flag("enableSystemLogQuery", system_log_query, false)?;
+    if query && !gate(NODE_LOG_QUERY_GATE, false) {
+        return Err(
+            "invalid configuration: NodeLogQuery feature gate is required for enableSystemLogHandler"
+                .into(),
+        );
+    }
+    if query && !system_log_handler {
+        return Err(
+            "invalid configuration: enableSystemLogHandler is required for enableSystemLogQuery"
+                .into(),
+        );
+    }
+    Ok(DebugSettings {
+        enable_debug_flags_handler: flag("enableDebugFlagsHandler", flags_handler, true)?,
+        enable_profiling_handler: flag("enableProfilingHandler", profiling_handler, true)?,
+        enable_system_log_query: query,
+        statusz: gate(ZPAGE_GATES[0].0, ZPAGE_GATES[0].1),
+        flagz: gate(ZPAGE_GATES[1].0, ZPAGE_GATES[1].1),
+    })
+}

@@ -169,6 +169,7 @@ fn app_state() -> AppState {
         streaming: Arc::new(streaming::Streaming::new(std::time::Duration::from_secs(
             60,
         ))),
+        debug: Default::default(),
     }
 }
 
@@ -221,8 +222,8 @@ async fn debugging_handlers_disabled_are_405_as_upstream() {
     assert_eq!(answer(&off, "GET", "/healthz/ping").await.0, 200);
     assert_eq!(answer(&off, "GET", "/pods").await.0, 200);
 
-    // Enabled (upstream's default): the handlers answer for themselves; pprof stays unserved
-    // (enableProfilingHandler is not implemented), as before.
+    // Enabled (upstream's default): the handlers answer for themselves; pprof is a 404 that
+    // says there is no profiler (see pprof_is_a_documented_404).
     let on = api_router(app_state(), true);
     let (code, body) = answer(&on, "POST", "/exec/default/web/app?command=id&output=1").await;
     assert_eq!((code, body.as_str()), (404, "pod does not exist"));
@@ -230,4 +231,300 @@ async fn debugging_handlers_disabled_are_405_as_upstream() {
     // No runtime connected in this test: served, and failing for that reason.
     assert_eq!(answer(&on, "GET", "/runningpods/").await.0, 500);
     assert_eq!(answer(&on, "GET", "/debug/pprof/").await.0, 404);
+}
+
+/// (status, body) of one request with a method, a body and optional Accept header.
+async fn call(
+    router: &Router,
+    method: &str,
+    uri: &str,
+    body: &str,
+    accept: Option<&str>,
+) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let mut req = http::Request::builder().method(method).uri(uri);
+    if let Some(a) = accept {
+        req = req.header("accept", a);
+    }
+    let resp = tower::ServiceExt::oneshot(
+        router.clone(),
+        req.body(axum::body::Body::from(body.to_string())).unwrap(),
+    )
+    .await
+    .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn with_debug(d: zpages::Debug) -> AppState {
+    AppState {
+        debug: Arc::new(d),
+        ..app_state()
+    }
+}
+
+/// Issue 30: PUT /debug/flags/v changes the verbosity as upstream's handler answers; other
+/// methods are 406, a bad value 400 naming it, and enableDebugFlagsHandler: false is 405.
+#[tokio::test]
+async fn debug_flags_v_sets_the_verbosity() {
+    let set = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = set.clone();
+    let router = api_router(
+        with_debug(zpages::Debug {
+            verbosity: Some(Arc::new(move |v| {
+                seen.lock().unwrap().push(v);
+                Ok(())
+            })),
+            ..Default::default()
+        }),
+        true,
+    );
+    assert_eq!(
+        call(&router, "PUT", "/debug/flags/v", "5", None).await,
+        (200, "successfully set klog.logging.verbosity to 5\n".into())
+    );
+    assert_eq!(*set.lock().unwrap(), vec![5]);
+    assert_eq!(
+        call(&router, "GET", "/debug/flags/v", "", None).await,
+        (406, "unsupported http method\n".into())
+    );
+    let (code, body) = call(&router, "PUT", "/debug/flags/v", "5; rm -rf /", None).await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        body,
+        "failed set klog.logging.verbosity 5; rm -rf /: strconv.ParseInt: parsing \"5; rm -rf /\": invalid syntax\n"
+    );
+    assert_eq!(*set.lock().unwrap(), vec![5], "a bad value changes nothing");
+
+    let off = api_router(
+        with_debug(zpages::Debug {
+            flags_handler: false,
+            ..Default::default()
+        }),
+        true,
+    );
+    assert_eq!(
+        call(&off, "PUT", "/debug/flags/v", "5", None).await,
+        (405, "flags endpoint is disabled.\n".into())
+    );
+    // Without the debugging handlers upstream registers no flags handler at all.
+    assert_eq!(
+        call(
+            &api_router(app_state(), false),
+            "PUT",
+            "/debug/flags/v",
+            "5",
+            None
+        )
+        .await
+        .0,
+        404
+    );
+}
+
+/// Issue 30: /debug/pprof/ is a documented 404 (no profiler), 405 when switched off.
+#[tokio::test]
+async fn pprof_is_a_documented_404() {
+    let on = api_router(app_state(), true);
+    for p in [
+        "/debug/pprof/",
+        "/debug/pprof/profile",
+        "/debug/pprof/heap?debug=1",
+    ] {
+        assert_eq!(
+            call(&on, "GET", p, "", None).await,
+            (404, format!("{}\n", debug::NO_PROFILER)),
+            "{p}"
+        );
+    }
+    let off = api_router(
+        with_debug(zpages::Debug {
+            profiling_handler: false,
+            ..Default::default()
+        }),
+        true,
+    );
+    assert_eq!(
+        call(&off, "GET", "/debug/pprof/profile", "", None).await,
+        (405, "profiling endpoint is disabled.\n".into())
+    );
+}
+
+/// Issue 30: /statusz and /flagz with their gates; JSON only for the full versioned type.
+#[tokio::test]
+async fn statusz_and_flagz_are_served_with_their_gates() {
+    let on = api_router(app_state(), true);
+    let (code, body) = call(&on, "GET", "/statusz", "", Some("application/json, */*")).await;
+    assert_eq!(code, 200);
+    assert!(body.starts_with("\nkubelet statusz\n"), "{body}");
+    let (code, body) = call(
+        &on,
+        "GET",
+        "/statusz",
+        "",
+        Some("application/json;v=v1alpha1;g=config.k8s.io;as=Statusz"),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["kind"],
+        "Statusz"
+    );
+    assert_eq!(
+        call(&on, "GET", "/flagz", "", Some("application/json")).await,
+        (406, format!("{}\n", zpages::UNSUPPORTED_MEDIA_TYPE))
+    );
+    assert!(
+        call(&on, "GET", "/flagz", "", None)
+            .await
+            .1
+            .starts_with("\nkubelet flags\n")
+    );
+    // Served without the debugging handlers too (they are not debugging handlers upstream).
+    assert_eq!(
+        call(&api_router(app_state(), false), "GET", "/statusz", "", None)
+            .await
+            .0,
+        200
+    );
+    let gated = api_router(
+        with_debug(zpages::Debug {
+            statusz: false,
+            flagz: false,
+            ..Default::default()
+        }),
+        true,
+    );
+    assert_eq!(call(&gated, "GET", "/statusz", "", None).await.0, 404);
+    assert_eq!(call(&gated, "GET", "/flagz", "", None).await.0, 404);
+}
+
+/// The authorization each debugging path gets, as upstream's GetRequestAttributes.
+#[test]
+fn debugging_paths_authorize_as_upstream() {
+    assert_eq!(authz::subresources("/debug/flags/v"), vec!["proxy"]);
+    assert_eq!(authz::subresources("/debug/pprof/heap"), vec!["proxy"]);
+    assert_eq!(authz::subresources("/flagz"), vec!["proxy"]);
+    assert_eq!(authz::subresources("/statusz"), vec!["statusz", "proxy"]);
+    let h = http::HeaderMap::new();
+    assert_eq!(
+        authz::api_verb(&http::Method::PUT, "/debug/flags/v", &h),
+        "update"
+    );
+}
+
+fn log_query_state(dir: &std::path::Path, journal: journal::fake::FakeJournal) -> AppState {
+    AppState {
+        logs: Arc::new(logs::Logs {
+            pod_logs_dir: "/nonexistent/pods".into(),
+            node_log_dir: Some(dir.into()),
+            containers: Arc::new(logs::RuntimeLookup::default()),
+        }),
+        debug: Arc::new(zpages::Debug {
+            log_query: Some(Arc::new(journal)),
+            ..Default::default()
+        }),
+        ..app_state()
+    }
+}
+
+/// Issue 30: NodeLogQuery through /logs/?query=: services from the journal (upstream's
+/// journalctl arguments), files, the file fallback without journald, and upstream's 400/406
+/// answers; a hostile service name never reaches journalctl.
+#[tokio::test]
+async fn node_log_query_as_upstream() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("syslog"), "sys line\n").unwrap();
+    std::fs::write(d.path().join("crio.log"), "crio line\n").unwrap();
+    let fake = journal::fake::FakeJournal {
+        units: Some("containerd.service\nkubelet.service\n".into()),
+        output: "journal line\n".into(),
+        ..Default::default()
+    };
+    let runs = fake.runs.clone();
+    let r = api_router(log_query_state(d.path(), fake), true);
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=kubelet&tailLines=5", "", None).await,
+        (200, "journal line\n".into())
+    );
+    let last = runs.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        last.contains(&"--unit=kubelet".into()) && last.contains(&"--lines=5".into()),
+        "{last:?}"
+    );
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=%2Fsyslog", "", None).await,
+        (200, "sys line\n".into())
+    );
+    // crio is not in the journal: its file under /var/log is the answer.
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=crio", "", None).await,
+        (200, "crio line\n".into())
+    );
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=nothing", "", None).await,
+        (200, "\nlog not found for nothing\n".into())
+    );
+    let (code, body) = call(&r, "GET", "/logs/?query=crio&tailLines=2", "", None).await;
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("options present and query resolved to log files for [crio]"),
+        "{body}"
+    );
+    assert_eq!(
+        call(&r, "GET", "/logs/syslog?query=kubelet", "", None).await,
+        (406, "path not allowed in query mode\n".into())
+    );
+    assert_eq!(call(&r, "GET", "/logs/?tailLines=x", "", None).await.0, 400);
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=a&query=b%2Fc", "", None)
+            .await
+            .0,
+        406
+    );
+    let before = runs.lock().unwrap().len();
+    for hostile in [
+        "kubelet%3Bid",
+        "%24(id)",
+        "kubelet%0A--unit%3Dssh",
+        "a%20b",
+        "..%2F..%2Fetc%2Fshadow",
+    ] {
+        let (code, _) = call(&r, "GET", &format!("/logs/?query={hostile}"), "", None).await;
+        assert_eq!(code, 406, "{hostile}");
+    }
+    assert_eq!(
+        runs.lock().unwrap().len(),
+        before,
+        "journalctl never ran for a refused query"
+    );
+    // Plain file requests are unchanged.
+    assert_eq!(
+        call(&r, "GET", "/logs/syslog", "", None).await,
+        (200, "sys line\n".into())
+    );
+
+    // Without journald every service is looked for as a file.
+    let no_journal = journal::fake::FakeJournal::default();
+    let none_runs = no_journal.runs.clone();
+    let r = api_router(log_query_state(d.path(), no_journal), true);
+    assert_eq!(
+        call(&r, "GET", "/logs/?query=kubelet", "", None).await,
+        (200, "\nlog not found for kubelet\n".into())
+    );
+    assert!(none_runs.lock().unwrap().is_empty());
+}
+
+/// With NodeLogQuery off (the default) the query is ignored: /logs/ stays a file server.
+#[tokio::test]
+async fn node_log_query_off_serves_files_only() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("syslog"), "sys line\n").unwrap();
+    let mut state = log_query_state(d.path(), Default::default());
+    state.debug = Arc::new(zpages::Debug::default());
+    let r = api_router(state, true);
+    let (code, body) = call(&r, "GET", "/logs/?query=kubelet", "", None).await;
+    assert_eq!(code, 200);
+    assert!(body.contains("<a href=\"syslog\">syslog</a>"), "{body}");
 }

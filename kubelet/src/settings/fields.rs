@@ -436,7 +436,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream) and EventedPLEG (off by default, as upstream: container events from GetContainerEvents wake the PLEG, whose relist then runs every 300 s; without the call, as on containerd 1.6, it relists every second after five tries) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), EventedPLEG (off by default, as upstream: container events from GetContainerEvents wake the PLEG, whose relist then runs every 300 s; without the call, as on containerd 1.6, it relists every second after five tries), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line) and NodeLogQuery (off by default, see enableSystemLogQuery) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "failSwapOn",
@@ -478,7 +478,7 @@ pub const FIELDS: &[Setting] = &[
         "configMapAndSecretChangeDetectionStrategy",
         NotImplemented,
         &["Watch"],
-        "ConfigMap/Secret volumes are not supported.",
+        "ConfigMap and Secret volumes and env are kept current through a watch per referenced object (upstream's Watch, the default); Get and Cache are not implemented.",
     ),
     s(
         "systemReserved",
@@ -602,9 +602,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "enableSystemLogQuery",
-        NotImplemented,
-        &["false"],
-        "`/logs/` serves files only; the `query` parameter is not supported.",
+        Implemented,
+        &[],
+        "false (default): `/logs/` serves files only. true (needs the NodeLogQuery gate and enableSystemLogHandler, as upstream): `/logs/?query=` reads services from the journal through journalctl (query, sinceTime, untilTime, tailLines, pattern, boot validated as upstream; at most 4 services named [a-zA-Z0-9-_@]; 30 s per answer), falls back to /var/log/<svc>, <svc>.log or <svc>/<svc>.log for a service the journal does not know (or without journald), and serves one queried file beneath /var/log. No gzip encoding of the answer.",
     ),
     s(
         "nodeAgentNetwork.enabled",
@@ -695,13 +695,13 @@ pub const FIELDS: &[Setting] = &[
         "enableProfilingHandler",
         Implemented,
         &[],
-        "No pprof handlers are served at all, so false holds.",
+        "true (default): the agent has no Go runtime and carries no profiler, so every path below /debug/pprof/ on :10250 answers 404 saying so; false: 405 \"profiling endpoint is disabled.\", as upstream.",
     ),
     s(
         "enableDebugFlagsHandler",
         Implemented,
         &[],
-        "No /debug/flags handler is served at all, so false holds.",
+        "true (default, with enableDebuggingHandlers): PUT /debug/flags/v on :10250 (authorized as nodes/proxy, verb update) sets the log verbosity at run time (0-1 info, 2-4 debug, 5+ trace, as --v); false: 405 \"flags endpoint is disabled.\".",
     ),
     s(
         "seccompDefault",
@@ -732,7 +732,7 @@ pub const FIELDS: &[Setting] = &[
         "localStorageCapacityIsolation",
         NotImplemented,
         &["true"],
-        "ephemeral storage is not measured or limited.",
+        "true (default): ephemeral storage is measured and a pod over its emptyDir sizeLimit or ephemeral-storage limit is evicted (see the eviction manager); false (no local storage isolation) is not implemented.",
     ),
     s(
         "containerRuntimeEndpoint",

@@ -47,7 +47,7 @@ pub const FLAGS: &[Setting] = &[
         "--pod-infra-container-image",
         Implemented,
         &[],
-        "As upstream, the runtime's sandbox image wins; upstream's only other effect (exempting it from image GC) holds trivially: images are never collected.",
+        "As upstream, the runtime's sandbox image wins; upstream's other effect holds too: image garbage collection never removes this image (default registry.k8s.io/pause:3.10), even when the runtime does not pin it.",
     ),
     s(
         "--pod-manifest-path",

@@ -15,6 +15,8 @@ const NO_CM: &str = "there is no CPU/memory/topology manager.";
 
 mod fields;
 mod flags;
+#[cfg(test)]
+mod readme;
 
 pub use fields::FIELDS;
 pub use flags::FLAGS;

@@ -20,6 +20,7 @@ fn state() -> AppState {
         streaming: Arc::new(crate::server::streaming::Streaming::new(
             Duration::from_secs(60),
         )),
+        debug: Default::default(),
     }
 }
 

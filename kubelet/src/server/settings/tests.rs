@@ -80,3 +80,39 @@ fn bad_connection_limits_are_named() {
         assert!(e.contains(want), "{text}: {e}");
     }
 }
+
+#[test]
+fn debug_settings_defaults_and_upstream_validation() {
+    let off = |_: &str, d: bool| d;
+    let on = |_: &str, _: bool| true;
+    let d = debug_settings(None, None, None, true, off).unwrap();
+    assert!(d.enable_debug_flags_handler && d.enable_profiling_handler);
+    assert!(!d.enable_system_log_query);
+    assert!(
+        d.statusz && d.flagz,
+        "both z-pages are on by default in v1.36"
+    );
+    let f = serde_json::json!(false);
+    let t = serde_json::json!(true);
+    let d = debug_settings(Some(&f), Some(&f), None, true, off).unwrap();
+    assert!(!d.enable_debug_flags_handler && !d.enable_profiling_handler);
+    assert!(
+        debug_settings(Some(&serde_json::json!("yes")), None, None, true, off)
+            .unwrap_err()
+            .starts_with("enableDebugFlagsHandler:")
+    );
+    // enableSystemLogQuery needs the gate (off by default) and the log handler.
+    assert_eq!(
+        debug_settings(None, None, Some(&t), true, off).unwrap_err(),
+        "invalid configuration: NodeLogQuery feature gate is required for enableSystemLogHandler"
+    );
+    assert_eq!(
+        debug_settings(None, None, Some(&t), false, on).unwrap_err(),
+        "invalid configuration: enableSystemLogHandler is required for enableSystemLogQuery"
+    );
+    assert!(
+        debug_settings(None, None, Some(&t), true, on)
+            .unwrap()
+            .enable_system_log_query
+    );
+}

@@ -238,6 +238,7 @@ async fn setup(stream_base: &str, idle: Duration) -> Setup {
         stats: crate::stats::Handle::default(),
         runtime: Arc::new(crate::server::logs::RuntimeLookup::default()),
         streaming: streaming.clone(),
+        debug: Default::default(),
     };
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();

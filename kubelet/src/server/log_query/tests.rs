@@ -1,0 +1,168 @@
+use super::*;
+
+fn p(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn query(pairs: &[(&str, &str)]) -> Query {
+    parse(&p(pairs)).unwrap().unwrap()
+}
+
+#[test]
+fn parsing_sorts_services_files_and_options_as_upstream() {
+    assert_eq!(parse(&p(&[])), Ok(None));
+    assert_eq!(parse(&p(&[("other", "x")])), Ok(None));
+    let q = query(&[
+        ("query", "kubelet"),
+        ("query", "/syslog"),
+        ("query", "  "),
+        ("tailLines", "5"),
+    ]);
+    assert_eq!(q.services, ["kubelet"]);
+    assert_eq!(q.files, ["/syslog"]);
+    assert_eq!(q.tail_lines, Some(5));
+    assert_eq!(
+        parse(&p(&[("query", "  ")])).unwrap_err(),
+        r#"query: Invalid value: []string{"  "}: query cannot be empty"#
+    );
+    assert_eq!(
+        parse(&p(&[("sinceTime", "yesterday"), ("tailLines", "x")])).unwrap_err(),
+        r#"[sinceTime: Invalid value: "yesterday": invalid time format, tailLines: Invalid value: "x": strconv.Atoi: parsing "x": invalid syntax]"#
+    );
+    // Options alone parse; validation then refuses them.
+    assert_eq!(query(&[("boot", "-1")]).boot, Some(-1));
+}
+
+#[test]
+fn validation_refuses_what_upstream_refuses() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("syslog"), "x").unwrap();
+    let v = |pairs: &[(&str, &str)]| validate(&query(pairs), d.path());
+    assert_eq!(v(&[("query", "kubelet")]), Ok(()));
+    assert_eq!(v(&[("query", "/syslog")]), Ok(()));
+    assert_eq!(
+        v(&[("tailLines", "3")]).unwrap_err(),
+        "query: Required value: cannot be empty with options"
+    );
+    assert_eq!(
+        v(&[("query", "a"), ("query", "b/c")]).unwrap_err(),
+        r#"query: Invalid value: "[b/c], [a]": cannot specify a file and service"#
+    );
+    assert_eq!(
+        v(&[("query", "/syslog"), ("tailLines", "1")]).unwrap_err(),
+        r#"query: Invalid value: []string{"/syslog"}: cannot specify file with options"#
+    );
+    assert!(
+        v(&[("query", "/missing")])
+            .unwrap_err()
+            .contains("no such file or directory")
+    );
+    assert_eq!(
+        v(&[("query", "kubelet"), ("boot", "1")]).unwrap_err(),
+        "boot: Invalid value: 1: must be less than 1"
+    );
+    assert_eq!(
+        v(&[("query", "kubelet"), ("tailLines", "100001")]).unwrap_err(),
+        "tailLines: Invalid value: 100001: must be between 0 and 100000, inclusive"
+    );
+    assert!(
+        v(&[("query", "kubelet"), ("pattern", "(unclosed")])
+            .unwrap_err()
+            .starts_with(r#"pattern: Invalid value: "(unclosed": error parsing regexp"#)
+    );
+    assert_eq!(
+        v(&[
+            ("query", "kubelet"),
+            ("sinceTime", "2026-01-02T00:00:00Z"),
+            ("untilTime", "2026-01-01T00:00:00Z")
+        ])
+        .unwrap_err(),
+        "untilTime: Invalid value: 2026-01-01 00:00:00 +0000 UTC: must be after `sinceTime`"
+    );
+    let five: Vec<(&str, &str)> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|s| ("query", *s))
+        .collect();
+    assert_eq!(
+        v(&five).unwrap_err(),
+        "query: Too many: 5: must have at most 4 items"
+    );
+}
+
+/// Hostile service names never reach journalctl: shell syntax, option injection, paths,
+/// unit globs and oversize names are refused by validation.
+#[test]
+fn hostile_service_names_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    for bad in [
+        "kubelet;id",
+        "$(id)",
+        "--output=json",
+        "kubelet.service",
+        "*",
+        "a b",
+        "kub\u{e9}let",
+        "x\n--unit=ssh",
+    ] {
+        let e = validate(&query(&[("query", bad)]), d.path())
+            .err()
+            .unwrap_or_else(|| panic!("{bad:?} passed"));
+        assert!(
+            e.ends_with("input contains unsupported characters"),
+            "{bad:?}: {e}"
+        );
+    }
+    // A leading dash is a legal name upstream; it stays inside one `--unit=` argument.
+    let q = query(&[("query", "-o")]);
+    assert_eq!(validate(&q, d.path()), Ok(()));
+    assert!(journal_args(&q, &q.services).contains(&"--unit=-o".to_string()));
+    let long = "a".repeat(MAX_SERVICE_LENGTH + 1);
+    let e = validate(&query(&[("query", &long)]), d.path()).unwrap_err();
+    assert!(e.ends_with("length must be less than 100"), "{e}");
+}
+
+#[test]
+fn journal_arguments_as_upstream() {
+    let q = query(&[
+        ("query", "kubelet"),
+        ("sinceTime", "2026-09-24T03:02:03+02:00"),
+        ("untilTime", "2026-09-24T11:00:00Z"),
+        ("tailLines", "5"),
+        ("pattern", "E[0-9]+ -x"),
+        ("boot", "-1"),
+    ]);
+    assert_eq!(
+        journal_args(&q, &q.services),
+        [
+            "--utc",
+            "--no-pager",
+            "--since=2026-9-24 1:2:3",
+            "--until=2026-9-24 11:0:0",
+            "--pager-end",
+            "--lines=5",
+            "--unit=kubelet",
+            "--grep=E[0-9]+ -x",
+            "--boot",
+            "-1",
+            "--output=short-precise",
+        ]
+    );
+}
+
+#[test]
+fn queried_files_stay_beneath_the_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("log");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(d.path().join("secret"), "s").unwrap();
+    std::os::unix::fs::symlink(d.path().join("secret"), root.join("escape")).unwrap();
+    std::fs::write(root.join("ok"), "x").unwrap();
+    assert!(file_beneath(&root, "/ok").is_ok());
+    assert!(file_beneath(&root, "/escape").is_err());
+    // `..` elements are dropped: they cannot climb out.
+    assert!(file_beneath(&root, "/../secret").is_err());
+    assert_eq!(service_files("crio"), ["crio", "crio.log", "crio/crio.log"]);
+}
