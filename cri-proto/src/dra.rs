@@ -58,6 +58,7 @@ mod tests {
             pool_name: "p".into(),
             device_name: "d".into(),
             cdi_device_ids: vec!["x".into()],
+            share_id: None,
         };
         assert_eq!(
             d.encode_to_vec(),
