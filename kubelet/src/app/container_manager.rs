@@ -114,3 +114,25 @@ pub(super) async fn start_devices(
     });
     dm
 }
+
+/// The DRA manager: claims read from the apiserver (cluster mode), what was prepared before
+/// restored from `<root-dir>/dra_manager_state` (a corrupt file is reported and left out).
+pub(super) async fn start_dra(
+    cfg: &Config,
+    cluster: Option<&super::cluster::Connected>,
+) -> Arc<crate::cm::DraManager> {
+    use crate::cm::{DraManager, dra};
+    let api = cluster.map(|c| {
+        Arc::new(dra::KubeClaimApi {
+            client: c.client.clone(),
+        }) as Arc<dyn dra::ClaimApi>
+    });
+    let m = Arc::new(DraManager::new(&cfg.root_dir, api));
+    let d = m.clone();
+    match tokio::task::spawn_blocking(move || d.restore()).await {
+        Ok(Ok(n)) => tracing::debug!(claims = n, "DRA state restored"),
+        Ok(Err(e)) => tracing::error!(error = %e, "DRA state not restored"),
+        Err(e) => tracing::error!(error = %e, "DRA state not restored"),
+    }
+    m
+}

@@ -150,6 +150,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let node = pods::node_settings(&cfg, &cm, &node_ips).await;
     let allocations = pods::allocations(&cfg).await?;
     let worker_parts = pods::WorkerParts {
+        dra: container_manager::start_dra(&cfg, cluster.as_ref()).await,
         devices: devices.clone(),
         allocations: allocations.clone(),
         runtime: runtime.clone(),
@@ -162,13 +163,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         metrics: metrics.clone(),
         pull_records: pull_records.clone(),
     };
-    let storage = pods::storage(
-        &worker_parts.node,
-        &stats,
-        cluster.as_ref(),
-        &mut tasks,
-        &cancel,
-    );
+    let storage = pods::storage(&worker_parts, &stats, cluster.as_ref(), &mut tasks, &cancel);
     let env = pods::worker_env(
         &cfg,
         worker_parts,

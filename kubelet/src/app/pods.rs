@@ -79,6 +79,7 @@ pub(super) async fn node_settings(
 /// and RuntimeClasses informers spawned.
 pub(super) struct WorkerParts {
     pub devices: Arc<crate::cm::DeviceManager>,
+    pub dra: Arc<crate::cm::DraManager>,
     pub allocations: Arc<crate::allocation::Allocations>,
     pub runtime: Arc<dyn Runtime>,
     pub runtime_name: String,
@@ -187,6 +188,7 @@ pub(super) fn worker_env(
         }),
         refusal: crate::pod::field_refusal,
         devices: Some(parts.devices),
+        dra: Some(parts.dra),
     })
 }
 
@@ -224,16 +226,43 @@ impl crate::stats::MeasuredVolumes for InUse {
     }
 }
 
-/// The plugin manager (CSI drivers register through `<root-dir>/plugins_registry`) and, in
+/// DRA drivers' kubelet plugins (type `DRAPlugin`) to the DRA manager.
+struct DraHandler(Arc<crate::cm::DraManager>);
+
+#[async_trait::async_trait]
+impl crate::pluginmanager::PluginHandler for DraHandler {
+    async fn validate(
+        &self,
+        name: &str,
+        endpoint: &str,
+        versions: &[String],
+    ) -> Result<(), String> {
+        self.0.validate_plugin(name, endpoint, versions)
+    }
+    async fn register(
+        &self,
+        name: &str,
+        endpoint: &str,
+        versions: &[String],
+    ) -> Result<(), String> {
+        self.0.register_plugin(name, endpoint, versions)
+    }
+    async fn deregister(&self, name: &str) {
+        self.0.deregister_plugin(name)
+    }
+}
+
+/// The plugin manager (CSI and DRA drivers register through `<root-dir>/plugins_registry`) and, in
 /// cluster mode, the claim-backed and CSI volumes it serves, whose usage `stats` reports.
 pub(super) fn storage(
-    node: &NodeSettings,
+    parts: &WorkerParts,
     stats: &crate::stats::Provider,
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Option<Arc<crate::volume::Storage>> {
     use crate::volume::csi;
+    let node = &parts.node;
     let drivers = Arc::new(csi::CsiDrivers::default());
     let node_info = cluster.map(|c| {
         Arc::new(csi::KubeNodeInfo::new(
@@ -254,6 +283,10 @@ pub(super) fn storage(
     plugins.add_handler(
         cri_proto::plugins::registration::CSI_PLUGIN,
         Arc::new(handler),
+    );
+    plugins.add_handler(
+        cri_proto::plugins::registration::DRA_PLUGIN,
+        Arc::new(DraHandler(parts.dra.clone())),
     );
     tasks.spawn(Arc::new(plugins).run(cancel.clone()));
     let c = cluster?;

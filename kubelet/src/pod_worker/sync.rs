@@ -367,6 +367,7 @@ impl Worker {
                 {
                     add_devices(&mut cfg, opts);
                 }
+                super::dra::add_claim_devices(self.env.dra.as_ref(), &self.pod, &c, &mut cfg)?;
                 Ok((cfg, invalid_names))
             })
             .map_err(|e| StartError::CreateContainerConfig {
