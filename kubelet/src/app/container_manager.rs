@@ -136,3 +136,36 @@ pub(super) async fn start_dra(
     }
     m
 }
+
+/// How often claims of pods that are gone are unprepared (upstream's DRA reconcile period).
+const DRA_RECONCILE_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Upstream's DRA reconcile loop: once every source has reported, claims still prepared for
+/// a pod the agent no longer knows (deleted while the agent was down) are unprepared.
+pub(super) async fn reconcile_dra(
+    dra: Arc<crate::cm::DraManager>,
+    pods: super::eviction::SyncLoopPods,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(DRA_RECONCILE_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if pods
+            .0
+            .send(crate::sync_loop::Control::KnownPods(tx))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let Ok(Some(known)) = rx.await else {
+            continue;
+        };
+        dra.reconcile(&known.into_iter().collect()).await;
+    }
+}

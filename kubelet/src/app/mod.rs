@@ -459,7 +459,12 @@ fn start_sync_loop(
     } else {
         &[Source::File]
     };
+    let dra = p.env.dra.clone();
     let mut sync_loop = SyncLoop::new(p.env, sources, cancel.clone());
+    if let Some(dra) = dra {
+        let pods = eviction::SyncLoopPods(sync_loop.control());
+        tasks.spawn(container_manager::reconcile_dra(dra, pods, cancel.clone()));
+    }
     if let Some(tx) = p.terminated_tx {
         sync_loop.on_terminated(tx);
     }

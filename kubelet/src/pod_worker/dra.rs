@@ -63,6 +63,29 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// A pod that reached Succeeded or Failed runs nothing again: its claims go back to their
+    /// drivers now (upstream's SyncTerminatedPod), not at its deletion. A failure is logged
+    /// and tried again on the next pass.
+    pub(super) async fn release_claims_if_finished(&self, obs: &Observed) {
+        let Some(dra) = self.env.dra.as_ref() else {
+            return;
+        };
+        let finished = self
+            .last_status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        let running = obs
+            .containers
+            .iter()
+            .any(|(_, c)| c.state == ContainerState::Running);
+        if finished && !running && dra.has_pod(&self.uid) {
+            self.unprepare_claims().await;
+        }
+    }
+}
+
 /// Adds the CDI devices of the claims `c` references to its config (after the device
 /// plugins' ones).
 pub(super) fn add_claim_devices(

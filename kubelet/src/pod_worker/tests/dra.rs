@@ -162,3 +162,34 @@ async fn a_pod_whose_claim_is_not_reserved_for_it_waits_with_upstreams_event() {
     w.sync().await;
     assert_eq!(r.rt.running("app").len(), 1, "{:?}", r.events.events());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_finished_pod_gives_its_claims_back_before_it_is_deleted() {
+    let d = dra_rig();
+    let r = &d.r;
+    d.api.put(claim(
+        "default",
+        "gpu-claim",
+        "claim-uid-7",
+        Some(DRIVER),
+        Some("uid-1"),
+    ));
+    let mut p = claim_pod();
+    p.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    let mut w = Worker::new(r.env.clone(), p, None);
+    w.sync().await;
+    let id = r.rt.running("app")[0].clone();
+    assert_eq!(d.seen.lock().unwrap().len(), 1);
+    r.rt.exit_container(&id, 0);
+    w.sync().await;
+    assert_eq!(status(r).phase.as_deref(), Some("Succeeded"));
+    let seen = d.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.get(1).map(String::as_str),
+        Some("unprepare claim-uid-7 with 0 running"),
+        "{seen:?}"
+    );
+    // Once only.
+    w.sync().await;
+    assert_eq!(d.seen.lock().unwrap().len(), 2);
+}
