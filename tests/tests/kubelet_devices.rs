@@ -303,6 +303,14 @@ fn dra_driver_prepares_claims_before_the_container_and_unprepares_after_delete()
         ))
     });
     assert!(unprepared.at >= deleted_at);
-    let state = std::fs::read_to_string(node.p("var/lib/kubelet/dra_manager_state")).unwrap();
-    assert!(!state.contains(&claim_uid), "{state}");
+    // The checkpoint drops the claim once the driver has answered.
+    wait_for(
+        "claim gone from dra_manager_state",
+        Duration::from_secs(10),
+        || {
+            let state =
+                std::fs::read_to_string(node.p("var/lib/kubelet/dra_manager_state")).ok()?;
+            (!state.contains(&claim_uid)).then_some(())
+        },
+    );
 }
