@@ -19,6 +19,7 @@ use tonic::transport::{Endpoint, Uri};
 pub use tonic::transport::Channel;
 
 pub mod deviceplugin;
+pub mod dra;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod plugins;

@@ -16,6 +16,7 @@
 
 pub mod controlplane;
 pub mod csi_driver;
+pub mod dra_driver;
 pub mod joined;
 pub mod kubelet;
 pub mod netns;

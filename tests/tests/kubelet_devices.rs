@@ -179,3 +179,138 @@ fn device_plugin_devices_reach_pods_and_survive_an_agent_restart() {
     );
     let _ = three;
 }
+
+// ---- DRA (dynamic resource allocation): a test driver's kubelet plugin ----
+
+const DRA_DRIVER: &str = "gpu.example.com";
+
+fn rfc3339_secs(v: &Value) -> i64 {
+    v.as_str()
+        .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+        .map(|t| t.as_second())
+        .unwrap_or_else(|| panic!("not a timestamp: {v}"))
+}
+
+fn unix_secs(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+/// A DRA driver registered through `plugins_registry` gets NodePrepareResources with the
+/// claim's UID before the container starts, once the claim is reserved for the pod (until
+/// then the pod waits with upstream's FailedPrepareDynamicResources event), and
+/// NodeUnprepareResources once the pod is deleted. containerd 1.6 has no CDI: the CDI device
+/// reaching the container config is checked through the fake runtime
+/// (`dra_claims_are_prepared_before_the_container_and_reach_its_cdi_devices`).
+#[test]
+fn dra_driver_prepares_claims_before_the_container_and_unprepares_after_delete() {
+    use node_tests::dra_driver::TestDraDriver;
+    require_rig!();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-dra", Options::default(), false);
+    wait_for("node registered", Duration::from_secs(60), || {
+        check_alive(&mut kubelet);
+        cp.get("nodes", "", NODE)
+    });
+    let driver = TestDraDriver::start(&node.p("var/lib/kubelet"), DRA_DRIVER, "example.com/gpu");
+    wait_for("DRA plugin registered", Duration::from_secs(60), || {
+        check_alive(&mut kubelet);
+        driver
+            .statuses()
+            .iter()
+            .any(|s| s.plugin_registered)
+            .then_some(())
+    });
+    // Allocated by the driver, not reserved for the pod yet.
+    let claim = cp
+        .create(
+            "resourceclaims.resource.k8s.io",
+            json!({"metadata": {"name": "gpu-claim", "namespace": "default"},
+                "spec": {"devices": {"requests": [{"name": "gpu",
+                    "exactly": {"deviceClassName": "gpu.example.com"}}]}}}),
+        )
+        .unwrap();
+    let claim_uid = claim["metadata"]["uid"].as_str().unwrap().to_string();
+    let mut c = claim.clone();
+    c["status"] = json!({"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRA_DRIVER, "pool": "node", "device": "dev-0"}]}}});
+    let claim = cp
+        .update_status("resourceclaims.resource.k8s.io", c)
+        .unwrap();
+    let pod = cp
+        .create(
+            "pods",
+            json!({"metadata": {"name": "dra", "namespace": "default"},
+                "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}],
+                    "containers": [{"name": "main", "image": BUSYBOX,
+                        "command": ["sleep", "3600"],
+                        "resources": {"claims": [{"name": "gpu"}]}}]}}),
+        )
+        .unwrap();
+    let pod_uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let want = format!(
+        "Failed to prepare dynamic resources: prepare dynamic resources: pod dra ({pod_uid}) is not allowed to use ResourceClaim gpu-claim ({claim_uid})"
+    );
+    wait_for(
+        "FailedPrepareDynamicResources",
+        Duration::from_secs(60),
+        || {
+            check_alive(&mut kubelet);
+            cp.list("events", Some("default")).into_iter().find(|e| {
+                e["reason"] == "FailedPrepareDynamicResources" && e["message"] == want.as_str()
+            })
+        },
+    );
+    let p = cp.get("pods", "default", "dra").unwrap();
+    assert_ne!(p["status"]["phase"], "Running", "{p:#}");
+    assert!(
+        driver
+            .call(&format!(
+                "NodePrepareResources default/gpu-claim {claim_uid}"
+            ))
+            .is_none()
+    );
+
+    // Reserved for the pod: prepared (slowly), then the container starts.
+    driver.set_prepare_delay(Duration::from_secs(3));
+    let mut c = claim.clone();
+    c["status"]["reservedFor"] = json!([{"resource": "pods", "name": "dra", "uid": pod_uid}]);
+    cp.update_status("resourceclaims.resource.k8s.io", c)
+        .unwrap();
+    let running = phase(&cp, &mut kubelet, "dra", "Running");
+    let prepared = driver
+        .call(&format!(
+            "NodePrepareResources default/gpu-claim {claim_uid}"
+        ))
+        .unwrap_or_else(|| panic!("{:?}", driver.calls()));
+    let started =
+        rfc3339_secs(&running["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]);
+    assert!(
+        started >= unix_secs(prepared.answered),
+        "the container started at {started}, before NodePrepareResources answered at {:?}",
+        prepared.answered
+    );
+    let state = std::fs::read_to_string(node.p("var/lib/kubelet/dra_manager_state")).unwrap();
+    assert!(state.contains(&claim_uid), "{state}");
+
+    // Deleted: the claim goes back to the driver once the container is gone.
+    let deleted_at = std::time::SystemTime::now();
+    cp.delete("pods", "default", "dra", Some(0)).unwrap();
+    let unprepared = wait_for("NodeUnprepareResources", Duration::from_secs(60), || {
+        check_alive(&mut kubelet);
+        driver.call(&format!(
+            "NodeUnprepareResources default/gpu-claim {claim_uid}"
+        ))
+    });
+    assert!(unprepared.at >= deleted_at);
+    // The checkpoint drops the claim once the driver has answered.
+    wait_for(
+        "claim gone from dra_manager_state",
+        Duration::from_secs(10),
+        || {
+            let state =
+                std::fs::read_to_string(node.p("var/lib/kubelet/dra_manager_state")).ok()?;
+            (!state.contains(&claim_uid)).then_some(())
+        },
+    );
+}

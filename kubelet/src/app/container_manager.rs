@@ -114,3 +114,58 @@ pub(super) async fn start_devices(
     });
     dm
 }
+
+/// The DRA manager: claims read from the apiserver (cluster mode), what was prepared before
+/// restored from `<root-dir>/dra_manager_state` (a corrupt file is reported and left out).
+pub(super) async fn start_dra(
+    cfg: &Config,
+    cluster: Option<&super::cluster::Connected>,
+) -> Arc<crate::cm::DraManager> {
+    use crate::cm::{DraManager, dra};
+    let api = cluster.map(|c| {
+        Arc::new(dra::KubeClaimApi {
+            client: c.client.clone(),
+        }) as Arc<dyn dra::ClaimApi>
+    });
+    let m = Arc::new(DraManager::new(&cfg.root_dir, api));
+    let d = m.clone();
+    match tokio::task::spawn_blocking(move || d.restore()).await {
+        Ok(Ok(n)) => tracing::debug!(claims = n, "DRA state restored"),
+        Ok(Err(e)) => tracing::error!(error = %e, "DRA state not restored"),
+        Err(e) => tracing::error!(error = %e, "DRA state not restored"),
+    }
+    m
+}
+
+/// How often claims of pods that are gone are unprepared (upstream's DRA reconcile period).
+const DRA_RECONCILE_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Upstream's DRA reconcile loop: once every source has reported, claims still prepared for
+/// a pod the agent no longer knows (deleted while the agent was down) are unprepared.
+pub(super) async fn reconcile_dra(
+    dra: Arc<crate::cm::DraManager>,
+    pods: super::eviction::SyncLoopPods,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(DRA_RECONCILE_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if pods
+            .0
+            .send(crate::sync_loop::Control::KnownPods(tx))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let Ok(Some(known)) = rx.await else {
+            continue;
+        };
+        dra.reconcile(&known.into_iter().collect()).await;
+    }
+}

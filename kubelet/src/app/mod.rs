@@ -81,6 +81,8 @@ pub(crate) struct Shared {
     pub probes: Arc<probes::ProbeManager>,
     /// The device manager: Node capacity and admission of device requests.
     pub devices: Arc<crate::cm::DeviceManager>,
+    /// The DRA manager: pods' ResourceClaims prepared by their drivers' plugins.
+    pub dra: Arc<crate::cm::DraManager>,
     pub pull_records: Option<Arc<crate::images::PullRecords>>,
     /// The pods' allocated resources (admission decides resizes).
     pub allocations: Arc<crate::allocation::Allocations>,
@@ -193,6 +195,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let (probes, probe_rx) = probe_manager(&metrics, &events);
     let shared = Shared {
         devices: container_manager::start_devices(&cfg, &mut tasks, &cancel).await,
+        dra: container_manager::start_dra(&cfg, cluster.as_ref()).await,
         pull_records: start_pull_records(&cfg, runtime.as_ref()).await?,
         allocations: pods::allocations(&cfg).await?,
         node_ips: node_ips(&cfg),
@@ -482,6 +485,12 @@ fn start_sync_loop(
     if let Some(tx) = terminated_tx {
         sync_loop.on_terminated(tx);
     }
+    let pods = eviction::SyncLoopPods(sync_loop.control());
+    tasks.spawn(container_manager::reconcile_dra(
+        p.dra.clone(),
+        pods,
+        cancel.clone(),
+    ));
     let loop_health = sync_loop.health();
     eviction::spawn(
         cfg,

@@ -83,7 +83,7 @@ pub(super) async fn start(
     cancel: &CancellationToken,
 ) -> PodSide {
     let node = node_settings(cfg, &cm, &shared.node_ips).await;
-    let storage = storage(&node, &shared.stats, cluster, tasks, cancel);
+    let storage = storage(&node, (&shared.stats, &shared.dra), cluster, tasks, cancel);
     let worker = (runtime_name, cm, node);
     let deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);
     PodSide { deps, storage }
@@ -186,6 +186,7 @@ fn worker_env(
         }),
         refusal: crate::pod::field_refusal,
         devices: Some(parts.devices.clone()),
+        dra: Some(parts.dra.clone()),
     })
 }
 
@@ -223,11 +224,37 @@ impl crate::stats::MeasuredVolumes for InUse {
     }
 }
 
-/// The plugin manager (CSI drivers register through `<root-dir>/plugins_registry`) and, in
+/// DRA drivers' kubelet plugins (type `DRAPlugin`) to the DRA manager.
+struct DraHandler(Arc<crate::cm::DraManager>);
+
+#[async_trait::async_trait]
+impl crate::pluginmanager::PluginHandler for DraHandler {
+    async fn validate(
+        &self,
+        name: &str,
+        endpoint: &str,
+        versions: &[String],
+    ) -> Result<(), String> {
+        self.0.validate_plugin(name, endpoint, versions)
+    }
+    async fn register(
+        &self,
+        name: &str,
+        endpoint: &str,
+        versions: &[String],
+    ) -> Result<(), String> {
+        self.0.register_plugin(name, endpoint, versions)
+    }
+    async fn deregister(&self, name: &str) {
+        self.0.deregister_plugin(name)
+    }
+}
+
+/// The plugin manager (CSI and DRA drivers register through `<root-dir>/plugins_registry`) and, in
 /// cluster mode, the claim-backed and CSI volumes it serves, whose usage `stats` reports.
 fn storage(
     node: &NodeSettings,
-    stats: &crate::stats::Provider,
+    (stats, dra): (&crate::stats::Provider, &Arc<crate::cm::DraManager>),
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
@@ -253,6 +280,10 @@ fn storage(
     plugins.add_handler(
         cri_proto::plugins::registration::CSI_PLUGIN,
         Arc::new(handler),
+    );
+    plugins.add_handler(
+        cri_proto::plugins::registration::DRA_PLUGIN,
+        Arc::new(DraHandler(dra.clone())),
     );
     tasks.spawn(Arc::new(plugins).run(cancel.clone()));
     let c = cluster?;

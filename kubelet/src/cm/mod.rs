@@ -7,6 +7,8 @@ pub mod allocatable;
 mod cgroups;
 pub mod devicemanager;
 pub use devicemanager::{DeviceManager, RunOptions};
+pub mod dra;
+pub use dra::{DraError, DraManager};
 pub mod driver;
 mod fs;
 pub mod limits;

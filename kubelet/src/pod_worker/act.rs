@@ -2,6 +2,7 @@
 //! instances), then the sandbox and the starts, with volumes set up meanwhile. Each action is
 //! logged in the pod's span.
 
+use super::dra::DRA_RETRY;
 use super::ephemeral;
 use super::sync::VOLUME_RETRY;
 use super::*;
@@ -79,12 +80,18 @@ impl Worker {
             let (volumes, pod) = (self.env.volumes.clone(), self.pod.clone());
             tokio::spawn(async move { volumes.mount(&pod).await })
         });
+        // The pod's claims are prepared before its sandbox and containers; until they are,
+        // nothing starts.
+        let claims_ready = starts.is_empty() || self.prepare_claims(starts).await;
+        if !claims_ready {
+            wake = Some(wake.map_or(DRA_RETRY, |x| x.min(DRA_RETRY)));
+        }
         let mut sandbox = obs
             .sandboxes
             .first()
-            .filter(|s| s.state == SandboxState::Ready)
+            .filter(|s| s.state == SandboxState::Ready && claims_ready)
             .map(|s| (s.id.clone(), s.attempt));
-        if let Some(attempt) = create_sandbox {
+        if let Some(attempt) = create_sandbox.filter(|_| claims_ready) {
             tracing::info!(action = %Action::CreateSandbox { attempt }, "creating the pod sandbox");
             match self.create_sandbox(attempt).await {
                 Ok(id) => sandbox = Some((id, attempt)),

@@ -49,6 +49,9 @@ pub struct Deps {
     /// The device plugins' allocations: their envs, mounts, device nodes, annotations and
     /// CDI names go into the container's config. None: no device manager (tests).
     pub devices: Option<Arc<crate::cm::DeviceManager>>,
+    /// The pods' ResourceClaims (dynamic resource allocation): prepared before the sandbox,
+    /// their CDI devices in the containers using them. None: no DRA (tests).
+    pub dra: Option<Arc<crate::cm::DraManager>>,
 }
 
 /// A check of a pod's field values: the (reason, message) of the first refused one.

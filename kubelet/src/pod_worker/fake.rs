@@ -77,6 +77,7 @@ impl Deps {
             // The fakes refuse nothing; a test that needs admission's refusals sets them.
             refusal: |_| None,
             devices: None,
+            dra: None,
         }
     }
 }

@@ -64,6 +64,7 @@ pub enum Msg {
 
 mod act;
 mod deps;
+mod dra;
 mod ephemeral;
 mod exit_message;
 #[cfg(any(test, feature = "test-util"))]

@@ -162,6 +162,7 @@ impl Worker {
         waiting.extend(p.waiting.clone());
         self.update_probes(&obs);
         self.publish(&obs, waiting, false);
+        self.release_claims_if_finished(&obs).await;
         // The deadline counts from the start time, which a new sandbox may just have set.
         let wake = match (wake, self.active_deadline_left().filter(|d| !d.is_zero())) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -371,6 +372,7 @@ impl Worker {
                 {
                     add_devices(&mut cfg, opts);
                 }
+                super::dra::add_claim_devices(self.env.dra.as_ref(), &self.pod, &c, &mut cfg)?;
                 Ok((cfg, invalid_names))
             })
             .map_err(|e| StartError::CreateContainerConfig {

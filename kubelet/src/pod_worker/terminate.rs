@@ -99,6 +99,10 @@ impl Worker {
         if !clean {
             return false;
         }
+        // Nothing of the pod runs: its claims go back to their drivers.
+        if !self.unprepare_claims().await {
+            return false;
+        }
         let (cgroups, uid) = (self.env.cgroups.clone(), self.uid.clone());
         match tokio::task::spawn_blocking(move || cgroups.remove_pod(&uid)).await {
             Ok(Ok(())) => {}

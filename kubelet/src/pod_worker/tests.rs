@@ -1348,6 +1348,8 @@ async fn sandbox_config_carries_pod_resources_and_overhead() {
 
 // Pull credentials, RuntimeClass handlers and service links through a worker.
 mod cluster_inputs;
+// ResourceClaims (DRA) through the DRA manager and a fake driver plugin.
+mod dra;
 // The worker over the fakes of its narrow dependencies.
 mod fakes;
 // Pod fields of issue 27 (shared PID namespace, ephemeral containers, restart rules, ...).

@@ -264,6 +264,16 @@ pub static RESOURCES: &[ResourceDef] = &[
         )
     },
     ResourceDef {
+        status: true,
+        ..def(
+            "resource.k8s.io",
+            "resourceclaims",
+            "resourceclaim",
+            "ResourceClaim",
+            true,
+        )
+    },
+    ResourceDef {
         create_on_update: true,
         fields: EVENTS_V1_FIELDS,
         short: &["ev"],

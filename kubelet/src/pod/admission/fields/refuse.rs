@@ -12,10 +12,6 @@ pub const OS_REASON: &str = "PodOSNotSupported";
 pub const OS_MESSAGE: &str = "Failed to admit pod as the OS field doesn't match node OS";
 
 pub const HOSTNAME_OVERRIDE: &str = "spec.hostnameOverride is not supported by this node agent";
-pub const RESOURCE_CLAIMS: &str =
-    "spec.resourceClaims (dynamic resource allocation) is not supported by this node agent";
-pub const RESOURCE_CLAIMS_CONTAINER: &str =
-    "resources.claims (dynamic resource allocation) is not supported by this node agent";
 pub const INIT_RESTART_RULES: &str = "restartPolicyRules, or a restartPolicy other than Always, on an init container is not supported by this node agent (regular containers have them; Always makes a sidecar)";
 pub const STOP_SIGNAL: &str = "lifecycle.stopSignal is not supported by this node agent";
 pub const FILE_KEY_REF: &str = "env valueFrom.fileKeyRef is not supported by this node agent";
@@ -65,27 +61,6 @@ pub const REFUSALS: &[Refusal] = &[
         message: HOSTNAME_OVERRIDE,
         example: r#"{"hostnameOverride": "other"}"#,
         check: |s| nonempty(&s.hostname_override),
-    },
-    Refusal {
-        owner: "PodSpec",
-        field: "resourceClaims",
-        reason: REASON,
-        message: RESOURCE_CLAIMS,
-        example: r#"{"resourceClaims": [{"name": "gpu", "resourceClaimName": "g"}]}"#,
-        check: |s| set(&s.resource_claims),
-    },
-    Refusal {
-        owner: "ResourceRequirements",
-        field: "claims",
-        reason: REASON,
-        message: RESOURCE_CLAIMS_CONTAINER,
-        example: r#"{"containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "gpu"}]}}]}"#,
-        check: |s| {
-            containers(s)
-                .filter_map(|c| c.resources.as_ref())
-                .chain(s.resources.as_ref())
-                .any(|r| set(&r.claims))
-        },
     },
     Refusal {
         owner: "Container",
