@@ -20,6 +20,14 @@ use cri_proto::plugins::registration::{
 };
 use tonic::{Request, Response, Status};
 
+/// The CSIDriver object of a driver (`storage.k8s.io/v1`), with `spec` as given. Without an
+/// object upstream's kubelet waits for an attach, which no controller does in the test
+/// control plane: drivers whose volumes are mounted without one say `attachRequired: false`.
+pub fn csi_driver_object(name: &str, spec: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+        "metadata": {"name": name}, "spec": spec})
+}
+
 /// How the driver behaves.
 #[derive(Debug, Clone)]
 pub struct DriverOptions {
@@ -53,6 +61,8 @@ struct State {
     calls: Arc<Mutex<Vec<String>>>,
     statuses: Arc<Mutex<Vec<RegistrationStatus>>>,
     endpoint: String,
+    stages: Arc<Mutex<Vec<csi::NodeStageVolumeRequest>>>,
+    publishes: Arc<Mutex<Vec<csi::NodePublishVolumeRequest>>>,
 }
 
 impl State {
@@ -88,6 +98,8 @@ impl TestCsiDriver {
             calls: Default::default(),
             statuses: Default::default(),
             endpoint: csi_socket.display().to_string(),
+            stages: Default::default(),
+            publishes: Default::default(),
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -129,6 +141,16 @@ impl TestCsiDriver {
     /// Every call so far, one line each (`NodePublishVolume <id> <target> ro=false`, ...).
     pub fn calls(&self) -> Vec<String> {
         self.state.calls.lock().unwrap().clone()
+    }
+
+    /// Each `NodeStageVolume` request as it came (secrets, publish context, capability).
+    pub fn stage_requests(&self) -> Vec<csi::NodeStageVolumeRequest> {
+        self.state.stages.lock().unwrap().clone()
+    }
+
+    /// Each `NodePublishVolume` request as it came (volume context, secrets, ...).
+    pub fn publish_requests(&self) -> Vec<csi::NodePublishVolumeRequest> {
+        self.state.publishes.lock().unwrap().clone()
     }
 
     /// What the kubelet answered to registration.
@@ -309,6 +331,7 @@ impl Node for State {
         r: Request<csi::NodeStageVolumeRequest>,
     ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
         let r = r.into_inner();
+        self.stages.lock().unwrap().push(r.clone());
         self.record(format!(
             "NodeStageVolume {} {}",
             r.volume_id, r.staging_target_path
@@ -348,6 +371,7 @@ impl Node for State {
         r: Request<csi::NodePublishVolumeRequest>,
     ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
         let r = r.into_inner();
+        self.publishes.lock().unwrap().push(r.clone());
         let ephemeral = r
             .volume_context
             .get("csi.storage.k8s.io/ephemeral")

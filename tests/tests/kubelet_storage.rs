@@ -8,9 +8,14 @@
 //! kubelet_volume_stats_*); a claim that is not bound and a failing NodeStageVolume hold
 //! the pod in ContainerCreating with upstream's FailedMount messages; inline CSI and generic
 //! ephemeral volumes work, and a generic ephemeral claim the pod does not own is refused.
+//! The CSIDriver object's fields reach the driver: a volume that needs an attach waits for
+//! the Node's `volumesAttached` and its VolumeAttachment, whose metadata is the publish
+//! context; stage and publish Secrets, the pod's information and a ServiceAccount token
+//! bound to the pod arrive in the requests (and never in the agent's log); with
+//! `fsGroupPolicy: File` the kubelet gives the volume the pod's fsGroup.
 
 use node_tests::controlplane::Options;
-use node_tests::csi_driver::{DriverOptions, TestCsiDriver};
+use node_tests::csi_driver::{DriverOptions, TestCsiDriver, csi_driver_object};
 use node_tests::joined::{JoinedNode, NODE};
 use node_tests::require_rig;
 use node_tests::{Kubelet, NetnsControlPlane, wait_for};
@@ -212,6 +217,11 @@ fn claims_keep_their_data_from_one_pod_to_the_next() {
     wait_for("driver registered", Duration::from_secs(30), || {
         driver.statuses().first().map(|s| s.plugin_registered)
     });
+    cp.create(
+        "csidrivers.storage.k8s.io",
+        csi_driver_object(DRIVER, json!({"attachRequired": false})),
+    )
+    .unwrap();
 
     // A claim not bound yet: the pod waits with upstream's message, then starts once bound.
     let host = tempfile::tempdir().unwrap();
@@ -437,6 +447,13 @@ fn failing_stage_and_ephemeral_volumes() {
     wait_for("drivers registered", Duration::from_secs(30), || {
         (driver.statuses().len() == 1 && broken.statuses().len() == 1).then_some(())
     });
+    for name in [DRIVER, "broken.test.example.com"] {
+        cp.create(
+            "csidrivers.storage.k8s.io",
+            csi_driver_object(name, json!({"attachRequired": false})),
+        )
+        .unwrap();
+    }
 
     // NodeStageVolume fails: FailedMount with the driver's message, ContainerCreating.
     bound_claim(
@@ -453,12 +470,13 @@ fn failing_stage_and_ephemeral_volumes() {
     );
     gone(&cp, "stuck");
 
-    // An inline CSI volume, once the CSIDriver object allows Ephemeral.
-    cp.create(
-        "csidrivers.storage.k8s.io",
-        json!({"metadata": {"name": DRIVER}, "spec": {"volumeLifecycleModes": ["Persistent", "Ephemeral"]}}),
-    )
-    .unwrap();
+    // An inline CSI volume, once the CSIDriver object allows Ephemeral (with the pod's
+    // information in the volume context, where `csi.storage.k8s.io/ephemeral` tells the
+    // driver it is inline).
+    let mut d = cp.get("csidrivers.storage.k8s.io", "", DRIVER).unwrap();
+    d["spec"]["volumeLifecycleModes"] = json!(["Persistent", "Ephemeral"]);
+    d["spec"]["podInfoOnMount"] = json!(true);
+    cp.update("csidrivers.storage.k8s.io", d).unwrap();
     cp.create(
         "pods",
         pod(
@@ -511,5 +529,137 @@ fn failing_stage_and_ephemeral_volumes() {
     running(&cp, "scratch", &mut kubelet);
     log_has(&node, &cp, "scratch", "owned");
     gone(&cp, "scratch");
+    kubelet.stop();
+}
+
+#[test]
+fn csi_driver_object_fields_reach_the_driver() {
+    require_rig!();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-storage-drv", Options::default(), false);
+    registered(&cp, &mut kubelet);
+    let root = node.p("var/lib/kubelet");
+    let data = tempfile::tempdir().unwrap();
+    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
+    wait_for("driver registered", Duration::from_secs(30), || {
+        driver.statuses().first().map(|s| s.plugin_registered)
+    });
+    // attachRequired is left to its default (true).
+    cp.create(
+        "csidrivers.storage.k8s.io",
+        csi_driver_object(
+            DRIVER,
+            json!({"podInfoOnMount": true, "fsGroupPolicy": "File",
+                "tokenRequests": [{"audience": "vault", "expirationSeconds": 3600}]}),
+        ),
+    )
+    .unwrap();
+    cp.create(
+        "serviceaccounts",
+        json!({"metadata": {"name": "csi-user", "namespace": "default"}}),
+    )
+    .unwrap();
+    for (name, key, value) in [
+        ("stage-creds", "key", "czNjcmV0"),
+        ("pub-creds", "password", "aHVudGVyMg=="),
+    ] {
+        cp.create(
+            "secrets",
+            json!({"metadata": {"name": name, "namespace": "default"}, "data": {key: value}}),
+        )
+        .unwrap();
+    }
+    bound_claim(
+        &cp,
+        "att",
+        "pv-att",
+        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-a",
+            "nodeStageSecretRef": {"name": "stage-creds", "namespace": "default"},
+            "nodePublishSecretRef": {"name": "pub-creds", "namespace": "default"}}}),
+    );
+    let mut spec = pod(
+        "attached",
+        "stat -c 'gid=%g' /data; sleep 3600",
+        claim_volume("att"),
+    );
+    spec["spec"]["securityContext"] = json!({"fsGroup": 3000});
+    spec["spec"]["serviceAccountName"] = json!("csi-user");
+    let p = cp.create("pods", spec).unwrap();
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+
+    // Not in the Node's volumesAttached yet: the pod waits, nothing is staged.
+    let unique = format!("kubernetes.io/csi/{DRIVER}^vol-a");
+    assert_eq!(
+        failed_mount(&cp, "attached"),
+        format!(
+            "MountVolume.SetUp failed for volume \"data\" : Volume not attached according to node status for volume \"pv-att\" (UniqueName: \"{unique}\") pod \"attached\" (UID: \"{uid}\") "
+        )
+    );
+    assert!(driver.stage_requests().is_empty());
+
+    // The attach/detach controller's and external-attacher's work, done by hand.
+    cp.patch_status(
+        "nodes",
+        "",
+        NODE,
+        "application/merge-patch+json",
+        &json!({"status": {"volumesAttached": [{"name": unique, "devicePath": ""}]}}),
+    )
+    .unwrap();
+    let id = kubelet::volume::csi::mounter::attachment_name("vol-a", DRIVER, NODE);
+    let va = cp
+        .create(
+            "volumeattachments.storage.k8s.io",
+            json!({"metadata": {"name": id}, "spec": {"attacher": DRIVER, "nodeName": NODE,
+                "source": {"persistentVolumeName": "pv-att"}}}),
+        )
+        .unwrap();
+    let mut va2 = va.clone();
+    va2["status"] = json!({"attached": true, "attachmentMetadata": {"lun": "3"}});
+    cp.update_status("volumeattachments.storage.k8s.io", va2)
+        .unwrap();
+
+    running(&cp, "attached", &mut kubelet);
+    // fsGroupPolicy File: the kubelet gave the published volume the pod's fsGroup.
+    log_has(&node, &cp, "attached", "gid=3000");
+    let stage = driver.stage_requests().pop().unwrap();
+    assert_eq!(stage.secrets.get("key").map(String::as_str), Some("s3cret"));
+    assert_eq!(
+        stage.publish_context.get("lun").map(String::as_str),
+        Some("3")
+    );
+    let publish = driver.publish_requests().pop().unwrap();
+    assert_eq!(
+        publish.secrets.get("password").map(String::as_str),
+        Some("hunter2")
+    );
+    assert_eq!(
+        publish.publish_context.get("lun").map(String::as_str),
+        Some("3")
+    );
+    let ctx = &publish.volume_context;
+    for (k, v) in [
+        ("csi.storage.k8s.io/pod.name", "attached"),
+        ("csi.storage.k8s.io/pod.namespace", "default"),
+        ("csi.storage.k8s.io/pod.uid", uid.as_str()),
+        ("csi.storage.k8s.io/serviceAccount.name", "csi-user"),
+        ("csi.storage.k8s.io/ephemeral", "false"),
+    ] {
+        assert_eq!(ctx.get(k).map(String::as_str), Some(v), "{k} in {ctx:?}");
+    }
+    let tokens: Value =
+        serde_json::from_str(&ctx["csi.storage.k8s.io/serviceAccount.tokens"]).unwrap();
+    let token = tokens["vault"]["token"].as_str().unwrap().to_string();
+    assert!(!token.is_empty(), "{tokens}");
+    assert!(
+        tokens["vault"]["expirationTimestamp"].is_string(),
+        "{tokens}"
+    );
+    // No secret value and no token in the agent's log.
+    let log = kubelet.log_text();
+    for secret in ["s3cret", "hunter2", token.as_str()] {
+        assert!(!log.contains(secret), "the agent logged a secret");
+    }
+    gone(&cp, "attached");
     kubelet.stop();
 }

@@ -37,6 +37,9 @@ pub struct Volumes {
     /// `kubelet_volume_stats_*{namespace,persistentvolumeclaim}`, in the order of
     /// [`VOLUME_STATS`].
     pub stats: Vec<GaugeVec>,
+    /// `plugin_manager_total_plugins{socket_path,state}`: the plugin manager's sockets found
+    /// ([`DESIRED_STATE`]) and registered ([`ACTUAL_STATE`]).
+    pub plugins: GaugeVec,
 }
 
 /// The `kubelet_volume_stats_*` families (name, help), in the order of [`VolumeFigures`]'
@@ -100,6 +103,11 @@ static VOLUMES: LazyLock<Volumes> = LazyLock::new(|| Volumes {
         .iter()
         .map(|(name, help)| gauge_vec(name, help, &["namespace", "persistentvolumeclaim"]))
         .collect(),
+    plugins: gauge_vec(
+        "plugin_manager_total_plugins",
+        "Number of plugins in Plugin Manager",
+        &["socket_path", "state"],
+    ),
 });
 
 /// The process's volume metrics.
@@ -111,6 +119,18 @@ impl Volumes {
     /// Sets how many volumes of `plugin` are in `state` ([`DESIRED_STATE`], [`ACTUAL_STATE`]).
     pub fn set_total(&self, plugin: &str, state: &str, n: usize) {
         self.total.with_label_values(&[plugin, state]).set(n as f64);
+    }
+
+    /// Sets (1) or removes the plugin manager's sample of one socket in `state`
+    /// ([`DESIRED_STATE`]: found in the registry directory, [`ACTUAL_STATE`]: registered).
+    pub fn set_plugin(&self, socket_path: &str, state: &str, present: bool) {
+        if present {
+            self.plugins
+                .with_label_values(&[socket_path, state])
+                .set(1.0);
+        } else {
+            let _ = self.plugins.remove_label_values(&[socket_path, state]);
+        }
     }
 
     /// Records one storage operation: status `success` or `fail-unknown`, as upstream.
@@ -129,6 +149,7 @@ impl Volumes {
             Box::new(self.total.clone()),
             Box::new(self.op_duration.clone()),
             Box::new(self.op_errors.clone()),
+            Box::new(self.plugins.clone()),
         ];
         for g in &self.stats {
             out.push(Box::new(g.clone()));
@@ -163,6 +184,7 @@ impl Volumes {
             (Box::new(self.total.clone()), "gauge"),
             (Box::new(self.op_duration.clone()), "histogram"),
             (Box::new(self.op_errors.clone()), "counter"),
+            (Box::new(self.plugins.clone()), "gauge"),
         ]
     }
 }

@@ -77,6 +77,7 @@ async fn every_family_is_listed_with_its_type_and_alpha_help() {
         ("volume_manager_total_volumes", "gauge"),
         ("storage_operation_duration_seconds", "histogram"),
         ("storage_operation_errors_total", "counter"),
+        ("plugin_manager_total_plugins", "gauge"),
         ("process_resident_memory_bytes", "gauge"),
         ("process_cpu_seconds_total", "counter"),
         ("rest_client_requests_total", "counter"),

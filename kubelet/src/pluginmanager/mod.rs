@@ -13,7 +13,7 @@ mod scan;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -86,6 +86,8 @@ pub struct PluginManager {
     dir: PathBuf,
     handlers: HashMap<String, Arc<dyn PluginHandler>>,
     registered: Mutex<BTreeMap<PathBuf, Registered>>,
+    /// The sockets last reported found and registered (`plugin_manager_total_plugins`).
+    reported: Mutex<(BTreeSet<String>, BTreeSet<String>)>,
 }
 
 impl std::fmt::Debug for PluginManager {
@@ -104,6 +106,7 @@ impl PluginManager {
             dir,
             handlers: HashMap::new(),
             registered: Mutex::new(BTreeMap::new()),
+            reported: Mutex::default(),
         }
     }
 
@@ -165,6 +168,7 @@ impl PluginManager {
             }
         }
         let known = self.registered();
+        let found: BTreeSet<String> = desired.keys().map(|p| p.display().to_string()).collect();
         for (path, id) in desired {
             if known.contains_key(&path) {
                 continue;
@@ -173,6 +177,28 @@ impl PluginManager {
                 tracing::warn!(socket = %path.display(), error = %e, "plugin registration failed; retrying");
             }
         }
+        let registered: BTreeSet<String> = self
+            .registered()
+            .keys()
+            .map(|p| p.display().to_string())
+            .collect();
+        self.report(found, registered);
+    }
+
+    /// `plugin_manager_total_plugins`: this manager's sockets found and registered now; the
+    /// samples of sockets gone since the last pass are removed.
+    fn report(&self, found: BTreeSet<String>, registered: BTreeSet<String>) {
+        use crate::metrics::{ACTUAL_STATE, DESIRED_STATE};
+        let mut last = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+        for (state, now, before) in [
+            (DESIRED_STATE, &found, &last.0),
+            (ACTUAL_STATE, &registered, &last.1),
+        ] {
+            for path in now.union(before) {
+                crate::metrics::volumes().set_plugin(path, state, now.contains(path));
+            }
+        }
+        *last = (found, registered);
     }
 
     async fn register(&self, path: &Path, id: SocketId) -> Result<(), RegisterError> {

@@ -264,3 +264,58 @@ async fn run_makes_the_directory() {
     t.await.unwrap();
     assert!(reg.is_dir());
 }
+
+/// This manager's samples of `plugin_manager_total_plugins` (by socket path and state).
+fn plugin_samples(dir: &Path) -> Vec<(String, String)> {
+    use prometheus::core::Collector;
+    let prefix = dir.display().to_string();
+    let mut out = Vec::new();
+    for family in crate::metrics::volumes().plugins.collect() {
+        for m in family.get_metric() {
+            let label = |n: &str| {
+                m.get_label()
+                    .iter()
+                    .find(|l| l.name() == n)
+                    .map(|l| l.value().to_string())
+                    .unwrap_or_default()
+            };
+            let path = label("socket_path");
+            if path.starts_with(&prefix) && m.get_gauge().get_value() == 1.0 {
+                out.push((path, label("state")));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `plugin_manager_total_plugins`: a socket found counts in the desired state, a registered
+/// one in the actual state too; a refused plugin only in the desired state; a socket gone
+/// leaves no sample.
+#[tokio::test]
+async fn total_plugins_counts_sockets_found_and_registered() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = sock(dir.path(), "good.sock");
+    let bad = sock(dir.path(), "bad.sock");
+    let (_s, task) = serve(&good, info("CSIPlugin", "d"));
+    let (_s2, _t2) = serve(&bad, info("GPUPlugin", "g"));
+    let (m, _handler) = manager(dir.path());
+    m.reconcile().await;
+    let (g, b) = (good.display().to_string(), bad.display().to_string());
+    let s = |p: &str, st: &str| (p.to_string(), st.to_string());
+    assert_eq!(
+        plugin_samples(dir.path()),
+        vec![
+            s(&b, "desired_state_of_world"),
+            s(&g, "actual_state_of_world"),
+            s(&g, "desired_state_of_world"),
+        ]
+    );
+    task.abort();
+    std::fs::remove_file(&good).unwrap();
+    m.reconcile().await;
+    assert_eq!(
+        plugin_samples(dir.path()),
+        vec![s(&b, "desired_state_of_world")]
+    );
+}

@@ -6,23 +6,27 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
-use k8s_openapi::api::storage::v1::CSIDriver;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestStatus};
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount, Volume,
+};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 
 use super::block::BlockSource;
+use super::csi::SecretRef;
 use super::csi::mounter::CsiVolume;
 use crate::objects::{ClientHandle, timed};
 
-/// The apiserver reads the resolution needs.
+/// The apiserver reads the resolution needs (and, through [`super::csi::CsiApi`], what a CSI
+/// mount needs).
 #[async_trait::async_trait]
-pub trait StorageApi: Send + Sync {
+pub trait StorageApi: super::csi::CsiApi {
     async fn claim(
         &self,
         namespace: &str,
         name: &str,
     ) -> Result<Option<PersistentVolumeClaim>, String>;
     async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, String>;
-    async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, String>;
 }
 
 /// [`StorageApi`] over the apiserver.
@@ -52,9 +56,53 @@ impl StorageApi for KubeStorageApi {
         let api: kube::Api<PersistentVolume> = kube::Api::all(self.client.current());
         timed(api.get_opt(name)).await.map_err(|e| e.to_string())
     }
+}
+
+#[async_trait::async_trait]
+impl super::csi::CsiApi for KubeStorageApi {
     async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, String> {
         let api: kube::Api<CSIDriver> = kube::Api::all(self.client.current());
         timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+    }
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, String> {
+        let api: kube::Api<Secret> = kube::Api::namespaced(self.client.current(), namespace);
+        timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+    }
+    async fn volumes_attached(&self, node: &str) -> Result<Vec<String>, String> {
+        let api: kube::Api<Node> = kube::Api::all(self.client.current());
+        let n = timed(api.get(node)).await.map_err(|e| e.to_string())?;
+        Ok(n.status
+            .and_then(|s| s.volumes_attached)
+            .into_iter()
+            .flatten()
+            .map(|v| v.name)
+            .collect())
+    }
+    async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>, String> {
+        let api: kube::Api<VolumeAttachment> = kube::Api::all(self.client.current());
+        timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+    }
+    async fn request_token(
+        &self,
+        namespace: &str,
+        service_account: &str,
+        request: TokenRequest,
+    ) -> Result<TokenRequestStatus, String> {
+        let api: kube::Api<ServiceAccount> =
+            kube::Api::namespaced(self.client.current(), namespace);
+        let mut body = serde_json::to_value(&request).map_err(|e| e.to_string())?;
+        body["apiVersion"] = "authentication.k8s.io/v1".into();
+        body["kind"] = "TokenRequest".into();
+        let r: TokenRequest = timed(api.create_subresource(
+            "token",
+            service_account,
+            &kube::api::PostParams::default(),
+            &body,
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
+        r.status
+            .ok_or_else(|| "the TokenRequest came back without a status".to_string())
     }
 }
 
@@ -99,12 +147,6 @@ pub async fn resolve(api: &dyn StorageApi, pod: &Pod, v: &Volume) -> Result<Sour
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     if let Some(c) = &v.csi {
         check_lifecycle_mode(api, &c.driver, "Ephemeral").await?;
-        if c.node_publish_secret_ref.is_some() {
-            return Err(super::csi::log(format!(
-                "volume {:?}: nodePublishSecretRef is not supported by this kubelet",
-                v.name
-            )));
-        }
         return Ok(Source::Csi(CsiVolume {
             driver: c.driver.clone(),
             volume_handle: super::csi::mounter::ephemeral_volume_handle(
@@ -118,6 +160,12 @@ pub async fn resolve(api: &dyn StorageApi, pod: &Pod, v: &Volume) -> Result<Sour
             attributes: c.volume_attributes.clone().unwrap_or_default(),
             access_modes: vec![],
             ephemeral: true,
+            stage_secret_ref: None,
+            // An inline volume's Secret is in the pod's namespace.
+            publish_secret_ref: c.node_publish_secret_ref.as_ref().map(|r| SecretRef {
+                namespace: ns.to_string(),
+                name: r.name.clone(),
+            }),
         }));
     }
     let (claim_name, read_only, ephemeral) = if let Some(c) = &v.persistent_volume_claim {
@@ -211,11 +259,12 @@ pub fn source_of_pv(
         });
     }
     if let Some(c) = spec.csi {
-        if c.node_stage_secret_ref.is_some() || c.node_publish_secret_ref.is_some() {
-            return Err(super::csi::log(format!(
-                "PV {name:?}: nodeStageSecretRef and nodePublishSecretRef are not supported by this kubelet"
-            )));
-        }
+        let secret_ref = |r: Option<k8s_openapi::api::core::v1::SecretReference>| {
+            r.map(|r| SecretRef {
+                namespace: r.namespace.unwrap_or_default(),
+                name: r.name.unwrap_or_default(),
+            })
+        };
         return Ok(Source::Csi(CsiVolume {
             driver: c.driver,
             volume_handle: c.volume_handle,
@@ -226,6 +275,8 @@ pub fn source_of_pv(
             attributes: c.volume_attributes.unwrap_or_default(),
             access_modes: spec.access_modes.unwrap_or_default(),
             ephemeral: false,
+            stage_secret_ref: secret_ref(c.node_stage_secret_ref),
+            publish_secret_ref: secret_ref(c.node_publish_secret_ref),
         }));
     }
     Err(format!(
@@ -264,6 +315,9 @@ fn block_source_of_pv(
         attributes: c.volume_attributes.unwrap_or_default(),
         access_modes: spec.access_modes.unwrap_or_default(),
         ephemeral: false,
+        // Refused above for block volumes: the block mapper passes no secrets yet.
+        stage_secret_ref: None,
+        publish_secret_ref: None,
     })))
 }
 
@@ -408,7 +462,10 @@ impl Storage {
                 Ok(p)
             }
             Source::Csi(c) => {
-                let path = self.csi.set_up(&uid, &c).await?;
+                let api: &dyn super::csi::CsiApi = self.api.as_ref();
+                let prepared =
+                    super::csi::prepare::prepare(api, pod, &self.csi.node_name, &c).await?;
+                let path = self.csi.set_up(&uid, &c, &prepared).await?;
                 let claim = claim_of(pod, v);
                 let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
                 let entry = published
@@ -630,5 +687,5 @@ fn claim_of(pod: &Pod, v: &Volume) -> Option<(String, String)> {
 
 /// Upstream's unique volume name of a CSI volume: `kubernetes.io/csi/<driver>^<handle>`.
 pub fn unique_csi_name(driver: &str, handle: &str) -> String {
-    format!("{}/{driver}^{handle}", super::csi::CSI_PLUGIN_NAME)
+    super::csi::prepare::unique_name(driver, handle)
 }

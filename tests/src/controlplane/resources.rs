@@ -254,6 +254,16 @@ pub static RESOURCES: &[ResourceDef] = &[
         )
     },
     ResourceDef {
+        status: true,
+        ..def(
+            "storage.k8s.io",
+            "volumeattachments",
+            "volumeattachment",
+            "VolumeAttachment",
+            false,
+        )
+    },
+    ResourceDef {
         short: &["sc"],
         ..def(
             "storage.k8s.io",

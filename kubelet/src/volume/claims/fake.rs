@@ -3,15 +3,24 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::CSIDriver;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestStatus};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-/// Objects by `namespace/name` (claims) or name.
+/// Objects by `namespace/name` (claims, secrets) or name.
 #[derive(Debug, Default)]
 pub struct FakeStorageApi {
     pub claims: Mutex<BTreeMap<String, PersistentVolumeClaim>>,
     pub volumes: Mutex<BTreeMap<String, PersistentVolume>>,
     pub drivers: Mutex<BTreeMap<String, CSIDriver>>,
+    pub secrets: Mutex<BTreeMap<String, Secret>>,
+    /// The Node's `status.volumesAttached` names.
+    pub attached: Mutex<Vec<String>>,
+    pub attachments: Mutex<BTreeMap<String, VolumeAttachment>>,
+    /// Each TokenRequest as `namespace/serviceaccount` and the request; the token issued is
+    /// `token-<n>` with audiences joined, expiring at second n.
+    pub token_requests: Mutex<Vec<(String, TokenRequest)>>,
 }
 
 #[async_trait::async_trait]
@@ -31,7 +40,45 @@ impl super::StorageApi for FakeStorageApi {
     async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, String> {
         Ok(self.volumes.lock().unwrap().get(name).cloned())
     }
+}
+
+#[async_trait::async_trait]
+impl crate::volume::csi::CsiApi for FakeStorageApi {
     async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, String> {
         Ok(self.drivers.lock().unwrap().get(name).cloned())
+    }
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, String> {
+        Ok(self
+            .secrets
+            .lock()
+            .unwrap()
+            .get(&format!("{namespace}/{name}"))
+            .cloned())
+    }
+    async fn volumes_attached(&self, _node: &str) -> Result<Vec<String>, String> {
+        Ok(self.attached.lock().unwrap().clone())
+    }
+    async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>, String> {
+        Ok(self.attachments.lock().unwrap().get(name).cloned())
+    }
+    async fn request_token(
+        &self,
+        namespace: &str,
+        service_account: &str,
+        request: TokenRequest,
+    ) -> Result<TokenRequestStatus, String> {
+        let mut reqs = self.token_requests.lock().unwrap();
+        let audiences = request
+            .spec
+            .as_ref()
+            .and_then(|s| s.audiences.clone())
+            .unwrap_or_default()
+            .join(",");
+        reqs.push((format!("{namespace}/{service_account}"), request));
+        let n = reqs.len() as i64;
+        Ok(TokenRequestStatus {
+            token: Some(format!("token-{n}-{audiences}")),
+            expiration_timestamp: Some(Time(k8s_openapi::jiff::Timestamp::from_second(n).unwrap())),
+        })
     }
 }

@@ -332,7 +332,7 @@ async fn inline_csi_volumes_need_a_driver_that_allows_ephemeral() {
 }
 
 #[tokio::test]
-async fn inline_csi_publish_secrets_are_refused_not_ignored() {
+async fn inline_publish_secrets_come_from_the_pods_namespace() {
     let a = api();
     let d = CSIDriver {
         spec: CSIDriverSpec {
@@ -356,8 +356,15 @@ async fn inline_csi_publish_secrets_are_refused_not_ignored() {
         }),
         ..Default::default()
     };
+    let Source::Csi(c) = resolve(&a, &pod(), &v).await.unwrap() else {
+        panic!("not a CSI source");
+    };
     assert_eq!(
-        resolve(&a, &pod(), &v).await.unwrap_err(),
-        "kubernetes.io/csi: volume \"cache\": nodePublishSecretRef is not supported by this kubelet"
+        c.publish_secret_ref,
+        Some(crate::volume::csi::SecretRef {
+            namespace: pod().metadata.namespace.unwrap(),
+            name: "creds".into()
+        })
     );
+    assert_eq!(c.stage_secret_ref, None);
 }

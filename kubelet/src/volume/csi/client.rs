@@ -83,6 +83,8 @@ pub struct Capabilities {
     pub volume_stats: bool,
     pub expand: bool,
     pub volume_condition: bool,
+    /// VOLUME_MOUNT_GROUP: the driver applies the pod's fsGroup itself.
+    pub volume_mount_group: bool,
 }
 
 /// Usage of a published volume (`NodeGetVolumeStats`).
@@ -245,6 +247,7 @@ pub fn capabilities_of(r: &csi::NodeGetCapabilitiesResponse) -> Capabilities {
             Ok(Type::GetVolumeStats) => c.volume_stats = true,
             Ok(Type::ExpandVolume) => c.expand = true,
             Ok(Type::VolumeCondition) => c.volume_condition = true,
+            Ok(Type::VolumeMountGroup) => c.volume_mount_group = true,
             _ => {}
         }
     }

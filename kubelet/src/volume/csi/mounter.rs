@@ -18,6 +18,7 @@ use std::sync::Arc;
 use cri_proto::plugins::csi;
 use sha2::{Digest, Sha256};
 
+use super::driver_spec::{Prepared, SecretRef, supports_fs_group};
 use super::drivers::CsiDrivers;
 use super::log;
 
@@ -37,6 +38,11 @@ pub struct CsiVolume {
     pub access_modes: Vec<String>,
     /// An inline (ephemeral) volume of the pod.
     pub ephemeral: bool,
+    /// The PV's `nodeStageSecretRef`.
+    pub stage_secret_ref: Option<SecretRef>,
+    /// The PV's or inline volume's `nodePublishSecretRef` (an inline one in the pod's
+    /// namespace).
+    pub publish_secret_ref: Option<SecretRef>,
 }
 
 /// The directory under a pod's `volumes/` holding its CSI volumes.
@@ -99,13 +105,15 @@ pub fn access_mode(modes: &[String]) -> csi::volume_capability::access_mode::Mod
     }
 }
 
-fn capability(v: &CsiVolume) -> csi::VolumeCapability {
+/// The mount capability; `mount_group` (the pod's fsGroup) goes to drivers with
+/// VOLUME_MOUNT_GROUP, which apply it themselves.
+fn capability(v: &CsiVolume, mount_group: Option<i64>) -> csi::VolumeCapability {
     csi::VolumeCapability {
         access_type: Some(csi::volume_capability::AccessType::Mount(
             csi::volume_capability::MountVolume {
                 fs_type: v.fs_type.clone(),
                 mount_flags: v.mount_options.clone(),
-                volume_mount_group: String::new(),
+                volume_mount_group: mount_group.map(|g| g.to_string()).unwrap_or_default(),
             },
         )),
         access_mode: Some(csi::volume_capability::AccessMode {
@@ -166,8 +174,14 @@ fn is_mounted(p: &Path) -> bool {
 }
 
 impl CsiMounter {
-    /// Stages (if the driver stages) and publishes `v` for the pod; returns the mount point.
-    pub async fn set_up(&self, pod_uid: &str, v: &CsiVolume) -> Result<PathBuf, String> {
+    /// Stages (if the driver stages) and publishes `v` for the pod with what `prepared`
+    /// gathered (secrets, publish and volume context, fsGroup); returns the mount point.
+    pub async fn set_up(
+        &self,
+        pod_uid: &str,
+        v: &CsiVolume,
+        prepared: &Prepared,
+    ) -> Result<PathBuf, String> {
         safe_component("driver name", &v.driver)?;
         safe_component("volume name", &v.spec_name)?;
         let Some(driver) = self.drivers.get(&v.driver) else {
@@ -187,6 +201,10 @@ impl CsiMounter {
             .capabilities()
             .await
             .map_err(|e| e.to_string())?;
+        let mount_group = caps
+            .volume_mount_group
+            .then_some(prepared.fs_group)
+            .flatten();
         let mut staging = String::new();
         if caps.stage_unstage && !v.ephemeral {
             let path = staging_path(&self.root_dir, &v.driver, &v.volume_handle);
@@ -211,10 +229,10 @@ impl CsiMounter {
                     .node
                     .stage(csi::NodeStageVolumeRequest {
                         volume_id: v.volume_handle.clone(),
-                        publish_context: Default::default(),
+                        publish_context: prepared.publish_context.clone().into_iter().collect(),
                         staging_target_path: staging.clone(),
-                        volume_capability: Some(capability(v)),
-                        secrets: Default::default(),
+                        volume_capability: Some(capability(v, mount_group)),
+                        secrets: prepared.stage_secrets.0.clone().into_iter().collect(),
                         volume_context: v.attributes.clone().into_iter().collect(),
                     })
                     .await
@@ -235,26 +253,64 @@ impl CsiMounter {
             write_json(&d.join(VOL_DATA_FILE), &data)
         })
         .await??;
-        let mut context: std::collections::HashMap<String, String> =
-            v.attributes.clone().into_iter().collect();
-        if v.ephemeral {
-            context.insert("csi.storage.k8s.io/ephemeral".into(), "true".into());
-        }
+        // The driver's own attributes, then the pod information and tokens over them.
+        let context: std::collections::HashMap<String, String> = v
+            .attributes
+            .clone()
+            .into_iter()
+            .chain(prepared.extra_context.0.clone())
+            .collect();
         driver
             .node
             .publish(csi::NodePublishVolumeRequest {
                 volume_id: v.volume_handle.clone(),
-                publish_context: Default::default(),
+                publish_context: prepared.publish_context.clone().into_iter().collect(),
                 staging_target_path: staging,
                 target_path: target.display().to_string(),
-                volume_capability: Some(capability(v)),
+                volume_capability: Some(capability(v, mount_group)),
                 readonly: v.read_only,
-                secrets: Default::default(),
+                secrets: prepared.publish_secrets.0.clone().into_iter().collect(),
                 volume_context: context,
             })
             .await
             .map_err(|e| e.to_string())?;
+        if !caps.volume_mount_group
+            && supports_fs_group(
+                prepared.spec.fs_group_policy,
+                v.read_only,
+                &v.fs_type,
+                v.ephemeral,
+                &v.access_modes,
+            )
+        {
+            self.apply_fs_group(v, &target, prepared).await?;
+        }
         Ok(target)
+    }
+
+    /// The kubelet gives the published volume the pod's fsGroup (upstream's
+    /// SetVolumeOwnership after NodePublishVolume).
+    async fn apply_fs_group(
+        &self,
+        v: &CsiVolume,
+        target: &Path,
+        prepared: &Prepared,
+    ) -> Result<(), String> {
+        let Some(gid) = prepared.fs_group else {
+            return Ok(());
+        };
+        let failed = |e: String| format!("applyFSGroup failed for vol {}: {e}", v.volume_handle);
+        let policy = crate::volume::ownership::ChangePolicy::from_field(
+            prepared.fs_group_change_policy.as_deref(),
+        )
+        .map_err(|e| failed(e.to_string()))?;
+        let t = target.to_path_buf();
+        blocking(move || {
+            crate::volume::ownership::set_volume_ownership(&t, Some(gid), policy, false)
+        })
+        .await?
+        .map(|_| ())
+        .map_err(|e| failed(e.to_string()))
     }
 
     /// Unpublishes every CSI volume of the pod and unstages those no other pod uses. The

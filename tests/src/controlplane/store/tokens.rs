@@ -269,7 +269,7 @@ impl Store {
                             .and_then(Value::as_str)
                             == Some(aud.as_str())
                     });
-                if in_spec {
+                if in_spec || self.csi_driver_audience(ns, &pod, aud) {
                     Ok(())
                 } else {
                     Err(deny(format!(
@@ -280,6 +280,43 @@ impl Store {
             }
             _ => Err(deny("node may only request 0 or 1 audiences".into())),
         }
+    }
+
+    /// Whether a CSI volume of the pod (inline, or a claim's PV) has a driver whose CSIDriver
+    /// object asks for tokens of `aud` (`spec.tokenRequests`), which upstream's node
+    /// restriction also allows.
+    fn csi_driver_audience(&self, ns: &str, pod: &Value, aud: &str) -> bool {
+        let pod_name = meta_str(pod, "name").to_string();
+        let drivers = pod
+            .pointer("/spec/volumes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| {
+                if let Some(d) = v.pointer("/csi/driver").and_then(Value::as_str) {
+                    return Some(d.to_string());
+                }
+                let claim = match v.pointer("/persistentVolumeClaim/claimName") {
+                    Some(c) => c.as_str()?.to_string(),
+                    None if v.get("ephemeral").is_some() => {
+                        format!("{pod_name}-{}", v.get("name")?.as_str()?)
+                    }
+                    None => return None,
+                };
+                let pvc = self.get(res("persistentvolumeclaims"), ns, &claim).ok()?;
+                let pv_name = pvc.pointer("/spec/volumeName")?.as_str()?.to_string();
+                let pv = self.get(res("persistentvolumes"), "", &pv_name).ok()?;
+                Some(pv.pointer("/spec/csi/driver")?.as_str()?.to_string())
+            });
+        drivers.into_iter().any(|d| {
+            find("storage.k8s.io", "v1", "csidrivers")
+                .and_then(|r| self.get(r, "", &d).ok())
+                .and_then(|o| o.pointer("/spec/tokenRequests").cloned())
+                .and_then(|t| t.as_array().cloned())
+                .into_iter()
+                .flatten()
+                .any(|t| t.get("audience").and_then(Value::as_str) == Some(aud))
+        })
     }
 
     /// Resolve `spec.boundObjectRef` as upstream does (Pod, Secret or Node).

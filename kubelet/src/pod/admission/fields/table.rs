@@ -271,7 +271,7 @@ pub const TABLE: &[Entry] = &[
     e("EphemeralVolumeSource", "volumeClaimTemplate", Elsewhere("the ephemeral volume controller makes the claim `<pod>-<volume>` from it; the kubelet mounts that claim once the pod owns it (as upstream)")),
     e("CSIVolumeSource", "driver", Handled("failing_stage_and_ephemeral_volumes")),
     e("CSIVolumeSource", "fsType", Handled("inline_csi_volumes_need_a_driver_that_allows_ephemeral")),
-    e("CSIVolumeSource", "nodePublishSecretRef", Refused("kubernetes.io/csi: volume \"<name>\": nodePublishSecretRef is not supported by this kubelet", "inline_csi_publish_secrets_are_refused_not_ignored")),
+    e("CSIVolumeSource", "nodePublishSecretRef", Handled("inline_publish_secrets_come_from_the_pods_namespace")),
     e("CSIVolumeSource", "readOnly", Handled("inline_csi_volumes_need_a_driver_that_allows_ephemeral")),
     e("CSIVolumeSource", "volumeAttributes", Handled("inline_csi_volumes_need_a_driver_that_allows_ephemeral")),
     e("HostPathVolumeSource", "path", Handled("standalone_pods_get_empty_dirs_and_host_paths_but_no_api_volumes")),

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use super::*;
 use crate::pluginmanager::PluginHandler;
 use crate::volume::csi::client::Capabilities;
+use crate::volume::csi::driver_spec::Prepared;
 use crate::volume::csi::drivers::{CsiDrivers, RegistrationHandler};
 use crate::volume::csi::fake::FakeCsiNode;
 
@@ -46,7 +47,10 @@ async fn stage_then_publish_at_upstreams_paths_with_vol_data() {
         ..Default::default()
     })
     .await;
-    let target = m.set_up("uid-1", &vol()).await.unwrap();
+    let target = m
+        .set_up("uid-1", &vol(), &Prepared::default())
+        .await
+        .unwrap();
     let r = root.path();
     let sha = hex::encode(Sha256::digest(b"vol-7"));
     let staging = r.join(format!(
@@ -98,7 +102,9 @@ async fn stage_then_publish_at_upstreams_paths_with_vol_data() {
 #[tokio::test]
 async fn without_stage_unstage_only_publish_is_called() {
     let (_root, m, node) = setup(Capabilities::default()).await;
-    m.set_up("uid-1", &vol()).await.unwrap();
+    m.set_up("uid-1", &vol(), &Prepared::default())
+        .await
+        .unwrap();
     let calls = node.calls();
     assert_eq!(calls.len(), 2);
     assert!(calls[1].starts_with("publish vol-7 "));
@@ -117,7 +123,10 @@ async fn a_stage_failure_carries_the_drivers_message_and_publishes_nothing() {
     })
     .await;
     node.fail_on("stage", "Internal", "disk on fire");
-    let e = m.set_up("uid-1", &vol()).await.unwrap_err();
+    let e = m
+        .set_up("uid-1", &vol(), &Prepared::default())
+        .await
+        .unwrap_err();
     assert_eq!(
         e,
         "MountVolume.MountDevice failed for volume \"pv1\" : rpc error: code = Internal desc = disk on fire"
@@ -131,7 +140,9 @@ async fn an_unregistered_driver_and_hostile_names_are_refused() {
     let mut v = vol();
     v.driver = "other.example.com".into();
     assert_eq!(
-        m.set_up("uid-1", &v).await.unwrap_err(),
+        m.set_up("uid-1", &v, &Prepared::default())
+            .await
+            .unwrap_err(),
         "kubernetes.io/csi: driver name other.example.com not found in the list of registered CSI drivers"
     );
     for (driver, spec) in [
@@ -144,7 +155,10 @@ async fn an_unregistered_driver_and_hostile_names_are_refused() {
         v.driver = driver.into();
         v.spec_name = spec.into();
         assert!(
-            m.set_up("uid-1", &v).await.unwrap_err().contains("invalid"),
+            m.set_up("uid-1", &v, &Prepared::default())
+                .await
+                .unwrap_err()
+                .contains("invalid"),
             "{driver} {spec}"
         );
     }
@@ -154,7 +168,9 @@ async fn an_unregistered_driver_and_hostile_names_are_refused() {
 #[tokio::test]
 async fn teardown_unpublishes_and_removes_the_directory() {
     let (root, m, node) = setup(Capabilities::default()).await;
-    m.set_up("uid-1", &vol()).await.unwrap();
+    m.set_up("uid-1", &vol(), &Prepared::default())
+        .await
+        .unwrap();
     node.calls.lock().unwrap().clear();
     m.tear_down_pod("uid-1").await.unwrap();
     let dir = root.path().join("pods/uid-1/volumes/kubernetes.io~csi/pv1");
@@ -168,7 +184,9 @@ async fn teardown_unpublishes_and_removes_the_directory() {
 #[tokio::test]
 async fn a_failed_unpublish_keeps_the_directory() {
     let (root, m, node) = setup(Capabilities::default()).await;
-    m.set_up("uid-1", &vol()).await.unwrap();
+    m.set_up("uid-1", &vol(), &Prepared::default())
+        .await
+        .unwrap();
     node.fail_on("unpublish", "Internal", "busy");
     let e = m.tear_down_pod("uid-1").await.unwrap_err();
     assert!(e.contains("busy"), "{e}");
@@ -191,4 +209,118 @@ fn access_modes_map_as_upstream() {
     );
     assert_eq!(m(&["ReadWriteMany"]), Mode::MultiNodeMultiWriter);
     assert_eq!(m(&["ReadWriteOncePod"]), Mode::SingleNodeWriter);
+}
+
+fn prepared() -> Prepared {
+    use crate::volume::csi::driver_spec::Sensitive;
+    Prepared {
+        publish_context: BTreeMap::from([("lun".into(), "3".into())]),
+        stage_secrets: Sensitive(BTreeMap::from([("key".into(), "s3cret".into())])),
+        publish_secrets: Sensitive(BTreeMap::from([("password".into(), "hunter2".into())])),
+        extra_context: Sensitive(BTreeMap::from([(
+            "csi.storage.k8s.io/pod.name".into(),
+            "web".into(),
+        )])),
+        fs_group: Some(4343),
+        ..Default::default()
+    }
+}
+
+fn mount_group(c: &Option<csi::VolumeCapability>) -> String {
+    match c.as_ref().unwrap().access_type.as_ref().unwrap() {
+        csi::volume_capability::AccessType::Mount(m) => m.volume_mount_group.clone(),
+        _ => panic!("not a mount capability"),
+    }
+}
+
+#[tokio::test]
+async fn secrets_publish_context_and_pod_info_reach_the_driver() {
+    let (_root, m, node) = setup(Capabilities {
+        stage_unstage: true,
+        ..Default::default()
+    })
+    .await;
+    let mut v = vol();
+    v.attributes = BTreeMap::from([("share".into(), "s1".into())]);
+    m.set_up("uid-1", &v, &prepared()).await.unwrap();
+    let s = node.stage_requests.lock().unwrap()[0].clone();
+    assert_eq!(s.secrets.get("key").map(String::as_str), Some("s3cret"));
+    assert_eq!(s.publish_context.get("lun").map(String::as_str), Some("3"));
+    // Stage gets the PV's attributes only, as upstream.
+    assert_eq!(s.volume_context.len(), 1);
+    let p = node.publish_requests.lock().unwrap()[0].clone();
+    assert_eq!(p.secrets.len(), 1);
+    assert_eq!(p.secrets["password"], "hunter2");
+    assert_eq!(p.publish_context["lun"], "3");
+    assert_eq!(p.volume_context["share"], "s1");
+    assert_eq!(p.volume_context["csi.storage.k8s.io/pod.name"], "web");
+    // No pod info asked for: no ephemeral key either (it is part of the pod info).
+    assert!(
+        !p.volume_context
+            .contains_key("csi.storage.k8s.io/ephemeral")
+    );
+    // Without VOLUME_MOUNT_GROUP the driver gets no mount group.
+    assert_eq!(mount_group(&s.volume_capability), "");
+    assert_eq!(mount_group(&p.volume_capability), "");
+}
+
+#[tokio::test]
+async fn a_driver_with_volume_mount_group_gets_the_fs_group_and_the_kubelet_leaves_files_alone() {
+    use std::os::unix::fs::MetadataExt;
+    let (root, m, node) = setup(Capabilities {
+        stage_unstage: true,
+        volume_mount_group: true,
+        ..Default::default()
+    })
+    .await;
+    let mut v = vol();
+    v.fs_type = "ext4".into();
+    let target = root
+        .path()
+        .join("pods/uid-1/volumes/kubernetes.io~csi/pv1/mount");
+    std::fs::create_dir_all(&target).unwrap();
+    let before = std::fs::metadata(&target).unwrap().gid();
+    m.set_up("uid-1", &v, &prepared()).await.unwrap();
+    let s = node.stage_requests.lock().unwrap()[0].clone();
+    let p = node.publish_requests.lock().unwrap()[0].clone();
+    assert_eq!(mount_group(&s.volume_capability), "4343");
+    assert_eq!(mount_group(&p.volume_capability), "4343");
+    assert_eq!(std::fs::metadata(&target).unwrap().gid(), before);
+}
+
+/// The kubelet applies the fsGroup after NodePublishVolume when the driver's policy says so
+/// (here: an RWO ext4 PV under the default policy), and not for a read-only volume or
+/// policy None.
+#[tokio::test]
+async fn the_kubelet_applies_the_fs_group_as_the_policy_says() {
+    use crate::volume::csi::driver_spec::{DriverSpec, FsGroupPolicy};
+    use std::os::unix::fs::MetadataExt;
+    if !std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
+        eprintln!("SKIPPED: changing a file's group to another gid needs root");
+        return;
+    }
+    for (policy, read_only, want) in [
+        (FsGroupPolicy::ReadWriteOnceWithFsType, false, true),
+        (FsGroupPolicy::ReadWriteOnceWithFsType, true, false),
+        (FsGroupPolicy::None, false, false),
+        (FsGroupPolicy::File, false, true),
+    ] {
+        let (root, m, _node) = setup(Capabilities::default()).await;
+        let mut v = vol();
+        v.fs_type = "ext4".into();
+        v.read_only = read_only;
+        let target = root
+            .path()
+            .join("pods/uid-1/volumes/kubernetes.io~csi/pv1/mount");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(target.join("f"), "x").unwrap();
+        let mut p = prepared();
+        p.spec = DriverSpec {
+            fs_group_policy: policy,
+            ..Default::default()
+        };
+        m.set_up("uid-1", &v, &p).await.unwrap();
+        let gid = std::fs::metadata(target.join("f")).unwrap().gid();
+        assert_eq!(gid == 4343, want, "{policy:?} read_only={read_only}");
+    }
 }
