@@ -4,6 +4,7 @@
 //! (`proto/csi/v1/csi.proto`).
 
 include!("deviceplugin_build.rs");
+include!("podresources_build.rs");
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
@@ -32,5 +33,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ])
         .compile_fds(fds)?;
     compile_deviceplugin()?;
+    compile_podresources()?;
     Ok(())
 }
