@@ -464,11 +464,13 @@ fn start_sync_loop(
     } else {
         &[Source::File]
     };
+    let devices = p.env.devices.clone();
     let mut sync_loop = SyncLoop::new(p.env, sources, cancel.clone());
     if let Some(tx) = p.terminated_tx {
         sync_loop.on_terminated(tx);
     }
     let loop_health = sync_loop.health();
+    container_manager::start_pod_resources(cfg, sync_loop.control(), devices, tasks, cancel);
     eviction::spawn(
         cfg,
         p.runtime,

@@ -102,6 +102,15 @@ pub struct ContainerDevices {
     pub numa: Vec<i64>,
 }
 
+/// One device for the pod resources API: its resource, ID and NUMA nodes (empty: no
+/// topology).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceEntry {
+    pub resource: String,
+    pub id: String,
+    pub numa: Vec<i64>,
+}
+
 pub(crate) struct Endpoint {
     client: api::device_plugin_client::DevicePluginClient<tonic::transport::Channel>,
     options: api::DevicePluginOptions,
@@ -336,7 +345,12 @@ impl DeviceManager {
             }
             let result = match ep {
                 None => Err(AllocateError::NoPlugin(key.2.clone())),
-                Some(ep) => server::allocate(ep.client, ids).await,
+                Some(ep) => {
+                    let started = Instant::now();
+                    let r = server::allocate(ep.client, ids).await;
+                    crate::metrics::devices().observe_allocate(&key.2, started.elapsed());
+                    r
+                }
             };
             let mut st = self.lock();
             match result {
@@ -428,6 +442,29 @@ impl DeviceManager {
                     .collect(),
             })
             .collect()
+    }
+
+    /// The devices one container holds, one entry per device sorted by resource and ID,
+    /// with the NUMA node it was allocated on (none without topology): what upstream's
+    /// `GetDevices` answers the pod resources API.
+    pub fn container_devices(&self, uid: &str, container: &str) -> Vec<DeviceEntry> {
+        let st = self.lock();
+        let mut out: Vec<DeviceEntry> = st
+            .allocs
+            .iter()
+            .filter(|((u, c, _), _)| u == uid && c == container)
+            .flat_map(|((_, _, r), a)| {
+                a.ids.iter().flat_map(move |(numa, ids)| {
+                    ids.iter().map(move |id| DeviceEntry {
+                        resource: r.clone(),
+                        id: id.clone(),
+                        numa: (*numa != NO_TOPOLOGY).then_some(*numa).into_iter().collect(),
+                    })
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.resource, &a.id).cmp(&(&b.resource, &b.id)));
+        out
     }
 
     /// Every registered device, by resource: (ID, healthy, NUMA nodes).

@@ -120,6 +120,7 @@ impl api::registration_server::Registration for Registrar {
         let generation = self
             .manager
             .connect(&r.resource_name, client.clone(), options);
+        crate::metrics::devices().registered(&r.resource_name);
         let manager = self.manager.clone();
         let cancel = self.cancel.clone();
         let resource = r.resource_name.clone();
