@@ -86,7 +86,9 @@ mod tests {
         };
         assert_eq!(
             r.encode_to_vec(),
-            vec![0x0a, 3, 0x0a, 1, b'x', 0x12, 1, b'd', 0x1a, 1, b'p', 0x22, 1, b'n']
+            vec![
+                0x0a, 3, 0x0a, 1, b'x', 0x12, 1, b'd', 0x1a, 1, b'p', 0x22, 1, b'n'
+            ]
         );
         let g = GetPodResourcesRequest {
             pod_name: "p".into(),

@@ -226,7 +226,10 @@ fn pod_resources_api_lists_the_pod_with_its_device() {
     let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "socket mode");
     let mut client = rt
-        .block_on(cri_proto::podresources::client(&sock, Duration::from_secs(5)))
+        .block_on(cri_proto::podresources::client(
+            &sock,
+            Duration::from_secs(5),
+        ))
         .unwrap();
     // The pod is listed once its worker runs (it does: it is Running).
     let list = rt

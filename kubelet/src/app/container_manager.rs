@@ -140,7 +140,10 @@ pub(super) fn start_pod_resources(
     cancel: &tokio_util::sync::CancellationToken,
 ) {
     use crate::podresources::{PodResources, serve};
-    let service = Arc::new(PodResources::new(Arc::new(SyncLoopActive(control)), devices));
+    let service = Arc::new(PodResources::new(
+        Arc::new(SyncLoopActive(control)),
+        devices,
+    ));
     let (root, cancel) = (cfg.root_dir.clone(), cancel.clone());
     tasks.spawn(async move {
         if let Err(e) = serve(root, service, cancel).await {

@@ -113,10 +113,9 @@ impl Devices {
         let (requests, errors) = match call {
             PodResourcesCall::List => (&self.requests_list, &self.errors_list),
             PodResourcesCall::Get => (&self.requests_get, &self.errors_get),
-            PodResourcesCall::GetAllocatable => (
-                &self.requests_get_allocatable,
-                &self.errors_get_allocatable,
-            ),
+            PodResourcesCall::GetAllocatable => {
+                (&self.requests_get_allocatable, &self.errors_get_allocatable)
+            }
         };
         requests.with_label_values(v).inc();
         if !ok {

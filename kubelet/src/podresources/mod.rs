@@ -21,11 +21,11 @@
 //! `ResourceExhausted: rejected by rate limit`) and counted in
 //! `kubelet_pod_resources_endpoint_*`.
 
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 mod socket;
 #[cfg(test)]
 mod tests;
-#[cfg(any(test, feature = "test-util"))]
-pub mod fake;
 
 pub use socket::{ServeError, serve};
 
@@ -163,11 +163,12 @@ impl PodResources {
                 d.all_devices()
                     .into_iter()
                     .flat_map(|(resource, list)| {
-                        list.into_iter().map(move |(id, _healthy, numa)| crate::cm::DeviceEntry {
-                            resource: resource.clone(),
-                            id,
-                            numa,
-                        })
+                        list.into_iter()
+                            .map(move |(id, _healthy, numa)| crate::cm::DeviceEntry {
+                                resource: resource.clone(),
+                                id,
+                                numa,
+                            })
                     })
                     .collect()
             })

@@ -22,7 +22,9 @@ pub const SOCKET_MODE: u32 = 0o600;
 pub enum ServeError {
     #[error("pod resources directory {dir}: {source}")]
     Dir { dir: String, source: std::io::Error },
-    #[error("pod resources directory {0} is not a directory (a symlink or another file); refusing to serve there")]
+    #[error(
+        "pod resources directory {0} is not a directory (a symlink or another file); refusing to serve there"
+    )]
     NotADir(String),
     #[error("pod resources socket {path}: {source}")]
     Listen {
@@ -32,7 +34,9 @@ pub enum ServeError {
 }
 
 /// Makes the directory and binds the socket (blocking).
-pub(super) fn bind(root_dir: &Path) -> Result<(std::os::unix::net::UnixListener, PathBuf), ServeError> {
+pub(super) fn bind(
+    root_dir: &Path,
+) -> Result<(std::os::unix::net::UnixListener, PathBuf), ServeError> {
     let dir = root_dir.join(DIR_NAME);
     let dir_err = |source| ServeError::Dir {
         dir: dir.display().to_string(),
@@ -55,7 +59,9 @@ pub(super) fn bind(root_dir: &Path) -> Result<(std::os::unix::net::UnixListener,
     };
     match std::fs::symlink_metadata(&path) {
         Ok(m) if m.file_type().is_dir() => {
-            return Err(listen_err(std::io::Error::other("a directory is in the way")));
+            return Err(listen_err(std::io::Error::other(
+                "a directory is in the way",
+            )));
         }
         // A stale socket, or anything else planted there: unlinked, never followed.
         Ok(_) => std::fs::remove_file(&path).map_err(listen_err)?,
@@ -91,12 +97,11 @@ pub async fn serve(
             dir: DIR_NAME.into(),
             source: std::io::Error::other(e.to_string()),
         })??;
-    let listener = tokio::net::UnixListener::from_std(listener).map_err(|source| {
-        ServeError::Listen {
+    let listener =
+        tokio::net::UnixListener::from_std(listener).map_err(|source| ServeError::Listen {
             path: path.display().to_string(),
             source,
-        }
-    })?;
+        })?;
     tracing::info!(endpoint = %path.display(), "starting to serve the podresources API");
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let svc = api::pod_resources_lister_server::PodResourcesListerServer::from_arc(service);

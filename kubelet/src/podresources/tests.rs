@@ -103,7 +103,10 @@ async fn list_reports_each_active_pod_with_the_devices_its_containers_hold() {
         .into_inner()
         .pod_resources;
     assert_eq!(list.len(), 2);
-    assert_eq!((list[0].name.as_str(), list[0].namespace.as_str()), ("a", "ns"));
+    assert_eq!(
+        (list[0].name.as_str(), list[0].namespace.as_str()),
+        ("a", "ns")
+    );
     // Sidecars first, then containers; a plain init container is not listed (upstream).
     let names = |p: &api::PodResources| -> Vec<String> {
         p.containers.iter().map(|c| c.name.clone()).collect()

@@ -406,7 +406,8 @@ impl DeviceManager {
         let mut st = self.lock();
         let free = free_for(&st, key);
         let mut chosen: Vec<String> = Vec::new();
-        let mut sorted_pref: Vec<&String> = preferred.iter().filter(|i| free.contains(*i)).collect();
+        let mut sorted_pref: Vec<&String> =
+            preferred.iter().filter(|i| free.contains(*i)).collect();
         sorted_pref.sort();
         sorted_pref.dedup();
         for id in sorted_pref.into_iter().chain(free.iter()) {
@@ -564,7 +565,10 @@ impl DeviceManager {
                     ids.iter().map(move |id| DeviceEntry {
                         resource: r.clone(),
                         id: id.clone(),
-                        numa: (*numa != NO_TOPOLOGY).then_some(*numa).into_iter().collect(),
+                        numa: (*numa != NO_TOPOLOGY)
+                            .then_some(*numa)
+                            .into_iter()
+                            .collect(),
                     })
                 })
             })

@@ -331,7 +331,10 @@ async fn the_plugins_preferred_allocation_chooses_the_devices_when_it_offers_one
     // The next pod is offered only what is free, and gets it.
     r.dm.reserve(&pod("b", 1)).unwrap();
     assert!(r.dm.allocate_pending().await.is_empty());
-    assert_eq!(p.preferred_calls()[1], (vec!["Dev-1".to_string()], vec![], 1));
+    assert_eq!(
+        p.preferred_calls()[1],
+        (vec!["Dev-1".to_string()], vec![], 1)
+    );
     assert_eq!(p.allocate_calls()[1], ["Dev-1"]);
     r.cancel.cancel();
 }
