@@ -22,6 +22,9 @@ pub const MOUNT_DIR: &str = "/run/example-devices";
 /// The CDI vendor/class of the devices' names (`example.com/device=<ID>`).
 pub const CDI_KIND: &str = "example.com/device";
 
+/// One GetPreferredAllocation request: (available, must include, size).
+pub type PreferredCall = (Vec<String>, Vec<String>, i32);
+
 struct Inner {
     /// None once stopped: the ListAndWatch streams end.
     devices: watch::Sender<Option<BTreeMap<String, bool>>>,
@@ -33,7 +36,7 @@ struct Inner {
     /// Device IDs in the order GetPreferredAllocation prefers them.
     preference: Mutex<Vec<String>>,
     /// (available, must include, size) of every GetPreferredAllocation call.
-    preferred_calls: Mutex<Vec<(Vec<String>, Vec<String>, i32)>>,
+    preferred_calls: Mutex<Vec<PreferredCall>>,
     /// Device ID lists of every PreStartContainer call.
     pre_start_calls: Mutex<Vec<Vec<String>>>,
     fail_pre_start: Mutex<Option<String>>,
@@ -233,12 +236,13 @@ impl SamplePlugin {
         let sock = self.plugin_dir.join(KUBELET_SOCKET);
         let ch = crate::connect(&sock.display().to_string(), Duration::from_secs(5)).await?;
         let mut client = api::registration_client::RegistrationClient::new(ch);
+        let options = *self.inner.options.lock().unwrap();
         client
             .register(api::RegisterRequest {
                 version: VERSION.into(),
                 endpoint: self.socket_name.clone(),
                 resource_name: self.resource.clone(),
-                options: Some(*self.inner.options.lock().unwrap()),
+                options: Some(options),
             })
             .await
             .map_err(SampleError::Register)?;
@@ -270,7 +274,7 @@ impl SamplePlugin {
     }
 
     /// (available, must include, size) of every GetPreferredAllocation call so far.
-    pub fn preferred_calls(&self) -> Vec<(Vec<String>, Vec<String>, i32)> {
+    pub fn preferred_calls(&self) -> Vec<PreferredCall> {
         self.inner.preferred_calls.lock().unwrap().clone()
     }
 

@@ -183,7 +183,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         &cfg,
         cluster.is_none(),
         (statuses.clone(), events.clone()),
-        (shutdown_state.clone(), pressure.clone()),
+        (shutdown_state.clone(), pressure.clone(), devices.clone()),
         pods_tx.clone(),
         &mut tasks,
         &cancel,

@@ -6,7 +6,7 @@
 pub mod allocatable;
 mod cgroups;
 pub mod devicemanager;
-pub use devicemanager::{DeviceEntry, DeviceManager, RunOptions};
+pub use devicemanager::{DeviceEntry, DeviceManager, DeviceScope, RunOptions};
 pub mod driver;
 mod fs;
 pub mod limits;

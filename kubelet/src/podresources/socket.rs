@@ -69,10 +69,10 @@ pub(super) fn bind(
         Err(e) => return Err(listen_err(e)),
     }
     let tmp = dir.join(format!(".{SOCKET}.{}", std::process::id()));
-    if let Ok(m) = std::fs::symlink_metadata(&tmp) {
-        if m.file_type().is_socket() || m.file_type().is_symlink() || m.file_type().is_file() {
-            std::fs::remove_file(&tmp).map_err(listen_err)?;
-        }
+    if let Ok(m) = std::fs::symlink_metadata(&tmp)
+        && (m.file_type().is_socket() || m.file_type().is_symlink() || m.file_type().is_file())
+    {
+        std::fs::remove_file(&tmp).map_err(listen_err)?;
     }
     let listener = std::os::unix::net::UnixListener::bind(&tmp).map_err(listen_err)?;
     let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(SOCKET_MODE))

@@ -11,6 +11,7 @@
 //! a pod whose plugin fails is rejected with `UnexpectedAdmissionError` as upstream.
 
 pub mod checkpoint;
+mod plugin_calls;
 mod server;
 
 use crate::podspec;
@@ -142,6 +143,26 @@ struct State {
     /// Resources dropped after the grace period: reported as 0 until they register again.
     removed: BTreeSet<String>,
     generation: u64,
+    /// Every pod UID the static pod source read (admitted or not), as it last reported.
+    static_uids: HashSet<String>,
+    /// Nothing is freed until the static pod source has reported once (upstream frees
+    /// devices only once all sources are ready): after a restart, the API pods' admission
+    /// would otherwise free a static pod's restored devices before it knows of the pod.
+    static_pending: bool,
+}
+
+/// Whose pods an admission decides, so that it frees only their devices: each source's
+/// admission holds the devices of its own pods, and every pod of the node passes through
+/// the one device manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceScope {
+    /// The apiserver's pods: every allocation whose pod is neither active nor static.
+    #[default]
+    Api,
+    /// The static pods beside an apiserver: only allocations of static pods.
+    Static,
+    /// Every pod of the node (standalone: the static pods are all there is).
+    All,
 }
 
 /// The device plugins of this node and the devices its pods hold.
@@ -271,14 +292,46 @@ impl DeviceManager {
         out
     }
 
-    /// Frees the devices of every pod not in `active` (upstream's `updateAllocatedDevices`).
-    /// Returns whether anything was freed.
-    pub fn retain_pods(&self, active: &HashSet<&str>) -> bool {
+    /// Frees the devices of every pod of `scope` not in `active` (upstream's
+    /// `updateAllocatedDevices`); nothing before the static pod source has reported (when
+    /// [`Self::await_static_source`] was called). Returns whether anything was freed.
+    pub fn retain_pods(&self, active: &HashSet<&str>, scope: DeviceScope) -> bool {
         let mut st = self.lock();
+        if st.static_pending {
+            return false;
+        }
         let before = st.allocs.len();
-        st.allocs
-            .retain(|(uid, _, _), _| active.contains(uid.as_str()));
+        let State {
+            allocs,
+            static_uids,
+            ..
+        } = &mut *st;
+        allocs.retain(|(uid, _, _), _| {
+            let mine = match scope {
+                DeviceScope::All => true,
+                DeviceScope::Api => !static_uids.contains(uid),
+                DeviceScope::Static => static_uids.contains(uid),
+            };
+            !mine || active.contains(uid.as_str())
+        });
         before != st.allocs.len()
+    }
+
+    /// Holds every freeing until [`Self::set_static_pods`] is first called (the agent's
+    /// start: a restored allocation may belong to a static pod not read yet).
+    pub fn await_static_source(&self) {
+        self.lock().static_pending = true;
+    }
+
+    /// The static pod source's current pods (every UID it read, admitted or not), given
+    /// before it admits them: the apiserver pods' admission leaves their devices alone, and a
+    /// static pod whose manifest went has its devices freed.
+    pub fn set_static_pods(&self, uids: HashSet<String>) {
+        let mut st = self.lock();
+        st.static_pending = false;
+        let gone: HashSet<String> = st.static_uids.difference(&uids).cloned().collect();
+        st.allocs.retain(|(uid, _, _), _| !gone.contains(uid));
+        st.static_uids = uids;
     }
 
     /// Frees every device of the pod `uid`.
@@ -361,120 +414,6 @@ impl DeviceManager {
         }
         self.save().await;
         failed
-    }
-
-    /// The devices reserved under `key`.
-    fn reserved_ids(&self, key: &AllocKey) -> Vec<String> {
-        let st = self.lock();
-        st.allocs
-            .get(key)
-            .map(|a| a.ids.values().flatten().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// Upstream's `callGetPreferredAllocationIfAvailable` for one pending reservation: when
-    /// the plugin's options say `getPreferredAllocationAvailable`, it is offered every free
-    /// healthy device (this reservation's included) and chooses; its choice replaces the
-    /// reservation (devices it names that are not free are skipped, and the free ones in ID
-    /// order fill what it left short, as upstream). A failed call fails the pod with
-    /// upstream's message. Admission decided on counts only, so the choice never changes
-    /// whether the pod fits. A reservation sharing devices with another container of its pod
-    /// (an init container's, reused) is kept as it is.
-    async fn prefer(&self, key: &AllocKey, ep: &Endpoint) -> Result<(), AllocateError> {
-        if !ep.options.get_preferred_allocation_available {
-            return Ok(());
-        }
-        let (available, size) = {
-            let st = self.lock();
-            let Some(a) = st.allocs.get(key) else {
-                return Ok(());
-            };
-            let mine: BTreeSet<&String> = a.ids.values().flatten().collect();
-            let shared = st.allocs.iter().any(|(k, o)| {
-                k != key
-                    && k.0 == key.0
-                    && k.2 == key.2
-                    && o.ids.values().flatten().any(|i| mine.contains(i))
-            });
-            if shared || mine.is_empty() {
-                return Ok(());
-            }
-            (free_for(&st, key), mine.len())
-        };
-        let preferred =
-            server::preferred(ep.client.clone(), available.into_iter().collect(), size).await?;
-        let mut st = self.lock();
-        let free = free_for(&st, key);
-        let mut chosen: Vec<String> = Vec::new();
-        let mut sorted_pref: Vec<&String> =
-            preferred.iter().filter(|i| free.contains(*i)).collect();
-        sorted_pref.sort();
-        sorted_pref.dedup();
-        for id in sorted_pref.into_iter().chain(free.iter()) {
-            if chosen.len() == size {
-                break;
-            }
-            if !chosen.contains(id) {
-                chosen.push(id.clone());
-            }
-        }
-        if chosen.len() < size {
-            return Ok(());
-        }
-        let devices = st.resources.get(&key.2).map(|r| &r.devices);
-        let mut ids: BTreeMap<i64, Vec<String>> = BTreeMap::new();
-        for id in chosen {
-            ids.entry(numa_of(devices.and_then(|d| d.get(&id))))
-                .or_default()
-                .push(id);
-        }
-        if let Some(a) = st.allocs.get_mut(key) {
-            a.ids = ids;
-        }
-        Ok(())
-    }
-
-    /// Upstream's `PreStartContainer` before each start of the container: for every
-    /// resource it holds whose plugin's options say `preStartRequired`, the plugin is called
-    /// with the container's devices. The error is upstream's text; the container then waits
-    /// in `CreateContainerConfigError` and is tried again.
-    pub async fn pre_start(&self, uid: &str, container: &str) -> Result<(), String> {
-        let calls = {
-            let st = self.lock();
-            let mut calls = Vec::new();
-            for ((u, c, res), a) in &st.allocs {
-                if u != uid || c != container {
-                    continue;
-                }
-                let Some(r) = st.resources.get(res) else {
-                    return Err(format!(
-                        "endpoint not found in cache for a registered resource: {res}"
-                    ));
-                };
-                // A plugin that has not registered again since a restart: its options are
-                // unknown, and upstream skips the call.
-                let Some(ep) = r.endpoint.as_ref() else {
-                    continue;
-                };
-                if !ep.options.pre_start_required {
-                    continue;
-                }
-                let ids: Vec<String> = a.ids.values().flatten().cloned().collect();
-                if ids.is_empty() {
-                    return Err(format!(
-                        "no devices found allocated in local cache for pod {uid}, container {container}, resource {res}"
-                    ));
-                }
-                calls.push((ep.client.clone(), ids));
-            }
-            calls
-        };
-        for (client, ids) in calls {
-            server::pre_start(client, ids)
-                .await
-                .map_err(|e| format!("device plugin PreStartContainer rpc failed with err: {e}"))?;
-        }
-        Ok(())
     }
 
     /// The container's device settings; None when it holds no devices.
@@ -702,27 +641,6 @@ impl State {
                 generation: e.generation,
             })
     }
-}
-
-/// The healthy devices of `key`'s resource that no other reservation holds (those of `key`
-/// itself included).
-fn free_for(st: &State, key: &AllocKey) -> BTreeSet<String> {
-    let in_use: HashSet<&String> = st
-        .allocs
-        .iter()
-        .filter(|(k, _)| *k != key && k.2 == key.2)
-        .flat_map(|(_, a)| a.ids.values().flatten())
-        .collect();
-    st.resources
-        .get(&key.2)
-        .map(|r| {
-            r.devices
-                .values()
-                .filter(|d| healthy(d) && !in_use.contains(&d.id))
-                .map(|d| d.id.clone())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// One container's share of [`DeviceManager::reserve`] (upstream's `devicesToAllocate` per

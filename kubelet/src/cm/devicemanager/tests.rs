@@ -194,7 +194,7 @@ async fn allocation_fills_run_options_and_refuses_past_the_devices() {
     );
     assert!(r.dm.pod_devices("c").is_empty());
     // A pod that ended frees its device for the next one.
-    r.dm.retain_pods(&["b"].into());
+    r.dm.retain_pods(&["b"].into(), DeviceScope::Api);
     r.dm.reserve(&pod("c", 1)).unwrap();
     assert!(r.dm.allocate_pending().await.is_empty());
     assert_eq!(r.dm.pod_devices("c")[0].ids, vec![id.clone()]);
@@ -400,4 +400,31 @@ async fn pre_start_is_called_with_the_containers_devices_when_the_plugin_asks() 
     assert!(p2.pre_start_calls().is_empty());
     r.cancel.cancel();
     r2.cancel.cancel();
+}
+
+#[tokio::test]
+async fn each_sources_admission_frees_only_its_own_pods_devices() {
+    let r = rig_with(STOP_GRACE_PERIOD).await;
+    let _p = plugin(&r).await;
+    wait_for(&r.dm, ("2", "2")).await;
+    r.dm.await_static_source();
+    r.dm.reserve(&pod("api", 1)).unwrap();
+    r.dm.reserve(&pod("static", 1)).unwrap();
+    assert!(r.dm.allocate_pending().await.is_empty());
+    // Before the static source reported (an agent's start), nothing is freed.
+    assert!(!r.dm.retain_pods(&HashSet::new(), DeviceScope::Api));
+    r.dm.set_static_pods(["static".to_string()].into());
+    // The API pods' admission does not list the static pod, and leaves its device alone;
+    // the static pods' admission does not list the API pod, and leaves its device alone.
+    assert!(!r.dm.retain_pods(&["api"].into(), DeviceScope::Api));
+    assert!(!r.dm.retain_pods(&["static"].into(), DeviceScope::Static));
+    assert_eq!(r.dm.in_use()[RES], 2);
+    // Its manifest goes: the static pod's device is freed, the API pod keeps its own.
+    r.dm.set_static_pods(HashSet::new());
+    assert!(r.dm.pod_devices("static").is_empty());
+    assert_eq!(r.dm.pod_devices("api").len(), 1);
+    // Standalone, the static pods' admission is the only one: it frees what it does not run.
+    assert!(r.dm.retain_pods(&HashSet::new(), DeviceScope::All));
+    assert!(r.dm.in_use().is_empty());
+    r.cancel.cancel();
 }
