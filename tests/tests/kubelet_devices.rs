@@ -262,7 +262,7 @@ fn pod_resources_api_lists_the_pod_with_its_device() {
         .into_inner()
         .pod_resources
         .unwrap();
-    assert_eq!(got.containers[0].devices[0].device_ids, [id.clone()]);
+    assert_eq!(got.containers[0].devices[0].device_ids, [id]);
     let missing = rt
         .block_on(client.get(pr::GetPodResourcesRequest {
             pod_name: "absent".into(),
