@@ -1,19 +1,14 @@
 //! Starts what the pod workers stand on (node settings, volumes, informers, the workers'
 //! environment) and the static pod source with its admission.
 
+use super::Shared;
 use super::cluster::Connected;
 use crate::cm::ContainerManager;
 use crate::config::Config;
-use crate::events::EventRecorder;
-use crate::eviction::PressureState;
-use crate::metrics::Metrics;
 use crate::pod::{Admission, SysctlAllowlist};
 use crate::pod_worker::Deps;
 use crate::podspec::Source;
-use crate::runtime::Runtime;
-use crate::shutdown::ShutdownState;
 use crate::spec::{self, NodeSettings};
-use crate::status::StatusManager;
 use crate::sync_loop::SourceUpdate;
 use k8s_openapi::api::core::v1::Pod;
 use std::net::IpAddr;
@@ -26,11 +21,7 @@ use tokio_util::sync::CancellationToken;
 /// The node facts container specs are built from. The Node's allocatable is computed as for
 /// its status (host facts are blocking reads): a downward API `limits.*` of a container
 /// without that limit reads it, as upstream's.
-pub(super) async fn node_settings(
-    cfg: &Config,
-    cm: &ContainerManager,
-    node_ips: &[IpAddr],
-) -> NodeSettings {
+async fn node_settings(cfg: &Config, cm: &ContainerManager, node_ips: &[IpAddr]) -> NodeSettings {
     let host_dns = cfg
         .resolv_conf
         .as_ref()
@@ -75,20 +66,27 @@ pub(super) async fn node_settings(
     }
 }
 
-/// What every pod worker shares, with the volume manager and (cluster mode) the Services
-/// and RuntimeClasses informers spawned.
-pub(super) struct WorkerParts {
-    pub devices: Arc<crate::cm::DeviceManager>,
-    pub allocations: Arc<crate::allocation::Allocations>,
-    pub runtime: Arc<dyn Runtime>,
-    pub runtime_name: String,
-    pub cm: Arc<ContainerManager>,
-    pub node: NodeSettings,
-    pub events: Arc<dyn EventRecorder>,
-    pub probes: Arc<probes::ProbeManager>,
-    pub statuses: Arc<StatusManager>,
-    pub metrics: Metrics,
-    pub pull_records: Option<Arc<crate::images::PullRecords>>,
+/// What [`start`] built: the pod workers' dependencies and (cluster mode) the storage they
+/// mount claims and CSI volumes through.
+pub(super) struct PodSide {
+    pub deps: Arc<Deps>,
+    pub storage: Option<Arc<crate::volume::Storage>>,
+}
+
+/// The node settings, the plugin manager and storage, and the pod workers' dependencies.
+pub(super) async fn start(
+    cfg: &Config,
+    shared: &Shared,
+    (runtime_name, cm): (String, Arc<ContainerManager>),
+    cluster: Option<&Connected>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> PodSide {
+    let node = node_settings(cfg, &cm, &shared.node_ips).await;
+    let storage = storage(&node, &shared.stats, cluster, tasks, cancel);
+    let worker = (runtime_name, cm, node);
+    let deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);
+    PodSide { deps, storage }
 }
 
 /// The pods' allocated resources, read back from `<root-dir>/allocated_pods_state` (off the
@@ -109,9 +107,10 @@ pub(super) async fn allocations(
     Ok(Arc::new(opened))
 }
 
-pub(super) fn worker_env(
+fn worker_env(
     cfg: &Config,
-    parts: WorkerParts,
+    parts: &Shared,
+    (runtime_name, cm, node): (String, Arc<ContainerManager>, NodeSettings),
     cluster: Option<&Connected>,
     storage: Option<Arc<crate::volume::Storage>>,
     tasks: &mut JoinSet<()>,
@@ -124,7 +123,7 @@ pub(super) fn worker_env(
     });
     let binder: Arc<dyn crate::volume::Binder> = Arc::new(crate::volume::KernelBinder);
     let mut volumes = crate::volume::VolumeManager::new(
-        parts.node.clone(),
+        node.clone(),
         Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
         Arc::new(crate::objects::TokenManager::new(api_objects)),
         binder.clone(),
@@ -160,24 +159,24 @@ pub(super) fn worker_env(
         None => (None, None),
     };
     Arc::new(Deps {
-        allocations: parts.allocations,
-        events: parts.events,
-        probes: parts.probes,
+        allocations: parts.allocations.clone(),
+        events: parts.events.clone(),
+        probes: parts.probes.clone(),
         exec: Arc::new(crate::probing::CriExec(parts.runtime.clone())),
         pod_start_duration: Some(parts.metrics.pod_start_duration.clone()),
         runtime: parts.runtime.clone(),
-        cgroups: parts.cm,
+        cgroups: cm,
         images: Arc::new(crate::pod_worker::NodeImages {
-            runtime: parts.runtime,
+            runtime: parts.runtime.clone(),
             pull_gate: crate::images::PullGate::new(&cfg.pull_gate),
-            records: parts.pull_records,
+            records: parts.pull_records.clone(),
             objects: volumes.objects().clone(),
-            root_dir: parts.node.root_dir.clone(),
+            root_dir: node.root_dir.clone(),
         }),
         objects: volumes.objects().clone(),
-        node: parts.node,
-        runtime_name: parts.runtime_name,
-        statuses: parts.statuses,
+        node,
+        runtime_name,
+        statuses: parts.statuses.clone(),
         resync: cfg.sync_frequency,
         binder,
         volumes,
@@ -186,7 +185,7 @@ pub(super) fn worker_env(
             runtime_classes,
         }),
         refusal: crate::pod::field_refusal,
-        devices: Some(parts.devices),
+        devices: Some(parts.devices.clone()),
     })
 }
 
@@ -226,7 +225,7 @@ impl crate::stats::MeasuredVolumes for InUse {
 
 /// The plugin manager (CSI drivers register through `<root-dir>/plugins_registry`) and, in
 /// cluster mode, the claim-backed and CSI volumes it serves, whose usage `stats` reports.
-pub(super) fn storage(
+fn storage(
     node: &NodeSettings,
     stats: &crate::stats::Provider,
     cluster: Option<&Connected>,
@@ -278,18 +277,13 @@ pub(super) fn storage(
 }
 
 /// The static pod source: manifests under `staticPodPath` through admission to the sync
-/// loop; they pass the same admission as the apiserver's pods (`node`: the node shutdown and
+/// loop; they pass the same admission as the apiserver's pods (`shared`: the node shutdown and
 /// pressure states its handlers read, and the device manager static pods get their devices
 /// from). Returns the admitted static pods as they change (for mirror pods in cluster mode).
 pub(super) async fn start_static_pods(
     cfg: &Config,
+    shared: &Shared,
     standalone: bool,
-    (statuses, events): (Arc<StatusManager>, Arc<dyn EventRecorder>),
-    node: (
-        Arc<ShutdownState>,
-        Arc<PressureState>,
-        Arc<crate::cm::DeviceManager>,
-    ),
     pods_tx: mpsc::Sender<SourceUpdate>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
@@ -300,7 +294,7 @@ pub(super) async fn start_static_pods(
             tracing::warn!("no staticPodPath and no apiserver: this node runs no pods");
         }
         // No static pods: the device manager need not wait for them.
-        node.2.set_static_pods(Default::default());
+        shared.devices.set_static_pods(Default::default());
         let _ = pods_tx
             .send(SourceUpdate {
                 source: Source::File,
@@ -320,11 +314,11 @@ pub(super) async fn start_static_pods(
     ));
     let mut admission = Admission::new(
         SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default(),
-        Some(node.0),
-        Some(node.1),
+        Some(shared.shutdown.clone()),
+        Some(shared.pressure.clone()),
     );
     admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
-    admission.devices = Some(node.2);
+    admission.devices = Some(shared.devices.clone());
     admission.device_scope = if standalone {
         crate::cm::DeviceScope::All
     } else {
@@ -334,8 +328,8 @@ pub(super) async fn start_static_pods(
         admission,
         max_pods: cfg.max_pods,
         node_name: cfg.node_name.clone(),
-        statuses,
-        events,
+        statuses: shared.statuses.clone(),
+        events: shared.events.clone(),
         static_tx,
         pods_tx,
     };
