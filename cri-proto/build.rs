@@ -5,6 +5,7 @@
 
 include!("deviceplugin_build.rs");
 include!("dra_build.rs");
+include!("podresources_build.rs");
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
@@ -34,5 +35,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_fds(fds)?;
     compile_deviceplugin()?;
     compile_dra()?;
+    compile_podresources()?;
     Ok(())
 }

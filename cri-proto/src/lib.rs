@@ -23,6 +23,7 @@ pub mod dra;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod plugins;
+pub mod podresources;
 
 /// Generated `runtime.v1` types, clients and servers.
 pub mod v1 {

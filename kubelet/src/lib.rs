@@ -33,6 +33,7 @@ pub mod pluginmanager;
 pub mod pod;
 pub mod pod_dirs;
 pub mod pod_worker;
+pub mod podresources;
 pub mod podspec;
 pub mod probing;
 pub mod proxy_role;

@@ -314,3 +314,112 @@ fn dra_driver_prepares_claims_before_the_container_and_unprepares_after_delete()
         },
     );
 }
+
+/// The pod resources API (`<root-dir>/pod-resources/kubelet.sock`), as a monitoring agent
+/// reads it: `List` names the pod, its container and the device the plugin gave it (the ID
+/// the container saw in its env); `Get` finds the same pod; `GetAllocatableResources` lists
+/// both devices; CPU ids and memory are empty (no CPU or memory manager, as upstream's
+/// `none` policies); the socket is the owner's only.
+#[test]
+fn pod_resources_api_lists_the_pod_with_its_device() {
+    use cri_proto::podresources::v1 as pr;
+    use std::os::unix::fs::PermissionsExt;
+    require_rig!();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-podres", Options::default(), false);
+    wait_for("node registered", Duration::from_secs(60), || {
+        check_alive(&mut kubelet);
+        cp.get("nodes", "", NODE)
+    });
+    let dir = node.p("var/lib/kubelet/device-plugins");
+    let host = node.p("device-files");
+    std::fs::create_dir_all(&host).unwrap();
+    wait_for("kubelet.sock", Duration::from_secs(60), || {
+        dir.join("kubelet.sock").exists().then_some(())
+    });
+    let plugin = rt
+        .block_on(SamplePlugin::start(
+            &dir,
+            "foo.sock",
+            RES,
+            &["Dev-1", "Dev-2"],
+            &host,
+        ))
+        .unwrap();
+    register(&rt, &plugin, &mut kubelet);
+    wait_node_foo(&cp, &mut kubelet, ("2", "2"));
+    cp.create("pods", foo_pod("watched")).unwrap();
+    let pod = phase(&cp, &mut kubelet, "watched", "Running");
+    let log = wait_for("the container's report", Duration::from_secs(30), || {
+        let l = node.container_log(&pod, "main");
+        l.contains("file=").then_some(l)
+    });
+    let id = log_value(&log, "env").unwrap_or_default();
+
+    let sock = node.p("var/lib/kubelet/pod-resources/kubelet.sock");
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "socket mode");
+    let mut client = rt
+        .block_on(cri_proto::podresources::client(
+            &sock,
+            Duration::from_secs(5),
+        ))
+        .unwrap();
+    // The pod is listed once its worker runs (it does: it is Running).
+    let list = rt
+        .block_on(client.list(pr::ListPodResourcesRequest {}))
+        .unwrap()
+        .into_inner();
+    let listed: Vec<&pr::PodResources> = list
+        .pod_resources
+        .iter()
+        .filter(|p| p.name == "watched" && p.namespace == "default")
+        .collect();
+    assert_eq!(listed.len(), 1, "{list:?}");
+    let c = &listed[0].containers;
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].name, "main");
+    let devs: Vec<(&str, &[String])> = c[0]
+        .devices
+        .iter()
+        .map(|d| (d.resource_name.as_str(), d.device_ids.as_slice()))
+        .collect();
+    assert_eq!(devs, [(RES, std::slice::from_ref(&id))], "{c:?}");
+    assert!(c[0].cpu_ids.is_empty() && c[0].memory.is_empty(), "{c:?}");
+
+    let got = rt
+        .block_on(client.get(pr::GetPodResourcesRequest {
+            pod_name: "watched".into(),
+            pod_namespace: "default".into(),
+        }))
+        .unwrap()
+        .into_inner()
+        .pod_resources
+        .unwrap();
+    assert_eq!(got.containers[0].devices[0].device_ids, [id]);
+    let missing = rt
+        .block_on(client.get(pr::GetPodResourcesRequest {
+            pod_name: "absent".into(),
+            pod_namespace: "default".into(),
+        }))
+        .unwrap_err();
+    assert_eq!(
+        missing.message(),
+        "pod absent in namespace default not found"
+    );
+
+    let alloc = rt
+        .block_on(client.get_allocatable_resources(pr::AllocatableResourcesRequest {}))
+        .unwrap()
+        .into_inner();
+    let mut all: Vec<String> = alloc
+        .devices
+        .iter()
+        .filter(|d| d.resource_name == RES)
+        .flat_map(|d| d.device_ids.clone())
+        .collect();
+    all.sort();
+    assert_eq!(all, ["Dev-1", "Dev-2"]);
+    assert!(alloc.cpu_ids.is_empty() && alloc.memory.is_empty());
+}

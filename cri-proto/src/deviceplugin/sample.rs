@@ -2,7 +2,9 @@
 //! `DevicePlugin` service on a socket in the plugin directory, registers with the kubelet,
 //! streams its devices, and answers `Allocate` with an env var, a mount of a per-device host
 //! file and a CDI name per device. Devices can be marked unhealthy, `Allocate` can be made to
-//! fail, and the plugin can stop (as if it crashed).
+//! fail, and the plugin can stop (as if it crashed). Its options can ask for
+//! `GetPreferredAllocation` (answered from a preference order the test sets) and
+//! `PreStartContainer` (recorded, and made to fail on demand).
 
 use super::{HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION, v1beta1 as api};
 use std::collections::BTreeMap;
@@ -20,6 +22,9 @@ pub const MOUNT_DIR: &str = "/run/example-devices";
 /// The CDI vendor/class of the devices' names (`example.com/device=<ID>`).
 pub const CDI_KIND: &str = "example.com/device";
 
+/// One GetPreferredAllocation request: (available, must include, size).
+pub type PreferredCall = (Vec<String>, Vec<String>, i32);
+
 struct Inner {
     /// None once stopped: the ListAndWatch streams end.
     devices: watch::Sender<Option<BTreeMap<String, bool>>>,
@@ -27,6 +32,14 @@ struct Inner {
     calls: Mutex<Vec<Vec<String>>>,
     fail_allocate: Mutex<Option<String>>,
     host_dir: PathBuf,
+    options: Mutex<api::DevicePluginOptions>,
+    /// Device IDs in the order GetPreferredAllocation prefers them.
+    preference: Mutex<Vec<String>>,
+    /// (available, must include, size) of every GetPreferredAllocation call.
+    preferred_calls: Mutex<Vec<PreferredCall>>,
+    /// Device ID lists of every PreStartContainer call.
+    pre_start_calls: Mutex<Vec<Vec<String>>>,
+    fail_pre_start: Mutex<Option<String>>,
 }
 
 /// A running sample plugin.
@@ -79,7 +92,47 @@ impl api::device_plugin_server::DevicePlugin for Service {
         &self,
         _: tonic::Request<api::Empty>,
     ) -> Result<tonic::Response<api::DevicePluginOptions>, tonic::Status> {
-        Ok(tonic::Response::new(api::DevicePluginOptions::default()))
+        Ok(tonic::Response::new(*self.0.options.lock().unwrap()))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        req: tonic::Request<api::PreferredAllocationRequest>,
+    ) -> Result<tonic::Response<api::PreferredAllocationResponse>, tonic::Status> {
+        let mut out = api::PreferredAllocationResponse::default();
+        for c in req.into_inner().container_requests {
+            self.0.preferred_calls.lock().unwrap().push((
+                c.available_device_i_ds.clone(),
+                c.must_include_device_i_ds.clone(),
+                c.allocation_size,
+            ));
+            let size = usize::try_from(c.allocation_size).unwrap_or(0);
+            let mut ids = c.must_include_device_i_ds.clone();
+            for id in self.0.preference.lock().unwrap().iter() {
+                if ids.len() >= size {
+                    break;
+                }
+                if c.available_device_i_ds.contains(id) && !ids.contains(id) {
+                    ids.push(id.clone());
+                }
+            }
+            out.container_responses
+                .push(api::ContainerPreferredAllocationResponse { device_i_ds: ids });
+        }
+        Ok(tonic::Response::new(out))
+    }
+
+    async fn pre_start_container(
+        &self,
+        req: tonic::Request<api::PreStartContainerRequest>,
+    ) -> Result<tonic::Response<api::PreStartContainerResponse>, tonic::Status> {
+        let mut ids = req.into_inner().devices_ids;
+        ids.sort();
+        self.0.pre_start_calls.lock().unwrap().push(ids);
+        if let Some(msg) = self.0.fail_pre_start.lock().unwrap().clone() {
+            return Err(tonic::Status::unknown(msg));
+        }
+        Ok(tonic::Response::new(api::PreStartContainerResponse {}))
     }
 
     async fn list_and_watch(
@@ -156,6 +209,11 @@ impl SamplePlugin {
             calls: Mutex::new(Vec::new()),
             fail_allocate: Mutex::new(None),
             host_dir: host_dir.to_path_buf(),
+            options: Mutex::new(api::DevicePluginOptions::default()),
+            preference: Mutex::new(Vec::new()),
+            preferred_calls: Mutex::new(Vec::new()),
+            pre_start_calls: Mutex::new(Vec::new()),
+            fail_pre_start: Mutex::new(None),
         });
         let server = serve(&inner, &plugin_dir.join(socket_name))?;
         Ok(Self {
@@ -178,12 +236,13 @@ impl SamplePlugin {
         let sock = self.plugin_dir.join(KUBELET_SOCKET);
         let ch = crate::connect(&sock.display().to_string(), Duration::from_secs(5)).await?;
         let mut client = api::registration_client::RegistrationClient::new(ch);
+        let options = *self.inner.options.lock().unwrap();
         client
             .register(api::RegisterRequest {
                 version: VERSION.into(),
                 endpoint: self.socket_name.clone(),
                 resource_name: self.resource.clone(),
-                options: Some(api::DevicePluginOptions::default()),
+                options: Some(options),
             })
             .await
             .map_err(SampleError::Register)?;
@@ -197,6 +256,36 @@ impl SamplePlugin {
                 d.insert(id.to_string(), healthy);
             }
         });
+    }
+
+    /// The options sent at the next registration (and answered by GetDevicePluginOptions):
+    /// whether the kubelet must call PreStartContainer and may call GetPreferredAllocation.
+    pub fn set_options(&self, pre_start_required: bool, get_preferred_allocation: bool) {
+        *self.inner.options.lock().unwrap() = api::DevicePluginOptions {
+            pre_start_required,
+            get_preferred_allocation_available: get_preferred_allocation,
+        };
+    }
+
+    /// The order GetPreferredAllocation picks available devices in (after the must-include
+    /// ones).
+    pub fn prefer(&self, ids: &[&str]) {
+        *self.inner.preference.lock().unwrap() = ids.iter().map(|s| s.to_string()).collect();
+    }
+
+    /// (available, must include, size) of every GetPreferredAllocation call so far.
+    pub fn preferred_calls(&self) -> Vec<PreferredCall> {
+        self.inner.preferred_calls.lock().unwrap().clone()
+    }
+
+    /// The device IDs (sorted) of every PreStartContainer call so far.
+    pub fn pre_start_calls(&self) -> Vec<Vec<String>> {
+        self.inner.pre_start_calls.lock().unwrap().clone()
+    }
+
+    /// Makes every later PreStartContainer fail with `message` (None: succeed again).
+    pub fn fail_pre_start(&self, message: Option<&str>) {
+        *self.inner.fail_pre_start.lock().unwrap() = message.map(str::to_string);
     }
 
     /// Makes every later Allocate fail with `message` (None: succeed again).

@@ -100,6 +100,8 @@ pub(super) async fn start_devices(
     let dm = Arc::new(DeviceManager::new(
         cfg.root_dir.join(devicemanager::DIR_NAME),
     ));
+    // Restored allocations stay until the static pod source has said which pods are its.
+    dm.await_static_source();
     let d = dm.clone();
     match tokio::task::spawn_blocking(move || d.restore()).await {
         Ok(Ok(())) => {}
@@ -168,4 +170,41 @@ pub(super) async fn reconcile_dra(
         };
         dra.reconcile(&known.into_iter().collect()).await;
     }
+}
+
+/// The sync loop's workers as the pod resources API's active pods (`Control::ActivePods`).
+struct SyncLoopActive(tokio::sync::mpsc::Sender<crate::sync_loop::Control>);
+
+#[async_trait::async_trait]
+impl crate::podresources::ActivePods for SyncLoopActive {
+    async fn active_pods(&self) -> Vec<k8s_openapi::api::core::v1::Pod> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let msg = crate::sync_loop::Control::ActivePods(tx);
+        if self.0.send(msg).await.is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+}
+
+/// The pod resources API on `<root-dir>/pod-resources/kubelet.sock` until `cancel`: the
+/// sync loop's active pods with the devices the device manager gave them.
+pub(super) fn start_pod_resources(
+    cfg: &Config,
+    control: tokio::sync::mpsc::Sender<crate::sync_loop::Control>,
+    devices: Option<Arc<crate::cm::DeviceManager>>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    cancel: &tokio_util::sync::CancellationToken,
+) {
+    use crate::podresources::{PodResources, serve};
+    let service = Arc::new(PodResources::new(
+        Arc::new(SyncLoopActive(control)),
+        devices,
+    ));
+    let (root, cancel) = (cfg.root_dir.clone(), cancel.clone());
+    tasks.spawn(async move {
+        if let Err(e) = serve(root, service, cancel).await {
+            tracing::error!(error = %e, "the pod resources API is not served");
+        }
+    });
 }

@@ -492,6 +492,8 @@ fn start_sync_loop(
         cancel.clone(),
     ));
     let loop_health = sync_loop.health();
+    let devices = Some(p.devices.clone());
+    container_manager::start_pod_resources(cfg, sync_loop.control(), devices, tasks, cancel);
     eviction::spawn(
         cfg,
         p.runtime.clone(),

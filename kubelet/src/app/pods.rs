@@ -308,9 +308,9 @@ fn storage(
 }
 
 /// The static pod source: manifests under `staticPodPath` through admission to the sync
-/// loop; they pass the same admission as the apiserver's pods (`node`: the node shutdown and
-/// pressure states its handlers read). Returns the admitted static pods as they change (for
-/// mirror pods in cluster mode).
+/// loop; they pass the same admission as the apiserver's pods (`shared`: the node shutdown and
+/// pressure states its handlers read, and the device manager static pods get their devices
+/// from). Returns the admitted static pods as they change (for mirror pods in cluster mode).
 pub(super) async fn start_static_pods(
     cfg: &Config,
     shared: &Shared,
@@ -324,6 +324,8 @@ pub(super) async fn start_static_pods(
         if standalone {
             tracing::warn!("no staticPodPath and no apiserver: this node runs no pods");
         }
+        // No static pods: the device manager need not wait for them.
+        shared.devices.set_static_pods(Default::default());
         let _ = pods_tx
             .send(SourceUpdate {
                 source: Source::File,
@@ -347,6 +349,12 @@ pub(super) async fn start_static_pods(
         Some(shared.pressure.clone()),
     );
     admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
+    admission.devices = Some(shared.devices.clone());
+    admission.device_scope = if standalone {
+        crate::cm::DeviceScope::All
+    } else {
+        crate::cm::DeviceScope::Static
+    };
     let admitter = crate::pod::StaticPodAdmitter {
         admission,
         max_pods: cfg.max_pods,

@@ -6,7 +6,7 @@
 pub mod allocatable;
 mod cgroups;
 pub mod devicemanager;
-pub use devicemanager::{DeviceManager, RunOptions};
+pub use devicemanager::{DeviceEntry, DeviceManager, DeviceScope, RunOptions};
 pub mod dra;
 pub use dra::{DraError, DraManager};
 pub mod driver;

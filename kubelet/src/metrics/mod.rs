@@ -8,6 +8,7 @@
 //! (`plumbing::metrics`).
 
 mod certs;
+pub mod devices;
 pub mod server;
 pub mod storage;
 #[cfg(test)]
@@ -16,6 +17,7 @@ mod tests;
 use std::sync::LazyLock;
 
 pub use certs::{Certificates, certificates};
+pub use devices::{Devices, PodResourcesCall, devices};
 use prometheus::core::Collector;
 use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts, Registry,
@@ -335,6 +337,7 @@ impl Metrics {
         all.extend(certificates().collectors());
         all.extend(volumes().collectors());
         all.extend(server().collectors());
+        all.extend(devices().collectors());
         for c in all {
             registry.register(c).expect("unique metric names");
         }
@@ -365,6 +368,7 @@ impl Metrics {
         let mut empty: Vec<(Box<dyn Collector>, &'static str)> = self.families.may_be_empty();
         empty.extend(volumes().may_be_empty());
         empty.extend(server().may_be_empty());
+        empty.extend(devices().may_be_empty());
         let rc = plumbing::metrics::rest_client();
         empty.push((Box::new(rc.requests.clone()), "counter"));
         empty.push((Box::new(rc.duration.clone()), "histogram"));

@@ -354,7 +354,7 @@ impl Admitter {
     pub async fn run(mut self, mut file_rx: mpsc::Receiver<Vec<Pod>>) {
         let mut rejected: HashSet<String> = HashSet::new();
         while let Some(pods) = file_rx.recv().await {
-            let admitted = self.admit(pods, &mut rejected);
+            let admitted = self.admit(pods, &mut rejected).await;
             self.static_tx.send_replace(admitted.clone());
             let update = SourceUpdate {
                 source: Source::File,
@@ -367,12 +367,22 @@ impl Admitter {
     }
 
     /// The admitted pods of one set; a rejected pod fails with upstream's status (kept while
-    /// its manifest stays).
-    fn admit(&mut self, pods: Vec<Pod>, rejected: &mut HashSet<String>) -> Vec<Pod> {
-        for (p, r) in self
+    /// its manifest stays). Devices go through the one device manager as for every source:
+    /// reserved at admission, then allocated by the plugins (a plugin's failure rejects the
+    /// pod with `UnexpectedAdmissionError`).
+    async fn admit(&mut self, pods: Vec<Pod>, rejected: &mut HashSet<String>) -> Vec<Pod> {
+        if let Some(d) = &self.admission.devices {
+            d.set_static_pods(pods.iter().filter_map(|p| p.metadata.uid.clone()).collect());
+        }
+        let mut out = self
             .admission
-            .admit(&pods, 0, self.max_pods, None, &self.node_name)
-        {
+            .admit(&pods, 0, self.max_pods, None, &self.node_name);
+        out.extend(self.admission.allocate_devices(&pods).await);
+        if let Some(d) = &self.admission.devices {
+            // The allocations reach the checkpoint before the workers act on them.
+            d.save().await;
+        }
+        for (p, r) in out {
             tracing::warn!(pod = %crate::podspec::full_name(&p), reason = %r.reason, message = %r.message, "static pod rejected at admission");
             self.events
                 .record(&pod_ref(&p), EventType::Warning, &r.reason, &r.message);
@@ -434,10 +444,12 @@ mod tests {
             pods_tx,
         };
         let mut rejected = HashSet::new();
-        let admitted = a.admit(
-            vec![good.clone(), bad.clone(), extra.clone()],
-            &mut rejected,
-        );
+        let admitted = a
+            .admit(
+                vec![good.clone(), bad.clone(), extra.clone()],
+                &mut rejected,
+            )
+            .await;
         let names: Vec<_> = admitted.iter().map(|p| p.metadata.name.clone()).collect();
         assert_eq!(names.len(), 1, "{names:?}");
         assert_eq!(admitted[0].metadata.name, good.metadata.name);
@@ -450,10 +462,90 @@ mod tests {
         assert_eq!(reason(&extra).as_deref(), Some("OutOfpods"));
         assert_eq!(events.events().len(), 2);
         // The rejected manifests are removed: their statuses go, nothing is re-decided.
-        assert_eq!(a.admit(vec![good], &mut rejected).len(), 1);
+        assert_eq!(a.admit(vec![good], &mut rejected).await.len(), 1);
         assert!(reason(&bad).is_none() && reason(&extra).is_none());
         drop(a);
         assert!(pods_rx.try_recv().is_err());
+    }
+
+    /// Static pods get devices through the one device manager: a static pod asking for the
+    /// plugin's resource is allocated a device (the plugin's Allocate is called for it), and
+    /// one asking for more than is left is rejected as an API pod would be.
+    #[tokio::test]
+    async fn static_pods_get_devices_through_the_device_manager() {
+        use crate::cm::DeviceManager;
+        use cri_proto::deviceplugin::sample::SamplePlugin;
+        const RES: &str = "example.com/foo";
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("device-plugins");
+        let host = tmp.path().join("host");
+        std::fs::create_dir_all(&host).unwrap();
+        let dm = Arc::new(DeviceManager::new(dir.clone()));
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let (d, c) = (dm.clone(), cancel.clone());
+        tokio::spawn(async move { d.serve(c).await.unwrap() });
+        for _ in 0..200 {
+            if tokio::net::UnixStream::connect(dir.join("kubelet.sock"))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let plugin = SamplePlugin::start(&dir, "foo.sock", RES, &["Dev-1", "Dev-2"], &host)
+            .await
+            .unwrap();
+        plugin.register().await.unwrap();
+        for _ in 0..300 {
+            if dm.capacity().1.get(RES).map(|q| q.0.as_str()) == Some("2") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let manifest = |name: &str, n: u32| {
+            let text = format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: i\n    resources:\n      limits: {{{RES}: {n}}}\n"
+            );
+            parse_manifest(Path::new("/m.yaml"), &text, "n1").unwrap()
+        };
+        let (one, greedy) = (manifest("a-one", 1), manifest("b-greedy", 2));
+        let (pods_tx, _pods_rx) = mpsc::channel(4);
+        let statuses = Arc::new(StatusManager::new());
+        let mut admission = Admission::default();
+        admission.devices = Some(dm.clone());
+        admission.device_scope = crate::cm::DeviceScope::All;
+        let mut a = Admitter {
+            admission,
+            max_pods: 10,
+            node_name: "n1".into(),
+            statuses: statuses.clone(),
+            events: Arc::new(crate::events::FakeRecorder::default()),
+            static_tx: watch::channel(Vec::new()).0,
+            pods_tx,
+        };
+        let mut rejected = HashSet::new();
+        let admitted = a
+            .admit(vec![one.clone(), greedy.clone()], &mut rejected)
+            .await;
+        assert_eq!(admitted.len(), 1);
+        assert_eq!(admitted[0].metadata.name, one.metadata.name);
+        let uid = one.metadata.uid.clone().unwrap();
+        assert_eq!(dm.pod_devices(&uid).len(), 1);
+        assert_eq!(plugin.allocate_calls().len(), 1);
+        assert!(
+            dm.run_options(&uid, "c").is_some(),
+            "the container gets the device"
+        );
+        let status = statuses
+            .get(greedy.metadata.uid.as_deref().unwrap())
+            .and_then(|p| p.status)
+            .unwrap();
+        assert_eq!(status.reason.as_deref(), Some("UnexpectedAdmissionError"));
+        // The manifest goes: its device is freed.
+        a.admit(Vec::new(), &mut rejected).await;
+        assert!(dm.pod_devices(&uid).is_empty());
+        cancel.cancel();
     }
 
     const WEB: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: httpd\n    image: docker.io/library/busybox:1.35\n    command: [\"httpd\", \"-f\"]\n";

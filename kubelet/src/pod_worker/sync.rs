@@ -359,8 +359,17 @@ impl Worker {
         let user = crate::runtime::image_user(rt.as_ref(), c.image.as_deref().unwrap_or(""))
             .await
             .map_err(|e| spec::ConfigError(format!("failed to get image user: {e}")));
+        // Device plugins that asked for it hear of the start first (PreStartContainer).
+        let pre_start = match &self.env.devices {
+            Some(d) => {
+                let uid = self.pod.metadata.uid.as_deref().unwrap_or("");
+                d.pre_start(uid, &c.name).await.map_err(spec::ConfigError)
+            }
+            None => Ok(()),
+        };
         let (cfg, invalid_names) = prepared
             .and_then(|(mut cfg, invalid_names)| {
+                pre_start?;
                 spec::security::apply_image_user(&mut cfg.security, &self.pod, &c, &user?)?;
                 cfg.security.pid_target = pid_target;
                 let uid = self.pod.metadata.uid.as_deref().unwrap_or("");

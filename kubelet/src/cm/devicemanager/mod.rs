@@ -11,6 +11,7 @@
 //! a pod whose plugin fails is rejected with `UnexpectedAdmissionError` as upstream.
 
 pub mod checkpoint;
+mod plugin_calls;
 mod server;
 
 use crate::podspec;
@@ -102,6 +103,15 @@ pub struct ContainerDevices {
     pub numa: Vec<i64>,
 }
 
+/// One device for the pod resources API: its resource, ID and NUMA nodes (empty: no
+/// topology).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceEntry {
+    pub resource: String,
+    pub id: String,
+    pub numa: Vec<i64>,
+}
+
 pub(crate) struct Endpoint {
     client: api::device_plugin_client::DevicePluginClient<tonic::transport::Channel>,
     options: api::DevicePluginOptions,
@@ -133,6 +143,26 @@ struct State {
     /// Resources dropped after the grace period: reported as 0 until they register again.
     removed: BTreeSet<String>,
     generation: u64,
+    /// Every pod UID the static pod source read (admitted or not), as it last reported.
+    static_uids: HashSet<String>,
+    /// Nothing is freed until the static pod source has reported once (upstream frees
+    /// devices only once all sources are ready): after a restart, the API pods' admission
+    /// would otherwise free a static pod's restored devices before it knows of the pod.
+    static_pending: bool,
+}
+
+/// Whose pods an admission decides, so that it frees only their devices: each source's
+/// admission holds the devices of its own pods, and every pod of the node passes through
+/// the one device manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceScope {
+    /// The apiserver's pods: every allocation whose pod is neither active nor static.
+    #[default]
+    Api,
+    /// The static pods beside an apiserver: only allocations of static pods.
+    Static,
+    /// Every pod of the node (standalone: the static pods are all there is).
+    All,
 }
 
 /// The device plugins of this node and the devices its pods hold.
@@ -262,14 +292,46 @@ impl DeviceManager {
         out
     }
 
-    /// Frees the devices of every pod not in `active` (upstream's `updateAllocatedDevices`).
-    /// Returns whether anything was freed.
-    pub fn retain_pods(&self, active: &HashSet<&str>) -> bool {
+    /// Frees the devices of every pod of `scope` not in `active` (upstream's
+    /// `updateAllocatedDevices`); nothing before the static pod source has reported (when
+    /// [`Self::await_static_source`] was called). Returns whether anything was freed.
+    pub fn retain_pods(&self, active: &HashSet<&str>, scope: DeviceScope) -> bool {
         let mut st = self.lock();
+        if st.static_pending {
+            return false;
+        }
         let before = st.allocs.len();
-        st.allocs
-            .retain(|(uid, _, _), _| active.contains(uid.as_str()));
+        let State {
+            allocs,
+            static_uids,
+            ..
+        } = &mut *st;
+        allocs.retain(|(uid, _, _), _| {
+            let mine = match scope {
+                DeviceScope::All => true,
+                DeviceScope::Api => !static_uids.contains(uid),
+                DeviceScope::Static => static_uids.contains(uid),
+            };
+            !mine || active.contains(uid.as_str())
+        });
         before != st.allocs.len()
+    }
+
+    /// Holds every freeing until [`Self::set_static_pods`] is first called (the agent's
+    /// start: a restored allocation may belong to a static pod not read yet).
+    pub fn await_static_source(&self) {
+        self.lock().static_pending = true;
+    }
+
+    /// The static pod source's current pods (every UID it read, admitted or not), given
+    /// before it admits them: the apiserver pods' admission leaves their devices alone, and a
+    /// static pod whose manifest went has its devices freed.
+    pub fn set_static_pods(&self, uids: HashSet<String>) {
+        let mut st = self.lock();
+        st.static_pending = false;
+        let gone: HashSet<String> = st.static_uids.difference(&uids).cloned().collect();
+        st.allocs.retain(|(uid, _, _), _| !gone.contains(uid));
+        st.static_uids = uids;
     }
 
     /// Frees every device of the pod `uid`.
@@ -303,40 +365,38 @@ impl DeviceManager {
         result
     }
 
-    /// Calls `Allocate` on the plugins for every reservation without an answer. Returns the
+    /// Calls `Allocate` on the plugins for every reservation without an answer (after
+    /// `GetPreferredAllocation` when the plugin offers it, see [`Self::prefer`]). Returns the
     /// pods whose call failed (their devices are freed), with the error.
     pub async fn allocate_pending(&self) -> Vec<(String, AllocateError)> {
-        let pending: Vec<(AllocKey, Vec<String>, Option<Endpoint>)> = {
+        let pending: Vec<(AllocKey, Option<Endpoint>)> = {
             let st = self.lock();
             st.allocs
                 .iter()
                 .filter(|(_, a)| a.resp.is_none())
-                .map(|(k, a)| {
-                    let ids = a.ids.values().flatten().cloned().collect();
-                    let ep = st
-                        .resources
-                        .get(&k.2)
-                        .and_then(|r| r.endpoint.as_ref())
-                        .map(|e| Endpoint {
-                            client: e.client.clone(),
-                            options: e.options,
-                            generation: e.generation,
-                        });
-                    (k.clone(), ids, ep)
-                })
+                .map(|(k, _)| (k.clone(), st.endpoint(&k.2)))
                 .collect()
         };
         if pending.is_empty() {
             return Vec::new();
         }
         let mut failed: Vec<(String, AllocateError)> = Vec::new();
-        for (key, ids, ep) in pending {
+        for (key, ep) in pending {
             if failed.iter().any(|(u, _)| *u == key.0) {
                 continue;
             }
             let result = match ep {
                 None => Err(AllocateError::NoPlugin(key.2.clone())),
-                Some(ep) => server::allocate(ep.client, ids).await,
+                Some(ep) => match self.prefer(&key, &ep).await {
+                    Err(e) => Err(e),
+                    Ok(()) => {
+                        let ids = self.reserved_ids(&key);
+                        let started = Instant::now();
+                        let r = server::allocate(ep.client, ids).await;
+                        crate::metrics::devices().observe_allocate(&key.2, started.elapsed());
+                        r
+                    }
+                },
             };
             let mut st = self.lock();
             match result {
@@ -428,6 +488,32 @@ impl DeviceManager {
                     .collect(),
             })
             .collect()
+    }
+
+    /// The devices one container holds, one entry per device sorted by resource and ID,
+    /// with the NUMA node it was allocated on (none without topology): what upstream's
+    /// `GetDevices` answers the pod resources API.
+    pub fn container_devices(&self, uid: &str, container: &str) -> Vec<DeviceEntry> {
+        let st = self.lock();
+        let mut out: Vec<DeviceEntry> = st
+            .allocs
+            .iter()
+            .filter(|((u, c, _), _)| u == uid && c == container)
+            .flat_map(|((_, _, r), a)| {
+                a.ids.iter().flat_map(move |(numa, ids)| {
+                    ids.iter().map(move |id| DeviceEntry {
+                        resource: r.clone(),
+                        id: id.clone(),
+                        numa: (*numa != NO_TOPOLOGY)
+                            .then_some(*numa)
+                            .into_iter()
+                            .collect(),
+                    })
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.resource, &a.id).cmp(&(&b.resource, &b.id)));
+        out
     }
 
     /// Every registered device, by resource: (ID, healthy, NUMA nodes).
@@ -540,6 +626,20 @@ impl DeviceManager {
             );
         }
         Ok(())
+    }
+}
+
+impl State {
+    /// A handle on the resource's registered plugin, if any.
+    fn endpoint(&self, resource: &str) -> Option<Endpoint> {
+        self.resources
+            .get(resource)
+            .and_then(|r| r.endpoint.as_ref())
+            .map(|e| Endpoint {
+                client: e.client.clone(),
+                options: e.options,
+                generation: e.generation,
+            })
     }
 }
 

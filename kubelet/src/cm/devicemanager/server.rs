@@ -52,6 +52,56 @@ pub(super) async fn allocate(
         .ok_or_else(|| AllocateError::Plugin("failed to allocate devices: no response".into()))
 }
 
+/// `GetPreferredAllocation` for one container: the IDs the plugin prefers (none when it
+/// answered no container). A failure is upstream's admission error text.
+pub(super) async fn preferred(
+    mut client: api::device_plugin_client::DevicePluginClient<tonic::transport::Channel>,
+    available: Vec<String>,
+    size: usize,
+) -> Result<Vec<String>, AllocateError> {
+    let req = api::PreferredAllocationRequest {
+        container_requests: vec![api::ContainerPreferredAllocationRequest {
+            available_device_i_ds: available,
+            must_include_device_i_ds: Vec::new(),
+            allocation_size: i32::try_from(size).unwrap_or(i32::MAX),
+        }],
+    };
+    let failed = |e: String| {
+        AllocateError::Plugin(format!(
+            "device plugin GetPreferredAllocation rpc failed with err: {e}"
+        ))
+    };
+    let resp = tokio::time::timeout(
+        super::PLUGIN_CALL_TIMEOUT,
+        client.get_preferred_allocation(req),
+    )
+    .await
+    .map_err(|_| failed(DEADLINE.into()))?
+    .map_err(|s| failed(go_rpc_error(&s)))?
+    .into_inner();
+    // Upstream uses the answer only when it holds exactly one container's.
+    Ok(match <[_; 1]>::try_from(resp.container_responses) {
+        Ok([one]) => one.device_i_ds,
+        Err(_) => Vec::new(),
+    })
+}
+
+/// `PreStartContainer` with the container's devices (upstream's 30 s limit).
+pub(super) async fn pre_start(
+    mut client: api::device_plugin_client::DevicePluginClient<tonic::transport::Channel>,
+    ids: Vec<String>,
+) -> Result<(), String> {
+    let req = api::PreStartContainerRequest { devices_ids: ids };
+    tokio::time::timeout(super::PLUGIN_CALL_TIMEOUT, client.pre_start_container(req))
+        .await
+        .map_err(|_| DEADLINE.to_string())?
+        .map_err(|s| go_rpc_error(&s))?;
+    Ok(())
+}
+
+/// Go's text for a call that ran out of time.
+const DEADLINE: &str = "rpc error: code = DeadlineExceeded desc = context deadline exceeded";
+
 /// Removes the sockets in `dir` (stale plugins and an old `kubelet.sock`): plugins watch for
 /// this and register again with the new kubelet. Other files (the checkpoint) stay.
 fn clean_dir(dir: &Path) -> std::io::Result<()> {
@@ -120,6 +170,7 @@ impl api::registration_server::Registration for Registrar {
         let generation = self
             .manager
             .connect(&r.resource_name, client.clone(), options);
+        crate::metrics::devices().registered(&r.resource_name);
         let manager = self.manager.clone();
         let cancel = self.cancel.clone();
         let resource = r.resource_name.clone();

@@ -194,7 +194,7 @@ async fn allocation_fills_run_options_and_refuses_past_the_devices() {
     );
     assert!(r.dm.pod_devices("c").is_empty());
     // A pod that ended frees its device for the next one.
-    r.dm.retain_pods(&["b"].into());
+    r.dm.retain_pods(&["b"].into(), DeviceScope::Api);
     r.dm.reserve(&pod("c", 1)).unwrap();
     assert!(r.dm.allocate_pending().await.is_empty());
     assert_eq!(r.dm.pod_devices("c")[0].ids, vec![id.clone()]);
@@ -301,4 +301,130 @@ fn extended_resource_names() {
     ] {
         assert!(!is_extended_resource_name(bad), "{bad}");
     }
+}
+
+/// A plugin with the options set before it registers.
+async fn plugin_with(r: &Rig, pre_start: bool, preferred: bool) -> SamplePlugin {
+    let p = SamplePlugin::start(&r.dir, "foo.sock", RES, &["Dev-1", "Dev-2"], &r.host)
+        .await
+        .unwrap();
+    p.set_options(pre_start, preferred);
+    p.register().await.unwrap();
+    p
+}
+
+#[tokio::test]
+async fn the_plugins_preferred_allocation_chooses_the_devices_when_it_offers_one() {
+    let r = rig_with(STOP_GRACE_PERIOD).await;
+    let p = plugin_with(&r, false, true).await;
+    wait_for(&r.dm, ("2", "2")).await;
+    // Left to itself the manager takes Dev-1 first; the plugin prefers Dev-2.
+    p.prefer(&["Dev-2", "Dev-1"]);
+    r.dm.reserve(&pod("a", 1)).unwrap();
+    assert!(r.dm.allocate_pending().await.is_empty());
+    assert_eq!(
+        p.preferred_calls(),
+        [(vec!["Dev-1".to_string(), "Dev-2".to_string()], vec![], 1)]
+    );
+    assert_eq!(p.allocate_calls(), [vec!["Dev-2".to_string()]]);
+    assert_eq!(r.dm.pod_devices("a")[0].ids, ["Dev-2"]);
+    // The next pod is offered only what is free, and gets it.
+    r.dm.reserve(&pod("b", 1)).unwrap();
+    assert!(r.dm.allocate_pending().await.is_empty());
+    assert_eq!(
+        p.preferred_calls()[1],
+        (vec!["Dev-1".to_string()], vec![], 1)
+    );
+    assert_eq!(p.allocate_calls()[1], ["Dev-1"]);
+    r.cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_short_or_foreign_preference_is_filled_from_the_free_devices() {
+    let r = rig_with(STOP_GRACE_PERIOD).await;
+    let p = plugin_with(&r, false, true).await;
+    wait_for(&r.dm, ("2", "2")).await;
+    // The plugin names nothing usable: the free devices fill the request in ID order.
+    p.prefer(&[]);
+    r.dm.reserve(&pod("a", 2)).unwrap();
+    assert!(r.dm.allocate_pending().await.is_empty());
+    assert_eq!(p.preferred_calls().len(), 1);
+    let mut got = p.allocate_calls()[0].clone();
+    got.sort();
+    assert_eq!(got, ["Dev-1", "Dev-2"]);
+    // A plugin without the option is never asked.
+    let r2 = rig_with(STOP_GRACE_PERIOD).await;
+    let p2 = plugin(&r2).await;
+    wait_for(&r2.dm, ("2", "2")).await;
+    r2.dm.reserve(&pod("a", 1)).unwrap();
+    assert!(r2.dm.allocate_pending().await.is_empty());
+    assert!(p2.preferred_calls().is_empty());
+    r.cancel.cancel();
+    r2.cancel.cancel();
+}
+
+#[tokio::test]
+async fn pre_start_is_called_with_the_containers_devices_when_the_plugin_asks() {
+    let r = rig_with(STOP_GRACE_PERIOD).await;
+    let p = plugin_with(&r, true, false).await;
+    wait_for(&r.dm, ("2", "2")).await;
+    r.dm.reserve(&pod("a", 2)).unwrap();
+    assert!(r.dm.allocate_pending().await.is_empty());
+    assert!(p.pre_start_calls().is_empty(), "not at allocation");
+    r.dm.pre_start("a", "c").await.unwrap();
+    assert_eq!(
+        p.pre_start_calls(),
+        [vec!["Dev-1".to_string(), "Dev-2".to_string()]]
+    );
+    // A container without devices, or another pod, calls nothing.
+    r.dm.pre_start("a", "other").await.unwrap();
+    r.dm.pre_start("zz", "c").await.unwrap();
+    assert_eq!(p.pre_start_calls().len(), 1);
+    // The plugin refuses: upstream's text, and the start is tried again later.
+    p.fail_pre_start(Some("device busy"));
+    let err = r.dm.pre_start("a", "c").await.unwrap_err();
+    assert_eq!(
+        err,
+        "device plugin PreStartContainer rpc failed with err: rpc error: code = Unknown desc = device busy"
+    );
+    p.fail_pre_start(None);
+    r.dm.pre_start("a", "c").await.unwrap();
+    assert_eq!(p.pre_start_calls().len(), 3);
+    // Without the option the plugin is not called.
+    let r2 = rig_with(STOP_GRACE_PERIOD).await;
+    let p2 = plugin(&r2).await;
+    wait_for(&r2.dm, ("2", "2")).await;
+    r2.dm.reserve(&pod("a", 1)).unwrap();
+    assert!(r2.dm.allocate_pending().await.is_empty());
+    r2.dm.pre_start("a", "c").await.unwrap();
+    assert!(p2.pre_start_calls().is_empty());
+    r.cancel.cancel();
+    r2.cancel.cancel();
+}
+
+#[tokio::test]
+async fn each_sources_admission_frees_only_its_own_pods_devices() {
+    let r = rig_with(STOP_GRACE_PERIOD).await;
+    let _p = plugin(&r).await;
+    wait_for(&r.dm, ("2", "2")).await;
+    r.dm.await_static_source();
+    r.dm.reserve(&pod("api", 1)).unwrap();
+    r.dm.reserve(&pod("static", 1)).unwrap();
+    assert!(r.dm.allocate_pending().await.is_empty());
+    // Before the static source reported (an agent's start), nothing is freed.
+    assert!(!r.dm.retain_pods(&HashSet::new(), DeviceScope::Api));
+    r.dm.set_static_pods(["static".to_string()].into());
+    // The API pods' admission does not list the static pod, and leaves its device alone;
+    // the static pods' admission does not list the API pod, and leaves its device alone.
+    assert!(!r.dm.retain_pods(&["api"].into(), DeviceScope::Api));
+    assert!(!r.dm.retain_pods(&["static"].into(), DeviceScope::Static));
+    assert_eq!(r.dm.in_use()[RES], 2);
+    // Its manifest goes: the static pod's device is freed, the API pod keeps its own.
+    r.dm.set_static_pods(HashSet::new());
+    assert!(r.dm.pod_devices("static").is_empty());
+    assert_eq!(r.dm.pod_devices("api").len(), 1);
+    // Standalone, the static pods' admission is the only one: it frees what it does not run.
+    assert!(r.dm.retain_pods(&HashSet::new(), DeviceScope::All));
+    assert!(r.dm.in_use().is_empty());
+    r.cancel.cancel();
 }

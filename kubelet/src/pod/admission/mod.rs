@@ -114,6 +114,8 @@ pub struct Admission {
     /// The device manager: devices are reserved at admission (before the resource fit, as
     /// upstream's handler order) and allocated by [`Admission::allocate_devices`].
     pub devices: Option<Arc<crate::cm::DeviceManager>>,
+    /// Whose devices this admission frees (the apiserver's pods, the static pods, or all).
+    pub device_scope: crate::cm::DeviceScope,
     /// The pods' allocated resources (in-place resize): admitted pods count at their
     /// allocation, and resizes are decided here. None: pods count at their spec, no resize.
     pub allocations: Option<Arc<crate::allocation::Allocations>>,
@@ -134,6 +136,7 @@ impl Default for Admission {
             // Upstream's default in v1.36.
             pod_level_resources: true,
             devices: None,
+            device_scope: crate::cm::DeviceScope::Api,
             allocations: None,
             events: None,
         }
@@ -297,7 +300,7 @@ impl Admission {
             .filter_map(|p| p.metadata.uid.as_deref())
             .filter(|u| !self.rejected.contains_key(*u))
             .collect();
-        dm.retain_pods(&active);
+        dm.retain_pods(&active, self.device_scope);
         let mut a = self.allocatable.clone()?;
         a.retain(|name, _| !dm.is_device_resource(name));
         Some(a)

@@ -379,3 +379,80 @@ async fn block_volume_devices_and_plugin_devices_both_reach_the_container_config
         ]
     );
 }
+
+/// A device plugin whose options require PreStartContainer is called before the container
+/// starts; when it refuses, the container does not start and waits in
+/// CreateContainerConfigError with upstream's message.
+#[tokio::test]
+async fn a_refused_pre_start_keeps_the_container_waiting_with_upstreams_message() {
+    use crate::cm::devicemanager::DeviceManager;
+    use cri_proto::deviceplugin::sample::SamplePlugin;
+    use tokio_util::sync::CancellationToken;
+    const RES: &str = "example.com/foo";
+    let r = rig();
+    let dir = r._dir.path().join("device-plugins");
+    let host = r._dir.path().join("device-files");
+    std::fs::create_dir_all(&host).unwrap();
+    let dm = Arc::new(DeviceManager::new(dir.clone()));
+    let cancel = CancellationToken::new();
+    let (d, c) = (dm.clone(), cancel.clone());
+    tokio::spawn(async move { d.serve(c).await.unwrap() });
+    for _ in 0..200 {
+        if tokio::net::UnixStream::connect(dir.join("kubelet.sock"))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let plugin = SamplePlugin::start(&dir, "foo.sock", RES, &["Dev-1"], &host)
+        .await
+        .unwrap();
+    plugin.set_options(true, false);
+    plugin.register().await.unwrap();
+    for _ in 0..300 {
+        if dm.capacity().1.get(RES).map(|q| q.0.as_str()) == Some("1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let limits = serde_json::json!({RES: "1"});
+    let p = pod(
+        "Always",
+        serde_json::json!({"containers": [{"name": "app", "image": IMAGE,
+            "resources": {"limits": limits, "requests": limits}}]}),
+    );
+    dm.reserve(&p).unwrap();
+    assert!(dm.allocate_pending().await.is_empty());
+    plugin.fail_pre_start(Some("device busy"));
+    let env = Arc::new(Deps {
+        devices: Some(dm.clone()),
+        ..Deps::for_test(r.rt.clone(), r._dir.path())
+    });
+    let mut w = Worker::new(env.clone(), p, None);
+    w.sync().await;
+    assert_eq!(plugin.pre_start_calls(), [vec!["Dev-1".to_string()]]);
+    assert!(
+        r.rt.running("app").is_empty(),
+        "the container must not start"
+    );
+    let st = env.statuses.get("uid-1").unwrap().status.unwrap();
+    let waiting = st.container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(
+        waiting.reason.as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    assert_eq!(
+        waiting.message.as_deref(),
+        Some(
+            "device plugin PreStartContainer rpc failed with err: rpc error: code = Unknown desc = device busy"
+        )
+    );
+    cancel.cancel();
+}
