@@ -64,6 +64,9 @@ pub enum AppError {
     /// Upstream's kubelet exits when its image pull records cannot be set up.
     #[error("{0}")]
     PullRecords(String),
+    /// Upstream's kubelet exits when its credential provider plugins cannot be registered.
+    #[error("Failed to register CRI auth plugins: {0}")]
+    CredentialProviders(#[from] crate::images::credentials::plugins::ConfigError),
     /// Upstream's kubelet exits when the allocated-resources checkpoint does not verify.
     #[error(transparent)]
     Allocations(#[from] crate::allocation::AllocationError),
@@ -141,6 +144,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let cm = container_manager::start(&cfg, runtime.as_ref()).await?;
     let devices = container_manager::start_devices(&cfg, &mut tasks, &cancel).await;
     let pull_records = start_pull_records(&cfg, runtime.as_ref()).await?;
+    let credential_providers = pods::credential_providers(&cfg, cluster.as_ref()).await?;
     let node_ips = node_ips(&cfg);
     let (events, event_sink) = event_recorder(&cfg, cluster.is_some());
     let (probe_manager, probe_rx) = probe_manager(&metrics, &events);
@@ -161,6 +165,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         statuses: statuses.clone(),
         metrics: metrics.clone(),
         pull_records: pull_records.clone(),
+        credential_providers,
     };
     let storage = pods::storage(
         &worker_parts.node,

@@ -6,6 +6,7 @@ use crate::cm::ContainerManager;
 use crate::config::Config;
 use crate::events::EventRecorder;
 use crate::eviction::PressureState;
+use crate::images::credentials::plugins::CredentialProviders;
 use crate::metrics::Metrics;
 use crate::pod::{Admission, SysctlAllowlist};
 use crate::pod_worker::Deps;
@@ -89,6 +90,32 @@ pub(super) struct WorkerParts {
     pub statuses: Arc<StatusManager>,
     pub metrics: Metrics,
     pub pull_records: Option<Arc<crate::images::PullRecords>>,
+    pub credential_providers: Option<Arc<CredentialProviders>>,
+}
+
+/// `--image-credential-provider-config`: the plugins, read and checked at start (a bad
+/// configuration or a missing plugin stops the start, as upstream).
+pub(super) async fn credential_providers(
+    cfg: &Config,
+    cluster: Option<&Connected>,
+) -> Result<Option<Arc<CredentialProviders>>, super::AppError> {
+    use crate::images::credentials::plugins::{ApiServiceAccounts, ProcessExec, ServiceAccounts};
+    let Some(config) = &cfg.image_credential_provider_config else {
+        return Ok(None);
+    };
+    let bin_dir = cfg
+        .image_credential_provider_bin_dir
+        .clone()
+        .unwrap_or_default();
+    let accounts = cluster.map(|c| {
+        Arc::new(ApiServiceAccounts(Arc::new(
+            crate::objects::ClusterObjects::new(c.client.clone()),
+        ))) as Arc<dyn ServiceAccounts>
+    });
+    let providers =
+        CredentialProviders::load(config, &bin_dir, Arc::new(ProcessExec), accounts).await?;
+    tracing::info!(providers = ?providers.names(), config = %config.display(), "registered credential provider plugins");
+    Ok(Some(Arc::new(providers)))
 }
 
 /// The pods' allocated resources, read back from `<root-dir>/allocated_pods_state` (off the
@@ -173,6 +200,7 @@ pub(super) fn worker_env(
             records: parts.pull_records,
             objects: volumes.objects().clone(),
             root_dir: parts.node.root_dir.clone(),
+            providers: parts.credential_providers,
         }),
         objects: volumes.objects().clone(),
         node: parts.node,

@@ -313,6 +313,10 @@ pub struct Config {
     /// the `KubeletEnsureSecretPulledImages` gate, validated.
     #[serde(flatten)]
     pub image_pulls: crate::images::PullRecordsSettings,
+    /// `--image-credential-provider-config` (a file or a directory) and
+    /// `--image-credential-provider-bin-dir`: credential provider plugins.
+    pub image_credential_provider_config: Option<PathBuf>,
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -818,6 +822,15 @@ pub fn merge(
         image_gc,
         container_gc,
         image_pulls,
+        image_credential_provider_config: flags
+            .image_credential_provider_config
+            .as_ref()
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from),
+        image_credential_provider_bin_dir: flags
+            .image_credential_provider_bin_dir
+            .as_ref()
+            .map(PathBuf::from),
     })
 }
 

@@ -360,15 +360,15 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--image-credential-provider-config",
-        NotImplemented,
+        Implemented,
         &[],
-        "credential provider plugins are not run.",
+        "A CredentialProviderConfig (kubelet.config.k8s.io/v1, v1beta1, v1alpha1) file, or a directory whose *.json/*.yaml/*.yml files are joined in lexical order; decoded strictly and validated as upstream (a bad file or a missing plugin stops the start, naming the file). Plugins run per image their matchImages match (exec protocol v1/v1beta1/v1alpha1, killed after 1 minute, answers cached by cacheKeyType for cacheDuration/defaultCacheDuration), also in the service-account-token mode (tokenAttributes, always on: the KubeletServiceAccountTokenForCredentialProviders gate is not read). No singleflight: concurrent pulls of one image may each run the plugin.",
     ),
     s(
         "--image-credential-provider-bin-dir",
-        NotImplemented,
+        Implemented,
         &[],
-        "credential provider plugins are not run.",
+        "Where each provider's executable (its name) is; must exist when the config is given.",
     ),
     s(
         "--container-log-max-size",

@@ -16,6 +16,7 @@
 //! goes on with the others, as upstream); the error names the plugin and the image and never
 //! quotes the answer (it may hold credentials).
 
+pub mod accounts;
 pub mod config;
 pub mod exec;
 #[cfg(any(test, feature = "test-util"))]
@@ -30,6 +31,7 @@ use plumbing::duration;
 use serde::Deserialize;
 use tokio::time::Instant;
 
+pub use accounts::ApiServiceAccounts;
 pub use config::{ConfigError, ProviderConfig, SourcedProvider};
 pub use exec::{ExecError, Invocation, PluginExec, ProcessExec};
 
@@ -53,6 +55,22 @@ pub struct PodIdentity {
     pub uid: String,
     /// `spec.serviceAccountName` (empty: none, e.g. static pods).
     pub service_account: String,
+}
+
+impl PodIdentity {
+    pub fn of(pod: &k8s_openapi::api::core::v1::Pod) -> Self {
+        let m = &pod.metadata;
+        PodIdentity {
+            namespace: m.namespace.clone().unwrap_or_default(),
+            name: m.name.clone().unwrap_or_default(),
+            uid: m.uid.clone().unwrap_or_default(),
+            service_account: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.clone())
+                .unwrap_or_default(),
+        }
+    }
 }
 
 /// What the token mode reads of a ServiceAccount.
