@@ -127,6 +127,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     };
     let auth = servers::auth(&cfg, cluster.as_ref())?;
     check_standalone(&cfg, proxy_cfg.as_ref(), cluster.is_none())?;
+    let credential_providers = pods::credential_providers(&cfg, cluster.as_ref()).await?;
     let metrics = Metrics::new(&cfg.node_name);
     let statuses = Arc::new(StatusManager::new());
     let pleg_health = Arc::new(PlegHealth::default());
@@ -144,7 +145,6 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let cm = container_manager::start(&cfg, runtime.as_ref()).await?;
     let devices = container_manager::start_devices(&cfg, &mut tasks, &cancel).await;
     let pull_records = start_pull_records(&cfg, runtime.as_ref()).await?;
-    let credential_providers = pods::credential_providers(&cfg, cluster.as_ref()).await?;
     let node_ips = node_ips(&cfg);
     let (events, event_sink) = event_recorder(&cfg, cluster.is_some());
     let (probe_manager, probe_rx) = probe_manager(&metrics, &events);

@@ -1,6 +1,8 @@
 //! KubeletConfiguration (kubelet.config.k8s.io/v1beta1) and the validated settings the agent runs
 //! with. [`load`] is a pure function of the flags and the config file's text.
 
+pub mod cloud;
+pub mod dropins;
 pub mod gc;
 pub mod limits;
 pub mod resources;
@@ -317,6 +319,8 @@ pub struct Config {
     /// `--image-credential-provider-bin-dir`: credential provider plugins.
     pub image_credential_provider_config: Option<PathBuf>,
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+    /// `--cloud-provider` (empty or `external`) and `--provider-id` / `providerID`.
+    pub cloud: cloud::CloudSettings,
 }
 
 /// Upstream's default CRI endpoint on Linux.
@@ -350,19 +354,36 @@ pub fn parse_file(path: &str, text: &str) -> Result<KubeletConfiguration, Config
     Ok(cfg)
 }
 
-/// Reads `--config` (if given) and merges the flags over it. Flags win, as upstream.
-pub fn load(flags: &Flags, hostname: &str) -> Result<Config, ConfigError> {
-    let file = match &flags.config {
+/// `--config` (if given) with the `--config-dir` drop-ins applied: the configuration and the
+/// text it was read from (None: neither given).
+fn read(flags: &Flags) -> Result<(KubeletConfiguration, Option<String>), ConfigError> {
+    let main = match &flags.config {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: path.clone(),
                 source,
             })?;
-            parse_file(path, &text)?
+            Some((path.as_str(), text))
         }
-        None => KubeletConfiguration::default(),
+        None => None,
     };
-    merge(flags, file, hostname)
+    let text = match flags.config_dir.as_deref().filter(|d| !d.is_empty()) {
+        Some(dir) => Some((
+            "the configuration with its drop-ins",
+            dropins::merge(main.as_ref().map(|(p, t)| (*p, t.as_str())), dir.as_ref())?,
+        )),
+        None => main,
+    };
+    match text {
+        Some((path, text)) => Ok((parse_file(path, &text)?, Some(text))),
+        None => Ok((KubeletConfiguration::default(), None)),
+    }
+}
+
+/// Reads `--config` (if given, with its `--config-dir` drop-ins) and merges the flags over
+/// it. Flags win, as upstream.
+pub fn load(flags: &Flags, hostname: &str) -> Result<Config, ConfigError> {
+    merge(flags, read(flags)?.0, hostname)
 }
 
 /// [`load`], plus the check of every setting against [`crate::settings`]: `given` are the flags
@@ -373,16 +394,7 @@ pub fn load_checked(
     given: &[(String, String)],
     hostname: &str,
 ) -> Result<(Config, Vec<String>), ConfigError> {
-    let (file, text) = match &flags.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            (parse_file(path, &text)?, Some(text))
-        }
-        None => (KubeletConfiguration::default(), None),
-    };
+    let (file, text) = read(flags)?;
     let findings = crate::settings::check(given, text.as_deref());
     if !findings.refusals.is_empty() {
         return Err(ConfigError::Refused(findings.refusals));
@@ -822,6 +834,7 @@ pub fn merge(
         image_gc,
         container_gc,
         image_pulls,
+        cloud: cloud::parse(flags, &file)?,
         image_credential_provider_config: flags
             .image_credential_provider_config
             .as_ref()

@@ -9,6 +9,12 @@ pub const FLAGS: &[Setting] = &[
     s("--version", Implemented, &[], "Prints the version."),
     s("--config", Implemented, &[], "KubeletConfiguration file."),
     s(
+        "--config-dir",
+        Implemented,
+        &[],
+        "Drop-ins: every *.conf file under it (lexical order, subdirectories included) is a KubeletConfiguration with kind and apiVersion, applied over --config as a JSON merge patch; a drop-in that does not parse or has a field upstream does not have stops the start, naming the file. Flags still win.",
+    ),
+    s(
         "--kubeconfig",
         Implemented,
         &[],
@@ -202,15 +208,15 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--provider-id",
-        NotImplemented,
+        Implemented,
         &[],
-        "the Node's spec.providerID is not set.",
+        "The Node's spec.providerID at registration (see providerID).",
     ),
     s(
         "--cloud-provider",
-        NotImplemented,
+        Implemented,
         &[],
-        "external cloud provider integration (the uninitialized taint) is not done.",
+        "Empty or external (built-in providers are refused with upstream's message). external: the Node registers with the node.cloudprovider.kubernetes.io/uninitialized:NoSchedule taint and the alpha.kubernetes.io/provided-node-ip annotation (with --node-ip), and addresses the cloud controller manager set are kept.",
     ),
     s(
         "--pod-cidr",
