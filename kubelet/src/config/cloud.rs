@@ -4,21 +4,10 @@
 //! `node.cloudprovider.kubernetes.io/uninitialized` taint and leaves addresses the cloud set
 //! alone). `providerID` becomes the Node's `spec.providerID` at registration.
 
-use serde::Serialize;
+pub use crate::node::CloudSettings;
 
 use super::{ConfigError, KubeletConfiguration, invalid};
 use crate::flags::Flags;
-
-/// The cloud provider settings, validated.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CloudSettings {
-    /// `--cloud-provider=external`.
-    pub external: bool,
-    /// `--provider-id` or `providerID` (empty: none).
-    #[serde(rename = "providerID")]
-    pub provider_id: String,
-}
 
 /// Flags over the file, as upstream.
 pub fn parse(flags: &Flags, file: &KubeletConfiguration) -> Result<CloudSettings, ConfigError> {

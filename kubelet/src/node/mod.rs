@@ -3,6 +3,9 @@
 //! (`kube-node-lease/<node>`, renewed every quarter of its duration). Host facts come through
 //! [`HostFacts`], runtime health through [`RuntimeHealth`], so the status logic is unit-tested.
 
+mod cloud;
+pub use cloud::CloudSettings;
+
 use crate::events::{EventRecorder, EventType, node_ref};
 use crate::objects::{ClientHandle, client};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -131,7 +134,7 @@ pub struct NodeConfig {
     /// Reservations and hard eviction thresholds subtracted for allocatable.
     pub resources: crate::cm::NodeResources,
     /// `--cloud-provider=external` and `providerID`.
-    pub cloud: crate::config::cloud::CloudSettings,
+    pub cloud: CloudSettings,
     /// `--node-ip` as given (the provided-node-ip annotation with an external cloud).
     pub given_node_ips: Vec<IpAddr>,
 }

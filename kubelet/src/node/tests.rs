@@ -177,7 +177,7 @@ fn an_external_cloud_provider_registers_the_node_uninitialized_with_its_provider
         effect: "NoExecute".into(),
         time_added: None,
     }];
-    c.cloud = crate::config::cloud::CloudSettings {
+    c.cloud = CloudSettings {
         external: true,
         provider_id: "aws:///eu-west-1a/i-0abc".into(),
     };
