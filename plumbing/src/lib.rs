@@ -5,6 +5,8 @@ pub mod backoff;
 pub mod cidr;
 pub mod duration;
 pub mod go;
+#[cfg(feature = "iptables")]
+pub mod iptables;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod names;

@@ -13,7 +13,7 @@
 //! - [`iptables`]: `iptables::IptablesBackend` renders upstream's chains (pure, re-rendering
 //!   only the changed services) and applies the minimal delta with
 //!   `iptables-restore --noflush`, one command of the process at a time through
-//!   `iptables::xtables_lock`;
+//!   `plumbing::iptables::xtables_lock`;
 //! - [`nftables`]: `nftables::NftBackend` renders upstream's `kube-proxy` table and writes
 //!   the difference to what it wrote before (`nft -f`); see `nftables/README.md`;
 //! - [`ipvs`]: `ipvs::IpvsBackend` reconciles virtual servers over generic netlink, ipsets

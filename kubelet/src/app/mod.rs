@@ -72,6 +72,58 @@ pub enum AppError {
     Allocations(#[from] crate::allocation::AllocationError),
 }
 
+/// The handles the subsystems share, built once in [`run`].
+pub(crate) struct Shared {
+    pub runtime: Arc<dyn Runtime>,
+    /// The stats provider's last snapshot (/stats/summary, eviction, volume usage).
+    pub stats: Arc<crate::stats::Provider>,
+    pub metrics: Metrics,
+    pub statuses: Arc<StatusManager>,
+    pub pleg_health: Arc<PlegHealth>,
+    pub events: Arc<dyn EventRecorder>,
+    pub probes: Arc<probes::ProbeManager>,
+    /// The device manager: Node capacity and admission of device requests.
+    pub devices: Arc<crate::cm::DeviceManager>,
+    pub pull_records: Option<Arc<crate::images::PullRecords>>,
+    /// The pods' allocated resources (admission decides resizes).
+    pub allocations: Arc<crate::allocation::Allocations>,
+    pub node_ips: Vec<std::net::IpAddr>,
+    /// Set while the node shuts down: NotReady, and new pods rejected.
+    pub shutdown: Arc<crate::shutdown::ShutdownState>,
+    /// The eviction manager's pressure conditions (node status, admission).
+    pub pressure: Arc<crate::eviction::PressureState>,
+    /// `--image-credential-provider-config`: the plugins the image pulls run.
+    pub credential_providers: Option<Arc<crate::images::credentials::plugins::CredentialProviders>>,
+}
+
+/// What cluster mode needs from the rest of the kubelet; `sources`: where admitted API pods
+/// go, the current static pods, and the sink that writes recorded events.
+fn cluster_parts(
+    shared: &Shared,
+    sources: (
+        mpsc::Sender<SourceUpdate>,
+        tokio::sync::watch::Receiver<Vec<k8s_openapi::api::core::v1::Pod>>,
+        crate::objects::EventSink,
+    ),
+    storage: Option<Arc<crate::volume::Storage>>,
+) -> cluster::Parts {
+    let (pods_tx, static_rx, sink) = sources;
+    cluster::Parts {
+        devices: shared.devices.clone(),
+        node_ips: shared.node_ips.clone(),
+        runtime: shared.runtime.clone(),
+        pleg: shared.pleg_health.clone(),
+        statuses: shared.statuses.clone(),
+        pods_tx,
+        static_rx,
+        events: (shared.events.clone(), sink),
+        shutdown: shared.shutdown.clone(),
+        pressure: shared.pressure.clone(),
+        volumes: storage.map(|s| Arc::new(pods::InUse(s)) as Arc<dyn crate::node::VolumesInUse>),
+        allocations: shared.allocations.clone(),
+    }
+}
+
 /// The node's first non-loopback IPv4 address as the kernel would pick for an outgoing route,
 /// used when `--node-ip` is not given.
 fn default_node_ip() -> Option<std::net::IpAddr> {
@@ -143,52 +195,39 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     };
     let stats = start_stats_and_logs(&cfg, &runtime, &state, &mut tasks, &cancel);
     let cm = container_manager::start(&cfg, runtime.as_ref()).await?;
-    let devices = container_manager::start_devices(&cfg, &mut tasks, &cancel).await;
-    let pull_records = start_pull_records(&cfg, runtime.as_ref()).await?;
-    let node_ips = node_ips(&cfg);
     let (events, event_sink) = event_recorder(&cfg, cluster.is_some());
-    let (probe_manager, probe_rx) = probe_manager(&metrics, &events);
-    start_oom_watch(&cfg, &events, &mut tasks, &cancel);
-    let shutdown_state = Arc::new(crate::shutdown::ShutdownState::default());
-    let pressure = Arc::new(crate::eviction::PressureState::default());
-    let node = pods::node_settings(&cfg, &cm, &node_ips).await;
-    let allocations = pods::allocations(&cfg).await?;
-    let worker_parts = pods::WorkerParts {
-        devices: devices.clone(),
-        allocations: allocations.clone(),
-        runtime: runtime.clone(),
-        runtime_name,
-        cm,
-        node,
-        events: events.clone(),
-        probes: probe_manager.clone(),
-        statuses: statuses.clone(),
-        metrics: metrics.clone(),
-        pull_records: pull_records.clone(),
+    let (probes, probe_rx) = probe_manager(&metrics, &events);
+    let shared = Shared {
+        devices: container_manager::start_devices(&cfg, &mut tasks, &cancel).await,
+        pull_records: start_pull_records(&cfg, runtime.as_ref()).await?,
+        allocations: pods::allocations(&cfg).await?,
+        node_ips: node_ips(&cfg),
+        shutdown: Arc::default(),
+        pressure: Arc::default(),
+        runtime,
+        stats,
+        metrics,
+        statuses,
+        pleg_health,
+        events,
+        probes,
         credential_providers,
     };
-    let storage = pods::storage(
-        &worker_parts.node,
-        &stats,
-        cluster.as_ref(),
-        &mut tasks,
-        &cancel,
-    );
-    let env = pods::worker_env(
+    start_oom_watch(&cfg, &shared.events, &mut tasks, &cancel);
+    let pod_side = pods::start(
         &cfg,
-        worker_parts,
+        &shared,
+        (runtime_name, cm),
         cluster.as_ref(),
-        storage.clone(),
         &mut tasks,
         &cancel,
     );
-
+    let pod_side = pod_side.await;
     let (pods_tx, pods_rx) = mpsc::channel(8);
     let static_rx = pods::start_static_pods(
         &cfg,
+        &shared,
         cluster.is_none(),
-        (statuses.clone(), events.clone()),
-        (shutdown_state.clone(), pressure.clone()),
         pods_tx.clone(),
         &mut tasks,
         &cancel,
@@ -198,45 +237,30 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         &cfg,
         cluster.as_ref(),
         proxy_cfg,
-        &events,
+        &shared.events,
         &mut tasks,
         &cancel,
     )?;
-    let mut terminated_tx = None;
-    if let (Some(conn), Some(sink)) = (cluster, event_sink) {
-        let parts = cluster::Parts {
-            devices,
-            node_ips,
-            runtime: runtime.clone(),
-            pleg: pleg_health.clone(),
-            statuses: statuses.clone(),
-            pods_tx: pods_tx.clone(),
-            static_rx,
-            events: (events.clone(), sink),
-            shutdown: shutdown_state.clone(),
-            pressure: pressure.clone(),
-            volumes: storage
-                .map(|s| Arc::new(pods::InUse(s)) as Arc<dyn crate::node::VolumesInUse>),
-            allocations,
-        };
-        terminated_tx = Some(cluster::start(&cfg, conn, parts, &mut tasks, &cancel).terminated_tx);
-    }
-    let sync_parts = SyncLoopParts {
-        env,
-        terminated_tx,
-        runtime,
-        stats,
-        events,
-        shutdown_state,
-        pressure,
-        pull_records,
-        pleg_health,
-        metrics,
+    let terminated_tx = match (cluster, event_sink) {
+        (Some(conn), Some(sink)) => {
+            let parts = cluster_parts(&shared, (pods_tx, static_rx, sink), pod_side.storage);
+            Some(cluster::start(&cfg, conn, parts, &mut tasks, &cancel).terminated_tx)
+        }
+        _ => None,
     };
-    start_sync_loop(&cfg, sync_parts, (pods_rx, probe_rx), &mut tasks, &cancel);
+    let inputs = (pods_rx, probe_rx);
+    start_sync_loop(
+        &cfg,
+        &shared,
+        pod_side.deps,
+        terminated_tx,
+        inputs,
+        &mut tasks,
+        &cancel,
+    );
 
     cancel.cancelled().await;
-    stop(&state, tasks, &probe_manager).await;
+    stop(&state, tasks, &shared.probes).await;
     Ok(())
 }
 
@@ -428,26 +452,14 @@ fn start_stats_and_logs(
     stats
 }
 
-/// What the sync loop and the managers acting through it need.
-struct SyncLoopParts {
-    env: Arc<Deps>,
-    terminated_tx: Option<mpsc::UnboundedSender<crate::status::Terminated>>,
-    runtime: Arc<dyn Runtime>,
-    stats: Arc<crate::stats::Provider>,
-    events: Arc<dyn EventRecorder>,
-    shutdown_state: Arc<crate::shutdown::ShutdownState>,
-    pressure: Arc<crate::eviction::PressureState>,
-    pull_records: Option<Arc<crate::images::PullRecords>>,
-    pleg_health: Arc<PlegHealth>,
-    metrics: Metrics,
-}
-
 /// The sync loop, with the managers that act through its control channel (eviction, image
 /// and container GC, node shutdown), the PLEG that wakes it and the systemd notifier watching
 /// it; `inputs`: the pod sources' and the probe results' channels.
 fn start_sync_loop(
     cfg: &Config,
-    p: SyncLoopParts,
+    p: &Shared,
+    deps: Arc<Deps>,
+    terminated_tx: Option<mpsc::UnboundedSender<crate::status::Terminated>>,
     inputs: (
         mpsc::Receiver<SourceUpdate>,
         mpsc::Receiver<probes::ProbeUpdate>,
@@ -460,32 +472,33 @@ fn start_sync_loop(
         p.runtime.clone(),
         Duration::from_secs(1),
         pleg_tx,
-        p.pleg_health,
-        p.metrics,
+        p.pleg_health.clone(),
+        p.metrics.clone(),
         cancel.clone(),
     ));
-    let sources: &[Source] = if p.terminated_tx.is_some() {
+    let sources: &[Source] = if terminated_tx.is_some() {
         &[Source::File, Source::Api]
     } else {
         &[Source::File]
     };
-    let mut sync_loop = SyncLoop::new(p.env, sources, cancel.clone());
-    if let Some(tx) = p.terminated_tx {
+    let mut sync_loop = SyncLoop::new(deps, sources, cancel.clone());
+    if let Some(tx) = terminated_tx {
         sync_loop.on_terminated(tx);
     }
     let loop_health = sync_loop.health();
     eviction::spawn(
         cfg,
-        p.runtime,
-        p.stats,
+        p.runtime.clone(),
+        p.stats.clone(),
         sync_loop.control(),
         p.events.clone(),
-        p.pressure,
-        p.pull_records,
+        p.pressure.clone(),
+        p.pull_records.clone(),
         tasks,
         cancel,
     );
-    start_shutdown_manager(cfg, &sync_loop, p.events, p.shutdown_state, tasks, cancel);
+    let shutdown = (p.events.clone(), p.shutdown.clone());
+    start_shutdown_manager(cfg, &sync_loop, shutdown, tasks, cancel);
     let watchdog = node_systemd::watchdog_interval_from_env().unwrap_or_else(|e| {
         tracing::warn!(error = %e, "systemd watchdog disabled");
         None
@@ -504,8 +517,7 @@ fn start_sync_loop(
 fn start_shutdown_manager(
     cfg: &Config,
     sync_loop: &SyncLoop,
-    events: Arc<dyn EventRecorder>,
-    state: Arc<crate::shutdown::ShutdownState>,
+    (events, state): (Arc<dyn EventRecorder>, Arc<crate::shutdown::ShutdownState>),
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) {

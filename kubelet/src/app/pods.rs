@@ -1,20 +1,15 @@
 //! Starts what the pod workers stand on (node settings, volumes, informers, the workers'
 //! environment) and the static pod source with its admission.
 
+use super::Shared;
 use super::cluster::Connected;
 use crate::cm::ContainerManager;
 use crate::config::Config;
-use crate::events::EventRecorder;
-use crate::eviction::PressureState;
 use crate::images::credentials::plugins::CredentialProviders;
-use crate::metrics::Metrics;
 use crate::pod::{Admission, SysctlAllowlist};
 use crate::pod_worker::Deps;
 use crate::podspec::Source;
-use crate::runtime::Runtime;
-use crate::shutdown::ShutdownState;
 use crate::spec::{self, NodeSettings};
-use crate::status::StatusManager;
 use crate::sync_loop::SourceUpdate;
 use k8s_openapi::api::core::v1::Pod;
 use std::net::IpAddr;
@@ -27,11 +22,7 @@ use tokio_util::sync::CancellationToken;
 /// The node facts container specs are built from. The Node's allocatable is computed as for
 /// its status (host facts are blocking reads): a downward API `limits.*` of a container
 /// without that limit reads it, as upstream's.
-pub(super) async fn node_settings(
-    cfg: &Config,
-    cm: &ContainerManager,
-    node_ips: &[IpAddr],
-) -> NodeSettings {
+async fn node_settings(cfg: &Config, cm: &ContainerManager, node_ips: &[IpAddr]) -> NodeSettings {
     let host_dns = cfg
         .resolv_conf
         .as_ref()
@@ -76,21 +67,27 @@ pub(super) async fn node_settings(
     }
 }
 
-/// What every pod worker shares, with the volume manager and (cluster mode) the Services
-/// and RuntimeClasses informers spawned.
-pub(super) struct WorkerParts {
-    pub devices: Arc<crate::cm::DeviceManager>,
-    pub allocations: Arc<crate::allocation::Allocations>,
-    pub runtime: Arc<dyn Runtime>,
-    pub runtime_name: String,
-    pub cm: Arc<ContainerManager>,
-    pub node: NodeSettings,
-    pub events: Arc<dyn EventRecorder>,
-    pub probes: Arc<probes::ProbeManager>,
-    pub statuses: Arc<StatusManager>,
-    pub metrics: Metrics,
-    pub pull_records: Option<Arc<crate::images::PullRecords>>,
-    pub credential_providers: Option<Arc<CredentialProviders>>,
+/// What [`start`] built: the pod workers' dependencies and (cluster mode) the storage they
+/// mount claims and CSI volumes through.
+pub(super) struct PodSide {
+    pub deps: Arc<Deps>,
+    pub storage: Option<Arc<crate::volume::Storage>>,
+}
+
+/// The node settings, the plugin manager and storage, and the pod workers' dependencies.
+pub(super) async fn start(
+    cfg: &Config,
+    shared: &Shared,
+    (runtime_name, cm): (String, Arc<ContainerManager>),
+    cluster: Option<&Connected>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> PodSide {
+    let node = node_settings(cfg, &cm, &shared.node_ips).await;
+    let storage = storage(&node, &shared.stats, cluster, tasks, cancel);
+    let worker = (runtime_name, cm, node);
+    let deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);
+    PodSide { deps, storage }
 }
 
 /// `--image-credential-provider-config`: the plugins, read and checked at start (a bad
@@ -136,9 +133,10 @@ pub(super) async fn allocations(
     Ok(Arc::new(opened))
 }
 
-pub(super) fn worker_env(
+fn worker_env(
     cfg: &Config,
-    parts: WorkerParts,
+    parts: &Shared,
+    (runtime_name, cm, node): (String, Arc<ContainerManager>, NodeSettings),
     cluster: Option<&Connected>,
     storage: Option<Arc<crate::volume::Storage>>,
     tasks: &mut JoinSet<()>,
@@ -151,7 +149,7 @@ pub(super) fn worker_env(
     });
     let binder: Arc<dyn crate::volume::Binder> = Arc::new(crate::volume::KernelBinder);
     let mut volumes = crate::volume::VolumeManager::new(
-        parts.node.clone(),
+        node.clone(),
         Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
         Arc::new(crate::objects::TokenManager::new(api_objects)),
         binder.clone(),
@@ -187,25 +185,25 @@ pub(super) fn worker_env(
         None => (None, None),
     };
     Arc::new(Deps {
-        allocations: parts.allocations,
-        events: parts.events,
-        probes: parts.probes,
+        allocations: parts.allocations.clone(),
+        events: parts.events.clone(),
+        probes: parts.probes.clone(),
         exec: Arc::new(crate::probing::CriExec(parts.runtime.clone())),
         pod_start_duration: Some(parts.metrics.pod_start_duration.clone()),
         runtime: parts.runtime.clone(),
-        cgroups: parts.cm,
+        cgroups: cm,
         images: Arc::new(crate::pod_worker::NodeImages {
-            runtime: parts.runtime,
+            runtime: parts.runtime.clone(),
             pull_gate: crate::images::PullGate::new(&cfg.pull_gate),
-            records: parts.pull_records,
+            records: parts.pull_records.clone(),
             objects: volumes.objects().clone(),
-            root_dir: parts.node.root_dir.clone(),
-            providers: parts.credential_providers,
+            root_dir: node.root_dir.clone(),
+            providers: parts.credential_providers.clone(),
         }),
         objects: volumes.objects().clone(),
-        node: parts.node,
-        runtime_name: parts.runtime_name,
-        statuses: parts.statuses,
+        node,
+        runtime_name,
+        statuses: parts.statuses.clone(),
         resync: cfg.sync_frequency,
         binder,
         volumes,
@@ -214,7 +212,7 @@ pub(super) fn worker_env(
             runtime_classes,
         }),
         refusal: crate::pod::field_refusal,
-        devices: Some(parts.devices),
+        devices: Some(parts.devices.clone()),
     })
 }
 
@@ -254,7 +252,7 @@ impl crate::stats::MeasuredVolumes for InUse {
 
 /// The plugin manager (CSI drivers register through `<root-dir>/plugins_registry`) and, in
 /// cluster mode, the claim-backed and CSI volumes it serves, whose usage `stats` reports.
-pub(super) fn storage(
+fn storage(
     node: &NodeSettings,
     stats: &crate::stats::Provider,
     cluster: Option<&Connected>,
@@ -311,9 +309,8 @@ pub(super) fn storage(
 /// mirror pods in cluster mode).
 pub(super) async fn start_static_pods(
     cfg: &Config,
+    shared: &Shared,
     standalone: bool,
-    (statuses, events): (Arc<StatusManager>, Arc<dyn EventRecorder>),
-    node: (Arc<ShutdownState>, Arc<PressureState>),
     pods_tx: mpsc::Sender<SourceUpdate>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
@@ -342,16 +339,16 @@ pub(super) async fn start_static_pods(
     ));
     let mut admission = Admission::new(
         SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default(),
-        Some(node.0),
-        Some(node.1),
+        Some(shared.shutdown.clone()),
+        Some(shared.pressure.clone()),
     );
     admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
     let admitter = crate::pod::StaticPodAdmitter {
         admission,
         max_pods: cfg.max_pods,
         node_name: cfg.node_name.clone(),
-        statuses,
-        events,
+        statuses: shared.statuses.clone(),
+        events: shared.events.clone(),
         static_tx,
         pods_tx,
     };

@@ -16,8 +16,8 @@
 
 use std::time::Duration;
 
-use proxy::iptables::{IptablesRunner, Position, TableName};
-use proxy::model::IpFamily;
+use plumbing::cidr::IpFamily;
+use plumbing::iptables::{IptablesRunner, Position, TableName};
 use tokio_util::sync::CancellationToken;
 
 /// Whose presence tells other components which iptables variant this node uses.
@@ -163,7 +163,7 @@ pub async fn start<R: IptablesRunner + Clone>(
 
 /// [`start`] with the host's binaries for both families, until cancelled (the app's task).
 pub async fn run(interval: Duration, cancel: CancellationToken) {
-    use proxy::iptables::ExecRunner;
+    use plumbing::iptables::ExecRunner;
     let mut tasks = tokio::task::JoinSet::new();
     let runners = vec![ExecRunner::new(IpFamily::V4), ExecRunner::new(IpFamily::V6)];
     start(runners, interval, &mut tasks, &cancel).await;

@@ -109,6 +109,9 @@ pub enum SandboxError {
         path: String,
         source: std::io::Error,
     },
+    /// `setHostnameAsFQDN` asks for an FQDN longer than the kernel's nodename.
+    #[error("{0}")]
+    Hostname(String),
     /// RunPodSandbox failed.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
@@ -208,6 +211,7 @@ impl Worker {
     }
 
     pub(super) async fn create_sandbox(&mut self, attempt: u32) -> Result<String, SandboxError> {
+        spec::kernel_hostname(&self.env.node, &self.pod).map_err(SandboxError::Hostname)?;
         let mut cfg = self.sandbox_config(attempt);
         cfg.runtime_handler = self.runtime_handler()?;
         // The pod cgroup with its limits (and the QoS tier's shares) before the sandbox, as

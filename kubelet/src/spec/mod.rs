@@ -160,15 +160,11 @@ pub fn sandbox_config(
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let host_network = spec.host_network.unwrap_or(false);
     // hostNetwork pods share the node's UTS namespace: the runtime refuses a hostname there.
+    // A too long FQDN fails the sandbox before it is created (`kernel_hostname`).
     let hostname = if host_network {
         String::new()
     } else {
-        let h = spec.hostname.clone().unwrap_or_else(|| name.clone());
-        h.chars()
-            .take(63)
-            .collect::<String>()
-            .trim_end_matches(['-', '.'])
-            .to_string()
+        kernel_hostname(node, pod).unwrap_or_else(|_| short_hostname(pod))
     };
     let mut labels = pod.metadata.labels.clone().unwrap_or_default();
     labels.insert(LABEL_POD_NAME.into(), name.clone());
@@ -469,18 +465,7 @@ pub fn etc_hosts_text(
     let mut text = String::from(
         "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
     );
-    // Upstream: `<hostname>.<subdomain>.<namespace>.svc.<clusterDomain>`.
-    let fqdn = match (&spec.subdomain, pod.metadata.namespace.as_deref()) {
-        (Some(sub), Some(ns)) if !sub.is_empty() => {
-            let domain = &node.cluster_domain;
-            Some(if domain.is_empty() {
-                format!("{hostname}.{sub}.{ns}.svc")
-            } else {
-                format!("{hostname}.{sub}.{ns}.svc.{domain}")
-            })
-        }
-        _ => None,
-    };
+    let fqdn = pod_domain(node, pod).map(|d| format!("{hostname}.{d}"));
     for ip in pod_ips {
         match &fqdn {
             Some(f) => text.push_str(&format!("{ip}\t{f}\t{hostname}\n")),
@@ -489,6 +474,54 @@ pub fn etc_hosts_text(
     }
     text.push_str(&host_alias_entries(&spec.host_aliases.unwrap_or_default()));
     Some(text)
+}
+
+/// The pod's domain, `<subdomain>.<namespace>.svc.<clusterDomain>` (upstream's), when it
+/// has a subdomain.
+pub fn pod_domain(node: &NodeSettings, pod: &Pod) -> Option<String> {
+    let sub = pod.spec.as_ref()?.subdomain.as_deref()?;
+    let ns = pod.metadata.namespace.as_deref()?;
+    if sub.is_empty() {
+        return None;
+    }
+    Some(match node.cluster_domain.as_str() {
+        "" => format!("{sub}.{ns}.svc"),
+        domain => format!("{sub}.{ns}.svc.{domain}"),
+    })
+}
+
+/// The pod's short hostname: `spec.hostname` or its name, cut to 63 characters without a
+/// trailing `-` or `.` (upstream's truncation).
+fn short_hostname(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    let name = (spec.and_then(|s| s.hostname.clone()))
+        .unwrap_or_else(|| pod.metadata.name.clone().unwrap_or_default());
+    let cut: String = name.chars().take(63).collect();
+    cut.trim_end_matches(['-', '.']).to_string()
+}
+
+/// The kernel's nodename field holds 64 characters (upstream's limit for an FQDN hostname).
+const FQDN_MAX_LEN: usize = 64;
+
+/// The name the pod's UTS namespace gets: its short hostname, or with `setHostnameAsFQDN`
+/// and a subdomain its FQDN, which must fit the kernel's nodename (upstream's error text
+/// otherwise; the sandbox is not created).
+pub fn kernel_hostname(node: &NodeSettings, pod: &Pod) -> Result<String, String> {
+    let short = short_hostname(pod);
+    let as_fqdn = pod.spec.as_ref().and_then(|s| s.set_hostname_as_fqdn) == Some(true);
+    match pod_domain(node, pod) {
+        Some(domain) if as_fqdn => {
+            let fqdn = format!("{short}.{domain}");
+            if fqdn.len() > FQDN_MAX_LEN {
+                return Err(format!(
+                    "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long ({FQDN_MAX_LEN} characters is the max, {} characters requested)",
+                    fqdn.len()
+                ));
+            }
+            Ok(fqdn)
+        }
+        _ => Ok(short),
+    }
 }
 
 /// Upstream's hostsEntriesFromHostAliases: one header, then a line per alias.

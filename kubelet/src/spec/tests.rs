@@ -930,3 +930,44 @@ fn stdin_flags_reach_the_container_config() {
     let d = config_for(&p, &spec.containers[1], 0, &[], &EnvObjects::new()).unwrap();
     assert_eq!((d.stdin, d.stdin_once, d.tty), (false, false, false));
 }
+
+#[test]
+fn set_hostname_as_fqdn_needs_a_subdomain_and_fits_the_kernel_nodename() {
+    let with = |fields: serde_json::Value| {
+        let mut spec = serde_json::json!({"containers": [{"name": "c", "image": "i:1"}]});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        pod(
+            serde_json::json!({"metadata": {"name": "web-0", "namespace": "shop", "uid": "u"}, "spec": spec}),
+        )
+    };
+    let n = node();
+    let fqdn = with(serde_json::json!({"subdomain": "web", "setHostnameAsFQDN": true}));
+    assert_eq!(
+        kernel_hostname(&n, &fqdn).unwrap(),
+        "web-0.web.shop.svc.cluster.local"
+    );
+    assert_eq!(
+        sandbox_config(&n, &fqdn, 0, String::new()).hostname,
+        "web-0.web.shop.svc.cluster.local"
+    );
+    // Without a subdomain there is no domain to add; without the flag the name stays short.
+    let no_sub = with(serde_json::json!({"setHostnameAsFQDN": true}));
+    assert_eq!(kernel_hostname(&n, &no_sub).unwrap(), "web-0");
+    let no_flag = with(serde_json::json!({"subdomain": "web"}));
+    assert_eq!(kernel_hostname(&n, &no_flag).unwrap(), "web-0");
+    // 64 characters fit; 65 do not.
+    let fits = with(
+        serde_json::json!({"hostname": "h".repeat(64 - ".web.shop.svc.cluster.local".len()), "subdomain": "web", "setHostnameAsFQDN": true}),
+    );
+    assert_eq!(kernel_hostname(&n, &fits).unwrap().len(), 64);
+    let long = with(
+        serde_json::json!({"hostname": "h".repeat(65 - ".web.shop.svc.cluster.local".len()), "subdomain": "web", "setHostnameAsFQDN": true}),
+    );
+    let err = kernel_hostname(&n, &long).unwrap_err();
+    assert!(
+        err.ends_with("is too long (64 characters is the max, 65 characters requested)"),
+        "{err}"
+    );
+}

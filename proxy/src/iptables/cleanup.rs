@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use tracing::info;
 
-use super::runner::{self, IptablesRunner, TableName};
+use plumbing::iptables::{self as runner, IptablesRunner, TableName};
 
 /// Chains named KUBE-* that belong to kubelet, not to kube-proxy.
 const KUBELET_CHAINS: &[&str] = &["KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"];

@@ -1,9 +1,8 @@
 //! The iptables mode (upstream's pkg/proxy/iptables, with the runner of pkg/util/iptables).
 //!
-//! - [`runner`]: the OS edge, `IptablesRunner` (iptables, iptables-save, iptables-restore)
-//!   and its `ExecRunner`, the [`Variant`] detection (nft or legacy);
-//! - [`xtables_lock`]: one command of the process at a time, holding the node's xtables lock
-//!   where the binary does not;
+//! - the OS edge, `IptablesRunner` (iptables, iptables-save, iptables-restore), its
+//!   `ExecRunner`, the [`Variant`] detection (nft or legacy) and the xtables lock, live in
+//!   `plumbing::iptables`: the kubelet runs its own chains through them too;
 //! - [`chains`]: chain names, fixed and hashed per service;
 //! - [`ruleset`]: the rules as data, printed whole or as a minimal delta;
 //! - [`render`]: desired state → rules, kept per service (`Rendered`) for partial syncs;
@@ -16,22 +15,18 @@
 
 pub mod chains;
 pub mod cleanup;
-#[cfg(any(test, feature = "test-util"))]
-pub mod fake;
 pub mod proxier;
 pub mod render;
 pub mod ruleset;
-pub mod runner;
-pub mod xtables_lock;
 
 #[cfg(test)]
 mod tests;
 
-pub use proxier::{IptablesBackend, Proxier};
-pub use render::Rendered;
-pub use ruleset::Ruleset;
-pub use runner::{
+pub use plumbing::iptables::{
     Error, ExecRunner, IptablesRunner, IptablesVersion, Position, Result, TableName, Variant,
     VariantDecision, command_timeout, decide_variant, detect_variant,
 };
-pub use xtables_lock::{Gated, XtablesGate};
+pub use plumbing::iptables::{Gated, XtablesGate};
+pub use proxier::{IptablesBackend, Proxier};
+pub use render::Rendered;
+pub use ruleset::Ruleset;

@@ -13,7 +13,6 @@ use tracing::{debug, error, info, warn};
 
 use super::chains::*;
 use super::render::Rendered;
-use super::runner::{self, IptablesRunner, Position, TableName};
 use crate::conntrack::{Conntrack, NoConntrack};
 use crate::metrics::Metrics;
 use crate::model::IpFamily;
@@ -21,6 +20,7 @@ use crate::proxier::{self, ApplyInput, Backend, PlanInput};
 use crate::render_config::RenderConfig;
 use crate::sync_loop::SyncConfig;
 use crate::tracker::ProxyHandle;
+use plumbing::iptables::{self as runner, IptablesRunner, Position, TableName};
 
 #[derive(Debug, Error)]
 pub enum Error {

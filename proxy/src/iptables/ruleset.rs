@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::chains::is_service_chain;
-use super::runner::TableName;
+use plumbing::iptables::TableName;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {

@@ -12,7 +12,6 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::iptables::fake::{Call, FakeRunner};
 use crate::iptables::render::{self, TableName};
 use crate::iptables::{IptablesBackend, Proxier};
 use crate::model::{IpFamily, ServiceState};
@@ -20,6 +19,7 @@ use crate::render_config::RenderConfig;
 use crate::sync_loop::{self, SyncConfig, SyncOutcome};
 use crate::tests::*;
 use crate::tracker::ProxyHandle;
+use plumbing::iptables::fake::{Call, FakeRunner};
 
 #[test]
 fn golden_full_ruleset() {
@@ -1632,9 +1632,9 @@ async fn failed_sync_is_retried_with_backoff() {
 #[tokio::test]
 async fn two_families_never_run_iptables_at_once() {
     use crate::iptables::IptablesRunner;
-    use crate::iptables::fake::OverlapProbe;
-    use crate::iptables::xtables_lock::{Gated, XtablesGate};
     use crate::tracker::ProxyHandles;
+    use plumbing::iptables::fake::OverlapProbe;
+    use plumbing::iptables::xtables_lock::{Gated, XtablesGate};
 
     async fn run_both<R: IptablesRunner>(make: impl Fn(FakeRunner) -> R) -> OverlapProbe {
         let probe = OverlapProbe::default();

@@ -10,7 +10,6 @@ use super::fake::{FakeIpset, FakeIpvs};
 use super::genl::{FLAG_PERSISTENT, VirtualServer, VsKey};
 use super::kernel::Op;
 use super::*;
-use crate::iptables::fake::FakeRunner;
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, Protocol, ServiceState};
 use crate::render_config::RenderConfig;
@@ -18,6 +17,7 @@ use crate::sync_loop::{SyncConfig, SyncOutcome};
 use crate::sysctl::fake::FakeSysctl;
 use crate::tests::{ep, loaded_state, port, render_cfg, slice, svc};
 use crate::tracker::ProxyHandle;
+use plumbing::iptables::fake::FakeRunner;
 
 type P = IpvsProxier<FakeIpvs, FakeIpset, FakeRunner>;
 

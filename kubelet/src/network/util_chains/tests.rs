@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use proxy::iptables::fake::{Call, FakeRunner};
-use proxy::iptables::{ExecRunner, IptablesRunner, Position, TableName};
-use proxy::model::IpFamily;
+use plumbing::cidr::IpFamily;
+use plumbing::iptables::fake::{Call, FakeRunner};
+use plumbing::iptables::{ExecRunner, IptablesRunner, Position, TableName};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 

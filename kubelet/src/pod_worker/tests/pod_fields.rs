@@ -323,3 +323,35 @@ async fn an_ephemeral_container_with_a_refused_value_waits_with_the_refusal() {
         Some(crate::pod::admission::fields::refuse::VOLUME_DEVICES)
     );
 }
+
+/// `setHostnameAsFQDN: true` with a subdomain names the sandbox (the pod's UTS namespace) by
+/// its FQDN; an FQDN past the kernel's 64 characters fails the sandbox with upstream's message
+/// and creates nothing.
+#[tokio::test(start_paused = true)]
+async fn set_hostname_as_fqdn_names_the_sandbox_by_its_fqdn() {
+    let r = rig();
+    let fields =
+        serde_json::json!({"setHostnameAsFQDN": true, "subdomain": "db", "hostname": "web-0"});
+    let mut w = Worker::new(r.env.clone(), pod("Always", fields), None);
+    w.sync().await;
+    let sandbox = r.rt.sandbox_config(&sandbox_of(&r).await).unwrap();
+    let domain = match r.env.node.cluster_domain.as_str() {
+        "" => "db.default.svc".to_string(),
+        d => format!("db.default.svc.{d}"),
+    };
+    assert_eq!(sandbox.hostname, format!("web-0.{domain}"));
+
+    let r = rig();
+    let long = "h".repeat(60);
+    let fields =
+        serde_json::json!({"setHostnameAsFQDN": true, "subdomain": "db", "hostname": long});
+    let mut w = Worker::new(r.env.clone(), pod("Always", fields), None);
+    w.sync().await;
+    assert!(r.rt.list_sandboxes().await.unwrap().is_empty());
+    let fqdn = format!("{long}.{domain}");
+    let want = format!(
+        "Warning FailedCreatePodSandBox Failed to create pod sandbox: failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long (64 characters is the max, {} characters requested)",
+        fqdn.len()
+    );
+    assert!(r.events.events().contains(&want), "{:?}", r.events.events());
+}

@@ -5,9 +5,9 @@
 use super::{RenderConfig, q};
 use crate::iptables::chains::*;
 use crate::iptables::ruleset::Rule;
-use crate::iptables::runner::TableName;
 use crate::model::IpFamily;
 use crate::nodeport::NodePortAddresses;
+use plumbing::iptables::TableName;
 
 /// A top-level chain: fixed rules around the services' rules.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -28,7 +28,7 @@ use service::{Ctx, ServiceRules, render_service};
 
 // What rendering produces, here too: the paths of the former top-level `render` module.
 pub use crate::iptables::ruleset::{Chain, RenderStats, Rule, Ruleset, TableRules, delta};
-pub use crate::iptables::runner::TableName;
+pub use plumbing::iptables::TableName;
 pub use service::probability;
 
 /// Above this many endpoints, rules stop carrying per-service comments (upstream's

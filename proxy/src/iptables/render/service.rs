@@ -10,9 +10,9 @@ use std::net::IpAddr;
 use super::{RenderConfig, q};
 use crate::iptables::chains::*;
 use crate::iptables::ruleset::{Chain, Rule};
-use crate::iptables::runner::TableName;
 use crate::model::{EndpointInfo, ServicePortInfo, ServicePortName};
 use crate::topology::{Categorized, categorize};
+use plumbing::iptables::TableName;
 
 /// Node- and flag-level values shared by every service's rules.
 pub(super) struct Ctx<'a> {

@@ -12,8 +12,6 @@ pub const OS_REASON: &str = "PodOSNotSupported";
 pub const OS_MESSAGE: &str = "Failed to admit pod as the OS field doesn't match node OS";
 
 pub const HOSTNAME_OVERRIDE: &str = "spec.hostnameOverride is not supported by this node agent";
-pub const SET_HOSTNAME_AS_FQDN: &str =
-    "spec.setHostnameAsFQDN: true is not supported by this node agent";
 pub const RESOURCE_CLAIMS: &str =
     "spec.resourceClaims (dynamic resource allocation) is not supported by this node agent";
 pub const RESOURCE_CLAIMS_CONTAINER: &str =
@@ -69,14 +67,6 @@ pub const REFUSALS: &[Refusal] = &[
         message: HOSTNAME_OVERRIDE,
         example: r#"{"hostnameOverride": "other"}"#,
         check: |s| nonempty(&s.hostname_override),
-    },
-    Refusal {
-        owner: "PodSpec",
-        field: "setHostnameAsFQDN",
-        reason: REASON,
-        message: SET_HOSTNAME_AS_FQDN,
-        example: r#"{"setHostnameAsFQDN": true}"#,
-        check: |s| s.set_hostname_as_fqdn == Some(true),
     },
     Refusal {
         owner: "PodSpec",

@@ -67,7 +67,7 @@ pub const TABLE: &[Entry] = &[
     e("PodSpec", "securityContext", Handled("security_settings_reach_the_cri_messages")),
     e("PodSpec", "serviceAccount", Elsewhere("deprecated alias of serviceAccountName, set by the apiserver")),
     e("PodSpec", "serviceAccountName", Handled("pod_create_gets_the_kube_api_access_volume")),
-    e("PodSpec", "setHostnameAsFQDN", Refused(refuse::SET_HOSTNAME_AS_FQDN, "")),
+    e("PodSpec", "setHostnameAsFQDN", Handled("set_hostname_as_fqdn_names_the_sandbox_by_its_fqdn")),
     e("PodSpec", "shareProcessNamespace", Handled("share_process_namespace_gives_the_pod_one_pid_namespace")),
     e("PodSpec", "subdomain", Handled("etc_hosts_fqdn_uses_the_cluster_domain")),
     e("PodSpec", "terminationGracePeriodSeconds", Handled("zero_grace_still_gets_the_minimum_and_orphans_use_recorded_grace")),

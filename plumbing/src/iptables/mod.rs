@@ -7,11 +7,17 @@
 use std::future::Future;
 use std::time::Duration;
 
-use plumbing::process::{self, RunError};
+use crate::process::{self, RunError};
 use thiserror::Error;
 use tracing::info;
 
-use crate::model::IpFamily;
+use crate::cidr::IpFamily;
+
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
+pub mod xtables_lock;
+
+pub use xtables_lock::{Gated, XtablesGate};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -146,7 +152,7 @@ pub trait IptablesRunner: Send + Sync + 'static {
     fn family(&self) -> IpFamily;
 
     /// Whether the binaries take the node's xtables lock themselves (iptables-legacy with
-    /// `-w`), so a caller must not hold it around them (see [`Gated`](super::Gated)).
+    /// `-w`), so a caller must not hold it around them (see [`Gated`]).
     fn takes_xtables_lock(&self) -> bool {
         false
     }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
-use super::runner::*;
-use crate::model::IpFamily;
+use super::*;
+use crate::cidr::IpFamily;
 
 /// One call seen by the fake.
 #[derive(Clone, Debug, PartialEq, Eq)]

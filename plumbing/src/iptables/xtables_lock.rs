@@ -20,8 +20,8 @@ use std::time::Duration;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
-use super::runner::{Error, IptablesRunner, IptablesVersion, Position, Result, TableName};
-use crate::model::IpFamily;
+use super::{Error, IptablesRunner, IptablesVersion, Position, Result, TableName};
+use crate::cidr::IpFamily;
 
 /// Where iptables keeps its lock unless `XTABLES_LOCKFILE` says otherwise.
 pub const DEFAULT_LOCK_PATH: &str = "/run/xtables.lock";
