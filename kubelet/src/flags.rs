@@ -110,6 +110,10 @@ pub struct Flags {
     /// Path to a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file.
     #[arg(long)]
     pub config: Option<String>,
+    /// A directory of KubeletConfiguration drop-ins (`*.conf`), applied over --config in
+    /// lexical order.
+    #[arg(long = "config-dir")]
+    pub config_dir: Option<String>,
     /// Path to a kubeconfig for the apiserver; absent means standalone mode.
     #[arg(long)]
     pub kubeconfig: Option<String>,

@@ -69,6 +69,8 @@ impl Output {
 pub struct Command<'a> {
     argv: Vec<String>,
     stdin: Option<&'a [u8]>,
+    /// Set in the child's environment, over what it inherits.
+    env: Vec<(String, String)>,
     timeout: Duration,
     stdout_cap: usize,
     stderr_cap: usize,
@@ -80,6 +82,7 @@ impl<'a> Command<'a> {
         Command {
             argv,
             stdin: None,
+            env: Vec::new(),
             timeout,
             stdout_cap: DEFAULT_STDOUT_CAP,
             stderr_cap: DEFAULT_STDERR_CAP,
@@ -102,6 +105,13 @@ impl<'a> Command<'a> {
     /// Feeds `data` on standard input (otherwise it is `/dev/null`).
     pub fn stdin(mut self, data: &'a [u8]) -> Self {
         self.stdin = Some(data);
+        self
+    }
+
+    /// Sets `vars` in the child's environment (it inherits this process's; later values of
+    /// a name win).
+    pub fn envs(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.env.extend(vars);
         self
     }
 
@@ -128,6 +138,7 @@ impl<'a> Command<'a> {
         };
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(if self.stdin.is_some() {
                 Stdio::piped()
             } else {

@@ -296,6 +296,18 @@ impl Sink<DynamicObject> for EndpointSliceSink {
     }
 }
 
+/// `spec.podCIDRs` (else `spec.podCIDR`), parsed; entries that do not parse are left out.
+fn node_pod_cidrs(spec: Option<&k8s_openapi::api::core::v1::NodeSpec>) -> Vec<crate::model::Cidr> {
+    let Some(spec) = spec else {
+        return Vec::new();
+    };
+    let list = match &spec.pod_cidrs {
+        Some(l) if !l.is_empty() => l.clone(),
+        _ => spec.pod_cidr.clone().into_iter().collect(),
+    };
+    list.iter().filter_map(|c| c.trim().parse().ok()).collect()
+}
+
 /// What the proxy looks at in its Node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -336,6 +348,7 @@ impl NodeInfo {
                     .and_then(|l| l.get(ZONE_LABEL))
                     .cloned(),
                 ips,
+                pod_cidrs: node_pod_cidrs(spec),
             },
             deleting: node.metadata.deletion_timestamp.is_some(),
             taint_keys: spec

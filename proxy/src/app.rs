@@ -326,14 +326,19 @@ fn render_config(cfg: &ProxyConfig, family: IpFamily, random_fully: bool) -> Ren
     let mut render = RenderConfig::new(family, cfg.node_name.clone());
     render.masquerade_all = cfg.masquerade_all;
     render.masquerade_bit = cfg.masquerade_bit;
-    render.cluster_cidr = cfg.cluster_cidr(family);
+    render.local_detect = cfg.local_detect.clone();
+    if render.local_detect == crate::render_config::LocalDetect::ClusterCidr {
+        render.cluster_cidr = cfg.cluster_cidr(family);
+    }
     render.node_port_addresses = cfg.node_port_addresses.clone();
     render.localhost_node_ports = cfg.localhost_node_ports;
     render.random_fully = random_fully;
     if !cfg.bind_address.is_unspecified() && family.matches(&cfg.bind_address) {
         render.node_ips = vec![cfg.bind_address];
     }
-    if render.cluster_cidr.is_none() {
+    if render.local_detect == crate::render_config::LocalDetect::ClusterCidr
+        && render.cluster_cidr.is_none()
+    {
         info!(
             ip_family = family.label(),
             "no cluster CIDR: traffic is not classified as pod-local"

@@ -376,6 +376,8 @@ pub struct NodeFacts {
     /// `status.addresses`, InternalIPs first then ExternalIPs (upstream's GetNodeHostIPs
     /// order); the first of a family is the node's IP of that family.
     pub ips: Vec<IpAddr>,
+    /// `spec.podCIDRs` (`detectLocalMode: NodeCIDR`).
+    pub pod_cidrs: Vec<Cidr>,
 }
 
 impl NodeFacts {

@@ -8,6 +8,21 @@ use tracing::info;
 
 use crate::model::{Cidr, IpFamily, NodeFacts};
 
+/// `detectLocalMode`: what makes traffic "local" (from this node's pods), as upstream's
+/// LocalTrafficDetector.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum LocalDetect {
+    /// Source in `clusterCIDR`.
+    #[default]
+    ClusterCidr,
+    /// Source in the Node's `spec.podCIDRs`.
+    NodeCidr,
+    /// Arriving on this bridge (`detectLocal.bridgeInterface`).
+    BridgeInterface(String),
+    /// Arriving on an interface whose name starts with this (`detectLocal.interfaceNamePrefix`).
+    InterfaceNamePrefix(String),
+}
+
 /// Node- and flag-level inputs of the renderers (iptables, nftables, ipvs).
 #[derive(Clone, Debug)]
 pub struct RenderConfig {
@@ -19,7 +34,11 @@ pub struct RenderConfig {
     /// Bit of the packet mark that requests masquerade (upstream default 14 → 0x4000).
     pub masquerade_bit: u8,
     pub masquerade_all: bool,
-    /// Pod CIDR of the cluster; enables the "local traffic" detector (`-s`/`! -s`).
+    /// How traffic from this node's pods is told apart (`detectLocalMode`).
+    pub local_detect: LocalDetect,
+    /// The pod CIDR the CIDR modes match on: the cluster's (`ClusterCIDR`) or this node's
+    /// `spec.podCIDRs` entry of the family (`NodeCIDR`, taken from the Node object). None:
+    /// no local detection in the CIDR modes.
     pub cluster_cidr: Option<Cidr>,
     /// `--nodeport-addresses`: CIDRs or `primary`; empty means all local addresses.
     pub node_port_addresses: Vec<String>,
@@ -44,6 +63,7 @@ impl RenderConfig {
             node_ips: Vec::new(),
             masquerade_bit: 14,
             masquerade_all: false,
+            local_detect: LocalDetect::ClusterCidr,
             cluster_cidr: None,
             node_port_addresses: Vec::new(),
             localhost_node_ports: true,
@@ -65,6 +85,18 @@ impl RenderConfig {
             self.zone = node.zone.clone();
             changed = true;
         }
+        if self.local_detect == LocalDetect::NodeCidr {
+            let cidr = node
+                .pod_cidrs
+                .iter()
+                .copied()
+                .find(|c| c.family() == self.family);
+            if self.cluster_cidr != cidr {
+                info!(pod_cidr = ?cidr, "local traffic detected by the node's pod CIDR");
+                self.cluster_cidr = cidr;
+                changed = true;
+            }
+        }
         if ips_from_node {
             let ips: Vec<IpAddr> = node.ip_of(self.family).into_iter().collect();
             if self.node_ips != ips {
@@ -74,6 +106,35 @@ impl RenderConfig {
             }
         }
         changed
+    }
+
+    /// The iptables match for local traffic (`negate`: for traffic that is not local), as
+    /// upstream's IfLocal/IfNotLocal; None: no local detection.
+    pub fn ipt_local(&self, negate: bool) -> Option<String> {
+        let not = if negate { "! " } else { "" };
+        match &self.local_detect {
+            LocalDetect::ClusterCidr | LocalDetect::NodeCidr => {
+                self.cluster_cidr.map(|c| format!("{not}-s {c}"))
+            }
+            LocalDetect::BridgeInterface(i) => Some(format!("{not}-i {i}")),
+            LocalDetect::InterfaceNamePrefix(p) => Some(format!("{not}-i {p}+")),
+        }
+    }
+
+    /// The nftables match for local traffic, as upstream's IfLocalNFT/IfNotLocalNFT.
+    pub fn nft_local(&self, negate: bool) -> Option<String> {
+        let not = if negate { "!= " } else { "" };
+        let f = match self.family {
+            IpFamily::V4 => "ip",
+            IpFamily::V6 => "ip6",
+        };
+        match &self.local_detect {
+            LocalDetect::ClusterCidr | LocalDetect::NodeCidr => {
+                self.cluster_cidr.map(|c| format!("{f} saddr {not}{c}"))
+            }
+            LocalDetect::BridgeInterface(i) => Some(format!("iifname {not}{i}")),
+            LocalDetect::InterfaceNamePrefix(p) => Some(format!("iifname {not}{p}*")),
+        }
     }
 
     /// Upstream formats the mark with Go's `%#08x`: `0x00004000` for bit 14.

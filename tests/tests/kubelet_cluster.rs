@@ -784,3 +784,78 @@ fn client_certificate_rotates_without_dropping_pods() {
     assert!(kubelet.exited().is_none());
     kubelet.stop();
 }
+
+/// `--config-dir` over kubeadm's `--config`: the drop-ins apply in lexical order (the last
+/// `maxPods` wins, other extensions are not read), and with `--cloud-provider=external` and
+/// `--provider-id` the Node registers uninitialized for the cloud controller manager with its
+/// provider ID. A drop-in naming a field upstream does not have stops the next start, naming
+/// the file.
+#[test]
+fn config_drop_ins_and_an_external_cloud_shape_the_registered_node() {
+    require_rig!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let rig = Rig::up("e2e-dropins");
+    let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
+    assert!(out.status.success());
+    let cp = NetnsControlPlane::start(&rig, Options::default());
+    let node = JoinedNode::write(&cp, &rig);
+    let dir = node.p("etc/kubernetes/kubelet.conf.d");
+    std::fs::create_dir_all(dir.join("50-team")).unwrap();
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    std::fs::write(dir.join("10-pods.conf"), format!("{head}maxPods: 42\n")).unwrap();
+    std::fs::write(
+        dir.join("50-team/pods.conf"),
+        format!("{head}maxPods: 37\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("90-notes.txt"), "maxPods: 1\n").unwrap();
+    let mut args = node.command_line();
+    args.push(format!("--config-dir={}", dir.display()));
+    args.push("--cloud-provider=external".into());
+    args.push("--provider-id=test:///zone-a/node-1".into());
+    let mut kubelet = Kubelet::builder(&rig)
+        .args(args.clone())
+        .log(node.p("kubelet.log"))
+        .start();
+    let n = wait_for("node registered", Duration::from_secs(60), || {
+        if let Some(st) = kubelet.exited() {
+            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+        }
+        cp.get("nodes", "", NODE)
+            .filter(|n| n["status"]["capacity"]["pods"].is_string())
+    });
+    println!("node spec: {}", n["spec"]);
+    assert_eq!(n["status"]["capacity"]["pods"], "37", "{n:#}");
+    assert_eq!(n["spec"]["providerID"], "test:///zone-a/node-1");
+    assert_eq!(
+        n["metadata"]["annotations"]["alpha.kubernetes.io/provided-node-ip"],
+        NODE_IP
+    );
+    let taints = n["spec"]["taints"].as_array().cloned().unwrap_or_default();
+    assert!(
+        taints.contains(
+            &json!({"key": "node.cloudprovider.kubernetes.io/uninitialized",
+                                "value": "true", "effect": "NoSchedule"})
+        ),
+        "{taints:?}"
+    );
+    kubelet.stop();
+
+    let typo = dir.join("60-typo.conf");
+    std::fs::write(&typo, format!("{head}maxPodz: 5\n")).unwrap();
+    let mut again = Kubelet::builder(&rig)
+        .args(args)
+        .log(node.p("kubelet-typo.log"))
+        .start();
+    let status = wait_for(
+        "the kubelet refuses the drop-in",
+        Duration::from_secs(30),
+        || again.exited(),
+    );
+    let log = again.log_text();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains(&typo.display().to_string()) && log.contains("maxPodz"),
+        "{log}"
+    );
+}

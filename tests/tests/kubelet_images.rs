@@ -386,3 +386,110 @@ fn pull_secrets_runtime_classes_and_service_links() {
     });
     kubelet.stop();
 }
+
+/// `--image-credential-provider-config`: a pod without pull secrets pulls the private image
+/// with what the test plugin (`src/bin/credential-provider.rs`) gives for the registry; the
+/// plugin gets upstream's request for the image's repository. A configuration with a field
+/// upstream does not have stops the start with an error naming the file.
+#[test]
+fn a_credential_provider_plugin_pulls_a_private_image_without_pull_secrets() {
+    require_rig!();
+    let rig = Rig::up("e2e-credprov");
+    let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cp = NetnsControlPlane::start(&rig, Options::default());
+    let stats = start_registry(&rig, &cp);
+    let node = JoinedNode::write(&cp, &rig);
+    let bin_dir = node.p("credential-provider-bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_credential-provider"),
+        bin_dir.join("test-provider"),
+    )
+    .unwrap();
+    let requests = node.p("credential-provider-requests.log");
+    let config = node.p("credential-provider.yaml");
+    let good = format!(
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+         - name: test-provider\n  matchImages: [\"{REGISTRY}\"]\n  defaultCacheDuration: 1m\n\
+         \x20 apiVersion: credentialprovider.kubelet.k8s.io/v1\n  args: [creds]\n  env:\n\
+         \x20 - {{name: CREDS_USER, value: {USER}}}\n\
+         \x20 - {{name: CREDS_PASSWORD, value: {PASSWORD}}}\n\
+         \x20 - {{name: CREDS_LOG, value: {}}}\n",
+        requests.display()
+    );
+    let args = |node: &JoinedNode| {
+        let mut a = node.command_line();
+        a.push(format!(
+            "--image-credential-provider-config={}",
+            config.display()
+        ));
+        a.push(format!(
+            "--image-credential-provider-bin-dir={}",
+            bin_dir.display()
+        ));
+        a
+    };
+
+    // A field upstream does not have: the start stops, naming the file.
+    std::fs::write(&config, good.replace("  args:", "  argz:")).unwrap();
+    let mut bad = Kubelet::builder(&rig)
+        .args(args(&node))
+        .log(node.p("kubelet-bad.log"))
+        .start();
+    let status = wait_for(
+        "the kubelet refuses the config",
+        Duration::from_secs(60),
+        || bad.exited(),
+    );
+    let log = bad.log_text();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("Failed to register CRI auth plugins")
+            && log.contains(&config.display().to_string())
+            && log.contains("argz"),
+        "{log}"
+    );
+    drop(bad);
+
+    std::fs::write(&config, &good).unwrap();
+    let mut kubelet = Kubelet::builder(&rig)
+        .args(args(&node))
+        .log(node.p("kubelet.log"))
+        .start();
+    wait_for("node registered", Duration::from_secs(60), || {
+        if let Some(st) = kubelet.exited() {
+            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+        }
+        cp.get("nodes", "", NODE)
+    });
+    cp.create(
+        "pods",
+        json!({"metadata": {"name": "plugin-creds", "namespace": "default"},
+               "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "main", "image": PRIVATE,
+                                        "command": ["sleep", "3600"]}]}}),
+    )
+    .unwrap();
+    pod_until(&cp, &mut kubelet, "plugin-creds", "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    assert!(
+        stats.manifests_served.load(Ordering::SeqCst) >= 1,
+        "the registry served"
+    );
+    let seen = std::fs::read_to_string(&requests).unwrap_or_default();
+    println!("requests the plugin got:\n{seen}");
+    let first: Value = serde_json::from_str(seen.lines().next().expect("a request")).unwrap();
+    assert_eq!(
+        first,
+        json!({"kind": "CredentialProviderRequest",
+               "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+               "image": "127.0.0.1:5000/private/busybox"})
+    );
+    kubelet.stop();
+}

@@ -197,6 +197,8 @@ fn start_node(
         register_node: cfg.register_node,
         max_images: cfg.node_status_max_images,
         resources: cfg.resources.clone(),
+        cloud: cfg.cloud.clone(),
+        given_node_ips: cfg.node_ips.clone(),
     };
     let health = Arc::new(node::CriHealth {
         runtime: parts.runtime.clone(),

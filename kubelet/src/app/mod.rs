@@ -64,6 +64,9 @@ pub enum AppError {
     /// Upstream's kubelet exits when its image pull records cannot be set up.
     #[error("{0}")]
     PullRecords(String),
+    /// Upstream's kubelet exits when its credential provider plugins cannot be registered.
+    #[error("Failed to register CRI auth plugins: {0}")]
+    CredentialProviders(#[from] crate::images::credentials::plugins::ConfigError),
     /// Upstream's kubelet exits when the allocated-resources checkpoint does not verify.
     #[error(transparent)]
     Allocations(#[from] crate::allocation::AllocationError),
@@ -91,6 +94,8 @@ pub(crate) struct Shared {
     pub shutdown: Arc<crate::shutdown::ShutdownState>,
     /// The eviction manager's pressure conditions (node status, admission).
     pub pressure: Arc<crate::eviction::PressureState>,
+    /// `--image-credential-provider-config`: the plugins the image pulls run.
+    pub credential_providers: Option<Arc<crate::images::credentials::plugins::CredentialProviders>>,
 }
 
 /// What cluster mode needs from the rest of the kubelet; `sources`: where admitted API pods
@@ -176,6 +181,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     };
     let auth = servers::auth(&cfg, cluster.as_ref())?;
     check_standalone(&cfg, proxy_cfg.as_ref(), cluster.is_none())?;
+    let credential_providers = pods::credential_providers(&cfg, cluster.as_ref()).await?;
     let metrics = Metrics::new(&cfg.node_name);
     let statuses = Arc::new(StatusManager::new());
     let pleg_health = Arc::new(PlegHealth::default());
@@ -208,6 +214,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         pleg_health,
         events,
         probes,
+        credential_providers,
     };
     start_oom_watch(&cfg, &shared.events, &mut tasks, &cancel);
     let pod_side = pods::start(

@@ -5,6 +5,7 @@ use super::Shared;
 use super::cluster::Connected;
 use crate::cm::ContainerManager;
 use crate::config::Config;
+use crate::images::credentials::plugins::CredentialProviders;
 use crate::pod::{Admission, SysctlAllowlist};
 use crate::pod_worker::Deps;
 use crate::podspec::Source;
@@ -87,6 +88,31 @@ pub(super) async fn start(
     let worker = (runtime_name, cm, node);
     let deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);
     PodSide { deps, storage }
+}
+
+/// `--image-credential-provider-config`: the plugins, read and checked at start (a bad
+/// configuration or a missing plugin stops the start, as upstream).
+pub(super) async fn credential_providers(
+    cfg: &Config,
+    cluster: Option<&Connected>,
+) -> Result<Option<Arc<CredentialProviders>>, super::AppError> {
+    use crate::images::credentials::plugins::{ApiServiceAccounts, ProcessExec, ServiceAccounts};
+    let Some(config) = &cfg.image_credential_provider_config else {
+        return Ok(None);
+    };
+    let bin_dir = cfg
+        .image_credential_provider_bin_dir
+        .clone()
+        .unwrap_or_default();
+    let accounts = cluster.map(|c| {
+        Arc::new(ApiServiceAccounts(Arc::new(
+            crate::objects::ClusterObjects::new(c.client.clone()),
+        ))) as Arc<dyn ServiceAccounts>
+    });
+    let providers =
+        CredentialProviders::load(config, &bin_dir, Arc::new(ProcessExec), accounts).await?;
+    tracing::info!(providers = ?providers.names(), config = %config.display(), "registered credential provider plugins");
+    Ok(Some(Arc::new(providers)))
 }
 
 /// The pods' allocated resources, read back from `<root-dir>/allocated_pods_state` (off the
@@ -172,6 +198,7 @@ fn worker_env(
             records: parts.pull_records.clone(),
             objects: volumes.objects().clone(),
             root_dir: node.root_dir.clone(),
+            providers: parts.credential_providers.clone(),
         }),
         objects: volumes.objects().clone(),
         node,

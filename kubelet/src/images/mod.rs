@@ -85,6 +85,28 @@ pub struct Puller<'a> {
     /// Pulled-image credential verification (None: the `KubeletEnsureSecretPulledImages`
     /// gate is off and any pod may use any image present).
     pub records: Option<&'a Arc<pull_records::PullRecords>>,
+    /// The node's credential provider plugins and the pod pulling (None: no
+    /// `--image-credential-provider-config`). Run only when a pull or a verification
+    /// needs the credentials.
+    pub plugins: Option<(
+        &'a credentials::plugins::CredentialProviders,
+        &'a credentials::plugins::PodIdentity,
+    )>,
+}
+
+/// The keyrings for `image`: the pod's pull secrets' and the node's, then what the credential
+/// provider plugins give for it (upstream's default keyring runs them per image).
+async fn keyrings_for(p: &Puller<'_>, image: &str) -> Vec<credentials::Keyring> {
+    let mut out = p.keyrings.to_vec();
+    // A pull secret that does not parse fails the pull before any credential is used.
+    if let Some((providers, pod)) = p.plugins.filter(|_| p.keyring_error.is_none()) {
+        out.extend(
+            providers
+                .keyrings(&credentials::repository(image), pod)
+                .await,
+        );
+    }
+    out
 }
 
 /// Why a pull failed; the text goes into the `Failed` event and the waiting message.
@@ -148,11 +170,19 @@ async fn pull(
 /// The pod's credentials for `image` as pulled-image records name them: each pull secret
 /// with credentials for it (coordinates and credential hash). The node's own credentials
 /// are not the pod's. A pull secret that does not parse is the error.
-fn pod_credentials(p: &Puller<'_>, image: &str) -> Result<pull_records::PodCredentials, String> {
+fn pod_credentials(
+    p: &Puller<'_>,
+    keyrings: &[credentials::Keyring],
+    image: &str,
+) -> Result<pull_records::PodCredentials, String> {
     if let Some(e) = p.keyring_error {
         return Err(e.to_string());
     }
-    let secrets = credentials::lookup_all_tracked(p.keyrings, image)
+    let tracked = credentials::lookup_all_tracked(keyrings, image);
+    // A credential provider plugin in the service-account-token mode gave the pod's service
+    // account credentials for it: records made with that account's credentials are the pod's.
+    let service_account = tracked.iter().find_map(|t| t.service_account.clone());
+    let secrets = tracked
         .into_iter()
         .filter_map(|t| {
             let s = t.source?;
@@ -166,16 +196,23 @@ fn pod_credentials(p: &Puller<'_>, image: &str) -> Result<pull_records::PodCrede
         .collect();
     Ok(pull_records::PodCredentials {
         secrets,
-        service_account: None,
+        service_account,
     })
 }
 
 /// What a successful pull records (upstream's trackedToImagePullCreds): the pull secret
-/// whose credentials worked, or any pod on the node (no credentials, or the node's own).
+/// whose credentials worked, the service account whose token got them from a credential
+/// provider plugin, or any pod on the node (no credentials, or the node's own).
 pub fn pulled_with(
     used: Option<&credentials::TrackedAuth>,
 ) -> pull_records::format::ImagePullCredentials {
     use pull_records::format::{ImagePullCredentials, ImagePullSecret};
+    if let Some(sa) = used.and_then(|t| t.service_account.clone()) {
+        return ImagePullCredentials {
+            kubernetes_service_accounts: vec![sa],
+            ..Default::default()
+        };
+    }
     match used.and_then(|t| t.source.as_ref().map(|s| (t, s))) {
         Some((t, s)) => ImagePullCredentials {
             kubernetes_secrets: vec![ImagePullSecret {
@@ -245,7 +282,8 @@ pub async fn ensure_image(
                 return Ok(());
             }
             Some(records) => {
-                let pod = pod_credentials(p, &image);
+                let keyrings = keyrings_for(p, &image).await;
+                let pod = pod_credentials(p, &keyrings, &image);
                 match records.must_attempt_pull_async(&image, &info.id, pod).await {
                     Ok(false) => {
                         pulled_event(format!(
@@ -288,10 +326,11 @@ pub async fn ensure_image(
             Duration::from_secs(10),
         ));
     }
+    let keyrings = keyrings_for(p, &image).await;
     let waited = std::time::Instant::now();
     let guard = p.pull_gate.enter().await;
     let pulling = std::time::Instant::now();
-    let result = pull(p.runtime, &image, p.keyrings, p.keyring_error, sandbox).await;
+    let result = pull(p.runtime, &image, &keyrings, p.keyring_error, sandbox).await;
     drop(guard);
     if let Some(records) = p.records {
         match &result {

@@ -19,3 +19,121 @@ fn a_pull_failure_reads_as_gos_aggregate_error() {
         "pull secret ns/x: bad"
     );
 }
+
+mod plugins {
+    use super::super::credentials::plugins::fake::{FakeExec, FakeRun};
+    use super::super::credentials::plugins::{
+        CredentialProviders, PodIdentity, ProviderConfig, SourcedProvider,
+    };
+    use super::super::*;
+    use crate::runtime::fake::FakeRuntime;
+
+    const IMAGE: &str = "reg.example/team/app:1";
+
+    fn providers(exec: Arc<FakeExec>) -> CredentialProviders {
+        let p = SourcedProvider {
+            config: ProviderConfig {
+                name: "acme".into(),
+                match_images: vec!["*.example".into()],
+                default_cache_duration: Some(Duration::from_secs(60)),
+                api_version: "credentialprovider.kubelet.k8s.io/v1".into(),
+                ..Default::default()
+            },
+            file: "/etc/cp.yaml".into(),
+        };
+        CredentialProviders::new(vec![p], std::path::Path::new("/bin"), exec, None)
+    }
+
+    fn answer() -> FakeRun {
+        FakeRun::Answer(
+            br#"{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry","auth":{"reg.example":{"username":"plugin-user","password":"plugin-pass"}}}"#
+                .to_vec(),
+        )
+    }
+
+    async fn ensure(
+        rt: &FakeRuntime,
+        plugins: Option<&CredentialProviders>,
+        policy: &str,
+    ) -> Result<(), PullError> {
+        let gate = PullGate::serial();
+        let event = |_: EventType, _: &str, _: &str| {};
+        let pod = PodIdentity::default();
+        let p = Puller {
+            runtime: rt,
+            pull_gate: &gate,
+            event: &event,
+            keyrings: &[],
+            keyring_error: None,
+            records: None,
+            plugins: plugins.map(|c| (c, &pod)),
+        };
+        let c = Container {
+            name: "c".into(),
+            image: Some(IMAGE.into()),
+            image_pull_policy: Some(policy.into()),
+            ..Default::default()
+        };
+        let sandbox =
+            crate::runtime::raw::sandbox(0, "cp", std::path::Path::new("/var/log/pods"), "/k");
+        ensure_image(&p, &mut PullBackoff::default(), &c, &sandbox).await
+    }
+
+    /// A private image pulls with what the plugin gives; without the plugin the registry
+    /// refuses the anonymous pull.
+    #[tokio::test]
+    async fn a_private_image_pulls_with_the_plugins_credentials() {
+        let rt = FakeRuntime::new();
+        rt.require_auth(IMAGE, "plugin-user", "plugin-pass");
+        let e = ensure(&rt, None, "Always").await.unwrap_err();
+        assert!(e.message.contains("401 Unauthorized"), "{e:?}");
+        let exec = Arc::new(FakeExec::answering(answer()));
+        let cp = providers(exec.clone());
+        ensure(&rt, Some(&cp), "Always").await.unwrap();
+        assert_eq!(
+            rt.pulls().last().unwrap(),
+            &(IMAGE.to_string(), Some("plugin-user".to_string()))
+        );
+        let req: serde_json::Value = serde_json::from_slice(&exec.calls()[0].stdin).unwrap();
+        assert_eq!(req["image"], "reg.example/team/app");
+        // Present with IfNotPresent and no verification: no pull, no plugin run.
+        ensure(&rt, Some(&cp), "IfNotPresent").await.unwrap();
+        assert_eq!(exec.calls().len(), 1);
+    }
+
+    /// Credentials a plugin got with a service account's token are that account's in the
+    /// pulled-image records, not every pod's.
+    #[test]
+    fn credentials_from_a_token_are_recorded_against_the_service_account() {
+        use pull_records::format::ImagePullServiceAccount;
+        let sa = ImagePullServiceAccount {
+            uid: "sa-uid".into(),
+            namespace: "ns".into(),
+            name: "builder".into(),
+        };
+        let mut k = Keyring::default();
+        k.add(
+            credentials::parse_dockercfg(br#"{"reg.example":{"username":"u","password":"p"}}"#)
+                .unwrap(),
+        );
+        k.service_account = Some(sa.clone());
+        let used = credentials::lookup_all_tracked(std::slice::from_ref(&k), IMAGE).remove(0);
+        let rec = pulled_with(Some(&used));
+        assert_eq!(rec.kubernetes_service_accounts, vec![sa.clone()]);
+        assert!(!rec.node_pods_accessible);
+        let gate = PullGate::serial();
+        let rt = FakeRuntime::new();
+        let event = |_: EventType, _: &str, _: &str| {};
+        let p = Puller {
+            runtime: &rt,
+            pull_gate: &gate,
+            event: &event,
+            keyrings: &[],
+            keyring_error: None,
+            records: None,
+            plugins: None,
+        };
+        let pod = pod_credentials(&p, &[k], IMAGE).unwrap();
+        assert_eq!(pod.service_account, Some(sa));
+    }
+}

@@ -3,6 +3,9 @@
 //! (`kube-node-lease/<node>`, renewed every quarter of its duration). Host facts come through
 //! [`HostFacts`], runtime health through [`RuntimeHealth`], so the status logic is unit-tested.
 
+mod cloud;
+pub use cloud::CloudSettings;
+
 use crate::events::{EventRecorder, EventType, node_ref};
 use crate::objects::{ClientHandle, client};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -130,7 +133,16 @@ pub struct NodeConfig {
     pub max_images: i32,
     /// Reservations and hard eviction thresholds subtracted for allocatable.
     pub resources: crate::cm::NodeResources,
+    /// `--cloud-provider=external` and `providerID`.
+    pub cloud: CloudSettings,
+    /// `--node-ip` as given (the provided-node-ip annotation with an external cloud).
+    pub given_node_ips: Vec<IpAddr>,
 }
+
+/// The taint an external cloud controller manager removes once it initialised the Node.
+pub const TAINT_EXTERNAL_CLOUD_PROVIDER: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// The `--node-ip` the kubelet was given, for the cloud controller manager.
+pub const ANNOTATION_PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";
 
 /// Upstream's ImagesSetter over ListImages: largest first (ties: greater ID first), at most
 /// `max` (-1: all), each named by its digests then its tags, at most 5 names.
@@ -168,26 +180,69 @@ pub fn go_arch() -> &'static str {
     }
 }
 
-/// The Node object registered with the apiserver (upstream's `initialNode`).
+/// The Node object registered with the apiserver (upstream's `initialNode`): with an
+/// external cloud provider also the uninitialized taint and the provided-node-ip
+/// annotation; `spec.providerID` when configured.
 pub fn initial_node(cfg: &NodeConfig) -> Node {
     let mut labels = cfg.labels.clone();
     labels.extend(default_labels(cfg));
+    let mut taints = cfg.taints.clone();
+    let mut annotations = BTreeMap::from([(
+        "volumes.kubernetes.io/controller-managed-attach-detach".to_string(),
+        "true".to_string(),
+    )]);
+    if cfg.cloud.external {
+        taints.push(Taint {
+            key: TAINT_EXTERNAL_CLOUD_PROVIDER.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+        if !cfg.given_node_ips.is_empty() {
+            let ips: Vec<String> = cfg.given_node_ips.iter().map(ToString::to_string).collect();
+            annotations.insert(ANNOTATION_PROVIDED_NODE_IP.into(), ips.join(","));
+        }
+    }
     Node {
         metadata: ObjectMeta {
             name: Some(cfg.name.clone()),
             labels: Some(labels),
-            annotations: Some(BTreeMap::from([(
-                "volumes.kubernetes.io/controller-managed-attach-detach".to_string(),
-                "true".to_string(),
-            )])),
+            annotations: Some(annotations),
             ..Default::default()
         },
         spec: Some(NodeSpec {
-            taints: Some(cfg.taints.clone()).filter(|t| !t.is_empty()),
+            taints: Some(taints).filter(|t| !t.is_empty()),
+            provider_id: Some(cfg.cloud.provider_id.clone()).filter(|p| !p.is_empty()),
             ..Default::default()
         }),
         status: None,
     }
+}
+
+/// The Node's addresses: `--node-ip` (or the detected one) and the hostname. With an
+/// external cloud provider the addresses the cloud controller manager set win: once the
+/// Node has any, they are kept (upstream's NodeAddress setter).
+fn node_addresses(cfg: &NodeConfig, prev: Option<&NodeStatus>) -> Vec<NodeAddress> {
+    if cfg.cloud.external
+        && let Some(set) = prev
+            .and_then(|s| s.addresses.as_ref())
+            .filter(|a| !a.is_empty())
+    {
+        return set.clone();
+    }
+    let mut addresses: Vec<NodeAddress> = cfg
+        .node_ips
+        .iter()
+        .map(|ip| NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip.to_string(),
+        })
+        .collect();
+    addresses.push(NodeAddress {
+        type_: "Hostname".into(),
+        address: cfg.hostname.clone(),
+    });
+    addresses
 }
 
 /// Labels the kubelet keeps on its Node.
@@ -403,18 +458,7 @@ pub fn compute_status(
     }
     conds.push(ready);
 
-    let mut addresses: Vec<NodeAddress> = cfg
-        .node_ips
-        .iter()
-        .map(|ip| NodeAddress {
-            type_: "InternalIP".into(),
-            address: ip.to_string(),
-        })
-        .collect();
-    addresses.push(NodeAddress {
-        type_: "Hostname".into(),
-        address: cfg.hostname.clone(),
-    });
+    let addresses = node_addresses(cfg, prev);
 
     let runtime_version = runtime
         .map(|(n, v)| format!("{n}://{v}"))

@@ -116,6 +116,8 @@ fn cfg() -> NodeConfig {
         register_node: true,
         max_images: 50,
         resources: crate::cm::resources::NodeResources::default(),
+        cloud: Default::default(),
+        given_node_ips: vec![],
     }
 }
 
@@ -161,6 +163,68 @@ fn initial_node_has_default_and_configured_labels() {
     assert_eq!(l["beta.kubernetes.io/os"], "linux");
     assert_eq!(l["kubernetes.io/arch"], go_arch());
     assert_eq!(l["role"], "worker");
+}
+
+#[test]
+fn an_external_cloud_provider_registers_the_node_uninitialized_with_its_provider_id() {
+    let plain = initial_node(&cfg());
+    assert!(plain.spec.as_ref().unwrap().taints.is_none());
+    assert!(plain.spec.as_ref().unwrap().provider_id.is_none());
+    let mut c = cfg();
+    c.taints = vec![Taint {
+        key: "dedicated".into(),
+        value: Some("gpu".into()),
+        effect: "NoExecute".into(),
+        time_added: None,
+    }];
+    c.cloud = CloudSettings {
+        external: true,
+        provider_id: "aws:///eu-west-1a/i-0abc".into(),
+    };
+    c.given_node_ips = vec!["10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap()];
+    let n = initial_node(&c);
+    let spec = n.spec.unwrap();
+    assert_eq!(
+        spec.provider_id.as_deref(),
+        Some("aws:///eu-west-1a/i-0abc")
+    );
+    let taints = spec.taints.unwrap();
+    assert_eq!(taints.len(), 2);
+    assert_eq!(
+        taints[1].key,
+        "node.cloudprovider.kubernetes.io/uninitialized"
+    );
+    assert_eq!(taints[1].value.as_deref(), Some("true"));
+    assert_eq!(taints[1].effect, "NoSchedule");
+    assert_eq!(
+        n.metadata.annotations.unwrap()["alpha.kubernetes.io/provided-node-ip"],
+        "10.0.0.5,fd00::5"
+    );
+}
+
+#[test]
+fn with_an_external_cloud_the_addresses_it_set_are_kept() {
+    let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+    let mut c = cfg();
+    c.cloud.external = true;
+    let (first, _) = compute_status(None, &c, &host(), None, &[], &[], t0);
+    assert_eq!(first.addresses.as_ref().unwrap()[0].address, "10.0.0.5");
+    let mut from_cloud = first.clone();
+    from_cloud.addresses = Some(vec![
+        NodeAddress {
+            type_: "InternalIP".into(),
+            address: "172.31.0.9".into(),
+        },
+        NodeAddress {
+            type_: "ExternalIP".into(),
+            address: "203.0.113.9".into(),
+        },
+    ]);
+    let (s, _) = compute_status(Some(&from_cloud), &c, &host(), None, &[], &[], t0);
+    assert_eq!(s.addresses, from_cloud.addresses);
+    // Without a cloud the kubelet's own addresses are written back.
+    let (s, _) = compute_status(Some(&from_cloud), &cfg(), &host(), None, &[], &[], t0);
+    assert_eq!(s.addresses.unwrap()[0].address, "10.0.0.5");
 }
 
 #[test]

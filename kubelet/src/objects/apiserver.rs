@@ -152,6 +152,18 @@ impl ApiObjects for ClusterObjects {
         }
     }
 
+    async fn service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::core::v1::ServiceAccount>, ObjectError> {
+        let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(self.client.current(), namespace);
+        timed(api.get_opt(name)).await.map_err(|e| {
+            ObjectError::Api(format!("reading serviceaccount {namespace}/{name}: {e}"))
+        })
+    }
+
     async fn request_token(
         &self,
         namespace: &str,

@@ -158,6 +158,18 @@ pub trait ApiObjects: Send + Sync + 'static {
         service_account: &str,
         request: &TokenRequest,
     ) -> Result<TokenRequest, ObjectError>;
+    /// `GET serviceaccounts/<name>` in `namespace` (credential provider plugins' token
+    /// mode); None when it does not exist. Not every source can read them.
+    async fn service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::core::v1::ServiceAccount>, ObjectError> {
+        let _ = (namespace, name);
+        Err(ObjectError::Api(
+            "service accounts cannot be read here".into(),
+        ))
+    }
 }
 
 /// Every ConfigMap and Secret `pod` references: volumes (also projected sources), env and

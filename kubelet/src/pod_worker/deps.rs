@@ -118,6 +118,8 @@ pub struct PodKeyrings {
     pub missing: Vec<String>,
     /// Pull secrets whose docker config does not parse (the pulls fail with this).
     pub invalid: Option<String>,
+    /// The pod, as credential provider plugins see it (its service account).
+    pub pod: images::credentials::plugins::PodIdentity,
 }
 
 /// Records an event about a container: type, reason, message.
@@ -153,6 +155,8 @@ pub struct NodeImages {
     pub objects: Arc<crate::objects::ObjectCache>,
     /// The node's docker config is looked for under it.
     pub root_dir: PathBuf,
+    /// `--image-credential-provider-config`: plugins that give credentials per image.
+    pub providers: Option<Arc<images::credentials::plugins::CredentialProviders>>,
 }
 
 #[async_trait::async_trait]
@@ -164,6 +168,7 @@ impl ImagePuller for NodeImages {
             keyrings,
             missing,
             invalid: (!invalid.is_empty()).then(|| invalid.join("; ")),
+            pod: images::credentials::plugins::PodIdentity::of(pod),
         }
     }
 
@@ -182,6 +187,7 @@ impl ImagePuller for NodeImages {
             keyrings: &keyrings.keyrings,
             keyring_error: keyrings.invalid.as_deref(),
             records: self.records.as_ref(),
+            plugins: self.providers.as_deref().map(|p| (p, &keyrings.pod)),
         };
         images::ensure_image(&puller, backoff, c, sandbox).await
     }

@@ -60,6 +60,7 @@ impl Deps {
                 records,
                 objects: objects.clone(),
                 root_dir: node.root_dir.clone(),
+                providers: None,
             }),
             volumes: Arc::new(crate::volume::VolumeManager::new(
                 node.clone(),

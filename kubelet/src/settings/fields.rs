@@ -536,9 +536,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "providerID",
-        NotImplemented,
+        Implemented,
         &[],
-        "the Node's spec.providerID is not set.",
+        "The Node's spec.providerID at registration (--provider-id wins).",
     ),
     s(
         "kernelMemcgNotification",

@@ -9,6 +9,12 @@ pub const FLAGS: &[Setting] = &[
     s("--version", Implemented, &[], "Prints the version."),
     s("--config", Implemented, &[], "KubeletConfiguration file."),
     s(
+        "--config-dir",
+        Implemented,
+        &[],
+        "Drop-ins: every *.conf file under it (lexical order, subdirectories included) is a KubeletConfiguration with kind and apiVersion, applied over --config as a JSON merge patch; a drop-in that does not parse or has a field upstream does not have stops the start, naming the file. Flags still win.",
+    ),
+    s(
         "--kubeconfig",
         Implemented,
         &[],
@@ -202,15 +208,15 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--provider-id",
-        NotImplemented,
+        Implemented,
         &[],
-        "the Node's spec.providerID is not set.",
+        "The Node's spec.providerID at registration (see providerID).",
     ),
     s(
         "--cloud-provider",
-        NotImplemented,
+        Implemented,
         &[],
-        "external cloud provider integration (the uninitialized taint) is not done.",
+        "Empty or external (built-in providers are refused with upstream's message). external: the Node registers with the node.cloudprovider.kubernetes.io/uninitialized:NoSchedule taint and the alpha.kubernetes.io/provided-node-ip annotation (with --node-ip), and addresses the cloud controller manager set are kept.",
     ),
     s(
         "--pod-cidr",
@@ -360,15 +366,15 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--image-credential-provider-config",
-        NotImplemented,
+        Implemented,
         &[],
-        "credential provider plugins are not run.",
+        "A CredentialProviderConfig (kubelet.config.k8s.io/v1, v1beta1, v1alpha1) file, or a directory whose *.json/*.yaml/*.yml files are joined in lexical order; decoded strictly and validated as upstream (a bad file or a missing plugin stops the start, naming the file). Plugins run per image their matchImages match (exec protocol v1/v1beta1/v1alpha1, killed after 1 minute, answers cached by cacheKeyType for cacheDuration/defaultCacheDuration), also in the service-account-token mode (tokenAttributes, always on: the KubeletServiceAccountTokenForCredentialProviders gate is not read). No singleflight: concurrent pulls of one image may each run the plugin.",
     ),
     s(
         "--image-credential-provider-bin-dir",
-        NotImplemented,
+        Implemented,
         &[],
-        "credential provider plugins are not run.",
+        "Where each provider's executable (its name) is; must exist when the config is given.",
     ),
     s(
         "--container-log-max-size",

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::model::{Cidr, IpFamily};
+pub use crate::render_config::LocalDetect;
 
 pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
 pub const KIND: &str = "KubeProxyConfiguration";
@@ -33,11 +34,28 @@ pub enum Error {
     Kind(String),
     #[error("invalid configuration: {field}: {message}")]
     Invalid { field: String, message: String },
-    #[error("detectLocalMode {0:?} is not supported yet (only \"ClusterCIDR\")")]
-    DetectLocalNotSupported(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A `detectLocal` interface name or prefix: required by its mode, and a name the kernel
+/// could have (upstream's validateInterface asks for non-empty).
+fn interface(field: &str, value: Option<String>) -> Result<String> {
+    let v = value.unwrap_or_default().trim().to_string();
+    if v.is_empty() {
+        return Err(invalid(field, "must not be empty"));
+    }
+    // IFNAMSIZ is 16 with the NUL; no separators the rule text would split on.
+    if v.len() > 15
+        || v.contains(|c: char| c.is_whitespace() || c == '/' || c == '"' || c == '*' || c == '+')
+    {
+        return Err(invalid(
+            field,
+            format!("{v:?} is not a valid interface name"),
+        ));
+    }
+    Ok(v)
+}
 
 fn invalid(field: &str, message: impl Into<String>) -> Error {
     Error::Invalid {
@@ -354,6 +372,8 @@ pub struct ProxyConfig {
     pub mode: ProxyMode,
     /// At most one per family.
     pub cluster_cidrs: Vec<Cidr>,
+    /// `detectLocalMode` with its interface (validated).
+    pub local_detect: LocalDetect,
     pub node_port_addresses: Vec<String>,
     pub masquerade_all: bool,
     pub masquerade_bit: u8,
@@ -566,11 +586,18 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
 
     let detect =
         flag_or(&flags.detect_local_mode, file.detect_local_mode.clone()).unwrap_or_default();
-    match detect.trim() {
-        "" | "ClusterCIDR" => {}
-        m @ ("NodeCIDR" | "BridgeInterface" | "InterfaceNamePrefix") => {
-            return Err(Error::DetectLocalNotSupported(m.to_string()));
-        }
+    let dl = file.detect_local.clone().unwrap_or_default();
+    let local_detect = match detect.trim() {
+        "" | "ClusterCIDR" => LocalDetect::ClusterCidr,
+        "NodeCIDR" => LocalDetect::NodeCidr,
+        "BridgeInterface" => LocalDetect::BridgeInterface(interface(
+            "detectLocal.bridgeInterface",
+            flag_or(&flags.pod_bridge_interface, dl.bridge_interface),
+        )?),
+        "InterfaceNamePrefix" => LocalDetect::InterfaceNamePrefix(interface(
+            "detectLocal.interfaceNamePrefix",
+            flag_or(&flags.pod_interface_name_prefix, dl.interface_name_prefix),
+        )?),
         m => {
             return Err(invalid(
                 "detectLocalMode",
@@ -579,7 +606,7 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
                 ),
             ));
         }
-    }
+    };
 
     let node_port_addresses: Vec<String> =
         flag_or(&flags.nodeport_addresses, file.node_port_addresses.clone())
@@ -711,6 +738,7 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
         metrics_bind_address,
         mode,
         cluster_cidrs,
+        local_detect,
         node_port_addresses,
         masquerade_all: flag_or(&flags.masquerade_all, ipt.masquerade_all).unwrap_or(false),
         masquerade_bit: bit as u8,

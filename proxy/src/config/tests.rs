@@ -229,7 +229,22 @@ fn rejects_bad_values_clearly() {
     assert!(bad(&["--healthz-bind-address=localhost:1"]).contains("healthzBindAddress"));
     assert!(bad(&["--nodeport-addresses=eth0"]).contains("nodePortAddresses"));
     assert!(bad(&["--conntrack-min=-1"]).contains("conntrack.min"));
-    assert!(bad(&["--detect-local-mode=NodeCIDR"]).contains("not supported yet"));
+    assert!(
+        bad(&["--detect-local-mode=BridgeInterface"])
+            .contains("detectLocal.bridgeInterface: must not be empty")
+    );
+    assert!(
+        bad(&["--detect-local-mode=InterfaceNamePrefix"])
+            .contains("detectLocal.interfaceNamePrefix: must not be empty")
+    );
+    assert!(
+        bad(&[
+            "--detect-local-mode=BridgeInterface",
+            "--pod-bridge-interface=br0 -j ACCEPT"
+        ])
+        .contains("not a valid interface name")
+    );
+    assert!(bad(&["--detect-local-mode=Everything"]).contains("is not valid"));
     assert!(bad(&["--hostname-override= "]).contains("empty hostname-override"));
     let wrong_kind = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
     assert!(
@@ -313,4 +328,28 @@ ipvs:
     .unwrap();
     assert_eq!(f.ipvs.scheduler, "sh");
     assert!(!f.ipvs.strict_arp);
+}
+
+#[test]
+fn detect_local_modes_and_their_interfaces_from_flags_and_file() {
+    let c = resolve(&flags(&["--detect-local-mode=NodeCIDR"]), None, "n").unwrap();
+    assert_eq!(c.local_detect, LocalDetect::NodeCidr);
+    let file = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\ndetectLocalMode: BridgeInterface\ndetectLocal:\n  bridgeInterface: cbr0\n  interfaceNamePrefix: veth\n";
+    let c = resolve(&flags(&[]), Some(file), "n").unwrap();
+    assert_eq!(c.local_detect, LocalDetect::BridgeInterface("cbr0".into()));
+    let c = resolve(
+        &flags(&["--detect-local-mode=InterfaceNamePrefix"]),
+        Some(file),
+        "n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.local_detect,
+        LocalDetect::InterfaceNamePrefix("veth".into())
+    );
+    let c = resolve(&flags(&["--pod-bridge-interface=br-pods"]), Some(file), "n").unwrap();
+    assert_eq!(
+        c.local_detect,
+        LocalDetect::BridgeInterface("br-pods".into())
+    );
 }

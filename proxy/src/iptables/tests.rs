@@ -1384,6 +1384,7 @@ async fn topology_hints_follow_the_node() {
     let zone = |z: &str| NodeFacts {
         zone: Some(z.into()),
         ips: vec![],
+        pod_cidrs: vec![],
     };
     p.sync(false).await.unwrap();
     assert_eq!(
@@ -1453,6 +1454,7 @@ async fn node_ip_comes_from_the_node_when_not_configured() {
     handle.on_node(NodeFacts {
         zone: None,
         ips: vec!["fd00::5".parse().unwrap(), "192.168.7.5".parse().unwrap()],
+        pod_cidrs: vec![],
     });
     p.sync(false).await.unwrap();
     let jumps = nodeports_jump(&p);
@@ -1778,3 +1780,43 @@ ports: [{name: http, port: 8080, protocol: TCP}]
 
 // CVE-2020-8558: route_localnet and the localnet drop rule, in both modes.
 mod localnet;
+
+/// `detectLocalMode` BridgeInterface, InterfaceNamePrefix and NodeCIDR: the golden ruleset
+/// with every local-traffic match swapped for upstream's `-i <bridge>`, `-i <prefix>+` or the
+/// node's pod CIDR, and nothing else changed.
+#[test]
+fn local_detection_modes_swap_only_the_local_matches() {
+    use crate::render_config::LocalDetect;
+    let st = loaded_state();
+    let base =
+        render::render(st.service_port_map(), st.endpoints_map(), &render_cfg()).full_text(&[]);
+    assert!(base.contains("! -s 10.0.0.0/8") && base.contains(" -s 10.0.0.0/8 "));
+    for (mode, local) in [
+        (LocalDetect::BridgeInterface("cni0".into()), "-i cni0"),
+        (LocalDetect::InterfaceNamePrefix("veth".into()), "-i veth+"),
+        (LocalDetect::NodeCidr, "-s 10.244.3.0/24"),
+    ] {
+        let mut cfg = render_cfg();
+        cfg.local_detect = mode.clone();
+        if mode == LocalDetect::NodeCidr {
+            cfg.cluster_cidr = None;
+            let node = crate::model::NodeFacts {
+                pod_cidrs: vec![
+                    "fd00:3::/64".parse().unwrap(),
+                    "10.244.3.0/24".parse().unwrap(),
+                ],
+                ..Default::default()
+            };
+            assert!(cfg.adopt_node(&node, false));
+        }
+        let got = render::render(st.service_port_map(), st.endpoints_map(), &cfg).full_text(&[]);
+        let want = base.replace("-s 10.0.0.0/8", local);
+        assert_eq!(got, want, "{mode:?}");
+    }
+    // NodeCIDR before the Node has a pod CIDR: no local matches at all.
+    let mut cfg = render_cfg();
+    cfg.local_detect = LocalDetect::NodeCidr;
+    cfg.cluster_cidr = None;
+    let got = render::render(st.service_port_map(), st.endpoints_map(), &cfg).full_text(&[]);
+    assert!(!got.contains("10.0.0.0/8"), "{got}");
+}

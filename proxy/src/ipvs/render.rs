@@ -325,10 +325,10 @@ pub fn iptables_text(cfg: &RenderConfig, sets: &SetContents) -> String {
             "-A KUBE-SERVICES {cluster} -m set --match-set {} dst,dst -j KUBE-MARK-MASQ",
             n(ipset::CLUSTER_IP)
         );
-    } else if let Some(cidr) = cfg.cluster_cidr {
+    } else if let Some(not_local) = cfg.ipt_local(true) {
         let _ = writeln!(
             o,
-            "-A KUBE-SERVICES ! -s {cidr} {cluster} -m set --match-set {} dst,dst -j KUBE-MARK-MASQ",
+            "-A KUBE-SERVICES {not_local} {cluster} -m set --match-set {} dst,dst -j KUBE-MARK-MASQ",
             n(ipset::CLUSTER_IP)
         );
     }

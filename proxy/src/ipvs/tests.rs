@@ -12,6 +12,7 @@ use super::kernel::Op;
 use super::*;
 use crate::metrics::Metrics;
 use crate::model::{IpFamily, Protocol, ServiceState};
+use crate::render_config::RenderConfig;
 use crate::sync_loop::{SyncConfig, SyncOutcome};
 use crate::sysctl::fake::FakeSysctl;
 use crate::tests::{ep, loaded_state, port, render_cfg, slice, svc};
@@ -37,13 +38,16 @@ fn tcp(addr: &str, port: u16) -> VsKey {
 }
 
 fn setup(st: ServiceState) -> (P, FakeIpvs, FakeIpset, FakeRunner) {
+    setup_with(st, render_cfg())
+}
+
+fn setup_with(st: ServiceState, mut cfg: RenderConfig) -> (P, FakeIpvs, FakeIpset, FakeRunner) {
     let kernel = FakeIpvs::new().with_local_addrs(&["192.168.0.2", "127.0.0.1", "10.0.0.5"]);
     let ipset = FakeIpset::new();
     let ipt = FakeRunner::new(IpFamily::V4);
     let handle = ProxyHandle::new(st);
     handle.on_services_synced();
     handle.on_endpoint_slices_synced();
-    let mut cfg = render_cfg();
     cfg.node_port_addresses = vec!["192.168.0.0/16".into()];
     let p = IpvsProxier::new(
         kernel.clone(),
@@ -487,4 +491,29 @@ fn node_port_addresses_exclude_loopback_and_other_families() {
         render::node_port_ips(&cfg, &local),
         vec![ip("10.1.1.1"), ip("192.168.0.2")]
     );
+}
+
+/// `detectLocalMode` in IPVS mode: the cluster-IP masquerade rule matches traffic not from
+/// the bridge / the prefix's interfaces, as upstream's IfNotLocal.
+#[tokio::test]
+async fn local_detection_by_interface_in_the_masquerade_rule() {
+    use crate::render_config::LocalDetect;
+    for (mode, not_local) in [
+        (LocalDetect::BridgeInterface("cni0".into()), "! -i cni0"),
+        (
+            LocalDetect::InterfaceNamePrefix("veth".into()),
+            "! -i veth+",
+        ),
+    ] {
+        let mut cfg = render_cfg();
+        cfg.local_detect = mode;
+        let (mut p, _, _, ipt) = setup_with(loaded_state(), cfg);
+        p.sync(false).await.unwrap();
+        let text = ipt.restores().join("");
+        let want = format!(
+            "-A KUBE-SERVICES {not_local} -m comment --comment \"Kubernetes service cluster ip + port for masquerade purpose\" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ"
+        );
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+        assert!(!text.contains("10.0.0.0/8"), "{text}");
+    }
 }

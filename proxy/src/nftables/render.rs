@@ -513,8 +513,8 @@ pub fn render_service(
                 "{f} daddr {cip} {proto} dport {port} jump {MARK_MASQ}"
             ))
         } else {
-            cfg.cluster_cidr
-                .map(|c| format!("{f} daddr {cip} {f} saddr != {c} jump {MARK_MASQ}"))
+            cfg.nft_local(true)
+                .map(|nl| format!("{f} daddr {cip} {nl} jump {MARK_MASQ}"))
         };
         let target = if svc.internal_policy_local {
             local.as_mut()
@@ -537,9 +537,9 @@ pub fn render_service(
         if !svc.external_policy_local {
             rules.push(format!("jump {MARK_MASQ}"));
         } else {
-            if let Some(c) = cfg.cluster_cidr {
+            if let Some(l) = cfg.nft_local(false) {
                 rules.push(format!(
-                    "{f} saddr {c} goto {} comment \"short-circuit pod traffic\"",
+                    "{l} goto {} comment \"short-circuit pod traffic\"",
                     names.cluster
                 ));
             }

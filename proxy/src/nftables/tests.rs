@@ -755,3 +755,38 @@ async fn a_restart_over_an_existing_table_writes_only_the_difference() {
             .starts_with("add table ip kube-proxy\ndelete table")
     );
 }
+
+/// `detectLocalMode` BridgeInterface and InterfaceNamePrefix: upstream's `iifname` matches
+/// where ClusterCIDR has `ip saddr`, the rest of the transaction unchanged.
+#[tokio::test]
+async fn local_detection_by_interface_uses_iifname() {
+    use crate::render_config::LocalDetect;
+    let text = |cfg: RenderConfig| async move {
+        let runner = FakeNft::new();
+        let mut p = proxier(runner.clone(), loaded_state(), cfg);
+        p.sync(false).await.unwrap();
+        runner.last_applied().unwrap()
+    };
+    let base = text(render_cfg()).await;
+    assert!(base.contains("ip saddr != 10.0.0.0/8"), "{base}");
+    for (mode, not_local, local) in [
+        (
+            LocalDetect::BridgeInterface("cni0".into()),
+            "iifname != cni0",
+            "iifname cni0",
+        ),
+        (
+            LocalDetect::InterfaceNamePrefix("veth".into()),
+            "iifname != veth*",
+            "iifname veth*",
+        ),
+    ] {
+        let mut cfg = render_cfg();
+        cfg.local_detect = mode;
+        let got = text(cfg).await;
+        let want = base
+            .replace("ip saddr != 10.0.0.0/8", not_local)
+            .replace("ip saddr 10.0.0.0/8", local);
+        assert_eq!(got, want);
+    }
+}

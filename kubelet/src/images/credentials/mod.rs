@@ -14,6 +14,8 @@ use base64::Engine;
 
 use crate::runtime::ImageAuth;
 
+pub mod plugins;
+
 /// A docker config that could not be read.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum CredentialError {
@@ -55,6 +57,8 @@ pub struct TrackedAuth {
     pub hash: String,
     /// The pull secret; None for the node's own credentials.
     pub source: Option<SecretCoordinates>,
+    /// The service account whose token got it from a credential provider plugin.
+    pub service_account: Option<crate::images::pull_records::format::ImagePullServiceAccount>,
 }
 
 /// One docker config entry: its location, the credential and the credential's hash.
@@ -320,6 +324,9 @@ pub struct Keyring {
     creds: BTreeMap<String, Vec<(ImageAuth, String)>>,
     /// The pull secret every credential here came from; None for the node's.
     pub source: Option<SecretCoordinates>,
+    /// The service account whose token got every credential here from a credential
+    /// provider plugin ([`plugins`]); None otherwise.
+    pub service_account: Option<crate::images::pull_records::format::ImagePullServiceAccount>,
 }
 
 impl Keyring {
@@ -374,6 +381,7 @@ impl Keyring {
             auth: auth.clone(),
             hash: hash.clone(),
             source: self.source.clone(),
+            service_account: self.service_account.clone(),
         };
         let mut out = Vec::new();
         for key in &self.index {

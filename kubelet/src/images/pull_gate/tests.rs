@@ -113,6 +113,7 @@ async fn ensure_image_pulls_as_many_at_once_as_the_gate_allows() {
                     keyrings: &[],
                     keyring_error: None,
                     records: None,
+                    plugins: None,
                 };
                 let c = Container {
                     name: "c".into(),

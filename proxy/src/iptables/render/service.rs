@@ -30,8 +30,8 @@ impl<'a> Ctx<'a> {
         Ctx {
             cfg,
             large_cluster,
-            if_local: cfg.cluster_cidr.map(|c| format!("-s {c}")),
-            if_not_local: cfg.cluster_cidr.map(|c| format!("! -s {c}")),
+            if_local: cfg.ipt_local(false),
+            if_not_local: cfg.ipt_local(true),
             probabilities: Vec::new(),
         }
     }
