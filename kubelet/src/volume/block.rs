@@ -32,7 +32,7 @@ pub const LOCAL_POD_DIR: &str = "kubernetes.io~local-volume";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BlockSource {
     /// A CSI PV: staged and published with the Block access type.
-    Csi(CsiVolume),
+    Csi(Box<CsiVolume>),
     /// A local PV: its path is the device.
     Local { path: String, pv: String },
 }

@@ -305,7 +305,7 @@ fn block_source_of_pv(
             "PV {name:?}: nodeStageSecretRef and nodePublishSecretRef are not supported by this kubelet"
         )));
     }
-    Ok(Source::Block(BlockSource::Csi(CsiVolume {
+    Ok(Source::Block(BlockSource::Csi(Box::new(CsiVolume {
         driver: c.driver,
         volume_handle: c.volume_handle,
         spec_name: name.to_string(),
@@ -318,7 +318,7 @@ fn block_source_of_pv(
         // Refused above for block volumes: the block mapper passes no secrets yet.
         stage_secret_ref: None,
         publish_secret_ref: None,
-    })))
+    }))))
 }
 
 /// The claim has a controller owner reference to this pod (upstream's IsControlledBy).

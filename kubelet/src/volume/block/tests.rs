@@ -70,7 +70,9 @@ async fn a_csi_block_volume_is_staged_published_and_linked_at_upstreams_paths() 
     .await;
     let r = root.path();
     driver_places_device(r, "uid-1");
-    let link = set_up(&m, "uid-1", &BlockSource::Csi(vol())).await.unwrap();
+    let link = set_up(&m, "uid-1", &BlockSource::Csi(Box::new(vol())))
+        .await
+        .unwrap();
     let staging = r.join("plugins/kubernetes.io/csi/volumeDevices/staging/pv1");
     let publish = r.join("plugins/kubernetes.io/csi/volumeDevices/publish/pv1/uid-1");
     assert_eq!(
@@ -105,7 +107,9 @@ async fn a_csi_block_volume_is_staged_published_and_linked_at_upstreams_paths() 
     assert_eq!(data["specVolID"], "pv1");
     // A resync finds it mapped: no call.
     node.calls.lock().unwrap().clear();
-    set_up(&m, "uid-1", &BlockSource::Csi(vol())).await.unwrap();
+    set_up(&m, "uid-1", &BlockSource::Csi(Box::new(vol())))
+        .await
+        .unwrap();
     assert!(node.calls().is_empty());
     // A restarted agent reads it back.
     assert_eq!(
@@ -128,7 +132,9 @@ async fn the_last_pod_unstages_and_a_failed_unpublish_keeps_the_link_for_the_ret
     let r = root.path();
     for uid in ["uid-1", "uid-2"] {
         driver_places_device(r, uid);
-        set_up(&m, uid, &BlockSource::Csi(vol())).await.unwrap();
+        set_up(&m, uid, &BlockSource::Csi(Box::new(vol())))
+            .await
+            .unwrap();
     }
     // The second pod's map does not stage again.
     let stages = node
@@ -175,7 +181,9 @@ async fn the_last_pod_unstages_and_a_failed_unpublish_keeps_the_link_for_the_ret
 async fn a_driver_without_staging_is_only_published() {
     let (root, m, node) = setup(Capabilities::default()).await;
     driver_places_device(root.path(), "uid-1");
-    set_up(&m, "uid-1", &BlockSource::Csi(vol())).await.unwrap();
+    set_up(&m, "uid-1", &BlockSource::Csi(Box::new(vol())))
+        .await
+        .unwrap();
     assert!(!node.calls().iter().any(|c| c.starts_with("stage")));
     let req = node.publish_requests.lock().unwrap()[0].clone();
     assert_eq!(req.staging_target_path, "");
@@ -194,13 +202,13 @@ async fn hostile_drivers_and_names_leave_no_link() {
     .await;
     let r = root.path();
     let link = pod_device_dir(r, "uid-1", CSI_POD_DIR).join("pv1");
-    let e = set_up(&m, "uid-1", &BlockSource::Csi(vol()))
+    let e = set_up(&m, "uid-1", &BlockSource::Csi(Box::new(vol())))
         .await
         .unwrap_err();
     assert!(e.contains("the driver did not create the device"), "{e}");
     assert!(std::fs::symlink_metadata(&link).is_err());
     node.fail_on("stage", "Internal", "no such volume");
-    let e = set_up(&m, "uid-1", &BlockSource::Csi(vol()))
+    let e = set_up(&m, "uid-1", &BlockSource::Csi(Box::new(vol())))
         .await
         .unwrap_err();
     assert_eq!(
@@ -213,7 +221,11 @@ async fn hostile_drivers_and_names_leave_no_link() {
             spec_name: bad.into(),
             ..vol()
         };
-        assert!(set_up(&m, "uid-1", &BlockSource::Csi(v)).await.is_err());
+        assert!(
+            set_up(&m, "uid-1", &BlockSource::Csi(Box::new(v)))
+                .await
+                .is_err()
+        );
         let l = BlockSource::Local {
             path: "/dev/null".into(),
             pv: bad.into(),
@@ -224,7 +236,7 @@ async fn hostile_drivers_and_names_leave_no_link() {
     // Something that is not a symlink at the link's place is never replaced.
     driver_places_device(r, "uid-1");
     std::fs::create_dir_all(&link).unwrap();
-    let e = set_up(&m, "uid-1", &BlockSource::Csi(vol()))
+    let e = set_up(&m, "uid-1", &BlockSource::Csi(Box::new(vol())))
         .await
         .unwrap_err();
     assert!(e.contains("is not a symbolic link"), "{e}");
