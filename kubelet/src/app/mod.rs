@@ -192,7 +192,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let runtime = runtime_client(&cfg)?;
     log_runtime.set(runtime.clone());
     state.streaming.set_runtime(runtime.clone());
-    let Some(runtime_name) = wait_for_runtime(runtime.as_ref(), &cancel).await else {
+    let Some(runtime_version) = wait_for_runtime(runtime.as_ref(), &cancel).await else {
         return Ok(());
     };
     let stats = start_stats_and_logs(&cfg, &runtime, &state, &mut tasks, &cancel);
@@ -220,7 +220,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let pod_side = pods::start(
         &cfg,
         &shared,
-        (runtime_name, cm),
+        (runtime_version, cm),
         cluster.as_ref(),
         &mut tasks,
         &cancel,
@@ -410,8 +410,12 @@ fn runtime_client(cfg: &Config) -> Result<Arc<dyn Runtime>, AppError> {
     ))))
 }
 
-/// The runtime's name goes into every containerID: waits until it answers (None: cancelled).
-async fn wait_for_runtime(runtime: &dyn Runtime, cancel: &CancellationToken) -> Option<String> {
+/// The runtime's name goes into every containerID, its version says what it can mount: waits
+/// until it answers with both (None: cancelled).
+async fn wait_for_runtime(
+    runtime: &dyn Runtime,
+    cancel: &CancellationToken,
+) -> Option<(String, String)> {
     let version = loop {
         match runtime.version().await {
             Ok(v) => break v,
@@ -425,7 +429,7 @@ async fn wait_for_runtime(runtime: &dyn Runtime, cancel: &CancellationToken) -> 
         }
     };
     tracing::info!(name = %version.runtime_name, version = %version.runtime_version, api = %version.runtime_api_version, "container runtime ready");
-    Some(version.runtime_name)
+    Some((version.runtime_name, version.runtime_version))
 }
 
 /// The stats provider refreshes in the background (cAdvisor's housekeeping period);

@@ -22,7 +22,12 @@ use tokio_util::sync::CancellationToken;
 /// The node facts container specs are built from. The Node's allocatable is computed as for
 /// its status (host facts are blocking reads): a downward API `limits.*` of a container
 /// without that limit reads it, as upstream's.
-async fn node_settings(cfg: &Config, cm: &ContainerManager, node_ips: &[IpAddr]) -> NodeSettings {
+async fn node_settings(
+    cfg: &Config,
+    cm: &ContainerManager,
+    node_ips: &[IpAddr],
+    (runtime_name, runtime_version): (&str, &str),
+) -> NodeSettings {
     let host_dns = cfg
         .resolv_conf
         .as_ref()
@@ -63,6 +68,8 @@ async fn node_settings(cfg: &Config, cm: &ContainerManager, node_ips: &[IpAddr])
         selinux_enabled: crate::host::selinux_enabled(),
         cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
         swap_capacity: crate::host::swap_capacity(),
+        image_volumes: crate::volume::runtime_mounts_images(runtime_name, runtime_version),
+        runtime_version: format!("{runtime_name} {runtime_version}"),
         allocatable,
     }
 }
@@ -78,12 +85,13 @@ pub(super) struct PodSide {
 pub(super) async fn start(
     cfg: &Config,
     shared: &Shared,
-    (runtime_name, cm): (String, Arc<ContainerManager>),
+    ((runtime_name, runtime_version), cm): ((String, String), Arc<ContainerManager>),
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> PodSide {
-    let node = node_settings(cfg, &cm, &shared.node_ips).await;
+    let runtime = (runtime_name.as_str(), runtime_version.as_str());
+    let node = node_settings(cfg, &cm, &shared.node_ips, runtime).await;
     let storage = storage(&node, (&shared.stats, &shared.dra), cluster, tasks, cancel);
     let worker = (runtime_name, cm, node);
     let deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);

@@ -70,6 +70,7 @@ mod exit_message;
 #[cfg(any(test, feature = "test-util"))]
 mod fake;
 mod hooks;
+mod image_volumes;
 mod plan;
 mod probes;
 mod publish;

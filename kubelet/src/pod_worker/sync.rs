@@ -289,6 +289,14 @@ impl Worker {
             .ensure_image(&c, sandbox, keyrings, &event, &mut self.pulls)
             .await
             .map_err(StartError::Image)?;
+        // The images of the image volumes it mounts, each as its volume's pullPolicy says.
+        for image_c in super::image_volumes::pulls(&self.pod, &c) {
+            self.env
+                .images
+                .ensure_image(&image_c, sandbox, keyrings, &event, &mut self.pulls)
+                .await
+                .map_err(StartError::Image)?;
+        }
         // An ephemeral container's target must run (checked after the pull, as upstream).
         let pid_target = match &debug {
             Some(e) => super::ephemeral::target_id(e, obs, sandbox_id)?,

@@ -222,6 +222,10 @@ pub struct Mount {
     pub propagation: Propagation,
     /// Read-only all the way down, submounts included (needs `readonly`, private propagation).
     pub recursive_read_only: bool,
+    /// An image volume: the runtime mounts this image (already pulled) instead of
+    /// `host_path` (CRI `Mount.image`), or its `image_sub_path` directory.
+    pub image: Option<String>,
+    pub image_sub_path: String,
 }
 
 /// What a runtime handler reports it supports (CRI `RuntimeHandlerFeatures`).

@@ -41,6 +41,10 @@ pub struct NodeSettings {
     pub swap_capacity: i64,
     /// SELinux is enabled on the host: mounts of managed volumes ask the runtime to relabel.
     pub selinux_enabled: bool,
+    /// The runtime mounts images as volumes (CRI `Mount.image`), so image volumes work.
+    pub image_volumes: bool,
+    /// The runtime's name and version, as its Version call gave them (for messages).
+    pub runtime_version: String,
     /// The node's allocatable, as in its status: what a downward API `limits.*` of a
     /// container without that limit reads.
     pub allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,

@@ -189,6 +189,11 @@ pub fn container_mounts(
         .collect();
     let mut mounts = Vec::new();
     for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
+        let volume = pod_volumes.get(m.name.as_str()).copied();
+        if let Some(image) = volume.and_then(|v| v.image.as_ref()) {
+            mounts.push(image_mount(m, image, &vars)?);
+            continue;
+        }
         let host = volumes.get(&m.name).ok_or_else(|| {
             err(format!(
                 "cannot find volume {:?} to mount into container {:?}",
@@ -214,6 +219,7 @@ pub fn container_mounts(
                 && relabels(pod_volumes.get(m.name.as_str()).copied()),
             propagation,
             recursive_read_only,
+            ..Default::default()
         });
     }
     if let Some(h) = etc_hosts
@@ -237,6 +243,26 @@ pub fn container_mounts(
         });
     }
     Ok(mounts)
+}
+
+/// An image volume's mount: the runtime mounts the (pulled) image read-only, or the
+/// directory `subPath`/`subPathExpr` names in it (CRI `image_sub_path`), as upstream.
+fn image_mount(
+    m: &VolumeMount,
+    image: &k8s_openapi::api::core::v1::ImageVolumeSource,
+    vars: &BTreeMap<String, String>,
+) -> Result<Mount, ConfigError> {
+    let reference = image.reference.clone().unwrap_or_default();
+    if reference.is_empty() {
+        return Err(err(format!("image volume {:?} has no reference", m.name)));
+    }
+    Ok(Mount {
+        container_path: m.mount_path.clone(),
+        readonly: true,
+        image: Some(reference),
+        image_sub_path: sub_path(m, vars)?.unwrap_or_default(),
+        ..Default::default()
+    })
 }
 
 #[cfg(test)]

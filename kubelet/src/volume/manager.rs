@@ -467,6 +467,14 @@ fn set_up_all(
             out.insert(v.name.clone(), p.clone());
             continue;
         }
+        if v.image.is_some() {
+            // The runtime mounts the image itself (CRI `Mount.image`): nothing on the host.
+            image_volumes_supported(node).map_err(|message| VolumeError {
+                volume: v.name.clone(),
+                message,
+            })?;
+            continue;
+        }
         let started = std::time::Instant::now();
         let r = set_up_one(node, mounter, pod, f, v);
         crate::metrics::volumes().observe_op(
@@ -478,6 +486,35 @@ fn set_up_all(
         out.insert(v.name.clone(), r?);
     }
     Ok(out)
+}
+
+/// Image volumes need a runtime that mounts images (containerd 2.1, CRI-O 1.31 and later).
+fn image_volumes_supported(node: &NodeSettings) -> Result<(), String> {
+    if node.image_volumes {
+        return Ok(());
+    }
+    Err(format!(
+        "image volumes need a container runtime that mounts images (CRI Mount.image: containerd 2.1 or CRI-O 1.31 and later); {} does not",
+        if node.runtime_version.is_empty() {
+            "this runtime"
+        } else {
+            node.runtime_version.as_str()
+        }
+    ))
+}
+
+/// Whether a runtime (CRI Version's name and version) mounts images as volumes.
+pub fn runtime_mounts_images(name: &str, version: &str) -> bool {
+    let v = version.trim_start_matches('v');
+    let mut parts = v.split(['.', '-', '+']).map(|p| p.parse::<u32>().ok());
+    let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    match name {
+        "containerd" => (major, minor) >= (2, 1),
+        "cri-o" => (major, minor) >= (1, 31),
+        _ => false,
+    }
 }
 
 /// Sets up one volume; returns its host path.

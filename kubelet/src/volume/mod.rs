@@ -23,6 +23,6 @@ pub mod subpath;
 mod bench_tests;
 
 pub use claims::{KubeStorageApi, Storage};
-pub use manager::{GIT_REPO_DISABLED, VolumeError, VolumeManager};
+pub use manager::{GIT_REPO_DISABLED, VolumeError, VolumeManager, runtime_mounts_images};
 pub use shared::make_root_dir_rshared;
 pub use subpath::{Binder, KernelBinder, SubpathMount};

@@ -355,3 +355,75 @@ async fn set_hostname_as_fqdn_names_the_sandbox_by_its_fqdn() {
     );
     assert!(r.events.events().contains(&want), "{:?}", r.events.events());
 }
+
+/// The rig with image volumes supported by the runtime or not (the volume manager and the
+/// spec builder both read the node settings).
+fn with_image_volumes(r: Rig, supported: bool) -> Rig {
+    let mut node = r.env.node.clone();
+    node.image_volumes = supported;
+    node.runtime_version = "containerd 1.6.20".into();
+    let volumes = Arc::new(crate::volume::VolumeManager::new(
+        node.clone(),
+        r.env.objects.clone(),
+        Arc::new(crate::objects::token::TokenManager::new(None)),
+        r.env.binder.clone(),
+    ));
+    let env = Arc::new(Deps {
+        node,
+        volumes,
+        events: r.events.clone(),
+        cgroups: crate::cm::ContainerManager::for_test(r.cg.clone()),
+        binder: r.env.binder.clone(),
+        refusal: crate::pod::admission::fields::refusal,
+        ..Deps::for_test(r.rt.clone(), r._dir.path())
+    });
+    Rig { env, ..r }
+}
+
+/// An image volume: where the runtime mounts images, the image is pulled as the volume's
+/// pullPolicy says and reaches CreateContainer as a read-only CRI image mount with its
+/// subPath; where it cannot (containerd 1.6), the pod waits with FailedMount naming the
+/// runtime, and nothing starts.
+#[tokio::test(start_paused = true)]
+async fn image_volumes_are_pulled_and_mounted_by_the_runtime_or_refused_without_it() {
+    let fields = serde_json::json!({
+        "volumes": [{"name": "tools", "image": {"reference": "tools:2", "pullPolicy": "Always"}}],
+        "containers": [{"name": "app", "image": IMAGE, "command": ["sleep", "3600"],
+            "volumeMounts": [{"name": "tools", "mountPath": "/tools", "subPath": "bin"}]}]});
+    let r = with_image_volumes(rig(), true);
+    r.rt.add_image("tools:2");
+    let mut w = Worker::new(r.env.clone(), pod("Always", fields.clone()), None);
+    w.sync().await;
+    assert!(
+        r.rt.pulls().iter().any(|(image, _)| image == "tools:2"),
+        "{:?}",
+        r.rt.pulls()
+    );
+    let id = r.rt.running("app").pop().expect("the container runs");
+    let mounts = r.rt.created_config(&id).unwrap().mounts;
+    let tools = mounts
+        .iter()
+        .find(|m| m.container_path == "/tools")
+        .expect("the image mount");
+    assert_eq!(
+        (
+            tools.image.as_deref(),
+            tools.image_sub_path.as_str(),
+            tools.readonly,
+            tools.host_path.as_str()
+        ),
+        (Some("tools:2"), "bin", true, "")
+    );
+
+    let r = with_image_volumes(rig(), false);
+    r.rt.add_image("tools:2");
+    let mut w = Worker::new(r.env.clone(), pod("Always", fields), None);
+    w.sync().await;
+    assert!(r.rt.running("app").is_empty());
+    assert!(
+        r.events.events().iter().any(|e| e.starts_with("Warning FailedMount")
+            && e.contains("image volumes need a container runtime that mounts images (CRI Mount.image: containerd 2.1 or CRI-O 1.31 and later); containerd 1.6.20 does not")),
+        "{:?}",
+        r.events.events()
+    );
+}

@@ -269,6 +269,11 @@ pub(super) fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::
                     Propagation::Bidirectional => pb::MountPropagation::PropagationBidirectional,
                 } as i32,
                 recursive_read_only: m.recursive_read_only,
+                image: m.image.as_ref().map(|i| pb::ImageSpec {
+                    image: i.clone(),
+                    ..Default::default()
+                }),
+                image_sub_path: m.image_sub_path.clone(),
                 ..Default::default()
             })
             .collect(),

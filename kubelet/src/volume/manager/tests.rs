@@ -339,3 +339,23 @@ async fn cve_2024_10220_git_repo_volumes_are_refused_and_nothing_runs() {
         );
     }
 }
+
+#[test]
+fn image_volumes_need_containerd_2_1_or_cri_o_1_31() {
+    for (name, version, mounts) in [
+        ("containerd", "v2.1.0", true),
+        ("containerd", "2.2.1", true),
+        ("containerd", "2.0.5", false),
+        ("containerd", "1.6.20", false),
+        ("cri-o", "1.31.2", true),
+        ("cri-o", "1.30.9", false),
+        ("docker", "99.0", false),
+        ("containerd", "not a version", false),
+    ] {
+        assert_eq!(
+            super::runtime_mounts_images(name, version),
+            mounts,
+            "{name} {version}"
+        );
+    }
+}

@@ -241,6 +241,7 @@ async fn pod_and_container_configs_reach_the_runtime_as_given() {
             selinux_relabel: true,
             propagation: Propagation::Private,
             recursive_read_only: true,
+            ..Default::default()
         },
         Mount {
             container_path: "/host".into(),
@@ -252,6 +253,13 @@ async fn pod_and_container_configs_reach_the_runtime_as_given() {
             container_path: "/shared".into(),
             host_path: "/mnt/shared".into(),
             propagation: Propagation::Bidirectional,
+            ..Default::default()
+        },
+        Mount {
+            container_path: "/tools".into(),
+            readonly: true,
+            image: Some("registry.example/tools:1".into()),
+            image_sub_path: "bin".into(),
             ..Default::default()
         },
     ];
@@ -321,6 +329,16 @@ async fn pod_and_container_configs_reach_the_runtime_as_given() {
                 container_path: "/shared".into(),
                 host_path: "/mnt/shared".into(),
                 propagation: pb::MountPropagation::PropagationBidirectional as i32,
+                ..Default::default()
+            },
+            pb::Mount {
+                container_path: "/tools".into(),
+                readonly: true,
+                image: Some(pb::ImageSpec {
+                    image: "registry.example/tools:1".into(),
+                    ..Default::default()
+                }),
+                image_sub_path: "bin".into(),
                 ..Default::default()
             },
         ]
