@@ -6,7 +6,8 @@
 //! O `kubeadm:cluster-admins`). The kubelet's serving certificate is not verified, as upstream
 //! without `--kubelet-certificate-authority`. The caller's credentials are not passed on; the
 //! path below `proxy`, the query, the body and its Content-Type / Accept are. The answer is
-//! read whole (bounded in size and time) and handed back with its status and Content-Type.
+//! read whole (bounded in size and time) and handed back with its status and Content-Type
+//! (the server boxes it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +23,6 @@ use serde_json::Value;
 use tokio_rustls::TlsConnector;
 
 use super::pki::Authority;
-use super::server::Body;
 use super::status::ApiError;
 
 /// The whole exchange with the kubelet (connect, TLS, request, answer) ends within this.
@@ -182,7 +182,7 @@ async fn exchange(
     path_and_query: &str,
     headers: Vec<(header::HeaderName, HeaderValue)>,
     body: Bytes,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Response<Bytes>, ApiError> {
     let config = client_config(ca).map_err(ApiError::internal)?;
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
@@ -216,7 +216,7 @@ async fn exchange(
         .map_err(unreachable)?
         .to_bytes();
     driver.abort();
-    let mut out = Response::new(Full::new(bytes).boxed_unsync());
+    let mut out = Response::new(bytes);
     *out.status_mut() = parts.status;
     if let Some(ct) = parts.headers.get(header::CONTENT_TYPE) {
         out.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
@@ -231,7 +231,7 @@ pub async fn proxy(
     below: &str,
     query_raw: &str,
     req: Request<Incoming>,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Response<Bytes>, ApiError> {
     let addr = kubelet_address(node)?;
     let method = req.method().clone();
     let mut headers = Vec::new();

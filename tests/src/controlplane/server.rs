@@ -391,7 +391,7 @@ async fn node_proxy(
         Err(e) => return error(&e),
     };
     match super::node_proxy::proxy(shared.ca.clone(), &obj, below, query_raw, req).await {
-        Ok(r) => r,
+        Ok(r) => r.map(|b| Full::new(b).boxed_unsync()),
         Err(e) => error(&e),
     }
 }
