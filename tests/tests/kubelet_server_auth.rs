@@ -460,6 +460,20 @@ fn node_proxy_log_query_and_verbosity_through_the_control_plane() {
                 .then_some(())
         },
     );
+    // Debug lines, absent at verbosity 0, follow the change.
+    let debug = |l: &str| l.contains(" DEBUG ");
+    let before = kubelet.log_text();
+    let at = before
+        .lines()
+        .position(|l| l.contains("log verbosity changed through /debug/flags/v"))
+        .unwrap();
+    assert!(
+        !before.lines().take(at).any(debug),
+        "debug lines before the change"
+    );
+    node_tests::util::wait_for("a debug line", Duration::from_secs(20), || {
+        kubelet.log_text().lines().skip(at).any(debug).then_some(())
+    });
     let (code, body) = curl_api(&rig, &cp, &flags, &args(&admin));
     assert_eq!((code, body.trim()), (406, "unsupported http method"));
     drop(kubelet);
