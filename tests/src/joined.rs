@@ -197,6 +197,18 @@ pub fn up_with_env(
     open_10250: bool,
     env: &[(&str, &str)],
 ) -> (Rig, NetnsControlPlane, JoinedNode, Kubelet) {
+    up_configured(rig_name, opts, open_10250, env, "")
+}
+
+/// [`up_with_env`] with `extra_config` (top-level KubeletConfiguration YAML lines) appended to
+/// the node's config.yaml before the agent starts.
+pub fn up_configured(
+    rig_name: &str,
+    opts: Options,
+    open_10250: bool,
+    env: &[(&str, &str)],
+    extra_config: &str,
+) -> (Rig, NetnsControlPlane, JoinedNode, Kubelet) {
     let rig = Rig::up(rig_name);
     let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
     assert!(
@@ -206,6 +218,12 @@ pub fn up_with_env(
     );
     let cp = NetnsControlPlane::start(&rig, opts);
     let node = JoinedNode::write_with(&cp, &rig, open_10250);
+    if !extra_config.is_empty() {
+        let path = node.p("var/lib/kubelet/config.yaml");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(extra_config);
+        std::fs::write(&path, text).unwrap();
+    }
     let mut kubelet = Kubelet::builder(&rig)
         .args(node.command_line())
         .log(node.p("kubelet.log"))

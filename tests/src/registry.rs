@@ -2,13 +2,14 @@
 //! plain HTTP, optional basic auth, serving the manifests and blobs of OCI image-layout
 //! directories (as the rig's image tarballs unpack). Enough for containerd to resolve and
 //! pull: `GET /v2/`, `GET|HEAD /v2/<name>/manifests/<tag|digest>`,
-//! `GET|HEAD /v2/<name>/blobs/<digest>`.
+//! `GET|HEAD /v2/<name>/blobs/<digest>`. Manifest answers can be held back
+//! ([`Stats::manifest_delay_ms`]) to show how many pulls overlap.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use base64::Engine;
 use bytes::Bytes;
@@ -72,6 +73,12 @@ pub struct Stats {
     pub unauthorized: AtomicUsize,
     /// Manifests served to an authorised client.
     pub manifests_served: AtomicUsize,
+    /// Milliseconds each manifest request is held before it is answered (0: none), so that
+    /// pulls in flight at once overlap visibly.
+    pub manifest_delay_ms: AtomicU64,
+    /// Manifest requests being held now, and the most held at once.
+    pub manifests_in_flight: AtomicUsize,
+    pub max_manifests_in_flight: AtomicUsize,
 }
 
 struct Shared {
@@ -192,7 +199,17 @@ pub async fn serve(
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(&shared, &req)) }
+                async move {
+                    let delay = shared.stats.manifest_delay_ms.load(Ordering::SeqCst);
+                    if delay > 0 && req.uri().path().contains("/manifests/") {
+                        let st = &shared.stats;
+                        let now = st.manifests_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                        st.max_manifests_in_flight.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                        st.manifests_in_flight.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    Ok::<_, Infallible>(handle(&shared, &req))
+                }
             });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(tcp), svc)

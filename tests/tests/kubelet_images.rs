@@ -493,3 +493,84 @@ fn a_credential_provider_plugin_pulls_a_private_image_without_pull_secrets() {
     );
     kubelet.stop();
 }
+
+/// Issue 30: with `serializeImagePulls: false` two pods' pulls are in flight at once. The
+/// test's open registry (127.0.0.1:5001 in the rig's netns) serves the busybox image as two
+/// repositories and holds every manifest request 2 s; both pods start, and the registry saw
+/// two manifest requests held at the same time (serialized pulls would never overlap).
+#[test]
+fn parallel_image_pulls_overlap_when_not_serialized() {
+    require_rig!();
+    const OPEN: &str = "127.0.0.1:5001";
+    let (rig, cp, _node, mut kubelet) = node_tests::joined::up_configured(
+        "e2e-parpull",
+        Options::default(),
+        false,
+        &[],
+        "serializeImagePulls: false\n",
+    );
+    let layout = tempfile_dir("registry-par-layout");
+    let tar = std::path::Path::new(rig.get("RIG_IMAGES")).join("busybox.tar");
+    let out = std::process::Command::new("timeout")
+        .args(["60", "tar", "-xf"])
+        .arg(&tar)
+        .arg("-C")
+        .arg(&layout)
+        .output()
+        .expect("run tar");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut content = registry::Content::default();
+    for repo in ["par/a", "par/b"] {
+        content
+            .add_layout(&layout, repo, "1")
+            .expect("busybox layout");
+    }
+    let _ = std::fs::remove_dir_all(&layout);
+    let stats = Arc::new(registry::Stats::default());
+    stats.manifest_delay_ms.store(2000, Ordering::SeqCst);
+    let s = stats.clone();
+    cp.run(move |_| async move {
+        let listener = tokio::net::TcpListener::bind(OPEN)
+            .await
+            .expect("bind registry");
+        tokio::spawn(registry::serve(listener, content, None, s));
+    });
+    let hosts = std::path::Path::new(rig.get("RIG_STATE"))
+        .join("certs.d")
+        .join(OPEN);
+    std::fs::create_dir_all(&hosts).unwrap();
+    std::fs::write(
+        hosts.join("hosts.toml"),
+        format!(
+            "server = \"http://{OPEN}\"\n\n[host.\"http://{OPEN}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        ),
+    )
+    .unwrap();
+    for (name, repo) in [("par-a", "par/a"), ("par-b", "par/b")] {
+        cp.create(
+            "pods",
+            json!({"metadata": {"name": name, "namespace": "default"},
+                   "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                       "containers": [{"name": "main", "image": format!("{OPEN}/{repo}:1"),
+                           "command": ["sleep", "3600"]}]}}),
+        )
+        .unwrap();
+    }
+    for name in ["par-a", "par-b"] {
+        pod_until(&cp, &mut kubelet, name, "Running", |p| {
+            p["status"]["phase"] == "Running"
+        });
+    }
+    let max = stats.max_manifests_in_flight.load(Ordering::SeqCst);
+    assert!(
+        max >= 2,
+        "manifest requests held at once: {max} (served {})\n{}",
+        stats.manifests_served.load(Ordering::SeqCst),
+        kubelet.log_text()
+    );
+    drop(kubelet);
+}

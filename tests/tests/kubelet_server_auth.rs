@@ -319,3 +319,162 @@ fn a_client_certificate_without_a_common_name_is_401() {
     }
     drop(kubelet);
 }
+
+/// `curl` inside the rig's netns against the control plane: (status code, body).
+fn curl_api(rig: &Rig, cp: &NetnsControlPlane, path: &str, extra: &[&str]) -> (u16, String) {
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", rig.netns_path()))
+        .args(["curl", "-sk", "--max-time", "50", "-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(format!("{}{path}", cp.url()))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or((&text, ""));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// Removes a file the test put under the node's real `/var/log`.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Issue 30: `kubectl get --raw /api/v1/nodes/N/proxy/...` reaches the joined agent through the
+/// control plane's `nodes/proxy` (its kubelet client certificate, Webhook authz on :10250).
+/// NodeLogQuery (`enableSystemLogQuery` + the gate) answers `?query=<service>`: the rig node
+/// has no journald unit of that name, so the answer is the file fallback `/var/log/<svc>.log`
+/// (a file this test writes on the host's /var/log and removes). PUT `/debug/flags/v` changes
+/// the agent's verbosity (its answer and its log say so); a bad level is refused with 400 and
+/// a hostile query with upstream's validation, both through the proxy.
+#[test]
+fn node_proxy_log_query_and_verbosity_through_the_control_plane() {
+    require_rig!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (rig, cp, node, kubelet) = node_tests::joined::up_configured(
+        "e2e-nproxy",
+        Options::default(),
+        false,
+        &[],
+        "enableSystemLogQuery: true\nfeatureGates:\n  NodeLogQuery: true\n",
+    );
+    let dir = node.p("clients");
+    std::fs::create_dir_all(&dir).unwrap();
+    // kubeadm binds its `kubeadm:cluster-admins` group (the apiserver-kubelet-client's O) to
+    // cluster-admin.
+    cp.grant(
+        node_tests::controlplane::node_proxy::KUBELET_CLIENT_GROUP,
+        "*",
+        "*",
+    );
+    let admin = write_pair(
+        &dir,
+        "admin",
+        &cp.issue_client_cert("admin", &["system:masters"], Duration::from_secs(3600))
+            .unwrap(),
+    );
+    let nproxy = format!("/api/v1/nodes/{}/proxy", node_tests::joined::NODE);
+    node_tests::util::wait_for(
+        "the Node with its kubelet endpoint",
+        Duration::from_secs(60),
+        || {
+            cp.get("nodes", "", node_tests::joined::NODE)
+                .filter(|n| {
+                    n.pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
+                        .is_some()
+                })
+                .map(|_| ())
+        },
+    );
+
+    // The log query, answered from the file fallback.
+    let svc = format!("e2e-nproxy-{}", std::process::id());
+    let file = RemoveOnDrop(std::path::PathBuf::from(format!("/var/log/{svc}.log")));
+    let marker = format!("marker line of {svc}");
+    std::fs::write(&file.0, format!("{marker}\n")).unwrap();
+    let (code, body) = curl_api(
+        &rig,
+        &cp,
+        &format!("{nproxy}/logs/?query={svc}"),
+        &args(&admin),
+    );
+    assert_eq!(code, 200, "{body}\n{}", kubelet.log_text());
+    assert!(body.contains(&marker), "{body}");
+    // Upstream's validation, through the proxy: a space in a service name, a negative tail.
+    let (code, body) = curl_api(
+        &rig,
+        &cp,
+        &format!("{nproxy}/logs/?query=a%20b&tailLines=-3"),
+        &args(&admin),
+    );
+    assert!(matches!(code, 400 | 406), "{code} {body}");
+    // Without the proxy's rights the control plane refuses before the kubelet is asked.
+    cp.add_token(
+        "bootstrap-ish",
+        "system:bootstrap:abcdef",
+        &["system:bootstrappers"],
+    );
+    let (code, body) = curl_api(
+        &rig,
+        &cp,
+        &format!("{nproxy}/logs/?query={svc}"),
+        &["-H", "Authorization: Bearer bootstrap-ish"],
+    );
+    assert_eq!(code, 403, "{body}");
+    assert!(!body.contains(&marker), "{body}");
+
+    // The verbosity, set at run time.
+    let flags = format!("{nproxy}/debug/flags/v");
+    let (code, body) = curl_api(
+        &rig,
+        &cp,
+        &flags,
+        &[&args(&admin)[..], &["-X", "PUT", "--data-binary", "x"]].concat(),
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("failed set klog.logging.verbosity x"),
+        "{body}"
+    );
+    let (code, body) = curl_api(
+        &rig,
+        &cp,
+        &flags,
+        &[&args(&admin)[..], &["-X", "PUT", "--data-binary", "4"]].concat(),
+    );
+    assert_eq!(code, 200, "{body}\n{}", kubelet.log_text());
+    assert_eq!(body.trim(), "successfully set klog.logging.verbosity to 4");
+    node_tests::util::wait_for(
+        "the log line of the change",
+        Duration::from_secs(10),
+        || {
+            kubelet
+                .log_text()
+                .lines()
+                .any(|l| {
+                    l.contains("log verbosity changed through /debug/flags/v") && l.contains('4')
+                })
+                .then_some(())
+        },
+    );
+    // Debug lines, absent at verbosity 0, follow the change.
+    let debug = |l: &str| l.contains(" DEBUG ");
+    let before = kubelet.log_text();
+    let at = before
+        .lines()
+        .position(|l| l.contains("log verbosity changed through /debug/flags/v"))
+        .unwrap();
+    assert!(
+        !before.lines().take(at).any(debug),
+        "debug lines before the change"
+    );
+    node_tests::util::wait_for("a debug line", Duration::from_secs(20), || {
+        kubelet.log_text().lines().skip(at).any(debug).then_some(())
+    });
+    let (code, body) = curl_api(&rig, &cp, &flags, &args(&admin));
+    assert_eq!((code, body.trim()), (406, "unsupported http method"));
+    drop(kubelet);
+}

@@ -30,6 +30,7 @@
 
 pub mod in_netns;
 mod jwt;
+pub mod node_proxy;
 mod patch;
 pub mod pki;
 mod random;

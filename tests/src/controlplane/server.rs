@@ -205,6 +205,9 @@ fn resource_list(group: &str, version: &str) -> Value {
         if r.group.is_empty() && r.plural == "pods" {
             out.push(json!({"name": "pods/ephemeralcontainers", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get", "patch", "update"]}));
         }
+        if r.group.is_empty() && r.plural == "nodes" {
+            out.push(json!({"name": "nodes/proxy", "singularName": "", "namespaced": false, "kind": "NodeProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]}));
+        }
         if r.approval {
             out.push(json!({"name": format!("{}/approval", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
@@ -360,6 +363,39 @@ pub async fn handle(
     resp
 }
 
+/// `nodes/{name}/proxy/...`: authorized as the `nodes/proxy` subresource, then proxied.
+async fn node_proxy(
+    shared: &Arc<Shared>,
+    user: &UserInfo,
+    req: Request<Incoming>,
+    node: &str,
+    below: &str,
+    query_raw: &str,
+) -> Response<Body> {
+    let Some(res) = resources::find("", "v1", "nodes") else {
+        return error(&ApiError::internal("no nodes resource"));
+    };
+    let Some(verb) = super::node_proxy::verb(req.method()) else {
+        return error(&ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({})",
+            req.method()
+        )));
+    };
+    if !authorize(user, res, "proxy", verb) {
+        return error(&ApiError::forbidden(
+            res, "proxy", node, &user.name, verb, "",
+        ));
+    }
+    let obj = match shared.store().get(res, "", node) {
+        Ok(o) => o,
+        Err(e) => return error(&e),
+    };
+    match super::node_proxy::proxy(shared.ca.clone(), &obj, below, query_raw, req).await {
+        Ok(r) => r.map(|b| Full::new(b).boxed_unsync()),
+        Err(e) => error(&e),
+    }
+}
+
 async fn dispatch(
     shared: &Arc<Shared>,
     user: &UserInfo,
@@ -367,6 +403,9 @@ async fn dispatch(
     path: &str,
     query_raw: &str,
 ) -> Response<Body> {
+    if let Some((node, below)) = super::node_proxy::parse(path) {
+        return node_proxy(shared, user, req, &node, &below, query_raw).await;
+    }
     let q = parse_query(query_raw);
     let t = match route(path) {
         Route::Version => {
