@@ -755,3 +755,71 @@ fn a_grown_claim_is_expanded_on_the_node_while_mounted() {
     gone(&cp, "app");
     kubelet.stop();
 }
+
+/// `requiresRepublish`: a mounted volume of such a driver is published again when the pod's
+/// volumes are set up again (here a pod update; else the volume manager's resync), and the
+/// repeated publish leaves one mount that the pod's deletion takes down.
+#[test]
+fn requires_republish_publishes_a_mounted_volume_again() {
+    require_rig!();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-storage-republish", Options::default(), true);
+    registered(&cp, &mut kubelet);
+    let data = tempfile::tempdir().unwrap();
+    let root = node.p("var/lib/kubelet");
+    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
+    wait_for("driver registered", Duration::from_secs(30), || {
+        driver.statuses().first().map(|s| s.plugin_registered)
+    });
+    cp.create(
+        "csidrivers.storage.k8s.io",
+        csi_driver_object(
+            DRIVER,
+            json!({"attachRequired": false, "requiresRepublish": true}),
+        ),
+    )
+    .unwrap();
+    bound_claim(
+        &cp,
+        "again",
+        "pv-again",
+        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-again"}}),
+    );
+    cp.create("pods", pod("app", "sleep 3600", claim_volume("again")))
+        .unwrap();
+    running(&cp, "app", &mut kubelet);
+    let publishes = || {
+        driver
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("NodePublishVolume vol-again"))
+            .count()
+    };
+    let first = publishes();
+    assert!(first >= 1);
+    let mut p = cp.get("pods", "default", "app").unwrap();
+    p["metadata"]["annotations"] = json!({"example.com/nudge": "1"});
+    cp.update("pods", p).unwrap();
+    wait_for("NodePublishVolume again", Duration::from_secs(70), || {
+        (publishes() > first).then_some(())
+    });
+    assert!(
+        driver
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("NodeStageVolume"))
+            .count()
+            == 1,
+        "staged once: {:?}",
+        driver.calls()
+    );
+    gone(&cp, "app");
+    wait_for("NodeUnpublishVolume", Duration::from_secs(30), || {
+        driver
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("NodeUnpublishVolume vol-again"))
+            .then_some(())
+    });
+    kubelet.stop();
+}
