@@ -38,6 +38,8 @@ pub struct DriverOptions {
     pub stage: bool,
     /// `NodeStageVolume` fails with INTERNAL and this message.
     pub fail_stage: Option<String>,
+    /// Reports EXPAND_VOLUME (`NodeExpandVolume` is recorded and answers the size asked).
+    pub expand: bool,
     pub topology: BTreeMap<String, String>,
 }
 
@@ -49,6 +51,7 @@ impl DriverOptions {
             max_volumes: 8,
             stage: true,
             fail_stage: None,
+            expand: true,
             topology: BTreeMap::new(),
         }
     }
@@ -321,6 +324,9 @@ impl Node for State {
         if self.opts.stage {
             caps.push(cap(rpc::Type::StageUnstageVolume));
         }
+        if self.opts.expand {
+            caps.push(cap(rpc::Type::ExpandVolume));
+        }
         Ok(Response::new(csi::NodeGetCapabilitiesResponse {
             capabilities: caps,
         }))
@@ -413,6 +419,24 @@ impl Node for State {
             .await
             .map_err(|e| Status::internal(e.to_string()))??;
         Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        r: Request<csi::NodeExpandVolumeRequest>,
+    ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
+        let r = r.into_inner();
+        let bytes = r.capacity_range.map_or(0, |c| c.required_bytes);
+        self.record(format!(
+            "NodeExpandVolume {} {} {bytes}",
+            r.volume_id, r.volume_path
+        ));
+        if !self.opts.expand {
+            return Err(Status::unimplemented("NodeExpandVolume"));
+        }
+        Ok(Response::new(csi::NodeExpandVolumeResponse {
+            capacity_bytes: bytes,
+        }))
     }
 
     async fn node_get_volume_stats(

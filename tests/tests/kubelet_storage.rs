@@ -663,3 +663,163 @@ fn csi_driver_object_fields_reach_the_driver() {
     gone(&cp, "attached");
     kubelet.stop();
 }
+
+/// Online expansion: the resizer's work (the PV grown, the claim marked NodeResizePending) is
+/// done by hand; the agent calls NodeExpandVolume on the mounted volume and records the new
+/// size in the claim's status, as upstream's node expander does.
+#[test]
+fn a_grown_claim_is_expanded_on_the_node_while_mounted() {
+    require_rig!();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-storage-expand", Options::default(), true);
+    registered(&cp, &mut kubelet);
+    let data = tempfile::tempdir().unwrap();
+    let root = node.p("var/lib/kubelet");
+    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
+    wait_for("driver registered", Duration::from_secs(30), || {
+        driver.statuses().first().map(|s| s.plugin_registered)
+    });
+    cp.create(
+        "csidrivers.storage.k8s.io",
+        csi_driver_object(DRIVER, json!({"attachRequired": false})),
+    )
+    .unwrap();
+    bound_claim(
+        &cp,
+        "grow",
+        "pv-grow",
+        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-grow"}}),
+    );
+    cp.create("pods", pod("app", "sleep 3600", claim_volume("grow")))
+        .unwrap();
+    running(&cp, "app", &mut kubelet);
+    assert!(
+        !driver
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("NodeExpandVolume")),
+        "no expansion before the claim grows"
+    );
+
+    let mut pv = cp.get("persistentvolumes", "", "pv-grow").unwrap();
+    pv["spec"]["capacity"]["storage"] = json!("2Gi");
+    cp.update("persistentvolumes", pv).unwrap();
+    let mut c = cp.get("persistentvolumeclaims", "default", "grow").unwrap();
+    c["status"] = json!({"phase": "Bound", "capacity": {"storage": "1Gi"},
+        "allocatedResources": {"storage": "2Gi"},
+        "allocatedResourceStatuses": {"storage": "NodeResizePending"}});
+    cp.update_status("persistentvolumeclaims", c).unwrap();
+    // A pod update makes the volume manager look again at once (else its resync does).
+    let mut p = cp.get("pods", "default", "app").unwrap();
+    p["metadata"]["annotations"] = json!({"example.com/nudge": "1"});
+    cp.update("pods", p).unwrap();
+
+    let call = wait_for("NodeExpandVolume", Duration::from_secs(70), || {
+        driver
+            .calls()
+            .into_iter()
+            .find(|c| c.starts_with("NodeExpandVolume vol-grow"))
+    });
+    let uid = cp.get("pods", "default", "app").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        call,
+        format!(
+            "NodeExpandVolume vol-grow {} {}",
+            root.join(format!(
+                "pods/{uid}/volumes/kubernetes.io~csi/pv-grow/mount"
+            ))
+            .display(),
+            2i64 << 30
+        )
+    );
+    let st = wait_for("claim status at 2Gi", Duration::from_secs(20), || {
+        cp.get("persistentvolumeclaims", "default", "grow")
+            .map(|c| c["status"].clone())
+            .filter(|s| s["capacity"]["storage"] == "2Gi")
+    });
+    assert!(
+        st["allocatedResourceStatuses"]["storage"].is_null(),
+        "resize status cleared: {st}"
+    );
+    assert_eq!(
+        driver
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("NodeExpandVolume"))
+            .count(),
+        1
+    );
+    gone(&cp, "app");
+    kubelet.stop();
+}
+
+/// `requiresRepublish`: a mounted volume of such a driver is published again when the pod's
+/// volumes are set up again (here a pod update; else the volume manager's resync), and the
+/// repeated publish leaves one mount that the pod's deletion takes down.
+#[test]
+fn requires_republish_publishes_a_mounted_volume_again() {
+    require_rig!();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-storage-republish", Options::default(), true);
+    registered(&cp, &mut kubelet);
+    let data = tempfile::tempdir().unwrap();
+    let root = node.p("var/lib/kubelet");
+    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
+    wait_for("driver registered", Duration::from_secs(30), || {
+        driver.statuses().first().map(|s| s.plugin_registered)
+    });
+    cp.create(
+        "csidrivers.storage.k8s.io",
+        csi_driver_object(
+            DRIVER,
+            json!({"attachRequired": false, "requiresRepublish": true}),
+        ),
+    )
+    .unwrap();
+    bound_claim(
+        &cp,
+        "again",
+        "pv-again",
+        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-again"}}),
+    );
+    cp.create("pods", pod("app", "sleep 3600", claim_volume("again")))
+        .unwrap();
+    running(&cp, "app", &mut kubelet);
+    let publishes = || {
+        driver
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("NodePublishVolume vol-again"))
+            .count()
+    };
+    let first = publishes();
+    assert!(first >= 1);
+    let mut p = cp.get("pods", "default", "app").unwrap();
+    p["metadata"]["annotations"] = json!({"example.com/nudge": "1"});
+    cp.update("pods", p).unwrap();
+    wait_for("NodePublishVolume again", Duration::from_secs(70), || {
+        (publishes() > first).then_some(())
+    });
+    assert!(
+        driver
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("NodeStageVolume"))
+            .count()
+            == 1,
+        "staged once: {:?}",
+        driver.calls()
+    );
+    gone(&cp, "app");
+    wait_for("NodeUnpublishVolume", Duration::from_secs(30), || {
+        driver
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("NodeUnpublishVolume vol-again"))
+            .then_some(())
+    });
+    kubelet.stop();
+}

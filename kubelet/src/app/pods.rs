@@ -330,6 +330,7 @@ fn storage(
             root_dir: node.root_dir.clone(),
             node_name: node.node_name.clone(),
             drivers,
+            mounted: csi::mounter::is_mounted,
         },
     ));
     let s = storage.clone();

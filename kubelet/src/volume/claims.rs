@@ -27,6 +27,13 @@ pub trait StorageApi: super::csi::CsiApi {
         name: &str,
     ) -> Result<Option<PersistentVolumeClaim>, String>;
     async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, String>;
+    /// A JSON merge patch of a claim's status (online expansion's progress and result).
+    async fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> Result<(), String>;
 }
 
 /// [`StorageApi`] over the apiserver.
@@ -55,6 +62,20 @@ impl StorageApi for KubeStorageApi {
     async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, String> {
         let api: kube::Api<PersistentVolume> = kube::Api::all(self.client.current());
         timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+    }
+    async fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> Result<(), String> {
+        let api: kube::Api<PersistentVolumeClaim> =
+            kube::Api::namespaced(self.client.current(), namespace);
+        let params = kube::api::PatchParams::default();
+        timed(api.patch_status(name, &params, &kube::api::Patch::Merge(&patch)))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -467,6 +488,15 @@ impl Storage {
                     super::csi::prepare::prepare(api, pod, &self.csi.node_name, &c).await?;
                 let path = self.csi.set_up(&uid, &c, &prepared).await?;
                 let claim = claim_of(pod, v);
+                if let (Some((ns, name)), false) = (&claim, c.ephemeral) {
+                    // A failed expansion leaves the mount as it is; the next sync retries.
+                    if let Err(e) = self
+                        .expand_if_due(pod, v, ns, name, &c, &path, &prepared)
+                        .await
+                    {
+                        tracing::warn!(pod_uid = %uid, volume = %v.name, error = %e, "expanding a mounted volume failed");
+                    }
+                }
                 let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
                 let entry = published
                     .entry(uid.clone())
@@ -665,6 +695,61 @@ impl Storage {
             .cloned()
             .collect();
         all.into_iter().collect()
+    }
+}
+
+impl Storage {
+    /// Grows the mounted volume when its claim waits for the node (see
+    /// [`super::csi::expand`]); returns whether the driver was called.
+    #[allow(clippy::too_many_arguments)]
+    async fn expand_if_due(
+        &self,
+        pod: &Pod,
+        v: &Volume,
+        ns: &str,
+        claim: &str,
+        c: &CsiVolume,
+        path: &std::path::Path,
+        prepared: &super::csi::Prepared,
+    ) -> Result<bool, String> {
+        use super::csi::expand;
+        let Some(pvc) = self.api.claim(ns, claim).await? else {
+            return Ok(false);
+        };
+        let Some(pv) = self.api.volume(&c.spec_name).await? else {
+            return Ok(false);
+        };
+        let Some(due) = expand::due(&pvc, &pv) else {
+            return Ok(false);
+        };
+        if !self.csi.can_expand(&c.driver).await? {
+            return Ok(false);
+        }
+        self.api
+            .patch_claim_status(ns, claim, expand::in_progress_patch())
+            .await
+            .map_err(|e| {
+                format!(
+                    "MountVolume.NodeExpandVolume failed to mark node expansion in progress: {e}"
+                )
+            })?;
+        self.csi.expand(c, path, due.new_bytes, prepared).await?;
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or(&self.csi.node_name);
+        tracing::info!(
+            pod = %pod.metadata.name.as_deref().unwrap_or_default(),
+            reason = expand::FILE_SYSTEM_RESIZE_SUCCESSFUL,
+            "{}",
+            expand::succeeded_message(&v.name, node)
+        );
+        self.api
+            .patch_claim_status(ns, claim, expand::finished_patch(&pvc, &due.new_size))
+            .await
+            .map_err(|e| format!("mountVolume.NodeExpandVolume update pvc status failed: {e}"))?;
+        Ok(true)
     }
 }
 

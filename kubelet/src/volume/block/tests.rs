@@ -32,6 +32,7 @@ async fn setup(caps: Capabilities) -> (tempfile::TempDir, CsiMounter, Arc<FakeCs
         root_dir: root.path().to_path_buf(),
         node_name: "node-a".into(),
         drivers,
+        mounted: crate::volume::csi::mounter::is_mounted,
     };
     (root, m, node)
 }

@@ -21,6 +21,27 @@ pub struct FakeStorageApi {
     /// Each TokenRequest as `namespace/serviceaccount` and the request; the token issued is
     /// `token-<n>` with audiences joined, expiring at second n.
     pub token_requests: Mutex<Vec<(String, TokenRequest)>>,
+    /// Each claim status patch as `namespace/name` and the patch (applied to `claims`).
+    pub status_patches: Mutex<Vec<(String, serde_json::Value)>>,
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    let serde_json::Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = serde_json::Value::Object(Default::default());
+    }
+    let t = target.as_object_mut().expect("an object");
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge(t.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -39,6 +60,26 @@ impl super::StorageApi for FakeStorageApi {
     }
     async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, String> {
         Ok(self.volumes.lock().unwrap().get(name).cloned())
+    }
+    async fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> Result<(), String> {
+        let key = format!("{namespace}/{name}");
+        self.status_patches
+            .lock()
+            .unwrap()
+            .push((key.clone(), patch.clone()));
+        let mut claims = self.claims.lock().unwrap();
+        let Some(c) = claims.get_mut(&key) else {
+            return Err(format!("persistentvolumeclaims {name:?} not found"));
+        };
+        let mut v = serde_json::to_value(&*c).map_err(|e| e.to_string())?;
+        merge(&mut v, &patch);
+        *c = serde_json::from_value(v).map_err(|e| e.to_string())?;
+        Ok(())
     }
 }
 

@@ -368,3 +368,273 @@ async fn inline_publish_secrets_come_from_the_pods_namespace() {
     );
     assert_eq!(c.stage_secret_ref, None);
 }
+
+mod node_side {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{
+        CSIPersistentVolumeSource, PersistentVolumeClaimStatus, PersistentVolumeSpec,
+    };
+    use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec, TokenRequest};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    use super::{claim_vol, pod, pv, pvc};
+    use crate::pluginmanager::PluginHandler;
+    use crate::volume::claims::{Storage, fake::FakeStorageApi};
+    use crate::volume::csi::client::Capabilities;
+    use crate::volume::csi::drivers::{CsiDrivers, RegistrationHandler};
+    use crate::volume::csi::fake::FakeCsiNode;
+    use crate::volume::csi::{CsiMounter, CsiNode};
+
+    const DRIVER: &str = "csi.example.com";
+
+    fn mounted_always(_: &Path) -> bool {
+        true
+    }
+
+    /// Storage over a fake API holding claim `ns/data` bound to the CSI PV `pv-data`
+    /// (handle `vol-1`, `pv_size`), the claim's status at `claim_size` with `resize`; a fake
+    /// driver with `caps`; `mounted` tells which paths are mount points.
+    async fn storage(
+        root: &Path,
+        caps: Capabilities,
+        pv_size: &str,
+        claim_size: &str,
+        resize: Option<&str>,
+        mounted: fn(&Path) -> bool,
+    ) -> (Storage, Arc<FakeStorageApi>, Arc<FakeCsiNode>) {
+        let api = Arc::new(FakeStorageApi::default());
+        let mut c = pvc("data", "Bound", "pv-data");
+        c.status = Some(PersistentVolumeClaimStatus {
+            phase: Some("Bound".into()),
+            capacity: Some(BTreeMap::from([(
+                "storage".to_string(),
+                Quantity(claim_size.into()),
+            )])),
+            allocated_resource_statuses: resize
+                .map(|r| BTreeMap::from([("storage".to_string(), r.to_string())])),
+            ..Default::default()
+        });
+        api.claims.lock().unwrap().insert("ns/data".into(), c);
+        let v = pv(
+            "pv-data",
+            "data-uid",
+            PersistentVolumeSpec {
+                capacity: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(pv_size.into()),
+                )])),
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                csi: Some(CSIPersistentVolumeSource {
+                    driver: DRIVER.into(),
+                    volume_handle: "vol-1".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        api.volumes.lock().unwrap().insert("pv-data".into(), v);
+        let no_attach = CSIDriver {
+            spec: CSIDriverSpec {
+                attach_required: Some(false),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.drivers.lock().unwrap().insert(DRIVER.into(), no_attach);
+        let drivers = Arc::new(CsiDrivers::default());
+        let node = Arc::new(FakeCsiNode::default());
+        *node.caps.lock().unwrap() = caps;
+        let n = node.clone();
+        let h = RegistrationHandler::new(
+            drivers.clone(),
+            Arc::new(move |_: &str| n.clone() as Arc<dyn CsiNode>),
+            None,
+        );
+        h.register(DRIVER, "/s", &["1.0.0".to_string()])
+            .await
+            .unwrap();
+        node.calls.lock().unwrap().clear();
+        let s = Storage::new(
+            api.clone(),
+            CsiMounter {
+                root_dir: root.to_path_buf(),
+                node_name: "node-a".into(),
+                drivers,
+                mounted,
+            },
+        );
+        (s, api, node)
+    }
+
+    fn calls(node: &FakeCsiNode, kind: &str) -> Vec<String> {
+        node.calls()
+            .into_iter()
+            .filter(|c| c.starts_with(kind))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_grown_claim_is_expanded_on_the_node_once_and_its_status_updated() {
+        let root = tempfile::tempdir().unwrap();
+        let caps = Capabilities {
+            expand: true,
+            stage_unstage: true,
+            ..Default::default()
+        };
+        let (s, api, node) = storage(
+            root.path(),
+            caps,
+            "2Gi",
+            "1Gi",
+            Some("NodeResizePending"),
+            crate::volume::csi::mounter::is_mounted,
+        )
+        .await;
+        let target = s.set_up(&pod(), &claim_vol("data", "data")).await.unwrap();
+        assert_eq!(
+            calls(&node, "expand"),
+            vec![format!("expand vol-1 {} {}", target.display(), 2i64 << 30)]
+        );
+        let req = node.expand_requests.lock().unwrap()[0].clone();
+        assert!(req.staging_target_path.ends_with("/globalmount"));
+        assert!(req.volume_capability.is_some());
+        let st = api.claims.lock().unwrap()["ns/data"]
+            .status
+            .clone()
+            .unwrap();
+        assert_eq!(st.capacity.unwrap()["storage"], Quantity("2Gi".into()));
+        assert_eq!(st.allocated_resource_statuses, None);
+        let patches = api.status_patches.lock().unwrap().clone();
+        assert_eq!(patches.len(), 2);
+        assert_eq!(
+            patches[0].1["status"]["allocatedResourceStatuses"]["storage"],
+            "NodeResizeInProgress"
+        );
+        // The next sync finds the claim at the PV's size: no second call.
+        s.set_up(&pod(), &claim_vol("data", "data")).await.unwrap();
+        assert_eq!(calls(&node, "expand").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn no_expansion_without_the_capability_the_resize_status_or_on_failure() {
+        let root = tempfile::tempdir().unwrap();
+        let real = crate::volume::csi::mounter::is_mounted;
+        // The driver cannot expand: nothing is called, the claim stays pending.
+        let (s, api, node) = storage(
+            root.path(),
+            Capabilities::default(),
+            "2Gi",
+            "1Gi",
+            Some("NodeResizePending"),
+            real,
+        )
+        .await;
+        s.set_up(&pod(), &claim_vol("data", "data")).await.unwrap();
+        assert!(calls(&node, "expand").is_empty());
+        assert!(api.status_patches.lock().unwrap().is_empty());
+        // The resizer has not handed the claim to the node.
+        let caps = Capabilities {
+            expand: true,
+            ..Default::default()
+        };
+        let (s, api, node) = storage(root.path(), caps, "2Gi", "1Gi", None, real).await;
+        s.set_up(&pod(), &claim_vol("data", "data")).await.unwrap();
+        assert!(calls(&node, "expand").is_empty());
+        assert!(api.status_patches.lock().unwrap().is_empty());
+        // The driver fails: the mount stands, the claim stays in progress for the next try.
+        let (s, api, node) = storage(
+            root.path(),
+            caps,
+            "2Gi",
+            "1Gi",
+            Some("NodeResizePending"),
+            real,
+        )
+        .await;
+        node.fail_on("expand", "Internal", "resize2fs exploded");
+        s.set_up(&pod(), &claim_vol("data", "data")).await.unwrap();
+        let st = api.claims.lock().unwrap()["ns/data"]
+            .status
+            .clone()
+            .unwrap();
+        assert_eq!(st.capacity.unwrap()["storage"], Quantity("1Gi".into()));
+        assert_eq!(
+            st.allocated_resource_statuses.unwrap()["storage"],
+            "NodeResizeInProgress"
+        );
+        s.set_up(&pod(), &claim_vol("data", "data")).await.unwrap();
+        assert_eq!(calls(&node, "expand").len(), 2);
+    }
+
+    fn driver_object(republish: bool) -> CSIDriver {
+        CSIDriver {
+            spec: CSIDriverSpec {
+                attach_required: Some(false),
+                requires_republish: Some(republish),
+                token_requests: Some(vec![TokenRequest {
+                    audience: "vault".into(),
+                    expiration_seconds: None,
+                }]),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn requires_republish_publishes_a_mounted_volume_again_with_fresh_tokens() {
+        let root = tempfile::tempdir().unwrap();
+        let caps = Capabilities {
+            stage_unstage: true,
+            ..Default::default()
+        };
+        let (s, api, node) = storage(root.path(), caps, "1Gi", "1Gi", None, mounted_always).await;
+        api.drivers
+            .lock()
+            .unwrap()
+            .insert(DRIVER.into(), driver_object(true));
+        for _ in 0..3 {
+            s.set_up(&pod(), &claim_vol("data", "data")).await.unwrap();
+        }
+        // Staged once (already mounted), published on every sync.
+        assert!(calls(&node, "stage").is_empty());
+        assert_eq!(calls(&node, "publish").len(), 3);
+        let tokens: Vec<String> = node
+            .publish_requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.volume_context[crate::volume::csi::driver_spec::TOKENS_KEY].clone())
+            .collect();
+        assert_eq!(tokens.len(), 3);
+        assert!(
+            tokens[0] != tokens[1] && tokens[1] != tokens[2],
+            "each republish carries a new token: {tokens:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_requires_republish_a_mounted_volume_is_adopted_as_it_is() {
+        let root = tempfile::tempdir().unwrap();
+        let (s, api, node) = storage(
+            root.path(),
+            Capabilities::default(),
+            "1Gi",
+            "1Gi",
+            None,
+            mounted_always,
+        )
+        .await;
+        api.drivers
+            .lock()
+            .unwrap()
+            .insert(DRIVER.into(), driver_object(false));
+        for _ in 0..2 {
+            s.set_up(&pod(), &claim_vol("data", "data")).await.unwrap();
+        }
+        assert!(calls(&node, "publish").is_empty());
+    }
+}

@@ -113,6 +113,8 @@ pub trait CsiNode: Send + Sync {
         volume_path: &str,
         staging_path: &str,
     ) -> Result<VolumeStats, CsiError>;
+    /// `NodeExpandVolume`; the capacity the driver reports (0: not reported).
+    async fn expand(&self, req: csi::NodeExpandVolumeRequest) -> Result<i64, CsiError>;
 }
 
 /// The real client: one lazily dialed channel to the driver's socket.
@@ -231,6 +233,11 @@ impl CsiNode for GrpcCsiNode {
         )
         .await?;
         Ok(stats_of(&r))
+    }
+
+    async fn expand(&self, req: csi::NodeExpandVolumeRequest) -> Result<i64, CsiError> {
+        let r = call(self.client()?.node_expand_volume(req)).await?;
+        Ok(r.capacity_bytes)
     }
 }
 

@@ -19,6 +19,7 @@ pub struct FakeCsiNode {
     pub calls: Mutex<Vec<String>>,
     pub stage_requests: Mutex<Vec<csi::NodeStageVolumeRequest>>,
     pub publish_requests: Mutex<Vec<csi::NodePublishVolumeRequest>>,
+    pub expand_requests: Mutex<Vec<csi::NodeExpandVolumeRequest>>,
 }
 
 impl FakeCsiNode {
@@ -83,6 +84,15 @@ impl CsiNode for FakeCsiNode {
     ) -> Result<VolumeStats, CsiError> {
         self.record("volume_stats", format!("{volume_id} {volume_path}"))?;
         Ok(*self.stats.lock().unwrap())
+    }
+    async fn expand(&self, req: csi::NodeExpandVolumeRequest) -> Result<i64, CsiError> {
+        self.expand_requests.lock().unwrap().push(req.clone());
+        let bytes = req.capacity_range.map_or(0, |r| r.required_bytes);
+        self.record(
+            "expand",
+            format!("{} {} {bytes}", req.volume_id, req.volume_path),
+        )?;
+        Ok(bytes)
     }
 }
 

@@ -4,12 +4,14 @@
 //! the Node's `csi.volume.kubernetes.io/nodeid` annotation and topology labels
 //! ([`nodeinfo`]); what the CSIDriver object asks ([`driver_spec`]) and what a mount needs
 //! from the cluster first ([`prepare`]: attach, secrets, pod info, tokens); staging and
-//! publishing at upstream's paths ([`mounter`]).
+//! publishing at upstream's paths ([`mounter`]); online expansion of mounted volumes
+//! ([`expand`]).
 
 pub mod api;
 pub mod client;
 pub mod driver_spec;
 pub mod drivers;
+pub mod expand;
 pub mod mounter;
 pub mod nodeinfo;
 pub mod prepare;

@@ -107,7 +107,7 @@ pub fn access_mode(modes: &[String]) -> csi::volume_capability::access_mode::Mod
 
 /// The mount capability; `mount_group` (the pod's fsGroup) goes to drivers with
 /// VOLUME_MOUNT_GROUP, which apply it themselves.
-fn capability(v: &CsiVolume, mount_group: Option<i64>) -> csi::VolumeCapability {
+pub(super) fn capability(v: &CsiVolume, mount_group: Option<i64>) -> csi::VolumeCapability {
     csi::VolumeCapability {
         access_type: Some(csi::volume_capability::AccessType::Mount(
             csi::volume_capability::MountVolume {
@@ -128,6 +128,8 @@ pub struct CsiMounter {
     pub root_dir: PathBuf,
     pub node_name: String,
     pub drivers: Arc<CsiDrivers>,
+    /// Whether a path is a mount point ([`is_mounted`]; tests give a fake).
+    pub mounted: fn(&Path) -> bool,
 }
 
 /// What `vol_data.json` beside a pod's mount point records.
@@ -167,7 +169,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 /// Whether `p` is a mount point (from /proc/self/mountinfo: bind mounts from the same
 /// filesystem keep the device number).
-fn is_mounted(p: &Path) -> bool {
+pub fn is_mounted(p: &Path) -> bool {
     crate::volume::subpath::mounts_below(p)
         .map(|m| m.iter().any(|x| x == p))
         .unwrap_or(false)
@@ -192,8 +194,11 @@ impl CsiMounter {
         };
         let dir = pod_volume_dir(&self.root_dir, pod_uid, &v.spec_name);
         let target = dir.join("mount");
-        let t = target.clone();
-        if blocking(move || is_mounted(&t)).await? {
+        let (t, probe) = (target.clone(), self.mounted);
+        // A mounted target is adopted as it is, unless the driver asks to be called again on
+        // every sync (`requiresRepublish`: fresh tokens, rotated credentials), as upstream's
+        // reconciler remounts such volumes.
+        if blocking(move || probe(&t)).await? && !prepared.spec.requires_republish {
             return Ok(target);
         }
         let caps = driver
@@ -221,7 +226,7 @@ impl CsiMounter {
                 std::fs::create_dir_all(parent)
                     .map_err(|e| format!("creating {}: {e}", parent.display()))?;
                 write_json(&parent.join(VOL_DATA_FILE), &data)?;
-                Ok(is_mounted(&p))
+                Ok(probe(&p))
             })
             .await??;
             if !mounted {

@@ -61,6 +61,7 @@ fn storage(root: &Path, pvs: &[(&str, PersistentVolumeSpec)], usage: Arc<FakeFsU
             root_dir: root.to_path_buf(),
             node_name: "node-a".into(),
             drivers: Arc::new(CsiDrivers::default()),
+            mounted: crate::volume::csi::mounter::is_mounted,
         },
     )
     .with_fs_usage(usage)

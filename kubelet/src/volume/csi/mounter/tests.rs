@@ -26,6 +26,7 @@ async fn setup(caps: Capabilities) -> (tempfile::TempDir, CsiMounter, Arc<FakeCs
         root_dir: root.path().to_path_buf(),
         node_name: "node-a".into(),
         drivers,
+        mounted: is_mounted,
     };
     (root, m, node)
 }
