@@ -608,21 +608,7 @@ impl Storage {
                         continue;
                     }
                 };
-                if let Some((ns, claim)) = &p.claim {
-                    let u = |v: i64| u64::try_from(v).unwrap_or(0);
-                    crate::metrics::volumes().set_volume_stats(
-                        ns,
-                        claim,
-                        &crate::metrics::VolumeFigures {
-                            capacity_bytes: u(stats.capacity_bytes),
-                            available_bytes: u(stats.available_bytes),
-                            used_bytes: u(stats.used_bytes),
-                            inodes: u(stats.inodes),
-                            inodes_free: u(stats.inodes_free),
-                            inodes_used: u(stats.inodes_used),
-                        },
-                    );
-                }
+                super::stats::export_claim_stats(p.claim.as_ref(), &stats);
                 let now_ns = crate::clock::unix_now() * 1_000_000_000;
                 if let Some(e) = self
                     .published

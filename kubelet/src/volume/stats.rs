@@ -12,6 +12,26 @@ use std::time::{Duration, Instant};
 
 use super::csi::client::VolumeStats;
 
+/// A claim's measured usage as `kubelet_volume_stats_*` (labelled by its namespace and name).
+pub(super) fn export_claim_stats(claim: Option<&(String, String)>, stats: &VolumeStats) {
+    let Some((ns, claim)) = claim else {
+        return;
+    };
+    let u = |v: i64| u64::try_from(v).unwrap_or(0);
+    crate::metrics::volumes().set_volume_stats(
+        ns,
+        claim,
+        &crate::metrics::VolumeFigures {
+            capacity_bytes: u(stats.capacity_bytes),
+            available_bytes: u(stats.available_bytes),
+            used_bytes: u(stats.used_bytes),
+            inodes: u(stats.inodes),
+            inodes_free: u(stats.inodes_free),
+            inodes_used: u(stats.inodes_used),
+        },
+    );
+}
+
 /// statfs(2) of a volume's path: the OS edge of the measurement.
 pub trait FsUsage: Send + Sync {
     fn usage(&self, path: &Path) -> std::io::Result<VolumeStats>;
@@ -137,21 +157,7 @@ impl LocalVolumes {
                     continue;
                 }
             };
-            if let Some((ns, claim)) = &e.claim {
-                let u = |v: i64| u64::try_from(v).unwrap_or(0);
-                crate::metrics::volumes().set_volume_stats(
-                    ns,
-                    claim,
-                    &crate::metrics::VolumeFigures {
-                        capacity_bytes: u(stats.capacity_bytes),
-                        available_bytes: u(stats.available_bytes),
-                        used_bytes: u(stats.used_bytes),
-                        inodes: u(stats.inodes),
-                        inodes_free: u(stats.inodes_free),
-                        inodes_used: u(stats.inodes_used),
-                    },
-                );
-            }
+            export_claim_stats(e.claim.as_ref(), &stats);
             let now_ns = crate::clock::unix_now() * 1_000_000_000;
             if let Some(entry) = self.lock().get_mut(&uid).and_then(|v| v.get_mut(&name)) {
                 entry.measured = Some((Instant::now(), now_ns, stats));
