@@ -406,7 +406,7 @@ pub const FIELDS: &[Setting] = &[
         "enableControllerAttachDetach",
         NotImplemented,
         &["true"],
-        "attachable volumes are not supported.",
+        "the kubelet never attaches volumes itself: the Node stays annotated controller-managed, volumesInUse is reported, and a CSI volume whose driver has attachRequired waits for the attach/detach controller's VolumeAttachment and volumesAttached.",
     ),
     s(
         "protectKernelDefaults",

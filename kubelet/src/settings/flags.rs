@@ -160,9 +160,9 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--serialize-image-pulls",
-        NotImplemented,
-        &["true"],
-        "image pulls are always serialized.",
+        Implemented,
+        &[],
+        "serializeImagePulls; the flag wins over the file.",
     ),
     s(
         "--anonymous-auth",
