@@ -264,9 +264,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "singleProcessOOMKill",
-        NotImplemented,
-        &["false"],
-        "the cgroup's memory.oom.group is left as the runtime sets it.",
+        Implemented,
+        &[],
+        "Unset or false on cgroup v2: each container gets memory.oom.group 1 (an OOM kills the whole container); true: only the process the kernel picks. Explicitly false on cgroup v1 stops the start with upstream's message.",
     ),
     s("memoryManagerPolicy", NotImplemented, &["None"], NO_CM),
     s("topologyManagerPolicy", NotImplemented, &["none"], NO_CM),
