@@ -174,9 +174,9 @@ pub const FIELDS: &[Setting] = &[
     s("healthzBindAddress", Implemented, &[], "Healthz address."),
     s(
         "oomScoreAdj",
-        NotImplemented,
-        &["-999"],
-        "the process's OOM score is not changed.",
+        Implemented,
+        &[],
+        "Written to /proc/self/oom_score_adj at start (default -999; -1000..1000, else the start stops with upstream's message). Lowering it needs CAP_SYS_RESOURCE: without it a warning is logged and the agent goes on, as upstream.",
     ),
     s("clusterDomain", Implemented, &[], "Pod DNS search domain."),
     s("clusterDNS", Implemented, &[], "Pod DNS servers."),
@@ -398,9 +398,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "podsPerCore",
-        NotImplemented,
-        &["0"],
-        "pod capacity is maxPods only.",
+        Implemented,
+        &[],
+        "Above 0, the node's pod capacity is podsPerCore × the CPU count when that is below maxPods (capacity, allocatable and admission), as upstream; negative stops the start.",
     ),
     s(
         "enableControllerAttachDetach",

@@ -412,6 +412,8 @@ pub const FLAGS: &[Setting] = &[
         &[],
         "The Node's status.images lists this many images, largest first (-1: all), each with up to 5 names.",
     ),
+    s("--oom-score-adj", Implemented, &[], "oomScoreAdj."),
+    s("--pods-per-core", Implemented, &[], "podsPerCore."),
     s(
         "--max-open-files",
         Implemented,
