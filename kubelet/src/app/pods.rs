@@ -68,6 +68,7 @@ async fn node_settings(
         selinux_enabled: crate::host::selinux_enabled(),
         cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
         swap_capacity: crate::host::swap_capacity(),
+        restart_backoff_max: crate::spec::RestartBackoffMax(cfg.crash_loop_max),
         image_volumes: crate::volume::runtime_mounts_images(runtime_name, runtime_version),
         runtime_version: format!("{runtime_name} {runtime_version}"),
         allocatable,
