@@ -9,6 +9,7 @@
 
 mod certs;
 pub mod devices;
+pub mod dra;
 pub mod server;
 pub mod storage;
 #[cfg(test)]
@@ -18,6 +19,7 @@ use std::sync::LazyLock;
 
 pub use certs::{Certificates, certificates};
 pub use devices::{Devices, PodResourcesCall, devices};
+pub use dra::{Dra, dra};
 use prometheus::core::Collector;
 use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts, Registry,
@@ -338,6 +340,7 @@ impl Metrics {
         all.extend(volumes().collectors());
         all.extend(server().collectors());
         all.extend(devices().collectors());
+        all.extend(dra().collectors());
         for c in all {
             registry.register(c).expect("unique metric names");
         }
@@ -369,6 +372,7 @@ impl Metrics {
         empty.extend(volumes().may_be_empty());
         empty.extend(server().may_be_empty());
         empty.extend(devices().may_be_empty());
+        empty.extend(dra().may_be_empty());
         let rc = plumbing::metrics::rest_client();
         empty.push((Box::new(rc.requests.clone()), "counter"));
         empty.push((Box::new(rc.duration.clone()), "histogram"));

@@ -54,7 +54,8 @@ pub struct DraManager {
     api: Option<Arc<dyn ClaimApi>>,
     plugins: Plugins,
     state_path: PathBuf,
-    cache: Mutex<BTreeMap<Key, ClaimInfo>>,
+    cache: Arc<Mutex<BTreeMap<Key, ClaimInfo>>>,
+    metrics: Arc<crate::metrics::Dra>,
     /// Checkpoint writes in order: a later write carries a later snapshot.
     write: tokio::sync::Mutex<()>,
 }
@@ -80,17 +81,40 @@ impl DraManager {
     /// A manager keeping its checkpoint in `root_dir`, reading claims through `api` (None:
     /// no apiserver, claims cannot be read).
     pub fn new(root_dir: &Path, api: Option<Arc<dyn ClaimApi>>) -> Self {
+        Self::with_metrics(root_dir, api, crate::metrics::dra())
+    }
+
+    /// As [`new`](Self::new), recording in `metrics` (tests; the process's are
+    /// `metrics::dra()`), whose `dra_resource_claims_in_use` reads this manager's cache.
+    pub fn with_metrics(
+        root_dir: &Path,
+        api: Option<Arc<dyn ClaimApi>>,
+        metrics: Arc<crate::metrics::Dra>,
+    ) -> Self {
+        let cache: Arc<Mutex<BTreeMap<Key, ClaimInfo>>> = Arc::default();
+        let weak = Arc::downgrade(&cache);
+        metrics.set_claims_in_use(Arc::new(move || {
+            weak.upgrade()
+                .map(|c| claims_in_use(&c.lock().unwrap_or_else(|p| p.into_inner())))
+                .unwrap_or_default()
+        }));
         DraManager {
             api,
             plugins: Plugins::default(),
             state_path: root_dir.join(checkpoint::FILE_NAME),
-            cache: Mutex::new(BTreeMap::new()),
+            cache,
+            metrics,
             write: tokio::sync::Mutex::new(()),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, ClaimInfo>> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Prepared claims per driver and in all (`<any>`), as `dra_resource_claims_in_use`.
+    pub fn claims_in_use(&self) -> BTreeMap<String, usize> {
+        claims_in_use(&self.lock())
     }
 
     /// Reads the checkpoint (blocking file work): claims already known are kept.
@@ -154,7 +178,7 @@ impl DraManager {
         services: &[String],
     ) -> Result<(), String> {
         let service = Plugins::validate(driver, endpoint, services)?;
-        let plugin = GrpcPlugin::new(endpoint, service).map_err(|e| {
+        let plugin = GrpcPlugin::new(driver, endpoint, service, self.metrics.clone()).map_err(|e| {
             format!(
                 "create gRPC connection to DRA driver {driver} plugin at endpoint {endpoint}: {e}"
             )
@@ -194,9 +218,11 @@ impl DraManager {
 
     /// Prepares every claim of `pod` that is not prepared yet (see the module documentation).
     pub async fn prepare(&self, pod: &Pod) -> Result<(), DraError> {
-        self.prepare_claims(pod)
-            .await
-            .map_err(|e| DraError(format!("prepare dynamic resources: {e}")))
+        let started = std::time::Instant::now();
+        let r = self.prepare_claims(pod).await;
+        self.metrics
+            .operation("PrepareResources", r.is_err(), started.elapsed());
+        r.map_err(|e| DraError(format!("prepare dynamic resources: {e}")))
     }
 
     async fn prepare_claims(&self, pod: &Pod) -> Result<(), String> {
@@ -430,9 +456,11 @@ impl DraManager {
     /// Unprepares the claims only `pod_uid` still uses and forgets the pod in the others
     /// (idempotent: claims already unprepared are not in the cache any more).
     pub async fn unprepare(&self, pod_uid: &str) -> Result<(), DraError> {
-        self.unprepare_claims(pod_uid)
-            .await
-            .map_err(|e| DraError(format!("unprepare dynamic resources: {e}")))
+        let started = std::time::Instant::now();
+        let r = self.unprepare_claims(pod_uid).await;
+        self.metrics
+            .operation("UnprepareResources", r.is_err(), started.elapsed());
+        r.map_err(|e| DraError(format!("unprepare dynamic resources: {e}")))
     }
 
     async fn unprepare_claims(&self, pod_uid: &str) -> Result<(), String> {
@@ -513,12 +541,29 @@ impl DraManager {
             .flat_map(|i| i.state.pod_uids.iter().cloned())
             .filter(|u| !active.contains(u))
             .collect();
+        // Not through `unprepare`: upstream's loop is not a pod's UnprepareResources and
+        // is not counted in dra_operations_duration_seconds.
         for uid in stale {
-            if let Err(e) = self.unprepare(&uid).await {
+            if let Err(e) = self.unprepare_claims(&uid).await {
                 tracing::info!(pod_uid = %uid, error = %e, "Unpreparing pod resources in reconcile loop failed, will retry");
             }
         }
     }
+}
+
+/// Upstream's `claimsInUse`: every prepared claim counts once under each of its drivers and
+/// once under `<any>` (always present, 0 when nothing is prepared).
+fn claims_in_use(cache: &BTreeMap<Key, ClaimInfo>) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    let mut total = 0;
+    for info in cache.values().filter(|i| i.prepared) {
+        total += 1;
+        for d in info.state.driver_state.keys() {
+            *out.entry(d.clone()).or_insert(0) += 1;
+        }
+    }
+    out.insert(crate::metrics::dra::ANY_DRIVER.to_string(), total);
+    out
 }
 
 /// The device serves `request` of its claim: an empty request (the whole claim), a device
