@@ -193,14 +193,13 @@ pub(super) fn start_pod_resources(
     cfg: &Config,
     control: tokio::sync::mpsc::Sender<crate::sync_loop::Control>,
     devices: Option<Arc<crate::cm::DeviceManager>>,
+    dra: Arc<crate::cm::DraManager>,
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: &tokio_util::sync::CancellationToken,
 ) {
     use crate::podresources::{PodResources, serve};
-    let service = Arc::new(PodResources::new(
-        Arc::new(SyncLoopActive(control)),
-        devices,
-    ));
+    let service =
+        Arc::new(PodResources::new(Arc::new(SyncLoopActive(control)), devices).with_dra(dra));
     let (root, cancel) = (cfg.root_dir.clone(), cancel.clone());
     tasks.spawn(async move {
         if let Err(e) = serve(root, service, cancel).await {

@@ -504,7 +504,8 @@ fn start_sync_loop(
     ));
     let loop_health = sync_loop.health();
     let devices = Some(p.devices.clone());
-    container_manager::start_pod_resources(cfg, sync_loop.control(), devices, tasks, cancel);
+    let dra = p.dra.clone();
+    container_manager::start_pod_resources(cfg, sync_loop.control(), devices, dra, tasks, cancel);
     eviction::spawn(
         cfg,
         p.runtime.clone(),

@@ -19,6 +19,7 @@ pub mod claims;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod plugins;
+mod pod_resources;
 
 pub use claims::{ClaimApi, KubeClaimApi};
 pub use plugins::{DraPlugin, GrpcPlugin, Plugins};

@@ -56,7 +56,11 @@ pub fn go_code(c: tonic::Code) -> &'static str {
 
 /// Go's text for a gRPC error status.
 pub fn go_status(s: &tonic::Status) -> String {
-    format!("rpc error: code = {} desc = {}", go_code(s.code()), s.message())
+    format!(
+        "rpc error: code = {} desc = {}",
+        go_code(s.code()),
+        s.message()
+    )
 }
 
 /// The first of `services` (the plugin's order) the kubelet speaks; upstream's messages.
@@ -158,7 +162,9 @@ impl DraPlugin for GrpcPlugin {
     ) -> Result<pb::NodePrepareResourcesResponse, String> {
         if self.v1 {
             let mut c = pb::dra_plugin_client::DraPluginClient::new(self.channel.clone());
-            return self.timed("NodePrepareResources", c.node_prepare_resources(req)).await;
+            return self
+                .timed("NodePrepareResources", c.node_prepare_resources(req))
+                .await;
         }
         let mut c = dra::v1beta1::dra_plugin_client::DraPluginClient::new(self.channel.clone());
         let req = dra::v1beta1::NodePrepareResourcesRequest {

@@ -421,7 +421,8 @@ async fn each_pods_prepare_and_unprepare_is_timed_under_upstreams_labels() {
 #[tokio::test]
 async fn the_reconcile_loop_is_not_a_pods_unprepare_in_the_histogram() {
     let r = rig();
-    r.api.put(claim("ns", "c1", "u1", Some(DRIVER), Some("pod-a")));
+    r.api
+        .put(claim("ns", "c1", "u1", Some(DRIVER), Some("pod-a")));
     r.m.prepare(&one_claim_pod("pod-a", "c1")).await.unwrap();
     r.m.reconcile(&BTreeSet::new()).await;
     assert_eq!(r.plugin.calls(), vec!["prepare u1", "unprepare u1"]);
@@ -432,11 +433,11 @@ async fn the_reconcile_loop_is_not_a_pods_unprepare_in_the_histogram() {
 async fn claims_in_use_counts_prepared_claims_per_driver_and_under_any() {
     let r = rig();
     // A manager with nothing prepared: <any> is 0 and no driver is listed.
-    assert!(
-        scrape(&r.metrics).contains(r#"dra_resource_claims_in_use{driver_name="<any>"} 0"#)
-    );
-    r.api.put(claim("ns", "c1", "u1", Some(DRIVER), Some("pod-a")));
-    r.api.put(claim("ns", "c2", "u2", Some(DRIVER), Some("pod-a")));
+    assert!(scrape(&r.metrics).contains(r#"dra_resource_claims_in_use{driver_name="<any>"} 0"#));
+    r.api
+        .put(claim("ns", "c1", "u1", Some(DRIVER), Some("pod-a")));
+    r.api
+        .put(claim("ns", "c2", "u2", Some(DRIVER), Some("pod-a")));
     let two = pod(
         "pod-a",
         serde_json::json!([
@@ -447,15 +448,21 @@ async fn claims_in_use_counts_prepared_claims_per_driver_and_under_any() {
     );
     r.m.prepare(&two).await.unwrap();
     let text = scrape(&r.metrics);
-    assert!(text.contains(r#"dra_resource_claims_in_use{driver_name="<any>"} 2"#), "{text}");
+    assert!(
+        text.contains(r#"dra_resource_claims_in_use{driver_name="<any>"} 2"#),
+        "{text}"
+    );
     assert!(
         text.contains(r#"dra_resource_claims_in_use{driver_name="dra.example.com"} 2"#),
         "{text}"
     );
     // A claim that failed to prepare is in the cache but not in use.
-    r.api.put(claim("ns", "c3", "u3", Some(DRIVER), Some("pod-b")));
+    r.api
+        .put(claim("ns", "c3", "u3", Some(DRIVER), Some("pod-b")));
     *r.plugin.fail.lock().unwrap() = Some("rpc error: code = Unavailable desc = gone".into());
-    r.m.prepare(&one_claim_pod("pod-b", "c3")).await.unwrap_err();
+    r.m.prepare(&one_claim_pod("pod-b", "c3"))
+        .await
+        .unwrap_err();
     assert_eq!(
         r.m.claims_in_use(),
         BTreeMap::from([("<any>".to_string(), 2), (DRIVER.to_string(), 2)])
@@ -463,7 +470,10 @@ async fn claims_in_use_counts_prepared_claims_per_driver_and_under_any() {
     *r.plugin.fail.lock().unwrap() = None;
     r.m.unprepare("pod-a").await.unwrap();
     let text = scrape(&r.metrics);
-    assert!(text.contains(r#"dra_resource_claims_in_use{driver_name="<any>"} 0"#), "{text}");
+    assert!(
+        text.contains(r#"dra_resource_claims_in_use{driver_name="<any>"} 0"#),
+        "{text}"
+    );
     // Drivers without claims in use drop out, as upstream's collector lists them.
     assert!(!text.contains("dra.example.com"), "{text}");
 }
@@ -488,7 +498,9 @@ impl pb::dra_plugin_server::DraPlugin for GrpcDriver {
             .into_iter()
             .map(|c| (c.uid, pb::NodePrepareResourceResponse::default()))
             .collect();
-        Ok(tonic::Response::new(pb::NodePrepareResourcesResponse { claims }))
+        Ok(tonic::Response::new(pb::NodePrepareResourcesResponse {
+            claims,
+        }))
     }
     async fn node_unprepare_resources(
         &self,
