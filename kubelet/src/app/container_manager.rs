@@ -119,9 +119,12 @@ pub(super) async fn start_devices(
 
 /// The DRA manager: claims read from the apiserver (cluster mode), what was prepared before
 /// restored from `<root-dir>/dra_manager_state` (a corrupt file is reported and left out).
+/// In cluster mode the node's ResourceSlices are wiped now and per driver when its plugin
+/// has been gone for upstream's grace period (`cm::dra::slices`), until `cancel`.
 pub(super) async fn start_dra(
     cfg: &Config,
     cluster: Option<&super::cluster::Connected>,
+    cancel: &tokio_util::sync::CancellationToken,
 ) -> Arc<crate::cm::DraManager> {
     use crate::cm::{DraManager, dra};
     let api = cluster.map(|c| {
@@ -135,6 +138,17 @@ pub(super) async fn start_dra(
         Ok(Ok(n)) => tracing::debug!(claims = n, "DRA state restored"),
         Ok(Err(e)) => tracing::error!(error = %e, "DRA state not restored"),
         Err(e) => tracing::error!(error = %e, "DRA state not restored"),
+    }
+    if let Some(c) = cluster {
+        let api = Arc::new(dra::KubeSliceApi {
+            client: c.client.clone(),
+        });
+        m.start_slice_cleanup(dra::SliceCleanup::new(
+            api,
+            &cfg.node_name,
+            dra::slices::WIPING_DELAY,
+            cancel.child_token(),
+        ));
     }
     m
 }

@@ -201,7 +201,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let (probes, probe_rx) = probe_manager(&metrics, &events);
     let shared = Shared {
         devices: container_manager::start_devices(&cfg, &mut tasks, &cancel).await,
-        dra: container_manager::start_dra(&cfg, cluster.as_ref()).await,
+        dra: container_manager::start_dra(&cfg, cluster.as_ref(), &cancel).await,
         pull_records: start_pull_records(&cfg, runtime.as_ref()).await?,
         allocations: pods::allocations(&cfg).await?,
         node_ips: node_ips(&cfg),

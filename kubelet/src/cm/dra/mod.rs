@@ -20,9 +20,11 @@ pub mod claims;
 pub mod fake;
 pub mod plugins;
 mod pod_resources;
+pub mod slices;
 
 pub use claims::{ClaimApi, KubeClaimApi};
 pub use plugins::{DraPlugin, GrpcPlugin, Plugins};
+pub use slices::{KubeSliceApi, SliceApi, SliceCleanup};
 
 use checkpoint::{ClaimState, Device, DriverState};
 use cri_proto::dra::v1 as pb;
@@ -57,6 +59,8 @@ pub struct DraManager {
     state_path: PathBuf,
     cache: Arc<Mutex<BTreeMap<Key, ClaimInfo>>>,
     metrics: Arc<crate::metrics::Dra>,
+    /// The ResourceSlice cleanup of this node (cluster mode).
+    slices: Mutex<Option<Arc<SliceCleanup>>>,
     /// Checkpoint writes in order: a later write carries a later snapshot.
     write: tokio::sync::Mutex<()>,
 }
@@ -105,6 +109,7 @@ impl DraManager {
             state_path: root_dir.join(checkpoint::FILE_NAME),
             cache,
             metrics,
+            slices: Mutex::new(None),
             write: tokio::sync::Mutex::new(()),
         }
     }
@@ -161,6 +166,20 @@ impl DraManager {
         .map_err(|e| format!("could not save checkpoint {}: {e}", checkpoint::FILE_NAME))
     }
 
+    /// Cleans up the node's ResourceSlices from now on through `cleanup`: all of them now
+    /// (in the background), a driver's when its last plugin has been gone for the delay.
+    pub fn start_slice_cleanup(&self, cleanup: Arc<SliceCleanup>) {
+        cleanup.start();
+        *self.slices.lock().unwrap_or_else(|p| p.into_inner()) = Some(cleanup);
+    }
+
+    fn slice_cleanup(&self) -> Option<Arc<SliceCleanup>> {
+        self.slices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// The plugin manager's validation of a `DRAPlugin` socket.
     pub fn validate_plugin(
         &self,
@@ -184,7 +203,7 @@ impl DraManager {
                 "create gRPC connection to DRA driver {driver} plugin at endpoint {endpoint}: {e}"
             )
         })?;
-        self.plugins.add(driver, endpoint, Arc::new(plugin))?;
+        self.add_plugin(driver, endpoint, Arc::new(plugin))?;
         tracing::info!(driver, endpoint, service, "registered DRA plugin");
         Ok(())
     }
@@ -196,13 +215,23 @@ impl DraManager {
         endpoint: &str,
         plugin: Arc<dyn DraPlugin>,
     ) -> Result<(), String> {
-        self.plugins.add(driver, endpoint, plugin)
+        self.plugins.add(driver, endpoint, plugin)?;
+        if let Some(c) = self.slice_cleanup() {
+            c.driver_back(driver);
+        }
+        Ok(())
     }
 
-    /// A driver's plugin socket went away.
+    /// A driver's plugin socket went away. With no plugin of the driver left, its
+    /// ResourceSlices on this node are deleted after the grace period (`slices.rs`).
     pub fn deregister_plugin(&self, driver: &str) {
         self.plugins.remove(driver, None);
         tracing::info!(driver, "unregistered DRA plugin");
+        if self.plugins.get(driver).is_err()
+            && let Some(c) = self.slice_cleanup()
+        {
+            c.driver_gone(driver);
+        }
     }
 
     /// The drivers with a registered plugin.
