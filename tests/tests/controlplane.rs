@@ -1775,6 +1775,23 @@ async fn kubelets_wipe_only_their_own_resource_slices() {
         names(all.list(&ListParams::default()).await.unwrap().items),
         ["n1-a", "n1-b", "n2-a"]
     );
+    // Selector syntax smuggled in through a driver name only adds ANDed terms: nothing of
+    // another node or driver matches.
+    for smuggled in [
+        "spec.driver=a.example.com,spec.nodeName=n2,spec.nodeName=n1",
+        "spec.driver=x,spec.nodeName!=n1,spec.nodeName=n1",
+    ] {
+        node.delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().fields(smuggled),
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        names(all.list(&ListParams::default()).await.unwrap().items),
+        ["n1-a", "n1-b", "n2-a"]
+    );
     // One driver of its own node (the kubelet's selector after the grace period)...
     node.delete_collection(
         &DeleteParams::default(),

@@ -218,7 +218,8 @@ impl FieldSelector {
 
 /// Upstream's node authorizer (`AuthorizeNodeWithSelectors`, on since 1.32) for a kubelet
 /// (`system:node:<name>` in `system:nodes`): it may list, watch and deletecollection
-/// ResourceSlices only with the field selector `spec.nodeName=<its name>`.
+/// ResourceSlices only with a field selector that has the term `spec.nodeName=<its name>`
+/// (any of its terms, as upstream's loop).
 pub fn node_selector_denial(
     user: &UserInfo,
     res: &ResourceDef,
@@ -230,7 +231,10 @@ pub fn node_selector_denial(
     if !user.in_group("system:nodes")
         || res.plural != "resourceslices"
         || !matches!(verb, "list" | "watch" | "deletecollection")
-        || fields.exact("spec.nodeName") == Some(node)
+        || fields
+            .0
+            .iter()
+            .any(|(k, eq, v)| k == "spec.nodeName" && *eq && v == node)
     {
         return None;
     }

@@ -218,3 +218,37 @@ async fn without_a_cleanup_standalone_nothing_is_deleted_and_deregistering_is_qu
     m.deregister_plugin(GPU);
     assert!(m.slice_cleanup().is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hostile_driver_name_only_narrows_what_is_deleted() {
+    // A plugin registering under a name with selector syntax in it: the terms it adds are
+    // ANDed with the node's (Go's fields.Set.String does not escape either), so it can
+    // only match less, never another node's or another driver's slices.
+    let api = api();
+    let (_d, m) = manager(&api).await;
+    *api.slices.lock().unwrap() = [
+        ("n1-gpu", NODE, GPU),
+        ("n1-nic", NODE, NIC),
+        ("n2-gpu", "n2", GPU),
+    ]
+    .iter()
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    .collect();
+    for hostile in [
+        format!("{GPU},spec.nodeName=n2"),
+        format!("x,spec.driver={NIC}"),
+        "x,spec.nodeName!=n1".to_string(),
+    ] {
+        m.add_plugin(&hostile, "/h.sock", plugin()).unwrap();
+        m.deregister_plugin(&hostile);
+    }
+    tokio::time::sleep(WIPING_DELAY * 2).await;
+    settle().await;
+    let sels = api.selectors();
+    assert_eq!(sels.len(), 4, "{sels:?}");
+    assert!(
+        sels[1..].iter().all(|s| s.ends_with(",spec.nodeName=n1")),
+        "{sels:?}"
+    );
+    assert_eq!(api.names(), ["n1-gpu", "n1-nic", "n2-gpu"]);
+}
