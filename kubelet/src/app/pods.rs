@@ -161,7 +161,8 @@ fn worker_env(
         Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
         Arc::new(crate::objects::TokenManager::new(api_objects)),
         binder.clone(),
-    );
+    )
+    .with_resync(cfg.sync_frequency);
     if let Some(s) = storage {
         volumes = volumes.with_storage(s);
     }
