@@ -125,6 +125,33 @@ fn bind(cp: &NetnsControlPlane, claim: &Value, pv: &str, source: Value) {
     cp.update_status("persistentvolumeclaims", c2).unwrap();
 }
 
+/// The test driver `DRIVER` (volumes under `data`) registered with the agent whose root
+/// directory is `root`, and its CSIDriver object with `spec`.
+fn registered_driver(
+    cp: &NetnsControlPlane,
+    root: &std::path::Path,
+    data: &std::path::Path,
+    spec: Value,
+) -> TestCsiDriver {
+    let driver = TestCsiDriver::start(root, data, DriverOptions::new(DRIVER));
+    wait_for("driver registered", Duration::from_secs(30), || {
+        driver.statuses().first().map(|s| s.plugin_registered)
+    });
+    cp.create("csidrivers.storage.k8s.io", csi_driver_object(DRIVER, spec))
+        .unwrap();
+    driver
+}
+
+/// A claim bound to a PV of `DRIVER` whose volume handle is `handle`.
+fn csi_claim(cp: &NetnsControlPlane, claim: &str, pv: &str, handle: &str) {
+    bound_claim(
+        cp,
+        claim,
+        pv,
+        json!({"csi": {"driver": DRIVER, "volumeHandle": handle}}),
+    );
+}
+
 fn log_has(node: &JoinedNode, cp: &NetnsControlPlane, name: &str, want: &str) {
     let p = cp.get("pods", "default", name).unwrap();
     wait_for(
@@ -213,15 +240,7 @@ fn claims_keep_their_data_from_one_pod_to_the_next() {
     registered(&cp, &mut kubelet);
     let data = tempfile::tempdir().unwrap();
     let root = node.p("var/lib/kubelet");
-    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
-    wait_for("driver registered", Duration::from_secs(30), || {
-        driver.statuses().first().map(|s| s.plugin_registered)
-    });
-    cp.create(
-        "csidrivers.storage.k8s.io",
-        csi_driver_object(DRIVER, json!({"attachRequired": false})),
-    )
-    .unwrap();
+    let driver = registered_driver(&cp, &root, data.path(), json!({"attachRequired": false}));
 
     // A claim not bound yet: the pod waits with upstream's message, then starts once bound.
     let host = tempfile::tempdir().unwrap();
@@ -272,12 +291,7 @@ fn claims_keep_their_data_from_one_pod_to_the_next() {
     gone(&cp, "reader");
 
     // A CSI PV: staged once, published into the pod, unpublished and unstaged when it goes.
-    bound_claim(
-        &cp,
-        "db",
-        "pv-csi",
-        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-1"}}),
-    );
+    csi_claim(&cp, "db", "pv-csi", "vol-1");
     cp.create(
         "pods",
         pod(
@@ -510,12 +524,7 @@ fn failing_stage_and_ephemeral_volumes() {
             pod("scratch", "echo owned; sleep 3600", eph.clone()),
         )
         .unwrap();
-    bound_claim(
-        &cp,
-        "scratch-data",
-        "pv-scratch",
-        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-s"}}),
-    );
+    csi_claim(&cp, "scratch-data", "pv-scratch", "vol-s");
     assert_eq!(
         failed_mount(&cp, "scratch"),
         "MountVolume.SetUp failed for volume \"data\" : error processing PVC default/scratch-data: PVC default/scratch-data was not created for pod default/scratch (pod is not owner)"
@@ -540,20 +549,14 @@ fn csi_driver_object_fields_reach_the_driver() {
     registered(&cp, &mut kubelet);
     let root = node.p("var/lib/kubelet");
     let data = tempfile::tempdir().unwrap();
-    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
-    wait_for("driver registered", Duration::from_secs(30), || {
-        driver.statuses().first().map(|s| s.plugin_registered)
-    });
     // attachRequired is left to its default (true).
-    cp.create(
-        "csidrivers.storage.k8s.io",
-        csi_driver_object(
-            DRIVER,
-            json!({"podInfoOnMount": true, "fsGroupPolicy": "File",
-                "tokenRequests": [{"audience": "vault", "expirationSeconds": 3600}]}),
-        ),
-    )
-    .unwrap();
+    let driver = registered_driver(
+        &cp,
+        &root,
+        data.path(),
+        json!({"podInfoOnMount": true, "fsGroupPolicy": "File",
+            "tokenRequests": [{"audience": "vault", "expirationSeconds": 3600}]}),
+    );
     cp.create(
         "serviceaccounts",
         json!({"metadata": {"name": "csi-user", "namespace": "default"}}),
@@ -675,21 +678,8 @@ fn a_grown_claim_is_expanded_on_the_node_while_mounted() {
     registered(&cp, &mut kubelet);
     let data = tempfile::tempdir().unwrap();
     let root = node.p("var/lib/kubelet");
-    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
-    wait_for("driver registered", Duration::from_secs(30), || {
-        driver.statuses().first().map(|s| s.plugin_registered)
-    });
-    cp.create(
-        "csidrivers.storage.k8s.io",
-        csi_driver_object(DRIVER, json!({"attachRequired": false})),
-    )
-    .unwrap();
-    bound_claim(
-        &cp,
-        "grow",
-        "pv-grow",
-        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-grow"}}),
-    );
+    let driver = registered_driver(&cp, &root, data.path(), json!({"attachRequired": false}));
+    csi_claim(&cp, "grow", "pv-grow", "vol-grow");
     cp.create("pods", pod("app", "sleep 3600", claim_volume("grow")))
         .unwrap();
     running(&cp, "app", &mut kubelet);
@@ -767,24 +757,13 @@ fn requires_republish_publishes_a_mounted_volume_again() {
     registered(&cp, &mut kubelet);
     let data = tempfile::tempdir().unwrap();
     let root = node.p("var/lib/kubelet");
-    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
-    wait_for("driver registered", Duration::from_secs(30), || {
-        driver.statuses().first().map(|s| s.plugin_registered)
-    });
-    cp.create(
-        "csidrivers.storage.k8s.io",
-        csi_driver_object(
-            DRIVER,
-            json!({"attachRequired": false, "requiresRepublish": true}),
-        ),
-    )
-    .unwrap();
-    bound_claim(
+    let driver = registered_driver(
         &cp,
-        "again",
-        "pv-again",
-        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-again"}}),
+        &root,
+        data.path(),
+        json!({"attachRequired": false, "requiresRepublish": true}),
     );
+    csi_claim(&cp, "again", "pv-again", "vol-again");
     cp.create("pods", pod("app", "sleep 3600", claim_volume("again")))
         .unwrap();
     running(&cp, "app", &mut kubelet);
