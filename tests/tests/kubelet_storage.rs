@@ -12,7 +12,8 @@
 //! the Node's `volumesAttached` and its VolumeAttachment, whose metadata is the publish
 //! context; stage and publish Secrets, the pod's information and a ServiceAccount token
 //! bound to the pod arrive in the requests (and never in the agent's log); with
-//! `fsGroupPolicy: File` the kubelet gives the volume the pod's fsGroup.
+//! `fsGroupPolicy: File` the kubelet gives the volume the pod's fsGroup. A `volumeMode: Block`
+//! local PV on a loop device reaches the container as the device its `volumeDevices` names.
 
 use node_tests::controlplane::Options;
 use node_tests::csi_driver::{DriverOptions, TestCsiDriver, csi_driver_object};
@@ -224,11 +225,13 @@ fn csi_driver_registers_in_csinode_and_the_node_annotation_then_deregisters() {
                 .filter(|c| c["spec"]["drivers"].as_array().is_none_or(|d| d.is_empty()))
         },
     );
-    let n = cp.get("nodes", "", NODE).unwrap();
-    assert!(
-        n["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"].is_null(),
-        "{n:#}"
-    );
+    // CSINode and the Node's annotation are two writes: wait for the second as well.
+    wait_for("nodeid annotation removed", Duration::from_secs(30), || {
+        let n = cp.get("nodes", "", NODE)?;
+        n["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"]
+            .is_null()
+            .then_some(())
+    });
     kubelet.stop();
 }
 
@@ -743,6 +746,114 @@ fn a_grown_claim_is_expanded_on_the_node_while_mounted() {
         1
     );
     gone(&cp, "app");
+    kubelet.stop();
+}
+
+/// A loop device the test made (detached on drop).
+struct LoopDevice {
+    dev: String,
+    _backing: tempfile::NamedTempFile,
+}
+
+impl LoopDevice {
+    /// A 16 MiB loop device, or why the host cannot make one.
+    fn new() -> Result<LoopDevice, String> {
+        let backing = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+        backing
+            .as_file()
+            .set_len(16 << 20)
+            .map_err(|e| e.to_string())?;
+        let out = std::process::Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(backing.path())
+            .output()
+            .map_err(|e| format!("losetup: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "losetup --find --show failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Ok(LoopDevice {
+            dev,
+            _backing: backing,
+        })
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &self.dev])
+            .status();
+    }
+}
+
+/// `volumeMode: Block`: a local PV whose path is a block device (a loop device made here)
+/// reaches the container as the device named in `volumeDevices`; what the container writes
+/// lands on the device.
+#[test]
+fn a_block_pv_reaches_the_container_as_a_device() {
+    require_rig!();
+    let dev = match LoopDevice::new() {
+        Ok(d) => d,
+        Err(why) => {
+            eprintln!(
+                "SKIPPED a_block_pv_reaches_the_container_as_a_device: this host cannot make a loop device ({why})"
+            );
+            return;
+        }
+    };
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-storage-block", Options::default(), true);
+    registered(&cp, &mut kubelet);
+    let c = cp
+        .create(
+            "persistentvolumeclaims",
+            json!({"metadata": {"name": "raw", "namespace": "default"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "volumeMode": "Block",
+                    "resources": {"requests": {"storage": "16Mi"}}}}),
+        )
+        .unwrap();
+    bind(
+        &cp,
+        &c,
+        "pv-raw",
+        json!({"volumeMode": "Block", "capacity": {"storage": "16Mi"},
+            "local": {"path": dev.dev},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}),
+    );
+    cp.create(
+        "pods",
+        json!({"metadata": {"name": "raw", "namespace": "default"},
+            "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c",
+                    "echo block-data | dd of=/dev/xvda conv=notrunc 2>/dev/null && sync && echo \"read=$(head -c 10 /dev/xvda)\"; sleep 3600"],
+                    "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]}],
+                "volumes": [claim_volume("raw")]}}),
+    )
+    .unwrap();
+    let p = running(&cp, "raw", &mut kubelet);
+    log_has(&node, &cp, "raw", "read=block-data");
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    // The pod's device link, as upstream's local mapper lays it out.
+    let link = node.p(&format!(
+        "var/lib/kubelet/pods/{uid}/volumeDevices/kubernetes.io~local-volume/pv-raw"
+    ));
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        std::path::PathBuf::from(&dev.dev)
+    );
+    let mut head = [0u8; 10];
+    use std::io::Read;
+    std::fs::File::open(&dev.dev)
+        .unwrap()
+        .read_exact(&mut head)
+        .unwrap();
+    assert_eq!(&head, b"block-data");
+    gone(&cp, "raw");
     kubelet.stop();
 }
 
