@@ -737,6 +737,25 @@ fn a_grown_claim_is_expanded_on_the_node_while_mounted() {
         st["allocatedResourceStatuses"]["storage"].is_null(),
         "resize status cleared: {st}"
     );
+    // Upstream's events, on the pod and on the claim, naming the PV and the node.
+    for (kind, name) in [("Pod", "app"), ("PersistentVolumeClaim", "grow")] {
+        let ev = wait_for(
+            &format!("FileSystemResizeSuccessful on {kind} {name}"),
+            Duration::from_secs(30),
+            || {
+                cp.list("events", Some("default")).into_iter().find(|e| {
+                    e["reason"] == "FileSystemResizeSuccessful"
+                        && e["involvedObject"]["kind"] == kind
+                        && e["involvedObject"]["name"] == name
+                })
+            },
+        );
+        assert_eq!(ev["type"], "Normal");
+        assert_eq!(
+            ev["message"],
+            format!("MountVolume.NodeExpandVolume succeeded for volume \"pv-grow\" {NODE}")
+        );
+    }
     assert_eq!(
         driver
             .calls()
