@@ -269,9 +269,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "singleProcessOOMKill",
-        NotImplemented,
-        &["false"],
-        "the cgroup's memory.oom.group is left as the runtime sets it.",
+        Implemented,
+        &[],
+        "Unset or false on cgroup v2: each container gets memory.oom.group 1 (an OOM kills the whole container); true: only the process the kernel picks. Explicitly false on cgroup v1 stops the start with upstream's message.",
     ),
     s("memoryManagerPolicy", NotImplemented, &["None"], NO_CM),
     s("topologyManagerPolicy", NotImplemented, &["none"], NO_CM),
@@ -411,7 +411,7 @@ pub const FIELDS: &[Setting] = &[
         "enableControllerAttachDetach",
         NotImplemented,
         &["true"],
-        "attachable volumes are not supported.",
+        "the kubelet never attaches volumes itself: the Node stays annotated controller-managed, volumesInUse is reported, and a CSI volume whose driver has attachRequired waits for the attach/detach controller's VolumeAttachment and volumesAttached.",
     ),
     s(
         "protectKernelDefaults",
