@@ -21,7 +21,12 @@ pub const FIELDS: &[Setting] = &[
     ),
     s("staticPodPath", Implemented, &[], "Static pod directory."),
     s("podLogsDir", Implemented, &[], "Container log directory."),
-    s("syncFrequency", Implemented, &[], "Pod resync period."),
+    s(
+        "syncFrequency",
+        Implemented,
+        &[],
+        "Pod resync period; also how often mounted volumes are synced again (claims re-read for expansion, `requiresRepublish` drivers called, tokens and labels re-rendered).",
+    ),
     s(
         "fileCheckFrequency",
         Implemented,
