@@ -6,9 +6,12 @@
 //! only, no shell; service names limited to `[a-zA-Z0-9-_@]`, at most 4; the whole answer
 //! bounded by 30 s); a service the journal does not know (or a node without journald) is
 //! looked for as `/var/log/<svc>`, `<svc>.log` or `<svc>/<svc>.log`, never outside the
-//! directory. A query naming one file (it has a `/`) serves that file as `/logs/<file>` does.
+//! directory: each is opened in one race-free step beneath the directory's descriptor
+//! ([`crate::volume::at::open_beneath`]; containers can write there), and only a regular
+//! file is read. A query naming one file (it has a `/`) serves that file as `/logs/<file>` does.
 
 use super::journal::{Chunk, Journal};
+use crate::volume::at;
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -173,30 +176,41 @@ fn service_name_problem(s: &str) -> Option<&'static str> {
     None
 }
 
-/// `file` beneath `root` (no `..`, symlinks resolved inside it), or why not (a stat-like
-/// error). Blocking.
-pub fn file_beneath(root: &Path, file: &str) -> Result<PathBuf, String> {
-    let rel: PathBuf = file
-        .split('/')
+/// `file` as a path relative to the log directory: `..` and `.` elements dropped, so they
+/// cannot climb out (as upstream's SecureJoin does lexically).
+fn relative(file: &str) -> PathBuf {
+    file.split('/')
         .filter(|e| !e.is_empty() && *e != "." && *e != "..")
-        .collect();
-    let joined = root.join(&rel);
-    let stat_err = |e: std::io::Error| {
-        let why = match e.kind() {
-            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
-            _ => e.to_string(),
-        };
-        format!("stat {}: {why}", joined.display())
+        .collect()
+}
+
+/// Whether `file` exists beneath `root` (symlinks followed only while they stay inside),
+/// or why not (a stat-like error). Blocking.
+pub fn file_beneath(root: &Path, file: &str) -> Result<(), String> {
+    let rel = relative(file);
+    let why = |e: &at::BeneathError| match e {
+        at::BeneathError::Io { source, .. } if !e.is_absent() => source.to_string(),
+        _ => "no such file or directory".to_string(),
     };
-    let base = root.canonicalize().map_err(stat_err)?;
-    let real = joined.canonicalize().map_err(stat_err)?;
-    if !real.starts_with(&base) {
-        return Err(format!(
-            "stat {}: no such file or directory",
-            joined.display()
-        ));
+    at::open_trusted_dir(root)
+        .map_err(|source| at::BeneathError::Io { op: "open", source })
+        .and_then(|dir| at::resolve_beneath(&dir, &rel, root.canonicalize().ok().as_deref()))
+        .map(drop)
+        .map_err(|e| format!("stat {}: {}", root.join(&rel).display(), why(&e)))
+}
+
+/// Opens the regular file `name` beneath `root` in one race-free step; `NotFound` when it is
+/// absent, outside, a directory, or anything but a regular file (a FIFO or device node is
+/// never opened). Blocking.
+fn open_log_file(root: &Path, name: &str) -> std::io::Result<std::fs::File> {
+    let dir = at::open_trusted_dir(root)?;
+    match at::open_beneath(&dir, &relative(name), root.canonicalize().ok().as_deref()) {
+        Ok(at::Opened::File(f)) => Ok(f),
+        Ok(_) => Err(std::io::ErrorKind::NotFound.into()),
+        Err(e) if e.is_absent() => Err(std::io::ErrorKind::NotFound.into()),
+        Err(at::BeneathError::Io { source, .. }) => Err(source),
+        Err(_) => Err(std::io::ErrorKind::NotFound.into()),
     }
-    Ok(real)
 }
 
 /// Upstream's nodeLogQuery.validate (blocking: it looks at a queried file). `Err`: the
@@ -326,12 +340,12 @@ pub fn service_files(service: &str) -> [String; 3] {
     ]
 }
 
-/// Sends `path`'s bytes (a regular file beneath the directory) in chunks; `Err` when absent.
-fn send_file(path: &Path, tx: &mpsc::Sender<Bytes>, deadline: Instant) -> std::io::Result<()> {
-    let mut f = std::fs::File::open(path)?;
-    if f.metadata()?.is_dir() {
-        return Err(std::io::ErrorKind::NotFound.into());
-    }
+/// Sends the file's bytes in chunks until its end or `deadline`.
+fn send_file(
+    mut f: std::fs::File,
+    tx: &mpsc::Sender<Bytes>,
+    deadline: Instant,
+) -> std::io::Result<()> {
     loop {
         if Instant::now() >= deadline {
             return Ok(());
@@ -352,11 +366,8 @@ fn send_file(path: &Path, tx: &mpsc::Sender<Bytes>, deadline: Instant) -> std::i
 fn copy_service_files(root: &Path, service: &str, tx: &mpsc::Sender<Bytes>, deadline: Instant) {
     let mut last: Option<std::io::Error> = None;
     for name in service_files(service) {
-        let Ok(path) = file_beneath(root, &name) else {
-            last = Some(std::io::ErrorKind::NotFound.into());
-            continue;
-        };
-        match send_file(&path, tx, deadline) {
+        let sent = open_log_file(root, &name).and_then(|f| send_file(f, tx, deadline));
+        match sent {
             Ok(()) => return,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => last = Some(e),
             Err(e) => {
