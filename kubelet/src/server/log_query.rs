@@ -4,7 +4,8 @@
 //! with its field-error messages: a bad value is 400, a query that fails validation (or names
 //! a path besides) 406. A query for services reads the journal through `journalctl` (argv
 //! only, no shell; service names limited to `[a-zA-Z0-9-_@]`, at most 4; the whole answer
-//! bounded by 30 s); a service the journal does not know (or a node without journald) is
+//! bounded by 30 s; gzipped when `Accept-Encoding` is exactly `gzip`, as upstream); a
+//! service the journal does not know (or a node without journald) is
 //! looked for as `/var/log/<svc>`, `<svc>.log` or `<svc>/<svc>.log`, never outside the
 //! directory: each is opened in one race-free step beneath the directory's descriptor
 //! ([`crate::volume::at::open_beneath`]; containers can write there), and only a regular
@@ -386,9 +387,18 @@ fn copy_service_files(root: &Path, service: &str, tx: &mpsc::Sender<Bytes>, dead
     let _ = tx.blocking_send(Bytes::from(msg));
 }
 
+/// Whether the client asked for a gzipped answer the way upstream's journalServer checks
+/// it: the `Accept-Encoding` header is exactly `gzip` (a list such as `gzip, deflate` is not).
+pub fn wants_gzip(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT_ENCODING)
+        .is_some_and(|v| v.as_bytes() == b"gzip")
+}
+
 /// Upstream's journalServer: the services' logs (journal, else files), as a streamed
-/// `text/plain;charset=UTF-8` answer bounded by [`DEADLINE`].
-pub fn serve_services(n: Query, root: PathBuf, journal: Arc<dyn Journal>) -> Response {
+/// `text/plain;charset=UTF-8` answer bounded by [`DEADLINE`]; with `gzip` (see
+/// [`wants_gzip`]) compressed at the fastest level with `Content-Encoding: gzip`, as upstream.
+pub fn serve_services(n: Query, root: PathBuf, journal: Arc<dyn Journal>, gzip: bool) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(8);
     tokio::spawn(async move {
         let deadline = Instant::now() + DEADLINE;
@@ -439,6 +449,16 @@ pub fn serve_services(n: Query, root: PathBuf, journal: Arc<dyn Journal>) -> Res
         })
         .await;
     });
+    if gzip {
+        return (
+            [
+                (header::CONTENT_TYPE, "text/plain;charset=UTF-8"),
+                (header::CONTENT_ENCODING, "gzip"),
+            ],
+            Body::from_stream(gzip_stream(rx)),
+        )
+            .into_response();
+    }
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -449,6 +469,36 @@ pub fn serve_services(n: Query, root: PathBuf, journal: Arc<dyn Journal>) -> Res
         Body::from_stream(stream),
     )
         .into_response()
+}
+
+/// The chunks from `rx`, gzipped as they come (what the compressor has produced so far is
+/// sent with each chunk; the trailer once `rx` ends).
+fn gzip_stream(
+    rx: mpsc::Receiver<Bytes>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    use flate2::{Compression, write::GzEncoder};
+    use std::io::Write;
+    let enc = Some(GzEncoder::new(Vec::new(), Compression::fast()));
+    futures::stream::unfold((rx, enc), |(mut rx, enc)| async move {
+        let mut enc = enc?;
+        loop {
+            match rx.recv().await {
+                Some(b) => {
+                    if let Err(e) = enc.write_all(&b) {
+                        return Some((Err(e), (rx, None)));
+                    }
+                    let out = std::mem::take(enc.get_mut());
+                    if !out.is_empty() {
+                        return Some((Ok(Bytes::from(out)), (rx, Some(enc))));
+                    }
+                }
+                None => {
+                    let done = enc.finish().map(Bytes::from);
+                    return Some((done, (rx, None)));
+                }
+            }
+        }
+    })
 }
 
 /// Go's http.Error.

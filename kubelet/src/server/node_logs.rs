@@ -125,14 +125,18 @@ fn listing(entries: Vec<(std::ffi::OsString, at::Kind)>) -> String {
 }
 
 /// GET `/logs/` and `/logs/{*path}`.
-pub async fn node_logs(State(s): State<AppState>, uri: Uri) -> Response {
+pub async fn node_logs(
+    State(s): State<AppState>,
+    headers: axum::http::HeaderMap,
+    uri: Uri,
+) -> Response {
     let Some(root) = s.logs.node_log_dir.clone() else {
         // enableSystemLogHandler: false, upstream does not register the handler.
         return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
     };
     let mut path = uri.path().strip_prefix("/logs").unwrap_or("/").to_string();
     if let Some(journal) = s.debug.log_query.clone() {
-        use super::log_query::{http_error, parse, serve_services, validate};
+        use super::log_query::{http_error, parse, serve_services, validate, wants_gzip};
         let params = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
             .map(|q| q.0)
             .unwrap_or_default();
@@ -153,7 +157,7 @@ pub async fn node_logs(State(s): State<AppState>, uri: Uri) -> Response {
                     Err(e) => return http_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
                 }
                 if !q.services.is_empty() {
-                    return serve_services(q, root, journal);
+                    return serve_services(q, root, journal, wants_gzip(&headers));
                 }
                 if let [file] = q.files.as_slice() {
                     path = format!("/{}", file.trim_start_matches('/'));

@@ -254,3 +254,43 @@ fn queried_files_through_symlinks_out_are_refused() {
         assert!(e.ends_with("no such file or directory"), "{bad}: {e}");
     }
 }
+
+/// Upstream gzips a services answer when `Accept-Encoding` is exactly `gzip` (fastest
+/// level, `Content-Encoding: gzip`); anything else gets plain text.
+#[tokio::test]
+async fn a_services_answer_is_gzipped_when_asked_exactly_as_upstream() {
+    use axum::http::{HeaderMap, HeaderValue};
+    use http_body_util::BodyExt;
+    let d = tempfile::tempdir().unwrap();
+    let journal = || -> Arc<dyn Journal> {
+        Arc::new(crate::server::journal::fake::FakeJournal {
+            units: Some("kubelet.service\n".into()),
+            output: "journal line\n".repeat(1000),
+            ..Default::default()
+        })
+    };
+    let mut h = HeaderMap::new();
+    assert!(!wants_gzip(&h));
+    for (v, want) in [("gzip", true), ("gzip, deflate", false), ("br", false)] {
+        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(v));
+        assert_eq!(wants_gzip(&h), want, "{v}");
+    }
+    let q = query(&[("query", "kubelet")]);
+    let r = serve_services(q.clone(), d.path().into(), journal(), true);
+    assert_eq!(r.headers()[header::CONTENT_ENCODING], "gzip");
+    assert_eq!(
+        r.headers()[header::CONTENT_TYPE],
+        "text/plain;charset=UTF-8"
+    );
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    assert_eq!(text, "journal line\n".repeat(1000));
+    assert!(body.len() < text.len() / 10, "{} bytes", body.len());
+    let r = serve_services(q, d.path().into(), journal(), false);
+    assert!(r.headers().get(header::CONTENT_ENCODING).is_none());
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "journal line\n".repeat(1000).as_bytes());
+}
