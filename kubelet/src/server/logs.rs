@@ -628,21 +628,11 @@ pub async fn serve(
     Ok(Body::from_stream(stream))
 }
 
-/// Opens the container log `path` (beneath `root`, `podLogsDir`) in one race-free step from
-/// the directory's descriptor: a pod with a hostPath on /var/log can replace a log (or a
-/// directory above it) with a symlink to a host file, or with a FIFO. A symlink out reads
-/// as absent; anything but a regular file is refused. Blocking.
+/// Opens the container log `path` (beneath `root`, `podLogsDir`) race-free: a pod with a
+/// hostPath on /var/log can replace a log (or a directory above it) with a symlink to a host
+/// file, or with a FIFO ([`crate::volume::at::open_regular_beneath`]). Blocking.
 fn open_container_log(root: &Path, path: &Path) -> std::io::Result<std::fs::File> {
-    use crate::volume::at::{self, BeneathError, Opened};
-    let absent = || std::io::Error::from_raw_os_error(libc::ENOENT);
-    let rel = path.strip_prefix(root).map_err(|_| absent())?;
-    let dir = at::open_trusted_dir(root)?;
-    match at::open_beneath(&dir, rel, None) {
-        Ok(Opened::File(f)) => Ok(f),
-        Ok(_) => Err(std::io::Error::other("not a regular file")),
-        Err(BeneathError::Io { source, .. }) => Err(source),
-        Err(BeneathError::Escapes | BeneathError::Loop) => Err(absent()),
-    }
+    crate::volume::at::open_regular_beneath(root, path)
 }
 
 /// Reads the file from where it is positioned and sends the output until the end (or, when

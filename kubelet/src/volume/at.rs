@@ -496,6 +496,23 @@ pub fn open_beneath(
     reopen(resolve_beneath(root, rel, root_path)?)
 }
 
+/// Opens the regular file `path`, which lies under the trusted directory `root`, in one
+/// race-free step from `root`'s descriptor ([`open_beneath`]): for files such as container
+/// logs that a pod with a hostPath could replace (or whose directories it could swap) with a
+/// symlink or a FIFO. A path out of `root`, or a symlink leading out, reads as absent
+/// (`ENOENT`); anything but a regular file is refused. Blocking.
+pub fn open_regular_beneath(root: &Path, path: &Path) -> std::io::Result<File> {
+    let absent = || std::io::Error::from_raw_os_error(libc::ENOENT);
+    let rel = path.strip_prefix(root).map_err(|_| absent())?;
+    let dir = open_trusted_dir(root)?;
+    match open_beneath(&dir, rel, None) {
+        Ok(Opened::File(f)) => Ok(f),
+        Ok(_) => Err(std::io::Error::other("not a regular file")),
+        Err(BeneathError::Io { source, .. }) => Err(source),
+        Err(BeneathError::Escapes | BeneathError::Loop) => Err(absent()),
+    }
+}
+
 /// The object `fd` (an `O_PATH` handle) is on, opened for reading if it is a regular file or
 /// a directory.
 fn reopen(fd: OwnedFd) -> Result<Opened, BeneathError> {
