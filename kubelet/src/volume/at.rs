@@ -1,6 +1,9 @@
 //! File operations relative to an open directory that never follow a symlink: what the
 //! kubelet does inside a volume a container may have written to (planted links, swapped
-//! directories) stays inside that volume. Every name given here is one path component.
+//! directories) stays inside that volume. Every name given here is one path component,
+//! except for the resolvers beneath a directory ([`resolve_beneath`], [`open_beneath`],
+//! [`walk_beneath`], [`open_regular_beneath`]), which follow symlinks only while they stay
+//! beneath it, and [`disk_usage`], a descriptor-relative `du`.
 //! Blocking: callers run on the blocking pool.
 
 use std::ffi::{OsStr, OsString};
