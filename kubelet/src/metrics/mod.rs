@@ -8,6 +8,7 @@
 //! (`plumbing::metrics`).
 
 mod certs;
+pub mod credentials;
 pub mod devices;
 pub mod server;
 pub mod storage;
@@ -17,6 +18,7 @@ mod tests;
 use std::sync::LazyLock;
 
 pub use certs::{Certificates, certificates};
+pub use credentials::{CredentialPlugins, credential_plugins};
 pub use devices::{Devices, PodResourcesCall, devices};
 use prometheus::core::Collector;
 use prometheus::{
@@ -338,6 +340,7 @@ impl Metrics {
         all.extend(volumes().collectors());
         all.extend(server().collectors());
         all.extend(devices().collectors());
+        all.extend(credential_plugins().collectors());
         for c in all {
             registry.register(c).expect("unique metric names");
         }
@@ -369,6 +372,7 @@ impl Metrics {
         empty.extend(volumes().may_be_empty());
         empty.extend(server().may_be_empty());
         empty.extend(devices().may_be_empty());
+        empty.extend(credential_plugins().may_be_empty());
         let rc = plumbing::metrics::rest_client();
         empty.push((Box::new(rc.requests.clone()), "counter"));
         empty.push((Box::new(rc.duration.clone()), "histogram"));
