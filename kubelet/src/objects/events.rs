@@ -128,6 +128,19 @@ fn object_key(o: &ObjectReference) -> String {
     )
 }
 
+/// The spam filter's key: the object without its field path (client-go's getSpamKey), so
+/// the containers of one pod share the pod's bucket.
+fn spam_key(o: &ObjectReference) -> String {
+    format!(
+        "{}/{}/{}/{}/{}",
+        o.kind.as_deref().unwrap_or(""),
+        o.namespace.as_deref().unwrap_or(""),
+        o.name.as_deref().unwrap_or(""),
+        o.uid.as_deref().unwrap_or(""),
+        o.api_version.as_deref().unwrap_or("")
+    )
+}
+
 impl EventSink {
     /// `eventRecordQPS` / `eventBurst` for the writer's requests.
     pub fn with_rate_limit(mut self, qps: i32, burst: i32) -> EventSink {
@@ -193,7 +206,7 @@ impl EventSink {
 
     async fn write(&mut self, client: kube::Client, p: Pending) {
         let okey = object_key(&p.object);
-        if !self.allow(&okey, p.at) {
+        if !self.allow(&spam_key(&p.object), p.at) {
             tracing::debug!(reason = %p.reason, object = %okey, "event rate limit; dropped");
             return;
         }
@@ -279,6 +292,35 @@ mod tests {
         assert!(!sink.allow("k", now));
         assert!(sink.allow("other", now));
         assert!(sink.allow("k", now + jiff::SignedDuration::from_secs(300)));
+    }
+
+    /// As client-go's spam key: one bucket per object, whatever container (field path) an
+    /// event names; different objects (or UIDs) have their own.
+    #[test]
+    fn the_containers_of_a_pod_share_its_spam_bucket() {
+        let container = |c: &str, uid: &str| ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: Some("ns".into()),
+            name: Some("p".into()),
+            uid: Some(uid.into()),
+            field_path: Some(format!("spec.containers{{{c}}}")),
+            ..Default::default()
+        };
+        assert_eq!(
+            spam_key(&container("a", "u")),
+            spam_key(&container("b", "u"))
+        );
+        assert_ne!(
+            spam_key(&container("a", "u")),
+            spam_key(&container("a", "v"))
+        );
+        let (_r, mut sink) = channel("n");
+        let now = jiff::Timestamp::now();
+        for i in 0..25 {
+            let c = container(if i % 2 == 0 { "a" } else { "b" }, "u");
+            assert!(sink.allow(&spam_key(&c), now));
+        }
+        assert!(!sink.allow(&spam_key(&container("c", "u")), now));
     }
 
     #[test]
