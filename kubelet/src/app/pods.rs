@@ -68,6 +68,7 @@ async fn node_settings(
         selinux_enabled: crate::host::selinux_enabled(),
         cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
         swap_capacity: crate::host::swap_capacity(),
+        restart_backoff_max: crate::spec::RestartBackoffMax(cfg.crash_loop_max),
         image_volumes: crate::volume::runtime_mounts_images(runtime_name, runtime_version),
         runtime_version: format!("{runtime_name} {runtime_version}"),
         allocatable,
@@ -92,7 +93,7 @@ pub(super) async fn start(
 ) -> PodSide {
     let runtime = (runtime_name.as_str(), runtime_version.as_str());
     let node = node_settings(cfg, &cm, &shared.node_ips, runtime).await;
-    let storage = storage(&node, (&shared.stats, &shared.dra), cluster, tasks, cancel);
+    let storage = storage(&node, shared, cluster, tasks, cancel);
     let worker = (runtime_name, cm, node);
     let deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);
     PodSide { deps, storage }
@@ -161,7 +162,8 @@ fn worker_env(
         Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
         Arc::new(crate::objects::TokenManager::new(api_objects)),
         binder.clone(),
-    );
+    )
+    .with_resync(cfg.sync_frequency);
     if let Some(s) = storage {
         volumes = volumes.with_storage(s);
     }
@@ -290,12 +292,13 @@ impl crate::pluginmanager::PluginHandler for DraHandler {
 /// cluster mode, the claim-backed and CSI volumes it serves, whose usage `stats` reports.
 fn storage(
     node: &NodeSettings,
-    (stats, dra): (&crate::stats::Provider, &Arc<crate::cm::DraManager>),
+    shared: &Shared,
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Option<Arc<crate::volume::Storage>> {
     use crate::volume::csi;
+    let (stats, dra) = (&shared.stats, &shared.dra);
     let drivers = Arc::new(csi::CsiDrivers::default());
     let node_info = cluster.map(|c| {
         Arc::new(csi::KubeNodeInfo::new(
@@ -323,17 +326,20 @@ fn storage(
     );
     tasks.spawn(Arc::new(plugins).run(cancel.clone()));
     let c = cluster?;
-    let storage = Arc::new(crate::volume::Storage::new(
-        Arc::new(crate::volume::KubeStorageApi {
-            client: c.client.clone(),
-        }),
-        csi::CsiMounter {
-            root_dir: node.root_dir.clone(),
-            node_name: node.node_name.clone(),
-            drivers,
-            mounted: csi::mounter::is_mounted,
-        },
-    ));
+    let storage = Arc::new(
+        crate::volume::Storage::new(
+            Arc::new(crate::volume::KubeStorageApi {
+                client: c.client.clone(),
+            }),
+            csi::CsiMounter {
+                root_dir: node.root_dir.clone(),
+                node_name: node.node_name.clone(),
+                drivers,
+                mounted: csi::mounter::is_mounted,
+            },
+        )
+        .with_events(shared.events.clone()),
+    );
     let s = storage.clone();
     tasks.spawn(async move {
         let _ = tokio::task::spawn_blocking(move || s.reconstruct()).await;

@@ -10,6 +10,7 @@
 mod certs;
 pub mod credentials;
 pub mod devices;
+pub mod dra;
 pub mod server;
 pub mod storage;
 #[cfg(test)]
@@ -20,6 +21,7 @@ use std::sync::LazyLock;
 pub use certs::{Certificates, certificates};
 pub use credentials::{CredentialPlugins, credential_plugins};
 pub use devices::{Devices, PodResourcesCall, devices};
+pub use dra::{Dra, dra};
 use prometheus::core::Collector;
 use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts, Registry,
@@ -341,6 +343,7 @@ impl Metrics {
         all.extend(server().collectors());
         all.extend(devices().collectors());
         all.extend(credential_plugins().collectors());
+        all.extend(dra().collectors());
         for c in all {
             registry.register(c).expect("unique metric names");
         }
@@ -373,6 +376,7 @@ impl Metrics {
         empty.extend(server().may_be_empty());
         empty.extend(devices().may_be_empty());
         empty.extend(credential_plugins().may_be_empty());
+        empty.extend(dra().may_be_empty());
         let rc = plumbing::metrics::rest_client();
         empty.push((Box::new(rc.requests.clone()), "counter"));
         empty.push((Box::new(rc.duration.clone()), "histogram"));
