@@ -92,7 +92,17 @@ pub(super) async fn start(
 ) -> PodSide {
     let runtime = (runtime_name.as_str(), runtime_version.as_str());
     let node = node_settings(cfg, &cm, &shared.node_ips, runtime).await;
-    let storage = storage(&node, (&shared.stats, &shared.dra), cluster, tasks, cancel);
+    let selinux = crate::volume::selinux::registry::SeLinuxVolumes::new(
+        crate::volume::selinux::SeLinuxHost::detect(),
+        cfg.selinux_mount,
+    );
+    let storage = storage(
+        &node,
+        (&shared.stats, &shared.dra, selinux),
+        cluster,
+        tasks,
+        cancel,
+    );
     let worker = (runtime_name, cm, node);
     let deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);
     PodSide { deps, storage }
@@ -289,7 +299,11 @@ impl crate::pluginmanager::PluginHandler for DraHandler {
 /// cluster mode, the claim-backed and CSI volumes it serves, whose usage `stats` reports.
 fn storage(
     node: &NodeSettings,
-    (stats, dra): (&crate::stats::Provider, &Arc<crate::cm::DraManager>),
+    (stats, dra, selinux): (
+        &crate::stats::Provider,
+        &Arc<crate::cm::DraManager>,
+        crate::volume::selinux::registry::SeLinuxVolumes,
+    ),
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
@@ -322,17 +336,20 @@ fn storage(
     );
     tasks.spawn(Arc::new(plugins).run(cancel.clone()));
     let c = cluster?;
-    let storage = Arc::new(crate::volume::Storage::new(
-        Arc::new(crate::volume::KubeStorageApi {
-            client: c.client.clone(),
-        }),
-        csi::CsiMounter {
-            root_dir: node.root_dir.clone(),
-            node_name: node.node_name.clone(),
-            drivers,
-            mounted: csi::mounter::is_mounted,
-        },
-    ));
+    let storage = Arc::new(
+        crate::volume::Storage::new(
+            Arc::new(crate::volume::KubeStorageApi {
+                client: c.client.clone(),
+            }),
+            csi::CsiMounter {
+                root_dir: node.root_dir.clone(),
+                node_name: node.node_name.clone(),
+                drivers,
+                mounted: csi::mounter::is_mounted,
+            },
+        )
+        .with_selinux(selinux),
+    );
     let s = storage.clone();
     tasks.spawn(async move {
         let _ = tokio::task::spawn_blocking(move || s.reconstruct()).await;

@@ -9,6 +9,7 @@
 
 mod certs;
 pub mod devices;
+pub mod selinux;
 pub mod server;
 pub mod storage;
 #[cfg(test)]
@@ -338,6 +339,7 @@ impl Metrics {
         all.extend(volumes().collectors());
         all.extend(server().collectors());
         all.extend(devices().collectors());
+        all.extend(selinux::selinux().collectors());
         for c in all {
             registry.register(c).expect("unique metric names");
         }
@@ -369,6 +371,7 @@ impl Metrics {
         empty.extend(volumes().may_be_empty());
         empty.extend(server().may_be_empty());
         empty.extend(devices().may_be_empty());
+        empty.extend(selinux::selinux().may_be_empty());
         let rc = plumbing::metrics::rest_client();
         empty.push((Box::new(rc.requests.clone()), "counter"));
         empty.push((Box::new(rc.duration.clone()), "histogram"));

@@ -187,6 +187,7 @@ pub async fn resolve(api: &dyn StorageApi, pod: &Pod, v: &Volume) -> Result<Sour
                 namespace: ns.to_string(),
                 name: r.name.clone(),
             }),
+            selinux_mount_label: String::new(),
         }));
     }
     let (claim_name, read_only, ephemeral) = if let Some(c) = &v.persistent_volume_claim {
@@ -298,6 +299,7 @@ pub fn source_of_pv(
             ephemeral: false,
             stage_secret_ref: secret_ref(c.node_stage_secret_ref),
             publish_secret_ref: secret_ref(c.node_publish_secret_ref),
+            selinux_mount_label: String::new(),
         }));
     }
     Err(format!(
@@ -339,6 +341,7 @@ fn block_source_of_pv(
         // Refused above for block volumes: the block mapper passes no secrets yet.
         stage_secret_ref: None,
         publish_secret_ref: None,
+        selinux_mount_label: String::new(),
     }))))
 }
 
@@ -393,6 +396,8 @@ pub struct Storage {
     published: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Published>>>,
     /// The local PVs set up for pods, measured with statfs (see [`super::stats`]).
     pub(crate) local: super::stats::LocalVolumes,
+    /// The SELinux mount labels of the CSI volumes (see [`super::selinux`]).
+    pub selinux: super::selinux::registry::SeLinuxVolumes,
 }
 
 /// A CSI volume published for a pod.
@@ -435,7 +440,15 @@ impl Storage {
             in_use: Default::default(),
             published: Default::default(),
             local: Default::default(),
+            selinux: Default::default(),
         }
+    }
+
+    /// Mounts CSI volumes with SELinux labels as `selinux` decides (a host without SELinux
+    /// by default).
+    pub fn with_selinux(mut self, selinux: super::selinux::registry::SeLinuxVolumes) -> Self {
+        self.selinux = selinux;
+        self
     }
 
     /// Measures local PVs through `usage` instead of statfs(2).
@@ -482,10 +495,11 @@ impl Storage {
                 self.local.add(&uid, &v.name, claim_of(pod, v), &p);
                 Ok(p)
             }
-            Source::Csi(c) => {
+            Source::Csi(mut c) => {
                 let api: &dyn super::csi::CsiApi = self.api.as_ref();
                 let prepared =
                     super::csi::prepare::prepare(api, pod, &self.csi.node_name, &c).await?;
+                c.selinux_mount_label = self.selinux_label(pod, v, &c, &prepared)?;
                 let path = self.csi.set_up(&uid, &c, &prepared).await?;
                 let claim = claim_of(pod, v);
                 if let (Some((ns, name)), false) = (&claim, c.ephemeral) {
@@ -535,6 +549,7 @@ impl Storage {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(pod_uid);
             self.local.remove_pod(pod_uid);
+            self.selinux.forget_pod(pod_uid);
             let gone = self
                 .published
                 .lock()
@@ -661,6 +676,10 @@ impl Storage {
     pub fn reconstruct(&self) {
         let mut found = self.csi.mounted_volumes();
         found.extend(super::block::mapped_volumes(&self.csi.root_dir));
+        for (uid, driver, handle, label) in self.csi.mounted_selinux_labels() {
+            let unique = unique_csi_name(&driver, &handle);
+            self.selinux.restore(&uid, &unique, &label);
+        }
         let mut in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
         for (uid, driver, handle) in found {
             in_use
@@ -668,6 +687,27 @@ impl Storage {
                 .or_default()
                 .insert(unique_csi_name(&driver, &handle));
         }
+    }
+
+    /// The SELinux label to mount the pod's CSI volume with ("" for none), or upstream's
+    /// error when the pod's label conflicts with its other containers' or another pod's.
+    fn selinux_label(
+        &self,
+        pod: &Pod,
+        v: &Volume,
+        c: &CsiVolume,
+        prepared: &super::csi::Prepared,
+    ) -> Result<String, String> {
+        let unique = unique_csi_name(&c.driver, &c.volume_handle);
+        let r = super::selinux::registry::VolumeRef {
+            unique_name: &unique,
+            spec_name: &c.spec_name,
+            driver: &c.driver,
+            pv: !c.ephemeral,
+            access_modes: &c.access_modes,
+            driver_supports: prepared.spec.se_linux_mount,
+        };
+        self.selinux.admit(pod, &v.name, &r)
     }
 
     /// The unique names of the attachable volumes mounted for pods now, sorted.

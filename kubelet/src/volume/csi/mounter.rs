@@ -43,6 +43,9 @@ pub struct CsiVolume {
     /// The PV's or inline volume's `nodePublishSecretRef` (an inline one in the pod's
     /// namespace).
     pub publish_secret_ref: Option<SecretRef>,
+    /// The SELinux label to mount with (`context="…"` in the stage and publish mount flags);
+    /// empty for none (see [`crate::volume::selinux`]).
+    pub selinux_mount_label: String,
 }
 
 /// The directory under a pod's `volumes/` holding its CSI volumes.
@@ -105,6 +108,17 @@ pub fn access_mode(modes: &[String]) -> csi::volume_capability::access_mode::Mod
     }
 }
 
+/// The mount flags: the PV's mount options, then the SELinux label's `context="…"` option
+/// when the volume is mounted with one (upstream's AddSELinuxMountOption, for both
+/// NodeStageVolume and NodePublishVolume).
+pub fn mount_flags(v: &CsiVolume) -> Vec<String> {
+    let mut flags = v.mount_options.clone();
+    if !v.selinux_mount_label.is_empty() {
+        flags.push(crate::volume::selinux::mount_option(&v.selinux_mount_label));
+    }
+    flags
+}
+
 /// The mount capability; `mount_group` (the pod's fsGroup) goes to drivers with
 /// VOLUME_MOUNT_GROUP, which apply it themselves.
 pub(super) fn capability(v: &CsiVolume, mount_group: Option<i64>) -> csi::VolumeCapability {
@@ -112,7 +126,7 @@ pub(super) fn capability(v: &CsiVolume, mount_group: Option<i64>) -> csi::Volume
         access_type: Some(csi::volume_capability::AccessType::Mount(
             csi::volume_capability::MountVolume {
                 fs_type: v.fs_type.clone(),
-                mount_flags: v.mount_options.clone(),
+                mount_flags: mount_flags(v),
                 volume_mount_group: mount_group.map(|g| g.to_string()).unwrap_or_default(),
             },
         )),
@@ -132,9 +146,10 @@ pub struct CsiMounter {
     pub mounted: fn(&Path) -> bool,
 }
 
-/// What `vol_data.json` beside a pod's mount point records.
+/// What `vol_data.json` beside a pod's mount point records (with the SELinux label when the
+/// volume is mounted with one, as upstream, for reconstruction).
 pub fn pod_vol_data(v: &CsiVolume, node: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
+    let mut data = BTreeMap::from([
         ("specVolID".into(), v.spec_name.clone()),
         ("volumeHandle".into(), v.volume_handle.clone()),
         ("driverName".into(), v.driver.clone()),
@@ -152,7 +167,14 @@ pub fn pod_vol_data(v: &CsiVolume, node: &str) -> BTreeMap<String, String> {
             }
             .into(),
         ),
-    ])
+    ]);
+    if !v.selinux_mount_label.is_empty() {
+        data.insert(
+            crate::volume::selinux::VOL_DATA_KEY.into(),
+            v.selinux_mount_label.clone(),
+        );
+    }
+    data
 }
 
 fn write_json(path: &Path, data: &BTreeMap<String, String>) -> Result<(), String> {
@@ -410,6 +432,36 @@ impl CsiMounter {
                     uid.clone(),
                     d.get("driverName").cloned().unwrap_or_default(),
                     d.get("volumeHandle").cloned().unwrap_or_default(),
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl CsiMounter {
+    /// `(pod uid, driver, volume handle, label)` of every CSI volume mounted under a pod
+    /// directory now with an SELinux label, as its `vol_data.json` records it. Blocking.
+    pub fn mounted_selinux_labels(&self) -> Vec<(String, String, String, String)> {
+        let Ok(pods) = std::fs::read_dir(self.root_dir.join("pods")) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for p in pods.flatten() {
+            let uid = p.file_name().to_string_lossy().into_owned();
+            let base = p.path().join("volumes").join(POD_PLUGIN_DIR);
+            for (dir, mut d) in read_vol_data_dirs(&base) {
+                let Some(label) = d.remove(crate::volume::selinux::VOL_DATA_KEY) else {
+                    continue;
+                };
+                if label.is_empty() || !(self.mounted)(&dir.join("mount")) {
+                    continue;
+                }
+                out.push((
+                    uid.clone(),
+                    d.remove("driverName").unwrap_or_default(),
+                    d.remove("volumeHandle").unwrap_or_default(),
+                    label,
                 ));
             }
         }
