@@ -332,13 +332,5 @@ pub fn access_mode_label(pv: bool, access_modes: &[String]) -> &'static str {
     }
 }
 
-/// Whether the runtime is asked to relabel a CSI-backed volume's mount: on an SELinux host,
-/// for a volume the pod may write and that was not mounted with a label (upstream's CSI
-/// mounter reports SELinuxRelabel only without `-o context`, and the kubelet relabels only
-/// managed, i.e. writable, volumes).
-pub fn relabel_csi_mount(selinux_enabled: bool, read_only: bool, context_mounted: bool) -> bool {
-    selinux_enabled && !read_only && !context_mounted
-}
-
 #[cfg(test)]
 mod tests;

@@ -135,11 +135,3 @@ fn access_modes_allow_a_label_for_rwop_pvs_and_every_pv_with_the_gate() {
     );
     assert_eq!(access_mode_label(true, &m(&["ReadWriteOncePod"])), "RWOP");
 }
-
-#[test]
-fn a_context_mounted_or_read_only_csi_volume_is_not_relabeled() {
-    assert!(relabel_csi_mount(true, false, false));
-    assert!(!relabel_csi_mount(true, false, true));
-    assert!(!relabel_csi_mount(true, true, false));
-    assert!(!relabel_csi_mount(false, false, false));
-}

@@ -165,3 +165,22 @@ fn a_restored_volume_keeps_its_label_for_its_pod_and_conflicts_for_others() {
     let b = pod("ub", Some("s0:c3,c4"), &[None], None);
     assert!(r.admit(&b, "data", &vref("v", &m, true)).is_err());
 }
+
+#[tokio::test]
+async fn every_selinux_family_is_served_as_a_gauge() {
+    let text = crate::metrics::Metrics::new("node-s").render();
+    for name in [
+        "volume_manager_selinux_container_errors_total",
+        "volume_manager_selinux_container_warnings_total",
+        "volume_manager_selinux_pod_context_mismatch_errors_total",
+        "volume_manager_selinux_pod_context_mismatch_warnings_total",
+        "volume_manager_selinux_volume_context_mismatch_errors_total",
+        "volume_manager_selinux_volume_context_mismatch_warnings_total",
+        "volume_manager_selinux_volumes_admitted_total",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {name} gauge")),
+            "{name} missing"
+        );
+    }
+}
