@@ -187,7 +187,6 @@ pub async fn resolve(api: &dyn StorageApi, pod: &Pod, v: &Volume) -> Result<Sour
                 namespace: ns.to_string(),
                 name: r.name.clone(),
             }),
-            selinux_mount_label: String::new(),
         }));
     }
     let (claim_name, read_only, ephemeral) = if let Some(c) = &v.persistent_volume_claim {
@@ -299,7 +298,6 @@ pub fn source_of_pv(
             ephemeral: false,
             stage_secret_ref: secret_ref(c.node_stage_secret_ref),
             publish_secret_ref: secret_ref(c.node_publish_secret_ref),
-            selinux_mount_label: String::new(),
         }));
     }
     Err(format!(
@@ -341,7 +339,6 @@ fn block_source_of_pv(
         // Refused above for block volumes: the block mapper passes no secrets yet.
         stage_secret_ref: None,
         publish_secret_ref: None,
-        selinux_mount_label: String::new(),
     }))))
 }
 
@@ -495,11 +492,11 @@ impl Storage {
                 self.local.add(&uid, &v.name, claim_of(pod, v), &p);
                 Ok(p)
             }
-            Source::Csi(mut c) => {
+            Source::Csi(c) => {
                 let api: &dyn super::csi::CsiApi = self.api.as_ref();
-                let prepared =
+                let mut prepared =
                     super::csi::prepare::prepare(api, pod, &self.csi.node_name, &c).await?;
-                c.selinux_mount_label = self.selinux_label(pod, v, &c, &prepared)?;
+                prepared.selinux_mount_label = self.selinux_label(pod, v, &c, &prepared)?;
                 let path = self.csi.set_up(&uid, &c, &prepared).await?;
                 let claim = claim_of(pod, v);
                 if let (Some((ns, name)), false) = (&claim, c.ephemeral) {

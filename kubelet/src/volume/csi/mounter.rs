@@ -43,9 +43,6 @@ pub struct CsiVolume {
     /// The PV's or inline volume's `nodePublishSecretRef` (an inline one in the pod's
     /// namespace).
     pub publish_secret_ref: Option<SecretRef>,
-    /// The SELinux label to mount with (`context="…"` in the stage and publish mount flags);
-    /// empty for none (see [`crate::volume::selinux`]).
-    pub selinux_mount_label: String,
 }
 
 /// The directory under a pod's `volumes/` holding its CSI volumes.
@@ -111,10 +108,10 @@ pub fn access_mode(modes: &[String]) -> csi::volume_capability::access_mode::Mod
 /// The mount flags: the PV's mount options, then the SELinux label's `context="…"` option
 /// when the volume is mounted with one (upstream's AddSELinuxMountOption, for both
 /// NodeStageVolume and NodePublishVolume).
-pub fn mount_flags(v: &CsiVolume) -> Vec<String> {
+pub fn mount_flags(v: &CsiVolume, selinux_label: &str) -> Vec<String> {
     let mut flags = v.mount_options.clone();
-    if !v.selinux_mount_label.is_empty() {
-        flags.push(crate::volume::selinux::mount_option(&v.selinux_mount_label));
+    if !selinux_label.is_empty() {
+        flags.push(crate::volume::selinux::mount_option(selinux_label));
     }
     flags
 }
@@ -122,11 +119,20 @@ pub fn mount_flags(v: &CsiVolume) -> Vec<String> {
 /// The mount capability; `mount_group` (the pod's fsGroup) goes to drivers with
 /// VOLUME_MOUNT_GROUP, which apply it themselves.
 pub(super) fn capability(v: &CsiVolume, mount_group: Option<i64>) -> csi::VolumeCapability {
+    labeled_capability(v, mount_group, "")
+}
+
+/// [`capability`] with the SELinux label's mount flag (stage and publish).
+fn labeled_capability(
+    v: &CsiVolume,
+    mount_group: Option<i64>,
+    selinux_label: &str,
+) -> csi::VolumeCapability {
     csi::VolumeCapability {
         access_type: Some(csi::volume_capability::AccessType::Mount(
             csi::volume_capability::MountVolume {
                 fs_type: v.fs_type.clone(),
-                mount_flags: mount_flags(v),
+                mount_flags: mount_flags(v, selinux_label),
                 volume_mount_group: mount_group.map(|g| g.to_string()).unwrap_or_default(),
             },
         )),
@@ -148,7 +154,7 @@ pub struct CsiMounter {
 
 /// What `vol_data.json` beside a pod's mount point records (with the SELinux label when the
 /// volume is mounted with one, as upstream, for reconstruction).
-pub fn pod_vol_data(v: &CsiVolume, node: &str) -> BTreeMap<String, String> {
+pub fn pod_vol_data(v: &CsiVolume, node: &str, selinux_label: &str) -> BTreeMap<String, String> {
     let mut data = BTreeMap::from([
         ("specVolID".into(), v.spec_name.clone()),
         ("volumeHandle".into(), v.volume_handle.clone()),
@@ -168,10 +174,10 @@ pub fn pod_vol_data(v: &CsiVolume, node: &str) -> BTreeMap<String, String> {
             .into(),
         ),
     ]);
-    if !v.selinux_mount_label.is_empty() {
+    if !selinux_label.is_empty() {
         data.insert(
             crate::volume::selinux::VOL_DATA_KEY.into(),
-            v.selinux_mount_label.clone(),
+            selinux_label.to_string(),
         );
     }
     data
@@ -258,7 +264,11 @@ impl CsiMounter {
                         volume_id: v.volume_handle.clone(),
                         publish_context: prepared.publish_context.clone().into_iter().collect(),
                         staging_target_path: staging.clone(),
-                        volume_capability: Some(capability(v, mount_group)),
+                        volume_capability: Some(labeled_capability(
+                            v,
+                            mount_group,
+                            &prepared.selinux_mount_label,
+                        )),
                         secrets: prepared.stage_secrets.0.clone().into_iter().collect(),
                         volume_context: v.attributes.clone().into_iter().collect(),
                     })
@@ -271,7 +281,10 @@ impl CsiMounter {
                     })?;
             }
         }
-        let (d, data) = (dir.clone(), pod_vol_data(v, &self.node_name));
+        let (d, data) = (
+            dir.clone(),
+            pod_vol_data(v, &self.node_name, &prepared.selinux_mount_label),
+        );
         blocking(move || -> Result<(), String> {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -294,7 +307,11 @@ impl CsiMounter {
                 publish_context: prepared.publish_context.clone().into_iter().collect(),
                 staging_target_path: staging,
                 target_path: target.display().to_string(),
-                volume_capability: Some(capability(v, mount_group)),
+                volume_capability: Some(labeled_capability(
+                    v,
+                    mount_group,
+                    &prepared.selinux_mount_label,
+                )),
                 readonly: v.read_only,
                 secrets: prepared.publish_secrets.0.clone().into_iter().collect(),
                 volume_context: context,

@@ -342,10 +342,13 @@ async fn a_labeled_volume_is_staged_and_published_with_the_context_flag_and_reco
     .await;
     let v = CsiVolume {
         mount_options: vec!["noatime".into()],
-        selinux_mount_label: "system_u:object_r:container_file_t:s0:c1,c2".into(),
         ..vol()
     };
-    m.set_up("uid-1", &v, &Prepared::default()).await.unwrap();
+    let p = Prepared {
+        selinux_mount_label: "system_u:object_r:container_file_t:s0:c1,c2".into(),
+        ..Default::default()
+    };
+    m.set_up("uid-1", &v, &p).await.unwrap();
     let want = vec![
         "noatime".to_string(),
         "context=\"system_u:object_r:container_file_t:s0:c1,c2\"".to_string(),
@@ -396,4 +399,37 @@ async fn an_unlabeled_volume_gets_no_context_flag() {
     )
     .unwrap();
     assert!(!body.contains("seLinuxMountContext"), "{body}");
+}
+
+#[tokio::test]
+async fn labels_of_mounted_volumes_are_read_back_for_reconstruction() {
+    let (root, mut m, node) = setup(Capabilities::default()).await;
+    let p = Prepared {
+        selinux_mount_label: "system_u:object_r:container_file_t:s0:c1,c2".into(),
+        ..Default::default()
+    };
+    m.set_up("uid-1", &vol(), &p).await.unwrap();
+    let plain = CsiVolume {
+        spec_name: "pv2".into(),
+        volume_handle: "vol-8".into(),
+        ..vol()
+    };
+    m.set_up("uid-2", &plain, &Prepared::default())
+        .await
+        .unwrap();
+    assert_eq!(node.publish_requests.lock().unwrap().len(), 2);
+    // Nothing is really mounted here: the probe says what the mount table would.
+    m.mounted = |_| true;
+    assert_eq!(
+        m.mounted_selinux_labels(),
+        vec![(
+            "uid-1".to_string(),
+            "csi.example.com".to_string(),
+            "vol-7".to_string(),
+            "system_u:object_r:container_file_t:s0:c1,c2".to_string()
+        )]
+    );
+    m.mounted = |_| false;
+    assert!(m.mounted_selinux_labels().is_empty());
+    drop(root);
 }
