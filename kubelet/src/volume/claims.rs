@@ -379,6 +379,8 @@ fn go_quoted(v: &[String]) -> String {
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 #[cfg(test)]
+mod selinux_tests;
+#[cfg(test)]
 mod tests;
 
 /// Claim-backed and CSI volumes of the node's pods: resolution, setup, teardown and the
