@@ -92,10 +92,12 @@ pub(super) async fn start(
 ) -> PodSide {
     let runtime = (runtime_name.as_str(), runtime_version.as_str());
     let node = node_settings(cfg, &cm, &shared.node_ips, runtime).await;
-    let selinux = crate::volume::selinux::registry::SeLinuxVolumes::new(
-        crate::volume::selinux::SeLinuxHost::detect(),
-        cfg.selinux_mount,
-    );
+    // A few small files under /sys and /etc/selinux: read off the async workers.
+    let selinux_host = tokio::task::spawn_blocking(crate::volume::selinux::SeLinuxHost::detect)
+        .await
+        .unwrap_or_default();
+    let selinux =
+        crate::volume::selinux::registry::SeLinuxVolumes::new(selinux_host, cfg.selinux_mount);
     let storage = storage(
         &node,
         (&shared.stats, &shared.dra, selinux),
