@@ -309,6 +309,10 @@ pub struct Flags {
     pub node_status_max_images: Option<i32>,
     #[arg(long = "max-open-files")]
     pub max_open_files: Option<i64>,
+    #[arg(long = "oom-score-adj", allow_hyphen_values = true)]
+    pub oom_score_adj: Option<i32>,
+    #[arg(long = "pods-per-core")]
+    pub pods_per_core: Option<i32>,
     #[arg(long = "streaming-connection-idle-timeout")]
     pub streaming_connection_idle_timeout: Option<String>,
     #[arg(long = "lock-file")]

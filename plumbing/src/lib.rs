@@ -10,6 +10,7 @@ pub mod iptables;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod names;
+pub mod oom_score;
 pub mod process;
 #[cfg(feature = "quantity")]
 pub mod quantity;

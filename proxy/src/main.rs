@@ -86,6 +86,13 @@ fn main() -> ExitCode {
     for w in &findings.warnings {
         tracing::warn!("{w}");
     }
+    if !cfg.cleanup {
+        // As upstream: lowering the score needs CAP_SYS_RESOURCE; a failure is logged only.
+        let file = std::path::Path::new(plumbing::oom_score::SELF_OOM_SCORE_ADJ);
+        if let Err(e) = plumbing::oom_score::apply(file, cfg.oom_score_adj) {
+            tracing::info!(oom_score_adj = cfg.oom_score_adj, error = %e, "Failed to apply OOMScore");
+        }
+    }
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -2,11 +2,26 @@
 //! the cgroup filesystem or systemd.
 
 use super::AppError;
-use crate::cm::SwapBehavior;
 use crate::cm::driver;
 use crate::cm::{CgroupNamer, CgroupVersion, Cgroups, CmConfig, ContainerManager, FsCgroups};
+use crate::cm::{PodLimits, SwapBehavior};
 use crate::config::Config;
 use std::sync::Arc;
+
+/// Settings that upstream refuses on a cgroup v1 node: LimitedSwap, and singleProcessOOMKill
+/// explicitly false (v1 always kills single processes).
+fn needs_cgroup_v2(version: CgroupVersion, limits: &PodLimits) -> Result<(), AppError> {
+    if version != CgroupVersion::V1 {
+        return Ok(());
+    }
+    if limits.swap_behavior == SwapBehavior::LimitedSwap {
+        return Err(AppError::LimitedSwapOnCgroupV1);
+    }
+    if limits.single_process_oom_kill == Some(false) {
+        return Err(AppError::SingleProcessOomKillOnCgroupV1);
+    }
+    Ok(())
+}
 
 /// The container manager over the node's cgroup filesystem: `kubepods` and its QoS tiers
 /// with their limits (node allocatable when enforced). A controller the node lacks is one
@@ -24,9 +39,7 @@ pub(super) async fn start(
         .map_err(AppError::RuntimeConfig)?;
     let fs = FsCgroups::discover();
     let version = fs.version();
-    if version == CgroupVersion::V1 && cfg.pod_limits.swap_behavior == SwapBehavior::LimitedSwap {
-        return Err(AppError::LimitedSwapOnCgroupV1);
-    }
+    needs_cgroup_v2(version, &cfg.pod_limits)?;
     let missing = fs.missing(&crate::cm::LIMITED_CONTROLLERS);
     if !missing.is_empty() {
         tracing::warn!(
@@ -207,4 +220,29 @@ pub(super) fn start_pod_resources(
             tracing::error!(error = %e, "the pod resources API is not served");
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_v1_refuses_limited_swap_and_an_explicit_false_single_process_oom_kill() {
+        let limits = |swap, single| PodLimits {
+            swap_behavior: swap,
+            single_process_oom_kill: single,
+            ..PodLimits::default()
+        };
+        let v1 = CgroupVersion::V1;
+        assert!(needs_cgroup_v2(v1, &limits(SwapBehavior::NoSwap, None)).is_ok());
+        assert!(needs_cgroup_v2(v1, &limits(SwapBehavior::NoSwap, Some(true))).is_ok());
+        let e = needs_cgroup_v2(v1, &limits(SwapBehavior::NoSwap, Some(false))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid configuration: singleProcessOOMKill must not be explicitly set to false when using cgroup v1"
+        );
+        assert!(needs_cgroup_v2(v1, &limits(SwapBehavior::LimitedSwap, None)).is_err());
+        let v2 = CgroupVersion::V2;
+        assert!(needs_cgroup_v2(v2, &limits(SwapBehavior::LimitedSwap, Some(false))).is_ok());
+    }
 }

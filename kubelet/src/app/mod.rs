@@ -53,6 +53,11 @@ pub enum AppError {
         "memorySwap.swapBehavior: LimitedSwap needs cgroup v2; this node uses cgroup v1 (use NoSwap or a cgroup v2 host)"
     )]
     LimitedSwapOnCgroupV1,
+    /// Upstream's validation: cgroup v1 always kills single processes.
+    #[error(
+        "invalid configuration: singleProcessOOMKill must not be explicitly set to false when using cgroup v1"
+    )]
+    SingleProcessOomKillOnCgroupV1,
     /// Upstream's kubelet exits when its container manager cannot start.
     #[error("Failed to start ContainerManager: {0}")]
     ContainerManager(#[from] crate::cm::CmError),

@@ -94,6 +94,20 @@ pub(super) async fn start(
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Result<(), AppError> {
+    // Upstream lowers its own OOM score first thing; without CAP_SYS_RESOURCE it cannot, and
+    // says so and goes on.
+    let oom_file = std::path::Path::new(plumbing::oom_score::SELF_OOM_SCORE_ADJ);
+    match plumbing::oom_score::apply(oom_file, cfg.oom_score_adj) {
+        Ok(()) => tracing::info!(
+            oom_score_adj = cfg.oom_score_adj,
+            "OOM score adjustment set"
+        ),
+        Err(e) => tracing::warn!(
+            oom_score_adj = cfg.oom_score_adj,
+            error = %e,
+            "Failed to ApplyOOMScoreAdj (lowering it needs CAP_SYS_RESOURCE); going on with the current score"
+        ),
+    }
     // Before any listener: each connection is a descriptor (upstream's rlimit.SetNumFiles).
     server::fd_limit::apply_logged(cfg.max_open_files);
     if cfg.healthz_port != 0 {

@@ -1,6 +1,6 @@
 //! How the container manager names and limits cgroups: the cgroup driver, `cpuCFSQuota`,
-//! `cpuCFSQuotaPeriod`, `podPidsLimit`, `memorySwap.swapBehavior` and the `PodLevelResources`
-//! gate (`config` parses and validates them).
+//! `cpuCFSQuotaPeriod`, `podPidsLimit`, `memorySwap.swapBehavior`, `singleProcessOOMKill` and
+//! the `PodLevelResources` gate (`config` parses and validates them).
 
 use serde::Serialize;
 
@@ -42,6 +42,10 @@ pub struct PodLimits {
     /// The `PodLevelResources` feature gate (on unless set false): `spec.resources` counts
     /// for QoS, pod cgroups, container limits, admission and eviction.
     pub pod_level_resources: bool,
+    /// `singleProcessOOMKill` as set (None: unset). On cgroup v2, unless it is true, each
+    /// container cgroup gets `memory.oom.group` 1: an OOM kills the whole container, as
+    /// upstream. Explicitly false on cgroup v1 stops the start.
+    pub single_process_oom_kill: Option<bool>,
 }
 
 impl Default for PodLimits {
@@ -52,6 +56,7 @@ impl Default for PodLimits {
             pod_pids_limit: -1,
             swap_behavior: SwapBehavior::NoSwap,
             pod_level_resources: true,
+            single_process_oom_kill: None,
         }
     }
 }

@@ -120,6 +120,15 @@ pub fn parse(flags: &Flags, file: &KubeletConfiguration) -> Result<PodLimits, Co
                 .ok_or_else(|| invalid(format!("podPidsLimit: {v} is not an integer")))?;
         }
     }
+    out.single_process_oom_kill = match &file.single_process_oom_kill {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::Bool(b)) => Some(*b),
+        Some(other) => {
+            return Err(invalid(format!(
+                "singleProcessOOMKill: {other} is not a boolean"
+            )));
+        }
+    };
     let behavior = file
         .memory_swap
         .as_ref()
@@ -217,6 +226,26 @@ mod tests {
         assert_eq!(p.pod_pids_limit, 42);
         assert!(!p.cpu_cfs_quota);
         assert_eq!(p.swap_behavior, SwapBehavior::LimitedSwap);
+        assert_eq!(p.single_process_oom_kill, None);
+        let p = parse(
+            &Flags::default(),
+            &file(
+                "singleProcessOOMKill: true
+",
+            ),
+        )
+        .unwrap();
+        assert_eq!(p.single_process_oom_kill, Some(true));
+        assert!(
+            parse(
+                &Flags::default(),
+                &file(
+                    "singleProcessOOMKill: yes-please
+"
+                )
+            )
+            .is_err()
+        );
         assert!(
             parse(
                 &Flags::default(),

@@ -60,6 +60,8 @@ pub struct Config {
     pub read_only_port: u16,
     /// `maxOpenFiles`: RLIMIT_NOFILE set at start.
     pub max_open_files: u64,
+    /// `oomScoreAdj`: the process's own OOM score adjustment, written at start.
+    pub oom_score_adj: i32,
     /// `nodeAgentServer` (ours): the servers' connection limits.
     pub server: server::Settings,
     /// `nodeStatusMaxImages`: how many images the Node's status lists (-1: all).
@@ -223,6 +225,16 @@ pub fn load_checked(
     Ok((merge(flags, file, hostname)?, warnings))
 }
 
+/// The node's pod capacity, as upstream's node status computes it: `maxPods`, or with
+/// `podsPerCore` set, `podsPerCore` × the CPU count when that is lower.
+pub fn pod_capacity(max_pods: u32, pods_per_core: u32, cores: usize) -> u32 {
+    if pods_per_core == 0 {
+        return max_pods;
+    }
+    let per_core = u64::from(pods_per_core).saturating_mul(cores as u64);
+    per_core.min(u64::from(max_pods)) as u32
+}
+
 pub(super) fn invalid(msg: impl Into<String>) -> ConfigError {
     ConfigError::Invalid(msg.into())
 }
@@ -382,6 +394,34 @@ pub fn merge(
     let max_pods = flags.max_pods.or(file.max_pods).unwrap_or(110);
     if max_pods < 0 {
         return Err(invalid(format!("maxPods: {max_pods} must not be negative")));
+    }
+    let pods_per_core = match (flags.pods_per_core, &file.pods_per_core) {
+        (Some(n), _) => n,
+        (None, None | Some(serde_json::Value::Null)) => 0,
+        (None, Some(v)) => v
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or_else(|| invalid(format!("podsPerCore: {v} is not an integer")))?,
+    };
+    if pods_per_core < 0 {
+        return Err(invalid(format!(
+            "podsPerCore (--pods-per-core) {pods_per_core} must not be a negative number"
+        )));
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let max_pods = pod_capacity(max_pods as u32, pods_per_core as u32, cores);
+    let oom_score_adj = match (flags.oom_score_adj, &file.oom_score_adj) {
+        (Some(n), _) => n,
+        (None, None | Some(serde_json::Value::Null)) => -999,
+        (None, Some(v)) => v
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or_else(|| invalid(format!("oomScoreAdj: {v} is not an integer")))?,
+    };
+    if !plumbing::oom_score::RANGE.contains(&oom_score_adj) {
+        return Err(invalid(format!(
+            "oomScoreAdj (--oom-score-adj) {oom_score_adj} must be between -1000 and 1000, inclusive"
+        )));
     }
     let cluster_dns = match &flags.cluster_dns {
         Some(list) => list.split(',').map(str::to_string).collect(),
@@ -555,7 +595,8 @@ pub fn merge(
             .cgroups_per_qos
             .or(file.cgroups_per_qos)
             .unwrap_or(true),
-        max_pods: max_pods as u32,
+        max_pods,
+        oom_score_adj,
         pod_logs_dir: PathBuf::from(
             file.pod_logs_dir
                 .clone()

@@ -702,3 +702,49 @@ fn the_selinux_mount_gate_is_read_and_off_by_default() {
         "{warnings:?}"
     );
 }
+
+/// `oomScoreAdj` defaults to upstream's -999, the flag wins, and a value outside the
+/// kernel's range stops the start with upstream's message.
+#[test]
+fn oom_score_adj_defaults_to_minus_999_and_is_range_checked() {
+    let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
+    assert_eq!(cfg.oom_score_adj, -999);
+    let file = parse_file("c", "oomScoreAdj: -500\n").unwrap();
+    assert_eq!(
+        merge(&flags(&[]), file.clone(), "n").unwrap().oom_score_adj,
+        -500
+    );
+    let cfg = merge(&flags(&["--oom-score-adj=-10"]), file, "n").unwrap();
+    assert_eq!(cfg.oom_score_adj, -10);
+    let bad = parse_file("c", "oomScoreAdj: 1001\n").unwrap();
+    let e = merge(&flags(&[]), bad, "n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid configuration: oomScoreAdj (--oom-score-adj) 1001 must be between -1000 and 1000, inclusive"
+    );
+}
+
+/// `podsPerCore` caps the pod capacity at podsPerCore × CPUs when that is below maxPods.
+#[test]
+fn pods_per_core_caps_the_pod_capacity() {
+    assert_eq!(pod_capacity(110, 0, 4), 110);
+    assert_eq!(pod_capacity(110, 10, 4), 40);
+    assert_eq!(pod_capacity(30, 10, 4), 30);
+    assert_eq!(pod_capacity(110, u32::MAX, 64), 110);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let file = parse_file("c", "podsPerCore: 1\nmaxPods: 500\n").unwrap();
+    assert_eq!(
+        merge(&flags(&[]), file, "n").unwrap().max_pods,
+        cores.min(500)
+    );
+    let e = merge(
+        &flags(&["--pods-per-core=-1"]),
+        KubeletConfiguration::default(),
+        "n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid configuration: podsPerCore (--pods-per-core) -1 must not be a negative number"
+    );
+}

@@ -8,6 +8,7 @@
 //! (`plumbing::metrics`).
 
 mod certs;
+pub mod credentials;
 pub mod devices;
 pub mod selinux;
 pub mod server;
@@ -18,6 +19,7 @@ mod tests;
 use std::sync::LazyLock;
 
 pub use certs::{Certificates, certificates};
+pub use credentials::{CredentialPlugins, credential_plugins};
 pub use devices::{Devices, PodResourcesCall, devices};
 use prometheus::core::Collector;
 use prometheus::{
@@ -340,6 +342,7 @@ impl Metrics {
         all.extend(server().collectors());
         all.extend(devices().collectors());
         all.extend(selinux::selinux().collectors());
+        all.extend(credential_plugins().collectors());
         for c in all {
             registry.register(c).expect("unique metric names");
         }
@@ -372,6 +375,7 @@ impl Metrics {
         empty.extend(server().may_be_empty());
         empty.extend(devices().may_be_empty());
         empty.extend(selinux::selinux().may_be_empty());
+        empty.extend(credential_plugins().may_be_empty());
         let rc = plumbing::metrics::rest_client();
         empty.push((Box::new(rc.requests.clone()), "counter"));
         empty.push((Box::new(rc.duration.clone()), "histogram"));

@@ -78,6 +78,8 @@ async fn every_family_is_listed_with_its_type_and_alpha_help() {
         ("storage_operation_duration_seconds", "histogram"),
         ("storage_operation_errors_total", "counter"),
         ("plugin_manager_total_plugins", "gauge"),
+        ("kubelet_credential_provider_plugin_errors", "counter"),
+        ("kubelet_credential_provider_plugin_duration", "histogram"),
         ("process_resident_memory_bytes", "gauge"),
         ("process_cpu_seconds_total", "counter"),
         ("rest_client_requests_total", "counter"),

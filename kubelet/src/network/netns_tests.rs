@@ -26,7 +26,8 @@ fn sh(script: &str) -> String {
 }
 
 /// Runs `f` on a thread inside a fresh network namespace (gone when the thread ends) with
-/// a veth whose end `e0` holds 10.250.1.1/24 and fd00:250::1/64.
+/// a veth whose end `e0` holds 10.250.1.1/24 and fd00:250::1/64, once the kernel has
+/// finished setting them up.
 fn in_netns<F, Fut>(what: &str, f: F)
 where
     F: FnOnce() -> Fut + Send + 'static,
@@ -37,8 +38,31 @@ where
         "ip link set lo up && ip link add e0 type veth peer name e1 && \
         ip addr add 10.250.1.1/24 dev e0 && ip -6 addr add fd00:250::1/64 dev e0 nodad && \
         ip link set e0 up && ip link set e1 up",
-        f,
+        move || async move {
+            wait_for_ipv6_address();
+            f().await
+        },
     );
+}
+
+/// The kernel adds an IPv6 address's local route (`local fd00:250::1` in table local) from
+/// its address work queue once the link is up, after `ip` has returned (even with `nodad`):
+/// on a busy machine the tests would read the tables before it is there. Waits (bounded)
+/// until it is.
+fn wait_for_ipv6_address() {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let local = sh("ip -6 route show table local fd00:250::1");
+        if local.contains("fd00:250::1") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the kernel did not add fd00:250::1's local route within 10 s: {}",
+            sh("ip -6 addr show dev e0")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// Every route in every table but those the kernel adds itself for addresses and links.

@@ -160,9 +160,9 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--serialize-image-pulls",
-        NotImplemented,
-        &["true"],
-        "image pulls are always serialized.",
+        Implemented,
+        &[],
+        "serializeImagePulls; the flag wins over the file.",
     ),
     s(
         "--anonymous-auth",
@@ -368,7 +368,7 @@ pub const FLAGS: &[Setting] = &[
         "--image-credential-provider-config",
         Implemented,
         &[],
-        "A CredentialProviderConfig (kubelet.config.k8s.io/v1, v1beta1, v1alpha1) file, or a directory whose *.json/*.yaml/*.yml files are joined in lexical order; decoded strictly and validated as upstream (a bad file or a missing plugin stops the start, naming the file). Plugins run per image their matchImages match (exec protocol v1/v1beta1/v1alpha1, killed after 1 minute, answers cached by cacheKeyType for cacheDuration/defaultCacheDuration), also in the service-account-token mode (tokenAttributes, always on: the KubeletServiceAccountTokenForCredentialProviders gate is not read). No singleflight: concurrent pulls of one image may each run the plugin.",
+        "A CredentialProviderConfig (kubelet.config.k8s.io/v1, v1beta1, v1alpha1) file, or a directory whose *.json/*.yaml/*.yml files are joined in lexical order; decoded strictly and validated as upstream (a bad file or a missing plugin stops the start, naming the file). Plugins run per image their matchImages match (exec protocol v1/v1beta1/v1alpha1, killed after 1 minute, answers cached by cacheKeyType for cacheDuration/defaultCacheDuration), also in the service-account-token mode (tokenAttributes, always on: the KubeletServiceAccountTokenForCredentialProviders gate is not read). Concurrent pulls of one image share one plugin run (upstream's singleflight); runs are counted in kubelet_credential_provider_plugin_duration/_errors.",
     ),
     s(
         "--image-credential-provider-bin-dir",
@@ -412,6 +412,8 @@ pub const FLAGS: &[Setting] = &[
         &[],
         "The Node's status.images lists this many images, largest first (-1: all), each with up to 5 names.",
     ),
+    s("--oom-score-adj", Implemented, &[], "oomScoreAdj."),
+    s("--pods-per-core", Implemented, &[], "podsPerCore."),
     s(
         "--max-open-files",
         Implemented,

@@ -266,14 +266,16 @@ mod tests {
                 "--enforce-node-allocatable=pods,kube-reserved",
                 "--fail-swap-on=false",
                 "--serialize-image-pulls=false",
+                "--hairpin-mode=hairpin-veth",
                 "--max-pods=10",
             ]),
             None,
         );
-        // The eviction manager and node allocatable make both work: not warned.
+        // The eviction manager, node allocatable and parallel pulls make those work: not
+        // warned; the hairpin mode is left to the CNI plugin: warned.
         assert_eq!(f.warnings.len(), 1, "{f:#?}");
         assert!(!f.warnings.iter().any(|w| w.contains("--eviction-hard")));
-        assert!(f.warnings[0].contains("--serialize-image-pulls"), "{f:#?}");
+        assert!(f.warnings[0].contains("--hairpin-mode"), "{f:#?}");
         let f = check(
             &given(&["--read-only-port=10255", "--seccomp-default"]),
             None,

@@ -374,6 +374,11 @@ pub fn linux_resources(node: &NodeSettings, pod: &Pod, c: &Container) -> LinuxRe
         out.cpu_period = s.cpu_cfs_period_us as i64;
         out.cpu_quota = crate::cm::milli_cpu_to_quota(cpu_limit.unwrap_or(0), s.cpu_cfs_period_us);
     }
+    // Upstream's default on cgroup v2: the kernel kills every process of the container's
+    // cgroup on OOM, unless singleProcessOOMKill is true.
+    if node.cgroup_v2 && s.single_process_oom_kill != Some(true) {
+        out.unified.insert("memory.oom.group".into(), "1".into());
+    }
     // Every page size of the node gets a limit: 0 unless the container asks for pages.
     let mut pages: BTreeMap<u64, u64> = node.hugepage_sizes.iter().map(|s| (*s, 0)).collect();
     let mut asked = BTreeMap::new();

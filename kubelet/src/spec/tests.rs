@@ -971,3 +971,34 @@ fn set_hostname_as_fqdn_needs_a_subdomain_and_fits_the_kernel_nodename() {
         "{err}"
     );
 }
+
+/// Upstream's singleProcessOOMKill: on cgroup v2 a container's cgroup is killed as a whole
+/// on OOM (`memory.oom.group` 1) unless singleProcessOOMKill is true; cgroup v1 never gets it.
+#[test]
+fn cgroup_v2_containers_are_oom_killed_as_a_group_unless_single_process_is_set() {
+    use crate::cm::PodLimits;
+    let p = res_pod(serde_json::json!([{"name": "a", "resources": {"limits": {"memory": "1Gi"}}}]));
+    let c = p.spec.as_ref().unwrap().containers[0].clone();
+    let with = |v2: bool, single: Option<bool>| NodeSettings {
+        cgroup_v2: v2,
+        pod_limits: PodLimits {
+            single_process_oom_kill: single,
+            ..Default::default()
+        },
+        ..node()
+    };
+    for single in [None, Some(false)] {
+        let r = linux_resources(&with(true, single), &p, &c);
+        assert_eq!(
+            r.unified.get("memory.oom.group").map(String::as_str),
+            Some("1"),
+            "{single:?}"
+        );
+        // The swap setting sits beside it.
+        assert_eq!(r.unified["memory.swap.max"], "0");
+    }
+    let r = linux_resources(&with(true, Some(true)), &p, &c);
+    assert!(!r.unified.contains_key("memory.oom.group"));
+    let r = linux_resources(&with(false, None), &p, &c);
+    assert!(!r.unified.contains_key("memory.oom.group"));
+}

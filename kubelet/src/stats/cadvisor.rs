@@ -45,8 +45,11 @@ pub struct Meta {
     pub images: HashMap<String, String>,
     /// Pods' and containers' cgroup names (the `id` label).
     pub cgroups: Ids,
-    /// cgroup name (`/` for the root) → what was read of it beyond usage.
+    /// cgroup name (`/` for the root) → what was read of it beyond usage (read when the
+    /// series are first asked for, see [`super::Snapshot::cadvisor_meta`]).
     pub details: HashMap<String, Detail>,
+    /// When `details` were read, if not at `time`.
+    pub details_time: Option<StatTime>,
     /// Pod UID → its interfaces' counters.
     pub network: HashMap<String, Vec<IfaceCounters>>,
     /// The root cgroup's filesystems: (device, figures).
@@ -322,18 +325,21 @@ fn spec_memory(v: u64) -> f64 {
 /// The families being filled, by name (rendered in name order, as the Go registry gathers).
 struct Out {
     fams: BTreeMap<&'static str, Family>,
-    /// The detail readings' time (ms).
+    /// The network and filesystem readings' time (ms).
     ts: Option<i64>,
+    /// The detail readings' time (ms).
+    detail_ts: Option<i64>,
 }
 
 impl Out {
-    fn new(ts: Option<i64>) -> Self {
+    fn new(ts: Option<i64>, detail_ts: Option<i64>) -> Self {
         Self {
             fams: FAMILIES
                 .iter()
                 .map(|&(n, k, h)| (n, Family::new(n, k, h)))
                 .collect(),
             ts,
+            detail_ts,
         }
     }
 
@@ -372,7 +378,7 @@ impl Out {
     /// The cgroup's figures beyond usage; `disks` names I/O devices (unnamed ones are left
     /// out: their series would not be told apart).
     fn detail(&mut self, l: &Labels, d: &Detail, disks: &BTreeMap<String, String>) {
-        let ts = self.ts;
+        let ts = self.detail_ts;
         let base = l.with(None);
         let s = &d.spec;
         let quota = s.cpu_quota.filter(|q| *q != 0);
@@ -547,7 +553,8 @@ impl Out {
 /// The exposition text; `error`: the refresh failed (`container_scrape_error` 1, no series).
 pub fn render(s: &Summary, meta: &Meta, error: bool) -> String {
     let ts = (meta.time.0 != 0).then(|| meta.time.millis());
-    let mut out = Out::new(ts);
+    let detail_ts = meta.details_time.map(|t| t.millis()).or(ts);
+    let mut out = Out::new(ts, detail_ts);
     let disks = &meta.machine.disks;
     if !error {
         let root = Labels {

@@ -189,13 +189,26 @@ pub fn read_detail(layout: &Layout, rel: &str) -> Detail {
                 io: read(&dir.join("io.stat"))
                     .map(|s| io_stat(&s))
                     .unwrap_or_default(),
-                psi: Psi {
-                    cpu: read(&dir.join("cpu.pressure")).and_then(|s| pressure(&s)),
-                    memory: read(&dir.join("memory.pressure")).and_then(|s| pressure(&s)),
-                    io: read(&dir.join("io.pressure")).and_then(|s| pressure(&s)),
-                },
+                psi: psi_of(&dir),
             }
         }
+    }
+}
+
+fn psi_of(dir: &Path) -> Psi {
+    Psi {
+        cpu: read(&dir.join("cpu.pressure")).and_then(|s| pressure(&s)),
+        memory: read(&dir.join("memory.pressure")).and_then(|s| pressure(&s)),
+        io: read(&dir.join("io.pressure")).and_then(|s| pressure(&s)),
+    }
+}
+
+/// Only the pressure files of the cgroup at `rel` (what the Summary needs of [`read_detail`]
+/// every refresh; cgroup v1 has none upstream reads).
+pub fn read_psi(layout: &Layout, rel: &str) -> Psi {
+    match layout {
+        Layout::V1 { .. } => Psi::default(),
+        Layout::V2 { root } => psi_of(&root.join(rel.trim_start_matches('/'))),
     }
 }
 

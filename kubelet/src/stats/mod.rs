@@ -107,7 +107,8 @@ pub struct Phases {
     pub node: Duration,
     /// Volume and log directory walks.
     pub disk: Duration,
-    /// Finding and reading pods' and containers' cgroups.
+    /// Finding and reading pods' and containers' cgroups (usage and pressure; the rest of
+    /// what `/metrics/cadvisor` serves is read when it is scraped).
     pub cgroups: Duration,
     /// Sandboxes' `/proc/<pid>/net/dev`.
     pub network: Duration,
@@ -118,13 +119,19 @@ pub struct Phases {
 pub struct Snapshot {
     pub taken: Instant,
     pub summary: summary::Summary,
-    /// What `/metrics/cadvisor` needs beyond the Summary (images, cgroups, machine).
+    /// What `/metrics/cadvisor` needs beyond the Summary (images, cgroups, machine), without
+    /// the cgroup details: [`Snapshot::cadvisor_meta`] adds them.
     pub cadvisor: cadvisor::Meta,
     pub cost: RefreshCost,
     /// What this refresh could not read (the rest is served).
     pub gaps: Gaps,
     /// The Summary's JSON, made by the first request that needs it and shared by the rest.
     json: OnceLock<axum::body::Bytes>,
+    /// Where the cgroups are, and the cgroups whose details `/metrics/cadvisor` serves.
+    layout: Option<node::Layout>,
+    detail_cgroups: Vec<String>,
+    /// `cadvisor` with the details, read by the first scrape of this snapshot.
+    full: tokio::sync::OnceCell<Arc<cadvisor::Meta>>,
 }
 
 impl Snapshot {
@@ -132,6 +139,42 @@ impl Snapshot {
     pub fn summary_json(&self) -> axum::body::Bytes {
         self.json
             .get_or_init(|| serde_json::to_vec(&self.summary).unwrap_or_default().into())
+            .clone()
+    }
+
+    /// What `/metrics/cadvisor` renders: [`Snapshot::cadvisor`] with each cgroup's details
+    /// (throttling, limits, memory details, OOM kills, block I/O, pressure). Only the
+    /// scrapes need them, so the refresh does not read them (about 14 files per cgroup on
+    /// cgroup v2, every housekeeping period): the first scrape of a snapshot reads them on the
+    /// blocking pool and the later scrapes of the same snapshot share that reading.
+    pub async fn cadvisor_meta(&self) -> Arc<cadvisor::Meta> {
+        self.full
+            .get_or_init(|| async {
+                let (layout, cgroups) = (self.layout.clone(), self.detail_cgroups.clone());
+                let read = tokio::task::spawn_blocking(move || {
+                    let now = unix_now_ns();
+                    let details = layout
+                        .map(|l| {
+                            cgroups
+                                .iter()
+                                .map(|cg| (cg.clone(), detail::read_detail(&l, cg)))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    (details, now)
+                })
+                .await;
+                let (details, at) = read.unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "reading the cgroup details failed");
+                    (HashMap::new(), 0)
+                });
+                Arc::new(cadvisor::Meta {
+                    details,
+                    details_time: (at != 0).then_some(summary::StatTime(at)),
+                    ..self.cadvisor.clone()
+                })
+            })
+            .await
             .clone()
     }
 }
@@ -385,6 +428,7 @@ impl Provider {
         let mut locator = std::mem::take(&mut carry.cgroups);
         let need_machine = self.machine.get().is_none();
         let blocking_started = Instant::now();
+        let detail_layout = layout.clone();
         let blocking = tokio::task::spawn_blocking(move || {
             let mut phases = Phases::default();
             let mut at = Instant::now();
@@ -409,7 +453,7 @@ impl Provider {
                 ..live::Live::default()
             };
             let mut ids = cgroups::Ids::default();
-            let mut details = HashMap::new();
+            let mut psi = HashMap::new();
             let mut net_counters = HashMap::new();
             if let Some(layout) = &layout {
                 ids = locator.resolve(layout, &wanted);
@@ -426,11 +470,12 @@ impl Provider {
                         live.usage.insert(cg.clone(), u);
                     }
                 }
-                // cAdvisor's further figures of the same cgroups, and of the root.
+                // Their pressure (the Summary's PSI), and the root's. The rest of what
+                // cAdvisor reads of them waits for a scrape (`Snapshot::cadvisor_meta`).
                 for cg in live.usage.keys() {
-                    details.insert(cg.clone(), detail::read_detail(layout, cg));
+                    psi.insert(cg.clone(), detail::read_psi(layout, cg));
                 }
-                details.insert("/".into(), detail::read_detail(layout, "/"));
+                psi.insert("/".into(), detail::read_psi(layout, "/"));
                 lap(&mut phases.cgroups);
                 let proc_root = node.proc_root();
                 for (uid, members) in &wanted {
@@ -462,7 +507,7 @@ impl Provider {
                 }
             }
             Blocking {
-                details,
+                psi,
                 net_counters,
                 fs_devices,
                 now_ns,
@@ -524,12 +569,9 @@ impl Provider {
                 p.volume.extend(m.pod_volumes(&p.pod_ref.uid));
             }
         }
-        add_psi(
-            &mut summary,
-            &blocking.ids,
-            &blocking.details,
-            blocking.now_ns,
-        );
+        add_psi(&mut summary, &blocking.ids, &blocking.psi, blocking.now_ns);
+        let mut detail_cgroups: Vec<String> = blocking.psi.into_keys().collect();
+        detail_cgroups.sort();
         let build = build_started.elapsed();
         Ok(Snapshot {
             taken: Instant::now(),
@@ -537,13 +579,17 @@ impl Provider {
             cadvisor: cadvisor::Meta {
                 images: containers.into_iter().map(|c| (c.id, c.image)).collect(),
                 cgroups: blocking.ids,
-                details: blocking.details,
+                details: HashMap::new(),
+                details_time: None,
                 network: blocking.net_counters,
                 fs: blocking.fs_devices,
                 time: summary::StatTime(blocking.now_ns),
                 machine: self.machine.get().cloned().unwrap_or_default(),
             },
             json: OnceLock::new(),
+            layout: detail_layout,
+            detail_cgroups,
+            full: tokio::sync::OnceCell::new(),
             gaps,
             cost: RefreshCost {
                 cri,
@@ -562,22 +608,22 @@ impl Provider {
 fn add_psi(
     s: &mut summary::Summary,
     ids: &cgroups::Ids,
-    details: &HashMap<String, detail::Detail>,
+    psi: &HashMap<String, detail::Psi>,
     now_ns: i64,
 ) {
     let t = summary::StatTime(now_ns);
-    let apply = |d: Option<&detail::Detail>,
+    let apply = |d: Option<&detail::Psi>,
                  cpu: &mut Option<summary::CpuStats>,
                  mem: &mut Option<summary::MemoryStats>,
                  io: &mut Option<summary::IoStats>| {
         let Some(d) = d else { return };
-        if let (Some(c), Some(p)) = (cpu.as_mut(), &d.psi.cpu) {
+        if let (Some(c), Some(p)) = (cpu.as_mut(), &d.cpu) {
             c.psi = Some(p.clone());
         }
-        if let (Some(m), Some(p)) = (mem.as_mut(), &d.psi.memory) {
+        if let (Some(m), Some(p)) = (mem.as_mut(), &d.memory) {
             m.psi = Some(p.clone());
         }
-        if let Some(p) = &d.psi.io {
+        if let Some(p) = &d.io {
             *io = Some(summary::IoStats {
                 time: t,
                 psi: Some(p.clone()),
@@ -585,12 +631,12 @@ fn add_psi(
         }
     };
     let n = &mut s.node;
-    apply(details.get("/"), &mut n.cpu, &mut n.memory, &mut n.io);
+    apply(psi.get("/"), &mut n.cpu, &mut n.memory, &mut n.io);
     for p in &mut s.pods {
-        let d = ids.pods.get(&p.pod_ref.uid).and_then(|cg| details.get(cg));
+        let d = ids.pods.get(&p.pod_ref.uid).and_then(|cg| psi.get(cg));
         apply(d, &mut p.cpu, &mut p.memory, &mut p.io);
         for c in &mut p.containers {
-            let d = ids.containers.get(&c.id).and_then(|cg| details.get(cg));
+            let d = ids.containers.get(&c.id).and_then(|cg| psi.get(cg));
             apply(d, &mut c.cpu, &mut c.memory, &mut c.io);
         }
     }
@@ -650,7 +696,8 @@ struct Blocking {
     locator: cgroups::Locator,
     machine: Option<cadvisor::Machine>,
     phases: Phases,
-    details: HashMap<String, detail::Detail>,
+    /// Pressure of each cgroup read (`/` for the root).
+    psi: HashMap<String, detail::Psi>,
     net_counters: HashMap<String, Vec<detail::IfaceCounters>>,
     fs_devices: Vec<(String, node::FsInfo)>,
 }
@@ -727,7 +774,7 @@ impl Handle {
     /// [`cadvisor`]); on a failed refresh only `container_scrape_error 1`.
     pub async fn cadvisor_metrics(&self) -> Response {
         let text = match self.snapshot().await {
-            Ok(s) => cadvisor::render(&s.summary, &s.cadvisor, false),
+            Ok(s) => cadvisor::render(&s.summary, &*s.cadvisor_meta().await, false),
             Err(_) => cadvisor::render(
                 &summary::Summary::default(),
                 &cadvisor::Meta::default(),

@@ -837,7 +837,7 @@ async fn on_cgroup_v2_psi_reaches_the_summary_and_throttling_and_pressure_the_ca
     assert!(c_json["io"]["time"].is_string());
     assert_eq!(json["node"]["memory"]["psi"]["some"]["total"], 5);
 
-    let text = cadvisor::render(&s.summary, &s.cadvisor, false);
+    let text = cadvisor::render(&s.summary, &*s.cadvisor_meta().await, false);
     let line = |family: &str, id: &str| -> String {
         text.lines()
             .find(|l| l.starts_with(&format!("{family}{{")) && l.contains(&format!("id=\"{id}\"")))
@@ -859,4 +859,57 @@ async fn on_cgroup_v2_psi_reaches_the_summary_and_throttling_and_pressure_the_ca
         .contains(" 0.25 ")
     );
     assert!(line("container_pressure_io_waiting_seconds_total", "/").contains(" 0.00004 "));
+}
+
+/// The refresh reads usage and pressure only; the rest of what `/metrics/cadvisor` serves
+/// (limits, throttling, memory details, I/O) is read by the first scrape of a snapshot and
+/// shared by its later scrapes.
+#[tokio::test]
+async fn cadvisor_details_are_read_by_the_first_scrape_of_a_snapshot_not_by_the_refresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Arc::new(FakeRuntime::new());
+    let ids = run(&rt, 1, 1).await;
+    let root = dir.path().join("cgroup");
+    let ctr = root.join(format!(
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid_0.slice/cri-containerd-{}.scope",
+        ids[0]
+    ));
+    std::fs::create_dir_all(&ctr).unwrap();
+    for d in [&root, &ctr] {
+        std::fs::write(d.join("memory.current"), "20000\n").unwrap();
+        std::fs::write(d.join("memory.stat"), "anon 7000\ninactive_file 1000\n").unwrap();
+        std::fs::write(d.join("cpu.stat"), "usage_usec 2000000\n").unwrap();
+    }
+    let quota = |q: u64| std::fs::write(ctr.join("cpu.max"), format!("{q} 100000\n")).unwrap();
+    quota(10_000);
+    let mut node = Arc::into_inner(fake_node()).unwrap();
+    node.cgroups = Some(cgroups::Layout::V2 { root: root.clone() });
+    let p = Provider::new(rt.clone(), Arc::new(node), config(dir.path()));
+    let scraped = |m: &cadvisor::Meta| {
+        let cg = &m.cgroups.containers[&ids[0]];
+        m.details.get(cg).and_then(|d| d.spec.cpu_quota)
+    };
+    let s = p.refresh().await.unwrap();
+    assert!(
+        s.cadvisor.details.is_empty(),
+        "the refresh reads no details"
+    );
+    // The limit changes after the refresh: the first scrape reads it then.
+    quota(20_000);
+    let first = s.cadvisor_meta().await;
+    assert_eq!(scraped(&first), Some(20_000));
+    assert!(first.details.contains_key("/"), "the root cgroup's too");
+    assert!(first.details_time.is_some_and(|t| t.0 >= s.cadvisor.time.0));
+    // Later scrapes of the same snapshot share that reading.
+    quota(30_000);
+    assert_eq!(scraped(&*s.cadvisor_meta().await), Some(20_000));
+    let text = cadvisor::render(&s.summary, &*s.cadvisor_meta().await, false);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("container_spec_cpu_quota{") && l.ends_with(" 20000")),
+        "{text}"
+    );
+    // The next snapshot reads again.
+    let s = p.refresh().await.unwrap();
+    assert_eq!(scraped(&*s.cadvisor_meta().await), Some(30_000));
 }

@@ -162,13 +162,30 @@ pub fn handles(v: &Volume) -> bool {
     v.persistent_volume_claim.is_some() || v.ephemeral.is_some() || v.csi.is_some()
 }
 
+/// The claim and the PV it is bound to, as the resolution read them (the expansion check
+/// works on these: setup reads each once).
+#[derive(Debug, Clone)]
+pub struct Bound {
+    pub pvc: PersistentVolumeClaim,
+    pub pv: PersistentVolume,
+}
+
 /// Resolves one claim-backed or inline CSI volume of `pod`.
 pub async fn resolve(api: &dyn StorageApi, pod: &Pod, v: &Volume) -> Result<Source, String> {
+    resolve_bound(api, pod, v).await.map(|(s, _)| s)
+}
+
+/// [`resolve`], also handing back the claim and PV it read (None for inline volumes).
+pub async fn resolve_bound(
+    api: &dyn StorageApi,
+    pod: &Pod,
+    v: &Volume,
+) -> Result<(Source, Option<Bound>), String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     if let Some(c) = &v.csi {
         check_lifecycle_mode(api, &c.driver, "Ephemeral").await?;
-        return Ok(Source::Csi(CsiVolume {
+        let source = Source::Csi(CsiVolume {
             driver: c.driver.clone(),
             volume_handle: super::csi::mounter::ephemeral_volume_handle(
                 pod.metadata.uid.as_deref().unwrap_or_default(),
@@ -187,7 +204,8 @@ pub async fn resolve(api: &dyn StorageApi, pod: &Pod, v: &Volume) -> Result<Sour
                 namespace: ns.to_string(),
                 name: r.name.clone(),
             }),
-        }));
+        });
+        return Ok((source, None));
     }
     let (claim_name, read_only, ephemeral) = if let Some(c) = &v.persistent_volume_claim {
         (c.claim_name.clone(), c.read_only.unwrap_or(false), false)
@@ -241,7 +259,8 @@ pub async fn resolve(api: &dyn StorageApi, pod: &Pod, v: &Volume) -> Result<Sour
                 "failed to fetch PV {pv_name:?} from API server. err=persistentvolumes {pv_name:?} not found"
             ))
         })?;
-    source_of_pv(pv, &pv_name, &pvc_uid, read_only).map_err(processing)
+    let source = source_of_pv(pv.clone(), &pv_name, &pvc_uid, read_only).map_err(processing)?;
+    Ok((source, Some(Bound { pvc, pv })))
 }
 
 /// The source a bound PV gives, after checking that it is bound to this claim.
@@ -459,7 +478,7 @@ impl Storage {
     /// Resolves and sets up one volume of the pod; returns its host path.
     pub async fn set_up(&self, pod: &Pod, v: &Volume) -> Result<std::path::PathBuf, String> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let src = resolve(self.api.as_ref(), pod, v).await?;
+        let (src, bound) = resolve_bound(self.api.as_ref(), pod, v).await?;
         if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
             super::block::check_mode(pod, &v.name, matches!(src, Source::Block(_)))?;
         }
@@ -501,10 +520,10 @@ impl Storage {
                 prepared.selinux_mount_label = self.selinux_label(pod, v, &c, &prepared)?;
                 let path = self.csi.set_up(&uid, &c, &prepared).await?;
                 let claim = claim_of(pod, v);
-                if let (Some((ns, name)), false) = (&claim, c.ephemeral) {
+                if let (Some((ns, name)), Some(bound)) = (&claim, &bound) {
                     // A failed expansion leaves the mount as it is; the next sync retries.
                     if let Err(e) = self
-                        .expand_if_due(pod, v, ns, name, &c, &path, &prepared)
+                        .expand_if_due(pod, v, ns, name, bound, &c, &path, &prepared)
                         .await
                     {
                         tracing::warn!(pod_uid = %uid, volume = %v.name, error = %e, "expanding a mounted volume failed");
@@ -725,7 +744,8 @@ impl Storage {
 
 impl Storage {
     /// Grows the mounted volume when its claim waits for the node (see
-    /// [`super::csi::expand`]); returns whether the driver was called.
+    /// [`super::csi::expand`]); returns whether the driver was called. `bound` is the claim
+    /// and PV the resolution read: no API read here.
     #[allow(clippy::too_many_arguments)]
     async fn expand_if_due(
         &self,
@@ -733,18 +753,14 @@ impl Storage {
         v: &Volume,
         ns: &str,
         claim: &str,
+        bound: &Bound,
         c: &CsiVolume,
         path: &std::path::Path,
         prepared: &super::csi::Prepared,
     ) -> Result<bool, String> {
         use super::csi::expand;
-        let Some(pvc) = self.api.claim(ns, claim).await? else {
-            return Ok(false);
-        };
-        let Some(pv) = self.api.volume(&c.spec_name).await? else {
-            return Ok(false);
-        };
-        let Some(due) = expand::due(&pvc, &pv) else {
+        let Bound { pvc, pv } = bound;
+        let Some(due) = expand::due(pvc, pv) else {
             return Ok(false);
         };
         if !self.csi.can_expand(&c.driver).await? {
@@ -771,7 +787,7 @@ impl Storage {
             expand::succeeded_message(&v.name, node)
         );
         self.api
-            .patch_claim_status(ns, claim, expand::finished_patch(&pvc, &due.new_size))
+            .patch_claim_status(ns, claim, expand::finished_patch(pvc, &due.new_size))
             .await
             .map_err(|e| format!("mountVolume.NodeExpandVolume update pvc status failed: {e}"))?;
         Ok(true)

@@ -195,8 +195,8 @@ pub struct Flags {
     /// Accepted; no effect (warned about at start when set).
     #[arg(long = "feature-gates")]
     pub feature_gates: Option<String>,
-    /// Accepted; no effect (warned about at start when set to a non-default value).
-    #[arg(long = "oom-score-adj")]
+    /// The OOM score adjustment of the kube-proxy process, in the range [-1000, 1000].
+    #[arg(long = "oom-score-adj", allow_hyphen_values = true)]
     pub oom_score_adj: Option<i32>,
     /// Accepted; no effect (warned about at start when set to a non-default value).
     #[arg(long = "config-sync-period")]
@@ -393,6 +393,9 @@ pub struct ProxyConfig {
     pub verbosity: u8,
     pub static_services_dir: Option<PathBuf>,
     pub cleanup: bool,
+    /// `oomScoreAdj` (default -999): written to the process's own oom_score_adj by the
+    /// kube-proxy binary at start (the kubelet's hosted proxy role keeps the kubelet's).
+    pub oom_score_adj: i32,
 }
 
 impl ProxyConfig {
@@ -575,6 +578,20 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
         }
         _ => hostname.trim().to_lowercase(),
     };
+    let oom_score_adj = match (flags.oom_score_adj, &file.oom_score_adj) {
+        (Some(n), _) => n,
+        (None, None | Some(serde_json::Value::Null)) => -999,
+        (None, Some(v)) => v
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or_else(|| invalid("oomScoreAdj", format!("{v} is not an integer")))?,
+    };
+    if !plumbing::oom_score::RANGE.contains(&oom_score_adj) {
+        return Err(invalid(
+            "oomScoreAdj",
+            format!("{oom_score_adj}: must be within the range [-1000, 1000]"),
+        ));
+    }
     if node_name.is_empty() {
         return Err(invalid("hostnameOverride", "node name is empty"));
     }
@@ -760,6 +777,7 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
         verbosity: flags.v.unwrap_or(0),
         static_services_dir: flags.static_services_dir.clone(),
         cleanup: flags.cleanup.unwrap_or(false),
+        oom_score_adj,
     })
 }
 

@@ -353,3 +353,21 @@ fn detect_local_modes_and_their_interfaces_from_flags_and_file() {
         LocalDetect::BridgeInterface("br-pods".into())
     );
 }
+
+/// `oomScoreAdj`: upstream's -999 by default, the flag over the file, the kernel's range.
+#[test]
+fn oom_score_adj_defaults_to_minus_999_and_is_range_checked() {
+    assert_eq!(resolve(&flags(&[]), None, "n").unwrap().oom_score_adj, -999);
+    let file = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\noomScoreAdj: -100\n";
+    assert_eq!(
+        resolve(&flags(&[]), Some(file), "n").unwrap().oom_score_adj,
+        -100
+    );
+    let c = resolve(&flags(&["--oom-score-adj=-5"]), Some(file), "n").unwrap();
+    assert_eq!(c.oom_score_adj, -5);
+    let e = resolve(&flags(&["--oom-score-adj=-1001"]), None, "n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid configuration: oomScoreAdj: -1001: must be within the range [-1000, 1000]"
+    );
+}

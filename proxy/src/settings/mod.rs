@@ -178,9 +178,9 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--oom-score-adj",
-        NotImplemented,
-        &["-999"],
-        "the process's OOM score is not changed.",
+        Implemented,
+        &[],
+        "Written to the process's oom_score_adj at start (default -999); a failure (no CAP_SYS_RESOURCE) is logged and the proxy goes on, as upstream.",
     ),
     s(
         "--config-sync-period",
@@ -414,9 +414,9 @@ pub const FIELDS: &[Setting] = &[
     s("nodePortAddresses", Implemented, &[], "NodePort addresses."),
     s(
         "oomScoreAdj",
-        NotImplemented,
-        &["-999"],
-        "the process's OOM score is not changed.",
+        Implemented,
+        &[],
+        "As --oom-score-adj; outside -1000..1000 the start stops.",
     ),
     s(
         "conntrack.maxPerCore",

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The device plugin directory's name under the root dir.
@@ -149,6 +149,8 @@ struct State {
     /// devices only once all sources are ready): after a restart, the API pods' admission
     /// would otherwise free a static pod's restored devices before it knows of the pod.
     static_pending: bool,
+    /// Checkpoint data taken so far: numbers each save's data in the order it was taken.
+    saves: u64,
 }
 
 /// Whose pods an admission decides, so that it frees only their devices: each source's
@@ -170,6 +172,9 @@ pub struct DeviceManager {
     dir: PathBuf,
     grace: Duration,
     state: Mutex<State>,
+    /// The number of the last data written to the checkpoint: held while writing, so that
+    /// writes finishing out of order never replace newer data with older.
+    written: Arc<Mutex<u64>>,
 }
 
 impl std::fmt::Debug for DeviceManager {
@@ -231,6 +236,7 @@ impl DeviceManager {
             dir,
             grace,
             state: Mutex::new(State::default()),
+            written: Arc::new(Mutex::new(0)),
         }
     }
 
@@ -539,10 +545,12 @@ impl DeviceManager {
             .collect()
     }
 
-    /// The checkpoint's data for the current state.
-    fn snapshot(&self) -> checkpoint::Data {
+    /// The checkpoint's data for the current state, and its number (see [`State::saves`]).
+    fn snapshot(&self) -> (u64, checkpoint::Data) {
         use prost::Message as _;
-        let st = self.lock();
+        let mut st = self.lock();
+        st.saves += 1;
+        let number = st.saves;
         let entries: Vec<checkpoint::Entry> = st
             .allocs
             .iter()
@@ -561,10 +569,11 @@ impl DeviceManager {
             .iter()
             .map(|(name, r)| (name.clone(), r.devices.keys().cloned().collect()))
             .collect();
-        checkpoint::Data {
+        let data = checkpoint::Data {
             entries: (!entries.is_empty()).then_some(entries),
             registered: Some(registered),
-        }
+        };
+        (number, data)
     }
 
     fn checkpoint_path(&self) -> PathBuf {
@@ -572,14 +581,26 @@ impl DeviceManager {
     }
 
     /// Writes the checkpoint (on the blocking pool). A failure is logged: the state in memory
-    /// stays right, only a restart would lose it.
+    /// stays right, only a restart would lose it. Saves run concurrently (a plugin's device
+    /// update, an allocation) and their writes may finish in any order: one whose data is
+    /// older than what is on disk is dropped.
     pub async fn save(&self) {
-        let data = self.snapshot();
+        let (number, data) = self.snapshot();
         let path = self.checkpoint_path();
+        let written = self.written.clone();
         let res = tokio::task::spawn_blocking(move || {
+            let mut last = written.lock().unwrap_or_else(|e| e.into_inner());
+            if *last > number {
+                return Ok(());
+            }
             let boot =
                 std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-            crate::atomic_file::write_private_atomic(&path, &checkpoint::encode(&data, boot.trim()))
+            crate::atomic_file::write_private_atomic(
+                &path,
+                &checkpoint::encode(&data, boot.trim()),
+            )?;
+            *last = number;
+            Ok::<(), std::io::Error>(())
         })
         .await;
         match res {

@@ -29,18 +29,45 @@ async fn rig_with(grace: Duration) -> Rig {
     }
 }
 
+/// Serves the manager's registration; returns once its `kubelet.sock` accepts (bounded).
 async fn start(dm: &Arc<DeviceManager>) -> CancellationToken {
     let cancel = CancellationToken::new();
     let (d, c) = (dm.clone(), cancel.clone());
     tokio::spawn(async move { d.serve(c).await.unwrap() });
     let sock = dm.dir().join("kubelet.sock");
-    for _ in 0..200 {
-        if tokio::net::UnixStream::connect(&sock).await.is_ok() {
-            break;
-        }
+    wait_until("kubelet.sock accepts", || async {
+        tokio::net::UnixStream::connect(&sock).await.is_ok()
+    })
+    .await;
+    cancel
+}
+
+/// Stops the rig's manager and waits (bounded) until its `kubelet.sock` no longer accepts: a
+/// manager started after it then answers on a socket of its own (the old one's server
+/// still accepted for a moment after the cancel, and a plugin registered with it).
+async fn stop(r: &Rig) {
+    r.cancel.cancel();
+    let sock = r.dir.join("kubelet.sock");
+    wait_until("the old kubelet.sock refuses", || async {
+        tokio::net::UnixStream::connect(&sock).await.is_err()
+    })
+    .await;
+}
+
+/// Polls `ok` every 10 ms until it holds; panics after 10 s.
+async fn wait_until<F, Fut>(what: &str, ok: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !ok().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within 10 s"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    cancel
 }
 
 async fn plugin(r: &Rig) -> SamplePlugin {
@@ -249,7 +276,7 @@ async fn allocations_survive_a_restart_through_the_checkpoint() {
         "{text}"
     );
     // The agent restarts: a new manager over the same directory.
-    r.cancel.cancel();
+    stop(&r).await;
     drop(p);
     let dm2 = Arc::new(DeviceManager::new(r.dir.clone()));
     dm2.restore().unwrap();
@@ -281,6 +308,36 @@ async fn allocations_survive_a_restart_through_the_checkpoint() {
         "the held device is not allocated again"
     );
     cancel.cancel();
+}
+
+/// Saves run concurrently (a plugin's device update, an allocation) and their blocking writes
+/// can finish in any order: the checkpoint left on disk is always the newest state saved.
+/// (It lost an allocation under load: a device update's write landing after the
+/// allocation's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_checkpoint_keeps_the_newest_state_whatever_order_writes_finish_in() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dm = Arc::new(DeviceManager::new(tmp.path().to_path_buf()));
+    for round in 0..100 {
+        let mut saves = Vec::new();
+        for i in 0..16 {
+            dm.lock()
+                .resources
+                .insert(format!("example.com/r{round}-{i}"), Resource::default());
+            let d = dm.clone();
+            saves.push(tokio::spawn(async move { d.save().await }));
+        }
+        for s in saves {
+            s.await.unwrap();
+        }
+        let bytes = std::fs::read(dm.checkpoint_path()).unwrap();
+        let (data, _) = checkpoint::decode(&bytes).unwrap();
+        assert_eq!(
+            data.registered.unwrap_or_default().len(),
+            dm.lock().resources.len(),
+            "round {round}: the checkpoint lags the last save"
+        );
+    }
 }
 
 #[test]

@@ -182,6 +182,7 @@ fn meta() -> Meta {
             },
         )],
         time: StatTime(1_700_000_000_456_000_000),
+        details_time: None,
         machine: machine(),
     }
 }

@@ -23,6 +23,26 @@ pub struct FakeStorageApi {
     pub token_requests: Mutex<Vec<(String, TokenRequest)>>,
     /// Each claim status patch as `namespace/name` and the patch (applied to `claims`).
     pub status_patches: Mutex<Vec<(String, serde_json::Value)>>,
+    /// Each read, in order: `claim ns/name`, `volume name`, `csidriver name`,
+    /// `secret ns/name`, `node`, `volumeattachment name`.
+    pub reads: Mutex<Vec<String>>,
+}
+
+impl FakeStorageApi {
+    fn read(&self, what: String) {
+        self.reads.lock().unwrap().push(what);
+    }
+
+    /// The reads so far that start with `kind` (`claim`, `volume`, ...).
+    pub fn reads_of(&self, kind: &str) -> Vec<String> {
+        self.reads
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.split(' ').next() == Some(kind))
+            .cloned()
+            .collect()
+    }
 }
 
 /// RFC 7386 JSON merge patch.
@@ -51,6 +71,7 @@ impl super::StorageApi for FakeStorageApi {
         namespace: &str,
         name: &str,
     ) -> Result<Option<PersistentVolumeClaim>, String> {
+        self.read(format!("claim {namespace}/{name}"));
         Ok(self
             .claims
             .lock()
@@ -59,6 +80,7 @@ impl super::StorageApi for FakeStorageApi {
             .cloned())
     }
     async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, String> {
+        self.read(format!("volume {name}"));
         Ok(self.volumes.lock().unwrap().get(name).cloned())
     }
     async fn patch_claim_status(
@@ -86,9 +108,11 @@ impl super::StorageApi for FakeStorageApi {
 #[async_trait::async_trait]
 impl crate::volume::csi::CsiApi for FakeStorageApi {
     async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, String> {
+        self.read(format!("csidriver {name}"));
         Ok(self.drivers.lock().unwrap().get(name).cloned())
     }
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, String> {
+        self.read(format!("secret {namespace}/{name}"));
         Ok(self
             .secrets
             .lock()
@@ -96,10 +120,12 @@ impl crate::volume::csi::CsiApi for FakeStorageApi {
             .get(&format!("{namespace}/{name}"))
             .cloned())
     }
-    async fn volumes_attached(&self, _node: &str) -> Result<Vec<String>, String> {
+    async fn volumes_attached(&self, node: &str) -> Result<Vec<String>, String> {
+        self.read(format!("node {node}"));
         Ok(self.attached.lock().unwrap().clone())
     }
     async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>, String> {
+        self.read(format!("volumeattachment {name}"));
         Ok(self.attachments.lock().unwrap().get(name).cloned())
     }
     async fn request_token(

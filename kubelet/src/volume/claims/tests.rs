@@ -569,6 +569,47 @@ mod node_side {
         assert_eq!(calls(&node, "expand").len(), 2);
     }
 
+    #[tokio::test]
+    async fn a_claim_backed_csi_setup_reads_its_claim_and_pv_once() {
+        let root = tempfile::tempdir().unwrap();
+        let caps = Capabilities {
+            expand: true,
+            stage_unstage: true,
+            ..Default::default()
+        };
+        // A claim the node has to grow, then the next sync with nothing due: each setup reads
+        // the claim and the PV once (the expansion check works on the resolution's objects).
+        let (s, api, node) = storage(
+            root.path(),
+            caps,
+            "2Gi",
+            "1Gi",
+            Some("NodeResizePending"),
+            mounted_always,
+        )
+        .await;
+        for round in 1..=2 {
+            s.set_up(&pod(), &claim_vol("data", "data")).await.unwrap();
+            assert_eq!(
+                api.reads_of("claim"),
+                vec!["claim ns/data".to_string(); round],
+                "round {round}"
+            );
+            assert_eq!(
+                api.reads_of("volume"),
+                vec!["volume pv-data".to_string(); round],
+                "round {round}"
+            );
+        }
+        // The expansion still happened, once, with the status patched from the read claim.
+        assert_eq!(calls(&node, "expand").len(), 1);
+        let st = api.claims.lock().unwrap()["ns/data"]
+            .status
+            .clone()
+            .unwrap();
+        assert_eq!(st.capacity.unwrap()["storage"], Quantity("2Gi".into()));
+    }
+
     fn driver_object(republish: bool) -> CSIDriver {
         CSIDriver {
             spec: CSIDriverSpec {

@@ -16,6 +16,8 @@ pub enum FakeRun {
     Fail(ExecError),
     /// Never finishes (the caller's timeout must end it): sleeps this long.
     Hang(std::time::Duration),
+    /// Answers this after sleeping this long (a slow plugin).
+    Slow(std::time::Duration, Vec<u8>),
 }
 
 /// Records each invocation; answers from the queue, then with `default`.
@@ -57,6 +59,10 @@ impl PluginExec for FakeExec {
             .unwrap_or_else(|| self.default.clone());
         match run {
             FakeRun::Answer(b) => Ok(b),
+            FakeRun::Slow(d, b) => {
+                tokio::time::sleep(d).await;
+                Ok(b)
+            }
             FakeRun::Fail(e) => Err(e),
             FakeRun::Hang(d) => {
                 // The real runner's timeout, as the real runner enforces it.

@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use plumbing::duration;
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -191,10 +193,15 @@ struct CacheEntry {
     expires_at: Instant,
 }
 
+/// A run of a plugin that concurrent requests for the same key share.
+type Flight = Shared<BoxFuture<'static, Result<Arc<Vec<u8>>, ExecError>>>;
+
 struct Provider {
     config: ProviderConfig,
     program: PathBuf,
     cache: Mutex<(HashMap<String, CacheEntry>, Instant)>,
+    /// Runs in progress by singleflight key (upstream's `singleflight.Group`).
+    flights: Mutex<HashMap<String, Flight>>,
 }
 
 /// The node's credential provider plugins.
@@ -283,6 +290,7 @@ impl CredentialProviders {
                     program: bin_dir.join(&p.config.name),
                     config: p.config,
                     cache: Mutex::new((HashMap::new(), now)),
+                    flights: Mutex::new(HashMap::new()),
                 })
                 .collect(),
             exec,
@@ -537,21 +545,20 @@ impl CredentialProviders {
         }
         let mut stdin = serde_json::to_vec(&request).unwrap_or_default();
         stdin.push(b'\n');
-        tracing::debug!(plugin = %name, %image, "Getting image credentials from external exec plugin");
+        let invocation = Invocation {
+            program: p.program.clone(),
+            args: p.config.args.clone(),
+            env: p
+                .config
+                .env
+                .iter()
+                .map(|e| (e.name.clone(), e.value.clone()))
+                .collect(),
+            stdin,
+            timeout: self.timeout,
+        };
         let out = self
-            .exec
-            .run(Invocation {
-                program: p.program.clone(),
-                args: p.config.args.clone(),
-                env: p
-                    .config
-                    .env
-                    .iter()
-                    .map(|e| (e.name.clone(), e.value.clone()))
-                    .collect(),
-                stdin,
-                timeout: self.timeout,
-            })
+            .run_once(p, flight_key(image, account), invocation, image)
             .await
             .map_err(|source| PluginError::Exec {
                 plugin: name.clone(),
@@ -583,6 +590,64 @@ impl CredentialProviders {
         serde_json::from_slice(&out).map_err(|_| PluginError::Decode {
             plugin: name.clone(),
         })
+    }
+
+    /// Runs the plugin, or joins the run already in progress for `key`: concurrent pulls of
+    /// one image run the plugin once and share its answer (upstream's singleflight, which
+    /// also shares failures). Every run is timed in `kubelet_credential_provider_plugin_*`.
+    async fn run_once(
+        &self,
+        p: &Provider,
+        key: String,
+        invocation: Invocation,
+        image: &str,
+    ) -> Result<Arc<Vec<u8>>, ExecError> {
+        let flight = {
+            let mut flights = p.flights.lock().unwrap_or_else(|e| e.into_inner());
+            flights
+                .entry(key.clone())
+                .or_insert_with(|| {
+                    let exec = self.exec.clone();
+                    let plugin = p.config.name.clone();
+                    tracing::debug!(%plugin, %image, "Getting image credentials from external exec plugin");
+                    async move {
+                        let start = std::time::Instant::now();
+                        let out = exec.run(invocation).await;
+                        crate::metrics::credential_plugins().observe_run(
+                            &plugin,
+                            start.elapsed(),
+                            out.is_ok(),
+                        );
+                        out.map(Arc::new)
+                    }
+                    .boxed()
+                    .shared()
+                })
+                .clone()
+        };
+        let out = flight.clone().await;
+        let mut flights = p.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if flights.get(&key).is_some_and(|f| f.ptr_eq(&flight)) {
+            flights.remove(&key);
+        }
+        out
+    }
+}
+
+/// Upstream's singleflight key: the image, and in the token mode also the token's hash and
+/// the annotations sent, so pulls for different service accounts never share an answer.
+fn flight_key(image: &str, account: Option<&AccountContext>) -> String {
+    match account {
+        Some(a) if !a.token.is_empty() || !a.annotations.is_empty() => {
+            let annotations = serde_json::to_string(&a.annotations).unwrap_or_default();
+            let token = if a.token.is_empty() {
+                String::new()
+            } else {
+                sha256_hex(&a.token)
+            };
+            key_of([image, token.as_str(), annotations.as_str()])
+        }
+        _ => image.to_string(),
     }
 }
 

@@ -381,3 +381,87 @@ async fn the_real_runner_kills_a_hanging_plugin_and_passes_env() {
     assert_eq!(e.cause, "context deadline exceeded");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// Concurrent pulls of one image run the plugin once and all get its answer (upstream's
+/// singleflight); a pull of another image runs it again.
+#[tokio::test(start_paused = true)]
+async fn concurrent_pulls_of_one_image_share_one_plugin_run() {
+    let FakeRun::Answer(body) = answer("Image", Some("0s"), &[("*.registry.example", "u", "p")])
+    else {
+        unreachable!()
+    };
+    let exec = Arc::new(FakeExec::answering(FakeRun::Slow(
+        Duration::from_secs(2),
+        body,
+    )));
+    let cp = providers(vec![provider("acme", &["*.registry.example"])], &exec);
+    let image = "eu.registry.example/team/app";
+    let who = pod();
+    let (a, b, c) = tokio::join!(
+        cp.keyrings(image, &who),
+        cp.keyrings(image, &who),
+        cp.keyrings("eu.registry.example/team/other", &who),
+    );
+    for k in [&a, &b] {
+        assert_eq!(users(k, image), ["u:p"]);
+    }
+    assert_eq!(users(&c, "eu.registry.example/team/other"), ["u:p"]);
+    let images: Vec<String> = exec
+        .calls()
+        .iter()
+        .map(|c| {
+            serde_json::from_slice::<serde_json::Value>(&c.stdin).unwrap()["image"].to_string()
+        })
+        .collect();
+    assert_eq!(
+        images,
+        [
+            "\"eu.registry.example/team/app\"",
+            "\"eu.registry.example/team/other\""
+        ],
+        "one run per image"
+    );
+    // The flight is over: the answer was not cached (0s), so the next pull runs it again.
+    let _ = cp.keyrings(image, &pod()).await;
+    assert_eq!(exec.calls().len(), 3);
+}
+
+/// Every run is timed in `kubelet_credential_provider_plugin_duration` and a failed or
+/// timed-out run counts in `kubelet_credential_provider_plugin_errors`, by plugin name; a
+/// malformed answer is not a run error, as upstream counts.
+#[tokio::test(start_paused = true)]
+async fn plugin_runs_and_failures_are_counted_by_plugin_name() {
+    let m = crate::metrics::credential_plugins();
+    let runs = |name: &str| m.duration.with_label_values(&[name]).get_sample_count();
+    let errors = |name: &str| m.errors.with_label_values(&[name]).get();
+    let exec = Arc::new(FakeExec::answering(FakeRun::Answer(b"{not json".to_vec())));
+    exec.push(FakeRun::Fail(ExecError {
+        cause: "exit status 1".into(),
+        stderr: "denied".into(),
+    }));
+    exec.push(FakeRun::Hang(Duration::from_secs(3600)));
+    let cp = providers(
+        vec![provider("metrics-probe", &["*.registry.example"])],
+        &exec,
+    )
+    .with_timeout(Duration::from_secs(5));
+    for image in [
+        "a.registry.example/x",
+        "b.registry.example/x",
+        "c.registry.example/x",
+    ] {
+        let k = cp.keyrings(image, &pod()).await;
+        assert!(users(&k, image).is_empty(), "{image}: no credentials");
+    }
+    assert_eq!(runs("metrics-probe"), 3);
+    assert_eq!(
+        errors("metrics-probe"),
+        2.0,
+        "the exit and the timeout, not the bad JSON"
+    );
+    let text = crate::metrics::Metrics::new("node-cp").render();
+    assert!(
+        text.contains("kubelet_credential_provider_plugin_errors{plugin_name=\"metrics-probe\"} 2")
+    );
+    assert!(text.contains("# HELP kubelet_credential_provider_plugin_duration [ALPHA] Duration of execution in seconds for credential provider plugin"));
+}
