@@ -12,6 +12,13 @@ pub mod v1 {
     tonic::include_proto!("v1");
 }
 
+/// Generated `v1alpha1` types, client and server (deprecated upstream, still served there
+/// beside v1: `List` with devices only).
+pub mod v1alpha1 {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    tonic::include_proto!("v1alpha1");
+}
+
 pub use v1::pod_resources_lister_client::PodResourcesListerClient;
 
 /// The socket directory's name under the root dir.
@@ -20,6 +27,8 @@ pub const DIR_NAME: &str = "pod-resources";
 pub const SOCKET: &str = "kubelet.sock";
 /// The `server_api_version` label of the endpoint's metrics.
 pub const API_VERSION: &str = "v1";
+/// The same label for the v1alpha1 service.
+pub const API_VERSION_V1ALPHA1: &str = "v1alpha1";
 /// Largest message [`client`] accepts (16 MiB, what upstream's clients pass as `maxMsgSize`).
 pub const MAX_MSG_SIZE: usize = 16 * 1024 * 1024;
 
@@ -77,17 +86,19 @@ mod tests {
                 0x2a, 3, 0x12, 1, b'c', // dynamic_resources: claim_name is field 2
             ]
         );
-        // ClaimResource: cdi_devices 1, driver 2, pool 3, device 4.
+        // ClaimResource: cdi_devices 1, driver 2, pool 3, device 4, share_id 5 (optional:
+        // an empty share is still sent when set).
         let r = ClaimResource {
             cdi_devices: vec![CdiDevice { name: "x".into() }],
             driver_name: "d".into(),
             pool_name: "p".into(),
             device_name: "n".into(),
+            share_id: Some(String::new()),
         };
         assert_eq!(
             r.encode_to_vec(),
             vec![
-                0x0a, 3, 0x0a, 1, b'x', 0x12, 1, b'd', 0x1a, 1, b'p', 0x22, 1, b'n'
+                0x0a, 3, 0x0a, 1, b'x', 0x12, 1, b'd', 0x1a, 1, b'p', 0x22, 1, b'n', 0x2a, 0
             ]
         );
         let g = GetPodResourcesRequest {
@@ -100,5 +111,36 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(a.encode_to_vec(), vec![0x12, 1, 1]);
+    }
+
+    #[test]
+    fn v1alpha1_wire_names_and_numbers_match_upstream() {
+        use super::v1alpha1::*;
+        use tonic::server::NamedService;
+        struct Nop;
+        impl pod_resources_lister_server::PodResourcesLister for Nop {}
+        assert_eq!(
+            <pod_resources_lister_server::PodResourcesListerServer<Nop> as NamedService>::NAME,
+            "v1alpha1.PodResourcesLister"
+        );
+        let p = PodResources {
+            name: "p".into(),
+            namespace: "n".into(),
+            containers: vec![ContainerResources {
+                name: "c".into(),
+                devices: vec![ContainerDevices {
+                    resource_name: "r".into(),
+                    device_ids: vec!["d".into()],
+                }],
+            }],
+        };
+        assert_eq!(
+            p.encode_to_vec(),
+            vec![
+                0x0a, 1, b'p', 0x12, 1, b'n', // name, namespace
+                0x1a, 11, 0x0a, 1, b'c', // containers: name
+                0x12, 6, 0x0a, 1, b'r', 0x12, 1, b'd', // devices
+            ]
+        );
     }
 }

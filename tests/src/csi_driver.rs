@@ -14,11 +14,10 @@ use cri_proto::plugins::csi::{
     identity_server::{Identity, IdentityServer},
     node_server::{Node, NodeServer},
 };
-use cri_proto::plugins::registration::{
-    InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
-    registration_server::{Registration, RegistrationServer},
-};
+use cri_proto::plugins::registration::RegistrationStatus;
 use tonic::{Request, Response, Status};
+
+use crate::registrar::{Registrar, plugin_sockets};
 
 /// The CSIDriver object of a driver (`storage.k8s.io/v1`), with `spec` as given. Without an
 /// object upstream's kubelet waits for an attach, which no controller does in the test
@@ -62,8 +61,6 @@ struct State {
     opts: DriverOptions,
     data: PathBuf,
     calls: Arc<Mutex<Vec<String>>>,
-    statuses: Arc<Mutex<Vec<RegistrationStatus>>>,
-    endpoint: String,
     stages: Arc<Mutex<Vec<csi::NodeStageVolumeRequest>>>,
     publishes: Arc<Mutex<Vec<csi::NodePublishVolumeRequest>>>,
 }
@@ -77,6 +74,7 @@ impl State {
 /// The running driver; stops (and removes its sockets) on drop.
 pub struct TestCsiDriver {
     state: State,
+    registrar: Registrar,
     pub csi_socket: PathBuf,
     pub registration_socket: PathBuf,
     runtime: Option<tokio::runtime::Runtime>,
@@ -86,55 +84,49 @@ impl TestCsiDriver {
     /// Starts the driver for a kubelet whose root directory is `root_dir`; its volumes live
     /// under `data_dir/<volume id>`.
     pub fn start(root_dir: &Path, data_dir: &Path, opts: DriverOptions) -> TestCsiDriver {
-        let plugin_dir = root_dir.join("plugins").join(&opts.name);
-        let registry = root_dir.join("plugins_registry");
-        std::fs::create_dir_all(&plugin_dir).unwrap();
-        std::fs::create_dir_all(&registry).unwrap();
+        let (csi_socket, registration_socket) = plugin_sockets(root_dir, &opts.name, "csi.sock");
         std::fs::create_dir_all(data_dir).unwrap();
-        let csi_socket = plugin_dir.join("csi.sock");
-        let registration_socket = registry.join(format!("{}-reg.sock", opts.name));
-        let _ = std::fs::remove_file(&csi_socket);
-        let _ = std::fs::remove_file(&registration_socket);
         let state = State {
             opts,
             data: data_dir.to_path_buf(),
             calls: Default::default(),
-            statuses: Default::default(),
-            endpoint: csi_socket.display().to_string(),
             stages: Default::default(),
             publishes: Default::default(),
         };
+        let calls = state.calls.clone();
+        let registrar = Registrar::new(
+            "CSIPlugin",
+            &state.opts.name,
+            &csi_socket,
+            &["1.0.0"],
+            Arc::new(move |c| calls.lock().unwrap().push(c)),
+        );
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let (csi_sock, reg_sock, st) = (
+        let (csi_sock, reg_sock, st, reg) = (
             csi_socket.clone(),
             registration_socket.clone(),
             state.clone(),
+            registrar.clone(),
         );
         runtime.block_on(async move {
             let csi = tokio::net::UnixListener::bind(&csi_sock).unwrap();
-            let s = st.clone();
             tokio::spawn(async move {
                 let _ = tonic::transport::Server::builder()
-                    .add_service(IdentityServer::new(s.clone()))
-                    .add_service(NodeServer::new(s))
+                    .add_service(IdentityServer::new(st.clone()))
+                    .add_service(NodeServer::new(st))
                     .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(csi))
                     .await;
             });
             // The registrar's socket last, as node-driver-registrar does once the driver answers.
-            let reg = tokio::net::UnixListener::bind(&reg_sock).unwrap();
-            tokio::spawn(async move {
-                let _ = tonic::transport::Server::builder()
-                    .add_service(RegistrationServer::new(st))
-                    .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(reg))
-                    .await;
-            });
+            reg.serve(&reg_sock);
         });
         TestCsiDriver {
             state,
+            registrar,
             csi_socket,
             registration_socket,
             runtime: Some(runtime),
@@ -180,7 +172,7 @@ impl TestCsiDriver {
 
     /// What the kubelet answered to registration.
     pub fn statuses(&self) -> Vec<RegistrationStatus> {
-        self.state.statuses.lock().unwrap().clone()
+        self.registrar.statuses()
     }
 
     /// Removes the registration socket (node-driver-registrar going away).
@@ -269,31 +261,6 @@ fn safe_id(id: &str) -> Result<&str, Status> {
         return Err(Status::invalid_argument(format!("bad volume id {id:?}")));
     }
     Ok(id)
-}
-
-#[tonic::async_trait]
-impl Registration for State {
-    async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
-        self.record("GetInfo".into());
-        Ok(Response::new(PluginInfo {
-            r#type: "CSIPlugin".into(),
-            name: self.opts.name.clone(),
-            endpoint: self.endpoint.clone(),
-            supported_versions: vec!["1.0.0".into()],
-        }))
-    }
-    async fn notify_registration_status(
-        &self,
-        r: Request<RegistrationStatus>,
-    ) -> Result<Response<RegistrationStatusResponse>, Status> {
-        let r = r.into_inner();
-        self.record(format!(
-            "NotifyRegistrationStatus registered={} {}",
-            r.plugin_registered, r.error
-        ));
-        self.statuses.lock().unwrap().push(r);
-        Ok(Response::new(RegistrationStatusResponse {}))
-    }
 }
 
 #[tonic::async_trait]

@@ -14,11 +14,10 @@ use cri_proto::dra::v1::{
     self as pb,
     dra_plugin_server::{DraPlugin, DraPluginServer},
 };
-use cri_proto::plugins::registration::{
-    InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
-    registration_server::{Registration, RegistrationServer},
-};
+use cri_proto::plugins::registration::RegistrationStatus;
 use tonic::{Request, Response, Status};
+
+use crate::registrar::{Registrar, plugin_sockets};
 
 /// One recorded call: `NodePrepareResources <ns>/<name> <uid>`, when it came and when it
 /// was answered.
@@ -31,11 +30,8 @@ pub struct Call {
 
 #[derive(Clone)]
 struct State {
-    driver: String,
     cdi_kind: String,
-    endpoint: String,
     calls: Arc<Mutex<Vec<Call>>>,
-    statuses: Arc<Mutex<Vec<RegistrationStatus>>>,
     fail_prepare: Arc<Mutex<Option<String>>>,
     prepare_delay: Arc<Mutex<Duration>>,
 }
@@ -46,17 +42,22 @@ impl State {
     }
 
     fn record_since(&self, what: String, at: SystemTime) {
-        self.calls.lock().unwrap().push(Call {
-            what,
-            at,
-            answered: SystemTime::now(),
-        });
+        record(&self.calls, what, at);
     }
+}
+
+fn record(calls: &Mutex<Vec<Call>>, what: String, at: SystemTime) {
+    calls.lock().unwrap().push(Call {
+        what,
+        at,
+        answered: SystemTime::now(),
+    });
 }
 
 /// The running plugin; stops (and removes its sockets) on drop.
 pub struct TestDraDriver {
     state: State,
+    registrar: Registrar,
     pub dra_socket: PathBuf,
     pub registration_socket: PathBuf,
     runtime: Option<tokio::runtime::Runtime>,
@@ -66,53 +67,46 @@ impl TestDraDriver {
     /// Starts the plugin of driver `driver` for a kubelet whose root directory is `root_dir`;
     /// its CDI IDs are `<cdi_kind>=<claim name>` (`cdi_kind` as `vendor.com/class`).
     pub fn start(root_dir: &Path, driver: &str, cdi_kind: &str) -> TestDraDriver {
-        let plugin_dir = root_dir.join("plugins").join(driver);
-        let registry = root_dir.join("plugins_registry");
-        std::fs::create_dir_all(&plugin_dir).unwrap();
-        std::fs::create_dir_all(&registry).unwrap();
-        let dra_socket = plugin_dir.join("dra.sock");
-        let registration_socket = registry.join(format!("{driver}-reg.sock"));
-        let _ = std::fs::remove_file(&dra_socket);
-        let _ = std::fs::remove_file(&registration_socket);
+        let (dra_socket, registration_socket) = plugin_sockets(root_dir, driver, "dra.sock");
         let state = State {
-            driver: driver.into(),
             cdi_kind: cdi_kind.into(),
-            endpoint: dra_socket.display().to_string(),
             calls: Default::default(),
-            statuses: Default::default(),
             fail_prepare: Default::default(),
             prepare_delay: Default::default(),
         };
+        let calls = state.calls.clone();
+        let registrar = Registrar::new(
+            "DRAPlugin",
+            driver,
+            &dra_socket,
+            &["v1.DRAPlugin", "v1beta1.DRAPlugin"],
+            Arc::new(move |c| record(&calls, c, SystemTime::now())),
+        );
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let (dra_sock, reg_sock, st) = (
+        let (dra_sock, reg_sock, st, reg) = (
             dra_socket.clone(),
             registration_socket.clone(),
             state.clone(),
+            registrar.clone(),
         );
         runtime.block_on(async move {
             let dra = tokio::net::UnixListener::bind(&dra_sock).unwrap();
-            let s = st.clone();
             tokio::spawn(async move {
                 let _ = tonic::transport::Server::builder()
-                    .add_service(DraPluginServer::new(s))
+                    .add_service(DraPluginServer::new(st))
                     .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(dra))
                     .await;
             });
             // The registration socket last, once the plugin answers.
-            let reg = tokio::net::UnixListener::bind(&reg_sock).unwrap();
-            tokio::spawn(async move {
-                let _ = tonic::transport::Server::builder()
-                    .add_service(RegistrationServer::new(st))
-                    .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(reg))
-                    .await;
-            });
+            reg.serve(&reg_sock);
         });
         TestDraDriver {
             state,
+            registrar,
             dra_socket,
             registration_socket,
             runtime: Some(runtime),
@@ -131,7 +125,7 @@ impl TestDraDriver {
 
     /// What the kubelet answered to registration.
     pub fn statuses(&self) -> Vec<RegistrationStatus> {
-        self.state.statuses.lock().unwrap().clone()
+        self.registrar.statuses()
     }
 
     /// `NodePrepareResources` takes this long to answer.
@@ -152,32 +146,6 @@ impl Drop for TestDraDriver {
         }
         let _ = std::fs::remove_file(&self.registration_socket);
         let _ = std::fs::remove_file(&self.dra_socket);
-    }
-}
-
-#[tonic::async_trait]
-impl Registration for State {
-    async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
-        self.record("GetInfo".into());
-        Ok(Response::new(PluginInfo {
-            r#type: "DRAPlugin".into(),
-            name: self.driver.clone(),
-            endpoint: self.endpoint.clone(),
-            supported_versions: vec!["v1.DRAPlugin".into(), "v1beta1.DRAPlugin".into()],
-        }))
-    }
-
-    async fn notify_registration_status(
-        &self,
-        r: Request<RegistrationStatus>,
-    ) -> Result<Response<RegistrationStatusResponse>, Status> {
-        let r = r.into_inner();
-        self.record(format!(
-            "NotifyRegistrationStatus registered={} {}",
-            r.plugin_registered, r.error
-        ));
-        self.statuses.lock().unwrap().push(r);
-        Ok(Response::new(RegistrationStatusResponse {}))
     }
 }
 

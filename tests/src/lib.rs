@@ -9,6 +9,7 @@
 //!   [`NetnsControlPlane`]);
 //! - [`registry`]: a test image registry;
 //! - [`csi_driver`]: a CSI node plugin that registers as node-driver-registrar does;
+//! - [`dra_driver`]: a DRA kubelet plugin; both register through [`registrar`];
 //! - [`util`]: polling and pod-JSON helpers.
 //!
 //! The e2e tests live in `tests/tests/` (one binary each); `proxy` and `cni` use this crate as
@@ -20,6 +21,7 @@ pub mod dra_driver;
 pub mod joined;
 pub mod kubelet;
 pub mod netns;
+pub mod registrar;
 pub mod registry;
 pub mod rig;
 pub mod util;

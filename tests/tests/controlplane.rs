@@ -1714,3 +1714,109 @@ async fn auto_approve_serving_csrs_is_a_test_option() {
     .await;
     assert!(conditions(&signed).contains(&("Approved".into(), "AutoApproved".into())));
 }
+
+#[tokio::test]
+async fn kubelets_wipe_only_their_own_resource_slices() {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    let (cp, dir, admin) = setup(Options::default()).await;
+    let slice = |name: &str, node: &str, driver: &str| -> ResourceSlice {
+        serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": "d0"}]}
+        }))
+        .unwrap()
+    };
+    let all: Api<ResourceSlice> = Api::all(admin.clone());
+    for (name, node, driver) in [
+        ("n1-a", "n1", "a.example.com"),
+        ("n1-b", "n1", "b.example.com"),
+        ("n2-a", "n2", "a.example.com"),
+    ] {
+        all.create(&PostParams::default(), &slice(name, node, driver))
+            .await
+            .unwrap();
+    }
+    let path = dir.path().join("kubelet.conf");
+    cp.node_kubeconfig(&path, "n1", Duration::from_secs(3600))
+        .unwrap();
+    let node: Api<ResourceSlice> = Api::all(client(&path).await);
+    let names = |l: Vec<ResourceSlice>| -> Vec<String> {
+        let mut v: Vec<String> = l.into_iter().filter_map(|s| s.metadata.name).collect();
+        v.sort();
+        v
+    };
+    // The node authorizer: no selector, or another node's, is refused for a kubelet.
+    for sel in [
+        "",
+        "spec.nodeName=n2",
+        "spec.driver=a.example.com",
+        "spec.nodeName!=n1",
+    ] {
+        let lp = ListParams::default().fields(sel);
+        let err = node
+            .delete_collection(&DeleteParams::default(), &lp)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            api_status(&err),
+            (
+                403,
+                "Forbidden".to_string(),
+                "resourceslices.resource.k8s.io is forbidden: User \"system:node:n1\" cannot deletecollection resource \"resourceslices\" in API group \"resource.k8s.io\" at the cluster scope: can only list/watch/deletecollection resourceslices with nodeName field selector".to_string()
+            ),
+            "{sel:?}"
+        );
+        assert!(node.list(&lp).await.is_err(), "{sel:?}");
+    }
+    assert_eq!(
+        names(all.list(&ListParams::default()).await.unwrap().items),
+        ["n1-a", "n1-b", "n2-a"]
+    );
+    // Selector syntax smuggled in through a driver name only adds ANDed terms: nothing of
+    // another node or driver matches.
+    for smuggled in [
+        "spec.driver=a.example.com,spec.nodeName=n2,spec.nodeName=n1",
+        "spec.driver=x,spec.nodeName!=n1,spec.nodeName=n1",
+    ] {
+        node.delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().fields(smuggled),
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        names(all.list(&ListParams::default()).await.unwrap().items),
+        ["n1-a", "n1-b", "n2-a"]
+    );
+    // One driver of its own node (the kubelet's selector after the grace period)...
+    node.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().fields("spec.driver=a.example.com,spec.nodeName=n1"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        names(all.list(&ListParams::default()).await.unwrap().items),
+        ["n1-b", "n2-a"]
+    );
+    // ...then everything of its node (the wipe at start).
+    let mine = ListParams::default().fields("spec.nodeName=n1");
+    node.delete_collection(&DeleteParams::default(), &mine)
+        .await
+        .unwrap();
+    assert!(node.list(&mine).await.unwrap().items.is_empty());
+    assert_eq!(
+        names(all.list(&ListParams::default()).await.unwrap().items),
+        ["n2-a"]
+    );
+    // An unknown field is the apiserver's 400, not a silent match-all.
+    let err = all
+        .list(&ListParams::default().fields("spec.pool.name=n2"))
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&err).0, 400);
+}

@@ -423,3 +423,101 @@ fn pod_resources_api_lists_the_pod_with_its_device() {
     assert_eq!(all, ["Dev-1", "Dev-2"]);
     assert!(alloc.cpu_ids.is_empty() && alloc.memory.is_empty());
 }
+
+/// ResourceSlices as upstream's kubelet cleans them up: a DRA driver whose plugin goes away
+/// loses its slices on this node once it has been gone for 30 s (not before), other drivers'
+/// and other nodes' slices stay; an agent restart wipes every slice of the node. Through
+/// the test control plane, with the node's own credentials (the node authorizer lets it
+/// delete only with `spec.nodeName=<node>`).
+#[test]
+fn resource_slices_go_when_their_driver_does_and_at_agent_start() {
+    use node_tests::dra_driver::TestDraDriver;
+    require_rig!();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-slices", Options::default(), false);
+    wait_for("node registered", Duration::from_secs(60), || {
+        check_alive(&mut kubelet);
+        cp.get("nodes", "", NODE)
+    });
+    let driver = TestDraDriver::start(&node.p("var/lib/kubelet"), DRA_DRIVER, "example.com/gpu");
+    wait_for("DRA plugin registered", Duration::from_secs(60), || {
+        check_alive(&mut kubelet);
+        driver
+            .statuses()
+            .iter()
+            .any(|s| s.plugin_registered)
+            .then_some(())
+    });
+    const RS: &str = "resourceslices.resource.k8s.io";
+    for (name, on, drv) in [
+        ("mine-gpu", NODE, DRA_DRIVER),
+        ("mine-nic", NODE, "nic.example.com"),
+        ("other-gpu", "other-node", DRA_DRIVER),
+    ] {
+        cp.create(
+            RS,
+            json!({"metadata": {"name": name},
+                "spec": {"driver": drv, "nodeName": on,
+                    "pool": {"name": on, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "dev-0"}]}}),
+        )
+        .unwrap();
+    }
+    let names = || -> Vec<String> {
+        let mut v: Vec<String> = cp
+            .list(RS, None)
+            .iter()
+            .filter_map(|s| s["metadata"]["name"].as_str().map(String::from))
+            .collect();
+        v.sort();
+        v
+    };
+    // The driver's pod goes away (its sockets are removed).
+    let gone = std::time::Instant::now();
+    drop(driver);
+    std::thread::sleep(Duration::from_secs(20));
+    check_alive(&mut kubelet);
+    assert_eq!(
+        names(),
+        ["mine-gpu", "mine-nic", "other-gpu"],
+        "nothing deleted within the grace period\n{}",
+        kubelet.log_text()
+    );
+    wait_for(
+        "the gone driver's slice deleted",
+        Duration::from_secs(30),
+        || {
+            check_alive(&mut kubelet);
+            (!names().contains(&"mine-gpu".to_string())).then_some(())
+        },
+    );
+    assert!(
+        gone.elapsed() >= Duration::from_secs(30),
+        "{:?}",
+        gone.elapsed()
+    );
+    assert_eq!(names(), ["mine-nic", "other-gpu"]);
+    let deletes: Vec<String> = cp
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "DELETE" && r.path.contains("resourceslices"))
+        .map(|r| format!("{} {}", r.user, r.code))
+        .collect();
+    assert!(
+        !deletes.is_empty()
+            && deletes
+                .iter()
+                .all(|d| d == &format!("system:node:{NODE} 200")),
+        "{deletes:?}"
+    );
+    // A restart: every slice of the node goes, no other node's.
+    kubelet.restart();
+    wait_for(
+        "the node's slices wiped at start",
+        Duration::from_secs(30),
+        || {
+            check_alive(&mut kubelet);
+            (names() == ["other-gpu"]).then_some(())
+        },
+    );
+}

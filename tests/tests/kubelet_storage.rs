@@ -12,7 +12,8 @@
 //! the Node's `volumesAttached` and its VolumeAttachment, whose metadata is the publish
 //! context; stage and publish Secrets, the pod's information and a ServiceAccount token
 //! bound to the pod arrive in the requests (and never in the agent's log); with
-//! `fsGroupPolicy: File` the kubelet gives the volume the pod's fsGroup.
+//! `fsGroupPolicy: File` the kubelet gives the volume the pod's fsGroup. A `volumeMode: Block`
+//! local PV on a loop device reaches the container as the device its `volumeDevices` names.
 
 use node_tests::controlplane::Options;
 use node_tests::csi_driver::{DriverOptions, TestCsiDriver, csi_driver_object};
@@ -125,6 +126,33 @@ fn bind(cp: &NetnsControlPlane, claim: &Value, pv: &str, source: Value) {
     cp.update_status("persistentvolumeclaims", c2).unwrap();
 }
 
+/// The test driver `DRIVER` (volumes under `data`) registered with the agent whose root
+/// directory is `root`, and its CSIDriver object with `spec`.
+fn registered_driver(
+    cp: &NetnsControlPlane,
+    root: &std::path::Path,
+    data: &std::path::Path,
+    spec: Value,
+) -> TestCsiDriver {
+    let driver = TestCsiDriver::start(root, data, DriverOptions::new(DRIVER));
+    wait_for("driver registered", Duration::from_secs(30), || {
+        driver.statuses().first().map(|s| s.plugin_registered)
+    });
+    cp.create("csidrivers.storage.k8s.io", csi_driver_object(DRIVER, spec))
+        .unwrap();
+    driver
+}
+
+/// A claim bound to a PV of `DRIVER` whose volume handle is `handle`.
+fn csi_claim(cp: &NetnsControlPlane, claim: &str, pv: &str, handle: &str) {
+    bound_claim(
+        cp,
+        claim,
+        pv,
+        json!({"csi": {"driver": DRIVER, "volumeHandle": handle}}),
+    );
+}
+
 fn log_has(node: &JoinedNode, cp: &NetnsControlPlane, name: &str, want: &str) {
     let p = cp.get("pods", "default", name).unwrap();
     wait_for(
@@ -197,11 +225,13 @@ fn csi_driver_registers_in_csinode_and_the_node_annotation_then_deregisters() {
                 .filter(|c| c["spec"]["drivers"].as_array().is_none_or(|d| d.is_empty()))
         },
     );
-    let n = cp.get("nodes", "", NODE).unwrap();
-    assert!(
-        n["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"].is_null(),
-        "{n:#}"
-    );
+    // CSINode and the Node's annotation are two writes: wait for the second as well.
+    wait_for("nodeid annotation removed", Duration::from_secs(30), || {
+        let n = cp.get("nodes", "", NODE)?;
+        n["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"]
+            .is_null()
+            .then_some(())
+    });
     kubelet.stop();
 }
 
@@ -213,15 +243,7 @@ fn claims_keep_their_data_from_one_pod_to_the_next() {
     registered(&cp, &mut kubelet);
     let data = tempfile::tempdir().unwrap();
     let root = node.p("var/lib/kubelet");
-    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
-    wait_for("driver registered", Duration::from_secs(30), || {
-        driver.statuses().first().map(|s| s.plugin_registered)
-    });
-    cp.create(
-        "csidrivers.storage.k8s.io",
-        csi_driver_object(DRIVER, json!({"attachRequired": false})),
-    )
-    .unwrap();
+    let driver = registered_driver(&cp, &root, data.path(), json!({"attachRequired": false}));
 
     // A claim not bound yet: the pod waits with upstream's message, then starts once bound.
     let host = tempfile::tempdir().unwrap();
@@ -272,12 +294,7 @@ fn claims_keep_their_data_from_one_pod_to_the_next() {
     gone(&cp, "reader");
 
     // A CSI PV: staged once, published into the pod, unpublished and unstaged when it goes.
-    bound_claim(
-        &cp,
-        "db",
-        "pv-csi",
-        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-1"}}),
-    );
+    csi_claim(&cp, "db", "pv-csi", "vol-1");
     cp.create(
         "pods",
         pod(
@@ -510,12 +527,7 @@ fn failing_stage_and_ephemeral_volumes() {
             pod("scratch", "echo owned; sleep 3600", eph.clone()),
         )
         .unwrap();
-    bound_claim(
-        &cp,
-        "scratch-data",
-        "pv-scratch",
-        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-s"}}),
-    );
+    csi_claim(&cp, "scratch-data", "pv-scratch", "vol-s");
     assert_eq!(
         failed_mount(&cp, "scratch"),
         "MountVolume.SetUp failed for volume \"data\" : error processing PVC default/scratch-data: PVC default/scratch-data was not created for pod default/scratch (pod is not owner)"
@@ -540,20 +552,14 @@ fn csi_driver_object_fields_reach_the_driver() {
     registered(&cp, &mut kubelet);
     let root = node.p("var/lib/kubelet");
     let data = tempfile::tempdir().unwrap();
-    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
-    wait_for("driver registered", Duration::from_secs(30), || {
-        driver.statuses().first().map(|s| s.plugin_registered)
-    });
     // attachRequired is left to its default (true).
-    cp.create(
-        "csidrivers.storage.k8s.io",
-        csi_driver_object(
-            DRIVER,
-            json!({"podInfoOnMount": true, "fsGroupPolicy": "File",
-                "tokenRequests": [{"audience": "vault", "expirationSeconds": 3600}]}),
-        ),
-    )
-    .unwrap();
+    let driver = registered_driver(
+        &cp,
+        &root,
+        data.path(),
+        json!({"podInfoOnMount": true, "fsGroupPolicy": "File",
+            "tokenRequests": [{"audience": "vault", "expirationSeconds": 3600}]}),
+    );
     cp.create(
         "serviceaccounts",
         json!({"metadata": {"name": "csi-user", "namespace": "default"}}),
@@ -675,21 +681,8 @@ fn a_grown_claim_is_expanded_on_the_node_while_mounted() {
     registered(&cp, &mut kubelet);
     let data = tempfile::tempdir().unwrap();
     let root = node.p("var/lib/kubelet");
-    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
-    wait_for("driver registered", Duration::from_secs(30), || {
-        driver.statuses().first().map(|s| s.plugin_registered)
-    });
-    cp.create(
-        "csidrivers.storage.k8s.io",
-        csi_driver_object(DRIVER, json!({"attachRequired": false})),
-    )
-    .unwrap();
-    bound_claim(
-        &cp,
-        "grow",
-        "pv-grow",
-        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-grow"}}),
-    );
+    let driver = registered_driver(&cp, &root, data.path(), json!({"attachRequired": false}));
+    csi_claim(&cp, "grow", "pv-grow", "vol-grow");
     cp.create("pods", pod("app", "sleep 3600", claim_volume("grow")))
         .unwrap();
     running(&cp, "app", &mut kubelet);
@@ -744,6 +737,25 @@ fn a_grown_claim_is_expanded_on_the_node_while_mounted() {
         st["allocatedResourceStatuses"]["storage"].is_null(),
         "resize status cleared: {st}"
     );
+    // Upstream's events, on the pod and on the claim, naming the PV and the node.
+    for (kind, name) in [("Pod", "app"), ("PersistentVolumeClaim", "grow")] {
+        let ev = wait_for(
+            &format!("FileSystemResizeSuccessful on {kind} {name}"),
+            Duration::from_secs(30),
+            || {
+                cp.list("events", Some("default")).into_iter().find(|e| {
+                    e["reason"] == "FileSystemResizeSuccessful"
+                        && e["involvedObject"]["kind"] == kind
+                        && e["involvedObject"]["name"] == name
+                })
+            },
+        );
+        assert_eq!(ev["type"], "Normal");
+        assert_eq!(
+            ev["message"],
+            format!("MountVolume.NodeExpandVolume succeeded for volume \"pv-grow\" {NODE}")
+        );
+    }
     assert_eq!(
         driver
             .calls()
@@ -753,6 +765,114 @@ fn a_grown_claim_is_expanded_on_the_node_while_mounted() {
         1
     );
     gone(&cp, "app");
+    kubelet.stop();
+}
+
+/// A loop device the test made (detached on drop).
+struct LoopDevice {
+    dev: String,
+    _backing: tempfile::NamedTempFile,
+}
+
+impl LoopDevice {
+    /// A 16 MiB loop device, or why the host cannot make one.
+    fn new() -> Result<LoopDevice, String> {
+        let backing = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+        backing
+            .as_file()
+            .set_len(16 << 20)
+            .map_err(|e| e.to_string())?;
+        let out = std::process::Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(backing.path())
+            .output()
+            .map_err(|e| format!("losetup: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "losetup --find --show failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Ok(LoopDevice {
+            dev,
+            _backing: backing,
+        })
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &self.dev])
+            .status();
+    }
+}
+
+/// `volumeMode: Block`: a local PV whose path is a block device (a loop device made here)
+/// reaches the container as the device named in `volumeDevices`; what the container writes
+/// lands on the device.
+#[test]
+fn a_block_pv_reaches_the_container_as_a_device() {
+    require_rig!();
+    let dev = match LoopDevice::new() {
+        Ok(d) => d,
+        Err(why) => {
+            eprintln!(
+                "SKIPPED a_block_pv_reaches_the_container_as_a_device: this host cannot make a loop device ({why})"
+            );
+            return;
+        }
+    };
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-storage-block", Options::default(), true);
+    registered(&cp, &mut kubelet);
+    let c = cp
+        .create(
+            "persistentvolumeclaims",
+            json!({"metadata": {"name": "raw", "namespace": "default"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "volumeMode": "Block",
+                    "resources": {"requests": {"storage": "16Mi"}}}}),
+        )
+        .unwrap();
+    bind(
+        &cp,
+        &c,
+        "pv-raw",
+        json!({"volumeMode": "Block", "capacity": {"storage": "16Mi"},
+            "local": {"path": dev.dev},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}),
+    );
+    cp.create(
+        "pods",
+        json!({"metadata": {"name": "raw", "namespace": "default"},
+            "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c",
+                    "echo block-data | dd of=/dev/xvda conv=notrunc 2>/dev/null && sync && echo \"read=$(head -c 10 /dev/xvda)\"; sleep 3600"],
+                    "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]}],
+                "volumes": [claim_volume("raw")]}}),
+    )
+    .unwrap();
+    let p = running(&cp, "raw", &mut kubelet);
+    log_has(&node, &cp, "raw", "read=block-data");
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    // The pod's device link, as upstream's local mapper lays it out.
+    let link = node.p(&format!(
+        "var/lib/kubelet/pods/{uid}/volumeDevices/kubernetes.io~local-volume/pv-raw"
+    ));
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        std::path::PathBuf::from(&dev.dev)
+    );
+    let mut head = [0u8; 10];
+    use std::io::Read;
+    std::fs::File::open(&dev.dev)
+        .unwrap()
+        .read_exact(&mut head)
+        .unwrap();
+    assert_eq!(&head, b"block-data");
+    gone(&cp, "raw");
     kubelet.stop();
 }
 
@@ -767,24 +887,13 @@ fn requires_republish_publishes_a_mounted_volume_again() {
     registered(&cp, &mut kubelet);
     let data = tempfile::tempdir().unwrap();
     let root = node.p("var/lib/kubelet");
-    let driver = TestCsiDriver::start(&root, data.path(), DriverOptions::new(DRIVER));
-    wait_for("driver registered", Duration::from_secs(30), || {
-        driver.statuses().first().map(|s| s.plugin_registered)
-    });
-    cp.create(
-        "csidrivers.storage.k8s.io",
-        csi_driver_object(
-            DRIVER,
-            json!({"attachRequired": false, "requiresRepublish": true}),
-        ),
-    )
-    .unwrap();
-    bound_claim(
+    let driver = registered_driver(
         &cp,
-        "again",
-        "pv-again",
-        json!({"csi": {"driver": DRIVER, "volumeHandle": "vol-again"}}),
+        &root,
+        data.path(),
+        json!({"attachRequired": false, "requiresRepublish": true}),
     );
+    csi_claim(&cp, "again", "pv-again", "vol-again");
     cp.create("pods", pod("app", "sleep 3600", claim_volume("again")))
         .unwrap();
     running(&cp, "app", &mut kubelet);

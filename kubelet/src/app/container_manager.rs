@@ -132,9 +132,12 @@ pub(super) async fn start_devices(
 
 /// The DRA manager: claims read from the apiserver (cluster mode), what was prepared before
 /// restored from `<root-dir>/dra_manager_state` (a corrupt file is reported and left out).
+/// In cluster mode the node's ResourceSlices are wiped now and per driver when its plugin
+/// has been gone for upstream's grace period (`cm::dra::slices`), until `cancel`.
 pub(super) async fn start_dra(
     cfg: &Config,
     cluster: Option<&super::cluster::Connected>,
+    cancel: &tokio_util::sync::CancellationToken,
 ) -> Arc<crate::cm::DraManager> {
     use crate::cm::{DraManager, dra};
     let api = cluster.map(|c| {
@@ -148,6 +151,17 @@ pub(super) async fn start_dra(
         Ok(Ok(n)) => tracing::debug!(claims = n, "DRA state restored"),
         Ok(Err(e)) => tracing::error!(error = %e, "DRA state not restored"),
         Err(e) => tracing::error!(error = %e, "DRA state not restored"),
+    }
+    if let Some(c) = cluster {
+        let api = Arc::new(dra::KubeSliceApi {
+            client: c.client.clone(),
+        });
+        m.start_slice_cleanup(dra::SliceCleanup::new(
+            api,
+            &cfg.node_name,
+            dra::slices::WIPING_DELAY,
+            cancel.child_token(),
+        ));
     }
     m
 }
@@ -206,14 +220,13 @@ pub(super) fn start_pod_resources(
     cfg: &Config,
     control: tokio::sync::mpsc::Sender<crate::sync_loop::Control>,
     devices: Option<Arc<crate::cm::DeviceManager>>,
+    dra: Arc<crate::cm::DraManager>,
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: &tokio_util::sync::CancellationToken,
 ) {
     use crate::podresources::{PodResources, serve};
-    let service = Arc::new(PodResources::new(
-        Arc::new(SyncLoopActive(control)),
-        devices,
-    ));
+    let service =
+        Arc::new(PodResources::new(Arc::new(SyncLoopActive(control)), devices).with_dra(dra));
     let (root, cancel) = (cfg.root_dir.clone(), cancel.clone());
     tasks.spawn(async move {
         if let Err(e) = serve(root, service, cancel).await {

@@ -206,7 +206,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let (probes, probe_rx) = probe_manager(&metrics, &events);
     let shared = Shared {
         devices: container_manager::start_devices(&cfg, &mut tasks, &cancel).await,
-        dra: container_manager::start_dra(&cfg, cluster.as_ref()).await,
+        dra: container_manager::start_dra(&cfg, cluster.as_ref(), &cancel).await,
         pull_records: start_pull_records(&cfg, runtime.as_ref()).await?,
         allocations: pods::allocations(&cfg).await?,
         node_ips: node_ips(&cfg),
@@ -509,7 +509,8 @@ fn start_sync_loop(
     ));
     let loop_health = sync_loop.health();
     let devices = Some(p.devices.clone());
-    container_manager::start_pod_resources(cfg, sync_loop.control(), devices, tasks, cancel);
+    let dra = p.dra.clone();
+    container_manager::start_pod_resources(cfg, sync_loop.control(), devices, dra, tasks, cancel);
     eviction::spawn(
         cfg,
         p.runtime.clone(),

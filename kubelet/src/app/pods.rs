@@ -68,6 +68,7 @@ async fn node_settings(
         selinux_enabled: crate::host::selinux_enabled(),
         cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
         swap_capacity: crate::host::swap_capacity(),
+        restart_backoff_max: crate::spec::RestartBackoffMax(cfg.crash_loop_max),
         image_volumes: crate::volume::runtime_mounts_images(runtime_name, runtime_version),
         runtime_version: format!("{runtime_name} {runtime_version}"),
         allocatable,
@@ -98,13 +99,7 @@ pub(super) async fn start(
         .unwrap_or_default();
     let selinux =
         crate::volume::selinux::registry::SeLinuxVolumes::new(selinux_host, cfg.selinux_mount);
-    let storage = storage(
-        &node,
-        (&shared.stats, &shared.dra, selinux),
-        cluster,
-        tasks,
-        cancel,
-    );
+    let storage = storage(&node, shared, selinux, cluster, tasks, cancel);
     let worker = (runtime_name, cm, node);
     let deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);
     PodSide { deps, storage }
@@ -173,7 +168,8 @@ fn worker_env(
         Arc::new(crate::objects::ObjectCache::new(api_objects.clone())),
         Arc::new(crate::objects::TokenManager::new(api_objects)),
         binder.clone(),
-    );
+    )
+    .with_resync(cfg.sync_frequency);
     if let Some(s) = storage {
         volumes = volumes.with_storage(s);
     }
@@ -301,16 +297,14 @@ impl crate::pluginmanager::PluginHandler for DraHandler {
 /// cluster mode, the claim-backed and CSI volumes it serves, whose usage `stats` reports.
 fn storage(
     node: &NodeSettings,
-    (stats, dra, selinux): (
-        &crate::stats::Provider,
-        &Arc<crate::cm::DraManager>,
-        crate::volume::selinux::registry::SeLinuxVolumes,
-    ),
+    shared: &Shared,
+    selinux: crate::volume::selinux::registry::SeLinuxVolumes,
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Option<Arc<crate::volume::Storage>> {
     use crate::volume::csi;
+    let (stats, dra) = (&shared.stats, &shared.dra);
     let drivers = Arc::new(csi::CsiDrivers::default());
     let node_info = cluster.map(|c| {
         Arc::new(csi::KubeNodeInfo::new(
@@ -350,6 +344,7 @@ fn storage(
                 mounted: csi::mounter::is_mounted,
             },
         )
+        .with_events(shared.events.clone())
         .with_selinux(selinux),
     );
     let s = storage.clone();

@@ -11,6 +11,45 @@ use plumbing::duration;
 use std::time::Duration;
 
 /// Whether a feature gate is on: the flag's `--feature-gates` over the file's `featureGates`.
+/// Upstream's gate for `crashLoopBackOff.maxContainerRestartPeriod` (beta, on, since 1.35).
+pub const CRASH_LOOP_MAX_GATE: &str = "KubeletCrashLoopBackOffMax";
+
+/// `crashLoopBackOff.maxContainerRestartPeriod`: upstream's 5 minutes unless set; with the
+/// gate on it must lie in 1s..=300s, with the gate off it must not be set.
+pub fn crash_loop_max(flags: &Flags, file: &KubeletConfiguration) -> Result<Duration, ConfigError> {
+    const MAX: Duration = Duration::from_secs(300);
+    let set = match file
+        .crash_loop_back_off
+        .as_ref()
+        .and_then(|c| c.get("maxContainerRestartPeriod"))
+    {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(duration::parse(s).map_err(|e| {
+            invalid(format!(
+                "crashLoopBackOff.maxContainerRestartPeriod: {s:?}: {e}"
+            ))
+        })?),
+        Some(other) => {
+            return Err(invalid(format!(
+                "crashLoopBackOff.maxContainerRestartPeriod: {other} is not a duration"
+            )));
+        }
+    };
+    let Some(d) = set else { return Ok(MAX) };
+    if !gate_or(flags, file, CRASH_LOOP_MAX_GATE, true) {
+        return Err(invalid(
+            "FeatureGate KubeletCrashLoopBackOffMax not enabled, CrashLoopBackOff.MaxContainerRestartPeriod must not be set",
+        ));
+    }
+    if d < Duration::from_secs(1) || d > MAX {
+        return Err(invalid(format!(
+            "CrashLoopBackOff.MaxContainerRestartPeriod (got: {} seconds) must be set between 1s and 300s",
+            d.as_secs_f64()
+        )));
+    }
+    Ok(d)
+}
+
 fn gate(flags: &Flags, file: &KubeletConfiguration, name: &str) -> bool {
     gate_or(flags, file, name, false)
 }
@@ -42,6 +81,7 @@ pub const READ_GATES: &[&str] = &[
     crate::server::settings::ZPAGE_GATES[1].0,
     crate::server::settings::NODE_LOG_QUERY_GATE,
     crate::volume::selinux::SELINUX_MOUNT_GATE,
+    CRASH_LOOP_MAX_GATE,
 ];
 
 /// A warning for each gate set in `--feature-gates` or `featureGates` that the agent does

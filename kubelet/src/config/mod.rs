@@ -149,6 +149,8 @@ pub struct Config {
     pub network: network::Settings,
     /// cpuCFSQuota, cpuCFSQuotaPeriod, podPidsLimit, memorySwap.swapBehavior.
     pub pod_limits: crate::cm::PodLimits,
+    /// `crashLoopBackOff.maxContainerRestartPeriod`: the container restart back-off's cap.
+    pub crash_loop_max: Duration,
     /// Image garbage collection, validated.
     pub image_gc: crate::images::ImageGcPolicy,
     /// Container garbage collection (deprecated flags only).
@@ -377,6 +379,7 @@ pub fn merge(
         .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
     let resources = resources::parse(flags, &file)?;
     let pod_limits = limits::parse(flags, &file)?;
+    let crash_loop_max = limits::crash_loop_max(flags, &file)?;
     let image_gc = gc::image_policy(flags, &file)?;
     let container_gc = gc::container_policy(flags)?;
     let image_pulls = crate::images::PullRecordsSettings::parse(
@@ -708,6 +711,7 @@ pub fn merge(
         )
         .map_err(invalid)?,
         pod_limits,
+        crash_loop_max,
         image_gc,
         container_gc,
         image_pulls,

@@ -748,3 +748,36 @@ fn pods_per_core_caps_the_pod_capacity() {
         "invalid configuration: podsPerCore (--pods-per-core) -1 must not be a negative number"
     );
 }
+
+/// `crashLoopBackOff.maxContainerRestartPeriod`: 5m unless set, 1s..300s, and refused with
+/// the gate turned off, in upstream's words.
+#[test]
+fn crash_loop_back_off_max_is_read_and_validated_as_upstream() {
+    let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
+    assert_eq!(cfg.crash_loop_max, Duration::from_secs(300));
+    let file = parse_file("c", "crashLoopBackOff: {maxContainerRestartPeriod: 30s}\n").unwrap();
+    let cfg = merge(&flags(&[]), file.clone(), "n").unwrap();
+    assert_eq!(cfg.crash_loop_max, Duration::from_secs(30));
+    let too_long =
+        parse_file("c", "crashLoopBackOff: {maxContainerRestartPeriod: 301s}\n").unwrap();
+    assert_eq!(
+        merge(&flags(&[]), too_long, "n").unwrap_err().to_string(),
+        "invalid configuration: CrashLoopBackOff.MaxContainerRestartPeriod (got: 301 seconds) must be set between 1s and 300s"
+    );
+    let short = parse_file(
+        "c",
+        "crashLoopBackOff: {maxContainerRestartPeriod: 500ms}\n",
+    )
+    .unwrap();
+    assert!(
+        merge(&flags(&[]), short, "n")
+            .unwrap_err()
+            .to_string()
+            .contains("(got: 0.5 seconds)")
+    );
+    let off = flags(&["--feature-gates=KubeletCrashLoopBackOffMax=false"]);
+    assert_eq!(
+        merge(&off, file, "n").unwrap_err().to_string(),
+        "invalid configuration: FeatureGate KubeletCrashLoopBackOffMax not enabled, CrashLoopBackOff.MaxContainerRestartPeriod must not be set"
+    );
+}

@@ -10,6 +10,7 @@
 mod certs;
 pub mod credentials;
 pub mod devices;
+pub mod dra;
 pub mod selinux;
 pub mod server;
 pub mod storage;
@@ -21,6 +22,7 @@ use std::sync::LazyLock;
 pub use certs::{Certificates, certificates};
 pub use credentials::{CredentialPlugins, credential_plugins};
 pub use devices::{Devices, PodResourcesCall, devices};
+pub use dra::{Dra, dra};
 use prometheus::core::Collector;
 use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts, Registry,
@@ -343,6 +345,7 @@ impl Metrics {
         all.extend(devices().collectors());
         all.extend(selinux::selinux().collectors());
         all.extend(credential_plugins().collectors());
+        all.extend(dra().collectors());
         for c in all {
             registry.register(c).expect("unique metric names");
         }
@@ -376,6 +379,7 @@ impl Metrics {
         empty.extend(devices().may_be_empty());
         empty.extend(selinux::selinux().may_be_empty());
         empty.extend(credential_plugins().may_be_empty());
+        empty.extend(dra().may_be_empty());
         let rc = plumbing::metrics::rest_client();
         empty.push((Box::new(rc.requests.clone()), "counter"));
         empty.push((Box::new(rc.duration.clone()), "histogram"));

@@ -29,8 +29,6 @@ use tracing::Instrument;
 /// CrashLoopBackOff: first restart at once, then 10 s doubling up to 5 min (upstream).
 pub const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
-/// A container that ran this long before exiting starts its back-off afresh.
-pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(600);
 pub use crate::podspec::MIN_GRACE;
 /// The pod's reason and message once `activeDeadlineSeconds` has passed (upstream).
 pub const DEADLINE_REASON: &str = "DeadlineExceeded";
@@ -129,6 +127,7 @@ pub struct Worker {
 impl Worker {
     pub fn new(env: Arc<Deps>, pod: Pod, previous: Option<PodStatus>) -> Self {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let backoff_max = env.node.restart_backoff_max.0;
         let start_time = previous
             .as_ref()
             .and_then(|s| s.start_time.as_ref())
@@ -150,7 +149,7 @@ impl Worker {
             actuated: HashMap::new(),
             resize_error: None,
             uid,
-            backoff: Backoff::default(),
+            backoff: Backoff::new(backoff_max),
             pulls: images::PullBackoff::default(),
             errors: BTreeMap::new(),
             start_time,

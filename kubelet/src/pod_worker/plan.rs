@@ -4,9 +4,17 @@
 use super::*;
 
 /// Per-container-name restart back-off.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Backoff {
     entries: HashMap<String, BackoffEntry>,
+    /// The cap (`crashLoopBackOff.maxContainerRestartPeriod`).
+    max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new(BACKOFF_MAX)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -19,6 +27,16 @@ pub(super) struct BackoffEntry {
 }
 
 impl Backoff {
+    /// A back-off capped at `max`: the first delay is 10 s, or `max` when that is lower (as
+    /// upstream's newCrashLoopBackOff), and a container that ran for twice the cap starts
+    /// afresh (upstream's back-off entries expire after twice their maximum).
+    pub fn new(max: Duration) -> Self {
+        Backoff {
+            entries: HashMap::new(),
+            max,
+        }
+    }
+
     /// For a container instance `exit_id` that exited and should restart: `Ok(())` when it may
     /// restart now, `Err(remaining, current delay)` while backing off.
     pub fn check(
@@ -39,14 +57,15 @@ impl Backoff {
             });
         if entry.exit_id != exit_id {
             // A new exit: schedule the restart after the current back-off, then double it.
-            if ran_for >= BACKOFF_RESET_AFTER {
+            if ran_for >= self.max * 2 {
                 entry.next = None;
             }
             entry.exit_id = exit_id.to_string();
             entry.delay = match &mut entry.next {
                 Some(b) => b.fail_at(now),
                 None => {
-                    entry.next = Some(plumbing::Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX));
+                    let initial = BACKOFF_INITIAL.min(self.max);
+                    entry.next = Some(plumbing::Backoff::new(initial, self.max));
                     Duration::ZERO
                 }
             };

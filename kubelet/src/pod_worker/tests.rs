@@ -483,6 +483,29 @@ fn backoff_sequence_and_reset() {
     assert_eq!(last, BACKOFF_MAX);
 }
 
+/// `crashLoopBackOff.maxContainerRestartPeriod` caps the delays; a cap below 10 s is also
+/// the first delay, and a run of twice the cap resets the back-off (upstream's entries expire
+/// after twice their maximum).
+#[test]
+fn the_configured_cap_bounds_the_restart_back_off() {
+    let t0 = Instant::now();
+    let delays = |max: u64, runs: &[u64]| -> Vec<u64> {
+        let mut b = Backoff::new(Duration::from_secs(max));
+        runs.iter()
+            .enumerate()
+            .map(|(i, ran)| {
+                b.check("c", &i.to_string(), Duration::from_secs(*ran), t0)
+                    .err()
+                    .map_or(0, |(_, d)| d.as_secs())
+            })
+            .collect()
+    };
+    assert_eq!(delays(30, &[0, 0, 0, 0, 0]), [0, 10, 20, 30, 30]);
+    assert_eq!(delays(5, &[0, 0, 0]), [0, 5, 5]);
+    // Ran 59 s (under twice 30 s): still backing off; ran 60 s: afresh.
+    assert_eq!(delays(30, &[0, 0, 59, 60]), [0, 10, 20, 0]);
+}
+
 #[test]
 fn a_panicking_step_waits_1s_doubling_to_5min_and_resets_after_a_good_pass() {
     let mut p = StepPanics::default();

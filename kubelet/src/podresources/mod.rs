@@ -15,21 +15,29 @@
 //! CPU ids and memory are always empty, and say so on purpose: this agent has no CPU or
 //! memory manager, which is what upstream answers with their `none`/`None` policies (no
 //! container holds exclusive CPUs or pinned memory, and nothing is allocatable to pin).
-//! `dynamic_resources` (DRA claims) is empty here too.
+//!
+//! `dynamic_resources` (upstream's `KubeletPodResourcesDynamicResources`, on by default
+//! since 1.34): each DRA claim the container references (`resources.claims`) with its
+//! prepared devices (driver, pool, device, share and CDI IDs), from the DRA manager's cache
+//! (`dynamic.rs`). The deprecated `v1alpha1.PodResourcesLister` (`List`, containers and
+//! devices only) is served on the same socket, as upstream still does (`v1alpha1.rs`).
 //!
 //! Requests are rate limited as upstream (100 per second, bursts of 10; beyond it
 //! `ResourceExhausted: rejected by rate limit`) and counted in
 //! `kubelet_pod_resources_endpoint_*`.
 
+mod dynamic;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 mod socket;
 #[cfg(test)]
 mod tests;
+mod v1alpha1;
 
 pub use socket::{ServeError, serve};
+pub use v1alpha1::V1Alpha1;
 
-use crate::cm::DeviceManager;
+use crate::cm::{DeviceManager, DraManager};
 use crate::metrics::PodResourcesCall;
 use cri_proto::podresources::{API_VERSION, v1 as api};
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -81,6 +89,7 @@ impl Bucket {
 pub struct PodResources {
     pods: Arc<dyn ActivePods>,
     devices: Option<Arc<DeviceManager>>,
+    dra: Option<Arc<DraManager>>,
     limiter: Mutex<Bucket>,
 }
 
@@ -100,8 +109,15 @@ impl PodResources {
         Self {
             pods,
             devices,
+            dra: None,
             limiter: Mutex::new(Bucket::new(qps, burst)),
         }
+    }
+
+    /// Reports the DRA claims the DRA manager prepared (`dynamic_resources`).
+    pub fn with_dra(mut self, dra: Arc<DraManager>) -> Self {
+        self.dra = Some(dra);
+        self
     }
 
     fn admit(&self) -> Result<(), tonic::Status> {
@@ -118,7 +134,8 @@ impl PodResources {
     }
 
     /// One container's resources.
-    fn container(&self, uid: &str, c: &Container) -> api::ContainerResources {
+    fn container(&self, pod: &Pod, c: &Container) -> api::ContainerResources {
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
         api::ContainerResources {
             name: c.name.clone(),
             devices: self
@@ -129,14 +146,17 @@ impl PodResources {
             // No CPU or memory manager: upstream's `none` policies hold nothing (module doc).
             cpu_ids: Vec::new(),
             memory: Vec::new(),
-            dynamic_resources: Vec::new(),
+            dynamic_resources: self
+                .dra
+                .as_ref()
+                .map(|d| dynamic::resources(d, pod, c))
+                .unwrap_or_default(),
         }
     }
 
     /// A pod's resources: its restartable init containers, then its containers (upstream's
     /// order; plain init containers have ended by the time anyone asks).
     pub fn pod(&self, pod: &Pod) -> api::PodResources {
-        let uid = pod.metadata.uid.as_deref().unwrap_or("");
         let spec = pod.spec.as_ref();
         let sidecars = spec
             .and_then(|s| s.init_containers.as_ref())
@@ -149,7 +169,7 @@ impl PodResources {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             containers: sidecars
                 .chain(containers)
-                .map(|c| self.container(uid, c))
+                .map(|c| self.container(pod, c))
                 .collect(),
         }
     }

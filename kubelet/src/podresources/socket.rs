@@ -104,9 +104,13 @@ pub async fn serve(
         })?;
     tracing::info!(endpoint = %path.display(), "starting to serve the podresources API");
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let alpha = cri_proto::podresources::v1alpha1::pod_resources_lister_server::PodResourcesListerServer::new(
+        super::V1Alpha1(service.clone()),
+    );
     let svc = api::pod_resources_lister_server::PodResourcesListerServer::from_arc(service);
     let res = tonic::transport::Server::builder()
         .add_service(svc)
+        .add_service(alpha)
         .serve_with_incoming_shutdown(incoming, cancel.cancelled())
         .await;
     if let Err(e) = res {

@@ -330,3 +330,265 @@ async fn requests_and_errors_are_counted_by_call() {
     // Other tests count too (one process-wide family): at least ours is in.
     assert!(after.0 >= before.0 + 1.0 && after.1 >= before.1 + 1.0 && after.2 >= before.2 + 1.0);
 }
+
+/// A DRA driver whose claims each get two devices from one driver: `dev-a` (CDI `v.com/x=a`)
+/// and `dev-b` (CDI `v.com/x=b`, share `s1`).
+struct TwoDevices;
+
+#[async_trait::async_trait]
+impl crate::cm::dra::DraPlugin for TwoDevices {
+    async fn prepare(
+        &self,
+        req: cri_proto::dra::v1::NodePrepareResourcesRequest,
+    ) -> Result<cri_proto::dra::v1::NodePrepareResourcesResponse, String> {
+        use cri_proto::dra::v1 as pb;
+        let dev = |name: &str, share: Option<&str>| pb::Device {
+            request_names: vec![],
+            pool_name: "pool".into(),
+            device_name: format!("dev-{name}"),
+            cdi_device_ids: vec![format!("v.com/x={name}")],
+            share_id: share.map(String::from),
+        };
+        Ok(pb::NodePrepareResourcesResponse {
+            claims: req
+                .claims
+                .into_iter()
+                .map(|c| {
+                    let r = pb::NodePrepareResourceResponse {
+                        devices: vec![dev("a", None), dev("b", Some("s1"))],
+                        error: String::new(),
+                    };
+                    (c.uid, r)
+                })
+                .collect(),
+        })
+    }
+    async fn unprepare(
+        &self,
+        _: cri_proto::dra::v1::NodeUnprepareResourcesRequest,
+    ) -> Result<cri_proto::dra::v1::NodeUnprepareResourcesResponse, String> {
+        Ok(Default::default())
+    }
+}
+
+const DRA_DRIVER: &str = "x.example.com";
+
+/// A pod with claim `gpu` (ResourceClaim `c1`) and claim `tmpl` (from a template, made as
+/// `p-tmpl-1`); container `uses` names two requests of `gpu`, `other` names `tmpl`, `none`
+/// names nothing.
+fn claim_pod(ns: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": ns, "uid": "uid-p"},
+        "spec": {
+            "resourceClaims": [
+                {"name": "gpu", "resourceClaimName": "c1"},
+                {"name": "tmpl", "resourceClaimTemplateName": "t"},
+            ],
+            "containers": [
+                {"name": "uses", "image": "i", "resources": {"claims": [
+                    {"name": "gpu", "request": "r1"}, {"name": "gpu", "request": "r2"}]}},
+                {"name": "other", "image": "i", "resources": {"claims": [{"name": "tmpl"}]}},
+                {"name": "none", "image": "i"},
+            ],
+        },
+        "status": {"resourceClaimStatuses": [{"name": "tmpl", "resourceClaimName": "p-tmpl-1"}]},
+    }))
+    .unwrap()
+}
+
+async fn prepared_dra(dir: &std::path::Path, p: &Pod) -> Arc<DraManager> {
+    use crate::cm::dra::fake::{FakeClaimApi, claim};
+    let api = Arc::new(FakeClaimApi::default());
+    api.put(claim("ns", "c1", "uid-c1", Some(DRA_DRIVER), Some("uid-p")));
+    let mut owned = claim("ns", "p-tmpl-1", "uid-c2", Some(DRA_DRIVER), Some("uid-p"));
+    owned.metadata.owner_references = Some(vec![
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-p", "controller": true
+        }))
+        .unwrap(),
+    ]);
+    api.put(owned);
+    let dra = Arc::new(DraManager::with_metrics(
+        dir,
+        Some(api as Arc<dyn crate::cm::dra::ClaimApi>),
+        Arc::new(crate::metrics::Dra::new()),
+    ));
+    dra.add_plugin(DRA_DRIVER, "/x.sock", Arc::new(TwoDevices))
+        .unwrap();
+    dra.prepare(p).await.unwrap();
+    dra
+}
+
+#[tokio::test]
+async fn list_and_get_report_the_dra_claims_each_container_references() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = claim_pod("ns");
+    let dra = prepared_dra(tmp.path(), &p).await;
+    let svc = PodResources::new(Arc::new(FakePods::new(vec![p.clone()])), None).with_dra(dra);
+    let listed = svc
+        .list(tonic::Request::new(api::ListPodResourcesRequest {}))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_resources;
+    let got = svc
+        .get(tonic::Request::new(api::GetPodResourcesRequest {
+            pod_name: "p".into(),
+            pod_namespace: "ns".into(),
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_resources
+        .unwrap();
+    assert_eq!(listed, vec![got.clone()]);
+    let c = |name: &str| got.containers.iter().find(|c| c.name == name).unwrap();
+    let cdi = |ids: &[&str]| -> Vec<api::CdiDevice> {
+        ids.iter()
+            .map(|n| api::CdiDevice {
+                name: n.to_string(),
+            })
+            .collect()
+    };
+    let devices = vec![
+        api::ClaimResource {
+            cdi_devices: cdi(&["v.com/x=a"]),
+            driver_name: DRA_DRIVER.into(),
+            pool_name: "pool".into(),
+            device_name: "dev-a".into(),
+            share_id: None,
+        },
+        // Upstream gathers CDI IDs per driver: the second device lists the first's too.
+        api::ClaimResource {
+            cdi_devices: cdi(&["v.com/x=a", "v.com/x=b"]),
+            driver_name: DRA_DRIVER.into(),
+            pool_name: "pool".into(),
+            device_name: "dev-b".into(),
+            share_id: Some("s1".into()),
+        },
+    ];
+    let c1 = api::DynamicResource {
+        claim_name: "c1".into(),
+        claim_namespace: "ns".into(),
+        claim_resources: devices.clone(),
+    };
+    // Two references to one claim (two requests): the claim twice, as upstream.
+    assert_eq!(c("uses").dynamic_resources, vec![c1.clone(), c1]);
+    assert_eq!(
+        c("other").dynamic_resources,
+        vec![api::DynamicResource {
+            claim_name: "p-tmpl-1".into(),
+            claim_namespace: "ns".into(),
+            claim_resources: devices,
+        }]
+    );
+    assert!(c("none").dynamic_resources.is_empty());
+}
+
+#[tokio::test]
+async fn a_pod_never_sees_a_claim_it_did_not_prepare_even_of_the_same_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prepared = claim_pod("ns");
+    let dra = prepared_dra(tmp.path(), &prepared).await;
+    // The same pod shape in another namespace: its `c1` and `p-tmpl-1` are other claims,
+    // never prepared here. And a pod whose claim status is missing.
+    let mut elsewhere = claim_pod("other");
+    elsewhere.metadata.name = Some("q".into());
+    let mut unresolved = claim_pod("ns");
+    unresolved.metadata.name = Some("r".into());
+    unresolved.status = None;
+    let svc = PodResources::new(
+        Arc::new(FakePods::new(vec![elsewhere, unresolved, prepared])),
+        None,
+    )
+    .with_dra(dra);
+    let listed = svc
+        .list(tonic::Request::new(api::ListPodResourcesRequest {}))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_resources;
+    for p in &listed[..2] {
+        for c in &p.containers {
+            assert!(
+                c.dynamic_resources.is_empty(),
+                "{}/{}: {c:?}",
+                p.namespace,
+                p.name
+            );
+        }
+    }
+    // The pod that prepared them still sees its claims in the same answer.
+    assert_eq!(listed[2].containers[0].dynamic_resources.len(), 2);
+}
+
+#[tokio::test]
+async fn v1alpha1_lists_containers_and_devices_on_the_same_socket() {
+    use cri_proto::podresources::v1alpha1 as alpha;
+    let (a, b) = (pod("a", false), pod("b", true));
+    let d = devices(&[&a, &b]).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let svc = Arc::new(PodResources::new(
+        Arc::new(FakePods::new(vec![a, b])),
+        Some(d.dm.clone()),
+    ));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(serve(root.clone(), svc, cancel.clone()));
+    let sock = root
+        .join(cri_proto::podresources::DIR_NAME)
+        .join(cri_proto::podresources::SOCKET);
+    let mut ch = None;
+    for _ in 0..200 {
+        if let Ok(c) = cri_proto::connect(&sock.display().to_string(), Duration::from_secs(1)).await
+        {
+            ch = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut client =
+        alpha::pod_resources_lister_client::PodResourcesListerClient::new(ch.expect("socket"));
+    let m = crate::metrics::devices();
+    let before = m.requests_total.with_label_values(&["v1alpha1"]).get();
+    let list = client
+        .list(alpha::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_resources;
+    assert!(m.requests_total.with_label_values(&["v1alpha1"]).get() >= before + 1.0);
+    let names: Vec<(String, Vec<String>)> = list
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone(),
+                p.containers.iter().map(|c| c.name.clone()).collect(),
+            )
+        })
+        .collect();
+    // Regular containers only: v1alpha1 never lists sidecars (upstream).
+    assert_eq!(
+        names,
+        [
+            (
+                "a".to_string(),
+                vec!["main".to_string(), "plain".to_string()]
+            ),
+            (
+                "b".to_string(),
+                vec!["main".to_string(), "plain".to_string()]
+            ),
+        ]
+    );
+    let mut held: Vec<String> = list
+        .iter()
+        .flat_map(|p| &p.containers[0].devices)
+        .inspect(|d| assert_eq!(d.resource_name, RES))
+        .flat_map(|d| d.device_ids.clone())
+        .collect();
+    held.sort();
+    assert_eq!(held, ["Dev-1", "Dev-2"]);
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+}

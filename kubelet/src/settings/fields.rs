@@ -21,7 +21,12 @@ pub const FIELDS: &[Setting] = &[
     ),
     s("staticPodPath", Implemented, &[], "Static pod directory."),
     s("podLogsDir", Implemented, &[], "Container log directory."),
-    s("syncFrequency", Implemented, &[], "Pod resync period."),
+    s(
+        "syncFrequency",
+        Implemented,
+        &[],
+        "Pod resync period; also how often mounted volumes are synced again (claims re-read for expansion, `requiresRepublish` drivers called, tokens and labels re-rendered).",
+    ),
     s(
         "fileCheckFrequency",
         Implemented,
@@ -686,9 +691,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "crashLoopBackOff.maxContainerRestartPeriod",
-        NotImplemented,
-        &["5m"],
-        "the restart back-off is capped at 5m.",
+        Implemented,
+        &[],
+        "The container restart back-off's cap (default 5m, 1s..5m; KubeletCrashLoopBackOffMax, on as upstream): restarts wait 10s (or the cap, when lower) doubling to it, and a container that ran twice the cap starts afresh.",
     ),
     s("reservedMemory", NotImplemented, &[], NO_CM),
     s(

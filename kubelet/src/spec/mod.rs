@@ -17,6 +17,17 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// The container restart back-off's cap (`crashLoopBackOff.maxContainerRestartPeriod`;
+/// upstream's 5 minutes by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartBackoffMax(pub std::time::Duration);
+
+impl Default for RestartBackoffMax {
+    fn default() -> Self {
+        Self(std::time::Duration::from_secs(300))
+    }
+}
+
 /// Node-wide settings the specs are rendered with.
 #[derive(Debug, Clone, Default)]
 pub struct NodeSettings {
@@ -39,6 +50,8 @@ pub struct NodeSettings {
     pub cgroup_v2: bool,
     /// SwapTotal in bytes (LimitedSwap shares it out).
     pub swap_capacity: i64,
+    /// How long a crashing container's restarts may be held back at most.
+    pub restart_backoff_max: RestartBackoffMax,
     /// SELinux is enabled on the host: mounts of managed volumes ask the runtime to relabel.
     pub selinux_enabled: bool,
     /// The runtime mounts images as volumes (CRI `Mount.image`), so image volumes work.

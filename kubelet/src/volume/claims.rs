@@ -200,10 +200,10 @@ pub async fn resolve_bound(
             ephemeral: true,
             stage_secret_ref: None,
             // An inline volume's Secret is in the pod's namespace.
-            publish_secret_ref: c.node_publish_secret_ref.as_ref().map(|r| SecretRef {
-                namespace: ns.to_string(),
-                name: r.name.clone(),
-            }),
+            publish_secret_ref: c
+                .node_publish_secret_ref
+                .as_ref()
+                .map(|r| secret_ref(Some(ns), Some(&r.name))),
         });
         return Ok((source, None));
     }
@@ -299,12 +299,6 @@ pub fn source_of_pv(
         });
     }
     if let Some(c) = spec.csi {
-        let secret_ref = |r: Option<k8s_openapi::api::core::v1::SecretReference>| {
-            r.map(|r| SecretRef {
-                namespace: r.namespace.unwrap_or_default(),
-                name: r.name.unwrap_or_default(),
-            })
-        };
         return Ok(Source::Csi(CsiVolume {
             driver: c.driver,
             volume_handle: c.volume_handle,
@@ -315,8 +309,12 @@ pub fn source_of_pv(
             attributes: c.volume_attributes.unwrap_or_default(),
             access_modes: spec.access_modes.unwrap_or_default(),
             ephemeral: false,
-            stage_secret_ref: secret_ref(c.node_stage_secret_ref),
-            publish_secret_ref: secret_ref(c.node_publish_secret_ref),
+            stage_secret_ref: c
+                .node_stage_secret_ref
+                .map(|r| secret_ref(r.namespace.as_deref(), r.name.as_deref())),
+            publish_secret_ref: c
+                .node_publish_secret_ref
+                .map(|r| secret_ref(r.namespace.as_deref(), r.name.as_deref())),
         }));
     }
     Err(format!(
@@ -361,6 +359,16 @@ fn block_source_of_pv(
     }))))
 }
 
+/// The Secret a CSI source names: a PV's `SecretReference` carries its own namespace, an
+/// inline volume's reference is read in the pod's namespace (a pod cannot name another
+/// namespace's Secret).
+fn secret_ref(namespace: Option<&str>, name: Option<&str>) -> SecretRef {
+    SecretRef {
+        namespace: namespace.unwrap_or_default().to_string(),
+        name: name.unwrap_or_default().to_string(),
+    }
+}
+
 /// The claim has a controller owner reference to this pod (upstream's IsControlledBy).
 fn controlled_by(pvc: &PersistentVolumeClaim, pod: &Pod) -> bool {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -395,6 +403,7 @@ fn go_quoted(v: &[String]) -> String {
     format!("[{}]", q.join(" "))
 }
 
+mod expansion;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 #[cfg(test)]
@@ -416,6 +425,10 @@ pub struct Storage {
     pub(crate) local: super::stats::LocalVolumes,
     /// The SELinux mount labels of the CSI volumes (see [`super::selinux`]).
     pub selinux: super::selinux::registry::SeLinuxVolumes,
+    /// Expansion events (`FileSystemResizeSuccessful`, ...) on pods and claims.
+    events: std::sync::Arc<dyn crate::events::EventRecorder>,
+    /// What the node remembers of each volume's expansions, by unique volume name.
+    expansions: std::sync::Mutex<BTreeMap<String, super::csi::expand::Remembered>>,
 }
 
 /// A CSI volume published for a pod.
@@ -459,6 +472,8 @@ impl Storage {
             published: Default::default(),
             local: Default::default(),
             selinux: Default::default(),
+            events: std::sync::Arc::new(crate::events::LogRecorder),
+            expansions: Default::default(),
         }
     }
 
@@ -466,6 +481,12 @@ impl Storage {
     /// by default).
     pub fn with_selinux(mut self, selinux: super::selinux::registry::SeLinuxVolumes) -> Self {
         self.selinux = selinux;
+        self
+    }
+
+    /// Records expansion events through `events` (the log otherwise).
+    pub fn with_events(mut self, events: std::sync::Arc<dyn crate::events::EventRecorder>) -> Self {
+        self.events = events;
         self
     }
 
@@ -518,38 +539,42 @@ impl Storage {
                 let mut prepared =
                     super::csi::prepare::prepare(api, pod, &self.csi.node_name, &c).await?;
                 prepared.selinux_mount_label = self.selinux_label(pod, v, &c, &prepared)?;
+                let online = self.csi.published(&uid, &c).await;
                 let path = self.csi.set_up(&uid, &c, &prepared).await?;
                 let claim = claim_of(pod, v);
-                if let (Some((ns, name)), Some(bound)) = (&claim, &bound) {
-                    // A failed expansion leaves the mount as it is; the next sync retries.
-                    if let Err(e) = self
-                        .expand_if_due(pod, v, ns, name, bound, &c, &path, &prepared)
-                        .await
-                    {
-                        tracing::warn!(pod_uid = %uid, volume = %v.name, error = %e, "expanding a mounted volume failed");
-                    }
-                }
-                let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
-                let entry = published
+                self.published
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
                     .entry(uid.clone())
                     .or_default()
                     .entry(v.name.clone())
                     .or_insert_with(|| Published {
-                        claim,
+                        claim: claim.clone(),
                         driver: c.driver.clone(),
                         volume_handle: c.volume_handle.clone(),
                         target: path.clone(),
                         measured: None,
-                    });
-                entry.target = path.clone();
-                drop(published);
+                    })
+                    .target = path.clone();
                 if !c.ephemeral {
                     self.in_use
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .entry(uid)
+                        .entry(uid.clone())
                         .or_default()
                         .insert(unique_csi_name(&c.driver, &c.volume_handle));
+                }
+                if let (Some((ns, name)), Some(bound)) = (&claim, &bound) {
+                    let grow = expansion::Grow {
+                        pod,
+                        claim: (ns, name),
+                        bound,
+                        volume: &c,
+                        target: &path,
+                        prepared: &prepared,
+                        online,
+                    };
+                    self.expand_if_due(grow).await?;
                 }
                 Ok(path)
             }
@@ -739,58 +764,6 @@ impl Storage {
             .cloned()
             .collect();
         all.into_iter().collect()
-    }
-}
-
-impl Storage {
-    /// Grows the mounted volume when its claim waits for the node (see
-    /// [`super::csi::expand`]); returns whether the driver was called. `bound` is the claim
-    /// and PV the resolution read: no API read here.
-    #[allow(clippy::too_many_arguments)]
-    async fn expand_if_due(
-        &self,
-        pod: &Pod,
-        v: &Volume,
-        ns: &str,
-        claim: &str,
-        bound: &Bound,
-        c: &CsiVolume,
-        path: &std::path::Path,
-        prepared: &super::csi::Prepared,
-    ) -> Result<bool, String> {
-        use super::csi::expand;
-        let Bound { pvc, pv } = bound;
-        let Some(due) = expand::due(pvc, pv) else {
-            return Ok(false);
-        };
-        if !self.csi.can_expand(&c.driver).await? {
-            return Ok(false);
-        }
-        self.api
-            .patch_claim_status(ns, claim, expand::in_progress_patch())
-            .await
-            .map_err(|e| {
-                format!(
-                    "MountVolume.NodeExpandVolume failed to mark node expansion in progress: {e}"
-                )
-            })?;
-        self.csi.expand(c, path, due.new_bytes, prepared).await?;
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .unwrap_or(&self.csi.node_name);
-        tracing::info!(
-            pod = %pod.metadata.name.as_deref().unwrap_or_default(),
-            reason = expand::FILE_SYSTEM_RESIZE_SUCCESSFUL,
-            "{}",
-            expand::succeeded_message(&v.name, node)
-        );
-        self.api
-            .patch_claim_status(ns, claim, expand::finished_patch(pvc, &due.new_size))
-            .await
-            .map_err(|e| format!("mountVolume.NodeExpandVolume update pvc status failed: {e}"))?;
-        Ok(true)
     }
 }
 

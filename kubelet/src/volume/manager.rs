@@ -25,8 +25,10 @@ use crate::objects::{self, ObjectCache, ObjectError};
 use crate::objects::{TokenKey, TokenManager};
 use crate::spec::{NodeSettings, pod_dir};
 
-/// How often mounted API-backed volumes are re-rendered without a change notice (tokens,
-/// labels; upstream's pod resync).
+/// How often mounted volumes are synced again without a change notice (tokens, labels, a
+/// claim's expansion, `requiresRepublish`) unless `syncFrequency` says otherwise: upstream's
+/// default pod resync, whose syncPod reprocesses the pod's volumes. The kubelet cannot watch
+/// claims or PVs (the Node authorizer grants it `get` only), so upstream re-reads them then.
 pub const RESYNC: Duration = Duration::from_secs(60);
 
 /// A volume that could not be set up: the `FailedMount` event's message. A message that
@@ -125,6 +127,8 @@ pub struct VolumeManager {
     rerender: tokio::sync::Notify,
     /// Claim-backed and CSI volumes (cluster mode); None: they are refused.
     storage: Option<Arc<super::claims::Storage>>,
+    /// The period of [`VolumeManager::run`]'s full sync (`syncFrequency`).
+    resync: Duration,
 }
 
 impl std::fmt::Debug for VolumeManager {
@@ -150,7 +154,17 @@ impl VolumeManager {
             pods: Mutex::new(HashMap::new()),
             rerender: tokio::sync::Notify::new(),
             storage: None,
+            resync: RESYNC,
         }
+    }
+
+    /// Syncs mounted volumes every `period` (the kubelet's `syncFrequency`, as upstream's pod
+    /// resync reprocesses a pod's volumes); a zero period keeps [`RESYNC`].
+    pub fn with_resync(mut self, period: Duration) -> Self {
+        if !period.is_zero() {
+            self.resync = period;
+        }
+        self
     }
 
     /// Serves `persistentVolumeClaim`, `ephemeral` and `csi` volumes through `storage`.
@@ -289,10 +303,13 @@ impl VolumeManager {
     }
 
     /// Re-renders the API-backed volumes of every mounted pod on each change the object
-    /// watches deliver, and every [`RESYNC`] (token rotation, label edits).
+    /// watches deliver, and every resync period (token rotation, label edits, claims grown
+    /// or republished: see [`RESYNC`] and [`VolumeManager::with_resync`]).
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let mut changes = self.objects.subscribe();
-        let mut tick = tokio::time::interval(RESYNC);
+        // The first pass one period from now: nothing is mounted yet when this starts.
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.resync, self.resync);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {

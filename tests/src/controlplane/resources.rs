@@ -283,6 +283,18 @@ pub static RESOURCES: &[ResourceDef] = &[
             true,
         )
     },
+    // Published by DRA drivers, wiped by the kubelet (`spec.nodeName`, `spec.driver`: the
+    // field selectors upstream's strategy offers).
+    ResourceDef {
+        fields: &["spec.nodeName", "spec.driver"],
+        ..def(
+            "resource.k8s.io",
+            "resourceslices",
+            "resourceslice",
+            "ResourceSlice",
+            false,
+        )
+    },
     ResourceDef {
         create_on_update: true,
         fields: EVENTS_V1_FIELDS,

@@ -552,6 +552,9 @@ async fn dispatch(
         Ok(f) => f,
         Err(e) => return error(&e),
     };
+    if let Some(e) = super::selectors::node_selector_denial(user, res, verb, &ns, &fields) {
+        return error(&e);
+    }
     let ns_filter = t.namespace.as_deref().filter(|_| res.namespaced);
     let content_type = req
         .headers()

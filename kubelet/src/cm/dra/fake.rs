@@ -149,3 +149,72 @@ pub fn claim(
     }))
     .expect("a valid claim")
 }
+
+/// ResourceSlices in a fake apiserver as (name, node, driver), deleted by field selector;
+/// every `deletecollection` is recorded with the (paused-clock) time it came.
+#[derive(Default)]
+pub struct FakeSliceApi {
+    pub slices: Mutex<Vec<(String, String, String)>>,
+    /// Names of Nodes that exist.
+    pub nodes: Mutex<Vec<String>>,
+    /// Answers for the next `deletecollection` calls, before the store is touched.
+    pub failures: Mutex<std::collections::VecDeque<super::slices::SliceError>>,
+    pub deletes: Mutex<Vec<(tokio::time::Instant, String)>>,
+}
+
+impl FakeSliceApi {
+    /// The names of the slices left, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .slices
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.0.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    pub fn selectors(&self) -> Vec<String> {
+        self.deletes
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|d| d.1.clone())
+            .collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl super::slices::SliceApi for FakeSliceApi {
+    async fn node_exists(&self, name: &str) -> Result<(), super::slices::SliceError> {
+        if self.nodes.lock().unwrap().iter().any(|n| n == name) {
+            Ok(())
+        } else {
+            Err(super::slices::SliceError::NodeNotFound(name.into()))
+        }
+    }
+
+    async fn delete_slices(&self, field_selector: &str) -> Result<(), super::slices::SliceError> {
+        self.deletes
+            .lock()
+            .unwrap()
+            .push((tokio::time::Instant::now(), field_selector.to_string()));
+        if let Some(e) = self.failures.lock().unwrap().pop_front() {
+            return Err(e);
+        }
+        let terms: Vec<(&str, &str)> = field_selector
+            .split(',')
+            .filter_map(|t| t.split_once('='))
+            .collect();
+        self.slices.lock().unwrap().retain(|(_, node, driver)| {
+            !terms.iter().all(|(k, v)| match *k {
+                "spec.nodeName" => node == v,
+                "spec.driver" => driver == v,
+                _ => false,
+            })
+        });
+        Ok(())
+    }
+}

@@ -19,9 +19,12 @@ pub mod claims;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod plugins;
+mod pod_resources;
+pub mod slices;
 
 pub use claims::{ClaimApi, KubeClaimApi};
 pub use plugins::{DraPlugin, GrpcPlugin, Plugins};
+pub use slices::{KubeSliceApi, SliceApi, SliceCleanup};
 
 use checkpoint::{ClaimState, Device, DriverState};
 use cri_proto::dra::v1 as pb;
@@ -54,7 +57,10 @@ pub struct DraManager {
     api: Option<Arc<dyn ClaimApi>>,
     plugins: Plugins,
     state_path: PathBuf,
-    cache: Mutex<BTreeMap<Key, ClaimInfo>>,
+    cache: Arc<Mutex<BTreeMap<Key, ClaimInfo>>>,
+    metrics: Arc<crate::metrics::Dra>,
+    /// The ResourceSlice cleanup of this node (cluster mode).
+    slices: Mutex<Option<Arc<SliceCleanup>>>,
     /// Checkpoint writes in order: a later write carries a later snapshot.
     write: tokio::sync::Mutex<()>,
 }
@@ -80,17 +86,41 @@ impl DraManager {
     /// A manager keeping its checkpoint in `root_dir`, reading claims through `api` (None:
     /// no apiserver, claims cannot be read).
     pub fn new(root_dir: &Path, api: Option<Arc<dyn ClaimApi>>) -> Self {
+        Self::with_metrics(root_dir, api, crate::metrics::dra())
+    }
+
+    /// As [`new`](Self::new), recording in `metrics` (tests; the process's are
+    /// `metrics::dra()`), whose `dra_resource_claims_in_use` reads this manager's cache.
+    pub fn with_metrics(
+        root_dir: &Path,
+        api: Option<Arc<dyn ClaimApi>>,
+        metrics: Arc<crate::metrics::Dra>,
+    ) -> Self {
+        let cache: Arc<Mutex<BTreeMap<Key, ClaimInfo>>> = Arc::default();
+        let weak = Arc::downgrade(&cache);
+        metrics.set_claims_in_use(Arc::new(move || {
+            weak.upgrade()
+                .map(|c| claims_in_use(&c.lock().unwrap_or_else(|p| p.into_inner())))
+                .unwrap_or_default()
+        }));
         DraManager {
             api,
             plugins: Plugins::default(),
             state_path: root_dir.join(checkpoint::FILE_NAME),
-            cache: Mutex::new(BTreeMap::new()),
+            cache,
+            metrics,
+            slices: Mutex::new(None),
             write: tokio::sync::Mutex::new(()),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, ClaimInfo>> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Prepared claims per driver and in all (`<any>`), as `dra_resource_claims_in_use`.
+    pub fn claims_in_use(&self) -> BTreeMap<String, usize> {
+        claims_in_use(&self.lock())
     }
 
     /// Reads the checkpoint (blocking file work): claims already known are kept.
@@ -136,6 +166,20 @@ impl DraManager {
         .map_err(|e| format!("could not save checkpoint {}: {e}", checkpoint::FILE_NAME))
     }
 
+    /// Cleans up the node's ResourceSlices from now on through `cleanup`: all of them now
+    /// (in the background), a driver's when its last plugin has been gone for the delay.
+    pub fn start_slice_cleanup(&self, cleanup: Arc<SliceCleanup>) {
+        cleanup.start();
+        *self.slices.lock().unwrap_or_else(|p| p.into_inner()) = Some(cleanup);
+    }
+
+    fn slice_cleanup(&self) -> Option<Arc<SliceCleanup>> {
+        self.slices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// The plugin manager's validation of a `DRAPlugin` socket.
     pub fn validate_plugin(
         &self,
@@ -154,12 +198,12 @@ impl DraManager {
         services: &[String],
     ) -> Result<(), String> {
         let service = Plugins::validate(driver, endpoint, services)?;
-        let plugin = GrpcPlugin::new(endpoint, service).map_err(|e| {
+        let plugin = GrpcPlugin::new(driver, endpoint, service, self.metrics.clone()).map_err(|e| {
             format!(
                 "create gRPC connection to DRA driver {driver} plugin at endpoint {endpoint}: {e}"
             )
         })?;
-        self.plugins.add(driver, endpoint, Arc::new(plugin))?;
+        self.add_plugin(driver, endpoint, Arc::new(plugin))?;
         tracing::info!(driver, endpoint, service, "registered DRA plugin");
         Ok(())
     }
@@ -171,13 +215,23 @@ impl DraManager {
         endpoint: &str,
         plugin: Arc<dyn DraPlugin>,
     ) -> Result<(), String> {
-        self.plugins.add(driver, endpoint, plugin)
+        self.plugins.add(driver, endpoint, plugin)?;
+        if let Some(c) = self.slice_cleanup() {
+            c.driver_back(driver);
+        }
+        Ok(())
     }
 
-    /// A driver's plugin socket went away.
+    /// A driver's plugin socket went away. With no plugin of the driver left, its
+    /// ResourceSlices on this node are deleted after the grace period (`slices.rs`).
     pub fn deregister_plugin(&self, driver: &str) {
         self.plugins.remove(driver, None);
         tracing::info!(driver, "unregistered DRA plugin");
+        if self.plugins.get(driver).is_err()
+            && let Some(c) = self.slice_cleanup()
+        {
+            c.driver_gone(driver);
+        }
     }
 
     /// The drivers with a registered plugin.
@@ -194,9 +248,11 @@ impl DraManager {
 
     /// Prepares every claim of `pod` that is not prepared yet (see the module documentation).
     pub async fn prepare(&self, pod: &Pod) -> Result<(), DraError> {
-        self.prepare_claims(pod)
-            .await
-            .map_err(|e| DraError(format!("prepare dynamic resources: {e}")))
+        let started = std::time::Instant::now();
+        let r = self.prepare_claims(pod).await;
+        self.metrics
+            .operation("PrepareResources", r.is_err(), started.elapsed());
+        r.map_err(|e| DraError(format!("prepare dynamic resources: {e}")))
     }
 
     async fn prepare_claims(&self, pod: &Pod) -> Result<(), String> {
@@ -430,9 +486,11 @@ impl DraManager {
     /// Unprepares the claims only `pod_uid` still uses and forgets the pod in the others
     /// (idempotent: claims already unprepared are not in the cache any more).
     pub async fn unprepare(&self, pod_uid: &str) -> Result<(), DraError> {
-        self.unprepare_claims(pod_uid)
-            .await
-            .map_err(|e| DraError(format!("unprepare dynamic resources: {e}")))
+        let started = std::time::Instant::now();
+        let r = self.unprepare_claims(pod_uid).await;
+        self.metrics
+            .operation("UnprepareResources", r.is_err(), started.elapsed());
+        r.map_err(|e| DraError(format!("unprepare dynamic resources: {e}")))
     }
 
     async fn unprepare_claims(&self, pod_uid: &str) -> Result<(), String> {
@@ -513,12 +571,29 @@ impl DraManager {
             .flat_map(|i| i.state.pod_uids.iter().cloned())
             .filter(|u| !active.contains(u))
             .collect();
+        // Not through `unprepare`: upstream's loop is not a pod's UnprepareResources and
+        // is not counted in dra_operations_duration_seconds.
         for uid in stale {
-            if let Err(e) = self.unprepare(&uid).await {
+            if let Err(e) = self.unprepare_claims(&uid).await {
                 tracing::info!(pod_uid = %uid, error = %e, "Unpreparing pod resources in reconcile loop failed, will retry");
             }
         }
     }
+}
+
+/// Upstream's `claimsInUse`: every prepared claim counts once under each of its drivers and
+/// once under `<any>` (always present, 0 when nothing is prepared).
+fn claims_in_use(cache: &BTreeMap<Key, ClaimInfo>) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    let mut total = 0;
+    for info in cache.values().filter(|i| i.prepared) {
+        total += 1;
+        for d in info.state.driver_state.keys() {
+            *out.entry(d.clone()).or_insert(0) += 1;
+        }
+    }
+    out.insert(crate::metrics::dra::ANY_DRIVER.to_string(), total);
+    out
 }
 
 /// The device serves `request` of its claim: an empty request (the whole claim), a device

@@ -29,9 +29,38 @@ pub trait DraPlugin: Send + Sync {
     ) -> Result<pb::NodeUnprepareResourcesResponse, String>;
 }
 
+/// Go's name of a gRPC code (`codes.Code.String()`: `Canceled`, where tonic says
+/// `Cancelled`).
+pub fn go_code(c: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match c {
+        Ok => "OK",
+        Cancelled => "Canceled",
+        Unknown => "Unknown",
+        InvalidArgument => "InvalidArgument",
+        DeadlineExceeded => "DeadlineExceeded",
+        NotFound => "NotFound",
+        AlreadyExists => "AlreadyExists",
+        PermissionDenied => "PermissionDenied",
+        ResourceExhausted => "ResourceExhausted",
+        FailedPrecondition => "FailedPrecondition",
+        Aborted => "Aborted",
+        OutOfRange => "OutOfRange",
+        Unimplemented => "Unimplemented",
+        Internal => "Internal",
+        Unavailable => "Unavailable",
+        DataLoss => "DataLoss",
+        Unauthenticated => "Unauthenticated",
+    }
+}
+
 /// Go's text for a gRPC error status.
 pub fn go_status(s: &tonic::Status) -> String {
-    format!("rpc error: code = {:?} desc = {}", s.code(), s.message())
+    format!(
+        "rpc error: code = {} desc = {}",
+        go_code(s.code()),
+        s.message()
+    )
 }
 
 /// The first of `services` (the plugin's order) the kubelet speaks; upstream's messages.
@@ -55,30 +84,61 @@ pub fn choose_service(services: &[String]) -> Result<&'static str, String> {
     ))
 }
 
-/// A plugin reached over gRPC at its endpoint (a unix socket), speaking `service`.
+/// A plugin reached over gRPC at its endpoint (a unix socket), speaking `service`. Every
+/// call is counted in `dra_grpc_operations_duration_seconds` (upstream's client
+/// interceptor).
 pub struct GrpcPlugin {
     channel: cri_proto::Channel,
     v1: bool,
+    driver: String,
+    metrics: Arc<crate::metrics::Dra>,
 }
 
 impl GrpcPlugin {
     /// Dials lazily: the first call connects (and every call after a disconnect).
-    pub fn new(endpoint: &str, service: &str) -> Result<Self, String> {
+    pub fn new(
+        driver: &str,
+        endpoint: &str,
+        service: &str,
+        metrics: Arc<crate::metrics::Dra>,
+    ) -> Result<Self, String> {
         let channel = cri_proto::connect_lazy(endpoint, DIAL_TIMEOUT).map_err(|e| e.to_string())?;
         Ok(GrpcPlugin {
             channel,
             v1: service == dra::V1_SERVICE,
+            driver: driver.to_string(),
+            metrics,
         })
     }
-}
 
-async fn timed<T>(
-    f: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(CALL_TIMEOUT, f).await {
-        Ok(Ok(r)) => Ok(r.into_inner()),
-        Ok(Err(s)) => Err(go_status(&s)),
-        Err(_) => Err("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into()),
+    /// The full gRPC path of `method` in the service this plugin speaks.
+    fn path(&self, method: &str) -> String {
+        let version = if self.v1 { "v1" } else { "v1beta1" };
+        format!("/k8s.io.kubelet.pkg.apis.dra.{version}.DRAPlugin/{method}")
+    }
+
+    /// Runs one call with the call timeout and records it.
+    async fn timed<T>(
+        &self,
+        method: &str,
+        f: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, String> {
+        let started = std::time::Instant::now();
+        let (code, r) = match tokio::time::timeout(CALL_TIMEOUT, f).await {
+            Ok(Ok(r)) => (tonic::Code::Ok, Ok(r.into_inner())),
+            Ok(Err(s)) => (s.code(), Err(go_status(&s))),
+            Err(_) => (
+                tonic::Code::DeadlineExceeded,
+                Err("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into()),
+            ),
+        };
+        self.metrics.grpc(
+            &self.driver,
+            &self.path(method),
+            go_code(code),
+            started.elapsed(),
+        );
+        r
     }
 }
 
@@ -102,13 +162,17 @@ impl DraPlugin for GrpcPlugin {
     ) -> Result<pb::NodePrepareResourcesResponse, String> {
         if self.v1 {
             let mut c = pb::dra_plugin_client::DraPluginClient::new(self.channel.clone());
-            return timed(c.node_prepare_resources(req)).await;
+            return self
+                .timed("NodePrepareResources", c.node_prepare_resources(req))
+                .await;
         }
         let mut c = dra::v1beta1::dra_plugin_client::DraPluginClient::new(self.channel.clone());
         let req = dra::v1beta1::NodePrepareResourcesRequest {
             claims: beta_claims(req.claims),
         };
-        let resp = timed(c.node_prepare_resources(req)).await?;
+        let resp = self
+            .timed("NodePrepareResources", c.node_prepare_resources(req))
+            .await?;
         Ok(pb::NodePrepareResourcesResponse {
             claims: resp
                 .claims
@@ -138,13 +202,17 @@ impl DraPlugin for GrpcPlugin {
     ) -> Result<pb::NodeUnprepareResourcesResponse, String> {
         if self.v1 {
             let mut c = pb::dra_plugin_client::DraPluginClient::new(self.channel.clone());
-            return timed(c.node_unprepare_resources(req)).await;
+            return self
+                .timed("NodeUnprepareResources", c.node_unprepare_resources(req))
+                .await;
         }
         let mut c = dra::v1beta1::dra_plugin_client::DraPluginClient::new(self.channel.clone());
         let req = dra::v1beta1::NodeUnprepareResourcesRequest {
             claims: beta_claims(req.claims),
         };
-        let resp = timed(c.node_unprepare_resources(req)).await?;
+        let resp = self
+            .timed("NodeUnprepareResources", c.node_unprepare_resources(req))
+            .await?;
         Ok(pb::NodeUnprepareResourcesResponse {
             claims: resp
                 .claims

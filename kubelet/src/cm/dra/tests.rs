@@ -28,13 +28,19 @@ struct Rig {
     api: Arc<FakeClaimApi>,
     plugin: FakeDraPlugin,
     m: DraManager,
+    metrics: Arc<crate::metrics::Dra>,
 }
 
 fn rig() -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let api = Arc::new(FakeClaimApi::default());
     let plugin = FakeDraPlugin::new("example.com/gpu", Arc::new(Mutex::new(Vec::new())));
-    let m = DraManager::new(dir.path(), Some(api.clone() as Arc<dyn ClaimApi>));
+    let metrics = Arc::new(crate::metrics::Dra::new());
+    let m = DraManager::with_metrics(
+        dir.path(),
+        Some(api.clone() as Arc<dyn ClaimApi>),
+        metrics.clone(),
+    );
     m.add_plugin(DRIVER, "/p.sock", Arc::new(plugin.clone()))
         .unwrap();
     Rig {
@@ -42,6 +48,7 @@ fn rig() -> Rig {
         api,
         plugin,
         m,
+        metrics,
     }
 }
 
@@ -365,4 +372,193 @@ fn plugins_name_the_services_they_serve() {
     assert_eq!(ps.get("").err().unwrap(), "DRA driver name is empty");
     ps.remove("d", None);
     assert!(ps.get("d").is_err());
+}
+
+/// The text exposition of `metrics`' families, as a scrape shows them.
+fn scrape(metrics: &crate::metrics::Dra) -> String {
+    let registry = prometheus::Registry::new();
+    registry
+        .register(Box::new(metrics.operations.clone()))
+        .unwrap();
+    registry.register(Box::new(metrics.grpc.clone())).unwrap();
+    registry
+        .register(Box::new(metrics.claims_in_use.clone()))
+        .unwrap();
+    prometheus::TextEncoder::new()
+        .encode_to_string(&registry.gather())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn each_pods_prepare_and_unprepare_is_timed_under_upstreams_labels() {
+    let r = rig();
+    r.api.put(claim(
+        "ns",
+        "c1",
+        "claim-uid-1",
+        Some(DRIVER),
+        Some("pod-a"),
+    ));
+    r.m.prepare(&one_claim_pod("pod-a", "c1")).await.unwrap();
+    // A claim that does not exist: a failed PrepareResources.
+    r.m.prepare(&one_claim_pod("pod-b", "missing"))
+        .await
+        .unwrap_err();
+    r.m.unprepare("pod-a").await.unwrap();
+    let text = scrape(&r.metrics);
+    for line in [
+        r#"dra_operations_duration_seconds_count{is_error="false",operation_name="PrepareResources"} 1"#,
+        r#"dra_operations_duration_seconds_count{is_error="true",operation_name="PrepareResources"} 1"#,
+        r#"dra_operations_duration_seconds_count{is_error="false",operation_name="UnprepareResources"} 1"#,
+        r#"dra_operations_duration_seconds_bucket{is_error="false",operation_name="PrepareResources",le="0.005"}"#,
+        r#"dra_operations_duration_seconds_bucket{is_error="false",operation_name="PrepareResources",le="10"}"#,
+        "# HELP dra_operations_duration_seconds [ALPHA] Latency histogram in seconds for the duration of handling all ResourceClaims referenced by a pod",
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn the_reconcile_loop_is_not_a_pods_unprepare_in_the_histogram() {
+    let r = rig();
+    r.api
+        .put(claim("ns", "c1", "u1", Some(DRIVER), Some("pod-a")));
+    r.m.prepare(&one_claim_pod("pod-a", "c1")).await.unwrap();
+    r.m.reconcile(&BTreeSet::new()).await;
+    assert_eq!(r.plugin.calls(), vec!["prepare u1", "unprepare u1"]);
+    assert!(!scrape(&r.metrics).contains(r#"operation_name="UnprepareResources""#));
+}
+
+#[tokio::test]
+async fn claims_in_use_counts_prepared_claims_per_driver_and_under_any() {
+    let r = rig();
+    // A manager with nothing prepared: <any> is 0 and no driver is listed.
+    assert!(scrape(&r.metrics).contains(r#"dra_resource_claims_in_use{driver_name="<any>"} 0"#));
+    r.api
+        .put(claim("ns", "c1", "u1", Some(DRIVER), Some("pod-a")));
+    r.api
+        .put(claim("ns", "c2", "u2", Some(DRIVER), Some("pod-a")));
+    let two = pod(
+        "pod-a",
+        serde_json::json!([
+            {"name": "a", "resourceClaimName": "c1"},
+            {"name": "b", "resourceClaimName": "c2"},
+        ]),
+        serde_json::json!([{"name": "c", "image": "i"}]),
+    );
+    r.m.prepare(&two).await.unwrap();
+    let text = scrape(&r.metrics);
+    assert!(
+        text.contains(r#"dra_resource_claims_in_use{driver_name="<any>"} 2"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"dra_resource_claims_in_use{driver_name="dra.example.com"} 2"#),
+        "{text}"
+    );
+    // A claim that failed to prepare is in the cache but not in use.
+    r.api
+        .put(claim("ns", "c3", "u3", Some(DRIVER), Some("pod-b")));
+    *r.plugin.fail.lock().unwrap() = Some("rpc error: code = Unavailable desc = gone".into());
+    r.m.prepare(&one_claim_pod("pod-b", "c3"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        r.m.claims_in_use(),
+        BTreeMap::from([("<any>".to_string(), 2), (DRIVER.to_string(), 2)])
+    );
+    *r.plugin.fail.lock().unwrap() = None;
+    r.m.unprepare("pod-a").await.unwrap();
+    let text = scrape(&r.metrics);
+    assert!(
+        text.contains(r#"dra_resource_claims_in_use{driver_name="<any>"} 0"#),
+        "{text}"
+    );
+    // Drivers without claims in use drop out, as upstream's collector lists them.
+    assert!(!text.contains("dra.example.com"), "{text}");
+}
+
+/// A plugin serving v1 that prepares every claim or fails with `fail`.
+struct GrpcDriver {
+    fail: Option<tonic::Code>,
+}
+
+#[tonic::async_trait]
+impl pb::dra_plugin_server::DraPlugin for GrpcDriver {
+    async fn node_prepare_resources(
+        &self,
+        req: tonic::Request<pb::NodePrepareResourcesRequest>,
+    ) -> Result<tonic::Response<pb::NodePrepareResourcesResponse>, tonic::Status> {
+        if let Some(code) = self.fail {
+            return Err(tonic::Status::new(code, "no"));
+        }
+        let claims = req
+            .into_inner()
+            .claims
+            .into_iter()
+            .map(|c| (c.uid, pb::NodePrepareResourceResponse::default()))
+            .collect();
+        Ok(tonic::Response::new(pb::NodePrepareResourcesResponse {
+            claims,
+        }))
+    }
+    async fn node_unprepare_resources(
+        &self,
+        _: tonic::Request<pb::NodeUnprepareResourcesRequest>,
+    ) -> Result<tonic::Response<pb::NodeUnprepareResourcesResponse>, tonic::Status> {
+        Err(tonic::Status::cancelled("stop"))
+    }
+}
+
+#[tokio::test]
+async fn every_grpc_call_is_timed_with_the_method_path_and_gos_code_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(crate::metrics::Dra::new());
+    let mut calls = Vec::new();
+    for (name, fail) in [("ok", None), ("bad", Some(tonic::Code::NotFound))] {
+        let sock = dir.path().join(format!("{name}.sock"));
+        let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+        tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(pb::dra_plugin_server::DraPluginServer::new(GrpcDriver {
+                    fail,
+                }))
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+                .await;
+        });
+        let p = GrpcPlugin::new(
+            &format!("{name}.example.com"),
+            sock.to_str().unwrap(),
+            cri_proto::dra::V1_SERVICE,
+            metrics.clone(),
+        )
+        .unwrap();
+        let req = pb::NodePrepareResourcesRequest {
+            claims: vec![pb::Claim {
+                namespace: "ns".into(),
+                uid: "u".into(),
+                name: "c".into(),
+            }],
+        };
+        calls.push(p.prepare(req).await.map(|_| ()));
+        calls.push(
+            p.unprepare(pb::NodeUnprepareResourcesRequest { claims: vec![] })
+                .await
+                .map(|_| ()),
+        );
+    }
+    assert_eq!(calls[0], Ok(()));
+    assert_eq!(
+        calls[1],
+        Err("rpc error: code = Canceled desc = stop".to_string())
+    );
+    let text = scrape(&metrics);
+    for line in [
+        r#"dra_grpc_operations_duration_seconds_count{driver_name="ok.example.com",grpc_status_code="OK",method_name="/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"} 1"#,
+        r#"dra_grpc_operations_duration_seconds_count{driver_name="ok.example.com",grpc_status_code="Canceled",method_name="/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"} 1"#,
+        r#"dra_grpc_operations_duration_seconds_count{driver_name="bad.example.com",grpc_status_code="NotFound",method_name="/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"} 1"#,
+        "# HELP dra_grpc_operations_duration_seconds [ALPHA] Duration in seconds of the DRA gRPC operations",
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
 }

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use super::fake::FakeStorageApi;
 use super::*;
 
-fn pod() -> Pod {
+pub(super) fn pod() -> Pod {
     let mut p = Pod::default();
     p.metadata.name = Some("web".into());
     p.metadata.namespace = Some("ns".into());
@@ -18,7 +18,7 @@ fn pod() -> Pod {
     p
 }
 
-fn claim_vol(name: &str, claim: &str) -> Volume {
+pub(super) fn claim_vol(name: &str, claim: &str) -> Volume {
     Volume {
         name: name.into(),
         persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -369,7 +369,7 @@ async fn inline_publish_secrets_come_from_the_pods_namespace() {
     assert_eq!(c.stage_secret_ref, None);
 }
 
-mod node_side {
+pub(super) mod node_side {
     use std::collections::BTreeMap;
     use std::path::Path;
     use std::sync::Arc;
@@ -390,14 +390,14 @@ mod node_side {
 
     const DRIVER: &str = "csi.example.com";
 
-    fn mounted_always(_: &Path) -> bool {
+    pub(crate) fn mounted_always(_: &Path) -> bool {
         true
     }
 
     /// Storage over a fake API holding claim `ns/data` bound to the CSI PV `pv-data`
     /// (handle `vol-1`, `pv_size`), the claim's status at `claim_size` with `resize`; a fake
     /// driver with `caps`; `mounted` tells which paths are mount points.
-    async fn storage(
+    pub(crate) async fn storage(
         root: &Path,
         caps: Capabilities,
         pv_size: &str,
@@ -469,7 +469,7 @@ mod node_side {
         (s, api, node)
     }
 
-    fn calls(node: &FakeCsiNode, kind: &str) -> Vec<String> {
+    pub(crate) fn calls(node: &FakeCsiNode, kind: &str) -> Vec<String> {
         node.calls()
             .into_iter()
             .filter(|c| c.starts_with(kind))
@@ -544,14 +544,15 @@ mod node_side {
         s.set_up(&pod(), &claim_vol("data", "data")).await.unwrap();
         assert!(calls(&node, "expand").is_empty());
         assert!(api.status_patches.lock().unwrap().is_empty());
-        // The driver fails: the mount stands, the claim stays in progress for the next try.
+        // The driver fails on a mounted volume: the mount stands, the claim stays in progress
+        // for the next try.
         let (s, api, node) = storage(
             root.path(),
             caps,
             "2Gi",
             "1Gi",
             Some("NodeResizePending"),
-            real,
+            mounted_always,
         )
         .await;
         node.fail_on("expand", "Internal", "resize2fs exploded");

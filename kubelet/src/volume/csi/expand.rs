@@ -6,8 +6,15 @@
 //! pending (or in progress, after an interrupted try), the kubelet marks it
 //! `NodeResizeInProgress`, calls `NodeExpandVolume` on drivers with EXPAND_VOLUME, then sets
 //! `status.capacity` to the PV's size and clears the resize status and the resize
-//! conditions (upstream's MarkFSResizeFinished). A claim without a resize status is left to
-//! the controller, as upstream's pre-check does.
+//! conditions (upstream's MarkNodeExpansionFinishedWithRecovery). A claim without a resize
+//! status is left to the controller, as upstream's pre-check does.
+//!
+//! Failures as upstream's node expander: a final gRPC error marks the claim with a
+//! `NodeResizeError` condition (`NodeResizeInfeasible` in `allocatedResourceStatuses` when the
+//! user has since asked for another size after an earlier final failure, so the resizer can
+//! recover); `FailedPrecondition` (the driver cannot grow a volume in use) stops online tries on
+//! this node without failing the mount; a read-only volume is not grown and says so with
+//! `FileSystemResizeFailed` events on the pod and the claim.
 
 use std::path::Path;
 
@@ -16,6 +23,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 
+use super::client::CsiError;
 use super::driver_spec::Prepared;
 use super::mounter::{CsiMounter, CsiVolume, capability, staging_path};
 
@@ -27,8 +35,72 @@ pub const NODE_RESIZE_PENDING: &str = "NodeResizePending";
 pub const NODE_RESIZE_IN_PROGRESS: &str = "NodeResizeInProgress";
 /// Upstream's event reason on the pod and the claim after a successful NodeExpandVolume.
 pub const FILE_SYSTEM_RESIZE_SUCCESSFUL: &str = "FileSystemResizeSuccessful";
-/// The claim conditions upstream clears when the node is done.
-const RESIZE_CONDITIONS: [&str; 2] = ["FileSystemResizePending", "Resizing"];
+/// Upstream's event reason on the pod and the claim when a read-only volume would need to grow.
+pub const FILE_SYSTEM_RESIZE_FAILED: &str = "FileSystemResizeFailed";
+/// Upstream's event reason on the pod when growing a mounted volume failed.
+pub const VOLUME_RESIZE_FAILED: &str = "VolumeResizeFailed";
+/// The node cannot grow the volume to the size asked (the resizer may recover).
+pub const NODE_RESIZE_INFEASIBLE: &str = "NodeResizeInfeasible";
+/// The claim condition of a failed node expansion.
+pub const NODE_RESIZE_ERROR: &str = "NodeResizeError";
+/// The resize conditions (upstream's knownResizeConditions): cleared when the node is done.
+const RESIZE_CONDITIONS: [&str; 4] = [
+    "FileSystemResizePending",
+    "Resizing",
+    "ControllerResizeError",
+    NODE_RESIZE_ERROR,
+];
+
+/// How a failed `NodeExpandVolume` ends, by its gRPC code (upstream's isFinalError and
+/// inUseError).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The operation may still be running in the driver (Canceled, DeadlineExceeded,
+    /// Unavailable, ResourceExhausted, Aborted): tried again, the claim is not marked.
+    Uncertain,
+    /// FailedPrecondition: the driver cannot grow the volume while it is in use. Final; no
+    /// online retry on this node, and it does not fail a mount.
+    InUse,
+    /// Any other code: final.
+    Final,
+}
+
+impl Failure {
+    pub fn of(code: &str) -> Failure {
+        match code {
+            "Canceled" | "DeadlineExceeded" | "Unavailable" | "ResourceExhausted" | "Aborted" => {
+                Failure::Uncertain
+            }
+            "FailedPrecondition" => Failure::InUse,
+            _ => Failure::Final,
+        }
+    }
+}
+
+/// What the node remembers of one volume's expansions (upstream's actual state of the world:
+/// the size it grew the volume to, a final failure, an in-use error).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Remembered {
+    /// The PV size at which the volume was found read-only (reported once per size).
+    pub read_only_reported: Option<i64>,
+    /// The last try ended with a final error.
+    pub failed_finally: bool,
+    /// The driver said FailedPrecondition: no more online tries.
+    pub in_use_error: bool,
+}
+
+/// Whether a final failure now marks the expansion infeasible (upstream's pre-check): the
+/// claim asks for another size than the PV's and an earlier try failed finally.
+pub fn infeasible_now(pvc: &PersistentVolumeClaim, due: &Due, before: &Remembered) -> bool {
+    let asked = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get(STORAGE))
+        .and_then(bytes);
+    before.failed_finally && asked != Some(due.new_bytes)
+}
 
 /// An expansion the node owes a claim.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,27 +117,34 @@ fn bytes(q: &Quantity) -> Option<i64> {
         .and_then(|v| i64::try_from(v).ok())
 }
 
-/// The expansion `pvc` bound to `pv` is waiting for on this node, if any.
-pub fn due(pvc: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<Due> {
+/// The PV's size when it is above the claim's `status.capacity` (upstream's
+/// volumeRequiresFSResize), whatever the claim's resize status.
+pub fn grown(pvc: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<Due> {
     let new_size = pv.spec.as_ref()?.capacity.as_ref()?.get(STORAGE)?.clone();
     let new_bytes = bytes(&new_size)?;
-    let status = pvc.status.as_ref();
-    let current = status
+    let current = pvc
+        .status
+        .as_ref()
         .and_then(|s| s.capacity.as_ref())
         .and_then(|c| c.get(STORAGE))
         .and_then(bytes)
         .unwrap_or(0);
-    if current >= new_bytes {
-        return None;
-    }
-    let resize = status
-        .and_then(|s| s.allocated_resource_statuses.as_ref())
-        .and_then(|m| m.get(STORAGE))
-        .map(String::as_str);
-    matches!(resize, Some(NODE_RESIZE_PENDING | NODE_RESIZE_IN_PROGRESS)).then_some(Due {
+    (current < new_bytes).then_some(Due {
         new_size,
         new_bytes,
     })
+}
+
+/// The expansion `pvc` bound to `pv` is waiting for on this node, if any: grown, and handed
+/// to the node by the resizer (pending, or in progress after an interrupted try).
+pub fn due(pvc: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<Due> {
+    let resize = pvc
+        .status
+        .as_ref()
+        .and_then(|s| s.allocated_resource_statuses.as_ref())
+        .and_then(|m| m.get(STORAGE))
+        .map(String::as_str);
+    grown(pvc, pv).filter(|_| matches!(resize, Some(NODE_RESIZE_PENDING | NODE_RESIZE_IN_PROGRESS)))
 }
 
 /// The status merge patch marking the node's work as started.
@@ -105,9 +184,68 @@ pub fn finished_patch(pvc: &PersistentVolumeClaim, new_size: &Quantity) -> Value
     }})
 }
 
-/// Upstream's message of the events after a successful NodeExpandVolume.
+/// The status merge patch after a final failure: a `NodeResizeError` condition (an existing
+/// one stays as it is, as upstream's merge keeps a condition whose status did not change),
+/// and `NodeResizeInfeasible` for storage when `infeasible`. `now` is RFC 3339.
+pub fn failed_patch(
+    pvc: &PersistentVolumeClaim,
+    error: &str,
+    infeasible: bool,
+    now: &str,
+) -> Value {
+    let mut conditions: Vec<Value> = pvc
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
+    let has_error = conditions
+        .iter()
+        .any(|c| c["type"] == NODE_RESIZE_ERROR && c["status"] == "True");
+    if !has_error {
+        conditions.retain(|c| c["type"] != NODE_RESIZE_ERROR);
+        conditions.push(json!({
+            "type": NODE_RESIZE_ERROR,
+            "status": "True",
+            "lastTransitionTime": now,
+            "message": format!("failed to expand pvc with {error}"),
+        }));
+    }
+    let mut status = json!({ "conditions": conditions });
+    if infeasible {
+        status["allocatedResourceStatuses"] = json!({ STORAGE: NODE_RESIZE_INFEASIBLE });
+    }
+    json!({ "status": status })
+}
+
+/// Upstream's message of the events after a successful NodeExpandVolume; `volume` is the
+/// volume spec's name (the PV's).
 pub fn succeeded_message(volume: &str, node: &str) -> String {
     format!("MountVolume.NodeExpandVolume succeeded for volume {volume:?} {node}")
+}
+
+/// Upstream's message of the `FileSystemResizeFailed` events of a read-only volume.
+pub fn read_only_message(volume: &str) -> String {
+    format!(
+        "MountVolume.NodeExpandVolume failed for volume {volume:?} requested read-only file system"
+    )
+}
+
+/// The driver's error as upstream's CSI expander wraps it.
+pub fn expander_error(e: &impl std::fmt::Display) -> String {
+    format!("Expander.NodeExpand failed to expand the volume : {e}")
+}
+
+/// The `VolumeResizeFailed` event's message when growing a mounted volume failed.
+pub fn online_failed_message(volume: &str, error: &str) -> String {
+    format!("NodeExpandVolume.NodeExpandVolume failed for volume {volume:?} : {error}")
+}
+
+/// The mount's error when growing a volume being mounted failed (a `FailedMount` event).
+pub fn mount_failed_message(volume: &str, error: &str) -> String {
+    format!("MountVolume.Setup failed while expanding volume for volume {volume:?} : {error}")
 }
 
 impl CsiMounter {
@@ -120,21 +258,26 @@ impl CsiMounter {
         Ok(caps.expand)
     }
 
-    /// `NodeExpandVolume` of the volume published at `target`, to `new_bytes`.
+    /// `NodeExpandVolume` of the volume published at `target`, to `new_bytes`. The error is
+    /// the driver's (its gRPC code classifies it, see [`Failure`]); a driver that is not
+    /// registered fails as Unavailable.
     pub async fn expand(
         &self,
         v: &CsiVolume,
         target: &Path,
         new_bytes: i64,
         prepared: &Prepared,
-    ) -> Result<(), String> {
+    ) -> Result<(), CsiError> {
         let Some(d) = self.drivers.get(&v.driver) else {
-            return Err(super::log(format!(
-                "driver name {} not found in the list of registered CSI drivers",
-                v.driver
-            )));
+            return Err(CsiError {
+                code: "Unavailable".into(),
+                message: super::log(format!(
+                    "driver name {} not found in the list of registered CSI drivers",
+                    v.driver
+                )),
+            });
         };
-        let caps = d.node.capabilities().await.map_err(|e| e.to_string())?;
+        let caps = d.node.capabilities().await?;
         let staging = if caps.stage_unstage && !v.ephemeral {
             staging_path(&self.root_dir, &v.driver, &v.volume_handle)
                 .display()
@@ -160,12 +303,16 @@ impl CsiMounter {
             })
             .await
             .map(|_| ())
-            .map_err(|e| {
-                format!(
-                    "NodeExpandVolume.NodeExpandVolume failed for volume {:?} : {e}",
-                    v.spec_name
-                )
-            })
+    }
+
+    /// Whether the volume is already mounted at the pod's target (growing it is then online).
+    pub async fn published(&self, pod_uid: &str, v: &CsiVolume) -> bool {
+        let target =
+            super::mounter::pod_volume_dir(&self.root_dir, pod_uid, &v.spec_name).join("mount");
+        let probe = self.mounted;
+        tokio::task::spawn_blocking(move || probe(&target))
+            .await
+            .unwrap_or(false)
     }
 }
 

@@ -359,3 +359,55 @@ fn image_volumes_need_containerd_2_1_or_cri_o_1_31() {
         );
     }
 }
+
+#[tokio::test]
+async fn mounted_volumes_resync_at_the_configured_sync_frequency() {
+    // syncFrequency drives the full re-sync (claims re-read for expansion and
+    // requiresRepublish go through the same pass), not a fixed minute.
+    let r = rig();
+    let vm = Arc::new(
+        VolumeManager::new(
+            r.node.clone(),
+            r.vm.objects.clone(),
+            r.vm.tokens.clone(),
+            r.binder.clone(),
+        )
+        .with_resync(Duration::from_millis(300)),
+    );
+    r.api
+        .set(cm_key("kube-root-ca.crt"), text(&[("ca.crt", "PEM")]));
+    r.api.set(cm_key("app"), text(&[("app.conf", "v1")]));
+    let paths = vm.mount(&cluster_pod("u1")).await.unwrap();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(vm.clone().run(cancel.clone()));
+    // A label change recorded without a wake-up (set_pod does not notify): only the periodic
+    // pass writes it.
+    let mut p = cluster_pod("u1");
+    p.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("tier".into(), "front".into());
+    vm.set_pod(&p);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while read(&paths["info"], "labels") != "app=\"web\"\ntier=\"front\"\n" {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the periodic sync ran within seconds");
+    cancel.cancel();
+    task.await.unwrap();
+    // Zero (unset) keeps upstream's default minute.
+    assert_eq!(
+        VolumeManager::new(
+            r.node.clone(),
+            r.vm.objects.clone(),
+            r.vm.tokens.clone(),
+            r.binder.clone()
+        )
+        .with_resync(Duration::ZERO)
+        .resync,
+        RESYNC
+    );
+}

@@ -111,3 +111,70 @@ fn the_finished_patch_sets_capacity_and_clears_resize_status_and_conditions() {
         json!({"status": {"allocatedResourceStatuses": {"storage": "NodeResizeInProgress"}}})
     );
 }
+
+#[test]
+fn the_finished_patch_clears_every_resize_condition_upstream_knows() {
+    // A NodeResizeError from an earlier failed try, and the resizer's ControllerResizeError,
+    // go with the success (upstream's knownResizeConditions); other conditions stay.
+    let mut c = pvc("1Gi", Some(NODE_RESIZE_IN_PROGRESS));
+    let conds = c.status.as_mut().unwrap().conditions.as_mut().unwrap();
+    for kind in [NODE_RESIZE_ERROR, "ControllerResizeError"] {
+        conds.push(PersistentVolumeClaimCondition {
+            type_: kind.into(),
+            status: "True".into(),
+            ..Default::default()
+        });
+    }
+    let p = finished_patch(&c, &Quantity("2Gi".into()));
+    let kinds: Vec<_> = p["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, ["ModifyingVolume"]);
+}
+
+#[test]
+fn failures_are_classified_by_their_grpc_code_as_upstream() {
+    for code in [
+        "Canceled",
+        "DeadlineExceeded",
+        "Unavailable",
+        "ResourceExhausted",
+        "Aborted",
+    ] {
+        assert_eq!(Failure::of(code), Failure::Uncertain, "{code}");
+    }
+    assert_eq!(Failure::of("FailedPrecondition"), Failure::InUse);
+    for code in [
+        "Internal",
+        "InvalidArgument",
+        "OutOfRange",
+        "NotFound",
+        "Unknown",
+    ] {
+        assert_eq!(Failure::of(code), Failure::Final, "{code}");
+    }
+}
+
+#[test]
+fn the_failed_patch_adds_one_error_condition_and_infeasible_only_when_asked() {
+    let c = pvc("1Gi", Some(NODE_RESIZE_IN_PROGRESS));
+    let p = failed_patch(&c, "boom", false, "2026-11-28T07:00:00Z");
+    assert_eq!(p["status"].get("allocatedResourceStatuses"), None);
+    let conds = p["status"]["conditions"].as_array().unwrap();
+    // The old conditions stay (a merge patch replaces the list: they are sent again).
+    assert_eq!(conds.len(), 3);
+    assert_eq!(
+        conds[2],
+        json!({"type": "NodeResizeError", "status": "True",
+               "lastTransitionTime": "2026-11-28T07:00:00Z",
+               "message": "failed to expand pvc with boom"})
+    );
+    let p = failed_patch(&c, "boom", true, "2026-11-28T07:00:00Z");
+    assert_eq!(
+        p["status"]["allocatedResourceStatuses"],
+        json!({"storage": "NodeResizeInfeasible"})
+    );
+}
