@@ -171,6 +171,10 @@ pub struct Config {
     /// The `EventedPLEG` gate (alpha, off by default as upstream).
     #[serde(skip)]
     pub evented_pleg: bool,
+    /// The `SELinuxMount` gate (beta, off by default in v1.36 as upstream): SELinux mount
+    /// labels for volumes of every access mode, not only ReadWriteOncePod ones.
+    #[serde(skip)]
+    pub selinux_mount: bool,
     /// `--image-credential-provider-config` (a file or a directory) and
     /// `--image-credential-provider-bin-dir`: credential provider plugins.
     pub image_credential_provider_config: Option<PathBuf>,
@@ -767,6 +771,12 @@ pub fn merge(
         container_gc,
         image_pulls,
         evented_pleg: limits::gate_or(flags, &file, crate::pleg::EVENTED_PLEG_GATE, false),
+        selinux_mount: limits::gate_or(
+            flags,
+            &file,
+            crate::volume::selinux::SELINUX_MOUNT_GATE,
+            false,
+        ),
         cloud: cloud::parse(flags, &file)?,
         image_credential_provider_config: flags
             .image_credential_provider_config

@@ -682,6 +682,27 @@ fn pulled_image_verification_settings_default_validate_and_show_in_configz() {
     );
 }
 
+#[test]
+fn the_selinux_mount_gate_is_read_and_off_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, "kind: KubeletConfiguration\n").unwrap();
+    let f = flags(&[&format!("--config={}", path.display())]);
+    let (cfg, _) = load_checked(&f, &[], "n").unwrap();
+    assert!(!cfg.selinux_mount);
+    std::fs::write(
+        &path,
+        "kind: KubeletConfiguration\nfeatureGates: {SELinuxMount: true}\n",
+    )
+    .unwrap();
+    let (cfg, warnings) = load_checked(&f, &[], "n").unwrap();
+    assert!(cfg.selinux_mount);
+    assert!(
+        !warnings.iter().any(|w| w.contains("SELinuxMount")),
+        "{warnings:?}"
+    );
+}
+
 /// `oomScoreAdj` defaults to upstream's -999, the flag wins, and a value outside the
 /// kernel's range stops the start with upstream's message.
 #[test]

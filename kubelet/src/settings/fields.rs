@@ -441,7 +441,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), EventedPLEG (off by default, as upstream: container events from GetContainerEvents wake the PLEG, whose relist then runs every 300 s; without the call, as on containerd 1.6, it relists every second after five tries), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line) and NodeLogQuery (off by default, see enableSystemLogQuery) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), EventedPLEG (off by default, as upstream: container events from GetContainerEvents wake the PLEG, whose relist then runs every 300 s; without the call, as on containerd 1.6, it relists every second after five tries), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line) NodeLogQuery (off by default, see enableSystemLogQuery) and SELinuxMount (beta, off by default as upstream v1.36: on SELinux hosts, CSI volumes of every access mode, not only ReadWriteOncePod ones, are mounted with the pod's SELinux label when their CSIDriver has seLinuxMount; SELinuxMountReadWriteOncePod and SELinuxChangePolicy are GA and always on) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "failSwapOn",
