@@ -222,4 +222,95 @@ pub(super) const FAMILIES: &[(&str, &str, &str)] = &[
         G,
         "Amount of swap memory available on the machine.",
     ),
+    (
+        "container_last_seen",
+        G,
+        "Last time a container was seen by the exporter",
+    ),
+    (
+        "container_health_state",
+        G,
+        "The result of the container's health check",
+    ),
+    (
+        "container_cpu_user_seconds_total",
+        C,
+        "Cumulative user cpu time consumed in seconds.",
+    ),
+    (
+        "container_cpu_system_seconds_total",
+        C,
+        "Cumulative system cpu time consumed in seconds.",
+    ),
+    (
+        "container_cpu_cfs_burst_periods_total",
+        C,
+        "Number of periods when burst occurs.",
+    ),
+    (
+        "container_cpu_cfs_burst_seconds_total",
+        C,
+        "Total time duration the container has been bursted.",
+    ),
+    (
+        "container_cpu_load_average_10s",
+        G,
+        "Value of container cpu load average over the last 10 seconds.",
+    ),
+    (
+        "container_cpu_load_d_average_10s",
+        G,
+        "Value of container cpu load.d average over the last 10 seconds.",
+    ),
+    ("container_tasks_state", G, "Number of tasks in given state"),
+    (
+        "container_memory_kernel_usage",
+        G,
+        "Size of kernel memory allocated in bytes.",
+    ),
+    (
+        "container_memory_total_active_file_bytes",
+        G,
+        "Current total active file in bytes.",
+    ),
+    (
+        "container_memory_total_inactive_file_bytes",
+        G,
+        "Current total inactive file in bytes.",
+    ),
+    (
+        "container_memory_failures_total",
+        C,
+        "Cumulative count of memory allocation failures.",
+    ),
+    (
+        "container_processes",
+        G,
+        "Number of processes running inside the container.",
+    ),
+    (
+        "container_file_descriptors",
+        G,
+        "Number of open file descriptors for the container.",
+    ),
+    (
+        "container_sockets",
+        G,
+        "Number of open sockets for the container.",
+    ),
+    (
+        "container_threads_max",
+        G,
+        "Maximum number of threads allowed inside the container, infinity if value is zero",
+    ),
+    (
+        "container_threads",
+        G,
+        "Number of threads running inside the container",
+    ),
+    (
+        "container_ulimits_soft",
+        G,
+        "Soft ulimit values for the container root process. Unlimited if -1, except priority and nice",
+    ),
 ];

@@ -72,7 +72,8 @@ fn cgroup_v1_gives_throttling_limits_memory_oom_kills_and_io_and_no_psi() {
         Some(Cfs {
             periods: 120,
             throttled_periods: 30,
-            throttled_ns: 1_500_000_000
+            throttled_ns: 1_500_000_000,
+            ..Cfs::default()
         })
     );
     assert_eq!(
@@ -94,6 +95,7 @@ fn cgroup_v1_gives_throttling_limits_memory_oom_kills_and_io_and_no_psi() {
             failcnt: Some(3),
             mapped_file: Some(512),
             max_usage: Some(12_000),
+            ..MemoryDetail::default()
         }
     );
     assert_eq!(d.oom_kills, Some(2));
@@ -176,7 +178,8 @@ fn cgroup_v2_gives_the_same_figures_from_its_files_and_psi() {
         Some(Cfs {
             periods: 10,
             throttled_periods: 4,
-            throttled_ns: 2_500_000
+            throttled_ns: 2_500_000,
+            ..Cfs::default()
         })
     );
     assert_eq!(
@@ -199,6 +202,7 @@ fn cgroup_v2_gives_the_same_figures_from_its_files_and_psi() {
             failcnt: Some(6),
             mapped_file: Some(5),
             max_usage: Some(777),
+            ..MemoryDetail::default()
         }
     );
     assert_eq!(d.oom_kills, Some(1));
