@@ -204,7 +204,8 @@ fn worker_env(
         cgroups: cm,
         images: Arc::new(crate::pod_worker::NodeImages {
             runtime: parts.runtime.clone(),
-            pull_gate: crate::images::PullGate::new(&cfg.pull_gate),
+            pull_gate: crate::images::PullGate::new(&cfg.pull_gate)
+                .with_registry_limit(cfg.registry_pull_qps, cfg.registry_burst),
             records: parts.pull_records.clone(),
             objects: volumes.objects().clone(),
             root_dir: node.root_dir.clone(),

@@ -129,15 +129,15 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "registryPullQPS",
-        NotImplemented,
-        &["5"],
-        "image pulls are not rate limited.",
+        Implemented,
+        &[],
+        "Image pulls a second (default 5; 0: no limit; negative stops the start with upstream's message): a token bucket of registryBurst tokens, taken when a pull gets its slot. A pull that finds no token is not queued: it fails with upstream's \"pull QPS exceeded\" (Failed event, ErrImagePull, then the image's back-off).",
     ),
     s(
         "registryBurst",
-        NotImplemented,
-        &["10"],
-        "image pulls are not rate limited.",
+        Implemented,
+        &[],
+        "The pull bucket's size (default 10; negative stops the start). With registryPullQPS above 0, 0 refuses every pull, as upstream's rate.Limiter.",
     ),
     s(
         "imagePullCredentialsVerificationPolicy",
@@ -153,15 +153,15 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "eventRecordQPS",
-        NotImplemented,
-        &["50"],
-        "events are not rate limited.",
+        Implemented,
+        &[],
+        "Event writes a second (default 50; negative stops the start): every request of the event writer waits for a token, as upstream's separate event client; meanwhile events queue (1000) and then are dropped. 0 is client-go's default of 5 a second, as upstream's kubelet gets (not unlimited). Event writes also count against kubeAPIQPS here (upstream's event client does not).",
     ),
     s(
         "eventBurst",
-        NotImplemented,
-        &["100"],
-        "events are not rate limited.",
+        Implemented,
+        &[],
+        "The event writer's burst (default 100; 0 is client-go's default of 10; negative stops the start).",
     ),
     s(
         "enableDebuggingHandlers",
