@@ -94,11 +94,10 @@ pub(super) async fn start(
     let runtime = (runtime_name.as_str(), runtime_version.as_str());
     let node = node_settings(cfg, &cm, &shared.node_ips, runtime).await;
     // A few small files under /sys and /etc/selinux: read off the async workers.
-    let selinux_host = tokio::task::spawn_blocking(crate::volume::selinux::SeLinuxHost::detect)
+    let selinux_host = tokio::task::spawn_blocking(crate::volume::SeLinuxHost::detect)
         .await
         .unwrap_or_default();
-    let selinux =
-        crate::volume::selinux::registry::SeLinuxVolumes::new(selinux_host, cfg.selinux_mount);
+    let selinux = crate::volume::SeLinuxVolumes::new(selinux_host, cfg.selinux_mount);
     let storage = storage(&node, shared, selinux, cluster, tasks, cancel);
     let worker = (runtime_name, cm, node);
     let deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);
@@ -299,7 +298,7 @@ impl crate::pluginmanager::PluginHandler for DraHandler {
 fn storage(
     node: &NodeSettings,
     shared: &Shared,
-    selinux: crate::volume::selinux::registry::SeLinuxVolumes,
+    selinux: crate::volume::SeLinuxVolumes,
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,

@@ -424,7 +424,7 @@ pub struct Storage {
     /// The local PVs set up for pods, measured with statfs (see [`super::stats`]).
     pub(crate) local: super::stats::LocalVolumes,
     /// The SELinux mount labels of the CSI volumes (see [`super::selinux`]).
-    pub selinux: super::selinux::registry::SeLinuxVolumes,
+    pub selinux: super::SeLinuxVolumes,
     /// Expansion events (`FileSystemResizeSuccessful`, ...) on pods and claims.
     events: std::sync::Arc<dyn crate::events::EventRecorder>,
     /// What the node remembers of each volume's expansions, by unique volume name.
@@ -479,7 +479,7 @@ impl Storage {
 
     /// Mounts CSI volumes with SELinux labels as `selinux` decides (a host without SELinux
     /// by default).
-    pub fn with_selinux(mut self, selinux: super::selinux::registry::SeLinuxVolumes) -> Self {
+    pub fn with_selinux(mut self, selinux: super::SeLinuxVolumes) -> Self {
         self.selinux = selinux;
         self
     }
@@ -742,10 +742,11 @@ impl Storage {
         prepared: &super::csi::Prepared,
     ) -> Result<String, String> {
         let unique = unique_csi_name(&c.driver, &c.volume_handle);
-        let r = super::selinux::registry::VolumeRef {
+        let plugin = format!("{}/{}", super::csi::CSI_PLUGIN_NAME, c.driver);
+        let r = super::SeLinuxVolumeRef {
             unique_name: &unique,
             spec_name: &c.spec_name,
-            driver: &c.driver,
+            plugin: &plugin,
             pv: !c.ephemeral,
             access_modes: &c.access_modes,
             driver_supports: prepared.spec.se_linux_mount,

@@ -25,5 +25,7 @@ mod bench_tests;
 
 pub use claims::{KubeStorageApi, Storage};
 pub use manager::{GIT_REPO_DISABLED, VolumeError, VolumeManager, runtime_mounts_images};
+pub use selinux::SeLinuxHost;
+pub use selinux::registry::{SeLinuxVolumes, VolumeRef as SeLinuxVolumeRef};
 pub use shared::make_root_dir_rshared;
 pub use subpath::{Binder, KernelBinder, SubpathMount};

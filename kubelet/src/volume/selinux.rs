@@ -12,7 +12,7 @@
 //!
 //! The host is a value read once at start ([`SeLinuxHost::detect`]); tests build it
 //! directly. Conflicts between pods and between a pod's containers are kept by
-//! [`registry::SeLinuxVolumes`].
+//! `registry::SeLinuxVolumes`.
 //!
 //! One deliberate difference: upstream formats the option with Go's `%q`, which escapes a `"`
 //! in the label as `\"`; the kernel's mount option parser knows no escapes, so such a label

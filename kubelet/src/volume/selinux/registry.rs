@@ -25,7 +25,8 @@ pub struct VolumeRef<'a> {
     pub unique_name: &'a str,
     /// The PV's name, or the pod volume's for an inline volume (upstream's volume spec name).
     pub spec_name: &'a str,
-    pub driver: &'a str,
+    /// The `volume_plugin` label: `kubernetes.io/csi/<driver>`.
+    pub plugin: &'a str,
     /// Backed by a PV (not an inline CSI volume).
     pub pv: bool,
     pub access_modes: &'a [String],
@@ -87,14 +88,14 @@ impl SeLinuxVolumes {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let allowed = access_modes_allow(v.pv, v.access_modes, self.selinux_mount_gate);
         let mode = access_mode_label(v.pv, v.access_modes);
-        let plugin = format!("{}/{}", crate::volume::csi::CSI_PLUGIN_NAME, v.driver);
+        let plugin = v.plugin;
         let m = crate::metrics::selinux::selinux();
         let label = self.pod_label(pod, volume, v, allowed, mode)?;
         let mut vols = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
         let Some(e) = vols.get_mut(v.unique_name) else {
             if !label.is_empty() {
                 m.volumes_admitted
-                    .with_label_values(&[plugin.as_str(), mode])
+                    .with_label_values(&[plugin, mode])
                     .add(1.0);
             }
             let effective = if allowed {
@@ -119,7 +120,7 @@ impl SeLinuxVolumes {
                 go_quote(&e.original),
                 go_quote(&label)
             );
-            let labels = [plugin.as_str(), mode];
+            let labels = [plugin, mode];
             handle(
                 err,
                 allowed,

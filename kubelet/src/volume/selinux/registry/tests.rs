@@ -52,7 +52,7 @@ fn vref<'a>(unique: &'a str, modes: &'a [String], supports: bool) -> VolumeRef<'
     VolumeRef {
         unique_name: unique,
         spec_name: "pv-1",
-        driver: "hostpath.csi.k8s.io",
+        plugin: "kubernetes.io/csi/hostpath.csi.k8s.io",
         pv: true,
         access_modes: modes,
         driver_supports: supports,
