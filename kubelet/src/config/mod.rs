@@ -162,6 +162,10 @@ pub struct Config {
     /// The `EventedPLEG` gate (alpha, off by default as upstream).
     #[serde(skip)]
     pub evented_pleg: bool,
+    /// The `ResourceHealthStatus` gate (beta, on by default in v1.36 as upstream): container
+    /// statuses carry their devices' health (`allocatedResourcesStatus`).
+    #[serde(skip)]
+    pub resource_health_status: bool,
     /// `--image-credential-provider-config` (a file or a directory) and
     /// `--image-credential-provider-bin-dir`: credential provider plugins.
     pub image_credential_provider_config: Option<PathBuf>,
@@ -712,6 +716,12 @@ pub fn merge(
         container_gc,
         image_pulls,
         evented_pleg: limits::gate_or(flags, &file, crate::pleg::EVENTED_PLEG_GATE, false),
+        resource_health_status: limits::gate_or(
+            flags,
+            &file,
+            crate::cm::devicemanager::RESOURCE_HEALTH_STATUS_GATE,
+            true,
+        ),
         cloud: cloud::parse(flags, &file)?,
         image_credential_provider_config: flags
             .image_credential_provider_config

@@ -441,7 +441,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), EventedPLEG (off by default, as upstream: container events from GetContainerEvents wake the PLEG, whose relist then runs every 300 s; without the call, as on containerd 1.6, it relists every second after five tries), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line) and NodeLogQuery (off by default, see enableSystemLogQuery) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), EventedPLEG (off by default, as upstream: container events from GetContainerEvents wake the PLEG, whose relist then runs every 300 s; without the call, as on containerd 1.6, it relists every second after five tries), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line) NodeLogQuery (off by default, see enableSystemLogQuery) and ResourceHealthStatus (on by default, beta in v1.36 as upstream: each container status lists, per device plugin resource it holds, its devices' health as the plugin last reported it in `allocatedResourcesStatus`, and a health change re-syncs the pod; DRA devices are not reported) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "failSwapOn",
