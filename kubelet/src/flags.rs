@@ -313,6 +313,14 @@ pub struct Flags {
     pub oom_score_adj: Option<i32>,
     #[arg(long = "pods-per-core")]
     pub pods_per_core: Option<i32>,
+    #[arg(long = "registry-qps", allow_hyphen_values = true)]
+    pub registry_qps: Option<i32>,
+    #[arg(long = "registry-burst", allow_hyphen_values = true)]
+    pub registry_burst: Option<i32>,
+    #[arg(long = "event-qps", allow_hyphen_values = true)]
+    pub event_qps: Option<i32>,
+    #[arg(long = "event-burst", allow_hyphen_values = true)]
+    pub event_burst: Option<i32>,
     #[arg(long = "streaming-connection-idle-timeout")]
     pub streaming_connection_idle_timeout: Option<String>,
     #[arg(long = "lock-file")]

@@ -148,6 +148,28 @@ impl TestCsiDriver {
         self.state.publishes.lock().unwrap().clone()
     }
 
+    /// The mount flags of each `NodeStageVolume` and `NodePublishVolume` in the order they
+    /// came, each as `("NodeStageVolume" | "NodePublishVolume", flags)` (the PV's mount
+    /// options and, on SELinux hosts, the `context="…"` label).
+    pub fn mount_flags(&self) -> Vec<(&'static str, Vec<String>)> {
+        let flags = |c: &Option<csi::VolumeCapability>| match c
+            .as_ref()
+            .and_then(|c| c.access_type.clone())
+        {
+            Some(csi::volume_capability::AccessType::Mount(m)) => m.mount_flags,
+            _ => Vec::new(),
+        };
+        let stages = self
+            .stage_requests()
+            .into_iter()
+            .map(|r| ("NodeStageVolume", flags(&r.volume_capability)));
+        let publishes = self
+            .publish_requests()
+            .into_iter()
+            .map(|r| ("NodePublishVolume", flags(&r.volume_capability)));
+        stages.chain(publishes).collect()
+    }
+
     /// What the kubelet answered to registration.
     pub fn statuses(&self) -> Vec<RegistrationStatus> {
         self.registrar.statuses()

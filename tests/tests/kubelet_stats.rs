@@ -281,6 +281,37 @@ fn busy_pod_cpu_and_memory_match_its_cgroup() {
         assert!(v >= 0.0, "{family}");
     }
     assert_eq!(sample("container_oom_events_total").1, 0.0);
+    // The CPU split, page faults and the process series of the spinning shell: one process
+    // with its standard descriptors, one thread, its open-files limit; last seen just now.
+    let (line, user) = sample("container_cpu_user_seconds_total");
+    let (_, system) = sample("container_cpu_system_seconds_total");
+    assert!(
+        user > 0.05 && system >= 0.0 && user + system <= after as f64 / 1e9 + 1.0,
+        "{line}, system {system}, cgroup {after} ns"
+    );
+    let faults = cad
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "container_memory_failures_total{container=\"spin\",failure_type=\"pgfault\"",
+            ) && l.contains("scope=\"container\"")
+        })
+        .unwrap_or_else(|| panic!("page faults of spin in:\n{cad}"));
+    assert!(
+        !faults.contains("} 0 "),
+        "a running shell faulted pages: {faults}"
+    );
+    assert_eq!(sample("container_processes").1, 1.0);
+    assert!(sample("container_file_descriptors").1 >= 3.0);
+    assert!(sample("container_threads").1 >= 1.0);
+    let (line, nofile) = sample("container_ulimits_soft");
+    assert!(
+        line.contains("ulimit=\"max_open_files\"") && (nofile > 0.0 || nofile == -1.0),
+        "{line}"
+    );
+    let (line, seen) = sample("container_last_seen");
+    assert!((seen - now_ms() as f64 / 1000.0).abs() < 120.0, "{line}");
+    assert_eq!(sample("container_health_state").1, -1.0);
     // Packets per interface on the pod's series, and the root cgroup's filesystems.
     assert!(
         cad.lines().any(|l| l

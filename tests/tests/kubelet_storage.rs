@@ -932,3 +932,92 @@ fn requires_republish_publishes_a_mounted_volume_again() {
     });
     kubelet.stop();
 }
+
+/// `seLinuxMount` (KEP-1710): a driver whose CSIDriver says `seLinuxMount: true`, a
+/// ReadWriteOncePod PV and a pod with an SELinux level would be mounted with
+/// `context="…:s0:c1,c2"` on an SELinux host; on a host without SELinux (this rig's) upstream
+/// adds no such flag, and the pod runs. The driver records the mount flags of both calls.
+#[test]
+fn selinux_mount_driver_gets_no_context_flag_on_a_host_without_selinux() {
+    require_rig!();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-storage-selinux", Options::default(), true);
+    registered(&cp, &mut kubelet);
+    let data = tempfile::tempdir().unwrap();
+    let root = node.p("var/lib/kubelet");
+    let mut opts = DriverOptions::new(DRIVER);
+    opts.stage = true;
+    let driver = TestCsiDriver::start(&root, data.path(), opts);
+    wait_for("driver registered", Duration::from_secs(30), || {
+        driver.statuses().first().map(|s| s.plugin_registered)
+    });
+    cp.create(
+        "csidrivers.storage.k8s.io",
+        csi_driver_object(
+            DRIVER,
+            json!({"attachRequired": false, "seLinuxMount": true}),
+        ),
+    )
+    .unwrap();
+    let c = cp
+        .create(
+            "persistentvolumeclaims",
+            json!({"metadata": {"name": "labeled", "namespace": "default"},
+                "spec": {"accessModes": ["ReadWriteOncePod"], "volumeName": "pv-labeled",
+                    "resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .unwrap();
+    bind(
+        &cp,
+        &c,
+        "pv-labeled",
+        json!({"accessModes": ["ReadWriteOncePod"], "mountOptions": ["noatime"],
+            "csi": {"driver": DRIVER, "volumeHandle": "vol-labeled"}}),
+    );
+    let mut p = pod(
+        "app",
+        "echo ok > /data/f && sleep 3600",
+        claim_volume("labeled"),
+    );
+    p["spec"]["securityContext"] = json!({"seLinuxOptions": {"level": "s0:c1,c2"},
+        "seLinuxChangePolicy": "MountOption"});
+    cp.create("pods", p).unwrap();
+    running(&cp, "app", &mut kubelet);
+    let flags = driver.mount_flags();
+    let selinux_host = std::path::Path::new("/sys/fs/selinux/enforce").exists();
+    assert!(
+        flags.iter().any(|(call, _)| *call == "NodeStageVolume")
+            && flags.iter().any(|(call, _)| *call == "NodePublishVolume"),
+        "both calls recorded: {flags:?}"
+    );
+    for (call, f) in &flags {
+        if selinux_host {
+            assert!(
+                f.iter()
+                    .any(|x| x.starts_with("context=\"") && x.ends_with(":s0:c1,c2\"")),
+                "{call} on an SELinux host carries the label: {f:?}"
+            );
+        } else {
+            assert_eq!(
+                f,
+                &vec!["noatime".to_string()],
+                "{call} without a context flag"
+            );
+        }
+    }
+    let uid = cp.get("pods", "default", "app").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let vol_data = std::fs::read_to_string(root.join(format!(
+        "pods/{uid}/volumes/kubernetes.io~csi/pv-labeled/vol_data.json"
+    )))
+    .unwrap();
+    assert_eq!(
+        vol_data.contains("seLinuxMountContext"),
+        selinux_host,
+        "{vol_data}"
+    );
+    gone(&cp, "app");
+    kubelet.stop();
+}

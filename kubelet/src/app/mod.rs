@@ -311,6 +311,7 @@ fn event_recorder(
 ) -> (Arc<dyn EventRecorder>, Option<crate::objects::EventSink>) {
     if cluster_mode {
         let (recorder, sink) = crate::objects::event_channel(&cfg.node_name);
+        let sink = sink.with_rate_limit(cfg.event_record_qps, cfg.event_burst);
         (Arc::new(recorder), Some(sink))
     } else {
         (Arc::new(crate::events::LogRecorder), None)

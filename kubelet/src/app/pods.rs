@@ -93,7 +93,13 @@ pub(super) async fn start(
 ) -> PodSide {
     let runtime = (runtime_name.as_str(), runtime_version.as_str());
     let node = node_settings(cfg, &cm, &shared.node_ips, runtime).await;
-    let storage = storage(&node, shared, cluster, tasks, cancel);
+    // A few small files under /sys and /etc/selinux: read off the async workers.
+    let selinux_host = tokio::task::spawn_blocking(crate::volume::selinux::SeLinuxHost::detect)
+        .await
+        .unwrap_or_default();
+    let selinux =
+        crate::volume::selinux::registry::SeLinuxVolumes::new(selinux_host, cfg.selinux_mount);
+    let storage = storage(&node, shared, selinux, cluster, tasks, cancel);
     let worker = (runtime_name, cm, node);
     let deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);
     PodSide { deps, storage }
@@ -204,7 +210,8 @@ fn worker_env(
         cgroups: cm,
         images: Arc::new(crate::pod_worker::NodeImages {
             runtime: parts.runtime.clone(),
-            pull_gate: crate::images::PullGate::new(&cfg.pull_gate),
+            pull_gate: crate::images::PullGate::new(&cfg.pull_gate)
+                .with_registry_limit(cfg.registry_pull_qps, cfg.registry_burst),
             records: parts.pull_records.clone(),
             objects: volumes.objects().clone(),
             root_dir: node.root_dir.clone(),
@@ -292,6 +299,7 @@ impl crate::pluginmanager::PluginHandler for DraHandler {
 fn storage(
     node: &NodeSettings,
     shared: &Shared,
+    selinux: crate::volume::selinux::registry::SeLinuxVolumes,
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
@@ -337,7 +345,8 @@ fn storage(
                 mounted: csi::mounter::is_mounted,
             },
         )
-        .with_events(shared.events.clone()),
+        .with_events(shared.events.clone())
+        .with_selinux(selinux),
     );
     let s = storage.clone();
     tasks.spawn(async move {

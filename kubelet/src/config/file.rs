@@ -74,13 +74,13 @@ pub struct KubeletConfiguration {
     #[serde(rename = "staticPodURLHeader")]
     pub static_pod_url_header: Option<serde_json::Value>,
     #[serde(rename = "registryPullQPS")]
-    pub registry_pull_qps: Option<serde_json::Value>,
-    pub registry_burst: Option<serde_json::Value>,
+    pub registry_pull_qps: Option<i32>,
+    pub registry_burst: Option<i32>,
     pub image_pull_credentials_verification_policy: Option<serde_json::Value>,
     pub preloaded_images_verification_allowlist: Option<serde_json::Value>,
     #[serde(rename = "eventRecordQPS")]
-    pub event_record_qps: Option<serde_json::Value>,
-    pub event_burst: Option<serde_json::Value>,
+    pub event_record_qps: Option<i32>,
+    pub event_burst: Option<i32>,
     pub enable_debugging_handlers: Option<bool>,
     pub enable_contention_profiling: Option<serde_json::Value>,
     pub oom_score_adj: Option<serde_json::Value>,

@@ -80,6 +80,7 @@ pub const READ_GATES: &[&str] = &[
     crate::server::settings::ZPAGE_GATES[0].0,
     crate::server::settings::ZPAGE_GATES[1].0,
     crate::server::settings::NODE_LOG_QUERY_GATE,
+    crate::volume::selinux::SELINUX_MOUNT_GATE,
     CRASH_LOOP_MAX_GATE,
     crate::cm::devicemanager::RESOURCE_HEALTH_STATUS_GATE,
 ];

@@ -100,6 +100,15 @@ pub struct Config {
     pub volume_stats_agg_period: Duration,
     /// `serializeImagePulls` and `maxParallelImagePulls`.
     pub pull_gate: crate::images::PullSettings,
+    /// `registryPullQPS` / `registryBurst` (default 5 / 10; 0 QPS: no limit): the image pull
+    /// token bucket.
+    #[serde(rename = "registryPullQPS")]
+    pub registry_pull_qps: i32,
+    pub registry_burst: i32,
+    /// `eventRecordQPS` / `eventBurst` (default 50 / 100): the event writer's rate limit.
+    #[serde(rename = "eventRecordQPS")]
+    pub event_record_qps: i32,
+    pub event_burst: i32,
     /// `makeIPTablesUtilChains` (default true): the kubelet's iptables chains.
     pub make_iptables_util_chains: bool,
     pub rotate_certificates: bool,
@@ -166,6 +175,10 @@ pub struct Config {
     /// statuses carry their devices' health (`allocatedResourcesStatus`).
     #[serde(skip)]
     pub resource_health_status: bool,
+    /// The `SELinuxMount` gate (beta, off by default in v1.36 as upstream): SELinux mount
+    /// labels for volumes of every access mode, not only ReadWriteOncePod ones.
+    #[serde(skip)]
+    pub selinux_mount: bool,
     /// `--image-credential-provider-config` (a file or a directory) and
     /// `--image-credential-provider-bin-dir`: credential provider plugins.
     pub image_credential_provider_config: Option<PathBuf>,
@@ -235,6 +248,47 @@ pub fn pod_capacity(max_pods: u32, pods_per_core: u32, cores: usize) -> u32 {
     }
     let per_core = u64::from(pods_per_core).saturating_mul(cores as u64);
     per_core.min(u64::from(max_pods)) as u32
+}
+
+/// `registryPullQPS`, `registryBurst`, `eventRecordQPS`, `eventBurst` (flag over file over
+/// upstream's default), each refused when negative with upstream's message.
+fn rate_limits(flags: &Flags, file: &KubeletConfiguration) -> Result<[i32; 4], ConfigError> {
+    use crate::images::throttle::{DEFAULT_BURST, DEFAULT_QPS};
+    let all = [
+        (
+            flags.registry_qps,
+            file.registry_pull_qps,
+            DEFAULT_QPS,
+            "registryPullQPS (--registry-qps)",
+        ),
+        (
+            flags.registry_burst,
+            file.registry_burst,
+            DEFAULT_BURST,
+            "registryBurst (--registry-burst)",
+        ),
+        (
+            flags.event_qps,
+            file.event_record_qps,
+            50,
+            "eventRecordQPS (--event-qps)",
+        ),
+        (
+            flags.event_burst,
+            file.event_burst,
+            100,
+            "eventBurst (--event-burst)",
+        ),
+    ];
+    let mut out = [0; 4];
+    for (slot, (flag, file, default, name)) in out.iter_mut().zip(all) {
+        let v = flag.or(file).unwrap_or(default);
+        if v < 0 {
+            return Err(invalid(format!("{name} {v} must not be a negative number")));
+        }
+        *slot = v;
+    }
+    Ok(out)
 }
 
 pub(super) fn invalid(msg: impl Into<String>) -> ConfigError {
@@ -426,6 +480,7 @@ pub fn merge(
             "oomScoreAdj (--oom-score-adj) {oom_score_adj} must be between -1000 and 1000, inclusive"
         )));
     }
+    let rates = rate_limits(flags, &file)?;
     let cluster_dns = match &flags.cluster_dns {
         Some(list) => list.split(',').map(str::to_string).collect(),
         None => file.cluster_dns.clone().unwrap_or_default(),
@@ -643,6 +698,10 @@ pub fn merge(
             crate::stats::DEFAULT_VOLUME_STATS_AGG_PERIOD,
         )?,
         pull_gate,
+        registry_pull_qps: rates[0],
+        registry_burst: rates[1],
+        event_record_qps: rates[2],
+        event_burst: rates[3],
         make_iptables_util_chains: (file.make_ip_tables_util_chains.as_ref())
             .is_none_or(|v| v.as_bool() != Some(false)),
         rotate_certificates: flags
@@ -721,6 +780,12 @@ pub fn merge(
             &file,
             crate::cm::devicemanager::RESOURCE_HEALTH_STATUS_GATE,
             true,
+        ),
+        selinux_mount: limits::gate_or(
+            flags,
+            &file,
+            crate::volume::selinux::SELINUX_MOUNT_GATE,
+            false,
         ),
         cloud: cloud::parse(flags, &file)?,
         image_credential_provider_config: flags

@@ -682,6 +682,27 @@ fn pulled_image_verification_settings_default_validate_and_show_in_configz() {
     );
 }
 
+#[test]
+fn the_selinux_mount_gate_is_read_and_off_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, "kind: KubeletConfiguration\n").unwrap();
+    let f = flags(&[&format!("--config={}", path.display())]);
+    let (cfg, _) = load_checked(&f, &[], "n").unwrap();
+    assert!(!cfg.selinux_mount);
+    std::fs::write(
+        &path,
+        "kind: KubeletConfiguration\nfeatureGates: {SELinuxMount: true}\n",
+    )
+    .unwrap();
+    let (cfg, warnings) = load_checked(&f, &[], "n").unwrap();
+    assert!(cfg.selinux_mount);
+    assert!(
+        !warnings.iter().any(|w| w.contains("SELinuxMount")),
+        "{warnings:?}"
+    );
+}
+
 /// `oomScoreAdj` defaults to upstream's -999, the flag wins, and a value outside the
 /// kernel's range stops the start with upstream's message.
 #[test]
@@ -726,6 +747,91 @@ fn pods_per_core_caps_the_pod_capacity() {
         e.to_string(),
         "invalid configuration: podsPerCore (--pods-per-core) -1 must not be a negative number"
     );
+}
+
+/// `registryPullQPS`/`registryBurst` and `eventRecordQPS`/`eventBurst`: upstream's defaults
+/// (5/10, 50/100), the flags win over the file, 0 is accepted, and a negative value stops
+/// the start with upstream's message.
+#[test]
+fn registry_and_event_rate_limits_default_and_validate_as_upstream() {
+    let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
+    assert_eq!(
+        (
+            cfg.registry_pull_qps,
+            cfg.registry_burst,
+            cfg.event_record_qps,
+            cfg.event_burst
+        ),
+        (5, 10, 50, 100)
+    );
+    let file = parse_file(
+        "c",
+        "registryPullQPS: 0\nregistryBurst: 3\neventRecordQPS: 7\neventBurst: 0\n",
+    )
+    .unwrap();
+    let cfg = merge(&flags(&[]), file.clone(), "n").unwrap();
+    assert_eq!(
+        (
+            cfg.registry_pull_qps,
+            cfg.registry_burst,
+            cfg.event_record_qps,
+            cfg.event_burst
+        ),
+        (0, 3, 7, 0)
+    );
+    let cfg = merge(
+        &flags(&[
+            "--registry-qps=2",
+            "--registry-burst=4",
+            "--event-qps=9",
+            "--event-burst=11",
+        ]),
+        file,
+        "n",
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            cfg.registry_pull_qps,
+            cfg.registry_burst,
+            cfg.event_record_qps,
+            cfg.event_burst
+        ),
+        (2, 4, 9, 11)
+    );
+    let configz = serde_json::to_value(&cfg).unwrap();
+    assert_eq!(configz["registryPullQPS"], 2);
+    assert_eq!(configz["eventRecordQPS"], 9);
+    for (args, yaml, msg) in [
+        (
+            &["--registry-qps=-1"][..],
+            "",
+            "registryPullQPS (--registry-qps) -1 must not be a negative number",
+        ),
+        (
+            &[][..],
+            "registryBurst: -2\n",
+            "registryBurst (--registry-burst) -2 must not be a negative number",
+        ),
+        (
+            &["--event-qps=-3"][..],
+            "",
+            "eventRecordQPS (--event-qps) -3 must not be a negative number",
+        ),
+        (
+            &[][..],
+            "eventBurst: -4\n",
+            "eventBurst (--event-burst) -4 must not be a negative number",
+        ),
+    ] {
+        let file = if yaml.is_empty() {
+            KubeletConfiguration::default()
+        } else {
+            parse_file("c", yaml).unwrap()
+        };
+        let e = merge(&flags(args), file, "n").unwrap_err();
+        assert_eq!(e.to_string(), format!("invalid configuration: {msg}"));
+    }
 }
 
 /// `crashLoopBackOff.maxContainerRestartPeriod`: 5m unless set, 1s..300s, and refused with

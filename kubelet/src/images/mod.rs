@@ -10,6 +10,7 @@ pub mod gc;
 pub mod pull_gate;
 pub mod pull_records;
 pub mod reference;
+pub mod throttle;
 pub use gc::{DEFAULT_SANDBOX_IMAGE, ImageGc, ImageGcPolicy};
 pub use pull_gate::{PullGate, PullSettings};
 
@@ -116,6 +117,10 @@ pub enum PullFailure {
     /// no pull is tried.
     #[error("{0}")]
     InvalidPullSecret(String),
+    /// The registry bucket (`registryPullQPS`/`registryBurst`) had no token: no pull was
+    /// tried (upstream's throttled image service).
+    #[error("{}", throttle::QPS_EXCEEDED)]
+    QpsExceeded,
     /// The runtime's pulls failed, one per credential tried in order (one anonymous pull
     /// without credentials). Shown as Go's aggregate error: one as is, several in brackets.
     #[error("{}", aggregate(.0))]
@@ -330,7 +335,12 @@ pub async fn ensure_image(
     let waited = std::time::Instant::now();
     let guard = p.pull_gate.enter().await;
     let pulling = std::time::Instant::now();
-    let result = pull(p.runtime, &image, &keyrings, p.keyring_error, sandbox).await;
+    // An unreadable pull secret fails before the image service (and its bucket) is asked.
+    let result = if p.keyring_error.is_some() || p.pull_gate.try_accept() {
+        pull(p.runtime, &image, &keyrings, p.keyring_error, sandbox).await
+    } else {
+        Err(PullFailure::QpsExceeded)
+    };
     drop(guard);
     if let Some(records) = p.records {
         match &result {

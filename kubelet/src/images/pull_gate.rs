@@ -72,17 +72,33 @@ impl PullSettings {
 }
 
 /// The node's pulls pass through here: [`PullGate::enter`] waits for a slot (fairly, in
-/// arrival order) and the permit holds it for the pull.
+/// arrival order) and the permit holds it for the pull; then the pull needs a token of the
+/// registry bucket ([`PullGate::try_accept`], `registryPullQPS`/`registryBurst`), taken
+/// once the slot is held, as upstream's puller calls its throttled image service.
 #[derive(Debug)]
 pub struct PullGate {
     slots: Option<Semaphore>,
+    throttle: super::throttle::PullThrottle,
 }
 
 impl PullGate {
+    /// Without a registry bucket (see [`PullGate::with_registry_limit`]).
     pub fn new(s: &PullSettings) -> PullGate {
         PullGate {
             slots: s.limit().map(|n| Semaphore::new(n as usize)),
+            throttle: Default::default(),
         }
+    }
+
+    /// Adds the `registryPullQPS` / `registryBurst` bucket (0 QPS: none).
+    pub fn with_registry_limit(mut self, qps: i32, burst: i32) -> PullGate {
+        self.throttle = super::throttle::PullThrottle::new(qps, burst);
+        self
+    }
+
+    /// Whether a pull may go to the registry now (a token taken), never waiting.
+    pub fn try_accept(&self) -> bool {
+        self.throttle.try_accept()
     }
 
     /// One pull at a time (upstream's default).

@@ -137,3 +137,106 @@ mod plugins {
         assert_eq!(pod.service_account, Some(sa));
     }
 }
+
+/// `registryPullQPS`/`registryBurst`: pulls beyond the bucket fail at once with upstream's
+/// "pull QPS exceeded" (a `Failed` event, ErrImagePull, the image's back-off) without asking
+/// the runtime; a token comes back after 1/QPS seconds. Paused clock: no real sleeps.
+#[tokio::test(start_paused = true)]
+async fn pulls_beyond_the_registry_bucket_fail_with_upstreams_error() {
+    use crate::runtime::fake::FakeRuntime;
+    let rt = FakeRuntime::new();
+    let gate = PullGate::serial().with_registry_limit(1, 2);
+    let events = std::sync::Mutex::new(Vec::new());
+    let event = |t: EventType, r: &str, m: &str| {
+        events
+            .lock()
+            .unwrap()
+            .push(format!("{} {r} {m}", t.as_str()))
+    };
+    let p = Puller {
+        runtime: &rt,
+        pull_gate: &gate,
+        event: &event,
+        keyrings: &[],
+        keyring_error: None,
+        records: None,
+        plugins: None,
+    };
+    let sandbox = crate::runtime::raw::sandbox(0, "q", std::path::Path::new("/var/log/pods"), "/k");
+    let container = |image: &str| Container {
+        name: "c".into(),
+        image: Some(image.into()),
+        image_pull_policy: Some("Always".into()),
+        ..Default::default()
+    };
+    let mut backoff = PullBackoff::default();
+    for image in ["reg.example/a:1", "reg.example/b:1"] {
+        ensure_image(&p, &mut backoff, &container(image), &sandbox)
+            .await
+            .unwrap();
+    }
+    let e = ensure_image(&p, &mut backoff, &container("reg.example/c:1"), &sandbox)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason, PullReason::ErrImagePull);
+    assert_eq!(
+        e.message,
+        "failed to pull image \"reg.example/c:1\": pull QPS exceeded"
+    );
+    assert_eq!(e.retry_after, PULL_BACKOFF_INITIAL);
+    assert_eq!(
+        events.lock().unwrap().last().unwrap(),
+        "Warning Failed Failed to pull image \"reg.example/c:1\": pull QPS exceeded"
+    );
+    assert_eq!(
+        rt.pulls().len(),
+        2,
+        "the refused pull never reached the runtime"
+    );
+    // One token a second: a different image pulls after a second.
+    tokio::time::advance(Duration::from_millis(1001)).await;
+    ensure_image(&p, &mut backoff, &container("reg.example/d:1"), &sandbox)
+        .await
+        .unwrap();
+    assert_eq!(rt.pulls().len(), 3);
+    // The refused image waits out its back-off, then pulls.
+    let e = ensure_image(&p, &mut backoff, &container("reg.example/c:1"), &sandbox)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason, PullReason::ImagePullBackOff);
+    tokio::time::advance(PULL_BACKOFF_INITIAL).await;
+    ensure_image(&p, &mut backoff, &container("reg.example/c:1"), &sandbox)
+        .await
+        .unwrap();
+    assert_eq!(rt.pulls().len(), 4);
+}
+
+/// `registryPullQPS: 0` (the gate without a bucket) never refuses a pull.
+#[tokio::test(start_paused = true)]
+async fn zero_registry_qps_pulls_without_limit() {
+    use crate::runtime::fake::FakeRuntime;
+    let rt = FakeRuntime::new();
+    let gate = PullGate::serial().with_registry_limit(0, 10);
+    let event = |_: EventType, _: &str, _: &str| {};
+    let p = Puller {
+        runtime: &rt,
+        pull_gate: &gate,
+        event: &event,
+        keyrings: &[],
+        keyring_error: None,
+        records: None,
+        plugins: None,
+    };
+    let sandbox = crate::runtime::raw::sandbox(0, "q", std::path::Path::new("/var/log/pods"), "/k");
+    let mut backoff = PullBackoff::default();
+    for i in 0..50 {
+        let c = Container {
+            name: "c".into(),
+            image: Some(format!("reg.example/i{i}:1")),
+            image_pull_policy: Some("Always".into()),
+            ..Default::default()
+        };
+        ensure_image(&p, &mut backoff, &c, &sandbox).await.unwrap();
+    }
+    assert_eq!(rt.pulls().len(), 50);
+}

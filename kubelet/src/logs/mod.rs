@@ -259,7 +259,8 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 async fn blocking_size(path: &Path) -> Result<Option<u64>> {
     let p = path.to_path_buf();
-    blocking(move || match std::fs::metadata(&p) {
+    // The file itself: a symlink planted under the log's name is not sized by its target.
+    blocking(move || match std::fs::symlink_metadata(&p) {
         Ok(m) => Ok(Some(m.len())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(LogError::Io {

@@ -2,6 +2,8 @@
 //! [`plan`]), and the blocking file work that carries it out.
 
 use super::{LogError, Result};
+use crate::volume::at;
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -97,97 +99,175 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> LogErro
     move |source| LogError::Io { what, path, source }
 }
 
-/// The files next to `log` whose name starts with `<log file name><suffix>`, as full paths.
-fn siblings(log: &Path, suffix: &str) -> Result<Vec<String>> {
-    let dir = log.parent().unwrap_or(Path::new("."));
-    let name = log
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let prefix = format!("{name}{suffix}");
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(io("list log files in", dir))? {
-        let e = e.map_err(io("list log files in", dir))?;
-        let n = e.file_name().to_string_lossy().into_owned();
-        if n.starts_with(&prefix) {
-            out.push(dir.join(n).to_string_lossy().into_owned());
+/// A log's directory, open: every file operation below is relative to its descriptor with
+/// one-component names and never follows a symlink. A pod with a hostPath on /var/log can
+/// plant links, FIFOs and swapped directories here; they are removed or refused, never
+/// followed (no host file read into a `.gz`, none written through a planted `.tmp`).
+struct LogDir {
+    fd: std::os::fd::OwnedFd,
+    path: PathBuf,
+}
+
+impl LogDir {
+    /// The directory of `log`, with `log`'s file name.
+    fn of(log: &Path) -> Result<(LogDir, OsString)> {
+        let path = log.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let name = log.file_name().map(OsStr::to_os_string).unwrap_or_default();
+        let fd = at::open_dir(&path).map_err(io("open log directory", &path))?;
+        Ok((LogDir { fd, path }, name))
+    }
+
+    fn full(&self, name: &OsStr) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// The names in the directory that start with `prefix`.
+    fn names_with(&self, prefix: &str) -> Result<Vec<OsString>> {
+        let entries = at::entries(&self.fd).map_err(io("list log files in", &self.path))?;
+        Ok(entries
+            .into_iter()
+            .map(|(n, _)| n)
+            .filter(|n| n.to_string_lossy().starts_with(prefix))
+            .collect())
+    }
+
+    /// Unlinks `name` (a symlink itself, never what it names); absent is fine.
+    fn remove(&self, name: &OsStr) -> Result<()> {
+        match nix::unistd::unlinkat(&self.fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+            Err(e) => Err(io("remove log", &self.full(name))(e.into())),
         }
     }
-    Ok(out)
+
+    fn rename(&self, from: &OsStr, to: &OsStr) -> Result<()> {
+        at::rename_at(&self.fd, from, to).map_err(io("rename log", &self.full(from)))
+    }
+
+    /// Gzips the regular file `name` into `<name>.tmp` (made new, never through a link),
+    /// renames that to `<name>.gz` and removes `name`. Anything but a regular file under a
+    /// rotated log's name is not the runtime's: it is removed, not read.
+    fn compress(&self, name: &OsStr) -> Result<()> {
+        use nix::fcntl::OFlag;
+        use nix::sys::stat::Mode;
+        let log = self.full(name);
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let src = match nix::fcntl::openat(&self.fd, name, flags, Mode::empty()) {
+            Ok(fd) => std::fs::File::from(fd),
+            Err(nix::errno::Errno::ELOOP) => return self.remove_planted(name),
+            Err(e) => return Err(io("open log", &log)(e.into())),
+        };
+        let meta = src.metadata().map_err(io("stat log file", &log))?;
+        if !meta.file_type().is_file() {
+            drop(src);
+            return self.remove_planted(name);
+        }
+        let mut tmp = name.to_os_string();
+        tmp.push(TMP_SUFFIX);
+        let mut gz_name = name.to_os_string();
+        gz_name.push(COMPRESS_SUFFIX);
+        self.remove(&tmp)?;
+        let result = (|| -> Result<()> {
+            use std::os::unix::fs::PermissionsExt;
+            let create = OFlag::O_WRONLY
+                | OFlag::O_CREAT
+                | OFlag::O_EXCL
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_CLOEXEC;
+            let mode = Mode::from_bits_truncate(meta.permissions().mode() & 0o777);
+            let out = nix::fcntl::openat(&self.fd, tmp.as_os_str(), create, mode)
+                .map(std::fs::File::from)
+                .map_err(|e| io("create temporary log", &self.full(&tmp))(e.into()))?;
+            let _ = out.set_permissions(meta.permissions());
+            let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+            let mut src = src;
+            std::io::copy(&mut src, &mut gz).map_err(io("compress log", &log))?;
+            let mut out = gz.finish().map_err(io("compress log", &log))?;
+            out.flush().map_err(io("compress log", &log))?;
+            at::rename_at(&self.fd, &tmp, &gz_name)
+                .map_err(io("rename compressed log to", &self.full(&gz_name)))?;
+            self.remove(name)
+        })();
+        // Best effort: nothing is left behind when compression failed.
+        let _ = self.remove(&tmp);
+        result
+    }
+
+    fn remove_planted(&self, name: &OsStr) -> Result<()> {
+        tracing::warn!(file = %self.full(name).display(), "Removing a rotated log that is not a regular file");
+        self.remove(name)
+    }
+}
+
+/// The names next to `log` that start with `<log file name><suffix>`.
+fn siblings(dir: &LogDir, name: &OsStr, suffix: &str) -> Result<Vec<String>> {
+    let prefix = format!("{}{suffix}", name.to_string_lossy());
+    Ok(dir
+        .names_with(&prefix)?
+        .into_iter()
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect())
 }
 
 /// Every rotated file of `log` (`<log>.*`) except leftovers, oldest first, then `log`: what
 /// upstream's GetAllLogs returns.
 pub fn all_logs(log: &Path) -> Result<Vec<String>> {
-    let rotated = siblings(log, ".")?;
+    let (dir, name) = LogDir::of(log)?;
+    let rotated = siblings(&dir, &name, ".")?;
     let p = plan(&rotated, usize::MAX);
     let mut inuse: Vec<String> = rotated
         .into_iter()
         .filter(|l| !p.remove.contains(l))
+        .map(|l| dir.full(OsStr::new(&l)).to_string_lossy().into_owned())
         .collect();
     inuse.sort();
     inuse.push(log.to_string_lossy().into_owned());
     Ok(inuse)
 }
 
-/// Gzips `log` into `<log>.tmp`, renames that to `<log>.gz` and removes `log`, as upstream.
+/// Gzips `log` into `<log>.tmp`, renames that to `<log>.gz` and removes `log`, as upstream,
+/// all from the directory's descriptor (see [`LogDir`]).
 pub fn compress(log: &Path) -> Result<()> {
-    let meta = std::fs::metadata(log).map_err(io("stat log file", log))?;
-    let mut src = std::fs::File::open(log).map_err(io("open log", log))?;
-    let tmp = PathBuf::from(format!("{}{TMP_SUFFIX}", log.display()));
-    let result = (|| -> Result<()> {
-        let out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io("create temporary log", &tmp))?;
-        let _ = out.set_permissions(meta.permissions());
-        let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
-        std::io::copy(&mut src, &mut gz).map_err(io("compress log", log))?;
-        let mut out = gz.finish().map_err(io("compress log", log))?;
-        out.flush().map_err(io("compress log", log))?;
-        let gz_path = PathBuf::from(format!("{}{COMPRESS_SUFFIX}", log.display()));
-        std::fs::rename(&tmp, &gz_path).map_err(io("rename compressed log to", &gz_path))?;
-        std::fs::remove_file(log).map_err(io("remove log after compress", log))
-    })();
-    // Best effort: nothing is left behind when compression failed.
-    let _ = std::fs::remove_file(&tmp);
-    result
+    let (dir, name) = LogDir::of(log)?;
+    dir.compress(&name)
 }
 
+/// Renames `from` to `to`, both in one directory.
 pub fn rename(from: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(from, to).map_err(io("rename log", from))
-}
-
-fn remove(path: &str) -> Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(io("remove log", Path::new(path))(e))
-        }
-        _ => Ok(()),
+    let (dir, from_name) = LogDir::of(from)?;
+    let to_name = to.file_name().unwrap_or_default();
+    if to.parent() != from.parent() {
+        return Err(io("rename log", from)(
+            std::io::ErrorKind::InvalidInput.into(),
+        ));
     }
+    dir.rename(&from_name, to_name)
 }
 
 /// Everything before the runtime reopens the log: the [`plan`] for the rotated files
 /// (removals, then compression), then `log` renamed to `rotated`.
 pub fn prepare_and_rename(log: &Path, rotated: &Path, max_files: usize) -> Result<()> {
-    let p = plan(&siblings(log, ".")?, max_files);
+    let (dir, name) = LogDir::of(log)?;
+    let p = plan(&siblings(&dir, &name, ".")?, max_files);
     for l in &p.remove {
-        remove(l)?;
+        dir.remove(OsStr::new(l))?;
     }
     for l in &p.compress {
-        compress(Path::new(l))?;
+        dir.compress(OsStr::new(l))?;
     }
     rename(log, rotated)
 }
 
 /// Removes `<log>*`: the current file and every rotated one.
 pub fn remove_all(log: &Path) -> Result<()> {
-    match siblings(log, "") {
-        Ok(files) => files.iter().try_for_each(|f| remove(f)),
+    let (dir, name) = match LogDir::of(log) {
+        Ok(d) => d,
         // No directory: nothing to remove.
-        Err(LogError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
+        Err(LogError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    siblings(&dir, &name, "")?
+        .iter()
+        .try_for_each(|f| dir.remove(OsStr::new(f)))
 }

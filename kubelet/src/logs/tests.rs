@@ -304,3 +304,86 @@ async fn container_status_is_asked_once_per_container() {
     m.rotate_all(&jiff::tz::TimeZone::UTC).await;
     assert!(m.paths().is_empty());
 }
+
+/// A container log directory with a current log, and a secret file outside it.
+fn planted_rig() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pods/ns_p_uid/c");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("0.log"), "current").unwrap();
+    let secret = tmp.path().join("secret");
+    std::fs::write(&secret, "SECRET").unwrap();
+    (tmp, dir, secret)
+}
+
+fn gunzip(p: &Path) -> String {
+    let mut s = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(p).unwrap())
+        .read_to_string(&mut s)
+        .unwrap();
+    s
+}
+
+/// A pod with a hostPath on /var/log plants a symlink to a host file under a rotated log's
+/// name: the rotation never reads the target into a `.gz` the pod can read.
+#[test]
+fn a_rotated_log_planted_as_a_symlink_is_removed_never_compressed() {
+    let (_tmp, dir, secret) = planted_rig();
+    std::os::unix::fs::symlink(&secret, dir.join("0.log.20200101-000000")).unwrap();
+    std::fs::write(dir.join("0.log.20200101-000001"), "old").unwrap();
+    let log = dir.join("0.log");
+    rotate::prepare_and_rename(&log, &dir.join("0.log.20240101-000000"), 5).unwrap();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "gz") {
+            assert!(!gunzip(&p).contains("SECRET"), "{p:?} holds the host file");
+        }
+    }
+    assert_eq!(gunzip(&dir.join("0.log.20200101-000001.gz")), "old");
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "SECRET");
+}
+
+/// A symlink planted as the compression's `.tmp` (after the leftovers were removed) is not
+/// written through: the host file it names is untouched.
+#[test]
+fn a_tmp_link_planted_before_compression_is_not_written_through() {
+    let (_tmp, dir, victim) = planted_rig();
+    let old = dir.join("0.log.20200101-000000");
+    std::fs::write(&old, "old").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("0.log.20200101-000000.tmp")).unwrap();
+    let r = rotate::compress(&old);
+    assert_eq!(
+        std::fs::read(&victim).unwrap(),
+        b"SECRET",
+        "the host file was written"
+    );
+    r.unwrap();
+    assert_eq!(gunzip(&dir.join("0.log.20200101-000000.gz")), "old");
+}
+
+/// A FIFO planted under a rotated log's name does not hang the rotation worker.
+#[test]
+fn a_fifo_planted_as_a_rotated_log_does_not_hang_rotation() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let (_tmp, dir, _) = planted_rig();
+    let fifo = dir.join("0.log.20200101-000000");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d2 = dir.clone();
+    std::thread::spawn(move || {
+        let r = rotate::prepare_and_rename(&d2.join("0.log"), &d2.join("0.log.20240101-000000"), 5);
+        let _ = tx.send(r.is_ok());
+    });
+    let answer = rx.recv_timeout(std::time::Duration::from_secs(5));
+    if answer.is_err() {
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+    }
+    assert_eq!(answer, Ok(true));
+    assert!(
+        std::fs::symlink_metadata(&fifo).is_err(),
+        "the FIFO is removed"
+    );
+}

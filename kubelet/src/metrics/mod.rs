@@ -11,6 +11,7 @@ mod certs;
 pub mod credentials;
 pub mod devices;
 pub mod dra;
+pub mod selinux;
 pub mod server;
 pub mod storage;
 #[cfg(test)]
@@ -342,6 +343,7 @@ impl Metrics {
         all.extend(volumes().collectors());
         all.extend(server().collectors());
         all.extend(devices().collectors());
+        all.extend(selinux::selinux().collectors());
         all.extend(credential_plugins().collectors());
         all.extend(dra().collectors());
         for c in all {
@@ -375,6 +377,7 @@ impl Metrics {
         empty.extend(volumes().may_be_empty());
         empty.extend(server().may_be_empty());
         empty.extend(devices().may_be_empty());
+        empty.extend(selinux::selinux().may_be_empty());
         empty.extend(credential_plugins().may_be_empty());
         empty.extend(dra().may_be_empty());
         let rc = plumbing::metrics::rest_client();

@@ -18,8 +18,13 @@ pub const MAX_LOG_LINES: usize = 80;
 pub const MAX_LOG_BYTES: usize = 2048;
 
 /// The message of exited container `c`, whose termination file (on the host) is
-/// `message_file` and whose CRI log is `log_file`.
-pub fn exit_message(c: &ContainerStatus, message_file: &Path, log_file: &Path) -> String {
+/// `message_file` and whose CRI log is `log_file` (under `podLogsDir`, `log_root`).
+pub fn exit_message(
+    c: &ContainerStatus,
+    message_file: &Path,
+    log_root: &Path,
+    log_file: &Path,
+) -> String {
     let path = c
         .annotations
         .get(ANN_TERMINATION_MESSAGE_PATH)
@@ -52,7 +57,7 @@ pub fn exit_message(c: &ContainerStatus, message_file: &Path, log_file: &Path) -
         }
     };
     if check_logs {
-        text = log_tail(log_file, MAX_LOG_LINES, MAX_LOG_BYTES);
+        text = log_tail(log_root, log_file, MAX_LOG_LINES, MAX_LOG_BYTES);
     }
     match (c.message.is_empty(), text.is_empty()) {
         (_, true) => c.message.clone(),
@@ -63,7 +68,10 @@ pub fn exit_message(c: &ContainerStatus, message_file: &Path, log_file: &Path) -
 
 /// The last `max` bytes of a file (upstream `tail.ReadAtMost`).
 pub fn read_at_most(path: &Path, max: u64) -> std::io::Result<String> {
-    let mut f = std::fs::File::open(path)?;
+    read_file_at_most(std::fs::File::open(path)?, max)
+}
+
+fn read_file_at_most(mut f: std::fs::File, max: u64) -> std::io::Result<String> {
     let len = f.metadata()?.len();
     if len > max {
         f.seek(SeekFrom::Start(len - max))?;
@@ -74,10 +82,14 @@ pub fn read_at_most(path: &Path, max: u64) -> std::io::Result<String> {
 }
 
 /// The content of the last `lines` entries of a CRI-format log (`<time> <stream> <P|F>
-/// <text>`), at most its last `max_bytes` (upstream reads into a ring buffer).
-pub fn log_tail(path: &Path, lines: usize, max_bytes: usize) -> String {
+/// <text>`), at most its last `max_bytes` (upstream reads into a ring buffer). The log lies
+/// under `root` (`podLogsDir`), where a pod with a hostPath on /var/log can plant symlinks
+/// and FIFOs: it is opened race-free beneath `root`, a regular file only.
+pub fn log_tail(root: &Path, path: &Path, lines: usize, max_bytes: usize) -> String {
     // Only the end of the file matters: 80 entries of a few KiB at most.
-    let raw = match read_at_most(path, 1 << 20) {
+    let read = crate::volume::at::open_regular_beneath(root, path)
+        .and_then(|f| read_file_at_most(f, 1 << 20));
+    let raw = match read {
         Ok(raw) => raw,
         Err(e) => return format!("Error on reading termination message from logs: {e}"),
     };

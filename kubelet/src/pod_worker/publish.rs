@@ -72,13 +72,17 @@ impl Worker {
         if !todo.is_empty() {
             let (node, uid) = (self.env.node.clone(), self.uid.clone());
             let log_dir = spec::pod_log_dir(&self.env.node, &self.pod);
+            let log_root = self.env.node.pod_logs_dir.clone();
             let read = tokio::task::spawn_blocking(move || {
                 todo.into_iter()
                     .map(|c| {
                         let restart = plan::restart_count_of(&c);
                         let file = spec::termination_log_host_path(&node, &uid, &c.name, restart);
                         let log = log_dir.join(&c.name).join(format!("{restart}.log"));
-                        (c.id.clone(), exit_message::exit_message(&c, &file, &log))
+                        (
+                            c.id.clone(),
+                            exit_message::exit_message(&c, &file, &log_root, &log),
+                        )
                     })
                     .collect::<Vec<_>>()
             })

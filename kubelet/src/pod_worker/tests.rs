@@ -1238,11 +1238,11 @@ async fn termination_message_from_the_file_or_the_log_tail() {
         ));
     }
     std::fs::write(&long, log).unwrap();
-    let tail = exit_message::log_tail(&long, 80, 2048);
+    let tail = exit_message::log_tail(dir.path(), &long, 80, 2048);
     assert_eq!(tail.len(), 2048);
     assert!(tail.ends_with(&format!("89{}\n", "z".repeat(98))));
     assert!(
-        exit_message::log_tail(&dir.path().join("gone.log"), 80, 2048)
+        exit_message::log_tail(dir.path(), &dir.path().join("gone.log"), 80, 2048)
             .starts_with("Error on reading termination message from logs: ")
     );
 }
@@ -1380,3 +1380,51 @@ mod pod_fields;
 mod pulled_images;
 // Regression tests of upstream CVEs in the container start path.
 mod security_regressions;
+
+/// FallbackToLogsOnError reads the tail of the container's log: a pod with a hostPath on
+/// /var/log that replaces its log with a symlink to a host file never gets that file into
+/// its `terminated.message` (visible through the API), and a FIFO there does not hang the
+/// worker.
+#[test]
+fn the_log_tail_for_a_termination_message_never_reads_a_planted_link_or_fifo() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("pods");
+    let dir = root.join("ns_p_uid/c");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        d.path().join("secret"),
+        "2026-01-01T00:00:00Z stdout F SECRET\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(d.path().join("secret"), dir.join("0.log")).unwrap();
+    let tail = exit_message::log_tail(&root, &dir.join("0.log"), 80, 2048);
+    assert!(!tail.contains("SECRET"), "{tail}");
+    // The container directory swapped for a symlink out: the same.
+    std::fs::remove_file(dir.join("0.log")).unwrap();
+    std::fs::remove_dir(&dir).unwrap();
+    std::os::unix::fs::symlink(d.path(), &dir).unwrap();
+    let tail = exit_message::log_tail(&root, &dir.join("secret"), 80, 2048);
+    assert!(!tail.contains("SECRET"), "{tail}");
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    let fifo = dir.join("1.log");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (r2, f2) = (root.clone(), fifo.clone());
+    std::thread::spawn(move || {
+        let _ = tx.send(exit_message::log_tail(&r2, &f2, 80, 2048));
+    });
+    let answer = rx.recv_timeout(std::time::Duration::from_secs(5));
+    if answer.is_err() {
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+    }
+    let answer = answer.expect("the FIFO hung the log tail");
+    assert!(
+        answer.starts_with("Error on reading termination message from logs: "),
+        "{answer}"
+    );
+}

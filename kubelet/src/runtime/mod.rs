@@ -8,6 +8,8 @@ mod cri_stats;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod gc;
+mod grpc_codes;
+pub use grpc_codes::go_code;
 pub mod instrumented;
 pub mod raw;
 pub mod stats;

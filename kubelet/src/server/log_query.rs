@@ -4,11 +4,15 @@
 //! with its field-error messages: a bad value is 400, a query that fails validation (or names
 //! a path besides) 406. A query for services reads the journal through `journalctl` (argv
 //! only, no shell; service names limited to `[a-zA-Z0-9-_@]`, at most 4; the whole answer
-//! bounded by 30 s); a service the journal does not know (or a node without journald) is
+//! bounded by 30 s; gzipped when `Accept-Encoding` is exactly `gzip`, as upstream); a
+//! service the journal does not know (or a node without journald) is
 //! looked for as `/var/log/<svc>`, `<svc>.log` or `<svc>/<svc>.log`, never outside the
-//! directory. A query naming one file (it has a `/`) serves that file as `/logs/<file>` does.
+//! directory: each is opened in one race-free step beneath the directory's descriptor
+//! ([`crate::volume::at::open_beneath`]; containers can write there), and only a regular
+//! file is read. A query naming one file (it has a `/`) serves that file as `/logs/<file>` does.
 
 use super::journal::{Chunk, Journal};
+use crate::volume::at;
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -173,30 +177,41 @@ fn service_name_problem(s: &str) -> Option<&'static str> {
     None
 }
 
-/// `file` beneath `root` (no `..`, symlinks resolved inside it), or why not (a stat-like
-/// error). Blocking.
-pub fn file_beneath(root: &Path, file: &str) -> Result<PathBuf, String> {
-    let rel: PathBuf = file
-        .split('/')
+/// `file` as a path relative to the log directory: `..` and `.` elements dropped, so they
+/// cannot climb out (as upstream's SecureJoin does lexically).
+fn relative(file: &str) -> PathBuf {
+    file.split('/')
         .filter(|e| !e.is_empty() && *e != "." && *e != "..")
-        .collect();
-    let joined = root.join(&rel);
-    let stat_err = |e: std::io::Error| {
-        let why = match e.kind() {
-            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
-            _ => e.to_string(),
-        };
-        format!("stat {}: {why}", joined.display())
+        .collect()
+}
+
+/// Whether `file` exists beneath `root` (symlinks followed only while they stay inside),
+/// or why not (a stat-like error). Blocking.
+pub fn file_beneath(root: &Path, file: &str) -> Result<(), String> {
+    let rel = relative(file);
+    let why = |e: &at::BeneathError| match e {
+        at::BeneathError::Io { source, .. } if !e.is_absent() => source.to_string(),
+        _ => "no such file or directory".to_string(),
     };
-    let base = root.canonicalize().map_err(stat_err)?;
-    let real = joined.canonicalize().map_err(stat_err)?;
-    if !real.starts_with(&base) {
-        return Err(format!(
-            "stat {}: no such file or directory",
-            joined.display()
-        ));
+    at::open_trusted_dir(root)
+        .map_err(|source| at::BeneathError::Io { op: "open", source })
+        .and_then(|dir| at::resolve_beneath(&dir, &rel, root.canonicalize().ok().as_deref()))
+        .map(drop)
+        .map_err(|e| format!("stat {}: {}", root.join(&rel).display(), why(&e)))
+}
+
+/// Opens the regular file `name` beneath `root` in one race-free step; `NotFound` when it is
+/// absent, outside, a directory, or anything but a regular file (a FIFO or device node is
+/// never opened). Blocking.
+fn open_log_file(root: &Path, name: &str) -> std::io::Result<std::fs::File> {
+    let dir = at::open_trusted_dir(root)?;
+    match at::open_beneath(&dir, &relative(name), root.canonicalize().ok().as_deref()) {
+        Ok(at::Opened::File(f)) => Ok(f),
+        Ok(_) => Err(std::io::ErrorKind::NotFound.into()),
+        Err(e) if e.is_absent() => Err(std::io::ErrorKind::NotFound.into()),
+        Err(at::BeneathError::Io { source, .. }) => Err(source),
+        Err(_) => Err(std::io::ErrorKind::NotFound.into()),
     }
-    Ok(real)
 }
 
 /// Upstream's nodeLogQuery.validate (blocking: it looks at a queried file). `Err`: the
@@ -326,12 +341,12 @@ pub fn service_files(service: &str) -> [String; 3] {
     ]
 }
 
-/// Sends `path`'s bytes (a regular file beneath the directory) in chunks; `Err` when absent.
-fn send_file(path: &Path, tx: &mpsc::Sender<Bytes>, deadline: Instant) -> std::io::Result<()> {
-    let mut f = std::fs::File::open(path)?;
-    if f.metadata()?.is_dir() {
-        return Err(std::io::ErrorKind::NotFound.into());
-    }
+/// Sends the file's bytes in chunks until its end or `deadline`.
+fn send_file(
+    mut f: std::fs::File,
+    tx: &mpsc::Sender<Bytes>,
+    deadline: Instant,
+) -> std::io::Result<()> {
     loop {
         if Instant::now() >= deadline {
             return Ok(());
@@ -352,11 +367,8 @@ fn send_file(path: &Path, tx: &mpsc::Sender<Bytes>, deadline: Instant) -> std::i
 fn copy_service_files(root: &Path, service: &str, tx: &mpsc::Sender<Bytes>, deadline: Instant) {
     let mut last: Option<std::io::Error> = None;
     for name in service_files(service) {
-        let Ok(path) = file_beneath(root, &name) else {
-            last = Some(std::io::ErrorKind::NotFound.into());
-            continue;
-        };
-        match send_file(&path, tx, deadline) {
+        let sent = open_log_file(root, &name).and_then(|f| send_file(f, tx, deadline));
+        match sent {
             Ok(()) => return,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => last = Some(e),
             Err(e) => {
@@ -375,9 +387,18 @@ fn copy_service_files(root: &Path, service: &str, tx: &mpsc::Sender<Bytes>, dead
     let _ = tx.blocking_send(Bytes::from(msg));
 }
 
+/// Whether the client asked for a gzipped answer the way upstream's journalServer checks
+/// it: the `Accept-Encoding` header is exactly `gzip` (a list such as `gzip, deflate` is not).
+pub fn wants_gzip(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT_ENCODING)
+        .is_some_and(|v| v.as_bytes() == b"gzip")
+}
+
 /// Upstream's journalServer: the services' logs (journal, else files), as a streamed
-/// `text/plain;charset=UTF-8` answer bounded by [`DEADLINE`].
-pub fn serve_services(n: Query, root: PathBuf, journal: Arc<dyn Journal>) -> Response {
+/// `text/plain;charset=UTF-8` answer bounded by [`DEADLINE`]; with `gzip` (see
+/// [`wants_gzip`]) compressed at the fastest level with `Content-Encoding: gzip`, as upstream.
+pub fn serve_services(n: Query, root: PathBuf, journal: Arc<dyn Journal>, gzip: bool) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(8);
     tokio::spawn(async move {
         let deadline = Instant::now() + DEADLINE;
@@ -428,6 +449,16 @@ pub fn serve_services(n: Query, root: PathBuf, journal: Arc<dyn Journal>) -> Res
         })
         .await;
     });
+    if gzip {
+        return (
+            [
+                (header::CONTENT_TYPE, "text/plain;charset=UTF-8"),
+                (header::CONTENT_ENCODING, "gzip"),
+            ],
+            Body::from_stream(gzip_stream(rx)),
+        )
+            .into_response();
+    }
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -438,6 +469,36 @@ pub fn serve_services(n: Query, root: PathBuf, journal: Arc<dyn Journal>) -> Res
         Body::from_stream(stream),
     )
         .into_response()
+}
+
+/// The chunks from `rx`, gzipped as they come (what the compressor has produced so far is
+/// sent with each chunk; the trailer once `rx` ends).
+fn gzip_stream(
+    rx: mpsc::Receiver<Bytes>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    use flate2::{Compression, write::GzEncoder};
+    use std::io::Write;
+    let enc = Some(GzEncoder::new(Vec::new(), Compression::fast()));
+    futures::stream::unfold((rx, enc), |(mut rx, enc)| async move {
+        let mut enc = enc?;
+        loop {
+            match rx.recv().await {
+                Some(b) => {
+                    if let Err(e) = enc.write_all(&b) {
+                        return Some((Err(e), (rx, None)));
+                    }
+                    let out = std::mem::take(enc.get_mut());
+                    if !out.is_empty() {
+                        return Some((Ok(Bytes::from(out)), (rx, Some(enc))));
+                    }
+                }
+                None => {
+                    let done = enc.finish().map(Bytes::from);
+                    return Some((done, (rx, None)));
+                }
+            }
+        }
+    })
 }
 
 /// Go's http.Error.

@@ -579,9 +579,9 @@ pub async fn serve(
     let path = target.path_dir.join(format!("{restart}.log"));
     let tail = opts.tail_lines.map(|n| n as u64);
     let opened = {
-        let path = path.clone();
+        let (root, path) = (logs.pod_logs_dir.clone(), path.clone());
         tokio::task::spawn_blocking(move || -> std::io::Result<(std::fs::File, u64)> {
-            let mut f = std::fs::File::open(&path)?;
+            let mut f = open_container_log(&root, &path)?;
             let start = match tail {
                 Some(n) => tail_start(&mut f, n)?,
                 None => 0,
@@ -614,6 +614,7 @@ pub async fn serve(
     let follow = opts.follow && !opts.previous;
     tokio::spawn(pump(
         file,
+        logs.pod_logs_dir.clone(),
         path,
         writer,
         follow.then(|| (logs.containers.clone(), target.id.clone())),
@@ -627,10 +628,18 @@ pub async fn serve(
     Ok(Body::from_stream(stream))
 }
 
+/// Opens the container log `path` (beneath `root`, `podLogsDir`) race-free: a pod with a
+/// hostPath on /var/log can replace a log (or a directory above it) with a symlink to a host
+/// file, or with a FIFO ([`crate::volume::at::open_regular_beneath`]). Blocking.
+fn open_container_log(root: &Path, path: &Path) -> std::io::Result<std::fs::File> {
+    crate::volume::at::open_regular_beneath(root, path)
+}
+
 /// Reads the file from where it is positioned and sends the output until the end (or, when
 /// following, until the container stops or the client goes away).
 async fn pump(
     file: std::fs::File,
+    root: PathBuf,
     path: PathBuf,
     mut writer: Writer,
     follow: Option<(Arc<dyn ContainerLookup>, String)>,
@@ -713,7 +722,7 @@ async fn pump(
         }
         // A rotated file (renamed, a new one at the path): what was written to the old one
         // before the rename is read first, then the stream continues in the new one.
-        let (Some(f), p) = (file.take(), path.clone()) else {
+        let (Some(f), p, r) = (file.take(), path.clone(), root.clone()) else {
             return;
         };
         let swapped = tokio::task::spawn_blocking(move || {
@@ -725,7 +734,7 @@ async fn pump(
             let new = if same {
                 None
             } else {
-                std::fs::File::open(&p).ok()
+                open_container_log(&r, &p).ok()
             };
             (f, new)
         })

@@ -1,11 +1,16 @@
 //! `/logs/`: the node's log directory (`/var/log`) as upstream serves it (Go's file server:
 //! a directory is an HTML listing, a file its bytes). A path with a `..` element is refused with
-//! 400 `invalid URL path`; a symlink that leads outside the directory is 404, as if absent.
+//! 400 `invalid URL path`; a symlink that leads outside the directory (an absolute one
+//! included) is 404, as if absent, and so is anything but a file or a directory (a FIFO or
+//! device node is never opened). Containers can write here (a hostPath on /var/log), so the
+//! path is resolved and opened in one race-free step beneath the directory's descriptor
+//! ([`crate::volume::at::open_beneath`]), never checked and then opened by name.
 //! The directory is a constructor argument ([`super::logs::Logs::node_log_dir`]); upstream has
 //! no setting for it. Reads run on the blocking pool and stream in bounded chunks. With
 //! NodeLogQuery on, `?query=…` is answered by [`super::log_query`] first.
 
 use super::AppState;
+use crate::volume::at::{self, Opened};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
@@ -67,62 +72,71 @@ pub fn resolve(root: &Path, url_path: &str) -> Resolved {
         .split('/')
         .filter(|e| !e.is_empty() && *e != ".")
         .collect();
-    let (Ok(base), Ok(real)) = (root.canonicalize(), root.join(&rel).canonicalize()) else {
-        return Resolved::NotFound;
-    };
-    if !real.starts_with(&base) {
-        return Resolved::NotFound;
-    }
-    let Ok(meta) = std::fs::metadata(&real) else {
-        return Resolved::NotFound;
-    };
-    if meta.is_dir() {
-        if !decoded.ends_with('/') {
-            let last = rel
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            return Resolved::Redirect(format!("{last}/"));
+    // One race-free open beneath the directory: a pod with a hostPath on it can plant and
+    // swap symlinks, FIFOs and device nodes there at any moment.
+    // The directory itself is the node's, trusted: its own path lets an absolute symlink
+    // into it be followed (from its descriptor).
+    let base = root.canonicalize().ok();
+    let opened = at::open_trusted_dir(root)
+        .map_err(|_| ())
+        .and_then(|dir| at::open_beneath(&dir, &rel, base.as_deref()).map_err(|_| ()));
+    match opened {
+        Err(()) | Ok(Opened::Other) => Resolved::NotFound,
+        Ok(Opened::File(f)) => Resolved::File(f),
+        Ok(Opened::Dir(dir)) => {
+            if !decoded.ends_with('/') {
+                let last = rel
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                return Resolved::Redirect(format!("{last}/"));
+            }
+            let Ok(entries) = at::entries(&dir) else {
+                return Resolved::NotFound;
+            };
+            Resolved::Listing(listing(entries))
         }
-        let Ok(entries) = std::fs::read_dir(&real) else {
-            return Resolved::NotFound;
-        };
-        let mut names: Vec<String> = entries
-            .flatten()
-            .map(|e| {
-                let mut n = e.file_name().to_string_lossy().into_owned();
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    n.push('/');
-                }
-                n
-            })
-            .collect();
-        names.sort();
-        let mut html = String::from(
-            "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n",
-        );
-        for n in names {
-            let e = escape_html(&n);
-            html.push_str(&format!("<a href=\"{e}\">{e}</a>\n"));
-        }
-        html.push_str("</pre>\n");
-        return Resolved::Listing(html);
-    }
-    match std::fs::File::open(&real) {
-        Ok(f) => Resolved::File(f),
-        Err(_) => Resolved::NotFound,
     }
 }
 
+/// Go's file server's HTML listing of a directory's entries (a directory's name ends in `/`;
+/// a symlink is listed as itself, not followed).
+fn listing(entries: Vec<(std::ffi::OsString, at::Kind)>) -> String {
+    let mut names: Vec<String> = entries
+        .into_iter()
+        .map(|(name, kind)| {
+            let mut n = name.to_string_lossy().into_owned();
+            if kind == at::Kind::Dir {
+                n.push('/');
+            }
+            n
+        })
+        .collect();
+    names.sort();
+    let mut html = String::from(
+        "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n",
+    );
+    for n in names {
+        let e = escape_html(&n);
+        html.push_str(&format!("<a href=\"{e}\">{e}</a>\n"));
+    }
+    html.push_str("</pre>\n");
+    html
+}
+
 /// GET `/logs/` and `/logs/{*path}`.
-pub async fn node_logs(State(s): State<AppState>, uri: Uri) -> Response {
+pub async fn node_logs(
+    State(s): State<AppState>,
+    headers: axum::http::HeaderMap,
+    uri: Uri,
+) -> Response {
     let Some(root) = s.logs.node_log_dir.clone() else {
         // enableSystemLogHandler: false, upstream does not register the handler.
         return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
     };
     let mut path = uri.path().strip_prefix("/logs").unwrap_or("/").to_string();
     if let Some(journal) = s.debug.log_query.clone() {
-        use super::log_query::{http_error, parse, serve_services, validate};
+        use super::log_query::{http_error, parse, serve_services, validate, wants_gzip};
         let params = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
             .map(|q| q.0)
             .unwrap_or_default();
@@ -143,7 +157,7 @@ pub async fn node_logs(State(s): State<AppState>, uri: Uri) -> Response {
                     Err(e) => return http_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
                 }
                 if !q.services.is_empty() {
-                    return serve_services(q, root, journal);
+                    return serve_services(q, root, journal, wants_gzip(&headers));
                 }
                 if let [file] = q.files.as_slice() {
                     path = format!("/{}", file.trim_start_matches('/'));

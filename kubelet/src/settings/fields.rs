@@ -129,15 +129,15 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "registryPullQPS",
-        NotImplemented,
-        &["5"],
-        "image pulls are not rate limited.",
+        Implemented,
+        &[],
+        "Image pulls a second (default 5; 0: no limit; negative stops the start with upstream's message): a token bucket of registryBurst tokens, taken when a pull gets its slot. A pull that finds no token is not queued: it fails with upstream's \"pull QPS exceeded\" (Failed event, ErrImagePull, then the image's back-off).",
     ),
     s(
         "registryBurst",
-        NotImplemented,
-        &["10"],
-        "image pulls are not rate limited.",
+        Implemented,
+        &[],
+        "The pull bucket's size (default 10; negative stops the start). With registryPullQPS above 0, 0 refuses every pull, as upstream's rate.Limiter.",
     ),
     s(
         "imagePullCredentialsVerificationPolicy",
@@ -153,15 +153,15 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "eventRecordQPS",
-        NotImplemented,
-        &["50"],
-        "events are not rate limited.",
+        Implemented,
+        &[],
+        "Event writes a second (default 50; negative stops the start): every request of the event writer waits for a token, as upstream's separate event client; meanwhile events queue (1000) and then are dropped. 0 is client-go's default of 5 a second, as upstream's kubelet gets (not unlimited). Event writes also count against kubeAPIQPS here (upstream's event client does not).",
     ),
     s(
         "eventBurst",
-        NotImplemented,
-        &["100"],
-        "events are not rate limited.",
+        Implemented,
+        &[],
+        "The event writer's burst (default 100; 0 is client-go's default of 10; negative stops the start).",
     ),
     s(
         "enableDebuggingHandlers",
@@ -441,7 +441,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), EventedPLEG (off by default, as upstream: container events from GetContainerEvents wake the PLEG, whose relist then runs every 300 s; without the call, as on containerd 1.6, it relists every second after five tries), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line) NodeLogQuery (off by default, see enableSystemLogQuery) and ResourceHealthStatus (on by default, beta in v1.36 as upstream: each container status lists, per device plugin resource it holds, its devices' health as the plugin last reported it in `allocatedResourcesStatus`, and a health change re-syncs the pod; DRA devices are not reported) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), EventedPLEG (off by default, as upstream: container events from GetContainerEvents wake the PLEG, whose relist then runs every 300 s; without the call, as on containerd 1.6, it relists every second after five tries), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line), NodeLogQuery (off by default, see enableSystemLogQuery), SELinuxMount (beta, off by default as upstream v1.36: on SELinux hosts, CSI volumes of every access mode, not only ReadWriteOncePod ones, are mounted with the pod's SELinux label when their CSIDriver has seLinuxMount; SELinuxMountReadWriteOncePod and SELinuxChangePolicy are GA and always on), and ResourceHealthStatus (on by default, beta in v1.36 as upstream: each container status lists, per device plugin resource it holds, its devices' health as the plugin last reported it in `allocatedResourcesStatus`, and a health change re-syncs the pod; DRA devices are not reported) are read; any other gate set is named in a warning at start.",
     ),
     s(
         "failSwapOn",

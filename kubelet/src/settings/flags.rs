@@ -414,6 +414,10 @@ pub const FLAGS: &[Setting] = &[
     ),
     s("--oom-score-adj", Implemented, &[], "oomScoreAdj."),
     s("--pods-per-core", Implemented, &[], "podsPerCore."),
+    s("--registry-qps", Implemented, &[], "registryPullQPS."),
+    s("--registry-burst", Implemented, &[], "registryBurst."),
+    s("--event-qps", Implemented, &[], "eventRecordQPS."),
+    s("--event-burst", Implemented, &[], "eventBurst."),
     s(
         "--max-open-files",
         Implemented,

@@ -7,10 +7,21 @@
 //! Each series exists for the root cgroup (`id="/"`, other labels empty), each pod cgroup
 //! (`container=""`, `image=""`, `name=""`) and each running container (`name` = the runtime's
 //! container ID), where its source was read:
-//! - CPU: `container_cpu_usage_seconds_total` (`cpu="total"`), and with a CFS quota
-//!   `container_cpu_cfs_{periods,throttled_periods,throttled_seconds}_total`;
+//! - CPU: `container_cpu_usage_seconds_total` (`cpu="total"`),
+//!   `container_cpu_{user,system}_seconds_total`, and with a CFS quota
+//!   `container_cpu_cfs_{periods,throttled_periods,throttled_seconds,burst_periods,
+//!   burst_seconds}_total`; `container_cpu_load_average_10s`,
+//!   `container_cpu_load_d_average_10s` and `container_tasks_state` (`state`) are 0, as the
+//!   kubelet's cAdvisor serves them without its load reader;
 //! - memory: `container_memory_{usage_bytes,working_set_bytes,rss,cache,swap,mapped_file,
-//!   max_usage_bytes,failcnt}`; `container_oom_events_total` (the cgroup's `oom_kill` counter);
+//!   max_usage_bytes,failcnt,kernel_usage,total_active_file_bytes,
+//!   total_inactive_file_bytes}`, `container_memory_failures_total` (`failure_type`
+//!   `pgfault`/`pgmajfault`, `scope` `container`/`hierarchy`: the same `memory.stat` figure,
+//!   as cAdvisor); `container_oom_events_total` (the cgroup's `oom_kill` counter);
+//! - processes: `container_{processes,file_descriptors,sockets,threads,threads_max}`,
+//!   `container_ulimits_soft` (`ulimit="max_open_files"`, containers only), see
+//!   [`super::procs`];
+//! - `container_last_seen`, `container_health_state` (-1: no health check);
 //! - limits: `container_spec_cpu_{period,quota,shares}`,
 //!   `container_spec_memory_{limit,reservation_limit,swap_limit}_bytes` (unlimited is 0);
 //! - block I/O per `device`: `container_fs_{reads,writes}_bytes_total`,
@@ -26,9 +37,11 @@
 //!   `machine_memory_bytes`, `machine_swap_bytes`, `machine_scrape_error`.
 //!
 //! Usage samples carry the millisecond timestamp of their reading; spec, start and machine
-//! samples none, as cAdvisor's. Not served: per-CPU usage, user/system CPU split, tasks and
-//! process series, `container_last_seen`, `container_memory_failures_total`, NVM/DIMM machine
-//! series, and the pause containers' own series.
+//! samples none, as cAdvisor's. Not served: per-CPU usage (the kubelet does not enable it),
+//! the block device series beyond bytes and operations (`container_fs_sector_*`,
+//! `container_fs_*_merged_total`, `container_fs_*_seconds_total`, `container_fs_io_*`,
+//! `container_blkio_device_usage_total`), NVM/DIMM machine series, and the pause
+//! containers' own series.
 
 use super::cgroups::Ids;
 use super::detail::{Detail, IfaceCounters};
@@ -72,6 +85,11 @@ struct Labels<'a> {
 impl<'a> Labels<'a> {
     /// The base labels with `extra` (one label) inserted at its sorted place.
     fn with(&self, extra: Option<(&'a str, &'a str)>) -> Vec<(&'a str, &'a str)> {
+        self.with_all(extra.as_slice())
+    }
+
+    /// The base labels with each of `extra` inserted at its sorted place.
+    fn with_all(&self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
         let mut v = vec![
             ("container", self.container),
             ("id", self.id),
@@ -80,237 +98,16 @@ impl<'a> Labels<'a> {
             ("namespace", self.namespace),
             ("pod", self.pod),
         ];
-        if let Some(e) = extra {
+        for e in extra {
             let at = v.iter().position(|(k, _)| *k > e.0).unwrap_or(v.len());
-            v.insert(at, e);
+            v.insert(at, *e);
         }
         v
     }
 }
 
-const C: &str = "counter";
-const G: &str = "gauge";
-
-/// Every family served: name, type, cAdvisor's help text.
-const FAMILIES: &[(&str, &str, &str)] = &[
-    (
-        "container_cpu_cfs_periods_total",
-        C,
-        "Number of elapsed enforcement period intervals.",
-    ),
-    (
-        "container_cpu_cfs_throttled_periods_total",
-        C,
-        "Number of throttled period intervals.",
-    ),
-    (
-        "container_cpu_cfs_throttled_seconds_total",
-        C,
-        "Total time duration the container has been throttled.",
-    ),
-    (
-        "container_cpu_usage_seconds_total",
-        C,
-        "Cumulative cpu time consumed in seconds.",
-    ),
-    ("container_fs_inodes_free", G, "Number of available Inodes"),
-    ("container_fs_inodes_total", G, "Number of Inodes"),
-    (
-        "container_fs_limit_bytes",
-        G,
-        "Number of bytes that can be consumed by the container on this filesystem.",
-    ),
-    (
-        "container_fs_reads_bytes_total",
-        C,
-        "Cumulative count of bytes read",
-    ),
-    (
-        "container_fs_reads_total",
-        C,
-        "Cumulative count of reads completed",
-    ),
-    (
-        "container_fs_usage_bytes",
-        G,
-        "Number of bytes that are consumed by the container on this filesystem.",
-    ),
-    (
-        "container_fs_writes_bytes_total",
-        C,
-        "Cumulative count of bytes written",
-    ),
-    (
-        "container_fs_writes_total",
-        C,
-        "Cumulative count of writes completed",
-    ),
-    (
-        "container_memory_cache",
-        G,
-        "Number of bytes of page cache memory.",
-    ),
-    (
-        "container_memory_failcnt",
-        C,
-        "Number of memory usage hits limits",
-    ),
-    (
-        "container_memory_mapped_file",
-        G,
-        "Size of memory mapped files in bytes.",
-    ),
-    (
-        "container_memory_max_usage_bytes",
-        G,
-        "Maximum memory usage recorded in bytes",
-    ),
-    ("container_memory_rss", G, "Size of RSS in bytes."),
-    ("container_memory_swap", G, "Container swap usage in bytes."),
-    (
-        "container_memory_usage_bytes",
-        G,
-        "Current memory usage in bytes, including all memory regardless of when it was accessed",
-    ),
-    (
-        "container_memory_working_set_bytes",
-        G,
-        "Current working set in bytes.",
-    ),
-    (
-        "container_network_receive_bytes_total",
-        C,
-        "Cumulative count of bytes received",
-    ),
-    (
-        "container_network_receive_errors_total",
-        C,
-        "Cumulative count of errors encountered while receiving",
-    ),
-    (
-        "container_network_receive_packets_dropped_total",
-        C,
-        "Cumulative count of packets dropped while receiving",
-    ),
-    (
-        "container_network_receive_packets_total",
-        C,
-        "Cumulative count of packets received",
-    ),
-    (
-        "container_network_transmit_bytes_total",
-        C,
-        "Cumulative count of bytes transmitted",
-    ),
-    (
-        "container_network_transmit_errors_total",
-        C,
-        "Cumulative count of errors encountered while transmitting",
-    ),
-    (
-        "container_network_transmit_packets_dropped_total",
-        C,
-        "Cumulative count of packets dropped while transmitting",
-    ),
-    (
-        "container_network_transmit_packets_total",
-        C,
-        "Cumulative count of packets transmitted",
-    ),
-    (
-        "container_oom_events_total",
-        C,
-        "Count of out of memory events observed for the container",
-    ),
-    (
-        "container_pressure_cpu_stalled_seconds_total",
-        C,
-        "Total time duration no tasks in the container could make progress due to CPU congestion.",
-    ),
-    (
-        "container_pressure_cpu_waiting_seconds_total",
-        C,
-        "Total time duration tasks in the container have waited due to CPU congestion.",
-    ),
-    (
-        "container_pressure_io_stalled_seconds_total",
-        C,
-        "Total time duration no tasks in the container could make progress due to IO congestion.",
-    ),
-    (
-        "container_pressure_io_waiting_seconds_total",
-        C,
-        "Total time duration tasks in the container have waited due to IO congestion.",
-    ),
-    (
-        "container_pressure_memory_stalled_seconds_total",
-        C,
-        "Total time duration no tasks in the container could make progress due to memory congestion.",
-    ),
-    (
-        "container_pressure_memory_waiting_seconds_total",
-        C,
-        "Total time duration tasks in the container have waited due to memory congestion.",
-    ),
-    (
-        "container_scrape_error",
-        G,
-        "1 if there was an error while getting container metrics, 0 otherwise",
-    ),
-    (
-        "container_spec_cpu_period",
-        G,
-        "CPU period of the container.",
-    ),
-    ("container_spec_cpu_quota", G, "CPU quota of the container."),
-    (
-        "container_spec_cpu_shares",
-        G,
-        "CPU share of the container.",
-    ),
-    (
-        "container_spec_memory_limit_bytes",
-        G,
-        "Memory limit for the container.",
-    ),
-    (
-        "container_spec_memory_reservation_limit_bytes",
-        G,
-        "Memory reservation limit for the container.",
-    ),
-    (
-        "container_spec_memory_swap_limit_bytes",
-        G,
-        "Memory swap limit for the container.",
-    ),
-    (
-        "container_start_time_seconds",
-        G,
-        "Start time of the container since unix epoch in seconds.",
-    ),
-    ("machine_cpu_cores", G, "Number of logical CPU cores."),
-    (
-        "machine_cpu_physical_cores",
-        G,
-        "Number of physical CPU cores.",
-    ),
-    ("machine_cpu_sockets", G, "Number of CPU sockets."),
-    (
-        "machine_memory_bytes",
-        G,
-        "Amount of memory installed on the machine.",
-    ),
-    (
-        "machine_scrape_error",
-        G,
-        "1 if there was an error while getting machine metrics, 0 otherwise.",
-    ),
-    (
-        "machine_swap_bytes",
-        G,
-        "Amount of swap memory available on the machine.",
-    ),
-];
+mod families;
+use families::FAMILIES;
 
 /// The names of every family `/metrics/cadvisor` can serve (for the docs' test).
 pub fn family_names() -> impl Iterator<Item = &'static str> {
@@ -401,7 +198,20 @@ impl Out {
                 c.throttled_ns as f64 / 1e9,
                 ts,
             );
+            self.push(
+                "container_cpu_cfs_burst_periods_total",
+                &base,
+                c.burst_periods as f64,
+                ts,
+            );
+            self.push(
+                "container_cpu_cfs_burst_seconds_total",
+                &base,
+                c.burst_ns as f64 / 1e9,
+                ts,
+            );
         }
+        self.seen(l, d);
         let m = &d.memory;
         for (f, v) in [
             ("container_memory_cache", m.cache),
@@ -473,6 +283,89 @@ impl Out {
                 &format!("container_pressure_{kind}_waiting_seconds_total"),
                 &base,
                 some.total as f64 / 1e6,
+                ts,
+            );
+        }
+    }
+
+    /// What cAdvisor serves of every cgroup it knows beyond usage and limits: when it was
+    /// last seen (the reading's time), its health (-1: no health check, as for every
+    /// container the kubelet's cAdvisor watches), the CPU time split, the load figures (0:
+    /// the kubelet runs cAdvisor without its load reader), memory details and the process
+    /// figures (a figure the kernel does not offer is 0, as cAdvisor's).
+    fn seen(&mut self, l: &Labels, d: &Detail) {
+        let ts = self.detail_ts;
+        let base = l.with(None);
+        if let Some(ms) = ts {
+            self.push("container_last_seen", &base, ms.div_euclid(1000) as f64, ts);
+        }
+        self.push("container_health_state", &base, -1.0, ts);
+        for (f, v) in [
+            ("container_cpu_user_seconds_total", d.cpu_user_ns),
+            ("container_cpu_system_seconds_total", d.cpu_system_ns),
+        ] {
+            if let Some(ns) = v {
+                self.push(f, &base, ns as f64 / 1e9, ts);
+            }
+        }
+        self.push("container_cpu_load_average_10s", &base, 0.0, ts);
+        self.push("container_cpu_load_d_average_10s", &base, 0.0, ts);
+        for state in [
+            "iowaiting",
+            "running",
+            "sleeping",
+            "stopped",
+            "uninterruptible",
+        ] {
+            self.push(
+                "container_tasks_state",
+                &l.with(Some(("state", state))),
+                0.0,
+                ts,
+            );
+        }
+        let m = &d.memory;
+        let stat_read = m.pgfault.is_some()
+            || m.active_file.is_some()
+            || m.inactive_file.is_some()
+            || m.cache.is_some();
+        if stat_read {
+            for (f, v) in [
+                ("container_memory_kernel_usage", m.kernel_usage),
+                ("container_memory_total_active_file_bytes", m.active_file),
+                (
+                    "container_memory_total_inactive_file_bytes",
+                    m.inactive_file,
+                ),
+            ] {
+                self.push(f, &base, v.unwrap_or(0) as f64, ts);
+            }
+            for (kind, v) in [("pgfault", m.pgfault), ("pgmajfault", m.pgmajfault)] {
+                for scope in ["container", "hierarchy"] {
+                    self.push(
+                        "container_memory_failures_total",
+                        &l.with_all(&[("failure_type", kind), ("scope", scope)]),
+                        v.unwrap_or(0) as f64,
+                        ts,
+                    );
+                }
+            }
+        }
+        let p = &d.processes;
+        for (f, v) in [
+            ("container_processes", p.processes),
+            ("container_file_descriptors", p.fds),
+            ("container_sockets", p.sockets),
+            ("container_threads", p.threads),
+            ("container_threads_max", p.threads_max),
+        ] {
+            self.push(f, &base, v as f64, ts);
+        }
+        if let Some(v) = p.max_open_files {
+            self.push(
+                "container_ulimits_soft",
+                &l.with(Some(("ulimit", "max_open_files"))),
+                v as f64,
                 ts,
             );
         }

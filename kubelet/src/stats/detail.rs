@@ -5,9 +5,9 @@
 //! figure out (PSI exists on cgroup v2 only, as upstream reads it). Blocking: call on the
 //! blocking pool.
 
-use super::node::{Layout, stat_value};
+use super::node::{Layout, stat_value, v1_cpu_dir};
 use super::summary::{PsiData, PsiStats};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// CFS bandwidth control (`cpu.stat`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -15,6 +15,10 @@ pub struct Cfs {
     pub periods: u64,
     pub throttled_periods: u64,
     pub throttled_ns: u64,
+    /// Periods in which the cgroup used its burst allowance, and the time it bursted (0 on a
+    /// kernel without CFS burst, as libcontainer reads it).
+    pub burst_periods: u64,
+    pub burst_ns: u64,
 }
 
 /// The limits of a cgroup, as cAdvisor's container spec: `None` where the file is missing;
@@ -38,6 +42,15 @@ pub struct MemoryDetail {
     pub failcnt: Option<u64>,
     pub mapped_file: Option<u64>,
     pub max_usage: Option<u64>,
+    /// `pgfault` / `pgmajfault` of `memory.stat` (cAdvisor serves the same figure for its
+    /// `container` and `hierarchy` scopes).
+    pub pgfault: Option<u64>,
+    pub pgmajfault: Option<u64>,
+    /// `memory.kmem.usage_in_bytes` (cgroup v1; cgroup v2 has no such counter: 0).
+    pub kernel_usage: Option<u64>,
+    /// `total_active_file` / `total_inactive_file` (v1), `active_file` / `inactive_file` (v2).
+    pub active_file: Option<u64>,
+    pub inactive_file: Option<u64>,
 }
 
 /// One block device's I/O (`major:minor`).
@@ -62,6 +75,9 @@ pub struct Psi {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Detail {
     pub cfs: Option<Cfs>,
+    /// CPU time in user and in kernel mode, nanoseconds (`cpuacct.stat` / `cpu.stat`).
+    pub cpu_user_ns: Option<u64>,
+    pub cpu_system_ns: Option<u64>,
     pub spec: Spec,
     pub memory: MemoryDetail,
     /// The cgroup's `oom_kill` counter.
@@ -69,7 +85,13 @@ pub struct Detail {
     /// By `major:minor`, in the order the kernel lists them.
     pub io: Vec<DeviceIo>,
     pub psi: Psi,
+    /// Processes, descriptors and threads: read beside the rest by the caller, which knows
+    /// the cgroup's kind (see [`super::procs`]).
+    pub processes: super::procs::Processes,
 }
+
+/// libcontainer's clock ticks per second for `cpuacct.stat` (USER_HZ, 100 on Linux).
+const CLOCK_TICKS: u64 = 100;
 
 fn read(p: &Path) -> Option<String> {
     std::fs::read_to_string(p).ok()
@@ -88,19 +110,6 @@ fn read_limit(p: &Path) -> Option<u64> {
     }
 }
 
-/// The cgroup v1 `cpu` controller's directory for `rel`: the `cpuacct` hierarchy when it is
-/// mounted together with `cpu` (it then holds `cpu.stat`), else the sibling `cpu` hierarchy.
-fn v1_cpu_dir(cpuacct: &Path, rel: &str) -> PathBuf {
-    let joined = cpuacct.join(rel);
-    if joined.join("cpu.cfs_period_us").exists() {
-        return joined;
-    }
-    cpuacct
-        .parent()
-        .map(|p| p.join("cpu").join(rel))
-        .unwrap_or(joined)
-}
-
 /// The figures of the cgroup at `rel` (a path like `/kubepods/pod<uid>`; `/` for the root).
 pub fn read_detail(layout: &Layout, rel: &str) -> Detail {
     let rel = rel.trim_start_matches('/');
@@ -114,6 +123,8 @@ pub fn read_detail(layout: &Layout, rel: &str) -> Detail {
                     periods: stat_value(&s, "nr_periods")?,
                     throttled_periods: stat_value(&s, "nr_throttled")?,
                     throttled_ns: stat_value(&s, "throttled_time")?,
+                    burst_periods: stat_value(&s, "nr_bursts").unwrap_or(0),
+                    burst_ns: stat_value(&s, "burst_time").unwrap_or(0),
                 })
             });
             // `-1`: no quota (cAdvisor's 0).
@@ -129,8 +140,12 @@ pub fn read_detail(layout: &Layout, rel: &str) -> Detail {
                 .parent()
                 .map(|p| p.join("blkio").join(rel))
                 .unwrap_or_default();
+            let ticks = read(&cpuacct.join(rel).join("cpuacct.stat")).unwrap_or_default();
+            let ticks_ns = |key| stat_value(&ticks, key).map(|t| t * 1_000_000_000 / CLOCK_TICKS);
             Detail {
                 cfs,
+                cpu_user_ns: ticks_ns("user"),
+                cpu_system_ns: ticks_ns("system"),
                 spec: Spec {
                     cpu_period: read_u64(&cpu.join("cpu.cfs_period_us")),
                     cpu_quota: quota,
@@ -145,23 +160,35 @@ pub fn read_detail(layout: &Layout, rel: &str) -> Detail {
                     failcnt: read_u64(&mem.join("memory.failcnt")),
                     mapped_file: stat_value(&stat, "total_mapped_file"),
                     max_usage: read_u64(&mem.join("memory.max_usage_in_bytes")),
+                    pgfault: stat_value(&stat, "pgfault"),
+                    pgmajfault: stat_value(&stat, "pgmajfault"),
+                    kernel_usage: read_u64(&mem.join("memory.kmem.usage_in_bytes")),
+                    active_file: stat_value(&stat, "total_active_file"),
+                    inactive_file: stat_value(&stat, "total_inactive_file"),
                 },
                 oom_kills: read(&mem.join("memory.oom_control"))
                     .and_then(|s| stat_value(&s, "oom_kill")),
                 io: v1_io(&blkio),
                 // cgroup v1 has no pressure files upstream reads.
                 psi: Psi::default(),
+                processes: Default::default(),
             }
         }
         Layout::V2 { root } => {
             let dir = root.join(rel);
             let stat = read(&dir.join("memory.stat")).unwrap_or_default();
             let events = read(&dir.join("memory.events")).unwrap_or_default();
-            let cfs = read(&dir.join("cpu.stat")).and_then(|s| {
+            let cpu_stat = read(&dir.join("cpu.stat")).unwrap_or_default();
+            let usec_ns = |key| stat_value(&cpu_stat, key).map(|us| us.saturating_mul(1000));
+            let cfs = Some(cpu_stat.as_str()).and_then(|s| {
                 Some(Cfs {
-                    periods: stat_value(&s, "nr_periods")?,
-                    throttled_periods: stat_value(&s, "nr_throttled")?,
-                    throttled_ns: stat_value(&s, "throttled_usec")?.saturating_mul(1000),
+                    periods: stat_value(s, "nr_periods")?,
+                    throttled_periods: stat_value(s, "nr_throttled")?,
+                    throttled_ns: stat_value(s, "throttled_usec")?.saturating_mul(1000),
+                    burst_periods: stat_value(s, "nr_bursts").unwrap_or(0),
+                    burst_ns: stat_value(s, "burst_usec")
+                        .unwrap_or(0)
+                        .saturating_mul(1000),
                 })
             });
             let (quota, period) = read(&dir.join("cpu.max"))
@@ -170,6 +197,8 @@ pub fn read_detail(layout: &Layout, rel: &str) -> Detail {
             // The root cgroup has no memory.max: cAdvisor reads its limits as absent.
             Detail {
                 cfs,
+                cpu_user_ns: usec_ns("user_usec"),
+                cpu_system_ns: usec_ns("system_usec"),
                 spec: Spec {
                     cpu_period: period,
                     cpu_quota: quota,
@@ -184,12 +213,18 @@ pub fn read_detail(layout: &Layout, rel: &str) -> Detail {
                     failcnt: stat_value(&events, "max"),
                     mapped_file: stat_value(&stat, "file_mapped"),
                     max_usage: read_u64(&dir.join("memory.peak")),
+                    pgfault: stat_value(&stat, "pgfault"),
+                    pgmajfault: stat_value(&stat, "pgmajfault"),
+                    kernel_usage: None,
+                    active_file: stat_value(&stat, "active_file"),
+                    inactive_file: stat_value(&stat, "inactive_file"),
                 },
                 oom_kills: stat_value(&events, "oom_kill"),
                 io: read(&dir.join("io.stat"))
                     .map(|s| io_stat(&s))
                     .unwrap_or_default(),
                 psi: psi_of(&dir),
+                processes: Default::default(),
             }
         }
     }

@@ -4,7 +4,6 @@
 //! its containers: upstream counts it in the pod's ephemeral storage since CVE-2020-8557).
 
 use super::build::PodDisk;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Where one pod's directories are.
@@ -29,22 +28,11 @@ const MEASURED: &[&str] = &[
 ];
 
 /// Bytes allocated (512-byte blocks, as du) and inodes below `path`, without following
-/// symlinks; the directory itself counts.
+/// symlinks; the directory itself counts. Containers write here: the walk is
+/// descriptor-relative ([`crate::volume::at::disk_usage`]), so a directory swapped for a
+/// symlink mid-walk is not entered.
 pub fn usage(path: &Path) -> (u64, u64) {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return (0, 0);
-    };
-    let (mut bytes, mut inodes) = (meta.blocks() * 512, 1);
-    if meta.is_dir()
-        && let Ok(entries) = std::fs::read_dir(path)
-    {
-        for e in entries.flatten() {
-            let (b, i) = usage(&e.path());
-            bytes += b;
-            inodes += i;
-        }
-    }
-    (bytes, inodes)
+    crate::volume::at::disk_usage(path)
 }
 
 fn subdirs(path: &Path) -> Vec<(String, PathBuf)> {

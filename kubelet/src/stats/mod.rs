@@ -22,6 +22,7 @@ pub mod disk;
 pub mod gaps;
 pub mod live;
 pub mod node;
+pub mod procs;
 pub mod resource;
 pub mod summary;
 #[cfg(test)]
@@ -130,6 +131,8 @@ pub struct Snapshot {
     /// Where the cgroups are, and the cgroups whose details `/metrics/cadvisor` serves.
     layout: Option<node::Layout>,
     detail_cgroups: Vec<String>,
+    /// `/proc`, for the process figures of those cgroups.
+    proc_root: PathBuf,
     /// `cadvisor` with the details, read by the first scrape of this snapshot.
     full: tokio::sync::OnceCell<Arc<cadvisor::Meta>>,
 }
@@ -151,13 +154,26 @@ impl Snapshot {
         self.full
             .get_or_init(|| async {
                 let (layout, cgroups) = (self.layout.clone(), self.detail_cgroups.clone());
+                let proc_root = self.proc_root.clone();
+                // Containers' cgroups: cAdvisor knows their process (ulimits).
+                let containers: std::collections::HashSet<String> =
+                    self.cadvisor.cgroups.containers.values().cloned().collect();
                 let read = tokio::task::spawn_blocking(move || {
                     let now = unix_now_ns();
                     let details = layout
                         .map(|l| {
                             cgroups
                                 .iter()
-                                .map(|cg| (cg.clone(), detail::read_detail(&l, cg)))
+                                .map(|cg| {
+                                    let mut d = detail::read_detail(&l, cg);
+                                    d.processes = procs::read_processes(
+                                        &l,
+                                        &proc_root,
+                                        cg,
+                                        containers.contains(cg),
+                                    );
+                                    (cg.clone(), d)
+                                })
                                 .collect()
                         })
                         .unwrap_or_default();
@@ -429,6 +445,7 @@ impl Provider {
         let need_machine = self.machine.get().is_none();
         let blocking_started = Instant::now();
         let detail_layout = layout.clone();
+        let detail_proc_root = self.node.proc_root();
         let blocking = tokio::task::spawn_blocking(move || {
             let mut phases = Phases::default();
             let mut at = Instant::now();
@@ -589,6 +606,7 @@ impl Provider {
             json: OnceLock::new(),
             layout: detail_layout,
             detail_cgroups,
+            proc_root: detail_proc_root,
             full: tokio::sync::OnceCell::new(),
             gaps,
             cost: RefreshCost {

@@ -176,6 +176,19 @@ pub fn stat_value(text: &str, key: &str) -> Option<u64> {
     })
 }
 
+/// The cgroup v1 `cpu` controller's directory for `rel`: the `cpuacct` hierarchy when it is
+/// mounted together with `cpu` (it then holds `cpu.stat`), else the sibling `cpu` hierarchy.
+pub(super) fn v1_cpu_dir(cpuacct: &Path, rel: &str) -> PathBuf {
+    let joined = cpuacct.join(rel);
+    if joined.join("cpu.cfs_period_us").exists() {
+        return joined;
+    }
+    cpuacct
+        .parent()
+        .map(|p| p.join("cpu").join(rel))
+        .unwrap_or(joined)
+}
+
 /// `Key:   123 kB` lines of /proc/meminfo → bytes.
 pub fn meminfo_bytes(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {

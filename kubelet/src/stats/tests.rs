@@ -913,3 +913,87 @@ async fn cadvisor_details_are_read_by_the_first_scrape_of_a_snapshot_not_by_the_
     let s = p.refresh().await.unwrap();
     assert_eq!(scraped(&*s.cadvisor_meta().await), Some(30_000));
 }
+
+/// The process series: the first scrape counts the container's processes, their descriptors
+/// and sockets under the node's `/proc`, and its first process's open-files limit; the
+/// pod's own cgroup lists none.
+#[tokio::test]
+async fn a_scrape_counts_a_containers_processes_descriptors_and_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Arc::new(FakeRuntime::new());
+    let ids = run(&rt, 1, 1).await;
+    let root = dir.path().join("cgroup");
+    let pod =
+        root.join("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid_0.slice");
+    let ctr = pod.join(format!("cri-containerd-{}.scope", ids[0]));
+    std::fs::create_dir_all(&ctr).unwrap();
+    for d in [&root, &ctr] {
+        std::fs::write(d.join("memory.current"), "20000\n").unwrap();
+        std::fs::write(d.join("memory.stat"), "anon 7000\npgfault 42\n").unwrap();
+        std::fs::write(
+            d.join("cpu.stat"),
+            "usage_usec 2000000\nuser_usec 1500000\n",
+        )
+        .unwrap();
+    }
+    std::fs::write(ctr.join("cgroup.procs"), "300\n301\n").unwrap();
+    std::fs::write(ctr.join("pids.current"), "5\n").unwrap();
+    std::fs::write(ctr.join("pids.max"), "max\n").unwrap();
+    let proc_root = dir.path().join("proc");
+    for (pid, fds) in [(300, 3), (301, 1)] {
+        let fd = proc_root.join(format!("{pid}/fd"));
+        std::fs::create_dir_all(&fd).unwrap();
+        for i in 0..fds {
+            let target = if i == 0 { "socket:[7]" } else { "/dev/null" };
+            std::os::unix::fs::symlink(target, fd.join(i.to_string())).unwrap();
+        }
+    }
+    std::fs::write(
+        proc_root.join("300/limits"),
+        "Max open files            65536                65536                files     \n",
+    )
+    .unwrap();
+    let mut node = Arc::into_inner(fake_node()).unwrap();
+    node.cgroups = Some(cgroups::Layout::V2 { root: root.clone() });
+    node.proc_root = proc_root;
+    let p = Provider::new(rt.clone(), Arc::new(node), config(dir.path()));
+    let s = p.refresh().await.unwrap();
+    let meta = s.cadvisor_meta().await;
+    let text = cadvisor::render(&s.summary, &meta, false);
+    let dms = meta.details_time.unwrap().millis();
+    let line = |family: &str, name: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with(&format!("{family}{{"))
+                    && l.contains(&format!("name=\"{name}\""))
+                    && l.contains("container=\"")
+            })
+            .unwrap_or_else(|| panic!("{family} {name:?} in:\n{text}"))
+            .to_string()
+    };
+    let value =
+        |family: &str, name: &str| line(family, name).split(' ').nth(1).unwrap().to_string();
+    let id = ids[0].as_str();
+    assert_eq!(value("container_processes", id), "2");
+    assert_eq!(value("container_file_descriptors", id), "4");
+    assert_eq!(value("container_sockets", id), "2");
+    assert_eq!(value("container_threads", id), "5");
+    assert_eq!(value("container_threads_max", id), "0");
+    assert!(line("container_ulimits_soft", id).contains("ulimit=\"max_open_files\"} 65536 "));
+    assert_eq!(value("container_cpu_user_seconds_total", id), "1.5");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("container_memory_failures_total{")
+                && l.contains("failure_type=\"pgmajfault\"")
+                && l.contains(&format!("name=\"{id}\""))
+                && l.ends_with(&format!(" 0 {dms}"))),
+        "{text}"
+    );
+    // Only containers have a process whose limits cAdvisor reads.
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("container_ulimits_soft{") && l.contains("name=\"\"")),
+        "{text}"
+    );
+}

@@ -1,12 +1,15 @@
 //! File operations relative to an open directory that never follow a symlink: what the
 //! kubelet does inside a volume a container may have written to (planted links, swapped
-//! directories) stays inside that volume. Every name given here is one path component.
+//! directories) stays inside that volume. Every name given here is one path component,
+//! except for the resolvers beneath a directory ([`resolve_beneath`], [`open_beneath`],
+//! [`walk_beneath`], [`open_regular_beneath`]), which follow symlinks only while they stay
+//! beneath it, and [`disk_usage`], a descriptor-relative `du`.
 //! Blocking: callers run on the blocking pool.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -60,6 +63,14 @@ const DIR_FLAGS: OFlag = OFlag::O_RDONLY
 /// Opens the directory `path`; its last component must not be a symlink.
 pub fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
     nix::fcntl::open(path, DIR_FLAGS, Mode::empty()).map_err(io)
+}
+
+/// Opens the directory `path` (symlinks in it followed) as an `O_PATH` handle: for a
+/// directory the kubelet was configured with, not one a container writes, to resolve
+/// beneath with [`resolve_beneath`] / [`open_beneath`].
+pub fn open_trusted_dir(path: &Path) -> std::io::Result<OwnedFd> {
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    nix::fcntl::open(path, flags, Mode::empty()).map_err(io)
 }
 
 /// Opens the directory `name` in `dir`, refusing a symlink.
@@ -225,6 +236,307 @@ pub fn set_mode(fd: impl AsFd, mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
 }
 
+/// Deepest directory level [`disk_usage`] descends to (each level holds one descriptor
+/// while its subdirectories are walked); deeper content is not counted.
+pub const MAX_USAGE_DEPTH: usize = 1024;
+
+/// Bytes allocated (512-byte blocks, as du) and inodes of `path` and everything beneath it,
+/// never following a symlink: each directory is opened with `O_NOFOLLOW` from its parent's
+/// descriptor, so one a container swaps for a symlink mid-walk is not entered (a walk by
+/// path would measure whatever the link names, the host's root included).
+pub fn disk_usage(path: &Path) -> (u64, u64) {
+    use std::rc::Rc;
+    let Ok(st) = nix::sys::stat::lstat(path) else {
+        return (0, 0);
+    };
+    let mut total = (blocks(&st), 1);
+    if Kind::of(&st) != Kind::Dir {
+        return total;
+    }
+    let Ok(root) = open_dir(path) else {
+        return total;
+    };
+    // Directories still to walk: an open parent, the name in it, the depth. A parent stays
+    // open only while one of its subdirectories waits, so at most one descriptor per level.
+    let mut todo: Vec<(Rc<OwnedFd>, OsString, usize)> = Vec::new();
+    let mut list = |dir: Rc<OwnedFd>, depth: usize, todo: &mut Vec<_>| {
+        let Ok(mut entries) = nix::dir::Dir::openat(&*dir, ".", DIR_FLAGS, Mode::empty()) else {
+            return;
+        };
+        for e in entries.iter().flatten() {
+            let name = OsStr::from_bytes(e.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            let Ok(st) = nix::sys::stat::fstatat(&*dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            total.0 += blocks(&st);
+            total.1 += 1;
+            if Kind::of(&st) == Kind::Dir && depth < MAX_USAGE_DEPTH {
+                todo.push((dir.clone(), name.to_os_string(), depth + 1));
+            }
+        }
+    };
+    list(Rc::new(root), 1, &mut todo);
+    while let Some((parent, name, depth)) = todo.pop() {
+        let Ok(sub) = open_dir_at(&*parent, &name) else {
+            continue;
+        };
+        drop(parent);
+        list(Rc::new(sub), depth, &mut todo);
+    }
+    total
+}
+
+fn blocks(st: &FileStat) -> u64 {
+    u64::try_from(st.st_blocks).unwrap_or(0) * 512
+}
+
+/// Most symlinks followed while resolving one path beneath a directory (the kernel's limit).
+pub const MAX_SYMLINKS: usize = 40;
+
+/// Why a path could not be resolved beneath its directory.
+#[derive(Debug, thiserror::Error)]
+pub enum BeneathError {
+    /// Through `..`, an absolute path or symlink, or a magic link, it leaves the directory.
+    #[error("the path leads outside its directory")]
+    Escapes,
+    #[error("too many levels of symbolic links")]
+    Loop,
+    #[error("{op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl BeneathError {
+    /// Whether it means "nothing there": missing, or outside (which counts as absent).
+    pub fn is_absent(&self) -> bool {
+        match self {
+            BeneathError::Escapes | BeneathError::Loop => true,
+            BeneathError::Io { source, .. } => {
+                matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
+            }
+        }
+    }
+}
+
+fn beneath_io(op: &'static str) -> impl Fn(Errno) -> BeneathError {
+    move |e| BeneathError::Io { op, source: io(e) }
+}
+
+const PATH_FLAGS: OFlag = OFlag::O_PATH
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// Walks `rel` from the directory `root` one component at a time, never leaving it:
+/// every step is an `openat(O_PATH | O_NOFOLLOW)` from the directory reached so far,
+/// symlinks are followed by hand (relative ones only, read from their own descriptor), and
+/// `..` climbs back only as far as `root`. With `create_dirs`, a missing component is made
+/// as a directory with that mode. Returns the object reached as an `O_PATH` descriptor.
+pub fn walk_beneath(
+    root: impl AsFd,
+    rel: &Path,
+    create_dirs: Option<u32>,
+) -> Result<OwnedFd, BeneathError> {
+    walk(root.as_fd(), rel, create_dirs, None)
+}
+
+/// [`walk_beneath`]; with `root_path` (the directory's own absolute path, trusted), an
+/// absolute symlink to somewhere under it is followed from `root` again, as the path it names.
+fn walk(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+    create_dirs: Option<u32>,
+    root_path: Option<&Path>,
+) -> Result<OwnedFd, BeneathError> {
+    use std::path::Component;
+    let mut todo: Vec<OsString> = Vec::new();
+    push_components(&mut todo, rel)?;
+    let first = root
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|source| BeneathError::Io {
+            op: "opening the directory",
+            source,
+        })?;
+    // The directories walked so far, `root` first: `..` pops one.
+    let mut dirs: Vec<OwnedFd> = vec![first];
+    let mut links = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            if dirs.len() == 1 {
+                return Err(BeneathError::Escapes);
+            }
+            dirs.pop();
+            continue;
+        }
+        let dir = dirs.last().expect("root is never popped");
+        let opened = match nix::fcntl::openat(dir, name.as_os_str(), PATH_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) if create_dirs.is_some() => {
+                let mode = Mode::from_bits_truncate(create_dirs.unwrap_or(0o750));
+                match nix::sys::stat::mkdirat(dir, name.as_os_str(), mode) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(e) => return Err(beneath_io("creating a directory")(e)),
+                }
+                nix::fcntl::openat(dir, name.as_os_str(), PATH_FLAGS, Mode::empty())
+                    .map_err(beneath_io("opening"))?
+            }
+            Err(e) => return Err(beneath_io("opening")(e)),
+        };
+        let st = nix::sys::stat::fstat(&opened).map_err(beneath_io("stat"))?;
+        match Kind::of(&st) {
+            Kind::Symlink => {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(BeneathError::Loop);
+                }
+                // From the descriptor: the name may point elsewhere by now.
+                let target =
+                    nix::fcntl::readlinkat(&opened, "").map_err(beneath_io("reading a symlink"))?;
+                let mut target = Path::new(&target);
+                if target.components().next() == Some(Component::RootDir) {
+                    target = root_path
+                        .and_then(|p| target.strip_prefix(p).ok())
+                        .ok_or(BeneathError::Escapes)?;
+                    dirs.truncate(1);
+                }
+                push_components(&mut todo, target)?;
+            }
+            Kind::Dir => dirs.push(opened),
+            _ if todo.is_empty() => dirs.push(opened),
+            _ => {
+                return Err(beneath_io("walking")(Errno::ENOTDIR));
+            }
+        }
+    }
+    Ok(dirs.pop().expect("at least root"))
+}
+
+/// Queues `path`'s components (last first, for popping); an absolute path escapes.
+fn push_components(todo: &mut Vec<OsString>, path: &Path) -> Result<(), BeneathError> {
+    use std::path::Component;
+    for c in path.components().rev() {
+        match c {
+            Component::Normal(n) => todo.push(n.to_os_string()),
+            Component::ParentDir => todo.push("..".into()),
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return Err(BeneathError::Escapes),
+        }
+    }
+    Ok(())
+}
+
+/// `rel` beneath `root` as an `O_PATH` descriptor, symlinks followed only while they stay
+/// beneath: one `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` where the kernel has it
+/// (5.6+), else [`walk_beneath`]. The kernel refuses every absolute symlink; with
+/// `root_path` (the directory's own canonical path, trusted, not container-written) the
+/// walk then follows those that name somewhere under it, from `root` again.
+pub fn resolve_beneath(
+    root: impl AsFd,
+    rel: &Path,
+    root_path: Option<&Path>,
+) -> Result<OwnedFd, BeneathError> {
+    use nix::fcntl::{OpenHow, ResolveFlag};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+    let root = root.as_fd();
+    // openat2 does not take an empty path for the directory itself.
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    if !NO_OPENAT2.load(Ordering::Relaxed) {
+        let how = OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        // EAGAIN: a rename raced a `..`; the kernel asks to try again.
+        for _ in 0..8 {
+            match nix::fcntl::openat2(root, rel, how) {
+                Ok(fd) => return Ok(fd),
+                Err(Errno::EAGAIN) => continue,
+                // Escapes, or an absolute symlink the walk may follow inside.
+                Err(Errno::EXDEV) if root_path.is_some() => break,
+                Err(Errno::EXDEV) => return Err(BeneathError::Escapes),
+                Err(Errno::ELOOP) => return Err(BeneathError::Loop),
+                // No openat2 (old kernel, or a seccomp filter that hides it).
+                Err(Errno::ENOSYS | Errno::EPERM) => {
+                    NO_OPENAT2.store(true, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => return Err(beneath_io("opening")(e)),
+            }
+        }
+    }
+    walk(root, rel, None, root_path)
+}
+
+/// What [`open_beneath`] found.
+#[derive(Debug)]
+pub enum Opened {
+    /// A regular file, open for reading.
+    File(File),
+    /// A directory, open for listing ([`entries`]).
+    Dir(OwnedFd),
+    /// Anything else (FIFO, socket, device node): never opened, so never read or triggered.
+    Other,
+}
+
+/// Opens `rel` beneath `root` for reading, race-free: resolved to an `O_PATH` descriptor by
+/// [`resolve_beneath`], looked at through it, and only a regular file or a directory is then
+/// opened, through `/proc/self/fd/<n>` (the very object resolved, not a path that could have
+/// been swapped since). A FIFO or device node a container planted is never opened.
+pub fn open_beneath(
+    root: impl AsFd,
+    rel: &Path,
+    root_path: Option<&Path>,
+) -> Result<Opened, BeneathError> {
+    reopen(resolve_beneath(root, rel, root_path)?)
+}
+
+/// Opens the regular file `path`, which lies under the trusted directory `root`, in one
+/// race-free step from `root`'s descriptor ([`open_beneath`]): for files such as container
+/// logs that a pod with a hostPath could replace (or whose directories it could swap) with a
+/// symlink or a FIFO. A path out of `root`, or a symlink leading out, reads as absent
+/// (`ENOENT`); anything but a regular file is refused. Blocking.
+pub fn open_regular_beneath(root: &Path, path: &Path) -> std::io::Result<File> {
+    let absent = || std::io::Error::from_raw_os_error(libc::ENOENT);
+    let rel = path.strip_prefix(root).map_err(|_| absent())?;
+    let dir = open_trusted_dir(root)?;
+    match open_beneath(&dir, rel, None) {
+        Ok(Opened::File(f)) => Ok(f),
+        Ok(_) => Err(std::io::Error::other("not a regular file")),
+        Err(BeneathError::Io { source, .. }) => Err(source),
+        Err(BeneathError::Escapes | BeneathError::Loop) => Err(absent()),
+    }
+}
+
+/// The object `fd` (an `O_PATH` handle) is on, opened for reading if it is a regular file or
+/// a directory.
+fn reopen(fd: OwnedFd) -> Result<Opened, BeneathError> {
+    let st = nix::sys::stat::fstat(&fd).map_err(beneath_io("stat"))?;
+    let flags = match Kind::of(&st) {
+        Kind::File => OFlag::O_RDONLY | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Kind::Dir => DIR_FLAGS.difference(OFlag::O_NOFOLLOW),
+        _ => return Ok(Opened::Other),
+    };
+    let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let opened =
+        nix::fcntl::open(proc.as_str(), flags, Mode::empty()).map_err(beneath_io("reopening"))?;
+    Ok(match Kind::of(&st) {
+        Kind::File => Opened::File(File::from(opened)),
+        _ => Opened::Dir(opened),
+    })
+}
+
+#[cfg(test)]
+pub mod race;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,6 +568,206 @@ mod tests {
             assert!(kind_at(&dir, OsStr::new(bad)).is_err(), "{bad:?}");
             assert!(remove_all_at(&dir, OsStr::new(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    /// Both ways of resolving beneath: the kernel's (openat2) and the walk used without it.
+    type Resolver = fn(BorrowedFd<'_>, &Path) -> Result<OwnedFd, BeneathError>;
+    const RESOLVERS: [(&str, Resolver); 2] = [
+        ("openat2", |r, p| resolve_beneath(r, p, None)),
+        ("walk", |r, p| walk_beneath(r, p, None)),
+    ];
+
+    fn read_beneath(resolver: Resolver, root: &Path, rel: &str) -> Option<String> {
+        use std::io::Read;
+        let dir = open_trusted_dir(root).unwrap();
+        match reopen(resolver(dir.as_fd(), Path::new(rel)).ok()?).ok()? {
+            Opened::File(mut f) => {
+                let mut s = String::new();
+                f.read_to_string(&mut s).unwrap();
+                Some(s)
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn resolving_beneath_follows_links_only_inside() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/f"), "in").unwrap();
+        std::fs::write(d.path().join("secret"), "SECRET").unwrap();
+        symlink("b/f", root.join("a/rel-in")).unwrap();
+        symlink("../a/b/f", root.join("a/up-in")).unwrap();
+        symlink("a/b", root.join("dir-in")).unwrap();
+        symlink(d.path().join("secret"), root.join("abs-out")).unwrap();
+        symlink(root.join("a/b/f"), root.join("abs-in")).unwrap();
+        symlink("../secret", root.join("rel-out")).unwrap();
+        symlink("../../../secret", root.join("a/b/deep-out")).unwrap();
+        symlink("/proc/self/root/etc/hostname", root.join("magic")).unwrap();
+        symlink("loop", root.join("loop")).unwrap();
+        for (name, resolver) in RESOLVERS {
+            for ok in ["a/b/f", "a/rel-in", "a/up-in", "dir-in/f", "./a/b/../b/f"] {
+                assert_eq!(
+                    read_beneath(resolver, &root, ok).as_deref(),
+                    Some("in"),
+                    "{name} {ok}"
+                );
+            }
+            for bad in [
+                "abs-out",
+                "abs-in",
+                "rel-out",
+                "a/b/deep-out",
+                "magic",
+                "../secret",
+                "a/../../secret",
+                "/etc/hostname",
+            ] {
+                assert_eq!(read_beneath(resolver, &root, bad), None, "{name} {bad}");
+            }
+            let dir = open_trusted_dir(&root).unwrap();
+            assert!(
+                matches!(
+                    resolver(dir.as_fd(), Path::new("rel-out")),
+                    Err(BeneathError::Escapes)
+                ),
+                "{name}"
+            );
+            assert!(
+                matches!(
+                    resolver(dir.as_fd(), Path::new("loop")),
+                    Err(BeneathError::Loop)
+                ),
+                "{name}"
+            );
+            let missing = resolver(dir.as_fd(), Path::new("a/nope")).unwrap_err();
+            assert!(missing.is_absent(), "{name} {missing}");
+            let through_file = resolver(dir.as_fd(), Path::new("a/b/f/x")).unwrap_err();
+            assert!(through_file.is_absent(), "{name} {through_file}");
+        }
+    }
+
+    /// A directory swapped for a symlink out while resolving never yields the file outside,
+    /// on either resolver.
+    #[test]
+    fn a_directory_swapped_for_a_symlink_mid_walk_never_leads_outside() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        std::fs::create_dir_all(root.join("d/e")).unwrap();
+        std::fs::write(root.join("d/e/f"), "in").unwrap();
+        std::fs::create_dir_all(d.path().join("out/e")).unwrap();
+        std::fs::write(d.path().join("out/e/f"), "SECRET").unwrap();
+        symlink("../out", root.join("x")).unwrap();
+        for (name, resolver) in RESOLVERS {
+            let swapper = race::Swapper::start(&root, "d", "x");
+            let mut inside = 0;
+            let leaked = race::race(50_000, std::time::Duration::from_secs(4), || {
+                match read_beneath(resolver, &root, "d/e/f").as_deref() {
+                    Some("in") => inside += 1,
+                    Some(other) => return Some(other.to_string()),
+                    None => {}
+                }
+                None
+            });
+            let swaps = swapper.stop();
+            assert_eq!(leaked, None, "{name}");
+            assert!(
+                swaps > 0 && inside > 0,
+                "{name}: {swaps} swaps, {inside} reads"
+            );
+        }
+    }
+
+    /// A directory of an emptyDir swapped for a symlink to a big host directory while the
+    /// usage walk runs never gets the host directory measured (the stats walker's path).
+    #[test]
+    fn disk_usage_never_measures_through_a_directory_swapped_for_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        std::fs::create_dir_all(vol.join("d/e")).unwrap();
+        std::fs::create_dir_all(d.path().join("host/e")).unwrap();
+        // 8 MiB of real blocks outside the volume, in a file and below a directory.
+        std::fs::write(d.path().join("host/big"), vec![7u8; 8 << 20]).unwrap();
+        std::fs::write(d.path().join("host/e/big"), vec![7u8; 8 << 20]).unwrap();
+        symlink(d.path().join("host"), vol.join("x")).unwrap();
+        let (honest, _) = crate::stats::disk::usage(&vol);
+        assert!(honest < 1 << 20, "{honest}");
+        let swapper = race::Swapper::start(&vol, "d", "x");
+        let mut walks = 0;
+        let inflated = race::race(20_000, std::time::Duration::from_secs(6), || {
+            walks += 1;
+            let (bytes, _) = crate::stats::disk::usage(&vol);
+            (bytes >= 4 << 20).then_some(bytes)
+        });
+        let swaps = swapper.stop();
+        assert_eq!(inflated, None, "the host directory was measured");
+        assert!(swaps > 0 && walks > 0, "{swaps} swaps, {walks} walks");
+    }
+
+    #[test]
+    fn disk_usage_counts_like_du_without_following_links() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        std::fs::create_dir_all(vol.join("a/b")).unwrap();
+        std::fs::write(vol.join("a/b/f"), vec![1u8; 64 << 10]).unwrap();
+        std::fs::write(d.path().join("big"), vec![1u8; 4 << 20]).unwrap();
+        symlink(d.path(), vol.join("out")).unwrap();
+        let (bytes, inodes) = disk_usage(&vol);
+        // vol, a, b, f, out.
+        assert_eq!(inodes, 5);
+        assert!((64 << 10..1 << 20).contains(&bytes), "{bytes}");
+        assert_eq!(disk_usage(&d.path().join("missing")), (0, 0));
+    }
+
+    /// With the directory's own path given, an absolute symlink naming a place under it is
+    /// followed (from the directory's descriptor); one naming anything else still escapes.
+    #[test]
+    fn absolute_links_inside_are_followed_when_the_root_path_is_given() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::write(root.join("a/f"), "in").unwrap();
+        std::fs::write(d.path().join("secret"), "SECRET").unwrap();
+        std::fs::create_dir(d.path().join("rootx")).unwrap();
+        std::fs::write(d.path().join("rootx/f"), "SECRET").unwrap();
+        symlink(root.join("a"), root.join("abs-dir")).unwrap();
+        symlink(d.path().join("secret"), root.join("abs-out")).unwrap();
+        symlink(d.path().join("rootx/f"), root.join("abs-sibling")).unwrap();
+        symlink(d.path().join("root/../secret"), root.join("abs-up")).unwrap();
+        let base = root.canonicalize().unwrap();
+        let dir = open_trusted_dir(&root).unwrap();
+        type WithRoot = fn(BorrowedFd<'_>, &Path, &Path) -> Result<OwnedFd, BeneathError>;
+        let ways: [(&str, WithRoot); 2] = [
+            ("openat2", |r, p, b| resolve_beneath(r, p, Some(b))),
+            ("walk", |r, p, b| walk(r, p, None, Some(b))),
+        ];
+        for (name, way) in ways {
+            let read = |rel: &str| match reopen(way(dir.as_fd(), Path::new(rel), &base).ok()?) {
+                Ok(Opened::File(f)) => std::io::read_to_string(f).ok(),
+                _ => None,
+            };
+            assert_eq!(read("abs-dir/f").as_deref(), Some("in"), "{name}");
+            for bad in ["abs-out", "abs-sibling", "abs-up", "/etc/hostname"] {
+                assert_eq!(read(bad), None, "{name} {bad}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_files_and_directories_are_opened() {
+        let d = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(&d.path().join("fifo"), Mode::from_bits_truncate(0o600)).unwrap();
+        std::fs::create_dir(d.path().join("dir")).unwrap();
+        let dir = open_trusted_dir(d.path()).unwrap();
+        assert!(matches!(
+            open_beneath(&dir, Path::new("fifo"), None),
+            Ok(Opened::Other)
+        ));
+        let Ok(Opened::Dir(sub)) = open_beneath(&dir, Path::new("dir"), None) else {
+            panic!("a directory");
+        };
+        assert!(entries(&sub).unwrap().is_empty());
     }
 
     #[test]

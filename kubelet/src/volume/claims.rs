@@ -407,6 +407,8 @@ mod expansion;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 #[cfg(test)]
+mod selinux_tests;
+#[cfg(test)]
 mod tests;
 
 /// Claim-backed and CSI volumes of the node's pods: resolution, setup, teardown and the
@@ -421,6 +423,8 @@ pub struct Storage {
     published: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Published>>>,
     /// The local PVs set up for pods, measured with statfs (see [`super::stats`]).
     pub(crate) local: super::stats::LocalVolumes,
+    /// The SELinux mount labels of the CSI volumes (see [`super::selinux`]).
+    pub selinux: super::selinux::registry::SeLinuxVolumes,
     /// Expansion events (`FileSystemResizeSuccessful`, ...) on pods and claims.
     events: std::sync::Arc<dyn crate::events::EventRecorder>,
     /// What the node remembers of each volume's expansions, by unique volume name.
@@ -467,9 +471,17 @@ impl Storage {
             in_use: Default::default(),
             published: Default::default(),
             local: Default::default(),
+            selinux: Default::default(),
             events: std::sync::Arc::new(crate::events::LogRecorder),
             expansions: Default::default(),
         }
+    }
+
+    /// Mounts CSI volumes with SELinux labels as `selinux` decides (a host without SELinux
+    /// by default).
+    pub fn with_selinux(mut self, selinux: super::selinux::registry::SeLinuxVolumes) -> Self {
+        self.selinux = selinux;
+        self
     }
 
     /// Records expansion events through `events` (the log otherwise).
@@ -524,8 +536,9 @@ impl Storage {
             }
             Source::Csi(c) => {
                 let api: &dyn super::csi::CsiApi = self.api.as_ref();
-                let prepared =
+                let mut prepared =
                     super::csi::prepare::prepare(api, pod, &self.csi.node_name, &c).await?;
+                prepared.selinux_mount_label = self.selinux_label(pod, v, &c, &prepared)?;
                 let online = self.csi.published(&uid, &c).await;
                 let path = self.csi.set_up(&uid, &c, &prepared).await?;
                 let claim = claim_of(pod, v);
@@ -579,6 +592,7 @@ impl Storage {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(pod_uid);
             self.local.remove_pod(pod_uid);
+            self.selinux.forget_pod(pod_uid);
             let gone = self
                 .published
                 .lock()
@@ -705,6 +719,10 @@ impl Storage {
     pub fn reconstruct(&self) {
         let mut found = self.csi.mounted_volumes();
         found.extend(super::block::mapped_volumes(&self.csi.root_dir));
+        for (uid, driver, handle, label) in self.csi.mounted_selinux_labels() {
+            let unique = unique_csi_name(&driver, &handle);
+            self.selinux.restore(&uid, &unique, &label);
+        }
         let mut in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
         for (uid, driver, handle) in found {
             in_use
@@ -712,6 +730,27 @@ impl Storage {
                 .or_default()
                 .insert(unique_csi_name(&driver, &handle));
         }
+    }
+
+    /// The SELinux label to mount the pod's CSI volume with ("" for none), or upstream's
+    /// error when the pod's label conflicts with its other containers' or another pod's.
+    fn selinux_label(
+        &self,
+        pod: &Pod,
+        v: &Volume,
+        c: &CsiVolume,
+        prepared: &super::csi::Prepared,
+    ) -> Result<String, String> {
+        let unique = unique_csi_name(&c.driver, &c.volume_handle);
+        let r = super::selinux::registry::VolumeRef {
+            unique_name: &unique,
+            spec_name: &c.spec_name,
+            driver: &c.driver,
+            pv: !c.ephemeral,
+            access_modes: &c.access_modes,
+            driver_supports: prepared.spec.se_linux_mount,
+        };
+        self.selinux.admit(pod, &v.name, &r)
     }
 
     /// The unique names of the attachable volumes mounted for pods now, sorted.

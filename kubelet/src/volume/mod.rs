@@ -15,6 +15,7 @@ pub mod hugepages;
 pub mod manager;
 pub mod ownership;
 pub mod projection;
+pub mod selinux;
 pub mod shared;
 pub mod stats;
 pub mod subpath;

@@ -3,23 +3,22 @@
 //! A container can write symlinks into its volumes. A subPath resolved by path (following
 //! them) could name anything on the host, and the runtime would bind-mount it into the next
 //! container. So the path is walked one component at a time from a file descriptor of the
-//! volume (each step opened through `/proc/self/fd/<dir>/<name>` with `O_NOFOLLOW`, the
-//! equivalent of `openat`), symlinks are followed by hand only while they stay inside the
-//! volume, missing directories are created the same way, and the object reached is bound by
+//! volume ([`super::at::walk_beneath`]: each step an `openat` with `O_NOFOLLOW`), symlinks
+//! are followed by hand only while they stay inside the volume, missing directories are
+//! created the same way, and the object reached is bound by
 //! its descriptor onto `<pod dir>/volume-subpaths/<volume>/<container>/<index>`: that mount,
 //! not a path a container could swap meanwhile, is what the runtime gets.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+
+use super::at;
 use std::path::{Component, Path, PathBuf};
 
 use thiserror::Error;
 
 /// Directory of the per-container subPath bind mounts in a pod's directory.
 pub const SUBPATHS_DIR: &str = "volume-subpaths";
-
-/// Most symlinks followed while resolving one subPath (the kernel's ELOOP limit).
-const MAX_SYMLINKS: usize = 40;
 
 #[derive(Debug, Error)]
 pub enum SubpathError {
@@ -142,24 +141,10 @@ fn create_mount_point(target: &Path, is_dir: bool) -> std::io::Result<()> {
     }
 }
 
-/// Opens `path` without following a symlink in its last component (`O_PATH | O_NOFOLLOW`).
-fn open_nofollow(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-}
-
-/// `<dir fd>/<name>` through procfs: the kernel starts from the open directory itself, as
-/// `openat(dirfd, name)` would, whatever happened to the path that led there.
-fn at(dir: &File, name: &str) -> PathBuf {
-    use std::os::fd::AsRawFd;
-    PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
-}
-
-/// Walks `subpath` from `base`, one component at a time, never leaving `base`: symlinks are
-/// followed by hand (relative ones only, and `..` only back up to `base`), missing
-/// directories are created. Returns the object reached, open with `O_PATH`.
+/// Walks `subpath` from `base`, one component at a time, never leaving `base` (the walk of
+/// [`at::walk_beneath`]: symlinks are followed by hand, relative ones only, and `..` only
+/// back up to `base`); missing directories are created. Returns the object reached, open
+/// with `O_PATH`.
 pub fn open_beneath(base: &Path, volume: &str, subpath: &str) -> Result<File, SubpathError> {
     let invalid = || SubpathError::Invalid(subpath.to_string());
     let err = |op: &'static str| {
@@ -170,10 +155,9 @@ pub fn open_beneath(base: &Path, volume: &str, subpath: &str) -> Result<File, Su
             source,
         }
     };
-    let mut todo: Vec<String> = Vec::new();
-    for c in Path::new(subpath).components().rev() {
+    for c in Path::new(subpath).components() {
         match c {
-            Component::Normal(n) => todo.push(n.to_str().ok_or_else(invalid)?.to_string()),
+            Component::Normal(n) if n.to_str().is_some() => {}
             Component::CurDir => {}
             _ => return Err(invalid()),
         }
@@ -183,78 +167,18 @@ pub fn open_beneath(base: &Path, volume: &str, subpath: &str) -> Result<File, Su
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
         .open(base)
         .map_err(err("opening the volume"))?;
-    // The directories walked so far, the volume first: `..` pops one.
-    let mut dirs: Vec<File> = vec![root];
-    let mut links = 0;
-    while let Some(name) = todo.pop() {
-        if name == ".." {
-            if dirs.len() == 1 {
-                return Err(SubpathError::Escapes {
-                    volume: volume.into(),
-                    subpath: subpath.into(),
-                });
-            }
-            dirs.pop();
-            continue;
-        }
-        let dir = dirs.last().expect("the volume is never popped");
-        let path = at(dir, &name);
-        let opened = match open_nofollow(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // Upstream creates what is missing as directories.
-                match std::fs::DirBuilder::new().mode(0o750).create(&path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(err("creating a directory")(e)),
-                }
-                open_nofollow(&path).map_err(err("opening"))?
-            }
-            Err(e) => return Err(err("opening")(e)),
-        };
-        let meta = opened.metadata().map_err(err("stat"))?;
-        if meta.file_type().is_symlink() {
-            links += 1;
-            if links > MAX_SYMLINKS {
-                return Err(SubpathError::Loop {
-                    volume: volume.into(),
-                    subpath: subpath.into(),
-                });
-            }
-            // From the descriptor: the name may point elsewhere by now.
-            let target = PathBuf::from(
-                nix::fcntl::readlinkat(&opened, "")
-                    .map_err(|e| err("reading a symlink")(e.into()))?,
-            );
-            if target.is_absolute() {
-                return Err(SubpathError::Escapes {
-                    volume: volume.into(),
-                    subpath: subpath.into(),
-                });
-            }
-            for c in target.components().rev() {
-                match c {
-                    Component::Normal(n) => todo.push(n.to_string_lossy().into_owned()),
-                    Component::ParentDir => todo.push("..".into()),
-                    Component::CurDir => {}
-                    _ => {
-                        return Err(SubpathError::Escapes {
-                            volume: volume.into(),
-                            subpath: subpath.into(),
-                        });
-                    }
-                }
-            }
-            continue;
-        }
-        if !todo.is_empty() && !meta.is_dir() {
-            return Err(err("walking")(std::io::Error::from(
-                std::io::ErrorKind::NotADirectory,
-            )));
-        }
-        dirs.push(opened);
+    match at::walk_beneath(&root, Path::new(subpath), Some(0o750)) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(at::BeneathError::Escapes) => Err(SubpathError::Escapes {
+            volume: volume.into(),
+            subpath: subpath.into(),
+        }),
+        Err(at::BeneathError::Loop) => Err(SubpathError::Loop {
+            volume: volume.into(),
+            subpath: subpath.into(),
+        }),
+        Err(at::BeneathError::Io { op, source }) => Err(err(op)(source)),
     }
-    Ok(dirs.pop().expect("at least the volume"))
 }
 
 /// Real bind mounts, through mount(2) on `/proc/self/fd/<fd>` (the object itself, not a path).

@@ -29,30 +29,7 @@ pub trait DraPlugin: Send + Sync {
     ) -> Result<pb::NodeUnprepareResourcesResponse, String>;
 }
 
-/// Go's name of a gRPC code (`codes.Code.String()`: `Canceled`, where tonic says
-/// `Cancelled`).
-pub fn go_code(c: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match c {
-        Ok => "OK",
-        Cancelled => "Canceled",
-        Unknown => "Unknown",
-        InvalidArgument => "InvalidArgument",
-        DeadlineExceeded => "DeadlineExceeded",
-        NotFound => "NotFound",
-        AlreadyExists => "AlreadyExists",
-        PermissionDenied => "PermissionDenied",
-        ResourceExhausted => "ResourceExhausted",
-        FailedPrecondition => "FailedPrecondition",
-        Aborted => "Aborted",
-        OutOfRange => "OutOfRange",
-        Unimplemented => "Unimplemented",
-        Internal => "Internal",
-        Unavailable => "Unavailable",
-        DataLoss => "DataLoss",
-        Unauthenticated => "Unauthenticated",
-    }
-}
+pub use crate::runtime::go_code;
 
 /// Go's text for a gRPC error status.
 pub fn go_status(s: &tonic::Status) -> String {

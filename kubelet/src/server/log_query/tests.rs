@@ -166,3 +166,131 @@ fn queried_files_stay_beneath_the_directory() {
     assert!(file_beneath(&root, "/../secret").is_err());
     assert_eq!(service_files("crio"), ["crio", "crio.log", "crio/crio.log"]);
 }
+
+/// Everything `copy_service_files` sent for `service`, as text.
+fn service_output(root: &Path, service: &str) -> String {
+    let (tx, mut rx) = mpsc::channel(64);
+    copy_service_files(root, service, &tx, Instant::now() + DEADLINE);
+    drop(tx);
+    let mut out = Vec::new();
+    while let Ok(b) = rx.try_recv() {
+        out.extend_from_slice(&b);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The file fallback for a service (`<svc>/<svc>.log`) with `<svc>` swapped for a symlink
+/// out between the check and the open never sends a file from outside the directory.
+#[test]
+fn a_service_directory_swapped_for_a_symlink_out_sends_nothing_outside() {
+    use crate::volume::at::race::{Swapper, race};
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("log");
+    std::fs::create_dir_all(root.join("svc")).unwrap();
+    std::fs::write(root.join("svc/svc.log"), "inside").unwrap();
+    std::fs::create_dir(d.path().join("outside")).unwrap();
+    std::fs::write(d.path().join("outside/svc.log"), "SECRET").unwrap();
+    std::os::unix::fs::symlink(d.path().join("outside"), root.join("x")).unwrap();
+    let swapper = Swapper::start(&root, "svc", "x");
+    let mut inside = 0;
+    let leaked = race(100_000, Duration::from_secs(8), || {
+        let out = service_output(&root, "svc");
+        if out.contains("SECRET") {
+            return Some(out);
+        }
+        inside += usize::from(out == "inside");
+        None
+    });
+    let swaps = swapper.stop();
+    assert_eq!(leaked, None, "a file outside the log directory was sent");
+    assert!(
+        swaps > 0 && inside > 0,
+        "the race did not run: {swaps} swaps, {inside} reads"
+    );
+}
+
+/// A FIFO named like a service's log answers "log not found" at once rather than holding a
+/// blocking thread (and the whole answer) until the deadline or forever.
+#[test]
+fn a_fifo_named_like_a_service_log_does_not_hang_the_query() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("log");
+    std::fs::create_dir(&root).unwrap();
+    nix::unistd::mkfifo(
+        &root.join("svc"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let r2 = root.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(service_output(&r2, "svc"));
+    });
+    let answer = rx.recv_timeout(Duration::from_secs(5));
+    if answer.is_err() {
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(root.join("svc"));
+    }
+    assert_eq!(answer.as_deref(), Ok("\nlog not found for svc\n"));
+}
+
+/// The queried file is checked the same race-free way: symlinks out in every form are "no
+/// such file", with upstream's message shape.
+#[test]
+fn queried_files_through_symlinks_out_are_refused() {
+    use std::os::unix::fs::symlink;
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("log");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(d.path().join("secret"), "s").unwrap();
+    symlink("../secret", root.join("rel")).unwrap();
+    symlink("../../secret", root.join("sub/deep")).unwrap();
+    symlink(d.path(), root.join("outdir")).unwrap();
+    for bad in ["/rel", "/sub/deep", "/outdir/secret"] {
+        let e = file_beneath(&root, bad).unwrap_err();
+        assert!(e.ends_with("no such file or directory"), "{bad}: {e}");
+    }
+}
+
+/// Upstream gzips a services answer when `Accept-Encoding` is exactly `gzip` (fastest
+/// level, `Content-Encoding: gzip`); anything else gets plain text.
+#[tokio::test]
+async fn a_services_answer_is_gzipped_when_asked_exactly_as_upstream() {
+    use axum::http::{HeaderMap, HeaderValue};
+    use http_body_util::BodyExt;
+    let d = tempfile::tempdir().unwrap();
+    let journal = || -> Arc<dyn Journal> {
+        Arc::new(crate::server::journal::fake::FakeJournal {
+            units: Some("kubelet.service\n".into()),
+            output: "journal line\n".repeat(1000),
+            ..Default::default()
+        })
+    };
+    let mut h = HeaderMap::new();
+    assert!(!wants_gzip(&h));
+    for (v, want) in [("gzip", true), ("gzip, deflate", false), ("br", false)] {
+        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(v));
+        assert_eq!(wants_gzip(&h), want, "{v}");
+    }
+    let q = query(&[("query", "kubelet")]);
+    let r = serve_services(q.clone(), d.path().into(), journal(), true);
+    assert_eq!(r.headers()[header::CONTENT_ENCODING], "gzip");
+    assert_eq!(
+        r.headers()[header::CONTENT_TYPE],
+        "text/plain;charset=UTF-8"
+    );
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    assert_eq!(text, "journal line\n".repeat(1000));
+    assert!(body.len() < text.len() / 10, "{} bytes", body.len());
+    let r = serve_services(q, d.path().into(), journal(), false);
+    assert!(r.headers().get(header::CONTENT_ENCODING).is_none());
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "journal line\n".repeat(1000).as_bytes());
+}

@@ -469,3 +469,35 @@ async fn follow_stops_reading_when_the_client_goes_away() {
         "the follow stream kept reading after the client left"
     );
 }
+
+/// A pod with a hostPath on /var/log replaces its container's log with a symlink to a host
+/// file (or the container's directory with one out): `kubectl logs` never shows that file.
+#[tokio::test]
+async fn a_log_replaced_by_a_symlink_out_never_shows_the_host_file() {
+    let rig = Rig::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(
+        outside.path().join("1.log"),
+        "2024-01-01T00:00:00Z stdout F SECRET\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(outside.path().join("1.log"), rig.log(1)).unwrap();
+    let p = pod(1, None);
+    let got = rig.get(&p, ("ns", "web", "app"), &[]).await;
+    assert!(!format!("{got:?}").contains("SECRET"), "{got:?}");
+    // The container's directory swapped for a symlink out: the same.
+    let app = rig.dir.path().join("ns_web_u1/app");
+    std::fs::remove_file(rig.log(1)).unwrap();
+    std::fs::remove_dir(&app).unwrap();
+    std::os::unix::fs::symlink(outside.path(), &app).unwrap();
+    let got = rig.get(&p, ("ns", "web", "app"), &[]).await;
+    assert!(!format!("{got:?}").contains("SECRET"), "{got:?}");
+    // A log inside is still read.
+    std::fs::remove_file(&app).unwrap();
+    std::fs::create_dir(&app).unwrap();
+    rig.append(1, &["fine"]);
+    assert_eq!(
+        rig.get(&p, ("ns", "web", "app"), &[]).await.unwrap(),
+        "fine\n"
+    );
+}

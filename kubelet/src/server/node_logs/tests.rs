@@ -1,4 +1,6 @@
 use super::*;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Duration;
 
 fn rig() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
@@ -58,4 +60,134 @@ fn traversal_and_escapes_are_refused() {
     // A symlink out of the directory is as good as absent.
     assert!(matches!(resolve(&root, "/escape"), Resolved::NotFound));
     assert!(matches!(resolve(&root, "/missing"), Resolved::NotFound));
+}
+
+/// What `resolve` served for `url`, or None when it served no file.
+fn served(root: &Path, url: &str) -> Option<String> {
+    match resolve(root, url) {
+        Resolved::File(mut f) => {
+            let mut s = String::new();
+            f.read_to_string(&mut s).ok()?;
+            Some(s)
+        }
+        _ => None,
+    }
+}
+
+/// A directory of the log directory swapped for a symlink out between the kubelet's check
+/// and its open (a pod with a hostPath on /var/log can do it) never gets a file outside
+/// served.
+#[test]
+fn a_directory_swapped_for_a_symlink_out_mid_request_serves_nothing_outside() {
+    use crate::volume::at::race::{Swapper, race};
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("log");
+    std::fs::create_dir_all(root.join("d")).unwrap();
+    std::fs::write(root.join("d/f"), "inside").unwrap();
+    std::fs::create_dir(d.path().join("outside")).unwrap();
+    std::fs::write(d.path().join("outside/f"), "SECRET").unwrap();
+    std::os::unix::fs::symlink(d.path().join("outside"), root.join("x")).unwrap();
+    let swapper = Swapper::start(&root, "d", "x");
+    let mut inside = 0;
+    let leaked = race(200_000, Duration::from_secs(8), || {
+        match served(&root, "/d/f").as_deref() {
+            Some("inside") => inside += 1,
+            Some(other) => return Some(other.to_string()),
+            None => {}
+        }
+        None
+    });
+    let swaps = swapper.stop();
+    assert_eq!(leaked, None, "a file outside the log directory was served");
+    assert!(
+        swaps > 0 && inside > 0,
+        "the race did not run: {swaps} swaps, {inside} reads"
+    );
+}
+
+/// A FIFO planted in the log directory: the request answers 404 at once instead of holding a
+/// blocking-pool thread forever (nobody ever writes to it).
+#[test]
+fn a_fifo_in_the_log_directory_does_not_hang_the_request() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("log");
+    std::fs::create_dir(&root).unwrap();
+    nix::unistd::mkfifo(
+        &root.join("fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let r2 = root.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(matches!(resolve(&r2, "/fifo"), Resolved::NotFound));
+    });
+    let answer = rx.recv_timeout(Duration::from_secs(5));
+    if answer.is_err() {
+        // Release the stuck reader before failing.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(root.join("fifo"));
+    }
+    assert_eq!(
+        answer,
+        Ok(true),
+        "the FIFO blocked the request or was served"
+    );
+}
+
+/// A device node planted in the log directory (a container with CAP_MKNOD can make one) is
+/// not opened, so not served: 404.
+#[test]
+fn a_device_node_in_the_log_directory_is_not_served() {
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("log");
+    std::fs::create_dir(&root).unwrap();
+    let dev = root.join("null");
+    if let Err(e) = mknod(
+        &dev,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o644),
+        makedev(1, 3),
+    ) {
+        eprintln!("skipped: cannot make a device node here ({e}); needs CAP_MKNOD");
+        return;
+    }
+    assert!(matches!(resolve(&root, "/null"), Resolved::NotFound));
+    // Listed (as Go's file server lists it), but not served.
+    assert!(matches!(resolve(&root, "/"), Resolved::Listing(h) if h.contains("null")));
+}
+
+/// Symlinks that leave the directory, whatever their form, are as good as absent; symlinks
+/// that stay inside are followed.
+#[test]
+fn symlinks_out_in_every_form_are_refused() {
+    use std::os::unix::fs::symlink;
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("log");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/ok"), "ok").unwrap();
+    std::fs::write(d.path().join("secret"), "SECRET").unwrap();
+    symlink(d.path().join("secret"), root.join("abs")).unwrap();
+    symlink("../secret", root.join("rel")).unwrap();
+    symlink("../../secret", root.join("sub/deep")).unwrap();
+    symlink(d.path(), root.join("outdir")).unwrap();
+    symlink("..", root.join("up")).unwrap();
+    symlink("/proc/self/root/etc/hostname", root.join("magic")).unwrap();
+    symlink("sub/ok", root.join("in")).unwrap();
+    for bad in [
+        "/abs",
+        "/rel",
+        "/sub/deep",
+        "/outdir/secret",
+        "/up/secret",
+        "/magic",
+    ] {
+        assert_eq!(served(&root, bad), None, "{bad}");
+    }
+    assert!(matches!(resolve(&root, "/outdir/"), Resolved::NotFound));
+    assert_eq!(served(&root, "/in").as_deref(), Some("ok"));
+    assert_eq!(served(&root, "/sub/ok").as_deref(), Some("ok"));
 }

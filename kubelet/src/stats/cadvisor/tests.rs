@@ -1,5 +1,6 @@
 use super::*;
 use crate::stats::detail::{Cfs, DeviceIo, MemoryDetail, Psi, Spec};
+use crate::stats::procs::Processes;
 use crate::stats::summary::*;
 
 const GIB: u64 = 1 << 30;
@@ -90,7 +91,11 @@ fn container_detail() -> Detail {
             periods: 120,
             throttled_periods: 30,
             throttled_ns: 1_500_000_000,
+            burst_periods: 4,
+            burst_ns: 250_000_000,
         }),
+        cpu_user_ns: Some(1_250_000_000),
+        cpu_system_ns: Some(500_000_000),
         spec: Spec {
             cpu_period: Some(100_000),
             cpu_quota: Some(30_000),
@@ -105,6 +110,11 @@ fn container_detail() -> Detail {
             failcnt: Some(3),
             mapped_file: Some(5),
             max_usage: Some(900),
+            pgfault: Some(1000),
+            pgmajfault: Some(7),
+            kernel_usage: None,
+            active_file: Some(300),
+            inactive_file: Some(200),
         },
         oom_kills: Some(1),
         io: vec![
@@ -126,6 +136,14 @@ fn container_detail() -> Detail {
             memory: Some(psi(0, 0)),
             io: None,
         },
+        processes: Processes {
+            processes: 2,
+            fds: 8,
+            sockets: 3,
+            threads: 7,
+            threads_max: 512,
+            max_open_files: Some(1024),
+        },
     }
 }
 
@@ -136,6 +154,7 @@ fn meta() -> Meta {
             periods: 9,
             throttled_periods: 9,
             throttled_ns: 9,
+            ..Cfs::default()
         }),
         spec: Spec {
             cpu_period: Some(100_000),
@@ -199,9 +218,50 @@ fn value(text: &str, family: &str, has: &[&str]) -> Option<String> {
     Some(line.split(' ').nth(1)?.to_string())
 }
 
+/// The families added with the CPU split, memory failures, load and process series (tested
+/// on their own in `cadvisor_cpu_split_memory_failures_load_and_process_series_as_cadvisor`).
+const SECOND_ROUND: &[&str] = &[
+    "container_cpu_cfs_burst_periods_total",
+    "container_cpu_cfs_burst_seconds_total",
+    "container_cpu_load_average_10s",
+    "container_cpu_load_d_average_10s",
+    "container_cpu_system_seconds_total",
+    "container_cpu_user_seconds_total",
+    "container_file_descriptors",
+    "container_health_state",
+    "container_last_seen",
+    "container_memory_failures_total",
+    "container_memory_kernel_usage",
+    "container_memory_total_active_file_bytes",
+    "container_memory_total_inactive_file_bytes",
+    "container_processes",
+    "container_sockets",
+    "container_tasks_state",
+    "container_threads",
+    "container_threads_max",
+    "container_ulimits_soft",
+];
+
+/// `text`'s lines of the families in `keep` (`true`) or of the others (`false`).
+fn only(text: &str, families: &[&str], keep: bool) -> String {
+    let of = |l: &str| {
+        let name = l
+            .strip_prefix("# HELP ")
+            .or_else(|| l.strip_prefix("# TYPE "))
+            .unwrap_or(l);
+        let name = name.split(['{', ' ']).next().unwrap_or("");
+        families.contains(&name)
+    };
+    text.lines()
+        .filter(|l| of(l) == keep)
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 #[test]
 fn cadvisor_series_carry_cadvisors_names_labels_types_and_timestamps() {
-    let text = render(&summary(), &meta(), false);
+    let all = render(&summary(), &meta(), false);
+    let text = only(&all, SECOND_ROUND, false);
     let ms = 1_700_000_000_123i64;
     let dms = 1_700_000_000_456i64;
     let ctr = r#"container="app",id="/kubepods/podu1/abc",image="busybox:1.35",name="abc",namespace="default",pod="web""#;
@@ -368,10 +428,114 @@ machine_swap_bytes{{{m}}} 1073741824
     );
     assert_eq!(text, expected);
     // Every family rendered is in the table the docs list.
-    for l in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+    for l in all.lines().filter(|l| l.starts_with("# TYPE ")) {
         let name = l.split(' ').nth(2).unwrap();
         assert!(family_names().any(|n| n == name), "{name}");
     }
+}
+
+#[test]
+fn cadvisor_cpu_split_memory_failures_load_and_process_series_as_cadvisor() {
+    let text = only(&render(&summary(), &meta(), false), SECOND_ROUND, true);
+    let dms = 1_700_000_000_456i64;
+    let ctr = r#"container="app",id="/kubepods/podu1/abc",image="busybox:1.35",name="abc",namespace="default",pod="web""#;
+    let pod = r#"container="",id="/kubepods/podu1",image="",name="",namespace="default",pod="web""#;
+    let fail = |kind: &str, scope: &str| {
+        format!(
+            r#"container="app",failure_type="{kind}",id="/kubepods/podu1/abc",image="busybox:1.35",name="abc",namespace="default",pod="web",scope="{scope}""#
+        )
+    };
+    let state = |labels: &str, st: &str| format!("{labels},state=\"{st}\"");
+    let states = |labels: &str| {
+        [
+            "iowaiting",
+            "running",
+            "sleeping",
+            "stopped",
+            "uninterruptible",
+        ]
+        .iter()
+        .map(|st| format!("container_tasks_state{{{}}} 0 {dms}\n", state(labels, st)))
+        .collect::<String>()
+    };
+    let expected = format!(
+        "# HELP container_cpu_cfs_burst_periods_total Number of periods when burst occurs.
+# TYPE container_cpu_cfs_burst_periods_total counter
+container_cpu_cfs_burst_periods_total{{{ctr}}} 4 {dms}
+# HELP container_cpu_cfs_burst_seconds_total Total time duration the container has been bursted.
+# TYPE container_cpu_cfs_burst_seconds_total counter
+container_cpu_cfs_burst_seconds_total{{{ctr}}} 0.25 {dms}
+# HELP container_cpu_load_average_10s Value of container cpu load average over the last 10 seconds.
+# TYPE container_cpu_load_average_10s gauge
+container_cpu_load_average_10s{{{pod}}} 0 {dms}
+container_cpu_load_average_10s{{{ctr}}} 0 {dms}
+# HELP container_cpu_load_d_average_10s Value of container cpu load.d average over the last 10 seconds.
+# TYPE container_cpu_load_d_average_10s gauge
+container_cpu_load_d_average_10s{{{pod}}} 0 {dms}
+container_cpu_load_d_average_10s{{{ctr}}} 0 {dms}
+# HELP container_cpu_system_seconds_total Cumulative system cpu time consumed in seconds.
+# TYPE container_cpu_system_seconds_total counter
+container_cpu_system_seconds_total{{{ctr}}} 0.5 {dms}
+# HELP container_cpu_user_seconds_total Cumulative user cpu time consumed in seconds.
+# TYPE container_cpu_user_seconds_total counter
+container_cpu_user_seconds_total{{{ctr}}} 1.25 {dms}
+# HELP container_file_descriptors Number of open file descriptors for the container.
+# TYPE container_file_descriptors gauge
+container_file_descriptors{{{pod}}} 0 {dms}
+container_file_descriptors{{{ctr}}} 8 {dms}
+# HELP container_health_state The result of the container's health check
+# TYPE container_health_state gauge
+container_health_state{{{pod}}} -1 {dms}
+container_health_state{{{ctr}}} -1 {dms}
+# HELP container_last_seen Last time a container was seen by the exporter
+# TYPE container_last_seen gauge
+container_last_seen{{{pod}}} 1700000000 {dms}
+container_last_seen{{{ctr}}} 1700000000 {dms}
+# HELP container_memory_failures_total Cumulative count of memory allocation failures.
+# TYPE container_memory_failures_total counter
+container_memory_failures_total{{{}}} 1000 {dms}
+container_memory_failures_total{{{}}} 1000 {dms}
+container_memory_failures_total{{{}}} 7 {dms}
+container_memory_failures_total{{{}}} 7 {dms}
+# HELP container_memory_kernel_usage Size of kernel memory allocated in bytes.
+# TYPE container_memory_kernel_usage gauge
+container_memory_kernel_usage{{{ctr}}} 0 {dms}
+# HELP container_memory_total_active_file_bytes Current total active file in bytes.
+# TYPE container_memory_total_active_file_bytes gauge
+container_memory_total_active_file_bytes{{{ctr}}} 300 {dms}
+# HELP container_memory_total_inactive_file_bytes Current total inactive file in bytes.
+# TYPE container_memory_total_inactive_file_bytes gauge
+container_memory_total_inactive_file_bytes{{{ctr}}} 200 {dms}
+# HELP container_processes Number of processes running inside the container.
+# TYPE container_processes gauge
+container_processes{{{pod}}} 0 {dms}
+container_processes{{{ctr}}} 2 {dms}
+# HELP container_sockets Number of open sockets for the container.
+# TYPE container_sockets gauge
+container_sockets{{{pod}}} 0 {dms}
+container_sockets{{{ctr}}} 3 {dms}
+# HELP container_tasks_state Number of tasks in given state
+# TYPE container_tasks_state gauge
+{}{}# HELP container_threads Number of threads running inside the container
+# TYPE container_threads gauge
+container_threads{{{pod}}} 0 {dms}
+container_threads{{{ctr}}} 7 {dms}
+# HELP container_threads_max Maximum number of threads allowed inside the container, infinity if value is zero
+# TYPE container_threads_max gauge
+container_threads_max{{{pod}}} 0 {dms}
+container_threads_max{{{ctr}}} 512 {dms}
+# HELP container_ulimits_soft Soft ulimit values for the container root process. Unlimited if -1, except priority and nice
+# TYPE container_ulimits_soft gauge
+container_ulimits_soft{{{ctr},ulimit=\"max_open_files\"}} 1024 {dms}
+",
+        fail("pgfault", "container"),
+        fail("pgfault", "hierarchy"),
+        fail("pgmajfault", "container"),
+        fail("pgmajfault", "hierarchy"),
+        states(pod),
+        states(ctr),
+    );
+    assert_eq!(text, expected);
 }
 
 #[test]
@@ -383,6 +547,8 @@ fn without_a_quota_no_throttling_series_and_without_psi_files_no_pressure_series
     let text = render(&summary(), &meta, false);
     for family in [
         "container_cpu_cfs_periods_total",
+        "container_cpu_cfs_burst_periods_total",
+        "container_cpu_cfs_burst_seconds_total",
         "container_cpu_cfs_throttled_periods_total",
         "container_cpu_cfs_throttled_seconds_total",
         "container_spec_cpu_quota",

@@ -72,7 +72,8 @@ fn cgroup_v1_gives_throttling_limits_memory_oom_kills_and_io_and_no_psi() {
         Some(Cfs {
             periods: 120,
             throttled_periods: 30,
-            throttled_ns: 1_500_000_000
+            throttled_ns: 1_500_000_000,
+            ..Cfs::default()
         })
     );
     assert_eq!(
@@ -94,6 +95,7 @@ fn cgroup_v1_gives_throttling_limits_memory_oom_kills_and_io_and_no_psi() {
             failcnt: Some(3),
             mapped_file: Some(512),
             max_usage: Some(12_000),
+            ..MemoryDetail::default()
         }
     );
     assert_eq!(d.oom_kills, Some(2));
@@ -176,7 +178,8 @@ fn cgroup_v2_gives_the_same_figures_from_its_files_and_psi() {
         Some(Cfs {
             periods: 10,
             throttled_periods: 4,
-            throttled_ns: 2_500_000
+            throttled_ns: 2_500_000,
+            ..Cfs::default()
         })
     );
     assert_eq!(
@@ -199,6 +202,7 @@ fn cgroup_v2_gives_the_same_figures_from_its_files_and_psi() {
             failcnt: Some(6),
             mapped_file: Some(5),
             max_usage: Some(777),
+            ..MemoryDetail::default()
         }
     );
     assert_eq!(d.oom_kills, Some(1));
@@ -248,5 +252,97 @@ fn hostile_or_truncated_files_cost_only_their_own_figures() {
             tx_errors: 11,
             tx_dropped: 12,
         }]
+    );
+}
+
+/// The CPU split, CFS burst, page faults and file lists cAdvisor reads beside the rest.
+#[test]
+fn cpu_split_burst_page_faults_and_file_lists_from_v1_and_v2_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("v1");
+    let rel = "kubepods/podu1/abc";
+    write(
+        &base.join("cpuacct").join(rel),
+        // Clock ticks: 100 a second.
+        &[
+            ("cpuacct.usage", "5\n"),
+            ("cpuacct.stat", "user 250\nsystem 40\n"),
+        ],
+    );
+    write(
+        &base.join("cpu").join(rel),
+        &[
+            (
+                "cpu.stat",
+                "nr_periods 12\nnr_throttled 3\nthrottled_time 9\nnr_bursts 2\nburst_time 70000000\n",
+            ),
+            ("cpu.cfs_period_us", "100000\n"),
+        ],
+    );
+    write(
+        &base.join("memory").join(rel),
+        &[
+            (
+                "memory.stat",
+                "pgfault 100\npgmajfault 3\ntotal_pgfault 900\ntotal_active_file 40\ntotal_inactive_file 60\n",
+            ),
+            ("memory.kmem.usage_in_bytes", "8192\n"),
+        ],
+    );
+    let v1 = read_detail(
+        &Layout::V1 {
+            memory: base.join("memory"),
+            cpuacct: base.join("cpuacct"),
+        },
+        rel,
+    );
+    assert_eq!(
+        (v1.cpu_user_ns, v1.cpu_system_ns),
+        (Some(2_500_000_000), Some(400_000_000))
+    );
+    let cfs = v1.cfs.unwrap();
+    assert_eq!((cfs.burst_periods, cfs.burst_ns), (2, 70_000_000));
+    // The cgroup's own `pgfault`, not `total_pgfault`, as cAdvisor reads it.
+    assert_eq!(
+        (
+            v1.memory.pgfault,
+            v1.memory.pgmajfault,
+            v1.memory.kernel_usage,
+            v1.memory.active_file,
+            v1.memory.inactive_file
+        ),
+        (Some(100), Some(3), Some(8192), Some(40), Some(60))
+    );
+
+    let root = dir.path().join("v2");
+    write(
+        &root.join(rel),
+        &[
+            (
+                "cpu.stat",
+                "usage_usec 3000\nuser_usec 2000\nsystem_usec 1000\nnr_periods 5\nnr_throttled 1\nthrottled_usec 7\nnr_bursts 4\nburst_usec 1500\n",
+            ),
+            (
+                "memory.stat",
+                "anon 1\nfile 2\nactive_file 11\ninactive_file 22\npgfault 500\npgmajfault 6\n",
+            ),
+        ],
+    );
+    let v2 = read_detail(&Layout::V2 { root }, rel);
+    assert_eq!(
+        (v2.cpu_user_ns, v2.cpu_system_ns),
+        (Some(2_000_000), Some(1_000_000))
+    );
+    let cfs = v2.cfs.unwrap();
+    assert_eq!((cfs.burst_periods, cfs.burst_ns), (4, 1_500_000));
+    assert_eq!(
+        (
+            v2.memory.pgfault,
+            v2.memory.pgmajfault,
+            v2.memory.kernel_usage,
+            v2.memory.active_file,
+            v2.memory.inactive_file
+        ),
+        (Some(500), Some(6), None, Some(11), Some(22))
     );
 }

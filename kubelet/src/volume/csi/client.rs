@@ -24,7 +24,7 @@ pub struct CsiError {
 impl CsiError {
     fn from_status(s: &tonic::Status) -> Self {
         CsiError {
-            code: go_code_name(s.code()).into(),
+            code: crate::runtime::go_code(s.code()).into(),
             message: s.message().into(),
         }
     }
@@ -41,30 +41,6 @@ impl CsiError {
             code: "Unavailable".into(),
             message: detail,
         }
-    }
-}
-
-/// gRPC-go's names of the status codes.
-fn go_code_name(c: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match c {
-        Ok => "OK",
-        Cancelled => "Canceled",
-        Unknown => "Unknown",
-        InvalidArgument => "InvalidArgument",
-        DeadlineExceeded => "DeadlineExceeded",
-        NotFound => "NotFound",
-        AlreadyExists => "AlreadyExists",
-        PermissionDenied => "PermissionDenied",
-        ResourceExhausted => "ResourceExhausted",
-        FailedPrecondition => "FailedPrecondition",
-        Aborted => "Aborted",
-        OutOfRange => "OutOfRange",
-        Unimplemented => "Unimplemented",
-        Internal => "Internal",
-        Unavailable => "Unavailable",
-        DataLoss => "DataLoss",
-        Unauthenticated => "Unauthenticated",
     }
 }
 

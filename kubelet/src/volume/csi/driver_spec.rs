@@ -193,6 +193,9 @@ pub struct Prepared {
     /// The pod's `securityContext.fsGroup` and `fsGroupChangePolicy`.
     pub fs_group: Option<i64>,
     pub fs_group_change_policy: Option<String>,
+    /// The SELinux label to mount with (`context="…"` in the stage and publish mount flags,
+    /// recorded in `vol_data.json`); empty for none (see [`crate::volume::selinux`]).
+    pub selinux_mount_label: String,
 }
 
 #[cfg(test)]

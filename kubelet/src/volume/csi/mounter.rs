@@ -105,14 +105,34 @@ pub fn access_mode(modes: &[String]) -> csi::volume_capability::access_mode::Mod
     }
 }
 
+/// The mount flags: the PV's mount options, then the SELinux label's `context="…"` option
+/// when the volume is mounted with one (upstream's AddSELinuxMountOption, for both
+/// NodeStageVolume and NodePublishVolume).
+pub fn mount_flags(v: &CsiVolume, selinux_label: &str) -> Vec<String> {
+    let mut flags = v.mount_options.clone();
+    if !selinux_label.is_empty() {
+        flags.push(crate::volume::selinux::mount_option(selinux_label));
+    }
+    flags
+}
+
 /// The mount capability; `mount_group` (the pod's fsGroup) goes to drivers with
 /// VOLUME_MOUNT_GROUP, which apply it themselves.
 pub(super) fn capability(v: &CsiVolume, mount_group: Option<i64>) -> csi::VolumeCapability {
+    labeled_capability(v, mount_group, "")
+}
+
+/// [`capability`] with the SELinux label's mount flag (stage and publish).
+fn labeled_capability(
+    v: &CsiVolume,
+    mount_group: Option<i64>,
+    selinux_label: &str,
+) -> csi::VolumeCapability {
     csi::VolumeCapability {
         access_type: Some(csi::volume_capability::AccessType::Mount(
             csi::volume_capability::MountVolume {
                 fs_type: v.fs_type.clone(),
-                mount_flags: v.mount_options.clone(),
+                mount_flags: mount_flags(v, selinux_label),
                 volume_mount_group: mount_group.map(|g| g.to_string()).unwrap_or_default(),
             },
         )),
@@ -132,9 +152,10 @@ pub struct CsiMounter {
     pub mounted: fn(&Path) -> bool,
 }
 
-/// What `vol_data.json` beside a pod's mount point records.
-pub fn pod_vol_data(v: &CsiVolume, node: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
+/// What `vol_data.json` beside a pod's mount point records (with the SELinux label when the
+/// volume is mounted with one, as upstream, for reconstruction).
+pub fn pod_vol_data(v: &CsiVolume, node: &str, selinux_label: &str) -> BTreeMap<String, String> {
+    let mut data = BTreeMap::from([
         ("specVolID".into(), v.spec_name.clone()),
         ("volumeHandle".into(), v.volume_handle.clone()),
         ("driverName".into(), v.driver.clone()),
@@ -152,7 +173,14 @@ pub fn pod_vol_data(v: &CsiVolume, node: &str) -> BTreeMap<String, String> {
             }
             .into(),
         ),
-    ])
+    ]);
+    if !selinux_label.is_empty() {
+        data.insert(
+            crate::volume::selinux::VOL_DATA_KEY.into(),
+            selinux_label.to_string(),
+        );
+    }
+    data
 }
 
 fn write_json(path: &Path, data: &BTreeMap<String, String>) -> Result<(), String> {
@@ -236,7 +264,11 @@ impl CsiMounter {
                         volume_id: v.volume_handle.clone(),
                         publish_context: prepared.publish_context.clone().into_iter().collect(),
                         staging_target_path: staging.clone(),
-                        volume_capability: Some(capability(v, mount_group)),
+                        volume_capability: Some(labeled_capability(
+                            v,
+                            mount_group,
+                            &prepared.selinux_mount_label,
+                        )),
                         secrets: prepared.stage_secrets.0.clone().into_iter().collect(),
                         volume_context: v.attributes.clone().into_iter().collect(),
                     })
@@ -249,7 +281,10 @@ impl CsiMounter {
                     })?;
             }
         }
-        let (d, data) = (dir.clone(), pod_vol_data(v, &self.node_name));
+        let (d, data) = (
+            dir.clone(),
+            pod_vol_data(v, &self.node_name, &prepared.selinux_mount_label),
+        );
         blocking(move || -> Result<(), String> {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -272,7 +307,11 @@ impl CsiMounter {
                 publish_context: prepared.publish_context.clone().into_iter().collect(),
                 staging_target_path: staging,
                 target_path: target.display().to_string(),
-                volume_capability: Some(capability(v, mount_group)),
+                volume_capability: Some(labeled_capability(
+                    v,
+                    mount_group,
+                    &prepared.selinux_mount_label,
+                )),
                 readonly: v.read_only,
                 secrets: prepared.publish_secrets.0.clone().into_iter().collect(),
                 volume_context: context,
@@ -410,6 +449,36 @@ impl CsiMounter {
                     uid.clone(),
                     d.get("driverName").cloned().unwrap_or_default(),
                     d.get("volumeHandle").cloned().unwrap_or_default(),
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl CsiMounter {
+    /// `(pod uid, driver, volume handle, label)` of every CSI volume mounted under a pod
+    /// directory now with an SELinux label, as its `vol_data.json` records it. Blocking.
+    pub fn mounted_selinux_labels(&self) -> Vec<(String, String, String, String)> {
+        let Ok(pods) = std::fs::read_dir(self.root_dir.join("pods")) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for p in pods.flatten() {
+            let uid = p.file_name().to_string_lossy().into_owned();
+            let base = p.path().join("volumes").join(POD_PLUGIN_DIR);
+            for (dir, mut d) in read_vol_data_dirs(&base) {
+                let Some(label) = d.remove(crate::volume::selinux::VOL_DATA_KEY) else {
+                    continue;
+                };
+                if label.is_empty() || !(self.mounted)(&dir.join("mount")) {
+                    continue;
+                }
+                out.push((
+                    uid.clone(),
+                    d.remove("driverName").unwrap_or_default(),
+                    d.remove("volumeHandle").unwrap_or_default(),
+                    label,
                 ));
             }
         }

@@ -154,7 +154,7 @@ pub const TABLE: &[Entry] = &[
     e("PodSecurityContext", "runAsGroup", Handled("container_fields_override_the_pods")),
     e("PodSecurityContext", "runAsNonRoot", Handled("run_as_non_root_is_checked_against_the_image_user")),
     e("PodSecurityContext", "runAsUser", Handled("container_fields_override_the_pods")),
-    e("PodSecurityContext", "seLinuxChangePolicy", Elsewhere("chooses between a mount option and a recursive relabel on SELinux hosts; the relabel is the runtime's (selinux_relabel)")),
+    e("PodSecurityContext", "seLinuxChangePolicy", Handled("no_label_without_selinux_driver_support_a_qualifying_mode_or_with_recursive")),
     e("PodSecurityContext", "seLinuxOptions", Handled("container_fields_override_the_pods")),
     e("PodSecurityContext", "seccompProfile", Handled("seccomp_container_then_pod_then_the_node_default")),
     e("PodSecurityContext", "supplementalGroups", Handled("fs_group_then_supplemental_groups_and_their_policy")),

@@ -325,3 +325,111 @@ async fn the_kubelet_applies_the_fs_group_as_the_policy_says() {
         assert_eq!(gid == 4343, want, "{policy:?} read_only={read_only}");
     }
 }
+
+fn flags(c: &Option<csi::VolumeCapability>) -> Vec<String> {
+    match c.as_ref().and_then(|c| c.access_type.clone()) {
+        Some(csi::volume_capability::AccessType::Mount(m)) => m.mount_flags,
+        _ => Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn a_labeled_volume_is_staged_and_published_with_the_context_flag_and_records_it() {
+    let (root, m, node) = setup(Capabilities {
+        stage_unstage: true,
+        ..Default::default()
+    })
+    .await;
+    let v = CsiVolume {
+        mount_options: vec!["noatime".into()],
+        ..vol()
+    };
+    let p = Prepared {
+        selinux_mount_label: "system_u:object_r:container_file_t:s0:c1,c2".into(),
+        ..Default::default()
+    };
+    m.set_up("uid-1", &v, &p).await.unwrap();
+    let want = vec![
+        "noatime".to_string(),
+        "context=\"system_u:object_r:container_file_t:s0:c1,c2\"".to_string(),
+    ];
+    assert_eq!(
+        flags(&node.stage_requests.lock().unwrap()[0].volume_capability),
+        want
+    );
+    assert_eq!(
+        flags(&node.publish_requests.lock().unwrap()[0].volume_capability),
+        want
+    );
+    let data: BTreeMap<String, String> = serde_json::from_slice(
+        &std::fs::read(
+            root.path()
+                .join("pods/uid-1/volumes/kubernetes.io~csi/pv1/vol_data.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        data.get("seLinuxMountContext").map(String::as_str),
+        Some("system_u:object_r:container_file_t:s0:c1,c2")
+    );
+}
+
+#[tokio::test]
+async fn an_unlabeled_volume_gets_no_context_flag() {
+    let (root, m, node) = setup(Capabilities {
+        stage_unstage: true,
+        ..Default::default()
+    })
+    .await;
+    let v = CsiVolume {
+        mount_options: vec!["noatime".into()],
+        ..vol()
+    };
+    m.set_up("uid-1", &v, &Prepared::default()).await.unwrap();
+    for f in [
+        flags(&node.stage_requests.lock().unwrap()[0].volume_capability),
+        flags(&node.publish_requests.lock().unwrap()[0].volume_capability),
+    ] {
+        assert_eq!(f, vec!["noatime".to_string()]);
+    }
+    let body = std::fs::read_to_string(
+        root.path()
+            .join("pods/uid-1/volumes/kubernetes.io~csi/pv1/vol_data.json"),
+    )
+    .unwrap();
+    assert!(!body.contains("seLinuxMountContext"), "{body}");
+}
+
+#[tokio::test]
+async fn labels_of_mounted_volumes_are_read_back_for_reconstruction() {
+    let (root, mut m, node) = setup(Capabilities::default()).await;
+    let p = Prepared {
+        selinux_mount_label: "system_u:object_r:container_file_t:s0:c1,c2".into(),
+        ..Default::default()
+    };
+    m.set_up("uid-1", &vol(), &p).await.unwrap();
+    let plain = CsiVolume {
+        spec_name: "pv2".into(),
+        volume_handle: "vol-8".into(),
+        ..vol()
+    };
+    m.set_up("uid-2", &plain, &Prepared::default())
+        .await
+        .unwrap();
+    assert_eq!(node.publish_requests.lock().unwrap().len(), 2);
+    // Nothing is really mounted here: the probe says what the mount table would.
+    m.mounted = |_| true;
+    assert_eq!(
+        m.mounted_selinux_labels(),
+        vec![(
+            "uid-1".to_string(),
+            "csi.example.com".to_string(),
+            "vol-7".to_string(),
+            "system_u:object_r:container_file_t:s0:c1,c2".to_string()
+        )]
+    );
+    m.mounted = |_| false;
+    assert!(m.mounted_selinux_labels().is_empty());
+    drop(root);
+}
