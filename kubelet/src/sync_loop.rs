@@ -40,6 +40,9 @@ pub enum Control {
         grace: Duration,
         done: tokio::sync::oneshot::Sender<()>,
     },
+    /// Sync these pods again (upstream's `HandlePodSyncs` for the container manager's
+    /// updates: a device's health changed, so their status is computed anew).
+    Resync(Vec<String>),
 }
 
 /// The sync loop as the node shutdown manager's [`PodStopper`] (`Control::ActivePods` /
@@ -222,6 +225,14 @@ impl SyncLoop {
                     });
                 } else {
                     let _ = done.send(());
+                }
+            }
+            Control::Resync(uids) => {
+                for uid in uids {
+                    if let Some(h) = self.workers.get(&uid) {
+                        tracing::debug!(%uid, "container manager: device health changed; syncing the pod");
+                        let _ = h.tx.send(Msg::Wake);
+                    }
                 }
             }
         }

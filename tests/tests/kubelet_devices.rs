@@ -2,7 +2,8 @@
 //! `example.com/foo`, `cri_proto::deviceplugin::sample`) registers on the agent's
 //! `<root-dir>/device-plugins/kubelet.sock`; the Node shows the devices, pods get one each
 //! with the plugin's env var and mount, a third is refused, an unhealthy device leaves
-//! allocatable, and an agent restart keeps the allocations (checkpoint).
+//! allocatable, and an agent restart keeps the allocations (checkpoint). A device's health
+//! reaches its container's `allocatedResourcesStatus` within seconds (ResourceHealthStatus).
 
 use cri_proto::deviceplugin::sample::{ENV_NAME, MOUNT_DIR, SamplePlugin};
 use node_tests::controlplane::Options;
@@ -519,5 +520,91 @@ fn resource_slices_go_when_their_driver_does_and_at_agent_start() {
             check_alive(&mut kubelet);
             (names() == ["other-gpu"]).then_some(())
         },
+    );
+}
+
+// ---- Device health in the pod status (ResourceHealthStatus, on by default in v1.36) ----
+
+/// The (resourceID, health) pairs of `RES` in the pod's first container status.
+fn device_health(pod: &Value) -> Vec<(String, String)> {
+    let list = &pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"];
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["name"] == RES)
+        .flat_map(|e| e["resources"].as_array().cloned().unwrap_or_default())
+        .map(|h| {
+            (
+                h["resourceID"].as_str().unwrap_or("").to_string(),
+                h["health"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_devices_health_reaches_the_containers_allocated_resources_status() {
+    require_rig!();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-devhealth", Options::default(), false);
+    wait_for("node registered", Duration::from_secs(60), || {
+        check_alive(&mut kubelet);
+        cp.get("nodes", "", NODE)
+    });
+    let dir = node.p("var/lib/kubelet/device-plugins");
+    let host = node.p("device-files");
+    std::fs::create_dir_all(&host).unwrap();
+    wait_for("kubelet.sock", Duration::from_secs(60), || {
+        dir.join("kubelet.sock").exists().then_some(())
+    });
+    let plugin = rt
+        .block_on(SamplePlugin::start(
+            &dir,
+            "foo.sock",
+            RES,
+            &["Dev-1"],
+            &host,
+        ))
+        .unwrap();
+    register(&rt, &plugin, &mut kubelet);
+    wait_node_foo(&cp, &mut kubelet, ("1", "1"));
+    cp.create("pods", foo_pod("health")).unwrap();
+    phase(&cp, &mut kubelet, "health", "Running");
+    let want = |h: &str| vec![("Dev-1".to_string(), h.to_string())];
+    let status_says = |kubelet: &mut Kubelet, h: &str| {
+        wait_for(
+            &format!("allocatedResourcesStatus says Dev-1 is {h}"),
+            Duration::from_secs(30),
+            || {
+                check_alive(kubelet);
+                let p = cp.get("pods", "default", "health")?;
+                (device_health(&p) == want(h)).then_some(p)
+            },
+        )
+    };
+    let p = status_says(&mut kubelet, "Healthy");
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["allocatedResourcesStatus"],
+        json!([{"name": RES, "resources": [{"resourceID": "Dev-1", "health": "Healthy"}]}])
+    );
+    // The plugin reports the device unhealthy: the container's status follows, the
+    // container keeps running, and it follows back.
+    // Within 20 s, well inside the 1 m syncFrequency: the health change re-syncs the pod.
+    let flipped = std::time::Instant::now();
+    plugin.set_health("Dev-1", false);
+    let p = status_says(&mut kubelet, "Unhealthy");
+    let took = flipped.elapsed();
+    eprintln!("device health reached the pod status in {took:?}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert_eq!(p["status"]["phase"], "Running");
+    assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 0);
+    let flipped = std::time::Instant::now();
+    plugin.set_health("Dev-1", true);
+    status_says(&mut kubelet, "Healthy");
+    let took = flipped.elapsed();
+    assert!(
+        took < Duration::from_secs(20),
+        "back to Healthy took {took:?}"
     );
 }

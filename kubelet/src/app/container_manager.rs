@@ -130,6 +130,31 @@ pub(super) async fn start_devices(
     dm
 }
 
+/// Sends the pods whose devices changed health to the sync loop for a re-sync (upstream's
+/// sync loop reading the container manager's `Updates()`), until `cancel`.
+pub(super) async fn forward_health_updates(
+    mut updates: crate::cm::devicemanager::HealthUpdates,
+    sync_loop: tokio::sync::mpsc::Sender<crate::sync_loop::Control>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let uids = tokio::select! {
+            _ = cancel.cancelled() => return,
+            u = updates.recv() => match u {
+                Some(u) => u,
+                None => return,
+            },
+        };
+        if sync_loop
+            .send(crate::sync_loop::Control::Resync(uids))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
 /// The DRA manager: claims read from the apiserver (cluster mode), what was prepared before
 /// restored from `<root-dir>/dra_manager_state` (a corrupt file is reported and left out).
 /// In cluster mode the node's ResourceSlices are wiped now and per driver when its plugin

@@ -502,6 +502,14 @@ fn start_sync_loop(
     if let Some(tx) = terminated_tx {
         sync_loop.on_terminated(tx);
     }
+    if cfg.resource_health_status {
+        let updates = p.devices.enable_health_status();
+        tasks.spawn(container_manager::forward_health_updates(
+            updates,
+            sync_loop.control(),
+            cancel.clone(),
+        ));
+    }
     let pods = eviction::SyncLoopPods(sync_loop.control());
     tasks.spawn(container_manager::reconcile_dra(
         p.dra.clone(),

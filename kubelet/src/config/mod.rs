@@ -171,6 +171,10 @@ pub struct Config {
     /// The `EventedPLEG` gate (alpha, off by default as upstream).
     #[serde(skip)]
     pub evented_pleg: bool,
+    /// The `ResourceHealthStatus` gate (beta, on by default in v1.36 as upstream): container
+    /// statuses carry their devices' health (`allocatedResourcesStatus`).
+    #[serde(skip)]
+    pub resource_health_status: bool,
     /// The `SELinuxMount` gate (beta, off by default in v1.36 as upstream): SELinux mount
     /// labels for volumes of every access mode, not only ReadWriteOncePod ones.
     #[serde(skip)]
@@ -771,6 +775,12 @@ pub fn merge(
         container_gc,
         image_pulls,
         evented_pleg: limits::gate_or(flags, &file, crate::pleg::EVENTED_PLEG_GATE, false),
+        resource_health_status: limits::gate_or(
+            flags,
+            &file,
+            crate::cm::devicemanager::RESOURCE_HEALTH_STATUS_GATE,
+            true,
+        ),
         selinux_mount: limits::gate_or(
             flags,
             &file,

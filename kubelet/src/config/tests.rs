@@ -866,3 +866,21 @@ fn crash_loop_back_off_max_is_read_and_validated_as_upstream() {
         "invalid configuration: FeatureGate KubeletCrashLoopBackOffMax not enabled, CrashLoopBackOff.MaxContainerRestartPeriod must not be set"
     );
 }
+
+/// `ResourceHealthStatus` is on by default (beta in v1.36, as upstream) and read: turning it
+/// off is no warning.
+#[test]
+fn resource_health_status_gate_is_on_by_default_and_read() {
+    let (cfg, warnings) = load_checked(&flags(&[]), &[], "n").unwrap();
+    assert!(cfg.resource_health_status);
+    assert!(warnings.iter().all(|w| !w.contains("ResourceHealthStatus")));
+    let f = flags(&["--feature-gates=ResourceHealthStatus=false"]);
+    let (cfg, warnings) = load_checked(&f, &[], "n").unwrap();
+    assert!(!cfg.resource_health_status);
+    assert!(
+        warnings
+            .iter()
+            .all(|w| !w.contains("is set but has no effect")),
+        "{warnings:?}"
+    );
+}

@@ -230,7 +230,7 @@ pub const FLAGS: &[Setting] = &[
         "--feature-gates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream) are read; any other gate set is named in a warning at start.",
+        "As featureGates: CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), ResourceHealthStatus (on by default) and the others listed there are read; any other gate set is named in a warning at start.",
     ),
     s(
         "--eviction-hard",

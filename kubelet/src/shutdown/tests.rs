@@ -83,6 +83,7 @@ fn fake_sync_loop(pods: Vec<Pod>, stop_takes: Duration) -> (mpsc::Sender<Control
                 Control::KnownPods(reply) => {
                     let _ = reply.send(None);
                 }
+                Control::Resync(_) => {}
                 Control::Stop {
                     uid,
                     stopped,

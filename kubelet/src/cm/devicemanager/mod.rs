@@ -11,8 +11,11 @@
 //! a pod whose plugin fails is rejected with `UnexpectedAdmissionError` as upstream.
 
 pub mod checkpoint;
+mod health;
 mod plugin_calls;
 mod server;
+
+pub use health::{HealthUpdates, RESOURCE_HEALTH_STATUS_GATE};
 
 use crate::podspec;
 use cri_proto::deviceplugin::{HEALTHY, v1beta1 as api};
@@ -125,6 +128,9 @@ struct Resource {
     endpoint: Option<Endpoint>,
     /// When the plugin went away (or, restored from a checkpoint, has not registered yet).
     stopped_at: Option<Instant>,
+    /// Device ID → health as the plugin last listed it (kept when it goes away, unlike
+    /// `devices`, which then read unhealthy): what the pod status reports.
+    reported: BTreeMap<String, String>,
 }
 
 struct Alloc {
@@ -175,6 +181,9 @@ pub struct DeviceManager {
     /// The number of the last data written to the checkpoint: held while writing, so that
     /// writes finishing out of order never replace newer data with older.
     written: Arc<Mutex<u64>>,
+    /// Where pods whose devices change health are sent; None: the `ResourceHealthStatus`
+    /// gate is off (see [`Self::enable_health_status`]).
+    health_tx: Mutex<Option<tokio::sync::mpsc::Sender<Vec<String>>>>,
 }
 
 impl std::fmt::Debug for DeviceManager {
@@ -237,6 +246,7 @@ impl DeviceManager {
             grace,
             state: Mutex::new(State::default()),
             written: Arc::new(Mutex::new(0)),
+            health_tx: Mutex::new(None),
         }
     }
 

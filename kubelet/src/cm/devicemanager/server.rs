@@ -226,9 +226,11 @@ impl DeviceManager {
                     };
                     match msg {
                         Ok(Some(list)) => {
+                            let devices = list.devices.clone();
                             if !self.update_devices(&resource, generation, list.devices) {
                                 return;
                             }
+                            self.note_reported_health(&resource, &devices);
                             self.save().await;
                         }
                         Ok(None) => break,

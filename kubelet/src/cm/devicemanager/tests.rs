@@ -3,17 +3,17 @@ use cri_proto::deviceplugin::sample::{self as fake, SamplePlugin};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-const RES: &str = "example.com/foo";
+pub(super) const RES: &str = "example.com/foo";
 
-struct Rig {
+pub(super) struct Rig {
     _tmp: tempfile::TempDir,
     dir: PathBuf,
     host: PathBuf,
-    dm: Arc<DeviceManager>,
-    cancel: CancellationToken,
+    pub(super) dm: Arc<DeviceManager>,
+    pub(super) cancel: CancellationToken,
 }
 
-async fn rig_with(grace: Duration) -> Rig {
+pub(super) async fn rig_with(grace: Duration) -> Rig {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join(DIR_NAME);
     let host = tmp.path().join("host");
@@ -70,7 +70,7 @@ where
     }
 }
 
-async fn plugin(r: &Rig) -> SamplePlugin {
+pub(super) async fn plugin(r: &Rig) -> SamplePlugin {
     let p = SamplePlugin::start(&r.dir, "foo.sock", RES, &["Dev-1", "Dev-2"], &r.host)
         .await
         .unwrap();
@@ -79,7 +79,7 @@ async fn plugin(r: &Rig) -> SamplePlugin {
 }
 
 /// Waits (bounded) until the resource's (capacity, allocatable) is `want`.
-async fn wait_for(dm: &DeviceManager, want: (&str, &str)) {
+pub(super) async fn wait_for(dm: &DeviceManager, want: (&str, &str)) {
     let mut got = (String::new(), String::new());
     for _ in 0..300 {
         let (c, a) = dm.capacity();
