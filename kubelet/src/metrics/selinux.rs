@@ -4,7 +4,7 @@
 //! different labels for one volume, when a pod needs another label than the volume is mounted
 //! with, and the volumes admitted for a mount label. A warning is what would be an error if
 //! the volume's access mode allowed a mount label. Recorded by
-//! `volume::selinux::registry::SeLinuxVolumes`.
+//! `volume::selinux_registry::SeLinuxVolumes`.
 
 use std::sync::LazyLock;
 

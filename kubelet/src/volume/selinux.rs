@@ -12,7 +12,7 @@
 //!
 //! The host is a value read once at start ([`SeLinuxHost::detect`]); tests build it
 //! directly. Conflicts between pods and between a pod's containers are kept by
-//! `registry::SeLinuxVolumes`.
+//! `volume::selinux_registry::SeLinuxVolumes`.
 //!
 //! One deliberate difference: upstream formats the option with Go's `%q`, which escapes a `"`
 //! in the label as `\"`; the kernel's mount option parser knows no escapes, so such a label
@@ -24,8 +24,6 @@ use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Pod, SELinuxOptions};
-
-pub mod registry;
 
 /// The feature gate that extends mount labels from ReadWriteOncePod volumes to every access
 /// mode (beta, default off in v1.36). `SELinuxMountReadWriteOncePod` and `SELinuxChangePolicy`

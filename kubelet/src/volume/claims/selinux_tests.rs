@@ -10,12 +10,12 @@ use serde_json::json;
 use super::Storage;
 use super::fake::FakeStorageApi;
 use crate::pluginmanager::PluginHandler;
+use crate::volume::SeLinuxVolumes;
 use crate::volume::csi::client::Capabilities;
 use crate::volume::csi::drivers::{CsiDrivers, RegistrationHandler};
 use crate::volume::csi::fake::FakeCsiNode;
 use crate::volume::csi::{CsiMounter, CsiNode};
 use crate::volume::selinux::SeLinuxHost;
-use crate::volume::selinux::registry::SeLinuxVolumes;
 
 const DRIVER: &str = "csi.example.com";
 

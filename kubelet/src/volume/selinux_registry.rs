@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use k8s_openapi::api::core::v1::Pod;
 use prometheus::GaugeVec;
 
-use super::{
+use super::selinux::{
     SeLinuxHost, access_mode_label, access_modes_allow, container_options, go_quote,
     go_quote_options, random_level, recursive_policy,
 };
