@@ -7,7 +7,7 @@
 
 use cri_proto::deviceplugin::sample::{ENV_NAME, MOUNT_DIR, SamplePlugin};
 use node_tests::controlplane::Options;
-use node_tests::joined::NODE;
+use node_tests::joined::{JoinedNode, NODE};
 use node_tests::require_rig;
 use node_tests::{Kubelet, NetnsControlPlane, wait_for};
 use serde_json::{Value, json};
@@ -76,16 +76,31 @@ fn register(rt: &tokio::runtime::Runtime, plugin: &SamplePlugin, kubelet: &mut K
     });
 }
 
-#[test]
-fn device_plugin_devices_reach_pods_and_survive_an_agent_restart() {
-    require_rig!();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (_rig, cp, node, mut kubelet) =
-        node_tests::joined::up("e2e-devices", Options::default(), false);
+/// A joined node on rig `rig`, registered with the control plane.
+fn joined_node(rig: &str) -> (node_tests::Rig, NetnsControlPlane, JoinedNode, Kubelet) {
+    let (rig, cp, node, mut kubelet) = node_tests::joined::up(rig, Options::default(), false);
     wait_for("node registered", Duration::from_secs(60), || {
         check_alive(&mut kubelet);
         cp.get("nodes", "", NODE)
     });
+    (rig, cp, node, kubelet)
+}
+
+/// [`joined_node`] with the sample device plugin serving `devices` of [`RES`], registered
+/// and counted in the Node's capacity and allocatable.
+fn node_with_devices(
+    rig: &str,
+    devices: &[&str],
+) -> (
+    tokio::runtime::Runtime,
+    node_tests::Rig,
+    NetnsControlPlane,
+    JoinedNode,
+    Kubelet,
+    SamplePlugin,
+) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (rig, cp, node, mut kubelet) = joined_node(rig);
     let dir = node.p("var/lib/kubelet/device-plugins");
     let host = node.p("device-files");
     std::fs::create_dir_all(&host).unwrap();
@@ -93,16 +108,19 @@ fn device_plugin_devices_reach_pods_and_survive_an_agent_restart() {
         dir.join("kubelet.sock").exists().then_some(())
     });
     let plugin = rt
-        .block_on(SamplePlugin::start(
-            &dir,
-            "foo.sock",
-            RES,
-            &["Dev-1", "Dev-2"],
-            &host,
-        ))
+        .block_on(SamplePlugin::start(&dir, "foo.sock", RES, devices, &host))
         .unwrap();
     register(&rt, &plugin, &mut kubelet);
-    wait_node_foo(&cp, &mut kubelet, ("2", "2"));
+    let n = devices.len().to_string();
+    wait_node_foo(&cp, &mut kubelet, (n.as_str(), n.as_str()));
+    (rt, rig, cp, node, kubelet, plugin)
+}
+
+#[test]
+fn device_plugin_devices_reach_pods_and_survive_an_agent_restart() {
+    require_rig!();
+    let (rt, _rig, cp, node, mut kubelet, plugin) =
+        node_with_devices("e2e-devices", &["Dev-1", "Dev-2"]);
 
     // Two pods get one device each, with the plugin's env var and mount inside.
     let mut held = Vec::new();
@@ -206,12 +224,7 @@ fn unix_secs(t: std::time::SystemTime) -> i64 {
 fn dra_driver_prepares_claims_before_the_container_and_unprepares_after_delete() {
     use node_tests::dra_driver::TestDraDriver;
     require_rig!();
-    let (_rig, cp, node, mut kubelet) =
-        node_tests::joined::up("e2e-dra", Options::default(), false);
-    wait_for("node registered", Duration::from_secs(60), || {
-        check_alive(&mut kubelet);
-        cp.get("nodes", "", NODE)
-    });
+    let (_rig, cp, node, mut kubelet) = joined_node("e2e-dra");
     let driver = TestDraDriver::start(&node.p("var/lib/kubelet"), DRA_DRIVER, "example.com/gpu");
     wait_for("DRA plugin registered", Duration::from_secs(60), || {
         check_alive(&mut kubelet);
@@ -326,30 +339,8 @@ fn pod_resources_api_lists_the_pod_with_its_device() {
     use cri_proto::podresources::v1 as pr;
     use std::os::unix::fs::PermissionsExt;
     require_rig!();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (_rig, cp, node, mut kubelet) =
-        node_tests::joined::up("e2e-podres", Options::default(), false);
-    wait_for("node registered", Duration::from_secs(60), || {
-        check_alive(&mut kubelet);
-        cp.get("nodes", "", NODE)
-    });
-    let dir = node.p("var/lib/kubelet/device-plugins");
-    let host = node.p("device-files");
-    std::fs::create_dir_all(&host).unwrap();
-    wait_for("kubelet.sock", Duration::from_secs(60), || {
-        dir.join("kubelet.sock").exists().then_some(())
-    });
-    let plugin = rt
-        .block_on(SamplePlugin::start(
-            &dir,
-            "foo.sock",
-            RES,
-            &["Dev-1", "Dev-2"],
-            &host,
-        ))
-        .unwrap();
-    register(&rt, &plugin, &mut kubelet);
-    wait_node_foo(&cp, &mut kubelet, ("2", "2"));
+    let (rt, _rig, cp, node, mut kubelet, _plugin) =
+        node_with_devices("e2e-podres", &["Dev-1", "Dev-2"]);
     cp.create("pods", foo_pod("watched")).unwrap();
     let pod = phase(&cp, &mut kubelet, "watched", "Running");
     let log = wait_for("the container's report", Duration::from_secs(30), || {
@@ -434,12 +425,7 @@ fn pod_resources_api_lists_the_pod_with_its_device() {
 fn resource_slices_go_when_their_driver_does_and_at_agent_start() {
     use node_tests::dra_driver::TestDraDriver;
     require_rig!();
-    let (_rig, cp, node, mut kubelet) =
-        node_tests::joined::up("e2e-slices", Options::default(), false);
-    wait_for("node registered", Duration::from_secs(60), || {
-        check_alive(&mut kubelet);
-        cp.get("nodes", "", NODE)
-    });
+    let (_rig, cp, node, mut kubelet) = joined_node("e2e-slices");
     let driver = TestDraDriver::start(&node.p("var/lib/kubelet"), DRA_DRIVER, "example.com/gpu");
     wait_for("DRA plugin registered", Duration::from_secs(60), || {
         check_alive(&mut kubelet);
@@ -545,30 +531,8 @@ fn device_health(pod: &Value) -> Vec<(String, String)> {
 #[test]
 fn a_devices_health_reaches_the_containers_allocated_resources_status() {
     require_rig!();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (_rig, cp, node, mut kubelet) =
-        node_tests::joined::up("e2e-devhealth", Options::default(), false);
-    wait_for("node registered", Duration::from_secs(60), || {
-        check_alive(&mut kubelet);
-        cp.get("nodes", "", NODE)
-    });
-    let dir = node.p("var/lib/kubelet/device-plugins");
-    let host = node.p("device-files");
-    std::fs::create_dir_all(&host).unwrap();
-    wait_for("kubelet.sock", Duration::from_secs(60), || {
-        dir.join("kubelet.sock").exists().then_some(())
-    });
-    let plugin = rt
-        .block_on(SamplePlugin::start(
-            &dir,
-            "foo.sock",
-            RES,
-            &["Dev-1"],
-            &host,
-        ))
-        .unwrap();
-    register(&rt, &plugin, &mut kubelet);
-    wait_node_foo(&cp, &mut kubelet, ("1", "1"));
+    let (_rt, _rig, cp, _node, mut kubelet, plugin) =
+        node_with_devices("e2e-devhealth", &["Dev-1"]);
     cp.create("pods", foo_pod("health")).unwrap();
     phase(&cp, &mut kubelet, "health", "Running");
     let want = |h: &str| vec![("Dev-1".to_string(), h.to_string())];
