@@ -122,8 +122,8 @@ fn units_pass_systemd_analyze_verify() {
         std::fs::copy(units.join(u), sys.join(u)).unwrap();
     }
     std::fs::copy(
-        units.join("10-kubeadm.conf"),
-        sys.join("kubelet.service.d/10-kubeadm.conf"),
+        units.join("09-node-agent-kubeadm.conf"),
+        sys.join("kubelet.service.d/09-node-agent-kubeadm.conf"),
     )
     .unwrap();
     for b in ["kubelet", "kube-proxy"] {
@@ -147,7 +147,7 @@ fn units_pass_systemd_analyze_verify() {
         out.status
     );
     // The drop-in replaces ExecStart with kubeadm's variables, as kubeadm expects.
-    let dropin = std::fs::read_to_string(units.join("10-kubeadm.conf")).unwrap();
+    let dropin = std::fs::read_to_string(units.join("09-node-agent-kubeadm.conf")).unwrap();
     assert!(dropin.contains(
         "ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS"
     ));
@@ -197,8 +197,9 @@ fn debian_packages_install_where_kubeadm_expects() {
                 "./usr/bin/kubelet",
                 "./usr/bin/node-agent-cni",
                 "./usr/lib/systemd/system/kubelet.service",
-                "./usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf",
+                "./usr/lib/systemd/system/kubelet.service.d/09-node-agent-kubeadm.conf",
                 "./etc/kubernetes/manifests/",
+                "./etc/default/kubelet",
             ][..],
         ),
         (
@@ -206,12 +207,13 @@ fn debian_packages_install_where_kubeadm_expects() {
             &[
                 "./usr/bin/kube-proxy",
                 "./usr/lib/systemd/system/kube-proxy.service",
+                "./etc/default/kube-proxy",
             ][..],
         ),
     ] {
         let deb = out_dir
             .path()
-            .join(format!("{pkg}_{version}_{}.deb", arch.trim()));
+            .join(format!("node-agent-{pkg}_{version}_{}.deb", arch.trim()));
         assert!(
             debs.contains(&deb.display().to_string()),
             "{} in {debs:?}",
@@ -253,8 +255,13 @@ fn debian_packages_install_where_kubeadm_expects() {
                 .unwrap();
             String::from_utf8_lossy(&o.stdout).trim().to_string()
         };
-        assert_eq!(field("Package"), pkg);
+        // Our own name, standing in for upstream's: apt never takes upstream's package for an
+        // upgrade of ours, and kubeadm's `Depends: kubelet (>= …)` is met.
+        assert_eq!(field("Package"), format!("node-agent-{pkg}"));
         assert_eq!(field("Version"), version);
+        assert_eq!(field("Provides"), format!("{pkg} (= 1.36.0)"));
+        assert_eq!(field("Conflicts"), pkg);
+        assert_eq!(field("Replaces"), pkg);
         // Install into a scratch root and run the binary from there.
         let root = tempfile::tempdir().unwrap();
         let x = Command::new("dpkg")
