@@ -1,5 +1,6 @@
 //! Node resource protection on real containerd: a pod writing past its emptyDir `sizeLimit` is
-//! evicted (Failed, reason Evicted, upstream's message, the Evicted event), also after pod
+//! evicted (Failed, reason Evicted, upstream's message, the Evicted event), also when it
+//! writes below 1,100 directories, also after pod
 //! sandboxes were stopped behind the agent's back while it was down (issue 25: containerd 1.6
 //! failed the node's whole ListPodSandboxStats over such a sandbox), and container GC
 //! keeps one dead instance per container of a crash-looping pod while its restart count goes
@@ -81,6 +82,48 @@ fn pod_over_its_empty_dir_size_limit_is_evicted() {
     assert!(
         evicted["metadata"]["annotations"].is_null(),
         "no annotations: {evicted:#?}"
+    );
+}
+
+/// Issue 37.3: 40 MiB written below a chain of 1,100 directories (built one `mkdir && cd`
+/// at a time: the path is longer than PATH_MAX for `mkdir -p`) is counted; the usage walk
+/// used to stop at 1,024 levels and measured the volume at a few KB, so its `sizeLimit` never
+/// fired.
+#[test]
+fn data_below_eleven_hundred_directories_counts_against_the_size_limit() {
+    require_rig!();
+    let (_rig, cp, _node, mut kubelet) =
+        node_tests::joined::up("e2e-evict-deep", Options::default(), false);
+    wait_for("node registered", Duration::from_secs(60), || {
+        if let Some(st) = kubelet.exited() {
+            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+        }
+        cp.get("nodes", "", NODE)
+    });
+    let script = "cd /scratch && i=0; while [ $i -lt 1100 ]; do mkdir d && cd d || exit 1; \
+        i=$((i+1)); done; dd if=/dev/zero of=fill bs=1048576 count=40 && sync; sleep 3600";
+    cp.create(
+        "pods",
+        json!({"metadata": {"name": "deep", "namespace": "default"},
+            "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "image": BUSYBOX,
+                    "command": ["sh", "-c", script],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+                "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "10Mi"}}]}}),
+    )
+    .unwrap();
+    // Measured when the pod is new and then once a minute (volumeStatsAggPeriod).
+    let pod = wait_for("pod evicted", Duration::from_secs(150), || {
+        if let Some(st) = kubelet.exited() {
+            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+        }
+        cp.get("pods", "default", "deep")
+            .filter(|p| p["status"]["phase"] == "Failed")
+    });
+    assert_eq!(pod["status"]["reason"], "Evicted", "{pod}");
+    assert_eq!(
+        pod["status"]["message"],
+        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"10Mi\". "
     );
 }
 

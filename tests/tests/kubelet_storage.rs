@@ -14,6 +14,7 @@
 //! bound to the pod arrive in the requests (and never in the agent's log); with
 //! `fsGroupPolicy: File` the kubelet gives the volume the pod's fsGroup. A `volumeMode: Block`
 //! local PV on a loop device reaches the container as the device its `volumeDevices` names.
+//! A claim with `readOnly: true` is read-only to the pod (hostPath and local PVs: EROFS).
 
 use node_tests::controlplane::Options;
 use node_tests::csi_driver::{DriverOptions, TestCsiDriver, csi_driver_object};
@@ -124,6 +125,63 @@ fn bind(cp: &NetnsControlPlane, claim: &Value, pv: &str, source: Value) {
     let mut c2 = c.clone();
     c2["status"] = json!({"phase": "Bound"});
     cp.update_status("persistentvolumeclaims", c2).unwrap();
+}
+
+/// Issue 37.4: a claim with `persistentVolumeClaim.readOnly: true` is read-only to the pod
+/// whatever the volume mount says: on a hostPath PV and on a local PV a write fails with
+/// "Read-only file system" (EROFS) and nothing reaches the host directory.
+#[test]
+fn a_read_only_claim_is_mounted_read_only() {
+    require_rig!();
+    let (_rig, cp, node, mut kubelet) =
+        node_tests::joined::up("e2e-storage-ro", Options::default(), false);
+    registered(&cp, &mut kubelet);
+    let host = tempfile::tempdir().unwrap();
+    let (hp, local) = (host.path().join("hp"), host.path().join("local"));
+    std::fs::create_dir(&hp).unwrap();
+    std::fs::create_dir(&local).unwrap();
+    bound_claim(
+        &cp,
+        "ro-hp",
+        "pv-ro-hp",
+        json!({"hostPath": {"path": hp, "type": "Directory"}}),
+    );
+    bound_claim(
+        &cp,
+        "ro-local",
+        "pv-ro-local",
+        json!({"local": {"path": local}}),
+    );
+    let script = "for d in hp local; do \
+        if echo x > /$d/f 2>/tmp/err; then echo \"$d: wrote\"; else echo \"$d: $(cat /tmp/err)\"; fi; \
+        done; sleep 3600";
+    cp.create(
+        "pods",
+        json!({"metadata": {"name": "ro", "namespace": "default"},
+            "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", script],
+                    "volumeMounts": [{"name": "hp", "mountPath": "/hp", "readOnly": false},
+                        {"name": "local", "mountPath": "/local"}]}],
+                "volumes": [
+                    {"name": "hp", "persistentVolumeClaim": {"claimName": "ro-hp", "readOnly": true}},
+                    {"name": "local", "persistentVolumeClaim": {"claimName": "ro-local", "readOnly": true}}]}}),
+    )
+    .unwrap();
+    running(&cp, "ro", &mut kubelet);
+    log_has(
+        &node,
+        &cp,
+        "ro",
+        "hp: sh: can't create /hp/f: Read-only file system",
+    );
+    log_has(
+        &node,
+        &cp,
+        "ro",
+        "local: sh: can't create /local/f: Read-only file system",
+    );
+    assert!(!hp.join("f").exists() && !local.join("f").exists());
+    gone(&cp, "ro");
 }
 
 /// The test driver `DRIVER` (volumes under `data`) registered with the agent whose root

@@ -28,7 +28,7 @@ use crate::cm::Eviction;
 use crate::events::{EventRecorder, EventType};
 use crate::podspec::Stopped;
 use crate::stats::{GapSource as Source, Gaps, gaps};
-use crate::stats::{PodStats, Summary};
+use crate::stats::{PodStats, Summary, Unmeasured};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -60,6 +60,9 @@ pub struct Observed {
     pub summary: Arc<Summary>,
     /// The sources the snapshot could not read (their signals are missing from `summary`).
     pub gaps: Gaps,
+    /// Pod UID → the parts of its disk usage whose walk could not finish (counted as over
+    /// its local storage limits).
+    pub unmeasured: Unmeasured,
 }
 
 /// Where the manager reads stats (the stats provider).
@@ -279,7 +282,13 @@ impl Manager {
         // Local storage limits first; such an eviction ends the pass.
         for pod in &pods {
             let Some(stats) = stats_of(pod) else { continue };
-            let Some(v) = rank::storage_violation(pod, &stats, dedicated, gate) else {
+            let unmeasured = pod
+                .metadata
+                .uid
+                .as_ref()
+                .and_then(|uid| observed.unmeasured.get(uid))
+                .map_or(&[][..], Vec::as_slice);
+            let Some(v) = rank::storage_violation(pod, &stats, unmeasured, dedicated, gate) else {
                 continue;
             };
             if self
@@ -414,6 +423,7 @@ impl StatsSource for ProviderStats {
         snap.map(|s| Observed {
             summary: Arc::new(s.summary.clone()),
             gaps: s.gaps.clone(),
+            unmeasured: s.unmeasured.clone(),
         })
         .map_err(|e| EvictionError::Stats(e.to_string()))
     }

@@ -5,7 +5,7 @@
 use super::signals::{self, DiskUnit, FsPart};
 use crate::cm::{Signal, Threshold};
 use crate::podspec::resources;
-use crate::stats::PodStats;
+use crate::stats::{PodStats, Unfinished};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::cmp::Ordering;
@@ -360,19 +360,39 @@ pub struct StorageViolation {
 /// Upstream's localStorageEviction checks for one pod, in its order: an emptyDir over its
 /// `sizeLimit`, the pod over the sum of its containers' `ephemeral-storage` limits, a
 /// container over its own (logs, plus the writable layer without a dedicated image fs).
+/// A part in `unmeasured` (its walk could not finish: the figure is a floor) counts as over
+/// every limit it falls under, so a container cannot hide its usage by making the walk long.
 /// `pod_level_gate`: the `PodLevelResources` gate (a pod-level limit counts).
 pub fn storage_violation(
     pod: &Pod,
     stats: &PodStats,
+    unmeasured: &[(Unfinished, String)],
     dedicated_image_fs: bool,
     pod_level_gate: bool,
 ) -> Option<StorageViolation> {
     let spec = pod.spec.as_ref()?;
+    let why_unmeasured = |part: &Unfinished| {
+        unmeasured
+            .iter()
+            .find(|(p, _)| p == part)
+            .map(|(_, why)| why.as_str())
+    };
     for v in spec.volumes.iter().flatten() {
         let Some(limit) = v.empty_dir.as_ref().and_then(|e| e.size_limit.as_ref()) else {
             continue;
         };
         let size = plumbing::quantity::value(limit).unwrap_or(0);
+        if let Some(why) = why_unmeasured(&Unfinished::Volume(v.name.clone()))
+            && size > 0
+        {
+            return Some(StorageViolation {
+                message: format!(
+                    "Usage of EmptyDir volume {:?} could not be measured in full ({why}): it counts as over the limit {:?}. ",
+                    v.name, limit.0
+                ),
+                signal: "emptydirfs.limit",
+            });
+        }
         let used = stats
             .volume
             .iter()
@@ -392,6 +412,15 @@ pub fn storage_violation(
         }
     }
     if let Some(limit) = pod_amount(pod, true, "ephemeral-storage", pod_level_gate) {
+        if let Some((_, why)) = unmeasured.first() {
+            return Some(StorageViolation {
+                message: format!(
+                    "Pod ephemeral local storage usage could not be measured in full ({why}): it counts as over the total limit of containers {}. ",
+                    binary_si(limit)
+                ),
+                signal: "ephemeralpodfs.limit",
+            });
+        }
         let used = stats
             .ephemeral_storage
             .as_ref()
@@ -421,6 +450,15 @@ pub fn storage_violation(
         let limit = plumbing::quantity::value(limit_q).unwrap_or(0);
         if limit == 0 {
             continue;
+        }
+        if let Some(why) = why_unmeasured(&Unfinished::Logs(cs.name.clone())) {
+            return Some(StorageViolation {
+                message: format!(
+                    "Container {} local ephemeral storage usage could not be measured in full ({why}): it counts as over its limit {:?}. ",
+                    cs.name, limit_q.0
+                ),
+                signal: "ephemeralcontainerfs.limit",
+            });
         }
         let mut used = cs
             .logs

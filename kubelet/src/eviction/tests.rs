@@ -313,14 +313,14 @@ fn local_storage_limits_as_upstream() {
         name: "scratch".into(),
         ..Default::default()
     });
-    let v = rank::storage_violation(&p, &s, false, true).unwrap();
+    let v = rank::storage_violation(&p, &s, &[], false, true).unwrap();
     assert_eq!(
         v.message,
         "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
     );
     assert_eq!(v.signal, "emptydirfs.limit");
     s.volume[0].fs.used_bytes = Some(1 << 20);
-    assert_eq!(rank::storage_violation(&p, &s, false, true), None);
+    assert_eq!(rank::storage_violation(&p, &s, &[], false, true), None);
 
     let mut p: Pod = pod("q", 0, None, serde_json::json!({}));
     p.spec.as_mut().unwrap().containers[0].resources = Some(
@@ -328,16 +328,16 @@ fn local_storage_limits_as_upstream() {
             .unwrap(),
     );
     let s = stats("q", 0, 3 << 20);
-    let v = rank::storage_violation(&p, &s, false, true).unwrap();
+    let v = rank::storage_violation(&p, &s, &[], false, true).unwrap();
     assert_eq!(
         v.message,
         "Container c exceeded its local ephemeral storage limit \"1Mi\". "
     );
     // A dedicated image fs holds the writable layer: only logs count then.
-    assert_eq!(rank::storage_violation(&p, &s, true, true), None);
+    assert_eq!(rank::storage_violation(&p, &s, &[], true, true), None);
     let mut s = stats("q", 0, 0);
     s.ephemeral_storage = Some(fs(5 << 20));
-    let v = rank::storage_violation(&p, &s, true, true).unwrap();
+    let v = rank::storage_violation(&p, &s, &[], true, true).unwrap();
     assert_eq!(
         v.message,
         "Pod ephemeral local storage usage exceeds the total limit of containers 1Mi. "
@@ -488,6 +488,7 @@ fn manager_recording(
             Ok(Observed {
                 summary: Arc::new(s),
                 gaps: Default::default(),
+                unmeasured: Default::default(),
             })
         })
         .collect();
@@ -620,6 +621,82 @@ async fn emptydir_over_its_size_limit_is_evicted_without_node_pressure_but_criti
     assert!(!ev[0].1.disruption);
 }
 
+/// Issue 37.3: a volume whose walk could not finish (a container made it too long to walk)
+/// counts as over its `sizeLimit`, whatever the floor it was measured at; a pod without a
+/// limit that it falls under is left alone.
+#[tokio::test]
+async fn an_emptydir_whose_walk_could_not_finish_counts_as_over_its_size_limit() {
+    use crate::stats::Unfinished;
+    let limited =
+        serde_json::json!({"volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "10Mi"}}]});
+    let unlimited = serde_json::json!({"volumes": [{"name": "scratch", "emptyDir": {}}]});
+    let pods = vec![pod("p", 0, None, limited), pod("q", 0, None, unlimited)];
+    let mut sums = Vec::new();
+    for name in ["p", "q"] {
+        let mut s = stats(name, 0, 0);
+        s.volume.push(VolumeStats {
+            fs: fs(4 << 10),
+            name: "scratch".into(),
+            ..Default::default()
+        });
+        sums.push(s);
+    }
+    let why = "it holds more than 5000000 entries".to_string();
+    let unmeasured = ["uid-p", "uid-q"]
+        .map(|uid| {
+            let part = (Unfinished::Volume("scratch".into()), why.clone());
+            (uid.to_string(), vec![part])
+        })
+        .into();
+    let answers = vec![Ok(Observed {
+        summary: Arc::new(summary(1 << 30, 900, sums)),
+        gaps: Default::default(),
+        unmeasured,
+    })];
+    let events = Arc::new(crate::events::FakeRecorder::default());
+    let (mut m, killer, _, _) = manager_answering(answers, pods, vec![], events);
+    let out = m.synchronize(Instant::now()).await.unwrap();
+    assert_eq!(out.evicted, vec!["uid-p".to_string()]);
+    let ev = killer.evicted.lock().unwrap();
+    assert_eq!(
+        ev[0].1.message,
+        "Usage of EmptyDir volume \"scratch\" could not be measured in full (it holds more than 5000000 entries): it counts as over the limit \"10Mi\". "
+    );
+}
+
+/// A pod with `ephemeral-storage` limits: an unfinished walk of any part of its storage
+/// counts as over them.
+#[test]
+fn unfinished_walks_count_as_over_ephemeral_storage_limits() {
+    use crate::stats::Unfinished;
+    let p = pod(
+        "p",
+        0,
+        None,
+        serde_json::json!({"containers": [{"name": "c", "image": "i",
+            "resources": {"limits": {"ephemeral-storage": "1Gi"}}}]}),
+    );
+    let s = stats("p", 0, 0);
+    let why = |part| {
+        vec![(
+            part,
+            "its directories kept moving during the walk (3 restarts)".to_string(),
+        )]
+    };
+    assert_eq!(rank::storage_violation(&p, &s, &[], false, true), None);
+    let v = rank::storage_violation(&p, &s, &why(Unfinished::EtcHosts), false, true).unwrap();
+    assert_eq!(v.signal, "ephemeralpodfs.limit");
+    assert!(
+        v.message.contains("could not be measured in full"),
+        "{}",
+        v.message
+    );
+    // A container's logs, under the same limits.
+    let logs = why(Unfinished::Logs("c".into()));
+    let v = rank::storage_violation(&p, &s, &logs, false, true).unwrap();
+    assert_eq!(v.signal, "ephemeralpodfs.limit");
+}
+
 /// A stats source that goes blind costs only its own signals: the pass still acts on what the
 /// snapshot carries, and says so once when it goes blind and once when it is back (not at
 /// every pass).
@@ -646,6 +723,7 @@ async fn a_blind_stats_source_is_said_once_and_the_signals_left_still_act() {
                 "Unknown: failed to decode sandbox container metrics".to_string(),
             )]
             .into(),
+            unmeasured: Default::default(),
         })
     };
     let blind = with_gap(summary(1 << 30, 900, vec![sp]), Source::SandboxStats);
@@ -654,6 +732,7 @@ async fn a_blind_stats_source_is_said_once_and_the_signals_left_still_act() {
     let clear = Ok(Observed {
         summary: Arc::new(summary(1 << 30, 900, vec![])),
         gaps: Default::default(),
+        unmeasured: Default::default(),
     });
     let answers = vec![
         blind.clone(),

@@ -593,10 +593,13 @@ pub fn termination_log_host_path(
         .join(restart_count.to_string())
 }
 
-/// Whether the pod's volume `name` is one the kubelet writes from API data (configMap,
-/// secret, downwardAPI, projected): those are mounted read-only whatever the mount says,
-/// subPath mounts included (upstream's `mustMountRO`). A container that could write there
-/// could plant links for the kubelet's next re-render (CVE-2017-1002102).
+/// Whether the pod's volume `name` is mounted read-only whatever the mount says, subPath
+/// mounts included (upstream's `mustMountRO`, the volume's own read-only attribute):
+/// - one the kubelet writes from API data (configMap, secret, downwardAPI, projected): a
+///   container that could write there could plant links for the kubelet's next re-render
+///   (CVE-2017-1002102);
+/// - a claim with `persistentVolumeClaim.readOnly` (the PV behind it, hostPath and local
+///   ones included, is then read-only to the pod), an inline CSI volume with `readOnly`.
 pub fn must_mount_read_only(pod: &Pod, name: &str) -> bool {
     pod.spec
         .iter()
@@ -607,6 +610,10 @@ pub fn must_mount_read_only(pod: &Pod, name: &str) -> bool {
                 || v.secret.is_some()
                 || v.downward_api.is_some()
                 || v.projected.is_some()
+                || v.persistent_volume_claim
+                    .as_ref()
+                    .is_some_and(|c| c.read_only == Some(true))
+                || v.csi.as_ref().is_some_and(|c| c.read_only == Some(true))
         })
 }
 

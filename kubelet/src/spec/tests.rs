@@ -827,8 +827,10 @@ fn sandbox_resources_are_the_pods_totals() {
 }
 
 /// CVE-2017-1002102: configMap, secret, downwardAPI and projected volumes are mounted
-/// read-only whatever the mount says, subPath mounts included; emptyDir and hostPath follow
-/// the mount's `readOnly`.
+/// read-only whatever the mount says, subPath mounts included; so is a claim with
+/// `persistentVolumeClaim.readOnly` (issue 37.4: hostPath and local PVs were mounted
+/// read-write) and an inline CSI volume with `readOnly`; emptyDir, hostPath and other claims
+/// follow the mount's `readOnly`.
 #[test]
 fn api_data_volumes_are_always_mounted_read_only() {
     let p = pod(serde_json::json!({
@@ -840,7 +842,10 @@ fn api_data_volumes_are_always_mounted_read_only() {
                 {"name": "info", "downwardAPI": {"items": []}},
                 {"name": "proj", "projected": {"sources": []}},
                 {"name": "scratch", "emptyDir": {}},
-                {"name": "host", "hostPath": {"path": "/var/tmp"}}
+                {"name": "host", "hostPath": {"path": "/var/tmp"}},
+                {"name": "ro-claim", "persistentVolumeClaim": {"claimName": "a", "readOnly": true}},
+                {"name": "rw-claim", "persistentVolumeClaim": {"claimName": "b"}},
+                {"name": "ro-csi", "csi": {"driver": "d", "readOnly": true}}
             ],
             "containers": [{"name": "c", "image": "i:1", "volumeMounts": [
                 {"name": "cm", "mountPath": "/cm", "readOnly": false},
@@ -850,13 +855,21 @@ fn api_data_volumes_are_always_mounted_read_only() {
                 {"name": "info", "mountPath": "/one", "subPath": "labels"},
                 {"name": "scratch", "mountPath": "/scratch"},
                 {"name": "scratch", "mountPath": "/ro-scratch", "readOnly": true},
-                {"name": "host", "mountPath": "/host"}
+                {"name": "host", "mountPath": "/host"},
+                {"name": "ro-claim", "mountPath": "/ro-claim", "readOnly": false},
+                {"name": "ro-claim", "mountPath": "/ro-claim-sub", "subPath": "x"},
+                {"name": "rw-claim", "mountPath": "/rw-claim"},
+                {"name": "rw-claim", "mountPath": "/rw-claim-ro", "readOnly": true},
+                {"name": "ro-csi", "mountPath": "/ro-csi"}
             ]}]
         }
     }));
     let c = &p.spec.as_ref().unwrap().containers[0];
     let n = node();
-    let volumes: BTreeMap<String, PathBuf> = ["cm", "sec", "info", "proj", "scratch", "host"]
+    let names = [
+        "cm", "sec", "info", "proj", "scratch", "host", "ro-claim", "rw-claim", "ro-csi",
+    ];
+    let volumes: BTreeMap<String, PathBuf> = names
         .iter()
         .map(|v| (v.to_string(), PathBuf::from(format!("/vol/{v}"))))
         .collect();
@@ -864,6 +877,9 @@ fn api_data_volumes_are_always_mounted_read_only() {
     host_paths
         .subpaths
         .insert(4, PathBuf::from("/pod/volume-subpaths/info/c/4"));
+    host_paths
+        .subpaths
+        .insert(9, PathBuf::from("/pod/volume-subpaths/ro-claim/c/9"));
     let env = ContainerEnv::default();
     let cfg = container_config(
         &n,
@@ -883,10 +899,21 @@ fn api_data_volumes_are_always_mounted_read_only() {
         .iter()
         .map(|m| (m.container_path.as_str(), m.readonly))
         .collect();
-    for path in ["/cm", "/sec", "/info", "/proj", "/one", "/ro-scratch"] {
+    for path in [
+        "/cm",
+        "/sec",
+        "/info",
+        "/proj",
+        "/one",
+        "/ro-scratch",
+        "/ro-claim",
+        "/ro-claim-sub",
+        "/rw-claim-ro",
+        "/ro-csi",
+    ] {
         assert_eq!(ro.get(path), Some(&true), "{path} must be read-only");
     }
-    for path in ["/scratch", "/host"] {
+    for path in ["/scratch", "/host", "/rw-claim"] {
         assert_eq!(ro.get(path), Some(&false), "{path} follows readOnly");
     }
 }

@@ -15,6 +15,20 @@ pub struct PodDisk {
     pub logs: HashMap<String, (u64, u64)>,
     /// (used bytes, inodes used) of the pod's managed /etc/hosts, when it has one.
     pub etc_hosts: Option<(u64, u64)>,
+    /// The parts whose walk stopped before the end (their figures above are floors), each
+    /// with why.
+    pub unfinished: Vec<(Unfinished, String)>,
+}
+
+/// A part of a pod's disk usage whose walk could not finish
+/// ([`crate::volume::usage::Incomplete`]): the eviction manager counts it over its limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unfinished {
+    /// The volume of that name.
+    Volume(String),
+    /// The log directory of that container.
+    Logs(String),
+    EtcHosts,
 }
 
 /// Everything one refresh gathered.

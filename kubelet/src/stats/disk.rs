@@ -3,7 +3,8 @@
 //! projected), each container's log directory and the pod's managed /etc/hosts (writable by
 //! its containers: upstream counts it in the pod's ephemeral storage since CVE-2020-8557).
 
-use super::build::PodDisk;
+use super::build::{PodDisk, Unfinished};
+use crate::volume::usage::{self, Usage};
 use std::path::{Path, PathBuf};
 
 /// Where one pod's directories are.
@@ -29,10 +30,34 @@ const MEASURED: &[&str] = &[
 
 /// Bytes allocated (512-byte blocks, as du) and inodes below `path`, without following
 /// symlinks; the directory itself counts. Containers write here: the walk is
-/// descriptor-relative ([`crate::volume::at::disk_usage`]), so a directory swapped for a
+/// descriptor-relative ([`crate::volume::usage::disk_usage`]), so a directory swapped for a
 /// symlink mid-walk is not entered.
 pub fn usage(path: &Path) -> (u64, u64) {
-    crate::volume::at::disk_usage(path)
+    let u = usage::disk_usage(path);
+    (u.bytes, u.inodes)
+}
+
+/// [`usage`], noting in `unfinished` (and the log) a walk that stopped before the end.
+fn measure(
+    path: &Path,
+    part: Unfinished,
+    unfinished: &mut Vec<(Unfinished, String)>,
+) -> (u64, u64) {
+    let Usage {
+        bytes,
+        inodes,
+        incomplete,
+    } = usage::disk_usage(path);
+    if let Some(why) = incomplete {
+        tracing::warn!(
+            path = %path.display(),
+            counted_bytes = bytes,
+            reason = %why,
+            "disk usage walk stopped before the end: the figure is a floor and counts as over the pod's storage limits"
+        );
+        unfinished.push((part, why.to_string()));
+    }
+    (bytes, inodes)
 }
 
 fn subdirs(path: &Path) -> Vec<(String, PathBuf)> {
@@ -50,26 +75,31 @@ fn subdirs(path: &Path) -> Vec<(String, PathBuf)> {
 
 /// Walks one pod's volumes and logs.
 pub fn pod_disk(p: &PodDirs) -> PodDisk {
+    let mut unfinished = Vec::new();
     let mut volumes = Vec::new();
     for (kind, dir) in subdirs(&p.volumes) {
         if !MEASURED.contains(&kind.as_str()) {
             continue;
         }
         for (name, vdir) in subdirs(&dir) {
-            let (used, inodes) = usage(&vdir);
+            let (used, inodes) = measure(&vdir, Unfinished::Volume(name.clone()), &mut unfinished);
             volumes.push((name, used, inodes));
         }
     }
     let logs = subdirs(&p.logs)
         .into_iter()
-        .map(|(name, dir)| (name, usage(&dir)))
+        .map(|(name, dir)| {
+            let used = measure(&dir, Unfinished::Logs(name.clone()), &mut unfinished);
+            (name, used)
+        })
         .collect();
     let etc_hosts = std::fs::symlink_metadata(&p.etc_hosts)
         .is_ok()
-        .then(|| usage(&p.etc_hosts));
+        .then(|| measure(&p.etc_hosts, Unfinished::EtcHosts, &mut unfinished));
     PodDisk {
         volumes,
         logs,
         etc_hosts,
+        unfinished,
     }
 }

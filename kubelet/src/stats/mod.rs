@@ -31,8 +31,12 @@ mod tests;
 use crate::runtime::{Runtime, RuntimeError, Sandbox, SandboxStats};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+pub use build::Unfinished;
 use gaps::Source;
 pub use gaps::{Gaps, Source as GapSource};
+
+/// Pod UID → the parts of its disk usage whose walk could not finish, each with why.
+pub type Unmeasured = HashMap<String, Vec<(Unfinished, String)>>;
 use node::NodeSource;
 pub use node::{FsInfo, LinuxNode};
 use std::collections::HashMap;
@@ -126,6 +130,9 @@ pub struct Snapshot {
     pub cost: RefreshCost,
     /// What this refresh could not read (the rest is served).
     pub gaps: Gaps,
+    /// Pod UID → the parts of its disk usage whose walk could not finish (their figures in
+    /// the Summary are floors).
+    pub unmeasured: Unmeasured,
     /// The Summary's JSON, made by the first request that needs it and shared by the rest.
     json: OnceLock<axum::body::Bytes>,
     /// Where the cgroups are, and the cgroups whose details `/metrics/cadvisor` serves.
@@ -580,6 +587,12 @@ impl Provider {
                 .map(|(uid, (_, d))| (uid.clone(), d.clone()))
                 .collect(),
         };
+        let unmeasured: Unmeasured = carry
+            .disk
+            .iter()
+            .filter(|(_, (_, d))| !d.unfinished.is_empty())
+            .map(|(uid, (_, d))| (uid.clone(), d.unfinished.clone()))
+            .collect();
         let mut summary = build::summary(&raw, &mut carry.cpu);
         if let Some(m) = self.measured.get() {
             for p in &mut summary.pods {
@@ -609,6 +622,7 @@ impl Provider {
             proc_root: detail_proc_root,
             full: tokio::sync::OnceCell::new(),
             gaps,
+            unmeasured,
             cost: RefreshCost {
                 cri,
                 blocking: blocking_cost,

@@ -226,7 +226,7 @@ async fn cve_2020_8557_etc_hosts_counts_in_the_pods_ephemeral_storage() {
             "resources": {"limits": {"ephemeral-storage": "512Ki"}}}]}
     }))
     .unwrap();
-    let v = crate::eviction::rank::storage_violation(&pod, stats, false, true)
+    let v = crate::eviction::rank::storage_violation(&pod, stats, &[], false, true)
         .expect("over its limit through /etc/hosts");
     assert_eq!(v.signal, "ephemeralpodfs.limit");
     assert_eq!(

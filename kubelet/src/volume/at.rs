@@ -3,7 +3,7 @@
 //! directories) stays inside that volume. Every name given here is one path component,
 //! except for the resolvers beneath a directory ([`resolve_beneath`], [`open_beneath`],
 //! [`walk_beneath`], [`open_regular_beneath`]), which follow symlinks only while they stay
-//! beneath it, and [`disk_usage`], a descriptor-relative `du`.
+//! beneath it (a descriptor-relative `du` is [`super::usage`]).
 //! Blocking: callers run on the blocking pool.
 
 use std::ffi::{OsStr, OsString};
@@ -234,63 +234,6 @@ pub fn set_mode(fd: impl AsFd, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let p = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
-}
-
-/// Deepest directory level [`disk_usage`] descends to (each level holds one descriptor
-/// while its subdirectories are walked); deeper content is not counted.
-pub const MAX_USAGE_DEPTH: usize = 1024;
-
-/// Bytes allocated (512-byte blocks, as du) and inodes of `path` and everything beneath it,
-/// never following a symlink: each directory is opened with `O_NOFOLLOW` from its parent's
-/// descriptor, so one a container swaps for a symlink mid-walk is not entered (a walk by
-/// path would measure whatever the link names, the host's root included).
-pub fn disk_usage(path: &Path) -> (u64, u64) {
-    use std::rc::Rc;
-    let Ok(st) = nix::sys::stat::lstat(path) else {
-        return (0, 0);
-    };
-    let mut total = (blocks(&st), 1);
-    if Kind::of(&st) != Kind::Dir {
-        return total;
-    }
-    let Ok(root) = open_dir(path) else {
-        return total;
-    };
-    // Directories still to walk: an open parent, the name in it, the depth. A parent stays
-    // open only while one of its subdirectories waits, so at most one descriptor per level.
-    let mut todo: Vec<(Rc<OwnedFd>, OsString, usize)> = Vec::new();
-    let mut list = |dir: Rc<OwnedFd>, depth: usize, todo: &mut Vec<_>| {
-        let Ok(mut entries) = nix::dir::Dir::openat(&*dir, ".", DIR_FLAGS, Mode::empty()) else {
-            return;
-        };
-        for e in entries.iter().flatten() {
-            let name = OsStr::from_bytes(e.file_name().to_bytes());
-            if name == "." || name == ".." {
-                continue;
-            }
-            let Ok(st) = nix::sys::stat::fstatat(&*dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
-                continue;
-            };
-            total.0 += blocks(&st);
-            total.1 += 1;
-            if Kind::of(&st) == Kind::Dir && depth < MAX_USAGE_DEPTH {
-                todo.push((dir.clone(), name.to_os_string(), depth + 1));
-            }
-        }
-    };
-    list(Rc::new(root), 1, &mut todo);
-    while let Some((parent, name, depth)) = todo.pop() {
-        let Ok(sub) = open_dir_at(&*parent, &name) else {
-            continue;
-        };
-        drop(parent);
-        list(Rc::new(sub), depth, &mut todo);
-    }
-    total
-}
-
-fn blocks(st: &FileStat) -> u64 {
-    u64::try_from(st.st_blocks).unwrap_or(0) * 512
 }
 
 /// Most symlinks followed while resolving one path beneath a directory (the kernel's limit).
@@ -677,47 +620,6 @@ mod tests {
                 "{name}: {swaps} swaps, {inside} reads"
             );
         }
-    }
-
-    /// A directory of an emptyDir swapped for a symlink to a big host directory while the
-    /// usage walk runs never gets the host directory measured (the stats walker's path).
-    #[test]
-    fn disk_usage_never_measures_through_a_directory_swapped_for_a_symlink() {
-        let d = tempfile::tempdir().unwrap();
-        let vol = d.path().join("vol");
-        std::fs::create_dir_all(vol.join("d/e")).unwrap();
-        std::fs::create_dir_all(d.path().join("host/e")).unwrap();
-        // 8 MiB of real blocks outside the volume, in a file and below a directory.
-        std::fs::write(d.path().join("host/big"), vec![7u8; 8 << 20]).unwrap();
-        std::fs::write(d.path().join("host/e/big"), vec![7u8; 8 << 20]).unwrap();
-        symlink(d.path().join("host"), vol.join("x")).unwrap();
-        let (honest, _) = crate::stats::disk::usage(&vol);
-        assert!(honest < 1 << 20, "{honest}");
-        let swapper = race::Swapper::start(&vol, "d", "x");
-        let mut walks = 0;
-        let inflated = race::race(20_000, std::time::Duration::from_secs(6), || {
-            walks += 1;
-            let (bytes, _) = crate::stats::disk::usage(&vol);
-            (bytes >= 4 << 20).then_some(bytes)
-        });
-        let swaps = swapper.stop();
-        assert_eq!(inflated, None, "the host directory was measured");
-        assert!(swaps > 0 && walks > 0, "{swaps} swaps, {walks} walks");
-    }
-
-    #[test]
-    fn disk_usage_counts_like_du_without_following_links() {
-        let d = tempfile::tempdir().unwrap();
-        let vol = d.path().join("vol");
-        std::fs::create_dir_all(vol.join("a/b")).unwrap();
-        std::fs::write(vol.join("a/b/f"), vec![1u8; 64 << 10]).unwrap();
-        std::fs::write(d.path().join("big"), vec![1u8; 4 << 20]).unwrap();
-        symlink(d.path(), vol.join("out")).unwrap();
-        let (bytes, inodes) = disk_usage(&vol);
-        // vol, a, b, f, out.
-        assert_eq!(inodes, 5);
-        assert!((64 << 10..1 << 20).contains(&bytes), "{bytes}");
-        assert_eq!(disk_usage(&d.path().join("missing")), (0, 0));
     }
 
     /// With the directory's own path given, an absolute symlink naming a place under it is
