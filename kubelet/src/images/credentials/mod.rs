@@ -14,6 +14,7 @@ use base64::Engine;
 
 use crate::runtime::ImageAuth;
 
+pub mod glob;
 pub mod plugins;
 
 /// A docker config that could not be read.
@@ -215,50 +216,6 @@ fn parse_location(s: &str) -> Option<Location> {
     })
 }
 
-/// Go's `filepath.Match` for one host label: `*` (any run), `?` (one character) and
-/// `[...]` classes; no separators occur inside a label.
-fn glob(pattern: &[char], text: &[char]) -> bool {
-    match pattern.first() {
-        None => text.is_empty(),
-        Some('*') => (0..=text.len()).any(|i| glob(&pattern[1..], &text[i..])),
-        Some('?') => !text.is_empty() && glob(&pattern[1..], &text[1..]),
-        Some('[') => {
-            let Some(end) = pattern
-                .iter()
-                .skip(1)
-                .position(|c| *c == ']')
-                .map(|i| i + 1)
-            else {
-                return false;
-            };
-            let Some(c) = text.first() else {
-                return false;
-            };
-            let class = &pattern[1..end];
-            let (negate, class) = match class.first() {
-                Some('^') => (true, &class[1..]),
-                _ => (false, class),
-            };
-            let mut hit = false;
-            let mut i = 0;
-            while i < class.len() {
-                if i + 2 < class.len() && class[i + 1] == '-' {
-                    hit |= class[i] <= *c && *c <= class[i + 2];
-                    i += 3;
-                } else {
-                    hit |= class[i] == *c;
-                    i += 1;
-                }
-            }
-            hit != negate && glob(&pattern[end + 1..], &text[1..])
-        }
-        Some('\\') if pattern.len() > 1 => {
-            text.first() == Some(&pattern[1]) && glob(&pattern[2..], &text[1..])
-        }
-        Some(p) => text.first() == Some(p) && glob(&pattern[1..], &text[1..]),
-    }
-}
-
 /// Upstream's `URLsMatchStr(glob, target)`: same port, same number of host labels, each
 /// label matching as a glob, and the target's path starting with the glob's path.
 pub fn urls_match(glob_location: &str, target: &str) -> bool {
@@ -271,11 +228,10 @@ pub fn urls_match(glob_location: &str, target: &str) -> bool {
     if !t.path.starts_with(&g.path) {
         return false;
     }
-    g.host_parts.iter().zip(&t.host_parts).all(|(gp, tp)| {
-        let gp: Vec<char> = gp.chars().collect();
-        let tp: Vec<char> = tp.chars().collect();
-        glob(&gp, &tp)
-    })
+    g.host_parts
+        .iter()
+        .zip(&t.host_parts)
+        .all(|(gp, tp)| glob::matches(gp, tp))
 }
 
 /// The repository an image pulls from, normalised as docker references are
