@@ -42,6 +42,8 @@ struct Chunk {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Glob {
     chunks: Vec<Chunk>,
+    /// The pattern, when it has no special character: a match is an equality.
+    literal: Option<String>,
 }
 
 /// One character of a class (after `[`, `^` or `-`): an escaped or plain character; the
@@ -87,6 +89,12 @@ fn class(p: &[char], i: &mut usize) -> Result<Token, BadPattern> {
 impl Glob {
     /// Checks `pattern` and cuts it into chunks.
     pub fn new(pattern: &str) -> Result<Glob, BadPattern> {
+        if !pattern.contains(['*', '?', '[', '\\']) {
+            return Ok(Glob {
+                chunks: Vec::new(),
+                literal: Some(pattern.to_string()),
+            });
+        }
         let p: Vec<char> = pattern.chars().collect();
         let mut chunks: Vec<Chunk> = Vec::new();
         let mut i = 0;
@@ -116,11 +124,17 @@ impl Glob {
             }
             chunks.push(Chunk { star, tokens });
         }
-        Ok(Glob { chunks })
+        Ok(Glob {
+            chunks,
+            literal: None,
+        })
     }
 
     /// Whether the whole of `text` matches.
     pub fn matches(&self, text: &str) -> bool {
+        if let Some(l) = &self.literal {
+            return l == text;
+        }
         let mut rest = text.as_bytes();
         let last = self.chunks.len().saturating_sub(1);
         for (n, chunk) in self.chunks.iter().enumerate() {

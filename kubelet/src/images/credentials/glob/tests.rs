@@ -118,3 +118,124 @@ fn a_run_of_two_thousand_stars_returns_at_once() {
     let text = "ab".repeat(30) + "c";
     assert!(!within(limit, move || matches(&label, &text)));
 }
+
+/// The matcher before issue 37.1 (recursive, every split of every star), kept for the bench.
+fn recursive(pattern: &[char], text: &[char]) -> bool {
+    match pattern.first() {
+        None => text.is_empty(),
+        Some('*') => (0..=text.len()).any(|i| recursive(&pattern[1..], &text[i..])),
+        Some('?') => !text.is_empty() && recursive(&pattern[1..], &text[1..]),
+        Some(p) => text.first() == Some(p) && recursive(&pattern[1..], &text[1..]),
+    }
+}
+
+/// What an ordinary key costs to match, per host label pair, before and after: run with
+/// `cargo test -p kubelet --lib glob::tests::bench -- --ignored --nocapture` (add
+/// `--release` for release figures).
+#[test]
+#[ignore = "bench: prints ns per match"]
+fn bench_ordinary_label_matches() {
+    let pairs = [
+        ("*", "prefix"),
+        ("docker", "docker"),
+        ("registry-1", "registry-1"),
+        ("*-good", "prefix-good"),
+        ("gcr", "quay"),
+        ("*", "123456789012"),
+    ];
+    let rounds = 200_000;
+    let time = |f: &dyn Fn(&str, &str) -> bool| {
+        let t = std::time::Instant::now();
+        let mut hits = 0;
+        for _ in 0..rounds {
+            for (p, s) in pairs {
+                hits += usize::from(f(std::hint::black_box(p), std::hint::black_box(s)));
+            }
+        }
+        (
+            t.elapsed().as_nanos() as f64 / (rounds * pairs.len()) as f64,
+            hits,
+        )
+    };
+    let (old, old_hits) = time(&|p, s| {
+        let p: Vec<char> = p.chars().collect();
+        let s: Vec<char> = s.chars().collect();
+        recursive(&p, &s)
+    });
+    let (new, new_hits) = time(&|p, s| matches(p, s));
+    assert_eq!(old_hits, new_hits);
+    println!("ordinary label match: before {old:.0} ns, after {new:.0} ns");
+    let key = "*.dkr.ecr.*.amazonaws.com";
+    let target = "123456789012.dkr.ecr.us-east-1.amazonaws.com/app";
+    let t = std::time::Instant::now();
+    for _ in 0..rounds {
+        assert!(crate::images::credentials::urls_match(
+            std::hint::black_box(key),
+            std::hint::black_box(target)
+        ));
+    }
+    println!(
+        "urls_match({key:?}, {target:?}): {:.0} ns",
+        t.elapsed().as_nanos() as f64 / rounds as f64
+    );
+    // A keyring of ordinary keys, looked up as a pull does (keys compiled once).
+    let mut k = crate::images::credentials::Keyring::default();
+    let config = [
+        "*.docker.io",
+        "gcr.io",
+        "quay.io/team",
+        key,
+        "registry.example.com:5000",
+    ]
+    .map(|l| crate::images::credentials::ConfigEntry {
+        location: l.to_string(),
+        auth: crate::runtime::ImageAuth::default(),
+        hash: String::new(),
+    })
+    .to_vec();
+    k.add(config);
+    // Before: each key and the target parsed, and each label matched recursively, per key.
+    let keys = [
+        "registry.example.com:5000",
+        "quay.io/team",
+        "gcr.io",
+        key,
+        "*.docker.io",
+    ];
+    let old_lookup = |target: &str| {
+        keys.iter()
+            .filter(|g| {
+                let (Some(g), Some(t)) = (
+                    crate::images::credentials::parse_location(g),
+                    crate::images::credentials::parse_location(target),
+                ) else {
+                    return false;
+                };
+                g.port == t.port
+                    && g.host_parts.len() == t.host_parts.len()
+                    && t.path.starts_with(&g.path)
+                    && g.host_parts.iter().zip(&t.host_parts).all(|(gp, tp)| {
+                        let gp: Vec<char> = gp.chars().collect();
+                        let tp: Vec<char> = tp.chars().collect();
+                        recursive(&gp, &tp)
+                    })
+            })
+            .count()
+    };
+    let t = std::time::Instant::now();
+    for _ in 0..rounds / 10 {
+        assert_eq!(old_lookup(std::hint::black_box(target)), 1);
+    }
+    println!(
+        "keyring lookup before, 5 ordinary keys: {:.0} ns",
+        t.elapsed().as_nanos() as f64 / (rounds / 10) as f64
+    );
+    let t = std::time::Instant::now();
+    for _ in 0..rounds / 10 {
+        assert_eq!(k.lookup_tracked(std::hint::black_box(target)).len(), 1);
+    }
+    println!(
+        "keyring lookup after, 5 ordinary keys: {:.0} ns",
+        t.elapsed().as_nanos() as f64 / (rounds / 10) as f64
+    );
+}
