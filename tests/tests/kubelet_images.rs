@@ -105,6 +105,63 @@ fn start_registry(rig: &Rig, cp: &NetnsControlPlane) -> Arc<registry::Stats> {
     stats
 }
 
+/// Serves the rig's busybox image as each of `repos` (tag `1`) without auth on `addr` inside
+/// the rig's netns, holding every manifest request `delay_ms`, and points containerd at it
+/// over plain HTTP.
+fn start_open_registry(
+    rig: &Rig,
+    cp: &NetnsControlPlane,
+    addr: &'static str,
+    repos: &[&str],
+    delay_ms: u64,
+) -> Arc<registry::Stats> {
+    let layout = tempfile_dir(&format!(
+        "registry-open-{}",
+        repos.join("-").replace('/', "_")
+    ));
+    let tar = std::path::Path::new(rig.get("RIG_IMAGES")).join("busybox.tar");
+    let out = std::process::Command::new("timeout")
+        .args(["60", "tar", "-xf"])
+        .arg(&tar)
+        .arg("-C")
+        .arg(&layout)
+        .output()
+        .expect("run tar");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut content = registry::Content::default();
+    for repo in repos {
+        content
+            .add_layout(&layout, repo, "1")
+            .expect("busybox layout");
+    }
+    let _ = std::fs::remove_dir_all(&layout);
+    let stats = Arc::new(registry::Stats::default());
+    stats.manifest_delay_ms.store(delay_ms, Ordering::SeqCst);
+    let s = stats.clone();
+    cp.run(move |_| async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .expect("bind registry");
+        tokio::spawn(registry::serve(listener, content, None, s));
+    });
+    let hosts = std::path::Path::new(rig.get("RIG_STATE"))
+        .join("certs.d")
+        .join(addr);
+    std::fs::create_dir_all(&hosts).unwrap();
+    std::fs::write(
+        hosts.join("hosts.toml"),
+        format!(
+            "server = \"http://{addr}\"\n\n[host.\"http://{addr}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        ),
+    )
+    .unwrap();
+    stats
+}
+
 fn tempfile_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -509,47 +566,7 @@ fn parallel_image_pulls_overlap_when_not_serialized() {
         &[],
         "serializeImagePulls: false\n",
     );
-    let layout = tempfile_dir("registry-par-layout");
-    let tar = std::path::Path::new(rig.get("RIG_IMAGES")).join("busybox.tar");
-    let out = std::process::Command::new("timeout")
-        .args(["60", "tar", "-xf"])
-        .arg(&tar)
-        .arg("-C")
-        .arg(&layout)
-        .output()
-        .expect("run tar");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut content = registry::Content::default();
-    for repo in ["par/a", "par/b"] {
-        content
-            .add_layout(&layout, repo, "1")
-            .expect("busybox layout");
-    }
-    let _ = std::fs::remove_dir_all(&layout);
-    let stats = Arc::new(registry::Stats::default());
-    stats.manifest_delay_ms.store(2000, Ordering::SeqCst);
-    let s = stats.clone();
-    cp.run(move |_| async move {
-        let listener = tokio::net::TcpListener::bind(OPEN)
-            .await
-            .expect("bind registry");
-        tokio::spawn(registry::serve(listener, content, None, s));
-    });
-    let hosts = std::path::Path::new(rig.get("RIG_STATE"))
-        .join("certs.d")
-        .join(OPEN);
-    std::fs::create_dir_all(&hosts).unwrap();
-    std::fs::write(
-        hosts.join("hosts.toml"),
-        format!(
-            "server = \"http://{OPEN}\"\n\n[host.\"http://{OPEN}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
-        ),
-    )
-    .unwrap();
+    let stats = start_open_registry(&rig, &cp, OPEN, &["par/a", "par/b"], 2000);
     for (name, repo) in [("par-a", "par/a"), ("par-b", "par/b")] {
         cp.create(
             "pods",
@@ -572,5 +589,96 @@ fn parallel_image_pulls_overlap_when_not_serialized() {
         stats.manifests_served.load(Ordering::SeqCst),
         kubelet.log_text()
     );
+    drop(kubelet);
+}
+
+/// Issue 37.1: a pull secret whose key is 2,000 stars then a label froze the worker thread
+/// that matched it (a backtracking glob), inside the serialized pull slot: one such pod held
+/// the slot for ever, two pinned both async workers. Now the key is refused (a host label over
+/// 63 characters) with a Warning naming the secret, matching is linear and runs on the
+/// blocking pool before the slot is taken, and an ordinary pod whose image must be pulled,
+/// created after two pods using the secret, starts. Every image comes from the test's open
+/// registry in the rig's netns.
+#[test]
+fn an_ordinary_pod_starts_beside_two_pods_with_a_glob_bomb_pull_secret() {
+    require_rig!();
+    const OPEN: &str = "127.0.0.1:5001";
+    let (rig, cp, _node, mut kubelet) =
+        node_tests::joined::up("e2e-globbomb", Options::default(), false);
+    start_open_registry(&rig, &cp, OPEN, &["bomb/app", "plain/app"], 0);
+    // Four labels and the port, as the registry's address: the match reaches the globs.
+    let key = format!("{}x.0.0.1:5001", "*".repeat(2000));
+    let docker_config = json!({"auths": {key: {"username": "u", "password": "p"}}}).to_string();
+    cp.create(
+        "secrets",
+        json!({"metadata": {"name": "glob-bomb", "namespace": "default"},
+               "type": "kubernetes.io/dockerconfigjson",
+               "data": {".dockerconfigjson": base64::engine::general_purpose::STANDARD.encode(docker_config)}}),
+    )
+    .unwrap();
+    let pod = |name: &str, repo: &str, policy: &str, secret: bool| {
+        let mut spec = json!({"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": format!("{OPEN}/{repo}:1"),
+                "imagePullPolicy": policy, "command": ["sleep", "3600"]}]});
+        if secret {
+            spec["imagePullSecrets"] = json!([{"name": "glob-bomb"}]);
+        }
+        json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    };
+    for name in ["bomb-1", "bomb-2"] {
+        cp.create("pods", pod(name, "bomb/app", "Always", true))
+            .unwrap();
+    }
+    // Both have reached their pulls (the old code froze right after this event).
+    wait_for("the two pods' pulls", Duration::from_secs(60), || {
+        if let Some(st) = kubelet.exited() {
+            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+        }
+        let pulling = cp
+            .list("events", Some("default"))
+            .iter()
+            .filter(|e| {
+                e["reason"] == "Pulling"
+                    && e["involvedObject"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("bomb-"))
+            })
+            .count();
+        (pulling >= 2).then_some(())
+    });
+    let started = std::time::Instant::now();
+    cp.create("pods", pod("ordinary", "plain/app", "IfNotPresent", false))
+        .unwrap();
+    pod_until(&cp, &mut kubelet, "ordinary", "Running", |p| {
+        p["status"]["phase"] == "Running"
+    });
+    println!(
+        "the ordinary pod ran {:?} after its creation",
+        started.elapsed()
+    );
+    // The pods with the secret pull too (anonymously: the key was refused).
+    for name in ["bomb-1", "bomb-2"] {
+        pod_until(&cp, &mut kubelet, name, "Running", |p| {
+            p["status"]["phase"] == "Running"
+        });
+    }
+    let refused: Vec<Value> = cp
+        .list("events", Some("default"))
+        .into_iter()
+        .filter(|e| e["reason"] == "RefusedImagePullSecretKey")
+        .collect();
+    assert!(!refused.is_empty(), "a Warning about the refused key");
+    for e in refused {
+        let m = e["message"].as_str().unwrap_or("");
+        println!("event: {m}");
+        assert!(m.contains("pull secret default/glob-bomb"), "{m}");
+        assert!(!m.contains("**"), "the event shows no key: {m}");
+        assert_eq!(e["type"], "Warning");
+        assert_eq!(e["involvedObject"]["kind"], "Pod");
+    }
+    let t = std::time::Instant::now();
+    let (body, code) = kubelet.curl_code("http://127.0.0.1:10248/healthz");
+    assert_eq!((body.as_str(), code.as_str()), ("ok", "200"));
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     drop(kubelet);
 }

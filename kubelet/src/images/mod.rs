@@ -140,17 +140,17 @@ fn aggregate(errors: &[RuntimeError]) -> String {
 /// Upstream's pull with a keyring: without matching credentials one anonymous pull, else
 /// each matching credential in turn until one pull succeeds; every failure is reported.
 /// Returns the image ID and the credential that worked (None: anonymous).
+/// `creds` are the matching credentials, looked up before the pull slot was taken.
 async fn pull(
     runtime: &dyn Runtime,
     image: &str,
-    keyrings: &[credentials::Keyring],
+    creds: Vec<credentials::TrackedAuth>,
     keyring_error: Option<&str>,
     sandbox: &SandboxConfig,
 ) -> Result<(String, Option<credentials::TrackedAuth>), PullFailure> {
     if let Some(e) = keyring_error {
         return Err(PullFailure::InvalidPullSecret(e.to_string()));
     }
-    let creds = credentials::lookup_all_tracked(keyrings, image);
     if creds.is_empty() {
         return runtime
             .pull_image(image, None, sandbox)
@@ -174,16 +174,17 @@ async fn pull(
 
 /// The pod's credentials for `image` as pulled-image records name them: each pull secret
 /// with credentials for it (coordinates and credential hash). The node's own credentials
-/// are not the pod's. A pull secret that does not parse is the error.
-fn pod_credentials(
+/// are not the pod's. A pull secret that does not parse is the error. The keys are matched
+/// on the blocking pool.
+async fn pod_credentials(
     p: &Puller<'_>,
-    keyrings: &[credentials::Keyring],
+    keyrings: Vec<credentials::Keyring>,
     image: &str,
 ) -> Result<pull_records::PodCredentials, String> {
     if let Some(e) = p.keyring_error {
         return Err(e.to_string());
     }
-    let tracked = credentials::lookup_all_tracked(keyrings, image);
+    let tracked = credentials::lookup_all_tracked_blocking(keyrings, image).await;
     // A credential provider plugin in the service-account-token mode gave the pod's service
     // account credentials for it: records made with that account's credentials are the pod's.
     let service_account = tracked.iter().find_map(|t| t.service_account.clone());
@@ -288,7 +289,7 @@ pub async fn ensure_image(
             }
             Some(records) => {
                 let keyrings = keyrings_for(p, &image).await;
-                let pod = pod_credentials(p, &keyrings, &image);
+                let pod = pod_credentials(p, keyrings, &image).await;
                 match records.must_attempt_pull_async(&image, &info.id, pod).await {
                     Ok(false) => {
                         pulled_event(format!(
@@ -332,12 +333,18 @@ pub async fn ensure_image(
         ));
     }
     let keyrings = keyrings_for(p, &image).await;
+    // The credentials are matched before the pull slot is taken (a slow match must not
+    // hold every other pod's pull) and on the blocking pool.
+    let creds = match p.keyring_error {
+        Some(_) => Vec::new(),
+        None => credentials::lookup_all_tracked_blocking(keyrings, &image).await,
+    };
     let waited = std::time::Instant::now();
     let guard = p.pull_gate.enter().await;
     let pulling = std::time::Instant::now();
     // An unreadable pull secret fails before the image service (and its bucket) is asked.
     let result = if p.keyring_error.is_some() || p.pull_gate.try_accept() {
-        pull(p.runtime, &image, &keyrings, p.keyring_error, sandbox).await
+        pull(p.runtime, &image, creds, p.keyring_error, sandbox).await
     } else {
         Err(PullFailure::QpsExceeded)
     };
@@ -393,23 +400,71 @@ pub async fn ensure_image(
     }
 }
 
+/// The reason of the Warning event about a pull secret with keys refused for an over-long
+/// host (ours: upstream has no bound).
+pub const REFUSED_PULL_SECRET_KEY: &str = "RefusedImagePullSecretKey";
+
+/// A pod's pull credentials as [`pod_keyrings`] reads them.
+#[derive(Debug, Default)]
+pub struct SecretKeyrings {
+    /// Its pull secrets' keyrings in the pod's order, then the node's.
+    pub keyrings: Vec<credentials::Keyring>,
+    /// Pull secrets that could not be read (upstream warns with
+    /// `FailedToRetrieveImagePullSecret` and pulls anyway).
+    pub missing: Vec<String>,
+    /// Pull secrets whose docker config does not parse (upstream fails the pulls).
+    pub invalid: Vec<String>,
+    /// Pull secrets with keys refused for an over-long host
+    /// ([`credentials::MAX_KEY_HOST_LABEL`]): a message naming each, never its content.
+    pub refused: Vec<String>,
+}
+
+/// A pull secret's keyring from its data, or the message for a docker config that does not
+/// parse; `refused` gets a message when keys were refused.
+fn read_pull_secret(
+    namespace: &str,
+    name: &str,
+    data: &crate::objects::ObjectData,
+    refused: &mut Vec<String>,
+) -> Result<Option<credentials::Keyring>, String> {
+    let mut k = match credentials::secret_keyring(&data.binary) {
+        Ok(Some(k)) => k,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("pull secret {namespace}/{name}: {e}")),
+    };
+    if k.refused > 0 {
+        refused.push(format!(
+            "{} registry key(s) of pull secret {namespace}/{name} refused: a host label over {} characters or a host over {}",
+            k.refused,
+            credentials::MAX_KEY_HOST_LABEL,
+            credentials::MAX_KEY_HOST
+        ));
+    }
+    k.source = Some(credentials::SecretCoordinates {
+        uid: data.uid.clone(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    });
+    Ok(Some(k))
+}
+
 /// The keyrings a pod's pulls use: its `imagePullSecrets` in order (read through the object
-/// cache), then the node's docker config. Names of the pull secrets that could not be read
-/// (upstream warns with `FailedToRetrieveImagePullSecret` and pulls anyway) and messages for
-/// secrets whose docker config does not parse (upstream fails the pulls) come back beside
-/// them.
+/// cache), then the node's docker config, with the secrets that could not be read, did not
+/// parse or had keys refused. The docker configs (up to the apiserver's object size each)
+/// are parsed on the blocking pool.
 pub async fn pod_keyrings(
     pod: &k8s_openapi::api::core::v1::Pod,
     objects: &crate::objects::ObjectCache,
     root_dir: &std::path::Path,
-) -> (Vec<credentials::Keyring>, Vec<String>, Vec<String>) {
+) -> SecretKeyrings {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let refs = pod
         .spec
         .as_ref()
         .and_then(|s| s.image_pull_secrets.clone())
         .unwrap_or_default();
-    let (mut keyrings, mut missing, mut invalid) = (Vec::new(), Vec::new(), Vec::new());
+    let mut out = SecretKeyrings::default();
+    let mut found = Vec::new();
     for r in refs {
         // Upstream skips entries without a name (validation once let them through).
         if r.name.is_empty() {
@@ -421,32 +476,41 @@ pub async fn pod_keyrings(
             name: r.name.clone(),
         };
         match objects.get(&key).await {
-            Ok(Some(data)) => match credentials::secret_keyring(&data.binary) {
-                Ok(Some(mut k)) => {
-                    k.source = Some(credentials::SecretCoordinates {
-                        uid: data.uid.clone(),
-                        namespace: namespace.to_string(),
-                        name: r.name.clone(),
-                    });
-                    keyrings.push(k)
-                }
-                Ok(None) => {}
-                Err(e) => invalid.push(format!("pull secret {namespace}/{}: {e}", r.name)),
-            },
-            Ok(None) => missing.push(r.name),
+            Ok(Some(data)) => found.push((r.name, data)),
+            Ok(None) => out.missing.push(r.name),
             Err(e) => {
                 tracing::info!(secret = %r.name, error = %e, "Unable to retrieve pull secret, the image pull may not succeed.");
-                missing.push(r.name);
+                out.missing.push(r.name);
             }
         }
     }
     let root = root_dir.to_path_buf();
-    match tokio::task::spawn_blocking(move || credentials::read_node_keyring(&root)).await {
-        Ok(k) if !k.is_empty() => keyrings.push(k),
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "reading the node's docker config failed"),
+    let ns = namespace.to_string();
+    let parsed = tokio::task::spawn_blocking(move || {
+        let mut out = SecretKeyrings::default();
+        for (name, data) in &found {
+            match read_pull_secret(&ns, name, data, &mut out.refused) {
+                Ok(Some(k)) => out.keyrings.push(k),
+                Ok(None) => {}
+                Err(e) => out.invalid.push(e),
+            }
+        }
+        let node = credentials::read_node_keyring(&root);
+        if !node.is_empty() {
+            out.keyrings.push(node);
+        }
+        out
+    })
+    .await;
+    match parsed {
+        Ok(p) => {
+            out.keyrings = p.keyrings;
+            out.invalid = p.invalid;
+            out.refused = p.refused;
+        }
+        Err(e) => tracing::warn!(error = %e, "reading the pod's pull secrets failed"),
     }
-    (keyrings, missing, invalid)
+    out
 }
 
 #[cfg(test)]

@@ -103,8 +103,8 @@ mod plugins {
 
     /// Credentials a plugin got with a service account's token are that account's in the
     /// pulled-image records, not every pod's.
-    #[test]
-    fn credentials_from_a_token_are_recorded_against_the_service_account() {
+    #[tokio::test]
+    async fn credentials_from_a_token_are_recorded_against_the_service_account() {
         use pull_records::format::ImagePullServiceAccount;
         let sa = ImagePullServiceAccount {
             uid: "sa-uid".into(),
@@ -133,7 +133,7 @@ mod plugins {
             records: None,
             plugins: None,
         };
-        let pod = pod_credentials(&p, &[k], IMAGE).unwrap();
+        let pod = pod_credentials(&p, vec![k], IMAGE).await.unwrap();
         assert_eq!(pod.service_account, Some(sa));
     }
 }
@@ -239,4 +239,99 @@ async fn zero_registry_qps_pulls_without_limit() {
         ensure_image(&p, &mut backoff, &c, &sandbox).await.unwrap();
     }
     assert_eq!(rt.pulls().len(), 50);
+}
+
+/// Issue 37.1: matching a pod's pull secret keys runs on the blocking pool and before the
+/// pull slot is taken, so a slow match stalls neither the async workers (:10250, the Lease,
+/// PLEG, probes) nor other pods' pulls.
+mod matching_off_the_workers {
+    use super::*;
+    use crate::runtime::fake::FakeRuntime;
+
+    /// An image on a host whose first label is 200 `a`s.
+    fn image() -> String {
+        format!("{}.io/app:1", "a".repeat(200))
+    }
+
+    /// Keys within the bounds whose match against [`image`] walks its 200-byte first label at
+    /// every position (a chunk of 55 `a`s that fails on its `b`).
+    fn slow_keyring(keys: usize) -> credentials::Keyring {
+        let config = (0..keys)
+            .map(|i| credentials::ConfigEntry {
+                location: format!("*{}b{i:05}.io", "a".repeat(55)),
+                auth: ImageAuth::default(),
+                hash: String::new(),
+            })
+            .collect();
+        let mut k = credentials::Keyring::default();
+        k.add(config);
+        assert_eq!(k.refused, 0);
+        k
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slow_credential_match_leaves_the_async_worker_free() {
+        let keyrings = vec![slow_keyring(600)];
+        let image = image();
+        let started = std::time::Instant::now();
+        assert!(credentials::lookup_all_tracked(&keyrings, &image).is_empty());
+        let match_time = started.elapsed();
+
+        // A task beside the pull ticks every millisecond; the longest gap between its ticks
+        // is how long the (only) async worker was held.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, ticks) = (stop.clone(), Arc::new(std::sync::Mutex::new(Vec::new())));
+        let t = ticks.clone();
+        let ticker = tokio::spawn(async move {
+            while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                t.lock().unwrap().push(std::time::Instant::now());
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        tokio::task::yield_now().await;
+        let rt = FakeRuntime::new();
+        let gate = PullGate::serial();
+        let event = |_: EventType, _: &str, _: &str| {};
+        let p = Puller {
+            runtime: &rt,
+            pull_gate: &gate,
+            event: &event,
+            keyrings: &keyrings,
+            keyring_error: None,
+            records: None,
+            plugins: None,
+        };
+        let c = Container {
+            name: "c".into(),
+            image: Some(image.clone()),
+            image_pull_policy: Some("Always".into()),
+            ..Default::default()
+        };
+        let sandbox =
+            crate::runtime::raw::sandbox(0, "cp", std::path::Path::new("/var/log/pods"), "/k");
+        ensure_image(&p, &mut PullBackoff::default(), &c, &sandbox)
+            .await
+            .unwrap();
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        ticker.await.unwrap();
+        let ticks = ticks.lock().unwrap();
+        let gap = ticks
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default();
+        println!(
+            "matching 600 keys: {match_time:?}; longest stall of the async worker during the pull: {gap:?} ({} ticks)",
+            ticks.len()
+        );
+        assert!(
+            match_time >= Duration::from_millis(40),
+            "the keys must cost real time for the test to mean anything: {match_time:?}"
+        );
+        assert!(
+            gap * 2 < match_time,
+            "the async worker stalled {gap:?} (the match takes {match_time:?})"
+        );
+        assert_eq!(rt.pulls(), vec![(image, None)]);
+    }
 }

@@ -118,6 +118,9 @@ pub struct PodKeyrings {
     pub missing: Vec<String>,
     /// Pull secrets whose docker config does not parse (the pulls fail with this).
     pub invalid: Option<String>,
+    /// Pull secrets with keys refused for an over-long host (one message each; the pulls
+    /// go on with their other keys).
+    pub refused: Vec<String>,
     /// The pod, as credential provider plugins see it (its service account).
     pub pod: images::credentials::plugins::PodIdentity,
 }
@@ -162,12 +165,17 @@ pub struct NodeImages {
 #[async_trait::async_trait]
 impl ImagePuller for NodeImages {
     async fn pod_keyrings(&self, pod: &Pod) -> PodKeyrings {
-        let (keyrings, missing, invalid) =
-            images::pod_keyrings(pod, &self.objects, &self.root_dir).await;
+        let images::SecretKeyrings {
+            keyrings,
+            missing,
+            invalid,
+            refused,
+        } = images::pod_keyrings(pod, &self.objects, &self.root_dir).await;
         PodKeyrings {
             keyrings,
             missing,
             invalid: (!invalid.is_empty()).then(|| invalid.join("; ")),
+            refused,
             pod: images::credentials::plugins::PodIdentity::of(pod),
         }
     }

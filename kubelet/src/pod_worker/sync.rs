@@ -483,6 +483,14 @@ impl Worker {
                 ),
             );
         }
+        for message in &keyrings.refused {
+            self.event(
+                None,
+                EventType::Warning,
+                images::REFUSED_PULL_SECRET_KEY,
+                message,
+            );
+        }
         keyrings
     }
 

@@ -14,6 +14,7 @@ use base64::Engine;
 
 use crate::runtime::ImageAuth;
 
+pub mod glob;
 pub mod plugins;
 
 /// A docker config that could not be read.
@@ -215,67 +216,53 @@ fn parse_location(s: &str) -> Option<Location> {
     })
 }
 
-/// Go's `filepath.Match` for one host label: `*` (any run), `?` (one character) and
-/// `[...]` classes; no separators occur inside a label.
-fn glob(pattern: &[char], text: &[char]) -> bool {
-    match pattern.first() {
-        None => text.is_empty(),
-        Some('*') => (0..=text.len()).any(|i| glob(&pattern[1..], &text[i..])),
-        Some('?') => !text.is_empty() && glob(&pattern[1..], &text[1..]),
-        Some('[') => {
-            let Some(end) = pattern
+/// A key's location with its host labels' globs checked once (None: a malformed glob, Go's
+/// `ErrBadPattern`, so the key matches nothing).
+#[derive(Debug, Clone)]
+struct CompiledKey {
+    port: String,
+    path: String,
+    labels: Option<Vec<glob::Glob>>,
+}
+
+impl CompiledKey {
+    fn new(location: &str) -> Option<CompiledKey> {
+        let l = parse_location(location)?;
+        let labels = l
+            .host_parts
+            .iter()
+            .map(|p| glob::Glob::new(p))
+            .collect::<Result<_, _>>()
+            .ok();
+        Some(CompiledKey {
+            port: l.port,
+            path: l.path,
+            labels,
+        })
+    }
+
+    /// Upstream's `URLsMatch` against a parsed target.
+    fn matches(&self, t: &Location) -> bool {
+        let Some(labels) = &self.labels else {
+            return false;
+        };
+        self.port == t.port
+            && labels.len() == t.host_parts.len()
+            && t.path.starts_with(&self.path)
+            && labels
                 .iter()
-                .skip(1)
-                .position(|c| *c == ']')
-                .map(|i| i + 1)
-            else {
-                return false;
-            };
-            let Some(c) = text.first() else {
-                return false;
-            };
-            let class = &pattern[1..end];
-            let (negate, class) = match class.first() {
-                Some('^') => (true, &class[1..]),
-                _ => (false, class),
-            };
-            let mut hit = false;
-            let mut i = 0;
-            while i < class.len() {
-                if i + 2 < class.len() && class[i + 1] == '-' {
-                    hit |= class[i] <= *c && *c <= class[i + 2];
-                    i += 3;
-                } else {
-                    hit |= class[i] == *c;
-                    i += 1;
-                }
-            }
-            hit != negate && glob(&pattern[end + 1..], &text[1..])
-        }
-        Some('\\') if pattern.len() > 1 => {
-            text.first() == Some(&pattern[1]) && glob(&pattern[2..], &text[1..])
-        }
-        Some(p) => text.first() == Some(p) && glob(&pattern[1..], &text[1..]),
+                .zip(&t.host_parts)
+                .all(|(g, tp)| g.matches(tp))
     }
 }
 
 /// Upstream's `URLsMatchStr(glob, target)`: same port, same number of host labels, each
 /// label matching as a glob, and the target's path starting with the glob's path.
 pub fn urls_match(glob_location: &str, target: &str) -> bool {
-    let (Some(g), Some(t)) = (parse_location(glob_location), parse_location(target)) else {
+    let (Some(g), Some(t)) = (CompiledKey::new(glob_location), parse_location(target)) else {
         return false;
     };
-    if g.port != t.port || g.host_parts.len() != t.host_parts.len() {
-        return false;
-    }
-    if !t.path.starts_with(&g.path) {
-        return false;
-    }
-    g.host_parts.iter().zip(&t.host_parts).all(|(gp, tp)| {
-        let gp: Vec<char> = gp.chars().collect();
-        let tp: Vec<char> = tp.chars().collect();
-        glob(&gp, &tp)
-    })
+    g.matches(&t)
 }
 
 /// The repository an image pulls from, normalised as docker references are
@@ -315,11 +302,29 @@ fn is_default_registry(image: &str) -> bool {
 
 const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
 
+/// The longest host label a docker config key may have (a DNS label's limit); longer
+/// keys are refused, so a key's glob costs at most this many steps per character matched.
+pub const MAX_KEY_HOST_LABEL: usize = 63;
+/// The longest host a docker config key may have (a DNS name's limit).
+pub const MAX_KEY_HOST: usize = 253;
+/// Images whose repository is longer are matched against no key: upstream refuses such a
+/// name (`repository name must not be more than 255 characters`) before it looks for
+/// credentials, and a match costs as much as the target is long.
+pub const MAX_REPOSITORY: usize = 255;
+
+/// Whether a key's host is within the bounds (every label at most [`MAX_KEY_HOST_LABEL`]
+/// bytes, the host at most [`MAX_KEY_HOST`]).
+fn host_within_bounds(loc: &Location) -> bool {
+    let host = loc.host_parts.iter().map(|p| p.len() + 1).sum::<usize>() - 1;
+    host <= MAX_KEY_HOST && loc.host_parts.iter().all(|p| p.len() <= MAX_KEY_HOST_LABEL)
+}
+
 /// Credentials by registry location (upstream's BasicDockerKeyring).
 #[derive(Debug, Clone, Default)]
 pub struct Keyring {
-    /// Keys, reverse-sorted so longer (more specific) locations match first.
-    index: Vec<String>,
+    /// Keys, reverse-sorted so longer (more specific) locations match first, each compiled
+    /// once (None: not a location).
+    index: Vec<(String, Option<CompiledKey>)>,
     /// Credentials with their hashes, by location key.
     creds: BTreeMap<String, Vec<(ImageAuth, String)>>,
     /// The pull secret every credential here came from; None for the node's.
@@ -327,12 +332,16 @@ pub struct Keyring {
     /// The service account whose token got every credential here from a credential
     /// provider plugin ([`plugins`]); None otherwise.
     pub service_account: Option<crate::images::pull_records::format::ImagePullServiceAccount>,
+    /// Keys refused for a host over the bounds ([`MAX_KEY_HOST_LABEL`], [`MAX_KEY_HOST`]);
+    /// their credentials are not here.
+    pub refused: usize,
 }
 
 impl Keyring {
-    /// Adds every entry of a docker config; a location that is not a URL is skipped.
+    /// Adds every entry of a docker config; a location that is not a URL is skipped, one
+    /// whose host is over the bounds is refused (counted in `refused`).
     pub fn add(&mut self, config: DockerConfig) {
-        let mut keys: BTreeSet<String> = self.index.iter().cloned().collect();
+        let mut keys: BTreeSet<String> = self.index.iter().map(|(k, _)| k.clone()).collect();
         for ConfigEntry {
             location,
             auth,
@@ -343,6 +352,15 @@ impl Keyring {
                 tracing::warn!(%location, "docker config entry is not a registry location; ignored");
                 continue;
             };
+            if !host_within_bounds(&loc) {
+                // The key may be anything a tenant wrote: its length says enough.
+                tracing::warn!(
+                    key_bytes = location.len(),
+                    "docker config key refused: a host label over {MAX_KEY_HOST_LABEL} bytes or a host over {MAX_KEY_HOST}"
+                );
+                self.refused += 1;
+                continue;
+            }
             let mut path = loc.path.as_str();
             if path.starts_with("/v2/") || path.starts_with("/v1/") {
                 path = &path[3..];
@@ -363,7 +381,14 @@ impl Keyring {
                 .push((auth, hash));
             keys.insert(key);
         }
-        self.index = keys.into_iter().rev().collect();
+        self.index = keys
+            .into_iter()
+            .rev()
+            .map(|k| {
+                let c = CompiledKey::new(&k);
+                (k, c)
+            })
+            .collect();
     }
 
     /// The credentials for `image` (a normalised repository, see [`repository`]), most
@@ -384,8 +409,18 @@ impl Keyring {
             service_account: self.service_account.clone(),
         };
         let mut out = Vec::new();
-        for key in &self.index {
-            if urls_match(key, image) {
+        if image.len() > MAX_REPOSITORY {
+            tracing::warn!(
+                repository_bytes = image.len(),
+                "image repository over {MAX_REPOSITORY} characters: no credentials match it"
+            );
+            return out;
+        }
+        let Some(target) = parse_location(image) else {
+            return out;
+        };
+        for (key, compiled) in &self.index {
+            if compiled.as_ref().is_some_and(|c| c.matches(&target)) {
                 out.extend(self.creds[key].iter().map(track));
             }
         }
@@ -401,6 +436,11 @@ impl Keyring {
     pub fn is_empty(&self) -> bool {
         self.creds.is_empty()
     }
+
+    /// How many credential locations it holds.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
 }
 
 /// The credentials to try for `image`, in upstream's order: each pull secret's keyring in
@@ -413,12 +453,26 @@ pub fn lookup_all(keyrings: &[Keyring], image: &str) -> Vec<ImageAuth> {
 }
 
 /// [`lookup_all`] with each credential's hash and source.
+/// An image whose repository is over [`MAX_REPOSITORY`] gets none. CPU-bound (every key is
+/// matched): from async code use [`lookup_all_tracked_blocking`].
 pub fn lookup_all_tracked(keyrings: &[Keyring], image: &str) -> Vec<TrackedAuth> {
     let repo = repository(image);
     keyrings
         .iter()
         .flat_map(|k| k.lookup_tracked(&repo))
         .collect()
+}
+
+/// [`lookup_all_tracked`] on the blocking pool: a pod's pull secrets may hold up to the
+/// apiserver's object size in keys, and the async workers serve :10250, the Lease and PLEG.
+pub async fn lookup_all_tracked_blocking(keyrings: Vec<Keyring>, image: &str) -> Vec<TrackedAuth> {
+    let image = image.to_string();
+    tokio::task::spawn_blocking(move || lookup_all_tracked(&keyrings, &image))
+        .await
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "credential lookup failed");
+            Vec::new()
+        })
 }
 
 /// Where the node's docker config is looked for, as upstream's DefaultDockerConfigJSONPaths

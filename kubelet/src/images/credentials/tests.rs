@@ -275,3 +275,43 @@ fn cve_2020_8564_a_malformed_docker_config_never_shows_its_contents() {
         }
     }
 }
+
+// Issue 37.1: a key whose host is over DNS's bounds (a label over 63 bytes, a host over
+// 253) is refused and counted; the secret's other keys still serve.
+#[test]
+fn keys_with_an_over_long_host_are_refused_and_the_rest_kept() {
+    let label63 = "a".repeat(63);
+    let long_host = vec!["b".repeat(50); 6].join("."); // 305 bytes
+    let locations = [
+        format!("{}x.io", "*".repeat(2000)),
+        format!("{}.io", "c".repeat(64)),
+        long_host,
+        format!("{label63}.io"),
+        "ok.io".to_string(),
+    ];
+    let mut auths = serde_json::Map::new();
+    for l in &locations {
+        auths.insert(
+            l.clone(),
+            serde_json::json!({"username": "u", "password": l}),
+        );
+    }
+    let body = serde_json::json!({ "auths": auths }).to_string();
+    let data = BTreeMap::from([(DOCKER_CONFIG_JSON_KEY.to_string(), body.into_bytes())]);
+    let k = secret_keyring(&data).unwrap().unwrap();
+    assert_eq!(k.refused, 3);
+    assert_eq!(k.len(), 2);
+    assert_eq!(k.lookup("ok.io/app")[0].password, "ok.io");
+    assert_eq!(k.lookup(&format!("{label63}.io/app")).len(), 1);
+    assert!(k.lookup("docker.io/library/busybox").is_empty());
+}
+
+// An image whose repository is over 255 characters (upstream refuses the name before it
+// looks for credentials) matches no key, so its length never multiplies a match's cost.
+#[test]
+fn an_over_long_repository_matches_no_key() {
+    let k = keyring("*.io");
+    let long = format!("{}.io/app", "a".repeat(300));
+    assert!(lookup_all(std::slice::from_ref(&k), &long).is_empty());
+    assert_eq!(lookup_all(&[k], "short.io/app").len(), 1);
+}
