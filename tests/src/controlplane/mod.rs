@@ -24,10 +24,13 @@
 //! TokenRequest with ES256-signed bound tokens that also authenticate requests
 //! ([`TestControlPlane::verify_service_account_token`],
 //! [`TestControlPlane::token_requests`]), and `node.k8s.io/v1` RuntimeClasses.
-//! What it is not: any other admission plugin, RBAC beyond "bootstrap tokens may
-//! only touch CSRs", a scheduler, protobuf, or server-side apply field ownership
+//! Every request is authorized as a kubeadm cluster's apiserver does it: the Node
+//! authorizer, RBAC over upstream's bootstrap roles and kubeadm's bindings, and the
+//! NodeRestriction admission plugin ([`authz`]); the harness's own calls act as
+//! `system:masters`. What it is not: any other admission plugin, a scheduler, protobuf, or server-side apply field ownership
 //! (apply patches are applied as strategic merges).
 
+pub mod authz;
 pub mod in_netns;
 mod jwt;
 pub mod node_proxy;
@@ -224,7 +227,11 @@ impl TestControlPlane {
                     t.clone(),
                     UserInfo::new(
                         &format!("system:bootstrap:{id}"),
-                        &["system:bootstrappers", "system:authenticated"],
+                        &[
+                            "system:bootstrappers",
+                            authz::rbac::KUBEADM_BOOTSTRAP_GROUP,
+                            "system:authenticated",
+                        ],
                     ),
                 )
             })
