@@ -43,6 +43,8 @@ pub struct Shared {
     pub git_version: String,
     /// SubjectAccessReview grants.
     pub grants: super::reviews::Grants,
+    /// RBAC bindings added at run time (beyond the bootstrap and kubeadm tables).
+    pub rbac: Mutex<Vec<super::authz::rbac::RuntimeBinding>>,
 }
 
 impl Shared {
@@ -158,7 +160,12 @@ fn authorize(
     res: &ResourceDef,
     a: &Attrs<'_>,
 ) -> Result<(), ApiError> {
-    let decision = super::authz::authorize(&*shared.store(), user, a);
+    let runtime = shared
+        .rbac
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let decision = super::authz::authorize(&*shared.store(), user, a, &runtime);
     match decision {
         Decision::Allow => Ok(()),
         Decision::NoOpinion(why) => {

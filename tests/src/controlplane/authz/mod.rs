@@ -36,12 +36,9 @@ pub struct Attrs<'a> {
 }
 
 impl Attrs<'_> {
-    /// The value an exact field-selector term requires.
-    pub fn field(&self, key: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+    /// Whether any exact field-selector term is `key=value` (upstream loops over every term).
+    pub fn has_field(&self, key: &str, value: &str) -> bool {
+        self.fields.iter().any(|(k, v)| k == key && v == value)
     }
 }
 
@@ -52,10 +49,16 @@ pub enum Decision {
     NoOpinion(String),
 }
 
-/// Node, then RBAC: `Allow`, or `NoOpinion` with the Node authorizer's reason (if it had one).
-pub fn authorize(objs: &dyn Objects, user: &UserInfo, a: &Attrs<'_>) -> Decision {
+/// Node, then RBAC (the tables and `runtime` bindings): `Allow`, or `NoOpinion` with the
+/// Node authorizer's reason (if it had one).
+pub fn authorize(
+    objs: &dyn Objects,
+    user: &UserInfo,
+    a: &Attrs<'_>,
+    runtime: &[rbac::RuntimeBinding],
+) -> Decision {
     let node = node::authorize(objs, user, a);
-    if node == Some(Decision::Allow) || rbac::allows(user, a) {
+    if node == Some(Decision::Allow) || rbac::allows(user, a, runtime) {
         return Decision::Allow;
     }
     match node {

@@ -348,7 +348,7 @@ fn node_object(node: &str, a: &Attrs<'_>) -> Decision {
 fn pod_object(objs: &dyn Objects, node: &str, a: &Attrs<'_>) -> Decision {
     match (a.sub, a.verb) {
         ("", "get") => get_only(objs, node, Kind::Pod, a),
-        ("", "list" | "watch") if a.field("spec.nodeName") == Some(node) => Decision::Allow,
+        ("", "list" | "watch") if a.has_field("spec.nodeName", node) => Decision::Allow,
         ("", "list" | "watch") if !a.name.is_empty() => path_to(objs, node, Kind::Pod, a),
         ("", "list" | "watch") => {
             deny("can only list/watch pods with spec.nodeName field selector")
@@ -367,7 +367,7 @@ fn resource_slice(objs: &dyn Objects, node: &str, a: &Attrs<'_>) -> Decision {
     match a.verb {
         "create" => Decision::Allow,
         "get" | "update" | "patch" | "delete" => path_to(objs, node, Kind::ResourceSlice, a),
-        "list" | "watch" | "deletecollection" if a.field("spec.nodeName") == Some(node) => {
+        "list" | "watch" | "deletecollection" if a.has_field("spec.nodeName", node) => {
             Decision::Allow
         }
         "list" | "watch" | "deletecollection" => {
@@ -379,7 +379,12 @@ fn resource_slice(objs: &dyn Objects, node: &str, a: &Attrs<'_>) -> Decision {
     }
 }
 
-fn token(objs: &dyn Objects, node: &str, a: &Attrs<'_>) -> Decision {
+/// Service accounts: `get` of one its pods run as (credential providers' service-account
+/// token mode), else a token for one.
+fn service_account(objs: &dyn Objects, node: &str, a: &Attrs<'_>) -> Decision {
+    if a.verb == "get" && a.sub.is_empty() {
+        return read_namespaced(objs, node, Kind::ServiceAccount, a);
+    }
     if a.verb != "create" || a.name.is_empty() {
         return deny("can only create tokens for individual service accounts");
     }
@@ -409,7 +414,7 @@ pub fn authorize(objs: &dyn Objects, user: &UserInfo, a: &Attrs<'_>) -> Option<D
         ("", "persistentvolumes") => get_only(objs, node, Kind::Pv, a),
         ("resource.k8s.io", "resourceclaims") => get_only(objs, node, Kind::ResourceClaim, a),
         ("storage.k8s.io", "volumeattachments") => get_only(objs, node, Kind::VolumeAttachment, a),
-        ("", "serviceaccounts") => token(objs, node, a),
+        ("", "serviceaccounts") => service_account(objs, node, a),
         ("coordination.k8s.io", "leases") => {
             if a.namespace != "kube-node-lease"
                 && matches!(a.verb, "get" | "create" | "update" | "patch" | "delete")

@@ -85,7 +85,7 @@ fn req<'a>(
 }
 
 fn allowed(o: &Objs, u: &UserInfo, a: &Attrs<'_>) -> bool {
-    authorize(o, u, a) == Decision::Allow
+    authorize(o, u, a, &[]) == Decision::Allow
 }
 
 /// A node reads what its own pods use and nothing of another node's pods.
@@ -106,7 +106,7 @@ fn node_reads_only_what_its_pods_reference() {
             "{res} {name}"
         );
     }
-    let d = authorize(&o, &n1, &req("get", "", "secrets", "default", "s2"));
+    let d = authorize(&o, &n1, &req("get", "", "secrets", "default", "s2"), &[]);
     assert_eq!(
         d,
         Decision::NoOpinion("no relationship found between node 'n1' and this object".into())
@@ -333,4 +333,36 @@ fn restricted_labels() {
     ] {
         assert_eq!(forbidden_label(l), bad, "{l}");
     }
+}
+
+/// An admin's run-time binding adds to what the tables grant (here what the node network
+/// controller needs: every Node, for the whole `system:nodes` group).
+#[test]
+fn runtime_bindings_add_rights() {
+    let o = cluster();
+    let list = req("list", "", "nodes", "", "");
+    assert!(!allowed(&o, &node("n1"), &list));
+    let b = rbac::RuntimeBinding {
+        subject: "system:nodes".into(),
+        group: true,
+        verbs: vec!["list".into(), "watch".into()],
+        api_group: String::new(),
+        resources: vec!["nodes".into()],
+    };
+    assert_eq!(
+        authorize(&o, &node("n1"), &list, &[b.clone()]),
+        Decision::Allow
+    );
+    assert!(!allowed(
+        &o,
+        &kube_proxy_sa(),
+        &req("list", "", "secrets", "", "")
+    ));
+    let e = authorize(
+        &o,
+        &kube_proxy_sa(),
+        &req("list", "", "secrets", "", ""),
+        &[b],
+    );
+    assert_ne!(e, Decision::Allow);
 }
