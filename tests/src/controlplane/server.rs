@@ -21,7 +21,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
-use super::authz::{Attrs, Decision};
+use super::authz::{Attrs, attrs};
 use super::pki::{Authority, identity_of};
 use super::resources::{self, RESOURCES, ResourceDef};
 use super::selectors::{FieldSelector, LabelSelector};
@@ -152,8 +152,7 @@ fn authenticate(
     }
 }
 
-/// Node, then RBAC ([`super::authz`]): `Ok` or the 403 upstream sends, with the Node
-/// authorizer's reason appended.
+/// Node, then RBAC ([`super::authz`]): `Ok` or the 403 upstream sends.
 fn authorize(
     shared: &Shared,
     user: &UserInfo,
@@ -165,36 +164,7 @@ fn authorize(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    let decision = super::authz::authorize(&*shared.store(), user, a, &runtime);
-    match decision {
-        Decision::Allow => Ok(()),
-        Decision::NoOpinion(why) => {
-            let mut e = ApiError::forbidden(res, a.sub, a.name, &user.name, a.verb, a.namespace);
-            if !why.is_empty() {
-                e.message.push_str(": ");
-                e.message.push_str(&why);
-            }
-            Err(e)
-        }
-    }
-}
-
-fn attrs<'a>(
-    res: &'a ResourceDef,
-    verb: &'a str,
-    sub: &'a str,
-    ns: &'a str,
-    name: &'a str,
-) -> Attrs<'a> {
-    Attrs {
-        verb,
-        group: res.group,
-        resource: res.plural,
-        sub,
-        namespace: ns,
-        name,
-        fields: &[],
-    }
+    super::authz::check(&*shared.store(), user, res, a, &runtime)
 }
 
 /// A parsed resource URL.

@@ -10,7 +10,8 @@ pub mod restriction;
 
 use serde_json::Value;
 
-use crate::controlplane::UserInfo;
+use crate::controlplane::status::ApiError;
+use crate::controlplane::{ResourceDef, UserInfo};
 
 /// The stored objects the Node authorizer walks.
 pub trait Objects {
@@ -64,6 +65,47 @@ pub fn authorize(
     match node {
         Some(Decision::NoOpinion(why)) => Decision::NoOpinion(why),
         _ => Decision::NoOpinion(String::new()),
+    }
+}
+
+/// [`authorize`] as the apiserver answers it: `Ok`, or the RBAC-worded 403 with the Node
+/// authorizer's reason appended (upstream's `...: no relationship found between node ...`).
+pub fn check(
+    objs: &dyn Objects,
+    user: &UserInfo,
+    res: &ResourceDef,
+    a: &Attrs<'_>,
+    runtime: &[rbac::RuntimeBinding],
+) -> Result<(), ApiError> {
+    match authorize(objs, user, a, runtime) {
+        Decision::Allow => Ok(()),
+        Decision::NoOpinion(why) => {
+            let mut e = ApiError::forbidden(res, a.sub, a.name, &user.name, a.verb, a.namespace);
+            if !why.is_empty() {
+                e.message.push_str(": ");
+                e.message.push_str(&why);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The attributes of a request without a field selector.
+pub fn attrs<'a>(
+    res: &'a ResourceDef,
+    verb: &'a str,
+    sub: &'a str,
+    ns: &'a str,
+    name: &'a str,
+) -> Attrs<'a> {
+    Attrs {
+        verb,
+        group: res.group,
+        resource: res.plural,
+        sub,
+        namespace: ns,
+        name,
+        fields: &[],
     }
 }
 
