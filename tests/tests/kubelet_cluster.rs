@@ -903,12 +903,9 @@ fn hosted_proxy_role_on_node_credentials_says_what_it_needs() {
         },
     );
     assert!(line.contains("WARN"), "{line}");
-    for part in [
-        &format!("system:node:{NODE}"),
-        "EndpointSlices",
-        "system:node-proxier",
-    ] {
-        assert!(line.contains(part.as_str()), "{part}: {line}");
+    let user = format!("system:node:{NODE}");
+    for part in [user.as_str(), "EndpointSlices", "system:node-proxier"] {
+        assert!(line.contains(part), "{part}: {line}");
     }
     // What that identity meets: the EndpointSlices are forbidden to it.
     let refused = wait_for(
