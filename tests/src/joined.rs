@@ -110,10 +110,16 @@ cgroupRoot: {cgroot}
             ),
         )
         .unwrap();
-        // The kube-proxy role hosted in the agent (our --proxy-config), on the shared client.
+        // The kube-proxy role hosted in the agent (our --proxy-config) with kube-proxy's
+        // credentials on a kubeadm cluster (the kube-system/kube-proxy ServiceAccount).
+        cp.kube_proxy_kubeconfig(n.p("var/lib/kube-proxy/kubeconfig.conf"))
+            .unwrap();
         std::fs::write(
             n.p("var/lib/kube-proxy/config.conf"),
-            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: iptables\nclusterCIDR: 10.88.0.0/16\nhealthzBindAddress: 127.0.0.1:10256\nmetricsBindAddress: 127.0.0.1:10249\n",
+            format!(
+                "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: iptables\nclusterCIDR: 10.88.0.0/16\nhealthzBindAddress: 127.0.0.1:10256\nmetricsBindAddress: 127.0.0.1:10249\nclientConnection:\n  kubeconfig: {}\n",
+                n.p("var/lib/kube-proxy/kubeconfig.conf").display()
+            ),
         )
         .unwrap();
         std::fs::write(

@@ -1302,11 +1302,20 @@ async fn service_account_tokens_authenticate_as_the_account() {
     std::fs::write(&path, cp.token_kubeconfig_yaml(token, "sa")).unwrap();
     let sa_client = client(&path).await;
     let sa_pods: Api<Pod> = Api::namespaced(sa_client.clone(), "default");
-    sa_pods.list(&ListParams::default()).await.unwrap();
+    // Authenticated as the account, which RBAC gives no pods (as on a kubeadm cluster).
+    let err = sa_pods.list(&ListParams::default()).await.unwrap_err();
+    assert_eq!(
+        api_status(&err),
+        (
+            403,
+            "Forbidden".to_string(),
+            "pods is forbidden: User \"system:serviceaccount:default:default\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\"".to_string()
+        )
+    );
     let last = cp.requests().pop().unwrap();
     assert_eq!(
         (last.user.as_str(), last.code),
-        ("system:serviceaccount:default:default", 200)
+        ("system:serviceaccount:default:default", 403)
     );
     // The bound pod is gone: the token no longer authenticates.
     cp.remove("pods", "default", "p1").unwrap();

@@ -859,3 +859,65 @@ fn config_drop_ins_and_an_external_cloud_shape_the_registered_node() {
         "{log}"
     );
 }
+
+/// The hosted proxy role without a kubeconfig of its own runs with the kubelet's credentials:
+/// it says so at start, naming the node identity and `system:node-proxier`, and the control
+/// plane (Node authorizer + RBAC, as on a kubeadm cluster) refuses that identity the
+/// EndpointSlices. With kubeadm's kube-proxy ServiceAccount kubeconfig (what `JoinedNode`
+/// writes, `kubeadm_join_simulation`) the same role programs its Service.
+#[test]
+fn hosted_proxy_role_on_node_credentials_says_what_it_needs() {
+    require_rig!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let rig = Rig::up("e2e-proxy-node");
+    let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
+    assert!(out.status.success());
+    let cp = NetnsControlPlane::start(&rig, Options::default());
+    let node = JoinedNode::write(&cp, &rig);
+    // The proxy configuration without clientConnection.kubeconfig.
+    std::fs::write(
+        node.p("var/lib/kube-proxy/config.conf"),
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: iptables\nclusterCIDR: 10.88.0.0/16\nhealthzBindAddress: 127.0.0.1:10256\nmetricsBindAddress: 127.0.0.1:10249\n",
+    )
+    .unwrap();
+    let mut kubelet = Kubelet::builder(&rig)
+        .args(node.command_line())
+        .log(node.p("kubelet.log"))
+        .start();
+    wait_for("healthz 200", Duration::from_secs(60), || {
+        if let Some(st) = kubelet.exited() {
+            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+        }
+        let (body, code) = kubelet.curl_code("http://127.0.0.1:10248/healthz");
+        (code == "200" && body == "ok").then_some(())
+    });
+    let line = wait_for(
+        "the proxy role to say which identity it uses",
+        Duration::from_secs(30),
+        || {
+            kubelet
+                .log_text()
+                .lines()
+                .find(|l| l.contains("kube-proxy role: no clientConnection.kubeconfig"))
+                .map(str::to_string)
+        },
+    );
+    assert!(line.contains("WARN"), "{line}");
+    let user = format!("system:node:{NODE}");
+    for part in [user.as_str(), "EndpointSlices", "system:node-proxier"] {
+        assert!(line.contains(part), "{part}: {line}");
+    }
+    // What that identity meets: the EndpointSlices are forbidden to it.
+    let refused = wait_for(
+        "the node's EndpointSlice list to be refused",
+        Duration::from_secs(30),
+        || {
+            cp.requests().into_iter().find(|r| {
+                r.path.contains("/endpointslices") && r.user == format!("system:node:{NODE}")
+            })
+        },
+    );
+    assert_eq!(refused.code, 403, "{refused:?}");
+    assert!(kubelet.exited().is_none(), "the agent survived");
+    kubelet.stop();
+}

@@ -106,6 +106,9 @@ fn hostile_node_claims_are_refused_with_an_event_and_get_no_route() {
         std::fs::create_dir_all(root.path().join(d)).unwrap();
     }
     let cp = NetnsControlPlane::start(&rig, Options::default());
+    // The node network controller watches every Node; the Node authorizer lets a node read only
+    // its own, so the admin grants nodes list/watch on Nodes (as a CNI's ClusterRole does).
+    cp.bind_cluster_role("system:nodes", true, &["list", "watch"], "", &["nodes"]);
     let p = |rel: &str| root.path().join(rel);
     cp.bootstrap_kubeconfig(p("bootstrap-kubelet.conf"))
         .unwrap();

@@ -256,7 +256,8 @@ fn kube_proxy_follows_the_apiserver() {
     let cp = NetnsControlPlane::start_in(&format!("/run/netns/{}", topo.node), Options::default());
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kube-proxy.conf");
-    cp.admin_kubeconfig(&kubeconfig).unwrap();
+    // kube-proxy's identity on a kubeadm cluster: the kube-system/kube-proxy ServiceAccount.
+    cp.kube_proxy_kubeconfig(&kubeconfig).unwrap();
     cp.create(
         "nodes",
         json!({"metadata": {"name": NODE_NAME, "labels": {"topology.kubernetes.io/zone": "z1"}},

@@ -176,11 +176,16 @@ nodeAgentNetwork:
         data = p("cni-data").display(),
     );
     std::fs::write(p("config.yaml"), config).unwrap();
+    // The proxy role as kube-proxy: kubeadm's kube-system/kube-proxy ServiceAccount.
+    cp.kube_proxy_kubeconfig(p("kube-proxy.kubeconfig"))
+        .unwrap();
     std::fs::write(
         p("proxy.conf"),
         format!(
             "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: iptables\n\
-             clusterCIDR: {CLUSTER_CIDR}\nhealthzBindAddress: 127.0.0.1:10256\nmetricsBindAddress: 127.0.0.1:10249\n"
+             clusterCIDR: {CLUSTER_CIDR}\nhealthzBindAddress: 127.0.0.1:10256\nmetricsBindAddress: 127.0.0.1:10249\n\
+             clientConnection:\n  kubeconfig: {}\n",
+            p("kube-proxy.kubeconfig").display()
         ),
     )
     .unwrap();
@@ -272,6 +277,9 @@ fn two_nodes_route_pods_services_and_node_ports() {
         client.attach(n);
     }
     let cp = NetnsControlPlane::start(&rigs[0], Options::default());
+    // The node network controller watches every Node; the Node authorizer lets a node read only
+    // its own, so the admin grants nodes list/watch on Nodes (as a CNI's ClusterRole does).
+    cp.bind_cluster_role("system:nodes", true, &["list", "watch"], "", &["nodes"]);
     relay_control_plane(&cp, rigs[1].netns_path());
     let mut kubelets: Vec<Kubelet> = (0..2)
         .map(|i| {

@@ -24,10 +24,14 @@
 //! TokenRequest with ES256-signed bound tokens that also authenticate requests
 //! ([`TestControlPlane::verify_service_account_token`],
 //! [`TestControlPlane::token_requests`]), and `node.k8s.io/v1` RuntimeClasses.
-//! What it is not: any other admission plugin, RBAC beyond "bootstrap tokens may
-//! only touch CSRs", a scheduler, protobuf, or server-side apply field ownership
+//! Every request is authorized as a kubeadm cluster's apiserver does it: the Node
+//! authorizer, RBAC over upstream's bootstrap roles and kubeadm's bindings, and the
+//! NodeRestriction admission plugin ([`authz`]); the harness's own calls act as
+//! `system:masters`. What it is not: any other admission plugin, a scheduler, protobuf, or server-side apply field ownership
 //! (apply patches are applied as strategic merges).
 
+pub mod authz;
+mod credentials;
 pub mod in_netns;
 mod jwt;
 pub mod node_proxy;
@@ -47,8 +51,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -224,7 +226,11 @@ impl TestControlPlane {
                     t.clone(),
                     UserInfo::new(
                         &format!("system:bootstrap:{id}"),
-                        &["system:bootstrappers", "system:authenticated"],
+                        &[
+                            "system:bootstrappers",
+                            authz::rbac::KUBEADM_BOOTSTRAP_GROUP,
+                            "system:authenticated",
+                        ],
                     ),
                 )
             })
@@ -237,6 +243,7 @@ impl TestControlPlane {
             default_watch_timeout: opts.default_watch_timeout,
             git_version: opts.git_version.clone(),
             grants: Default::default(),
+            rbac: Default::default(),
         });
         let listener = server::bind(SocketAddr::from(([127, 0, 0, 1], opts.port))).await?;
         let addr = listener.local_addr()?;
@@ -292,115 +299,6 @@ impl TestControlPlane {
         self.shared
             .ca
             .client_cert_between(cn, groups, not_before, not_after)
-    }
-
-    fn kubeconfig(&self, cluster: &str, user: &str, auth: &str) -> String {
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority-data: {ca}\n    server: {server}\n  name: {cluster}\ncontexts:\n- context:\n    cluster: {cluster}\n    user: {user}\n  name: {user}@{cluster}\ncurrent-context: {user}@{cluster}\npreferences: {{}}\nusers:\n- name: {user}\n  user:\n{auth}",
-            ca = B64.encode(self.ca_pem()),
-            server = self.url(),
-        )
-    }
-
-    /// Kubeconfig text with an embedded client certificate.
-    pub fn cert_kubeconfig_yaml(&self, cert: &IssuedCert, user: &str) -> String {
-        let auth = format!(
-            "    client-certificate-data: {}\n    client-key-data: {}\n",
-            B64.encode(&cert.cert_pem),
-            B64.encode(&cert.key_pem)
-        );
-        self.kubeconfig("kubernetes", user, &auth)
-    }
-
-    /// Kubeconfig text with a bearer token.
-    pub fn token_kubeconfig_yaml(&self, token: &str, user: &str) -> String {
-        self.kubeconfig(
-            "kubernetes",
-            user,
-            &format!("    token: {}\n", yaml_quote(token)),
-        )
-    }
-
-    /// An admin kubeconfig (client cert CN=admin, O=system:masters) at `path`.
-    pub fn admin_kubeconfig(&self, path: impl AsRef<Path>) -> Result<()> {
-        let cert = self.issue_client_cert(
-            "admin",
-            &["system:masters"],
-            Duration::from_secs(365 * 24 * 3600),
-        )?;
-        write_file(
-            path.as_ref(),
-            &self.cert_kubeconfig_yaml(&cert, "kubernetes-admin"),
-        )
-    }
-
-    /// kubeadm's `bootstrap-kubelet.conf`: user `tls-bootstrap-token-user`, token
-    /// `abcdef.0123456789abcdef` (the first configured bootstrap token).
-    pub fn bootstrap_kubeconfig(&self, path: impl AsRef<Path>) -> Result<()> {
-        let token = self
-            .shared
-            .tokens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .find(|(_, u)| u.in_group("system:bootstrappers"))
-            .map(|(t, _)| t.clone())
-            .unwrap_or_else(|| BOOTSTRAP_TOKEN.to_string());
-        write_file(
-            path.as_ref(),
-            &self.token_kubeconfig_yaml(&token, "tls-bootstrap-token-user"),
-        )
-    }
-
-    /// A kubelet kubeconfig as TLS bootstrap would leave it: CN=system:node:<node>, O=system:nodes.
-    pub fn node_kubeconfig(
-        &self,
-        path: impl AsRef<Path>,
-        node: &str,
-        lifetime: Duration,
-    ) -> Result<IssuedCert> {
-        let cert =
-            self.issue_client_cert(&format!("system:node:{node}"), &["system:nodes"], lifetime)?;
-        write_file(
-            path.as_ref(),
-            &self.cert_kubeconfig_yaml(&cert, "default-auth"),
-        )?;
-        Ok(cert)
-    }
-
-    /// Accept `token` as user `user` in `groups` (e.g. a kube-proxy service account token).
-    pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
-        let mut g: Vec<&str> = groups.to_vec();
-        g.push("system:authenticated");
-        self.shared
-            .tokens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(token.to_string(), UserInfo::new(user, &g));
-    }
-
-    /// SubjectAccessReview allows `subject` (a user or group) `verb` on `nodes/<subresource>`
-    /// (`*` for any verb or subresource); anything not granted is denied.
-    pub fn grant(&self, subject: &str, verb: &str, subresource: &str) {
-        self.shared.grants.add(reviews::Grant {
-            subject: subject.into(),
-            verb: verb.into(),
-            subresource: subresource.into(),
-        });
-    }
-
-    /// Drop every SubjectAccessReview grant.
-    pub fn clear_grants(&self) {
-        self.shared.grants.clear();
-    }
-
-    /// Stop accepting a token.
-    pub fn remove_token(&self, token: &str) {
-        self.shared
-            .tokens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(token);
     }
 
     // -- lifecycle -----------------------------------------------------------

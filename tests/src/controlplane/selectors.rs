@@ -2,7 +2,6 @@
 
 use serde_json::Value;
 
-use super::UserInfo;
 use super::resources::ResourceDef;
 use super::status::ApiError;
 
@@ -207,6 +206,15 @@ impl FieldSelector {
             .all(|(k, eq, v)| (field_value(obj, k) == *v) == *eq)
     }
 
+    /// Every exact (`=`/`==`) term as (field, value): what authorization looks at.
+    pub fn exact_terms(&self) -> Vec<(String, String)> {
+        self.0
+            .iter()
+            .filter(|(_, eq, _)| *eq)
+            .map(|(k, _, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     /// The value an exact `field=value` term requires, if any.
     pub fn exact(&self, field: &str) -> Option<&str> {
         self.0
@@ -214,35 +222,6 @@ impl FieldSelector {
             .find(|(k, eq, _)| k == field && *eq)
             .map(|(_, _, v)| v.as_str())
     }
-}
-
-/// Upstream's node authorizer (`AuthorizeNodeWithSelectors`, on since 1.32) for a kubelet
-/// (`system:node:<name>` in `system:nodes`): it may list, watch and deletecollection
-/// ResourceSlices only with a field selector that has the term `spec.nodeName=<its name>`
-/// (any of its terms, as upstream's loop).
-pub fn node_selector_denial(
-    user: &UserInfo,
-    res: &ResourceDef,
-    verb: &str,
-    namespace: &str,
-    fields: &FieldSelector,
-) -> Option<ApiError> {
-    let node = user.name.strip_prefix("system:node:")?;
-    if !user.in_group("system:nodes")
-        || res.plural != "resourceslices"
-        || !matches!(verb, "list" | "watch" | "deletecollection")
-        || fields
-            .0
-            .iter()
-            .any(|(k, eq, v)| k == "spec.nodeName" && *eq && v == node)
-    {
-        return None;
-    }
-    let mut e = ApiError::forbidden(res, "", "", &user.name, verb, namespace);
-    e.message.push_str(
-        ": can only list/watch/deletecollection resourceslices with nodeName field selector",
-    );
-    Some(e)
 }
 
 /// The string a field selector compares for `path` (missing → "").

@@ -21,6 +21,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
+use super::authz::{Attrs, attrs};
 use super::pki::{Authority, identity_of};
 use super::resources::{self, RESOURCES, ResourceDef};
 use super::selectors::{FieldSelector, LabelSelector};
@@ -42,6 +43,8 @@ pub struct Shared {
     pub git_version: String,
     /// SubjectAccessReview grants.
     pub grants: super::reviews::Grants,
+    /// RBAC bindings added at run time (beyond the bootstrap and kubeadm tables).
+    pub rbac: Mutex<Vec<super::authz::rbac::RuntimeBinding>>,
 }
 
 impl Shared {
@@ -149,15 +152,19 @@ fn authenticate(
     }
 }
 
-/// Permissive, except that bootstrap-token users get only what kubeadm's
-/// `system:node-bootstrapper` role grants: CSRs create/get/list/watch.
-fn authorize(user: &UserInfo, res: &ResourceDef, sub: &str, verb: &str) -> bool {
-    if user.in_group("system:masters") || !user.in_group("system:bootstrappers") {
-        return true;
-    }
-    res.plural == "certificatesigningrequests"
-        && sub.is_empty()
-        && matches!(verb, "create" | "get" | "list" | "watch")
+/// Node, then RBAC ([`super::authz`]): `Ok` or the 403 upstream sends.
+fn authorize(
+    shared: &Shared,
+    user: &UserInfo,
+    res: &ResourceDef,
+    a: &Attrs<'_>,
+) -> Result<(), ApiError> {
+    let runtime = shared
+        .rbac
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    super::authz::check(&*shared.store(), user, res, a, &runtime)
 }
 
 /// A parsed resource URL.
@@ -381,10 +388,8 @@ async fn node_proxy(
             req.method()
         )));
     };
-    if !authorize(user, res, "proxy", verb) {
-        return error(&ApiError::forbidden(
-            res, "proxy", node, &user.name, verb, "",
-        ));
+    if let Err(e) = authorize(shared, user, res, &attrs(res, verb, "proxy", "", node)) {
+        return error(&e);
     }
     let obj = match shared.store().get(res, "", node) {
         Ok(o) => o,
@@ -513,16 +518,6 @@ async fn dispatch(
         }
     };
     let ns = t.namespace.clone().unwrap_or_default();
-    if !authorize(user, res, &t.sub, verb) {
-        return error(&ApiError::forbidden(
-            res,
-            &t.sub,
-            t.name.as_deref().unwrap_or(""),
-            &user.name,
-            verb,
-            &ns,
-        ));
-    }
     let sub = match t.sub.as_str() {
         "" => Subresource::Main,
         "status" if res.status => Subresource::Status,
@@ -552,7 +547,17 @@ async fn dispatch(
         Ok(f) => f,
         Err(e) => return error(&e),
     };
-    if let Some(e) = super::selectors::node_selector_denial(user, res, verb, &ns, &fields) {
+    let terms = fields.exact_terms();
+    // For list and watch upstream takes the name from a `metadata.name` field selector.
+    let authz_name = match verb {
+        "list" | "watch" => fields.exact("metadata.name").unwrap_or(""),
+        _ => &name,
+    };
+    let a = Attrs {
+        fields: &terms,
+        ..attrs(res, verb, &t.sub, &ns, authz_name)
+    };
+    if let Err(e) = authorize(shared, user, res, &a) {
         return error(&e);
     }
     let ns_filter = t.namespace.as_deref().filter(|_| res.namespaced);
@@ -618,8 +623,11 @@ async fn dispatch(
         "delete" => match read_json(req).await {
             Ok(body) => {
                 let opts = delete_opts(&q, &body);
-                let r = shared.store().delete(res, &ns, &name, &opts);
-                r.map(|(obj, _gone)| (200, deleted_response(res, obj)))
+                let mut st = shared.store();
+                st.get(res, &ns, &name)
+                    .and_then(|old| super::authz::restriction::admit_delete(user, res, &old))
+                    .and_then(|()| st.delete(res, &ns, &name, &opts))
+                    .map(|(obj, _gone)| (200, deleted_response(res, obj)))
             }
             Err(e) => Err(e),
         },
@@ -675,10 +683,13 @@ async fn token_request(
             req.method()
         )));
     }
-    if !authorize(user, t.res, "token", "create") {
-        return error(&ApiError::forbidden(
-            t.res, "token", &name, &user.name, "create", &ns,
-        ));
+    if let Err(e) = authorize(
+        shared,
+        user,
+        t.res,
+        &attrs(t.res, "create", "token", &ns, &name),
+    ) {
+        return error(&e);
     }
     let result = match read_json(req).await {
         Ok(body) => shared.store().token_request(&ns, &name, &body, user),

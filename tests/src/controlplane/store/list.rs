@@ -6,9 +6,19 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 
 use super::{Store, meta_str};
+use crate::controlplane::authz::Objects;
 use crate::controlplane::resources::ResourceDef;
 use crate::controlplane::selectors::{FieldSelector, LabelSelector};
 use crate::controlplane::status::ApiError;
+
+impl Objects for Store {
+    fn all(&self, qualified: &str) -> Vec<&Value> {
+        self.objects
+            .get(qualified)
+            .map(|t| t.values().collect())
+            .unwrap_or_default()
+    }
+}
 
 impl Store {
     /// Matching objects, in (namespace, name) order.

@@ -124,6 +124,19 @@ pub enum Subresource {
     EphemeralContainers,
 }
 
+impl Subresource {
+    /// The subresource as it appears in the URL ("" for the object itself).
+    pub fn name(self) -> &'static str {
+        match self {
+            Subresource::Main => "",
+            Subresource::Status => "status",
+            Subresource::Approval => "approval",
+            Subresource::Resize => "resize",
+            Subresource::EphemeralContainers => "ephemeralcontainers",
+        }
+    }
+}
+
 /// The effective delete options (query + DeleteOptions body).
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOpts {

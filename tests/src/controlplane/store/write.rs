@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::csr::stamp_conditions;
 use super::watch::EventType;
 use super::{Store, Subresource, UserInfo, meta, meta_mut, meta_str, ns_of, timestamp};
+use crate::controlplane::authz::restriction;
 use crate::controlplane::patch;
 use crate::controlplane::random::{new_uid, random_suffix};
 use crate::controlplane::resources::ResourceDef;
@@ -121,6 +122,7 @@ impl Store {
         if res.group.is_empty() && res.plural == "pods" {
             self.admit_pod(&mut obj)?;
         }
+        restriction::admit(user, res, "", None, &obj)?;
         let out = self.commit(res, EventType::Added, obj, None);
         self.after_write(res, &ns, &name);
         Ok(out)
@@ -272,6 +274,7 @@ impl Store {
                 .unwrap_or(0);
             meta_mut(&mut result).insert("generation".into(), json!(g + 1));
         }
+        restriction::admit(user, res, sub.name(), Some(&existing), &result)?;
         if result == existing {
             // No change, no write: same resourceVersion, no watch event.
             return Ok(existing);
