@@ -6,10 +6,12 @@
 use clap::Parser;
 use std::collections::BTreeMap;
 
+mod extra;
+pub use extra::{CadvisorFlags, ExtraFlags};
+
 /// Parses a boolean the way Go's `strconv.ParseBool` does (pflag uses it).
 pub fn parse_go_bool(s: &str) -> Result<bool, String> {
-    plumbing::go::parse_bool(s)
-        .ok_or_else(|| format!("strconv.ParseBool: parsing {s:?}: invalid syntax"))
+    plumbing::go::flag_bool(s)
 }
 
 /// Parses a 64-bit integer the way pflag's Int64 flags do: Go's `strconv.ParseInt(s, 0, 64)`
@@ -67,7 +69,33 @@ pub fn parse_go_duration_flag(s: &str) -> Result<std::time::Duration, String> {
     plumbing::duration::parse(s).map_err(|e| e.to_string())
 }
 
-/// Parses `k1=v1,k2=v2` (the form of `--node-labels`, `--feature-gates`).
+/// Checks a Go duration the way pflag's Duration flags do (`time.ParseDuration`, a sign
+/// allowed) and keeps the text; for flags whose value the agent only reports.
+pub fn go_duration_text(s: &str) -> Result<String, String> {
+    let body = s.strip_prefix(['-', '+']).unwrap_or(s);
+    match plumbing::duration::parse_go_duration(body) {
+        Some(_) if !body.starts_with(['-', '+']) => Ok(s.to_string()),
+        _ => Err(format!("time: invalid duration {s:?}")),
+    }
+}
+
+/// Checks a resource quantity the way pflag's quantity flags do and keeps the text.
+pub fn quantity_text(s: &str) -> Result<String, String> {
+    plumbing::quantity::parse_value(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// Parses `--feature-gates` as upstream's `MapStringBool`: `Name=bool,...`, each value read
+/// with Go's `strconv.ParseBool`; values come back as `true`/`false`.
+pub fn parse_feature_gates(s: &str) -> Result<BTreeMap<String, String>, String> {
+    Ok(plumbing::go::parse_map_string_bool(s)?
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect())
+}
+
+/// Parses `k1=v1,k2=v2` (the form of `--node-labels`).
 pub fn parse_map(s: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
@@ -100,7 +128,8 @@ pub fn parse_langle_map(s: &str) -> Result<BTreeMap<String, String>, String> {
     name = "kubelet",
     about = "The node agent: runs the pods bound to this node on a CRI runtime.",
     long_about = None,
-    disable_version_flag = true
+    disable_version_flag = true,
+    args_override_self = true
 )]
 pub struct Flags {
     /// Print version information and quit (`--version=raw` prints the full build info).
@@ -245,7 +274,7 @@ pub struct Flags {
     pub kube_api_qps: Option<i32>,
     #[arg(long = "kube-api-burst")]
     pub kube_api_burst: Option<i32>,
-    #[arg(long = "feature-gates", value_parser = parse_map)]
+    #[arg(long = "feature-gates", value_parser = parse_feature_gates)]
     pub feature_gates: Option<BTreeMap<String, String>>,
     #[arg(long = "eviction-hard", value_parser = parse_langle_map)]
     pub eviction_hard: Option<BTreeMap<String, String>>,
@@ -347,6 +376,9 @@ pub struct Flags {
     /// CustomCPUCFSQuotaPeriod feature gate.
     #[arg(long = "cpu-cfs-quota-period", value_parser = parse_go_duration_flag)]
     pub cpu_cfs_quota_period: Option<std::time::Duration>,
+    /// The other upstream flags (`flags/extra.rs`).
+    #[command(flatten)]
+    pub extra: ExtraFlags,
 }
 
 #[cfg(test)]

@@ -45,14 +45,35 @@ async fn shutdown_signal(token: CancellationToken) {
 
 fn main() -> ExitCode {
     let cmd = Flags::command();
-    let matches = cmd.clone().get_matches();
-    let flags = match Flags::from_arg_matches(&matches) {
+    // A flag error exits 1, as upstream's (cobra) does; --help exits 0.
+    let parsed = cmd
+        .clone()
+        .try_get_matches()
+        .and_then(|m| Flags::from_arg_matches(&m).map(|f| (f, m)));
+    let (flags, matches) = match parsed {
         Ok(f) => f,
-        Err(e) => e.exit(),
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
     };
     if flags.version.is_some() && flags.version.as_deref() != Some("false") {
         println!("Kubernetes {}", plumbing::version::KUBERNETES_VERSION);
         return ExitCode::SUCCESS;
+    }
+    if let Some(path) = &flags.more.write_config_to {
+        // As upstream: write the default configuration and exit.
+        return match std::fs::write(path, config::DEFAULT_CONFIG) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("Error: failed to write {}: {e}", path.display());
+                ExitCode::FAILURE
+            }
+        };
     }
     let file_text = match &flags.config {
         Some(path) => match std::fs::read_to_string(path) {
@@ -85,6 +106,12 @@ fn main() -> ExitCode {
     init_logging(cfg.verbosity);
     for w in &findings.warnings {
         tracing::warn!("{w}");
+    }
+    if flags.more.init_only == Some(true) {
+        // The kernel settings upstream's --init-only applies are applied by this proxy when
+        // it starts; there is nothing to do beforehand.
+        tracing::info!("--init-only: nothing to initialize ahead of the start; exiting");
+        return ExitCode::SUCCESS;
     }
     if !cfg.cleanup {
         // As upstream: lowering the score needs CAP_SYS_RESOURCE; a failure is logged only.

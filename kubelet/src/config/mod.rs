@@ -3,6 +3,7 @@
 
 pub mod cloud;
 pub mod dropins;
+mod extra_flags;
 mod file;
 pub mod gc;
 pub mod limits;
@@ -378,9 +379,10 @@ fn register_taints(
 /// Merges flags over the file and applies upstream's defaults.
 pub fn merge(
     flags: &Flags,
-    file: KubeletConfiguration,
+    mut file: KubeletConfiguration,
     hostname: &str,
 ) -> Result<Config, ConfigError> {
+    extra_flags::apply(&flags.extra, &mut file)?;
     let node_name = flags
         .hostname_override
         .clone()

@@ -1,7 +1,9 @@
 //! The kubelet's flags and what each does here.
 
-use super::s;
+use super::{NO_CM, NO_QOS_RESERVED, s};
 use plumbing::settings::Setting;
+
+const NO_CADVISOR: &str = "this agent has no cAdvisor: stats come from the CRI and the cgroup files, read every 10 s (a cAdvisor flag upstream registers on Linux, deprecated there).";
 use plumbing::settings::Status::*;
 
 /// The kubelet's flags.
@@ -484,5 +486,274 @@ pub const FLAGS: &[Setting] = &[
         Implemented,
         &[],
         "Deprecated upstream (cpuCFSQuotaPeriod): the CFS period, 1ms to 1s; other than 100ms needs the CustomCPUCFSQuotaPeriod feature gate, as upstream. Wins over the file.",
+    ),
+    s(
+        "--enable-server",
+        Implemented,
+        &[],
+        "As enableServer (deprecated flag upstream): false, the :10250 server is not started. Wins over the file.",
+    ),
+    s(
+        "--enable-debugging-handlers",
+        Implemented,
+        &[],
+        "As enableDebuggingHandlers: false, the debug endpoints on :10250 answer 405. Wins over the file.",
+    ),
+    s(
+        "--make-iptables-util-chains",
+        Implemented,
+        &[],
+        "As makeIPTablesUtilChains: false, the kubelet keeps none of its iptables utility chains. Wins over the file.",
+    ),
+    s(
+        "--rotate-server-certificates",
+        Implemented,
+        &[],
+        "As serverTLSBootstrap: the :10250 certificate comes from a kubernetes.io/kubelet-serving CSR and is rotated. Wins over the file.",
+    ),
+    s(
+        "--volume-stats-agg-period",
+        Implemented,
+        &[],
+        "As volumeStatsAggPeriod (how often volumes are measured); 0s means the default 1m. A negative value (upstream: measurements off) is refused at start. Wins over the file.",
+    ),
+    s(
+        "--contention-profiling",
+        NotImplemented,
+        &["false"],
+        "no profiling handlers are served.",
+    ),
+    s(
+        "--fail-cgroupv1",
+        NotImplemented,
+        &["true"],
+        "cgroup v1 hosts are not refused by this setting.",
+    ),
+    s(
+        "--kernel-memcg-notification",
+        NotImplemented,
+        &["false"],
+        "memory pressure is seen by polling every 10 s, not by memcg threshold notifications.",
+    ),
+    s(
+        "--enable-controller-attach-detach",
+        NotImplemented,
+        &["true"],
+        "the kubelet never attaches volumes itself (see enableControllerAttachDetach).",
+    ),
+    s(
+        "--runonce",
+        NotImplemented,
+        &["false"],
+        "there is no run-once mode: the agent keeps running.",
+    ),
+    s(
+        "--experimental-allocatable-ignore-eviction",
+        NotImplemented,
+        &["false"],
+        "hard eviction thresholds are always subtracted from allocatable.",
+    ),
+    s(
+        "--experimental-mounter-path",
+        NotImplemented,
+        &[],
+        "mounts use the mount(2) syscall; no mounter binary is run.",
+    ),
+    s(
+        "--kube-api-content-type",
+        NotImplemented,
+        &["application/vnd.kubernetes.protobuf"],
+        "the client always speaks JSON.",
+    ),
+    s(
+        "--system-cgroups",
+        NotImplemented,
+        &[],
+        "system processes are not moved into a cgroup.",
+    ),
+    s(
+        "--manifest-url",
+        NotImplemented,
+        &[],
+        "static pods from a URL are not supported.",
+    ),
+    s(
+        "--manifest-url-header",
+        NotImplemented,
+        &[],
+        "static pods from a URL are not supported.",
+    ),
+    s(
+        "--http-check-frequency",
+        NotImplemented,
+        &["20s", "0s"],
+        "static pods from a URL are not supported.",
+    ),
+    s("--cpu-manager-policy", NotImplemented, &["none"], NO_CM),
+    s("--cpu-manager-policy-options", NotImplemented, &[], NO_CM),
+    s(
+        "--cpu-manager-reconcile-period",
+        NotImplemented,
+        &["10s", "0s"],
+        NO_CM,
+    ),
+    s("--memory-manager-policy", NotImplemented, &["None"], NO_CM),
+    s("--reserved-memory", NotImplemented, &[], NO_CM),
+    s(
+        "--topology-manager-policy",
+        NotImplemented,
+        &["none"],
+        NO_CM,
+    ),
+    s(
+        "--topology-manager-policy-options",
+        NotImplemented,
+        &[],
+        NO_CM,
+    ),
+    s(
+        "--topology-manager-scope",
+        NotImplemented,
+        &["container"],
+        NO_CM,
+    ),
+    s("--qos-reserved", NotImplemented, &[], NO_QOS_RESERVED),
+    s(
+        "--log-text-split-stream",
+        NotImplemented,
+        &["false"],
+        "all logs go to stderr.",
+    ),
+    s(
+        "--log-text-info-buffer-size",
+        NotImplemented,
+        &["0"],
+        "logs are written unbuffered.",
+    ),
+    s(
+        "--log-json-split-stream",
+        NotImplemented,
+        &["false"],
+        "logs are always text.",
+    ),
+    s(
+        "--log-json-info-buffer-size",
+        NotImplemented,
+        &["0"],
+        "logs are always text.",
+    ),
+    s(
+        "--housekeeping-interval",
+        NotImplemented,
+        &["10s"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--global-housekeeping-interval",
+        NotImplemented,
+        &["1m0s"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--application-metrics-count-limit",
+        NotImplemented,
+        &["100"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--boot-id-file",
+        NotImplemented,
+        &["/proc/sys/kernel/random/boot_id"],
+        "the Node's bootID is always read from /proc/sys/kernel/random/boot_id (deprecated cAdvisor flag upstream).",
+    ),
+    s(
+        "--machine-id-file",
+        NotImplemented,
+        &["/etc/machine-id,/var/lib/dbus/machine-id"],
+        "the Node's machineID is always read from /etc/machine-id or /var/lib/dbus/machine-id (deprecated cAdvisor flag upstream).",
+    ),
+    s(
+        "--container-hints",
+        NotImplemented,
+        &["/etc/cadvisor/container_hints.json"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--containerd",
+        NotImplemented,
+        &["/run/containerd/containerd.sock"],
+        "container stats come over the CRI endpoint (--container-runtime-endpoint), not from a containerd socket of cAdvisor's.",
+    ),
+    s(
+        "--containerd-namespace",
+        NotImplemented,
+        &["k8s.io"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--enable-load-reader",
+        NotImplemented,
+        &["false"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--event-storage-age-limit",
+        NotImplemented,
+        &["default=0"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--event-storage-event-limit",
+        NotImplemented,
+        &["default=0"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--log-cadvisor-usage",
+        NotImplemented,
+        &["false"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--storage-driver-user",
+        NotImplemented,
+        &["root"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--storage-driver-password",
+        NotImplemented,
+        &["root"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--storage-driver-host",
+        NotImplemented,
+        &["localhost:8086"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--storage-driver-db",
+        NotImplemented,
+        &["cadvisor"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--storage-driver-table",
+        NotImplemented,
+        &["stats"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--storage-driver-secure",
+        NotImplemented,
+        &["false"],
+        NO_CADVISOR,
+    ),
+    s(
+        "--storage-driver-buffer-duration",
+        NotImplemented,
+        &["1m0s"],
+        NO_CADVISOR,
     ),
 ];

@@ -17,6 +17,8 @@ mod fields;
 mod flags;
 #[cfg(test)]
 mod readme;
+#[cfg(test)]
+mod upstream;
 
 pub use fields::FIELDS;
 pub use flags::FLAGS;

@@ -71,6 +71,7 @@ fn invalid(field: &str, message: impl Into<String>) -> Error {
 #[command(
     name = "kube-proxy",
     disable_version_flag = true,
+    args_override_self = true,
     about = "The Kubernetes network proxy runs on each node (iptables, nftables or ipvs mode)."
 )]
 pub struct Flags {
@@ -81,7 +82,7 @@ pub struct Flags {
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub version: Option<String>,
     /// If true cleanup iptables rules and exit.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub cleanup: Option<bool>,
     /// Path to kubeconfig file with authorization information.
     #[arg(long)]
@@ -121,13 +122,13 @@ pub struct Flags {
     #[arg(long = "nodeport-addresses", value_delimiter = ',')]
     pub nodeport_addresses: Option<Vec<String>>,
     /// SNAT all traffic sent via Service cluster IPs.
-    #[arg(long = "masquerade-all", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long = "masquerade-all", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub masquerade_all: Option<bool>,
     /// Bit of the fwmark space that marks packets requiring SNAT, [0, 31].
     #[arg(long = "iptables-masquerade-bit")]
     pub iptables_masquerade_bit: Option<i32>,
     /// Allow NodePort services to be reached via localhost (IPv4 only).
-    #[arg(long = "iptables-localhost-nodeports", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long = "iptables-localhost-nodeports", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub iptables_localhost_nodeports: Option<bool>,
     /// How often a periodic resync runs (e.g. '5s', '1m', '2h22m').
     #[arg(long = "iptables-sync-period")]
@@ -157,7 +158,7 @@ pub struct Flags {
     #[arg(long = "conntrack-tcp-timeout-close-wait")]
     pub conntrack_tcp_timeout_close_wait: Option<String>,
     /// Sets nf_conntrack_tcp_be_liberal to 1 (only out-of-window RSTs are INVALID).
-    #[arg(long = "conntrack-tcp-be-liberal", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long = "conntrack-tcp-be-liberal", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub conntrack_tcp_be_liberal: Option<bool>,
     /// Idle timeout for UNREPLIED UDP flows (0: leave as is).
     #[arg(long = "conntrack-udp-timeout")]
@@ -178,7 +179,7 @@ pub struct Flags {
     #[arg(long = "ipvs-exclude-cidrs", value_delimiter = ',')]
     pub ipvs_exclude_cidrs: Option<Vec<String>>,
     /// Sets arp_ignore=1 and arp_announce=2. IPVS mode only.
-    #[arg(long = "ipvs-strict-arp", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long = "ipvs-strict-arp", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub ipvs_strict_arp: Option<bool>,
     /// IPVS timeout of idle TCP connections (0 leaves the kernel's).
     #[arg(long = "ipvs-tcp-timeout")]
@@ -193,7 +194,7 @@ pub struct Flags {
     #[arg(long = "v", short = 'v')]
     pub v: Option<u8>,
     /// Accepted; no effect (warned about at start when set).
-    #[arg(long = "feature-gates")]
+    #[arg(long = "feature-gates", value_parser = feature_gates)]
     pub feature_gates: Option<String>,
     /// The OOM score adjustment of the kube-proxy process, in the range [-1000, 1000].
     #[arg(long = "oom-score-adj", allow_hyphen_values = true)]
@@ -202,10 +203,10 @@ pub struct Flags {
     #[arg(long = "config-sync-period")]
     pub config_sync_period: Option<String>,
     /// Accepted; no effect (warned about at start when set to a non-default value).
-    #[arg(long = "profiling", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long = "profiling", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub profiling: Option<bool>,
     /// Accepted; no effect (warned about at start when set to a non-default value).
-    #[arg(long = "bind-address-hard-fail", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long = "bind-address-hard-fail", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub bind_address_hard_fail: Option<bool>,
     /// Accepted; no effect (warned about at start when set to a non-default value).
     #[arg(long = "logging-format")]
@@ -216,6 +217,18 @@ pub struct Flags {
     /// apiserver is configured (--kubeconfig, clientConnection.kubeconfig or --master).
     #[arg(long = "static-services-dir")]
     pub static_services_dir: Option<PathBuf>,
+    /// The other upstream flags (`more_flags.rs`).
+    #[command(flatten)]
+    pub more: MoreFlags,
+}
+
+fn go_bool(s: &str) -> Result<bool, String> {
+    plumbing::go::flag_bool(s)
+}
+
+/// `--feature-gates` checked as upstream's `MapStringBool` (values with `strconv.ParseBool`).
+fn feature_gates(s: &str) -> Result<String, String> {
+    plumbing::go::parse_map_string_bool(s).map(|_| s.to_string())
 }
 
 /// `clientConnection` (component-base ClientConnectionConfiguration).
@@ -430,6 +443,17 @@ fn duration(field: &str, v: Option<&str>, default: Duration) -> Result<Duration>
 }
 
 /// Upstream's AppendPortIfNeeded + IP:port validation. Empty means "use the default".
+/// A deprecated port flag: `None` when it is 0 (the server is off), else the port.
+fn deprecated_port(flag: &str, v: Option<i32>, default: u16) -> Result<Option<u16>> {
+    match v {
+        None => Ok(Some(default)),
+        Some(0) => Ok(None),
+        Some(p) => u16::try_from(p)
+            .map(Some)
+            .map_err(|_| invalid(flag, format!("{p} is not a valid port"))),
+    }
+}
+
 fn host_port(field: &str, v: &str, default_ip: IpAddr, default_port: u16) -> Result<SocketAddr> {
     let v = v.trim();
     if v.is_empty() {
@@ -543,20 +567,30 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
             IpAddr::V6(Ipv6Addr::LOCALHOST),
         )
     };
-    let healthz_bind_address = Some(host_port(
-        "healthzBindAddress",
-        &flag_or(
-            &flags.healthz_bind_address,
-            file.healthz_bind_address.clone(),
-        )
-        .unwrap_or_default(),
-        healthz_ip,
-        HEALTHZ_PORT,
-    )?);
+    // The deprecated --healthz-port / --metrics-port: 0 disables the server; another port
+    // applies where the address has none (upstream's addressFromDeprecatedFlags).
+    let healthz_port = deprecated_port("healthz-port", flags.more.healthz_port, HEALTHZ_PORT)?;
+    let healthz_bind_address = match healthz_port {
+        None => None,
+        Some(port) => Some(host_port(
+            "healthzBindAddress",
+            &flag_or(
+                &flags.healthz_bind_address,
+                file.healthz_bind_address.clone(),
+            )
+            .unwrap_or_default(),
+            healthz_ip,
+            port,
+        )?),
+    };
+    let metrics_port = deprecated_port("metrics-port", flags.more.metrics_port, METRICS_PORT)?;
     // An explicitly empty --metrics-bind-address disables the server (upstream's flag help).
-    let metrics_bind_address = match flags.metrics_bind_address.as_deref().map(str::trim) {
-        Some("") => None,
-        _ => Some(host_port(
+    let metrics_bind_address = match (
+        flags.metrics_bind_address.as_deref().map(str::trim),
+        metrics_port,
+    ) {
+        (Some(""), _) | (_, None) => None,
+        (_, Some(port)) => Some(host_port(
             "metricsBindAddress",
             &flag_or(
                 &flags.metrics_bind_address,
@@ -564,7 +598,7 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
             )
             .unwrap_or_default(),
             metrics_ip,
-            METRICS_PORT,
+            port,
         )?),
     };
 
@@ -782,7 +816,9 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
 }
 
 mod ipvs;
+mod more_flags;
 pub use ipvs::IpvsFile;
+pub use more_flags::{DEFAULT_CONFIG, MoreFlags};
 
 #[cfg(test)]
 mod tests;

@@ -371,3 +371,42 @@ fn oom_score_adj_defaults_to_minus_999_and_is_range_checked() {
         "invalid configuration: oomScoreAdj: -1001: must be within the range [-1000, 1000]"
     );
 }
+
+#[test]
+fn deprecated_port_flags_turn_servers_off_or_fill_in_the_port() {
+    let c = resolve(&flags(&["--healthz-port=0", "--metrics-port=0"]), None, "n").unwrap();
+    assert_eq!(c.healthz_bind_address, None);
+    assert_eq!(c.metrics_bind_address, None);
+    let c = resolve(
+        &flags(&[
+            "--healthz-port=12345",
+            "--healthz-bind-address=127.0.0.1",
+            "--metrics-port=23456",
+        ]),
+        None,
+        "n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.healthz_bind_address,
+        Some("127.0.0.1:12345".parse().unwrap())
+    );
+    assert_eq!(
+        c.metrics_bind_address,
+        Some("127.0.0.1:23456".parse().unwrap())
+    );
+    // An address with its own port keeps it, as upstream's addressFromDeprecatedFlags.
+    let c = resolve(
+        &flags(&[
+            "--healthz-port=12345",
+            "--healthz-bind-address=0.0.0.0:10256",
+        ]),
+        None,
+        "n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.healthz_bind_address,
+        Some("0.0.0.0:10256".parse().unwrap())
+    );
+}

@@ -166,3 +166,126 @@ fn settings_doc_holds_the_proxy_tables() {
         );
     }
 }
+
+/// Upstream v1.36's kube-proxy flags on Linux (a fact list, names only): `Options.AddFlags`
+/// in `cmd/kube-proxy/app/options.go` with component-base's logging flags, `--version`, and
+/// the two cAdvisor flags its binary takes from Go's global flag set. `--help` left out.
+const UPSTREAM_PROXY_FLAGS: &[&str] = &[
+    "bind-address",
+    "bind-address-hard-fail",
+    "boot-id-file",
+    "cleanup",
+    "cluster-cidr",
+    "config",
+    "config-sync-period",
+    "conntrack-max-per-core",
+    "conntrack-min",
+    "conntrack-tcp-be-liberal",
+    "conntrack-tcp-timeout-close-wait",
+    "conntrack-tcp-timeout-established",
+    "conntrack-udp-timeout",
+    "conntrack-udp-timeout-stream",
+    "detect-local-mode",
+    "feature-gates",
+    "healthz-bind-address",
+    "healthz-port",
+    "hostname-override",
+    "init-only",
+    "iptables-localhost-nodeports",
+    "iptables-masquerade-bit",
+    "iptables-min-sync-period",
+    "iptables-sync-period",
+    "ipvs-exclude-cidrs",
+    "ipvs-min-sync-period",
+    "ipvs-scheduler",
+    "ipvs-strict-arp",
+    "ipvs-sync-period",
+    "ipvs-tcp-timeout",
+    "ipvs-tcpfin-timeout",
+    "ipvs-udp-timeout",
+    "kube-api-burst",
+    "kube-api-content-type",
+    "kube-api-qps",
+    "kubeconfig",
+    "log-flush-frequency",
+    "log-json-info-buffer-size",
+    "log-json-split-stream",
+    "log-text-info-buffer-size",
+    "log-text-split-stream",
+    "logging-format",
+    "machine-id-file",
+    "masquerade-all",
+    "master",
+    "metrics-bind-address",
+    "metrics-port",
+    "nodeport-addresses",
+    "oom-score-adj",
+    "pod-bridge-interface",
+    "pod-interface-name-prefix",
+    "profiling",
+    "proxy-mode",
+    "show-hidden-metrics-for-version",
+    "v",
+    "version",
+    "vmodule",
+    "write-config-to",
+];
+
+#[test]
+fn every_upstream_flag_is_registered_and_parsed() {
+    assert_eq!(UPSTREAM_PROXY_FLAGS.len(), 58);
+    let longs: Vec<String> = crate::config::Flags::command()
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
+    let missing: Vec<&str> = UPSTREAM_PROXY_FLAGS
+        .iter()
+        .copied()
+        .filter(|f| {
+            let dashed = format!("--{f}");
+            !FLAGS.iter().any(|s| s.name == dashed) || !longs.contains(&dashed)
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "upstream flags not accepted: {missing:?}"
+    );
+}
+
+#[test]
+fn booleans_and_feature_gates_take_go_spellings() {
+    let parse = |args: &[&str]| {
+        crate::config::Flags::try_parse_from(
+            std::iter::once("kube-proxy").chain(args.iter().copied()),
+        )
+    };
+    for (arg, want) in [
+        ("--cleanup=1", true),
+        ("--cleanup=t", true),
+        ("--cleanup=TRUE", true),
+        ("--cleanup=F", false),
+        ("--cleanup", true),
+    ] {
+        assert_eq!(parse(&[arg]).unwrap().cleanup, Some(want), "{arg}");
+    }
+    assert!(parse(&["--cleanup=yes"]).is_err());
+    assert!(parse(&["--masquerade-all=0", "--profiling=f"]).is_ok());
+    assert!(parse(&["--feature-gates=Foo=1,Bar=F"]).is_ok());
+    let err = parse(&["--feature-gates=Foo=maybe"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("invalid value of Foo=maybe"), "{err}");
+    // A flag given twice: the last wins, as pflag's.
+    assert_eq!(parse(&["--v=2", "--v=4"]).unwrap().v, Some(4));
+}
+
+#[test]
+fn write_config_to_output_is_a_config_this_proxy_reads_without_findings() {
+    let f = check_file(
+        FIELDS,
+        "KubeProxyConfiguration",
+        crate::config::DEFAULT_CONFIG,
+    );
+    assert_eq!(f, Findings::default());
+    crate::config::KubeProxyConfiguration::parse(crate::config::DEFAULT_CONFIG).unwrap();
+}

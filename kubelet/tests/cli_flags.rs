@@ -1,0 +1,50 @@
+//! The kubelet binary's command line: upstream's flags that reach real command lines through
+//! `KUBELET_EXTRA_ARGS` (resource managers, cAdvisor and logging flags, …) start the agent
+//! instead of stopping it with "unexpected argument"; bad values exit 1 as upstream's.
+
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubelet"))
+        .args(args)
+        .output()
+        .expect("run kubelet")
+}
+
+#[test]
+fn upstream_flags_from_extra_args_are_accepted() {
+    // --version exits right after the parse: every flag here must be known to the parser.
+    let out = run(&[
+        "--rotate-server-certificates",
+        "--cpu-manager-policy=static",
+        "--topology-manager-policy=single-numa-node",
+        "--reserved-memory=0:memory=1Gi",
+        "--system-cgroups=/system.slice",
+        "--volume-stats-agg-period=1m",
+        "--make-iptables-util-chains=true",
+        "--enable-server=1",
+        "--fail-cgroupv1=false",
+        "--housekeeping-interval=10s",
+        "--storage-driver-db=cadvisor",
+        "--containerd=/run/containerd/containerd.sock",
+        "--boot-id-file=/proc/sys/kernel/random/boot_id",
+        "--log-text-split-stream",
+        "--log-json-info-buffer-size=0",
+        "--feature-gates=KubeletPSI=t",
+        "--version",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("Kubernetes v"));
+}
+
+#[test]
+fn bad_values_exit_1() {
+    for args in [
+        &["--housekeeping-interval=often", "--version"][..],
+        &["--enable-server=maybe", "--version"],
+        &["--feature-gates=KubeletPSI=perhaps", "--version"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+    }
+}
