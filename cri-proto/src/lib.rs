@@ -6,6 +6,8 @@
 //! * [`connect`] / [`connect_lazy`] open a [`Channel`] to a runtime socket;
 //!   [`runtime_client`] / [`image_client`] wrap it with the kubelet's 16 MiB
 //!   message limits.
+//! * [`uds::incoming`]: the connections of a unix-socket gRPC server, accepting the
+//!   `:authority` that grpc-python, grpc-java and grpc-dotnet send there.
 //! * `fake` (feature `test-util`): a recording, error-injecting CRI server for tests.
 
 use std::fmt;
@@ -24,6 +26,7 @@ pub mod dra;
 pub mod fake;
 pub mod plugins;
 pub mod podresources;
+pub mod uds;
 
 /// Generated `runtime.v1` types, clients and servers.
 pub mod v1 {

@@ -311,7 +311,7 @@ impl DeviceManager {
             manager: self.clone(),
             cancel: cancel.clone(),
         };
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let incoming = cri_proto::uds::incoming(listener);
         let res = tonic::transport::Server::builder()
             .add_service(api::registration_server::RegistrationServer::new(registrar))
             .serve_with_incoming_shutdown(incoming, cancel.cancelled())
