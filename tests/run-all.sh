@@ -15,7 +15,14 @@ if [[ $(id -u) == 0 ]]; then
 else
 	echo "run-all: not root: the node-rig and network-namespace tests will skip (they say why)"
 fi
-command -v cargo >/dev/null || { echo "run-all: cargo is required" >&2; exit 1; }
+# The Rust toolchain is pinned in rust-toolchain.toml (rustup installs it on first use where
+# it can); python3 runs the layout check and the Python gRPC e2e.
+command -v cargo >/dev/null || { echo "run-all: cargo (rustup, see rust-toolchain.toml) is required" >&2; exit 1; }
+if ! command -v python3 >/dev/null; then
+	[[ $(id -u) == 0 ]] || { echo "run-all: python3 is required" >&2; exit 1; }
+	echo "run-all: installing python3"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
+fi
 
 echo "run-all: cargo fmt --check"
 cargo fmt --all -- --check

@@ -6,6 +6,8 @@
 //! * [`connect`] / [`connect_lazy`] open a [`Channel`] to a runtime socket;
 //!   [`runtime_client`] / [`image_client`] wrap it with the kubelet's 16 MiB
 //!   message limits.
+//! * [`uds::incoming`]: the connections of a unix-socket gRPC server, accepting the
+//!   `:authority` that grpc-python, grpc-java and grpc-dotnet send there.
 //! * `fake` (feature `test-util`): a recording, error-injecting CRI server for tests.
 
 use std::fmt;
@@ -24,6 +26,7 @@ pub mod dra;
 pub mod fake;
 pub mod plugins;
 pub mod podresources;
+pub mod uds;
 
 /// Generated `runtime.v1` types, clients and servers.
 pub mod v1 {
@@ -42,11 +45,12 @@ pub const MAX_MSG_SIZE: usize = 16 * 1024 * 1024;
 /// The CRI API version string the kubelet sends in `VersionRequest`.
 pub const CRI_API_VERSION: &str = "v1";
 
-/// Errors from endpoint parsing and connecting.
+/// Errors from endpoint parsing and connecting (to a runtime or to a node plugin: the
+/// messages name the socket, the caller says what it is).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The endpoint string is not a usable unix-socket endpoint.
-    #[error("invalid CRI endpoint {endpoint:?}: {reason}")]
+    #[error("invalid gRPC endpoint {endpoint:?}: {reason}")]
     BadEndpoint {
         /// The endpoint as given.
         endpoint: String,
@@ -54,7 +58,7 @@ pub enum Error {
         reason: String,
     },
     /// The socket could not be reached.
-    #[error("cannot connect to CRI endpoint {endpoint}: {detail}")]
+    #[error("cannot connect to gRPC endpoint {endpoint}: {detail}")]
     Transport {
         /// The endpoint as given.
         endpoint: String,
@@ -64,6 +68,16 @@ pub enum Error {
         /// reported again as `source()`).
         error: tonic::transport::Error,
     },
+}
+
+impl Error {
+    /// Why, without the endpoint (for callers that name the endpoint themselves).
+    pub fn cause(&self) -> &str {
+        match self {
+            Error::BadEndpoint { reason, .. } => reason,
+            Error::Transport { detail, .. } => detail,
+        }
+    }
 }
 
 /// Result alias for this crate.
@@ -104,8 +118,10 @@ pub fn parse_endpoint(endpoint: &str) -> Result<PathBuf> {
 }
 
 fn endpoint_for(endpoint: &str, connect_timeout: Duration) -> Result<Endpoint> {
-    // The authority is a placeholder: the connector ignores the URI and dials the socket.
-    let ep = Endpoint::try_from("http://[::]:50051").map_err(|e| Error::BadEndpoint {
+    // The connector ignores the URI and dials the socket; the URI gives the requests'
+    // `:authority`, `localhost` as upstream's kubelet sends over unix sockets (grpc-go's
+    // `WithAuthority("localhost")`), which every server takes as a host name.
+    let ep = Endpoint::try_from("http://localhost").map_err(|e| Error::BadEndpoint {
         endpoint: endpoint.to_string(),
         reason: e.to_string(),
     })?;

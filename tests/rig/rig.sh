@@ -2,7 +2,8 @@
 # rig.sh: the node rig. A private containerd (CRI) inside its own network namespace, with
 # offline images, for the demo, the e2e tests and CI. See tests/rig/README.md.
 #
-#   rig.sh install                  install missing Debian packages
+#   rig.sh install                  install missing Debian packages, and grpcio + grpcio-tools
+#                                   from PyPI into $RIG_HOME/pyvenv (the Python gRPC e2e)
 #   rig.sh images [DIR]             build the offline OCI image tarballs (skips when up to date)
 #   rig.sh up NAME                  netns + containerd + CNI config + images; prints env lines
 #   rig.sh down NAME                idempotent teardown (also after a crash)
@@ -103,6 +104,9 @@ INSTALL_SPEC=(
 	"binutils:readelf"
 	"tar:tar" "gzip:gzip" "coreutils:sha256sum"
 	"curl:curl"
+	# The IPVS traffic e2e (proxy/tests/netns_ipvs.rs); it still skips, saying why, on a
+	# kernel without ip_vs.
+	"ipset:ipset" "procps:sysctl"
 )
 
 busybox_is_static() {
@@ -128,8 +132,12 @@ cmd_install() {
 	compgen -G '/usr/lib/*/libc.a' >/dev/null || compgen -G '/usr/lib/libc.a' >/dev/null \
 		|| [[ " ${missing[*]-} " == *" libc6-dev "* ]] || missing+=(libc6-dev)
 	busybox_is_static || missing+=(busybox-static)
+	# The Python gRPC e2e runs in a venv: python3 with venv's ensurepip.
+	python3 -c 'import venv, ensurepip' >/dev/null 2>&1 \
+		|| missing+=(python3 python3-venv)
 	if ((${#missing[@]} == 0)); then
 		log "install: all packages present"
+		install_python_grpc
 		return 0
 	fi
 	log "install: installing ${missing[*]}"
@@ -148,7 +156,23 @@ cmd_install() {
 	((added_policy)) && rm -f "$policy"
 	((rc == 0)) || die "apt-get install ${missing[*]} failed (rc $rc)"
 	busybox_is_static || die "/bin/busybox is not a static binary after install"
+	install_python_grpc
 	log "install: done"
+}
+
+# grpcio and grpcio-tools from PyPI in $PY_VENV: a gRPC client and plugin not written in Go
+# (tests/tests/kubelet_devices.rs). Without PyPI the tests that need it skip and say why.
+PY_VENV=${RIG_PY_VENV:-$RIG_HOME/pyvenv}
+install_python_grpc() {
+	if "$PY_VENV/bin/python3" -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
+		return 0
+	fi
+	log "install: grpcio, grpcio-tools into $PY_VENV"
+	if ! { python3 -m venv "$PY_VENV" &&
+		timeout 600 "$PY_VENV/bin/python3" -m pip install -q --disable-pip-version-check \
+			grpcio grpcio-tools; } >/dev/null 2>&1; then
+		log "install: WARNING: pip install grpcio grpcio-tools failed (PyPI unreachable?): the Python gRPC e2e tests will skip"
+	fi
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ pub mod dra_driver;
 pub mod joined;
 pub mod kubelet;
 pub mod netns;
+pub mod python;
 pub mod registrar;
 pub mod registry;
 pub mod rig;

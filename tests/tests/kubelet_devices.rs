@@ -572,3 +572,65 @@ fn a_devices_health_reaches_the_containers_allocated_resources_status() {
         "back to Healthy took {took:?}"
     );
 }
+
+/// Issue 43.2: clients and plugins not written in Go. A device plugin and a pod-resources
+/// client built on grpc-python (`tests/python/grpc_python_node.py`, stubs generated from the
+/// project's `.proto` files) register, are dialled back by the agent, and call
+/// `GetAllocatableResources` and `List` (v1 and v1alpha1), each with the `:authority`
+/// grpcio chooses for a unix socket and with the socket path itself. Before the fix every
+/// call to the agent was reset with `PROTOCOL_ERROR`.
+#[test]
+fn a_grpc_python_plugin_registers_and_its_client_lists_pod_resources() {
+    require_rig!();
+    let py = match node_tests::python::grpc_python() {
+        Ok(py) => py,
+        Err(reason) => {
+            eprintln!("SKIPPED: {reason}");
+            return;
+        }
+    };
+    const PY_RES: &str = "example.com/py";
+    let (_rig, cp, node, mut kubelet) = joined_node("e2e-py-grpc");
+    let dir = node.p("var/lib/kubelet/device-plugins");
+    let pod_resources = node.p("var/lib/kubelet/pod-resources/kubelet.sock");
+    wait_for("kubelet.sock and pod resources", Duration::from_secs(60), || {
+        check_alive(&mut kubelet);
+        (dir.join("kubelet.sock").exists() && pod_resources.exists()).then_some(())
+    });
+    let stubs = tempfile::tempdir().unwrap();
+    node_tests::python::generate_stubs(
+        &py,
+        stubs.path(),
+        &[
+            "deviceplugin/v1beta1/api.proto",
+            "podresources/v1/api.proto",
+            "podresources/v1alpha1/api.proto",
+        ],
+    );
+    let script = node_tests::repo_root().join("tests/python/grpc_python_node.py");
+    let out = std::process::Command::new("timeout")
+        .arg("120")
+        .arg(&py)
+        .arg(&script)
+        .arg(stubs.path())
+        .arg(&dir)
+        .arg(&pod_resources)
+        .arg(PY_RES)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("ok"),
+        "the Python plugin and client failed ({}):\n{stdout}\n{}\nkubelet:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        kubelet.log_text()
+    );
+    // The agent read the devices from the Python plugin's ListAndWatch: the Node counts them.
+    wait_for("Node capacity of example.com/py", Duration::from_secs(60), || {
+        check_alive(&mut kubelet);
+        let n = cp.get("nodes", "", NODE).unwrap_or_default();
+        (n["status"]["capacity"][PY_RES] == "2").then_some(())
+    });
+}

@@ -58,7 +58,7 @@ fn serve(inner: &Arc<Inner>, path: &Path) -> std::io::Result<tokio::task::JoinHa
     let listener = tokio::net::UnixListener::bind(path)?;
     let svc = api::device_plugin_server::DevicePluginServer::new(Service(inner.clone()));
     Ok(tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let incoming = crate::uds::incoming(listener);
         let _ = tonic::transport::Server::builder()
             .add_service(svc)
             .serve_with_incoming(incoming)

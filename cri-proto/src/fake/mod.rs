@@ -167,7 +167,7 @@ impl FakeCri {
         let shared = Arc::new(Shared::default());
         let svc = Svc(shared.clone());
         let server = tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            let incoming = crate::uds::incoming(listener);
             let served = tonic::transport::Server::builder()
                 .add_service(crate::runtime_server(svc.clone()))
                 .add_service(crate::image_server(svc))

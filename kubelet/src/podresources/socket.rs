@@ -103,7 +103,7 @@ pub async fn serve(
             source,
         })?;
     tracing::info!(endpoint = %path.display(), "starting to serve the podresources API");
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let incoming = cri_proto::uds::incoming(listener);
     let alpha = cri_proto::podresources::v1alpha1::pod_resources_lister_server::PodResourcesListerServer::new(
         super::V1Alpha1(service.clone()),
     );

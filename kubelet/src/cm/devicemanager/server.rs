@@ -13,6 +13,16 @@ use tokio_util::sync::CancellationToken;
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the registration socket could not be served.
+/// A registering plugin's socket could not be dialled (upstream's `errFailedToDialDevicePlugin`
+/// prefix, then which plugin and where).
+#[derive(Debug, thiserror::Error)]
+#[error("failed to dial device plugin {resource:?} at {socket}: {cause}")]
+pub struct DialError {
+    resource: String,
+    socket: String,
+    cause: String,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("device plugin directory {dir}: {source}")]
@@ -161,9 +171,18 @@ impl api::registration_server::Registration for Registrar {
             )));
         }
         let path = self.manager.dir.join(&r.endpoint);
-        let channel = cri_proto::connect(&path.display().to_string(), DIAL_TIMEOUT)
+        let socket = path.display().to_string();
+        let channel = cri_proto::connect(&socket, DIAL_TIMEOUT)
             .await
-            .map_err(|e| tonic::Status::unknown(format!("failed to dial device plugin: {e}")))?;
+            .map_err(|e| {
+                let err = DialError {
+                    resource: r.resource_name.clone(),
+                    socket,
+                    cause: e.cause().to_string(),
+                };
+                tracing::error!(error = %err, "unable to connect to the device plugin");
+                tonic::Status::unknown(err.to_string())
+            })?;
         let client = api::device_plugin_client::DevicePluginClient::new(channel)
             .max_decoding_message_size(cri_proto::MAX_MSG_SIZE);
         let options = r.options.unwrap_or_default();
@@ -311,7 +330,7 @@ impl DeviceManager {
             manager: self.clone(),
             cancel: cancel.clone(),
         };
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let incoming = cri_proto::uds::incoming(listener);
         let res = tonic::transport::Server::builder()
             .add_service(api::registration_server::RegistrationServer::new(registrar))
             .serve_with_incoming_shutdown(incoming, cancel.cancelled())

@@ -131,6 +131,34 @@ async fn plugin_devices_become_capacity_health_and_grace_period() {
     r.cancel.cancel();
 }
 
+/// Issue 43.5: a plugin whose socket cannot be dialled is named with its socket, not as a
+/// "CRI endpoint".
+#[tokio::test]
+async fn a_failed_dial_names_the_plugin_and_its_socket() {
+    let r = rig_with(STOP_GRACE_PERIOD).await;
+    let ch = cri_proto::connect(
+        &r.dir.join("kubelet.sock").display().to_string(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let mut client = api::registration_client::RegistrationClient::new(ch);
+    let err = client
+        .register(api::RegisterRequest {
+            version: "v1beta1".into(),
+            endpoint: "absent.sock".into(),
+            resource_name: RES.into(),
+            options: None,
+        })
+        .await
+        .expect_err("nothing listens on absent.sock");
+    let socket = r.dir.join("absent.sock").display().to_string();
+    let want = format!("failed to dial device plugin \"{RES}\" at {socket}: ");
+    assert!(err.message().starts_with(&want), "{}", err.message());
+    assert!(!err.message().contains("CRI"), "{}", err.message());
+    r.cancel.cancel();
+}
+
 #[tokio::test]
 async fn hostile_registrations_are_refused_with_upstreams_messages() {
     let r = rig_with(STOP_GRACE_PERIOD).await;
