@@ -13,6 +13,8 @@ pub mod driver;
 mod fs;
 pub mod limits;
 pub mod metrics;
+mod pod_resize;
+pub use pod_resize::{PodCgroupPart, PodCgroupValues};
 pub mod resources;
 pub mod settings;
 pub mod systemd;

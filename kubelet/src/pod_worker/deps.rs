@@ -6,7 +6,7 @@
 //! fakes are in `fake.rs` beside this file.
 
 use super::*;
-use crate::cm::{CgroupError, ContainerManager};
+use crate::cm::{CgroupError, ContainerManager, PodCgroupPart, PodCgroupValues};
 use crate::images::Keyring;
 use crate::images::{PullBackoff, PullError};
 use crate::volume::VolumeError;
@@ -65,6 +65,12 @@ pub trait PodCgroups: Send + Sync + 'static {
     fn ensure_pod(&self, pod: &Pod) -> Result<(), CgroupError>;
     /// Removes the pod's cgroup.
     fn remove_pod(&self, uid: &str) -> Result<(), CgroupError>;
+    /// The pod cgroup's CPU and memory values now (None: the pod has no cgroup of its own).
+    fn pod_values(&self, pod: &Pod) -> Result<Option<PodCgroupValues>, CgroupError>;
+    /// The values `pod` (at its allocation) asks of its cgroup.
+    fn wanted_pod_values(&self, pod: &Pod) -> PodCgroupValues;
+    /// Writes one of `pod`'s values to its cgroup (an in-place resize orders them).
+    fn set_pod_value(&self, pod: &Pod, part: PodCgroupPart) -> Result<(), CgroupError>;
 }
 
 impl PodCgroups for ContainerManager {
@@ -78,6 +84,18 @@ impl PodCgroups for ContainerManager {
 
     fn remove_pod(&self, uid: &str) -> Result<(), CgroupError> {
         ContainerManager::remove_pod(self, uid)
+    }
+
+    fn pod_values(&self, pod: &Pod) -> Result<Option<PodCgroupValues>, CgroupError> {
+        ContainerManager::pod_values(self, pod)
+    }
+
+    fn wanted_pod_values(&self, pod: &Pod) -> PodCgroupValues {
+        ContainerManager::wanted_pod_values(self, pod)
+    }
+
+    fn set_pod_value(&self, pod: &Pod, part: PodCgroupPart) -> Result<(), CgroupError> {
+        ContainerManager::set_pod_value(self, pod, part)
     }
 }
 

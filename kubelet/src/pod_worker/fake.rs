@@ -100,7 +100,8 @@ pub fn test_probes() -> (
     (Arc::new(m), rx)
 }
 
-/// Pod cgroups that record what was asked: `ensure <uid>`, `remove <uid>`.
+/// Pod cgroups that record what was asked: `ensure <uid>`, `remove <uid>`,
+/// `set <part> <uid>`; they hold no values (a resize updates containers only).
 #[derive(Debug, Default)]
 pub struct FakePodCgroups {
     calls: Mutex<Vec<String>>,
@@ -125,6 +126,23 @@ impl PodCgroups for FakePodCgroups {
 
     fn remove_pod(&self, uid: &str) -> Result<(), CgroupError> {
         self.calls.lock().unwrap().push(format!("remove {uid}"));
+        Ok(())
+    }
+
+    fn pod_values(&self, _pod: &Pod) -> Result<Option<crate::cm::PodCgroupValues>, CgroupError> {
+        Ok(None)
+    }
+
+    fn wanted_pod_values(&self, _pod: &Pod) -> crate::cm::PodCgroupValues {
+        crate::cm::PodCgroupValues::default()
+    }
+
+    fn set_pod_value(&self, pod: &Pod, part: crate::cm::PodCgroupPart) -> Result<(), CgroupError> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("set {part:?} {uid}"));
         Ok(())
     }
 }

@@ -1,14 +1,44 @@
 //! In-place resize of running containers (upstream's computePodResizeAction and
 //! doPodResizeAction): a running container whose allocated cpu or memory differs from what it
 //! runs with is changed with UpdateContainerResources, or restarted when its `resizePolicy`
-//! says `RestartContainer` for a resource that changed. The pod cgroup follows: before the
-//! containers when the pod grows, after them when it shrinks. A memory request alone changes
-//! nothing in the cgroups (none has it), as upstream.
+//! says `RestartContainer` for a resource that changed. The pod cgroup follows per resource
+//! (`steps.rs`): before the containers when the pod grows, after them when it shrinks. A
+//! memory request alone changes nothing in the cgroups (none has it), as upstream.
 
 use super::*;
 use crate::allocation::message;
+use crate::cm::{CgroupError, PodCgroupPart, PodCgroupValues};
 use crate::podspec;
 use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+mod steps;
+
+/// `have` with `resource`'s requests and limits taken from `want`.
+fn with_resource(
+    have: &ResourceRequirements,
+    want: &ResourceRequirements,
+    resource: steps::Resource,
+) -> ResourceRequirements {
+    let name = match resource {
+        steps::Resource::Memory => "memory",
+        steps::Resource::Cpu => "cpu",
+    };
+    type List = Option<BTreeMap<String, Quantity>>;
+    let take = |have: &List, want: &List| {
+        let mut out = have.clone().unwrap_or_default();
+        match want.as_ref().and_then(|w| w.get(name)) {
+            Some(q) => out.insert(name.to_string(), q.clone()),
+            None => out.remove(name),
+        };
+        (!out.is_empty()).then_some(out)
+    };
+    ResourceRequirements {
+        limits: take(&have.limits, &want.limits),
+        requests: take(&have.requests, &want.requests),
+        claims: have.claims.clone(),
+    }
+}
 
 /// The amounts a resize compares, in upstream's units (millicores, bytes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -111,65 +141,72 @@ impl Worker {
         out
     }
 
-    /// Resizes the running containers in place (after the plan's actions). Forgets the
-    /// containers that are gone.
+    /// Resizes the running containers in place (after the plan's actions), ordered against
+    /// the pod cgroup as [`steps`] says; the first write that fails stops the pass (the
+    /// `PodResizeInProgress` condition says why) and the next pass goes on from what was
+    /// done. Forgets the containers that are gone.
     pub(super) async fn resize_in_place(&mut self, obs: &Observed) {
         self.actuated
             .retain(|id, _| obs.containers.iter().any(|(_, c)| c.id == *id));
         let mut todo = Vec::new();
-        let (mut grows, mut changed) = (false, false);
         for (c, id) in running(&self.pod, obs) {
             let with = self.running_with(&c, &id);
             if resize_of(&c, &with) == Resize::InPlace {
-                let (want, have) = (
-                    Amounts::of(&c.resources.clone().unwrap_or_default()),
-                    Amounts::of(&with),
-                );
-                grows |= want.cpu_limit > have.cpu_limit
-                    || want.cpu_request > have.cpu_request
-                    || want.memory_limit > have.memory_limit;
                 todo.push((c, id));
             }
         }
-        if todo.is_empty() {
-            if self.resize_error.take().is_some() {
-                tracing::info!("resize done after an earlier failure");
-            }
+        // After a failed pass the pod cgroup may still be behind its containers.
+        if todo.is_empty() && self.resize_error.is_none() {
             return;
         }
-        let sandbox = obs.sandboxes.first().map(|s| s.id.clone());
-        if grows {
-            self.update_pod_cgroup().await;
+        let changes: Vec<(Amounts, Amounts)> = todo
+            .iter()
+            .map(|(c, id)| {
+                let want = Amounts::of(&c.resources.clone().unwrap_or_default());
+                (want, Amounts::of(&self.actuated[id]))
+            })
+            .collect();
+        let (now, wanted) = match self.pod_cgroup_values().await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the pod cgroup for a resize");
+                self.resize_error = Some(e);
+                return;
+            }
+        };
+        let order = steps::steps(now, wanted, &changes);
+        if !order.is_empty() {
+            tracing::info!(steps = ?order, "resizing in place");
         }
-        let rt = self.env.runtime.clone();
-        for (c, id) in todo {
-            let resources = spec::linux_resources(&self.env.node, &self.pod, &c);
-            tracing::info!(container = %c.name, cpu_quota = resources.cpu_quota, cpu_shares = resources.cpu_shares, memory_limit = resources.memory_limit_in_bytes, "resizing container in place");
-            match rt.update_container_resources(&id, &resources).await {
-                Ok(()) => {
-                    self.actuated
-                        .insert(id, c.resources.clone().unwrap_or_default());
-                    changed = true;
+        for step in order {
+            let done = match step {
+                steps::Step::Pod(part) => self.set_pod_value(part).await,
+                steps::Step::Container(i, resource) => {
+                    let (c, id) = &todo[i];
+                    self.update_container(c, id, resource).await
                 }
-                Err(e) => {
-                    // Updates go in order; the next pass tries again.
-                    tracing::warn!(container = %c.name, error = %e, "UpdateContainerResources failed");
-                    self.resize_error = Some(e.to_string());
-                    return;
-                }
+            };
+            if let Err(e) = done {
+                // The rest waits: nothing may go above its parent; the next pass retries.
+                self.resize_error = Some(e);
+                return;
             }
         }
-        self.resize_error = None;
-        if !grows {
-            self.update_pod_cgroup().await;
+        if self.resize_error.take().is_some() && todo.is_empty() {
+            tracing::info!("resize done after an earlier failure");
+        }
+        if todo.is_empty() {
+            return;
         }
         let text = message::resize_message(&self.pod, "Pod resize completed", "");
         self.event(None, EventType::Normal, message::COMPLETED, &text);
-        if let (true, Some(sb)) = (changed, sandbox) {
+        if let Some(sb) = obs.sandboxes.first() {
             let overhead = spec::sandbox_overhead(&self.env.node, &self.pod);
             let resources = spec::sandbox_resources(&self.env.node, &self.pod);
-            if let Err(e) = rt
-                .update_sandbox_resources(&sb, &overhead, &resources)
+            if let Err(e) = self
+                .env
+                .runtime
+                .update_sandbox_resources(&sb.id, &overhead, &resources)
                 .await
             {
                 tracing::warn!(error = %e, "UpdatePodSandboxResources failed");
@@ -177,13 +214,63 @@ impl Worker {
         }
     }
 
-    /// Sets the pod cgroup's limits for the allocated pod (off the async workers).
-    async fn update_pod_cgroup(&self) {
+    /// UpdateContainerResources for `resource` at its allocation, the other resource at what
+    /// the container runs with (upstream's updatePodContainerResources); on success the
+    /// container runs with that.
+    async fn update_container(
+        &mut self,
+        c: &K8sContainer,
+        id: &str,
+        resource: steps::Resource,
+    ) -> Result<(), String> {
+        let want = c.resources.clone().unwrap_or_default();
+        let next = with_resource(&self.actuated[id], &want, resource);
+        let mut at = c.clone();
+        at.resources = Some(next.clone());
+        let resources = spec::linux_resources(&self.env.node, &self.pod, &at);
+        tracing::info!(container = %c.name, ?resource, cpu_quota = resources.cpu_quota, cpu_shares = resources.cpu_shares, memory_limit = resources.memory_limit_in_bytes, "resizing container in place");
+        match self
+            .env
+            .runtime
+            .update_container_resources(id, &resources)
+            .await
+        {
+            Ok(()) => {
+                self.actuated.insert(id.to_string(), next);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(container = %c.name, error = %e, "UpdateContainerResources failed");
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// The pod cgroup's values now and those of the allocated pod (off the async workers).
+    async fn pod_cgroup_values(
+        &self,
+    ) -> Result<(Option<PodCgroupValues>, PodCgroupValues), String> {
         let (cgroups, pod) = (self.env.cgroups.clone(), self.pod.clone());
-        match tokio::task::spawn_blocking(move || cgroups.ensure_pod(&pod)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "cannot resize the pod cgroup"),
-            Err(e) => tracing::warn!(error = %e, "pod cgroup resize panicked"),
+        let read = move || {
+            let now = cgroups.pod_values(&pod)?;
+            Ok::<_, CgroupError>((now, cgroups.wanted_pod_values(&pod)))
+        };
+        match tokio::task::spawn_blocking(read).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("reading the pod cgroup panicked: {e}")),
+        }
+    }
+
+    /// Writes one value of the allocated pod to its cgroup (off the async workers).
+    async fn set_pod_value(&self, part: PodCgroupPart) -> Result<(), String> {
+        let (cgroups, pod) = (self.env.cgroups.clone(), self.pod.clone());
+        match tokio::task::spawn_blocking(move || cgroups.set_pod_value(&pod, part)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, ?part, "cannot resize the pod cgroup");
+                Err(e.to_string())
+            }
+            Err(e) => Err(format!("pod cgroup resize panicked: {e}")),
         }
     }
 

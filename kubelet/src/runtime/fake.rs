@@ -5,6 +5,9 @@ use super::*;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+mod requests;
+pub use requests::{StreamRequest, UpdateCheck};
+
 #[derive(Debug, Default)]
 struct State {
     next_id: u64,
@@ -46,26 +49,10 @@ struct State {
     stats_list_fails_on_not_ready: bool,
     /// Every UpdateContainerResources: the container and what it asked for.
     resource_updates: Vec<(String, LinuxResources)>,
+    /// Asked before an UpdateContainerResources applies (the kernel's parent limits).
+    update_check: Option<UpdateCheck>,
     /// The open GetContainerEvents streams (`None`: the call is not offered, as containerd 1.6).
     events: Option<Vec<tokio::sync::mpsc::Sender<crate::runtime::RuntimeEvent>>>,
-}
-
-/// One Exec, Attach or PortForward the fake answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamRequest {
-    Exec {
-        id: String,
-        cmd: Vec<String>,
-        flags: StreamFlags,
-    },
-    Attach {
-        id: String,
-        flags: StreamFlags,
-    },
-    PortForward {
-        sandbox_id: String,
-        ports: Vec<i32>,
-    },
 }
 
 /// A recording fake of [`Runtime`].
@@ -189,6 +176,12 @@ impl FakeRuntime {
     pub fn set_image_user(&self, image: &str, user: ImageUser) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.image_users.insert(image.into(), user);
+    }
+
+    /// Every later UpdateContainerResources is first checked with `check` (as the kernel
+    /// checks a container's limits against its pod cgroup's).
+    pub fn check_updates(&self, check: UpdateCheck) {
+        self.state.lock().unwrap().update_check = Some(check);
     }
 
     pub fn fail_next(&self, op: &'static str, err: RuntimeError) {
@@ -752,6 +745,14 @@ impl Runtime for FakeRuntime {
             return Err(RuntimeError::Call {
                 op: "UpdateContainerResources",
                 message: format!("container {id} is not running"),
+            });
+        }
+        if let Some(check) = s.update_check.clone()
+            && let Err(message) = (check.0)(id, r)
+        {
+            return Err(RuntimeError::Call {
+                op: "UpdateContainerResources",
+                message,
             });
         }
         if let Some(cfg) = s.created.get_mut(id) {
