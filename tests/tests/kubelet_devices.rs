@@ -593,10 +593,14 @@ fn a_grpc_python_plugin_registers_and_its_client_lists_pod_resources() {
     let (_rig, cp, node, mut kubelet) = joined_node("e2e-py-grpc");
     let dir = node.p("var/lib/kubelet/device-plugins");
     let pod_resources = node.p("var/lib/kubelet/pod-resources/kubelet.sock");
-    wait_for("kubelet.sock and pod resources", Duration::from_secs(60), || {
-        check_alive(&mut kubelet);
-        (dir.join("kubelet.sock").exists() && pod_resources.exists()).then_some(())
-    });
+    wait_for(
+        "kubelet.sock and pod resources",
+        Duration::from_secs(60),
+        || {
+            check_alive(&mut kubelet);
+            (dir.join("kubelet.sock").exists() && pod_resources.exists()).then_some(())
+        },
+    );
     let stubs = tempfile::tempdir().unwrap();
     node_tests::python::generate_stubs(
         &py,
@@ -628,9 +632,13 @@ fn a_grpc_python_plugin_registers_and_its_client_lists_pod_resources() {
         kubelet.log_text()
     );
     // The agent read the devices from the Python plugin's ListAndWatch: the Node counts them.
-    wait_for("Node capacity of example.com/py", Duration::from_secs(60), || {
-        check_alive(&mut kubelet);
-        let n = cp.get("nodes", "", NODE).unwrap_or_default();
-        (n["status"]["capacity"][PY_RES] == "2").then_some(())
-    });
+    wait_for(
+        "Node capacity of example.com/py",
+        Duration::from_secs(60),
+        || {
+            check_alive(&mut kubelet);
+            let n = cp.get("nodes", "", NODE).unwrap_or_default();
+            (n["status"]["capacity"][PY_RES] == "2").then_some(())
+        },
+    );
 }

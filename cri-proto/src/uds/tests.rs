@@ -210,3 +210,20 @@ async fn a_fake_cri_answers_a_request_whose_authority_is_the_socket_path() {
     );
     assert_eq!(fake.count("Version"), 1);
 }
+
+/// The HEADERS block grpc-python 1.85 (C-core) sent for `unix:/tmp/cap-test.sock`: every
+/// name a literal, `:authority` the path without its first slash, percent-encoded.
+#[test]
+fn grpc_pythons_own_block_is_repaired() {
+    let mut block = b"@\x05:path\x06/x.Y/Z@\n:authority\x13tmp%2Fcap-test.sock\x83\x86".to_vec();
+    block.extend_from_slice(b"@\x0ccontent-type\x10application/grpc@\x02te\x08trailers");
+    let out = run(&with_preface(&[frame(HEADERS, END_HEADERS, 1, &block)]));
+    let new_block = &out[PREFACE.len() + 2 * FRAME_HEADER..];
+    let want = b"@\n:authority\x13localhost----------";
+    assert!(
+        new_block.windows(want.len()).any(|w| w == want),
+        "{new_block:?}"
+    );
+    assert_eq!(new_block.len(), block.len());
+    assert_eq!(hpack::Table::default().rewrite(new_block), Ok(None));
+}
