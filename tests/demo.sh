@@ -42,15 +42,42 @@ nsenter --net="$RIG_NETNS_PATH" "$kubelet_bin" --config="$work/config.yaml" \
 	--container-runtime-endpoint="$CRI_ENDPOINT" --root-dir="$work/root" \
 	--hostname-override=demo-node >"$work/kubelet.log" 2>&1 &
 agent=$!
+# Mounts at or below $1, deepest first (/proc/self/mounts escapes a space as \040).
+mounts_below() {
+	awk -v d="$1" '{ p = $2; gsub(/\\040/, " ", p); if (p == d || index(p, d "/") == 1) print length(p) "\t" p }' \
+		/proc/self/mounts | sort -rn | cut -f2-
+}
+# The agent makes its root directory a shared bind mount of itself at start and, as upstream's
+# kubelet does with /var/lib/kubelet, leaves it there when it stops; pods' volumes add their
+# own mounts below it. They are the demo's to remove before its directory goes.
+unmount_below() {
+	local m
+	for _ in 1 2 3; do
+		while read -r m; do
+			[[ -n $m ]] && { umount -l "$m" || true; }
+		done < <(mounts_below "$1")
+		[[ -z $(mounts_below "$1") ]] && return 0
+	done
+	echo "demo: mounts left under $1: $(mounts_below "$1" | tr '\n' ' ')" >&2
+	return 1
+}
 cleanup() {
+	local rc=$?
+	set +e
 	if [[ ${DEMO_KEEP:-0} == 1 ]]; then
 		echo "demo: left running: agent PID $agent, rig '$name' (log $work/kubelet.log)"
+		echo "demo: afterwards unmount what is left under $work before removing it"
 		return
 	fi
 	kill "$agent" 2>/dev/null || true
 	wait "$agent" 2>/dev/null || true
-	"$rig" down "$name" >/dev/null 2>&1 || true
-	rm -rf "$work"
+	"$rig" down "$name" >/dev/null 2>&1 || { echo "demo: tearing the rig down failed" >&2; rc=1; }
+	if unmount_below "$work"; then
+		rm -rf "$work" || rc=1
+	else
+		rc=1
+	fi
+	exit "$rc"
 }
 trap cleanup EXIT
 

@@ -4,6 +4,9 @@
 //! counted, and the kernel's "already there" / "not there" answers told apart by errno.
 //!
 //! Callers keep their own error types and messages: they map [`RtnlError`] into them.
+//!
+//! [`Monitor`] is the other direction: a socket subscribed to the kernel's link and address
+//! multicast groups, for callers that follow those changes as they happen.
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -239,6 +242,83 @@ impl Rtnl {
         let h = self.handle();
         self.must(async move { h.route().del(msg).execute().await })
             .await
+    }
+}
+
+/// What a [`Monitor`] saw change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostChange {
+    /// A link appeared, went, or changed (up, down, carrier, name …): `RTM_NEWLINK` or
+    /// `RTM_DELLINK`.
+    Link,
+    /// An address was added or removed (or its flags changed, as IPv6 DAD ending does):
+    /// `RTM_NEWADDR` or `RTM_DELADDR`.
+    Address,
+}
+
+/// The multicast groups a [`Monitor`] joins.
+pub const MONITOR_GROUPS: [rtnetlink::MulticastGroup; 3] = [
+    rtnetlink::MulticastGroup::Link,
+    rtnetlink::MulticastGroup::Ipv4Ifaddr,
+    rtnetlink::MulticastGroup::Ipv6Ifaddr,
+];
+
+/// An rtnetlink socket, in the network namespace of the thread that opened it, that hears
+/// the kernel's link and address notifications ([`MONITOR_GROUPS`]). It sends no request.
+/// A burst of changes (a veth pair created and brought up) is several notifications: callers
+/// coalesce them.
+pub struct Monitor {
+    messages: futures::channel::mpsc::UnboundedReceiver<(
+        rtnetlink::packet_core::NetlinkMessage<netlink_packet_route::RouteNetlinkMessage>,
+        rtnetlink::sys::SocketAddr,
+    )>,
+    conn: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Monitor").finish_non_exhaustive()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.conn.abort();
+    }
+}
+
+impl Monitor {
+    /// Opens the socket and joins [`MONITOR_GROUPS`] (`RTNLGRP_LINK`, `RTNLGRP_IPV4_IFADDR`,
+    /// `RTNLGRP_IPV6_IFADDR`); must be called inside a tokio runtime
+    /// (the connection is a task owned by the returned value and aborted with it).
+    pub fn open() -> std::io::Result<Monitor> {
+        let (conn, _, messages) = rtnetlink::new_multicast_connection(&MONITOR_GROUPS)?;
+        Ok(Monitor {
+            messages,
+            conn: tokio::spawn(conn),
+        })
+    }
+
+    /// The next change the kernel reports; `None` once the socket is gone (its connection
+    /// task ended: no further change will be heard).
+    pub async fn next(&mut self) -> Option<HostChange> {
+        use futures::StreamExt;
+        use netlink_packet_route::RouteNetlinkMessage as M;
+        use rtnetlink::packet_core::NetlinkPayload;
+        loop {
+            let (msg, _) = self.messages.next().await?;
+            match msg.payload {
+                NetlinkPayload::InnerMessage(M::NewLink(_) | M::DelLink(_)) => {
+                    return Some(HostChange::Link);
+                }
+                NetlinkPayload::InnerMessage(M::NewAddress(_) | M::DelAddress(_)) => {
+                    return Some(HostChange::Address);
+                }
+                // The socket's buffer overflowed: changes were lost, so report one.
+                NetlinkPayload::Overrun(_) => return Some(HostChange::Link),
+                _ => {}
+            }
+        }
     }
 }
 

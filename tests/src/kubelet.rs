@@ -153,6 +153,16 @@ impl Kubelet {
         }
     }
 
+    /// Where the agent's root directory is: the standalone kubelet's whole directory, or a
+    /// command line's `--root-dir` (`None` without one: the default /var/lib/kubelet is not
+    /// the harness's to unmount).
+    fn root_dir(&self) -> Option<PathBuf> {
+        match &self.mode {
+            Mode::Standalone { dir, .. } => Some(dir.path().to_path_buf()),
+            Mode::Args(args) => root_dir_arg(args),
+        }
+    }
+
     /// The standalone kubelet's static pod directory.
     pub fn manifests(&self) -> PathBuf {
         self.dir().join("manifests")
@@ -336,16 +346,32 @@ impl Kubelet {
     }
 }
 
+/// The value of `--root-dir` in a command line (`--root-dir=X` or `--root-dir X`; the last
+/// one wins, as with the agent's flag parser).
+fn root_dir_arg(args: &[String]) -> Option<PathBuf> {
+    let mut found = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix("--root-dir=") {
+            found = Some(PathBuf::from(v));
+        } else if a == "--root-dir" {
+            found = it.next().map(PathBuf::from);
+        }
+    }
+    found
+}
+
 impl Drop for Kubelet {
     fn drop(&mut self) {
         self.kill();
         if std::thread::panicking() {
             eprintln!("---- kubelet log ----\n{}", self.log_text());
         }
-        // Pods left running keep their subPath bind mounts: unmount them before the
-        // directory is removed (removal would go through them).
-        if let Mode::Standalone { dir, .. } = &self.mode {
-            unmount_below(dir.path());
+        // The agent's root directory stays a bind mount of itself, and pods left running
+        // keep their volumes' mounts: unmount them before the directory is removed (removal
+        // would fail on the mount point and go through the others).
+        if let Some(root) = self.root_dir() {
+            unmount_below(&root);
         }
     }
 }

@@ -36,21 +36,55 @@ pub fn pod_condition<'a>(pod: &'a Value, type_: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
-/// Lazily unmounts every mount at or below `dir` (deepest first), from /proc/self/mountinfo.
-pub fn unmount_below(dir: &Path) {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return;
-    };
-    let mut mounts: Vec<&str> = info
+/// Every mount point at or below `dir` in this mount namespace, deepest first (from
+/// /proc/self/mountinfo, its `\ooo` escapes decoded).
+pub fn mounts_below(dir: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts: Vec<String> = info
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape_mountinfo)
         .filter(|m| Path::new(m).starts_with(dir))
         .collect();
     mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-    for m in mounts {
-        let _ = std::process::Command::new("umount")
-            .args(["-l", m])
-            .status();
+    mounts
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) if b[i] == b'\\' => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Lazily unmounts every mount at or below `dir` (deepest first). The agent leaves its
+/// root directory's shared bind mount in place when it stops (as upstream's kubelet does),
+/// and pods left running keep their volumes' mounts: a test's temporary root must be
+/// unmounted before it can be removed.
+pub fn unmount_below(dir: &Path) {
+    for _ in 0..3 {
+        let mounts = mounts_below(dir);
+        if mounts.is_empty() {
+            return;
+        }
+        for m in mounts {
+            let _ = nix::mount::umount2(Path::new(&m), nix::mount::MntFlags::MNT_DETACH);
+        }
     }
 }
 

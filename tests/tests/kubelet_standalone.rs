@@ -355,3 +355,88 @@ fn parallel_pull_settings_upstream_refuses_stop_the_start() {
         assert!(stderr.contains(want), "{config}: {stderr}");
     }
 }
+
+const VOLUMES: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: vols
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {name: mem, emptyDir: {medium: Memory}}
+  - {name: disk, emptyDir: {}}
+  containers:
+  - name: c
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+    volumeMounts:
+    - {name: mem, mountPath: /mem}
+    - {name: disk, mountPath: /sub, subPath: part}
+"#;
+
+/// Starts pod `name` with a tmpfs and a subPath volume on `agent`, drops the agent with the
+/// pod still running, and returns the mounts left at or below `root` (its temporary root).
+fn mounts_left_after(
+    agent: Kubelet,
+    name: &str,
+    root: &std::path::Path,
+    manifests: &std::path::Path,
+) -> Vec<String> {
+    let manifest = VOLUMES.replace("name: vols", &format!("name: {name}"));
+    std::fs::write(manifests.join(format!("{name}.yaml")), manifest).unwrap();
+    wait_for(&format!("{name} Running"), Duration::from_secs(90), || {
+        running(&agent, &format!("{name}-rig-node"))
+    });
+    let during = node_tests::mounts_below(root);
+    // The root's shared bind mount, the tmpfs and the subPath bind mount at least.
+    assert!(during.len() >= 3, "the pod's mounts are there: {during:?}");
+    drop(agent);
+    node_tests::mounts_below(root)
+}
+
+/// Issue 43.3: the agent leaves its root directory a shared bind mount of itself (as
+/// upstream's kubelet does); the harness unmounts what the agent made under its temporary
+/// roots, for a standalone agent and for one started with its own command line.
+#[test]
+fn the_harness_leaves_no_mount_under_its_temporary_roots() {
+    require_rig!();
+    let rig = Rig::up("e2e-mounts");
+    let agent = Kubelet::builder(&rig).start();
+    let (dir, manifests) = (agent.dir().to_path_buf(), agent.manifests());
+    let left = mounts_left_after(agent, "vols", &dir, &manifests);
+    assert!(
+        left.is_empty(),
+        "standalone: mounts left under {dir:?}: {left:?}"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::create_dir_all(d.join("manifests")).unwrap();
+    let config = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\npodLogsDir: {}\ncgroupRoot: {}\nfileCheckFrequency: 20s\n\
+         authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n{}",
+        d.join("manifests").display(),
+        d.join("logs").display(),
+        rig.get("RIG_CGROUP_ROOT"),
+        node_tests::TEST_EVICTION_HARD,
+    );
+    std::fs::write(d.join("config.yaml"), config).unwrap();
+    let agent = Kubelet::builder(&rig)
+        .args(vec![
+            format!("--config={}", d.join("config.yaml").display()),
+            format!("--container-runtime-endpoint={}", rig.get("CRI_ENDPOINT")),
+            "--root-dir".into(),
+            d.join("root").display().to_string(),
+            "--hostname-override=rig-node".into(),
+        ])
+        .log(d.join("kubelet.log"))
+        .start();
+    wait_for("healthz", Duration::from_secs(60), || {
+        (agent.curl("http://127.0.0.1:10248/healthz") == "ok").then_some(())
+    });
+    let left = mounts_left_after(agent, "vols-args", d, &d.join("manifests"));
+    assert!(
+        left.is_empty(),
+        "command line: mounts left under {d:?}: {left:?}"
+    );
+}

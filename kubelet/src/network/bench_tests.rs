@@ -159,6 +159,7 @@ async fn run() {
             routes: routes.clone(),
             masquerade: Arc::new(NoMasquerade),
             events: Arc::new(crate::events::LogRecorder),
+            host_changes: None,
         }
         .run(cancel.clone()),
     );

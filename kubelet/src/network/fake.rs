@@ -1,6 +1,7 @@
 //! Fakes of the network controller's kernel edges: [`FakeRoutes`] keeps a main routing table
 //! (ours and others' routes) and the host's addresses, behaves as the kernel does for our
-//! requests, and records every call; [`FakeMasquerade`] records what it was asked to apply.
+//! requests, and records every call; [`FakeMasquerade`] records what it was asked to apply;
+//! [`FakeHostChanges`] reports the link and address changes a test sends it.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -11,7 +12,8 @@ use plumbing::cidr::Cidr;
 use super::NetworkError;
 use super::claims::HostView;
 use super::masquerade::Masquerade;
-use super::routes::{Added, KernelRoutes, ROUTE_PROTOCOL, Route, Routes};
+use super::routes::{Added, HostChanges, KernelRoutes, ROUTE_PROTOCOL, Route, Routes};
+use plumbing::rtnl::HostChange;
 
 /// One call the fake saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,5 +188,27 @@ impl Masquerade for FakeMasquerade {
     async fn apply(&self, cluster_cidrs: &[Cidr]) -> Result<(), NetworkError> {
         self.applied.lock().unwrap().push(cluster_cidrs.to_vec());
         Ok(())
+    }
+}
+
+/// Kernel notifications a test sends by hand through the paired sender (dropping it ends
+/// them, as a closed socket would).
+#[derive(Debug)]
+pub struct FakeHostChanges(tokio::sync::mpsc::UnboundedReceiver<HostChange>);
+
+impl FakeHostChanges {
+    pub fn new() -> (
+        tokio::sync::mpsc::UnboundedSender<HostChange>,
+        FakeHostChanges,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (tx, FakeHostChanges(rx))
+    }
+}
+
+#[async_trait::async_trait]
+impl HostChanges for FakeHostChanges {
+    async fn next(&mut self) -> Option<HostChange> {
+        self.0.recv().await
     }
 }

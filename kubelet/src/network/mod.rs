@@ -18,6 +18,10 @@
 //! event is incremental: it takes the Nodes that changed from the store's journal, judges
 //! only their claims (and those overlapping them), and acts on the routes that changed; it
 //! touches the CNI files only when this Node's pod CIDRs changed.
+//! A link or address change the kernel reports (rtnetlink's link and address groups,
+//! [`routes::HostChanges`]) brings, [`HOST_SETTLE`] later, a pass that re-reads the kernel's
+//! routes and judges every claim against them (an interface brought up after the start makes
+//! its peers' on-link next hops valid at once, not at the next full pass).
 
 pub mod claims;
 pub mod cni_files;
@@ -46,11 +50,16 @@ use crate::objects::ClientHandle;
 use crate::objects::{Store, informer};
 use claims::{Claims, Reported};
 use masquerade::Masquerade;
-use routes::Routes;
+use plumbing::rtnl::HostChange;
+use routes::{HostChanges, Routes};
 pub use settings::Settings;
 
 /// How often the kernel's routes are re-read and the masquerade table rewritten.
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(30);
+/// How long after the first of a burst of link or address changes the kernel is re-read
+/// (a veth pair brought up is several notifications, and the kernel adds an address's
+/// routes just after it reports the address).
+pub const HOST_SETTLE: Duration = Duration::from_millis(200);
 /// How soon a pass that failed somewhere is retried.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// How many Node changes the store remembers for event passes; more between two passes
@@ -152,6 +161,9 @@ pub struct State {
     masq_ok: bool,
     left_alone: bool,
     warned_no_cluster_cidr: bool,
+    /// The kernel reported a link or address change: the next pass re-reads the routes
+    /// (and judges every claim against them) even when it is not a full one.
+    kernel_changed: bool,
 }
 
 /// The controller; [`Controller::run`] until cancelled.
@@ -165,15 +177,26 @@ pub struct Controller {
     pub masquerade: Arc<dyn Masquerade>,
     /// Refused claims become Warning Events on the Node that made them.
     pub events: Arc<dyn EventRecorder>,
+    /// The kernel's link and address changes (`None`: only the periodic full pass learns
+    /// of them).
+    pub host_changes: Option<Box<dyn HostChanges>>,
 }
 
 impl Controller {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut host = self.host_changes.take();
         let mut changes = self.nodes.subscribe();
         let mut st = State::default();
         let mut next_full = Instant::now();
+        // When the kernel's reported changes are acted on (the first of a burst + settle).
+        let mut settle: Option<Instant> = None;
         loop {
-            let full = Instant::now() >= next_full;
+            let now = Instant::now();
+            let full = now >= next_full;
+            if settle.is_some_and(|t| now >= t) {
+                settle = None;
+                st.kernel_changed = true;
+            }
             let ok = self.pass(&mut st, full).await;
             if full {
                 next_full = Instant::now() + RESYNC_PERIOD;
@@ -181,10 +204,23 @@ impl Controller {
             if !ok {
                 next_full = next_full.min(Instant::now() + RETRY_AFTER);
             }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = crate::objects::changed(&mut changes) => {}
-                _ = tokio::time::sleep_until(next_full) => {}
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = crate::objects::changed(&mut changes) => break,
+                    _ = tokio::time::sleep_until(next_full) => break,
+                    _ = tokio::time::sleep_until(settle.unwrap_or(next_full)), if settle.is_some() => break,
+                    change = next_host_change(&mut host) => match change {
+                        Some(what) => {
+                            tracing::debug!(?what, "node network: the kernel reported a host change");
+                            settle.get_or_insert(Instant::now() + HOST_SETTLE);
+                        }
+                        None => {
+                            tracing::warn!("node network: the kernel's link and address notifications stopped; interfaces are re-read every {}s only", RESYNC_PERIOD.as_secs());
+                            host = None;
+                        }
+                    },
+                }
             }
         }
     }
@@ -337,6 +373,14 @@ impl Controller {
     }
 }
 
+/// The next change `host` reports; pending forever without one.
+async fn next_host_change(host: &mut Option<Box<dyn HostChanges>>) -> Option<HostChange> {
+    match host {
+        Some(h) => h.next().await,
+        None => std::future::pending().await,
+    }
+}
+
 fn own_cidrs_of(own: Option<&NodeNet>) -> &[Cidr] {
     own.map_or(&[], |n| n.pod_cidrs.as_slice())
 }
@@ -354,6 +398,13 @@ pub fn start(
     let exe = std::env::current_exe().ok();
     let plugin = cni_files::plugin_source(&settings, exe.as_deref());
     let routes = Arc::new(routes::NetlinkRoutes::new()?);
+    let host_changes: Option<Box<dyn HostChanges>> = match plumbing::rtnl::Monitor::open() {
+        Ok(m) => Some(Box::new(m)),
+        Err(e) => {
+            tracing::warn!(error = %e, "node network: cannot follow the kernel's link and address changes; interfaces are re-read every {}s only", RESYNC_PERIOD.as_secs());
+            None
+        }
+    };
     tasks.spawn(informer::run(
         client,
         "nodes",
@@ -376,6 +427,7 @@ pub fn start(
             routes,
             masquerade: Arc::new(masquerade::NftMasquerade),
             events,
+            host_changes,
         }
         .run(cancel.clone()),
     );

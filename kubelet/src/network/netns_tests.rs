@@ -1,14 +1,15 @@
 //! The route edge and the controller against the real kernel, in a network namespace this
 //! test creates on a thread of its own (root only; anything else prints `SKIPPED: <reason>`):
 //! an add never replaces a route that is not ours, a delete never removes one, the kernel
-//! facts claims are judged by are read right, and hostile Node claims leave the kernel's
-//! tables as they were.
+//! facts claims are judged by are read right, hostile Node claims leave the kernel's tables
+//! as they were, and a peer behind an interface added after the start is routed as soon as
+//! the kernel reports the interface.
 
 use std::process::Command;
 use std::sync::Arc;
 
 use super::fake::FakeMasquerade;
-use super::routes::{Added, NetlinkRoutes, Route, Routes};
+use super::routes::{self, Added, NetlinkRoutes, Route, Routes};
 use super::tests::{Events, ip, net, node_at};
 use super::*;
 
@@ -63,6 +64,38 @@ fn wait_for_ipv6_address() {
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+/// Controller `a` (cluster CIDR 10.244.0.0/16) on the real kernel, its files under `dir`,
+/// with the Node store and the Events it records.
+fn controller(
+    dir: &std::path::Path,
+    host_changes: Option<Box<dyn routes::HostChanges>>,
+) -> (Controller, Arc<NodeStore>, Arc<Events>) {
+    std::fs::write(dir.join("plugin"), b"plugin").unwrap();
+    let settings = settings::merge(
+        Some(true),
+        Some("10.244.0.0/16"),
+        Some(&settings::FileSettings {
+            cni_conf_dir: Some(dir.join("net.d").display().to_string()),
+            cni_bin_dir: Some(dir.join("bin").display().to_string()),
+            ..Default::default()
+        }),
+    )
+    .unwrap();
+    let nodes = Arc::new(NodeStore::with_journal(JOURNAL_CAP));
+    let events = Arc::new(Events::default());
+    let ctl = Controller {
+        node_name: "a".into(),
+        settings,
+        plugin: Some(dir.join("plugin")),
+        nodes: nodes.clone(),
+        routes: Arc::new(NetlinkRoutes::new().unwrap()),
+        masquerade: Arc::new(FakeMasquerade::default()),
+        events: events.clone(),
+        host_changes,
+    };
+    (ctl, nodes, events)
 }
 
 /// Every route in every table but those the kernel adds itself for addresses and links.
@@ -137,28 +170,7 @@ fn hostile_node_claims_leave_the_kernel_as_it_was() {
     in_netns("hostile claims", || async {
         sh("ip route add 10.244.5.0/24 via 10.250.1.2 proto static");
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("plugin"), b"plugin").unwrap();
-        let settings = settings::merge(
-            Some(true),
-            Some("10.244.0.0/16"),
-            Some(&settings::FileSettings {
-                cni_conf_dir: Some(dir.path().join("net.d").display().to_string()),
-                cni_bin_dir: Some(dir.path().join("bin").display().to_string()),
-                ..Default::default()
-            }),
-        )
-        .unwrap();
-        let nodes = Arc::new(NodeStore::with_journal(JOURNAL_CAP));
-        let events = Arc::new(Events::default());
-        let ctl = Controller {
-            node_name: "a".into(),
-            settings,
-            plugin: Some(dir.path().join("plugin")),
-            nodes: nodes.clone(),
-            routes: Arc::new(NetlinkRoutes::new().unwrap()),
-            masquerade: Arc::new(FakeMasquerade::default()),
-            events: events.clone(),
-        };
+        let (ctl, nodes, events) = controller(dir.path(), None);
         // The kernel's own routes (proto kernel) are left out: the veth's IPv6 link-local
         // address and its routes appear whenever its DAD ends, before or after the pass.
         let before = routes_not_the_kernels();
@@ -220,5 +232,58 @@ fn hostile_node_claims_leave_the_kernel_as_it_was() {
             sh("ip route show 10.244.5.0/24").trim(),
             "10.244.5.0/24 via 10.250.1.2 dev e0 proto static"
         );
+    });
+}
+
+#[test]
+fn a_peer_behind_an_interface_added_after_start_is_routed_within_2_s() {
+    in_netns("host changes", || async {
+        let dir = tempfile::tempdir().unwrap();
+        let monitor = plumbing::rtnl::Monitor::open().unwrap();
+        let (ctl, nodes, events) = controller(dir.path(), Some(Box::new(monitor)));
+        // b's next hop is on a LAN whose interface is not there yet.
+        nodes.replace(
+            [
+                node_at("a", 100, &["10.244.1.0/24"], &["10.250.1.1"]),
+                node_at("b", 200, &["10.244.2.0/24"], &["10.251.0.2"]),
+            ]
+            .into_iter()
+            .map(|n| (n.name.clone(), n))
+            .collect(),
+        );
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(ctl.run(cancel.clone()));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while events.take().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no refusal of b's claim within 10 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(sh("ip route show proto 77"), "");
+
+        // The LAN comes up after the start: a veth pair (no dummy module on these hosts).
+        sh(
+            "ip link add e2 type veth peer name e3 && ip addr add 10.251.0.1/24 dev e2 && \
+            ip link set e3 up && ip link set e2 up",
+        );
+        let start = std::time::Instant::now();
+        let want = "10.244.2.0/24 via 10.251.0.2 dev e2";
+        let routed = loop {
+            if sh("ip route show proto 77").trim() == want {
+                break start.elapsed();
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "no route to b's pods 5 s after its LAN came up: {}",
+                sh("ip route show table all")
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        eprintln!("routed {routed:?} after the interface came up");
+        assert!(routed < std::time::Duration::from_secs(2), "{routed:?}");
+        cancel.cancel();
+        task.await.unwrap();
     });
 }

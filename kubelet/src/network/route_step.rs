@@ -13,10 +13,12 @@ use crate::events::{self, EventType};
 use crate::objects::Changed;
 
 impl Controller {
+    /// Re-reads the kernel on a `full` pass and after the kernel reported a host change.
     /// Returns false when something failed (the caller retries soon, with a full pass).
     pub(super) async fn routes_step(&self, st: &mut State, own_cidrs: &[Cidr], full: bool) -> bool {
+        let reread = full || std::mem::take(&mut st.kernel_changed);
         let dsts = match st.claims.as_mut() {
-            Some(claims) if !full => {
+            Some(claims) if !reread => {
                 let (position, changed) = self.nodes.changed_since(st.position);
                 st.position = position;
                 match changed {

@@ -15,7 +15,7 @@ use netlink_packet_route::route::{
     RouteAttribute, RouteMessage, RouteProtocol, RouteType, RouteVia,
 };
 use plumbing::cidr::Cidr;
-use plumbing::rtnl::{EEXIST, ESRCH, Rtnl, RtnlError, route_addr};
+use plumbing::rtnl::{EEXIST, ESRCH, HostChange, Monitor, Rtnl, RtnlError, route_addr};
 use rtnetlink::RouteMessageBuilder;
 
 use super::NetworkError;
@@ -67,6 +67,22 @@ pub trait Routes: Send + Sync {
     /// Deletes the route if it is ours with this next hop; one already gone (or not ours)
     /// is not an error.
     async fn delete(&self, route: Route) -> Result<(), NetworkError>;
+}
+
+/// Link and address changes as the kernel reports them: what [`KernelRoutes::host`]'s
+/// connected prefixes and local addresses are made of. [`Monitor`] is rtnetlink's multicast
+/// groups; the fake lives in `fake.rs`.
+#[async_trait::async_trait]
+pub trait HostChanges: Send + Sync {
+    /// The next change; `None` once no further change will be reported.
+    async fn next(&mut self) -> Option<HostChange>;
+}
+
+#[async_trait::async_trait]
+impl HostChanges for Monitor {
+    async fn next(&mut self) -> Option<HostChange> {
+        Monitor::next(self).await
+    }
 }
 
 /// One step that brings the kernel from `current` to `want`.

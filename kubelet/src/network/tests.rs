@@ -8,10 +8,11 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 use plumbing::cidr::Cidr;
 
 use super::cni_files::{self, CONFLIST_NAME, ConfInput};
-use super::fake::{FakeMasquerade, FakeRoutes, RouteCall};
+use super::fake::{FakeHostChanges, FakeMasquerade, FakeRoutes, RouteCall};
 use super::routes::{self, Change, Route};
 use super::*;
 use crate::events::EventType;
+use plumbing::rtnl::HostChange;
 
 pub(super) fn net(s: &str) -> Cidr {
     s.parse().unwrap()
@@ -108,6 +109,7 @@ impl Rig {
             routes: routes.clone(),
             masquerade: masq.clone(),
             events: events.clone(),
+            host_changes: None,
         };
         Rig {
             dir,
@@ -554,4 +556,74 @@ async fn a_full_pass_repairs_routes_changed_behind_our_back() {
     rig.routes.fail.lock().unwrap().clear();
     assert!(rig.ctl.pass(&mut st, false).await);
     assert!(rig.routes.routes().contains_key(&net("10.244.3.0/24")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_behind_an_interface_brought_up_later_is_routed_when_the_kernel_reports_it() {
+    let mut rig = Rig::new("10.244.0.0/16");
+    let (kernel, host) = FakeHostChanges::new();
+    rig.ctl.host_changes = Some(Box::new(host));
+    // b's next hop is on a LAN this host has no address on yet.
+    rig.set(&[
+        node("a", &["10.244.1.0/24"], &["10.250.0.1"]),
+        node("b", &["10.244.2.0/24"], &["10.251.0.2"]),
+    ]);
+    let (routes, events) = (rig.routes.clone(), rig.events.clone());
+    let cancel = CancellationToken::new();
+    let ctl = tokio::spawn(rig.ctl.run(cancel.clone()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(routes.routes().is_empty());
+    let refused = events.take();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("Warning NextHopNotOnLink"),
+        "{refused:?}"
+    );
+
+    // The LAN interface comes up: the kernel reports its link and its address.
+    routes.add_address("10.251.0.1/24");
+    kernel.send(HostChange::Link).unwrap();
+    kernel.send(HostChange::Address).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        routes.routes(),
+        BTreeMap::from([(net("10.244.2.0/24"), ip("10.251.0.2"))]),
+        "routed within 2 s, not at the next full pass ({RESYNC_PERIOD:?})"
+    );
+    // One re-read for the burst of two notifications.
+    let lists = routes
+        .take_calls()
+        .iter()
+        .filter(|c| **c == RouteCall::List)
+        .count();
+    assert_eq!(lists, 2, "the first full pass and one re-read");
+
+    // The interface goes again (the kernel drops its address and every route through it):
+    // the claim is refused again at once, with its Event.
+    routes
+        .local
+        .lock()
+        .unwrap()
+        .retain(|a| *a != net("10.251.0.1/32"));
+    routes
+        .main
+        .lock()
+        .unwrap()
+        .retain(|r| r.dst != net("10.251.0.0/24") && r.via != Some(ip("10.251.0.2")));
+    kernel.send(HostChange::Link).unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let refused = events.take();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("Warning NextHopNotOnLink"),
+        "{refused:?}"
+    );
+
+    // Notifications that stop (the socket gone) leave the periodic full pass working.
+    drop(kernel);
+    routes.add_address("10.251.0.1/24");
+    tokio::time::sleep(RESYNC_PERIOD).await;
+    assert_eq!(routes.routes().len(), 1);
+    cancel.cancel();
+    ctl.await.unwrap();
 }
