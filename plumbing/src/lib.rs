@@ -4,6 +4,8 @@
 pub mod backoff;
 pub mod cidr;
 pub mod duration;
+#[cfg(feature = "fd-limit")]
+pub mod fd_limit;
 pub mod go;
 #[cfg(feature = "iptables")]
 pub mod iptables;

@@ -19,7 +19,6 @@ pub mod authz;
 mod cache;
 pub mod conn_limit;
 pub mod debug;
-pub mod fd_limit;
 pub mod journal;
 pub mod log_query;
 

@@ -1,4 +1,4 @@
-//! The settings of the kubelet's servers: `maxOpenFiles` (applied by `server::fd_limit`) and
+//! The settings of the kubelet's servers: `maxOpenFiles` (applied by `plumbing::fd_limit`) and
 //! `nodeAgentServer` (ours, not upstream's: the connection limits of `server::conn_limit`).
 //!
 //! ```yaml

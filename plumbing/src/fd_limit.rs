@@ -1,4 +1,4 @@
-//! `maxOpenFiles`: the process's RLIMIT_NOFILE, set at start as upstream's
+//! The process's RLIMIT_NOFILE. The kubelet's `maxOpenFiles` is set at start as upstream's
 //! `rlimit.SetNumFiles` does (soft and hard limit both to the configured value). Without the
 //! permission to raise the hard limit, the soft limit is raised as far as the hard one allows
 //! and a warning says so; the agent goes on. The limit in force is `process_max_fds`.
