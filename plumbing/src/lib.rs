@@ -7,6 +7,8 @@ pub mod duration;
 #[cfg(feature = "fd-limit")]
 pub mod fd_limit;
 pub mod go;
+#[cfg(feature = "http-server")]
+pub mod http_server;
 #[cfg(feature = "iptables")]
 pub mod iptables;
 #[cfg(feature = "metrics")]

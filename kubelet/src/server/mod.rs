@@ -17,7 +17,6 @@ pub mod auth_review;
 pub mod authn;
 pub mod authz;
 mod cache;
-pub mod conn_limit;
 pub mod debug;
 pub mod journal;
 pub mod log_query;

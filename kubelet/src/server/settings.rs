@@ -1,5 +1,5 @@
 //! The settings of the kubelet's servers: `maxOpenFiles` (applied by `plumbing::fd_limit`) and
-//! `nodeAgentServer` (ours, not upstream's: the connection limits of `server::conn_limit`).
+//! `nodeAgentServer` (ours, not upstream's: the connection limits of `plumbing::http_server::conn_limit`).
 //!
 //! ```yaml
 //! nodeAgentServer:

@@ -1,6 +1,7 @@
 use super::*;
 use crate::metrics::server as m;
 use crate::server::{AppState, logs, plain_handler, read_only_router};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -30,6 +31,7 @@ fn limits(max: usize, hs_ms: u64, idle_ms: u64) -> Limits {
         max_per_source: usize::MAX,
         authenticated_reserve: 0,
         tls_handshake_timeout: Duration::from_millis(hs_ms),
+        header_read_timeout: Duration::from_millis(idle_ms),
         idle_timeout: Duration::from_millis(idle_ms),
         max_header_bytes: 1 << 20,
     }
