@@ -48,3 +48,89 @@ pub fn apply_logged(want: u64) {
         ),
     }
 }
+
+/// The soft and hard RLIMIT_NOFILE now.
+pub fn current() -> Option<(u64, u64)> {
+    getrlimit(Resource::RLIMIT_NOFILE).ok()
+}
+
+/// What [`raise_to_hard`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Raised {
+    /// The soft limit was raised from `from` to `to` (the hard limit).
+    Raised { from: u64, to: u64 },
+    /// The soft limit already was the hard limit.
+    AtHard(u64),
+    /// The limits could not be read or set.
+    Failed(String),
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit, as Go programs do at start (since Go
+/// 1.19, which upstream's kube-proxy is built with): the default soft limit of 1024 is a few
+/// hundred idle connections away from failing every child process and socket.
+pub fn raise_to_hard() -> Raised {
+    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok(l) => l,
+        Err(e) => return Raised::Failed(e.to_string()),
+    };
+    if soft >= hard {
+        return Raised::AtHard(soft);
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+        Ok(()) => Raised::Raised {
+            from: soft,
+            to: hard,
+        },
+        Err(e) => Raised::Failed(e.to_string()),
+    }
+}
+
+/// [`raise_to_hard`], logged.
+pub fn raise_to_hard_logged() {
+    match raise_to_hard() {
+        Raised::Raised { from, to } => {
+            tracing::info!(
+                from,
+                to,
+                "raised the soft file descriptor limit to the hard limit"
+            )
+        }
+        Raised::AtHard(n) => tracing::info!(limit = n, "file descriptor limit"),
+        Raised::Failed(error) => tracing::warn!(
+            %error,
+            "could not raise the soft file descriptor limit to the hard limit; going on with the current one"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soft_limit_is_raised_to_the_hard_one() {
+        // Lower the soft limit, raise it, then restore what the test process had.
+        let (soft, hard) = current().expect("getrlimit");
+        if hard < 2 || soft < 2 {
+            println!("skipped: the hard file limit ({hard}) is too low to lower and raise");
+            return;
+        }
+        let low = (hard / 2).min(soft).max(1);
+        setrlimit(Resource::RLIMIT_NOFILE, low, hard).expect("lowering the soft limit");
+        let r = raise_to_hard();
+        let now = current().unwrap();
+        setrlimit(Resource::RLIMIT_NOFILE, soft, hard).expect("restoring the soft limit");
+        if low == hard {
+            assert_eq!(r, Raised::AtHard(hard));
+        } else {
+            assert_eq!(
+                r,
+                Raised::Raised {
+                    from: low,
+                    to: hard
+                }
+            );
+        }
+        assert_eq!(now, (hard, hard));
+    }
+}
