@@ -43,6 +43,8 @@ pub struct Limits {
     pub max_per_source: usize,
     /// Slots of `max_connections` only connections with an authorized request may hold.
     pub authenticated_reserve: usize,
+    /// Connections with an authorized request per identity (user name) at most.
+    pub max_per_identity: usize,
     /// Time a TLS client has to finish its handshake.
     pub tls_handshake_timeout: Duration,
     /// Time from accept (after the TLS handshake) to the first request head.
@@ -66,6 +68,7 @@ impl Default for Limits {
             max_connections: 4096,
             max_per_source: usize::MAX,
             authenticated_reserve: 0,
+            max_per_identity: usize::MAX,
             tls_handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(90),
             idle_timeout: Duration::from_secs(90),
@@ -102,9 +105,10 @@ pub type PeerCerts = Option<Arc<[CertificateDer<'static>]>>;
 /// What the authentication filter made of a request, set by the handler as a response
 /// extension: an authorized request's connection leaves the pending budget; a refused one's
 /// connection is closed after the response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthOutcome {
-    Authorized,
+    /// Authorized as this identity (the user name), counted against `max_per_identity`.
+    Authorized(Arc<str>),
     Refused,
 }
 
@@ -119,6 +123,7 @@ impl Limits {
             max_connections: self.max_connections,
             max_per_source: self.max_per_source,
             authenticated_reserve: self.authenticated_reserve,
+            max_per_identity: self.max_per_identity,
         }
     }
 }
@@ -318,8 +323,10 @@ async fn serve_conn<I>(
             });
             let http1 = req.version() < http::Version::HTTP_2;
             let mut resp = handler(req, peer).await;
-            match resp.extensions().get::<AuthOutcome>() {
-                Some(AuthOutcome::Authorized) => slot.authenticated(),
+            match resp.extensions().get::<AuthOutcome>().cloned() {
+                Some(AuthOutcome::Authorized(who)) => {
+                    slot.authenticated(&who);
+                }
                 Some(AuthOutcome::Refused) => {
                     if http1 {
                         resp.headers_mut().insert(

@@ -19,6 +19,7 @@ fn limits(max: usize, per_source: usize, header_ms: u64, idle_ms: u64) -> Limits
         max_connections: max,
         max_per_source: per_source,
         authenticated_reserve: 0,
+        max_per_identity: usize::MAX,
         tls_handshake_timeout: Duration::from_secs(5),
         header_read_timeout: Duration::from_millis(header_ms),
         idle_timeout: Duration::from_millis(idle_ms),
