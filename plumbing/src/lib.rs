@@ -4,7 +4,11 @@
 pub mod backoff;
 pub mod cidr;
 pub mod duration;
+#[cfg(feature = "fd-limit")]
+pub mod fd_limit;
 pub mod go;
+#[cfg(feature = "http-server")]
+pub mod http_server;
 #[cfg(feature = "iptables")]
 pub mod iptables;
 #[cfg(feature = "metrics")]

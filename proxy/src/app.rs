@@ -318,6 +318,8 @@ struct Shared {
     registry: Registry,
     metrics: Metrics,
     health: ProxierHealth,
+    /// The connection budget of the healthz, metrics and health-check servers.
+    http: health::HttpLimits,
     sync: SyncConfig,
 }
 
@@ -361,6 +363,7 @@ fn service_health(family: IpFamily, shared: &Shared) -> ServiceHealthServer {
         IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     };
     ServiceHealthServer::new(vec![any_ip], shared.health.clone())
+        .with_http_limits(shared.http.clone())
 }
 
 fn log_stack(primary: IpFamily, dual: bool) {
@@ -602,6 +605,7 @@ pub async fn run_source(
         registry,
         metrics,
         health: ProxierHealth::new(cfg.health_timeout()),
+        http: health::HttpLimits::default(),
         sync: SyncConfig {
             min_sync_period: cfg.min_sync_period,
             sync_period: cfg.sync_period,
@@ -638,12 +642,14 @@ async fn serve_and_sync<B: Backend>(
     let handles = ProxyHandles::new(proxiers.iter().map(|p| p.handle().clone()).collect());
     if let Some(addr) = cfg.healthz_bind_address {
         let router = health::healthz_router(shared.health.clone(), &shared.registry)?;
-        health::serve(addr, router, shutdown.clone()).await?;
+        health::serve(addr, router, "healthz", &shared.http, shutdown.clone()).await?;
     }
     if let Some(addr) = cfg.metrics_bind_address {
         health::serve(
             addr,
             health::metrics_router(shared.registry.clone(), cfg.mode.as_str()),
+            "metrics",
+            &shared.http,
             shutdown.clone(),
         )
         .await?;

@@ -9,6 +9,14 @@
 //!   127.0.0.1:10249).
 //! - One HTTP server per `healthCheckNodePort` of an externalTrafficPolicy=Local service,
 //!   answering 200 when the node has ready local endpoints and the proxy is healthy.
+//!
+//! Every one of these servers runs on `plumbing::http_server` with one connection budget for
+//! them all ([`HttpLimits`], ours: upstream's Go servers have no cap and no timeout): at most
+//! [`MAX_CONNECTIONS`] open connections (fewer when the file limit is low: half of the soft
+//! RLIMIT_NOFILE), [`MAX_CONNECTIONS_PER_SOURCE`] from one address (IPv6: one /64), the first
+//! request head within [`HEADER_READ_TIMEOUT`], idle connections closed after
+//! [`IDLE_TIMEOUT`]. So a pod opening thousands of idle connections to :10256 holds a few
+//! dozen descriptors, and the syncs' `iptables-restore`/`nft` still start.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -21,11 +29,13 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use plumbing::http_server::conn_limit::{Limiter, Refusal};
+use plumbing::http_server::{self, Limits, Observer};
 use prometheus::{IntCounterVec, Opts, Registry};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{debug, error, info};
 
 use crate::model::{IpFamily, NamespacedName, ServiceState};
 
@@ -353,18 +363,137 @@ fn bind_any(addr: SocketAddr) -> std::io::Result<TcpListener> {
     listen(addr, true)
 }
 
-/// Binds `addr` (as `bind_any` does) and serves `router` until `shutdown`.
-pub async fn serve(addr: SocketAddr, router: Router, shutdown: CancellationToken) -> Result<()> {
-    let listener = bind_any(addr).map_err(|source| Error::Listen { addr, source })?;
-    info!(address = %addr, "serving HTTP");
-    tokio::spawn(async move {
-        let r = axum::serve(listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(e) = r {
-            error!(error = %e, address = %addr, "HTTP server stopped");
+/// Open connections of all the proxy's HTTP servers together, at most.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// Open connections from one source (IPv4 address, IPv6 /64), at most.
+pub const MAX_CONNECTIONS_PER_SOURCE: usize = 64;
+/// Time from accept to the first request head.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a connection may stay open with no request in flight (the kubelet's, upstream's
+/// `IdleTimeout` of its server).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The connection budget shared by the proxy's HTTP servers (healthz, metrics and every
+/// health-check node port): descriptors are the process's, so the cap is too.
+#[derive(Clone)]
+pub struct HttpLimits {
+    limiter: Arc<Limiter>,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for HttpLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpLimits")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpLimits {
+    /// The budget for a process whose soft file limit is `soft_nofile` (unknown: the full
+    /// budget): [`MAX_CONNECTIONS`], or half the limit when that is lower (at least 16), so
+    /// that the other half is left for child processes, the apiserver and netlink.
+    pub fn for_file_limit(soft_nofile: Option<u64>) -> Self {
+        let half = soft_nofile.map_or(usize::MAX, |n| usize::try_from(n / 2).unwrap_or(usize::MAX));
+        let max = MAX_CONNECTIONS.min(half).max(16);
+        Self::with(Limits {
+            max_connections: max,
+            max_per_source: MAX_CONNECTIONS_PER_SOURCE.min(max),
+            authenticated_reserve: 0,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            idle_timeout: IDLE_TIMEOUT,
+            ..Limits::default()
+        })
+    }
+
+    /// A budget with these limits (tests use small ones).
+    pub fn with(limits: Limits) -> Self {
+        HttpLimits {
+            limiter: Limiter::new(limits.conn_limits()),
+            limits,
         }
-    });
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// (open, pending) connections now, over every server.
+    pub fn counts(&self) -> (usize, usize) {
+        self.limiter.counts()
+    }
+
+    fn spawn(
+        &self,
+        listener: TcpListener,
+        router: Router,
+        server: &'static str,
+        stop: CancellationToken,
+    ) {
+        let handler: http_server::Handler = Arc::new(move |req, _peer| {
+            let router = router.clone();
+            Box::pin(async move {
+                tower::ServiceExt::oneshot(router, req)
+                    .await
+                    .into_response()
+            })
+        });
+        tokio::spawn(http_server::serve_shared(
+            listener,
+            None,
+            self.limiter.clone(),
+            self.limits.clone(),
+            Arc::new(ServerLog(server)),
+            handler,
+            stop,
+        ));
+    }
+}
+
+impl Default for HttpLimits {
+    /// The budget for this process's soft file limit now.
+    fn default() -> Self {
+        Self::for_file_limit(plumbing::fd_limit::current().map(|(soft, _)| soft))
+    }
+}
+
+/// Logs what the connection limits did to one server's connections.
+struct ServerLog(&'static str);
+
+impl Observer for ServerLog {
+    fn label(&self) -> &'static str {
+        self.0
+    }
+
+    fn rejected(&self, why: Refusal) {
+        debug!(
+            server = self.0,
+            reason = why.label(),
+            "connection refused at accept"
+        );
+    }
+
+    fn idle_closed(&self) {
+        debug!(
+            server = self.0,
+            "connection closed after the header-read or idle timeout"
+        );
+    }
+}
+
+/// Binds `addr` (as `bind_any` does) and serves `router` within `limits` until `shutdown`;
+/// `server` names it in logs.
+pub async fn serve(
+    addr: SocketAddr,
+    router: Router,
+    server: &'static str,
+    limits: &HttpLimits,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let listener = bind_any(addr).map_err(|source| Error::Listen { addr, source })?;
+    info!(address = %addr, server, "serving HTTP");
+    limits.spawn(listener, router, server, shutdown);
     Ok(())
 }
 
@@ -382,6 +511,7 @@ pub struct ServiceHealthServer {
     bind_ips: Vec<IpAddr>,
     health: ProxierHealth,
     services: HcMap,
+    http: HttpLimits,
 }
 
 impl std::fmt::Debug for ServiceHealthServer {
@@ -413,7 +543,14 @@ impl ServiceHealthServer {
             bind_ips,
             health,
             services: Arc::default(),
+            http: HttpLimits::default(),
         }
+    }
+
+    /// Serves the health-check ports within `http` (the budget the proxy's other servers use).
+    pub fn with_http_limits(mut self, http: HttpLimits) -> Self {
+        self.http = http;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NamespacedName, HcInstance>> {
@@ -464,13 +601,12 @@ impl ServiceHealthServer {
             }
             info!(service = %nn, port, "opening healthcheck");
             for listener in bound {
-                let router = self.router(nn.clone());
-                let stop = stop.clone();
-                tokio::spawn(async move {
-                    let _ = axum::serve(listener, router)
-                        .with_graceful_shutdown(async move { stop.cancelled().await })
-                        .await;
-                });
+                self.http.spawn(
+                    listener,
+                    self.router(nn.clone()),
+                    "healthcheck",
+                    stop.clone(),
+                );
             }
             self.lock().insert(
                 nn.clone(),
@@ -621,6 +757,20 @@ mod tests {
         let r = h.report_at(t0 + Duration::from_secs(73));
         assert!(r.healthy);
         assert_eq!(r.last_updated, Some(t0 + Duration::from_secs(72)));
+    }
+
+    #[test]
+    fn the_connection_budget_follows_the_file_limit() {
+        let max = |soft| HttpLimits::for_file_limit(soft).limits().max_connections;
+        assert_eq!(max(None), MAX_CONNECTIONS);
+        assert_eq!(max(Some(1_048_576)), MAX_CONNECTIONS);
+        // systemd's default soft limit: half is left for children, sockets and files.
+        assert_eq!(max(Some(1024)), 512);
+        assert_eq!(max(Some(20)), 16);
+        let l = HttpLimits::for_file_limit(Some(1024));
+        assert_eq!(l.limits().max_per_source, MAX_CONNECTIONS_PER_SOURCE);
+        assert_eq!(l.limits().header_read_timeout, HEADER_READ_TIMEOUT);
+        assert_eq!(l.limits().idle_timeout, IDLE_TIMEOUT);
     }
 
     #[test]

@@ -114,6 +114,8 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if !cfg.cleanup {
+        // As a Go program does at start: every connection and child pipe is a descriptor.
+        plumbing::fd_limit::raise_to_hard_logged();
         // As upstream: lowering the score needs CAP_SYS_RESOURCE; a failure is logged only.
         let file = std::path::Path::new(plumbing::oom_score::SELF_OOM_SCORE_ADJ);
         if let Err(e) = plumbing::oom_score::apply(file, cfg.oom_score_adj) {

@@ -109,7 +109,7 @@ pub(super) async fn start(
         ),
     }
     // Before any listener: each connection is a descriptor (upstream's rlimit.SetNumFiles).
-    server::fd_limit::apply_logged(cfg.max_open_files);
+    plumbing::fd_limit::apply_logged(cfg.max_open_files);
     if cfg.healthz_port != 0 {
         let l = server::bind(SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port)).await?;
         tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "healthz server listening");

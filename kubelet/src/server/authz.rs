@@ -136,8 +136,15 @@ pub fn subresources(path: &str) -> Vec<&'static str> {
 /// What the :10250 server answers before routing a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    Allow,
-    Deny { status: StatusCode, body: String },
+    /// Allowed; `user` is the authenticated user's name (the connection limits count per
+    /// identity).
+    Allow {
+        user: String,
+    },
+    Deny {
+        status: StatusCode,
+        body: String,
+    },
 }
 
 /// One request as the filter sees it.
@@ -267,7 +274,7 @@ impl Auth {
         let verb = api_verb(req.method, req.path, req.headers);
         let subs = subresources(req.path);
         let review = match (self.settings.mode, &self.review) {
-            (AuthzMode::AlwaysAllow, _) => return Decision::Allow,
+            (AuthzMode::AlwaysAllow, _) => return Decision::Allow { user: user.name },
             (AuthzMode::Webhook, Some(r)) => r,
             // Auth::new refuses Webhook without a client; fail closed all the same.
             (AuthzMode::Webhook, None) => return self.error(&user, verb, subs[0]),
@@ -281,7 +288,7 @@ impl Auth {
             };
             if let Some(allowed) = self.cache.get(&attrs) {
                 if allowed {
-                    return Decision::Allow;
+                    return Decision::Allow { user: user.name };
                 }
                 continue;
             }
@@ -294,7 +301,7 @@ impl Auth {
                     };
                     self.cache.put(attrs, d.allowed, ttl);
                     if d.allowed {
-                        return Decision::Allow;
+                        return Decision::Allow { user: user.name };
                     }
                 }
                 Err(e) => {

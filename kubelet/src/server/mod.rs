@@ -17,9 +17,7 @@ pub mod auth_review;
 pub mod authn;
 pub mod authz;
 mod cache;
-pub mod conn_limit;
 pub mod debug;
-pub mod fd_limit;
 pub mod journal;
 pub mod log_query;
 
@@ -570,12 +568,12 @@ pub fn https_handler(auth: Arc<Auth>, router: Router) -> listener::Handler {
                     })
                     .await;
                 match decision {
-                    Decision::Allow => {
+                    Decision::Allow { user } => {
                         let mut resp = tower::ServiceExt::oneshot(router, req)
                             .await
                             .into_response();
                         resp.extensions_mut()
-                            .insert(listener::AuthOutcome::Authorized);
+                            .insert(listener::AuthOutcome::Authorized(user.into()));
                         resp
                     }
                     Decision::Deny { status, body } => {

@@ -59,6 +59,20 @@ fn escape_html(s: &str) -> String {
         .replace('\'', "&#39;")
 }
 
+/// `name` as a URL path: every byte but ASCII letters, digits, `-._~` and `/` percent-encoded,
+/// so a name cannot carry a scheme (`javascript:`), a query, a fragment or markup.
+fn percent_encode_path(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// Resolves `url_path` (the request's path below `/logs`, e.g. `/syslog`) beneath `root`.
 /// Blocking: run it on the blocking pool.
 pub fn resolve(root: &Path, url_path: &str) -> Resolved {
@@ -100,7 +114,10 @@ pub fn resolve(root: &Path, url_path: &str) -> Resolved {
 }
 
 /// Go's file server's HTML listing of a directory's entries (a directory's name ends in `/`;
-/// a symlink is listed as itself, not followed).
+/// a symlink is listed as itself, not followed). A link is `./` and the percent-encoded name,
+/// HTML-escaped: always relative to this directory, whatever a file's name (a crafted name
+/// such as `javascript:alert(1)` or `"><script>` stays a file name). The text is the name,
+/// HTML-escaped.
 fn listing(entries: Vec<(std::ffi::OsString, at::Kind)>) -> String {
     let mut names: Vec<String> = entries
         .into_iter()
@@ -117,8 +134,9 @@ fn listing(entries: Vec<(std::ffi::OsString, at::Kind)>) -> String {
         "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n",
     );
     for n in names {
-        let e = escape_html(&n);
-        html.push_str(&format!("<a href=\"{e}\">{e}</a>\n"));
+        let href = escape_html(&format!("./{}", percent_encode_path(&n)));
+        let text = escape_html(&n);
+        html.push_str(&format!("<a href=\"{href}\">{text}</a>\n"));
     }
     html.push_str("</pre>\n");
     html

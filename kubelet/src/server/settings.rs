@@ -1,11 +1,12 @@
-//! The settings of the kubelet's servers: `maxOpenFiles` (applied by `server::fd_limit`) and
-//! `nodeAgentServer` (ours, not upstream's: the connection limits of `server::conn_limit`).
+//! The settings of the kubelet's servers: `maxOpenFiles` (applied by `plumbing::fd_limit`) and
+//! `nodeAgentServer` (ours, not upstream's: the connection limits of `plumbing::http_server::conn_limit`).
 //!
 //! ```yaml
 //! nodeAgentServer:
 //!   maxConnections: 4096                 # per server
 //!   maxConnectionsPerSource: 256         # without an authorized request, per IP (IPv6: /64)
 //!   authenticatedConnectionReserve: 1024 # :10250 slots kept for authenticated connections
+//!   maxConnectionsPerIdentity: 1024      # :10250 authenticated connections of one user
 //! ```
 
 use std::time::Duration;
@@ -26,6 +27,7 @@ pub struct FileSettings {
     pub max_connections: Option<i64>,
     pub max_connections_per_source: Option<i64>,
     pub authenticated_connection_reserve: Option<i64>,
+    pub max_connections_per_identity: Option<i64>,
 }
 
 /// The servers' connection limits, validated.
@@ -35,6 +37,7 @@ pub struct Settings {
     pub max_connections: usize,
     pub max_connections_per_source: usize,
     pub authenticated_connection_reserve: usize,
+    pub max_connections_per_identity: usize,
 }
 
 impl Default for Settings {
@@ -43,26 +46,29 @@ impl Default for Settings {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_source: DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
             authenticated_connection_reserve: DEFAULT_MAX_CONNECTIONS / 4,
+            max_connections_per_identity: DEFAULT_MAX_CONNECTIONS / 4,
         }
     }
 }
 
 impl Settings {
-    /// One server's limits: :10250 gets all three; the read-only port (no authentication)
+    /// One server's limits: :10250 gets all four; the read-only port (no authentication)
     /// the cap and the per-source cap; :10248 (loopback by default) only the cap.
     pub fn limits(&self, kind: ServerType) -> Limits {
-        let (per_source, reserve) = match kind {
+        let (per_source, reserve, per_identity) = match kind {
             ServerType::ReadWrite => (
                 self.max_connections_per_source,
                 self.authenticated_connection_reserve,
+                self.max_connections_per_identity,
             ),
-            ServerType::ReadOnly => (self.max_connections_per_source, 0),
-            ServerType::Healthz => (usize::MAX, 0),
+            ServerType::ReadOnly => (self.max_connections_per_source, 0, usize::MAX),
+            ServerType::Healthz => (usize::MAX, 0, usize::MAX),
         };
         Limits {
             max_connections: self.max_connections,
             max_per_source: per_source,
             authenticated_reserve: reserve,
+            max_per_identity: per_identity,
             ..Limits::default()
         }
     }
@@ -97,6 +103,12 @@ pub fn merge(file: Option<&FileSettings>) -> Result<Settings, String> {
         0,
         max / 4,
     )?;
+    let per_identity = field(
+        "maxConnectionsPerIdentity",
+        f.max_connections_per_identity,
+        1,
+        max / 4,
+    )?;
     if reserve >= max {
         return Err(format!(
             "nodeAgentServer.authenticatedConnectionReserve: {reserve} must be less than maxConnections ({max})"
@@ -106,6 +118,7 @@ pub fn merge(file: Option<&FileSettings>) -> Result<Settings, String> {
         max_connections: max,
         max_connections_per_source: per_source,
         authenticated_connection_reserve: reserve,
+        max_connections_per_identity: per_identity.max(1),
     })
 }
 

@@ -526,5 +526,5 @@ async fn node_log_query_off_serves_files_only() {
     let r = api_router(state, true);
     let (code, body) = call(&r, "GET", "/logs/?query=kubelet", "", None).await;
     assert_eq!(code, 200);
-    assert!(body.contains("<a href=\"syslog\">syslog</a>"), "{body}");
+    assert!(body.contains("<a href=\"./syslog\">syslog</a>"), "{body}");
 }

@@ -672,6 +672,12 @@ pub const FIELDS: &[Setting] = &[
         "Not upstream (default maxConnections/4, 1024): :10250 slots only connections that had a request authorized may hold. When the others are all taken, the connection waiting longest for an authorized request is closed to admit a new one. 0: no reserve (a full server refuses). Must be less than maxConnections.",
     ),
     s(
+        "nodeAgentServer.maxConnectionsPerIdentity",
+        Implemented,
+        &[],
+        "Not upstream (default maxConnections/4, 1024): :10250 connections that count as authenticated per user (the name a request was authorized as); beyond it a connection stays counted as unauthenticated (its source's cap, eviction), so one credential cannot hold every slot.",
+    ),
+    s(
         "shutdownGracePeriod",
         Implemented,
         &[],

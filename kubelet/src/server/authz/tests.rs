@@ -46,7 +46,7 @@ async fn ask_cert(
         })
         .await;
     match d {
-        Decision::Allow => (200, String::new()),
+        Decision::Allow { .. } => (200, String::new()),
         Decision::Deny { status, body } => (status.as_u16(), body),
     }
 }

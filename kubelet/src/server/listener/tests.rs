@@ -1,6 +1,7 @@
 use super::*;
 use crate::metrics::server as m;
 use crate::server::{AppState, logs, plain_handler, read_only_router};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -29,7 +30,9 @@ fn limits(max: usize, hs_ms: u64, idle_ms: u64) -> Limits {
         max_connections: max,
         max_per_source: usize::MAX,
         authenticated_reserve: 0,
+        max_per_identity: usize::MAX,
         tls_handshake_timeout: Duration::from_millis(hs_ms),
+        header_read_timeout: Duration::from_millis(idle_ms),
         idle_timeout: Duration::from_millis(idle_ms),
         max_header_bytes: 1 << 20,
     }
@@ -237,6 +240,8 @@ async fn start_authenticating(limits: Limits) -> (std::net::SocketAddr, Cancella
     let review = Arc::new(FakeReview::default());
     review.token("good", "admin", &[]);
     review.grant("admin", "get", "pods");
+    review.token("api", "kube-apiserver-kubelet-client", &[]);
+    review.grant("kube-apiserver-kubelet-client", "get", "pods");
     let auth = crate::server::Auth::new(
         crate::server::AuthSettings::secure_defaults(),
         "node-a",
@@ -346,6 +351,41 @@ async fn unauthenticated_connections_leave_the_reserve_to_authenticated_ones() {
     let mut fresh = connect_from([127, 0, 0, 20], addr).await;
     assert_eq!(status_of(&mut fresh, GOOD).await, 200);
     assert_eq!(status_of(&mut admin, GOOD).await, 200);
+}
+
+/// Issue 37.4: a client with a valid credential cannot fill every slot with authenticated
+/// connections: beyond its identity's cap its connections count as unauthenticated (they are
+/// still served), so they are evicted for the apiserver's.
+#[tokio::test]
+async fn one_identity_cannot_fill_the_slots_and_the_apiserver_gets_in() {
+    let mut l = limits(12, 5_000, 60_000);
+    l.max_per_source = 100;
+    l.authenticated_reserve = 4;
+    l.max_per_identity = 3;
+    let (addr, _cancel) = start_authenticating(l).await;
+    // `admin` opens the whole cap, each connection with an authorized request, kept alive.
+    let mut admin = Vec::new();
+    for _ in 0..12 {
+        let mut c = connect_from([127, 0, 0, 40], addr).await;
+        assert_eq!(status_of(&mut c, GOOD).await, 200, "served all the same");
+        admin.push(c);
+    }
+    // The apiserver's identity still gets connections, one after another.
+    const API: &str = "GET /pods HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer api\r\n\r\n";
+    let mut api = Vec::new();
+    for i in 0..4 {
+        let mut c = connect_from([127, 0, 0, 41], addr).await;
+        assert_eq!(
+            status_of(&mut c, API).await,
+            200,
+            "apiserver connection {i}"
+        );
+        api.push(c);
+    }
+    // admin's first three (counted as authenticated) were not the ones closed.
+    for c in admin.iter_mut().take(3) {
+        assert_eq!(status_of(c, GOOD).await, 200);
+    }
 }
 
 /// Issue 24: a 401 (or 403) ends its connection: a refused client does not keep its slot

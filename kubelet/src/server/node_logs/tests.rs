@@ -34,14 +34,62 @@ fn serves_files_and_listings_beneath_the_directory() {
     assert_eq!(read(resolve(&root, "/./syslog")), "node log\n");
     match resolve(&root, "/") {
         Resolved::Listing(html) => {
-            assert!(html.contains("<a href=\"journal/\">journal/</a>"), "{html}");
-            assert!(html.contains("<a href=\"syslog\">syslog</a>"), "{html}");
-            assert!(html.contains("<a href=\"a&lt;b\">a&lt;b</a>"), "{html}");
+            assert!(
+                html.contains("<a href=\"./journal/\">journal/</a>"),
+                "{html}"
+            );
+            assert!(html.contains("<a href=\"./syslog\">syslog</a>"), "{html}");
+            assert!(html.contains("<a href=\"./a%3Cb\">a&lt;b</a>"), "{html}");
         }
         other => panic!("{other:?}"),
     }
     assert!(matches!(resolve(&root, "/journal"), Resolved::Redirect(to) if to == "journal/"));
     assert!(matches!(resolve(&root, "/journal/"), Resolved::Listing(_)));
+}
+
+#[test]
+fn crafted_file_names_in_a_listing_stay_relative_links_without_markup() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("log");
+    std::fs::create_dir_all(&root).unwrap();
+    for name in [
+        "javascript:alert(1)",
+        "\"><img src=x onerror=alert(1)>",
+        "x?y#z",
+        "a&b'c",
+    ] {
+        std::fs::write(root.join(name), "").unwrap();
+    }
+    let Resolved::Listing(html) = resolve(&root, "/") else {
+        panic!("a listing");
+    };
+    let hrefs: Vec<&str> = html
+        .split("href=\"")
+        .skip(1)
+        .map(|rest| &rest[..rest.find('"').unwrap()])
+        .collect();
+    assert_eq!(hrefs.len(), 4, "{html}");
+    for h in &hrefs {
+        assert!(h.starts_with("./"), "a link relative to the listing: {h}");
+        assert!(
+            !h[2..].contains([':', '<', '>', '"', '?', '#', '&', '\'']),
+            "percent-encoded: {h}"
+        );
+    }
+    assert!(
+        html.contains("<a href=\"./javascript%3Aalert%281%29\">javascript:alert(1)</a>"),
+        "{html}"
+    );
+    assert!(!html.contains("<img"), "{html}");
+    assert!(
+        html.contains("&#34;&gt;&lt;img src=x onerror=alert(1)&gt;</a>"),
+        "the name is shown, escaped: {html}"
+    );
+    // The encoded link leads back to the file.
+    assert!(matches!(
+        resolve(&root, "/javascript%3Aalert%281%29"),
+        Resolved::File(_)
+    ));
 }
 
 #[test]

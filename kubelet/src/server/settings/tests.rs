@@ -20,7 +20,8 @@ fn connection_limits_default_and_parse() {
         Settings {
             max_connections: 4096,
             max_connections_per_source: 256,
-            authenticated_connection_reserve: 1024
+            authenticated_connection_reserve: 1024,
+            max_connections_per_identity: 1024,
         }
     );
     let s = parse(
@@ -47,6 +48,9 @@ fn connection_limits_default_and_parse() {
         ),
         (100, 256, 25)
     );
+    assert_eq!(rw.max_per_identity, 25, "a quarter of the cap per identity");
+    let s2 = parse("nodeAgentServer:\n  maxConnectionsPerIdentity: 9\n").unwrap();
+    assert_eq!(s2.limits(ServerType::ReadWrite).max_per_identity, 9);
     let ro = s.limits(ServerType::ReadOnly);
     assert_eq!((ro.max_per_source, ro.authenticated_reserve), (256, 0));
     let hz = s.limits(ServerType::Healthz);

@@ -14,8 +14,12 @@
 //!   authenticated connections; without a reserve (servers with no authentication) it is
 //!   refused.
 //!
-//! Authenticated connections count only against `max_connections`; a source's pending count
-//! drops when one of its connections authenticates.
+//! Authenticated connections count against `max_connections` and, per identity (the user name
+//! a request was authorized as), against `max_per_identity` (issue 37.4: one client holding
+//! any authorized permission could otherwise fill every slot, the apiserver's included). A
+//! connection whose identity already holds its cap stays pending: it counts against its
+//! source and may be evicted like any other. A source's pending count drops when one of its
+//! connections authenticates.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -31,6 +35,8 @@ pub struct ConnLimits {
     pub max_per_source: usize,
     /// Slots only authenticated connections may hold (0: none, and no eviction).
     pub authenticated_reserve: usize,
+    /// Authenticated connections of one identity at most (`usize::MAX`: no cap).
+    pub max_per_identity: usize,
 }
 
 /// What connections are counted under: an IPv4 address (IPv4-mapped IPv6 included), or the
@@ -80,6 +86,9 @@ struct State {
     /// Pending connections by admission order (oldest first).
     pending: BTreeMap<u64, Pending>,
     per_source: HashMap<Source, usize>,
+    /// Authenticated connections: their identity.
+    authenticated: HashMap<u64, std::sync::Arc<str>>,
+    per_identity: HashMap<std::sync::Arc<str>, usize>,
     next_id: u64,
 }
 
@@ -93,6 +102,19 @@ impl State {
             }
         }
         Some(p)
+    }
+
+    fn forget_authenticated(&mut self, id: u64) -> bool {
+        let Some(who) = self.authenticated.remove(&id) else {
+            return false;
+        };
+        if let Some(n) = self.per_identity.get_mut(&who) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_identity.remove(&who);
+            }
+        }
+        true
     }
 }
 
@@ -179,6 +201,11 @@ impl Limiter {
         })
     }
 
+    /// Whether `slot` counts as authenticated.
+    pub fn is_authenticated(&self, slot: &Slot) -> bool {
+        self.lock().authenticated.contains_key(&slot.id)
+    }
+
     /// (open, pending) connections now.
     pub fn counts(&self) -> (usize, usize) {
         let s = self.lock();
@@ -187,10 +214,27 @@ impl Limiter {
 }
 
 impl Slot {
-    /// A request on this connection was authorized: it leaves the pending budget and its
-    /// source's count for good (idempotent).
-    pub fn authenticated(&self) {
-        self.limiter.lock().forget_pending(self.id);
+    /// A request on this connection was authorized as `identity`: it leaves the pending
+    /// budget and its source's count for good, unless `identity` already holds
+    /// `max_per_identity` authenticated connections (then it stays pending, and `false`).
+    /// Idempotent; a connection keeps the first identity it authenticated as.
+    pub fn authenticated(&self, identity: &str) -> bool {
+        let mut s = self.limiter.lock();
+        if s.authenticated.contains_key(&self.id) {
+            return true;
+        }
+        if !s.pending.contains_key(&self.id) {
+            return false; // evicted
+        }
+        let held = s.per_identity.get(identity).copied().unwrap_or(0);
+        if held >= self.limiter.limits.max_per_identity {
+            return false;
+        }
+        s.forget_pending(self.id);
+        let who: std::sync::Arc<str> = identity.into();
+        *s.per_identity.entry(who.clone()).or_insert(0) += 1;
+        s.authenticated.insert(self.id, who);
+        true
     }
 
     /// Cancelled when this connection is evicted to make room for a new one.
@@ -203,7 +247,8 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut s = self.limiter.lock();
         // An evicted connection's slot was given back at its eviction.
-        if s.forget_pending(self.id).is_some() || !self.evicted.is_cancelled() {
+        let authenticated = s.forget_authenticated(self.id);
+        if s.forget_pending(self.id).is_some() || authenticated || !self.evicted.is_cancelled() {
             s.open -= 1;
         }
     }
@@ -222,6 +267,7 @@ mod tests {
             max_connections: max,
             max_per_source: per_source,
             authenticated_reserve: reserve,
+            max_per_identity: usize::MAX,
         })
     }
 
@@ -246,8 +292,8 @@ mod tests {
         // Other sources are not affected.
         let other = l.admit(src(2)).unwrap();
         // An authenticated connection no longer counts against its source.
-        held[0].slot.authenticated();
-        held[0].slot.authenticated();
+        held[0].slot.authenticated("user");
+        held[0].slot.authenticated("user");
         let again = l.admit(src(1)).unwrap();
         assert_eq!(l.admit(src(1)).err(), Some(Refusal::PerSource));
         // A closed one gives its place back.
@@ -277,13 +323,13 @@ mod tests {
             "an evicted slot is not given back twice"
         );
         // c authenticates: it may use the reserve; two pending ones fit beside it again.
-        c.slot.authenticated();
+        c.slot.authenticated("user");
         let d = l.admit(src(4)).unwrap();
         assert!(!d.evicted_another);
         assert_eq!(l.counts(), (3, 2));
         // Authenticated connections are never evicted.
-        d.slot.authenticated();
-        b.slot.authenticated();
+        d.slot.authenticated("user");
+        b.slot.authenticated("user");
         let e = l.admit(src(5)).unwrap();
         assert!(!e.evicted_another);
         assert_eq!(l.counts(), (4, 1));
@@ -294,10 +340,63 @@ mod tests {
             assert!(!s.evicted().is_cancelled());
         }
         // All authenticated and full: refused.
-        f.slot.authenticated();
+        f.slot.authenticated("user");
         assert_eq!(l.admit(src(7)).err(), Some(Refusal::Full));
         drop((b, c, d, e, f));
         assert_eq!(l.counts(), (0, 0));
+    }
+
+    #[test]
+    fn one_identity_cannot_hold_every_authenticated_slot() {
+        // 10 slots, 2 kept for authenticated connections, 3 per identity.
+        let l = Limiter::new(ConnLimits {
+            max_connections: 10,
+            max_per_source: 100,
+            authenticated_reserve: 2,
+            max_per_identity: 3,
+        });
+        // One client with a valid credential opens connection after connection.
+        let mut mallory = Vec::new();
+        for i in 0..8 {
+            let a = l.admit(src(9)).unwrap();
+            let authed = a.slot.authenticated("mallory");
+            assert_eq!(
+                authed,
+                i < 3,
+                "connection {i}: only 3 count as authenticated"
+            );
+            mallory.push(a);
+        }
+        assert_eq!(l.counts(), (8, 5), "the other 5 stay pending");
+        // The apiserver still gets in: its authenticated connections use the reserve, and
+        // once every slot is held a pending connection of mallory's is evicted for each. Its
+        // own identity has the same cap: the fourth stays pending.
+        let mut apiserver = Vec::new();
+        for i in 0..4 {
+            let a = l.admit(src(1)).unwrap();
+            let authed = a.slot.authenticated("kube-apiserver-kubelet-client");
+            assert_eq!(authed, i < 3, "apiserver connection {i}");
+            apiserver.push(a);
+        }
+        let evicted = mallory
+            .iter()
+            .filter(|a| a.slot.evicted().is_cancelled())
+            .count();
+        assert_eq!(evicted, 2, "two of mallory's pending connections made room");
+        assert!(
+            mallory[..3]
+                .iter()
+                .all(|a| !a.slot.evicted().is_cancelled())
+        );
+        // Mallory's authenticated ones closing lets its others count again.
+        drop(mallory.remove(0));
+        let pending_one = mallory
+            .iter()
+            .find(|a| !a.slot.evicted().is_cancelled() && !l.is_authenticated(&a.slot))
+            .unwrap();
+        assert!(pending_one.slot.authenticated("mallory"));
+        drop((mallory, apiserver));
+        assert_eq!(l.counts(), (0, 0), "every slot is given back");
     }
 
     #[test]
