@@ -7,6 +7,8 @@ use clap::Parser;
 use std::collections::BTreeMap;
 
 mod extra;
+#[cfg(test)]
+mod upstream;
 pub use extra::{CadvisorFlags, ExtraFlags};
 
 /// Parses a boolean the way Go's `strconv.ParseBool` does (pflag uses it).

@@ -17,8 +17,6 @@ mod fields;
 mod flags;
 #[cfg(test)]
 mod readme;
-#[cfg(test)]
-mod upstream;
 
 pub use fields::FIELDS;
 pub use flags::FLAGS;

@@ -1,12 +1,12 @@
 //! Upstream v1.36's kubelet flags on Linux (a fact list, names only), and the test that every
-//! one of them is in the registry ([`super::FLAGS`]) and in the parser.
+//! one of them is in the registry ([`crate::settings::FLAGS`]) and in the parser.
 //!
 //! Sources: `cmd/kubelet/app/options/options.go` (`KubeletFlags.AddFlags`,
 //! `AddKubeletConfigFlags`), `globalflags.go` and `globalflags_linux.go` (the cAdvisor flags,
 //! underscores as dashes), component-base's `logs/api/v1` (the logging flags, the JSON format
 //! registered). `--help` is left out: every parser has it.
 
-use super::FLAGS;
+use crate::settings::{FLAGS, Findings, check};
 use clap::CommandFactory;
 
 pub const UPSTREAM_KUBELET_FLAGS: &[&str] = &[
@@ -201,10 +201,6 @@ fn every_registered_default_parses_without_findings() {
             .try_get_matches_from(["kubelet", arg.as_str()])
             .unwrap();
         let given = plumbing::settings::given_flags(&cmd, &m);
-        assert_eq!(
-            super::check(&given, None),
-            super::Findings::default(),
-            "{arg}"
-        );
+        assert_eq!(check(&given, None), Findings::default(), "{arg}");
     }
 }
