@@ -1,7 +1,10 @@
-//! What the kubelet tells systemd: `READY=1` once its servers listen and the sync loop runs,
-//! `WATCHDOG=1` at half of `WATCHDOG_USEC` while the sync loop turns (a stuck loop stops the
-//! pings, so systemd restarts the service), `STATUS=` lines an operator sees in `systemctl
-//! status`, and `STOPPING=1` on shutdown. Without `NOTIFY_SOCKET` this task does nothing.
+//! What the kubelet tells systemd: `READY=1` as soon as it starts ([`Startup`]: a
+//! `Type=notify` unit with `TimeoutStartSec=infinity`, restarted by `kubeadm join` without
+//! `--no-block`, would otherwise hang with no message while the agent waits for its TLS
+//! bootstrap or the runtime), `STATUS=` lines naming what it waits for and then what it does,
+//! `WATCHDOG=1` at half of `WATCHDOG_USEC` (while it waits, then while the sync loop turns: a
+//! stuck loop stops the pings, so systemd restarts the service), and `STOPPING=1` on
+//! shutdown. Without `NOTIFY_SOCKET` this does nothing.
 
 use crate::sync_loop::SyncLoopHealth;
 use node_systemd::Notifier;
@@ -13,7 +16,72 @@ use tokio_util::sync::CancellationToken;
 /// (it turns every second; a few seconds absorb a busy machine).
 const MIN_STUCK_AFTER: Duration = Duration::from_secs(3);
 
-/// Sends READY, then pings the watchdog until cancelled, then STOPPING.
+/// The notifications of the start, before the sync loop runs: `READY=1` at once, a `STATUS=`
+/// line for each wait, watchdog pings while waiting (systemd times the watchdog from
+/// `READY=1`), and `STOPPING=1` when dropped before [`Startup::into_running`] (the agent
+/// stopped, or failed, while it waited).
+pub struct Startup {
+    notifier: Notifier,
+    watchdog: Option<Duration>,
+    pings: CancellationToken,
+    running: bool,
+}
+
+impl Startup {
+    /// Sends `READY=1` with `status`; pings the watchdog every `watchdog` until handed over.
+    /// Must be called inside a tokio runtime.
+    pub fn begin(notifier: Notifier, watchdog: Option<Duration>, status: &str) -> Startup {
+        let pings = CancellationToken::new();
+        if notifier.enabled() {
+            send(&notifier, &format!("READY=1\nSTATUS={status}"));
+            if let Some(period) = watchdog {
+                tokio::spawn(waiting_pings(notifier.clone(), period, pings.clone()));
+            }
+        }
+        Startup {
+            notifier,
+            watchdog,
+            pings,
+            running: false,
+        }
+    }
+
+    /// What the agent is doing or waiting for now (`systemctl status` shows it).
+    pub fn status(&self, status: &str) {
+        if self.notifier.enabled() {
+            send(&self.notifier, &format!("STATUS={status}"));
+        }
+    }
+
+    /// The sync loop runs: [`run`] takes over the notifier and the watchdog period.
+    pub fn into_running(mut self) -> (Notifier, Option<Duration>) {
+        self.running = true;
+        self.pings.cancel();
+        (self.notifier.clone(), self.watchdog)
+    }
+}
+
+impl Drop for Startup {
+    fn drop(&mut self) {
+        self.pings.cancel();
+        if !self.running && self.notifier.enabled() {
+            send(&self.notifier, "STOPPING=1\nSTATUS=shutting down");
+        }
+    }
+}
+
+/// Watchdog pings while the agent waits (for its bootstrap, the runtime) before its loops run.
+async fn waiting_pings(notifier: Notifier, period: Duration, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(period) => send(&notifier, "WATCHDOG=1"),
+        }
+    }
+}
+
+/// Once the sync loop runs (after [`Startup::into_running`]): says `status`, pings the
+/// watchdog while the loop turns until cancelled, then STOPPING.
 pub async fn run(
     notifier: Notifier,
     watchdog: Option<Duration>,
@@ -24,7 +92,7 @@ pub async fn run(
     if !notifier.enabled() {
         return;
     }
-    send(&notifier, &format!("READY=1\nSTATUS={status}"));
+    send(&notifier, &format!("STATUS={status}"));
     if let Some(period) = watchdog {
         tracing::info!(
             period_ms = period.as_millis() as u64,
@@ -116,13 +184,42 @@ mod tests {
             cancel.clone(),
         ));
         tokio::time::sleep(Duration::from_millis(10)).await;
-        assert_eq!(drain(&sock), vec!["READY=1\nSTATUS=serving"]);
+        assert_eq!(drain(&sock), vec!["STATUS=serving"]);
         // The paused clock does not move Instant-based heartbeats, so the loop looks healthy.
         tokio::time::sleep(Duration::from_millis(2500)).await;
         assert_eq!(drain(&sock), vec!["WATCHDOG=1", "WATCHDOG=1"]);
         cancel.cancel();
         task.await.unwrap();
         assert_eq!(drain(&sock), vec!["STOPPING=1\nSTATUS=shutting down"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ready_at_once_then_status_and_pings_while_waiting_then_stopping() {
+        let (_dir, sock, n) = listener();
+        let startup = Startup::begin(n.clone(), Some(Duration::from_secs(1)), "starting");
+        assert_eq!(drain(&sock), vec!["READY=1\nSTATUS=starting"]);
+        startup.status("waiting for the container runtime at unix:///x.sock");
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(
+            drain(&sock),
+            vec![
+                "STATUS=waiting for the container runtime at unix:///x.sock",
+                "WATCHDOG=1",
+                "WATCHDOG=1"
+            ]
+        );
+        // Stopped while waiting: STOPPING, and no more pings.
+        drop(startup);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(drain(&sock), vec!["STOPPING=1\nSTATUS=shutting down"]);
+
+        // Handed over to the running loop: the waiting pings end, nothing else is said.
+        let startup = Startup::begin(n, Some(Duration::from_secs(1)), "starting");
+        let (n, period) = startup.into_running();
+        assert!(n.enabled());
+        assert_eq!(period, Some(Duration::from_secs(1)));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(drain(&sock), vec!["READY=1\nSTATUS=starting"]);
     }
 
     #[tokio::test]

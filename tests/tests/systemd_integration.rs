@@ -1,6 +1,7 @@
-//! The agent under systemd: sd_notify (READY=1 once it serves, watchdog pings while the sync
-//! loop turns, none once it is wedged, STOPPING=1 on SIGTERM), the unit files as
-//! `systemd-analyze verify` sees them, and the .deb packages installed into a scratch root.
+//! The agent under systemd: sd_notify (READY=1 at once, STATUS= naming what it waits for,
+//! watchdog pings while it waits and then while the sync loop turns, none once it is wedged,
+//! STOPPING=1 on SIGTERM), the unit files as `systemd-analyze verify` sees them, and the .deb
+//! packages installed into a scratch root.
 
 use node_tests::require_rig;
 use node_tests::{Kubelet, Rig, bin, repo_root};
@@ -47,13 +48,18 @@ fn notify_ready_watchdog_and_stopping() {
             ("KUBELET_TEST_WEDGE_SYNC_LOOP_FILE", wedge.to_str().unwrap()),
         ])
         .start();
-    // start() returned once :10248/healthz answered: READY=1 is already queued.
+    // start() returned once :10248/healthz answered: READY=1 came at the start, and the
+    // sync loop's STATUS is queued by now.
     let first = collect(&sock, Duration::from_millis(200));
     assert!(
         first
             .first()
-            .is_some_and(|m| m.starts_with("READY=1\nSTATUS=serving")),
+            .is_some_and(|m| m.starts_with("READY=1\nSTATUS=starting")),
         "READY=1 first: {first:?}"
+    );
+    assert!(
+        first.iter().any(|m| m.starts_with("STATUS=serving")),
+        "serving once the sync loop runs: {first:?}"
     );
     let running = collect(&sock, Duration::from_secs(5));
     let n = pings(&running);
@@ -85,6 +91,71 @@ fn notify_ready_watchdog_and_stopping() {
     assert!(
         end.iter().any(|m| m.starts_with("STOPPING=1")),
         "STOPPING=1 on SIGTERM: {end:?}"
+    );
+}
+
+/// Issue 38.5: `kubeadm join` restarts a `Type=notify` unit (`TimeoutStartSec=infinity`)
+/// without `--no-block`, so READY=1 must not wait for the runtime (or the TLS bootstrap): with
+/// containerd stopped (nothing listens on the endpoint) READY=1 comes at once, a STATUS= line
+/// names the runtime the agent waits for, the watchdog is pinged while it waits, and SIGTERM
+/// brings STOPPING=1.
+#[test]
+fn ready_at_once_and_status_names_the_stopped_runtime() {
+    require_rig!();
+    let rig = Rig::up("sd-wait");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sock_path = d.join("notify");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    let endpoint = format!("unix://{}", d.join("containerd.sock").display());
+    std::fs::create_dir_all(d.join("manifests")).unwrap();
+    let config = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\npodLogsDir: {}\n\
+         authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n",
+        d.join("manifests").display(),
+        d.join("logs").display(),
+    );
+    std::fs::write(d.join("config.yaml"), config).unwrap();
+    let mut agent = Kubelet::builder(&rig)
+        .args(vec![
+            format!("--config={}", d.join("config.yaml").display()),
+            format!("--container-runtime-endpoint={endpoint}"),
+            format!("--root-dir={}", d.join("root").display()),
+            "--hostname-override=rig-node".into(),
+        ])
+        .log(d.join("kubelet.log"))
+        .env(&[
+            ("NOTIFY_SOCKET", sock_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "2000000"),
+        ])
+        .start();
+    let msgs = collect(&sock, Duration::from_secs(8));
+    assert!(
+        msgs.first()
+            .is_some_and(|m| m.starts_with("READY=1\nSTATUS=starting")),
+        "READY=1 first, before the runtime answers: {msgs:?}\n{}",
+        agent.log_text()
+    );
+    let waiting = format!("STATUS=waiting for the container runtime at {endpoint}");
+    assert!(
+        msgs.iter().any(|m| m.starts_with(&waiting)),
+        "{waiting:?} in {msgs:?}"
+    );
+    assert!(pings(&msgs) >= 3, "pinged while waiting: {msgs:?}");
+    assert!(
+        !msgs.iter().any(|m| m.contains("serving")),
+        "no runtime, no serving: {msgs:?}"
+    );
+    assert!(
+        agent.exited().is_none(),
+        "still waiting:\n{}",
+        agent.log_text()
+    );
+    agent.stop();
+    let end = collect(&sock, Duration::from_secs(2));
+    assert!(
+        end.iter().any(|m| m.starts_with("STOPPING=1")),
+        "STOPPING=1 on SIGTERM while waiting: {end:?}"
     );
 }
 

@@ -181,7 +181,8 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let proxy_cfg = (cfg.proxy_config.as_ref())
         .map(|path| crate::proxy_role::load(path, &cfg.node_name))
         .transpose()?;
-    let Some(cluster) = connect_cluster(&cfg, &cancel).await? else {
+    let startup = start_notifications(&cfg);
+    let Some(cluster) = connect_cluster(&cfg, &startup, &cancel).await? else {
         return Ok(());
     };
     let auth = servers::auth(&cfg, cluster.as_ref())?;
@@ -197,7 +198,14 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let runtime = runtime_client(&cfg)?;
     log_runtime.set(runtime.clone());
     state.streaming.set_runtime(runtime.clone());
-    let Some(runtime_version) = wait_for_runtime(runtime.as_ref(), &cancel).await else {
+    let endpoint = &cfg.container_runtime_endpoint;
+    let waiting = |e: Option<&dyn std::fmt::Display>| match e {
+        None => startup.status(&format!("waiting for the container runtime at {endpoint}")),
+        Some(e) => startup.status(&format!(
+            "waiting for the container runtime at {endpoint}: {e}"
+        )),
+    };
+    let Some(runtime_version) = wait_for_runtime(runtime.as_ref(), waiting, &cancel).await else {
         return Ok(());
     };
     let stats = start_stats_and_logs(&cfg, &runtime, &state, &mut tasks, &cancel);
@@ -257,7 +265,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         _ => None,
     };
     let inputs = (pods_rx, probe_rx);
-    start_sync_loop(
+    let loop_health = start_sync_loop(
         &cfg,
         &shared,
         pod_side.deps,
@@ -266,6 +274,14 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         &mut tasks,
         &cancel,
     );
+    let (notifier, watchdog) = startup.into_running();
+    tasks.spawn(crate::systemd::run(
+        notifier,
+        watchdog,
+        loop_health,
+        format!("serving; node {}", cfg.node_name),
+        cancel.clone(),
+    ));
 
     cancel.cancelled().await;
     stop(&state, tasks, &shared.probes).await;
@@ -383,16 +399,34 @@ fn check_standalone(
     Ok(())
 }
 
+/// `READY=1` to systemd at once (the agent's waits below are said in `STATUS=` lines).
+fn start_notifications(cfg: &Config) -> crate::systemd::Startup {
+    let watchdog = node_systemd::watchdog_interval_from_env().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "systemd watchdog disabled");
+        None
+    });
+    let status = format!("starting; node {}", cfg.node_name);
+    crate::systemd::Startup::begin(node_systemd::Notifier::from_env(), watchdog, &status)
+}
+
 /// Cluster mode when there is a kubeconfig, or a bootstrap kubeconfig to get one (TLS
 /// bootstrap happens before anything else, as upstream). `Some(None)`: standalone; `None`:
 /// cancelled while connecting.
 async fn connect_cluster(
     cfg: &Config,
+    startup: &crate::systemd::Startup,
     cancel: &CancellationToken,
 ) -> Result<Option<Option<cluster::Connected>>, AppError> {
     match &cfg.kubeconfig {
         Some(k) if k.exists() || cfg.bootstrap_kubeconfig.is_some() => {
             tracing::info!(node = %cfg.node_name, kubeconfig = %k.display(), runtime = %cfg.container_runtime_endpoint, "starting kubelet in cluster mode");
+            match &cfg.bootstrap_kubeconfig {
+                Some(b) if !k.exists() => startup.status(&format!(
+                    "waiting for TLS bootstrap: a client certificate from the apiserver in {}",
+                    b.display()
+                )),
+                _ => startup.status(&format!("connecting to the apiserver in {}", k.display())),
+            }
             Ok(cluster::connect(cfg, cancel).await?.map(Some))
         }
         _ => {
@@ -418,14 +452,18 @@ fn runtime_client(cfg: &Config) -> Result<Arc<dyn Runtime>, AppError> {
 
 /// The runtime's name goes into every containerID, its version says what it can mount: waits
 /// until it answers with both (None: cancelled).
+/// `waiting` is told when the wait starts and each time the runtime does not answer.
 async fn wait_for_runtime(
     runtime: &dyn Runtime,
+    waiting: impl Fn(Option<&dyn std::fmt::Display>),
     cancel: &CancellationToken,
 ) -> Option<(String, String)> {
+    waiting(None);
     let version = loop {
         match runtime.version().await {
             Ok(v) => break v,
             Err(e) => {
+                waiting(Some(&e));
                 tracing::warn!(error = %e, "container runtime not ready; retrying in 2s");
                 tokio::select! {
                     _ = cancel.cancelled() => return None,
@@ -482,7 +520,7 @@ fn start_sync_loop(
     ),
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
-) {
+) -> Arc<crate::sync_loop::SyncLoopHealth> {
     let (pleg_tx, pleg_rx) = mpsc::channel(8);
     tasks.spawn(pleg::run(
         p.runtime.clone(),
@@ -533,18 +571,8 @@ fn start_sync_loop(
     );
     let shutdown = (p.events.clone(), p.shutdown.clone());
     start_shutdown_manager(cfg, &sync_loop, shutdown, tasks, cancel);
-    let watchdog = node_systemd::watchdog_interval_from_env().unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "systemd watchdog disabled");
-        None
-    });
-    tasks.spawn(crate::systemd::run(
-        node_systemd::Notifier::from_env(),
-        watchdog,
-        loop_health,
-        format!("serving; node {}", cfg.node_name),
-        cancel.clone(),
-    ));
     tasks.spawn(sync_loop.run(inputs.0, pleg_rx, inputs.1));
+    loop_health
 }
 
 /// Graceful node shutdown (systemd-logind inhibitor), when `shutdownGracePeriod` is set.
