@@ -153,7 +153,7 @@ fn a_read_only_claim_is_mounted_read_only() {
         json!({"local": {"path": local}}),
     );
     let script = "for d in hp local; do \
-        if echo x > /$d/f 2>/tmp/err; then echo \"$d: wrote\"; else echo \"$d: $(cat /tmp/err)\"; fi; \
+        if echo x 2>/tmp/err >/$d/f; then echo \"$d: wrote\"; else echo \"$d: $(cat /tmp/err)\"; fi; \
         done; sleep 3600";
     cp.create(
         "pods",
