@@ -236,6 +236,25 @@ pub fn pulled_with(
     }
 }
 
+/// Records a pull's outcome for pulled-image credential verification (when it is on).
+async fn record_outcome(
+    p: &Puller<'_>,
+    image: &str,
+    result: &Result<(String, Option<credentials::TrackedAuth>), PullFailure>,
+) {
+    let Some(records) = p.records else {
+        return;
+    };
+    match result {
+        Ok((image_ref, used)) => {
+            records
+                .record_image_pulled_async(image, image_ref, pulled_with(used.as_ref()))
+                .await
+        }
+        Err(_) => records.record_image_pull_failed_async(image).await,
+    }
+}
+
 /// Makes `c`'s image present as its pull policy says: checks the store first (upstream does,
 /// and containerd's PullImage always asks the registry), honours `Never` and `IfNotPresent`,
 /// pulls otherwise, and backs off per image after a failed pull. With pulled-image
@@ -349,16 +368,7 @@ pub async fn ensure_image(
         Err(PullFailure::QpsExceeded)
     };
     drop(guard);
-    if let Some(records) = p.records {
-        match &result {
-            Ok((image_ref, used)) => {
-                records
-                    .record_image_pulled_async(&image, image_ref, pulled_with(used.as_ref()))
-                    .await
-            }
-            Err(_) => records.record_image_pull_failed_async(&image).await,
-        }
-    }
+    record_outcome(p, &image, &result).await;
     match result {
         Ok(_) => {
             backoff.until.remove(&image);
