@@ -350,7 +350,7 @@ fn runtime_bindings_add_rights() {
         resources: vec!["nodes".into()],
     };
     assert_eq!(
-        authorize(&o, &node("n1"), &list, &[b.clone()]),
+        authorize(&o, &node("n1"), &list, std::slice::from_ref(&b)),
         Decision::Allow
     );
     assert!(!allowed(
