@@ -25,9 +25,10 @@ pub enum StreamRequest {
 /// A check of an UpdateContainerResources (container ID, resources): an error refuses the
 /// update with that message.
 #[derive(Clone)]
-pub struct UpdateCheck(
-    pub Arc<dyn Fn(&str, &LinuxResources) -> std::result::Result<(), String> + Send + Sync>,
-);
+pub struct UpdateCheck(pub Arc<CheckFn>);
+
+/// The check's function: container ID and resources → refused with a message, or not.
+pub type CheckFn = dyn Fn(&str, &LinuxResources) -> std::result::Result<(), String> + Send + Sync;
 
 impl std::fmt::Debug for UpdateCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
