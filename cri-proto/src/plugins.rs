@@ -26,13 +26,38 @@ pub mod csi {
 /// The number of secrets, never their keys or values.
 struct Secrets(usize);
 
+/// `volume_context` key of the pod's service-account tokens (CSIDriver `tokenRequests`):
+/// bearer tokens, as secret as `secrets`.
+pub const SERVICE_ACCOUNT_TOKENS_KEY: &str = "csi.storage.k8s.io/serviceAccount.tokens";
+
+/// A `volume_context` with the service-account tokens' value hidden (keys sorted, so the
+/// output is stable).
+struct VolumeContext<'a>(&'a std::collections::HashMap<String, String>);
+
+impl fmt::Debug for VolumeContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut keys: Vec<&String> = self.0.keys().collect();
+        keys.sort();
+        let mut m = f.debug_map();
+        for k in keys {
+            if k == SERVICE_ACCOUNT_TOKENS_KEY {
+                m.entry(k, &format_args!("<redacted>"));
+            } else {
+                m.entry(k, &self.0[k]);
+            }
+        }
+        m.finish()
+    }
+}
+
 impl fmt::Debug for Secrets {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "<{} redacted>", self.0)
     }
 }
 
-// The spec marks `secrets` csi_secret: keep them out of logs.
+// The spec marks `secrets` csi_secret: keep them out of logs, and the service-account tokens
+// the kubelet passes in `volume_context` too.
 impl fmt::Debug for csi::NodeStageVolumeRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NodeStageVolumeRequest")
@@ -41,7 +66,7 @@ impl fmt::Debug for csi::NodeStageVolumeRequest {
             .field("staging_target_path", &self.staging_target_path)
             .field("volume_capability", &self.volume_capability)
             .field("secrets", &Secrets(self.secrets.len()))
-            .field("volume_context", &self.volume_context)
+            .field("volume_context", &VolumeContext(&self.volume_context))
             .finish()
     }
 }
@@ -56,7 +81,7 @@ impl fmt::Debug for csi::NodePublishVolumeRequest {
             .field("volume_capability", &self.volume_capability)
             .field("readonly", &self.readonly)
             .field("secrets", &Secrets(self.secrets.len()))
-            .field("volume_context", &self.volume_context)
+            .field("volume_context", &VolumeContext(&self.volume_context))
             .finish()
     }
 }

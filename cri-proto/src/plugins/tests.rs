@@ -35,6 +35,41 @@ fn csi_secrets_stay_out_of_debug_output() {
 }
 
 #[test]
+fn service_account_tokens_in_the_volume_context_stay_out_of_debug_output() {
+    let token = r#"{"vault":{"token":"eyJhbGciOiJSUzI1NiJ9.secret-token","expirationTimestamp":"2026-01-01T00:00:00Z"}}"#;
+    let context: HashMap<String, String> = [
+        (
+            super::SERVICE_ACCOUNT_TOKENS_KEY.to_string(),
+            token.to_string(),
+        ),
+        (
+            "csi.storage.k8s.io/pod.name".to_string(),
+            "web-0".to_string(),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    let publish = csi::NodePublishVolumeRequest {
+        volume_id: "vol-1".into(),
+        volume_context: context.clone(),
+        ..Default::default()
+    };
+    let stage = csi::NodeStageVolumeRequest {
+        volume_id: "vol-1".into(),
+        volume_context: context,
+        ..Default::default()
+    };
+    for s in [format!("{publish:?}"), format!("{stage:?}")] {
+        assert!(!s.contains("secret-token"), "{s}");
+        assert!(
+            s.contains("web-0"),
+            "other context entries stay visible: {s}"
+        );
+        assert!(s.contains("serviceAccount.tokens"), "{s}");
+    }
+}
+
+#[test]
 fn wire_numbers_match_the_spec() {
     // NodePublishVolumeRequest.target_path is field 4, readonly 6: tag bytes 0x22 and 0x30.
     let req = csi::NodePublishVolumeRequest {
