@@ -202,7 +202,7 @@ fn our_packages_install_beside_kubeadm_and_kubectl_in_either_order() {
             std::fs::read_to_string(root.join("etc/default/kubelet")).unwrap(),
             "KUBELET_EXTRA_ARGS=\n"
         );
-        let v = run(&mut Command::new(root.join("usr/bin/kubelet")).arg("--version"));
+        let v = run(Command::new(root.join("usr/bin/kubelet")).arg("--version"));
         assert_eq!(
             String::from_utf8_lossy(&v.stdout).trim(),
             "Kubernetes v1.36.0"
