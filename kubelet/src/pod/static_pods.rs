@@ -723,13 +723,26 @@ mod tests {
             cancel.clone(),
         ));
         assert_eq!(rx.recv().await.unwrap().len(), 1);
-        // Not a directory any more (ENOTDIR): a read error, not "no static pods".
-        std::fs::rename(&dir, parent.path().join("aside")).unwrap();
-        std::fs::write(&dir, "not a directory").unwrap();
+        // Not a directory any more (ENOTDIR): a read error, not "no static pods". The file
+        // and the directory trade places in one step (RENAME_EXCHANGE), so no scan ever sees
+        // the path missing, which would rightly mean "no static pods".
+        let aside = parent.path().join("aside");
+        std::fs::write(&aside, "not a directory").unwrap();
+        let swap = || {
+            use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+            renameat2(
+                AT_FDCWD,
+                &dir,
+                AT_FDCWD,
+                &aside,
+                RenameFlags::RENAME_EXCHANGE,
+            )
+            .unwrap();
+        };
+        swap();
         let quiet = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
         assert!(quiet.is_err(), "sent {:?}", quiet.unwrap().map(|p| p.len()));
-        std::fs::remove_file(&dir).unwrap();
-        std::fs::rename(parent.path().join("aside"), &dir).unwrap();
+        swap();
         assert_eq!(rx.recv().await.unwrap().len(), 1);
         cancel.cancel();
         task.await.unwrap();
