@@ -10,12 +10,13 @@ pub mod restriction;
 
 use serde_json::Value;
 
+use crate::controlplane::resources::ResourceDef;
 use crate::controlplane::status::ApiError;
-use crate::controlplane::{ResourceDef, UserInfo};
+use crate::controlplane::store::UserInfo;
 
 /// The stored objects the Node authorizer walks.
 pub trait Objects {
-    /// Every object of a resource named as [`ResourceDef::qualified`](crate::controlplane::ResourceDef::qualified)
+    /// Every object of a resource named as [`ResourceDef::qualified`](crate::controlplane::resources::ResourceDef::qualified)
     /// (`pods`, `volumeattachments.storage.k8s.io`).
     fn all(&self, qualified: &str) -> Vec<&Value>;
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::rbac::Rule;
 use super::{Attrs, Decision, Objects};
-use crate::controlplane::UserInfo;
+use crate::controlplane::store::UserInfo;
 
 const fn rule(
     verbs: &'static [&'static str],

@@ -5,7 +5,7 @@
 //! rule is additive (RBAC has no deny), so a missing role only ever denies.
 
 use super::Attrs;
-use crate::controlplane::UserInfo;
+use crate::controlplane::store::UserInfo;
 
 /// One `PolicyRule`: `*` in any list matches everything; `names` empty = any name.
 #[derive(Debug, Clone, Copy)]

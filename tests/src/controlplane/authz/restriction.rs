@@ -10,8 +10,9 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::node::{Kind, node_identity, pod_refs};
+use crate::controlplane::resources::ResourceDef;
 use crate::controlplane::status::ApiError;
-use crate::controlplane::{ResourceDef, UserInfo};
+use crate::controlplane::store::UserInfo;
 
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
