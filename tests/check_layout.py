@@ -14,6 +14,9 @@
    top-level modules as a whole (each folder collapsed to one node, every layer together)
    must not import in a circle: the folder-level cycle check. Test code (as in rule 1) is
    not counted; `lib.rs` and `main.rs` are the crate's roots and may name anything.
+4. Errors are typed: the count of `Result<T, String>` in each crate's non-test code (as in
+   rule 2) may not grow past its ceiling in STRING_ERRORS. Lower the ceiling when you remove
+   some; a new one is a new error enum instead (`thiserror`).
 
 Prints each problem and exits 1 when there is one.
 """
@@ -22,6 +25,9 @@ import re
 import sys
 
 MAX_LINES = 900
+# Rule 4: the most `Result<T, String>` each crate's non-test code may hold (a ratchet).
+STRING_ERRORS = {"kubelet/src": 186, "proxy/src": 12, "plumbing/src": 3, "cni/src": 1,
+                 "probes/src": 6, "systemd/src": 0, "cri-proto/src": 0}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRATE_SRCS = ["kubelet/src", "proxy/src", "probes/src", "cri-proto/src", "cni/src",
               "systemd/src", "tests/src"]
@@ -240,6 +246,44 @@ def sccs(edges):
     return out
 
 
+def string_errors(text):
+    """How many `Result<T, String>` the text names: a `Result<` with its type arguments read
+    to the matching `>` (nested generics and `->` skipped), the second one `String`."""
+    count = 0
+    for m in re.finditer(r"\bResult<", text):
+        i, depth, args, cur = m.end(), 1, [], ""
+        while i < len(text) and depth:
+            ch = text[i]
+            if ch == "<":
+                depth += 1
+            elif ch == ">" and text[i - 1] != "-":
+                depth -= 1
+            if depth == 1 and ch == ",":
+                args.append(cur)
+                cur = ""
+            elif depth:
+                cur += ch
+            i += 1
+        args.append(cur)
+        count += len(args) == 2 and args[1].strip() == "String"
+    return count
+
+
+def check_string_errors(rel):
+    src = os.path.join(ROOT, rel)
+    n = sum(
+        string_errors(non_test_text(open(p, encoding="utf-8").read()))
+        for p in rust_files(src)
+        if not is_test_file(p, src)
+    )
+    ceiling = STRING_ERRORS[rel]
+    if n > ceiling:
+        return [f"{rel}: {n} `Result<_, String>` outside tests (ceiling {ceiling}): use a typed error"]
+    if n < ceiling:
+        print(f"check_layout: {rel} holds {n} `Result<_, String>`, under its ceiling {ceiling}: lower it")
+    return []
+
+
 def check_crate(src):
     problems = []
     files, edges = file_edges(src)
@@ -263,12 +307,15 @@ def main():
             problems += check_crate(full)
     for src, layers in LAYERS.items():
         problems += check_layers(os.path.join(ROOT, src), layers)
+    for rel in STRING_ERRORS:
+        problems += check_string_errors(rel)
     for p in problems:
         print("check_layout:", p)
     if problems:
         return 1
     print("check_layout: no import circles, no file over", MAX_LINES, "lines outside tests,")
     print("check_layout: the kubelet's layers hold and its top-level modules import in no circle")
+    print("check_layout: no crate holds more `Result<_, String>` than its ceiling")
     return 0
 
 
