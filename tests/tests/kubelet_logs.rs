@@ -2,7 +2,9 @@
 //! tailLines, previous after a restart, and upstream's status codes for a missing pod and a
 //! path traversal; log rotation at a small containerLogMaxSize (rotated files appear, their
 //! number stays bounded, older ones are gzipped, the runtime writes on into the reopened
-//! file, and a follow stream misses no line across rotations). An ignored bench prints the agent's CPU and RSS with 100 follow streams.
+//! file, and a follow stream misses no line across rotations); the
+//! `/var/log/containers` link log shippers read (upstream's name, the CRI file, swept when
+//! dangling, gone with the pod). An ignored bench prints the agent's CPU and RSS with 100 follow streams.
 
 use node_tests::require_rig;
 use node_tests::{Kubelet, Rig, container, wait_for};
