@@ -21,6 +21,9 @@ use crate::util::{unmount_below, wait_for};
 /// disk signals off as kind's nodes do, and keep upstream's memory threshold.
 pub const TEST_EVICTION_HARD: &str = "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: \"0%\"\n  nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n";
 
+/// The agent's test hook for its container log link directory.
+pub const LOG_LINKS_DIR_ENV: &str = "KUBELET_TEST_CONTAINER_LOG_LINKS_DIR";
+
 /// How a [`Kubelet`] is configured.
 enum Mode {
     /// The harness writes the config into `dir`; `extra_config` is appended to it.
@@ -163,6 +166,23 @@ impl Kubelet {
         }
     }
 
+    /// Where the agent makes its container log links (upstream's /var/log/containers): the
+    /// standalone kubelet's `containers/`, else `containers/` beside its log, so agents on
+    /// one host never share it. A test's own [`KubeletBuilder::env`] may override it.
+    pub fn log_links_dir(&self) -> PathBuf {
+        if let Some((_, v)) = self.env.iter().find(|(k, _)| k == LOG_LINKS_DIR_ENV) {
+            return PathBuf::from(v);
+        }
+        match &self.mode {
+            Mode::Standalone { dir, .. } => dir.path().join("containers"),
+            Mode::Args(_) => self
+                .log
+                .parent()
+                .unwrap_or(Path::new("/tmp"))
+                .join("containers"),
+        }
+    }
+
     /// The standalone kubelet's static pod directory.
     pub fn manifests(&self) -> PathBuf {
         self.dir().join("manifests")
@@ -225,6 +245,7 @@ impl Kubelet {
             .args(self.command_line())
             .env("RUST_LOG", &self.rust_log)
             .env("NO_COLOR", "1")
+            .env(LOG_LINKS_DIR_ENV, self.log_links_dir())
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)

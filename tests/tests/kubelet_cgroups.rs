@@ -181,6 +181,7 @@ fn uncreatable_kubepods_stops_the_start() {
         .arg("--hostname-override=rig-node")
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
+        .env(node_tests::LOG_LINKS_DIR_ENV, d.join("containers"))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()

@@ -2,7 +2,9 @@
 //! tailLines, previous after a restart, and upstream's status codes for a missing pod and a
 //! path traversal; log rotation at a small containerLogMaxSize (rotated files appear, their
 //! number stays bounded, older ones are gzipped, the runtime writes on into the reopened
-//! file, and a follow stream misses no line across rotations). An ignored bench prints the agent's CPU and RSS with 100 follow streams.
+//! file, and a follow stream misses no line across rotations); the
+//! `/var/log/containers` link log shippers read (upstream's name, the CRI file, swept when
+//! dangling, gone with the pod). An ignored bench prints the agent's CPU and RSS with 100 follow streams.
 
 use node_tests::require_rig;
 use node_tests::{Kubelet, Rig, container, wait_for};
@@ -364,4 +366,79 @@ fn bench_100_follow_streams() {
         busy_rss as f64 / idle_rss.max(1) as f64
     );
     assert_eq!(alive, 100, "every follow stream stays open");
+}
+
+/// Prints a few lines and stays up.
+const SHIPPED: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: shipped
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: docker.io/library/busybox:1.35
+    command: ["sh", "-c", "echo shipped-line-1; echo shipped-line-2; sleep 3600"]
+"#;
+
+/// What log shippers tail (issue 38): `<pod>_<namespace>_<container>-<id>.log` appears in the
+/// container log link directory (upstream's /var/log/containers) once the container runs,
+/// points at the CRI log file the container writes, and goes when the pod goes. Container GC
+/// sweeps a dangling link of a container that does not exist and leaves a regular file.
+#[test]
+fn log_shippers_find_the_container_log_link_and_it_goes_with_the_pod() {
+    require_rig!();
+    let rig = Rig::up("e2e-loglinks");
+    let agent = Kubelet::builder(&rig)
+        .env(&[("KUBELET_TEST_CONTAINER_GC_PERIOD", "2s")])
+        .start();
+    let links = agent.log_links_dir();
+    agent.write_manifest("shipped.yaml", SHIPPED);
+    let id = wait_for("the container runs", Duration::from_secs(60), || {
+        let pod = agent.pod("shipped")?;
+        let c = container(&pod, "app");
+        c["state"]["running"].is_object().then_some(())?;
+        Some(
+            c["containerID"]
+                .as_str()?
+                .strip_prefix("containerd://")?
+                .to_string(),
+        )
+    });
+    let link = links.join(format!("shipped-rig-node_default_app-{id}.log"));
+    let target = wait_for("the log link", Duration::from_secs(10), || {
+        std::fs::read_link(&link).ok()
+    });
+    assert!(
+        target.starts_with(agent.dir().join("logs")) && target.ends_with("app/0.log"),
+        "{target:?}"
+    );
+    let text = wait_for(
+        "the lines through the link",
+        Duration::from_secs(10),
+        || {
+            let t = std::fs::read_to_string(&link).ok()?;
+            t.contains("shipped-line-2").then_some(t)
+        },
+    );
+    assert!(text.contains(" stdout F shipped-line-1\n"), "{text}");
+
+    // A dangling link of a container the runtime does not know goes with the next GC; a
+    // regular file under a link's name stays.
+    let ghost = links.join("ghost_default_app-0123456789ab.log");
+    std::os::unix::fs::symlink(agent.dir().join("nothing"), &ghost).unwrap();
+    let plain = links.join("plain_default_app-0123456789cd.log");
+    std::fs::write(&plain, "not a link").unwrap();
+    wait_for("the dangling link swept", Duration::from_secs(20), || {
+        (std::fs::symlink_metadata(&ghost).is_err()).then_some(())
+    });
+    assert!(plain.exists(), "a regular file stays");
+    assert!(link.exists(), "a live container's link stays");
+
+    std::fs::remove_file(agent.manifests().join("shipped.yaml")).unwrap();
+    wait_for(
+        "the link gone with the pod",
+        Duration::from_secs(60),
+        || (std::fs::symlink_metadata(&link).is_err()).then_some(()),
+    );
 }

@@ -136,6 +136,7 @@ pub fn spawn(
     events: Arc<dyn EventRecorder>,
     state: Arc<PressureState>,
     pull_records: Option<Arc<crate::images::PullRecords>>,
+    log_links: Arc<crate::logs::Links>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) {
@@ -150,6 +151,7 @@ pub fn spawn(
             "1m",
         )
         .unwrap_or(crate::runtime::CONTAINER_GC_PERIOD),
+        links: log_links,
     });
     let mut image_gc = ImageGc::new(
         runtime,

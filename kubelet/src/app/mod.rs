@@ -536,6 +536,7 @@ fn start_sync_loop(
     } else {
         &[Source::File]
     };
+    let log_links = deps.log_links.clone();
     let mut sync_loop = SyncLoop::new(deps, sources, cancel.clone());
     if let Some(tx) = terminated_tx {
         sync_loop.on_terminated(tx);
@@ -566,6 +567,7 @@ fn start_sync_loop(
         p.events.clone(),
         p.pressure.clone(),
         p.pull_records.clone(),
+        log_links,
         tasks,
         cancel,
     );

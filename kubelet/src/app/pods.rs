@@ -230,6 +230,7 @@ fn worker_env(
         refusal: crate::pod::field_refusal,
         devices: Some(parts.devices.clone()),
         dra: Some(parts.dra.clone()),
+        log_links: Arc::new(crate::logs::Links::new(crate::logs::links::dir_from_env())),
     })
 }
 

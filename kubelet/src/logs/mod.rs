@@ -11,6 +11,7 @@
 //! [`clean`] removes a container's files (the current and rotated ones) before the kubelet
 //! removes the container, as upstream's Clean. File work runs on the blocking pool.
 
+pub mod links;
 pub mod rotate;
 
 use crate::runtime::{ContainerState, Runtime, RuntimeError};
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+pub use links::Links;
 pub use rotate::{Outcome, Plan, plan};
 
 /// A failed rotation or clean-up of one container's logs.
@@ -41,6 +43,8 @@ pub enum LogError {
         #[source]
         source: RuntimeError,
     },
+    #[error("no container log symlink: the {what} {value:?} is not a plain name")]
+    LinkName { what: &'static str, value: String },
     #[error("log file work did not finish: {0}")]
     Join(String),
 }

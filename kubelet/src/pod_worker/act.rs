@@ -40,6 +40,11 @@ impl Worker {
                     if let Err(e) = crate::logs::clean(rt.as_ref(), id).await {
                         tracing::debug!(error = %e, container = %id, "removing the container's logs failed");
                     }
+                    if let Some((_, c)) = obs.containers.iter().find(|(_, c)| &c.id == id)
+                        && let Err(e) = self.env.log_links.remove(id, &c.labels).await
+                    {
+                        tracing::warn!(error = %e, container = %id, "removing the container's log link failed");
+                    }
                     if let Err(e) = rt.remove_container(id).await {
                         tracing::debug!(error = %e, container = %id, "RemoveContainer failed");
                     }

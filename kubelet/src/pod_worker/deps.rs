@@ -52,6 +52,8 @@ pub struct Deps {
     /// The pods' ResourceClaims (dynamic resource allocation): prepared before the sandbox,
     /// their CDI devices in the containers using them. None: no DRA (tests).
     pub dra: Option<Arc<crate::cm::DraManager>>,
+    /// The containers' `/var/log/containers` links for log shippers.
+    pub log_links: Arc<crate::logs::Links>,
 }
 
 /// A check of a pod's field values: the (reason, message) of the first refused one.

@@ -425,9 +425,24 @@ impl Worker {
             "Container started",
         );
         tracing::info!(container = %c.name, id = %id, restart_count = s.restart_count, "Started container");
+        self.link_log(sandbox, &c.name, &id, &cfg.log_path).await;
         self.post_start(&c, &id)
             .await
             .map_err(|e| StartError::PostStartHook(e.to_string()))
+    }
+
+    /// The started container's `/var/log/containers` link for log shippers; a failure is
+    /// only logged, as upstream.
+    async fn link_log(&self, sandbox: &SandboxConfig, name: &str, id: &str, log_path: &str) {
+        let log = (!sandbox.log_directory.is_empty() && !log_path.is_empty())
+            .then(|| std::path::Path::new(&sandbox.log_directory).join(log_path));
+        let links = &self.env.log_links;
+        if let Err(e) = links
+            .create(&sandbox.name, &sandbox.namespace, name, id, log)
+            .await
+        {
+            tracing::error!(error = %e, container_id = %id, "Failed to create legacy symbolic link");
+        }
     }
 
     /// Time left before `activeDeadlineSeconds` (counted from the pod's start time) runs

@@ -82,6 +82,13 @@ impl Worker {
             self.publish(&after, BTreeMap::new(), true);
         }
         for (_, c) in &obs.containers {
+            // Its log link goes first (upstream's removeContainerLog); one that cannot go
+            // keeps the container for the next pass.
+            if let Err(e) = self.env.log_links.remove(&c.id, &c.labels).await {
+                tracing::warn!(error = %e, container = %c.id, "cannot remove the container's log link; retrying");
+                clean = false;
+                continue;
+            }
             if let Err(e) = rt.remove_container(&c.id).await
                 && !matches!(e, RuntimeError::NotFound { .. })
             {

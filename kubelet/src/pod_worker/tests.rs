@@ -290,6 +290,34 @@ async fn terminate_stops_and_removes_everything() {
     assert!(r.env.statuses.get("uid-1").is_none());
 }
 
+/// Log shippers find the started container under upstream's name in /var/log/containers,
+/// pointing at its CRI log file; the link goes with the container when the pod goes.
+#[tokio::test(start_paused = true)]
+async fn a_started_container_gets_its_log_link_and_loses_it_with_the_container() {
+    let r = rig();
+    let fs = Arc::new(crate::logs::links::FakeLinkDir::default());
+    let env = Arc::new(Deps {
+        log_links: Arc::new(crate::logs::Links::with("/links".into(), fs.clone())),
+        ..Deps::for_test(r.rt.clone(), r._dir.path())
+    });
+    let mut w = Worker::new(env, pod("Always", serde_json::json!({})), None);
+    w.sync().await;
+    let id = r.rt.running("app")[0].clone();
+    let log = r.rt.container_status(&id).await.unwrap().log_path;
+    let links = fs.links.lock().unwrap().clone();
+    let want = format!("web_default_app-{id}.log");
+    assert_eq!(links.keys().collect::<Vec<_>>(), [&want], "{links:?}");
+    assert!(links[&want].ends_with("app/0.log"), "{links:?}");
+    if !log.is_empty() {
+        assert_eq!(links[&want], std::path::PathBuf::from(&log));
+    }
+    assert!(w.terminate(Some(Duration::from_secs(5))).await);
+    assert!(
+        fs.links.lock().unwrap().is_empty(),
+        "removed with the container"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn terminate_retries_when_the_runtime_fails() {
     let r = rig();

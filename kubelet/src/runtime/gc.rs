@@ -6,6 +6,8 @@
 //! upstream, in case nobody did), except the newest one of a pod that still exists; a pod's old
 //! sandbox that still holds the dead container kept for it stays with it. The log directories (`/var/log/pods/<ns>_<name>_<uid>`) of
 //! gone pods are removed. Nothing is taken as gone before every pod source has reported.
+//! A container's log link (`/var/log/containers`, [`LogLinks`]) goes before the container (a
+//! failure keeps the container for the next collection); then dangling links are swept.
 //!
 //! The choices are pure ([`dead_containers_to_remove`], [`sandboxes_to_remove`],
 //! [`log_dirs_to_remove`]); [`ContainerGc`] lists, decides and removes.
@@ -57,6 +59,20 @@ pub enum GcError {
     Runtime(#[from] super::RuntimeError),
     #[error("failed to remove {what}: {message}")]
     Remove { what: String, message: String },
+}
+
+/// Why a container's log link could not be removed (the logs subsystem's error).
+pub type LinkError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The containers' log links in `/var/log/containers` (the logs subsystem implements it).
+#[async_trait::async_trait]
+pub trait LogLinks: Send + Sync {
+    /// Before container `c` is removed: its link goes. An error keeps the container for the
+    /// next collection (upstream's removeContainerLog).
+    async fn remove_link(&self, c: &Container) -> Result<(), LinkError>;
+    /// After the removals: the dangling links of containers not in `containers` or exited
+    /// go; how many went.
+    async fn sweep_links(&self, containers: &[&Container]) -> usize;
 }
 
 /// Which pods still exist (the sync loop's workers); None until every source has reported.
@@ -179,6 +195,8 @@ pub struct ContainerGc {
     pub pod_logs_dir: PathBuf,
     /// How often it collects ([`CONTAINER_GC_PERIOD`]).
     pub period: Duration,
+    /// The containers' log links: removed with them, dangling ones swept.
+    pub links: Arc<dyn LogLinks>,
 }
 
 impl ContainerGc {
@@ -208,7 +226,15 @@ impl ContainerGc {
         );
         let mut removed = 0;
         let mut failed = Vec::new();
+        let by_id: BTreeMap<&str, &Container> =
+            containers.iter().map(|c| (c.id.as_str(), c)).collect();
         for id in &doomed {
+            if let Some(c) = by_id.get(id.as_str())
+                && let Err(e) = self.links.remove_link(c).await
+            {
+                failed.push(format!("container {id}: {e}"));
+                continue;
+            }
             match self.runtime.remove_container(id).await {
                 Ok(()) => removed += 1,
                 Err(super::RuntimeError::NotFound { .. }) => {}
@@ -220,6 +246,7 @@ impl ContainerGc {
             .iter()
             .filter(|c| !gone.contains(c.id.as_str()))
             .collect();
+        self.links.sweep_links(&remaining).await;
         let sandboxes = self.runtime.list_sandboxes().await?;
         for id in sandboxes_to_remove(&sandboxes, &remaining, known.as_ref()) {
             // A sandbox whose processes died with nobody to stop it still holds its network
@@ -391,6 +418,83 @@ mod tests {
 
     struct Known(HashSet<String>);
 
+    /// Records the link calls; `fail` makes every removal fail.
+    #[derive(Default)]
+    struct RecordLinks {
+        removed: std::sync::Mutex<Vec<String>>,
+        swept_with: std::sync::Mutex<Vec<Vec<String>>>,
+        fail: bool,
+    }
+
+    #[async_trait::async_trait]
+    impl LogLinks for RecordLinks {
+        async fn remove_link(&self, c: &Container) -> Result<(), LinkError> {
+            if self.fail {
+                return Err("read-only file system".into());
+            }
+            self.removed.lock().unwrap().push(c.id.clone());
+            Ok(())
+        }
+        async fn sweep_links(&self, containers: &[&Container]) -> usize {
+            let ids = containers.iter().map(|c| c.id.clone()).collect();
+            self.swept_with.lock().unwrap().push(ids);
+            0
+        }
+    }
+
+    /// A dead container of a gone pod: its log link goes before it, and the sweep sees only
+    /// the containers left. When the link cannot go, the container stays for the next round.
+    #[tokio::test]
+    async fn a_removed_containers_link_goes_first_and_the_sweep_sees_what_is_left() {
+        use crate::runtime::fake::FakeRuntime;
+        let rt = Arc::new(FakeRuntime::new());
+        let dir = tempfile::tempdir().unwrap();
+        let mut ids = Vec::new();
+        for pod in ["gone", "kept"] {
+            let cfg: SandboxConfig = crate::runtime::raw::sandbox(0, pod, dir.path(), "");
+            let sb = rt.run_sandbox(&cfg).await.unwrap();
+            let ctr = crate::runtime::raw::container(&cfg);
+            let c = rt.create_container(&sb, &ctr, &cfg).await.unwrap();
+            rt.start_container(&c).await.unwrap();
+            ids.push((cfg.uid.clone(), c));
+        }
+        rt.stop_container(&ids[0].1, Duration::ZERO).await.unwrap();
+        let known: HashSet<String> = [ids[1].0.clone()].into();
+        for fail in [true, false] {
+            let links = Arc::new(RecordLinks {
+                fail,
+                ..Default::default()
+            });
+            let gc = ContainerGc {
+                runtime: rt.clone(),
+                pods: Arc::new(Known(known.clone())),
+                policy: ContainerGcPolicy::default(),
+                pod_logs_dir: dir.path().join("logs"),
+                period: CONTAINER_GC_PERIOD,
+                links: links.clone(),
+            };
+            let result = gc.collect().await;
+            let listed: Vec<String> = rt
+                .list_containers()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|c| c.id)
+                .collect();
+            if fail {
+                assert!(result.is_err(), "a failed link removal is reported");
+                assert!(
+                    listed.contains(&ids[0].1),
+                    "the container stays: {listed:?}"
+                );
+            } else {
+                assert!(!listed.contains(&ids[0].1), "{listed:?}");
+                assert_eq!(*links.removed.lock().unwrap(), [ids[0].1.clone()]);
+                assert_eq!(*links.swept_with.lock().unwrap(), [vec![ids[1].1.clone()]]);
+            }
+        }
+    }
+
     #[async_trait::async_trait]
     impl PodsKnown for Known {
         async fn known_pods(&self) -> Option<HashSet<String>> {
@@ -432,6 +536,7 @@ mod tests {
             policy: ContainerGcPolicy::default(),
             pod_logs_dir: dir.path().join("logs"),
             period: CONTAINER_GC_PERIOD,
+            links: Arc::new(RecordLinks::default()),
         };
         rt.clear_calls();
         assert_eq!(gc.collect().await.unwrap(), 1);

@@ -13,7 +13,7 @@ pub use grpc_codes::go_code;
 pub mod instrumented;
 pub mod raw;
 pub mod stats;
-pub use gc::{CONTAINER_GC_PERIOD, ContainerGc, ContainerGcPolicy, PodsKnown};
+pub use gc::{CONTAINER_GC_PERIOD, ContainerGc, ContainerGcPolicy, LinkError, LogLinks, PodsKnown};
 
 pub use stats::{
     ContainerStats, CpuUsage, FsUsage, ImageFsInfo, InterfaceUsage, MemoryUsage, NetworkUsage,
