@@ -236,6 +236,7 @@ pub fn load_checked(
     if !findings.refusals.is_empty() {
         return Err(ConfigError::Refused(findings.refusals));
     }
+    limits::check_gates(flags, &file)?;
     let mut warnings = findings.warnings;
     warnings.extend(limits::unread_gates(flags, &file));
     Ok((merge(flags, file, hostname)?, warnings))

@@ -232,7 +232,7 @@ pub const FLAGS: &[Setting] = &[
         "--feature-gates",
         Implemented,
         &[],
-        "As featureGates: CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), ResourceHealthStatus (on by default) and the others listed there are read; any other gate set is named in a warning at start.",
+        "As featureGates (the flag's value over the file's): CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), ResourceHealthStatus (on by default) and the others listed there are read; any other known gate is named in a warning at start, an unknown or locked-against gate refuses the start.",
     ),
     s(
         "--eviction-hard",
