@@ -35,6 +35,9 @@ pub enum AppError {
     Runtime(#[from] cri_proto::Error),
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    /// The configured serving pair does not load.
+    #[error(transparent)]
+    ServingFiles(#[from] crate::certs::ServingError),
     #[error("cluster mode: {0}")]
     Cluster(#[from] crate::app::cluster::ClusterError),
     #[error(transparent)]

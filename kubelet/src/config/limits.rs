@@ -83,6 +83,7 @@ pub const READ_GATES: &[&str] = &[
     crate::volume::selinux::SELINUX_MOUNT_GATE,
     CRASH_LOOP_MAX_GATE,
     crate::cm::devicemanager::RESOURCE_HEALTH_STATUS_GATE,
+    crate::certs::serving_files::RELOAD_GATE,
 ];
 
 /// Refuses the start as upstream's kubelet does (it exits 1): a gate it does not know, or a

@@ -69,6 +69,10 @@ pub struct Config {
     pub node_status_max_images: i32,
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
+    /// The `ReloadKubeletServerCertificateFile` gate (beta, on by default as upstream): a
+    /// configured serving pair is reloaded when its files change.
+    #[serde(skip)]
+    pub reload_tls_cert_files: bool,
     pub healthz_port: u16,
     pub healthz_bind_address: IpAddr,
     #[serde(rename = "clusterDNS")]
@@ -778,6 +782,12 @@ pub fn merge(
         container_gc,
         image_pulls,
         evented_pleg: limits::gate_or(flags, &file, crate::pleg::EVENTED_PLEG_GATE, false),
+        reload_tls_cert_files: limits::gate_or(
+            flags,
+            &file,
+            crate::certs::serving_files::RELOAD_GATE,
+            true,
+        ),
         resource_health_status: limits::gate_or(
             flags,
             &file,
