@@ -494,6 +494,7 @@ fn start_stats_and_logs(
         Arc::new(crate::stats::LinuxNode),
         crate::stats::ProviderConfig {
             volume_stats_agg_period: cfg.volume_stats_agg_period,
+            system: cfg.system_cgroups.clone(),
             ..crate::stats::ProviderConfig::new(
                 cfg.node_name.clone(),
                 cfg.root_dir.clone(),

@@ -8,6 +8,7 @@ mod file;
 pub mod gc;
 pub mod limits;
 pub mod resources;
+mod system_cgroups;
 
 pub use file::{KubeletConfiguration, parse_file};
 
@@ -82,6 +83,9 @@ pub struct Config {
     pub cgroup_driver: CgroupDriver,
     pub cgroup_root: String,
     pub cgroups_per_qos: bool,
+    /// The cgroups of the Summary's `node.systemContainers`.
+    #[serde(skip)]
+    pub system_cgroups: crate::stats::system::SystemCgroups,
     pub max_pods: u32,
     pub pod_logs_dir: PathBuf,
     /// `enableSystemLogHandler` (default true): `/logs/` is served.
@@ -655,6 +659,15 @@ pub fn merge(
             .filter(|s| !s.is_empty())
             .map(PathBuf::from),
         cgroup_driver,
+        system_cgroups: system_cgroups::system_cgroups(
+            flags,
+            &file,
+            &cgroup_root,
+            flags
+                .cgroups_per_qos
+                .or(file.cgroups_per_qos)
+                .unwrap_or(true),
+        ),
         cgroup_root,
         cgroups_per_qos: flags
             .cgroups_per_qos

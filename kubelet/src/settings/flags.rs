@@ -310,13 +310,13 @@ pub const FLAGS: &[Setting] = &[
         "--runtime-cgroups",
         NotImplemented,
         &[],
-        "the runtime is not moved into a cgroup.",
+        "the runtime is not moved into a cgroup (the cgroup is read for the Summary's `runtime` system container).",
     ),
     s(
         "--kubelet-cgroups",
         NotImplemented,
         &[],
-        "the kubelet is not moved into a cgroup.",
+        "the kubelet is not moved into a cgroup (the cgroup is read for the Summary's `kubelet` system container).",
     ),
     s(
         "--enforce-node-allocatable",
@@ -569,7 +569,7 @@ pub const FLAGS: &[Setting] = &[
         "--system-cgroups",
         NotImplemented,
         &[],
-        "system processes are not moved into a cgroup.",
+        "system processes are not moved into a cgroup (the cgroup is read for the Summary's `misc` system container).",
     ),
     s(
         "--manifest-url",
