@@ -48,3 +48,43 @@ fn bad_values_exit_1() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
     }
 }
+
+/// Feature gates as upstream's kubelet: an unknown gate, or a locked gate set against its
+/// lock, stops the start with upstream's message and exit 1; a known gate (Go's boolean
+/// spellings) passes the gate check (the start then stops at the config file's bad
+/// cgroupDriver, after it).
+#[test]
+fn unknown_and_locked_feature_gates_are_refused_known_ones_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: upstart\n",
+    )
+    .unwrap();
+    let config_flag = format!("--config={}", config.display());
+    let stderr = |args: &[&str]| {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        err
+    };
+    let err = stderr(&["--feature-gates=KubeletPSI=true,NoSuchGate=T", &config_flag]);
+    assert!(
+        err.contains("unrecognized feature gate: NoSuchGate"),
+        "{err}"
+    );
+    let err = stderr(&["--feature-gates=InPlacePodVerticalScaling=0", &config_flag]);
+    assert!(
+        err.contains(
+            "cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true"
+        ),
+        "{err}"
+    );
+    let err = stderr(&[
+        "--feature-gates=KubeletPSI=F,ContextualLogging=1,AllAlpha=false",
+        &config_flag,
+    ]);
+    assert!(!err.contains("feature gate"), "{err}");
+    assert!(err.contains("upstart"), "{err}");
+}

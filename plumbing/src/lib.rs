@@ -6,6 +6,8 @@ pub mod cidr;
 pub mod duration;
 #[cfg(feature = "fd-limit")]
 pub mod fd_limit;
+#[cfg(feature = "settings")]
+pub mod feature_gates;
 pub mod go;
 #[cfg(feature = "http-server")]
 pub mod http_server;

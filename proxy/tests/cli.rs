@@ -59,3 +59,37 @@ fn write_config_to_writes_the_defaults_and_exits() {
     assert!(text.contains("healthzBindAddress: 0.0.0.0:10256"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Feature gates as upstream's kube-proxy: an unknown gate, or a locked one set against its
+/// lock, exits 1 with upstream's message; a known gate passes (the start then stops at the
+/// bad proxy mode, checked after the gates).
+#[test]
+fn unknown_and_locked_feature_gates_exit_1_known_ones_pass() {
+    let stderr = |args: &[&str]| {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        err
+    };
+    let err = stderr(&["--feature-gates=NoSuchGate=true", "--proxy-mode=bogus"]);
+    assert!(
+        err.contains("failed complete: unrecognized feature gate: NoSuchGate"),
+        "{err}"
+    );
+    let err = stderr(&[
+        "--feature-gates=NFTablesProxyMode=false",
+        "--proxy-mode=bogus",
+    ]);
+    assert!(
+        err.contains(
+            "cannot set feature gate NFTablesProxyMode to false, feature is locked to true"
+        ),
+        "{err}"
+    );
+    let err = stderr(&[
+        "--feature-gates=NFTablesProxyMode=T,ContextualLogging=1,AllBeta=f",
+        "--proxy-mode=bogus",
+    ]);
+    assert!(!err.contains("feature gate"), "{err}");
+    assert!(err.contains("bogus"), "{err}");
+}

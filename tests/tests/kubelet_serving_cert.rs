@@ -206,3 +206,103 @@ fn server_tls_bootstrap_serves_an_issued_certificate_and_rotates_it_in_place() {
     assert!(serving_csrs >= 2, "{serving_csrs} serving CSRs");
     kubelet.stop();
 }
+
+/// The leaf :10250 presents on 127.0.0.1, unverified (`openssl s_client` in the rig's netns).
+fn served_leaf_loopback(rig: &Rig) -> Option<String> {
+    let out = Command::new("nsenter")
+        .arg(format!("--net={}", rig.netns_path()))
+        .args([
+            "timeout",
+            "10",
+            "openssl",
+            "s_client",
+            "-connect",
+            "127.0.0.1:10250",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let start = text.find("-----BEGIN CERTIFICATE-----")?;
+    let end = text[start..].find("-----END CERTIFICATE-----")? + start + 25;
+    Some(text[start..end].to_string())
+}
+
+/// A self-signed pair for `name`: (certificate PEM, key PEM).
+fn pair(name: &str) -> (String, String) {
+    let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// Replaces `path` in one step, as cert-manager's and Vault's writers do (write, rename).
+fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// `tlsCertFile`/`tlsPrivateKeyFile` rotated on disk (ReloadKubeletServerCertificateFile, on by
+/// default as upstream): the same process serves the new pair within seconds; a broken pair
+/// (a certificate whose key is not there) is not served, the previous one stays.
+#[test]
+fn configured_serving_files_are_reloaded_when_replaced() {
+    require_rig!();
+    if Command::new("sh")
+        .args(["-c", "command -v openssl"])
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        eprintln!("SKIPPED: openssl is not installed (it reads the served certificate)");
+        return;
+    }
+    let rig = Rig::up("e2e-certfile");
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let (c1, k1) = pair("first.example");
+    replace(&crt, &c1);
+    replace(&key, &k1);
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut kubelet = Kubelet::builder(&rig)
+        .config(&format!(
+            "tlsCertFile: {}\ntlsPrivateKeyFile: {}\n",
+            crt.display(),
+            key.display()
+        ))
+        .start();
+    let cn = |pem: &str| {
+        let (_, p) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+        let x = p.parse_x509().unwrap();
+        x.subject().to_string()
+    };
+    let served = || {
+        served_leaf_loopback(&rig)
+            .map(|p| cn(&p))
+            .unwrap_or_default()
+    };
+    wait_for("the first pair served", Duration::from_secs(20), || {
+        (served() == "CN=first.example").then_some(())
+    });
+    // A new certificate without its key: a broken pair, not served.
+    let (c2, k2) = pair("second.example");
+    replace(&crt, &c2);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(served(), "CN=first.example", "{}", kubelet.log_text());
+    assert!(
+        kubelet
+            .log_text()
+            .contains("still serving the previous pair"),
+        "the broken pair is logged"
+    );
+    // Its key arrives: the new pair is served by the same process.
+    replace(&key, &k2);
+    wait_for("the second pair served", Duration::from_secs(10), || {
+        (served() == "CN=second.example").then_some(())
+    });
+    assert!(kubelet.exited().is_none());
+}

@@ -157,6 +157,38 @@ fn busy_pod_cpu_and_memory_match_its_cgroup() {
     assert!(s["node"]["memory"]["workingSetBytes"].as_u64().unwrap() > ws);
     assert!(s["node"]["fs"]["capacityBytes"].as_u64().unwrap() > 0);
     assert_eq!(s["node"]["nodeName"], "rig-node");
+    // The system containers: the agent's own cgroup and the pod cgroup root, with CPU and
+    // memory (the pods' root holds the busy pod, so at least its CPU); no filesystem figures.
+    let sys = s["node"]["systemContainers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("node.systemContainers: {}", s["node"]));
+    let named = |n: &str| {
+        sys.iter()
+            .find(|c| c["name"] == n)
+            .unwrap_or_else(|| panic!("no system container {n}: {sys:?}"))
+    };
+    for n in ["kubelet", "pods"] {
+        let c = named(n);
+        assert!(
+            c["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0,
+            "{c}"
+        );
+        assert!(
+            c["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0,
+            "{c}"
+        );
+        assert!(
+            c["startTime"].is_string() && c.get("rootfs").is_none(),
+            "{c}"
+        );
+    }
+    assert!(
+        named("pods")["cpu"]["usageCoreNanoSeconds"]
+            .as_u64()
+            .unwrap()
+            >= pod_cpu,
+        "the pods' root covers the busy pod"
+    );
 
     // /metrics/resource carries the same figures in seconds with a millisecond timestamp.
     let line = text

@@ -35,6 +35,9 @@ pub enum AppError {
     Runtime(#[from] cri_proto::Error),
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    /// The configured serving pair does not load.
+    #[error(transparent)]
+    ServingFiles(#[from] crate::certs::ServingError),
     #[error("cluster mode: {0}")]
     Cluster(#[from] crate::app::cluster::ClusterError),
     #[error(transparent)]
@@ -491,6 +494,7 @@ fn start_stats_and_logs(
         Arc::new(crate::stats::LinuxNode),
         crate::stats::ProviderConfig {
             volume_stats_agg_period: cfg.volume_stats_agg_period,
+            system: cfg.system_cgroups.clone(),
             ..crate::stats::ProviderConfig::new(
                 cfg.node_name.clone(),
                 cfg.root_dir.clone(),

@@ -196,14 +196,37 @@ fn serving_tls(
             server::serving_tls_resolver(&policy, resolver, cfg.auth.client_ca_file.is_some())?
         }
         (true, None) => return Err(AppError::ServerTlsBootstrapStandalone),
-        (false, _) => server::serving_tls(
-            &policy,
-            cfg.tls_cert_file.as_deref(),
-            cfg.tls_private_key_file.as_deref(),
-            &cfg.cert_dir,
-            &cfg.node_name,
-            &cfg.node_ips,
-            cfg.auth.client_ca_file.is_some(),
-        )?,
+        (false, _) if cfg.reload_tls_cert_files => {
+            match (cfg.tls_cert_file.clone(), cfg.tls_private_key_file.clone()) {
+                (Some(cert), Some(key)) => {
+                    let (resolver, reloader) =
+                        crate::certs::serving_files::FileCertReloader::load(cert, key)?;
+                    tasks.spawn(reloader.run(crate::certs::serving_files::POLL, cancel.clone()));
+                    server::serving_tls_resolver(
+                        &policy,
+                        resolver,
+                        cfg.auth.client_ca_file.is_some(),
+                    )?
+                }
+                _ => self_signed_or_static(cfg, &policy)?,
+            }
+        }
+        (false, _) => self_signed_or_static(cfg, &policy)?,
     })
+}
+
+/// The configured pair read once, or the self-signed pair in the cert dir.
+fn self_signed_or_static(
+    cfg: &Config,
+    policy: &server::TlsPolicy,
+) -> Result<rustls::ServerConfig, AppError> {
+    Ok(server::serving_tls(
+        policy,
+        cfg.tls_cert_file.as_deref(),
+        cfg.tls_private_key_file.as_deref(),
+        &cfg.cert_dir,
+        &cfg.node_name,
+        &cfg.node_ips,
+        cfg.auth.client_ca_file.is_some(),
+    )?)
 }

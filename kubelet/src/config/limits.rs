@@ -83,7 +83,25 @@ pub const READ_GATES: &[&str] = &[
     crate::volume::selinux::SELINUX_MOUNT_GATE,
     CRASH_LOOP_MAX_GATE,
     crate::cm::devicemanager::RESOURCE_HEALTH_STATUS_GATE,
+    crate::certs::serving_files::RELOAD_GATE,
 ];
+
+/// Refuses the start as upstream's kubelet does (it exits 1): a gate it does not know, or a
+/// gate locked to its default set to the other value, in `--feature-gates` or `featureGates`
+/// (the flag's value over the file's).
+pub fn check_gates(flags: &Flags, file: &KubeletConfiguration) -> Result<(), ConfigError> {
+    let failed = |e: plumbing::feature_gates::GateError| {
+        invalid(format!(
+            "failed to set feature gates from initial flags-based config: {e}"
+        ))
+    };
+    let mut gates =
+        plumbing::feature_gates::from_json(file.feature_gates.as_ref()).map_err(failed)?;
+    for (k, v) in flags.feature_gates.iter().flatten() {
+        gates.insert(k.clone(), v == "true");
+    }
+    plumbing::feature_gates::check(&gates).map_err(failed)
+}
 
 /// A warning for each gate set in `--feature-gates` or `featureGates` that the agent does
 /// not read.
@@ -201,6 +219,17 @@ mod tests {
 
     fn file(yaml: &str) -> KubeletConfiguration {
         super::super::parse_file("t.yaml", yaml).unwrap()
+    }
+
+    /// Every gate the agent reads is one upstream knows (else setting it would be refused).
+    #[test]
+    fn every_gate_read_is_known_upstream() {
+        for name in READ_GATES {
+            assert!(
+                plumbing::feature_gates::lookup(name).is_some(),
+                "{name} is not in plumbing's gate table"
+            );
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod file;
 pub mod gc;
 pub mod limits;
 pub mod resources;
+mod system_cgroups;
 
 pub use file::{KubeletConfiguration, parse_file};
 
@@ -69,6 +70,10 @@ pub struct Config {
     pub node_status_max_images: i32,
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
+    /// The `ReloadKubeletServerCertificateFile` gate (beta, on by default as upstream): a
+    /// configured serving pair is reloaded when its files change.
+    #[serde(skip)]
+    pub reload_tls_cert_files: bool,
     pub healthz_port: u16,
     pub healthz_bind_address: IpAddr,
     #[serde(rename = "clusterDNS")]
@@ -78,6 +83,9 @@ pub struct Config {
     pub cgroup_driver: CgroupDriver,
     pub cgroup_root: String,
     pub cgroups_per_qos: bool,
+    /// The cgroups of the Summary's `node.systemContainers`.
+    #[serde(skip)]
+    pub system_cgroups: crate::stats::system::SystemCgroups,
     pub max_pods: u32,
     pub pod_logs_dir: PathBuf,
     /// `enableSystemLogHandler` (default true): `/logs/` is served.
@@ -236,6 +244,7 @@ pub fn load_checked(
     if !findings.refusals.is_empty() {
         return Err(ConfigError::Refused(findings.refusals));
     }
+    limits::check_gates(flags, &file)?;
     let mut warnings = findings.warnings;
     warnings.extend(limits::unread_gates(flags, &file));
     Ok((merge(flags, file, hostname)?, warnings))
@@ -650,6 +659,15 @@ pub fn merge(
             .filter(|s| !s.is_empty())
             .map(PathBuf::from),
         cgroup_driver,
+        system_cgroups: system_cgroups::system_cgroups(
+            flags,
+            &file,
+            &cgroup_root,
+            flags
+                .cgroups_per_qos
+                .or(file.cgroups_per_qos)
+                .unwrap_or(true),
+        ),
         cgroup_root,
         cgroups_per_qos: flags
             .cgroups_per_qos
@@ -777,6 +795,12 @@ pub fn merge(
         container_gc,
         image_pulls,
         evented_pleg: limits::gate_or(flags, &file, crate::pleg::EVENTED_PLEG_GATE, false),
+        reload_tls_cert_files: limits::gate_or(
+            flags,
+            &file,
+            crate::certs::serving_files::RELOAD_GATE,
+            true,
+        ),
         resource_health_status: limits::gate_or(
             flags,
             &file,

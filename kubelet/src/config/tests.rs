@@ -884,3 +884,40 @@ fn resource_health_status_gate_is_on_by_default_and_read() {
         "{warnings:?}"
     );
 }
+
+/// The config file's `featureGates` are checked as the flag's: an unknown gate or a locked
+/// one set against its lock refuses the start; a known gate is accepted and, when the agent
+/// does not act on it, warned about by name.
+#[test]
+fn config_file_feature_gates_are_checked_as_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    let f = flags(&[&format!("--config={}", path.display())]);
+    let load = |gates: &str| {
+        std::fs::write(
+            &path,
+            format!("kind: KubeletConfiguration\nfeatureGates: {{{gates}}}\n"),
+        )
+        .unwrap();
+        load_checked(&f, &[], "n")
+    };
+    let e = load("EventedPLEG: true, NotAGate: true").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid configuration: failed to set feature gates from initial flags-based config: unrecognized feature gate: NotAGate"
+    );
+    let e = load("SidecarContainers: false").unwrap_err().to_string();
+    assert!(
+        e.ends_with(
+            "cannot set feature gate SidecarContainers to false, feature is locked to true"
+        ),
+        "{e}"
+    );
+    let (_, warnings) = load("KubeletPSI: false").unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("feature gate KubeletPSI")),
+        "{warnings:?}"
+    );
+}

@@ -122,6 +122,9 @@ pub struct Worker {
     stop_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
     /// Container ID → its exit message (runtime message + termination message), read once.
     term_messages: HashMap<String, String>,
+    /// Cancelled when a termination or stop arrives during a pass: the pass's image pulls
+    /// (which have no deadline) end then. A fresh token for every pass.
+    pull_cancel: CancellationToken,
 }
 
 impl Worker {
@@ -163,6 +166,7 @@ impl Worker {
             stop_grace: None,
             stop_waiters: Vec::new(),
             term_messages: HashMap::new(),
+            pull_cancel: CancellationToken::new(),
         }
     }
 
@@ -220,28 +224,43 @@ impl Worker {
             let mut op = "create"; // kubelet_pod_worker_duration_seconds{operation_type}
             // A resize admission takes later (or decides against) wakes the worker.
             let resized = self.env.allocations.subscribe(&self.uid);
+            // Messages that arrived during the last pass, handled before waiting again.
+            let mut held: Vec<Msg> = Vec::new();
             loop {
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => return,
-                    _ = resized.notified() => {}
-                    msg = rx.recv() => {
-                        let Some(msg) = msg else { return };
-                        let mut msgs = vec![msg];
-                        while let Ok(m) = rx.try_recv() {
-                            msgs.push(m);
-                        }
-                        for m in msgs {
-                            match m {
-                                Msg::Update(p) => { self.desired = *p; if op != "create" { op = "update"; } }
-                                Msg::Terminate { grace } => terminating = Some(shortest_grace(terminating.flatten(), grace)),
-                                Msg::Wake => {}
-                                Msg::Probe(u) => self.on_probe(*u),
-                                Msg::Stop { stopped, grace, done } => self.on_stop(stopped, grace, done),
+                if held.is_empty() {
+                    tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => return,
+                        _ = resized.notified() => {}
+                        msg = rx.recv() => {
+                            let Some(msg) = msg else { return };
+                            held.push(msg);
+                            while let Ok(m) = rx.try_recv() {
+                                held.push(m);
                             }
                         }
+                        _ = tokio::time::sleep_until(next) => {}
                     }
-                    _ = tokio::time::sleep_until(next) => {}
+                }
+                for m in held.drain(..) {
+                    match m {
+                        Msg::Update(p) => {
+                            self.desired = *p;
+                            if op != "create" {
+                                op = "update";
+                            }
+                        }
+                        Msg::Terminate { grace } => {
+                            terminating = Some(shortest_grace(terminating.flatten(), grace))
+                        }
+                        Msg::Wake => {}
+                        Msg::Probe(u) => self.on_probe(*u),
+                        Msg::Stop {
+                            stopped,
+                            grace,
+                            done,
+                        } => self.on_stop(stopped, grace, done),
+                    }
                 }
                 // A panic in one step (a bug) is contained here: logged, and the step runs
                 // again after a back-off. The step is level-triggered (it re-reads the
@@ -258,8 +277,14 @@ impl Worker {
                     continue;
                 }
                 let sync_started = std::time::Instant::now();
-                let synced = AssertUnwindSafe(self.sync()).catch_unwind().await;
-                crate::metrics::observe_pod_worker(std::mem::replace(&mut op, "sync"), sync_started);
+                self.pull_cancel = CancellationToken::new();
+                let pulls = self.pull_cancel.clone();
+                let step = AssertUnwindSafe(self.sync()).catch_unwind();
+                let synced = reading_during(step, &mut rx, &mut held, &pulls).await;
+                crate::metrics::observe_pod_worker(
+                    std::mem::replace(&mut op, "sync"),
+                    sync_started,
+                );
                 next = match synced {
                     Ok(after) => {
                         panics.reset();
@@ -271,6 +296,34 @@ impl Worker {
         }
         .instrument(span)
         .await
+    }
+}
+
+/// Runs one pass while reading the worker's messages into `held` (handled after the pass);
+/// a termination or stop cancels `pulls`: an image pull has no deadline, so the pod's
+/// deletion (or eviction, node shutdown, ...) is what ends it, as upstream's cancelled
+/// pod-sync context does.
+async fn reading_during<F: std::future::Future>(
+    step: F,
+    rx: &mut mpsc::UnboundedReceiver<Msg>,
+    held: &mut Vec<Msg>,
+    pulls: &CancellationToken,
+) -> F::Output {
+    tokio::pin!(step);
+    let mut open = true;
+    loop {
+        tokio::select! {
+            out = &mut step => return out,
+            msg = rx.recv(), if open => match msg {
+                Some(m) => {
+                    if matches!(m, Msg::Terminate { .. } | Msg::Stop { .. }) {
+                        pulls.cancel();
+                    }
+                    held.push(m);
+                }
+                None => open = false,
+            },
+        }
     }
 }
 

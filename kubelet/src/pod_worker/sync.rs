@@ -43,6 +43,15 @@ pub enum StartError {
     PostStartHook(String),
 }
 
+/// A pull dropped because the pod is stopping: no back-off is recorded, the pass ends.
+fn pull_cancelled() -> images::PullError {
+    images::PullError {
+        reason: images::PullReason::ErrImagePull,
+        message: "image pull cancelled: the pod is stopping".into(),
+        retry_after: Duration::ZERO,
+    }
+}
+
 /// How soon a pod whose volumes failed tries again.
 pub(super) const VOLUME_RETRY: Duration = Duration::from_secs(2);
 
@@ -284,18 +293,19 @@ impl Worker {
                 message,
             );
         };
-        self.env
-            .images
-            .ensure_image(&c, sandbox, keyrings, &event, &mut self.pulls)
-            .await
-            .map_err(StartError::Image)?;
-        // The images of the image volumes it mounts, each as its volume's pullPolicy says.
-        for image_c in super::image_volumes::pulls(&self.pod, &c) {
-            self.env
-                .images
-                .ensure_image(&image_c, sandbox, keyrings, &event, &mut self.pulls)
-                .await
-                .map_err(StartError::Image)?;
+        // The container's image, then those of the image volumes it mounts, each as its
+        // pull policy says. A termination arriving meanwhile cancels the pull.
+        let images = std::iter::once(c.clone()).chain(super::image_volumes::pulls(&self.pod, &c));
+        for image_c in images {
+            let pull =
+                self.env
+                    .images
+                    .ensure_image(&image_c, sandbox, keyrings, &event, &mut self.pulls);
+            tokio::select! {
+                biased;
+                _ = self.pull_cancel.cancelled() => return Err(StartError::Image(pull_cancelled())),
+                r = pull => r.map_err(StartError::Image)?,
+            }
         }
         // An ephemeral container's target must run (checked after the pull, as upstream).
         let pid_target = match &debug {

@@ -813,6 +813,49 @@ async fn a_panicking_step_is_retried_and_other_pods_keep_going() {
     task2.await.unwrap();
 }
 
+/// A pull has no deadline (a big image may take an hour), so the pod's deletion is what ends
+/// it: a worker pulling when the pod is deleted drops the pull and terminates at once.
+#[tokio::test(start_paused = true)]
+async fn deleting_a_pod_ends_its_pull_and_the_pod_terminates() {
+    let r = rig();
+    let slow = "registry.local/huge:1";
+    r.rt.set_pull_delay(Duration::from_secs(24 * 3600));
+    let mut p = pod("Always", serde_json::json!({}));
+    p.spec.as_mut().unwrap().containers[0].image = Some(slow.into());
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(Worker::new(r.env.clone(), p, None).run(rx, done_tx, cancel));
+    // An hour into the pull: still pulling (no deadline cut it).
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(!task.is_finished());
+    assert!(r.rt.running("app").is_empty());
+    assert_eq!(
+        r.rt.count("RunPodSandbox"),
+        1,
+        "the sandbox runs while the image comes"
+    );
+    tx.send(Msg::Terminate {
+        grace: Some(Duration::from_secs(5)),
+    })
+    .unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(10), done_rx.recv()).await;
+    assert_eq!(done.ok().flatten().as_deref(), Some("uid-1"), "terminated");
+    assert!(
+        task.is_finished()
+            || tokio::time::timeout(Duration::from_secs(1), task)
+                .await
+                .is_ok()
+    );
+    let images = r.rt.list_images().await.unwrap();
+    assert!(
+        images
+            .iter()
+            .all(|i| !i.repo_tags.iter().any(|t| t == slow)),
+        "the pull was dropped, not finished"
+    );
+}
+
 /// A bind mount that hangs until the test lets it go, as on a stuck disk.
 #[derive(Debug, Default)]
 struct StuckBinder {

@@ -571,7 +571,12 @@ impl Runtime for CriRuntime {
         auth: Option<&ImageAuth>,
         sandbox: &SandboxConfig,
     ) -> Result<String> {
-        let mut req = tonic::Request::new(pb::PullImageRequest {
+        // No deadline, as upstream's PullImage (the caller's context only): a large image on a
+        // slow registry may take any time. The pull ends when the runtime answers (containerd
+        // gives up on a pull that stops making progress: `image_pull_progress_timeout`) or
+        // when the caller drops this future (the pod is deleted: the stream is reset and the
+        // runtime cancels the pull).
+        let req = tonic::Request::new(pb::PullImageRequest {
             image: Some(pb::ImageSpec {
                 image: image.into(),
                 ..Default::default()
@@ -585,8 +590,6 @@ impl Runtime for CriRuntime {
             }),
             sandbox_config: Some(sandbox_pb(sandbox)),
         });
-        // Pulls may take long; upstream gives them no deadline beyond progress checks.
-        req.set_timeout(self.timeout.max(Duration::from_secs(600)));
         let r = self
             .image
             .clone()

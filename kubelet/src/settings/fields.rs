@@ -59,7 +59,12 @@ pub const FIELDS: &[Setting] = &[
         &[],
         "Plain-HTTP, unauthenticated read-only port (0 = off, the default): /healthz, /pods, /stats/summary, /metrics, /metrics/resource, /metrics/probes; the debugging paths answer 405, the rest 404.",
     ),
-    s("tlsCertFile", Implemented, &[], "Serving certificate."),
+    s(
+        "tlsCertFile",
+        Implemented,
+        &[],
+        "Serving certificate; with the ReloadKubeletServerCertificateFile gate (on by default) the pair is re-read when its files change (checked every second) and served from the next handshake; a pair that does not load is logged and the previous one stays served.",
+    ),
     s("tlsPrivateKeyFile", Implemented, &[], "Serving key."),
     s(
         "tlsCipherSuites",
@@ -243,13 +248,13 @@ pub const FIELDS: &[Setting] = &[
         "kubeletCgroups",
         NotImplemented,
         &[],
-        "the kubelet is not moved into a cgroup.",
+        "the kubelet is not moved into a cgroup (the cgroup is read for the Summary's `kubelet` system container).",
     ),
     s(
         "systemCgroups",
         NotImplemented,
         &[],
-        "system processes are not moved into a cgroup.",
+        "system processes are not moved into a cgroup (the cgroup is read for the Summary's `misc` system container).",
     ),
     s("cgroupRoot", Implemented, &[], "Root cgroup for pods."),
     s("cgroupsPerQOS", Implemented, &[], "QoS cgroup hierarchy."),
@@ -441,7 +446,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         Implemented,
         &[],
-        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), EventedPLEG (off by default, as upstream: container events from GetContainerEvents wake the PLEG, whose relist then runs every 300 s; without the call, as on containerd 1.6, it relists every second after five tries), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line), NodeLogQuery (off by default, see enableSystemLogQuery), SELinuxMount (beta, off by default as upstream v1.36: on SELinux hosts, CSI volumes of every access mode, not only ReadWriteOncePod ones, are mounted with the pod's SELinux label when their CSIDriver has seLinuxMount; SELinuxMountReadWriteOncePod and SELinuxChangePolicy are GA and always on), and ResourceHealthStatus (on by default, beta in v1.36 as upstream: each container status lists, per device plugin resource it holds, its devices' health as the plugin last reported it in `allocatedResourcesStatus`, and a health change re-syncs the pod; DRA devices are not reported) are read; any other gate set is named in a warning at start.",
+        "CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), EventedPLEG (off by default, as upstream: container events from GetContainerEvents wake the PLEG, whose relist then runs every 300 s; without the call, as on containerd 1.6, it relists every second after five tries), ComponentStatusz and ComponentFlagz (on by default: /statusz and /flagz on :10250, plain text or versioned JSON by Accept header, as upstream's z-pages; no Go version line), NodeLogQuery (off by default, see enableSystemLogQuery), SELinuxMount (beta, off by default as upstream v1.36: on SELinux hosts, CSI volumes of every access mode, not only ReadWriteOncePod ones, are mounted with the pod's SELinux label when their CSIDriver has seLinuxMount; SELinuxMountReadWriteOncePod and SELinuxChangePolicy are GA and always on), ReloadKubeletServerCertificateFile (on by default, see tlsCertFile), and ResourceHealthStatus (on by default, beta in v1.36 as upstream: each container status lists, per device plugin resource it holds, its devices' health as the plugin last reported it in `allocatedResourcesStatus`, and a health change re-syncs the pod; DRA devices are not reported) are read; any other gate upstream v1.36 knows is accepted and named in a warning at start; a gate upstream does not know, or a gate locked to its default set to the other value, refuses the start with upstream's message (\"unrecognized feature gate: X\", \"cannot set feature gate X to false, feature is locked to true\").",
     ),
     s(
         "failSwapOn",

@@ -232,7 +232,7 @@ pub const FLAGS: &[Setting] = &[
         "--feature-gates",
         Implemented,
         &[],
-        "As featureGates: CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), ResourceHealthStatus (on by default) and the others listed there are read; any other gate set is named in a warning at start.",
+        "As featureGates (the flag's value over the file's): CustomCPUCFSQuotaPeriod, PodLevelResources and KubeletEnsureSecretPulledImages (both on by default, as upstream), ResourceHealthStatus (on by default) and the others listed there are read; any other known gate is named in a warning at start, an unknown or locked-against gate refuses the start.",
     ),
     s(
         "--eviction-hard",
@@ -310,13 +310,13 @@ pub const FLAGS: &[Setting] = &[
         "--runtime-cgroups",
         NotImplemented,
         &[],
-        "the runtime is not moved into a cgroup.",
+        "the runtime is not moved into a cgroup (the cgroup is read for the Summary's `runtime` system container).",
     ),
     s(
         "--kubelet-cgroups",
         NotImplemented,
         &[],
-        "the kubelet is not moved into a cgroup.",
+        "the kubelet is not moved into a cgroup (the cgroup is read for the Summary's `kubelet` system container).",
     ),
     s(
         "--enforce-node-allocatable",
@@ -569,7 +569,7 @@ pub const FLAGS: &[Setting] = &[
         "--system-cgroups",
         NotImplemented,
         &[],
-        "system processes are not moved into a cgroup.",
+        "system processes are not moved into a cgroup (the cgroup is read for the Summary's `misc` system container).",
     ),
     s(
         "--manifest-url",

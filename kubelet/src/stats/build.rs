@@ -44,6 +44,10 @@ pub struct Raw {
     pub image_fs_capacity: Option<FsInfo>,
     pub image_fs: Option<ImageFsInfo>,
     pub pids: (Option<i64>, Option<i64>),
+    /// The system containers' cgroups (`node.systemContainers`).
+    pub system: super::system::Readings,
+    /// When the agent started, ns (the `kubelet` system container's start).
+    pub kubelet_start_ns: i64,
     pub sandboxes: Vec<SandboxStats>,
     /// Sandbox ID → created_at (ns).
     pub sandbox_created: HashMap<String, i64>,
@@ -172,7 +176,14 @@ pub fn summary(raw: &Raw, prev: &mut CpuHistory) -> Summary {
         .or_else(|| image_fs_stats.clone());
     let node = NodeStats {
         node_name: raw.node_name.clone(),
-        system_containers: Vec::new(),
+        system_containers: system_containers(
+            &raw.system,
+            ts,
+            raw.kubelet_start_ns,
+            raw.boot_time.unwrap_or(0) * 1_000_000_000,
+            prev,
+            &mut next,
+        ),
         start_time: rfc3339(raw.boot_time.unwrap_or(0) * 1_000_000_000),
         cpu: Some(cpu(
             "node",
@@ -312,4 +323,42 @@ fn pod(raw: &Raw, sb: &SandboxStats, prev: &CpuHistory, next: &mut CpuHistory) -
         containers,
         volume,
     }
+}
+
+/// The Summary's system containers (`stats::system`) from `readings` taken at `ts` (ns): the kubelet's starts
+/// when the agent started, the others when the node booted (`boot_ns`).
+fn system_containers(
+    readings: &super::system::Readings,
+    ts: i64,
+    kubelet_start_ns: i64,
+    boot_ns: i64,
+    prev: &CpuHistory,
+    next: &mut CpuHistory,
+) -> Vec<ContainerStats> {
+    readings
+        .iter()
+        .map(|(name, u)| {
+            let mem = runtime::MemoryUsage {
+                timestamp: ts,
+                working_set_bytes: u.working_set,
+                usage_bytes: u.usage,
+                rss_bytes: u.rss,
+                page_faults: u.page_faults,
+                major_page_faults: u.major_page_faults,
+                available_bytes: None,
+            };
+            let key = format!("system/{name}");
+            ContainerStats {
+                name: name.to_string(),
+                start_time: StatTime(if *name == super::system::KUBELET {
+                    kubelet_start_ns
+                } else {
+                    boot_ns
+                }),
+                cpu: Some(cpu(&key, ts, u.cpu_ns, None, prev, next)),
+                memory: Some(memory(&mem, None)),
+                ..ContainerStats::default()
+            }
+        })
+        .collect()
 }

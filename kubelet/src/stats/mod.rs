@@ -25,6 +25,7 @@ pub mod node;
 pub mod procs;
 pub mod resource;
 pub mod summary;
+pub mod system;
 #[cfg(test)]
 mod tests;
 
@@ -76,6 +77,8 @@ pub struct ProviderConfig {
     pub housekeeping: Duration,
     /// How long one pod's disk walk is reused ([`DEFAULT_VOLUME_STATS_AGG_PERIOD`]).
     pub volume_stats_agg_period: Duration,
+    /// The cgroups of `node.systemContainers`.
+    pub system: system::SystemCgroups,
 }
 
 impl ProviderConfig {
@@ -87,6 +90,7 @@ impl ProviderConfig {
             pod_logs_dir,
             housekeeping: DEFAULT_HOUSEKEEPING,
             volume_stats_agg_period: DEFAULT_VOLUME_STATS_AGG_PERIOD,
+            system: system::SystemCgroups::default(),
         }
     }
 }
@@ -234,6 +238,8 @@ pub struct Provider {
     carry: tokio::sync::Mutex<Carry>,
     latest: tokio::sync::watch::Sender<Option<Outcome>>,
     machine: OnceLock<cadvisor::Machine>,
+    /// When the provider (the agent) started, ns: the `kubelet` system container's start.
+    started_ns: i64,
 }
 
 impl Provider {
@@ -246,6 +252,7 @@ impl Provider {
             carry: tokio::sync::Mutex::new(Carry::default()),
             latest: tokio::sync::watch::Sender::new(None),
             machine: OnceLock::new(),
+            started_ns: unix_now_ns(),
         }
     }
 
@@ -453,6 +460,7 @@ impl Provider {
         let blocking_started = Instant::now();
         let detail_layout = layout.clone();
         let detail_proc_root = self.node.proc_root();
+        let system_cgroups = self.cfg.system.clone();
         let blocking = tokio::task::spawn_blocking(move || {
             let mut phases = Phases::default();
             let mut at = Instant::now();
@@ -479,6 +487,7 @@ impl Provider {
             let mut ids = cgroups::Ids::default();
             let mut psi = HashMap::new();
             let mut net_counters = HashMap::new();
+            let mut system = system::Readings::new();
             if let Some(layout) = &layout {
                 ids = locator.resolve(layout, &wanted);
                 // Pods and their containers; the pause containers' own figures are not served.
@@ -512,6 +521,9 @@ impl Provider {
                     }
                 }
                 lap(&mut phases.network);
+                let own =
+                    std::fs::read_to_string(proc_root.join("self/cgroup")).unwrap_or_default();
+                system = system::read(layout, &system_cgroups, &own);
             }
             let machine = need_machine.then(|| node.machine());
             // The devices of the node's and the image filesystem (the root cgroup's
@@ -531,6 +543,7 @@ impl Provider {
                 }
             }
             Blocking {
+                system,
                 psi,
                 net_counters,
                 fs_devices,
@@ -572,6 +585,8 @@ impl Provider {
             image_fs_capacity: blocking.image_cap,
             image_fs,
             pids: blocking.pids,
+            system: blocking.system,
+            kubelet_start_ns: self.started_ns,
             sandboxes,
             sandbox_created: listed
                 .iter()
@@ -717,6 +732,8 @@ async fn each_sandbox(
 /// What the blocking part of a refresh read.
 struct Blocking {
     now_ns: i64,
+    /// The system containers' cgroups.
+    system: system::Readings,
     usage: node::NodeUsage,
     boot_time: Option<i64>,
     root_fs: Option<node::FsInfo>,

@@ -997,3 +997,55 @@ async fn a_scrape_counts_a_containers_processes_descriptors_and_threads() {
         "{text}"
     );
 }
+
+/// `node.systemContainers`: each reading becomes a container with CPU (usageNanoCores from the
+/// previous refresh) and memory and no filesystem figures; `kubelet` starts with the agent.
+#[test]
+fn system_containers_carry_cpu_and_memory() {
+    use super::cgroups::CgroupUsage;
+    use super::system::{KUBELET, PODS};
+    let usage = |cpu_ns: u64| CgroupUsage {
+        cpu_ns: Some(cpu_ns),
+        usage: Some(4000),
+        working_set: Some(3900),
+        rss: Some(700),
+        ..CgroupUsage::default()
+    };
+    let mut prev = CpuHistory::new();
+    let mut raw = Raw {
+        now_ns: 10_000_000_000,
+        boot_time: Some(1),
+        kubelet_start_ns: 5,
+        system: vec![
+            (KUBELET, usage(2_000_000_000)),
+            (PODS, usage(7_000_000_000)),
+        ],
+        ..Raw::default()
+    };
+    let s = build::summary(&raw, &mut prev);
+    let sys = &s.node.system_containers;
+    assert_eq!(
+        sys.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        vec!["kubelet", "pods"]
+    );
+    assert_eq!(sys[0].start_time.0, 5);
+    assert_eq!(sys[1].start_time.0, 1_000_000_000);
+    let mem = sys[0].memory.as_ref().unwrap();
+    assert_eq!(
+        (mem.usage_bytes, mem.working_set_bytes),
+        (Some(4000), Some(3900))
+    );
+    assert!(sys[0].rootfs.is_none() && sys[0].logs.is_none());
+    raw.now_ns = 20_000_000_000;
+    raw.system[1].1 = usage(8_000_000_000);
+    let s = build::summary(&raw, &mut prev);
+    assert_eq!(
+        s.node.system_containers[1]
+            .cpu
+            .as_ref()
+            .unwrap()
+            .usage_nano_cores,
+        Some(100_000_000),
+        "1 s of CPU over 10 s"
+    );
+}

@@ -34,6 +34,10 @@ pub enum Error {
     Kind(String),
     #[error("invalid configuration: {field}: {message}")]
     Invalid { field: String, message: String },
+    /// An unknown feature gate, or a locked one set against its lock (upstream's Complete
+    /// fails, and the command exits 1).
+    #[error("failed complete: {0}")]
+    FeatureGate(#[from] plumbing::feature_gates::GateError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -193,7 +197,8 @@ pub struct Flags {
     /// Log verbosity.
     #[arg(long = "v", short = 'v')]
     pub v: Option<u8>,
-    /// Accepted; no effect (warned about at start when set).
+    /// Checked against upstream's gates (an unknown or locked-against gate exits 1); known
+    /// gates have no effect (warned about at start).
     #[arg(long = "feature-gates", value_parser = feature_gates)]
     pub feature_gates: Option<String>,
     /// The OOM score adjustment of the kube-proxy process, in the range [-1000, 1000].
@@ -498,11 +503,22 @@ fn flag_or<T: Clone>(flag: &Option<T>, file: Option<T>) -> Option<T> {
 /// The pure core: flags + the config file's text (if `--config` was given and read) + the
 /// machine's hostname → validated config with upstream defaults. Explicit flags override the
 /// file.
+/// `featureGates` with `--feature-gates` over it, checked against upstream's gate set.
+fn check_gates(flags: &Flags, file: &KubeProxyConfiguration) -> Result<()> {
+    let mut gates = plumbing::feature_gates::from_json(file.feature_gates.as_ref())?;
+    if let Some(s) = &flags.feature_gates {
+        // Already checked by the flag's parser.
+        gates.extend(plumbing::go::parse_map_string_bool(s).unwrap_or_default());
+    }
+    Ok(plumbing::feature_gates::check(&gates)?)
+}
+
 pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result<ProxyConfig> {
     let file = match file_text {
         Some(t) => KubeProxyConfiguration::parse(t)?,
         None => KubeProxyConfiguration::default(),
     };
+    check_gates(flags, &file)?;
     let mut ipt = file.iptables.clone().unwrap_or_default();
     let ct = file.conntrack.clone().unwrap_or_default();
     let cc = file.client_connection.clone().unwrap_or_default();

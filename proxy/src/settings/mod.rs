@@ -174,7 +174,7 @@ pub const FLAGS: &[Setting] = &[
         "--feature-gates",
         NotImplemented,
         &[],
-        "feature gates are not read.",
+        "Checked as upstream: an unknown gate, or a locked gate set against its lock, exits 1 (\"unrecognized feature gate: X\"); known gates change nothing here.",
     ),
     s(
         "--oom-score-adj",
@@ -305,7 +305,7 @@ pub const FIELDS: &[Setting] = &[
         "featureGates",
         NotImplemented,
         &[],
-        "feature gates are not read.",
+        "Checked as upstream: an unknown gate, or a locked gate set against its lock, exits 1 (\"unrecognized feature gate: X\"); known gates change nothing here.",
     ),
     s(
         "clientConnection.kubeconfig",

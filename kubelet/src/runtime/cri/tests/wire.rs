@@ -164,8 +164,32 @@ async fn a_stalled_runtime_costs_the_deadline_not_more() {
     assert!(rt.list_sandboxes().await.unwrap().is_empty());
 }
 
+/// A pull slower than runtimeRequestTimeout (and than any fixed floor) is not cut: the
+/// request carries no deadline and the answer comes when the runtime gives it.
+#[tokio::test]
+async fn a_pull_slower_than_the_request_timeout_is_not_cut() {
+    let fake = FakeCri::start().await.unwrap();
+    let rt = client(&fake, Duration::from_millis(200)).await;
+    fake.delay("PullImage", Duration::from_millis(1500));
+    let t = Instant::now();
+    let image_ref = rt
+        .pull_image("registry.local/big:1", None, &pod(0))
+        .await
+        .expect("a slow pull completes");
+    assert!(
+        t.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(!image_ref.is_empty());
+    assert_eq!(fake.calls()[0].timeout, None, "{:?}", fake.calls()[0]);
+    // Other calls keep runtimeRequestTimeout.
+    fake.delay("ListPodSandbox", Duration::from_secs(10));
+    assert!(rt.list_sandboxes().await.is_err());
+}
+
 /// Calls that last by design get more than the plain deadline: StopContainer its grace
-/// period on top, ExecSync its own timeout on top, PullImage at least 10 minutes.
+/// period on top, ExecSync its own timeout on top; PullImage none at all (upstream's).
 #[tokio::test]
 async fn long_calls_get_longer_deadlines() {
     let (fake, rt) = started().await;
@@ -196,7 +220,7 @@ async fn long_calls_get_longer_deadlines() {
         deadline("StopContainer"),
         TIMEOUT + Duration::from_secs(30)
     ));
-    assert!(close(deadline("PullImage"), Duration::from_secs(600)));
+    assert_eq!(deadline("PullImage"), None, "a pull carries no deadline");
     let stop: Vec<pb::StopContainerRequest> = fake.requests("StopContainer");
     assert_eq!(
         (stop[0].container_id.as_str(), stop[0].timeout),
