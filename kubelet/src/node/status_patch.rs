@@ -159,3 +159,6 @@ pub fn merge_resources(
     allocatable.extend(own_allocatable);
     (capacity, allocatable)
 }
+
+#[cfg(test)]
+mod tests;
