@@ -921,3 +921,91 @@ fn hosted_proxy_role_on_node_credentials_says_what_it_needs() {
     assert!(kubelet.exited().is_none(), "the agent survived");
     kubelet.stop();
 }
+
+/// Issue 38: what other components write into the Node's status survives the agent's
+/// status writes. An admin client adds node-problem-detector's KernelDeadlock condition and
+/// an operator's `example.com/dongle: 4` capacity (upstream's "advertise extended resources
+/// for a node"); after two status writes both are still there and the dongle is
+/// allocatable. Each write is one GET and one strategic merge PATCH.
+#[test]
+fn others_conditions_and_extended_capacity_survive_node_status_writes() {
+    require_rig!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let rig = Rig::up("e2e-nodestat");
+    let out = rig.sh(&format!("ip addr add {NODE_IP}/32 dev lo"));
+    assert!(out.status.success());
+    let cp = NetnsControlPlane::start(&rig, Options::default());
+    let node = JoinedNode::write(&cp, &rig);
+    let dir = node.p("etc/kubernetes/kubelet.conf.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("10-status.conf"),
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         nodeStatusUpdateFrequency: 1s\nnodeStatusReportFrequency: 2s\n",
+    )
+    .unwrap();
+    let mut args = node.command_line();
+    args.push(format!("--config-dir={}", dir.display()));
+    let mut kubelet = Kubelet::builder(&rig)
+        .args(args)
+        .log(node.p("kubelet.log"))
+        .start();
+    wait_for("node Ready", Duration::from_secs(90), || {
+        if let Some(st) = kubelet.exited() {
+            panic!("kubelet exited: {st}\n{}", kubelet.log_text());
+        }
+        cp.get("nodes", "", NODE)
+            .filter(|n| condition(n, "Ready")["status"] == "True")
+    });
+    let patch = json!({"status": {
+        "conditions": [{"type": "KernelDeadlock", "status": "True", "reason": "DockerHung",
+                        "message": "task docker blocked", "lastHeartbeatTime": "2026-12-07T00:00:00Z",
+                        "lastTransitionTime": "2026-12-07T00:00:00Z"}],
+        "capacity": {"example.com/dongle": "4"}}});
+    cp.patch_status(
+        "nodes",
+        "",
+        NODE,
+        "application/strategic-merge-patch+json",
+        &patch,
+    )
+    .unwrap();
+    cp.clear_requests();
+    let status_path = format!("/api/v1/nodes/{NODE}/status");
+    let writes = || {
+        cp.requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH" && r.path == status_path && r.code == 200)
+            .count()
+    };
+    wait_for("two status writes", Duration::from_secs(30), || {
+        (writes() >= 2).then_some(())
+    });
+    let n = cp.get("nodes", "", NODE).unwrap();
+    // API calls per status write (reads of the Node included).
+    let node_path = format!("/api/v1/nodes/{NODE}");
+    let calls: Vec<_> = cp
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == node_path || r.path == status_path)
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect();
+    let w = writes();
+    println!(
+        "node status: {} calls for {w} writes ({:.2} per write): {calls:#?}",
+        calls.len(),
+        calls.len() as f64 / w as f64
+    );
+    assert_eq!(
+        condition(&n, "KernelDeadlock")["reason"],
+        "DockerHung",
+        "{n:#}"
+    );
+    assert_eq!(condition(&n, "Ready")["status"], "True");
+    assert_eq!(n["status"]["capacity"]["example.com/dongle"], "4", "{n:#}");
+    assert_eq!(
+        n["status"]["allocatable"]["example.com/dongle"], "4",
+        "{n:#}"
+    );
+    kubelet.stop();
+}

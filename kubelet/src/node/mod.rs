@@ -4,7 +4,9 @@
 //! [`HostFacts`], runtime health through [`RuntimeHealth`], so the status logic is unit-tested.
 
 mod cloud;
+mod status_patch;
 pub use cloud::CloudSettings;
+pub use status_patch::{comparable, is_extended_resource, merge_resources, status_patch};
 
 use crate::events::{EventRecorder, EventType, node_ref};
 use crate::objects::{ClientHandle, client};
@@ -15,7 +17,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -345,13 +347,10 @@ pub fn compute_status(
     let mut events = Vec::new();
     let (capacity, allocatable) = capacity_and_allocatable(cfg, host);
 
+    let (capacity, allocatable) = merge_resources(prev, capacity, allocatable);
+    // Every condition stays (node-problem-detector's, the network plugin's
+    // NetworkUnavailable); the kubelet's own are updated in place by type.
     let mut conds: Vec<NodeCondition> = prev.and_then(|s| s.conditions.clone()).unwrap_or_default();
-    conds.retain(|c| {
-        matches!(
-            c.type_.as_str(),
-            "MemoryPressure" | "DiskPressure" | "PIDPressure" | "Ready"
-        )
-    });
     use crate::eviction::Condition as C;
     set_pressure(
         &mut conds,
@@ -434,29 +433,28 @@ pub fn compute_status(
                 ready.last_transition_time = conds[i].last_transition_time.clone();
             } else {
                 ready.last_transition_time = Some(now_t.clone());
-                events.push((
-                    EventType::Normal,
-                    if ready.status == "True" {
-                        "NodeReady"
-                    } else {
-                        "NodeNotReady"
-                    },
-                ));
+                let reason = if ready.status == "True" {
+                    "NodeReady"
+                } else {
+                    "NodeNotReady"
+                };
+                events.push((EventType::Normal, reason));
             }
-            // Ready goes last (old clients read the last condition).
-            conds.remove(i);
+            if ready.status == "True" {
+                crate::metrics::node_ready();
+            }
+            // In place, as upstream's setter: the list's order is the Node's.
+            conds[i] = ready;
         }
         None => {
             ready.last_transition_time = Some(now_t.clone());
             if ready.status == "True" {
                 events.push((EventType::Normal, "NodeReady"));
+                crate::metrics::node_ready();
             }
+            conds.push(ready);
         }
     }
-    if ready.status == "True" {
-        crate::metrics::node_ready();
-    }
-    conds.push(ready);
 
     let addresses = node_addresses(cfg, prev);
 
@@ -489,49 +487,12 @@ pub fn compute_status(
             kube_proxy_version: String::new(),
             operating_system: "linux".into(),
             architecture: go_arch().into(),
-            ..Default::default()
+            // What the kubelet does not set (swap, features) stays as read.
+            ..prev.and_then(|s| s.node_info.clone()).unwrap_or_default()
         }),
         ..prev.cloned().unwrap_or_default()
     };
     (status, events)
-}
-
-/// The status fields this agent owns, as JSON, heartbeat times removed (for change detection).
-fn comparable(s: &NodeStatus) -> serde_json::Value {
-    let mut v = status_patch(s);
-    if let Some(cs) = v.get_mut("conditions").and_then(|c| c.as_array_mut()) {
-        for c in cs {
-            if let Some(o) = c.as_object_mut() {
-                o.remove("lastHeartbeatTime");
-            }
-        }
-    }
-    v
-}
-
-/// The status fields this agent owns, as a JSON merge patch body.
-pub fn status_patch(s: &NodeStatus) -> serde_json::Value {
-    let full = serde_json::to_value(s).unwrap_or_default();
-    let mut out = serde_json::Map::new();
-    for k in [
-        "capacity",
-        "allocatable",
-        "conditions",
-        "addresses",
-        "daemonEndpoints",
-        "nodeInfo",
-        "images",
-    ] {
-        if let Some(v) = full.get(k) {
-            out.insert(k.to_string(), v.clone());
-        }
-    }
-    // Always present, so that the last volume going clears the list (null in a merge patch).
-    out.insert(
-        "volumesInUse".into(),
-        full.get("volumesInUse").cloned().unwrap_or_default(),
-    );
-    serde_json::Value::Object(out)
 }
 
 /// The attachable volumes mounted for pods (`status.volumesInUse`, upstream's unique volume
@@ -583,7 +544,7 @@ impl NodeStatusLoop {
         let name = self.cfg.name.clone();
         let nref = node_ref(&name);
         let mut registered: Option<Node> = None;
-        let mut last_written: Option<(serde_json::Value, tokio::time::Instant)> = None;
+        let mut last_report: Option<tokio::time::Instant> = None;
         let mut backoff =
             plumbing::Backoff::new(Duration::from_millis(500), Duration::from_secs(7));
         let mut started_event = false;
@@ -594,7 +555,7 @@ impl NodeStatusLoop {
                 match self.register(&api).await {
                     Ok(n) => {
                         registered = Some(n.clone());
-                        last_written = None;
+                        last_report = None;
                         self.node_tx.send_replace(Some(n));
                         backoff.succeed();
                         wait = Duration::ZERO;
@@ -605,7 +566,7 @@ impl NodeStatusLoop {
                     }
                 }
             } else {
-                match self.update_once(&api, &mut last_written, &nref).await {
+                match self.update_once(&api, &mut last_report, &nref).await {
                     Ok(n) => {
                         // Admission reads the labels (node affinity) and allocatable (fit,
                         // resizes) from here.
@@ -654,10 +615,11 @@ impl NodeStatusLoop {
     async fn update_once(
         &self,
         api: &Api<Node>,
-        last_written: &mut Option<(serde_json::Value, tokio::time::Instant)>,
+        last_report: &mut Option<tokio::time::Instant>,
         nref: &k8s_openapi::api::core::v1::ObjectReference,
     ) -> Result<Node, kube::Error> {
-        let current = client::timed(api.get(&self.cfg.name)).await?;
+        // As upstream's first try: served from the apiserver's cache (resourceVersion 0).
+        let current = client::timed(api.get_with(&self.cfg.name, &GetParams::any())).await?;
         let facts = self.host.clone();
         let host = tokio::task::spawn_blocking(move || facts.host_info())
             .await
@@ -688,24 +650,22 @@ impl NodeStatusLoop {
             let list = v.volumes_in_use();
             status.volumes_in_use = (!list.is_empty()).then_some(list);
         }
-        let cmp = comparable(&status);
-        let due = match last_written {
-            Some((prev, at)) => *prev != cmp || at.elapsed() >= self.cfg.report_frequency,
-            None => true,
+        // Upstream's tryUpdateNodeStatus: a write when something the kubelet owns changed
+        // (or someone else changed it), else once per nodeStatusReportFrequency.
+        let changed = current.status.as_ref().map(comparable) != Some(comparable(&status));
+        let due = last_report.is_none_or(|at| at.elapsed() >= self.cfg.report_frequency);
+        let old = current.status.clone().unwrap_or_default();
+        let patch = match status_patch(&old, &status) {
+            Some(p) if changed || due => p,
+            _ => return Ok(current),
         };
-        // Someone else changed what we own (or it is gone): write too.
-        let drifted = current.status.as_ref().map(comparable) != Some(cmp.clone());
-        if !due && !drifted {
-            return Ok(current);
-        }
-        let patch = serde_json::json!({"status": status_patch(&status)});
         let node = client::timed(api.patch_status(
             &self.cfg.name,
             &PatchParams::default(),
-            &Patch::Merge(&patch),
+            &Patch::Strategic(&patch),
         ))
         .await?;
-        *last_written = Some((cmp, tokio::time::Instant::now()));
+        *last_report = Some(tokio::time::Instant::now());
         for (ty, reason) in transitions {
             self.events.record(
                 nref,

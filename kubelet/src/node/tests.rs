@@ -101,7 +101,7 @@ fn ephemeral_storage_from_statvfs_matches_df() {
     assert_eq!(got, df);
 }
 
-fn cfg() -> NodeConfig {
+pub(super) fn cfg() -> NodeConfig {
     NodeConfig {
         name: "n1".into(),
         labels: BTreeMap::from([("role".to_string(), "worker".to_string())]),
@@ -121,7 +121,7 @@ fn cfg() -> NodeConfig {
     }
 }
 
-fn host() -> HostInfo {
+pub(super) fn host() -> HostInfo {
     HostInfo {
         machine_id: "m".into(),
         system_uuid: "u".into(),

@@ -83,7 +83,7 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), ApiError
     let t = target.as_object_mut().expect("object");
 
     // Directives first.
-    let mut orders: Vec<(String, Vec<Value>)> = Vec::new();
+    let mut orders: Vec<(String, Vec<Value>, Vec<Value>)> = Vec::new();
     for (k, v) in p {
         if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/") {
             let del = v.as_array().cloned().unwrap_or_default();
@@ -91,7 +91,12 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), ApiError
                 list.retain(|x| !del.contains(x));
             }
         } else if let Some(field) = k.strip_prefix("$setElementOrder/") {
-            orders.push((field.to_string(), v.as_array().cloned().unwrap_or_default()));
+            let live = t.get(field).and_then(Value::as_array).cloned();
+            orders.push((
+                field.to_string(),
+                v.as_array().cloned().unwrap_or_default(),
+                live.unwrap_or_default(),
+            ));
         }
     }
     if let Some(Value::Array(keep)) = p.get("$retainKeys") {
@@ -126,9 +131,9 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), ApiError
         }
     }
 
-    for (field, order) in orders {
+    for (field, order, live) in orders {
         if let Some(Value::Array(list)) = t.get_mut(&field) {
-            reorder(&field, list, &order);
+            reorder(&field, list, &order, &live);
         }
     }
     Ok(())
@@ -202,7 +207,10 @@ fn merge_list(
     Ok(out)
 }
 
-fn reorder(field: &str, list: &mut [Value], order: &[Value]) {
+/// Upstream's `normalizeElementOrder`: the items named in `$setElementOrder` take its
+/// order; the others (only on the server) keep theirs and stay in front of the named items
+/// that came after them in the live list (`live`, the list before the patch).
+fn reorder(field: &str, list: &mut Vec<Value>, order: &[Value], live: &[Value]) {
     let key = merge_key(field, list.first());
     let ident = |v: &Value| -> Value {
         match key {
@@ -210,17 +218,34 @@ fn reorder(field: &str, list: &mut [Value], order: &[Value]) {
             None => v.clone(),
         }
     };
-    let rank = |v: &Value| {
+    let rank_in = |v: &Value, set: &[Value]| {
         let id = ident(v);
-        order
-            .iter()
-            .position(|o| match key {
-                Some(k) => o.get(k) == Some(&id),
-                None => *o == id,
-            })
-            .unwrap_or(usize::MAX)
+        set.iter().position(|o| match key {
+            Some(k) => o.get(k) == Some(&id),
+            None => *o == id,
+        })
     };
-    list.sort_by_key(rank);
+    let (mut named, server_only): (Vec<Value>, Vec<Value>) =
+        list.drain(..).partition(|v| rank_in(v, order).is_some());
+    named.sort_by_key(|v| rank_in(v, order));
+    let live_rank = |v: &Value| live.iter().position(|l| ident(l) == ident(v));
+    let (mut i, mut j) = (0, 0);
+    while i < server_only.len() || j < named.len() {
+        let left_first = match (server_only.get(i), named.get(j)) {
+            (Some(_), None) => true,
+            (None, _) => false,
+            (Some(l), Some(r)) => {
+                matches!((live_rank(l), live_rank(r)), (Some(a), Some(b)) if a < b)
+            }
+        };
+        if left_first {
+            list.push(server_only[i].clone());
+            i += 1;
+        } else {
+            list.push(named[j].clone());
+            j += 1;
+        }
+    }
 }
 
 fn strip_directives(v: &mut Value) {
@@ -414,6 +439,65 @@ mod tests {
         let p = json!({"status": {"conditions": [{"type": "Ready", "$patch": "delete"}]}});
         strategic_merge(&mut t, &p).unwrap();
         assert_eq!(t["status"]["conditions"].as_array().unwrap().len(), 1);
+    }
+
+    /// What the kubelet's node status patch sends (upstream's PatchNodeStatus): conditions
+    /// by type in `$setElementOrder` order, others' conditions and resources untouched, a
+    /// `null` resource key removed, addresses replaced whole (two of one type survive).
+    #[test]
+    fn strategic_node_status_patch_as_the_kubelet_sends_it() {
+        let mut t = json!({"status": {
+            "conditions": [
+                {"type": "NetworkUnavailable", "status": "False"},
+                {"type": "Ready", "status": "False", "reason": "KubeletNotReady"},
+                {"type": "KernelDeadlock", "status": "True"},
+                {"type": "Gone", "status": "True"}],
+            "capacity": {"cpu": "2", "example.com/dongle": "4"},
+            "allocatable": {"cpu": "2", "example.com/old": "1"},
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}});
+        let p = json!({"status": {
+            "$setElementOrder/conditions": [{"type": "NetworkUnavailable"}, {"type": "Ready"},
+                                            {"type": "KernelDeadlock"}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"},
+                           {"type": "Gone", "$patch": "delete"}],
+            "allocatable": {"example.com/dongle": "4", "example.com/old": null},
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.5"},
+                          {"type": "InternalIP", "address": "fd00::5"},
+                          {"$patch": "replace"}]}});
+        strategic_merge(&mut t, &p).unwrap();
+        assert_eq!(
+            t["status"]["conditions"],
+            json!([{"type": "NetworkUnavailable", "status": "False"},
+                   {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+                   {"type": "KernelDeadlock", "status": "True"}])
+        );
+        assert_eq!(
+            t["status"]["capacity"],
+            json!({"cpu": "2", "example.com/dongle": "4"})
+        );
+        assert_eq!(
+            t["status"]["allocatable"],
+            json!({"cpu": "2", "example.com/dongle": "4"})
+        );
+        assert_eq!(
+            t["status"]["addresses"],
+            json!([{"type": "InternalIP", "address": "10.0.0.5"},
+                   {"type": "InternalIP", "address": "fd00::5"}])
+        );
+    }
+
+    /// An item only on the server keeps its place relative to the live list (upstream's
+    /// mergeSortedSlice), not pushed to the end.
+    #[test]
+    fn set_element_order_keeps_server_only_items_in_place() {
+        let mut t = json!({"conditions": [{"type": "A"}, {"type": "NPD"}, {"type": "B"}]});
+        let p = json!({"$setElementOrder/conditions": [{"type": "A"}, {"type": "B"}, {"type": "C"}],
+                       "conditions": [{"type": "C"}]});
+        strategic_merge(&mut t, &p).unwrap();
+        assert_eq!(
+            t["conditions"],
+            json!([{"type": "A"}, {"type": "NPD"}, {"type": "B"}, {"type": "C"}])
+        );
     }
 
     #[test]

@@ -260,7 +260,7 @@ impl DeviceManager {
 
     /// Per resource: (capacity, allocatable). Healthy devices count in both, unhealthy ones
     /// in capacity only; a resource whose plugin is gone past the grace period is dropped and
-    /// from then on reported as 0 (a merge patch cannot remove it), as upstream.
+    /// from then on reported as 0 (not removed from the Node), as upstream.
     pub fn capacity(&self) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
         let mut st = self.lock();
         let grace = self.grace;
