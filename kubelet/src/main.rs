@@ -10,26 +10,11 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-/// Logs to stderr at `--v`'s level (RUST_LOG, when set, wins at start); the returned control
-/// changes the level at run time (`/debug/flags/v`).
-fn init_logging(v: u8) -> kubelet::server::zpages::VerbositySetter {
-    use tracing_subscriber::prelude::*;
-    use tracing_subscriber::{EnvFilter, fmt, reload};
-    let level = kubelet::server::debug::level_for(i32::from(v));
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let (filter, handle) = reload::Layer::new(filter);
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt::layer().with_writer(std::io::stderr).with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var_os("NO_COLOR").is_none(),
-        ))
-        .init();
-    std::sync::Arc::new(move |v: i32| {
-        handle
-            .reload(EnvFilter::new(kubelet::server::debug::level_for(v)))
-            .map_err(|e| e.to_string())
-    })
+/// Logs to stderr in `logging.format` (klog text or JSON) at `--v`/`logging.verbosity`
+/// (RUST_LOG, when set, wins at start); the returned control changes the level at run time
+/// (`/debug/flags/v`).
+fn init_logging(opts: &plumbing::logging::Options) -> kubelet::server::zpages::VerbositySetter {
+    plumbing::logging::init(opts)
 }
 
 /// The command line as `/flagz` shows it: every long flag with its given value, else its
@@ -93,12 +78,6 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::SUCCESS;
     }
     let start = std::time::SystemTime::now();
-    let verbosity = init_logging(flags.verbosity.unwrap_or(0));
-    kubelet::server::zpages::record_process(kubelet::server::zpages::Process {
-        start,
-        flags: command_line(&cmd, &matches),
-        verbosity: Some(verbosity),
-    });
     // No setting is accepted and silently ignored: see kubelet::settings and docs/settings.md.
     let given = plumbing::settings::given_flags(&cmd, &matches);
     let (cfg, warnings) = match config::load_checked(&flags, &given, &hostname()) {
@@ -108,6 +87,13 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(1);
         }
     };
+    // The configuration (file, drop-ins, flags) chooses the log format, so it is read first.
+    let verbosity = init_logging(&cfg.logging);
+    kubelet::server::zpages::record_process(kubelet::server::zpages::Process {
+        start,
+        flags: command_line(&cmd, &matches),
+        verbosity: Some(verbosity),
+    });
     for w in &warnings {
         tracing::warn!("{w}");
     }

@@ -13,6 +13,8 @@ pub mod go;
 pub mod http_server;
 #[cfg(feature = "iptables")]
 pub mod iptables;
+#[cfg(feature = "logging")]
+pub mod logging;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod names;

@@ -6,26 +6,11 @@ use clap::{CommandFactory, FromArgMatches};
 use proxy::app::{self, Environment};
 use proxy::config::{self, Flags};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
-}
-
-fn init_logging(verbosity: u8) {
-    let level = match verbosity {
-        0..=1 => "info",
-        2..=5 => "debug",
-        _ => "trace",
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
 }
 
 async fn shutdown_signal(token: CancellationToken) {
@@ -103,7 +88,8 @@ fn main() -> ExitCode {
         }
         return ExitCode::FAILURE;
     }
-    init_logging(cfg.verbosity);
+    // klog text or JSON at --v/logging.verbosity (RUST_LOG, when set, wins).
+    let _verbosity = plumbing::logging::init(&cfg.logging);
     for w in &findings.warnings {
         tracing::warn!("{w}");
     }

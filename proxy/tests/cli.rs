@@ -93,3 +93,79 @@ fn unknown_and_locked_feature_gates_exit_1_known_ones_pass() {
     assert!(!err.contains("feature gate"), "{err}");
     assert!(err.contains("bogus"), "{err}");
 }
+
+/// `--init-only` logs one line and exits 0: enough to see the format.
+fn init_only(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kube-proxy"))
+        .args(["--init-only", "--hostname-override=node-a"])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run kube-proxy")
+}
+
+#[test]
+fn logging_format_json_writes_component_base_lines() {
+    let out = init_only(&["--logging-format=json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("--init-only"))
+        .unwrap_or_else(|| panic!("no --init-only line:\n{stderr}"));
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert!(v["ts"].is_f64(), "{line}");
+    assert_eq!(v["v"], 0, "{line}");
+    assert!(
+        v["msg"].as_str().unwrap().starts_with("--init-only"),
+        "{line}"
+    );
+    assert!(
+        regex::Regex::new(r"^[^:]+\.rs:\d+$")
+            .unwrap()
+            .is_match(v["caller"].as_str().unwrap()),
+        "{line}"
+    );
+}
+
+#[test]
+fn klog_text_is_the_default_and_a_config_file_chooses_json() {
+    let out = init_only(&[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let header =
+        regex::Regex::new(r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [^:]+:\d+\] ").unwrap();
+    assert!(!stderr.is_empty());
+    for l in stderr.lines() {
+        assert!(header.is_match(l), "not a klog line: {l}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nlogging:\n  format: json\n",
+    )
+    .unwrap();
+    let out = init_only(&[&format!("--config={}", config.display())]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for l in stderr.lines() {
+        assert!(serde_json::from_str::<serde_json::Value>(l).is_ok(), "{l}");
+    }
+    // The flag wins over the file.
+    let flag = format!("--config={}", config.display());
+    let out = init_only(&[&flag, "--logging-format=text"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.lines().all(|l| header.is_match(l)), "{stderr}");
+}
+
+#[test]
+fn an_unknown_logging_format_is_refused() {
+    let out = init_only(&["--logging-format=xml"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("logging.format: Invalid value: \"xml\": Unsupported log format"),
+        "{stderr}"
+    );
+}

@@ -226,7 +226,25 @@ pub fn up_configured(
     let node = JoinedNode::write_with(&cp, &rig, open_10250);
     if !extra_config.is_empty() {
         let path = node.p("var/lib/kubelet/config.yaml");
-        let mut text = std::fs::read_to_string(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        // A top-level key of the extra config replaces kubeadm's block of that key.
+        let keys: Vec<&str> = extra_config
+            .lines()
+            .filter(|l| !l.starts_with([' ', '-']))
+            .filter_map(|l| l.split_once(':').map(|(k, _)| k))
+            .collect();
+        let mut kept = String::new();
+        let mut skipping = false;
+        for line in text.lines() {
+            if !line.starts_with([' ', '-']) {
+                skipping = line.split_once(':').is_some_and(|(k, _)| keys.contains(&k));
+            }
+            if !skipping {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+        }
+        let mut text = kept;
         text.push_str(extra_config);
         std::fs::write(&path, text).unwrap();
     }

@@ -261,7 +261,7 @@ fn active_deadline_and_termination_messages_on_containerd() {
     assert_eq!(app["restartCount"], 0);
     let log = agent.log_text();
     assert!(
-        log.contains("reason=\"FailedPostStartHook\" PostStartHook failed"),
+        log.contains("reason=\"FailedPostStartHook\" message=\"PostStartHook failed\""),
         "the FailedPostStartHook event is logged:\n{log}"
     );
 }

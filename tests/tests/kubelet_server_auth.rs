@@ -359,7 +359,8 @@ fn node_proxy_log_query_and_verbosity_through_the_control_plane() {
         Options::default(),
         false,
         &[],
-        "enableSystemLogQuery: true\nfeatureGates:\n  NodeLogQuery: true\n",
+        // JSON lines carry the verbosity (`v`) a debug line is told by.
+        "enableSystemLogQuery: true\nfeatureGates:\n  NodeLogQuery: true\nlogging:\n  format: json\n",
     );
     let dir = node.p("clients");
     std::fs::create_dir_all(&dir).unwrap();
@@ -461,7 +462,7 @@ fn node_proxy_log_query_and_verbosity_through_the_control_plane() {
         },
     );
     // Debug lines, absent at verbosity 0, follow the change.
-    let debug = |l: &str| l.contains(" DEBUG ");
+    let debug = |l: &str| l.contains("\"v\":2");
     let before = kubelet.log_text();
     let at = before
         .lines()

@@ -440,3 +440,46 @@ fn the_harness_leaves_no_mount_under_its_temporary_roots() {
         "command line: mounts left under {d:?}: {left:?}"
     );
 }
+
+/// klog's text header as log parsers match it.
+const KLOG_HEADER: &str = r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [^:]+:\d+\] ";
+
+/// The agent's log lines once it has written at least `n`.
+fn log_lines(agent: &Kubelet, n: usize) -> Vec<String> {
+    wait_for("log lines", Duration::from_secs(30), || {
+        let lines: Vec<String> = agent.log_text().lines().map(str::to_string).collect();
+        (lines.len() >= n).then_some(lines)
+    })
+}
+
+#[test]
+fn logging_format_json_from_the_config_file_and_klog_text_by_default() {
+    require_rig!();
+    let rig = Rig::up("e2e-logjson");
+    let agent = Kubelet::builder(&rig)
+        .config("logging:\n  format: json\n")
+        .start();
+    let lines = log_lines(&agent, 3);
+    for l in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        assert!(v["ts"].is_f64(), "ts is float seconds: {l}");
+        assert!(v["msg"].is_string(), "{l}");
+        let caller = v["caller"].as_str().unwrap_or_default();
+        assert!(
+            caller
+                .rsplit_once(':')
+                .is_some_and(|(f, n)| f.ends_with(".rs") && n.parse::<u32>().is_ok()),
+            "caller file:line: {l}"
+        );
+        assert!(v["v"].is_u64() || v.get("err").is_some(), "v or err: {l}");
+    }
+    drop(agent);
+    drop(rig);
+    let rig = Rig::up("e2e-logtext");
+    let agent = Kubelet::builder(&rig).start();
+    let header = regex::Regex::new(KLOG_HEADER).unwrap();
+    for l in &log_lines(&agent, 3) {
+        assert!(header.is_match(l), "not a klog line: {l}");
+    }
+}

@@ -126,6 +126,9 @@ pub struct Config {
     pub fail_swap_on: bool,
     pub pod_infra_container_image: Option<String>,
     pub verbosity: u8,
+    /// `logging` (format, verbosity, vmodule, split streams) with the logging flags over it.
+    #[serde(skip)]
+    pub logging: plumbing::logging::Options,
     /// Cluster mode: `nodeStatusReportFrequency` (default 5m).
     #[serde(with = "duration::serde_opt_plain")]
     pub node_status_report_frequency: Duration,
@@ -737,6 +740,7 @@ pub fn merge(
         fail_swap_on: flags.fail_swap_on.or(file.fail_swap_on).unwrap_or(true),
         pod_infra_container_image: flags.pod_infra_container_image.clone(),
         verbosity: flags.verbosity.unwrap_or(0),
+        logging: logging_options(flags, file.logging.as_ref())?,
         shutdown: crate::shutdown::Settings::new(
             file.shutdown_grace_period.unwrap_or_default(),
             file.shutdown_grace_period_critical_pods.unwrap_or_default(),
@@ -875,3 +879,18 @@ fn container_log(
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+/// The logging flags given over the file's `logging` (upstream's unknown format is refused).
+fn logging_options(
+    flags: &Flags,
+    file: Option<&serde_json::Value>,
+) -> Result<plumbing::logging::Options, ConfigError> {
+    let given = plumbing::logging::Flags {
+        format: flags.logging_format.as_deref(),
+        verbosity: flags.verbosity.map(i32::from),
+        vmodule: flags.vmodule.as_deref(),
+        text_split_stream: flags.extra.log_text_split_stream,
+        json_split_stream: flags.extra.log_json_split_stream,
+    };
+    plumbing::logging::Options::resolve(&given, file).map_err(|e| invalid(e.to_string()))
+}

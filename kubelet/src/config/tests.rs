@@ -921,3 +921,33 @@ fn config_file_feature_gates_are_checked_as_upstream() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn logging_from_the_file_with_the_flags_over_it() {
+    use plumbing::logging::Format;
+    let yaml = "logging:\n  format: json\n  verbosity: 3\n  vmodule:\n  - filePattern: pod_worker\n    verbosity: 5\n";
+    let cfg = merge(&flags(&[]), parse_file("c", yaml).unwrap(), "n").unwrap();
+    assert_eq!(cfg.logging.format, Format::Json);
+    assert_eq!(cfg.logging.verbosity, 3);
+    assert_eq!(cfg.logging.vmodule[0].pattern, "pod_worker");
+    let cfg = merge(
+        &flags(&["--logging-format=text", "--v=1", "--log-text-split-stream"]),
+        parse_file("c", yaml).unwrap(),
+        "n",
+    )
+    .unwrap();
+    assert_eq!(cfg.logging.format, Format::Text);
+    assert_eq!(cfg.logging.verbosity, 1);
+    assert!(cfg.logging.split_stream);
+    let err = merge(
+        &flags(&["--logging-format=xml"]),
+        KubeletConfiguration::default(),
+        "n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        err,
+        "invalid configuration: logging.format: Invalid value: \"xml\": Unsupported log format"
+    );
+}

@@ -558,9 +558,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "logging.format",
-        NotImplemented,
-        &["text"],
-        "logs are always text.",
+        Implemented,
+        &[],
+        "klog text lines (the default: `Lmmdd hh:mm:ss.uuuuuu pid file:line] \"msg\" key=\"value\"`, the time in UTC) or component-base's JSON (`ts`, `caller`, `msg`, `v`, `err`, the key/values); another value is refused at start. Flags win over the file.",
     ),
     s(
         "logging.flushFrequency",
@@ -570,27 +570,27 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "logging.verbosity",
-        NotImplemented,
-        &["0"],
-        "verbosity comes from --v (or RUST_LOG) only.",
+        Implemented,
+        &[],
+        "klog verbosity: ERROR, WARN and INFO lines are v0, DEBUG v2, TRACE v5; --v wins; RUST_LOG, when set, chooses at start.",
     ),
     s(
         "logging.vmodule",
-        NotImplemented,
+        Implemented,
         &[],
-        "per-file verbosity is not supported; use RUST_LOG.",
+        "A list of filePattern and verbosity; klog's `pattern=N`: the glob matches the source file's name without `.rs` (for a `mod.rs` also its folder's name; with `/`, the path); first match wins.",
     ),
     s(
         "logging.options.json.infoBufferSize",
         NotImplemented,
         &["0"],
-        "logs are always text.",
+        "lines are written unbuffered (each line in one write).",
     ),
     s(
         "logging.options.json.splitStream",
-        NotImplemented,
-        &["false"],
-        "logs are always text.",
+        Implemented,
+        &[],
+        "errors to stderr, other lines to stdout (when the format is json).",
     ),
     s(
         "logging.options.text.infoBufferSize",
@@ -600,9 +600,9 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "logging.options.text.splitStream",
-        NotImplemented,
-        &["false"],
-        "all logs go to stderr.",
+        Implemented,
+        &[],
+        "errors to stderr, other lines to stdout (when the format is text).",
     ),
     s(
         "enableSystemLogHandler",

@@ -84,15 +84,15 @@ pub const FLAGS: &[Setting] = &[
     s("--v", Implemented, &[], "Log verbosity."),
     s(
         "--vmodule",
-        NotImplemented,
+        Implemented,
         &[],
-        "per-file verbosity is not supported; use RUST_LOG.",
+        "klog's `pattern=N`: the glob matches the source file's name without `.rs` (for a `mod.rs` also its folder's name; with `/`, the path); first match wins.",
     ),
     s(
         "--logging-format",
-        NotImplemented,
-        &["text"],
-        "logs are always text.",
+        Implemented,
+        &[],
+        "klog text lines (the default: `Lmmdd hh:mm:ss.uuuuuu pid file:line] \"msg\" key=\"value\"`, the time in UTC) or component-base's JSON (`ts`, `caller`, `msg`, `v`, `err`, the key/values); another value is refused at start. Flags win over the file.",
     ),
     s(
         "--fail-swap-on",
@@ -620,9 +620,9 @@ pub const FLAGS: &[Setting] = &[
     s("--qos-reserved", NotImplemented, &[], NO_QOS_RESERVED),
     s(
         "--log-text-split-stream",
-        NotImplemented,
-        &["false"],
-        "all logs go to stderr.",
+        Implemented,
+        &[],
+        "errors to stderr, other lines to stdout (when the format is text).",
     ),
     s(
         "--log-text-info-buffer-size",
@@ -632,15 +632,15 @@ pub const FLAGS: &[Setting] = &[
     ),
     s(
         "--log-json-split-stream",
-        NotImplemented,
-        &["false"],
-        "logs are always text.",
+        Implemented,
+        &[],
+        "errors to stderr, other lines to stdout (when the format is json).",
     ),
     s(
         "--log-json-info-buffer-size",
         NotImplemented,
         &["0"],
-        "logs are always text.",
+        "lines are written unbuffered (each line in one write).",
     ),
     s(
         "--housekeeping-interval",

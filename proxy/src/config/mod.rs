@@ -38,6 +38,8 @@ pub enum Error {
     /// fails, and the command exits 1).
     #[error("failed complete: {0}")]
     FeatureGate(#[from] plumbing::feature_gates::GateError),
+    #[error("invalid configuration: {0}")]
+    Logging(#[from] plumbing::logging::LogError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -213,7 +215,7 @@ pub struct Flags {
     /// Accepted; no effect (warned about at start when set to a non-default value).
     #[arg(long = "bind-address-hard-fail", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub bind_address_hard_fail: Option<bool>,
-    /// Accepted; no effect (warned about at start when set to a non-default value).
+    /// The log format: `text` (klog's lines, the default) or `json`.
     #[arg(long = "logging-format")]
     pub logging_format: Option<String>,
     /// Not upstream: read Services and EndpointSlices (YAML/JSON, one or more documents per
@@ -409,6 +411,8 @@ pub struct ProxyConfig {
     pub qps: f32,
     pub burst: i32,
     pub verbosity: u8,
+    /// `logging` (format, verbosity, vmodule, split streams) with the logging flags over it.
+    pub logging: plumbing::logging::Options,
     pub static_services_dir: Option<PathBuf>,
     pub cleanup: bool,
     /// `oomScoreAdj` (default -999): written to the process's own oom_score_adj by the
@@ -825,6 +829,16 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
         qps,
         burst,
         verbosity: flags.v.unwrap_or(0),
+        logging: plumbing::logging::Options::resolve(
+            &plumbing::logging::Flags {
+                format: flags.logging_format.as_deref(),
+                verbosity: flags.v.map(i32::from),
+                vmodule: flags.more.vmodule.as_deref(),
+                text_split_stream: flags.more.log_text_split_stream,
+                json_split_stream: flags.more.log_json_split_stream,
+            },
+            file.logging.as_ref(),
+        )?,
         static_services_dir: flags.static_services_dir.clone(),
         cleanup: flags.cleanup.unwrap_or(false),
         oom_score_adj,
