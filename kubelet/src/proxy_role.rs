@@ -55,11 +55,26 @@ pub fn load(path: &Path, node_name: &str) -> Result<ProxyConfig, ProxyRoleError>
         hostname_override: Some(node_name.into()),
         ..Flags::default()
     };
-    proxy::config::resolve(&flags, Some(&text), node_name).map_err(|source| {
+    let cfg = proxy::config::resolve(&flags, Some(&text), node_name).map_err(|source| {
         ProxyRoleError::Config {
             path: path.into(),
             source,
         }
+    })?;
+    if let Some(msg) = hosted_logging_warning(path, &cfg) {
+        tracing::warn!("{msg}");
+    }
+    Ok(cfg)
+}
+
+/// The hosted role writes through the kubelet's logger, so the `logging` of its
+/// KubeProxyConfiguration has no effect: said by name at start rather than ignored.
+fn hosted_logging_warning(path: &Path, cfg: &ProxyConfig) -> Option<String> {
+    (cfg.logging != plumbing::logging::Options::default()).then(|| {
+        format!(
+            "--proxy-config {}: logging (format, verbosity, vmodule, options) is not used by the hosted proxy role; it logs through the kubelet's logger, set logging in the KubeletConfiguration instead",
+            path.display()
+        )
     })
 }
 
@@ -219,6 +234,23 @@ mod tests {
         .unwrap();
         let e = load(&p, "n").unwrap_err().to_string();
         assert!(e.contains("userspace"), "{e}");
+    }
+
+    /// The hosted role logs through the kubelet's logger: a `logging` block in its file is
+    /// named in a warning, and a file without one gives none.
+    #[test]
+    fn a_logging_block_in_the_proxy_config_is_warned_about() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("proxy.yaml");
+        let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+        std::fs::write(&p, head).unwrap();
+        assert_eq!(hosted_logging_warning(&p, &load(&p, "n").unwrap()), None);
+        std::fs::write(&p, format!("{head}logging:\n  format: json\n")).unwrap();
+        let msg = hosted_logging_warning(&p, &load(&p, "n").unwrap()).expect("a warning");
+        assert!(
+            msg.contains("logging") && msg.contains("KubeletConfiguration"),
+            "{msg}"
+        );
     }
 
     /// A `clientConnection.kubeconfig` is the role's own identity, also in cluster mode (it

@@ -204,7 +204,7 @@ pub const FLAGS: &[Setting] = &[
         "--logging-format",
         Implemented,
         &[],
-        "klog text lines (the default: `Lmmdd hh:mm:ss.uuuuuu pid file:line] \"msg\" key=\"value\"`, the time in UTC) or component-base's JSON (`ts`, `caller`, `msg`, `v`, `err`, the key/values); another value is refused at start. Flags win over the file.",
+        "klog text lines (the default: `Lmmdd hh:mm:ss.uuuuuu pid file:line] \"msg\" key=\"value\"`, the time in UTC) or component-base's JSON (`ts`, `caller`, `msg`, `v`, `err`, the key/values); another value is refused at start. Flags win over the file. The kubelet's hosted proxy role (`--proxy-config`) logs through the kubelet's logger and names a `logging` block of its file in a warning at start.",
     ),
     s(
         "--write-config-to",
@@ -554,7 +554,7 @@ pub const FIELDS: &[Setting] = &[
         "logging.format",
         Implemented,
         &[],
-        "klog text lines (the default: `Lmmdd hh:mm:ss.uuuuuu pid file:line] \"msg\" key=\"value\"`, the time in UTC) or component-base's JSON (`ts`, `caller`, `msg`, `v`, `err`, the key/values); another value is refused at start. Flags win over the file.",
+        "klog text lines (the default: `Lmmdd hh:mm:ss.uuuuuu pid file:line] \"msg\" key=\"value\"`, the time in UTC) or component-base's JSON (`ts`, `caller`, `msg`, `v`, `err`, the key/values); another value is refused at start. Flags win over the file. The kubelet's hosted proxy role (`--proxy-config`) logs through the kubelet's logger and names a `logging` block of its file in a warning at start.",
     ),
     s(
         "logging.flushFrequency",
