@@ -29,7 +29,7 @@ pub const UNSUPPORTED_MEDIA_TYPE: &str = "media type not acceptable, must be: te
 const DELIMITERS: [&str; 4] = [":", ": ", "=", " "];
 
 /// Sets the log verbosity (`/debug/flags/v`); the binary installs the real one.
-pub type VerbositySetter = Arc<dyn Fn(i32) -> Result<(), String> + Send + Sync>;
+pub type VerbositySetter = plumbing::logging::SetVerbosity;
 
 /// What the debugging endpoints read: process facts, the settings that switch them, and the
 /// verbosity control.

@@ -28,7 +28,15 @@ use tracing_subscriber::{EnvFilter, Layer, Registry, fmt, reload};
 type BoxedFilter = Box<dyn Layer<Registry> + Send + Sync>;
 
 /// Changes the verbosity at run time (the kubelet's `/debug/flags/v`).
-pub type SetVerbosity = Arc<dyn Fn(i32) -> Result<(), String> + Send + Sync>;
+pub type SetVerbosity = Arc<dyn Fn(i32) -> Result<(), VerbosityError> + Send + Sync>;
+
+/// Why the verbosity could not be changed.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbosityError {
+    /// The logger this control belonged to is gone.
+    #[error("the logger's filter cannot be replaced: {0}")]
+    Reload(#[from] reload::Error),
+}
 
 /// Where the lines go: one stream (stderr), or with `splitStream` errors to stderr and the
 /// rest to stdout.
@@ -116,6 +124,6 @@ pub fn init(opts: &Options) -> SetVerbosity {
         .init();
     Arc::new(move |v: i32| {
         let next: BoxedFilter = Box::new(KlogFilter::new(v, vmodule.clone()));
-        handle.reload(next).map_err(|e| e.to_string())
+        handle.reload(next).map_err(VerbosityError::from)
     })
 }
