@@ -289,7 +289,12 @@ impl Links {
 
 #[async_trait::async_trait]
 impl crate::runtime::LogLinks for Links {
-    async fn remove_link(&self, c: &Container) -> Result<(), crate::runtime::LinkError> {
+    async fn remove_logs(
+        &self,
+        runtime: &dyn crate::runtime::Runtime,
+        c: &Container,
+    ) -> Result<(), crate::runtime::LinkError> {
+        super::clean(runtime, &c.id).await?;
         Ok(Links::remove(self, &c.id, &c.labels).await?)
     }
 

@@ -387,3 +387,32 @@ fn a_fifo_planted_as_a_rotated_log_does_not_hang_rotation() {
         "the FIFO is removed"
     );
 }
+
+/// Container GC removes a dead container's log files (the current and rotated ones) with its
+/// link before the container, as upstream's removeContainerLog: without it a crash-looping
+/// container's `<n>.log` files piled up until the pod went.
+#[tokio::test]
+async fn gc_removes_the_containers_log_files_with_its_link() {
+    use crate::runtime::LogLinks;
+    let tmp = tempfile::tempdir().unwrap();
+    let (rt, id, log) = rig(tmp.path()).await;
+    let dir = log.parent().unwrap();
+    for f in ["0.log", "0.log.20240101-000000", "1.log"] {
+        std::fs::write(dir.join(f), b"x").unwrap();
+    }
+    let c = rt
+        .list_containers()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.id == id)
+        .unwrap();
+    let links = links::Links::new(tmp.path().join("links"));
+    std::fs::create_dir(tmp.path().join("links")).unwrap();
+    links.remove_logs(rt.as_ref(), &c).await.unwrap();
+    let left: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["1.log"], "another container's file stays");
+}

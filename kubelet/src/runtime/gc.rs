@@ -6,8 +6,10 @@
 //! upstream, in case nobody did), except the newest one of a pod that still exists; a pod's old
 //! sandbox that still holds the dead container kept for it stays with it. The log directories (`/var/log/pods/<ns>_<name>_<uid>`) of
 //! gone pods are removed. Nothing is taken as gone before every pod source has reported.
-//! A container's log link (`/var/log/containers`, [`LogLinks`]) goes before the container (a
-//! failure keeps the container for the next collection); then dangling links are swept.
+//! A container's log files (the current and rotated ones) and its log link
+//! (`/var/log/containers`, [`LogLinks`]) go before the container, as upstream's
+//! removeContainerLog (a failure keeps the container for the next collection); then
+//! dangling links are swept.
 //!
 //! The choices are pure ([`dead_containers_to_remove`], [`sandboxes_to_remove`],
 //! [`log_dirs_to_remove`]); [`ContainerGc`] lists, decides and removes.
@@ -67,9 +69,10 @@ pub type LinkError = Box<dyn std::error::Error + Send + Sync>;
 /// The containers' log links in `/var/log/containers` (the logs subsystem implements it).
 #[async_trait::async_trait]
 pub trait LogLinks: Send + Sync {
-    /// Before container `c` is removed: its link goes. An error keeps the container for the
+    /// Before container `c` is removed: its log files (current and rotated, found through
+    /// the runtime's ContainerStatus) and its link go. An error keeps the container for the
     /// next collection (upstream's removeContainerLog).
-    async fn remove_link(&self, c: &Container) -> Result<(), LinkError>;
+    async fn remove_logs(&self, runtime: &dyn Runtime, c: &Container) -> Result<(), LinkError>;
     /// After the removals: the dangling links of containers not in `containers` or exited
     /// go; how many went.
     async fn sweep_links(&self, containers: &[&Container]) -> usize;
@@ -230,7 +233,7 @@ impl ContainerGc {
             containers.iter().map(|c| (c.id.as_str(), c)).collect();
         for id in &doomed {
             if let Some(c) = by_id.get(id.as_str())
-                && let Err(e) = self.links.remove_link(c).await
+                && let Err(e) = self.links.remove_logs(self.runtime.as_ref(), c).await
             {
                 failed.push(format!("container {id}: {e}"));
                 continue;
@@ -428,7 +431,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl LogLinks for RecordLinks {
-        async fn remove_link(&self, c: &Container) -> Result<(), LinkError> {
+        async fn remove_logs(&self, _: &dyn Runtime, c: &Container) -> Result<(), LinkError> {
             if self.fail {
                 return Err("read-only file system".into());
             }
