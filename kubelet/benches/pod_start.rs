@@ -335,6 +335,10 @@ fn main() {
             load()
         );
     }
-    drop(agent_dir);
+    // The agent makes its root directory a mount of its own (as upstream's kubelet does):
+    // it is unmounted before the directory goes, so no run leaves a mount behind.
+    if let Some(dir) = agent_dir {
+        node_tests::util::unmount_below(dir.path());
+    }
     drop(rig);
 }
