@@ -324,7 +324,6 @@ TEMPORARY = {
     "kubelet/src/stats/mod.rs::gather": "wt-longfn",
     "proxy/src/bin/proxy-bench/nft.rs::bench": "wt-longfn",
     "proxy/src/ipvs/render.rs::iptables_text": "wt-longfn",
-    "proxy/src/nftables/tx/mod.rs::diff": "wt-longfn",
 }
 
 
