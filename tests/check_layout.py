@@ -323,7 +323,6 @@ TEMPORARY = {
     "kubelet/src/cm/dra/mod.rs::prepare_claims": "wt-longfn",
     "kubelet/src/stats/mod.rs::gather": "wt-longfn",
     "proxy/src/bin/proxy-bench/nft.rs::bench": "wt-longfn",
-    "proxy/src/ipvs/render.rs::iptables_text": "wt-longfn",
 }
 
 
