@@ -322,7 +322,6 @@ TEMPORARY = {
     "kubelet/src/node/mod.rs::compute_status": "wt-admit",
     "kubelet/src/cm/dra/mod.rs::prepare_claims": "wt-longfn",
     "kubelet/src/stats/mod.rs::gather": "wt-longfn",
-    "proxy/src/bin/proxy-bench/nft.rs::bench": "wt-longfn",
 }
 
 
