@@ -459,8 +459,8 @@ def functions(text):
     return out
 
 
-def check_functions(src):
-    """Rule 5 over one crate."""
+def check_functions(src, over):
+    """Rule 5 over one crate; each function over the limit goes into `over` (key -> lines)."""
     problems, full = [], os.path.join(ROOT, src)
     for path in sorted(rust_files(full)):
         if is_test_file(path, full):
@@ -468,8 +468,24 @@ def check_functions(src):
         rel = os.path.relpath(path, ROOT)
         for name, line, n in functions(open(path, encoding="utf-8").read()):
             key = f"{rel}::{name}"
-            if n > MAX_FN_LINES and key not in ALLOW and key not in TEMPORARY:
+            if n <= MAX_FN_LINES:
+                continue
+            over[key] = n
+            if key not in ALLOW and key not in TEMPORARY:
                 problems.append(f"{rel}:{line}: fn {name} is {n} lines (max {MAX_FN_LINES}): split it")
+    return problems
+
+
+def check_exceptions(over):
+    """An ALLOW entry no function needs any more fails (the list stays short); a TEMPORARY
+    one is only reported (its owner's split may have landed)."""
+    problems = []
+    for key in sorted(ALLOW):
+        if key not in over:
+            problems.append(f"ALLOW names {key}, which is not over {MAX_FN_LINES} lines: remove it")
+    for key in sorted(TEMPORARY):
+        if key not in over:
+            print(f"check_layout: TEMPORARY names {key} ({TEMPORARY[key]}), not over {MAX_FN_LINES} lines now: remove it")
     return problems
 
 
@@ -518,8 +534,10 @@ def main():
     for rel in STRING_ERRORS:
         problems += check_string_errors(rel)
     problems += self_test()
+    over = {}
     for src in FN_CRATE_SRCS:
-        problems += check_functions(src)
+        problems += check_functions(src, over)
+    problems += check_exceptions(over)
     for p in problems:
         print("check_layout:", p)
     if problems:
