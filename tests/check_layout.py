@@ -321,7 +321,7 @@ TEMPORARY = {
     "kubelet/src/status/mod.rs::pod_status": "wt-admit",
     "kubelet/src/node/mod.rs::compute_status": "wt-admit",
     "kubelet/src/cm/dra/mod.rs::prepare_claims": "wt-longfn",
-    "kubelet/src/stats/mod.rs::gather": "wt-longfn",
+    "kubelet/src/stats/refresh.rs::gather": "wt-longfn",
 }
 
 
