@@ -320,7 +320,6 @@ TEMPORARY = {
     "kubelet/src/pod_worker/sync.rs::start_container": "wt-worker",
     "kubelet/src/status/mod.rs::pod_status": "wt-admit",
     "kubelet/src/node/mod.rs::compute_status": "wt-admit",
-    "kubelet/src/stats/refresh.rs::gather": "wt-longfn",
 }
 
 

@@ -2,23 +2,98 @@
 //! disk walks, cgroups) and the snapshot built from them.
 
 use super::*;
+use crate::runtime::{Container, ImageFsInfo};
 
 impl Provider {
     pub(super) async fn gather(&self, carry: &mut Carry) -> Result<Snapshot, StatsError> {
         let started = Instant::now();
         let now = Instant::now();
-        let rt = &self.runtime;
-        // CPU, memory and network come from the cgroups every refresh; the runtime's own
-        // stats (writable layers, process counts; everything when the cgroups cannot be
-        // read) only once per aggregation period: at 110 pods one ListPodSandboxStats costs
-        // containerd seconds (it asks every shim).
         let layout = self.node.cgroup_layout();
-        let cri_due = layout.is_none()
+        let mut cri = self.cri_round(carry, now, layout.is_none()).await;
+        let cri_cost = started.elapsed();
+        let input = self.blocking_input(carry, &cri, layout.clone(), now);
+        let pods_walked = input.to_walk.len();
+        let detail_proc_root = self.node.proc_root();
+        let blocking_started = Instant::now();
+        let b = tokio::task::spawn_blocking(move || input.read())
+            .await
+            .map_err(|e| StatsError::Task(e.to_string()))?;
+        let blocking_cost = blocking_started.elapsed();
+        carry.cgroups = b.locator;
+        if let Some(m) = b.machine {
+            let _ = self.machine.set(m);
+        }
+        let walked_at = Instant::now();
+        for (uid, d) in b.walked {
+            carry.disk.insert(uid, (walked_at, d));
+        }
+        let build_started = Instant::now();
+        let now_ns = b.node.now_ns;
+        let image_fs = cri.image_fs.take();
+        let raw = self.raw(carry, &cri, image_fs, b.node, &b.ids, &b.live);
+        let unmeasured: Unmeasured = carry
+            .disk
+            .iter()
+            .filter(|(_, (_, d))| !d.unfinished.is_empty())
+            .map(|(uid, (_, d))| (uid.clone(), d.unfinished.clone()))
+            .collect();
+        let mut summary = build::summary(&raw, &mut carry.cpu);
+        if let Some(m) = self.measured.get() {
+            for p in &mut summary.pods {
+                p.volume.extend(m.pod_volumes(&p.pod_ref.uid));
+            }
+        }
+        add_psi(&mut summary, &b.ids, &b.psi, now_ns);
+        let mut detail_cgroups: Vec<String> = b.psi.into_keys().collect();
+        detail_cgroups.sort();
+        let build = build_started.elapsed();
+        Ok(Snapshot {
+            taken: Instant::now(),
+            summary,
+            cadvisor: cadvisor::Meta {
+                images: cri
+                    .containers
+                    .into_iter()
+                    .map(|c| (c.id, c.image))
+                    .collect(),
+                cgroups: b.ids,
+                details: HashMap::new(),
+                details_time: None,
+                network: b.net_counters,
+                fs: b.fs_devices,
+                time: summary::StatTime(now_ns),
+                machine: self.machine.get().cloned().unwrap_or_default(),
+            },
+            json: OnceLock::new(),
+            layout,
+            detail_cgroups,
+            proc_root: detail_proc_root,
+            full: tokio::sync::OnceCell::new(),
+            gaps: cri.gaps,
+            unmeasured,
+            cost: RefreshCost {
+                cri: cri_cost,
+                blocking: blocking_cost,
+                build,
+                total: started.elapsed(),
+                pods_walked,
+                phases: b.phases,
+            },
+        })
+    }
+
+    /// The runtime's calls of one refresh: a fixed set, none per container. CPU, memory and
+    /// network come from the cgroups every refresh; the runtime's own stats (writable
+    /// layers, process counts; everything when the cgroups cannot be read, `no_cgroups`)
+    /// only once per aggregation period: at 110 pods one ListPodSandboxStats costs
+    /// containerd seconds (it asks every shim).
+    async fn cri_round(&self, carry: &mut Carry, now: Instant, no_cgroups: bool) -> CriRound {
+        let rt = &self.runtime;
+        let cri_due = no_cgroups
             || carry
                 .cri_stats
                 .as_ref()
                 .is_none_or(|(at, _)| now.duration_since(*at) >= self.cfg.volume_stats_agg_period);
-        // A fixed set of calls per refresh, none per container.
         let (listed, containers, image_fs, stats) = tokio::join!(
             rt.list_sandboxes(),
             rt.list_containers(),
@@ -46,10 +121,13 @@ impl Provider {
             gaps.insert(Source::Containers, e.to_string());
             Vec::new()
         });
-        let ready: Vec<&Sandbox> = listed
-            .iter()
-            .filter(|s| s.state == crate::runtime::SandboxState::Ready)
-            .collect();
+        let mut round = CriRound {
+            listed,
+            containers,
+            image_fs,
+            gaps,
+            pods_known,
+        };
         match stats {
             Some(Ok(list)) => {
                 carry.cri_stats =
@@ -59,7 +137,7 @@ impl Provider {
             // A runtime whose list fails on one bad sandbox (containerd 1.6 on a stopped one,
             // without the filter we send) still answers for each ready sandbox.
             Some(Err(e)) if pods_known => {
-                let ids = ready.iter().map(|s| s.id.clone()).collect();
+                let ids = round.ready().iter().map(|s| s.id.clone()).collect();
                 let (by_id, cri_gaps) = each_sandbox(rt.clone(), ids, e).await;
                 carry.cri_stats = Some((now, by_id));
                 carry.cri_gaps = cri_gaps;
@@ -70,12 +148,23 @@ impl Provider {
             }
             None => {}
         }
-        gaps.extend(carry.cri_gaps.clone());
-        let cri = started.elapsed();
+        round.gaps.extend(carry.cri_gaps.clone());
+        round
+    }
 
-        // Walk only the pods whose last walk is older than the aggregation period.
+    /// What the blocking part of the refresh reads: the pods whose last walk is older than
+    /// the aggregation period, and each ready pod's cgroups (its sandbox first, then its
+    /// running containers).
+    fn blocking_input(
+        &self,
+        carry: &mut Carry,
+        cri: &CriRound,
+        layout: Option<node::Layout>,
+        now: Instant,
+    ) -> BlockingInput {
+        let ready = cri.ready();
         let period = self.cfg.volume_stats_agg_period;
-        if pods_known {
+        if cri.pods_known {
             carry
                 .disk
                 .retain(|uid, _| ready.iter().any(|s| &s.pod_uid == uid));
@@ -88,34 +177,14 @@ impl Provider {
                     .get(&s.pod_uid)
                     .is_none_or(|(at, _)| now.duration_since(*at) >= period)
             })
-            .map(|s| disk::PodDirs {
-                uid: s.pod_uid.clone(),
-                volumes: self
-                    .cfg
-                    .root_dir
-                    .join("pods")
-                    .join(&s.pod_uid)
-                    .join("volumes"),
-                logs: self
-                    .cfg
-                    .pod_logs_dir
-                    .join(format!("{}_{}_{}", s.pod_namespace, s.pod_name, s.pod_uid)),
-                etc_hosts: self
-                    .cfg
-                    .root_dir
-                    .join("pods")
-                    .join(&s.pod_uid)
-                    .join("etc-hosts"),
-            })
+            .map(|s| self.pod_dirs(s))
             .collect();
-        let pods_walked = to_walk.len();
-        // Per pod: its sandbox first, then its running containers.
         let wanted: Vec<(String, Vec<String>)> = ready
             .iter()
             .map(|s| {
                 let mut ids = vec![s.id.clone()];
                 ids.extend(
-                    containers
+                    cri.containers
                         .iter()
                         .filter(|c| {
                             c.sandbox_id == s.id
@@ -126,150 +195,69 @@ impl Provider {
                 (s.pod_uid.clone(), ids)
             })
             .collect();
-        let node = self.node.clone();
-        let root_dir = self.cfg.root_dir.clone();
-        let image_mount = image_fs
-            .as_ref()
-            .and_then(|i| i.image_filesystems.first())
-            .map(|f| PathBuf::from(&f.mountpoint));
-        let mut locator = std::mem::take(&mut carry.cgroups);
-        let need_machine = self.machine.get().is_none();
-        let blocking_started = Instant::now();
-        let detail_layout = layout.clone();
-        let detail_proc_root = self.node.proc_root();
-        let system_cgroups = self.cfg.system.clone();
-        let blocking = tokio::task::spawn_blocking(move || {
-            let mut phases = Phases::default();
-            let mut at = Instant::now();
-            let mut lap = |d: &mut Duration| {
-                *d = at.elapsed();
-                at = Instant::now();
-            };
-            let now_ns = unix_now_ns();
-            let usage = node.usage();
-            let root_fs = node.fs_info(&root_dir);
-            let image_cap = image_mount.as_ref().and_then(|m| node.fs_info(m));
-            let boot_time = node.boot_time();
-            let pids = node.pids();
-            lap(&mut phases.node);
-            let walked: Vec<(String, build::PodDisk)> = to_walk
-                .iter()
-                .map(|p| (p.uid.clone(), disk::pod_disk(p)))
-                .collect();
-            lap(&mut phases.disk);
-            let mut live = live::Live {
-                ts: now_ns,
-                ..live::Live::default()
-            };
-            let mut ids = cgroups::Ids::default();
-            let mut psi = HashMap::new();
-            let mut net_counters = HashMap::new();
-            let mut system = system::Readings::new();
-            if let Some(layout) = &layout {
-                ids = locator.resolve(layout, &wanted);
-                // Pods and their containers; the pause containers' own figures are not served.
-                let sandboxes: std::collections::HashSet<&String> =
-                    wanted.iter().filter_map(|(_, m)| m.first()).collect();
-                let app = ids
-                    .containers
-                    .iter()
-                    .filter(|(id, _)| !sandboxes.contains(id))
-                    .map(|(_, cg)| cg);
-                for cg in ids.pods.values().chain(app) {
-                    if let Some(u) = cgroups::usage(layout, cg) {
-                        live.usage.insert(cg.clone(), u);
-                    }
-                }
-                // Their pressure (the Summary's PSI), and the root's. The rest of what
-                // cAdvisor reads of them waits for a scrape (`Snapshot::cadvisor_meta`).
-                for cg in live.usage.keys() {
-                    psi.insert(cg.clone(), detail::read_psi(layout, cg));
-                }
-                psi.insert("/".into(), detail::read_psi(layout, "/"));
-                lap(&mut phases.cgroups);
-                let proc_root = node.proc_root();
-                for (uid, members) in &wanted {
-                    let sandbox_cg = members.first().and_then(|id| ids.containers.get(id));
-                    if let Some((n, full)) =
-                        sandbox_cg.and_then(|cg| cgroups::network(layout, cg, &proc_root, now_ns))
-                    {
-                        live.network.insert(uid.clone(), n);
-                        net_counters.insert(uid.clone(), full);
-                    }
-                }
-                lap(&mut phases.network);
-                let own =
-                    std::fs::read_to_string(proc_root.join("self/cgroup")).unwrap_or_default();
-                system = system::read(layout, &system_cgroups, &own);
-            }
-            let machine = need_machine.then(|| node.machine());
-            // The devices of the node's and the image filesystem (the root cgroup's
-            // `container_fs_*` series).
-            let mountinfo = std::fs::read_to_string(node.proc_root().join("self/mountinfo"))
-                .unwrap_or_default();
-            let mut fs_devices: Vec<(String, node::FsInfo)> = Vec::new();
-            for (path, info) in [
-                (Some(&root_dir), root_fs),
-                (image_mount.as_ref(), image_cap),
-            ] {
-                if let (Some(p), Some(i)) = (path, info)
-                    && let Some(dev) = node::mount_source(&mountinfo, p)
-                    && !fs_devices.iter().any(|(d, _)| *d == dev)
-                {
-                    fs_devices.push((dev, i));
-                }
-            }
-            Blocking {
-                system,
-                psi,
-                net_counters,
-                fs_devices,
-                now_ns,
-                usage,
-                boot_time,
-                root_fs,
-                image_cap,
-                pids,
-                walked,
-                ids,
-                live,
-                locator,
-                machine,
-                phases,
-            }
-        })
-        .await
-        .map_err(|e| StatsError::Task(e.to_string()))?;
-        let blocking_cost = blocking_started.elapsed();
-        carry.cgroups = blocking.locator;
-        if let Some(m) = blocking.machine {
-            let _ = self.machine.set(m);
+        BlockingInput {
+            node: self.node.clone(),
+            root_dir: self.cfg.root_dir.clone(),
+            image_mount: cri
+                .image_fs
+                .as_ref()
+                .and_then(|i| i.image_filesystems.first())
+                .map(|f| PathBuf::from(&f.mountpoint)),
+            to_walk,
+            wanted,
+            layout,
+            locator: std::mem::take(&mut carry.cgroups),
+            need_machine: self.machine.get().is_none(),
+            system_cgroups: self.cfg.system.clone(),
         }
-        let walked_at = Instant::now();
-        for (uid, d) in blocking.walked {
-            carry.disk.insert(uid, (walked_at, d));
+    }
+
+    /// The directories of a pod the disk walk measures.
+    fn pod_dirs(&self, s: &Sandbox) -> disk::PodDirs {
+        let pod_dir = self.cfg.root_dir.join("pods").join(&s.pod_uid);
+        disk::PodDirs {
+            uid: s.pod_uid.clone(),
+            volumes: pod_dir.join("volumes"),
+            logs: self
+                .cfg
+                .pod_logs_dir
+                .join(format!("{}_{}_{}", s.pod_namespace, s.pod_name, s.pod_uid)),
+            etc_hosts: pod_dir.join("etc-hosts"),
         }
-        let build_started = Instant::now();
+    }
+
+    /// What the Summary is built from.
+    fn raw(
+        &self,
+        carry: &Carry,
+        cri: &CriRound,
+        image_fs: Option<ImageFsInfo>,
+        node: NodeReadings,
+        ids: &cgroups::Ids,
+        live: &live::Live,
+    ) -> build::Raw {
         let empty = HashMap::new();
         let last = carry.cri_stats.as_ref().map(|(_, m)| m).unwrap_or(&empty);
-        let sandboxes = live::sandboxes(&listed, &containers, last, &blocking.ids, &blocking.live);
-        let raw = build::Raw {
+        let sandboxes = live::sandboxes(&cri.listed, &cri.containers, last, ids, live);
+        build::Raw {
             node_name: self.cfg.node_name.clone(),
-            now_ns: blocking.now_ns,
-            node: blocking.usage,
-            boot_time: blocking.boot_time,
-            root_fs: blocking.root_fs,
-            image_fs_capacity: blocking.image_cap,
+            now_ns: node.now_ns,
+            node: node.usage,
+            boot_time: node.boot_time,
+            root_fs: node.root_fs,
+            image_fs_capacity: node.image_cap,
             image_fs,
-            pids: blocking.pids,
-            system: blocking.system,
+            pids: node.pids,
+            system: node.system,
             kubelet_start_ns: self.started_ns,
             sandboxes,
-            sandbox_created: listed
+            sandbox_created: cri
+                .listed
                 .iter()
                 .map(|s| (s.id.clone(), s.created_at))
                 .collect(),
-            container_created: containers
+            container_created: cri
+                .containers
                 .iter()
                 .map(|c| (c.id.clone(), c.created_at))
                 .collect(),
@@ -278,53 +266,231 @@ impl Provider {
                 .iter()
                 .map(|(uid, (_, d))| (uid.clone(), d.clone()))
                 .collect(),
-        };
-        let unmeasured: Unmeasured = carry
-            .disk
+        }
+    }
+}
+
+/// What the runtime answered in one refresh (each failure a gap, its figures missing).
+struct CriRound {
+    listed: Vec<Sandbox>,
+    containers: Vec<Container>,
+    image_fs: Option<ImageFsInfo>,
+    gaps: Gaps,
+    /// Whether the sandboxes could be listed.
+    pods_known: bool,
+}
+
+impl CriRound {
+    fn ready(&self) -> Vec<&Sandbox> {
+        self.listed
             .iter()
-            .filter(|(_, (_, d))| !d.unfinished.is_empty())
-            .map(|(uid, (_, d))| (uid.clone(), d.unfinished.clone()))
+            .filter(|s| s.state == crate::runtime::SandboxState::Ready)
+            .collect()
+    }
+}
+
+/// What the blocking part of a refresh reads from.
+struct BlockingInput {
+    node: Arc<dyn NodeSource>,
+    root_dir: PathBuf,
+    image_mount: Option<PathBuf>,
+    to_walk: Vec<disk::PodDirs>,
+    /// Pod UID → its sandbox's ID, then its running containers'.
+    wanted: Vec<(String, Vec<String>)>,
+    layout: Option<node::Layout>,
+    locator: cgroups::Locator,
+    need_machine: bool,
+    system_cgroups: system::SystemCgroups,
+}
+
+/// Times the blocking phases one after another.
+struct Lap(Instant);
+
+impl Lap {
+    fn lap(&mut self, d: &mut Duration) {
+        *d = self.0.elapsed();
+        self.0 = Instant::now();
+    }
+}
+
+impl BlockingInput {
+    /// The blocking reads (call on the blocking pool).
+    fn read(mut self) -> Blocking {
+        let mut phases = Phases::default();
+        let mut lap = Lap(Instant::now());
+        let node = self.node.clone();
+        let now_ns = unix_now_ns();
+        let usage = node.usage();
+        let root_fs = node.fs_info(&self.root_dir);
+        let image_cap = self.image_mount.as_ref().and_then(|m| node.fs_info(m));
+        let boot_time = node.boot_time();
+        let pids = node.pids();
+        lap.lap(&mut phases.node);
+        let walked: Vec<(String, build::PodDisk)> = self
+            .to_walk
+            .iter()
+            .map(|p| (p.uid.clone(), disk::pod_disk(p)))
             .collect();
-        let mut summary = build::summary(&raw, &mut carry.cpu);
-        if let Some(m) = self.measured.get() {
-            for p in &mut summary.pods {
-                p.volume.extend(m.pod_volumes(&p.pod_ref.uid));
+        lap.lap(&mut phases.disk);
+        let cg = match self.layout.take() {
+            Some(layout) => self.read_cgroups(&layout, now_ns, &mut lap, &mut phases),
+            None => CgroupReadings {
+                ids: cgroups::Ids::default(),
+                live: live::Live {
+                    ts: now_ns,
+                    ..live::Live::default()
+                },
+                psi: HashMap::new(),
+                net_counters: HashMap::new(),
+                system: system::Readings::new(),
+            },
+        };
+        let machine = self.need_machine.then(|| node.machine());
+        let fs_devices = fs_devices(
+            node.as_ref(),
+            [
+                (Some(&self.root_dir), root_fs),
+                (self.image_mount.as_ref(), image_cap),
+            ],
+        );
+        Blocking {
+            node: NodeReadings {
+                now_ns,
+                system: cg.system,
+                usage,
+                boot_time,
+                root_fs,
+                image_cap,
+                pids,
+            },
+            psi: cg.psi,
+            net_counters: cg.net_counters,
+            fs_devices,
+            walked,
+            ids: cg.ids,
+            live: cg.live,
+            locator: self.locator,
+            machine,
+            phases,
+        }
+    }
+
+    /// The pods' and containers' usage and pressure, the root's pressure, the sandboxes'
+    /// network and the system containers.
+    fn read_cgroups(
+        &mut self,
+        layout: &node::Layout,
+        now_ns: i64,
+        lap: &mut Lap,
+        phases: &mut Phases,
+    ) -> CgroupReadings {
+        let wanted = &self.wanted;
+        let ids = self.locator.resolve(layout, wanted);
+        let mut live = live::Live {
+            ts: now_ns,
+            ..live::Live::default()
+        };
+        // Pods and their containers; the pause containers' own figures are not served.
+        let sandboxes: std::collections::HashSet<&String> =
+            wanted.iter().filter_map(|(_, m)| m.first()).collect();
+        let app = ids
+            .containers
+            .iter()
+            .filter(|(id, _)| !sandboxes.contains(id))
+            .map(|(_, cg)| cg);
+        for cg in ids.pods.values().chain(app) {
+            if let Some(u) = cgroups::usage(layout, cg) {
+                live.usage.insert(cg.clone(), u);
             }
         }
-        add_psi(&mut summary, &blocking.ids, &blocking.psi, blocking.now_ns);
-        let mut detail_cgroups: Vec<String> = blocking.psi.into_keys().collect();
-        detail_cgroups.sort();
-        let build = build_started.elapsed();
-        Ok(Snapshot {
-            taken: Instant::now(),
-            summary,
-            cadvisor: cadvisor::Meta {
-                images: containers.into_iter().map(|c| (c.id, c.image)).collect(),
-                cgroups: blocking.ids,
-                details: HashMap::new(),
-                details_time: None,
-                network: blocking.net_counters,
-                fs: blocking.fs_devices,
-                time: summary::StatTime(blocking.now_ns),
-                machine: self.machine.get().cloned().unwrap_or_default(),
-            },
-            json: OnceLock::new(),
-            layout: detail_layout,
-            detail_cgroups,
-            proc_root: detail_proc_root,
-            full: tokio::sync::OnceCell::new(),
-            gaps,
-            unmeasured,
-            cost: RefreshCost {
-                cri,
-                blocking: blocking_cost,
-                build,
-                total: started.elapsed(),
-                pods_walked,
-                phases: blocking.phases,
-            },
-        })
+        // Their pressure (the Summary's PSI), and the root's. The rest of what cAdvisor
+        // reads of them waits for a scrape (`Snapshot::cadvisor_meta`).
+        let mut psi = HashMap::new();
+        for cg in live.usage.keys() {
+            psi.insert(cg.clone(), detail::read_psi(layout, cg));
+        }
+        psi.insert("/".into(), detail::read_psi(layout, "/"));
+        lap.lap(&mut phases.cgroups);
+        let proc_root = self.node.proc_root();
+        let mut net_counters = HashMap::new();
+        for (uid, members) in wanted {
+            let sandbox_cg = members.first().and_then(|id| ids.containers.get(id));
+            if let Some((n, full)) =
+                sandbox_cg.and_then(|cg| cgroups::network(layout, cg, &proc_root, now_ns))
+            {
+                live.network.insert(uid.clone(), n);
+                net_counters.insert(uid.clone(), full);
+            }
+        }
+        lap.lap(&mut phases.network);
+        let own = std::fs::read_to_string(proc_root.join("self/cgroup")).unwrap_or_default();
+        let system = system::read(layout, &self.system_cgroups, &own);
+        CgroupReadings {
+            ids,
+            live,
+            psi,
+            net_counters,
+            system,
+        }
     }
+}
+
+/// The devices of the node's and the image filesystem (the root cgroup's `container_fs_*`
+/// series), each once.
+fn fs_devices(
+    node: &dyn NodeSource,
+    filesystems: [(Option<&PathBuf>, Option<node::FsInfo>); 2],
+) -> Vec<(String, node::FsInfo)> {
+    let mountinfo =
+        std::fs::read_to_string(node.proc_root().join("self/mountinfo")).unwrap_or_default();
+    let mut fs_devices: Vec<(String, node::FsInfo)> = Vec::new();
+    for (path, info) in filesystems {
+        if let (Some(p), Some(i)) = (path, info)
+            && let Some(dev) = node::mount_source(&mountinfo, p)
+            && !fs_devices.iter().any(|(d, _)| *d == dev)
+        {
+            fs_devices.push((dev, i));
+        }
+    }
+    fs_devices
+}
+
+/// What the cgroups told of one refresh's pods (nothing without a cgroup layout).
+struct CgroupReadings {
+    ids: cgroups::Ids,
+    live: live::Live,
+    /// Pressure of each cgroup read (`/` for the root).
+    psi: HashMap<String, detail::Psi>,
+    net_counters: HashMap<String, Vec<detail::IfaceCounters>>,
+    /// The system containers' cgroups.
+    system: system::Readings,
+}
+
+/// The node's own figures of one refresh.
+struct NodeReadings {
+    now_ns: i64,
+    /// The system containers' cgroups.
+    system: system::Readings,
+    usage: node::NodeUsage,
+    boot_time: Option<i64>,
+    root_fs: Option<node::FsInfo>,
+    image_cap: Option<node::FsInfo>,
+    pids: (Option<i64>, Option<i64>),
+}
+
+/// What the blocking part of a refresh read.
+struct Blocking {
+    node: NodeReadings,
+    walked: Vec<(String, build::PodDisk)>,
+    ids: cgroups::Ids,
+    live: live::Live,
+    locator: cgroups::Locator,
+    machine: Option<cadvisor::Machine>,
+    phases: Phases,
+    /// Pressure of each cgroup read (`/` for the root).
+    psi: HashMap<String, detail::Psi>,
+    net_counters: HashMap<String, Vec<detail::IfaceCounters>>,
+    fs_devices: Vec<(String, node::FsInfo)>,
 }
 
 /// PSI of the node (root cgroup), pods and containers into the Summary, where the cgroup
@@ -404,26 +570,4 @@ async fn each_sandbox(
         );
     }
     (by_id, gaps)
-}
-
-/// What the blocking part of a refresh read.
-struct Blocking {
-    now_ns: i64,
-    /// The system containers' cgroups.
-    system: system::Readings,
-    usage: node::NodeUsage,
-    boot_time: Option<i64>,
-    root_fs: Option<node::FsInfo>,
-    image_cap: Option<node::FsInfo>,
-    pids: (Option<i64>, Option<i64>),
-    walked: Vec<(String, build::PodDisk)>,
-    ids: cgroups::Ids,
-    live: live::Live,
-    locator: cgroups::Locator,
-    machine: Option<cadvisor::Machine>,
-    phases: Phases,
-    /// Pressure of each cgroup read (`/` for the root).
-    psi: HashMap<String, detail::Psi>,
-    net_counters: HashMap<String, Vec<detail::IfaceCounters>>,
-    fs_devices: Vec<(String, node::FsInfo)>,
 }
