@@ -20,6 +20,7 @@ pub mod config;
 pub mod events;
 pub mod eviction;
 pub mod flags;
+pub mod fs_at;
 pub mod host;
 pub mod images;
 pub mod logs;

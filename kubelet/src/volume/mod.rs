@@ -5,7 +5,6 @@
 //! `volumeDevices` ([`block`]). CSI drivers register through the plugin
 //! manager and serve CSI volumes ([`csi`]).
 
-pub mod at;
 pub mod atomic_writer;
 pub mod block;
 pub mod claims;
