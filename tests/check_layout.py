@@ -74,7 +74,7 @@ def expand_use(tree):
 LAYERS = {
     "kubelet/src": [
         # Base: small utilities every layer uses; no policy, no subsystem.
-        ("base", ["atomic_file", "clock", "events", "fs_at", "metrics",
+        ("base", ["atomic_file", "clock", "events", "fs_at", "metrics", "node_settings",
                   "podspec", "settings"]),
         # Edges: traits (with fakes) over the CRI runtime, cgroups, the host's facts, the
         # apiserver (client, informers, object caches, the event sink).

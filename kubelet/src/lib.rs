@@ -27,6 +27,7 @@ pub mod logs;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod node_settings;
 pub mod objects;
 pub mod oom;
 pub mod pleg;

@@ -341,7 +341,7 @@ impl Worker {
                 &env.node.host_ips,
                 &objects,
                 &service_env,
-                &spec::limit_defaults(&pod, &env.node.allocatable, gate),
+                &crate::podspec::downward::limit_defaults(&pod, &env.node.allocatable, gate),
                 &mut spec::ExpandBudget::default(),
             )?;
             let hosts = pod_dirs::write_etc_hosts(&env.node, &pod, &pod_ips)

@@ -21,9 +21,9 @@ use super::atomic_writer::{self, Payload};
 use super::host_path;
 use super::projection::{self, Fetched};
 use super::subpath::Binder;
+use crate::node_settings::{NodeSettings, pod_dir};
 use crate::objects::{self, ObjectCache, ObjectError};
 use crate::objects::{TokenKey, TokenManager};
-use crate::spec::{NodeSettings, pod_dir};
 
 /// How often mounted volumes are synced again without a change notice (tokens, labels, a
 /// claim's expansion, `requiresRepublish`) unless `syncFrequency` says otherwise: upstream's
