@@ -80,8 +80,8 @@ LAYERS = {
         # apiserver (client, informers, object caches, the event sink).
         ("edges", ["cm", "host", "objects", "runtime"]),
         # Subsystems: each owns one concern and its settings and exposes it from its mod.rs.
-        ("subsystems", ["allocation", "certs", "eviction", "images", "logs", "network", "node",
-                        "oom", "pleg", "pluginmanager", "pod_dirs", "podresources", "probing",
+        ("subsystems", ["allocation", "certs", "devices", "eviction", "images", "logs", "network",
+                        "node", "oom", "pleg", "pluginmanager", "pod_dirs", "podresources", "probing",
                         "server", "shutdown", "spec", "stats",
                         "volume"]),
         # Core: the pod lifecycle. Sources and admission -> sync loop -> one worker per pod

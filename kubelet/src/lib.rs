@@ -17,6 +17,7 @@ pub mod certs;
 pub mod clock;
 pub mod cm;
 pub mod config;
+pub mod devices;
 pub mod events;
 pub mod eviction;
 pub mod flags;

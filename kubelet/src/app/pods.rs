@@ -270,7 +270,7 @@ impl crate::stats::MeasuredVolumes for InUse {
 }
 
 /// DRA drivers' kubelet plugins (type `DRAPlugin`) to the DRA manager.
-struct DraHandler(Arc<crate::cm::DraManager>);
+struct DraHandler(Arc<crate::devices::DraManager>);
 
 #[async_trait::async_trait]
 impl crate::pluginmanager::PluginHandler for DraHandler {
@@ -403,9 +403,9 @@ pub(super) async fn start_static_pods(
     admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
     admission.devices = Some(shared.devices.clone());
     admission.device_scope = if standalone {
-        crate::cm::DeviceScope::All
+        crate::devices::DeviceScope::All
     } else {
-        crate::cm::DeviceScope::Static
+        crate::devices::DeviceScope::Static
     };
     let admitter = crate::pod::StaticPodAdmitter {
         admission,
