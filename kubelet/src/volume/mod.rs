@@ -19,7 +19,6 @@ pub mod selinux_registry;
 pub mod shared;
 pub mod stats;
 pub mod subpath;
-pub mod usage;
 
 #[cfg(test)]
 mod bench_tests;
