@@ -19,7 +19,6 @@ pub mod cm;
 pub mod config;
 pub mod events;
 pub mod eviction;
-pub mod flags;
 pub mod host;
 pub mod images;
 pub mod logs;

@@ -704,7 +704,7 @@ fn run_kubelet_config(text: String) {
             serde_json::to_value(&twice).unwrap(),
             "round trip of {text:?}"
         );
-        let flags = kubelet::flags::Flags::default();
+        let flags = kubelet::settings::cli::Flags::default();
         if let Ok(c) = kubelet::config::merge(&flags, file, "Node-1") {
             assert_eq!(c.node_name, "node-1");
             assert!(

@@ -7,7 +7,7 @@
 pub use crate::node::CloudSettings;
 
 use super::{ConfigError, KubeletConfiguration, invalid};
-use crate::flags::Flags;
+use crate::settings::cli::Flags;
 
 /// Flags over the file, as upstream.
 pub fn parse(flags: &Flags, file: &KubeletConfiguration) -> Result<CloudSettings, ConfigError> {

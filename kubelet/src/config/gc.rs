@@ -4,7 +4,7 @@
 //! `--maximum-dead-containers-per-container`, `--maximum-dead-containers`).
 
 use super::{ConfigError, KubeletConfiguration, invalid};
-use crate::flags::Flags;
+use crate::settings::cli::Flags;
 use crate::images::ImageGcPolicy;
 use crate::runtime::ContainerGcPolicy;
 use plumbing::duration;

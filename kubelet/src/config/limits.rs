@@ -5,8 +5,9 @@
 //! ValidateKubeletConfiguration.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
+pub(super) use crate::settings::resolve::gate_or;
 use crate::cm::{DEFAULT_CFS_PERIOD_US, PodLimits, SwapBehavior};
-use crate::flags::Flags;
+use crate::settings::cli::Flags;
 use plumbing::duration;
 use std::time::Duration;
 
@@ -52,23 +53,6 @@ pub fn crash_loop_max(flags: &Flags, file: &KubeletConfiguration) -> Result<Dura
 
 fn gate(flags: &Flags, file: &KubeletConfiguration, name: &str) -> bool {
     gate_or(flags, file, name, false)
-}
-
-/// [`gate`] for a gate whose upstream default is `default`.
-pub(super) fn gate_or(
-    flags: &Flags,
-    file: &KubeletConfiguration,
-    name: &str,
-    default: bool,
-) -> bool {
-    if let Some(v) = flags.feature_gates.as_ref().and_then(|m| m.get(name)) {
-        return v.eq_ignore_ascii_case("true");
-    }
-    file.feature_gates
-        .as_ref()
-        .and_then(|g| g.get(name))
-        .and_then(|v| v.as_bool())
-        .unwrap_or(default)
 }
 
 /// The feature gates the agent reads; any other one set is named in a warning.

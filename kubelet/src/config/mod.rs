@@ -4,39 +4,22 @@
 pub mod cloud;
 pub mod dropins;
 mod extra_flags;
-mod file;
 pub mod gc;
 pub mod limits;
 pub mod resources;
 mod system_cgroups;
 
-pub use file::{KubeletConfiguration, parse_file};
+pub use crate::settings::{ConfigError, KubeletConfiguration, parse_file};
 
 use crate::cm::CgroupDriver;
-use crate::flags::Flags;
+pub(crate) use crate::settings::resolve::{dur, invalid, ip, port};
+use crate::settings::cli::Flags;
 use crate::network::settings as network;
 use crate::server::settings as server;
 use plumbing::duration;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::{net::IpAddr, path::PathBuf, time::Duration};
-
-/// Why the configuration cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("reading config file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("parsing config file {path}: {message}")]
-    Parse { path: String, message: String },
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-    /// Security-relevant settings set to values whose behaviour the agent does not provide.
-    #[error("refusing to start: {}", .0.join("; "))]
-    Refused(Vec<String>),
-}
 
 /// Validated settings, defaults applied.
 #[derive(Debug, Clone, Serialize)]
@@ -304,39 +287,9 @@ fn rate_limits(flags: &Flags, file: &KubeletConfiguration) -> Result<[i32; 4], C
     Ok(out)
 }
 
-pub(super) fn invalid(msg: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid(msg.into())
-}
 
-fn port(name: &str, v: i32, allow_zero: bool) -> Result<u16, ConfigError> {
-    match u16::try_from(v) {
-        Ok(0) if allow_zero => Ok(0),
-        Ok(p) if p > 0 => Ok(p),
-        _ => Err(invalid(format!(
-            "{name}: {v} must be between {} and 65535, inclusive",
-            if allow_zero { 0 } else { 1 }
-        ))),
-    }
-}
 
-fn ip(name: &str, v: &str) -> Result<IpAddr, ConfigError> {
-    v.trim()
-        .parse()
-        .map_err(|_| invalid(format!("{name}: {v:?} is not a valid IP address")))
-}
 
-fn dur(
-    name: &str,
-    flag: &Option<String>,
-    file: Option<Duration>,
-    default: Duration,
-) -> Result<Duration, ConfigError> {
-    match flag {
-        Some(s) => duration::parse(s).map_err(|e| invalid(format!("{name}: {e}"))),
-        // A zero duration in the file means "unset" (kubeadm writes `0s` for defaults).
-        None => Ok(file.filter(|d| !d.is_zero()).unwrap_or(default)),
-    }
-}
 
 /// `--register-with-taints=k=v:Effect,k2:Effect` or the file's `registerWithTaints` list.
 fn register_taints(

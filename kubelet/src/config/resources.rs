@@ -10,7 +10,7 @@ use crate::cm::{
     Amount, DEFAULT_EVICTION_HARD, ENFORCE_KEYS, Eviction, NodeResources, Reserved, Signal,
     Threshold,
 };
-use crate::flags::Flags;
+use crate::settings::cli::Flags;
 use plumbing::duration;
 use plumbing::quantity;
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 //! the file), and where the pod cgroups live.
 
 use super::KubeletConfiguration;
-use crate::flags::Flags;
+use crate::settings::cli::Flags;
 use crate::stats::system::SystemCgroups;
 
 /// The system containers' cgroups; `cgroup_root` and `per_qos` place the pod cgroup root.

@@ -13,22 +13,19 @@ use std::time::Duration;
 
 use super::listener::{Limits, ServerType};
 use super::{AuthSettings, AuthzMode};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+pub use crate::settings::file::{
+    KubeletAnonymousAuthentication, KubeletAuthentication, KubeletAuthorization,
+    KubeletWebhookAuthentication, KubeletWebhookAuthorization, KubeletX509Authentication,
+    ServerFileSettings as FileSettings,
+};
 
 /// Open connections per server unless `maxConnections` says otherwise.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 /// Connections without an authorized request per source, unless configured.
 pub const DEFAULT_MAX_CONNECTIONS_PER_SOURCE: usize = 256;
 
-/// `nodeAgentServer` as written in the config file.
-#[derive(Debug, Default, Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase", default)]
-pub struct FileSettings {
-    pub max_connections: Option<i64>,
-    pub max_connections_per_source: Option<i64>,
-    pub authenticated_connection_reserve: Option<i64>,
-    pub max_connections_per_identity: Option<i64>,
-}
 
 /// The servers' connection limits, validated.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -143,53 +140,6 @@ pub fn max_open_files(flag: Option<i64>, file: Option<&serde_json::Value>) -> Re
 
 // ---------------------------------------------------------------------------------------
 // :10250 authentication and authorization.
-
-/// `authentication` (upstream's KubeletAuthentication).
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAuthentication {
-    pub x509: Option<KubeletX509Authentication>,
-    pub webhook: Option<KubeletWebhookAuthentication>,
-    pub anonymous: Option<KubeletAnonymousAuthentication>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletX509Authentication {
-    #[serde(rename = "clientCAFile")]
-    pub client_ca_file: Option<String>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletWebhookAuthentication {
-    pub enabled: Option<bool>,
-    #[serde(rename = "cacheTTL")]
-    pub cache_ttl: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAnonymousAuthentication {
-    pub enabled: Option<bool>,
-}
-
-/// `authorization` (upstream's KubeletAuthorization).
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAuthorization {
-    pub mode: Option<String>,
-    pub webhook: Option<KubeletWebhookAuthorization>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletWebhookAuthorization {
-    #[serde(rename = "cacheAuthorizedTTL")]
-    pub cache_authorized_ttl: Option<serde_json::Value>,
-    #[serde(rename = "cacheUnauthorizedTTL")]
-    pub cache_unauthorized_ttl: Option<serde_json::Value>,
-}
 
 /// The auth flags, which win over the file (`--anonymous-auth`, `--authentication-token-webhook`,
 /// its cache TTL, `--authorization-mode`, the authorization webhook's cache TTLs,

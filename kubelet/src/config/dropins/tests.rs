@@ -1,6 +1,6 @@
 use super::*;
 use crate::config::{load, load_checked};
-use crate::flags::Flags;
+use crate::settings::cli::Flags;
 use clap::Parser;
 
 const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";

@@ -1,5 +1,5 @@
 use crate::config::{merge, parse_file};
-use crate::flags::Flags;
+use crate::settings::cli::Flags;
 use clap::Parser;
 use std::time::Duration;
 
