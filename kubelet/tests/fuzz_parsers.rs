@@ -229,7 +229,7 @@ fn check_pod(pod: &k8s_openapi::api::core::v1::Pod, node: &str, text_len: usize)
     let uid = pod.metadata.uid.as_deref().expect("uid");
     assert!(is_safe_uid(uid), "uid {uid:?} is not safe");
     let spec = pod.spec.as_ref().expect("spec");
-    assert_eq!(spec.node_name.as_deref(), Some(node_lc.as_str()));
+    assert_eq!(spec.node.node_name.as_deref(), Some(node_lc.as_str()));
     assert!(!spec.containers.is_empty());
     // Aliases must not amplify a small file into a huge pod (billion laughs).
     let size = serde_json::to_vec(pod).unwrap().len();
@@ -706,15 +706,15 @@ fn run_kubelet_config(text: String) {
         );
         let flags = kubelet::settings::cli::Flags::default();
         if let Ok(c) = kubelet::config::merge(&flags, file, "Node-1") {
-            assert_eq!(c.node_name, "node-1");
+            assert_eq!(c.node.node_name, "node-1");
             assert!(
-                c.port > 0,
+                c.server.port > 0,
                 "the server port is never 0 (healthzPort may be)"
             );
             assert!(c.cgroup_root.starts_with('/'));
-            assert!(!c.container_runtime_endpoint.is_empty());
+            assert!(!c.runtime.container_runtime_endpoint.is_empty());
             assert!(!c.sync_frequency.is_zero());
-            assert!(c.node_lease_duration_seconds > 0);
+            assert!(c.node.node_lease_duration_seconds > 0);
             assert!(c.kube_api_qps > 0 && c.kube_api_burst > 0);
         }
     })

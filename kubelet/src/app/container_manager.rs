@@ -183,7 +183,7 @@ pub(super) async fn start_dra(
         });
         m.start_slice_cleanup(dra::SliceCleanup::new(
             api,
-            &cfg.node_name,
+            &cfg.node.node_name,
             dra::slices::WIPING_DELAY,
             cancel.child_token(),
         ));

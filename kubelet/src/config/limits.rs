@@ -5,9 +5,9 @@
 //! ValidateKubeletConfiguration.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
-pub(super) use crate::settings::resolve::gate_or;
 use crate::cm::{DEFAULT_CFS_PERIOD_US, PodLimits, SwapBehavior};
 use crate::settings::cli::Flags;
+pub(super) use crate::settings::resolve::gate_or;
 use plumbing::duration;
 use std::time::Duration;
 

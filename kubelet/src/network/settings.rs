@@ -28,7 +28,6 @@ pub const DEFAULT_MTU: u32 = 1500;
 /// The plugin's executable name (in the bin dir, and beside the kubelet by default).
 pub const PLUGIN_NAME: &str = "node-agent-cni";
 
-
 /// Validated settings.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

@@ -18,9 +18,9 @@ mod error;
 mod fields;
 pub mod file;
 mod flags;
-pub mod resolve;
 #[cfg(test)]
 mod readme;
+pub mod resolve;
 
 pub use cli::Flags;
 pub use error::ConfigError;

@@ -11,7 +11,6 @@ const DEFAULT_PRIORITY: i32 = 0;
 
 pub use crate::settings::file::PriorityGrace;
 
-
 /// The validated shutdown settings: the groups sorted by priority (empty: disabled).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Settings {

@@ -14,8 +14,10 @@ fn field_flags_work_as_their_fields_and_win_over_the_file() {
     let file = "enableServer: true\nenableDebuggingHandlers: true\nmakeIPTablesUtilChains: true\n\
                 serverTLSBootstrap: false\nvolumeStatsAggPeriod: 2m\n";
     let c = load(&[], file).unwrap();
-    assert!(c.enable_server && c.enable_debugging_handlers && c.make_iptables_util_chains);
-    assert!(!c.server_tls_bootstrap);
+    assert!(
+        c.server.enable_server && c.server.enable_debugging_handlers && c.make_iptables_util_chains
+    );
+    assert!(!c.server.server_tls_bootstrap);
     assert_eq!(c.volume_stats_agg_period, Duration::from_secs(120));
     let c = load(
         &[
@@ -28,16 +30,19 @@ fn field_flags_work_as_their_fields_and_win_over_the_file() {
         file,
     )
     .unwrap();
-    assert!(!c.enable_server, "--enable-server=false");
+    assert!(!c.server.enable_server, "--enable-server=false");
     assert!(
-        !c.enable_debugging_handlers,
+        !c.server.enable_debugging_handlers,
         "--enable-debugging-handlers=0"
     );
     assert!(
         !c.make_iptables_util_chains,
         "--make-iptables-util-chains=F"
     );
-    assert!(c.server_tls_bootstrap, "--rotate-server-certificates");
+    assert!(
+        c.server.server_tls_bootstrap,
+        "--rotate-server-certificates"
+    );
     assert_eq!(c.volume_stats_agg_period, Duration::from_secs(30));
 }
 
