@@ -1,10 +1,13 @@
 //! How the container manager names cgroups: the cgroup driver. How pod and container cgroups
 //! are limited (`cpuCFSQuota`, `cpuCFSQuotaPeriod`, `podPidsLimit`, `memorySwap.swapBehavior`,
 //! `singleProcessOOMKill`, the `PodLevelResources` gate) is part of the node-wide settings
-//! pods are rendered with (`node_settings`), re-exported here (`config` parses and validates
-//! them).
+//! pods are rendered with (`node_settings`), re-exported here; `node_resources` and `pod_limits` parse and validate
+//! them with the reservations and eviction thresholds (`config` assembles).
 
 use serde::Serialize;
+
+pub mod node_resources;
+pub mod pod_limits;
 
 /// Which cgroup manager names pod cgroups: `cgroupfs` paths or `systemd` slices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

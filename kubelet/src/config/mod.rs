@@ -4,7 +4,6 @@
 pub mod dropins;
 mod extra_flags;
 pub mod limits;
-pub mod resources;
 mod system_cgroups;
 
 pub use crate::settings::{ConfigError, KubeletConfiguration, parse_file};
@@ -274,8 +273,8 @@ pub fn merge(
         .unwrap_or_default();
     crate::pod::SysctlAllowlist::new(&allowed_unsafe_sysctls)
         .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
-    let resources = resources::parse(flags, file)?;
-    let pod_limits = limits::parse(flags, file)?;
+    let resources = crate::cm::settings::node_resources::parse(flags, file)?;
+    let pod_limits = crate::cm::settings::pod_limits::parse(flags, file)?;
     let crash_loop_max = limits::crash_loop_max(flags, file)?;
     let images = crate::images::settings::resolve(flags, file)?;
     let runtime = crate::runtime::settings::resolve(flags, file)?;
