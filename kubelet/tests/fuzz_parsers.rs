@@ -711,7 +711,7 @@ fn run_kubelet_config(text: String) {
                 c.server.port > 0,
                 "the server port is never 0 (healthzPort may be)"
             );
-            assert!(c.cgroup_root.starts_with('/'));
+            assert!(c.cm.cgroup_root.starts_with('/'));
             assert!(!c.runtime.container_runtime_endpoint.is_empty());
             assert!(!c.sync_frequency.is_zero());
             assert!(c.node.node_lease_duration_seconds > 0);

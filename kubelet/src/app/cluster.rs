@@ -142,7 +142,7 @@ pub fn start(
             terminated_tx: terminated_tx.clone(),
             shutdown: parts.shutdown.clone(),
             pressure: parts.pressure.clone(),
-            pod_level_resources: cfg.pod_limits.pod_level_resources,
+            pod_level_resources: cfg.cm.pod_limits.pod_level_resources,
             devices: Some(parts.devices.clone()),
             allocations: parts.allocations.clone(),
         }
@@ -196,7 +196,7 @@ fn start_node(
         lease_duration_seconds: cfg.node.node_lease_duration_seconds,
         register_node: cfg.node.register_node,
         max_images: cfg.node.node_status_max_images,
-        resources: cfg.resources.clone(),
+        resources: cfg.cm.resources.clone(),
         cloud: cfg.node.cloud.clone(),
         given_node_ips: cfg.node.node_ips.clone(),
     };

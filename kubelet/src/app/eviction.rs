@@ -92,7 +92,7 @@ impl NodeReclaim for Reclaimers {
 /// The node's allocatable memory: capacity less kube and system reservations and the hard
 /// memory.available threshold (what upstream's `pods` cgroup is limited to).
 pub fn allocatable_memory(cfg: &Config, capacity: i64) -> i128 {
-    let r = &cfg.resources;
+    let r = &cfg.cm.resources;
     let hard = r
         .eviction
         .thresholds
@@ -176,11 +176,12 @@ pub fn spawn(
     tasks.spawn(containers.clone().run(cancel.clone()));
     tasks.spawn(images.clone().run(cancel.clone()));
     let allocatable = cfg
+        .cm
         .resources
         .enforces("pods")
         .then(|| allocatable_memory(cfg, crate::host::memory_capacity()));
     let manager = Manager::new(
-        cfg.resources.eviction.clone(),
+        cfg.cm.resources.eviction.clone(),
         Parts {
             stats: Arc::new(ProviderStats(stats)),
             pods: Arc::new(SyncLoopKiller(control)),
@@ -189,7 +190,7 @@ pub fn spawn(
             state,
             node_name: cfg.node.node_name.clone(),
             allocatable_memory: allocatable,
-            pod_level_resources: cfg.pod_limits.pod_level_resources,
+            pod_level_resources: cfg.cm.pod_limits.pod_level_resources,
         },
     );
     tasks.spawn(manager.run(cancel.clone()));

@@ -159,7 +159,7 @@ fn node_ips(cfg: &Config) -> Vec<std::net::IpAddr> {
 /// Gates whose state changes what pods get, said once at start.
 fn log_gates(cfg: &Config) {
     // The gate reaches the pod workers (node settings), eviction and admission in their settings.
-    if !cfg.pod_limits.pod_level_resources {
+    if !cfg.cm.pod_limits.pod_level_resources {
         tracing::info!("feature gate PodLevelResources is off: spec.resources of pods is ignored");
     }
 }
@@ -495,8 +495,8 @@ fn start_stats_and_logs(
         runtime.clone(),
         Arc::new(crate::stats::LinuxNode),
         crate::stats::ProviderConfig {
-            volume_stats_agg_period: cfg.volume_stats_agg_period,
-            system: cfg.system_cgroups.clone(),
+            volume_stats_agg_period: cfg.stats.volume_stats_agg_period,
+            system: cfg.stats.system_cgroups.clone(),
             ..crate::stats::ProviderConfig::new(
                 cfg.node.node_name.clone(),
                 cfg.root_dir.clone(),

@@ -44,7 +44,8 @@ async fn node_settings(
     })
     .await
     .unwrap_or_default();
-    let (_, allocatable) = crate::cm::resource_lists(&host_info, cfg.node.max_pods, &cfg.resources);
+    let (_, allocatable) =
+        crate::cm::resource_lists(&host_info, cfg.node.max_pods, &cfg.cm.resources);
     // As upstream at start: volumes' propagation mounts need the root dir on a shared mount.
     crate::volume::make_root_dir_rshared(
         |dir| {
@@ -64,7 +65,7 @@ async fn node_settings(
         root_dir: cfg.root_dir.clone(),
         memory_capacity: crate::host::memory_capacity(),
         seccomp_default: cfg.seccomp_default,
-        pod_limits: cfg.pod_limits.clone(),
+        pod_limits: cfg.cm.pod_limits.clone(),
         hugepage_sizes: crate::host::hugepage_sizes(),
         selinux_enabled: crate::host::selinux_enabled(),
         cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
@@ -401,7 +402,7 @@ pub(super) async fn start_static_pods(
         Some(shared.shutdown.clone()),
         Some(shared.pressure.clone()),
     );
-    admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
+    admission.pod_level_resources = cfg.cm.pod_limits.pod_level_resources;
     admission.devices = Some(shared.devices.clone());
     admission.device_scope = if standalone {
         crate::devices::DeviceScope::All

@@ -4,11 +4,9 @@
 pub mod dropins;
 mod extra_flags;
 pub mod limits;
-mod system_cgroups;
 
 pub use crate::settings::{ConfigError, KubeletConfiguration, parse_file};
 
-use crate::cm::CgroupDriver;
 use crate::network::settings as network;
 use crate::settings::cli::Flags;
 pub(crate) use crate::settings::resolve::{dur, invalid, ip};
@@ -32,6 +30,12 @@ pub struct Config {
     /// The CRI endpoints, the request timeout and container GC.
     #[serde(flatten)]
     pub runtime: crate::runtime::Settings,
+    /// The cgroup driver and root, QoS tiers, reservations and eviction thresholds, pod limits.
+    #[serde(flatten)]
+    pub cm: crate::cm::Settings,
+    /// `volumeStatsAggPeriod` and the Summary's system containers.
+    #[serde(flatten)]
+    pub stats: crate::stats::settings::Settings,
     pub kubeconfig: Option<PathBuf>,
     pub bootstrap_kubeconfig: Option<PathBuf>,
     pub root_dir: PathBuf,
@@ -50,17 +54,7 @@ pub struct Config {
     pub cluster_dns: Vec<IpAddr>,
     pub cluster_domain: String,
     pub resolv_conf: Option<PathBuf>,
-    pub cgroup_driver: CgroupDriver,
-    pub cgroup_root: String,
-    pub cgroups_per_qos: bool,
-    /// The cgroups of the Summary's `node.systemContainers`.
-    #[serde(skip)]
-    pub system_cgroups: crate::stats::system::SystemCgroups,
     pub pod_logs_dir: PathBuf,
-    /// `volumeStatsAggPeriod` (default 1m; `0s` means the default, as upstream's defaulting):
-    /// how often volumes' and log directories' usage is measured.
-    #[serde(with = "duration::serde_opt_plain")]
-    pub volume_stats_agg_period: Duration,
     /// `eventRecordQPS` / `eventBurst` (default 50 / 100): the event writer's rate limit.
     #[serde(rename = "eventRecordQPS")]
     pub event_record_qps: i32,
@@ -85,15 +79,11 @@ pub struct Config {
     pub seccomp_default: bool,
     /// `allowedUnsafeSysctls`, validated: pods may set these beside the safe sysctls.
     pub allowed_unsafe_sysctls: Vec<String>,
-    /// Reservations, node allocatable enforcement and eviction thresholds, validated.
-    pub resources: crate::cm::NodeResources,
     /// `containerLogMaxSize`, `containerLogMaxFiles`, `containerLogMaxWorkers`,
     /// `containerLogMonitorInterval` (flags over file), validated.
     pub container_log: crate::logs::Settings,
     /// `nodeAgentNetwork` / `--node-agent-cni`: the node network controller (ours).
     pub network: network::Settings,
-    /// cpuCFSQuota, cpuCFSQuotaPeriod, podPidsLimit, memorySwap.swapBehavior.
-    pub pod_limits: crate::cm::PodLimits,
     /// `crashLoopBackOff.maxContainerRestartPeriod`: the container restart back-off's cap.
     pub crash_loop_max: Duration,
     /// The `EventedPLEG` gate (alpha, off by default as upstream).
@@ -182,36 +172,6 @@ fn event_rates(flags: &Flags, file: &KubeletConfiguration) -> Result<(i32, i32),
     ))
 }
 
-/// `cgroupDriver` (`cgroupfs` or `systemd`) and `cgroupRoot` (absolute; default `/`).
-fn cgroups(
-    flags: &Flags,
-    file: &KubeletConfiguration,
-) -> Result<(CgroupDriver, String), ConfigError> {
-    let driver = match (flags.cgroup_driver.clone())
-        .or(file.cgroup_driver.clone())
-        .as_deref()
-        .unwrap_or("cgroupfs")
-    {
-        "cgroupfs" => CgroupDriver::Cgroupfs,
-        "systemd" => CgroupDriver::Systemd,
-        other => {
-            return Err(invalid(format!(
-                "cgroupDriver: {other:?} is not supported: want \"cgroupfs\" or \"systemd\""
-            )));
-        }
-    };
-    let root = (flags.cgroup_root.clone())
-        .or(file.cgroup_root.clone())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "/".into());
-    if !root.starts_with('/') {
-        return Err(invalid(format!(
-            "cgroupRoot: {root:?} must be an absolute path"
-        )));
-    }
-    Ok((driver, root))
-}
-
 /// `oomScoreAdj` (`--oom-score-adj`, default -999), range-checked.
 fn oom_score_adj(flags: &Flags, file: &KubeletConfiguration) -> Result<i32, ConfigError> {
     let v = match (flags.oom_score_adj, &file.oom_score_adj) {
@@ -267,14 +227,12 @@ pub fn merge(
     let node = crate::node::settings::resolve(flags, file, hostname)?;
     let root_dir =
         PathBuf::from((flags.root_dir.clone()).unwrap_or_else(|| "/var/lib/kubelet".into()));
-    let (cgroup_driver, cgroup_root) = cgroups(flags, file)?;
+    let cm = crate::cm::settings::resolve(flags, file)?;
     let allowed_unsafe_sysctls = (flags.allowed_unsafe_sysctls.clone())
         .or(file.allowed_unsafe_sysctls.clone())
         .unwrap_or_default();
     crate::pod::SysctlAllowlist::new(&allowed_unsafe_sysctls)
         .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
-    let resources = crate::cm::settings::node_resources::parse(flags, file)?;
-    let pod_limits = crate::cm::settings::pod_limits::parse(flags, file)?;
     let crash_loop_max = limits::crash_loop_max(flags, file)?;
     let images = crate::images::settings::resolve(flags, file)?;
     let runtime = crate::runtime::settings::resolve(flags, file)?;
@@ -282,15 +240,14 @@ pub fn merge(
     let (event_record_qps, event_burst) = event_rates(flags, file)?;
     let (cluster_dns, cluster_domain, resolv_conf) = dns(flags, file)?;
     let server = crate::server::settings::resolve(flags, file)?;
-    let cgroups_per_qos = flags
-        .cgroups_per_qos
-        .or(file.cgroups_per_qos)
-        .unwrap_or(true);
+    let stats = crate::stats::settings::resolve(flags, file, &cm.cgroup_root, cm.cgroups_per_qos)?;
     Ok(Config {
         node,
         server,
         images,
         runtime,
+        cm,
+        stats,
         kubeconfig: flags.kubeconfig.clone().map(PathBuf::from),
         bootstrap_kubeconfig: flags.bootstrap_kubeconfig.clone().map(PathBuf::from),
         cert_dir: (flags.cert_dir.clone().map(PathBuf::from))
@@ -319,19 +276,9 @@ pub fn merge(
         cluster_dns,
         cluster_domain,
         resolv_conf,
-        cgroup_driver,
-        system_cgroups: system_cgroups::system_cgroups(flags, file, &cgroup_root, cgroups_per_qos),
-        cgroup_root,
-        cgroups_per_qos,
         pod_logs_dir: PathBuf::from(
             (file.pod_logs_dir.clone()).unwrap_or_else(|| "/var/log/pods".into()),
         ),
-        volume_stats_agg_period: dur(
-            "volumeStatsAggPeriod",
-            &None,
-            file.volume_stats_agg_period,
-            crate::stats::DEFAULT_VOLUME_STATS_AGG_PERIOD,
-        )?,
         event_record_qps,
         event_burst,
         make_iptables_util_chains: (file.make_ip_tables_util_chains.as_ref())
@@ -359,15 +306,13 @@ pub fn merge(
             .unwrap_or(false),
         seccomp_default: (flags.seccomp_default.or(file.seccomp_default)).unwrap_or(false),
         allowed_unsafe_sysctls,
-        resources,
-        container_log: container_log(flags, file)?,
+        container_log: crate::logs::settings::resolve(flags, file)?,
         network: network::merge(
             flags.node_agent_cni,
             flags.node_agent_cluster_cidr.as_deref(),
             file.node_agent_network.as_ref(),
         )
         .map_err(invalid)?,
-        pod_limits,
         crash_loop_max,
         evented_pleg: limits::gate_or(flags, file, crate::pleg::EVENTED_PLEG_GATE, false),
         resource_health_status: limits::gate_or(
@@ -383,53 +328,6 @@ pub fn merge(
             false,
         ),
     })
-}
-
-/// The log rotation settings: flags over the file, then upstream's validation.
-fn container_log(
-    flags: &Flags,
-    file: &KubeletConfiguration,
-) -> Result<crate::logs::Settings, ConfigError> {
-    let set = |v: &Option<serde_json::Value>| v.clone().filter(|v| !v.is_null());
-    let int = |name: &str, v: Option<serde_json::Value>| -> Result<Option<i64>, ConfigError> {
-        v.map(|v| {
-            v.as_i64()
-                .ok_or_else(|| invalid(format!("{name}: {v} is not an integer")))
-        })
-        .transpose()
-    };
-    let size = match (
-        &flags.container_log_max_size,
-        set(&file.container_log_max_size),
-    ) {
-        (Some(s), _) => Some(s.clone()),
-        (None, Some(serde_json::Value::String(s))) => Some(s),
-        (None, Some(v)) => Some(v.to_string()),
-        (None, None) => None,
-    };
-    let files = match flags.container_log_max_files {
-        Some(n) => Some(i64::from(n)),
-        None => int("containerLogMaxFiles", set(&file.container_log_max_files))?,
-    };
-    let workers = int(
-        "containerLogMaxWorkers",
-        set(&file.container_log_max_workers),
-    )?;
-    // `0s` (as kubeadm writes unset durations) means the default, as for the other periods.
-    let interval = match set(&file.container_log_monitor_interval) {
-        None => None,
-        Some(serde_json::Value::String(t)) => Some(
-            duration::parse(&t)
-                .map_err(|e| invalid(format!("containerLogMonitorInterval: {e}")))?,
-        )
-        .filter(|d| !d.is_zero()),
-        Some(v) => {
-            return Err(invalid(format!(
-                "containerLogMonitorInterval: {v} is not a duration"
-            )));
-        }
-    };
-    crate::logs::Settings::new(size.as_deref(), files, workers, interval).map_err(invalid)
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::cm::CgroupDriver;
 use clap::Parser;
 
 pub(crate) const KUBEADM_CONFIG: &str = r#"apiVersion: kubelet.config.k8s.io/v1beta1
@@ -67,7 +68,7 @@ fn kubeadm_written_config_parses() {
     )
     .unwrap();
     assert_eq!(cfg.node.node_name, "node-a");
-    assert_eq!(cfg.cgroup_driver, CgroupDriver::Systemd);
+    assert_eq!(cfg.cm.cgroup_driver, CgroupDriver::Systemd);
     assert_eq!(
         cfg.cluster_dns,
         vec!["10.96.0.10".parse::<IpAddr>().unwrap()]
@@ -92,8 +93,8 @@ fn defaults_match_upstream() {
         cfg.runtime.container_runtime_endpoint,
         DEFAULT_RUNTIME_ENDPOINT
     );
-    assert_eq!(cfg.cgroup_driver, CgroupDriver::Cgroupfs);
-    assert!(cfg.cgroups_per_qos);
+    assert_eq!(cfg.cm.cgroup_driver, CgroupDriver::Cgroupfs);
+    assert!(cfg.cm.cgroups_per_qos);
     assert_eq!(
         cfg.node.node_status_report_frequency,
         Duration::from_secs(300)
@@ -108,34 +109,6 @@ fn defaults_match_upstream() {
     );
     assert!(cfg.node.register_node);
     assert!(cfg.server.enable_debugging_handlers);
-}
-
-/// `volumeStatsAggPeriod` is read; `0s` (what kubeadm writes) and no value mean upstream's
-/// default of a minute; a value that is no duration refuses the start.
-#[test]
-fn volume_stats_agg_period_is_read_and_0s_means_the_default() {
-    let period = |yaml: &str| {
-        merge(&flags(&[]), parse_file("c", yaml).unwrap(), "n")
-            .unwrap()
-            .volume_stats_agg_period
-    };
-    assert_eq!(
-        period("volumeStatsAggPeriod: 30s\n"),
-        Duration::from_secs(30)
-    );
-    assert_eq!(
-        period("volumeStatsAggPeriod: 2m\n"),
-        Duration::from_secs(120)
-    );
-    assert_eq!(
-        period("volumeStatsAggPeriod: 0s\n"),
-        Duration::from_secs(60)
-    );
-    assert_eq!(period("{}\n"), Duration::from_secs(60));
-    let err = parse_file("c", "volumeStatsAggPeriod: often\n")
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("often"), "{err}");
 }
 
 #[test]
@@ -267,71 +240,6 @@ fn wrong_kind_rejected_unknown_fields_tolerated() {
 }
 
 #[test]
-fn container_log_settings_flags_over_file_and_invalid_ones_refuse_start() {
-    // kubeadm's file sets none of them: upstream's defaults.
-    let kubeadm = parse_file("c", KUBEADM_CONFIG).unwrap();
-    let cfg = merge(
-        &flags(&["--container-runtime-endpoint=unix:///run/containerd/containerd.sock"]),
-        kubeadm,
-        "n",
-    )
-    .unwrap();
-    assert_eq!(cfg.container_log, crate::logs::Settings::default());
-    let file = parse_file(
-        "c",
-        "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\ncontainerLogMaxWorkers: 2\n\
-         containerLogMonitorInterval: 5s\n",
-    )
-    .unwrap();
-    let cfg = merge(&flags(&[]), file.clone(), "n").unwrap();
-    assert_eq!(
-        cfg.container_log,
-        crate::logs::Settings {
-            max_size: 1 << 20,
-            max_files: 3,
-            max_workers: 2,
-            monitor_interval: Duration::from_secs(5),
-        }
-    );
-    let cfg = merge(
-        &flags(&[
-            "--container-log-max-size=2Mi",
-            "--container-log-max-files=4",
-        ]),
-        file,
-        "n",
-    )
-    .unwrap();
-    assert_eq!(
-        (cfg.container_log.max_size, cfg.container_log.max_files),
-        (2 << 20, 4)
-    );
-    for (text, want) in [
-        (
-            "containerLogMaxFiles: 1\n",
-            "invalid MaxFiles 1, must be > 1",
-        ),
-        (
-            "containerLogMaxSize: 10Mb\n",
-            "failed to parse container log max size \"10Mb\"",
-        ),
-        (
-            "containerLogMaxWorkers: 0\n",
-            "containerLogMaxWorkers must be greater than or equal to 1",
-        ),
-        (
-            "containerLogMonitorInterval: 1s\n",
-            "greater than or equal to 3s",
-        ),
-    ] {
-        let err = merge(&flags(&[]), parse_file("c", text).unwrap(), "n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains(want), "{text}: {err}");
-    }
-}
-
-#[test]
 fn unread_feature_gates_are_named_and_read_ones_are_not() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
@@ -362,7 +270,7 @@ fn unread_feature_gates_are_named_and_read_ones_are_not() {
         ]
     );
     assert!(
-        !cfg.pod_limits.pod_level_resources,
+        !cfg.cm.pod_limits.pod_level_resources,
         "the file's gate is read"
     );
     assert!(
@@ -686,4 +594,98 @@ fn logging_from_the_file_with_the_flags_over_it() {
         err,
         "invalid configuration: logging.format: Invalid value: \"xml\": Unsupported log format"
     );
+}
+
+/// `/configz` shows the settings under the names it always had: each subsystem's settings
+/// are flattened into the one object, not nested under the subsystem's name.
+#[test]
+fn configz_keeps_its_flat_field_names() {
+    let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
+    let v = serde_json::to_value(&cfg).unwrap();
+    let obj = v.as_object().unwrap();
+    for key in [
+        "nodeName",
+        "nodeIps",
+        "nodeLabels",
+        "kubeconfig",
+        "bootstrapKubeconfig",
+        "rootDir",
+        "certDir",
+        "staticPodPath",
+        "syncFrequency",
+        "fileCheckFrequency",
+        "address",
+        "port",
+        "readOnlyPort",
+        "maxOpenFiles",
+        "oomScoreAdj",
+        "server",
+        "nodeStatusMaxImages",
+        "tlsCertFile",
+        "tlsPrivateKeyFile",
+        "healthzPort",
+        "healthzBindAddress",
+        "clusterDNS",
+        "clusterDomain",
+        "resolvConf",
+        "cgroupDriver",
+        "cgroupRoot",
+        "cgroupsPerQos",
+        "maxPods",
+        "podLogsDir",
+        "enableSystemLogHandler",
+        "enableDebuggingHandlers",
+        "enableDebugFlagsHandler",
+        "enableProfilingHandler",
+        "enableSystemLogQuery",
+        "containerRuntimeEndpoint",
+        "imageServiceEndpoint",
+        "runtimeRequestTimeout",
+        "streamingConnectionIdleTimeout",
+        "volumeStatsAggPeriod",
+        "pullGate",
+        "registryPullQPS",
+        "registryBurst",
+        "eventRecordQPS",
+        "eventBurst",
+        "makeIptablesUtilChains",
+        "rotateCertificates",
+        "nodeStatusUpdateFrequency",
+        "failSwapOn",
+        "podInfraContainerImage",
+        "verbosity",
+        "nodeStatusReportFrequency",
+        "shutdown",
+        "nodeLeaseDurationSeconds",
+        "kubeAPIQPS",
+        "kubeApiBurst",
+        "registerNode",
+        "registerWithTaints",
+        "enableServer",
+        "auth",
+        "tlsMinVersion",
+        "tlsCipherSuites",
+        "serverTlsBootstrap",
+        "protectKernelDefaults",
+        "seccompDefault",
+        "allowedUnsafeSysctls",
+        "resources",
+        "containerLog",
+        "network",
+        "podLimits",
+        "crashLoopMax",
+        "imageGc",
+        "containerGc",
+        "imagePullCredentialsVerificationPolicy",
+        "imageCredentialProviderConfig",
+        "imageCredentialProviderBinDir",
+        "cloud",
+    ] {
+        assert!(obj.contains_key(key), "/configz lost {key}: {v}");
+    }
+    for nested in ["node", "images", "runtime", "connections", "limits"] {
+        assert!(!obj.contains_key(nested), "/configz nests {nested}");
+    }
+    assert_eq!(v["server"]["maxConnections"], 4096, "{v}");
+    assert_eq!(v["port"], 10250);
 }

@@ -24,6 +24,7 @@ pub mod live;
 pub mod node;
 pub mod procs;
 pub mod resource;
+pub mod settings;
 pub mod summary;
 pub mod system;
 #[cfg(test)]

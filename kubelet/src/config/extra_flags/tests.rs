@@ -18,7 +18,7 @@ fn field_flags_work_as_their_fields_and_win_over_the_file() {
         c.server.enable_server && c.server.enable_debugging_handlers && c.make_iptables_util_chains
     );
     assert!(!c.server.server_tls_bootstrap);
-    assert_eq!(c.volume_stats_agg_period, Duration::from_secs(120));
+    assert_eq!(c.stats.volume_stats_agg_period, Duration::from_secs(120));
     let c = load(
         &[
             "--enable-server=false",
@@ -43,7 +43,7 @@ fn field_flags_work_as_their_fields_and_win_over_the_file() {
         c.server.server_tls_bootstrap,
         "--rotate-server-certificates"
     );
-    assert_eq!(c.volume_stats_agg_period, Duration::from_secs(30));
+    assert_eq!(c.stats.volume_stats_agg_period, Duration::from_secs(30));
 }
 
 #[test]
@@ -54,5 +54,5 @@ fn negative_volume_stats_period_is_refused_by_name() {
     assert!(err.contains("--volume-stats-agg-period"), "{err}");
     // 0s means the default, as in the file.
     let c = load(&["--volume-stats-agg-period=0s"], "{}\n").unwrap();
-    assert_eq!(c.volume_stats_agg_period, Duration::from_secs(60));
+    assert_eq!(c.stats.volume_stats_agg_period, Duration::from_secs(60));
 }
