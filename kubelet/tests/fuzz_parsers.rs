@@ -229,7 +229,7 @@ fn check_pod(pod: &k8s_openapi::api::core::v1::Pod, node: &str, text_len: usize)
     let uid = pod.metadata.uid.as_deref().expect("uid");
     assert!(is_safe_uid(uid), "uid {uid:?} is not safe");
     let spec = pod.spec.as_ref().expect("spec");
-    assert_eq!(spec.node.node_name.as_deref(), Some(node_lc.as_str()));
+    assert_eq!(spec.node_name.as_deref(), Some(node_lc.as_str()));
     assert!(!spec.containers.is_empty());
     // Aliases must not amplify a small file into a huge pod (billion laughs).
     let size = serde_json::to_vec(pod).unwrap().len();

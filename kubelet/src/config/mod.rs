@@ -1,5 +1,9 @@
-//! KubeletConfiguration (kubelet.config.k8s.io/v1beta1) and the validated settings the agent runs
-//! with. [`load`] is a pure function of the flags and the config file's text.
+//! The validated settings the agent runs with. [`load`] reads `--config` and its
+//! `--config-dir` drop-ins into a KubeletConfiguration (`settings::file`), checks every flag
+//! and field against the registry and the feature gates, and assembles [`Config`]: each
+//! subsystem resolves its own part (`node::settings`, `server::settings`, `images::settings`,
+//! `runtime::settings`, `cm::settings`, `stats::settings`, `logs::settings`, …); what is left
+//! here belongs to the agent as a whole. A pure function of the flags and the files' text.
 
 pub mod dropins;
 mod extra_flags;
