@@ -98,7 +98,7 @@ LAYERS = {
         # -> status (manager and apiserver writer).
         ("core", ["pod", "pod_worker", "status", "sync_loop"]),
         # App: the command line and config file, and the assembly that starts everything.
-        ("app", ["app", "config", "flags", "proxy_role", "systemd"]),
+        ("app", ["app", "config", "proxy_role", "systemd"]),
     ],
 }
 

@@ -20,7 +20,6 @@ pub mod config;
 pub mod devices;
 pub mod events;
 pub mod eviction;
-pub mod flags;
 pub mod fs_at;
 pub mod host;
 pub mod images;

@@ -1,7 +1,7 @@
 //! `kubelet`: parse flags, load config, run until SIGTERM/SIGINT.
 
 use clap::{CommandFactory, FromArgMatches};
-use kubelet::{app, config, flags::Flags, settings};
+use kubelet::{app, config, settings, settings::Flags};
 use tokio_util::sync::CancellationToken;
 
 fn hostname() -> String {

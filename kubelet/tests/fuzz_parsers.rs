@@ -704,17 +704,17 @@ fn run_kubelet_config(text: String) {
             serde_json::to_value(&twice).unwrap(),
             "round trip of {text:?}"
         );
-        let flags = kubelet::flags::Flags::default();
+        let flags = kubelet::settings::cli::Flags::default();
         if let Ok(c) = kubelet::config::merge(&flags, file, "Node-1") {
-            assert_eq!(c.node_name, "node-1");
+            assert_eq!(c.node.node_name, "node-1");
             assert!(
-                c.port > 0,
+                c.server.port > 0,
                 "the server port is never 0 (healthzPort may be)"
             );
-            assert!(c.cgroup_root.starts_with('/'));
-            assert!(!c.container_runtime_endpoint.is_empty());
+            assert!(c.cm.cgroup_root.starts_with('/'));
+            assert!(!c.runtime.container_runtime_endpoint.is_empty());
             assert!(!c.sync_frequency.is_zero());
-            assert!(c.node_lease_duration_seconds > 0);
+            assert!(c.node.node_lease_duration_seconds > 0);
             assert!(c.kube_api_qps > 0 && c.kube_api_burst > 0);
         }
     })

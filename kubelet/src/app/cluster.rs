@@ -56,7 +56,7 @@ pub async fn connect(
 ) -> Result<Option<Connected>, ClusterError> {
     let kubeconfig = cfg.kubeconfig.clone().unwrap_or_default();
     let settings = bootstrap::BootstrapSettings {
-        node_name: cfg.node_name.clone(),
+        node_name: cfg.node.node_name.clone(),
         kubeconfig: kubeconfig.clone(),
         bootstrap_kubeconfig: cfg.bootstrap_kubeconfig.clone(),
         cert_dir: cfg.cert_dir.clone(),
@@ -121,7 +121,7 @@ pub fn start(
     let store = crate::objects::PodStore::default();
     tasks.spawn(crate::objects::watch_pods(
         conn.client.clone(),
-        cfg.node_name.clone(),
+        cfg.node.node_name.clone(),
         store.clone(),
         cancel.clone(),
     ));
@@ -129,8 +129,8 @@ pub fn start(
     parts.statuses.keep_removed();
     tasks.spawn(
         pods::Dispatcher {
-            node_name: cfg.node_name.clone(),
-            max_pods: cfg.max_pods,
+            node_name: cfg.node.node_name.clone(),
+            max_pods: cfg.node.max_pods,
             sysctls: crate::pod::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
                 .unwrap_or_default(),
             store: store.clone(),
@@ -142,7 +142,7 @@ pub fn start(
             terminated_tx: terminated_tx.clone(),
             shutdown: parts.shutdown.clone(),
             pressure: parts.pressure.clone(),
-            pod_level_resources: cfg.pod_limits.pod_level_resources,
+            pod_level_resources: cfg.cm.pod_limits.pod_level_resources,
             devices: Some(parts.devices.clone()),
             allocations: parts.allocations.clone(),
         }
@@ -160,7 +160,7 @@ pub fn start(
     tasks.spawn(
         status_writer::StatusWriter {
             client: conn.client.clone(),
-            node_name: cfg.node_name.clone(),
+            node_name: cfg.node.node_name.clone(),
             store,
             statuses: parts.statuses,
             terminated_rx,
@@ -184,21 +184,21 @@ fn start_node(
 ) -> watch::Receiver<Option<k8s_openapi::api::core::v1::Node>> {
     let (node_tx, node_rx) = watch::channel(None);
     let node_cfg = node::NodeConfig {
-        name: cfg.node_name.clone(),
-        labels: cfg.node_labels.clone(),
-        taints: cfg.register_with_taints.clone(),
+        name: cfg.node.node_name.clone(),
+        labels: cfg.node.node_labels.clone(),
+        taints: cfg.node.register_with_taints.clone(),
         node_ips: parts.node_ips.clone(),
-        hostname: cfg.node_name.clone(),
-        port: cfg.port,
-        max_pods: cfg.max_pods,
-        update_frequency: cfg.node_status_update_frequency,
-        report_frequency: cfg.node_status_report_frequency,
-        lease_duration_seconds: cfg.node_lease_duration_seconds,
-        register_node: cfg.register_node,
-        max_images: cfg.node_status_max_images,
-        resources: cfg.resources.clone(),
-        cloud: cfg.cloud.clone(),
-        given_node_ips: cfg.node_ips.clone(),
+        hostname: cfg.node.node_name.clone(),
+        port: cfg.server.port,
+        max_pods: cfg.node.max_pods,
+        update_frequency: cfg.node.node_status_update_frequency,
+        report_frequency: cfg.node.node_status_report_frequency,
+        lease_duration_seconds: cfg.node.node_lease_duration_seconds,
+        register_node: cfg.node.register_node,
+        max_images: cfg.node.node_status_max_images,
+        resources: cfg.cm.resources.clone(),
+        cloud: cfg.node.cloud.clone(),
+        given_node_ips: cfg.node.node_ips.clone(),
     };
     let health = Arc::new(node::CriHealth {
         runtime: parts.runtime.clone(),
@@ -228,8 +228,8 @@ fn start_node(
     }
     tasks.spawn(
         node::LeaseLoop {
-            node_name: cfg.node_name.clone(),
-            lease_duration_seconds: cfg.node_lease_duration_seconds,
+            node_name: cfg.node.node_name.clone(),
+            lease_duration_seconds: cfg.node.node_lease_duration_seconds,
             client: conn.client.clone(),
             node_rx: node_rx.clone(),
         }
@@ -251,7 +251,7 @@ fn start_rotation(
     if cfg.rotate_certificates && bootstrap::Rotator::manages(&kubeconfig, &cfg.cert_dir) {
         tasks.spawn(
             bootstrap::Rotator {
-                node_name: cfg.node_name.clone(),
+                node_name: cfg.node.node_name.clone(),
                 kubeconfig,
                 bootstrap_kubeconfig: cfg.bootstrap_kubeconfig.clone(),
                 cert_dir: cfg.cert_dir.clone(),

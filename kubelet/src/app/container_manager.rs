@@ -34,12 +34,12 @@ pub(super) async fn start(
     cfg: &Config,
     runtime: &dyn crate::runtime::Runtime,
 ) -> Result<Arc<ContainerManager>, AppError> {
-    let driver = driver::from_runtime(runtime, cfg.cgroup_driver, driver::RETRY_DELAY)
+    let driver = driver::from_runtime(runtime, cfg.cm.cgroup_driver, driver::RETRY_DELAY)
         .await
         .map_err(AppError::RuntimeConfig)?;
     let fs = FsCgroups::discover();
     let version = fs.version();
-    needs_cgroup_v2(version, &cfg.pod_limits)?;
+    needs_cgroup_v2(version, &cfg.cm.pod_limits)?;
     let missing = fs.missing(&crate::cm::LIMITED_CONTROLLERS);
     if !missing.is_empty() {
         tracing::warn!(
@@ -77,11 +77,11 @@ pub(super) async fn start(
         CmConfig {
             namer: CgroupNamer {
                 driver,
-                root: cfg.cgroup_root.clone(),
-                per_qos: cfg.cgroups_per_qos,
+                root: cfg.cm.cgroup_root.clone(),
+                per_qos: cfg.cm.cgroups_per_qos,
             },
-            pod_limits: cfg.pod_limits.clone(),
-            resources: cfg.resources.clone(),
+            pod_limits: cfg.cm.pod_limits.clone(),
+            resources: cfg.cm.resources.clone(),
             hugepage_sizes: hugepages.keys().copied().collect(),
         },
     ));
@@ -183,7 +183,7 @@ pub(super) async fn start_dra(
         });
         m.start_slice_cleanup(SliceCleanup::new(
             api,
-            &cfg.node_name,
+            &cfg.node.node_name,
             SLICE_WIPING_DELAY,
             cancel.child_token(),
         ));

@@ -92,7 +92,7 @@ impl NodeReclaim for Reclaimers {
 /// The node's allocatable memory: capacity less kube and system reservations and the hard
 /// memory.available threshold (what upstream's `pods` cgroup is limited to).
 pub fn allocatable_memory(cfg: &Config, capacity: i64) -> i128 {
-    let r = &cfg.resources;
+    let r = &cfg.cm.resources;
     let hard = r
         .eviction
         .thresholds
@@ -143,7 +143,7 @@ pub fn spawn(
     let containers = Arc::new(ContainerGc {
         runtime: runtime.clone(),
         pods: Arc::new(SyncLoopPods(control.clone())),
-        policy: cfg.container_gc.clone(),
+        policy: cfg.runtime.container_gc.clone(),
         pod_logs_dir: cfg.pod_logs_dir.clone(),
         period: test_gc_period(
             crate::runtime::CONTAINER_GC_PERIOD_ENV,
@@ -156,11 +156,12 @@ pub fn spawn(
     let mut image_gc = ImageGc::new(
         runtime,
         stats.clone(),
-        cfg.image_gc.clone(),
+        cfg.images.image_gc.clone(),
         events.clone(),
-        cfg.node_name.clone(),
+        cfg.node.node_name.clone(),
         Some(
-            cfg.pod_infra_container_image
+            cfg.images
+                .pod_infra_container_image
                 .clone()
                 .unwrap_or_else(|| crate::images::DEFAULT_SANDBOX_IMAGE.to_string()),
         ),
@@ -175,20 +176,21 @@ pub fn spawn(
     tasks.spawn(containers.clone().run(cancel.clone()));
     tasks.spawn(images.clone().run(cancel.clone()));
     let allocatable = cfg
+        .cm
         .resources
         .enforces("pods")
         .then(|| allocatable_memory(cfg, crate::host::memory_capacity()));
     let manager = Manager::new(
-        cfg.resources.eviction.clone(),
+        cfg.cm.resources.eviction.clone(),
         Parts {
             stats: Arc::new(ProviderStats(stats)),
             pods: Arc::new(SyncLoopKiller(control)),
             reclaim: Arc::new(Reclaimers { containers, images }),
             events,
             state,
-            node_name: cfg.node_name.clone(),
+            node_name: cfg.node.node_name.clone(),
             allocatable_memory: allocatable,
-            pod_level_resources: cfg.pod_limits.pod_level_resources,
+            pod_level_resources: cfg.cm.pod_limits.pod_level_resources,
         },
     );
     tasks.spawn(manager.run(cancel.clone()));

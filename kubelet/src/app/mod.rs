@@ -148,10 +148,10 @@ fn default_node_ip() -> Option<std::net::IpAddr> {
 
 /// `--node-ip`, or the address the kernel would send from.
 fn node_ips(cfg: &Config) -> Vec<std::net::IpAddr> {
-    if cfg.node_ips.is_empty() {
+    if cfg.node.node_ips.is_empty() {
         default_node_ip().into_iter().collect()
     } else {
-        cfg.node_ips.clone()
+        cfg.node.node_ips.clone()
     }
 }
 
@@ -159,7 +159,7 @@ fn node_ips(cfg: &Config) -> Vec<std::net::IpAddr> {
 /// Gates whose state changes what pods get, said once at start.
 fn log_gates(cfg: &Config) {
     // The gate reaches the pod workers (node settings), eviction and admission in their settings.
-    if !cfg.pod_limits.pod_level_resources {
+    if !cfg.cm.pod_limits.pod_level_resources {
         tracing::info!("feature gate PodLevelResources is off: spec.resources of pods is ignored");
     }
 }
@@ -174,7 +174,7 @@ fn start_oom_watch(
     tasks.spawn(crate::oom::run(
         crate::oom::DevKmsg::open,
         events.clone(),
-        cfg.node_name.clone(),
+        cfg.node.node_name.clone(),
         cancel.clone(),
     ));
 }
@@ -182,7 +182,7 @@ fn start_oom_watch(
 pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError> {
     log_gates(&cfg);
     let proxy_cfg = (cfg.proxy_config.as_ref())
-        .map(|path| crate::proxy_role::load(path, &cfg.node_name))
+        .map(|path| crate::proxy_role::load(path, &cfg.node.node_name))
         .transpose()?;
     let startup = start_notifications(&cfg);
     let Some(cluster) = connect_cluster(&cfg, &startup, &cancel).await? else {
@@ -191,7 +191,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let auth = servers::auth(&cfg, cluster.as_ref())?;
     check_standalone(&cfg, proxy_cfg.as_ref(), cluster.is_none())?;
     let credential_providers = pods::credential_providers(&cfg, cluster.as_ref()).await?;
-    let metrics = Metrics::new(&cfg.node_name);
+    let metrics = Metrics::new(&cfg.node.node_name);
     let statuses = Arc::new(StatusManager::new());
     let pleg_health = Arc::new(PlegHealth::default());
     let (state, log_runtime) = servers::state(&cfg, &metrics, &statuses, &pleg_health);
@@ -201,7 +201,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     let runtime = runtime_client(&cfg)?;
     log_runtime.set(runtime.clone());
     state.streaming.set_runtime(runtime.clone());
-    let endpoint = &cfg.container_runtime_endpoint;
+    let endpoint = &cfg.runtime.container_runtime_endpoint;
     let waiting = |e: Option<&dyn std::fmt::Display>| match e {
         None => startup.status(&format!("waiting for the container runtime at {endpoint}")),
         Some(e) => startup.status(&format!(
@@ -282,7 +282,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         notifier,
         watchdog,
         loop_health,
-        format!("serving; node {}", cfg.node_name),
+        format!("serving; node {}", cfg.node.node_name),
         cancel.clone(),
     ));
 
@@ -312,7 +312,7 @@ async fn start_pull_records(
     cfg: &Config,
     runtime: &dyn Runtime,
 ) -> Result<Option<Arc<crate::images::PullRecords>>, AppError> {
-    match cfg.image_pulls.verify_policy() {
+    match cfg.images.image_pulls.verify_policy() {
         Some(policy) => Ok(Some(
             crate::images::start_pull_records(&cfg.root_dir, policy, runtime)
                 .await
@@ -329,7 +329,7 @@ fn event_recorder(
     cluster_mode: bool,
 ) -> (Arc<dyn EventRecorder>, Option<crate::objects::EventSink>) {
     if cluster_mode {
-        let (recorder, sink) = crate::objects::event_channel(&cfg.node_name);
+        let (recorder, sink) = crate::objects::event_channel(&cfg.node.node_name);
         let sink = sink.with_rate_limit(cfg.event_record_qps, cfg.event_burst);
         (Arc::new(recorder), Some(sink))
     } else {
@@ -366,7 +366,7 @@ fn start_network_and_proxy(
     if let (true, Some(c)) = (cfg.network.enabled, cluster) {
         crate::network::start(
             c.client.clone(),
-            cfg.node_name.clone(),
+            cfg.node.node_name.clone(),
             cfg.network.clone(),
             events.clone(),
             tasks,
@@ -408,7 +408,7 @@ fn start_notifications(cfg: &Config) -> crate::systemd::Startup {
         tracing::warn!(error = %e, "systemd watchdog disabled");
         None
     });
-    let status = format!("starting; node {}", cfg.node_name);
+    let status = format!("starting; node {}", cfg.node.node_name);
     crate::systemd::Startup::begin(node_systemd::Notifier::from_env(), watchdog, &status)
 }
 
@@ -422,7 +422,7 @@ async fn connect_cluster(
 ) -> Result<Option<Option<cluster::Connected>>, AppError> {
     match &cfg.kubeconfig {
         Some(k) if k.exists() || cfg.bootstrap_kubeconfig.is_some() => {
-            tracing::info!(node = %cfg.node_name, kubeconfig = %k.display(), runtime = %cfg.container_runtime_endpoint, "starting kubelet in cluster mode");
+            tracing::info!(node = %cfg.node.node_name, kubeconfig = %k.display(), runtime = %cfg.runtime.container_runtime_endpoint, "starting kubelet in cluster mode");
             match &cfg.bootstrap_kubeconfig {
                 Some(b) if !k.exists() => startup.status(&format!(
                     "waiting for TLS bootstrap: a client certificate from the apiserver in {}",
@@ -433,7 +433,7 @@ async fn connect_cluster(
             Ok(cluster::connect(cfg, cancel).await?.map(Some))
         }
         _ => {
-            tracing::info!(node = %cfg.node_name, runtime = %cfg.container_runtime_endpoint, "starting kubelet in standalone mode");
+            tracing::info!(node = %cfg.node.node_name, runtime = %cfg.runtime.container_runtime_endpoint, "starting kubelet in standalone mode");
             Ok(Some(None))
         }
     }
@@ -441,15 +441,17 @@ async fn connect_cluster(
 
 /// The CRI client (lazy connections; image service on its own endpoint when configured).
 fn runtime_client(cfg: &Config) -> Result<Arc<dyn Runtime>, AppError> {
-    let runtime_ch =
-        cri_proto::connect_lazy(&cfg.container_runtime_endpoint, Duration::from_secs(5))?;
-    let image_ch = if cfg.image_service_endpoint == cfg.container_runtime_endpoint {
+    let runtime_ch = cri_proto::connect_lazy(
+        &cfg.runtime.container_runtime_endpoint,
+        Duration::from_secs(5),
+    )?;
+    let image_ch = if cfg.runtime.image_service_endpoint == cfg.runtime.container_runtime_endpoint {
         runtime_ch.clone()
     } else {
-        cri_proto::connect_lazy(&cfg.image_service_endpoint, Duration::from_secs(5))?
+        cri_proto::connect_lazy(&cfg.runtime.image_service_endpoint, Duration::from_secs(5))?
     };
     Ok(Arc::new(crate::runtime::Instrumented::new(Arc::new(
-        CriRuntime::new(runtime_ch, image_ch, cfg.runtime_request_timeout),
+        CriRuntime::new(runtime_ch, image_ch, cfg.runtime.runtime_request_timeout),
     ))))
 }
 
@@ -493,10 +495,10 @@ fn start_stats_and_logs(
         runtime.clone(),
         Arc::new(crate::stats::LinuxNode),
         crate::stats::ProviderConfig {
-            volume_stats_agg_period: cfg.volume_stats_agg_period,
-            system: cfg.system_cgroups.clone(),
+            volume_stats_agg_period: cfg.stats.volume_stats_agg_period,
+            system: cfg.stats.system_cgroups.clone(),
             ..crate::stats::ProviderConfig::new(
-                cfg.node_name.clone(),
+                cfg.node.node_name.clone(),
                 cfg.root_dir.clone(),
                 cfg.pod_logs_dir.clone(),
             )
@@ -597,7 +599,7 @@ fn start_shutdown_manager(
     }
     let (settings, node_name, control) = (
         cfg.shutdown.clone(),
-        cfg.node_name.clone(),
+        cfg.node.node_name.clone(),
         sync_loop.control(),
     );
     let cancel = cancel.clone();

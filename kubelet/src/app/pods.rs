@@ -44,7 +44,8 @@ async fn node_settings(
     })
     .await
     .unwrap_or_default();
-    let (_, allocatable) = crate::cm::resource_lists(&host_info, cfg.max_pods, &cfg.resources);
+    let (_, allocatable) =
+        crate::cm::resource_lists(&host_info, cfg.node.max_pods, &cfg.cm.resources);
     // As upstream at start: volumes' propagation mounts need the root dir on a shared mount.
     crate::volume::make_root_dir_rshared(
         |dir| {
@@ -55,7 +56,7 @@ async fn node_settings(
     )
     .await;
     NodeSettings {
-        node_name: cfg.node_name.clone(),
+        node_name: cfg.node.node_name.clone(),
         host_ips: node_ips.iter().map(|i| i.to_string()).collect(),
         cluster_dns: cfg.cluster_dns.iter().map(|i| i.to_string()).collect(),
         cluster_domain: cfg.cluster_domain.clone(),
@@ -64,7 +65,7 @@ async fn node_settings(
         root_dir: cfg.root_dir.clone(),
         memory_capacity: crate::host::memory_capacity(),
         seccomp_default: cfg.seccomp_default,
-        pod_limits: cfg.pod_limits.clone(),
+        pod_limits: cfg.cm.pod_limits.clone(),
         hugepage_sizes: crate::host::hugepage_sizes(),
         selinux_enabled: crate::host::selinux_enabled(),
         cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
@@ -112,10 +113,11 @@ pub(super) async fn credential_providers(
     cluster: Option<&Connected>,
 ) -> Result<Option<Arc<CredentialProviders>>, super::AppError> {
     use crate::images::credentials::plugins::{ApiServiceAccounts, ProcessExec, ServiceAccounts};
-    let Some(config) = &cfg.image_credential_provider_config else {
+    let Some(config) = &cfg.images.image_credential_provider_config else {
         return Ok(None);
     };
     let bin_dir = cfg
+        .images
         .image_credential_provider_bin_dir
         .clone()
         .unwrap_or_default();
@@ -210,8 +212,8 @@ fn worker_env(
         cgroups: cm,
         images: Arc::new(crate::pod_worker::NodeImages {
             runtime: parts.runtime.clone(),
-            pull_gate: crate::images::PullGate::new(&cfg.pull_gate)
-                .with_registry_limit(cfg.registry_pull_qps, cfg.registry_burst),
+            pull_gate: crate::images::PullGate::new(&cfg.images.pull_gate)
+                .with_registry_limit(cfg.images.registry_pull_qps, cfg.images.registry_burst),
             records: parts.pull_records.clone(),
             objects: volumes.objects().clone(),
             root_dir: node.root_dir.clone(),
@@ -389,7 +391,7 @@ pub(super) async fn start_static_pods(
     let (file_tx, file_rx) = mpsc::channel(4);
     tasks.spawn(crate::pod::run_static_pods(
         dir.clone(),
-        cfg.node_name.clone(),
+        cfg.node.node_name.clone(),
         Duration::from_secs(1),
         cfg.file_check_frequency,
         file_tx,
@@ -400,7 +402,7 @@ pub(super) async fn start_static_pods(
         Some(shared.shutdown.clone()),
         Some(shared.pressure.clone()),
     );
-    admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
+    admission.pod_level_resources = cfg.cm.pod_limits.pod_level_resources;
     admission.devices = Some(shared.devices.clone());
     admission.device_scope = if standalone {
         crate::devices::DeviceScope::All
@@ -409,8 +411,8 @@ pub(super) async fn start_static_pods(
     };
     let admitter = crate::pod::StaticPodAdmitter {
         admission,
-        max_pods: cfg.max_pods,
-        node_name: cfg.node_name.clone(),
+        max_pods: cfg.node.max_pods,
+        node_name: cfg.node.node_name.clone(),
         statuses: shared.statuses.clone(),
         events: shared.events.clone(),
         static_tx,

@@ -23,7 +23,7 @@ pub(super) fn auth(
             as Arc<dyn crate::server::AuthReview>
     });
     Ok(Arc::new(
-        server::Auth::new(cfg.auth.clone(), &cfg.node_name, review)
+        server::Auth::new(cfg.server.auth.clone(), &cfg.node.node_name, review)
             .map_err(server::ServerError::from)?,
     ))
 }
@@ -44,13 +44,16 @@ pub(super) fn state(
         configz,
         logs: Arc::new(server::logs::Logs {
             pod_logs_dir: cfg.pod_logs_dir.clone(),
-            node_log_dir: cfg.enable_system_log_handler.then(|| "/var/log".into()),
+            node_log_dir: cfg
+                .server
+                .enable_system_log_handler
+                .then(|| "/var/log".into()),
             containers: log_runtime.clone(),
         }),
         stats: crate::stats::Handle::default(),
         runtime: log_runtime.clone(),
         streaming: Arc::new(server::streaming::Streaming::new(
-            cfg.streaming_connection_idle_timeout,
+            cfg.server.streaming_connection_idle_timeout,
         )),
         debug: Arc::new(debug(cfg)),
     };
@@ -67,11 +70,11 @@ pub(super) fn state(
 fn debug(cfg: &Config) -> server::zpages::Debug {
     let process = server::zpages::recorded_process();
     let mut d = server::zpages::Debug {
-        flags_handler: cfg.debug.enable_debug_flags_handler,
-        profiling_handler: cfg.debug.enable_profiling_handler,
-        statusz: cfg.debug.statusz,
-        flagz: cfg.debug.flagz,
-        log_query: cfg.debug.enable_system_log_query.then(|| {
+        flags_handler: cfg.server.debug.enable_debug_flags_handler,
+        profiling_handler: cfg.server.debug.enable_profiling_handler,
+        statusz: cfg.server.debug.statusz,
+        flagz: cfg.server.debug.flagz,
+        log_query: cfg.server.debug.enable_system_log_query.then(|| {
             Arc::new(server::journal::Journalctl::default()) as Arc<dyn server::journal::Journal>
         }),
         ..Default::default()
@@ -109,35 +112,47 @@ pub(super) async fn start(
         ),
     }
     // Before any listener: each connection is a descriptor (upstream's rlimit.SetNumFiles).
-    plumbing::fd_limit::apply_logged(cfg.max_open_files);
-    if cfg.healthz_port != 0 {
-        let l = server::bind(SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port)).await?;
+    plumbing::fd_limit::apply_logged(cfg.server.max_open_files);
+    if cfg.server.healthz_port != 0 {
+        let l = server::bind(SocketAddr::new(
+            cfg.server.healthz_bind_address,
+            cfg.server.healthz_port,
+        ))
+        .await?;
         tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "healthz server listening");
         tasks.spawn(server::serve_http(
             l,
             server::healthz_router(state.clone()),
             server::listener::ServerType::Healthz,
-            cfg.server.limits(server::listener::ServerType::Healthz),
+            cfg.server
+                .connections
+                .limits(server::listener::ServerType::Healthz),
             cancel.clone(),
         ));
     }
-    if cfg.read_only_port != 0 {
-        let l = server::bind(SocketAddr::new(cfg.address, cfg.read_only_port)).await?;
+    if cfg.server.read_only_port != 0 {
+        let l = server::bind(SocketAddr::new(
+            cfg.server.address,
+            cfg.server.read_only_port,
+        ))
+        .await?;
         tracing::warn!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "read-only port listening (plain HTTP, no authentication): pods, stats and metrics are readable by anyone who reaches it");
         tasks.spawn(server::serve_http(
             l,
             server::read_only_router(state.clone()),
             server::listener::ServerType::ReadOnly,
-            cfg.server.limits(server::listener::ServerType::ReadOnly),
+            cfg.server
+                .connections
+                .limits(server::listener::ServerType::ReadOnly),
             cancel.clone(),
         ));
     }
-    if !cfg.enable_server {
+    if !cfg.server.enable_server {
         tracing::info!("enableServer is false: the kubelet API (:10250) is not served");
         return Ok(());
     }
     let tls = serving_tls(cfg, cluster, tasks, cancel)?;
-    let l = server::bind(SocketAddr::new(cfg.address, cfg.port)).await?;
+    let l = server::bind(SocketAddr::new(cfg.server.address, cfg.server.port)).await?;
     tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API server listening (HTTPS)");
     if auth.settings().anonymous && auth.settings().mode == server::AuthzMode::AlwaysAllow {
         tracing::warn!(
@@ -157,8 +172,10 @@ pub(super) async fn start(
         l,
         tls,
         auth.clone(),
-        server::api_router(state.clone(), cfg.enable_debugging_handlers),
-        cfg.server.limits(server::listener::ServerType::ReadWrite),
+        server::api_router(state.clone(), cfg.server.enable_debugging_handlers),
+        cfg.server
+            .connections
+            .limits(server::listener::ServerType::ReadWrite),
         cancel.clone(),
     ));
     Ok(())
@@ -172,11 +189,14 @@ fn serving_tls(
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Result<rustls::ServerConfig, AppError> {
-    let policy = server::tls_policy(cfg.tls_min_version.as_deref(), &cfg.tls_cipher_suites)
-        .map_err(server::ServerError::TlsPolicy)?;
-    Ok(match (cfg.server_tls_bootstrap, cluster) {
+    let policy = server::tls_policy(
+        cfg.server.tls_min_version.as_deref(),
+        &cfg.server.tls_cipher_suites,
+    )
+    .map_err(server::ServerError::TlsPolicy)?;
+    Ok(match (cfg.server.server_tls_bootstrap, cluster) {
         (true, Some(conn)) => {
-            if cfg.tls_cert_file.is_some() {
+            if cfg.server.tls_cert_file.is_some() {
                 tracing::warn!(
                     "serverTLSBootstrap is true: tlsCertFile/tlsPrivateKeyFile are not served; the certificate comes from a kubernetes.io/kubelet-serving CSR"
                 );
@@ -184,8 +204,8 @@ fn serving_tls(
             let resolver = Arc::new(crate::certs::ServingCertResolver::new());
             let manager = crate::certs::ServingManager {
                 settings: crate::certs::ServingSettings {
-                    node_name: cfg.node_name.clone(),
-                    hostnames: vec![cfg.node_name.clone()],
+                    node_name: cfg.node.node_name.clone(),
+                    hostnames: vec![cfg.node.node_name.clone()],
                     ips: super::node_ips(cfg),
                     cert_dir: cfg.cert_dir.clone(),
                 },
@@ -193,11 +213,18 @@ fn serving_tls(
                 resolver: resolver.clone(),
             };
             tasks.spawn(manager.run(cancel.clone()));
-            server::serving_tls_resolver(&policy, resolver, cfg.auth.client_ca_file.is_some())?
+            server::serving_tls_resolver(
+                &policy,
+                resolver,
+                cfg.server.auth.client_ca_file.is_some(),
+            )?
         }
         (true, None) => return Err(AppError::ServerTlsBootstrapStandalone),
-        (false, _) if cfg.reload_tls_cert_files => {
-            match (cfg.tls_cert_file.clone(), cfg.tls_private_key_file.clone()) {
+        (false, _) if cfg.server.reload_tls_cert_files => {
+            match (
+                cfg.server.tls_cert_file.clone(),
+                cfg.server.tls_private_key_file.clone(),
+            ) {
                 (Some(cert), Some(key)) => {
                     let (resolver, reloader) =
                         crate::certs::serving_files::FileCertReloader::load(cert, key)?;
@@ -205,7 +232,7 @@ fn serving_tls(
                     server::serving_tls_resolver(
                         &policy,
                         resolver,
-                        cfg.auth.client_ca_file.is_some(),
+                        cfg.server.auth.client_ca_file.is_some(),
                     )?
                 }
                 _ => self_signed_or_static(cfg, &policy)?,
@@ -222,11 +249,11 @@ fn self_signed_or_static(
 ) -> Result<rustls::ServerConfig, AppError> {
     Ok(server::serving_tls(
         policy,
-        cfg.tls_cert_file.as_deref(),
-        cfg.tls_private_key_file.as_deref(),
+        cfg.server.tls_cert_file.as_deref(),
+        cfg.server.tls_private_key_file.as_deref(),
         &cfg.cert_dir,
-        &cfg.node_name,
-        &cfg.node_ips,
-        cfg.auth.client_ca_file.is_some(),
+        &cfg.node.node_name,
+        &cfg.node.node_ips,
+        cfg.server.auth.client_ca_file.is_some(),
     )?)
 }

@@ -18,7 +18,7 @@ pub use resources::{
     Amount, DEFAULT_EVICTION_HARD, ENFORCE_KEYS, Eviction, NodeResources, Reserved, Signal,
     Threshold,
 };
-pub use settings::{CgroupDriver, DEFAULT_CFS_PERIOD_US, PodLimits, SwapBehavior};
+pub use settings::{CgroupDriver, DEFAULT_CFS_PERIOD_US, PodLimits, Settings, SwapBehavior};
 
 pub use cgroups::*;
 pub use fs::{FsCgroups, LIMITED_CONTROLLERS};

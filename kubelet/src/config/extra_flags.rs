@@ -4,7 +4,7 @@
 //! field before the merge, so it works exactly as the field does. Flags win, as upstream.
 
 use super::{ConfigError, KubeletConfiguration, invalid};
-use crate::flags::ExtraFlags;
+use crate::settings::cli::ExtraFlags;
 
 /// Writes the given flags over the file's fields.
 pub(super) fn apply(

@@ -1,4 +1,5 @@
 use super::*;
+use crate::cm::CgroupDriver;
 use clap::Parser;
 
 pub(crate) const KUBEADM_CONFIG: &str = r#"apiVersion: kubelet.config.k8s.io/v1beta1
@@ -66,83 +67,48 @@ fn kubeadm_written_config_parses() {
         "Node-A",
     )
     .unwrap();
-    assert_eq!(cfg.node_name, "node-a");
-    assert_eq!(cfg.cgroup_driver, CgroupDriver::Systemd);
+    assert_eq!(cfg.node.node_name, "node-a");
+    assert_eq!(cfg.cm.cgroup_driver, CgroupDriver::Systemd);
     assert_eq!(
         cfg.cluster_dns,
         vec!["10.96.0.10".parse::<IpAddr>().unwrap()]
     );
     assert!(cfg.rotate_certificates);
-    assert_eq!(cfg.container_runtime_endpoint, "unix:///run/x.sock");
+    assert_eq!(cfg.runtime.container_runtime_endpoint, "unix:///run/x.sock");
 }
 
 #[test]
 fn defaults_match_upstream() {
     let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
-    assert_eq!(cfg.port, 10250);
-    assert_eq!(cfg.healthz_port, 10248);
-    assert_eq!(cfg.read_only_port, 0);
-    assert_eq!(cfg.max_pods, 110);
+    assert_eq!(cfg.server.port, 10250);
+    assert_eq!(cfg.server.healthz_port, 10248);
+    assert_eq!(cfg.server.read_only_port, 0);
+    assert_eq!(cfg.node.max_pods, 110);
     assert_eq!(cfg.file_check_frequency, Duration::from_secs(20));
-    assert_eq!(cfg.node_status_update_frequency, Duration::from_secs(10));
-    assert_eq!(cfg.container_runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
-    assert_eq!(cfg.cgroup_driver, CgroupDriver::Cgroupfs);
-    assert!(cfg.cgroups_per_qos);
-    assert_eq!(cfg.node_status_report_frequency, Duration::from_secs(300));
+    assert_eq!(
+        cfg.node.node_status_update_frequency,
+        Duration::from_secs(10)
+    );
+    assert_eq!(
+        cfg.runtime.container_runtime_endpoint,
+        DEFAULT_RUNTIME_ENDPOINT
+    );
+    assert_eq!(cfg.cm.cgroup_driver, CgroupDriver::Cgroupfs);
+    assert!(cfg.cm.cgroups_per_qos);
+    assert_eq!(
+        cfg.node.node_status_report_frequency,
+        Duration::from_secs(300)
+    );
     assert_eq!(
         (
             cfg.kube_api_qps,
             cfg.kube_api_burst,
-            cfg.node_lease_duration_seconds
+            cfg.node.node_lease_duration_seconds
         ),
         (50, 100, 40)
     );
-    assert!(cfg.register_node);
-    assert!(cfg.enable_debugging_handlers);
-}
-
-/// `volumeStatsAggPeriod` is read; `0s` (what kubeadm writes) and no value mean upstream's
-/// default of a minute; a value that is no duration refuses the start.
-#[test]
-fn volume_stats_agg_period_is_read_and_0s_means_the_default() {
-    let period = |yaml: &str| {
-        merge(&flags(&[]), parse_file("c", yaml).unwrap(), "n")
-            .unwrap()
-            .volume_stats_agg_period
-    };
-    assert_eq!(
-        period("volumeStatsAggPeriod: 30s\n"),
-        Duration::from_secs(30)
-    );
-    assert_eq!(
-        period("volumeStatsAggPeriod: 2m\n"),
-        Duration::from_secs(120)
-    );
-    assert_eq!(
-        period("volumeStatsAggPeriod: 0s\n"),
-        Duration::from_secs(60)
-    );
-    assert_eq!(period("{}\n"), Duration::from_secs(60));
-    let err = parse_file("c", "volumeStatsAggPeriod: often\n")
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("often"), "{err}");
-}
-
-#[test]
-fn enable_debugging_handlers_is_read() {
-    let file = parse_file("c", "enableDebuggingHandlers: false\n").unwrap();
-    assert!(
-        !merge(&flags(&[]), file, "n")
-            .unwrap()
-            .enable_debugging_handlers
-    );
-    let file = parse_file("c", "enableDebuggingHandlers: true\n").unwrap();
-    assert!(
-        merge(&flags(&[]), file, "n")
-            .unwrap()
-            .enable_debugging_handlers
-    );
+    assert!(cfg.node.register_node);
+    assert!(cfg.server.enable_debugging_handlers);
 }
 
 #[test]
@@ -159,57 +125,11 @@ fn make_iptables_util_chains_defaults_on_and_can_be_turned_off() {
 }
 
 #[test]
-fn parallel_image_pulls_are_read_and_validated_as_upstream() {
-    let file = parse_file("c", "maxParallelImagePulls: 4\n").unwrap();
-    let cfg = merge(&flags(&[]), file, "n").unwrap();
-    assert_eq!(cfg.pull_gate.limit(), Some(4));
-    let file = parse_file(
-        "c",
-        "serializeImagePulls: false\nmaxParallelImagePulls: 0\n",
-    )
-    .unwrap();
-    let err = merge(&flags(&[]), file, "n").unwrap_err().to_string();
-    assert_eq!(
-        err,
-        "invalid configuration: maxParallelImagePulls 0 must be a positive number"
-    );
-    let file = parse_file("c", "maxParallelImagePulls: 4\n").unwrap();
-    let err = merge(&flags(&["--serialize-image-pulls=true"]), file, "n")
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("cannot be larger than 1 unless SerializeImagePulls"),
-        "{err}"
-    );
-}
-
-#[test]
-fn register_with_taints_flag() {
-    let cfg = merge(
-        &flags(&["--register-with-taints=dedicated=infra:NoSchedule,gpu:NoExecute"]),
-        KubeletConfiguration::default(),
-        "n",
-    )
-    .unwrap();
-    assert_eq!(cfg.register_with_taints.len(), 2);
-    assert_eq!(cfg.register_with_taints[0].value.as_deref(), Some("infra"));
-    assert_eq!(cfg.register_with_taints[1].key, "gpu");
-    assert!(
-        merge(
-            &flags(&["--register-with-taints=x=y:Sometimes"]),
-            KubeletConfiguration::default(),
-            "n"
-        )
-        .is_err()
-    );
-}
-
-#[test]
 fn flags_override_file() {
     let file = parse_file("c", "maxPods: 20\nport: 11000\n").unwrap();
     let cfg = merge(&flags(&["--max-pods=30"]), file, "n").unwrap();
-    assert_eq!(cfg.max_pods, 30);
-    assert_eq!(cfg.port, 11000);
+    assert_eq!(cfg.node.max_pods, 30);
+    assert_eq!(cfg.server.port, 11000);
 }
 
 #[test]
@@ -273,167 +193,6 @@ fn invalid_values_are_named() {
 }
 
 #[test]
-fn auth_defaults_follow_upstream() {
-    use crate::server::AuthzMode;
-    // No config file: the legacy flag defaults.
-    let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
-    assert!(cfg.auth.anonymous && !cfg.auth.webhook);
-    assert_eq!(cfg.auth.mode, AuthzMode::AlwaysAllow);
-    // A config file: v1beta1's defaults.
-    let file = parse_file("c", "kind: KubeletConfiguration\n").unwrap();
-    let cfg = merge(&flags(&["--config=c"]), file, "n").unwrap();
-    assert!(!cfg.auth.anonymous && cfg.auth.webhook);
-    assert_eq!(cfg.auth.mode, AuthzMode::Webhook);
-    // kubeadm's file, and flags over the file.
-    let file = parse_file("c", KUBEADM_CONFIG).unwrap();
-    let cfg = merge(
-        &flags(&[
-            "--config=c",
-            "--anonymous-auth",
-            "--container-runtime-endpoint=unix:///x",
-        ]),
-        file,
-        "n",
-    )
-    .unwrap();
-    assert!(cfg.auth.anonymous && cfg.auth.webhook);
-    assert_eq!(
-        cfg.auth.client_ca_file.as_deref(),
-        Some("/etc/kubernetes/pki/ca.crt")
-    );
-    let file = parse_file(
-            "c",
-            "authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n",
-        )
-        .unwrap();
-    let cfg = merge(&flags(&["--config=c"]), file, "n").unwrap();
-    assert!(cfg.auth.anonymous && !cfg.auth.webhook);
-    assert_eq!(cfg.auth.mode, AuthzMode::AlwaysAllow);
-    let file = parse_file("c", "authorization: {mode: RBAC}\n").unwrap();
-    let err = merge(&flags(&["--config=c"]), file, "n")
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("unknown authorization mode RBAC"), "{err}");
-}
-
-#[test]
-fn auth_cache_ttls_default_and_parse() {
-    use std::time::Duration;
-    let s = |d: u64| Duration::from_secs(d);
-    // kubeadm writes 0s: upstream's defaulting turns zero into 2m / 5m / 30s.
-    let file = parse_file("c", KUBEADM_CONFIG).unwrap();
-    let cfg = merge(
-        &flags(&["--config=c", "--container-runtime-endpoint=unix:///x.sock"]),
-        file,
-        "n",
-    )
-    .unwrap();
-    assert_eq!(
-        (
-            cfg.auth.cache_ttl,
-            cfg.auth.cache_authorized_ttl,
-            cfg.auth.cache_unauthorized_ttl
-        ),
-        (s(120), s(300), s(30))
-    );
-    let file = parse_file(
-        "c",
-        "authentication: {webhook: {cacheTTL: 10s}}\nauthorization: {webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}}\n",
-    )
-    .unwrap();
-    let cfg = merge(&flags(&["--config=c"]), file, "n").unwrap();
-    assert_eq!(
-        (
-            cfg.auth.cache_ttl,
-            cfg.auth.cache_authorized_ttl,
-            cfg.auth.cache_unauthorized_ttl
-        ),
-        (s(10), s(60), s(5))
-    );
-    let file = parse_file(
-        "c",
-        "authorization: {webhook: {cacheAuthorizedTTL: soon}}\n",
-    )
-    .unwrap();
-    let err = merge(&flags(&["--config=c"]), file, "n")
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("authorization.webhook.cacheAuthorizedTTL"),
-        "{err}"
-    );
-    // Upstream's flags win over the file; 0s from a flag turns the cache off.
-    let file = parse_file("c", "authentication: {webhook: {cacheTTL: 10s}}\n").unwrap();
-    let cfg = merge(
-        &flags(&[
-            "--config=c",
-            "--authentication-token-webhook-cache-ttl=0s",
-            "--authorization-webhook-cache-authorized-ttl=2m",
-            "--authorization-webhook-cache-unauthorized-ttl=1s",
-        ]),
-        file,
-        "n",
-    )
-    .unwrap();
-    assert_eq!(
-        (
-            cfg.auth.cache_ttl,
-            cfg.auth.cache_authorized_ttl,
-            cfg.auth.cache_unauthorized_ttl
-        ),
-        (s(0), s(120), s(1))
-    );
-    let file = parse_file("c", "{}").unwrap();
-    let err = merge(
-        &flags(&[
-            "--config=c",
-            "--authorization-webhook-cache-authorized-ttl=soon",
-        ]),
-        file,
-        "n",
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(
-        err.contains("--authorization-webhook-cache-authorized-ttl"),
-        "{err}"
-    );
-}
-
-#[test]
-fn tls_settings_validated() {
-    let file = parse_file("c", "tlsMinVersion: VersionTLS10\n").unwrap();
-    let err = merge(&flags(&[]), file, "n").unwrap_err().to_string();
-    assert!(
-        err.contains("tlsMinVersion") && err.contains("VersionTLS10"),
-        "{err}"
-    );
-    let err = merge(
-        &flags(&["--tls-min-version=VersionTLS11"]),
-        KubeletConfiguration::default(),
-        "n",
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(err.contains("VersionTLS11"), "{err}");
-    let file = parse_file(
-        "c",
-        "tlsMinVersion: VersionTLS13\ntlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n",
-    )
-    .unwrap();
-    let cfg = merge(&flags(&[]), file, "n").unwrap();
-    assert_eq!(cfg.tls_min_version.as_deref(), Some("VersionTLS13"));
-    let err = merge(
-        &flags(&["--tls-cipher-suites=TLS_RSA_WITH_3DES_EDE_CBC_SHA"]),
-        KubeletConfiguration::default(),
-        "n",
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(err.contains("TLS_RSA_WITH_3DES_EDE_CBC_SHA"), "{err}");
-}
-
-#[test]
 fn the_verification_policy_once_refused_now_loads_and_unknown_settings_warn() {
     // imagePullCredentialsVerificationPolicy was the last setting the agent refused: it is
     // provided now (images::pull_records), so every policy loads.
@@ -448,7 +207,7 @@ fn the_verification_policy_once_refused_now_loads_and_unknown_settings_warn() {
     let (cfg, warnings) = load_checked(&f, &[], "n").unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(
-        cfg.image_pulls.verify_policy().unwrap().name,
+        cfg.images.image_pulls.verify_policy().unwrap().name,
         crate::images::pull_records::policy::PolicyName::AlwaysVerify
     );
     std::fs::write(
@@ -478,97 +237,6 @@ fn upstream_field_names() {
 fn wrong_kind_rejected_unknown_fields_tolerated() {
     assert!(parse_file("c", "kind: Pod\n").is_err());
     assert!(parse_file("c", "someFutureField: 3\nmaxPods: 5\n").is_ok());
-}
-
-#[test]
-fn node_status_max_images_defaults_to_50_and_refuses_below_minus_one() {
-    let file = parse_file("c", "{}").unwrap();
-    assert_eq!(
-        merge(&flags(&["--config=c"]), file.clone(), "n")
-            .unwrap()
-            .node_status_max_images,
-        50
-    );
-    let cfg = merge(
-        &flags(&["--config=c", "--node-status-max-images=-1"]),
-        file.clone(),
-        "n",
-    )
-    .unwrap();
-    assert_eq!(cfg.node_status_max_images, -1);
-    let err = merge(
-        &flags(&["--config=c", "--node-status-max-images=-2"]),
-        file,
-        "n",
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(err.contains("must be -1 or greater"), "{err}");
-}
-
-#[test]
-fn container_log_settings_flags_over_file_and_invalid_ones_refuse_start() {
-    // kubeadm's file sets none of them: upstream's defaults.
-    let kubeadm = parse_file("c", KUBEADM_CONFIG).unwrap();
-    let cfg = merge(
-        &flags(&["--container-runtime-endpoint=unix:///run/containerd/containerd.sock"]),
-        kubeadm,
-        "n",
-    )
-    .unwrap();
-    assert_eq!(cfg.container_log, crate::logs::Settings::default());
-    let file = parse_file(
-        "c",
-        "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\ncontainerLogMaxWorkers: 2\n\
-         containerLogMonitorInterval: 5s\n",
-    )
-    .unwrap();
-    let cfg = merge(&flags(&[]), file.clone(), "n").unwrap();
-    assert_eq!(
-        cfg.container_log,
-        crate::logs::Settings {
-            max_size: 1 << 20,
-            max_files: 3,
-            max_workers: 2,
-            monitor_interval: Duration::from_secs(5),
-        }
-    );
-    let cfg = merge(
-        &flags(&[
-            "--container-log-max-size=2Mi",
-            "--container-log-max-files=4",
-        ]),
-        file,
-        "n",
-    )
-    .unwrap();
-    assert_eq!(
-        (cfg.container_log.max_size, cfg.container_log.max_files),
-        (2 << 20, 4)
-    );
-    for (text, want) in [
-        (
-            "containerLogMaxFiles: 1\n",
-            "invalid MaxFiles 1, must be > 1",
-        ),
-        (
-            "containerLogMaxSize: 10Mb\n",
-            "failed to parse container log max size \"10Mb\"",
-        ),
-        (
-            "containerLogMaxWorkers: 0\n",
-            "containerLogMaxWorkers must be greater than or equal to 1",
-        ),
-        (
-            "containerLogMonitorInterval: 1s\n",
-            "greater than or equal to 3s",
-        ),
-    ] {
-        let err = merge(&flags(&[]), parse_file("c", text).unwrap(), "n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains(want), "{text}: {err}");
-    }
 }
 
 #[test]
@@ -602,7 +270,7 @@ fn unread_feature_gates_are_named_and_read_ones_are_not() {
         ]
     );
     assert!(
-        !cfg.pod_limits.pod_level_resources,
+        !cfg.cm.pod_limits.pod_level_resources,
         "the file's gate is read"
     );
     assert!(
@@ -636,7 +304,7 @@ fn pulled_image_verification_settings_default_validate_and_show_in_configz() {
     };
     let (cfg, warnings) = load("", &[]).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
-    assert!(cfg.image_pulls.enabled);
+    assert!(cfg.images.image_pulls.enabled);
     let v = serde_json::to_value(&cfg).unwrap();
     assert_eq!(
         v["imagePullCredentialsVerificationPolicy"],
@@ -649,7 +317,8 @@ fn pulled_image_verification_settings_default_validate_and_show_in_configz() {
     .unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     assert!(
-        cfg.image_pulls
+        cfg.images
+            .image_pulls
             .verify_policy()
             .unwrap()
             .allowlist
@@ -670,7 +339,7 @@ fn pulled_image_verification_settings_default_validate_and_show_in_configz() {
         &["--feature-gates=KubeletEnsureSecretPulledImages=false"],
     )
     .unwrap();
-    assert!(cfg.image_pulls.verify_policy().is_none());
+    assert!(cfg.images.image_pulls.verify_policy().is_none());
     let err = load(
         "featureGates: {KubeletEnsureSecretPulledImages: false}\nimagePullCredentialsVerificationPolicy: AlwaysVerify\n",
         &[],
@@ -724,31 +393,6 @@ fn oom_score_adj_defaults_to_minus_999_and_is_range_checked() {
     );
 }
 
-/// `podsPerCore` caps the pod capacity at podsPerCore × CPUs when that is below maxPods.
-#[test]
-fn pods_per_core_caps_the_pod_capacity() {
-    assert_eq!(pod_capacity(110, 0, 4), 110);
-    assert_eq!(pod_capacity(110, 10, 4), 40);
-    assert_eq!(pod_capacity(30, 10, 4), 30);
-    assert_eq!(pod_capacity(110, u32::MAX, 64), 110);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    let file = parse_file("c", "podsPerCore: 1\nmaxPods: 500\n").unwrap();
-    assert_eq!(
-        merge(&flags(&[]), file, "n").unwrap().max_pods,
-        cores.min(500)
-    );
-    let e = merge(
-        &flags(&["--pods-per-core=-1"]),
-        KubeletConfiguration::default(),
-        "n",
-    )
-    .unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "invalid configuration: podsPerCore (--pods-per-core) -1 must not be a negative number"
-    );
-}
-
 /// `registryPullQPS`/`registryBurst` and `eventRecordQPS`/`eventBurst`: upstream's defaults
 /// (5/10, 50/100), the flags win over the file, 0 is accepted, and a negative value stops
 /// the start with upstream's message.
@@ -757,8 +401,8 @@ fn registry_and_event_rate_limits_default_and_validate_as_upstream() {
     let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
     assert_eq!(
         (
-            cfg.registry_pull_qps,
-            cfg.registry_burst,
+            cfg.images.registry_pull_qps,
+            cfg.images.registry_burst,
             cfg.event_record_qps,
             cfg.event_burst
         ),
@@ -772,8 +416,8 @@ fn registry_and_event_rate_limits_default_and_validate_as_upstream() {
     let cfg = merge(&flags(&[]), file.clone(), "n").unwrap();
     assert_eq!(
         (
-            cfg.registry_pull_qps,
-            cfg.registry_burst,
+            cfg.images.registry_pull_qps,
+            cfg.images.registry_burst,
             cfg.event_record_qps,
             cfg.event_burst
         ),
@@ -792,8 +436,8 @@ fn registry_and_event_rate_limits_default_and_validate_as_upstream() {
     .unwrap();
     assert_eq!(
         (
-            cfg.registry_pull_qps,
-            cfg.registry_burst,
+            cfg.images.registry_pull_qps,
+            cfg.images.registry_burst,
             cfg.event_record_qps,
             cfg.event_burst
         ),
@@ -950,4 +594,98 @@ fn logging_from_the_file_with_the_flags_over_it() {
         err,
         "invalid configuration: logging.format: Invalid value: \"xml\": Unsupported log format"
     );
+}
+
+/// `/configz` shows the settings under the names it always had: each subsystem's settings
+/// are flattened into the one object, not nested under the subsystem's name.
+#[test]
+fn configz_keeps_its_flat_field_names() {
+    let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
+    let v = serde_json::to_value(&cfg).unwrap();
+    let obj = v.as_object().unwrap();
+    for key in [
+        "nodeName",
+        "nodeIps",
+        "nodeLabels",
+        "kubeconfig",
+        "bootstrapKubeconfig",
+        "rootDir",
+        "certDir",
+        "staticPodPath",
+        "syncFrequency",
+        "fileCheckFrequency",
+        "address",
+        "port",
+        "readOnlyPort",
+        "maxOpenFiles",
+        "oomScoreAdj",
+        "server",
+        "nodeStatusMaxImages",
+        "tlsCertFile",
+        "tlsPrivateKeyFile",
+        "healthzPort",
+        "healthzBindAddress",
+        "clusterDNS",
+        "clusterDomain",
+        "resolvConf",
+        "cgroupDriver",
+        "cgroupRoot",
+        "cgroupsPerQos",
+        "maxPods",
+        "podLogsDir",
+        "enableSystemLogHandler",
+        "enableDebuggingHandlers",
+        "enableDebugFlagsHandler",
+        "enableProfilingHandler",
+        "enableSystemLogQuery",
+        "containerRuntimeEndpoint",
+        "imageServiceEndpoint",
+        "runtimeRequestTimeout",
+        "streamingConnectionIdleTimeout",
+        "volumeStatsAggPeriod",
+        "pullGate",
+        "registryPullQPS",
+        "registryBurst",
+        "eventRecordQPS",
+        "eventBurst",
+        "makeIptablesUtilChains",
+        "rotateCertificates",
+        "nodeStatusUpdateFrequency",
+        "failSwapOn",
+        "podInfraContainerImage",
+        "verbosity",
+        "nodeStatusReportFrequency",
+        "shutdown",
+        "nodeLeaseDurationSeconds",
+        "kubeAPIQPS",
+        "kubeApiBurst",
+        "registerNode",
+        "registerWithTaints",
+        "enableServer",
+        "auth",
+        "tlsMinVersion",
+        "tlsCipherSuites",
+        "serverTlsBootstrap",
+        "protectKernelDefaults",
+        "seccompDefault",
+        "allowedUnsafeSysctls",
+        "resources",
+        "containerLog",
+        "network",
+        "podLimits",
+        "crashLoopMax",
+        "imageGc",
+        "containerGc",
+        "imagePullCredentialsVerificationPolicy",
+        "imageCredentialProviderConfig",
+        "imageCredentialProviderBinDir",
+        "cloud",
+    ] {
+        assert!(obj.contains_key(key), "/configz lost {key}: {v}");
+    }
+    for nested in ["node", "images", "runtime", "connections", "limits"] {
+        assert!(!obj.contains_key(nested), "/configz nests {nested}");
+    }
+    assert_eq!(v["server"]["maxConnections"], 4096, "{v}");
+    assert_eq!(v["port"], 10250);
 }

@@ -10,9 +10,11 @@ pub mod gc;
 pub mod pull_gate;
 pub mod pull_records;
 pub mod reference;
+pub mod settings;
 pub mod throttle;
 pub use gc::{DEFAULT_SANDBOX_IMAGE, ImageGc, ImageGcPolicy};
 pub use pull_gate::{PullGate, PullSettings};
+pub use settings::Settings;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -13,6 +13,7 @@
 
 pub mod links;
 pub mod rotate;
+pub mod settings;
 
 use crate::runtime::{ContainerState, Runtime, RuntimeError};
 use futures::StreamExt;

@@ -15,7 +15,9 @@
 use std::path::PathBuf;
 
 use plumbing::cidr::Cidr;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+pub use crate::settings::file::NetworkFileSettings as FileSettings;
 
 /// Where container runtimes read CNI configuration by default (containerd, CRI-O).
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
@@ -25,20 +27,6 @@ pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
 pub const DEFAULT_MTU: u32 = 1500;
 /// The plugin's executable name (in the bin dir, and beside the kubelet by default).
 pub const PLUGIN_NAME: &str = "node-agent-cni";
-
-/// `nodeAgentNetwork` as written in the config file.
-#[derive(Debug, Default, Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase", default)]
-pub struct FileSettings {
-    pub enabled: Option<bool>,
-    #[serde(rename = "clusterCIDR")]
-    pub cluster_cidr: Option<String>,
-    pub cni_conf_dir: Option<String>,
-    pub cni_bin_dir: Option<String>,
-    pub plugin_path: Option<String>,
-    pub mtu: Option<u32>,
-    pub data_dir: Option<String>,
-}
 
 /// Validated settings.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

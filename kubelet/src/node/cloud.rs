@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-/// The cloud provider settings, validated (see `config::cloud`).
+/// The cloud provider settings, validated (see `node::settings`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CloudSettings {

@@ -4,8 +4,10 @@
 //! [`HostFacts`], runtime health through [`RuntimeHealth`], so the status logic is unit-tested.
 
 mod cloud;
+pub mod settings;
 mod status_patch;
 pub use cloud::CloudSettings;
+pub use settings::Settings;
 pub use status_patch::{comparable, is_extended_resource, merge_resources, status_patch};
 
 use crate::events::{EventRecorder, EventType, node_ref};

@@ -12,6 +12,7 @@ mod grpc_codes;
 pub use grpc_codes::go_code;
 pub mod instrumented;
 pub mod raw;
+pub mod settings;
 pub mod stats;
 pub use gc::{CONTAINER_GC_PERIOD, ContainerGc, ContainerGcPolicy, LinkError, LogLinks, PodsKnown};
 
@@ -23,6 +24,7 @@ pub use stats::{
 pub use cri::CriRuntime;
 pub use gc::PERIOD_ENV as CONTAINER_GC_PERIOD_ENV;
 pub use instrumented::Instrumented;
+pub use settings::Settings;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

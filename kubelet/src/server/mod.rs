@@ -29,6 +29,7 @@ pub mod node_logs;
 mod read_only;
 mod running_pods;
 pub mod settings;
+pub use settings::Settings;
 
 pub use read_only::read_only_router;
 pub mod streaming;

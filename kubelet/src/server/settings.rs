@@ -9,40 +9,42 @@
 //!   maxConnectionsPerIdentity: 1024      # :10250 authenticated connections of one user
 //! ```
 
+use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::Duration;
+
+use crate::settings::resolve::{dur, gate_or, invalid, ip, port};
+use crate::settings::{ConfigError, Flags, KubeletConfiguration};
+use plumbing::duration;
 
 use super::listener::{Limits, ServerType};
 use super::{AuthSettings, AuthzMode};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+pub use crate::settings::file::{
+    KubeletAnonymousAuthentication, KubeletAuthentication, KubeletAuthorization,
+    KubeletWebhookAuthentication, KubeletWebhookAuthorization, KubeletX509Authentication,
+    ServerFileSettings as FileSettings,
+};
 
 /// Open connections per server unless `maxConnections` says otherwise.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 /// Connections without an authorized request per source, unless configured.
 pub const DEFAULT_MAX_CONNECTIONS_PER_SOURCE: usize = 256;
 
-/// `nodeAgentServer` as written in the config file.
-#[derive(Debug, Default, Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase", default)]
-pub struct FileSettings {
-    pub max_connections: Option<i64>,
-    pub max_connections_per_source: Option<i64>,
-    pub authenticated_connection_reserve: Option<i64>,
-    pub max_connections_per_identity: Option<i64>,
-}
-
 /// The servers' connection limits, validated.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-pub struct Settings {
+pub struct ConnectionLimits {
     pub max_connections: usize,
     pub max_connections_per_source: usize,
     pub authenticated_connection_reserve: usize,
     pub max_connections_per_identity: usize,
 }
 
-impl Default for Settings {
+impl Default for ConnectionLimits {
     fn default() -> Self {
-        Settings {
+        ConnectionLimits {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_source: DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
             authenticated_connection_reserve: DEFAULT_MAX_CONNECTIONS / 4,
@@ -51,7 +53,7 @@ impl Default for Settings {
     }
 }
 
-impl Settings {
+impl ConnectionLimits {
     /// One server's limits: :10250 gets all four; the read-only port (no authentication)
     /// the cap and the per-source cap; :10248 (loopback by default) only the cap.
     pub fn limits(&self, kind: ServerType) -> Limits {
@@ -76,7 +78,7 @@ impl Settings {
 
 /// `nodeAgentServer` with defaults applied (an absent field: its default; the reserve's is a
 /// quarter of `maxConnections`) and checked.
-pub fn merge(file: Option<&FileSettings>) -> Result<Settings, String> {
+pub fn merge(file: Option<&FileSettings>) -> Result<ConnectionLimits, String> {
     let f = file.cloned().unwrap_or_default();
     let field = |name: &str, v: Option<i64>, min: i64, default: usize| match v {
         None => Ok(default),
@@ -114,7 +116,7 @@ pub fn merge(file: Option<&FileSettings>) -> Result<Settings, String> {
             "nodeAgentServer.authenticatedConnectionReserve: {reserve} must be less than maxConnections ({max})"
         ));
     }
-    Ok(Settings {
+    Ok(ConnectionLimits {
         max_connections: max,
         max_connections_per_source: per_source,
         authenticated_connection_reserve: reserve,
@@ -143,53 +145,6 @@ pub fn max_open_files(flag: Option<i64>, file: Option<&serde_json::Value>) -> Re
 
 // ---------------------------------------------------------------------------------------
 // :10250 authentication and authorization.
-
-/// `authentication` (upstream's KubeletAuthentication).
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAuthentication {
-    pub x509: Option<KubeletX509Authentication>,
-    pub webhook: Option<KubeletWebhookAuthentication>,
-    pub anonymous: Option<KubeletAnonymousAuthentication>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletX509Authentication {
-    #[serde(rename = "clientCAFile")]
-    pub client_ca_file: Option<String>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletWebhookAuthentication {
-    pub enabled: Option<bool>,
-    #[serde(rename = "cacheTTL")]
-    pub cache_ttl: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAnonymousAuthentication {
-    pub enabled: Option<bool>,
-}
-
-/// `authorization` (upstream's KubeletAuthorization).
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletAuthorization {
-    pub mode: Option<String>,
-    pub webhook: Option<KubeletWebhookAuthorization>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct KubeletWebhookAuthorization {
-    #[serde(rename = "cacheAuthorizedTTL")]
-    pub cache_authorized_ttl: Option<serde_json::Value>,
-    #[serde(rename = "cacheUnauthorizedTTL")]
-    pub cache_unauthorized_ttl: Option<serde_json::Value>,
-}
 
 /// The auth flags, which win over the file (`--anonymous-auth`, `--authentication-token-webhook`,
 /// its cache TTL, `--authorization-mode`, the authorization webhook's cache TTLs,
@@ -302,6 +257,163 @@ pub fn auth_settings(
         cache_authorized_ttl,
         cache_unauthorized_ttl,
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Everything the servers are configured with.
+
+/// The servers' settings, validated: :10250 (`enableServer`, `address`, `port`, TLS,
+/// `authentication` / `authorization`, the handlers), the read-only port and :10248.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Settings {
+    /// `enableServer` (default true): serve the :10250 API.
+    pub enable_server: bool,
+    pub address: IpAddr,
+    pub port: u16,
+    pub read_only_port: u16,
+    pub healthz_port: u16,
+    pub healthz_bind_address: IpAddr,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    /// The `ReloadKubeletServerCertificateFile` gate (beta, on by default as upstream): a
+    /// configured serving pair is reloaded when its files change.
+    #[serde(skip)]
+    pub reload_tls_cert_files: bool,
+    /// `tlsMinVersion` (validated).
+    pub tls_min_version: Option<String>,
+    /// `tlsCipherSuites` (validated).
+    pub tls_cipher_suites: Vec<String>,
+    /// `serverTLSBootstrap`: the serving certificate comes from a `kubernetes.io/kubelet-serving`
+    /// CSR (cluster mode only) and is rotated before expiry.
+    pub server_tls_bootstrap: bool,
+    /// `authentication` / `authorization`, flags over file, upstream's defaults.
+    pub auth: AuthSettings,
+    /// `enableSystemLogHandler` (default true): `/logs/` is served.
+    pub enable_system_log_handler: bool,
+    /// `enableDebuggingHandlers` (default true): exec, attach, port-forward, run, logs.
+    pub enable_debugging_handlers: bool,
+    /// `enableDebugFlagsHandler`, `enableProfilingHandler` and the z-page gates.
+    #[serde(flatten)]
+    pub debug: DebugSettings,
+    /// `streamingConnectionIdleTimeout` (default 4h): an exec/attach/port-forward connection
+    /// with no traffic for this long is closed.
+    #[serde(with = "duration::serde_opt_plain")]
+    pub streaming_connection_idle_timeout: Duration,
+    /// `maxOpenFiles`: RLIMIT_NOFILE set at start.
+    pub max_open_files: u64,
+    /// `nodeAgentServer` (ours): the servers' connection limits.
+    #[serde(rename = "server")]
+    pub connections: ConnectionLimits,
+}
+
+/// Flags over the file over upstream's defaults.
+pub fn resolve(flags: &Flags, file: &KubeletConfiguration) -> Result<Settings, ConfigError> {
+    let (tls_min_version, tls_cipher_suites) = tls(flags, file)?;
+    let system_log_handler = file
+        .enable_system_log_handler
+        .as_ref()
+        .and_then(|v| v.as_bool());
+    Ok(Settings {
+        enable_server: file.enable_server.unwrap_or(true),
+        address: ip(
+            "address",
+            (flags.address.as_deref())
+                .or(file.address.as_deref())
+                .unwrap_or("0.0.0.0"),
+        )?,
+        port: port("port", flags.port.or(file.port).unwrap_or(10250), false)?,
+        read_only_port: port(
+            "readOnlyPort",
+            flags.read_only_port.or(file.read_only_port).unwrap_or(0),
+            true,
+        )?,
+        healthz_port: port(
+            "healthzPort",
+            flags.healthz_port.or(file.healthz_port).unwrap_or(10248),
+            true,
+        )?,
+        healthz_bind_address: ip(
+            "healthzBindAddress",
+            (flags.healthz_bind_address.as_deref())
+                .or(file.healthz_bind_address.as_deref())
+                .unwrap_or("127.0.0.1"),
+        )?,
+        tls_cert_file: (flags.tls_cert_file.clone())
+            .or(file.tls_cert_file.clone())
+            .map(PathBuf::from),
+        tls_private_key_file: (flags.tls_private_key_file.clone())
+            .or(file.tls_private_key_file.clone())
+            .map(PathBuf::from),
+        reload_tls_cert_files: gate_or(flags, file, crate::certs::serving_files::RELOAD_GATE, true),
+        tls_min_version,
+        tls_cipher_suites,
+        server_tls_bootstrap: file.server_tls_bootstrap.unwrap_or(false),
+        auth: auth(flags, file)?,
+        enable_system_log_handler: system_log_handler.unwrap_or(true),
+        enable_debugging_handlers: file.enable_debugging_handlers.unwrap_or(true),
+        debug: debug_settings(
+            file.enable_debug_flags_handler.as_ref(),
+            file.enable_profiling_handler.as_ref(),
+            file.enable_system_log_query.as_ref(),
+            system_log_handler != Some(false),
+            |name, default| gate_or(flags, file, name, default),
+        )
+        .map_err(invalid)?,
+        streaming_connection_idle_timeout: dur(
+            "streamingConnectionIdleTimeout",
+            &flags.streaming_connection_idle_timeout,
+            file.streaming_connection_idle_timeout,
+            Duration::from_secs(4 * 3600),
+        )?,
+        max_open_files: max_open_files(flags.max_open_files, file.max_open_files.as_ref())
+            .map_err(invalid)?,
+        connections: merge(file.node_agent_server.as_ref()).map_err(invalid)?,
+    })
+}
+
+/// `tlsMinVersion` and `tlsCipherSuites`, checked against what the TLS stack offers.
+fn tls(
+    flags: &Flags,
+    file: &KubeletConfiguration,
+) -> Result<(Option<String>, Vec<String>), ConfigError> {
+    let min_version = (flags.tls_min_version.clone())
+        .or(file.tls_min_version.clone())
+        .filter(|s| !s.is_empty());
+    let suites: Vec<String> = match &flags.tls_cipher_suites {
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+        None => file.tls_cipher_suites.clone().unwrap_or_default(),
+    }
+    .into_iter()
+    .filter(|s| !s.is_empty())
+    .collect();
+    super::tls_policy(min_version.as_deref(), &suites).map_err(invalid)?;
+    Ok((min_version, suites))
+}
+
+/// `authentication` / `authorization` with the auth flags over them.
+fn auth(flags: &Flags, file: &KubeletConfiguration) -> Result<AuthSettings, ConfigError> {
+    auth_settings(
+        AuthFlags {
+            anonymous_auth: flags.anonymous_auth,
+            authentication_token_webhook: flags.authentication_token_webhook,
+            authentication_token_webhook_cache_ttl: flags
+                .authentication_token_webhook_cache_ttl
+                .as_deref(),
+            authorization_mode: flags.authorization_mode.as_deref(),
+            authorization_webhook_cache_authorized_ttl: flags
+                .authorization_webhook_cache_authorized_ttl
+                .as_deref(),
+            authorization_webhook_cache_unauthorized_ttl: flags
+                .authorization_webhook_cache_unauthorized_ttl
+                .as_deref(),
+            client_ca_file: flags.client_ca_file.as_deref(),
+        },
+        flags.config.is_some(),
+        file.authentication.as_ref(),
+        file.authorization.as_ref(),
+    )
+    .map_err(invalid)
 }
 
 #[cfg(test)]

@@ -13,12 +13,19 @@ pub use plumbing::settings::{Findings, Setting, Status};
 const NO_QOS_RESERVED: &str = "the QoS tiers get no memory reservation (upstream's alpha QOSReserved gate); only their cpu shares are written.";
 const NO_CM: &str = "there is no CPU/memory/topology manager.";
 
+pub mod cli;
+mod error;
 mod fields;
+pub mod file;
 mod flags;
 #[cfg(test)]
 mod readme;
+pub mod resolve;
 
+pub use cli::Flags;
+pub use error::ConfigError;
 pub use fields::FIELDS;
+pub use file::{KubeletConfiguration, parse_file};
 pub use flags::FLAGS;
 
 /// Warnings and refusals for the kubelet's flags (`(long name, raw value)` as given on the
@@ -131,7 +138,7 @@ mod tests {
     use clap::CommandFactory;
 
     fn given(args: &[&str]) -> Vec<(String, String)> {
-        let cmd = crate::flags::Flags::command();
+        let cmd = crate::settings::cli::Flags::command();
         let m = cmd
             .clone()
             .try_get_matches_from(std::iter::once("kubelet").chain(args.iter().copied()))
@@ -166,7 +173,7 @@ mod tests {
 
     #[test]
     fn every_flag_entry_is_a_real_flag_and_every_flag_has_an_entry() {
-        let cmd = crate::flags::Flags::command();
+        let cmd = crate::settings::cli::Flags::command();
         let longs: Vec<String> = cmd
             .get_arguments()
             .filter_map(|a| a.get_long().map(|l| format!("--{l}")))

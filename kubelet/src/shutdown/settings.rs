@@ -9,14 +9,7 @@ use std::time::Duration;
 const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 const DEFAULT_PRIORITY: i32 = 0;
 
-/// One `shutdownGracePeriodByPodPriority` entry: pods at or above `priority` (up to the next
-/// entry) get `grace_seconds`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PriorityGrace {
-    pub priority: i32,
-    pub shutdown_grace_period_seconds: i64,
-}
+pub use crate::settings::file::PriorityGrace;
 
 /// The validated shutdown settings: the groups sorted by priority (empty: disabled).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]

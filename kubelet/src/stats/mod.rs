@@ -25,6 +25,7 @@ pub mod node;
 pub mod procs;
 mod refresh;
 pub mod resource;
+pub mod settings;
 pub mod summary;
 pub mod system;
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! overrides the file's value (a superset: kubeadm only passes `--config` and
 //! `--hostname-override`, which behave the same either way).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -504,9 +504,6 @@ fn flag_or<T: Clone>(flag: &Option<T>, file: Option<T>) -> Option<T> {
     flag.clone().or(file)
 }
 
-/// The pure core: flags + the config file's text (if `--config` was given and read) + the
-/// machine's hostname → validated config with upstream defaults. Explicit flags override the
-/// file.
 /// `featureGates` with `--feature-gates` over it, checked against upstream's gate set.
 fn check_gates(flags: &Flags, file: &KubeProxyConfiguration) -> Result<()> {
     let mut gates = plumbing::feature_gates::from_json(file.feature_gates.as_ref())?;
@@ -517,317 +514,50 @@ fn check_gates(flags: &Flags, file: &KubeProxyConfiguration) -> Result<()> {
     Ok(plumbing::feature_gates::check(&gates)?)
 }
 
+/// The pure core: flags + the config file's text (if `--config` was given and read) + the
+/// machine's hostname → validated config with upstream defaults. Explicit flags override the
+/// file. Each section is resolved in `sections.rs`.
 pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result<ProxyConfig> {
     let file = match file_text {
         Some(t) => KubeProxyConfiguration::parse(t)?,
         None => KubeProxyConfiguration::default(),
     };
     check_gates(flags, &file)?;
-    let mut ipt = file.iptables.clone().unwrap_or_default();
-    let ct = file.conntrack.clone().unwrap_or_default();
-    let cc = file.client_connection.clone().unwrap_or_default();
-
-    let mode = flag_or(&flags.proxy_mode, file.mode.clone()).unwrap_or_default();
-    let mode = match mode.trim() {
-        "" | "iptables" => ProxyMode::Iptables,
-        "nftables" => ProxyMode::Nftables,
-        "ipvs" => ProxyMode::Ipvs,
-        m => {
-            return Err(invalid(
-                "mode",
-                format!("{m:?} is not a valid proxy mode (iptables, ipvs, nftables)"),
-            ));
-        }
-    };
-
-    // In nftables mode the masquerade and sync settings come from `nftables:` (the
-    // `--iptables-*` flags still win, as upstream's flags apply to every mode); the
-    // iptables-only localhostNodePorts has no effect there.
-    let localhost_asked = flags
-        .iptables_localhost_nodeports
-        .or(ipt.localhost_node_ports)
-        == Some(true);
-    if mode == ProxyMode::Nftables {
-        let nft = file.nftables.clone().unwrap_or_default();
-        ipt = IptablesFile {
-            masquerade_bit: nft.masquerade_bit,
-            masquerade_all: nft.masquerade_all,
-            localhost_node_ports: None,
-            sync_period: nft.sync_period,
-            min_sync_period: nft.min_sync_period,
-        };
-    }
-
-    // In IPVS mode the sync periods come from `ipvs:` (masquerading stays `iptables:`'s,
-    // as upstream's IPVS proxier reads it there).
-    let ipvs_file = file.ipvs.clone().unwrap_or_default();
-    let ipvs_settings = ipvs::settings(flags, &ipvs_file)?;
-    let ipvs_periods = if mode == ProxyMode::Ipvs {
-        Some(ipvs::sync_periods(flags, &ipvs_file)?)
-    } else {
-        None
-    };
-
-    let bind = flag_or(&flags.bind_address, file.bind_address.clone()).unwrap_or_default();
-    let bind_address: IpAddr = if bind.trim().is_empty() {
-        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-    } else {
-        bind.trim()
-            .parse()
-            .map_err(|_| invalid("bindAddress", format!("{bind:?} is not a valid IP")))?
-    };
-    let (healthz_ip, metrics_ip) = if bind_address.is_ipv4() {
-        (
-            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            IpAddr::V4(Ipv4Addr::LOCALHOST),
-        )
-    } else {
-        (
-            IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-            IpAddr::V6(Ipv6Addr::LOCALHOST),
-        )
-    };
-    // The deprecated --healthz-port / --metrics-port: 0 disables the server; another port
-    // applies where the address has none (upstream's addressFromDeprecatedFlags).
-    let healthz_port = deprecated_port("healthz-port", flags.more.healthz_port, HEALTHZ_PORT)?;
-    let healthz_bind_address = match healthz_port {
-        None => None,
-        Some(port) => Some(host_port(
-            "healthzBindAddress",
-            &flag_or(
-                &flags.healthz_bind_address,
-                file.healthz_bind_address.clone(),
-            )
-            .unwrap_or_default(),
-            healthz_ip,
-            port,
-        )?),
-    };
-    let metrics_port = deprecated_port("metrics-port", flags.more.metrics_port, METRICS_PORT)?;
-    // An explicitly empty --metrics-bind-address disables the server (upstream's flag help).
-    let metrics_bind_address = match (
-        flags.metrics_bind_address.as_deref().map(str::trim),
-        metrics_port,
-    ) {
-        (Some(""), _) | (_, None) => None,
-        (_, Some(port)) => Some(host_port(
-            "metricsBindAddress",
-            &flag_or(
-                &flags.metrics_bind_address,
-                file.metrics_bind_address.clone(),
-            )
-            .unwrap_or_default(),
-            metrics_ip,
-            port,
-        )?),
-    };
-
-    let node_name = match flag_or(&flags.hostname_override, file.hostname_override.clone()) {
-        Some(h) if !h.trim().is_empty() => h.trim().to_lowercase(),
-        Some(_) if flags.hostname_override.is_some() => {
-            return Err(invalid(
-                "hostnameOverride",
-                "empty hostname-override is invalid",
-            ));
-        }
-        _ => hostname.trim().to_lowercase(),
-    };
-    let oom_score_adj = match (flags.oom_score_adj, &file.oom_score_adj) {
-        (Some(n), _) => n,
-        (None, None | Some(serde_json::Value::Null)) => -999,
-        (None, Some(v)) => v
-            .as_i64()
-            .and_then(|n| i32::try_from(n).ok())
-            .ok_or_else(|| invalid("oomScoreAdj", format!("{v} is not an integer")))?,
-    };
-    if !plumbing::oom_score::RANGE.contains(&oom_score_adj) {
-        return Err(invalid(
-            "oomScoreAdj",
-            format!("{oom_score_adj}: must be within the range [-1000, 1000]"),
-        ));
-    }
+    let mode = sections::mode(flags, &file)?;
+    let ipvs = ipvs::settings(flags, &file.ipvs.clone().unwrap_or_default())?;
+    let servers = sections::servers(flags, &file)?;
+    let node_name = sections::node_name(flags, &file, hostname)?;
+    let oom_score_adj = sections::oom_score_adj(flags, &file)?;
     if node_name.is_empty() {
         return Err(invalid("hostnameOverride", "node name is empty"));
     }
-
-    let cluster_cidrs = cidrs(
-        "clusterCIDR",
-        &flag_or(&flags.cluster_cidr, file.cluster_cidr.clone()).unwrap_or_default(),
-    )?;
-
-    let detect =
-        flag_or(&flags.detect_local_mode, file.detect_local_mode.clone()).unwrap_or_default();
-    let dl = file.detect_local.clone().unwrap_or_default();
-    let local_detect = match detect.trim() {
-        "" | "ClusterCIDR" => LocalDetect::ClusterCidr,
-        "NodeCIDR" => LocalDetect::NodeCidr,
-        "BridgeInterface" => LocalDetect::BridgeInterface(interface(
-            "detectLocal.bridgeInterface",
-            flag_or(&flags.pod_bridge_interface, dl.bridge_interface),
-        )?),
-        "InterfaceNamePrefix" => LocalDetect::InterfaceNamePrefix(interface(
-            "detectLocal.interfaceNamePrefix",
-            flag_or(&flags.pod_interface_name_prefix, dl.interface_name_prefix),
-        )?),
-        m => {
-            return Err(invalid(
-                "detectLocalMode",
-                format!(
-                    "{m:?} is not valid (ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix)"
-                ),
-            ));
-        }
-    };
-
-    let node_port_addresses: Vec<String> =
-        flag_or(&flags.nodeport_addresses, file.node_port_addresses.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect();
-    for a in &node_port_addresses {
-        let ok = a == "primary"
-            || a == "all"
-            || a == "localhost"
-            || (a.contains('/') && Cidr::parse_or_host(a).is_ok());
-        if !ok {
-            return Err(invalid(
-                "nodePortAddresses",
-                format!("{a:?} must be a CIDR or one of primary, localhost, all"),
-            ));
-        }
-    }
-
-    let bit = flag_or(&flags.iptables_masquerade_bit, ipt.masquerade_bit).unwrap_or(14);
-    if !(0..=31).contains(&bit) {
-        return Err(invalid(
-            "iptables.masqueradeBit",
-            format!("{bit} must be within the range [0, 31]"),
-        ));
-    }
-    let sync_period = duration(
-        "iptables.syncPeriod",
-        flag_or(&flags.iptables_sync_period, ipt.sync_period.clone()).as_deref(),
-        Duration::from_secs(30),
-    )?;
-    if sync_period.is_zero() {
-        return Err(invalid("iptables.syncPeriod", "must be greater than 0"));
-    }
-    // Upstream defaults a zero minSyncPeriod in the file to 1s; an explicit flag of 0 means
-    // "sync on every change".
-    let min_sync_period = match flags.iptables_min_sync_period.as_deref() {
-        Some(s) => duration("iptables.minSyncPeriod", Some(s), Duration::from_secs(1))?,
-        None => {
-            let d = duration(
-                "iptables.minSyncPeriod",
-                ipt.min_sync_period.as_deref(),
-                Duration::from_secs(1),
-            )?;
-            if d.is_zero() {
-                Duration::from_secs(1)
-            } else {
-                d
-            }
-        }
-    };
-
-    let (sync_period, min_sync_period) = ipvs_periods.unwrap_or((sync_period, min_sync_period));
-
-    let max_per_core = flag_or(&flags.conntrack_max_per_core, ct.max_per_core).unwrap_or(32768);
-    let min = flag_or(&flags.conntrack_min, ct.min).unwrap_or(131072);
-    if max_per_core < 0 {
-        return Err(invalid(
-            "conntrack.maxPerCore",
-            "must be greater than or equal to 0",
-        ));
-    }
-    if min < 0 {
-        return Err(invalid(
-            "conntrack.min",
-            "must be greater than or equal to 0",
-        ));
-    }
-    let conntrack = ConntrackConfig {
-        max_per_core,
-        min,
-        tcp_established_timeout: duration(
-            "conntrack.tcpEstablishedTimeout",
-            flag_or(
-                &flags.conntrack_tcp_timeout_established,
-                ct.tcp_established_timeout.clone(),
-            )
-            .as_deref(),
-            Duration::from_secs(24 * 3600),
-        )?,
-        tcp_close_wait_timeout: duration(
-            "conntrack.tcpCloseWaitTimeout",
-            flag_or(
-                &flags.conntrack_tcp_timeout_close_wait,
-                ct.tcp_close_wait_timeout.clone(),
-            )
-            .as_deref(),
-            Duration::from_secs(3600),
-        )?,
-        tcp_be_liberal: flag_or(&flags.conntrack_tcp_be_liberal, ct.tcp_be_liberal)
-            .unwrap_or(false),
-        udp_timeout: duration(
-            "conntrack.udpTimeout",
-            flag_or(&flags.conntrack_udp_timeout, ct.udp_timeout.clone()).as_deref(),
-            Duration::ZERO,
-        )?,
-        udp_stream_timeout: duration(
-            "conntrack.udpStreamTimeout",
-            flag_or(
-                &flags.conntrack_udp_timeout_stream,
-                ct.udp_stream_timeout.clone(),
-            )
-            .as_deref(),
-            Duration::ZERO,
-        )?,
-    };
-
-    let qps = flag_or(&flags.kube_api_qps, cc.qps).unwrap_or(0.0);
-    let qps = if qps == 0.0 { 5.0 } else { qps };
-    if qps < 0.0 {
-        return Err(invalid("clientConnection.qps", "must be >= 0"));
-    }
-    let burst = flag_or(&flags.kube_api_burst, cc.burst).unwrap_or(0);
-    let burst = if burst == 0 { 10 } else { burst };
-    if burst < 0 {
-        return Err(invalid("clientConnection.burst", "must be >= 0"));
-    }
-    let kubeconfig = flags.kubeconfig.clone().or(cc
-        .kubeconfig
-        .filter(|k| !k.trim().is_empty())
-        .map(PathBuf::from));
-
+    let cluster_cidrs = sections::cluster_cidrs(flags, &file)?;
+    let local_detect = sections::local_detect(flags, &file)?;
+    let node_port_addresses = sections::node_port_addresses(flags, &file)?;
+    let rules = sections::rules(flags, &file, mode)?;
+    let conntrack = sections::conntrack(flags, &file)?;
+    let client = sections::client(flags, &file)?;
     Ok(ProxyConfig {
         node_name,
-        bind_address,
-        healthz_bind_address,
-        metrics_bind_address,
+        bind_address: servers.bind_address,
+        healthz_bind_address: servers.healthz,
+        metrics_bind_address: servers.metrics,
         mode,
         cluster_cidrs,
         local_detect,
         node_port_addresses,
-        masquerade_all: flag_or(&flags.masquerade_all, ipt.masquerade_all).unwrap_or(false),
-        masquerade_bit: bit as u8,
-        localhost_node_ports: mode == ProxyMode::Iptables
-            && flag_or(
-                &flags.iptables_localhost_nodeports,
-                ipt.localhost_node_ports,
-            )
-            .unwrap_or(true),
-        localhost_node_ports_ignored: mode != ProxyMode::Iptables && localhost_asked,
-        sync_period,
-        min_sync_period,
+        masquerade_all: rules.masquerade_all,
+        masquerade_bit: rules.masquerade_bit,
+        localhost_node_ports: rules.localhost_node_ports,
+        localhost_node_ports_ignored: rules.localhost_node_ports_ignored,
+        sync_period: rules.sync_period,
+        min_sync_period: rules.min_sync_period,
         conntrack,
-        ipvs: ipvs_settings,
-        kubeconfig,
+        ipvs,
+        kubeconfig: client.kubeconfig,
         master: flags.master.clone(),
-        qps,
-        burst,
+        qps: client.qps,
+        burst: client.burst,
         verbosity: flags.v.unwrap_or(0),
         logging: plumbing::logging::Options::resolve(
             &plumbing::logging::Flags {
@@ -847,6 +577,7 @@ pub fn resolve(flags: &Flags, file_text: Option<&str>, hostname: &str) -> Result
 
 mod ipvs;
 mod more_flags;
+mod sections;
 pub use ipvs::IpvsFile;
 pub use more_flags::{DEFAULT_CONFIG, MoreFlags};
 

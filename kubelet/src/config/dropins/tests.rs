@@ -1,6 +1,6 @@
 use super::*;
 use crate::config::{load, load_checked};
-use crate::flags::Flags;
+use crate::settings::cli::Flags;
 use clap::Parser;
 
 const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
@@ -52,17 +52,17 @@ fn drop_ins_apply_in_lexical_order_over_the_main_file() {
         .collect();
     assert_eq!(names, ["10-first.conf", "15-sub/x.conf", "20-last.conf"]);
     let cfg = load(&flags(Some(&main), &d), "node").unwrap();
-    assert_eq!(cfg.max_pods, 30);
+    assert_eq!(cfg.node.max_pods, 30);
     // Lists replace, they do not append.
     assert_eq!(
         cfg.cluster_dns,
         vec!["10.0.0.99".parse::<std::net::IpAddr>().unwrap()]
     );
-    assert!(!cfg.pull_gate.serialize_image_pulls);
+    assert!(!cfg.images.pull_gate.serialize_image_pulls);
     // A flag still wins over every file.
     let mut f = flags(Some(&main), &d);
     f.max_pods = Some(7);
-    assert_eq!(load(&f, "node").unwrap().max_pods, 7);
+    assert_eq!(load(&f, "node").unwrap().node.max_pods, 7);
 }
 
 #[test]
@@ -117,6 +117,6 @@ fn without_the_main_file_the_drop_ins_are_the_configuration() {
     let tmp = tempfile::tempdir().unwrap();
     write(tmp.path(), "a.conf", &format!("{HEAD}maxPods: 12\n"));
     let (cfg, warnings) = load_checked(&flags(None, tmp.path()), &[], "node").unwrap();
-    assert_eq!(cfg.max_pods, 12);
+    assert_eq!(cfg.node.max_pods, 12);
     assert!(warnings.is_empty(), "{warnings:?}");
 }

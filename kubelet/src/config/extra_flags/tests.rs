@@ -1,5 +1,5 @@
 use crate::config::{merge, parse_file};
-use crate::flags::Flags;
+use crate::settings::cli::Flags;
 use clap::Parser;
 use std::time::Duration;
 
@@ -14,9 +14,11 @@ fn field_flags_work_as_their_fields_and_win_over_the_file() {
     let file = "enableServer: true\nenableDebuggingHandlers: true\nmakeIPTablesUtilChains: true\n\
                 serverTLSBootstrap: false\nvolumeStatsAggPeriod: 2m\n";
     let c = load(&[], file).unwrap();
-    assert!(c.enable_server && c.enable_debugging_handlers && c.make_iptables_util_chains);
-    assert!(!c.server_tls_bootstrap);
-    assert_eq!(c.volume_stats_agg_period, Duration::from_secs(120));
+    assert!(
+        c.server.enable_server && c.server.enable_debugging_handlers && c.make_iptables_util_chains
+    );
+    assert!(!c.server.server_tls_bootstrap);
+    assert_eq!(c.stats.volume_stats_agg_period, Duration::from_secs(120));
     let c = load(
         &[
             "--enable-server=false",
@@ -28,17 +30,20 @@ fn field_flags_work_as_their_fields_and_win_over_the_file() {
         file,
     )
     .unwrap();
-    assert!(!c.enable_server, "--enable-server=false");
+    assert!(!c.server.enable_server, "--enable-server=false");
     assert!(
-        !c.enable_debugging_handlers,
+        !c.server.enable_debugging_handlers,
         "--enable-debugging-handlers=0"
     );
     assert!(
         !c.make_iptables_util_chains,
         "--make-iptables-util-chains=F"
     );
-    assert!(c.server_tls_bootstrap, "--rotate-server-certificates");
-    assert_eq!(c.volume_stats_agg_period, Duration::from_secs(30));
+    assert!(
+        c.server.server_tls_bootstrap,
+        "--rotate-server-certificates"
+    );
+    assert_eq!(c.stats.volume_stats_agg_period, Duration::from_secs(30));
 }
 
 #[test]
@@ -49,5 +54,5 @@ fn negative_volume_stats_period_is_refused_by_name() {
     assert!(err.contains("--volume-stats-agg-period"), "{err}");
     // 0s means the default, as in the file.
     let c = load(&["--volume-stats-agg-period=0s"], "{}\n").unwrap();
-    assert_eq!(c.volume_stats_agg_period, Duration::from_secs(60));
+    assert_eq!(c.stats.volume_stats_agg_period, Duration::from_secs(60));
 }

@@ -1,4 +1,19 @@
 use super::*;
+use crate::settings::parse_file;
+use clap::Parser;
+
+fn flags(args: &[&str]) -> Flags {
+    Flags::try_parse_from(std::iter::once("kubelet").chain(args.iter().copied())).unwrap()
+}
+
+/// The servers' part of the configuration, as `config::merge` assembles it.
+fn merge(
+    flags: &Flags,
+    file: KubeletConfiguration,
+    _hostname: &str,
+) -> Result<Settings, ConfigError> {
+    resolve(flags, &file)
+}
 
 /// The `nodeAgentServer` section of a config file.
 #[derive(serde::Deserialize)]
@@ -7,17 +22,17 @@ struct File {
     node_agent_server: Option<FileSettings>,
 }
 
-fn parse(text: &str) -> Result<Settings, String> {
+fn parse(text: &str) -> Result<ConnectionLimits, String> {
     let file: File = serde_saphyr::from_str(text).unwrap();
-    merge(file.node_agent_server.as_ref())
+    super::merge(file.node_agent_server.as_ref())
 }
 
 #[test]
 fn connection_limits_default_and_parse() {
-    assert_eq!(parse("{}").unwrap(), Settings::default());
+    assert_eq!(parse("{}").unwrap(), ConnectionLimits::default());
     assert_eq!(
-        Settings::default(),
-        Settings {
+        ConnectionLimits::default(),
+        ConnectionLimits {
             max_connections: 4096,
             max_connections_per_source: 256,
             authenticated_connection_reserve: 1024,
@@ -119,4 +134,181 @@ fn debug_settings_defaults_and_upstream_validation() {
             .unwrap()
             .enable_system_log_query
     );
+}
+
+#[test]
+fn enable_debugging_handlers_is_read() {
+    let file = parse_file("c", "enableDebuggingHandlers: false\n").unwrap();
+    assert!(
+        !merge(&flags(&[]), file, "n")
+            .unwrap()
+            .enable_debugging_handlers
+    );
+    let file = parse_file("c", "enableDebuggingHandlers: true\n").unwrap();
+    assert!(
+        merge(&flags(&[]), file, "n")
+            .unwrap()
+            .enable_debugging_handlers
+    );
+}
+
+#[test]
+fn auth_defaults_follow_upstream() {
+    use crate::server::AuthzMode;
+    // No config file: the legacy flag defaults.
+    let cfg = merge(&flags(&[]), KubeletConfiguration::default(), "n").unwrap();
+    assert!(cfg.auth.anonymous && !cfg.auth.webhook);
+    assert_eq!(cfg.auth.mode, AuthzMode::AlwaysAllow);
+    // A config file: v1beta1's defaults.
+    let file = parse_file("c", "kind: KubeletConfiguration\n").unwrap();
+    let cfg = merge(&flags(&["--config=c"]), file, "n").unwrap();
+    assert!(!cfg.auth.anonymous && cfg.auth.webhook);
+    assert_eq!(cfg.auth.mode, AuthzMode::Webhook);
+    // kubeadm's file, and flags over the file.
+    let file = parse_file("c", crate::config::tests::KUBEADM_CONFIG).unwrap();
+    let cfg = merge(
+        &flags(&[
+            "--config=c",
+            "--anonymous-auth",
+            "--container-runtime-endpoint=unix:///x",
+        ]),
+        file,
+        "n",
+    )
+    .unwrap();
+    assert!(cfg.auth.anonymous && cfg.auth.webhook);
+    assert_eq!(
+        cfg.auth.client_ca_file.as_deref(),
+        Some("/etc/kubernetes/pki/ca.crt")
+    );
+    let file = parse_file(
+            "c",
+            "authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n",
+        )
+        .unwrap();
+    let cfg = merge(&flags(&["--config=c"]), file, "n").unwrap();
+    assert!(cfg.auth.anonymous && !cfg.auth.webhook);
+    assert_eq!(cfg.auth.mode, AuthzMode::AlwaysAllow);
+    let file = parse_file("c", "authorization: {mode: RBAC}\n").unwrap();
+    let err = merge(&flags(&["--config=c"]), file, "n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown authorization mode RBAC"), "{err}");
+}
+
+#[test]
+fn auth_cache_ttls_default_and_parse() {
+    use std::time::Duration;
+    let s = |d: u64| Duration::from_secs(d);
+    // kubeadm writes 0s: upstream's defaulting turns zero into 2m / 5m / 30s.
+    let file = parse_file("c", crate::config::tests::KUBEADM_CONFIG).unwrap();
+    let cfg = merge(
+        &flags(&["--config=c", "--container-runtime-endpoint=unix:///x.sock"]),
+        file,
+        "n",
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            cfg.auth.cache_ttl,
+            cfg.auth.cache_authorized_ttl,
+            cfg.auth.cache_unauthorized_ttl
+        ),
+        (s(120), s(300), s(30))
+    );
+    let file = parse_file(
+        "c",
+        "authentication: {webhook: {cacheTTL: 10s}}\nauthorization: {webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}}\n",
+    )
+    .unwrap();
+    let cfg = merge(&flags(&["--config=c"]), file, "n").unwrap();
+    assert_eq!(
+        (
+            cfg.auth.cache_ttl,
+            cfg.auth.cache_authorized_ttl,
+            cfg.auth.cache_unauthorized_ttl
+        ),
+        (s(10), s(60), s(5))
+    );
+    let file = parse_file(
+        "c",
+        "authorization: {webhook: {cacheAuthorizedTTL: soon}}\n",
+    )
+    .unwrap();
+    let err = merge(&flags(&["--config=c"]), file, "n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("authorization.webhook.cacheAuthorizedTTL"),
+        "{err}"
+    );
+    // Upstream's flags win over the file; 0s from a flag turns the cache off.
+    let file = parse_file("c", "authentication: {webhook: {cacheTTL: 10s}}\n").unwrap();
+    let cfg = merge(
+        &flags(&[
+            "--config=c",
+            "--authentication-token-webhook-cache-ttl=0s",
+            "--authorization-webhook-cache-authorized-ttl=2m",
+            "--authorization-webhook-cache-unauthorized-ttl=1s",
+        ]),
+        file,
+        "n",
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            cfg.auth.cache_ttl,
+            cfg.auth.cache_authorized_ttl,
+            cfg.auth.cache_unauthorized_ttl
+        ),
+        (s(0), s(120), s(1))
+    );
+    let file = parse_file("c", "{}").unwrap();
+    let err = merge(
+        &flags(&[
+            "--config=c",
+            "--authorization-webhook-cache-authorized-ttl=soon",
+        ]),
+        file,
+        "n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("--authorization-webhook-cache-authorized-ttl"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tls_settings_validated() {
+    let file = parse_file("c", "tlsMinVersion: VersionTLS10\n").unwrap();
+    let err = merge(&flags(&[]), file, "n").unwrap_err().to_string();
+    assert!(
+        err.contains("tlsMinVersion") && err.contains("VersionTLS10"),
+        "{err}"
+    );
+    let err = merge(
+        &flags(&["--tls-min-version=VersionTLS11"]),
+        KubeletConfiguration::default(),
+        "n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("VersionTLS11"), "{err}");
+    let file = parse_file(
+        "c",
+        "tlsMinVersion: VersionTLS13\ntlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n",
+    )
+    .unwrap();
+    let cfg = merge(&flags(&[]), file, "n").unwrap();
+    assert_eq!(cfg.tls_min_version.as_deref(), Some("VersionTLS13"));
+    let err = merge(
+        &flags(&["--tls-cipher-suites=TLS_RSA_WITH_3DES_EDE_CBC_SHA"]),
+        KubeletConfiguration::default(),
+        "n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("TLS_RSA_WITH_3DES_EDE_CBC_SHA"), "{err}");
 }

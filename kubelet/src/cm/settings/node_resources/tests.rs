@@ -1,7 +1,7 @@
 use super::*;
 
 fn file(text: &str) -> KubeletConfiguration {
-    super::super::parse_file("t.yaml", text).unwrap()
+    crate::settings::parse_file("t.yaml", text).unwrap()
 }
 
 fn hard(r: &NodeResources) -> Vec<(Signal, Amount)> {

@@ -162,7 +162,7 @@ pub const UPSTREAM_KUBELET_FLAGS: &[&str] = &[
 ];
 
 fn parser_longs() -> Vec<String> {
-    crate::flags::Flags::command()
+    crate::settings::cli::Flags::command()
         .get_arguments()
         .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
         .collect()
@@ -193,9 +193,9 @@ fn every_registered_default_parses_without_findings() {
     use clap::Parser;
     for s in FLAGS.iter().filter(|s| !s.ok.is_empty()) {
         let arg = format!("{}={}", s.name, s.ok[0]);
-        let parsed = crate::flags::Flags::try_parse_from(["kubelet", arg.as_str()]);
+        let parsed = crate::settings::cli::Flags::try_parse_from(["kubelet", arg.as_str()]);
         assert!(parsed.is_ok(), "{arg}: {}", parsed.unwrap_err());
-        let cmd = crate::flags::Flags::command();
+        let cmd = crate::settings::cli::Flags::command();
         let m = cmd
             .clone()
             .try_get_matches_from(["kubelet", arg.as_str()])

@@ -1,8 +1,6 @@
 //! The config file: the v1beta1 KubeletConfiguration as written, and its parsing.
 
 use super::ConfigError;
-use crate::network::settings as network;
-use crate::server::settings as server;
 use plumbing::duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -62,8 +60,8 @@ pub struct KubeletConfiguration {
     #[serde(rename = "kubeAPIBurst")]
     pub kube_api_burst: Option<i32>,
     pub eviction_hard: Option<BTreeMap<String, String>>,
-    pub authentication: Option<server::KubeletAuthentication>,
-    pub authorization: Option<server::KubeletAuthorization>,
+    pub authentication: Option<KubeletAuthentication>,
+    pub authorization: Option<KubeletAuthorization>,
     pub protect_kernel_defaults: Option<bool>,
     pub register_with_taints: Option<Vec<serde_json::Value>>,
     #[serde(rename = "podCIDR")]
@@ -158,7 +156,7 @@ pub struct KubeletConfiguration {
     pub shutdown_grace_period: Option<Duration>,
     #[serde(with = "duration::serde_opt")]
     pub shutdown_grace_period_critical_pods: Option<Duration>,
-    pub shutdown_grace_period_by_pod_priority: Option<Vec<crate::shutdown::PriorityGrace>>,
+    pub shutdown_grace_period_by_pod_priority: Option<Vec<PriorityGrace>>,
     pub crash_loop_back_off: Option<serde_json::Value>,
     pub reserved_memory: Option<serde_json::Value>,
     pub enable_profiling_handler: Option<serde_json::Value>,
@@ -171,9 +169,9 @@ pub struct KubeletConfiguration {
     pub fail_cgroup_v1: Option<serde_json::Value>,
     pub user_namespaces: Option<serde_json::Value>,
     /// Ours: the node network controller (the `network` subsystem).
-    pub node_agent_network: Option<network::FileSettings>,
+    pub node_agent_network: Option<NetworkFileSettings>,
     /// Ours: the servers' connection limits.
-    pub node_agent_server: Option<server::FileSettings>,
+    pub node_agent_server: Option<ServerFileSettings>,
     /// Fields upstream's v1beta1 does not have (named in a warning at start).
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
@@ -205,4 +203,87 @@ pub fn parse_file(path: &str, text: &str) -> Result<KubeletConfiguration, Config
         });
     }
     Ok(cfg)
+}
+
+// ---------------------------------------------------------------------------------------
+// Nested objects as written in the file (each resolved by its subsystem's settings).
+
+/// `authentication` (upstream's KubeletAuthentication).
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAuthentication {
+    pub x509: Option<KubeletX509Authentication>,
+    pub webhook: Option<KubeletWebhookAuthentication>,
+    pub anonymous: Option<KubeletAnonymousAuthentication>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletX509Authentication {
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletWebhookAuthentication {
+    pub enabled: Option<bool>,
+    #[serde(rename = "cacheTTL")]
+    pub cache_ttl: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAnonymousAuthentication {
+    pub enabled: Option<bool>,
+}
+
+/// `authorization` (upstream's KubeletAuthorization).
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAuthorization {
+    pub mode: Option<String>,
+    pub webhook: Option<KubeletWebhookAuthorization>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletWebhookAuthorization {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    pub cache_authorized_ttl: Option<serde_json::Value>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    pub cache_unauthorized_ttl: Option<serde_json::Value>,
+}
+
+/// `nodeAgentServer` (the `server` subsystem) as written in the config file.
+#[derive(Debug, Default, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServerFileSettings {
+    pub max_connections: Option<i64>,
+    pub max_connections_per_source: Option<i64>,
+    pub authenticated_connection_reserve: Option<i64>,
+    pub max_connections_per_identity: Option<i64>,
+}
+
+/// `nodeAgentNetwork` (the `network` subsystem) as written in the config file.
+#[derive(Debug, Default, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NetworkFileSettings {
+    pub enabled: Option<bool>,
+    #[serde(rename = "clusterCIDR")]
+    pub cluster_cidr: Option<String>,
+    pub cni_conf_dir: Option<String>,
+    pub cni_bin_dir: Option<String>,
+    pub plugin_path: Option<String>,
+    pub mtu: Option<u32>,
+    pub data_dir: Option<String>,
+}
+
+/// One `shutdownGracePeriodByPodPriority` entry: pods at or above `priority` (up to the next
+/// entry) get `grace_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PriorityGrace {
+    pub priority: i32,
+    pub shutdown_grace_period_seconds: i64,
 }

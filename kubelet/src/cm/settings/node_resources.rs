@@ -5,12 +5,13 @@
 //! `mergeDefaultEvictionSettings`). Pure: the container manager and the eviction manager read
 //! the result.
 
-use super::{ConfigError, KubeletConfiguration, invalid};
 use crate::cm::{
     Amount, DEFAULT_EVICTION_HARD, ENFORCE_KEYS, Eviction, NodeResources, Reserved, Signal,
     Threshold,
 };
-use crate::flags::Flags;
+use crate::settings::Flags;
+use crate::settings::resolve::invalid;
+use crate::settings::{ConfigError, KubeletConfiguration};
 use plumbing::duration;
 use plumbing::quantity;
 use std::collections::BTreeMap;
