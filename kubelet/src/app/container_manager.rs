@@ -113,8 +113,8 @@ pub(super) async fn start_devices(
     let dm = Arc::new(DeviceManager::new(
         cfg.root_dir.join(devicemanager::DIR_NAME),
     ));
-    // Restored allocations stay until the static pod source has said which pods are its.
-    dm.await_static_source();
+    // Restored allocations stay until every pod source has reported (the pod pipeline frees
+    // nothing before).
     let d = dm.clone();
     match tokio::task::spawn_blocking(move || d.restore()).await {
         Ok(Ok(())) => {}
