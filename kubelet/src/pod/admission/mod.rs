@@ -2,7 +2,7 @@
 //! `lifecycle/predicate.go` and the eviction, shutdown and sysctl handlers): node shutdown,
 //! node pressure, devices, `maxPods`, resource fit against the node's allocatable, node
 //! selector and required node affinity, then the per-pod [`AdmitHandler`]s (sysctls, pod
-//! fields). Decisions are sticky per UID. [`super::pipeline`] runs it once on the merged pods
+//! fields). Decisions are sticky per UID. The pod pipeline runs it once on the merged pods
 //! of every source.
 
 pub mod fields;
@@ -157,7 +157,7 @@ pub struct Admission {
     pub pod_level_resources: bool,
     /// The device manager: devices are reserved at admission (before the resource fit, as
     /// upstream's handler order) and allocated by [`Admission::allocate_devices`].
-    pub devices: Option<Arc<crate::cm::DeviceManager>>,
+    pub devices: Option<Arc<crate::devices::DeviceManager>>,
     /// Whether devices were freed since [`Admission::take_devices_freed`] (the device
     /// checkpoint is saved then).
     devices_freed: bool,
@@ -370,7 +370,7 @@ impl Admission {
                 .filter_map(|p| p.metadata.uid.as_deref())
                 .filter(|u| !self.rejected.contains_key(*u))
                 .collect();
-            self.devices_freed |= dm.retain_pods(&active, crate::cm::DeviceScope::All);
+            self.devices_freed |= dm.retain_pods(&active);
         }
         let mut a = self.allocatable.clone()?;
         a.retain(|name, _| !dm.is_device_resource(name));

@@ -298,14 +298,17 @@ async fn static_pods_pass_the_shared_admission() {
     assert_eq!(r.events.events().len(), 2);
 }
 
-/// Static pods get devices through the one device manager: a static pod asking for the
-/// plugin's resource is allocated a device (the plugin's Allocate is called for it), and
-/// one asking for more than is left is rejected as an API pod would be.
-#[tokio::test]
-async fn static_pods_get_devices_through_the_device_manager() {
-    use crate::cm::DeviceManager;
+const RES: &str = "example.com/foo";
+
+/// A device manager serving a sample plugin with two devices of [`RES`].
+async fn device_plugin() -> (
+    Arc<crate::devices::DeviceManager>,
+    cri_proto::deviceplugin::sample::SamplePlugin,
+    CancellationToken,
+    tempfile::TempDir,
+) {
+    use crate::devices::DeviceManager;
     use cri_proto::deviceplugin::sample::SamplePlugin;
-    const RES: &str = "example.com/foo";
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("device-plugins");
     let host = tmp.path().join("host");
@@ -333,6 +336,15 @@ async fn static_pods_get_devices_through_the_device_manager() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    (dm, plugin, cancel, tmp)
+}
+
+/// Static pods get devices through the one device manager: a static pod asking for the
+/// plugin's resource is allocated a device (the plugin's Allocate is called for it), and
+/// one asking for more than is left is rejected as an API pod would be.
+#[tokio::test]
+async fn static_pods_get_devices_through_the_device_manager() {
+    let (dm, plugin, cancel, _tmp) = device_plugin().await;
     let manifest = |name: &str, n: u32| {
         let text = format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: i\n    resources:\n      limits: {{{RES}: {n}}}\n"
@@ -381,4 +393,46 @@ async fn nothing_is_freed_before_every_source_reported() {
     r.send(Source::File, &[]).await;
     assert!(allocations.get("st").is_none());
     assert!(allocations.get("api").is_some());
+}
+
+/// After an agent restart a static pod's restored devices stay while only the apiserver's
+/// set is known (it does not list the static pod); the file source's set without the pod
+/// frees them, and the apiserver pod keeps its own.
+#[tokio::test]
+async fn a_restart_keeps_a_static_pods_devices_until_its_source_reported() {
+    let (dm, _plugin, cancel, _tmp) = device_plugin().await;
+    let with_device = |mut p: Pod| {
+        p.spec.as_mut().unwrap().containers[0].resources = Some(
+            serde_json::from_value(
+                serde_json::json!({"limits": {RES: "1"}, "requests": {RES: "1"}}),
+            )
+            .unwrap(),
+        );
+        p
+    };
+    let (sp, ap) = (
+        with_device(static_pod("static", "st", 1)),
+        with_device(api_pod("api", "api", 2)),
+    );
+    // The static pod's allocation, as restored from the checkpoint.
+    dm.reserve(&sp).unwrap();
+    assert!(dm.allocate_pending().await.is_empty());
+    let mut admission = Admission::default();
+    admission.devices = Some(dm.clone());
+    let mut r = rig(admission, 110, Some(serde_json::json!({})));
+    r.send(Source::Api, std::slice::from_ref(&ap)).await;
+    assert!(
+        r.status(&ap).is_none(),
+        "the second device is the API pod's"
+    );
+    assert_eq!(
+        dm.pod_devices("st").len(),
+        1,
+        "the file source has not reported"
+    );
+    assert_eq!(dm.pod_devices("api").len(), 1);
+    r.send(Source::File, &[]).await;
+    assert!(dm.pod_devices("st").is_empty());
+    assert_eq!(dm.pod_devices("api").len(), 1);
+    cancel.cancel();
 }
