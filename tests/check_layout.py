@@ -356,8 +356,6 @@ TEMPORARY = {
     "proxy/src/config/mod.rs::resolve": "wt-settings",
     "kubelet/src/pod_worker/plan.rs::draft": "wt-worker",
     "kubelet/src/pod_worker/sync.rs::start_container": "wt-worker",
-    "kubelet/src/status/mod.rs::pod_status": "wt-admit",
-    "kubelet/src/node/mod.rs::compute_status": "wt-admit",
 }
 
 

@@ -4,7 +4,7 @@
 //! the long-running parts, each owning one concern and sharing only channels and the
 //! [`PodStore`](crate::objects::PodStore):
 //! - [`node`]: Node registration, node status, the node Lease;
-//! - [`pods`]: the pod watch, admission, and `SourceUpdate { source: Api }` to the sync loop;
+//! - [`pods`]: the pod watch, and `SourceUpdate { source: Api }` to the pod pipeline;
 //! - [`mirror`]: mirror pods for static pods;
 //! - [`status_writer`]: the only writer of pod status, and deletion of finished pods;
 //! - [`events`]: core/v1 Events with aggregation and a spam filter;
@@ -85,9 +85,9 @@ pub struct Parts {
     pub runtime: Arc<dyn Runtime>,
     pub pleg: Arc<PlegHealth>,
     pub statuses: Arc<StatusManager>,
-    /// Where the admitted API pods go (the sync loop's source channel).
-    pub pods_tx: mpsc::Sender<SourceUpdate>,
-    /// The current static pods (for mirror pods and the maxPods count).
+    /// Where the apiserver's pods go (the pod pipeline's source channel).
+    pub sources_tx: mpsc::Sender<SourceUpdate>,
+    /// The admitted static pods (for mirror pods).
     pub static_rx: watch::Receiver<Vec<Pod>>,
     /// The recorder the workers got and the sink that writes what it records ([`events::channel`]).
     pub events: (Arc<dyn EventRecorder>, events::EventSink),
@@ -97,14 +97,14 @@ pub struct Parts {
     pub pressure: Arc<crate::eviction::PressureState>,
     /// The volumes in use for `status.volumesInUse`.
     pub volumes: Option<Arc<dyn node::VolumesInUse>>,
-    /// The pods' allocated resources (admission decides resizes).
-    pub allocations: Arc<crate::allocation::Allocations>,
 }
 
 /// Handles the rest of the kubelet keeps.
 pub struct Started {
-    /// Give this to `SyncLoop::on_terminated`.
+    /// Give this to `SyncLoop::on_terminated` and the pod pipeline.
     pub terminated_tx: mpsc::UnboundedSender<Terminated>,
+    /// The Node object as last written (admission reads its labels and allocatable).
+    pub node_rx: watch::Receiver<Option<k8s_openapi::api::core::v1::Node>>,
 }
 
 /// Spawns every cluster-mode task into `tasks`.
@@ -116,7 +116,7 @@ pub fn start(
     cancel: &CancellationToken,
 ) -> Started {
     let node_rx = start_node(cfg, &conn, &parts, &parts.events.0, tasks, cancel);
-    let (recorder, sink) = parts.events;
+    let (_, sink) = parts.events;
     tasks.spawn(sink.run(conn.client.clone(), cancel.clone()));
     let store = crate::objects::PodStore::default();
     tasks.spawn(crate::objects::watch_pods(
@@ -128,23 +128,10 @@ pub fn start(
     let (terminated_tx, terminated_rx) = mpsc::unbounded_channel();
     parts.statuses.keep_removed();
     tasks.spawn(
-        pods::Dispatcher {
+        pods::ApiSource {
             node_name: cfg.node.node_name.clone(),
-            max_pods: cfg.node.max_pods,
-            sysctls: crate::pod::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
-                .unwrap_or_default(),
             store: store.clone(),
-            statuses: parts.statuses.clone(),
-            events: recorder.clone(),
-            node_rx: node_rx.clone(),
-            static_rx: parts.static_rx.clone(),
-            pods_tx: parts.pods_tx,
-            terminated_tx: terminated_tx.clone(),
-            shutdown: parts.shutdown.clone(),
-            pressure: parts.pressure.clone(),
-            pod_level_resources: cfg.cm.pod_limits.pod_level_resources,
-            devices: Some(parts.devices.clone()),
-            allocations: parts.allocations.clone(),
+            tx: parts.sources_tx,
         }
         .run(cancel.clone()),
     );
@@ -153,7 +140,7 @@ pub fn start(
             client: conn.client.clone(),
             store: store.clone(),
             static_rx: parts.static_rx,
-            node_rx,
+            node_rx: node_rx.clone(),
         }
         .run(cancel.clone()),
     );
@@ -169,7 +156,10 @@ pub fn start(
     );
 
     start_rotation(cfg, conn, tasks, cancel);
-    Started { terminated_tx }
+    Started {
+        terminated_tx,
+        node_rx,
+    }
 }
 
 /// Node registration and status ([`node::NodeStatusLoop`], when `registerNode`) and the node

@@ -111,8 +111,8 @@ pub(super) async fn start_devices(
 ) -> Arc<crate::devices::DeviceManager> {
     use crate::devices::{DEVICE_PLUGINS_DIR, DeviceManager};
     let dm = Arc::new(DeviceManager::new(cfg.root_dir.join(DEVICE_PLUGINS_DIR)));
-    // Restored allocations stay until the static pod source has said which pods are its.
-    dm.await_static_source();
+    // Restored allocations stay until every pod source has reported (the pod pipeline frees
+    // nothing before).
     let d = dm.clone();
     match tokio::task::spawn_blocking(move || d.restore()).await {
         Ok(Ok(())) => {}

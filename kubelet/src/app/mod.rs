@@ -106,8 +106,8 @@ pub(crate) struct Shared {
     pub credential_providers: Option<Arc<crate::images::credentials::plugins::CredentialProviders>>,
 }
 
-/// What cluster mode needs from the rest of the kubelet; `sources`: where admitted API pods
-/// go, the current static pods, and the sink that writes recorded events.
+/// What cluster mode needs from the rest of the kubelet; `sources`: where the apiserver's pods
+/// go (the pod pipeline), the admitted static pods, and the sink that writes recorded events.
 fn cluster_parts(
     shared: &Shared,
     sources: (
@@ -117,20 +117,19 @@ fn cluster_parts(
     ),
     storage: Option<Arc<crate::volume::Storage>>,
 ) -> cluster::Parts {
-    let (pods_tx, static_rx, sink) = sources;
+    let (sources_tx, static_rx, sink) = sources;
     cluster::Parts {
         devices: shared.devices.clone(),
         node_ips: shared.node_ips.clone(),
         runtime: shared.runtime.clone(),
         pleg: shared.pleg_health.clone(),
         statuses: shared.statuses.clone(),
-        pods_tx,
+        sources_tx,
         static_rx,
         events: (shared.events.clone(), sink),
         shutdown: shared.shutdown.clone(),
         pressure: shared.pressure.clone(),
         volumes: storage.map(|s| Arc::new(pods::InUse(s)) as Arc<dyn crate::node::VolumesInUse>),
-        allocations: shared.allocations.clone(),
     }
 }
 
@@ -243,15 +242,10 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
     );
     let pod_side = pod_side.await;
     let (pods_tx, pods_rx) = mpsc::channel(8);
-    let static_rx = pods::start_static_pods(
-        &cfg,
-        &shared,
-        cluster.is_none(),
-        pods_tx.clone(),
-        &mut tasks,
-        &cancel,
-    )
-    .await;
+    let (sources_tx, sources_rx) = mpsc::channel(8);
+    let (static_tx, static_rx) = tokio::sync::watch::channel(Vec::new());
+    let standalone = cluster.is_none();
+    pods::start_static_pods(&cfg, standalone, sources_tx.clone(), &mut tasks, &cancel).await;
     start_network_and_proxy(
         &cfg,
         cluster.as_ref(),
@@ -260,13 +254,23 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         &mut tasks,
         &cancel,
     )?;
-    let terminated_tx = match (cluster, event_sink) {
+    let started = match (cluster, event_sink) {
         (Some(conn), Some(sink)) => {
-            let parts = cluster_parts(&shared, (pods_tx, static_rx, sink), pod_side.storage);
-            Some(cluster::start(&cfg, conn, parts, &mut tasks, &cancel).terminated_tx)
+            let parts = cluster_parts(&shared, (sources_tx, static_rx, sink), pod_side.storage);
+            Some(cluster::start(&cfg, conn, parts, &mut tasks, &cancel))
         }
         _ => None,
     };
+    let pipeline_io = (sources_rx, pods_tx, static_tx);
+    pods::start_pipeline(
+        &cfg,
+        &shared,
+        started.as_ref(),
+        pipeline_io,
+        &mut tasks,
+        &cancel,
+    );
+    let terminated_tx = started.map(|s| s.terminated_tx);
     let inputs = (pods_rx, probe_rx);
     let loop_health = start_sync_loop(
         &cfg,

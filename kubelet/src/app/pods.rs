@@ -1,5 +1,5 @@
 //! Starts what the pod workers stand on (node settings, volumes, informers, the workers'
-//! environment) and the static pod source with its admission.
+//! environment), the static pod source and the pod pipeline (the one admission).
 
 use super::Shared;
 use super::cluster::Connected;
@@ -361,42 +361,54 @@ fn storage(
     Some(storage)
 }
 
-/// The static pod source: manifests under `staticPodPath` through admission to the sync
-/// loop; they pass the same admission as the apiserver's pods (`shared`: the node shutdown and
-/// pressure states its handlers read, and the device manager static pods get their devices
-/// from). Returns the admitted static pods as they change (for mirror pods in cluster mode).
+/// The static pod source: manifests under `staticPodPath` read into complete sets for the pod
+/// pipeline (`sources_tx`); without a `staticPodPath` one empty set, so that the source counts
+/// as reported.
 pub(super) async fn start_static_pods(
     cfg: &Config,
-    shared: &Shared,
     standalone: bool,
-    pods_tx: mpsc::Sender<SourceUpdate>,
+    sources_tx: mpsc::Sender<SourceUpdate>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
-) -> watch::Receiver<Vec<Pod>> {
-    let (static_tx, static_rx) = watch::channel(Vec::new());
+) {
     let Some(dir) = &cfg.static_pod_path else {
         if standalone {
             tracing::warn!("no staticPodPath and no apiserver: this node runs no pods");
         }
-        // No static pods: the device manager need not wait for them.
-        shared.devices.set_static_pods(Default::default());
-        let _ = pods_tx
+        let _ = sources_tx
             .send(SourceUpdate {
                 source: Source::File,
                 pods: Vec::new(),
             })
             .await;
-        return static_rx;
+        return;
     };
-    let (file_tx, file_rx) = mpsc::channel(4);
     tasks.spawn(crate::pod::run_static_pods(
         dir.clone(),
         cfg.node.node_name.clone(),
         Duration::from_secs(1),
         cfg.file_check_frequency,
-        file_tx,
+        sources_tx,
         cancel.clone(),
     ));
+}
+
+/// The pod pipeline: every source's set (`sources_rx`) merged, admitted once with the
+/// handlers built here (`shared`: the node shutdown and pressure states, the device manager,
+/// the allocations), then to the sync loop (`pods_tx`) and the admitted static pods to the
+/// mirror pods (`static_tx`). `cluster`: the Node object and where deleted rejected pods go.
+pub(super) fn start_pipeline(
+    cfg: &Config,
+    shared: &Shared,
+    cluster: Option<&super::cluster::Started>,
+    (sources_rx, pods_tx, static_tx): (
+        mpsc::Receiver<SourceUpdate>,
+        mpsc::Sender<SourceUpdate>,
+        watch::Sender<Vec<Pod>>,
+    ),
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) {
     let mut admission = Admission::new(
         SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls).unwrap_or_default(),
         Some(shared.shutdown.clone()),
@@ -404,20 +416,25 @@ pub(super) async fn start_static_pods(
     );
     admission.pod_level_resources = cfg.cm.pod_limits.pod_level_resources;
     admission.devices = Some(shared.devices.clone());
-    admission.device_scope = if standalone {
-        crate::devices::DeviceScope::All
-    } else {
-        crate::devices::DeviceScope::Static
+    admission.allocations = Some(shared.allocations.clone());
+    admission.events = Some(shared.events.clone());
+    let sources: &[Source] = match cluster {
+        Some(_) => &[Source::File, Source::Api],
+        None => &[Source::File],
     };
-    let admitter = crate::pod::StaticPodAdmitter {
-        admission,
-        max_pods: cfg.node.max_pods,
-        node_name: cfg.node.node_name.clone(),
+    let out = crate::pod::PipelineOutputs {
         statuses: shared.statuses.clone(),
         events: shared.events.clone(),
         static_tx,
         pods_tx,
+        terminated_tx: cluster.map(|c| c.terminated_tx.clone()),
     };
-    tasks.spawn(admitter.run(file_rx));
-    static_rx
+    let pipeline = crate::pod::Pipeline::new(
+        admission,
+        (cfg.node.max_pods, cfg.node.node_name.clone()),
+        sources,
+        cluster.map(|c| c.node_rx.clone()),
+        out,
+    );
+    tasks.spawn(pipeline.run(sources_rx, cancel.clone()));
 }

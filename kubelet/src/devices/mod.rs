@@ -9,7 +9,7 @@ mod device_plugins;
 mod dra;
 
 pub use device_plugins::{
-    DIR_NAME as DEVICE_PLUGINS_DIR, DeviceEntry, DeviceManager, DeviceScope, HealthUpdates,
+    DIR_NAME as DEVICE_PLUGINS_DIR, DeviceEntry, DeviceManager, HealthUpdates,
     RESOURCE_HEALTH_STATUS_GATE, RunOptions,
 };
 pub use dra::slices::WIPING_DELAY as SLICE_WIPING_DELAY;

@@ -353,10 +353,36 @@ pub fn compute_status(
     // Every condition stays (node-problem-detector's, the network plugin's
     // NetworkUnavailable); the kubelet's own are updated in place by type.
     let mut conds: Vec<NodeCondition> = prev.and_then(|s| s.conditions.clone()).unwrap_or_default();
+    set_pressure_conditions(&mut conds, &now_t, pressure, &mut events);
+    set_ready(&mut conds, &now_t, runtime_errors, &mut events);
+    let addresses = node_addresses(cfg, prev);
+    let status = NodeStatus {
+        capacity: Some(capacity),
+        allocatable: Some(allocatable),
+        conditions: Some(conds),
+        addresses: Some(addresses),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint {
+                port: i32::from(cfg.port),
+            }),
+        }),
+        node_info: Some(node_info(prev, host, runtime)),
+        ..prev.cloned().unwrap_or_default()
+    };
+    (status, events)
+}
+
+/// The three pressure conditions from the eviction manager's, with their events.
+fn set_pressure_conditions(
+    conds: &mut Vec<NodeCondition>,
+    now_t: &Time,
+    pressure: &[crate::eviction::Condition],
+    events: &mut Vec<Transition>,
+) {
     use crate::eviction::Condition as C;
     set_pressure(
-        &mut conds,
-        &now_t,
+        conds,
+        now_t,
         "MemoryPressure",
         pressure.contains(&C::MemoryPressure),
         (
@@ -371,11 +397,11 @@ pub fn compute_status(
                 "NodeHasSufficientMemory",
             ),
         ),
-        &mut events,
+        events,
     );
     set_pressure(
-        &mut conds,
-        &now_t,
+        conds,
+        now_t,
         "DiskPressure",
         pressure.contains(&C::DiskPressure),
         (
@@ -390,11 +416,11 @@ pub fn compute_status(
                 "NodeHasNoDiskPressure",
             ),
         ),
-        &mut events,
+        events,
     );
     set_pressure(
-        &mut conds,
-        &now_t,
+        conds,
+        now_t,
         "PIDPressure",
         pressure.contains(&C::PidPressure),
         (
@@ -409,8 +435,18 @@ pub fn compute_status(
                 "NodeHasSufficientPID",
             ),
         ),
-        &mut events,
+        events,
     );
+}
+
+/// The Ready condition: ready unless the runtime reports errors; `NodeReady`/`NodeNotReady`
+/// on a change.
+fn set_ready(
+    conds: &mut Vec<NodeCondition>,
+    now_t: &Time,
+    runtime_errors: &[String],
+    events: &mut Vec<Transition>,
+) {
     let mut ready = if runtime_errors.is_empty() {
         NodeCondition {
             type_: "Ready".into(),
@@ -457,9 +493,15 @@ pub fn compute_status(
             conds.push(ready);
         }
     }
+}
 
-    let addresses = node_addresses(cfg, prev);
-
+/// `nodeInfo`: the host's facts, the runtime's version (the last known one while the runtime
+/// does not answer), the kubelet's; what the kubelet does not set stays as read.
+fn node_info(
+    prev: Option<&NodeStatus>,
+    host: &HostInfo,
+    runtime: Option<&(String, String)>,
+) -> NodeSystemInfo {
     let runtime_version = runtime
         .map(|(n, v)| format!("{n}://{v}"))
         .or_else(|| {
@@ -467,34 +509,21 @@ pub fn compute_status(
                 .map(|i| i.container_runtime_version.clone())
         })
         .unwrap_or_default();
-    let status = NodeStatus {
-        capacity: Some(capacity),
-        allocatable: Some(allocatable),
-        conditions: Some(conds),
-        addresses: Some(addresses),
-        daemon_endpoints: Some(NodeDaemonEndpoints {
-            kubelet_endpoint: Some(DaemonEndpoint {
-                port: i32::from(cfg.port),
-            }),
-        }),
-        node_info: Some(NodeSystemInfo {
-            machine_id: host.machine_id.clone(),
-            system_uuid: host.system_uuid.clone(),
-            boot_id: host.boot_id.clone(),
-            kernel_version: host.kernel_version.clone(),
-            os_image: host.os_image.clone(),
-            container_runtime_version: runtime_version,
-            kubelet_version: crate::KUBERNETES_VERSION.to_string(),
-            // kubeProxyVersion is no longer set by the kubelet (DisableNodeKubeProxyVersion, GA).
-            kube_proxy_version: String::new(),
-            operating_system: "linux".into(),
-            architecture: go_arch().into(),
-            // What the kubelet does not set (swap, features) stays as read.
-            ..prev.and_then(|s| s.node_info.clone()).unwrap_or_default()
-        }),
-        ..prev.cloned().unwrap_or_default()
-    };
-    (status, events)
+    NodeSystemInfo {
+        machine_id: host.machine_id.clone(),
+        system_uuid: host.system_uuid.clone(),
+        boot_id: host.boot_id.clone(),
+        kernel_version: host.kernel_version.clone(),
+        os_image: host.os_image.clone(),
+        container_runtime_version: runtime_version,
+        kubelet_version: crate::KUBERNETES_VERSION.to_string(),
+        // kubeProxyVersion is no longer set by the kubelet (DisableNodeKubeProxyVersion, GA).
+        kube_proxy_version: String::new(),
+        operating_system: "linux".into(),
+        architecture: go_arch().into(),
+        // What the kubelet does not set (swap, features) stays as read.
+        ..prev.and_then(|s| s.node_info.clone()).unwrap_or_default()
+    }
 }
 
 /// The attachable volumes mounted for pods (`status.volumesInUse`, upstream's unique volume

@@ -1,23 +1,17 @@
 //! Static pods: manifests in `staticPodPath` become pods named `<name>-<node>`, with a UID derived
 //! from the manifest's content so that an unchanged file keeps its pod across agent restarts.
 
-use super::admission::{Admission, rejected_status};
-use crate::events::{EventRecorder, EventType, pod_ref};
 use crate::podspec::Source;
 use crate::podspec::{
     ANN_CONFIG_HASH, ANN_CONFIG_SEEN, ANN_CONFIG_SOURCE, apply_defaults, validate,
 };
-use crate::status::StatusManager;
 use crate::sync_loop::SourceUpdate;
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// A manifest that could not be turned into a pod.
@@ -250,8 +244,8 @@ fn pods_of(read: &DirRead, last_good: &mut BTreeMap<PathBuf, Pod>) -> Scan {
     out
 }
 
-/// Watches `dir`: sends the full set of static pods whenever a file changes (checked every
-/// `poll`) and at least every `resync`. Keeps the `config.seen` time of pods it already sent.
+/// Watches `dir`: sends the full set of static pods (`SourceUpdate { source: File }`, to the
+/// pod pipeline) whenever a file changes (checked every `poll`) and at least every `resync`. Keeps the `config.seen` time of pods it already sent.
 /// One bad file is logged and skipped; when the directory cannot be read at all, nothing is
 /// sent (the pods stay as they are).
 pub async fn run(
@@ -259,7 +253,7 @@ pub async fn run(
     node: String,
     poll: Duration,
     resync: Duration,
-    tx: mpsc::Sender<Vec<Pod>>,
+    tx: mpsc::Sender<SourceUpdate>,
     cancel: CancellationToken,
 ) {
     let mut last_fp = None;
@@ -323,7 +317,11 @@ pub async fn run(
                 next_seen.insert(uid, t);
             }
             seen = next_seen;
-            if tx.send(result.pods).await.is_err() {
+            let update = SourceUpdate {
+                source: Source::File,
+                pods: result.pods,
+            };
+            if tx.send(update).await.is_err() {
                 return;
             }
         }
@@ -334,219 +332,9 @@ pub async fn run(
     }
 }
 
-/// Static pods through admission, then to the sync loop: each set read from the manifests
-/// passes the same [`Admission`] as the apiserver's pods (upstream admits every source's pods
-/// with one set of handlers). Without a Node object node affinity is not checked; static
-/// pods count against `maxPods` among themselves here and against the API pods' there.
-pub struct Admitter {
-    pub admission: Admission,
-    pub max_pods: u32,
-    pub node_name: String,
-    pub statuses: Arc<StatusManager>,
-    pub events: Arc<dyn EventRecorder>,
-    /// The admitted static pods (mirror pods, and the API pods' maxPods count).
-    pub static_tx: watch::Sender<Vec<Pod>>,
-    pub pods_tx: mpsc::Sender<SourceUpdate>,
-}
-
-impl Admitter {
-    /// Admits and forwards every set from `file_rx` until it or the sync loop closes.
-    pub async fn run(mut self, mut file_rx: mpsc::Receiver<Vec<Pod>>) {
-        let mut rejected: HashSet<String> = HashSet::new();
-        while let Some(pods) = file_rx.recv().await {
-            let admitted = self.admit(pods, &mut rejected).await;
-            self.static_tx.send_replace(admitted.clone());
-            let update = SourceUpdate {
-                source: Source::File,
-                pods: admitted,
-            };
-            if self.pods_tx.send(update).await.is_err() {
-                return;
-            }
-        }
-    }
-
-    /// The admitted pods of one set; a rejected pod fails with upstream's status (kept while
-    /// its manifest stays). Devices go through the one device manager as for every source:
-    /// reserved at admission, then allocated by the plugins (a plugin's failure rejects the
-    /// pod with `UnexpectedAdmissionError`).
-    async fn admit(&mut self, pods: Vec<Pod>, rejected: &mut HashSet<String>) -> Vec<Pod> {
-        if let Some(d) = &self.admission.devices {
-            d.set_static_pods(pods.iter().filter_map(|p| p.metadata.uid.clone()).collect());
-        }
-        let mut out = self
-            .admission
-            .admit(&pods, 0, self.max_pods, None, &self.node_name);
-        out.extend(self.admission.allocate_devices(&pods).await);
-        if let Some(d) = &self.admission.devices {
-            // The allocations reach the checkpoint before the workers act on them.
-            d.save().await;
-        }
-        for (p, r) in out {
-            tracing::warn!(pod = %crate::podspec::full_name(&p), reason = %r.reason, message = %r.message, "static pod rejected at admission");
-            self.events
-                .record(&pod_ref(&p), EventType::Warning, &r.reason, &r.message);
-            self.statuses.set(&p, rejected_status(&r));
-            rejected.insert(p.metadata.uid.clone().unwrap_or_default());
-        }
-        let live: HashSet<&str> = pods
-            .iter()
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .collect();
-        rejected.retain(|uid| {
-            let keep = live.contains(uid.as_str());
-            if !keep {
-                self.statuses.remove(uid);
-            }
-            keep
-        });
-        pods.into_iter()
-            .filter(|p| {
-                self.admission
-                    .is_admitted(p.metadata.uid.as_deref().unwrap_or(""))
-            })
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Static pods pass the same admission as API pods: a forbidden sysctl and a pod beyond
-    /// maxPods fail with upstream's reasons and never reach the sync loop; a nodeSelector is
-    /// not judged without a Node object; a rejection's status goes when its manifest does.
-    #[tokio::test]
-    async fn static_pods_pass_the_shared_admission() {
-        let manifest = |name: &str, extra: &str| {
-            let text = format!(
-                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{extra}  containers:\n  - name: c\n    image: i\n"
-            );
-            parse_manifest(Path::new("/m.yaml"), &text, "n1").unwrap()
-        };
-        // Admission goes oldest first, then by name.
-        let bad = manifest(
-            "a-bad",
-            "  securityContext:\n    sysctls:\n    - name: kernel.msgmax\n      value: \"1\"\n",
-        );
-        let good = manifest("b-good", "  nodeSelector:\n    zone: b\n");
-        let extra = manifest("c-extra", "");
-        let (pods_tx, mut pods_rx) = mpsc::channel(4);
-        let statuses = Arc::new(StatusManager::new());
-        let events = Arc::new(crate::events::FakeRecorder::default());
-        let mut a = Admitter {
-            admission: Admission::default(),
-            max_pods: 1,
-            node_name: "n1".into(),
-            statuses: statuses.clone(),
-            events: events.clone(),
-            static_tx: watch::channel(Vec::new()).0,
-            pods_tx,
-        };
-        let mut rejected = HashSet::new();
-        let admitted = a
-            .admit(
-                vec![good.clone(), bad.clone(), extra.clone()],
-                &mut rejected,
-            )
-            .await;
-        let names: Vec<_> = admitted.iter().map(|p| p.metadata.name.clone()).collect();
-        assert_eq!(names.len(), 1, "{names:?}");
-        assert_eq!(admitted[0].metadata.name, good.metadata.name);
-        let reason = |p: &Pod| {
-            statuses
-                .get(p.metadata.uid.as_deref().unwrap())
-                .and_then(|p| p.status?.reason)
-        };
-        assert_eq!(reason(&bad).as_deref(), Some("SysctlForbidden"));
-        assert_eq!(reason(&extra).as_deref(), Some("OutOfpods"));
-        assert_eq!(events.events().len(), 2);
-        // The rejected manifests are removed: their statuses go, nothing is re-decided.
-        assert_eq!(a.admit(vec![good], &mut rejected).await.len(), 1);
-        assert!(reason(&bad).is_none() && reason(&extra).is_none());
-        drop(a);
-        assert!(pods_rx.try_recv().is_err());
-    }
-
-    /// Static pods get devices through the one device manager: a static pod asking for the
-    /// plugin's resource is allocated a device (the plugin's Allocate is called for it), and
-    /// one asking for more than is left is rejected as an API pod would be.
-    #[tokio::test]
-    async fn static_pods_get_devices_through_the_device_manager() {
-        use crate::devices::DeviceManager;
-        use cri_proto::deviceplugin::sample::SamplePlugin;
-        const RES: &str = "example.com/foo";
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("device-plugins");
-        let host = tmp.path().join("host");
-        std::fs::create_dir_all(&host).unwrap();
-        let dm = Arc::new(DeviceManager::new(dir.clone()));
-        let cancel = tokio_util::sync::CancellationToken::new();
-        let (d, c) = (dm.clone(), cancel.clone());
-        tokio::spawn(async move { d.serve(c).await.unwrap() });
-        for _ in 0..200 {
-            if tokio::net::UnixStream::connect(dir.join("kubelet.sock"))
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let plugin = SamplePlugin::start(&dir, "foo.sock", RES, &["Dev-1", "Dev-2"], &host)
-            .await
-            .unwrap();
-        plugin.register().await.unwrap();
-        for _ in 0..300 {
-            if dm.capacity().1.get(RES).map(|q| q.0.as_str()) == Some("2") {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let manifest = |name: &str, n: u32| {
-            let text = format!(
-                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: i\n    resources:\n      limits: {{{RES}: {n}}}\n"
-            );
-            parse_manifest(Path::new("/m.yaml"), &text, "n1").unwrap()
-        };
-        let (one, greedy) = (manifest("a-one", 1), manifest("b-greedy", 2));
-        let (pods_tx, _pods_rx) = mpsc::channel(4);
-        let statuses = Arc::new(StatusManager::new());
-        let mut admission = Admission::default();
-        admission.devices = Some(dm.clone());
-        admission.device_scope = crate::devices::DeviceScope::All;
-        let mut a = Admitter {
-            admission,
-            max_pods: 10,
-            node_name: "n1".into(),
-            statuses: statuses.clone(),
-            events: Arc::new(crate::events::FakeRecorder::default()),
-            static_tx: watch::channel(Vec::new()).0,
-            pods_tx,
-        };
-        let mut rejected = HashSet::new();
-        let admitted = a
-            .admit(vec![one.clone(), greedy.clone()], &mut rejected)
-            .await;
-        assert_eq!(admitted.len(), 1);
-        assert_eq!(admitted[0].metadata.name, one.metadata.name);
-        let uid = one.metadata.uid.clone().unwrap();
-        assert_eq!(dm.pod_devices(&uid).len(), 1);
-        assert_eq!(plugin.allocate_calls().len(), 1);
-        assert!(
-            dm.run_options(&uid, "c").is_some(),
-            "the container gets the device"
-        );
-        let status = statuses
-            .get(greedy.metadata.uid.as_deref().unwrap())
-            .and_then(|p| p.status)
-            .unwrap();
-        assert_eq!(status.reason.as_deref(), Some("UnexpectedAdmissionError"));
-        // The manifest goes: its device is freed.
-        a.admit(Vec::new(), &mut rejected).await;
-        assert!(dm.pod_devices(&uid).is_empty());
-        cancel.cancel();
-    }
 
     const WEB: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: httpd\n    image: docker.io/library/busybox:1.35\n    command: [\"httpd\", \"-f\"]\n";
 
@@ -722,7 +510,7 @@ mod tests {
             tx,
             cancel.clone(),
         ));
-        assert_eq!(rx.recv().await.unwrap().len(), 1);
+        assert_eq!(rx.recv().await.unwrap().pods.len(), 1);
         // Not a directory any more (ENOTDIR): a read error, not "no static pods". The file
         // and the directory trade places in one step (RENAME_EXCHANGE), so no scan ever sees
         // the path missing, which would rightly mean "no static pods".
@@ -741,9 +529,13 @@ mod tests {
         };
         swap();
         let quiet = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
-        assert!(quiet.is_err(), "sent {:?}", quiet.unwrap().map(|p| p.len()));
+        assert!(
+            quiet.is_err(),
+            "sent {:?}",
+            quiet.unwrap().map(|p| p.pods.len())
+        );
         swap();
-        assert_eq!(rx.recv().await.unwrap().len(), 1);
+        assert_eq!(rx.recv().await.unwrap().pods.len(), 1);
         cancel.cancel();
         task.await.unwrap();
     }
@@ -774,12 +566,12 @@ mod tests {
             tx,
             cancel.clone(),
         ));
-        assert!(rx.recv().await.unwrap().is_empty());
+        assert!(rx.recv().await.unwrap().pods.is_empty());
         std::fs::write(dir.path().join("web.yaml"), WEB).unwrap();
-        let pods = rx.recv().await.unwrap();
+        let pods = rx.recv().await.unwrap().pods;
         assert_eq!(pods.len(), 1);
         std::fs::remove_file(dir.path().join("web.yaml")).unwrap();
-        assert!(rx.recv().await.unwrap().is_empty());
+        assert!(rx.recv().await.unwrap().pods.is_empty());
         cancel.cancel();
         task.await.unwrap();
     }

@@ -10,7 +10,7 @@ pub use writer::Terminated;
 use crate::runtime::{ContainerState, ContainerStatus as RtStatus};
 use k8s_openapi::api::core::v1::{
     ContainerState as K8sState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -349,10 +349,17 @@ fn condition(
     }
 }
 
-/// The full API status of `pod`. `prev` keeps transition times and terminal phases stable.
-pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) -> PodStatus {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let now = Time(Timestamp::now());
+/// The pod's container statuses, each termination message within its share of the pod's
+/// budget.
+struct Statuses {
+    init: Vec<ContainerStatus>,
+    /// Per init container: a sidecar (`restartPolicy: Always`).
+    sidecar: Vec<bool>,
+    containers: Vec<ContainerStatus>,
+    ephemeral: Vec<ContainerStatus>,
+}
+
+fn statuses(spec: &PodSpec, obs: &Observation<'_>) -> Statuses {
     let sidecar: Vec<bool> = spec
         .init_containers
         .iter()
@@ -382,20 +389,25 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         .iter()
         .map(|c| container_status(c, obs))
         .collect();
-    let ephemeral = ephemeral_statuses(&spec, obs);
+    let mut ephemeral = ephemeral_statuses(spec, obs);
     let per_container =
         MAX_POD_MESSAGE_BYTES / (init.len() + containers.len() + ephemeral.len()).max(1);
-    for s in init.iter_mut().chain(containers.iter_mut()) {
+    for s in init.iter_mut().chain(&mut containers).chain(&mut ephemeral) {
         cap_messages(s, per_container);
     }
-    let mut ephemeral = ephemeral;
-    for s in &mut ephemeral {
-        cap_messages(s, per_container);
+    Statuses {
+        init,
+        sidecar,
+        containers,
+        ephemeral,
     }
-    // Upstream: once an app container has run, the pod stays initialized even while a
-    // sidecar restarts. Otherwise every regular init container must have succeeded and
-    // every sidecar started.
-    let initialized = containers.iter().any(|c| {
+}
+
+/// Whether the pod is initialized: `.0` once an app container has run (upstream: the pod
+/// stays initialized even while a sidecar restarts); `.1` the init containers still to
+/// succeed (regular) or start (sidecars).
+fn initialization(s: &Statuses) -> (bool, Vec<&str>) {
+    let initialized = s.containers.iter().any(|c| {
         c.state
             .as_ref()
             .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
@@ -403,9 +415,10 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
                 .as_ref()
                 .is_some_and(|s| s.terminated.is_some())
     });
-    let uninit: Vec<&str> = init
+    let uninit: Vec<&str> = s
+        .init
         .iter()
-        .zip(&sidecar)
+        .zip(&s.sidecar)
         .filter(|(s, side)| {
             if **side {
                 s.started != Some(true)
@@ -415,52 +428,64 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         })
         .map(|(s, _)| s.name.as_str())
         .collect();
-    let init_done = initialized || uninit.is_empty();
-    if !init_done {
-        for c in &mut containers {
-            if let Some(w) = c.state.as_mut().and_then(|s| s.waiting.as_mut())
-                && w.reason.as_deref() == Some("ContainerCreating")
-            {
-                w.reason = Some("PodInitializing".into());
-            }
-        }
-    }
+    (initialized, uninit)
+}
+
+/// The pod's phase; an evicted pod is Failed, and a pod never leaves a terminal phase.
+fn pod_phase(
+    spec: &PodSpec,
+    obs: &Observation<'_>,
+    prev: Option<&PodStatus>,
+    s: &Statuses,
+    initialized: bool,
+) -> &'static str {
     let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
     let restarts = |i: usize, code: i32| {
         spec.containers
             .get(i)
-            .is_none_or(|c| crate::podspec::container_should_restart(c, &spec, code))
+            .is_none_or(|c| crate::podspec::container_should_restart(c, spec, code))
     };
-    let mut phase = phase_with(
+    let phase = phase_with(
         restart_policy,
-        &init,
-        &sidecar,
-        &containers,
+        &s.init,
+        &s.sidecar,
+        &s.containers,
         initialized,
         &restarts,
     );
-    if obs.evicted.is_some() {
-        phase = "Failed";
+    match prev.and_then(|p| p.phase.as_deref()) {
+        Some("Succeeded") => "Succeeded",
+        Some("Failed") => "Failed",
+        _ if obs.evicted.is_some() => "Failed",
+        _ => phase,
     }
-    // A pod never leaves a terminal phase.
-    if let Some(p) = prev.and_then(|p| p.phase.as_deref())
-        && (p == "Succeeded" || p == "Failed")
-    {
-        phase = if p == "Succeeded" {
-            "Succeeded"
-        } else {
-            "Failed"
-        };
-    }
-    let terminal = phase == "Succeeded" || phase == "Failed";
+}
 
+/// What the conditions are computed from.
+struct ConditionInputs<'a> {
+    init_done: bool,
+    uninit: &'a [&'a str],
+    terminal: bool,
+    prev: Option<&'a PodStatus>,
+    now: Time,
+}
+
+/// The conditions the kubelet owns, in upstream's order.
+fn pod_conditions(
+    spec: &PodSpec,
+    obs: &Observation<'_>,
+    s: &Statuses,
+    i: &ConditionInputs<'_>,
+) -> Vec<PodCondition> {
+    let (terminal, prev, now) = (i.terminal, i.prev, &i.now);
     // Sidecars count towards ContainersReady, before the app containers (upstream).
-    let unready: Vec<&str> = init
+    let unready: Vec<&str> = s
+        .init
         .iter()
-        .zip(&sidecar)
+        .zip(&s.sidecar)
         .filter(|(_, side)| **side)
         .map(|(s, _)| s)
-        .chain(containers.iter())
+        .chain(s.containers.iter())
         .filter(|c| !c.ready)
         .map(|c| c.name.as_str())
         .collect();
@@ -478,57 +503,77 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
             .and_then(|cs| cs.iter().find(|c| c.type_ == g.condition_type))
             .is_some_and(|c| c.status == "True")
     });
-    let mut conditions = vec![
+    let (init_reason, init_msg) = if terminal {
+        ("PodCompleted", String::new())
+    } else {
+        (
+            "ContainersNotInitialized",
+            format!(
+                "containers with incomplete status: [{}]",
+                i.uninit.join(" ")
+            ),
+        )
+    };
+    let (gate_reason, gate_msg) = if containers_ready && !gates_ok {
+        (
+            "ReadinessGatesNotReady",
+            "corresponding condition of pod readiness gate is not ready".into(),
+        )
+    } else {
+        (ready_reason, ready_msg.clone())
+    };
+    let initialized = i.init_done || (terminal && i.uninit.is_empty());
+    let ready = containers_ready && !terminal && gates_ok;
+    let ready_to_start = obs.sandbox_ready;
+    vec![
         condition(
             "PodReadyToStartContainers",
-            obs.sandbox_ready,
+            ready_to_start,
             "",
             String::new(),
             prev,
-            &now,
+            now,
         ),
-        condition(
-            "Initialized",
-            init_done || (terminal && uninit.is_empty()),
-            if terminal {
-                "PodCompleted"
-            } else {
-                "ContainersNotInitialized"
-            },
-            if terminal {
-                String::new()
-            } else {
-                format!("containers with incomplete status: [{}]", uninit.join(" "))
-            },
-            prev,
-            &now,
-        ),
-        condition(
-            "Ready",
-            containers_ready && !terminal && gates_ok,
-            if containers_ready && !gates_ok {
-                "ReadinessGatesNotReady"
-            } else {
-                ready_reason
-            },
-            if containers_ready && !gates_ok {
-                "corresponding condition of pod readiness gate is not ready".into()
-            } else {
-                ready_msg.clone()
-            },
-            prev,
-            &now,
-        ),
+        condition("Initialized", initialized, init_reason, init_msg, prev, now),
+        condition("Ready", ready, gate_reason, gate_msg, prev, now),
         condition(
             "ContainersReady",
             containers_ready && !terminal,
             ready_reason,
             ready_msg,
             prev,
-            &now,
+            now,
         ),
-        condition("PodScheduled", true, "", String::new(), prev, &now),
-    ];
+        condition("PodScheduled", true, "", String::new(), prev, now),
+    ]
+}
+
+/// The full API status of `pod`. `prev` keeps transition times and terminal phases stable.
+pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) -> PodStatus {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut s = statuses(&spec, obs);
+    let (initialized, uninit) = initialization(&s);
+    let uninit: Vec<String> = uninit.into_iter().map(String::from).collect();
+    let init_done = initialized || uninit.is_empty();
+    if !init_done {
+        for c in &mut s.containers {
+            if let Some(w) = c.state.as_mut().and_then(|s| s.waiting.as_mut())
+                && w.reason.as_deref() == Some("ContainerCreating")
+            {
+                w.reason = Some("PodInitializing".into());
+            }
+        }
+    }
+    let phase = pod_phase(&spec, obs, prev, &s, initialized);
+    let uninit: Vec<&str> = uninit.iter().map(String::as_str).collect();
+    let inputs = ConditionInputs {
+        init_done,
+        uninit: &uninit,
+        terminal: phase == "Succeeded" || phase == "Failed",
+        prev,
+        now: Time(Timestamp::now()),
+    };
+    let mut conditions = pod_conditions(&spec, obs, &s, &inputs);
     // Each condition the kubelet computes says which generation of the spec it reflects
     // (PodObservedGenerationTracking, on in upstream's current release).
     let generation = pod.metadata.generation.filter(|g| *g != 0);
@@ -541,14 +586,27 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
             conditions.push(c);
         }
     }
-
-    let pod_ip = obs.pod_ips.first().cloned();
+    let Statuses {
+        init,
+        containers,
+        ephemeral,
+        ..
+    } = s;
     PodStatus {
         phase: Some(phase.into()),
         conditions: Some(conditions),
         container_statuses: Some(containers),
         init_container_statuses: (!init.is_empty()).then_some(init),
         ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
+        observed_generation: generation,
+        ..addresses_and_times(obs)
+    }
+}
+
+/// The status fields read straight from the observation: addresses, start time, QoS class,
+/// an eviction's reason and message.
+fn addresses_and_times(obs: &Observation<'_>) -> PodStatus {
+    PodStatus {
         host_ip: obs.host_ips.first().cloned(),
         host_ips: (!obs.host_ips.is_empty()).then(|| {
             obs.host_ips
@@ -556,7 +614,7 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
                 .map(|ip| HostIP { ip: ip.clone() })
                 .collect()
         }),
-        pod_ip,
+        pod_ip: obs.pod_ips.first().cloned(),
         pod_ips: (!obs.pod_ips.is_empty()).then(|| {
             obs.pod_ips
                 .iter()
@@ -569,7 +627,6 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
         qos_class: Some(obs.qos_class.clone()),
         reason: obs.evicted.as_ref().map(|e| e.reason.clone()),
         message: obs.evicted.as_ref().map(|e| e.message.clone()),
-        observed_generation: generation,
         ..Default::default()
     }
 }
@@ -577,10 +634,7 @@ pub fn pod_status(pod: &Pod, obs: &Observation<'_>, prev: Option<&PodStatus>) ->
 /// The statuses of the pod's ephemeral containers. They are never ready and have no startup
 /// state (no probes); one not created yet waits in `PodInitializing` when the pod has init
 /// containers, `ContainerCreating` otherwise (upstream's default waiting state).
-fn ephemeral_statuses(
-    spec: &k8s_openapi::api::core::v1::PodSpec,
-    obs: &Observation<'_>,
-) -> Vec<ContainerStatus> {
+fn ephemeral_statuses(spec: &PodSpec, obs: &Observation<'_>) -> Vec<ContainerStatus> {
     let has_init = spec.init_containers.as_ref().is_some_and(|i| !i.is_empty());
     spec.ephemeral_containers
         .iter()

@@ -149,28 +149,8 @@ struct State {
     /// Resources dropped after the grace period: reported as 0 until they register again.
     removed: BTreeSet<String>,
     generation: u64,
-    /// Every pod UID the static pod source read (admitted or not), as it last reported.
-    static_uids: HashSet<String>,
-    /// Nothing is freed until the static pod source has reported once (upstream frees
-    /// devices only once all sources are ready): after a restart, the API pods' admission
-    /// would otherwise free a static pod's restored devices before it knows of the pod.
-    static_pending: bool,
     /// Checkpoint data taken so far: numbers each save's data in the order it was taken.
     saves: u64,
-}
-
-/// Whose pods an admission decides, so that it frees only their devices: each source's
-/// admission holds the devices of its own pods, and every pod of the node passes through
-/// the one device manager.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DeviceScope {
-    /// The apiserver's pods: every allocation whose pod is neither active nor static.
-    #[default]
-    Api,
-    /// The static pods beside an apiserver: only allocations of static pods.
-    Static,
-    /// Every pod of the node (standalone: the static pods are all there is).
-    All,
 }
 
 /// The device plugins of this node and the devices its pods hold.
@@ -308,46 +288,15 @@ impl DeviceManager {
         out
     }
 
-    /// Frees the devices of every pod of `scope` not in `active` (upstream's
-    /// `updateAllocatedDevices`); nothing before the static pod source has reported (when
-    /// [`Self::await_static_source`] was called). Returns whether anything was freed.
-    pub fn retain_pods(&self, active: &HashSet<&str>, scope: DeviceScope) -> bool {
+    /// Frees the devices of every pod not in `active` (upstream's `updateAllocatedDevices`;
+    /// the pod pipeline calls it only once every pod source has reported, so a restored
+    /// allocation of a pod not read yet stays). Returns whether anything was freed.
+    pub fn retain_pods(&self, active: &HashSet<&str>) -> bool {
         let mut st = self.lock();
-        if st.static_pending {
-            return false;
-        }
         let before = st.allocs.len();
-        let State {
-            allocs,
-            static_uids,
-            ..
-        } = &mut *st;
-        allocs.retain(|(uid, _, _), _| {
-            let mine = match scope {
-                DeviceScope::All => true,
-                DeviceScope::Api => !static_uids.contains(uid),
-                DeviceScope::Static => static_uids.contains(uid),
-            };
-            !mine || active.contains(uid.as_str())
-        });
+        st.allocs
+            .retain(|(uid, _, _), _| active.contains(uid.as_str()));
         before != st.allocs.len()
-    }
-
-    /// Holds every freeing until [`Self::set_static_pods`] is first called (the agent's
-    /// start: a restored allocation may belong to a static pod not read yet).
-    pub fn await_static_source(&self) {
-        self.lock().static_pending = true;
-    }
-
-    /// The static pod source's current pods (every UID it read, admitted or not), given
-    /// before it admits them: the apiserver pods' admission leaves their devices alone, and a
-    /// static pod whose manifest went has its devices freed.
-    pub fn set_static_pods(&self, uids: HashSet<String>) {
-        let mut st = self.lock();
-        st.static_pending = false;
-        let gone: HashSet<String> = st.static_uids.difference(&uids).cloned().collect();
-        st.allocs.retain(|(uid, _, _), _| !gone.contains(uid));
-        st.static_uids = uids;
     }
 
     /// Frees every device of the pod `uid`.

@@ -249,7 +249,7 @@ async fn allocation_fills_run_options_and_refuses_past_the_devices() {
     );
     assert!(r.dm.pod_devices("c").is_empty());
     // A pod that ended frees its device for the next one.
-    r.dm.retain_pods(&["b"].into(), DeviceScope::Api);
+    r.dm.retain_pods(&["b"].into());
     r.dm.reserve(&pod("c", 1)).unwrap();
     assert!(r.dm.allocate_pending().await.is_empty());
     assert_eq!(r.dm.pod_devices("c")[0].ids, vec![id.clone()]);
@@ -487,29 +487,23 @@ async fn pre_start_is_called_with_the_containers_devices_when_the_plugin_asks() 
     r2.cancel.cancel();
 }
 
+/// The pods not listed lose their devices, the others keep them. (That nothing is freed
+/// before every pod source reported is the pod pipeline's guard: `pod::pipeline` tests.)
 #[tokio::test]
-async fn each_sources_admission_frees_only_its_own_pods_devices() {
+async fn pods_not_active_lose_their_devices() {
     let r = rig_with(STOP_GRACE_PERIOD).await;
     let _p = plugin(&r).await;
     wait_for(&r.dm, ("2", "2")).await;
-    r.dm.await_static_source();
     r.dm.reserve(&pod("api", 1)).unwrap();
     r.dm.reserve(&pod("static", 1)).unwrap();
     assert!(r.dm.allocate_pending().await.is_empty());
-    // Before the static source reported (an agent's start), nothing is freed.
-    assert!(!r.dm.retain_pods(&HashSet::new(), DeviceScope::Api));
-    r.dm.set_static_pods(["static".to_string()].into());
-    // The API pods' admission does not list the static pod, and leaves its device alone;
-    // the static pods' admission does not list the API pod, and leaves its device alone.
-    assert!(!r.dm.retain_pods(&["api"].into(), DeviceScope::Api));
-    assert!(!r.dm.retain_pods(&["static"].into(), DeviceScope::Static));
+    assert!(!r.dm.retain_pods(&["api", "static"].into()));
     assert_eq!(r.dm.in_use()[RES], 2);
     // Its manifest goes: the static pod's device is freed, the API pod keeps its own.
-    r.dm.set_static_pods(HashSet::new());
+    assert!(r.dm.retain_pods(&["api"].into()));
     assert!(r.dm.pod_devices("static").is_empty());
     assert_eq!(r.dm.pod_devices("api").len(), 1);
-    // Standalone, the static pods' admission is the only one: it frees what it does not run.
-    assert!(r.dm.retain_pods(&HashSet::new(), DeviceScope::All));
+    assert!(r.dm.retain_pods(&HashSet::new()));
     assert!(r.dm.in_use().is_empty());
     r.cancel.cancel();
 }

@@ -1,7 +1,9 @@
 //! Pod admission, one for every source (upstream's admit handlers in
 //! `lifecycle/predicate.go` and the eviction, shutdown and sysctl handlers): node shutdown,
-//! node pressure, `maxPods`, resource fit against the node's allocatable, node selector and
-//! required node affinity, and sysctls. Decisions are sticky per UID.
+//! node pressure, devices, `maxPods`, resource fit against the node's allocatable, node
+//! selector and required node affinity, then the per-pod [`AdmitHandler`]s (sysctls, pod
+//! fields). Decisions are sticky per UID. The pod pipeline runs it once on the merged pods
+//! of every source.
 
 pub mod fields;
 pub mod fit;
@@ -19,6 +21,39 @@ use std::sync::Arc;
 pub struct Rejection {
     pub reason: String,
     pub message: String,
+}
+
+/// One check a pod passes on its own (upstream's `PodAdmitHandler`), after the checks that
+/// weigh it against the node and the pods admitted before it.
+pub trait AdmitHandler: Send + Sync {
+    fn admit(&self, pod: &Pod) -> Result<(), Rejection>;
+}
+
+impl AdmitHandler for sysctl::Allowlist {
+    fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
+        sysctl::Allowlist::admit(self, pod)
+            .map_err(|(reason, message)| Rejection { reason, message })
+    }
+}
+
+/// Every pod field is handled or refused ([`fields::refusal`]).
+pub struct FieldsHandler;
+
+impl AdmitHandler for FieldsHandler {
+    fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
+        match fields::refusal(pod) {
+            Some((reason, message)) => Err(Rejection {
+                reason: reason.into(),
+                message: message.into(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The per-pod handlers every admission starts with: sysctls, then pod fields.
+fn default_handlers(sysctls: sysctl::Allowlist) -> Vec<Arc<dyn AdmitHandler>> {
+    vec![Arc::new(sysctls), Arc::new(FieldsHandler)]
 }
 
 fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
@@ -95,27 +130,37 @@ fn is_terminal(p: &Pod) -> bool {
     )
 }
 
+/// What the node offers a pass of admission.
+struct NodeView<'a> {
+    max_pods: u32,
+    allocatable: Option<&'a BTreeMap<String, Quantity>>,
+    labels: Option<&'a BTreeMap<String, String>>,
+    node_name: &'a str,
+}
+
 /// Admission decisions, sticky per UID: once admitted or rejected, a pod stays so.
 pub struct Admission {
     admitted: HashSet<String>,
     rejected: HashMap<String, Rejection>,
-    /// The sysctls pods may set (safe ones plus `allowedUnsafeSysctls`).
-    pub sysctls: crate::pod::admission::sysctl::Allowlist,
+    /// The per-pod handlers, in order (sysctls, pod fields, then any added).
+    pub handlers: Vec<Arc<dyn AdmitHandler>>,
     /// While the node shuts down every new pod is rejected.
     pub shutdown: Option<Arc<crate::shutdown::ShutdownState>>,
     /// Under node pressure pods are rejected as upstream's eviction admission does.
     pub pressure: Option<Arc<crate::eviction::PressureState>>,
     /// The node's allocatable (from its Node object); None until known: no resource fit.
     pub allocatable: Option<BTreeMap<String, Quantity>>,
-    /// Static pods, whose requests count as used.
-    pub static_pods: Vec<Pod>,
+    /// Whether every source has reported its pods: until then nothing is freed (allocations,
+    /// devices) for pods not seen, as upstream frees only once all sources are ready.
+    pub sources_ready: bool,
     /// The `PodLevelResources` gate: pod-level requests count (and set the QoS class).
     pub pod_level_resources: bool,
     /// The device manager: devices are reserved at admission (before the resource fit, as
     /// upstream's handler order) and allocated by [`Admission::allocate_devices`].
     pub devices: Option<Arc<crate::devices::DeviceManager>>,
-    /// Whose devices this admission frees (the apiserver's pods, the static pods, or all).
-    pub device_scope: crate::devices::DeviceScope,
+    /// Whether devices were freed since [`Admission::take_devices_freed`] (the device
+    /// checkpoint is saved then).
+    devices_freed: bool,
     /// The pods' allocated resources (in-place resize): admitted pods count at their
     /// allocation, and resizes are decided here. None: pods count at their spec, no resize.
     pub allocations: Option<Arc<crate::allocation::Allocations>>,
@@ -128,15 +173,15 @@ impl Default for Admission {
         Admission {
             admitted: HashSet::new(),
             rejected: HashMap::new(),
-            sysctls: Default::default(),
+            handlers: default_handlers(Default::default()),
             shutdown: None,
             pressure: None,
             allocatable: None,
-            static_pods: Vec::new(),
+            sources_ready: true,
             // Upstream's default in v1.36.
             pod_level_resources: true,
             devices: None,
-            device_scope: crate::devices::DeviceScope::Api,
+            devices_freed: false,
             allocations: None,
             events: None,
         }
@@ -151,20 +196,20 @@ impl Admission {
         pressure: Option<Arc<crate::eviction::PressureState>>,
     ) -> Self {
         Self {
-            sysctls,
+            handlers: default_handlers(sysctls),
             shutdown,
             pressure,
             ..Default::default()
         }
     }
 
-    /// Decides for every pod not decided yet, oldest first. `static_pods` count against maxPods.
-    /// `labels`: the Node object's labels; None while there is no Node object (standalone),
-    /// when node affinity is not checked. Returns the newly rejected pods.
+    /// Decides for every pod not decided yet, oldest first (every source's pods together:
+    /// the admitted ones count against maxPods and allocatable). `labels`: the Node object's
+    /// labels; None while there is no Node object (standalone), when node affinity is not
+    /// checked. Returns the newly rejected pods.
     pub fn admit(
         &mut self,
         pods: &[Pod],
-        static_pods: usize,
         max_pods: u32,
         labels: Option<&BTreeMap<String, String>>,
         node_name: &str,
@@ -175,7 +220,7 @@ impl Admission {
             .collect();
         self.admitted.retain(|u| live.contains(u.as_str()));
         self.rejected.retain(|u, _| live.contains(u.as_str()));
-        if let Some(a) = &self.allocations {
+        if let Some(a) = self.allocations.as_ref().filter(|_| self.sources_ready) {
             a.retain(&live);
         }
         // Admitted pods count at their allocation, which a resize may not have reached yet.
@@ -188,9 +233,9 @@ impl Admission {
             })
             .map(|p| self.allocated(p))
             .collect();
-        let mut active = static_pods + running.len();
+        let mut active = running.len();
         let mut used = BTreeMap::new();
-        for p in running.iter().chain(self.static_pods.iter()) {
+        for p in &running {
             fit::add_requests(&mut used, p, self.pod_level_resources);
         }
         let mut fresh: Vec<&Pod> = pods
@@ -211,6 +256,12 @@ impl Admission {
                 ))
         });
         let allocatable = self.fit_allocatable(pods);
+        let node = NodeView {
+            max_pods,
+            allocatable: allocatable.as_ref(),
+            labels,
+            node_name,
+        };
         let mut out = Vec::new();
         for desired in fresh {
             // After an agent restart the checkpointed allocation, not the spec, is admitted.
@@ -222,56 +273,16 @@ impl Admission {
                 self.admitted.insert(uid);
                 continue;
             }
-            let rejection = if self.shutdown.as_ref().is_some_and(|s| s.shutting_down()) {
-                Some(Rejection {
-                    reason: crate::shutdown::NOT_ADMITTED_REASON.into(),
-                    message: crate::shutdown::NOT_ADMITTED_MESSAGE.into(),
-                })
-            } else if let Some((reason, message)) = self
-                .pressure
-                .as_ref()
-                .and_then(|s| crate::eviction::admit(s, p, self.pod_level_resources))
-            {
-                Some(Rejection { reason, message })
-            } else if let Some(e) = self.devices.as_ref().and_then(|d| d.reserve(p).err()) {
-                let (reason, message) = e.rejection();
-                Some(Rejection { reason, message })
-            } else if active >= max_pods as usize {
-                Some(Rejection {
-                    reason: "OutOfpods".into(),
-                    message: format!(
-                        "Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {max_pods}"
-                    ),
-                })
-            } else if let Some((reason, message)) = allocatable
-                .as_ref()
-                .and_then(|a| fit::check(p, &used, a, self.pod_level_resources))
-            {
-                Some(Rejection { reason, message })
-            } else if labels.is_some_and(|l| !node_affinity_matches(p, l, node_name)) {
-                Some(Rejection {
-                    reason: "NodeAffinity".into(),
-                    message: "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector".into(),
-                })
-            } else if let Err((reason, message)) = self.sysctls.admit(p) {
-                Some(Rejection { reason, message })
-            } else if let Some((reason, message)) = fields::refusal(p) {
-                Some(Rejection {
-                    reason: reason.into(),
-                    message: message.into(),
-                })
-            } else {
-                None
-            };
-            match rejection {
-                Some(r) => {
+            match self.check(p, &node, active, &used) {
+                Err(r) => {
                     if let Some(d) = &self.devices {
                         d.release(&uid);
+                        self.devices_freed = true;
                     }
                     self.rejected.insert(uid, r.clone());
                     out.push((p.clone(), r));
                 }
-                None => {
+                Ok(()) => {
                     if let Some(a) = &self.allocations {
                         a.set(&uid, crate::allocation::from_spec(p));
                     }
@@ -285,22 +296,82 @@ impl Admission {
         out
     }
 
+    /// The handlers in upstream's order for one pod: node shutdown, node pressure, devices
+    /// (reserved here), `maxPods` (`active`: the admitted pods), the resource fit (`used`:
+    /// their requests), node affinity, then the per-pod handlers.
+    fn check(
+        &self,
+        p: &Pod,
+        node: &NodeView<'_>,
+        active: usize,
+        used: &BTreeMap<String, i128>,
+    ) -> Result<(), Rejection> {
+        let reject = |reason: String, message: String| Err(Rejection { reason, message });
+        if self.shutdown.as_ref().is_some_and(|s| s.shutting_down()) {
+            return reject(
+                crate::shutdown::NOT_ADMITTED_REASON.into(),
+                crate::shutdown::NOT_ADMITTED_MESSAGE.into(),
+            );
+        }
+        let gate = self.pod_level_resources;
+        if let Some((reason, message)) =
+            (self.pressure.as_ref()).and_then(|s| crate::eviction::admit(s, p, gate))
+        {
+            return reject(reason, message);
+        }
+        if let Some(e) = self.devices.as_ref().and_then(|d| d.reserve(p).err()) {
+            let (reason, message) = e.rejection();
+            return reject(reason, message);
+        }
+        let max_pods = node.max_pods;
+        if active >= max_pods as usize {
+            return reject(
+                "OutOfpods".into(),
+                format!(
+                    "Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {max_pods}"
+                ),
+            );
+        }
+        if let Some((reason, message)) = node.allocatable.and_then(|a| fit::check(p, used, a, gate))
+        {
+            return reject(reason, message);
+        }
+        if node
+            .labels
+            .is_some_and(|l| !node_affinity_matches(p, l, node.node_name))
+        {
+            return reject(
+                "NodeAffinity".into(),
+                "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+                    .into(),
+            );
+        }
+        self.handlers.iter().try_for_each(|h| h.admit(p))
+    }
+
+    /// Whether devices were freed since the last call (the pipeline saves the checkpoint).
+    pub fn take_devices_freed(&mut self) -> bool {
+        std::mem::take(&mut self.devices_freed)
+    }
+
     /// Frees the devices of pods that are gone, ended or rejected, and returns the
     /// allocatable the resource fit uses: the device manager's resources are left out (it
     /// decided on them already, from its live view, as upstream's `sanitizeNodeAllocatable`
     /// keeps the fit from refusing what it allocated).
-    fn fit_allocatable(&self, pods: &[Pod]) -> Option<BTreeMap<String, Quantity>> {
-        let Some(dm) = &self.devices else {
+    /// Nothing is freed before every source has reported ([`Admission::sources_ready`]).
+    fn fit_allocatable(&mut self, pods: &[Pod]) -> Option<BTreeMap<String, Quantity>> {
+        let Some(dm) = self.devices.clone() else {
             return self.allocatable.clone();
         };
-        let active: HashSet<&str> = pods
-            .iter()
-            .chain(self.static_pods.iter())
-            .filter(|p| !is_terminal(p))
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .filter(|u| !self.rejected.contains_key(*u))
-            .collect();
-        dm.retain_pods(&active, self.device_scope);
+        if self.sources_ready {
+            let active: HashSet<&str> = pods
+                .iter()
+                .filter(|p| !is_terminal(p))
+                .filter_map(|p| p.metadata.uid.as_deref())
+                .filter(|u| !self.rejected.contains_key(*u))
+                .collect();
+            self.devices_freed |= dm.retain_pods(&active);
+        }
         let mut a = self.allocatable.clone()?;
         a.retain(|name, _| !dm.is_device_resource(name));
         Some(a)

@@ -3,11 +3,11 @@ use crate::podspec::test_pod as pod;
 
 #[test]
 fn forbidden_sysctls_are_rejected_at_admission() {
-    let mut a = Admission {
-        sysctls: crate::pod::admission::sysctl::Allowlist::new(&["net.core.somaxconn".into()])
-            .unwrap(),
-        ..Default::default()
-    };
+    let mut a = Admission::new(
+        crate::pod::admission::sysctl::Allowlist::new(&["net.core.somaxconn".into()]).unwrap(),
+        None,
+        None,
+    );
     let sysctls =
         |n: &str| serde_json::json!({"securityContext": {"sysctls": [{"name": n, "value": "1"}]}});
     let pods = vec![
@@ -15,7 +15,7 @@ fn forbidden_sysctls_are_rejected_at_admission() {
         pod("allowed", "22", sysctls("net.core.somaxconn")),
         pod("bad", "333", sysctls("kernel.msgmax")),
     ];
-    let rejected = a.admit(&pods, 0, 110, Some(&BTreeMap::new()), "n1");
+    let rejected = a.admit(&pods, 110, Some(&BTreeMap::new()), "n1");
     assert_eq!(rejected.len(), 1);
     assert_eq!(rejected[0].0.metadata.name.as_deref(), Some("bad"));
     assert_eq!(rejected[0].1.reason, "SysctlForbidden");
@@ -30,12 +30,14 @@ fn forbidden_sysctls_are_rejected_at_admission() {
 fn max_pods_rejects_the_newest_with_upstreams_reason() {
     let mut a = Admission::default();
     let labels = BTreeMap::new();
+    // A static pod among them counts as any other.
     let pods = vec![
+        pod("static", "s", serde_json::json!({})),
         pod("a", "1", serde_json::json!({})),
         pod("b", "22", serde_json::json!({})),
         pod("c", "333", serde_json::json!({})),
     ];
-    let rej = a.admit(&pods, 1, 3, Some(&labels), "n1");
+    let rej = a.admit(&pods, 3, Some(&labels), "n1");
     assert_eq!(rej.len(), 1);
     assert_eq!(rej[0].0.metadata.name.as_deref(), Some("c"));
     assert_eq!(rej[0].1.reason, "OutOfpods");
@@ -45,7 +47,7 @@ fn max_pods_rejects_the_newest_with_upstreams_reason() {
     );
     assert_eq!(rejected_status(&rej[0].1).phase.as_deref(), Some("Failed"));
     // Sticky: a later pass does not re-decide, even when room appears.
-    assert!(a.admit(&pods[..], 0, 3, Some(&labels), "n1").is_empty());
+    assert!(a.admit(&pods[1..], 3, Some(&labels), "n1").is_empty());
     assert!(a.is_rejected("333") && a.is_admitted("1"));
 }
 
@@ -63,18 +65,22 @@ fn requests_must_fit_allocatable() {
             ]
             .into(),
         ),
-        static_pods: vec![pod(
-            "static",
-            "s",
-            serde_json::json!({"containers": [{"name": "c", "image": "i",
-                "resources": {"requests": {"cpu": "500m"}}}]}),
-        )],
         ..Default::default()
     };
     let level =
         |cpu: &str| serde_json::json!({"resources": {"limits": {"cpu": cpu, "memory": "64Mi"}}});
-    let pods = vec![pod("a", "1", level("1")), pod("b", "22", level("600m"))];
-    let rej = a.admit(&pods, 1, 110, Some(&BTreeMap::new()), "n1");
+    let static_pod = pod(
+        "static",
+        "s",
+        serde_json::json!({"containers": [{"name": "c", "image": "i",
+            "resources": {"requests": {"cpu": "500m"}}}]}),
+    );
+    let pods = vec![
+        static_pod,
+        pod("a", "1", level("1")),
+        pod("b", "22", level("600m")),
+    ];
+    let rej = a.admit(&pods, 110, Some(&BTreeMap::new()), "n1");
     assert_eq!(rej.len(), 1);
     assert_eq!(rej[0].0.metadata.name.as_deref(), Some("b"));
     assert_eq!(rej[0].1.reason, "OutOfcpu");
@@ -136,7 +142,6 @@ fn node_selector_and_affinity() {
             "1",
             serde_json::json!({"nodeSelector": {"zone": "b"}}),
         )],
-        0,
         110,
         Some(&labels),
         "n1",
@@ -191,7 +196,6 @@ fn resizes_are_allocated_deferred_or_infeasible() {
     assert!(
         a.admit(
             &[sized("a", "1", "1"), other.clone()],
-            0,
             110,
             Some(&labels),
             "n1"
@@ -200,13 +204,7 @@ fn resizes_are_allocated_deferred_or_infeasible() {
     );
     assert_eq!(allocated_cpu(&allocations, "1"), "1");
     // More than the node has: Infeasible; the allocation stays.
-    a.admit(
-        &[resizing("64"), other.clone()],
-        0,
-        110,
-        Some(&labels),
-        "n1",
-    );
+    a.admit(&[resizing("64"), other.clone()], 110, Some(&labels), "n1");
     let p = allocations.pending("1").unwrap();
     assert_eq!(p.reason, "Infeasible");
     assert_eq!(
@@ -216,7 +214,7 @@ fn resizes_are_allocated_deferred_or_infeasible() {
     assert_eq!(p.generation, Some(2));
     assert_eq!(allocated_cpu(&allocations, "1"), "1");
     // Fits the node but not beside the other pod: Deferred.
-    a.admit(&[resizing("3"), other.clone()], 0, 110, Some(&labels), "n1");
+    a.admit(&[resizing("3"), other.clone()], 110, Some(&labels), "n1");
     let p = allocations.pending("1").unwrap();
     assert_eq!(p.reason, "Deferred");
     assert_eq!(
@@ -228,7 +226,6 @@ fn resizes_are_allocated_deferred_or_infeasible() {
     assert!(
         a.admit(
             &[resizing("3"), other, third.clone()],
-            0,
             110,
             Some(&labels),
             "n1"
@@ -236,11 +233,11 @@ fn resizes_are_allocated_deferred_or_infeasible() {
         .is_empty()
     );
     // The other pods leave: the deferred resize is allocated and no longer pending.
-    a.admit(&[resizing("3")], 0, 110, Some(&labels), "n1");
+    a.admit(&[resizing("3")], 110, Some(&labels), "n1");
     assert_eq!(allocated_cpu(&allocations, "1"), "3");
     assert_eq!(allocations.pending("1"), None);
     // Shrinking always fits.
-    a.admit(&[resizing("500m")], 0, 110, Some(&labels), "n1");
+    a.admit(&[resizing("500m")], 110, Some(&labels), "n1");
     assert_eq!(allocated_cpu(&allocations, "1"), "500m");
     // One event per decision (a deferral whose message changed is told again), upstream's
     // reasons.
@@ -283,7 +280,7 @@ fn a_restarted_agent_admits_the_allocation_not_the_spec() {
         ..Default::default()
     };
     assert!(
-        a.admit(&[resizing("64")], 0, 110, Some(&BTreeMap::new()), "n1")
+        a.admit(&[resizing("64")], 110, Some(&BTreeMap::new()), "n1")
             .is_empty()
     );
     assert_eq!(allocated_cpu(&allocations, "1"), "1");
@@ -373,12 +370,12 @@ mod devices {
         };
         let labels = BTreeMap::new();
         let mut pods = vec![foo_pod("a", "1"), foo_pod("b", "22")];
-        assert!(a.admit(&pods, 0, 110, Some(&labels), "n1").is_empty());
+        assert!(a.admit(&pods, 110, Some(&labels), "n1").is_empty());
         assert!(a.allocate_devices(&pods).await.is_empty());
         assert_eq!(plugin.allocate_calls().len(), 2);
         assert!(dm.run_options("1", "c").is_some() && dm.run_options("22", "c").is_some());
         pods.push(foo_pod("c", "333"));
-        let rej = a.admit(&pods, 0, 110, Some(&labels), "n1");
+        let rej = a.admit(&pods, 110, Some(&labels), "n1");
         assert_eq!(rej.len(), 1);
         assert_eq!(rej[0].1.reason, "UnexpectedAdmissionError");
         assert_eq!(
@@ -389,7 +386,7 @@ mod devices {
         pods.retain(|p| p.metadata.uid.as_deref() != Some("22"));
         plugin.fail_allocate(Some("no luck"));
         pods.push(foo_pod("d", "4444"));
-        assert!(a.admit(&pods, 0, 110, Some(&labels), "n1").is_empty());
+        assert!(a.admit(&pods, 110, Some(&labels), "n1").is_empty());
         let rej = a.allocate_devices(&pods).await;
         assert_eq!(rej.len(), 1);
         assert_eq!(rej[0].0.metadata.uid.as_deref(), Some("4444"));

@@ -161,7 +161,7 @@ fn every_refusal_is_what_its_example_gets() {
         );
         // Admission turns it into the pod's rejection.
         let mut admission = crate::pod::admission::Admission::default();
-        let rejected = admission.admit(std::slice::from_ref(&pod), 0, 110, None, "n1");
+        let rejected = admission.admit(std::slice::from_ref(&pod), 110, None, "n1");
         assert_eq!(rejected.len(), 1, "{}.{} admitted", r.owner, r.field);
         assert_eq!(rejected[0].1.reason, r.reason);
         assert_eq!(rejected[0].1.message, r.message);
