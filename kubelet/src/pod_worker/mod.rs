@@ -64,9 +64,11 @@ mod act;
 mod deps;
 mod dra;
 mod ephemeral;
+mod errors;
 mod exit_message;
 #[cfg(any(test, feature = "test-util"))]
 mod fake;
+mod gather;
 mod hooks;
 mod image_volumes;
 mod plan;
@@ -84,7 +86,8 @@ pub use deps::{
 pub use fake::{FakeImagePuller, FakePodCgroups, FakePodEnvironment, FakePodVolumes, test_probes};
 use plan::pod_ref;
 pub use plan::{Action, Backoff, Observed, Plan, Start, is_sidecar, plan, plan_stopped};
-pub use sync::{SandboxError, StartError, observe};
+pub use act::observe;
+pub use errors::{SandboxError, StartError};
 
 /// The state a worker keeps between passes.
 pub struct Worker {
