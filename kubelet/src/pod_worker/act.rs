@@ -5,6 +5,8 @@
 use super::dra::DRA_RETRY;
 use super::ephemeral;
 use super::errors::{VOLUME_RETRY, pull_cancelled};
+use super::gather::config_error;
+use crate::spec::ContainerInputs;
 use super::*;
 
 impl Worker {
@@ -283,8 +285,8 @@ impl Worker {
         Ok(id)
     }
 
-    /// Pulls if needed, creates and starts one container. On failure: the waiting reason and
-    /// when to retry.
+    /// Starts one container: pull → gather → build → create → start → post-start. On
+    /// failure: the waiting reason and when to retry.
     pub(super) async fn start_container(
         &mut self,
         sandbox_id: &str,
@@ -294,163 +296,17 @@ impl Worker {
         keyrings: &PodKeyrings,
         obs: &Observed,
     ) -> Result<(), StartError> {
-        let spec = self.pod.spec.clone().unwrap_or_default();
-        let debug = super::ephemeral::find(&self.pod, &s.name).cloned();
-        let c = spec
-            .init_containers
-            .iter()
-            .flatten()
-            .chain(spec.containers.iter())
-            .find(|c| c.name == s.name)
-            .cloned()
-            .or_else(|| debug.as_ref().map(super::ephemeral::as_container))
-            .expect("planned containers come from the spec");
-        if debug.is_some() {
-            // Added after the pod was admitted: the refusals of admission apply now.
-            super::ephemeral::refused(&c, self.env.refusal)?;
-        }
-        crate::metrics::started_container(
-            spec.init_containers
-                .iter()
-                .flatten()
-                .any(|i| i.name == s.name),
-        );
-        if let Err(e) = ::probes::ContainerProbes::from_container(&c) {
-            return Err(StartError::CreateContainerConfig {
-                message: format!("invalid probe: {e}"),
-                retry_after: Duration::from_secs(30),
-            });
-        }
-        let (pod_ref, events) = (&self.pod, self.env.events.clone());
-        let event = move |t: EventType, reason: &str, message: &str| {
-            events.record(
-                &crate::events::container_ref(pod_ref, &s.name),
-                t,
-                reason,
-                message,
-            );
-        };
-        // The container's image, then those of the image volumes it mounts, each as its
-        // pull policy says. A termination arriving meanwhile cancels the pull.
-        let images = std::iter::once(c.clone()).chain(super::image_volumes::pulls(&self.pod, &c));
-        for image_c in images {
-            let pull =
-                self.env
-                    .images
-                    .ensure_image(&image_c, sandbox, keyrings, &event, &mut self.pulls);
-            tokio::select! {
-                biased;
-                _ = self.pull_cancel.cancelled() => return Err(StartError::Image(pull_cancelled())),
-                r = pull => r.map_err(StartError::Image)?,
-            }
-        }
-        // An ephemeral container's target must run (checked after the pull, as upstream).
-        let pid_target = match &debug {
-            Some(e) => super::ephemeral::target_id(e, obs, sandbox_id)?,
-            None => None,
-        };
-        let objects = self.env_objects(&c).await?;
-        let service_env = self.service_env()?;
-        // /etc/hosts, subPath mounts, the env and the log directory touch the disk or grow
-        // with the pod: off the async workers.
-        let (env, pod, container) = (self.env.clone(), self.pod.clone(), c.clone());
-        let (restart_count, pod_ips) = (s.restart_count, self.sandbox_ips.1.clone());
-        let log_dir = std::path::Path::new(&sandbox.log_directory).join(&c.name);
-        let volumes = volumes.clone();
-        // The runtime's features matter only to recursive read-only mounts and user
-        // namespaces: asked for then.
-        let features = if spec::mounts::wants_runtime_features(&self.pod, &c) {
-            self.env
-                .runtime
-                .handler_features(&sandbox.runtime_handler)
-                .await
-                .unwrap_or_default()
-        } else {
-            Default::default()
-        };
-        let handler = sandbox.runtime_handler.clone();
-        let prepared = tokio::task::spawn_blocking(move || {
-            let gate = env.node.pod_limits.pod_level_resources;
-            let container_env = spec::container_env(
-                &pod,
-                &container,
-                &pod_ips,
-                &env.node.host_ips,
-                &objects,
-                &service_env,
-                &spec::limit_defaults(&pod, &env.node.allocatable, gate),
-                &mut spec::ExpandBudget::default(),
-            )?;
-            let hosts = pod_dirs::write_etc_hosts(&env.node, &pod, &pod_ips)
-                .map_err(|e| spec::ConfigError(e.to_string()))?;
-            let host_paths = pod_dirs::prepare_container(
-                &env.node,
-                &pod,
-                &container,
-                restart_count,
-                &volumes,
-                env.binder.as_ref(),
-                &container_env,
-            )?;
-            let cfg = spec::container_config(
-                &env.node,
-                &pod,
-                &container,
-                restart_count,
-                &volumes,
-                hosts.as_deref(),
-                &host_paths,
-                &container_env,
-                &handler,
-                features,
-            )?;
-            let _ = std::fs::create_dir_all(&log_dir);
-            Ok::<_, spec::ConfigError>((cfg, container_env.invalid_names))
-        })
-        .await
-        .unwrap_or_else(|e| Err(spec::ConfigError(format!("preparing the container: {e}"))));
-        let rt = self.env.runtime.clone();
-        // runAsNonRoot is checked against the image's user, which also fills a missing UID.
-        let user = crate::runtime::image_user(rt.as_ref(), c.image.as_deref().unwrap_or(""))
+        let (c, debug) = self.container_to_start(s)?;
+        self.pull_images(&c, sandbox, keyrings).await?;
+        let mut inputs = self
+            .gather(&c, debug.as_ref(), s, sandbox_id, sandbox, volumes, obs)
+            .await?;
+        self.runtime_inputs(&c, &mut inputs)
             .await
-            .map_err(|e| spec::ConfigError(format!("failed to get image user: {e}")));
-        // Device plugins that asked for it hear of the start first (PreStartContainer).
-        let pre_start = match &self.env.devices {
-            Some(d) => {
-                let uid = self.pod.metadata.uid.as_deref().unwrap_or("");
-                d.pre_start(uid, &c.name).await.map_err(spec::ConfigError)
-            }
-            None => Ok(()),
-        };
-        let (cfg, invalid_names) = prepared
-            .and_then(|(mut cfg, invalid_names)| {
-                pre_start?;
-                spec::security::apply_image_user(&mut cfg.security, &self.pod, &c, &user?)?;
-                cfg.security.pid_target = pid_target;
-                let uid = self.pod.metadata.uid.as_deref().unwrap_or("");
-                if let Some(opts) = self
-                    .env
-                    .devices
-                    .as_ref()
-                    .and_then(|d| d.run_options(uid, &c.name))
-                {
-                    add_devices(&mut cfg, opts);
-                }
-                super::dra::add_claim_devices(self.env.dra.as_ref(), &self.pod, &c, &mut cfg)?;
-                Ok((cfg, invalid_names))
-            })
-            .map_err(|e| StartError::CreateContainerConfig {
-                message: e.0,
-                retry_after: Duration::from_secs(10),
-            })?;
-        for m in invalid_names {
-            self.event(
-                None,
-                EventType::Warning,
-                "InvalidEnvironmentVariableNames",
-                &m,
-            );
-        }
+            .map_err(|e| config_error(e.0))?;
+        self.device_inputs(&c, &mut inputs).await?;
+        let cfg = self.build_config(&c, sandbox, inputs).await?;
+        let rt = self.env.runtime.clone();
         let id = rt
             .create_container(sandbox_id, &cfg, sandbox)
             .await
@@ -476,6 +332,59 @@ impl Worker {
         self.post_start(&c, &id)
             .await
             .map_err(|e| StartError::PostStartHook(e.to_string()))
+    }
+
+    /// The container's image, then those of the image volumes it mounts, each as its pull
+    /// policy says. A termination arriving meanwhile cancels the pull.
+    async fn pull_images(
+        &mut self,
+        c: &K8sContainer,
+        sandbox: &SandboxConfig,
+        keyrings: &PodKeyrings,
+    ) -> Result<(), StartError> {
+        let (pod_ref, events) = (&self.pod, self.env.events.clone());
+        let event = move |t: EventType, reason: &str, message: &str| {
+            events.record(
+                &crate::events::container_ref(pod_ref, &c.name),
+                t,
+                reason,
+                message,
+            );
+        };
+        let images = std::iter::once(c.clone()).chain(super::image_volumes::pulls(&self.pod, c));
+        for image_c in images {
+            let pull =
+                self.env
+                    .images
+                    .ensure_image(&image_c, sandbox, keyrings, &event, &mut self.pulls);
+            tokio::select! {
+                biased;
+                _ = self.pull_cancel.cancelled() => return Err(StartError::Image(pull_cancelled())),
+                r = pull => r.map_err(StartError::Image)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The runtime's part of a container's inputs: its handler's features (asked only when
+    /// they matter: recursive read-only mounts, user namespaces) and the image's user
+    /// (runAsNonRoot is checked against it, and it fills a missing UID).
+    async fn runtime_inputs(
+        &self,
+        c: &K8sContainer,
+        inputs: &mut ContainerInputs,
+    ) -> Result<(), spec::ConfigError> {
+        let rt = self.env.runtime.as_ref();
+        if spec::mounts::wants_runtime_features(&self.pod, c) {
+            inputs.features = rt
+                .handler_features(&inputs.handler)
+                .await
+                .unwrap_or_default();
+        }
+        inputs.image_user = crate::runtime::image_user(rt, c.image.as_deref().unwrap_or(""))
+            .await
+            .map_err(|e| spec::ConfigError(format!("failed to get image user: {e}")))?;
+        Ok(())
     }
 
     /// The started container's `/var/log/containers` link for log shippers; a failure is

@@ -85,25 +85,3 @@ impl Worker {
         }
     }
 }
-
-/// Adds the CDI devices of the claims `c` references to its config (after the device
-/// plugins' ones).
-pub(super) fn add_claim_devices(
-    dra: Option<&Arc<crate::cm::DraManager>>,
-    pod: &Pod,
-    c: &K8sContainer,
-    cfg: &mut crate::runtime::ContainerConfig,
-) -> Result<(), spec::ConfigError> {
-    let Some(dra) = dra else {
-        return Ok(());
-    };
-    for id in dra
-        .cdi_devices(pod, c)
-        .map_err(|e| spec::ConfigError(e.0))?
-    {
-        if !cfg.cdi_devices.contains(&id) {
-            cfg.cdi_devices.push(id);
-        }
-    }
-    Ok(())
-}
