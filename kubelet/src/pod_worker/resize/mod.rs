@@ -12,6 +12,22 @@ use crate::podspec;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+/// Why a step of an in-place resize failed (the `PodResizeInProgress` condition's message).
+#[derive(Debug, thiserror::Error)]
+enum ResizeError {
+    /// UpdateContainerResources failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The pod cgroup could not be read or written.
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error("{what} panicked: {source}")]
+    Panicked {
+        what: &'static str,
+        source: tokio::task::JoinError,
+    },
+}
+
 mod steps;
 
 /// `have` with `resource`'s requests and limits taken from `want`.
@@ -170,7 +186,7 @@ impl Worker {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the pod cgroup for a resize");
-                self.resize_error = Some(e);
+                self.resize_error = Some(e.to_string());
                 return;
             }
         };
@@ -188,7 +204,7 @@ impl Worker {
             };
             if let Err(e) = done {
                 // The rest waits: nothing may go above its parent; the next pass retries.
-                self.resize_error = Some(e);
+                self.resize_error = Some(e.to_string());
                 return;
             }
         }
@@ -222,7 +238,7 @@ impl Worker {
         c: &K8sContainer,
         id: &str,
         resource: steps::Resource,
-    ) -> Result<(), String> {
+    ) -> Result<(), ResizeError> {
         let want = c.resources.clone().unwrap_or_default();
         let next = with_resource(&self.actuated[id], &want, resource);
         let mut at = c.clone();
@@ -241,7 +257,7 @@ impl Worker {
             }
             Err(e) => {
                 tracing::warn!(container = %c.name, error = %e, "UpdateContainerResources failed");
-                Err(e.to_string())
+                Err(ResizeError::Runtime(e))
             }
         }
     }
@@ -249,28 +265,34 @@ impl Worker {
     /// The pod cgroup's values now and those of the allocated pod (off the async workers).
     async fn pod_cgroup_values(
         &self,
-    ) -> Result<(Option<PodCgroupValues>, PodCgroupValues), String> {
+    ) -> Result<(Option<PodCgroupValues>, PodCgroupValues), ResizeError> {
         let (cgroups, pod) = (self.env.cgroups.clone(), self.pod.clone());
         let read = move || {
             let now = cgroups.pod_values(&pod)?;
             Ok::<_, CgroupError>((now, cgroups.wanted_pod_values(&pod)))
         };
         match tokio::task::spawn_blocking(read).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(e) => Err(format!("reading the pod cgroup panicked: {e}")),
+            Ok(r) => Ok(r?),
+            Err(e) => Err(ResizeError::Panicked {
+                what: "reading the pod cgroup",
+                source: e,
+            }),
         }
     }
 
     /// Writes one value of the allocated pod to its cgroup (off the async workers).
-    async fn set_pod_value(&self, part: PodCgroupPart) -> Result<(), String> {
+    async fn set_pod_value(&self, part: PodCgroupPart) -> Result<(), ResizeError> {
         let (cgroups, pod) = (self.env.cgroups.clone(), self.pod.clone());
         match tokio::task::spawn_blocking(move || cgroups.set_pod_value(&pod, part)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, ?part, "cannot resize the pod cgroup");
-                Err(e.to_string())
+                Err(ResizeError::Cgroup(e))
             }
-            Err(e) => Err(format!("pod cgroup resize panicked: {e}")),
+            Err(e) => Err(ResizeError::Panicked {
+                what: "pod cgroup resize",
+                source: e,
+            }),
         }
     }
 
