@@ -6,8 +6,8 @@ use super::dra::DRA_RETRY;
 use super::ephemeral;
 use super::errors::{VOLUME_RETRY, pull_cancelled};
 use super::gather::config_error;
-use crate::spec::ContainerInputs;
 use super::*;
+use crate::spec::ContainerInputs;
 
 impl Worker {
     /// Does what `p` says, in order. Returns when to come back (the plan's wake-up, or sooner

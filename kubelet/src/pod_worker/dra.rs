@@ -12,9 +12,6 @@ impl Worker {
     /// Prepares the pod's claims. False: they are not ready; the containers in `starts` wait
     /// in ContainerCreating and the pod gets upstream's `FailedPrepareDynamicResources` event.
     pub(super) async fn prepare_claims(&mut self, starts: &[Start]) -> bool {
-        let Some(dra) = self.env.dra.clone() else {
-            return true;
-        };
         let has_claims = self
             .pod
             .spec
@@ -24,7 +21,7 @@ impl Worker {
         if !has_claims {
             return true;
         }
-        match dra.prepare(&self.pod).await {
+        match self.env.devices.prepare_claims(&self.pod).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(error = %e, "Failed to prepare dynamic resources");
@@ -50,10 +47,7 @@ impl Worker {
 
     /// Unprepares the claims only this pod used. False: a driver failed; try again.
     pub(super) async fn unprepare_claims(&self) -> bool {
-        let Some(dra) = self.env.dra.as_ref() else {
-            return true;
-        };
-        match dra.unprepare(&self.uid).await {
+        match self.env.devices.unprepare_claims(&self.uid).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot unprepare the pod's ResourceClaims; retrying");
@@ -68,9 +62,6 @@ impl Worker {
     /// drivers now (upstream's SyncTerminatedPod), not at its deletion. A failure is logged
     /// and tried again on the next pass.
     pub(super) async fn release_claims_if_finished(&self, obs: &Observed) {
-        let Some(dra) = self.env.dra.as_ref() else {
-            return;
-        };
         let finished = self
             .last_status
             .as_ref()
@@ -80,7 +71,7 @@ impl Worker {
             .containers
             .iter()
             .any(|(_, c)| c.state == ContainerState::Running);
-        if finished && !running && dra.has_pod(&self.uid) {
+        if finished && !running && self.env.devices.has_claims(&self.uid) {
             self.unprepare_claims().await;
         }
     }

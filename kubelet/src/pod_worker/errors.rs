@@ -2,7 +2,6 @@
 
 use super::*;
 
-
 /// Why a container did not start: upstream's waiting reasons, each with its retry delay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartError {

@@ -1,8 +1,8 @@
 //! What a container's start gathers besides the runtime: the pod's pull credentials, its
 //! service-link variables, the ConfigMaps and Secrets its env reads.
 
-use super::*;
 use super::ephemeral;
+use super::*;
 use crate::spec::{ContainerFiles, ContainerInputs};
 use k8s_openapi::api::core::v1::EphemeralContainer;
 use std::path::PathBuf;
@@ -50,30 +50,11 @@ impl Worker {
     /// The ConfigMaps and Secrets container `c`'s env reads (`None`: not found; any other
     /// failure to read one is a CreateContainerConfigError).
     async fn env_objects(&self, c: &K8sContainer) -> Result<spec::EnvObjects, StartError> {
-        let mut only = Pod {
-            metadata: self.pod.metadata.clone(),
-            ..Default::default()
-        };
-        only.spec = Some(k8s_openapi::api::core::v1::PodSpec {
-            containers: vec![c.clone()],
-            ..Default::default()
-        });
-        let mut out = spec::EnvObjects::new();
-        let cache = &self.env.objects;
-        for key in crate::objects::referenced(&only) {
-            match cache.get(&key).await {
-                Ok(o) => {
-                    out.insert(key, o);
-                }
-                Err(e) => {
-                    return Err(StartError::CreateContainerConfig {
-                        message: e.to_string(),
-                        retry_after: Duration::from_secs(10),
-                    });
-                }
-            }
-        }
-        Ok(out)
+        self.env
+            .pod_env
+            .env_objects(&self.pod, c)
+            .await
+            .map_err(|e| config_error(e.to_string()))
     }
 }
 
@@ -150,14 +131,12 @@ impl Worker {
         c: &K8sContainer,
         inputs: &mut ContainerInputs,
     ) -> Result<(), StartError> {
+        let devices = &self.env.devices;
         let uid = self.pod.metadata.uid.as_deref().unwrap_or("");
-        if let Some(d) = &self.env.devices {
-            d.pre_start(uid, &c.name).await.map_err(config_error)?;
-            inputs.devices = d.run_options(uid, &c.name);
-        }
-        if let Some(dra) = &self.env.dra {
-            inputs.cdi_devices = dra.cdi_devices(&self.pod, c).map_err(|e| config_error(e.0))?;
-        }
+        let failed = |e: DeviceError| config_error(e.to_string());
+        devices.pre_start(uid, &c.name).await.map_err(failed)?;
+        (inputs.devices, inputs.cdi_devices) =
+            devices.container_devices(&self.pod, c).map_err(failed)?;
         Ok(())
     }
 

@@ -78,16 +78,16 @@ mod resize;
 mod sync;
 mod terminate;
 
+pub use act::observe;
 pub use deps::{
-    ContainerEvent, Deps, ImagePuller, NodeImages, PodCgroups, PodEnvError, PodEnvironment,
-    PodKeyrings, PodVolumes,
+    ContainerEvent, Deps, DeviceError, ImagePuller, NodeDevices, NodeImages, PodCgroups,
+    PodDevices, PodEnvError, PodEnvironment, PodKeyrings, PodVolumes, TeardownError,
 };
+pub use errors::{SandboxError, StartError};
 #[cfg(any(test, feature = "test-util"))]
 pub use fake::{FakeImagePuller, FakePodCgroups, FakePodEnvironment, FakePodVolumes, test_probes};
 use plan::pod_ref;
 pub use plan::{Action, Backoff, Observed, Plan, Start, is_sidecar, plan, plan_stopped};
-pub use act::observe;
-pub use errors::{SandboxError, StartError};
 
 /// The state a worker keeps between passes.
 pub struct Worker {

@@ -513,7 +513,8 @@ fn draft_sidecar(
 ) -> bool {
     match status {
         None => {
-            p.start.push(start(&c.name, true, next_count(cx.obs, &c.name)));
+            p.start
+                .push(start(&c.name, true, next_count(cx.obs, &c.name)));
             true
         }
         Some(s) if s.state == ContainerState::Running => {
@@ -552,7 +553,9 @@ fn draft_apps(p: &mut Draft, cx: &Pass<'_>, backoff: &mut Backoff) {
     let mut running = 0;
     for c in &spec.containers {
         match obs.newest(&c.name, cx.sb) {
-            None => p.start.push(start(&c.name, false, next_count(obs, &c.name))),
+            None => p
+                .start
+                .push(start(&c.name, false, next_count(obs, &c.name))),
             Some(s) if s.state == ContainerState::Running => {
                 if must_replace(obs, c, s) {
                     // The spec changed, or a resize needs a restart: replace the container.

@@ -44,9 +44,7 @@ impl Worker {
         };
         let mut st = status::pod_status(&self.pod, &o, self.last_status.as_ref());
         self.resize_status(&mut st, obs);
-        if let Some(dm) = &self.env.devices {
-            dm.fill_allocated_resources_status(&self.uid, &mut st);
-        }
+        self.env.devices.fill_status(&self.uid, &mut st);
         if let Some(s) = self.stopped.as_ref().filter(|s| s.disruption) {
             status::set_disruption_target(&mut st, &s.message);
         }

@@ -109,12 +109,16 @@ fn device_run_options_come_before_the_containers_own_and_the_kubelets_annotation
         "env": [{"name": "SHADOWED", "value": "from-spec"}],
         "volumeMounts": [{"name": "data", "mountPath": "/data"}]}));
     let mut p = p;
-    p.spec.as_mut().unwrap().volumes =
-        Some(vec![serde_json::from_value(serde_json::json!({"name": "data", "emptyDir": {}})).unwrap()]);
+    p.spec.as_mut().unwrap().volumes = Some(vec![
+        serde_json::from_value(serde_json::json!({"name": "data", "emptyDir": {}})).unwrap(),
+    ]);
     let inputs = ContainerInputs {
         volumes: [("data".to_string(), PathBuf::from("/pods/u1/volumes/data"))].into(),
         devices: Some(plugin_options()),
-        cdi_devices: vec!["example.com/gpu=gpu-claim".into(), "example.com/device=Dev-1".into()],
+        cdi_devices: vec![
+            "example.com/gpu=gpu-claim".into(),
+            "example.com/device=Dev-1".into(),
+        ],
         ..Default::default()
     };
     let cfg = build(&p, inputs).unwrap();
