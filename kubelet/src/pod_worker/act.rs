@@ -58,9 +58,9 @@ impl Worker {
                 | Action::StartEphemeralContainer { .. } => {}
             }
         }
-        if self.stopped.is_some() {
+        if self.stop.stopped.is_some() {
             // Stopped for good: whoever asked (node shutdown, eviction) may go on.
-            for w in self.stop_waiters.drain(..) {
+            for w in self.stop.waiters.drain(..) {
                 let _ = w.send(());
             }
         }
@@ -111,7 +111,7 @@ impl Worker {
                         &format!("Failed to create pod sandbox: {e}"),
                     );
                     for s in starts {
-                        self.errors.insert(
+                        self.starts.errors.insert(
                             s.name.clone(),
                             Waiting {
                                 reason: "ContainerCreating".into(),
@@ -125,13 +125,13 @@ impl Worker {
             }
         }
         if let Some((sandbox_id, attempt)) = &sandbox {
-            if self.sandbox_ips.0 != *sandbox_id {
+            if self.seen.sandbox_ips.0 != *sandbox_id {
                 let ips = rt
                     .sandbox_status(sandbox_id)
                     .await
                     .map(|s| s.ips)
                     .unwrap_or_default();
-                self.sandbox_ips = (sandbox_id.clone(), ips);
+                self.seen.sandbox_ips = (sandbox_id.clone(), ips);
             }
             let sandbox_cfg = self.sandbox_config(*attempt);
             // Every volume is set up before any container starts (upstream's
@@ -152,7 +152,7 @@ impl Worker {
                     self.event(None, EventType::Warning, "FailedMount", &e.to_string());
                     let e = StartError::Volumes(e);
                     for s in starts {
-                        self.errors.insert(s.name.clone(), e.waiting());
+                        self.starts.errors.insert(s.name.clone(), e.waiting());
                     }
                     wake = Some(wake.map_or(VOLUME_RETRY, |x| x.min(VOLUME_RETRY)));
                     (BTreeMap::new(), &[])
@@ -203,7 +203,7 @@ impl Worker {
     ) -> Result<(), Option<Duration>> {
         match started {
             Ok(()) => {
-                self.errors.remove(&s.name);
+                self.starts.errors.remove(&s.name);
                 Ok(())
             }
             Err(StartError::PostStartHook(message)) => {
@@ -214,10 +214,11 @@ impl Worker {
                     is_sidecar(&c) || (!s.init && pod::container_restartable(&c, &spec))
                 }) || (s.init && spec.restart_policy.as_deref() != Some("Never"));
                 if restarts {
-                    self.errors
+                    self.starts
+                        .errors
                         .insert(s.name.clone(), StartError::PostStartHook(message).waiting());
                 } else {
-                    self.errors.remove(&s.name);
+                    self.starts.errors.remove(&s.name);
                 }
                 Err(None)
             }
@@ -229,7 +230,7 @@ impl Worker {
                     "Failed",
                     &format!("Error: {}", e.event_detail()),
                 );
-                self.errors.insert(s.name.clone(), e.waiting());
+                self.starts.errors.insert(s.name.clone(), e.waiting());
                 Err(Some(e.retry_after()))
             }
         }
@@ -281,7 +282,7 @@ impl Worker {
         })?;
         let id = self.env.runtime.run_sandbox(&cfg).await?;
         tracing::info!(sandbox = %id, attempt, "sandbox started");
-        self.start_time.get_or_insert_with(Timestamp::now);
+        self.seen.start_time.get_or_insert_with(Timestamp::now);
         Ok(id)
     }
 
@@ -353,13 +354,16 @@ impl Worker {
         };
         let images = std::iter::once(c.clone()).chain(super::image_volumes::pulls(&self.pod, c));
         for image_c in images {
-            let pull =
-                self.env
-                    .images
-                    .ensure_image(&image_c, sandbox, keyrings, &event, &mut self.pulls);
+            let pull = self.env.images.ensure_image(
+                &image_c,
+                sandbox,
+                keyrings,
+                &event,
+                &mut self.starts.pulls,
+            );
             tokio::select! {
                 biased;
-                _ = self.pull_cancel.cancelled() => return Err(StartError::Image(pull_cancelled())),
+                _ = self.starts.pull_cancel.cancelled() => return Err(StartError::Image(pull_cancelled())),
                 r = pull => r.map_err(StartError::Image)?,
             }
         }

@@ -32,7 +32,7 @@ impl Worker {
                     &format!("Failed to prepare dynamic resources: {e}"),
                 );
                 for s in starts {
-                    self.errors.insert(
+                    self.starts.errors.insert(
                         s.name.clone(),
                         Waiting {
                             reason: "ContainerCreating".into(),
@@ -63,6 +63,7 @@ impl Worker {
     /// and tried again on the next pass.
     pub(super) async fn release_claims_if_finished(&self, obs: &Observed) {
         let finished = self
+            .seen
             .last_status
             .as_ref()
             .and_then(|s| s.phase.as_deref())

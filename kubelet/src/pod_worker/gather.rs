@@ -115,7 +115,7 @@ impl Worker {
             restart_count: s.restart_count,
             env_objects,
             service_env,
-            pod_ips: self.sandbox_ips.1.clone(),
+            pod_ips: self.seen.sandbox_ips.1.clone(),
             volumes: volumes.clone(),
             handler: sandbox.runtime_handler.clone(),
             pid_target,

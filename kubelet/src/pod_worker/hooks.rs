@@ -206,7 +206,12 @@ impl Worker {
     }
 
     fn pod_ip(&self) -> &str {
-        self.sandbox_ips.1.first().map(String::as_str).unwrap_or("")
+        self.seen
+            .sandbox_ips
+            .1
+            .first()
+            .map(String::as_str)
+            .unwrap_or("")
     }
 
     /// Runs the container's postStart hook, if it has one. On failure: a

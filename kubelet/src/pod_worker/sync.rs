@@ -15,11 +15,11 @@ impl Worker {
             return Duration::from_secs(1);
         };
         obs.resize_restart = self.resize_restarts(&obs);
-        let p = if self.stopped.is_some() {
+        let p = if self.stop.stopped.is_some() {
             // Stopped for good: nothing starts again.
             plan::plan_stopped(&obs)
         } else {
-            plan(&self.pod, &obs, &mut self.backoff, Instant::now())
+            plan(&self.pod, &obs, &mut self.starts.backoff, Instant::now())
         };
         if !p.actions.is_empty() {
             tracing::debug!(actions = ?p.actions, "planned");
@@ -40,11 +40,11 @@ impl Worker {
             let rt = self.env.runtime.clone();
             observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
         };
-        if self.stopped.is_none() {
+        if self.stop.stopped.is_none() {
             self.resize_in_place(&obs).await;
         }
         self.add_exit_messages(&mut obs).await;
-        let mut waiting = self.errors.clone();
+        let mut waiting = self.starts.errors.clone();
         waiting.extend(p.waiting.clone());
         self.update_probes(&obs);
         self.publish(&obs, waiting, false);
@@ -80,13 +80,14 @@ impl Worker {
         obs.not_started = self.sidecars_not_started(&obs);
         // A pod that already finished keeps its phase (upstream no longer syncs it).
         let finished = self
+            .seen
             .last_status
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .is_some_and(|p| p == "Succeeded" || p == "Failed");
         let deadline_left = self.active_deadline_left().filter(|_| !finished);
-        if deadline_left == Some(Duration::ZERO) && self.stopped.is_none() {
-            self.stopped = Some(Stopped {
+        if deadline_left == Some(Duration::ZERO) && self.stop.stopped.is_none() {
+            self.stop.stopped = Some(Stopped {
                 reason: DEADLINE_REASON.into(),
                 message: DEADLINE_MESSAGE.into(),
                 disruption: false,
@@ -101,7 +102,7 @@ impl Worker {
     /// out; None without a deadline or before the pod started.
     pub(super) fn active_deadline_left(&self) -> Option<Duration> {
         let secs = self.pod.spec.as_ref()?.active_deadline_seconds?;
-        let start = self.start_time?;
+        let start = self.seen.start_time?;
         let end = start.as_second().saturating_add(secs.max(0));
         let now = Timestamp::now();
         let left_ns = i128::from(end) * 1_000_000_000 - now.as_nanosecond();
@@ -122,7 +123,7 @@ impl Worker {
             for (_, s) in &obs.containers {
                 if s.name == c.name
                     && s.state == ContainerState::Running
-                    && (self.probed.get(&c.name) != Some(&s.id)
+                    && (self.probing.probed.get(&c.name) != Some(&s.id)
                         || !self.env.probes.is_started(&self.uid, &c.name, &s.id))
                 {
                     out.insert(s.id.clone());

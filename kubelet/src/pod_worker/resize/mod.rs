@@ -138,7 +138,8 @@ impl Worker {
     /// What each running container runs with; one this worker did not start (adopted after
     /// an agent restart) is taken to run with its checkpointed allocation.
     fn running_with(&mut self, c: &K8sContainer, id: &str) -> ResourceRequirements {
-        self.actuated
+        self.resized
+            .actuated
             .entry(id.to_string())
             .or_insert_with(|| c.resources.clone().unwrap_or_default())
             .clone()
@@ -162,7 +163,8 @@ impl Worker {
     /// `PodResizeInProgress` condition says why) and the next pass goes on from what was
     /// done. Forgets the containers that are gone.
     pub(super) async fn resize_in_place(&mut self, obs: &Observed) {
-        self.actuated
+        self.resized
+            .actuated
             .retain(|id, _| obs.containers.iter().any(|(_, c)| c.id == *id));
         let mut todo = Vec::new();
         for (c, id) in running(&self.pod, obs) {
@@ -172,21 +174,21 @@ impl Worker {
             }
         }
         // After a failed pass the pod cgroup may still be behind its containers.
-        if todo.is_empty() && self.resize_error.is_none() {
+        if todo.is_empty() && self.resized.error.is_none() {
             return;
         }
         let changes: Vec<(Amounts, Amounts)> = todo
             .iter()
             .map(|(c, id)| {
                 let want = Amounts::of(&c.resources.clone().unwrap_or_default());
-                (want, Amounts::of(&self.actuated[id]))
+                (want, Amounts::of(&self.resized.actuated[id]))
             })
             .collect();
         let (now, wanted) = match self.pod_cgroup_values().await {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the pod cgroup for a resize");
-                self.resize_error = Some(e.to_string());
+                self.resized.error = Some(e.to_string());
                 return;
             }
         };
@@ -204,11 +206,11 @@ impl Worker {
             };
             if let Err(e) = done {
                 // The rest waits: nothing may go above its parent; the next pass retries.
-                self.resize_error = Some(e.to_string());
+                self.resized.error = Some(e.to_string());
                 return;
             }
         }
-        if self.resize_error.take().is_some() && todo.is_empty() {
+        if self.resized.error.take().is_some() && todo.is_empty() {
             tracing::info!("resize done after an earlier failure");
         }
         if todo.is_empty() {
@@ -240,7 +242,7 @@ impl Worker {
         resource: steps::Resource,
     ) -> Result<(), ResizeError> {
         let want = c.resources.clone().unwrap_or_default();
-        let next = with_resource(&self.actuated[id], &want, resource);
+        let next = with_resource(&self.resized.actuated[id], &want, resource);
         let mut at = c.clone();
         at.resources = Some(next.clone());
         let resources = spec::linux_resources(&self.env.node, &self.pod, &at);
@@ -252,7 +254,7 @@ impl Worker {
             .await
         {
             Ok(()) => {
-                self.actuated.insert(id.to_string(), next);
+                self.resized.actuated.insert(id.to_string(), next);
                 Ok(())
             }
             Err(e) => {
@@ -298,7 +300,8 @@ impl Worker {
 
     /// Records what a container the worker just created runs with.
     pub(super) fn note_created(&mut self, id: &str, c: &K8sContainer) {
-        self.actuated
+        self.resized
+            .actuated
             .insert(id.to_string(), c.resources.clone().unwrap_or_default());
     }
 
@@ -308,7 +311,7 @@ impl Worker {
     pub(super) fn resize_status(&mut self, st: &mut PodStatus, obs: &Observed) {
         let uid = self.uid.clone();
         let mut running_with = BTreeMap::new();
-        let mut in_progress = self.resize_error.is_some();
+        let mut in_progress = self.resized.error.is_some();
         for (c, id) in running(&self.pod, obs) {
             let with = self.running_with(&c, &id);
             in_progress |= resize_of(&c, &with) != Resize::None;
@@ -321,10 +324,10 @@ impl Worker {
                 allocated: allocated.as_ref(),
                 running_with,
                 pending: self.env.allocations.pending(&uid).as_ref(),
-                in_progress: in_progress.then(|| self.resize_error.clone()),
+                in_progress: in_progress.then(|| self.resized.error.clone()),
                 generation: self.pod.metadata.generation,
             },
-            self.last_status.as_ref(),
+            self.seen.last_status.as_ref(),
         );
     }
 }
