@@ -6,10 +6,8 @@
 //! fakes are in `fake.rs` beside this file.
 
 use super::*;
-use crate::cm::{
-    CgroupError, ContainerManager, DeviceManager, DraError, DraManager, PodCgroupPart,
-    PodCgroupValues, RunOptions,
-};
+use crate::cm::{CgroupError, ContainerManager, PodCgroupPart, PodCgroupValues};
+use crate::devices::{DeviceManager, DraError, DraManager, RunOptions};
 use crate::images::Keyring;
 use crate::images::{PullBackoff, PullError};
 use crate::volume::VolumeError;

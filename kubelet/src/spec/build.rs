@@ -9,9 +9,9 @@ use super::devices::add_devices;
 use super::security::apply_image_user;
 use super::{
     ConfigError, ContainerEnv, ContainerHostPaths, EnvObjects, ExpandBudget, NodeSettings,
-    container_config, container_env, limit_defaults,
+    container_config, container_env,
 };
-use crate::cm::RunOptions;
+use crate::devices::RunOptions;
 use crate::runtime::{ContainerConfig, HandlerFeatures, ImageUser};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::BTreeMap;
@@ -71,7 +71,7 @@ impl ContainerInputs {
             &node.host_ips,
             &self.env_objects,
             &self.service_env,
-            &limit_defaults(pod, &node.allocatable, gate),
+            &crate::podspec::downward::limit_defaults(pod, &node.allocatable, gate),
             &mut ExpandBudget::default(),
         )
     }

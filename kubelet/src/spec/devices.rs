@@ -56,7 +56,7 @@ pub fn block_devices(
 /// A container's device plugin settings into its config, as upstream's run options: the
 /// devices' envs and mounts come before the container's own (a spec env of the same name
 /// wins, being later), the kubelet's own annotations win over the plugins'.
-pub fn add_devices(cfg: &mut crate::runtime::ContainerConfig, opts: crate::cm::RunOptions) {
+pub fn add_devices(cfg: &mut crate::runtime::ContainerConfig, opts: crate::devices::RunOptions) {
     let mut envs = opts.envs;
     envs.append(&mut cfg.envs);
     cfg.envs = envs;
