@@ -36,7 +36,7 @@ import sys
 
 MAX_LINES = 900
 # Rule 4: the most `Result<T, String>` each crate's non-test code may hold (a ratchet).
-STRING_ERRORS = {"kubelet/src": 179, "proxy/src": 12, "plumbing/src": 3, "cni/src": 1,
+STRING_ERRORS = {"kubelet/src": 178, "proxy/src": 12, "plumbing/src": 3, "cni/src": 1,
                  "probes/src": 6, "systemd/src": 0, "cri-proto/src": 0}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRATE_SRCS = ["kubelet/src", "proxy/src", "probes/src", "cri-proto/src", "cni/src",
@@ -356,8 +356,6 @@ ALLOW = {}
 TEMPORARY = {
     "kubelet/src/config/mod.rs::merge": "wt-settings",
     "proxy/src/config/mod.rs::resolve": "wt-settings",
-    "kubelet/src/pod_worker/plan.rs::draft": "wt-worker",
-    "kubelet/src/pod_worker/sync.rs::start_container": "wt-worker",
     "kubelet/src/status/mod.rs::pod_status": "wt-admit",
     "kubelet/src/node/mod.rs::compute_status": "wt-admit",
 }
