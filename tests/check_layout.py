@@ -36,7 +36,7 @@ import sys
 
 MAX_LINES = 900
 # Rule 4: the most `Result<T, String>` each crate's non-test code may hold (a ratchet).
-STRING_ERRORS = {"kubelet/src": 185, "proxy/src": 12, "plumbing/src": 3, "cni/src": 1,
+STRING_ERRORS = {"kubelet/src": 178, "proxy/src": 12, "plumbing/src": 3, "cni/src": 1,
                  "probes/src": 6, "systemd/src": 0, "cri-proto/src": 0}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRATE_SRCS = ["kubelet/src", "proxy/src", "probes/src", "cri-proto/src", "cni/src",
@@ -120,6 +120,8 @@ ALLOWED_EDGES = {
         ("server", "logs"): "container log files are served in the rotation's naming",
         ("server", "pleg"): "/healthz includes PLEG health",
         ("server", "stats"): "/stats/summary and /metrics/resource serve the stats snapshot",
+        ("spec", "devices"): "a container's CRI config carries the device plugins' run "
+                             "options (envs, mounts, device nodes, annotations, CDI names)",
         ("volume", "pluginmanager"): "the CSI driver registry is a plugin manager handler",
     },
 }
@@ -352,10 +354,6 @@ ALLOW = {}
 # Functions being split right now by their owners (issue 39); the lead empties this list at
 # merge. Key -> owner.
 TEMPORARY = {
-    "kubelet/src/config/mod.rs::merge": "wt-settings",
-    "proxy/src/config/mod.rs::resolve": "wt-settings",
-    "kubelet/src/pod_worker/plan.rs::draft": "wt-worker",
-    "kubelet/src/pod_worker/sync.rs::start_container": "wt-worker",
 }
 
 

@@ -1,16 +1,18 @@
 //! The pod worker's pod-environment source ([`PodEnvironment`]) from the API side: the
-//! service-link variables from the Services informer and RuntimeClass handlers from the
-//! RuntimeClasses informer (standalone: neither). It lives with the wiring because the
+//! service-link variables from the Services informer, RuntimeClass handlers from the
+//! RuntimeClasses informer (standalone: neither), and the ConfigMaps and Secrets the
+//! containers' env reads from the object cache. It lives with the wiring because the
 //! stores are an edge (`objects`) and the trait is the worker's: neither imports the other.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 
+use crate::objects::{ObjectCache, ServiceStore, services};
 use crate::objects::{RuntimeClassStore, runtime_class};
-use crate::objects::{ServiceStore, services};
 use crate::pod_worker::{PodEnvError, PodEnvironment};
+use crate::spec::EnvObjects;
 
 /// Service-link variables and RuntimeClass handlers from the informers' stores.
 #[derive(Default)]
@@ -19,8 +21,12 @@ pub struct ApiPodEnvironment {
     pub services: Option<Arc<ServiceStore>>,
     /// RuntimeClass handlers (None standalone: a pod naming a class fails its sandbox).
     pub runtime_classes: Option<Arc<RuntimeClassStore>>,
+    /// Where the env's ConfigMaps and Secrets are read (None: no apiserver; reading one
+    /// fails).
+    pub objects: Option<Arc<ObjectCache>>,
 }
 
+#[async_trait::async_trait]
 impl PodEnvironment for ApiPodEnvironment {
     /// An API pod waits for the Services informer's first list, as upstream; a static pod
     /// (source "file") does not.
@@ -53,6 +59,21 @@ impl PodEnvironment for ApiPodEnvironment {
     fn runtime_handler(&self, class: Option<&str>) -> Result<String, PodEnvError> {
         runtime_class::lookup_handler(self.runtime_classes.as_deref(), class)
             .map_err(|e| PodEnvError::RuntimeClass(e.to_string()))
+    }
+
+    async fn env_objects(&self, pod: &Pod, c: &Container) -> Result<EnvObjects, PodEnvError> {
+        let standalone;
+        let cache = match &self.objects {
+            Some(c) => c.as_ref(),
+            None => {
+                standalone = ObjectCache::new(None);
+                &standalone
+            }
+        };
+        cache
+            .container_objects(pod, c)
+            .await
+            .map_err(|e| PodEnvError::Objects(e.to_string()))
     }
 }
 

@@ -202,6 +202,7 @@ fn worker_env(
         }
         None => (None, None),
     };
+    let objects = volumes.objects().clone();
     Arc::new(Deps {
         allocations: parts.allocations.clone(),
         events: parts.events.clone(),
@@ -219,7 +220,6 @@ fn worker_env(
             root_dir: node.root_dir.clone(),
             providers: parts.credential_providers.clone(),
         }),
-        objects: volumes.objects().clone(),
         node,
         runtime_name,
         statuses: parts.statuses.clone(),
@@ -229,10 +229,13 @@ fn worker_env(
         pod_env: Arc::new(super::pod_env::ApiPodEnvironment {
             services,
             runtime_classes,
+            objects: Some(objects),
         }),
         refusal: crate::pod::field_refusal,
-        devices: Some(parts.devices.clone()),
-        dra: Some(parts.dra.clone()),
+        devices: Arc::new(crate::pod_worker::NodeDevices {
+            plugins: Some(parts.devices.clone()),
+            dra: Some(parts.dra.clone()),
+        }),
         log_links: Arc::new(crate::logs::Links::new(crate::logs::links::dir_from_env())),
     })
 }

@@ -395,6 +395,29 @@ impl ObjectCache {
             .and_then(|e| e.state.clone())
     }
 
+    /// The ConfigMaps and Secrets container `c` of `pod` reads in its env (`None`: not
+    /// found); the first that cannot be read is the error.
+    pub async fn container_objects(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+    ) -> Result<BTreeMap<ObjectKey, Option<Arc<ObjectData>>>, ObjectError> {
+        let only = Pod {
+            metadata: pod.metadata.clone(),
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                containers: vec![c.clone()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut out = BTreeMap::new();
+        for key in referenced(&only) {
+            let object = self.get(&key).await?;
+            out.insert(key, object);
+        }
+        Ok(out)
+    }
+
     /// The object as pods see it: from its watch when that delivered a state, else read
     /// directly (the watch may still be starting). `Ok(None)`: it does not exist.
     pub async fn get(&self, key: &ObjectKey) -> Result<Option<Arc<ObjectData>>, ObjectError> {

@@ -4,8 +4,10 @@
 
 use super::dra::DRA_RETRY;
 use super::ephemeral;
-use super::sync::VOLUME_RETRY;
+use super::errors::{VOLUME_RETRY, pull_cancelled};
+use super::gather::config_error;
 use super::*;
+use crate::spec::ContainerInputs;
 
 impl Worker {
     /// Does what `p` says, in order. Returns when to come back (the plan's wake-up, or sooner
@@ -56,9 +58,9 @@ impl Worker {
                 | Action::StartEphemeralContainer { .. } => {}
             }
         }
-        if self.stopped.is_some() {
+        if self.stop.stopped.is_some() {
             // Stopped for good: whoever asked (node shutdown, eviction) may go on.
-            for w in self.stop_waiters.drain(..) {
+            for w in self.stop.waiters.drain(..) {
                 let _ = w.send(());
             }
         }
@@ -109,7 +111,7 @@ impl Worker {
                         &format!("Failed to create pod sandbox: {e}"),
                     );
                     for s in starts {
-                        self.errors.insert(
+                        self.starts.errors.insert(
                             s.name.clone(),
                             Waiting {
                                 reason: "ContainerCreating".into(),
@@ -123,13 +125,13 @@ impl Worker {
             }
         }
         if let Some((sandbox_id, attempt)) = &sandbox {
-            if self.sandbox_ips.0 != *sandbox_id {
+            if self.seen.sandbox_ips.0 != *sandbox_id {
                 let ips = rt
                     .sandbox_status(sandbox_id)
                     .await
                     .map(|s| s.ips)
                     .unwrap_or_default();
-                self.sandbox_ips = (sandbox_id.clone(), ips);
+                self.seen.sandbox_ips = (sandbox_id.clone(), ips);
             }
             let sandbox_cfg = self.sandbox_config(*attempt);
             // Every volume is set up before any container starts (upstream's
@@ -150,7 +152,7 @@ impl Worker {
                     self.event(None, EventType::Warning, "FailedMount", &e.to_string());
                     let e = StartError::Volumes(e);
                     for s in starts {
-                        self.errors.insert(s.name.clone(), e.waiting());
+                        self.starts.errors.insert(s.name.clone(), e.waiting());
                     }
                     wake = Some(wake.map_or(VOLUME_RETRY, |x| x.min(VOLUME_RETRY)));
                     (BTreeMap::new(), &[])
@@ -201,7 +203,7 @@ impl Worker {
     ) -> Result<(), Option<Duration>> {
         match started {
             Ok(()) => {
-                self.errors.remove(&s.name);
+                self.starts.errors.remove(&s.name);
                 Ok(())
             }
             Err(StartError::PostStartHook(message)) => {
@@ -212,10 +214,11 @@ impl Worker {
                     is_sidecar(&c) || (!s.init && pod::container_restartable(&c, &spec))
                 }) || (s.init && spec.restart_policy.as_deref() != Some("Never"));
                 if restarts {
-                    self.errors
+                    self.starts
+                        .errors
                         .insert(s.name.clone(), StartError::PostStartHook(message).waiting());
                 } else {
-                    self.errors.remove(&s.name);
+                    self.starts.errors.remove(&s.name);
                 }
                 Err(None)
             }
@@ -227,9 +230,178 @@ impl Worker {
                     "Failed",
                     &format!("Error: {}", e.event_detail()),
                 );
-                self.errors.insert(s.name.clone(), e.waiting());
+                self.starts.errors.insert(s.name.clone(), e.waiting());
                 Err(Some(e.retry_after()))
             }
+        }
+    }
+}
+
+/// Reads the pod's sandboxes and containers from the runtime, newest first.
+pub async fn observe(rt: &dyn Runtime, uid: &str) -> Result<Observed> {
+    let mut sandboxes: Vec<Sandbox> = rt.list_pod_sandboxes(uid).await?;
+    sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+    let listed: Vec<Container> = rt.list_pod_containers(uid).await?;
+    let mut containers = Vec::with_capacity(listed.len());
+    for c in listed {
+        match rt.container_status(&c.id).await {
+            Ok(s) => containers.push((c.sandbox_id, s)),
+            Err(RuntimeError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    containers.sort_by_key(|c| std::cmp::Reverse(c.1.created_at));
+    Ok(Observed {
+        sandboxes,
+        containers,
+        not_started: HashSet::new(),
+        resize_restart: HashSet::new(),
+    })
+}
+
+impl Worker {
+    pub(super) async fn create_sandbox(&mut self, attempt: u32) -> Result<String, SandboxError> {
+        spec::kernel_hostname(&self.env.node, &self.pod).map_err(SandboxError::Hostname)?;
+        let mut cfg = self.sandbox_config(attempt);
+        cfg.runtime_handler = self.runtime_handler()?;
+        // The pod cgroup with its limits (and the QoS tier's shares) before the sandbox, as
+        // upstream's pod container manager; file work off the async workers.
+        let (cgroups, pod) = (self.env.cgroups.clone(), self.pod.clone());
+        match tokio::task::spawn_blocking(move || cgroups.ensure_pod(&pod)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot create or limit the pod cgroup; the runtime will create it")
+            }
+            Err(e) => tracing::warn!(error = %e, "pod cgroup setup panicked"),
+        }
+        std::fs::create_dir_all(&cfg.log_directory).map_err(|source| {
+            SandboxError::LogDirectory {
+                path: cfg.log_directory.clone(),
+                source,
+            }
+        })?;
+        let id = self.env.runtime.run_sandbox(&cfg).await?;
+        tracing::info!(sandbox = %id, attempt, "sandbox started");
+        self.seen.start_time.get_or_insert_with(Timestamp::now);
+        Ok(id)
+    }
+
+    /// Starts one container: pull → gather → build → create → start → post-start. On
+    /// failure: the waiting reason and when to retry.
+    pub(super) async fn start_container(
+        &mut self,
+        sandbox_id: &str,
+        sandbox: &SandboxConfig,
+        s: &Start,
+        volumes: &BTreeMap<String, std::path::PathBuf>,
+        keyrings: &PodKeyrings,
+        obs: &Observed,
+    ) -> Result<(), StartError> {
+        let (c, debug) = self.container_to_start(s)?;
+        self.pull_images(&c, sandbox, keyrings).await?;
+        let mut inputs = self
+            .gather(&c, debug.as_ref(), s, sandbox_id, sandbox, volumes, obs)
+            .await?;
+        self.runtime_inputs(&c, &mut inputs)
+            .await
+            .map_err(|e| config_error(e.0))?;
+        self.device_inputs(&c, &mut inputs).await?;
+        let cfg = self.build_config(&c, sandbox, inputs).await?;
+        let rt = self.env.runtime.clone();
+        let id = rt
+            .create_container(sandbox_id, &cfg, sandbox)
+            .await
+            .map_err(|e| StartError::CreateContainer(e.to_string()))?;
+        self.note_created(&id, &c);
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Created",
+            "Container created",
+        );
+        rt.start_container(&id)
+            .await
+            .map_err(|e| StartError::RunContainer(e.to_string()))?;
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Started",
+            "Container started",
+        );
+        tracing::info!(container = %c.name, id = %id, restart_count = s.restart_count, "Started container");
+        self.link_log(sandbox, &c.name, &id, &cfg.log_path).await;
+        self.post_start(&c, &id)
+            .await
+            .map_err(|e| StartError::PostStartHook(e.to_string()))
+    }
+
+    /// The container's image, then those of the image volumes it mounts, each as its pull
+    /// policy says. A termination arriving meanwhile cancels the pull.
+    async fn pull_images(
+        &mut self,
+        c: &K8sContainer,
+        sandbox: &SandboxConfig,
+        keyrings: &PodKeyrings,
+    ) -> Result<(), StartError> {
+        let (pod_ref, events) = (&self.pod, self.env.events.clone());
+        let event = move |t: EventType, reason: &str, message: &str| {
+            events.record(
+                &crate::events::container_ref(pod_ref, &c.name),
+                t,
+                reason,
+                message,
+            );
+        };
+        let images = std::iter::once(c.clone()).chain(super::image_volumes::pulls(&self.pod, c));
+        for image_c in images {
+            let pull = self.env.images.ensure_image(
+                &image_c,
+                sandbox,
+                keyrings,
+                &event,
+                &mut self.starts.pulls,
+            );
+            tokio::select! {
+                biased;
+                _ = self.starts.pull_cancel.cancelled() => return Err(StartError::Image(pull_cancelled())),
+                r = pull => r.map_err(StartError::Image)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The runtime's part of a container's inputs: its handler's features (asked only when
+    /// they matter: recursive read-only mounts, user namespaces) and the image's user
+    /// (runAsNonRoot is checked against it, and it fills a missing UID).
+    async fn runtime_inputs(
+        &self,
+        c: &K8sContainer,
+        inputs: &mut ContainerInputs,
+    ) -> Result<(), spec::ConfigError> {
+        let rt = self.env.runtime.as_ref();
+        if spec::mounts::wants_runtime_features(&self.pod, c) {
+            inputs.features = rt
+                .handler_features(&inputs.handler)
+                .await
+                .unwrap_or_default();
+        }
+        inputs.image_user = crate::runtime::image_user(rt, c.image.as_deref().unwrap_or(""))
+            .await
+            .map_err(|e| spec::ConfigError(format!("failed to get image user: {e}")))?;
+        Ok(())
+    }
+
+    /// The started container's `/var/log/containers` link for log shippers; a failure is
+    /// only logged, as upstream.
+    async fn link_log(&self, sandbox: &SandboxConfig, name: &str, id: &str, log_path: &str) {
+        let log = (!sandbox.log_directory.is_empty() && !log_path.is_empty())
+            .then(|| std::path::Path::new(&sandbox.log_directory).join(log_path));
+        let links = &self.env.log_links;
+        if let Err(e) = links
+            .create(&sandbox.name, &sandbox.namespace, name, id, log)
+            .await
+        {
+            tracing::error!(error = %e, container_id = %id, "Failed to create legacy symbolic link");
         }
     }
 }

@@ -7,6 +7,7 @@
 
 use super::*;
 use crate::cm::{CgroupError, ContainerManager, PodCgroupPart, PodCgroupValues};
+use crate::devices::{DeviceManager, DraError, DraManager, RunOptions};
 use crate::images::Keyring;
 use crate::images::{PullBackoff, PullError};
 use crate::volume::VolumeError;
@@ -23,10 +24,9 @@ pub struct Deps {
     pub volumes: Arc<dyn PodVolumes>,
     /// Pulls the containers' images with the pods' credentials.
     pub images: Arc<dyn ImagePuller>,
-    /// Service-link variables and RuntimeClass handlers.
+    /// Service-link variables, RuntimeClass handlers, the ConfigMaps and Secrets the
+    /// containers' env reads.
     pub pod_env: Arc<dyn PodEnvironment>,
-    /// The ConfigMaps and Secrets the containers' env reads.
-    pub objects: Arc<crate::objects::ObjectCache>,
     /// Bind mounts for subPath volume mounts.
     pub binder: Arc<dyn crate::volume::Binder>,
     pub statuses: Arc<StatusManager>,
@@ -46,12 +46,10 @@ pub struct Deps {
     /// (`pod::admission::fields::refusal`): (reason, message). Ephemeral containers arrive
     /// after admission, so their starts are checked with it.
     pub refusal: Refusal,
-    /// The device plugins' allocations: their envs, mounts, device nodes, annotations and
-    /// CDI names go into the container's config. None: no device manager (tests).
-    pub devices: Option<Arc<crate::devices::DeviceManager>>,
-    /// The pods' ResourceClaims (dynamic resource allocation): prepared before the sandbox,
-    /// their CDI devices in the containers using them. None: no DRA (tests).
-    pub dra: Option<Arc<crate::devices::DraManager>>,
+    /// The device plugins' allocations and the ResourceClaims (dynamic resource
+    /// allocation): claims prepared before the sandbox, the devices' run options and CDI
+    /// names in the containers' configs, their health in the pod's status.
+    pub devices: Arc<dyn PodDevices>,
     /// The containers' `/var/log/containers` links for log shippers.
     pub log_links: Arc<crate::logs::Links>,
 }
@@ -111,8 +109,13 @@ pub trait PodVolumes: Send + Sync + 'static {
     /// The pod is gone: stop keeping its volumes up to date, and tear down those a driver
     /// serves. An error: one could not be torn down; the pod's directory must stay and the
     /// call be made again.
-    async fn forget(&self, uid: &str) -> Result<(), String>;
+    async fn forget(&self, uid: &str) -> Result<(), TeardownError>;
 }
+
+/// A volume of a removed pod could not be torn down (the driver's message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TeardownError(pub String);
 
 #[async_trait::async_trait]
 impl PodVolumes for crate::volume::VolumeManager {
@@ -124,8 +127,10 @@ impl PodVolumes for crate::volume::VolumeManager {
         crate::volume::VolumeManager::mount(self, pod).await
     }
 
-    async fn forget(&self, uid: &str) -> Result<(), String> {
-        crate::volume::VolumeManager::forget(self, uid).await
+    async fn forget(&self, uid: &str) -> Result<(), TeardownError> {
+        crate::volume::VolumeManager::forget(self, uid)
+            .await
+            .map_err(|e| TeardownError(e.to_string()))
     }
 }
 
@@ -231,14 +236,122 @@ pub enum PodEnvError {
     /// The pod's RuntimeClass names no handler: its sandbox fails with this.
     #[error("{0}")]
     RuntimeClass(String),
+    /// A ConfigMap or Secret the container's env reads cannot be read (not found is no
+    /// error): the container waits with this CreateContainerConfigError.
+    #[error("{0}")]
+    Objects(String),
 }
 
-/// What a pod's environment takes from the cluster: the service-link variables and the CRI
-/// handler of its RuntimeClass. The API side implements it (standalone: no variables, and a
-/// pod naming a RuntimeClass fails its sandbox).
+/// What a pod's environment takes from the cluster: the service-link variables, the CRI
+/// handler of its RuntimeClass and the ConfigMaps and Secrets its env reads. The API side
+/// implements it (standalone: no variables, and a pod naming a RuntimeClass fails its
+/// sandbox).
+#[async_trait::async_trait]
 pub trait PodEnvironment: Send + Sync + 'static {
     /// The service-link variables of `pod` (its namespace, `enableServiceLinks`).
     fn service_env(&self, pod: &Pod) -> Result<BTreeMap<String, String>, PodEnvError>;
     /// The handler of RuntimeClass `class` (None or `""`: the runtime's default, `""`).
     fn runtime_handler(&self, class: Option<&str>) -> Result<String, PodEnvError>;
+    /// The ConfigMaps and Secrets container `c`'s env reads (`None`: not found).
+    async fn env_objects(
+        &self,
+        pod: &Pod,
+        c: &K8sContainer,
+    ) -> Result<spec::EnvObjects, PodEnvError>;
+}
+
+/// Why a pod's devices cannot be given to it (yet). The texts are upstream's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    /// A device plugin's PreStartContainer failed.
+    #[error("{0}")]
+    PreStart(String),
+    /// A DRA driver could not prepare or unprepare a claim, or name its CDI devices.
+    #[error(transparent)]
+    Claims(#[from] DraError),
+}
+
+/// The pod's devices: what the device plugins allocated and its ResourceClaims (DRA).
+#[async_trait::async_trait]
+pub trait PodDevices: Send + Sync + 'static {
+    /// Prepares the pod's claims (before its sandbox, as upstream's SyncPod).
+    async fn prepare_claims(&self, pod: &Pod) -> Result<(), DeviceError>;
+    /// Unprepares the claims only the pod with `uid` used.
+    async fn unprepare_claims(&self, uid: &str) -> Result<(), DeviceError>;
+    /// Whether claims of the pod with `uid` are prepared.
+    fn has_claims(&self, uid: &str) -> bool;
+    /// The device plugins that asked for it hear of the container's start
+    /// (PreStartContainer).
+    async fn pre_start(&self, uid: &str, container: &str) -> Result<(), DeviceError>;
+    /// The device plugins' run options for container `c`, and the CDI names of the claims
+    /// it uses.
+    fn container_devices(
+        &self,
+        pod: &Pod,
+        c: &K8sContainer,
+    ) -> Result<(Option<RunOptions>, Vec<String>), DeviceError>;
+    /// The devices' health in the pod's status (`allocatedResourcesStatus`).
+    fn fill_status(&self, uid: &str, st: &mut PodStatus);
+}
+
+/// The node's devices: the device manager and the DRA manager (None: not here, as in
+/// tests).
+#[derive(Default)]
+pub struct NodeDevices {
+    pub plugins: Option<Arc<DeviceManager>>,
+    pub dra: Option<Arc<DraManager>>,
+}
+
+#[async_trait::async_trait]
+impl PodDevices for NodeDevices {
+    async fn prepare_claims(&self, pod: &Pod) -> Result<(), DeviceError> {
+        match &self.dra {
+            Some(dra) => Ok(dra.prepare(pod).await?),
+            None => Ok(()),
+        }
+    }
+
+    async fn unprepare_claims(&self, uid: &str) -> Result<(), DeviceError> {
+        match &self.dra {
+            Some(dra) => Ok(dra.unprepare(uid).await?),
+            None => Ok(()),
+        }
+    }
+
+    fn has_claims(&self, uid: &str) -> bool {
+        self.dra.as_ref().is_some_and(|d| d.has_pod(uid))
+    }
+
+    async fn pre_start(&self, uid: &str, container: &str) -> Result<(), DeviceError> {
+        match &self.plugins {
+            Some(d) => d
+                .pre_start(uid, container)
+                .await
+                .map_err(DeviceError::PreStart),
+            None => Ok(()),
+        }
+    }
+
+    fn container_devices(
+        &self,
+        pod: &Pod,
+        c: &K8sContainer,
+    ) -> Result<(Option<RunOptions>, Vec<String>), DeviceError> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
+        let opts = self
+            .plugins
+            .as_ref()
+            .and_then(|d| d.run_options(uid, &c.name));
+        let cdi = match &self.dra {
+            Some(dra) => dra.cdi_devices(pod, c)?,
+            None => Vec::new(),
+        };
+        Ok((opts, cdi))
+    }
+
+    fn fill_status(&self, uid: &str, st: &mut PodStatus) {
+        if let Some(d) = &self.plugins {
+            d.fill_allocated_resources_status(uid, st);
+        }
+    }
 }

@@ -12,9 +12,6 @@ impl Worker {
     /// Prepares the pod's claims. False: they are not ready; the containers in `starts` wait
     /// in ContainerCreating and the pod gets upstream's `FailedPrepareDynamicResources` event.
     pub(super) async fn prepare_claims(&mut self, starts: &[Start]) -> bool {
-        let Some(dra) = self.env.dra.clone() else {
-            return true;
-        };
         let has_claims = self
             .pod
             .spec
@@ -24,7 +21,7 @@ impl Worker {
         if !has_claims {
             return true;
         }
-        match dra.prepare(&self.pod).await {
+        match self.env.devices.prepare_claims(&self.pod).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(error = %e, "Failed to prepare dynamic resources");
@@ -35,7 +32,7 @@ impl Worker {
                     &format!("Failed to prepare dynamic resources: {e}"),
                 );
                 for s in starts {
-                    self.errors.insert(
+                    self.starts.errors.insert(
                         s.name.clone(),
                         Waiting {
                             reason: "ContainerCreating".into(),
@@ -50,10 +47,7 @@ impl Worker {
 
     /// Unprepares the claims only this pod used. False: a driver failed; try again.
     pub(super) async fn unprepare_claims(&self) -> bool {
-        let Some(dra) = self.env.dra.as_ref() else {
-            return true;
-        };
-        match dra.unprepare(&self.uid).await {
+        match self.env.devices.unprepare_claims(&self.uid).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot unprepare the pod's ResourceClaims; retrying");
@@ -68,10 +62,8 @@ impl Worker {
     /// drivers now (upstream's SyncTerminatedPod), not at its deletion. A failure is logged
     /// and tried again on the next pass.
     pub(super) async fn release_claims_if_finished(&self, obs: &Observed) {
-        let Some(dra) = self.env.dra.as_ref() else {
-            return;
-        };
         let finished = self
+            .seen
             .last_status
             .as_ref()
             .and_then(|s| s.phase.as_deref())
@@ -80,30 +72,8 @@ impl Worker {
             .containers
             .iter()
             .any(|(_, c)| c.state == ContainerState::Running);
-        if finished && !running && dra.has_pod(&self.uid) {
+        if finished && !running && self.env.devices.has_claims(&self.uid) {
             self.unprepare_claims().await;
         }
     }
-}
-
-/// Adds the CDI devices of the claims `c` references to its config (after the device
-/// plugins' ones).
-pub(super) fn add_claim_devices(
-    dra: Option<&Arc<crate::devices::DraManager>>,
-    pod: &Pod,
-    c: &K8sContainer,
-    cfg: &mut crate::runtime::ContainerConfig,
-) -> Result<(), spec::ConfigError> {
-    let Some(dra) = dra else {
-        return Ok(());
-    };
-    for id in dra
-        .cdi_devices(pod, c)
-        .map_err(|e| spec::ConfigError(e.0))?
-    {
-        if !cfg.cdi_devices.contains(&id) {
-            cfg.cdi_devices.push(id);
-        }
-    }
-    Ok(())
 }

@@ -68,8 +68,10 @@ impl Deps {
                 Arc::new(crate::objects::token::TokenManager::new(None)),
                 binder.clone(),
             )),
-            pod_env: Arc::new(FakePodEnvironment::default()),
-            objects,
+            pod_env: Arc::new(FakePodEnvironment {
+                objects,
+                ..Default::default()
+            }),
             binder,
             node,
             runtime_name: "containerd".into(),
@@ -77,8 +79,7 @@ impl Deps {
             resync: Duration::from_secs(60),
             // The fakes refuse nothing; a test that needs admission's refusals sets them.
             refusal: |_| None,
-            devices: None,
-            dra: None,
+            devices: Arc::new(NodeDevices::default()),
             log_links: Arc::new(crate::logs::Links::with(
                 dir.join("containers"),
                 Arc::new(crate::logs::links::FakeLinkDir::default()),
@@ -194,14 +195,14 @@ impl PodVolumes for FakePodVolumes {
         }
     }
 
-    async fn forget(&self, uid: &str) -> Result<(), String> {
+    async fn forget(&self, uid: &str) -> Result<(), TeardownError> {
         self.record("forget", uid);
         let mut left = self.forget_failures.lock().unwrap();
         if *left > 0 {
             *left -= 1;
-            return Err(
+            return Err(TeardownError(
                 "UnmountVolume.TearDown failed: rpc error: code = Internal desc = busy".into(),
-            );
+            ));
         }
         Ok(())
     }
@@ -259,6 +260,9 @@ impl ImagePuller for FakeImagePuller {
 pub struct FakePodEnvironment {
     pub services: Option<BTreeMap<String, String>>,
     pub handlers: BTreeMap<String, String>,
+    /// Where the env's ConfigMaps and Secrets are read (by default, no apiserver: reading
+    /// one fails).
+    pub objects: Arc<crate::objects::ObjectCache>,
 }
 
 impl Default for FakePodEnvironment {
@@ -266,10 +270,12 @@ impl Default for FakePodEnvironment {
         FakePodEnvironment {
             services: Some(BTreeMap::new()),
             handlers: BTreeMap::new(),
+            objects: Arc::new(crate::objects::ObjectCache::new(None)),
         }
     }
 }
 
+#[async_trait::async_trait]
 impl PodEnvironment for FakePodEnvironment {
     fn service_env(&self, _pod: &Pod) -> Result<BTreeMap<String, String>, PodEnvError> {
         self.services
@@ -286,5 +292,16 @@ impl PodEnvironment for FakePodEnvironment {
                 .cloned()
                 .ok_or_else(|| PodEnvError::RuntimeClass(format!("no RuntimeClass {c:?}"))),
         }
+    }
+
+    async fn env_objects(
+        &self,
+        pod: &Pod,
+        c: &K8sContainer,
+    ) -> Result<spec::EnvObjects, PodEnvError> {
+        self.objects
+            .container_objects(pod, c)
+            .await
+            .map_err(|e| PodEnvError::Objects(e.to_string()))
     }
 }

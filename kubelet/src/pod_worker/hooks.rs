@@ -110,7 +110,7 @@ pub(super) async fn run(
                 path,
                 container: c.clone(),
                 pod,
-                error,
+                error: error.to_string(),
             });
     }
     if let Some(sleep) = &handler.sleep {
@@ -137,23 +137,20 @@ async fn http(
     t: &HookTarget<'_>,
     get: &k8s_openapi::api::core::v1::HTTPGetAction,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), HttpHookError> {
     let probe = Probe {
         http_get: Some(get.clone()),
         ..Default::default()
     };
     let ports = t.container.ports.clone().unwrap_or_default();
-    let spec = ProbeSpec::from_k8s(ProbeKind::Liveness, &probe, &ports).map_err(|e| {
-        e.to_string()
-            .replace("livenessProbe.", "lifecycle.")
-            .to_string()
-    })?;
+    let spec = ProbeSpec::from_k8s(ProbeKind::Liveness, &probe, &ports)
+        .map_err(|e| HttpHookError::Spec(e.to_string().replace("livenessProbe.", "lifecycle.")))?;
     let Handler::HttpGet(h) = spec.handler else {
-        return Err("not an httpGet handler".into());
+        return Err(HttpHookError::NotHttp);
     };
     let mut req = h.request(t.pod_ip);
     if req.host.is_empty() {
-        return Err("failed to find networking container: the pod has no IP".into());
+        return Err(HttpHookError::NoPodIp);
     }
     if !req
         .headers
@@ -177,8 +174,23 @@ async fn http(
         {
             Ok(())
         }
-        _ => Err(outcome.output),
+        _ => Err(HttpHookError::Failed(outcome.output)),
     }
+}
+
+/// Why an httpGet hook failed (the `error` of [`HookError::Http`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum HttpHookError {
+    /// The handler's fields are invalid (the probes crate's message, for `lifecycle.`).
+    #[error("{0}")]
+    Spec(String),
+    #[error("not an httpGet handler")]
+    NotHttp,
+    #[error("failed to find networking container: the pod has no IP")]
+    NoPodIp,
+    /// The exchange failed (the HTTP client's message).
+    #[error("{0}")]
+    Failed(String),
 }
 
 impl Worker {
@@ -194,7 +206,12 @@ impl Worker {
     }
 
     fn pod_ip(&self) -> &str {
-        self.sandbox_ips.1.first().map(String::as_str).unwrap_or("")
+        self.seen
+            .sandbox_ips
+            .1
+            .first()
+            .map(String::as_str)
+            .unwrap_or("")
     }
 
     /// Runs the container's postStart hook, if it has one. On failure: a

@@ -65,9 +65,11 @@ mod act;
 mod deps;
 mod dra;
 mod ephemeral;
+mod errors;
 mod exit_message;
 #[cfg(any(test, feature = "test-util"))]
 mod fake;
+mod gather;
 mod hooks;
 mod image_volumes;
 mod plan;
@@ -77,15 +79,16 @@ mod resize;
 mod sync;
 mod terminate;
 
+pub use act::observe;
 pub use deps::{
-    ContainerEvent, Deps, ImagePuller, NodeImages, PodCgroups, PodEnvError, PodEnvironment,
-    PodKeyrings, PodVolumes,
+    ContainerEvent, Deps, DeviceError, ImagePuller, NodeDevices, NodeImages, PodCgroups,
+    PodDevices, PodEnvError, PodEnvironment, PodKeyrings, PodVolumes, TeardownError,
 };
+pub use errors::{SandboxError, StartError};
 #[cfg(any(test, feature = "test-util"))]
 pub use fake::{FakeImagePuller, FakePodCgroups, FakePodEnvironment, FakePodVolumes, test_probes};
 use plan::pod_ref;
 pub use plan::{Action, Backoff, Observed, Plan, Start, is_sidecar, plan, plan_stopped};
-pub use sync::{SandboxError, StartError, observe};
 
 /// The state a worker keeps between passes.
 pub struct Worker {
@@ -95,37 +98,72 @@ pub struct Worker {
     pod: Pod,
     /// The pod as its source last gave it (a resize there waits for admission to allocate it).
     desired: Pod,
+    uid: String,
+    /// Starting containers: back-offs, the last failures, the pass's pull cancellation.
+    starts: Starts,
+    /// What the pod's status is computed with besides the runtime's view.
+    seen: Seen,
+    /// The containers' probes.
+    probing: Probing,
+    /// The pod stopped for good, and who waits for it.
+    stop: Stopping,
+    /// In-place resize.
+    resized: Resized,
+}
+
+/// A worker's state about starting containers.
+struct Starts {
+    /// CrashLoopBackOff per container.
+    backoff: Backoff,
+    /// Image pull back-off per image.
+    pulls: images::PullBackoff,
+    /// Errors from the last attempt to start each container.
+    errors: BTreeMap<String, Waiting>,
+    /// Cancelled when a termination or stop arrives during a pass: the pass's image pulls
+    /// (which have no deadline) end then. A fresh token for every pass.
+    pull_cancel: CancellationToken,
+}
+
+/// What a worker remembers for the pod's status.
+struct Seen {
+    start_time: Option<Timestamp>,
+    last_status: Option<PodStatus>,
+    /// The sandbox's ID and IPs.
+    sandbox_ips: (String, Vec<String>),
+    /// When this worker first saw the pod, until every container has run once.
+    first_seen: Option<std::time::Instant>,
+    /// Container ID → its exit message (runtime message + termination message), read once.
+    term_messages: HashMap<String, String>,
+}
+
+/// A worker's probe state.
+#[derive(Default)]
+struct Probing {
+    /// Container name → the instance whose probes are running.
+    probed: HashMap<String, String>,
+    /// Containers to kill after a liveness/startup failure: (ID, name, probe kind, grace).
+    kills: Vec<(String, String, ::probes::ProbeKind, Duration)>,
+}
+
+/// A pod stopped for good (`activeDeadlineSeconds` passed, node shutdown, eviction).
+#[derive(Default)]
+struct Stopping {
+    /// Failed with this reason.
+    stopped: Option<Stopped>,
+    /// The grace a stop request asked for.
+    grace: Option<Duration>,
+    /// Who waits for the containers to be gone.
+    waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// A worker's in-place resize state.
+#[derive(Default)]
+struct Resized {
     /// Container ID → the resources it runs with (those it was created with, or last
     /// resized to in place).
     actuated: HashMap<String, k8s_openapi::api::core::v1::ResourceRequirements>,
     /// The last in-place resize failed: why (`PodResizeInProgress` reason `Error`).
-    resize_error: Option<String>,
-    uid: String,
-    backoff: Backoff,
-    pulls: images::PullBackoff,
-    /// Errors from the last attempt to start each container.
-    errors: BTreeMap<String, Waiting>,
-    start_time: Option<Timestamp>,
-    last_status: Option<PodStatus>,
-    sandbox_ips: (String, Vec<String>),
-    /// Container name → the instance whose probes are running.
-    probed: HashMap<String, String>,
-    /// Containers to kill because a liveness or startup probe failed: (id, grace).
-    /// Containers to kill after a liveness/startup failure: (ID, name, probe kind, grace).
-    probe_kills: Vec<(String, String, ::probes::ProbeKind, Duration)>,
-    /// When this worker first saw the pod, until every container has run once.
-    first_seen: Option<std::time::Instant>,
-    /// Stopped for good (`activeDeadlineSeconds` passed, node shutdown, eviction): Failed with
-    /// this reason.
-    stopped: Option<Stopped>,
-    /// The grace a stop request asked for, and who waits for the containers to be gone.
-    stop_grace: Option<Duration>,
-    stop_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
-    /// Container ID → its exit message (runtime message + termination message), read once.
-    term_messages: HashMap<String, String>,
-    /// Cancelled when a termination or stop arrives during a pass: the pass's image pulls
-    /// (which have no deadline) end then. A fresh token for every pass.
-    pull_cancel: CancellationToken,
+    error: Option<String>,
 }
 
 impl Worker {
@@ -150,24 +188,27 @@ impl Worker {
             env,
             desired: pod.clone(),
             pod,
-            actuated: HashMap::new(),
-            resize_error: None,
             uid,
-            backoff: Backoff::new(backoff_max),
-            pulls: images::PullBackoff::default(),
-            errors: BTreeMap::new(),
-            start_time,
-            last_status: previous,
-            sandbox_ips: (String::new(), Vec::new()),
-            probed: HashMap::new(),
-            probe_kills: Vec::new(),
-            first_seen: Some(std::time::Instant::now()),
+            starts: Starts {
+                backoff: Backoff::new(backoff_max),
+                pulls: images::PullBackoff::default(),
+                errors: BTreeMap::new(),
+                pull_cancel: CancellationToken::new(),
+            },
+            seen: Seen {
+                start_time,
+                last_status: previous,
+                sandbox_ips: (String::new(), Vec::new()),
+                first_seen: Some(std::time::Instant::now()),
+                term_messages: HashMap::new(),
+            },
+            probing: Probing::default(),
             // A pod stopped for good before an agent restart stays stopped.
-            stopped,
-            stop_grace: None,
-            stop_waiters: Vec::new(),
-            term_messages: HashMap::new(),
-            pull_cancel: CancellationToken::new(),
+            stop: Stopping {
+                stopped,
+                ..Default::default()
+            },
+            resized: Resized::default(),
         }
     }
 
@@ -278,8 +319,8 @@ impl Worker {
                     continue;
                 }
                 let sync_started = std::time::Instant::now();
-                self.pull_cancel = CancellationToken::new();
-                let pulls = self.pull_cancel.clone();
+                self.starts.pull_cancel = CancellationToken::new();
+                let pulls = self.starts.pull_cancel.clone();
                 let step = AssertUnwindSafe(self.sync()).catch_unwind();
                 let synced = reading_during(step, &mut rx, &mut held, &pulls).await;
                 crate::metrics::observe_pod_worker(

@@ -2,6 +2,7 @@
 //! the per-container restart back-off (CrashLoopBackOff).
 
 use super::*;
+use k8s_openapi::api::core::v1::PodSpec;
 
 /// Per-container-name restart back-off.
 #[derive(Debug, Clone)]
@@ -332,82 +333,20 @@ pub fn plan(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> P
 
 fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draft {
     let spec = pod.spec.clone().unwrap_or_default();
-    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let inits: Vec<&K8sContainer> = spec.init_containers.iter().flatten().collect();
     let mut p = Draft::default();
-
     // Dead instances beyond the newest are container GC's (`maxPerPodContainer`), as upstream.
-
     let sandbox = obs.sandboxes.first();
-    let ready = sandbox.filter(|s| s.state == SandboxState::Ready);
-    let next_count = |name: &str| {
-        obs.newest(name, None)
-            .map(|c| restart_count_of(c) + 1)
-            .unwrap_or(0)
-    };
-    let Some(sandbox) = ready else {
-        // No usable sandbox: a new one, unless the pod has run and must not restart.
-        let attempt = sandbox.map(|s| s.attempt + 1).unwrap_or(0);
-        if sandbox.is_some() {
-            p.kill_pod = obs
-                .containers
-                .iter()
-                .any(|(_, c)| c.state == ContainerState::Running);
-        }
-        // A pod none of whose containers may restart (pod policy Never, no container policy
-        // or rule that restarts) gets no new sandbox once it has run.
-        let restartable = policy != "Never"
-            || spec
-                .containers
-                .iter()
-                .any(|c| pod::container_restartable(c, &spec));
-        if !restartable && attempt != 0 && !obs.containers.is_empty() {
-            return p;
-        }
-        // Upstream: a new sandbox restarts from the first init container, unless the pod
-        // has initialized before and none of its app containers is to run again. A container
-        // that exited and is not to restart (its restart policy and rules, or the pod's)
-        // stays done.
-        let apps: Vec<Start> = spec
-            .containers
-            .iter()
-            .filter(|c| {
-                !obs.newest(&c.name, None).is_some_and(|s| {
-                    s.state == ContainerState::Exited
-                        && !pod::container_should_restart(c, &spec, s.exit_code)
-                })
-            })
-            .map(|c| Start {
-                name: c.name.clone(),
-                init: false,
-                restart_count: next_count(&c.name),
-            })
-            .collect();
-        let initialized = spec
-            .containers
-            .iter()
-            .any(|c| obs.newest(&c.name, None).is_some());
-        let to_start: Vec<Start> = if initialized && apps.is_empty() {
-            Vec::new()
-        } else if let Some(first) = inits.first() {
-            vec![Start {
-                name: first.name.clone(),
-                init: true,
-                restart_count: next_count(&first.name),
-            }]
-        } else {
-            apps
-        };
-        if to_start.is_empty() {
-            return p;
-        }
-        p.kill_pod = sandbox.is_some();
-        p.create_sandbox = Some(attempt);
-        p.start = to_start;
+    let Some(sandbox) = sandbox.filter(|s| s.state == SandboxState::Ready) else {
+        draft_new_sandbox(&mut p, &spec, obs, sandbox);
         return p;
     };
-    let sb = Some(sandbox.id.as_str());
-
+    let cx = Pass {
+        pod,
+        spec: &spec,
+        obs,
+        sb: Some(sandbox.id.as_str()),
+        now,
+    };
     // Ephemeral containers start once the sandbox is ready, even before the pod has
     // initialized, and run once: an instance of one in any sandbox (running, exited or never
     // started) means it is not started again (upstream).
@@ -416,13 +355,110 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
             p.ephemeral.push(e.name.clone());
         }
     }
+    if draft_inits(&mut p, &cx, backoff) {
+        draft_apps(&mut p, &cx, backoff);
+    }
+    p
+}
 
-    // Init containers run one at a time, in order; each must succeed before the next. A
-    // sidecar (restartable init container) only has to be started (running, and past its
-    // startup probe if it has one); it keeps running beside the app containers and is
-    // restarted whenever it exits. Once a later container has been created, the earlier
-    // regular init containers are done for good.
+/// What a pass looks at once the pod has a ready sandbox.
+struct Pass<'a> {
+    pod: &'a Pod,
+    spec: &'a PodSpec,
+    obs: &'a Observed,
+    /// The ready sandbox's ID.
+    sb: Option<&'a str>,
+    now: Instant,
+}
+
+impl Pass<'_> {
+    fn policy(&self) -> &str {
+        self.spec.restart_policy.as_deref().unwrap_or("Always")
+    }
+}
+
+/// The restart count of `name`'s next instance (one more than its newest, in any sandbox).
+fn next_count(obs: &Observed, name: &str) -> u32 {
+    obs.newest(name, None)
+        .map(|c| restart_count_of(c) + 1)
+        .unwrap_or(0)
+}
+
+fn start(name: &str, init: bool, restart_count: u32) -> Start {
+    Start {
+        name: name.to_string(),
+        init,
+        restart_count,
+    }
+}
+
+/// No usable sandbox (`sandbox`: the newest, not ready): a new one, unless the pod has run
+/// and must not restart.
+fn draft_new_sandbox(p: &mut Draft, spec: &PodSpec, obs: &Observed, sandbox: Option<&Sandbox>) {
+    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let attempt = sandbox.map(|s| s.attempt + 1).unwrap_or(0);
+    if sandbox.is_some() {
+        p.kill_pod = obs
+            .containers
+            .iter()
+            .any(|(_, c)| c.state == ContainerState::Running);
+    }
+    // A pod none of whose containers may restart (pod policy Never, no container policy
+    // or rule that restarts) gets no new sandbox once it has run.
+    let restartable = policy != "Never"
+        || spec
+            .containers
+            .iter()
+            .any(|c| pod::container_restartable(c, spec));
+    if !restartable && attempt != 0 && !obs.containers.is_empty() {
+        return;
+    }
+    // Upstream: a new sandbox restarts from the first init container, unless the pod
+    // has initialized before and none of its app containers is to run again. A container
+    // that exited and is not to restart (its restart policy and rules, or the pod's)
+    // stays done.
+    let apps: Vec<Start> = spec
+        .containers
+        .iter()
+        .filter(|c| {
+            !obs.newest(&c.name, None).is_some_and(|s| {
+                s.state == ContainerState::Exited
+                    && !pod::container_should_restart(c, spec, s.exit_code)
+            })
+        })
+        .map(|c| start(&c.name, false, next_count(obs, &c.name)))
+        .collect();
     let initialized = spec
+        .containers
+        .iter()
+        .any(|c| obs.newest(&c.name, None).is_some());
+    let first_init = spec.init_containers.iter().flatten().next();
+    let to_start: Vec<Start> = if initialized && apps.is_empty() {
+        Vec::new()
+    } else if let Some(first) = first_init {
+        vec![start(&first.name, true, next_count(obs, &first.name))]
+    } else {
+        apps
+    };
+    if to_start.is_empty() {
+        return;
+    }
+    p.kill_pod = sandbox.is_some();
+    p.create_sandbox = Some(attempt);
+    p.start = to_start;
+}
+
+/// Init containers run one at a time, in order; each must succeed before the next. A
+/// sidecar (restartable init container) only has to be started (running, and past its
+/// startup probe if it has one); it keeps running beside the app containers and is
+/// restarted whenever it exits. Once a later container has been created, the earlier
+/// regular init containers are done for good. True: the pod is initialized, its app
+/// containers are next.
+fn draft_inits(p: &mut Draft, cx: &Pass<'_>, backoff: &mut Backoff) -> bool {
+    let (obs, sb) = (cx.obs, cx.sb);
+    let inits: Vec<&K8sContainer> = cx.spec.init_containers.iter().flatten().collect();
+    let initialized = cx
+        .spec
         .containers
         .iter()
         .any(|c| obs.newest(&c.name, sb).is_some());
@@ -433,48 +469,8 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
                 .any(|n| obs.newest(&n.name, sb).is_some());
         let status = obs.newest(&c.name, sb);
         if is_sidecar(c) {
-            let blocks = match status {
-                None => {
-                    p.start.push(Start {
-                        name: c.name.clone(),
-                        init: true,
-                        restart_count: next_count(&c.name),
-                    });
-                    true
-                }
-                Some(s) if s.state == ContainerState::Running => {
-                    if s.annotations
-                        .get(ANN_CONTAINER_HASH)
-                        .is_some_and(|h| *h != pod::container_hash(c))
-                        || obs.resize_restart.contains(&s.id)
-                    {
-                        p.kill.push((s.id.clone(), c.name.clone()));
-                        p.start.push(Start {
-                            name: c.name.clone(),
-                            init: true,
-                            restart_count: restart_count_of(s) + 1,
-                        });
-                        true
-                    } else {
-                        obs.not_started.contains(&s.id)
-                    }
-                }
-                Some(s) if s.state == ContainerState::Exited => {
-                    restart_or_wait(&mut p, backoff, pod, c, true, s, now);
-                    true
-                }
-                Some(s) => {
-                    p.remove.push(s.id.clone());
-                    p.start.push(Start {
-                        name: c.name.clone(),
-                        init: true,
-                        restart_count: restart_count_of(s),
-                    });
-                    true
-                }
-            };
-            if blocks && !passed {
-                return p;
+            if draft_sidecar(p, cx, backoff, c, status) && !passed {
+                return false;
             }
             continue;
         }
@@ -483,74 +479,101 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
         }
         match status {
             None => {
-                p.start.push(Start {
-                    name: c.name.clone(),
-                    init: true,
-                    restart_count: next_count(&c.name),
-                });
-                return p;
+                p.start.push(start(&c.name, true, next_count(obs, &c.name)));
+                return false;
             }
-            Some(s) if s.state == ContainerState::Running => return p,
+            Some(s) if s.state == ContainerState::Running => return false,
             Some(s) if s.state == ContainerState::Exited && s.exit_code == 0 => continue,
             Some(s) if s.state == ContainerState::Exited => {
-                if policy == "Never" {
+                if cx.policy() == "Never" {
                     p.kill_pod = true;
                     p.start.clear();
-                    return p;
+                    return false;
                 }
-                restart_or_wait(&mut p, backoff, pod, c, true, s, now);
-                return p;
+                restart_or_wait(p, backoff, cx.pod, c, true, s, cx.now);
+                return false;
             }
             Some(s) => {
                 p.remove.push(s.id.clone());
-                p.start.push(Start {
-                    name: c.name.clone(),
-                    init: true,
-                    restart_count: restart_count_of(s),
-                });
-                return p;
+                p.start.push(start(&c.name, true, restart_count_of(s)));
+                return false;
             }
         }
     }
+    true
+}
 
+/// A sidecar's step; true: it blocks the init containers after it (not started yet).
+fn draft_sidecar(
+    p: &mut Draft,
+    cx: &Pass<'_>,
+    backoff: &mut Backoff,
+    c: &K8sContainer,
+    status: Option<&ContainerStatus>,
+) -> bool {
+    match status {
+        None => {
+            p.start
+                .push(start(&c.name, true, next_count(cx.obs, &c.name)));
+            true
+        }
+        Some(s) if s.state == ContainerState::Running => {
+            if must_replace(cx.obs, c, s) {
+                p.kill.push((s.id.clone(), c.name.clone()));
+                p.start.push(start(&c.name, true, restart_count_of(s) + 1));
+                true
+            } else {
+                cx.obs.not_started.contains(&s.id)
+            }
+        }
+        Some(s) if s.state == ContainerState::Exited => {
+            restart_or_wait(p, backoff, cx.pod, c, true, s, cx.now);
+            true
+        }
+        Some(s) => {
+            p.remove.push(s.id.clone());
+            p.start.push(start(&c.name, true, restart_count_of(s)));
+            true
+        }
+    }
+}
+
+/// A running instance whose spec changed, or that a resize needs restarted.
+fn must_replace(obs: &Observed, c: &K8sContainer, s: &ContainerStatus) -> bool {
+    s.annotations
+        .get(ANN_CONTAINER_HASH)
+        .is_some_and(|h| *h != pod::container_hash(c))
+        || obs.resize_restart.contains(&s.id)
+}
+
+/// The app containers of an initialized pod: start the missing, replace the changed,
+/// restart the exited as their policy says; once every one is done for good, the pod stops.
+fn draft_apps(p: &mut Draft, cx: &Pass<'_>, backoff: &mut Backoff) {
+    let (spec, obs) = (cx.spec, cx.obs);
     let mut running = 0;
     for c in &spec.containers {
-        match obs.newest(&c.name, sb) {
-            None => p.start.push(Start {
-                name: c.name.clone(),
-                init: false,
-                restart_count: next_count(&c.name),
-            }),
+        match obs.newest(&c.name, cx.sb) {
+            None => p
+                .start
+                .push(start(&c.name, false, next_count(obs, &c.name))),
             Some(s) if s.state == ContainerState::Running => {
-                if s.annotations
-                    .get(ANN_CONTAINER_HASH)
-                    .is_some_and(|h| *h != pod::container_hash(c))
-                    || obs.resize_restart.contains(&s.id)
-                {
+                if must_replace(obs, c, s) {
                     // The spec changed, or a resize needs a restart: replace the container.
                     p.kill.push((s.id.clone(), c.name.clone()));
-                    p.start.push(Start {
-                        name: c.name.clone(),
-                        init: false,
-                        restart_count: restart_count_of(s) + 1,
-                    });
+                    p.start.push(start(&c.name, false, restart_count_of(s) + 1));
                 } else {
                     running += 1;
                 }
             }
             Some(s) if s.state == ContainerState::Exited => {
-                if pod::container_should_restart(c, &spec, s.exit_code) {
-                    restart_or_wait(&mut p, backoff, pod, c, false, s, now);
+                if pod::container_should_restart(c, spec, s.exit_code) {
+                    restart_or_wait(p, backoff, cx.pod, c, false, s, cx.now);
                 }
             }
             Some(s) => {
                 // Created but never started (a failed start): clear it and try again.
                 p.remove.push(s.id.clone());
-                p.start.push(Start {
-                    name: c.name.clone(),
-                    init: false,
-                    restart_count: restart_count_of(s),
-                });
+                p.start.push(start(&c.name, false, restart_count_of(s)));
             }
         }
     }
@@ -563,7 +586,6 @@ fn draft(pod: &Pod, obs: &Observed, backoff: &mut Backoff, now: Instant) -> Draf
         p.kill.clear();
         p.waiting.retain(|n, _| app(n));
     }
-    p
 }
 
 fn restart_or_wait(

@@ -29,7 +29,7 @@ impl Worker {
             let Some(latest) = obs.newest(&c.name, sandbox) else {
                 continue;
             };
-            let known = self.probed.get(&c.name) == Some(&latest.id);
+            let known = self.probing.probed.get(&c.name) == Some(&latest.id);
             match latest.state {
                 ContainerState::Running if !known => {
                     let Ok(specs) = ::probes::ContainerProbes::from_container(c) else {
@@ -48,15 +48,22 @@ impl Worker {
                             started_at: ::probes::instant_from_system_time(started),
                         },
                         specs,
-                        self.sandbox_ips.1.first().map(String::as_str).unwrap_or(""),
+                        self.seen
+                            .sandbox_ips
+                            .1
+                            .first()
+                            .map(String::as_str)
+                            .unwrap_or(""),
                         self.env.exec.clone(),
                     );
-                    self.probed.insert(c.name.clone(), latest.id.clone());
+                    self.probing
+                        .probed
+                        .insert(c.name.clone(), latest.id.clone());
                 }
                 ContainerState::Exited if known => {
                     if never {
                         self.env.probes.remove_container(&self.uid, &c.name);
-                        self.probed.remove(&c.name);
+                        self.probing.probed.remove(&c.name);
                     } else {
                         self.env.probes.container_exited(&self.uid, &c.name);
                     }
@@ -72,7 +79,7 @@ impl Worker {
         if u.kind == ::probes::ProbeKind::Readiness || u.result != ::probes::ProbeStatus::Failure {
             return;
         }
-        if self.probed.get(&u.container_name) != Some(&u.container_id) {
+        if self.probing.probed.get(&u.container_name) != Some(&u.container_id) {
             return;
         }
         let grace = u
@@ -86,12 +93,13 @@ impl Worker {
             "Container failed {} probe, will be restarted",
             u.kind.as_str().to_lowercase()
         );
-        self.probe_kills
+        self.probing
+            .kills
             .push((u.container_id, u.container_name, u.kind, grace));
     }
 
     pub(super) async fn kill_for_probes(&mut self, obs: &Observed) -> bool {
-        let kills = std::mem::take(&mut self.probe_kills);
+        let kills = std::mem::take(&mut self.probing.kills);
         let mut any = false;
         for (id, name, kind, grace) in kills {
             let running = obs

@@ -11,7 +11,7 @@ impl Worker {
     ) {
         let mut readiness = BTreeMap::new();
         let mut not_started = Vec::new();
-        for (name, id) in &self.probed {
+        for (name, id) in &self.probing.probed {
             readiness.insert(id.clone(), self.env.probes.is_ready(&self.uid, name, id));
             if !self.env.probes.is_started(&self.uid, name, id) {
                 not_started.push(name.clone());
@@ -25,7 +25,7 @@ impl Worker {
             containers: obs.containers.iter().map(|(_, c)| c).collect(),
             sandbox_ready,
             pod_ips: if sandbox_ready {
-                self.sandbox_ips.1.clone()
+                self.seen.sandbox_ips.1.clone()
             } else {
                 Vec::new()
             },
@@ -34,26 +34,24 @@ impl Worker {
             readiness,
             not_started,
             runtime_name: self.env.runtime_name.clone(),
-            start_time: self.start_time,
+            start_time: self.seen.start_time,
             qos_class: self.qos().as_str().into(),
             terminating,
-            evicted: self.stopped.as_ref().map(|s| Waiting {
+            evicted: self.stop.stopped.as_ref().map(|s| Waiting {
                 reason: s.reason.clone(),
                 message: s.message.clone(),
             }),
         };
-        let mut st = status::pod_status(&self.pod, &o, self.last_status.as_ref());
+        let mut st = status::pod_status(&self.pod, &o, self.seen.last_status.as_ref());
         self.resize_status(&mut st, obs);
-        if let Some(dm) = &self.env.devices {
-            dm.fill_allocated_resources_status(&self.uid, &mut st);
-        }
-        if let Some(s) = self.stopped.as_ref().filter(|s| s.disruption) {
+        self.env.devices.fill_status(&self.uid, &mut st);
+        if let Some(s) = self.stop.stopped.as_ref().filter(|s| s.disruption) {
             status::set_disruption_target(&mut st, &s.message);
         }
         self.note_started(&st);
-        if self.last_status.as_ref() != Some(&st) {
+        if self.seen.last_status.as_ref() != Some(&st) {
             self.env.statuses.set(&self.pod, st.clone());
-            self.last_status = Some(st);
+            self.seen.last_status = Some(st);
         }
     }
 
@@ -65,7 +63,7 @@ impl Worker {
             .iter()
             .map(|(_, c)| c)
             .filter(|c| {
-                c.state == ContainerState::Exited && !self.term_messages.contains_key(&c.id)
+                c.state == ContainerState::Exited && !self.seen.term_messages.contains_key(&c.id)
             })
             .cloned()
             .collect();
@@ -88,14 +86,15 @@ impl Worker {
             })
             .await;
             match read {
-                Ok(read) => self.term_messages.extend(read),
+                Ok(read) => self.seen.term_messages.extend(read),
                 Err(e) => tracing::warn!(error = %e, "reading termination messages failed"),
             }
         }
-        self.term_messages
+        self.seen
+            .term_messages
             .retain(|id, _| obs.containers.iter().any(|(_, c)| c.id == *id));
         for (_, c) in &mut obs.containers {
-            if let Some(m) = self.term_messages.get(&c.id) {
+            if let Some(m) = self.seen.term_messages.get(&c.id) {
                 c.message = m.clone();
             }
         }
@@ -103,7 +102,9 @@ impl Worker {
 
     /// Records the pod's start latency (first seen → every container running) once.
     pub(super) fn note_started(&mut self, st: &PodStatus) {
-        let Some(seen) = self.first_seen else { return };
+        let Some(seen) = self.seen.first_seen else {
+            return;
+        };
         let statuses = st.container_statuses.as_deref().unwrap_or_default();
         let all_running = !statuses.is_empty()
             && statuses
@@ -111,7 +112,7 @@ impl Worker {
                 .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
         if all_running {
             let took = seen.elapsed();
-            self.first_seen = None;
+            self.seen.first_seen = None;
             if let Some(m) = &self.env.pod_start_duration {
                 m.observe(took.as_secs_f64());
             }

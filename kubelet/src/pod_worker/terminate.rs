@@ -7,7 +7,7 @@ impl Worker {
     pub(super) fn grace(&self) -> Duration {
         let spec = pod::kill_grace(pod::spec_grace_seconds(&self.pod));
         // A stop request (node shutdown, eviction) may only shorten it.
-        self.stop_grace.map_or(spec, |g| g.min(spec))
+        self.stop.grace.map_or(spec, |g| g.min(spec))
     }
 
     /// A stop request: the next passes kill everything with at most `grace`, then tell `done`.
@@ -17,12 +17,12 @@ impl Worker {
         grace: Duration,
         done: tokio::sync::oneshot::Sender<()>,
     ) {
-        if self.stopped.is_none() {
+        if self.stop.stopped.is_none() {
             tracing::info!(reason = %stopped.reason, grace_secs = grace.as_secs(), "stopping the pod for good: {}", stopped.message);
-            self.stopped = Some(stopped);
+            self.stop.stopped = Some(stopped);
         }
-        self.stop_grace = Some(self.stop_grace.map_or(grace, |g| g.min(grace)));
-        self.stop_waiters.push(done);
+        self.stop.grace = Some(self.stop.grace.map_or(grace, |g| g.min(grace)));
+        self.stop.waiters.push(done);
     }
 
     /// Stops and removes everything of the pod, with `grace` (None: the grace recorded on its
@@ -58,16 +58,16 @@ impl Worker {
             .max(MIN_GRACE);
         // A terminating pod is not probed for liveness; its readiness no longer matters.
         self.env.probes.remove_pod(&self.uid);
-        self.probed.clear();
+        self.probing.probed.clear();
         // An httpGet preStop hook defaults to the pod's IP, unknown to a fresh worker.
-        if self.sandbox_ips.1.is_empty()
+        if self.seen.sandbox_ips.1.is_empty()
             && let Some(sb) = obs
                 .sandboxes
                 .first()
                 .filter(|s| s.state == SandboxState::Ready)
             && let Ok(st) = rt.sandbox_status(&sb.id).await
         {
-            self.sandbox_ips = (sb.id.clone(), st.ips);
+            self.seen.sandbox_ips = (sb.id.clone(), st.ips);
         }
         self.stop_containers(&obs, grace).await;
         let mut clean = true;

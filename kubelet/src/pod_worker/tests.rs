@@ -1172,7 +1172,7 @@ async fn active_deadline_fails_the_pod_for_good() {
     assert!(wake <= Duration::from_secs(30), "wakes by the deadline");
     assert_eq!(r.rt.running("app").len(), 1);
     // The deadline passes (the start time is wall-clock).
-    w.start_time = Some(Timestamp::now() - std::time::Duration::from_secs(31));
+    w.seen.start_time = Some(Timestamp::now() - std::time::Duration::from_secs(31));
     w.sync().await;
     assert!(r.rt.running("app").is_empty(), "stopped at the deadline");
     let st = status(&r);

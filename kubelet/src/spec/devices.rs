@@ -53,5 +53,47 @@ pub fn block_devices(
     Ok(out)
 }
 
+/// A container's device plugin settings into its config, as upstream's run options: the
+/// devices' envs and mounts come before the container's own (a spec env of the same name
+/// wins, being later), the kubelet's own annotations win over the plugins'.
+pub fn add_devices(cfg: &mut crate::runtime::ContainerConfig, opts: crate::devices::RunOptions) {
+    let mut envs = opts.envs;
+    envs.append(&mut cfg.envs);
+    cfg.envs = envs;
+    let mut mounts: Vec<crate::runtime::Mount> = opts
+        .mounts
+        .into_iter()
+        .map(
+            |(container_path, host_path, readonly)| crate::runtime::Mount {
+                container_path,
+                host_path,
+                readonly,
+                ..Default::default()
+            },
+        )
+        .collect();
+    mounts.append(&mut cfg.mounts);
+    cfg.mounts = mounts;
+    // The plugins' devices, then the block volumes' (the container's volumeDevices), in
+    // upstream's order.
+    let mut devices: Vec<crate::runtime::DeviceMapping> = opts
+        .devices
+        .into_iter()
+        .map(
+            |(container_path, host_path, permissions)| crate::runtime::DeviceMapping {
+                container_path,
+                host_path,
+                permissions,
+            },
+        )
+        .collect();
+    devices.append(&mut cfg.devices);
+    cfg.devices = devices;
+    for (k, v) in opts.annotations {
+        cfg.annotations.entry(k).or_insert(v);
+    }
+    cfg.cdi_devices = opts.cdi_devices;
+}
+
 #[cfg(test)]
 mod tests;

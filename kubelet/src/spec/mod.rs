@@ -5,11 +5,13 @@ use crate::node_settings::{NodeSettings, pod_dir, pod_log_dir};
 use crate::podspec::{self, Qos};
 use plumbing::quantity;
 
+mod build;
 pub mod devices;
 mod env;
 pub mod mounts;
 pub mod security;
 use crate::runtime::*;
+pub use build::{ContainerFiles, ContainerInputs, build_container_config};
 pub use env::{
     ContainerEnv, EnvObjects, ExpandBudget, MAX_EXPANSION_BYTES, container_env, expand,
     is_env_var_name,

@@ -32,6 +32,7 @@ fn service_links_wait_for_the_first_list_except_for_static_pods() {
     let env = ApiPodEnvironment {
         services: Some(store.clone()),
         runtime_classes: None,
+        objects: None,
     };
     assert!(matches!(
         env.service_env(&pod("api", true)),
@@ -67,6 +68,7 @@ fn runtime_class_handlers_with_upstreams_messages() {
     let env = ApiPodEnvironment {
         services: None,
         runtime_classes: Some(classes),
+        objects: None,
     };
     assert_eq!(env.runtime_handler(None), Ok(String::new()));
     assert_eq!(env.runtime_handler(Some("fast")), Ok("runc-fast".into()));

@@ -12,6 +12,22 @@ use crate::podspec;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+/// Why a step of an in-place resize failed (the `PodResizeInProgress` condition's message).
+#[derive(Debug, thiserror::Error)]
+enum ResizeError {
+    /// UpdateContainerResources failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The pod cgroup could not be read or written.
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error("{what} panicked: {source}")]
+    Panicked {
+        what: &'static str,
+        source: tokio::task::JoinError,
+    },
+}
+
 mod steps;
 
 /// `have` with `resource`'s requests and limits taken from `want`.
@@ -122,7 +138,8 @@ impl Worker {
     /// What each running container runs with; one this worker did not start (adopted after
     /// an agent restart) is taken to run with its checkpointed allocation.
     fn running_with(&mut self, c: &K8sContainer, id: &str) -> ResourceRequirements {
-        self.actuated
+        self.resized
+            .actuated
             .entry(id.to_string())
             .or_insert_with(|| c.resources.clone().unwrap_or_default())
             .clone()
@@ -146,7 +163,8 @@ impl Worker {
     /// `PodResizeInProgress` condition says why) and the next pass goes on from what was
     /// done. Forgets the containers that are gone.
     pub(super) async fn resize_in_place(&mut self, obs: &Observed) {
-        self.actuated
+        self.resized
+            .actuated
             .retain(|id, _| obs.containers.iter().any(|(_, c)| c.id == *id));
         let mut todo = Vec::new();
         for (c, id) in running(&self.pod, obs) {
@@ -156,21 +174,21 @@ impl Worker {
             }
         }
         // After a failed pass the pod cgroup may still be behind its containers.
-        if todo.is_empty() && self.resize_error.is_none() {
+        if todo.is_empty() && self.resized.error.is_none() {
             return;
         }
         let changes: Vec<(Amounts, Amounts)> = todo
             .iter()
             .map(|(c, id)| {
                 let want = Amounts::of(&c.resources.clone().unwrap_or_default());
-                (want, Amounts::of(&self.actuated[id]))
+                (want, Amounts::of(&self.resized.actuated[id]))
             })
             .collect();
         let (now, wanted) = match self.pod_cgroup_values().await {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the pod cgroup for a resize");
-                self.resize_error = Some(e);
+                self.resized.error = Some(e.to_string());
                 return;
             }
         };
@@ -188,11 +206,11 @@ impl Worker {
             };
             if let Err(e) = done {
                 // The rest waits: nothing may go above its parent; the next pass retries.
-                self.resize_error = Some(e);
+                self.resized.error = Some(e.to_string());
                 return;
             }
         }
-        if self.resize_error.take().is_some() && todo.is_empty() {
+        if self.resized.error.take().is_some() && todo.is_empty() {
             tracing::info!("resize done after an earlier failure");
         }
         if todo.is_empty() {
@@ -222,9 +240,9 @@ impl Worker {
         c: &K8sContainer,
         id: &str,
         resource: steps::Resource,
-    ) -> Result<(), String> {
+    ) -> Result<(), ResizeError> {
         let want = c.resources.clone().unwrap_or_default();
-        let next = with_resource(&self.actuated[id], &want, resource);
+        let next = with_resource(&self.resized.actuated[id], &want, resource);
         let mut at = c.clone();
         at.resources = Some(next.clone());
         let resources = spec::linux_resources(&self.env.node, &self.pod, &at);
@@ -236,12 +254,12 @@ impl Worker {
             .await
         {
             Ok(()) => {
-                self.actuated.insert(id.to_string(), next);
+                self.resized.actuated.insert(id.to_string(), next);
                 Ok(())
             }
             Err(e) => {
                 tracing::warn!(container = %c.name, error = %e, "UpdateContainerResources failed");
-                Err(e.to_string())
+                Err(ResizeError::Runtime(e))
             }
         }
     }
@@ -249,34 +267,41 @@ impl Worker {
     /// The pod cgroup's values now and those of the allocated pod (off the async workers).
     async fn pod_cgroup_values(
         &self,
-    ) -> Result<(Option<PodCgroupValues>, PodCgroupValues), String> {
+    ) -> Result<(Option<PodCgroupValues>, PodCgroupValues), ResizeError> {
         let (cgroups, pod) = (self.env.cgroups.clone(), self.pod.clone());
         let read = move || {
             let now = cgroups.pod_values(&pod)?;
             Ok::<_, CgroupError>((now, cgroups.wanted_pod_values(&pod)))
         };
         match tokio::task::spawn_blocking(read).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(e) => Err(format!("reading the pod cgroup panicked: {e}")),
+            Ok(r) => Ok(r?),
+            Err(e) => Err(ResizeError::Panicked {
+                what: "reading the pod cgroup",
+                source: e,
+            }),
         }
     }
 
     /// Writes one value of the allocated pod to its cgroup (off the async workers).
-    async fn set_pod_value(&self, part: PodCgroupPart) -> Result<(), String> {
+    async fn set_pod_value(&self, part: PodCgroupPart) -> Result<(), ResizeError> {
         let (cgroups, pod) = (self.env.cgroups.clone(), self.pod.clone());
         match tokio::task::spawn_blocking(move || cgroups.set_pod_value(&pod, part)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, ?part, "cannot resize the pod cgroup");
-                Err(e.to_string())
+                Err(ResizeError::Cgroup(e))
             }
-            Err(e) => Err(format!("pod cgroup resize panicked: {e}")),
+            Err(e) => Err(ResizeError::Panicked {
+                what: "pod cgroup resize",
+                source: e,
+            }),
         }
     }
 
     /// Records what a container the worker just created runs with.
     pub(super) fn note_created(&mut self, id: &str, c: &K8sContainer) {
-        self.actuated
+        self.resized
+            .actuated
             .insert(id.to_string(), c.resources.clone().unwrap_or_default());
     }
 
@@ -286,7 +311,7 @@ impl Worker {
     pub(super) fn resize_status(&mut self, st: &mut PodStatus, obs: &Observed) {
         let uid = self.uid.clone();
         let mut running_with = BTreeMap::new();
-        let mut in_progress = self.resize_error.is_some();
+        let mut in_progress = self.resized.error.is_some();
         for (c, id) in running(&self.pod, obs) {
             let with = self.running_with(&c, &id);
             in_progress |= resize_of(&c, &with) != Resize::None;
@@ -299,10 +324,10 @@ impl Worker {
                 allocated: allocated.as_ref(),
                 running_with,
                 pending: self.env.allocations.pending(&uid).as_ref(),
-                in_progress: in_progress.then(|| self.resize_error.clone()),
+                in_progress: in_progress.then(|| self.resized.error.clone()),
                 generation: self.pod.metadata.generation,
             },
-            self.last_status.as_ref(),
+            self.seen.last_status.as_ref(),
         );
     }
 }

@@ -67,7 +67,10 @@ fn dra_rig() -> DraRig {
     m.add_plugin(DRIVER, "/plugin.sock", Arc::new(plugin))
         .unwrap();
     let env = Arc::new(Deps {
-        dra: Some(Arc::new(m)),
+        devices: Arc::new(NodeDevices {
+            dra: Some(Arc::new(m)),
+            ..Default::default()
+        }),
         events: r.events.clone(),
         ..Deps::for_test(r.rt.clone(), r._dir.path())
     });

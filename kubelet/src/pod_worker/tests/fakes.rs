@@ -38,6 +38,7 @@ async fn a_pod_goes_through_its_dependencies_in_order() {
     let pod_env = FakePodEnvironment {
         services: Some([("WEB_SERVICE_HOST".to_string(), "10.96.0.7".to_string())].into()),
         handlers: [("fast".to_string(), "runc-fast".to_string())].into(),
+        ..Default::default()
     };
     let (r, f) = rig_with_fakes(
         FakePodVolumes::default(),
@@ -225,7 +226,10 @@ async fn device_plugin_allocations_reach_the_container_config() {
     let dm = DeviceManager::new(dir);
     dm.restore().unwrap();
     let env = Arc::new(Deps {
-        devices: Some(Arc::new(dm)),
+        devices: Arc::new(NodeDevices {
+            plugins: Some(Arc::new(dm)),
+            ..Default::default()
+        }),
         ..Deps::for_test(r.rt.clone(), r._dir.path())
     });
     let p = pod(
@@ -347,7 +351,10 @@ async fn block_volume_devices_and_plugin_devices_both_reach_the_container_config
     let mut volumes = FakePodVolumes::default();
     volumes.mounts = [("raw".to_string(), link.clone())].into();
     let env = Arc::new(Deps {
-        devices: Some(Arc::new(dm)),
+        devices: Arc::new(NodeDevices {
+            plugins: Some(Arc::new(dm)),
+            ..Default::default()
+        }),
         volumes: Arc::new(volumes),
         ..base
     });
@@ -427,7 +434,10 @@ async fn a_refused_pre_start_keeps_the_container_waiting_with_upstreams_message(
     assert!(dm.allocate_pending().await.is_empty());
     plugin.fail_pre_start(Some("device busy"));
     let env = Arc::new(Deps {
-        devices: Some(dm.clone()),
+        devices: Arc::new(NodeDevices {
+            plugins: Some(dm.clone()),
+            ..Default::default()
+        }),
         ..Deps::for_test(r.rt.clone(), r._dir.path())
     });
     let mut w = Worker::new(env.clone(), p, None);

@@ -364,7 +364,7 @@ fn with_image_volumes(r: Rig, supported: bool) -> Rig {
     node.runtime_version = "containerd 1.6.20".into();
     let volumes = Arc::new(crate::volume::VolumeManager::new(
         node.clone(),
-        r.env.objects.clone(),
+        Arc::new(crate::objects::ObjectCache::new(None)),
         Arc::new(crate::objects::token::TokenManager::new(None)),
         r.env.binder.clone(),
     ));
