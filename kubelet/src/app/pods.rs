@@ -278,16 +278,20 @@ impl crate::pluginmanager::PluginHandler for DraHandler {
         name: &str,
         endpoint: &str,
         versions: &[String],
-    ) -> Result<(), String> {
-        self.0.validate_plugin(name, endpoint, versions)
+    ) -> Result<(), crate::pluginmanager::PluginError> {
+        self.0
+            .validate_plugin(name, endpoint, versions)
+            .map_err(|e| crate::pluginmanager::PluginError::new(crate::cm::dra::DraError(e)))
     }
     async fn register(
         &self,
         name: &str,
         endpoint: &str,
         versions: &[String],
-    ) -> Result<(), String> {
-        self.0.register_plugin(name, endpoint, versions)
+    ) -> Result<(), crate::pluginmanager::PluginError> {
+        self.0
+            .register_plugin(name, endpoint, versions)
+            .map_err(|e| crate::pluginmanager::PluginError::new(crate::cm::dra::DraError(e)))
     }
     async fn deregister(&self, name: &str) {
         self.0.deregister_plugin(name)

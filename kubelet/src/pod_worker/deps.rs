@@ -125,7 +125,9 @@ impl PodVolumes for crate::volume::VolumeManager {
     }
 
     async fn forget(&self, uid: &str) -> Result<(), String> {
-        crate::volume::VolumeManager::forget(self, uid).await
+        crate::volume::VolumeManager::forget(self, uid)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -25,9 +25,10 @@ pub mod usage;
 #[cfg(test)]
 mod bench_tests;
 
-pub use claims::{KubeStorageApi, Storage};
+pub use block::BlockError;
+pub use claims::{ClaimError, KubeStorageApi, Storage};
 pub use manager::{GIT_REPO_DISABLED, VolumeError, VolumeManager, runtime_mounts_images};
 pub use selinux::SeLinuxHost;
-pub use selinux_registry::{SeLinuxVolumes, VolumeRef as SeLinuxVolumeRef};
+pub use selinux_registry::{SeLinuxError, SeLinuxVolumes, VolumeRef as SeLinuxVolumeRef};
 pub use shared::make_root_dir_rshared;
 pub use subpath::{Binder, KernelBinder, SubpathMount};
