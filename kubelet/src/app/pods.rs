@@ -282,7 +282,7 @@ impl crate::pluginmanager::PluginHandler for DraHandler {
     ) -> Result<(), crate::pluginmanager::PluginError> {
         self.0
             .validate_plugin(name, endpoint, versions)
-            .map_err(|e| crate::pluginmanager::PluginError::new(crate::devices::DraError(e)))
+            .map_err(Into::into)
     }
     async fn register(
         &self,
@@ -292,7 +292,7 @@ impl crate::pluginmanager::PluginHandler for DraHandler {
     ) -> Result<(), crate::pluginmanager::PluginError> {
         self.0
             .register_plugin(name, endpoint, versions)
-            .map_err(|e| crate::pluginmanager::PluginError::new(crate::devices::DraError(e)))
+            .map_err(Into::into)
     }
     async fn deregister(&self, name: &str) {
         self.0.deregister_plugin(name)

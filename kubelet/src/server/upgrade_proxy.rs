@@ -126,10 +126,7 @@ pub async fn read_head<R: AsyncRead + Unpin>(conn: &mut R) -> Result<BackendHead
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     loop {
-        let n = conn
-            .read(&mut chunk)
-            .await
-            .map_err(BackendError::Read)?;
+        let n = conn.read(&mut chunk).await.map_err(BackendError::Read)?;
         if n == 0 {
             return Err(BackendError::Closed);
         }
@@ -138,8 +135,8 @@ pub async fn read_head<R: AsyncRead + Unpin>(conn: &mut R) -> Result<BackendHead
         let mut resp = httparse::Response::new(&mut hdrs);
         match resp.parse(&buf) {
             Ok(httparse::Status::Complete(len)) => {
-                let status = StatusCode::from_u16(resp.code.unwrap_or(0))
-                    .map_err(BackendError::Status)?;
+                let status =
+                    StatusCode::from_u16(resp.code.unwrap_or(0)).map_err(BackendError::Status)?;
                 let mut headers = HeaderMap::new();
                 for h in resp.headers.iter() {
                     if let (Ok(n), Ok(v)) = (
@@ -176,12 +173,13 @@ pub(super) async fn dial(
         refuse(StatusCode::INTERNAL_SERVER_ERROR, m).into_response()
     };
     let dialed = tokio::time::timeout(BACKEND_TIMEOUT, async {
-        let mut conn = TcpStream::connect(&b.authority)
-            .await
-            .map_err(|source| BackendError::Dial {
-                authority: b.authority.clone(),
-                source,
-            })?;
+        let mut conn =
+            TcpStream::connect(&b.authority)
+                .await
+                .map_err(|source| BackendError::Dial {
+                    authority: b.authority.clone(),
+                    source,
+                })?;
         conn.write_all(head).await.map_err(BackendError::Write)?;
         let head = read_head(&mut conn).await?;
         Ok::<_, BackendError>((conn, head))

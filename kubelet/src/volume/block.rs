@@ -283,11 +283,7 @@ pub async fn set_up(
     }
 }
 
-async fn set_up_csi(
-    m: &CsiMounter,
-    pod_uid: &str,
-    v: &CsiVolume,
-) -> Result<PathBuf, BlockError> {
+async fn set_up_csi(m: &CsiMounter, pod_uid: &str, v: &CsiVolume) -> Result<PathBuf, BlockError> {
     safe_component("driver name", &v.driver)?;
     safe_component("volume name", &v.spec_name)?;
     let root = m.root_dir.clone();

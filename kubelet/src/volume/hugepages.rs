@@ -17,7 +17,9 @@ pub enum HugePagesError {
     BadSize { size: String, message: String },
     #[error("medium: {0} can't be used if container requests multiple huge page sizes")]
     MultipleSizes(String),
-    #[error("medium {0}: hugePages storage requested, but there is no resource request for huge pages")]
+    #[error(
+        "medium {0}: hugePages storage requested, but there is no resource request for huge pages"
+    )]
     NoRequest(String),
 }
 

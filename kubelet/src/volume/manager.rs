@@ -378,13 +378,10 @@ impl VolumeManager {
         };
         let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
         for v in volumes.filter(|v| super::volume_claims::handles(v)) {
-            let path = storage
-                .set_up(pod, v)
-                .await
-                .map_err(|e| VolumeError {
-                    volume: v.name.clone(),
-                    message: e.to_string(),
-                })?;
+            let path = storage.set_up(pod, v).await.map_err(|e| VolumeError {
+                volume: v.name.clone(),
+                message: e.to_string(),
+            })?;
             out.insert(v.name.clone(), path);
         }
         Ok(out)
@@ -510,25 +507,32 @@ fn image_volumes_supported(node: &NodeSettings) -> Result<(), DirError> {
     if node.image_volumes {
         return Ok(());
     }
-    Err(DirError::NoImageVolumes(if node.runtime_version.is_empty() {
-        "this runtime".into()
-    } else {
-        node.runtime_version.clone()
-    }))
+    Err(DirError::NoImageVolumes(
+        if node.runtime_version.is_empty() {
+            "this runtime".into()
+        } else {
+            node.runtime_version.clone()
+        },
+    ))
 }
 
 /// Why a volume of the node's own kinds could not be set up (the message of its
 /// [`VolumeError`]).
 #[derive(Debug, thiserror::Error)]
 enum DirError {
-    #[error("image volumes need a container runtime that mounts images (CRI Mount.image: containerd 2.1 or CRI-O 1.31 and later); {0} does not")]
+    #[error(
+        "image volumes need a container runtime that mounts images (CRI Mount.image: containerd 2.1 or CRI-O 1.31 and later); {0} does not"
+    )]
     NoImageVolumes(String),
     #[error("{0}")]
     FsGroupPolicy(super::ownership::OwnershipError),
     #[error("applying fsGroup: {0}")]
     FsGroup(super::ownership::OwnershipError),
     #[error("mounting tmpfs at {}: {source}", .dir.display())]
-    Tmpfs { dir: PathBuf, source: std::io::Error },
+    Tmpfs {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Whether a runtime (CRI Version's name and version) mounts images as volumes.

@@ -46,7 +46,9 @@ pub enum ClaimError {
     },
     #[error("can't start pod because PVC {namespace}/{claim} is being deleted")]
     ClaimDeleting { namespace: String, claim: String },
-    #[error("PVC {namespace}/{claim} has non-bound phase ({phase:?}) or empty pvc.Spec.VolumeName ({volume:?})")]
+    #[error(
+        "PVC {namespace}/{claim} has non-bound phase ({phase:?}) or empty pvc.Spec.VolumeName ({volume:?})"
+    )]
     NotBound {
         namespace: String,
         claim: String,
@@ -55,17 +57,25 @@ pub enum ClaimError {
     },
     #[error("failed to fetch PV {pv:?} from API server. err={source}")]
     FetchVolume { pv: String, source: ApiError },
-    #[error("found PV object {0:?} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim")]
+    #[error(
+        "found PV object {0:?} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+    )]
     NoClaimRef(String),
-    #[error("found PV object {pv:?} but its pv.Spec.ClaimRef.UID ({ref_uid:?}) does not point to claim.UID ({claim_uid:?})")]
+    #[error(
+        "found PV object {pv:?} but its pv.Spec.ClaimRef.UID ({ref_uid:?}) does not point to claim.UID ({claim_uid:?})"
+    )]
     ClaimRefMismatch {
         pv: String,
         ref_uid: String,
         claim_uid: String,
     },
-    #[error("PV {0:?} has a volume source this kubelet does not support (hostPath, local and csi are)")]
+    #[error(
+        "PV {0:?} has a volume source this kubelet does not support (hostPath, local and csi are)"
+    )]
     UnsupportedSource(String),
-    #[error("kubernetes.io/csi: PV {0:?}: nodeStageSecretRef and nodePublishSecretRef are not supported by this kubelet")]
+    #[error(
+        "kubernetes.io/csi: PV {0:?}: nodeStageSecretRef and nodePublishSecretRef are not supported by this kubelet"
+    )]
     BlockSecrets(String),
     #[error("{0}")]
     Block(#[from] BlockError),

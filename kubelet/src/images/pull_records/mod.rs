@@ -169,11 +169,12 @@ impl PullRecords {
         image_ref: &str,
         credentials: Option<&ImagePullCredentials>,
     ) -> Result<(), PulledRecordError> {
-        let key =
-            reference::repository_name(image).map_err(|source| PulledRecordError::InvalidImage {
+        let key = reference::repository_name(image).map_err(|source| {
+            PulledRecordError::InvalidImage {
                 image: image.to_string(),
                 source,
-            })?;
+            }
+        })?;
         let now = jiff::Timestamp::now();
         let existing = self.store.get_pulled(image_ref).unwrap_or_else(|e| {
             tracing::info!(%image, error = %e, "failed to retrieve an ImagePulledRecord");
@@ -280,9 +281,12 @@ impl PullRecords {
         image: &str,
     ) -> Result<(), PulledRecordError> {
         let (me, image) = (self.clone(), image.to_string());
-        blocking(move || me.record_pull_intent(&image).map_err(PulledRecordError::Store))
-            .await
-            .unwrap_or(Err(PulledRecordError::IntentPanicked))
+        blocking(move || {
+            me.record_pull_intent(&image)
+                .map_err(PulledRecordError::Store)
+        })
+        .await
+        .unwrap_or(Err(PulledRecordError::IntentPanicked))
     }
 
     /// [`Self::record_image_pulled`] on the blocking pool.

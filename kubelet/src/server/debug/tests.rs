@@ -12,7 +12,8 @@ fn levels_parse_as_klog_does() {
     assert!(
         parse_level("99999999999")
             .unwrap_err()
-            .to_string().ends_with("value out of range")
+            .to_string()
+            .ends_with("value out of range")
     );
     assert_eq!(level_for(-3), "info");
     assert_eq!(level_for(1), "info");

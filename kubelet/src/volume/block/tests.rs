@@ -206,7 +206,11 @@ async fn hostile_drivers_and_names_leave_no_link() {
     let e = set_up(&m, "uid-1", &BlockSource::Csi(Box::new(vol())))
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("the driver did not create the device"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("the driver did not create the device"),
+        "{e}"
+    );
     assert!(std::fs::symlink_metadata(&link).is_err());
     node.fail_on("stage", "Internal", "no such volume");
     let e = set_up(&m, "uid-1", &BlockSource::Csi(Box::new(vol())))
@@ -334,7 +338,9 @@ fn block_pvs_resolve_to_a_mapper_or_upstreams_error() {
         ..Default::default()
     });
     assert_eq!(
-        source_of_pv(host, "pv1", "claim-uid", false).unwrap_err().to_string(),
+        source_of_pv(host, "pv1", "claim-uid", false)
+            .unwrap_err()
+            .to_string(),
         "MapVolume.FindMapperPluginBySpec failed to find BlockVolumeMapper plugin. Volume plugin is nil. for volume \"pv1\""
     );
 }
@@ -390,12 +396,20 @@ async fn a_claims_mode_must_match_how_containers_use_it() {
     let data = mounted.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0].clone();
     api.volumes.lock().unwrap().insert("pv1".into(), block);
     assert_eq!(
-        storage.set_up(&mounted, &data).await.unwrap_err().to_string(),
+        storage
+            .set_up(&mounted, &data)
+            .await
+            .unwrap_err()
+            .to_string(),
         "volume data has volumeMode Block, but is specified in volumeMounts"
     );
     api.volumes.lock().unwrap().insert("pv1".into(), filesystem);
     assert_eq!(
-        storage.set_up(&mapped, &data).await.unwrap_err().to_string(),
+        storage
+            .set_up(&mapped, &data)
+            .await
+            .unwrap_err()
+            .to_string(),
         "volume data has volumeMode Filesystem, but is specified in volumeDevices"
     );
     assert!(node.calls().is_empty(), "{:?}", node.calls());

@@ -15,7 +15,10 @@ pub enum ApiError {
     Request(String),
     /// Upstream's wording of a 404: `secrets "x" not found`.
     #[error("{resource} {name:?} not found")]
-    NotFound { resource: &'static str, name: String },
+    NotFound {
+        resource: &'static str,
+        name: String,
+    },
     #[error("the TokenRequest came back without a status")]
     NoTokenStatus,
     /// A body could not be encoded or decoded.

@@ -205,14 +205,13 @@ impl RegistrationHandler {
                 driver: name.to_string(),
             });
         }
-        let new = highest_supported_version(versions).map_err(|e| {
-            CsiError::UnsupportedVersions {
+        let new =
+            highest_supported_version(versions).map_err(|e| CsiError::UnsupportedVersions {
                 caller,
                 driver: name.to_string(),
                 versions: versions.to_vec(),
                 source: Box::new(e),
-            }
-        })?;
+            })?;
         if let Some(existing) = self.drivers.get(name)
             && existing.highest_version >= new
         {

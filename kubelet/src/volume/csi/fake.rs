@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use cri_proto::plugins::csi;
 
-use super::client::{Capabilities, CsiStatus, CsiNode, NodeInfo, VolumeStats};
+use super::client::{Capabilities, CsiNode, CsiStatus, NodeInfo, VolumeStats};
 use super::nodeinfo::{NodeInfoApi, NodeInfoError};
 
 /// A driver that answers from its fields and records each call as a line.

@@ -37,9 +37,7 @@ pub enum CsiError {
     /// A name used as one path component is empty, `.`, `..` or holds a separator.
     #[error("kubernetes.io/csi: invalid {kind} {value:?}")]
     InvalidName { kind: &'static str, value: String },
-    #[error(
-        "kubernetes.io/csi: driver name {0} not found in the list of registered CSI drivers"
-    )]
+    #[error("kubernetes.io/csi: driver name {0} not found in the list of registered CSI drivers")]
     DriverNotRegistered(String),
     /// A Node-service call failed (its gRPC status).
     #[error("{0}")]
@@ -57,7 +55,9 @@ pub enum CsiError {
         driver: String,
         supported: Vec<String>,
     },
-    #[error("Volume not attached according to node status for volume {volume:?} (UniqueName: {unique:?}) pod {pod:?} (UID: {uid:?}) ")]
+    #[error(
+        "Volume not attached according to node status for volume {volume:?} (UniqueName: {unique:?}) pod {pod:?} (UID: {uid:?}) "
+    )]
     NotAttached {
         volume: String,
         unique: String,
@@ -67,14 +67,18 @@ pub enum CsiError {
     /// The VolumeAttachment is missing, going or not attached (`detail` says which).
     #[error("MountVolume.WaitForAttach failed for volume {volume:?} : {detail}")]
     WaitForAttach { volume: String, detail: String },
-    #[error("MountVolume.MountDevice failed for volume {volume:?} : fetching NodeStageSecretRef {namespace}/{name} failed: {source}")]
+    #[error(
+        "MountVolume.MountDevice failed for volume {volume:?} : fetching NodeStageSecretRef {namespace}/{name} failed: {source}"
+    )]
     StageSecret {
         volume: String,
         namespace: String,
         name: String,
         source: Box<CsiError>,
     },
-    #[error("kubernetes.io/csi: failed to find the secret {name} in the namespace {namespace} with error: {source}")]
+    #[error(
+        "kubernetes.io/csi: failed to find the secret {name} in the namespace {namespace} with error: {source}"
+    )]
     Secret {
         namespace: String,
         name: String,
@@ -82,7 +86,9 @@ pub enum CsiError {
     },
     #[error("kubernetes.io/csi: mounter.SetUpAt failed to get CSI persistent source: {0}")]
     PublishSecret(Box<CsiError>),
-    #[error("kubernetes.io/csi: mounter.SetUpAt failed to get service accoount token attributes: {0}")]
+    #[error(
+        "kubernetes.io/csi: mounter.SetUpAt failed to get service accoount token attributes: {0}"
+    )]
     Tokens(ApiError),
     /// A file or directory of the volume could not be made.
     #[error("{action} {}: {message}", .path.display())]
@@ -119,8 +125,13 @@ pub enum CsiError {
     },
     #[error("highest supported version reported by driver is {0}, must be v1.x")]
     NotV1(drivers::Version),
-    #[error("kubernetes.io/csi: {caller} for CSI driver {driver:?} failed. Plugin returned an empty list for supported versions")]
-    EmptyVersions { caller: &'static str, driver: String },
+    #[error(
+        "kubernetes.io/csi: {caller} for CSI driver {driver:?} failed. Plugin returned an empty list for supported versions"
+    )]
+    EmptyVersions {
+        caller: &'static str,
+        driver: String,
+    },
     #[error("kubernetes.io/csi: {caller} for CSI driver {driver:?} failed. None of the versions specified {} are supported. err={source}", go_quoted(.versions))]
     UnsupportedVersions {
         caller: &'static str,
@@ -152,7 +163,11 @@ impl CsiError {
     }
 
     /// An I/O failure on `path` while `action` (`creating`, `writing`, ...).
-    pub(crate) fn io(action: &'static str, path: &std::path::Path, e: impl std::fmt::Display) -> Self {
+    pub(crate) fn io(
+        action: &'static str,
+        path: &std::path::Path,
+        e: impl std::fmt::Display,
+    ) -> Self {
         CsiError::Io {
             action,
             path: path.to_path_buf(),

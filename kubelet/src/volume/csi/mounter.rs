@@ -18,9 +18,9 @@ use std::sync::Arc;
 use cri_proto::plugins::csi;
 use sha2::{Digest, Sha256};
 
+use super::CsiError;
 use super::driver_spec::{Prepared, SecretRef, supports_fs_group};
 use super::drivers::CsiDrivers;
-use super::CsiError;
 
 /// A CSI volume to stage and publish.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -188,7 +188,8 @@ pub fn pod_vol_data(v: &CsiVolume, node: &str, selinux_label: &str) -> BTreeMap<
 
 pub(crate) fn write_json(path: &Path, data: &BTreeMap<String, String>) -> Result<(), CsiError> {
     let body = serde_json::to_vec(data).map_err(|e| CsiError::Encode(e.to_string()))?;
-    crate::atomic_file::write_public_atomic(path, &body).map_err(|e| CsiError::io("writing", path, e))
+    crate::atomic_file::write_public_atomic(path, &body)
+        .map_err(|e| CsiError::io("writing", path, e))
 }
 
 pub(crate) async fn blocking<T: Send + 'static>(

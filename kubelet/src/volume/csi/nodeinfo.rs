@@ -33,9 +33,14 @@ pub const MIGRATED_PLUGINS: [&str; 7] = [
 /// Why the node's record of a CSI driver could not be written (upstream's messages).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeInfoError {
-    #[error("failed to parse node's {:?} annotation value ({value:?}) err={message}", ANNOTATION_NODE_ID)]
+    #[error(
+        "failed to parse node's {:?} annotation value ({value:?}) err={message}",
+        ANNOTATION_NODE_ID
+    )]
     BadAnnotation { value: String, message: String },
-    #[error("detected topology value collision: driver reported {key:?}:{value:?} but existing label is {key:?}:{existing:?}")]
+    #[error(
+        "detected topology value collision: driver reported {key:?}:{value:?} but existing label is {key:?}:{existing:?}"
+    )]
     TopologyCollision {
         key: String,
         value: String,

@@ -42,15 +42,14 @@ pub async fn prepare(
         }
     }
     if let Some(r) = &v.stage_secret_ref {
-        out.stage_secrets.0 =
-            secret_data(api, r)
-                .await
-                .map_err(|e| CsiError::StageSecret {
-                    volume: v.spec_name.clone(),
-                    namespace: r.namespace.clone(),
-                    name: r.name.clone(),
-                    source: Box::new(e),
-                })?;
+        out.stage_secrets.0 = secret_data(api, r)
+            .await
+            .map_err(|e| CsiError::StageSecret {
+                volume: v.spec_name.clone(),
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                source: Box::new(e),
+            })?;
     }
     if let Some(r) = &v.publish_secret_ref {
         out.publish_secrets.0 = secret_data(api, r)

@@ -117,7 +117,9 @@ async fn unbound_missing_or_deleted_claims_wait_with_upstreams_messages() {
         .await
         .unwrap_err();
     assert!(
-        e.to_string().starts_with("error processing PVC ns/data: failed to fetch PVC ns/data from API server."),
+        e.to_string().starts_with(
+            "error processing PVC ns/data: failed to fetch PVC ns/data from API server."
+        ),
         "{e}"
     );
     a.claims
@@ -127,7 +129,8 @@ async fn unbound_missing_or_deleted_claims_wait_with_upstreams_messages() {
     assert_eq!(
         resolve(&a, &pod(), &claim_vol("d", "data"))
             .await
-            .unwrap_err().to_string(),
+            .unwrap_err()
+            .to_string(),
         "error processing PVC ns/data: PVC ns/data has non-bound phase (\"Pending\") or empty pvc.Spec.VolumeName (\"\")"
     );
     let mut deleting = pvc("data", "Bound", "pv1");
@@ -139,7 +142,8 @@ async fn unbound_missing_or_deleted_claims_wait_with_upstreams_messages() {
     assert_eq!(
         resolve(&a, &pod(), &claim_vol("d", "data"))
             .await
-            .unwrap_err().to_string(),
+            .unwrap_err()
+            .to_string(),
         "error processing PVC ns/data: can't start pod because PVC ns/data is being deleted"
     );
 }
@@ -158,7 +162,8 @@ async fn a_pv_bound_to_another_claim_is_refused() {
     assert_eq!(
         resolve(&a, &pod(), &claim_vol("d", "data"))
             .await
-            .unwrap_err().to_string(),
+            .unwrap_err()
+            .to_string(),
         "error processing PVC ns/data: found PV object \"pv1\" but its pv.Spec.ClaimRef.UID (\"someone-else\") does not point to claim.UID (\"data-uid\")"
     );
     let mut unbound = pv("pv1", "", PersistentVolumeSpec::default());
@@ -187,7 +192,8 @@ async fn a_pv_bound_to_another_claim_is_refused() {
         resolve(&a, &pod(), &claim_vol("d", "data"))
             .await
             .unwrap_err()
-            .to_string().contains("does not support")
+            .to_string()
+            .contains("does not support")
     );
 }
 

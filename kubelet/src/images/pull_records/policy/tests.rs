@@ -144,20 +144,23 @@ fn every_policy_for_every_kind_of_present_image() {
 fn a_pull_intent_without_record_counts_as_the_kubelets_and_needs_a_pull() {
     // Under the default policy an image with an intent but no record (a pull the agent did
     // not see end) is not preloaded: the pod must pull.
-    let got: Result<_, std::convert::Infallible> = check(&VerifyPolicy::default(), IMAGE, true, None, || {
-        Ok::<_, std::convert::Infallible>(PodCredentials::default())
-    });
+    let got: Result<_, std::convert::Infallible> =
+        check(&VerifyPolicy::default(), IMAGE, true, None, || {
+            Ok::<_, std::convert::Infallible>(PodCredentials::default())
+        });
     assert_eq!(got, Ok(Check::MustPull));
     // A record without credentials (an intent resolved at start) forces a pull too.
     let r = ImagePulledRecord::new("sha256:img", jiff::Timestamp::UNIX_EPOCH);
-    let got: Result<_, std::convert::Infallible> = check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
-        panic!("no credentials asked")
-    });
+    let got: Result<_, std::convert::Infallible> =
+        check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
+            panic!("no credentials asked")
+        });
     assert_eq!(got, Ok(Check::MustPull));
     let r = record(ImagePullCredentials::default());
-    let got: Result<_, std::convert::Infallible> = check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
-        panic!("no credentials asked")
-    });
+    let got: Result<_, std::convert::Infallible> =
+        check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
+            panic!("no credentials asked")
+        });
     assert_eq!(got, Ok(Check::MustPull));
 }
 
@@ -229,12 +232,13 @@ fn matching_secrets_by_hash_or_by_coordinates_as_upstream() {
         kubernetes_secrets: vec![secret("a", "uid-a", "")],
         ..Default::default()
     });
-    let got: Result<_, std::convert::Infallible> = check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
-        Ok(PodCredentials {
-            secrets: vec![secret("x", "uid-x", "")],
-            service_account: None,
-        })
-    });
+    let got: Result<_, std::convert::Infallible> =
+        check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
+            Ok(PodCredentials {
+                secrets: vec![secret("x", "uid-x", "")],
+                service_account: None,
+            })
+        });
     assert_eq!(got, Ok(Check::MustPull));
 }
 

@@ -40,11 +40,15 @@ fn the_highest_1x_version_is_chosen() {
         Version(vec![1, 2, 0])
     );
     assert_eq!(
-        highest_supported_version(&v(&["0.3.0"])).unwrap_err().to_string(),
+        highest_supported_version(&v(&["0.3.0"]))
+            .unwrap_err()
+            .to_string(),
         "highest supported version reported by driver is 0.3.0, must be v1.x"
     );
     assert_eq!(
-        highest_supported_version(&v(&["2.0.0", "bogus"])).unwrap_err().to_string(),
+        highest_supported_version(&v(&["2.0.0", "bogus"]))
+            .unwrap_err()
+            .to_string(),
         "could not find a highest supported version from versions ([2.0.0 bogus]) reported by this driver: could not parse \"bogus\" as version"
     );
 }

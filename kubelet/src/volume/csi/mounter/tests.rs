@@ -143,7 +143,8 @@ async fn an_unregistered_driver_and_hostile_names_are_refused() {
     assert_eq!(
         m.set_up("uid-1", &v, &Prepared::default())
             .await
-            .unwrap_err().to_string(),
+            .unwrap_err()
+            .to_string(),
         "kubernetes.io/csi: driver name other.example.com not found in the list of registered CSI drivers"
     );
     for (driver, spec) in [
@@ -159,7 +160,8 @@ async fn an_unregistered_driver_and_hostile_names_are_refused() {
             m.set_up("uid-1", &v, &Prepared::default())
                 .await
                 .unwrap_err()
-                .to_string().contains("invalid"),
+                .to_string()
+                .contains("invalid"),
             "{driver} {spec}"
         );
     }
