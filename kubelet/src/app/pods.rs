@@ -282,7 +282,7 @@ impl crate::pluginmanager::PluginHandler for DraHandler {
     ) -> Result<(), crate::pluginmanager::PluginError> {
         self.0
             .validate_plugin(name, endpoint, versions)
-            .map_err(Into::into)
+            .map_err(crate::pluginmanager::PluginError::new)
     }
     async fn register(
         &self,
@@ -292,7 +292,7 @@ impl crate::pluginmanager::PluginHandler for DraHandler {
     ) -> Result<(), crate::pluginmanager::PluginError> {
         self.0
             .register_plugin(name, endpoint, versions)
-            .map_err(Into::into)
+            .map_err(crate::pluginmanager::PluginError::new)
     }
     async fn deregister(&self, name: &str) {
         self.0.deregister_plugin(name)

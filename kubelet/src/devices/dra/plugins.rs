@@ -71,12 +71,6 @@ pub enum DraPluginError {
     NotRegistered(String),
 }
 
-impl From<DraPluginError> for crate::pluginmanager::PluginError {
-    fn from(e: DraPluginError) -> Self {
-        crate::pluginmanager::PluginError::new(e)
-    }
-}
-
 /// Go's `%q` of a string list: `["a" "b"]`.
 fn quoted<S: AsRef<str>>(v: &[S]) -> String {
     let q: Vec<String> = v.iter().map(|s| format!("{:?}", s.as_ref())).collect();
