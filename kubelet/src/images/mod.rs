@@ -321,11 +321,8 @@ pub async fn ensure_image(
                         tracing::info!(%image, "image present but not verified for this pod's credentials: pulling it with them");
                     }
                     Err(e) => {
-                        return Err(fail(
-                            PullReason::ErrImagePull,
-                            e.to_string(),
-                            Duration::from_secs(10),
-                        ));
+                        let (reason, retry) = (PullReason::ErrImagePull, Duration::from_secs(10));
+                        return Err(fail(reason, e.to_string(), retry));
                     }
                 }
             }
