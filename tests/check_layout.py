@@ -36,7 +36,7 @@ import sys
 
 MAX_LINES = 900
 # Rule 4: the most `Result<T, String>` each crate's non-test code may hold (a ratchet).
-STRING_ERRORS = {"kubelet/src": 178, "proxy/src": 12, "plumbing/src": 3, "cni/src": 1,
+STRING_ERRORS = {"kubelet/src": 45, "proxy/src": 7, "plumbing/src": 2, "cni/src": 1,
                  "probes/src": 6, "systemd/src": 0, "cri-proto/src": 0}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRATE_SRCS = ["kubelet/src", "proxy/src", "probes/src", "cri-proto/src", "cni/src",

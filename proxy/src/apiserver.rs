@@ -180,11 +180,20 @@ pub fn kubeconfig_server(path: &Path) -> Option<String> {
 // ---------------------------------------------------------------------------------------
 // Sinks.
 
-fn check_name(obj: &DynamicObject) -> Result<(), String> {
+fn check_name(obj: &DynamicObject) -> Result<(), DecodeError> {
     if obj.metadata.name.as_deref().unwrap_or_default().is_empty() {
-        return Err("object without metadata.name".into());
+        return Err(DecodeError::NoName);
     }
     Ok(())
+}
+
+/// Why a watched object is skipped as malformed.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("object without metadata.name")]
+    NoName,
+    #[error("{0}")]
+    Parse(#[from] kube::core::dynamic::ParseDynamicObjectError),
 }
 
 /// Services into the handles.
@@ -193,12 +202,13 @@ pub struct ServiceSink(pub ProxyHandles);
 
 impl Sink<DynamicObject> for ServiceSink {
     type Item = Service;
+    type Error = DecodeError;
     fn kind(&self) -> &'static str {
         "Service"
     }
-    fn decode(&self, obj: DynamicObject) -> Result<Option<Service>, String> {
+    fn decode(&self, obj: DynamicObject) -> Result<Option<Service>, DecodeError> {
         check_name(&obj)?;
-        let mut svc: Service = obj.try_parse().map_err(|e| e.to_string())?;
+        let mut svc: Service = obj.try_parse()?;
         svc.metadata.managed_fields = None;
         Ok(Some(svc))
     }
@@ -238,12 +248,13 @@ impl ServiceCidrSink {
 
 impl Sink<DynamicObject> for ServiceCidrSink {
     type Item = ServiceCIDR;
+    type Error = DecodeError;
     fn kind(&self) -> &'static str {
         "ServiceCIDR"
     }
-    fn decode(&self, obj: DynamicObject) -> Result<Option<ServiceCIDR>, String> {
+    fn decode(&self, obj: DynamicObject) -> Result<Option<ServiceCIDR>, DecodeError> {
         check_name(&obj)?;
-        let mut c: ServiceCIDR = obj.try_parse().map_err(|e| e.to_string())?;
+        let mut c: ServiceCIDR = obj.try_parse()?;
         c.metadata.managed_fields = None;
         Ok(Some(c))
     }
@@ -276,12 +287,13 @@ pub struct EndpointSliceSink(pub ProxyHandles);
 
 impl Sink<DynamicObject> for EndpointSliceSink {
     type Item = EndpointSlice;
+    type Error = DecodeError;
     fn kind(&self) -> &'static str {
         "EndpointSlice"
     }
-    fn decode(&self, obj: DynamicObject) -> Result<Option<EndpointSlice>, String> {
+    fn decode(&self, obj: DynamicObject) -> Result<Option<EndpointSlice>, DecodeError> {
         check_name(&obj)?;
-        let mut slice: EndpointSlice = obj.try_parse().map_err(|e| e.to_string())?;
+        let mut slice: EndpointSlice = obj.try_parse()?;
         slice.metadata.managed_fields = None;
         Ok(Some(slice))
     }
@@ -392,12 +404,13 @@ impl NodeSink {
 
 impl Sink<DynamicObject> for NodeSink {
     type Item = NodeInfo;
+    type Error = DecodeError;
     fn kind(&self) -> &'static str {
         "Node"
     }
-    fn decode(&self, obj: DynamicObject) -> Result<Option<NodeInfo>, String> {
+    fn decode(&self, obj: DynamicObject) -> Result<Option<NodeInfo>, DecodeError> {
         check_name(&obj)?;
-        let node: Node = obj.try_parse().map_err(|e| e.to_string())?;
+        let node: Node = obj.try_parse()?;
         Ok(Some(NodeInfo::from_node(&node)))
     }
     fn upsert(&mut self, obj: &NodeInfo) {

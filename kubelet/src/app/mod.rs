@@ -71,7 +71,7 @@ pub enum AppError {
     RuntimeConfig(crate::runtime::RuntimeError),
     /// Upstream's kubelet exits when its image pull records cannot be set up.
     #[error("{0}")]
-    PullRecords(String),
+    PullRecords(crate::images::pull_records::PulledRecordError),
     /// Upstream's kubelet exits when its credential provider plugins cannot be registered.
     #[error("Failed to register CRI auth plugins: {0}")]
     CredentialProviders(#[from] crate::images::credentials::plugins::ConfigError),

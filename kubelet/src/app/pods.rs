@@ -284,16 +284,20 @@ impl crate::pluginmanager::PluginHandler for DraHandler {
         name: &str,
         endpoint: &str,
         versions: &[String],
-    ) -> Result<(), String> {
-        self.0.validate_plugin(name, endpoint, versions)
+    ) -> Result<(), crate::pluginmanager::PluginError> {
+        self.0
+            .validate_plugin(name, endpoint, versions)
+            .map_err(crate::pluginmanager::PluginError::new)
     }
     async fn register(
         &self,
         name: &str,
         endpoint: &str,
         versions: &[String],
-    ) -> Result<(), String> {
-        self.0.register_plugin(name, endpoint, versions)
+    ) -> Result<(), crate::pluginmanager::PluginError> {
+        self.0
+            .register_plugin(name, endpoint, versions)
+            .map_err(crate::pluginmanager::PluginError::new)
     }
     async fn deregister(&self, name: &str) {
         self.0.deregister_plugin(name)

@@ -182,9 +182,9 @@ async fn pod_credentials(
     p: &Puller<'_>,
     keyrings: Vec<credentials::Keyring>,
     image: &str,
-) -> Result<pull_records::PodCredentials, String> {
+) -> Result<pull_records::PodCredentials, PullFailure> {
     if let Some(e) = p.keyring_error {
-        return Err(e.to_string());
+        return Err(PullFailure::InvalidPullSecret(e.to_string()));
     }
     let tracked = credentials::lookup_all_tracked_blocking(keyrings, image).await;
     // A credential provider plugin in the service-account-token mode gave the pod's service
@@ -323,7 +323,8 @@ pub async fn ensure_image(
                         tracing::info!(%image, "image present but not verified for this pod's credentials: pulling it with them");
                     }
                     Err(e) => {
-                        return Err(fail(PullReason::ErrImagePull, e, Duration::from_secs(10)));
+                        let (reason, retry) = (PullReason::ErrImagePull, Duration::from_secs(10));
+                        return Err(fail(reason, e.to_string(), retry));
                     }
                 }
             }
@@ -431,6 +432,15 @@ pub struct SecretKeyrings {
     pub refused: Vec<String>,
 }
 
+/// A pull secret whose docker config does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pull secret {namespace}/{name}: {source}")]
+pub struct PullSecretError {
+    pub namespace: String,
+    pub name: String,
+    pub source: credentials::CredentialError,
+}
+
 /// A pull secret's keyring from its data, or the message for a docker config that does not
 /// parse; `refused` gets a message when keys were refused.
 fn read_pull_secret(
@@ -438,11 +448,17 @@ fn read_pull_secret(
     name: &str,
     data: &crate::objects::ObjectData,
     refused: &mut Vec<String>,
-) -> Result<Option<credentials::Keyring>, String> {
+) -> Result<Option<credentials::Keyring>, PullSecretError> {
     let mut k = match credentials::secret_keyring(&data.binary) {
         Ok(Some(k)) => k,
         Ok(None) => return Ok(None),
-        Err(e) => return Err(format!("pull secret {namespace}/{name}: {e}")),
+        Err(source) => {
+            return Err(PullSecretError {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                source,
+            });
+        }
     };
     if k.refused > 0 {
         refused.push(format!(
@@ -504,7 +520,7 @@ pub async fn pod_keyrings(
             match read_pull_secret(&ns, name, data, &mut out.refused) {
                 Ok(Some(k)) => out.keyrings.push(k),
                 Ok(None) => {}
-                Err(e) => out.invalid.push(e),
+                Err(e) => out.invalid.push(e.to_string()),
             }
         }
         let node = credentials::read_node_keyring(&root);

@@ -46,13 +46,14 @@ struct Follow<'a, K> {
 
 impl<K> Sink<K> for Follow<'_, K> {
     type Item = ObjectData;
+    type Error = std::convert::Infallible;
     fn kind(&self) -> &'static str {
         self.kind.lower()
     }
     fn quiet(&self) -> bool {
         true
     }
-    fn decode(&self, obj: K) -> Result<Option<ObjectData>, String> {
+    fn decode(&self, obj: K) -> Result<Option<ObjectData>, std::convert::Infallible> {
         Ok(Some((self.convert)(obj)))
     }
     fn upsert(&mut self, item: &ObjectData) {

@@ -25,10 +25,11 @@ where
     T: Clone + PartialEq + Send + Sync + 'static,
 {
     type Item = T;
+    type Error = std::convert::Infallible;
     fn kind(&self) -> &'static str {
         self.what
     }
-    fn decode(&self, obj: K) -> Result<Option<T>, String> {
+    fn decode(&self, obj: K) -> Result<Option<T>, std::convert::Infallible> {
         Ok(Some((self.convert)(&obj)))
     }
 }

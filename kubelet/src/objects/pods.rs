@@ -42,10 +42,11 @@ impl NodePods {
 
 impl Sink<Pod> for NodePods {
     type Item = Pod;
+    type Error = std::convert::Infallible;
     fn kind(&self) -> &'static str {
         "pods"
     }
-    fn decode(&self, p: Pod) -> Result<Option<Pod>, String> {
+    fn decode(&self, p: Pod) -> Result<Option<Pod>, std::convert::Infallible> {
         Ok(self.keep(p))
     }
 }

@@ -2,7 +2,12 @@
 
 use std::sync::Mutex;
 
-use super::PluginHandler;
+use super::{PluginError, PluginHandler};
+
+/// The refusal a [`FakeHandler`] was told to give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
 
 /// Records every call; refuses validation or registration when told to.
 #[derive(Debug, Default)]
@@ -25,13 +30,13 @@ impl PluginHandler for FakeHandler {
         name: &str,
         endpoint: &str,
         versions: &[String],
-    ) -> Result<(), String> {
+    ) -> Result<(), PluginError> {
         self.calls
             .lock()
             .unwrap()
             .push(format!("validate {name} {endpoint} {}", versions.join(",")));
         match self.refuse_validate.lock().unwrap().clone() {
-            Some(e) => Err(e),
+            Some(e) => Err(PluginError::new(Refused(e))),
             None => Ok(()),
         }
     }
@@ -40,13 +45,13 @@ impl PluginHandler for FakeHandler {
         name: &str,
         endpoint: &str,
         _versions: &[String],
-    ) -> Result<(), String> {
+    ) -> Result<(), PluginError> {
         self.calls
             .lock()
             .unwrap()
             .push(format!("register {name} {endpoint}"));
         match self.refuse_register.lock().unwrap().clone() {
-            Some(e) => Err(e),
+            Some(e) => Err(PluginError::new(Refused(e))),
             None => Ok(()),
         }
     }

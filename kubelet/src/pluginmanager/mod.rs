@@ -40,17 +40,42 @@ pub fn registry_dir(root_dir: &Path) -> PathBuf {
     root_dir.join("plugins_registry")
 }
 
+/// Why a handler refused a plugin: the handler's own error (CSI's, DRA's), whose text goes
+/// back to the plugin in `NotifyRegistrationStatus`.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct PluginError(Box<dyn std::error::Error + Send + Sync>);
+
+impl PluginError {
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        PluginError(Box::new(e))
+    }
+
+    /// The handler's error, when it is an `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref()
+    }
+}
+
 /// One consumer of plugins of one type (`CSIPlugin`, `DevicePlugin`, `DRAPlugin`). The
 /// manager calls `validate`, then `register`; `deregister` once the socket is gone.
 #[async_trait::async_trait]
 pub trait PluginHandler: Send + Sync {
     /// Refuses a plugin whose information is wrong (unsupported versions, a duplicate); the
     /// error goes back to the plugin in `NotifyRegistrationStatus`.
-    async fn validate(&self, name: &str, endpoint: &str, versions: &[String])
-    -> Result<(), String>;
+    async fn validate(
+        &self,
+        name: &str,
+        endpoint: &str,
+        versions: &[String],
+    ) -> Result<(), PluginError>;
     /// Starts using the plugin; an error is sent back to the plugin.
-    async fn register(&self, name: &str, endpoint: &str, versions: &[String])
-    -> Result<(), String>;
+    async fn register(
+        &self,
+        name: &str,
+        endpoint: &str,
+        versions: &[String],
+    ) -> Result<(), PluginError>;
     /// The plugin's socket went away.
     async fn deregister(&self, name: &str);
 }

@@ -37,6 +37,21 @@ pub enum AuthnError {
     TokenWebhookDisabled,
 }
 
+/// Why a client CA bundle makes no verifier.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CaBundleError {
+    /// A PEM block does not parse.
+    #[error("{0}")]
+    Pem(String),
+    /// A certificate is not a usable trust anchor.
+    #[error("{0}")]
+    Certificate(String),
+    #[error("no CA certificate found")]
+    Empty,
+    #[error("{0}")]
+    Verifier(String),
+}
+
 /// Loading the client CA bundle failed (the agent refuses to start).
 #[derive(Debug, thiserror::Error)]
 #[error("authentication.x509.clientCAFile {path}: {message}")]
@@ -68,7 +83,7 @@ impl X509 {
             message,
         };
         let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-        let verifier = verifier(&pem).map_err(err)?;
+        let verifier = verifier(&pem).map_err(|e| err(e.to_string()))?;
         Ok(X509 {
             verifier: std::sync::RwLock::new(verifier),
             file: Some(CaFile {
@@ -78,7 +93,7 @@ impl X509 {
         })
     }
 
-    pub fn from_pem(pem: &[u8]) -> Result<X509, String> {
+    pub fn from_pem(pem: &[u8]) -> Result<X509, CaBundleError> {
         Ok(X509 {
             verifier: std::sync::RwLock::new(verifier(pem)?),
             file: None,
@@ -104,7 +119,7 @@ impl X509 {
         if *file.pem.lock().unwrap_or_else(|e| e.into_inner()) == pem {
             return Ok(false);
         }
-        let v = verifier(&pem).map_err(err)?;
+        let v = verifier(&pem).map_err(|e| err(e.to_string()))?;
         *self.verifier.write().unwrap_or_else(|e| e.into_inner()) = v;
         *file.pem.lock().unwrap_or_else(|e| e.into_inner()) = pem;
         Ok(true)
@@ -152,21 +167,23 @@ impl X509 {
 }
 
 /// A webpki client verifier over the CA certificates in `pem`.
-fn verifier(pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, String> {
+fn verifier(pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, CaBundleError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut &pem[..]) {
-        let cert = cert.map_err(|e| e.to_string())?;
-        roots.add(cert).map_err(|e| e.to_string())?;
+        let cert = cert.map_err(|e| CaBundleError::Pem(e.to_string()))?;
+        roots
+            .add(cert)
+            .map_err(|e| CaBundleError::Certificate(e.to_string()))?;
     }
     if roots.is_empty() {
-        return Err("no CA certificate found".into());
+        return Err(CaBundleError::Empty);
     }
     rustls::server::WebPkiClientVerifier::builder_with_provider(
         Arc::new(roots),
         Arc::new(rustls::crypto::ring::default_provider()),
     )
     .build()
-    .map_err(|e| e.to_string())
+    .map_err(|e| CaBundleError::Verifier(e.to_string()))
 }
 
 /// The authentication settings in force.
@@ -175,7 +192,8 @@ pub struct Authenticator {
     pub x509: Option<X509>,
     /// TokenReview client when `authentication.webhook.enabled`.
     pub tokens: Option<Arc<dyn AuthReview>>,
-    cache: TtlCache<String, Result<UserInfo, String>>,
+    /// Answers by token hash; a rejection as its [`AuthnError::InvalidToken`].
+    cache: TtlCache<String, Result<UserInfo, AuthnError>>,
     cache_ttl: Duration,
 }
 
@@ -245,7 +263,7 @@ impl Authenticator {
     ) -> Result<UserInfo, AuthnError> {
         let key = token_key(token);
         if let Some(hit) = self.cache.get(&key) {
-            return hit.map_err(AuthnError::InvalidToken);
+            return hit;
         }
         // Errors (no answer) are not cached; answers, good or bad, are kept for cacheTTL.
         let answer = match review.review_token(token.to_string()).await {
@@ -255,11 +273,11 @@ impl Authenticator {
                 }
                 Ok(u)
             }
-            Ok(TokenOutcome::Rejected(why)) => Err(why),
+            Ok(TokenOutcome::Rejected(why)) => Err(AuthnError::InvalidToken(why)),
             Err(e) => return Err(AuthnError::Review(e.to_string())),
         };
         self.cache.put(key, answer.clone(), self.cache_ttl);
-        answer.map_err(AuthnError::InvalidToken)
+        answer
     }
 }
 

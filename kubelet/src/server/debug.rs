@@ -47,13 +47,22 @@ fn http_error(status: StatusCode, msg: &str) -> Response {
 
 /// Parses a verbosity as klog's `Level.Set` does (Go's `strconv.ParseInt(v, 10, 32)`), with
 /// Go's error text.
-pub fn parse_level(v: &str) -> Result<i32, String> {
+pub fn parse_level(v: &str) -> Result<i32, LevelError> {
     let digits = v.strip_prefix(['+', '-']).unwrap_or(v);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("strconv.ParseInt: parsing {v:?}: invalid syntax"));
+        return Err(LevelError::Syntax(v.to_string()));
     }
     v.parse::<i32>()
-        .map_err(|_| format!("strconv.ParseInt: parsing {v:?}: value out of range"))
+        .map_err(|_| LevelError::Range(v.to_string()))
+}
+
+/// Go's `strconv.ParseInt` errors for a verbosity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LevelError {
+    #[error("strconv.ParseInt: parsing {0:?}: invalid syntax")]
+    Syntax(String),
+    #[error("strconv.ParseInt: parsing {0:?}: value out of range")]
+    Range(String),
 }
 
 /// The tracing level a klog verbosity stands for (as `--v` at start).

@@ -83,14 +83,37 @@ pub fn aggregate(errs: &[String]) -> String {
     }
 }
 
+/// A node log query's invalid options: each field error in upstream's words, shown as
+/// apimachinery's aggregate of them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", aggregate(.0))]
+pub struct LogQueryError(pub Vec<String>);
+
+/// Go's `strconv.Atoi` errors.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum AtoiError {
+    #[error("strconv.Atoi: parsing {}: invalid syntax", q(.0))]
+    Syntax(String),
+    #[error("strconv.Atoi: parsing {}: value out of range", q(.0))]
+    Range(String),
+}
+
+/// A queried file that is not there beneath the log directory (a stat-like error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stat {}: {message}", .path.display())]
+pub struct StatError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
 /// Go's `strconv.Atoi`, with its error text.
-fn atoi(v: &str) -> Result<i64, String> {
+fn atoi(v: &str) -> Result<i64, AtoiError> {
     let digits = v.strip_prefix(['+', '-']).unwrap_or(v);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("strconv.Atoi: parsing {}: invalid syntax", q(v)));
+        return Err(AtoiError::Syntax(v.to_string()));
     }
     v.parse::<i64>()
-        .map_err(|_| format!("strconv.Atoi: parsing {}: value out of range", q(v)))
+        .map_err(|_| AtoiError::Range(v.to_string()))
 }
 
 fn rfc3339(v: &str) -> Option<jiff::Timestamp> {
@@ -107,7 +130,7 @@ fn rfc3339(v: &str) -> Option<jiff::Timestamp> {
 
 /// Upstream's newNodeLogQuery over the request's parameters (in order; the first value of
 /// each option counts). `Ok(None)`: no query parameter at all (the file server answers).
-pub fn parse(params: &[(String, String)]) -> Result<Option<Query>, String> {
+pub fn parse(params: &[(String, String)]) -> Result<Option<Query>, LogQueryError> {
     let first = |k: &str| {
         params
             .iter()
@@ -158,7 +181,7 @@ pub fn parse(params: &[(String, String)]) -> Result<Option<Query>, String> {
     }
     nlq.pattern = first("pattern").to_string();
     if !errs.is_empty() {
-        return Err(aggregate(&errs));
+        return Err(LogQueryError(errs));
     }
     Ok((nlq != Query::default()).then_some(nlq))
 }
@@ -187,7 +210,7 @@ fn relative(file: &str) -> PathBuf {
 
 /// Whether `file` exists beneath `root` (symlinks followed only while they stay inside),
 /// or why not (a stat-like error). Blocking.
-pub fn file_beneath(root: &Path, file: &str) -> Result<(), String> {
+pub fn file_beneath(root: &Path, file: &str) -> Result<(), StatError> {
     let rel = relative(file);
     let why = |e: &fs_at::BeneathError| match e {
         fs_at::BeneathError::Io { source, .. } if !e.is_absent() => source.to_string(),
@@ -197,7 +220,10 @@ pub fn file_beneath(root: &Path, file: &str) -> Result<(), String> {
         .map_err(|source| fs_at::BeneathError::Io { op: "open", source })
         .and_then(|dir| fs_at::resolve_beneath(&dir, &rel, root.canonicalize().ok().as_deref()))
         .map(drop)
-        .map_err(|e| format!("stat {}: {}", root.join(&rel).display(), why(&e)))
+        .map_err(|e| StatError {
+            path: root.join(&rel),
+            message: why(&e),
+        })
 }
 
 /// Opens the regular file `name` beneath `root` in one race-free step; `NotFound` when it is
@@ -216,7 +242,7 @@ fn open_log_file(root: &Path, name: &str) -> std::io::Result<std::fs::File> {
 
 /// Upstream's nodeLogQuery.validate (blocking: it looks at a queried file). `Err`: the
 /// aggregated field errors.
-pub fn validate(n: &Query, root: &Path) -> Result<(), String> {
+pub fn validate(n: &Query, root: &Path) -> Result<(), LogQueryError> {
     let mut errs = Vec::new();
     for s in &n.services {
         if let Some(why) = service_name_problem(s) {
@@ -287,7 +313,7 @@ pub fn validate(n: &Query, root: &Path) -> Result<(), String> {
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(aggregate(&errs))
+        Err(LogQueryError(errs))
     }
 }
 

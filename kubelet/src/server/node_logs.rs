@@ -159,7 +159,7 @@ pub async fn node_logs(
             .map(|q| q.0)
             .unwrap_or_default();
         match parse(&params) {
-            Err(e) => return http_error(StatusCode::BAD_REQUEST, &e),
+            Err(e) => return http_error(StatusCode::BAD_REQUEST, &e.to_string()),
             Ok(None) => {}
             Ok(Some(q)) => {
                 if path != "/" {
@@ -171,7 +171,7 @@ pub async fn node_logs(
                 let (q2, r2) = (q.clone(), root.clone());
                 match tokio::task::spawn_blocking(move || validate(&q2, &r2)).await {
                     Ok(Ok(())) => {}
-                    Ok(Err(e)) => return http_error(StatusCode::NOT_ACCEPTABLE, &e),
+                    Ok(Err(e)) => return http_error(StatusCode::NOT_ACCEPTABLE, &e.to_string()),
                     Err(e) => return http_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
                 }
                 if !q.services.is_empty() {

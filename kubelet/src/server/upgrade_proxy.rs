@@ -99,25 +99,44 @@ pub struct BackendHead {
     pub rest: Vec<u8>,
 }
 
+/// Why the runtime's streaming server gave no usable answer (a 500 to the client).
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("dialing the runtime's streaming server {authority}: {source}")]
+    Dial {
+        authority: String,
+        source: std::io::Error,
+    },
+    #[error("writing to the runtime's streaming server: {0}")]
+    Write(std::io::Error),
+    #[error("reading the runtime's response: {0}")]
+    Read(std::io::Error),
+    #[error("the runtime closed the connection before answering")]
+    Closed,
+    #[error("the runtime's status: {0}")]
+    Status(axum::http::status::InvalidStatusCode),
+    #[error("the runtime's response head is too large")]
+    TooLarge,
+    #[error("the runtime's response: {0}")]
+    Parse(httparse::Error),
+}
+
 /// Reads a response head from `conn` (at most [`MAX_HEAD`] bytes).
-pub async fn read_head<R: AsyncRead + Unpin>(conn: &mut R) -> Result<BackendHead, String> {
+pub async fn read_head<R: AsyncRead + Unpin>(conn: &mut R) -> Result<BackendHead, BackendError> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     loop {
-        let n = conn
-            .read(&mut chunk)
-            .await
-            .map_err(|e| format!("reading the runtime's response: {e}"))?;
+        let n = conn.read(&mut chunk).await.map_err(BackendError::Read)?;
         if n == 0 {
-            return Err("the runtime closed the connection before answering".into());
+            return Err(BackendError::Closed);
         }
         buf.extend_from_slice(&chunk[..n]);
         let mut hdrs = [httparse::EMPTY_HEADER; 64];
         let mut resp = httparse::Response::new(&mut hdrs);
         match resp.parse(&buf) {
             Ok(httparse::Status::Complete(len)) => {
-                let status = StatusCode::from_u16(resp.code.unwrap_or(0))
-                    .map_err(|e| format!("the runtime's status: {e}"))?;
+                let status =
+                    StatusCode::from_u16(resp.code.unwrap_or(0)).map_err(BackendError::Status)?;
                 let mut headers = HeaderMap::new();
                 for h in resp.headers.iter() {
                     if let (Ok(n), Ok(v)) = (
@@ -135,9 +154,9 @@ pub async fn read_head<R: AsyncRead + Unpin>(conn: &mut R) -> Result<BackendHead
             }
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
             Ok(httparse::Status::Partial) => {
-                return Err("the runtime's response head is too large".into());
+                return Err(BackendError::TooLarge);
             }
-            Err(e) => return Err(format!("the runtime's response: {e}")),
+            Err(e) => return Err(BackendError::Parse(e)),
         }
     }
 }
@@ -154,17 +173,16 @@ pub(super) async fn dial(
         refuse(StatusCode::INTERNAL_SERVER_ERROR, m).into_response()
     };
     let dialed = tokio::time::timeout(BACKEND_TIMEOUT, async {
-        let mut conn = TcpStream::connect(&b.authority).await.map_err(|e| {
-            format!(
-                "dialing the runtime's streaming server {}: {e}",
-                b.authority
-            )
-        })?;
-        conn.write_all(head)
-            .await
-            .map_err(|e| format!("writing to the runtime's streaming server: {e}"))?;
+        let mut conn =
+            TcpStream::connect(&b.authority)
+                .await
+                .map_err(|source| BackendError::Dial {
+                    authority: b.authority.clone(),
+                    source,
+                })?;
+        conn.write_all(head).await.map_err(BackendError::Write)?;
         let head = read_head(&mut conn).await?;
-        Ok::<_, String>((conn, head))
+        Ok::<_, BackendError>((conn, head))
     })
     .await;
     match dialed {
@@ -172,7 +190,7 @@ pub(super) async fn dial(
             tracing::debug!(url, status = %x.1.status, "runtime streaming server answered");
             Ok(x)
         }
-        Ok(Err(m)) => Err(fail(m)),
+        Ok(Err(e)) => Err(fail(e.to_string())),
         Err(_) => Err(fail(format!(
             "the runtime's streaming server {} did not answer within {BACKEND_TIMEOUT:?}",
             b.authority

@@ -166,9 +166,14 @@ pub struct StatusWriter {
     pub terminated_rx: mpsc::UnboundedReceiver<Terminated>,
 }
 
+/// Why a status write failed.
+#[derive(Debug, thiserror::Error)]
 enum WriteError {
+    #[error("conflict")]
     Conflict,
+    #[error("the pod is gone")]
     Gone,
+    #[error("{0}")]
     Other(kube::Error),
 }
 
@@ -207,7 +212,7 @@ impl StatusWriter {
         &self,
         local: &Pod,
         written: &mut HashMap<String, Value>,
-    ) -> Result<(), String> {
+    ) -> Result<(), WriteError> {
         self.sync_pod_checked(local, written, &mut HashMap::new())
             .await
     }
@@ -221,7 +226,7 @@ impl StatusWriter {
         local: &Pod,
         written: &mut HashMap<String, Value>,
         checked: &mut HashMap<String, (Option<String>, PodStatus)>,
-    ) -> Result<(), String> {
+    ) -> Result<(), WriteError> {
         let Some(local_status) = &local.status else {
             return Ok(());
         };
@@ -275,8 +280,7 @@ impl StatusWriter {
                     None => return Ok(()),
                 },
                 Err(WriteError::Gone) => return Ok(()),
-                Err(WriteError::Conflict) => return Err("conflict".into()),
-                Err(WriteError::Other(e)) => return Err(e.to_string()),
+                Err(e @ (WriteError::Conflict | WriteError::Other(_))) => return Err(e),
             }
         }
         Ok(())

@@ -20,8 +20,73 @@ use std::path::{Path, PathBuf};
 use cri_proto::plugins::csi;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::csi::CsiMounter;
-use super::csi::mounter::{CsiVolume, VOL_DATA_FILE, access_mode, attachment_name};
+use super::csi::mounter::{
+    CsiVolume, VOL_DATA_FILE, access_mode, attachment_name, blocking, safe_component,
+};
+use super::csi::{CsiError, CsiMounter, CsiStatus};
+
+/// Why a block volume could not be mapped or unmapped (upstream's messages where the
+/// block mapper has them).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BlockError {
+    #[error(
+        "MapVolume.FindMapperPluginBySpec failed to find BlockVolumeMapper plugin. Volume plugin is nil. for volume {0:?}"
+    )]
+    NoMapper(String),
+    /// The claim's volume mode does not fit how the pod's containers use it.
+    #[error("volume {volume} has volumeMode {mode}, but is specified in {field}")]
+    ModeMismatch {
+        volume: String,
+        mode: &'static str,
+        field: &'static str,
+    },
+    /// A CSI step shared with filesystem volumes (names, the driver, a blocking task).
+    #[error("{0}")]
+    Csi(#[from] CsiError),
+    #[error("local volume path {:?} is not a block device", .0.display().to_string())]
+    NotBlockDevice(PathBuf),
+    #[error("{action} {}: {message}", .path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("{}: {message}", .path.display())]
+    Stat { path: PathBuf, message: String },
+    #[error("{} exists and is not a symbolic link", .0.display())]
+    NotSymlink(PathBuf),
+    #[error("linking {} to {}: {message}", .link.display(), .target.display())]
+    Link {
+        link: PathBuf,
+        target: PathBuf,
+        message: String,
+    },
+    /// A pod's device symlink without its volume's data could not be removed.
+    #[error("{message}")]
+    RemoveLink { path: PathBuf, message: String },
+    #[error("{0}")]
+    Encode(String),
+    #[error("MapVolume.SetUpDevice failed for volume {volume:?} : {source}")]
+    SetUpDevice { volume: String, source: CsiStatus },
+    #[error("MapVolume.MapPodDevice failed for volume {volume:?} : {source}")]
+    MapPodDevice { volume: String, source: CsiStatus },
+    #[error("MapVolume.MapPodDevice failed for volume {volume:?} : the driver did not create the device at {}", .path.display())]
+    NoDevice { volume: String, path: PathBuf },
+    #[error("UnmapVolume.UnmapPodDevice failed for volume {volume:?} : {source}")]
+    UnmapPodDevice { volume: String, source: CsiStatus },
+    #[error("UnmapDevice.TearDownDevice failed for volume {volume:?} : {source}")]
+    TearDownDevice { volume: String, source: CsiStatus },
+}
+
+impl BlockError {
+    fn io(action: &'static str, path: &Path, e: impl std::fmt::Display) -> Self {
+        BlockError::Io {
+            action,
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    }
+}
 
 /// The directory under a pod's `volumeDevices/` holding its CSI block volumes.
 pub const CSI_POD_DIR: &str = "kubernetes.io~csi";
@@ -35,13 +100,6 @@ pub enum BlockSource {
     Csi(Box<CsiVolume>),
     /// A local PV: its path is the device.
     Local { path: String, pv: String },
-}
-
-/// Upstream's error when a PV's kind has no block mapper (hostPath and the like).
-pub fn no_mapper(spec_name: &str) -> String {
-    format!(
-        "MapVolume.FindMapperPluginBySpec failed to find BlockVolumeMapper plugin. Volume plugin is nil. for volume {spec_name:?}"
-    )
 }
 
 /// Whether any container (init, regular, ephemeral) names the volume in `volumeMounts`, and
@@ -69,18 +127,19 @@ fn uses(pod: &Pod, volume: &str) -> (bool, bool) {
 }
 
 /// Upstream's check of a claim's volume mode against how the pod's containers use it.
-pub fn check_mode(pod: &Pod, volume: &str, block: bool) -> Result<(), String> {
+pub fn check_mode(pod: &Pod, volume: &str, block: bool) -> Result<(), BlockError> {
     let (mounted, mapped) = uses(pod, volume);
     let mode = if block { "Block" } else { "Filesystem" };
+    let mismatch = |field| BlockError::ModeMismatch {
+        volume: volume.to_string(),
+        mode,
+        field,
+    };
     if mounted && block {
-        return Err(format!(
-            "volume {volume} has volumeMode {mode}, but is specified in volumeMounts"
-        ));
+        return Err(mismatch("volumeMounts"));
     }
     if mapped && !block {
-        return Err(format!(
-            "volume {volume} has volumeMode {mode}, but is specified in volumeDevices"
-        ));
+        return Err(mismatch("volumeDevices"));
     }
     Ok(())
 }
@@ -114,14 +173,6 @@ pub fn pod_device_dir(root_dir: &Path, pod_uid: &str, plugin_dir: &str) -> PathB
         .join(plugin_dir)
 }
 
-/// A name used as one path component: no separators, not `.` or `..`, not empty.
-fn safe_component(kind: &str, s: &str) -> Result<(), String> {
-    if s.is_empty() || s == "." || s == ".." || s.contains('/') || s.contains('\0') {
-        return Err(super::csi::log(format!("invalid {kind} {s:?}")));
-    }
-    Ok(())
-}
-
 fn capability(v: &CsiVolume) -> csi::VolumeCapability {
     csi::VolumeCapability {
         access_type: Some(csi::volume_capability::AccessType::Block(
@@ -133,23 +184,17 @@ fn capability(v: &CsiVolume) -> csi::VolumeCapability {
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| e.to_string())
-}
-
-fn mkdir(p: &Path) -> Result<(), String> {
+fn mkdir(p: &Path) -> Result<(), BlockError> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o750)
         .create(p)
-        .map_err(|e| format!("creating {}: {e}", p.display()))
+        .map_err(|e| BlockError::io("creating", p, e))
 }
 
 /// Makes `link` a symlink to `target` (an older symlink there is replaced; anything else
 /// there is an error, never removed). Blocking.
-pub fn place_symlink(link: &Path, target: &Path) -> Result<(), String> {
+pub fn place_symlink(link: &Path, target: &Path) -> Result<(), BlockError> {
     if let Some(dir) = link.parent() {
         mkdir(dir)?;
     }
@@ -158,19 +203,22 @@ pub fn place_symlink(link: &Path, target: &Path) -> Result<(), String> {
             if std::fs::read_link(link).is_ok_and(|t| t == target) {
                 return Ok(());
             }
-            std::fs::remove_file(link).map_err(|e| format!("removing {}: {e}", link.display()))?;
+            std::fs::remove_file(link).map_err(|e| BlockError::io("removing", link, e))?;
         }
-        Ok(_) => {
-            return Err(format!(
-                "{} exists and is not a symbolic link",
-                link.display()
-            ));
-        }
+        Ok(_) => return Err(BlockError::NotSymlink(link.to_path_buf())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("{}: {e}", link.display())),
+        Err(e) => {
+            return Err(BlockError::Stat {
+                path: link.to_path_buf(),
+                message: e.to_string(),
+            });
+        }
     }
-    std::os::unix::fs::symlink(target, link)
-        .map_err(|e| format!("linking {} to {}: {e}", link.display(), target.display()))
+    std::os::unix::fs::symlink(target, link).map_err(|e| BlockError::Link {
+        link: link.to_path_buf(),
+        target: target.to_path_buf(),
+        message: e.to_string(),
+    })
 }
 
 /// Whether `p` (followed) is a block device.
@@ -212,7 +260,11 @@ fn read_data(root_dir: &Path, spec_name: &str) -> Option<BTreeMap<String, String
 
 /// Maps a block volume for the pod; returns the pod's device symlink (the CRI device's host
 /// path).
-pub async fn set_up(m: &CsiMounter, pod_uid: &str, src: &BlockSource) -> Result<PathBuf, String> {
+pub async fn set_up(
+    m: &CsiMounter,
+    pod_uid: &str,
+    src: &BlockSource,
+) -> Result<PathBuf, BlockError> {
     match src {
         BlockSource::Local { path, pv } => {
             safe_component("volume name", pv)?;
@@ -220,10 +272,7 @@ pub async fn set_up(m: &CsiMounter, pod_uid: &str, src: &BlockSource) -> Result<
             let (l, device) = (link.clone(), PathBuf::from(path));
             blocking(move || {
                 if !is_block_device(&device) {
-                    return Err(format!(
-                        "local volume path {:?} is not a block device",
-                        device.display().to_string()
-                    ));
+                    return Err(BlockError::NotBlockDevice(device));
                 }
                 place_symlink(&l, &device)
             })
@@ -234,7 +283,7 @@ pub async fn set_up(m: &CsiMounter, pod_uid: &str, src: &BlockSource) -> Result<
     }
 }
 
-async fn set_up_csi(m: &CsiMounter, pod_uid: &str, v: &CsiVolume) -> Result<PathBuf, String> {
+async fn set_up_csi(m: &CsiMounter, pod_uid: &str, v: &CsiVolume) -> Result<PathBuf, BlockError> {
     safe_component("driver name", &v.driver)?;
     safe_component("volume name", &v.spec_name)?;
     let root = m.root_dir.clone();
@@ -249,16 +298,9 @@ async fn set_up_csi(m: &CsiMounter, pod_uid: &str, v: &CsiVolume) -> Result<Path
         return Ok(link);
     }
     let Some(driver) = m.drivers.get(&v.driver) else {
-        return Err(super::csi::log(format!(
-            "driver name {} not found in the list of registered CSI drivers",
-            v.driver
-        )));
+        return Err(CsiError::DriverNotRegistered(v.driver.clone()).into());
     };
-    let caps = driver
-        .node
-        .capabilities()
-        .await
-        .map_err(|e| e.to_string())?;
+    let caps = driver.node.capabilities().await.map_err(CsiError::Rpc)?;
     let staging = csi_staging_path(&root, &v.spec_name);
     let data = BTreeMap::from([
         ("specVolID".to_string(), v.spec_name.clone()),
@@ -278,13 +320,13 @@ async fn set_up_csi(m: &CsiMounter, pod_uid: &str, v: &CsiVolume) -> Result<Path
         caps.stage_unstage,
     );
     // Staged already when another pod maps it (upstream's actual state of the world).
-    let staged = blocking(move || -> Result<bool, String> {
+    let staged = blocking(move || -> Result<bool, BlockError> {
         let dir = csi_data_dir(&r, &spec);
         mkdir(&dir)?;
-        let body = serde_json::to_vec(&data).map_err(|e| e.to_string())?;
+        let body = serde_json::to_vec(&data).map_err(|e| BlockError::Encode(e.to_string()))?;
         let file = dir.join(VOL_DATA_FILE);
         crate::atomic_file::write_public_atomic(&file, &body)
-            .map_err(|e| format!("writing {}: {e}", file.display()))?;
+            .map_err(|e| BlockError::io("writing", &file, e))?;
         mkdir(&csi_publish_dir(&r, &spec))?;
         if stage {
             mkdir(&s)?;
@@ -309,11 +351,9 @@ async fn set_up_csi(m: &CsiMounter, pod_uid: &str, v: &CsiVolume) -> Result<Path
                 volume_context: v.attributes.clone().into_iter().collect(),
             })
             .await
-            .map_err(|e| {
-                format!(
-                    "MapVolume.SetUpDevice failed for volume {:?} : {e}",
-                    v.spec_name
-                )
+            .map_err(|source| BlockError::SetUpDevice {
+                volume: v.spec_name.clone(),
+                source,
             })?;
     }
     driver
@@ -329,19 +369,17 @@ async fn set_up_csi(m: &CsiMounter, pod_uid: &str, v: &CsiVolume) -> Result<Path
             volume_context: v.attributes.clone().into_iter().collect(),
         })
         .await
-        .map_err(|e| {
-            format!(
-                "MapVolume.MapPodDevice failed for volume {:?} : {e}",
-                v.spec_name
-            )
+        .map_err(|source| BlockError::MapPodDevice {
+            volume: v.spec_name.clone(),
+            source,
         })?;
     let (l, p, name) = (link.clone(), publish.clone(), v.spec_name.clone());
     blocking(move || {
         if std::fs::symlink_metadata(&p).is_err() {
-            return Err(format!(
-                "MapVolume.MapPodDevice failed for volume {name:?} : the driver did not create the device at {}",
-                p.display()
-            ));
+            return Err(BlockError::NoDevice {
+                volume: name,
+                path: p,
+            });
         }
         place_symlink(&l, &p)
     })
@@ -353,7 +391,7 @@ async fn set_up_csi(m: &CsiMounter, pod_uid: &str, v: &CsiVolume) -> Result<Path
 /// symlink goes; the last pod's unmap unstages (NodeUnstageVolume) and removes the volume's
 /// directories. A failure keeps that volume's symlink for the next try; the first error is
 /// returned.
-pub async fn tear_down_pod(m: &CsiMounter, pod_uid: &str) -> Result<(), String> {
+pub async fn tear_down_pod(m: &CsiMounter, pod_uid: &str) -> Result<(), BlockError> {
     let (root, uid) = (m.root_dir.clone(), pod_uid.to_string());
     let (csi_links, local_links) = blocking(move || {
         (
@@ -379,28 +417,35 @@ pub async fn tear_down_pod(m: &CsiMounter, pod_uid: &str) -> Result<(), String> 
     first_err.map_or(Ok(()), Err)
 }
 
-async fn tear_down_csi(m: &CsiMounter, pod_uid: &str, spec: &str) -> Result<(), String> {
+async fn tear_down_csi(m: &CsiMounter, pod_uid: &str, spec: &str) -> Result<(), BlockError> {
     let root = m.root_dir.clone();
     let link = pod_device_dir(&root, pod_uid, CSI_POD_DIR).join(spec);
     let (r, s) = (root.clone(), spec.to_string());
     let Some(data) = blocking(move || read_data(&r, &s)).await? else {
         tracing::warn!(pod_uid, volume = %spec, "a block volume without vol_data.json: removing its link only");
         let l = link.clone();
-        return blocking(move || std::fs::remove_file(&l).map_err(|e| e.to_string())).await?;
+        return blocking(move || {
+            std::fs::remove_file(&l).map_err(|e| BlockError::RemoveLink {
+                message: e.to_string(),
+                path: l,
+            })
+        })
+        .await?;
     };
     let driver_name = data.get("driverName").cloned().unwrap_or_default();
     let handle = data.get("volumeHandle").cloned().unwrap_or_default();
     let Some(driver) = m.drivers.get(&driver_name) else {
-        return Err(super::csi::log(format!(
-            "driver name {driver_name} not found in the list of registered CSI drivers"
-        )));
+        return Err(CsiError::DriverNotRegistered(driver_name).into());
     };
     let publish = csi_publish_dir(&root, spec).join(pod_uid);
     driver
         .node
         .unpublish(&handle, &publish.display().to_string())
         .await
-        .map_err(|e| format!("UnmapVolume.UnmapPodDevice failed for volume {spec:?} : {e}"))?;
+        .map_err(|source| BlockError::UnmapPodDevice {
+            volume: spec.to_string(),
+            source,
+        })?;
     let (l, r, s, uid) = (
         link.clone(),
         root.clone(),
@@ -415,18 +460,17 @@ async fn tear_down_csi(m: &CsiMounter, pod_uid: &str, spec: &str) -> Result<(), 
     if !last {
         return Ok(());
     }
-    let caps = driver
-        .node
-        .capabilities()
-        .await
-        .map_err(|e| e.to_string())?;
+    let caps = driver.node.capabilities().await.map_err(CsiError::Rpc)?;
     let staging = csi_staging_path(&root, spec);
     if caps.stage_unstage {
         driver
             .node
             .unstage(&handle, &staging.display().to_string())
             .await
-            .map_err(|e| format!("UnmapDevice.TearDownDevice failed for volume {spec:?} : {e}"))?;
+            .map_err(|source| BlockError::TearDownDevice {
+                volume: spec.to_string(),
+                source,
+            })?;
     }
     let (r, s) = (root.clone(), spec.to_string());
     blocking(move || {

@@ -10,14 +10,34 @@ pub fn is_huge_page_medium(medium: &str) -> bool {
     medium == "HugePages" || medium.starts_with("HugePages-")
 }
 
-fn bytes(size: &str) -> Result<i128, String> {
-    quantity::parse_value(size).map_err(|e| format!("{size}: {e}"))
+/// Why a hugetlbfs emptyDir gets no page size (upstream's messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HugePagesError {
+    #[error("{size}: {message}")]
+    BadSize { size: String, message: String },
+    #[error("medium: {0} can't be used if container requests multiple huge page sizes")]
+    MultipleSizes(String),
+    #[error(
+        "medium {0}: hugePages storage requested, but there is no resource request for huge pages"
+    )]
+    NoRequest(String),
+}
+
+fn bad_size(size: &str, e: impl std::fmt::Display) -> HugePagesError {
+    HugePagesError::BadSize {
+        size: size.to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn bytes(size: &str) -> Result<i128, HugePagesError> {
+    quantity::parse_value(size).map_err(|e| bad_size(size, e))
 }
 
 /// The `pagesize=<size>` mount option for `medium`: `HugePages` takes the one page size the
 /// containers request (several sizes are an error), `HugePages-<size>` needs a request of that
 /// size. Sizes print as upstream's Quantity does (`2Mi`).
-pub fn page_size_option(medium: &str, pod: &Pod) -> Result<String, String> {
+pub fn page_size_option(medium: &str, pod: &Pod) -> Result<String, HugePagesError> {
     let wanted = match medium.strip_prefix("HugePages-") {
         Some(size) => Some(bytes(size)?),
         None => None,
@@ -40,9 +60,7 @@ pub fn page_size_option(medium: &str, pod: &Pod) -> Result<String, String> {
             match wanted {
                 None => {
                     if found.as_ref().is_some_and(|(b, _)| *b != current) {
-                        return Err(format!(
-                            "medium: {medium} can't be used if container requests multiple huge page sizes"
-                        ));
+                        return Err(HugePagesError::MultipleSizes(medium.to_string()));
                     }
                     found = Some((current, size.to_string()));
                 }
@@ -51,12 +69,8 @@ pub fn page_size_option(medium: &str, pod: &Pod) -> Result<String, String> {
             }
         }
     }
-    let (_, size) = found.ok_or_else(|| {
-        format!(
-            "medium {medium}: hugePages storage requested, but there is no resource request for huge pages"
-        )
-    })?;
-    let canonical = quantity::canonical(&size).map_err(|e| format!("{size}: {e}"))?;
+    let (_, size) = found.ok_or_else(|| HugePagesError::NoRequest(medium.to_string()))?;
+    let canonical = quantity::canonical(&size).map_err(|e| bad_size(&size, e))?;
     Ok(format!("pagesize={canonical}"))
 }
 

@@ -279,7 +279,7 @@ impl VolumeManager {
     /// down its claim-backed and CSI volumes. Waits for a setup in flight (the worker or a
     /// re-render), so that nothing is written under the pod's directory once this returns.
     /// An error: a volume could not be torn down; the pod's directory must stay (call again).
-    pub async fn forget(&self, uid: &str) -> Result<(), String> {
+    pub async fn forget(&self, uid: &str) -> Result<(), super::volume_claims::ClaimError> {
         let entry = self
             .pods
             .lock()
@@ -378,13 +378,10 @@ impl VolumeManager {
         };
         let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
         for v in volumes.filter(|v| super::volume_claims::handles(v)) {
-            let path = storage
-                .set_up(pod, v)
-                .await
-                .map_err(|message| VolumeError {
-                    volume: v.name.clone(),
-                    message,
-                })?;
+            let path = storage.set_up(pod, v).await.map_err(|e| VolumeError {
+                volume: v.name.clone(),
+                message: e.to_string(),
+            })?;
             out.insert(v.name.clone(), path);
         }
         Ok(out)
@@ -486,9 +483,9 @@ fn set_up_all(
         }
         if v.image.is_some() {
             // The runtime mounts the image itself (CRI `Mount.image`): nothing on the host.
-            image_volumes_supported(node).map_err(|message| VolumeError {
+            image_volumes_supported(node).map_err(|e| VolumeError {
                 volume: v.name.clone(),
-                message,
+                message: e.to_string(),
             })?;
             continue;
         }
@@ -506,18 +503,36 @@ fn set_up_all(
 }
 
 /// Image volumes need a runtime that mounts images (containerd 2.1, CRI-O 1.31 and later).
-fn image_volumes_supported(node: &NodeSettings) -> Result<(), String> {
+fn image_volumes_supported(node: &NodeSettings) -> Result<(), DirError> {
     if node.image_volumes {
         return Ok(());
     }
-    Err(format!(
-        "image volumes need a container runtime that mounts images (CRI Mount.image: containerd 2.1 or CRI-O 1.31 and later); {} does not",
+    Err(DirError::NoImageVolumes(
         if node.runtime_version.is_empty() {
-            "this runtime"
+            "this runtime".into()
         } else {
-            node.runtime_version.as_str()
-        }
+            node.runtime_version.clone()
+        },
     ))
+}
+
+/// Why a volume of the node's own kinds could not be set up (the message of its
+/// [`VolumeError`]).
+#[derive(Debug, thiserror::Error)]
+enum DirError {
+    #[error(
+        "image volumes need a container runtime that mounts images (CRI Mount.image: containerd 2.1 or CRI-O 1.31 and later); {0} does not"
+    )]
+    NoImageVolumes(String),
+    #[error("{0}")]
+    FsGroupPolicy(super::ownership::OwnershipError),
+    #[error("applying fsGroup: {0}")]
+    FsGroup(super::ownership::OwnershipError),
+    #[error("mounting tmpfs at {}: {source}", .dir.display())]
+    Tmpfs {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Whether a runtime (CRI Version's name and version) mounts images as volumes.
@@ -566,7 +581,8 @@ fn set_up_one(
     let payload: Option<Payload> = if let Some(e) = &v.empty_dir {
         let medium = e.medium.as_deref().unwrap_or_default();
         if super::hugepages::is_huge_page_medium(medium) {
-            let option = super::hugepages::page_size_option(medium, pod).map_err(&fail)?;
+            let option =
+                super::hugepages::page_size_option(medium, pod).map_err(|e| fail(e.to_string()))?;
             mounter
                 .ensure_hugetlbfs(&dir, &option)
                 .map_err(|e| fail(format!("mounting hugetlbfs at {}: {e}", dir.display())))?;
@@ -578,13 +594,13 @@ fn set_up_one(
                 .filter(|b| *b > 0)
                 .and_then(|b| u64::try_from(b).ok())
                 .or(u64::try_from(node.memory_capacity).ok().filter(|b| *b > 0));
-            mount_tmpfs(mounter, &dir, size).map_err(&fail)?;
+            mount_tmpfs(mounter, &dir, size).map_err(|e| fail(e.to_string()))?;
         }
         None
     } else if let Some(s) = &v.config_map {
         Some(projection::config_map(pod, s, f).map_err(|e| fail(e.0))?)
     } else if let Some(s) = &v.secret {
-        mount_tmpfs(mounter, &dir, None).map_err(&fail)?;
+        mount_tmpfs(mounter, &dir, None).map_err(|e| fail(e.to_string()))?;
         Some(projection::secret(pod, s, f).map_err(|e| fail(e.0))?)
     } else if let Some(d) = &v.downward_api {
         Some(
@@ -597,7 +613,7 @@ fn set_up_one(
             .map_err(|e| fail(e.0))?,
         )
     } else if let Some(p) = &v.projected {
-        mount_tmpfs(mounter, &dir, None).map_err(&fail)?;
+        mount_tmpfs(mounter, &dir, None).map_err(|e| fail(e.to_string()))?;
         Some(projection::projected(pod, &v.name, p, f, &node.allocatable).map_err(|e| fail(e.0))?)
     } else {
         None
@@ -612,13 +628,13 @@ fn set_up_one(
     if changed {
         // API-backed volumes are read-only to containers: their files get group read, an
         // emptyDir group read-write (upstream's volume attributes).
-        apply_fs_group(pod, &dir, v.empty_dir.is_none()).map_err(fail)?;
+        apply_fs_group(pod, &dir, v.empty_dir.is_none()).map_err(|e| fail(e.to_string()))?;
     }
     Ok(dir)
 }
 
 /// The pod's `fsGroup` on a volume it just wrote or made (upstream's SetVolumeOwnership).
-fn apply_fs_group(pod: &Pod, dir: &Path, readonly: bool) -> Result<(), String> {
+fn apply_fs_group(pod: &Pod, dir: &Path, readonly: bool) -> Result<(), DirError> {
     let Some(sc) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()) else {
         return Ok(());
     };
@@ -626,10 +642,10 @@ fn apply_fs_group(pod: &Pod, dir: &Path, readonly: bool) -> Result<(), String> {
         return Ok(());
     }
     let policy = super::ownership::ChangePolicy::from_field(sc.fs_group_change_policy.as_deref())
-        .map_err(|e| e.to_string())?;
+        .map_err(DirError::FsGroupPolicy)?;
     super::ownership::set_volume_ownership(dir, sc.fs_group, policy, readonly)
         .map(|_| ())
-        .map_err(|e| format!("applying fsGroup: {e}"))
+        .map_err(DirError::FsGroup)
 }
 
 /// A volume directory: 0777 like upstream's (containers running as any user write to an
@@ -643,10 +659,13 @@ fn make_dir(dir: &Path) -> std::io::Result<bool> {
     Ok(true)
 }
 
-fn mount_tmpfs(mounter: &dyn Binder, dir: &Path, size: Option<u64>) -> Result<(), String> {
+fn mount_tmpfs(mounter: &dyn Binder, dir: &Path, size: Option<u64>) -> Result<(), DirError> {
     mounter
         .ensure_tmpfs(dir, size)
-        .map_err(|e| format!("mounting tmpfs at {}: {e}", dir.display()))
+        .map_err(|source| DirError::Tmpfs {
+            dir: dir.to_path_buf(),
+            source,
+        })
 }
 
 #[cfg(test)]

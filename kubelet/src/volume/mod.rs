@@ -23,9 +23,10 @@ pub mod volume_claims;
 #[cfg(test)]
 mod bench_tests;
 
+pub use block::BlockError;
 pub use manager::{GIT_REPO_DISABLED, VolumeError, VolumeManager, runtime_mounts_images};
 pub use selinux::SeLinuxHost;
-pub use selinux_registry::{SeLinuxVolumes, VolumeRef as SeLinuxVolumeRef};
+pub use selinux_registry::{SeLinuxError, SeLinuxVolumes, VolumeRef as SeLinuxVolumeRef};
 pub use shared::make_root_dir_rshared;
 pub use subpath::{Binder, KernelBinder, SubpathMount};
-pub use volume_claims::{KubeStorageApi, Storage};
+pub use volume_claims::{ClaimError, KubeStorageApi, Storage};

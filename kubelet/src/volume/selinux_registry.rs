@@ -84,7 +84,12 @@ impl SeLinuxVolumes {
 
     /// Records that the pod mounts the volume; returns the label to mount it with (empty for
     /// none) or upstream's error, which keeps the pod from starting.
-    pub fn admit(&self, pod: &Pod, volume: &str, v: &VolumeRef<'_>) -> Result<String, String> {
+    pub fn admit(
+        &self,
+        pod: &Pod,
+        volume: &str,
+        v: &VolumeRef<'_>,
+    ) -> Result<String, SeLinuxError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let allowed = access_modes_allow(v.pv, v.access_modes, self.selinux_mount_gate);
         let mode = access_mode_label(v.pv, v.access_modes);
@@ -114,12 +119,11 @@ impl SeLinuxVolumes {
             return Ok(effective);
         };
         if !e.pods.contains(&uid) && v.driver_supports && label != e.original {
-            let err = format!(
-                "conflicting SELinux labels of volume {}: {} and {}",
-                v.spec_name,
-                go_quote(&e.original),
-                go_quote(&label)
-            );
+            let err = SeLinuxError::Conflict {
+                volume: v.spec_name.to_string(),
+                first: e.original.clone(),
+                second: label.clone(),
+            };
             let labels = [plugin, mode];
             handle(
                 err,
@@ -143,7 +147,7 @@ impl SeLinuxVolumes {
         v: &VolumeRef<'_>,
         allowed: bool,
         mode: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, SeLinuxError> {
         if !self.host.enabled || !v.driver_supports {
             return Ok(String::new());
         }
@@ -153,10 +157,10 @@ impl SeLinuxVolumes {
             let new = match self.host.file_label(&o, self.level) {
                 Ok(l) => l,
                 Err(e) => {
-                    let err = format!(
-                        "failed to construct SELinux label from context {}: {e}",
-                        go_quote_options(&o)
-                    );
+                    let err = SeLinuxError::BadContext {
+                        context: go_quote_options(&o),
+                        message: e.to_string(),
+                    };
                     handle(
                         err,
                         allowed,
@@ -170,12 +174,11 @@ impl SeLinuxVolumes {
             if label.is_empty() {
                 label = new;
             } else if label != new {
-                let err = format!(
-                    "volume {} is used with two different SELinux contexts in the same pod: {}, {}",
-                    v.spec_name,
-                    go_quote(&label),
-                    go_quote(&new)
-                );
+                let err = SeLinuxError::TwoContexts {
+                    volume: v.spec_name.to_string(),
+                    first: label.clone(),
+                    second: new.clone(),
+                };
                 handle(
                     err,
                     allowed,
@@ -223,15 +226,37 @@ impl SeLinuxVolumes {
     }
 }
 
+/// Why a volume's SELinux mount label conflicts (upstream's messages; they keep the pod
+/// from starting).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SeLinuxError {
+    /// Another pod mounts the volume with another label.
+    #[error("conflicting SELinux labels of volume {volume}: {} and {}", go_quote(.first), go_quote(.second))]
+    Conflict {
+        volume: String,
+        first: String,
+        second: String,
+    },
+    /// A container's `seLinuxOptions` (`context`, Go-quoted) make no label.
+    #[error("failed to construct SELinux label from context {context}: {message}")]
+    BadContext { context: String, message: String },
+    #[error("volume {volume} is used with two different SELinux contexts in the same pod: {}, {}", go_quote(.first), go_quote(.second))]
+    TwoContexts {
+        volume: String,
+        first: String,
+        second: String,
+    },
+}
+
 /// An error for a volume whose access modes allow a mount label (its error gauge counts it);
 /// else a warning: counted, logged, and the volume goes on without a label.
 fn handle(
-    err: String,
+    err: SeLinuxError,
     allowed: bool,
     warnings: &GaugeVec,
     errors: &GaugeVec,
     labels: &[&str],
-) -> Result<(), String> {
+) -> Result<(), SeLinuxError> {
     if allowed {
         errors.with_label_values(labels).add(1.0);
         return Err(err);

@@ -12,10 +12,105 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 
-use super::block::BlockSource;
-use super::csi::SecretRef;
+use super::block::{BlockError, BlockSource};
 use super::csi::mounter::CsiVolume;
+use super::csi::{ApiError, CsiError, CsiStatus, SecretRef};
+use super::host_path::HostPathError;
+use super::selinux_registry::SeLinuxError;
 use crate::objects::{ClientHandle, timed};
+
+/// Why a claim-backed or CSI volume could not be resolved, set up or torn down. The texts
+/// are upstream's desired-state populator's and operation executor's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    #[error("volume {0:?} is not backed by a claim")]
+    NotClaimBacked(String),
+    #[error("failed to fetch PVC {namespace}/{claim} from API server. err={source}")]
+    FetchClaim {
+        namespace: String,
+        claim: String,
+        source: ApiError,
+    },
+    /// The claim is not usable for the pod (`source` says why).
+    #[error("error processing PVC {namespace}/{claim}: {source}")]
+    Processing {
+        namespace: String,
+        claim: String,
+        source: Box<ClaimError>,
+    },
+    #[error("PVC {namespace}/{claim} was not created for pod {namespace}/{pod} (pod is not owner)")]
+    NotOwner {
+        namespace: String,
+        claim: String,
+        pod: String,
+    },
+    #[error("can't start pod because PVC {namespace}/{claim} is being deleted")]
+    ClaimDeleting { namespace: String, claim: String },
+    #[error(
+        "PVC {namespace}/{claim} has non-bound phase ({phase:?}) or empty pvc.Spec.VolumeName ({volume:?})"
+    )]
+    NotBound {
+        namespace: String,
+        claim: String,
+        phase: String,
+        volume: String,
+    },
+    #[error("failed to fetch PV {pv:?} from API server. err={source}")]
+    FetchVolume { pv: String, source: ApiError },
+    #[error(
+        "found PV object {0:?} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+    )]
+    NoClaimRef(String),
+    #[error(
+        "found PV object {pv:?} but its pv.Spec.ClaimRef.UID ({ref_uid:?}) does not point to claim.UID ({claim_uid:?})"
+    )]
+    ClaimRefMismatch {
+        pv: String,
+        ref_uid: String,
+        claim_uid: String,
+    },
+    #[error(
+        "PV {0:?} has a volume source this kubelet does not support (hostPath, local and csi are)"
+    )]
+    UnsupportedSource(String),
+    #[error(
+        "kubernetes.io/csi: PV {0:?}: nodeStageSecretRef and nodePublishSecretRef are not supported by this kubelet"
+    )]
+    BlockSecrets(String),
+    #[error("{0}")]
+    Block(#[from] BlockError),
+    #[error("{0}")]
+    Csi(#[from] CsiError),
+    #[error("{0}")]
+    HostPath(#[from] HostPathError),
+    #[error("local volume path {path:?}: {message}")]
+    LocalPath { path: String, message: String },
+    #[error("{0}")]
+    SeLinux(#[from] SeLinuxError),
+    /// A blocking task of the setup failed to finish.
+    #[error("{0}")]
+    Join(String),
+    /// An apiserver write of the claim's status failed.
+    #[error("{0}")]
+    Api(#[from] ApiError),
+    /// The driver's NodeExpandVolume failed.
+    #[error("Expander.NodeExpand failed to expand the volume : {0}")]
+    Expander(CsiStatus),
+    #[error("mountVolume.NodeExpandVolume update pvc status failed: {0}")]
+    ExpandedStatus(ApiError),
+    /// Growing a volume being mounted failed (a `FailedMount` event).
+    #[error("MountVolume.Setup failed while expanding volume for volume {volume:?} : {source}")]
+    Expansion {
+        volume: String,
+        source: Box<ClaimError>,
+    },
+}
+
+impl From<CsiStatus> for ClaimError {
+    fn from(e: CsiStatus) -> Self {
+        ClaimError::Csi(CsiError::Rpc(e))
+    }
+}
 
 /// The apiserver reads the resolution needs (and, through [`super::csi::CsiApi`], what a CSI
 /// mount needs).
@@ -25,15 +120,15 @@ pub trait StorageApi: super::csi::CsiApi {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<PersistentVolumeClaim>, String>;
-    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, String>;
+    ) -> Result<Option<PersistentVolumeClaim>, ApiError>;
+    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, ApiError>;
     /// A JSON merge patch of a claim's status (online expansion's progress and result).
     async fn patch_claim_status(
         &self,
         namespace: &str,
         name: &str,
         patch: serde_json::Value,
-    ) -> Result<(), String>;
+    ) -> Result<(), ApiError>;
 }
 
 /// [`StorageApi`] over the apiserver.
@@ -54,44 +149,42 @@ impl StorageApi for KubeStorageApi {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<PersistentVolumeClaim>, String> {
+    ) -> Result<Option<PersistentVolumeClaim>, ApiError> {
         let api: kube::Api<PersistentVolumeClaim> =
             kube::Api::namespaced(self.client.current(), namespace);
-        timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+        Ok(timed(api.get_opt(name)).await?)
     }
-    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, String> {
+    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, ApiError> {
         let api: kube::Api<PersistentVolume> = kube::Api::all(self.client.current());
-        timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+        Ok(timed(api.get_opt(name)).await?)
     }
     async fn patch_claim_status(
         &self,
         namespace: &str,
         name: &str,
         patch: serde_json::Value,
-    ) -> Result<(), String> {
+    ) -> Result<(), ApiError> {
         let api: kube::Api<PersistentVolumeClaim> =
             kube::Api::namespaced(self.client.current(), namespace);
         let params = kube::api::PatchParams::default();
-        timed(api.patch_status(name, &params, &kube::api::Patch::Merge(&patch)))
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        timed(api.patch_status(name, &params, &kube::api::Patch::Merge(&patch))).await?;
+        Ok(())
     }
 }
 
 #[async_trait::async_trait]
 impl super::csi::CsiApi for KubeStorageApi {
-    async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, String> {
+    async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, ApiError> {
         let api: kube::Api<CSIDriver> = kube::Api::all(self.client.current());
-        timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+        Ok(timed(api.get_opt(name)).await?)
     }
-    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, String> {
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, ApiError> {
         let api: kube::Api<Secret> = kube::Api::namespaced(self.client.current(), namespace);
-        timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+        Ok(timed(api.get_opt(name)).await?)
     }
-    async fn volumes_attached(&self, node: &str) -> Result<Vec<String>, String> {
+    async fn volumes_attached(&self, node: &str) -> Result<Vec<String>, ApiError> {
         let api: kube::Api<Node> = kube::Api::all(self.client.current());
-        let n = timed(api.get(node)).await.map_err(|e| e.to_string())?;
+        let n = timed(api.get(node)).await?;
         Ok(n.status
             .and_then(|s| s.volumes_attached)
             .into_iter()
@@ -99,19 +192,19 @@ impl super::csi::CsiApi for KubeStorageApi {
             .map(|v| v.name)
             .collect())
     }
-    async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>, String> {
+    async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>, ApiError> {
         let api: kube::Api<VolumeAttachment> = kube::Api::all(self.client.current());
-        timed(api.get_opt(name)).await.map_err(|e| e.to_string())
+        Ok(timed(api.get_opt(name)).await?)
     }
     async fn request_token(
         &self,
         namespace: &str,
         service_account: &str,
         request: TokenRequest,
-    ) -> Result<TokenRequestStatus, String> {
+    ) -> Result<TokenRequestStatus, ApiError> {
         let api: kube::Api<ServiceAccount> =
             kube::Api::namespaced(self.client.current(), namespace);
-        let mut body = serde_json::to_value(&request).map_err(|e| e.to_string())?;
+        let mut body = serde_json::to_value(&request)?;
         body["apiVersion"] = "authentication.k8s.io/v1".into();
         body["kind"] = "TokenRequest".into();
         let r: TokenRequest = timed(api.create_subresource(
@@ -120,10 +213,8 @@ impl super::csi::CsiApi for KubeStorageApi {
             &kube::api::PostParams::default(),
             &body,
         ))
-        .await
-        .map_err(|e| e.to_string())?;
-        r.status
-            .ok_or_else(|| "the TokenRequest came back without a status".to_string())
+        .await?;
+        r.status.ok_or(ApiError::NoTokenStatus)
     }
 }
 
@@ -171,7 +262,7 @@ pub struct Bound {
 }
 
 /// Resolves one claim-backed or inline CSI volume of `pod`.
-pub async fn resolve(api: &dyn StorageApi, pod: &Pod, v: &Volume) -> Result<Source, String> {
+pub async fn resolve(api: &dyn StorageApi, pod: &Pod, v: &Volume) -> Result<Source, ClaimError> {
     resolve_bound(api, pod, v).await.map(|(s, _)| s)
 }
 
@@ -180,7 +271,7 @@ pub async fn resolve_bound(
     api: &dyn StorageApi,
     pod: &Pod,
     v: &Volume,
-) -> Result<(Source, Option<Bound>), String> {
+) -> Result<(Source, Option<Bound>), ClaimError> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     if let Some(c) = &v.csi {
@@ -212,27 +303,40 @@ pub async fn resolve_bound(
     } else if v.ephemeral.is_some() {
         (format!("{pod_name}-{}", v.name), false, true)
     } else {
-        return Err(format!("volume {:?} is not backed by a claim", v.name));
+        return Err(ClaimError::NotClaimBacked(v.name.clone()));
     };
-    let processing = |e: String| format!("error processing PVC {ns}/{claim_name}: {e}");
+    let processing = |e: ClaimError| ClaimError::Processing {
+        namespace: ns.to_string(),
+        claim: claim_name.clone(),
+        source: Box::new(e),
+    };
+    let fetch_claim = |source| ClaimError::FetchClaim {
+        namespace: ns.to_string(),
+        claim: claim_name.clone(),
+        source,
+    };
     let pvc = api
         .claim(ns, &claim_name)
         .await
-        .map_err(|e| format!("failed to fetch PVC {ns}/{claim_name} from API server. err={e}"))?
+        .map_err(fetch_claim)?
         .ok_or_else(|| {
-            processing(format!(
-                "failed to fetch PVC {ns}/{claim_name} from API server. err=persistentvolumeclaims {claim_name:?} not found"
-            ))
+            processing(fetch_claim(ApiError::NotFound {
+                resource: "persistentvolumeclaims",
+                name: claim_name.clone(),
+            }))
         })?;
     if ephemeral && !controlled_by(&pvc, pod) {
-        return Err(processing(format!(
-            "PVC {ns}/{claim_name} was not created for pod {ns}/{pod_name} (pod is not owner)"
-        )));
+        return Err(processing(ClaimError::NotOwner {
+            namespace: ns.to_string(),
+            claim: claim_name.clone(),
+            pod: pod_name.to_string(),
+        }));
     }
     if pvc.metadata.deletion_timestamp.is_some() {
-        return Err(processing(format!(
-            "can't start pod because PVC {ns}/{claim_name} is being deleted"
-        )));
+        return Err(processing(ClaimError::ClaimDeleting {
+            namespace: ns.to_string(),
+            claim: claim_name.clone(),
+        }));
     }
     let phase = pvc
         .status
@@ -245,19 +349,27 @@ pub async fn resolve_bound(
         .and_then(|s| s.volume_name.clone())
         .unwrap_or_default();
     if phase != "Bound" || pv_name.is_empty() {
-        return Err(processing(format!(
-            "PVC {ns}/{claim_name} has non-bound phase ({phase:?}) or empty pvc.Spec.VolumeName ({pv_name:?})"
-        )));
+        return Err(processing(ClaimError::NotBound {
+            namespace: ns.to_string(),
+            claim: claim_name.clone(),
+            phase,
+            volume: pv_name,
+        }));
     }
     let pvc_uid = pvc.metadata.uid.clone().unwrap_or_default();
+    let fetch_volume = |source| ClaimError::FetchVolume {
+        pv: pv_name.clone(),
+        source,
+    };
     let pv = api
         .volume(&pv_name)
         .await
-        .map_err(|e| processing(format!("failed to fetch PV {pv_name:?} from API server. err={e}")))?
+        .map_err(|e| processing(fetch_volume(e)))?
         .ok_or_else(|| {
-            processing(format!(
-                "failed to fetch PV {pv_name:?} from API server. err=persistentvolumes {pv_name:?} not found"
-            ))
+            processing(fetch_volume(ApiError::NotFound {
+                resource: "persistentvolumes",
+                name: pv_name.clone(),
+            }))
         })?;
     let source = source_of_pv(pv.clone(), &pv_name, &pvc_uid, read_only).map_err(processing)?;
     Ok((source, Some(Bound { pvc, pv })))
@@ -269,18 +381,18 @@ pub fn source_of_pv(
     name: &str,
     claim_uid: &str,
     read_only: bool,
-) -> Result<Source, String> {
+) -> Result<Source, ClaimError> {
     let spec = pv.spec.unwrap_or_default();
     let Some(claim_ref) = &spec.claim_ref else {
-        return Err(format!(
-            "found PV object {name:?} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
-        ));
+        return Err(ClaimError::NoClaimRef(name.to_string()));
     };
     let ref_uid = claim_ref.uid.clone().unwrap_or_default();
     if ref_uid != claim_uid {
-        return Err(format!(
-            "found PV object {name:?} but its pv.Spec.ClaimRef.UID ({ref_uid:?}) does not point to claim.UID ({claim_uid:?})"
-        ));
+        return Err(ClaimError::ClaimRefMismatch {
+            pv: name.to_string(),
+            ref_uid,
+            claim_uid: claim_uid.to_string(),
+        });
     }
     if spec.volume_mode.as_deref() == Some("Block") {
         return block_source_of_pv(spec, name, read_only);
@@ -317,9 +429,7 @@ pub fn source_of_pv(
                 .map(|r| secret_ref(r.namespace.as_deref(), r.name.as_deref())),
         }));
     }
-    Err(format!(
-        "PV {name:?} has a volume source this kubelet does not support (hostPath, local and csi are)"
-    ))
+    Err(ClaimError::UnsupportedSource(name.to_string()))
 }
 
 /// The block source of a `volumeMode: Block` PV: CSI and local PVs map, other kinds have no
@@ -328,7 +438,7 @@ fn block_source_of_pv(
     spec: k8s_openapi::api::core::v1::PersistentVolumeSpec,
     name: &str,
     read_only: bool,
-) -> Result<Source, String> {
+) -> Result<Source, ClaimError> {
     if let Some(l) = spec.local {
         return Ok(Source::Block(BlockSource::Local {
             path: l.path,
@@ -336,12 +446,10 @@ fn block_source_of_pv(
         }));
     }
     let Some(c) = spec.csi else {
-        return Err(super::block::no_mapper(name));
+        return Err(BlockError::NoMapper(name.to_string()).into());
     };
     if c.node_stage_secret_ref.is_some() || c.node_publish_secret_ref.is_some() {
-        return Err(super::csi::log(format!(
-            "PV {name:?}: nodeStageSecretRef and nodePublishSecretRef are not supported by this kubelet"
-        )));
+        return Err(ClaimError::BlockSecrets(name.to_string()));
     }
     Ok(Source::Block(BlockSource::Csi(Box::new(CsiVolume {
         driver: c.driver,
@@ -384,23 +492,19 @@ async fn check_lifecycle_mode(
     api: &dyn StorageApi,
     driver: &str,
     mode: &str,
-) -> Result<(), String> {
-    let obj = api.csi_driver(driver).await.map_err(super::csi::log)?;
+) -> Result<(), CsiError> {
+    let obj = api.csi_driver(driver).await.map_err(CsiError::Api)?;
     let modes = obj
         .and_then(|d| d.spec.volume_lifecycle_modes)
         .unwrap_or_else(|| vec!["Persistent".to_string()]);
     if modes.iter().any(|m| m == mode) {
         return Ok(());
     }
-    Err(super::csi::log(format!(
-        "volume mode {mode:?} not supported by driver {driver} (only supports {})",
-        go_quoted(&modes)
-    )))
-}
-
-fn go_quoted(v: &[String]) -> String {
-    let q: Vec<String> = v.iter().map(|s| format!("{s:?}")).collect();
-    format!("[{}]", q.join(" "))
+    Err(CsiError::ModeNotSupported {
+        mode: mode.to_string(),
+        driver: driver.to_string(),
+        supported: modes,
+    })
 }
 
 mod expansion;
@@ -497,7 +601,7 @@ impl Storage {
     }
 
     /// Resolves and sets up one volume of the pod; returns its host path.
-    pub async fn set_up(&self, pod: &Pod, v: &Volume) -> Result<std::path::PathBuf, String> {
+    pub async fn set_up(&self, pod: &Pod, v: &Volume) -> Result<std::path::PathBuf, ClaimError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let (src, bound) = resolve_bound(self.api.as_ref(), pod, v).await?;
         if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
@@ -516,21 +620,24 @@ impl Storage {
                 }
                 Ok(path)
             }
-            Source::HostPath { path, kind, .. } => tokio::task::spawn_blocking(move || {
-                super::host_path::check(&path, kind.as_deref()).map_err(|e| e.to_string())
+            Source::HostPath { path, kind, .. } => Ok(tokio::task::spawn_blocking(move || {
+                super::host_path::check(&path, kind.as_deref())
             })
             .await
-            .map_err(|e| e.to_string())?,
+            .map_err(|e| ClaimError::Join(e.to_string()))??),
             Source::Local { path, .. } => {
                 let p = tokio::task::spawn_blocking(move || {
                     let p = std::path::PathBuf::from(&path);
                     match std::fs::metadata(&p) {
                         Ok(_) => Ok(p),
-                        Err(e) => Err(format!("local volume path {path:?}: {e}")),
+                        Err(e) => Err(ClaimError::LocalPath {
+                            path,
+                            message: e.to_string(),
+                        }),
                     }
                 })
                 .await
-                .map_err(|e| e.to_string())??;
+                .map_err(|e| ClaimError::Join(e.to_string()))??;
                 self.local.add(&uid, &v.name, claim_of(pod, v), &p);
                 Ok(p)
             }
@@ -583,9 +690,12 @@ impl Storage {
 
     /// Unmaps the pod's block volumes and unpublishes its CSI volumes (and unstages the unused
     /// ones).
-    pub async fn tear_down(&self, pod_uid: &str) -> Result<(), String> {
+    pub async fn tear_down(&self, pod_uid: &str) -> Result<(), ClaimError> {
         let mapped = super::block::tear_down_pod(&self.csi, pod_uid).await;
-        let r = self.csi.tear_down_pod(pod_uid).await.and(mapped);
+        let r = match self.csi.tear_down_pod(pod_uid).await {
+            Ok(()) => mapped.map_err(ClaimError::from),
+            Err(e) => Err(e.into()),
+        };
         if r.is_ok() {
             self.in_use
                 .lock()
@@ -740,7 +850,7 @@ impl Storage {
         v: &Volume,
         c: &CsiVolume,
         prepared: &super::csi::Prepared,
-    ) -> Result<String, String> {
+    ) -> Result<String, SeLinuxError> {
         let unique = unique_csi_name(&c.driver, &c.volume_handle);
         let plugin = format!("{}/{}", super::csi::CSI_PLUGIN_NAME, c.driver);
         let r = super::SeLinuxVolumeRef {

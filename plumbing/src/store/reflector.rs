@@ -48,9 +48,11 @@ pub trait Sink<K>: Send {
     fn quiet(&self) -> bool {
         false
     }
+    /// Why an object is malformed.
+    type Error: std::fmt::Display;
     /// One object as the store keeps it. `Ok(None)`: the store does not keep it (a kept
     /// version is deleted); `Err`: malformed, logged and skipped (a kept version stays).
-    fn decode(&self, obj: K) -> Result<Option<Self::Item>, String>;
+    fn decode(&self, obj: K) -> Result<Option<Self::Item>, Self::Error>;
     fn upsert(&mut self, _item: &Self::Item) {}
     fn delete(&mut self, _item: &Self::Item) {}
     /// The first complete list is in the store, and its changes were delivered.
@@ -121,10 +123,10 @@ where
         }
     }
 
-    fn malformed(&self, key: &str, error: &str) {
+    fn malformed(&self, key: &str, error: &S::Error) {
         warn!(
             kind = self.sink.kind(),
-            key, error, "skipping malformed object"
+            key, %error, "skipping malformed object"
         );
     }
 

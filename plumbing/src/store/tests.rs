@@ -117,6 +117,7 @@ struct Numbers {
 
 impl Sink<ConfigMap> for Numbers {
     type Item = u32;
+    type Error = String;
     fn kind(&self) -> &'static str {
         "ConfigMap"
     }

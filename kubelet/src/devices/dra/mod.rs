@@ -22,7 +22,7 @@ mod pod_resources;
 pub mod resource_claims;
 pub mod slices;
 
-pub use plugins::{DraPlugin, GrpcPlugin, Plugins};
+pub use plugins::{DraPlugin, DraPluginError, GrpcPlugin, Plugins};
 pub use resource_claims::{ClaimApi, KubeClaimApi};
 pub use slices::{KubeSliceApi, SliceCleanup};
 
@@ -199,7 +199,7 @@ impl DraManager {
         driver: &str,
         endpoint: &str,
         services: &[String],
-    ) -> Result<(), String> {
+    ) -> Result<(), DraPluginError> {
         Plugins::validate(driver, endpoint, services).map(|_| ())
     }
 
@@ -209,13 +209,9 @@ impl DraManager {
         driver: &str,
         endpoint: &str,
         services: &[String],
-    ) -> Result<(), String> {
+    ) -> Result<(), DraPluginError> {
         let service = Plugins::validate(driver, endpoint, services)?;
-        let plugin = GrpcPlugin::new(driver, endpoint, service, self.metrics.clone()).map_err(|e| {
-            format!(
-                "create gRPC connection to DRA driver {driver} plugin at endpoint {endpoint}: {e}"
-            )
-        })?;
+        let plugin = GrpcPlugin::new(driver, endpoint, service, self.metrics.clone())?;
         self.add_plugin(driver, endpoint, Arc::new(plugin))?;
         tracing::info!(driver, endpoint, service, "registered DRA plugin");
         Ok(())
@@ -227,7 +223,7 @@ impl DraManager {
         driver: &str,
         endpoint: &str,
         plugin: Arc<dyn DraPlugin>,
-    ) -> Result<(), String> {
+    ) -> Result<(), DraPluginError> {
         self.plugins.add(driver, endpoint, plugin)?;
         if let Some(c) = self.slice_cleanup() {
             c.driver_back(driver);
@@ -338,7 +334,7 @@ impl DraManager {
             .map_err(|e| DraError(format!("ResourceClaim {name}: {e}")))?;
         let mut drivers = BTreeMap::new();
         for d in driver_names {
-            let p = self.plugins.get(&d).map_err(DraError)?;
+            let p = self.plugins.get(&d).map_err(|e| DraError(e.to_string()))?;
             drivers.insert(d, p);
         }
         Ok(Some(Checked {
@@ -560,7 +556,7 @@ impl DraManager {
             return Ok(());
         }
         for (driver, batch) in batches {
-            let plugin = self.plugins.get(&driver)?;
+            let plugin = self.plugins.get(&driver).map_err(|e| e.to_string())?;
             let req = pb::NodeUnprepareResourcesRequest {
                 claims: batch.clone(),
             };

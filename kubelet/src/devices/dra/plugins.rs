@@ -40,25 +40,54 @@ pub fn go_status(s: &tonic::Status) -> String {
     )
 }
 
+/// Why a DRA driver's plugin cannot be registered or called (upstream's messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DraPluginError {
+    #[error("empty list of supported gRPC services (aka supported versions)")]
+    NoServices,
+    #[error("none of services supported by the plugin ({}) are supported by the kubelet ({})", quoted(.0), quoted(&dra::SERVICES))]
+    UnsupportedServices(Vec<String>),
+    #[error(
+        "invalid supported gRPC versions of DRA driver plugin {driver} at endpoint {endpoint}: {source}"
+    )]
+    InvalidServices {
+        driver: String,
+        endpoint: String,
+        source: Box<DraPluginError>,
+    },
+    #[error(
+        "create gRPC connection to DRA driver {driver} plugin at endpoint {endpoint}: {message}"
+    )]
+    Connect {
+        driver: String,
+        endpoint: String,
+        message: String,
+    },
+    #[error("endpoint {endpoint} already registered for DRA driver plugin {driver}")]
+    EndpointTaken { driver: String, endpoint: String },
+    #[error("DRA driver name is empty")]
+    EmptyDriver,
+    #[error("DRA driver {0} is not registered")]
+    NotRegistered(String),
+}
+
+/// Go's `%q` of a string list: `["a" "b"]`.
+fn quoted<S: AsRef<str>>(v: &[S]) -> String {
+    let q: Vec<String> = v.iter().map(|s| format!("{:?}", s.as_ref())).collect();
+    format!("[{}]", q.join(" "))
+}
+
 /// The first of `services` (the plugin's order) the kubelet speaks; upstream's messages.
-pub fn choose_service(services: &[String]) -> Result<&'static str, String> {
+pub fn choose_service(services: &[String]) -> Result<&'static str, DraPluginError> {
     if services.is_empty() {
-        return Err("empty list of supported gRPC services (aka supported versions)".into());
+        return Err(DraPluginError::NoServices);
     }
     for s in services {
         if let Some(known) = dra::SERVICES.iter().find(|k| **k == s.as_str()) {
             return Ok(known);
         }
     }
-    let quoted = |v: &mut dyn Iterator<Item = &str>| {
-        let q: Vec<String> = v.map(|s| format!("{s:?}")).collect();
-        format!("[{}]", q.join(" "))
-    };
-    Err(format!(
-        "none of services supported by the plugin ({}) are supported by the kubelet ({})",
-        quoted(&mut services.iter().map(String::as_str)),
-        quoted(&mut dra::SERVICES.iter().copied())
-    ))
+    Err(DraPluginError::UnsupportedServices(services.to_vec()))
 }
 
 /// A plugin reached over gRPC at its endpoint (a unix socket), speaking `service`. Every
@@ -78,8 +107,14 @@ impl GrpcPlugin {
         endpoint: &str,
         service: &str,
         metrics: Arc<crate::metrics::Dra>,
-    ) -> Result<Self, String> {
-        let channel = cri_proto::connect_lazy(endpoint, DIAL_TIMEOUT).map_err(|e| e.to_string())?;
+    ) -> Result<Self, DraPluginError> {
+        let channel = cri_proto::connect_lazy(endpoint, DIAL_TIMEOUT).map_err(|e| {
+            DraPluginError::Connect {
+                driver: driver.to_string(),
+                endpoint: endpoint.to_string(),
+                message: e.to_string(),
+            }
+        })?;
         Ok(GrpcPlugin {
             channel,
             v1: service == dra::V1_SERVICE,
@@ -228,9 +263,11 @@ impl Plugins {
         driver: &str,
         endpoint: &str,
         services: &[String],
-    ) -> Result<&'static str, String> {
-        choose_service(services).map_err(|e| {
-            format!("invalid supported gRPC versions of DRA driver plugin {driver} at endpoint {endpoint}: {e}")
+    ) -> Result<&'static str, DraPluginError> {
+        choose_service(services).map_err(|e| DraPluginError::InvalidServices {
+            driver: driver.to_string(),
+            endpoint: endpoint.to_string(),
+            source: Box::new(e),
         })
     }
 
@@ -240,13 +277,14 @@ impl Plugins {
         driver: &str,
         endpoint: &str,
         plugin: Arc<dyn DraPlugin>,
-    ) -> Result<(), String> {
+    ) -> Result<(), DraPluginError> {
         let mut m = self.lock();
         let list = m.entry(driver.to_string()).or_default();
         if list.iter().any(|e| e.endpoint == endpoint) {
-            return Err(format!(
-                "endpoint {endpoint} already registered for DRA driver plugin {driver}"
-            ));
+            return Err(DraPluginError::EndpointTaken {
+                driver: driver.to_string(),
+                endpoint: endpoint.to_string(),
+            });
         }
         list.push(Entry {
             endpoint: endpoint.to_string(),
@@ -267,15 +305,15 @@ impl Plugins {
     }
 
     /// The plugin to call for `driver`; upstream's messages.
-    pub fn get(&self, driver: &str) -> Result<Arc<dyn DraPlugin>, String> {
+    pub fn get(&self, driver: &str) -> Result<Arc<dyn DraPlugin>, DraPluginError> {
         if driver.is_empty() {
-            return Err("DRA driver name is empty".into());
+            return Err(DraPluginError::EmptyDriver);
         }
         self.lock()
             .get(driver)
             .and_then(|l| l.last())
             .map(|e| e.plugin.clone())
-            .ok_or_else(|| format!("DRA driver {driver} is not registered"))
+            .ok_or_else(|| DraPluginError::NotRegistered(driver.to_string()))
     }
 
     /// The drivers with a registered plugin.

@@ -355,21 +355,26 @@ fn plugins_name_the_services_they_serve() {
         "v1beta1.DRAPlugin"
     );
     assert_eq!(
-        Plugins::validate("d", "/s", &v(&["1.0.0"])).unwrap_err(),
+        Plugins::validate("d", "/s", &v(&["1.0.0"]))
+            .unwrap_err()
+            .to_string(),
         "invalid supported gRPC versions of DRA driver plugin d at endpoint /s: none of services supported by the plugin ([\"1.0.0\"]) are supported by the kubelet ([\"v1.DRAPlugin\" \"v1beta1.DRAPlugin\"])"
     );
     assert_eq!(
-        Plugins::validate("d", "/s", &[]).unwrap_err(),
+        Plugins::validate("d", "/s", &[]).unwrap_err().to_string(),
         "invalid supported gRPC versions of DRA driver plugin d at endpoint /s: empty list of supported gRPC services (aka supported versions)"
     );
     let ps = Plugins::default();
     let p = FakeDraPlugin::new("v", Arc::default());
     ps.add("d", "/s", Arc::new(p.clone())).unwrap();
     assert_eq!(
-        ps.add("d", "/s", Arc::new(p)).unwrap_err(),
+        ps.add("d", "/s", Arc::new(p)).unwrap_err().to_string(),
         "endpoint /s already registered for DRA driver plugin d"
     );
-    assert_eq!(ps.get("").err().unwrap(), "DRA driver name is empty");
+    assert_eq!(
+        ps.get("").err().unwrap().to_string(),
+        "DRA driver name is empty"
+    );
     ps.remove("d", None);
     assert!(ps.get("d").is_err());
 }

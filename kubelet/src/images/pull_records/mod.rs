@@ -37,6 +37,24 @@ pub struct PullRecords {
 }
 
 /// Runs `f` on the blocking pool; None if it panicked.
+/// Why a pulled-image record or intent could not be written, or the records not opened.
+#[derive(Debug, thiserror::Error)]
+pub enum PulledRecordError {
+    #[error("invalid image name {image:?}: {source}")]
+    InvalidImage {
+        image: String,
+        source: reference::ReferenceError,
+    },
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("recording the pull intent failed")]
+    IntentPanicked,
+    #[error("failed to setup the FSPullRecordsAccessor: {0}")]
+    Open(StoreError),
+    #[error("opening the image pull records panicked")]
+    OpenPanicked,
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     match tokio::task::spawn_blocking(f).await {
         Ok(v) => Some(v),
@@ -150,9 +168,13 @@ impl PullRecords {
         image: &str,
         image_ref: &str,
         credentials: Option<&ImagePullCredentials>,
-    ) -> Result<(), String> {
-        let key = reference::repository_name(image)
-            .map_err(|e| format!("invalid image name {image:?}: {e}"))?;
+    ) -> Result<(), PulledRecordError> {
+        let key = reference::repository_name(image).map_err(|source| {
+            PulledRecordError::InvalidImage {
+                image: image.to_string(),
+                source,
+            }
+        })?;
         let now = jiff::Timestamp::now();
         let existing = self.store.get_pulled(image_ref).unwrap_or_else(|e| {
             tracing::info!(%image, error = %e, "failed to retrieve an ImagePulledRecord");
@@ -174,19 +196,19 @@ impl PullRecords {
                 r
             }
         };
-        self.store.write_pulled(&record).map_err(|e| e.to_string())
+        Ok(self.store.write_pulled(&record)?)
     }
 
     /// Whether a pod must pull `image`, present as `image_ref`, to use it: the policy asks
     /// for verification and no record shows the pod's credentials (`pod`) may use it. Records
     /// that cannot be read mean a pull. The error is `pod`'s (the pod's pull credentials
     /// could not be made), when a record needed them.
-    pub fn must_attempt_pull(
+    pub fn must_attempt_pull<E>(
         &self,
         image: &str,
         image_ref: &str,
-        pod: impl FnOnce() -> Result<PodCredentials, String>,
-    ) -> Result<bool, String> {
+        pod: impl FnOnce() -> Result<PodCredentials, E>,
+    ) -> Result<bool, E> {
         if image_ref.is_empty() {
             return Ok(true);
         }
@@ -254,11 +276,17 @@ impl PullRecords {
     }
 
     /// [`Self::record_pull_intent`] on the blocking pool.
-    pub async fn record_pull_intent_async(self: &Arc<Self>, image: &str) -> Result<(), String> {
+    pub async fn record_pull_intent_async(
+        self: &Arc<Self>,
+        image: &str,
+    ) -> Result<(), PulledRecordError> {
         let (me, image) = (self.clone(), image.to_string());
-        blocking(move || me.record_pull_intent(&image).map_err(|e| e.to_string()))
-            .await
-            .unwrap_or_else(|| Err("recording the pull intent failed".into()))
+        blocking(move || {
+            me.record_pull_intent(&image)
+                .map_err(PulledRecordError::Store)
+        })
+        .await
+        .unwrap_or(Err(PulledRecordError::IntentPanicked))
     }
 
     /// [`Self::record_image_pulled`] on the blocking pool.
@@ -279,12 +307,12 @@ impl PullRecords {
     }
 
     /// [`Self::must_attempt_pull`] on the blocking pool, with the pod's credentials made.
-    pub async fn must_attempt_pull_async(
+    pub async fn must_attempt_pull_async<E: Send + 'static>(
         self: &Arc<Self>,
         image: &str,
         image_ref: &str,
-        pod: Result<PodCredentials, String>,
-    ) -> Result<bool, String> {
+        pod: Result<PodCredentials, E>,
+    ) -> Result<bool, E> {
         let (me, image, image_ref) = (self.clone(), image.to_string(), image_ref.to_string());
         blocking(move || me.must_attempt_pull(&image, &image_ref, move || pod))
             .await
@@ -308,12 +336,12 @@ pub async fn start(
     root_dir: &Path,
     policy: VerifyPolicy,
     runtime: &dyn crate::runtime::Runtime,
-) -> Result<Arc<PullRecords>, String> {
+) -> Result<Arc<PullRecords>, PulledRecordError> {
     let root = root_dir.to_path_buf();
     let records = blocking(move || PullRecords::open(&root, policy))
         .await
-        .ok_or("opening the image pull records panicked")?
-        .map_err(|e| format!("failed to setup the FSPullRecordsAccessor: {e}"))?;
+        .ok_or(PulledRecordError::OpenPanicked)?
+        .map_err(PulledRecordError::Open)?;
     let records = Arc::new(records);
     let pending = {
         let r = records.clone();

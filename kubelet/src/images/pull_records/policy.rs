@@ -54,13 +54,28 @@ impl PolicyName {
     }
 }
 
+/// Why an allowlist pattern is refused (upstream's messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllowlistError {
+    #[error("leading/trailing spaces are not allowed: {0}")]
+    Spaces(String),
+    #[error("the supplied pattern is too short: {0}")]
+    TooShort(String),
+    #[error("not a valid wildcard pattern, only patterns ending with '/*' are allowed: {0}")]
+    BadWildcard(String),
+    #[error("at least registry hostname is required")]
+    NoHost,
+    #[error("failed to parse as an image name: {0}")]
+    Name(reference::ReferenceError),
+    #[error("neither tag nor digest is accepted in an image reference: {0}")]
+    TagOrDigest(String),
+}
+
 /// Upstream's `getAllowlistImagePattern`: the normalised pattern and whether it is a
 /// `registry/path/*` prefix; an error in upstream's words.
-pub fn allowlist_pattern(pattern: &str) -> Result<(String, bool), String> {
+pub fn allowlist_pattern(pattern: &str) -> Result<(String, bool), AllowlistError> {
     if pattern != pattern.trim() {
-        return Err(format!(
-            "leading/trailing spaces are not allowed: {pattern}"
-        ));
+        return Err(AllowlistError::Spaces(pattern.to_string()));
     }
     let wildcard = pattern.ends_with("/*");
     let trimmed = if wildcard {
@@ -69,25 +84,20 @@ pub fn allowlist_pattern(pattern: &str) -> Result<(String, bool), String> {
         pattern
     };
     if trimmed.is_empty() {
-        return Err(format!("the supplied pattern is too short: {pattern}"));
+        return Err(AllowlistError::TooShort(pattern.to_string()));
     }
     if trimmed.contains('*') {
-        return Err(format!(
-            "not a valid wildcard pattern, only patterns ending with '/*' are allowed: {pattern}"
-        ));
+        return Err(AllowlistError::BadWildcard(pattern.to_string()));
     }
     if wildcard {
         if trimmed.len() == 1 {
-            return Err("at least registry hostname is required".into());
+            return Err(AllowlistError::NoHost);
         }
         return Ok((trimmed.to_string(), true));
     }
-    let named = reference::parse_normalized_named(trimmed)
-        .map_err(|e| format!("failed to parse as an image name: {e}"))?;
+    let named = reference::parse_normalized_named(trimmed).map_err(AllowlistError::Name)?;
     if named.name != trimmed {
-        return Err(format!(
-            "neither tag nor digest is accepted in an image reference: {pattern}"
-        ));
+        return Err(AllowlistError::TagOrDigest(pattern.to_string()));
     }
     Ok((trimmed.to_string(), false))
 }
@@ -100,7 +110,7 @@ pub struct Allowlist {
 }
 
 impl Allowlist {
-    pub fn new(patterns: &[String]) -> Result<Self, String> {
+    pub fn new(patterns: &[String]) -> Result<Self, AllowlistError> {
         let mut out = Allowlist::default();
         for p in patterns {
             match allowlist_pattern(p)? {
@@ -274,13 +284,13 @@ pub enum Check {
 /// Upstream's `MustAttemptImagePull` for an image present as `record` says (None: no
 /// record of the image ID). `pod` is asked for the pod's credentials only when a record
 /// lists secrets or service accounts; its error is the pull's error.
-pub fn check(
+pub fn check<E>(
     policy: &VerifyPolicy,
     image: &str,
     pulled_by_kubelet: bool,
     record: Option<&ImagePulledRecord>,
-    pod: impl FnOnce() -> Result<PodCredentials, String>,
-) -> Result<Check, String> {
+    pod: impl FnOnce() -> Result<PodCredentials, E>,
+) -> Result<Check, E> {
     if !policy.requires_verification(image, pulled_by_kubelet) {
         return Ok(Check::PolicyAllowed);
     }

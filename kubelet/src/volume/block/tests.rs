@@ -147,7 +147,7 @@ async fn the_last_pod_unstages_and_a_failed_unpublish_keeps_the_link_for_the_ret
     node.calls.lock().unwrap().clear();
     node.fail_on("unpublish", "Internal", "device busy");
     let e = tear_down_pod(&m, "uid-1").await.unwrap_err();
-    assert!(e.starts_with("UnmapVolume.UnmapPodDevice failed for volume \"pv1\" : rpc error: code = Internal desc = device busy"), "{e}");
+    assert!(e.to_string().starts_with("UnmapVolume.UnmapPodDevice failed for volume \"pv1\" : rpc error: code = Internal desc = device busy"), "{e}");
     let link1 = pod_device_dir(r, "uid-1", CSI_POD_DIR).join("pv1");
     assert!(
         std::fs::symlink_metadata(&link1).is_ok(),
@@ -206,14 +206,18 @@ async fn hostile_drivers_and_names_leave_no_link() {
     let e = set_up(&m, "uid-1", &BlockSource::Csi(Box::new(vol())))
         .await
         .unwrap_err();
-    assert!(e.contains("the driver did not create the device"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("the driver did not create the device"),
+        "{e}"
+    );
     assert!(std::fs::symlink_metadata(&link).is_err());
     node.fail_on("stage", "Internal", "no such volume");
     let e = set_up(&m, "uid-1", &BlockSource::Csi(Box::new(vol())))
         .await
         .unwrap_err();
     assert_eq!(
-        e,
+        e.to_string(),
         "MapVolume.SetUpDevice failed for volume \"pv1\" : rpc error: code = Internal desc = no such volume"
     );
     node.fail.lock().unwrap().clear();
@@ -240,7 +244,7 @@ async fn hostile_drivers_and_names_leave_no_link() {
     let e = set_up(&m, "uid-1", &BlockSource::Csi(Box::new(vol())))
         .await
         .unwrap_err();
-    assert!(e.contains("is not a symbolic link"), "{e}");
+    assert!(e.to_string().contains("is not a symbolic link"), "{e}");
     assert!(link.is_dir());
 }
 
@@ -258,7 +262,7 @@ async fn a_local_pv_maps_its_block_device_and_nothing_else() {
             pv: "local-pv".into(),
         };
         let e = set_up(&m, "uid-1", &src).await.unwrap_err();
-        assert!(e.ends_with("is not a block device"), "{e}");
+        assert!(e.to_string().ends_with("is not a block device"), "{e}");
     }
     let link = pod_device_dir(r, "uid-1", LOCAL_POD_DIR).join("local-pv");
     assert!(std::fs::symlink_metadata(&link).is_err());
@@ -334,7 +338,9 @@ fn block_pvs_resolve_to_a_mapper_or_upstreams_error() {
         ..Default::default()
     });
     assert_eq!(
-        source_of_pv(host, "pv1", "claim-uid", false).unwrap_err(),
+        source_of_pv(host, "pv1", "claim-uid", false)
+            .unwrap_err()
+            .to_string(),
         "MapVolume.FindMapperPluginBySpec failed to find BlockVolumeMapper plugin. Volume plugin is nil. for volume \"pv1\""
     );
 }
@@ -390,12 +396,20 @@ async fn a_claims_mode_must_match_how_containers_use_it() {
     let data = mounted.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0].clone();
     api.volumes.lock().unwrap().insert("pv1".into(), block);
     assert_eq!(
-        storage.set_up(&mounted, &data).await.unwrap_err(),
+        storage
+            .set_up(&mounted, &data)
+            .await
+            .unwrap_err()
+            .to_string(),
         "volume data has volumeMode Block, but is specified in volumeMounts"
     );
     api.volumes.lock().unwrap().insert("pv1".into(), filesystem);
     assert_eq!(
-        storage.set_up(&mapped, &data).await.unwrap_err(),
+        storage
+            .set_up(&mapped, &data)
+            .await
+            .unwrap_err()
+            .to_string(),
         "volume data has volumeMode Filesystem, but is specified in volumeDevices"
     );
     assert!(node.calls().is_empty(), "{:?}", node.calls());

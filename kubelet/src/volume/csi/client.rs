@@ -16,28 +16,28 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// which is what upstream's events carry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("rpc error: code = {code} desc = {message}")]
-pub struct CsiError {
+pub struct CsiStatus {
     pub code: String,
     pub message: String,
 }
 
-impl CsiError {
+impl CsiStatus {
     fn from_status(s: &tonic::Status) -> Self {
-        CsiError {
+        CsiStatus {
             code: crate::runtime::go_code(s.code()).into(),
             message: s.message().into(),
         }
     }
 
     fn deadline() -> Self {
-        CsiError {
+        CsiStatus {
             code: "DeadlineExceeded".into(),
             message: "context deadline exceeded".into(),
         }
     }
 
     fn unavailable(detail: String) -> Self {
-        CsiError {
+        CsiStatus {
             code: "Unavailable".into(),
             message: detail,
         }
@@ -77,20 +77,20 @@ pub struct VolumeStats {
 /// The Node service of one CSI driver.
 #[async_trait::async_trait]
 pub trait CsiNode: Send + Sync {
-    async fn node_get_info(&self) -> Result<NodeInfo, CsiError>;
-    async fn capabilities(&self) -> Result<Capabilities, CsiError>;
-    async fn stage(&self, req: csi::NodeStageVolumeRequest) -> Result<(), CsiError>;
-    async fn unstage(&self, volume_id: &str, staging_path: &str) -> Result<(), CsiError>;
-    async fn publish(&self, req: csi::NodePublishVolumeRequest) -> Result<(), CsiError>;
-    async fn unpublish(&self, volume_id: &str, target_path: &str) -> Result<(), CsiError>;
+    async fn node_get_info(&self) -> Result<NodeInfo, CsiStatus>;
+    async fn capabilities(&self) -> Result<Capabilities, CsiStatus>;
+    async fn stage(&self, req: csi::NodeStageVolumeRequest) -> Result<(), CsiStatus>;
+    async fn unstage(&self, volume_id: &str, staging_path: &str) -> Result<(), CsiStatus>;
+    async fn publish(&self, req: csi::NodePublishVolumeRequest) -> Result<(), CsiStatus>;
+    async fn unpublish(&self, volume_id: &str, target_path: &str) -> Result<(), CsiStatus>;
     async fn volume_stats(
         &self,
         volume_id: &str,
         volume_path: &str,
         staging_path: &str,
-    ) -> Result<VolumeStats, CsiError>;
+    ) -> Result<VolumeStats, CsiStatus>;
     /// `NodeExpandVolume`; the capacity the driver reports (0: not reported).
-    async fn expand(&self, req: csi::NodeExpandVolumeRequest) -> Result<i64, CsiError>;
+    async fn expand(&self, req: csi::NodeExpandVolumeRequest) -> Result<i64, CsiStatus>;
 }
 
 /// The real client: one lazily dialed channel to the driver's socket.
@@ -116,27 +116,27 @@ impl GrpcCsiNode {
         }
     }
 
-    fn client(&self) -> Result<NodeClient<cri_proto::Channel>, CsiError> {
+    fn client(&self) -> Result<NodeClient<cri_proto::Channel>, CsiStatus> {
         self.channel
             .clone()
             .map(NodeClient::new)
-            .ok_or_else(|| CsiError::unavailable(format!("invalid endpoint {:?}", self.endpoint)))
+            .ok_or_else(|| CsiStatus::unavailable(format!("invalid endpoint {:?}", self.endpoint)))
     }
 }
 
 async fn call<T>(
     f: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-) -> Result<T, CsiError> {
+) -> Result<T, CsiStatus> {
     match tokio::time::timeout(CSI_TIMEOUT, f).await {
-        Err(_) => Err(CsiError::deadline()),
-        Ok(Err(s)) => Err(CsiError::from_status(&s)),
+        Err(_) => Err(CsiStatus::deadline()),
+        Ok(Err(s)) => Err(CsiStatus::from_status(&s)),
         Ok(Ok(r)) => Ok(r.into_inner()),
     }
 }
 
 #[async_trait::async_trait]
 impl CsiNode for GrpcCsiNode {
-    async fn node_get_info(&self) -> Result<NodeInfo, CsiError> {
+    async fn node_get_info(&self) -> Result<NodeInfo, CsiStatus> {
         let r = call(self.client()?.node_get_info(csi::NodeGetInfoRequest {})).await?;
         Ok(NodeInfo {
             node_id: r.node_id,
@@ -148,7 +148,7 @@ impl CsiNode for GrpcCsiNode {
         })
     }
 
-    async fn capabilities(&self) -> Result<Capabilities, CsiError> {
+    async fn capabilities(&self) -> Result<Capabilities, CsiStatus> {
         let r = call(
             self.client()?
                 .node_get_capabilities(csi::NodeGetCapabilitiesRequest {}),
@@ -157,13 +157,13 @@ impl CsiNode for GrpcCsiNode {
         Ok(capabilities_of(&r))
     }
 
-    async fn stage(&self, req: csi::NodeStageVolumeRequest) -> Result<(), CsiError> {
+    async fn stage(&self, req: csi::NodeStageVolumeRequest) -> Result<(), CsiStatus> {
         call(self.client()?.node_stage_volume(req))
             .await
             .map(|_| ())
     }
 
-    async fn unstage(&self, volume_id: &str, staging_path: &str) -> Result<(), CsiError> {
+    async fn unstage(&self, volume_id: &str, staging_path: &str) -> Result<(), CsiStatus> {
         call(
             self.client()?
                 .node_unstage_volume(csi::NodeUnstageVolumeRequest {
@@ -175,13 +175,13 @@ impl CsiNode for GrpcCsiNode {
         .map(|_| ())
     }
 
-    async fn publish(&self, req: csi::NodePublishVolumeRequest) -> Result<(), CsiError> {
+    async fn publish(&self, req: csi::NodePublishVolumeRequest) -> Result<(), CsiStatus> {
         call(self.client()?.node_publish_volume(req))
             .await
             .map(|_| ())
     }
 
-    async fn unpublish(&self, volume_id: &str, target_path: &str) -> Result<(), CsiError> {
+    async fn unpublish(&self, volume_id: &str, target_path: &str) -> Result<(), CsiStatus> {
         call(
             self.client()?
                 .node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
@@ -198,7 +198,7 @@ impl CsiNode for GrpcCsiNode {
         volume_id: &str,
         volume_path: &str,
         staging_path: &str,
-    ) -> Result<VolumeStats, CsiError> {
+    ) -> Result<VolumeStats, CsiStatus> {
         let r = call(
             self.client()?
                 .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
@@ -211,7 +211,7 @@ impl CsiNode for GrpcCsiNode {
         Ok(stats_of(&r))
     }
 
-    async fn expand(&self, req: csi::NodeExpandVolumeRequest) -> Result<i64, CsiError> {
+    async fn expand(&self, req: csi::NodeExpandVolumeRequest) -> Result<i64, CsiStatus> {
         let r = call(self.client()?.node_expand_volume(req)).await?;
         Ok(r.capacity_bytes)
     }

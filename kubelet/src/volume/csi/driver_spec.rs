@@ -55,16 +55,23 @@ pub struct DriverSpec {
     pub lifecycle_modes: Vec<String>,
 }
 
+/// A CSIDriver object's value this kubelet does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DriverSpecError {
+    #[error("unknown fsGroupPolicy {0:?}")]
+    UnknownFsGroupPolicy(String),
+}
+
 impl DriverSpec {
     /// From the object, or upstream's defaults without one. An unknown fsGroupPolicy is an
     /// error (the apiserver's validation refuses one; a kubelet must not guess).
-    pub fn of(obj: Option<&CSIDriver>) -> Result<DriverSpec, String> {
+    pub fn of(obj: Option<&CSIDriver>) -> Result<DriverSpec, DriverSpecError> {
         let s = obj.map(|d| d.spec.clone()).unwrap_or_default();
         let fs_group_policy = match s.fs_group_policy.as_deref() {
             None | Some("ReadWriteOnceWithFSType") => FsGroupPolicy::ReadWriteOnceWithFsType,
             Some("File") => FsGroupPolicy::File,
             Some("None") => FsGroupPolicy::None,
-            Some(other) => return Err(format!("unknown fsGroupPolicy {other:?}")),
+            Some(other) => return Err(DriverSpecError::UnknownFsGroupPolicy(other.to_string())),
         };
         let modes = s
             .volume_lifecycle_modes
@@ -92,19 +99,15 @@ impl DriverSpec {
 
     /// The driver serves volumes of this lifecycle mode (`Persistent` or `Ephemeral`);
     /// upstream's message otherwise.
-    pub fn check_mode(&self, driver: &str, mode: &str) -> Result<(), String> {
+    pub fn check_mode(&self, driver: &str, mode: &str) -> Result<(), super::CsiError> {
         if self.lifecycle_modes.iter().any(|m| m == mode) {
             return Ok(());
         }
-        let q: Vec<String> = self
-            .lifecycle_modes
-            .iter()
-            .map(|s| format!("{s:?}"))
-            .collect();
-        Err(super::log(format!(
-            "volume mode {mode:?} not supported by driver {driver} (only supports [{}])",
-            q.join(" ")
-        )))
+        Err(super::CsiError::ModeNotSupported {
+            mode: mode.to_string(),
+            driver: driver.to_string(),
+            supported: self.lifecycle_modes.clone(),
+        })
     }
 }
 

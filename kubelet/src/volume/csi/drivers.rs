@@ -7,10 +7,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use super::CsiError;
 use super::client::CsiNode;
 use super::log;
 use super::nodeinfo::NodeInfoApi;
-use crate::pluginmanager::PluginHandler;
+use crate::pluginmanager::{PluginError, PluginHandler};
 
 /// A version as upstream's ParseGeneric reads it: dot-separated numbers (at least two, the
 /// first without a leading zero), an optional leading `v`, anything after the numbers
@@ -25,8 +26,19 @@ impl std::fmt::Display for Version {
     }
 }
 
+/// Why a version string does not parse (upstream's ParseGeneric messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VersionError {
+    #[error("could not parse {0:?} as version")]
+    Unparsable(String),
+    #[error("illegal zero-prefixed version component {component:?} in {version:?}")]
+    ZeroPrefixed { component: String, version: String },
+    #[error("illegal version string {version:?}: {message}")]
+    Illegal { version: String, message: String },
+}
+
 impl Version {
-    pub fn parse_generic(s: &str) -> Result<Version, String> {
+    pub fn parse_generic(s: &str) -> Result<Version, VersionError> {
         let t = s.trim();
         let t = t.strip_prefix('v').unwrap_or(t);
         let numeric_end = t
@@ -39,19 +51,21 @@ impl Version {
         }
         let parts: Vec<&str> = head.split('.').collect();
         if parts.len() < 2 || parts.iter().any(|p| p.is_empty()) {
-            return Err(format!("could not parse {s:?} as version"));
+            return Err(VersionError::Unparsable(s.to_string()));
         }
         if parts[0].len() > 1 && parts[0].starts_with('0') {
-            return Err(format!(
-                "illegal zero-prefixed version component {:?} in {s:?}",
-                parts[0]
-            ));
+            return Err(VersionError::ZeroPrefixed {
+                component: parts[0].to_string(),
+                version: s.to_string(),
+            });
         }
         let nums = parts
             .iter()
             .map(|p| {
-                p.parse::<u64>()
-                    .map_err(|e| format!("illegal version string {s:?}: {e}"))
+                p.parse::<u64>().map_err(|e| VersionError::Illegal {
+                    version: s.to_string(),
+                    message: e.to_string(),
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Version(nums))
@@ -64,11 +78,9 @@ impl Version {
 
 /// The highest version of major at most 1 in `versions`; it must be a 1.x (upstream's
 /// highestSupportedVersion).
-pub fn highest_supported_version(versions: &[String]) -> Result<Version, String> {
+pub fn highest_supported_version(versions: &[String]) -> Result<Version, CsiError> {
     if versions.is_empty() {
-        return Err(log(
-            "CSI driver reporting empty array for supported versions",
-        ));
+        return Err(CsiError::NoVersions);
     }
     let mut best: Option<Version> = None;
     let mut last_err = None;
@@ -84,29 +96,15 @@ pub fn highest_supported_version(versions: &[String]) -> Result<Version, String>
         }
     }
     let Some(best) = best else {
-        return Err(format!(
-            "could not find a highest supported version from versions ({}) reported by this driver: {}",
-            go_list(versions),
-            last_err.unwrap_or_else(|| "<nil>".into())
-        ));
+        return Err(CsiError::NoSupportedVersion {
+            versions: versions.to_vec(),
+            last: last_err,
+        });
     };
     if best.major() != 1 {
-        return Err(format!(
-            "highest supported version reported by driver is {best}, must be v1.x"
-        ));
+        return Err(CsiError::NotV1(best));
     }
     Ok(best)
-}
-
-/// Go's `%v` of a string slice: `[a b]`.
-fn go_list(v: &[String]) -> String {
-    format!("[{}]", v.join(" "))
-}
-
-/// Go's `%q` of a string slice: `["a" "b"]`.
-fn go_quoted_list(v: &[String]) -> String {
-    let q: Vec<String> = v.iter().map(|s| format!("{s:?}")).collect();
-    format!("[{}]", q.join(" "))
 }
 
 /// One registered driver.
@@ -197,28 +195,31 @@ impl RegistrationHandler {
 
     fn validate_versions(
         &self,
-        caller: &str,
+        caller: &'static str,
         name: &str,
         versions: &[String],
-    ) -> Result<Version, String> {
+    ) -> Result<Version, CsiError> {
         if versions.is_empty() {
-            return Err(log(format!(
-                "{caller} for CSI driver {name:?} failed. Plugin returned an empty list for supported versions"
-            )));
+            return Err(CsiError::EmptyVersions {
+                caller,
+                driver: name.to_string(),
+            });
         }
-        let new = highest_supported_version(versions).map_err(|e| {
-            log(format!(
-                "{caller} for CSI driver {name:?} failed. None of the versions specified {} are supported. err={e}",
-                go_quoted_list(versions)
-            ))
-        })?;
+        let new =
+            highest_supported_version(versions).map_err(|e| CsiError::UnsupportedVersions {
+                caller,
+                driver: name.to_string(),
+                versions: versions.to_vec(),
+                source: Box::new(e),
+            })?;
         if let Some(existing) = self.drivers.get(name)
             && existing.highest_version >= new
         {
-            return Err(log(format!(
-                "{caller} for CSI driver {name:?} failed. Another driver with the same name is already registered with a higher supported version: {:?}",
-                existing.highest_version.to_string()
-            )));
+            return Err(CsiError::AlreadyRegistered {
+                caller,
+                driver: name.to_string(),
+                existing: existing.highest_version,
+            });
         }
         Ok(new)
     }
@@ -231,12 +232,16 @@ impl PluginHandler for RegistrationHandler {
         name: &str,
         endpoint: &str,
         versions: &[String],
-    ) -> Result<(), String> {
+    ) -> Result<(), PluginError> {
         tracing::info!(driver = name, endpoint, versions = %versions.join(","), "trying to validate a new CSI driver");
         self.validate_versions("ValidatePlugin", name, versions)
             .map(|_| ())
             .map_err(|e| {
-                format!("validation failed for CSI Driver {name} at endpoint {endpoint}: {e}")
+                PluginError::from(CsiError::Validation {
+                    driver: name.to_string(),
+                    endpoint: endpoint.to_string(),
+                    source: Box::new(e),
+                })
             })
     }
 
@@ -245,9 +250,11 @@ impl PluginHandler for RegistrationHandler {
         name: &str,
         endpoint: &str,
         versions: &[String],
-    ) -> Result<(), String> {
+    ) -> Result<(), PluginError> {
         tracing::info!(driver = name, endpoint, "registering new CSI driver");
-        let version = self.validate_versions("RegisterPlugin", name, versions)?;
+        let version = self
+            .validate_versions("RegisterPlugin", name, versions)
+            .map_err(PluginError::from)?;
         let node = (self.connect)(endpoint);
         self.drivers.set(
             name,
@@ -261,7 +268,7 @@ impl PluginHandler for RegistrationHandler {
             Ok(i) => i,
             Err(e) => {
                 self.drivers.remove(name);
-                return Err(e.to_string());
+                return Err(CsiError::Rpc(e).into());
             }
         };
         if let Some(api) = &self.node_info
@@ -275,7 +282,7 @@ impl PluginHandler for RegistrationHandler {
                 .await
         {
             self.drivers.remove(name);
-            return Err(e);
+            return Err(CsiError::NodeInfo(e).into());
         }
         Ok(())
     }

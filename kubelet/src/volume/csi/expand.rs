@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 
-use super::client::CsiError;
+use super::client::CsiStatus;
 use super::driver_spec::Prepared;
 use super::mounter::{CsiMounter, CsiVolume, capability, staging_path};
 
@@ -233,28 +233,18 @@ pub fn read_only_message(volume: &str) -> String {
     )
 }
 
-/// The driver's error as upstream's CSI expander wraps it.
-pub fn expander_error(e: &impl std::fmt::Display) -> String {
-    format!("Expander.NodeExpand failed to expand the volume : {e}")
-}
-
 /// The `VolumeResizeFailed` event's message when growing a mounted volume failed.
 pub fn online_failed_message(volume: &str, error: &str) -> String {
     format!("NodeExpandVolume.NodeExpandVolume failed for volume {volume:?} : {error}")
 }
 
-/// The mount's error when growing a volume being mounted failed (a `FailedMount` event).
-pub fn mount_failed_message(volume: &str, error: &str) -> String {
-    format!("MountVolume.Setup failed while expanding volume for volume {volume:?} : {error}")
-}
-
 impl CsiMounter {
     /// Whether the driver grows volumes on the node (EXPAND_VOLUME).
-    pub async fn can_expand(&self, driver: &str) -> Result<bool, String> {
+    pub async fn can_expand(&self, driver: &str) -> Result<bool, CsiStatus> {
         let Some(d) = self.drivers.get(driver) else {
             return Ok(false);
         };
-        let caps = d.node.capabilities().await.map_err(|e| e.to_string())?;
+        let caps = d.node.capabilities().await?;
         Ok(caps.expand)
     }
 
@@ -267,9 +257,9 @@ impl CsiMounter {
         target: &Path,
         new_bytes: i64,
         prepared: &Prepared,
-    ) -> Result<(), CsiError> {
+    ) -> Result<(), CsiStatus> {
         let Some(d) = self.drivers.get(&v.driver) else {
-            return Err(CsiError {
+            return Err(CsiStatus {
                 code: "Unavailable".into(),
                 message: super::log(format!(
                     "driver name {} not found in the list of registered CSI drivers",

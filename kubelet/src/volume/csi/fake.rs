@@ -5,8 +5,8 @@ use std::sync::Mutex;
 
 use cri_proto::plugins::csi;
 
-use super::client::{Capabilities, CsiError, CsiNode, NodeInfo, VolumeStats};
-use super::nodeinfo::NodeInfoApi;
+use super::client::{Capabilities, CsiNode, CsiStatus, NodeInfo, VolumeStats};
+use super::nodeinfo::{NodeInfoApi, NodeInfoError};
 
 /// A driver that answers from its fields and records each call as a line.
 #[derive(Debug, Default)]
@@ -15,7 +15,7 @@ pub struct FakeCsiNode {
     pub caps: Mutex<Capabilities>,
     pub stats: Mutex<VolumeStats>,
     /// Calls named here (`stage`, `publish`, `node_get_info`, ...) fail with this error.
-    pub fail: Mutex<BTreeMap<String, CsiError>>,
+    pub fail: Mutex<BTreeMap<String, CsiStatus>>,
     pub calls: Mutex<Vec<String>>,
     pub stage_requests: Mutex<Vec<csi::NodeStageVolumeRequest>>,
     pub publish_requests: Mutex<Vec<csi::NodePublishVolumeRequest>>,
@@ -30,14 +30,14 @@ impl FakeCsiNode {
     pub fn fail_on(&self, call: &str, code: &str, message: &str) {
         self.fail.lock().unwrap().insert(
             call.into(),
-            CsiError {
+            CsiStatus {
                 code: code.into(),
                 message: message.into(),
             },
         );
     }
 
-    fn record(&self, call: &str, detail: String) -> Result<(), CsiError> {
+    fn record(&self, call: &str, detail: String) -> Result<(), CsiStatus> {
         self.calls
             .lock()
             .unwrap()
@@ -51,29 +51,29 @@ impl FakeCsiNode {
 
 #[async_trait::async_trait]
 impl CsiNode for FakeCsiNode {
-    async fn node_get_info(&self) -> Result<NodeInfo, CsiError> {
+    async fn node_get_info(&self) -> Result<NodeInfo, CsiStatus> {
         self.record("node_get_info", String::new())?;
         Ok(self.info.lock().unwrap().clone())
     }
-    async fn capabilities(&self) -> Result<Capabilities, CsiError> {
+    async fn capabilities(&self) -> Result<Capabilities, CsiStatus> {
         self.record("capabilities", String::new())?;
         Ok(*self.caps.lock().unwrap())
     }
-    async fn stage(&self, req: csi::NodeStageVolumeRequest) -> Result<(), CsiError> {
+    async fn stage(&self, req: csi::NodeStageVolumeRequest) -> Result<(), CsiStatus> {
         self.stage_requests.lock().unwrap().push(req.clone());
         self.record(
             "stage",
             format!("{} {}", req.volume_id, req.staging_target_path),
         )
     }
-    async fn unstage(&self, volume_id: &str, staging_path: &str) -> Result<(), CsiError> {
+    async fn unstage(&self, volume_id: &str, staging_path: &str) -> Result<(), CsiStatus> {
         self.record("unstage", format!("{volume_id} {staging_path}"))
     }
-    async fn publish(&self, req: csi::NodePublishVolumeRequest) -> Result<(), CsiError> {
+    async fn publish(&self, req: csi::NodePublishVolumeRequest) -> Result<(), CsiStatus> {
         self.publish_requests.lock().unwrap().push(req.clone());
         self.record("publish", format!("{} {}", req.volume_id, req.target_path))
     }
-    async fn unpublish(&self, volume_id: &str, target_path: &str) -> Result<(), CsiError> {
+    async fn unpublish(&self, volume_id: &str, target_path: &str) -> Result<(), CsiStatus> {
         self.record("unpublish", format!("{volume_id} {target_path}"))
     }
     async fn volume_stats(
@@ -81,11 +81,11 @@ impl CsiNode for FakeCsiNode {
         volume_id: &str,
         volume_path: &str,
         _staging_path: &str,
-    ) -> Result<VolumeStats, CsiError> {
+    ) -> Result<VolumeStats, CsiStatus> {
         self.record("volume_stats", format!("{volume_id} {volume_path}"))?;
         Ok(*self.stats.lock().unwrap())
     }
-    async fn expand(&self, req: csi::NodeExpandVolumeRequest) -> Result<i64, CsiError> {
+    async fn expand(&self, req: csi::NodeExpandVolumeRequest) -> Result<i64, CsiStatus> {
         self.expand_requests.lock().unwrap().push(req.clone());
         let bytes = req.capacity_range.map_or(0, |r| r.required_bytes);
         self.record(
@@ -100,7 +100,7 @@ impl CsiNode for FakeCsiNode {
 #[derive(Debug, Default)]
 pub struct FakeNodeInfo {
     pub calls: Mutex<Vec<String>>,
-    pub fail_install: Mutex<Option<String>>,
+    pub fail_install: Mutex<Option<NodeInfoError>>,
 }
 
 #[async_trait::async_trait]
@@ -111,7 +111,7 @@ impl NodeInfoApi for FakeNodeInfo {
         node_id: &str,
         max_volumes: i64,
         topology: &BTreeMap<String, String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), NodeInfoError> {
         self.calls.lock().unwrap().push(format!(
             "install {driver} {node_id} {max_volumes} {topology:?}"
         ));
@@ -120,7 +120,7 @@ impl NodeInfoApi for FakeNodeInfo {
             None => Ok(()),
         }
     }
-    async fn uninstall(&self, driver: &str) -> Result<(), String> {
+    async fn uninstall(&self, driver: &str) -> Result<(), NodeInfoError> {
         self.calls
             .lock()
             .unwrap()

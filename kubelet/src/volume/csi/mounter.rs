@@ -18,9 +18,9 @@ use std::sync::Arc;
 use cri_proto::plugins::csi;
 use sha2::{Digest, Sha256};
 
+use super::CsiError;
 use super::driver_spec::{Prepared, SecretRef, supports_fs_group};
 use super::drivers::CsiDrivers;
-use super::log;
 
 /// A CSI volume to stage and publish.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -88,9 +88,12 @@ pub fn pod_volume_dir(root_dir: &Path, pod_uid: &str, spec_name: &str) -> PathBu
 }
 
 /// A name used as one path component: no separators, not `.` or `..`, not empty.
-fn safe_component(kind: &str, s: &str) -> Result<(), String> {
+pub(crate) fn safe_component(kind: &'static str, s: &str) -> Result<(), CsiError> {
     if s.is_empty() || s == "." || s == ".." || s.contains('/') || s.contains('\0') {
-        return Err(log(format!("invalid {kind} {s:?}")));
+        return Err(CsiError::InvalidName {
+            kind,
+            value: s.to_string(),
+        });
     }
     Ok(())
 }
@@ -183,16 +186,16 @@ pub fn pod_vol_data(v: &CsiVolume, node: &str, selinux_label: &str) -> BTreeMap<
     data
 }
 
-fn write_json(path: &Path, data: &BTreeMap<String, String>) -> Result<(), String> {
-    let body = serde_json::to_vec(data).map_err(|e| e.to_string())?;
+pub(crate) fn write_json(path: &Path, data: &BTreeMap<String, String>) -> Result<(), CsiError> {
+    let body = serde_json::to_vec(data).map_err(|e| CsiError::Encode(e.to_string()))?;
     crate::atomic_file::write_public_atomic(path, &body)
-        .map_err(|e| format!("writing {}: {e}", path.display()))
+        .map_err(|e| CsiError::io("writing", path, e))
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| e.to_string())
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, CsiError> {
+    tokio::task::spawn_blocking(f).await.map_err(CsiError::join)
 }
 
 /// Whether `p` is a mount point (from /proc/self/mountinfo: bind mounts from the same
@@ -211,14 +214,11 @@ impl CsiMounter {
         pod_uid: &str,
         v: &CsiVolume,
         prepared: &Prepared,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, CsiError> {
         safe_component("driver name", &v.driver)?;
         safe_component("volume name", &v.spec_name)?;
         let Some(driver) = self.drivers.get(&v.driver) else {
-            return Err(log(format!(
-                "driver name {} not found in the list of registered CSI drivers",
-                v.driver
-            )));
+            return Err(CsiError::DriverNotRegistered(v.driver.clone()));
         };
         let dir = pod_volume_dir(&self.root_dir, pod_uid, &v.spec_name);
         let target = dir.join("mount");
@@ -229,11 +229,7 @@ impl CsiMounter {
         if blocking(move || probe(&t)).await? && !prepared.spec.requires_republish {
             return Ok(target);
         }
-        let caps = driver
-            .node
-            .capabilities()
-            .await
-            .map_err(|e| e.to_string())?;
+        let caps = driver.node.capabilities().await?;
         let mount_group = caps
             .volume_mount_group
             .then_some(prepared.fs_group)
@@ -249,10 +245,9 @@ impl CsiMounter {
                     ("volumeHandle".to_string(), v.volume_handle.clone()),
                 ]),
             );
-            let mounted = blocking(move || -> Result<bool, String> {
+            let mounted = blocking(move || -> Result<bool, CsiError> {
                 let parent = p.parent().unwrap_or(Path::new("/"));
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+                std::fs::create_dir_all(parent).map_err(|e| CsiError::io("creating", parent, e))?;
                 write_json(&parent.join(VOL_DATA_FILE), &data)?;
                 Ok(probe(&p))
             })
@@ -273,11 +268,9 @@ impl CsiMounter {
                         volume_context: v.attributes.clone().into_iter().collect(),
                     })
                     .await
-                    .map_err(|e| {
-                        format!(
-                            "MountVolume.MountDevice failed for volume {:?} : {e}",
-                            v.spec_name
-                        )
+                    .map_err(|source| CsiError::MountDevice {
+                        volume: v.spec_name.clone(),
+                        source,
                     })?;
             }
         }
@@ -285,11 +278,11 @@ impl CsiMounter {
             dir.clone(),
             pod_vol_data(v, &self.node_name, &prepared.selinux_mount_label),
         );
-        blocking(move || -> Result<(), String> {
+        blocking(move || -> Result<(), CsiError> {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .create(&d)
-                .map_err(|e| format!("creating {}: {e}", d.display()))?;
+                .map_err(|e| CsiError::io("creating", &d, e))?;
             write_json(&d.join(VOL_DATA_FILE), &data)
         })
         .await??;
@@ -316,8 +309,7 @@ impl CsiMounter {
                 secrets: prepared.publish_secrets.0.clone().into_iter().collect(),
                 volume_context: context,
             })
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         if !caps.volume_mount_group
             && supports_fs_group(
                 prepared.spec.fs_group_policy,
@@ -339,11 +331,14 @@ impl CsiMounter {
         v: &CsiVolume,
         target: &Path,
         prepared: &Prepared,
-    ) -> Result<(), String> {
+    ) -> Result<(), CsiError> {
         let Some(gid) = prepared.fs_group else {
             return Ok(());
         };
-        let failed = |e: String| format!("applyFSGroup failed for vol {}: {e}", v.volume_handle);
+        let failed = |message: String| CsiError::FsGroup {
+            handle: v.volume_handle.clone(),
+            message,
+        };
         let policy = crate::volume::ownership::ChangePolicy::from_field(
             prepared.fs_group_change_policy.as_deref(),
         )
@@ -359,7 +354,7 @@ impl CsiMounter {
 
     /// Unpublishes every CSI volume of the pod and unstages those no other pod uses. The
     /// first error is returned; the volume's directory then stays for the next try.
-    pub async fn tear_down_pod(&self, pod_uid: &str) -> Result<(), String> {
+    pub async fn tear_down_pod(&self, pod_uid: &str) -> Result<(), CsiError> {
         let base = self
             .root_dir
             .join("pods")
@@ -381,26 +376,21 @@ impl CsiMounter {
         &self,
         dir: &Path,
         data: &BTreeMap<String, String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CsiError> {
         let driver_name = data.get("driverName").cloned().unwrap_or_default();
         let handle = data.get("volumeHandle").cloned().unwrap_or_default();
         let Some(driver) = self.drivers.get(&driver_name) else {
-            return Err(log(format!(
-                "driver name {driver_name} not found in the list of registered CSI drivers"
-            )));
+            return Err(CsiError::DriverNotRegistered(driver_name));
         };
         let target = dir.join("mount");
         driver
             .node
             .unpublish(&handle, &target.display().to_string())
             .await
-            .map_err(|e| format!("UnmountVolume.TearDown failed: {e}"))?;
+            .map_err(CsiError::TearDown)?;
         let t = target.clone();
         if blocking(move || is_mounted(&t)).await? {
-            return Err(format!(
-                "UnmountVolume.TearDown failed: {} is still mounted",
-                target.display()
-            ));
+            return Err(CsiError::StillMounted(target));
         }
         let d = dir.to_path_buf();
         blocking(move || {
@@ -422,7 +412,7 @@ impl CsiMounter {
                 .node
                 .unstage(&handle, &staging.display().to_string())
                 .await
-                .map_err(|e| format!("UnmountDevice failed: {e}"))?;
+                .map_err(CsiError::UnmountDevice)?;
         }
         Ok(())
     }

@@ -30,6 +30,59 @@ pub const MIGRATED_PLUGINS: [&str; 7] = [
 ];
 
 /// Where a driver's node information is recorded.
+/// Why the node's record of a CSI driver could not be written (upstream's messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeInfoError {
+    #[error(
+        "failed to parse node's {:?} annotation value ({value:?}) err={message}",
+        ANNOTATION_NODE_ID
+    )]
+    BadAnnotation { value: String, message: String },
+    #[error(
+        "detected topology value collision: driver reported {key:?}:{value:?} but existing label is {key:?}:{existing:?}"
+    )]
+    TopologyCollision {
+        key: String,
+        value: String,
+        existing: String,
+    },
+    #[error("{0}")]
+    Encode(String),
+    /// An apiserver request failed.
+    #[error("{0}")]
+    Api(String),
+    /// Every attempt failed.
+    #[error("timed out waiting for the condition; caused by: [{}]", join(.0))]
+    Retries(Vec<NodeInfoError>),
+    #[error("error adding CSI driver node info: driverNodeID must not be empty")]
+    EmptyNodeId,
+    #[error("error updating Node object with CSI driver node info: error updating node: {0}")]
+    UpdateNode(Box<NodeInfoError>),
+    #[error("error updating CSINode object with CSI driver node info: error updating CSINode: {0}")]
+    UpdateCsiNode(Box<NodeInfoError>),
+    #[error("error uninstalling CSI driver from CSINode object {0}")]
+    UninstallCsiNode(Box<NodeInfoError>),
+    #[error("error removing CSI driver node info from Node object {0}")]
+    UninstallNode(Box<NodeInfoError>),
+}
+
+fn join(errs: &[NodeInfoError]) -> String {
+    let v: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    v.join(", ")
+}
+
+impl From<kube::Error> for NodeInfoError {
+    fn from(e: kube::Error) -> Self {
+        NodeInfoError::Api(e.to_string())
+    }
+}
+
+impl From<serde_json::Error> for NodeInfoError {
+    fn from(e: serde_json::Error) -> Self {
+        NodeInfoError::Encode(e.to_string())
+    }
+}
+
 #[async_trait::async_trait]
 pub trait NodeInfoApi: Send + Sync {
     async fn install(
@@ -38,11 +91,11 @@ pub trait NodeInfoApi: Send + Sync {
         node_id: &str,
         max_volumes: i64,
         topology: &BTreeMap<String, String>,
-    ) -> Result<(), String>;
-    async fn uninstall(&self, driver: &str) -> Result<(), String>;
+    ) -> Result<(), NodeInfoError>;
+    async fn uninstall(&self, driver: &str) -> Result<(), NodeInfoError>;
 }
 
-fn parse_ids(node: &Node) -> Result<BTreeMap<String, String>, String> {
+fn parse_ids(node: &Node) -> Result<BTreeMap<String, String>, NodeInfoError> {
     let prev = node
         .metadata
         .annotations
@@ -53,8 +106,9 @@ fn parse_ids(node: &Node) -> Result<BTreeMap<String, String>, String> {
     if prev.is_empty() {
         return Ok(BTreeMap::new());
     }
-    serde_json::from_str(prev).map_err(|e| {
-        format!("failed to parse node's {ANNOTATION_NODE_ID:?} annotation value ({prev:?}) err={e}")
+    serde_json::from_str(prev).map_err(|e| NodeInfoError::BadAnnotation {
+        value: prev.to_string(),
+        message: e.to_string(),
     })
 }
 
@@ -64,12 +118,12 @@ pub fn node_install(
     driver: &str,
     node_id: &str,
     topology: &BTreeMap<String, String>,
-) -> Result<Option<serde_json::Value>, String> {
+) -> Result<Option<serde_json::Value>, NodeInfoError> {
     let mut ids = parse_ids(node)?;
     let mut patch = serde_json::Map::new();
     if ids.get(driver).map(String::as_str) != Some(node_id) {
         ids.insert(driver.to_string(), node_id.to_string());
-        let v = serde_json::to_string(&ids).map_err(|e| e.to_string())?;
+        let v = serde_json::to_string(&ids)?;
         patch.insert(
             "annotations".into(),
             serde_json::json!({ ANNOTATION_NODE_ID: v }),
@@ -81,9 +135,11 @@ pub fn node_install(
             if let Some(cur) = labels.get(k)
                 && cur != v
             {
-                return Err(format!(
-                    "detected topology value collision: driver reported {k:?}:{v:?} but existing label is {k:?}:{cur:?}"
-                ));
+                return Err(NodeInfoError::TopologyCollision {
+                    key: k.clone(),
+                    value: v.clone(),
+                    existing: cur.clone(),
+                });
             }
         }
         patch.insert(
@@ -95,7 +151,10 @@ pub fn node_install(
 }
 
 /// The Node patch that removes a driver's node ID, or None when it is not there.
-pub fn node_uninstall(node: &Node, driver: &str) -> Result<Option<serde_json::Value>, String> {
+pub fn node_uninstall(
+    node: &Node,
+    driver: &str,
+) -> Result<Option<serde_json::Value>, NodeInfoError> {
     let mut ids = parse_ids(node)?;
     if ids.remove(driver).is_none() {
         return Ok(None);
@@ -103,7 +162,7 @@ pub fn node_uninstall(node: &Node, driver: &str) -> Result<Option<serde_json::Va
     let v = if ids.is_empty() {
         serde_json::Value::Null
     } else {
-        serde_json::Value::String(serde_json::to_string(&ids).map_err(|e| e.to_string())?)
+        serde_json::Value::String(serde_json::to_string(&ids)?)
     };
     Ok(Some(
         serde_json::json!({ "metadata": { "annotations": { ANNOTATION_NODE_ID: v } } }),
@@ -212,10 +271,10 @@ impl std::fmt::Debug for KubeNodeInfo {
     }
 }
 
-async fn retry<F, Fut>(mut f: F) -> Result<(), String>
+async fn retry<F, Fut>(mut f: F) -> Result<(), NodeInfoError>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
+    Fut: std::future::Future<Output = Result<(), NodeInfoError>>,
 {
     let mut delay = Duration::from_millis(10);
     let mut errs = Vec::new();
@@ -227,10 +286,7 @@ where
         tokio::time::sleep(delay).await;
         delay *= 5;
     }
-    Err(format!(
-        "timed out waiting for the condition; caused by: [{}]",
-        errs.join(", ")
-    ))
+    Err(NodeInfoError::Retries(errs))
 }
 
 impl KubeNodeInfo {
@@ -252,13 +308,9 @@ impl KubeNodeInfo {
 
     async fn patch_node(
         &self,
-        edit: impl Fn(&Node) -> Result<Option<serde_json::Value>, String>,
-    ) -> Result<(), String> {
-        let node = self
-            .nodes()
-            .get(&self.node_name)
-            .await
-            .map_err(|e| e.to_string())?;
+        edit: impl Fn(&Node) -> Result<Option<serde_json::Value>, NodeInfoError>,
+    ) -> Result<(), NodeInfoError> {
+        let node = self.nodes().get(&self.node_name).await?;
         if let Some(patch) = edit(&node)? {
             self.nodes()
                 .patch(
@@ -266,8 +318,7 @@ impl KubeNodeInfo {
                     &kube::api::PatchParams::default(),
                     &kube::api::Patch::Merge(&patch),
                 )
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
         }
         Ok(())
     }
@@ -276,30 +327,19 @@ impl KubeNodeInfo {
         &self,
         create: bool,
         edit: impl Fn(&mut CSINode) -> bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), NodeInfoError> {
         let api = self.csinodes();
-        let mut c = match api
-            .get_opt(&self.node_name)
-            .await
-            .map_err(|e| e.to_string())?
-        {
+        let mut c = match api.get_opt(&self.node_name).await? {
             Some(c) => c,
             None if !create => return Ok(()),
             None => {
-                let node = self
-                    .nodes()
-                    .get(&self.node_name)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let node = self.nodes().get(&self.node_name).await?;
                 api.create(&kube::api::PostParams::default(), &new_csinode(&node))
-                    .await
-                    .map_err(|e| e.to_string())?
+                    .await?
             }
         };
         if edit(&mut c) {
-            timed(api.replace(&self.node_name, &kube::api::PostParams::default(), &c))
-                .await
-                .map_err(|e| e.to_string())?;
+            timed(api.replace(&self.node_name, &kube::api::PostParams::default(), &c)).await?;
         }
         Ok(())
     }
@@ -313,37 +353,31 @@ impl NodeInfoApi for KubeNodeInfo {
         node_id: &str,
         max_volumes: i64,
         topology: &BTreeMap<String, String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), NodeInfoError> {
         if node_id.is_empty() {
-            return Err("error adding CSI driver node info: driverNodeID must not be empty".into());
+            return Err(NodeInfoError::EmptyNodeId);
         }
         let _one = self.lock.lock().await;
         retry(|| self.patch_node(|n| node_install(n, driver, node_id, topology)))
             .await
-            .map_err(|e| {
-                format!(
-                    "error updating Node object with CSI driver node info: error updating node: {e}"
-                )
-            })?;
+            .map_err(|e| NodeInfoError::UpdateNode(Box::new(e)))?;
         retry(|| {
             self.edit_csinode(true, |c| {
                 csinode_install(c, driver, node_id, max_volumes, topology)
             })
         })
         .await
-        .map_err(|e| {
-            format!("error updating CSINode object with CSI driver node info: error updating CSINode: {e}")
-        })
+        .map_err(|e| NodeInfoError::UpdateCsiNode(Box::new(e)))
     }
 
-    async fn uninstall(&self, driver: &str) -> Result<(), String> {
+    async fn uninstall(&self, driver: &str) -> Result<(), NodeInfoError> {
         let _one = self.lock.lock().await;
         retry(|| self.edit_csinode(false, |c| csinode_uninstall(c, driver)))
             .await
-            .map_err(|e| format!("error uninstalling CSI driver from CSINode object {e}"))?;
+            .map_err(|e| NodeInfoError::UninstallCsiNode(Box::new(e)))?;
         retry(|| self.patch_node(|n| node_uninstall(n, driver)))
             .await
-            .map_err(|e| format!("error removing CSI driver node info from Node object {e}"))
+            .map_err(|e| NodeInfoError::UninstallNode(Box::new(e)))
     }
 }
 

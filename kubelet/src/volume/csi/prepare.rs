@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::Pod;
 
-use super::api::CsiApi;
+use super::CsiError;
+use super::api::{ApiError, CsiApi};
 use super::driver_spec::{DriverSpec, Prepared, SecretRef, TOKENS_KEY, pod_info_attrs};
-use super::log;
 use super::mounter::{CsiVolume, attachment_name};
 
 /// Upstream's unique volume name of a CSI volume: `kubernetes.io/csi/<driver>^<handle>`.
@@ -27,9 +27,9 @@ pub async fn prepare(
     pod: &Pod,
     node: &str,
     v: &CsiVolume,
-) -> Result<Prepared, String> {
-    let obj = api.csi_driver(&v.driver).await.map_err(log)?;
-    let spec = DriverSpec::of(obj.as_ref()).map_err(log)?;
+) -> Result<Prepared, CsiError> {
+    let obj = api.csi_driver(&v.driver).await.map_err(CsiError::Api)?;
+    let spec = DriverSpec::of(obj.as_ref())?;
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -42,29 +42,27 @@ pub async fn prepare(
         }
     }
     if let Some(r) = &v.stage_secret_ref {
-        out.stage_secrets.0 = secret_data(api, r).await.map_err(|e| {
-            format!(
-                "MountVolume.MountDevice failed for volume {:?} : fetching NodeStageSecretRef {}/{} failed: {e}",
-                v.spec_name, r.namespace, r.name
-            )
-        })?;
+        out.stage_secrets.0 = secret_data(api, r)
+            .await
+            .map_err(|e| CsiError::StageSecret {
+                volume: v.spec_name.clone(),
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                source: Box::new(e),
+            })?;
     }
     if let Some(r) = &v.publish_secret_ref {
-        out.publish_secrets.0 = secret_data(api, r).await.map_err(|e| {
-            log(format!(
-                "mounter.SetUpAt failed to get CSI persistent source: {e}"
-            ))
-        })?;
+        out.publish_secrets.0 = secret_data(api, r)
+            .await
+            .map_err(|e| CsiError::PublishSecret(Box::new(e)))?;
     }
     if spec.pod_info_on_mount {
         out.extra_context.0.extend(pod_info_attrs(pod, v.ephemeral));
     }
     if !spec.token_requests.is_empty() {
-        let tokens = tokens(api, pod, ns, &spec).await.map_err(|e| {
-            log(format!(
-                "mounter.SetUpAt failed to get service accoount token attributes: {e}"
-            ))
-        })?;
+        let tokens = tokens(api, pod, ns, &spec)
+            .await
+            .map_err(CsiError::Tokens)?;
         if spec.token_in_secrets {
             out.publish_secrets.0.insert(TOKENS_KEY.into(), tokens);
         } else {
@@ -86,26 +84,31 @@ async fn attached(
     node: &str,
     pod_name: &str,
     uid: &str,
-) -> Result<BTreeMap<String, String>, String> {
+) -> Result<BTreeMap<String, String>, CsiError> {
     let unique = unique_name(&v.driver, &v.volume_handle);
-    let on_node = api.volumes_attached(node).await.map_err(log)?;
+    let on_node = api.volumes_attached(node).await.map_err(CsiError::Api)?;
     if !on_node.contains(&unique) {
-        return Err(format!(
-            "Volume not attached according to node status for volume {:?} (UniqueName: {unique:?}) pod {pod_name:?} (UID: {uid:?}) ",
-            v.spec_name
-        ));
+        return Err(CsiError::NotAttached {
+            volume: v.spec_name.clone(),
+            unique,
+            pod: pod_name.to_string(),
+            uid: uid.to_string(),
+        });
     }
     let id = attachment_name(&v.volume_handle, &v.driver, node);
-    let wait_failed = |e: String| {
-        format!(
-            "MountVolume.WaitForAttach failed for volume {:?} : {e}",
-            v.spec_name
-        )
+    let wait_failed = |detail: String| CsiError::WaitForAttach {
+        volume: v.spec_name.clone(),
+        detail,
     };
     let va = api
         .volume_attachment(&id)
         .await
-        .and_then(|o| o.ok_or_else(|| format!("volumeattachments.storage.k8s.io {id:?} not found")))
+        .and_then(|o| {
+            o.ok_or_else(|| ApiError::NotFound {
+                resource: "volumeattachments.storage.k8s.io",
+                name: id.clone(),
+            })
+        })
         .map_err(|e| {
             wait_failed(format!(
                 "volume {} has GET error for volume attachment {id}: {e}",
@@ -129,16 +132,23 @@ async fn attached(
 }
 
 /// A Secret's data as strings (upstream's getCredentialsFromSecret).
-async fn secret_data(api: &dyn CsiApi, r: &SecretRef) -> Result<BTreeMap<String, String>, String> {
+async fn secret_data(
+    api: &dyn CsiApi,
+    r: &SecretRef,
+) -> Result<BTreeMap<String, String>, CsiError> {
     let found = api
         .secret(&r.namespace, &r.name)
         .await
-        .and_then(|s| s.ok_or_else(|| format!("secrets {:?} not found", r.name)))
-        .map_err(|e| {
-            log(format!(
-                "failed to find the secret {} in the namespace {} with error: {e}",
-                r.name, r.namespace
-            ))
+        .and_then(|s| {
+            s.ok_or_else(|| ApiError::NotFound {
+                resource: "secrets",
+                name: r.name.clone(),
+            })
+        })
+        .map_err(|source| CsiError::Secret {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            source,
         })?;
     Ok(found
         .data
@@ -156,7 +166,7 @@ async fn tokens(
     pod: &Pod,
     ns: &str,
     spec: &DriverSpec,
-) -> Result<String, String> {
+) -> Result<String, ApiError> {
     let sa = pod
         .spec
         .as_ref()
@@ -183,12 +193,9 @@ async fn tokens(
             ..Default::default()
         };
         let status = api.request_token(ns, &sa, request).await?;
-        out.insert(
-            t.audience.clone(),
-            serde_json::to_value(&status).map_err(|e| e.to_string())?,
-        );
+        out.insert(t.audience.clone(), serde_json::to_value(&status)?);
     }
-    serde_json::to_string(&out).map_err(|e| e.to_string())
+    Ok(serde_json::to_string(&out)?)
 }
 
 #[cfg(test)]

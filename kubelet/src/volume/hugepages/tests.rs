@@ -51,7 +51,7 @@ fn the_page_size_comes_from_the_pods_requests_as_upstream() {
         serde_json::json!([]),
     );
     assert_eq!(
-        page_size_option("HugePages", &two).unwrap_err(),
+        page_size_option("HugePages", &two).unwrap_err().to_string(),
         "medium: HugePages can't be used if container requests multiple huge page sizes"
     );
     assert_eq!(
@@ -59,7 +59,9 @@ fn the_page_size_comes_from_the_pods_requests_as_upstream() {
         "pagesize=1Gi"
     );
     assert_eq!(
-        page_size_option("HugePages-1Gi", &one).unwrap_err(),
+        page_size_option("HugePages-1Gi", &one)
+            .unwrap_err()
+            .to_string(),
         "medium HugePages-1Gi: hugePages storage requested, but there is no resource request for huge pages"
     );
     let none = pod(
@@ -67,7 +69,9 @@ fn the_page_size_comes_from_the_pods_requests_as_upstream() {
         serde_json::json!([]),
     );
     assert_eq!(
-        page_size_option("HugePages", &none).unwrap_err(),
+        page_size_option("HugePages", &none)
+            .unwrap_err()
+            .to_string(),
         "medium HugePages: hugePages storage requested, but there is no resource request for huge pages"
     );
     assert!(page_size_option("HugePages-lots", &one).is_err());

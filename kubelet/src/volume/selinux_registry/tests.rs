@@ -106,7 +106,7 @@ fn containers_of_one_pod_with_different_labels_are_refused_as_upstream() {
     let p = pod("u1", None, &[Some("s0:c1,c2"), Some("s0:c3,c4")], None);
     let err = r.admit(&p, "data", &vref("v", &m, true)).unwrap_err();
     assert_eq!(
-        err,
+        err.to_string(),
         "volume pv-1 is used with two different SELinux contexts in the same pod: \"system_u:object_r:container_file_t:s0:c1,c2\", \"system_u:object_r:container_file_t:s0:c3,c4\""
     );
     assert!(g.get() >= before + 1.0);
@@ -128,7 +128,7 @@ fn a_second_pod_with_another_label_is_refused_until_the_first_is_gone() {
     assert_eq!(r.admit(&a, "data", &vref("v", &m, true)).unwrap(), L1);
     let err = r.admit(&b, "data", &vref("v", &m, true)).unwrap_err();
     assert_eq!(
-        err,
+        err.to_string(),
         "conflicting SELinux labels of volume pv-1: \"system_u:object_r:container_file_t:s0:c1,c2\" and \"system_u:object_r:container_file_t:s0:c3,c4\""
     );
     assert!(g.get() >= before + 1.0);
@@ -148,7 +148,7 @@ fn a_hostile_level_is_an_error_not_a_mount_flag() {
     let p = pod("u1", Some("s0:c1\",rw,context=\"x"), &[None], None);
     let err = r.admit(&p, "data", &vref("v", &m, true)).unwrap_err();
     assert!(
-        err.starts_with("failed to construct SELinux label from context &{\"\" \"\" \"\" \"s0:c1\\\",rw,context=\\\"x\"}: "),
+        err.to_string().starts_with("failed to construct SELinux label from context &{\"\" \"\" \"\" \"s0:c1\\\",rw,context=\\\"x\"}: "),
         "{err}"
     );
     assert_eq!(r.label_of("v"), None);

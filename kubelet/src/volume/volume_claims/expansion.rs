@@ -5,7 +5,7 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
 
-use super::{Bound, Storage, unique_csi_name};
+use super::{Bound, ClaimError, Storage, unique_csi_name};
 use crate::events::{EventType, pod_ref};
 use crate::volume::csi::Prepared;
 use crate::volume::csi::expand::{self, Failure};
@@ -42,12 +42,12 @@ fn claim_ref(pvc: &PersistentVolumeClaim, ns: &str, name: &str) -> ObjectReferen
 impl Storage {
     /// Grows the volume when its claim waits for the node. An error fails the mount (only
     /// for a volume that was not mounted before: see [`Grow::online`]).
-    pub(super) async fn expand_if_due(&self, g: Grow<'_>) -> Result<(), String> {
+    pub(super) async fn expand_if_due(&self, g: Grow<'_>) -> Result<(), ClaimError> {
         let name = &g.volume.spec_name;
         match self.try_expand(&g).await {
             Ok(()) => Ok(()),
             Err(e) if g.online => {
-                let message = expand::online_failed_message(name, &e);
+                let message = expand::online_failed_message(name, &e.to_string());
                 tracing::warn!(pod_uid = ?g.pod.metadata.uid, volume = %name, error = %e, "expanding a mounted volume failed");
                 self.events.record(
                     &pod_ref(g.pod),
@@ -57,7 +57,10 @@ impl Storage {
                 );
                 Ok(())
             }
-            Err(e) => Err(expand::mount_failed_message(name, &e)),
+            Err(e) => Err(ClaimError::Expansion {
+                volume: name.clone(),
+                source: Box::new(e),
+            }),
         }
     }
 
@@ -75,7 +78,7 @@ impl Storage {
         f(all.entry(key.to_string()).or_default());
     }
 
-    async fn try_expand(&self, g: &Grow<'_>) -> Result<(), String> {
+    async fn try_expand(&self, g: &Grow<'_>) -> Result<(), ClaimError> {
         let Bound { pvc, pv } = g.bound;
         let (ns, claim) = g.claim;
         let c = g.volume;
@@ -117,8 +120,8 @@ impl Storage {
             .expand(c, g.target, due.new_bytes, g.prepared)
             .await
         {
-            let error = expand::expander_error(&e);
             let failure = Failure::of(&e.code);
+            let error = ClaimError::Expander(e);
             if failure != Failure::Uncertain {
                 let infeasible = expand::infeasible_now(pvc, &due, &before);
                 self.remember(&key, |r| {
@@ -130,8 +133,12 @@ impl Storage {
                         k8s_openapi::jiff::Timestamp::now(),
                     ))
                     .unwrap_or_default();
-                let patch =
-                    expand::failed_patch(pvc, &error, infeasible, now.as_str().unwrap_or_default());
+                let patch = expand::failed_patch(
+                    pvc,
+                    &error.to_string(),
+                    infeasible,
+                    now.as_str().unwrap_or_default(),
+                );
                 if let Err(pe) = self.api.patch_claim_status(ns, claim, patch).await {
                     tracing::error!(volume = %c.spec_name, error = %pe, "MountVolume.NodeExpandVolume failed to mark node expansion as failed");
                 }
@@ -163,7 +170,7 @@ impl Storage {
         self.api
             .patch_claim_status(ns, claim, expand::finished_patch(pvc, &due.new_size))
             .await
-            .map_err(|e| format!("mountVolume.NodeExpandVolume update pvc status failed: {e}"))
+            .map_err(ClaimError::ExpandedStatus)
     }
 }
 

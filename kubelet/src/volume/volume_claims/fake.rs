@@ -8,6 +8,8 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::volume::csi::ApiError;
+
 /// Objects by `namespace/name` (claims, secrets) or name.
 #[derive(Debug, Default)]
 pub struct FakeStorageApi {
@@ -70,7 +72,7 @@ impl super::StorageApi for FakeStorageApi {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<PersistentVolumeClaim>, String> {
+    ) -> Result<Option<PersistentVolumeClaim>, ApiError> {
         self.read(format!("claim {namespace}/{name}"));
         Ok(self
             .claims
@@ -79,7 +81,7 @@ impl super::StorageApi for FakeStorageApi {
             .get(&format!("{namespace}/{name}"))
             .cloned())
     }
-    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, String> {
+    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, ApiError> {
         self.read(format!("volume {name}"));
         Ok(self.volumes.lock().unwrap().get(name).cloned())
     }
@@ -88,7 +90,7 @@ impl super::StorageApi for FakeStorageApi {
         namespace: &str,
         name: &str,
         patch: serde_json::Value,
-    ) -> Result<(), String> {
+    ) -> Result<(), ApiError> {
         let key = format!("{namespace}/{name}");
         self.status_patches
             .lock()
@@ -96,22 +98,25 @@ impl super::StorageApi for FakeStorageApi {
             .push((key.clone(), patch.clone()));
         let mut claims = self.claims.lock().unwrap();
         let Some(c) = claims.get_mut(&key) else {
-            return Err(format!("persistentvolumeclaims {name:?} not found"));
+            return Err(ApiError::NotFound {
+                resource: "persistentvolumeclaims",
+                name: name.to_string(),
+            });
         };
-        let mut v = serde_json::to_value(&*c).map_err(|e| e.to_string())?;
+        let mut v = serde_json::to_value(&*c)?;
         merge(&mut v, &patch);
-        *c = serde_json::from_value(v).map_err(|e| e.to_string())?;
+        *c = serde_json::from_value(v)?;
         Ok(())
     }
 }
 
 #[async_trait::async_trait]
 impl crate::volume::csi::CsiApi for FakeStorageApi {
-    async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, String> {
+    async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, ApiError> {
         self.read(format!("csidriver {name}"));
         Ok(self.drivers.lock().unwrap().get(name).cloned())
     }
-    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, String> {
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, ApiError> {
         self.read(format!("secret {namespace}/{name}"));
         Ok(self
             .secrets
@@ -120,11 +125,11 @@ impl crate::volume::csi::CsiApi for FakeStorageApi {
             .get(&format!("{namespace}/{name}"))
             .cloned())
     }
-    async fn volumes_attached(&self, node: &str) -> Result<Vec<String>, String> {
+    async fn volumes_attached(&self, node: &str) -> Result<Vec<String>, ApiError> {
         self.read(format!("node {node}"));
         Ok(self.attached.lock().unwrap().clone())
     }
-    async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>, String> {
+    async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>, ApiError> {
         self.read(format!("volumeattachment {name}"));
         Ok(self.attachments.lock().unwrap().get(name).cloned())
     }
@@ -133,7 +138,7 @@ impl crate::volume::csi::CsiApi for FakeStorageApi {
         namespace: &str,
         service_account: &str,
         request: TokenRequest,
-    ) -> Result<TokenRequestStatus, String> {
+    ) -> Result<TokenRequestStatus, ApiError> {
         let mut reqs = self.token_requests.lock().unwrap();
         let audiences = request
             .spec

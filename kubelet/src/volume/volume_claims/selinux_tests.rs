@@ -123,7 +123,8 @@ async fn an_rwop_claim_of_a_selinux_mount_driver_is_staged_and_published_with_th
         .await
         .unwrap_err();
     assert!(
-        err.starts_with("conflicting SELinux labels of volume pv-data: "),
+        err.to_string()
+            .starts_with("conflicting SELinux labels of volume pv-data: "),
         "{err}"
     );
     s.tear_down("a").await.unwrap();

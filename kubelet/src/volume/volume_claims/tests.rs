@@ -117,7 +117,9 @@ async fn unbound_missing_or_deleted_claims_wait_with_upstreams_messages() {
         .await
         .unwrap_err();
     assert!(
-        e.starts_with("error processing PVC ns/data: failed to fetch PVC ns/data from API server."),
+        e.to_string().starts_with(
+            "error processing PVC ns/data: failed to fetch PVC ns/data from API server."
+        ),
         "{e}"
     );
     a.claims
@@ -127,7 +129,8 @@ async fn unbound_missing_or_deleted_claims_wait_with_upstreams_messages() {
     assert_eq!(
         resolve(&a, &pod(), &claim_vol("d", "data"))
             .await
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
         "error processing PVC ns/data: PVC ns/data has non-bound phase (\"Pending\") or empty pvc.Spec.VolumeName (\"\")"
     );
     let mut deleting = pvc("data", "Bound", "pv1");
@@ -139,7 +142,8 @@ async fn unbound_missing_or_deleted_claims_wait_with_upstreams_messages() {
     assert_eq!(
         resolve(&a, &pod(), &claim_vol("d", "data"))
             .await
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
         "error processing PVC ns/data: can't start pod because PVC ns/data is being deleted"
     );
 }
@@ -158,13 +162,14 @@ async fn a_pv_bound_to_another_claim_is_refused() {
     assert_eq!(
         resolve(&a, &pod(), &claim_vol("d", "data"))
             .await
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
         "error processing PVC ns/data: found PV object \"pv1\" but its pv.Spec.ClaimRef.UID (\"someone-else\") does not point to claim.UID (\"data-uid\")"
     );
     let mut unbound = pv("pv1", "", PersistentVolumeSpec::default());
     unbound.spec.as_mut().unwrap().claim_ref = None;
     a.volumes.lock().unwrap().insert("pv1".into(), unbound);
-    assert!(resolve(&a, &pod(), &claim_vol("d", "data")).await.unwrap_err().ends_with(
+    assert!(resolve(&a, &pod(), &claim_vol("d", "data")).await.unwrap_err().to_string().ends_with(
         "found PV object \"pv1\" but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
     ));
     // A source this kubelet cannot mount.
@@ -187,6 +192,7 @@ async fn a_pv_bound_to_another_claim_is_refused() {
         resolve(&a, &pod(), &claim_vol("d", "data"))
             .await
             .unwrap_err()
+            .to_string()
             .contains("does not support")
     );
 }
@@ -261,7 +267,7 @@ async fn a_generic_ephemeral_claim_must_be_owned_by_the_pod() {
         ),
     );
     assert_eq!(
-        resolve(&a, &pod(), &v).await.unwrap_err(),
+        resolve(&a, &pod(), &v).await.unwrap_err().to_string(),
         "error processing PVC ns/web-scratch: PVC ns/web-scratch was not created for pod ns/web (pod is not owner)"
     );
     // Owned, but not as controller: still refused.
@@ -305,7 +311,7 @@ async fn inline_csi_volumes_need_a_driver_that_allows_ephemeral() {
         ..Default::default()
     };
     assert_eq!(
-        resolve(&a, &pod(), &v).await.unwrap_err(),
+        resolve(&a, &pod(), &v).await.unwrap_err().to_string(),
         "kubernetes.io/csi: volume mode \"Ephemeral\" not supported by driver csi.example.com (only supports [\"Persistent\"])"
     );
     let mut d = CSIDriver::default();

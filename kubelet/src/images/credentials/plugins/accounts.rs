@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 
-use super::{ServiceAccountData, ServiceAccounts};
+use super::{AccountError, ServiceAccountData, ServiceAccounts};
 use crate::objects::ApiObjects;
 
 /// See the module documentation.
@@ -13,14 +13,14 @@ pub struct ApiServiceAccounts(pub Arc<dyn ApiObjects>);
 
 #[async_trait::async_trait]
 impl ServiceAccounts for ApiServiceAccounts {
-    async fn get(&self, namespace: &str, name: &str) -> Result<ServiceAccountData, String> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<ServiceAccountData, AccountError> {
         match self.0.service_account(namespace, name).await {
             Ok(Some(sa)) => Ok(ServiceAccountData {
                 uid: sa.metadata.uid.unwrap_or_default(),
                 annotations: sa.metadata.annotations.unwrap_or_default(),
             }),
-            Ok(None) => Err(format!("serviceaccounts {name:?} not found")),
-            Err(e) => Err(e.to_string()),
+            Ok(None) => Err(AccountError::NotFound(name.to_string())),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -32,7 +32,7 @@ impl ServiceAccounts for ApiServiceAccounts {
         audience: &str,
         pod_name: &str,
         pod_uid: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, AccountError> {
         let mut request = TokenRequest {
             spec: Some(TokenRequestSpec {
                 audiences: Some(vec![audience.to_string()]),
@@ -51,12 +51,11 @@ impl ServiceAccounts for ApiServiceAccounts {
         let answer = self
             .0
             .request_token(namespace, service_account, &request)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         answer
             .status
             .and_then(|s| s.token)
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| "the TokenRequest came back without a token".to_string())
+            .ok_or(AccountError::NoToken)
     }
 }

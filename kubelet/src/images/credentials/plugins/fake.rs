@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
 use super::exec::{ExecError, Invocation, PluginExec};
-use super::{ServiceAccountData, ServiceAccounts};
+use super::{AccountError, ServiceAccountData, ServiceAccounts};
 
 /// What a fake plugin run does.
 #[derive(Debug, Clone)]
@@ -88,13 +88,13 @@ pub struct FakeAccounts {
 
 #[async_trait::async_trait]
 impl ServiceAccounts for FakeAccounts {
-    async fn get(&self, namespace: &str, name: &str) -> Result<ServiceAccountData, String> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<ServiceAccountData, AccountError> {
         self.accounts
             .lock()
             .unwrap()
             .get(&format!("{namespace}/{name}"))
             .cloned()
-            .ok_or_else(|| format!("serviceaccounts {name:?} not found"))
+            .ok_or_else(|| AccountError::NotFound(name.to_string()))
     }
 
     async fn token(
@@ -105,7 +105,7 @@ impl ServiceAccounts for FakeAccounts {
         audience: &str,
         pod_name: &str,
         pod_uid: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, AccountError> {
         let mut r = self.token_requests.lock().unwrap();
         r.push([
             namespace.into(),

@@ -86,7 +86,7 @@ pub struct ServiceAccountData {
 #[async_trait::async_trait]
 pub trait ServiceAccounts: Send + Sync + 'static {
     /// `serviceaccounts/<name>` in `namespace`.
-    async fn get(&self, namespace: &str, name: &str) -> Result<ServiceAccountData, String>;
+    async fn get(&self, namespace: &str, name: &str) -> Result<ServiceAccountData, AccountError>;
     /// A token for the account with `audience`, bound to the pod.
     async fn token(
         &self,
@@ -96,7 +96,18 @@ pub trait ServiceAccounts: Send + Sync + 'static {
         audience: &str,
         pod_name: &str,
         pod_uid: &str,
-    ) -> Result<String, String>;
+    ) -> Result<String, AccountError>;
+}
+
+/// Why the token mode got no ServiceAccount or token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccountError {
+    #[error("serviceaccounts {0:?} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Api(#[from] crate::objects::ObjectError),
+    #[error("the TokenRequest came back without a token")]
+    NoToken,
 }
 
 /// Why a plugin gave no credentials (logged; the pull goes on without them).
@@ -360,7 +371,7 @@ impl CredentialProviders {
         let sa = accounts
             .get(&pod.namespace, &pod.service_account)
             .await
-            .map_err(sa_err)?;
+            .map_err(|e| sa_err(e.to_string()))?;
         let mut annotations = BTreeMap::new();
         for k in &t.required_service_account_annotation_keys {
             match sa.annotations.get(k) {
@@ -388,10 +399,10 @@ impl CredentialProviders {
                 &pod.uid,
             )
             .await
-            .map_err(|message| PluginError::Token {
+            .map_err(|e| PluginError::Token {
                 namespace: pod.namespace.clone(),
                 name: pod.service_account.clone(),
-                message,
+                message: e.to_string(),
             })?;
         let mut parts: Vec<&str> = vec![&pod.namespace, &pod.service_account, &sa.uid];
         let count = annotations.len().to_string();

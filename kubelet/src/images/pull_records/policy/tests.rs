@@ -43,7 +43,7 @@ enum Present {
 
 fn decide(p: &VerifyPolicy, present: Present) -> Check {
     let pod = || {
-        Ok(PodCredentials {
+        Ok::<_, std::convert::Infallible>(PodCredentials {
             secrets: vec![secret("a", "uid-a", "ha")],
             service_account: None,
         })
@@ -144,20 +144,23 @@ fn every_policy_for_every_kind_of_present_image() {
 fn a_pull_intent_without_record_counts_as_the_kubelets_and_needs_a_pull() {
     // Under the default policy an image with an intent but no record (a pull the agent did
     // not see end) is not preloaded: the pod must pull.
-    let got = check(&VerifyPolicy::default(), IMAGE, true, None, || {
-        Ok(PodCredentials::default())
-    });
+    let got: Result<_, std::convert::Infallible> =
+        check(&VerifyPolicy::default(), IMAGE, true, None, || {
+            Ok::<_, std::convert::Infallible>(PodCredentials::default())
+        });
     assert_eq!(got, Ok(Check::MustPull));
     // A record without credentials (an intent resolved at start) forces a pull too.
     let r = ImagePulledRecord::new("sha256:img", jiff::Timestamp::UNIX_EPOCH);
-    let got = check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
-        panic!("no credentials asked")
-    });
+    let got: Result<_, std::convert::Infallible> =
+        check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
+            panic!("no credentials asked")
+        });
     assert_eq!(got, Ok(Check::MustPull));
     let r = record(ImagePullCredentials::default());
-    let got = check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
-        panic!("no credentials asked")
-    });
+    let got: Result<_, std::convert::Infallible> =
+        check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
+            panic!("no credentials asked")
+        });
     assert_eq!(got, Ok(Check::MustPull));
 }
 
@@ -171,7 +174,7 @@ fn records_are_per_image_name_not_per_tag() {
     });
     let ok = |image: &str| {
         check(&VerifyPolicy::default(), image, true, Some(&r), || {
-            Ok(PodCredentials::default())
+            Ok::<_, std::convert::Infallible>(PodCredentials::default())
         })
     };
     assert_eq!(
@@ -196,7 +199,7 @@ fn matching_secrets_by_hash_or_by_coordinates_as_upstream() {
     });
     let with = |s: ImagePullSecret| {
         check(&VerifyPolicy::default(), IMAGE, true, Some(&r), move || {
-            Ok(PodCredentials {
+            Ok::<_, std::convert::Infallible>(PodCredentials {
                 secrets: vec![s],
                 service_account: None,
             })
@@ -229,12 +232,13 @@ fn matching_secrets_by_hash_or_by_coordinates_as_upstream() {
         kubernetes_secrets: vec![secret("a", "uid-a", "")],
         ..Default::default()
     });
-    let got = check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
-        Ok(PodCredentials {
-            secrets: vec![secret("x", "uid-x", "")],
-            service_account: None,
-        })
-    });
+    let got: Result<_, std::convert::Infallible> =
+        check(&VerifyPolicy::default(), IMAGE, true, Some(&r), || {
+            Ok(PodCredentials {
+                secrets: vec![secret("x", "uid-x", "")],
+                service_account: None,
+            })
+        });
     assert_eq!(got, Ok(Check::MustPull));
 }
 
@@ -251,7 +255,7 @@ fn service_accounts_in_records_match_the_pods() {
     });
     let with = |sa: Option<ImagePullServiceAccount>| {
         check(&VerifyPolicy::default(), IMAGE, true, Some(&r), move || {
-            Ok(PodCredentials {
+            Ok::<_, std::convert::Infallible>(PodCredentials {
                 secrets: Vec::new(),
                 service_account: sa,
             })
@@ -334,7 +338,7 @@ fn allowlist_patterns_validated_with_upstreams_messages() {
             ),
         ),
     ] {
-        let got = allowlist_pattern(p);
+        let got = allowlist_pattern(p).map_err(|e| e.to_string());
         let want = want
             .map(|(s, w)| (s.to_string(), w))
             .map_err(str::to_string);

@@ -48,7 +48,9 @@ fn fields_are_read_and_an_unknown_policy_is_an_error() {
         }]
     );
     assert_eq!(
-        s.check_mode("d.example.com", "Persistent").unwrap_err(),
+        s.check_mode("d.example.com", "Persistent")
+            .unwrap_err()
+            .to_string(),
         "kubernetes.io/csi: volume mode \"Persistent\" not supported by driver d.example.com (only supports [\"Ephemeral\"])"
     );
     s.check_mode("d.example.com", "Ephemeral").unwrap();
@@ -63,7 +65,8 @@ fn fields_are_read_and_an_unknown_policy_is_an_error() {
             fs_group_policy: Some("Sometimes".into()),
             ..Default::default()
         })))
-        .unwrap_err(),
+        .unwrap_err()
+        .to_string(),
         "unknown fsGroupPolicy \"Sometimes\""
     );
 }

@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::volume::csi::NodeInfoError;
 use crate::volume::csi::fake::{FakeCsiNode, FakeNodeInfo};
 
 fn v(list: &[&str]) -> Vec<String> {
@@ -39,11 +40,15 @@ fn the_highest_1x_version_is_chosen() {
         Version(vec![1, 2, 0])
     );
     assert_eq!(
-        highest_supported_version(&v(&["0.3.0"])).unwrap_err(),
+        highest_supported_version(&v(&["0.3.0"]))
+            .unwrap_err()
+            .to_string(),
         "highest supported version reported by driver is 0.3.0, must be v1.x"
     );
     assert_eq!(
-        highest_supported_version(&v(&["2.0.0", "bogus"])).unwrap_err(),
+        highest_supported_version(&v(&["2.0.0", "bogus"]))
+            .unwrap_err()
+            .to_string(),
         "could not find a highest supported version from versions ([2.0.0 bogus]) reported by this driver: could not parse \"bogus\" as version"
     );
 }
@@ -99,7 +104,14 @@ async fn a_failing_node_get_info_leaves_no_driver_behind() {
     let (h, drivers, node, info) = handler();
     node.fail_on("node_get_info", "Unavailable", "driver not ready");
     let e = h.register("d", "/s", &v(&["1.0.0"])).await.unwrap_err();
-    assert_eq!(e, "rpc error: code = Unavailable desc = driver not ready");
+    assert_eq!(
+        e.to_string(),
+        "rpc error: code = Unavailable desc = driver not ready"
+    );
+    assert!(matches!(
+        e.downcast_ref::<CsiError>(),
+        Some(CsiError::Rpc(_))
+    ));
     assert!(drivers.get("d").is_none());
     assert!(info.calls.lock().unwrap().is_empty());
 }
@@ -107,9 +119,12 @@ async fn a_failing_node_get_info_leaves_no_driver_behind() {
 #[tokio::test]
 async fn a_failing_cluster_update_leaves_no_driver_behind() {
     let (h, drivers, _node, info) = handler();
-    *info.fail_install.lock().unwrap() = Some("forbidden".into());
+    *info.fail_install.lock().unwrap() = Some(NodeInfoError::Api("forbidden".into()));
     assert_eq!(
-        h.register("d", "/s", &v(&["1.0.0"])).await.unwrap_err(),
+        h.register("d", "/s", &v(&["1.0.0"]))
+            .await
+            .unwrap_err()
+            .to_string(),
         "forbidden"
     );
     assert!(drivers.get("d").is_none());
@@ -119,14 +134,14 @@ async fn a_failing_cluster_update_leaves_no_driver_behind() {
 async fn validation_refuses_bad_versions_and_duplicates_with_upstreams_messages() {
     let (h, _drivers, _node, _info) = handler();
     assert_eq!(
-        h.validate("d", "/s", &[]).await.unwrap_err(),
+        h.validate("d", "/s", &[]).await.unwrap_err().to_string(),
         "validation failed for CSI Driver d at endpoint /s: kubernetes.io/csi: ValidatePlugin for CSI driver \"d\" failed. Plugin returned an empty list for supported versions"
     );
     let e = h.validate("d", "/s", &v(&["0.3.0"])).await.unwrap_err();
-    assert!(e.ends_with("None of the versions specified [\"0.3.0\"] are supported. err=highest supported version reported by driver is 0.3.0, must be v1.x"), "{e}");
+    assert!(e.to_string().ends_with("None of the versions specified [\"0.3.0\"] are supported. err=highest supported version reported by driver is 0.3.0, must be v1.x"), "{e}");
     h.register("d", "/s", &v(&["1.0.0"])).await.unwrap();
     let e = h.validate("d", "/s2", &v(&["1.0.0"])).await.unwrap_err();
-    assert!(e.ends_with("Another driver with the same name is already registered with a higher supported version: \"1.0.0\""), "{e}");
+    assert!(e.to_string().ends_with("Another driver with the same name is already registered with a higher supported version: \"1.0.0\""), "{e}");
     // A higher version replaces it.
     h.validate("d", "/s2", &v(&["1.1.0"])).await.unwrap();
 }

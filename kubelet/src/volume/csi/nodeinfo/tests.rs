@@ -63,7 +63,7 @@ fn the_node_id_annotation_is_a_json_map_of_drivers() {
 #[test]
 fn a_broken_annotation_is_an_error_not_overwritten() {
     let e = node_install(&node(Some("not json"), &[]), "d", "id", &BTreeMap::new()).unwrap_err();
-    assert!(e.starts_with("failed to parse node's \"csi.volume.kubernetes.io/nodeid\" annotation value (\"not json\")"), "{e}");
+    assert!(e.to_string().starts_with("failed to parse node's \"csi.volume.kubernetes.io/nodeid\" annotation value (\"not json\")"), "{e}");
 }
 
 #[test]
@@ -88,7 +88,7 @@ fn topology_labels_are_added_and_collisions_refused() {
     )
     .unwrap_err();
     assert_eq!(
-        e,
+        e.to_string(),
         "detected topology value collision: driver reported \"topology.d/zone\":\"z1\" but existing label is \"topology.d/zone\":\"z2\""
     );
 }

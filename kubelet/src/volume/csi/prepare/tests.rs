@@ -66,7 +66,10 @@ async fn attach_required_waits_for_the_node_status_then_the_attachment() {
     let api = FakeStorageApi::default();
     // No CSIDriver object: attach is required, as upstream.
     assert_eq!(
-        prepare(&api, &pod(), "node-a", &vol()).await.unwrap_err(),
+        prepare(&api, &pod(), "node-a", &vol())
+            .await
+            .unwrap_err()
+            .to_string(),
         "Volume not attached according to node status for volume \"pv1\" (UniqueName: \"kubernetes.io/csi/csi.example.com^vol-7\") pod \"web\" (UID: \"u-1\") "
     );
     api.attached
@@ -75,14 +78,20 @@ async fn attach_required_waits_for_the_node_status_then_the_attachment() {
         .push("kubernetes.io/csi/csi.example.com^vol-7".into());
     let id = attachment_name("vol-7", DRIVER, "node-a");
     assert_eq!(
-        prepare(&api, &pod(), "node-a", &vol()).await.unwrap_err(),
+        prepare(&api, &pod(), "node-a", &vol())
+            .await
+            .unwrap_err()
+            .to_string(),
         format!(
             "MountVolume.WaitForAttach failed for volume \"pv1\" : volume vol-7 has GET error for volume attachment {id}: volumeattachments.storage.k8s.io \"{id}\" not found"
         )
     );
     attachment(&api, VolumeAttachmentStatus::default());
     assert_eq!(
-        prepare(&api, &pod(), "node-a", &vol()).await.unwrap_err(),
+        prepare(&api, &pod(), "node-a", &vol())
+            .await
+            .unwrap_err()
+            .to_string(),
         format!(
             "MountVolume.WaitForAttach failed for volume \"pv1\" : volume vol-7 is not attached for volume attachment {id}"
         )
@@ -98,7 +107,10 @@ async fn attach_required_waits_for_the_node_status_then_the_attachment() {
         },
     );
     assert_eq!(
-        prepare(&api, &pod(), "node-a", &vol()).await.unwrap_err(),
+        prepare(&api, &pod(), "node-a", &vol())
+            .await
+            .unwrap_err()
+            .to_string(),
         "MountVolume.WaitForAttach failed for volume \"pv1\" : no such disk"
     );
     attachment(
@@ -143,7 +155,10 @@ async fn no_attach_and_inline_volumes_skip_the_attach_checks() {
     prepare(&api, &pod(), "node-a", &inline).await.unwrap();
     // The same driver refuses a PV.
     assert_eq!(
-        prepare(&api, &pod(), "node-a", &vol()).await.unwrap_err(),
+        prepare(&api, &pod(), "node-a", &vol())
+            .await
+            .unwrap_err()
+            .to_string(),
         "kubernetes.io/csi: volume mode \"Persistent\" not supported by driver csi.example.com (only supports [\"Ephemeral\"])"
     );
 }
@@ -194,12 +209,18 @@ async fn stage_and_publish_secrets_come_from_their_refs() {
         name: "pub-creds".into(),
     });
     assert_eq!(
-        prepare(&api, &pod(), "node-a", &v).await.unwrap_err(),
+        prepare(&api, &pod(), "node-a", &v)
+            .await
+            .unwrap_err()
+            .to_string(),
         "MountVolume.MountDevice failed for volume \"pv1\" : fetching NodeStageSecretRef storage/stage-creds failed: kubernetes.io/csi: failed to find the secret stage-creds in the namespace storage with error: secrets \"stage-creds\" not found"
     );
     secret(&api, "storage", "stage-creds", "key", "s3cret");
     assert_eq!(
-        prepare(&api, &pod(), "node-a", &v).await.unwrap_err(),
+        prepare(&api, &pod(), "node-a", &v)
+            .await
+            .unwrap_err()
+            .to_string(),
         "kubernetes.io/csi: mounter.SetUpAt failed to get CSI persistent source: kubernetes.io/csi: failed to find the secret pub-creds in the namespace storage with error: secrets \"pub-creds\" not found"
     );
     secret(&api, "storage", "pub-creds", "password", "hunter2");

@@ -159,7 +159,7 @@ async fn a_failure_while_mounting_fails_the_mount_and_an_uncertain_one_leaves_th
         .await
         .unwrap_err();
     assert_eq!(
-        e,
+        e.to_string(),
         format!(
             "MountVolume.Setup failed while expanding volume for volume \"pv-data\" : {DRIVER_ERROR}"
         )
