@@ -123,15 +123,16 @@ impl Worker {
             }
         }
         if let Some((sandbox_id, attempt)) = &sandbox {
+            let sandbox_cfg = self.sandbox_config(*attempt);
             if self.sandbox_ips.0 != *sandbox_id {
-                let ips = rt
-                    .sandbox_status(sandbox_id)
-                    .await
-                    .map(|s| s.ips)
-                    .unwrap_or_default();
+                let status = rt.sandbox_status(sandbox_id).await.ok();
+                // A sandbox made this pass is known from this status from now on.
+                if let Some(st) = status.as_ref().filter(|_| create_sandbox.is_some()) {
+                    self.created.sandbox = Some(super::started::created_sandbox(&sandbox_cfg, st));
+                }
+                let ips = status.map(|s| s.ips).unwrap_or_default();
                 self.sandbox_ips = (sandbox_id.clone(), ips);
             }
-            let sandbox_cfg = self.sandbox_config(*attempt);
             // Every volume is set up before any container starts (upstream's
             // WaitForAttachAndMount); until then the containers wait in ContainerCreating.
             let volumes = match mounting.take() {

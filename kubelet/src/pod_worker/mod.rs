@@ -73,6 +73,7 @@ mod plan;
 mod probes;
 mod publish;
 mod resize;
+mod started;
 mod sync;
 mod terminate;
 
@@ -125,6 +126,8 @@ pub struct Worker {
     /// Cancelled when a termination or stop arrives during a pass: the pass's image pulls
     /// (which have no deadline) end then. A fresh token for every pass.
     pull_cancel: CancellationToken,
+    /// What the current pass created (read back after it instead of listing the pod).
+    created: started::Created,
 }
 
 impl Worker {
@@ -167,6 +170,7 @@ impl Worker {
             stop_waiters: Vec::new(),
             term_messages: HashMap::new(),
             pull_cancel: CancellationToken::new(),
+            created: started::Created::default(),
         }
     }
 

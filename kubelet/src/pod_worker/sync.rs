@@ -156,12 +156,12 @@ impl Worker {
                 self.event(Some(name), EventType::Warning, "BackOff", &message);
             }
         }
+        self.created = Default::default();
         let wake = self.act(&obs, &p).await;
         let mut obs = if p.actions.is_empty() {
             obs
         } else {
-            let rt = self.env.runtime.clone();
-            observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
+            self.observe_after(obs, &p).await
         };
         if self.stopped.is_none() {
             self.resize_in_place(&obs).await;
@@ -295,16 +295,21 @@ impl Worker {
         };
         // The container's image, then those of the image volumes it mounts, each as its
         // pull policy says. A termination arriving meanwhile cancels the pull.
+        // The container's own image status, when the puller read it, also gives its user.
+        let mut own_image = None;
         let images = std::iter::once(c.clone()).chain(super::image_volumes::pulls(&self.pod, &c));
-        for image_c in images {
+        for (i, image_c) in images.enumerate() {
             let pull =
                 self.env
                     .images
                     .ensure_image(&image_c, sandbox, keyrings, &event, &mut self.pulls);
-            tokio::select! {
+            let info = tokio::select! {
                 biased;
                 _ = self.pull_cancel.cancelled() => return Err(StartError::Image(pull_cancelled())),
                 r = pull => r.map_err(StartError::Image)?,
+            };
+            if i == 0 {
+                own_image = info;
             }
         }
         // An ephemeral container's target must run (checked after the pull, as upstream).
@@ -373,10 +378,14 @@ impl Worker {
         .await
         .unwrap_or_else(|e| Err(spec::ConfigError(format!("preparing the container: {e}"))));
         let rt = self.env.runtime.clone();
-        // runAsNonRoot is checked against the image's user, which also fills a missing UID.
-        let user = crate::runtime::image_user(rt.as_ref(), c.image.as_deref().unwrap_or(""))
-            .await
-            .map_err(|e| spec::ConfigError(format!("failed to get image user: {e}")));
+        // runAsNonRoot is checked against the image's user, which also fills a missing UID;
+        // read from the status the pull step just got (one ImageStatus per start).
+        let user = match own_image {
+            Some(info) => Ok(crate::runtime::image_user_of(Some(info))),
+            None => crate::runtime::image_user(rt.as_ref(), c.image.as_deref().unwrap_or(""))
+                .await
+                .map_err(|e| spec::ConfigError(format!("failed to get image user: {e}"))),
+        };
         // Device plugins that asked for it hear of the start first (PreStartContainer).
         let pre_start = match &self.env.devices {
             Some(d) => {
@@ -419,6 +428,9 @@ impl Worker {
             .await
             .map_err(|e| StartError::CreateContainer(e.to_string()))?;
         self.note_created(&id, &c);
+        self.created
+            .containers
+            .push((sandbox_id.to_string(), id.clone()));
         self.event(
             Some(&c.name),
             EventType::Normal,
