@@ -237,7 +237,7 @@ fn agent_configs(
     }))
     .unwrap();
     kubelet::podspec::apply_defaults(&mut pod);
-    let node = kubelet::spec::NodeSettings {
+    let node = kubelet::node_settings::NodeSettings {
         node_name: "bench".into(),
         pod_logs_dir: logs.to_path_buf(),
         root_dir: logs.to_path_buf(),
