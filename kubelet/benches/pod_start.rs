@@ -3,7 +3,13 @@
 //!
 //! `cargo bench -p kubelet --bench pod_start [-- N[xROUNDS]...]` (root; default `1 30`, e.g.
 //! `1x100 30x4 110x2`). Each round starts N pods at once. Prints per N:
-//! - raw: RunPodSandbox + CreateContainer + StartContainer per pod, issued directly;
+//! - raw: RunPodSandbox + CreateContainer + StartContainer per pod, issued directly with the
+//!   leanest configs (no seccomp profile, no mounts);
+//! - raw, agent's configs: the same three calls with the configs the agent's own builders
+//!   (`spec::sandbox_config`, `spec::container_config`) make for the bench's manifest: the
+//!   runtime work the agent must ask for as upstream does (the sandbox's `RuntimeDefault`
+//!   seccomp profile, the /etc/hosts and termination-log mounts, the CFS period), without
+//!   any step of the agent's own;
 //! - agent: manifest seen → every container running, as the agent reports it
 //!   (`pod_start_ms` in its log; the same value feeds kubelet_pod_start_duration_seconds);
 //! - p50 and p99 of each (nearest rank over every pod of every round), the ratios, and the
@@ -210,6 +216,64 @@ fn manifest(i: usize, tag: &str) -> String {
     )
 }
 
+/// The CRI configs the agent's builders make for pod `i` of the bench's manifest (the pod
+/// as a static pod of a node with default settings): what "raw, agent's configs" replays.
+fn agent_configs(
+    i: usize,
+    tag: &str,
+    logs: &Path,
+    cgroup_root: &str,
+) -> (
+    kubelet::runtime::SandboxConfig,
+    kubelet::runtime::ContainerConfig,
+) {
+    let uid = format!("rawcfg-{tag}-{i}");
+    let mut pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("rawcfg-{tag}-{i}"), "namespace": "default", "uid": uid},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "app", "image": IMAGE, "command": ["sleep", "3600"]}]
+        }
+    }))
+    .unwrap();
+    kubelet::podspec::apply_defaults(&mut pod);
+    let node = kubelet::node_settings::NodeSettings {
+        node_name: "bench".into(),
+        pod_logs_dir: logs.to_path_buf(),
+        root_dir: logs.to_path_buf(),
+        hugepage_sizes: vec![2 << 20, 1 << 30],
+        ..Default::default()
+    };
+    let parent = format!("{cgroup_root}/kubepods/besteffort/pod{uid}");
+    let sb = kubelet::spec::sandbox_config(&node, &pod, 0, parent);
+    // The two host files the agent mounts: /etc/hosts and the termination log.
+    let files = logs.join(format!("{uid}-files"));
+    std::fs::create_dir_all(&files).unwrap();
+    let hosts = files.join("etc-hosts");
+    std::fs::write(&hosts, "127.0.0.1\tlocalhost\n").unwrap();
+    let term = files.join("termination-log");
+    std::fs::write(&term, "").unwrap();
+    let c = pod.spec.as_ref().unwrap().containers[0].clone();
+    let paths = kubelet::spec::ContainerHostPaths {
+        termination_log: Some(term),
+        ..Default::default()
+    };
+    let cfg = kubelet::spec::container_config(
+        &node,
+        &pod,
+        &c,
+        0,
+        &Default::default(),
+        Some(&hosts),
+        &paths,
+        &Default::default(),
+        "",
+        Default::default(),
+    )
+    .expect("the agent's container config");
+    (sb, cfg)
+}
+
 fn main() {
     if Command::new("id")
         .arg("-u")
@@ -252,14 +316,14 @@ fn main() {
     ));
 
     println!(
-        "| pods | rounds | starts (raw/agent) | raw p50 (ms) | agent p50 (ms) | p50 agent/raw | raw p99 (ms) | agent p99 (ms) | p99 agent/raw | agent RSS (MiB) | of it anonymous (MiB) | load |"
+        "| pods | rounds | starts (raw/agent) | raw p50 (ms) | agent p50 (ms) | p50 agent/raw | raw p99 (ms) | agent p99 (ms) | p99 agent/raw | agent RSS (MiB) | of it anonymous (MiB) | load | raw, agent's configs: p50 (ms) | p50 agent/it | p99 (ms) | p99 agent/it |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let agent = start_agent(&rig, None);
     std::thread::sleep(Duration::from_secs(3));
     let pid = agent.child.id();
     println!(
-        "| 0 | - | - | - | - | - | - | - | - | {:.1} | {:.1} | {} |",
+        "| 0 | - | - | - | - | - | - | - | - | {:.1} | {:.1} | {} | - | - | - | - |",
         mib(status_kib(pid, "VmRSS")),
         mib(status_kib(pid, "RssAnon")),
         load()
@@ -269,6 +333,7 @@ fn main() {
         // Raw and agent rounds alternate so that both see the same machine. The agent is
         // stopped during raw rounds: it would rightly stop sandboxes it does not own.
         let (mut raw_all, mut agent_all, mut rss, mut anon) = (Vec::new(), Vec::new(), 0, 0);
+        let mut same_all = Vec::new();
         for round in 0..rounds {
             let tag = format!("n{n}r{round}");
             raw_all.extend(rt.block_on(raw::pod_starts(
@@ -278,6 +343,10 @@ fn main() {
                 logs.path(),
                 &cgroup_root,
             )));
+            let pods = (0..n)
+                .map(|i| agent_configs(i, &tag, logs.path(), &cgroup_root))
+                .collect();
+            same_all.extend(rt.block_on(raw::pod_starts_of(cri.clone(), pods)));
             let agent = start_agent(&rig, agent_dir.take());
             std::thread::sleep(Duration::from_secs(2));
             let seen = agent_starts(&agent).len();
@@ -324,15 +393,21 @@ fn main() {
             percentile(&mut raw_all, 99.0),
             percentile(&mut agent_all, 99.0),
         );
+        let (s50, s99) = (
+            percentile(&mut same_all, 50.0),
+            percentile(&mut same_all, 99.0),
+        );
         println!(
-            "| {n} | {rounds} | {}/{} | {r50:.0} | {a50:.0} | {:.2} | {r99:.0} | {a99:.0} | {:.2} | {:.1} | {:.1} | {} |",
+            "| {n} | {rounds} | {}/{} | {r50:.0} | {a50:.0} | {:.2} | {r99:.0} | {a99:.0} | {:.2} | {:.1} | {:.1} | {} | {s50:.0} | {:.2} | {s99:.0} | {:.2} |",
             raw_all.len(),
             agent_all.len(),
             a50 / r50,
             a99 / r99,
             mib(rss),
             mib(anon),
-            load()
+            load(),
+            a50 / s50,
+            a99 / s99,
         );
     }
     // The agent makes its root directory a mount of its own (as upstream's kubelet does):

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::events::EventType;
 use crate::podspec;
-use crate::runtime::{ImageAuth, Runtime, RuntimeError, SandboxConfig};
+use crate::runtime::{ImageAuth, ImageInfo, Runtime, RuntimeError, SandboxConfig};
 pub use credentials::Keyring;
 pub use gc::PERIOD_ENV as IMAGE_GC_PERIOD_ENV;
 use plumbing::Backoff;
@@ -263,13 +263,14 @@ async fn record_outcome(
 /// credential verification on, an image present is used without a pull only when the policy
 /// exempts it or a record shows the pod's credentials (or anyone's) pulled it; otherwise the
 /// pod pulls with its own credentials (`IfNotPresent`) or fails as if the image were absent
-/// (`Never`), as upstream.
+/// (`Never`), as upstream. Gives the image's status as last read (before a pull when it was
+/// present, after it otherwise), so that the caller need not ask the runtime again.
 pub async fn ensure_image(
     p: &Puller<'_>,
     backoff: &mut PullBackoff,
     c: &Container,
     sandbox: &SandboxConfig,
-) -> Result<(), PullError> {
+) -> Result<Option<ImageInfo>, PullError> {
     let image = c.image.clone().unwrap_or_default();
     let policy = c
         .image_pull_policy
@@ -306,7 +307,7 @@ pub async fn ensure_image(
                 pulled_event(format!(
                     "Container image {image:?} already present on machine"
                 ));
-                return Ok(());
+                return Ok(Some(info.clone()));
             }
             Some(records) => {
                 let keyrings = keyrings_for(p, &image).await;
@@ -316,7 +317,7 @@ pub async fn ensure_image(
                         pulled_event(format!(
                             "Container image {image:?} already present on machine and can be accessed by the pod"
                         ));
-                        return Ok(());
+                        return Ok(Some(info.clone()));
                     }
                     Ok(true) if policy == "Never" => return Err(never_pull()),
                     Ok(true) => {
@@ -376,10 +377,8 @@ pub async fn ensure_image(
         Ok(_) => {
             backoff.until.remove(&image);
             tracing::info!(%image, "Successfully pulled image");
-            let size = match p.runtime.image_status(&image).await {
-                Ok(Some(i)) => i.size,
-                _ => 0,
-            };
+            let info = p.runtime.image_status(&image).await.ok().flatten();
+            let size = info.as_ref().map_or(0, |i| i.size);
             // Go's Duration printing, truncated to milliseconds as upstream does.
             let ms = |d: Duration| {
                 plumbing::duration::format(Duration::from_millis(d.as_millis() as u64))
@@ -390,7 +389,7 @@ pub async fn ensure_image(
                 ms(waited.elapsed()),
             );
             (p.event)(EventType::Normal, "Pulled", &message);
-            Ok(())
+            Ok(info)
         }
         Err(e) => {
             let mut b = backoff.until.remove(&image).map_or_else(

@@ -76,7 +76,9 @@ mod plugins {
         };
         let sandbox =
             crate::runtime::raw::sandbox(0, "cp", std::path::Path::new("/var/log/pods"), "/k");
-        ensure_image(&p, &mut PullBackoff::default(), &c, &sandbox).await
+        ensure_image(&p, &mut PullBackoff::default(), &c, &sandbox)
+            .await
+            .map(|_| ())
     }
 
     /// A private image pulls with what the plugin gives; without the plugin the registry

@@ -125,15 +125,17 @@ impl Worker {
             }
         }
         if let Some((sandbox_id, attempt)) = &sandbox {
+            let sandbox_cfg = self.sandbox_config(*attempt);
             if self.seen.sandbox_ips.0 != *sandbox_id {
-                let ips = rt
-                    .sandbox_status(sandbox_id)
-                    .await
-                    .map(|s| s.ips)
-                    .unwrap_or_default();
+                let status = rt.sandbox_status(sandbox_id).await.ok();
+                // A sandbox made this pass is known from this status from now on.
+                if let Some(st) = status.as_ref().filter(|_| create_sandbox.is_some()) {
+                    self.starts.created.sandbox =
+                        Some(super::started::created_sandbox(&sandbox_cfg, st));
+                }
+                let ips = status.map(|s| s.ips).unwrap_or_default();
                 self.seen.sandbox_ips = (sandbox_id.clone(), ips);
             }
-            let sandbox_cfg = self.sandbox_config(*attempt);
             // Every volume is set up before any container starts (upstream's
             // WaitForAttachAndMount); until then the containers wait in ContainerCreating.
             let volumes = match mounting.take() {
@@ -298,11 +300,11 @@ impl Worker {
         obs: &Observed,
     ) -> Result<(), StartError> {
         let (c, debug) = self.container_to_start(s)?;
-        self.pull_images(&c, sandbox, keyrings).await?;
+        let own_image = self.pull_images(&c, sandbox, keyrings).await?;
         let mut inputs = self
             .gather(&c, debug.as_ref(), s, sandbox_id, sandbox, volumes, obs)
             .await?;
-        self.runtime_inputs(&c, &mut inputs)
+        self.runtime_inputs(&c, own_image, &mut inputs)
             .await
             .map_err(|e| config_error(e.0))?;
         self.device_inputs(&c, &mut inputs).await?;
@@ -313,6 +315,10 @@ impl Worker {
             .await
             .map_err(|e| StartError::CreateContainer(e.to_string()))?;
         self.note_created(&id, &c);
+        self.starts
+            .created
+            .containers
+            .push((sandbox_id.to_string(), id.clone()));
         self.event(
             Some(&c.name),
             EventType::Normal,
@@ -336,13 +342,14 @@ impl Worker {
     }
 
     /// The container's image, then those of the image volumes it mounts, each as its pull
-    /// policy says. A termination arriving meanwhile cancels the pull.
+    /// policy says. A termination arriving meanwhile cancels the pull. Gives the container's
+    /// own image status when the puller read it (it also gives the image's user).
     async fn pull_images(
         &mut self,
         c: &K8sContainer,
         sandbox: &SandboxConfig,
         keyrings: &PodKeyrings,
-    ) -> Result<(), StartError> {
+    ) -> Result<Option<crate::runtime::ImageInfo>, StartError> {
         let (pod_ref, events) = (&self.pod, self.env.events.clone());
         let event = move |t: EventType, reason: &str, message: &str| {
             events.record(
@@ -353,7 +360,8 @@ impl Worker {
             );
         };
         let images = std::iter::once(c.clone()).chain(super::image_volumes::pulls(&self.pod, c));
-        for image_c in images {
+        let mut own_image = None;
+        for (i, image_c) in images.enumerate() {
             let pull = self.env.images.ensure_image(
                 &image_c,
                 sandbox,
@@ -361,13 +369,16 @@ impl Worker {
                 &event,
                 &mut self.starts.pulls,
             );
-            tokio::select! {
+            let info = tokio::select! {
                 biased;
                 _ = self.starts.pull_cancel.cancelled() => return Err(StartError::Image(pull_cancelled())),
                 r = pull => r.map_err(StartError::Image)?,
+            };
+            if i == 0 {
+                own_image = info;
             }
         }
-        Ok(())
+        Ok(own_image)
     }
 
     /// The runtime's part of a container's inputs: its handler's features (asked only when
@@ -376,6 +387,7 @@ impl Worker {
     async fn runtime_inputs(
         &self,
         c: &K8sContainer,
+        own_image: Option<crate::runtime::ImageInfo>,
         inputs: &mut ContainerInputs,
     ) -> Result<(), spec::ConfigError> {
         let rt = self.env.runtime.as_ref();
@@ -385,9 +397,14 @@ impl Worker {
                 .await
                 .unwrap_or_default();
         }
-        inputs.image_user = crate::runtime::image_user(rt, c.image.as_deref().unwrap_or(""))
-            .await
-            .map_err(|e| spec::ConfigError(format!("failed to get image user: {e}")))?;
+        // Read from the status the pull step just got when it has one (one ImageStatus
+        // per start).
+        inputs.image_user = match own_image {
+            Some(info) => crate::runtime::image_user_of(Some(info)),
+            None => crate::runtime::image_user(rt, c.image.as_deref().unwrap_or(""))
+                .await
+                .map_err(|e| spec::ConfigError(format!("failed to get image user: {e}")))?,
+        };
         Ok(())
     }
 

@@ -159,7 +159,8 @@ pub trait ImagePuller: Send + Sync + 'static {
     /// The pod's credentials: its pull secrets, then the node's docker config.
     async fn pod_keyrings(&self, pod: &Pod) -> PodKeyrings;
     /// Makes `c`'s image present as its pull policy says, backing off per image in
-    /// `backoff`; `event` records Pulling, Pulled, BackOff, ... about the container.
+    /// `backoff`; `event` records Pulling, Pulled, BackOff, ... about the container. Gives
+    /// the image's status when it read one (the caller then need not ask the runtime again).
     async fn ensure_image(
         &self,
         c: &K8sContainer,
@@ -167,7 +168,7 @@ pub trait ImagePuller: Send + Sync + 'static {
         keyrings: &PodKeyrings,
         event: ContainerEvent<'_>,
         backoff: &mut PullBackoff,
-    ) -> Result<(), PullError>;
+    ) -> Result<Option<ImageInfo>, PullError>;
 }
 
 /// The node's image puller: the runtime's image service, as many pulls at once as the
@@ -212,7 +213,7 @@ impl ImagePuller for NodeImages {
         keyrings: &PodKeyrings,
         event: ContainerEvent<'_>,
         backoff: &mut PullBackoff,
-    ) -> Result<(), PullError> {
+    ) -> Result<Option<ImageInfo>, PullError> {
         let puller = images::Puller {
             runtime: self.runtime.as_ref(),
             pull_gate: &self.pull_gate,

@@ -243,12 +243,12 @@ impl ImagePuller for FakeImagePuller {
         _keyrings: &PodKeyrings,
         _event: ContainerEvent<'_>,
         _backoff: &mut PullBackoff,
-    ) -> Result<(), PullError> {
+    ) -> Result<Option<ImageInfo>, PullError> {
         let image = c.image.clone().unwrap_or_default();
         self.asked.lock().unwrap().push(image.clone());
         match self.missing.get(&image) {
             Some(e) => Err(e.clone()),
-            None => Ok(()),
+            None => Ok(None),
         }
     }
 }

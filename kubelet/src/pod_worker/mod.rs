@@ -76,6 +76,7 @@ mod plan;
 mod probes;
 mod publish;
 mod resize;
+mod started;
 mod sync;
 mod terminate;
 
@@ -122,6 +123,8 @@ struct Starts {
     /// Cancelled when a termination or stop arrives during a pass: the pass's image pulls
     /// (which have no deadline) end then. A fresh token for every pass.
     pull_cancel: CancellationToken,
+    /// What the current pass created (read back after it instead of listing the pod).
+    created: started::Created,
 }
 
 /// What a worker remembers for the pod's status.
@@ -194,6 +197,7 @@ impl Worker {
                 pulls: images::PullBackoff::default(),
                 errors: BTreeMap::new(),
                 pull_cancel: CancellationToken::new(),
+                created: started::Created::default(),
             },
             seen: Seen {
                 start_time,

@@ -33,12 +33,12 @@ impl Worker {
                 self.event(Some(name), EventType::Warning, "BackOff", &message);
             }
         }
+        self.starts.created = Default::default();
         let wake = self.act(&obs, &p).await;
         let mut obs = if p.actions.is_empty() {
             obs
         } else {
-            let rt = self.env.runtime.clone();
-            observe(rt.as_ref(), &self.uid).await.unwrap_or(obs)
+            self.observe_after(obs, &p).await
         };
         if self.stop.stopped.is_none() {
             self.resize_in_place(&obs).await;

@@ -1451,6 +1451,8 @@ mod pod_fields;
 mod pulled_images;
 // Regression tests of upstream CVEs in the container start path.
 mod security_regressions;
+// The CRI calls a start pass makes.
+mod start_calls;
 
 /// FallbackToLogsOnError reads the tail of the container's log: a pod with a hostPath on
 /// /var/log that replaces its log with a symlink to a host file never gets that file into

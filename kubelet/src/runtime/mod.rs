@@ -438,14 +438,18 @@ pub struct ImageSummary {
 /// The user `image` runs as, as upstream's getImageUser reads it: the image's UID, else its
 /// user name, else root (UID 0) when the image names none or is not in the store.
 pub async fn image_user(rt: &dyn Runtime, image: &str) -> Result<ImageUser> {
-    let info = rt.image_status(image).await?;
-    Ok(match info {
+    Ok(image_user_of(rt.image_status(image).await?))
+}
+
+/// [`image_user`] from an image status already read (None: not in the store).
+pub fn image_user_of(info: Option<ImageInfo>) -> ImageUser {
+    match info {
         Some(ImageInfo { user, .. }) if user.uid.is_some() || !user.username.is_empty() => user,
         _ => ImageUser {
             uid: Some(0),
             username: String::new(),
         },
-    })
+    }
 }
 
 /// One container lifecycle event of CRI `GetContainerEvents`.

@@ -77,16 +77,31 @@ pub async fn pod_starts(
     logs: &Path,
     cgroup_root: &str,
 ) -> Vec<f64> {
+    let pods = (0..n)
+        .map(|i| {
+            let sb = sandbox(i, tag, logs, cgroup_root);
+            let c = container(&sb);
+            (sb, c)
+        })
+        .collect();
+    pod_starts_of(rt, pods).await
+}
+
+/// Starts these pods at once straight through the CRI (RunPodSandbox + CreateContainer +
+/// StartContainer each); per-pod latencies in ms. The sandboxes go afterwards.
+pub async fn pod_starts_of(
+    rt: Arc<dyn Runtime>,
+    pods: Vec<(SandboxConfig, ContainerConfig)>,
+) -> Vec<f64> {
     let mut set = tokio::task::JoinSet::new();
-    for i in 0..n {
+    for (sb, cfg) in pods {
         let rt = rt.clone();
-        let sb = sandbox(i, tag, logs, cgroup_root);
         std::fs::create_dir_all(&sb.log_directory).unwrap();
         set.spawn(async move {
             let t = Instant::now();
             let id = rt.run_sandbox(&sb).await.expect("RunPodSandbox");
             let c = rt
-                .create_container(&id, &container(&sb), &sb)
+                .create_container(&id, &cfg, &sb)
                 .await
                 .expect("CreateContainer");
             rt.start_container(&c).await.expect("StartContainer");
