@@ -46,6 +46,7 @@ pub mod stats;
 pub mod status;
 pub mod sync_loop;
 pub mod systemd;
+pub mod userns;
 pub mod volume;
 
 /// The upstream Kubernetes release whose kubelet this agent stands in for (one constant for

@@ -134,6 +134,8 @@ pub struct Config {
     pub node_status_report_frequency: Duration,
     /// Graceful node shutdown (`shutdownGracePeriod*`); disabled when empty.
     pub shutdown: crate::shutdown::Settings,
+    /// `userNamespaces` (pods with `hostUsers: false`).
+    pub user_namespaces: crate::userns::Settings,
     /// Cluster mode: `nodeLeaseDurationSeconds` (default 40).
     pub node_lease_duration_seconds: i32,
     /// Cluster mode: `kubeAPIQPS` / `kubeAPIBurst` (default 50 / 100).
@@ -741,6 +743,8 @@ pub fn merge(
         pod_infra_container_image: flags.pod_infra_container_image.clone(),
         verbosity: flags.verbosity.unwrap_or(0),
         logging: logging_options(flags, file.logging.as_ref())?,
+        user_namespaces: crate::userns::Settings::from_file(file.user_namespaces.as_ref())
+            .map_err(|e| invalid(e.to_string()))?,
         shutdown: crate::shutdown::Settings::new(
             file.shutdown_grace_period.unwrap_or_default(),
             file.shutdown_grace_period_critical_pods.unwrap_or_default(),

@@ -79,6 +79,7 @@ impl Deps {
             refusal: |_| None,
             devices: None,
             dra: None,
+            userns: None,
             log_links: Arc::new(crate::logs::Links::with(
                 dir.join("containers"),
                 Arc::new(crate::logs::links::FakeLinkDir::default()),

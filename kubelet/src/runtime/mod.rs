@@ -182,6 +182,29 @@ pub struct SandboxConfig {
     pub overhead: Option<LinuxResources>,
     /// The CRI runtime handler (from the pod's RuntimeClass; empty: the runtime's default).
     pub runtime_handler: String,
+    /// The pod's own user namespace (`hostUsers: false`): its ID mappings, sent as
+    /// `userns_options` mode POD in the sandbox's and every container's namespace options and
+    /// as the idmapped mounts of the containers' bind mounts. None: the node's (mode NODE).
+    pub userns: Option<UserNamespace>,
+}
+
+/// One range of a user namespace's ID mapping (CRI `IDMapping`; the JSON of upstream's
+/// per-pod `userns` record file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdMapping {
+    pub host_id: u32,
+    pub container_id: u32,
+    pub length: u32,
+}
+
+/// A pod's user namespace: its UID and GID mappings (CRI `UserNamespace` mode POD).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UserNamespace {
+    #[serde(rename = "uidMappings")]
+    pub uids: Vec<IdMapping>,
+    #[serde(rename = "gidMappings")]
+    pub gids: Vec<IdMapping>,
 }
 
 /// Linux resources of a container, already converted to cgroup units.
