@@ -14,6 +14,9 @@
    top-level modules as a whole (each folder collapsed to one node, every layer together)
    must not import in a circle: the folder-level cycle check. Test code (as in rule 1) is
    not counted; `lib.rs` and `main.rs` are the crate's roots and may name anything.
+   Between two subsystems an import is a decision: each allowed one is listed in
+   ALLOWED_EDGES with why, and a subsystem importing another one not listed fails (a listed
+   one that no longer exists is reported, to be dropped from the table).
 4. Errors are typed: the count of `Result<T, String>` in each crate's non-test code (as in
    rule 2) may not grow past its ceiling in STRING_ERRORS. Lower the ceiling when you remove
    some; a new one is a new error enum instead (`thiserror`).
@@ -74,14 +77,14 @@ def expand_use(tree):
 LAYERS = {
     "kubelet/src": [
         # Base: small utilities every layer uses; no policy, no subsystem.
-        ("base", ["atomic_file", "clock", "events", "metrics",
+        ("base", ["atomic_file", "clock", "events", "fs_at", "metrics", "node_settings",
                   "podspec", "settings"]),
         # Edges: traits (with fakes) over the CRI runtime, cgroups, the host's facts, the
         # apiserver (client, informers, object caches, the event sink).
         ("edges", ["cm", "host", "objects", "runtime"]),
         # Subsystems: each owns one concern and its settings and exposes it from its mod.rs.
-        ("subsystems", ["allocation", "certs", "eviction", "images", "logs", "network", "node",
-                        "oom", "pleg", "pluginmanager", "pod_dirs", "podresources", "probing",
+        ("subsystems", ["allocation", "certs", "devices", "eviction", "images", "logs", "network",
+                        "node", "oom", "pleg", "pluginmanager", "pod_dirs", "podresources", "probing",
                         "server", "shutdown", "spec", "stats", "userns",
                         "volume"]),
         # Core: the pod lifecycle. Sources and admission -> sync loop -> one worker per pod
@@ -90,6 +93,28 @@ LAYERS = {
         # App: the command line and config file, and the assembly that starts everything.
         ("app", ["app", "config", "flags", "proxy_role", "systemd"]),
     ],
+}
+
+# Rule 3: the imports allowed between two modules of the subsystems layer, each with why.
+# Shared helpers belong in base (`fs_at`, `node_settings`, `podspec`), not behind an edge.
+ALLOWED_EDGES = {
+    "kubelet/src": {
+        ("eviction", "stats"): "eviction signals and ranking read the stats snapshot",
+        ("images", "stats"): "image GC reads the image filesystem's usage from stats",
+        ("node", "devices"): "node status reports device plugin capacity and allocatable",
+        ("node", "eviction"): "node status carries the pressure conditions",
+        ("node", "pleg"): "the Ready condition includes PLEG health",
+        ("node", "shutdown"): "the Ready condition says when the node is shutting down",
+        ("pod_dirs", "spec"): "pod files are the host side of the CRI config (etc-hosts, "
+                              "subPaths, termination logs)",
+        ("pod_dirs", "volume"): "subPath bind mounts go through the volume's Binder",
+        ("podresources", "devices"): "the pod resources API reports device and DRA allocations",
+        ("server", "certs"): "the serving certificate's key pair check",
+        ("server", "logs"): "container log files are served in the rotation's naming",
+        ("server", "pleg"): "/healthz includes PLEG health",
+        ("server", "stats"): "/stats/summary and /metrics/resource serve the stats snapshot",
+        ("volume", "pluginmanager"): "the CSI driver registry is a plugin manager handler",
+    },
 }
 
 
@@ -107,6 +132,9 @@ def check_layers(src, layers):
     for n in sorted(set(level) - tops):
         problems.append(f"{src}: layer table names {n}, which does not exist")
     graph = {n: set() for n in tops}
+    allowed = ALLOWED_EDGES.get(os.path.relpath(src, ROOT), {})
+    subsystems = set(dict(layers).get("subsystems", []))
+    seen = set()
     for mod, targets in edges.items():
         if not mod:
             continue  # lib.rs / main.rs
@@ -115,11 +143,21 @@ def check_layers(src, layers):
                 continue
             a, b = mod[0], target[0]
             graph[a].add(b)
+            if a in subsystems and b in subsystems:
+                seen.add((a, b))
+                if (a, b) not in allowed:
+                    problems.append(
+                        f"subsystem edge: {os.path.relpath(files[mod], ROOT)} imports "
+                        f"{os.path.relpath(files[target], ROOT)}: {a} -> {b} is not in "
+                        f"ALLOWED_EDGES (list it with why, or move the shared part to base)"
+                    )
             if a in level and b in level and level[b] > level[a]:
                 problems.append(
                     f"layer: {os.path.relpath(files[mod], ROOT)} ({layers[level[a]][0]}) imports "
                     f"{os.path.relpath(files[target], ROOT)} ({layers[level[b]][0]}), a layer above it"
                 )
+    for a, b in sorted(set(allowed) - seen):
+        print(f"check_layout: ALLOWED_EDGES lists {a} -> {b}, which no longer exists: drop it")
     for comp in sccs(graph):
         problems.append("folder-level import circle: " + " <-> ".join(sorted(comp)))
     return problems
@@ -315,6 +353,7 @@ def main():
         return 1
     print("check_layout: no import circles, no file over", MAX_LINES, "lines outside tests,")
     print("check_layout: the kubelet's layers hold and its top-level modules import in no circle")
+    print("check_layout: every import between two subsystems is one ALLOWED_EDGES lists")
     print("check_layout: no crate holds more `Result<_, String>` than its ceiling")
     return 0
 

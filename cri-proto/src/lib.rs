@@ -1,14 +1,23 @@
-//! The CRI v1 API (runtime.v1) as gRPC client and server types, plus a unix-socket client.
+//! The kubelet's gRPC APIs on node-local unix sockets, as tonic/prost clients and servers.
+//! Despite the crate's name it holds more than the CRI:
 //!
-//! * [`v1`] holds every message and enum of `runtime.v1` plus the generated
-//!   tonic clients and servers. Server traits have default stubs: an RPC a
-//!   fake does not implement answers `UNIMPLEMENTED`.
-//! * [`connect`] / [`connect_lazy`] open a [`Channel`] to a runtime socket;
-//!   [`runtime_client`] / [`image_client`] wrap it with the kubelet's 16 MiB
+//! * [`v1`]: the CRI v1 API (`runtime.v1`), every message and enum plus the generated
+//!   tonic clients and servers. Server traits have default stubs: an RPC a fake does not
+//!   implement answers `UNIMPLEMENTED`. [`connect`] / [`connect_lazy`] open a [`Channel`] to a
+//!   runtime socket; [`runtime_client`] / [`image_client`] wrap it with the kubelet's 16 MiB
 //!   message limits.
+//! * [`deviceplugin`]: the device plugin API v1beta1 (the kubelet's `Registration` service,
+//!   each plugin's `DevicePlugin` service).
+//! * [`dra`]: the DRA kubelet plugin API (`NodePrepareResources`, `NodeUnprepareResources`,
+//!   v1 and v1beta1).
+//! * [`podresources`]: the pod resources API v1 (and v1alpha1's `List`) the kubelet serves
+//!   to monitoring agents, with a client.
+//! * [`plugins`]: plugin registration (`pluginregistration` v1, spoken by CSI, device and
+//!   DRA plugins) and CSI's Identity and Node services (`csi.v1`).
 //! * [`uds::incoming`]: the connections of a unix-socket gRPC server, accepting the
 //!   `:authority` that grpc-python, grpc-java and grpc-dotnet send there.
 //! * `fake` (feature `test-util`): a recording, error-injecting CRI server for tests.
+//! * the `cri` binary: a small crictl.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

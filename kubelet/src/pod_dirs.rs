@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::spec::{self, ConfigError, ContainerHostPaths, NodeSettings, pod_dir};
+use crate::node_settings::{NodeSettings, pod_dir};
+use crate::spec::{self, ConfigError, ContainerHostPaths};
 use crate::volume::{Binder, SubpathMount, subpath};
 
 /// The node's hosts file, which hostNetwork pods see (under a header).

@@ -442,8 +442,8 @@ impl SyncLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node_settings::NodeSettings;
     use crate::runtime::fake::FakeRuntime;
-    use crate::spec::NodeSettings;
     use std::collections::BTreeSet;
     use std::time::Duration;
 

@@ -80,7 +80,7 @@ pub async fn connect(
 /// What the cluster parts need from the rest of the kubelet.
 pub struct Parts {
     /// The device manager: Node capacity and admission of device requests.
-    pub devices: Arc<crate::cm::DeviceManager>,
+    pub devices: Arc<crate::devices::DeviceManager>,
     pub node_ips: Vec<IpAddr>,
     pub runtime: Arc<dyn Runtime>,
     pub pleg: Arc<PlegHealth>,

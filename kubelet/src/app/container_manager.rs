@@ -108,10 +108,10 @@ pub(super) async fn start_devices(
     cfg: &Config,
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: &tokio_util::sync::CancellationToken,
-) -> Arc<crate::cm::DeviceManager> {
-    use crate::cm::{DeviceManager, devicemanager};
+) -> Arc<crate::devices::DeviceManager> {
+    use crate::devices::{DeviceManager, device_plugins};
     let dm = Arc::new(DeviceManager::new(
-        cfg.root_dir.join(devicemanager::DIR_NAME),
+        cfg.root_dir.join(device_plugins::DIR_NAME),
     ));
     // Restored allocations stay until the static pod source has said which pods are its.
     dm.await_static_source();
@@ -133,7 +133,7 @@ pub(super) async fn start_devices(
 /// Sends the pods whose devices changed health to the sync loop for a re-sync (upstream's
 /// sync loop reading the container manager's `Updates()`), until `cancel`.
 pub(super) async fn forward_health_updates(
-    mut updates: crate::cm::devicemanager::HealthUpdates,
+    mut updates: crate::devices::device_plugins::HealthUpdates,
     sync_loop: tokio::sync::mpsc::Sender<crate::sync_loop::Control>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
@@ -158,13 +158,13 @@ pub(super) async fn forward_health_updates(
 /// The DRA manager: claims read from the apiserver (cluster mode), what was prepared before
 /// restored from `<root-dir>/dra_manager_state` (a corrupt file is reported and left out).
 /// In cluster mode the node's ResourceSlices are wiped now and per driver when its plugin
-/// has been gone for upstream's grace period (`cm::dra::slices`), until `cancel`.
+/// has been gone for upstream's grace period (`devices::dra::slices`), until `cancel`.
 pub(super) async fn start_dra(
     cfg: &Config,
     cluster: Option<&super::cluster::Connected>,
     cancel: &tokio_util::sync::CancellationToken,
-) -> Arc<crate::cm::DraManager> {
-    use crate::cm::{DraManager, dra};
+) -> Arc<crate::devices::DraManager> {
+    use crate::devices::{DraManager, dra};
     let api = cluster.map(|c| {
         Arc::new(dra::KubeClaimApi {
             client: c.client.clone(),
@@ -197,7 +197,7 @@ const DRA_RECONCILE_PERIOD: std::time::Duration = std::time::Duration::from_secs
 /// Upstream's DRA reconcile loop: once every source has reported, claims still prepared for
 /// a pod the agent no longer knows (deleted while the agent was down) are unprepared.
 pub(super) async fn reconcile_dra(
-    dra: Arc<crate::cm::DraManager>,
+    dra: Arc<crate::devices::DraManager>,
     pods: super::eviction::SyncLoopPods,
     cancel: tokio_util::sync::CancellationToken,
 ) {
@@ -244,8 +244,8 @@ impl crate::podresources::ActivePods for SyncLoopActive {
 pub(super) fn start_pod_resources(
     cfg: &Config,
     control: tokio::sync::mpsc::Sender<crate::sync_loop::Control>,
-    devices: Option<Arc<crate::cm::DeviceManager>>,
-    dra: Arc<crate::cm::DraManager>,
+    devices: Option<Arc<crate::devices::DeviceManager>>,
+    dra: Arc<crate::devices::DraManager>,
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: &tokio_util::sync::CancellationToken,
 ) {

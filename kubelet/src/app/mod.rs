@@ -95,9 +95,9 @@ pub(crate) struct Shared {
     pub events: Arc<dyn EventRecorder>,
     pub probes: Arc<probes::ProbeManager>,
     /// The device manager: Node capacity and admission of device requests.
-    pub devices: Arc<crate::cm::DeviceManager>,
+    pub devices: Arc<crate::devices::DeviceManager>,
     /// The DRA manager: pods' ResourceClaims prepared by their drivers' plugins.
-    pub dra: Arc<crate::cm::DraManager>,
+    pub dra: Arc<crate::devices::DraManager>,
     pub pull_records: Option<Arc<crate::images::PullRecords>>,
     /// The pods' allocated resources (admission decides resizes).
     pub allocations: Arc<crate::allocation::Allocations>,

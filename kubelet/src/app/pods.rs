@@ -6,10 +6,11 @@ use super::cluster::Connected;
 use crate::cm::ContainerManager;
 use crate::config::Config;
 use crate::images::credentials::plugins::CredentialProviders;
+use crate::node_settings::NodeSettings;
 use crate::pod::{Admission, SysctlAllowlist};
 use crate::pod_worker::Deps;
 use crate::podspec::Source;
-use crate::spec::{self, NodeSettings};
+use crate::spec;
 use crate::sync_loop::SourceUpdate;
 use k8s_openapi::api::core::v1::Pod;
 use std::net::IpAddr;
@@ -68,7 +69,7 @@ async fn node_settings(
         selinux_enabled: crate::host::selinux_enabled(),
         cgroup_v2: cm.version() == crate::cm::CgroupVersion::V2,
         swap_capacity: crate::host::swap_capacity(),
-        restart_backoff_max: crate::spec::RestartBackoffMax(cfg.crash_loop_max),
+        restart_backoff_max: crate::node_settings::RestartBackoffMax(cfg.crash_loop_max),
         image_volumes: crate::volume::runtime_mounts_images(runtime_name, runtime_version),
         runtime_version: format!("{runtime_name} {runtime_version}"),
         allocatable,
@@ -296,7 +297,7 @@ impl crate::stats::MeasuredVolumes for InUse {
 }
 
 /// DRA drivers' kubelet plugins (type `DRAPlugin`) to the DRA manager.
-struct DraHandler(Arc<crate::cm::DraManager>);
+struct DraHandler(Arc<crate::devices::DraManager>);
 
 #[async_trait::async_trait]
 impl crate::pluginmanager::PluginHandler for DraHandler {
@@ -429,9 +430,9 @@ pub(super) async fn start_static_pods(
     admission.pod_level_resources = cfg.pod_limits.pod_level_resources;
     admission.devices = Some(shared.devices.clone());
     admission.device_scope = if standalone {
-        crate::cm::DeviceScope::All
+        crate::devices::DeviceScope::All
     } else {
-        crate::cm::DeviceScope::Static
+        crate::devices::DeviceScope::Static
     };
     let admitter = crate::pod::StaticPodAdmitter {
         admission,

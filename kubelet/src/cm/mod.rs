@@ -5,10 +5,6 @@
 
 pub mod allocatable;
 mod cgroups;
-pub mod devicemanager;
-pub use devicemanager::{DeviceEntry, DeviceManager, DeviceScope, RunOptions};
-pub mod dra;
-pub use dra::{DraError, DraManager};
 pub mod driver;
 mod fs;
 pub mod limits;

@@ -116,7 +116,7 @@ pub struct OsLinkDir {
 impl OsLinkDir {
     fn open(&self) -> std::io::Result<std::os::fd::OwnedFd> {
         std::fs::create_dir_all(&self.dir)?;
-        crate::volume::at::open_dir(&self.dir).map_err(|e| {
+        crate::fs_at::open_dir(&self.dir).map_err(|e| {
             let is_link = std::fs::symlink_metadata(&self.dir).is_ok_and(|m| m.is_symlink());
             if is_link {
                 std::io::Error::other(format!(
@@ -148,16 +148,16 @@ impl LinkDir for OsLinkDir {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        crate::volume::at::symlink_at(target, &d, OsStr::new(&tmp))?;
-        let renamed = crate::volume::at::rename_at(&d, OsStr::new(&tmp), OsStr::new(name));
+        crate::fs_at::symlink_at(target, &d, OsStr::new(&tmp))?;
+        let renamed = crate::fs_at::rename_at(&d, OsStr::new(&tmp), OsStr::new(name));
         if renamed.is_err() {
-            let _ = crate::volume::at::remove_all_at(&d, OsStr::new(&tmp));
+            let _ = crate::fs_at::remove_all_at(&d, OsStr::new(&tmp));
         }
         renamed
     }
 
     fn remove(&self, name: &str) -> std::io::Result<()> {
-        use crate::volume::at::{Kind, kind_at, remove_all_at};
+        use crate::fs_at::{Kind, kind_at, remove_all_at};
         let d = self.open()?;
         match kind_at(&d, OsStr::new(name))? {
             None => Ok(()),
@@ -169,7 +169,7 @@ impl LinkDir for OsLinkDir {
     }
 
     fn dangling(&self) -> std::io::Result<Vec<String>> {
-        use crate::volume::at::{Kind, entries};
+        use crate::fs_at::{Kind, entries};
         let d = self.open()?;
         let mut out = Vec::new();
         for (name, kind) in entries(&d)? {

@@ -2,7 +2,7 @@
 //! [`plan`]), and the blocking file work that carries it out.
 
 use super::{LogError, Result};
-use crate::volume::at;
+use crate::fs_at;
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -113,7 +113,7 @@ impl LogDir {
     fn of(log: &Path) -> Result<(LogDir, OsString)> {
         let path = log.parent().unwrap_or(Path::new(".")).to_path_buf();
         let name = log.file_name().map(OsStr::to_os_string).unwrap_or_default();
-        let fd = at::open_dir(&path).map_err(io("open log directory", &path))?;
+        let fd = fs_at::open_dir(&path).map_err(io("open log directory", &path))?;
         Ok((LogDir { fd, path }, name))
     }
 
@@ -123,7 +123,7 @@ impl LogDir {
 
     /// The names in the directory that start with `prefix`.
     fn names_with(&self, prefix: &str) -> Result<Vec<OsString>> {
-        let entries = at::entries(&self.fd).map_err(io("list log files in", &self.path))?;
+        let entries = fs_at::entries(&self.fd).map_err(io("list log files in", &self.path))?;
         Ok(entries
             .into_iter()
             .map(|(n, _)| n)
@@ -140,7 +140,7 @@ impl LogDir {
     }
 
     fn rename(&self, from: &OsStr, to: &OsStr) -> Result<()> {
-        at::rename_at(&self.fd, from, to).map_err(io("rename log", &self.full(from)))
+        fs_at::rename_at(&self.fd, from, to).map_err(io("rename log", &self.full(from)))
     }
 
     /// Gzips the regular file `name` into `<name>.tmp` (made new, never through a link),
@@ -183,7 +183,7 @@ impl LogDir {
             std::io::copy(&mut src, &mut gz).map_err(io("compress log", &log))?;
             let mut out = gz.finish().map_err(io("compress log", &log))?;
             out.flush().map_err(io("compress log", &log))?;
-            at::rename_at(&self.fd, &tmp, &gz_name)
+            fs_at::rename_at(&self.fd, &tmp, &gz_name)
                 .map_err(io("rename compressed log to", &self.full(&gz_name)))?;
             self.remove(name)
         })();

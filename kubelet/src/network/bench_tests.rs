@@ -22,7 +22,7 @@ use plumbing::cidr::Cidr;
 use rtnetlink::packet_core::NetlinkPayload;
 use tokio_util::sync::CancellationToken;
 
-use super::claims::{Claims, Policy};
+use super::cidr_claims::{Claims, Policy};
 use super::masquerade::Masquerade;
 use super::routes::{NetlinkRoutes, ROUTE_PROTOCOL, Route, Routes};
 use super::*;

@@ -1,13 +1,13 @@
 //! Claims a Node makes through its own object (issue 24): which are routed, which refused
 //! (a warning and one Event on that Node per reason), and that no route of anyone else is
-//! ever overwritten or deleted. Against the fake kernel; `claims` alone at the end, with
+//! ever overwritten or deleted. Against the fake kernel; `cidr_claims` alone at the end, with
 //! the incremental judgement checked against judging every Node afresh.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
-use super::claims::{Claims, HostView, Policy, Refusal};
+use super::cidr_claims::{Claims, HostView, Policy, Refusal};
 use super::fake::{FakeRoute, RouteCall};
 use super::routes::{self, Route};
 use super::tests::{Rig, ip, net, node_at};
@@ -439,7 +439,7 @@ proptest! {
             let want: Vec<Cidr> = inc.want().keys().copied().collect();
             for (i, x) in want.iter().enumerate() {
                 for y in &want[i + 1..] {
-                    prop_assert!(!(super::claims::within(*x, *y) || super::claims::within(*y, *x)));
+                    prop_assert!(!(super::cidr_claims::within(*x, *y) || super::cidr_claims::within(*y, *x)));
                 }
             }
         }

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use plumbing::cidr::Cidr;
 
 use super::NetworkError;
-use super::claims::HostView;
+use super::cidr_claims::HostView;
 use super::masquerade::Masquerade;
 use super::routes::{Added, HostChanges, KernelRoutes, ROUTE_PROTOCOL, Route, Routes};
 use plumbing::rtnl::HostChange;

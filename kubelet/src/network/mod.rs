@@ -6,7 +6,7 @@
 //!   `spec.podCIDRs` (until then the runtime reports NetworkReady=false and the Node is not
 //!   Ready, with upstream's message);
 //! - programs a route to other Nodes' pod CIDRs via their InternalIP ([`routes`]), for the
-//!   claims that pass [`claims`]' checks (inside the cluster CIDR, no overlap with this node
+//!   claims that pass [`cidr_claims`]' checks (inside the cluster CIDR, no overlap with this node
 //!   or an older Node, an on-link next hop that is not this node's); a refused claim is a
 //!   warning and a Warning Event on that Node, once per (Node, reason);
 //! - masquerades pod traffic leaving the cluster CIDR ([`masquerade`]).
@@ -23,7 +23,7 @@
 //! routes and judges every claim against them (an interface brought up after the start makes
 //! its peers' on-link next hops valid at once, not at the next full pass).
 
-pub mod claims;
+pub mod cidr_claims;
 pub mod cni_files;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
@@ -48,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::EventRecorder;
 use crate::objects::ClientHandle;
 use crate::objects::{Store, informer};
-use claims::{Claims, Reported};
+use cidr_claims::{Claims, Reported};
 use masquerade::Masquerade;
 use plumbing::rtnl::HostChange;
 use routes::{HostChanges, Routes};

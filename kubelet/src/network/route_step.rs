@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use plumbing::cidr::Cidr;
 
-use super::claims::{Claims, Policy};
+use super::cidr_claims::{Claims, Policy};
 use super::routes::{self, Added, Change, Route};
 use super::{Controller, State};
 use crate::events::{self, EventType};

@@ -19,7 +19,7 @@ use plumbing::rtnl::{EEXIST, ESRCH, HostChange, Monitor, Rtnl, RtnlError, route_
 use rtnetlink::RouteMessageBuilder;
 
 use super::NetworkError;
-use super::claims::HostView;
+use super::cidr_claims::HostView;
 
 /// The `rtm_protocol` our routes carry (`ip route show proto 77`): unassigned in iproute2's
 /// `rt_protos` and in the kernel's list, so no other daemon claims these routes.

@@ -255,16 +255,16 @@ fn wanted_routes_skip_self_and_nodes_without_a_matching_address() {
         node("c", &["10.244.3.0/24"], &[]),
         node("d", &[], &["10.250.0.4"]),
     ];
-    let policy = claims::Policy {
+    let policy = cidr_claims::Policy {
         cluster_cidrs: vec![net("10.244.0.0/16"), net("fd00::/48")],
         own_cidrs: vec![net("10.244.1.0/24")],
-        host: claims::HostView {
+        host: cidr_claims::HostView {
             on_link: vec![net("10.250.0.0/16")],
             local: vec![net("10.250.0.1/32")],
             ..Default::default()
         },
     };
-    let c = claims::Claims::rebuild("a", policy, &nodes);
+    let c = cidr_claims::Claims::rebuild("a", policy, &nodes);
     assert_eq!(
         c.want(),
         &BTreeMap::from([(net("10.244.2.0/24"), ip("10.250.0.2"))])

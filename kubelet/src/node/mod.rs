@@ -513,7 +513,7 @@ pub struct NodeStatusLoop {
     /// The registered Node's UID and labels, for the lease, mirror pods and admission.
     pub node_tx: watch::Sender<Option<Node>>,
     /// The device plugins' resources join capacity and allocatable.
-    pub devices: Option<Arc<crate::cm::DeviceManager>>,
+    pub devices: Option<Arc<crate::devices::DeviceManager>>,
 }
 
 impl NodeStatusLoop {

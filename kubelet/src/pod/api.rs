@@ -43,7 +43,7 @@ pub struct Dispatcher {
     /// The `PodLevelResources` gate.
     pub pod_level_resources: bool,
     /// Admission reserves devices with it and asks the plugins to allocate them.
-    pub devices: Option<Arc<crate::cm::DeviceManager>>,
+    pub devices: Option<Arc<crate::devices::DeviceManager>>,
     /// The pods' allocated resources: admission records them and decides resizes.
     pub allocations: Arc<crate::allocation::Allocations>,
 }

@@ -473,7 +473,7 @@ mod tests {
     /// one asking for more than is left is rejected as an API pod would be.
     #[tokio::test]
     async fn static_pods_get_devices_through_the_device_manager() {
-        use crate::cm::DeviceManager;
+        use crate::devices::DeviceManager;
         use cri_proto::deviceplugin::sample::SamplePlugin;
         const RES: &str = "example.com/foo";
         let tmp = tempfile::tempdir().unwrap();
@@ -514,7 +514,7 @@ mod tests {
         let statuses = Arc::new(StatusManager::new());
         let mut admission = Admission::default();
         admission.devices = Some(dm.clone());
-        admission.device_scope = crate::cm::DeviceScope::All;
+        admission.device_scope = crate::devices::DeviceScope::All;
         let mut a = Admitter {
             admission,
             max_pods: 10,

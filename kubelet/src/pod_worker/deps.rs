@@ -48,10 +48,10 @@ pub struct Deps {
     pub refusal: Refusal,
     /// The device plugins' allocations: their envs, mounts, device nodes, annotations and
     /// CDI names go into the container's config. None: no device manager (tests).
-    pub devices: Option<Arc<crate::cm::DeviceManager>>,
+    pub devices: Option<Arc<crate::devices::DeviceManager>>,
     /// The pods' ResourceClaims (dynamic resource allocation): prepared before the sandbox,
     /// their CDI devices in the containers using them. None: no DRA (tests).
-    pub dra: Option<Arc<crate::cm::DraManager>>,
+    pub dra: Option<Arc<crate::devices::DraManager>>,
     /// The containers' `/var/log/containers` links for log shippers.
     pub log_links: Arc<crate::logs::Links>,
     /// The pods' user namespaces (`hostUsers: false`). None: the node has no range for them

@@ -31,7 +31,7 @@ impl Worker {
                 self.event(
                     None,
                     EventType::Warning,
-                    crate::cm::dra::FAILED_PREPARE_REASON,
+                    crate::devices::dra::FAILED_PREPARE_REASON,
                     &format!("Failed to prepare dynamic resources: {e}"),
                 );
                 for s in starts {
@@ -89,7 +89,7 @@ impl Worker {
 /// Adds the CDI devices of the claims `c` references to its config (after the device
 /// plugins' ones).
 pub(super) fn add_claim_devices(
-    dra: Option<&Arc<crate::cm::DraManager>>,
+    dra: Option<&Arc<crate::devices::DraManager>>,
     pod: &Pod,
     c: &K8sContainer,
     cfg: &mut crate::runtime::ContainerConfig,

@@ -87,8 +87,8 @@ fn read_file_at_most(mut f: std::fs::File, max: u64) -> std::io::Result<String> 
 /// and FIFOs: it is opened race-free beneath `root`, a regular file only.
 pub fn log_tail(root: &Path, path: &Path, lines: usize, max_bytes: usize) -> String {
     // Only the end of the file matters: 80 entries of a few KiB at most.
-    let read = crate::volume::at::open_regular_beneath(root, path)
-        .and_then(|f| read_file_at_most(f, 1 << 20));
+    let read =
+        crate::fs_at::open_regular_beneath(root, path).and_then(|f| read_file_at_most(f, 1 << 20));
     let raw = match read {
         Ok(raw) => raw,
         Err(e) => return format!("Error on reading termination message from logs: {e}"),

@@ -8,10 +8,11 @@
 
 use crate::events::{EventRecorder, EventType};
 use crate::images;
+use crate::node_settings::NodeSettings;
 use crate::pod_dirs;
 use crate::podspec::{self as pod, Qos};
 use crate::runtime::*;
-use crate::spec::{self, NodeSettings};
+use crate::spec;
 use crate::status::StatusManager;
 use crate::status::{self, Observation, Waiting};
 use futures::FutureExt;

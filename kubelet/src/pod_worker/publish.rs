@@ -71,7 +71,7 @@ impl Worker {
             .collect();
         if !todo.is_empty() {
             let (node, uid) = (self.env.node.clone(), self.uid.clone());
-            let log_dir = spec::pod_log_dir(&self.env.node, &self.pod);
+            let log_dir = crate::node_settings::pod_log_dir(&self.env.node, &self.pod);
             let log_root = self.env.node.pod_logs_dir.clone();
             let read = tokio::task::spawn_blocking(move || {
                 todo.into_iter()

@@ -373,7 +373,7 @@ impl Worker {
                 &env.node.host_ips,
                 &objects,
                 &service_env,
-                &spec::limit_defaults(&pod, &env.node.allocatable, gate),
+                &crate::podspec::downward::limit_defaults(&pod, &env.node.allocatable, gate),
                 &mut spec::ExpandBudget::default(),
             )?;
             let hosts = pod_dirs::write_etc_hosts(&env.node, &pod, &pod_ips)
@@ -596,7 +596,7 @@ impl Worker {
 /// A container's device plugin settings into its config, as upstream's run options: the
 /// devices' envs and mounts come before the container's own (a spec env of the same name
 /// wins, being later), the kubelet's own annotations win over the plugins'.
-fn add_devices(cfg: &mut crate::runtime::ContainerConfig, opts: crate::cm::RunOptions) {
+fn add_devices(cfg: &mut crate::runtime::ContainerConfig, opts: crate::devices::RunOptions) {
     let mut envs = opts.envs;
     envs.append(&mut cfg.envs);
     cfg.envs = envs;

@@ -126,8 +126,8 @@ impl Worker {
             return false;
         }
         if crate::podspec::is_safe_uid(&self.uid) {
-            let pod_dir = spec::pod_dir(&self.env.node, &self.uid);
-            let log_dir = spec::pod_log_dir(&self.env.node, &self.pod);
+            let pod_dir = crate::node_settings::pod_dir(&self.env.node, &self.uid);
+            let log_dir = crate::node_settings::pod_log_dir(&self.env.node, &self.pod);
             let binder = self.env.binder.clone();
             let (userns, uid) = (self.env.userns.clone(), self.uid.clone());
             // Mounts go first: removing the directory through a bind mount would delete the

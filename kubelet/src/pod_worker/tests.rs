@@ -1266,7 +1266,7 @@ async fn termination_message_from_the_file_or_the_log_tail() {
     // The file keeps its last 4096 bytes.
     let file = spec::termination_log_host_path(&r.env.node, "uid-1", "app", 0);
     std::fs::write(&file, format!("{}{}", "x".repeat(100), "y".repeat(4096))).unwrap();
-    let log_dir = spec::pod_log_dir(&r.env.node, &p).join("logs");
+    let log_dir = crate::node_settings::pod_log_dir(&r.env.node, &p).join("logs");
     std::fs::create_dir_all(&log_dir).unwrap();
     let mut log = String::new();
     for i in 0..100 {

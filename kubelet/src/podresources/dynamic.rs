@@ -2,7 +2,7 @@
 //! manager): one entry per claim reference, with one `ClaimResource` per prepared device.
 
 use super::api;
-use crate::cm::DraManager;
+use crate::devices::DraManager;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 /// The claims `c` references as the API reports them. A claim that cannot be resolved or is

@@ -37,7 +37,7 @@ mod v1alpha1;
 pub use socket::{ServeError, serve};
 pub use v1alpha1::V1Alpha1;
 
-use crate::cm::{DeviceManager, DraManager};
+use crate::devices::{DeviceManager, DraManager};
 use crate::metrics::PodResourcesCall;
 use cri_proto::podresources::{API_VERSION, v1 as api};
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -183,12 +183,13 @@ impl PodResources {
                 d.all_devices()
                     .into_iter()
                     .flat_map(|(resource, list)| {
-                        list.into_iter()
-                            .map(move |(id, _healthy, numa)| crate::cm::DeviceEntry {
+                        list.into_iter().map(move |(id, _healthy, numa)| {
+                            crate::devices::DeviceEntry {
                                 resource: resource.clone(),
                                 id,
                                 numa,
-                            })
+                            }
+                        })
                     })
                     .collect()
             })
@@ -204,7 +205,7 @@ impl PodResources {
 
 /// Upstream's `containerDevicesFromResourceDeviceInstances`: one entry per device, or per
 /// device and NUMA node when it has topology.
-fn device_list(entries: Vec<crate::cm::DeviceEntry>) -> Vec<api::ContainerDevices> {
+fn device_list(entries: Vec<crate::devices::DeviceEntry>) -> Vec<api::ContainerDevices> {
     let mut out = Vec::new();
     for e in entries {
         if e.numa.is_empty() {

@@ -1,6 +1,7 @@
 //! Pods as the kubelet handles them: defaulting and validation of specs, QoS class, the
 //! per-container hash. The sources that produce desired pods are in `pod`.
 
+pub mod downward;
 pub mod resources;
 mod restart;
 pub use restart::{container_restartable, container_should_restart, pod_restart_policy};

@@ -129,13 +129,7 @@ pub struct SandboxStatus {
     pub created_at: i64,
 }
 
-/// DNS settings written into the sandbox's resolv.conf.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DnsConfig {
-    pub servers: Vec<String>,
-    pub searches: Vec<String>,
-    pub options: Vec<String>,
-}
+pub use crate::node_settings::DnsConfig;
 
 /// A host port mapping.
 #[derive(Debug, Clone, PartialEq)]

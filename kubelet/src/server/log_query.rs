@@ -8,11 +8,11 @@
 //! service the journal does not know (or a node without journald) is
 //! looked for as `/var/log/<svc>`, `<svc>.log` or `<svc>/<svc>.log`, never outside the
 //! directory: each is opened in one race-free step beneath the directory's descriptor
-//! ([`crate::volume::at::open_beneath`]; containers can write there), and only a regular
+//! ([`crate::fs_at::open_beneath`]; containers can write there), and only a regular
 //! file is read. A query naming one file (it has a `/`) serves that file as `/logs/<file>` does.
 
 use super::journal::{Chunk, Journal};
-use crate::volume::at;
+use crate::fs_at;
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -189,13 +189,13 @@ fn relative(file: &str) -> PathBuf {
 /// or why not (a stat-like error). Blocking.
 pub fn file_beneath(root: &Path, file: &str) -> Result<(), String> {
     let rel = relative(file);
-    let why = |e: &at::BeneathError| match e {
-        at::BeneathError::Io { source, .. } if !e.is_absent() => source.to_string(),
+    let why = |e: &fs_at::BeneathError| match e {
+        fs_at::BeneathError::Io { source, .. } if !e.is_absent() => source.to_string(),
         _ => "no such file or directory".to_string(),
     };
-    at::open_trusted_dir(root)
-        .map_err(|source| at::BeneathError::Io { op: "open", source })
-        .and_then(|dir| at::resolve_beneath(&dir, &rel, root.canonicalize().ok().as_deref()))
+    fs_at::open_trusted_dir(root)
+        .map_err(|source| fs_at::BeneathError::Io { op: "open", source })
+        .and_then(|dir| fs_at::resolve_beneath(&dir, &rel, root.canonicalize().ok().as_deref()))
         .map(drop)
         .map_err(|e| format!("stat {}: {}", root.join(&rel).display(), why(&e)))
 }
@@ -204,12 +204,12 @@ pub fn file_beneath(root: &Path, file: &str) -> Result<(), String> {
 /// absent, outside, a directory, or anything but a regular file (a FIFO or device node is
 /// never opened). Blocking.
 fn open_log_file(root: &Path, name: &str) -> std::io::Result<std::fs::File> {
-    let dir = at::open_trusted_dir(root)?;
-    match at::open_beneath(&dir, &relative(name), root.canonicalize().ok().as_deref()) {
-        Ok(at::Opened::File(f)) => Ok(f),
+    let dir = fs_at::open_trusted_dir(root)?;
+    match fs_at::open_beneath(&dir, &relative(name), root.canonicalize().ok().as_deref()) {
+        Ok(fs_at::Opened::File(f)) => Ok(f),
         Ok(_) => Err(std::io::ErrorKind::NotFound.into()),
         Err(e) if e.is_absent() => Err(std::io::ErrorKind::NotFound.into()),
-        Err(at::BeneathError::Io { source, .. }) => Err(source),
+        Err(fs_at::BeneathError::Io { source, .. }) => Err(source),
         Err(_) => Err(std::io::ErrorKind::NotFound.into()),
     }
 }

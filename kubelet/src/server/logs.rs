@@ -630,9 +630,9 @@ pub async fn serve(
 
 /// Opens the container log `path` (beneath `root`, `podLogsDir`) race-free: a pod with a
 /// hostPath on /var/log can replace a log (or a directory above it) with a symlink to a host
-/// file, or with a FIFO ([`crate::volume::at::open_regular_beneath`]). Blocking.
+/// file, or with a FIFO ([`crate::fs_at::open_regular_beneath`]). Blocking.
 fn open_container_log(root: &Path, path: &Path) -> std::io::Result<std::fs::File> {
-    crate::volume::at::open_regular_beneath(root, path)
+    crate::fs_at::open_regular_beneath(root, path)
 }
 
 /// Reads the file from where it is positioned and sends the output until the end (or, when

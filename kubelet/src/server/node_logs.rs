@@ -4,13 +4,13 @@
 //! included) is 404, as if absent, and so is anything but a file or a directory (a FIFO or
 //! device node is never opened). Containers can write here (a hostPath on /var/log), so the
 //! path is resolved and opened in one race-free step beneath the directory's descriptor
-//! ([`crate::volume::at::open_beneath`]), never checked and then opened by name.
+//! ([`crate::fs_at::open_beneath`]), never checked and then opened by name.
 //! The directory is a constructor argument ([`super::logs::Logs::node_log_dir`]); upstream has
 //! no setting for it. Reads run on the blocking pool and stream in bounded chunks. With
 //! NodeLogQuery on, `?query=…` is answered by [`super::log_query`] first.
 
 use super::AppState;
-use crate::volume::at::{self, Opened};
+use crate::fs_at::{self, Opened};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
@@ -91,9 +91,9 @@ pub fn resolve(root: &Path, url_path: &str) -> Resolved {
     // The directory itself is the node's, trusted: its own path lets an absolute symlink
     // into it be followed (from its descriptor).
     let base = root.canonicalize().ok();
-    let opened = at::open_trusted_dir(root)
+    let opened = fs_at::open_trusted_dir(root)
         .map_err(|_| ())
-        .and_then(|dir| at::open_beneath(&dir, &rel, base.as_deref()).map_err(|_| ()));
+        .and_then(|dir| fs_at::open_beneath(&dir, &rel, base.as_deref()).map_err(|_| ()));
     match opened {
         Err(()) | Ok(Opened::Other) => Resolved::NotFound,
         Ok(Opened::File(f)) => Resolved::File(f),
@@ -105,7 +105,7 @@ pub fn resolve(root: &Path, url_path: &str) -> Resolved {
                     .unwrap_or_default();
                 return Resolved::Redirect(format!("{last}/"));
             }
-            let Ok(entries) = at::entries(&dir) else {
+            let Ok(entries) = fs_at::entries(&dir) else {
                 return Resolved::NotFound;
             };
             Resolved::Listing(listing(entries))
@@ -118,12 +118,12 @@ pub fn resolve(root: &Path, url_path: &str) -> Resolved {
 /// HTML-escaped: always relative to this directory, whatever a file's name (a crafted name
 /// such as `javascript:alert(1)` or `"><script>` stays a file name). The text is the name,
 /// HTML-escaped.
-fn listing(entries: Vec<(std::ffi::OsString, at::Kind)>) -> String {
+fn listing(entries: Vec<(std::ffi::OsString, fs_at::Kind)>) -> String {
     let mut names: Vec<String> = entries
         .into_iter()
         .map(|(name, kind)| {
             let mut n = name.to_string_lossy().into_owned();
-            if kind == at::Kind::Dir {
+            if kind == fs_at::Kind::Dir {
                 n.push('/');
             }
             n

@@ -1,6 +1,7 @@
 //! Turning a pod spec into what the runtime is asked for: the sandbox config (hostname, DNS,
 //! ports, cgroup parent, labels) and each container's config (command, env, mounts, resources).
 
+use crate::node_settings::{NodeSettings, pod_dir, pod_log_dir};
 use crate::podspec::{self, Qos};
 use plumbing::quantity;
 
@@ -10,63 +11,23 @@ pub mod mounts;
 pub mod security;
 use crate::runtime::*;
 pub use env::{
-    ContainerEnv, EnvObjects, ExpandBudget, MAX_EXPANSION_BYTES, container_env, expand, field_ref,
-    is_env_var_name, limit_defaults, resource_field_value,
+    ContainerEnv, EnvObjects, ExpandBudget, MAX_EXPANSION_BYTES, container_env, expand,
+    is_env_var_name,
 };
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The container restart back-off's cap (`crashLoopBackOff.maxContainerRestartPeriod`;
-/// upstream's 5 minutes by default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RestartBackoffMax(pub std::time::Duration);
-
-impl Default for RestartBackoffMax {
-    fn default() -> Self {
-        Self(std::time::Duration::from_secs(300))
-    }
-}
-
-/// Node-wide settings the specs are rendered with.
-#[derive(Debug, Clone, Default)]
-pub struct NodeSettings {
-    pub node_name: String,
-    pub host_ips: Vec<String>,
-    pub cluster_dns: Vec<String>,
-    pub cluster_domain: String,
-    /// The host's resolv.conf, already parsed.
-    pub host_dns: DnsConfig,
-    pub pod_logs_dir: PathBuf,
-    pub root_dir: PathBuf,
-    pub memory_capacity: i64,
-    /// `seccompDefault`: containers without a seccomp profile get `RuntimeDefault`.
-    pub seccomp_default: bool,
-    /// CFS quota and period, swap behaviour for container resources.
-    pub pod_limits: crate::cm::PodLimits,
-    /// The node's huge page sizes in bytes (each container gets a limit for every one).
-    pub hugepage_sizes: Vec<u64>,
-    /// The node uses the unified cgroup v2 hierarchy.
-    pub cgroup_v2: bool,
-    /// SwapTotal in bytes (LimitedSwap shares it out).
-    pub swap_capacity: i64,
-    /// How long a crashing container's restarts may be held back at most.
-    pub restart_backoff_max: RestartBackoffMax,
-    /// SELinux is enabled on the host: mounts of managed volumes ask the runtime to relabel.
-    pub selinux_enabled: bool,
-    /// The runtime mounts images as volumes (CRI `Mount.image`), so image volumes work.
-    pub image_volumes: bool,
-    /// The runtime's name and version, as its Version call gave them (for messages).
-    pub runtime_version: String,
-    /// The node's allocatable, as in its status: what a downward API `limits.*` of a
-    /// container without that limit reads.
-    pub allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-}
-
 /// Why a container config could not be built (reported as `CreateContainerConfigError`).
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
+
+impl From<podspec::downward::FieldRefError> for ConfigError {
+    fn from(e: podspec::downward::FieldRefError) -> Self {
+        ConfigError(e.0)
+    }
+}
 
 /// Parses resolv.conf text into servers, searches and options.
 pub fn parse_resolv_conf(text: &str) -> DnsConfig {
@@ -82,21 +43,6 @@ pub fn parse_resolv_conf(text: &str) -> DnsConfig {
         }
     }
     d
-}
-
-/// The pod's log directory: `<podLogsDir>/<namespace>_<name>_<uid>`.
-pub fn pod_log_dir(node: &NodeSettings, pod: &Pod) -> PathBuf {
-    node.pod_logs_dir.join(format!(
-        "{}_{}_{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or(""),
-        pod.metadata.uid.as_deref().unwrap_or("")
-    ))
-}
-
-/// The pod's state directory: `<root-dir>/pods/<uid>`.
-pub fn pod_dir(node: &NodeSettings, uid: &str) -> PathBuf {
-    node.root_dir.join("pods").join(uid)
 }
 
 /// DNS for the sandbox following the pod's dnsPolicy (upstream's rules), or None to let the

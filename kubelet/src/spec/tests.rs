@@ -1,4 +1,5 @@
 use super::*;
+use crate::podspec::downward::limit_defaults;
 
 fn pod(json: serde_json::Value) -> Pod {
     let mut p: Pod = serde_json::from_value(json).unwrap();

@@ -21,7 +21,7 @@ pub struct PodDisk {
 }
 
 /// A part of a pod's disk usage whose walk could not finish
-/// ([`crate::volume::usage::Incomplete`]): the eviction manager counts it over its limits.
+/// ([`crate::fs_at::usage::Incomplete`]): the eviction manager counts it over its limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unfinished {
     /// The volume of that name.

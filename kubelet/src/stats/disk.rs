@@ -4,7 +4,7 @@
 //! its containers: upstream counts it in the pod's ephemeral storage since CVE-2020-8557).
 
 use super::build::{PodDisk, Unfinished};
-use crate::volume::usage::{self, Usage};
+use crate::fs_at::usage::{self, Usage};
 use std::path::{Path, PathBuf};
 
 /// Where one pod's directories are.
@@ -30,7 +30,7 @@ const MEASURED: &[&str] = &[
 
 /// Bytes allocated (512-byte blocks, as du) and inodes below `path`, without following
 /// symlinks; the directory itself counts. Containers write here: the walk is
-/// descriptor-relative ([`crate::volume::usage::disk_usage`]), so a directory swapped for a
+/// descriptor-relative ([`crate::fs_at::usage::disk_usage`]), so a directory swapped for a
 /// symlink mid-walk is not entered.
 pub fn usage(path: &Path) -> (u64, u64) {
     let u = usage::disk_usage(path);

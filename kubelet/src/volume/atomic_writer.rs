@@ -17,7 +17,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use super::at;
+use crate::fs_at;
 
 const DATA_DIR: &str = "..data";
 const NEW_DATA_DIR: &str = "..data_tmp";
@@ -108,7 +108,7 @@ pub fn write(dir: &Path, payload: &Payload) -> Result<Written, WriteError> {
     for p in payload.keys() {
         validate_path(p)?;
     }
-    let root = at::open_dir(dir).map_err(io("opening", dir))?;
+    let root = fs_at::open_dir(dir).map_err(io("opening", dir))?;
     let old = current_version(&root);
     let user_visible: BTreeSet<String> = payload.keys().map(|p| top_level(p)).collect();
     if let Some(old_dir) = &old
@@ -125,30 +125,31 @@ pub fn write(dir: &Path, payload: &Payload) -> Result<Written, WriteError> {
     }
     let tmp_link = OsStr::new(NEW_DATA_DIR);
     let linking = |e| io("linking", &dir.join(NEW_DATA_DIR))(e);
-    at::remove_all_at(&root, tmp_link).map_err(linking)?;
-    at::symlink_at(Path::new(&version_name), &root, tmp_link).map_err(linking)?;
-    at::rename_at(&root, tmp_link, OsStr::new(DATA_DIR))
+    fs_at::remove_all_at(&root, tmp_link).map_err(linking)?;
+    fs_at::symlink_at(Path::new(&version_name), &root, tmp_link).map_err(linking)?;
+    fs_at::rename_at(&root, tmp_link, OsStr::new(DATA_DIR))
         .map_err(io("renaming to", &dir.join(DATA_DIR)))?;
     for name in &user_visible {
         let link = OsStr::new(name);
         let target = Path::new(DATA_DIR).join(name);
         let replacing = io("replacing", &dir.join(name));
-        match at::read_link_at(&root, link) {
+        match fs_at::read_link_at(&root, link) {
             Ok(t) if Path::new(&t) == target => continue,
-            _ => at::remove_all_at(&root, link).map_err(replacing)?,
+            _ => fs_at::remove_all_at(&root, link).map_err(replacing)?,
         }
-        at::symlink_at(&target, &root, link).map_err(io("linking", &dir.join(name)))?;
+        fs_at::symlink_at(&target, &root, link).map_err(io("linking", &dir.join(name)))?;
     }
     // Names of the old version that the new one no longer has, and every version directory
     // but the new one (whatever `..data` said before: only names in the writer's own form).
-    for (name, kind) in at::entries(&root).map_err(io("reading", dir))? {
+    for (name, kind) in fs_at::entries(&root).map_err(io("reading", dir))? {
         let text = name.to_string_lossy();
         let stale_link = !text.starts_with("..")
             && !user_visible.contains(text.as_ref())
-            && kind == at::Kind::Symlink;
-        let old_version = kind == at::Kind::Dir && is_version_name(&name) && name != version_name;
+            && kind == fs_at::Kind::Symlink;
+        let old_version =
+            kind == fs_at::Kind::Dir && is_version_name(&name) && name != version_name;
         if stale_link || old_version {
-            at::remove_all_at(&root, &name).map_err(io("removing", &dir.join(&name)))?;
+            fs_at::remove_all_at(&root, &name).map_err(io("removing", &dir.join(&name)))?;
         }
     }
     Ok(Written::Updated)
@@ -176,12 +177,12 @@ fn is_version_name(name: &OsStr) -> bool {
 
 /// The version `..data` names, when it is one of this volume's own version directories.
 fn current_version(root: &OwnedFd) -> Option<OsString> {
-    let target = at::read_link_at(root, OsStr::new(DATA_DIR)).ok()?;
+    let target = fs_at::read_link_at(root, OsStr::new(DATA_DIR)).ok()?;
     if !is_version_name(&target) {
         tracing::warn!(target = ?target, "ignoring a volume's ..data link that does not name one of its version directories");
         return None;
     }
-    matches!(at::kind_at(root, &target), Ok(Some(at::Kind::Dir))).then_some(target)
+    matches!(fs_at::kind_at(root, &target), Ok(Some(fs_at::Kind::Dir))).then_some(target)
 }
 
 /// Writes one payload file beneath the fresh version directory, creating its parents.
@@ -199,14 +200,14 @@ fn write_payload_file(version: &OwnedFd, path: &str, file: &FileProjection) -> s
     let mut held: Option<OwnedFd> = None;
     for name in parents {
         let cur = held.as_ref().unwrap_or(version);
-        let next = match at::kind_at(cur, name)? {
-            None => at::make_dir_at(cur, name, 0o755)?,
-            Some(at::Kind::Dir) => at::open_dir_at(cur, name)?,
+        let next = match fs_at::kind_at(cur, name)? {
+            None => fs_at::make_dir_at(cur, name, 0o755)?,
+            Some(fs_at::Kind::Dir) => fs_at::open_dir_at(cur, name)?,
             Some(_) => return Err(std::io::ErrorKind::NotADirectory.into()),
         };
         held = Some(next);
     }
-    at::write_new_file_at(
+    fs_at::write_new_file_at(
         held.as_ref().unwrap_or(version),
         last,
         &file.data,
@@ -234,7 +235,7 @@ fn new_version_dir(root: &OwnedFd, dir: &Path) -> Result<(OsString, OwnedFd), Wr
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
         let name = OsString::from(format!("{stamp}{}", nanos.wrapping_add(attempt)));
-        match at::make_dir_at(root, &name, 0o755) {
+        match fs_at::make_dir_at(root, &name, 0o755) {
             Ok(fd) => return Ok((name, fd)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(io("creating", &dir.join(&name))(e)),
@@ -248,7 +249,7 @@ fn new_version_dir(root: &OwnedFd, dir: &Path) -> Result<(OsString, OwnedFd), Wr
 /// Whether the version directory `name` holds exactly the payload (same files, bytes and
 /// modes, nothing else).
 fn same_contents(root: &OwnedFd, name: &OsStr, payload: &Payload) -> bool {
-    let Ok(version) = at::open_dir_at(root, name) else {
+    let Ok(version) = fs_at::open_dir_at(root, name) else {
         return false;
     };
     let mut found = 0usize;
@@ -256,29 +257,29 @@ fn same_contents(root: &OwnedFd, name: &OsStr, payload: &Payload) -> bool {
 }
 
 fn same_below(dir: &OwnedFd, prefix: &str, payload: &Payload, found: &mut usize) -> bool {
-    let Ok(entries) = at::entries(dir) else {
+    let Ok(entries) = fs_at::entries(dir) else {
         return false;
     };
     entries.into_iter().all(|(name, kind)| {
         let rel = format!("{prefix}{}", name.to_string_lossy());
         match kind {
-            at::Kind::Dir => at::open_dir_at(dir, &name)
+            fs_at::Kind::Dir => fs_at::open_dir_at(dir, &name)
                 .is_ok_and(|sub| same_below(&sub, &format!("{rel}/"), payload, found)),
-            at::Kind::File => {
+            fs_at::Kind::File => {
                 *found += 1;
                 let Some(want) = payload.get(&rel) else {
                     return false;
                 };
-                matches!(at::read_file_at(dir, &name), Ok(Some((data, mode))) if mode == want.mode && data == want.data)
+                matches!(fs_at::read_file_at(dir, &name), Ok(Some((data, mode))) if mode == want.mode && data == want.data)
             }
-            at::Kind::Symlink | at::Kind::Other => false,
+            fs_at::Kind::Symlink | fs_at::Kind::Other => false,
         }
     })
 }
 
 fn links_in_place(root: &OwnedFd, names: &BTreeSet<String>) -> bool {
     names.iter().all(|n| {
-        at::read_link_at(root, OsStr::new(n))
+        fs_at::read_link_at(root, OsStr::new(n))
             .is_ok_and(|t| Path::new(&t) == Path::new(DATA_DIR).join(n))
     })
 }

@@ -21,9 +21,9 @@ use super::atomic_writer::{self, Payload};
 use super::host_path;
 use super::projection::{self, Fetched};
 use super::subpath::Binder;
+use crate::node_settings::{NodeSettings, pod_dir};
 use crate::objects::{self, ObjectCache, ObjectError};
 use crate::objects::{TokenKey, TokenManager};
-use crate::spec::{NodeSettings, pod_dir};
 
 /// How often mounted volumes are synced again without a change notice (tokens, labels, a
 /// claim's expansion, `requiresRepublish`) unless `syncFrequency` says otherwise: upstream's
@@ -126,7 +126,7 @@ pub struct VolumeManager {
     /// Wakes [`VolumeManager::run`] for a re-render now (a pod's labels changed).
     rerender: tokio::sync::Notify,
     /// Claim-backed and CSI volumes (cluster mode); None: they are refused.
-    storage: Option<Arc<super::claims::Storage>>,
+    storage: Option<Arc<super::volume_claims::Storage>>,
     /// The period of [`VolumeManager::run`]'s full sync (`syncFrequency`).
     resync: Duration,
 }
@@ -168,13 +168,13 @@ impl VolumeManager {
     }
 
     /// Serves `persistentVolumeClaim`, `ephemeral` and `csi` volumes through `storage`.
-    pub fn with_storage(mut self, storage: Arc<super::claims::Storage>) -> Self {
+    pub fn with_storage(mut self, storage: Arc<super::volume_claims::Storage>) -> Self {
         self.storage = Some(storage);
         self
     }
 
     /// The claim-backed and CSI volumes, when served.
-    pub fn storage(&self) -> Option<&Arc<super::claims::Storage>> {
+    pub fn storage(&self) -> Option<&Arc<super::volume_claims::Storage>> {
         self.storage.as_ref()
     }
 
@@ -377,7 +377,7 @@ impl VolumeManager {
             return Ok(out);
         };
         let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
-        for v in volumes.filter(|v| super::claims::handles(v)) {
+        for v in volumes.filter(|v| super::volume_claims::handles(v)) {
             let path = storage
                 .set_up(pod, v)
                 .await

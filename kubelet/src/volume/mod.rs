@@ -5,10 +5,8 @@
 //! `volumeDevices` ([`block`]). CSI drivers register through the plugin
 //! manager and serve CSI volumes ([`csi`]).
 
-pub mod at;
 pub mod atomic_writer;
 pub mod block;
-pub mod claims;
 pub mod csi;
 pub mod host_path;
 pub mod hugepages;
@@ -20,14 +18,14 @@ pub mod selinux_registry;
 pub mod shared;
 pub mod stats;
 pub mod subpath;
-pub mod usage;
+pub mod volume_claims;
 
 #[cfg(test)]
 mod bench_tests;
 
-pub use claims::{KubeStorageApi, Storage};
 pub use manager::{GIT_REPO_DISABLED, VolumeError, VolumeManager, runtime_mounts_images};
 pub use selinux::SeLinuxHost;
 pub use selinux_registry::{SeLinuxVolumes, VolumeRef as SeLinuxVolumeRef};
 pub use shared::make_root_dir_rshared;
 pub use subpath::{Binder, KernelBinder, SubpathMount};
+pub use volume_claims::{KubeStorageApi, Storage};

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::at;
+use crate::fs_at;
 
 /// Group read/write, or read only for read-only volumes; directories also get execute.
 const RW_MASK: u32 = 0o660;
@@ -77,26 +77,26 @@ pub fn requires_permission_change(root: &Path, fs_group: u32, readonly: bool) ->
 /// permissions; failures are logged and counted, as upstream does.
 fn change_one(
     fd: &OwnedFd,
-    kind: at::Kind,
+    kind: fs_at::Kind,
     mode: u32,
     fs_group: u32,
     readonly: bool,
     path: &Path,
 ) -> bool {
     let mut ok = true;
-    if let Err(e) = at::set_group(fd, fs_group) {
+    if let Err(e) = fs_at::set_group(fd, fs_group) {
         tracing::error!(path = %path.display(), gid = fs_group, error = %e, "failed to change the volume file's group");
         ok = false;
     }
     // Symlinks keep their (meaningless) mode and are never followed.
-    if kind == at::Kind::Symlink {
+    if kind == fs_at::Kind::Symlink {
         return ok;
     }
     let mut mask = if readonly { RO_MASK } else { RW_MASK };
-    if kind == at::Kind::Dir {
+    if kind == fs_at::Kind::Dir {
         mask |= SETGID | EXEC_MASK;
     }
-    if let Err(e) = at::set_mode(fd, mode | mask) {
+    if let Err(e) = fs_at::set_mode(fd, mode | mask) {
         tracing::error!(path = %path.display(), error = %e, "failed to change the volume file's mode");
         ok = false;
     }
@@ -127,21 +127,21 @@ pub fn set_volume_ownership(
         let path = path.to_path_buf();
         move |source| OwnershipError::Walk { path, source }
     };
-    let root = at::open_dir(dir).map_err(walk_err(dir))?;
+    let root = fs_at::open_dir(dir).map_err(walk_err(dir))?;
     let mode = fs::metadata(format!("/proc/self/fd/{}", root.as_raw_fd()))
         .map_err(walk_err(dir))?
         .mode()
         & 0o7777;
     out.visited += 1;
-    if !change_one(&root, at::Kind::Dir, mode, gid, readonly, dir) {
+    if !change_one(&root, fs_at::Kind::Dir, mode, gid, readonly, dir) {
         out.failed += 1;
     }
     // Open directories still to walk, with their paths (for logs only).
     let mut stack: Vec<(OwnedFd, PathBuf)> = vec![(root, dir.to_path_buf())];
     while let Some((parent, parent_path)) = stack.pop() {
-        for (name, _) in at::entries(&parent).map_err(walk_err(&parent_path))? {
+        for (name, _) in fs_at::entries(&parent).map_err(walk_err(&parent_path))? {
             let path = parent_path.join(&name);
-            let (fd, kind, mode) = match at::open_path_at(&parent, &name) {
+            let (fd, kind, mode) = match fs_at::open_path_at(&parent, &name) {
                 Ok(x) => x,
                 // Gone since it was listed.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -151,9 +151,9 @@ pub fn set_volume_ownership(
             if !change_one(&fd, kind, mode, gid, readonly, &path) {
                 out.failed += 1;
             }
-            if kind == at::Kind::Dir {
+            if kind == fs_at::Kind::Dir {
                 drop(fd);
-                match at::open_dir_at(&parent, &name) {
+                match fs_at::open_dir_at(&parent, &name) {
                     Ok(sub) => stack.push((sub, path)),
                     // Swapped for something else since: not ours to follow.
                     Err(e) => {

@@ -200,7 +200,8 @@ fn downward_files(
             match f.field_path.as_str() {
                 "metadata.labels" => format_map(&pod.metadata.labels),
                 "metadata.annotations" => format_map(&pod.metadata.annotations),
-                p => crate::spec::field_ref(pod, p, &[], &[]).map_err(|e| ProjectionError(e.0))?,
+                p => crate::podspec::downward::field_ref(pod, p, &[], &[])
+                    .map_err(|e| ProjectionError(e.0))?,
             }
         } else if let Some(r) = &it.resource_field_ref {
             let name = r.container_name.as_deref().unwrap_or_default();
@@ -215,8 +216,13 @@ fn downward_files(
                         it.path
                     ))
                 })?;
-            crate::spec::resource_field_value(c, &r.resource, r.divisor.as_ref(), allocatable)
-                .map_err(|e| ProjectionError(e.0))?
+            crate::podspec::downward::resource_field_value(
+                c,
+                &r.resource,
+                r.divisor.as_ref(),
+                allocatable,
+            )
+            .map_err(|e| ProjectionError(e.0))?
         } else {
             continue;
         };

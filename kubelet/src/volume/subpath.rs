@@ -3,7 +3,7 @@
 //! A container can write symlinks into its volumes. A subPath resolved by path (following
 //! them) could name anything on the host, and the runtime would bind-mount it into the next
 //! container. So the path is walked one component at a time from a file descriptor of the
-//! volume ([`super::at::walk_beneath`]: each step an `openat` with `O_NOFOLLOW`), symlinks
+//! volume ([`crate::fs_at::walk_beneath`]: each step an `openat` with `O_NOFOLLOW`), symlinks
 //! are followed by hand only while they stay inside the volume, missing directories are
 //! created the same way, and the object reached is bound by
 //! its descriptor onto `<pod dir>/volume-subpaths/<volume>/<container>/<index>`: that mount,
@@ -12,7 +12,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 
-use super::at;
+use crate::fs_at;
 use std::path::{Component, Path, PathBuf};
 
 use thiserror::Error;
@@ -142,7 +142,7 @@ fn create_mount_point(target: &Path, is_dir: bool) -> std::io::Result<()> {
 }
 
 /// Walks `subpath` from `base`, one component at a time, never leaving `base` (the walk of
-/// [`at::walk_beneath`]: symlinks are followed by hand, relative ones only, and `..` only
+/// [`fs_at::walk_beneath`]: symlinks are followed by hand, relative ones only, and `..` only
 /// back up to `base`); missing directories are created. Returns the object reached, open
 /// with `O_PATH`.
 pub fn open_beneath(base: &Path, volume: &str, subpath: &str) -> Result<File, SubpathError> {
@@ -167,17 +167,17 @@ pub fn open_beneath(base: &Path, volume: &str, subpath: &str) -> Result<File, Su
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
         .open(base)
         .map_err(err("opening the volume"))?;
-    match at::walk_beneath(&root, Path::new(subpath), Some(0o750)) {
+    match fs_at::walk_beneath(&root, Path::new(subpath), Some(0o750)) {
         Ok(fd) => Ok(File::from(fd)),
-        Err(at::BeneathError::Escapes) => Err(SubpathError::Escapes {
+        Err(fs_at::BeneathError::Escapes) => Err(SubpathError::Escapes {
             volume: volume.into(),
             subpath: subpath.into(),
         }),
-        Err(at::BeneathError::Loop) => Err(SubpathError::Loop {
+        Err(fs_at::BeneathError::Loop) => Err(SubpathError::Loop {
             volume: volume.into(),
             subpath: subpath.into(),
         }),
-        Err(at::BeneathError::Io { op, source }) => Err(err(op)(source)),
+        Err(fs_at::BeneathError::Io { op, source }) => Err(err(op)(source)),
     }
 }
 

@@ -113,9 +113,9 @@ pub struct Admission {
     pub pod_level_resources: bool,
     /// The device manager: devices are reserved at admission (before the resource fit, as
     /// upstream's handler order) and allocated by [`Admission::allocate_devices`].
-    pub devices: Option<Arc<crate::cm::DeviceManager>>,
+    pub devices: Option<Arc<crate::devices::DeviceManager>>,
     /// Whose devices this admission frees (the apiserver's pods, the static pods, or all).
-    pub device_scope: crate::cm::DeviceScope,
+    pub device_scope: crate::devices::DeviceScope,
     /// The pods' allocated resources (in-place resize): admitted pods count at their
     /// allocation, and resizes are decided here. None: pods count at their spec, no resize.
     pub allocations: Option<Arc<crate::allocation::Allocations>>,
@@ -136,7 +136,7 @@ impl Default for Admission {
             // Upstream's default in v1.36.
             pod_level_resources: true,
             devices: None,
-            device_scope: crate::cm::DeviceScope::Api,
+            device_scope: crate::devices::DeviceScope::Api,
             allocations: None,
             events: None,
         }

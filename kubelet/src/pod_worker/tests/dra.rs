@@ -3,9 +3,9 @@
 //! unprepared once the pod is gone; a claim not reserved for the pod holds the pod back.
 
 use super::*;
-use crate::cm::DraManager;
-use crate::cm::dra::fake::{FakeClaimApi, FakeDraPlugin, claim};
-use crate::cm::dra::{ClaimApi, DraPlugin};
+use crate::devices::DraManager;
+use crate::devices::dra::fake::{FakeClaimApi, FakeDraPlugin, claim};
+use crate::devices::dra::{ClaimApi, DraPlugin};
 use cri_proto::dra::v1 as pb;
 
 const DRIVER: &str = "gpu.example.com";

@@ -173,7 +173,7 @@ async fn the_dependencies_failures_show_as_the_containers_waiting_reasons() {
 /// own win) and the CDI names.
 #[tokio::test(start_paused = true)]
 async fn device_plugin_allocations_reach_the_container_config() {
-    use crate::cm::devicemanager::{DeviceManager, checkpoint};
+    use crate::devices::device_plugins::{DeviceManager, checkpoint};
     use cri_proto::deviceplugin::v1beta1 as api;
     use prost::Message as _;
     let r = rig();
@@ -282,7 +282,7 @@ async fn a_failed_volume_teardown_keeps_the_pod_directory_and_is_retried() {
     );
     let mut w = Worker::new(r.env.clone(), pod("Always", serde_json::json!({})), None);
     w.sync().await;
-    let dir = crate::spec::pod_dir(&r.env.node, "uid-1");
+    let dir = crate::node_settings::pod_dir(&r.env.node, "uid-1");
     let marker = dir.join("volumes/kubernetes.io~csi/pv1/vol_data.json");
     std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
     std::fs::write(&marker, b"{}").unwrap();
@@ -310,7 +310,7 @@ async fn a_failed_volume_teardown_keeps_the_pod_directory_and_is_retried() {
 /// appends them; neither replaces the other.
 #[tokio::test(start_paused = true)]
 async fn block_volume_devices_and_plugin_devices_both_reach_the_container_config() {
-    use crate::cm::devicemanager::{DeviceManager, checkpoint};
+    use crate::devices::device_plugins::{DeviceManager, checkpoint};
     use cri_proto::deviceplugin::v1beta1 as api;
     use prost::Message as _;
     let r = rig();
@@ -342,8 +342,8 @@ async fn block_volume_devices_and_plugin_devices_both_reach_the_container_config
     let dm = DeviceManager::new(dir);
     dm.restore().unwrap();
     let base = Deps::for_test(r.rt.clone(), r._dir.path());
-    let link =
-        crate::spec::pod_dir(&base.node, "uid-1").join("volumeDevices/kubernetes.io~csi/pv-raw");
+    let link = crate::node_settings::pod_dir(&base.node, "uid-1")
+        .join("volumeDevices/kubernetes.io~csi/pv-raw");
     let mut volumes = FakePodVolumes::default();
     volumes.mounts = [("raw".to_string(), link.clone())].into();
     let env = Arc::new(Deps {
@@ -385,7 +385,7 @@ async fn block_volume_devices_and_plugin_devices_both_reach_the_container_config
 /// CreateContainerConfigError with upstream's message.
 #[tokio::test]
 async fn a_refused_pre_start_keeps_the_container_waiting_with_upstreams_message() {
-    use crate::cm::devicemanager::DeviceManager;
+    use crate::devices::device_plugins::DeviceManager;
     use cri_proto::deviceplugin::sample::SamplePlugin;
     use tokio_util::sync::CancellationToken;
     const RES: &str = "example.com/foo";

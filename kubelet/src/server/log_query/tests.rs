@@ -183,7 +183,7 @@ fn service_output(root: &Path, service: &str) -> String {
 /// out between the check and the open never sends a file from outside the directory.
 #[test]
 fn a_service_directory_swapped_for_a_symlink_out_sends_nothing_outside() {
-    use crate::volume::at::race::{Swapper, race};
+    use crate::fs_at::race::{Swapper, race};
     let d = tempfile::tempdir().unwrap();
     let root = d.path().join("log");
     std::fs::create_dir_all(root.join("svc")).unwrap();

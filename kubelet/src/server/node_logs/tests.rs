@@ -127,7 +127,7 @@ fn served(root: &Path, url: &str) -> Option<String> {
 /// served.
 #[test]
 fn a_directory_swapped_for_a_symlink_out_mid_request_serves_nothing_outside() {
-    use crate::volume::at::race::{Swapper, race};
+    use crate::fs_at::race::{Swapper, race};
     let d = tempfile::tempdir().unwrap();
     let root = d.path().join("log");
     std::fs::create_dir_all(root.join("d")).unwrap();

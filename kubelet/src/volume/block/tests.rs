@@ -8,10 +8,10 @@ use k8s_openapi::api::core::v1::{
 
 use super::*;
 use crate::pluginmanager::PluginHandler;
-use crate::volume::claims::{Source, Storage, fake::FakeStorageApi, source_of_pv};
 use crate::volume::csi::client::Capabilities;
 use crate::volume::csi::drivers::{CsiDrivers, RegistrationHandler};
 use crate::volume::csi::fake::FakeCsiNode;
+use crate::volume::volume_claims::{Source, Storage, fake::FakeStorageApi, source_of_pv};
 
 async fn setup(caps: Capabilities) -> (tempfile::TempDir, CsiMounter, Arc<FakeCsiNode>) {
     let root = tempfile::tempdir().unwrap();

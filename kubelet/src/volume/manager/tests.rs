@@ -332,7 +332,7 @@ async fn cve_2024_10220_git_repo_volumes_are_refused_and_nothing_runs() {
             e.to_string(),
             "MountVolume.SetUp failed for volume \"src\" : git-repo volume plugin has been disabled; if necessary, it may be re-enabled by enabling the feature-gate `GitRepoVolumeDriver`"
         );
-        let pod_dir = crate::spec::pod_dir(&r.node, "u-git");
+        let pod_dir = crate::node_settings::pod_dir(&r.node, "u-git");
         assert!(
             !pod_dir.join("volumes").exists(),
             "no volume directory is made"

@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::{
 
 use super::fake::FakeFsUsage;
 use super::*;
-use crate::volume::claims::{Storage, fake::FakeStorageApi};
 use crate::volume::csi::{CsiDrivers, CsiMounter};
+use crate::volume::volume_claims::{Storage, fake::FakeStorageApi};
 
 fn figures() -> VolumeStats {
     VolumeStats {

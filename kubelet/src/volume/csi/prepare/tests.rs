@@ -5,7 +5,7 @@ use k8s_openapi::api::storage::v1::{
 };
 
 use super::*;
-use crate::volume::claims::fake::FakeStorageApi;
+use crate::volume::volume_claims::fake::FakeStorageApi;
 
 const DRIVER: &str = "csi.example.com";
 

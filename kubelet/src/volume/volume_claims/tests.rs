@@ -382,11 +382,11 @@ pub(super) mod node_side {
 
     use super::{claim_vol, pod, pv, pvc};
     use crate::pluginmanager::PluginHandler;
-    use crate::volume::claims::{Storage, fake::FakeStorageApi};
     use crate::volume::csi::client::Capabilities;
     use crate::volume::csi::drivers::{CsiDrivers, RegistrationHandler};
     use crate::volume::csi::fake::FakeCsiNode;
     use crate::volume::csi::{CsiMounter, CsiNode};
+    use crate::volume::volume_claims::{Storage, fake::FakeStorageApi};
 
     const DRIVER: &str = "csi.example.com";
 

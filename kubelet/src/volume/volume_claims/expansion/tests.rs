@@ -8,12 +8,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::events::FakeRecorder;
-use crate::volume::claims::Storage;
-use crate::volume::claims::fake::FakeStorageApi;
-use crate::volume::claims::tests::node_side::{calls, mounted_always, storage};
-use crate::volume::claims::tests::{claim_vol, pod};
 use crate::volume::csi::client::Capabilities;
 use crate::volume::csi::fake::FakeCsiNode;
+use crate::volume::volume_claims::Storage;
+use crate::volume::volume_claims::fake::FakeStorageApi;
+use crate::volume::volume_claims::tests::node_side::{calls, mounted_always, storage};
+use crate::volume::volume_claims::tests::{claim_vol, pod};
 
 const CAPS: Capabilities = Capabilities {
     expand: true,

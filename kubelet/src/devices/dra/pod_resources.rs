@@ -3,7 +3,7 @@
 //! one copy of the claim's prepared state per `resources.claims` entry of the container that
 //! names it (a container naming two requests of one claim gets it twice, as upstream).
 
-use super::{DraManager, checkpoint::ClaimState, claims};
+use super::{DraManager, checkpoint::ClaimState, resource_claims};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 impl DraManager {
@@ -31,7 +31,7 @@ impl DraManager {
             .into_iter()
             .flatten()
         {
-            let Some((name, _)) = claims::claim_name(pod, pc)? else {
+            let Some((name, _)) = resource_claims::claim_name(pod, pc)? else {
                 continue;
             };
             for _ in refs.iter().filter(|r| **r == pc.name) {

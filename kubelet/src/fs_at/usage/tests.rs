@@ -1,5 +1,5 @@
 use super::*;
-use crate::volume::at::race;
+use crate::fs_at::race;
 use std::os::unix::fs::symlink;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -15,15 +15,15 @@
 //! layer hands their sockets to [`DraManager::register_plugin`].
 
 pub mod checkpoint;
-pub mod claims;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod plugins;
 mod pod_resources;
+pub mod resource_claims;
 pub mod slices;
 
-pub use claims::{ClaimApi, KubeClaimApi};
 pub use plugins::{DraPlugin, GrpcPlugin, Plugins};
+pub use resource_claims::{ClaimApi, KubeClaimApi};
 pub use slices::{KubeSliceApi, SliceApi, SliceCleanup};
 
 use checkpoint::{ClaimState, Device, DriverState};
@@ -275,7 +275,7 @@ impl DraManager {
         }
         let mut checked = Vec::new();
         for pc in &pod_claims {
-            let Some((name, check_owner)) = claims::claim_name(pod, pc)? else {
+            let Some((name, check_owner)) = resource_claims::claim_name(pod, pc)? else {
                 continue;
             };
             let api = self.api.as_ref().ok_or_else(|| {
@@ -286,15 +286,15 @@ impl DraManager {
                 .await
                 .map_err(|e| format!("fetch ResourceClaim {name}: {e}"))?;
             if check_owner {
-                claims::is_for_pod(pod, &claim)?;
+                resource_claims::is_for_pod(pod, &claim)?;
             }
             let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
-            if !claims::is_reserved_for_pod(pod, &claim) {
+            if !resource_claims::is_reserved_for_pod(pod, &claim) {
                 return Err(format!(
                     "pod {pod_name} ({pod_uid}) is not allowed to use ResourceClaim {name} ({claim_uid})"
                 ));
             }
-            let driver_names = claims::allocated_drivers(&claim)
+            let driver_names = resource_claims::allocated_drivers(&claim)
                 .map_err(|e| format!("ResourceClaim {name}: {e}"))?;
             let mut drivers = BTreeMap::new();
             for d in driver_names {
@@ -455,7 +455,7 @@ impl DraManager {
             if requests.is_empty() {
                 continue;
             }
-            let Some((claim, _)) = claims::claim_name(pod, pc).map_err(DraError)? else {
+            let Some((claim, _)) = resource_claims::claim_name(pod, pc).map_err(DraError)? else {
                 continue;
             };
             wanted.extend(requests.into_iter().map(|r| (claim.clone(), r.clone())));

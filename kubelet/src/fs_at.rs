@@ -3,7 +3,7 @@
 //! directories) stays inside that volume. Every name given here is one path component,
 //! except for the resolvers beneath a directory ([`resolve_beneath`], [`open_beneath`],
 //! [`walk_beneath`], [`open_regular_beneath`]), which follow symlinks only while they stay
-//! beneath it (a descriptor-relative `du` is [`super::usage`]).
+//! beneath it; [`usage`] is a descriptor-relative `du`.
 //! Blocking: callers run on the blocking pool.
 
 use std::ffi::{OsStr, OsString};
@@ -479,6 +479,7 @@ fn reopen(fd: OwnedFd) -> Result<Opened, BeneathError> {
 
 #[cfg(test)]
 pub mod race;
+pub mod usage;
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,6 @@
 use super::*;
-use crate::cm::dra::DraManager;
-use crate::cm::dra::fake::{FakeDraPlugin, FakeSliceApi};
+use crate::devices::dra::DraManager;
+use crate::devices::dra::fake::{FakeDraPlugin, FakeSliceApi};
 
 const NODE: &str = "n1";
 const GPU: &str = "gpu.example.com";
