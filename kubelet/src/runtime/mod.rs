@@ -254,6 +254,15 @@ pub struct HandlerFeatures {
     pub user_namespaces: bool,
 }
 
+/// The runtime's handlers and its own features (CRI Status), as the Node's status shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeFeatures {
+    /// Every handler the runtime lists, in its order (empty: it lists none, as containerd 1.6).
+    pub handlers: Vec<(String, HandlerFeatures)>,
+    /// `features.supplemental_groups_policy`; None: the runtime sends no features.
+    pub supplemental_groups_policy: Option<bool>,
+}
+
 /// A host device node exposed in a container (CRI `Device`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceMapping {
@@ -525,6 +534,11 @@ pub trait Runtime: Send + Sync + 'static {
     /// The features the runtime reports for `handler` (CRI Status `runtime_handlers`; the
     /// empty name is the default handler). A runtime that reports none (containerd 1.6) has
     /// none.
+    /// Every handler's features and the runtime's own (CRI Status), for the Node's status.
+    /// Fakes list none unless they say otherwise.
+    async fn runtime_features(&self) -> Result<RuntimeFeatures> {
+        Ok(RuntimeFeatures::default())
+    }
     async fn handler_features(&self, handler: &str) -> Result<HandlerFeatures> {
         let _ = handler;
         Ok(HandlerFeatures::default())

@@ -339,6 +339,18 @@ pub(super) fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::
     }
 }
 
+/// Every handler's features and the runtime's own from a Status answer.
+pub(crate) fn runtime_features(r: &pb::StatusResponse) -> crate::runtime::RuntimeFeatures {
+    crate::runtime::RuntimeFeatures {
+        handlers: r
+            .runtime_handlers
+            .iter()
+            .map(|h| (h.name.clone(), handler_features(r, &h.name)))
+            .collect(),
+        supplemental_groups_policy: r.features.as_ref().map(|f| f.supplemental_groups_policy),
+    }
+}
+
 /// A handler's features from a Status answer; a handler the runtime does not list has none.
 pub(crate) fn handler_features(r: &pb::StatusResponse, handler: &str) -> HandlerFeatures {
     r.runtime_handlers

@@ -469,3 +469,31 @@ fn user_namespace_reaches_sandbox_container_and_mounts() {
         "image volumes are the runtime's"
     );
 }
+
+/// Status's handlers (in the runtime's order) and its `features` become the node's runtime
+/// features; a runtime without `features` (containerd 1.6) says nothing of the groups policy.
+#[test]
+fn runtime_features_list_every_handler_and_the_groups_policy() {
+    let handler = |name: &str, userns: bool| pb::RuntimeHandler {
+        name: name.into(),
+        features: Some(pb::RuntimeHandlerFeatures {
+            recursive_read_only_mounts: true,
+            user_namespaces: userns,
+        }),
+    };
+    let mut r = pb::StatusResponse {
+        runtime_handlers: vec![handler("", true), handler("kata", false)],
+        features: Some(pb::RuntimeFeatures {
+            supplemental_groups_policy: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let f = runtime_features(&r);
+    let names: Vec<&str> = f.handlers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["", "kata"]);
+    assert!(f.handlers[0].1.user_namespaces && !f.handlers[1].1.user_namespaces);
+    assert_eq!(f.supplemental_groups_policy, Some(true));
+    r.features = None;
+    assert_eq!(runtime_features(&r).supplemental_groups_policy, None);
+}
