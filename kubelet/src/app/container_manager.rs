@@ -109,10 +109,8 @@ pub(super) async fn start_devices(
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Arc<crate::devices::DeviceManager> {
-    use crate::devices::{DeviceManager, device_plugins};
-    let dm = Arc::new(DeviceManager::new(
-        cfg.root_dir.join(device_plugins::DIR_NAME),
-    ));
+    use crate::devices::{DEVICE_PLUGINS_DIR, DeviceManager};
+    let dm = Arc::new(DeviceManager::new(cfg.root_dir.join(DEVICE_PLUGINS_DIR)));
     // Restored allocations stay until the static pod source has said which pods are its.
     dm.await_static_source();
     let d = dm.clone();
@@ -133,7 +131,7 @@ pub(super) async fn start_devices(
 /// Sends the pods whose devices changed health to the sync loop for a re-sync (upstream's
 /// sync loop reading the container manager's `Updates()`), until `cancel`.
 pub(super) async fn forward_health_updates(
-    mut updates: crate::devices::device_plugins::HealthUpdates,
+    mut updates: crate::devices::HealthUpdates,
     sync_loop: tokio::sync::mpsc::Sender<crate::sync_loop::Control>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
@@ -158,17 +156,19 @@ pub(super) async fn forward_health_updates(
 /// The DRA manager: claims read from the apiserver (cluster mode), what was prepared before
 /// restored from `<root-dir>/dra_manager_state` (a corrupt file is reported and left out).
 /// In cluster mode the node's ResourceSlices are wiped now and per driver when its plugin
-/// has been gone for upstream's grace period (`devices::dra::slices`), until `cancel`.
+/// has been gone for upstream's grace period (`devices::SLICE_WIPING_DELAY`), until `cancel`.
 pub(super) async fn start_dra(
     cfg: &Config,
     cluster: Option<&super::cluster::Connected>,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Arc<crate::devices::DraManager> {
-    use crate::devices::{DraManager, dra};
+    use crate::devices::{
+        ClaimApi, DraManager, KubeClaimApi, KubeSliceApi, SLICE_WIPING_DELAY, SliceCleanup,
+    };
     let api = cluster.map(|c| {
-        Arc::new(dra::KubeClaimApi {
+        Arc::new(KubeClaimApi {
             client: c.client.clone(),
-        }) as Arc<dyn dra::ClaimApi>
+        }) as Arc<dyn ClaimApi>
     });
     let m = Arc::new(DraManager::new(&cfg.root_dir, api));
     let d = m.clone();
@@ -178,13 +178,13 @@ pub(super) async fn start_dra(
         Err(e) => tracing::error!(error = %e, "DRA state not restored"),
     }
     if let Some(c) = cluster {
-        let api = Arc::new(dra::KubeSliceApi {
+        let api = Arc::new(KubeSliceApi {
             client: c.client.clone(),
         });
-        m.start_slice_cleanup(dra::SliceCleanup::new(
+        m.start_slice_cleanup(SliceCleanup::new(
             api,
             &cfg.node_name,
-            dra::slices::WIPING_DELAY,
+            SLICE_WIPING_DELAY,
             cancel.child_token(),
         ));
     }

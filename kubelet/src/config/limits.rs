@@ -82,7 +82,7 @@ pub const READ_GATES: &[&str] = &[
     crate::server::settings::NODE_LOG_QUERY_GATE,
     crate::volume::selinux::SELINUX_MOUNT_GATE,
     CRASH_LOOP_MAX_GATE,
-    crate::devices::device_plugins::RESOURCE_HEALTH_STATUS_GATE,
+    crate::devices::RESOURCE_HEALTH_STATUS_GATE,
     crate::certs::serving_files::RELOAD_GATE,
 ];
 

@@ -812,7 +812,7 @@ pub fn merge(
         resource_health_status: limits::gate_or(
             flags,
             &file,
-            crate::devices::device_plugins::RESOURCE_HEALTH_STATUS_GATE,
+            crate::devices::RESOURCE_HEALTH_STATUS_GATE,
             true,
         ),
         selinux_mount: limits::gate_or(

@@ -5,7 +5,23 @@
 //! `pkg/kubelet/cm/dra`). Both checkpoint what they handed out under the root dir; their
 //! metric families are in `metrics` (`devices`, `dra`).
 
-pub mod device_plugins;
-pub use device_plugins::{DeviceEntry, DeviceManager, DeviceScope, RunOptions};
-pub mod dra;
-pub use dra::{DraError, DraManager};
+mod device_plugins;
+mod dra;
+
+pub use device_plugins::{
+    DIR_NAME as DEVICE_PLUGINS_DIR, DeviceEntry, DeviceManager, DeviceScope, HealthUpdates,
+    RESOURCE_HEALTH_STATUS_GATE, RunOptions,
+};
+pub use dra::slices::WIPING_DELAY as SLICE_WIPING_DELAY;
+pub use dra::{
+    ClaimApi, DraError, DraManager, DraPlugin, FAILED_PREPARE_REASON, KubeClaimApi, KubeSliceApi,
+    SliceCleanup,
+};
+
+/// Test doubles: DRA's fake claim API, plugin and slice API, and the device manager's
+/// checkpoint format (to write one as an earlier agent would have).
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing {
+    pub use super::device_plugins::checkpoint as device_checkpoint;
+    pub use super::dra::fake::{FakeClaimApi, FakeDraPlugin, FakeSliceApi, claim};
+}

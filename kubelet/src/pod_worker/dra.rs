@@ -31,7 +31,7 @@ impl Worker {
                 self.event(
                     None,
                     EventType::Warning,
-                    crate::devices::dra::FAILED_PREPARE_REASON,
+                    crate::devices::FAILED_PREPARE_REASON,
                     &format!("Failed to prepare dynamic resources: {e}"),
                 );
                 for s in starts {

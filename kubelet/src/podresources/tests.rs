@@ -336,7 +336,7 @@ async fn requests_and_errors_are_counted_by_call() {
 struct TwoDevices;
 
 #[async_trait::async_trait]
-impl crate::devices::dra::DraPlugin for TwoDevices {
+impl crate::devices::DraPlugin for TwoDevices {
     async fn prepare(
         &self,
         req: cri_proto::dra::v1::NodePrepareResourcesRequest,
@@ -397,7 +397,7 @@ fn claim_pod(ns: &str) -> Pod {
 }
 
 async fn prepared_dra(dir: &std::path::Path, p: &Pod) -> Arc<DraManager> {
-    use crate::devices::dra::fake::{FakeClaimApi, claim};
+    use crate::devices::testing::{FakeClaimApi, claim};
     let api = Arc::new(FakeClaimApi::default());
     api.put(claim("ns", "c1", "uid-c1", Some(DRA_DRIVER), Some("uid-p")));
     let mut owned = claim("ns", "p-tmpl-1", "uid-c2", Some(DRA_DRIVER), Some("uid-p"));
@@ -410,7 +410,7 @@ async fn prepared_dra(dir: &std::path::Path, p: &Pod) -> Arc<DraManager> {
     api.put(owned);
     let dra = Arc::new(DraManager::with_metrics(
         dir,
-        Some(api as Arc<dyn crate::devices::dra::ClaimApi>),
+        Some(api as Arc<dyn crate::devices::ClaimApi>),
         Arc::new(crate::metrics::Dra::new()),
     ));
     dra.add_plugin(DRA_DRIVER, "/x.sock", Arc::new(TwoDevices))

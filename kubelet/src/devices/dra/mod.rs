@@ -24,7 +24,7 @@ pub mod slices;
 
 pub use plugins::{DraPlugin, GrpcPlugin, Plugins};
 pub use resource_claims::{ClaimApi, KubeClaimApi};
-pub use slices::{KubeSliceApi, SliceApi, SliceCleanup};
+pub use slices::{KubeSliceApi, SliceCleanup};
 
 use checkpoint::{ClaimState, Device, DriverState};
 use cri_proto::dra::v1 as pb;

@@ -313,7 +313,7 @@ fn static_pods_cannot_resize() {
 
 mod devices {
     use super::*;
-    use crate::devices::device_plugins::DeviceManager;
+    use crate::devices::DeviceManager;
     use cri_proto::deviceplugin::sample::SamplePlugin;
     use std::time::Duration;
 

@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::devices::DraManager;
-use crate::devices::dra::fake::{FakeClaimApi, FakeDraPlugin, claim};
-use crate::devices::dra::{ClaimApi, DraPlugin};
+use crate::devices::testing::{FakeClaimApi, FakeDraPlugin, claim};
+use crate::devices::{ClaimApi, DraPlugin};
 use cri_proto::dra::v1 as pb;
 
 const DRIVER: &str = "gpu.example.com";

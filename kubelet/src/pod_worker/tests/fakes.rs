@@ -173,7 +173,7 @@ async fn the_dependencies_failures_show_as_the_containers_waiting_reasons() {
 /// own win) and the CDI names.
 #[tokio::test(start_paused = true)]
 async fn device_plugin_allocations_reach_the_container_config() {
-    use crate::devices::device_plugins::{DeviceManager, checkpoint};
+    use crate::devices::{DeviceManager, testing::device_checkpoint as checkpoint};
     use cri_proto::deviceplugin::v1beta1 as api;
     use prost::Message as _;
     let r = rig();
@@ -310,7 +310,7 @@ async fn a_failed_volume_teardown_keeps_the_pod_directory_and_is_retried() {
 /// appends them; neither replaces the other.
 #[tokio::test(start_paused = true)]
 async fn block_volume_devices_and_plugin_devices_both_reach_the_container_config() {
-    use crate::devices::device_plugins::{DeviceManager, checkpoint};
+    use crate::devices::{DeviceManager, testing::device_checkpoint as checkpoint};
     use cri_proto::deviceplugin::v1beta1 as api;
     use prost::Message as _;
     let r = rig();
@@ -385,7 +385,7 @@ async fn block_volume_devices_and_plugin_devices_both_reach_the_container_config
 /// CreateContainerConfigError with upstream's message.
 #[tokio::test]
 async fn a_refused_pre_start_keeps_the_container_waiting_with_upstreams_message() {
-    use crate::devices::device_plugins::DeviceManager;
+    use crate::devices::DeviceManager;
     use cri_proto::deviceplugin::sample::SamplePlugin;
     use tokio_util::sync::CancellationToken;
     const RES: &str = "example.com/foo";
