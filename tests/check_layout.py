@@ -20,6 +20,13 @@
 4. Errors are typed: the count of `Result<T, String>` in each crate's non-test code (as in
    rule 2) may not grow past its ceiling in STRING_ERRORS. Lower the ceiling when you remove
    some; a new one is a new error enum instead (`thiserror`).
+5. A reader can hold a function: no non-test function (test code as in rule 2, and functions
+   marked `#[test]` or `#[cfg(test)]`) in a production crate's `src/` is over MAX_FN_LINES
+   lines, counted from its `fn` line to its closing brace (comments, strings, chars and raw
+   strings skipped by `code_mask`). ALLOW names the exceptions, generated or table-like code,
+   each with its reason; TEMPORARY the ones being split now, each with its owner. The test
+   harness (`tests/src`, only ever a dev-dependency) is test code here. `--self-test` checks
+   the brace matcher on a sample (main runs it first).
 
 Prints each problem and exits 1 when there is one.
 """
@@ -337,6 +344,221 @@ def check_crate(src):
     return problems
 
 
+# Rule 5: no non-test function over MAX_FN_LINES lines, counted from its `fn` line to its
+# closing brace. Each exception names its reason: generated or table-like code only.
+MAX_FN_LINES = 150
+FN_CRATE_SRCS = [s for s in CRATE_SRCS if s != "tests/src"] + ["plumbing/src"]
+ALLOW = {}
+# Functions being split right now by their owners (issue 39); the lead empties this list at
+# merge. Key -> owner.
+TEMPORARY = {
+    "kubelet/src/config/mod.rs::merge": "wt-settings",
+    "proxy/src/config/mod.rs::resolve": "wt-settings",
+    "kubelet/src/pod_worker/plan.rs::draft": "wt-worker",
+    "kubelet/src/pod_worker/sync.rs::start_container": "wt-worker",
+    "kubelet/src/status/mod.rs::pod_status": "wt-admit",
+    "kubelet/src/node/mod.rs::compute_status": "wt-admit",
+}
+
+
+def code_mask(text):
+    """The text with every comment, string and char literal blanked to spaces (newlines
+    kept), so braces and `fn` are only the code's own. Handles nested block comments, raw
+    strings (`r#"…"#`, `br"…"`), escapes, and a char literal against a lifetime (`'{'` /
+    `'a`)."""
+    out, i, n = list(text), 0, len(text)
+
+    def blank(a, b):
+        for k in range(a, min(b, n)):
+            if out[k] != "\n":
+                out[k] = " "
+
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            blank(i, j)
+            i = j
+        elif text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            blank(i, j)
+            i = j
+        elif c in "rbc" and not (i and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            m = re.match(r'[bc]?r(#*)"', text[i : i + 300])
+            if m:
+                close = '"' + m.group(1)
+                j = text.find(close, i + m.end())
+                j = n if j < 0 else j + len(close)
+                blank(i, j)
+                i = j
+            elif c in "bc" and text.startswith('"', i + 1):
+                i += 1  # b"…" / c"…": the string branch blanks it
+            else:
+                i += 1
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            blank(i, j + 1)
+            i = j + 1
+        elif c == "'":
+            if text.startswith("\\", i + 1):
+                j = text.find("'", i + 3)
+                j = n if j < 0 else j + 1
+            elif i + 2 < n and text[i + 2] == "'":
+                j = i + 3
+            else:
+                i += 1  # a lifetime or label
+                continue
+            blank(i, j)
+            i = j
+        else:
+            i += 1
+    return "".join(out)
+
+
+FN_ITEM = re.compile(r"\bfn\s+(r#)?([A-Za-z_]\w*)")
+TEST_ATTR = re.compile(r"#\[(?:cfg\(test\)|test|tokio::test\b[^\]]*)\]")
+
+
+def close_of(code, i):
+    """The index of the brace closing the one at `i`."""
+    depth = 0
+    for j in range(i, len(code)):
+        if code[j] == "{":
+            depth += 1
+        elif code[j] == "}":
+            depth -= 1
+            if not depth:
+                return j
+    return len(code) - 1
+
+
+def test_spans(code):
+    """Character spans of test-only items: `#[cfg(test)] mod x { … }` (as rule 2)."""
+    spans = []
+    for m in TEST_ITEM.finditer(code):
+        if m.group(1).endswith("{"):
+            spans.append((m.start(), close_of(code, m.end() - 1)))
+    return spans
+
+
+def test_marked(code, at):
+    """Whether the item at `at` carries `#[test]` or `#[cfg(test)]`: its attributes are the
+    lines just above it (doc comments are blank in the mask)."""
+    lines = code[: code.rfind("\n", 0, at) + 1].split("\n")[:-1]
+    for line in reversed(lines[-20:]):
+        line = line.strip()
+        if line and not line.startswith("#["):
+            return False
+        if TEST_ATTR.match(line):
+            return True
+    return False
+
+
+def functions(text):
+    """(name, first line, line count) of each function with a body in the text, test items
+    left out: those in a `#[cfg(test)]` module and those marked `#[test]`/`#[cfg(test)]`."""
+    code = code_mask(text)
+    spans = test_spans(code)
+    out = []
+    for m in FN_ITEM.finditer(code):
+        if any(a <= m.start() <= b for a, b in spans):
+            continue
+        if test_marked(code, m.start()):
+            continue
+        # The body: the first `{` outside parentheses and brackets; a `;` first means none.
+        depth, j = 0, m.end()
+        while j < len(code):
+            ch = code[j]
+            if ch in "([":
+                depth += 1
+            elif ch in ")]":
+                depth -= 1
+            elif depth == 0 and ch in "{;":
+                break
+            j += 1
+        if j >= len(code) or code[j] == ";":
+            continue
+        end = close_of(code, j)
+        first = code.count("\n", 0, m.start()) + 1
+        last = code.count("\n", 0, end) + 1
+        out.append((m.group(2), first, last - first + 1))
+    return out
+
+
+def check_functions(src, over):
+    """Rule 5 over one crate; each function over the limit goes into `over` (key -> lines)."""
+    problems, full = [], os.path.join(ROOT, src)
+    for path in sorted(rust_files(full)):
+        if is_test_file(path, full):
+            continue
+        rel = os.path.relpath(path, ROOT)
+        for name, line, n in functions(open(path, encoding="utf-8").read()):
+            key = f"{rel}::{name}"
+            if n <= MAX_FN_LINES:
+                continue
+            over[key] = n
+            if key not in ALLOW and key not in TEMPORARY:
+                problems.append(f"{rel}:{line}: fn {name} is {n} lines (max {MAX_FN_LINES}): split it")
+    return problems
+
+
+def check_exceptions(over):
+    """An ALLOW entry no function needs any more fails (the list stays short); a TEMPORARY
+    one is only reported (its owner's split may have landed)."""
+    problems = []
+    for key in sorted(ALLOW):
+        if key not in over:
+            problems.append(f"ALLOW names {key}, which is not over {MAX_FN_LINES} lines: remove it")
+    for key in sorted(TEMPORARY):
+        if key not in over:
+            print(f"check_layout: TEMPORARY names {key} ({TEMPORARY[key]}), not over {MAX_FN_LINES} lines now: remove it")
+    return problems
+
+
+SELF_TEST = r'''
+fn one() -> &'static str {
+    let c = '{';
+    let e = '\'';
+    let s = "}} \" }";
+    // }
+    /* } /* nested } */ } */
+    let r = r#"a "} raw"#;
+    let b = br"}";
+    loop { 'outer: loop { break 'outer; } break; }
+    s
+}
+trait T { fn decl(&self); fn with_body<'a>(&'a self) -> [u8; 2] { [0; 2] } }
+#[test]
+fn a_test() {}
+#[cfg(test)]
+mod tests {
+    fn helper() {}
+}
+fn last() {
+}
+'''
+
+
+def self_test():
+    """The matcher on a sample: every brace in a literal or comment skipped, test items and
+    bodiless declarations left out."""
+    got = functions(SELF_TEST)
+    want = [("one", 2, 11), ("with_body", 13, 1), ("last", 20, 2)]
+    if got != want:
+        return [f"self-test: functions() found {got}, expected {want}"]
+    return []
+
+
 def main():
     problems = []
     for src in CRATE_SRCS:
@@ -347,6 +569,11 @@ def main():
         problems += check_layers(os.path.join(ROOT, src), layers)
     for rel in STRING_ERRORS:
         problems += check_string_errors(rel)
+    problems += self_test()
+    over = {}
+    for src in FN_CRATE_SRCS:
+        problems += check_functions(src, over)
+    problems += check_exceptions(over)
     for p in problems:
         print("check_layout:", p)
     if problems:
@@ -355,8 +582,13 @@ def main():
     print("check_layout: the kubelet's layers hold and its top-level modules import in no circle")
     print("check_layout: every import between two subsystems is one ALLOWED_EDGES lists")
     print("check_layout: no crate holds more `Result<_, String>` than its ceiling")
+    print("check_layout: no non-test function over", MAX_FN_LINES, "lines outside ALLOW and TEMPORARY")
     return 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--self-test"]:
+        errs = self_test()
+        print("\n".join(errs) or "check_layout: self-test passed")
+        sys.exit(1 if errs else 0)
     sys.exit(main())

@@ -265,202 +265,261 @@ pub const JUMPS: &[(&str, &str, &str, &str)] = &[
 /// flushed, then filled). Which rules appear depends only on which sets are non-empty and
 /// on the configuration, never on the number of services.
 pub fn iptables_text(cfg: &RenderConfig, sets: &SetContents) -> String {
-    let f = cfg.family;
-    let n = |base: &str| ipset::set_name(base, f);
-    let has = |base: &str| sets.get(base).is_some_and(|s| !s.is_empty());
-    let bit = cfg.masquerade_mark();
-    let mark = format!("{bit}/{bit}");
-    let c = |s: &str| format!("-m comment --comment \"{s}\"");
+    let t = IptText {
+        cfg,
+        sets,
+        bit: cfg.masquerade_mark(),
+    };
     let mut o = String::new();
     o.push_str("*nat\n");
-    for ch in [
-        "KUBE-SERVICES",
-        "KUBE-POSTROUTING",
-        "KUBE-NODE-PORT",
-        "KUBE-LOAD-BALANCER",
-        "KUBE-MARK-MASQ",
-    ] {
-        let _ = writeln!(o, ":{ch} - [0:0]");
-    }
-    let _ = writeln!(
-        o,
-        "-A KUBE-POSTROUTING {} -m set --match-set {} dst,dst,src -j MASQUERADE",
-        c("Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
-        n(ipset::LOOP_BACK)
-    );
-    let _ = writeln!(o, "-A KUBE-POSTROUTING -m mark ! --mark {mark} -j RETURN");
-    let _ = writeln!(o, "-A KUBE-POSTROUTING -j MARK --xor-mark {bit}");
-    let _ = writeln!(
-        o,
-        "-A KUBE-POSTROUTING {} -j MASQUERADE{}",
-        c("kubernetes service traffic requiring SNAT"),
-        if cfg.random_fully {
-            " --random-fully"
-        } else {
-            ""
-        }
-    );
-    let _ = writeln!(o, "-A KUBE-MARK-MASQ -j MARK --or-mark {bit}");
-    if has(ipset::LOAD_BALANCER) {
-        let _ = writeln!(
-            o,
-            "-A KUBE-SERVICES {} -m set --match-set {} dst,dst -j KUBE-LOAD-BALANCER",
-            c("Kubernetes service lb portal"),
-            n(ipset::LOAD_BALANCER)
-        );
-        if has(ipset::LOAD_BALANCER_LOCAL) {
-            let _ = writeln!(
-                o,
-                "-A KUBE-LOAD-BALANCER {} -m set --match-set {} dst,dst -j RETURN",
-                c("Kubernetes service load balancer ip + port with externalTrafficPolicy=local"),
-                n(ipset::LOAD_BALANCER_LOCAL)
-            );
-        }
-        let _ = writeln!(o, "-A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ");
-    }
-    let cluster = c("Kubernetes service cluster ip + port for masquerade purpose");
-    if cfg.masquerade_all {
-        let _ = writeln!(
-            o,
-            "-A KUBE-SERVICES {cluster} -m set --match-set {} dst,dst -j KUBE-MARK-MASQ",
-            n(ipset::CLUSTER_IP)
-        );
-    } else if let Some(not_local) = cfg.ipt_local(true) {
-        let _ = writeln!(
-            o,
-            "-A KUBE-SERVICES {not_local} {cluster} -m set --match-set {} dst,dst -j KUBE-MARK-MASQ",
-            n(ipset::CLUSTER_IP)
-        );
-    }
-    if has(ipset::EXTERNAL_IP) {
-        let ext = c("Kubernetes service external ip + port for masquerade and filter purpose");
-        if has(ipset::EXTERNAL_IP_LOCAL) {
-            let _ = writeln!(
-                o,
-                "-A KUBE-SERVICES {} -m set --match-set {} dst,dst -j RETURN",
-                c("Kubernetes service external ip + port with externalTrafficPolicy=local"),
-                n(ipset::EXTERNAL_IP_LOCAL)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "-A KUBE-SERVICES {ext} -m set --match-set {} dst,dst -j KUBE-MARK-MASQ",
-            n(ipset::EXTERNAL_IP)
-        );
-        let _ = writeln!(
-            o,
-            "-A KUBE-SERVICES -m set --match-set {} dst,dst -j ACCEPT",
-            n(ipset::EXTERNAL_IP)
-        );
-    }
-    let node_port_sets = [
-        (
-            "tcp",
-            ipset::NODE_PORT_LOCAL_TCP,
-            ipset::NODE_PORT_TCP,
-            "dst",
-        ),
-        (
-            "udp",
-            ipset::NODE_PORT_LOCAL_UDP,
-            ipset::NODE_PORT_UDP,
-            "dst",
-        ),
-        (
-            "sctp",
-            ipset::NODE_PORT_LOCAL_SCTP,
-            ipset::NODE_PORT_SCTP,
-            "dst,dst",
-        ),
-    ];
-    if node_port_sets.iter().any(|(_, _, all, _)| has(all)) {
-        let _ = writeln!(
-            o,
-            "-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT"
-        );
-    }
-    for (proto, local, all, dir) in node_port_sets {
-        if has(local) {
-            let _ = writeln!(
-                o,
-                "-A KUBE-NODE-PORT -p {proto} {} -m set --match-set {} {dir} -j RETURN",
-                c(ipset::SETS
-                    .iter()
-                    .find(|d| d.name == local)
-                    .map_or("", |d| d.comment)),
-                n(local)
-            );
-        }
-        if has(all) {
-            let _ = writeln!(
-                o,
-                "-A KUBE-NODE-PORT -p {proto} {} -m set --match-set {} {dir} -j KUBE-MARK-MASQ",
-                c(ipset::SETS
-                    .iter()
-                    .find(|d| d.name == all)
-                    .map_or("", |d| d.comment)),
-                n(all)
-            );
-        }
-    }
+    t.nat_head(&mut o);
+    t.nat_services(&mut o);
+    t.nat_node_ports(&mut o);
     let _ = writeln!(
         o,
         "-A KUBE-SERVICES -m set --match-set {} dst,dst -j ACCEPT",
-        n(ipset::CLUSTER_IP)
+        t.n(ipset::CLUSTER_IP)
     );
-    if has(ipset::LOAD_BALANCER) {
+    if t.has(ipset::LOAD_BALANCER) {
         let _ = writeln!(
             o,
             "-A KUBE-SERVICES -m set --match-set {} dst,dst -j ACCEPT",
-            n(ipset::LOAD_BALANCER)
+            t.n(ipset::LOAD_BALANCER)
         );
     }
     o.push_str("COMMIT\n*filter\n");
-    for ch in [
-        "KUBE-FORWARD",
-        "KUBE-NODE-PORT",
-        "KUBE-PROXY-FIREWALL",
-        "KUBE-SOURCE-RANGES-FIREWALL",
-    ] {
-        let _ = writeln!(o, ":{ch} - [0:0]");
-    }
-    if !cfg.conntrack_tcp_liberal {
-        let _ = writeln!(o, "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP");
-    }
-    let _ = writeln!(
-        o,
-        "-A KUBE-FORWARD {} -m mark --mark {mark} -j ACCEPT",
-        c("kubernetes forwarding rules")
-    );
-    let _ = writeln!(
-        o,
-        "-A KUBE-FORWARD {} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-        c("kubernetes forwarding conntrack rule")
-    );
-    if has(ipset::HEALTH_CHECK_NODE_PORT) {
-        let _ = writeln!(
-            o,
-            "-A KUBE-NODE-PORT {} -m set --match-set {} dst -j ACCEPT",
-            c("Kubernetes health check node port"),
-            n(ipset::HEALTH_CHECK_NODE_PORT)
-        );
-    }
-    if has(ipset::LOAD_BALANCER_FW) {
-        let _ = writeln!(
-            o,
-            "-A KUBE-PROXY-FIREWALL {} -m set --match-set {} dst,dst -j KUBE-SOURCE-RANGES-FIREWALL",
-            c("Kubernetes service load balancer ip + port for load balancer with sourceRange"),
-            n(ipset::LOAD_BALANCER_FW)
-        );
-        let _ = writeln!(
-            o,
-            "-A KUBE-SOURCE-RANGES-FIREWALL -m set --match-set {} dst,dst,src -j RETURN",
-            n(ipset::LOAD_BALANCER_SOURCE_CIDR)
-        );
-        let _ = writeln!(o, "-A KUBE-SOURCE-RANGES-FIREWALL -j DROP");
-    }
+    t.filter(&mut o);
     o.push_str("COMMIT\n");
     o
+}
+
+/// `-m comment --comment "…"`.
+fn comment(s: &str) -> String {
+    format!("-m comment --comment \"{s}\"")
+}
+
+/// What the fixed iptables part is rendered from.
+struct IptText<'a> {
+    cfg: &'a RenderConfig,
+    sets: &'a SetContents,
+    /// The masquerade mark bit.
+    bit: String,
+}
+
+impl IptText<'_> {
+    /// A set's name in this family.
+    fn n(&self, base: &str) -> String {
+        ipset::set_name(base, self.cfg.family)
+    }
+
+    /// Whether a set holds anything.
+    fn has(&self, base: &str) -> bool {
+        self.sets.get(base).is_some_and(|s| !s.is_empty())
+    }
+
+    /// The nat table's chains, the masquerade of marked and hairpin traffic.
+    fn nat_head(&self, o: &mut String) {
+        let bit = &self.bit;
+        let mark = format!("{bit}/{bit}");
+        for ch in [
+            "KUBE-SERVICES",
+            "KUBE-POSTROUTING",
+            "KUBE-NODE-PORT",
+            "KUBE-LOAD-BALANCER",
+            "KUBE-MARK-MASQ",
+        ] {
+            let _ = writeln!(o, ":{ch} - [0:0]");
+        }
+        let _ = writeln!(
+            o,
+            "-A KUBE-POSTROUTING {} -m set --match-set {} dst,dst,src -j MASQUERADE",
+            comment("Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
+            self.n(ipset::LOOP_BACK)
+        );
+        let _ = writeln!(o, "-A KUBE-POSTROUTING -m mark ! --mark {mark} -j RETURN");
+        let _ = writeln!(o, "-A KUBE-POSTROUTING -j MARK --xor-mark {bit}");
+        let _ = writeln!(
+            o,
+            "-A KUBE-POSTROUTING {} -j MASQUERADE{}",
+            comment("kubernetes service traffic requiring SNAT"),
+            if self.cfg.random_fully {
+                " --random-fully"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(o, "-A KUBE-MARK-MASQ -j MARK --or-mark {bit}");
+    }
+
+    /// Load-balancer, cluster and external IPs: marked for masquerade where due.
+    fn nat_services(&self, o: &mut String) {
+        if self.has(ipset::LOAD_BALANCER) {
+            let _ = writeln!(
+                o,
+                "-A KUBE-SERVICES {} -m set --match-set {} dst,dst -j KUBE-LOAD-BALANCER",
+                comment("Kubernetes service lb portal"),
+                self.n(ipset::LOAD_BALANCER)
+            );
+            if self.has(ipset::LOAD_BALANCER_LOCAL) {
+                let _ = writeln!(
+                    o,
+                    "-A KUBE-LOAD-BALANCER {} -m set --match-set {} dst,dst -j RETURN",
+                    comment(
+                        "Kubernetes service load balancer ip + port with externalTrafficPolicy=local"
+                    ),
+                    self.n(ipset::LOAD_BALANCER_LOCAL)
+                );
+            }
+            let _ = writeln!(o, "-A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ");
+        }
+        let cluster = comment("Kubernetes service cluster ip + port for masquerade purpose");
+        if self.cfg.masquerade_all {
+            let _ = writeln!(
+                o,
+                "-A KUBE-SERVICES {cluster} -m set --match-set {} dst,dst -j KUBE-MARK-MASQ",
+                self.n(ipset::CLUSTER_IP)
+            );
+        } else if let Some(not_local) = self.cfg.ipt_local(true) {
+            let _ = writeln!(
+                o,
+                "-A KUBE-SERVICES {not_local} {cluster} -m set --match-set {} dst,dst -j KUBE-MARK-MASQ",
+                self.n(ipset::CLUSTER_IP)
+            );
+        }
+        if self.has(ipset::EXTERNAL_IP) {
+            let ext =
+                comment("Kubernetes service external ip + port for masquerade and filter purpose");
+            if self.has(ipset::EXTERNAL_IP_LOCAL) {
+                let _ = writeln!(
+                    o,
+                    "-A KUBE-SERVICES {} -m set --match-set {} dst,dst -j RETURN",
+                    comment(
+                        "Kubernetes service external ip + port with externalTrafficPolicy=local"
+                    ),
+                    self.n(ipset::EXTERNAL_IP_LOCAL)
+                );
+            }
+            let _ = writeln!(
+                o,
+                "-A KUBE-SERVICES {ext} -m set --match-set {} dst,dst -j KUBE-MARK-MASQ",
+                self.n(ipset::EXTERNAL_IP)
+            );
+            let _ = writeln!(
+                o,
+                "-A KUBE-SERVICES -m set --match-set {} dst,dst -j ACCEPT",
+                self.n(ipset::EXTERNAL_IP)
+            );
+        }
+    }
+
+    /// Node ports on local addresses: marked for masquerade unless of a Local policy.
+    fn nat_node_ports(&self, o: &mut String) {
+        let node_port_sets = [
+            (
+                "tcp",
+                ipset::NODE_PORT_LOCAL_TCP,
+                ipset::NODE_PORT_TCP,
+                "dst",
+            ),
+            (
+                "udp",
+                ipset::NODE_PORT_LOCAL_UDP,
+                ipset::NODE_PORT_UDP,
+                "dst",
+            ),
+            (
+                "sctp",
+                ipset::NODE_PORT_LOCAL_SCTP,
+                ipset::NODE_PORT_SCTP,
+                "dst,dst",
+            ),
+        ];
+        if node_port_sets.iter().any(|(_, _, all, _)| self.has(all)) {
+            let _ = writeln!(
+                o,
+                "-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT"
+            );
+        }
+        for (proto, local, all, dir) in node_port_sets {
+            if self.has(local) {
+                let _ = writeln!(
+                    o,
+                    "-A KUBE-NODE-PORT -p {proto} {} -m set --match-set {} {dir} -j RETURN",
+                    comment(
+                        ipset::SETS
+                            .iter()
+                            .find(|d| d.name == local)
+                            .map_or("", |d| d.comment)
+                    ),
+                    self.n(local)
+                );
+            }
+            if self.has(all) {
+                let _ = writeln!(
+                    o,
+                    "-A KUBE-NODE-PORT -p {proto} {} -m set --match-set {} {dir} -j KUBE-MARK-MASQ",
+                    comment(
+                        ipset::SETS
+                            .iter()
+                            .find(|d| d.name == all)
+                            .map_or("", |d| d.comment)
+                    ),
+                    self.n(all)
+                );
+            }
+        }
+    }
+
+    /// The filter table: forwarding, health check node ports, load-balancer source ranges.
+    fn filter(&self, o: &mut String) {
+        let bit = &self.bit;
+        let mark = format!("{bit}/{bit}");
+        for ch in [
+            "KUBE-FORWARD",
+            "KUBE-NODE-PORT",
+            "KUBE-PROXY-FIREWALL",
+            "KUBE-SOURCE-RANGES-FIREWALL",
+        ] {
+            let _ = writeln!(o, ":{ch} - [0:0]");
+        }
+        if !self.cfg.conntrack_tcp_liberal {
+            let _ = writeln!(o, "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP");
+        }
+        let _ = writeln!(
+            o,
+            "-A KUBE-FORWARD {} -m mark --mark {mark} -j ACCEPT",
+            comment("kubernetes forwarding rules")
+        );
+        let _ = writeln!(
+            o,
+            "-A KUBE-FORWARD {} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+            comment("kubernetes forwarding conntrack rule")
+        );
+        if self.has(ipset::HEALTH_CHECK_NODE_PORT) {
+            let _ = writeln!(
+                o,
+                "-A KUBE-NODE-PORT {} -m set --match-set {} dst -j ACCEPT",
+                comment("Kubernetes health check node port"),
+                self.n(ipset::HEALTH_CHECK_NODE_PORT)
+            );
+        }
+        if self.has(ipset::LOAD_BALANCER_FW) {
+            let _ = writeln!(
+                o,
+                "-A KUBE-PROXY-FIREWALL {} -m set --match-set {} dst,dst -j KUBE-SOURCE-RANGES-FIREWALL",
+                comment(
+                    "Kubernetes service load balancer ip + port for load balancer with sourceRange"
+                ),
+                self.n(ipset::LOAD_BALANCER_FW)
+            );
+            let _ = writeln!(
+                o,
+                "-A KUBE-SOURCE-RANGES-FIREWALL -m set --match-set {} dst,dst,src -j RETURN",
+                self.n(ipset::LOAD_BALANCER_SOURCE_CIDR)
+            );
+            let _ = writeln!(o, "-A KUBE-SOURCE-RANGES-FIREWALL -j DROP");
+        }
+    }
 }
 
 /// Whether `ip` is in one of `cidrs` (`ipvs.excludeCIDRs`).

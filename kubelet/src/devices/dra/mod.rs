@@ -28,7 +28,7 @@ pub use slices::{KubeSliceApi, SliceCleanup};
 
 use checkpoint::{ClaimState, Device, DriverState};
 use cri_proto::dra::v1 as pb;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodResourceClaim};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -51,6 +51,19 @@ struct ClaimInfo {
 
 /// (namespace, claim name).
 type Key = (String, String);
+
+/// A pod's claim checked against the apiserver's copy, with the plugins of its drivers.
+struct Checked {
+    name: String,
+    uid: String,
+    drivers: BTreeMap<String, Arc<dyn DraPlugin>>,
+}
+
+/// The claims to prepare, by driver, and the cache keys to mark prepared after them.
+type Batches = (
+    BTreeMap<String, (Arc<dyn DraPlugin>, Vec<pb::Claim>)>,
+    Vec<Key>,
+);
 
 /// See the module documentation.
 pub struct DraManager {
@@ -255,7 +268,7 @@ impl DraManager {
         r.map_err(|e| DraError(format!("prepare dynamic resources: {e}")))
     }
 
-    async fn prepare_claims(&self, pod: &Pod) -> Result<(), String> {
+    async fn prepare_claims(&self, pod: &Pod) -> Result<(), DraError> {
         let pod_claims = pod
             .spec
             .as_ref()
@@ -265,151 +278,18 @@ impl DraManager {
         if pod_claims.is_empty() {
             return Ok(());
         }
-        let (ns, pod_name, pod_uid) = meta(pod);
         // Checked first, the cache untouched: a pod that fails here can be deleted without
         // an unprepare call to a driver that may never come.
-        struct Checked {
-            name: String,
-            uid: String,
-            drivers: BTreeMap<String, Arc<dyn DraPlugin>>,
-        }
         let mut checked = Vec::new();
         for pc in &pod_claims {
-            let Some((name, check_owner)) = resource_claims::claim_name(pod, pc)? else {
-                continue;
-            };
-            let api = self.api.as_ref().ok_or_else(|| {
-                format!("fetch ResourceClaim {name}: no apiserver to read it from")
-            })?;
-            let claim = api
-                .claim(ns, &name)
-                .await
-                .map_err(|e| format!("fetch ResourceClaim {name}: {e}"))?;
-            if check_owner {
-                resource_claims::is_for_pod(pod, &claim)?;
-            }
-            let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
-            if !resource_claims::is_reserved_for_pod(pod, &claim) {
-                return Err(format!(
-                    "pod {pod_name} ({pod_uid}) is not allowed to use ResourceClaim {name} ({claim_uid})"
-                ));
-            }
-            let driver_names = resource_claims::allocated_drivers(&claim)
-                .map_err(|e| format!("ResourceClaim {name}: {e}"))?;
-            let mut drivers = BTreeMap::new();
-            for d in driver_names {
-                let p = self.plugins.get(&d)?;
-                drivers.insert(d, p);
-            }
-            checked.push(Checked {
-                name,
-                uid: claim_uid,
-                drivers,
-            });
+            checked.extend(self.check_claim(pod, pc).await?);
         }
-        // The cache: the pod refers to each claim; the ones not prepared yet go in batches.
-        let mut batches: BTreeMap<String, (Arc<dyn DraPlugin>, Vec<pb::Claim>)> = BTreeMap::new();
-        let mut to_mark: Vec<Key> = Vec::new();
-        {
-            let mut cache = self.lock();
-            for c in &checked {
-                let key = (ns.to_string(), c.name.clone());
-                let info = cache.entry(key.clone()).or_insert_with(|| ClaimInfo {
-                    state: ClaimState {
-                        claim_uid: c.uid.clone(),
-                        claim_name: c.name.clone(),
-                        namespace: ns.to_string(),
-                        pod_uids: BTreeSet::new(),
-                        driver_state: c
-                            .drivers
-                            .keys()
-                            .map(|d| (d.clone(), DriverState::default()))
-                            .collect(),
-                    },
-                    prepared: false,
-                });
-                if info.state.claim_uid != c.uid {
-                    return Err(format!(
-                        "old ResourceClaim with same name {} and different UID {} still exists (previous pod force-deleted?!)",
-                        c.name, info.state.claim_uid
-                    ));
-                }
-                info.state.pod_uids.insert(pod_uid.to_string());
-                if info.prepared {
-                    continue;
-                }
-                to_mark.push(key);
-                for (d, p) in &c.drivers {
-                    batches
-                        .entry(d.clone())
-                        .or_insert_with(|| (p.clone(), Vec::new()))
-                        .1
-                        .push(pb::Claim {
-                            namespace: ns.to_string(),
-                            uid: c.uid.clone(),
-                            name: c.name.clone(),
-                        });
-                }
-            }
-        }
+        let (batches, to_mark) = self.reference_claims(pod, &checked)?;
         self.sync_checkpoint()
             .await
-            .map_err(|e| format!("checkpoint ResourceClaim cache: {e}"))?;
+            .map_err(|e| DraError(format!("checkpoint ResourceClaim cache: {e}")))?;
         for (driver, (plugin, batch)) in batches {
-            let req = pb::NodePrepareResourcesRequest {
-                claims: batch.clone(),
-            };
-            let resp = plugin
-                .prepare(req)
-                .await
-                .map_err(|e| format!("NodePrepareResources: {e}"))?;
-            for (claim_uid, result) in &resp.claims {
-                let Some(c) = batch.iter().find(|c| &c.uid == claim_uid) else {
-                    return Err(format!(
-                        "NodePrepareResources returned result for unknown claim UID {claim_uid}"
-                    ));
-                };
-                if !result.error.is_empty() {
-                    return Err(format!(
-                        "NodePrepareResources failed for ResourceClaim {}: {}",
-                        c.name, result.error
-                    ));
-                }
-                let devices = result
-                    .devices
-                    .iter()
-                    .map(|d| Device {
-                        pool_name: d.pool_name.clone(),
-                        device_name: d.device_name.clone(),
-                        share_id: d.share_id.clone(),
-                        request_names: Some(d.request_names.clone()),
-                        cdi_device_ids: Some(d.cdi_device_ids.clone()),
-                    })
-                    .collect();
-                let mut cache = self.lock();
-                let info = cache
-                    .get_mut(&(c.namespace.clone(), c.name.clone()))
-                    .ok_or_else(|| {
-                        format!(
-                            "internal error: unable to get claim info for ResourceClaim {} in namespace {}",
-                            c.name, c.namespace
-                        )
-                    })?;
-                // Replaced, not appended: a driver asked again (after a restart) answers
-                // the whole set.
-                info.state.driver_state.insert(
-                    driver.clone(),
-                    DriverState {
-                        devices: Some(devices),
-                    },
-                );
-            }
-            let unfinished = batch.len().saturating_sub(resp.claims.len());
-            if unfinished != 0 {
-                return Err(format!(
-                    "NodePrepareResources skipped {unfinished} ResourceClaims"
-                ));
-            }
+            self.prepare_batch(&driver, plugin.as_ref(), batch).await?;
         }
         {
             let mut cache = self.lock();
@@ -421,7 +301,165 @@ impl DraManager {
         }
         self.sync_checkpoint()
             .await
-            .map_err(|e| format!("checkpoint ResourceClaim state: {e}"))
+            .map_err(|e| DraError(format!("checkpoint ResourceClaim state: {e}")))
+    }
+
+    /// The pod's claim `pc` as the apiserver has it, checked: meant for the pod, reserved
+    /// for it, every driver it is allocated from registered. `None`: no claim to prepare.
+    async fn check_claim(
+        &self,
+        pod: &Pod,
+        pc: &PodResourceClaim,
+    ) -> Result<Option<Checked>, DraError> {
+        let (ns, pod_name, pod_uid) = meta(pod);
+        let Some((name, check_owner)) = resource_claims::claim_name(pod, pc).map_err(DraError)?
+        else {
+            return Ok(None);
+        };
+        let api = self.api.as_ref().ok_or_else(|| {
+            DraError(format!(
+                "fetch ResourceClaim {name}: no apiserver to read it from"
+            ))
+        })?;
+        let claim = api
+            .claim(ns, &name)
+            .await
+            .map_err(|e| DraError(format!("fetch ResourceClaim {name}: {e}")))?;
+        if check_owner {
+            resource_claims::is_for_pod(pod, &claim).map_err(DraError)?;
+        }
+        let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
+        if !resource_claims::is_reserved_for_pod(pod, &claim) {
+            return Err(DraError(format!(
+                "pod {pod_name} ({pod_uid}) is not allowed to use ResourceClaim {name} ({claim_uid})"
+            )));
+        }
+        let driver_names = resource_claims::allocated_drivers(&claim)
+            .map_err(|e| DraError(format!("ResourceClaim {name}: {e}")))?;
+        let mut drivers = BTreeMap::new();
+        for d in driver_names {
+            let p = self.plugins.get(&d).map_err(DraError)?;
+            drivers.insert(d, p);
+        }
+        Ok(Some(Checked {
+            name,
+            uid: claim_uid,
+            drivers,
+        }))
+    }
+
+    /// The cache: the pod refers to each claim; the ones not prepared yet go in batches,
+    /// one per driver, and are returned to be marked prepared once every batch succeeded.
+    fn reference_claims(&self, pod: &Pod, checked: &[Checked]) -> Result<Batches, DraError> {
+        let (ns, _, pod_uid) = meta(pod);
+        let mut batches: BTreeMap<String, (Arc<dyn DraPlugin>, Vec<pb::Claim>)> = BTreeMap::new();
+        let mut to_mark: Vec<Key> = Vec::new();
+        let mut cache = self.lock();
+        for c in checked {
+            let key = (ns.to_string(), c.name.clone());
+            let info = cache.entry(key.clone()).or_insert_with(|| ClaimInfo {
+                state: ClaimState {
+                    claim_uid: c.uid.clone(),
+                    claim_name: c.name.clone(),
+                    namespace: ns.to_string(),
+                    pod_uids: BTreeSet::new(),
+                    driver_state: c
+                        .drivers
+                        .keys()
+                        .map(|d| (d.clone(), DriverState::default()))
+                        .collect(),
+                },
+                prepared: false,
+            });
+            if info.state.claim_uid != c.uid {
+                return Err(DraError(format!(
+                    "old ResourceClaim with same name {} and different UID {} still exists (previous pod force-deleted?!)",
+                    c.name, info.state.claim_uid
+                )));
+            }
+            info.state.pod_uids.insert(pod_uid.to_string());
+            if info.prepared {
+                continue;
+            }
+            to_mark.push(key);
+            for (d, p) in &c.drivers {
+                batches
+                    .entry(d.clone())
+                    .or_insert_with(|| (p.clone(), Vec::new()))
+                    .1
+                    .push(pb::Claim {
+                        namespace: ns.to_string(),
+                        uid: c.uid.clone(),
+                        name: c.name.clone(),
+                    });
+            }
+        }
+        Ok((batches, to_mark))
+    }
+
+    /// One driver's NodePrepareResources of `batch`; the devices of each claim go into
+    /// the cache.
+    async fn prepare_batch(
+        &self,
+        driver: &str,
+        plugin: &dyn DraPlugin,
+        batch: Vec<pb::Claim>,
+    ) -> Result<(), DraError> {
+        let req = pb::NodePrepareResourcesRequest {
+            claims: batch.clone(),
+        };
+        let resp = plugin
+            .prepare(req)
+            .await
+            .map_err(|e| DraError(format!("NodePrepareResources: {e}")))?;
+        for (claim_uid, result) in &resp.claims {
+            let Some(c) = batch.iter().find(|c| &c.uid == claim_uid) else {
+                return Err(DraError(format!(
+                    "NodePrepareResources returned result for unknown claim UID {claim_uid}"
+                )));
+            };
+            if !result.error.is_empty() {
+                return Err(DraError(format!(
+                    "NodePrepareResources failed for ResourceClaim {}: {}",
+                    c.name, result.error
+                )));
+            }
+            let devices = result
+                .devices
+                .iter()
+                .map(|d| Device {
+                    pool_name: d.pool_name.clone(),
+                    device_name: d.device_name.clone(),
+                    share_id: d.share_id.clone(),
+                    request_names: Some(d.request_names.clone()),
+                    cdi_device_ids: Some(d.cdi_device_ids.clone()),
+                })
+                .collect();
+            let mut cache = self.lock();
+            let info = cache
+                .get_mut(&(c.namespace.clone(), c.name.clone()))
+                .ok_or_else(|| {
+                    DraError(format!(
+                        "internal error: unable to get claim info for ResourceClaim {} in namespace {}",
+                        c.name, c.namespace
+                    ))
+                })?;
+            // Replaced, not appended: a driver asked again (after a restart) answers
+            // the whole set.
+            info.state.driver_state.insert(
+                driver.to_string(),
+                DriverState {
+                    devices: Some(devices),
+                },
+            );
+        }
+        let unfinished = batch.len().saturating_sub(resp.claims.len());
+        if unfinished != 0 {
+            return Err(DraError(format!(
+                "NodePrepareResources skipped {unfinished} ResourceClaims"
+            )));
+        }
+        Ok(())
     }
 
     /// The CDI device IDs of the claims (and requests) `container` references, for its CRI

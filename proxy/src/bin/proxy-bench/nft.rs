@@ -81,6 +81,7 @@ impl NftRunner for Recording {
     }
 }
 
+#[derive(Default)]
 pub struct Row {
     n: usize,
     full: Duration,
@@ -111,35 +112,50 @@ async fn timed_apply(r: &ExecNft, text: &str) -> anyhow::Result<Duration> {
     Ok(t.elapsed())
 }
 
-pub async fn bench(n: usize) -> anyhow::Result<Row> {
-    let tag = format!("kpnft{}-{n}", std::process::id());
-    let ns_proxy = Netns::new(format!("{tag}-p"))?;
-    let ns_raw = Netns::new(format!("{tag}-r"))?;
-    let exec = |ns: &Netns| ExecNft::new().with_prefix(ns.prefix());
-    check_support(&exec(&ns_proxy), IpFamily::V4).await?;
+fn exec(ns: &Netns) -> ExecNft {
+    ExecNft::new().with_prefix(ns.prefix())
+}
 
+/// A proxier writing through `runner` over the services numbered `services`, each with
+/// its first EndpointSlice, both synced; and its handle for later changes.
+fn proxier(
+    runner: &Recording,
+    services: std::ops::Range<usize>,
+) -> anyhow::Result<(NftProxier<Recording>, ProxyHandle)> {
     let mut cfg = RenderConfig::new(IpFamily::V4, "node0");
     cfg.cluster_cidr = Some("10.128.0.0/9".parse()?);
     cfg.node_ips = vec!["192.168.0.2".parse()?];
     let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "node0"));
-    for i in 0..n {
+    for i in services {
         handle.on_service_upsert(&service(i));
         handle.on_endpoint_slice_upsert(&slice(i, 0));
     }
     handle.on_services_synced();
     handle.on_endpoint_slices_synced();
-
-    let runner = Recording {
-        inner: Some(exec(&ns_proxy)),
-        all: Arc::default(),
-    };
-    let mut p = NftProxier::new(
+    let p = NftProxier::new(
         runner.clone(),
         cfg,
         handle.clone(),
         SyncConfig::default(),
         &Registry::new(),
     )?;
+    Ok((p, handle))
+}
+
+pub async fn bench(n: usize) -> anyhow::Result<Row> {
+    let tag = format!("kpnft{}-{n}", std::process::id());
+    let ns_proxy = Netns::new(format!("{tag}-p"))?;
+    let ns_raw = Netns::new(format!("{tag}-r"))?;
+    check_support(&exec(&ns_proxy), IpFamily::V4).await?;
+    let mut row = Row {
+        n,
+        ..Row::default()
+    };
+    let runner = Recording {
+        inner: Some(exec(&ns_proxy)),
+        all: Arc::default(),
+    };
+    let (mut p, handle) = proxier(&runner, 0..n)?;
 
     // The proxier's first sync, then two raw loads of the text it wrote into fresh
     // namespaces (the later loads of a run tend to be the faster ones: this favours raw).
@@ -147,7 +163,7 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
     // figure is the proxier's.
     let t = Instant::now();
     p.sync(false).await.context("first sync")?;
-    let full = t.elapsed();
+    row.full = t.elapsed();
     let steps = runner.take();
     let text = steps.concat();
     // The restart as it was: `add table; delete table; …` of everything in one transaction
@@ -158,44 +174,80 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
     if let Some(path) = std::env::var_os("PROXY_BENCH_DUMP") {
         std::fs::write(path, &text)?;
     }
+    let raw_runner = exec(&ns_raw);
+    raw_loads(&mut row, &tag, &raw_runner, &text, &steps).await?;
+    drop(steps);
+    drop(text);
+
+    deltas(&mut row, &mut p, &handle, &runner, &raw_runner).await?;
+    row.rss_kib = rss_kib();
+    drop(p);
+
+    restart(&mut row, &runner, &ns_proxy).await?;
+    // Before: the whole table replaced in one transaction over the existing rules.
+    let one_transaction = std::fs::read_to_string(&one_transaction_file)?;
+    let _ = std::fs::remove_file(&one_transaction_file);
+    row.raw_restart = timed_apply(&raw_runner, &one_transaction).await?;
+    Ok(row)
+}
+
+/// The first sync's `text` loaded raw into a fresh namespace and into `raw_runner`'s, and
+/// the proxier's own `steps` raw into another.
+async fn raw_loads(
+    row: &mut Row,
+    tag: &str,
+    raw_runner: &ExecNft,
+    text: &str,
+    steps: &[String],
+) -> anyhow::Result<()> {
     let raw_before = {
         let ns = Netns::new(format!("{tag}-b"))?;
-        timed_apply(&exec(&ns), &text).await?
+        timed_apply(&exec(&ns), text).await?
     };
-    let raw_runner = exec(&ns_raw);
-    let raw_after = timed_apply(&raw_runner, &text).await?;
+    let raw_after = timed_apply(raw_runner, text).await?;
     // The same transactions as the proxier's, raw (the floor of writing in steps).
-    let raw_steps = if steps.len() > 1 {
+    row.raw_steps = if steps.len() > 1 {
         let ns = Netns::new(format!("{tag}-s"))?;
         let r = exec(&ns);
         let t = Instant::now();
-        for s in &steps {
+        for s in steps {
             r.apply(s).await.context("raw step")?;
         }
         Some((t.elapsed(), steps.len()))
     } else {
         None
     };
-    drop(steps);
-    let bytes = text.len();
-    drop(text);
+    row.raw = (raw_before + raw_after) / 2;
+    row.raw_first = raw_before;
+    row.raw_second = raw_after;
+    row.bytes = text.len();
+    Ok(())
+}
 
-    // One changed EndpointSlice, event → kernel (median of 5), and the same delta raw.
+/// One changed EndpointSlice, event → kernel (median of 5), and the same delta raw; then
+/// new Services with their slices, one at a time (median of NEW_SERVICES), each next to
+/// the same delta raw.
+async fn deltas(
+    row: &mut Row,
+    p: &mut NftProxier<Recording>,
+    handle: &ProxyHandle,
+    runner: &Recording,
+    raw_runner: &ExecNft,
+) -> anyhow::Result<()> {
+    let n = row.n;
     let (mut changes, mut raw_changes) = (Vec::new(), Vec::new());
     for g in 1..=5 {
         let t = Instant::now();
         handle.on_endpoint_slice_upsert(&slice(n / 2, g));
         p.sync(false).await.context("partial sync")?;
         changes.push(t.elapsed());
-        raw_changes.push(timed_apply(&raw_runner, &runner.last()).await?);
+        raw_changes.push(timed_apply(raw_runner, &runner.last()).await?);
     }
     changes.sort();
     raw_changes.sort();
     if std::env::var_os("PROXY_BENCH_VERBOSE").is_some() {
         println!("nftables ep change delta:\n{}", runner.last());
     }
-    // New Services with their slices, one at a time (median of NEW_SERVICES), each next to
-    // the same delta raw.
     let (mut news, mut raw_news) = (Vec::new(), Vec::new());
     for k in 0..NEW_SERVICES {
         let t = Instant::now();
@@ -203,76 +255,41 @@ pub async fn bench(n: usize) -> anyhow::Result<Row> {
         handle.on_endpoint_slice_upsert(&slice(n + k, 0));
         p.sync(false).await.context("partial sync (new service)")?;
         news.push(t.elapsed());
-        raw_news.push(timed_apply(&raw_runner, &runner.last()).await?);
+        raw_news.push(timed_apply(raw_runner, &runner.last()).await?);
     }
     news.sort();
     raw_news.sort();
-    let (new_svc, raw_new_svc) = (news[NEW_SERVICES / 2], raw_news[NEW_SERVICES / 2]);
-    let rss = rss_kib();
-    drop(p);
+    row.ep_change = changes[2];
+    row.raw_ep_change = raw_changes[2];
+    row.new_svc = news[NEW_SERVICES / 2];
+    row.raw_new_svc = raw_news[NEW_SERVICES / 2];
+    Ok(())
+}
 
-    // A restart: a new proxier (no state) over the table in the proxier's namespace, with
-    // what changed while it was down: service 0 gone, the slice of service n/2 back to its
-    // first endpoints.
-    let mut cfg = RenderConfig::new(IpFamily::V4, "node0");
-    cfg.cluster_cidr = Some("10.128.0.0/9".parse()?);
-    cfg.node_ips = vec!["192.168.0.2".parse()?];
-    let handle = ProxyHandle::new(ServiceState::new(IpFamily::V4, "node0"));
-    for i in 1..n + NEW_SERVICES {
-        handle.on_service_upsert(&service(i));
-        handle.on_endpoint_slice_upsert(&slice(i, 0));
-    }
-    handle.on_services_synced();
-    handle.on_endpoint_slices_synced();
-    let mut p = NftProxier::new(
-        runner.clone(),
-        cfg,
-        handle,
-        SyncConfig::default(),
-        &Registry::new(),
-    )?;
+/// A restart: a new proxier (no state) over the table in the proxier's namespace, with
+/// what changed while it was down: service 0 gone, the slice of service n/2 back to its
+/// first endpoints. Then the raw `nft list` of that table.
+async fn restart(row: &mut Row, runner: &Recording, ns_proxy: &Netns) -> anyhow::Result<()> {
+    let (mut p, _handle) = proxier(runner, 1..row.n + NEW_SERVICES)?;
     runner.take();
     let t = Instant::now();
     p.sync(false).await.context("sync after a restart")?;
-    let restart = t.elapsed();
+    row.restart = t.elapsed();
     let restart_texts = runner.take();
-    let restart_steps = restart_texts.len();
-    let restart_bytes = restart_texts.iter().map(String::len).sum();
+    row.restart_steps = restart_texts.len();
+    row.restart_bytes = restart_texts.iter().map(String::len).sum();
     if std::env::var_os("PROXY_BENCH_VERBOSE").is_some() {
         println!("nftables restart transactions:\n{}", restart_texts.concat());
     }
     drop(restart_texts);
-    let proxy_ns = exec(&ns_proxy);
+    let proxy_ns = exec(ns_proxy);
     let t = Instant::now();
     proxy_ns
         .list(&["table", "ip", "kube-proxy"])
         .await
         .context("raw nft list table")?;
-    let raw_list = t.elapsed();
-    // Before: the whole table replaced in one transaction over the existing rules.
-    let one_transaction = std::fs::read_to_string(&one_transaction_file)?;
-    let _ = std::fs::remove_file(&one_transaction_file);
-    let raw_restart = timed_apply(&raw_runner, &one_transaction).await?;
-
-    Ok(Row {
-        n,
-        full,
-        raw: (raw_before + raw_after) / 2,
-        raw_first: raw_before,
-        raw_second: raw_after,
-        raw_steps,
-        bytes,
-        ep_change: changes[2],
-        raw_ep_change: raw_changes[2],
-        new_svc,
-        raw_new_svc,
-        restart,
-        restart_steps,
-        restart_bytes,
-        raw_list,
-        raw_restart,
-        rss_kib: rss,
-    })
+    row.raw_list = t.elapsed();
+    Ok(())
 }
 
 pub fn print(rows: &[Row]) {

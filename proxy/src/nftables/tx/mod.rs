@@ -228,40 +228,8 @@ impl KernelState {
         now: Instant,
     ) -> Planned {
         let f = family_word(self.family);
-        let mut next = Changes::default();
-        let mut revived: HashSet<String> = HashSet::new();
-        let mut new_objects = String::new();
-        let mut flushes = String::new();
-        let mut set_renewals = String::new();
-        let mut rules = String::new();
-        let mut el_delta: HashMap<(Map, String), (Option<String>, i64)> = HashMap::new();
-        let mut touch = |map: Map, key: &str, text: Option<String>, d: i64| {
-            let e = el_delta.entry((map, key.to_string())).or_insert((None, 0));
-            e.1 += d;
-            if text.is_some() {
-                e.0 = text;
-            }
-        };
-
-        // Node-port addresses.
-        if self.base.nodeport_ips != base.nodeport_ips {
-            for ip in &self.base.nodeport_ips {
-                touch(Map::NodeportIps, ip, None, -1);
-            }
-            for ip in &base.nodeport_ips {
-                touch(Map::NodeportIps, ip, Some(ip.clone()), 1);
-            }
-            next.base = Some(base.clone());
-        }
-
-        // The service CIDRs changed: cluster-ips-check rewritten.
-        let mut check_rules = String::new();
-        if self.base.cluster_ips_check != base.cluster_ips_check {
-            let _ = writeln!(check_rules, "flush chain {f} {TABLE} cluster-ips-check");
-            check_rules.push_str(&base.cluster_ips_check);
-            next.base = Some(base.clone());
-        }
-
+        let mut p = DiffParts::default();
+        self.diff_base(f, base, &mut p);
         for (name, new) in updates {
             let old = self.services.get(&name);
             if old == new.as_ref() {
@@ -269,71 +237,77 @@ impl KernelState {
             }
             let empty = ServiceNft::default();
             let (o, n) = (old.unwrap_or(&empty), new.as_ref().unwrap_or(&empty));
-            // A set whose declaration changed is deleted and made again: every chain of the
-            // service (which may refer to it) is rewritten around that.
-            let renewed_sets: Vec<&(String, String)> = n
-                .sets
-                .iter()
-                .filter(|s| o.sets.iter().any(|x| x.0 == s.0 && x.1 != s.1))
-                .collect();
-            for s in &n.sets {
-                if !o.sets.iter().any(|x| x.0 == s.0) {
-                    let _ = writeln!(new_objects, "add set {f} {TABLE} {} {}", s.0, s.1);
-                    revived.insert(s.0.clone());
-                }
-            }
-            for s in &renewed_sets {
-                let _ = writeln!(set_renewals, "delete set {f} {TABLE} {}", s.0);
-                let _ = writeln!(set_renewals, "add set {f} {TABLE} {} {}", s.0, s.1);
-            }
-            for s in &o.sets {
-                if !n.sets.iter().any(|x| x.0 == s.0) {
-                    next.stale_added.push((s.0.clone(), StaleKind::Set));
-                }
-            }
-            for c in &n.chains {
-                let before = o.chains.iter().find(|x| x.name == c.name);
-                match before {
-                    Some(b) if b.rules == c.rules && renewed_sets.is_empty() => continue,
-                    Some(_) => {
-                        let _ = writeln!(flushes, "flush chain {f} {TABLE} {}", c.name);
-                    }
-                    None => {
-                        // An emptied chain still waiting for deletion exists already.
-                        let _ = writeln!(new_objects, "add chain {f} {TABLE} {}", c.name);
-                        revived.insert(c.name.clone());
-                    }
-                }
-                for r in &c.rules {
-                    let _ = writeln!(rules, "add rule {f} {TABLE} {} {r}", c.name);
-                }
-            }
-            for c in &o.chains {
-                if !n.chains.iter().any(|x| x.name == c.name) {
-                    let _ = writeln!(flushes, "flush chain {f} {TABLE} {}", c.name);
-                    next.stale_added.push((c.name.clone(), StaleKind::Chain));
-                }
-            }
+            let renewed = diff_sets(f, o, n, &mut p);
+            diff_chains(f, o, n, renewed, &mut p);
             for e in &o.elements {
-                touch(e.map, &e.key, None, -1);
+                p.touch(e.map, &e.key, None, -1);
             }
             for e in &n.elements {
-                touch(e.map, &e.key, Some(e.text()), 1);
+                p.touch(e.map, &e.key, Some(e.text()), 1);
             }
-            next.services.push((name, new));
+            p.next.services.push((name, new));
         }
+        let (deletes, adds) = self.element_changes(&mut p);
+        self.stale_removals(f, now, &mut p);
 
-        // Element changes, by reference count.
-        let mut deletes: BTreeMap<Map, Vec<String>> = BTreeMap::new();
-        let mut adds: BTreeMap<Map, Vec<String>> = BTreeMap::new();
-        for ((map, key), (text, d)) in el_delta {
+        let mut text = std::mem::take(&mut p.new_objects);
+        for (map, mut keys) in deletes {
+            keys.sort();
+            let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+            write_elements(&mut text, f, "delete", map, &refs);
+        }
+        text.push_str(&p.flushes);
+        text.push_str(&p.check_rules);
+        text.push_str(&p.set_renewals);
+        text.push_str(&p.rules);
+        for (map, mut list) in adds {
+            list.sort();
+            let refs: Vec<&str> = list.iter().map(String::as_str).collect();
+            write_elements(&mut text, f, "add", map, &refs);
+        }
+        text.push_str(&p.removals);
+        p.next.stale_removed.extend(p.revived);
+        Planned {
+            texts: if text.is_empty() {
+                Vec::new()
+            } else {
+                vec![text]
+            },
+            next: Next::Apply(p.next),
+        }
+    }
+
+    /// The node-port addresses' elements, and `cluster-ips-check` rewritten when the
+    /// service CIDRs changed.
+    fn diff_base(&self, f: &str, base: &Base, p: &mut DiffParts) {
+        if self.base.nodeport_ips != base.nodeport_ips {
+            for ip in &self.base.nodeport_ips {
+                p.touch(Map::NodeportIps, ip, None, -1);
+            }
+            for ip in &base.nodeport_ips {
+                p.touch(Map::NodeportIps, ip, Some(ip.clone()), 1);
+            }
+            p.next.base = Some(base.clone());
+        }
+        if self.base.cluster_ips_check != base.cluster_ips_check {
+            let _ = writeln!(p.check_rules, "flush chain {f} {TABLE} cluster-ips-check");
+            p.check_rules.push_str(&base.cluster_ips_check);
+            p.next.base = Some(base.clone());
+        }
+    }
+
+    /// Element changes by reference count: the elements to delete and to add, by map.
+    fn element_changes(&self, p: &mut DiffParts) -> (ElementsByMap, ElementsByMap) {
+        let mut deletes = ElementsByMap::new();
+        let mut adds = ElementsByMap::new();
+        for ((map, key), (text, d)) in std::mem::take(&mut p.el_delta) {
             let k = (map, key);
             let before = self.elements.get(&k);
             let count = before.map_or(0, |b| i64::from(b.1)) + d;
             match (before, count > 0) {
                 (Some(_), false) => {
                     deletes.entry(map).or_default().push(k.1.clone());
-                    next.elements.push((k, None));
+                    p.next.elements.push((k, None));
                 }
                 (Some((old_text, _)), true) => {
                     let text = text.unwrap_or_else(|| old_text.clone());
@@ -341,24 +315,26 @@ impl KernelState {
                         deletes.entry(map).or_default().push(k.1.clone());
                         adds.entry(map).or_default().push(text.clone());
                     }
-                    next.elements.push((k, Some((text, count as u32))));
+                    p.next.elements.push((k, Some((text, count as u32))));
                 }
                 (None, true) => {
                     let text = text.unwrap_or_else(|| k.1.clone());
                     adds.entry(map).or_default().push(text.clone());
-                    next.elements.push((k, Some((text, count as u32))));
+                    p.next.elements.push((k, Some((text, count as u32))));
                 }
                 (None, false) => {}
             }
         }
+        (deletes, adds)
+    }
 
-        // Chains and sets stale long enough go now (never one re-added above).
-        let mut removals = String::new();
+    /// Chains and sets stale long enough go now (never one re-added by this diff).
+    fn stale_removals(&self, f: &str, now: Instant, p: &mut DiffParts) {
         let due: Vec<String> = self
             .stale
             .iter()
             .filter(|(n, (_, since))| {
-                now.duration_since(*since) >= STALE_DELAY && !revived.contains(*n)
+                now.duration_since(*since) >= STALE_DELAY && !p.revived.contains(*n)
             })
             .map(|(n, _)| n.clone())
             .collect();
@@ -370,35 +346,98 @@ impl KernelState {
                     StaleKind::Chain => "chain",
                     StaleKind::Set => "set",
                 };
-                let _ = writeln!(removals, "delete {what} {f} {TABLE} {n}");
-                next.stale_removed.push(n.clone());
+                let _ = writeln!(p.removals, "delete {what} {f} {TABLE} {n}");
+                p.next.stale_removed.push(n.clone());
             }
         }
+    }
+}
 
-        let mut text = new_objects;
-        for (map, mut keys) in deletes {
-            keys.sort();
-            let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-            write_elements(&mut text, f, "delete", map, &refs);
+/// Element texts (or keys, to delete) by the map they go to.
+type ElementsByMap = BTreeMap<Map, Vec<String>>;
+
+/// A diff's transaction in the making: its parts (written in the order [`KernelState::diff`]
+/// joins them) and the changes to the state.
+#[derive(Default)]
+struct DiffParts {
+    new_objects: String,
+    flushes: String,
+    check_rules: String,
+    set_renewals: String,
+    rules: String,
+    removals: String,
+    /// Each touched element: its new text (when a service port adds it) and the change of
+    /// its reference count.
+    el_delta: HashMap<ElementKey, (Option<String>, i64)>,
+    /// Chains and sets made again while they were stale.
+    revived: HashSet<String>,
+    next: Changes,
+}
+
+impl DiffParts {
+    fn touch(&mut self, map: Map, key: &str, text: Option<String>, d: i64) {
+        let e = self
+            .el_delta
+            .entry((map, key.to_string()))
+            .or_insert((None, 0));
+        e.1 += d;
+        if text.is_some() {
+            e.0 = text;
         }
-        text.push_str(&flushes);
-        text.push_str(&check_rules);
-        text.push_str(&set_renewals);
-        text.push_str(&rules);
-        for (map, mut list) in adds {
-            list.sort();
-            let refs: Vec<&str> = list.iter().map(String::as_str).collect();
-            write_elements(&mut text, f, "add", map, &refs);
+    }
+}
+
+/// A service port's sets from `o` to `n`; whether any set was renewed (deleted and made
+/// again because its declaration changed: every chain of the service, which may refer to
+/// it, is then rewritten around that).
+fn diff_sets(f: &str, o: &ServiceNft, n: &ServiceNft, p: &mut DiffParts) -> bool {
+    let renewed_sets: Vec<&(String, String)> = n
+        .sets
+        .iter()
+        .filter(|s| o.sets.iter().any(|x| x.0 == s.0 && x.1 != s.1))
+        .collect();
+    for s in &n.sets {
+        if !o.sets.iter().any(|x| x.0 == s.0) {
+            let _ = writeln!(p.new_objects, "add set {f} {TABLE} {} {}", s.0, s.1);
+            p.revived.insert(s.0.clone());
         }
-        text.push_str(&removals);
-        next.stale_removed.extend(revived);
-        Planned {
-            texts: if text.is_empty() {
-                Vec::new()
-            } else {
-                vec![text]
-            },
-            next: Next::Apply(next),
+    }
+    for s in &renewed_sets {
+        let _ = writeln!(p.set_renewals, "delete set {f} {TABLE} {}", s.0);
+        let _ = writeln!(p.set_renewals, "add set {f} {TABLE} {} {}", s.0, s.1);
+    }
+    for s in &o.sets {
+        if !n.sets.iter().any(|x| x.0 == s.0) {
+            p.next.stale_added.push((s.0.clone(), StaleKind::Set));
+        }
+    }
+    !renewed_sets.is_empty()
+}
+
+/// A service port's chains from `o` to `n`: changed ones flushed and refilled (all of them
+/// when a set was `renewed`), new ones added, gone ones flushed and left to go stale.
+fn diff_chains(f: &str, o: &ServiceNft, n: &ServiceNft, renewed: bool, p: &mut DiffParts) {
+    for c in &n.chains {
+        let before = o.chains.iter().find(|x| x.name == c.name);
+        match before {
+            Some(b) if b.rules == c.rules && !renewed => continue,
+            Some(_) => {
+                let _ = writeln!(p.flushes, "flush chain {f} {TABLE} {}", c.name);
+            }
+            None => {
+                // An emptied chain still waiting for deletion exists already.
+                let _ = writeln!(p.new_objects, "add chain {f} {TABLE} {}", c.name);
+                p.revived.insert(c.name.clone());
+            }
+        }
+        for r in &c.rules {
+            let _ = writeln!(p.rules, "add rule {f} {TABLE} {} {r}", c.name);
+        }
+    }
+    for c in &o.chains {
+        if !n.chains.iter().any(|x| x.name == c.name) {
+            let _ = writeln!(p.flushes, "flush chain {f} {TABLE} {}", c.name);
+            p.next.stale_added.push((c.name.clone(), StaleKind::Chain));
         }
     }
 }
