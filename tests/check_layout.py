@@ -92,7 +92,7 @@ LAYERS = {
         # Subsystems: each owns one concern and its settings and exposes it from its mod.rs.
         ("subsystems", ["allocation", "certs", "devices", "eviction", "images", "logs", "network",
                         "node", "oom", "pleg", "pluginmanager", "pod_dirs", "podresources", "probing",
-                        "server", "shutdown", "spec", "stats",
+                        "server", "shutdown", "spec", "stats", "userns",
                         "volume"]),
         # Core: the pod lifecycle. Sources and admission -> sync loop -> one worker per pod
         # -> status (manager and apiserver writer).

@@ -48,6 +48,7 @@ pub mod stats;
 pub mod status;
 pub mod sync_loop;
 pub mod systemd;
+pub mod userns;
 pub mod volume;
 
 /// The upstream Kubernetes release whose kubelet this agent stands in for (one constant for

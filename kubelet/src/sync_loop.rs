@@ -365,11 +365,15 @@ impl SyncLoop {
         known.extend(present.iter().cloned());
         let binder = self.env.binder.clone();
         let pods_dir = self.env.node.root_dir.join("pods");
+        let userns = self.env.userns.clone();
         tokio::task::spawn_blocking(move || {
             for uid in
                 crate::pod_dirs::remove_orphans(binder.as_ref(), &pods_dir, &known, ORPHAN_MIN_AGE)
             {
                 tracing::info!(%uid, "removed an orphaned pod directory");
+                if let Some(u) = &userns {
+                    u.release(&uid);
+                }
             }
         });
     }

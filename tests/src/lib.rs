@@ -30,5 +30,7 @@ pub mod util;
 pub use controlplane::NetnsControlPlane;
 pub use kubelet::{Kubelet, KubeletBuilder, LOG_LINKS_DIR_ENV, TEST_EVICTION_HARD};
 pub use netns::enter_netns;
-pub use rig::{Rig, bin, import_grpc_health_image, repo_root, skip_reason};
+pub use rig::{
+    Rig, RuntimeFeatures, bin, cri_status, import_grpc_health_image, repo_root, skip_reason,
+};
 pub use util::{container, mounts_below, pod_condition, unmount_below, wait_for};

@@ -188,3 +188,62 @@ pub fn import_grpc_health_image(rig: &Rig) -> &'static str {
     );
     "registry.local/grpc-health:1"
 }
+
+/// What the rig's runtime reports of itself (CRI Status), for tests that need a feature.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeFeatures {
+    /// Handler name → (recursiveReadOnlyMounts, userNamespaces).
+    pub handlers: BTreeMap<String, (bool, bool)>,
+    /// `features.supplemental_groups_policy`.
+    pub supplemental_groups_policy: bool,
+}
+
+impl RuntimeFeatures {
+    /// Whether `handler` (empty: the default) runs pods in their own user namespace.
+    pub fn user_namespaces(&self, handler: &str) -> bool {
+        self.handlers.get(handler).is_some_and(|f| f.1)
+    }
+}
+
+impl Rig {
+    /// Asks the rig's runtime (`CRI_ENDPOINT`) what its handlers support, with a deadline.
+    pub fn runtime_features(&self) -> Result<RuntimeFeatures, String> {
+        cri_status(self.get("CRI_ENDPOINT"))
+    }
+}
+
+/// CRI Status of `endpoint`: its handlers' and its own features.
+pub fn cri_status(endpoint: &str) -> Result<RuntimeFeatures, String> {
+    use std::time::Duration;
+    let endpoint = endpoint.to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let ch = cri_proto::connect(&endpoint, Duration::from_secs(5))
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut req = tonic::Request::new(cri_proto::v1::StatusRequest { verbose: false });
+        req.set_timeout(Duration::from_secs(10));
+        let s = cri_proto::runtime_client(ch)
+            .status(req)
+            .await
+            .map_err(|e| e.to_string())?
+            .into_inner();
+        Ok(RuntimeFeatures {
+            handlers: s
+                .runtime_handlers
+                .iter()
+                .map(|h| {
+                    let f = h.features.clone().unwrap_or_default();
+                    (
+                        h.name.clone(),
+                        (f.recursive_read_only_mounts, f.user_namespaces),
+                    )
+                })
+                .collect(),
+            supplemental_groups_policy: s.features.is_some_and(|f| f.supplemental_groups_policy),
+        })
+    })
+}

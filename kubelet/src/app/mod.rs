@@ -78,6 +78,10 @@ pub enum AppError {
     /// Upstream's kubelet exits when the allocated-resources checkpoint does not verify.
     #[error(transparent)]
     Allocations(#[from] crate::allocation::AllocationError),
+    /// Upstream's kubelet exits when the node's ID range or a pod's user namespace record is
+    /// unusable.
+    #[error("create user namespace manager: {0}")]
+    Userns(#[from] crate::userns::UsernsError),
 }
 
 /// The handles the subsystems share, built once in [`run`].
@@ -240,7 +244,7 @@ pub async fn run(cfg: Config, cancel: CancellationToken) -> Result<(), AppError>
         &mut tasks,
         &cancel,
     );
-    let pod_side = pod_side.await;
+    let pod_side = pod_side.await?;
     let (pods_tx, pods_rx) = mpsc::channel(8);
     let (sources_tx, sources_rx) = mpsc::channel(8);
     let (static_tx, static_rx) = tokio::sync::watch::channel(Vec::new());

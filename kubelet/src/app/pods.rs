@@ -92,7 +92,7 @@ pub(super) async fn start(
     cluster: Option<&Connected>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
-) -> PodSide {
+) -> Result<PodSide, super::AppError> {
     let runtime = (runtime_name.as_str(), runtime_version.as_str());
     let node = node_settings(cfg, &cm, &shared.node_ips, runtime).await;
     // A few small files under /sys and /etc/selinux: read off the async workers.
@@ -102,8 +102,34 @@ pub(super) async fn start(
     let selinux = crate::volume::SeLinuxVolumes::new(selinux_host, cfg.selinux_mount);
     let storage = storage(&node, shared, selinux, cluster, tasks, cancel);
     let worker = (runtime_name, cm, node);
-    let deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);
-    PodSide { deps, storage }
+    let mut deps = worker_env(cfg, shared, worker, cluster, storage.clone(), tasks, cancel);
+    Arc::get_mut(&mut deps).expect("not shared yet").userns = Some(userns(cfg).await?);
+    Ok(PodSide { deps, storage })
+}
+
+/// The pods' user namespaces: the node's range (`/etc/subuid`, `/etc/subgid`), checked, and
+/// the ranges recorded in the pod directories taken again (blocking reads, at start).
+async fn userns(cfg: &Config) -> Result<Arc<crate::userns::UsernsManager>, super::AppError> {
+    use crate::userns::{self, DirRecords, UsernsManager};
+    let (per_pod, max_pods) = (cfg.user_namespaces.ids_per_pod, cfg.max_pods);
+    let pods_dir = cfg.root_dir.join("pods");
+    let made = tokio::task::spawn_blocking(move || {
+        let read = |p: &str| std::fs::read_to_string(p).ok();
+        let range = userns::kubelet_range(
+            read(userns::SUBUID_FILE).as_deref(),
+            read(userns::SUBGID_FILE).as_deref(),
+        )?;
+        tracing::info!(
+            first_id = range.0,
+            length = range.1,
+            ids_per_pod = per_pod,
+            "user namespace range for pods"
+        );
+        UsernsManager::new(Arc::new(DirRecords { pods_dir }), per_pod, range, max_pods)
+    })
+    .await
+    .expect("user namespace setup does not panic")?;
+    Ok(Arc::new(made))
 }
 
 /// `--image-credential-provider-config`: the plugins, read and checked at start (a bad
@@ -237,6 +263,7 @@ fn worker_env(
             dra: Some(parts.dra.clone()),
         }),
         log_links: Arc::new(crate::logs::Links::new(crate::logs::links::dir_from_env())),
+        userns: None,
     })
 }
 

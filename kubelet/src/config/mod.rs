@@ -73,6 +73,8 @@ pub struct Config {
     pub logging: plumbing::logging::Options,
     /// Graceful node shutdown (`shutdownGracePeriod*`); disabled when empty.
     pub shutdown: crate::shutdown::Settings,
+    /// `userNamespaces` (pods with `hostUsers: false`).
+    pub user_namespaces: crate::userns::Settings,
     /// Cluster mode: `kubeAPIQPS` / `kubeAPIBurst` (default 50 / 100).
     #[serde(rename = "kubeAPIQPS")]
     pub kube_api_qps: i32,
@@ -293,6 +295,8 @@ pub fn merge(
         fail_swap_on: flags.fail_swap_on.or(file.fail_swap_on).unwrap_or(true),
         verbosity: flags.verbosity.unwrap_or(0),
         logging: logging_options(flags, file.logging.as_ref())?,
+        user_namespaces: crate::userns::Settings::from_file(file.user_namespaces.as_ref())
+            .map_err(|e| invalid(e.to_string()))?,
         shutdown: crate::shutdown::Settings::new(
             file.shutdown_grace_period.unwrap_or_default(),
             file.shutdown_grace_period_critical_pods.unwrap_or_default(),

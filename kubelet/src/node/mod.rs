@@ -44,6 +44,11 @@ pub trait RuntimeHealth: Send + Sync {
     fn pressure(&self) -> Vec<crate::eviction::Condition> {
         Vec::new()
     }
+    /// The runtime's handlers and features (None when it does not answer: the Node's
+    /// `runtimeHandlers` and `features` are left as read).
+    async fn features(&self) -> Option<crate::runtime::RuntimeFeatures> {
+        None
+    }
 }
 
 /// Health from the CRI runtime and the PLEG.
@@ -59,6 +64,16 @@ pub struct CriHealth {
 impl RuntimeHealth for CriHealth {
     fn pressure(&self) -> Vec<crate::eviction::Condition> {
         self.pressure.conditions()
+    }
+
+    async fn features(&self) -> Option<crate::runtime::RuntimeFeatures> {
+        match self.runtime.runtime_features().await {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the runtime's handlers for the node status failed");
+                None
+            }
+        }
     }
 
     async fn version(&self) -> Option<(String, String)> {
@@ -526,6 +541,33 @@ fn node_info(
     }
 }
 
+/// Upstream's RuntimeHandlers and NodeFeatures setters: `status.runtimeHandlers` (each
+/// handler with both its features) and `status.features.supplementalGroupsPolicy`, from the
+/// runtime's Status. A runtime listing no handlers leaves no list; one sending no features
+/// leaves `features` as read.
+pub fn set_runtime_features(status: &mut NodeStatus, f: &crate::runtime::RuntimeFeatures) {
+    use k8s_openapi::api::core::v1::{
+        NodeFeatures, NodeRuntimeHandler, NodeRuntimeHandlerFeatures,
+    };
+    let handlers: Vec<NodeRuntimeHandler> = f
+        .handlers
+        .iter()
+        .map(|(name, h)| NodeRuntimeHandler {
+            name: Some(name.clone()),
+            features: Some(NodeRuntimeHandlerFeatures {
+                recursive_read_only_mounts: Some(h.recursive_read_only_mounts),
+                user_namespaces: Some(h.user_namespaces),
+            }),
+        })
+        .collect();
+    status.runtime_handlers = (!handlers.is_empty()).then_some(handlers);
+    if let Some(sgp) = f.supplemental_groups_policy {
+        status.features = Some(NodeFeatures {
+            supplemental_groups_policy: Some(sgp),
+        });
+    }
+}
+
 /// The attachable volumes mounted for pods (`status.volumesInUse`, upstream's unique volume
 /// names), from the volume manager.
 pub trait VolumesInUse: Send + Sync {
@@ -672,6 +714,9 @@ impl NodeStatusLoop {
         if let Some(dm) = &self.devices {
             let (cap, alloc) = dm.capacity();
             add_resources(&mut status, cap, alloc);
+        }
+        if let Some(f) = self.health.features().await {
+            set_runtime_features(&mut status, &f);
         }
         status.images = match self.health.images().await {
             Some(list) => Some(node_images(list, self.cfg.max_images)),

@@ -344,3 +344,49 @@ fn os_image_from_os_release() {
     );
     assert_eq!(os_image(""), "Linux");
 }
+
+/// The runtime's handlers reach `status.runtimeHandlers` with both features each, and its
+/// `supplemental_groups_policy` reaches `status.features` (upstream's setters); a runtime
+/// listing no handlers (containerd 1.6) leaves no list, and one sending no features leaves
+/// `features` as read.
+#[test]
+fn runtime_handlers_and_features_reach_the_node_status() {
+    use crate::runtime::{HandlerFeatures, RuntimeFeatures};
+    let mut status = k8s_openapi::api::core::v1::NodeStatus::default();
+    let f = RuntimeFeatures {
+        handlers: vec![
+            (
+                String::new(),
+                HandlerFeatures {
+                    recursive_read_only_mounts: true,
+                    user_namespaces: true,
+                },
+            ),
+            ("kata".into(), HandlerFeatures::default()),
+        ],
+        supplemental_groups_policy: Some(true),
+    };
+    set_runtime_features(&mut status, &f);
+    let v = serde_json::to_value(&status).unwrap();
+    assert_eq!(
+        v["runtimeHandlers"],
+        serde_json::json!([
+            {"name": "", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}},
+            {"name": "kata", "features": {"recursiveReadOnlyMounts": false, "userNamespaces": false}},
+        ])
+    );
+    assert_eq!(
+        v["features"],
+        serde_json::json!({"supplementalGroupsPolicy": true})
+    );
+    let patch = status_patch(&Default::default(), &status).unwrap();
+    assert_eq!(patch["status"]["runtimeHandlers"], v["runtimeHandlers"]);
+    // containerd 1.6: no handlers, no features.
+    set_runtime_features(&mut status, &RuntimeFeatures::default());
+    assert!(status.runtime_handlers.is_none());
+    assert_eq!(
+        status.features.and_then(|f| f.supplemental_groups_policy),
+        Some(true),
+        "left as read"
+    );
+}

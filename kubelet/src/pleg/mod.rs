@@ -236,6 +236,7 @@ mod tests {
             resources: None,
             overhead: None,
             runtime_handler: String::new(),
+            userns: None,
         }
     }
 

@@ -266,6 +266,7 @@ impl Worker {
         spec::kernel_hostname(&self.env.node, &self.pod).map_err(SandboxError::Hostname)?;
         let mut cfg = self.sandbox_config(attempt);
         cfg.runtime_handler = self.runtime_handler()?;
+        cfg.userns = self.user_namespace(&cfg.runtime_handler).await?;
         // The pod cgroup with its limits (and the QoS tier's shares) before the sandbox, as
         // upstream's pod container manager; file work off the async workers.
         let (cgroups, pod) = (self.env.cgroups.clone(), self.pod.clone());
@@ -286,6 +287,36 @@ impl Worker {
         tracing::info!(sandbox = %id, attempt, "sandbox started");
         self.seen.start_time.get_or_insert_with(Timestamp::now);
         Ok(id)
+    }
+
+    /// The pod's user namespace (`hostUsers: false`), before its sandbox exists: upstream's
+    /// validation, then the handler's support (from the runtime's Status), then its range.
+    async fn user_namespace(
+        &self,
+        handler: &str,
+    ) -> Result<Option<crate::runtime::UserNamespace>, SandboxError> {
+        if !crate::userns::wants_userns(&self.pod) {
+            return Ok(None);
+        }
+        crate::userns::validate(&self.pod)
+            .map_err(|e| SandboxError::UserNamespace(e.to_string()))?;
+        let supported = self
+            .env
+            .runtime
+            .handler_features(handler)
+            .await
+            .is_ok_and(|f| f.user_namespaces);
+        let Some(manager) = self.env.userns.clone() else {
+            return Err(SandboxError::UserNamespace(
+                "user namespaces: this node agent runs without an ID range for pods".into(),
+            ));
+        };
+        let (uid, handler) = (self.uid.clone(), handler.to_string());
+        tokio::task::spawn_blocking(move || manager.get_or_create(&uid, &handler, supported))
+            .await
+            .map_err(|e| SandboxError::UserNamespace(e.to_string()))?
+            .map(Some)
+            .map_err(|e| SandboxError::UserNamespace(e.to_string()))
     }
 
     /// Starts one container: pull → gather → build → create → start → post-start. On

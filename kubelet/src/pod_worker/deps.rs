@@ -52,6 +52,9 @@ pub struct Deps {
     pub devices: Arc<dyn PodDevices>,
     /// The containers' `/var/log/containers` links for log shippers.
     pub log_links: Arc<crate::logs::Links>,
+    /// The pods' user namespaces (`hostUsers: false`). None: the node has no range for them
+    /// (tests), and such pods are refused before their sandbox.
+    pub userns: Option<Arc<crate::userns::UsernsManager>>,
 }
 
 /// A check of a pod's field values: the (reason, message) of the first refused one.

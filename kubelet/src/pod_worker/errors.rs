@@ -101,4 +101,8 @@ pub enum SandboxError {
     /// RunPodSandbox failed.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// `hostUsers: false`: the pod's user namespace cannot be had (validation, the runtime
+    /// handler's support, the node's range), so no sandbox is created.
+    #[error("{0}")]
+    UserNamespace(String),
 }

@@ -80,6 +80,7 @@ impl Deps {
             // The fakes refuse nothing; a test that needs admission's refusals sets them.
             refusal: |_| None,
             devices: Arc::new(NodeDevices::default()),
+            userns: None,
             log_links: Arc::new(crate::logs::Links::with(
                 dir.join("containers"),
                 Arc::new(crate::logs::links::FakeLinkDir::default()),

@@ -236,6 +236,8 @@ impl Worker {
         // Pulls and container creation name the handler the sandbox was created with; an
         // unknown class only matters (and fails) when the sandbox is created.
         cfg.runtime_handler = self.runtime_handler().unwrap_or_default();
+        // The range taken when the sandbox was created (or recorded before a restart).
+        cfg.userns = self.env.userns.as_ref().and_then(|u| u.mapping(&self.uid));
         cfg
     }
 

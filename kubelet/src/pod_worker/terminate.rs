@@ -129,10 +129,16 @@ impl Worker {
             let pod_dir = crate::node_settings::pod_dir(&self.env.node, &self.uid);
             let log_dir = crate::node_settings::pod_log_dir(&self.env.node, &self.pod);
             let binder = self.env.binder.clone();
+            let (userns, uid) = (self.env.userns.clone(), self.uid.clone());
             // Mounts go first: removing the directory through a bind mount would delete the
-            // volume's (a hostPath's) files. While one is left, the directory stays.
+            // volume's (a hostPath's) files. While one is left, the directory stays. The pod's
+            // user namespace range is free once its directory (and record) is gone.
             let removed = tokio::task::spawn_blocking(move || {
-                crate::pod_dirs::remove(binder.as_ref(), &pod_dir, &log_dir)
+                crate::pod_dirs::remove(binder.as_ref(), &pod_dir, &log_dir)?;
+                if let Some(u) = userns {
+                    u.release(&uid);
+                }
+                Ok::<(), std::io::Error>(())
             })
             .await;
             if let Ok(Err(e)) = removed {

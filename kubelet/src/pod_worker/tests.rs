@@ -1449,6 +1449,8 @@ mod fakes;
 // Pod fields of issue 27 (shared PID namespace, ephemeral containers, restart rules, ...).
 mod pod_fields;
 mod pulled_images;
+// hostUsers: false: ranges, records, refusals before the sandbox.
+mod userns;
 // Regression tests of upstream CVEs in the container start path.
 mod security_regressions;
 // The CRI calls a start pass makes.

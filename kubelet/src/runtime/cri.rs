@@ -134,6 +134,10 @@ impl Runtime for CriRuntime {
         }
     }
 
+    async fn runtime_features(&self) -> Result<crate::runtime::RuntimeFeatures> {
+        Ok(runtime_features(&self.status_pb().await?))
+    }
+
     async fn handler_features(&self, handler: &str) -> Result<crate::runtime::HandlerFeatures> {
         Ok(handler_features(&self.status_pb().await?, handler))
     }

@@ -5,6 +5,7 @@ use super::*;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+mod features;
 mod requests;
 pub use requests::{StreamRequest, UpdateCheck};
 
@@ -45,6 +46,8 @@ struct State {
     pulls_most: usize,
     /// What RuntimeConfig answers (`None`: Unimplemented).
     cgroup_driver: Option<crate::runtime::RuntimeCgroupDriver>,
+    /// What Status reports per runtime handler (absent: no features, as containerd 1.6).
+    handler_features: HashMap<String, crate::runtime::HandlerFeatures>,
     /// ListPodSandboxStats fails as containerd 1.6's does without a filter.
     stats_list_fails_on_not_ready: bool,
     /// Every UpdateContainerResources: the container and what it asked for.
@@ -325,6 +328,10 @@ impl Runtime for FakeRuntime {
         let s = self.enter("RuntimeConfig")?;
         Ok(s.cgroup_driver
             .unwrap_or(crate::runtime::RuntimeCgroupDriver::Unimplemented))
+    }
+
+    async fn handler_features(&self, handler: &str) -> Result<crate::runtime::HandlerFeatures> {
+        self.features_of(handler)
     }
 
     async fn status(&self) -> Result<Vec<crate::runtime::RuntimeCondition>> {

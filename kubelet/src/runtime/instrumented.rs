@@ -66,6 +66,10 @@ impl Runtime for Instrumented {
         record("status", self.inner.status()).await
     }
 
+    async fn runtime_features(&self) -> Result<crate::runtime::RuntimeFeatures> {
+        record("status", self.inner.runtime_features()).await
+    }
+
     async fn handler_features(&self, handler: &str) -> Result<crate::runtime::HandlerFeatures> {
         record("status", self.inner.handler_features(handler)).await
     }

@@ -178,6 +178,29 @@ pub struct SandboxConfig {
     pub overhead: Option<LinuxResources>,
     /// The CRI runtime handler (from the pod's RuntimeClass; empty: the runtime's default).
     pub runtime_handler: String,
+    /// The pod's own user namespace (`hostUsers: false`): its ID mappings, sent as
+    /// `userns_options` mode POD in the sandbox's and every container's namespace options and
+    /// as the idmapped mounts of the containers' bind mounts. None: the node's (mode NODE).
+    pub userns: Option<UserNamespace>,
+}
+
+/// One range of a user namespace's ID mapping (CRI `IDMapping`; the JSON of upstream's
+/// per-pod `userns` record file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdMapping {
+    pub host_id: u32,
+    pub container_id: u32,
+    pub length: u32,
+}
+
+/// A pod's user namespace: its UID and GID mappings (CRI `UserNamespace` mode POD).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UserNamespace {
+    #[serde(rename = "uidMappings")]
+    pub uids: Vec<IdMapping>,
+    #[serde(rename = "gidMappings")]
+    pub gids: Vec<IdMapping>,
 }
 
 /// Linux resources of a container, already converted to cgroup units.
@@ -231,6 +254,15 @@ pub struct Mount {
 pub struct HandlerFeatures {
     pub recursive_read_only_mounts: bool,
     pub user_namespaces: bool,
+}
+
+/// The runtime's handlers and its own features (CRI Status), as the Node's status shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeFeatures {
+    /// Every handler the runtime lists, in its order (empty: it lists none, as containerd 1.6).
+    pub handlers: Vec<(String, HandlerFeatures)>,
+    /// `features.supplemental_groups_policy`; None: the runtime sends no features.
+    pub supplemental_groups_policy: Option<bool>,
 }
 
 /// A host device node exposed in a container (CRI `Device`).
@@ -508,6 +540,11 @@ pub trait Runtime: Send + Sync + 'static {
     /// The features the runtime reports for `handler` (CRI Status `runtime_handlers`; the
     /// empty name is the default handler). A runtime that reports none (containerd 1.6) has
     /// none.
+    /// Every handler's features and the runtime's own (CRI Status), for the Node's status.
+    /// Fakes list none unless they say otherwise.
+    async fn runtime_features(&self) -> Result<RuntimeFeatures> {
+        Ok(RuntimeFeatures::default())
+    }
     async fn handler_features(&self, handler: &str) -> Result<HandlerFeatures> {
         let _ = handler;
         Ok(HandlerFeatures::default())

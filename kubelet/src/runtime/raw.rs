@@ -39,6 +39,7 @@ pub fn sandbox(i: usize, tag: &str, logs: &Path, cgroup_root: &str) -> SandboxCo
         resources: None,
         overhead: None,
         runtime_handler: String::new(),
+        userns: None,
     }
 }
 

@@ -770,8 +770,8 @@ pub const FIELDS: &[Setting] = &[
     ),
     s(
         "userNamespaces.idsPerPod",
-        NotImplemented,
-        &["65536"],
-        "user-namespaced pods are not supported.",
+        Implemented,
+        &[],
+        "The IDs of each `hostUsers: false` pod's user namespace (default 65536, a multiple of 65536); the node's range is the `kubelet` entry of /etc/subuid and /etc/subgid (else every ID from 65536 up), checked at start with upstream's messages.",
     ),
 ];

@@ -177,6 +177,7 @@ pub fn sandbox_config(
         resources: Some(sandbox_resources(node, pod)),
         overhead: Some(sandbox_overhead(node, pod)),
         runtime_handler: String::new(),
+        userns: None,
     }
 }
 

@@ -231,27 +231,24 @@ fn container_groups(psc: Option<&PodSecurityContext>) -> Vec<i64> {
         .collect()
 }
 
-/// What a pod with `hostUsers: false` gets from a runtime handler that supports user
-/// namespaces: this node agent does not map IDs for pods yet.
-pub const HOST_USERS_REFUSED: &str =
-    "hostUsers: false (a user namespace for the pod) is not supported by this node agent";
-
 /// `hostUsers: false` needs the runtime handler to report user namespace support (upstream's
-/// message when it does not, as containerd 1.6 never does); with it, the agent's own refusal.
+/// message when it does not, as containerd 1.6 never does). The sandbox is refused first
+/// (`userns`); this keeps a container from ever being built for such a pod without it.
 pub fn check_user_namespace(
     pod: &Pod,
     handler: &str,
     features: crate::runtime::HandlerFeatures,
 ) -> Result<(), ConfigError> {
-    if pod.spec.as_ref().and_then(|s| s.host_users) != Some(false) {
+    if pod.spec.as_ref().and_then(|s| s.host_users) != Some(false) || features.user_namespaces {
         return Ok(());
     }
-    if !features.user_namespaces {
-        return Err(ConfigError(format!(
-            "RuntimeClass handler {handler:?} does not support user namespaces"
-        )));
-    }
-    Err(ConfigError(HOST_USERS_REFUSED.into()))
+    Err(ConfigError(if handler.is_empty() {
+        "can't set `spec.hostUsers: false`, runtime does not support user namespaces".into()
+    } else {
+        format!(
+            "can't set `spec.hostUsers: false`, RuntimeClass handler {handler:?} does not support user namespaces"
+        )
+    }))
 }
 
 /// The container's security settings, before the image user is known (see [`apply_image_user`]).
@@ -261,10 +258,6 @@ pub fn container_security(
     c: &Container,
 ) -> Result<ContainerSecurity, ConfigError> {
     let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    // Running such a pod in the node's user namespace would silently grant more than asked.
-    if pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
-        return Err(ConfigError(HOST_USERS_REFUSED.into()));
-    }
     let e = effective(pod, c);
     let caps = e.capabilities.clone().unwrap_or_default();
     let apparmor = apparmor(pod, c)?;

@@ -29,6 +29,7 @@ fn sandbox(name: &str, uid: &str) -> SandboxConfig {
         resources: None,
         overhead: None,
         runtime_handler: String::new(),
+        userns: None,
     }
 }
 

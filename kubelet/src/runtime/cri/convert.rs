@@ -63,7 +63,60 @@ pub(super) fn namespaces(c: &SandboxConfig) -> pb::NamespaceOption {
         network: mode(c.host_network, pb::NamespaceMode::Pod),
         pid: mode(c.host_pid, pid),
         ipc: mode(c.host_ipc, pb::NamespaceMode::Pod),
+        userns_options: Some(userns(c.userns.as_ref())),
         ..Default::default()
+    }
+}
+
+/// The pod's user namespace as upstream sends it: mode POD with the pod's mappings, or mode
+/// NODE (the node's user namespace) for a pod without `hostUsers: false`.
+pub(super) fn userns(u: Option<&UserNamespace>) -> pb::UserNamespace {
+    match u {
+        None => pb::UserNamespace {
+            mode: pb::NamespaceMode::Node as i32,
+            ..Default::default()
+        },
+        Some(u) => pb::UserNamespace {
+            mode: pb::NamespaceMode::Pod as i32,
+            uids: id_mappings(&u.uids),
+            gids: id_mappings(&u.gids),
+        },
+    }
+}
+
+pub(super) fn id_mappings(m: &[IdMapping]) -> Vec<pb::IdMapping> {
+    m.iter()
+        .map(|m| pb::IdMapping {
+            host_id: m.host_id,
+            container_id: m.container_id,
+            length: m.length,
+        })
+        .collect()
+}
+
+/// One container mount. In a pod with its own user namespace a bind mount is idmapped with
+/// the pod's mappings, so the pod's root owns what the node's root owns in its volumes (an
+/// image volume is the runtime's to map).
+fn mount_pb(m: &Mount, userns: Option<&UserNamespace>) -> pb::Mount {
+    let idmap = userns.filter(|_| m.image.is_none());
+    pb::Mount {
+        container_path: m.container_path.clone(),
+        host_path: m.host_path.clone(),
+        readonly: m.readonly,
+        selinux_relabel: m.selinux_relabel,
+        propagation: match m.propagation {
+            Propagation::Private => pb::MountPropagation::PropagationPrivate,
+            Propagation::HostToContainer => pb::MountPropagation::PropagationHostToContainer,
+            Propagation::Bidirectional => pb::MountPropagation::PropagationBidirectional,
+        } as i32,
+        uid_mappings: idmap.map(|u| id_mappings(&u.uids)).unwrap_or_default(),
+        gid_mappings: idmap.map(|u| id_mappings(&u.gids)).unwrap_or_default(),
+        recursive_read_only: m.recursive_read_only,
+        image: m.image.as_ref().map(|i| pb::ImageSpec {
+            image: i.clone(),
+            ..Default::default()
+        }),
+        image_sub_path: m.image_sub_path.clone(),
     }
 }
 
@@ -256,26 +309,7 @@ pub(super) fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::
         mounts: c
             .mounts
             .iter()
-            .map(|m| pb::Mount {
-                container_path: m.container_path.clone(),
-                host_path: m.host_path.clone(),
-                readonly: m.readonly,
-                selinux_relabel: m.selinux_relabel,
-                propagation: match m.propagation {
-                    Propagation::Private => pb::MountPropagation::PropagationPrivate,
-                    Propagation::HostToContainer => {
-                        pb::MountPropagation::PropagationHostToContainer
-                    }
-                    Propagation::Bidirectional => pb::MountPropagation::PropagationBidirectional,
-                } as i32,
-                recursive_read_only: m.recursive_read_only,
-                image: m.image.as_ref().map(|i| pb::ImageSpec {
-                    image: i.clone(),
-                    ..Default::default()
-                }),
-                image_sub_path: m.image_sub_path.clone(),
-                ..Default::default()
-            })
+            .map(|m| mount_pb(m, sandbox.userns.as_ref()))
             .collect(),
         devices: c
             .devices
@@ -302,6 +336,18 @@ pub(super) fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::
             security_context: Some(container_security_pb(c, sandbox)),
         }),
         ..Default::default()
+    }
+}
+
+/// Every handler's features and the runtime's own from a Status answer.
+pub(crate) fn runtime_features(r: &pb::StatusResponse) -> crate::runtime::RuntimeFeatures {
+    crate::runtime::RuntimeFeatures {
+        handlers: r
+            .runtime_handlers
+            .iter()
+            .map(|h| (h.name.clone(), handler_features(r, &h.name)))
+            .collect(),
+        supplemental_groups_policy: r.features.as_ref().map(|f| f.supplemental_groups_policy),
     }
 }
 

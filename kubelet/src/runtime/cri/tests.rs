@@ -31,6 +31,7 @@ fn security_settings_reach_the_cri_messages() {
         resources: None,
         overhead: None,
         runtime_handler: String::new(),
+        userns: None,
     };
     let sb = sandbox_pb(&sandbox)
         .linux
@@ -395,4 +396,104 @@ async fn container_events_through_the_wire() {
     let mut rx = rt.container_events().await.unwrap();
     assert_eq!(within(&mut rx).await, None, "no stream on containerd 1.6");
     server.abort();
+}
+
+/// A pod with its own user namespace: mode POD with its mappings in the sandbox's and the
+/// container's namespace options, and its bind mounts idmapped with them (an image volume is
+/// left to the runtime); a pod without one: mode NODE and plain mounts.
+#[test]
+fn user_namespace_reaches_sandbox_container_and_mounts() {
+    let mut sandbox = crate::runtime::raw::sandbox(0, "u", std::path::Path::new("/l"), "/k");
+    let m = IdMapping {
+        host_id: 131072,
+        container_id: 0,
+        length: 65536,
+    };
+    let mut c = crate::runtime::raw::container(&sandbox);
+    c.mounts = vec![
+        Mount {
+            container_path: "/data".into(),
+            host_path: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~empty-dir/d".into(),
+            ..Default::default()
+        },
+        Mount {
+            container_path: "/img".into(),
+            image: Some("img:1".into()),
+            ..Default::default()
+        },
+    ];
+    let plain = container_pb(&c, &sandbox);
+    let ns = |o: Option<&pb::NamespaceOption>| o.unwrap().userns_options.clone().unwrap();
+    let sb_ns = |s: &SandboxConfig| {
+        ns(sandbox_pb(s)
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .as_ref())
+    };
+    assert_eq!(sb_ns(&sandbox).mode, pb::NamespaceMode::Node as i32);
+    assert!(plain.mounts[0].uid_mappings.is_empty());
+
+    sandbox.userns = Some(UserNamespace {
+        uids: vec![m],
+        gids: vec![m],
+    });
+    let want = vec![pb::IdMapping {
+        host_id: 131072,
+        container_id: 0,
+        length: 65536,
+    }];
+    let s = sb_ns(&sandbox);
+    assert_eq!(s.mode, pb::NamespaceMode::Pod as i32);
+    assert_eq!(
+        (s.uids.clone(), s.gids.clone()),
+        (want.clone(), want.clone())
+    );
+    let cc = container_pb(&c, &sandbox);
+    let cs = ns(cc
+        .linux
+        .as_ref()
+        .unwrap()
+        .security_context
+        .as_ref()
+        .unwrap()
+        .namespace_options
+        .as_ref());
+    assert_eq!(cs, s, "the container joins the pod's user namespace");
+    assert_eq!(cc.mounts[0].uid_mappings, want);
+    assert_eq!(cc.mounts[0].gid_mappings, want);
+    assert!(
+        cc.mounts[1].uid_mappings.is_empty(),
+        "image volumes are the runtime's"
+    );
+}
+
+/// Status's handlers (in the runtime's order) and its `features` become the node's runtime
+/// features; a runtime without `features` (containerd 1.6) says nothing of the groups policy.
+#[test]
+fn runtime_features_list_every_handler_and_the_groups_policy() {
+    let handler = |name: &str, userns: bool| pb::RuntimeHandler {
+        name: name.into(),
+        features: Some(pb::RuntimeHandlerFeatures {
+            recursive_read_only_mounts: true,
+            user_namespaces: userns,
+        }),
+    };
+    let mut r = pb::StatusResponse {
+        runtime_handlers: vec![handler("", true), handler("kata", false)],
+        features: Some(pb::RuntimeFeatures {
+            supplemental_groups_policy: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let f = runtime_features(&r);
+    let names: Vec<&str> = f.handlers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["", "kata"]);
+    assert!(f.handlers[0].1.user_namespaces && !f.handlers[1].1.user_namespaces);
+    assert_eq!(f.supplemental_groups_policy, Some(true));
+    r.features = None;
+    assert_eq!(runtime_features(&r).supplemental_groups_policy, None);
 }

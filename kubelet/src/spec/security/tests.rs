@@ -251,42 +251,30 @@ fn user_namespaces_need_the_runtime_handlers_support() {
     use crate::runtime::HandlerFeatures;
     let p =
         pod(serde_json::json!({"hostUsers": false, "containers": [{"name": "c", "image": "i:1"}]}));
-    // containerd 1.6 reports no handler features: upstream's message, naming the handler.
+    // containerd 1.6 reports no handler features: upstream's messages.
     assert_eq!(
         check_user_namespace(&p, "", HandlerFeatures::default())
             .unwrap_err()
             .0,
-        "RuntimeClass handler \"\" does not support user namespaces"
+        "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
     );
     assert_eq!(
         check_user_namespace(&p, "kata", HandlerFeatures::default())
             .unwrap_err()
             .0,
-        "RuntimeClass handler \"kata\" does not support user namespaces"
+        "can't set `spec.hostUsers: false`, RuntimeClass handler \"kata\" does not support user namespaces"
     );
-    // A handler with support: the agent maps no IDs yet, so it still refuses, saying why.
+    // A handler with support runs the pod in its own user namespace.
     let userns = HandlerFeatures {
         user_namespaces: true,
         ..Default::default()
     };
-    assert_eq!(
-        check_user_namespace(&p, "", userns).unwrap_err().0,
-        HOST_USERS_REFUSED
-    );
+    assert!(check_user_namespace(&p, "", userns).is_ok());
+    assert!(sec(&p, false).is_ok());
     for host_users in [serde_json::json!(true), serde_json::Value::Null] {
         let q = pod(
             serde_json::json!({"hostUsers": host_users, "containers": [{"name": "c", "image": "i:1"}]}),
         );
         assert!(check_user_namespace(&q, "", HandlerFeatures::default()).is_ok());
     }
-}
-
-#[test]
-fn user_namespaces_are_refused_not_ignored() {
-    let p =
-        pod(serde_json::json!({"hostUsers": false, "containers": [{"name": "c", "image": "i:1"}]}));
-    assert!(sec(&p, false).unwrap_err().0.contains("hostUsers"));
-    let p =
-        pod(serde_json::json!({"hostUsers": true, "containers": [{"name": "c", "image": "i:1"}]}));
-    assert!(sec(&p, false).is_ok());
 }

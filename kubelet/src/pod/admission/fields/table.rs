@@ -44,7 +44,7 @@ pub const TABLE: &[Entry] = &[
     e("PodSpec", "hostIPC", Handled("namespace_modes_reach_the_sandbox_config")),
     e("PodSpec", "hostNetwork", Handled("namespace_modes_reach_the_sandbox_config")),
     e("PodSpec", "hostPID", Handled("namespace_modes_reach_the_sandbox_config")),
-    e("PodSpec", "hostUsers", Refused("false: RuntimeClass handler \"<handler>\" does not support user namespaces (upstream's, when the runtime reports no support, as containerd 1.6); where it reports support: hostUsers: false (a user namespace for the pod) is not supported by this node agent", "user_namespaces_need_the_runtime_handlers_support")),
+    e("PodSpec", "hostUsers", Handled("user_namespace_pods_run_in_their_own_range_kept_across_restarts")),
     e("PodSpec", "hostname", Handled("pod_and_container_configs_reach_the_runtime_as_given")),
     e("PodSpec", "hostnameOverride", Refused(refuse::HOSTNAME_OVERRIDE, "")),
     e("PodSpec", "imagePullSecrets", Handled("pull_secrets_runtime_classes_and_service_links")),
