@@ -236,7 +236,7 @@ pub fn cri_status(endpoint: &str) -> Result<RuntimeFeatures, String> {
                 .runtime_handlers
                 .iter()
                 .map(|h| {
-                    let f = h.features.clone().unwrap_or_default();
+                    let f = h.features.unwrap_or_default();
                     (
                         h.name.clone(),
                         (f.recursive_read_only_mounts, f.user_namespaces),

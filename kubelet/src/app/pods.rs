@@ -111,7 +111,7 @@ pub(super) async fn start(
 /// the ranges recorded in the pod directories taken again (blocking reads, at start).
 async fn userns(cfg: &Config) -> Result<Arc<crate::userns::UsernsManager>, super::AppError> {
     use crate::userns::{self, DirRecords, UsernsManager};
-    let (per_pod, max_pods) = (cfg.user_namespaces.ids_per_pod, cfg.max_pods);
+    let (per_pod, max_pods) = (cfg.user_namespaces.ids_per_pod, cfg.node.max_pods);
     let pods_dir = cfg.root_dir.join("pods");
     let made = tokio::task::spawn_blocking(move || {
         let read = |p: &str| std::fs::read_to_string(p).ok();

@@ -152,11 +152,12 @@ impl UsernsManager {
         (first, len): (u32, u32),
         max_pods: u32,
     ) -> Result<Self, UsernsError> {
-        if per_pod == 0 || per_pod % u64::from(UNIT) != 0 || per_pod > u64::from(u32::MAX) {
+        if per_pod == 0 || !per_pod.is_multiple_of(u64::from(UNIT)) || per_pod > u64::from(u32::MAX)
+        {
             return Err(UsernsError::LengthNotUnit(per_pod));
         }
         let per_pod = per_pod as u32;
-        if first % per_pod != 0 {
+        if !first.is_multiple_of(per_pod) {
             return Err(UsernsError::FirstNotAligned { first, per_pod });
         }
         if first < per_pod {
