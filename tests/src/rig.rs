@@ -203,6 +203,11 @@ impl RuntimeFeatures {
     pub fn user_namespaces(&self, handler: &str) -> bool {
         self.handlers.get(handler).is_some_and(|f| f.1)
     }
+
+    /// Whether `handler` (empty: the default) can make a mount read-only recursively.
+    pub fn recursive_read_only(&self, handler: &str) -> bool {
+        self.handlers.get(handler).is_some_and(|f| f.0)
+    }
 }
 
 impl Rig {

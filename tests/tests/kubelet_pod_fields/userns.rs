@@ -85,7 +85,7 @@ fn host_users_false_runs_in_its_own_range_or_is_refused_before_the_sandbox() {
         text.contains("wrote hi"),
         "the pod's root writes its emptyDir: {text}"
     );
-    let record = std::fs::read_dir(agent.dir().join("pods"))
+    let record = std::fs::read_dir(agent.dir().join("root").join("pods"))
         .unwrap()
         .flatten()
         .map(|d| d.path().join("userns"))
