@@ -5,7 +5,7 @@
 //! `mergeDefaultEvictionSettings`). Pure: the container manager and the eviction manager read
 //! the result.
 
-use crate::cm::{
+use crate::cm::resources::{
     Amount, DEFAULT_EVICTION_HARD, ENFORCE_KEYS, Eviction, NodeResources, Reserved, Signal,
     Threshold,
 };

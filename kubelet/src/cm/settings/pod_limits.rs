@@ -3,7 +3,7 @@
 //! `podPidsLimit`, `memorySwap.swapBehavior`, `singleProcessOOMKill` and the
 //! `PodLevelResources` gate. Pure; validated as upstream's ValidateKubeletConfiguration.
 
-use crate::cm::{DEFAULT_CFS_PERIOD_US, PodLimits, SwapBehavior};
+use crate::node_settings::{DEFAULT_CFS_PERIOD_US, PodLimits, SwapBehavior};
 use crate::settings::resolve::{gate_or, invalid};
 use crate::settings::{ConfigError, Flags, KubeletConfiguration};
 use plumbing::duration;

@@ -340,8 +340,8 @@ pub(super) fn container_pb(c: &ContainerConfig, sandbox: &SandboxConfig) -> pb::
 }
 
 /// Every handler's features and the runtime's own from a Status answer.
-pub(crate) fn runtime_features(r: &pb::StatusResponse) -> crate::runtime::RuntimeFeatures {
-    crate::runtime::RuntimeFeatures {
+pub(crate) fn runtime_features(r: &pb::StatusResponse) -> RuntimeFeatures {
+    RuntimeFeatures {
         handlers: r
             .runtime_handlers
             .iter()
