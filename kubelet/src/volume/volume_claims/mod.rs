@@ -6,18 +6,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestStatus};
-use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount, Volume,
-};
-use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 
 use super::block::{BlockError, BlockSource};
 use super::csi::mounter::CsiVolume;
 use super::csi::{ApiError, CsiError, CsiStatus, SecretRef};
 use super::host_path::HostPathError;
 use super::selinux_registry::SeLinuxError;
-use crate::objects::{ClientHandle, timed};
 
 /// Why a claim-backed or CSI volume could not be resolved, set up or torn down. The texts
 /// are upstream's desired-state populator's and operation executor's.
@@ -129,93 +124,6 @@ pub trait StorageApi: super::csi::CsiApi {
         name: &str,
         patch: serde_json::Value,
     ) -> Result<(), ApiError>;
-}
-
-/// [`StorageApi`] over the apiserver.
-#[derive(Clone)]
-pub struct KubeStorageApi {
-    pub client: ClientHandle,
-}
-
-impl std::fmt::Debug for KubeStorageApi {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("KubeStorageApi")
-    }
-}
-
-#[async_trait::async_trait]
-impl StorageApi for KubeStorageApi {
-    async fn claim(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<PersistentVolumeClaim>, ApiError> {
-        let api: kube::Api<PersistentVolumeClaim> =
-            kube::Api::namespaced(self.client.current(), namespace);
-        Ok(timed(api.get_opt(name)).await?)
-    }
-    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>, ApiError> {
-        let api: kube::Api<PersistentVolume> = kube::Api::all(self.client.current());
-        Ok(timed(api.get_opt(name)).await?)
-    }
-    async fn patch_claim_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        patch: serde_json::Value,
-    ) -> Result<(), ApiError> {
-        let api: kube::Api<PersistentVolumeClaim> =
-            kube::Api::namespaced(self.client.current(), namespace);
-        let params = kube::api::PatchParams::default();
-        timed(api.patch_status(name, &params, &kube::api::Patch::Merge(&patch))).await?;
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl super::csi::CsiApi for KubeStorageApi {
-    async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, ApiError> {
-        let api: kube::Api<CSIDriver> = kube::Api::all(self.client.current());
-        Ok(timed(api.get_opt(name)).await?)
-    }
-    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, ApiError> {
-        let api: kube::Api<Secret> = kube::Api::namespaced(self.client.current(), namespace);
-        Ok(timed(api.get_opt(name)).await?)
-    }
-    async fn volumes_attached(&self, node: &str) -> Result<Vec<String>, ApiError> {
-        let api: kube::Api<Node> = kube::Api::all(self.client.current());
-        let n = timed(api.get(node)).await?;
-        Ok(n.status
-            .and_then(|s| s.volumes_attached)
-            .into_iter()
-            .flatten()
-            .map(|v| v.name)
-            .collect())
-    }
-    async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>, ApiError> {
-        let api: kube::Api<VolumeAttachment> = kube::Api::all(self.client.current());
-        Ok(timed(api.get_opt(name)).await?)
-    }
-    async fn request_token(
-        &self,
-        namespace: &str,
-        service_account: &str,
-        request: TokenRequest,
-    ) -> Result<TokenRequestStatus, ApiError> {
-        let api: kube::Api<ServiceAccount> =
-            kube::Api::namespaced(self.client.current(), namespace);
-        let mut body = serde_json::to_value(&request)?;
-        body["apiVersion"] = "authentication.k8s.io/v1".into();
-        body["kind"] = "TokenRequest".into();
-        let r: TokenRequest = timed(api.create_subresource(
-            "token",
-            service_account,
-            &kube::api::PostParams::default(),
-            &body,
-        ))
-        .await?;
-        r.status.ok_or(ApiError::NoTokenStatus)
-    }
 }
 
 /// Where a pod volume's data comes from once resolved.
@@ -508,6 +416,8 @@ async fn check_lifecycle_mode(
 }
 
 mod expansion;
+mod kube_api;
+pub use kube_api::KubeStorageApi;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 #[cfg(test)]
