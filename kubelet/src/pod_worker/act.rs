@@ -245,14 +245,12 @@ pub async fn observe(rt: &dyn Runtime, uid: &str) -> Result<Observed> {
     sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
     let listed: Vec<Container> = rt.list_pod_containers(uid).await?;
     let mut containers = Vec::with_capacity(listed.len());
-    for c in listed {
-        match rt.container_status(&c.id).await {
-            Ok(s) => containers.push((c.sandbox_id, s)),
-            Err(RuntimeError::NotFound { .. }) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    containers.sort_by_key(|c| std::cmp::Reverse(c.1.created_at));
+    super::started::add_statuses(
+        rt,
+        listed.into_iter().map(|c| (c.sandbox_id, c.id)),
+        &mut containers,
+    )
+    .await?;
     Ok(Observed {
         sandboxes,
         containers,

@@ -66,16 +66,31 @@ impl Worker {
                 .sandboxes
                 .sort_by_key(|s| std::cmp::Reverse(s.created_at));
         }
-        for (sandbox_id, id) in created.containers {
-            match rt.container_status(&id).await {
-                Ok(s) => after.containers.push((sandbox_id, s)),
-                Err(RuntimeError::NotFound { .. }) => {}
-                Err(_) => return observe(rt.as_ref(), &self.uid).await.unwrap_or(obs),
-            }
+        let ids = created.containers.into_iter();
+        if add_statuses(rt.as_ref(), ids, &mut after.containers)
+            .await
+            .is_err()
+        {
+            return observe(rt.as_ref(), &self.uid).await.unwrap_or(obs);
         }
         after
-            .containers
-            .sort_by_key(|c| std::cmp::Reverse(c.1.created_at));
-        after
     }
+}
+
+/// Adds the status of each (sandbox ID, container ID) to `containers` (one gone meanwhile is
+/// left out) and keeps them newest first.
+pub(super) async fn add_statuses(
+    rt: &dyn Runtime,
+    ids: impl Iterator<Item = (String, String)>,
+    containers: &mut Vec<(String, ContainerStatus)>,
+) -> Result<()> {
+    for (sandbox_id, id) in ids {
+        match rt.container_status(&id).await {
+            Ok(s) => containers.push((sandbox_id, s)),
+            Err(RuntimeError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    containers.sort_by_key(|c| std::cmp::Reverse(c.1.created_at));
+    Ok(())
 }
